@@ -1,0 +1,83 @@
+"""The op-table record: one ``OpDef`` per primitive op (fuel-spec §1.2).
+
+This is the single source of truth every layer derives from: the graph
+builder checks shapes/dtypes with ``infer``, the reference interpreter runs
+``reference``, the IRDL text of the ``fuel`` dialect is generated from
+``mnemonic``/``arity``/``params``, and the dispatch key comes from ``op_kind``.
+
+Contract (shared by compiler.graph, compiler.dialect, compiler.codegen,
+compiler.registry):
+
+* ``name``      the spec's CamelCase name, e.g. ``"SumDim"``, ``"AddScalar"``.
+* ``mnemonic``  snake_case; the MLIR op is ``fuel.<mnemonic>`` (``fuel.sum_dim``).
+* ``arity``     number of tensor operands, or ``VARIADIC`` (Concat).
+* ``params``    ordered ``ParamSpec``s; a node stores its params as a plain
+                dict ``{name: value}`` with python values of the declared kind.
+* ``infer(input_types, params) -> TensorType``; raises ``GraphBuildError``
+  naming the op, the operand shapes/dtypes and the rule broken.
+* ``reference(inputs: list[np.ndarray], params) -> np.ndarray``: numpy math,
+  the oracle for all numerics tests.
+* ``op_kind``   the runtime ``OpKind`` (None: no binding-table kernel; handled
+                structurally by the executor, e.g. views, Const, Reshape).
+* ``category``  one of CATEGORIES, used by lowering and fusion to apply a
+                rule per family instead of per op.
+* ``supported`` False for ops that exist in the spec but are rejected with a
+                "not supported yet" error (in-place, memory/state, control).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional
+
+from runtime.dtype import DType
+from runtime.opkind import OpKind
+
+VARIADIC = -1
+
+# Param kinds and their python value types / MLIR attribute encodings:
+#   "i64"     int            -> IntegerAttr i64
+#   "f64"     float          -> FloatAttr f64
+#   "i64s"    tuple[int,...] -> ArrayAttr of IntegerAttr i64
+#   "dtype"   DType          -> StringAttr ("f32")
+#   "str"     str            -> StringAttr
+#   "bool"    bool           -> IntegerAttr i1 (BoolAttr)
+#   "bytes"   bytes          -> (Const payload; not an MLIR attribute, carried as a
+#                               DenseResourceElementsAttr/DenseElementsAttr by emission)
+PARAM_KINDS = ("i64", "f64", "i64s", "dtype", "str", "bool", "bytes")
+
+CATEGORIES = (
+    "leaf", "binary", "unary", "scalar", "compare", "select", "reduce",
+    "matmul", "view", "shape", "cast", "index", "softmax", "inplace",
+    "memory", "control", "fused",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamSpec:
+    name: str
+    kind: str
+    default: Any = dataclasses.MISSING  # MISSING means required
+
+    def __post_init__(self):
+        if self.kind not in PARAM_KINDS:
+            raise ValueError(f"ParamSpec {self.name!r}: unknown kind {self.kind!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorType:
+    shape: tuple[int, ...]
+    dtype: DType
+
+
+@dataclasses.dataclass(frozen=True)
+class OpDef:
+    name: str
+    mnemonic: str
+    arity: int
+    params: tuple[ParamSpec, ...]
+    category: str
+    op_kind: Optional[OpKind]
+    infer: Callable[[list[TensorType], dict], TensorType]
+    reference: Optional[Callable[[list, dict], Any]]
+    supported: bool = True
+    doc: str = ""
