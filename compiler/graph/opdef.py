@@ -23,6 +23,10 @@ compiler.registry):
                 rule per family instead of per op.
 * ``supported`` False for ops that exist in the spec but are rejected with a
                 "not supported yet" error (in-place, memory/state, control).
+* ``dtypes``    the element types accepted for the op's data operand(s) ("T"
+                in the spec); ``None`` means the op does not constrain them
+                (leaves, pure data movement on raw bits). ``infer`` enforces it;
+                lowering and kernel coverage may read it instead of re-deriving.
 """
 from __future__ import annotations
 
@@ -52,11 +56,26 @@ CATEGORIES = (
 )
 
 
+class _Required:
+    """Sentinel default of a required param (``dataclasses.MISSING`` cannot be
+    a field default: the dataclass would treat the field as having none)."""
+
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+
+
 @dataclasses.dataclass(frozen=True)
 class ParamSpec:
     name: str
     kind: str
-    default: Any = dataclasses.MISSING  # MISSING means required
+    default: Any = REQUIRED  # REQUIRED: the node must supply it
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
 
     def __post_init__(self):
         if self.kind not in PARAM_KINDS:
@@ -81,3 +100,4 @@ class OpDef:
     reference: Optional[Callable[[list, dict], Any]]
     supported: bool = True
     doc: str = ""
+    dtypes: Optional[frozenset] = None
