@@ -7,11 +7,7 @@ from __future__ import annotations
 
 import enum
 
-from .errors import FuelError
-
-
-class UnknownOpKindError(FuelError, ValueError):
-    """A name that is not an OpKind."""
+from .errors import UnknownOpKindError
 
 
 class OpKind(enum.IntEnum):

@@ -1,0 +1,37 @@
+"""fuelc runtime: the ABI the compiler targets (DESIGN.md §6).
+
+Imports with only numpy installed; never imports ``compiler`` or MLIR, and
+does not import llvmlite at top level. The default process-wide binding
+table (``global_table()``) is built lazily on first use and holds the numpy
+reference kernels (``runtime.numpy_kernels``).
+"""
+from .dtype import DType
+from .opkind import OpKind
+from .errors import (
+    BindingTableError, FuelError, KernelError, LayoutError, NoBackendForOp, OpParamsError,
+    PlanError, StorageError, UnknownDTypeError, UnknownOpKindError,
+)
+from .keys import BackendId, BindingKey, FusedOpId
+from .layout import Layout
+from .storage import OutputView, Storage
+from .params import (
+    NO_PARAMS, PARAMS_FOR_KIND, MatmulM, NoParams, OpParams, PadMode, QuantType, Reduction,
+    check_params_for, params_type_for,
+)
+from .precision import PrecisionGuarantee
+from .cost import CostEstimate, CostFn, composite_ns, default_cost_for_op_kind, unknown_cost
+from .binding import (
+    Ambiguous, BindingEntry, KernelBindingTable, KernelCaps, KernelRef, NotBound,
+    RuntimeFusedLookup, Unique, global_table, reset_global_table, update_global_table,
+)
+
+__all__ = [
+    "DType", "OpKind", "BackendId", "BindingKey", "FusedOpId", "Layout", "Storage", "OutputView",
+    "OpParams", "NoParams", "NO_PARAMS", "PARAMS_FOR_KIND", "MatmulM", "PadMode", "QuantType",
+    "Reduction", "check_params_for", "params_type_for", "PrecisionGuarantee", "CostEstimate",
+    "CostFn", "composite_ns", "default_cost_for_op_kind", "unknown_cost", "BindingEntry",
+    "KernelBindingTable", "KernelCaps", "KernelRef", "NotBound", "Unique", "Ambiguous",
+    "RuntimeFusedLookup", "global_table", "update_global_table", "reset_global_table",
+    "FuelError", "UnknownDTypeError", "UnknownOpKindError", "LayoutError", "StorageError",
+    "OpParamsError", "BindingTableError", "NoBackendForOp", "KernelError", "PlanError",
+]
