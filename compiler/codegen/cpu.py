@@ -1,0 +1,354 @@
+"""The CPU pipeline: linalg on tensors → x86-64 machine code for the host.
+
+Named stages, each a function of the previous stage's output:
+
+  parse          text → ``ir.Module`` in a fresh context
+  prepare        entry functions get ``llvm.emit_c_interface`` and their tensor
+                 results become out-params: ``bufferization.materialize_in_destination``
+                 into a fully-dynamic strided memref argument (so results are
+                 written in place, with no copy, into ANY strided output)
+  tensor-opt     the strategy's passes on tensors (optional)
+  bufferize      empty-tensor elimination + one-shot bufferization over function
+                 boundaries with fully dynamic layouts (every memref argument
+                 accepts any offset and strides: 0 to broadcast, negative to
+                 flip) + deallocation
+  transform      the strategy's transform script (optional)
+  lower-to-llvm  the strategy's lowering to the LLVM dialect
+  translate      LLVM dialect → LLVM IR text
+  llvm           llvmlite: literal fix-ups, runtime support, O3 for the host
+                 CPU and features → relocatable ELF object (``compiler.codegen.llvm``)
+
+Public: ``emit_object(module, entry_names) -> bytes``, ``compile_module(...) ->
+CompiledObject`` (cached; ``.address(name)``, ``.ciface(name, nargs)``), and
+``load_object(bytes)`` which needs no MLIR (``compiler.codegen.loader``).
+
+An MLIR stage that fails raises ``PipelineError`` after writing the stage's input
+IR under ``$FUELC_REPRO_DIR`` (default ``./fuelc-reproducers``); the message
+holds the command that reruns it:
+``python -m compiler.codegen.cpu <file> --pipeline='<stage pipeline>'``.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from compiler.errors import CodegenError, PipelineError
+from compiler.mlir import MLIRError, bufferization, func, ir, passmanager
+from compiler.mlir import llvm as llvm_dialect
+from compiler.codegen import llvm as llvm_codegen
+from compiler.codegen.loader import CompiledObject, load_object
+from compiler.codegen.strategy import Strategy, select_strategy
+
+# Bump when a change here changes generated code (invalidates cached objects).
+PIPELINE_VERSION = "cpu-1"
+
+BUFFERIZE: tuple[str, ...] = (
+    "eliminate-empty-tensors",
+    "one-shot-bufferize{bufferize-function-boundaries "
+    "function-boundary-type-conversion=fully-dynamic-layout-map "
+    "unknown-type-conversion=fully-dynamic-layout-map}",
+    "canonicalize",
+    "buffer-deallocation-pipeline",
+)
+
+_DYN = None  # ir.ShapedType.get_dynamic_stride_or_offset(), read lazily
+
+
+def pipeline_text(passes: Sequence[str]) -> str:
+    """The textual pass pipeline ``builtin.module(p1, p2, ...)``."""
+    return f"builtin.module({', '.join(passes)})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One MLIR stage of the pipeline: a name and its pass list."""
+
+    name: str
+    passes: tuple[str, ...]
+
+    @property
+    def pipeline(self) -> str:
+        return pipeline_text(self.passes)
+
+
+def stages_for(strategy: Strategy) -> list[Stage]:
+    """The MLIR pass stages (after ``prepare``) for ``strategy``."""
+    stages = []
+    if strategy.tensor_passes:
+        stages.append(Stage("tensor-opt", strategy.tensor_passes))
+    stages.append(Stage("bufferize", BUFFERIZE))
+    stages.append(Stage("lower-to-llvm", strategy.lowering))
+    return stages
+
+
+def describe_pipeline(strategy: Strategy) -> str:
+    """Everything about the pipeline that changes the generated code (for
+    cache keys)."""
+    parts = [PIPELINE_VERSION, strategy.fingerprint, *(s.pipeline for s in stages_for(strategy))]
+    return "|".join(parts)
+
+
+# -- reproducers ---------------------------------------------------------------
+def reproducer_dir() -> Path:
+    """``$FUELC_REPRO_DIR``, else ``./fuelc-reproducers``."""
+    return Path(os.environ.get("FUELC_REPRO_DIR") or "fuelc-reproducers")
+
+
+def write_reproducer(text: str, stage: str, suffix: str = ".mlir") -> Path:
+    """Write ``text`` to the reproducer dir; the name is derived from its
+    content so the same failure does not pile up files."""
+    d = reproducer_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    path = d / f"{stage}-{digest}{suffix}"
+    path.write_text(text)
+    return path.resolve()
+
+
+def _command(path: Path, *args: str) -> str:
+    return " ".join(["python", "-m", "compiler.codegen.cpu", shlex.quote(str(path)), *args])
+
+
+def _fail(stage: str, text: str, why: str, *args: str, suffix: str = ".mlir") -> PipelineError:
+    path = write_reproducer(text, stage, suffix)
+    return PipelineError(
+        f"CPU pipeline stage '{stage}' failed: {why}\n"
+        f"  reproducer: {path}\n"
+        f"  rerun with: {_command(path, *args)}")
+
+
+# -- stages ----------------------------------------------------------------------
+def parse_module(text: str, ctx: "ir.Context") -> "ir.Module":
+    """Parse linalg-on-tensors text in ``ctx``; PipelineError with a reproducer
+    on malformed or unregistered IR."""
+    try:
+        with ctx:
+            return ir.Module.parse(text)
+    except MLIRError as e:
+        raise _fail("parse", text, str(e), "--pipeline='builtin.module()'") from None
+
+
+def _fully_dynamic_memref(t: "ir.RankedTensorType") -> "ir.MemRefType":
+    dyn = ir.ShapedType.get_dynamic_stride_or_offset()
+    layout = ir.StridedLayoutAttr.get(dyn, [dyn] * t.rank)
+    return ir.MemRefType.get(t.shape, t.element_type, layout=layout)
+
+
+def prepare_entries(module: "ir.Module", entry_names: Iterable[str]) -> None:
+    """Give each entry the C interface and turn its tensor results into
+    trailing out-params (fully dynamic strided memrefs) written through
+    ``bufferization.materialize_in_destination``. Raises CodegenError for a
+    missing entry or a non-tensor result."""
+    funcs = {}
+    for op in module.body.operations:
+        if op.operation.name == "func.func":
+            funcs[ir.StringAttr(op.attributes["sym_name"]).value] = op
+    with module.context, ir.Location.unknown(module.context):
+        for name in entry_names:
+            f = funcs.get(name)
+            if f is None:
+                raise CodegenError(f"entry function @{name} is not in the module; it defines "
+                                   f"{', '.join('@' + n for n in funcs) or 'no functions'}")
+            if len(f.regions[0].blocks) == 0:
+                raise CodegenError(f"entry function @{name} is a declaration; it needs a body")
+            ftype = ir.FunctionType(ir.TypeAttr(f.attributes["function_type"]).value)
+            results = list(ftype.results)
+            for t in results:
+                if not isinstance(t, ir.RankedTensorType):
+                    raise CodegenError(f"entry function @{name} returns {t}; CPU kernels "
+                                       "return ranked tensors only")
+            out_types = [_fully_dynamic_memref(t) for t in results]
+            entry_block = f.regions[0].blocks[0]
+            out_args = [entry_block.add_argument(t, ir.Location.unknown()) for t in out_types]
+            for block in f.regions[0].blocks:
+                ret = block.operations[len(block.operations) - 1]
+                if ret.operation.name != "func.return":
+                    continue
+                with ir.InsertionPoint(ret):
+                    for value, dest in zip(ret.operands, out_args):
+                        bufferization.MaterializeInDestinationOp(
+                            None, value, dest, restrict=True, writable=True)
+                    func.ReturnOp([])
+                ret.operation.erase()
+            f.attributes["function_type"] = ir.TypeAttr.get(
+                ir.FunctionType.get(list(ftype.inputs) + out_types, []))
+            f.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
+
+
+def run_stage(module: "ir.Module", stage: Stage) -> None:
+    """Run one MLIR stage in place; PipelineError with a reproducer on failure."""
+    before = str(module)
+    try:
+        pm = passmanager.PassManager.parse(stage.pipeline, module.context)
+        pm.run(module.operation)
+    except (MLIRError, ValueError) as e:
+        raise _fail(stage.name, before, str(e), f"--pipeline={shlex.quote(stage.pipeline)}") from None
+
+
+def apply_transform(module: "ir.Module", script: str) -> None:
+    """Apply a transform script (a module with ``@__transform_main``)."""
+    from compiler.mlir import _root  # the bindings package (torch_mlir or mlir)
+    import importlib
+    interpreter = importlib.import_module(f"{_root.__name__}.dialects.transform.interpreter")
+    before = str(module)
+    try:
+        tmod = ir.Module.parse(script, module.context)
+        seq = next(op for op in tmod.body.operations
+                   if op.operation.name == "transform.named_sequence")
+        interpreter.apply_named_sequence(module.operation, seq, tmod)
+    except (MLIRError, StopIteration) as e:
+        path = write_reproducer(script, "transform-script")
+        raise _fail("transform", before, f"{e} (script: {path})") from None
+
+
+def translate(module: "ir.Module") -> str:
+    """LLVM dialect → LLVM IR text."""
+    try:
+        return llvm_dialect.translate_module_to_llvmir(module.operation)
+    except (MLIRError, RuntimeError) as e:
+        raise _fail("translate", str(module), str(e), "--translate") from None
+
+
+def linalg_op_names(module: "ir.Module") -> set[str]:
+    """Names of the linalg ops in ``module`` (to choose a strategy)."""
+    names: set[str] = set()
+
+    def visit(op):
+        if op.name.startswith("linalg."):
+            names.add(op.name)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return names
+
+
+@dataclasses.dataclass
+class LoweringResult:
+    """The artefacts of one compilation (for debugging and export)."""
+
+    object: bytes
+    llvm_ir: str
+    strategy: Strategy
+    stages: dict[str, str]  # stage name → IR after it (when keep_ir)
+
+
+def lower(module_or_text, entry_names: Sequence[str], *, strategy: Strategy | None = None,
+          keep_ir: bool = False) -> LoweringResult:
+    """Run every stage. Raises PipelineError (MLIR stages, with reproducer) or
+    CodegenError (LLVM)."""
+    text = module_or_text if isinstance(module_or_text, str) else str(module_or_text)
+    entry_names = list(entry_names)
+    ctx = ir.Context()
+    module = parse_module(text, ctx)
+    kept: dict[str, str] = {}
+    with ctx:
+        try:
+            prepare_entries(module, entry_names)
+        except MLIRError as e:
+            entries = [a for n in entry_names for a in ("--entry", n)]
+            raise _fail("prepare", text, str(e), *entries) from None
+        if keep_ir:
+            kept["prepare"] = str(module)
+        strategy = strategy or select_strategy(linalg_op_names(module))
+        for stage in stages_for(strategy):
+            run_stage(module, stage)
+            if keep_ir:
+                kept[stage.name] = str(module)
+            if stage.name == "bufferize" and strategy.transform:
+                apply_transform(module, strategy.transform)
+        ll = translate(module)
+    try:
+        obj, optimized = llvm_codegen.compile_ir_to_object(ll)
+    except CodegenError as e:
+        path = write_reproducer(ll, "llvm", ".ll")
+        raise CodegenError(f"{e}\n  reproducer: {path}\n  rerun with: {_command(path)}") from None
+    return LoweringResult(obj, optimized, strategy, kept)
+
+
+def emit_object(module_or_text, entry_names: Sequence[str], *,
+                strategy: Strategy | None = None) -> bytes:
+    """Compile linalg-on-tensors IR to a relocatable x86-64 ELF object for the
+    host CPU. Entry ``f(ins...) -> outs...`` becomes
+    ``_mlir_ciface_f(in_desc*..., out_desc*...)``, every descriptor fully
+    dynamic (any offset/strides). Raises PipelineError / CodegenError."""
+    return lower(module_or_text, entry_names, strategy=strategy).object
+
+
+def compile_module(module_or_text, entry_names: Sequence[str], *,
+                   strategy: Strategy | None = None, cache="default") -> CompiledObject:
+    """Compile and load into this process, through the kernel cache (memory,
+    then disk; pass ``cache=None`` to bypass it). Returns a CompiledObject:
+    ``.address("_mlir_ciface_<entry>")`` or ``.ciface(entry, nargs)``."""
+    text = module_or_text if isinstance(module_or_text, str) else str(module_or_text)
+    if cache is None:
+        return load_object(emit_object(text, entry_names, strategy=strategy))
+    from compiler.codegen.cache import default_cache
+    c = default_cache() if cache == "default" else cache
+    return c.get_or_compile(text, entry_names, strategy=strategy)
+
+
+# -- command line ------------------------------------------------------------------
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m compiler.codegen.cpu FILE [--pipeline=P | --entry E ... --emit=...]``
+
+    With ``--pipeline`` run that MLIR pass pipeline on FILE and print the
+    result; with a ``.ll`` FILE compile LLVM IR to an object; otherwise run
+    the whole CPU pipeline for the given entries."""
+    ap = argparse.ArgumentParser(prog="python -m compiler.codegen.cpu", description=main.__doc__)
+    ap.add_argument("file")
+    ap.add_argument("--pipeline", help="an MLIR pass pipeline to run on FILE")
+    ap.add_argument("--translate", action="store_true",
+                    help="translate FILE (LLVM dialect) to LLVM IR")
+    ap.add_argument("--entry", action="append", default=[], help="entry function (repeatable)")
+    ap.add_argument("--emit", choices=("mlir", "llvm", "obj"), default="llvm",
+                    help="full pipeline output: LLVM dialect, optimised LLVM IR, or object")
+    ap.add_argument("-o", "--output", help="write the output here instead of stdout")
+    args = ap.parse_args(argv)
+    text = Path(args.file).read_text()
+    try:
+        if args.file.endswith(".ll"):
+            obj, ll = llvm_codegen.compile_ir_to_object(text)
+            out: str | bytes = obj if args.emit == "obj" else ll
+        elif args.pipeline is not None or args.translate:
+            with ir.Context():
+                module = ir.Module.parse(text)
+                if args.pipeline:
+                    passmanager.PassManager.parse(args.pipeline).run(module.operation)
+                out = translate(module) if args.translate else str(module)
+        else:
+            entries = args.entry or _public_functions(text)
+            res = lower(text, entries, keep_ir=args.emit == "mlir")
+            out = {"mlir": res.stages.get("lower-to-llvm", ""), "llvm": res.llvm_ir,
+                   "obj": res.object}[args.emit]
+    except (MLIRError, PipelineError, CodegenError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if args.output:
+        Path(args.output).write_bytes(out if isinstance(out, bytes) else out.encode())
+    elif isinstance(out, bytes):
+        sys.stdout.buffer.write(out)
+    else:
+        print(out)
+    return 0
+
+
+def _public_functions(text: str) -> list[str]:
+    with ir.Context():
+        m = ir.Module.parse(text)
+        return [ir.StringAttr(op.attributes["sym_name"]).value for op in m.body.operations
+                if op.operation.name == "func.func" and len(op.regions[0].blocks)
+                and "sym_visibility" not in op.attributes]
+
+
+__all__ = ["emit_object", "compile_module", "load_object", "lower", "LoweringResult",
+           "prepare_entries", "stages_for", "describe_pipeline", "Stage", "BUFFERIZE",
+           "reproducer_dir", "write_reproducer", "PIPELINE_VERSION", "main"]
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""The ``fuel-to-linalg`` lowering: every primitive ``fuel.*`` op becomes
+linalg / tensor / arith / math on tensors (the input of CPU and GPU codegen).
+
+Rules live in ``compiler.codegen.lowering`` (one module per op family,
+registered with ``@lowers("Name", ...)``); this module is the driver:
+
+* ``lower_to_linalg(module)`` rewrites in place; it first checks that every
+  fuel op has a rule and raises ``LoweringError`` naming the ops that do not.
+* Unsigned tensors: fuel IR keeps ``ui8``/``ui32`` visible; arith accepts only
+  signless integers, so the driver rewrites every ``uiN`` tensor type in the
+  function (block arguments, results, signature) to ``iN`` *before* the rules
+  run, and hands each rule the fuel dtypes it had before (``Lowering.in_dtypes``).
+  The buffer ABI is unchanged: ``ui8`` and ``i8`` memrefs have the same bytes.
+* ``FUEL_TO_LINALG`` is registered as the Python pass ``fuel-to-linalg``:
+  ``add_fuel_to_linalg(pm)`` or ``build_pipeline("fuel-to-linalg,cse")``.
+* ``emit_single_op_module(...)``: a one-op fuel module whose function carries
+  ``llvm.emit_c_interface`` (CPU codegen compiles one kernel per op instance).
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from compiler.dialect import attrs as _attrs
+from compiler.dialect.definition import DIALECT, default_ops, load_fuel_dialect, lookup
+from compiler.dialect.types import mlir_to_dtype, signless, tensor_type
+from compiler.errors import DialectError, LoweringError
+from compiler.graph.opdef import TensorType
+from compiler.mlir import MLIRError, func, ir, passmanager, tensor
+
+from .lowering import RULES, Lowering
+
+PASS_NAME = "fuel-to-linalg"
+
+#: op categories whose rules are shape-generic (work on ``?`` dims).
+DYNAMIC_CATEGORIES = frozenset({"binary", "unary", "scalar", "compare", "select", "reduce",
+                                "cast", "softmax", "matmul"})
+#: ops of those categories whose result shape comes from a param (stay static).
+STATIC_ONLY = frozenset({"ReduceSumTo", "ReduceMaxTo"})
+
+
+def _fuel_ops(root: "ir.Operation") -> list:
+    found = []
+
+    def cb(op):
+        if op.name.startswith(DIALECT + "."):
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    root.walk(cb)
+    return found
+
+
+def _types_str(op) -> str:
+    ins = ", ".join(str(v.type) for v in op.operands)
+    outs = ", ".join(str(r.type) for r in op.results)
+    return f"({ins}) -> ({outs})"
+
+
+def _rule_name(op, ops) -> str:
+    try:
+        spec = lookup(op.name, ops)
+    except DialectError as e:
+        raise LoweringError(f"{op.name}{_types_str(op)}: {e}") from None
+    return spec.name
+
+
+def _to_signless(root: "ir.Operation") -> None:
+    """Rewrite every unsigned-integer tensor type in ``root`` to signless."""
+    def fix(v):
+        t = signless(v.type)
+        if t != v.type:
+            v.set_type(t)
+
+    def cb(op):
+        for r in op.results:
+            fix(r)
+        for region in op.regions:
+            for block in region.blocks:
+                for a in block.arguments:
+                    fix(a)
+        if op.name == "func.func":
+            fty = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
+            new = ir.FunctionType.get([signless(t) for t in fty.inputs],
+                                      [signless(t) for t in fty.results])
+            if new != fty:
+                op.attributes["function_type"] = ir.TypeAttr.get(new)
+        return ir.WalkResult.ADVANCE
+
+    root.walk(cb)
+
+
+def lower_to_linalg(module, ops: Optional[dict] = None, constants: Optional[dict] = None) -> None:
+    """Lower every ``fuel.*`` op of ``module`` (an ``ir.Module`` or op) in place.
+
+    ``ops``: mnemonic -> DialectOp (default: the op table + registry).
+    ``constants``: name -> numpy array for ``fuel.const`` ops emitted without
+    an inline ``value`` (the side dict of ``graph_to_module``).
+    Raises LoweringError naming every op without a rule (nothing is changed
+    then), or the op whose rule failed, with its operand/result types."""
+    root = getattr(module, "operation", module)
+    fuel = _fuel_ops(root)
+    names = [_rule_name(op, ops) for op in fuel]
+    missing = sorted({f"{op.name} ({n})" for op, n in zip(fuel, names) if n not in RULES})
+    if missing:
+        raise LoweringError(
+            f"fuel-to-linalg: no lowering for {', '.join(missing)}; register one with "
+            f"@lowers(\"<Name>\") in compiler/codegen/lowering/, or decompose the op first")
+    # Read dtypes and params before the signless rewrite erases the signedness.
+    plans = []
+    for op, name in zip(fuel, names):
+        try:
+            plans.append((op, name, [mlir_to_dtype(v.type) for v in op.operands],
+                          [mlir_to_dtype(r.type) for r in op.results],
+                          _attrs.op_params(op, ops)))
+        except DialectError as e:
+            raise LoweringError(f"{op.name}{_types_str(op)}: {e}") from None
+    _to_signless(root)
+    for op, name, in_dt, out_dt, params in plans:
+        _lower_one(op, name, in_dt, out_dt, params, constants)
+
+
+def _lower_one(op, name, in_dt, out_dt, params, constants) -> None:
+    lw = Lowering(op=op, name=name, operands=list(op.operands), in_dtypes=in_dt,
+                  out_dtypes=out_dt, out_types=[r.type for r in op.results], params=params)
+    lw.constants = constants or {}
+    with ir.InsertionPoint(op), op.location:
+        try:
+            out = RULES[name](lw)
+        except LoweringError:
+            raise
+        except (MLIRError, ValueError, TypeError, IndexError, KeyError) as e:
+            raise LoweringError(
+                f"lowering {op.name}{_types_str(op)} params={params} failed: "
+                f"{type(e).__name__}: {e}") from e
+        values = list(out) if isinstance(out, (list, tuple)) else [out]
+        if len(values) != len(op.results):
+            raise LoweringError(f"lowering of {op.name} produced {len(values)} values for "
+                                f"{len(op.results)} results")
+        for i, (r, v) in enumerate(zip(op.results, values)):
+            if v.type != r.type:
+                try:
+                    v = tensor.cast(r.type, v)
+                except MLIRError as e:
+                    raise LoweringError(
+                        f"lowering {op.name}{_types_str(op)}: result {i} has type {v.type}, "
+                        f"incompatible with the declared {r.type}: {e}") from None
+            r.replace_all_uses_with(v)
+    op.erase()
+
+
+# -- the pass ----------------------------------------------------------------
+def _pass_fn(op, pass_) -> None:
+    lower_to_linalg(op)
+
+
+def add_fuel_to_linalg(pm: "passmanager.PassManager") -> None:
+    """Append the ``fuel-to-linalg`` Python pass to a builtin.module PM."""
+    pm.add(_pass_fn, name="FuelToLinalg", argument=PASS_NAME,
+           description="lower fuel dialect ops to linalg/tensor/arith/math")
+
+
+def run_fuel_to_linalg(module) -> None:
+    """Run ``fuel-to-linalg`` through MLIR's PassManager (module's context)."""
+    with module.context:
+        pm = passmanager.PassManager("builtin.module")
+        add_fuel_to_linalg(pm)
+        pm.run(module.operation)
+
+
+# -- one-op modules for per-op kernels ------------------------------------------
+def emit_single_op_module(op_name: str, params: dict, input_types: Sequence[TensorType],
+                          dynamic: bool = False, func_name: str = "kernel",
+                          ctx: Optional["ir.Context"] = None,
+                          ops: Optional[dict] = None) -> "ir.Module":
+    """A module with one ``func.func @func_name`` (``llvm.emit_c_interface``)
+    holding one ``fuel.<op>`` on its arguments, returning its result(s).
+
+    ``op_name``: the op-table name (``"SumDim"``) or mnemonic (``"sum_dim"``).
+    The result type comes from the OpDef's ``infer``. ``dynamic=True`` makes
+    every dim ``?`` for shape-generic categories (elementwise, reduce, cast,
+    softmax, matmul); other ops stay static. Raises DialectError for an
+    unknown op or bad params (the OpDef's own GraphBuildError passes through).
+    """
+    table = default_ops() if ops is None else ops
+    spec = next((d for d in table.values() if d.name == op_name), None) or lookup(op_name, table)
+    opdef = spec.source
+    if not hasattr(opdef, "infer"):
+        raise DialectError(f"{op_name}: no OpDef with a shape rule (fused ops are emitted "
+                           f"through their registry entry, not here)")
+    full = {p.name: p.default for p in spec.params if not p.required}
+    full.update(params)
+    out_tt = opdef.infer(list(input_types), full)
+    dyn = dynamic and opdef.category in DYNAMIC_CATEGORIES and spec.name not in STATIC_ONLY
+    ctx = ctx or ir.Context()
+    load_fuel_dialect(ctx)
+    with ctx, ir.Location.unknown():
+        module = ir.Module.create()
+        arg_types = [tensor_type(t, dyn) for t in input_types]
+        res_type = tensor_type(out_tt, dyn)
+        with ir.InsertionPoint(module.body):
+            f = func.FuncOp(func_name, (arg_types, [res_type]))
+            f.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
+            block = f.add_entry_block()
+            with ir.InsertionPoint(block):
+                op = ir.Operation.create(spec.op_name, results=[res_type],
+                                         operands=list(block.arguments),
+                                         attributes=_attrs.params_to_attributes(spec, full))
+                func.ReturnOp(list(op.results))
+        try:
+            module.operation.verify()
+        except MLIRError as e:
+            raise DialectError(f"{spec.op_name}: single-op module does not verify: {e}") from None
+    return module

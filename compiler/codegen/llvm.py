@@ -1,0 +1,241 @@
+"""LLVM IR text → optimised host machine code, with llvmlite (no MLIR here).
+
+All the known pitfalls between MLIR's LLVM (24) and llvmlite's LLVM (22) live in
+this one module (toolchain.md §5):
+
+* ``fixup_ir_text``: LLVM 24 prints special float literals (``-inf``,
+  ``+qnan``, ``+snan(0x1)``, ``+nan(0x1)``) that LLVM 22 rejects; they are
+  rewritten to the hex forms both versions read.
+* ``link_runtime_support``: ``memrefCopy`` (called by lowered ``memref.copy``
+  between non-contiguous memrefs) is linked in from LLVM IR text as an
+  internal function, so objects are self-contained; ``malloc``/``free``/libm
+  resolve from the process and ``load_object`` checks that they do.
+* a new host target machine per engine or emission (never shared).
+"""
+from __future__ import annotations
+
+import re
+
+import llvmlite.binding as llvm
+
+from compiler.errors import CodegenError
+from compiler.codegen.loader import ensure_llvm_initialized, host_target_machine
+
+# -- special float literals ---------------------------------------------------
+_SPECIAL_FLOAT = re.compile(
+    r"\b(half|bfloat|float|double)\s+([+-])(inf|qnan|snan|nan)(?:\((0x[0-9a-fA-F]+)\))?")
+
+# (exponent bits, mantissa bits) per IR type.
+_FORMATS = {"half": (5, 10), "bfloat": (8, 7), "float": (8, 23), "double": (11, 52)}
+
+
+def _special_bits(kind: str, sign: str, what: str, payload: str | None) -> int:
+    ebits, mbits = _FORMATS[kind]
+    quiet = 1 << (mbits - 1)
+    pay = int(payload, 16) if payload else 0
+    mant = {"inf": 0, "qnan": quiet, "nan": quiet | pay, "snan": pay}[what]
+    if what == "snan" and mant == 0:
+        mant = 1  # an all-zero mantissa would be infinity
+    exp = (1 << ebits) - 1
+    return ((1 if sign == "-" else 0) << (ebits + mbits)) | (exp << mbits) | (mant & ((1 << mbits) - 1))
+
+
+def _hex_literal(kind: str, bits: int) -> str:
+    if kind == "half":
+        return f"0xH{bits:04X}"
+    if kind == "bfloat":
+        return f"0xR{bits:04X}"
+    if kind == "double":
+        return f"0x{bits:016X}"
+    # float literals are written as the double of the same value; NaN payloads
+    # keep their bits shifted into the double mantissa.
+    sign, exp, mant = bits >> 31, (bits >> 23) & 0xFF, bits & 0x7FFFFF
+    dexp = 0x7FF if exp == 0xFF else exp  # only specials reach here
+    return f"0x{(sign << 63) | (dexp << 52) | (mant << 29):016X}"
+
+
+def fixup_ir_text(text: str) -> str:
+    """Rewrite the LLVM-24-only special float literals of ``text`` to hex."""
+    def sub(m: re.Match) -> str:
+        kind, sign, what, payload = m.groups()
+        return f"{kind} {_hex_literal(kind, _special_bits(kind, sign, what, payload))}"
+    return _SPECIAL_FLOAT.sub(sub, text)
+
+
+# -- runtime support linked into every module that needs it -----------------
+# void memrefCopy(i64 elemSize, {i64 rank, ptr desc}* src, {...}* dst)
+# desc = {ptr allocated, ptr aligned, i64 offset, i64 sizes[rank], i64 strides[rank]}
+# A strided odometer copy of elemSize-byte elements; the same ABI as MLIR's
+# CRunnerUtils memrefCopy.
+MEMREF_COPY_IR = r"""
+declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)
+
+define void @memrefCopy(i64 %es, ptr %src, ptr %dst) {
+entry:
+  %rank = load i64, ptr %src
+  %sdp = getelementptr i8, ptr %src, i64 8
+  %sd = load ptr, ptr %sdp
+  %ddp = getelementptr i8, ptr %dst, i64 8
+  %dd = load ptr, ptr %ddp
+  %sbp = getelementptr i8, ptr %sd, i64 8
+  %sbase = load ptr, ptr %sbp
+  %sop = getelementptr i8, ptr %sd, i64 16
+  %soff0 = load i64, ptr %sop
+  %ssizes = getelementptr i8, ptr %sd, i64 24
+  %sstrides = getelementptr i64, ptr %ssizes, i64 %rank
+  %dbp = getelementptr i8, ptr %dd, i64 8
+  %dbase = load ptr, ptr %dbp
+  %dop = getelementptr i8, ptr %dd, i64 16
+  %doff0 = load i64, ptr %dop
+  %dsizes = getelementptr i8, ptr %dd, i64 24
+  %dstrides = getelementptr i64, ptr %dsizes, i64 %rank
+  %idx = alloca i64, i64 %rank
+  %soff = alloca i64
+  %doff = alloca i64
+  %dim = alloca i64
+  store i64 %soff0, ptr %soff
+  store i64 %doff0, ptr %doff
+  br label %zero.check
+
+zero.check:                       ; any zero-sized dim: nothing to copy
+  %zi = phi i64 [ 0, %entry ], [ %zi.next, %zero.body ]
+  %zdone = icmp sge i64 %zi, %rank
+  br i1 %zdone, label %copy, label %zero.body
+
+zero.body:
+  %zsp = getelementptr i64, ptr %ssizes, i64 %zi
+  %zs = load i64, ptr %zsp
+  %zip = getelementptr i64, ptr %idx, i64 %zi
+  store i64 0, ptr %zip
+  %zi.next = add i64 %zi, 1
+  %isempty = icmp sle i64 %zs, 0
+  br i1 %isempty, label %done, label %zero.check
+
+copy:
+  %so = load i64, ptr %soff
+  %do = load i64, ptr %doff
+  %sbyte = mul i64 %so, %es
+  %dbyte = mul i64 %do, %es
+  %sp = getelementptr i8, ptr %sbase, i64 %sbyte
+  %dp = getelementptr i8, ptr %dbase, i64 %dbyte
+  call void @llvm.memcpy.p0.p0.i64(ptr %dp, ptr %sp, i64 %es, i1 false)
+  %last = sub i64 %rank, 1
+  store i64 %last, ptr %dim
+  br label %inc
+
+inc:
+  %d = load i64, ptr %dim
+  %neg = icmp slt i64 %d, 0
+  br i1 %neg, label %done, label %inc.body
+
+inc.body:
+  %ip = getelementptr i64, ptr %idx, i64 %d
+  %i = load i64, ptr %ip
+  %i1 = add i64 %i, 1
+  %szp = getelementptr i64, ptr %ssizes, i64 %d
+  %sz = load i64, ptr %szp
+  %sstp = getelementptr i64, ptr %sstrides, i64 %d
+  %sst = load i64, ptr %sstp
+  %dstp = getelementptr i64, ptr %dstrides, i64 %d
+  %dst.s = load i64, ptr %dstp
+  %so2 = load i64, ptr %soff
+  %do2 = load i64, ptr %doff
+  %more = icmp slt i64 %i1, %sz
+  br i1 %more, label %step, label %carry
+
+step:
+  store i64 %i1, ptr %ip
+  %so3 = add i64 %so2, %sst
+  %do3 = add i64 %do2, %dst.s
+  store i64 %so3, ptr %soff
+  store i64 %do3, ptr %doff
+  br label %copy
+
+carry:
+  store i64 0, ptr %ip
+  %back = sub i64 %sz, 1
+  %sback = mul i64 %back, %sst
+  %dback = mul i64 %back, %dst.s
+  %so4 = sub i64 %so2, %sback
+  %do4 = sub i64 %do2, %dback
+  store i64 %so4, ptr %soff
+  store i64 %do4, ptr %doff
+  %dnext = sub i64 %d, 1
+  store i64 %dnext, ptr %dim
+  br label %inc
+
+done:
+  ret void
+}
+"""
+
+# name -> IR text defining it (internal linkage).
+RUNTIME_SUPPORT = {"memrefCopy": MEMREF_COPY_IR}
+
+
+def link_runtime_support(mod: "llvm.ModuleRef") -> list[str]:
+    """Define in ``mod`` every runtime-support function it declares but does
+    not define (internal linkage, so the object stays self-contained).
+    Returns the names linked."""
+    linked = []
+    for name, text in RUNTIME_SUPPORT.items():
+        try:
+            fn = mod.get_function(name)
+        except NameError:
+            continue
+        if not fn.is_declaration:
+            continue
+        support = llvm.parse_assembly(text)
+        support.triple = mod.triple
+        support.data_layout = mod.data_layout
+        mod.link_in(support)
+        mod.get_function(name).linkage = llvm.Linkage.internal
+        linked.append(name)
+    return linked
+
+
+# -- parse / optimise / emit ------------------------------------------------
+def parse_ir(text: str, *, fixup: bool = True) -> "llvm.ModuleRef":
+    """Parse LLVM IR text (after ``fixup_ir_text``) and verify it.
+    Raises CodegenError with llvmlite's diagnostic."""
+    ensure_llvm_initialized()
+    try:
+        mod = llvm.parse_assembly(fixup_ir_text(text) if fixup else text)
+        mod.verify()
+    except RuntimeError as e:
+        raise CodegenError(f"LLVM rejected the IR: {e}") from None
+    return mod
+
+
+def optimize(mod: "llvm.ModuleRef", tm: "llvm.TargetMachine", speed_level: int = 3) -> None:
+    """Run LLVM's standard O<speed_level> module pipeline for ``tm``."""
+    pto = llvm.create_pipeline_tuning_options(speed_level=speed_level)
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+
+
+def compile_ir_to_object(text: str, *, speed_level: int = 3) -> tuple[bytes, str]:
+    """LLVM IR text → (relocatable x86-64 ELF object for the host CPU, the
+    optimised IR text). Raises CodegenError."""
+    mod = parse_ir(text)
+    tm = host_target_machine(jit=False, opt=speed_level)
+    mod.triple = tm.triple
+    mod.data_layout = str(tm.target_data)
+    link_runtime_support(mod)
+    try:
+        optimize(mod, tm, speed_level)
+        mod.verify()
+        return tm.emit_object(mod), str(mod)
+    except RuntimeError as e:
+        raise CodegenError(f"LLVM code generation failed: {e}") from None
+
+
+def host_description() -> str:
+    """A stable description of the code-generation target (part of cache keys)."""
+    from compiler.codegen.loader import host_cpu
+    cpu, features = host_cpu()
+    return f"{llvm.get_default_triple()}|{cpu}|{features}|llvm{'.'.join(map(str, llvm.llvm_version_info))}"
+
+
+__all__ = ["fixup_ir_text", "link_runtime_support", "parse_ir", "optimize",
+           "compile_ir_to_object", "host_description", "MEMREF_COPY_IR"]

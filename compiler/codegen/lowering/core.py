@@ -1,0 +1,343 @@
+"""The lowering table and the helpers every fuel -> linalg rule shares.
+
+A rule is registered once per op family::
+
+    @lowers("Add", "Sub", "Mul", "Div")
+    def _binary(lw: Lowering) -> ir.Value: ...
+
+It runs with the insertion point and location at the fuel op and returns the
+replacement value(s). What is handled here, centrally, and not in the rules:
+
+* dtypes: ``lw.in_dtypes`` / ``lw.out_dtype`` are the *fuel* dtypes of the op
+  (read before the unsigned -> signless rewrite), ``Scalar(dtype)`` picks the
+  integer / unsigned / float arith op, and ``elementwise`` computes f16/bf16
+  bodies in f32 (extf -> op -> truncf);
+* shapes: ``dims(v)`` yields static ints or ``tensor.dim`` values, so rules
+  written with it work on ``tensor<?x?xf32>``; a result whose type differs
+  from the op's declared result type only in static-vs-dynamic dims gets a
+  ``tensor.cast`` from the driver.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional, Sequence, Union
+
+from compiler.mlir import arith, ir, linalg, math, tensor
+from runtime.dtype import DType
+
+Rule = Callable[["Lowering"], Union["ir.Value", Sequence["ir.Value"]]]
+RULES: dict[str, Rule] = {}
+
+FLOAT_DTYPES = frozenset({DType.BF16, DType.F16, DType.F32, DType.F64, DType.F8E4M3,
+                          DType.F6E2M3, DType.F6E3M2, DType.F4, DType.F8E8M0})
+NARROW_FLOATS = frozenset({DType.BF16, DType.F16, DType.F8E4M3, DType.F6E2M3,
+                           DType.F6E3M2, DType.F4, DType.F8E8M0})
+
+
+def lowers(*names: str):
+    """Register the decorated function as the lowering of the op-table names."""
+    def deco(fn: Rule) -> Rule:
+        for n in names:
+            if n in RULES:
+                raise ValueError(f"lowering for {n!r} registered twice "
+                                 f"({RULES[n].__name__} and {fn.__name__})")
+            RULES[n] = fn
+        return fn
+    return deco
+
+
+@dataclasses.dataclass
+class Lowering:
+    """Everything a rule may read about the op it lowers."""
+
+    op: "ir.Operation"
+    name: str                      # op-table name, e.g. "SumDim"
+    operands: list                 # ir.Values (signless element types)
+    in_dtypes: list                # fuel DTypes of the operands
+    out_dtypes: list               # fuel DTypes of the results
+    out_types: list                # declared result types (signless)
+    params: dict
+
+    @property
+    def out_dtype(self) -> DType:
+        return self.out_dtypes[0]
+
+    @property
+    def out_type(self) -> "ir.RankedTensorType":
+        return ir.RankedTensorType(self.out_types[0])
+
+    @property
+    def out_elt(self) -> "ir.Type":
+        return self.out_type.element_type
+
+    def param(self, name: str):
+        """The param ``name``; LoweringError if the op does not carry it."""
+        try:
+            return self.params[name]
+        except KeyError:
+            from compiler.errors import LoweringError
+            raise LoweringError(
+                f"{self.name}: missing param {name!r} (has {sorted(self.params)}); "
+                f"the op table and the lowering disagree on the param name") from None
+
+    def axis(self, name: str, rank: int) -> int:
+        """A possibly negative axis param, normalised to 0..rank-1."""
+        d = int(self.param(name))
+        return d + rank if d < 0 else d
+
+
+# -- types and shapes ------------------------------------------------------
+def rtt(v) -> "ir.RankedTensorType":
+    return ir.RankedTensorType(v.type if isinstance(v, ir.Value) else v)
+
+
+def rank(v) -> int:
+    return rtt(v).rank
+
+
+def index(i: int) -> "ir.Value":
+    return arith.constant(ir.IndexType.get(), int(i))
+
+
+def dims(v) -> list:
+    """Each dim of tensor ``v``: an int when static, else a ``tensor.dim``."""
+    t = rtt(v)
+    return [t.shape[i] if not t.is_dynamic_dim(i) else tensor.dim(v, index(i))
+            for i in range(t.rank)]
+
+
+def static_shape(dlist) -> list[int]:
+    dyn = ir.ShapedType.get_dynamic_size()
+    return [d if isinstance(d, int) else dyn for d in dlist]
+
+
+def empty(dlist, elt: "ir.Type") -> "ir.Value":
+    return tensor.empty(list(dlist), elt)
+
+
+def fill(value: "ir.Value", dest: "ir.Value") -> "ir.Value":
+    return linalg.fill(value, outs=[dest])
+
+
+def dim_value(d) -> "ir.Value":
+    """A dim (int or index Value) as an index Value."""
+    return index(d) if isinstance(d, int) else d
+
+
+# -- linalg.generic --------------------------------------------------------
+PARALLEL = "parallel"
+REDUCTION = "reduction"
+
+
+def affine_map(n: int, exprs: Sequence) -> "ir.AffineMapAttr":
+    """``exprs`` items: int k -> ``d_k``; None -> constant 0; an AffineExpr as is."""
+    out = []
+    for e in exprs:
+        if e is None:
+            out.append(ir.AffineConstantExpr.get(0))
+        elif isinstance(e, int):
+            out.append(ir.AffineDimExpr.get(e))
+        else:
+            out.append(e)
+    return ir.AffineMapAttr.get(ir.AffineMap.get(n, 0, out))
+
+
+def identity_map(n: int) -> "ir.AffineMapAttr":
+    return affine_map(n, list(range(n)))
+
+
+def generic(inputs: Sequence, inits: Sequence, maps: Sequence, iterators: Sequence[str],
+            body: Callable[..., Union["ir.Value", Sequence["ir.Value"]]]) -> list:
+    """Build a ``linalg.generic``; ``body(*block_args)`` returns the yielded
+    value(s). Returns the op's results."""
+    iters = ir.ArrayAttr.get([ir.Attribute.parse(f"#linalg.iterator_type<{it}>")
+                              for it in iterators])
+    op = linalg.GenericOp([i.type for i in inits], list(inputs), list(inits),
+                          ir.ArrayAttr.get(list(maps)), iters)
+    elts = [rtt(v).element_type for v in list(inputs) + list(inits)]
+    block = op.regions[0].blocks.append(*elts)
+    with ir.InsertionPoint(block):
+        ys = body(*block.arguments)
+        linalg.YieldOp(list(ys) if isinstance(ys, (list, tuple)) else [ys])
+    return list(op.results)
+
+
+def loop_index(d: int) -> "ir.Value":
+    """``linalg.index d`` (inside a generic body)."""
+    return linalg.IndexOp(d).result
+
+
+def broadcast_map(in_shape, out_rank: int, out_shape=None) -> "ir.AffineMapAttr":
+    """Right-aligned numpy broadcast of an input into an ``out_rank`` loop
+    nest: size-1 input dims that stretch read index 0."""
+    off = out_rank - len(in_shape)
+    exprs = []
+    for i, d in enumerate(in_shape):
+        j = i + off
+        stretch = d == 1 and (out_shape is None or out_shape[j] != 1)
+        exprs.append(None if stretch else j)
+    return affine_map(out_rank, exprs)
+
+
+# -- scalar arith by dtype ---------------------------------------------------
+class Scalar:
+    """Scalar arith on one fuel dtype: picks addi/addf, divsi/divui/divf,
+    cmpi/cmpf predicates. ``ty`` is the (signless) MLIR type computed in."""
+
+    def __init__(self, dtype: DType, ty: "ir.Type"):
+        self.dtype = dtype
+        self.ty = ty
+        self.is_float = dtype in FLOAT_DTYPES
+        self.unsigned = dtype in (DType.U8, DType.U32)
+
+    @classmethod
+    def compute(cls, dtype: DType) -> "Scalar":
+        """The Scalar a body computes ``dtype`` in (f32 for narrow floats)."""
+        from compiler.dialect.types import dtype_to_mlir, signless
+        if dtype in NARROW_FLOATS:
+            return cls(dtype, ir.F32Type.get())
+        return cls(dtype, signless(dtype_to_mlir(dtype)))
+
+    def const(self, v) -> "ir.Value":
+        if self.is_float:
+            return arith.constant(self.ty, float(v))
+        width = ir.IntegerType(self.ty).width
+        lo, hi = (0, 2 ** width - 1) if self.unsigned else (-(2 ** (width - 1)), 2 ** (width - 1) - 1)
+        iv = min(max(int(v), lo), hi)   # params clip to the type's range (reference rule)
+        if iv >= 2 ** (width - 1):      # unsigned values above the signed range
+            iv -= 2 ** width
+        return arith.constant(self.ty, iv)
+
+    def add(self, a, b):
+        return arith.addf(a, b) if self.is_float else arith.addi(a, b)
+
+    def sub(self, a, b):
+        return arith.subf(a, b) if self.is_float else arith.subi(a, b)
+
+    def mul(self, a, b):
+        return arith.mulf(a, b) if self.is_float else arith.muli(a, b)
+
+    def safe_divisor(self, a, b):
+        """``b`` with the divisions that trap on x86 (by 0, MIN / -1) replaced
+        by 1; returns (divisor, is_zero)."""
+        zero = arith.cmpi(arith.CmpIPredicate.eq, b, self.const(0))
+        bad = zero
+        if not self.unsigned:
+            width = ir.IntegerType(self.ty).width
+            ovf = arith.andi(arith.cmpi(arith.CmpIPredicate.eq, a, self.const(-(2 ** (width - 1)))),
+                             arith.cmpi(arith.CmpIPredicate.eq, b, self.const(-1)))
+            bad = arith.ori(zero, ovf)
+        return arith.select(bad, self.const(1), b), zero
+
+    def div(self, a, b):
+        """Float division, or integer division truncating toward zero where
+        division by zero yields 0 and MIN / -1 wraps (the reference rule)."""
+        if self.is_float:
+            return arith.divf(a, b)
+        safe, zero = self.safe_divisor(a, b)
+        q = arith.divui(a, safe) if self.unsigned else arith.divsi(a, safe)
+        return arith.select(zero, self.const(0), q)
+
+    def max(self, a, b):
+        if self.is_float:
+            return arith.maximumf(a, b)
+        return arith.maxui(a, b) if self.unsigned else arith.maxsi(a, b)
+
+    def min(self, a, b):
+        if self.is_float:
+            return arith.minimumf(a, b)
+        return arith.minui(a, b) if self.unsigned else arith.minsi(a, b)
+
+    def neg(self, a):
+        return arith.negf(a) if self.is_float else arith.subi(self.const(0), a)
+
+    _FPRED = {"eq": "oeq", "ne": "une", "lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge"}
+
+    def cmp(self, pred: str, a, b) -> "ir.Value":
+        """``pred`` in eq/ne/lt/le/gt/ge; floats: ordered (NaN -> false)
+        except ``ne`` which is unordered (NaN != NaN is true)."""
+        if self.is_float:
+            return arith.cmpf(getattr(arith.CmpFPredicate, self._FPRED[pred]), a, b)
+        if pred in ("eq", "ne"):
+            p = pred
+        else:
+            p = ("u" if self.unsigned else "s") + pred
+        return arith.cmpi(getattr(arith.CmpIPredicate, p), a, b)
+
+    def lowest(self) -> "ir.Value":
+        """The identity of max: -inf, or the type's smallest integer."""
+        if self.is_float:
+            return self.const(float("-inf"))
+        width = ir.IntegerType(self.ty).width
+        return self.const(0 if self.unsigned else -(2 ** (width - 1)))
+
+    def highest(self) -> "ir.Value":
+        if self.is_float:
+            return self.const(float("inf"))
+        width = ir.IntegerType(self.ty).width
+        return self.const(2 ** width - 1 if self.unsigned else 2 ** (width - 1) - 1)
+
+    def from_index(self, i: "ir.Value") -> "ir.Value":
+        """An ``index`` value converted to this scalar type."""
+        if self.is_float:
+            return arith.sitofp(self.ty, arith.index_cast(ir.IntegerType.get_signless(64), i))
+        return arith.index_cast(self.ty, i)
+
+
+def to_compute(x: "ir.Value", s: Scalar) -> "ir.Value":
+    """A body argument widened to the compute type (f16/bf16 -> f32)."""
+    return arith.extf(s.ty, x) if x.type != s.ty and s.is_float else x
+
+
+def from_compute(x: "ir.Value", elt: "ir.Type") -> "ir.Value":
+    """A computed value narrowed back to the storage element type."""
+    if x.type == elt:
+        return x
+    if ir.FloatType.isinstance(x.type) and ir.FloatType.isinstance(elt):
+        return arith.truncf(elt, x)
+    raise TypeError(f"cannot narrow {x.type} to {elt}")
+
+
+def elementwise(lw: Lowering, inputs: Sequence, body: Callable, *, dtype: Optional[DType] = None,
+                out_elt: Optional["ir.Type"] = None, widen: Optional[Sequence[bool]] = None):
+    """``out[i] = body(s, *xs[i])`` over the output's shape. Inputs broadcast
+    numpy-style against the largest-rank input; ``s`` is the ``Scalar`` of
+    ``dtype`` (default: the first input's dtype) in compute precision.
+    Arguments are widened to the compute type unless ``widen[k]`` is False
+    (masks, conditions); the result is narrowed to ``out_elt``."""
+    dtype = dtype or lw.in_dtypes[0]
+    s = Scalar.compute(dtype)
+    out_elt = out_elt or lw.out_elt
+    ref = max(inputs, key=rank)
+    out_rank = rank(ref)
+    out_dims = dims(ref)
+    out_static = rtt(ref).shape
+    init = empty(out_dims, out_elt)
+    maps = [broadcast_map(rtt(x).shape, out_rank, out_static) for x in inputs]
+    maps.append(identity_map(out_rank))
+    widen = list(widen) if widen is not None else [True] * len(inputs)
+
+    def _body(*args):
+        xs = [to_compute(a, s) if w else a for a, w in zip(args[:len(inputs)], widen)]
+        return from_compute(body(s, *xs), out_elt)
+
+    return generic(inputs, [init], maps, [PARALLEL] * out_rank, _body)[0]
+
+
+def bool_to(elt: "ir.Type", b: "ir.Value") -> "ir.Value":
+    """An i1 as 1/0 of ``elt`` (integer or float)."""
+    if ir.FloatType.isinstance(elt):
+        return arith.uitofp(elt, b)
+    return arith.extui(elt, b)
+
+
+def nonzero(x: "ir.Value") -> "ir.Value":
+    """``x != 0`` as i1 (for U8 masks and conditions)."""
+    if ir.FloatType.isinstance(x.type):
+        return arith.cmpf(arith.CmpFPredicate.une, x, arith.constant(x.type, 0.0))
+    return arith.cmpi(arith.CmpIPredicate.ne, x, arith.constant(x.type, 0))
+
+
+__all__ = ["RULES", "lowers", "Lowering", "Scalar", "generic", "elementwise", "dims", "empty",
+           "fill", "index", "affine_map", "identity_map", "broadcast_map", "loop_index",
+           "PARALLEL", "REDUCTION", "rtt", "rank", "math", "arith", "tensor", "linalg"]
