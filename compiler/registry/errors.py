@@ -1,0 +1,37 @@
+"""The registry's exceptions (all under ``compiler.errors.CompilerError``).
+
+    RegistryError          an unknown fused op / id, a malformed entry or registry
+    ├── FusedParamsError   a fused node's params do not fit its entry's ParamSpecs
+    ├── RecipeError        a recipe or pattern that fails ``validate_recipe``
+    └── RuntimeFusedError  a region that cannot be registered (id space exhausted, ...)
+
+Messages name the fused op, the offending part and what would fix it.
+"""
+from __future__ import annotations
+
+from compiler.errors import CompilerError
+
+
+class RegistryError(CompilerError, ValueError):
+    """An unknown fused op or id, or a malformed registry entry."""
+
+
+class FusedParamsError(RegistryError):
+    """Params for a fused node that do not match the entry's ParamSpecs."""
+
+
+class RecipeError(RegistryError):
+    """A recipe (or pattern) that is not well formed.
+
+    ``reason`` is one of the stable codes of fuel-spec §4.4, so callers can
+    branch on it: ``NonContiguousBinds``, ``NonConcreteRegion``,
+    ``UnRepresentable``, ``BadArity``, ``BadAttrs``, ``BadSlot``.
+    """
+
+    def __init__(self, reason: str, message: str):
+        self.reason = reason
+        super().__init__(f"{reason}: {message}")
+
+
+class RuntimeFusedError(RegistryError):
+    """A runtime fused-op registration that cannot be honoured."""

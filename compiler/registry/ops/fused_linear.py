@@ -1,0 +1,60 @@
+"""FusedLinear (fused id 2): out = a @ b + bias, bias broadcast over all but
+the last axis.
+
+Inputs a ``[..,M,K]``, b ``[..,K,N]`` (same rank; batch of a a multiple of
+b's, as MatMul allows), bias ``[N]`` with a's dtype; output ``[..,M,N]`` in
+a's dtype (f32 x bf16 -> f32 allowed, as MatMul). No params. Backward is a
+hand-written autograd rule (dA = up·bᵀ, dB = aᵀ·up, dbias = ReduceSumTo):
+``BackwardKind("custom")`` (the spec's NotDifferentiable label is dead
+metadata, §8.2). Patterns: ``Add(MatMul(a, b), BroadcastTo(bias))`` with or
+without the leading-1 pad Reshape.
+"""
+from ..entry import CUSTOM, FusedOpEntry, FusedPattern, Family, Recipe
+from ..grammar import LAST, Bind, Extent, WithDim, op
+from ._common import OpKind, check_arity, check_float, dtype_of, fail, np, out, wide, TensorType
+
+NAME = "FusedLinear"
+
+
+def infer(types, params):
+    check_arity(NAME, types, 3, names=("a", "b", "bias"))
+    check_float(NAME, types, (0, 1, 2))
+    a, b, bias = types
+    if len(a.shape) < 2 or len(a.shape) != len(b.shape):
+        raise fail(NAME, types, "a [..,M,K] and b [..,K,N] need the same rank >= 2")
+    if a.shape[-1] != b.shape[-2]:
+        raise fail(NAME, types, f"contraction mismatch: a K={a.shape[-1]} vs b K={b.shape[-2]}")
+    for x, y in zip(a.shape[:-2], b.shape[:-2]):
+        if x != y and (y == 0 or x % y):
+            raise fail(NAME, types, "batch axes of a must equal (or be multiples of) b's")
+    if tuple(bias.shape) != (b.shape[-1],):
+        raise fail(NAME, types, f"bias must be [N] = [{b.shape[-1]}]")
+    if not (a.dtype == b.dtype or (a.dtype.value, b.dtype.value) == ("f32", "bf16")):
+        raise fail(NAME, types, "a and b dtypes must match (or f32 x bf16)")
+    if bias.dtype != a.dtype:
+        raise fail(NAME, types, f"bias dtype must be a's ({a.dtype})")
+    return TensorType(tuple(a.shape[:-1]) + (b.shape[-1],), a.dtype)
+
+
+def reference(inputs, params):
+    a, b, bias = (wide(x) for x in inputs)
+    for i, (x, y) in enumerate(zip(a.shape[:-2], b.shape[:-2])):
+        if x != y:
+            b = np.repeat(b, x // y, axis=i)
+    return out(np.matmul(a, b) + bias, dtype_of(inputs[0]))
+
+
+RECIPE = op("Add", op("MatMul", Bind(0), Bind(1)),
+            op("BroadcastTo", Bind(2), shape=WithDim(0, LAST, Extent(1, LAST))))
+
+_PADDED = op("Add", op("MatMul", Bind(0), Bind(1)),
+             op("BroadcastTo", op("Reshape", Bind(2)), shape=WithDim(0, LAST, Extent(1, LAST))))
+
+ENTRY = FusedOpEntry(
+    id=2, name=NAME, mnemonic="fused_linear", family=Family.FORWARD,
+    arity=3, params=(), infer=infer, reference=reference,
+    recipe=Recipe(roots=RECIPE), backward=CUSTOM, op_kind=OpKind.FusedLinear,
+    destructive_input=None, cse_tag=2, input_names=("a", "b", "bias"),
+    patterns=(FusedPattern(_PADDED, name="padded"), FusedPattern(RECIPE, name="direct")),
+    doc=__doc__,
+)
