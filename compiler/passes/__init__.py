@@ -1,0 +1,373 @@
+"""fuelc's passes and the machinery that runs them on MLIR's PassManager.
+
+A pass is a small dataclass subclassing ``ModulePass`` whose ``name`` is its
+command-line spelling and whose fields are its options; ``@register_pass``
+puts it in ``PASSES``. Pipelines are text, as in ``mlir-opt``::
+
+    builtin.module(fuel-fuse{backend=cpu},fuel-decompose,cse)
+
+Python passes are looked up in ``PASSES``; every other name goes to MLIR
+(``pm.add("cse")``), so native and Python passes mix freely. Public API:
+
+* ``register_pass`` / ``PASSES`` / ``ModulePass`` / ``PassFailure``
+* ``build_pass_manager(pipeline, ctx=None, options=None) -> PassManager``
+* ``run_pipeline(module, pipeline=DEFAULT_PIPELINE, ...) -> [Diagnostic]``;
+  raises ``PassError`` (with a reproducer file and the rerun command).
+* ``DEFAULT_PIPELINE``, ``PIPELINES`` (named pipelines; ``resolve_pipeline``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import itertools
+import os
+import sys
+import tempfile
+import time
+import typing
+from typing import Any, ClassVar, Mapping, Optional
+
+from compiler.errors import PassError, PipelineSyntaxError
+from compiler.mlir import MLIRError, ir, passmanager
+from compiler.passes.diagnostics import (
+    ERROR, Diagnostic, DiagnosticEngine, collecting, current_engine, emit_error)
+from compiler.passes.pipeline import (
+    PipelineElement, parse_pipeline, render_pipeline, rerun_command)
+
+PASSES: dict[str, type["ModulePass"]] = {}
+
+
+class PassFailure(Exception):
+    """Raised inside ``ModulePass.apply`` to fail the pass after the
+    diagnostics have been emitted (the message is not reported again)."""
+
+
+@dataclasses.dataclass
+class ModulePass:
+    """Base of fuelc passes. Subclasses are dataclasses: each field is an
+    option, settable as ``name{field=value}`` (``_`` may be spelled ``-``).
+
+    ``apply(module)`` receives the ``builtin.module`` operation and rewrites
+    it in place. It reports through ``compiler.passes.diagnostics``; any error
+    diagnostic (or ``PassFailure``) fails the pass. An unexpected exception is
+    turned into an "internal error" diagnostic, never a crash.
+    """
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+
+    def apply(self, module: "ir.Operation") -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # -- options ------------------------------------------------------------
+    @classmethod
+    def option_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def from_options(cls, explicit: Mapping[str, str],
+                     defaults: Optional[Mapping[str, Any]] = None) -> "ModulePass":
+        """Build the pass from ``{key: text}`` options (``explicit``, an
+        unknown key is an error) over ``defaults`` (global options; keys the
+        pass lacks are ignored)."""
+        hints = typing.get_type_hints(cls)
+        names = cls.option_names()
+        kwargs: dict[str, Any] = {}
+        for key, value in (defaults or {}).items():
+            k = key.replace("-", "_")
+            if k in names:
+                kwargs[k] = _coerce(cls.name, k, hints[k], value)
+        for key, value in explicit.items():
+            k = key.replace("-", "_")
+            if k not in names:
+                known = ", ".join(n.replace("_", "-") for n in names) or "none"
+                raise PipelineSyntaxError(
+                    f"pass '{cls.name}' has no option '{key}'; its options: {known}")
+            kwargs[k] = _coerce(cls.name, k, hints[k], value)
+        return cls(**kwargs)
+
+    def option_dict(self) -> dict[str, str]:
+        """The options as pipeline text values (for reproducers)."""
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, bool):
+                v = "true" if v else "false"
+            elif isinstance(v, (tuple, list)):
+                v = ",".join(str(x) for x in v)
+            out[f.name.replace("_", "-")] = str(v)
+        return out
+
+
+def _coerce(pass_name: str, key: str, hint, value):
+    if not isinstance(value, str):
+        return tuple(value) if typing.get_origin(hint) is tuple else value
+    v = value.strip()
+    try:
+        if hint is bool:
+            if v.lower() in ("1", "true", "yes", "on"):
+                return True
+            if v.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(v)
+        if hint is int:
+            return int(v, 0)
+        if hint is float:
+            return float(v)
+        if typing.get_origin(hint) is tuple:
+            return tuple(x.strip() for x in v.split(",") if x.strip())
+        return v
+    except ValueError:
+        raise PipelineSyntaxError(
+            f"option '{key}' of pass '{pass_name}' expects {getattr(hint, '__name__', hint)}, "
+            f"got {value!r}") from None
+
+
+def register_pass(cls: type[ModulePass]) -> type[ModulePass]:
+    """Class decorator: make ``cls`` available in pipelines as ``cls.name``."""
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} has no pass name")
+    if not dataclasses.is_dataclass(cls) or "__dataclass_fields__" not in cls.__dict__:
+        cls = dataclasses.dataclass(cls)
+    PASSES[cls.name] = cls
+    return cls
+
+
+# -- pipelines ----------------------------------------------------------------
+
+DEFAULT_PIPELINE = ("builtin.module(fuel-fuse,fuel-decompose,fuel-reconcile-dtypes,"
+                    "fuel-cse,fuel-dce,canonicalize)")
+
+PIPELINES: dict[str, str] = {
+    "default": DEFAULT_PIPELINE,
+    # Fuse nothing: every fused op the target cannot run becomes primitives.
+    "no-fusion": "builtin.module(fuel-decompose,fuel-reconcile-dtypes,fuel-cse,fuel-dce)",
+    # Lower every fused op to its recipe (the "base map"), e.g. for checking.
+    "base-map": "builtin.module(fuel-decompose{all=true},fuel-cse,fuel-dce)",
+}
+
+
+def resolve_pipeline(pipeline: str) -> str:
+    """A named pipeline (key of ``PIPELINES``) or pipeline text, as text."""
+    return PIPELINES.get(pipeline.strip(), pipeline)
+
+
+#: One module per pass under compiler/passes/ (each registers itself).
+_PASS_MODULES = ("fuel_cse", "fuel_dce")
+
+
+def _ensure_passes_loaded() -> None:
+    # The pass modules register themselves on import; imported lazily so the
+    # registry (this module) stays importable on its own.
+    import importlib
+    for mod in _PASS_MODULES:
+        importlib.import_module(f"compiler.passes.{mod}")
+
+
+def known_passes_text() -> str:
+    _ensure_passes_loaded()
+    return ", ".join(sorted(PASSES))
+
+
+def _unknown_pass(name: str, pipeline: str, mlir_msg: str = "") -> PipelineSyntaxError:
+    _ensure_passes_loaded()
+    close = difflib.get_close_matches(name, list(PASSES) + ["cse", "canonicalize", "symbol-dce"], n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    detail = f"\nMLIR says: {mlir_msg.strip().splitlines()[0]}" if mlir_msg else ""
+    return PipelineSyntaxError(
+        f"unknown pass '{name}' in pipeline {pipeline!r}{hint}. fuelc passes: "
+        f"{known_passes_text()}; any MLIR pass (cse, canonicalize, symbol-dce, ...) "
+        f"is accepted too.{detail}")
+
+
+@dataclasses.dataclass
+class _RunState:
+    failed_pass: Optional[str] = None
+
+
+class BuiltPipeline:
+    """A ``PassManager`` plus what fuelc knows about it: the pass instances
+    (kept alive here), the canonical pipeline text with every option made
+    explicit (for reproducers) and which Python pass failed last."""
+
+    def __init__(self, pm, text: str, instances: list[ModulePass], state: _RunState):
+        self.pm = pm
+        self.text = text
+        self.instances = instances
+        self.state = state
+
+
+def build_pipeline(pipeline: str, ctx: Optional["ir.Context"] = None,
+                   options: Optional[Mapping[str, Any]] = None) -> BuiltPipeline:
+    """Parse ``pipeline`` (text or a ``PIPELINES`` name) and build the
+    ``PassManager``. ``options`` are defaults for every Python pass that has
+    an option of that name (``{"backend": "cuda"}``). Raises
+    ``PipelineSyntaxError`` for bad syntax, an unknown pass or option."""
+    _ensure_passes_loaded()
+    text = resolve_pipeline(pipeline)
+    elems = parse_pipeline(text)
+    ctx = ctx or ir.Context.current
+    state = _RunState()
+    instances: list[ModulePass] = []
+    with ctx:
+        pm = passmanager.PassManager("builtin.module")
+        for elem in elems:
+            _add_element(pm, elem, text, options, instances, state)
+    return BuiltPipeline(pm, render_pipeline(elems), instances, state)
+
+
+def build_pass_manager(pipeline: str, ctx: Optional["ir.Context"] = None,
+                       options: Optional[Mapping[str, Any]] = None):
+    """The ``PassManager`` for ``pipeline`` (see ``build_pipeline``)."""
+    return build_pipeline(pipeline, ctx, options).pm
+
+
+def _contains_fuel_pass(elem: PipelineElement) -> Optional[str]:
+    if elem.is_anchor:
+        for c in elem.children:
+            hit = _contains_fuel_pass(c)
+            if hit:
+                return hit
+        return None
+    return elem.name if elem.name in PASSES else None
+
+
+def _add_element(pm, elem: PipelineElement, text: str, options, instances, state) -> None:
+    if elem.is_anchor:
+        inner = _contains_fuel_pass(elem)
+        if inner:
+            raise PipelineSyntaxError(
+                f"pass '{inner}' runs on the whole module; write it at the top level, "
+                f"not nested under '{elem.name}(...)' in {text!r}")
+        _add_native(pm, elem, text)
+        return
+    cls = PASSES.get(elem.name)
+    if cls is None:
+        if elem.name.startswith("fuel-"):
+            raise _unknown_pass(elem.name, text)
+        _add_native(pm, elem, text)
+        return
+    inst = cls.from_options(elem.options, options)
+    # Fold the effective options back into the element so the canonical
+    # pipeline text (and the reproducer command) is exact.
+    elem.options = inst.option_dict()
+    instances.append(inst)
+    pm.add(_make_runner(inst, state), name=type(inst).__name__, argument=cls.name,
+           description=cls.summary)
+
+
+def _add_native(pm, elem: PipelineElement, text: str) -> None:
+    try:
+        pm.add(elem.text)
+    except (ValueError, MLIRError) as e:
+        msg = str(e)
+        if "does not refer to a registered pass" in msg:
+            raise _unknown_pass(elem.name, text, msg) from None
+        raise PipelineSyntaxError(
+            f"MLIR rejected pipeline element '{elem.text}' of {text!r}: {msg.strip()}") from None
+
+
+def _make_runner(inst: ModulePass, state: _RunState):
+    def run(op, pass_):
+        outer = current_engine()
+        with collecting(DiagnosticEngine()) as local:
+            failed = False
+            try:
+                inst.apply(op)
+            except PassFailure:
+                failed = True
+            except Exception as e:  # a bug in the pass: report, never crash
+                where = ""
+                tb = e.__traceback__
+                while tb is not None and tb.tb_next is not None:
+                    tb = tb.tb_next
+                if tb is not None:
+                    where = f" at {os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}"
+                emit_error(op, f"internal error in pass '{inst.name}': "
+                               f"{type(e).__name__}: {e}{where}")
+            failed = failed or bool(local.errors)
+        for d in local.diagnostics:
+            if outer is not None:
+                outer.report(d)
+            elif d.severity != ERROR:
+                print(d.render(), file=sys.stderr)
+        if failed:
+            state.failed_pass = inst.name
+            pass_.signal_pass_failure()
+    run.__name__ = inst.name
+    return run
+
+
+_repro_counter = itertools.count()
+
+
+def write_reproducer(ir_text: str, pipeline_text: str,
+                     directory: Optional[str] = None) -> tuple[str, str]:
+    """Write ``ir_text`` to a new file in ``directory`` (default
+    ``$FUELC_REPRODUCER_DIR`` or the temp dir); return (path, rerun command)."""
+    directory = directory or os.environ.get("FUELC_REPRODUCER_DIR") or tempfile.gettempdir()
+    os.makedirs(directory, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = os.path.join(directory,
+                        f"fuelc-reproducer-{stamp}-{os.getpid()}-{next(_repro_counter)}.mlir")
+    with open(path, "w") as f:
+        f.write(f"// fuelc reproducer: {rerun_command(path, pipeline_text)}\n")
+        f.write(ir_text)
+        if not ir_text.endswith("\n"):
+            f.write("\n")
+    return path, rerun_command(path, pipeline_text)
+
+
+def run_pipeline(module, pipeline: str = DEFAULT_PIPELINE, *,
+                 options: Optional[Mapping[str, Any]] = None,
+                 engine: Optional[DiagnosticEngine] = None,
+                 print_ir_after_all: bool = False,
+                 print_ir_after_failure: bool = False,
+                 reproducer: bool = True,
+                 reproducer_dir: Optional[str] = None,
+                 input_text: Optional[str] = None) -> list[Diagnostic]:
+    """Run ``pipeline`` on ``module`` (an ``ir.Module`` or its operation) in
+    place and return the diagnostics emitted (warnings, remarks).
+
+    On failure raises ``PassError`` carrying every diagnostic, having written
+    the input IR (``input_text``, default the module as printed before the
+    run) to a reproducer file; the message ends with the exact command that
+    reruns the failing pipeline. ``PipelineSyntaxError`` (a ``PassError``)
+    for a bad pipeline, before anything runs.
+    """
+    op = module.operation if hasattr(module, "operation") else module
+    built = build_pipeline(pipeline, op.context, options)
+    if print_ir_after_all or print_ir_after_failure:
+        built.pm.enable_ir_printing(print_after_all=print_ir_after_all,
+                                    print_after_failure=print_ir_after_failure)
+    snapshot = input_text if input_text is not None else (str(op) if reproducer else None)
+    eng = engine if engine is not None else DiagnosticEngine()
+    with collecting(eng):
+        try:
+            built.pm.run(op)
+            return list(eng.diagnostics)
+        except MLIRError as e:
+            eng.extend_from_mlir(getattr(e, "error_diagnostics", ()))
+            failure = e
+    which = f" in pass '{built.state.failed_pass}'" if built.state.failed_pass else ""
+    first = next((d for d in eng.diagnostics if d.severity == ERROR), None)
+    msg = f"pass pipeline failed{which}"
+    if first is not None:
+        msg += f": {first.message}"
+    elif str(failure):
+        msg += f": {str(failure).strip().splitlines()[0]}"
+    path = command = None
+    if snapshot is not None:
+        try:
+            path, command = write_reproducer(snapshot, built.text, reproducer_dir)
+            msg += f"\nreproducer written to {path}\nrerun with: {command}"
+        except OSError as oe:
+            msg += f"\n(could not write a reproducer: {oe})"
+    raise PassError(msg, eng.diagnostics, path, command)
+
+
+__all__ = [
+    "PASSES", "ModulePass", "PassFailure", "register_pass", "build_pass_manager",
+    "build_pipeline", "run_pipeline", "DEFAULT_PIPELINE", "PIPELINES",
+    "resolve_pipeline", "write_reproducer", "known_passes_text",
+]

@@ -1,0 +1,147 @@
+"""What the passes need to know about fuel ops in MLIR: which op-table or
+registry entry an ``fuel.*`` op is, its params, OpKind, operand/result
+dtypes, whether it may be erased or merged, and walking helpers."""
+from __future__ import annotations
+
+import importlib
+from typing import Callable, Iterator, Optional
+
+from compiler.graph.opdef import TensorType
+from compiler.mlir import ir
+from runtime.dtype import DType
+from runtime.opkind import OpKind
+
+DIALECT_PREFIX = "fuel."
+
+# Ops with effects (or identities) that CSE/DCE must never touch.
+_EFFECTFUL_CATEGORIES = frozenset({"inplace", "memory", "control"})
+_NEVER_ERASED = frozenset({"input", "alloc", "scan_placeholder"})
+_NEVER_MERGED = _NEVER_ERASED | {"const"}  # spec §5.2: Const is never CSE'd
+COMMUTATIVE = frozenset({"add", "mul", "maximum", "minimum"})
+
+
+def dialect_ops() -> dict:
+    from compiler.dialect import default_ops
+    return default_ops()
+
+
+def mnemonic(op) -> Optional[str]:
+    name = op.operation.name if hasattr(op, "operation") else op.name
+    return name[len(DIALECT_PREFIX):] if name.startswith(DIALECT_PREFIX) else None
+
+
+def dialect_op(op):
+    """The ``DialectOp`` of a ``fuel.*`` operation (None for other ops or an
+    op the dialect tables do not know)."""
+    m = mnemonic(op)
+    return dialect_ops().get(m) if m is not None else None
+
+
+def registry():
+    """The static fused-op registry, or None where it is not importable."""
+    try:
+        return importlib.import_module("compiler.registry").default_registry()
+    except (ImportError, AttributeError):
+        return None
+
+
+def fused_entry(op):
+    """The registry entry of a static fused ``fuel.*`` op, or None."""
+    d = dialect_op(op)
+    if d is None or not d.fused:
+        return None
+    return d.source
+
+
+def op_kind(op) -> Optional[OpKind]:
+    d = dialect_op(op)
+    return getattr(d.source, "op_kind", None) if d is not None else None
+
+
+def params(op) -> dict:
+    from compiler.dialect import op_params
+    return op_params(op)
+
+
+def is_erasable(op) -> bool:
+    """Pure: erasing it when unused changes nothing."""
+    d = dialect_op(op)
+    if d is None or d.mnemonic in _NEVER_ERASED:
+        return False
+    src = d.source
+    if d.fused:
+        return getattr(src, "destructive_input", None) is None
+    return getattr(src, "category", "") not in _EFFECTFUL_CATEGORIES
+
+
+def is_mergeable(op) -> bool:
+    """Pure and deterministic in its operands and attributes (CSE-able)."""
+    d = dialect_op(op)
+    return (d is not None and d.mnemonic not in _NEVER_MERGED and is_erasable(op)
+            and len(op.regions) == 0)
+
+
+def tensor_type(value) -> TensorType:
+    """The (static shape, DType) of a tensor value. Raises ``ValueError`` for
+    a non-tensor or dynamically shaped value, ``DialectError`` for an element
+    type fuel has no DType for."""
+    from compiler.dialect import mlir_to_dtype
+    t = value.type
+    if not ir.RankedTensorType.isinstance(t):
+        raise ValueError(f"expected a ranked tensor, got {t}")
+    rt = ir.RankedTensorType(t)
+    if not rt.has_static_shape:
+        raise ValueError(f"dynamic shape {t} is not supported")
+    return TensorType(tuple(rt.shape), mlir_to_dtype(rt.element_type))
+
+
+def dtype_of(value) -> Optional[DType]:
+    try:
+        return tensor_type(value).dtype
+    except Exception:
+        return None
+
+
+def walk_ops(root, pred: Optional[Callable] = None) -> list:
+    """Every op nested under ``root`` (pre-order), filtered by ``pred``;
+    collected first, so callers may rewrite while iterating."""
+    out = []
+
+    def cb(o):
+        if pred is None or pred(o):
+            out.append(o)
+        return ir.WalkResult.ADVANCE
+
+    root.operation.walk(cb, ir.WalkOrder.PRE_ORDER) if hasattr(root, "operation") \
+        else root.walk(cb, ir.WalkOrder.PRE_ORDER)
+    return out
+
+
+def fuel_ops(root) -> list:
+    return walk_ops(root, lambda o: o.name.startswith(DIALECT_PREFIX))
+
+
+def blocks(root) -> Iterator:
+    """Every block nested under ``root``, outermost first."""
+    for o in walk_ops(root):
+        for r in o.regions:
+            yield from r.blocks
+
+
+def users(value) -> list:
+    """The operations using ``value`` (one per use)."""
+    return [u.owner for u in value.uses]
+
+
+def describe(op) -> str:
+    """``'fuel.add' (%3)`` style name for diagnostics."""
+    name = op.operation.name if hasattr(op, "operation") else op.name
+    try:
+        res = op.results[0].get_name() if len(op.results) else ""
+    except Exception:
+        res = ""
+    return f"'{name}'" + (f" ({res})" if res else "")
+
+
+def dtype_list(dtypes) -> str:
+    return "[" + ", ".join(str(d) for d in dtypes) + "]"

@@ -1,0 +1,24 @@
+"""``fuel-dce``: erase pure fuel ops whose results are unused (to a
+fixpoint). MLIR's ``canonicalize``/``symbol-dce`` keep IRDL ops, which have
+unknown effects; inputs and effectful ops are kept (see ``_fuel.is_erasable``).
+"""
+from __future__ import annotations
+
+from compiler.passes import ModulePass, register_pass
+from compiler.passes import _fuel
+
+
+@register_pass
+class FuelDCE(ModulePass):
+    name = "fuel-dce"
+    summary = "erase unused pure fuel ops"
+
+    def apply(self, module) -> None:
+        changed = True
+        while changed:
+            changed = False
+            # Reverse pre-order visits users before their producers.
+            for op in reversed(_fuel.fuel_ops(module)):
+                if _fuel.is_erasable(op) and all(not list(r.uses) for r in op.results):
+                    op.erase()
+                    changed = True
