@@ -393,10 +393,15 @@ def _infer_scalar(name, scalar_names, extra=None):
     return infer
 
 
-def _scalar_of(x, v):
-    """The scalar param ``v`` in x's compute dtype (integers clipped to range)."""
+def _scalar_of(x, v, wrap=True):
+    """The scalar param ``v`` in x's compute dtype. For integers it wraps
+    modulo 2^bits (so AddScalar(-3) on u8 is x - 3 mod 256) or, with
+    ``wrap=False`` (clamp bounds), saturates to the dtype's range."""
     if x.dtype.kind in "iu":
         info = np.iinfo(x.dtype)
+        if wrap:
+            bits = 8 * x.dtype.itemsize
+            return np.asarray(int(v) % (1 << bits)).astype(np.uint64).astype(x.dtype)
         return np.asarray(min(max(int(v), int(info.min)), int(info.max))).astype(x.dtype)
     return x.dtype.type(v)
 
@@ -436,8 +441,8 @@ _register("PowI", 1, (P("n", "i64"),), "scalar", OpKind.PowIElementwise,
           doc="x**n by left-to-right repeated multiplication.")
 _register("Clamp", 1, (P("min", "f64"), P("max", "f64")), "scalar", OpKind.ClampElementwise,
           _infer_scalar("Clamp", ("min", "max"), _clamp_extra),
-          _math(_with_params(lambda x, p: np.minimum(np.maximum(x, _scalar_of(x, p["min"])),
-                                                     _scalar_of(x, p["max"])))),
+          _math(_with_params(lambda x, p: np.minimum(np.maximum(x, _scalar_of(x, p["min"], False)),
+                                                     _scalar_of(x, p["max"], False)))),
           dtypes=NUMERIC)
 
 # ---------------------------------------------------------------------------

@@ -1,0 +1,906 @@
+"""The graph arena (fuel-spec §1.1) and its numpy-like builder API.
+
+A ``Graph`` is an append-only list of ``Node``s; a node's ``id`` is its index
+and never changes. Nodes are made through ``Graph.add_node`` (primitive ops,
+checked by the op's ``OpDef``) or ``Graph.add_fused`` (fused-op registry
+entries); both check shapes and dtypes when the node is made and raise
+``GraphBuildError`` naming the node, the op, the operand types and the rule.
+
+Users hold ``Tensor`` handles, which carry the numpy-like API
+(``x @ w``, ``x.sum(-1, keepdims=True)``, ``x[:, 1:3]``...). The handle API
+only *spells* primitive ops; numpy broadcasting is applied in one place
+(``_broadcast``) and python scalars are lifted in one place (``_lift``).
+There is no implicit dtype promotion: a python scalar takes the tensor's
+dtype, and tensors of different dtypes are an error (insert ``cast``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from typing import Any, Iterable, Optional, Sequence, Union
+
+import numpy as np
+
+from runtime.dtype import DType, f32_to_bf16
+
+from ..errors import CompilerError, GraphBuildError, UnsupportedOpError
+from .numerics import scalar_storage
+from .ops import OP_TABLE, broadcast_shapes, check_params, fmt_types
+from .opdef import VARIADIC, TensorType
+
+__all__ = ["Graph", "Node", "Tensor", "where", "matmul", "concat", "maximum", "minimum"]
+
+FUSED = "Fused"
+
+
+@dataclasses.dataclass(eq=False)
+class Node:
+    """One arena entry. ``op`` is an ``OP_TABLE`` key or ``"Fused"`` (then
+    ``fused`` is the registry entry). ``shape``/``dtype`` describe slot 0;
+    ``output_types`` lists every output slot (one for primitive ops)."""
+
+    id: int
+    op: str
+    inputs: tuple[int, ...]
+    params: dict
+    shape: tuple[int, ...]
+    dtype: DType
+    name: str
+    output_types: tuple[TensorType, ...] = ()
+    fused: Any = None
+
+    @property
+    def opdef(self):
+        """The primitive ``OpDef``, or None for a fused node."""
+        return OP_TABLE.get(self.op)
+
+    @property
+    def type(self) -> TensorType:
+        return TensorType(self.shape, self.dtype)
+
+    def __repr__(self) -> str:
+        op = f"Fused[{self.fused.name}]" if self.op == FUSED else self.op
+        ins = ", ".join(f"%{i}" for i in self.inputs)
+        ps = "".join(f" {k}={v.value if isinstance(v, DType) else v!r}"
+                     for k, v in self.params.items())
+        return (f"%{self.id} = {op}({ins}){ps} : {self.dtype.value}"
+                f"[{','.join(map(str, self.shape))}]  # {self.name}")
+
+
+Scalar = Union[int, float, bool]
+
+
+class Graph:
+    """An append-only arena of nodes plus the graph's signature.
+
+    Attributes:
+        nodes: the arena; ``nodes[i].id == i``.
+        inputs: input name -> node id, in declaration order.
+        outputs: output name -> node id, in declaration order.
+        constants: Const name -> storage array (the spec's ``storage_map``).
+    """
+
+    def __init__(self):
+        self.nodes: list[Node] = []
+        self.inputs: dict[str, int] = {}
+        self.outputs: dict[str, int] = {}
+        self.constants: dict[str, np.ndarray] = {}
+
+    # -- arena access ------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def __iter__(self):
+        return iter(self.nodes)
+
+    def __getitem__(self, node_id: int) -> Node:
+        return self.nodes[self._id(node_id)]
+
+    def node(self, ref) -> Node:
+        """The ``Node`` for an id or a handle."""
+        return self.nodes[self._id(ref)]
+
+    def handle(self, ref) -> "Tensor":
+        """A ``Tensor`` handle for an existing node id."""
+        return Tensor(self, self._id(ref))
+
+    def _id(self, ref) -> int:
+        if isinstance(ref, Tensor):
+            if ref.graph is not self:
+                raise GraphBuildError(f"node %{ref.id} ({ref.name}) belongs to another graph")
+            return ref.id
+        if isinstance(ref, Node):
+            ref = ref.id
+        if isinstance(ref, (int, np.integer)) and not isinstance(ref, bool) \
+                and 0 <= int(ref) < len(self.nodes):
+            return int(ref)
+        raise GraphBuildError(f"{ref!r} is not a node of this graph "
+                              f"({len(self.nodes)} nodes)")
+
+    def __repr__(self) -> str:
+        return f"Graph({len(self.nodes)} nodes, inputs={list(self.inputs)}, " \
+               f"outputs={list(self.outputs)})"
+
+    def dump(self) -> str:
+        """Every node, one per line, then the outputs."""
+        lines = [repr(n) for n in self.nodes]
+        lines += [f"output {k} = %{v}" for k, v in self.outputs.items()]
+        return "\n".join(lines)
+
+    # -- leaves and signature ---------------------------------------------
+    def input(self, name: str, shape: Sequence[int], dtype="f32") -> "Tensor":
+        """Declare a graph input. ``dtype``: a DType or any name DType.parse
+        accepts ("f32", "float32"). Raises GraphBuildError on a duplicate name."""
+        if not isinstance(name, str) or not name:
+            raise GraphBuildError(f"input name must be a non-empty string, got {name!r}")
+        if name in self.inputs:
+            raise GraphBuildError(f"input {name!r} declared twice")
+        t = self.add_node("Input", [], {"name": name, "shape": tuple(shape),
+                                        "dtype": _parse_dtype(dtype, f"input {name!r}")},
+                          name=name)
+        self.inputs[name] = t.id
+        return t
+
+    def constant(self, value, name: Optional[str] = None, dtype=None) -> "Tensor":
+        """Add a constant. ``value``: array-like; ``dtype`` (optional) converts it
+        (bf16 is stored as bit patterns). Python floats default to f32 and
+        ints to i64 when no dtype is given. Returns the Const handle."""
+        arr = np.asarray(value)
+        if dtype is not None:
+            dt = _parse_dtype(dtype, "constant")
+            arr = _to_storage(arr, dt)
+        else:
+            if arr.dtype == np.float64 and not isinstance(value, np.ndarray):
+                arr = arr.astype(np.float32)
+            if arr.dtype == np.bool_:
+                arr = arr.astype(np.uint8)
+            try:
+                dt = DType.from_numpy(arr.dtype)
+            except Exception as e:
+                raise GraphBuildError(f"constant {name!r}: {e}") from None
+        if name is None:
+            name = f"const_{len(self.nodes)}"
+            while name in self.constants:
+                name += "_"
+        if name in self.constants:
+            raise GraphBuildError(f"constant {name!r} declared twice")
+        arr = np.ascontiguousarray(arr)
+        arr.setflags(write=False)
+        t = self.add_node("Const", [], {"name": name, "shape": arr.shape, "dtype": dt},
+                          name=name)
+        self.constants[name] = arr
+        return t
+
+    def output(self, node, name: Optional[str] = None) -> "Tensor":
+        """Mark ``node`` as a graph output named ``name`` (default: the node's
+        name). Raises GraphBuildError on a duplicate output name."""
+        nid = self._id(node)
+        name = name if name is not None else self.nodes[nid].name
+        if name in self.outputs:
+            raise GraphBuildError(f"output {name!r} declared twice")
+        self.outputs[name] = nid
+        return Tensor(self, nid)
+
+    # -- generic node construction ----------------------------------------
+    def add_node(self, op: str, inputs: Sequence = (), params: Optional[dict] = None,
+                 name: Optional[str] = None) -> "Tensor":
+        """Append a primitive op node after checking it against ``OP_TABLE[op]``:
+        op known and supported, operand count, params (kinds, defaults), then the
+        op's shape/dtype rule. Returns the new node's handle.
+
+        Raises GraphBuildError (unknown op, bad operands/params/shapes/dtypes)
+        or UnsupportedOpError (a spec op fuelc does not support yet); every
+        message names the node, the op and the operand types."""
+        nid = len(self.nodes)
+        label = f"node %{nid}" + (f" ({name})" if name else "")
+        opdef = OP_TABLE.get(op)
+        if opdef is None:
+            import difflib
+            close = difflib.get_close_matches(str(op), OP_TABLE, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise GraphBuildError(f"{label}: unknown op {op!r}{hint}")
+        ids = [self._id(i) for i in inputs]
+        types = [self.nodes[i].type for i in ids]
+        if not opdef.supported:
+            raise UnsupportedOpError(f"{label}: op {op} is not supported yet by fuelc "
+                                     f"(operands {fmt_types(types)})")
+        if opdef.arity == VARIADIC:
+            if not ids:
+                raise GraphBuildError(f"{label}: {op} needs at least one operand")
+        elif len(ids) != opdef.arity:
+            raise GraphBuildError(f"{label}: {op} takes {opdef.arity} operand(s), got "
+                                  f"{len(ids)} {fmt_types(types)}")
+        try:
+            params = check_params(opdef, params)
+            out = opdef.infer(types, params)
+        except GraphBuildError as e:
+            raise GraphBuildError(f"{label}: {e}") from None
+        except UnsupportedOpError as e:
+            raise UnsupportedOpError(f"{label}: {e}") from None
+        return self._append(op, ids, params, [out], name or f"{opdef.mnemonic}_{nid}")
+
+    def add_fused(self, entry, inputs: Sequence, params: Optional[dict] = None,
+                  name: Optional[str] = None) -> "Tensor":
+        """Append a fused node for a registry ``entry`` (an object with ``name``,
+        ``infer(input_types, params) -> TensorType | list[TensorType]`` and
+        ``reference(inputs, params)``). Slot 0's type becomes the node's
+        shape/dtype; all slots are kept in ``node.output_types``. ``entry.infer``
+        should raise GraphBuildError; the message gets the node prefixed."""
+        nid = len(self.nodes)
+        ename = getattr(entry, "name", None)
+        label = f"node %{nid}" + (f" ({name})" if name else "")
+        for attr in ("name", "infer", "reference"):
+            if not hasattr(entry, attr):
+                raise GraphBuildError(f"{label}: fused entry {entry!r} has no {attr!r}")
+        ids = [self._id(i) for i in inputs]
+        types = [self.nodes[i].type for i in ids]
+        params = dict(params or {})
+        try:
+            out = entry.infer(types, params)
+        except GraphBuildError as e:
+            raise GraphBuildError(f"{label}: Fused[{ename}]: {e}") from None
+        outs = list(out) if isinstance(out, (list, tuple)) else [out]
+        if not outs or not all(isinstance(t, TensorType) for t in outs):
+            raise GraphBuildError(f"{label}: Fused[{ename}].infer returned {out!r}; expected "
+                                  f"a TensorType or a non-empty list of them")
+        node = self._append(FUSED, ids, params, outs, name or f"{_snake(ename)}_{nid}")
+        self.nodes[node.id].fused = entry
+        return node
+
+    def _append(self, op, ids, params, outs, name) -> "Tensor":
+        nid = len(self.nodes)
+        self.nodes.append(Node(nid, op, tuple(ids), params, tuple(outs[0].shape),
+                               outs[0].dtype, name, tuple(outs)))
+        return Tensor(self, nid)
+
+    # -- the one in-place mutation ----------------------------------------
+    def rewrite_input(self, node, slot: int, new_input) -> None:
+        """Redirect input ``slot`` of ``node`` to ``new_input``. The new producer
+        must have the same shape and dtype as the old one (spec §1.1)."""
+        n = self.node(node)
+        new = self.node(new_input)
+        if not 0 <= slot < len(n.inputs):
+            raise GraphBuildError(f"node %{n.id} ({n.op}): no input slot {slot}")
+        old = self.nodes[n.inputs[slot]]
+        if old.type != new.type:
+            raise GraphBuildError(
+                f"node %{n.id} ({n.op}): rewrite of input {slot} from %{old.id} "
+                f"{fmt_types([old.type])} to %{new.id} {fmt_types([new.type])} changes "
+                f"the operand type")
+        if new.id == n.id:
+            raise GraphBuildError(f"node %{n.id} ({n.op}): cannot consume itself")
+        ins = list(n.inputs)
+        ins[slot] = new.id
+        n.inputs = tuple(ins)
+
+
+def _snake(name) -> str:
+    from .ops import mnemonic_of
+    return mnemonic_of(str(name))
+
+
+def _parse_dtype(dtype, what) -> DType:
+    try:
+        return DType.parse(dtype)
+    except Exception as e:
+        raise GraphBuildError(f"{what}: {e}") from None
+
+
+def _to_storage(arr: np.ndarray, dt: DType) -> np.ndarray:
+    if dt == DType.BF16:
+        if arr.dtype == np.uint16:
+            return arr
+        return f32_to_bf16(arr.astype(np.float32)).reshape(arr.shape)
+    if dt.numpy is None:
+        raise GraphBuildError(f"constant: dtype {dt.value} has no storage conversion")
+    return arr.astype(dt.numpy)
+
+
+# ---------------------------------------------------------------------------
+# the handle and its numpy-like API
+# ---------------------------------------------------------------------------
+def _is_scalar(v) -> bool:
+    return isinstance(v, (numbers.Number, np.bool_)) and not isinstance(v, complex)
+
+
+class Tensor:
+    """A handle on one node of a graph, with a numpy-like builder API. Every
+    method appends primitive op nodes and returns a new handle."""
+
+    __slots__ = ("graph", "id")
+    __array_priority__ = 1000  # numpy defers `ndarray + Tensor` to us
+
+    def __init__(self, graph: Graph, node_id: int):
+        self.graph = graph
+        self.id = node_id
+
+    # -- facts --------------------------------------------------------------
+    @property
+    def node(self) -> Node:
+        return self.graph.nodes[self.id]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.node.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.node.dtype
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    @property
+    def op(self) -> str:
+        return self.node.op
+
+    @property
+    def ndim(self) -> int:
+        return len(self.node.shape)
+
+    @property
+    def size(self) -> int:
+        return int(math.prod(self.node.shape))
+
+    def __repr__(self) -> str:
+        return f"Tensor(%{self.id} {self.op} {self.dtype.value}{list(self.shape)} {self.name!r})"
+
+    def __hash__(self) -> int:
+        return hash((id(self.graph), self.id))
+
+    def __bool__(self):
+        raise GraphBuildError(f"the truth value of graph tensor %{self.id} ({self.name}) is "
+                              f"not known at build time; use where()/comparisons instead")
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise GraphBuildError(f"len() of rank-0 tensor %{self.id} ({self.name})")
+        return self.shape[0]
+
+    def _op(self, op, inputs, **params) -> "Tensor":
+        return self.graph.add_node(op, inputs, params)
+
+    def _axis(self, axis, op, rank=None, allow_end=False) -> int:
+        rank = self.ndim if rank is None else rank
+        hi = rank + 1 if allow_end else rank
+        if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+            raise GraphBuildError(f"{op}{fmt_types([self.node.type])}: axis must be an int, "
+                                  f"got {axis!r}")
+        a = int(axis) + hi if axis < 0 else int(axis)
+        if not 0 <= a < hi:
+            raise GraphBuildError(f"{op}{fmt_types([self.node.type])}: axis {axis} out of "
+                                  f"range for rank {rank}")
+        return a
+
+    def _axes(self, axis, op) -> list[int]:
+        axes = [axis] if not isinstance(axis, (tuple, list)) else list(axis)
+        out = sorted({self._axis(a, op) for a in axes})
+        if len(out) != len(axes):
+            raise GraphBuildError(f"{op}{fmt_types([self.node.type])}: repeated axis in "
+                                  f"{axis!r}")
+        return out
+
+    # -- element-wise arithmetic -------------------------------------------
+    def __add__(self, other):
+        if _is_scalar(other):
+            return self._scalar_op("AddScalar", other)
+        return _binary("Add", self, other)
+
+    def __radd__(self, other):
+        if _is_scalar(other):
+            return self._scalar_op("AddScalar", other)
+        return _binary("Add", other, self)
+
+    def __sub__(self, other):
+        if _is_scalar(other):
+            return self._scalar_op("AddScalar", -other)
+        return _binary("Sub", self, other)
+
+    def __rsub__(self, other):
+        if _is_scalar(other):
+            return self._op("Neg", [self])._scalar_op("AddScalar", other)
+        return _binary("Sub", other, self)
+
+    def __mul__(self, other):
+        if _is_scalar(other):
+            return self._scalar_op("MulScalar", other)
+        return _binary("Mul", self, other)
+
+    def __rmul__(self, other):
+        if _is_scalar(other):
+            return self._scalar_op("MulScalar", other)
+        return _binary("Mul", other, self)
+
+    def __truediv__(self, other):
+        return _binary("Div", self, other)
+
+    def __rtruediv__(self, other):
+        return _binary("Div", other, self)
+
+    def __mod__(self, other):
+        return _binary("Rem", self, other)
+
+    def __rmod__(self, other):
+        return _binary("Rem", other, self)
+
+    def __pow__(self, p):
+        return self.pow(p)
+
+    def __rpow__(self, other):
+        return _binary("Pow", other, self)
+
+    def __matmul__(self, other):
+        return matmul(self, other)
+
+    def __rmatmul__(self, other):
+        return matmul(other, self)
+
+    def __neg__(self):
+        return self._op("Neg", [self])
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return self.abs()
+
+    def _scalar_op(self, op, value) -> "Tensor":
+        v = float(value)
+        if self.dtype.is_int and not (math.isfinite(v) and v.is_integer()):
+            raise GraphBuildError(
+                f"{op}{fmt_types([self.node.type])}: python scalar {value!r} is not "
+                f"representable in {self.dtype.value} (no implicit promotion; cast first)")
+        return self._op(op, [self], value=v)
+
+    # -- comparisons -> u8 ---------------------------------------------------
+    def __lt__(self, other):
+        return _binary("Lt", self, other)
+
+    def __le__(self, other):
+        return _binary("Le", self, other)
+
+    def __gt__(self, other):
+        return _binary("Gt", self, other)
+
+    def __ge__(self, other):
+        return _binary("Ge", self, other)
+
+    def __eq__(self, other):  # type: ignore[override]
+        return _binary("Equal", self, other)
+
+    def __ne__(self, other):  # type: ignore[override]
+        return _binary("Ne", self, other)
+
+    # -- unary math ----------------------------------------------------------
+    def neg(self): return self._op("Neg", [self])
+    def sqr(self): return self._op("Sqr", [self])
+    def square(self): return self._op("Sqr", [self])
+    def sqrt(self): return self._op("Sqrt", [self])
+    def rsqrt(self): return self._op("Rsqrt", [self])
+    def recip(self): return self._op("Recip", [self])
+    def reciprocal(self): return self._op("Recip", [self])
+    def abs(self): return self._op("Abs", [self])
+    def exp(self): return self._op("Exp", [self])
+    def log(self): return self._op("Log", [self])
+    def sin(self): return self._op("Sin", [self])
+    def cos(self): return self._op("Cos", [self])
+    def tanh(self): return self._op("Tanh", [self])
+    def sigmoid(self): return self._op("Sigmoid", [self])
+    def silu(self): return self._op("Silu", [self])
+    def relu(self): return self._op("Relu", [self])
+    def step(self): return self._op("Step", [self])
+    def erf(self): return self._op("Erf", [self])
+    def floor(self): return self._op("Floor", [self])
+    def ceil(self): return self._op("Ceil", [self])
+    def round(self): return self._op("Round", [self])
+    def sign(self): return self._op("Sign", [self])
+
+    def gelu(self, approximate: str = "tanh") -> "Tensor":
+        """GELU: ``approximate="tanh"`` -> Gelu, ``"none"`` -> GeluErf (exact)."""
+        if approximate == "tanh":
+            return self._op("Gelu", [self])
+        if approximate in ("none", "erf", None):
+            return self._op("GeluErf", [self])
+        raise GraphBuildError(f"Gelu{fmt_types([self.node.type])}: approximate must be "
+                              f"'tanh' or 'none', got {approximate!r}")
+
+    def pow(self, p) -> "Tensor":
+        """``x ** p``: an int p -> PowI (repeated multiplication); a float or a
+        tensor -> Pow (float dtypes only)."""
+        if isinstance(p, (int, np.integer)) and not isinstance(p, bool):
+            return self._op("PowI", [self], n=int(p))
+        return _binary("Pow", self, p)
+
+    def clamp(self, min=None, max=None) -> "Tensor":
+        """Clamp to [min, max]; a missing bound is ±inf (floats) or the dtype's range."""
+        lo, hi = _bounds(self.dtype)
+        return self._op("Clamp", [self], min=lo if min is None else float(min),
+                        max=hi if max is None else float(max))
+
+    clip = clamp
+
+    def maximum(self, other): return _binary("Maximum", self, other)
+    def minimum(self, other): return _binary("Minimum", self, other)
+
+    def cast(self, dtype) -> "Tensor":
+        return self._op("Cast", [self], dtype=_parse_dtype(dtype, "cast"))
+
+    astype = cast
+
+    def where(self, a, b) -> "Tensor":
+        """``self`` is the u8 condition: ``where(self, a, b)``."""
+        return where(self, a, b)
+
+    def masked_fill(self, mask, value) -> "Tensor":
+        """``mask != 0 ? value : self``; the mask is broadcast to self's shape."""
+        mask = _as_tensor(mask, self.graph, DType.U8)
+        if mask.shape != self.shape:
+            mask = _broadcast_to("MaskedFill", mask, self.shape, [self, mask])
+        return self._op("MaskedFill", [self, mask], value=float(value))
+
+    # -- reductions ----------------------------------------------------------
+    def _reduce(self, kind, axis, keepdims) -> "Tensor":
+        if axis is None:
+            out = self._op(f"{kind}All", [self])
+            return out.reshape((1,) * self.ndim) if keepdims else out
+        axes = self._axes(axis, f"{kind}Dim")
+        out = self
+        for a in reversed(axes):
+            out = out._op(f"{kind}Dim", [out], axis=a)
+        if keepdims:
+            for a in axes:
+                out = out._op("Unsqueeze", [out], dim=a)
+        return out
+
+    def sum(self, axis=None, keepdims=False): return self._reduce("Sum", axis, keepdims)
+    def max(self, axis=None, keepdims=False): return self._reduce("Max", axis, keepdims)
+    def min(self, axis=None, keepdims=False): return self._reduce("Min", axis, keepdims)
+    def mean(self, axis=None, keepdims=False): return self._reduce("Mean", axis, keepdims)
+
+    def _arg(self, op, axis, keepdims) -> "Tensor":
+        if axis is None:
+            flat = self.reshape((self.size,))
+            out = flat._op(op, [flat], axis=0)
+            return out.reshape((1,) * self.ndim) if keepdims else out
+        a = self._axis(axis, op)
+        out = self._op(op, [self], axis=a)
+        return out._op("Unsqueeze", [out], dim=a) if keepdims else out
+
+    def argmax(self, axis=None, keepdims=False): return self._arg("ArgMaxDim", axis, keepdims)
+    def argmin(self, axis=None, keepdims=False): return self._arg("ArgMinDim", axis, keepdims)
+
+    def cumsum(self, axis=None) -> "Tensor":
+        if axis is None:
+            flat = self.reshape((self.size,))
+            return flat._op("CumSum", [flat], axis=0)
+        return self._op("CumSum", [self], axis=self._axis(axis, "CumSum"))
+
+    def reduce_sum_to(self, shape) -> "Tensor":
+        return self._op("ReduceSumTo", [self], shape=tuple(shape))
+
+    def reduce_max_to(self, shape) -> "Tensor":
+        return self._op("ReduceMaxTo", [self], shape=tuple(shape))
+
+    def softmax(self, axis=-1) -> "Tensor":
+        """exp(x - max) / sum(exp(x - max)) along ``axis``, spelled with the
+        SoftmaxLastDim recipe's primitives (MaxDim, Unsqueeze, BroadcastTo, Sub,
+        Exp, SumDim, Unsqueeze, BroadcastTo, Div) so fusion can find it."""
+        a = self._axis(axis, "softmax")
+        e = (self - self.max(a, keepdims=True)).exp()
+        return e / e.sum(a, keepdims=True)
+
+    def log_softmax(self, axis=-1) -> "Tensor":
+        """LogSoftmaxLastDim, moving ``axis`` last and back when it is not last."""
+        a = self._axis(axis, "LogSoftmaxLastDim")
+        if a == self.ndim - 1:
+            return self._op("LogSoftmaxLastDim", [self])
+        perm = list(range(self.ndim))
+        perm[a], perm[-1] = perm[-1], perm[a]
+        moved = self.permute(perm)
+        return moved._op("LogSoftmaxLastDim", [moved]).permute(perm)
+
+    # -- shape ---------------------------------------------------------------
+    def reshape(self, *shape) -> "Tensor":
+        """Row-major reshape; one extent may be -1 (inferred)."""
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        shape = tuple(int(d) for d in shape)
+        if shape.count(-1) > 1:
+            raise GraphBuildError(f"Reshape{fmt_types([self.node.type])}: at most one -1 in "
+                                  f"{list(shape)}")
+        if -1 in shape:
+            known = math.prod(d for d in shape if d != -1)
+            if known == 0 or self.size % known:
+                raise GraphBuildError(f"Reshape{fmt_types([self.node.type])}: cannot infer "
+                                      f"-1 in {list(shape)} for {self.size} elements")
+            shape = tuple(self.size // known if d == -1 else d for d in shape)
+        if shape == self.shape:
+            return self
+        return self._op("Reshape", [self], shape=shape)
+
+    def transpose(self, axes=None) -> "Tensor":
+        """numpy ``transpose``: ``axes=None`` reverses the axes. Swapping only the
+        last two axes is the Transpose op; anything else is Permute."""
+        if axes is None:
+            axes = tuple(reversed(range(self.ndim)))
+        perm = [self._axis(a, "Permute") for a in axes]
+        return self.permute(perm)
+
+    @property
+    def T(self) -> "Tensor":
+        return self.transpose()
+
+    def permute(self, perm) -> "Tensor":
+        perm = [self._axis(a, "Permute") for a in perm]
+        if perm == list(range(self.ndim)):
+            return self
+        if self.ndim >= 2 and perm == list(range(self.ndim - 2)) + [self.ndim - 1, self.ndim - 2]:
+            return self._op("Transpose", [self])
+        return self._op("Permute", [self], perm=tuple(perm))
+
+    def swapaxes(self, a, b) -> "Tensor":
+        perm = list(range(self.ndim))
+        a, b = self._axis(a, "Permute"), self._axis(b, "Permute")
+        perm[a], perm[b] = perm[b], perm[a]
+        return self.permute(perm)
+
+    def broadcast_to(self, shape) -> "Tensor":
+        shape = tuple(int(d) for d in shape)
+        if shape == self.shape:
+            return self
+        return self._op("BroadcastTo", [self], shape=shape)
+
+    def unsqueeze(self, axis) -> "Tensor":
+        return self._op("Unsqueeze", [self], dim=self._axis(axis, "Unsqueeze", allow_end=True))
+
+    expand_dims = unsqueeze
+
+    def squeeze(self, axis=None) -> "Tensor":
+        if axis is None:
+            axes = [i for i, d in enumerate(self.shape) if d == 1]
+        else:
+            axes = self._axes(axis, "Squeeze")
+        out = self
+        for a in reversed(axes):
+            out = out._op("Squeeze", [out], dim=a)
+        return out
+
+    def contiguous(self) -> "Tensor":
+        return self._op("Contiguize", [self])
+
+    def flip(self, axis) -> "Tensor":
+        out = self
+        for a in self._axes(axis, "Flip"):
+            out = out._op("Flip", [out], dim=a)
+        return out
+
+    def roll(self, shift: int, axis: int) -> "Tensor":
+        return self._op("Roll", [self], dim=self._axis(axis, "Roll"), shift=int(shift))
+
+    def triu(self, k: int = 0) -> "Tensor":
+        return self._op("Triu", [self], diagonal=int(k))
+
+    def tril(self, k: int = 0) -> "Tensor":
+        return self._op("Tril", [self], diagonal=int(k))
+
+    def pad(self, pad_width, value: float = 0.0, mode: str = "constant") -> "Tensor":
+        """numpy ``pad``: ``pad_width`` is an int, one (before, after) pair for
+        every axis, or one pair per axis."""
+        pw = np.asarray(pad_width, dtype=np.int64)
+        try:
+            pairs = np.broadcast_to(pw.reshape(-1, 2) if pw.ndim == 2 else pw, (self.ndim, 2))
+        except ValueError:
+            raise GraphBuildError(f"Pad{fmt_types([self.node.type])}: pad_width "
+                                  f"{pad_width!r} is not one (before, after) pair per axis") \
+                from None
+        return self._op("Pad", [self], padding=tuple(int(v) for v in pairs.reshape(-1)),
+                        mode=mode, value=float(value))
+
+    def slice(self, axis, start, length) -> "Tensor":
+        return self._op("Slice", [self], dim=self._axis(axis, "Slice"), start=int(start),
+                        len=int(length))
+
+    def __getitem__(self, key) -> "Tensor":
+        """Basic indexing: ints, slices with step 1, ``...`` and ``None``."""
+        items = list(key) if isinstance(key, tuple) else [key]
+        if sum(1 for k in items if k is Ellipsis) > 1:
+            raise GraphBuildError(f"index {key!r}: at most one '...'")
+        consumed = sum(1 for k in items if k is not None and k is not Ellipsis)
+        if consumed > self.ndim:
+            raise GraphBuildError(f"index {key!r}: too many indices for "
+                                  f"{fmt_types([self.node.type])}")
+        fill = [slice(None)] * (self.ndim - consumed)
+        if any(k is Ellipsis for k in items):
+            i = next(j for j, k in enumerate(items) if k is Ellipsis)
+            items[i:i + 1] = fill
+        else:
+            items += fill
+        out, axis = self, 0
+        for k in items:
+            if k is None:
+                out = out._op("Unsqueeze", [out], dim=axis)
+                axis += 1
+            elif isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+                n = out.shape[axis]
+                i = int(k) + n if k < 0 else int(k)
+                if not 0 <= i < n:
+                    raise GraphBuildError(f"index {k} out of range for axis {axis} of extent "
+                                          f"{n} in {fmt_types([self.node.type])}")
+                out = out._op("Slice", [out], dim=axis, start=i, len=1)
+                out = out._op("Squeeze", [out], dim=axis)
+            elif isinstance(k, slice):
+                n = out.shape[axis]
+                start, stop, step = k.indices(n)
+                if step != 1:
+                    raise GraphBuildError(f"slice {k} on axis {axis}: only step 1 is "
+                                          f"supported (use flip() to reverse)")
+                length = max(0, stop - start)
+                if (start, length) != (0, n):
+                    out = out._op("Slice", [out], dim=axis, start=start, len=length)
+                axis += 1
+            else:
+                raise GraphBuildError(f"index {k!r} is not supported (ints, slices, ..., None; "
+                                      f"use index_select/gather for tensor indices)")
+        return out
+
+    # -- indexing ops --------------------------------------------------------
+    def index_select(self, indices, axis=0) -> "Tensor":
+        idx = _as_tensor(indices, self.graph, DType.U32)
+        return self._op("IndexSelect", [self, idx], dim=self._axis(axis, "IndexSelect"))
+
+    def gather(self, indices, axis) -> "Tensor":
+        idx = _as_tensor(indices, self.graph, DType.U32)
+        return self._op("Gather", [self, idx], dim=self._axis(axis, "Gather"))
+
+    def index_add(self, axis, indices, src) -> "Tensor":
+        idx = _as_tensor(indices, self.graph, DType.U32)
+        return self._op("IndexAdd", [self, idx, src], dim=self._axis(axis, "IndexAdd"))
+
+    def scatter_add(self, axis, indices, src) -> "Tensor":
+        idx = _as_tensor(indices, self.graph, DType.U32)
+        return self._op("ScatterAdd", [self, idx, src], dim=self._axis(axis, "ScatterAdd"))
+
+
+def _bounds(dtype: DType) -> tuple[float, float]:
+    if dtype.is_float:
+        return -math.inf, math.inf
+    info = np.iinfo(dtype.numpy)
+    return float(info.min), float(info.max)
+
+
+# ---------------------------------------------------------------------------
+# central operand lifting and broadcasting
+# ---------------------------------------------------------------------------
+def _graph_of(values) -> Graph:
+    for v in values:
+        if isinstance(v, Tensor):
+            return v.graph
+    raise GraphBuildError("at least one operand must be a graph tensor")
+
+
+def _as_tensor(value, graph: Graph, dtype: DType) -> Tensor:
+    """A handle for ``value``: a Tensor as is (same graph), a python scalar as a
+    rank-0 Const of ``dtype``, an ndarray as a Const of its own dtype (``dtype``
+    when it is a python list)."""
+    if isinstance(value, Tensor):
+        if value.graph is not graph:
+            raise GraphBuildError(f"operand %{value.id} ({value.name}) belongs to another graph")
+        return value
+    if _is_scalar(value):
+        v = float(value)
+        if dtype.is_int and not (math.isfinite(v) and v.is_integer()):
+            raise GraphBuildError(f"python scalar {value!r} is not representable in "
+                                  f"{dtype.value} (no implicit promotion; cast first)")
+        return graph.constant(scalar_storage(v, dtype), dtype=dtype)
+    if isinstance(value, np.ndarray):
+        return graph.constant(value)
+    if isinstance(value, (list, tuple)):
+        return graph.constant(np.asarray(value), dtype=dtype)
+    raise GraphBuildError(f"cannot use {type(value).__name__} {value!r} as a graph operand")
+
+
+def _broadcast_to(op, t: Tensor, shape, operands) -> Tensor:
+    if broadcast_shapes(t.shape, shape) != tuple(shape) or len(t.shape) > len(shape):
+        raise GraphBuildError(f"{op}{fmt_types([o.node.type for o in operands])}: operand "
+                              f"shape {list(t.shape)} cannot broadcast to {list(shape)}")
+    return t.broadcast_to(shape)
+
+
+def _broadcast(op: str, operands: list) -> list[Tensor]:
+    """Lift python scalars/arrays to Consts (taking the tensors' dtype) and
+    broadcast every operand to the common numpy shape with BroadcastTo. The
+    single place where builder-level broadcasting happens."""
+    graph = _graph_of(operands)
+    like = next(v for v in operands if isinstance(v, Tensor))
+    ts = [_as_tensor(v, graph, like.dtype) for v in operands]
+    shape: Optional[tuple] = ()
+    for t in ts:
+        shape = broadcast_shapes(shape, t.shape)
+        if shape is None:
+            raise GraphBuildError(f"{op}{fmt_types([t.node.type for t in ts])}: shapes are "
+                                  f"not broadcast-compatible (numpy rules: right-aligned, "
+                                  f"each axis equal or 1)")
+    return [t.broadcast_to(shape) for t in ts]
+
+
+def _binary(op: str, a, b) -> Tensor:
+    a, b = _broadcast(op, [a, b])
+    return a.graph.add_node(op, [a, b])
+
+
+def where(cond, a, b) -> Tensor:
+    """``cond != 0 ? a : b`` with numpy broadcasting; ``cond`` must be u8 (a
+    comparison result); a python scalar branch takes the other branch's dtype."""
+    graph = _graph_of([cond, a, b])
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        raise GraphBuildError("Where: at least one branch must be a graph tensor (its dtype "
+                              "types the other)")
+    like = a if isinstance(a, Tensor) else b
+    c = _as_tensor(cond, graph, DType.U8)
+    a = _as_tensor(a, graph, like.dtype)
+    b = _as_tensor(b, graph, like.dtype)
+    c, a, b = _broadcast("Where", [c, a, b])
+    return graph.add_node("Where", [c, a, b])
+
+
+def maximum(a, b) -> Tensor:
+    return _binary("Maximum", a, b)
+
+
+def minimum(a, b) -> Tensor:
+    return _binary("Minimum", a, b)
+
+
+def matmul(a, b) -> Tensor:
+    """numpy ``matmul``: 1-D operands are promoted (and the added axis removed),
+    batch axes broadcast; a batch axis where lhs is a multiple of rhs is kept
+    (GQA, handled by the MatMul op). f32 @ bf16 gives f32."""
+    graph = _graph_of([a, b])
+    like = a if isinstance(a, Tensor) else b
+    a = _as_tensor(a, graph, like.dtype)
+    b = _as_tensor(b, graph, like.dtype)
+    if a.ndim == 0 or b.ndim == 0:
+        raise GraphBuildError(f"MatMul{fmt_types([a.node.type, b.node.type])}: operands must "
+                              f"have rank >= 1")
+    squeeze = []
+    if a.ndim == 1:
+        a = a.reshape((1, a.shape[0]))
+        squeeze.append(-2)
+    if b.ndim == 1:
+        b = b.reshape((b.shape[0], 1))
+        squeeze.append(-1)
+    ba, bb = a.shape[:-2], b.shape[:-2]
+    n = max(len(ba), len(bb))
+    ba, bb = (1,) * (n - len(ba)) + ba, (1,) * (n - len(bb)) + bb
+    ta, tb = [], []
+    for x, y in zip(ba, bb):
+        if x == y or (y != 0 and y != 1 and x % y == 0):  # equal, or GQA (kept)
+            ta.append(x)
+            tb.append(y)
+        elif x == 1 or y == 1:
+            ta.append(max(x, y) if x == 1 else x)
+            tb.append(max(x, y) if y == 1 else y)
+        else:
+            raise GraphBuildError(f"MatMul{fmt_types([a.node.type, b.node.type])}: batch "
+                                  f"extents {x} and {y} neither broadcast nor form a GQA "
+                                  f"multiple")
+    a = a.broadcast_to(tuple(ta) + a.shape[-2:])
+    b = b.broadcast_to(tuple(tb) + b.shape[-2:])
+    out = graph.add_node("MatMul", [a, b])
+    if squeeze:  # drop the axes added for 1-D operands
+        keep = [ax for ax in (-2, -1) if ax not in squeeze]
+        out = out.reshape(out.shape[:-2] + tuple(out.shape[ax] for ax in keep))
+    return out
+
+
+def concat(xs: Sequence[Tensor], axis: int = 0) -> Tensor:
+    """Join tensors along ``axis`` (Concat); shapes must match elsewhere."""
+    xs = list(xs)
+    if not xs:
+        raise GraphBuildError("Concat: needs at least one operand")
+    graph = _graph_of(xs)
+    ts = [_as_tensor(x, graph, xs[0].dtype) for x in xs]
+    a = ts[0]._axis(axis, "Concat")
+    return graph.add_node("Concat", ts, {"dim": a})
