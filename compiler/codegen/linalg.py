@@ -98,6 +98,11 @@ def lower_to_linalg(module, ops: Optional[dict] = None, constants: Optional[dict
     Raises LoweringError naming every op without a rule (nothing is changed
     then), or the op whose rule failed, with its operand/result types."""
     root = getattr(module, "operation", module)
+    with root.context, ir.Location.unknown():
+        _lower_root(root, ops, constants)
+
+
+def _lower_root(root, ops, constants) -> None:
     fuel = _fuel_ops(root)
     names = [_rule_name(op, ops) for op in fuel]
     missing = sorted({f"{op.name} ({n})" for op, n in zip(fuel, names) if n not in RULES})

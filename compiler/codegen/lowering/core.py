@@ -257,7 +257,7 @@ class Scalar:
         """``pred`` in eq/ne/lt/le/gt/ge; floats: ordered (NaN -> false)
         except ``ne`` which is unordered (NaN != NaN is true)."""
         if self.is_float:
-            return arith.cmpf(getattr(arith.CmpFPredicate, self._FPRED[pred]), a, b)
+            return arith.cmpf(getattr(arith.CmpFPredicate, self._FPRED[pred].upper()), a, b)
         if pred in ("eq", "ne"):
             p = pred
         else:
@@ -293,7 +293,7 @@ def from_compute(x: "ir.Value", elt: "ir.Type") -> "ir.Value":
     """A computed value narrowed back to the storage element type."""
     if x.type == elt:
         return x
-    if ir.FloatType.isinstance(x.type) and ir.FloatType.isinstance(elt):
+    if isinstance(x.type, ir.FloatType) and isinstance(elt, ir.FloatType):
         return arith.truncf(elt, x)
     raise TypeError(f"cannot narrow {x.type} to {elt}")
 
@@ -324,17 +324,65 @@ def elementwise(lw: Lowering, inputs: Sequence, body: Callable, *, dtype: Option
     return generic(inputs, [init], maps, [PARALLEL] * out_rank, _body)[0]
 
 
+def _reassoc(groups) -> "ir.ArrayAttr":
+    i64 = ir.IntegerType.get_signless(64)
+    return ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, i) for i in g])
+                             for g in groups])
+
+
+def collapse(v, groups) -> "ir.Value":
+    """``tensor.collapse_shape`` of static-shaped ``v`` by reassociation ``groups``."""
+    t = rtt(v)
+    shape = [_prod(t.shape[i] for i in g) for g in groups]
+    return tensor.collapse_shape(ir.RankedTensorType.get(shape, t.element_type), v,
+                                 _reassoc(groups))
+
+
+def expand(v, shape, groups) -> "ir.Value":
+    """``tensor.expand_shape`` of ``v`` to static ``shape``."""
+    t = rtt(v)
+    return tensor.expand_shape(ir.RankedTensorType.get(list(shape), t.element_type), v,
+                               _reassoc(groups), [], list(shape))
+
+
+def _prod(xs) -> int:
+    out = 1
+    for x in xs:
+        out *= x
+    return out
+
+
+def reshape(v, shape) -> "ir.Value":
+    """Row-major reshape of static-shaped ``v`` to ``shape`` (collapse to 1-D,
+    expand to the target)."""
+    t = rtt(v)
+    shape = [int(d) for d in shape]
+    if list(t.shape) == shape:
+        return v
+    if t.rank == 0:
+        flat = expand(v, [1], [])
+    elif t.rank == 1:
+        flat = v
+    else:
+        flat = collapse(v, [list(range(t.rank))])
+    if len(shape) == 0:
+        return collapse(flat, [])
+    if len(shape) == 1:
+        return flat
+    return expand(flat, shape, [list(range(len(shape)))])
+
+
 def bool_to(elt: "ir.Type", b: "ir.Value") -> "ir.Value":
     """An i1 as 1/0 of ``elt`` (integer or float)."""
-    if ir.FloatType.isinstance(elt):
+    if isinstance(elt, ir.FloatType):
         return arith.uitofp(elt, b)
     return arith.extui(elt, b)
 
 
 def nonzero(x: "ir.Value") -> "ir.Value":
     """``x != 0`` as i1 (for U8 masks and conditions)."""
-    if ir.FloatType.isinstance(x.type):
-        return arith.cmpf(arith.CmpFPredicate.une, x, arith.constant(x.type, 0.0))
+    if isinstance(x.type, ir.FloatType):
+        return arith.cmpf(arith.CmpFPredicate.UNE, x, arith.constant(x.type, 0.0))
     return arith.cmpi(arith.CmpIPredicate.ne, x, arith.constant(x.type, 0))
 
 

@@ -198,7 +198,7 @@ def _float_to_int_sat(x, dst, dst_ty):
     f = Scalar(src_dtype_of(x), x.type)
     high = f.cmp("ge", x, f.const(float(hi_v)))
     low = f.cmp("le", x, f.const(float(lo_v)))
-    nan = arith.cmpf(arith.CmpFPredicate.uno, x, x)
+    nan = arith.cmpf(arith.CmpFPredicate.UNO, x, x)
     mid = arith.select(arith.ori(arith.ori(high, low), nan), f.const(0.0), x)
     r = arith.fptoui(dst_ty, mid) if s.unsigned else arith.fptosi(dst_ty, mid)
     r = arith.select(high, s.const(hi_v), r)

@@ -1,0 +1,212 @@
+"""The ``fuel`` dialect, defined with IRDL text generated from the op tables.
+
+One source of truth: every supported primitive ``OpDef`` of
+``compiler.graph.ops.OP_TABLE`` and every fused-op entry of
+``compiler.registry`` (anything with ``mnemonic``, ``arity``, ``params`` and
+``num_outputs``) becomes one ``irdl.operation``:
+
+* operands: ``!builtin.tensor``, one constraint value per operand (a shared
+  value would force the operand types to be *equal*, toolchain.md §1);
+  ``VARIADIC`` arity becomes one ``variadic`` operand group;
+* results: ``!builtin.tensor``, one per output, again separate constraints;
+* attributes, one per ``ParamSpec`` (all required; emission fills defaults):
+  ``i64``/``bool`` -> ``#builtin.integer``, ``f64`` -> ``#builtin.float``,
+  ``i64s`` -> ``#builtin.array``, ``dtype``/``str`` -> ``#builtin.string``;
+  ``bytes`` params are not attributes (Const payloads travel separately).
+* ``fuel.const`` additionally requires a ``name`` string attribute; its
+  ``value`` (DenseElementsAttr, small constants only) is optional.
+
+IRDL ops exist only in generic form (``"fuel.add"(%a, %b) : (...) -> ...``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+from typing import Iterable, Optional
+
+from compiler.errors import DialectError
+from compiler.graph.opdef import VARIADIC, OpDef, ParamSpec
+from compiler.mlir import MLIRError, ir, irdl
+
+DIALECT = "fuel"
+
+ATTR_BASE = {
+    "i64": "#builtin.integer",
+    "bool": "#builtin.integer",
+    "f64": "#builtin.float",
+    "i64s": "#builtin.array",
+    "dtype": "#builtin.string",
+    "str": "#builtin.string",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class DialectOp:
+    """What the dialect knows about one ``fuel.<mnemonic>`` op."""
+
+    mnemonic: str
+    arity: int                      # number of tensor operands, or VARIADIC
+    params: tuple[ParamSpec, ...]
+    num_outputs: int = 1
+    name: str = ""                  # the op-table / registry name ("SumDim")
+    fused: bool = False
+    source: object = None           # the OpDef or registry entry
+
+    @property
+    def op_name(self) -> str:
+        return f"{DIALECT}.{self.mnemonic}"
+
+    @property
+    def attr_params(self) -> tuple[ParamSpec, ...]:
+        return tuple(p for p in self.params if p.kind in ATTR_BASE)
+
+
+def from_opdef(d: OpDef) -> DialectOp:
+    return DialectOp(d.mnemonic, d.arity, tuple(d.params), 1, d.name, False, d)
+
+
+def from_fused_entry(e) -> DialectOp:
+    return DialectOp(e.mnemonic, e.arity, tuple(e.params), int(getattr(e, "num_outputs", 1)),
+                     getattr(e, "name", e.mnemonic), True, e)
+
+
+def _primitive_defs() -> list[OpDef]:
+    try:
+        ops = importlib.import_module("compiler.graph.ops")
+    except ImportError:
+        return []
+    table = getattr(ops, "OP_TABLE", {})
+    return [d for d in table.values() if d.supported]
+
+
+def _fused_entries() -> list:
+    """Entries of ``compiler.registry`` that carry a dialect signature; [] when
+    the registry is absent or exposes no entries."""
+    try:
+        reg = importlib.import_module("compiler.registry")
+    except ImportError:
+        return []
+    for attr in ("REGISTRY", "FUSED_OPS", "ENTRIES", "entries", "all_entries"):
+        found = getattr(reg, attr, None)
+        if found is None:
+            continue
+        if callable(found) and not isinstance(found, dict):
+            found = found()
+        items = found.values() if isinstance(found, dict) else found
+        return [e for e in items
+                if all(hasattr(e, a) for a in ("mnemonic", "arity", "params"))]
+    return []
+
+
+def collect_ops(ops: Optional[Iterable] = None) -> dict[str, DialectOp]:
+    """mnemonic -> DialectOp. ``ops`` (OpDefs, registry entries or DialectOps)
+    overrides the default sources (the op table + the fused registry)."""
+    if ops is None:
+        items = [from_opdef(d) for d in _primitive_defs()]
+        items += [from_fused_entry(e) for e in _fused_entries()]
+    else:
+        items = [o if isinstance(o, DialectOp) else
+                 from_opdef(o) if isinstance(o, OpDef) else from_fused_entry(o) for o in ops]
+    out: dict[str, DialectOp] = {}
+    for op in items:
+        prev = out.get(op.mnemonic)
+        if prev is not None and (prev.arity, prev.params, prev.num_outputs) != (
+                op.arity, op.params, op.num_outputs):
+            raise DialectError(
+                f"fuel.{op.mnemonic} is defined twice with different signatures "
+                f"({prev.name}: arity {prev.arity}, {len(prev.params)} params; "
+                f"{op.name}: arity {op.arity}, {len(op.params)} params); rename one mnemonic")
+        out.setdefault(op.mnemonic, op)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def default_ops() -> dict[str, DialectOp]:
+    """The dialect's ops from the op table and the fused registry (cached)."""
+    return collect_ops(None)
+
+
+def lookup(mnemonic_or_opname: str, ops: Optional[dict[str, DialectOp]] = None) -> DialectOp:
+    """The DialectOp of ``"sum_dim"`` or ``"fuel.sum_dim"``; DialectError if unknown."""
+    table = default_ops() if ops is None else ops
+    m = mnemonic_or_opname.removeprefix(DIALECT + ".")
+    try:
+        return table[m]
+    except KeyError:
+        import difflib
+        close = difflib.get_close_matches(m, table, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise DialectError(f"unknown fuel op {mnemonic_or_opname!r}{hint}") from None
+
+
+def _operation_text(op: DialectOp) -> str:
+    lines = [f"  irdl.operation @{op.mnemonic} {{"]
+    if op.arity == VARIADIC:
+        lines.append('    %xs = irdl.base "!builtin.tensor"')
+        operands = "xs: variadic %xs"
+    else:
+        names = [f"x{i}" for i in range(op.arity)]
+        lines += [f'    %{n} = irdl.base "!builtin.tensor"' for n in names]
+        operands = ", ".join(f"{n}: %{n}" for n in names)
+    results = [f"r{i}" for i in range(op.num_outputs)]
+    lines += [f'    %{n} = irdl.base "!builtin.tensor"' for n in results]
+    attrs = [(p.name, ATTR_BASE[p.kind]) for p in op.attr_params]
+    if op.mnemonic == "const" and "name" not in dict(attrs):
+        attrs.append(("name", "#builtin.string"))
+    lines += [f'    %a_{name} = irdl.base "{base}"' for name, base in attrs]
+    lines.append(f"    irdl.operands({operands})")
+    lines.append(f"    irdl.results({', '.join(f'{n}: %{n}' for n in results)})")
+    if attrs:
+        body = ", ".join(f'"{name}" = %a_{name}' for name, _ in attrs)
+        lines.append(f"    irdl.attributes {{{body}}}")
+    lines.append("  }")
+    return "\n".join(lines)
+
+
+def fuel_irdl_text(ops: Optional[Iterable] = None) -> str:
+    """The IRDL source of the fuel dialect (generated; see module doc)."""
+    table = default_ops() if ops is None else collect_ops(ops)
+    if not table:
+        raise DialectError(
+            "the fuel dialect has no ops: compiler.graph.ops.OP_TABLE is missing or empty "
+            "and no ops were passed; pass ops=[OpDef, ...] or install the op table")
+    body = "\n".join(_operation_text(op) for op in table.values())
+    return f"irdl.dialect @{DIALECT} {{\n{body}\n}}\n"
+
+
+def is_fuel_loaded(ctx: "ir.Context") -> bool:
+    try:
+        ctx.dialects[DIALECT]
+    except (IndexError, KeyError, ValueError):
+        return False
+    return True
+
+
+def load_fuel_dialect(ctx: "ir.Context", ops: Optional[Iterable] = None) -> None:
+    """Register the fuel dialect in ``ctx``. Idempotent: a context that already
+    has it is left alone (a second ``irdl.load_dialects`` would segfault).
+    Raises DialectError (with MLIR's diagnostic) if the IRDL does not parse."""
+    if is_fuel_loaded(ctx):
+        return
+    text = fuel_irdl_text(ops)
+    with ctx, ir.Location.unknown():
+        try:
+            mod = ir.Module.parse(text)
+        except MLIRError as e:
+            raise DialectError(f"generated fuel IRDL does not parse:\n{e}") from None
+        irdl.load_dialects(mod)
+
+
+def parse_fuel_module(text: str, ctx: Optional["ir.Context"] = None) -> "ir.Module":
+    """Parse (and verify) fuel dialect text. ``ctx`` defaults to a fresh
+    context with the dialect loaded. Raises DialectError carrying MLIR's
+    diagnostics (line/column, the offending op) on malformed text."""
+    if ctx is None:
+        ctx = ir.Context()
+    load_fuel_dialect(ctx)
+    with ctx, ir.Location.unknown():
+        try:
+            return ir.Module.parse(text)
+        except MLIRError as e:
+            raise DialectError(f"malformed fuel dialect text: {e}") from None

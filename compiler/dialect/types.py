@@ -1,0 +1,87 @@
+"""DType <-> MLIR element type: the one mapping every layer uses.
+
+==========  ===============  ==========================================
+DType       MLIR element     note
+==========  ===============  ==========================================
+U8          ``ui8``          signedness stays visible in fuel IR; the
+U32         ``ui32``         linalg lowering rewrites it to signless
+                             ``i8``/``i32`` and picks unsigned arith
+                             (divui, cmpi ult, uitofp, extui)
+I8/I16/     ``i8``/``i16``/  signless, signed semantics
+I32/I64     ``i32``/``i64``
+BF16        ``bf16``         computed in f32 inside kernel bodies
+F16         ``f16``          computed in f32 inside kernel bodies
+F32, F64    ``f32``, ``f64``
+F8E4M3      ``f8E4M3FN``     OCP fp8 e4m3 (finite, NaN only)
+F6E2M3      ``f6E2M3FN``
+F6E3M2      ``f6E3M2FN``
+F4          ``f4E2M1FN``
+F8E8M0      ``f8E8M0FNU``    block scale
+F8E6M2      (none)           MLIR has no such type: DialectError
+==========  ===============  ==========================================
+
+Shapes: ``tensor_type(TensorType)`` builds ``tensor<AxBxT>``; ``dynamic=True``
+makes every dim ``?``.
+"""
+from __future__ import annotations
+
+from compiler.errors import DialectError
+from compiler.graph.opdef import TensorType
+from compiler.mlir import ir
+from runtime.dtype import DType
+
+_SPELLING = {
+    DType.U8: "ui8", DType.U32: "ui32",
+    DType.I8: "i8", DType.I16: "i16", DType.I32: "i32", DType.I64: "i64",
+    DType.BF16: "bf16", DType.F16: "f16", DType.F32: "f32", DType.F64: "f64",
+    DType.F8E4M3: "f8E4M3FN", DType.F6E2M3: "f6E2M3FN", DType.F6E3M2: "f6E3M2FN",
+    DType.F4: "f4E2M1FN", DType.F8E8M0: "f8E8M0FNU",
+}
+_BY_SPELLING = {v: k for k, v in _SPELLING.items()}
+
+
+def dtype_spelling(dt: DType) -> str:
+    """The MLIR spelling of ``dt``'s element type (``"ui8"``, ``"f32"``)."""
+    try:
+        return _SPELLING[DType.parse(dt)]
+    except KeyError:
+        raise DialectError(
+            f"dtype {dt} has no MLIR element type; supported: "
+            f"{', '.join(str(d) for d in _SPELLING)}") from None
+
+
+def dtype_to_mlir(dt: DType) -> "ir.Type":
+    """The MLIR element type of ``dt`` (needs an active ``ir.Context``)."""
+    return ir.Type.parse(dtype_spelling(dt))
+
+
+def mlir_to_dtype(t: "ir.Type") -> DType:
+    """The DType of an MLIR element type (or of a shaped type's element).
+    Signless ``i8``/``i32`` map to I8/I32, ``ui8``/``ui32`` to U8/U32."""
+    if isinstance(t, ir.ShapedType):
+        t = t.element_type
+    s = str(t)
+    try:
+        return _BY_SPELLING[s]
+    except KeyError:
+        raise DialectError(
+            f"MLIR element type {s} has no fuel DType; supported: "
+            f"{', '.join(sorted(_BY_SPELLING))}") from None
+
+
+def tensor_type(tt: TensorType, dynamic: bool = False) -> "ir.RankedTensorType":
+    """``tensor<...>`` for a graph ``TensorType``; all dims ``?`` if dynamic."""
+    dims = [ir.ShapedType.get_dynamic_size() if dynamic else int(d) for d in tt.shape]
+    return ir.RankedTensorType.get(dims, dtype_to_mlir(tt.dtype))
+
+
+def signless(t: "ir.Type") -> "ir.Type":
+    """``ui8`` -> ``i8`` (also inside a tensor type); other types unchanged."""
+    if isinstance(t, ir.RankedTensorType):
+        rt = ir.RankedTensorType(t)
+        return ir.RankedTensorType.get(rt.shape, signless(rt.element_type), rt.encoding)
+    if isinstance(t, ir.IntegerType):
+        it = ir.IntegerType(t)
+        if not it.is_signless:
+            return ir.IntegerType.get_signless(it.width)
+    return t

@@ -1,0 +1,67 @@
+"""Test helper: run a lowered (linalg-on-tensors) module with MLIR's own
+ExecutionEngine, following toolchain.md §3, and compare against numpy.
+
+Independent of compiler/codegen/cpu.py on purpose: it checks the lowering,
+not the CPU backend."""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from compiler.codegen.linalg import emit_single_op_module, lower_to_linalg
+from compiler.graph.ops import OP_TABLE
+from compiler.graph.opdef import TensorType
+from compiler.mlir import execution_engine, ir, passmanager, runtime
+from runtime.dtype import DType
+
+PIPELINE = (
+    "builtin.module(one-shot-bufferize{bufferize-function-boundaries "
+    "function-boundary-type-conversion=identity-layout-map}, "
+    "buffer-results-to-out-params{modify-public-functions}, buffer-deallocation-pipeline, "
+    "convert-linalg-to-loops, convert-math-to-funcs, convert-math-to-libm, lower-affine, convert-scf-to-cf, expand-strided-metadata, "
+    "finalize-memref-to-llvm, convert-math-to-llvm, convert-arith-to-llvm, "
+    "convert-func-to-llvm, convert-cf-to-llvm, convert-ub-to-llvm, reconcile-unrealized-casts)"
+)
+
+#: numpy storage type the memref descriptor is built from (ui8 -> uint8 bytes).
+def storage(dt: DType) -> np.dtype:
+    return dt.storage_numpy
+
+
+def run_module(module, func_name: str, inputs: list, out_shape, out_dtype: DType):
+    """Bufferize + lower ``module`` (already linalg) and call ``func_name``."""
+    with module.context:
+        pm = passmanager.PassManager.parse(PIPELINE)
+        pm.run(module.operation)
+    ee = execution_engine().ExecutionEngine(module, opt_level=0)
+    rt = runtime()
+    out = np.zeros(out_shape, dtype=storage(out_dtype))
+    args = [np.ascontiguousarray(a) for a in inputs] + [out]
+    ptrs = [ctypes.pointer(ctypes.pointer(rt.get_ranked_memref_descriptor(a))) for a in args]
+    ee.invoke(func_name, *ptrs)
+    return out
+
+
+def run_op(name: str, inputs: list, params: dict | None = None, dtypes=None,
+           dynamic: bool = False):
+    """Compile one fuel op through fuel-to-linalg and run it on numpy inputs.
+    ``dtypes``: the fuel dtype of each input (default: from the numpy dtype)."""
+    params = params or {}
+    dtypes = dtypes or [DType.from_numpy(a.dtype) for a in inputs]
+    types = [TensorType(tuple(a.shape), dt) for a, dt in zip(inputs, dtypes)]
+    opdef = OP_TABLE[name]
+    full = {p.name: p.default for p in opdef.params if not p.required}
+    full.update(params)
+    out_t = opdef.infer(types, full)
+    m = emit_single_op_module(name, params, types, dynamic=dynamic, func_name="k")
+    lower_to_linalg(m)
+    m.operation.verify()
+    return run_module(m, "k", inputs, out_t.shape, out_t.dtype)
+
+
+def reference(name: str, inputs: list, params: dict | None = None):
+    opdef = OP_TABLE[name]
+    full = {p.name: p.default for p in opdef.params if not p.required}
+    full.update(params or {})
+    return np.asarray(opdef.reference([np.asarray(a) for a in inputs], full))
