@@ -24,8 +24,13 @@ from .binding import (
     Ambiguous, BindingEntry, KernelBindingTable, KernelCaps, KernelRef, NotBound,
     RuntimeFusedLookup, Unique, global_table, reset_global_table, update_global_table,
 )
+from .executor import (
+    ConstStep, ContiguizeStep, Executor, KernelStep, Plan, ReshapeStep, ValueSpec, ViewStep,
+)
 
 __all__ = [
+    "Plan", "Executor", "ValueSpec", "KernelStep", "ViewStep", "ReshapeStep", "ContiguizeStep",
+    "ConstStep",
     "DType", "OpKind", "BackendId", "BindingKey", "FusedOpId", "Layout", "Storage", "OutputView",
     "OpParams", "NoParams", "NO_PARAMS", "PARAMS_FOR_KIND", "MatmulM", "PadMode", "QuantType",
     "Reduction", "check_params_for", "params_type_for", "PrecisionGuarantee", "CostEstimate",

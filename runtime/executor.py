@@ -1,0 +1,412 @@
+"""The executor: runs a planned graph on the binding table (DESIGN.md §6,
+fuel-spec §2.3 auto_contiguize, §6.5).
+
+A ``Plan`` is named inputs, named outputs, constants and an ordered list of
+steps over string value ids:
+
+* ``KernelStep``     a binding-table kernel: key, dtypes (inputs then
+  outputs; a multi-output step has ONE bundled output and lists only its
+  primary dtype, Option C), backend, OpParams, input ids, output ids with
+  their ``ValueSpec``s. A multi-output step's slot ``i`` is value ``outputs[i]``,
+  a zero-copy view into the bundle.
+* ``ViewStep``       a Layout transform (transpose, permute, broadcast_as,
+  narrow, unsqueeze, squeeze, flip) sharing the input's storage.
+* ``ReshapeStep``    zero-copy when the input is contiguous with offset 0,
+  else materialized.
+* ``ContiguizeStep`` materialize row-major with offset 0.
+* ``ConstStep``      bind ``plan.constants[name]``.
+
+``Plan.to_dict()`` is JSON-able (constants stay numpy arrays in
+``plan.constants``); ``Plan.from_dict(d, constants)`` rebuilds it.
+
+``Executor(plan, table=None)`` validates the plan and resolves every kernel
+step with ``lookup_with_caps`` at construction, raising ``PlanError`` or
+``NoBackendForOp`` (naming the step) before anything runs. ``run(**inputs)``
+checks the inputs, contiguizes kernel inputs per §2.3, pre-allocates the
+outputs, runs the steps and returns ``{name: np.ndarray}`` (copies; bf16
+values are returned as raw ``uint16`` bits).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Mapping, Sequence, Union
+
+import numpy as np
+
+from .binding import BindingEntry, KernelBindingTable, global_table
+from .dtype import DType
+from .errors import FuelError, KernelError, LayoutError, OpParamsError, PlanError
+from .keys import BackendId, BindingKey
+from .layout import Layout
+from .opkind import OpKind
+from .params import MatmulM, NonZeroIndices, OpParams, check_params_for
+from .storage import Storage
+
+PLAN_VERSION = 1
+VIEW_OPS = ("transpose", "permute", "broadcast_as", "narrow", "unsqueeze", "squeeze", "flip")
+
+
+@dataclasses.dataclass(frozen=True)
+class ValueSpec:
+    """Static type of a value: shape and dtype."""
+
+    shape: tuple[int, ...]
+    dtype: DType
+
+    def __post_init__(self):
+        try:
+            object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        except (TypeError, ValueError):
+            raise PlanError(f"ValueSpec shape must be a sequence of ints, got {self.shape!r}") from None
+        if any(d < 0 for d in self.shape):
+            raise PlanError(f"ValueSpec shape must be non-negative, got {self.shape}")
+        object.__setattr__(self, "dtype", DType.parse(self.dtype))
+
+    def to_dict(self) -> dict:
+        return {"shape": list(self.shape), "dtype": self.dtype.value}
+
+    @classmethod
+    def from_dict(cls, d) -> "ValueSpec":
+        if not isinstance(d, dict) or set(d) != {"shape", "dtype"}:
+            raise PlanError(f"malformed ValueSpec {d!r}; expected {{'shape', 'dtype'}}")
+        return cls(tuple(d["shape"]), d["dtype"])
+
+    def __str__(self) -> str:
+        return f"{self.dtype.value}[{','.join(map(str, self.shape))}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelStep:
+    key: BindingKey
+    dtypes: tuple[DType, ...]
+    backend: BackendId
+    params: OpParams
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    output_specs: tuple[ValueSpec, ...]
+    name: str = ""
+
+    def __post_init__(self):
+        object.__setattr__(self, "key", BindingKey.of(self.key))
+        object.__setattr__(self, "dtypes", tuple(DType.parse(d) for d in self.dtypes))
+        object.__setattr__(self, "backend", BackendId.parse(self.backend))
+        object.__setattr__(self, "inputs", tuple(self.inputs))
+        object.__setattr__(self, "outputs", tuple(self.outputs))
+        object.__setattr__(self, "output_specs", tuple(self.output_specs))
+        if not isinstance(self.params, OpParams):
+            raise PlanError(f"kernel step {self.name or self.key}: params must be an OpParams, got {self.params!r}")
+        if len(self.outputs) != len(self.output_specs) or not self.outputs:
+            raise PlanError(f"kernel step {self.name or self.key}: needs one ValueSpec per output "
+                            f"(got {len(self.outputs)} outputs, {len(self.output_specs)} specs)")
+
+    @property
+    def is_bundle(self) -> bool:
+        return len(self.outputs) > 1
+
+    def to_dict(self) -> dict:
+        return {"kind": "kernel", "name": self.name, "key": self.key.to_json(),
+                "dtypes": [d.value for d in self.dtypes], "backend": self.backend.value,
+                "params": self.params.to_dict(), "inputs": list(self.inputs),
+                "outputs": [{"id": o, **s.to_dict()} for o, s in zip(self.outputs, self.output_specs)]}
+
+
+@dataclasses.dataclass(frozen=True)
+class ViewStep:
+    op: str
+    args: Mapping
+    input: str
+    output: str
+    name: str = ""
+
+    def __post_init__(self):
+        if self.op not in VIEW_OPS:
+            raise PlanError(f"view step {self.name or self.output}: unknown view op {self.op!r}; "
+                            f"expected one of {', '.join(VIEW_OPS)}")
+        object.__setattr__(self, "args", dict(self.args))
+
+    def apply(self, layout: Layout) -> Layout:
+        try:
+            return getattr(layout, self.op)(**self.args)
+        except TypeError as e:
+            raise PlanError(f"view step {self.name or self.output}: bad arguments {self.args} for {self.op}: {e}") from None
+
+    def to_dict(self) -> dict:
+        args = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.args.items()}
+        return {"kind": "view", "name": self.name, "op": self.op, "args": args,
+                "input": self.input, "output": self.output}
+
+
+@dataclasses.dataclass(frozen=True)
+class ReshapeStep:
+    input: str
+    output: str
+    shape: tuple[int, ...]
+    name: str = ""
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+
+    def to_dict(self) -> dict:
+        return {"kind": "reshape", "name": self.name, "input": self.input, "output": self.output,
+                "shape": list(self.shape)}
+
+
+@dataclasses.dataclass(frozen=True)
+class ContiguizeStep:
+    input: str
+    output: str
+    name: str = ""
+
+    def to_dict(self) -> dict:
+        return {"kind": "contiguize", "name": self.name, "input": self.input, "output": self.output}
+
+
+@dataclasses.dataclass(frozen=True)
+class ConstStep:
+    const: str
+    output: str
+    name: str = ""
+
+    def to_dict(self) -> dict:
+        return {"kind": "const", "name": self.name, "const": self.const, "output": self.output}
+
+
+Step = Union[KernelStep, ViewStep, ReshapeStep, ContiguizeStep, ConstStep]
+
+
+def _step_from_dict(d: dict) -> Step:
+    if not isinstance(d, dict) or "kind" not in d:
+        raise PlanError(f"malformed step {d!r}: needs a 'kind'")
+    kind, name = d["kind"], d.get("name", "")
+    try:
+        if kind == "kernel":
+            return KernelStep(BindingKey.from_json(d["key"]), tuple(d["dtypes"]), d["backend"],
+                              OpParams.from_dict(d["params"]), tuple(d["inputs"]),
+                              tuple(o["id"] for o in d["outputs"]),
+                              tuple(ValueSpec(tuple(o["shape"]), o["dtype"]) for o in d["outputs"]), name)
+        if kind == "view":
+            args = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d["args"].items()}
+            return ViewStep(d["op"], args, d["input"], d["output"], name)
+        if kind == "reshape":
+            return ReshapeStep(d["input"], d["output"], tuple(d["shape"]), name)
+        if kind == "contiguize":
+            return ContiguizeStep(d["input"], d["output"], name)
+        if kind == "const":
+            return ConstStep(d["const"], d["output"], name)
+    except KeyError as e:
+        raise PlanError(f"{kind} step {name!r}: missing field {e}") from None
+    raise PlanError(f"unknown step kind {kind!r}; expected kernel, view, reshape, contiguize or const")
+
+
+@dataclasses.dataclass
+class Plan:
+    """Named inputs (value id = name), named outputs (name -> value id),
+    constants (name -> numpy array; ``const`` steps bind them) and steps."""
+
+    inputs: dict[str, ValueSpec]
+    outputs: dict[str, str]
+    steps: list
+    constants: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """JSON-able description; constants are listed by name/shape/dtype
+        only (their arrays stay in ``self.constants``)."""
+        consts = []
+        for name, arr in self.constants.items():
+            arr = np.asarray(arr)
+            consts.append({"name": name, "shape": list(arr.shape), "numpy_dtype": arr.dtype.str})
+        return {"version": PLAN_VERSION,
+                "inputs": [{"name": n, **s.to_dict()} for n, s in self.inputs.items()],
+                "outputs": [{"name": n, "value": v} for n, v in self.outputs.items()],
+                "constants": consts,
+                "steps": [s.to_dict() for s in self.steps]}
+
+    @classmethod
+    def from_dict(cls, d: dict, constants: Mapping[str, np.ndarray] | None = None) -> "Plan":
+        """Inverse of ``to_dict``; ``constants`` supplies the arrays."""
+        if not isinstance(d, dict) or d.get("version") != PLAN_VERSION:
+            raise PlanError(f"unsupported plan: version {d.get('version') if isinstance(d, dict) else None!r}, "
+                            f"this runtime reads version {PLAN_VERSION}")
+        constants = dict(constants or {})
+        for c in d.get("constants", []):
+            if c["name"] not in constants:
+                raise PlanError(f"plan constant {c['name']!r} ({c['numpy_dtype']}{c['shape']}) was not supplied; "
+                                f"supplied: {sorted(constants)}")
+        try:
+            inputs = {i["name"]: ValueSpec(tuple(i["shape"]), i["dtype"]) for i in d["inputs"]}
+            outputs = {o["name"]: o["value"] for o in d["outputs"]}
+        except (KeyError, TypeError) as e:
+            raise PlanError(f"malformed plan inputs/outputs: {e}") from None
+        return cls(inputs, outputs, [_step_from_dict(s) for s in d["steps"]], constants)
+
+
+def _storage_matches(storage: Storage, layout: Layout) -> bool:
+    return storage.len_bytes == layout.numel * storage.dtype.itemsize
+
+
+def needs_contiguize(storage: Storage, layout: Layout, strided_input: bool) -> bool:
+    """Spec §2.3: pass as-is iff offset 0, storage bytes == numel*itemsize,
+    and (layout contiguous or the kernel is strided_input-capable)."""
+    if layout.start_offset != 0 or not _storage_matches(storage, layout):
+        return True
+    return not (layout.is_contiguous() or strided_input)
+
+
+class Executor:
+    """Validates and resolves a Plan against a binding table, then runs it."""
+
+    def __init__(self, plan: Plan, table: KernelBindingTable | None = None):
+        self.plan = plan
+        self.table = table if table is not None else global_table()
+        self.specs: dict[str, ValueSpec] = {}
+        self.entries: dict[int, BindingEntry] = {}
+        self._validate()
+
+    # -- construction-time checks -----------------------------------------------------------
+    def _define(self, vid: str, spec: ValueSpec, where: str):
+        if not isinstance(vid, str) or not vid:
+            raise PlanError(f"{where}: value ids must be non-empty strings, got {vid!r}")
+        if vid in self.specs:
+            raise PlanError(f"{where}: value {vid!r} is defined twice")
+        self.specs[vid] = spec
+
+    def _use(self, vid: str, where: str) -> ValueSpec:
+        if vid not in self.specs:
+            raise PlanError(f"{where}: uses value {vid!r} before it is defined; defined so far: "
+                            f"{sorted(self.specs)}")
+        return self.specs[vid]
+
+    def _validate(self):
+        plan = self.plan
+        for name, spec in plan.inputs.items():
+            self._define(name, spec, f"plan input {name!r}")
+        for i, step in enumerate(plan.steps):
+            where = f"step {i} ({type(step).__name__}{' ' + repr(step.name) if step.name else ''})"
+            if isinstance(step, KernelStep):
+                self._validate_kernel(i, step, where)
+            elif isinstance(step, ViewStep):
+                src = self._use(step.input, where)
+                try:
+                    lay = step.apply(Layout.contiguous(src.shape))
+                except LayoutError as e:
+                    raise PlanError(f"{where}: {e}") from None
+                self._define(step.output, ValueSpec(lay.shape, src.dtype), where)
+            elif isinstance(step, ReshapeStep):
+                src = self._use(step.input, where)
+                if math.prod(src.shape) != math.prod(step.shape):
+                    raise PlanError(f"{where}: cannot reshape {src} ({math.prod(src.shape)} elements) "
+                                    f"to {list(step.shape)}")
+                self._define(step.output, ValueSpec(step.shape, src.dtype), where)
+            elif isinstance(step, ContiguizeStep):
+                self._define(step.output, self._use(step.input, where), where)
+            elif isinstance(step, ConstStep):
+                if step.const not in plan.constants:
+                    raise PlanError(f"{where}: constant {step.const!r} not in plan.constants "
+                                    f"({sorted(plan.constants)})")
+                arr = np.asarray(plan.constants[step.const])
+                dt = DType.BF16 if arr.dtype == np.uint16 else DType.from_numpy(arr.dtype)
+                self._define(step.output, ValueSpec(arr.shape, dt), where)
+            else:
+                raise PlanError(f"{where}: unknown step type {type(step).__name__}")
+        for name, vid in plan.outputs.items():
+            self._use(vid, f"plan output {name!r}")
+
+    def _validate_kernel(self, i: int, step: KernelStep, where: str):
+        in_specs = [self._use(v, where) for v in step.inputs]
+        n_out_dtypes = 1 if step.is_bundle else len(step.outputs)
+        actual = [s.dtype for s in in_specs] + [s.dtype for s in step.output_specs[:n_out_dtypes]]
+        concat_short = (step.key == BindingKey.static(OpKind.Concat) and len(step.dtypes) == 2
+                        and all(s.dtype == step.dtypes[0] for s in in_specs)
+                        and step.output_specs[0].dtype == step.dtypes[1])
+        if tuple(actual) != step.dtypes and not concat_short:
+            raise PlanError(f"{where}: key dtypes [{', '.join(d.value for d in step.dtypes)}] do not match "
+                            f"the operands [{', '.join(d.value for d in actual)}] (inputs "
+                            f"{list(step.inputs)} then outputs)")
+        try:
+            check_params_for(step.key, step.params)
+        except OpParamsError as e:
+            raise PlanError(f"{where}: {e}") from None
+        self.entries[i] = self.table.lookup_entry(step.key, step.dtypes, step.backend, context=where)
+        for vid, spec in zip(step.outputs, step.output_specs):
+            self._define(vid, spec, where)
+
+    # -- running ------------------------------------------------------------------------------
+    def _bind_input(self, name: str, value) -> tuple[Storage, Layout]:
+        spec = self.plan.inputs[name]
+        arr = np.asarray(value)
+        if spec.dtype is DType.BF16:
+            ok = arr.dtype == np.uint16
+        else:
+            ok = arr.dtype == spec.dtype.storage_numpy
+        if not ok or tuple(arr.shape) != spec.shape:
+            want = f"{spec}" + (" (raw uint16 bits)" if spec.dtype is DType.BF16 else
+                               f" (numpy {spec.dtype.storage_numpy})")
+            raise PlanError(f"input {name!r}: expected {want}, got numpy {arr.dtype}{list(arr.shape)}")
+        return Storage.from_numpy(arr, dtype=spec.dtype)
+
+    def run(self, **inputs) -> dict[str, np.ndarray]:
+        """Run the plan. Raises PlanError on missing/extra/mistyped inputs
+        and KernelError (naming the step) when a kernel fails."""
+        plan = self.plan
+        missing = sorted(set(plan.inputs) - set(inputs))
+        extra = sorted(set(inputs) - set(plan.inputs))
+        if missing or extra:
+            sig = ", ".join(f"{n}: {s}" for n, s in plan.inputs.items())
+            raise PlanError(f"plan inputs are ({sig}); missing {missing}, unexpected {extra}")
+        env: dict[str, tuple[Storage, Layout]] = {n: self._bind_input(n, v) for n, v in inputs.items()}
+        syms: dict[int, int] = {}
+        for i, step in enumerate(plan.steps):
+            if isinstance(step, KernelStep):
+                self._run_kernel(i, step, env, syms)
+            elif isinstance(step, ViewStep):
+                st, lay = env[step.input]
+                env[step.output] = (st, step.apply(lay))
+            elif isinstance(step, ReshapeStep):
+                st, lay = env[step.input]
+                if not (lay.is_contiguous() and lay.start_offset == 0):
+                    st, lay = st.contiguize(lay)
+                env[step.output] = (st, Layout.contiguous(step.shape))
+            elif isinstance(step, ContiguizeStep):
+                env[step.output] = env[step.input][0].contiguize(env[step.input][1])
+            elif isinstance(step, ConstStep):
+                arr = np.ascontiguousarray(plan.constants[step.const])
+                env[step.output] = Storage.from_numpy(arr, dtype=self.specs[step.output].dtype)
+        return {name: env[vid][0].to_numpy(env[vid][1]) for name, vid in plan.outputs.items()}
+
+    def _run_kernel(self, i: int, step: KernelStep, env, syms: dict[int, int]):
+        entry = self.entries[i]
+        where = f"step {i} ({step.name or step.key})"
+        ins, in_layouts = [], []
+        for vid in step.inputs:
+            st, lay = env[vid]
+            if needs_contiguize(st, lay, entry.caps.strided_input):
+                st, lay = st.contiguize(lay)
+            ins.append(st)
+            in_layouts.append(lay)
+        params = step.params
+        if getattr(params, "m_compute", None) is not None and params.m_compute.mode == "deferred":
+            sym = params.m_compute.value
+            if sym not in syms:
+                raise KernelError(f"{where}: deferred row count symbol {sym} is unbound; bound: {sorted(syms)}")
+            params = dataclasses.replace(params, m_compute=MatmulM.rows(min(syms[sym], params.m)))
+        if step.is_bundle:
+            out = Storage.bundle([(s.dtype, s.shape) for s in step.output_specs])
+            outs, out_layouts = [out], [out.bundle_views[0].layout]
+        else:
+            outs = [Storage.zeros(s.dtype, math.prod(s.shape)) for s in step.output_specs]
+            out_layouts = [Layout.contiguous(s.shape) for s in step.output_specs]
+        try:
+            entry.kernel(ins, outs, in_layouts + out_layouts, params)
+        except KernelError as e:
+            raise KernelError(f"{where}: {e}") from e
+        except FuelError as e:  # pragma: no cover - KernelRef wraps everything else
+            raise KernelError(f"{where}: {e}") from e
+        if step.is_bundle:
+            for slot, vid in enumerate(step.outputs):
+                env[vid] = outs[0].slot(slot)
+            if isinstance(params, NonZeroIndices):
+                syms[params.count_sym] = int(outs[0].slot_view(1).reshape(-1)[0])
+        else:
+            for vid, st, lay in zip(step.outputs, outs, out_layouts):
+                env[vid] = (st, lay)
