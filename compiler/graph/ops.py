@@ -215,7 +215,7 @@ _erf_vec = np.frompyfunc(math.erf, 1, 1)
 
 
 def _erf(x):
-    return _erf_vec(x.astype(np.float64)).astype(np.float64).astype(x.dtype)
+    return np.asarray(_erf_vec(x.astype(np.float64)), dtype=np.float64).astype(x.dtype)
 
 
 def _sigmoid(x):
