@@ -87,9 +87,10 @@ def tensor_type(value) -> TensorType:
     type fuel has no DType for."""
     from compiler.dialect import mlir_to_dtype
     t = value.type
-    if not ir.RankedTensorType.isinstance(t):
-        raise ValueError(f"expected a ranked tensor, got {t}")
-    rt = ir.RankedTensorType(t)
+    try:
+        rt = ir.RankedTensorType(t)
+    except (ValueError, TypeError):
+        raise ValueError(f"expected a ranked tensor, got {t}") from None
     if not rt.has_static_shape:
         raise ValueError(f"dynamic shape {t} is not supported")
     return TensorType(tuple(rt.shape), mlir_to_dtype(rt.element_type))
@@ -145,3 +146,27 @@ def describe(op) -> str:
 
 def dtype_list(dtypes) -> str:
     return "[" + ", ".join(str(d) for d in dtypes) + "]"
+
+
+def attributes_of(op) -> dict:
+    attrs = op.attributes
+    return {na.name: na.attr for na in (attrs[i] for i in range(len(attrs)))}
+
+
+def create(op_name: str, operands, result_types, attributes=None, loc=None):
+    """Create ``op_name`` at the current insertion point (generic builder:
+    IRDL ops have no OpView classes)."""
+    return ir.Operation.create(op_name, results=list(result_types), operands=list(operands),
+                               attributes=dict(attributes or {}), loc=loc)
+
+
+def with_element_type(t, dtype: DType):
+    """``t`` (a ranked tensor type) with its element type replaced."""
+    from compiler.dialect import dtype_to_mlir
+    rt = ir.RankedTensorType(t)
+    return ir.RankedTensorType.get(list(rt.shape), dtype_to_mlir(dtype), rt.encoding)
+
+
+def cast_attributes(dtype: DType) -> dict:
+    from compiler.dialect import lookup, params_to_attributes
+    return params_to_attributes(lookup("cast"), {"dtype": dtype})

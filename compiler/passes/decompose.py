@@ -1,0 +1,139 @@
+"""``fuel-decompose``: replace every fused op the target cannot run with its
+recipe (fuel-spec §3.1 ``decompose_via_recipe``).
+
+A ``fuel.<fused>`` op is decomposed when no candidate backend has a kernel
+for its (OpKind, input dtypes + output dtypes) in the binding table (fused
+ops with no OpKind never have one), or always with ``all=true``. The
+registry instantiates the recipe as a typed primitive DAG
+(``try_instantiate_recipe``); this pass translates it into ``fuel.*`` ops
+with ``ir.Operation.create``, verifies each, and replaces the fused op.
+Nested fused ops a recipe emits are considered in turn.
+
+Total: a wrong params payload, a rejected recipe, an arity mismatch, a
+dynamic or unresolvable shape, or an emitted op the verifier refuses leaves
+the fused op in place (anything half-built is erased) and reports why with a
+warning; the pass itself never fails.
+
+Options: ``backends`` (default cpu), ``table`` (see ``_target``), ``all``.
+"""
+from __future__ import annotations
+
+from compiler.mlir import MLIRError, ir
+from compiler.passes import ModulePass, register_pass
+from compiler.passes import _fuel
+from compiler.passes._target import TargetError, resolve_backends, resolve_table
+from compiler.passes.diagnostics import emit_error, emit_warning
+
+_MAX_NESTING = 8  # recipes that emit fused ops that emit fused ops ...
+
+
+class Declined(Exception):
+    """decompose_via_recipe declined; the message says why."""
+
+
+def has_kernel(op, table, backends) -> bool:
+    """Whether some candidate backend serves ``op``'s exact dtype key."""
+    kind = _fuel.op_kind(op)
+    if kind is None:
+        return False
+    try:
+        dts = [_fuel.tensor_type(v).dtype for v in list(op.operands) + list(op.results)]
+    except Exception:
+        return False
+    return any(table.backend_supports(kind, dts, b) for b in backends)
+
+
+def decompose_via_recipe(op, entry) -> list:
+    """Replace fused ``op`` (registry ``entry``) by its recipe; return the
+    new ops. Raises ``Declined`` (and leaves the IR unchanged) on any failure."""
+    from compiler.dialect import lookup, params_to_attributes, tensor_type
+    from compiler.graph.ops import OP_TABLE
+    from compiler.registry import Decline, default_registry, try_instantiate_recipe
+
+    try:
+        params = _fuel.params(op)
+    except Exception as e:
+        raise Declined(f"wrong params payload: {e}") from None
+    try:
+        in_types = [_fuel.tensor_type(v) for v in op.operands]
+        out_types = [_fuel.tensor_type(v) for v in op.results]
+    except Exception as e:
+        raise Declined(f"unresolvable operand/result type: {e}") from None
+    dag = try_instantiate_recipe(entry, params, in_types)
+    if isinstance(dag, Decline):
+        raise Declined(dag.reason)
+    got = dag.output_types()
+    if [(tuple(t.shape), t.dtype) for t in got] != [(tuple(t.shape), t.dtype) for t in out_types]:
+        raise Declined(f"recipe computes {_types(got)} but the op's results are "
+                       f"{_types(out_types)}")
+
+    created: list = []
+    values: list = []
+
+    def get(ref):
+        return op.operands[ref.index] if ref.kind == "input" else values[ref.index]
+
+    try:
+        with ir.InsertionPoint(op), op.location:
+            for node in dag.nodes:
+                if node.fused:
+                    mnemonic = default_registry()[node.op].mnemonic
+                else:
+                    mnemonic = OP_TABLE[node.op].mnemonic
+                attrs = params_to_attributes(lookup(mnemonic), node.params)
+                new = _fuel.create(f"fuel.{mnemonic}", [get(r) for r in node.inputs],
+                                   [tensor_type(node.type)], attrs, loc=op.location)
+                created.append(new)
+                new.verify()
+                values.append(new.results[0])
+    except Exception as e:  # MLIRError from verify, DialectError, KeyError ...
+        for c in reversed(created):
+            c.erase()
+        msg = str(e).strip().splitlines()
+        raise Declined(f"emitted recipe op is invalid: {type(e).__name__}: "
+                       f"{' '.join(msg[:2]) if msg else ''}") from None
+    outs = [get(r) for r in dag.outputs]
+    for old, new in zip(op.results, outs):
+        old.replace_all_uses_with(new)
+    op.erase()
+    return created
+
+
+def _types(ts) -> str:
+    return ", ".join(f"{t.dtype}{list(t.shape)}" for t in ts)
+
+
+@register_pass
+class Decompose(ModulePass):
+    name = "fuel-decompose"
+    summary = "replace fused ops the target has no kernel for with their recipes"
+
+    backends: tuple = ("cpu",)
+    table: object = ""
+    all: bool = False
+
+    def apply(self, module) -> None:
+        try:
+            table = None if self.all else resolve_table(self.table)
+            backends = resolve_backends(self.backends)
+        except TargetError as e:
+            emit_error(module, f"{self.name}: {e}")
+            return
+        work = [(op, 0) for op in _fuel.fuel_ops(module) if _fuel.fused_entry(op) is not None]
+        while work:
+            op, depth = work.pop(0)
+            entry = _fuel.fused_entry(op)
+            if not self.all and has_kernel(op, table, backends):
+                continue
+            if depth >= _MAX_NESTING:
+                emit_warning(op, f"{self.name}: {_fuel.describe(op)} kept fused: recipes nest "
+                                 f"deeper than {_MAX_NESTING} levels")
+                continue
+            try:
+                new_ops = decompose_via_recipe(op, entry)
+            except Declined as d:
+                why = "" if self.all else " (and the target has no kernel for it)"
+                emit_warning(op, f"{self.name}: {_fuel.describe(op)} kept fused{why}: "
+                                 f"decompose declined: {d}")
+                continue
+            work.extend((n, depth + 1) for n in new_ops if _fuel.fused_entry(n) is not None)

@@ -1,0 +1,67 @@
+"""Small, explicit binding tables for the pass tests, so "has a kernel" is
+decided by the test and not by whatever the default table registers.
+Referenced from RUN lines as ``table=tests.passes.kernel_tables:<name>``."""
+from __future__ import annotations
+
+import functools
+
+from runtime.binding import KernelBindingTable, KernelCaps
+from runtime.dtype import DType
+from runtime.opkind import OpKind
+
+F32, F64, BF16, F16 = DType.F32, DType.F64, DType.BF16, DType.F16
+
+_UNARY = [OpKind.NegElementwise, OpKind.ExpElementwise, OpKind.LogElementwise,
+          OpKind.SqrtElementwise, OpKind.RecipElementwise, OpKind.SqrElementwise,
+          OpKind.ReluElementwise, OpKind.TanhElementwise, OpKind.SigmoidElementwise,
+          OpKind.SiluElementwise, OpKind.AbsElementwise, OpKind.RsqrtElementwise,
+          OpKind.Affine, OpKind.SumReduce, OpKind.MaxReduce, OpKind.MeanReduce,
+          OpKind.MinReduce, OpKind.ReduceSumTo, OpKind.ReduceMaxTo]
+_BINARY = [OpKind.AddElementwise, OpKind.SubElementwise, OpKind.MulElementwise,
+           OpKind.DivElementwise, OpKind.MaximumElementwise, OpKind.MinimumElementwise,
+           OpKind.MatMul]
+
+
+def _kernel(inputs, outputs, layouts, params):  # never run by pass tests
+    raise NotImplementedError("test table kernel")
+
+
+def _primitives(t: KernelBindingTable, dtypes=(F32, F64), backend="cpu") -> None:
+    for d in dtypes:
+        for k in _UNARY:
+            t.register(k, [d, d], backend, _kernel)
+        for k in _BINARY:
+            t.register(k, [d, d, d], backend, _kernel)
+    floats = (BF16, F16, F32, F64)
+    for s in floats:
+        for d in floats:
+            if s != d:
+                t.register(OpKind.Cast, [s, d], backend, _kernel)
+
+
+@functools.cache
+def primitives_f32() -> KernelBindingTable:
+    """f32/f64 primitives and float casts on cpu; no fused kernels, no bf16."""
+    t = KernelBindingTable()
+    _primitives(t)
+    return t.freeze()
+
+
+@functools.cache
+def fused_f32() -> KernelBindingTable:
+    """primitives_f32 plus f32 kernels for the norm/softmax/linear fused ops."""
+    t = KernelBindingTable()
+    _primitives(t)
+    for k in (OpKind.SoftmaxLastDim, OpKind.RmsNormLastDim, OpKind.LayerNormLastDim):
+        t.register(k, [F32, F32], "cpu", _kernel)
+    t.register(OpKind.FusedLinear, [F32, F32, F32, F32], "cpu", _kernel)
+    return t.freeze()
+
+
+@functools.cache
+def broadcast_only_add() -> KernelBindingTable:
+    """An f32 add that exists only as a broadcast-baked sibling: not servable."""
+    t = KernelBindingTable()
+    t.register_with_caps(OpKind.AddElementwise, [F32, F32, F32], "cpu", _kernel,
+                         KernelCaps(requires_broadcast=True))
+    return t.freeze()
