@@ -207,8 +207,34 @@ def apply_transform(module: "ir.Module", script: str) -> None:
         raise _fail("transform", before, f"{e} (script: {path})") from None
 
 
+# Dialects that LLVM IR translation accepts. Anything else left in the module
+# makes ``translate_module_to_llvmir`` print an error and then segfault, so it
+# is refused before translation.
+_TRANSLATABLE = ("llvm.", "omp.", "builtin.module")
+
+
+def leftover_ops(module: "ir.Module") -> dict[str, int]:
+    """Ops (name → count) that are not in a translatable dialect."""
+    left: dict[str, int] = {}
+
+    def visit(op):
+        if not op.name.startswith(_TRANSLATABLE):
+            left[op.name] = left.get(op.name, 0) + 1
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return left
+
+
 def translate(module: "ir.Module") -> str:
-    """LLVM dialect → LLVM IR text."""
+    """LLVM dialect → LLVM IR text. PipelineError (with reproducer) when ops
+    of other dialects are left: a lowering stage is missing a pass."""
+    left = leftover_ops(module)
+    if left:
+        ops = ", ".join(f"{n} x{c}" for n, c in sorted(left.items()))
+        raise _fail("translate", str(module),
+                    f"ops not lowered to the LLVM dialect remain: {ops}; the lowering "
+                    "pipeline is missing the pass that converts them", "--translate")
     try:
         return llvm_dialect.translate_module_to_llvmir(module.operation)
     except (MLIRError, RuntimeError) as e:

@@ -21,7 +21,8 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from compiler.dialect import attrs as _attrs
-from compiler.dialect.definition import DIALECT, default_ops, load_fuel_dialect, lookup
+from compiler.dialect.definition import (DIALECT, build_fuel_op, default_ops, load_fuel_dialect,
+                                         lookup)
 from compiler.dialect.types import mlir_to_dtype, signless, tensor_type
 from compiler.errors import DialectError, LoweringError
 from compiler.graph.opdef import TensorType
@@ -207,9 +208,14 @@ def emit_single_op_module(op_name: str, params: dict, input_types: Sequence[Tens
             f.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
             block = f.add_entry_block()
             with ir.InsertionPoint(block):
-                op = ir.Operation.create(spec.op_name, results=[res_type],
-                                         operands=list(block.arguments),
-                                         attributes=_attrs.params_to_attributes(spec, full))
+                attrs = _attrs.params_to_attributes(spec, full)
+
+                def infer(values):
+                    tts = [TensorType(tuple(ir.RankedTensorType(v.type).shape),
+                                      mlir_to_dtype(v.type)) for v in values]
+                    return tensor_type(opdef.infer(tts, full), dyn)
+
+                op = build_fuel_op(spec, list(block.arguments), [res_type], attrs, infer)
                 func.ReturnOp(list(op.results))
         try:
             module.operation.verify()

@@ -19,7 +19,7 @@ import re
 import llvmlite.binding as llvm
 
 from compiler.errors import CodegenError
-from compiler.codegen.loader import ensure_llvm_initialized, host_target_machine
+from compiler.codegen.loader import ensure_llvm_initialized, host_cpu, host_target_machine
 
 # -- special float literals ---------------------------------------------------
 _SPECIAL_FLOAT = re.compile(
@@ -232,10 +232,9 @@ def compile_ir_to_object(text: str, *, speed_level: int = 3) -> tuple[bytes, str
 
 def host_description() -> str:
     """A stable description of the code-generation target (part of cache keys)."""
-    from compiler.codegen.loader import host_cpu
     cpu, features = host_cpu()
     return f"{llvm.get_default_triple()}|{cpu}|{features}|llvm{'.'.join(map(str, llvm.llvm_version_info))}"
 
 
-__all__ = ["fixup_ir_text", "link_runtime_support", "parse_ir", "optimize",
+__all__ = ["fixup_ir_text", "ensure_llvm_initialized", "host_cpu", "host_target_machine", "link_runtime_support", "parse_ir", "optimize",
            "compile_ir_to_object", "host_description", "MEMREF_COPY_IR"]

@@ -1,0 +1,68 @@
+"""MatMul: ``[..b, M, K] @ [..b', K, N] -> [..b, M, N]``.
+
+* rank 2, one f32/f64 dtype: ``linalg.matmul``; rank 3 with equal batch:
+  ``linalg.batch_matmul`` (the named ops CPU codegen tiles and vectorizes);
+* otherwise one ``linalg.generic`` over (batch.., m, n, k): GQA batch axes
+  (lhs b a multiple of rhs b') read rhs batch ``j floordiv (b/b')``, size-1
+  rhs batch axes read 0, mixed f32 x bf16 and f16/bf16 accumulate in f32.
+"""
+from __future__ import annotations
+
+from compiler.mlir import ir, linalg
+
+from .core import (PARALLEL, REDUCTION, Lowering, Scalar, affine_map, dims, empty, fill,
+                   from_compute, generic, identity_map, lowers, rank, rtt, to_compute)
+
+
+@lowers("MatMul")
+def _matmul(lw: Lowering):
+    a, b = lw.operands
+    n = rank(a)
+    ad, bd = dims(a), dims(b)
+    out_dims = ad[:-1] + [bd[-1]]
+    elt = lw.out_elt
+    same = lw.in_dtypes[0] == lw.in_dtypes[1]
+    wide_float = isinstance(elt, (ir.F32Type, ir.F64Type))
+    batch_a, batch_b = ad[:-2], bd[:-2]
+    s = Scalar.compute(lw.out_dtype)
+    if same and wide_float and (n == 2 or (n == 3 and _same_dim(batch_a[0], batch_b[0]))):
+        init = fill(s.const(0), empty(out_dims, elt))
+        named = linalg.matmul if n == 2 else linalg.batch_matmul
+        return named(a, b, outs=[init])
+    # generic: loops (batch..., m, n, k)
+    nb = n - 2
+    loops = nb + 3
+    m_, n_, k_ = nb, nb + 1, nb + 2
+    sa, sb = rtt(a).shape, rtt(b).shape
+    rhs_batch = []
+    for i in range(nb):
+        if _same_dim(batch_a[i], batch_b[i]):
+            rhs_batch.append(i)
+        elif sb[i] == 1:
+            rhs_batch.append(None)
+        else:  # GQA: lhs batch j uses rhs batch j // (b / b')
+            rhs_batch.append(ir.AffineFloorDivExpr.get(
+                ir.AffineDimExpr.get(i), ir.AffineConstantExpr.get(sa[i] // sb[i])))
+    a_map = affine_map(loops, list(range(nb)) + [m_, k_])
+    b_map = affine_map(loops, rhs_batch + [k_, n_])
+    o_map = affine_map(loops, list(range(nb)) + [m_, n_])
+    acc = fill(s.const(0), empty(out_dims, s.ty))
+    iters = [PARALLEL] * (nb + 2) + [REDUCTION]
+
+    def body(x, y, c):
+        return s.add(c, s.mul(to_compute(x, s), to_compute(y, s)))
+
+    red = generic([a, b], [acc], [a_map, b_map, o_map], iters, body)[0]
+    if s.ty == elt:
+        return red
+    out = empty(out_dims, elt)
+    return generic([red], [out], [identity_map(n), identity_map(n)], [PARALLEL] * n,
+                   lambda v, _o: from_compute(v, elt))[0]
+
+
+def _same_dim(x, y) -> bool:
+    """Statically equal, or both dynamic (a shape-generic kernel assumes the
+    builder checked them)."""
+    if isinstance(x, int) and isinstance(y, int):
+        return x == y
+    return not isinstance(x, int) and not isinstance(y, int)

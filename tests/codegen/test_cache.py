@@ -1,0 +1,88 @@
+"""The kernel cache: memory hits, disk hits, across processes, invalidation."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import codegen_ir as IR
+from compiler.codegen.cache import KernelCache, default_cache
+from compiler.codegen.cpu import compile_module
+from compiler.codegen.memref import descriptor_from_array as D
+from compiler.codegen.strategy import LOOPS, Strategy
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _check_add(co):
+    a = np.ones((4, 3), np.float32)
+    out = np.zeros((4, 3), np.float32)
+    co.ciface("add", 3)(D(a), D(a), D(out))
+    assert (out == 2).all()
+
+
+def test_memory_hit_returns_the_same_object(tmp_path):
+    c = KernelCache(tmp_path)
+    first = c.get_or_compile(IR.ADD_DYN, ["add"])
+    second = c.get_or_compile(IR.ADD_DYN, ["add"])
+    assert first is second
+    assert (c.stats.compiles, c.stats.memory_hits, c.stats.disk_hits) == (1, 1, 0)
+    _check_add(second)
+
+
+def test_disk_hit_in_a_new_cache(tmp_path):
+    KernelCache(tmp_path).get_or_compile(IR.ADD_DYN, ["add"])
+    assert len(list((tmp_path / "objects").rglob("*.o"))) == 1
+    c = KernelCache(tmp_path)
+    co = c.get_or_compile(IR.ADD_DYN, ["add"])
+    assert (c.stats.compiles, c.stats.disk_hits) == (0, 1)
+    _check_add(co)
+
+
+def test_key_covers_text_entries_and_strategy(tmp_path):
+    c = KernelCache(tmp_path)
+    k = c.key(IR.ADD_DYN, ["add"])
+    assert k == c.key(IR.ADD_DYN, ["add"])
+    assert k != c.key(IR.ADD_DYN + "\n", ["add"])
+    assert k != c.key(IR.ADD_DYN + IR.MATMUL_DYN, ["add", "mm"])
+    other = Strategy("loops-no-canon", lowering=LOOPS.lowering[1:])
+    assert c.key(IR.ADD_DYN, ["add"], LOOPS) != c.key(IR.ADD_DYN, ["add"], other)
+
+
+def test_corrupt_disk_entry_is_recompiled(tmp_path):
+    c = KernelCache(tmp_path)
+    c.get_or_compile(IR.ADD_DYN, ["add"])
+    (path,) = (tmp_path / "objects").rglob("*.o")
+    path.write_bytes(b"garbage")
+    c2 = KernelCache(tmp_path)
+    _check_add(c2.get_or_compile(IR.ADD_DYN, ["add"]))
+    assert (c2.stats.compiles, c2.stats.disk_hits) == (1, 0)
+    assert path.read_bytes()[:4] == b"\x7fELF"
+
+
+def test_memory_only_cache(tmp_path):
+    c = KernelCache(None)
+    c.get_or_compile(IR.ADD_DYN, ["add"])
+    c.get_or_compile(IR.ADD_DYN, ["add"])
+    assert (c.stats.compiles, c.stats.memory_hits) == (1, 1)
+
+
+def test_compile_module_uses_the_default_cache_dir_across_processes(tmp_path):
+    # The autouse fixture points FUELC_CACHE_DIR at tmp_path/"cache".
+    compile_module(IR.ADD_DYN, ["add"])
+    compile_module(IR.ADD_DYN, ["add"])
+    assert (default_cache().stats.compiles, default_cache().stats.memory_hits) == (1, 1)
+    assert default_cache().directory == Path(os.environ["FUELC_CACHE_DIR"])
+    child = (
+        "import sys; sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])\n"
+        "import codegen_ir as IR\n"
+        "from compiler.codegen.cpu import compile_module\n"
+        "from compiler.codegen.cache import default_cache\n"
+        "compile_module(IR.ADD_DYN, ['add'])\n"
+        "s = default_cache().stats\n"
+        "print(s.compiles, s.disk_hits)\n")
+    proc = subprocess.run([sys.executable, "-c", child, str(REPO), str(Path(__file__).parent)],
+                          capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["0", "1"]
