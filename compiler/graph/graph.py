@@ -193,8 +193,9 @@ class Graph:
         or UnsupportedOpError (a spec op fuelc does not support yet); every
         message names the node, the op and the operand types."""
         nid = len(self.nodes)
-        label = f"node %{nid}" + (f" ({name})" if name else "")
         opdef = OP_TABLE.get(op)
+        name = name or (f"{opdef.mnemonic}_{nid}" if opdef else None)
+        label = f"node %{nid}" + (f" ({name})" if name else "")
         if opdef is None:
             import difflib
             close = difflib.get_close_matches(str(op), OP_TABLE, n=3)
@@ -218,7 +219,7 @@ class Graph:
             raise GraphBuildError(f"{label}: {e}") from None
         except UnsupportedOpError as e:
             raise UnsupportedOpError(f"{label}: {e}") from None
-        return self._append(op, ids, params, [out], name or f"{opdef.mnemonic}_{nid}")
+        return self._append(op, ids, params, [out], name)
 
     def add_fused(self, entry, inputs: Sequence, params: Optional[dict] = None,
                   name: Optional[str] = None) -> "Tensor":
@@ -229,7 +230,8 @@ class Graph:
         should raise GraphBuildError; the message gets the node prefixed."""
         nid = len(self.nodes)
         ename = getattr(entry, "name", None)
-        label = f"node %{nid}" + (f" ({name})" if name else "")
+        name = name or f"{_snake(ename or 'fused')}_{nid}"
+        label = f"node %{nid} ({name})"
         for attr in ("name", "infer", "reference"):
             if not hasattr(entry, attr):
                 raise GraphBuildError(f"{label}: fused entry {entry!r} has no {attr!r}")
@@ -244,7 +246,7 @@ class Graph:
         if not outs or not all(isinstance(t, TensorType) for t in outs):
             raise GraphBuildError(f"{label}: Fused[{ename}].infer returned {out!r}; expected "
                                   f"a TensorType or a non-empty list of them")
-        node = self._append(FUSED, ids, params, outs, name or f"{_snake(ename)}_{nid}")
+        node = self._append(FUSED, ids, params, outs, name)
         self.nodes[node.id].fused = entry
         return node
 
