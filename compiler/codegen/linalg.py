@@ -174,6 +174,12 @@ def run_fuel_to_linalg(module) -> None:
 
 
 # -- one-op modules for per-op kernels ------------------------------------------
+def read_only_arg() -> "ir.DictAttr":
+    """Arg attrs telling one-shot-bufferize not to write into an input buffer
+    (without it, e.g. ScatterAdd's insert_slice updates the caller's input)."""
+    return ir.DictAttr.get({"bufferization.writable": ir.BoolAttr.get(False)})
+
+
 def emit_single_op_module(op_name: str, params: dict, input_types: Sequence[TensorType],
                           dynamic: bool = False, func_name: str = "kernel",
                           ctx: Optional["ir.Context"] = None,
@@ -206,6 +212,7 @@ def emit_single_op_module(op_name: str, params: dict, input_types: Sequence[Tens
         with ir.InsertionPoint(module.body):
             f = func.FuncOp(func_name, (arg_types, [res_type]))
             f.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
+            f.arg_attrs = ir.ArrayAttr.get([read_only_arg() for _ in arg_types])
             block = f.add_entry_block()
             with ir.InsertionPoint(block):
                 attrs = _attrs.params_to_attributes(spec, full)

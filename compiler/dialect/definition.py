@@ -7,7 +7,11 @@ One source of truth: every supported primitive ``OpDef`` of
 
 * operands: ``!builtin.tensor``, one constraint value per operand (a shared
   value would force the operand types to be *equal*, toolchain.md §1);
-  ``VARIADIC`` arity becomes one ``variadic`` operand group;
+  ``VARIADIC`` arity becomes one single operand ``x0`` followed by one
+  ``variadic`` group ``xs``. IRDL binds a constraint per group, so all of
+  ``xs`` must share one type; ``build_fuel_op`` splits an operand list with
+  different types into a left fold of such ops (the only variadic op,
+  Concat, is associative);
 * results: ``!builtin.tensor``, one per output, again separate constraints;
 * attributes, one per ``ParamSpec`` (all required; emission fills defaults):
   ``i64``/``bool`` -> ``#builtin.integer``, ``f64`` -> ``#builtin.float``,
@@ -143,8 +147,9 @@ def lookup(mnemonic_or_opname: str, ops: Optional[dict[str, DialectOp]] = None) 
 def _operation_text(op: DialectOp) -> str:
     lines = [f"  irdl.operation @{op.mnemonic} {{"]
     if op.arity == VARIADIC:
+        lines.append('    %x0 = irdl.base "!builtin.tensor"')
         lines.append('    %xs = irdl.base "!builtin.tensor"')
-        operands = "xs: variadic %xs"
+        operands = "x0: %x0, xs: variadic %xs"
     else:
         names = [f"x{i}" for i in range(op.arity)]
         lines += [f'    %{n} = irdl.base "!builtin.tensor"' for n in names]
@@ -162,6 +167,28 @@ def _operation_text(op: DialectOp) -> str:
         lines.append(f"    irdl.attributes {{{body}}}")
     lines.append("  }")
     return "\n".join(lines)
+
+
+def build_fuel_op(spec: DialectOp, operands: list, result_types: list, attributes: dict,
+                  infer=None) -> "ir.Operation":
+    """Create ``fuel.<spec>`` at the current insertion point. For a variadic
+    op whose operands after the first differ in type, emit a left fold of
+    ops with uniform tails; ``infer(operand_values) -> ir.Type`` gives the
+    intermediate result types (the last op gets ``result_types``)."""
+    if spec.arity == VARIADIC and len({str(v.type) for v in operands[1:]}) > 1:
+        if infer is None:
+            raise DialectError(f"{spec.op_name}: operands of different types need a shape "
+                               f"rule to fold them ({', '.join(str(v.type) for v in operands)})")
+        acc = operands[0]
+        for i, v in enumerate(operands[1:], 1):
+            last = i == len(operands) - 1
+            ty = result_types if last else [infer([acc, v])]
+            op = ir.Operation.create(spec.op_name, results=ty, operands=[acc, v],
+                                     attributes=attributes)
+            acc = op.results[0]
+        return op
+    return ir.Operation.create(spec.op_name, results=result_types, operands=operands,
+                               attributes=attributes)
 
 
 def fuel_irdl_text(ops: Optional[Iterable] = None) -> str:

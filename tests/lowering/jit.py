@@ -35,6 +35,7 @@ def run_module(module, func_name: str, inputs: list, out_shape, out_dtype: DType
         pm = passmanager.PassManager.parse(PIPELINE)
         pm.run(module.operation)
     ee = execution_engine().ExecutionEngine(module, opt_level=0)
+    ee.raw_register_runtime("memrefCopy", ctypes.cast(_memref_copy, ctypes.c_void_p))
     rt = runtime()
     out = np.zeros(out_shape, dtype=storage(out_dtype))
     args = [np.ascontiguousarray(a) for a in inputs] + [out]
@@ -65,3 +66,28 @@ def reference(name: str, inputs: list, params: dict | None = None):
     full = {p.name: p.default for p in opdef.params if not p.required}
     full.update(params or {})
     return np.asarray(opdef.reference([np.asarray(a) for a in inputs], full))
+
+
+# -- memrefCopy for the ExecutionEngine (strided subview copies) -----------------
+class _Unranked(ctypes.Structure):
+    _fields_ = [("rank", ctypes.c_int64), ("desc", ctypes.c_void_p)]
+
+
+def _strided_view(u: _Unranked, elem_size: int) -> np.ndarray:
+    rank = u.rank
+    words = (ctypes.c_int64 * (3 + 2 * rank)).from_address(u.desc)
+    aligned, offset = words[1], words[2]
+    sizes, strides = list(words[3:3 + rank]), list(words[3 + rank:3 + 2 * rank])
+    if any(s == 0 for s in sizes):
+        return np.zeros(sizes, dtype=np.uint8)
+    span = (sum((n - 1) * st for n, st in zip(sizes, strides)) + 1) * elem_size
+    buf = (ctypes.c_uint8 * span).from_address(aligned + offset * elem_size)
+    base = np.frombuffer(buf, dtype=np.dtype((np.void, elem_size)))
+    return np.lib.stride_tricks.as_strided(base, sizes, [st * elem_size for st in strides])
+
+
+@ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.POINTER(_Unranked), ctypes.POINTER(_Unranked))
+def _memref_copy(elem_size, src, dst):
+    s, d = _strided_view(src.contents, elem_size), _strided_view(dst.contents, elem_size)
+    if s.size:
+        d[...] = s

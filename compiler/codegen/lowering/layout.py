@@ -11,7 +11,9 @@ from .core import (PARALLEL, Lowering, Scalar, affine_map, collapse, dims, empty
 
 def _value(r):
     """Named-op builders return the op or its result depending on the op."""
-    return r if isinstance(r, ir.Value) else r.result
+    if isinstance(r, ir.Value):
+        return r
+    return r.results[0] if hasattr(r, "results") else r[0]
 
 
 def _transpose(x, perm):
