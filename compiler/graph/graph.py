@@ -18,13 +18,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
 from runtime.dtype import DType, f32_to_bf16
 
-from ..errors import CompilerError, GraphBuildError, UnsupportedOpError
+from ..errors import GraphBuildError, UnsupportedOpError
 from .numerics import scalar_storage
 from .ops import OP_TABLE, broadcast_shapes, check_params, fmt_types
 from .opdef import VARIADIC, TensorType

@@ -12,7 +12,7 @@ from runtime.dtype import DType, f32_to_bf16
 
 from ..errors import CompilerError
 from .analysis import topological_order
-from .graph import FUSED, Graph, Tensor
+from .graph import FUSED, Graph
 from .ops import OP_TABLE
 
 __all__ = ["interpret", "InterpretError"]

@@ -48,7 +48,7 @@ from runtime.dtype import DType
 from runtime.opkind import OpKind
 
 from ..errors import GraphBuildError, UnsupportedOpError
-from .numerics import (FLOATS, INTS, NUMERIC, cast_to_int, compute_dtype, dtype_of,
+from .numerics import (FLOATS, INTS, NUMERIC, cast_to_int, dtype_of,
                        from_compute, scalar_storage, to_compute)
 from .opdef import VARIADIC, OpDef, ParamSpec, TensorType
 

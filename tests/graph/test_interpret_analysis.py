@@ -6,7 +6,7 @@ import pytest
 from compiler.graph import (Graph, GraphCycleError, InterpretError, consumers, dead_nodes,
                             eliminate_dead_code, interpret, reachable, to_networkx,
                             topological_order)
-from runtime.dtype import DType, bf16_to_f32
+from runtime.dtype import bf16_to_f32
 
 
 def small_graph():
