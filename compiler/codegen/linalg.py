@@ -90,6 +90,26 @@ def _to_signless(root: "ir.Operation") -> None:
     root.walk(cb)
 
 
+def _mark_inputs_read_only(root: "ir.Operation") -> None:
+    """Give every func argument ``bufferization.writable = false``: graph
+    inputs belong to the caller, and without it one-shot-bufferize may write
+    into them in place (e.g. ScatterAdd's insert_slice into its base)."""
+    def cb(op):
+        if op.name == "func.func" and len(op.regions[0].blocks):
+            n = len(op.regions[0].blocks[0].arguments)
+            old = op.attributes["arg_attrs"] if "arg_attrs" in op.attributes else None
+            new = []
+            for i in range(n):
+                d = ir.DictAttr(old[i]) if old is not None else ir.DictAttr.get({})
+                entries = {d[k].name: d[k].attr for k in range(len(d))}
+                entries["bufferization.writable"] = ir.BoolAttr.get(False)
+                new.append(ir.DictAttr.get(entries))
+            op.attributes["arg_attrs"] = ir.ArrayAttr.get(new)
+        return ir.WalkResult.ADVANCE
+
+    root.walk(cb)
+
+
 def lower_to_linalg(module, ops: Optional[dict] = None, constants: Optional[dict] = None) -> None:
     """Lower every ``fuel.*`` op of ``module`` (an ``ir.Module`` or op) in place.
 
@@ -121,6 +141,7 @@ def _lower_root(root, ops, constants) -> None:
         except DialectError as e:
             raise LoweringError(f"{op.name}{_types_str(op)}: {e}") from None
     _to_signless(root)
+    _mark_inputs_read_only(root)
     for op, name, in_dt, out_dt, params in plans:
         _lower_one(op, name, in_dt, out_dt, params, constants)
 
@@ -174,11 +195,6 @@ def run_fuel_to_linalg(module) -> None:
 
 
 # -- one-op modules for per-op kernels ------------------------------------------
-def read_only_arg() -> "ir.DictAttr":
-    """Arg attrs telling one-shot-bufferize not to write into an input buffer
-    (without it, e.g. ScatterAdd's insert_slice updates the caller's input)."""
-    return ir.DictAttr.get({"bufferization.writable": ir.BoolAttr.get(False)})
-
 
 def emit_single_op_module(op_name: str, params: dict, input_types: Sequence[TensorType],
                           dynamic: bool = False, func_name: str = "kernel",
@@ -212,7 +228,6 @@ def emit_single_op_module(op_name: str, params: dict, input_types: Sequence[Tens
         with ir.InsertionPoint(module.body):
             f = func.FuncOp(func_name, (arg_types, [res_type]))
             f.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
-            f.arg_attrs = ir.ArrayAttr.get([read_only_arg() for _ in arg_types])
             block = f.add_entry_block()
             with ir.InsertionPoint(block):
                 attrs = _attrs.params_to_attributes(spec, full)
