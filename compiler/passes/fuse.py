@@ -1,0 +1,299 @@
+"""``fuel-fuse``: rewrite registry patterns into fused ops, capability-gated
+(fuel-spec §4.3 matching, §5.1 ``capability_gated_rules``).
+
+Ops are visited in block (topological) order; at each op the patterns of
+the registry's entries whose root op it is are tried in registration order
+and the first full match wins. Matching follows the spec:
+
+* ``Bind(i)`` binds input i (a repeated index must be the same value);
+  ``Any_`` matches anything; ``SeeThrough`` matches its child at the same value;
+* an ``Op`` node needs the same op, operand count, and params: a concrete
+  pattern param must equal the op's, a ``SLOT`` extracts the op's value (pre-
+  order), a relative param (``LAST``, ``SameAs``...) is resolved against the
+  bound inputs' shapes and must equal the op's; unset params are wildcards;
+* commutative ops (add, mul, maximum, minimum) try both operand orders;
+* **consumer-count guard**: every matched op other than the root must have
+  exactly as many uses in the whole function as it has uses inside the
+  pattern (1, or 2 for softmax's shared ``exp``), so a shared intermediate
+  blocks fusion;
+* the bound indices must be exactly [0, n).
+
+The fused op is created only when its ``infer`` reproduces the root's type
+and some candidate backend has a kernel for (OpKind, input dtypes + output
+dtype) in the binding table (``backend_supports``). ``remarks=true`` reports
+each match that is gated out.
+
+Runtime fused ops (elementwise chains with no static fused op) are not
+formed: the fuel dialect has no op that carries a region or a runtime id.
+
+Options: ``backend`` (default cpu), ``table`` (see ``_target``), ``remarks``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from compiler.mlir import ir
+from compiler.passes import ModulePass, register_pass
+from compiler.passes import _fuel
+from compiler.passes._target import TargetError, resolve_backends, resolve_table
+from compiler.passes.diagnostics import emit_error, emit_remark
+
+class _State:
+    __slots__ = ("binds", "memo", "matched", "scalars")
+
+    def __init__(self):
+        self.binds: dict[int, object] = {}     # bind index -> ir.Value
+        self.memo: dict[int, object] = {}      # id(pattern node) -> ir.Value
+        self.matched: list = []                # (pattern Op, ir op), pre-order
+        self.scalars: list = []
+
+    def copy(self) -> "_State":
+        s = _State()
+        s.binds, s.memo = dict(self.binds), dict(self.memo)
+        s.matched, s.scalars = list(self.matched), list(self.scalars)
+        return s
+
+
+def _grammar():
+    from compiler.registry import grammar
+    return grammar
+
+
+def _is_rel(v) -> bool:
+    g = _grammar()
+    return v is g.LAST or isinstance(v, (g.SameAs, g.WithDim, g.Dims, g.Extent, g.DimBin, g.Recip))
+
+
+def _equal(a, b) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        try:
+            return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=0.0)
+        except (TypeError, ValueError):
+            return False
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def pattern_use_counts(root) -> dict[int, int]:
+    """id(Op node) -> number of uses inside the pattern (its required
+    consumer count in the graph)."""
+    g = _grammar()
+    counts: dict[int, int] = {}
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        children = n.operands if isinstance(n, g.Op) else (
+            (n.then,) if isinstance(n, g.SeeThrough) else ())
+        for c in children:
+            counts[id(c)] = counts.get(id(c), 0) + 1
+            stack.append(c)
+    return counts
+
+
+class Matcher:
+    """Matches one registry pattern (a grammar tree) rooted at a value."""
+
+    def __init__(self, root):
+        self.root = root
+        self.uses = pattern_use_counts(root)
+
+    def match(self, value) -> Optional[_State]:
+        st = self._match(self.root, value, _State(), is_root=True)
+        if st is None:
+            return None
+        if sorted(st.binds) != list(range(len(st.binds))):
+            return None
+        return st
+
+    def _match(self, node, value, st: _State, is_root=False) -> Optional[_State]:
+        g = _grammar()
+        if isinstance(node, g.Any_):
+            return st
+        if isinstance(node, g.Bind):
+            prev = st.binds.get(node.index)
+            if prev is not None and prev != value:
+                return None
+            st.binds[node.index] = value
+            return st
+        if isinstance(node, g.SeeThrough):
+            return self._match(node.then, value, st)
+        if not isinstance(node, g.Op):
+            return None
+        seen = st.memo.get(id(node))
+        if seen is not None:
+            return st if seen == value else None
+        op = value.owner
+        if not isinstance(op, (ir.Operation, ir.OpView)):
+            return None  # a block argument
+        op = op.operation
+        if _fuel.mnemonic(op) != _mnemonic_of(node.op) or len(op.results) != 1:
+            return None
+        if len(op.operands) != len(node.operands):
+            return None
+        if not is_root and len(list(value.uses)) != self.uses.get(id(node), 1):
+            return None  # consumer-count guard
+        try:
+            actual = _fuel.params(op)
+        except Exception:
+            return None
+        for k, v in node.params:
+            if v is g.SLOT:
+                if k not in actual:
+                    return None
+                st.scalars.append(actual[k])
+            elif not _is_rel(v) and not _equal(v, actual.get(k)):
+                return None
+        st.memo[id(node)] = value
+        st.matched.append((node, op))
+        operands = list(op.operands)
+        if _fuel.mnemonic(op) in _fuel.COMMUTATIVE and len(operands) == 2:
+            for order in (operands, operands[::-1]):
+                trial = self._children(node, order, st.copy())
+                if trial is not None:
+                    return trial
+            return None
+        return self._children(node, operands, st)
+
+    def _children(self, node, operands, st):
+        for child, v in zip(node.operands, operands):
+            st = self._match(child, v, st)
+            if st is None:
+                return None
+        return st
+
+
+def _mnemonic_of(name: str) -> Optional[str]:
+    from compiler.graph.ops import OP_TABLE
+    d = OP_TABLE.get(name)
+    if d is not None:
+        return d.mnemonic
+    reg = _fuel.registry()
+    e = reg.get(name) if reg is not None else None
+    return e.mnemonic if e is not None else None
+
+
+def rel_params_hold(st: _State) -> bool:
+    """Relative pattern params, resolved against the bound inputs' types,
+    equal the matched ops' params."""
+    from compiler.registry.grammar import op_signature
+    from compiler.registry.recipe import resolve_params
+    try:
+        binds = [_fuel.tensor_type(st.binds[i]) for i in range(len(st.binds))]
+        for node, op in st.matched:
+            rel = {k: v for k, v in node.params if _is_rel(v)}
+            if not rel:
+                continue
+            _, specs, _ = op_signature(node.op)
+            kids = [_fuel.tensor_type(v) for v in op.operands]
+            want = resolve_params(node.op, specs, rel, binds, kids)
+            actual = _fuel.params(op)
+            if not all(_equal(want[k], actual.get(k)) for k in want):
+                return False
+    except Exception:  # unresolvable at these shapes, dynamic shapes: no match
+        return False
+    return True
+
+
+@register_pass
+class Fuse(ModulePass):
+    name = "fuel-fuse"
+    summary = "rewrite registry patterns to fused ops the target backend has kernels for"
+
+    backend: str = "cpu"
+    table: object = ""
+    remarks: bool = False
+
+    def apply(self, module) -> None:
+        reg = _fuel.registry()
+        if reg is None:
+            emit_error(module, f"{self.name}: the fused-op registry is not available")
+            return
+        try:
+            self._table = resolve_table(self.table)
+            self._backends = resolve_backends(self.backend)
+        except TargetError as e:
+            emit_error(module, f"{self.name}: {e}")
+            return
+        by_root: dict[str, list] = {}
+        for entry in reg:
+            for pat in entry.patterns:
+                m = _mnemonic_of(getattr(pat.root, "op", ""))
+                if m is not None:
+                    by_root.setdefault(m, []).append((entry, pat, Matcher(pat.root)))
+        self._reported: set = set()
+        # Each fusion removes at least the root op, so this terminates; the
+        # bound is a guard against a pattern that rewrites an op to itself.
+        for _ in range(len(_fuel.fuel_ops(module)) + 1):
+            if not self._sweep(module, by_root):
+                break
+
+    def _sweep(self, module, by_root) -> bool:
+        """Fuse at the first op where a pattern fires; True if one did."""
+        for op in _fuel.fuel_ops(module):
+            cands = by_root.get(_fuel.mnemonic(op))
+            if not cands or len(op.results) != 1:
+                continue
+            for entry, pat, matcher in cands:
+                st = matcher.match(op.results[0])
+                if st is None or not rel_params_hold(st):
+                    continue
+                if self._rewrite(op, entry, pat, st):
+                    return True
+        return False
+
+    def _rewrite(self, root, entry, pat, st: _State) -> bool:
+        from compiler.dialect import lookup, params_to_attributes
+        from compiler.registry import normalize_params
+        inputs = [st.binds[i] for i in range(len(st.binds))]
+        try:
+            params = normalize_params(entry, pat.params(tuple(st.scalars)))
+            in_types = [_fuel.tensor_type(v) for v in inputs]
+            out_type = _fuel.tensor_type(root.results[0])
+            inferred = entry.infer(in_types, params)
+        except Exception:
+            return False  # the match does not type as this fused op
+        if (tuple(inferred.shape), inferred.dtype) != (tuple(out_type.shape), out_type.dtype):
+            return False
+        dts = [t.dtype for t in in_types] + [out_type.dtype]
+        if entry.op_kind is None or not any(
+                self._table.backend_supports(entry.op_kind, dts, b) for b in self._backends):
+            if self.remarks and id(root) not in self._reported:
+                self._reported.add(id(root))
+                emit_remark(root, f"{self.name}: matched {entry.name} ({pat.name or 'pattern'}) "
+                                  f"but {'/'.join(str(b) for b in self._backends)} has no "
+                                  f"kernel for {_fuel.dtype_list(dts)}; not fused")
+            return False
+        fused = None
+        try:
+            attrs = params_to_attributes(lookup(entry.mnemonic), params)
+            with ir.InsertionPoint(root), root.location:
+                fused = _fuel.create(f"fuel.{entry.mnemonic}", inputs, [root.results[0].type],
+                                     attrs, loc=root.location)
+            fused.verify()
+        except Exception:
+            if fused is not None:
+                fused.erase()
+            return False
+        root.results[0].replace_all_uses_with(fused.results[0])
+        # Erase the matched ops, now unused (the consumer guard ensured no
+        # outside use); a DAG pattern may free a producer only after a later
+        # consumer in the list is gone, hence the fixpoint.
+        pending = list({id(op): op for _, op in st.matched}.values())
+        progress = True
+        while pending and progress:
+            progress = False
+            keep = []
+            for op in pending:
+                if all(not list(r.uses) for r in op.results):
+                    op.erase()
+                    progress = True
+                else:
+                    keep.append(op)
+            pending = keep
+        return True
