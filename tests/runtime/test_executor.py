@@ -1,0 +1,165 @@
+"""Plan / Executor: construction-time resolution, input checks, the §2.3
+contiguize rule, views/reshape/const steps, bundles, JSON round-trip."""
+import json
+
+import numpy as np
+import pytest
+
+from runtime import (
+    ConstStep, ContiguizeStep, DType, Executor, KernelBindingTable, KernelCaps, KernelError,
+    KernelStep, Layout, NoBackendForOp, OpKind, Plan, PlanError, ReshapeStep, Storage, ValueSpec,
+    ViewStep, global_table,
+)
+from runtime import params as P
+from runtime.executor import needs_contiguize
+
+F32 = DType.F32
+
+
+def vs(*shape, dt="f32"):
+    return ValueSpec(shape, dt)
+
+
+def sample_plan():
+    return Plan(
+        inputs={"a": vs(2, 3), "b": vs(3)},
+        outputs={"y": "y", "flat": "flat", "z": "z"},
+        constants={"w": np.arange(6, dtype=np.float32).reshape(3, 2)},
+        steps=[
+            ViewStep("broadcast_as", {"shape": (2, 3)}, "b", "bb", name="bcast"),
+            KernelStep(OpKind.AddElementwise, [F32] * 3, "cpu", P.NO_PARAMS, ["a", "bb"], ["s"], [vs(2, 3)], "add"),
+            ViewStep("transpose", {}, "s", "st"),
+            ReshapeStep("st", "flat", (6,)),
+            ConstStep("w", "w"),
+            KernelStep(OpKind.MatMul, [F32] * 3, "cpu", P.Matmul((), (), 2, 2, 3), ["s", "w"], ["y"], [vs(2, 2)], "mm"),
+            ViewStep("flip", {"dim": 1}, "st", "stf"),
+            ContiguizeStep("stf", "z"),
+        ])
+
+
+def test_runs_views_reshape_const_and_kernels():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = np.array([10, 20, 30], np.float32)
+    out = Executor(sample_plan()).run(a=a, b=b)
+    s = a + b
+    np.testing.assert_allclose(out["y"], s @ np.arange(6, dtype=np.float32).reshape(3, 2))
+    np.testing.assert_array_equal(out["flat"], s.T.reshape(-1))
+    np.testing.assert_array_equal(out["z"], s.T[:, ::-1])
+    assert out["z"].flags.c_contiguous
+
+
+def test_plan_round_trips_through_json():
+    plan = sample_plan()
+    d = json.loads(json.dumps(plan.to_dict(), allow_nan=False))
+    back = Plan.from_dict(d, plan.constants)
+    assert back.to_dict() == plan.to_dict()
+    a, b = np.ones((2, 3), np.float32), np.ones(3, np.float32)
+    np.testing.assert_array_equal(Executor(back).run(a=a, b=b)["y"], Executor(plan).run(a=a, b=b)["y"])
+    with pytest.raises(PlanError, match="constant 'w' .* was not supplied"):
+        Plan.from_dict(d, {})
+    with pytest.raises(PlanError, match="version"):
+        Plan.from_dict({**d, "version": 99}, plan.constants)
+
+
+def test_missing_kernel_fails_at_construction_naming_the_step():
+    plan = Plan({"a": vs(3, dt="f16")}, {"y": "y"},
+                [KernelStep(OpKind.ErfElementwise, ["f16"] * 2, "cuda", P.NO_PARAMS, ["a"], ["y"], [vs(3, dt="f16")], "erf1")])
+    with pytest.raises(NoBackendForOp, match=r"step 0 \(KernelStep 'erf1'\).*ErfElementwise.*\[f16, f16\].*cuda.*cpu:\[f16, f16\]"):
+        Executor(plan)
+
+
+@pytest.mark.parametrize("steps, message", [
+    ([KernelStep(OpKind.AddElementwise, [F32] * 3, "cpu", P.NO_PARAMS, ["a", "nope"], ["y"], [vs(3)])],
+     "uses value 'nope' before it is defined"),
+    ([KernelStep(OpKind.AddElementwise, ["f64"] * 3, "cpu", P.NO_PARAMS, ["a", "a"], ["y"], [vs(3)])],
+     r"key dtypes \[f64, f64, f64\] do not match the operands \[f32, f32, f32\]"),
+    ([KernelStep(OpKind.AddElementwise, [F32] * 3, "cpu", P.Affine(1.0, 0.0), ["a", "a"], ["y"], [vs(3)])],
+     "AddElementwise.*receive NoParams, got Affine"),
+    ([ReshapeStep("a", "y", (4,))], r"cannot reshape f32\[3\] \(3 elements\) to \[4\]"),
+    ([ViewStep("squeeze", {"dim": 0}, "a", "y")], "has size 3, not 1"),
+    ([ContiguizeStep("a", "a")], "value 'a' is defined twice"),
+])
+def test_malformed_plans_raise_plan_error(steps, message):
+    with pytest.raises(PlanError, match=message):
+        Executor(Plan({"a": vs(3)}, {"y": steps[-1].output if not isinstance(steps[-1], KernelStep) else "y"}, steps))
+
+
+def test_unknown_view_op_is_rejected_when_the_step_is_built():
+    with pytest.raises(PlanError, match="unknown view op 'reverse'; expected one of transpose"):
+        ViewStep("reverse", {}, "a", "y")
+
+
+def test_run_checks_input_names_shapes_and_dtypes():
+    ex = Executor(sample_plan())
+    with pytest.raises(PlanError, match=r"plan inputs are \(a: f32\[2,3\], b: f32\[3\]\); missing \['b'\], unexpected \['c'\]"):
+        ex.run(a=np.zeros((2, 3), np.float32), c=1)
+    with pytest.raises(PlanError, match=r"input 'a': expected f32\[2,3\] \(numpy float32\), got numpy float64\[2, 3\]"):
+        ex.run(a=np.zeros((2, 3)), b=np.zeros(3, np.float32))
+    with pytest.raises(PlanError, match=r"got numpy float32\[3, 2\]"):
+        ex.run(a=np.zeros((3, 2), np.float32), b=np.zeros(3, np.float32))
+
+
+def test_contiguize_rule_of_spec_2_3():
+    s, l = Storage.from_numpy(np.zeros((2, 3), np.float32))
+    assert not needs_contiguize(s, l, False)                         # (a)
+    assert needs_contiguize(s, l.transpose(), False)
+    assert not needs_contiguize(s, l.transpose(), True)              # (b)
+    assert needs_contiguize(s, l.narrow(0, 1, 1), True)              # offset != 0 always
+    assert needs_contiguize(s, l.narrow(1, 0, 2), True)              # bytes != numel*size
+    row, rl = Storage.from_numpy(np.zeros(3, np.float32))
+    assert needs_contiguize(row, rl.broadcast_as((2, 3)), True)      # stride-0: bytes differ
+
+
+def _recording_table(caps):
+    seen = []
+
+    def k(inputs, outputs, layouts, params):
+        seen.append(layouts[0])
+        outputs[0].view(layouts[-1])[...] = inputs[0].view(layouts[0]) + inputs[1].view(layouts[1])
+
+    t = KernelBindingTable()
+    t.register_with_caps(OpKind.AddElementwise, [F32] * 3, "cpu", k, caps)
+    return t, seen
+
+
+@pytest.mark.parametrize("strided, expect_transposed", [(False, False), (True, True)])
+def test_executor_passes_strided_views_only_to_strided_capable_kernels(strided, expect_transposed):
+    table, seen = _recording_table(KernelCaps(strided_input=strided))
+    plan = Plan({"a": vs(2, 3)}, {"y": "y"},
+                [ViewStep("transpose", {}, "a", "at"),
+                 KernelStep(OpKind.AddElementwise, [F32] * 3, "cpu", P.NO_PARAMS, ["at", "at"], ["y"], [vs(3, 2)])])
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    y = Executor(plan, table).run(a=a)["y"]
+    np.testing.assert_array_equal(y, 2 * a.T)
+    assert (seen[0] == Layout((3, 2), (1, 3), 0)) is expect_transposed
+    assert seen[0].is_contiguous() is not expect_transposed
+
+
+def test_kernel_failure_is_a_kernel_error_naming_the_step():
+    plan = Plan({"x": vs(3), "i": vs(1, dt="u32")}, {"y": "y"},
+                [KernelStep(OpKind.IndexSelect, [F32, "u32", F32], "cpu", P.IndexSelect(1, 3, 1, 1),
+                            ["x", "i"], ["y"], [vs(1)], "pick")])
+    ex = Executor(plan)
+    assert ex.run(x=np.array([1, 2, 3], np.float32), i=np.array([2], np.uint32))["y"].tolist() == [3.0]
+    with pytest.raises(KernelError, match=r"step 0 \(pick\).*index 7 out of range"):
+        ex.run(x=np.zeros(3, np.float32), i=np.array([7], np.uint32))
+
+
+def test_bundle_outputs_and_deferred_matmul_rows():
+    plan = Plan(
+        {"x": vs(4, dt="i32"), "a": vs(4, 2), "b": vs(2, 3)},
+        {"idx": "idx", "count": "count", "y": "y"},
+        [KernelStep(OpKind.NonZeroIndices, ["i32", "u32"], "cpu", P.NonZeroIndices(4, 7), ["x"],
+                    ["idx", "count"], [vs(4, dt="u32"), vs(1, dt="u32")], "nz"),
+         KernelStep(OpKind.MatMul, [F32] * 3, "cpu", P.Matmul((), (), 4, 3, 2, P.MatmulM.deferred(7)),
+                    ["a", "b"], ["y"], [vs(4, 3)], "mm")])
+    a = np.arange(8, dtype=np.float32).reshape(4, 2)
+    b = np.ones((2, 3), np.float32)
+    out = Executor(plan).run(x=np.array([5, 0, 0, 9], np.int32), a=a, b=b)
+    assert out["idx"].tolist() == [0, 3, 0, 0] and out["count"].tolist() == [2]
+    np.testing.assert_array_equal(out["y"][:2], a[:2] @ b)
+    assert (out["y"][2:] == 0).all()
+
+
+def test_executor_uses_the_global_table_by_default():
+    assert Executor(sample_plan()).table is global_table()
