@@ -98,10 +98,15 @@ class Recipe:
 
     ``scalars(params) -> tuple[float, ...]`` projects the params onto the
     recipe's open scalar slots, in pre-order (``count_scalar_slots``).
+    ``unused_inputs`` lists fused inputs the math does not read (dV of
+    FlashAttnBackward does not read v; a length-1 scan never reads its decay
+    ``a``): they count as bound for the contiguous-binds rule. It may be a
+    function ``(params, input_types) -> tuple`` for per-call recipes.
     """
     roots: Any = None
     build: Optional[Callable] = None
     scalars: Callable[[dict], tuple] = lambda params: ()
+    unused_inputs: tuple = ()
 
     def __post_init__(self):
         if (self.roots is None) == (self.build is None):

@@ -386,7 +386,7 @@ def op_signature(name: str):
                                          f"static fused op of the registry")
 
 
-def validate_recipe(recipe) -> None:
+def validate_recipe(recipe, unused_inputs=()) -> None:
     """Check a recipe (one root or a tuple of roots) before any use.
 
     Raises ``RecipeError`` with ``reason``:
@@ -396,7 +396,8 @@ def validate_recipe(recipe) -> None:
     ``BadArity`` (operand count differs from the op's arity),
     ``BadAttrs`` (unknown or missing param, value of the wrong kind, bad rel
     expression, rel index out of range), ``BadSlot`` (a slot on a param that
-    cannot carry one). Returns None when the recipe is well formed.
+    cannot carry one). ``unused_inputs`` are fused inputs the recipe does
+    not read; they count as bound. Returns None when the recipe is well formed.
     """
     roots = _roots(recipe)
     if not roots:
@@ -410,7 +411,7 @@ def validate_recipe(recipe) -> None:
                 raise RecipeError("NonConcreteRegion", f"{n!r} is not a pattern node")
             if isinstance(n, Bind) and (not isinstance(n.index, int) or n.index < 0):
                 raise RecipeError("NonContiguousBinds", f"bad bind index {n.index!r}")
-    binds = bind_indices(recipe)
+    binds = sorted(set(bind_indices(recipe)) | set(unused_inputs))
     if binds != list(range(len(binds))):
         raise RecipeError("NonContiguousBinds", f"bind indices {binds} are not exactly "
                                                 f"[0, {len(binds)}); every fused input must be "

@@ -281,8 +281,10 @@ def _instantiate(entry, params, input_types) -> "RecipeDag | Decline":
     roots = recipe_roots(entry, p, input_types)
     if isinstance(roots, Decline):
         return roots
-    validate_recipe(roots)
-    n_binds = len(bind_indices(roots))
+    unused = entry.recipe.unused_inputs
+    unused = tuple(unused(p, list(input_types)) if callable(unused) else unused)
+    validate_recipe(roots, unused)
+    n_binds = len(set(bind_indices(roots)) | set(unused))
     if n_binds != len(input_types):
         return Decline(entry.name, f"recipe binds {n_binds} input(s) but the node has "
                                    f"{len(input_types)}")

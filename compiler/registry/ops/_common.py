@@ -66,3 +66,70 @@ def bc_last(reduced, like: int = 0):
 def mean_b(x, like: int = 0):
     """fuel-spec ``mean_b``: MeanDim(last) -> Unsqueeze(append) -> BroadcastTo(SameAs)."""
     return bc_last(op("MeanDim", x, axis=LAST), like)
+
+
+def iota_index(dims, factors):
+    """Recipe idiom: an F32 tensor of shape ``dims`` holding
+    ``sum_i factors[i] * index_i`` (exact below 2**24), built from Iota."""
+    total = None
+    n = len(dims)
+    for i, (d, f) in enumerate(zip(dims, factors)):
+        t = op("Reshape", op("Iota", len=d), shape=tuple(d if j == i else 1 for j in range(n)))
+        if f != 1:
+            t = op("MulScalar", t, value=float(f))
+        t = op("BroadcastTo", t, shape=tuple(dims))
+        total = t if total is None else op("Add", total, t)
+    return total
+
+
+def matmul_flat(act, act_shape, w_kn, n: int):
+    """Recipe idiom: ``act [..,M,K] @ w [K,N]`` by flattening the activations
+    to ``[M',K]``, one MatMul, and reshaping back to ``[..,M,N]``."""
+    k = act_shape[-1]
+    lead = tuple(act_shape[:-1])
+    m = 1
+    for d in lead:
+        m *= d
+    a2 = act if len(act_shape) == 2 else op("Reshape", act, shape=(m, k))
+    y = op("MatMul", a2, w_kn)
+    return y if len(act_shape) == 2 else op("Reshape", y, shape=lead + (n,))
+
+
+def split_bytes(words_f64, n_words: int):
+    """Recipe idiom: a ``[n_words]`` F64 tensor of u32 words -> ``[n_words*4]``
+    F64 bytes in little-endian stream order (floor/subtract, exact)."""
+    parts = []
+    q = words_f64
+    for i in range(4):
+        if i < 3:
+            nq = op("Floor", op("MulScalar", q, value=1.0 / 256))
+            parts.append(op("Sub", q, op("MulScalar", nq, value=256.0)))
+            q = nq
+        else:
+            parts.append(q)
+    cols = [op("Unsqueeze", p, dim=1) for p in parts]
+    return op("Reshape", op("Concat", *cols, dim=1), shape=(n_words * 4,))
+
+
+def f16_from_bytes(lo, hi):
+    """Recipe idiom: decode IEEE half values from their two bytes (F32
+    tensors holding 0..255) arithmetically; bit-exact for finite values."""
+    h = op("Add", lo, op("MulScalar", hi, value=256.0))
+    s = op("Floor", op("MulScalar", h, value=1.0 / 32768))
+    r = op("Sub", h, op("MulScalar", s, value=32768.0))
+    e = op("Floor", op("MulScalar", r, value=1.0 / 1024))
+    m = op("Sub", r, op("MulScalar", e, value=1024.0))
+    # 2**e as a product of per-bit factors (exact): bit i contributes 2**(2**i)
+    rem, pw = e, None
+    for i in (4, 3, 2, 1, 0):
+        bit = op("Floor", op("MulScalar", rem, value=1.0 / (1 << i)))
+        rem = op("Sub", rem, op("MulScalar", bit, value=float(1 << i)))
+        f = op("AddScalar", op("MulScalar", bit, value=float(2 ** (1 << i) - 1)), value=1.0)
+        pw = f if pw is None else op("Mul", pw, f)
+    sub = op("Relu", op("AddScalar", op("Neg", e), value=1.0))       # 1 iff e == 0
+    normal = op("MulScalar", op("Mul", op("AddScalar", m, value=1024.0), pw), value=2.0 ** -25)
+    subn = op("MulScalar", m, value=2.0 ** -24)
+    mag = op("Add", op("Mul", sub, subn),
+             op("Mul", op("AddScalar", op("Neg", sub), value=1.0), normal))
+    sign = op("AddScalar", op("MulScalar", s, value=-2.0), value=1.0)
+    return op("Mul", sign, mag)

@@ -1,0 +1,89 @@
+"""Shared math of the attention family (FlashAttn, its backward, PagedAttn):
+the numpy score computation and the recipe fragments (GQA repeat, scaled
+scores, softcap, alibi, band masks)."""
+from __future__ import annotations
+
+from ..grammar import op
+from ._common import DType, np
+
+
+# -- numpy ------------------------------------------------------------------
+def repeat_heads(k, hq):
+    """[B,Hkv,S,D] -> [B,Hq,S,D]: query head h uses kv head h // (Hq/Hkv)."""
+    return np.repeat(k, hq // k.shape[1], axis=1)
+
+
+def raw_scores(q, k, scale):
+    return scale * np.matmul(q, np.swapaxes(k, -1, -2))
+
+
+def finish_scores(s_raw, params, alibi, offset, sq, sk):
+    """softcap, alibi and band masks on the scaled scores ``[B,Hq,Sq,Sk]``."""
+    s = s_raw
+    cap = params.get("softcap")
+    if cap is not None:
+        s = cap * np.tanh(s / cap)
+    i = np.arange(sq)[:, None]
+    j = np.arange(sk)[None, :]
+    if alibi is not None:
+        s = s + alibi[None, :, None, None] * (j - (i + offset))[None, None]
+    mask = np.zeros((sq, sk), dtype=bool)
+    if params.get("causal"):
+        mask |= j > i + offset
+    if params.get("window_size_right") is not None:
+        mask |= j >= i + offset + params["window_size_right"] + 1
+    if params.get("window_size_left") is not None:
+        mask |= j <= i + offset - params["window_size_left"] - 1
+    return np.where(mask[None, None], -np.inf, s)
+
+
+def softmax(s):
+    with np.errstate(invalid="ignore"):
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+
+# -- recipe fragments ---------------------------------------------------------
+def rep_node(k, shape, hq):
+    """GQA repeat as Reshape -> BroadcastTo -> Reshape (identity when equal)."""
+    b, hkv, s, d = shape
+    if hq == hkv:
+        return k
+    g = hq // hkv
+    k5 = op("Reshape", k, shape=(b, hkv, 1, s, d))
+    return op("Reshape", op("BroadcastTo", k5, shape=(b, hkv, g, s, d)), shape=(b, hq, s, d))
+
+
+def scores_node(q, k_rep, scale, params, alibi, offset, shape4, dtype):
+    """Scaled scores with softcap, alibi and band masks: ``[B,Hq,Sq,Sk]``.
+    Returns ``(masked_scores, tanh_node_or_None)``."""
+    b, hq, sq, sk = shape4
+    s = op("MulScalar", op("MatMul", q, op("Transpose", k_rep)), value=float(scale))
+    th = None
+    cap = params.get("softcap")
+    if cap is not None:
+        th = op("Tanh", op("MulScalar", s, value=1.0 / cap))
+        s = op("MulScalar", th, value=float(cap))
+    if alibi is not None:
+        dist = op("Sub", op("BroadcastTo", op("Reshape", op("Iota", len=sk), shape=(1, sk)),
+                            shape=(sq, sk)),
+                  op("BroadcastTo", op("Reshape", op("Iota", len=sq), shape=(sq, 1)),
+                     shape=(sq, sk)))
+        if offset:
+            dist = op("AddScalar", dist, value=float(-offset))
+        if dtype != DType.F32:
+            dist = op("Cast", dist, dtype=dtype)
+        slopes = op("BroadcastTo", op("Reshape", alibi, shape=(1, hq, 1, 1)), shape=shape4)
+        s = op("Add", s, op("Mul", slopes, op("BroadcastTo", dist, shape=shape4)))
+    bands = []
+    if params.get("causal"):
+        bands.append(("Triu", offset + 1))
+    if params.get("window_size_right") is not None:
+        bands.append(("Triu", offset + params["window_size_right"] + 1))
+    if params.get("window_size_left") is not None:
+        bands.append(("Tril", offset - params["window_size_left"] - 1))
+    if bands:
+        neg_inf = op("AddScalar", op("MulScalar", s, value=0.0), value=float("-inf"))
+        for kind, diag in bands:
+            s = op("Add", s, op(kind, neg_inf, diagonal=diag))
+    return s, th

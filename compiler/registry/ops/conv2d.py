@@ -1,0 +1,108 @@
+"""Conv2D (fused id 6): 2-D cross-correlation with stride, padding and groups
+(dilation 1).
+
+Inputs x ``[N,Cin,H,W]``, w ``[Cout,Cin/g,Kh,Kw]``, optional bias ``[Cout]``
+(arity 2 or 3), one float dtype. Params ``stride`` (sh, sw), ``padding``
+(ph, pw), ``groups``. Output ``[N,Cout,(H+2ph-Kh)/sh+1,(W+2pw-Kw)/sw+1]``.
+Recipe: per-call im2col (Pad, Reshape, an Iota-built U32 index vector,
+IndexSelect, MatMul, Reshape, bias); groups > 1 run per group on channel
+slices and Concat (instead of the spec's rank-5 batched form). Index math in
+F32 is exact while the padded plane is below 2**24 elements; larger planes
+decline. Backward: autograd's hand-written rule (``custom``).
+"""
+from ..entry import CUSTOM, Decline, FusedOpEntry, Family, Recipe
+from ..grammar import Bind, op
+from ._common import (OpKind, ParamSpec, TensorType, DType, check_arity, check_float,
+                      dtype_of, fail, iota_index, np, out, wide)
+
+NAME = "Conv2D"
+
+
+def _geometry(types, params):
+    x, w = types[0], types[1]
+    if len(x.shape) != 4 or len(w.shape) != 4:
+        raise fail(NAME, types, "x must be [N,Cin,H,W] and w [Cout,Cin/g,Kh,Kw]")
+    (n, cin, h, wd), (cout, cpg, kh, kw) = x.shape, w.shape
+    (sh, sw), (ph, pw), g = params["stride"], params["padding"], params["groups"]
+    if g < 1 or cin % g or cout % g or cpg * g != cin:
+        raise fail(NAME, types, f"groups={g} must divide Cin={cin} and Cout={cout}, with "
+                                f"w's second axis = Cin/groups")
+    if sh < 1 or sw < 1 or ph < 0 or pw < 0:
+        raise fail(NAME, types, "stride must be >= 1 and padding >= 0")
+    hp, wp = h + 2 * ph, wd + 2 * pw
+    if kh > hp or kw > wp or kh < 1 or kw < 1:
+        raise fail(NAME, types, f"kernel {kh}x{kw} larger than the padded input {hp}x{wp}")
+    return n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, (hp - kh) // sh + 1, (wp - kw) // sw + 1
+
+
+def infer(types, params):
+    check_arity(NAME, types, 2, 3, ("x", "w", "bias"))
+    check_float(NAME, types, range(len(types)))
+    if len(params["stride"]) != 2 or len(params["padding"]) != 2:
+        raise fail(NAME, types, "stride and padding are (h, w) pairs")
+    n, cin, cout, *_, ho, wo = _geometry(types, params)
+    if any(t.dtype != types[0].dtype for t in types):
+        raise fail(NAME, types, "x, w and bias must share one dtype")
+    if len(types) == 3 and tuple(types[2].shape) != (cout,):
+        raise fail(NAME, types, f"bias must be [Cout] = [{cout}]")
+    return TensorType((n, cout, ho, wo), types[0].dtype)
+
+
+def reference(inputs, params):
+    x, w = wide(inputs[0]), wide(inputs[1])
+    (sh, sw), (ph, pw), g = params["stride"], params["padding"], params["groups"]
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    n, cin, hp, wp = xp.shape
+    cout, cpg, kh, kw = w.shape
+    ho, wo = (hp - kh) // sh + 1, (wp - kw) // sw + 1
+    y = np.zeros((n, cout, ho, wo))
+    opg = cout // g
+    for gi in range(g):
+        xs = xp[:, gi * cpg:(gi + 1) * cpg]
+        ws = w[gi * opg:(gi + 1) * opg]
+        for ky in range(kh):
+            for kx in range(kw):
+                patch = xs[:, :, ky:ky + sh * (ho - 1) + 1:sh, kx:kx + sw * (wo - 1) + 1:sw]
+                y[:, gi * opg:(gi + 1) * opg] += np.einsum("nchw,oc->nohw", patch, ws[:, :, ky, kx])
+    if len(inputs) == 3:
+        y += wide(inputs[2]).reshape(1, cout, 1, 1)
+    return out(y, dtype_of(inputs[0]))
+
+
+def build(params, types):
+    n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
+    if hp * wp >= 1 << 24:
+        return Decline(NAME, f"padded plane {hp}x{wp} too large for exact F32 index math")
+    x = Bind(0)
+    if ph or pw:
+        x = op("Pad", x, padding=(0, 0, 0, 0, ph, ph, pw, pw), mode="constant", value=0.0)
+    cpg, opg = cin // g, cout // g
+    kk = cpg * kh * kw
+    idx = op("Cast", op("Reshape", iota_index((kh, kw, ho, wo), (wp, 1, sh * wp, sw)),
+                        shape=(kh * kw * ho * wo,)), dtype=DType.U32)
+    ys = []
+    for gi in range(g):
+        xg = x if g == 1 else op("Slice", x, dim=1, start=gi * cpg, len=cpg)
+        wg = Bind(1) if g == 1 else op("Slice", Bind(1), dim=0, start=gi * opg, len=opg)
+        xf = op("Reshape", xg, shape=(n, cpg, hp * wp))
+        cols = op("IndexSelect", xf, idx, dim=2)
+        p = op("Reshape", cols, shape=(n, kk, ho * wo))
+        wb = op("BroadcastTo", op("Reshape", wg, shape=(1, opg, kk)), shape=(n, opg, kk))
+        ys.append(op("Reshape", op("MatMul", wb, p), shape=(n, opg, ho, wo)))
+    y = ys[0] if g == 1 else op("Concat", *ys, dim=1)
+    if len(types) == 3:
+        b = op("BroadcastTo", op("Reshape", Bind(2), shape=(1, cout, 1, 1)),
+               shape=(n, cout, ho, wo))
+        y = op("Add", y, b)
+    return y
+
+
+ENTRY = FusedOpEntry(
+    id=6, name=NAME, mnemonic="conv2d", family=Family.FORWARD,
+    arity=-1, min_arity=2,
+    params=(ParamSpec("stride", "i64s", (1, 1)), ParamSpec("padding", "i64s", (0, 0)),
+            ParamSpec("groups", "i64", 1)),
+    infer=infer, reference=reference, recipe=Recipe(build=build),
+    backward=CUSTOM, op_kind=OpKind.Conv2D, destructive_input=None, cse_tag=6,
+    input_names=("x", "w", "bias"), doc=__doc__,
+)
