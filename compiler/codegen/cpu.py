@@ -178,6 +178,12 @@ def prepare_entries(module: "ir.Module", entry_names: Iterable[str]) -> None:
                 ret.operation.erase()
             f.attributes["function_type"] = ir.TypeAttr.get(
                 ir.FunctionType.get(list(ftype.inputs) + out_types, []))
+            if "arg_attrs" in f.attributes:  # one dictionary per argument
+                old = ir.ArrayAttr(f.attributes["arg_attrs"])
+                f.attributes["arg_attrs"] = ir.ArrayAttr.get(
+                    [old[i] for i in range(len(old))] + [ir.DictAttr.get({}) for _ in out_types])
+            if "res_attrs" in f.attributes:
+                del f.attributes["res_attrs"]
             f.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
 
 

@@ -15,6 +15,7 @@ this one module (toolchain.md §5):
 from __future__ import annotations
 
 import re
+import struct
 
 import llvmlite.binding as llvm
 
@@ -54,12 +55,40 @@ def _hex_literal(kind: str, bits: int) -> str:
     return f"0x{(sign << 63) | (dexp << 52) | (mant << 29):016X}"
 
 
-def fixup_ir_text(text: str) -> str:
-    """Rewrite the LLVM-24-only special float literals of ``text`` to hex."""
+# LLVM 24 also prints some constants as ``f0x<bits>``: the raw bits in the
+# type's own width, not always right after the type (``fcmp oge float %x,
+# f0x4F000000``); the type is the nearest float type keyword before it.
+_RAW_BITS = re.compile(r"(?<![\w.%@])f0x([0-9a-fA-F]+)\b")
+_FLOAT_TYPE = re.compile(r"\b(half|bfloat|float|double)\b")
+
+
+def _raw_bits_literal(kind: str, bits: int) -> str:
+    if kind == "float" and (bits >> 23) & 0xFF != 0xFF:
+        value = struct.unpack("<f", struct.pack("<I", bits))[0]
+        return f"0x{struct.unpack('<Q', struct.pack('<d', value))[0]:016X}"
+    return _hex_literal(kind, bits)
+
+
+def _fix_raw_bits_line(line: str) -> str:
     def sub(m: re.Match) -> str:
+        kinds = _FLOAT_TYPE.findall(line, 0, m.start())
+        if not kinds:
+            raise CodegenError(f"cannot tell the type of float literal {m.group(0)} in: {line.strip()}")
+        return _raw_bits_literal(kinds[-1], int(m.group(1), 16))
+    return _RAW_BITS.sub(sub, line)
+
+
+def fixup_ir_text(text: str) -> str:
+    """Rewrite the LLVM-24-only float literals of ``text`` (``-inf``,
+    ``+qnan``, ``+nan(0x..)``, ``+snan(0x..)``, ``f0x<bits>``) to the hex
+    forms LLVM 22 reads, keeping every bit."""
+    def special(m: re.Match) -> str:
         kind, sign, what, payload = m.groups()
         return f"{kind} {_hex_literal(kind, _special_bits(kind, sign, what, payload))}"
-    return _SPECIAL_FLOAT.sub(sub, text)
+    text = _SPECIAL_FLOAT.sub(special, text)
+    if "f0x" in text:
+        text = "\n".join(_fix_raw_bits_line(l) if "f0x" in l else l for l in text.split("\n"))
+    return text
 
 
 # -- runtime support linked into every module that needs it -----------------
