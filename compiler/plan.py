@@ -1,0 +1,195 @@
+"""Planning: the post-pass ``fuel`` module becomes a runtime ``Plan``.
+
+The plan IS the IR after the passes: every ``fuel.*`` op in the entry
+function becomes one step, in program order.
+
+* ops with an ``OpKind`` (primitives, static fused ops) -> ``KernelStep`` keyed
+  ``(OpKind, operand dtypes then result dtypes, backend)`` with the ``OpParams``
+  of ``compiler.graph.kernel_params`` (fused ops: their registry entry's
+  ``op_params``);
+* view ops (Transpose, Permute, BroadcastTo, Unsqueeze, Squeeze, Slice, Flip)
+  -> ``ViewStep`` (metadata only, spec §2.3);
+* Reshape / Contiguize -> ``ReshapeStep`` / ``ContiguizeStep``;
+* Const / Iota -> ``ConstStep`` over ``plan.constants``.
+
+``plan_from_module`` raises ``PlanningError`` naming the op (and its location,
+which is the graph node's name) when an op has no way to run.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from runtime import BackendId, BindingKey
+from runtime.dtype import DType
+from runtime.executor import (ConstStep, ContiguizeStep, KernelStep, Plan, ReshapeStep,
+                              ValueSpec, ViewStep)
+
+from .dialect.attrs import op_params
+from .dialect.definition import lookup
+from .dialect.emit import NAME_ATTR, OUTPUT_NAMES_ATTR
+from .dialect.types import mlir_to_dtype
+from .errors import CompilerError
+from .graph.kernel_params import KernelParamsError, to_op_params
+from .graph.opdef import TensorType
+from .mlir import ir
+
+
+class PlanningError(CompilerError):
+    """A fuel op that cannot be turned into a plan step."""
+
+
+_VIEWS = {
+    "Transpose": lambda p, rank: ("transpose", {"dim0": rank - 2, "dim1": rank - 1}),
+    "Permute": lambda p, rank: ("permute", {"perm": tuple(p["perm"])}),
+    "BroadcastTo": lambda p, rank: ("broadcast_as", {"shape": tuple(p["shape"])}),
+    "Unsqueeze": lambda p, rank: ("unsqueeze", {"dim": p["dim"]}),
+    "Squeeze": lambda p, rank: ("squeeze", {"dim": p["dim"]}),
+    "Slice": lambda p, rank: ("narrow", {"dim": p["dim"], "start": p["start"], "length": p["len"]}),
+    "Flip": lambda p, rank: ("flip", {"dim": p["dim"]}),
+}
+
+
+def tensor_types(values) -> list[TensorType]:
+    """TensorTypes of MLIR tensor values (or types)."""
+    out = []
+    for v in values:
+        t = ir.RankedTensorType(getattr(v, "type", v))
+        out.append(TensorType(tuple(t.shape), mlir_to_dtype(t.element_type)))
+    return out
+
+
+def find_func(module, func_name: str = "main"):
+    for op in module.body.operations:
+        if op.operation.name == "func.func" and \
+                ir.StringAttr(op.operation.attributes["sym_name"]).value == func_name:
+            return op
+    raise PlanningError(f"module has no func.func @{func_name}")
+
+
+def _loc(op) -> str:
+    return str(op.location)
+
+
+def plan_from_module(module, constants: dict | None = None, *, backend=BackendId.CPU,
+                     func_name: str = "main") -> Plan:
+    """Build the runtime Plan of ``func_name`` in a fuel module (after the
+    passes). ``constants`` holds the payloads emission kept out of the IR."""
+    constants = dict(constants or {})
+    f = find_func(module, func_name)
+    block = f.regions[0].blocks[0]
+    ids: dict = {}
+    names: dict[str, int] = {}
+
+    def fresh(hint: str) -> str:
+        n = names.get(hint, 0)
+        names[hint] = n + 1
+        return hint if n == 0 else f"{hint}.{n}"
+
+    inputs: dict[str, ValueSpec] = {}
+    arg_attrs = f.arg_attrs if "arg_attrs" in f.operation.attributes else None
+    for k, arg in enumerate(block.arguments):
+        name = f"arg{k}"
+        if arg_attrs is not None:
+            d = ir.DictAttr(arg_attrs[k])
+            if NAME_ATTR in d:
+                name = ir.StringAttr(d[NAME_ATTR]).value
+        tt = tensor_types([arg])[0]
+        inputs[name] = ValueSpec(tt.shape, tt.dtype)
+        ids[arg] = fresh(name)
+
+    steps: list = []
+    plan_consts: dict[str, np.ndarray] = {}
+    out_names: list[str] = []
+    if OUTPUT_NAMES_ATTR in f.operation.attributes:
+        out_names = [ir.StringAttr(a).value for a in ir.ArrayAttr(f.operation.attributes[OUTPUT_NAMES_ATTR])]
+    outputs: dict[str, str] = {}
+
+    for op in block.operations:
+        o = op.operation
+        if o.name == "func.return":
+            rets = list(o.operands)
+            if not out_names:
+                out_names = [f"out{i}" for i in range(len(rets))]
+            if len(out_names) != len(rets):
+                raise PlanningError(f"@{func_name} returns {len(rets)} values but names {len(out_names)} outputs")
+            outputs = {n: ids[v] for n, v in zip(out_names, rets)}
+            break
+        if not o.name.startswith("fuel."):
+            raise PlanningError(f"{o.name} at {_loc(o)}: only fuel ops can be planned; "
+                                "run the fuel pipeline before planning, not a lowering pass")
+        spec = lookup(o.name)
+        params = op_params(o)
+        ins = tensor_types(o.operands)
+        outs = tensor_types(o.results)
+        in_ids = [ids[v] for v in o.operands]
+        hint = _name_hint(o, spec.mnemonic)
+        out_ids = [fresh(hint if len(outs) == 1 else f"{hint}#{i}") for i in range(len(outs))]
+        for r, vid in zip(o.results, out_ids):
+            ids[r] = vid
+        name = spec.name
+        if name == "Const":
+            cname = params["name"]
+            if cname in constants:
+                arr = constants[cname]
+            elif "value" in o.attributes:
+                arr = _dense_to_numpy(o.attributes["value"], outs[0])
+            else:
+                raise PlanningError(f"fuel.const {cname!r} at {_loc(o)} has no inline value and no "
+                                    f"payload was supplied (supplied: {sorted(constants)})")
+            key = fresh(f"const:{cname}")
+            plan_consts[key] = np.ascontiguousarray(arr).reshape(outs[0].shape)
+            steps.append(ConstStep(key, out_ids[0], name=hint))
+        elif name == "Iota":
+            key = fresh("const:iota")
+            plan_consts[key] = np.arange(params["len"], dtype=np.float32)
+            steps.append(ConstStep(key, out_ids[0], name=hint))
+        elif name in _VIEWS:
+            vop, args = _VIEWS[name](params, len(ins[0].shape))
+            steps.append(ViewStep(vop, args, in_ids[0], out_ids[0], name=hint))
+        elif name == "Reshape":
+            steps.append(ReshapeStep(in_ids[0], out_ids[0], tuple(params["shape"]), name=hint))
+        elif name == "Contiguize":
+            steps.append(ContiguizeStep(in_ids[0], out_ids[0], name=hint))
+        else:
+            steps.append(_kernel_step(o, spec, params, ins, outs, in_ids, out_ids, backend, hint))
+    return Plan(inputs, outputs, steps, plan_consts)
+
+
+def _kernel_step(o, spec, params, ins, outs, in_ids, out_ids, backend, hint) -> KernelStep:
+    src = spec.source
+    kind = getattr(src, "op_kind", None)
+    if kind is None:
+        raise PlanningError(f"{o.name} ({spec.name}) at {_loc(o)} has no kernel kind; "
+                            + ("decompose it first (fuel-decompose)" if spec.fused else "it cannot run"))
+    try:
+        if spec.fused:
+            to_params = getattr(src, "op_params", None)
+            if to_params is None:
+                raise PlanningError(f"{o.name} at {_loc(o)}: fused op {spec.name} does not say which "
+                                    "OpParams its kernel takes; decompose it (fuel-decompose{all=true})")
+            op_p = to_params(params, ins)
+        else:
+            op_p = to_op_params(spec.name, params, ins, outs)
+    except KernelParamsError as e:
+        raise PlanningError(f"{o.name} at {_loc(o)}: {e}") from None
+    dtypes = [t.dtype for t in ins] + [t.dtype for t in outs[:1]]
+    return KernelStep(BindingKey.static(kind), tuple(dtypes), backend, op_p, tuple(in_ids),
+                      tuple(out_ids), tuple(ValueSpec(t.shape, t.dtype) for t in outs), name=hint)
+
+
+def _name_hint(o, mnemonic: str) -> str:
+    loc = str(o.location)
+    if loc.startswith('loc("') and loc.endswith('")'):
+        return loc[5:-2]
+    return mnemonic
+
+
+def _dense_to_numpy(attr, tt: TensorType) -> np.ndarray:
+    dense = ir.DenseElementsAttr(attr)
+    store = tt.dtype.storage_numpy
+    if dense.is_splat:
+        v = np.array(dense.get_splat_value().value if tt.dtype is not DType.BF16 else 0)
+        if tt.dtype in (DType.BF16,):
+            raise PlanningError("splat bf16 constants are not supported inline; pass them as payloads")
+        return np.full(tt.shape, v, dtype=store)
+    return np.array(dense, copy=True).astype(store, copy=False).reshape(tt.shape)
