@@ -340,7 +340,7 @@ def run_pipeline(module, pipeline: str = DEFAULT_PIPELINE, *,
     if print_ir_after_all or print_ir_after_failure:
         built.pm.enable_ir_printing(print_after_all=print_ir_after_all,
                                     print_after_failure=print_ir_after_failure)
-    snapshot = input_text if input_text is not None else (str(op) if reproducer else None)
+    snapshot = (input_text if input_text is not None else str(op)) if reproducer else None
     eng = engine if engine is not None else DiagnosticEngine()
     with collecting(eng):
         try:
