@@ -40,6 +40,11 @@ def test_llvmlite_rejects_llvm24_literals_unfixed():
     ("half", "+qnan", 0x7E00),
     ("bfloat", "+qnan", 0x7FC0),
     ("bfloat", "-inf", 0xFF80),
+    ("float", "f0x4F000000", 0x4F000000),      # LLVM 24 raw-bits form
+    ("float", "f0x00000001", 0x00000001),      # a denormal
+    ("double", "f0x3FF0000000000001", 0x3FF0000000000001),
+    ("half", "f0x3C01", 0x3C01),
+    ("bfloat", "f0x3F81", 0x3F81),
 ])
 def test_special_literals_keep_their_bits(ty, literal, bits):
     assert _bits_of(ty, literal) == bits
@@ -50,6 +55,14 @@ def test_fixup_rewrites_vector_splats_and_leaves_other_text():
     out = cg.fixup_ir_text(text)
     assert "splat (float 0xFFF0000000000000)" in out
     assert "fadd float 1.0, 2.0 ; -inf" in out
+
+
+def test_raw_bits_literal_not_next_to_its_type():
+    text = ("define i1 @ge(float %x) {\n  %c = fcmp oge float %x, f0x4F000000\n  ret i1 %c\n}\n")
+    assert "float %x, 0x41E0000000000000" in cg.fixup_ir_text(text)
+    co = load_object(cg.compile_ir_to_object(text)[0])
+    ge = ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_float)(co.address("ge"))
+    assert ge(2.0 ** 31) and not ge(2.0 ** 30)
 
 
 def test_mlir_constants_survive_the_whole_pipeline():
