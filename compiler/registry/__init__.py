@@ -29,3 +29,7 @@ from .recipe import (  # noqa: F401
     try_instantiate_recipe,
 )
 from .registry import FusedOpRegistry, default_registry  # noqa: F401
+from .runtime_fused import (  # noqa: F401
+    is_runtime, lookup, recipe_for, register_runtime_fused, runtime_entries, runtime_entry,
+    runtime_params, runtime_scalars,
+)

@@ -168,6 +168,12 @@ class FusedOpEntry:
     is_runtime: bool = False
 
     def __post_init__(self):
+        # infer/reference always see complete, checked params (defaults filled),
+        # whoever calls them (Graph.add_fused, the interpreter, the passes).
+        for attr in ("infer", "reference"):
+            fn = getattr(self, attr)
+            if not getattr(fn, "_normalizing", False):
+                object.__setattr__(self, attr, _normalizing(self, fn))
         if self.arity != VARIADIC and self.min_arity is None:
             object.__setattr__(self, "min_arity", self.arity)
         if self.arity == VARIADIC and self.min_arity is None:
@@ -192,6 +198,15 @@ class FusedOpEntry:
 
     def __repr__(self) -> str:
         return f"<FusedOpEntry {self.id} {self.name}>"
+
+
+def _normalizing(entry, fn):
+    def wrapped(inputs, params=None):
+        return fn(inputs, normalize_params(entry, params))
+    wrapped._normalizing = True
+    wrapped.__doc__ = fn.__doc__
+    wrapped.raw = fn
+    return wrapped
 
 
 def normalize_params(entry, params: Optional[dict]) -> dict:
@@ -259,6 +274,9 @@ def cse_key(entry, params: Optional[dict]) -> FusedOpParamsKey:
     p = normalize_params(entry, params)
     bits: list[int] = []
     ints: list[int] = []
+    if entry.is_runtime:  # Runtime{scalars}: the slot values' bits (§3.1)
+        return FusedOpParamsKey(entry.id, entry.cse_tag,
+                                tuple(b & NONE_BITS for b in p["scalars"]), ())
     for spec in entry.params:
         v = p[spec.name]
         if spec.kind == "f64":

@@ -9,14 +9,14 @@ Messages name the fused op, the offending part and what would fix it.
 """
 from __future__ import annotations
 
-from compiler.errors import CompilerError
+from compiler.errors import CompilerError, GraphBuildError  # noqa: F401 (re-exported)
 
 
 class RegistryError(CompilerError, ValueError):
     """An unknown fused op or id, or a malformed registry entry."""
 
 
-class FusedParamsError(RegistryError):
+class FusedParamsError(RegistryError, GraphBuildError):
     """Params for a fused node that do not match the entry's ParamSpecs."""
 
 

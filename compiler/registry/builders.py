@@ -1,0 +1,191 @@
+"""Graph builders for every fused op, on ``Graph.add_fused`` (and
+``Graph.add_node`` for the few primitives around them: affine weights, the
+bias-less linear). Each takes graph handles (``compiler.graph.Tensor``) and
+returns the new handle; params are normalized (defaults filled) before the
+node is made, so the node's params are complete for CSE and the dialect.
+Errors are ``GraphBuildError``s naming the node, the fused op and the rule.
+
+Multi-output ops (``selective_scan``, ``ssd_chunk_scan``) return the fused
+node's handle; its ``node.output_types`` lists both slots (slot 0 is y).
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from .entry import normalize_params
+from .registry import default_registry
+
+
+def _graph(*handles):
+    for h in handles:
+        if h is not None and hasattr(h, "graph"):
+            return h.graph
+    raise TypeError("builders take graph Tensor handles")
+
+
+def fused(name: str, *inputs, **params):
+    """Append the static fused op ``name`` over ``inputs`` with ``params``."""
+    entry = default_registry()[name]
+    ins = [i for i in inputs if i is not None]
+    return _graph(*ins).add_fused(entry, ins, normalize_params(entry, params))
+
+
+def _pair(v, what, op):
+    if isinstance(v, int):
+        return (v, v)
+    v = tuple(v)
+    if len(v) != 2:
+        from compiler.errors import GraphBuildError
+        raise GraphBuildError(f"{op}: {what} must be an int or an (h, w) pair, got {v!r}")
+    return v
+
+
+def _lift(x, vec):
+    """Broadcast a ``[D]`` vector to x's shape (leading-1 Reshape, BroadcastTo)."""
+    g = x.graph
+    r = g.add_node("Reshape", [vec], {"shape": (1,) * (x.ndim - 1) + tuple(vec.shape)})
+    return g.add_node("BroadcastTo", [r], {"shape": tuple(x.shape)})
+
+
+def softmax_last_dim(x):
+    return fused("SoftmaxLastDim", x)
+
+
+def rms_norm(x, weight=None, eps: float = 1e-6):
+    """RmsNormLastDim, then ``* weight`` (``[D]``) when given."""
+    y = fused("RmsNormLastDim", x, eps=eps)
+    return y if weight is None else x.graph.add_node("Mul", [y, _lift(y, weight)])
+
+
+def layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
+    """LayerNormLastDim, then ``* weight + bias`` (each ``[D]``) when given."""
+    y = fused("LayerNormLastDim", x, eps=eps)
+    g = x.graph
+    if weight is not None:
+        y = g.add_node("Mul", [y, _lift(y, weight)])
+    if bias is not None:
+        y = g.add_node("Add", [y, _lift(y, bias)])
+    return y
+
+
+def linear(x, w, bias=None):
+    """``x [..,M,K] @ w [K,N] (+ bias [N])``. A rank-2 ``w`` with a batched x
+    flattens x to ``[M',K]`` and reshapes back. With a bias this is the fused
+    FusedLinear; without, a plain MatMul."""
+    g = x.graph
+    lead = tuple(x.shape[:-1])
+    flat = len(x.shape) > 2 and len(w.shape) == 2
+    a = g.add_node("Reshape", [x], {"shape": (math.prod(lead), x.shape[-1])}) if flat else x
+    if bias is None:
+        y = g.add_node("MatMul", [a, w])
+    else:
+        y = fused("FusedLinear", a, w, bias)
+    return g.add_node("Reshape", [y], {"shape": lead + (w.shape[-1],)}) if flat else y
+
+
+def rope(x, cos, sin):
+    return fused("Rope", x, cos, sin)
+
+
+def conv2d(x, w, bias=None, stride=1, padding=0, groups: int = 1):
+    OPNAME = "Conv2D"
+    return fused("Conv2D", x, w, bias, stride=_pair(stride, "stride", OPNAME),
+                 padding=_pair(padding, "padding", OPNAME), groups=groups)
+
+
+def conv_transpose2d(x, w, bias=None, stride=1, padding=0, output_padding=0, dilation=1,
+                     groups: int = 1):
+    OPNAME = "ConvTranspose2D"
+    return fused("ConvTranspose2D", x, w, bias, stride=_pair(stride, "stride", OPNAME),
+                 padding=_pair(padding, "padding", OPNAME),
+                 output_padding=_pair(output_padding, "output_padding", OPNAME),
+                 dilation=_pair(dilation, "dilation", OPNAME), groups=groups)
+
+
+def flash_attn(q, k, v, causal: bool = True, scale: Optional[float] = None,
+               sliding_window: Optional[int] = None, softcap: Optional[float] = None,
+               alibi_slopes=None, k_len: Optional[int] = None,
+               window_size_right: Optional[int] = None):
+    """Scaled-dot-product attention. ``scale`` defaults to 1/sqrt(D).
+    ``sliding_window=W`` lets each query see itself and the W-1 keys before
+    it (``window_size_left = W - 1``, the Mistral convention)."""
+    if sliding_window is not None and sliding_window < 1:
+        raise ValueError(f"sliding_window must be >= 1, got {sliding_window}")
+    return fused("FlashAttn", q, k, v, alibi_slopes,
+                 softmax_scale=1.0 / math.sqrt(q.shape[-1]) if scale is None else scale,
+                 causal=causal,
+                 window_size_left=None if sliding_window is None else sliding_window - 1,
+                 window_size_right=window_size_right, softcap=softcap, k_len=k_len)
+
+
+def flash_attn_backward(which: str, q, k, v, d_out, causal: bool = True,
+                        scale: Optional[float] = None, window_size_left=None,
+                        window_size_right=None, softcap=None, alibi_slopes=None):
+    """One of dQ/dK/dV (``which`` in "q", "k", "v") of FlashAttn."""
+    return fused(f"FlashAttnBackward{which.upper()}", q, k, v, d_out, alibi_slopes,
+                 softmax_scale=1.0 / math.sqrt(q.shape[-1]) if scale is None else scale,
+                 causal=causal, window_size_left=window_size_left,
+                 window_size_right=window_size_right, softcap=softcap)
+
+
+def paged_attn(q, k_cache, v_cache, block_table, context_lens, scale: Optional[float] = None,
+               softcap: Optional[float] = None, alibi_slopes=None):
+    return fused("PagedAttn", q, k_cache, v_cache, block_table, context_lens, alibi_slopes,
+                 softmax_scale=1.0 / math.sqrt(q.shape[-1]) if scale is None else scale,
+                 block_size=k_cache.shape[1], softcap=softcap)
+
+
+def qmatmul(a, w_q, quant_type: str, k: int, n: int):
+    return fused("QMatMul", a, w_q, quant_type=quant_type, k=k, n=n)
+
+
+def nf4_matmul(act, w_packed, absmax, block_size: int = 64):
+    return fused("Nf4Matmul", act, w_packed, absmax, block_size=block_size)
+
+
+def awq_matmul(act, qweight, qzeros, scales, group_size: int = 128, split_k_iters: int = 1):
+    return fused("AwqMatmul", act, qweight, qzeros, scales, group_size=group_size,
+                 split_k_iters=split_k_iters)
+
+
+def cross_entropy(logits, targets, reduction: str = "mean", ignore_index: int = -100):
+    """FusedSoftmaxCrossEntropy (honours ignore_index, PyTorch semantics)."""
+    return fused("FusedSoftmaxCrossEntropy", logits, targets, reduction=reduction,
+                 ignore_index=ignore_index)
+
+
+def causal_conv1d(x, w, bias, use_silu: bool = False):
+    return fused("CausalConv1d", x, w, bias, use_silu=use_silu)
+
+
+def selective_scan(u, delta, a, b, c, delta_softplus: bool = False):
+    return fused("SelectiveScan", u, delta, a, b, c, delta_softplus=delta_softplus)
+
+
+def ssd_chunk_scan(x, dt, a, b, c, chunk_size: int = 1):
+    return fused("SsdChunkScan", x, dt, a, b, c, chunk_size=chunk_size)
+
+
+def inplace_affine(x, mul: float, add: float):
+    return fused("InplaceAffine", x, mul=mul, add=add)
+
+
+def powi_backward(x, up, exp: int):
+    return fused("PowIBackward", x, up, exp=exp)
+
+
+def softmax_last_dim_backward(s, g):
+    return fused("SoftmaxLastDimBackward", s, g)
+
+
+def layer_norm_last_dim_backward(x, g, eps: float = 1e-5):
+    return fused("LayerNormLastDimBackward", x, g, eps=eps)
+
+
+def rms_norm_last_dim_backward(x, g, eps: float = 1e-6):
+    return fused("RmsNormLastDimBackward", x, g, eps=eps)
+
+
+def reduce_max_to_backward(x, up):
+    return fused("ReduceMaxToBackward", x, up)
