@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from compiler.codegen.loader import CompiledObject, ObjectLoadError, load_object
-from compiler.codegen.strategy import Strategy, rules_fingerprint
+from compiler.codegen.strategy import LOOPS, Strategy, rules_fingerprint
 
 
 def default_cache_dir() -> Path:
@@ -59,9 +59,9 @@ class KernelCache:
         """The content hash for compiling ``text`` with these entries."""
         from compiler.codegen import cpu, llvm as llvm_codegen
         h = hashlib.sha256()
+        # Without an explicit strategy the choice depends on the rules in force.
         strat = strategy.fingerprint if strategy is not None else "auto:" + rules_fingerprint()
-        for part in (cpu.PIPELINE_VERSION, cpu.describe_pipeline(strategy) if strategy else
-                     cpu.describe_pipeline(cpu.select_strategy(())), strat,
+        for part in (cpu.describe_pipeline(strategy or LOOPS), strat,
                      llvm_codegen.host_description(), _version("torch-mlir"),
                      _version("llvmlite"), ",".join(entry_names), text):
             h.update(part.encode())
