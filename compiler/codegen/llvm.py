@@ -78,6 +78,38 @@ def _fix_raw_bits_line(line: str) -> str:
     return _RAW_BITS.sub(sub, line)
 
 
+# LLVM 24 prints float/half constants as their shortest decimal (``fmul float
+# %x, 4.471500e-02``); LLVM 22 requires a decimal literal to be exactly
+# representable in the type, so such literals become hex (same bits).
+_DECIMAL = re.compile(r"(?<![\w.%@\"])([-+]?\d+\.\d+(?:[eE][-+]?\d+)?)\b")
+
+
+def _decimal_literal(kind: str, text: str) -> str | None:
+    import numpy as np
+    value = float(text)
+    if kind == "float":
+        f = np.float32(value)
+        if float(f) == value or not np.isfinite(f):
+            return None
+        return f"0x{struct.unpack('<Q', struct.pack('<d', float(f)))[0]:016X}"
+    if kind == "half":
+        h = np.float16(value)
+        if float(h) == value:
+            return None
+        return f"0xH{int(np.array(h).view(np.uint16)):04X}"
+    return None  # double: every decimal LLVM prints is exact; bfloat is printed in hex
+
+
+def _fix_decimal_line(line: str) -> str:
+    def sub(m: re.Match) -> str:
+        kinds = _FLOAT_TYPE.findall(line, 0, m.start())
+        if not kinds:
+            return m.group(0)
+        fixed = _decimal_literal(kinds[-1], m.group(1))
+        return m.group(0) if fixed is None else fixed
+    return _DECIMAL.sub(sub, line)
+
+
 def fixup_ir_text(text: str) -> str:
     """Rewrite the LLVM-24-only float literals of ``text`` (``-inf``,
     ``+qnan``, ``+nan(0x..)``, ``+snan(0x..)``, ``f0x<bits>``) to the hex
@@ -88,6 +120,8 @@ def fixup_ir_text(text: str) -> str:
     text = _SPECIAL_FLOAT.sub(special, text)
     if "f0x" in text:
         text = "\n".join(_fix_raw_bits_line(l) if "f0x" in l else l for l in text.split("\n"))
+    text = "\n".join(_fix_decimal_line(l) if ("float" in l or "half" in l) and "e" in l else l
+                     for l in text.split("\n"))
     return text
 
 
