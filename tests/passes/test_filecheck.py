@@ -1,6 +1,7 @@
 """Runs the ``// RUN:`` lines of every ``tests/passes/*.mlir`` file, lit-style.
 
-Substitutions: ``%s`` (the test file), ``%t`` (a per-test temp path),
+``// REQUIRES: <feature>`` skips a file whose feature is absent (see
+FEATURES). Substitutions: ``%s`` (the test file), ``%t`` (a per-test temp path),
 ``python`` (this interpreter), ``not`` (expect failure: lit_not.py). Each RUN
 line runs through the shell from the repository root with ``pipefail``, so
 both the driver and ``filecheck`` must succeed.
@@ -46,8 +47,30 @@ def substitute(cmd: str, path: pathlib.Path, tmp: pathlib.Path) -> str:
 CASES = sorted(HERE.glob("*.mlir"))
 
 
+def _fused_dialect() -> bool:
+    """The fuel dialect defines the registry's fused ops (fuel.softmax_last_dim)."""
+    try:
+        from compiler.dialect import default_ops
+        op = default_ops().get("softmax_last_dim")
+        return op is not None and op.fused
+    except Exception:
+        return False
+
+
+FEATURES = {"fused-dialect": _fused_dialect}
+
+
+def requires(path: pathlib.Path) -> list[str]:
+    return [f.strip() for line in path.read_text().splitlines()
+            for m in [re.match(r"\s*//\s*REQUIRES:\s*(.*)$", line)] if m
+            for f in m.group(1).split(",")]
+
+
 @pytest.mark.parametrize("path", CASES, ids=[p.name for p in CASES])
 def test_mlir_file(path, tmp_path):
+    missing = [f for f in requires(path) if not FEATURES[f]()]
+    if missing:
+        pytest.skip(f"{path.name} requires: {', '.join(missing)}")
     lines = run_lines(path)
     assert lines, f"{path.name} has no RUN line"
     for i, line in enumerate(lines):
