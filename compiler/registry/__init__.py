@@ -22,7 +22,7 @@ from .entry import (  # noqa: F401
 from .errors import FusedParamsError, RecipeError, RegistryError, RuntimeFusedError  # noqa: F401
 from .grammar import (  # noqa: F401
     LAST, SLOT, Any_, Bind, Dims, Extent, Op, Recip, SameAs, SeeThrough, WithDim,
-    bind_indices, count_scalar_slots, op, structural_hash, validate_recipe,
+    bind_indices, count_scalar_slots, op, structural_hash, validate_pattern, validate_recipe,
 )
 from .recipe import (  # noqa: F401
     DagNode, RecipeDag, Ref, emit_dag, emit_recipe, evaluate_dag, instantiate_recipe,

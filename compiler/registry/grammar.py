@@ -506,3 +506,27 @@ def float_bits(x: float) -> int:
 
 def is_finite(x) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def validate_pattern(pattern) -> None:
+    """Check a fusion pattern: like ``validate_recipe`` except that
+    ``SeeThrough``/``Any_`` are allowed and a missing param is a wildcard
+    (matches any value; fuel-spec §4.3 wildcard-on-unset). Raises RecipeError."""
+    from compiler.graph.opdef import VARIADIC
+    binds = bind_indices(pattern)
+    if binds != list(range(len(binds))):
+        raise RecipeError("NonContiguousBinds", f"pattern bind indices {binds} are not "
+                                                f"[0, {len(binds)})")
+    for n in _iter_unique(pattern):
+        if isinstance(n, Op):
+            arity, specs, _ = op_signature(n.op)
+            if arity != VARIADIC and len(n.operands) != arity:
+                raise RecipeError("BadArity", f"{n.op} takes {arity} operand(s), the pattern "
+                                              f"gives {len(n.operands)}")
+            by_name = {s.name: s for s in specs}
+            for k, v in n.params:
+                if k not in by_name:
+                    raise RecipeError("BadAttrs", f"{n.op} has no param {k!r}")
+                _check_value(n.op, by_name[k], v, len(binds))
+        elif not isinstance(n, (Bind, SeeThrough, Any_)):
+            raise RecipeError("NonConcreteRegion", f"{n!r} is not a pattern node")

@@ -5,7 +5,8 @@ and §4.5 the emit algorithm).
 ``try_instantiate_recipe(entry, params, input_types)`` is TOTAL: it returns a
 ``RecipeDag`` or a ``Decline(op, reason)``, never raises. The steps:
 
-1. normalize ``params`` (a wrong payload declines);
+1. normalize ``params`` (a wrong payload declines) and check the input
+   types against the op's own ``infer`` (a misfit declines);
 2. obtain the recipe (static roots, or the per-call builder, which may decline);
 3. ``validate_recipe`` (declines with the RecipeError reason);
 4. the number of distinct binds must equal the number of inputs;
@@ -278,6 +279,12 @@ def _instantiate(entry, params, input_types) -> "RecipeDag | Decline":
     input_types = [t if isinstance(t, TensorType) else TensorType(tuple(t[0]), t[1])
                    for t in input_types]
     p = normalize_params(entry, params)
+    if not getattr(entry, "is_runtime", False):
+        from compiler.errors import GraphBuildError, UnsupportedOpError
+        try:  # the op's own shape/dtype rule first: a per-call recipe assumes valid inputs
+            entry.infer(list(input_types), p)
+        except (GraphBuildError, UnsupportedOpError) as e:
+            return Decline(entry.name, f"inputs do not fit the op: {e}")
     roots = recipe_roots(entry, p, input_types)
     if isinstance(roots, Decline):
         return roots
