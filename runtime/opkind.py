@@ -129,6 +129,9 @@ class OpKind(enum.IntEnum):
     Nf4Matmul = 115
     RuntimeFused = 116
     NonZeroIndices = 117
+    # Not in the spec's snapshot (fused id 25 was decompose-only there); fuelc
+    # gives AWQ its own kernel, so it gets a dispatch key. OpKind is open.
+    AwqMatmul = 118
 
     @classmethod
     def parse(cls, value: "OpKind | str") -> "OpKind":

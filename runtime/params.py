@@ -800,6 +800,22 @@ class Nf4Matmul(OpParams):
 
 
 @variant
+class AwqMatmul(OpParams):
+    """AWQ int4 matmul: act ``[batch, m, k]``, qweight ``[n, k/8]`` U32, qzeros
+    ``[k/group_size, n/8]`` U32, scales ``[k/group_size, n]`` (fuelc addition:
+    the spec's AwqMatmul had no kernel)."""
+    batch: int
+    m: int
+    n: int
+    k: int
+    group_size: int
+
+    def validate(self):
+        if self.group_size == 0 or self.k % self.group_size or self.k % 8 or self.n % 8:
+            self._fail("group_size must be > 0 and divide k; k and n must be multiples of 8")
+
+
+@variant
 class JitScalars(OpParams):
     """A runtime fused op's scalar slot values, pattern pre-order."""
     scalars: tuple[float, ...]
@@ -875,6 +891,7 @@ PARAMS_FOR_KIND: dict[OpKind, type] = {
     OpKind.SelectiveScan: SelectiveScan,
     OpKind.SsdChunkScan: SsdChunkScan,
     OpKind.Nf4Matmul: Nf4Matmul,
+    OpKind.AwqMatmul: AwqMatmul,
     OpKind.NonZeroIndices: NonZeroIndices,
 }
 

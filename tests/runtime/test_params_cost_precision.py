@@ -31,7 +31,7 @@ SAMPLES = [
     P.WriteSlice((4, 8), ((0, 4), (2, 5)), (1, 3)), P.WriteSliceRotating((4, 8), 1, 8, ((0, 4), (0, 3))),
     P.WriteSliceDoff((4, 8), 1, ((0, 4), (0, 3))),
     P.FusedSoftmaxCrossEntropy(4, 10, P.Reduction.SUM, -100), P.CausalConv1d(1, 2, 6, 4, 3, True),
-    P.SelectiveScan(1, 4, 2, 3), P.SsdChunkScan(1, 4, 2, 3, 5, 2), P.Nf4Matmul(1, 2, 3, 128, 64),
+    P.SelectiveScan(1, 4, 2, 3), P.SsdChunkScan(1, 4, 2, 3, 5, 2), P.Nf4Matmul(1, 2, 3, 128, 64), P.AwqMatmul(1, 2, 8, 128, 64),
     P.JitScalars((0.5, -2.0)), P.NonZeroIndices(12, 3),
 ]
 

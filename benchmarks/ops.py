@@ -1,0 +1,194 @@
+"""Compiled fuelc models vs numpy (and onnxruntime / torch when installed), in one run.
+
+    python benchmarks/ops.py            # full sizes
+    python benchmarks/ops.py --quick    # small sizes, fewer repeats
+
+Prints, per case, the median wall time of each implementation over N runs and
+its ratio to numpy (``x numpy`` > 1 means slower than numpy). Cases: matmul
+256-2048, softmax / layernorm / rmsnorm / GELU over [4096, 1024] — each both
+fused (the default pipeline) and as the primitive composition (pipeline
+``no-fusion``) — and the two-layer MLP of ``examples/mlp.py``. The machine is
+shared and noisy: quote medians, repeat runs.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+
+from compiler import Graph, compile  # noqa: E402
+
+
+def median_time(fn, repeats: int, warmup: int = 1) -> float:
+    for _ in range(warmup):
+        fn()
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def _peers():
+    peers = {}
+    try:
+        import torch  # noqa: F401
+        peers["torch"] = torch
+    except ImportError:
+        pass
+    return peers
+
+
+def _row(name, t_np, results):
+    cells = [f"numpy {t_np * 1e3:9.3f} ms"]
+    for who, t in results.items():
+        cells.append(f"{who} {t * 1e3:9.3f} ms ({t / t_np:6.2f}x numpy)")
+    print(f"{name:<34} " + " | ".join(cells), flush=True)
+
+
+# -- graphs -------------------------------------------------------------------
+def g_matmul(n):
+    g = Graph()
+    a, b = g.input("a", (n, n), "f32"), g.input("b", (n, n), "f32")
+    g.output(a @ b, name="y")
+    return g
+
+
+def g_softmax(shape, fused: bool):
+    g = Graph()
+    x = g.input("x", shape, "f32")
+    if fused:
+        from compiler.registry.builders import softmax_last_dim
+        y = softmax_last_dim(x)
+    else:
+        e = (x - x.max(-1, keepdims=True)).exp()
+        y = e / e.sum(-1, keepdims=True)
+    g.output(y, name="y")
+    return g
+
+
+def g_layernorm(shape, fused: bool, eps=1e-5):
+    g = Graph()
+    x = g.input("x", shape, "f32")
+    w = g.constant(np.linspace(0.5, 1.5, shape[-1]).astype(np.float32), name="w")
+    b = g.constant(np.linspace(-0.1, 0.1, shape[-1]).astype(np.float32), name="b")
+    if fused:
+        from compiler.registry.builders import layer_norm
+        y = layer_norm(x, w, b, eps=eps)
+    else:
+        mu = x.mean(-1, keepdims=True)
+        d = x - mu
+        var = (d * d).mean(-1, keepdims=True)
+        y = d * (var + eps).rsqrt() * w + b
+    g.output(y, name="y")
+    return g
+
+
+def g_rmsnorm(shape, fused: bool, eps=1e-6):
+    g = Graph()
+    x = g.input("x", shape, "f32")
+    w = g.constant(np.linspace(0.5, 1.5, shape[-1]).astype(np.float32), name="w")
+    if fused:
+        from compiler.registry.builders import rms_norm
+        y = rms_norm(x, w, eps=eps)
+    else:
+        y = x * ((x * x).mean(-1, keepdims=True) + eps).rsqrt() * w
+    g.output(y, name="y")
+    return g
+
+
+def g_gelu(shape):
+    g = Graph()
+    x = g.input("x", shape, "f32")
+    g.output(x.gelu(), name="y")
+    return g
+
+
+# -- numpy references -----------------------------------------------------------
+def np_softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def np_layernorm(x, w, b, eps=1e-5):
+    mu = x.mean(-1, keepdims=True)
+    var = x.var(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * w + b
+
+
+def np_rmsnorm(x, w, eps=1e-6):
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
+
+
+def np_gelu(x):
+    return 0.5 * x * (1.0 + np.tanh(np.float32(np.sqrt(2 / np.pi)) * (x + np.float32(0.044715) * x ** 3)))
+
+
+def run_case(name, builders, np_fn, inputs, repeats, check_tol=1e-4):
+    """builders: {label: (graph, pipeline or None)}."""
+    t_np = median_time(lambda: np_fn(**inputs), repeats)
+    ref = np_fn(**inputs)
+    results = {}
+    for label, (graph, pipeline) in builders.items():
+        kwargs = {} if pipeline is None else {"pipeline": pipeline}
+        t0 = time.perf_counter()
+        m = compile(graph, "cpu", **kwargs)
+        t_compile = time.perf_counter() - t0
+        out = m(**inputs)
+        err = float(np.max(np.abs(out - ref)) / (np.max(np.abs(ref)) + 1e-30))
+        if not err < check_tol:
+            print(f"  !! {name}/{label}: relative error {err:.2e} exceeds {check_tol:g}")
+        results[f"{label} (compile {t_compile:.1f}s)"] = median_time(lambda: m(**inputs), repeats)
+    _row(name, t_np, results)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes, 3 repeats")
+    ap.add_argument("--repeats", type=int, default=None)
+    args = ap.parse_args(argv)
+    repeats = args.repeats or (3 if args.quick else 7)
+    sizes = (256, 512) if args.quick else (256, 512, 1024, 2048)
+    rows = (256, 1024) if args.quick else (4096, 1024)
+    rng = np.random.default_rng(0)
+    print(f"fuelc benchmarks: median of {repeats} runs; ratios are fuelc time / numpy time")
+    print(f"numpy {np.__version__}; peers installed: {', '.join(_peers()) or 'none'}")
+
+    for n in sizes:
+        a = rng.standard_normal((n, n), dtype=np.float32)
+        b = rng.standard_normal((n, n), dtype=np.float32)
+        run_case(f"matmul {n}x{n}x{n} f32", {"fuelc": (g_matmul(n), None)},
+                 lambda a, b: a @ b, {"a": a, "b": b}, repeats if n < 2048 else max(3, repeats // 2),
+                 check_tol=1e-4)
+
+    x = rng.standard_normal(rows, dtype=np.float32)
+    w = np.linspace(0.5, 1.5, rows[-1]).astype(np.float32)
+    bb = np.linspace(-0.1, 0.1, rows[-1]).astype(np.float32)
+    run_case(f"softmax {list(rows)}", {"fused": (g_softmax(rows, True), None),
+                                       "primitives": (g_softmax(rows, False), "no-fusion")},
+             lambda x: np_softmax(x), {"x": x}, repeats)
+    run_case(f"layernorm {list(rows)}", {"fused": (g_layernorm(rows, True), None),
+                                         "primitives": (g_layernorm(rows, False), "no-fusion")},
+             lambda x: np_layernorm(x, w, bb), {"x": x}, repeats)
+    run_case(f"rmsnorm {list(rows)}", {"fused": (g_rmsnorm(rows, True), None),
+                                       "primitives": (g_rmsnorm(rows, False), "no-fusion")},
+             lambda x: np_rmsnorm(x, w), {"x": x}, repeats)
+    run_case(f"gelu {list(rows)}", {"fuelc": (g_gelu(rows), None)}, lambda x: np_gelu(x), {"x": x},
+             repeats)
+
+    import mlp
+    g, weights = mlp.build()
+    xm = rng.standard_normal((8, 64), dtype=np.float32)
+    run_case("mlp 8x64 -> 128 -> 32", {"fuelc": (g, None)},
+             lambda x: mlp.numpy_mlp(x, *weights), {"x": xm}, repeats * 5)
+
+
+if __name__ == "__main__":
+    main()
