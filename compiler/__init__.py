@@ -12,6 +12,17 @@ and interpreting them is cheap.
 """
 from .errors import CompilerError, GraphBuildError, UnsupportedOpError
 from .graph import Graph, Node, Tensor, concat, interpret, matmul, maximum, minimum, where
+from .registry.builders import (awq_matmul, causal_conv1d, conv2d, conv_transpose2d,
+                                cross_entropy, flash_attn, layer_norm, linear, nf4_matmul,
+                                paged_attn, qmatmul, rms_norm, rope, selective_scan,
+                                softmax_last_dim, ssd_chunk_scan)
+
+# Fused ops as Tensor methods: ``x.rms_norm(eps=...)``, ``x.layer_norm(w, b)``, ...
+Tensor.rms_norm = rms_norm
+Tensor.layer_norm = layer_norm
+Tensor.softmax_last_dim = softmax_last_dim
+Tensor.rope = rope
+Tensor.linear = linear
 
 
 def compile(graph, target: str = "cpu", **kwargs):
@@ -21,4 +32,7 @@ def compile(graph, target: str = "cpu", **kwargs):
 
 
 __all__ = ["Graph", "Node", "Tensor", "compile", "where", "matmul", "concat", "maximum",
-           "minimum", "interpret", "CompilerError", "GraphBuildError", "UnsupportedOpError"]
+           "minimum", "interpret", "CompilerError", "GraphBuildError", "UnsupportedOpError",
+           "linear", "rms_norm", "layer_norm", "softmax_last_dim", "rope", "flash_attn",
+           "paged_attn", "conv2d", "conv_transpose2d", "qmatmul", "nf4_matmul", "awq_matmul",
+           "cross_entropy", "causal_conv1d", "selective_scan", "ssd_chunk_scan"]
