@@ -100,8 +100,9 @@ class ModulePass:
 
 
 def _coerce(pass_name: str, key: str, hint, value):
+    is_tuple = hint is tuple or typing.get_origin(hint) is tuple
     if not isinstance(value, str):
-        return tuple(value) if typing.get_origin(hint) is tuple else value
+        return tuple(value) if is_tuple and isinstance(value, (list, tuple)) else value
     v = value.strip()
     try:
         if hint is bool:
@@ -114,7 +115,7 @@ def _coerce(pass_name: str, key: str, hint, value):
             return int(v, 0)
         if hint is float:
             return float(v)
-        if typing.get_origin(hint) is tuple:
+        if is_tuple:
             return tuple(x.strip() for x in v.split(",") if x.strip())
         return v
     except ValueError:
