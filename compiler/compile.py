@@ -119,17 +119,20 @@ def compile(graph, target: str = "cpu", *, pipeline: str | None = None,
 
 
 def _warm(module: CompiledModule) -> None:
-    """Compile every generated kernel the plan will call."""
+    """Compile every generated kernel the plan will call (the mlir-cpu
+    primitives and the mlir-cpu-fused fused ops)."""
     from runtime.layout import Layout
 
-    from .codegen.kernels import KERNEL_SOURCE, warm
+    from .codegen import fused, kernels
 
+    warmers = {kernels.KERNEL_SOURCE: kernels.warm, fused.KERNEL_SOURCE: fused.warm}
     specs = module.executor.specs
     for i, step in enumerate(module.plan.steps):
         if not isinstance(step, KernelStep):
             continue
         entry = module.executor.entries[i]
-        if entry.kernel_source != KERNEL_SOURCE or step.key.op is None:
+        warm = warmers.get(entry.kernel_source)
+        if warm is None or step.key.op is None:
             continue
         layouts = [Layout.contiguous(specs[v].shape) for v in step.inputs]
         layouts += [Layout.contiguous(s.shape) for s in step.output_specs[:1]]

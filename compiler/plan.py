@@ -163,11 +163,8 @@ def _kernel_step(o, spec, params, ins, outs, in_ids, out_ids, backend, hint) -> 
                             + ("decompose it first (fuel-decompose)" if spec.fused else "it cannot run"))
     try:
         if spec.fused:
-            to_params = getattr(src, "op_params", None)
-            if to_params is None:
-                raise PlanningError(f"{o.name} at {_loc(o)}: fused op {spec.name} does not say which "
-                                    "OpParams its kernel takes; decompose it (fuel-decompose{all=true})")
-            op_p = to_params(params, ins)
+            from .codegen.fused import fused_op_params
+            op_p = fused_op_params(src, params, ins)
         else:
             op_p = to_op_params(spec.name, params, ins, outs)
     except KernelParamsError as e:

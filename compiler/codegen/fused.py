@@ -1,0 +1,375 @@
+"""The "mlir-cpu-fused" kernel family: one compiled function per fused-op
+instance, registered under the fused op's ``OpKind`` on ``BackendId.CPU``.
+
+A fused registry entry gets a kernel here when two things exist:
+
+* a **lowering** ``@lowers("<EntryName>")`` in ``compiler/codegen/lowering/``
+  (``fused_norm.py``, ``fused_attention.py`` ...) that turns ``fuel.<mnemonic>``
+  into linalg, and
+* a **params mapping** registered with ``@fused_kernel("<EntryName>", ...)``
+  on its *forward* function ``(graph params, input TensorTypes) -> OpParams``
+  (what the planner puts on the ``KernelStep``), with a *reverse*
+  ``from_params(OpParams, input TensorTypes) -> graph params`` (what the
+  kernel uses to rebuild the op instance it compiles). The input types on
+  the kernel side come from the call's layouts (shapes) and binding dtypes.
+
+Adding an op (the whole recipe)::
+
+    @fused_kernel("QMatMul", precision=QMATMUL_CPU,
+                  from_params=lambda p, types: {"quant_type": p.quant_type.name.lower()},
+                  keys=lambda t: [(t, DType.U8, t)])
+    def _qmatmul_params(params, types):
+        return P.QMatMul(...)
+
+``keys(t)`` lists the binding dtype tuples (inputs then output) for data
+dtype ``t`` (default: every operand and the output ``t``); ``dtypes`` limits
+the data dtypes (default f32, f64, f16, bf16); ``strided`` says the kernel
+reads any input strides (true for everything compiled here: every memref
+argument has a fully dynamic strided layout).
+
+Public API:
+
+* ``fused_op_params(entry, params, in_types) -> OpParams`` (the planner hook)
+  and ``instance_from_params(name, op_params, dtypes, layouts, n_inputs)``
+  (its reverse; it re-derives the OpParams and refuses a mismatch);
+* ``FusedCpuKernel`` (the callable behind each ``KernelRef``),
+  ``warm(kind, dtypes, layouts, params, n_inputs)`` / ``warm_instance``;
+* ``register_fused_cpu_kernels(table)``: called by ``compiler.target``;
+* ``fused_specs()``, ``spec_for_kind(kind)``, ``KERNEL_SOURCE``, and the
+  per-op precision constants of fuel-spec §6.7 (``NORM_FAMILY_CPU`` ...).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+from typing import Callable, Optional, Sequence
+
+from compiler.codegen.loader import KernelFunction
+from compiler.codegen.memref import descriptor_from_storage
+from compiler.errors import UnsupportedOpError
+from compiler.graph.kernel_params import KernelParamsError
+from compiler.graph.opdef import TensorType
+from runtime import params as P
+from runtime.binding import KernelCaps, KernelRef
+from runtime.cost import default_cost_for_op_kind
+from runtime.dtype import DType
+from runtime.keys import BackendId
+from runtime.layout import Layout
+from runtime.opkind import OpKind
+from runtime.params import OpParams
+from runtime.precision import PrecisionGuarantee
+
+KERNEL_SOURCE = "mlir-cpu-fused"
+ENTRY = "kernel"
+FLOATS = (DType.F32, DType.F64, DType.F16, DType.BF16)
+
+
+# -- precision constants (fuel-spec §6.7: the per-op CPU ones are bit-stable,
+#    with no numeric bounds) ------------------------------------------------------
+def _cpu(what: str) -> PrecisionGuarantee:
+    return PrecisionGuarantee(
+        True, None, None, None,
+        f"mlir-cpu-fused {what}: one compiled function, deterministic sequential loop order "
+        "(bit-stable per hardware); f16/bf16 compute and accumulate in f32; exp/log/sqrt "
+        "via LLVM intrinsics / libm")
+
+
+NORM_FAMILY_CPU = _cpu("norm family (softmax, rms/layer norm): max/sum/mean in one pass order")
+FUSED_LINEAR_CPU = _cpu("FusedLinear: matmul accumulation over k in order, then + bias")
+ROPE_CPU = _cpu("Rope: x*cos + rotate_half(x)*sin, two products and one add per element")
+SOFTMAX_CROSS_ENTROPY_CPU = _cpu("FusedSoftmaxCrossEntropy: row max, row exp-sum, masked "
+                                 "row-order sum")
+ATTN_CPU = _cpu("attention")
+QMATMUL_CPU = _cpu("quantized matmul (dequantize then accumulate in f32)")
+CONV2D_CPU = _cpu("Conv2D: accumulation over (c_in, kh, kw) in order")
+
+
+# -- per-op registration ----------------------------------------------------------
+ToParams = Callable[[dict, Sequence[TensorType]], OpParams]
+FromParams = Callable[[OpParams, Sequence[TensorType]], dict]
+Keys = Callable[[DType], list]
+
+
+@dataclasses.dataclass(frozen=True)
+class FusedKernelSpec:
+    """How one fused entry's kernel is planned, keyed and rebuilt."""
+
+    name: str                 # registry entry name, e.g. "SoftmaxLastDim"
+    to_params: ToParams
+    from_params: FromParams
+    keys: Keys
+    dtypes: tuple[DType, ...]
+    precision: PrecisionGuarantee
+    strided: bool = True
+
+    @property
+    def entry(self):
+        from compiler.registry import default_registry
+        return default_registry()[self.name]
+
+    @property
+    def op_kind(self) -> OpKind:
+        kind = self.entry.op_kind
+        if kind is None:
+            raise UnsupportedOpError(f"fused op {self.name} has no OpKind, so no kernel")
+        return kind
+
+
+_SPECS: dict[str, FusedKernelSpec] = {}
+
+
+def _same_dtype_keys(arity: int) -> Keys:
+    return lambda t: [(t,) * (arity + 1)]
+
+
+def fused_kernel(name: str, *, from_params: FromParams = lambda p, types: {},
+                 keys: Optional[Keys] = None, dtypes: Sequence[DType] = FLOATS,
+                 precision: PrecisionGuarantee = NORM_FAMILY_CPU, strided: bool = True):
+    """Register the decorated ``to_params(params, in_types) -> OpParams`` as
+    the params mapping of fused entry ``name`` (see the module docstring)."""
+    def deco(fn: ToParams) -> ToParams:
+        if name in _SPECS:
+            raise ValueError(f"fused kernel mapping for {name!r} registered twice")
+        from compiler.registry import default_registry
+        entry = default_registry()[name]
+        k = keys or _same_dtype_keys(entry.min_arity)
+        _SPECS[name] = FusedKernelSpec(name, fn, from_params, k, tuple(dtypes), precision,
+                                       strided)
+        return fn
+    return deco
+
+
+def _load_lowerings() -> None:
+    import compiler.codegen.lowering  # noqa: F401  (registers every rule)
+
+
+def fused_specs() -> dict[str, FusedKernelSpec]:
+    """Every registered mapping whose op also has a lowering rule."""
+    _load_lowerings()
+    from compiler.codegen.lowering import RULES
+    return {n: s for n, s in _SPECS.items() if n in RULES}
+
+
+def spec_for_kind(kind: OpKind) -> FusedKernelSpec:
+    for s in fused_specs().values():
+        if s.entry.op_kind is kind:
+            return s
+    raise UnsupportedOpError(f"mlir-cpu-fused has no kernel for {kind.name}")
+
+
+# -- params <-> instance ------------------------------------------------------------
+def fused_op_params(entry, params: dict, in_types: Sequence[TensorType]) -> OpParams:
+    """The OpParams the kernel of fused ``entry`` (FusedOpEntry or name)
+    receives for a node with these graph params and input types. Raises
+    ``KernelParamsError`` when the op has no mapping or the inputs don't fit."""
+    name = entry if isinstance(entry, str) else entry.name
+    _load_lowerings()
+    spec = _SPECS.get(name)
+    if spec is None:
+        raise KernelParamsError(
+            f"fused op {name} has no kernel params mapping (compiler/codegen/fused.py "
+            "@fused_kernel); decompose it (fuel-decompose{all=true})")
+    from compiler.registry.entry import normalize_params
+    try:
+        return spec.to_params(normalize_params(spec.entry, params), list(in_types))
+    except (P.OpParamsError, ValueError, IndexError, KeyError) as e:
+        if isinstance(e, KernelParamsError):
+            raise
+        raise KernelParamsError(f"{name}: cannot map params {params} for inputs "
+                                f"{_types(in_types)} to OpParams: {e}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class FusedInstance:
+    """One compilable fused op: entry name, graph params (sorted items) and
+    static input types."""
+
+    name: str
+    params: tuple[tuple[str, object], ...]
+    input_types: tuple[TensorType, ...]
+
+    @property
+    def memo_key(self) -> tuple:
+        return (self.name, self.params, self.input_types)
+
+    def output_type(self) -> TensorType:
+        from compiler.registry import default_registry
+        return default_registry()[self.name].infer(list(self.input_types), dict(self.params))
+
+
+def _types(types) -> str:
+    return ", ".join(f"{t.dtype}{list(t.shape)}" for t in types)
+
+
+def instance_from_params(name: str, op_params: OpParams, dtypes: Sequence[DType],
+                         layouts: Sequence[Layout], n_inputs: int) -> FusedInstance:
+    """Rebuild the op instance of a kernel call: the input types from the
+    layouts' shapes and the binding dtypes, the graph params from the
+    OpParams. The OpParams are re-derived from the result and must equal
+    the call's, else ``UnsupportedOpError`` (a call the instance would
+    compute wrongly); so must the output layout's shape."""
+    spec = _SPECS.get(name)
+    if spec is None:
+        raise UnsupportedOpError(f"mlir-cpu-fused has no kernel for {name}")
+    types = tuple(TensorType(tuple(l.shape), DType.parse(d))
+                  for l, d in zip(layouts[:n_inputs], dtypes))
+    gp = dict(spec.from_params(op_params, types))
+    from compiler.registry.entry import normalize_params
+    gp = normalize_params(spec.entry, gp)
+    again = spec.to_params(gp, list(types))
+    if again != op_params:
+        raise UnsupportedOpError(
+            f"mlir-cpu-fused {name}: the call's params {op_params!r} do not describe inputs "
+            f"{_types(types)} (they give {again!r})")
+    inst = FusedInstance(name, tuple(sorted(gp.items())), types)
+    if len(layouts) > n_inputs:
+        out = inst.output_type()
+        if tuple(layouts[n_inputs].shape) != tuple(out.shape):
+            raise UnsupportedOpError(
+                f"mlir-cpu-fused {name}: output layout {list(layouts[n_inputs].shape)} but the "
+                f"op computes {out.dtype}{list(out.shape)} for inputs {_types(types)}")
+    return inst
+
+
+# -- compilation ---------------------------------------------------------------------
+_compiled: dict[tuple, KernelFunction] = {}
+_compiled_lock = threading.Lock()
+_key_locks: dict[tuple, threading.Lock] = {}
+
+
+def linalg_text(inst: FusedInstance) -> str:
+    """The linalg-on-tensors module of one fused instance."""
+    from compiler.codegen.linalg import emit_single_op_module, lower_to_linalg
+    module = emit_single_op_module(inst.name, dict(inst.params), list(inst.input_types),
+                                   dynamic=False, func_name=ENTRY)
+    lower_to_linalg(module)
+    return str(module)
+
+
+def warm_instance(inst: FusedInstance) -> KernelFunction:
+    """Compile (or fetch from the caches) the kernel of ``inst``."""
+    key = inst.memo_key
+    fn = _compiled.get(key)
+    if fn is not None:
+        return fn
+    with _compiled_lock:
+        lock = _key_locks.setdefault(key, threading.Lock())
+    with lock:
+        fn = _compiled.get(key)
+        if fn is None:
+            from compiler.codegen.cpu import compile_module
+            obj = compile_module(linalg_text(inst), [ENTRY])
+            fn = obj.ciface(ENTRY, len(inst.input_types) + 1)
+            _compiled[key] = fn
+    return fn
+
+
+def warm(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout], params: OpParams,
+         n_inputs: int) -> KernelFunction:
+    """Compile ahead of time the kernel a call with these arguments would use."""
+    spec = spec_for_kind(kind)
+    return warm_instance(instance_from_params(spec.name, params, dtypes, layouts, n_inputs))
+
+
+class FusedCpuKernel:
+    """The callable behind an mlir-cpu-fused ``KernelRef`` for one binding key."""
+
+    def __init__(self, name: str, kind: OpKind, dtypes: Sequence[DType]):
+        self.name = name
+        self.kind = kind
+        self.dtypes = tuple(dtypes)
+        self.n_inputs = len(self.dtypes) - 1
+        self.__qualname__ = f"mlir_cpu_fused.{name}[{','.join(str(d) for d in self.dtypes)}]"
+
+    def __call__(self, inputs, outputs, layouts, params) -> None:
+        if len(inputs) != self.n_inputs or len(outputs) != 1:
+            raise UnsupportedOpError(
+                f"{self.__qualname__}: expects {self.n_inputs} inputs and 1 output, "
+                f"got {len(inputs)} and {len(outputs)}")
+        inst = instance_from_params(self.name, params, self.dtypes, layouts, self.n_inputs)
+        fn = warm_instance(inst)
+        fn(*[descriptor_from_storage(s, l) for s, l in zip([*inputs, *outputs], layouts)])
+
+
+def register_fused_cpu_kernels(table, names: Optional[Sequence[str]] = None) -> int:
+    """Register every fused op with a mapping and a lowering (or ``names``)
+    under ``(OpKind, dtypes, BackendId.CPU)``, source ``mlir-cpu-fused``,
+    with its precision claim and the default cost of its OpKind. Nothing is
+    compiled until a kernel is first called or warmed. Returns the key count."""
+    specs = fused_specs()
+    n = 0
+    for name in (sorted(specs) if names is None else names):
+        spec = specs.get(name)
+        if spec is None:
+            raise UnsupportedOpError(f"mlir-cpu-fused has no kernel for {name} "
+                                     "(a @fused_kernel mapping and a lowering are both needed)")
+        kind = spec.op_kind
+        caps = KernelCaps(strided_input=spec.strided)
+        for t in spec.dtypes:
+            for key in spec.keys(t):
+                fn = FusedCpuKernel(name, kind, key)
+                table.register_full_with_source(
+                    kind, tuple(key), BackendId.CPU, KernelRef(fn, fn.__qualname__, KERNEL_SOURCE),
+                    caps, spec.precision, default_cost_for_op_kind(kind), KERNEL_SOURCE)
+                n += 1
+    return n
+
+
+# -- the mappings of the ops lowered in compiler/codegen/lowering/fused_norm.py -----
+def _rows(shape) -> int:
+    return math.prod(shape[:-1])
+
+
+@fused_kernel("SoftmaxLastDim", precision=NORM_FAMILY_CPU)
+def _softmax_params(params, types):
+    x = types[0].shape
+    return P.SoftmaxLastDim(_rows(x), x[-1])
+
+
+def _norm_params(params, types):
+    x = types[0].shape
+    return P.NormLastDim(_rows(x), x[-1], float(params["eps"]))
+
+
+def _eps_back(p, types):
+    return {"eps": float(p.eps)}
+
+
+fused_kernel("RmsNormLastDim", from_params=_eps_back, precision=NORM_FAMILY_CPU)(_norm_params)
+fused_kernel("LayerNormLastDim", from_params=_eps_back, precision=NORM_FAMILY_CPU)(_norm_params)
+
+
+@fused_kernel("FusedLinear", precision=FUSED_LINEAR_CPU,
+              dtypes=(DType.F32, DType.F64, DType.F16, DType.BF16))
+def _linear_params(params, types):
+    a, b = types[0].shape, types[1].shape
+    return P.Matmul(tuple(a[:-2]), tuple(b[:-2]), a[-2], b[-1], a[-1])
+
+
+@fused_kernel("Rope", precision=ROPE_CPU)
+def _rope_params(params, types):
+    x = types[0].shape
+    seq = x[-2] if len(x) >= 2 else 1
+    return P.Rope(math.prod(x[:-2]), seq, x[-1])
+
+
+_REDUCTION = {"mean": P.Reduction.MEAN, "sum": P.Reduction.SUM, "none": P.Reduction.NONE}
+
+
+@fused_kernel("FusedSoftmaxCrossEntropy", precision=SOFTMAX_CROSS_ENTROPY_CPU,
+              from_params=lambda p, types: {
+                  "reduction": {v: k for k, v in _REDUCTION.items()}[p.reduction],
+                  "ignore_index": int(p.ignore_index)},
+              keys=lambda t: [(t, ti, DType.F32) for ti in (DType.I64, DType.I32, DType.U32)])
+def _fsce_params(params, types):
+    lg = types[0].shape
+    return P.FusedSoftmaxCrossEntropy(_rows(lg), lg[-1], _REDUCTION[params["reduction"]],
+                                      int(params["ignore_index"]))
+
+
+__all__ = ["KERNEL_SOURCE", "FusedKernelSpec", "FusedInstance", "FusedCpuKernel", "fused_kernel",
+           "fused_specs", "spec_for_kind", "fused_op_params", "instance_from_params",
+           "linalg_text", "warm", "warm_instance", "register_fused_cpu_kernels",
+           "NORM_FAMILY_CPU", "FUSED_LINEAR_CPU", "ROPE_CPU", "SOFTMAX_CROSS_ENTROPY_CPU",
+           "ATTN_CPU", "QMATMUL_CPU", "CONV2D_CPU", "FLOATS"]
