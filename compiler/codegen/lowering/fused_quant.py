@@ -1,0 +1,196 @@
+"""Weight-only quantized matmuls as one kernel each: dequantize the weight
+into a tensor (one ``linalg.generic`` reading the packed words/bytes), then
+one reduction ``linalg.generic`` with the activations.
+
+* ``QMatMul`` (fused id 14): GGUF Q4_0 / Q8_0. ``w_q`` is the flat u32 stream
+  of the raw little-endian block bytes of an ``[n, k]`` weight, blocks of 32
+  along k, row after row. Q4_0 block (18 bytes): f16 scale ``d`` (bytes 0-1),
+  16 bytes of nibbles: low nibble of byte 2+e is element e, high nibble is
+  element e+16; w = d·(q - 8). Q8_0 block (34 bytes): f16 ``d``, 32 int8;
+  w = d·q. The f16 is decoded exactly (bitcast + extf); every dequantized
+  value is an exact f32 product. Out ``[..,M,n]`` f32.
+* ``Nf4Matmul`` (id 21): code of (n, k) is the low nibble of
+  ``w_packed[n, k/2]`` for even k, the high nibble for odd k; w = NF4[code]·
+  absmax[n, k/bs] (f32), rounded to act's dtype.
+* ``AwqMatmul`` (id 25): physical nibble p (LSB first) of a u32 holds logical
+  column [0,2,4,6,1,3,5,7][p], so logical j sits at p = j/2 + 4·(j mod 2);
+  dequant[k, n] = (q[n, k] - z[k/gs, n])·s[k/gs, n] (f32), rounded to act's dtype.
+
+The matmul accumulates in f32 (f64 for f64 activations) in k order, and the
+result is rounded once to the activation dtype. Other GGUF types raise
+``LoweringError`` (they have no kernel; QMatMul's registry entry lists them).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from compiler.errors import LoweringError
+from compiler.mlir import arith, ir, tensor
+
+from .core import (PARALLEL, REDUCTION, Lowering, Scalar, affine_map, empty, fill, generic,
+                   identity_map, loop_index, lowers, rtt, to_compute)
+
+_BLOCK_BYTES = {"Q4_0": 18, "Q8_0": 34}
+_NF4 = (-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
+        -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
+        0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
+        0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0)
+
+
+def _i32(v: int) -> "ir.Value":
+    return arith.constant(ir.IntegerType.get_signless(32), v)
+
+
+def _idx(v: int) -> "ir.Value":
+    return arith.constant(ir.IndexType.get(), v)
+
+
+def _nibble(word: "ir.Value", pos: "ir.Value") -> "ir.Value":
+    """Bits [4·pos, 4·pos+4) of an i32 ``word``; ``pos`` an index value."""
+    shift = arith.muli(arith.index_cast(ir.IntegerType.get_signless(32), pos), _i32(4))
+    return arith.andi(arith.shrui(word, shift), _i32(0xF))
+
+
+def _convert(x: "ir.Value", elt: "ir.Type") -> "ir.Value":
+    """A float value converted (rounded or widened) to float type ``elt``."""
+    if x.type == elt:
+        return x
+    xw, ew = ir.FloatType(x.type).width, ir.FloatType(elt).width
+    if ew > xw:
+        return arith.extf(elt, x)
+    return arith.truncf(elt, x)
+
+
+def _static(lw: Lowering):
+    for v in lw.operands:
+        if not rtt(v).has_static_shape:
+            raise LoweringError(f"{lw.name} is lowered with static shapes only, got {v.type}")
+
+
+def _matmul(lw: Lowering, act, w, n: int, w_is_nk: bool):
+    """``act [..,M,K] @ W`` with W ``[n, K]`` (``w_is_nk``) or ``[K, n]``;
+    accumulates in the activation's compute type, rounds once to the output."""
+    shape = list(rtt(act).shape)
+    r = len(shape)
+    loops = r + 1                      # (lead.., m, n, k): m = r-2, n = r-1, k = r
+    m_, n_, k_ = r - 2, r - 1, r
+    lead = list(range(r - 2))
+    s = Scalar.compute(lw.in_dtypes[0])
+    out_dims = shape[:-1] + [n]
+    a_map = affine_map(loops, lead + [m_, k_])
+    w_map = affine_map(loops, [n_, k_] if w_is_nk else [k_, n_])
+    o_map = affine_map(loops, lead + [m_, n_])
+    acc = fill(s.const(0), empty(out_dims, s.ty))
+    red = generic([act, w], [acc], [a_map, w_map, o_map], [PARALLEL] * r + [REDUCTION],
+                  lambda x, y, c: s.add(c, s.mul(to_compute(x, s), to_compute(y, s))))[0]
+    elt = lw.out_elt
+    if s.ty == elt:
+        return red
+    return generic([red], [empty(out_dims, elt)], [identity_map(r), identity_map(r)],
+                   [PARALLEL] * r, lambda x, _o: _convert(x, elt))[0]
+
+
+@lowers("QMatMul")
+def _qmatmul(lw: Lowering):
+    _static(lw)
+    a, wq = lw.operands
+    qt, k, n = lw.param("quant_type"), int(lw.param("k")), int(lw.param("n"))
+    nb = _BLOCK_BYTES.get(qt)
+    if nb is None:
+        raise LoweringError(f"QMatMul: the CPU kernel covers Q4_0 and Q8_0, not {qt}; "
+                            f"decompose it or use another backend")
+    words = rtt(wq).shape[0]
+    if k % 32 or 4 * words != n * (k // 32) * nb:
+        raise LoweringError(f"QMatMul {qt}: w_q holds {4 * words} bytes, an [{n},{k}] weight "
+                            f"needs {n * (k // 32) * nb}")
+    i32 = ir.IntegerType.get_signless(32)
+    f32 = ir.F32Type.get()
+
+    def byte(p):
+        """Byte ``p`` (an index value) of the stream, as i32 in [0, 255]."""
+        word = tensor.extract(wq, [arith.divui(p, _idx(4))])
+        shift = arith.muli(arith.index_cast(i32, arith.remui(p, _idx(4))), _i32(8))
+        return arith.andi(arith.shrui(word, shift), _i32(0xFF))
+
+    def body(_o):
+        nn, kk = loop_index(0), loop_index(1)
+        blk = arith.addi(arith.muli(nn, _idx(k // 32)), arith.divui(kk, _idx(32)))
+        base = arith.muli(blk, _idx(nb))
+        e = arith.remui(kk, _idx(32))
+        bits = arith.ori(byte(base), arith.shli(byte(arith.addi(base, _idx(1))), _i32(8)))
+        d = arith.extf(f32, arith.bitcast(ir.F16Type.get(),
+                                          arith.trunci(ir.IntegerType.get_signless(16), bits)))
+        if qt == "Q4_0":
+            qb = byte(arith.addi(base, arith.addi(_idx(2), arith.remui(e, _idx(16)))))
+            nib = _nibble(qb, arith.divui(e, _idx(16)))
+            q = arith.sitofp(f32, arith.subi(nib, _i32(8)))
+        else:
+            qb = byte(arith.addi(base, arith.addi(_idx(2), e)))
+            q = arith.sitofp(f32, arith.trunci(ir.IntegerType.get_signless(8), qb))
+        return arith.mulf(d, q)
+
+    w = generic([], [empty([n, k], f32)], [identity_map(2)], [PARALLEL] * 2, body)[0]
+    return _matmul(lw, a, w, n, w_is_nk=True)
+
+
+@lowers("Nf4Matmul")
+def _nf4_matmul(lw: Lowering):
+    _static(lw)
+    act, packed, absmax = lw.operands
+    k = rtt(act).shape[-1]
+    n = rtt(packed).shape[0]
+    bs = int(lw.param("block_size"))
+    if bs < 1 or k % bs or k % 2:
+        raise LoweringError(f"Nf4Matmul: block_size={bs} must divide K={k} (K even)")
+    f32 = ir.F32Type.get()
+    lut_ty = ir.RankedTensorType.get([16], f32)
+    lut = arith.constant(lut_ty, ir.DenseElementsAttr.get(np.asarray(_NF4, np.float32),
+                                                          type=lut_ty))
+    welt = rtt(act).element_type
+    i32 = ir.IntegerType.get_signless(32)
+    half = ir.AffineFloorDivExpr.get(ir.AffineDimExpr.get(1), ir.AffineConstantExpr.get(2))
+    blk = ir.AffineFloorDivExpr.get(ir.AffineDimExpr.get(1), ir.AffineConstantExpr.get(bs))
+
+    def body(b, amax, _o):
+        code = _nibble(arith.extui(i32, b), arith.remui(loop_index(1), _idx(2)))
+        val = tensor.extract(lut, [arith.index_castui(ir.IndexType.get(), code)])
+        return _convert(arith.mulf(val, amax), welt)
+
+    w = generic([packed, absmax], [empty([n, k], welt)],
+                [affine_map(2, [0, half]), affine_map(2, [0, blk]), identity_map(2)],
+                [PARALLEL] * 2, body)[0]
+    return _matmul(lw, act, w, n, w_is_nk=True)
+
+
+@lowers("AwqMatmul")
+def _awq_matmul(lw: Lowering):
+    _static(lw)
+    act, qweight, qzeros, scales = lw.operands
+    k = rtt(act).shape[-1]
+    n = rtt(qweight).shape[0]
+    gs = int(lw.param("group_size"))
+    if gs < 1 or k % gs or k % 8 or n % 8:
+        raise LoweringError(f"AwqMatmul: group_size={gs} must divide K={k}; K, N={n} "
+                            f"multiples of 8")
+    f32 = ir.F32Type.get()
+    welt = rtt(act).element_type
+    d0, d1 = ir.AffineDimExpr.get(0), ir.AffineDimExpr.get(1)   # loops (k, n)
+
+    def fdiv(e, c):
+        return ir.AffineFloorDivExpr.get(e, ir.AffineConstantExpr.get(c))
+
+    def physical(j):
+        """Physical nibble of logical column ``j`` (index value, 0..7)."""
+        return arith.addi(arith.divui(j, _idx(2)),
+                          arith.muli(arith.remui(j, _idx(2)), _idx(4)))
+
+    def body(wq, wz, sc, _o):
+        q = _nibble(wq, physical(arith.remui(loop_index(0), _idx(8))))
+        z = _nibble(wz, physical(arith.remui(loop_index(1), _idx(8))))
+        return _convert(arith.mulf(arith.sitofp(f32, arith.subi(q, z)), sc), welt)
+
+    w = generic([qweight, qzeros, scales], [empty([k, n], welt)],
+                [affine_map(2, [d1, fdiv(d0, 8)]), affine_map(2, [fdiv(d0, gs), fdiv(d1, 8)]),
+                 affine_map(2, [fdiv(d0, gs), d1]), identity_map(2)],
+                [PARALLEL] * 2, body)[0]
+    return _matmul(lw, act, w, n, w_is_nk=False)
