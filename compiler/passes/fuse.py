@@ -2,8 +2,9 @@
 (fuel-spec §4.3 matching, §5.1 ``capability_gated_rules``).
 
 Ops are visited in block (topological) order; at each op the patterns of
-the registry's entries whose root op it is are tried in registration order
-and the first full match wins. Matching follows the spec:
+the registry's entries whose root op it is are all tried, and the full match
+covering the most ops wins (ties: registration order) -- so a spelled-out
+layer norm fuses to LayerNormLastDim, not to RmsNormLastDim of ``x - mean``. Matching follows the spec:
 
 * ``Bind(i)`` binds input i (a repeated index must be the same value);
   ``Any_`` matches anything; ``SeeThrough`` matches its child at the same value;
@@ -239,10 +240,15 @@ class Fuse(ModulePass):
             cands = by_root.get(_fuel.mnemonic(op))
             if not cands or len(op.results) != 1:
                 continue
+            # The match covering the most ops wins (a spelled-out layer norm
+            # also contains an RMS-norm-shaped tail); ties keep registry order.
+            matches = []
             for entry, pat, matcher in cands:
                 st = matcher.match(op.results[0])
-                if st is None or not rel_params_hold(st):
-                    continue
+                if st is not None and rel_params_hold(st):
+                    matches.append((entry, pat, st))
+            matches.sort(key=lambda m: -len({id(o) for _, o in m[2].matched}))
+            for entry, pat, st in matches:
                 if self._rewrite(op, entry, pat, st):
                     return True
         return False
