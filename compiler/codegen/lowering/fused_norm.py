@@ -1,0 +1,181 @@
+"""Fused last-axis row ops, each lowered to one kernel (a few linalg ops in
+one function): SoftmaxLastDim, RmsNormLastDim, LayerNormLastDim and
+FusedSoftmaxCrossEntropy. f16/bf16 compute in f32, f64 in f64.
+
+* SoftmaxLastDim: one *online* pass for (max, Σ exp(x − max)) (the running
+  sum is rescaled by exp(m_old − m_new) when the max grows; a row prefix of
+  −inf leaves the sum at 0), then one normalizing pass: 2 reads of x.
+* RmsNormLastDim: Σ x² per row, then x / sqrt(Σ/n + eps).
+* LayerNormLastDim: mean, then the centred population variance (two-pass,
+  no cancellation), then (x − mean) / sqrt(var + eps).
+* FusedSoftmaxCrossEntropy: the same online (max, sum) pass, then one pass
+  over the rows picking x[t] (``tensor.extract``); rows whose target equals
+  ``ignore_index`` give 0 and leave the Mean's divisor (the registry
+  reference's rule: a Mean over only-ignored rows is 0/0 = NaN); a target
+  outside [0, V) gives NaN (never an out-of-bounds read).
+"""
+from __future__ import annotations
+
+from compiler.mlir import arith, ir, math, tensor
+
+from .core import (PARALLEL, REDUCTION, Lowering, Scalar, affine_map, dims, empty, fill,
+                   from_compute, generic, identity_map, loop_index, lowers, rank, rtt,
+                   to_compute)
+from runtime.dtype import DType
+
+
+def _row_count(s: Scalar, d) -> "ir.Value":
+    return s.const(d) if isinstance(d, int) else s.from_index(d)
+
+
+def online_max_sum(x, s: Scalar):
+    """(m, z) over the last axis of ``x`` in one reduction: m = max, z =
+    Σ exp(x − m). Accumulator tensors of ``s.ty`` with x's leading dims."""
+    n = rank(x)
+    xd = dims(x)
+    row = affine_map(n, list(range(n - 1)))
+    m0 = fill(s.lowest(), empty(xd[:-1], s.ty))
+    z0 = fill(s.const(0), empty(xd[:-1], s.ty))
+
+    def body(a, m, z):
+        a = to_compute(a, s)
+        m2 = arith.maximumf(m, a)
+        # NaN update: every element so far is -inf (exp(-inf - -inf)); keep z (0).
+        # A NaN or +inf input poisons m, hence the result, anyway. (Tested as
+        # "z2 is NaN", not "m2 == -inf": see compiler/codegen/llvm.py fixups.)
+        z2 = s.add(s.mul(z, math.exp(s.sub(m, m2))), math.exp(s.sub(a, m2)))
+        return [m2, arith.select(arith.cmpf(arith.CmpFPredicate.UNO, z2, z2), z, z2)]
+
+    m, z = generic([x], [m0, z0], [identity_map(n), row, row],
+                   [PARALLEL] * (n - 1) + [REDUCTION], body)
+    return m, z, row
+
+
+@lowers("SoftmaxLastDim")
+def _softmax(lw: Lowering):
+    x = lw.operands[0]
+    s = Scalar.compute(lw.in_dtypes[0])
+    n = rank(x)
+    m, z, row = online_max_sum(x, s)
+    out = empty(dims(x), lw.out_elt)
+    return generic([x, m, z], [out], [identity_map(n), row, row, identity_map(n)],
+                   [PARALLEL] * n,
+                   lambda a, mx, sz, _o: from_compute(
+                       s.div(math.exp(s.sub(to_compute(a, s), mx)), sz), lw.out_elt))[0]
+
+
+@lowers("RmsNormLastDim")
+def _rms_norm(lw: Lowering):
+    x = lw.operands[0]
+    s = Scalar.compute(lw.in_dtypes[0])
+    n = rank(x)
+    xd = dims(x)
+    row = affine_map(n, list(range(n - 1)))
+    acc = fill(s.const(0), empty(xd[:-1], s.ty))
+    iters = [PARALLEL] * (n - 1) + [REDUCTION]
+
+    def sq(a, c):
+        a = to_compute(a, s)
+        return s.add(c, s.mul(a, a))
+
+    ss = generic([x], [acc], [identity_map(n), row], iters, sq)[0]
+    count = _row_count(s, xd[-1])
+    eps = s.const(float(lw.param("eps")))
+    out = empty(xd, lw.out_elt)
+    return generic([x, ss], [out], [identity_map(n), row, identity_map(n)], [PARALLEL] * n,
+                   lambda a, t, _o: from_compute(
+                       s.div(to_compute(a, s), math.sqrt(s.add(s.div(t, count), eps))),
+                       lw.out_elt))[0]
+
+
+@lowers("LayerNormLastDim")
+def _layer_norm(lw: Lowering):
+    x = lw.operands[0]
+    s = Scalar.compute(lw.in_dtypes[0])
+    n = rank(x)
+    xd = dims(x)
+    row = affine_map(n, list(range(n - 1)))
+    iters = [PARALLEL] * (n - 1) + [REDUCTION]
+    count = _row_count(s, xd[-1])
+    acc = fill(s.const(0), empty(xd[:-1], s.ty))
+    total = generic([x], [acc], [identity_map(n), row], iters,
+                    lambda a, c: s.add(c, to_compute(a, s)))[0]
+    mean = generic([total], [empty(xd[:-1], s.ty)], [identity_map(n - 1)] * 2,
+                   [PARALLEL] * (n - 1), lambda t, _o: s.div(t, count))[0]
+
+    def sq_dev(a, mu, c):
+        d = s.sub(to_compute(a, s), mu)
+        return s.add(c, s.mul(d, d))
+
+    acc2 = fill(s.const(0), empty(xd[:-1], s.ty))
+    ssd = generic([x, mean], [acc2], [identity_map(n), row, row], iters, sq_dev)[0]
+    eps = s.const(float(lw.param("eps")))
+    out = empty(xd, lw.out_elt)
+    return generic([x, mean, ssd], [out], [identity_map(n), row, row, identity_map(n)],
+                   [PARALLEL] * n,
+                   lambda a, mu, v, _o: from_compute(
+                       s.div(s.sub(to_compute(a, s), mu),
+                             math.sqrt(s.add(s.div(v, count), eps))), lw.out_elt))[0]
+
+
+@lowers("FusedSoftmaxCrossEntropy")
+def _softmax_cross_entropy(lw: Lowering):
+    logits, targets = lw.operands
+    s = Scalar.compute(lw.in_dtypes[0])
+    n = rank(logits)
+    r = n - 1  # row loops
+    ld = dims(logits)
+    vocab = ld[-1]
+    m, z, _ = online_max_sum(logits, s)
+    i64 = ir.IntegerType.get_signless(64)
+    tdt = lw.in_dtypes[1]
+    ignore = arith.constant(i64, int(lw.param("ignore_index")))
+    zero64 = arith.constant(i64, 0)
+    v64 = arith.index_cast(i64, vocab if not isinstance(vocab, int) else
+                           arith.constant(ir.IndexType.get(), vocab))
+    nan = s.const(float("nan"))
+    f32 = ir.F32Type.get()
+    reduction = lw.param("reduction")
+
+    def row_nll(t, mx, sz):
+        """(nll of the row in s.ty, 1.0 if the row counts else 0.0)."""
+        if t.type != i64:
+            t = arith.extui(i64, t) if tdt is DType.U32 else arith.extsi(i64, t)
+        valid = arith.cmpi(arith.CmpIPredicate.ne, t, ignore)
+        inrange = arith.andi(arith.cmpi(arith.CmpIPredicate.sge, t, zero64),
+                             arith.cmpi(arith.CmpIPredicate.slt, t, v64))
+        safe = arith.select(arith.andi(valid, inrange), t, zero64)
+        at = [loop_index(i) for i in range(r)] + [arith.index_cast(ir.IndexType.get(), safe)]
+        picked = to_compute(tensor.extract(logits, at), s)
+        nll = s.sub(s.add(mx, math.log(sz)), picked)  # -(x_t - m - log z)
+        nll = arith.select(inrange, nll, nan)
+        nll = arith.select(valid, nll, s.const(0))
+        return nll, arith.select(valid, s.const(1), s.const(0))
+
+    row = identity_map(r)
+    if reduction == "none":
+        out = empty(ld[:-1], f32)
+        return generic([targets, m, z], [out], [row, row, row, row], [PARALLEL] * r,
+                       lambda t, mx, sz, _o: from_compute(row_nll(t, mx, sz)[0], f32))[0]
+    scalar = affine_map(r, [])
+    tot = fill(s.const(0), empty([], s.ty))
+    cnt = fill(s.const(0), empty([], s.ty))
+
+    def acc(t, mx, sz, c_tot, c_cnt):
+        nll, valid = row_nll(t, mx, sz)
+        return [s.add(c_tot, nll), s.add(c_cnt, valid)]
+
+    tot, cnt = generic([targets, m, z], [tot, cnt], [row, row, row, scalar, scalar],
+                       [REDUCTION] * r, acc)
+    out = empty([], f32)
+    if reduction == "sum":
+        return generic([tot], [out], [affine_map(0, [])] * 2, [],
+                       lambda a, _o: _to_f32(a, f32))[0]
+    return generic([tot, cnt], [out], [affine_map(0, [])] * 3, [],
+                   lambda a, c, _o: _to_f32(s.div(a, c), f32))[0]
+
+
+def _to_f32(v, f32):
+    if v.type == f32:
+        return v
+    return arith.truncf(f32, v)
