@@ -133,3 +133,30 @@ def _flash_attn(lw: Lowering):
     elt = lw.out_elt
     return generic([o, lsum], [empty([b, hq, sq, d], elt)], [identity_map(4), row, identity_map(4)],
                    [PARALLEL] * 4, lambda x, den, _o: from_compute(arith.divf(x, den), elt))[0]
+
+
+# -- kernel params mapping (the mlir-cpu-fused family, compiler/codegen/fused.py) --
+def _register_kernel() -> None:
+    from compiler.codegen.fused import ATTN_CPU, fused_kernel
+    from runtime import params as P
+    from runtime.dtype import DType
+
+    def back(p, types):
+        """OpParams -> graph params; ``k_len == Sk`` is the unset k_len."""
+        return {"softmax_scale": float(p.softmax_scale), "causal": bool(p.causal),
+                "window_size_left": p.window_size_left, "window_size_right": p.window_size_right,
+                "softcap": p.softcap, "k_len": None if p.k_len == types[1].shape[2] else p.k_len}
+
+    # The alibi slopes are the optional 4th input: both arities get a key.
+    @fused_kernel("FlashAttn", precision=ATTN_CPU, dtypes=(DType.F32, DType.F64),
+                  from_params=back, keys=lambda t: [(t,) * 4, (t,) * 5])
+    def _attn_params(params, types):
+        (b, hq, sq, d), (_, hkv, sk, _) = types[0].shape, types[1].shape
+        kl = params["k_len"]
+        return P.FlashAttn(b, hq, hkv, sq, sk, d, sk if kl is None else kl,
+                           float(params["softmax_scale"]), bool(params["causal"]),
+                           params["window_size_left"], params["window_size_right"],
+                           params["softcap"])
+
+
+_register_kernel()

@@ -194,3 +194,51 @@ def _awq_matmul(lw: Lowering):
                  affine_map(2, [fdiv(d0, gs), d1]), identity_map(2)],
                 [PARALLEL] * 2, body)[0]
     return _matmul(lw, act, w, n, w_is_nk=False)
+
+
+# -- kernel params mapping (the mlir-cpu-fused family, compiler/codegen/fused.py) --
+def _register_kernels() -> None:
+    import math as _m
+
+    from compiler.codegen.fused import QMATMUL_CPU, fused_kernel
+    from compiler.registry import default_registry
+    from runtime import params as P
+    from runtime.dtype import DType
+
+    def lead(shape):
+        return _m.prod(shape[:-2]), shape[-2]
+
+    @fused_kernel("QMatMul", precision=QMATMUL_CPU, dtypes=(DType.F32,),
+                  keys=lambda t: [(t, DType.U32, t)],
+                  from_params=lambda p, types: {"quant_type": p.quant_type.name, "k": p.k,
+                                                "n": p.n})
+    def _qmatmul_params(params, types):
+        if params["quant_type"] not in _BLOCK_BYTES:
+            raise ValueError(f"the CPU kernel covers {', '.join(_BLOCK_BYTES)}, "
+                             f"not {params['quant_type']}")
+        batch, m = lead(types[0].shape)
+        return P.QMatMul(P.QuantType[params["quant_type"]], batch, m, params["n"], params["k"])
+
+    @fused_kernel("Nf4Matmul", precision=QMATMUL_CPU,
+                  dtypes=(DType.F32, DType.F64, DType.F16, DType.BF16),
+                  keys=lambda t: [(t, DType.U8, DType.F32, t)],
+                  from_params=lambda p, types: {"block_size": p.block_size})
+    def _nf4_params(params, types):
+        batch, m = lead(types[0].shape)
+        return P.Nf4Matmul(batch, m, types[1].shape[0], types[0].shape[-1],
+                           params["block_size"])
+
+    # AwqMatmul gets its kernel once its registry entry names an OpKind (the
+    # family keys kernels by OpKind; the spec's entry has none).
+    if default_registry()["AwqMatmul"].op_kind is not None:
+        @fused_kernel("AwqMatmul", precision=QMATMUL_CPU,
+                      dtypes=(DType.F32, DType.F64, DType.F16, DType.BF16),
+                      keys=lambda t: [(t, DType.U32, DType.U32, DType.F32, t)],
+                      from_params=lambda p, types: {"group_size": p.group_size})
+        def _awq_params(params, types):
+            batch, m = lead(types[0].shape)
+            return P.AwqMatmul(batch, m, types[1].shape[0], types[0].shape[-1],
+                               params["group_size"])
+
+
+_register_kernels()
