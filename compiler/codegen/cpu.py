@@ -46,7 +46,7 @@ from compiler.codegen.loader import CompiledObject, load_object
 from compiler.codegen.strategy import Strategy, select_strategy
 
 # Bump when a change here changes generated code (invalidates cached objects).
-PIPELINE_VERSION = "cpu-1"
+PIPELINE_VERSION = "cpu-2"
 
 BUFFERIZE: tuple[str, ...] = (
     "eliminate-empty-tensors",
@@ -208,7 +208,7 @@ def apply_transform(module: "ir.Module", script: str) -> None:
         seq = next(op for op in tmod.body.operations
                    if op.operation.name == "transform.named_sequence")
         interpreter.apply_named_sequence(module.operation, seq, tmod)
-    except (MLIRError, StopIteration) as e:
+    except (MLIRError, StopIteration, ValueError) as e:
         path = write_reproducer(script, "transform-script")
         raise _fail("transform", before, f"{e} (script: {path})") from None
 
@@ -248,12 +248,23 @@ def translate(module: "ir.Module") -> str:
 
 
 def linalg_op_names(module: "ir.Module") -> set[str]:
-    """Names of the linalg ops in ``module`` (to choose a strategy)."""
+    """The strategy features of ``module``: the names of its linalg ops,
+    ``"<name>:<element type>"`` of each op's first operand (``linalg.matmul:f32``)
+    and ``"<name>:<element type>:dynamic"`` when every dim of its last operand
+    (the init) is dynamic."""
     names: set[str] = set()
 
     def visit(op):
         if op.name.startswith("linalg."):
             names.add(op.name)
+            if len(op.operands):
+                t = op.operands[0].type
+                elt = t.element_type if isinstance(t, ir.ShapedType) else t
+                names.add(f"{op.name}:{elt}")
+                init = op.operands[len(op.operands) - 1].type
+                if isinstance(init, ir.ShapedType) and all(
+                        init.is_dynamic_dim(i) for i in range(init.rank)):
+                    names.add(f"{op.name}:{elt}:dynamic")
         return ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)

@@ -11,9 +11,18 @@ a ``Strategy`` fills its three pluggable slots:
                       toolchain.md §4);
 * ``lowering``        the memref → LLVM-dialect pass list.
 
-``select_strategy(op_names)`` picks one for a module from the linalg op names
-it contains; the default is correctness-first loops. Strategies are part of the
-kernel cache key (``Strategy.fingerprint``).
+``select_strategy(features)`` picks one for a module from its *features*: the
+names of the linalg ops it contains, plus ``"<op>:<element type>"`` for each
+(``"linalg.matmul:f32"``; the element type of the op's first operand). The
+default is correctness-first loops. Registered here:
+
+* ``linalg.matmul`` / ``linalg.batch_matmul`` on f32 or f64 with dynamic dims
+  (alone in a module; ``mlir-cpu`` MatMul instances are shape-generic):
+  the register-tiled, B-packed, vectorized schedule of
+  ``compiler.codegen.transforms.matmul`` (6x16 f32, 6x8 f64 tiles; any sizes,
+  any strides; remainders as scalar loops).
+
+Strategies are part of the kernel cache key (``Strategy.fingerprint``).
 """
 from __future__ import annotations
 
@@ -61,6 +70,18 @@ class Strategy:
         return h.hexdigest()[:16]
 
 
+# Vector dialect → LLVM, for strategies whose transform leaves vector ops
+# (toolchain.md §4); the scalar tail is LOOPS_LOWERING's.
+VECTOR_LOWERING: tuple[str, ...] = (
+    "convert-linalg-to-loops",
+    "convert-vector-to-scf{full-unroll=true}",
+    "lower-affine",
+    "canonicalize",
+    "cse",
+    "convert-vector-to-llvm{vector-contract-lowering=outerproduct}",
+    *LOOPS_LOWERING[2:],
+)
+
 LOOPS = Strategy(
     name="loops",
     doc="linalg → scalar loops; LLVM O3 for the host CPU does the rest. "
@@ -77,7 +98,8 @@ def register_strategy(predicate: Callable[[frozenset[str]], bool], strategy: Str
 
 
 def select_strategy(op_names: Iterable[str]) -> Strategy:
-    """The strategy for a module containing ``op_names`` (default LOOPS)."""
+    """The strategy for a module with these features (op names and
+    ``op:element-type`` entries, see the module docstring; default LOOPS)."""
     names = frozenset(op_names)
     for pred, strategy in _RULES:
         if pred(names):
@@ -85,7 +107,45 @@ def select_strategy(op_names: Iterable[str]) -> Strategy:
     return LOOPS
 
 
-__all__ = ["Strategy", "LOOPS", "LOOPS_LOWERING", "register_strategy", "select_strategy"]
+# -- built-in strategies ---------------------------------------------------------
+# f32: 6x16 = 12 ymm accumulators; f64: 6x8 = 12. kc rows of B per packed panel
+# (kc x nr elements: 32 KiB f32, 32 KiB f64, the L1 size). Measured:
+# benchmarks/kernels.py.
+_MATMUL_TILES = {"f32": dict(mr=6, nr=16, kc=512), "f64": dict(mr=6, nr=8, kc=512)}
+_MATMUL_OPS = ("linalg.matmul", "linalg.batch_matmul")
+
+
+def matmul_strategy(op: str, element_type: str) -> Strategy:
+    """The vectorized strategy for ``op`` (``linalg.matmul`` or
+    ``linalg.batch_matmul``) on ``element_type`` (``f32``/``f64``)."""
+    from compiler.codegen.transforms.matmul import matmul_script
+    tiles = _MATMUL_TILES[element_type]
+    return Strategy(
+        name=f"matmul-{op.split('.')[1]}-{element_type}-{tiles['mr']}x{tiles['nr']}",
+        transform=matmul_script(op, **tiles), lowering=VECTOR_LOWERING,
+        doc="register-tiled matmul: B panels packed, mr x nr FMA micro-kernel, "
+            "peeled remainders; any sizes and strides")
+
+
+def _matmul_rule(op: str, elt: str) -> Callable[[frozenset[str]], bool]:
+    others = frozenset(o for o in _MATMUL_OPS if o != op)
+
+    def rule(names: frozenset[str]) -> bool:
+        # Only when it is the one contraction in the module, its type matches (a
+        # module mixing element types keeps the loops) and its dims are dynamic
+        # (transform.loop.peel fails on a statically divisible loop).
+        return (f"{op}:{elt}:dynamic" in names and not (others & names)
+                and not any(n.startswith(op + ":") and n != f"{op}:{elt}" for n in names))
+    return rule
+
+
+for _op in _MATMUL_OPS:
+    for _elt in _MATMUL_TILES:
+        register_strategy(_matmul_rule(_op, _elt), matmul_strategy(_op, _elt))
+
+
+__all__ = ["Strategy", "LOOPS", "LOOPS_LOWERING", "VECTOR_LOWERING", "register_strategy",
+           "select_strategy", "matmul_strategy"]
 
 
 def rules_fingerprint() -> str:

@@ -1,0 +1,93 @@
+"""The register-tiled matmul schedule (toolchain.md §4), for dynamic shapes
+and any strides.
+
+For ``linalg.matmul`` (and ``linalg.batch_matmul``, batch tiled by 1):
+
+1. tile N by ``nr`` and K by ``kc``; peel the N loop so the main panels are
+   exactly ``nr`` wide;
+2. main panels: promote the ``kc x nr`` panel of B into a contiguous stack
+   buffer (hoisted out of the loops), tile M by ``mr`` and K by 1, peel the M
+   loop; the ``mr x nr x 1`` tiles and the ``1 x nr x 1`` tiles of the M
+   remainder are static, so they vectorize;
+3. the N remainder (< ``nr`` columns) becomes scalar loops *before* hoisting:
+   hoisting refuses a C buffer that any view (subview) still uses;
+4. fold views into the transfers, CSE + LICM so the C tile's read/write
+   indices are loop invariant, hoist the C accumulators out of the K loop,
+   then lower contractions to outer products / FMAs and transfers to loads
+   (the lowering's ``convert-vector-to-scf`` handles non-unit strides).
+
+Canonicalization sits in its own ``apply_patterns`` blocks: mixed with the
+vector lowering patterns it never terminates (toolchain.md §4).
+"""
+from __future__ import annotations
+
+_ANY = "!transform.any_op"
+_FOR = '!transform.op<"scf.for">'
+
+
+def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: int = 512) -> str:
+    """The transform script for every ``op`` (``linalg.matmul`` or
+    ``linalg.batch_matmul``) of the payload; ``mr x nr`` register tile, ``kc``
+    rows of B packed per panel."""
+    if op not in ("linalg.matmul", "linalg.batch_matmul"):
+        raise ValueError(f"matmul_script: unsupported op {op}")
+    b = [1] if op == "linalg.batch_matmul" else []
+    lead = ", ".join(str(x) for x in b)
+    pre = lead + ", " if lead else ""
+    pre0 = "0, " if b else ""  # the batch is already tiled to 1
+    t = _ANY
+    n_loops = len(b)
+    res1 = ", ".join([t] * (1 + n_loops + 2))
+    loops1 = ", ".join([f"%bl{i}" for i in range(n_loops)] + ["%lN", "%lK"])
+    res2 = ", ".join([t] * 3)
+    pm = lambda body: "    transform.apply_patterns to %func {\n" + body + "    } : " + t + "\n"
+    canon = pm("      transform.apply_patterns.canonicalization\n")
+    match = lambda what, where: (f'transform.structured.match ops{{["{what}"]}} in {where} '
+                                 f": ({t}) -> {t}")
+    return f"""module attributes {{transform.with_named_sequence}} {{
+  transform.named_sequence @__transform_main(%root: {t} {{transform.readonly}}) {{
+    %func = {match("func.func", "%root")}
+    %mm = {match(op, "%root")}
+    %t1, {loops1} = transform.structured.tile_using_for %mm tile_sizes [{pre}0, {nr}, {kc}] : ({t}) -> ({res1})
+    %lNf = transform.cast %lN : {t} to {_FOR}
+    %mainN, %remN = transform.loop.peel %lNf : ({_FOR}) -> ({t}, {t})
+    %mmMain = {match(op, "%mainN")}
+    %pr = transform.structured.promote %mmMain {{ operands_to_promote = [1], use_full_tile_buffers = [false, false], use_alloca }} : ({t}) -> {t}
+    transform.bufferization.buffer_loop_hoisting %func : {t}
+    %t2, %r0, %r2 = transform.structured.tile_using_for %pr tile_sizes [{pre0}{mr}, 0, 1] : ({t}) -> ({res2})
+    %r0f = transform.cast %r0 : {t} to {_FOR}
+    %mainM, %remM = transform.loop.peel %r0f : ({_FOR}) -> ({t}, {t})
+{canon}    %mmV = {match(op, "%mainM")}
+    %mmR = {match(op, "%remM")}
+    %t3, %q0, %q2 = transform.structured.tile_using_for %mmR tile_sizes [{pre0}1, 0, 1] : ({t}) -> ({res2})
+{canon}    transform.structured.vectorize %mmV : {t}
+    transform.structured.vectorize %t3 : {t}
+    %mmN = {match(op, "%remN")}
+    %lpN = transform.structured.convert_to_loops %mmN : ({t}) -> {t}
+{pm('''      transform.apply_patterns.vector.transfer_permutation_patterns
+      transform.apply_patterns.vector.reduction_to_contract
+''')}{pm('''      transform.apply_patterns.vector.cast_away_vector_leading_one_dim
+''')}{pm('''      transform.apply_patterns.memref.fold_memref_alias_ops
+      transform.apply_patterns.canonicalization
+''')}    transform.apply_cse to %func : {t}
+    %loops = {match("scf.for", "%func")}
+    transform.apply_licm to %loops : {t}
+    %f2 = transform.structured.hoist_redundant_vector_transfers %func : ({t}) -> {t}
+    transform.apply_patterns to %f2 {{
+      transform.apply_patterns.vector.lower_contraction lowering_strategy = "outerproduct"
+      transform.apply_patterns.vector.lower_outerproduct
+      transform.apply_patterns.vector.transfer_permutation_patterns
+      transform.apply_patterns.vector.split_transfer_full_partial split_transfer_strategy = "linalg-copy"
+      transform.apply_patterns.vector.transfer_to_scf max_transfer_rank = 1 full_unroll = true
+      transform.apply_patterns.vector.lower_transfer max_transfer_rank = 1
+      transform.apply_patterns.vector.lower_shape_cast
+      transform.apply_patterns.vector.lower_transpose lowering_strategy = "shuffle_1d"
+      transform.apply_patterns.vector.lower_broadcast
+    }} : {t}
+    transform.apply_patterns to %f2 {{
+      transform.apply_patterns.canonicalization
+    }} : {t}
+    transform.yield
+  }}
+}}
+"""
