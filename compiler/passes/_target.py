@@ -2,7 +2,9 @@
 candidate backends. Shared by fuel-fuse, fuel-decompose and
 fuel-reconcile-dtypes so the three cannot disagree about "has a kernel".
 
-A table option is ``""`` (the process-wide ``runtime.global_table()``), a
+A table option is ``""`` (the CPU target's table, ``compiler.target.cpu_table()``:
+the generated kernels plus the numpy reference kernels), ``"global"`` (the
+runtime's process-wide ``runtime.global_table()``), a
 ``KernelBindingTable`` (programmatic use), or ``"module:attr"`` naming a
 table or a zero-argument callable returning one (used by tests and by
 reproducers of in-memory tables that live in a module).
@@ -22,7 +24,10 @@ class TargetError(ValueError):
 def resolve_table(spec) -> KernelBindingTable:
     if isinstance(spec, KernelBindingTable):
         return spec
-    if spec in (None, "", "global", "default"):
+    if spec in (None, "", "default", "cpu"):
+        from compiler.target import cpu_table
+        return cpu_table()
+    if spec == "global":
         return global_table()
     if isinstance(spec, str) and ":" in spec:
         mod, _, attr = spec.partition(":")
@@ -35,7 +40,7 @@ def resolve_table(spec) -> KernelBindingTable:
         if isinstance(obj, KernelBindingTable):
             return obj
         raise TargetError(f"{spec!r} is not a KernelBindingTable (got {type(obj).__name__})")
-    raise TargetError(f"binding table option {spec!r}: expected '' (the global table) "
+    raise TargetError(f"binding table option {spec!r}: expected '' (the CPU target table), 'global' "
                       f"or 'module:attribute'")
 
 
