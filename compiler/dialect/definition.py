@@ -85,22 +85,15 @@ def _primitive_defs() -> list[OpDef]:
 
 
 def _fused_entries() -> list:
-    """Entries of ``compiler.registry`` that carry a dialect signature; [] when
-    the registry is absent or exposes no entries."""
+    """Entries of ``compiler.registry.default_registry()`` that carry a
+    dialect signature (``mnemonic``, ``arity``, ``params``); [] when the
+    registry is absent."""
     try:
-        reg = importlib.import_module("compiler.registry")
-    except ImportError:
+        reg = importlib.import_module("compiler.registry").default_registry()
+    except (ImportError, AttributeError):
         return []
-    for attr in ("REGISTRY", "FUSED_OPS", "ENTRIES", "entries", "all_entries"):
-        found = getattr(reg, attr, None)
-        if found is None:
-            continue
-        if callable(found) and not isinstance(found, dict):
-            found = found()
-        items = found.values() if isinstance(found, dict) else found
-        return [e for e in items
-                if all(hasattr(e, a) for a in ("mnemonic", "arity", "params"))]
-    return []
+    entries = [reg.get(n) for n in reg.names()]
+    return [e for e in entries if all(hasattr(e, a) for a in ("mnemonic", "arity", "params"))]
 
 
 def collect_ops(ops: Optional[Iterable] = None) -> dict[str, DialectOp]:
