@@ -11,6 +11,11 @@ dtype    DType               ``StringAttr`` ("f32")
 str      str                 ``StringAttr``
 bytes    (not an attribute)
 =======  ==================  ===============================
+
+A param whose default is ``None`` (optional: e.g. FlashAttn's window sizes,
+softcap) is an attribute only when set; ``None`` is spelled by its absence.
+The IRDL declares such params as undeclared extra attributes, because IRDL
+attributes are always required; ``op_params`` still checks their kind.
 """
 from __future__ import annotations
 
@@ -81,6 +86,8 @@ def params_to_attributes(op: DialectOp, params: dict) -> dict:
             value = p.default
         else:
             raise DialectError(f"{op.op_name}: required param {p.name!r} ({p.kind}) missing")
+        if value is None and p.default is None:
+            continue  # optional and unset: no attribute
         attrs[p.name] = param_to_attr(p, value, op.op_name)
     return attrs
 
@@ -93,7 +100,10 @@ def op_params(op: "ir.Operation", ops: Optional[dict] = None) -> dict:
     out = {}
     for p in spec.attr_params:
         if p.name in op.attributes:
-            out[p.name] = attr_to_param(p, op.attributes[p.name])
+            try:
+                out[p.name] = attr_to_param(p, op.attributes[p.name])
+            except (TypeError, ValueError) as e:
+                raise DialectError(f"{op.name}: attribute {p.name!r} is not a {p.kind}: {e}") from None
         elif not p.required:
             out[p.name] = p.default
     return out

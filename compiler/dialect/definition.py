@@ -56,6 +56,8 @@ class DialectOp:
     name: str = ""                  # the op-table / registry name ("SumDim")
     fused: bool = False
     source: object = None           # the OpDef or registry entry
+    min_arity: Optional[int] = None  # VARIADIC fused ops: fixed operands before the optional ones
+    max_arity: Optional[int] = None
 
     @property
     def op_name(self) -> str:
@@ -71,8 +73,10 @@ def from_opdef(d: OpDef) -> DialectOp:
 
 
 def from_fused_entry(e) -> DialectOp:
+    max_arity = getattr(e, "max_arity", None)
     return DialectOp(e.mnemonic, e.arity, tuple(e.params), int(getattr(e, "num_outputs", 1)),
-                     getattr(e, "name", e.mnemonic), True, e)
+                     getattr(e, "name", e.mnemonic), True, e, getattr(e, "min_arity", None),
+                     max_arity if isinstance(max_arity, int) else None)
 
 
 def _primitive_defs() -> list[OpDef]:
@@ -139,7 +143,14 @@ def lookup(mnemonic_or_opname: str, ops: Optional[dict[str, DialectOp]] = None) 
 
 def _operation_text(op: DialectOp) -> str:
     lines = [f"  irdl.operation @{op.mnemonic} {{"]
-    if op.arity == VARIADIC:
+    if op.arity == VARIADIC and op.min_arity is not None and op.max_arity == op.min_arity + 1:
+        # Fixed operands then ONE optional one (e.g. conv bias, attention ALiBi
+        # slopes): each operand keeps its own type constraint, so q/k/v of
+        # different shapes verify (a variadic group would force equal types).
+        names = [f"x{i}" for i in range(op.max_arity)]
+        lines += [f'    %{n} = irdl.base "!builtin.tensor"' for n in names]
+        operands = ", ".join(f"{n}: %{n}" for n in names[:-1]) + f", {names[-1]}: optional %{names[-1]}"
+    elif op.arity == VARIADIC:
         lines.append('    %x0 = irdl.base "!builtin.tensor"')
         lines.append('    %xs = irdl.base "!builtin.tensor"')
         operands = "x0: %x0, xs: variadic %xs"
@@ -149,7 +160,7 @@ def _operation_text(op: DialectOp) -> str:
         operands = ", ".join(f"{n}: %{n}" for n in names)
     results = [f"r{i}" for i in range(op.num_outputs)]
     lines += [f'    %{n} = irdl.base "!builtin.tensor"' for n in results]
-    attrs = [(p.name, ATTR_BASE[p.kind]) for p in op.attr_params]
+    attrs = [(p.name, ATTR_BASE[p.kind]) for p in op.attr_params if p.default is not None]
     if op.mnemonic == "const" and "name" not in dict(attrs):
         attrs.append(("name", "#builtin.string"))
     lines += [f'    %a_{name} = irdl.base "{base}"' for name, base in attrs]
@@ -168,7 +179,8 @@ def build_fuel_op(spec: DialectOp, operands: list, result_types: list, attribute
     op whose operands after the first differ in type, emit a left fold of
     ops with uniform tails; ``infer(operand_values) -> ir.Type`` gives the
     intermediate result types (the last op gets ``result_types``)."""
-    if spec.arity == VARIADIC and len({str(v.type) for v in operands[1:]}) > 1:
+    optional_form = spec.min_arity is not None and spec.max_arity == spec.min_arity + 1
+    if spec.arity == VARIADIC and not optional_form and len({str(v.type) for v in operands[1:]}) > 1:
         if infer is None:
             raise DialectError(f"{spec.op_name}: operands of different types need a shape "
                                f"rule to fold them ({', '.join(str(v.type) for v in operands)})")
