@@ -141,11 +141,13 @@ def _register_kernel() -> None:
     from runtime import params as P
     from runtime.dtype import DType
 
+    # OpParams.k_len is an int: 0 spells the unset k_len (all Sk keys, offset 0),
+    # k >= 1 the first k keys, bottom-right aligned (offset k - Sq). k_len = Sk is
+    # not the unset value when Sq != Sk (its offset is Sk - Sq).
     def back(p, types):
-        """OpParams -> graph params; ``k_len == Sk`` is the unset k_len."""
         return {"softmax_scale": float(p.softmax_scale), "causal": bool(p.causal),
                 "window_size_left": p.window_size_left, "window_size_right": p.window_size_right,
-                "softcap": p.softcap, "k_len": None if p.k_len == types[1].shape[2] else p.k_len}
+                "softcap": p.softcap, "k_len": int(p.k_len) or None}
 
     # The alibi slopes are the optional 4th input: both arities get a key.
     @fused_kernel("FlashAttn", precision=ATTN_CPU, dtypes=(DType.F32, DType.F64),
@@ -153,7 +155,7 @@ def _register_kernel() -> None:
     def _attn_params(params, types):
         (b, hq, sq, d), (_, hkv, sk, _) = types[0].shape, types[1].shape
         kl = params["k_len"]
-        return P.FlashAttn(b, hq, hkv, sq, sk, d, sk if kl is None else kl,
+        return P.FlashAttn(b, hq, hkv, sq, sk, d, 0 if kl is None else kl,
                            float(params["softmax_scale"]), bool(params["causal"]),
                            params["window_size_left"], params["window_size_right"],
                            params["softcap"])

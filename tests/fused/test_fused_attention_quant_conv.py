@@ -1,0 +1,382 @@
+"""FlashAttn, QMatMul (Q4_0/Q8_0), Nf4Matmul, AwqMatmul and Conv2D kernels
+(compiler/codegen/lowering/fused_{attention,quant,conv}.py, mlir-cpu-fused family).
+
+Per op, over several shapes and params: the registry numpy ``reference`` ==
+the recipe compiled through primitives (``pipeline=RECIPE``) == the fused
+kernel compiled by ``compile(g)``, and the plan really runs the fused kernel
+(``kernel_summary``). Where ``compile(g)`` cannot carry the op yet (FlashAttn
+with an unset optional param: the dialect has no encoding for ``None``; AWQ:
+its registry entry has no OpKind) the lowering is run on its own through
+MLIR's ExecutionEngine, against the same reference.
+
+Tolerances (relative to the f64 reference, with an absolute floor of the same
+size, ``err <= tol·(1 + |ref|)``): f64 1e-12; f32 5e-6 (the dequantized
+weights are exact, only the f32 accumulation order differs); f16 2e-3,
+bf16 1.6e-2 (one rounding of weights and outputs).
+"""
+import numpy as np
+import pytest
+
+from compiler.codegen import fused as F
+from compiler.codegen.linalg import lower_to_linalg
+from compiler.compile import compile
+from compiler.dialect import attrs as dattrs
+from compiler.dialect.definition import default_ops, load_fuel_dialect
+from compiler.dialect.types import tensor_type
+from compiler.compile import CompileError
+from compiler.errors import LoweringError, PassError
+from compiler.graph import Graph
+from compiler.graph.numerics import from_compute, to_compute
+from compiler.graph.opdef import TensorType
+from compiler.mlir import func, ir
+from compiler.registry import default_registry
+from compiler.registry.builders import fused
+from runtime import params as P
+from runtime.dtype import DType
+from runtime.layout import Layout
+from tests.lowering.jit import run_module
+
+RECIPE = "builtin.module(fuel-decompose{all=true},fuel-reconcile-dtypes,fuel-cse,fuel-dce)"
+TOL = {"f64": 1e-12, "f32": 5e-6, "f16": 2e-3, "bf16": 1.6e-2}
+REG = default_registry()
+
+
+@pytest.fixture(autouse=True)
+def _dirs(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUELC_REPRO_DIR", str(tmp_path / "repro"))
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(7)
+
+
+def _num(a):
+    return to_compute(np.asarray(a), wide=True).astype(np.float64)
+
+
+def _close(got, want, dtype, what):
+    got, want = _num(got), _num(want)
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    tol = TOL[dtype]
+    err = np.abs(got - want)
+    bad = ~((err <= tol * (1.0 + np.abs(want))) | (np.isnan(got) & np.isnan(want)))
+    assert not bad.any(), (f"{what} ({dtype}): max err {np.nanmax(err):.3g} > tol {tol:.1g} at "
+                           f"{np.argwhere(bad)[0]}: {got[bad][0]} vs {want[bad][0]}")
+
+
+def _data(rng, shape, dtype, scale=1.0):
+    return from_compute(rng.standard_normal(shape) * scale, DType.parse(dtype))
+
+
+def _reference(name, arrays, params):
+    entry = REG[name]
+    full = {p.name: p.default for p in entry.params}
+    full.update(params)
+    return np.asarray(entry.reference(arrays, full))
+
+
+def _graph(name, arrays, dtypes, params):
+    g = Graph()
+    ins = [g.input(f"in{k}", a.shape, dt) for k, (a, dt) in enumerate(zip(arrays, dtypes))]
+    g.output(fused(name, *ins, **params), "y")
+    return g, {f"in{k}": a for k, a in enumerate(arrays)}
+
+
+def _check_kernel(name, arrays, dtypes, params, dtype):
+    """reference == the fused kernel through compile(g); the plan runs that kernel."""
+    g, feed = _graph(name, arrays, dtypes, params)
+    m = compile(g)
+    summary = m.kernel_summary()
+    assert len(summary) == 1 and summary[0].startswith(f"{REG[name].op_kind.name}[") \
+        and summary[0].endswith("(mlir-cpu-fused)"), summary
+    _close(m(**feed), _reference(name, arrays, params), dtype, f"{name} kernel")
+
+
+#: Pipeline failures outside these ops' code that the recipe path hits today
+#: (LLVM 22 rejecting the ``-inf`` literal of the mask's AddScalar; no
+#: multi-input Concat key in the CPU table). A numeric mismatch still fails.
+RECIPE_BLOCKED = pytest.mark.xfail(raises=(PassError, CompileError), strict=False,
+                                   reason="recipe pipeline: -inf literal / Concat binding")
+
+
+def _check_recipe(name, arrays, dtypes, params, dtype):
+    """reference == the recipe compiled through primitives (no fused kernel)."""
+    g, feed = _graph(name, arrays, dtypes, params)
+    r = compile(g, pipeline=RECIPE)
+    assert not any("mlir-cpu-fused" in s for s in r.kernel_summary()), r.kernel_summary()
+    _close(r(**feed), _reference(name, arrays, params), dtype, f"{name} recipe")
+
+
+def _run_lowering(name, arrays, dtypes, params):
+    """The lowering alone: a one-op module (unset optional params carried as
+    absent attributes, which ``op_params`` reads back as None), lowered and run
+    with MLIR's ExecutionEngine."""
+    entry = REG[name]
+    full = {p.name: p.default for p in entry.params}
+    full.update(params)
+    types = [TensorType(tuple(a.shape), DType.parse(d)) for a, d in zip(arrays, dtypes)]
+    out_t = entry.infer(types, full)
+    spec = next(d for d in default_ops().values() if d.name == name)
+    ctx = ir.Context()
+    load_fuel_dialect(ctx)
+    with ctx, ir.Location.unknown():
+        module = ir.Module.create()
+        with ir.InsertionPoint(module.body):
+            f = func.FuncOp("k", ([tensor_type(t) for t in types], [tensor_type(out_t)]))
+            f.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
+            block = f.add_entry_block()
+            with ir.InsertionPoint(block):
+                attrs = {p.name: dattrs.param_to_attr(p, full[p.name], spec.op_name)
+                         for p in spec.attr_params if full.get(p.name) is not None}
+                op = ir.Operation.create(spec.op_name, results=[tensor_type(out_t)],
+                                         operands=list(block.arguments), attributes=attrs)
+                func.ReturnOp(list(op.results))
+    lower_to_linalg(module)
+    text = str(module)
+    assert "fuel." not in text
+    return run_module(module, "k", arrays, out_t.shape, out_t.dtype), text
+
+
+# -- FlashAttn ------------------------------------------------------------------
+def _attn_inputs(rng, b, hq, hkv, sq, sk, d, dtype, alibi=False):
+    arrs = [_data(rng, (b, hq, sq, d), dtype), _data(rng, (b, hkv, sk, d), dtype),
+            _data(rng, (b, hkv, sk, d), dtype)]
+    if alibi:
+        arrs.append(from_compute(rng.uniform(0.05, 0.5, hq), DType.parse(dtype)))
+    return arrs
+
+
+ATTN = [
+    ((1, 2, 2, 3, 5, 4), dict(causal=True), False, "f32"),                      # Sk > Sq
+    ((2, 4, 2, 4, 4, 8), dict(causal=False, softcap=2.0), True, "f32"),         # GQA, softcap, alibi
+    ((1, 4, 1, 6, 6, 4), dict(causal=True, window_size_left=2), False, "f32"),  # MQA sliding window
+    ((1, 2, 1, 3, 7, 4), dict(causal=True, k_len=5, window_size_right=0), True, "f32"),  # k_len
+    ((1, 1, 1, 4, 4, 4), dict(causal=False, window_size_left=0, window_size_right=0), False,
+     "f32"),                                                                    # diagonal only
+    ((1, 6, 2, 5, 5, 8), dict(causal=True, window_size_left=1, softcap=5.0, k_len=5), True,
+     "f64"),
+]
+
+
+@pytest.mark.parametrize("shape,params,alibi,dtype", ATTN)
+def test_flash_attn_kernel(rng, shape, params, alibi, dtype):
+    arrs = _attn_inputs(rng, *shape, dtype, alibi)
+    _check_kernel("FlashAttn", arrs, [dtype] * len(arrs), dict(params, softmax_scale=0.4), dtype)
+
+
+def test_flash_attn_recipe_unmasked(rng):
+    shape, params, alibi, dtype = ATTN[1]
+    arrs = _attn_inputs(rng, *shape, dtype, alibi)
+    _check_recipe("FlashAttn", arrs, [dtype] * len(arrs), dict(params, softmax_scale=0.4), dtype)
+
+
+@RECIPE_BLOCKED
+@pytest.mark.parametrize("shape,params,alibi,dtype", [ATTN[0], ATTN[3]])
+def test_flash_attn_recipe_masked(rng, shape, params, alibi, dtype):
+    arrs = _attn_inputs(rng, *shape, dtype, alibi)
+    _check_recipe("FlashAttn", arrs, [dtype] * len(arrs), dict(params, softmax_scale=0.4), dtype)
+
+
+def test_flash_attn_lowering_ir(rng):
+    """One function of linalg ops, tanh only with a softcap, no repeated K/V
+    (GQA reads kv head h // g through the indexing map)."""
+    arrs = _attn_inputs(rng, 1, 4, 2, 3, 3, 4, "f32")
+    for cap in (None, 2.0):
+        params = dict(softmax_scale=0.5, causal=True, softcap=cap)
+        got, text = _run_lowering("FlashAttn", arrs, ["f32"] * 3, params)
+        assert ("math.tanh" in text) == (cap is not None)
+        assert "floordiv 2" in text and "tensor<1x4x3x4xf32>" in text
+        _close(got, _reference("FlashAttn", arrs, params), "f32", f"FlashAttn softcap={cap}")
+
+
+def test_flash_attn_fully_masked_row_is_nan(rng):
+    """k_len=2 with Sq=4: the first query rows see no key under the causal
+    band (offset -2): NaN, as the reference (0/0)."""
+    arrs = _attn_inputs(rng, 1, 1, 1, 4, 4, 4, "f32")
+    params = dict(softmax_scale=0.5, causal=True, k_len=2)
+    got, _ = _run_lowering("FlashAttn", arrs, ["f32"] * 3, params)
+    want = _reference("FlashAttn", arrs, params)
+    assert np.isnan(want[0, 0, :2]).all() and np.isnan(got[0, 0, :2]).all()
+    _close(got, want, "f32", "FlashAttn masked rows")
+
+
+def test_flash_attn_params_round_trip():
+    """Graph params -> OpParams -> the instance the kernel compiles, for both arities."""
+    q, kv = TensorType((1, 4, 3, 8), DType.F32), TensorType((1, 2, 6, 8), DType.F32)
+    slopes = TensorType((4,), DType.F32)
+    for types, params in [([q, kv, kv], dict(softmax_scale=0.5, causal=True, k_len=None)),
+                          ([q, kv, kv, slopes], dict(softmax_scale=0.5, causal=False, k_len=4,
+                                                     window_size_left=1, softcap=3.0))]:
+        p = F.fused_op_params("FlashAttn", params, types)
+        assert isinstance(p, P.FlashAttn) and p.hq == 4 and p.hkv == 2
+        assert p.k_len == (0 if params["k_len"] is None else params["k_len"])  # 0: unset
+        lays = [Layout.contiguous(t.shape) for t in types] + [Layout.contiguous(q.shape)]
+        inst = F.instance_from_params("FlashAttn", p, [t.dtype for t in types] + [DType.F32],
+                                      lays, len(types))
+        got = dict(inst.params)
+        for k, v in params.items():
+            assert got[k] == v, (k, got[k], v)
+
+
+# -- QMatMul --------------------------------------------------------------------
+def _gguf_stream(rng, qt, n, k):
+    nb = {"Q4_0": 18, "Q8_0": 34}[qt]
+    blocks = n * k // 32
+    raw = rng.integers(0, 256, (blocks, nb), dtype=np.uint8)
+    d = (rng.standard_normal(blocks) * 0.05).astype(np.float16)
+    d[0] = np.float16(3e-6)        # a subnormal scale
+    d[-1] = -d[-1]                 # a negative scale
+    raw[:, 0:2] = d.view(np.uint8).reshape(blocks, 2)
+    return raw.reshape(-1).view("<u4").copy()
+
+
+@pytest.mark.parametrize("qt,lead,m,n,k", [("Q4_0", (), 3, 4, 64), ("Q4_0", (2,), 2, 6, 32),
+                                           ("Q8_0", (), 1, 4, 96), ("Q8_0", (2,), 3, 4, 64)])
+def test_qmatmul(rng, qt, lead, m, n, k):
+    a = _data(rng, lead + (m, k), "f32")
+    w = _gguf_stream(rng, qt, n, k)
+    _check_kernel("QMatMul", [a, w], ["f32", "u32"], dict(quant_type=qt, k=k, n=n), "f32")
+
+
+@RECIPE_BLOCKED
+@pytest.mark.parametrize("qt", ["Q4_0", "Q8_0"])
+def test_qmatmul_recipe(rng, qt):
+    a = _data(rng, (2, 3, 64), "f32")
+    _check_recipe("QMatMul", [a, _gguf_stream(rng, qt, 4, 64)], ["f32", "u32"],
+                  dict(quant_type=qt, k=64, n=4), "f32")
+
+
+def test_qmatmul_other_quant_types_are_typed_errors(rng):
+    a = _data(rng, (2, 32), "f32")
+    w = np.zeros(20 * 2 // 4, np.uint32)   # Q4_1: 20 bytes per block, n=2
+    with pytest.raises(LoweringError, match="covers Q4_0 and Q8_0, not Q4_1"):
+        _run_lowering("QMatMul", [a, w], ["f32", "u32"], dict(quant_type="Q4_1", k=32, n=2))
+    from compiler.graph.kernel_params import KernelParamsError
+    with pytest.raises(KernelParamsError, match="not Q4_1"):
+        F.fused_op_params("QMatMul", dict(quant_type="Q4_1", k=32, n=2),
+                          [TensorType((2, 32), DType.F32), TensorType((10,), DType.U32)])
+
+
+# -- Nf4Matmul ------------------------------------------------------------------
+@pytest.mark.parametrize("lead,m,n,k,bs,dtype", [((), 3, 4, 128, 64, "f32"),
+                                                 ((2,), 2, 3, 64, 32, "f32"),
+                                                 ((), 2, 5, 64, 16, "f64"),
+                                                 ((), 4, 3, 64, 64, "f16")])
+def test_nf4_matmul(rng, lead, m, n, k, bs, dtype):
+    act = _data(rng, lead + (m, k), dtype)
+    packed = rng.integers(0, 256, (n, k // 2), dtype=np.uint8)
+    absmax = rng.uniform(0.1, 2.0, (n, k // bs)).astype(np.float32)
+    arrs, dts = [act, packed, absmax], [dtype, "u8", "f32"]
+    _check_kernel("Nf4Matmul", arrs, dts, dict(block_size=bs), dtype)
+
+
+@RECIPE_BLOCKED
+def test_nf4_matmul_recipe(rng):
+    act = _data(rng, (2, 64), "f32")
+    packed = rng.integers(0, 256, (3, 32), dtype=np.uint8)
+    absmax = rng.uniform(0.1, 2.0, (3, 2)).astype(np.float32)
+    _check_recipe("Nf4Matmul", [act, packed, absmax], ["f32", "u8", "f32"], dict(block_size=32),
+                  "f32")
+
+
+# -- AwqMatmul --------------------------------------------------------------------
+def _awq_inputs(rng, lead, m, n, k, gs, dtype):
+    act = _data(rng, lead + (m, k), dtype)
+    qw = rng.integers(0, 2 ** 32, (n, k // 8), dtype=np.uint64).astype(np.uint32)
+    qz = rng.integers(0, 2 ** 32, (k // gs, n // 8), dtype=np.uint64).astype(np.uint32)
+    sc = rng.uniform(0.01, 0.1, (k // gs, n)).astype(np.float32)
+    return [act, qw, qz, sc], [dtype, "u32", "u32", "f32"]
+
+
+@pytest.mark.parametrize("lead,m,n,k,gs,dtype", [((), 3, 16, 128, 64, "f32"),
+                                                 ((2,), 2, 8, 64, 32, "f32"),
+                                                 ((), 2, 8, 32, 8, "bf16")])
+def test_awq_matmul(rng, lead, m, n, k, gs, dtype):
+    arrs, dts = _awq_inputs(rng, lead, m, n, k, gs, dtype)
+    params = dict(group_size=gs)
+    want = _reference("AwqMatmul", arrs, params)
+    got, _ = _run_lowering("AwqMatmul", arrs, dts, params)
+    _close(got, want, dtype, "AwqMatmul lowering")
+    if REG["AwqMatmul"].op_kind is not None:     # the kernel is registered: through compile(g)
+        _check_kernel("AwqMatmul", arrs, dts, params, dtype)
+
+
+@RECIPE_BLOCKED
+def test_awq_matmul_recipe(rng):
+    arrs, dts = _awq_inputs(rng, (), 2, 8, 64, 32, "f32")
+    _check_recipe("AwqMatmul", arrs, dts, dict(group_size=32), "f32")
+
+
+def test_awq_unpack_order_is_logical(rng):
+    """One nonzero nibble per word: physical nibble p must land in logical
+    column [0,2,4,6,1,3,5,7][p] (a wrong order moves the single 1)."""
+    n, k, gs = 8, 8, 8
+    act = np.eye(k, dtype=np.float32)
+    for p in range(8):
+        qw = np.zeros((n, 1), np.uint32)
+        qw[0, 0] = np.uint32(1 << (4 * p))
+        qz = np.zeros((1, 1), np.uint32)
+        sc = np.ones((1, n), np.float32)
+        got, _ = _run_lowering("AwqMatmul", [act, qw, qz, sc], ["f32", "u32", "u32", "f32"],
+                               dict(group_size=gs))
+        want = np.zeros((k, n), np.float32)
+        want[(0, 2, 4, 6, 1, 3, 5, 7)[p], 0] = 1.0
+        np.testing.assert_array_equal(got, want)
+
+
+# -- Conv2D -------------------------------------------------------------------------
+CONV = [
+    ((1, 2, 5, 5), (3, 2, 3, 3), dict(stride=(1, 1), padding=(1, 1), groups=1), False, "f32"),
+    ((2, 4, 7, 6), (6, 2, 3, 2), dict(stride=(2, 1), padding=(0, 1), groups=2), True, "f32"),
+    ((1, 3, 6, 6), (4, 3, 2, 2), dict(stride=(2, 2), padding=(0, 0), groups=1), True, "f64"),
+    ((1, 4, 5, 5), (4, 1, 3, 3), dict(stride=(1, 1), padding=(1, 1), groups=4), False, "f32"),
+]
+
+
+@pytest.mark.parametrize("xs,ws,params,bias,dtype", CONV)
+def test_conv2d(rng, xs, ws, params, bias, dtype):
+    arrs = [_data(rng, xs, dtype), _data(rng, ws, dtype)]
+    if bias:
+        arrs.append(_data(rng, (ws[0],), dtype))
+    _check_kernel("Conv2D", arrs, [dtype] * len(arrs), params, dtype)
+
+
+@pytest.mark.parametrize("xs,ws,params,bias,dtype", [CONV[0], CONV[2]])
+def test_conv2d_recipe(rng, xs, ws, params, bias, dtype):
+    arrs = [_data(rng, xs, dtype), _data(rng, ws, dtype)]
+    if bias:
+        arrs.append(_data(rng, (ws[0],), dtype))
+    _check_recipe("Conv2D", arrs, [dtype] * len(arrs), params, dtype)
+
+
+@RECIPE_BLOCKED
+@pytest.mark.parametrize("xs,ws,params,bias,dtype", [CONV[1], CONV[3]])
+def test_conv2d_grouped_recipe(rng, xs, ws, params, bias, dtype):
+    arrs = [_data(rng, xs, dtype), _data(rng, ws, dtype)]
+    if bias:
+        arrs.append(_data(rng, (ws[0],), dtype))
+    _check_recipe("Conv2D", arrs, [dtype] * len(arrs), params, dtype)
+
+
+def test_conv2d_named_op_for_groups_1_generic_for_groups(rng):
+    x = _data(rng, (1, 4, 4, 4), "f32")
+    for g, named in ((1, True), (2, False)):
+        w = _data(rng, (2, 4 // g, 3, 3), "f32")
+        got, text = _run_lowering("Conv2D", [x, w], ["f32", "f32"],
+                                  dict(stride=(1, 1), padding=(1, 1), groups=g))
+        assert ("linalg.conv_2d_nchw_fchw" in text) == named
+        _close(got, _reference("Conv2D", [x, w], dict(stride=(1, 1), padding=(1, 1), groups=g)),
+               "f32", f"Conv2D groups={g}")
+
+
+def test_registration_facts():
+    specs = F.fused_specs()
+    for name, precision in (("FlashAttn", F.ATTN_CPU), ("QMatMul", F.QMATMUL_CPU),
+                            ("Nf4Matmul", F.QMATMUL_CPU), ("Conv2D", F.CONV2D_CPU)):
+        s = specs[name]
+        assert s.precision is precision and precision.bit_stable_on_same_hardware
+        assert precision.max_ulp is None and precision.max_relative is None
+    assert specs["FlashAttn"].keys(DType.F32) == [(DType.F32,) * 4, (DType.F32,) * 5]
+    assert specs["Conv2D"].keys(DType.F64) == [(DType.F64,) * 3, (DType.F64,) * 4]
+    assert specs["QMatMul"].keys(DType.F32) == [(DType.F32, DType.U32, DType.F32)]
