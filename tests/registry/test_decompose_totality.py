@@ -81,5 +81,10 @@ def test_try_instantiate_never_raises(sc, seed):
     ref = entry.reference(inputs, params)
     ref = ref if isinstance(ref, list) else [ref]
     for g, r in zip(got, ref):
-        np.testing.assert_allclose(g.astype(np.float64), r.astype(np.float64),
-                                   rtol=1e-4, atol=1e-4, equal_nan=True)
+        g, r = g.astype(np.float64), r.astype(np.float64)
+        # Junk params such as -1e300 overflow the payload dtype: where the
+        # reference overflows, the recipe must overflow too (inf - inf may be
+        # NaN in one evaluation order and inf in the other); elsewhere, agree.
+        over = ~np.isfinite(r)
+        assert not np.isfinite(g[over]).any(), "recipe finite where the reference overflows"
+        np.testing.assert_allclose(g[~over], r[~over], rtol=1e-4, atol=1e-4, equal_nan=True)
