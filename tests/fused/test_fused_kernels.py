@@ -110,7 +110,7 @@ def test_softmax(rng, shape, dtype):
 
 
 def test_softmax_masked_rows_and_large_logits(rng):
-    """A -inf row prefix (causal masks) must not poison the online sum;
+    """A -inf row prefix (causal masks) must not poison the row sum;
     huge logits must not overflow (max subtraction)."""
     x = rng.standard_normal((4, 9)).astype(np.float32) * 3
     x[0, :4] = -np.inf

@@ -2,13 +2,12 @@
 one function): SoftmaxLastDim, RmsNormLastDim, LayerNormLastDim and
 FusedSoftmaxCrossEntropy. f16/bf16 compute in f32, f64 in f64.
 
-* SoftmaxLastDim: one *online* pass for (max, Σ exp(x − max)) (the running
-  sum is rescaled by exp(m_old − m_new) when the max grows; a row prefix of
-  −inf leaves the sum at 0), then one normalizing pass: 2 reads of x.
+* SoftmaxLastDim: a max pass, then one pass that writes e = exp(x − max)
+  and accumulates Σ e (one exp per element), then e / Σ.
 * RmsNormLastDim: Σ x² per row, then x / sqrt(Σ/n + eps).
 * LayerNormLastDim: mean, then the centred population variance (two-pass,
   no cancellation), then (x − mean) / sqrt(var + eps).
-* FusedSoftmaxCrossEntropy: the same online (max, sum) pass, then one pass
+* FusedSoftmaxCrossEntropy: a max pass and a Σ exp(x − max) pass, then one pass
   over the rows picking x[t] (``tensor.extract``); rows whose target equals
   ``ignore_index`` give 0 and leave the Mean's divisor (the registry
   reference's rule: a Mean over only-ignored rows is 0/0 = NaN); a target
@@ -28,40 +27,47 @@ def _row_count(s: Scalar, d) -> "ir.Value":
     return s.const(d) if isinstance(d, int) else s.from_index(d)
 
 
-def online_max_sum(x, s: Scalar):
-    """(m, z) over the last axis of ``x`` in one reduction: m = max, z =
-    Σ exp(x − m). Accumulator tensors of ``s.ty`` with x's leading dims."""
+def row_max(x, s: Scalar):
+    """max over the last axis of ``x`` (accumulator tensor of ``s.ty``)."""
     n = rank(x)
-    xd = dims(x)
     row = affine_map(n, list(range(n - 1)))
-    m0 = fill(s.lowest(), empty(xd[:-1], s.ty))
-    z0 = fill(s.const(0), empty(xd[:-1], s.ty))
+    m0 = fill(s.lowest(), empty(dims(x)[:-1], s.ty))
+    m = generic([x], [m0], [identity_map(n), row], [PARALLEL] * (n - 1) + [REDUCTION],
+                lambda a, c: arith.maximumf(to_compute(a, s), c))[0]
+    return m, row
 
-    def body(a, m, z):
-        a = to_compute(a, s)
-        m2 = arith.maximumf(m, a)
-        # NaN update: every element so far is -inf (exp(-inf - -inf)); keep z (0).
-        # A NaN or +inf input poisons m, hence the result, anyway. (Tested as
-        # "z2 is NaN", not "m2 == -inf": see compiler/codegen/llvm.py fixups.)
-        z2 = s.add(s.mul(z, math.exp(s.sub(m, m2))), math.exp(s.sub(a, m2)))
-        return [m2, arith.select(arith.cmpf(arith.CmpFPredicate.UNO, z2, z2), z, z2)]
 
-    m, z = generic([x], [m0, z0], [identity_map(n), row, row],
-                   [PARALLEL] * (n - 1) + [REDUCTION], body)
+def row_max_sum(x, s: Scalar):
+    """(m, z, row map): m = max over the last axis, z = Σ exp(x − m)."""
+    n = rank(x)
+    m, row = row_max(x, s)
+    z0 = fill(s.const(0), empty(dims(x)[:-1], s.ty))
+    z = generic([x, m], [z0], [identity_map(n), row, row], [PARALLEL] * (n - 1) + [REDUCTION],
+                lambda a, mx, c: s.add(c, math.exp(s.sub(to_compute(a, s), mx))))[0]
     return m, z, row
 
 
 @lowers("SoftmaxLastDim")
 def _softmax(lw: Lowering):
+    """max pass; e = exp(x − max) written once while Σ e accumulates (a
+    two-output generic: e indexed by every loop, the sum by the row loops);
+    e / Σ. One exp per element."""
     x = lw.operands[0]
     s = Scalar.compute(lw.in_dtypes[0])
     n = rank(x)
-    m, z, row = online_max_sum(x, s)
-    out = empty(dims(x), lw.out_elt)
-    return generic([x, m, z], [out], [identity_map(n), row, row, identity_map(n)],
-                   [PARALLEL] * n,
-                   lambda a, mx, sz, _o: from_compute(
-                       s.div(math.exp(s.sub(to_compute(a, s), mx)), sz), lw.out_elt))[0]
+    xd = dims(x)
+    m, row = row_max(x, s)
+    z0 = fill(s.const(0), empty(xd[:-1], s.ty))
+
+    def exp_sum(a, mx, _e, c):
+        e = math.exp(s.sub(to_compute(a, s), mx))
+        return [e, s.add(c, e)]
+
+    e, z = generic([x, m], [empty(xd, s.ty), z0], [identity_map(n), row, identity_map(n), row],
+                   [PARALLEL] * (n - 1) + [REDUCTION], exp_sum)
+    out = empty(xd, lw.out_elt)
+    return generic([e, z], [out], [identity_map(n), row, identity_map(n)], [PARALLEL] * n,
+                   lambda v, sz, _o: from_compute(s.div(v, sz), lw.out_elt))[0]
 
 
 @lowers("RmsNormLastDim")
@@ -126,7 +132,7 @@ def _softmax_cross_entropy(lw: Lowering):
     r = n - 1  # row loops
     ld = dims(logits)
     vocab = ld[-1]
-    m, z, _ = online_max_sum(logits, s)
+    m, z, _ = row_max_sum(logits, s)
     i64 = ir.IntegerType.get_signless(64)
     tdt = lw.in_dtypes[1]
     ignore = arith.constant(i64, int(lw.param("ignore_index")))
