@@ -29,7 +29,7 @@ from .core import (PARALLEL, REDUCTION, Lowering, Scalar, affine_map, empty, fil
 from .layout import extract_slice
 
 
-def _kv_head(hq: int, hkv: int, loops: int):
+def _kv_head(hq: int, hkv: int):
     """The affine expr of the kv head read by query head loop ``d1``."""
     h = ir.AffineDimExpr.get(1)
     if hq == hkv:
@@ -66,7 +66,7 @@ def _flash_attn(lw: Lowering):
     wl, wr = lw.params.get("window_size_left"), lw.params.get("window_size_right")
 
     # 1. S[b,h,i,j] = sum_d q[b,h,i,d] * k[b,h//g,j,d]       loops (b,h,i,j,d)
-    kvh = _kv_head(hq, hkv, 5)
+    kvh = _kv_head(hq, hkv)
     raw = generic(
         [q, k], [fill(s.const(0), empty([b, hq, sq, sk], c))],
         [affine_map(5, [0, 1, 2, 4]), affine_map(5, [0, kvh, 3, 4]), affine_map(5, [0, 1, 2, 3])],
@@ -124,7 +124,6 @@ def _flash_attn(lw: Lowering):
     # 4. l = sum_j P; O = P·V (loops b,h,i,d,j); out = O / l
     lsum = generic([p], [fill(s.const(0), empty([b, hq, sq], c))], [identity_map(4), row],
                    [PARALLEL] * 3 + [REDUCTION], lambda x, acc: s.add(acc, x))[0]
-    kvh = _kv_head(hq, hkv, 5)
     o = generic(
         [p, v], [fill(s.const(0), empty([b, hq, sq, d], c))],
         [affine_map(5, [0, 1, 2, 4]), affine_map(5, [0, kvh, 4, 3]), affine_map(5, [0, 1, 2, 3])],
