@@ -104,6 +104,41 @@ def g_rmsnorm(shape, fused: bool, eps=1e-6):
     return g
 
 
+def g_linear(m, k, n, fused: bool):
+    """x [m,k] @ w [k,n] + b [n]: the fused FusedLinear kernel, or MatMul then
+    a broadcast Add (compiled with "no-fusion", so it stays two kernels)."""
+    g = Graph()
+    x, w, b = g.input("x", (m, k), "f32"), g.input("w", (k, n), "f32"), g.input("b", (n,), "f32")
+    if fused:
+        from compiler.registry.builders import fused as fused_op
+        y = fused_op("FusedLinear", x, w, b)
+    else:
+        bb = g.add_node("BroadcastTo", [g.add_node("Reshape", [b], {"shape": (1, n)})],
+                        {"shape": (m, n)})
+        y = g.add_node("Add", [g.add_node("MatMul", [x, w]), bb])
+    g.output(y, name="y")
+    return g
+
+
+def g_rope(shape):
+    """Rope over x [b, seq, d] with cos/sin [seq, d] (compiled as the fused
+    kernel, or with "base-map" as its recipe: slices, concat, products)."""
+    g = Graph()
+    x = g.input("x", shape, "f32")
+    cos, sin = g.input("cos", shape[-2:], "f32"), g.input("sin", shape[-2:], "f32")
+    from compiler.registry.builders import rope
+    g.output(rope(x, cos, sin), name="y")
+    return g
+
+
+def g_cross_entropy(rows, vocab):
+    g = Graph()
+    lg, t = g.input("logits", (rows, vocab), "f32"), g.input("t", (rows,), "i64")
+    from compiler.registry.builders import cross_entropy
+    g.output(cross_entropy(lg, t), name="y")
+    return g
+
+
 def g_gelu(shape):
     g = Graph()
     x = g.input("x", shape, "f32")
@@ -129,6 +164,17 @@ def np_rmsnorm(x, w, eps=1e-6):
 
 def np_gelu(x):
     return 0.5 * x * (1.0 + np.tanh(np.float32(np.sqrt(2 / np.pi)) * (x + np.float32(0.044715) * x ** 3)))
+
+
+def np_rope(x, cos, sin):
+    h = x.shape[-1] // 2
+    return x * cos + np.concatenate([-x[..., h:], x[..., :h]], axis=-1) * sin
+
+
+def np_cross_entropy(logits, t):
+    m = logits.max(-1, keepdims=True)
+    ls = logits - m - np.log(np.exp(logits - m).sum(-1, keepdims=True))
+    return np.float32(-np.take_along_axis(ls, t[:, None], -1).mean())
 
 
 def run_case(name, builders, np_fn, inputs, repeats, check_tol=1e-4):
@@ -180,6 +226,25 @@ def main(argv=None):
     run_case(f"rmsnorm {list(rows)}", {"fused": (g_rmsnorm(rows, True), None),
                                        "primitives": (g_rmsnorm(rows, False), "no-fusion")},
              lambda x: np_rmsnorm(x, w), {"x": x}, repeats)
+    lm, lk, ln = (64, 256, 128) if args.quick else (512, 1024, 1024)
+    xl = rng.standard_normal((lm, lk), dtype=np.float32)
+    wl = rng.standard_normal((lk, ln), dtype=np.float32)
+    bl = rng.standard_normal(ln, dtype=np.float32)
+    run_case(f"linear+bias {lm}x{lk}x{ln}", {"fused": (g_linear(lm, lk, ln, True), None),
+                                              "primitives": (g_linear(lm, lk, ln, False), "no-fusion")},
+             lambda x, w, b: x @ w + b, {"x": xl, "w": wl, "b": bl}, repeats)
+    rs = (4, 128, 64) if args.quick else (32, 512, 128)
+    xr = rng.standard_normal(rs, dtype=np.float32)
+    cr, sr = np.cos(xr[0]), np.sin(xr[0])
+    run_case(f"rope {list(rs)}", {"fused": (g_rope(rs), None),
+                                  "primitives": (g_rope(rs), "base-map")},
+             np_rope, {"x": xr, "cos": cr, "sin": sr}, repeats)
+    cv = (256, 1024) if args.quick else (2048, 8192)
+    lg = rng.standard_normal(cv, dtype=np.float32)
+    tg = rng.integers(0, cv[1], cv[0]).astype(np.int64)
+    run_case(f"cross-entropy {list(cv)}", {"fused": (g_cross_entropy(*cv), None),
+                                            "primitives": (g_cross_entropy(*cv), "base-map")},
+             np_cross_entropy, {"logits": lg, "t": tg}, repeats)
     run_case(f"gelu {list(rows)}", {"fuelc": (g_gelu(rows), None)}, lambda x: np_gelu(x), {"x": x},
              repeats)
 
