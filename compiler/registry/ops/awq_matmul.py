@@ -9,9 +9,13 @@ Inputs act ``[..,M,K]`` (float), qweight ``[N, K/8]`` u32, qzeros
 holds logical column ``AWQ_UNPACK_ORDER[p]`` = [0,2,4,6,1,3,5,7][p]; the same
 order applies to qzeros along N.
 
-``op_kind`` is None: decompose-only in v1, as in the original (no kernel, no
-cost model). The decomposition is a per-call recipe (data), not imperative.
+``op_kind`` is ``OpKind.AwqMatmul``, a fuelc addition: the original was
+decompose-only in v1 (no OpKind, no kernel); fuelc compiles AWQ to one
+kernel, so it needs a dispatch key. The decomposition is a per-call recipe
+(data), not imperative.
 """
+from runtime.opkind import OpKind
+
 from ..entry import NOT_DIFFERENTIABLE, FusedOpEntry, Family, Recipe
 from ..grammar import Bind, op
 from ._common import (DType, ParamSpec, TensorType, check_arity, check_float, dtype_of, fail,
@@ -90,6 +94,6 @@ ENTRY = FusedOpEntry(
     id=25, name=NAME, mnemonic="awq_matmul", family=Family.QUANTIZED,
     arity=4, params=(ParamSpec("group_size", "i64", 128), ParamSpec("split_k_iters", "i64", 1)),
     infer=infer, reference=reference, recipe=Recipe(build=build), backward=NOT_DIFFERENTIABLE,
-    op_kind=None, destructive_input=None, cse_tag=23,
+    op_kind=OpKind.AwqMatmul, destructive_input=None, cse_tag=23,
     input_names=("act", "qweight", "qzeros", "scales"), doc=__doc__,
 )
