@@ -105,6 +105,8 @@ def compile(graph, target: str = "cpu", *, pipeline: str | None = None,
     run_pipeline(emitted.module, text, options={"table": table, "backend": "cpu", "backends": "cpu"})
     irs["optimized"] = str(emitted.module)
     timings["passes"] = time.perf_counter() - t0
+    from .codegen.runtime_fused import register_module_kernels
+    table = register_module_kernels(emitted.module)  # fuel.runtime_fused keys
 
     t0 = time.perf_counter()
     plan = plan_from_module(emitted.module, emitted.constants, backend=BackendId.CPU)
@@ -123,21 +125,23 @@ def _warm(module: CompiledModule) -> None:
     primitives and the mlir-cpu-fused fused ops)."""
     from runtime.layout import Layout
 
-    from .codegen import fused, kernels
+    from .codegen import fused, kernels, runtime_fused
 
-    warmers = {kernels.KERNEL_SOURCE: kernels.warm, fused.KERNEL_SOURCE: fused.warm}
+    warmers = {kernels.KERNEL_SOURCE: kernels.warm, fused.KERNEL_SOURCE: fused.warm,
+               runtime_fused.KERNEL_SOURCE: runtime_fused.warm}
     specs = module.executor.specs
     for i, step in enumerate(module.plan.steps):
         if not isinstance(step, KernelStep):
             continue
         entry = module.executor.entries[i]
         warm = warmers.get(entry.kernel_source)
-        if warm is None or step.key.op is None:
+        kind = step.key.op if step.key.op is not None else step.key.fused.value
+        if warm is None:
             continue
         layouts = [Layout.contiguous(specs[v].shape) for v in step.inputs]
         layouts += [Layout.contiguous(s.shape) for s in step.output_specs[:1]]
         try:
-            warm(step.key.op, step.dtypes, layouts, step.params, len(step.inputs))
+            warm(kind, step.dtypes, layouts, step.params, len(step.inputs))
         except FuelError as e:
             raise CompileError(f"code generation failed for step {step.name!r} "
-                               f"({step.key.op.name}[{','.join(d.value for d in step.dtypes)}]): {e}") from e
+                               f"({step.key}[{','.join(d.value for d in step.dtypes)}]): {e}") from e

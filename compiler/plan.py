@@ -10,7 +10,11 @@ function becomes one step, in program order.
 * view ops (Transpose, Permute, BroadcastTo, Unsqueeze, Squeeze, Slice, Flip)
   -> ``ViewStep`` (metadata only, spec §2.3);
 * Reshape / Contiguize -> ``ReshapeStep`` / ``ContiguizeStep``;
-* Const / Iota -> ``ConstStep`` over ``plan.constants``.
+* Const / Iota -> ``ConstStep`` over ``plan.constants``;
+* ``fuel.runtime_fused`` -> ``KernelStep`` keyed ``(BindingKey.runtime_fused(fid),
+  input dtypes in bind order then the result dtype, backend)`` with
+  ``JitScalars`` (``NoParams`` without slots); the id is resolved from the
+  body in this process (``compiler.dialect.structural``).
 
 ``plan_from_module`` raises ``PlanningError`` naming the op (and its location,
 which is the graph node's name) when an op has no way to run.
@@ -20,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from runtime import BackendId, BindingKey
+from runtime.keys import binding_dtypes
 from runtime.dtype import DType
 from runtime.executor import (ConstStep, ContiguizeStep, KernelStep, Plan, ReshapeStep,
                               ValueSpec, ViewStep)
@@ -27,6 +32,7 @@ from runtime.executor import (ConstStep, ContiguizeStep, KernelStep, Plan, Resha
 from .dialect.attrs import op_params
 from .dialect.definition import lookup
 from .dialect.emit import NAME_ATTR, OUTPUT_NAMES_ATTR
+from .dialect.structural import RUNTIME_FUSED, resolve_runtime_fused
 from .dialect.types import mlir_to_dtype
 from .errors import CompilerError
 from .graph.kernel_params import KernelParamsError, to_op_params
@@ -117,6 +123,9 @@ def plan_from_module(module, constants: dict | None = None, *, backend=BackendId
         if not o.name.startswith("fuel."):
             raise PlanningError(f"{o.name} at {_loc(o)}: only fuel ops can be planned; "
                                 "run the fuel pipeline before planning, not a lowering pass")
+        if o.name == RUNTIME_FUSED:
+            steps.append(_runtime_fused_step(o, ids, fresh, backend))
+            continue
         spec = lookup(o.name)
         params = op_params(o)
         ins = tensor_types(o.operands)
@@ -169,9 +178,25 @@ def _kernel_step(o, spec, params, ins, outs, in_ids, out_ids, backend, hint) -> 
             op_p = to_op_params(spec.name, params, ins, outs)
     except KernelParamsError as e:
         raise PlanningError(f"{o.name} at {_loc(o)}: {e}") from None
-    dtypes = [t.dtype for t in ins] + [t.dtype for t in outs[:1]]
+    dtypes = binding_dtypes(kind, [t.dtype for t in ins], [t.dtype for t in outs[:1]])
     return KernelStep(BindingKey.static(kind), tuple(dtypes), backend, op_p, tuple(in_ids),
                       tuple(out_ids), tuple(ValueSpec(t.shape, t.dtype) for t in outs), name=hint)
+
+
+def _runtime_fused_step(o, ids, fresh, backend) -> KernelStep:
+    from .codegen.runtime_fused import params_for
+    try:
+        res = resolve_runtime_fused(o)
+    except Exception as e:  # DialectError, RecipeError, RuntimeFusedError
+        raise PlanningError(f"{o.name} at {_loc(o)}: {e}") from None
+    ins = tensor_types(res.inputs)
+    outs = tensor_types(o.results)
+    out_id = fresh(_name_hint(o, "runtime_fused"))
+    ids[o.results[0]] = out_id
+    return KernelStep(BindingKey.runtime_fused(res.fused_id),
+                      tuple(t.dtype for t in ins + outs), backend, params_for(res.scalars),
+                      tuple(ids[v] for v in res.inputs), (out_id,),
+                      (ValueSpec(outs[0].shape, outs[0].dtype),), name=out_id)
 
 
 def _name_hint(o, mnemonic: str) -> str:

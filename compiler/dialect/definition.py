@@ -203,8 +203,9 @@ def fuel_irdl_text(ops: Optional[Iterable] = None) -> str:
         raise DialectError(
             "the fuel dialect has no ops: compiler.graph.ops.OP_TABLE is missing or empty "
             "and no ops were passed; pass ops=[OpDef, ...] or install the op table")
+    from .structural import structural_irdl_text
     body = "\n".join(_operation_text(op) for op in table.values())
-    return f"irdl.dialect @{DIALECT} {{\n{body}\n}}\n"
+    return f"irdl.dialect @{DIALECT} {{\n{body}\n{structural_irdl_text()}\n}}\n"
 
 
 def is_fuel_loaded(ctx: "ir.Context") -> bool:

@@ -1,6 +1,10 @@
 """``fuel-decompose``: replace every fused op the target cannot run with its
 recipe (fuel-spec §3.1 ``decompose_via_recipe``).
 
+A ``fuel.runtime_fused`` op is inlined (its body ops replace it) under the
+same rule: when the target neither binds its kernel nor has kernels for all
+its body ops (``fuse.runtime_fused_servable``), or with ``all=true``.
+
 A ``fuel.<fused>`` op is decomposed when no candidate backend has a kernel
 for its (OpKind, input dtypes + output dtypes) in the binding table (fused
 ops with no OpKind never have one), or always with ``all=true``. The
@@ -137,3 +141,17 @@ class Decompose(ModulePass):
                                  f"decompose declined: {d}")
                 continue
             work.extend((n, depth + 1) for n in new_ops if _fuel.fused_entry(n) is not None)
+        self._runtime_fused(module, table, backends)
+
+    def _runtime_fused(self, module, table, backends) -> None:
+        """Inline each ``fuel.runtime_fused`` the target cannot run (or all)."""
+        from compiler.dialect.structural import inline_runtime_fused, is_runtime_fused
+        from compiler.passes.fuse import runtime_fused_servable
+        for op in _fuel.walk_ops(module, is_runtime_fused):
+            if not self.all and runtime_fused_servable(op, table, backends):
+                continue
+            try:
+                inline_runtime_fused(op)
+            except Exception as e:  # DialectError: a malformed op stays as it is
+                emit_warning(op, f"{self.name}: {_fuel.describe(op)} kept fused: cannot inline "
+                                 f"its body: {e}")
