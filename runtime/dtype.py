@@ -138,7 +138,7 @@ _ALIASES.update({
 def f32_to_bf16(x: np.ndarray) -> np.ndarray:
     """Round float32 values to bfloat16 (round-to-nearest-even), returning the
     uint16 bit patterns. NaN stays NaN."""
-    x = np.ascontiguousarray(x, dtype=np.float32)
+    x = np.require(x, np.float32, "C")  # (ascontiguousarray would make rank 0 rank 1)
     bits = x.view(np.uint32).astype(np.uint64)
     rounding = ((bits >> 16) & 1) + 0x7FFF
     out = ((bits + rounding) >> 16).astype(np.uint16)
@@ -150,7 +150,7 @@ def f32_to_bf16(x: np.ndarray) -> np.ndarray:
 
 def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
     """Widen bfloat16 bit patterns (uint16) to float32 exactly."""
-    b = np.ascontiguousarray(bits, dtype=np.uint16)
+    b = np.require(bits, np.uint16, "C")
     return (b.astype(np.uint32) << 16).view(np.float32)
 
 
@@ -161,4 +161,4 @@ def f32_to_f16(x: np.ndarray) -> np.ndarray:
 
 def f16_to_f32(bits: np.ndarray) -> np.ndarray:
     """Widen IEEE half bit patterns (uint16) to float32 exactly."""
-    return np.ascontiguousarray(bits, dtype=np.uint16).view(np.float16).astype(np.float32)
+    return np.require(bits, np.uint16, "C").view(np.float16).astype(np.float32)

@@ -370,7 +370,7 @@ class Executor:
             elif isinstance(step, ContiguizeStep):
                 env[step.output] = env[step.input][0].contiguize(env[step.input][1])
             elif isinstance(step, ConstStep):
-                arr = np.ascontiguousarray(plan.constants[step.const])
+                arr = np.require(plan.constants[step.const], requirements="C")  # keeps rank 0
                 env[step.output] = Storage.from_numpy(arr, dtype=self.specs[step.output].dtype)
         return {name: env[vid][0].to_numpy(env[vid][1]) for name, vid in plan.outputs.items()}
 

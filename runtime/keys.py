@@ -142,3 +142,14 @@ class BindingKey:
 
 
 BindingKeyLike = Union[BindingKey, OpKind, FusedOpId, str]
+
+
+def binding_dtypes(kind: OpKind, in_dtypes, out_dtypes) -> tuple:
+    """The dtype part of a binding key for an op of ``kind`` with these
+    operand and result dtypes: inputs then outputs, except variadic Concat,
+    keyed ``[T_in, T_out]`` whatever its operand count (the one place that
+    spells this convention; planner and passes derive keys from it)."""
+    ins, outs = tuple(in_dtypes), tuple(out_dtypes)
+    if kind is OpKind.Concat and ins and all(d == ins[0] for d in ins):
+        return (ins[0],) + outs
+    return ins + outs

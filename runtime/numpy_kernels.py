@@ -53,7 +53,7 @@ def _read(storage, layout) -> np.ndarray:
     if storage.dtype is D.F16:
         return v.astype(np.float32)
     if storage.dtype is D.BF16:
-        return bf16_to_f32(np.ascontiguousarray(v))
+        return bf16_to_f32(np.require(v, requirements="C"))
     return v
 
 
@@ -394,6 +394,9 @@ def pad_kernel(inputs, outputs, layouts, params):
     (x,), (o,) = _io(inputs, outputs, layouts)
     dt = outputs[0].dtype
     fill = _scalar("Pad", params.value, dt) if dt is not D.BF16 else np.float32(params.value)
+    if x.ndim == 0:  # nothing to pad (np.pad rejects an empty pad_width)
+        _store("Pad", o, x, dt)
+        return
     _store("Pad", o, np.pad(x, params.padding, mode="constant", constant_values=fill), dt)
 
 
@@ -418,7 +421,10 @@ def gather_kernel(inputs, outputs, layouts, params):
     _arity("Gather", inputs, outputs, 2)
     (x, idx), (o,) = _io(inputs, outputs, layouts, raw=True)
     _check_idx("Gather", idx, x.shape[params.dim])
-    _store("Gather", o, np.take_along_axis(x, idx.astype(np.intp), axis=params.dim), outputs[0].dtype)
+    # indices may be shorter than the data on the other axes (torch.gather): read that window
+    window = tuple(slice(None) if k == params.dim else slice(0, n) for k, n in enumerate(idx.shape))
+    _store("Gather", o, np.take_along_axis(x[window], idx.astype(np.intp), axis=params.dim),
+           outputs[0].dtype)
 
 
 def index_add_kernel(inputs, outputs, layouts, params):

@@ -90,12 +90,13 @@ class Storage:
                 f"({dt.itemsize} B per element)")
         isz = arr.dtype.itemsize
         if arr.size == 0 or any(s % isz for s in arr.strides) or not arr.dtype.isnative:
-            arr = np.ascontiguousarray(arr)
+            arr = np.require(arr, requirements="C")  # (ascontiguousarray makes rank 0 rank 1)
             if not arr.dtype.isnative:
                 arr = arr.astype(arr.dtype.newbyteorder("="))
             return cls(arr.reshape(-1).view(np.uint8), dt), Layout.contiguous(arr.shape)
         # Walk to the lowest-addressed element: reverse every negative-stride axis.
-        low = arr[tuple(slice(None, None, -1) if s < 0 else slice(None) for s in arr.strides)]
+        # (``...`` first: indexing a rank-0 array with ``()`` would return a scalar, not a view)
+        low = arr[(Ellipsis,) + tuple(slice(None, None, -1) if s < 0 else slice(None) for s in arr.strides)]
         stride = tuple(s // isz for s in arr.strides)
         layout0 = Layout(arr.shape, tuple(abs(s) for s in stride), 0)
         span = layout0.required_elements()
@@ -173,11 +174,11 @@ class Storage:
 
     def to_numpy(self, layout: Layout) -> np.ndarray:
         """A contiguous copy of the elements ``layout`` describes."""
-        return np.ascontiguousarray(self.view(layout)).copy()
+        return np.array(self.view(layout), order="C", copy=True)  # keeps rank 0
 
     def contiguize(self, layout: Layout) -> tuple["Storage", Layout]:
         """Materialize ``layout`` into fresh row-major storage with offset 0."""
-        arr = np.ascontiguousarray(self.view(layout))
+        arr = np.require(self.view(layout), requirements="C")
         out = Storage.zeros(self.dtype, layout.numel)
         out.typed()[:] = arr.reshape(-1)
         return out, Layout.contiguous(layout.shape)

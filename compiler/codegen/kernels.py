@@ -135,10 +135,12 @@ _REDUCE_PREFIX = {OpKind.SumReduce: "Sum", OpKind.MaxReduce: "Max",
 def _reduce(kind, dtypes, in_l, out_l, p):
     rank = in_l[0].rank
     dims = tuple(p.dims)
+    prefix = _REDUCE_PREFIX.get(kind)
+    if rank == 0 and not dims and prefix:  # SumAll/MaxAll/... of a scalar
+        return f"{prefix}All", _params(), in_l, out_l
     if not dims or any(d >= rank for d in dims):
         raise UnsupportedOpError(f"mlir-cpu {kind.name}: dims {list(dims)} for a rank-{rank} input")
     out = _squeeze_kept(out_l[0], dims) if p.keepdim else out_l[0]
-    prefix = _REDUCE_PREFIX.get(kind)
     if prefix and len(dims) == rank and rank != 1:
         return f"{prefix}All", _params(), in_l, [out]
     if len(dims) != 1:

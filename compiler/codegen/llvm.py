@@ -25,6 +25,9 @@ from compiler.codegen.loader import ensure_llvm_initialized, host_cpu, host_targ
 # -- special float literals ---------------------------------------------------
 _SPECIAL_FLOAT = re.compile(
     r"\b(half|bfloat|float|double)\s+([+-])(inf|qnan|snan|nan)(?:\((0x[0-9a-fA-F]+)\))?")
+# The same literals as a later operand (``fcmp oge half %x, +inf``): the type
+# is the nearest float type keyword before it on the line.
+_SPECIAL_OPERAND = re.compile(r"(?<=[\s,(\[<{])([+-])(inf|qnan|snan|nan)(?:\((0x[0-9a-fA-F]+)\))?(?![\w.])")
 
 # (exponent bits, mantissa bits) per IR type.
 _FORMATS = {"half": (5, 10), "bfloat": (8, 7), "float": (8, 23), "double": (11, 52)}
@@ -97,7 +100,10 @@ def _decimal_literal(kind: str, text: str) -> str | None:
         if float(h) == value:
             return None
         return f"0xH{int(np.array(h).view(np.uint16)):04X}"
-    return None  # double: every decimal LLVM prints is exact; bfloat is printed in hex
+    if kind == "bfloat":  # (LLVM 24 prints e.g. ``fcmp oge bfloat %x, 2.147480e+09``)
+        from runtime.dtype import f32_to_bf16
+        return f"0xR{int(f32_to_bf16(np.float32(value))):04X}"
+    return None  # double: every decimal LLVM prints is exact
 
 
 def _fix_decimal_line(line: str) -> str:
@@ -110,6 +116,18 @@ def _fix_decimal_line(line: str) -> str:
     return _DECIMAL.sub(sub, line)
 
 
+def _fix_special_operand_line(line: str) -> str:
+    code, sep, comment = line.partition(";") if '"' not in line else (line, "", "")
+
+    def sub(m: re.Match) -> str:
+        kinds = _FLOAT_TYPE.findall(code, 0, m.start())
+        if not kinds:
+            return m.group(0)
+        sign, what, payload = m.groups()
+        return _hex_literal(kinds[-1], _special_bits(kinds[-1], sign, what, payload))
+    return _SPECIAL_OPERAND.sub(sub, code) + sep + comment
+
+
 def fixup_ir_text(text: str) -> str:
     """Rewrite the LLVM-24-only float literals of ``text`` (``-inf``,
     ``+qnan``, ``+nan(0x..)``, ``+snan(0x..)``, ``f0x<bits>``) to the hex
@@ -118,6 +136,9 @@ def fixup_ir_text(text: str) -> str:
         kind, sign, what, payload = m.groups()
         return f"{kind} {_hex_literal(kind, _special_bits(kind, sign, what, payload))}"
     text = _SPECIAL_FLOAT.sub(special, text)
+    if "inf" in text or "nan" in text:
+        text = "\n".join(_fix_special_operand_line(l) if ("inf" in l or "nan" in l) else l
+                         for l in text.split("\n"))
     if "f0x" in text:
         text = "\n".join(_fix_raw_bits_line(l) if "f0x" in l else l for l in text.split("\n"))
     text = "\n".join(_fix_decimal_line(l) if ("float" in l or "half" in l) and "e" in l else l

@@ -165,7 +165,7 @@ class Graph:
                 name += "_"
         if name in self.constants:
             raise GraphBuildError(f"constant {name!r} declared twice")
-        arr = np.ascontiguousarray(arr)
+        arr = np.require(arr, requirements="C")  # (ascontiguousarray makes rank 0 rank 1)
         arr.setflags(write=False)
         t = self.add_node("Const", [], {"name": name, "shape": arr.shape, "dtype": dt},
                           name=name)

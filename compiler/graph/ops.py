@@ -787,7 +787,7 @@ _register("Flip", 1, (P("dim", "i64"),), "view", OpKind.Flip, _infer_on_dim("Fli
           lambda i, p: np.flip(np.asarray(i[0]), p["dim"]),
           doc="reverse axis dim (a negative-stride view).")
 _register("Contiguize", 1, (), "shape", None, _infer_identity("Contiguize"),
-          lambda i, p: np.ascontiguousarray(i[0]), doc="materialize row-major, offset 0.")
+          lambda i, p: np.array(i[0], order="C"), doc="materialize row-major, offset 0.")
 
 
 def _infer_cast(types, params):
@@ -882,6 +882,8 @@ def _pad_ref(inputs, params):
     x = np.asarray(inputs[0])
     pad = params["padding"]
     pairs = [(pad[2 * i], pad[2 * i + 1]) for i in range(x.ndim)]
+    if x.ndim == 0:  # nothing to pad (np.pad rejects an empty pad_width)
+        return x.copy()
     return np.pad(x, pairs, constant_values=scalar_storage(params["value"], dtype_of(x)))
 
 

@@ -27,6 +27,7 @@ from compiler.passes import ModulePass, register_pass
 from compiler.passes import _fuel
 from compiler.passes._target import TargetError, resolve_backends, resolve_table
 from compiler.passes.diagnostics import emit_error, emit_warning
+from runtime.keys import binding_dtypes
 
 _MAX_NESTING = 8  # recipes that emit fused ops that emit fused ops ...
 
@@ -41,7 +42,8 @@ def has_kernel(op, table, backends) -> bool:
     if kind is None:
         return False
     try:
-        dts = [_fuel.tensor_type(v).dtype for v in list(op.operands) + list(op.results)]
+        dts = binding_dtypes(kind, [_fuel.tensor_type(v).dtype for v in op.operands],
+                             [_fuel.tensor_type(v).dtype for v in op.results])
     except Exception:
         return False
     return any(table.backend_supports(kind, dts, b) for b in backends)

@@ -29,6 +29,7 @@ from compiler.passes._target import TargetError, resolve_backends, resolve_table
 from compiler.passes.diagnostics import emit_error
 from runtime.dtype import DType
 from runtime.errors import NoBackendForOp
+from runtime.keys import binding_dtypes
 from runtime.opkind import OpKind
 
 _LOSSLESS = {
@@ -85,10 +86,11 @@ class ReconcileDtypes(ModulePass):
                 continue
 
             def servable(i, o):
-                return any(table.backend_supports(kind, [*i, o], b) for b in backends)
+                return any(table.backend_supports(kind, binding_dtypes(kind, i, [o]), b)
+                           for b in backends)
 
-            if servable(ins, out):
-                continue
+            if servable(ins, out) or (kind is OpKind.Cast and ins == [out]):
+                continue  # (an identity cast has no kernel; fuel-cse{simplify} removes it)
             promoted = None if kind is OpKind.Cast else next(
                 ((i, o) for i, o in promotion_candidates(ins, out) if servable(i, o)), None)
             if promoted is None:
@@ -101,7 +103,8 @@ class ReconcileDtypes(ModulePass):
                 f"{_fuel.dtype_list([*ins, out])} on {'/'.join(str(b) for b in backends)}, "
                 f"and no lossless promotion (bf16/f16 -> f32 -> f64) is served either")
         try:
-            table.lookup_with_caps(kind, [*ins, out], backends[0], context=op.name)
+            table.lookup_with_caps(kind, binding_dtypes(kind, ins, [out]), backends[0],
+                                   context=op.name)
         except NoBackendForOp as e:
             return f"{head}: {e}"
         except Exception:  # pragma: no cover - a table bug must not crash the pass

@@ -178,6 +178,11 @@ def convert_scalar(x: "ir.Value", src, dst, dst_ty: "ir.Type") -> "ir.Value":
         if sw == dw:  # bf16 <-> f16: through f32
             x = arith.extf(ir.F32Type.get(), x)
             sw = 32
+        if sw == 64 and dw == 16:  # no __truncdf{hf,bf}2 libcall in-process: via f32
+            # f16: rounded to odd first, so the result is correctly rounded (the
+            # reference's f64 -> f16); bf16: the reference's f64 -> f32 -> bf16.
+            x = _f64_to_f32_round_to_odd(x) if dst == dst.F16 else arith.truncf(ir.F32Type.get(), x)
+            sw = 32
         return arith.extf(dst_ty, x) if dw > sw else arith.truncf(dst_ty, x)
     if src_f:  # float -> int: truncate, saturate, NaN -> 0 (the reference rule)
         return _float_to_int_sat(x, dst, dst_ty)
@@ -189,6 +194,24 @@ def convert_scalar(x: "ir.Value", src, dst, dst_ty: "ir.Type") -> "ir.Value":
     if dw < sw:
         return arith.trunci(dst_ty, x)
     return arith.extui(dst_ty, x) if src_u else arith.extsi(dst_ty, x)
+
+
+def _f64_to_f32_round_to_odd(x):
+    """f64 -> f32 rounded to odd (truncate toward zero, then set the last
+    bit if inexact): a second rounding to a type of <= 22 mantissa bits
+    (f16) then gives the correctly rounded result, without the
+    ``__truncdfhf2`` libcall a direct ``truncf`` needs. (bf16 keeps the
+    reference's documented f64 -> f32 -> bf16 double rounding.)"""
+    f32, i32 = ir.F32Type.get(), ir.IntegerType.get_signless(32)
+    t = arith.truncf(f32, x)
+    back = arith.extf(x.type, t)
+    inexact = arith.cmpf(arith.CmpFPredicate.ONE, back, x)  # false on NaN
+    away = arith.cmpf(arith.CmpFPredicate.OGT, math.absf(back), math.absf(x))
+    bits = arith.bitcast(i32, t)
+    one = arith.constant(i32, 1)
+    toward_zero = arith.select(away, arith.subi(bits, one), bits)
+    odd = arith.bitcast(f32, arith.ori(toward_zero, one))
+    return arith.select(inexact, odd, t)
 
 
 def _float_to_int_sat(x, dst, dst_ty):
