@@ -331,16 +331,9 @@ def _spelled(kind):
     return g
 
 
-_FUSE_F64_PARAM_BUG = pytest.mark.xfail(
-    strict=True, reason="fuel-fuse _rewrite calls params_to_attributes (FloatAttr for eps) outside "
-                        "a Location context; the RuntimeError is swallowed, so patterns with a "
-                        "float param never fuse (compiler/passes/fuse.py)")
-
-
 @pytest.mark.parametrize("kind,op", [
     ("softmax", "SoftmaxLastDim"), ("linear", "FusedLinear"),
-    pytest.param("rmsnorm", "RmsNormLastDim", marks=_FUSE_F64_PARAM_BUG),
-    pytest.param("layernorm", "LayerNormLastDim", marks=_FUSE_F64_PARAM_BUG)])
+    ("rmsnorm", "RmsNormLastDim"), ("layernorm", "LayerNormLastDim")])
 def test_primitive_spellings_fuse_to_the_fused_kernel(rng, kind, op):
     g = _spelled(kind)
     feeds = {"x": rng.standard_normal((4, 12)).astype(np.float32)}
