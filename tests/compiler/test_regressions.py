@@ -1,0 +1,63 @@
+"""Focused checks for the bugs the end-to-end compiler tests found (one each)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from compiler import Graph, compile, interpret
+from compiler.codegen.llvm import fixup_ir_text
+from runtime.dtype import DType, bf16_to_f32, f32_to_bf16
+from runtime.keys import binding_dtypes
+from runtime.opkind import OpKind
+from runtime.storage import Storage
+
+
+def test_rank0_arrays_keep_rank_through_storage():
+    s, lay = Storage.from_numpy(np.asarray(np.float32(2.5)))
+    assert lay.shape == () and lay.start_offset == 0
+    assert s.to_numpy(lay).shape == ()
+    assert bf16_to_f32(f32_to_bf16(np.float32(1.5))).shape == ()
+
+
+def test_rank0_graph_end_to_end():
+    g = Graph()
+    x = g.input("x", (), "f32")
+    g.output(x.sum(), name="s")
+    g.output(x + g.constant(np.float32(1)), name="c")
+    out = compile(g)(x=np.asarray(np.float32(2)))
+    assert out["s"].shape == () and out["c"].shape == () and float(out["c"]) == 3.0
+
+
+def test_concat_binding_key_is_t_in_t_out():
+    f = DType.F32
+    assert binding_dtypes(OpKind.Concat, [f, f, f], [f]) == (f, f)
+    assert binding_dtypes(OpKind.AddElementwise, [f, f], [f]) == (f, f, f)
+
+
+def test_identity_cast_compiles():
+    g = Graph()
+    g.output(g.input("x", (3,)).cast("f32").exp(), name="y")
+    x = np.linspace(-1, 1, 3, dtype=np.float32)
+    np.testing.assert_allclose(compile(g)(x=x), np.exp(x), rtol=1e-6)
+
+
+def test_f64_to_f16_cast_is_correctly_rounded():
+    # 1 + 2^-11 + 2^-40: just above the f16 tie between 1 and 1+2^-10; rounding
+    # through f32 to nearest would land on the tie and round down to 1.
+    g = Graph()
+    g.output(g.input("x", (4,), "f64").cast("f16"), name="y")
+    x = np.array([1 + 2 ** -11 + 2 ** -40, 1 + 2 ** -11, -70000.0, np.nan])
+    got = compile(g)(x=x)
+    want = interpret(g, {"x": x})["y"]
+    assert got.view(np.uint16).tolist() == want.view(np.uint16).tolist()
+    assert got[0] == np.float16(1 + 2 ** -10)
+
+
+@pytest.mark.parametrize("text,want", [
+    ("%c = fcmp oge half %x, +inf", "%c = fcmp oge half %x, 0xH7C00"),
+    ("%s = select i1 %c, double -nan, double %y", "%s = select i1 %c, double 0xFFF8000000000000, double %y"),
+    ("%c = fcmp oge bfloat %x, 2.147480e+09", "%c = fcmp oge bfloat %x, 0xR4F00"),
+    ("%n = fcmp olt float %x, %inf ; +inf", "%n = fcmp olt float %x, %inf ; +inf"),
+])
+def test_llvm_fixups_for_operand_specials_and_bfloat_decimals(text, want):
+    assert fixup_ir_text(text) == want
