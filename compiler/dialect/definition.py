@@ -20,6 +20,9 @@ One source of truth: every supported primitive ``OpDef`` of
 * ``fuel.const`` additionally requires a ``name`` string attribute; its
   ``value`` (DenseElementsAttr, small constants only) is optional.
 
+The structural ops of ``structural.py`` (``fuel.runtime_fused``, whose region
+holds primitive fuel ops) are appended to the same ``irdl.dialect``.
+
 IRDL ops exist only in generic form (``"fuel.add"(%a, %b) : (...) -> ...``).
 """
 from __future__ import annotations
