@@ -26,8 +26,8 @@ Tensor.linear = linear
 
 
 def compile(graph, target: str = "cpu", **kwargs):
-    """Compile ``graph`` for ``target``; see ``compiler.compile.compile``."""
-    from .compile import compile as _compile
+    """Compile ``graph`` for ``target``; see ``compiler.driver.compile``."""
+    from .driver import compile as _compile
     return _compile(graph, target, **kwargs)
 
 

@@ -13,7 +13,7 @@ import pytest
 from compiler import Graph, GraphBuildError, UnsupportedOpError, compile, matmul, where
 from compiler.codegen import kernels as K
 from compiler.codegen import strategy as strategy_mod
-from compiler.compile import CompileError
+from compiler.driver import CompileError
 from compiler.dialect.definition import parse_fuel_module
 from compiler.errors import DialectError, PassError
 from runtime.errors import NoBackendForOp, PlanError

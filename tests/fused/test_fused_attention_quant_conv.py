@@ -21,7 +21,7 @@ import pytest
 
 from compiler.codegen import fused as F
 from compiler.codegen.linalg import lower_to_linalg
-from compiler.compile import compile
+from compiler import compile
 from compiler.dialect import attrs as dattrs
 from compiler.dialect.definition import default_ops, load_fuel_dialect
 from compiler.dialect.types import tensor_type

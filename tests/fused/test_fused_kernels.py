@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 
-from compiler.compile import compile
+from compiler import compile
 from compiler.codegen import fused as F
 from compiler.errors import UnsupportedOpError
 from compiler.graph import Graph

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from compiler import Graph
-from compiler.compile import compile  # not `from compiler import compile`: the submodule shadows it
+from compiler import compile
 from compiler.dialect import parse_fuel_module
 from compiler.dialect.structural import (RUNTIME_FUSED, attr_fused_id, attr_scalars,
                                          check_runtime_fused, resolve_runtime_fused)
