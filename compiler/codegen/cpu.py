@@ -46,7 +46,7 @@ from compiler.codegen.loader import CompiledObject, load_object
 from compiler.codegen.strategy import Strategy, select_strategy
 
 # Bump when a change here changes generated code (invalidates cached objects).
-PIPELINE_VERSION = "cpu-2"
+PIPELINE_VERSION = "cpu-4"
 
 BUFFERIZE: tuple[str, ...] = (
     "eliminate-empty-tensors",
@@ -247,6 +247,13 @@ def translate(module: "ir.Module") -> str:
         raise _fail("translate", str(module), str(e), "--translate") from None
 
 
+def _shaped(t: "ir.Type") -> "ir.ShapedType | None":
+    try:
+        return ir.ShapedType(t)
+    except ValueError:
+        return None
+
+
 def linalg_op_names(module: "ir.Module") -> set[str]:
     """The strategy features of ``module``: the names of its linalg ops,
     ``"<name>:<element type>"`` of each op's first operand (``linalg.matmul:f32``)
@@ -258,17 +265,47 @@ def linalg_op_names(module: "ir.Module") -> set[str]:
         if op.name.startswith("linalg."):
             names.add(op.name)
             if len(op.operands):
-                t = op.operands[0].type
-                elt = t.element_type if isinstance(t, ir.ShapedType) else t
+                first = _shaped(op.operands[0].type)
+                elt = first.element_type if first is not None else op.operands[0].type
                 names.add(f"{op.name}:{elt}")
-                init = op.operands[len(op.operands) - 1].type
-                if isinstance(init, ir.ShapedType) and all(
-                        init.is_dynamic_dim(i) for i in range(init.rank)):
+                init = _shaped(op.operands[len(op.operands) - 1].type)
+                if init is not None and all(init.is_dynamic_dim(i) for i in range(init.rank)):
                     names.add(f"{op.name}:{elt}:dynamic")
         return ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)
     return names
+
+
+_REASSOCIABLE = ("arith.addf", "arith.mulf")
+
+
+def mark_reductions_reassociable(module: "ir.Module") -> int:
+    """Give the float adds/muls inside reduction bodies (``linalg.generic``
+    with a reduction iterator, ``linalg.reduce``) ``fastmath<reassoc,
+    contract>``, so LLVM may vectorize the reduction. Returns how many ops."""
+    flags = ir.Attribute.parse("#arith.fastmath<reassoc,contract>", module.context)
+    count = 0
+
+    def mark(op):
+        nonlocal count
+        if op.name in _REASSOCIABLE:
+            op.attributes["fastmath"] = flags
+            count += 1
+        return ir.WalkResult.ADVANCE
+
+    def visit(op):
+        if op.name == "linalg.reduce" or (
+                op.name == "linalg.generic"
+                and "reduction" in str(op.attributes["iterator_types"])):
+            for region in op.regions:
+                for block in region.blocks:
+                    for inner in block.operations:
+                        inner.operation.walk(mark)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return count
 
 
 @dataclasses.dataclass
@@ -296,9 +333,11 @@ def lower(module_or_text, entry_names: Sequence[str], *, strategy: Strategy | No
         except MLIRError as e:
             entries = [a for n in entry_names for a in ("--entry", n)]
             raise _fail("prepare", text, str(e), *entries) from None
+        strategy = strategy or select_strategy(linalg_op_names(module))
+        if strategy.reassociate_reductions:
+            mark_reductions_reassociable(module)
         if keep_ir:
             kept["prepare"] = str(module)
-        strategy = strategy or select_strategy(linalg_op_names(module))
         for stage in stages_for(strategy):
             run_stage(module, stage)
             if keep_ir:
@@ -312,6 +351,20 @@ def lower(module_or_text, entry_names: Sequence[str], *, strategy: Strategy | No
         path = write_reproducer(ll, "llvm", ".ll")
         raise CodegenError(f"{e}\n  reproducer: {path}\n  rerun with: {_command(path)}") from None
     return LoweringResult(obj, optimized, strategy, kept)
+
+
+def choose_strategy(text: str, entry_names: Sequence[str]) -> Strategy:
+    """The strategy ``lower`` would select for ``text`` (after ``prepare``).
+    Raises PipelineError like ``lower`` for malformed IR."""
+    ctx = ir.Context()
+    module = parse_module(text, ctx)
+    with ctx:
+        try:
+            prepare_entries(module, list(entry_names))
+        except MLIRError as e:
+            entries = [a for n in entry_names for a in ("--entry", n)]
+            raise _fail("prepare", text, str(e), *entries) from None
+        return select_strategy(linalg_op_names(module))
 
 
 def emit_object(module_or_text, entry_names: Sequence[str], *,
@@ -329,6 +382,10 @@ def compile_module(module_or_text, entry_names: Sequence[str], *,
     then disk; pass ``cache=None`` to bypass it). Returns a CompiledObject:
     ``.address("_mlir_ciface_<entry>")`` or ``.ciface(entry, nargs)``."""
     text = module_or_text if isinstance(module_or_text, str) else str(module_or_text)
+    if strategy is None:
+        # Key the cache by the strategy actually chosen: a rule change must
+        # not hand back an object built by another strategy.
+        strategy = choose_strategy(text, entry_names)
     if cache is None:
         return load_object(emit_object(text, entry_names, strategy=strategy))
     from compiler.codegen.cache import default_cache
@@ -389,7 +446,7 @@ def _public_functions(text: str) -> list[str]:
                 and "sym_visibility" not in op.attributes]
 
 
-__all__ = ["emit_object", "compile_module", "load_object", "lower", "LoweringResult",
+__all__ = ["emit_object", "compile_module", "choose_strategy", "load_object", "lower", "LoweringResult",
            "prepare_entries", "stages_for", "describe_pipeline", "Stage", "BUFFERIZE",
            "reproducer_dir", "write_reproducer", "PIPELINE_VERSION", "main"]
 
