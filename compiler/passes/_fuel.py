@@ -65,6 +65,9 @@ def params(op) -> dict:
 
 def is_erasable(op) -> bool:
     """Pure: erasing it when unused changes nothing."""
+    from compiler.dialect.structural import is_runtime_fused
+    if is_runtime_fused(op):
+        return True  # its body is primitive and pure (the recipe grammar cannot mutate)
     d = dialect_op(op)
     if d is None or d.mnemonic in _NEVER_ERASED:
         return False
