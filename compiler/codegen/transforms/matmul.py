@@ -1,7 +1,8 @@
 """The register-tiled matmul schedule (toolchain.md §4), for dynamic shapes
 and any strides.
 
-For ``linalg.matmul`` (and ``linalg.batch_matmul``, batch tiled by 1):
+For each ``linalg.matmul`` (or ``linalg.batch_matmul``, batch tiled by 1) of
+the payload (``transform.foreach``, so modules may hold several):
 
 1. tile N by ``nr`` and K by ``kc``; peel the N loop so the main panels are
    exactly ``nr`` wide;
@@ -12,7 +13,8 @@ For ``linalg.matmul`` (and ``linalg.batch_matmul``, batch tiled by 1):
 3. the N remainder (< ``nr`` columns) becomes scalar loops *before* hoisting:
    hoisting refuses a C buffer that any view (subview) still uses;
 4. fold views into the transfers, CSE + LICM so the C tile's read/write
-   indices are loop invariant, hoist the C accumulators out of the K loop,
+   indices are loop invariant, hoist the C accumulators out of the K loop
+   (per function),
    then lower contractions to outer products / FMAs and transfers to loads
    (the lowering's ``convert-vector-to-scf`` handles non-unit strides).
 
@@ -42,37 +44,43 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
     res2 = ", ".join([t] * 3)
     pm = lambda body: "    transform.apply_patterns to %func {\n" + body + "    } : " + t + "\n"
     canon = pm("      transform.apply_patterns.canonicalization\n")
+    canon2 = "\n".join("  " + line if line else line for line in canon.split("\n"))
     match = lambda what, where: (f'transform.structured.match ops{{["{what}"]}} in {where} '
                                  f": ({t}) -> {t}")
     return f"""module attributes {{transform.with_named_sequence}} {{
   transform.named_sequence @__transform_main(%root: {t} {{transform.readonly}}) {{
     %func = {match("func.func", "%root")}
     %mm = {match(op, "%root")}
-    %t1, {loops1} = transform.structured.tile_using_for %mm tile_sizes [{pre}0, {nr}, {kc}] : ({t}) -> ({res1})
-    %lNf = transform.cast %lN : {t} to {_FOR}
-    %mainN, %remN = transform.loop.peel %lNf : ({_FOR}) -> ({t}, {t})
-    %mmMain = {match(op, "%mainN")}
-    %pr = transform.structured.promote %mmMain {{ operands_to_promote = [1], use_full_tile_buffers = [false, false], use_alloca }} : ({t}) -> {t}
-    transform.bufferization.buffer_loop_hoisting %func : {t}
-    %t2, %r0, %r2 = transform.structured.tile_using_for %pr tile_sizes [{pre0}{mr}, 0, 1] : ({t}) -> ({res2})
-    %r0f = transform.cast %r0 : {t} to {_FOR}
-    %mainM, %remM = transform.loop.peel %r0f : ({_FOR}) -> ({t}, {t})
-{canon}    %mmV = {match(op, "%mainM")}
-    %mmR = {match(op, "%remM")}
-    %t3, %q0, %q2 = transform.structured.tile_using_for %mmR tile_sizes [{pre0}1, 0, 1] : ({t}) -> ({res2})
-{canon}    transform.structured.vectorize %mmV : {t}
-    transform.structured.vectorize %t3 : {t}
-    %mmN = {match(op, "%remN")}
-    %lpN = transform.structured.convert_to_loops %mmN : ({t}) -> {t}
+    transform.foreach %mm : {t} {{
+    ^bb0(%m: {t}):
+      %t1, {loops1} = transform.structured.tile_using_for %m tile_sizes [{pre}0, {nr}, {kc}] : ({t}) -> ({res1})
+      %lNf = transform.cast %lN : {t} to {_FOR}
+      %mainN, %remN = transform.loop.peel %lNf : ({_FOR}) -> ({t}, {t})
+      %mmMain = {match(op, "%mainN")}
+      %pr = transform.structured.promote %mmMain {{ operands_to_promote = [1], use_full_tile_buffers = [false, false], use_alloca }} : ({t}) -> {t}
+      transform.bufferization.buffer_loop_hoisting %func : {t}
+      %t2, %r0, %r2 = transform.structured.tile_using_for %pr tile_sizes [{pre0}{mr}, 0, 1] : ({t}) -> ({res2})
+      %r0f = transform.cast %r0 : {t} to {_FOR}
+      %mainM, %remM = transform.loop.peel %r0f : ({_FOR}) -> ({t}, {t})
+{canon2}      %mmV = {match(op, "%mainM")}
+      %mmR = {match(op, "%remM")}
+      %t3, %q0, %q2 = transform.structured.tile_using_for %mmR tile_sizes [{pre0}1, 0, 1] : ({t}) -> ({res2})
+{canon2}      transform.structured.vectorize %mmV : {t}
+      transform.structured.vectorize %t3 : {t}
+      %mmN = {match(op, "%remN")}
+      %lpN = transform.structured.convert_to_loops %mmN : ({t}) -> {t}
+    }}
 {pm('''      transform.apply_patterns.vector.transfer_permutation_patterns
       transform.apply_patterns.vector.reduction_to_contract
 ''')}{pm('''      transform.apply_patterns.vector.cast_away_vector_leading_one_dim
 ''')}{pm('''      transform.apply_patterns.memref.fold_memref_alias_ops
       transform.apply_patterns.canonicalization
 ''')}    transform.apply_cse to %func : {t}
-    %loops = {match("scf.for", "%func")}
+    %loops = {match("scf.for", "%root")}
     transform.apply_licm to %loops : {t}
-    %f2 = transform.structured.hoist_redundant_vector_transfers %func : ({t}) -> {t}
+    transform.foreach %func : {t} {{
+    ^bb0(%f: {t}):
+    %f2 = transform.structured.hoist_redundant_vector_transfers %f : ({t}) -> {t}
     transform.apply_patterns to %f2 {{
       transform.apply_patterns.vector.lower_contraction lowering_strategy = "outerproduct"
       transform.apply_patterns.vector.lower_outerproduct
@@ -87,6 +95,7 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
     transform.apply_patterns to %f2 {{
       transform.apply_patterns.canonicalization
     }} : {t}
+    }}
     transform.yield
   }}
 }}
