@@ -180,6 +180,15 @@ def fused_op_params(entry, params: dict, in_types: Sequence[TensorType]) -> OpPa
                                 f"{_types(in_types)} to OpParams: {e}") from None
 
 
+# Fused ops whose lowering is written shape-generically, and when: their
+# kernels are compiled with dynamic dims, which also lets the vectorizing
+# matmul strategy apply (it needs dynamic dims to peel remainder loops).
+# FusedLinear's batch broadcasting (GQA, size-1 batch) needs static batch dims.
+DYNAMIC_FUSED = {
+    "FusedLinear": lambda types: tuple(types[0].shape[:-2]) == tuple(types[1].shape[:-2]),
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class FusedInstance:
     """One compilable fused op: entry name, graph params (sorted items) and
@@ -190,7 +199,15 @@ class FusedInstance:
     input_types: tuple[TensorType, ...]
 
     @property
+    def dynamic(self) -> bool:
+        """Compiled with ``?`` dims (one kernel for every shape of these ranks)."""
+        rule = DYNAMIC_FUSED.get(self.name)
+        return rule is not None and rule(self.input_types)
+
+    @property
     def memo_key(self) -> tuple:
+        if self.dynamic:
+            return (self.name, self.params, tuple((len(t.shape), t.dtype) for t in self.input_types))
         return (self.name, self.params, self.input_types)
 
     def output_type(self) -> TensorType:
@@ -242,7 +259,7 @@ def linalg_text(inst: FusedInstance) -> str:
     """The linalg-on-tensors module of one fused instance."""
     from compiler.codegen.linalg import emit_single_op_module, lower_to_linalg
     module = emit_single_op_module(inst.name, dict(inst.params), list(inst.input_types),
-                                   dynamic=False, func_name=ENTRY)
+                                   dynamic=inst.dynamic, func_name=ENTRY)
     lower_to_linalg(module)
     return str(module)
 

@@ -218,7 +218,10 @@ def emit_single_op_module(op_name: str, params: dict, input_types: Sequence[Tens
     full = {p.name: p.default for p in spec.params if not p.required}
     full.update(params)
     out_tt = opdef.infer(list(input_types), full)
-    dyn = dynamic and opdef.category in DYNAMIC_CATEGORIES and spec.name not in STATIC_ONLY
+    # Fused ops are dynamic only when their kernel family asks (it knows which
+    # lowerings are written shape-generically).
+    dyn = dynamic and (opdef.category in DYNAMIC_CATEGORIES or spec.fused) \
+        and spec.name not in STATIC_ONLY
     ctx = ctx or ir.Context()
     load_fuel_dialect(ctx)
     with ctx, ir.Location.unknown():

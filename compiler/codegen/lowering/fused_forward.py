@@ -14,53 +14,22 @@
 """
 from __future__ import annotations
 
-from compiler.mlir import ir, linalg
-
-from .core import (PARALLEL, REDUCTION, Lowering, Scalar, affine_map, broadcast_map, dims,
+from .core import (PARALLEL, Lowering, Scalar, affine_map, broadcast_map, dims,
                    empty, from_compute, generic, identity_map, lowers, rank, rtt, to_compute)
 from .layout import extract_slice, insert_slice
-from .matmul import _same_dim
+from .matmul import matmul_into
 
 
 @lowers("FusedLinear")
 def _fused_linear(lw: Lowering):
     a, b, bias = lw.operands
     n = rank(a)
-    ad, bd = dims(a), dims(b)
-    out_dims = ad[:-1] + [bd[-1]]
-    elt = lw.out_elt
     s = Scalar.compute(lw.out_dtype)
-    same = lw.in_dtypes[0] == lw.in_dtypes[1]
-    wide_float = isinstance(elt, (ir.F32Type, ir.F64Type))
-    batch_a, batch_b = ad[:-2], bd[:-2]
+    out_dims = dims(a)[:-1] + [dims(b)[-1]]
     # accumulator = bias broadcast over every axis but the last
     acc = generic([bias], [empty(out_dims, s.ty)], [affine_map(n, [n - 1]), identity_map(n)],
                   [PARALLEL] * n, lambda v, _o: to_compute(v, s))[0]
-    if same and wide_float and (n == 2 or (n == 3 and _same_dim(batch_a[0], batch_b[0]))):
-        named = linalg.matmul if n == 2 else linalg.batch_matmul
-        return named(a, b, outs=[acc])
-    nb = n - 2
-    loops = nb + 3
-    m_, n_, k_ = nb, nb + 1, nb + 2
-    sa, sb = rtt(a).shape, rtt(b).shape
-    rhs_batch = []
-    for i in range(nb):
-        if _same_dim(batch_a[i], batch_b[i]):
-            rhs_batch.append(i)
-        elif sb[i] == 1:
-            rhs_batch.append(None)
-        else:
-            rhs_batch.append(ir.AffineFloorDivExpr.get(
-                ir.AffineDimExpr.get(i), ir.AffineConstantExpr.get(sa[i] // sb[i])))
-    a_map = affine_map(loops, list(range(nb)) + [m_, k_])
-    b_map = affine_map(loops, rhs_batch + [k_, n_])
-    o_map = affine_map(loops, list(range(nb)) + [m_, n_])
-    red = generic([a, b], [acc], [a_map, b_map, o_map], [PARALLEL] * (nb + 2) + [REDUCTION],
-                  lambda x, y, c: s.add(c, s.mul(to_compute(x, s), to_compute(y, s))))[0]
-    if s.ty == elt:
-        return red
-    return generic([red], [empty(out_dims, elt)], [identity_map(n)] * 2, [PARALLEL] * n,
-                   lambda v, _o: from_compute(v, elt))[0]
+    return matmul_into(a, b, acc, lw.in_dtypes, lw.out_dtype, lw.out_elt)
 
 
 def _halves(v, n: int, h: int):

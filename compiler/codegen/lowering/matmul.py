@@ -17,19 +17,25 @@ from .core import (PARALLEL, REDUCTION, Lowering, Scalar, affine_map, dims, empt
 @lowers("MatMul")
 def _matmul(lw: Lowering):
     a, b = lw.operands
+    s = Scalar.compute(lw.out_dtype)
+    acc = fill(s.const(0), empty(dims(a)[:-1] + [dims(b)[-1]], s.ty))
+    return matmul_into(a, b, acc, lw.in_dtypes, lw.out_dtype, lw.out_elt)
+
+
+def matmul_into(a, b, acc, in_dtypes, out_dtype, elt) -> "ir.Value":
+    """``acc + a @ b`` with MatMul's batch rules; ``acc`` is in the compute
+    type (f32 for narrow floats), the result in ``elt``. MatMul starts from
+    zeros, FusedLinear from the broadcast bias."""
     n = rank(a)
     ad, bd = dims(a), dims(b)
     out_dims = ad[:-1] + [bd[-1]]
-    elt = lw.out_elt
-    same = lw.in_dtypes[0] == lw.in_dtypes[1]
-    wide_float = isinstance(elt, (ir.F32Type, ir.F64Type))
     batch_a, batch_b = ad[:-2], bd[:-2]
-    s = Scalar.compute(lw.out_dtype)
-    if same and wide_float and (n == 2 or (n == 3 and _same_dim(batch_a[0], batch_b[0]))):
-        init = fill(s.const(0), empty(out_dims, elt))
+    wide_float = isinstance(elt, (ir.F32Type, ir.F64Type))
+    if in_dtypes[0] == in_dtypes[1] and wide_float and (
+            n == 2 or (n == 3 and _same_dim(batch_a[0], batch_b[0]))):
         named = linalg.matmul if n == 2 else linalg.batch_matmul
-        return named(a, b, outs=[init])
-    # generic: loops (batch..., m, n, k)
+        return named(a, b, outs=[acc])
+    s = Scalar.compute(out_dtype)
     nb = n - 2
     loops = nb + 3
     m_, n_, k_ = nb, nb + 1, nb + 2
@@ -46,18 +52,13 @@ def _matmul(lw: Lowering):
     a_map = affine_map(loops, list(range(nb)) + [m_, k_])
     b_map = affine_map(loops, rhs_batch + [k_, n_])
     o_map = affine_map(loops, list(range(nb)) + [m_, n_])
-    acc = fill(s.const(0), empty(out_dims, s.ty))
     iters = [PARALLEL] * (nb + 2) + [REDUCTION]
-
-    def body(x, y, c):
-        return s.add(c, s.mul(to_compute(x, s), to_compute(y, s)))
-
-    red = generic([a, b], [acc], [a_map, b_map, o_map], iters, body)[0]
-    if s.ty == elt:
+    red = generic([a, b], [acc], [a_map, b_map, o_map], iters,
+                  lambda x, y, c: s.add(c, s.mul(to_compute(x, s), to_compute(y, s))))[0]
+    if rtt(acc).element_type == elt:
         return red
-    out = empty(out_dims, elt)
-    return generic([red], [out], [identity_map(n), identity_map(n)], [PARALLEL] * n,
-                   lambda v, _o: from_compute(v, elt))[0]
+    return generic([red], [empty(out_dims, elt)], [identity_map(n), identity_map(n)],
+                   [PARALLEL] * n, lambda v, _o: from_compute(v, elt))[0]
 
 
 def _same_dim(x, y) -> bool:
