@@ -231,8 +231,10 @@ def precision_for(kind: OpKind) -> PrecisionGuarantee:
                                   "mlir-cpu: IEEE-exact op, deterministic loop order")
     return PrecisionGuarantee(
         True, None, None, None,
-        "mlir-cpu: deterministic sequential loop order (bit-stable per hardware); "
-        "transcendentals via LLVM intrinsics / libm; accumulates in the operand dtype")
+        "mlir-cpu: fixed loop order per build and host CPU (bit-stable per hardware); "
+        "float reductions are reassociated for vectorization (summation order differs "
+        "from a sequential loop); transcendentals via LLVM intrinsics / libm; "
+        "accumulates in the operand dtype (f32 for f16/bf16)")
 
 
 def instance_for(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout],
