@@ -42,9 +42,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import threading
 from typing import Callable, Optional, Sequence
 
+from compiler.codegen.instances import ENTRY, compiled_entry
 from compiler.codegen.loader import KernelFunction
 from compiler.codegen.memref import descriptor_from_storage
 from compiler.errors import UnsupportedOpError
@@ -61,7 +61,6 @@ from runtime.params import OpParams
 from runtime.precision import PrecisionGuarantee
 
 KERNEL_SOURCE = "mlir-cpu-fused"
-ENTRY = "kernel"
 FLOATS = (DType.F32, DType.F64, DType.F16, DType.BF16)
 
 
@@ -250,9 +249,6 @@ def instance_from_params(name: str, op_params: OpParams, dtypes: Sequence[DType]
 
 
 # -- compilation ---------------------------------------------------------------------
-_compiled: dict[tuple, KernelFunction] = {}
-_compiled_lock = threading.Lock()
-_key_locks: dict[tuple, threading.Lock] = {}
 
 
 def linalg_text(inst: FusedInstance) -> str:
@@ -266,20 +262,8 @@ def linalg_text(inst: FusedInstance) -> str:
 
 def warm_instance(inst: FusedInstance) -> KernelFunction:
     """Compile (or fetch from the caches) the kernel of ``inst``."""
-    key = inst.memo_key
-    fn = _compiled.get(key)
-    if fn is not None:
-        return fn
-    with _compiled_lock:
-        lock = _key_locks.setdefault(key, threading.Lock())
-    with lock:
-        fn = _compiled.get(key)
-        if fn is None:
-            from compiler.codegen.cpu import compile_module
-            obj = compile_module(linalg_text(inst), [ENTRY])
-            fn = obj.ciface(ENTRY, len(inst.input_types) + 1)
-            _compiled[key] = fn
-    return fn
+    return compiled_entry((__name__, inst.memo_key), lambda: linalg_text(inst),
+                          len(inst.input_types) + 1)
 
 
 def warm(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout], params: OpParams,

@@ -21,9 +21,9 @@ Public: ``register_mlir_cpu_kernels(table, dtypes=...)``, ``warm(...)`` /
 from __future__ import annotations
 
 import dataclasses
-import threading
 from typing import Callable, Iterable, Sequence
 
+from compiler.codegen.instances import ENTRY, compiled_entry
 from compiler.codegen.loader import KernelFunction
 from compiler.codegen.memref import descriptor_from_storage
 from compiler.errors import UnsupportedOpError
@@ -38,7 +38,6 @@ from runtime.params import OpParams
 from runtime.precision import PrecisionGuarantee
 
 KERNEL_SOURCE = "mlir-cpu"
-ENTRY = "kernel"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -256,9 +255,6 @@ def instance_for(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout
 
 
 # -- compilation ------------------------------------------------------------------
-_compiled: dict[tuple, KernelFunction] = {}
-_compiled_lock = threading.Lock()
-_key_locks: dict[tuple, threading.Lock] = {}
 
 
 def linalg_text(inst: OpInstance) -> str:
@@ -272,20 +268,8 @@ def linalg_text(inst: OpInstance) -> str:
 
 def warm_instance(inst: OpInstance) -> KernelFunction:
     """Compile (or fetch from the caches) the kernel of ``inst``."""
-    key = inst.memo_key
-    fn = _compiled.get(key)
-    if fn is not None:
-        return fn
-    with _compiled_lock:
-        lock = _key_locks.setdefault(key, threading.Lock())
-    with lock:
-        fn = _compiled.get(key)
-        if fn is None:
-            from compiler.codegen.cpu import compile_module
-            obj = compile_module(linalg_text(inst), [ENTRY])
-            fn = obj.ciface(ENTRY, len(inst.input_types) + 1)
-            _compiled[key] = fn
-    return fn
+    return compiled_entry((__name__, inst.memo_key), lambda: linalg_text(inst),
+                          len(inst.input_types) + 1)
 
 
 def warm(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout], params: OpParams,

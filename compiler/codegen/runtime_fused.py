@@ -25,9 +25,9 @@ table). ``KERNEL_SOURCE``, ``FUSION_PASSES``.
 from __future__ import annotations
 
 import dataclasses
-import threading
 from typing import Sequence
 
+from compiler.codegen.instances import ENTRY, compiled_entry
 from compiler.codegen.loader import KernelFunction
 from compiler.codegen.memref import descriptor_from_storage
 from compiler.errors import UnsupportedOpError
@@ -41,7 +41,6 @@ from runtime.params import JitScalars, NoParams, OpParams
 from runtime.precision import PrecisionGuarantee
 
 KERNEL_SOURCE = "mlir-cpu-runtime-fused"
-ENTRY = "kernel"
 #: Tensor passes between fuel-to-linalg and the CPU pipeline.
 FUSION_PASSES = ("linalg-generalize-named-ops", "linalg-fuse-elementwise-ops", "canonicalize",
                  "cse")
@@ -162,27 +161,12 @@ def linalg_text(inst: RuntimeFusedInstance) -> str:
     return str(module)
 
 
-_compiled: dict[tuple, KernelFunction] = {}
-_compiled_lock = threading.Lock()
-_key_locks: dict[tuple, threading.Lock] = {}
 
 
 def warm_instance(inst: RuntimeFusedInstance) -> KernelFunction:
     """Compile (or fetch from the caches) the kernel of ``inst``."""
-    key = inst.memo_key
-    fn = _compiled.get(key)
-    if fn is not None:
-        return fn
-    with _compiled_lock:
-        lock = _key_locks.setdefault(key, threading.Lock())
-    with lock:
-        fn = _compiled.get(key)
-        if fn is None:
-            from compiler.codegen.cpu import compile_module
-            obj = compile_module(linalg_text(inst), [ENTRY])
-            fn = obj.ciface(ENTRY, len(inst.input_types) + 1)
-            _compiled[key] = fn
-    return fn
+    return compiled_entry((__name__, inst.memo_key), lambda: linalg_text(inst),
+                          len(inst.input_types) + 1)
 
 
 def warm(fused_id: int, dtypes: Sequence[DType], layouts: Sequence[Layout], params: OpParams,

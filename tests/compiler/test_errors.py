@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from compiler import Graph, GraphBuildError, UnsupportedOpError, compile, matmul, where
-from compiler.codegen import kernels as K
+from compiler.codegen import instances
 from compiler.codegen import strategy as strategy_mod
 from compiler.driver import CompileError
 from compiler.dialect.definition import parse_fuel_module
@@ -151,7 +151,7 @@ def test_codegen_failure_reports_reproducer_and_rerun_command(monkeypatch, tmp_p
     broken = Strategy("test-broken", lowering=tuple(p for p in LOOPS_LOWERING
                                                      if p != "finalize-memref-to-llvm"))
     monkeypatch.setattr(strategy_mod, "_RULES", [(lambda names: True, broken)])
-    monkeypatch.setattr(K, "_compiled", {})  # no in-process memo: really compile
+    monkeypatch.setattr(instances, "_compiled", {})  # no in-process memo: really compile
     g = Graph()
     g.output(g.input("x", (3,)).sin(), name="y")
     with pytest.raises(CompileError) as info:
