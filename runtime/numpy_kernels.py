@@ -310,6 +310,16 @@ def log_softmax_kernel(inputs, outputs, layouts, params):
     _store("LogSoftmaxLastDim", o, r, outputs[0].dtype)
 
 
+def log_softmax_backward_kernel(inputs, outputs, layouts, params):
+    """inputs (y = log_softmax(x), g): g - exp(y) * sum(g, last axis)."""
+    _arity("LogSoftmaxLastDimBackward", inputs, outputs, 2)
+    (y, g), (o,) = _io(inputs, outputs, layouts)
+    y, g = y.astype(np.float64), g.astype(np.float64)
+    with np.errstate(all="ignore"):
+        r = g - np.exp(y) * g.sum(axis=-1, keepdims=True)
+    _store("LogSoftmaxLastDimBackward", o, r, outputs[0].dtype)
+
+
 # -- matmul --------------------------------------------------------------------------
 def matmul_kernel(inputs, outputs, layouts, params):
     _arity("MatMul", inputs, outputs, 2)
@@ -398,6 +408,16 @@ def pad_kernel(inputs, outputs, layouts, params):
         _store("Pad", o, x, dt)
         return
     _store("Pad", o, np.pad(x, params.padding, mode="constant", constant_values=fill), dt)
+
+
+def pad_backward_kernel(inputs, outputs, layouts, params):
+    """The gradient of a constant Pad: the un-padded window of the gradient."""
+    _arity("PadBackward", inputs, outputs, 1)
+    if params.mode is not PadMode.CONSTANT:
+        raise KernelError(f"numpy PadBackward: mode {params.mode.name} is not implemented; only CONSTANT is")
+    (g,), (o,) = _io(inputs, outputs, layouts)
+    window = tuple(slice(b, b + n) for (b, _), n in zip(params.padding, params.in_shape))
+    _store("PadBackward", o, g[window], outputs[0].dtype)
 
 
 # -- indexing ------------------------------------------------------------------------
@@ -502,6 +522,8 @@ def numpy_kernel_bindings() -> list[tuple[OpKind, tuple[DType, ...], Callable]]:
     out += [(OpKind.ReduceMaxTo, (t, t), max_to) for t in NUMERIC]
     out += [(OpKind.CumSum, (t, t), _named("CumSum", cumsum_kernel)) for t in NUMERIC]
     out += [(OpKind.LogSoftmaxLastDim, (t, t), _named("LogSoftmaxLastDim", log_softmax_kernel)) for t in FLOATS]
+    out += [(OpKind.LogSoftmaxLastDimBackward, (t, t, t),
+             _named("LogSoftmaxLastDimBackward", log_softmax_backward_kernel)) for t in FLOATS]
     mm = _named("MatMul", matmul_kernel)
     out += [(OpKind.MatMul, (t, t, t), mm) for t in NUMERIC]
     out.append((OpKind.MatMul, (D.F32, D.BF16, D.F32), mm))
@@ -515,6 +537,7 @@ def numpy_kernel_bindings() -> list[tuple[OpKind, tuple[DType, ...], Callable]]:
     out += [(OpKind.Triu, (t, t), triu) for t in MOVE_DATA]
     out += [(OpKind.Tril, (t, t), tril) for t in MOVE_DATA]
     out += [(OpKind.Pad, (t, t), _named("Pad", pad_kernel)) for t in ALL_DATA]
+    out += [(OpKind.PadBackward, (t, t), _named("PadBackward", pad_backward_kernel)) for t in ALL_DATA]
     out += [(OpKind.IndexSelect, (t, D.U32, t), _named("IndexSelect", index_select_kernel)) for t in MOVE_DATA]
     out += [(OpKind.Gather, (t, D.U32, t), _named("Gather", gather_kernel)) for t in MOVE_DATA]
     out += [(OpKind.IndexAdd, (t, D.U32, t, t), _named("IndexAdd", index_add_kernel)) for t in NUMERIC]

@@ -21,7 +21,7 @@ Public: ``register_mlir_cpu_kernels(table, dtypes=...)``, ``warm(...)`` /
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
 from compiler.codegen.instances import ENTRY, compiled_entry
 from compiler.codegen.loader import KernelFunction
@@ -34,6 +34,7 @@ from runtime.dtype import DType
 from runtime.keys import BackendId
 from runtime.layout import Layout
 from runtime.opkind import OpKind
+from runtime import params as P
 from runtime.params import OpParams
 from runtime.precision import PrecisionGuarantee
 
@@ -65,60 +66,13 @@ def _params(**kw) -> tuple[tuple[str, object], ...]:
     return tuple(sorted(kw.items()))
 
 
-# -- OpKind → op instance rules ----------------------------------------------------
-# A rule: (kind, dtypes, in_layouts, out_layouts, params) ->
-#         (op_name, graph params, in_layouts, out_layouts)
-Rule = Callable[[OpKind, tuple, list, list, OpParams], tuple]
-_INSTANCE_RULES: dict[OpKind, Rule] = {}
-_OP_NAMES: dict[OpKind, str] = {}
-
-
+# -- OpKind → op instance ------------------------------------------------------------
+# The mapping OpParams -> (primitive, graph params) is compiler.graph.kernel_params
+# (the same module the planner uses for the other direction); here only the
+# layout adaptations a generated kernel needs are made.
 def _op_table():
     from compiler.graph.ops import OP_TABLE
     return OP_TABLE
-
-
-def _elementwise_name(kind: OpKind) -> str:
-    if not _OP_NAMES:
-        for name, d in _op_table().items():
-            if d.op_kind is not None and d.supported:
-                _OP_NAMES.setdefault(d.op_kind, name)
-    return _OP_NAMES[kind]
-
-
-def _broadcast_inputs(in_l, out_l):
-    shape = out_l[0].shape
-    return [l if l.shape == shape else l.broadcast_as(shape) for l in in_l]
-
-
-def _elementwise(kind, dtypes, in_l, out_l, p):
-    return _elementwise_name(kind), _params(), _broadcast_inputs(in_l, out_l), out_l
-
-
-def _affine(kind, dtypes, in_l, out_l, p):
-    if p.mul == 1.0:
-        return "AddScalar", _params(value=float(p.add)), _broadcast_inputs(in_l, out_l), out_l
-    if p.add == 0.0:
-        return "MulScalar", _params(value=float(p.mul)), _broadcast_inputs(in_l, out_l), out_l
-    raise UnsupportedOpError(
-        f"mlir-cpu Affine: only mul == 1 (AddScalar) or add == 0 (MulScalar) is compiled, "
-        f"got mul={p.mul}, add={p.add}; decompose into MulScalar then AddScalar")
-
-
-def _clamp(kind, dtypes, in_l, out_l, p):
-    return "Clamp", _params(min=float(p.min), max=float(p.max)), _broadcast_inputs(in_l, out_l), out_l
-
-
-def _powi(kind, dtypes, in_l, out_l, p):
-    return "PowI", _params(n=int(p.exp)), _broadcast_inputs(in_l, out_l), out_l
-
-
-def _masked_fill(kind, dtypes, in_l, out_l, p):
-    return "MaskedFill", _params(value=float(p.value)), _broadcast_inputs(in_l, out_l), out_l
-
-
-def _cast(kind, dtypes, in_l, out_l, p):
-    return "Cast", _params(dtype=dtypes[-1]), _broadcast_inputs(in_l, out_l), out_l
 
 
 def _squeeze_kept(out: Layout, dims: Sequence[int]) -> Layout:
@@ -127,89 +81,34 @@ def _squeeze_kept(out: Layout, dims: Sequence[int]) -> Layout:
     return out
 
 
-_REDUCE_PREFIX = {OpKind.SumReduce: "Sum", OpKind.MaxReduce: "Max",
-                  OpKind.MinReduce: "Min", OpKind.MeanReduce: "Mean"}
-
-
-def _reduce(kind, dtypes, in_l, out_l, p):
-    rank = in_l[0].rank
-    dims = tuple(p.dims)
-    prefix = _REDUCE_PREFIX.get(kind)
-    if rank == 0 and not dims and prefix:  # SumAll/MaxAll/... of a scalar
-        return f"{prefix}All", _params(), in_l, out_l
-    if not dims or any(d >= rank for d in dims):
-        raise UnsupportedOpError(f"mlir-cpu {kind.name}: dims {list(dims)} for a rank-{rank} input")
-    out = _squeeze_kept(out_l[0], dims) if p.keepdim else out_l[0]
-    if prefix and len(dims) == rank and rank != 1:
-        return f"{prefix}All", _params(), in_l, [out]
-    if len(dims) != 1:
-        raise UnsupportedOpError(
-            f"mlir-cpu {kind.name}: reducing {len(dims)} of {rank} axes at once is not compiled; "
-            "reduce one axis at a time or all of them")
-    name = f"{prefix}Dim" if prefix else kind.name  # ArgMaxDim / ArgMinDim
-    return name, _params(axis=dims[0]), in_l, [out]
-
-
-def _matmul(kind, dtypes, in_l, out_l, p):
-    a, b = in_l
-    out = out_l[0]
-    mode = p.m_compute.mode
-    if mode == "rows":
-        rows = p.m_compute.value
-        a, out = a.narrow(a.rank - 2, 0, rows), out.narrow(out.rank - 2, 0, rows)
-    elif mode != "all":
-        raise UnsupportedOpError("mlir-cpu MatMul: deferred row counts (MatmulM.deferred) "
-                                 "must be resolved before the kernel is called")
-    return "MatMul", _params(), [a, b], [out]
-
-
-def _no_params(name):
-    def rule(kind, dtypes, in_l, out_l, p):
-        return name, _params(), in_l, out_l
-    return rule
-
-
-def _cumsum(kind, dtypes, in_l, out_l, p):
-    return "CumSum", _params(axis=int(p.axis)), in_l, out_l
-
-
-def _flip(kind, dtypes, in_l, out_l, p):
-    return "Flip", _params(dim=int(p.axis)), in_l, out_l
-
-
-def _triangular(name):
-    def rule(kind, dtypes, in_l, out_l, p):
-        return name, _params(diagonal=int(p.diagonal)), in_l, out_l
-    return rule
+def _adapt(kind: OpKind, in_l: list, out_l: list, p: OpParams):
+    """(in layouts, out layouts, params) the compiled primitive sees."""
+    if isinstance(p, P.Reduce) and p.keepdim:
+        # the kept size-1 axes are dropped from the output view; same memory
+        out_l = [_squeeze_kept(out_l[0], p.dims)]
+        p = dataclasses.replace(p, keepdim=False)
+    if isinstance(p, P.Matmul):
+        mode = p.m_compute.mode
+        if mode == "rows":  # data-determined M: compute only the first rows
+            rows = p.m_compute.value
+            a, out = in_l[0], out_l[0]
+            in_l = [a.narrow(a.rank - 2, 0, rows), in_l[1]]
+            out_l = [out.narrow(out.rank - 2, 0, rows)]
+            p = dataclasses.replace(p, m=rows, m_compute=P.MatmulM.ALL)
+        elif mode != "all":
+            raise UnsupportedOpError("mlir-cpu MatMul: deferred row counts (MatmulM.deferred) "
+                                     "must be resolved before the kernel is called")
+    return in_l, out_l, p
 
 
 _BINARY = (OpKind.AddElementwise, OpKind.SubElementwise, OpKind.MulElementwise,
            OpKind.DivElementwise, OpKind.MaximumElementwise, OpKind.MinimumElementwise,
            OpKind.PowElementwise, OpKind.RemElementwise)
-_UNARY = (OpKind.NegElementwise, OpKind.SqrElementwise, OpKind.SqrtElementwise,
-          OpKind.RsqrtElementwise, OpKind.RecipElementwise, OpKind.AbsElementwise,
-          OpKind.ExpElementwise, OpKind.LogElementwise, OpKind.SinElementwise,
-          OpKind.CosElementwise, OpKind.TanhElementwise, OpKind.SigmoidElementwise,
-          OpKind.SiluElementwise, OpKind.GeluElementwise, OpKind.GeluErfElementwise,
-          OpKind.ReluElementwise, OpKind.StepElementwise, OpKind.ErfElementwise,
-          OpKind.FloorElementwise, OpKind.CeilElementwise, OpKind.RoundElementwise,
-          OpKind.SignElementwise)
 _COMPARE = (OpKind.EqualElementwise, OpKind.NotEqualElementwise, OpKind.LessElementwise,
             OpKind.LessEqualElementwise, OpKind.GreaterElementwise,
             OpKind.GreaterEqualElementwise)
+_ELEMENTWISE_CATEGORIES = frozenset({"binary", "unary", "scalar", "compare", "select", "cast"})
 
-for _k in _BINARY + _UNARY + _COMPARE + (OpKind.Where,):
-    _INSTANCE_RULES[_k] = _elementwise
-_INSTANCE_RULES.update({
-    OpKind.Affine: _affine, OpKind.ClampElementwise: _clamp, OpKind.PowIElementwise: _powi,
-    OpKind.MaskedFill: _masked_fill, OpKind.Cast: _cast,
-    OpKind.SumReduce: _reduce, OpKind.MaxReduce: _reduce, OpKind.MinReduce: _reduce,
-    OpKind.MeanReduce: _reduce, OpKind.ArgMaxDim: _reduce, OpKind.ArgMinDim: _reduce,
-    OpKind.MatMul: _matmul,
-    OpKind.LogSoftmaxLastDim: _no_params("LogSoftmaxLastDim"),
-    OpKind.CumSum: _cumsum, OpKind.Flip: _flip,
-    OpKind.Triu: _triangular("Triu"), OpKind.Tril: _triangular("Tril"),
-})
 
 # Ops whose result is correctly rounded (or exact): 0 ulp from the IEEE result.
 _EXACT = frozenset(_BINARY[:6] + (OpKind.NegElementwise, OpKind.SqrElementwise,
@@ -241,17 +140,25 @@ def instance_for(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout
     """The op instance for a call, and the (possibly adapted) layouts to
     build descriptors from (inputs then outputs). Raises UnsupportedOpError."""
     from compiler.codegen.linalg import DYNAMIC_CATEGORIES, STATIC_ONLY
-    rule = _INSTANCE_RULES.get(kind)
-    if rule is None:
-        raise UnsupportedOpError(f"mlir-cpu has no kernel for {kind.name}")
+    from compiler.graph.kernel_params import KernelParamsError, from_op_params
     in_l, out_l = list(layouts[:n_inputs]), list(layouts[n_inputs:])
-    name, gparams, in_l, out_l = rule(kind, tuple(dtypes), in_l, out_l, params)
-    types = tuple(TensorType(tuple(l.shape), DType.parse(dt)) for l, dt in zip(in_l, dtypes))
+    in_l, out_l, params = _adapt(kind, in_l, out_l, params)
+    in_dts = list(dtypes[:-1]) if len(dtypes) - 1 == len(in_l) else [dtypes[0]] * len(in_l)
+    in_types = [TensorType(tuple(l.shape), DType.parse(dt)) for l, dt in zip(in_l, in_dts)]
+    out_types = [TensorType(tuple(l.shape), DType.parse(dtypes[-1])) for l in out_l]
+    try:
+        name, gparams = from_op_params(kind, params, in_types, out_types)
+    except KernelParamsError as e:
+        raise UnsupportedOpError(f"mlir-cpu {kind.name}: {e}") from None
     opdef = _op_table()[name]
+    if opdef.category in _ELEMENTWISE_CATEGORIES:  # stride-0 views of broadcast inputs
+        shape = out_l[0].shape
+        in_l = [l if l.shape == shape else l.broadcast_as(shape) for l in in_l]
+        in_types = [TensorType(tuple(l.shape), t.dtype) for l, t in zip(in_l, in_types)]
     dynamic = opdef.category in DYNAMIC_CATEGORIES and name not in STATIC_ONLY
     if name == "MatMul":  # batch broadcasting needs the static shapes
-        dynamic = types[0].shape[:-2] == types[1].shape[:-2]
-    return OpInstance(name, gparams, types, dynamic), in_l + out_l
+        dynamic = in_types[0].shape[:-2] == in_types[1].shape[:-2]
+    return OpInstance(name, tuple(sorted(gparams.items())), tuple(in_types), dynamic), in_l + out_l
 
 
 # -- compilation ------------------------------------------------------------------
@@ -289,11 +196,12 @@ class MlirCpuKernel:
         self.__qualname__ = f"mlir_cpu.{kind.name}[{','.join(str(d) for d in self.dtypes)}]"
 
     def __call__(self, inputs, outputs, layouts, params) -> None:
-        if len(inputs) != self.n_inputs or len(outputs) != 1:
+        variadic = self.kind is OpKind.Concat  # keyed [T_in, T_out] whatever the arity
+        if (not variadic and len(inputs) != self.n_inputs) or not inputs or len(outputs) != 1:
             raise UnsupportedOpError(
                 f"{self.__qualname__}: expects {self.n_inputs} inputs and 1 output, "
                 f"got {len(inputs)} and {len(outputs)}")
-        inst, lays = instance_for(self.kind, self.dtypes, layouts, params, self.n_inputs)
+        inst, lays = instance_for(self.kind, self.dtypes, layouts, params, len(inputs))
         fn = warm_instance(inst)
         fn(*[descriptor_from_storage(s, l) for s, l in zip([*inputs, *outputs], lays)])
 
@@ -306,33 +214,42 @@ def binding_keys(kind: OpKind, dtypes: Iterable[DType]) -> list[tuple[DType, ...
     """The dtype keys (inputs then output) registered for ``kind`` over the
     data dtypes ``dtypes``, limited to what the op table accepts."""
     table = _op_table()
+    dtypes = list(dtypes)
+    u32, u8 = DType.U32, DType.U8
+    shapes = {  # key template per kind; t is the data dtype
+        OpKind.Where: lambda t: (u8, t, t, t), OpKind.MaskedFill: lambda t: (t, u8, t),
+        OpKind.ArgMaxDim: lambda t: (t, u32), OpKind.ArgMinDim: lambda t: (t, u32),
+        OpKind.MatMul: lambda t: (t, t, t), OpKind.LogSoftmaxLastDimBackward: lambda t: (t, t, t),
+        OpKind.IndexSelect: lambda t: (t, u32, t), OpKind.Gather: lambda t: (t, u32, t),
+        OpKind.IndexAdd: lambda t: (t, u32, t, t), OpKind.ScatterAdd: lambda t: (t, u32, t, t),
+    }
     keys = []
+    names = [n for n, d in table.items() if d.op_kind is kind and d.supported]
+    allowed = [table[n].dtypes for n in names]
     for t in dtypes:
-        if kind in _COMPARE:
-            key = (t, t, DType.U8)
-        elif kind is OpKind.Where:
-            key = (DType.U8, t, t, t)
-        elif kind is OpKind.MaskedFill:
-            key = (t, DType.U8, t)
-        elif kind in (OpKind.ArgMaxDim, OpKind.ArgMinDim):
-            key = (t, DType.U32)
-        elif kind in _BINARY or kind is OpKind.MatMul:
-            key = (t, t, t)
-        elif kind is OpKind.Cast:
-            keys += [(t, d) for d in dtypes if d is not t]
+        if not all(a is None or t in a for a in allowed):
             continue
+        if kind is OpKind.Cast:
+            keys += [(t, d) for d in dtypes if d is not t]
+        elif kind in _COMPARE:
+            keys.append((t, t, u8))
+        elif kind in _BINARY:
+            keys.append((t, t, t))
         else:
-            key = (t, t)
-        names = [n for n, d in table.items() if d.op_kind is kind and d.supported]
-        allowed = [table[n].dtypes for n in names]
-        if all(a is None or t in a for a in allowed):
-            keys.append(key)
+            keys.append(shapes.get(kind, lambda t: (t, t))(t))
     return keys
 
 
 def supported_kinds() -> tuple[OpKind, ...]:
-    """Every OpKind the mlir-cpu family compiles."""
-    return tuple(_INSTANCE_RULES)
+    """Every OpKind the mlir-cpu family compiles: the kinds of the supported
+    primitives that have a lowering rule."""
+    from compiler.codegen.lowering import RULES
+    kinds = []
+    for name, d in _op_table().items():
+        if d.supported and d.op_kind is not None and name in RULES:
+            if d.op_kind not in kinds:
+                kinds.append(d.op_kind)
+    return tuple(kinds)
 
 
 def register_mlir_cpu_kernels(table, dtypes: Sequence[DType] = (DType.F32, DType.F64),
@@ -342,8 +259,9 @@ def register_mlir_cpu_kernels(table, dtypes: Sequence[DType] = (DType.F32, DType
     precision claim per kind, the default cost model). Nothing is compiled
     until a kernel is first called or warmed. Returns the number of keys."""
     n = 0
-    for kind in (supported_kinds() if kinds is None else kinds):
-        if kind not in _INSTANCE_RULES:
+    known = supported_kinds()
+    for kind in (known if kinds is None else kinds):
+        if kind not in known:
             raise UnsupportedOpError(f"mlir-cpu has no kernel for {kind.name}")
         for key in binding_keys(kind, dtypes):
             fn = MlirCpuKernel(kind, key)

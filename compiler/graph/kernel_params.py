@@ -164,7 +164,11 @@ def from_op_params(kind: OpKind, op_params: P.OpParams, in_types: Sequence[Tenso
     name = _SIMPLE.get(kind)
     if name is None:
         raise KernelParamsError(f"OpKind {kind.name} has no primitive op")
-    if isinstance(p, P.NoParams) or name in ("MatMul", "Cast", "ReduceSumTo", "ReduceMaxTo"):
+    if name == "Cast":
+        return name, {"dtype": out_types[0].dtype}
+    if name in ("ReduceSumTo", "ReduceMaxTo"):
+        return name, {"shape": tuple(out_types[0].shape)}
+    if isinstance(p, P.NoParams) or name == "MatMul":
         return name, {}
     if isinstance(p, P.Clamp):
         return name, {"min": p.min, "max": p.max}

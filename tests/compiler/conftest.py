@@ -67,6 +67,7 @@ def random_values(rng, shape, dtype: DType, domain: str = "any") -> np.ndarray:
     small     floats in [-1.5, 1.5]; ints in [-3, 3] (unsigned [0, 6]) (powers)
     ties      few distinct values, so comparisons/arg-extremes see equal elements
     mask      u8 in {0, 1, 2, 255} (any non-zero is true)
+    idxN      integer indices in [0, N) (e.g. ``idx3``), repeats included
     """
     shape = tuple(shape)
     if dtype.is_float:
@@ -85,6 +86,8 @@ def random_values(rng, shape, dtype: DType, domain: str = "any") -> np.ndarray:
         return np.asarray(v).astype(dtype.numpy)
     if domain == "mask":
         return rng.choice(np.array([0, 1, 2, 255], np.uint8), shape).astype(dtype.numpy)
+    if domain.startswith("idx"):
+        return rng.integers(0, int(domain[3:]), shape).astype(dtype.numpy)
     if dtype.is_signed:
         lo, hi = {"pos": (1, 20), "small": (-3, 3), "ties": (-2, 2)}.get(domain, (-20, 20))
     else:

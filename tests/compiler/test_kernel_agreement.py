@@ -108,6 +108,32 @@ def _cases(kind, dts):
         for k, how in ((-1, "T"), (1, "flip"), (0, "bcast")):
             yield f"k{k}-{how}", name, {"diagonal": k}, [((2, 3, 4), t, "any", how)], None
         return
+    u32 = D.U32
+    data_moves = {  # kind -> [(label, op params, inputs)]
+        K.Concat: [("dim1", {"dim": 1}, [((3, 2), t, "any", "T"), ((3, 4), t, "any", "flip")]),
+                   ("dim0", {"dim": 0}, [((1, 5), t, "any", "dense"), ((2, 5), t, "any", "bcast")])],
+        K.Roll: [("shift2", {"dim": 1, "shift": 2}, [((3, 5), t, "any", "T")]),
+                 ("shift-1", {"dim": 0, "shift": -1}, [((3, 5), t, "any", "flip")])],
+        K.Pad: [("const", {"padding": (1, 0, 2, 1), "mode": "constant", "value": 2.0},
+                 [((3, 5), t, "any", "T")])],
+        K.PadBackward: [("const", {"in_shape": (3, 5), "padding": (1, 0, 2, 1), "mode": "constant"},
+                         [((4, 8), t, "any", "flip")])],
+        K.IndexSelect: [("dim0", {"dim": 0}, [((4, 5), t, "any", "T"), ((3,), u32, "idx4", "dense")]),
+                        ("dim1", {"dim": 1}, [((4, 5), t, "any", "flip"), ((6,), u32, "idx5", "flip")])],
+        K.Gather: [("dim1", {"dim": 1}, [((3, 5), t, "any", "T"), ((3, 2), u32, "idx5", "dense")])],
+        K.IndexAdd: [("dim0", {"dim": 0}, [((4, 5), t, "small", "T"), ((3,), u32, "idx4", "dense"),
+                                           ((3, 5), t, "small", "flip")])],
+        K.ScatterAdd: [("dim1", {"dim": 1}, [((3, 5), t, "small", "T"), ((3, 2), u32, "idx5", "dense"),
+                                             ((3, 2), t, "small", "flip")])],
+        K.ReduceSumTo: [("rows", {"shape": (1, 5)}, [((3, 5), t, "small", "T")]),
+                        ("cols", {"shape": (3, 1)}, [((3, 5), t, "small", "flip")])],
+        K.ReduceMaxTo: [("rows", {"shape": (1, 5)}, [((3, 5), t, "ties", "T")])],
+        K.LogSoftmaxLastDimBackward: [("2d", {}, [((3, 5), t, "small", "T"), ((3, 5), t, "any", "flip")])],
+    }
+    if kind in data_moves:
+        for label, params, ins in data_moves[kind]:
+            yield label, name, params, ins, None
+        return
     params = {}
     if kind is K.ClampElementwise:
         params = {"min": -5.0 if t.is_signed or t.is_float else 3.0, "max": 7.0}
