@@ -385,19 +385,10 @@ def claimed(spec: Spec) -> tuple:
     return tuple(d for d in DTYPES if ds is None or d in ds)
 
 
-# Cases known to fail, each with why; strict, so a fix is noticed.
-# The op table claims these dtypes, but the CPU table has only numpy kernels
-# for the op, over fewer dtypes, and reconcile-dtypes promotes floats only:
-# compile() fails with the coverage diagnostic (found by the slow sweep).
-_NUMPY_ONLY_GAPS = {
-    "ReduceSumTo": (D.I8, D.I16, D.U8, D.U32), "ReduceMaxTo": (D.I8, D.I16, D.U8, D.U32),
-    "Concat": (D.I8, D.I16), "Roll": (D.I8, D.I16), "Pad": (D.I8, D.I16),
-    "IndexSelect": (D.I8, D.I16), "Gather": (D.I8, D.I16),
-    "IndexAdd": (D.I8, D.I16, D.U8, D.U32), "ScatterAdd": (D.I8, D.I16, D.U8, D.U32),
-}
-XFAIL: dict[tuple[str, DType], str] = {
-    (op, dt): f"no CPU kernel for {op}[{dt.value}] (numpy-only op; no integer promotion)"
-    for op, dts in _NUMPY_ONLY_GAPS.items() for dt in dts}
+# Cases known to fail, each with why; strict, so a fix is noticed. (Empty: the
+# numpy-only gaps for integer ReduceSumTo/MaxTo, Concat, Roll, Pad and the index
+# ops closed when mlir-cpu gained kernels for every primitive.)
+XFAIL: dict[tuple[str, DType], str] = {}
 
 
 def _params(fast: bool):
