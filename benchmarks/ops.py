@@ -13,6 +13,7 @@ shared and noisy: quote medians, repeat runs.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import sys
@@ -37,13 +38,81 @@ def median_time(fn, repeats: int, warmup: int = 1) -> float:
 
 
 def _peers():
+    """Installed peers: name -> module."""
     peers = {}
     try:
-        import torch  # noqa: F401
+        import torch
+        torch.set_num_threads(2)
         peers["torch"] = torch
     except ImportError:
         pass
+    try:
+        import onnxruntime
+        if importlib.util.find_spec("onnx") is not None:  # builds the models
+            peers["onnxruntime"] = onnxruntime
+    except ImportError:
+        pass
     return peers
+
+
+PEERS = _peers()
+
+
+def _torch_fn(case: str, consts: dict):
+    """A torch implementation of ``case`` over numpy inputs (+ ``consts``), or None."""
+    if "torch" not in PEERS:
+        return None
+    torch = PEERS["torch"]
+    F = torch.nn.functional
+    fns = {
+        "matmul": lambda a, b: a @ b,
+        "softmax": lambda x: torch.softmax(x, -1),
+        "layernorm": lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b, 1e-5),
+        "rmsnorm": lambda x, w: x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w,
+        "linear": lambda x, w, b: torch.addmm(b, x, w),
+        "gelu": lambda x: F.gelu(x, approximate="tanh"),
+    }
+    fn = fns.get(case)
+    if fn is None:
+        return None
+
+    def run(**kw):
+        with torch.no_grad():
+            return fn(**{k: torch.from_numpy(v) for k, v in {**kw, **consts}.items()}).numpy()
+    return run
+
+
+def _ort_fn(case: str, inputs: dict, consts: dict):
+    """An onnxruntime session for ``case`` (standard ONNX ops only; ``consts``
+    become initializers), or None."""
+    if "onnxruntime" not in PEERS:
+        return None
+    from onnx import TensorProto, helper, numpy_helper
+    ort = PEERS["onnxruntime"]
+    names = list(inputs) + list(consts)
+    nodes = {
+        "matmul": [helper.make_node("MatMul", names, ["y"])],
+        "softmax": [helper.make_node("Softmax", names, ["y"], axis=-1)],
+        "layernorm": [helper.make_node("LayerNormalization", names, ["y"], axis=-1, epsilon=1e-5)],
+        "gelu": [helper.make_node("Gelu", names, ["y"], approximate="tanh")],
+    }.get(case)
+    if nodes is None:
+        return None
+    try:
+        ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(v.shape)) for n, v in inputs.items()]
+        out = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+        inits = [numpy_helper.from_array(v, n) for n, v in consts.items()]
+        model = helper.make_model(helper.make_graph(nodes, case, ins, [out], initializer=inits),
+                                  opset_imports=[helper.make_opsetid("", 20)])
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 2
+        # idle ORT threads spin by default, stealing the 2 cores from the others
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    except Exception as e:  # an old onnxruntime without opset 20: say so, skip the cell
+        print(f"  (onnxruntime: {case} unavailable: {str(e).splitlines()[0][:80]})")
+        return None
+    return lambda **kw: sess.run(None, kw)[0]
 
 
 def _row(name, t_np, results):
@@ -163,7 +232,8 @@ def np_rmsnorm(x, w, eps=1e-6):
 
 
 def np_gelu(x):
-    return 0.5 * x * (1.0 + np.tanh(np.float32(np.sqrt(2 / np.pi)) * (x + np.float32(0.044715) * x ** 3)))
+    c = np.float32(np.sqrt(2 / np.pi))
+    return np.float32(0.5) * x * (np.float32(1.0) + np.tanh(c * (x + np.float32(0.044715) * (x * x * x))))
 
 
 def np_rope(x, cos, sin):
@@ -177,8 +247,10 @@ def np_cross_entropy(logits, t):
     return np.float32(-np.take_along_axis(ls, t[:, None], -1).mean())
 
 
-def run_case(name, builders, np_fn, inputs, repeats, check_tol=1e-4):
-    """builders: {label: (graph, pipeline or None)}."""
+def run_case(name, builders, np_fn, inputs, repeats, check_tol=1e-4, peer=None, consts=None):
+    """builders: {label: (graph, pipeline or None)}; ``peer``: the case's name
+    for the installed peers (torch, onnxruntime), or None; ``consts``: the
+    weights the fuelc graphs hold as constants, handed to the peers."""
     t_np = median_time(lambda: np_fn(**inputs), repeats)
     ref = np_fn(**inputs)
     results = {}
@@ -192,6 +264,11 @@ def run_case(name, builders, np_fn, inputs, repeats, check_tol=1e-4):
         if not err < check_tol:
             print(f"  !! {name}/{label}: relative error {err:.2e} exceeds {check_tol:g}")
         results[f"{label} (compile {t_compile:.1f}s)"] = median_time(lambda: m(**inputs), repeats)
+    if peer is not None:
+        consts = consts or {}
+        for who, fn in (("torch", _torch_fn(peer, consts)), ("onnxruntime", _ort_fn(peer, inputs, consts))):
+            if fn is not None:
+                results[who] = median_time(lambda: fn(**inputs), repeats)
     _row(name, t_np, results)
 
 
@@ -205,34 +282,35 @@ def main(argv=None):
     rows = (256, 1024) if args.quick else (4096, 1024)
     rng = np.random.default_rng(0)
     print(f"fuelc benchmarks: median of {repeats} runs; ratios are fuelc time / numpy time")
-    print(f"numpy {np.__version__}; peers installed: {', '.join(_peers()) or 'none'}")
+    print(f"numpy {np.__version__}; peers installed: {', '.join(PEERS) or 'none'}")
 
     for n in sizes:
         a = rng.standard_normal((n, n), dtype=np.float32)
         b = rng.standard_normal((n, n), dtype=np.float32)
         run_case(f"matmul {n}x{n}x{n} f32", {"fuelc": (g_matmul(n), None)},
                  lambda a, b: a @ b, {"a": a, "b": b}, repeats if n < 2048 else max(3, repeats // 2),
-                 check_tol=1e-4)
+                 check_tol=1e-4, peer="matmul")
 
     x = rng.standard_normal(rows, dtype=np.float32)
     w = np.linspace(0.5, 1.5, rows[-1]).astype(np.float32)
     bb = np.linspace(-0.1, 0.1, rows[-1]).astype(np.float32)
     run_case(f"softmax {list(rows)}", {"fused": (g_softmax(rows, True), None),
                                        "primitives": (g_softmax(rows, False), "no-fusion")},
-             lambda x: np_softmax(x), {"x": x}, repeats)
+             lambda x: np_softmax(x), {"x": x}, repeats, peer="softmax")
     run_case(f"layernorm {list(rows)}", {"fused": (g_layernorm(rows, True), None),
                                          "primitives": (g_layernorm(rows, False), "no-fusion")},
-             lambda x: np_layernorm(x, w, bb), {"x": x}, repeats)
+             lambda x: np_layernorm(x, w, bb), {"x": x}, repeats, peer="layernorm",
+             consts={"w": w, "b": bb})
     run_case(f"rmsnorm {list(rows)}", {"fused": (g_rmsnorm(rows, True), None),
                                        "primitives": (g_rmsnorm(rows, False), "no-fusion")},
-             lambda x: np_rmsnorm(x, w), {"x": x}, repeats)
+             lambda x: np_rmsnorm(x, w), {"x": x}, repeats, peer="rmsnorm", consts={"w": w})
     lm, lk, ln = (64, 256, 128) if args.quick else (512, 1024, 1024)
     xl = rng.standard_normal((lm, lk), dtype=np.float32)
     wl = rng.standard_normal((lk, ln), dtype=np.float32)
     bl = rng.standard_normal(ln, dtype=np.float32)
     run_case(f"linear+bias {lm}x{lk}x{ln}", {"fused": (g_linear(lm, lk, ln, True), None),
                                               "primitives": (g_linear(lm, lk, ln, False), "no-fusion")},
-             lambda x, w, b: x @ w + b, {"x": xl, "w": wl, "b": bl}, repeats)
+             lambda x, w, b: x @ w + b, {"x": xl, "w": wl, "b": bl}, repeats, peer="linear")
     rs = (4, 128, 64) if args.quick else (32, 512, 128)
     xr = rng.standard_normal(rs, dtype=np.float32)
     cr, sr = np.cos(xr[0]), np.sin(xr[0])
@@ -246,7 +324,7 @@ def main(argv=None):
                                             "primitives": (g_cross_entropy(*cv), "base-map")},
              np_cross_entropy, {"logits": lg, "t": tg}, repeats)
     run_case(f"gelu {list(rows)}", {"fuelc": (g_gelu(rows), None)}, lambda x: np_gelu(x), {"x": x},
-             repeats)
+             repeats, peer="gelu")
 
     import mlp
     g, weights = mlp.build()
