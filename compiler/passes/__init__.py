@@ -154,7 +154,7 @@ def resolve_pipeline(pipeline: str) -> str:
 
 
 #: One module per pass under compiler/passes/ (each registers itself).
-_PASS_MODULES = ("fuse", "decompose", "reconcile_dtypes", "fuel_cse", "fuel_dce")
+_PASS_MODULES = ("fuse", "decompose", "reconcile_dtypes", "fuel_cse", "fuel_dce", "to_linalg")
 
 
 def _ensure_passes_loaded() -> None:

@@ -1,0 +1,27 @@
+"""``fuel-to-linalg``: lower every ``fuel.*`` op to linalg/tensor/arith/math
+(the rules of ``compiler.codegen.lowering``), so lowerings can be inspected
+and FileCheck-tested through the driver like any other pass::
+
+    python -m compiler.opt f.mlir --pass-pipeline='builtin.module(fuel-to-linalg)'
+
+An op without a rule (or whose rule fails) is an error diagnostic naming it;
+the module is then left unchanged.
+"""
+from __future__ import annotations
+
+from compiler.errors import FuelError
+from compiler.passes import ModulePass, register_pass
+from compiler.passes.diagnostics import emit_error
+
+
+@register_pass
+class FuelToLinalg(ModulePass):
+    name = "fuel-to-linalg"
+    summary = "lower fuel ops to linalg/tensor/arith/math"
+
+    def apply(self, module) -> None:
+        from compiler.codegen.linalg import lower_to_linalg
+        try:
+            lower_to_linalg(module)
+        except FuelError as e:
+            emit_error(module, f"{self.name}: {e}")
