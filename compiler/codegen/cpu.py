@@ -41,6 +41,7 @@ from typing import Iterable, Sequence
 from compiler.errors import CodegenError, PipelineError
 from compiler.mlir import MLIRError, bufferization, func, ir, passmanager
 from compiler.mlir import llvm as llvm_dialect
+from compiler.codegen import fastmath
 from compiler.codegen import llvm as llvm_codegen
 from compiler.codegen.loader import CompiledObject, load_object
 from compiler.codegen.strategy import Strategy, select_strategy
@@ -336,6 +337,8 @@ def lower(module_or_text, entry_names: Sequence[str], *, strategy: Strategy | No
         strategy = strategy or select_strategy(linalg_op_names(module))
         if strategy.reassociate_reductions:
             mark_reductions_reassociable(module)
+        if strategy.approximate_math:
+            fastmath.expand_math(module)
         if keep_ir:
             kept["prepare"] = str(module)
         for stage in stages_for(strategy):

@@ -45,6 +45,7 @@ import math
 from typing import Callable, Optional, Sequence
 
 from compiler.codegen.instances import ENTRY, compiled_entry
+from compiler.codegen import fastmath
 from compiler.codegen.loader import KernelFunction
 from compiler.codegen.memref import descriptor_from_storage
 from compiler.errors import UnsupportedOpError
@@ -70,8 +71,10 @@ def _cpu(what: str) -> PrecisionGuarantee:
     return PrecisionGuarantee(
         True, None, None, None,
         f"mlir-cpu-fused {what}: one compiled function, deterministic sequential loop order "
-        "(bit-stable per hardware); f16/bf16 compute and accumulate in f32; exp/log/sqrt "
-        "via LLVM intrinsics / libm")
+        "(bit-stable per hardware); f16/bf16 compute and accumulate in f32; exp/tanh/log on "
+        "f32 (and f16/bf16) are compiler.codegen.fastmath polynomials (<= {exp} / {tanh} / {log} "
+        "ulp from the correctly rounded f32 result); f64 exp/log and every sqrt via LLVM "
+        "intrinsics / libm".format(**fastmath.MAX_ULP))
 
 
 NORM_FAMILY_CPU = _cpu("norm family (softmax, rms/layer norm): max/sum/mean in one pass order")

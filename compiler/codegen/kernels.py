@@ -122,17 +122,34 @@ _EXACT = frozenset(_BINARY[:6] + (OpKind.NegElementwise, OpKind.SqrElementwise,
                                   OpKind.ArgMinDim) + _COMPARE)
 
 
-def precision_for(kind: OpKind) -> PrecisionGuarantee:
-    """The static numeric claim of an mlir-cpu kernel of ``kind``."""
+# Transcendentals expanded by compiler.codegen.fastmath on f32 (f16/bf16 compute in
+# f32): the measured bound is claimed; f64 keeps LLVM / libm, with no claim.
+_FASTMATH = {OpKind.ExpElementwise: "exp", OpKind.TanhElementwise: "tanh",
+             OpKind.LogElementwise: "log"}
+_FASTMATH_NOTE = ("exp/tanh/log on f32/f16/bf16 are branch-free polynomials "
+                  "(compiler.codegen.fastmath, <= {exp} / {tanh} / {log} ulp from the correctly "
+                  "rounded result, measured over all f32 inputs); f64 and erf/sin/cos/pow via "
+                  "LLVM intrinsics / libm")
+
+
+def precision_for(kind: OpKind, dtypes: Sequence[DType] = ()) -> PrecisionGuarantee:
+    """The static numeric claim of an mlir-cpu kernel of ``kind`` with the
+    dtype key ``dtypes`` (inputs then output; the output decides the
+    transcendental bound, empty: no dtype-specific bound)."""
     if kind in _EXACT:
         return PrecisionGuarantee(True, 0, 0.0, 0.0,
                                   "mlir-cpu: IEEE-exact op, deterministic loop order")
+    from compiler.codegen import fastmath
+    note = _FASTMATH_NOTE.format(**fastmath.MAX_ULP)
+    if kind in _FASTMATH and dtypes and dtypes[-1] in (DType.F32, DType.F16, DType.BF16):
+        return PrecisionGuarantee(
+            True, fastmath.MAX_ULP[_FASTMATH[kind]], None, None,
+            f"mlir-cpu: deterministic loop order (bit-stable per hardware); {note}")
     return PrecisionGuarantee(
         True, None, None, None,
         "mlir-cpu: fixed loop order per build and host CPU (bit-stable per hardware); "
         "float reductions are reassociated for vectorization (summation order differs "
-        "from a sequential loop); transcendentals via LLVM intrinsics / libm; "
-        "accumulates in the operand dtype (f32 for f16/bf16)")
+        f"from a sequential loop); {note}; accumulates in the operand dtype (f32 for f16/bf16)")
 
 
 def instance_for(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout],
@@ -267,7 +284,7 @@ def register_mlir_cpu_kernels(table, dtypes: Sequence[DType] = (DType.F32, DType
             fn = MlirCpuKernel(kind, key)
             table.register_full_with_source(
                 kind, key, BackendId.CPU, KernelRef(fn, fn.__qualname__, KERNEL_SOURCE),
-                KernelCaps(strided_input=True), precision_for(kind),
+                KernelCaps(strided_input=True), precision_for(kind, key),
                 default_cost_for_op_kind(kind), KERNEL_SOURCE)
             n += 1
     return n

@@ -30,6 +30,8 @@ import dataclasses
 import hashlib
 from typing import Callable, Iterable
 
+from compiler.codegen import fastmath
+
 # memref + scf/cf → LLVM dialect; correct for every op the loops path emits.
 LOOPS_LOWERING: tuple[str, ...] = (
     "convert-linalg-to-loops",
@@ -61,6 +63,9 @@ class Strategy:
     #: mark float add/mul in reduction bodies ``reassoc`` so LLVM vectorizes
     #: the reduction (the order changes, still fixed per build and hardware).
     reassociate_reductions: bool = False
+    #: expand f32/f16/bf16 exp/tanh/log into vectorizable polynomials
+    #: (``compiler.codegen.fastmath``, measured ulp bounds) instead of libm calls.
+    approximate_math: bool = True
     doc: str = ""
 
     @property
@@ -68,7 +73,8 @@ class Strategy:
         """A digest of everything that changes the generated code."""
         h = hashlib.sha256()
         for part in (self.name, *self.tensor_passes, self.transform or "", *self.lowering,
-                     f"reassoc={self.reassociate_reductions}"):
+                     f"reassoc={self.reassociate_reductions}",
+                     f"approx={self.approximate_math and fastmath.VERSION}"):
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()[:16]

@@ -1,0 +1,196 @@
+"""Branch-free polynomial expansions of f32 transcendentals, so LLVM vectorizes them.
+
+LLVM lowers ``math.exp`` / ``math.tanh`` / ``math.log`` on f32 to scalar libm calls
+(``expf``, ...), which stops the loop vectorizer. MLIR's own polynomial
+approximation patterns are not reachable from this build's bindings (no
+``math-polynomial-approximation`` pass, no ``transform.apply_patterns.math.*``
+op; ``math-expand-ops`` only rewrites tanh via ``1 - exp``, which loses accuracy
+near 0). So ``expand_math(module)`` rewrites them here, at the linalg level,
+into arith/math ops that LLVM has vector instructions for (fma, roundeven,
+integer shifts on the exponent bits, selects):
+
+* ``exp``   Cody–Waite reduction x = k·ln2 + r (|r| <= ln2/2, ln2 split hi/lo,
+            fma), Cephes' degree-7 ``expf`` polynomial, 2^k built from exponent
+            bits in two halves (so k = 128 overflows to +inf and k < -126 gives
+            correctly scaled denormals); x clamped to [-104, 89] first: +inf
+            above, 0 below; NaN propagates.
+* ``tanh``  |x| < 0.625: Cephes' odd ``tanhf`` polynomial; else
+            1 - 2/(exp(2|x|) + 1) with the exp above (1 for large |x|);
+            copysign(., x) keeps -0 and the sign.
+* ``log``   x = m·2^e (denormals scaled by 2^23 first), m in [sqrt(1/2),
+            sqrt(2)), Cephes' ``logf`` polynomial, e·ln2 added in two parts;
+            log(0) = -inf, log(x<0) = NaN, log(+inf) = +inf.
+
+f16/bf16 operands are widened to f32, expanded and rounded back. f64 is left
+to LLVM / libm (correctly rounded-ish libm, scalar). ``math.erf`` is left
+alone (libm ``erff``, scalar): no published few-ulp single-interval form was
+worth its cost here.
+
+``MAX_ULP`` is the measured bound of each expansion against float64 numpy
+rounded to f32 (``tests/codegen/test_fastmath.py`` sweeps every f32 exponent
+and the edge cases and fails if it is exceeded); the mlir-cpu precision
+claims quote it. Bump ``VERSION`` when generated code changes (it is part of
+the strategy fingerprint, so cached kernels are rebuilt).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from compiler.errors import CodegenError
+from compiler.mlir import arith, ir, math
+
+VERSION = "fastmath-1"
+
+#: measured max ulp error vs float64 numpy rounded to f32 (see module docstring).
+MAX_ULP = {"exp": 1, "tanh": 2, "log": 1}
+
+_LOG2E = 1.44269504088896341
+_LN2_HI = 0.693359375        # exact in f32 with few bits: k·LN2_HI is exact for |k| < 2^12
+_LN2_LO = -2.12194440e-4     # ln2 - LN2_HI
+_EXP_P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+          1.6666665459e-1, 5.0000001201e-1)
+_TANH_P = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1,
+           -3.33332819422e-1)
+_LOG_P = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1,
+          1.4249322787e-1, -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1,
+          3.3333331174e-1)
+
+
+class _B:
+    """Builds f32 (scalar or vector of f32) arith at the current insertion point."""
+
+    def __init__(self, ty: "ir.Type"):
+        self.f = ty
+        if isinstance(ty, ir.VectorType):
+            self.i = ir.VectorType.get(ty.shape, ir.IntegerType.get_signless(32))
+            self.b = ir.VectorType.get(ty.shape, ir.IntegerType.get_signless(1))
+        else:
+            self.i = ir.IntegerType.get_signless(32)
+            self.b = ir.IntegerType.get_signless(1)
+
+    def _splat(self, ty, attr):
+        if isinstance(ty, ir.VectorType):
+            attr = ir.DenseElementsAttr.get_splat(ty, attr)
+        return arith.constant(ty, attr)
+
+    def c(self, v: float):
+        return self._splat(self.f, ir.FloatAttr.get(ir.F32Type.get(), v))
+
+    def ci(self, v: int):
+        return self._splat(self.i, ir.IntegerAttr.get(ir.IntegerType.get_signless(32), v))
+
+    def cf_bits(self, bits: int):
+        return arith.bitcast(self.f, self.ci(bits))
+
+    def cmp(self, pred: str, a, b):
+        return arith.cmpf(getattr(arith.CmpFPredicate, pred), a, b)
+
+    def poly(self, x, coeffs):
+        """Horner with fma: ((c0·x + c1)·x + c2)... ."""
+        y = self.c(coeffs[0])
+        for cf in coeffs[1:]:
+            y = math.fma(y, x, self.c(cf))
+        return y
+
+
+def _exp_f32(b: _B, x):
+    # Clamp with ordered compares (NaN passes through), k from a NaN-free copy.
+    xc = arith.select(b.cmp("OGT", x, b.c(89.0)), b.c(89.0), x)
+    xc = arith.select(b.cmp("OLT", xc, b.c(-104.0)), b.c(-104.0), xc)
+    xc = arith.select(b.cmp("UNO", xc, xc), b.c(0.0), xc)
+    kf = math.roundeven(arith.mulf(xc, b.c(_LOG2E)))
+    r = math.fma(arith.negf(kf), b.c(_LN2_HI), xc)
+    r = math.fma(arith.negf(kf), b.c(_LN2_LO), r)
+    r2 = arith.mulf(r, r)
+    p = math.fma(b.poly(r, _EXP_P), r2, r)          # e^r - 1
+    p = arith.addf(p, b.c(1.0))
+    k = arith.fptosi(b.i, kf)                        # in [-150, 129]
+    k1 = arith.shrsi(k, b.ci(1))
+    k2 = arith.subi(k, k1)
+    s1 = arith.bitcast(b.f, arith.shli(arith.addi(k1, b.ci(127)), b.ci(23)))
+    s2 = arith.bitcast(b.f, arith.shli(arith.addi(k2, b.ci(127)), b.ci(23)))
+    y = arith.mulf(arith.mulf(p, s1), s2)
+    return arith.select(b.cmp("UNO", x, x), x, y)
+
+
+def _tanh_f32(b: _B, x):
+    ax = math.absf(x)
+    s = arith.mulf(ax, ax)
+    small = math.fma(arith.mulf(b.poly(s, _TANH_P), s), ax, ax)
+    e = _exp_f32(b, arith.addf(ax, ax))
+    large = arith.subf(b.c(1.0), arith.divf(b.c(2.0), arith.addf(e, b.c(1.0))))
+    y = arith.select(b.cmp("OLT", ax, b.c(0.625)), small, large)
+    return math.copysign(y, x)
+
+
+def _log_f32(b: _B, x):
+    tiny = b.cmp("OLT", x, b.cf_bits(0x00800000))   # denormal (or <= 0): scale up
+    xs = arith.select(tiny, arith.mulf(x, b.c(8388608.0)), x)
+    bits = arith.bitcast(b.i, xs)
+    e = arith.subi(arith.shrsi(bits, b.ci(23)), b.ci(126))
+    e = arith.select(tiny, arith.subi(e, b.ci(23)), e)
+    m = arith.bitcast(b.f, arith.ori(arith.andi(bits, b.ci(0x007FFFFF)), b.ci(0x3F000000)))
+    low = b.cmp("OLT", m, b.c(0.707106781186547524))  # m in [0.5, 1): fold to [sqrt(1/2), sqrt(2))
+    e = arith.select(low, arith.subi(e, b.ci(1)), e)
+    f = arith.subf(arith.select(low, arith.addf(m, m), m), b.c(1.0))
+    fe = arith.sitofp(b.f, e)
+    z = arith.mulf(f, f)
+    y = arith.mulf(arith.mulf(b.poly(f, _LOG_P), f), z)
+    y = math.fma(fe, b.c(_LN2_LO), y)
+    y = math.fma(z, b.c(-0.5), y)
+    y = arith.addf(f, y)
+    y = math.fma(fe, b.c(_LN2_HI), y)
+    # Specials: NaN and x < 0 → NaN, 0 → -inf, +inf → +inf.
+    y = arith.select(b.cmp("OEQ", x, b.c(0.0)), b.cf_bits(0xFF800000), y)
+    y = arith.select(b.cmp("OEQ", x, b.cf_bits(0x7F800000)), x, y)
+    return arith.select(b.cmp("ULT", x, b.c(0.0)), b.cf_bits(0x7FC00000), y)
+
+
+EXPANSIONS: dict[str, Callable] = {"math.exp": _exp_f32, "math.tanh": _tanh_f32,
+                                   "math.log": _log_f32}
+_NARROW = ("f16", "bf16")
+
+
+def _element(t: "ir.Type") -> str:
+    return str(ir.VectorType(t).element_type) if isinstance(t, ir.VectorType) else str(t)
+
+
+def expand_math(module: "ir.Module") -> dict[str, int]:
+    """Replace every f32/f16/bf16 (scalar or vector) ``math.exp``, ``math.tanh``
+    and ``math.log`` in ``module`` by its branch-free expansion (module
+    docstring); f64 and other math ops are kept. Returns the count per op name.
+    Raises CodegenError if an op to expand does not have exactly one operand."""
+    todo = []
+
+    def visit(op):
+        if op.name in EXPANSIONS and _element(op.results[0].type) in ("f32", *_NARROW):
+            todo.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    counts: dict[str, int] = {}
+    with module.context:
+        f32 = ir.F32Type.get()
+        for op in todo:
+            if len(op.operands) != 1:
+                raise CodegenError(f"fastmath: {op.name} has {len(op.operands)} operands, "
+                                   "expected 1")
+            ty = op.results[0].type
+            with ir.InsertionPoint(op), op.location:
+                x = op.operands[0]
+                narrow = _element(ty) in _NARROW
+                cty = (ir.VectorType.get(ir.VectorType(ty).shape, f32)
+                       if isinstance(ty, ir.VectorType) else f32) if narrow else ty
+                if narrow:
+                    x = arith.extf(cty, x)
+                y = EXPANSIONS[op.name](_B(cty), x)
+                if narrow:
+                    y = arith.truncf(ty, y)
+            name = op.name
+            op.results[0].replace_all_uses_with(y)
+            op.erase()
+            counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+__all__ = ["expand_math", "EXPANSIONS", "MAX_ULP", "VERSION"]
