@@ -63,6 +63,16 @@ class Layout:
         object.__setattr__(self, "stride", stride)
         object.__setattr__(self, "start_offset", int(self.start_offset))
 
+    @classmethod
+    def _trusted(cls, shape: tuple[int, ...], stride: tuple[int, ...], start_offset: int) -> "Layout":
+        # Hot-path constructor without the checks of ``__post_init__``: the
+        # caller passes tuples of Python ints of one rank and an int >= 0.
+        lay = object.__new__(cls)
+        object.__setattr__(lay, "shape", shape)
+        object.__setattr__(lay, "stride", stride)
+        object.__setattr__(lay, "start_offset", start_offset)
+        return lay
+
     # -- constructors ---------------------------------------------------------
     @classmethod
     def contiguous(cls, shape: Sequence[int], start_offset: int = 0) -> "Layout":

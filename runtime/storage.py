@@ -47,7 +47,7 @@ class Storage:
     set on multi-output storages; ``dtype`` is then the primary (slot 0) dtype.
     """
 
-    __slots__ = ("data", "dtype", "backend", "bundle_views")
+    __slots__ = ("data", "dtype", "backend", "bundle_views", "_addr")
 
     def __init__(self, data: np.ndarray, dtype: DType, backend: BackendId = BackendId.CPU,
                  bundle_views: Sequence[OutputView] | None = None):
@@ -61,6 +61,15 @@ class Storage:
         self.dtype = DType.parse(dtype)
         self.backend = backend
         self.bundle_views = tuple(bundle_views) if bundle_views is not None else None
+        self._addr = None
+
+    @classmethod
+    def _wrap(cls, data: np.ndarray, dtype: DType) -> "Storage":
+        # Trusted constructor for the hot paths: ``data`` is already a 1-D
+        # uint8 array and ``dtype`` a DType (what ``__init__`` checks).
+        st = object.__new__(cls)
+        st.data, st.dtype, st.backend, st.bundle_views, st._addr = data, dtype, BackendId.CPU, None, None
+        return st
 
     # -- constructors -------------------------------------------------------------
     @classmethod
@@ -69,7 +78,16 @@ class Storage:
         dtype = DType.parse(dtype)
         if numel < 0:
             raise StorageError(f"Storage.zeros: numel must be >= 0, got {numel}")
-        return cls(np.zeros(numel * dtype.itemsize, dtype=np.uint8), dtype)
+        return cls._wrap(np.zeros(numel * dtype.itemsize, dtype=np.uint8), dtype)
+
+    @classmethod
+    def empty(cls, dtype: DType | str, numel: int) -> "Storage":
+        """An UNINITIALIZED CPU storage of ``numel`` elements: only for a
+        writer that stores every element before anything reads it."""
+        dtype = DType.parse(dtype)
+        if numel < 0:
+            raise StorageError(f"Storage.empty: numel must be >= 0, got {numel}")
+        return cls._wrap(np.empty(numel * dtype.itemsize, dtype=np.uint8), dtype)
 
     @classmethod
     def from_numpy(cls, arr: np.ndarray, dtype: DType | str | None = None) -> tuple["Storage", Layout]:
@@ -89,6 +107,11 @@ class Storage:
                 f"from_numpy: array dtype {arr.dtype} ({arr.dtype.itemsize} B) cannot hold {dt} "
                 f"({dt.itemsize} B per element)")
         isz = arr.dtype.itemsize
+        if arr.flags.c_contiguous and arr.size and arr.dtype.isnative \
+                and all(s >= 0 and not s % isz for s in arr.strides):
+            # Fast path, same result as the general one below: offset 0, numpy's strides.
+            return (cls._wrap(arr.reshape(-1).view(np.uint8), dt),
+                    Layout._trusted(arr.shape, tuple(s // isz for s in arr.strides), 0))
         if arr.size == 0 or any(s % isz for s in arr.strides) or not arr.dtype.isnative:
             arr = np.require(arr, requirements="C")  # (ascontiguousarray makes rank 0 rank 1)
             if not arr.dtype.isnative:
@@ -129,6 +152,14 @@ class Storage:
     @property
     def len_bytes(self) -> int:
         return int(self.data.nbytes)
+
+    @property
+    def address(self) -> int:
+        """Address of the first byte (cached per ``data`` array)."""
+        cached = self._addr
+        if cached is None or cached[0] is not self.data:
+            cached = self._addr = (self.data, self.data.ctypes.data)
+        return cached[1]
 
     @property
     def numel(self) -> int:
@@ -179,7 +210,7 @@ class Storage:
     def contiguize(self, layout: Layout) -> tuple["Storage", Layout]:
         """Materialize ``layout`` into fresh row-major storage with offset 0."""
         arr = np.require(self.view(layout), requirements="C")
-        out = Storage.zeros(self.dtype, layout.numel)
+        out = Storage.empty(self.dtype, layout.numel)  # every element is written next
         out.typed()[:] = arr.reshape(-1)
         return out, Layout.contiguous(layout.shape)
 

@@ -44,10 +44,9 @@ import dataclasses
 import math
 from typing import Callable, Optional, Sequence
 
-from compiler.codegen.instances import ENTRY, compiled_entry
+from compiler.codegen.instances import ENTRY, CallMemo, compiled_entry
 from compiler.codegen import fastmath
 from compiler.codegen.loader import KernelFunction
-from compiler.codegen.memref import descriptor_from_storage
 from compiler.errors import UnsupportedOpError
 from compiler.graph.kernel_params import KernelParamsError
 from compiler.graph.opdef import TensorType
@@ -285,15 +284,18 @@ class FusedCpuKernel:
         self.dtypes = tuple(dtypes)
         self.n_inputs = len(self.dtypes) - 1
         self.__qualname__ = f"mlir_cpu_fused.{name}[{','.join(str(d) for d in self.dtypes)}]"
+        self._calls = CallMemo(self._prepare)
+
+    def _prepare(self, layouts, params, n_inputs: int):
+        inst = instance_from_params(self.name, params, self.dtypes, layouts, self.n_inputs)
+        return warm_instance(inst), layouts
 
     def __call__(self, inputs, outputs, layouts, params) -> None:
         if len(inputs) != self.n_inputs or len(outputs) != 1:
             raise UnsupportedOpError(
                 f"{self.__qualname__}: expects {self.n_inputs} inputs and 1 output, "
                 f"got {len(inputs)} and {len(outputs)}")
-        inst = instance_from_params(self.name, params, self.dtypes, layouts, self.n_inputs)
-        fn = warm_instance(inst)
-        fn(*[descriptor_from_storage(s, l) for s, l in zip([*inputs, *outputs], layouts)])
+        self._calls.call(inputs, outputs, layouts, params)
 
 
 def register_fused_cpu_kernels(table, names: Optional[Sequence[str]] = None) -> int:

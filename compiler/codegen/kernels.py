@@ -23,9 +23,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable, Sequence
 
-from compiler.codegen.instances import ENTRY, compiled_entry
+from compiler.codegen.instances import ENTRY, CallMemo, compiled_entry
 from compiler.codegen.loader import KernelFunction
-from compiler.codegen.memref import descriptor_from_storage
 from compiler.errors import UnsupportedOpError
 from compiler.graph.opdef import TensorType
 from runtime.binding import KernelCaps, KernelRef
@@ -211,6 +210,11 @@ class MlirCpuKernel:
         self.dtypes = tuple(dtypes)
         self.n_inputs = len(self.dtypes) - 1
         self.__qualname__ = f"mlir_cpu.{kind.name}[{','.join(str(d) for d in self.dtypes)}]"
+        self._calls = CallMemo(self._prepare)
+
+    def _prepare(self, layouts, params, n_inputs: int):
+        inst, lays = instance_for(self.kind, self.dtypes, layouts, params, n_inputs)
+        return warm_instance(inst), lays
 
     def __call__(self, inputs, outputs, layouts, params) -> None:
         variadic = self.kind is OpKind.Concat  # keyed [T_in, T_out] whatever the arity
@@ -218,9 +222,7 @@ class MlirCpuKernel:
             raise UnsupportedOpError(
                 f"{self.__qualname__}: expects {self.n_inputs} inputs and 1 output, "
                 f"got {len(inputs)} and {len(outputs)}")
-        inst, lays = instance_for(self.kind, self.dtypes, layouts, params, len(inputs))
-        fn = warm_instance(inst)
-        fn(*[descriptor_from_storage(s, l) for s, l in zip([*inputs, *outputs], lays)])
+        self._calls.call(inputs, outputs, layouts, params)
 
 
 # -- registration -------------------------------------------------------------------

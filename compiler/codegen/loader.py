@@ -176,6 +176,9 @@ class CompiledObject:
         return f"<CompiledObject {len(self._data)} bytes: {', '.join(self._symbols)}>"
 
 
+_addressof, _Structure = ctypes.addressof, ctypes.Structure
+
+
 class KernelFunction:
     """A void(ptr, ..., ptr) function in a CompiledObject; keeps it alive."""
 
@@ -194,8 +197,7 @@ class KernelFunction:
         if len(descriptors) != self.nargs:
             raise TypeError(f"{self.name} takes {self.nargs} memref descriptors, "
                             f"got {len(descriptors)}")
-        self._fn(*[ctypes.addressof(d) if isinstance(d, ctypes.Structure) else d
-                   for d in descriptors])
+        self._fn(*[_addressof(d) if isinstance(d, _Structure) else d for d in descriptors])
 
 
 def load_object(data: bytes) -> CompiledObject:

@@ -66,13 +66,39 @@ def descriptor_from_storage(storage, layout):
     """A descriptor for ``layout`` over a runtime ``Storage`` (CPU): the base
     is the storage's first byte, offset/strides come from the layout as is.
     Raises DescriptorError when the layout reaches outside the storage."""
-    lo, hi = layout.element_span()
-    if layout.numel and (lo < 0 or hi >= storage.numel):
-        raise DescriptorError(
-            f"{layout} reaches elements [{lo}, {hi}] outside the storage of "
-            f"{storage.numel} {storage.dtype} elements")
-    return make_descriptor(storage.data.ctypes.data, layout.start_offset, layout.shape,
-                           layout.stride, owner=storage)
+    d = DescriptorTemplate(layout).bind(storage)
+    d._owner = storage
+    return d
+
+
+class DescriptorTemplate:
+    """The part of a storage descriptor that depends only on the layout
+    (struct type, offset, sizes, strides, element span), built once; ``bind``
+    adds a storage's base address. Kernel families keep one per memoised
+    call signature, so a call costs one struct copy per argument."""
+
+    __slots__ = ("layout", "_type", "_proto", "_lo", "_hi", "_empty")
+
+    def __init__(self, layout):
+        self.layout = layout
+        self._proto = make_descriptor(0, layout.start_offset, layout.shape, layout.stride)
+        self._type = type(self._proto)
+        self._lo, self._hi = layout.element_span()
+        self._empty = layout.numel == 0
+
+    def bind(self, storage):
+        """The descriptor of the layout over ``storage``. Raises
+        DescriptorError when the layout reaches outside the storage. The
+        caller keeps ``storage`` alive while the descriptor is used."""
+        if not self._empty:
+            isz = storage.dtype.itemsize
+            if self._lo < 0 or (self._hi + 1) * isz > storage.data.nbytes:
+                raise DescriptorError(
+                    f"{self.layout} reaches elements [{self._lo}, {self._hi}] outside the storage of "
+                    f"{storage.numel} {storage.dtype} elements")
+        d = self._type.from_buffer_copy(self._proto)
+        d.allocated = d.aligned = storage.address
+        return d
 
 
 def descriptor_from_array(arr: np.ndarray):
@@ -98,5 +124,5 @@ def address(desc) -> int:
     return ctypes.addressof(desc)
 
 
-__all__ = ["DescriptorError", "descriptor_type", "make_descriptor",
+__all__ = ["DescriptorError", "DescriptorTemplate", "descriptor_type", "make_descriptor",
            "descriptor_from_storage", "descriptor_from_array", "address"]

@@ -27,9 +27,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-from compiler.codegen.instances import ENTRY, compiled_entry
+from compiler.codegen.instances import ENTRY, CallMemo, compiled_entry
 from compiler.codegen.loader import KernelFunction
-from compiler.codegen.memref import descriptor_from_storage
 from compiler.errors import UnsupportedOpError
 from compiler.graph.opdef import TensorType
 from runtime.binding import KernelCaps, KernelRef
@@ -184,14 +183,17 @@ class RuntimeFusedCpuKernel:
         self.n_inputs = len(self.dtypes) - 1
         self.__qualname__ = (f"mlir_cpu_runtime_fused.{self.fused_id:#x}"
                              f"[{','.join(str(d) for d in self.dtypes)}]")
+        self._calls = CallMemo(self._prepare)
+
+    def _prepare(self, layouts, params, n_inputs: int):
+        return warm(self.fused_id, self.dtypes, layouts, params, self.n_inputs), layouts
 
     def __call__(self, inputs, outputs, layouts, params) -> None:
         if len(inputs) != self.n_inputs or len(outputs) != 1:
             raise UnsupportedOpError(
                 f"{self.__qualname__}: expects {self.n_inputs} inputs and 1 output, "
                 f"got {len(inputs)} and {len(outputs)}")
-        fn = warm(self.fused_id, self.dtypes, layouts, params, self.n_inputs)
-        fn(*[descriptor_from_storage(s, l) for s, l in zip([*inputs, *outputs], layouts)])
+        self._calls.call(inputs, outputs, layouts, params)
 
 
 def register_runtime_fused_cpu_kernel(table, fused_id: int, dtypes: Sequence[DType]) -> bool:
