@@ -131,6 +131,16 @@ _FASTMATH_NOTE = ("exp/tanh/log on f32/f16/bf16 are branch-free polynomials "
                   "LLVM intrinsics / libm")
 
 
+# Transcendentals expanded by compiler.codegen.fastmath on f32 (f16/bf16 compute in
+# f32): the measured bound is claimed; f64 keeps LLVM / libm, with no claim.
+_FASTMATH = {OpKind.ExpElementwise: "exp", OpKind.TanhElementwise: "tanh",
+             OpKind.LogElementwise: "log", OpKind.ErfElementwise: "erf"}
+_FASTMATH_NOTE = ("exp/tanh/log/erf on f32/f16/bf16 are branch-free polynomials "
+                  "(compiler.codegen.fastmath, <= {exp} / {tanh} / {log} / {erf} ulp from the "
+                  "correctly rounded f32 result, measured over all f32 inputs); f64 and "
+                  "sin/cos/pow via LLVM intrinsics / libm")
+
+
 def precision_for(kind: OpKind, dtypes: Sequence[DType] = ()) -> PrecisionGuarantee:
     """The static numeric claim of an mlir-cpu kernel of ``kind`` with the
     dtype key ``dtypes`` (inputs then output; the output decides the

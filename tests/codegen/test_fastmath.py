@@ -1,7 +1,8 @@
-"""compiler.codegen.fastmath: the polynomial exp/tanh/log run through the real CPU
+"""compiler.codegen.fastmath: the polynomial exp/tanh/log/erf run through the real CPU
 pipeline, measured in ulp against float64 numpy rounded to f32 (the correctly
 rounded result up to double rounding) over every f32 binade, dense windows
 and the edge cases; and the kernels vectorize (no libm call left)."""
+import math
 import re
 
 import numpy as np
@@ -30,8 +31,11 @@ func.func @f(%x: tensor<?xT>) -> tensor<?xT> {
   return %y : tensor<?xT>
 }
 """
-REF = {"exp": np.exp, "tanh": np.tanh, "log": np.log}
-LIBM = {"exp": "expf", "tanh": "tanhf", "log": "logf"}
+_erf64 = np.frompyfunc(math.erf, 1, 1)
+REF = {"exp": np.exp, "tanh": np.tanh, "log": np.log,
+       "erf": lambda x: _erf64(x).astype(np.float64)}
+LIBM = {"exp": "expf", "tanh": "tanhf", "log": "logf", "erf": "erff"}
+OPS = ["exp", "tanh", "log", "erf"]
 F32_MIN_NORMAL = np.float32(1.1754944e-38)
 
 
@@ -83,11 +87,13 @@ def _sweep(op):
         "log": [np.linspace(0.5, 2.0, 400_001, dtype=np.float32),
                 np.linspace(0.7, 0.72, 100_001, dtype=np.float32),
                 np.linspace(1e-45, 2.4e-38, 100_001, dtype=np.float32)],
+        "erf": [np.linspace(-4.5, 4.5, 400_001, dtype=np.float32),
+                np.linspace(-1e-3, 1e-3, 100_001, dtype=np.float32)],
     }[op]
     return np.concatenate([bits, *windows])
 
 
-@pytest.mark.parametrize("op", ["exp", "tanh", "log"])
+@pytest.mark.parametrize("op", OPS)
 def test_ulp_sweep_within_stated_bound(op):
     x = _sweep(op)
     d = _ulp(_run(op, x), x, op)
@@ -106,10 +112,12 @@ EDGES = {
     "log": [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e-45, 2e-45, F32_MIN_NORMAL,
             1.1754942e-38, 3.4028235e38, 0.70710677, 0.7071068, 2.0, 0.5, 1.0000001,
             0.99999994],
+    "erf": [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, F32_MIN_NORMAL, 1e-20, 3.9,
+            3.99, 4.0, 4.01, -4.0, 10.0, 3e38, -3e38],
 }
 
 
-@pytest.mark.parametrize("op", ["exp", "tanh", "log"])
+@pytest.mark.parametrize("op", OPS)
 def test_edge_cases(op):
     x = np.array(EDGES[op], dtype=np.float32)
     y = _run(op, x)
@@ -129,16 +137,17 @@ def test_edge_cases(op):
         assert np.signbit(_run(op, tiny)[3])
 
 
-@pytest.mark.parametrize("op", ["exp", "tanh", "log"])
+@pytest.mark.parametrize("op", OPS)
 def test_kernel_is_a_vector_loop_without_libm_call(op):
     ll = lower(_text(op), ["f"]).llvm_ir
     assert re.search(r"<(8|16|32) x float>", ll), "no AVX2-width float vectors in the kernel"
     assert "@llvm.fma.v" in ll
-    assert f"@{LIBM[op]}" not in ll
+    assert f"@{LIBM[op]}(" not in ll and f"@llvm.{op}." not in ll
     # The libm path is what the option turns off: the check above can fail.
     import dataclasses
     plain = lower(_text(op), ["f"], strategy=dataclasses.replace(LOOPS, approximate_math=False))
-    assert f"@{LIBM[op]}" in plain.llvm_ir or f"llvm.{op}.f32" in plain.llvm_ir
+    # (exp/log stay scalar llvm.exp.f32 / llvm.log.f32 intrinsics: expf/logf at isel)
+    assert f"@{LIBM[op]}(" in plain.llvm_ir or f"@llvm.{op}.f32(" in plain.llvm_ir
 
 
 def test_f16_computes_in_f32_and_rounds_once(rng):
@@ -172,7 +181,7 @@ def test_strategy_fingerprint_covers_the_expansion():
 
 def test_precision_claim_quotes_the_measured_bound():
     for kind, op in ((OpKind.ExpElementwise, "exp"), (OpKind.TanhElementwise, "tanh"),
-                     (OpKind.LogElementwise, "log")):
+                     (OpKind.LogElementwise, "log"), (OpKind.ErfElementwise, "erf")):
         for t in (DType.F32, DType.F16, DType.BF16):
             p = precision_for(kind, (t, t))
             assert p.max_ulp == fastmath.MAX_ULP[op] and p.bit_stable_on_same_hardware
