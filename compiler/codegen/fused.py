@@ -46,7 +46,6 @@ from typing import Callable, Optional, Sequence
 
 from compiler.codegen.instances import ENTRY, CallMemo, compiled_entry
 from compiler.codegen import fastmath
-from compiler.codegen import fastmath
 from compiler.codegen.loader import KernelFunction
 from compiler.errors import UnsupportedOpError
 from compiler.graph.kernel_params import KernelParamsError

@@ -124,16 +124,6 @@ _EXACT = frozenset(_BINARY[:6] + (OpKind.NegElementwise, OpKind.SqrElementwise,
 # Transcendentals expanded by compiler.codegen.fastmath on f32 (f16/bf16 compute in
 # f32): the measured bound is claimed; f64 keeps LLVM / libm, with no claim.
 _FASTMATH = {OpKind.ExpElementwise: "exp", OpKind.TanhElementwise: "tanh",
-             OpKind.LogElementwise: "log"}
-_FASTMATH_NOTE = ("exp/tanh/log on f32/f16/bf16 are branch-free polynomials "
-                  "(compiler.codegen.fastmath, <= {exp} / {tanh} / {log} ulp from the correctly "
-                  "rounded result, measured over all f32 inputs); f64 and erf/sin/cos/pow via "
-                  "LLVM intrinsics / libm")
-
-
-# Transcendentals expanded by compiler.codegen.fastmath on f32 (f16/bf16 compute in
-# f32): the measured bound is claimed; f64 keeps LLVM / libm, with no claim.
-_FASTMATH = {OpKind.ExpElementwise: "exp", OpKind.TanhElementwise: "tanh",
              OpKind.LogElementwise: "log", OpKind.ErfElementwise: "erf"}
 _FASTMATH_NOTE = ("exp/tanh/log/erf on f32/f16/bf16 are branch-free polynomials "
                   "(compiler.codegen.fastmath, <= {exp} / {tanh} / {log} / {erf} ulp from the "
