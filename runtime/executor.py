@@ -262,6 +262,7 @@ class Executor:
         self.specs: dict[str, ValueSpec] = {}
         self.entries: dict[int, BindingEntry] = {}
         self._validate()
+        self._prepare_run()
 
     # -- construction-time checks -----------------------------------------------------------
     def _define(self, vid: str, spec: ValueSpec, where: str):
@@ -332,6 +333,30 @@ class Executor:
             self._define(vid, spec, where)
 
     # -- running ------------------------------------------------------------------------------
+    # Everything a step decides from the plan alone (output layouts and sizes,
+    # which inputs come straight from an executor allocation, the bound
+    # kernel) is decided once here; ``run`` only moves storages.
+    def _prepare_run(self):
+        plan = self.plan
+        self._input_names = frozenset(plan.inputs)
+        fresh: set[str] = set()  # values in a storage the executor allocated row-major, exact size
+        runners = []
+        for i, step in enumerate(plan.steps):
+            if isinstance(step, KernelStep):
+                runners.append(_KernelRunner(i, step, self.entries[i], fresh).run)
+                if not step.is_bundle:
+                    fresh.update(step.outputs)
+            elif isinstance(step, ViewStep):
+                runners.append(_ViewRunner(step).run)
+            elif isinstance(step, ReshapeStep):
+                runners.append(_ReshapeRunner(step).run)
+            elif isinstance(step, ContiguizeStep):
+                runners.append(_contiguize_runner(step))
+                fresh.add(step.output)
+            elif isinstance(step, ConstStep):
+                runners.append(_ConstRunner(step, plan, self.specs[step.output].dtype).run)
+        self._runners = tuple(runners)
+
     def _bind_input(self, name: str, value) -> tuple[Storage, Layout]:
         spec = self.plan.inputs[name]
         arr = np.asarray(value)
@@ -349,64 +374,149 @@ class Executor:
         """Run the plan. Raises PlanError on missing/extra/mistyped inputs
         and KernelError (naming the step) when a kernel fails."""
         plan = self.plan
-        missing = sorted(set(plan.inputs) - set(inputs))
-        extra = sorted(set(inputs) - set(plan.inputs))
-        if missing or extra:
+        if inputs.keys() != self._input_names:
+            missing = sorted(set(plan.inputs) - set(inputs))
+            extra = sorted(set(inputs) - set(plan.inputs))
             sig = ", ".join(f"{n}: {s}" for n, s in plan.inputs.items())
             raise PlanError(f"plan inputs are ({sig}); missing {missing}, unexpected {extra}")
         env: dict[str, tuple[Storage, Layout]] = {n: self._bind_input(n, v) for n, v in inputs.items()}
         syms: dict[int, int] = {}
-        for i, step in enumerate(plan.steps):
-            if isinstance(step, KernelStep):
-                self._run_kernel(i, step, env, syms)
-            elif isinstance(step, ViewStep):
-                st, lay = env[step.input]
-                env[step.output] = (st, step.apply(lay))
-            elif isinstance(step, ReshapeStep):
-                st, lay = env[step.input]
-                if not (lay.is_contiguous() and lay.start_offset == 0):
-                    st, lay = st.contiguize(lay)
-                env[step.output] = (st, Layout.contiguous(step.shape))
-            elif isinstance(step, ContiguizeStep):
-                env[step.output] = env[step.input][0].contiguize(env[step.input][1])
-            elif isinstance(step, ConstStep):
-                arr = np.require(plan.constants[step.const], requirements="C")  # keeps rank 0
-                env[step.output] = Storage.from_numpy(arr, dtype=self.specs[step.output].dtype)
+        for run_step in self._runners:
+            run_step(env, syms)
         return {name: env[vid][0].to_numpy(env[vid][1]) for name, vid in plan.outputs.items()}
 
-    def _run_kernel(self, i: int, step: KernelStep, env, syms: dict[int, int]):
-        entry = self.entries[i]
-        where = f"step {i} ({step.name or step.key})"
+
+#: Kernel sources whose kernels store every element of each (whole) output
+#: layout: numpy kernels assign ``out[...]`` in full (``_store``), generated
+#: kernels materialize their result into the out-param. Their outputs are
+#: allocated uninitialized; any other kernel gets zeroed outputs.
+FULL_WRITE_SOURCES = frozenset({"numpy", "mlir-cpu", "mlir-cpu-fused", "mlir-cpu-runtime-fused"})
+
+
+class _KernelRunner:
+    """One kernel step with its static decisions made (see ``_prepare_run``)."""
+
+    __slots__ = ("index", "step", "entry", "where", "inputs", "strided", "deferred", "bundle_slots",
+                 "out_allocs", "out_layouts", "alloc", "nonzero")
+
+    def __init__(self, i: int, step: KernelStep, entry: BindingEntry, fresh: set):
+        self.index, self.step, self.entry = i, step, entry
+        self.where = f"step {i} ({step.name or step.key})"
+        # an executor-allocated value is contiguous, offset 0 and exactly sized: §2.3 (a) holds
+        self.inputs = tuple((vid, vid in fresh) for vid in step.inputs)
+        self.strided = entry.caps.strided_input
+        m = getattr(step.params, "m_compute", None)
+        self.deferred = m is not None and m.mode == "deferred"
+        partial = m is not None and m.mode != "all"  # only the first rows are computed
+        full_write = entry.kernel_source in FULL_WRITE_SOURCES and not partial
+        self.alloc = np.empty if full_write else np.zeros
+        self.nonzero = isinstance(step.params, NonZeroIndices)
+        if step.is_bundle:
+            self.bundle_slots = [(s.dtype, s.shape) for s in step.output_specs]
+            self.out_allocs = self.out_layouts = None
+        else:
+            self.bundle_slots = None
+            self.out_allocs = tuple((s.dtype, math.prod(s.shape) * s.dtype.itemsize)
+                                    for s in step.output_specs)
+            self.out_layouts = [Layout.contiguous(s.shape) for s in step.output_specs]
+
+    def run(self, env, syms: dict[int, int]):
+        step, where, strided = self.step, self.where, self.strided
         ins, in_layouts = [], []
-        for vid in step.inputs:
+        for vid, fresh in self.inputs:
             st, lay = env[vid]
-            if needs_contiguize(st, lay, entry.caps.strided_input):
+            if not fresh and needs_contiguize(st, lay, strided):
                 st, lay = st.contiguize(lay)
             ins.append(st)
             in_layouts.append(lay)
         params = step.params
-        if getattr(params, "m_compute", None) is not None and params.m_compute.mode == "deferred":
+        if self.deferred:
             sym = params.m_compute.value
             if sym not in syms:
                 raise KernelError(f"{where}: deferred row count symbol {sym} is unbound; bound: {sorted(syms)}")
             params = dataclasses.replace(params, m_compute=MatmulM.rows(min(syms[sym], params.m)))
-        if step.is_bundle:
-            out = Storage.bundle([(s.dtype, s.shape) for s in step.output_specs])
+        if self.bundle_slots is not None:
+            out = Storage.bundle(self.bundle_slots)
             outs, out_layouts = [out], [out.bundle_views[0].layout]
         else:
-            outs = [Storage.zeros(s.dtype, math.prod(s.shape)) for s in step.output_specs]
-            out_layouts = [Layout.contiguous(s.shape) for s in step.output_specs]
+            alloc, wrap = self.alloc, Storage._wrap
+            outs = [wrap(alloc(nbytes, dtype=np.uint8), dt) for dt, nbytes in self.out_allocs]
+            out_layouts = self.out_layouts
         try:
-            entry.kernel(ins, outs, in_layouts + out_layouts, params)
+            self.entry.kernel(ins, outs, in_layouts + out_layouts, params)
         except KernelError as e:
             raise KernelError(f"{where}: {e}") from e
         except FuelError as e:  # pragma: no cover - KernelRef wraps everything else
             raise KernelError(f"{where}: {e}") from e
-        if step.is_bundle:
+        if self.bundle_slots is not None:
             for slot, vid in enumerate(step.outputs):
                 env[vid] = outs[0].slot(slot)
-            if isinstance(params, NonZeroIndices):
+            if self.nonzero:
                 syms[params.count_sym] = int(outs[0].slot_view(1).reshape(-1)[0])
         else:
             for vid, st, lay in zip(step.outputs, outs, out_layouts):
                 env[vid] = (st, lay)
+
+
+class _ViewRunner:
+    """A view step; the layout transform is memoised per input layout."""
+
+    MAX_ENTRIES = 64
+
+    __slots__ = ("step", "_memo")
+
+    def __init__(self, step: ViewStep):
+        self.step, self._memo = step, {}
+
+    def run(self, env, syms):
+        st, lay = env[self.step.input]
+        out = self._memo.get(lay)
+        if out is None:
+            out = self.step.apply(lay)
+            if len(self._memo) >= self.MAX_ENTRIES:
+                self._memo.clear()
+            self._memo[lay] = out
+        env[self.step.output] = (st, out)
+
+
+class _ReshapeRunner:
+    __slots__ = ("step", "layout")
+
+    def __init__(self, step: ReshapeStep):
+        self.step, self.layout = step, Layout.contiguous(step.shape)
+
+    def run(self, env, syms):
+        st, lay = env[self.step.input]
+        if not (lay.is_contiguous() and lay.start_offset == 0):
+            st, lay = st.contiguize(lay)
+        env[self.step.output] = (st, self.layout)
+
+
+def _contiguize_runner(step: ContiguizeStep):
+    def run(env, syms):
+        st, lay = env[step.input]
+        env[step.output] = st.contiguize(lay)
+    return run
+
+
+class _ConstRunner:
+    """A const step. While ``plan.constants[name]`` is the same array object
+    and wraps without a copy, its Storage is reused between runs (it still
+    shares the array's memory, so in-place edits are seen as before)."""
+
+    __slots__ = ("step", "plan", "dtype", "_cached")
+
+    def __init__(self, step: ConstStep, plan: Plan, dtype: DType):
+        self.step, self.plan, self.dtype, self._cached = step, plan, dtype, None
+
+    def run(self, env, syms):
+        src = self.plan.constants[self.step.const]
+        cached = self._cached
+        if cached is not None and cached[0] is src:
+            env[self.step.output] = cached[1]
+            return
+        arr = np.require(src, requirements="C")  # keeps rank 0
+        value = Storage.from_numpy(arr, dtype=self.dtype)
+        if arr is src and arr.dtype != np.bool_ and arr.dtype.isnative and arr.size:
+            self._cached = (src, value)  # zero-copy: nothing to redo next run
+        env[self.step.output] = value
