@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+import struct
 import typing
 from typing import Any, ClassVar, Optional
 
@@ -250,9 +251,45 @@ def _from_json(variant: str, field: str, tp, v):
     return v
 
 
+def exact_key(value):
+    """A hashable key equal only for bit-identical values: floats compare by
+    their IEEE bits, so 0.0 and -0.0 (equal as floats) stay distinct, and a
+    NaN equals itself. Tuples, enums and OpParams are keyed recursively."""
+    if isinstance(value, float):
+        return ("f", struct.pack("<d", value))
+    if isinstance(value, tuple):
+        return tuple(exact_key(v) for v in value)
+    if isinstance(value, OpParams):
+        return value._exact
+    return value
+
+
+def _variant_eq(self, other):
+    return type(other) is type(self) and other._exact == self._exact
+
+
+def _variant_hash(self):
+    return hash(self._exact)
+
+
 def variant(cls):
-    """Class decorator: make ``cls`` a frozen OpParams dataclass variant."""
-    cls = dataclasses.dataclass(frozen=True)(cls)
+    """Class decorator: make ``cls`` a frozen OpParams dataclass variant.
+
+    Equality and hashing are bit-exact (``exact_key``): kernels are compiled
+    and memoised per params, and ``Affine(mul=-0.0)`` must not reuse the
+    kernel of ``Affine(mul=0.0)``."""
+    cls = dataclasses.dataclass(frozen=True, eq=False)(cls)
+    post = cls.__post_init__
+
+    def __post_init__(self):
+        post(self)
+        key = (type(self).__name__,) + tuple(exact_key(getattr(self, f.name))
+                                             for f in dataclasses.fields(self))
+        object.__setattr__(self, "_exact", key)
+
+    cls.__post_init__ = __post_init__
+    cls.__eq__ = _variant_eq
+    cls.__hash__ = _variant_hash
     OpParams._VARIANTS[cls.__name__] = cls
     setattr(OpParams, cls.__name__, cls)
     return cls

@@ -44,6 +44,7 @@ import dataclasses
 import math
 from typing import Callable, Optional, Sequence
 
+from runtime.params import exact_key
 from compiler.codegen.instances import ENTRY, CallMemo, compiled_entry
 from compiler.codegen import fastmath
 from compiler.codegen.loader import KernelFunction
@@ -208,8 +209,9 @@ class FusedInstance:
     @property
     def memo_key(self) -> tuple:
         if self.dynamic:
-            return (self.name, self.params, tuple((len(t.shape), t.dtype) for t in self.input_types))
-        return (self.name, self.params, self.input_types)
+            return (self.name, exact_key(self.params),
+                    tuple((len(t.shape), t.dtype) for t in self.input_types))
+        return (self.name, exact_key(self.params), self.input_types)
 
     def output_type(self) -> TensorType:
         from compiler.registry import default_registry

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable, Sequence
 
+from runtime.params import exact_key
 from compiler.codegen.instances import ENTRY, CallMemo, compiled_entry
 from compiler.codegen.loader import KernelFunction
 from compiler.errors import UnsupportedOpError
@@ -58,7 +59,7 @@ class OpInstance:
             types = tuple((len(t.shape), t.dtype) for t in self.input_types)
         else:
             types = self.input_types
-        return (self.op_name, self.params, types, self.dynamic)
+        return (self.op_name, exact_key(self.params), types, self.dynamic)
 
 
 def _params(**kw) -> tuple[tuple[str, object], ...]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
+from runtime.params import exact_key
 from compiler.codegen.instances import ENTRY, CallMemo, compiled_entry
 from compiler.codegen.loader import KernelFunction
 from compiler.errors import UnsupportedOpError
@@ -60,7 +61,7 @@ class RuntimeFusedInstance:
 
     @property
     def memo_key(self) -> tuple:
-        return (self.fused_id, self.scalars, self.input_types)
+        return (self.fused_id, exact_key(self.scalars), self.input_types)
 
 
 def scalars_of(params: OpParams) -> tuple[float, ...]:

@@ -61,3 +61,21 @@ def test_f64_to_f16_cast_is_correctly_rounded():
 ])
 def test_llvm_fixups_for_operand_specials_and_bfloat_decimals(text, want):
     assert fixup_ir_text(text) == want
+
+
+def test_signed_zero_params_compile_distinct_kernels():
+    """Affine(mul=-0.0) after Affine(mul=0.0): the compiled kernel is keyed by
+    the params' bits, so the sign of zero products is right for both."""
+    from compiler.target import cpu_table
+    from runtime import params as P
+    from runtime.keys import BackendId
+    from runtime.layout import Layout
+    from runtime.opkind import OpKind
+    from runtime.storage import Storage
+    kernel = cpu_table().lookup(OpKind.Affine, (DType.F32, DType.F32), BackendId.CPU)
+    st, lay = Storage.from_numpy(np.array([1.0, -2.0], np.float32))
+    for mul in (0.0, -0.0):
+        out = Storage.zeros(DType.F32, 2)
+        kernel([st], [out], [lay, Layout.contiguous((2,))], P.Affine(mul=mul, add=0.0))
+        got = out.view(Layout.contiguous((2,)))
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(np.float32(mul) * np.array([1, -2], np.float32)))

@@ -147,3 +147,14 @@ def test_ids():
     assert k.static_op is None and BindingKey.from_json(k.to_json()) == k
     assert BindingKey.of(OpKind.Flip) == BindingKey.Static(OpKind.Flip) == BindingKey.of("Flip")
     assert BackendId.parse("CUDA") is BackendId.CUDA and BackendId.CUDA.is_gpu_class
+
+
+def test_params_equality_is_bit_exact():
+    """Kernels are memoised per params: 0.0 and -0.0 must not share a key."""
+    a, b = P.Affine(mul=0.0, add=1.0), P.Affine(mul=-0.0, add=1.0)
+    assert a != b and P.Affine(mul=0.0, add=1.0) == a
+    assert hash(a) == hash(P.Affine(mul=0.0, add=1.0))
+    assert {a: "plus"}.get(b) is None
+    nan = P.MaskedFill(value=float("nan"))
+    assert nan == P.MaskedFill(value=float("nan"))  # NaN keys by its bits
+    assert P.Reduce(dims=(1,)) == P.Reduce(dims=(1,), keepdim=False)
