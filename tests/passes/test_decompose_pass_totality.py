@@ -38,7 +38,12 @@ from runtime.executor import Executor
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "registry"))
 from fused_cases import cases  # noqa: E402  (the registry tests' per-op samples)
 
-PIPELINE = "builtin.module(fuel-decompose{all=true})"
+TABLES = "kernel_tables"  # tests/passes/kernel_tables.py (this directory is on sys.path)
+# all=true decomposes every fused op; with a binding table, an op stays fused
+# exactly when the table has its kernel (fused_f32: softmax, norms, linear).
+PIPELINES = ["builtin.module(fuel-decompose{all=true})",
+             f"builtin.module(fuel-decompose{{table={TABLES}:primitives_f32}})",
+             f"builtin.module(fuel-decompose{{table={TABLES}:fused_f32}})"]
 CASES = cases()
 NAMES = sorted(CASES)
 DTYPES = [DType.F32, DType.F64, DType.F16, DType.BF16, DType.I32, DType.I64, DType.U32, DType.U8]
@@ -60,7 +65,7 @@ def scenario(draw):
     params = normalize_params(entry, params)  # every attribute present, as the builders emit
     results = None
     for _ in range(draw(st.integers(0, 3))):
-        kind = draw(st.integers(0, 8))
+        kind = draw(st.integers(0, 9))
         i = draw(st.integers(0, max(len(types) - 1, 0)))
         if kind == 0 and types and types[i].shape:  # perturb one dim
             a = draw(st.integers(0, len(types[i].shape) - 1))
@@ -92,7 +97,20 @@ def scenario(draw):
             results = draw(st.sampled_from([[TensorType((2, 3), DType.F32)],
                                             [TensorType((), DType.F32)],
                                             [TensorType((1,), DType.F64)] * entry.num_outputs]))
+        elif kind == 9 and entry.params:  # a value of the right kind, anywhere in its range
+            spec = draw(st.sampled_from(entry.params))
+            params[spec.name] = draw(_value_of_kind(spec, entry))
     return entry, (entry, inputs, CASES[name][k][1]), types, params, results
+
+
+def _value_of_kind(spec, entry):
+    if spec.name in entry.enums:
+        return st.sampled_from(entry.enums[spec.name])
+    return {"i64": st.integers(-4, 70) | st.sampled_from([2**31, 2**62]),
+            "bool": st.booleans(),
+            "f64": st.floats(width=64) | st.sampled_from([0.0, -0.0, 1e-300, 1e300]),
+            "i64s": st.lists(st.integers(-2, 9), min_size=0, max_size=3).map(tuple),
+            "str": st.text(max_size=3)}.get(spec.kind, st.none())
 
 
 # -- building the module ------------------------------------------------------------------------
@@ -219,6 +237,25 @@ def _data(types, params, case, rng):
     return None
 
 
+def _in_numerics_domain(params, types) -> bool:
+    """Whether agreement with the reference is meaningful at these params.
+    The reference computes in f64 and rounds once; the decomposition computes
+    in the payload dtype. A float param beyond f32's range (softmax_scale
+    1e300 or an eps of 1e-300 that rounds to 0) overflows or vanishes in an
+    f32 recipe where the f64 reference does not, so f32 payloads are compared
+    only for finite params within [1e-30, 1e6] in magnitude. Huge integer
+    params (PowI exponents of 2**31) would run the numpy kernels for minutes."""
+    f32 = any(t.dtype == DType.F32 for t in types)
+    for v in params.values():
+        if isinstance(v, bool) or v is None:
+            continue
+        if isinstance(v, int) and abs(v) > 1024:
+            return False
+        if isinstance(v, float) and f32 and not (v == 0 or 1e-30 <= abs(v) <= 1e6):
+            return False
+    return True
+
+
 def _agree(got, ref):
     got = got.astype(np.float64)
     ref = np.asarray(ref).astype(np.float64)
@@ -239,8 +276,8 @@ def _count(what):
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
-@given(scenario(), st.integers(0, 2**31))
-def test_decompose_pass_is_total(sc, seed):
+@given(scenario(), st.sampled_from(PIPELINES), st.integers(0, 2**31))
+def test_decompose_pass_is_total(sc, pipeline, seed):
     entry, case, types, params, results = sc
     valid = _valid(entry, types, params)
     if valid is not None and results is None:
@@ -256,26 +293,38 @@ def test_decompose_pass_is_total(sc, seed):
     # not params) and its operand/result types.
     carried = _carried(module, entry)
 
-    diags = run_pipeline(module, PIPELINE, reproducer=False)  # must not raise
+    served = _served(module, pipeline)
+    diags = run_pipeline(module, pipeline, reproducer=False)  # must not raise
 
     assert module.operation.verify()
     warnings = [d for d in diags if d.severity == "warning"]
     assert all(d.severity in ("warning", "remark") for d in diags), diags
-    left = [o for o in _fuel.fuel_ops(module) if _fuel.fused_entry(o) is not None]
-    if left:
+    fused_left = [o for o in _fuel.fuel_ops(module) if _fuel.fused_entry(o) is not None]
+    if served:
+        _count("kept: the table has the kernel")
+        assert str(module) == before and not warnings, [d.message for d in diags]
+        return
+    if str(module) == before:
         _count(f"declined: {entry.name}")
-        # Declined: the IR is untouched and each fused op left says why.
-        assert str(module) == before
-        assert len(warnings) == len(left) == 1, [d.message for d in diags]
+        # Declined: the IR is untouched and the fused op says why.
+        assert len(fused_left) == 1 and len(warnings) == 1, [d.message for d in diags]
         msg = warnings[0].message
-        assert f"'fuel.{entry.mnemonic}'" in msg and "kept fused: decompose declined: " in msg, msg
+        kept = "kept fused: " if "all=true" in pipeline else \
+            "kept fused (and the target has no kernel for it): "
+        assert f"'fuel.{entry.mnemonic}'" in msg and kept + "decompose declined: " in msg, msg
         assert msg.split("decompose declined: ", 1)[1].strip(), msg
         return
+    # Decomposed: fused ops are left only where the table has their kernel
+    # (FlashAttn's nested SoftmaxLastDim under fused_f32).
+    assert all(_served_op(o, pipeline) for o in fused_left), str(module)
     _count(f"decomposed: {entry.name}")
     assert carried is not None, f"decomposed an op whose payload its own rule rejects: {before}"
     assert not warnings, [d.message for d in warnings]
     data = _data(types, carried, case, np.random.default_rng(seed))
-    if data is None:
+    if data is None or fused_left:  # the numpy kernels run primitives only
+        return
+    if not _in_numerics_domain(carried, types):
+        _count("numerics skipped: extreme params")
         return
     want = entry.reference(data, carried)
     want = want if isinstance(want, list) else [want]
@@ -284,6 +333,22 @@ def test_decompose_pass_is_total(sc, seed):
     for g, w in zip(got, want):
         _agree(g, w)
     _count("numerics checked")
+
+
+def _served(module, pipeline) -> bool:
+    """Whether the pipeline's table has a kernel for the fused op as built."""
+    return _served_op(next(o for o in _fuel.fuel_ops(module) if _fuel.fused_entry(o) is not None),
+                      pipeline)
+
+
+def _served_op(op, pipeline) -> bool:
+    from compiler.passes._target import resolve_table
+    from compiler.passes.decompose import has_kernel
+    from runtime.keys import BackendId
+    if "all=true" in pipeline:
+        return False
+    table = resolve_table(pipeline.split("table=")[1].rstrip("})"))
+    return has_kernel(op, table, [BackendId.CPU])
 
 
 def _verifies(module) -> bool:
