@@ -93,16 +93,28 @@ def decompose_via_recipe(op, entry) -> list:
                 new.verify()
                 values.append(new.results[0])
     except Exception as e:  # MLIRError from verify, DialectError, KeyError ...
-        for c in reversed(created):
-            c.erase()
+        _erase(created)
         msg = str(e).strip().splitlines()
         raise Declined(f"emitted recipe op is invalid: {type(e).__name__}: "
                        f"{' '.join(msg[:2]) if msg else ''}") from None
     outs = [get(r) for r in dag.outputs]
+    # (shape, dtype) agree; the full types must too: the recipe's tensors
+    # carry no encoding, and a user (func.return) would no longer verify.
+    for old, new in zip(op.results, outs):
+        if old.type != new.type:
+            why = (f"the recipe computes {new.type} but the op's result is {old.type} "
+                   f"(tensor encodings are not carried through recipes)")
+            _erase(created)  # after formatting: ``new`` may belong to an erased op
+            raise Declined(why)
     for old, new in zip(op.results, outs):
         old.replace_all_uses_with(new)
     op.erase()
     return created
+
+
+def _erase(created) -> None:
+    for c in reversed(created):
+        c.erase()
 
 
 def _types(ts) -> str:

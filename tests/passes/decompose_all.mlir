@@ -640,3 +640,18 @@ func.func @selective_scan_bad_state(%u: tensor<2x3x4xf32>, %dt: tensor<2x3x4xf32
   %0:2 = "fuel.selective_scan"(%u, %dt, %a, %b, %c) {delta_softplus = false} : (tensor<2x3x4xf32>, tensor<2x3x4xf32>, tensor<4x3xf32>, tensor<2x3x2xf32>, tensor<2x3x2xf32>) -> (tensor<2x3x4xf32>, tensor<2x4x2xf32>)
   return %0#0, %0#1 : tensor<2x3x4xf32>, tensor<2x4x2xf32>
 }
+
+// -----
+
+// Recipes build plain tensors: a result with a tensor encoding would leave
+// func.return ill-typed (the pipeline used to fail here), so decompose declines.
+// CHECK-LABEL: func.func @encoded_result(
+// CHECK-NEXT:  %0 = "fuel.softmax_last_dim"(%arg0) : (tensor<2x8xf32, "enc">) -> tensor<2x8xf32, "enc">
+// CHECK-NEXT:  return %0
+// GONE-LABEL:  func.func @encoded_result(
+// GONE:        "fuel.softmax_last_dim"
+func.func @encoded_result(%x: tensor<2x8xf32, "enc">) -> tensor<2x8xf32, "enc"> {
+  // expected-warning@+1 {{decompose declined: the recipe computes tensor<2x8xf32> but the op's result is tensor<2x8xf32, "enc"> (tensor encodings are not carried through recipes)}}
+  %0 = "fuel.softmax_last_dim"(%x) : (tensor<2x8xf32, "enc">) -> tensor<2x8xf32, "enc">
+  return %0 : tensor<2x8xf32, "enc">
+}

@@ -55,7 +55,7 @@ DYNAMIC = -1  # a dim spelled "?" in the tensor type
 @st.composite
 def scenario(draw):
     """(entry, (entry, case inputs, case params), operand types, params, result
-    types or None).
+    types or None, whether the results carry a tensor encoding).
     Result types None means "what the op's own rule infers" (the valid path)."""
     name = draw(st.sampled_from(NAMES))
     entry = default_registry()[name]
@@ -63,9 +63,9 @@ def scenario(draw):
     inputs, params = CASES[name][k]
     types = [TensorType(np.shape(x), dtype_of(np.asarray(x))) for x in inputs]
     params = normalize_params(entry, params)  # every attribute present, as the builders emit
-    results = None
+    results, encoded = None, False
     for _ in range(draw(st.integers(0, 3))):
-        kind = draw(st.integers(0, 9))
+        kind = draw(st.integers(0, 10))
         i = draw(st.integers(0, max(len(types) - 1, 0)))
         if kind == 0 and types and types[i].shape:  # perturb one dim
             a = draw(st.integers(0, len(types[i].shape) - 1))
@@ -100,7 +100,9 @@ def scenario(draw):
         elif kind == 9 and entry.params:  # a value of the right kind, anywhere in its range
             spec = draw(st.sampled_from(entry.params))
             params[spec.name] = draw(_value_of_kind(spec, entry))
-    return entry, (entry, inputs, CASES[name][k][1]), types, params, results
+        elif kind == 10:  # the results carry a tensor encoding
+            encoded = True
+    return entry, (entry, inputs, CASES[name][k][1]), types, params, results, encoded
 
 
 def _value_of_kind(spec, entry):
@@ -157,9 +159,10 @@ def plan_find_main(module):
     return next(o for o in module.body.operations if o.operation.name == "func.func")
 
 
-def _mlir_type(t: TensorType):
+def _mlir_type(t: TensorType, encoded: bool = False):
     shape = [ir.ShapedType.get_dynamic_size() if d == DYNAMIC else d for d in t.shape]
-    return ir.RankedTensorType.get(shape, dtype_to_mlir(t.dtype))
+    return ir.RankedTensorType.get(shape, dtype_to_mlir(t.dtype),
+                                   ir.StringAttr.get("enc") if encoded else None)
 
 
 def _attr(spec, value):
@@ -188,7 +191,7 @@ def _attr(spec, value):
     return None
 
 
-def _direct(entry, types, params, results):
+def _direct(entry, types, params, results, encoded=False):
     """A module whose func calls ``fuel.<mnemonic>`` built with Operation.create."""
     if results is None:
         results = [TensorType((2, 3), DType.F32)] * entry.num_outputs
@@ -198,7 +201,7 @@ def _direct(entry, types, params, results):
     with ctx, ir.Location.unknown():
         module = ir.Module.create()
         arg_types = [_mlir_type(t) for t in types]
-        res_types = [_mlir_type(t) for t in results]
+        res_types = [_mlir_type(t, encoded) for t in results]
         with ir.InsertionPoint(module.body):
             f = func.FuncOp("main", (arg_types, res_types))
             f.arg_attrs = ir.ArrayAttr.get([ir.DictAttr.get({NAME_ATTR: ir.StringAttr.get(f"in{i}")})
@@ -278,13 +281,15 @@ def _count(what):
 @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
 @given(scenario(), st.sampled_from(PIPELINES), st.integers(0, 2**31))
 def test_decompose_pass_is_total(sc, pipeline, seed):
-    entry, case, types, params, results = sc
+    entry, case, types, params, results, encoded = sc
     valid = _valid(entry, types, params)
-    if valid is not None and results is None:
+    if valid is not None and results is None and not encoded:
         params, results = valid
         module = _via_graph(entry, types, params)
     else:
-        module = _direct(entry, types, params, results)
+        if valid is not None and results is None:
+            results = valid[1]
+        module = _direct(entry, types, params, results, encoded)
         if not _verifies(module):
             _count("rejected by the dialect verifier")
             return
