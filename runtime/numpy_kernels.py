@@ -220,13 +220,26 @@ def powi_kernel(inputs, outputs, layouts, params):
     dt = outputs[0].dtype
     if n < 0 and dt.is_int:
         raise KernelError(f"numpy PowIElementwise: negative exponent {n} on an integer ({dt}) tensor")
-    acc = np.ones_like(x)
+    _store("PowIElementwise", o, powi(x, n), dt)
+
+
+def powi(x: np.ndarray, n: int) -> np.ndarray:
+    """``x**n`` for an integer ``n`` by repeated squaring (O(log |n|)
+    multiplies, the same order as the generated kernels); ``n < 0`` is
+    ``1 / x**|n|``. Integer overflow wraps; float overflow gives inf."""
+    result, base, k = None, x, abs(int(n))
     with np.errstate(all="ignore"):
-        for _ in range(abs(n)):
-            acc = acc * x
+        while k:
+            if k & 1:
+                result = base if result is None else result * base
+            k >>= 1
+            if k:
+                base = base * base
+        if result is None:
+            result = np.ones_like(x)
         if n < 0:
-            acc = x.dtype.type(1) / acc
-    _store("PowIElementwise", o, acc, dt)
+            result = x.dtype.type(1) / result
+    return np.asarray(result, dtype=x.dtype)
 
 
 # -- reductions ----------------------------------------------------------------------

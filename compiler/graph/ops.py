@@ -29,7 +29,7 @@ Deviations from / additions to the spec, stated once:
   (so Ne(NaN, NaN) = 1); every other comparison is false on NaN.
 * ``Maximum``/``Minimum``/``MaxDim``/``MaxAll``... propagate NaN.
 * ``ArgMaxDim``/``ArgMinDim`` return the first index of the extreme value.
-* ``PowI(n)`` multiplies left to right ``|n|`` times; n < 0 takes the
+* ``PowI(n)`` multiplies by repeated squaring (as the kernels do); n < 0 takes the
   reciprocal (floats only); n = 0 gives ones.
 * ``Cast`` float→int truncates toward zero and saturates (NaN → 0); int→int
   wraps; to float rounds to nearest even.
@@ -421,11 +421,8 @@ def _powi_extra(name, types, params):
 
 @_with_params
 def _powi(x, p):
-    n = p["n"]
-    out = np.ones_like(x)
-    for _ in range(abs(n)):
-        out = out * x
-    return (1 / out).astype(x.dtype) if n < 0 else out
+    from runtime.numpy_kernels import powi
+    return powi(x, p["n"])
 
 
 _register("AddScalar", 1, (P("value", "f64"),), "scalar", OpKind.Affine,

@@ -22,7 +22,7 @@ from runtime.layout import Layout
 from runtime.opkind import OpKind
 from runtime.storage import Storage
 
-from conftest import assert_matches, random_values
+from oracle import assert_matches, random_values
 
 D = DType
 K = OpKind
@@ -75,7 +75,6 @@ def _cases(kind, dts):
     """(label, op name, graph params, [(shape, dtype, domain, how)], kernel-param override)."""
     t = dts[0]
     name = _NAME[kind]
-    opdef = OP_TABLE[name]
     n_in = len(dts) - 1
     doms = _DOMAIN.get(kind, ["any"] * 3)
     if kind in (K.SumReduce, K.MaxReduce, K.MinReduce, K.MeanReduce, K.ArgMaxDim, K.ArgMinDim):

@@ -22,7 +22,7 @@ from compiler.errors import PassError
 from compiler.graph.ops import OP_TABLE
 from runtime.dtype import DType
 
-from conftest import compile_and_compare, random_values
+from oracle import compile_and_compare, random_values
 
 D = DType
 DTYPES = (D.F32, D.F64, D.F16, D.BF16, D.I32, D.I64, D.I8, D.I16, D.U8, D.U32)
