@@ -45,7 +45,7 @@ import math
 from typing import Callable, Optional, Sequence
 
 from runtime.params import exact_key
-from compiler.codegen.instances import ENTRY, CallMemo, compiled_entry
+from compiler.codegen.instances import CallMemo, compiled_entry, single_op_linalg_text
 from compiler.codegen import fastmath
 from compiler.codegen.loader import KernelFunction
 from compiler.errors import UnsupportedOpError
@@ -257,11 +257,7 @@ def instance_from_params(name: str, op_params: OpParams, dtypes: Sequence[DType]
 
 def linalg_text(inst: FusedInstance) -> str:
     """The linalg-on-tensors module of one fused instance."""
-    from compiler.codegen.linalg import emit_single_op_module, lower_to_linalg
-    module = emit_single_op_module(inst.name, dict(inst.params), list(inst.input_types),
-                                   dynamic=inst.dynamic, func_name=ENTRY)
-    lower_to_linalg(module)
-    return str(module)
+    return single_op_linalg_text(inst.name, dict(inst.params), inst.input_types, inst.dynamic)
 
 
 def warm_instance(inst: FusedInstance) -> KernelFunction:

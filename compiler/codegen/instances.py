@@ -42,6 +42,17 @@ def compiled_entry(key: Hashable, linalg_text: Callable[[], str], n_args: int) -
     return fn
 
 
+def single_op_linalg_text(op_name: str, params: dict, input_types: Sequence, dynamic: bool) -> str:
+    """The linalg-on-tensors module of one fuel op (a primitive or a static
+    fused op) as a ``@kernel`` entry: what the mlir-cpu and mlir-cpu-fused
+    families compile for an instance."""
+    from compiler.codegen.linalg import emit_single_op_module, lower_to_linalg
+    module = emit_single_op_module(op_name, dict(params), list(input_types),
+                                   dynamic=dynamic, func_name=ENTRY)
+    lower_to_linalg(module)
+    return str(module)
+
+
 Prepare = Callable[[Sequence, object, int], "tuple[KernelFunction, Sequence]"]
 
 

@@ -24,7 +24,7 @@ import dataclasses
 from typing import Iterable, Sequence
 
 from runtime.params import exact_key
-from compiler.codegen.instances import ENTRY, CallMemo, compiled_entry
+from compiler.codegen.instances import ENTRY, CallMemo, compiled_entry, single_op_linalg_text
 from compiler.codegen.loader import KernelFunction
 from compiler.errors import UnsupportedOpError
 from compiler.graph.opdef import TensorType
@@ -183,11 +183,7 @@ def instance_for(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout
 
 def linalg_text(inst: OpInstance) -> str:
     """The linalg-on-tensors module of one op instance."""
-    from compiler.codegen.linalg import emit_single_op_module, lower_to_linalg
-    module = emit_single_op_module(inst.op_name, dict(inst.params), list(inst.input_types),
-                                   dynamic=inst.dynamic, func_name=ENTRY)
-    lower_to_linalg(module)
-    return str(module)
+    return single_op_linalg_text(inst.op_name, dict(inst.params), inst.input_types, inst.dynamic)
 
 
 def warm_instance(inst: OpInstance) -> KernelFunction:
@@ -293,6 +289,6 @@ def register_mlir_cpu_kernels(table, dtypes: Sequence[DType] = (DType.F32, DType
     return n
 
 
-__all__ = ["OpInstance", "MlirCpuKernel", "instance_for", "warm", "warm_instance",
+__all__ = ["ENTRY", "OpInstance", "MlirCpuKernel", "instance_for", "warm", "warm_instance",
            "linalg_text", "register_mlir_cpu_kernels", "binding_keys", "supported_kinds",
            "precision_for", "KERNEL_SOURCE"]
