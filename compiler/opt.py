@@ -19,12 +19,13 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
+from compiler.dialect.verify import type_errors
 from compiler.errors import PassError, PipelineSyntaxError
 from compiler.mlir import MLIRError, ir
 from compiler.passes import (
     DEFAULT_PIPELINE, PIPELINES, build_pipeline, known_passes_text, run_pipeline)
 from compiler.passes.diagnostics import (
-    Diagnostic, DiagnosticEngine, parse_expectations, verify)
+    Diagnostic, DiagnosticEngine, location_parts, parse_expectations, verify)
 
 SPLIT_MARKER = "// -----"
 
@@ -68,6 +69,13 @@ def process_chunk(text: str, first_line: int, pipeline: str, args,
             if not engine.diagnostics:
                 engine.report(Diagnostic("error", f"malformed input: {str(e).strip()}"))
             return None, engine.diagnostics, False
+        # Types IRDL cannot check (each op's shape/dtype rule), before any pass.
+        ill_typed = [] if args.no_verify_types else type_errors(module)
+        if ill_typed:
+            for op, msg in ill_typed:
+                f, line, col = location_parts(op.location)
+                engine.report(Diagnostic("error", msg, f, line, col))
+            return None, engine.diagnostics, False
         try:
             run_pipeline(module, pipeline, options=args.option_defaults, engine=engine,
                          print_ir_after_all=args.print_ir_after_all,
@@ -106,6 +114,9 @@ def _parse_args(argv: Optional[Sequence[str]]):
     p.add_argument("--reproducer-dir", default=None,
                    help="where failing pipelines write their input IR (default: temp dir)")
     p.add_argument("--no-reproducer", action="store_true")
+    p.add_argument("--no-verify-types", action="store_true",
+                   help="skip checking each fuel op's result types against its shape/dtype "
+                        "rule before the pipeline (to test passes on ill-typed IR)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="default option for every fuelc pass that has it (e.g. backend=cuda)")
     p.add_argument("--list-passes", action="store_true", help="list fuelc's passes and exit")

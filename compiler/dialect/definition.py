@@ -237,12 +237,16 @@ def load_fuel_dialect(ctx: "ir.Context", ops: Optional[Iterable] = None) -> None
 def parse_fuel_module(text: str, ctx: Optional["ir.Context"] = None) -> "ir.Module":
     """Parse (and verify) fuel dialect text. ``ctx`` defaults to a fresh
     context with the dialect loaded. Raises DialectError carrying MLIR's
-    diagnostics (line/column, the offending op) on malformed text."""
+    diagnostics (line/column, the offending op) on malformed text, or naming
+    the op whose result types contradict its shape/dtype rule (``verify``)."""
     if ctx is None:
         ctx = ir.Context()
     load_fuel_dialect(ctx)
     with ctx, ir.Location.unknown():
         try:
-            return ir.Module.parse(text)
+            module = ir.Module.parse(text)
         except MLIRError as e:
             raise DialectError(f"malformed fuel dialect text: {e}") from None
+        from .verify import verify_types
+        verify_types(module)
+        return module
