@@ -32,12 +32,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
-import os
 import shlex
 import sys
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from compiler.reproducer import reproducer_dir
 from compiler.errors import CodegenError, PipelineError
 from compiler.mlir import MLIRError, bufferization, func, ir, passmanager
 from compiler.mlir import llvm as llvm_dialect
@@ -96,11 +96,6 @@ def describe_pipeline(strategy: Strategy) -> str:
 
 
 # -- reproducers ---------------------------------------------------------------
-def reproducer_dir() -> Path:
-    """``$FUELC_REPRO_DIR``, else ``./fuelc-reproducers``."""
-    return Path(os.environ.get("FUELC_REPRO_DIR") or "fuelc-reproducers")
-
-
 def write_reproducer(text: str, stage: str, suffix: str = ".mlir") -> Path:
     """Write ``text`` to the reproducer dir; the name is derived from its
     content so the same failure does not pile up files."""

@@ -22,7 +22,6 @@ import difflib
 import itertools
 import os
 import sys
-import tempfile
 import time
 import typing
 from typing import Any, ClassVar, Mapping, Optional
@@ -305,8 +304,10 @@ _repro_counter = itertools.count()
 def write_reproducer(ir_text: str, pipeline_text: str,
                      directory: Optional[str] = None) -> tuple[str, str]:
     """Write ``ir_text`` to a new file in ``directory`` (default
-    ``$FUELC_REPRODUCER_DIR`` or the temp dir); return (path, rerun command)."""
-    directory = directory or os.environ.get("FUELC_REPRODUCER_DIR") or tempfile.gettempdir()
+    ``compiler.reproducer.reproducer_dir()``: ``$FUELC_REPRO_DIR`` or
+    ``./fuelc-reproducers``); return (path, rerun command)."""
+    from compiler.reproducer import reproducer_dir
+    directory = directory or str(reproducer_dir())
     os.makedirs(directory, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = os.path.join(directory,

@@ -1,5 +1,5 @@
-"""Shared fixtures: every test gets its own reproducer and cache dirs, and a
-fresh process-wide kernel cache."""
+"""Shared fixtures: every test gets its own cache dir (and, suite-wide, its
+own reproducer dir) and a fresh process-wide kernel cache."""
 import numpy as np
 import pytest
 
@@ -8,7 +8,6 @@ from compiler.codegen import cache as cache_mod
 
 @pytest.fixture(autouse=True)
 def _isolated_dirs(tmp_path, monkeypatch):
-    monkeypatch.setenv("FUELC_REPRO_DIR", str(tmp_path / "repro"))
     monkeypatch.setenv("FUELC_CACHE_DIR", str(tmp_path / "cache"))
     cache_mod.set_default_cache(None)
     yield

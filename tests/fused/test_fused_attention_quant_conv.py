@@ -42,11 +42,6 @@ TOL = {"f64": 1e-12, "f32": 5e-6, "f16": 2e-3, "bf16": 1.6e-2}
 REG = default_registry()
 
 
-@pytest.fixture(autouse=True)
-def _dirs(tmp_path, monkeypatch):
-    monkeypatch.setenv("FUELC_REPRO_DIR", str(tmp_path / "repro"))
-
-
 @pytest.fixture
 def rng():
     return np.random.default_rng(7)

@@ -26,7 +26,6 @@ from compiler.registry import default_registry
 from compiler.registry.builders import fused
 from compiler.target import cpu_table
 from runtime import params as P
-from runtime.binding import KernelRef
 from runtime.cost import default_cost_for_op_kind
 from runtime.dtype import DType
 from runtime.keys import BackendId
@@ -38,11 +37,6 @@ from runtime.storage import Storage
 RECIPE = "base-map"
 TOL = {"f64": 1e-12, "f32": 2e-6, "f16": 2e-3, "bf16": 1.6e-2}
 REG = default_registry()
-
-
-@pytest.fixture(autouse=True)
-def _repro_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("FUELC_REPRO_DIR", str(tmp_path / "repro"))
 
 
 @pytest.fixture
