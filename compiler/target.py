@@ -40,24 +40,16 @@ def check_target(target: str) -> str:
 
 
 def _build_cpu_table() -> KernelBindingTable:
+    from .codegen.fused import register_fused_cpu_kernels
     from .codegen.kernels import register_mlir_cpu_kernels
     t = KernelBindingTable()
     register_mlir_cpu_kernels(t, dtypes=CPU_DTYPES)
-    _register_fused_cpu_kernels(t)
+    register_fused_cpu_kernels(t)
     register_numpy_kernels(t)
     t.fill_unset_cpu_precision(PrecisionGuarantee.PRIMITIVE_DETERMINISTIC_CPU)
     t.fill_unset_cpu_cost(default_cost_for_op_kind)
     t.finalize()
     return t.freeze()
-
-
-def _register_fused_cpu_kernels(t: KernelBindingTable) -> None:
-    """Fused-op kernels, where the codegen provides them."""
-    try:
-        from .codegen.fused import register_fused_cpu_kernels
-    except ImportError:
-        return
-    register_fused_cpu_kernels(t)
 
 
 def cpu_table() -> KernelBindingTable:
