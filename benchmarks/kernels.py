@@ -35,6 +35,7 @@ def main(argv=None) -> int:
     import numpy as np
 
     from compiler.codegen import kernels as K
+    from compiler.targets import parse_target
     from runtime import params as P
     from runtime.binding import KernelBindingTable
     from runtime.dtype import DType
@@ -44,7 +45,7 @@ def main(argv=None) -> int:
     from runtime.storage import Storage
 
     table = KernelBindingTable()
-    K.register_mlir_cpu_kernels(table, dtypes=(DType.F32, DType.F64))
+    K.register_primitive_kernels(table, parse_target("cpu"), dtypes=(DType.F32, DType.F64))
     table.finalize()
     rng = np.random.default_rng(0)
 
@@ -68,7 +69,7 @@ def main(argv=None) -> int:
         out = Storage.zeros(dtypes[-1], max(1, int(np.prod(out_shape))))
         lays = [Layout.contiguous(a.shape) for a in arrays] + [Layout.contiguous(out_shape)]
         t0 = time.perf_counter()
-        K.warm(kind, dtypes, lays, params, len(arrays))
+        K.warm(kind, dtypes, lays, params, len(arrays), target="cpu")
         compile_s = time.perf_counter() - t0
         return compile_s, lambda: k(ins, [out], lays, params)
 

@@ -1,7 +1,12 @@
 """``compile(graph, target="cpu")``: the end-to-end driver.
 
     graph --emit--> fuel module --passes--> fuel module --plan--> runtime Plan
-          --warm kernels (x86 via linalg + llvmlite)--> Executor
+          --warm kernels (the target's codegen: linalg -> machine code)--> Executor
+
+The target (``compiler.targets.Target``, parsed from ``"cpu"``,
+``"cpu:x86-64-v3"``, ...) is resolved here once and handed down: its binding
+table gates the passes, its backend keys the plan, its codegen package
+compiles the kernels.
 
 The result, a ``CompiledModule``, is called with the graph's inputs by name
 and returns one numpy array when the graph has one output, else a dict by
@@ -14,13 +19,12 @@ from typing import Mapping
 
 import numpy as np
 
-from runtime import BackendId
-from runtime.dtype import DType
+from runtime.cpu_features import check_cpu_features
 from runtime.executor import Executor, KernelStep, Plan
 from runtime.errors import FuelError
 
 from .errors import CompilerError
-from .target import check_target, table_for
+from .targets import Target, parse_target
 
 
 class CompileError(CompilerError):
@@ -33,16 +37,18 @@ class CompiledModule:
     ``m(x=...)`` returns one array for a one-output graph, else a dict by
     output name. Wrong, missing or mistyped inputs raise ``PlanError`` saying
     what was expected. Attributes: ``plan`` (the runtime Plan), ``ir``
-    (stage name -> IR text), ``timings`` (stage -> seconds), ``table``."""
+    (stage name -> IR text), ``timings`` (stage -> seconds), ``table``,
+    ``target`` (the ``Target`` it was compiled for)."""
 
     def __init__(self, plan: Plan, table, ir: Mapping[str, str], timings: Mapping[str, float],
-                 target: str):
+                 target: Target):
         self.plan = plan
         self.table = table
         self.ir = dict(ir)
         self.timings = dict(timings)
         self.target = target
         self.executor = Executor(plan, table)
+        self._runnable = False
 
     @property
     def input_names(self) -> list[str]:
@@ -53,7 +59,13 @@ class CompiledModule:
         return list(self.plan.outputs)
 
     def run(self, **inputs) -> dict[str, np.ndarray]:
-        """Run and return every output in a dict by name."""
+        """Run and return every output in a dict by name. ``CpuFeatureError``
+        (before anything runs) when this CPU lacks features the target's
+        code uses."""
+        if not self._runnable:
+            check_cpu_features(self.target.features, target=str(self.target),
+                               what="this module")
+            self._runnable = True
         return self.executor.run(**inputs)
 
     def __call__(self, **inputs):
@@ -77,23 +89,27 @@ class CompiledModule:
         return f"<CompiledModule target={self.target} ({sig}) -> {self.output_names}>"
 
 
-def compile(graph, target: str = "cpu", *, pipeline: str | None = None,
+def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = None,
             warm: bool = True) -> CompiledModule:
-    """Compile ``graph`` for ``target`` ("cpu").
+    """Compile ``graph`` for ``target``: ``"cpu"`` (this machine, or
+    ``$FUELC_CPU``), ``"cpu:x86-64-v3"``, ``"cpu:znver3"``, ... or a ``Target``.
 
     ``pipeline`` overrides the default pass pipeline (text or a name of
     ``compiler.passes.PIPELINES``). With ``warm`` (the default) every kernel
-    is compiled now, so calling the module never compiles. Raises
-    ``CompileError`` (or the stage's own typed error: ``DialectError``,
-    ``PassError`` with a reproducer, ``PlanningError``, ``NoBackendForOp``)."""
+    is compiled now, so calling the module never compiles (for a target
+    this machine cannot run, the objects are compiled and cached, and
+    calling raises ``CpuFeatureError``). Raises ``TargetError`` for an
+    unknown target, ``CompileError`` (or the stage's own typed error:
+    ``DialectError``, ``PassError`` with a reproducer, ``PlanningError``,
+    ``NoBackendForOp``)."""
     from .dialect.emit import graph_to_module
     from .passes import DEFAULT_PIPELINE, resolve_pipeline, run_pipeline
     from .plan import plan_from_module
 
-    target = check_target(target)
+    target = parse_target(target)
     if not getattr(graph, "outputs", None):
         raise CompileError("the graph has no outputs; mark at least one with g.output(node, name=...)")
-    table = table_for(target)
+    table = target.table()
     timings, irs = {}, {}
     t0 = time.perf_counter()
     emitted = graph_to_module(graph)
@@ -102,16 +118,18 @@ def compile(graph, target: str = "cpu", *, pipeline: str | None = None,
 
     t0 = time.perf_counter()
     text = resolve_pipeline(pipeline) if pipeline is not None else DEFAULT_PIPELINE
-    run_pipeline(emitted.module, text, options={"table": table, "backend": "cpu", "backends": "cpu"})
+    backend = target.backend.value
+    run_pipeline(emitted.module, text,
+                 options={"table": table, "backend": backend, "backends": backend})
     irs["optimized"] = str(emitted.module)
     timings["passes"] = time.perf_counter() - t0
-    from .codegen.runtime_fused import register_module_kernels
-    table = register_module_kernels(emitted.module)  # fuel.runtime_fused keys
 
     t0 = time.perf_counter()
-    plan = plan_from_module(emitted.module, emitted.constants, backend=BackendId.CPU)
-    module = CompiledModule(plan, table, irs, timings, target)
+    from .codegen.runtime_fused import register_module_kernels
+    table = register_module_kernels(emitted.module, target)  # fuel.runtime_fused keys
+    plan = plan_from_module(emitted.module, emitted.constants, backend=target.backend)
     timings["plan"] = time.perf_counter() - t0
+    module = CompiledModule(plan, table, irs, timings, target)
 
     if warm:
         t0 = time.perf_counter()
@@ -121,27 +139,22 @@ def compile(graph, target: str = "cpu", *, pipeline: str | None = None,
 
 
 def _warm(module: CompiledModule) -> None:
-    """Compile every generated kernel the plan will call (the mlir-cpu
-    primitives and the mlir-cpu-fused fused ops)."""
+    """Compile every generated kernel the plan will call (any kernel whose
+    callable has ``warm(layouts, params, n_inputs)``: the generated families)."""
     from runtime.layout import Layout
 
-    from .codegen import fused, kernels, runtime_fused
-
-    warmers = {kernels.KERNEL_SOURCE: kernels.warm, fused.KERNEL_SOURCE: fused.warm,
-               runtime_fused.KERNEL_SOURCE: runtime_fused.warm}
     specs = module.executor.specs
     for i, step in enumerate(module.plan.steps):
         if not isinstance(step, KernelStep):
             continue
-        entry = module.executor.entries[i]
-        warm = warmers.get(entry.kernel_source)
-        kind = step.key.op if step.key.op is not None else step.key.fused.value
+        warm = getattr(module.executor.entries[i].kernel.fn, "warm", None)
         if warm is None:
             continue
         layouts = [Layout.contiguous(specs[v].shape) for v in step.inputs]
         layouts += [Layout.contiguous(s.shape) for s in step.output_specs[:1]]
         try:
-            warm(kind, step.dtypes, layouts, step.params, len(step.inputs))
+            warm(layouts, step.params, len(step.inputs))
         except FuelError as e:
             raise CompileError(f"code generation failed for step {step.name!r} "
-                               f"({step.key}[{','.join(d.value for d in step.dtypes)}]): {e}") from e
+                               f"({step.key}[{','.join(d.value for d in step.dtypes)}]) "
+                               f"for target {module.target}: {e}") from e

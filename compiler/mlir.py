@@ -4,9 +4,8 @@ Everything else writes ``from compiler.mlir import ir, passmanager, linalg, ...`
 The bindings come from the pinned ``torch_mlir`` wheel; where it is missing the
 upstream ``mlir`` package (same module layout) is used instead.
 
-``make_context()`` returns a fresh ``ir.Context`` with the ``fuel`` dialect
-loaded (exactly once: loading IRDL twice into one context segfaults, see
-toolchain.md §1).
+A context with the ``fuel`` dialect loaded comes from
+``compiler.dialect.make_context()``.
 """
 from __future__ import annotations
 
@@ -63,14 +62,5 @@ def runtime():
     return importlib.import_module(f"{_root.__name__}.runtime")
 
 
-def make_context() -> "ir.Context":
-    """A new ``ir.Context`` with the fuel dialect loaded (once, guarded)."""
-    from compiler.dialect import load_fuel_dialect
-
-    ctx = ir.Context()
-    load_fuel_dialect(ctx)
-    return ctx
-
-
-__all__ = ["ir", "passmanager", "rewrite", "MLIRError", "make_context",
+__all__ = ["ir", "passmanager", "rewrite", "MLIRError",
            "execution_engine", "runtime", "BINDINGS", *_DIALECTS]

@@ -31,7 +31,7 @@ SPLIT_MARKER = "// -----"
 
 
 def _make_context() -> "ir.Context":
-    from compiler.mlir import make_context
+    from compiler.dialect import make_context
     return make_context()
 
 

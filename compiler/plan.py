@@ -33,7 +33,7 @@ from .dialect.attrs import op_params
 from .dialect.definition import lookup
 from .dialect.emit import NAME_ATTR, OUTPUT_NAMES_ATTR
 from .dialect.structural import RUNTIME_FUSED, resolve_runtime_fused
-from .dialect.types import mlir_to_dtype
+from .dialect.types import mlir_to_dtype, tensor_types
 from .errors import CompilerError
 from .graph.kernel_params import KernelParamsError, to_op_params
 from .graph.opdef import TensorType
@@ -53,15 +53,6 @@ _VIEWS = {
     "Slice": lambda p, rank: ("narrow", {"dim": p["dim"], "start": p["start"], "length": p["len"]}),
     "Flip": lambda p, rank: ("flip", {"dim": p["dim"]}),
 }
-
-
-def tensor_types(values) -> list[TensorType]:
-    """TensorTypes of MLIR tensor values (or types)."""
-    out = []
-    for v in values:
-        t = ir.RankedTensorType(getattr(v, "type", v))
-        out.append(TensorType(tuple(t.shape), mlir_to_dtype(t.element_type)))
-    return out
 
 
 def find_func(module, func_name: str = "main"):
@@ -172,7 +163,7 @@ def _kernel_step(o, spec, params, ins, outs, in_ids, out_ids, backend, hint) -> 
                             + ("decompose it first (fuel-decompose)" if spec.fused else "it cannot run"))
     try:
         if spec.fused:
-            from .codegen.fused import fused_op_params
+            from .registry.kernel_params import fused_op_params
             op_p = fused_op_params(src, params, ins)
         else:
             op_p = to_op_params(spec.name, params, ins, outs)
@@ -184,7 +175,7 @@ def _kernel_step(o, spec, params, ins, outs, in_ids, out_ids, backend, hint) -> 
 
 
 def _runtime_fused_step(o, ids, fresh, backend) -> KernelStep:
-    from .codegen.runtime_fused import params_for
+    from .registry.runtime_fused import kernel_params
     try:
         res = resolve_runtime_fused(o)
     except Exception as e:  # DialectError, RecipeError, RuntimeFusedError
@@ -194,7 +185,7 @@ def _runtime_fused_step(o, ids, fresh, backend) -> KernelStep:
     out_id = fresh(_name_hint(o, "runtime_fused"))
     ids[o.results[0]] = out_id
     return KernelStep(BindingKey.runtime_fused(res.fused_id),
-                      tuple(t.dtype for t in ins + outs), backend, params_for(res.scalars),
+                      tuple(t.dtype for t in ins + outs), backend, kernel_params(res.scalars),
                       tuple(ids[v] for v in res.inputs), (out_id,),
                       (ValueSpec(outs[0].shape, outs[0].dtype),), name=out_id)
 

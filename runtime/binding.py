@@ -35,10 +35,13 @@ class KernelCaps:
     passes non-contiguous (offset-0) inputs through without contiguizing.
     ``requires_broadcast``: the kernel bakes a stride-0 broadcast pattern
     into its body; ``lookup_with_caps`` never picks it for a dense operand.
+    ``full_write``: the kernel writes every element of its output, so the
+    executor may allocate that output uninitialized.
     """
 
     strided_input: bool = False
     requires_broadcast: bool = False
+    full_write: bool = False
 
     @classmethod
     def empty(cls) -> "KernelCaps":

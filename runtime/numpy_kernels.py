@@ -570,5 +570,5 @@ def register_numpy_kernels(table) -> None:
     for op, dtypes, fn in numpy_kernel_bindings():
         ref = refs.setdefault(id(fn), KernelRef(fn, fn.__qualname__, "numpy"))
         table.register_full_with_source(
-            op, dtypes, BackendId.CPU, ref, KernelCaps(strided_input=True),
+            op, dtypes, BackendId.CPU, ref, KernelCaps(strided_input=True, full_write=True),
             PrecisionGuarantee.PRIMITIVE_DETERMINISTIC_CPU, default_cost_for_op_kind(op), "numpy")

@@ -1,8 +1,10 @@
 """The compiled-kernel cache: content-addressed, in memory and on disk.
 
 The key is a SHA-256 over the input IR, the entry names, the pipeline (its
-version, stages and strategy), the host target (triple, CPU name, features)
-and the versions of the MLIR bindings and llvmlite. Objects are kept on disk
+version, stages and strategy, as the target's codegen package describes
+it), the ``Target`` (triple, CPU name, features: objects for
+``cpu:x86-64-v3`` and for this machine never mix) and the versions of the
+MLIR bindings and llvmlite. Objects are kept on disk
 as relocatable ELF files under ``$FUELC_CACHE_DIR`` (default
 ``~/.cache/fuelc``)/``objects/``, so a kernel is compiled once per machine,
 across processes; in memory the loaded ``CompiledObject`` is reused.
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Sequence
 
 from compiler.codegen.loader import CompiledObject, ObjectLoadError, load_object
-from compiler.codegen.strategy import LOOPS, Strategy, rules_fingerprint
+from runtime.cpu_features import check_cpu_features
 
 
 def default_cache_dir() -> Path:
@@ -55,15 +57,14 @@ class KernelCache:
         self._key_locks: dict[str, threading.Lock] = {}
 
     # -- keys ------------------------------------------------------------------
-    def key(self, text: str, entry_names: Sequence[str], strategy: Strategy | None = None) -> str:
-        """The content hash for compiling ``text`` with these entries."""
-        from compiler.codegen import cpu, llvm as llvm_codegen
+    def key(self, text: str, entry_names: Sequence[str], strategy=None, target=None) -> str:
+        """The content hash for compiling ``text`` with these entries for
+        ``target`` (default ``"cpu"``) with ``strategy`` (None: the one the
+        target's rules pick)."""
+        target = _target(target)
         h = hashlib.sha256()
-        # Without an explicit strategy the choice depends on the rules in force.
-        strat = strategy.fingerprint if strategy is not None else "auto:" + rules_fingerprint()
-        for part in (cpu.describe_pipeline(strategy or LOOPS), strat,
-                     llvm_codegen.host_description(), _version("torch-mlir"),
-                     _version("llvmlite"), ",".join(entry_names), text):
+        for part in (target.codegen.describe_pipeline(strategy), target.description,
+                     _version("torch-mlir"), _version("llvmlite"), ",".join(entry_names), text):
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()
@@ -74,11 +75,24 @@ class KernelCache:
         return self.directory / "objects" / key[:2] / f"{key}.o"
 
     # -- lookups ---------------------------------------------------------------
-    def get_or_compile(self, text: str, entry_names: Sequence[str], *,
-                       strategy: Strategy | None = None) -> CompiledObject:
-        """The loaded object for (text, entries, strategy): from memory, else
-        from disk, else compiled (and stored in both)."""
-        key = self.key(text, entry_names, strategy)
+    def get_or_compile(self, text: str, entry_names: Sequence[str], *, strategy=None,
+                       target=None, load: bool = True) -> CompiledObject | None:
+        """The loaded object for (text, entries, strategy, target): from
+        memory, else from disk, else compiled (and stored in both). A target
+        this CPU cannot run is compiled and stored, then ``CpuFeatureError``.
+        ``load=False``: only make sure the object is on disk (or compile it
+        when there is no disk cache) and return None."""
+        target = _target(target)
+        key = self.key(text, entry_names, strategy, target)
+        if not load:
+            path = self.object_path(key)
+            if path is None or not path.is_file():
+                data = target.codegen.emit_object(text, entry_names, target=target,
+                                                  strategy=strategy)
+                with self._lock:
+                    self.stats.compiles += 1
+                self._store_on_disk(key, data)
+            return None
         with self._lock:
             hit = self._memory.get(key)
             if hit is not None:
@@ -91,24 +105,25 @@ class KernelCache:
                 if hit is not None:
                     self.stats.memory_hits += 1
                     return hit
-            obj = self._load_from_disk(key)
+            obj = self._load_from_disk(key, target)
             if obj is None:
-                from compiler.codegen.cpu import emit_object
-                data = emit_object(text, entry_names, strategy=strategy)
-                obj = load_object(data)
+                data = target.codegen.emit_object(text, entry_names, target=target,
+                                                  strategy=strategy)
                 with self._lock:
                     self.stats.compiles += 1
                 self._store_on_disk(key, data)
+                obj = load_object(data, target.features, str(target))
             with self._lock:
                 self._memory[key] = obj
             return obj
 
-    def _load_from_disk(self, key: str) -> CompiledObject | None:
+    def _load_from_disk(self, key: str, target) -> CompiledObject | None:
         path = self.object_path(key)
         if path is None or not path.is_file():
             return None
+        check_cpu_features(target.features, target=str(target), what="a cached kernel object")
         try:
-            obj = load_object(path.read_bytes())
+            obj = load_object(path.read_bytes(), target.features, str(target))
         except (OSError, ObjectLoadError):
             # A truncated or foreign file: drop it and compile again.
             try:
@@ -137,6 +152,11 @@ class KernelCache:
         """Forget loaded objects (disk entries stay)."""
         with self._lock:
             self._memory.clear()
+
+
+def _target(target):
+    from compiler.targets import parse_target
+    return parse_target("cpu" if target is None else target)
 
 
 _default: KernelCache | None = None

@@ -1,5 +1,6 @@
-"""The "mlir-cpu-fused" kernel family: one compiled function per fused-op
-instance, registered under the fused op's ``OpKind`` on ``BackendId.CPU``.
+"""The fused kernel family: one compiled function per fused-op instance,
+registered under the fused op's ``OpKind`` on the target's backend (kernel
+source ``mlir-cpu-fused`` on cpu targets).
 
 A fused registry entry gets a kernel here when two things exist:
 
@@ -32,10 +33,11 @@ Public API:
 * ``fused_op_params(entry, params, in_types) -> OpParams`` (the planner hook)
   and ``instance_from_params(name, op_params, dtypes, layouts, n_inputs)``
   (its reverse; it re-derives the OpParams and refuses a mismatch);
-* ``FusedCpuKernel`` (the callable behind each ``KernelRef``),
-  ``warm(kind, dtypes, layouts, params, n_inputs)`` / ``warm_instance``;
-* ``register_fused_cpu_kernels(table)``: called by ``compiler.target``;
-* ``fused_specs()``, ``spec_for_kind(kind)``, ``KERNEL_SOURCE``, and the
+* ``FAMILY`` (a ``family.KernelFamily``; its ``GeneratedKernel`` is the
+  callable behind each ``KernelRef``), ``warm_instance(inst, target=...)``;
+* ``register_fused_kernels(table, target)``: called by the target's
+  ``build_table``;
+* ``fused_specs()``, ``spec_for_kind(kind)``, and the
   per-op precision constants of fuel-spec §6.7 (``NORM_FAMILY_CPU`` ...).
 """
 from __future__ import annotations
@@ -45,23 +47,22 @@ import math
 from typing import Callable, Optional, Sequence
 
 from runtime.params import exact_key
-from compiler.codegen.instances import CallMemo, compiled_entry, single_op_linalg_text
-from compiler.codegen import fastmath
+from compiler.codegen.family import KernelFamily, single_op_linalg_text
+from compiler.codegen.cpu import fastmath
 from compiler.codegen.loader import KernelFunction
 from compiler.errors import UnsupportedOpError
-from compiler.graph.kernel_params import KernelParamsError
+from compiler.registry.kernel_params import FusedParams, register_fused_params
+from compiler.registry.kernel_params import fused_op_params as _registry_fused_op_params
 from compiler.graph.opdef import TensorType
 from runtime import params as P
-from runtime.binding import KernelCaps, KernelRef
+from runtime.binding import KernelCaps
 from runtime.cost import default_cost_for_op_kind
 from runtime.dtype import DType
-from runtime.keys import BackendId
 from runtime.layout import Layout
 from runtime.opkind import OpKind
 from runtime.params import OpParams
 from runtime.precision import PrecisionGuarantee
 
-KERNEL_SOURCE = "mlir-cpu-fused"
 FLOATS = (DType.F32, DType.F64, DType.F16, DType.BF16)
 
 
@@ -72,7 +73,7 @@ def _cpu(what: str) -> PrecisionGuarantee:
         True, None, None, None,
         f"mlir-cpu-fused {what}: one compiled function, deterministic sequential loop order "
         "(bit-stable per hardware); f16/bf16 compute and accumulate in f32; exp/tanh/log on "
-        "f32 (and f16/bf16) are compiler.codegen.fastmath polynomials (<= {exp} / {tanh} / {log} "
+        "f32 (and f16/bf16) are compiler.codegen.cpu.fastmath polynomials (<= {exp} / {tanh} / {log} "
         "ulp from the correctly rounded f32 result); f64 exp/log and every sqrt via LLVM "
         "intrinsics / libm".format(**fastmath.MAX_ULP))
 
@@ -138,6 +139,7 @@ def fused_kernel(name: str, *, from_params: FromParams = lambda p, types: {},
         k = keys or _same_dtype_keys(entry.min_arity)
         _SPECS[name] = FusedKernelSpec(name, fn, from_params, k, tuple(dtypes), precision,
                                        strided)
+        register_fused_params(FusedParams(name, fn, from_params, k, tuple(dtypes), strided))
         return fn
     return deco
 
@@ -157,29 +159,15 @@ def spec_for_kind(kind: OpKind) -> FusedKernelSpec:
     for s in fused_specs().values():
         if s.entry.op_kind is kind:
             return s
-    raise UnsupportedOpError(f"mlir-cpu-fused has no kernel for {kind.name}")
+    raise UnsupportedOpError(f"no generated fused kernel for {kind.name}")
 
 
 # -- params <-> instance ------------------------------------------------------------
 def fused_op_params(entry, params: dict, in_types: Sequence[TensorType]) -> OpParams:
-    """The OpParams the kernel of fused ``entry`` (FusedOpEntry or name)
-    receives for a node with these graph params and input types. Raises
-    ``KernelParamsError`` when the op has no mapping or the inputs don't fit."""
-    name = entry if isinstance(entry, str) else entry.name
+    """``compiler.registry.kernel_params.fused_op_params`` with every mapping
+    of this family registered (the lowering modules register theirs)."""
     _load_lowerings()
-    spec = _SPECS.get(name)
-    if spec is None:
-        raise KernelParamsError(
-            f"fused op {name} has no kernel params mapping (compiler/codegen/fused.py "
-            "@fused_kernel); decompose it (fuel-decompose{all=true})")
-    from compiler.registry.entry import normalize_params
-    try:
-        return spec.to_params(normalize_params(spec.entry, params), list(in_types))
-    except (P.OpParamsError, ValueError, IndexError, KeyError) as e:
-        if isinstance(e, KernelParamsError):
-            raise
-        raise KernelParamsError(f"{name}: cannot map params {params} for inputs "
-                                f"{_types(in_types)} to OpParams: {e}") from None
+    return _registry_fused_op_params(entry, params, in_types)
 
 
 # Fused ops whose lowering is written shape-generically, and when: their
@@ -231,7 +219,7 @@ def instance_from_params(name: str, op_params: OpParams, dtypes: Sequence[DType]
     compute wrongly); so must the output layout's shape."""
     spec = _SPECS.get(name)
     if spec is None:
-        raise UnsupportedOpError(f"mlir-cpu-fused has no kernel for {name}")
+        raise UnsupportedOpError(f"no generated fused kernel for {name}")
     types = tuple(TensorType(tuple(l.shape), DType.parse(d))
                   for l, d in zip(layouts[:n_inputs], dtypes))
     gp = dict(spec.from_params(op_params, types))
@@ -252,70 +240,54 @@ def instance_from_params(name: str, op_params: OpParams, dtypes: Sequence[DType]
     return inst
 
 
-# -- compilation ---------------------------------------------------------------------
+# -- the family ------------------------------------------------------------------
 
 
-def linalg_text(inst: FusedInstance) -> str:
+class FusedFamily(KernelFamily):
+    """One static fused op per kernel; the binding key is its OpKind."""
+
+    suffix = "-fused"
+
+    def instance(self, key, dtypes, layouts, params, n_inputs):
+        spec = spec_for_kind(key)
+        return instance_from_params(spec.name, params, dtypes, layouts, n_inputs), list(layouts)
+
+    def linalg_text(self, inst: FusedInstance, target) -> str:
+        return linalg_text(inst, platform=target.kind)
+
+
+FAMILY = FusedFamily()
+
+
+def linalg_text(inst: FusedInstance, platform: str | None = None) -> str:
     """The linalg-on-tensors module of one fused instance."""
-    return single_op_linalg_text(inst.name, dict(inst.params), inst.input_types, inst.dynamic)
+    return single_op_linalg_text(inst.name, dict(inst.params), inst.input_types, inst.dynamic,
+                                 platform)
 
 
-def warm_instance(inst: FusedInstance) -> KernelFunction:
-    """Compile (or fetch from the caches) the kernel of ``inst``."""
-    return compiled_entry((__name__, inst.memo_key), lambda: linalg_text(inst),
-                          len(inst.input_types) + 1)
+def warm_instance(inst: FusedInstance, *, target) -> KernelFunction:
+    """Compile (or fetch from the caches) the kernel of ``inst`` on ``target``."""
+    return FAMILY.compiled(inst, target)
 
 
-def warm(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout], params: OpParams,
-         n_inputs: int) -> KernelFunction:
-    """Compile ahead of time the kernel a call with these arguments would use."""
-    spec = spec_for_kind(kind)
-    return warm_instance(instance_from_params(spec.name, params, dtypes, layouts, n_inputs))
-
-
-class FusedCpuKernel:
-    """The callable behind an mlir-cpu-fused ``KernelRef`` for one binding key."""
-
-    def __init__(self, name: str, kind: OpKind, dtypes: Sequence[DType]):
-        self.name = name
-        self.kind = kind
-        self.dtypes = tuple(dtypes)
-        self.n_inputs = len(self.dtypes) - 1
-        self.__qualname__ = f"mlir_cpu_fused.{name}[{','.join(str(d) for d in self.dtypes)}]"
-        self._calls = CallMemo(self._prepare)
-
-    def _prepare(self, layouts, params, n_inputs: int):
-        inst = instance_from_params(self.name, params, self.dtypes, layouts, self.n_inputs)
-        return warm_instance(inst), layouts
-
-    def __call__(self, inputs, outputs, layouts, params) -> None:
-        if len(inputs) != self.n_inputs or len(outputs) != 1:
-            raise UnsupportedOpError(
-                f"{self.__qualname__}: expects {self.n_inputs} inputs and 1 output, "
-                f"got {len(inputs)} and {len(outputs)}")
-        self._calls.call(inputs, outputs, layouts, params)
-
-
-def register_fused_cpu_kernels(table, names: Optional[Sequence[str]] = None) -> int:
+def register_fused_kernels(table, target, names: Optional[Sequence[str]] = None) -> int:
     """Register every fused op with a mapping and a lowering (or ``names``)
-    under ``(OpKind, dtypes, BackendId.CPU)``, source ``mlir-cpu-fused``,
-    with its precision claim and the default cost of its OpKind. Nothing is
-    compiled until a kernel is first called or warmed. Returns the key count."""
+    under ``(OpKind, dtypes, target.backend)``, with its precision claim and
+    the default cost of its OpKind. Nothing is compiled until a kernel is
+    first called or warmed. Returns the key count."""
     specs = fused_specs()
     n = 0
     for name in (sorted(specs) if names is None else names):
         spec = specs.get(name)
         if spec is None:
-            raise UnsupportedOpError(f"mlir-cpu-fused has no kernel for {name} "
+            raise UnsupportedOpError(f"{FAMILY.source(target)} has no kernel for {name} "
                                      "(a @fused_kernel mapping and a lowering are both needed)")
         kind = spec.op_kind
-        caps = KernelCaps(strided_input=spec.strided)
+        caps = KernelCaps(strided_input=spec.strided, full_write=True)
         for t in spec.dtypes:
             for key in spec.keys(t):
-                fn = FusedCpuKernel(name, kind, key)
-                table.register_full_with_source(
-                    kind, tuple(key), BackendId.CPU, KernelRef(fn, fn.__qualname__, KERNEL_SOURCE),
-                    caps, spec.precision, default_cost_for_op_kind(kind), KERNEL_SOURCE)
+                FAMILY.register(table, target, kind, tuple(key), spec.precision,
+                                default_cost_for_op_kind(kind), caps)
                 n += 1
     return n
 
@@ -372,8 +344,8 @@ def _fsce_params(params, types):
                                       int(params["ignore_index"]))
 
 
-__all__ = ["KERNEL_SOURCE", "FusedKernelSpec", "FusedInstance", "FusedCpuKernel", "fused_kernel",
+__all__ = ["FusedKernelSpec", "FusedInstance", "FusedFamily", "FAMILY", "fused_kernel",
            "fused_specs", "spec_for_kind", "fused_op_params", "instance_from_params",
-           "linalg_text", "warm", "warm_instance", "register_fused_cpu_kernels",
+           "linalg_text", "warm_instance", "register_fused_kernels",
            "NORM_FAMILY_CPU", "FUSED_LINEAR_CPU", "ROPE_CPU", "SOFTMAX_CROSS_ENTROPY_CPU",
            "ATTN_CPU", "QMATMUL_CPU", "CONV2D_CPU", "FLOATS"]

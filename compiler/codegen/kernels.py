@@ -1,8 +1,10 @@
-"""The "mlir-cpu" kernel family: binding-table kernels compiled from the fuel
-dialect through linalg to host machine code, one object per op instance.
+"""The primitive kernel family: binding-table kernels compiled from one fuel
+primitive through linalg to machine code for a target, one object per op
+instance (kernel source ``mlir-cpu`` on cpu targets).
 
-A ``MlirCpuKernel`` is registered under ``(OpKind, dtypes, BackendId.CPU)``.
-When called with ``(inputs, outputs, layouts, params)`` it
+Each kernel (a ``family.GeneratedKernel`` of ``FAMILY``) is registered under
+``(OpKind, dtypes, target.backend)``. When called with ``(inputs, outputs,
+layouts, params)`` it
 
 1. maps the runtime ``OpParams`` and the layouts to an *op instance*
    (``OpInstance``: op-table name, graph params, input ``TensorType``s,
@@ -11,12 +13,13 @@ When called with ``(inputs, outputs, layouts, params)`` it
    inputs, dropping kept reduced axes, narrowing matmul rows);
 2. gets the compiled function of that instance (memoised per process; the
    object comes from the kernel cache, so it is compiled once per machine:
-   ``emit_single_op_module`` → ``lower_to_linalg`` → ``compile_module``);
+   ``emit_single_op_module`` → ``lower_to_linalg`` → the target's
+   ``compile_module``);
 3. builds one memref descriptor per storage/layout and calls it. Outputs
    are pre-allocated by the caller; every descriptor may be strided.
 
-Public: ``register_mlir_cpu_kernels(table, dtypes=...)``, ``warm(...)`` /
-``warm_instance(...)`` to compile ahead of time, ``instance_for(...)``.
+Public: ``register_primitive_kernels(table, target, dtypes=...)``, ``warm(...)``
+to compile ahead of time, ``instance_for(...)``, ``precision_for(...)``.
 """
 from __future__ import annotations
 
@@ -24,21 +27,17 @@ import dataclasses
 from typing import Iterable, Sequence
 
 from runtime.params import exact_key
-from compiler.codegen.instances import ENTRY, CallMemo, compiled_entry, single_op_linalg_text
+from compiler.codegen.family import KernelFamily, single_op_linalg_text
 from compiler.codegen.loader import KernelFunction
 from compiler.errors import UnsupportedOpError
 from compiler.graph.opdef import TensorType
-from runtime.binding import KernelCaps, KernelRef
 from runtime.cost import default_cost_for_op_kind
 from runtime.dtype import DType
-from runtime.keys import BackendId
 from runtime.layout import Layout
 from runtime.opkind import OpKind
 from runtime import params as P
 from runtime.params import OpParams
 from runtime.precision import PrecisionGuarantee
-
-KERNEL_SOURCE = "mlir-cpu"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +95,7 @@ def _adapt(kind: OpKind, in_l: list, out_l: list, p: OpParams):
             out_l = [out.narrow(out.rank - 2, 0, rows)]
             p = dataclasses.replace(p, m=rows, m_compute=P.MatmulM.ALL)
         elif mode != "all":
-            raise UnsupportedOpError("mlir-cpu MatMul: deferred row counts (MatmulM.deferred) "
+            raise UnsupportedOpError("generated MatMul kernel: deferred row counts (MatmulM.deferred) "
                                      "must be resolved before the kernel is called")
     return in_l, out_l, p
 
@@ -122,34 +121,34 @@ _EXACT = frozenset(_BINARY[:6] + (OpKind.NegElementwise, OpKind.SqrElementwise,
                                   OpKind.ArgMinDim) + _COMPARE)
 
 
-# Transcendentals expanded by compiler.codegen.fastmath on f32 (f16/bf16 compute in
-# f32): the measured bound is claimed; f64 keeps LLVM / libm, with no claim.
-_FASTMATH = {OpKind.ExpElementwise: "exp", OpKind.TanhElementwise: "tanh",
-             OpKind.LogElementwise: "log", OpKind.ErfElementwise: "erf"}
-_FASTMATH_NOTE = ("exp/tanh/log/erf on f32/f16/bf16 are branch-free polynomials "
-                  "(compiler.codegen.fastmath, <= {exp} / {tanh} / {log} / {erf} ulp from the "
-                  "correctly rounded f32 result, measured over all f32 inputs); f64 and "
-                  "sin/cos/pow via LLVM intrinsics / libm")
+# Transcendentals whose accuracy the target's codegen states (its
+# ``transcendental_ulp``); other non-exact ops make no ulp claim.
+_TRANSCENDENTAL = {OpKind.ExpElementwise: "exp", OpKind.TanhElementwise: "tanh",
+                   OpKind.LogElementwise: "log", OpKind.ErfElementwise: "erf"}
 
 
-def precision_for(kind: OpKind, dtypes: Sequence[DType] = ()) -> PrecisionGuarantee:
-    """The static numeric claim of an mlir-cpu kernel of ``kind`` with the
+def precision_for(kind: OpKind, dtypes: Sequence[DType], target) -> PrecisionGuarantee:
+    """The static numeric claim of a generated kernel of ``kind`` with the
     dtype key ``dtypes`` (inputs then output; the output decides the
-    transcendental bound, empty: no dtype-specific bound)."""
+    transcendental bound) compiled for ``target``."""
+    source = FAMILY.source(target)
     if kind in _EXACT:
         return PrecisionGuarantee(True, 0, 0.0, 0.0,
-                                  "mlir-cpu: IEEE-exact op, deterministic loop order")
-    from compiler.codegen import fastmath
-    note = _FASTMATH_NOTE.format(**fastmath.MAX_ULP)
-    if kind in _FASTMATH and dtypes and dtypes[-1] in (DType.F32, DType.F16, DType.BF16):
+                                  f"{source} ({target}): IEEE-exact op, deterministic loop order")
+    codegen = target.codegen
+    ulp = codegen.transcendental_ulp(_TRANSCENDENTAL[kind], dtypes[-1]) \
+        if kind in _TRANSCENDENTAL and dtypes else None
+    if ulp is not None:
         return PrecisionGuarantee(
-            True, fastmath.MAX_ULP[_FASTMATH[kind]], None, None,
-            f"mlir-cpu: deterministic loop order (bit-stable per hardware); {note}")
+            True, ulp, None, None,
+            f"{source} ({target}): deterministic loop order (bit-stable per hardware); "
+            f"{codegen.PRECISION_NOTE}")
     return PrecisionGuarantee(
         True, None, None, None,
-        "mlir-cpu: fixed loop order per build and host CPU (bit-stable per hardware); "
-        "float reductions are reassociated for vectorization (summation order differs "
-        f"from a sequential loop); {note}; accumulates in the operand dtype (f32 for f16/bf16)")
+        f"{source} ({target}): fixed loop order per build and target (bit-stable per "
+        "hardware); float reductions are reassociated for vectorization (summation order "
+        f"differs from a sequential loop); {codegen.PRECISION_NOTE}; accumulates in the "
+        "operand dtype (f32 for f16/bf16)")
 
 
 def instance_for(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout],
@@ -166,7 +165,7 @@ def instance_for(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout
     try:
         name, gparams = from_op_params(kind, params, in_types, out_types)
     except KernelParamsError as e:
-        raise UnsupportedOpError(f"mlir-cpu {kind.name}: {e}") from None
+        raise UnsupportedOpError(f"generated {kind.name} kernel: {e}") from None
     opdef = _op_table()[name]
     if opdef.category in _ELEMENTWISE_CATEGORIES:  # stride-0 views of broadcast inputs
         shape = out_l[0].shape
@@ -178,48 +177,37 @@ def instance_for(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout
     return OpInstance(name, tuple(sorted(gparams.items())), tuple(in_types), dynamic), in_l + out_l
 
 
-# -- compilation ------------------------------------------------------------------
+# -- the family ------------------------------------------------------------------
 
 
-def linalg_text(inst: OpInstance) -> str:
+class PrimitiveFamily(KernelFamily):
+    """One fuel primitive per kernel; the binding key is its OpKind."""
+
+    suffix = ""
+
+    def instance(self, key, dtypes, layouts, params, n_inputs):
+        return instance_for(key, dtypes, layouts, params, n_inputs)
+
+    def linalg_text(self, inst: OpInstance, target) -> str:
+        return linalg_text(inst, platform=target.kind)
+
+    def accepts_arity(self, key, n_expected: int, n_inputs: int) -> bool:
+        return key is OpKind.Concat or n_inputs == n_expected  # Concat: [T_in, T_out] any arity
+
+
+FAMILY = PrimitiveFamily()
+
+
+def linalg_text(inst: OpInstance, platform: str | None = None) -> str:
     """The linalg-on-tensors module of one op instance."""
-    return single_op_linalg_text(inst.op_name, dict(inst.params), inst.input_types, inst.dynamic)
-
-
-def warm_instance(inst: OpInstance) -> KernelFunction:
-    """Compile (or fetch from the caches) the kernel of ``inst``."""
-    return compiled_entry((__name__, inst.memo_key), lambda: linalg_text(inst),
-                          len(inst.input_types) + 1)
+    return single_op_linalg_text(inst.op_name, dict(inst.params), inst.input_types, inst.dynamic,
+                                 platform)
 
 
 def warm(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout], params: OpParams,
-         n_inputs: int) -> KernelFunction:
+         n_inputs: int, *, target) -> KernelFunction | None:
     """Compile ahead of time the kernel a call with these arguments would use."""
-    inst, _ = instance_for(kind, dtypes, layouts, params, n_inputs)
-    return warm_instance(inst)
-
-
-class MlirCpuKernel:
-    """The callable behind an mlir-cpu ``KernelRef`` for one binding key."""
-
-    def __init__(self, kind: OpKind, dtypes: Sequence[DType]):
-        self.kind = kind
-        self.dtypes = tuple(dtypes)
-        self.n_inputs = len(self.dtypes) - 1
-        self.__qualname__ = f"mlir_cpu.{kind.name}[{','.join(str(d) for d in self.dtypes)}]"
-        self._calls = CallMemo(self._prepare)
-
-    def _prepare(self, layouts, params, n_inputs: int):
-        inst, lays = instance_for(self.kind, self.dtypes, layouts, params, n_inputs)
-        return warm_instance(inst), lays
-
-    def __call__(self, inputs, outputs, layouts, params) -> None:
-        variadic = self.kind is OpKind.Concat  # keyed [T_in, T_out] whatever the arity
-        if (not variadic and len(inputs) != self.n_inputs) or not inputs or len(outputs) != 1:
-            raise UnsupportedOpError(
-                f"{self.__qualname__}: expects {self.n_inputs} inputs and 1 output, "
-                f"got {len(inputs)} and {len(outputs)}")
-        self._calls.call(inputs, outputs, layouts, params)
+    return FAMILY.kernel(target, kind, dtypes).warm(layouts, params, n_inputs)
 
 
 # -- registration -------------------------------------------------------------------
@@ -257,7 +245,7 @@ def binding_keys(kind: OpKind, dtypes: Iterable[DType]) -> list[tuple[DType, ...
 
 
 def supported_kinds() -> tuple[OpKind, ...]:
-    """Every OpKind the mlir-cpu family compiles: the kinds of the supported
+    """Every OpKind the primitive family compiles: the kinds of the supported
     primitives that have a lowering rule."""
     from compiler.codegen.lowering import RULES
     kinds = []
@@ -268,27 +256,24 @@ def supported_kinds() -> tuple[OpKind, ...]:
     return tuple(kinds)
 
 
-def register_mlir_cpu_kernels(table, dtypes: Sequence[DType] = (DType.F32, DType.F64),
-                              kinds: Iterable[OpKind] | None = None) -> int:
-    """Register mlir-cpu kernels for ``kinds`` (default: all supported) over
-    ``dtypes`` on ``BackendId.CPU`` in ``table`` (caps strided_input, a
-    precision claim per kind, the default cost model). Nothing is compiled
-    until a kernel is first called or warmed. Returns the number of keys."""
+def register_primitive_kernels(table, target, dtypes: Sequence[DType] = (DType.F32, DType.F64),
+                               kinds: Iterable[OpKind] | None = None) -> int:
+    """Register generated kernels for ``kinds`` (default: all supported) over
+    ``dtypes`` on ``target`` (its backend) in ``table`` (caps strided_input
+    and full_write, a precision claim per kind, the default cost model).
+    Nothing is compiled until a kernel is first called or warmed. Returns
+    the number of keys."""
     n = 0
     known = supported_kinds()
     for kind in (known if kinds is None else kinds):
         if kind not in known:
-            raise UnsupportedOpError(f"mlir-cpu has no kernel for {kind.name}")
+            raise UnsupportedOpError(f"{FAMILY.source(target)} has no kernel for {kind.name}")
         for key in binding_keys(kind, dtypes):
-            fn = MlirCpuKernel(kind, key)
-            table.register_full_with_source(
-                kind, key, BackendId.CPU, KernelRef(fn, fn.__qualname__, KERNEL_SOURCE),
-                KernelCaps(strided_input=True), precision_for(kind, key),
-                default_cost_for_op_kind(kind), KERNEL_SOURCE)
+            FAMILY.register(table, target, kind, key, precision_for(kind, key, target),
+                            default_cost_for_op_kind(kind))
             n += 1
     return n
 
 
-__all__ = ["ENTRY", "OpInstance", "MlirCpuKernel", "instance_for", "warm", "warm_instance",
-           "linalg_text", "register_mlir_cpu_kernels", "binding_keys", "supported_kinds",
-           "precision_for", "KERNEL_SOURCE"]
+__all__ = ["OpInstance", "PrimitiveFamily", "FAMILY", "instance_for", "warm", "linalg_text",
+           "register_primitive_kernels", "binding_keys", "supported_kinds", "precision_for"]

@@ -11,8 +11,10 @@ registered with ``@lowers("Name", ...)``); this module is the driver:
   function (block arguments, results, signature) to ``iN`` *before* the rules
   run, and hands each rule the fuel dtypes it had before (``Lowering.in_dtypes``).
   The buffer ABI is unchanged: ``ui8`` and ``i8`` memrefs have the same bytes.
-* ``FUEL_TO_LINALG`` is registered as the Python pass ``fuel-to-linalg``:
-  ``add_fuel_to_linalg(pm)`` or ``build_pipeline("fuel-to-linalg,cse")``.
+* The driver pass ``fuel-to-linalg`` (``compiler.passes.to_linalg``) runs
+  ``lower_to_linalg`` so lowerings can be FileCheck-tested.
+* Rules may be specialised per platform (``@lowers(..., platform="cpu")``);
+  ``lower_to_linalg(..., platform=target.kind)`` picks them over the generic ones.
 * ``emit_single_op_module(...)``: a one-op fuel module whose function carries
   ``llvm.emit_c_interface`` (CPU codegen compiles one kernel per op instance).
 """
@@ -26,11 +28,10 @@ from compiler.dialect.definition import (DIALECT, build_fuel_op, default_ops, lo
 from compiler.dialect.types import mlir_to_dtype, signless, tensor_type
 from compiler.errors import DialectError, LoweringError
 from compiler.graph.opdef import TensorType
-from compiler.mlir import MLIRError, func, ir, passmanager, tensor
+from compiler.mlir import MLIRError, func, ir, tensor
 
-from .lowering import RULES, Lowering
+from .lowering import Lowering, rule_for
 
-PASS_NAME = "fuel-to-linalg"
 
 #: op categories whose rules are shape-generic (work on ``?`` dims).
 DYNAMIC_CATEGORIES = frozenset({"binary", "unary", "scalar", "compare", "select", "reduce",
@@ -110,8 +111,10 @@ def _mark_inputs_read_only(root: "ir.Operation") -> None:
     root.walk(cb)
 
 
-def lower_to_linalg(module, ops: Optional[dict] = None, constants: Optional[dict] = None) -> None:
-    """Lower every ``fuel.*`` op of ``module`` (an ``ir.Module`` or op) in place.
+def lower_to_linalg(module, ops: Optional[dict] = None, constants: Optional[dict] = None,
+                    platform: Optional[str] = None) -> None:
+    """Lower every ``fuel.*`` op of ``module`` (an ``ir.Module`` or op) in place,
+    with the rules of ``platform`` (a target kind; None: the generic rules).
 
     ``ops``: mnemonic -> DialectOp (default: the op table + registry).
     ``constants``: name -> numpy array for ``fuel.const`` ops emitted without
@@ -120,13 +123,14 @@ def lower_to_linalg(module, ops: Optional[dict] = None, constants: Optional[dict
     then), or the op whose rule failed, with its operand/result types."""
     root = getattr(module, "operation", module)
     with root.context, ir.Location.unknown():
-        _lower_root(root, ops, constants)
+        _lower_root(root, ops, constants, platform)
 
 
-def _lower_root(root, ops, constants) -> None:
+def _lower_root(root, ops, constants, platform) -> None:
     fuel = _fuel_ops(root)
     names = [_rule_name(op, ops) for op in fuel]
-    missing = sorted({f"{op.name} ({n})" for op, n in zip(fuel, names) if n not in RULES})
+    missing = sorted({f"{op.name} ({n})" for op, n in zip(fuel, names)
+                      if rule_for(n, platform) is None})
     if missing:
         raise LoweringError(
             f"fuel-to-linalg: no lowering for {', '.join(missing)}; register one with "
@@ -143,16 +147,16 @@ def _lower_root(root, ops, constants) -> None:
     _to_signless(root)
     _mark_inputs_read_only(root)
     for op, name, in_dt, out_dt, params in plans:
-        _lower_one(op, name, in_dt, out_dt, params, constants)
+        _lower_one(op, rule_for(name, platform), name, in_dt, out_dt, params, constants)
 
 
-def _lower_one(op, name, in_dt, out_dt, params, constants) -> None:
+def _lower_one(op, rule, name, in_dt, out_dt, params, constants) -> None:
     lw = Lowering(op=op, name=name, operands=list(op.operands), in_dtypes=in_dt,
                   out_dtypes=out_dt, out_types=[r.type for r in op.results], params=params)
     lw.constants = constants or {}
     with ir.InsertionPoint(op), op.location:
         try:
-            out = RULES[name](lw)
+            out = rule(lw)
         except LoweringError:
             raise
         except (MLIRError, ValueError, TypeError, IndexError, KeyError) as e:
@@ -173,25 +177,6 @@ def _lower_one(op, name, in_dt, out_dt, params, constants) -> None:
                         f"incompatible with the declared {r.type}: {e}") from None
             r.replace_all_uses_with(v)
     op.erase()
-
-
-# -- the pass ----------------------------------------------------------------
-def _pass_fn(op, pass_) -> None:
-    lower_to_linalg(op)
-
-
-def add_fuel_to_linalg(pm: "passmanager.PassManager") -> None:
-    """Append the ``fuel-to-linalg`` Python pass to a builtin.module PM."""
-    pm.add(_pass_fn, name="FuelToLinalg", argument=PASS_NAME,
-           description="lower fuel dialect ops to linalg/tensor/arith/math")
-
-
-def run_fuel_to_linalg(module) -> None:
-    """Run ``fuel-to-linalg`` through MLIR's PassManager (module's context)."""
-    with module.context:
-        pm = passmanager.PassManager("builtin.module")
-        add_fuel_to_linalg(pm)
-        pm.run(module.operation)
 
 
 # -- one-op modules for per-op kernels ------------------------------------------

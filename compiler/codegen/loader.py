@@ -20,6 +20,7 @@ from typing import Iterable
 
 import llvmlite.binding as llvm
 
+from runtime.cpu_features import check_cpu_features
 from runtime.errors import FuelError
 
 
@@ -50,19 +51,14 @@ def ensure_llvm_initialized() -> None:
             _initialized = True
 
 
-def host_cpu() -> tuple[str, str]:
-    """(cpu name, feature string) of the host, as LLVM spells them."""
-    ensure_llvm_initialized()
-    return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
-
-
 def host_target_machine(*, jit: bool, opt: int = 3) -> "llvm.TargetMachine":
-    """A NEW target machine for the host CPU and features.
+    """A NEW target machine for the host CPU and features (what MCJIT links
+    loaded objects with).
 
     Never share the result between two engines: MCJIT takes ownership of its
     target machine, and a shared one is freed twice (SIGSEGV at exit)."""
     ensure_llvm_initialized()
-    cpu, features = host_cpu()
+    cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
     target = llvm.Target.from_default_triple()
     return target.create_target_machine(cpu=cpu, features=features, opt=opt,
                                         reloc="pic", codemodel="default", jit=jit)
@@ -200,11 +196,15 @@ class KernelFunction:
         self._fn(*[_addressof(d) if isinstance(d, _Structure) else d for d in descriptors])
 
 
-def load_object(data: bytes) -> CompiledObject:
+def load_object(data: bytes, required_features: Iterable[str] = (), target: str = "") -> CompiledObject:
     """Link a relocatable object (from ``emit_object``) into this process.
 
-    Raises ObjectLoadError if it is not a 64-bit ELF object or needs a symbol
-    the process does not provide (instead of segfaulting on the first call)."""
+    ``required_features`` are the CPU features the object was compiled for
+    (its target's); a CPU without them gets ``CpuFeatureError`` naming the
+    missing ones, before anything is mapped. Raises ObjectLoadError if it is
+    not a 64-bit ELF object or needs a symbol the process does not provide
+    (instead of segfaulting on the first call)."""
+    check_cpu_features(required_features, target=target, what="a kernel object")
     defined, undefined = elf_symbols(data)
     missing = unresolved_symbols(undefined)
     if missing:

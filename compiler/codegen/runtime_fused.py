@@ -1,6 +1,6 @@
-"""The "mlir-cpu-runtime-fused" kernel family: one compiled loop nest per
-runtime fused op instance (fuel-spec §4.6, §6.5), registered under
-``(BindingKey.runtime_fused(fid), dtypes, BackendId.CPU)``.
+"""The runtime-fused kernel family: one compiled loop nest per runtime fused
+op instance, registered under ``(BindingKey.runtime_fused(fid), dtypes,
+target.backend)`` (kernel source ``mlir-cpu-runtime-fused`` on cpu targets).
 
 An instance is ``(fid, scalars, input types)``: the kernel receives the
 slot values as ``JitScalars`` (``NoParams`` when the region has none) and
@@ -13,14 +13,13 @@ the input shapes from the call's layouts. Compiling one:
    ``linalg-fuse-elementwise-ops`` on tensors, so the chain (and a trailing
    reduction reading it) becomes one ``linalg.generic``: one loop nest, no
    intermediate buffers;
-4. ``compile_module`` (the CPU pipeline; cached by text).
+4. the target's ``compile_module`` (cached by text and target).
 
 Public: ``RuntimeFusedInstance``, ``instance_for``, ``linalg_text``,
-``warm_instance``/``warm``, ``RuntimeFusedCpuKernel``,
-``register_runtime_fused_cpu_kernel(table, fid, dtypes)`` and
-``register_module_kernels(module)`` (what ``compile()`` calls after the
-passes: every ``fuel.runtime_fused`` of the module gets its key in the CPU
-table). ``KERNEL_SOURCE``, ``FUSION_PASSES``.
+``FAMILY``, ``register_runtime_fused_kernel(table, target, fid, dtypes)`` and
+``register_module_kernels(module, target)`` (what ``compile()`` calls after
+the passes: every ``fuel.runtime_fused`` of the module gets its key in the
+target's table). ``FUSION_PASSES``.
 """
 from __future__ import annotations
 
@@ -28,27 +27,25 @@ import dataclasses
 from typing import Sequence
 
 from runtime.params import exact_key
-from compiler.codegen.instances import ENTRY, CallMemo, compiled_entry
-from compiler.codegen.loader import KernelFunction
+from compiler.codegen.family import ENTRY, KernelFamily
 from compiler.errors import UnsupportedOpError
 from compiler.graph.opdef import TensorType
-from runtime.binding import KernelCaps, KernelRef
 from runtime.cost import unknown_cost
 from runtime.dtype import DType
-from runtime.keys import BackendId, BindingKey
+from runtime.keys import BindingKey
 from runtime.layout import Layout
 from runtime.params import JitScalars, NoParams, OpParams
 from runtime.precision import PrecisionGuarantee
 
-KERNEL_SOURCE = "mlir-cpu-runtime-fused"
 #: Tensor passes between fuel-to-linalg and the CPU pipeline.
 FUSION_PASSES = ("linalg-generalize-named-ops", "linalg-fuse-elementwise-ops", "canonicalize",
                  "cse")
 
 PRECISION = PrecisionGuarantee(
     True, None, None, None,
-    "mlir-cpu-runtime-fused: the region's primitives fused into one loop nest, each computed "
-    "as its mlir-cpu lowering does, deterministic sequential order (bit-stable per hardware)")
+    "runtime fused kernel: the region's primitives fused into one loop nest, each computed "
+    "as its primitive kernel's lowering does, deterministic sequential order (bit-stable per "
+    "hardware)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,11 +72,6 @@ def scalars_of(params: OpParams) -> tuple[float, ...]:
                              f"got {type(params).__name__}")
 
 
-def params_for(scalars: Sequence[float]) -> OpParams:
-    """The KernelStep params of a runtime fused op with these slot values."""
-    return JitScalars(tuple(float(s) for s in scalars)) if scalars else NoParams()
-
-
 def instance_for(fused_id: int, dtypes: Sequence[DType], layouts: Sequence[Layout],
                  params: OpParams, n_inputs: int) -> RuntimeFusedInstance:
     types = tuple(TensorType(tuple(l.shape), DType.parse(d))
@@ -94,14 +86,14 @@ def _dag(inst: RuntimeFusedInstance):
     try:
         entry = runtime_entry(inst.fused_id)
     except RegistryError as e:
-        raise UnsupportedOpError(f"mlir-cpu-runtime-fused: {e}") from None
+        raise UnsupportedOpError(f"runtime fused kernel: {e}") from None
     dag = try_instantiate_recipe(entry, runtime_params(inst.scalars), list(inst.input_types))
     if isinstance(dag, Decline):
         raise UnsupportedOpError(
-            f"mlir-cpu-runtime-fused {inst.fused_id:#x}: the region does not instantiate for "
+            f"runtime fused kernel {inst.fused_id:#x}: the region does not instantiate for "
             f"inputs {_types(inst.input_types)} and scalars {list(inst.scalars)}: {dag.reason}")
     if len(dag.outputs) != 1:
-        raise UnsupportedOpError(f"mlir-cpu-runtime-fused {inst.fused_id:#x}: "
+        raise UnsupportedOpError(f"runtime fused kernel {inst.fused_id:#x}: "
                                  f"{len(dag.outputs)} outputs; one is supported")
     return dag
 
@@ -136,7 +128,7 @@ def fuel_module(inst: RuntimeFusedInstance):
 
                 for node in dag.nodes:
                     if node.fused:
-                        raise UnsupportedOpError(f"mlir-cpu-runtime-fused {inst.fused_id:#x}: "
+                        raise UnsupportedOpError(f"runtime fused kernel {inst.fused_id:#x}: "
                                                  f"nested fused op {node.op} in the region")
                     spec = lookup(OP_TABLE[node.op].mnemonic)
                     op = ir.Operation.create(
@@ -149,67 +141,48 @@ def fuel_module(inst: RuntimeFusedInstance):
     return module
 
 
-def linalg_text(inst: RuntimeFusedInstance) -> str:
+def linalg_text(inst: RuntimeFusedInstance, platform: str | None = None) -> str:
     """The fused linalg-on-tensors module of one instance (after
-    ``FUSION_PASSES``). Raises UnsupportedOpError / LoweringError /
-    PipelineError (with a reproducer)."""
-    from compiler.codegen.cpu import Stage, run_stage
+    ``FUSION_PASSES``), lowered with ``platform``'s rules. Raises
+    UnsupportedOpError / LoweringError / PipelineError (with a reproducer)."""
+    from compiler.codegen.cpu.pipeline import Stage, run_stage
     from compiler.codegen.linalg import lower_to_linalg
     module = fuel_module(inst)
-    lower_to_linalg(module)
+    lower_to_linalg(module, platform=platform)
     run_stage(module, Stage("runtime-fuse", FUSION_PASSES))
     return str(module)
 
 
 
 
-def warm_instance(inst: RuntimeFusedInstance) -> KernelFunction:
-    """Compile (or fetch from the caches) the kernel of ``inst``."""
-    return compiled_entry((__name__, inst.memo_key), lambda: linalg_text(inst),
-                          len(inst.input_types) + 1)
+class RuntimeFusedFamily(KernelFamily):
+    """One ``fuel.runtime_fused`` region per kernel; the binding key is
+    ``BindingKey.runtime_fused(fid)``."""
+
+    suffix = "-runtime-fused"
+
+    def instance(self, key, dtypes, layouts, params, n_inputs):
+        return instance_for(key.fused.value, dtypes, layouts, params, n_inputs), list(layouts)
+
+    def linalg_text(self, inst: RuntimeFusedInstance, target) -> str:
+        return linalg_text(inst, platform=target.kind)
+
+    def key_name(self, key) -> str:
+        return f"{key.fused.value:#x}"
 
 
-def warm(fused_id: int, dtypes: Sequence[DType], layouts: Sequence[Layout], params: OpParams,
-         n_inputs: int) -> KernelFunction:
-    """Compile ahead of time the kernel a call with these arguments would use."""
-    return warm_instance(instance_for(fused_id, dtypes, layouts, params, n_inputs))
+FAMILY = RuntimeFusedFamily()
 
 
-class RuntimeFusedCpuKernel:
-    """The callable behind a runtime fused ``KernelRef`` for one (id, dtypes)."""
-
-    def __init__(self, fused_id: int, dtypes: Sequence[DType]):
-        self.fused_id = int(fused_id)
-        self.dtypes = tuple(DType.parse(d) for d in dtypes)
-        self.n_inputs = len(self.dtypes) - 1
-        self.__qualname__ = (f"mlir_cpu_runtime_fused.{self.fused_id:#x}"
-                             f"[{','.join(str(d) for d in self.dtypes)}]")
-        self._calls = CallMemo(self._prepare)
-
-    def _prepare(self, layouts, params, n_inputs: int):
-        return warm(self.fused_id, self.dtypes, layouts, params, self.n_inputs), layouts
-
-    def __call__(self, inputs, outputs, layouts, params) -> None:
-        if len(inputs) != self.n_inputs or len(outputs) != 1:
-            raise UnsupportedOpError(
-                f"{self.__qualname__}: expects {self.n_inputs} inputs and 1 output, "
-                f"got {len(inputs)} and {len(outputs)}")
-        self._calls.call(inputs, outputs, layouts, params)
-
-
-def register_runtime_fused_cpu_kernel(table, fused_id: int, dtypes: Sequence[DType]) -> bool:
-    """Register the kernel of ``(fused_id, dtypes)`` on CPU in ``table`` (a
-    mutable table) unless one is bound; True if it registered. Nothing is
-    compiled until the kernel is called or warmed."""
+def register_runtime_fused_kernel(table, target, fused_id: int, dtypes: Sequence[DType]) -> bool:
+    """Register the kernel of ``(fused_id, dtypes)`` on ``target`` in
+    ``table`` (a mutable table) unless one is bound; True if it registered.
+    Nothing is compiled until the kernel is called or warmed."""
     key = BindingKey.runtime_fused(fused_id)
     dtypes = tuple(DType.parse(d) for d in dtypes)
-    if table.backend_supports(key, dtypes, BackendId.CPU):
+    if table.backend_supports(key, dtypes, target.backend):
         return False
-    fn = RuntimeFusedCpuKernel(fused_id, dtypes)
-    table.register_full_with_source(key, dtypes, BackendId.CPU,
-                                    KernelRef(fn, fn.__qualname__, KERNEL_SOURCE),
-                                    KernelCaps(strided_input=True), PRECISION, unknown_cost,
-                                    KERNEL_SOURCE)
+    FAMILY.register(table, target, key, dtypes, PRECISION, unknown_cost)
     return True
 
 
@@ -217,36 +190,41 @@ def module_keys(module) -> list[tuple[int, tuple[DType, ...]]]:
     """``(fused_id, dtypes)`` of every ``fuel.runtime_fused`` in ``module``
     (ids resolved in this process). Raises DialectError for a malformed op."""
     from compiler.dialect.structural import is_runtime_fused, resolve_runtime_fused
-    from compiler.plan import tensor_types
-    from compiler.passes._fuel import walk_ops
+    from compiler.dialect.types import tensor_types
+    from compiler.mlir import ir
+    found = []
+
+    def visit(op):
+        if is_runtime_fused(op):
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    getattr(module, "operation", module).walk(visit, ir.WalkOrder.PRE_ORDER)
     keys = []
-    for op in walk_ops(module.operation if hasattr(module, "operation") else module,
-                       is_runtime_fused):
+    for op in found:
         res = resolve_runtime_fused(op)
         dts = tuple(t.dtype for t in tensor_types([*res.inputs, op.results[0]]))
         keys.append((res.fused_id, dts))
     return list(dict.fromkeys(keys))
 
 
-def register_module_kernels(module):
-    """Bind a kernel for every runtime fused op of ``module`` in the CPU
-    target table (copy-on-write; nothing happens when all are bound) and
-    return the current CPU table."""
-    from compiler.target import cpu_table, extend_cpu_table
-    table = cpu_table()
+def register_module_kernels(module, target):
+    """Bind a kernel for every runtime fused op of ``module`` in ``target``'s
+    table (copy-on-write; nothing happens when all are bound) and return the
+    target's current table."""
+    table = target.table()
     missing = [(fid, d) for fid, d in module_keys(module)
-               if not table.backend_supports(BindingKey.runtime_fused(fid), d, BackendId.CPU)]
+               if not table.backend_supports(BindingKey.runtime_fused(fid), d, target.backend)]
     if not missing:
         return table
 
     def add(t):
         for fid, d in missing:
-            register_runtime_fused_cpu_kernel(t, fid, d)
+            register_runtime_fused_kernel(t, target, fid, d)
 
-    return extend_cpu_table(add)
+    return target.extend_table(add)
 
 
-__all__ = ["KERNEL_SOURCE", "FUSION_PASSES", "PRECISION", "RuntimeFusedInstance", "scalars_of",
-           "params_for", "instance_for", "fuel_module", "linalg_text", "warm_instance", "warm",
-           "RuntimeFusedCpuKernel", "register_runtime_fused_cpu_kernel", "module_keys",
-           "register_module_kernels"]
+__all__ = ["FUSION_PASSES", "PRECISION", "RuntimeFusedInstance", "RuntimeFusedFamily", "FAMILY",
+           "scalars_of", "instance_for", "fuel_module", "linalg_text",
+           "register_runtime_fused_kernel", "module_keys", "register_module_kernels"]

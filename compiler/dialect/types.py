@@ -85,3 +85,12 @@ def signless(t: "ir.Type") -> "ir.Type":
         if not it.is_signless:
             return ir.IntegerType.get_signless(it.width)
     return t
+
+
+def tensor_types(values) -> list[TensorType]:
+    """TensorTypes of MLIR tensor values (or types)."""
+    out = []
+    for v in values:
+        t = ir.RankedTensorType(getattr(v, "type", v))
+        out.append(TensorType(tuple(t.shape), mlir_to_dtype(t.element_type)))
+    return out

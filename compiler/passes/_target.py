@@ -2,7 +2,7 @@
 candidate backends. Shared by fuel-fuse, fuel-decompose and
 fuel-reconcile-dtypes so the three cannot disagree about "has a kernel".
 
-A table option is ``""`` (the CPU target's table, ``compiler.target.cpu_table()``:
+A table option is ``""`` (the CPU target's table, ``compiler.targets.table_for("cpu")``:
 the generated kernels plus the numpy reference kernels), ``"global"`` (the
 runtime's process-wide ``runtime.global_table()``), a
 ``KernelBindingTable`` (programmatic use), or ``"module:attr"`` naming a
@@ -25,8 +25,8 @@ def resolve_table(spec) -> KernelBindingTable:
     if isinstance(spec, KernelBindingTable):
         return spec
     if spec in (None, "", "default", "cpu"):
-        from compiler.target import cpu_table
-        return cpu_table()
+        from compiler.targets import table_for
+        return table_for("cpu")
     if spec == "global":
         return global_table()
     if isinstance(spec, str) and ":" in spec:

@@ -45,6 +45,13 @@ def runtime_params(scalars) -> dict:
                              for v in scalars)}
 
 
+def kernel_params(scalars) -> "OpParams":
+    """The kernel's OpParams of a runtime fused op with these slot values:
+    ``JitScalars`` (``NoParams`` when the region has no slots)."""
+    from runtime.params import JitScalars, NoParams
+    return JitScalars(tuple(float(s) for s in scalars)) if scalars else NoParams()
+
+
 def runtime_scalars(params: dict) -> tuple[float, ...]:
     """The slot values stored in a runtime fused node's params."""
     return tuple(struct.unpack("<d", struct.pack("<q", int(b)))[0]

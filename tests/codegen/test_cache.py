@@ -10,7 +10,7 @@ import codegen_ir as IR
 from compiler.codegen.cache import KernelCache, default_cache
 from compiler.codegen.cpu import compile_module
 from compiler.codegen.memref import descriptor_from_array as D
-from compiler.codegen.strategy import LOOPS, Strategy
+from compiler.codegen.cpu.strategy import LOOPS, Strategy
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""compiler.codegen.fastmath: the polynomial exp/tanh/log/erf run through the real CPU
+"""compiler.codegen.cpu.fastmath: the polynomial exp/tanh/log/erf run through the real CPU
 pipeline, measured in ulp against float64 numpy rounded to f32 (the correctly
 rounded result up to double rounding) over every f32 binade, dense windows
 and the edge cases; and the kernels vectorize (no libm call left)."""
@@ -8,14 +8,15 @@ import re
 import numpy as np
 import pytest
 
-from compiler.codegen import fastmath
+from compiler.codegen.cpu import fastmath
 from compiler.codegen.cpu import compile_module, lower
 from compiler.codegen.kernels import precision_for
 from compiler.codegen.memref import descriptor_from_array as D
-from compiler.codegen.strategy import LOOPS
+from compiler.codegen.cpu.strategy import LOOPS
 from compiler.mlir import ir
 from runtime.dtype import DType
 from runtime.opkind import OpKind
+from compiler.targets import parse_target
 
 UNARY = """
 func.func @f(%x: tensor<?xT>) -> tensor<?xT> {
@@ -183,6 +184,6 @@ def test_precision_claim_quotes_the_measured_bound():
     for kind, op in ((OpKind.ExpElementwise, "exp"), (OpKind.TanhElementwise, "tanh"),
                      (OpKind.LogElementwise, "log"), (OpKind.ErfElementwise, "erf")):
         for t in (DType.F32, DType.F16, DType.BF16):
-            p = precision_for(kind, (t, t))
+            p = precision_for(kind, (t, t), parse_target("cpu"))
             assert p.max_ulp == fastmath.MAX_ULP[op] and p.bit_stable_on_same_hardware
-        assert precision_for(kind, (DType.F64, DType.F64)).max_ulp is None
+        assert precision_for(kind, (DType.F64, DType.F64), parse_target("cpu")).max_ulp is None

@@ -14,6 +14,7 @@ from runtime.layout import Layout
 from runtime.numpy_kernels import register_numpy_kernels
 from runtime.opkind import OpKind
 from runtime.storage import Storage
+from compiler.targets import parse_target
 
 F32, F64, I32, U8, U32 = DType.F32, DType.F64, DType.I32, DType.U8, DType.U32
 TOL = {F32: dict(rtol=2e-5, atol=1e-6), F64: dict(rtol=1e-12, atol=1e-13), I32: dict(rtol=0, atol=0)}
@@ -22,7 +23,7 @@ TOL = {F32: dict(rtol=2e-5, atol=1e-6), F64: dict(rtol=1e-12, atol=1e-13), I32: 
 @pytest.fixture(scope="module")
 def tables():
     mlir, ref = KernelBindingTable(), KernelBindingTable()
-    K.register_mlir_cpu_kernels(mlir, dtypes=(F32, F64, I32))
+    K.register_primitive_kernels(mlir, parse_target("cpu"), dtypes=(F32, F64, I32))
     mlir.finalize()
     register_numpy_kernels(ref)
     return mlir, ref
@@ -56,7 +57,7 @@ def test_registration_keys_caps_precision_source(tables):
     assert entry.kernel_source == "mlir-cpu" and entry.caps.strided_input
     assert entry.precision.bit_stable_on_same_hardware and entry.precision.max_ulp == 0
     # exp on f32 is the fastmath polynomial with its measured bound; f64 keeps libm, no claim
-    from compiler.codegen.fastmath import MAX_ULP
+    from compiler.codegen.cpu.fastmath import MAX_ULP
     assert mlir.lookup_precision(OpKind.ExpElementwise, (F32, F32), BackendId.CPU).max_ulp == MAX_ULP["exp"]
     assert mlir.lookup_precision(OpKind.ExpElementwise, (F64, F64), BackendId.CPU).max_ulp is None
     assert mlir.backend_supports(OpKind.GreaterElementwise, (I32, I32, U8), BackendId.CPU)
@@ -152,8 +153,8 @@ def test_each_instance_compiles_once_and_warm_precompiles(tables, rng):
     mlir, _ = tables
     kind, dts = OpKind.SubElementwise, (F64, F64, F64)
     lay = Layout.contiguous((7, 3))
-    fn = K.warm(kind, dts, [lay, lay, lay], P.NO_PARAMS, 2)
-    assert K.warm(kind, dts, [lay] * 3, P.NO_PARAMS, 2) is fn
+    fn = K.warm(kind, dts, [lay, lay, lay], P.NO_PARAMS, 2, target="cpu:host")
+    assert K.warm(kind, dts, [lay] * 3, P.NO_PARAMS, 2, target="cpu:host") is fn
     compiles = default_cache().stats.compiles
     # Other shapes of the same rank reuse the dynamic-shape kernel: no compile.
     for shape in ((7, 3), (2, 9), (1, 1)):
@@ -181,4 +182,4 @@ def test_unsupported_requests_are_typed_errors(tables):
         mlir.lookup(OpKind.Affine, (F32, F32), BackendId.CPU)(
             [s[0]], [Storage.zeros(F32, 4)], [s[1], Layout.contiguous((4,))], P.Affine(mul=2.0, add=1.0))
     with pytest.raises(Exception, match="no kernel for Conv2D"):
-        K.register_mlir_cpu_kernels(KernelBindingTable(), kinds=[OpKind.Conv2D])
+        K.register_primitive_kernels(KernelBindingTable(), parse_target("cpu"), kinds=[OpKind.Conv2D])

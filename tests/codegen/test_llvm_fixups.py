@@ -1,22 +1,25 @@
-"""The LLVM 24 → 22 IR-text pitfalls, handled by compiler.codegen.llvm."""
+"""The LLVM 24 → 22 IR-text pitfalls, handled by compiler.codegen.cpu.llvm."""
 import ctypes
 
 import llvmlite.binding as llvm
 import numpy as np
 import pytest
 
-from compiler.codegen import llvm as cg
+from compiler.codegen.cpu import llvm as cg
 from compiler.codegen.cpu import lower
 from compiler.codegen.loader import ObjectLoadError, load_object
 from compiler.codegen.memref import descriptor_from_array as D
 from compiler.errors import CodegenError
+from compiler.targets import parse_target
+
+CPU = parse_target("cpu")
 
 
 def _bits_of(ty: str, literal: str) -> int:
     """Compile ``bitcast <ty> <literal>`` and return the bits it produces."""
     ity = {"half": "i16", "bfloat": "i16", "float": "i32", "double": "i64"}[ty]
     text = f"define {ity} @bits() {{\n  %b = bitcast {ty} {literal} to {ity}\n  ret {ity} %b\n}}\n"
-    co = load_object(cg.compile_ir_to_object(text)[0])
+    co = load_object(cg.compile_ir_to_object(text, CPU)[0])
     restype = {"i16": ctypes.c_uint16, "i32": ctypes.c_uint32, "i64": ctypes.c_uint64}[ity]
     return ctypes.CFUNCTYPE(restype)(co.address("bits"))()
 
@@ -60,7 +63,7 @@ def test_fixup_rewrites_vector_splats_and_leaves_other_text():
 def test_raw_bits_literal_not_next_to_its_type():
     text = ("define i1 @ge(float %x) {\n  %c = fcmp oge float %x, f0x4F000000\n  ret i1 %c\n}\n")
     assert "float %x, 0x41E0000000000000" in cg.fixup_ir_text(text)
-    co = load_object(cg.compile_ir_to_object(text)[0])
+    co = load_object(cg.compile_ir_to_object(text, CPU)[0])
     ge = ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_float)(co.address("ge"))
     assert ge(2.0 ** 31) and not ge(2.0 ** 30)
 
@@ -95,13 +98,13 @@ def test_mlir_constants_survive_the_whole_pipeline():
 
 def test_bad_llvm_ir_is_a_codegen_error():
     with pytest.raises(CodegenError, match="LLVM rejected the IR"):
-        cg.compile_ir_to_object("define void @f( {")
+        cg.compile_ir_to_object("define void @f( {", CPU)
 
 
 def test_unresolvable_symbol_is_refused_before_it_can_segfault():
     text = ("declare void @fuelc_no_such_symbol()\n"
             "define void @f() {\n  call void @fuelc_no_such_symbol()\n  ret void\n}\n")
-    obj, _ = cg.compile_ir_to_object(text)
+    obj, _ = cg.compile_ir_to_object(text, CPU)
     with pytest.raises(ObjectLoadError, match="fuelc_no_such_symbol"):
         load_object(obj)
 
@@ -112,13 +115,14 @@ def test_added_symbol_resolves():
     llvm.add_symbol("fuelc_test_triple", ctypes.cast(cb, ctypes.c_void_p).value)
     text = ("declare i64 @fuelc_test_triple(i64)\n"
             "define i64 @f(i64 %x) {\n  %r = call i64 @fuelc_test_triple(i64 %x)\n  ret i64 %r\n}\n")
-    co = load_object(cg.compile_ir_to_object(text)[0])
+    co = load_object(cg.compile_ir_to_object(text, CPU)[0])
     assert ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(co.address("f"))(14) == 42
 
 
-def test_each_engine_gets_its_own_target_machine():
-    a = cg.host_target_machine(jit=True)
-    b = cg.host_target_machine(jit=True)
+def test_each_emission_gets_its_own_target_machine_for_the_target():
+    a = cg.target_machine(CPU)
+    b = cg.target_machine(CPU)
     assert a is not b
-    cpu, _ = cg.host_cpu()
-    assert cpu and cpu != "generic"
+    assert CPU.arch and CPU.arch != "generic"
+    v3 = parse_target("cpu:x86-64-v3")
+    assert "x86-64-v3" in str(v3) and cg.target_machine(v3).triple.startswith("x86_64")

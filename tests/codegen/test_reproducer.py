@@ -11,7 +11,7 @@ import pytest
 
 import codegen_ir as IR
 from compiler.codegen.cpu import lower
-from compiler.codegen.strategy import LOOPS, Strategy
+from compiler.codegen.cpu.strategy import LOOPS, Strategy
 from compiler.errors import PipelineError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from compiler.codegen import cpu, kernels as K
-from compiler.codegen import strategy as S
+from compiler.codegen.family import ENTRY
+from compiler.codegen.cpu import strategy as S
 from compiler.graph.opdef import TensorType
 from runtime import params as P
 from runtime.binding import KernelBindingTable
@@ -14,6 +15,7 @@ from runtime.keys import BackendId
 from runtime.layout import Layout
 from runtime.opkind import OpKind
 from runtime.storage import Storage
+from compiler.targets import parse_target
 
 F32, F64 = DType.F32, DType.F64
 TOL = {F32: dict(rtol=1e-4, atol=1e-4), F64: dict(rtol=1e-11, atol=1e-11)}
@@ -22,7 +24,7 @@ TOL = {F32: dict(rtol=1e-4, atol=1e-4), F64: dict(rtol=1e-11, atol=1e-11)}
 @pytest.fixture(scope="module")
 def table():
     t = KernelBindingTable()
-    K.register_mlir_cpu_kernels(t, dtypes=(F32, F64))
+    K.register_primitive_kernels(t, parse_target("cpu"), dtypes=(F32, F64))
     t.finalize()
     return t
 
@@ -53,20 +55,20 @@ def _call_matmul(table, dt, a_store, a_lay, b_store, b_lay):
     (F32, 2, "matmul-matmul-f32-6x16"), (F64, 2, "matmul-matmul-f64-6x8"),
     (F32, 3, "matmul-batch_matmul-f32-6x16"), (F64, 3, "matmul-batch_matmul-f64-6x8")])
 def test_matmul_instances_select_the_matmul_strategy(dt, rank, name):
-    assert cpu.choose_strategy(_matmul_text(dt, rank), [K.ENTRY]).name == name
+    assert cpu.choose_strategy(_matmul_text(dt, rank), [ENTRY]).name == name
 
 
 def test_static_matmul_and_elementwise_keep_loops():
     # transform.loop.peel fails on statically divisible loops: static shapes stay loops.
-    assert cpu.choose_strategy(_matmul_text(F32, 2, dynamic=False, n=64), [K.ENTRY]) is S.LOOPS
+    assert cpu.choose_strategy(_matmul_text(F32, 2, dynamic=False, n=64), [ENTRY]) is S.LOOPS
     add = K.linalg_text(K.OpInstance("Add", (), (TensorType((4, 4), F32),) * 2, True))
-    assert cpu.choose_strategy(add, [K.ENTRY]) is S.LOOPS
+    assert cpu.choose_strategy(add, [ENTRY]) is S.LOOPS
 
 
 def test_matmul_strategy_emits_vector_fmas_and_loops_do_not():
     text = _matmul_text(F32, 2)
-    fast = cpu.lower(text, [K.ENTRY])
-    slow = cpu.lower(text, [K.ENTRY], strategy=S.LOOPS)
+    fast = cpu.lower(text, [ENTRY])
+    slow = cpu.lower(text, [ENTRY], strategy=S.LOOPS)
     assert fast.strategy.name.startswith("matmul-")
     # the 6x16 micro-kernel: 16-wide FMAs (two ymm each) on the packed B panel
     assert "@llvm.fmuladd.v16f32" in fast.llvm_ir
@@ -76,7 +78,7 @@ def test_matmul_strategy_emits_vector_fmas_and_loops_do_not():
 
 def test_reduction_bodies_are_marked_reassociable():
     text = K.linalg_text(K.OpInstance("SumDim", (("axis", 1),), (TensorType((4, 4), F32),), True))
-    res = cpu.lower(text, [K.ENTRY], keep_ir=True)
+    res = cpu.lower(text, [ENTRY], keep_ir=True)
     assert "fastmath<reassoc,contract>" in res.stages["prepare"]
     assert "reassoc" in res.llvm_ir
 
@@ -131,7 +133,8 @@ def test_matmul_transposed_strided_flipped_inputs(table, rng, dt):
 def test_matmul_writes_a_strided_output(rng):
     # Call the compiled function directly with a strided output descriptor.
     from compiler.codegen.memref import descriptor_from_array
-    fn = K.warm_instance(K.OpInstance("MatMul", (), (TensorType((8, 8), F32),) * 2, True))
+    fn = K.FAMILY.compiled(K.OpInstance("MatMul", (), (TensorType((8, 8), F32),) * 2, True),
+                          parse_target("cpu"))
     a = rng.uniform(-1, 1, (29, 19)).astype(np.float32)
     b = rng.uniform(-1, 1, (19, 40)).astype(np.float32)
     big = np.full((29, 81), 7.0, np.float32)

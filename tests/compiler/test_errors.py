@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from compiler import Graph, GraphBuildError, UnsupportedOpError, compile, matmul, where
-from compiler.codegen import instances
-from compiler.codegen import strategy as strategy_mod
+from compiler.codegen import family as instances
+from compiler.codegen.cpu import strategy as strategy_mod
 from compiler.driver import CompileError
 from compiler.dialect.definition import parse_fuel_module
 from compiler.errors import DialectError, PassError
@@ -73,10 +73,11 @@ def test_plan_error_lists_the_signature(add_module):
 @pytest.fixture
 def without_log_softmax_backward(monkeypatch):
     """The CPU target table minus every LogSoftmaxLastDimBackward kernel."""
-    from compiler import target
+    from compiler import targets
     from runtime.binding import KernelBindingTable
     from runtime.opkind import OpKind
-    full = target.cpu_table()
+    cpu = targets.parse_target("cpu")
+    full = cpu.table()
     t = KernelBindingTable()
     for kind, dts, backend, e in full.iter_entries():
         if kind is not OpKind.LogSoftmaxLastDimBackward:
@@ -84,7 +85,7 @@ def without_log_softmax_backward(monkeypatch):
                                                 e.cost, e.kernel_source, e.is_generic,
                                                 e.kernel_revision_hash, e.cost_expr)
     t.finalize()
-    monkeypatch.setattr(target, "_cpu", t.freeze())
+    monkeypatch.setitem(targets._tables._tables, cpu, t.freeze())
 
 
 def _no_kernel_graph():
@@ -163,7 +164,7 @@ def test_unsupported_ops_raise_unsupported_op_error(op, arity):
 
 # -- codegen failure: reproducer and rerun command -------------------------------------------
 def test_codegen_failure_reports_reproducer_and_rerun_command(monkeypatch, tmp_path):
-    from compiler.codegen.strategy import LOOPS_LOWERING, Strategy
+    from compiler.codegen.cpu.strategy import LOOPS_LOWERING, Strategy
     # Dropping finalize-memref-to-llvm leaves non-LLVM ops: translation refuses them.
     broken = Strategy("test-broken", lowering=tuple(p for p in LOOPS_LOWERING
                                                      if p != "finalize-memref-to-llvm"))

@@ -1,5 +1,5 @@
 """The numpy reference kernels stay registered as siblings of the generated
-mlir-cpu kernels in ``cpu_table()``; for every (OpKind, dtypes) key bound to
+mlir-cpu kernels in ``table_for("cpu")``; for every (OpKind, dtypes) key bound to
 both, the two KernelRefs are called directly on the same random inputs, with
 strided operands (transposed, reversed with an offset, stride-0 broadcast),
 and must agree within the dtype's tolerance (``conftest.TOL``)."""
@@ -14,7 +14,7 @@ import pytest
 from compiler.graph.kernel_params import to_op_params
 from compiler.graph.opdef import TensorType
 from compiler.graph.ops import OP_TABLE
-from compiler.target import cpu_table
+from compiler.targets import table_for
 from runtime import params as P
 from runtime.dtype import DType
 from runtime.keys import BackendId
@@ -31,7 +31,7 @@ K = OpKind
 def _pairs():
     """(kind, dtypes) of every key with both an mlir-cpu and a numpy alternative."""
     sources: dict = {}
-    for kind, dts, backend, e in cpu_table().iter_entries():
+    for kind, dts, backend, e in table_for("cpu").iter_entries():
         if backend is BackendId.CPU:
             sources.setdefault((kind, dts), set()).add(e.kernel_source)
     return sorted((k for k, s in sources.items() if {"mlir-cpu", "numpy"} <= s),
@@ -159,7 +159,7 @@ def _call(entry, storages, layouts, out_type, params):
 @pytest.mark.parametrize("kind,dts", PAIRS,
                          ids=[f"{k.name}-{','.join(d.value for d in dts)}" for k, dts in PAIRS])
 def test_mlir_cpu_and_numpy_kernels_agree(kind, dts):
-    table = cpu_table()
+    table = table_for("cpu")
     alts = table.lookup_alternatives(kind, dts, BackendId.CPU)
     by_source = {e.kernel_source: e for e in alts}
     assert alts[0].kernel_source == "mlir-cpu", "generated kernels are registered first"
@@ -188,7 +188,7 @@ def test_every_generated_kind_has_a_numpy_sibling():
     """Each OpKind compiled by mlir-cpu is also served by numpy in some dtype,
     so the agreement test above sees it."""
     kinds = {k for k, _ in PAIRS}
-    gen = {k for k, _, b, e in cpu_table().iter_entries() if e.kernel_source == "mlir-cpu"}
+    gen = {k for k, _, b, e in table_for("cpu").iter_entries() if e.kernel_source == "mlir-cpu"}
     assert gen <= kinds, sorted(k.name for k in gen - kinds)
 
 
@@ -196,7 +196,7 @@ def test_every_generated_kind_has_a_numpy_sibling():
                    reason="mlir-cpu Affine compiles only mul == 1 or add == 0 (one primitive per "
                           "instance); the numpy sibling serves any Affine")
 def test_general_affine_agrees():
-    table = cpu_table()
+    table = table_for("cpu")
     x = np.linspace(-2, 2, 6, dtype=np.float32)
     st, lay = Storage.from_numpy(x)
     outs = []

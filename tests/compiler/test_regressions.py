@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from compiler import Graph, compile, interpret
-from compiler.codegen.llvm import fixup_ir_text
+from compiler.codegen.cpu.llvm import fixup_ir_text
 from runtime.dtype import DType, bf16_to_f32, f32_to_bf16
 from runtime.keys import binding_dtypes
 from runtime.opkind import OpKind
@@ -66,13 +66,13 @@ def test_llvm_fixups_for_operand_specials_and_bfloat_decimals(text, want):
 def test_signed_zero_params_compile_distinct_kernels():
     """Affine(mul=-0.0) after Affine(mul=0.0): the compiled kernel is keyed by
     the params' bits, so the sign of zero products is right for both."""
-    from compiler.target import cpu_table
+    from compiler.targets import table_for
     from runtime import params as P
     from runtime.keys import BackendId
     from runtime.layout import Layout
     from runtime.opkind import OpKind
     from runtime.storage import Storage
-    kernel = cpu_table().lookup(OpKind.Affine, (DType.F32, DType.F32), BackendId.CPU)
+    kernel = table_for("cpu").lookup(OpKind.Affine, (DType.F32, DType.F32), BackendId.CPU)
     st, lay = Storage.from_numpy(np.array([1.0, -2.0], np.float32))
     for mul in (0.0, -0.0):
         out = Storage.zeros(DType.F32, 2)

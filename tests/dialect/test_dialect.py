@@ -10,7 +10,8 @@ from compiler.errors import DialectError
 from compiler.graph.graph import Graph
 from compiler.graph.opdef import OpDef, ParamSpec, TensorType
 from compiler.graph.ops import OP_TABLE
-from compiler.mlir import ir, make_context
+from compiler.dialect import make_context
+from compiler.mlir import ir
 from runtime.dtype import DType
 
 

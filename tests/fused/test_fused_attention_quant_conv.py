@@ -354,11 +354,11 @@ def test_registration_facts():
 
 # -- direct kernel calls: strided inputs (the strided_input claim) ------------------------
 def _call(kind, dtypes, ins, out_shape, params):
-    from compiler.target import cpu_table
+    from compiler.targets import table_for
     from runtime.keys import BackendId
     from runtime.storage import Storage
-    entry = cpu_table().lookup_entry(kind, dtypes, BackendId.CPU)
-    assert entry.kernel_source == F.KERNEL_SOURCE and entry.caps.strided_input
+    entry = table_for("cpu").lookup_entry(kind, dtypes, BackendId.CPU)
+    assert entry.kernel_source == "mlir-cpu-fused" and entry.caps.strided_input
     out = Storage.zeros(dtypes[-1], int(np.prod(out_shape)))
     entry.kernel([s for s, _ in ins], [out], [l for _, l in ins] + [Layout.contiguous(out_shape)],
                  params)
@@ -404,7 +404,8 @@ def test_awq_kernel_through_the_cpu_pipeline(rng):
     arrs, dts = _awq_inputs(rng, (2,), 3, 16, 64, 32, "f32")
     params = dict(group_size=32, split_k_iters=1)
     types = tuple(TensorType(a.shape, DType.parse(d)) for a, d in zip(arrs, dts))
-    fn = F.warm_instance(F.FusedInstance("AwqMatmul", tuple(sorted(params.items())), types))
+    fn = F.warm_instance(F.FusedInstance("AwqMatmul", tuple(sorted(params.items())), types),
+                         target="cpu:host")
     want = _reference("AwqMatmul", arrs, params)
     out = Storage.zeros(DType.F32, want.size)
     ins = [Storage.from_numpy(a) for a in arrs]

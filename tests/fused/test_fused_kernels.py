@@ -24,7 +24,7 @@ from compiler.graph.numerics import from_compute, to_compute
 from compiler.graph.opdef import TensorType
 from compiler.registry import default_registry
 from compiler.registry.builders import fused
-from compiler.target import cpu_table
+from compiler.targets import table_for
 from runtime import params as P
 from runtime.cost import default_cost_for_op_kind
 from runtime.dtype import DType
@@ -237,7 +237,7 @@ def test_mapping_refuses_mismatched_calls():
 
 
 def test_registration_in_the_cpu_table():
-    table = cpu_table()
+    table = table_for("cpu")
     specs = F.fused_specs()
     for name in ("SoftmaxLastDim", "RmsNormLastDim", "LayerNormLastDim", "FusedLinear", "Rope",
                  "FusedSoftmaxCrossEntropy"):
@@ -246,7 +246,7 @@ def test_registration_in_the_cpu_table():
         for dt in (DType.F32, DType.F64, DType.F16, DType.BF16):
             for key in spec.keys(dt):
                 entry = table.lookup_entry(spec.op_kind, key, BackendId.CPU)
-                assert entry.kernel_source == F.KERNEL_SOURCE
+                assert entry.kernel_source == "mlir-cpu-fused"
                 assert entry.caps.strided_input
                 assert entry.precision.bit_stable_on_same_hardware
                 assert entry.precision == spec.precision
@@ -257,7 +257,7 @@ def test_registration_in_the_cpu_table():
 
 
 def _call(kind, dtypes, ins, out_shape, params):
-    entry = cpu_table().lookup_entry(kind, dtypes, BackendId.CPU)
+    entry = table_for("cpu").lookup_entry(kind, dtypes, BackendId.CPU)
     out = Storage.zeros(dtypes[-1], max(1, math.prod(out_shape)))
     lays = [l for _, l in ins] + [Layout.contiguous(out_shape)]
     entry.kernel([s for s, _ in ins], [out], lays, params)
@@ -283,7 +283,7 @@ def test_strided_inputs_are_read_through_their_strides(rng):
 
 
 def test_kernel_ref_refuses_wrong_params():
-    entry = cpu_table().lookup_entry(OpKind.SoftmaxLastDim, (DType.F32,) * 2, BackendId.CPU)
+    entry = table_for("cpu").lookup_entry(OpKind.SoftmaxLastDim, (DType.F32,) * 2, BackendId.CPU)
     s = Storage.zeros(DType.F32, 8)
     with pytest.raises(Exception, match="do not describe"):
         entry.kernel([s], [Storage.zeros(DType.F32, 8)],

@@ -2,7 +2,7 @@
 the fuel-to-linalg pass registration, and typed lowering errors."""
 import pytest
 
-from compiler.codegen.linalg import emit_single_op_module, lower_to_linalg, run_fuel_to_linalg
+from compiler.codegen.linalg import emit_single_op_module, lower_to_linalg
 from compiler.dialect import parse_fuel_module
 from compiler.errors import LoweringError
 from compiler.graph.opdef import TensorType
@@ -69,8 +69,9 @@ def test_ne_is_unordered_and_others_ordered():
 
 
 def test_registered_pass_runs_through_the_pass_manager():
+    from compiler.passes import run_pipeline
     m = emit_single_op_module("Relu", {}, [TensorType((4,), F32)])
-    run_fuel_to_linalg(m)
+    run_pipeline(m, "builtin.module(fuel-to-linalg)")
     assert "linalg.generic" in str(m) and "fuel.relu" not in str(m)
 
 
@@ -86,6 +87,26 @@ def test_op_without_rule_is_a_typed_error_and_leaves_module_unchanged(monkeypatc
     with pytest.raises(LoweringError, match=r"fuel\.relu \(Relu\)"):
         lower_to_linalg(m)
     assert str(m) == before
+
+
+def test_platform_rule_wins_over_the_generic_one_on_its_platform(monkeypatch):
+    from compiler.codegen import lowering
+    generic = lowering.RULES["Neg"]
+    calls = []
+
+    def cpu_neg(lw):
+        calls.append(lw.name)
+        return generic(lw)
+
+    monkeypatch.setitem(lowering.PLATFORM_RULES, ("Neg", "cpu"), cpu_neg)
+    assert lowering.rule_for("Neg", "cpu") is cpu_neg
+    assert lowering.rule_for("Neg", "cuda") is generic and lowering.rule_for("Neg") is generic
+    m = emit_single_op_module("Neg", {}, [TensorType((4,), F32)])
+    lower_to_linalg(m)
+    assert calls == []
+    m = emit_single_op_module("Neg", {}, [TensorType((4,), F32)])
+    lower_to_linalg(m, platform="cpu")
+    assert calls == ["Neg"] and "fuel.neg" not in str(m)
 
 
 def test_large_const_needs_the_side_dict():

@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from compiler.errors import PassError, PipelineSyntaxError
-from compiler.mlir import ir, make_context
+from compiler.dialect import make_context
+from compiler.mlir import ir
 from compiler.passes import (
     DEFAULT_PIPELINE, PASSES, PIPELINES, ModulePass, build_pipeline, register_pass,
     run_pipeline)

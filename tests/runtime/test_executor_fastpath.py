@@ -1,5 +1,5 @@
 """The per-call fast paths: the executor's construction-time step decisions,
-the kernel families' call memo (``compiler.codegen.instances.CallMemo``),
+the kernel families' call memo (``compiler.codegen.family.CallMemo``),
 descriptor templates, reused const storages, uninitialized output buffers
 for kernels that write every element, and all of it under threads."""
 import threading
@@ -17,6 +17,9 @@ from runtime import (
     Storage, ValueSpec, ViewStep, global_table,
 )
 from runtime import params as P
+from compiler.targets import parse_target
+
+CPU = parse_target("cpu")
 
 F32 = DType.F32
 RNG = np.random.default_rng(0)
@@ -100,7 +103,7 @@ def _call(kernel, xs, out_shape, layouts, params):
 
 
 def test_memo_keeps_params_and_layouts_apart():
-    k = K.MlirCpuKernel(OpKind.Affine, (F32, F32))
+    k = K.FAMILY.kernel(CPU, OpKind.Affine, (F32, F32))
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     contig, transposed = Layout.contiguous((3, 4)), Layout((4, 3), (1, 4), 0)
     cases = [(P.Affine(2.0, 0.0), contig, a), (P.Affine(3.0, 0.0), contig, a),
@@ -112,7 +115,7 @@ def test_memo_keeps_params_and_layouts_apart():
 
 
 def test_memo_hit_still_checks_the_storage_bounds():
-    k = K.MlirCpuKernel(OpKind.Affine, (F32, F32))
+    k = K.FAMILY.kernel(CPU, OpKind.Affine, (F32, F32))
     lay = Layout.contiguous((2, 4))
     _call(k, [np.ones((2, 4), np.float32)], (2, 4), [lay], P.Affine(1.0, 0.0))
     short = Storage.from_numpy(np.ones(5, np.float32))[0]
@@ -121,7 +124,7 @@ def test_memo_hit_still_checks_the_storage_bounds():
 
 
 def test_fused_memo_keeps_shapes_apart_and_never_memoises_a_refusal():
-    k = FU.FusedCpuKernel("SoftmaxLastDim", OpKind.SoftmaxLastDim, (F32, F32))
+    k = FU.FAMILY.kernel(CPU, OpKind.SoftmaxLastDim, (F32, F32))
     for shape in [(2, 5), (3, 4), (2, 5)]:
         x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
         got = _call(k, [x], shape, [Layout.contiguous(shape)], P.SoftmaxLastDim(*shape))
@@ -212,7 +215,7 @@ def test_other_kernels_and_partial_matmuls_still_get_zeroed_outputs(poisoned_emp
                 [KernelStep(OpKind.NegElementwise, [F32, F32], "cpu", P.NO_PARAMS, ["x"], ["y"], [vs(3)])])
     np.testing.assert_array_equal(Executor(plan, t).run(x=np.ones(3, np.float32))["y"], np.zeros(3))
 
-    K.register_mlir_cpu_kernels(t, dtypes=(F32,), kinds=[OpKind.MatMul])
+    K.register_primitive_kernels(t, CPU, dtypes=(F32,), kinds=[OpKind.MatMul])
     rows = P.Matmul((), (), 4, 2, 3, P.MatmulM.rows(2))  # mlir-cpu computes the first 2 rows only
     plan = Plan({"a": vs(4, 3), "b": vs(3, 2)}, {"y": "y"},
                 [KernelStep(OpKind.MatMul, [F32] * 3, "cpu", rows, ["a", "b"], ["y"], [vs(4, 2)])])
@@ -274,7 +277,7 @@ def test_one_compiled_module_from_four_threads(which, request):
 
 
 def test_a_cold_kernel_memo_from_four_threads():
-    k = K.MlirCpuKernel(OpKind.Affine, (F32, F32))  # empty memo: the threads race to fill it
+    k = K.FAMILY.kernel(CPU, OpKind.Affine, (F32, F32))  # empty memo: the threads race to fill it
     a = np.arange(20, dtype=np.float32).reshape(4, 5)
     jobs = [(P.Affine(float(m), 0.0), lay, x) for m in (2, 3)
             for lay, x in ((Layout.contiguous((4, 5)), a), (Layout((5, 4), (1, 5), 0), a.T))]

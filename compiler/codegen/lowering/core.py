@@ -26,7 +26,11 @@ from compiler.mlir import arith, ir, linalg, math, tensor
 from runtime.dtype import DType
 
 Rule = Callable[["Lowering"], Union["ir.Value", Sequence["ir.Value"]]]
+#: The generic (target-neutral) rule of each op-table name.
 RULES: dict[str, Rule] = {}
+#: Rules specialised for one platform (a target kind, e.g. ``"cpu"``), keyed
+#: ``(name, platform)``; they win over the generic rule on that platform.
+PLATFORM_RULES: dict[tuple[str, str], Rule] = {}
 
 FLOAT_DTYPES = frozenset({DType.BF16, DType.F16, DType.F32, DType.F64, DType.F8E4M3,
                           DType.F6E2M3, DType.F6E3M2, DType.F4, DType.F8E8M0})
@@ -34,16 +38,29 @@ NARROW_FLOATS = frozenset({DType.BF16, DType.F16, DType.F8E4M3, DType.F6E2M3,
                            DType.F6E3M2, DType.F4, DType.F8E8M0})
 
 
-def lowers(*names: str):
-    """Register the decorated function as the lowering of the op-table names."""
+def lowers(*names: str, platform: Optional[str] = None):
+    """Register the decorated function as the lowering of the op-table names:
+    the generic rule, or with ``platform`` (a target kind such as ``"cpu"``)
+    the rule used on that platform instead of the generic one."""
     def deco(fn: Rule) -> Rule:
         for n in names:
-            if n in RULES:
-                raise ValueError(f"lowering for {n!r} registered twice "
-                                 f"({RULES[n].__name__} and {fn.__name__})")
-            RULES[n] = fn
+            table, key = (RULES, n) if platform is None else (PLATFORM_RULES, (n, platform))
+            if key in table:
+                raise ValueError(f"lowering for {key!r} registered twice "
+                                 f"({table[key].__name__} and {fn.__name__})")
+            table[key] = fn
         return fn
     return deco
+
+
+def rule_for(name: str, platform: Optional[str] = None) -> Optional[Rule]:
+    """The rule lowering op-table ``name`` on ``platform``: its platform rule,
+    else the generic one, else None."""
+    if platform is not None:
+        rule = PLATFORM_RULES.get((name, platform))
+        if rule is not None:
+            return rule
+    return RULES.get(name)
 
 
 @dataclasses.dataclass

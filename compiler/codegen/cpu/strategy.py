@@ -19,7 +19,7 @@ default is correctness-first loops. Registered here:
 * ``linalg.matmul`` / ``linalg.batch_matmul`` on f32 or f64 with dynamic dims
   (alone in a module; ``mlir-cpu`` MatMul instances are shape-generic):
   the register-tiled, B-packed, vectorized schedule of
-  ``compiler.codegen.transforms.matmul`` (6x16 f32, 6x8 f64 tiles; any sizes,
+  ``compiler.codegen.cpu.transforms.matmul`` (6x16 f32, 6x8 f64 tiles; any sizes,
   any strides; remainders as scalar loops).
 
 Strategies are part of the kernel cache key (``Strategy.fingerprint``).
@@ -30,13 +30,17 @@ import dataclasses
 import hashlib
 from typing import Callable, Iterable
 
-from compiler.codegen import fastmath
+from compiler.codegen.cpu import fastmath
 
 # memref + scf/cf → LLVM dialect; correct for every op the loops path emits.
 LOOPS_LOWERING: tuple[str, ...] = (
     "convert-linalg-to-loops",
     "lower-affine",
     "convert-scf-to-cf",
+    # bf16 arithmetic and int<->bf16 conversions computed in f32, and every
+    # f32<->bf16 conversion expanded to integer ops: LLVM would otherwise
+    # call __truncsfbf2, which not every libgcc has (GCC 12's lacks it).
+    "func.func(arith-emulate-unsupported-floats{source-types=bf16 target-type=f32})",
     "arith-expand{include-bf16=true include-f8e8m0=true include-f4e2m1=true}",
     "expand-strided-metadata",
     "lower-affine",
@@ -64,7 +68,7 @@ class Strategy:
     #: the reduction (the order changes, still fixed per build and hardware).
     reassociate_reductions: bool = False
     #: expand f32/f16/bf16 exp/tanh/log into vectorizable polynomials
-    #: (``compiler.codegen.fastmath``, measured ulp bounds) instead of libm calls.
+    #: (``compiler.codegen.cpu.fastmath``, measured ulp bounds) instead of libm calls.
     approximate_math: bool = True
     doc: str = ""
 
@@ -130,7 +134,7 @@ _MATMUL_OPS = ("linalg.matmul", "linalg.batch_matmul")
 def matmul_strategy(op: str, element_type: str) -> Strategy:
     """The vectorized strategy for ``op`` (``linalg.matmul`` or
     ``linalg.batch_matmul``) on ``element_type`` (``f32``/``f64``)."""
-    from compiler.codegen.transforms.matmul import matmul_script
+    from compiler.codegen.cpu.transforms.matmul import matmul_script
     tiles = _MATMUL_TILES[element_type]
     return Strategy(
         name=f"matmul-{op.split('.')[1]}-{element_type}-{tiles['mr']}x{tiles['nr']}",

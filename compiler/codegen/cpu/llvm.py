@@ -1,4 +1,5 @@
-"""LLVM IR text → optimised host machine code, with llvmlite (no MLIR here).
+"""LLVM IR text → optimised x86-64 machine code for a target, with llvmlite
+(no MLIR here).
 
 All the known pitfalls between MLIR's LLVM (24) and llvmlite's LLVM (22) live in
 this one module (toolchain.md §5):
@@ -10,7 +11,13 @@ this one module (toolchain.md §5):
   between non-contiguous memrefs) is linked in from LLVM IR text as an
   internal function, so objects are self-contained; ``malloc``/``free``/libm
   resolve from the process and ``load_object`` checks that they do.
-* a new host target machine per engine or emission (never shared).
+* a new target machine per emission (never shared), for the ``Target``'s
+  CPU and features — never the build machine's unless the target is it;
+* ``check_portable``: an object that would need a compiler-runtime builtin
+  (``__truncsfbf2``, ``__extendhfsf2``, ... — present in some libgcc
+  versions, absent in others) is refused at compile time: every such
+  operation must be expanded in IR (the pipeline's ``arith`` emulation and
+  expansion passes do it for bf16).
 """
 from __future__ import annotations
 
@@ -20,7 +27,7 @@ import struct
 import llvmlite.binding as llvm
 
 from compiler.errors import CodegenError
-from compiler.codegen.loader import ensure_llvm_initialized, host_cpu, host_target_machine
+from compiler.codegen.loader import elf_symbols, ensure_llvm_initialized
 
 # -- special float literals ---------------------------------------------------
 _SPECIAL_FLOAT = re.compile(
@@ -298,27 +305,47 @@ def optimize(mod: "llvm.ModuleRef", tm: "llvm.TargetMachine", speed_level: int =
     pb.getModulePassManager().run(mod, pb)
 
 
-def compile_ir_to_object(text: str, *, speed_level: int = 3) -> tuple[bytes, str]:
-    """LLVM IR text → (relocatable x86-64 ELF object for the host CPU, the
+def target_machine(target, *, jit: bool = False, opt: int = 3) -> "llvm.TargetMachine":
+    """A NEW LLVM target machine for ``target`` (a cpu ``Target``): its
+    triple, CPU name and feature string. Never share one between engines."""
+    ensure_llvm_initialized()
+    t = llvm.Target.from_triple(target.triple)
+    return t.create_target_machine(cpu=target.arch, features=target.llvm_features, opt=opt,
+                                   reloc="pic", codemodel="default", jit=jit)
+
+
+def check_portable(obj: bytes, target) -> None:
+    """Refuse an object that needs a compiler-runtime builtin (any undefined
+    ``__``-prefixed symbol): whether the process provides one depends on
+    the host's libgcc / compiler-rt, not on the target. CodegenError."""
+    _, undefined = elf_symbols(obj)
+    builtins = sorted(n for n in undefined if n.startswith("__"))
+    if builtins:
+        raise CodegenError(
+            f"the object for target {target} calls compiler-runtime builtins "
+            f"{', '.join(builtins)}, which not every process provides; the operation that "
+            "needs them must be expanded in IR before LLVM (an arith emulation/expansion "
+            "pass or the op's lowering)")
+
+
+def compile_ir_to_object(text: str, target, *, speed_level: int = 3) -> tuple[bytes, str]:
+    """LLVM IR text → (relocatable x86-64 ELF object for ``target``, the
     optimised IR text). Raises CodegenError."""
     mod = parse_ir(text)
-    tm = host_target_machine(jit=False, opt=speed_level)
+    tm = target_machine(target, jit=False, opt=speed_level)
     mod.triple = tm.triple
     mod.data_layout = str(tm.target_data)
     link_runtime_support(mod)
     try:
         optimize(mod, tm, speed_level)
         mod.verify()
-        return tm.emit_object(mod), str(mod)
+        obj = tm.emit_object(mod)
     except RuntimeError as e:
         raise CodegenError(f"LLVM code generation failed: {e}") from None
+    check_portable(obj, target)
+    return obj, str(mod)
 
 
-def host_description() -> str:
-    """A stable description of the code-generation target (part of cache keys)."""
-    cpu, features = host_cpu()
-    return f"{llvm.get_default_triple()}|{cpu}|{features}|llvm{'.'.join(map(str, llvm.llvm_version_info))}"
-
-
-__all__ = ["fixup_ir_text", "ensure_llvm_initialized", "host_cpu", "host_target_machine", "link_runtime_support", "parse_ir", "optimize",
-           "compile_ir_to_object", "host_description", "MEMREF_COPY_IR"]
+__all__ = ["fixup_ir_text", "ensure_llvm_initialized", "target_machine", "check_portable",
+           "link_runtime_support", "parse_ir", "optimize", "compile_ir_to_object",
+           "MEMREF_COPY_IR"]

@@ -1,4 +1,4 @@
-"""The CPU pipeline: linalg on tensors → x86-64 machine code for the host.
+"""The CPU pipeline: linalg on tensors → x86-64 machine code for a cpu ``Target``.
 
 Named stages, each a function of the previous stage's output:
 
@@ -15,17 +15,20 @@ Named stages, each a function of the previous stage's output:
   transform      the strategy's transform script (optional)
   lower-to-llvm  the strategy's lowering to the LLVM dialect
   translate      LLVM dialect → LLVM IR text
-  llvm           llvmlite: literal fix-ups, runtime support, O3 for the host
-                 CPU and features → relocatable ELF object (``compiler.codegen.llvm``)
+  llvm           llvmlite: literal fix-ups, runtime support, O3 for the target's
+                 CPU and features → relocatable ELF object (``compiler.codegen.cpu.llvm``)
 
-Public: ``emit_object(module, entry_names) -> bytes``, ``compile_module(...) ->
+Every entry point takes ``target=`` (a ``compiler.targets.Target`` or its
+string; default ``"cpu"``: this machine, or ``$FUELC_CPU``).
+
+Public: ``emit_object(module, entry_names, target=...) -> bytes``, ``compile_module(...) ->
 CompiledObject`` (cached; ``.address(name)``, ``.ciface(name, nargs)``), and
 ``load_object(bytes)`` which needs no MLIR (``compiler.codegen.loader``).
 
 An MLIR stage that fails raises ``PipelineError`` after writing the stage's input
 IR under ``$FUELC_REPRO_DIR`` (default ``./fuelc-reproducers``); the message
 holds the command that reruns it:
-``python -m compiler.codegen.cpu <file> --pipeline='<stage pipeline>'``.
+``python -m compiler.codegen.cpu <file> --target=<target> --pipeline='<stage pipeline>'``.
 """
 from __future__ import annotations
 
@@ -38,13 +41,14 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from compiler.reproducer import reproducer_dir
+from compiler.targets import TargetError
 from compiler.errors import CodegenError, PipelineError
 from compiler.mlir import MLIRError, bufferization, func, ir, passmanager
 from compiler.mlir import llvm as llvm_dialect
-from compiler.codegen import fastmath
-from compiler.codegen import llvm as llvm_codegen
+from compiler.codegen.cpu import fastmath
+from compiler.codegen.cpu import llvm as llvm_codegen
 from compiler.codegen.loader import CompiledObject, load_object
-from compiler.codegen.strategy import Strategy, select_strategy
+from compiler.codegen.cpu.strategy import LOOPS, Strategy, rules_fingerprint, select_strategy
 
 # Bump when a change here changes generated code (invalidates cached objects).
 PIPELINE_VERSION = "cpu-4"
@@ -88,9 +92,12 @@ def stages_for(strategy: Strategy) -> list[Stage]:
     return stages
 
 
-def describe_pipeline(strategy: Strategy) -> str:
+def describe_pipeline(strategy: Strategy | None) -> str:
     """Everything about the pipeline that changes the generated code (for
-    cache keys)."""
+    cache keys); ``None``: the strategy the registered rules pick."""
+    if strategy is None:
+        return "|".join([PIPELINE_VERSION, "auto:" + rules_fingerprint(),
+                         *(s.pipeline for s in stages_for(LOOPS))])
     parts = [PIPELINE_VERSION, strategy.fingerprint, *(s.pipeline for s in stages_for(strategy))]
     return "|".join(parts)
 
@@ -314,10 +321,19 @@ class LoweringResult:
     stages: dict[str, str]  # stage name → IR after it (when keep_ir)
 
 
-def lower(module_or_text, entry_names: Sequence[str], *, strategy: Strategy | None = None,
-          keep_ir: bool = False) -> LoweringResult:
-    """Run every stage. Raises PipelineError (MLIR stages, with reproducer) or
-    CodegenError (LLVM)."""
+def _target(target):
+    from compiler.targets import parse_target
+    t = parse_target("cpu" if target is None else target)
+    if t.kind != "cpu":
+        raise CodegenError(f"the CPU pipeline compiles for cpu targets, not {t}")
+    return t
+
+
+def lower(module_or_text, entry_names: Sequence[str], *, target=None,
+          strategy: Strategy | None = None, keep_ir: bool = False) -> LoweringResult:
+    """Run every stage for ``target``. Raises PipelineError (MLIR stages,
+    with reproducer) or CodegenError (LLVM)."""
+    target = _target(target)
     text = module_or_text if isinstance(module_or_text, str) else str(module_or_text)
     entry_names = list(entry_names)
     ctx = ir.Context()
@@ -344,10 +360,11 @@ def lower(module_or_text, entry_names: Sequence[str], *, strategy: Strategy | No
                 apply_transform(module, strategy.transform)
         ll = translate(module)
     try:
-        obj, optimized = llvm_codegen.compile_ir_to_object(ll)
+        obj, optimized = llvm_codegen.compile_ir_to_object(ll, target)
     except CodegenError as e:
         path = write_reproducer(ll, "llvm", ".ll")
-        raise CodegenError(f"{e}\n  reproducer: {path}\n  rerun with: {_command(path)}") from None
+        raise CodegenError(f"{e}\n  reproducer: {path}\n  rerun with: "
+                           f"{_command(path, f'--target={target}')}") from None
     return LoweringResult(obj, optimized, strategy, kept)
 
 
@@ -365,30 +382,46 @@ def choose_strategy(text: str, entry_names: Sequence[str]) -> Strategy:
         return select_strategy(linalg_op_names(module))
 
 
-def emit_object(module_or_text, entry_names: Sequence[str], *,
+def emit_object(module_or_text, entry_names: Sequence[str], *, target=None,
                 strategy: Strategy | None = None) -> bytes:
-    """Compile linalg-on-tensors IR to a relocatable x86-64 ELF object for the
-    host CPU. Entry ``f(ins...) -> outs...`` becomes
+    """Compile linalg-on-tensors IR to a relocatable x86-64 ELF object for
+    ``target``. Entry ``f(ins...) -> outs...`` becomes
     ``_mlir_ciface_f(in_desc*..., out_desc*...)``, every descriptor fully
     dynamic (any offset/strides). Raises PipelineError / CodegenError."""
-    return lower(module_or_text, entry_names, strategy=strategy).object
+    return lower(module_or_text, entry_names, target=target, strategy=strategy).object
 
 
-def compile_module(module_or_text, entry_names: Sequence[str], *,
+def compile_module(module_or_text, entry_names: Sequence[str], *, target=None,
                    strategy: Strategy | None = None, cache="default") -> CompiledObject:
-    """Compile and load into this process, through the kernel cache (memory,
-    then disk; pass ``cache=None`` to bypass it). Returns a CompiledObject:
-    ``.address("_mlir_ciface_<entry>")`` or ``.ciface(entry, nargs)``."""
+    """Compile for ``target`` and load into this process, through the kernel
+    cache (memory, then disk; pass ``cache=None`` to bypass it). Returns a
+    CompiledObject: ``.address("_mlir_ciface_<entry>")`` or
+    ``.ciface(entry, nargs)``. A target whose features this CPU lacks
+    compiles (and is cached) but raises ``CpuFeatureError`` on loading."""
+    target = _target(target)
     text = module_or_text if isinstance(module_or_text, str) else str(module_or_text)
     if strategy is None:
         # Key the cache by the strategy actually chosen: a rule change must
         # not hand back an object built by another strategy.
         strategy = choose_strategy(text, entry_names)
     if cache is None:
-        return load_object(emit_object(text, entry_names, strategy=strategy))
+        return load_object(emit_object(text, entry_names, target=target, strategy=strategy),
+                           target.features, str(target))
     from compiler.codegen.cache import default_cache
     c = default_cache() if cache == "default" else cache
-    return c.get_or_compile(text, entry_names, strategy=strategy)
+    return c.get_or_compile(text, entry_names, strategy=strategy, target=target)
+
+
+def ensure_compiled(module_or_text, entry_names: Sequence[str], *, target=None,
+                    strategy: Strategy | None = None) -> None:
+    """Make sure the object for ``target`` is in the kernel cache without
+    loading it (for a target this machine cannot run)."""
+    target = _target(target)
+    text = module_or_text if isinstance(module_or_text, str) else str(module_or_text)
+    if strategy is None:
+        strategy = choose_strategy(text, entry_names)
+    from compiler.codegen.cache import default_cache
+    default_cache().get_or_compile(text, entry_names, strategy=strategy, target=target, load=False)
 
 
 # -- command line ------------------------------------------------------------------
@@ -407,11 +440,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--emit", choices=("mlir", "llvm", "obj"), default="llvm",
                     help="full pipeline output: LLVM dialect, optimised LLVM IR, or object")
     ap.add_argument("-o", "--output", help="write the output here instead of stdout")
+    ap.add_argument("--target", default="cpu",
+                    help="cpu target: cpu (this machine), cpu:x86-64-v3, cpu:znver3, ... "
+                         "(default: cpu)")
     args = ap.parse_args(argv)
     text = Path(args.file).read_text()
     try:
         if args.file.endswith(".ll"):
-            obj, ll = llvm_codegen.compile_ir_to_object(text)
+            obj, ll = llvm_codegen.compile_ir_to_object(text, _target(args.target))
             out: str | bytes = obj if args.emit == "obj" else ll
         elif args.pipeline is not None or args.translate:
             with ir.Context():
@@ -421,10 +457,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 out = translate(module) if args.translate else str(module)
         else:
             entries = args.entry or _public_functions(text)
-            res = lower(text, entries, keep_ir=args.emit == "mlir")
+            res = lower(text, entries, target=args.target, keep_ir=args.emit == "mlir")
             out = {"mlir": res.stages.get("lower-to-llvm", ""), "llvm": res.llvm_ir,
                    "obj": res.object}[args.emit]
-    except (MLIRError, PipelineError, CodegenError) as e:
+    except (MLIRError, PipelineError, CodegenError, TargetError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     if args.output:
@@ -446,7 +482,6 @@ def _public_functions(text: str) -> list[str]:
 
 __all__ = ["emit_object", "compile_module", "choose_strategy", "load_object", "lower", "LoweringResult",
            "prepare_entries", "stages_for", "describe_pipeline", "Stage", "BUFFERIZE",
-           "reproducer_dir", "write_reproducer", "PIPELINE_VERSION", "main"]
+           "reproducer_dir", "write_reproducer", "PIPELINE_VERSION", "main", "ensure_compiled"]
 
-if __name__ == "__main__":
-    sys.exit(main())
+

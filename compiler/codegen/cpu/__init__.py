@@ -1,0 +1,65 @@
+"""The cpu target's codegen package: linalg on tensors → x86-64 objects.
+
+What every codegen package provides to ``compiler.targets`` (see its
+docstring): ``SOURCE``, ``build_table``, ``compile_module``, ``emit_object``,
+``ensure_compiled``, ``describe_pipeline``, ``transcendental_ulp`` and
+``PRECISION_NOTE``. The pipeline itself is ``pipeline.py`` (stages and
+reproducers), ``strategy.py`` (per-kernel schedules), ``transforms/``
+(transform-dialect scripts), ``fastmath.py`` (vectorizable transcendentals)
+and ``llvm.py`` (llvmlite: LLVM IR → object for the target's CPU).
+"""
+from __future__ import annotations
+
+from runtime.binding import KernelBindingTable
+from runtime.cost import default_cost_for_op_kind
+from runtime.dtype import DType
+from runtime.numpy_kernels import register_numpy_kernels
+from runtime.precision import PrecisionGuarantee
+
+from . import fastmath
+from .pipeline import (BUFFERIZE, LoweringResult, Stage, choose_strategy, compile_module,
+                       describe_pipeline, emit_object, ensure_compiled, load_object, lower, main,
+                       prepare_entries, run_stage, stages_for, write_reproducer)
+
+#: The kernel-source prefix of generated cpu kernels.
+SOURCE = "mlir-cpu"
+#: The data dtypes the primitive family registers on cpu targets.
+DTYPES = (DType.F32, DType.F64, DType.F16, DType.BF16, DType.I32, DType.I64, DType.I8,
+          DType.I16, DType.U8, DType.U32)
+
+PRECISION_NOTE = (
+    "exp/tanh/log/erf on f32/f16/bf16 are branch-free polynomials (compiler.codegen.cpu."
+    "fastmath, <= {exp} / {tanh} / {log} / {erf} ulp from the correctly rounded f32 result, "
+    "measured over all f32 inputs); f64 and sin/cos/pow via LLVM intrinsics / libm"
+).format(**fastmath.MAX_ULP)
+
+
+def transcendental_ulp(fn: str, dtype: DType) -> int | None:
+    """The measured ulp bound of ``fn`` (exp, tanh, log, erf) on ``dtype``
+    in generated code, or None where no bound is claimed (f64: libm)."""
+    if dtype in (DType.F32, DType.F16, DType.BF16):
+        return fastmath.MAX_ULP.get(fn)
+    return None
+
+
+def build_table(target) -> KernelBindingTable:
+    """The frozen binding table of a cpu ``target``: the generated primitive
+    and fused kernels first (so ``lookup_with_caps`` picks them), the numpy
+    reference kernels after them as sibling alternatives, then the CPU fill
+    passes."""
+    from compiler.codegen.fused import register_fused_kernels
+    from compiler.codegen.kernels import register_primitive_kernels
+    t = KernelBindingTable()
+    register_primitive_kernels(t, target, dtypes=DTYPES)
+    register_fused_kernels(t, target)
+    register_numpy_kernels(t)
+    t.fill_unset_cpu_precision(PrecisionGuarantee.PRIMITIVE_DETERMINISTIC_CPU)
+    t.fill_unset_cpu_cost(default_cost_for_op_kind)
+    t.finalize()
+    return t.freeze()
+
+
+__all__ = ["SOURCE", "DTYPES", "PRECISION_NOTE", "transcendental_ulp", "build_table",
+           "compile_module", "emit_object", "ensure_compiled", "describe_pipeline", "lower",
+           "LoweringResult", "choose_strategy", "load_object", "prepare_entries", "stages_for",
+           "run_stage", "Stage", "BUFFERIZE", "write_reproducer", "main"]

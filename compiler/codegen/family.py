@@ -1,0 +1,236 @@
+"""Kernel families: how generated kernels are instantiated, compiled,
+memoised, called and registered, once for every family and every target.
+
+A *family* (``KernelFamily``) is one way of turning a binding-table call into
+code: the primitive family (``compiler.codegen.kernels``: one fuel primitive
+per kernel), the fused family (``compiler.codegen.fused``: one static fused
+op) and the runtime-fused family (``compiler.codegen.runtime_fused``: one
+``fuel.runtime_fused`` region as one loop nest). A family says three things:
+
+* ``instance(key, dtypes, layouts, params, n_inputs) -> (instance, layouts)``:
+  the op instance a call computes (hashable, with a ``memo_key``) and the
+  possibly adapted layouts to build descriptors from;
+* ``linalg_text(instance, target) -> str``: its linalg-on-tensors module
+  with one ``@kernel`` entry;
+* ``suffix``: appended to the target's kernel-source prefix
+  (``"mlir-cpu"`` + ``"-fused"``).
+
+Everything else is shared: ``GeneratedKernel`` is the callable behind each
+``KernelRef`` (arity check, per-call memo, ``warm`` to compile ahead of
+time), ``compiled_entry`` compiles an instance once per (target, instance)
+through the target's codegen package and the kernel cache, and
+``KernelFamily.register`` binds a kernel under ``(key, dtypes,
+target.backend)``.
+
+``CallMemo`` is the per-kernel layer: a call's ``(params, layouts)`` ->
+(compiled function, descriptor templates), so a repeated call skips
+re-deriving the op instance and rebuilding descriptors.
+"""
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Callable, Hashable, Sequence
+
+from compiler.codegen.loader import KernelFunction
+from compiler.codegen.memref import DescriptorTemplate
+from compiler.errors import UnsupportedOpError
+from compiler.targets import parse_target
+from runtime.binding import KernelCaps, KernelRef
+from runtime.cpu_features import check_cpu_features, missing_cpu_features
+from runtime.dtype import DType
+
+ENTRY = "kernel"
+
+#: Compiled entries memoised by ``compiled_entry``; beyond it the oldest are
+#: dropped (and unloaded once no kernel's call memo refers to them), so a
+#: process compiling ever-new graphs does not grow without bound.
+MAX_COMPILED = 4096
+
+_compiled: "collections.OrderedDict[Hashable, KernelFunction]" = collections.OrderedDict()
+_lock = threading.Lock()
+_key_locks: dict[Hashable, threading.Lock] = {}
+
+
+def runnable_here(target) -> bool:
+    """True when this machine has every feature code for ``target`` uses."""
+    return not missing_cpu_features(target.features)
+
+
+def compiled_entry(target, key: Hashable, linalg_text: Callable[[], str], n_args: int, *,
+                   load: bool = True) -> KernelFunction | None:
+    """The kernel for ``key`` on ``target``: on first use, ``linalg_text()``
+    (the instance's linalg-on-tensors module with one ``@kernel`` entry) is
+    compiled through ``target.codegen.compile_module`` (kernel cache) and its
+    C-interface entry taking ``n_args`` memref descriptors is memoised.
+
+    ``load=False`` only makes sure the object is compiled and cached (for a
+    target this machine cannot run) and returns None."""
+    full = (target, key)
+    if load:
+        check_cpu_features(target.features, target=str(target), what="a generated kernel")
+    fn = _compiled.get(full)
+    if fn is not None:
+        return fn
+    with _lock:
+        lock = _key_locks.setdefault(full, threading.Lock())
+    with lock:
+        fn = _compiled.get(full)
+        if fn is None:
+            if not load:
+                target.codegen.ensure_compiled(linalg_text(), [ENTRY], target=target)
+                return None
+            fn = target.codegen.compile_module(linalg_text(), [ENTRY], target=target).ciface(
+                ENTRY, n_args)
+            with _lock:
+                _compiled[full] = fn
+                while len(_compiled) > MAX_COMPILED:
+                    old, _ = _compiled.popitem(last=False)
+                    _key_locks.pop(old, None)
+    return fn
+
+
+def single_op_linalg_text(op_name: str, params: dict, input_types: Sequence, dynamic: bool,
+                          platform: str | None = None) -> str:
+    """The linalg-on-tensors module of one fuel op (a primitive or a static
+    fused op) as a ``@kernel`` entry, lowered with ``platform``'s rules."""
+    from compiler.codegen.linalg import emit_single_op_module, lower_to_linalg
+    module = emit_single_op_module(op_name, dict(params), list(input_types),
+                                   dynamic=dynamic, func_name=ENTRY)
+    lower_to_linalg(module, platform=platform)
+    return str(module)
+
+
+class KernelFamily:
+    """One family of generated kernels (see the module docstring).
+    Subclasses implement ``instance`` and ``linalg_text``."""
+
+    suffix = ""
+
+    def instance(self, key, dtypes: Sequence[DType], layouts: Sequence, params,
+                 n_inputs: int) -> tuple[Hashable, list]:
+        raise NotImplementedError
+
+    def linalg_text(self, instance, target) -> str:
+        raise NotImplementedError
+
+    def key_name(self, key) -> str:
+        return getattr(key, "name", str(key))
+
+    def accepts_arity(self, key, n_expected: int, n_inputs: int) -> bool:
+        return n_inputs == n_expected
+
+    def source(self, target) -> str:
+        """The ``kernel_source`` of this family's kernels on ``target``."""
+        return target.codegen.SOURCE + self.suffix
+
+    def compiled(self, instance, target, *, load: bool = True) -> KernelFunction | None:
+        """The compiled kernel of ``instance`` on ``target`` (a Target or its
+        string; memoised)."""
+        target = parse_target(target)
+        return compiled_entry(target, (type(self).__name__, instance.memo_key),
+                              lambda: self.linalg_text(instance, target),
+                              len(instance.input_types) + 1, load=load)
+
+    def kernel(self, target, key, dtypes: Sequence[DType]) -> "GeneratedKernel":
+        """This family's kernel callable for ``(key, dtypes)`` on ``target``."""
+        return GeneratedKernel(self, parse_target(target), key, dtypes)
+
+    def register(self, table, target, key, dtypes: Sequence[DType], precision, cost,
+                 caps: KernelCaps | None = None) -> "GeneratedKernel":
+        """Bind this family's kernel for ``(key, dtypes)`` on ``target`` in
+        ``table`` (a mutable table). Nothing is compiled until it is called
+        or warmed."""
+        fn = self.kernel(target, key, dtypes)
+        source = self.source(target)
+        caps = caps or KernelCaps(strided_input=True, full_write=True)
+        table.register_full_with_source(key, fn.dtypes, target.backend,
+                                        KernelRef(fn, fn.__qualname__, source), caps,
+                                        precision, cost, source)
+        return fn
+
+
+class GeneratedKernel:
+    """The callable behind a generated ``KernelRef``: one family, target,
+    binding key and dtype tuple. ``kernel(inputs, outputs, layouts, params)``
+    as the binding table calls it; ``warm(layouts, params, n_inputs)``
+    compiles ahead of time what such a call would use."""
+
+    def __init__(self, family: KernelFamily, target, key, dtypes: Sequence[DType]):
+        self.family = family
+        self.target = target
+        self.key = key
+        self.dtypes = tuple(DType.parse(d) for d in dtypes)
+        self.n_inputs = len(self.dtypes) - 1
+        self.__qualname__ = (f"{family.source(target)}.{family.key_name(key)}"
+                             f"[{','.join(str(d) for d in self.dtypes)}]")
+        self._calls = CallMemo(self._prepare)
+
+    def _prepare(self, layouts, params, n_inputs: int):
+        inst, lays = self.family.instance(self.key, self.dtypes, layouts, params, n_inputs)
+        return self.family.compiled(inst, self.target), lays
+
+    def warm(self, layouts: Sequence, params, n_inputs: int) -> KernelFunction | None:
+        """Compile the kernel a call with these layouts and params would use.
+        On a machine that cannot run the target the object is only compiled
+        and cached (None is returned); calling the kernel then raises
+        ``CpuFeatureError``."""
+        inst, _ = self.family.instance(self.key, self.dtypes, layouts, params, n_inputs)
+        return self.family.compiled(inst, self.target, load=runnable_here(self.target))
+
+    def __call__(self, inputs, outputs, layouts, params) -> None:
+        if (not self.family.accepts_arity(self.key, self.n_inputs, len(inputs))
+                or not inputs or len(outputs) != 1):
+            raise UnsupportedOpError(
+                f"{self.__qualname__}: expects {self.n_inputs} inputs and 1 output, "
+                f"got {len(inputs)} and {len(outputs)}")
+        self._calls.call(inputs, outputs, layouts, params)
+
+    def __repr__(self) -> str:
+        return f"<GeneratedKernel {self.__qualname__} target={self.target}>"
+
+
+Prepare = Callable[[Sequence, object, int], "tuple[KernelFunction, Sequence]"]
+
+
+class CallMemo:
+    """Memoised calls of one kernel callable (fixed OpKind and dtypes).
+
+    ``prepare(layouts, params, n_inputs) -> (fn, layouts')`` is the family's
+    pure mapping from a call's layouts, OpParams and input count to its
+    compiled function and
+    the (possibly adapted) layouts to build descriptors from; it may raise
+    (nothing is memoised then). ``call`` looks the pair up by
+    ``(params, *layouts)`` (OpParams and Layout are frozen and hashable;
+    unhashable params fall back to ``prepare`` every call) and calls ``fn``
+    with one descriptor per storage. Safe to share between threads: entries
+    are immutable and a racing miss only prepares the same entry twice.
+    """
+
+    MAX_ENTRIES = 1024  # a kernel called with ever-new layouts must not grow without bound
+
+    __slots__ = ("_prepare", "_calls")
+
+    def __init__(self, prepare: Prepare):
+        self._prepare = prepare
+        self._calls: dict = {}
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def call(self, inputs: Sequence, outputs: Sequence, layouts: Sequence, params) -> None:
+        n_inputs = len(inputs)
+        key = (params, n_inputs, *layouts)
+        try:
+            hit = self._calls.get(key)
+        except TypeError:  # an unhashable params object: no memo
+            key = hit = None
+        if hit is None:
+            fn, lays = self._prepare(layouts, params, n_inputs)
+            hit = (fn, tuple(DescriptorTemplate(l) for l in lays))
+            if key is not None:
+                if len(self._calls) >= self.MAX_ENTRIES:
+                    self._calls.clear()
+                self._calls[key] = hit
+        fn, templates = hit
+        fn(*[t.bind(s) for t, s in zip(templates, (*inputs, *outputs))])
