@@ -317,7 +317,7 @@ class _Importer:
                 outs = [self._constant_node(at)]
             elif ins and ins[0] is not None and node.op_type in FOLD and all(
                     v is None or isinstance(v, np.ndarray) for v in ins):
-                outs = FOLD[node.op_type](at, ins)
+                outs = [np.asarray(v) for v in FOLD[node.op_type](at, ins)]
             elif node.op_type in FOLD_ONLY:
                 raise _unsupported(f"its inputs must be constants known at import; input(s) "
                                    f"{[n for n, v in zip(node.input, ins) if isinstance(v, Tensor)]}"
