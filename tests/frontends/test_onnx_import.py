@@ -127,6 +127,12 @@ def test_softmax_logsoftmax_any_axis(axis):
     check(m, {"x": rand(3, 4, 5) * 4})
 
 
+def needs_opset(n):
+    return pytest.mark.skipif(onnx.defs.onnx_opset_version() < n,
+                              reason=f"the installed onnx predates opset {n}")
+
+
+@needs_opset(20)
 def test_gelu_op_opset20():
     m = make([node("Gelu", ["x"], ["a"]), node("Gelu", ["x"], ["b"], approximate="tanh")],
              [vi("x", shape=[4, 8])], [vi("a"), vi("b")], opset=20)
@@ -470,3 +476,43 @@ def test_import_from_path(tmp_path):
     g = import_model(p)
     x = rand(2, 3)
     np.testing.assert_array_equal(compiler.interpret(g, {"x": x})["y"], np.maximum(x, 0))
+
+
+@needs_opset(23)
+@pytest.mark.parametrize("causal", [0, 1])
+def test_attention_op_opset23_becomes_flash_attn(causal):
+    shape = [1, 2, 6, 8]
+    m = make([node("Attention", ["q", "k", "v"], ["y"], is_causal=causal)],
+             [vi(n, shape=shape) for n in "qkv"], [vi("y")], opset=23)
+    g = check(m, {n: rand(*shape) for n in "qkv"}, atol=1e-5)
+    assert _fused_names(g) == ["FlashAttn"]
+
+
+@needs_opset(23)
+def test_attention_with_mask_is_refused():
+    shape = [1, 2, 6, 8]
+    m = make([node("Attention", ["q", "k", "v", "mask"], ["y"], name="attn")],
+             [vi(n, shape=shape) for n in "qkv"] + [vi("mask", shape=[6, 6])], [vi("y")],
+             opset=23)
+    with pytest.raises(OnnxImportError, match="Attention node 'attn': attn_mask"):
+        import_model(m)
+
+
+def test_import_only_op_with_runtime_input_is_refused():
+    m = make([node("ReduceSum", ["x"], ["n"], keepdims=0), node("Cast", ["n"], ["ni"],
+                                                                to=TensorProto.INT64),
+              node("Range", ["zero", "ni", "one"], ["r"], name="rng")],
+             [vi("x", shape=[3])], [vi("r", TensorProto.INT64, ["k"])],
+             {"zero": np.array(0, np.int64), "one": np.array(1, np.int64)})
+    with pytest.raises(OnnxImportError, match=r"Range node 'rng': its inputs must be constants "
+                                              r"known at import; input\(s\) \['ni'\]"):
+        import_model(m)
+
+
+def test_declared_output_type_contradicting_the_nodes_is_an_error():
+    g = helper.make_graph([node("Relu", ["x"], ["y"])], "t", [vi("x", shape=[2])],
+                          [vi("y", shape=[3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(OnnxImportError, match=r"output 'y': the model declares f32\[3\] but "
+                                              r"the import computed f32\[2\]"):
+        import_model(m)

@@ -94,8 +94,9 @@ def _load(src):
     except OnnxImportError:
         raise
     except Exception as e:  # protobuf DecodeError, OSError, ...
-        raise OnnxImportError(f"cannot read ONNX model {src if not isinstance(src, bytes) else '<bytes>'}: "
-                              f"{type(e).__name__}: {e}") from None
+        what = "<bytes>" if isinstance(src, (bytes, bytearray)) else src
+        raise OnnxImportError(f"cannot read ONNX model {what}: {type(e).__name__}: {e}") \
+            from None
     try:
         onnx.checker.check_model(model)
     except Exception as e:
@@ -319,9 +320,9 @@ class _Importer:
                     v is None or isinstance(v, np.ndarray) for v in ins):
                 outs = [np.asarray(v) for v in FOLD[node.op_type](at, ins)]
             elif node.op_type in FOLD_ONLY:
+                late = [n for n, v in zip(node.input, ins) if isinstance(v, Tensor)]
                 raise _unsupported(f"its inputs must be constants known at import; input(s) "
-                                   f"{[n for n, v in zip(node.input, ins) if isinstance(v, Tensor)]}"
-                                   f" are computed at run time")
+                                   f"{late} are computed at run time")
             else:
                 outs = BUILD[node.op_type](self, node, at, ins)
         except Unsupported as e:
