@@ -1,0 +1,475 @@
+"""ONNX import: ``import_model(path_or_model, input_shapes=None) -> Graph``.
+
+The model is checked (``onnx.checker``), its default-domain opset must lie in
+13..(the newest the installed ``onnx`` knows), and every graph input needs a
+static shape: symbolic dims are fixed with ``input_shapes={"x": (1, 128)}``
+or refused with one error naming each (input, axis, dim_param).
+
+Nodes are visited in order. Every value is either a graph ``Tensor`` or a
+numpy array known at import: initializers and ``Constant`` nodes start as
+arrays, ``Shape``/``Size`` of any tensor are arrays (shapes are static), and
+a node whose inputs are all arrays is evaluated with numpy (``_fold``), so
+shape subgraphs (Shape -> Gather -> Concat -> Reshape, ConstantOfShape,
+Range, ...) vanish. An array becomes a graph constant only where a graph op
+consumes it, once per array (a shared initializer is one constant).
+
+Two ONNX spellings are rewritten as the fused ops fuelc knows: ``MatMul``
+followed by an ``Add`` of a bias row (``linear``, i.e. FusedLinear) and the
+exported erf GELU ``x * 0.5 * (1 + erf(x / sqrt 2))`` (``GeluErf``). Every
+other op maps to builder calls in the spellings fuelc's fusion passes match.
+
+Whatever cannot be imported is collected over the whole model and reported
+in one ``OnnxImportError`` (``.issues`` lists each: op type, node name, the
+attribute or input and why).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+
+from ...errors import CompilerError, GraphBuildError, UnsupportedOpError
+from ...graph import Graph, Tensor
+
+__all__ = ["import_model", "OnnxImportError", "Issue", "MIN_OPSET", "supported_ops"]
+
+#: the oldest default-domain opset imported (the axes-as-input era).
+MIN_OPSET = 13
+
+
+class OnnxImportError(CompilerError, ValueError):
+    """The model cannot be imported. ``issues`` lists every unsupported
+    node/attribute found (``Issue``), or is empty for model-level errors
+    (unreadable, failed the ONNX checker, opset, symbolic dims)."""
+
+    def __init__(self, message: str, issues: Sequence["Issue"] = ()):
+        super().__init__(message)
+        self.issues = list(issues)
+
+
+@dataclasses.dataclass(frozen=True)
+class Issue:
+    """One thing in the model fuelc cannot import."""
+    op_type: str
+    node: str
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.op_type} node {self.node!r}: {self.what}"
+
+
+def supported_ops() -> list[str]:
+    """The ONNX op types the importer knows (some only with constant inputs)."""
+    from ._fold import FOLD
+    from ._ops import BUILD
+    return sorted(set(BUILD) | set(FOLD) | {"Constant"})
+
+
+def import_model(path_or_model, input_shapes: Optional[Mapping[str, Sequence[int]]] = None
+                 ) -> Graph:
+    """Import an ONNX model (a path, serialized bytes or an ``onnx.ModelProto``)
+    into a fuelc ``Graph``: graph inputs and outputs keep their ONNX names;
+    ONNX booleans are u8 (0/1). ``input_shapes`` fixes the shapes of inputs
+    with symbolic dims (static dims given must agree with the model's).
+    Raises OnnxImportError."""
+    model = _load(path_or_model)
+    return _Importer(model, dict(input_shapes or {})).run()
+
+
+def _load(src):
+    import onnx
+    try:
+        if isinstance(src, onnx.ModelProto):
+            model = src
+        elif isinstance(src, (bytes, bytearray)):
+            model = onnx.load_from_string(bytes(src))
+        elif isinstance(src, (str, os.PathLike)):
+            model = onnx.load(os.fspath(src))
+        else:
+            raise OnnxImportError(f"import_model takes a path, bytes or onnx.ModelProto, got "
+                                  f"{type(src).__name__}")
+    except OnnxImportError:
+        raise
+    except Exception as e:  # protobuf DecodeError, OSError, ...
+        what = "<bytes>" if isinstance(src, (bytes, bytearray)) else src
+        raise OnnxImportError(f"cannot read ONNX model {what}: {type(e).__name__}: {e}") \
+            from None
+    try:
+        onnx.checker.check_model(model)
+    except Exception as e:
+        raise OnnxImportError(f"the model fails onnx.checker: {e}".rstrip()) from None
+    return model
+
+
+def _attrs(node) -> dict:
+    from onnx import helper
+    out = {}
+    for a in node.attribute:
+        v = helper.get_attribute_value(a)
+        if isinstance(v, bytes):
+            v = v.decode()
+        elif isinstance(v, list):
+            v = [x.decode() if isinstance(x, bytes) else x for x in v]
+        out[a.name] = v
+    return out
+
+
+def _near(v, want, rtol=1e-6) -> bool:
+    return isinstance(v, np.ndarray) and v.size == 1 and v.dtype.kind == "f" and \
+        abs(float(v.reshape(-1)[0]) - want) <= rtol * abs(want)
+
+
+class _Importer:
+    def __init__(self, model, input_shapes):
+        self.model = model
+        self.graph = model.graph
+        self.input_shapes = input_shapes
+        self.g = Graph()
+        self.values: dict[str, object] = {}
+        self.poisoned: set[str] = set()
+        self.issues: list[Issue] = []
+        self._refused: set[int] = set()
+        self._consts: dict[int, tuple[np.ndarray, Tensor]] = {}
+        self._const_names: dict[int, str] = {}
+        self._elem_types = {vi.name: vi.type.tensor_type.elem_type
+                            for vi in list(self.graph.input) + list(self.graph.output)
+                            + list(self.graph.value_info)}
+
+    # -- values --------------------------------------------------------------
+    def t(self, v, like: Optional[Tensor] = None) -> Tensor:
+        """A graph tensor for value ``v`` (arrays become constants, once;
+        with ``like``, a new constant takes like's dtype)."""
+        if isinstance(v, Tensor):
+            return v
+        if like is not None:
+            return self.g.constant(np.asarray(v), dtype=like.dtype)
+        hit = self._consts.get(id(v))
+        if hit is None:
+            name = self._const_names.get(id(v))
+            if name is not None:
+                while name in self.g.constants:
+                    name += "_"
+            hit = (v, self.g.constant(v, name=name))
+            self._consts[id(v)] = hit
+        return hit[1]
+
+    def arr(self, v, what: str, node) -> np.ndarray:
+        """The constant value of an input that must be known at import."""
+        if isinstance(v, np.ndarray):
+            return v
+        raise _unsupported(f"input {what!r} is computed at run time; fuelc needs it "
+                           f"constant at import (a shape computation that depends only on "
+                           f"static shapes and constants folds)")
+
+    def elem_type(self, name: str) -> int:
+        v = self.values.get(name)
+        if isinstance(v, np.ndarray):
+            from onnx import helper
+            return helper.np_dtype_to_tensor_dtype(v.dtype)
+        if name in self._elem_types:
+            return self._elem_types[name]
+        raise _unsupported(f"the element type of {name!r} is unknown (run onnx shape "
+                           f"inference on the model first)")
+
+    # -- the import ----------------------------------------------------------
+    def run(self) -> Graph:
+        self._check_opset()
+        self._load_initializers()
+        self._declare_inputs()
+        nodes = list(self.graph.node)
+        for i, node in enumerate(nodes):  # static problems, reported even downstream
+            self._prescan(i, node)
+        replace, absorbed = self._patterns(nodes)
+        for i, node in enumerate(nodes):
+            if i not in absorbed:
+                self._visit(i, node, replace.get(i))
+        self._outputs()
+        if self.issues:
+            lines = "\n".join(f"  - {x}" for x in self.issues)
+            raise OnnxImportError(
+                f"cannot import the ONNX model: {len(self.issues)} unsupported construct(s):\n"
+                f"{lines}\nsupported ops: compiler.frontends.onnx.supported_ops()", self.issues)
+        return self.g
+
+    def _check_opset(self):
+        import onnx
+        newest = onnx.defs.onnx_opset_version()
+        versions = {o.domain or "ai.onnx": o.version for o in self.model.opset_import}
+        v = versions.get("ai.onnx")
+        if v is None or not MIN_OPSET <= v <= newest:
+            raise OnnxImportError(
+                f"the model's default-domain opset is {v}; fuelc imports opsets {MIN_OPSET} to "
+                f"{newest} (convert it with onnx.version_converter.convert_version(model, "
+                f"{max(MIN_OPSET, min(v or MIN_OPSET, newest))}))")
+        self.opset = v
+
+    def _load_initializers(self):
+        from onnx import TensorProto, numpy_helper
+        for init in self.graph.initializer:
+            if init.data_type == TensorProto.BFLOAT16:
+                arr = numpy_helper.to_array(init).astype(np.float32)
+                self.values[init.name] = self.g.constant(arr, name=init.name, dtype="bf16")
+                continue
+            try:
+                from ._types import numpy_of
+                numpy_of(init.data_type)
+                arr = numpy_helper.to_array(init)
+            except Exception as e:
+                self.issues.append(Issue("initializer", init.name, str(e)))
+                self.poisoned.add(init.name)
+                continue
+            self._set_const(init.name, np.asarray(arr))
+        for sp in self.graph.sparse_initializer:
+            self.issues.append(Issue("initializer", sp.values.name,
+                                     "sparse initializers are not supported (densify them)"))
+            self.poisoned.add(sp.values.name)
+
+    def _set_const(self, name, arr):
+        self.values[name] = arr
+        self._const_names[id(arr)] = name
+
+    def _declare_inputs(self):
+        from ._types import dtype_of
+        from ._fold import Unsupported
+        real = [i for i in self.graph.input if i.name not in self.values and i.name not in
+                self.poisoned]
+        unknown = sorted(set(self.input_shapes) - {i.name for i in real})
+        if unknown:
+            raise OnnxImportError(f"input_shapes names {unknown}, which are not inputs of the "
+                                  f"model (its inputs: {[i.name for i in real]})")
+        symbolic, bad = [], []
+        shapes = {}
+        for inp in real:
+            tt = inp.type.tensor_type
+            dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                    for d in tt.shape.dim] if tt.HasField("shape") else None
+            given = self.input_shapes.get(inp.name)
+            if given is not None:
+                given = tuple(int(d) for d in given)
+                if dims is not None and (len(given) != len(dims) or any(
+                        isinstance(d, int) and d != gv for d, gv in zip(dims, given))):
+                    bad.append(f"input {inp.name!r}: input_shapes gives {list(given)} but the "
+                               f"model declares {dims}")
+                shapes[inp.name] = given
+            elif dims is None:
+                symbolic.append(f"input {inp.name!r}: no shape at all (rank unknown)")
+            else:
+                for axis, d in enumerate(dims):
+                    if not isinstance(d, int):
+                        symbolic.append(f"input {inp.name!r} axis {axis}: dim_param {d!r}")
+                shapes[inp.name] = tuple(dims)
+        if symbolic or bad:
+            fix = {i.name: tuple(shapes.get(i.name) or ("...",)) for i in real}
+            raise OnnxImportError(
+                "the model's input shapes are not all static:\n" +
+                "\n".join(f"  - {s}" for s in symbolic + bad) +
+                f"\nfix them with import_model(model, input_shapes={{...}}), e.g. "
+                f"input_shapes={fix!r} with each symbolic dim replaced by its extent")
+        for inp in real:
+            try:
+                dt = dtype_of(inp.type.tensor_type.elem_type)
+            except Unsupported as e:
+                raise OnnxImportError(f"input {inp.name!r}: {e}") from None
+            self.values[inp.name] = self.g.input(inp.name, shapes[inp.name], dt)
+
+    def _prescan(self, i, node):
+        from ._fold import FOLD
+        from ._ops import BUILD, static_issues
+        name = node.name or f"#{i}"
+        if node.domain not in ("", "ai.onnx"):
+            self.issues.append(Issue(f"{node.domain}.{node.op_type}", name,
+                                     f"op domain {node.domain!r} is not supported (only the "
+                                     f"default ONNX domain)"))
+            self._refused.add(i)
+            return
+        found = []
+        if node.op_type not in BUILD and node.op_type not in FOLD and node.op_type != "Constant":
+            found.append("op type not supported by fuelc")
+        else:
+            found += static_issues(node.op_type, _attrs(node))
+        if node.op_type == "LayerNormalization":
+            found += [f"output {out!r} (Mean / InvStdDev) is used; only Y is supported"
+                      for out in node.output[1:] if out and self._used(out)]
+        if found:
+            self._refused.add(i)
+            self.issues += [Issue(node.op_type, name, what) for what in found]
+
+    def _used(self, value: str) -> bool:
+        return any(value in n.input for n in self.graph.node) or \
+            any(o.name == value for o in self.graph.output)
+
+    def _visit(self, i, node, replacement):
+        from ._fold import FOLD, FOLD_ONLY, Unsupported
+        from ._ops import BUILD
+        name = node.name or f"#{i}"
+        names = list(node.input) if replacement is None else replacement[0]
+        if i in self._refused or any(n in self.poisoned for n in names):
+            self.poisoned.update(node.output)
+            return
+        ins = [self.values[n] if n else None for n in names]
+        at = _attrs(node)
+        try:
+            if replacement is not None:
+                outs = replacement[1](self, ins)
+            elif node.op_type == "Constant":
+                outs = [self._constant_node(at)]
+            elif ins and ins[0] is not None and node.op_type in FOLD and all(
+                    v is None or isinstance(v, np.ndarray) for v in ins):
+                outs = [np.asarray(v) for v in FOLD[node.op_type](at, ins)]
+            elif node.op_type in FOLD_ONLY:
+                late = [n for n, v in zip(node.input, ins) if isinstance(v, Tensor)]
+                raise _unsupported(f"its inputs must be constants known at import; input(s) "
+                                   f"{late} are computed at run time")
+            else:
+                outs = BUILD[node.op_type](self, node, at, ins)
+        except Unsupported as e:
+            self.issues.append(Issue(node.op_type, name, str(e)))
+            self.poisoned.update(node.output)
+            return
+        except (GraphBuildError, UnsupportedOpError) as e:
+            self.issues.append(Issue(node.op_type, name, f"fuelc cannot build it: {e}"))
+            self.poisoned.update(node.output)
+            return
+        except (ValueError, IndexError, TypeError) as e:  # numpy folding on bad constants
+            self.issues.append(Issue(node.op_type, name, f"constant folding failed: {e}"))
+            self.poisoned.update(node.output)
+            return
+        for out_name, v in zip(node.output, outs):
+            if out_name:
+                self.values[out_name] = v
+
+    def _constant_node(self, at) -> np.ndarray:
+        from onnx import numpy_helper
+        if "value" in at:
+            return np.asarray(numpy_helper.to_array(at["value"]))
+        for key, dt in (("value_float", np.float32), ("value_floats", np.float32),
+                        ("value_int", np.int64), ("value_ints", np.int64)):
+            if key in at:
+                return np.asarray(at[key], dtype=dt)
+        raise _unsupported(f"attribute {next(iter(at), '?')} (only tensor, float(s) and "
+                           f"int(s) constants are supported)")
+
+    def _outputs(self):
+        from ._types import dtype_of
+        from ._fold import Unsupported
+        for out in self.graph.output:
+            if out.name in self.poisoned or out.name not in self.values:
+                continue
+            t = self.t(self.values[out.name])
+            tt = out.type.tensor_type
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim] \
+                if tt.HasField("shape") else None
+            try:
+                dt = dtype_of(tt.elem_type)
+            except Unsupported as e:
+                self.issues.append(Issue("output", out.name, str(e)))
+                continue
+            if dt != t.dtype or (dims is not None and (len(dims) != t.ndim or any(
+                    d is not None and d != s for d, s in zip(dims, t.shape)))):
+                raise OnnxImportError(
+                    f"output {out.name!r}: the model declares {dt.value}{dims} but the import "
+                    f"computed {t.dtype.value}{list(t.shape)}; the model's declared output type "
+                    f"contradicts its nodes (or this is an importer bug)")
+            self.g.output(t, name=out.name)
+
+    # -- ONNX spellings of fused ops ----------------------------------------
+    def _patterns(self, nodes):
+        """MatMul + bias Add -> linear; erf GELU -> GeluErf. Returns
+        (node index -> replacement fn, indices of absorbed nodes)."""
+        consts = {k: v for k, v in self.values.items() if isinstance(v, np.ndarray)}
+        producer, consumers = {}, {}
+        for i, n in enumerate(nodes):
+            if n.op_type == "Constant":
+                try:
+                    consts[n.output[0]] = self._constant_node(_attrs(n))
+                except Exception:
+                    pass
+            for o in n.output:
+                producer[o] = i
+            for x in n.input:
+                consumers.setdefault(x, []).append(i)
+        outputs = {o.name for o in self.graph.output}
+
+        def only(value, op_type):  # the single consumer of value, if it is op_type
+            c = consumers.get(value, [])
+            if len(c) == 1 and value not in outputs and nodes[c[0]].op_type == op_type:
+                return c[0]
+            return None
+
+        def made_by(value, op_type):
+            p = producer.get(value)
+            return p if p is not None and nodes[p].op_type == op_type else None
+
+        def other(node, value):
+            a, b = node.input[0], node.input[1]
+            return b if a == value else a if b == value else None
+
+        replace, absorbed = {}, set()
+        for i, n in enumerate(nodes):
+            if n.op_type == "Add" and len(n.input) == 2:
+                for j in (0, 1):
+                    m = made_by(n.input[j], "MatMul")
+                    bias = n.input[1 - j]
+                    if m is not None and only(n.input[j], "Add") == i and bias in consts \
+                            and m not in absorbed:
+                        mm = nodes[m]
+                        replace[i] = ([mm.input[0], mm.input[1], bias], _linear)
+                        absorbed.add(m)
+                        break
+            if n.op_type == "Erf":
+                got = self._gelu_erf(i, nodes, consts, made_by, only, other)
+                if got is not None:
+                    final, x, parts = got
+                    replace[final] = ([x], _gelu_erf)
+                    absorbed.update(parts)
+        return replace, absorbed
+
+    def _gelu_erf(self, e, nodes, consts, made_by, only, other):
+        """x * 0.5 * (1 + erf(x / sqrt 2)) in its exported spellings."""
+        u = made_by(nodes[e].input[0], "Div")
+        if u is not None and _near(consts.get(nodes[u].input[1]), math.sqrt(2)):
+            x = nodes[u].input[0]
+        else:
+            u = made_by(nodes[e].input[0], "Mul")
+            if u is None:
+                return None
+            x = next((a for a, b in (nodes[u].input, nodes[u].input[::-1])
+                      if _near(consts.get(b), math.sqrt(0.5))), None)
+            if x is None:
+                return None
+        if only(nodes[u].output[0], "Erf") != e:
+            return None
+        a = only(nodes[e].output[0], "Add")
+        if a is None or not _near(consts.get(other(nodes[a], nodes[e].output[0])), 1.0):
+            return None
+        m = only(nodes[a].output[0], "Mul")
+        if m is None:
+            return None
+        o = other(nodes[m], nodes[a].output[0])
+        if o == x:  # (x * (1 + erf)) * 0.5
+            f = only(nodes[m].output[0], "Mul")
+            if f is not None and _near(consts.get(other(nodes[f], nodes[m].output[0])), 0.5):
+                return f, x, {u, e, a, m}
+            return None
+        h = made_by(o, "Mul")  # (x * 0.5) * (1 + erf)
+        if h is not None and only(o, "Mul") == m and other(nodes[h], x) is not None and \
+                _near(consts.get(other(nodes[h], x)), 0.5):
+            return m, x, {u, e, a, h}
+        return None
+
+
+def _linear(cx, ins):
+    from ._ops import linear_or_add
+    return [linear_or_add(cx, *ins)]
+
+
+def _gelu_erf(cx, ins):
+    return [cx.t(ins[0]).gelu("none")]
+
+
+def _unsupported(msg):
+    from ._fold import Unsupported
+    return Unsupported(msg)

@@ -1,0 +1,514 @@
+"""ONNX op -> fuelc builder calls, one handler per op (or family).
+
+A handler is ``fn(cx, node, attrs, ins) -> list of output values``; an input
+value is a graph ``Tensor``, a numpy array (a constant known at import) or
+None (an omitted optional input). Handlers only spell primitives and fused
+ops through the public builder API, in the spellings fuelc's fusion passes
+match (``x.softmax``, ``layer_norm``, ``linear``, scalar ops for scalar
+constants). ``Unsupported`` names what cannot be imported.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...graph import concat, matmul, maximum, minimum, where
+from ...registry import builders as B
+from ._fold import (Unsupported, broadcast_shape, norm_axis, reduce_axes, reshape_target,
+                    slice_plan, split_sizes, squeeze_axes, unsqueeze_axes)
+from ._types import dtype_of
+
+BUILD = {}
+
+
+def _op(*names):
+    def reg(fn):
+        for n in names:
+            BUILD[n] = fn
+        return fn
+    return reg
+
+
+def _scalar(v, like):
+    """The python value of a size-1 constant ``v`` that broadcasting against
+    ``like`` (a Tensor) leaves ``like``'s shape unchanged, else None."""
+    if not isinstance(v, np.ndarray) or v.size != 1 or v.ndim > like.ndim:
+        return None
+    x = v.reshape(()).item()
+    if isinstance(x, int) and abs(x) >= 2 ** 53:
+        return None
+    return x
+
+
+# ---------------------------------------------------------------------------
+# element-wise
+# ---------------------------------------------------------------------------
+@_op("Add", "Sub", "Mul")
+def _arith(cx, node, at, ins):
+    a, b = ins
+    kind = node.op_type
+    if isinstance(a, np.ndarray) and kind != "Sub":  # commutative: constant second
+        a, b = b, a
+    if isinstance(b, np.ndarray) and (s := _scalar(b, a)) is not None:
+        return [a + s if kind == "Add" else a - s if kind == "Sub" else a * s]
+    if isinstance(a, np.ndarray) and kind == "Sub" and (s := _scalar(a, b)) is not None:
+        return [s - b]
+    a, b = cx.t(a), cx.t(b)
+    return [a + b if kind == "Add" else a - b if kind == "Sub" else a * b]
+
+
+@_op("Div")
+def _div(cx, node, at, ins):
+    return [cx.t(ins[0]) / cx.t(ins[1])]
+
+
+@_op("Mod")
+def _mod(cx, node, at, ins):
+    if at.get("fmod", 0):
+        raise Unsupported("attribute fmod=1 (C fmod: the dividend's sign) has no fuelc "
+                          "primitive; only fmod=0 (the divisor's sign) is supported")
+    return [cx.t(ins[0]) % cx.t(ins[1])]
+
+
+@_op("Pow")
+def _pow(cx, node, at, ins):
+    x, p = cx.t(ins[0]), ins[1]
+    if _scalar(p, x) == 2:
+        return [x.square()]
+    if isinstance(p, np.ndarray):  # ONNX lets the exponent's type differ
+        return [x ** cx.t(p, like=x)]
+    return [x ** (p if p.dtype == x.dtype else p.cast(x.dtype))]
+
+
+_UNARY = {"Sqrt": "sqrt", "Exp": "exp", "Log": "log", "Tanh": "tanh", "Erf": "erf",
+          "Relu": "relu", "Sigmoid": "sigmoid", "Neg": "neg", "Abs": "abs",
+          "Reciprocal": "recip", "Floor": "floor", "Ceil": "ceil", "Round": "round",
+          "Sign": "sign", "Sin": "sin", "Cos": "cos"}
+
+
+@_op(*_UNARY)
+def _unary(cx, node, at, ins):
+    return [getattr(cx.t(ins[0]), _UNARY[node.op_type])()]
+
+
+@_op("Identity")
+def _identity(cx, node, at, ins):
+    return [ins[0]]
+
+
+@_op("Gelu")
+def _gelu(cx, node, at, ins):
+    approx = at.get("approximate", "none")
+    if approx not in ("none", "tanh"):
+        raise Unsupported(f"attribute approximate={approx!r} (expected 'none' or 'tanh')")
+    return [cx.t(ins[0]).gelu(approx)]
+
+
+@_op("LeakyRelu")
+def _leaky_relu(cx, node, at, ins):
+    x = cx.t(ins[0])
+    return [where(x >= 0, x, x * at.get("alpha", 0.01))]
+
+
+@_op("HardSigmoid", "HardSwish")
+def _hard_sigmoid(cx, node, at, ins):
+    x = cx.t(ins[0])
+    h = (x * at.get("alpha", 1 / 6 if node.op_type == "HardSwish" else 0.2)
+         + at.get("beta", 0.5)).clamp(0.0, 1.0)
+    return [x * h if node.op_type == "HardSwish" else h]
+
+
+_COMPARE = {"Equal": "__eq__", "Less": "__lt__", "Greater": "__gt__",
+            "LessOrEqual": "__le__", "GreaterOrEqual": "__ge__"}
+
+
+@_op(*_COMPARE)
+def _compare(cx, node, at, ins):
+    return [getattr(cx.t(ins[0]), _COMPARE[node.op_type])(cx.t(ins[1]))]
+
+
+@_op("Not")
+def _not(cx, node, at, ins):
+    return [cx.t(ins[0]) == 0]
+
+
+@_op("And", "Or", "Xor")
+def _logic(cx, node, at, ins):  # booleans are u8 0/1
+    a, b = cx.t(ins[0]), cx.t(ins[1])
+    return [a * b if node.op_type == "And" else maximum(a, b) if node.op_type == "Or"
+            else a != b]
+
+
+@_op("Where")
+def _where(cx, node, at, ins):
+    return [where(cx.t(ins[0]), cx.t(ins[1]), cx.t(ins[2]))]
+
+
+@_op("Min", "Max", "Sum", "Mean")
+def _variadic(cx, node, at, ins):
+    fn = {"Min": minimum, "Max": maximum}.get(node.op_type, lambda a, b: a + b)
+    out = cx.t(ins[0])
+    for v in ins[1:]:
+        out = fn(out, cx.t(v))
+    if node.op_type == "Mean" and len(ins) > 1:
+        out = out / cx.t(np.asarray(len(ins), np.float64), like=out)
+    return [out]
+
+
+@_op("Clip")
+def _clip(cx, node, at, ins):
+    x = cx.t(ins[0])
+    lo = ins[1] if len(ins) > 1 else None
+    hi = ins[2] if len(ins) > 2 else None
+    if (lo is None or isinstance(lo, np.ndarray)) and (hi is None or isinstance(hi, np.ndarray)):
+        return [x.clamp(None if lo is None else lo.item(), None if hi is None else hi.item())]
+    if lo is not None:
+        x = maximum(x, cx.t(lo))
+    if hi is not None:
+        x = minimum(x, cx.t(hi))
+    return [x]
+
+
+@_op("Cast", "CastLike")
+def _cast(cx, node, at, ins):
+    x = cx.t(ins[0])
+    if node.op_type == "CastLike":
+        to = cx.elem_type(node.input[1])
+    else:
+        to = at["to"]
+    from onnx import TensorProto
+    if to == TensorProto.BOOL:
+        return [x != 0]
+    dt = dtype_of(to)
+    return [x if dt == x.dtype else x.cast(dt)]
+
+
+@_op("Dropout")
+def _dropout(cx, node, at, ins):
+    if len(ins) > 2 and ins[2] is not None:
+        training = cx.arr(ins[2], "training_mode", node)
+        if bool(training.reshape(-1)[0]):
+            raise Unsupported("training_mode=True (only inference Dropout is supported)")
+    x = ins[0]
+    return [x, np.ones(x.shape, np.bool_)]
+
+
+# ---------------------------------------------------------------------------
+# matmul, gemm, normalization, softmax
+# ---------------------------------------------------------------------------
+def _matmul(cx, a, b):
+    a, b = cx.t(a), cx.t(b)
+    if a.ndim > 2 and b.ndim == 2:  # flatten the batch: one [M,K] x [K,N] product
+        return B.linear(a, b)
+    return matmul(a, b)
+
+
+@_op("MatMul")
+def _matmul_op(cx, node, at, ins):
+    return [_matmul(cx, *ins)]
+
+
+def linear_or_add(cx, a, w, bias):
+    """``a @ w + bias`` as ``linear`` (fused FusedLinear) when w is [K,N] and
+    bias broadcasts as an [N] row; else MatMul then Add."""
+    a, w = cx.t(a), cx.t(w)
+    bshape = tuple(bias.shape)
+    n = w.shape[-1] if w.ndim else None
+    if (a.ndim >= 2 and w.ndim == 2 and len(bshape) <= a.ndim and bshape[-1:] == (n,)
+            and math.prod(bshape) == n and a.dtype.is_float):
+        vec = cx.t(bias) if bias.ndim == 1 else cx.t(bias).reshape((n,))
+        return B.linear(a, w, vec)
+    return _matmul(cx, a, w) + cx.t(bias)
+
+
+@_op("Gemm")
+def _gemm(cx, node, at, ins):
+    a, b = ins[0], ins[1]
+    c = ins[2] if len(ins) > 2 else None
+    if at.get("transA", 0):
+        a = a.T if isinstance(a, np.ndarray) else cx.t(a).transpose()
+    if at.get("transB", 0):
+        b = b.T if isinstance(b, np.ndarray) else cx.t(b).transpose()
+    alpha, beta = at.get("alpha", 1.0), at.get("beta", 1.0)
+    if c is not None and alpha == 1.0 and beta == 1.0:
+        return [linear_or_add(cx, a, b, c)]
+    y = _matmul(cx, a, b)
+    if alpha != 1.0:
+        y = y * alpha
+    if c is not None:
+        c = cx.t(c)
+        y = y + (c * beta if beta != 1.0 else c)
+    return [y]
+
+
+@_op("Softmax", "LogSoftmax")
+def _softmax(cx, node, at, ins):
+    x = cx.t(ins[0])
+    axis = norm_axis(at.get("axis", -1), x.ndim)
+    return [x.softmax(axis) if node.op_type == "Softmax" else x.log_softmax(axis)]
+
+
+@_op("LayerNormalization")
+def _layer_norm(cx, node, at, ins):
+    x, scale = cx.t(ins[0]), ins[1]
+    bias = ins[2] if len(ins) > 2 else None
+    axis = norm_axis(at.get("axis", -1), x.ndim)
+    eps = at.get("epsilon", 1e-5)
+    norm_shape = x.shape[axis:]
+    d = math.prod(norm_shape)
+
+    def vec(v):  # a [D] vector when v covers exactly the normalized axes
+        if v is None:
+            return None
+        t = cx.t(v)
+        if tuple(t.shape[-len(norm_shape):]) == norm_shape and math.prod(t.shape) == d:
+            return t if t.shape == (d,) else t.reshape((d,))
+        return False
+
+    w, b = vec(scale), vec(bias)
+    if axis == x.ndim - 1 and w is not False and b is not False:
+        return [B.layer_norm(x, w, b, eps=eps)]
+    flat = x.reshape(x.shape[:axis] + (d,))
+    y = B.layer_norm(flat, eps=eps).reshape(x.shape)
+    y = y * cx.t(scale)
+    return [y + cx.t(bias) if bias is not None else y]
+
+
+# ---------------------------------------------------------------------------
+# reductions
+# ---------------------------------------------------------------------------
+@_op("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceSumSquare", "ReduceL1",
+     "ReduceL2")
+def _reduce(cx, node, at, ins):
+    x = cx.t(ins[0])
+    axes_in = cx.arr(ins[1], "axes", node) if len(ins) > 1 and ins[1] is not None else None
+    axes = reduce_axes(at, axes_in, x.ndim)
+    if axes is None:
+        return [x]
+    keep = bool(at.get("keepdims", 1))
+    op = node.op_type
+    if op in ("ReduceSumSquare", "ReduceL2"):
+        x = x.square()
+    elif op == "ReduceL1":
+        x = x.abs()
+    kind = {"ReduceMean": "mean", "ReduceMax": "max", "ReduceMin": "min"}.get(op, "sum")
+    y = getattr(x, kind)(tuple(axes), keepdims=keep)
+    return [y.sqrt() if op == "ReduceL2" else y]
+
+
+@_op("ArgMax", "ArgMin")
+def _arg(cx, node, at, ins):
+    if at.get("select_last_index", 0):
+        raise Unsupported("attribute select_last_index=1 (fuelc returns the first index)")
+    x = cx.t(ins[0])
+    axis = norm_axis(at.get("axis", 0), x.ndim)
+    fn = x.argmax if node.op_type == "ArgMax" else x.argmin
+    return [fn(axis, keepdims=bool(at.get("keepdims", 1))).cast("i64")]
+
+
+# ---------------------------------------------------------------------------
+# shape and data movement
+# ---------------------------------------------------------------------------
+@_op("Shape")
+def _shape(cx, node, at, ins):
+    s = ins[0].shape
+    return [np.asarray(s[at.get("start", 0):at.get("end", None)], np.int64)]
+
+
+@_op("Size")
+def _size(cx, node, at, ins):
+    return [np.asarray(math.prod(ins[0].shape), np.int64)]
+
+
+@_op("Transpose")
+def _transpose(cx, node, at, ins):
+    x = cx.t(ins[0])
+    perm = at.get("perm") or list(reversed(range(x.ndim)))
+    return [x.permute(perm)]
+
+
+@_op("Reshape")
+def _reshape(cx, node, at, ins):
+    x = cx.t(ins[0])
+    shape = cx.arr(ins[1], "shape", node)
+    return [x.reshape(reshape_target(x.shape, shape.reshape(-1), at.get("allowzero", 0)))]
+
+
+@_op("Flatten")
+def _flatten(cx, node, at, ins):
+    x = cx.t(ins[0])
+    axis = norm_axis(at.get("axis", 1), x.ndim + 1)
+    return [x.reshape((math.prod(x.shape[:axis]), math.prod(x.shape[axis:])))]
+
+
+@_op("Squeeze")
+def _squeeze(cx, node, at, ins):
+    x = cx.t(ins[0])
+    axes = at.get("axes")
+    if len(ins) > 1 and ins[1] is not None:
+        axes = cx.arr(ins[1], "axes", node).reshape(-1).tolist()
+    axes = squeeze_axes(x.shape, axes)
+    return [x.squeeze(tuple(axes)) if axes else x]
+
+
+@_op("Unsqueeze")
+def _unsqueeze(cx, node, at, ins):
+    x = cx.t(ins[0])
+    axes = at.get("axes") if len(ins) < 2 else cx.arr(ins[1], "axes", node).reshape(-1).tolist()
+    for a in unsqueeze_axes(x.ndim, axes):
+        x = x.unsqueeze(a)
+    return [x]
+
+
+@_op("Concat")
+def _concat(cx, node, at, ins):
+    ts = [cx.t(v) for v in ins]
+    return [concat(ts, norm_axis(at["axis"], ts[0].ndim))]
+
+
+@_op("Split")
+def _split(cx, node, at, ins):
+    x = cx.t(ins[0])
+    axis = norm_axis(at.get("axis", 0), x.ndim)
+    split = at.get("split")
+    if len(ins) > 1 and ins[1] is not None:
+        split = cx.arr(ins[1], "split", node)
+    elif split is not None:
+        split = np.asarray(split)
+    sizes = split_sizes(x.shape[axis], split, len(node.output), at.get("num_outputs"))
+    outs, start = [], 0
+    for n in sizes:
+        outs.append(x if n == x.shape[axis] else x.slice(axis, start, n))
+        start += n
+    return outs
+
+
+@_op("Slice")
+def _slice(cx, node, at, ins):
+    x = cx.t(ins[0])
+    args = [cx.arr(v, what, node) if v is not None else None
+            for v, what in zip(ins[1:], ("starts", "ends", "axes", "steps"))]
+    args += [None] * (4 - len(args))
+    for axis, r in slice_plan(x.shape, *args):
+        if r.step == 1 or len(r) <= 1:
+            if len(r) != x.shape[axis]:
+                x = x.slice(axis, r.start if len(r) else 0, len(r))
+        elif r.step == -1 and len(r) == x.shape[axis]:
+            x = x.flip(axis)
+        else:  # any other stride: an IndexSelect of the chosen positions
+            x = x.index_select(np.asarray(list(r), np.uint32), axis)
+    return [x]
+
+
+def _index_u32(cx, idx, extent):
+    """Indices (constant or graph) as u32 with negative indices wrapped."""
+    if isinstance(idx, np.ndarray):
+        if idx.size and (idx.min() < -extent or idx.max() >= extent):
+            raise Unsupported(f"constant indices {idx.min()}..{idx.max()} out of range for "
+                              f"extent {extent}")
+        return np.where(idx < 0, idx + extent, idx).astype(np.uint32)
+    t = cx.t(idx)
+    if t.dtype.is_signed:
+        t = where(t < 0, t + extent, t)
+    return t.cast("u32")
+
+
+@_op("Gather")
+def _gather(cx, node, at, ins):
+    x, idx = cx.t(ins[0]), ins[1]
+    axis = norm_axis(at.get("axis", 0), x.ndim)
+    ishape = tuple(idx.shape)
+    i32 = _index_u32(cx, idx, x.shape[axis])
+    if isinstance(i32, np.ndarray) and i32.ndim == 0:  # x[..., i, ...]
+        return [x.slice(axis, int(i32), 1).squeeze(axis)]
+    flat = i32.reshape(-1) if isinstance(i32, np.ndarray) else i32.reshape((math.prod(ishape),))
+    y = x.index_select(flat, axis)
+    return [y.reshape(x.shape[:axis] + ishape + x.shape[axis + 1:])]
+
+
+@_op("GatherElements")
+def _gather_elements(cx, node, at, ins):
+    x = cx.t(ins[0])
+    axis = norm_axis(at.get("axis", 0), x.ndim)
+    return [x.gather(cx.t(_index_u32(cx, ins[1], x.shape[axis])), axis)]
+
+
+@_op("Expand")
+def _expand(cx, node, at, ins):
+    x = cx.t(ins[0])
+    shape = [int(d) for d in cx.arr(ins[1], "shape", node).reshape(-1)]
+    target = broadcast_shape(x.shape, shape)
+    return [x.broadcast_to(target)]
+
+
+@_op("Tile")
+def _tile(cx, node, at, ins):
+    x = cx.t(ins[0])
+    reps = [int(r) for r in cx.arr(ins[1], "repeats", node).reshape(-1)]
+    for axis, r in enumerate(reps):
+        if r != 1:
+            x = concat([x] * r, axis)
+    return [x]
+
+
+@_op("Conv")
+def _conv(cx, node, at, ins):
+    x, w = cx.t(ins[0]), cx.t(ins[1])
+    bias = cx.t(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+    if x.ndim != 4:
+        raise Unsupported(f"a rank-{x.ndim} input {list(x.shape)}: only 2-D convolution "
+                          f"(rank-4 NCHW input) is supported")
+    kh, kw = w.shape[2:]
+    sh, sw = at.get("strides", [1, 1])
+    auto = at.get("auto_pad", "NOTSET")
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        pads = []
+        for n, k, s in ((x.shape[2], kh, sh), (x.shape[3], kw, sw)):
+            total = max((-(-n // s) - 1) * s + k - n, 0)
+            small = total // 2
+            pads.append((total - small, small) if auto == "SAME_LOWER" else (small, total - small))
+        (t, b), (l, r) = pads
+    elif auto == "VALID":
+        t = b = l = r = 0
+    else:
+        t, l, b, r = at.get("pads", [0, 0, 0, 0])
+    if (t, l) != (b, r):  # asymmetric: pad explicitly, then convolve unpadded
+        x = x.pad([(0, 0), (0, 0), (t, b), (l, r)])
+        t = l = 0
+    return [B.conv2d(x, w, bias, stride=(sh, sw), padding=(t, l), groups=at.get("group", 1))]
+
+
+@_op("Attention")
+def _attention(cx, node, at, ins):
+    q, k, v = (cx.t(i) for i in ins[:3])
+    if len(ins) > 3 and any(i is not None for i in ins[3:]):
+        raise Unsupported("attn_mask / past key-value inputs (only q, k, v are supported)")
+    if q.ndim != 4:
+        raise Unsupported(f"rank-{q.ndim} q: only [B, H, S, D] inputs are supported")
+    return [B.flash_attn(q, k, v, causal=bool(at.get("is_causal", 0)), scale=at.get("scale"),
+                         softcap=at.get("softcap") or None)]
+
+
+def static_issues(op: str, at: dict) -> list[str]:
+    """Attribute values fuelc refuses, known without building (so that they
+    are reported even downstream of another failure)."""
+    out = []
+    if op == "Conv":
+        dil = at.get("dilations")
+        if dil and any(d != 1 for d in dil):
+            out.append(f"attribute dilations={list(dil)} (only dilation 1 is supported)")
+        if len(at.get("kernel_shape", [0, 0])) != 2:
+            out.append(f"attribute kernel_shape={list(at['kernel_shape'])} (only 2-D "
+                       f"convolution is supported)")
+    if op == "Mod" and at.get("fmod", 0):
+        out.append("attribute fmod=1 (only fmod=0, the divisor's sign, is supported)")
+    if op in ("ArgMax", "ArgMin") and at.get("select_last_index", 0):
+        out.append("attribute select_last_index=1 (fuelc returns the first index)")
+    if op == "Gelu" and at.get("approximate", "none") not in ("none", "tanh"):
+        out.append(f"attribute approximate={at['approximate']!r}")
+    if op == "Attention":
+        for name in ("qk_matmul_output_mode", "softmax_precision"):
+            if at.get(name, 0):
+                out.append(f"attribute {name}={at[name]} (only the default is supported)")
+    return out

@@ -1,0 +1,518 @@
+"""ONNX import: models built with onnx.helper, imported, run on the numpy
+reference interpreter (and compiled for the CPU where it matters), compared
+with onnxruntime."""
+import math
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import compiler  # noqa: E402
+from compiler.frontends.onnx import OnnxImportError, import_model  # noqa: E402
+
+F = TensorProto.FLOAT
+RNG = np.random.default_rng(0)
+
+
+def vi(name, elem=F, shape=None):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def make(nodes, inputs, outputs, inits=None, opset=17):
+    inits = [numpy_helper.from_array(np.asarray(v), k) for k, v in (inits or {}).items()]
+    g = helper.make_graph(nodes, "t", inputs, outputs, initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8 if opset <= 17 else 10
+    return onnx.shape_inference.infer_shapes(m)  # the checker wants output shapes
+
+
+def node(op, ins, outs, name=None, **attrs):
+    return helper.make_node(op, ins, outs, name=name or f"{op}_{outs[0]}", **attrs)
+
+
+def ort_run(model, feeds):
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(None, feeds)))
+
+
+def check(model, feeds, *, input_shapes=None, rtol=1e-5, atol=1e-5, compile_it=False):
+    """Import, interpret (and optionally compile); compare with onnxruntime."""
+    want = ort_run(model, feeds)
+    g = import_model(model, input_shapes=input_shapes)
+    runs = [compiler.interpret(g, feeds)]
+    if compile_it:
+        m = compiler.compile(g)
+        got = m(**feeds)
+        runs.append(got if isinstance(got, dict) else {next(iter(g.outputs)): got})
+    for got in runs:
+        assert set(got) == set(want)
+        for k, w in want.items():
+            v = got[k]
+            if w.dtype == np.bool_:
+                w = w.astype(np.uint8)
+            assert v.shape == w.shape, k
+            if w.dtype.kind == "f":
+                np.testing.assert_allclose(v, w, rtol=rtol, atol=atol, err_msg=k)
+            else:
+                np.testing.assert_array_equal(v, w, err_msg=k)
+    return g
+
+
+def rand(*shape, lo=-2.0, hi=2.0):
+    return RNG.uniform(lo, hi, shape).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------
+# element-wise
+# ---------------------------------------------------------------------------
+def test_elementwise_math_with_broadcast_and_scalars():
+    nodes = [
+        node("Add", ["x", "b"], ["a"]), node("Mul", ["two", "a"], ["m"]),
+        node("Sub", ["one", "m"], ["s"]), node("Div", ["s", "b"], ["d"]),
+        node("Pow", ["d", "two"], ["p2"]), node("Abs", ["d"], ["ab"]),
+        node("Pow", ["ab", "half"], ["ph"]), node("Sqrt", ["ab"], ["sq"]),
+        node("Exp", ["x"], ["e"]), node("Add", ["sq", "one"], ["sq1"]),
+        node("Log", ["sq1"], ["lg"]), node("Tanh", ["x"], ["th"]),
+        node("Erf", ["x"], ["er"]), node("Relu", ["x"], ["rl"]),
+        node("Sigmoid", ["x"], ["sg"]), node("Neg", ["x"], ["ng"]),
+        node("Reciprocal", ["sq1"], ["rc"]), node("Max", ["x", "b", "th"], ["mx"]),
+        node("Min", ["x", "b"], ["mn"]), node("Clip", ["x", "lo", "hi"], ["cl"]),
+        node("Clip", ["x", "", "hi"], ["cl2"]), node("LeakyRelu", ["x"], ["lr"], alpha=0.1),
+        node("Floor", ["x"], ["fl"]), node("Sum", ["x", "b", "x"], ["sm"]),
+        node("Mean", ["x", "b"], ["me"]), node("HardSwish", ["x"], ["hs"]),
+    ]
+    outs = ["p2", "ph", "e", "lg", "er", "rl", "sg", "ng", "rc", "mx", "mn", "cl", "cl2",
+            "lr", "fl", "sm", "me", "hs"]
+    m = make(nodes, [vi("x", shape=[3, 4])], [vi(o) for o in outs],
+             {"b": rand(4, lo=0.5, hi=1.5), "two": np.float32(2), "one": np.float32(1),
+              "half": np.float32(0.5), "lo": np.float32(-0.5), "hi": np.float32(0.7)})
+    g = check(m, {"x": rand(3, 4)})
+    ops = {n.op for n in g.nodes}
+    assert {"Sqr", "AddScalar", "MulScalar", "Clamp"} <= ops  # scalar constants stay scalar
+
+
+def test_compare_logic_where_cast():
+    nodes = [
+        node("Less", ["x", "y"], ["lt"]), node("Greater", ["x", "zero"], ["gt"]),
+        node("Equal", ["i", "j"], ["eq"]), node("Not", ["lt"], ["nt"]),
+        node("And", ["gt", "nt"], ["an"]), node("Cast", ["eq"], ["eq2"], to=TensorProto.BOOL),
+        node("Or", ["lt", "eq2"], ["orr"]),
+        node("Where", ["an", "x", "y"], ["w"]), node("Cast", ["x"], ["xi"], to=TensorProto.INT32),
+        node("Cast", ["i"], ["if"], to=F), node("Cast", ["x"], ["xb"], to=TensorProto.BOOL),
+        node("LessOrEqual", ["x", "y"], ["le"]), node("Xor", ["lt", "gt"], ["xo"]),
+    ]
+    m = make(nodes, [vi("x", shape=[2, 5]), vi("y", shape=[5]),
+                     vi("i", TensorProto.INT64, [2, 5]), vi("j", TensorProto.INT64, [5])],
+             [vi(o, e) for o, e in (("lt", TensorProto.BOOL), ("an", TensorProto.BOOL),
+                                    ("orr", TensorProto.BOOL), ("w", F),
+                                    ("xi", TensorProto.INT32), ("if", F),
+                                    ("xb", TensorProto.BOOL), ("le", TensorProto.BOOL),
+                                    ("xo", TensorProto.BOOL))],
+             {"zero": np.float32(0)})
+    x = rand(2, 5) * 3
+    x[0, 0] = 0.0
+    check(m, {"x": x, "y": rand(5), "i": RNG.integers(0, 3, (2, 5)),
+              "j": RNG.integers(0, 3, 5)})
+
+
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+def test_softmax_logsoftmax_any_axis(axis):
+    m = make([node("Softmax", ["x"], ["s"], axis=axis),
+              node("LogSoftmax", ["x"], ["l"], axis=axis)],
+             [vi("x", shape=[3, 4, 5])], [vi("s"), vi("l")], opset=13)
+    check(m, {"x": rand(3, 4, 5) * 4})
+
+
+def needs_opset(n):
+    return pytest.mark.skipif(onnx.defs.onnx_opset_version() < n,
+                              reason=f"the installed onnx predates opset {n}")
+
+
+@needs_opset(20)
+def test_gelu_op_opset20():
+    m = make([node("Gelu", ["x"], ["a"]), node("Gelu", ["x"], ["b"], approximate="tanh")],
+             [vi("x", shape=[4, 8])], [vi("a"), vi("b")], opset=20)
+    g = check(m, {"x": rand(4, 8) * 3})
+    assert {"GeluErf", "Gelu"} <= {n.op for n in g.nodes}
+
+
+# ---------------------------------------------------------------------------
+# reductions (axes as attribute before opset 18, as input after)
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_reductions_axes_attribute_opset13(keepdims):
+    nodes = [node("ReduceMean", ["x"], ["me"], axes=[-1], keepdims=keepdims),
+             node("ReduceMax", ["x"], ["mx"], axes=[0, 2], keepdims=keepdims),
+             node("ReduceMin", ["x"], ["mn"], keepdims=keepdims),
+             node("ReduceSum", ["x", "ax"], ["sm"], keepdims=keepdims),
+             node("ReduceL2", ["x"], ["l2"], axes=[1], keepdims=keepdims),
+             node("ArgMax", ["x"], ["am"], axis=1, keepdims=keepdims)]
+    m = make(nodes, [vi("x", shape=[2, 3, 4])],
+             [vi(o) for o in ("me", "mx", "mn", "sm", "l2")] + [vi("am", TensorProto.INT64)],
+             {"ax": np.array([1], np.int64)}, opset=13)
+    check(m, {"x": rand(2, 3, 4)})
+
+
+def test_reductions_axes_input_opset18_and_empty_axes():
+    nodes = [node("ReduceMean", ["x", "ax"], ["me"]),
+             node("ReduceSum", ["x", "none"], ["all"], keepdims=0),
+             node("ReduceMax", ["x", "none"], ["same"], noop_with_empty_axes=1),
+             node("ReduceSumSquare", ["x", "ax"], ["ss"], keepdims=0)]
+    m = make(nodes, [vi("x", shape=[2, 3, 4])], [vi(o) for o in ("me", "all", "same", "ss")],
+             {"ax": np.array([-1, 0], np.int64), "none": np.zeros(0, np.int64)}, opset=18)
+    check(m, {"x": rand(2, 3, 4)})
+
+
+# ---------------------------------------------------------------------------
+# shape subgraphs fold at import
+# ---------------------------------------------------------------------------
+def test_shape_subgraph_folds_to_constants():
+    i64 = TensorProto.INT64
+    nodes = [
+        node("Shape", ["x"], ["sh"]),
+        node("Gather", ["sh", "i0"], ["b"], axis=0),
+        node("Gather", ["sh", "one"], ["s"], axis=0),
+        node("Unsqueeze", ["b", "ax0"], ["bu"]), node("Unsqueeze", ["s", "ax0"], ["su"]),
+        node("Div", ["hid", "heads"], ["hd"]),
+        node("Concat", ["bu", "su", "heads", "hd"], ["tgt"], axis=0),
+        node("Reshape", ["x", "tgt"], ["r"]),
+        node("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3]),
+        node("ConstantOfShape", ["sh"], ["ones"],
+             value=numpy_helper.from_array(np.array([1.0], np.float32))),
+        node("Add", ["x", "ones"], ["x1"]),
+        node("Range", ["zero", "s", "one"], ["pos"]),
+        node("Cast", ["pos"], ["posf"], to=F),
+        node("Slice", ["sh", "ax0", "i1"], ["sh2a"]),
+        node("Concat", ["sh2a", "i1", "i1"], ["sh2"], axis=0),  # [2, 1, 1] -> broadcast
+        node("Expand", ["posf", "sh2"], ["pe"]),
+        node("Constant", [], ["c"], value_floats=[0.5]),
+        node("Mul", ["pe", "c"], ["pe2"]),
+    ]
+    m = make(nodes, [vi("x", shape=[2, 6, 8])],
+             [vi("t"), vi("x1"), vi("pe2")],
+             {"i0": np.array([0], np.int64)[0], "i1": np.array([1], np.int64),
+              "ax0": np.array([0], np.int64), "hid": np.array([8], np.int64),
+              "heads": np.array([2], np.int64), "zero": np.array(0, np.int64),
+              "one": np.array([1], np.int64)[0]})
+    g = check(m, {"x": rand(2, 6, 8)})
+    # nothing integer survives into the graph: every shape computation folded
+    assert all(n.dtype.is_float for n in g.nodes), g.dump()
+
+
+# ---------------------------------------------------------------------------
+# data movement
+# ---------------------------------------------------------------------------
+def test_reshape_transpose_flatten_squeeze_split_concat_tile():
+    nodes = [
+        node("Reshape", ["x", "shp"], ["r"]), node("Transpose", ["r"], ["t"]),
+        node("Flatten", ["x"], ["f"], axis=2), node("Unsqueeze", ["x", "ax"], ["u"]),
+        node("Squeeze", ["u", "ax"], ["sq"]), node("Split", ["x", "sp"], ["p0", "p1"], axis=2),
+        node("Concat", ["p1", "p0", "x"], ["cc"], axis=-1), node("Tile", ["x", "reps"], ["tl"]),
+        node("Identity", ["x"], ["id"]), node("Dropout", ["x"], ["dr"]),
+    ]
+    m = make(nodes, [vi("x", shape=[2, 3, 4])],
+             [vi(o) for o in ("t", "f", "sq", "p0", "p1", "cc", "tl", "id", "dr")],
+             {"shp": np.array([0, -1, 2], np.int64), "ax": np.array([1, -1], np.int64),
+              "sp": np.array([1, 3], np.int64), "reps": np.array([1, 2, 1], np.int64)})
+    check(m, {"x": rand(2, 3, 4)})
+
+
+def test_split_num_outputs_opset18():
+    m = make([node("Split", ["x"], ["a", "b", "c"], axis=1, num_outputs=3)],
+             [vi("x", shape=[2, 7])], [vi("a"), vi("b"), vi("c")], opset=18)
+    check(m, {"x": rand(2, 7)})
+
+
+@pytest.mark.parametrize("starts,ends,axes,steps", [
+    ([1], [3], [1], [1]), ([0, -3], [2, 100], [0, 2], [1, 1]), ([0], [5], [2], [2]),
+    ([-1], [-100], [2], [-1]), ([3], [0], [2], [-2]), ([2], [2], [1], [1]),
+])
+def test_slice(starts, ends, axes, steps):
+    ins = {"st": np.array(starts, np.int64), "en": np.array(ends, np.int64),
+           "ax": np.array(axes, np.int64), "sp": np.array(steps, np.int64)}
+    m = make([node("Slice", ["x", "st", "en", "ax", "sp"], ["y"])], [vi("x", shape=[3, 4, 5])],
+             [vi("y")], ins)
+    check(m, {"x": rand(3, 4, 5)})
+
+
+def test_gather_constant_and_runtime_indices_gather_elements_expand():
+    i64 = TensorProto.INT64
+    nodes = [node("Gather", ["emb", "ids"], ["e"], axis=0),
+             node("Gather", ["x", "ci"], ["g1"], axis=1),
+             node("Gather", ["x", "sc"], ["g2"], axis=-1),
+             node("GatherElements", ["x", "ge"], ["g3"], axis=1),
+             node("Expand", ["v", "es"], ["ex"])]
+    m = make(nodes, [vi("x", shape=[2, 4]), vi("ids", i64, [2, 3]), vi("v", shape=[3, 1])],
+             [vi(o) for o in ("e", "g1", "g2", "g3", "ex")],
+             {"emb": rand(10, 6), "ci": np.array([[3, -1], [0, 2]], np.int64),
+              "sc": np.array(-2, np.int64), "ge": np.array([[1, -1], [0, 3]], np.int64),
+              "es": np.array([2, 1, 4], np.int64)})
+    check(m, {"x": rand(2, 4), "ids": np.array([[1, 9, -1], [0, 0, 5]], np.int64),
+              "v": rand(3, 1)})
+
+
+# ---------------------------------------------------------------------------
+# matmul family, normalization, convolution
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("ta,tb,alpha,beta", [(0, 0, 1.0, 1.0), (1, 1, 0.5, 2.0),
+                                              (0, 1, 1.0, 1.0)])
+def test_gemm(ta, tb, alpha, beta):
+    a = rand(*((5, 3) if ta else (3, 5)))
+    b = rand(*((4, 5) if tb else (5, 4)))
+    m = make([node("Gemm", ["a", "b", "c"], ["y"], transA=ta, transB=tb, alpha=alpha,
+                   beta=beta)],
+             [vi("a", shape=list(a.shape))], [vi("y")], {"b": b, "c": rand(4)})
+    g = check(m, {"a": a})
+    if (alpha, beta) == (1.0, 1.0):
+        assert any(n.op == "Fused" and n.fused.name == "FusedLinear" for n in g.nodes)
+
+
+def test_matmul_batched_and_bias_add_becomes_linear():
+    nodes = [node("MatMul", ["x", "w"], ["mm"]), node("Add", ["bias", "mm"], ["y"]),
+             node("MatMul", ["x", "xt"], ["bb"]), node("Transpose", ["x"], ["xt"], perm=[0, 2, 1]),
+             node("MatMul", ["x", "w"], ["nobias"])]
+    nodes = [nodes[0], nodes[1], nodes[3], nodes[2], nodes[4]]
+    m = make(nodes, [vi("x", shape=[2, 3, 8])], [vi("y"), vi("bb"), vi("nobias")],
+             {"w": rand(8, 5), "bias": rand(5)})
+    g = check(m, {"x": rand(2, 3, 8)})
+    assert sum(1 for n in g.nodes if n.op == "Fused" and n.fused.name == "FusedLinear") == 1
+
+
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_layer_normalization(axis):
+    shape = [2, 3, 6]
+    wshape = shape[axis:] if axis != -1 else shape[-1:]
+    m = make([node("LayerNormalization", ["x", "w", "b"], ["y"], axis=axis, epsilon=1e-3)],
+             [vi("x", shape=shape)], [vi("y")], {"w": rand(*wshape), "b": rand(*wshape)})
+    g = check(m, {"x": rand(*shape)}, atol=2e-5)
+    assert any(n.op == "Fused" and n.fused.name == "LayerNormLastDim" for n in g.nodes)
+
+
+@pytest.mark.parametrize("attrs", [
+    dict(pads=[1, 1, 1, 1]), dict(pads=[0, 1, 2, 0], strides=[2, 1]),
+    dict(auto_pad="SAME_UPPER", strides=[2, 2]), dict(group=2, pads=[1, 0, 1, 0]),
+])
+def test_conv(attrs):
+    w = rand(4, 4 // attrs.get("group", 1), 3, 3)
+    m = make([node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[3, 3], **attrs)],
+             [vi("x", shape=[1, 4, 7, 6])], [vi("y")], {"w": w, "b": rand(4)})
+    check(m, {"x": rand(1, 4, 7, 6)}, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------
+# an encoder block as PyTorch exports it, interpreted and compiled
+# ---------------------------------------------------------------------------
+def encoder_block(hidden, heads, ffn, seq, batch=1, opset=17, decomposed_ln=False):
+    """One BERT-style layer: MatMul+Add projections, heads by Reshape/Transpose,
+    Div-scaled scores + additive mask, Softmax, erf GELU, residual LayerNorms."""
+    d = hidden // heads
+    inits, nodes = {}, []
+
+    def w(name, *shape, scale=None):
+        inits[name] = rand(*shape) * (scale if scale is not None else 1 / math.sqrt(shape[0]))
+        return name
+
+    def n(op, ins, out, **kw):
+        nodes.append(node(op, ins, [out], **kw))
+        return out
+
+    def layer_norm(x, p):
+        wn, bn = w(p + ".w", hidden, scale=1.0), w(p + ".b", hidden, scale=0.1)
+        if not decomposed_ln:
+            return n("LayerNormalization", [x, wn, bn], p + ".y", axis=-1, epsilon=1e-12)
+        mu = n("ReduceMean", [x], p + ".mu", axes=[-1])
+        c = n("Sub", [x, mu], p + ".c")
+        v = n("ReduceMean", [n("Pow", [c, "two"], p + ".sq")], p + ".var", axes=[-1])
+        s = n("Sqrt", [n("Add", [v, "eps"], p + ".ve")], p + ".sd")
+        return n("Add", [n("Mul", [n("Div", [c, s], p + ".n"), wn], p + ".nw"), bn], p + ".y")
+
+    def linear(x, p, k, m):
+        return n("Add", [w(p + ".bias", m, scale=0.1), n("MatMul", [x, w(p + ".w", k, m)],
+                                                             p + ".mm")], p + ".y")
+
+    def heads_of(x, p):  # [B,S,H] -> [B,heads,S,d] through a Shape-computed target
+        r = n("Reshape", [x, "heads_shape"], p + ".r")
+        return n("Transpose", [r], p + ".t", perm=[0, 2, 1, 3])
+
+    n("Shape", ["x"], "xs")
+    n("Slice", ["xs", "z1", "two1"], "bs")
+    n("Concat", ["bs", "hd_tail"], "heads_shape", axis=0)
+    inits.update({"z1": np.array([0], np.int64), "two1": np.array([2], np.int64),
+                  "hd_tail": np.array([heads, d], np.int64), "two": np.float32(2),
+                  "eps": np.float32(1e-12), "sqrt_d": np.float32(math.sqrt(d)),
+                  "sqrt2": np.float32(math.sqrt(2)), "one": np.float32(1),
+                  "half": np.float32(0.5), "out_shape": np.array([0, 0, hidden], np.int64),
+                  "mask_axes": np.array([1, 2], np.int64), "neg": np.float32(-10000.0)})
+    q = heads_of(linear("x", "q", hidden, hidden), "q")
+    k = heads_of(linear("x", "k", hidden, hidden), "k")
+    v = heads_of(linear("x", "v", hidden, hidden), "v")
+    kt = n("Transpose", [k], "kt", perm=[0, 1, 3, 2])
+    sc = n("Div", [n("MatMul", [q, kt], "qk"), "sqrt_d"], "scores")
+    # mask [B,S] (1 keep, 0 pad) -> (1 - m) * -10000 as [B,1,1,S]
+    mf = n("Cast", ["mask"], "mf", to=F)
+    madd = n("Mul", [n("Sub", ["one", mf], "inv"), "neg"], "madd")
+    mu = n("Unsqueeze", [madd, "mask_axes"], "mu")
+    p = n("Softmax", [n("Add", [sc, mu], "masked")], "probs", axis=-1)
+    ctx = n("Transpose", [n("MatMul", [p, v], "ctx")], "ctx_t", perm=[0, 2, 1, 3])
+    ctx = n("Reshape", [ctx, "out_shape"], "ctx_r")
+    h1 = layer_norm(n("Add", [linear(ctx, "o", hidden, hidden), "x"], "res1"), "ln1")
+    f = linear(h1, "f1", hidden, ffn)
+    e = n("Erf", [n("Div", [f, "sqrt2"], "gd")], "ge")
+    gelu = n("Mul", [n("Mul", [f, n("Add", [e, "one"], "g1")], "gm"), "half"], "gelu")
+    h2 = layer_norm(n("Add", [linear(gelu, "f2", ffn, hidden), h1], "res2"), "ln2")
+    nodes[-1].output[0] = "y"
+    ins = [vi("x", shape=["batch", "seq", hidden]), vi("mask", TensorProto.INT64, ["batch", "seq"])]
+    model = make(nodes, ins, [vi("y", shape=["batch", "seq", hidden])], inits, opset=opset)
+    feeds = {"x": rand(batch, seq, hidden), "mask": np.ones((batch, seq), np.int64)}
+    feeds["mask"][:, seq - 3:] = 0
+    return model, feeds
+
+
+def _fused_names(g):
+    return sorted({n.fused.name for n in g.nodes if n.op == "Fused"})
+
+
+def test_encoder_block_small_interprets_and_compiles():
+    model, feeds = encoder_block(64, 4, 256, 16, batch=2)
+    g = check(model, feeds, input_shapes={"x": (2, 16, 64), "mask": (2, 16)},
+              compile_it=True, rtol=1e-4, atol=2e-4)
+    assert _fused_names(g) == ["FusedLinear", "LayerNormLastDim"]
+    assert "GeluErf" in {n.op for n in g.nodes}
+    assert not any(n.dtype.value == "i64" and n.op != "Input" for n in g.nodes)
+
+
+def test_encoder_block_with_decomposed_layer_norm_fuses():
+    model, feeds = encoder_block(32, 2, 64, 8, opset=13, decomposed_ln=True)
+    g = check(model, feeds, input_shapes={"x": (1, 8, 32), "mask": (1, 8)},
+              compile_it=True, rtol=1e-4, atol=2e-4)
+    assert "LayerNormLastDim" not in _fused_names(g)  # the import spells primitives ...
+    m = compiler.compile(g)
+    assert m.ir["optimized"].count("layer_norm_last_dim") >= 2  # ... and fuel-fuse finds them
+    assert "softmax_last_dim" in m.ir["optimized"]
+
+
+@pytest.mark.slow
+def test_encoder_block_bert_small_size():
+    model, feeds = encoder_block(384, 12, 1536, 128)
+    check(model, feeds, input_shapes={"x": (1, 128, 384), "mask": (1, 128)},
+          compile_it=True, rtol=1e-4, atol=5e-4)
+
+
+# ---------------------------------------------------------------------------
+# errors
+# ---------------------------------------------------------------------------
+def test_symbolic_dims_are_refused_naming_every_one():
+    model, _ = encoder_block(32, 2, 64, 8)
+    with pytest.raises(OnnxImportError) as e:
+        import_model(model)
+    msg = str(e.value)
+    for part in ("input 'x' axis 0: dim_param 'batch'", "input 'x' axis 1: dim_param 'seq'",
+                 "input 'mask' axis 0: dim_param 'batch'", "input 'mask' axis 1",
+                 "input_shapes="):
+        assert part in msg, msg
+
+
+def test_input_shapes_errors():
+    model, _ = encoder_block(32, 2, 64, 8)
+    with pytest.raises(OnnxImportError, match=r"input 'x': input_shapes gives \[1, 8, 16\]"):
+        import_model(model, input_shapes={"x": (1, 8, 16), "mask": (1, 8)})
+    with pytest.raises(OnnxImportError, match=r"\['nope'\], which are not inputs"):
+        import_model(model, input_shapes={"nope": (1,)})
+
+
+def test_unsupported_constructs_are_listed_together():
+    nodes = [node("NonZero", ["x"], ["nz"], name="nz_node"),
+             node("Conv", ["img", "w"], ["c"], name="dilated", kernel_shape=[3, 3],
+                  dilations=[2, 2]),
+             node("Mod", ["x", "x"], ["md"], name="fmod_node", fmod=1),
+             node("Relu", ["c"], ["after_conv"]),  # downstream of a refused node: not listed
+             helper.make_node("FusedGemm", ["x", "x"], ["fg"], name="ms_node",
+                              domain="com.microsoft"),
+             node("Reshape", ["x", "rt"], ["rs"], name="runtime_shape"),
+             node("Cast", ["x"], ["rt"], to=TensorProto.INT64)]
+    nodes = nodes[:5] + [nodes[6], nodes[5]]
+    i64 = TensorProto.INT64
+    m = helper.make_model(
+        helper.make_graph(nodes, "bad", [vi("x", shape=[4]), vi("img", shape=[1, 1, 8, 8])],
+                          [vi("nz", i64, [1, "n"]), vi("after_conv", shape=[1, 1, 4, 4]),
+                           vi("md", shape=[4]), vi("fg", shape=[4]), vi("rs", shape=["r"])],
+                          initializer=[numpy_helper.from_array(rand(1, 1, 3, 3), "w")]),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    with pytest.raises(OnnxImportError) as e:
+        import_model(m)
+    found = {(i.op_type, i.node) for i in e.value.issues}
+    assert found == {("NonZero", "nz_node"), ("Conv", "dilated"), ("Mod", "fmod_node"),
+                     ("com.microsoft.FusedGemm", "ms_node"), ("Reshape", "runtime_shape")}
+    msg = str(e.value)
+    assert "5 unsupported" in msg and "dilations=[2, 2]" in msg and "fmod=1" in msg
+    assert "input 'shape' is computed at run time" in msg
+
+
+def test_malformed_model_fails_the_checker():
+    m = make([node("Relu", ["x"], ["y"]), node("Relu", ["ghost"], ["z"])],
+             [vi("x", shape=[2])], [vi("y"), vi("z")])
+    with pytest.raises(OnnxImportError, match="onnx.checker"):
+        import_model(m)
+    with pytest.raises(OnnxImportError, match="cannot read ONNX model"):
+        import_model(b"\x00not a model\xff" * 3)
+    with pytest.raises(OnnxImportError, match="path, bytes or onnx.ModelProto"):
+        import_model(42)
+
+
+def test_opset_below_13_is_refused():
+    m = make([node("Relu", ["x"], ["y"])], [vi("x", shape=[2])], [vi("y")], opset=11)
+    with pytest.raises(OnnxImportError, match=r"opset is 11; fuelc imports opsets 13 to"):
+        import_model(m)
+
+
+def test_import_from_path(tmp_path):
+    m = make([node("Relu", ["x"], ["y"])], [vi("x", shape=[2, 3])], [vi("y")])
+    p = tmp_path / "m.onnx"
+    onnx.save(m, str(p))
+    g = import_model(p)
+    x = rand(2, 3)
+    np.testing.assert_array_equal(compiler.interpret(g, {"x": x})["y"], np.maximum(x, 0))
+
+
+@needs_opset(23)
+@pytest.mark.parametrize("causal", [0, 1])
+def test_attention_op_opset23_becomes_flash_attn(causal):
+    shape = [1, 2, 6, 8]
+    m = make([node("Attention", ["q", "k", "v"], ["y"], is_causal=causal)],
+             [vi(n, shape=shape) for n in "qkv"], [vi("y")], opset=23)
+    g = check(m, {n: rand(*shape) for n in "qkv"}, atol=1e-5)
+    assert _fused_names(g) == ["FlashAttn"]
+
+
+@needs_opset(23)
+def test_attention_with_mask_is_refused():
+    shape = [1, 2, 6, 8]
+    m = make([node("Attention", ["q", "k", "v", "mask"], ["y"], name="attn")],
+             [vi(n, shape=shape) for n in "qkv"] + [vi("mask", shape=[6, 6])], [vi("y")],
+             opset=23)
+    with pytest.raises(OnnxImportError, match="Attention node 'attn': attn_mask"):
+        import_model(m)
+
+
+def test_import_only_op_with_runtime_input_is_refused():
+    m = make([node("ReduceSum", ["x"], ["n"], keepdims=0), node("Cast", ["n"], ["ni"],
+                                                                to=TensorProto.INT64),
+              node("Range", ["zero", "ni", "one"], ["r"], name="rng")],
+             [vi("x", shape=[3])], [vi("r", TensorProto.INT64, ["k"])],
+             {"zero": np.array(0, np.int64), "one": np.array(1, np.int64)})
+    with pytest.raises(OnnxImportError, match=r"Range node 'rng': its inputs must be constants "
+                                              r"known at import; input\(s\) \['ni'\]"):
+        import_model(m)
+
+
+def test_declared_output_type_contradicting_the_nodes_is_an_error():
+    g = helper.make_graph([node("Relu", ["x"], ["y"])], "t", [vi("x", shape=[2])],
+                          [vi("y", shape=[3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(OnnxImportError, match=r"output 'y': the model declares f32\[3\] but "
+                                              r"the import computed f32\[2\]"):
+        import_model(m)
