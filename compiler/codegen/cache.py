@@ -4,25 +4,93 @@ The key is a SHA-256 over the input IR, the entry names, the pipeline (its
 version, stages and strategy, as the target's codegen package describes
 it), the ``Target`` (triple, CPU name, features: objects for
 ``cpu:x86-64-v3`` and for this machine never mix) and the versions of the
-MLIR bindings and llvmlite. Objects are kept on disk
-as relocatable ELF files under ``$FUELC_CACHE_DIR`` (default
-``~/.cache/fuelc``)/``objects/``, so a kernel is compiled once per machine,
-across processes; in memory the loaded ``CompiledObject`` is reused.
-``KernelCache.stats`` counts memory hits, disk hits and compiles.
+MLIR bindings and llvmlite. Objects are kept on disk under
+``$FUELC_CACHE_DIR`` (default ``~/.cache/fuelc``)/``objects/<key[:2]>/<key>.o``,
+so a kernel is compiled once per machine and target, across processes; in
+memory the loaded ``CompiledObject`` is reused. ``KernelCache.stats`` counts
+memory hits, disk hits, compiles and rejected disk entries.
+
+Entry format (all integers little-endian)::
+
+    offset  size  field
+    0       8     magic b"FUELKOBJ"
+    8       4     format version (u32, currently 1)
+    12      4     key length K (u32)
+    16      32    SHA-256 of the payload
+    48      8     payload length N (u64)
+    56      K     the entry's own full key (ASCII hex)
+    56+K    N     payload: the relocatable x86-64 ELF object
+
+Trust model: an entry is machine code that gets linked into the process, so
+nothing read from disk reaches the loader unless it verified: the file is a
+regular file owned by this user, the magic and version match, the key in the
+entry equals the key asked for (an entry copied or swapped under another
+name is refused) and the payload has exactly the recorded length and SHA-256
+(a flipped bit or a truncation is refused). A bad entry is deleted, the
+kernel recompiled and the entry rewritten; ``KernelCacheWarning`` reports it
+once per process per kind of problem, naming the file; ``stats.rejected``
+counts every one. Files in the older headerless format are bad entries.
+
+The hash detects damage, not forgery: whoever can write the cache directory
+can write a well-formed entry. So the directory must be private: fuelc
+creates every directory level it makes with mode 0700 and writes entries
+0600, and if the cache directory or its ``objects/`` directory is owned by
+another user or is group- or world-writable, the disk cache is not used at
+all (memory only, one warning saying how to fix it). Writes go to a
+temporary file in the entry's directory and are renamed into place, so
+readers never see a partial entry; a failed write (a full disk, a read-only
+directory) removes its temporary file and only costs recompiles.
 """
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import importlib.metadata
 import os
+import stat
+import struct
 import tempfile
 import threading
+import warnings
 from pathlib import Path
 from typing import Sequence
 
 from compiler.codegen.loader import CompiledObject, ObjectLoadError, load_object
 from runtime.cpu_features import check_cpu_features
+from runtime.errors import FuelError
+
+MAGIC = b"FUELKOBJ"
+FORMAT_VERSION = 1
+_HEADER = struct.Struct("<8sII32sQ")  # magic, version, key length, sha256, payload length
+
+
+class KernelCacheWarning(UserWarning):
+    """The on-disk kernel cache refused an entry or is not used at all; the
+    kernels still work (they are recompiled)."""
+
+
+class CacheEntryError(FuelError, ValueError):
+    """A disk cache entry that does not verify; ``kind`` says which check
+    failed (format, key, length, hash, owner, read, load). The cache turns it
+    into a recompile and a ``KernelCacheWarning``."""
+
+    def __init__(self, kind: str, what: str):
+        super().__init__(what)
+        self.kind = kind
+
+
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def _warn_once(tag: str, message: str) -> None:
+    """One ``KernelCacheWarning`` per process for each ``tag``."""
+    with _warned_lock:
+        if tag in _warned:
+            return
+        _warned.add(tag)
+    warnings.warn(message, KernelCacheWarning, stacklevel=4)
 
 
 def default_cache_dir() -> Path:
@@ -38,16 +106,77 @@ def _version(dist: str) -> str:
         return "?"
 
 
+def encode_entry(key: str, payload: bytes) -> bytes:
+    """The on-disk entry for ``payload`` stored under ``key``."""
+    k = key.encode("ascii")
+    return _HEADER.pack(MAGIC, FORMAT_VERSION, len(k), hashlib.sha256(payload).digest(),
+                        len(payload)) + k + payload
+
+
+def decode_entry(key: str, entry: bytes) -> bytes:
+    """The payload of ``entry`` if it is a well-formed entry for ``key`` whose
+    payload matches its recorded length and SHA-256; else CacheEntryError."""
+    if len(entry) < _HEADER.size or entry[:8] != MAGIC:
+        raise CacheEntryError("format", "it is not a fuelc cache entry (no FUELKOBJ header: a "
+                                 "damaged file, an entry from an older fuelc, or a foreign file)")
+    magic, version, key_len, digest, length = _HEADER.unpack_from(entry)
+    if version != FORMAT_VERSION:
+        raise CacheEntryError("format", f"it has entry format version {version}; this fuelc "
+                                 f"reads version {FORMAT_VERSION}")
+    k = key.encode("ascii")
+    stored = entry[_HEADER.size:_HEADER.size + key_len]
+    if stored != k:
+        raise CacheEntryError("key", f"it holds the entry for key {stored[:80]!r}, not for "
+                              f"{key!r} (a copied, swapped or planted file)")
+    payload = entry[_HEADER.size + key_len:]
+    if len(payload) != length:
+        raise CacheEntryError("length", f"its payload has {len(payload)} bytes where the header "
+                                 f"records {length} (a truncated or extended file)")
+    if hashlib.sha256(payload).digest() != digest:
+        raise CacheEntryError("hash", "the SHA-256 of its payload does not match the header "
+                               "(the file was damaged or modified)")
+    return payload
+
+
+def _insecure(path: Path, st: os.stat_result) -> str | None:
+    """Why a cache directory is not private to this user, or None."""
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a directory"
+    if st.st_uid != os.geteuid():
+        return f"{path} is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{path} is group- or world-writable (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def _make_private_dirs(path: Path) -> None:
+    """``mkdir -p path`` where every level created gets mode 0700."""
+    missing = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    for p in reversed(missing):
+        try:
+            os.mkdir(p, 0o700)
+        except FileExistsError:
+            continue  # made concurrently; its owner and mode are checked by the caller
+        os.chmod(p, 0o700)  # the umask may only have narrowed it; make it exact
+
+
 @dataclasses.dataclass
 class CacheStats:
     memory_hits: int = 0
     disk_hits: int = 0
     compiles: int = 0
+    rejected: int = 0  # disk entries refused (damaged, swapped, planted, old format)
 
 
 class KernelCache:
     """Compiled objects by content hash. ``directory=None`` keeps them in
-    memory only."""
+    memory only; so does a directory that is not private to this user."""
 
     def __init__(self, directory: Path | str | None = None):
         self.directory = Path(directory) if directory is not None else None
@@ -55,6 +184,8 @@ class KernelCache:
         self._memory: dict[str, CompiledObject] = {}
         self._lock = threading.Lock()
         self._key_locks: dict[str, threading.Lock] = {}
+        self._disk_checked = False
+        self._disk_usable = False
 
     # -- keys ------------------------------------------------------------------
     def key(self, text: str, entry_names: Sequence[str], strategy=None, target=None) -> str:
@@ -74,19 +205,49 @@ class KernelCache:
             return None
         return self.directory / "objects" / key[:2] / f"{key}.o"
 
+    @property
+    def disk_enabled(self) -> bool:
+        """Whether entries are read from and written to disk: there is a
+        directory, and it (with ``objects/``) is private to this user. Checked
+        (and created, mode 0700) on first use."""
+        if self.directory is None:
+            return False
+        with self._lock:
+            if not self._disk_checked:
+                self._disk_usable = self._check_directory()
+                self._disk_checked = True
+            return self._disk_usable
+
+    def _check_directory(self) -> bool:
+        objects = self.directory / "objects"
+        try:
+            _make_private_dirs(objects)
+            problem = (_insecure(self.directory, os.stat(self.directory))
+                       or _insecure(objects, os.lstat(objects)))
+        except OSError as e:
+            problem = f"it cannot be created or inspected ({e})"
+        if problem is None:
+            return True
+        _warn_once(f"dir:{self.directory}",
+                   f"fuelc kernel cache: not using the disk cache in {self.directory}: "
+                   f"{problem}. Its entries are loaded as code, so it must be private: run "
+                   f"`chmod 700 {self.directory} {objects}` if it is yours, or point "
+                   "FUELC_CACHE_DIR at a directory of your own. Kernels are kept in memory "
+                   "only until then.")
+        return False
+
     # -- lookups ---------------------------------------------------------------
     def get_or_compile(self, text: str, entry_names: Sequence[str], *, strategy=None,
                        target=None, load: bool = True) -> CompiledObject | None:
         """The loaded object for (text, entries, strategy, target): from
-        memory, else from disk, else compiled (and stored in both). A target
-        this CPU cannot run is compiled and stored, then ``CpuFeatureError``.
-        ``load=False``: only make sure the object is on disk (or compile it
-        when there is no disk cache) and return None."""
+        memory, else from a verified disk entry, else compiled (and stored in
+        both). A target this CPU cannot run is compiled and stored, then
+        ``CpuFeatureError``. ``load=False``: only make sure a verified entry
+        is on disk (compiling when there is none) and return None."""
         target = _target(target)
         key = self.key(text, entry_names, strategy, target)
         if not load:
-            path = self.object_path(key)
-            if path is None or not path.is_file():
+            if not self._has_verified_entry(key):
                 data = target.codegen.emit_object(text, entry_names, target=target,
                                                   strategy=strategy)
                 with self._lock:
@@ -117,36 +278,92 @@ class KernelCache:
                 self._memory[key] = obj
             return obj
 
-    def _load_from_disk(self, key: str, target) -> CompiledObject | None:
+    def _has_verified_entry(self, key: str) -> bool:
+        if not self.disk_enabled:
+            return False
         path = self.object_path(key)
-        if path is None or not path.is_file():
+        try:
+            decode_entry(key, self._read_entry(path))
+            return True
+        except (OSError, CacheEntryError):
+            return False
+
+    def _load_from_disk(self, key: str, target) -> CompiledObject | None:
+        """The object of the verified entry for ``key`` (built for ``target``);
+        None if there is none (a bad entry is deleted, counted and reported)."""
+        if not self.disk_enabled:
             return None
+        path = self.object_path(key)
         check_cpu_features(target.features, target=str(target), what="a cached kernel object")
         try:
-            obj = load_object(path.read_bytes(), target.features, str(target))
-        except (OSError, ObjectLoadError):
-            # A truncated or foreign file: drop it and compile again.
-            try:
-                path.unlink()
-            except OSError:
-                pass
+            payload = decode_entry(key, self._read_entry(path))
+            obj = load_object(payload, target.features, str(target))
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            self._reject(path, CacheEntryError("read", f"it cannot be read ({e})"))
+            return None
+        except CacheEntryError as e:
+            self._reject(path, e)
+            return None
+        except ObjectLoadError as e:  # verified, but not loadable in this process
+            self._reject(path, CacheEntryError("load", f"its object does not load: {e}"))
             return None
         with self._lock:
             self.stats.disk_hits += 1
         return obj
 
-    def _store_on_disk(self, key: str, data: bytes) -> None:
-        path = self.object_path(key)
-        if path is None:
-            return
+    @staticmethod
+    def _read_entry(path: Path) -> bytes:
+        """The bytes of the entry file at ``path``: a regular file (not a
+        symlink) owned by this user, in a directory only this user can write."""
+        problem = _insecure(path.parent, os.lstat(path.parent))
+        if problem is not None:
+            raise CacheEntryError("owner", f"its directory is not private: {problem}")
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                raise CacheEntryError("owner", f"it is not a regular file owned by this user "
+                                        f"(uid {st.st_uid}, mode {st.st_mode:o})")
+            return f.read()
+
+    def _reject(self, path: Path, why: CacheEntryError) -> None:
+        with self._lock:
+            self.stats.rejected += 1
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)  # atomic: readers never see a partial object
+            path.unlink()
         except OSError:
-            pass  # a read-only or full cache dir only costs recompiles
+            pass  # a new entry replaces it atomically anyway
+        _warn_once(f"entry:{why.kind}",
+                   f"fuelc kernel cache: refused entry {path}: {why}. It was deleted and "
+                   "the kernel is recompiled (further entries refused for this reason in "
+                   "this process are only counted in KernelCache.stats.rejected).")
+
+    def _store_on_disk(self, key: str, data: bytes) -> None:
+        """Write the entry for ``key`` atomically (temp file + rename, 0600);
+        on failure remove the temp file and report once."""
+        if not self.disk_enabled:
+            return
+        path = self.object_path(key)
+        tmp = None
+        try:
+            _make_private_dirs(path.parent)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key[:16]}.", suffix=".tmp")
+            with os.fdopen(fd, "wb") as f:  # mkstemp: mode 0600, owned by this user
+                f.write(encode_entry(key, data))
+            os.replace(tmp, path)  # atomic: readers never see a partial entry
+        except OSError as e:
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+            reason = errno.errorcode.get(e.errno, "error") if e.errno else type(e).__name__
+            _warn_once(f"write:{reason}",
+                       f"fuelc kernel cache: could not write {path}: {e}. Kernels still "
+                       "work but are recompiled in every process; free space in (or fix "
+                       "permissions of) the directory, or point FUELC_CACHE_DIR elsewhere.")
 
     def clear_memory(self) -> None:
         """Forget loaded objects (disk entries stay)."""
@@ -179,4 +396,5 @@ def set_default_cache(cache: KernelCache | None) -> None:
         _default = cache
 
 
-__all__ = ["KernelCache", "CacheStats", "default_cache", "set_default_cache", "default_cache_dir"]
+__all__ = ["KernelCache", "CacheStats", "KernelCacheWarning", "CacheEntryError", "encode_entry", "decode_entry",
+           "default_cache", "set_default_cache", "default_cache_dir"]

@@ -5,9 +5,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import codegen_ir as IR
-from compiler.codegen.cache import KernelCache, default_cache
+from compiler.codegen import cache as cache_mod
+from compiler.codegen.cache import KernelCache, KernelCacheWarning, default_cache
 from compiler.codegen.cpu import compile_module
 from compiler.codegen.memref import descriptor_from_array as D
 from compiler.codegen.cpu.strategy import LOOPS, Strategy
@@ -50,15 +52,17 @@ def test_key_covers_text_entries_and_strategy(tmp_path):
     assert c.key(IR.ADD_DYN, ["add"], LOOPS) != c.key(IR.ADD_DYN, ["add"], other)
 
 
-def test_corrupt_disk_entry_is_recompiled(tmp_path):
+def test_corrupt_disk_entry_is_recompiled(tmp_path, monkeypatch):
+    monkeypatch.setattr(cache_mod, "_warned", set())
     c = KernelCache(tmp_path)
     c.get_or_compile(IR.ADD_DYN, ["add"])
     (path,) = (tmp_path / "objects").rglob("*.o")
     path.write_bytes(b"garbage")
     c2 = KernelCache(tmp_path)
-    _check_add(c2.get_or_compile(IR.ADD_DYN, ["add"]))
-    assert (c2.stats.compiles, c2.stats.disk_hits) == (1, 0)
-    assert path.read_bytes()[:4] == b"\x7fELF"
+    with pytest.warns(KernelCacheWarning, match="not a fuelc cache entry"):
+        _check_add(c2.get_or_compile(IR.ADD_DYN, ["add"]))
+    assert (c2.stats.compiles, c2.stats.disk_hits, c2.stats.rejected) == (1, 0, 1)
+    assert path.read_bytes()[:8] == cache_mod.MAGIC
 
 
 def test_memory_only_cache(tmp_path):
