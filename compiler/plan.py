@@ -33,7 +33,7 @@ from .dialect.attrs import op_params
 from .dialect.definition import lookup
 from .dialect.emit import NAME_ATTR, OUTPUT_NAMES_ATTR
 from .dialect.structural import RUNTIME_FUSED, resolve_runtime_fused
-from .dialect.types import mlir_to_dtype, tensor_types
+from .dialect.types import tensor_types
 from .errors import CompilerError
 from .graph.kernel_params import KernelParamsError, to_op_params
 from .graph.opdef import TensorType

@@ -36,13 +36,6 @@ def dtype_of(arr: np.ndarray) -> DType:
     return DType.from_numpy(arr.dtype)
 
 
-def compute_dtype(dtype: DType) -> np.dtype:
-    """The numpy dtype element-wise reference math runs in."""
-    if dtype in (DType.BF16, DType.F16):
-        return np.dtype(np.float32)
-    return dtype.numpy
-
-
 def to_compute(arr: np.ndarray, wide: bool = False) -> np.ndarray:
     """Decode a storage array into numbers: floats as float32 (float64 when
     ``wide`` or f64), integers unchanged."""

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import math
 import struct
 from typing import Any, Iterator, Union
 
@@ -502,10 +501,6 @@ def structural_hash(recipe, ignore_slot_values: bool = True) -> str:
 def float_bits(x: float) -> int:
     """The IEEE-754 binary64 bit pattern of ``x`` as an unsigned int."""
     return struct.unpack("<Q", struct.pack("<d", float(x)))[0]
-
-
-def is_finite(x) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
 
 
 def validate_pattern(pattern) -> None:

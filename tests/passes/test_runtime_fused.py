@@ -15,7 +15,8 @@ from compiler.dialect.structural import (RUNTIME_FUSED, attr_fused_id, attr_scal
                                          check_runtime_fused, resolve_runtime_fused)
 from compiler.errors import DialectError
 from compiler.graph.interpret import interpret
-from compiler.mlir import ir, make_context
+from compiler.dialect import make_context
+from compiler.mlir import ir
 from compiler.passes import run_pipeline
 from compiler.passes._fuel import walk_ops
 from runtime import BindingKey

@@ -123,22 +123,12 @@ def dims(v) -> list:
             for i in range(t.rank)]
 
 
-def static_shape(dlist) -> list[int]:
-    dyn = ir.ShapedType.get_dynamic_size()
-    return [d if isinstance(d, int) else dyn for d in dlist]
-
-
 def empty(dlist, elt: "ir.Type") -> "ir.Value":
     return tensor.empty(list(dlist), elt)
 
 
 def fill(value: "ir.Value", dest: "ir.Value") -> "ir.Value":
     return linalg.fill(value, outs=[dest])
-
-
-def dim_value(d) -> "ir.Value":
-    """A dim (int or index Value) as an index Value."""
-    return index(d) if isinstance(d, int) else d
 
 
 # -- linalg.generic --------------------------------------------------------
@@ -403,6 +393,6 @@ def nonzero(x: "ir.Value") -> "ir.Value":
     return arith.cmpi(arith.CmpIPredicate.ne, x, arith.constant(x.type, 0))
 
 
-__all__ = ["RULES", "lowers", "Lowering", "Scalar", "generic", "elementwise", "dims", "empty",
+__all__ = ["RULES", "PLATFORM_RULES", "rule_for", "lowers", "Lowering", "Scalar", "generic", "elementwise", "dims", "empty",
            "fill", "index", "affine_map", "identity_map", "broadcast_map", "loop_index",
            "PARALLEL", "REDUCTION", "rtt", "rank", "math", "arith", "tensor", "linalg"]
