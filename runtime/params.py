@@ -26,7 +26,8 @@ from .opkind import OpKind
 
 
 class QuantType(enum.Enum):
-    """GGUF block formats for QMatMul: value = (block bytes, block elements)."""
+    """GGUF block formats for QMatMul (ggml's type names): value = (block bytes,
+    block elements)."""
 
     Q4_0 = (18, 32)
     Q4_1 = (20, 32)
@@ -34,11 +35,11 @@ class QuantType(enum.Enum):
     Q5_1 = (24, 32)
     Q8_0 = (34, 32)
     Q8_1 = (36, 32)
-    Q2K = (84, 256)
-    Q3K = (110, 256)
-    Q4_K_M = (144, 256)
-    Q5K = (176, 256)
-    Q6K = (210, 256)
+    Q2_K = (84, 256)
+    Q3_K = (110, 256)
+    Q4_K = (144, 256)
+    Q5_K = (176, 256)
+    Q6_K = (210, 256)
 
     @property
     def block_bytes(self) -> int:
