@@ -10,9 +10,9 @@ one reduction ``linalg.generic`` with the activations.
   whose body reads the bytes of element (n, k)'s block. f16 fields are
   decoded exactly (bitcast + extf) and every product is exact in f32, so the
   weights equal ggml's f32 dequantization bit for bit. Out ``[..,M,n]`` f32.
-* ``Nf4Matmul`` (id 21): code of (n, k) is the low nibble of
-  ``w_packed[n, k/2]`` for even k, the high nibble for odd k; w = NF4[code]·
-  absmax[n, k/bs] (f32), rounded to act's dtype.
+* ``Nf4Matmul`` (id 21, bitsandbytes' layout): code of (n, k) is the high
+  nibble of ``w_packed[n, k/2]`` for even k, the low nibble for odd k;
+  w = NF4[code]·absmax[n, k/bs] (f32), rounded to act's dtype.
 * ``AwqMatmul`` (id 25): physical nibble p (LSB first) of a u32 holds logical
   column [0,2,4,6,1,3,5,7][p], so logical j sits at p = j/2 + 4·(j mod 2);
   dequant[k, n] = (q[n, k] - z[k/gs, n])·s[k/gs, n] (f32), rounded to act's dtype.
@@ -241,7 +241,8 @@ def _nf4_matmul(lw: Lowering):
     blk = ir.AffineFloorDivExpr.get(ir.AffineDimExpr.get(1), ir.AffineConstantExpr.get(bs))
 
     def body(b, amax, _o):
-        code = _nibble(arith.extui(i32, b), arith.remui(loop_index(1), _idx(2)))
+        odd = arith.remui(loop_index(1), _idx(2))          # even k: the high nibble
+        code = _nibble(arith.extui(i32, b), arith.subi(_idx(1), odd))
         val = tensor.extract(lut, [arith.index_castui(ir.IndexType.get(), code)])
         return _convert(arith.mulf(val, amax), welt)
 
