@@ -839,9 +839,10 @@ class Nf4Matmul(OpParams):
 
 @variant
 class AwqMatmul(OpParams):
-    """AWQ int4 matmul: act ``[batch, m, k]``, qweight ``[n, k/8]`` U32, qzeros
-    ``[k/group_size, n/8]`` U32, scales ``[k/group_size, n]`` (fuelc addition:
-    the spec's AwqMatmul had no kernel)."""
+    """AWQ int4 matmul (AutoAWQ GEMM layout): act ``[batch, m, k]``, qweight
+    ``[k, n/8]`` I32/U32, qzeros ``[k/group_size, n/8]``, scales
+    ``[k/group_size, n]`` F16/F32 (fuelc addition: the spec's AwqMatmul had
+    no kernel)."""
     batch: int
     m: int
     n: int
@@ -849,8 +850,8 @@ class AwqMatmul(OpParams):
     group_size: int
 
     def validate(self):
-        if self.group_size == 0 or self.k % self.group_size or self.k % 8 or self.n % 8:
-            self._fail("group_size must be > 0 and divide k; k and n must be multiples of 8")
+        if self.group_size == 0 or self.k % self.group_size or self.n % 8:
+            self._fail("group_size must be > 0 and divide k; n must be a multiple of 8")
 
 
 @variant

@@ -265,7 +265,7 @@ def test_nf4_matmul_recipe(rng):
 # -- AwqMatmul --------------------------------------------------------------------
 def _awq_inputs(rng, lead, m, n, k, gs, dtype):
     act = _data(rng, lead + (m, k), dtype)
-    qw = rng.integers(0, 2 ** 32, (n, k // 8), dtype=np.uint64).astype(np.uint32)
+    qw = rng.integers(0, 2 ** 32, (k, n // 8), dtype=np.uint64).astype(np.uint32)
     qz = rng.integers(0, 2 ** 32, (k // gs, n // 8), dtype=np.uint64).astype(np.uint32)
     sc = rng.uniform(0.01, 0.1, (k // gs, n)).astype(np.float32)
     return [act, qw, qz, sc], [dtype, "u32", "u32", "f32"]
@@ -290,19 +290,19 @@ def test_awq_matmul_recipe(rng):
 
 
 def test_awq_unpack_order_is_logical(rng):
-    """One nonzero nibble per word: physical nibble p must land in logical
-    column [0,2,4,6,1,3,5,7][p] (a wrong order moves the single 1)."""
+    """One nonzero nibble per word: physical nibble p of qweight[k, 0] must
+    land in column [0,2,4,6,1,3,5,7][p] of row k (a wrong order moves the 1)."""
     n, k, gs = 8, 8, 8
     act = np.eye(k, dtype=np.float32)
     for p in range(8):
-        qw = np.zeros((n, 1), np.uint32)
+        qw = np.zeros((k, n // 8), np.uint32)
         qw[0, 0] = np.uint32(1 << (4 * p))
         qz = np.zeros((1, 1), np.uint32)
         sc = np.ones((1, n), np.float32)
         got, _ = _run_lowering("AwqMatmul", [act, qw, qz, sc], ["f32", "u32", "u32", "f32"],
                                dict(group_size=gs))
         want = np.zeros((k, n), np.float32)
-        want[(0, 2, 4, 6, 1, 3, 5, 7)[p], 0] = 1.0
+        want[0, (0, 2, 4, 6, 1, 3, 5, 7)[p]] = 1.0
         np.testing.assert_array_equal(got, want)
 
 

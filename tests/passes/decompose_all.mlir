@@ -553,10 +553,10 @@ func.func @flash_attn_backward_v(%arg0: tensor<1x2x3x4xf32>, %arg1: tensor<1x2x5
 
 // -----
 
-// 25. Unpack 8 int4 values per u32 (AWQ order), subtract the zero points, scale per group, matmul.
+// 25. Unpack 8 int4 values per word (AutoAWQ GEMM: qweight [K, N/8], AWQ order), subtract the zero points, scale per group, matmul.
 // CHECK-LABEL: func.func @awq_matmul(
 // CHECK-NOT:     "fuel.awq_matmul"
-// CHECK:       "fuel.cast"(%arg1) {dtype = "f64"} : (tensor<8x2xui32>) -> tensor<8x2xf64>
+// CHECK:       "fuel.cast"(%arg1) {dtype = "f64"} : (tensor<16x1xui32>) -> tensor<16x1xf64>
 // CHECK-NEXT:  "fuel.mul_scalar"({{.*}}) {value = 6.250000e-02 : f64}
 // CHECK-NEXT:  "fuel.floor"
 // CHECK:       "fuel.cast"(%arg2) {dtype = "f64"}
@@ -567,8 +567,8 @@ func.func @flash_attn_backward_v(%arg0: tensor<1x2x3x4xf32>, %arg1: tensor<1x2x5
 // CHECK-NEXT:  return %[[Y]]
 // GONE-LABEL: func.func @awq_matmul(
 // GONE-NOT:     "fuel.awq_matmul"
-func.func @awq_matmul(%arg0: tensor<3x16xf32>, %arg1: tensor<8x2xui32>, %arg2: tensor<2x1xui32>, %arg3: tensor<2x8xf32>) -> tensor<3x8xf32> {
-  %0 = "fuel.awq_matmul"(%arg0, %arg1, %arg2, %arg3) {group_size = 8 : i64, split_k_iters = 1 : i64} : (tensor<3x16xf32>, tensor<8x2xui32>, tensor<2x1xui32>, tensor<2x8xf32>) -> tensor<3x8xf32>
+func.func @awq_matmul(%arg0: tensor<3x16xf32>, %arg1: tensor<16x1xui32>, %arg2: tensor<2x1xui32>, %arg3: tensor<2x8xf32>) -> tensor<3x8xf32> {
+  %0 = "fuel.awq_matmul"(%arg0, %arg1, %arg2, %arg3) {group_size = 8 : i64, split_k_iters = 1 : i64} : (tensor<3x16xf32>, tensor<16x1xui32>, tensor<2x1xui32>, tensor<2x8xf32>) -> tensor<3x8xf32>
   return %0 : tensor<3x8xf32>
 }
 

@@ -13,9 +13,11 @@ one reduction ``linalg.generic`` with the activations.
 * ``Nf4Matmul`` (id 21, bitsandbytes' layout): code of (n, k) is the high
   nibble of ``w_packed[n, k/2]`` for even k, the low nibble for odd k;
   w = NF4[code]·absmax[n, k/bs] (f32), rounded to act's dtype.
-* ``AwqMatmul`` (id 25): physical nibble p (LSB first) of a u32 holds logical
-  column [0,2,4,6,1,3,5,7][p], so logical j sits at p = j/2 + 4·(j mod 2);
-  dequant[k, n] = (q[n, k] - z[k/gs, n])·s[k/gs, n] (f32), rounded to act's dtype.
+* ``AwqMatmul`` (id 25, AutoAWQ's GEMM layout): qweight ``[K, N/8]`` and
+  qzeros ``[K/gs, N/8]`` (i32 or u32) pack 8 columns per word, physical
+  nibble p (LSB first) holding column [0,2,4,6,1,3,5,7][p], so column j sits
+  at p = j/2 + 4·(j mod 2); dequant[k, n] = (q[k, n] - z[k/gs, n])·s[k/gs, n]
+  in f32 (f16 scales widened exactly), rounded to act's dtype.
 
 The matmul accumulates in f32 (f64 for f64 activations) in k order, and the
 result is rounded once to the activation dtype. Other GGUF types raise
@@ -257,11 +259,11 @@ def _awq_matmul(lw: Lowering):
     _static(lw)
     act, qweight, qzeros, scales = lw.operands
     k = rtt(act).shape[-1]
-    n = rtt(qweight).shape[0]
+    n = rtt(qweight).shape[1] * 8
     gs = int(lw.param("group_size"))
-    if gs < 1 or k % gs or k % 8 or n % 8:
-        raise LoweringError(f"AwqMatmul: group_size={gs} must divide K={k}; K, N={n} "
-                            f"multiples of 8")
+    if gs < 1 or k % gs or rtt(qweight).shape[0] != k:
+        raise LoweringError(f"AwqMatmul: qweight {rtt(qweight)} must be [K={k}, N/8] and "
+                            f"group_size={gs} must divide K")
     f32 = ir.F32Type.get()
     welt = rtt(act).element_type
     d0, d1 = ir.AffineDimExpr.get(0), ir.AffineDimExpr.get(1)   # loops (k, n)
@@ -269,18 +271,17 @@ def _awq_matmul(lw: Lowering):
     def fdiv(e, c):
         return ir.AffineFloorDivExpr.get(e, ir.AffineConstantExpr.get(c))
 
-    def physical(j):
-        """Physical nibble of logical column ``j`` (index value, 0..7)."""
-        return arith.addi(arith.divui(j, _idx(2)),
-                          arith.muli(arith.remui(j, _idx(2)), _idx(4)))
-
     def body(wq, wz, sc, _o):
-        q = _nibble(wq, physical(arith.remui(loop_index(0), _idx(8))))
-        z = _nibble(wz, physical(arith.remui(loop_index(1), _idx(8))))
-        return _convert(arith.mulf(arith.sitofp(f32, arith.subi(q, z)), sc), welt)
+        # column j of a word sits in physical nibble AWQ_REVERSE_ORDER[j] = j/2 + 4·(j mod 2)
+        col = arith.remui(loop_index(1), _idx(8))
+        phys = arith.addi(arith.divui(col, _idx(2)),
+                          arith.muli(arith.remui(col, _idx(2)), _idx(4)))
+        q = _nibble(wq, phys)
+        z = _nibble(wz, phys)
+        return _convert(arith.mulf(arith.sitofp(f32, arith.subi(q, z)), _convert(sc, f32)), welt)
 
     w = generic([qweight, qzeros, scales], [empty([k, n], welt)],
-                [affine_map(2, [d1, fdiv(d0, 8)]), affine_map(2, [fdiv(d0, gs), fdiv(d1, 8)]),
+                [affine_map(2, [d0, fdiv(d1, 8)]), affine_map(2, [fdiv(d0, gs), fdiv(d1, 8)]),
                  affine_map(2, [fdiv(d0, gs), d1]), identity_map(2)],
                 [PARALLEL] * 2, body)[0]
     return _matmul(lw, act, w, n, w_is_nk=False)
@@ -323,11 +324,12 @@ def _register_kernels() -> None:
     if default_registry()["AwqMatmul"].op_kind is not None:
         @fused_kernel("AwqMatmul", precision=QMATMUL_CPU,
                       dtypes=(DType.F32, DType.F64, DType.F16, DType.BF16),
-                      keys=lambda t: [(t, DType.U32, DType.U32, DType.F32, t)],
+                      keys=lambda t: [(t, wd, wd, sd, t) for wd in (DType.I32, DType.U32)
+                                      for sd in (DType.F16, DType.F32)],
                       from_params=lambda p, types: {"group_size": p.group_size})
         def _awq_params(params, types):
             batch, m = lead(types[0].shape)
-            return P.AwqMatmul(batch, m, types[1].shape[0], types[0].shape[-1],
+            return P.AwqMatmul(batch, m, types[1].shape[1] * 8, types[0].shape[-1],
                                params["group_size"])
 
 
