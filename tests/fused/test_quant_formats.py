@@ -22,6 +22,7 @@ import pytest
 from compiler import Graph, awq_matmul, compile, interpret, nf4_matmul, qmatmul
 from compiler.errors import GraphBuildError, UnsupportedOpError
 from compiler.registry.ops import qmatmul as Q
+from compiler.registry.ops.nf4_matmul import NF4  # bitsandbytes' code table
 
 gguf_quants = pytest.importorskip("gguf.quants")
 from gguf import GGMLQuantizationType  # noqa: E402
@@ -176,7 +177,7 @@ def _bnb_nf4_quantize(w, blocksize):
     (``packed[i] = code[2i] << 4 | code[2i+1]``), as NF4 checkpoints store it."""
     flat = w.reshape(-1, blocksize).astype(np.float32)
     absmax = np.abs(flat).max(axis=1)
-    table = np.asarray(_NF4, np.float32)
+    table = np.asarray(NF4, np.float32)
     codes = np.abs((flat / absmax[:, None])[..., None] - table).argmin(-1).reshape(-1)
     packed = ((codes[0::2] << 4) | codes[1::2]).astype(np.uint8)
     return packed, absmax
@@ -185,11 +186,8 @@ def _bnb_nf4_quantize(w, blocksize):
 def _bnb_nf4_dequantize(packed, absmax, blocksize, shape):
     """bitsandbytes ``dequantize_4bit``: high nibble first, value = NF4[code]·absmax."""
     codes = np.stack([packed >> 4, packed & 0xF], axis=-1).reshape(-1)
-    vals = np.asarray(_NF4, np.float32)[codes].reshape(-1, blocksize) * absmax[:, None]
+    vals = np.asarray(NF4, np.float32)[codes].reshape(-1, blocksize) * absmax[:, None]
     return vals.reshape(shape)
-
-
-from compiler.registry.ops.nf4_matmul import NF4 as _NF4  # noqa: E402  (bitsandbytes' table)
 
 
 @pytest.mark.parametrize("n,k,bs", [(4, 128, 64), (3, 64, 16)])
