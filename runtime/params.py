@@ -26,7 +26,8 @@ from .opkind import OpKind
 
 
 class QuantType(enum.Enum):
-    """GGUF block formats for QMatMul: value = (block bytes, block elements)."""
+    """GGUF block formats for QMatMul (ggml's type names): value = (block bytes,
+    block elements)."""
 
     Q4_0 = (18, 32)
     Q4_1 = (20, 32)
@@ -34,11 +35,11 @@ class QuantType(enum.Enum):
     Q5_1 = (24, 32)
     Q8_0 = (34, 32)
     Q8_1 = (36, 32)
-    Q2K = (84, 256)
-    Q3K = (110, 256)
-    Q4_K_M = (144, 256)
-    Q5K = (176, 256)
-    Q6K = (210, 256)
+    Q2_K = (84, 256)
+    Q3_K = (110, 256)
+    Q4_K = (144, 256)
+    Q5_K = (176, 256)
+    Q6_K = (210, 256)
 
     @property
     def block_bytes(self) -> int:
@@ -838,9 +839,10 @@ class Nf4Matmul(OpParams):
 
 @variant
 class AwqMatmul(OpParams):
-    """AWQ int4 matmul: act ``[batch, m, k]``, qweight ``[n, k/8]`` U32, qzeros
-    ``[k/group_size, n/8]`` U32, scales ``[k/group_size, n]`` (fuelc addition:
-    the spec's AwqMatmul had no kernel)."""
+    """AWQ int4 matmul (AutoAWQ GEMM layout): act ``[batch, m, k]``, qweight
+    ``[k, n/8]`` I32/U32, qzeros ``[k/group_size, n/8]``, scales
+    ``[k/group_size, n]`` F16/F32 (fuelc addition: the spec's AwqMatmul had
+    no kernel)."""
     batch: int
     m: int
     n: int
@@ -848,8 +850,8 @@ class AwqMatmul(OpParams):
     group_size: int
 
     def validate(self):
-        if self.group_size == 0 or self.k % self.group_size or self.k % 8 or self.n % 8:
-            self._fail("group_size must be > 0 and divide k; k and n must be multiples of 8")
+        if self.group_size == 0 or self.k % self.group_size or self.n % 8:
+            self._fail("group_size must be > 0 and divide k; n must be a multiple of 8")
 
 
 @variant

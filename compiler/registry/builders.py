@@ -137,14 +137,22 @@ def paged_attn(q, k_cache, v_cache, block_table, context_lens, scale: Optional[f
 
 
 def qmatmul(a, w_q, quant_type: str, k: int, n: int):
+    """``a @ dequant(W)ᵀ`` for a GGUF tensor W ``[n, k]``: ``w_q`` is its raw
+    block bytes as a u32 stream (``quant_type`` Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+    Q8_1, Q4_K or Q6_K, ggml's layouts; the last word zero-padded)."""
     return fused("QMatMul", a, w_q, quant_type=quant_type, k=k, n=n)
 
 
 def nf4_matmul(act, w_packed, absmax, block_size: int = 64):
+    """``act @ Wᵀ`` for a bitsandbytes NF4 weight: ``w_packed`` u8 ``[N, K/2]``
+    (first element in the high nibble), ``absmax`` f32 ``[N, K/block_size]``."""
     return fused("Nf4Matmul", act, w_packed, absmax, block_size=block_size)
 
 
 def awq_matmul(act, qweight, qzeros, scales, group_size: int = 128, split_k_iters: int = 1):
+    """``act @ W`` for an AutoAWQ GEMM checkpoint: ``qweight`` i32/u32
+    ``[K, N/8]``, ``qzeros`` ``[K/group_size, N/8]`` (AWQ_ORDER packing),
+    ``scales`` f16/f32 ``[K/group_size, N]``."""
     return fused("AwqMatmul", act, qweight, qzeros, scales, group_size=group_size,
                  split_k_iters=split_k_iters)
 

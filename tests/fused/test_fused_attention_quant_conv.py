@@ -1,4 +1,5 @@
-"""FlashAttn, QMatMul (Q4_0/Q8_0), Nf4Matmul, AwqMatmul and Conv2D kernels
+"""FlashAttn, QMatMul (Q4_0/Q8_0; every format: test_quant_formats.py), Nf4Matmul,
+AwqMatmul and Conv2D kernels
 (compiler/codegen/lowering/fused_{attention,quant,conv}.py, mlir-cpu-fused family).
 
 Per op, over several shapes and params: the registry numpy ``reference`` ==
@@ -228,15 +229,16 @@ def test_qmatmul_recipe(rng, qt):
                   dict(quant_type=qt, k=64, n=4), "f32")
 
 
-def test_qmatmul_other_quant_types_are_typed_errors(rng):
-    a = _data(rng, (2, 32), "f32")
-    w = np.zeros(20 * 2 // 4, np.uint32)   # Q4_1: 20 bytes per block, n=2
-    with pytest.raises(LoweringError, match="covers Q4_0 and Q8_0, not Q4_1"):
-        _run_lowering("QMatMul", [a, w], ["f32", "u32"], dict(quant_type="Q4_1", k=32, n=2))
+def test_qmatmul_unsupported_quant_types_are_typed_errors():
+    """Q2_K has no decoder: the shape rule refuses it, and so does the kernel's
+    params mapping (the per-format tests are in test_quant_formats.py)."""
+    from compiler.errors import UnsupportedOpError
     from compiler.graph.kernel_params import KernelParamsError
-    with pytest.raises(KernelParamsError, match="not Q4_1"):
-        F.fused_op_params("QMatMul", dict(quant_type="Q4_1", k=32, n=2),
-                          [TensorType((2, 32), DType.F32), TensorType((10,), DType.U32)])
+    types = [TensorType((2, 256), DType.F32), TensorType((21,), DType.U32)]
+    with pytest.raises(UnsupportedOpError, match="Q2_K is not supported yet"):
+        REG["QMatMul"].infer(types, dict(quant_type="Q2_K", k=256, n=1))
+    with pytest.raises(KernelParamsError, match="not Q2_K"):
+        F.fused_op_params("QMatMul", dict(quant_type="Q2_K", k=256, n=1), types)
 
 
 # -- Nf4Matmul ------------------------------------------------------------------
@@ -263,7 +265,7 @@ def test_nf4_matmul_recipe(rng):
 # -- AwqMatmul --------------------------------------------------------------------
 def _awq_inputs(rng, lead, m, n, k, gs, dtype):
     act = _data(rng, lead + (m, k), dtype)
-    qw = rng.integers(0, 2 ** 32, (n, k // 8), dtype=np.uint64).astype(np.uint32)
+    qw = rng.integers(0, 2 ** 32, (k, n // 8), dtype=np.uint64).astype(np.uint32)
     qz = rng.integers(0, 2 ** 32, (k // gs, n // 8), dtype=np.uint64).astype(np.uint32)
     sc = rng.uniform(0.01, 0.1, (k // gs, n)).astype(np.float32)
     return [act, qw, qz, sc], [dtype, "u32", "u32", "f32"]
@@ -288,19 +290,19 @@ def test_awq_matmul_recipe(rng):
 
 
 def test_awq_unpack_order_is_logical(rng):
-    """One nonzero nibble per word: physical nibble p must land in logical
-    column [0,2,4,6,1,3,5,7][p] (a wrong order moves the single 1)."""
+    """One nonzero nibble per word: physical nibble p of qweight[k, 0] must
+    land in column [0,2,4,6,1,3,5,7][p] of row k (a wrong order moves the 1)."""
     n, k, gs = 8, 8, 8
     act = np.eye(k, dtype=np.float32)
     for p in range(8):
-        qw = np.zeros((n, 1), np.uint32)
+        qw = np.zeros((k, n // 8), np.uint32)
         qw[0, 0] = np.uint32(1 << (4 * p))
         qz = np.zeros((1, 1), np.uint32)
         sc = np.ones((1, n), np.float32)
         got, _ = _run_lowering("AwqMatmul", [act, qw, qz, sc], ["f32", "u32", "u32", "f32"],
                                dict(group_size=gs))
         want = np.zeros((k, n), np.float32)
-        want[(0, 2, 4, 6, 1, 3, 5, 7)[p], 0] = 1.0
+        want[0, (0, 2, 4, 6, 1, 3, 5, 7)[p]] = 1.0
         np.testing.assert_array_equal(got, want)
 
 

@@ -553,10 +553,10 @@ func.func @flash_attn_backward_v(%arg0: tensor<1x2x3x4xf32>, %arg1: tensor<1x2x5
 
 // -----
 
-// 25. Unpack 8 int4 values per u32 (AWQ order), subtract the zero points, scale per group, matmul.
+// 25. Unpack 8 int4 values per word (AutoAWQ GEMM: qweight [K, N/8], AWQ order), subtract the zero points, scale per group, matmul.
 // CHECK-LABEL: func.func @awq_matmul(
 // CHECK-NOT:     "fuel.awq_matmul"
-// CHECK:       "fuel.cast"(%arg1) {dtype = "f64"} : (tensor<8x2xui32>) -> tensor<8x2xf64>
+// CHECK:       "fuel.cast"(%arg1) {dtype = "f64"} : (tensor<16x1xui32>) -> tensor<16x1xf64>
 // CHECK-NEXT:  "fuel.mul_scalar"({{.*}}) {value = 6.250000e-02 : f64}
 // CHECK-NEXT:  "fuel.floor"
 // CHECK:       "fuel.cast"(%arg2) {dtype = "f64"}
@@ -567,38 +567,61 @@ func.func @flash_attn_backward_v(%arg0: tensor<1x2x3x4xf32>, %arg1: tensor<1x2x5
 // CHECK-NEXT:  return %[[Y]]
 // GONE-LABEL: func.func @awq_matmul(
 // GONE-NOT:     "fuel.awq_matmul"
-func.func @awq_matmul(%arg0: tensor<3x16xf32>, %arg1: tensor<8x2xui32>, %arg2: tensor<2x1xui32>, %arg3: tensor<2x8xf32>) -> tensor<3x8xf32> {
-  %0 = "fuel.awq_matmul"(%arg0, %arg1, %arg2, %arg3) {group_size = 8 : i64, split_k_iters = 1 : i64} : (tensor<3x16xf32>, tensor<8x2xui32>, tensor<2x1xui32>, tensor<2x8xf32>) -> tensor<3x8xf32>
+func.func @awq_matmul(%arg0: tensor<3x16xf32>, %arg1: tensor<16x1xui32>, %arg2: tensor<2x1xui32>, %arg3: tensor<2x8xf32>) -> tensor<3x8xf32> {
+  %0 = "fuel.awq_matmul"(%arg0, %arg1, %arg2, %arg3) {group_size = 8 : i64, split_k_iters = 1 : i64} : (tensor<3x16xf32>, tensor<16x1xui32>, tensor<2x1xui32>, tensor<2x8xf32>) -> tensor<3x8xf32>
   return %0 : tensor<3x8xf32>
 }
 
 // -----
 
-// Declines. QMatMul's recipe covers Q4_0 and Q8_0 only; Q4_1 is a valid op
-// (the dialect and the shape rule accept it) that needs a kernel.
+// QMatMul Q4_1 (20-byte blocks: f16 d, f16 m, 16 bytes of nibbles):
+// w = d·q + m, so no -8 offset and an added per-block min.
 // CHECK-LABEL: func.func @qmatmul_q4_1(
-// CHECK-NEXT:  %0 = "fuel.qmatmul"(%arg0, %arg1) {k = 64 : i64, n = 5 : i64, quant_type = "Q4_1"}
-// CHECK-NEXT:  return %0
+// CHECK-NOT:     "fuel.qmatmul"
+// CHECK:       "fuel.reshape"({{.*}}) {shape = [10, 20]}
+// CHECK:       "fuel.concat"({{.*}}) {dim = 1 : i64} : (tensor<10x16xf32>, tensor<10x16xf32>) -> tensor<10x32xf32>
+// CHECK:       "fuel.mul"
+// CHECK:       "fuel.add"
+// CHECK:       %[[Y:.*]] = "fuel.mat_mul"(%arg0, {{.*}}) : (tensor<3x64xf32>, tensor<64x5xf32>) -> tensor<3x5xf32>
+// CHECK-NEXT:  return %[[Y]]
 // GONE-LABEL:  func.func @qmatmul_q4_1(
-// GONE:        "fuel.qmatmul"
+// GONE-NOT:    "fuel.qmatmul"
 func.func @qmatmul_q4_1(%a: tensor<3x64xf32>, %w: tensor<50xui32>) -> tensor<3x5xf32> {
-  // expected-warning@+1 {{decompose declined: the recipe covers Q4_0 and Q8_0; Q4_1 stays fused (needs a kernel)}}
   %0 = "fuel.qmatmul"(%a, %w) {k = 64 : i64, n = 5 : i64, quant_type = "Q4_1"} : (tensor<3x64xf32>, tensor<50xui32>) -> tensor<3x5xf32>
   return %0 : tensor<3x5xf32>
 }
 
 // -----
 
-// A K-quant (Q4_K_M: 144-byte blocks of 256) is not supported by the shape
-// rule yet, so the recipe declines before it is built.
+// QMatMul Q6_K (210-byte blocks of 256): 4 low bits from ql, 2 high bits
+// from qh, int8 scale per 16 elements, f16 d at byte 208. 3·210 = 630 bytes
+// arrive as 158 u32 words: the 2 bytes of padding are sliced off.
+// CHECK-LABEL: func.func @qmatmul_q6_k(
+// CHECK-NOT:     "fuel.qmatmul"
+// CHECK:       "fuel.slice"({{.*}}) {dim = 0 : i64, len = 630 : i64, start = 0 : i64} : (tensor<632xf64>) -> tensor<630xf64>
+// CHECK:       "fuel.reshape"({{.*}}) {shape = [3, 210]}
+// CHECK:       "fuel.add_scalar"({{.*}}) {value = -3.200000e+01 : f64}
+// CHECK:       %[[Y:.*]] = "fuel.mat_mul"(%arg0, {{.*}}) : (tensor<3x256xf32>, tensor<256x3xf32>) -> tensor<3x3xf32>
+// CHECK-NEXT:  return %[[Y]]
+// GONE-LABEL:  func.func @qmatmul_q6_k(
+// GONE-NOT:    "fuel.qmatmul"
+func.func @qmatmul_q6_k(%a: tensor<3x256xf32>, %w: tensor<158xui32>) -> tensor<3x3xf32> {
+  %0 = "fuel.qmatmul"(%a, %w) {k = 256 : i64, n = 3 : i64, quant_type = "Q6_K"} : (tensor<3x256xf32>, tensor<158xui32>) -> tensor<3x3xf32>
+  return %0 : tensor<3x3xf32>
+}
+
+// -----
+
+// Declines. A K-quant without a decoder (Q2_K: 84-byte blocks of 256) is not
+// supported by the shape rule yet, so the recipe declines before it is built.
 // CHECK-LABEL: func.func @qmatmul_k_quant(
-// CHECK-NEXT:  %0 = "fuel.qmatmul"(%arg0, %arg1) {k = 256 : i64, n = 5 : i64, quant_type = "Q4_K_M"}
+// CHECK-NEXT:  %0 = "fuel.qmatmul"(%arg0, %arg1) {k = 256 : i64, n = 5 : i64, quant_type = "Q2_K"}
 // CHECK-NEXT:  return %0
 // GONE-LABEL:  func.func @qmatmul_k_quant(
 // GONE:        "fuel.qmatmul"
-func.func @qmatmul_k_quant(%a: tensor<3x256xf32>, %w: tensor<180xui32>) -> tensor<3x5xf32> {
-  // expected-warning@+1 {{decompose declined: inputs do not fit the op: QMatMul: quant type Q4_K_M is not supported yet}}
-  %0 = "fuel.qmatmul"(%a, %w) {k = 256 : i64, n = 5 : i64, quant_type = "Q4_K_M"} : (tensor<3x256xf32>, tensor<180xui32>) -> tensor<3x5xf32>
+func.func @qmatmul_k_quant(%a: tensor<3x256xf32>, %w: tensor<105xui32>) -> tensor<3x5xf32> {
+  // expected-warning@+1 {{decompose declined: inputs do not fit the op: QMatMul: quant type Q2_K is not supported yet}}
+  %0 = "fuel.qmatmul"(%a, %w) {k = 256 : i64, n = 5 : i64, quant_type = "Q2_K"} : (tensor<3x256xf32>, tensor<105xui32>) -> tensor<3x5xf32>
   return %0 : tensor<3x5xf32>
 }
 

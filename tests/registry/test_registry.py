@@ -85,9 +85,9 @@ def test_decline_reasons():
     assert isinstance(try_instantiate_recipe(R["RmsNormLastDim"], {"eps": 1e-5}, [t, t]), Decline)
     d = try_instantiate_recipe(R["RmsNormLastDim"], {}, [t])
     assert isinstance(d, Decline) and "eps" in d.reason
-    d = try_instantiate_recipe(R["QMatMul"], {"quant_type": "Q4_1", "k": 32, "n": 1},
-                               [TensorType((1, 32), F32), TensorType((5,), DType.U32)])
-    assert isinstance(d, Decline) and "Q4_0 and Q8_0" in d.reason
+    d = try_instantiate_recipe(R["QMatMul"], {"quant_type": "Q2_K", "k": 256, "n": 1},
+                               [TensorType((1, 256), F32), TensorType((21,), DType.U32)])
+    assert isinstance(d, Decline) and "Q2_K is not supported yet" in d.reason
     d = try_instantiate_recipe(R["Conv2D"], {}, [TensorType((1, 1, 2, 2), F32),
                                                  TensorType((1, 1, 3, 3), F32)])
     assert isinstance(d, Decline) and "kernel" in d.reason

@@ -63,7 +63,7 @@ def test_sequences_become_tuples_and_numbers_are_canonical():
     (lambda: P.PowI(2.5), "PowI.exp must be an int"),
     (lambda: P.FlashAttn(1, 3, 2, 1, 1, 1, 1, 1.0), "hq must be a multiple of hkv"),
     (lambda: P.SsdChunkScan(1, 5, 1, 1, 1, 2), "chunk_size must be > 0 and divide seqlen"),
-    (lambda: P.QMatMul(P.QuantType.Q4_K_M, 1, 1, 1, 32), "multiple of the Q4_K_M block .256."),
+    (lambda: P.QMatMul(P.QuantType.Q4_K, 1, 1, 1, 32), "multiple of the Q4_K block .256."),
     (lambda: P.SelectiveScan(1, 1, 1, 1, delta_softplus=1), "delta_softplus must be a bool"),
     (lambda: P.ReduceSumTo((2, 3), (2, 4)), "not broadcast-compatible"),
     (lambda: P.WriteSlice((4,), ((2, 5),)), r"range \(2, 5\) not within 0..4"),

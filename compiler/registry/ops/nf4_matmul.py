@@ -1,9 +1,14 @@
 """Nf4Matmul (fused id 21): bitsandbytes NF4 weight-only matmul,
 out = act @ (NF4[code[n,k]]·absmax[n, k // block_size])ᵀ.
 
-Inputs act ``[..,M,K]`` (bf16, f16, f32), w_packed ``[N, K/2]`` u8 (low
-nibble = even k, high nibble = odd k), absmax ``[N, K/block_size]`` f32.
-Param ``block_size`` (default 64). Output ``[..,M,N]`` in act's dtype.
+Inputs act ``[..,M,K]`` (bf16, f16, f32), w_packed ``[N, K/2]`` u8, absmax
+``[N, K/block_size]`` f32. Param ``block_size`` (default 64). Output
+``[..,M,N]`` in act's dtype.
+
+Packing follows bitsandbytes' ``quantize_4bit(quant_type="nf4")`` (what NF4
+checkpoints hold): two codes per byte, the *first* element (even k) in the
+high nibble, the odd k in the low nibble; one absmax per block of
+``block_size`` consecutive elements of a row; the 16-entry NF4 code table.
 Recipe: nibbles by floor/subtract, codebook lookup as the indicator sum
 Σᵢ NF4ᵢ·Relu(1 - |code - i|) (i = 7 skipped, its value is 0), per-block
 absmax, cast to act's dtype, Transpose, flattened MatMul.
@@ -40,7 +45,7 @@ def infer(types, params):
 
 def dequantize(w_packed, absmax, block_size):
     w = np.asarray(w_packed).astype(np.int64)
-    codes = np.stack([w & 0xF, w >> 4], axis=-1).reshape(w.shape[0], -1)
+    codes = np.stack([w >> 4, w & 0xF], axis=-1).reshape(w.shape[0], -1)  # high nibble first
     lut = np.asarray(NF4, dtype=np.float32)
     scale = np.repeat(np.asarray(absmax, np.float32), block_size, axis=1)
     return (lut[codes] * scale).astype(np.float32)
@@ -59,8 +64,8 @@ def build(params, types):
     wf = op("Cast", Bind(1), dtype=DType.F32)
     upper = op("Floor", op("MulScalar", wf, value=1.0 / 16))
     lower = op("Sub", wf, op("MulScalar", upper, value=16.0))
-    codes = op("Reshape", op("Concat", op("Unsqueeze", lower, dim=2),
-                             op("Unsqueeze", upper, dim=2), dim=2), shape=(n, k))
+    codes = op("Reshape", op("Concat", op("Unsqueeze", upper, dim=2),   # even k: high nibble
+                             op("Unsqueeze", lower, dim=2), dim=2), shape=(n, k))
     val = None
     for i, c in enumerate(NF4):
         if c == 0.0:
