@@ -386,13 +386,6 @@ class Executor:
         return {name: env[vid][0].to_numpy(env[vid][1]) for name, vid in plan.outputs.items()}
 
 
-#: Kernel sources whose kernels store every element of each (whole) output
-#: layout: numpy kernels assign ``out[...]`` in full (``_store``), generated
-#: kernels materialize their result into the out-param. Their outputs are
-#: allocated uninitialized; any other kernel gets zeroed outputs.
-FULL_WRITE_SOURCES = frozenset({"numpy", "mlir-cpu", "mlir-cpu-fused", "mlir-cpu-runtime-fused"})
-
-
 class _KernelRunner:
     """One kernel step with its static decisions made (see ``_prepare_run``)."""
 
@@ -408,8 +401,8 @@ class _KernelRunner:
         m = getattr(step.params, "m_compute", None)
         self.deferred = m is not None and m.mode == "deferred"
         partial = m is not None and m.mode != "all"  # only the first rows are computed
-        full_write = entry.kernel_source in FULL_WRITE_SOURCES and not partial
-        self.alloc = np.empty if full_write else np.zeros
+        # KernelCaps.full_write: every output element is stored, so skip zero-filling
+        self.alloc = np.empty if entry.caps.full_write and not partial else np.zeros
         self.nonzero = isinstance(step.params, NonZeroIndices)
         if step.is_bundle:
             self.bundle_slots = [(s.dtype, s.shape) for s in step.output_specs]

@@ -3,7 +3,7 @@
 ``register_numpy_kernels(table)`` binds them on ``BackendId.CPU`` with caps
 ``strided_input=True`` (every kernel reads its inputs through
 ``Storage.view(layout)``, so any strides, 0 and negative included, are
-honoured), precision ``PRIMITIVE_DETERMINISTIC_CPU`` and the default cost
+honoured) and ``full_write=True`` (every kernel assigns its whole output), precision ``PRIMITIVE_DETERMINISTIC_CPU`` and the default cost
 family of their OpKind. Outputs are written into the pre-allocated storages.
 
 Numeric conventions (shared with ``compiler.graph``'s reference interpreter):
@@ -562,7 +562,7 @@ def numpy_kernel_bindings() -> list[tuple[OpKind, tuple[DType, ...], Callable]]:
 
 def register_numpy_kernels(table) -> None:
     """Register the numpy reference set on ``BackendId.CPU`` in ``table``
-    (caps strided_input, PRIMITIVE_DETERMINISTIC_CPU, default costs,
+    (caps strided_input and full_write, PRIMITIVE_DETERMINISTIC_CPU, default costs,
     kernel_source "numpy"). Calling it twice on one table makes every key
     fail ``finalize()`` (duplicate kernels), as it should."""
     from .binding import KernelCaps, KernelRef
@@ -570,5 +570,5 @@ def register_numpy_kernels(table) -> None:
     for op, dtypes, fn in numpy_kernel_bindings():
         ref = refs.setdefault(id(fn), KernelRef(fn, fn.__qualname__, "numpy"))
         table.register_full_with_source(
-            op, dtypes, BackendId.CPU, ref, KernelCaps(strided_input=True),
+            op, dtypes, BackendId.CPU, ref, KernelCaps(strided_input=True, full_write=True),
             PrecisionGuarantee.PRIMITIVE_DETERMINISTIC_CPU, default_cost_for_op_kind(op), "numpy")

@@ -309,7 +309,7 @@ def register_fused_cpu_kernels(table, names: Optional[Sequence[str]] = None) -> 
             raise UnsupportedOpError(f"mlir-cpu-fused has no kernel for {name} "
                                      "(a @fused_kernel mapping and a lowering are both needed)")
         kind = spec.op_kind
-        caps = KernelCaps(strided_input=spec.strided)
+        caps = KernelCaps(strided_input=spec.strided, full_write=True)
         for t in spec.dtypes:
             for key in spec.keys(t):
                 fn = FusedCpuKernel(name, kind, key)

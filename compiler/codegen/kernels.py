@@ -283,7 +283,7 @@ def register_mlir_cpu_kernels(table, dtypes: Sequence[DType] = (DType.F32, DType
             fn = MlirCpuKernel(kind, key)
             table.register_full_with_source(
                 kind, key, BackendId.CPU, KernelRef(fn, fn.__qualname__, KERNEL_SOURCE),
-                KernelCaps(strided_input=True), precision_for(kind, key),
+                KernelCaps(strided_input=True, full_write=True), precision_for(kind, key),
                 default_cost_for_op_kind(kind), KERNEL_SOURCE)
             n += 1
     return n

@@ -208,7 +208,7 @@ def register_runtime_fused_cpu_kernel(table, fused_id: int, dtypes: Sequence[DTy
     fn = RuntimeFusedCpuKernel(fused_id, dtypes)
     table.register_full_with_source(key, dtypes, BackendId.CPU,
                                     KernelRef(fn, fn.__qualname__, KERNEL_SOURCE),
-                                    KernelCaps(strided_input=True), PRECISION, unknown_cost,
+                                    KernelCaps(strided_input=True, full_write=True), PRECISION, unknown_cost,
                                     KERNEL_SOURCE)
     return True
 
