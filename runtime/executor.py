@@ -23,8 +23,14 @@ steps over string value ids:
 step with ``lookup_with_caps`` at construction, raising ``PlanError`` or
 ``NoBackendForOp`` (naming the step) before anything runs. ``run(**inputs)``
 checks the inputs, contiguizes kernel inputs per §2.3, pre-allocates the
-outputs, runs the steps and returns ``{name: np.ndarray}`` (copies; bf16
-values are returned as raw ``uint16`` bits).
+outputs, runs the steps and returns ``{name: np.ndarray}`` (copies).
+
+Arrays cross ``run`` in ``DType.numpy``: a bf16 input must be an
+``ml_dtypes.bfloat16`` array and bf16 outputs are returned as one (likewise
+the ml_dtypes fp8/fp6/fp4 types). Raw ``uint16`` for a bf16 input is refused
+with a PlanError, as JAX and ONNX Runtime refuse it: wrap bit patterns with
+``bits.view(ml_dtypes.bfloat16)`` (zero-copy). Inside, storages and
+``plan.constants`` hold the bit patterns (``DType.storage_numpy``).
 """
 from __future__ import annotations
 
@@ -35,8 +41,8 @@ from typing import Mapping, Sequence, Union
 import numpy as np
 
 from .binding import BindingEntry, KernelBindingTable, global_table
-from .dtype import DType
-from .errors import FuelError, KernelError, LayoutError, OpParamsError, PlanError
+from .dtype import DType, from_storage, to_storage
+from .errors import FuelError, KernelError, LayoutError, OpParamsError, PlanError, UnknownDTypeError
 from .keys import BackendId, BindingKey
 from .layout import Layout
 from .opkind import OpKind
@@ -360,15 +366,15 @@ class Executor:
     def _bind_input(self, name: str, value) -> tuple[Storage, Layout]:
         spec = self.plan.inputs[name]
         arr = np.asarray(value)
-        if spec.dtype is DType.BF16:
-            ok = arr.dtype == np.uint16
-        else:
-            ok = arr.dtype == spec.dtype.storage_numpy
-        if not ok or tuple(arr.shape) != spec.shape:
-            want = f"{spec}" + (" (raw uint16 bits)" if spec.dtype is DType.BF16 else
-                               f" (numpy {spec.dtype.storage_numpy})")
-            raise PlanError(f"input {name!r}: expected {want}, got numpy {arr.dtype}{list(arr.shape)}")
-        return Storage.from_numpy(arr, dtype=spec.dtype)
+        try:
+            bits = to_storage(arr, spec.dtype, f"input {name!r}")
+        except UnknownDTypeError as e:
+            bits, hint = None, str(e).partition("; ")[2]
+        if bits is None or tuple(arr.shape) != spec.shape:
+            want = spec.dtype.numpy or spec.dtype.storage_numpy
+            raise PlanError(f"input {name!r}: expected {spec} (numpy {want}), got numpy "
+                            f"{arr.dtype}{list(arr.shape)}" + (f"; {hint}" if bits is None and hint else ""))
+        return Storage.from_numpy(bits, dtype=spec.dtype)
 
     def run(self, **inputs) -> dict[str, np.ndarray]:
         """Run the plan. Raises PlanError on missing/extra/mistyped inputs
@@ -383,7 +389,9 @@ class Executor:
         syms: dict[int, int] = {}
         for run_step in self._runners:
             run_step(env, syms)
-        return {name: env[vid][0].to_numpy(env[vid][1]) for name, vid in plan.outputs.items()}
+        specs = self.specs
+        return {name: from_storage(env[vid][0].to_numpy(env[vid][1]), specs[vid].dtype)
+                for name, vid in plan.outputs.items()}
 
 
 class _KernelRunner:
