@@ -8,8 +8,8 @@ reference kernels (``runtime.numpy_kernels``).
 from .dtype import DType
 from .opkind import OpKind
 from .errors import (
-    BindingTableError, FuelError, KernelError, LayoutError, NoBackendForOp, OpParamsError,
-    PlanError, StorageError, UnknownDTypeError, UnknownOpKindError,
+    BindingTableError, FuelError, IndexOutOfRangeError, KernelError, LayoutError, NoBackendForOp,
+    OpParamsError, PlanError, StorageError, UnknownDTypeError, UnknownOpKindError,
 )
 from .keys import BackendId, BindingKey, FusedOpId
 from .layout import Layout
@@ -39,4 +39,5 @@ __all__ = [
     "RuntimeFusedLookup", "global_table", "update_global_table", "reset_global_table",
     "FuelError", "UnknownDTypeError", "UnknownOpKindError", "LayoutError", "StorageError",
     "OpParamsError", "BindingTableError", "NoBackendForOp", "KernelError", "PlanError",
+    "IndexOutOfRangeError",
 ]

@@ -22,7 +22,8 @@ steps over string value ids:
 ``Executor(plan, table=None)`` validates the plan and resolves every kernel
 step with ``lookup_with_caps`` at construction, raising ``PlanError`` or
 ``NoBackendForOp`` (naming the step) before anything runs. ``run(**inputs)``
-checks the inputs, contiguizes kernel inputs per §2.3, pre-allocates the
+checks the inputs, contiguizes kernel inputs per §2.3, checks index operands
+(``runtime.indexing``: IndexOutOfRangeError before the kernel runs), pre-allocates the
 outputs, runs the steps and returns ``{name: np.ndarray}`` (copies).
 
 Arrays cross ``run`` in ``DType.numpy``: a bf16 input must be an
@@ -43,6 +44,7 @@ import numpy as np
 from .binding import BindingEntry, KernelBindingTable, global_table
 from .dtype import DType, from_storage, to_storage
 from .errors import FuelError, KernelError, LayoutError, OpParamsError, PlanError, UnknownDTypeError
+from .indexing import INDEX_OPERANDS, check_indices
 from .keys import BackendId, BindingKey
 from .layout import Layout
 from .opkind import OpKind
@@ -398,7 +400,7 @@ class _KernelRunner:
     """One kernel step with its static decisions made (see ``_prepare_run``)."""
 
     __slots__ = ("index", "step", "entry", "where", "inputs", "strided", "deferred", "bundle_slots",
-                 "out_allocs", "out_layouts", "alloc", "nonzero")
+                 "out_allocs", "out_layouts", "alloc", "nonzero", "index_checks")
 
     def __init__(self, i: int, step: KernelStep, entry: BindingEntry, fresh: set):
         self.index, self.step, self.entry = i, step, entry
@@ -412,6 +414,12 @@ class _KernelRunner:
         # KernelCaps.full_write: every output element is stored, so skip zero-filling
         self.alloc = np.empty if entry.caps.full_write and not partial else np.zeros
         self.nonzero = isinstance(step.params, NonZeroIndices)
+        # index operands (runtime.indexing): (input position, size, what, allowed extra value)
+        p = step.params
+        self.index_checks = tuple(
+            (r.operand, r.size(p), f"{self.where} {step.key.op.name}",
+             f"input {r.operand} ({step.inputs[r.operand]!r}: {r.what})", r.allowed(p) if r.allowed else None)
+            for r in INDEX_OPERANDS.get(step.key.op, ()) if r.operand < len(step.inputs))
         if step.is_bundle:
             self.bundle_slots = [(s.dtype, s.shape) for s in step.output_specs]
             self.out_allocs = self.out_layouts = None
@@ -430,6 +438,8 @@ class _KernelRunner:
                 st, lay = st.contiguize(lay)
             ins.append(st)
             in_layouts.append(lay)
+        for pos, size, op_where, what, allowed in self.index_checks:  # before a kernel reads past the end
+            check_indices(ins[pos].view(in_layouts[pos]), size, op_where, what, allowed)
         params = step.params
         if self.deferred:
             sym = params.m_compute.value

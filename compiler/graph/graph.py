@@ -23,6 +23,8 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 from runtime.dtype import DType, f32_to_bf16, from_storage, to_storage
+from runtime.errors import IndexOutOfRangeError
+from runtime.indexing import check_indices
 
 from ..errors import GraphBuildError, UnsupportedOpError
 from .numerics import scalar_storage
@@ -222,7 +224,23 @@ class Graph:
             raise GraphBuildError(f"{label}: {e}") from None
         except UnsupportedOpError as e:
             raise UnsupportedOpError(f"{label}: {e}") from None
+        self._check_constant_indices(label, op, ids, types, params)
         return self._append(op, ids, params, [out], name)
+
+    def _check_constant_indices(self, label, op, ids, types, params) -> None:
+        """Refuse a Const index operand with a value outside the indexed axis
+        (the executor checks indices computed at run time)."""
+        if op not in _INDEX_OPS:
+            return
+        src = self.nodes[ids[1]]
+        if src.op != "Const":
+            return
+        size = types[0].shape[params["dim"]]
+        try:
+            check_indices(self.constants[src.params["name"]], size, f"{label} {op}",
+                          f"constant indices {src.name!r} into axis {params['dim']} of {fmt_types(types[:1])}")
+        except IndexOutOfRangeError as e:
+            raise ConstantIndexError(str(e), e.value, e.position, e.size) from None
 
     def add_fused(self, entry, inputs: Sequence, params: Optional[dict] = None,
                   name: Optional[str] = None) -> "Tensor":
@@ -278,6 +296,14 @@ class Graph:
         ins = list(n.inputs)
         ins[slot] = new.id
         n.inputs = tuple(ins)
+
+
+class ConstantIndexError(GraphBuildError, IndexOutOfRangeError):
+    """A constant index operand holds a value outside the indexed axis."""
+
+
+#: primitive ops whose operand 1 indexes axis ``dim`` of operand 0 (valid: [0, size))
+_INDEX_OPS = frozenset({"IndexSelect", "Gather", "IndexAdd", "ScatterAdd"})
 
 
 def _snake(name) -> str:
