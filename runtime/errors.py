@@ -100,7 +100,7 @@ class PlanError(FuelError, ValueError):
 
 class IndexOutOfRangeError(FuelError, IndexError):
     """An index operand (IndexSelect/Gather/IndexAdd/ScatterAdd indices,
-    cross-entropy targets, paged-attention block ids) holds a value outside
+    paged-attention block ids) holds a value outside
     its valid range. Raised before the kernel runs. Attributes: ``value``,
     ``position`` (a tuple into the index tensor) and ``size`` (valid values
     are ``[0, size)``)."""

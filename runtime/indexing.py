@@ -8,9 +8,11 @@ call, and a search for the first offender only when that fails.
 
 Indices are U32 (fuel has no negative indices: PyTorch's ``index_select``
 refuses them, and a U32 index cannot be negative), so the valid range is
-``[0, size)``. ``FusedSoftmaxCrossEntropy`` targets may be signed: besides
-``[0, vocab)`` they may equal ``ignore_index``, as in PyTorch; any other
-negative target is refused.
+``[0, size)``; ``check_indices`` also takes signed operands and one extra
+allowed value. Not checked, because their ops define the out-of-range case:
+``FusedSoftmaxCrossEntropy`` targets (a target outside ``[0, vocab)`` that is
+not ``ignore_index`` gives a NaN loss) and PagedAttn ``context_lens`` (a
+length past the block table's capacity attends every position).
 """
 from __future__ import annotations
 
@@ -35,20 +37,12 @@ class IndexOperand:
     allowed: Optional[Callable[[object], int]] = None
 
 
-def _paged_tokens(p) -> int:
-    return p.max_blocks_per_seq * p.block_size + 1  # a context length may fill every block
-
-
 INDEX_OPERANDS: dict[OpKind, tuple[IndexOperand, ...]] = {
     OpKind.IndexSelect: (IndexOperand(1, "index into the selected axis", lambda p: p.source_dim_size),),
     OpKind.Gather: (IndexOperand(1, "index into the gathered axis", lambda p: p.source_shape[p.dim]),),
     OpKind.IndexAdd: (IndexOperand(1, "index into the base axis", lambda p: p.base_dim_size),),
     OpKind.ScatterAdd: (IndexOperand(1, "index into the base axis", lambda p: p.base_shape[p.dim]),),
-    OpKind.FusedSoftmaxCrossEntropy: (
-        IndexOperand(1, "target class (logits' last axis)", lambda p: p.vocab, lambda p: p.ignore_index),),
-    OpKind.PagedAttn: (
-        IndexOperand(3, "block_table entry (cache block id)", lambda p: p.num_blocks),
-        IndexOperand(4, "context length (max_blocks_per_seq * block_size + 1 values)", _paged_tokens)),
+    OpKind.PagedAttn: (IndexOperand(3, "block_table entry (cache block id)", lambda p: p.num_blocks),),
 }
 
 
@@ -71,7 +65,7 @@ def check_indices(idx: np.ndarray, size: int, where: str, what: str,
         return
     pos = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), idx.shape))
     value = int(idx[pos])
-    also = f" or {allowed} (ignore_index)" if allowed is not None else ""
+    also = f" or {allowed}" if allowed is not None else ""
     raise IndexOutOfRangeError(
         f"{where}: {what} value {value} at position {list(pos)} is out of range; valid values are "
         f"[0, {size - 1}]{also} (the axis has size {size}); {int(bad.sum())} of {idx.size} "

@@ -10,7 +10,7 @@ from runtime import (
 from runtime import params as P
 from runtime.indexing import INDEX_OPERANDS, check_indices
 
-F32, U32, I64 = DType.F32, DType.U32, DType.I64
+F32, U32 = DType.F32, DType.U32
 
 
 def _table(kind, dtypes, seen):
@@ -40,24 +40,33 @@ def test_checked_before_any_kernel_source_runs():
                       "1 of 4 indices are out of range")
 
 
-def test_cross_entropy_targets_allow_ignore_index_only():
+def test_paged_attn_block_ids_are_checked():
     seen = []
-    dts = [F32, I64, F32]
-    t = _table(OpKind.FusedSoftmaxCrossEntropy, dts, seen)
-    plan = Plan({"l": ValueSpec((3, 4), F32), "t": ValueSpec((3,), I64)}, {"y": "y"},
-                [KernelStep(OpKind.FusedSoftmaxCrossEntropy, dts, "cpu",
-                            P.FusedSoftmaxCrossEntropy(3, 4, ignore_index=-100), ["l", "t"], ["y"],
-                            [ValueSpec((), F32)], "ce")])
-    ex, logits = Executor(plan, t), np.zeros((3, 4), np.float32)
-    ex.run(l=logits, t=np.array([3, -100, 0]))
-    for bad, pos in ((4, 0), (-1, 1), (-101, 2)):
-        tgt = np.array([0, 0, 0])
-        tgt[pos] = bad
-        with pytest.raises(IndexOutOfRangeError, match=rf"step 0 \(ce\) FusedSoftmaxCrossEntropy: input 1 "
-                                                       rf"\('t': target class.* value {bad} at position "
-                                                       rf"\[{pos}\].*\[0, 3\] or -100 \(ignore_index\)"):
-            ex.run(l=logits, t=tgt)
+    dts = [F32, F32, F32, U32, U32, F32]
+    t = _table(OpKind.PagedAttn, dts, seen)
+    q, cache = ValueSpec((1, 2, 1, 8), F32), ValueSpec((5, 4, 1, 8), F32)
+    plan = Plan({"q": q, "k": cache, "v": cache, "bt": ValueSpec((1, 3), U32), "cl": ValueSpec((1,), U32)},
+                {"y": "y"},
+                [KernelStep(OpKind.PagedAttn, dts, "cpu", P.PagedAttn(1, 2, 1, 1, 8, 4, 3, 5, 0.5),
+                            ["q", "k", "v", "bt", "cl"], ["y"], [q], "pa")])
+    ex = Executor(plan, t)
+    feed = dict(q=np.zeros((1, 2, 1, 8), np.float32), k=np.zeros((5, 4, 1, 8), np.float32),
+                v=np.zeros((5, 4, 1, 8), np.float32), cl=np.array([100], np.uint32))  # lengths: unchecked
+    ex.run(bt=np.array([[4, 0, 2]], np.uint32), **feed)
+    with pytest.raises(IndexOutOfRangeError, match=r"step 0 \(pa\) PagedAttn: input 3 \('bt': block_table "
+                                                   r"entry .*value 5 at position \[0, 1\].*\[0, 4\]"):
+        ex.run(bt=np.array([[4, 5, 2]], np.uint32), **feed)
     assert len(seen) == 1
+
+
+def test_an_allowed_extra_value_passes_and_signed_offenders_are_named():
+    check_indices(np.array([3, -100, 0]), 4, "w", "t", allowed=-100)
+    for bad, pos in ((4, 0), (-1, 1), (-101, 2)):
+        tgt = np.array([0, -100, 0])
+        tgt[pos] = bad
+        with pytest.raises(IndexOutOfRangeError, match=rf"w: t value {bad} at position \[{pos}\] is out of "
+                                                       rf"range; valid values are \[0, 3\] or -100"):
+            check_indices(tgt, 4, "w", "t", allowed=-100)
 
 
 def test_check_reads_through_strided_and_broadcast_views():
@@ -75,9 +84,8 @@ def test_check_reads_through_strided_and_broadcast_views():
 def test_every_index_operand_rule_names_a_real_params_field():
     samples = {OpKind.IndexSelect: P.IndexSelect(1, 5, 2, 1), OpKind.Gather: P.Gather((3, 5), (3, 2), 1),
                OpKind.IndexAdd: P.IndexAdd(1, 5, 2, 1), OpKind.ScatterAdd: P.ScatterAdd((5, 2), (3, 2), 0),
-               OpKind.FusedSoftmaxCrossEntropy: P.FusedSoftmaxCrossEntropy(2, 5),
                OpKind.PagedAttn: P.PagedAttn(1, 2, 1, 1, 8, 4, 3, 5, 0.5)}
     assert set(samples) == set(INDEX_OPERANDS)
     sizes = {k: [r.size(p) for r in INDEX_OPERANDS[k]] for k, p in samples.items()}
     assert sizes == {OpKind.IndexSelect: [5], OpKind.Gather: [5], OpKind.IndexAdd: [5],
-                     OpKind.ScatterAdd: [5], OpKind.FusedSoftmaxCrossEntropy: [5], OpKind.PagedAttn: [5, 13]}
+                     OpKind.ScatterAdd: [5], OpKind.PagedAttn: [5]}
