@@ -1,6 +1,6 @@
 """fuelc runtime: the ABI the compiler targets (DESIGN.md §6).
 
-Imports with only numpy installed; never imports ``compiler`` or MLIR, and
+Imports with only numpy and ml_dtypes (the numpy bf16/fp8 types) installed; never imports ``compiler`` or MLIR, and
 does not import llvmlite at top level. The default process-wide binding
 table (``global_table()``) is built lazily on first use and holds the numpy
 reference kernels (``runtime.numpy_kernels``).
@@ -8,8 +8,8 @@ reference kernels (``runtime.numpy_kernels``).
 from .dtype import DType
 from .opkind import OpKind
 from .errors import (
-    BindingTableError, FuelError, KernelError, LayoutError, NoBackendForOp, OpParamsError,
-    PlanError, StorageError, UnknownDTypeError, UnknownOpKindError,
+    BindingTableError, FuelError, IndexOutOfRangeError, KernelError, LayoutError, NoBackendForOp,
+    OpParamsError, PlanError, StorageError, UnknownDTypeError, UnknownOpKindError,
 )
 from .keys import BackendId, BindingKey, FusedOpId
 from .layout import Layout
@@ -39,4 +39,5 @@ __all__ = [
     "RuntimeFusedLookup", "global_table", "update_global_table", "reset_global_table",
     "FuelError", "UnknownDTypeError", "UnknownOpKindError", "LayoutError", "StorageError",
     "OpParamsError", "BindingTableError", "NoBackendForOp", "KernelError", "PlanError",
+    "IndexOutOfRangeError",
 ]

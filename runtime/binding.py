@@ -35,8 +35,10 @@ class KernelCaps:
     passes non-contiguous (offset-0) inputs through without contiguizing.
     ``requires_broadcast``: the kernel bakes a stride-0 broadcast pattern
     into its body; ``lookup_with_caps`` never picks it for a dense operand.
-    ``full_write``: the kernel writes every element of its output, so the
-    executor may allocate that output uninitialized.
+    ``full_write``: the kernel writes every element of each (whole) output
+    layout, so the executor may allocate its outputs uninitialized; without
+    it outputs are zero-filled. (A MatMul step computing only its first rows,
+    ``m_compute`` not ``all``, still gets zeroed outputs.)
     """
 
     strided_input: bool = False

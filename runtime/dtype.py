@@ -4,14 +4,24 @@
 and the compiler. Sixteen variants; the sub-byte float formats report a byte
 size of 0 (the cost model prices them at 1 byte per element).
 
-bf16 and the fp8/fp6/fp4 formats have no numpy dtype: their tensors are
-carried as raw ``uint8``/``uint16`` bit patterns (``DType.storage_numpy``), and
-``bf16_to_f32``/``f32_to_bf16``/``f16_to_f32``/``f32_to_f16`` convert them.
+Two numpy views of one element type:
+
+* ``DType.numpy`` is the type tensors cross the Python API in. bf16 and the
+  fp8/fp6/fp4 formats are the ``ml_dtypes`` types the ecosystem uses (JAX,
+  ONNX, TensorFlow): ``ml_dtypes.bfloat16``, ``float8_e4m3fn``,
+  ``float8_e8m0fnu``, ``float6_e2m3fn``, ``float6_e3m2fn``, ``float4_e2m1fn``
+  (one element per byte). F8E6M2 has none (``None``).
+* ``DType.storage_numpy`` is how storages and the reference numerics hold the
+  elements: the same for numpy's own types, raw ``uint16``/``uint8`` bit
+  patterns for the others. ``to_storage``/``from_storage`` convert between
+  the two (zero-copy views), and ``bf16_to_f32``/``f32_to_bf16``/
+  ``f16_to_f32``/``f32_to_f16`` convert bit patterns to and from numbers.
 """
 from __future__ import annotations
 
 import enum
 
+import ml_dtypes
 import numpy as np
 
 from .errors import UnknownDTypeError
@@ -62,17 +72,18 @@ class DType(enum.Enum):
 
     @property
     def numpy(self) -> np.dtype | None:
-        """The numpy dtype with the same semantics, or None (bf16, fp8, ...)."""
-        name = _NUMPY.get(self)
-        return np.dtype(name) if name else None
+        """The numpy dtype with the same semantics, the type arrays of this
+        dtype cross the Python API in (``ml_dtypes.bfloat16`` for bf16, the
+        ``ml_dtypes`` float8/6/4 types), or None (F8E6M2)."""
+        return _NUMPY.get(self)
 
     @property
     def storage_numpy(self) -> np.dtype:
-        """The numpy dtype used to hold the raw elements in memory."""
-        n = self.numpy
-        if n is not None:
-            return n
-        return np.dtype(np.uint16) if self.itemsize == 2 else np.dtype(np.uint8)
+        """The numpy dtype used to hold the raw elements in memory: ``numpy``
+        for numpy's own types, else the unsigned bit patterns (bf16: uint16)."""
+        if self in _BITS:
+            return np.dtype(np.uint16) if self.itemsize == 2 else np.dtype(np.uint8)
+        return _NUMPY[self]
 
     # -- conversions ------------------------------------------------------
     @classmethod
@@ -97,15 +108,19 @@ class DType(enum.Enum):
 
     @classmethod
     def from_numpy(cls, npd: np.dtype) -> "DType":
+        """The DType whose ``numpy`` is ``npd`` (bool is U8). Raw ``uint16``
+        has none: bf16 arrays are ``ml_dtypes.bfloat16``."""
         npd = np.dtype(npd)
-        for d, name in _NUMPY.items():
-            if np.dtype(name) == npd:
-                return d
+        d = _FROM_NUMPY.get(npd)
+        if d is not None:
+            return d
         if npd == np.dtype(np.bool_):
             return DType.U8
+        hint = (" (for bf16 bit patterns use bits.view(ml_dtypes.bfloat16))"
+                if npd == np.dtype(np.uint16) else "")
         raise UnknownDTypeError(
-            f"numpy dtype {npd} has no fuel DType; supported: "
-            f"{', '.join(sorted(set(_NUMPY.values())))}"
+            f"numpy dtype {npd} has no fuel DType{hint}; supported: "
+            f"{', '.join(sorted(t.name for t in _NUMPY.values()))}"
         )
 
     def __str__(self) -> str:  # "f32", as users write it
@@ -118,20 +133,54 @@ _SIZES = {
     DType.F6E2M3: 0, DType.F6E3M2: 0, DType.F4: 0, DType.F8E8M0: 1, DType.F8E6M2: 1,
 }
 _INTS = frozenset({DType.U8, DType.I8, DType.U32, DType.I16, DType.I32, DType.I64})
-_NUMPY = {
-    DType.U8: "uint8", DType.I8: "int8", DType.U32: "uint32", DType.I16: "int16",
-    DType.I32: "int32", DType.I64: "int64", DType.F16: "float16", DType.F32: "float32",
-    DType.F64: "float64",
-}
+_NUMPY: dict[DType, np.dtype] = {d: np.dtype(t) for d, t in {
+    DType.U8: np.uint8, DType.I8: np.int8, DType.U32: np.uint32, DType.I16: np.int16,
+    DType.I32: np.int32, DType.I64: np.int64, DType.F16: np.float16, DType.F32: np.float32,
+    DType.F64: np.float64, DType.BF16: ml_dtypes.bfloat16, DType.F8E4M3: ml_dtypes.float8_e4m3fn,
+    DType.F8E8M0: ml_dtypes.float8_e8m0fnu, DType.F6E2M3: ml_dtypes.float6_e2m3fn,
+    DType.F6E3M2: ml_dtypes.float6_e3m2fn, DType.F4: ml_dtypes.float4_e2m1fn,
+}.items()}
+#: dtypes whose storage holds bit patterns (numpy has no arithmetic type for them)
+_BITS = frozenset(DType) - {d for d, t in _NUMPY.items() if t.kind in "iuf"}
+_FROM_NUMPY = {t: d for d, t in _NUMPY.items()}
 _ALIASES: dict[str, DType] = {d.value: d for d in DType}
 _ALIASES.update({d.name.lower(): d for d in DType})
-_ALIASES.update({name: d for d, name in _NUMPY.items()})
+_ALIASES.update({t.name: d for d, t in _NUMPY.items()})
 _ALIASES.update({
     "bfloat16": DType.BF16, "half": DType.F16, "float": DType.F32, "double": DType.F64,
     "bool": DType.U8, "uint8": DType.U8, "int": DType.I64, "long": DType.I64,
     "float8_e4m3": DType.F8E4M3, "float8_e4m3fn": DType.F8E4M3,
     "float8_e8m0": DType.F8E8M0, "float4": DType.F4,
 })
+
+
+# -- the API type <-> the storage type -------------------------------------
+def to_storage(arr, dtype: DType, what: str = "array") -> np.ndarray:
+    """``arr``, an array of ``dtype.numpy`` (``ml_dtypes.bfloat16`` for bf16),
+    as ``dtype.storage_numpy`` (a zero-copy view for the bit-pattern types).
+    Raises UnknownDTypeError naming ``what`` for any other numpy dtype. Raw
+    ``uint16`` is refused for bf16, as JAX, ONNX Runtime and TensorFlow do
+    (numbers or bit patterns would be a guess): wrap bit patterns with
+    ``bits.view(ml_dtypes.bfloat16)``. (F8E6M2 has no API type: raw uint8.)"""
+    arr = np.asarray(arr)
+    want = dtype.numpy if dtype.numpy is not None else dtype.storage_numpy
+    if arr.dtype != want:
+        hint = ""
+        if dtype.numpy is not None and dtype in _BITS:
+            t = f"ml_dtypes.{want.name}"
+            hint = f"; from raw bit patterns: bits.view({t}), from numbers: x.astype({t})"
+        raise UnknownDTypeError(f"{what}: a {dtype} array must have numpy dtype {want}, "
+                                f"got {arr.dtype}{hint}")
+    return arr.view(dtype.storage_numpy) if arr.dtype != dtype.storage_numpy else arr
+
+
+def from_storage(arr: np.ndarray, dtype: DType) -> np.ndarray:
+    """A storage array of ``dtype`` as ``dtype.numpy`` (a zero-copy view);
+    the inverse of ``to_storage``. F8E6M2 stays raw ``uint8``."""
+    want = dtype.numpy
+    if dtype in _BITS and want is not None:
+        return np.asarray(arr).view(want)
+    return np.asarray(arr)
 
 
 # -- raw-bit conversions for formats numpy lacks ---------------------------
@@ -149,7 +198,11 @@ def f32_to_bf16(x: np.ndarray) -> np.ndarray:
 
 
 def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
-    """Widen bfloat16 bit patterns (uint16) to float32 exactly."""
+    """Widen bfloat16 bit patterns (uint16), or an ``ml_dtypes.bfloat16``
+    array, to float32 exactly."""
+    bits = np.asarray(bits)
+    if bits.dtype == _NUMPY[DType.BF16]:
+        bits = bits.view(np.uint16)
     b = np.require(bits, np.uint16, "C")
     return (b.astype(np.uint32) << 16).view(np.float32)
 
@@ -160,5 +213,9 @@ def f32_to_f16(x: np.ndarray) -> np.ndarray:
 
 
 def f16_to_f32(bits: np.ndarray) -> np.ndarray:
-    """Widen IEEE half bit patterns (uint16) to float32 exactly."""
+    """Widen IEEE half bit patterns (uint16), or a float16 array, to float32
+    exactly."""
+    bits = np.asarray(bits)
+    if bits.dtype == np.float16:
+        return bits.astype(np.float32)
     return np.require(bits, np.uint16, "C").view(np.float16).astype(np.float32)

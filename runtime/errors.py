@@ -11,6 +11,7 @@
     ├── BindingTableError          a malformed registration / duplicate kernel
     ├── NoBackendForOp             lookup miss; carries the coverage diagnostic
     ├── KernelError                a kernel failed (or raised) inside a call
+    ├── IndexOutOfRangeError       an index operand value outside its range
     └── PlanError                  a malformed Plan, or bad inputs to Executor.run
 """
 from __future__ import annotations
@@ -95,3 +96,15 @@ class KernelError(FuelError, RuntimeError):
 class PlanError(FuelError, ValueError):
     """A malformed Plan (unknown value ids, bad step kinds) or inputs to
     ``Executor.run`` that do not match the plan's signature."""
+
+
+class IndexOutOfRangeError(FuelError, IndexError):
+    """An index operand (IndexSelect/Gather/IndexAdd/ScatterAdd indices,
+    paged-attention block ids) holds a value outside
+    its valid range. Raised before the kernel runs. Attributes: ``value``,
+    ``position`` (a tuple into the index tensor) and ``size`` (valid values
+    are ``[0, size)``)."""
+
+    def __init__(self, message: str, value: int, position: tuple, size: int):
+        super().__init__(message)
+        self.value, self.position, self.size = value, position, size

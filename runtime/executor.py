@@ -22,9 +22,16 @@ steps over string value ids:
 ``Executor(plan, table=None)`` validates the plan and resolves every kernel
 step with ``lookup_with_caps`` at construction, raising ``PlanError`` or
 ``NoBackendForOp`` (naming the step) before anything runs. ``run(**inputs)``
-checks the inputs, contiguizes kernel inputs per §2.3, pre-allocates the
-outputs, runs the steps and returns ``{name: np.ndarray}`` (copies; bf16
-values are returned as raw ``uint16`` bits).
+checks the inputs, contiguizes kernel inputs per §2.3, checks index operands
+(``runtime.indexing``: IndexOutOfRangeError before the kernel runs), pre-allocates the
+outputs, runs the steps and returns ``{name: np.ndarray}`` (copies).
+
+Arrays cross ``run`` in ``DType.numpy``: a bf16 input must be an
+``ml_dtypes.bfloat16`` array and bf16 outputs are returned as one (likewise
+the ml_dtypes fp8/fp6/fp4 types). Raw ``uint16`` for a bf16 input is refused
+with a PlanError, as JAX and ONNX Runtime refuse it: wrap bit patterns with
+``bits.view(ml_dtypes.bfloat16)`` (zero-copy). Inside, storages and
+``plan.constants`` hold the bit patterns (``DType.storage_numpy``).
 """
 from __future__ import annotations
 
@@ -35,8 +42,9 @@ from typing import Mapping, Sequence, Union
 import numpy as np
 
 from .binding import BindingEntry, KernelBindingTable, global_table
-from .dtype import DType
-from .errors import FuelError, KernelError, LayoutError, OpParamsError, PlanError
+from .dtype import DType, from_storage, to_storage
+from .errors import FuelError, KernelError, LayoutError, OpParamsError, PlanError, UnknownDTypeError
+from .indexing import INDEX_OPERANDS, check_indices
 from .keys import BackendId, BindingKey
 from .layout import Layout
 from .opkind import OpKind
@@ -360,15 +368,15 @@ class Executor:
     def _bind_input(self, name: str, value) -> tuple[Storage, Layout]:
         spec = self.plan.inputs[name]
         arr = np.asarray(value)
-        if spec.dtype is DType.BF16:
-            ok = arr.dtype == np.uint16
-        else:
-            ok = arr.dtype == spec.dtype.storage_numpy
-        if not ok or tuple(arr.shape) != spec.shape:
-            want = f"{spec}" + (" (raw uint16 bits)" if spec.dtype is DType.BF16 else
-                               f" (numpy {spec.dtype.storage_numpy})")
-            raise PlanError(f"input {name!r}: expected {want}, got numpy {arr.dtype}{list(arr.shape)}")
-        return Storage.from_numpy(arr, dtype=spec.dtype)
+        try:
+            bits = to_storage(arr, spec.dtype, f"input {name!r}")
+        except UnknownDTypeError as e:
+            bits, hint = None, str(e).partition("; ")[2]
+        if bits is None or tuple(arr.shape) != spec.shape:
+            want = spec.dtype.numpy or spec.dtype.storage_numpy
+            raise PlanError(f"input {name!r}: expected {spec} (numpy {want}), got numpy "
+                            f"{arr.dtype}{list(arr.shape)}" + (f"; {hint}" if bits is None and hint else ""))
+        return Storage.from_numpy(bits, dtype=spec.dtype)
 
     def run(self, **inputs) -> dict[str, np.ndarray]:
         """Run the plan. Raises PlanError on missing/extra/mistyped inputs
@@ -383,14 +391,16 @@ class Executor:
         syms: dict[int, int] = {}
         for run_step in self._runners:
             run_step(env, syms)
-        return {name: env[vid][0].to_numpy(env[vid][1]) for name, vid in plan.outputs.items()}
+        specs = self.specs
+        return {name: from_storage(env[vid][0].to_numpy(env[vid][1]), specs[vid].dtype)
+                for name, vid in plan.outputs.items()}
 
 
 class _KernelRunner:
     """One kernel step with its static decisions made (see ``_prepare_run``)."""
 
     __slots__ = ("index", "step", "entry", "where", "inputs", "strided", "deferred", "bundle_slots",
-                 "out_allocs", "out_layouts", "alloc", "nonzero")
+                 "out_allocs", "out_layouts", "alloc", "nonzero", "index_checks")
 
     def __init__(self, i: int, step: KernelStep, entry: BindingEntry, fresh: set):
         self.index, self.step, self.entry = i, step, entry
@@ -401,10 +411,15 @@ class _KernelRunner:
         m = getattr(step.params, "m_compute", None)
         self.deferred = m is not None and m.mode == "deferred"
         partial = m is not None and m.mode != "all"  # only the first rows are computed
-        # a kernel that stores every output element gets uninitialized outputs
-        full_write = entry.caps.full_write and not partial
-        self.alloc = np.empty if full_write else np.zeros
+        # KernelCaps.full_write: every output element is stored, so skip zero-filling
+        self.alloc = np.empty if entry.caps.full_write and not partial else np.zeros
         self.nonzero = isinstance(step.params, NonZeroIndices)
+        # index operands (runtime.indexing): (input position, size, what, allowed extra value)
+        p = step.params
+        self.index_checks = tuple(
+            (r.operand, r.size(p), f"{self.where} {step.key.op.name}",
+             f"input {r.operand} ({step.inputs[r.operand]!r}: {r.what})", r.allowed(p) if r.allowed else None)
+            for r in INDEX_OPERANDS.get(step.key.op, ()) if r.operand < len(step.inputs))
         if step.is_bundle:
             self.bundle_slots = [(s.dtype, s.shape) for s in step.output_specs]
             self.out_allocs = self.out_layouts = None
@@ -423,6 +438,8 @@ class _KernelRunner:
                 st, lay = st.contiguize(lay)
             ins.append(st)
             in_layouts.append(lay)
+        for pos, size, op_where, what, allowed in self.index_checks:  # before a kernel reads past the end
+            check_indices(ins[pos].view(in_layouts[pos]), size, op_where, what, allowed)
         params = step.params
         if self.deferred:
             sym = params.m_compute.value

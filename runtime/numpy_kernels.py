@@ -3,7 +3,7 @@
 ``register_numpy_kernels(table)`` binds them on ``BackendId.CPU`` with caps
 ``strided_input=True`` (every kernel reads its inputs through
 ``Storage.view(layout)``, so any strides, 0 and negative included, are
-honoured), precision ``PRIMITIVE_DETERMINISTIC_CPU`` and the default cost
+honoured) and ``full_write=True`` (every kernel assigns its whole output), precision ``PRIMITIVE_DETERMINISTIC_CPU`` and the default cost
 family of their OpKind. Outputs are written into the pre-allocated storages.
 
 Numeric conventions (shared with ``compiler.graph``'s reference interpreter):
@@ -562,7 +562,7 @@ def numpy_kernel_bindings() -> list[tuple[OpKind, tuple[DType, ...], Callable]]:
 
 def register_numpy_kernels(table) -> None:
     """Register the numpy reference set on ``BackendId.CPU`` in ``table``
-    (caps strided_input, PRIMITIVE_DETERMINISTIC_CPU, default costs,
+    (caps strided_input and full_write, PRIMITIVE_DETERMINISTIC_CPU, default costs,
     kernel_source "numpy"). Calling it twice on one table makes every key
     fail ``finalize()`` (duplicate kernels), as it should."""
     from .binding import KernelCaps, KernelRef

@@ -8,8 +8,9 @@
   fuel-spec §7.13): one allocation, each slot at a byte offset aligned to its
   dtype, described by ``OutputView``; ``storage.slot(i)`` is a zero-copy view.
 
-bf16 and the fp8 formats have no numpy dtype: their storages view as the raw
-bit patterns (``DType.storage_numpy``).
+bf16 and the fp8/fp6/fp4 formats have no numpy arithmetic type: their storages
+view as the raw bit patterns (``DType.storage_numpy``); ``from_numpy`` also
+takes their ``ml_dtypes`` arrays (``DType.numpy``) and wraps the same bytes.
 """
 from __future__ import annotations
 

@@ -14,7 +14,8 @@ Shape of the result::
 * Each op's location is ``NameLoc(node.name)``, so diagnostics name the node.
 * ``Const`` carries its value inline (``value``, a DenseElementsAttr) when it
   has at most ``inline_limit`` elements; larger payloads stay out of the IR
-  in ``EmittedModule.constants`` (name -> storage array).
+  in ``EmittedModule.constants`` (name -> storage array), as do bf16 ones
+  (which are also inline, for reading the IR).
 * Fused nodes become ``fuel.<entry.mnemonic>`` with one result per slot.
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ import numpy as np
 
 from compiler.errors import DialectError
 from compiler.mlir import MLIRError, func, ir
+from runtime.dtype import DType
 
 from .attrs import params_to_attributes
 from .definition import build_fuel_op, from_fused_entry, load_fuel_dialect, lookup
@@ -122,7 +124,8 @@ def _emit_node(graph, node, values, constants, inline_limit) -> "ir.Value":
             arr = graph.constants[node.params["name"]]
             if arr.size <= inline_limit:
                 attrs["value"] = dense_value(arr, out_types[0])
-            else:
+            # the bindings cannot read a bf16 DenseElementsAttr back: the plan takes the payload
+            if arr.size > inline_limit or node.dtype is DType.BF16:
                 constants[node.params["name"]] = arr
         operands = [values[i] for i in node.inputs]
         infer = None

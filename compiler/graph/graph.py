@@ -22,7 +22,9 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from runtime.dtype import DType, f32_to_bf16
+from runtime.dtype import DType, f32_to_bf16, from_storage, to_storage
+from runtime.errors import IndexOutOfRangeError
+from runtime.indexing import check_indices
 
 from ..errors import GraphBuildError, UnsupportedOpError
 from .numerics import scalar_storage
@@ -143,13 +145,15 @@ class Graph:
         return t
 
     def constant(self, value, name: Optional[str] = None, dtype=None) -> "Tensor":
-        """Add a constant. ``value``: array-like; ``dtype`` (optional) converts it
-        (bf16 is stored as bit patterns). Python floats default to f32 and
-        ints to i64 when no dtype is given. Returns the Const handle."""
+        """Add a constant. ``value``: array-like; ``dtype`` (optional) converts it.
+        bf16 values are ``ml_dtypes.bfloat16`` arrays (or numbers with
+        ``dtype="bf16"``, rounded); raw ``uint16`` is refused. Constants are
+        stored as storage arrays (bf16 as bit patterns). Python floats default
+        to f32 and ints to i64 when no dtype is given. Returns the Const handle."""
         arr = np.asarray(value)
         if dtype is not None:
             dt = _parse_dtype(dtype, "constant")
-            arr = _to_storage(arr, dt)
+            arr = _to_storage(arr, dt, name)
         else:
             if arr.dtype == np.float64 and not isinstance(value, np.ndarray):
                 arr = arr.astype(np.float32)
@@ -159,6 +163,7 @@ class Graph:
                 dt = DType.from_numpy(arr.dtype)
             except Exception as e:
                 raise GraphBuildError(f"constant {name!r}: {e}") from None
+            arr = to_storage(arr, dt)  # ml_dtypes bf16/fp8 arrays -> their bit patterns
         if name is None:
             name = f"const_{len(self.nodes)}"
             while name in self.constants:
@@ -219,7 +224,23 @@ class Graph:
             raise GraphBuildError(f"{label}: {e}") from None
         except UnsupportedOpError as e:
             raise UnsupportedOpError(f"{label}: {e}") from None
+        self._check_constant_indices(label, op, ids, types, params)
         return self._append(op, ids, params, [out], name)
+
+    def _check_constant_indices(self, label, op, ids, types, params) -> None:
+        """Refuse a Const index operand with a value outside the indexed axis
+        (the executor checks indices computed at run time)."""
+        if op not in _INDEX_OPS:
+            return
+        src = self.nodes[ids[1]]
+        if src.op != "Const":
+            return
+        size = types[0].shape[params["dim"]]
+        try:
+            check_indices(self.constants[src.params["name"]], size, f"{label} {op}",
+                          f"constant indices {src.name!r} into axis {params['dim']} of {fmt_types(types[:1])}")
+        except IndexOutOfRangeError as e:
+            raise ConstantIndexError(str(e), e.value, e.position, e.size) from None
 
     def add_fused(self, entry, inputs: Sequence, params: Optional[dict] = None,
                   name: Optional[str] = None) -> "Tensor":
@@ -277,6 +298,14 @@ class Graph:
         n.inputs = tuple(ins)
 
 
+class ConstantIndexError(GraphBuildError, IndexOutOfRangeError):
+    """A constant index operand holds a value outside the indexed axis."""
+
+
+#: primitive ops whose operand 1 indexes axis ``dim`` of operand 0 (valid: [0, size))
+_INDEX_OPS = frozenset({"IndexSelect", "Gather", "IndexAdd", "ScatterAdd"})
+
+
 def _snake(name) -> str:
     from .ops import mnemonic_of
     return mnemonic_of(str(name))
@@ -289,14 +318,20 @@ def _parse_dtype(dtype, what) -> DType:
         raise GraphBuildError(f"{what}: {e}") from None
 
 
-def _to_storage(arr: np.ndarray, dt: DType) -> np.ndarray:
+def _to_storage(arr: np.ndarray, dt: DType, name) -> np.ndarray:
+    """``arr`` converted to ``dt`` (numbers are rounded) as a storage array."""
+    if arr.dtype == dt.numpy:
+        return to_storage(arr, dt)
     if dt == DType.BF16:
-        if arr.dtype == np.uint16:
-            return arr
+        if arr.dtype == np.uint16:  # numbers or bit patterns? refuse, as the executor does
+            raise GraphBuildError(
+                f"constant {name!r}: a bf16 constant takes an ml_dtypes.bfloat16 array or numbers, "
+                f"not raw uint16; wrap bit patterns with bits.view(ml_dtypes.bfloat16)")
         return f32_to_bf16(arr.astype(np.float32)).reshape(arr.shape)
     if dt.numpy is None:
-        raise GraphBuildError(f"constant: dtype {dt.value} has no storage conversion")
-    return arr.astype(dt.numpy)
+        raise GraphBuildError(f"constant {name!r}: dtype {dt.value} has no numpy type to convert "
+                              f"{arr.dtype} values to")
+    return to_storage(arr.astype(dt.numpy), dt)
 
 
 # ---------------------------------------------------------------------------
@@ -795,7 +830,7 @@ def _as_tensor(value, graph: Graph, dtype: DType) -> Tensor:
         if dtype.is_int and not (math.isfinite(v) and v.is_integer()):
             raise GraphBuildError(f"python scalar {value!r} is not representable in "
                                   f"{dtype.value} (no implicit promotion; cast first)")
-        return graph.constant(scalar_storage(v, dtype), dtype=dtype)
+        return graph.constant(from_storage(scalar_storage(v, dtype), dtype), dtype=dtype)
     if isinstance(value, np.ndarray):
         return graph.constant(value)
     if isinstance(value, (list, tuple)):

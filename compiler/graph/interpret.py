@@ -1,6 +1,7 @@
 """The numpy reference interpreter: evaluates any graph, the test oracle for
-every layer below. Values are storage arrays (``numerics`` module docstring:
-bf16 as uint16 bits, f16 as float16); each primitive runs its ``OpDef.reference``
+every layer below. Inside, values are storage arrays (``numerics`` module
+docstring: bf16 as uint16 bits, f16 as float16); inputs and outputs cross
+``interpret`` as ``DType.numpy`` arrays (bf16: ``ml_dtypes.bfloat16``); each primitive runs its ``OpDef.reference``
 and each fused node its registry entry's ``reference``."""
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Iterable, Mapping, Optional
 
 import numpy as np
 
-from runtime.dtype import DType, f32_to_bf16
+from runtime.dtype import DType, f32_to_bf16, from_storage, to_storage
+from runtime.errors import UnknownDTypeError
 
 from ..errors import CompilerError
 from .analysis import topological_order
@@ -33,9 +35,11 @@ def interpret(graph: Graph, inputs: Mapping[str, np.ndarray],
     handle/id that is not an output is keyed by its node name). A multi-output
     fused node's value is a tuple of its slot arrays; its consumers read slot 0.
 
-    Input arrays must have the declared shape; their numpy dtype must be the
-    declared dtype's storage dtype, except that a bf16 input may also be given
-    as float32/float64 values (rounded to bf16). Raises InterpretError."""
+    Input arrays must have the declared shape and numpy dtype
+    (``DType.numpy``: ``ml_dtypes.bfloat16`` for bf16, whose input may also be
+    given as float32/float64 numbers, rounded; raw uint16 is refused). Outputs
+    come back the same way (bf16 as ``ml_dtypes.bfloat16``). Raises
+    InterpretError."""
     targets = _targets(graph, outputs)
     unknown = set(inputs) - set(graph.inputs)
     if unknown:
@@ -62,8 +66,9 @@ def interpret(graph: Graph, inputs: Mapping[str, np.ndarray],
         values[nid] = _check_result(node, what, out)
     result = {}
     for name, nid in targets:
-        v = values[nid]
-        result[name] = tuple(np.asarray(x) for x in v) if isinstance(v, tuple) else np.asarray(v)
+        v, types = values[nid], graph.nodes[nid].output_types
+        result[name] = (tuple(from_storage(x, t.dtype) for x, t in zip(v, types))
+                        if isinstance(v, tuple) else from_storage(v, types[0].dtype))
     return result
 
 
@@ -94,12 +99,16 @@ def _input_value(node, inputs):
         raise InterpretError(f"missing input {name!r} ({node.dtype.value}"
                              f"{list(node.shape)})")
     arr = np.asarray(inputs[name])
-    want = node.dtype.storage_numpy
     if node.dtype == DType.BF16 and arr.dtype in (np.float32, np.float64):
         arr = f32_to_bf16(arr.astype(np.float32)).reshape(arr.shape)
-    if arr.dtype != want:
-        raise InterpretError(f"input {name!r}: dtype {arr.dtype} does not match declared "
-                             f"{node.dtype.value} (storage {want})")
+    else:
+        try:
+            arr = to_storage(arr, node.dtype, f"input {name!r}")
+        except UnknownDTypeError as e:
+            hint = str(e).partition("; ")[2]
+            raise InterpretError(f"input {name!r}: dtype {arr.dtype} does not match declared "
+                                 f"{node.dtype.value} (numpy {node.dtype.numpy})"
+                                 + (f"; {hint}" if hint else "")) from None
     if arr.shape != node.shape:
         raise InterpretError(f"input {name!r}: shape {list(arr.shape)} does not match "
                              f"declared {list(node.shape)}")

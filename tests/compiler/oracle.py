@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from compiler import compile, interpret
-from runtime.dtype import DType, bf16_to_f32, f32_to_bf16
+from runtime.dtype import DType, bf16_to_f32, f32_to_bf16, from_storage
 
 D = DType
 
@@ -61,7 +61,7 @@ def assert_matches(got: np.ndarray, want: np.ndarray, dtype: DType, what: str, t
 
 # -- inputs ---------------------------------------------------------------------------------
 def random_values(rng, shape, dtype: DType, domain: str = "any") -> np.ndarray:
-    """A storage array of ``dtype`` with values from ``domain``:
+    """An array of ``dtype`` (``dtype.numpy``: bf16 as ml_dtypes.bfloat16) with values from ``domain``:
 
     any       floats in [-3, 3]; ints in [-20, 20] (unsigned [0, 40])
     pos       floats in [0.25, 3]; ints in [1, 20]
@@ -84,7 +84,7 @@ def random_values(rng, shape, dtype: DType, domain: str = "any") -> np.ndarray:
         else:
             v = rng.uniform(-3.0, 3.0, shape)
         if dtype is D.BF16:
-            return f32_to_bf16(np.asarray(v, np.float32)).reshape(shape)
+            return from_storage(f32_to_bf16(np.asarray(v, np.float32)).reshape(shape), dtype)
         return np.asarray(v).astype(dtype.numpy)
     if domain == "mask":
         return rng.choice(np.array([0, 1, 2, 255], np.uint8), shape).astype(dtype.numpy)

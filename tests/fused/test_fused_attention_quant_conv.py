@@ -34,7 +34,7 @@ from compiler.mlir import func, ir
 from compiler.registry import default_registry
 from compiler.registry.builders import fused
 from runtime import params as P
-from runtime.dtype import DType
+from runtime.dtype import DType, from_storage
 from runtime.layout import Layout
 from tests.lowering.jit import run_module
 
@@ -77,7 +77,7 @@ def _graph(name, arrays, dtypes, params):
     g = Graph()
     ins = [g.input(f"in{k}", a.shape, dt) for k, (a, dt) in enumerate(zip(arrays, dtypes))]
     g.output(fused(name, *ins, **params), "y")
-    return g, {f"in{k}": a for k, a in enumerate(arrays)}
+    return g, {f"in{k}": from_storage(a, DType.parse(dt)) for k, (a, dt) in enumerate(zip(arrays, dtypes))}
 
 
 def _check_kernel(name, arrays, dtypes, params, dtype):

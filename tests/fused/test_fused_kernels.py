@@ -20,14 +20,14 @@ from compiler.codegen import fused as F
 from compiler.errors import UnsupportedOpError
 from compiler.graph import Graph
 from compiler.graph.kernel_params import KernelParamsError
-from compiler.graph.numerics import from_compute, to_compute
+from compiler.graph.numerics import dtype_of, from_compute, to_compute
 from compiler.graph.opdef import TensorType
 from compiler.registry import default_registry
 from compiler.registry.builders import fused
 from compiler.targets import table_for
 from runtime import params as P
 from runtime.cost import default_cost_for_op_kind
-from runtime.dtype import DType
+from runtime.dtype import DType, from_storage
 from runtime.keys import BackendId
 from runtime.layout import Layout
 from runtime.opkind import OpKind
@@ -47,6 +47,11 @@ def rng():
 def _data(rng, shape, dtype, scale=1.0):
     x = rng.standard_normal(shape) * scale
     return from_compute(x, DType.parse(dtype))
+
+
+def _api(a):
+    """A storage array as compiled modules take it (bf16 as ml_dtypes.bfloat16)."""
+    return from_storage(a, dtype_of(a))
 
 
 def _num(a):
@@ -75,14 +80,14 @@ def _check_op(name, specs, params, arrays, dtype, *, recipe=True, scale=1.0):
     """reference == fused kernel (== recipe through primitives)."""
     kind = REG[name].op_kind
     g = _graph(name, specs, params)
-    feeds = {f"in{k}": a for k, a in enumerate(arrays)}
+    feeds = {f"in{k}": _api(a) for k, a in enumerate(arrays)}
     ref = REG[name].reference(arrays, params)
     m = compile(g)
     summary = m.kernel_summary()
     assert len(summary) == 1 and summary[0].startswith(f"{kind.name}[") \
         and summary[0].endswith("(mlir-cpu-fused)"), summary
     got = m(**feeds)
-    assert got.dtype == ref.dtype
+    assert got.dtype == _api(ref).dtype
     _close(got, ref, dtype, f"{name} fused kernel vs reference", scale)
     if recipe:
         mr = compile(g, pipeline=RECIPE)
@@ -151,7 +156,7 @@ def test_fused_linear_mixed_f32_bf16(rng):
     g = _graph("FusedLinear", [((3, 8), "f32"), ((8, 4), "bf16"), ((4,), "f32")], {})
     m = compile(g)
     assert not any(s.startswith("FusedLinear[") for s in m.kernel_summary())
-    _close(m(in0=a, in1=b, in2=bias), REG["FusedLinear"].reference([a, b, bias], {}), "f32",
+    _close(m(in0=a, in1=_api(b), in2=bias), REG["FusedLinear"].reference([a, b, bias], {}), "f32",
            "mixed linear", 4)
 
 

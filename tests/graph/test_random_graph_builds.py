@@ -100,4 +100,4 @@ def test_random_graph_matches_numpy(program):
     for nid in topological_order(g):
         node = g[nid]
         val = every[by_id.get(nid, node.name)]
-        assert val.shape == node.shape and val.dtype == node.dtype.storage_numpy
+        assert val.shape == node.shape and val.dtype == node.dtype.numpy

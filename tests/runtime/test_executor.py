@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from runtime import (
-    ConstStep, ContiguizeStep, DType, Executor, KernelBindingTable, KernelCaps, KernelError,
-    KernelStep, Layout, NoBackendForOp, OpKind, Plan, PlanError, ReshapeStep, Storage, ValueSpec,
-    ViewStep, global_table,
+    ConstStep, ContiguizeStep, DType, Executor, IndexOutOfRangeError, KernelBindingTable, KernelCaps,
+    KernelError, KernelStep, Layout, NoBackendForOp, OpKind, Plan, PlanError, ReshapeStep, Storage,
+    ValueSpec, ViewStep, global_table,
 )
 from runtime import params as P
 from runtime.executor import needs_contiguize
@@ -141,8 +141,17 @@ def test_kernel_failure_is_a_kernel_error_naming_the_step():
                             ["x", "i"], ["y"], [vs(1)], "pick")])
     ex = Executor(plan)
     assert ex.run(x=np.array([1, 2, 3], np.float32), i=np.array([2], np.uint32))["y"].tolist() == [3.0]
-    with pytest.raises(KernelError, match=r"step 0 \(pick\).*index 7 out of range"):
-        ex.run(x=np.zeros(3, np.float32), i=np.array([7], np.uint32))
+    with pytest.raises(IndexOutOfRangeError, match=r"step 0 \(pick\) IndexSelect: .* value 7 at position \[0\]"):
+        ex.run(x=np.zeros(3, np.float32), i=np.array([7], np.uint32))  # checked before the kernel
+
+    def boom(inputs, outputs, layouts, params):
+        raise ValueError("no")
+    t = KernelBindingTable()
+    t.register(OpKind.NegElementwise, [F32, F32], "cpu", boom)
+    plan = Plan({"x": vs(3)}, {"y": "y"},
+                [KernelStep(OpKind.NegElementwise, [F32, F32], "cpu", P.NO_PARAMS, ["x"], ["y"], [vs(3)], "neg")])
+    with pytest.raises(KernelError, match=r"step 0 \(neg\): kernel .*boom.* failed: ValueError: no"):
+        Executor(plan, t).run(x=np.zeros(3, np.float32))
 
 
 def test_bundle_outputs_and_deferred_matmul_rows():

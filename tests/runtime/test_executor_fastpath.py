@@ -225,6 +225,29 @@ def test_other_kernels_and_partial_matmuls_still_get_zeroed_outputs(poisoned_emp
     np.testing.assert_array_equal(Executor(plan, t).run(a=a, b=b)["y"], want)
 
 
+def test_full_write_is_a_kernel_cap_not_a_kernel_source(poisoned_empty):
+    """Uninitialized outputs follow ``KernelCaps.full_write`` alone: a kernel
+    that claims a compiler kernel source but not the cap still gets zeros, and
+    a kernel from any source with the cap gets np.empty's bytes."""
+    from runtime import KernelRef, PrecisionGuarantee, unknown_cost
+    plan = Plan({"x": vs(3)}, {"y": "y"},
+                [KernelStep(OpKind.NegElementwise, [F32, F32], "cpu", P.NO_PARAMS, ["x"], ["y"], [vs(3)])])
+    for source, caps, want in (("mlir-cpu", KernelCaps(strided_input=True), np.zeros(3, np.float32)),
+                               ("numpy", KernelCaps(), np.zeros(3, np.float32)),
+                               ("mine", KernelCaps(full_write=True), None)):
+        t = KernelBindingTable()
+        t.register_full_with_source(OpKind.NegElementwise, [F32, F32], "cpu",
+                                    KernelRef(lambda i, o, l, p: None, "skips", source), caps,
+                                    PrecisionGuarantee.UNAUDITED, unknown_cost, source)
+        got = Executor(plan, t).run(x=np.ones(3, np.float32))["y"]
+        if want is None:
+            assert got.view(np.uint8).tolist() == [0xAB] * 12, source
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=source)
+    entry = global_table().lookup_entry(OpKind.NegElementwise, [F32, F32], "cpu")
+    assert entry.kernel_source == "numpy" and entry.caps.full_write
+
+
 def test_const_storage_follows_the_plan_constant():
     w = np.arange(6, dtype=np.float32).reshape(3, 2)
     plan = Plan({"a": vs(2, 3)}, {"y": "y"},

@@ -132,7 +132,7 @@ def test_cost_model_families_and_roofline():
 def test_dtype_facts_and_parsing():
     assert [d.size_in_bytes for d in (DType.F32, DType.BF16, DType.F4, DType.I64)] == [4, 2, 0, 8]
     assert DType.parse("float32") is DType.F32 and DType.parse("bfloat16") is DType.BF16
-    assert DType.BF16.storage_numpy.name == "uint16" and DType.BF16.numpy is None
+    assert DType.BF16.storage_numpy.name == "uint16" and DType.BF16.numpy.name == "bfloat16"
     assert DType.U32.is_int and not DType.U32.is_signed and DType.F8E4M3.is_float
     with pytest.raises(UnknownDTypeError, match="unknown dtype 'f33'"):
         DType.parse("f33")
