@@ -1,10 +1,15 @@
 """Small, explicit binding tables for the pass tests, so "has a kernel" is
 decided by the test and not by whatever the default table registers.
-Referenced from RUN lines as ``table=tests.passes.kernel_tables:<name>``."""
+
+A driver plugin: importing it registers the tables under their function
+names, so RUN lines say
+``fuelc opt --load-plugin=tests.passes.kernel_tables ... fuel-fuse{table=fused_f32}``
+and Python tests import it before naming them."""
 from __future__ import annotations
 
 import functools
 
+from compiler.passes import register_table
 from runtime.binding import KernelBindingTable, KernelCaps
 from runtime.dtype import DType
 from runtime.opkind import OpKind
@@ -65,3 +70,7 @@ def broadcast_only_add() -> KernelBindingTable:
     t.register_with_caps(OpKind.AddElementwise, [F32, F32, F32], "cpu", _kernel,
                          KernelCaps(requires_broadcast=True))
     return t.freeze()
+
+
+for _factory in (primitives_f32, fused_f32, broadcast_only_add):
+    register_table(_factory.__name__, _factory)
