@@ -22,13 +22,14 @@ import importlib
 import sys
 from typing import Optional, Sequence
 
-from compiler.dialect.verify import type_errors
+from compiler.dialect.verify import check_nesting, type_errors, unsupported_types
 from compiler.errors import PassError, PipelineSyntaxError
 from compiler.mlir import MLIRError, ir
 from compiler.passes import (
     DEFAULT_PIPELINE, PIPELINES, build_pipeline, known_passes_text, run_pipeline)
 from compiler.passes.diagnostics import (
-    Diagnostic, DiagnosticEngine, location_parts, parse_expectations, verify)
+    Diagnostic, DiagnosticEngine, location_parts, malformed_expectations, parse_expectations,
+    verify)
 
 SPLIT_MARKER = "// -----"
 
@@ -64,6 +65,11 @@ def process_chunk(text: str, first_line: int, pipeline: str, args,
         ctx.allow_unregistered_dialects = True
     # Leading newlines keep line numbers those of the whole file.
     padded = "\n" * (first_line - 1) + text
+    too_deep = check_nesting(padded)
+    if too_deep is not None:
+        line, col, msg = too_deep
+        engine.report(Diagnostic("error", msg, None, line, col))
+        return None, engine.diagnostics, False
     with ctx, ir.Location.unknown():
         try:
             module = ir.Module.parse(padded)
@@ -72,8 +78,10 @@ def process_chunk(text: str, first_line: int, pipeline: str, args,
             if not engine.diagnostics:
                 engine.report(Diagnostic("error", f"malformed input: {str(e).strip()}"))
             return None, engine.diagnostics, False
-        # Types IRDL cannot check (each op's shape/dtype rule), before any pass.
-        ill_typed = [] if args.no_verify_types else type_errors(module)
+        # Types IRDL cannot check, before any pass: element types and sizes
+        # fuel cannot represent (always), each op's shape/dtype rule.
+        ill_typed = unsupported_types(module) or (
+            [] if args.no_verify_types else type_errors(module))
         if ill_typed:
             for op, msg in ill_typed:
                 f, line, col = location_parts(op.location)
@@ -196,6 +204,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         out, diags, ok = process_chunk(chunk, first_line, args.pipeline, args, filename)
         if args.verify_diagnostics:
             exp = parse_expectations(chunk, first_line)
+            verify_failures += malformed_expectations(chunk, first_line, filename)
             verify_failures += verify(diags, exp, filename)
         else:
             for d in diags:
