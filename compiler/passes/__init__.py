@@ -296,9 +296,17 @@ def _render_table_option(inst: ModulePass, elem: PipelineElement, notes: list[st
                          f"uses the CPU target's table (target=cpu) instead")
             return
     name = elem.options.get("table")
-    plugin = plugin_of(name) if name else None
-    if plugin and plugin not in plugins:
-        plugins.append(plugin)
+    for plugin in (plugin_of(name) if name else None, _plugin_module(type(inst))):
+        if plugin and plugin not in plugins:
+            plugins.append(plugin)
+
+
+def _plugin_module(cls: type) -> Optional[str]:
+    """The module a pass class outside fuelc comes from (a plugin), or None."""
+    mod = cls.__module__ or ""
+    if mod.split(".")[0] in ("compiler", "runtime") or mod == "__main__":
+        return None
+    return mod
 
 
 def _add_native(pm, elem: PipelineElement, text: str) -> None:
