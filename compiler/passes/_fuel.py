@@ -19,7 +19,7 @@ DIALECT_PREFIX = "fuel."
 # Ops with effects (or identities) that CSE/DCE must never touch.
 _EFFECTFUL_CATEGORIES = frozenset({"inplace", "memory", "control"})
 _NEVER_ERASED = frozenset({"input", "alloc", "scan_placeholder"})
-_NEVER_MERGED = _NEVER_ERASED | {"const"}  # spec §5.2: Const is never CSE'd
+_NEVER_MERGED = _NEVER_ERASED | {"const"}  # Const is never CSE'd
 COMMUTATIVE = frozenset({"add", "mul", "maximum", "minimum"})
 
 #: Work counters of the passes (ops visited, match attempts, ...), for tests

@@ -1,5 +1,5 @@
 """``fuel-decompose``: replace every fused op the target cannot run with its
-recipe (fuel-spec §3.1 ``decompose_via_recipe``).
+recipe (``decompose_via_recipe``).
 
 A ``fuel.runtime_fused`` op is inlined (its body ops replace it) under the
 same rule: when the target neither binds its kernel nor has kernels for all

@@ -1,10 +1,10 @@
-"""``fuel-fuse``: rewrite registry patterns into fused ops, capability-gated
-(fuel-spec §4.3 matching, §5.1 ``capability_gated_rules``).
+"""``fuel-fuse``: rewrite registry patterns into fused ops, gated on the
+target having a kernel for them.
 
 Ops are visited in block (topological) order; at each op the patterns of
 the registry's entries whose root op it is are all tried, and the full match
 covering the most ops wins (ties: registration order) -- so a spelled-out
-layer norm fuses to LayerNormLastDim, not to RmsNormLastDim of ``x - mean``. Matching follows the spec:
+layer norm fuses to LayerNormLastDim, not to RmsNormLastDim of ``x - mean``. Matching:
 
 * ``Bind(i)`` binds input i (a repeated index must be the same value);
   ``Any_`` matches anything; ``SeeThrough`` matches its child at the same value;

@@ -1,5 +1,5 @@
 """``fuel-fuse-runtime``: elementwise chains that no static fused op covers
-become **runtime fused ops** (fuel-spec §4.6, ``fuel.runtime_fused``, see
+become **runtime fused ops** (``fuel.runtime_fused``, see
 ``compiler.dialect.structural``). ``fuel-fuse`` runs this after its static
 patterns unless ``runtime=false``; the pass exists on its own too.
 

@@ -1,10 +1,10 @@
 """``fuel-reconcile-dtypes``: make every fuel op servable by inserting
-lossless casts (fuel-spec §5.5, ``insert_dtype_fixups``).
+lossless casts (``insert_dtype_fixups``).
 
 For each fuel op with an OpKind (views, Const, reshapes and multi-output ops
 are skipped), the native key is (OpKind, input dtypes + output dtype). If no
 candidate backend serves it (``KernelBindingTable.backend_supports``), the
-pass tries promoted keys, narrowest first: the output dtype (the spec's
+pass tries promoted keys, narrowest first: the output dtype (the
 rule), then f32, then f64. A promotion casts every float operand up to the
 target (only lossless widenings: bf16/f16 -> f32 -> f64; integer operands
 such as indices and masks keep their dtype) and, where the float result is
@@ -40,7 +40,7 @@ _LOSSLESS = {
 
 
 def lossless_upcast(src: DType, dst: DType) -> bool:
-    """True for identity and bf16/f16 -> f32/f64, f32 -> f64 (spec §5.5)."""
+    """True for identity and bf16/f16 -> f32/f64, f32 -> f64."""
     return src == dst or (src, dst) in _LOSSLESS
 
 
