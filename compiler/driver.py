@@ -109,7 +109,6 @@ def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = Non
     target = parse_target(target)
     if not getattr(graph, "outputs", None):
         raise CompileError("the graph has no outputs; mark at least one with g.output(node, name=...)")
-    table = target.table()
     timings, irs = {}, {}
     t0 = time.perf_counter()
     emitted = graph_to_module(graph)
@@ -118,9 +117,8 @@ def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = Non
 
     t0 = time.perf_counter()
     text = resolve_pipeline(pipeline) if pipeline is not None else DEFAULT_PIPELINE
-    backend = target.backend.value
-    run_pipeline(emitted.module, text,
-                 options={"table": table, "backend": backend, "backends": backend})
+    # The target travels as its string: a reproducer command reruns as printed.
+    run_pipeline(emitted.module, text, options={"target": target.spec})
     irs["optimized"] = str(emitted.module)
     timings["passes"] = time.perf_counter() - t0
 

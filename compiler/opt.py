@@ -9,23 +9,27 @@ stderr as ``file:line:col: severity: message``. Flags follow mlir-opt:
 line numbers stay those of the whole file), ``--verify-diagnostics``
 (``// expected-error {{...}}`` / ``expected-warning`` / ``expected-remark``
 with ``@+N``/``@-N``/``@above``/``@below``/``@unknown``),
-``--print-ir-after-all``, ``--print-ir-after-failure``.
+``--print-ir-after-all``, ``--print-ir-after-failure``, ``--load-plugin=MODULE``
+(import a Python module that registers passes or binding tables, as
+mlir-opt's ``--load-pass-plugin``: pipeline text itself never runs code).
 Exit status: 0 on success, 1 on a failed chunk or a diagnostics mismatch,
 2 on bad usage (unknown pass, unreadable file).
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from typing import Optional, Sequence
 
-from compiler.dialect.verify import type_errors
+from compiler.dialect.verify import check_nesting, type_errors, unsupported_types
 from compiler.errors import PassError, PipelineSyntaxError
 from compiler.mlir import MLIRError, ir
 from compiler.passes import (
     DEFAULT_PIPELINE, PIPELINES, build_pipeline, known_passes_text, run_pipeline)
 from compiler.passes.diagnostics import (
-    Diagnostic, DiagnosticEngine, location_parts, parse_expectations, verify)
+    Diagnostic, DiagnosticEngine, location_parts, malformed_expectations, parse_expectations,
+    verify)
 
 SPLIT_MARKER = "// -----"
 
@@ -61,6 +65,11 @@ def process_chunk(text: str, first_line: int, pipeline: str, args,
         ctx.allow_unregistered_dialects = True
     # Leading newlines keep line numbers those of the whole file.
     padded = "\n" * (first_line - 1) + text
+    too_deep = check_nesting(padded)
+    if too_deep is not None:
+        line, col, msg = too_deep
+        engine.report(Diagnostic("error", msg, None, line, col))
+        return None, engine.diagnostics, False
     with ctx, ir.Location.unknown():
         try:
             module = ir.Module.parse(padded)
@@ -69,8 +78,10 @@ def process_chunk(text: str, first_line: int, pipeline: str, args,
             if not engine.diagnostics:
                 engine.report(Diagnostic("error", f"malformed input: {str(e).strip()}"))
             return None, engine.diagnostics, False
-        # Types IRDL cannot check (each op's shape/dtype rule), before any pass.
-        ill_typed = [] if args.no_verify_types else type_errors(module)
+        # Types IRDL cannot check, before any pass: element types and sizes
+        # fuel cannot represent (always), each op's shape/dtype rule.
+        ill_typed = unsupported_types(module) or (
+            [] if args.no_verify_types else type_errors(module))
         if ill_typed:
             for op, msg in ill_typed:
                 f, line, col = location_parts(op.location)
@@ -81,7 +92,8 @@ def process_chunk(text: str, first_line: int, pipeline: str, args,
                          print_ir_after_all=args.print_ir_after_all,
                          print_ir_after_failure=args.print_ir_after_failure,
                          reproducer=not args.verify_diagnostics and not args.no_reproducer,
-                         reproducer_dir=args.reproducer_dir, input_text=text)
+                         reproducer_dir=args.reproducer_dir, input_text=text,
+                         rerun_flags=rerun_flags(args))
         except PipelineSyntaxError:
             raise
         except PassError as e:
@@ -93,6 +105,28 @@ def process_chunk(text: str, first_line: int, pipeline: str, args,
                 engine.report(Diagnostic("error", str(e).splitlines()[0]))
             return None, engine.diagnostics, False
         return str(module), engine.diagnostics, True
+
+
+def rerun_flags(args) -> list[str]:
+    """The flags of this run that a reproducer's command must keep."""
+    flags = [f"--load-plugin={m}" for m in args.load_plugin]
+    if args.allow_unregistered_dialect:
+        flags.append("--allow-unregistered-dialect")
+    if args.no_verify_types:
+        flags.append("--no-verify-types")
+    return flags
+
+
+def load_plugins(modules: Sequence[str]) -> None:
+    """Import each plugin module (it registers its passes/tables). Raises
+    ``PipelineSyntaxError`` naming a module that cannot be imported."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as e:
+            raise PipelineSyntaxError(
+                f"cannot load plugin {name!r}: {type(e).__name__}: {e} (--load-plugin takes "
+                f"an importable module name, e.g. tests.passes.kernel_tables)") from None
 
 
 def _parse_args(argv: Optional[Sequence[str]]):
@@ -112,19 +146,28 @@ def _parse_args(argv: Optional[Sequence[str]]):
     p.add_argument("--print-ir-after-failure", action="store_true")
     p.add_argument("--allow-unregistered-dialect", action="store_true")
     p.add_argument("--reproducer-dir", default=None,
-                   help="where failing pipelines write their input IR (default: temp dir)")
+                   help="where failing pipelines write their input IR (default: "
+                        "$FUELC_REPRO_DIR, else ./fuelc-reproducers)")
     p.add_argument("--no-reproducer", action="store_true")
     p.add_argument("--no-verify-types", action="store_true",
                    help="skip checking each fuel op's result types against its shape/dtype "
                         "rule before the pipeline (to test passes on ill-typed IR)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="default option for every fuelc pass that has it (e.g. backend=cuda)")
+    p.add_argument("--load-plugin", action="append", default=[], metavar="MODULE",
+                   help="import MODULE first; it may register passes and binding tables "
+                        "(register_pass, register_table) that the pipeline then names")
     p.add_argument("--list-passes", action="store_true", help="list fuelc's passes and exit")
     return p.parse_args(argv)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parse_args(argv)
+    try:
+        load_plugins(args.load_plugin)
+    except PipelineSyntaxError as e:
+        print(f"fuelc opt: {e}", file=sys.stderr)
+        return 2
     if args.list_passes:
         from compiler.passes import PASSES
         known_passes_text()
@@ -161,6 +204,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         out, diags, ok = process_chunk(chunk, first_line, args.pipeline, args, filename)
         if args.verify_diagnostics:
             exp = parse_expectations(chunk, first_line)
+            verify_failures += malformed_expectations(chunk, first_line, filename)
             verify_failures += verify(diags, exp, filename)
         else:
             for d in diags:

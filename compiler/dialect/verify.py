@@ -9,6 +9,8 @@ compared; an op whose operands are dynamic is only checked for dtypes.
 """
 from __future__ import annotations
 
+import re
+
 from compiler.errors import CompilerError, FuelError
 from compiler.graph.opdef import TensorType
 from compiler.mlir import ir
@@ -63,13 +65,74 @@ def op_type_error(op) -> str | None:
     return None
 
 
+#: Deepest bracket nesting ``check_nesting`` lets through to the MLIR parser,
+#: whose recursive descent overflows the C stack (a crash, not an error) on
+#: input nested some thousands deep. Real IR nests a few dozen levels.
+MAX_NESTING = 256
+_OPEN, _CLOSE = "{([<", "})]>"
+# Strings and comments (skipped whole), ``->``, brackets and newlines.
+_TOKENS = re.compile(r'"(?:[^"\\\n]|\\.)*"?|//[^\n]*|->|[{(\[<})\]>]|\n')
+_INT64_MAX = 2 ** 63 - 1
+
+
+def check_nesting(text: str, limit: int = MAX_NESTING):
+    """``(line, col, message)`` locating where ``text`` nests brackets
+    (``{ ( [ <`` outside strings and ``//`` comments) deeper than ``limit``,
+    or None. A cheap linear scan, to run before handing text to the parser;
+    unbalanced closers are the parser's business (depth stays >= 0, ``->``
+    is not an angle bracket)."""
+    depth = 0
+    line, line_start = 1, 0
+    for m in _TOKENS.finditer(text):
+        tok = m.group()
+        if tok == "\n":
+            line, line_start = line + 1, m.end()
+        elif tok in _OPEN:
+            depth += 1
+            if depth > limit:
+                return (line, m.start() - line_start + 1,
+                        f"input nests brackets more than {limit} levels deep; refusing to "
+                        f"parse it (the MLIR parser would overflow its stack)")
+        elif tok in _CLOSE:
+            depth = max(depth - 1, 0)
+    return None
+
+
+def unsupported_type_error(op) -> str | None:
+    """Why a ``fuel.*`` op's operand/result types are outside what fuel can
+    represent, or None: a tensor element type with no fuel DType (e.g.
+    ``complex<f32>``), or a static shape whose element count does not fit
+    in int64."""
+    for kind, values in (("operand", op.operands), ("result", op.results)):
+        for i, v in enumerate(values):
+            try:
+                rt = ir.RankedTensorType(v.type)
+            except (ValueError, TypeError):
+                continue  # not a ranked tensor: IRDL reports what it must
+            try:
+                mlir_to_dtype(rt.element_type)
+            except FuelError:
+                return (f"{kind} #{i} has element type {rt.element_type}, which fuel has no "
+                        f"dtype for; use one of bf16, f16, f32, f64, i8/i16/i32/i64, ui8/ui32 "
+                        f"or the fp8/fp6/fp4 types")
+            dyn = ir.ShapedType.get_dynamic_size()
+            count = 1
+            for d in rt.shape:
+                if d != dyn:
+                    count *= d
+            if count > _INT64_MAX:
+                return (f"{kind} #{i} of type {v.type} has {count} elements, more than int64 "
+                        f"can index; split the tensor")
+    return None
+
+
 def type_errors(root) -> list[tuple[object, str]]:
     """(op, message) for every fuel op of ``root`` whose types are inconsistent."""
     found = []
 
     def cb(op):
         if op.name.startswith(DIALECT + "."):
-            msg = op_type_error(op)
+            msg = unsupported_type_error(op) or op_type_error(op)
             if msg is not None:
                 found.append((op, f"'{op.name}' op {msg}"))
         return ir.WalkResult.ADVANCE
@@ -87,4 +150,21 @@ def verify_types(root) -> None:
         raise DialectError(f"{op.location}: {msg}" + (f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""))
 
 
-__all__ = ["verify_types", "type_errors", "op_type_error", "CompilerError"]
+def unsupported_types(root) -> list[tuple[object, str]]:
+    """(op, message) for every fuel op of ``root`` with a type fuel cannot
+    represent (``unsupported_type_error``)."""
+    found = []
+
+    def cb(op):
+        if op.name.startswith(DIALECT + "."):
+            msg = unsupported_type_error(op)
+            if msg is not None:
+                found.append((op, f"'{op.name}' op {msg}"))
+        return ir.WalkResult.ADVANCE
+
+    getattr(root, "operation", root).walk(cb)
+    return found
+
+
+__all__ = ["verify_types", "type_errors", "op_type_error", "unsupported_type_error",
+           "unsupported_types", "check_nesting", "MAX_NESTING", "CompilerError"]

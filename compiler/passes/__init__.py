@@ -4,7 +4,7 @@ A pass is a small dataclass subclassing ``ModulePass`` whose ``name`` is its
 command-line spelling and whose fields are its options; ``@register_pass``
 puts it in ``PASSES``. Pipelines are text, as in ``mlir-opt``::
 
-    builtin.module(fuel-fuse{backend=cpu},fuel-decompose,cse)
+    builtin.module(fuel-fuse{target=cpu},fuel-decompose,cse)
 
 Python passes are looked up in ``PASSES``; every other name goes to MLIR
 (``pm.add("cse")``), so native and Python passes mix freely. Public API:
@@ -14,6 +14,9 @@ Python passes are looked up in ``PASSES``; every other name goes to MLIR
 * ``run_pipeline(module, pipeline=DEFAULT_PIPELINE, ...) -> [Diagnostic]``;
   raises ``PassError`` (with a reproducer file and the rerun command).
 * ``DEFAULT_PIPELINE``, ``PIPELINES`` (named pipelines; ``resolve_pipeline``).
+* ``register_table(name, factory)`` / ``table_names()``: the binding tables
+  pipeline text may name (``table=<name>``); text never imports or calls
+  anything else.
 """
 from __future__ import annotations
 
@@ -24,12 +27,13 @@ import os
 import sys
 import time
 import typing
-from typing import Any, ClassVar, Mapping, Optional
+from typing import Any, ClassVar, Mapping, Optional, Sequence
 
 from compiler.errors import PassError, PipelineSyntaxError
 from compiler.mlir import MLIRError, ir, passmanager
 from compiler.passes.diagnostics import (
     ERROR, Diagnostic, DiagnosticEngine, collecting, current_engine, emit_error)
+from compiler.passes._target import register_table, table_names
 from compiler.passes.pipeline import (
     PipelineElement, parse_pipeline, render_pipeline, rerun_command)
 
@@ -86,10 +90,17 @@ class ModulePass:
         return cls(**kwargs)
 
     def option_dict(self) -> dict[str, str]:
-        """The options as pipeline text values (for reproducers)."""
+        """The options as pipeline text values (for reproducers). Empty
+        values (``""``: derived from another option) are left out; option
+        values that are objects (a binding table given through the Python
+        API) must be rendered by the caller (``render_table_options``)."""
         out = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
+            if isinstance(v, (str, tuple, list)) and not v:
+                continue
+            if not isinstance(v, (str, bool, int, float, tuple, list)):
+                continue
             if isinstance(v, bool):
                 v = "true" if v else "false"
             elif isinstance(v, (tuple, list)):
@@ -153,7 +164,7 @@ def resolve_pipeline(pipeline: str) -> str:
 
 
 #: One module per pass under compiler/passes/ (each registers itself).
-_PASS_MODULES = ("fuse", "decompose", "reconcile_dtypes", "fuel_cse", "fuel_dce", "to_linalg")
+_PASS_MODULES = ("fuse", "fuse_runtime", "decompose", "reconcile_dtypes", "fuel_cse", "fuel_dce", "to_linalg")
 
 
 def _ensure_passes_loaded() -> None:
@@ -190,11 +201,14 @@ class BuiltPipeline:
     (kept alive here), the canonical pipeline text with every option made
     explicit (for reproducers) and which Python pass failed last."""
 
-    def __init__(self, pm, text: str, instances: list[ModulePass], state: _RunState):
+    def __init__(self, pm, text: str, instances: list[ModulePass], state: _RunState,
+                 notes: list[str], plugins: list[str]):
         self.pm = pm
         self.text = text
         self.instances = instances
         self.state = state
+        self.notes = notes        # what the text cannot say (an in-memory table)
+        self.plugins = plugins    # modules to --load-plugin for the named tables
 
 
 def build_pipeline(pipeline: str, ctx: Optional["ir.Context"] = None,
@@ -209,11 +223,13 @@ def build_pipeline(pipeline: str, ctx: Optional["ir.Context"] = None,
     ctx = ctx or ir.Context.current
     state = _RunState()
     instances: list[ModulePass] = []
+    notes: list[str] = []
+    plugins: list[str] = []
     with ctx:
         pm = passmanager.PassManager("builtin.module")
         for elem in elems:
-            _add_element(pm, elem, text, options, instances, state)
-    return BuiltPipeline(pm, render_pipeline(elems), instances, state)
+            _add_element(pm, elem, text, options, instances, state, notes, plugins)
+    return BuiltPipeline(pm, render_pipeline(elems), instances, state, notes, plugins)
 
 
 def build_pass_manager(pipeline: str, ctx: Optional["ir.Context"] = None,
@@ -232,7 +248,8 @@ def _contains_fuel_pass(elem: PipelineElement) -> Optional[str]:
     return elem.name if elem.name in PASSES else None
 
 
-def _add_element(pm, elem: PipelineElement, text: str, options, instances, state) -> None:
+def _add_element(pm, elem: PipelineElement, text: str, options, instances, state,
+                 notes: list[str], plugins: list[str]) -> None:
     if elem.is_anchor:
         inner = _contains_fuel_pass(elem)
         if inner:
@@ -251,9 +268,45 @@ def _add_element(pm, elem: PipelineElement, text: str, options, instances, state
     # Fold the effective options back into the element so the canonical
     # pipeline text (and the reproducer command) is exact.
     elem.options = inst.option_dict()
+    _render_table_option(inst, elem, notes, plugins)
     instances.append(inst)
     pm.add(_make_runner(inst, state), name=type(inst).__name__, argument=cls.name,
            description=cls.summary)
+
+
+def _render_table_option(inst: ModulePass, elem: PipelineElement, notes: list[str],
+                         plugins: list[str]) -> None:
+    """Spell a ``table`` option as text: a table object by the registered
+    name it is (``cpu`` for ``compiler.targets.table_for("cpu")``), an unnamed one
+    as the ``target=cpu`` option with a note that the run used an in-memory
+    table; and record the plugin module that registers a named table."""
+    from runtime.binding import KernelBindingTable
+
+    from compiler.passes._target import plugin_of, table_name
+    table = getattr(inst, "table", None)
+    if isinstance(table, KernelBindingTable):
+        name = table_name(table)
+        if name is not None:
+            elem.options["table"] = name
+        else:
+            if "target" in inst.option_names() and not elem.options.get("target"):
+                elem.options["target"] = "cpu"
+            notes.append(f"pass '{inst.name}' ran with an in-memory binding table "
+                         f"({type(table).__name__}, registered under no name); the command "
+                         f"uses the CPU target's table (target=cpu) instead")
+            return
+    name = elem.options.get("table")
+    for plugin in (plugin_of(name) if name else None, _plugin_module(type(inst))):
+        if plugin and plugin not in plugins:
+            plugins.append(plugin)
+
+
+def _plugin_module(cls: type) -> Optional[str]:
+    """The module a pass class outside fuelc comes from (a plugin), or None."""
+    mod = cls.__module__ or ""
+    if mod.split(".")[0] in ("compiler", "runtime") or mod == "__main__":
+        return None
+    return mod
 
 
 def _add_native(pm, elem: PipelineElement, text: str) -> None:
@@ -302,22 +355,28 @@ _repro_counter = itertools.count()
 
 
 def write_reproducer(ir_text: str, pipeline_text: str,
-                     directory: Optional[str] = None) -> tuple[str, str]:
+                     directory: Optional[str] = None, flags: Sequence[str] = (),
+                     notes: Sequence[str] = ()) -> tuple[str, str]:
     """Write ``ir_text`` to a new file in ``directory`` (default
     ``compiler.reproducer.reproducer_dir()``: ``$FUELC_REPRO_DIR`` or
-    ``./fuelc-reproducers``); return (path, rerun command)."""
+    ``./fuelc-reproducers``); return (path, rerun command). ``flags`` are
+    driver flags the command must keep (``--allow-unregistered-dialect``,
+    ``--load-plugin=M``); ``notes`` go into the file's header."""
     from compiler.reproducer import reproducer_dir
     directory = directory or str(reproducer_dir())
     os.makedirs(directory, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = os.path.join(directory,
                         f"fuelc-reproducer-{stamp}-{os.getpid()}-{next(_repro_counter)}.mlir")
+    command = rerun_command(path, pipeline_text, flags)
     with open(path, "w") as f:
-        f.write(f"// fuelc reproducer: {rerun_command(path, pipeline_text)}\n")
+        f.write(f"// fuelc reproducer: {command}\n")
+        for note in notes:
+            f.write(f"// note: {note}\n")
         f.write(ir_text)
         if not ir_text.endswith("\n"):
             f.write("\n")
-    return path, rerun_command(path, pipeline_text)
+    return path, command
 
 
 def run_pipeline(module, pipeline: str = DEFAULT_PIPELINE, *,
@@ -327,15 +386,18 @@ def run_pipeline(module, pipeline: str = DEFAULT_PIPELINE, *,
                  print_ir_after_failure: bool = False,
                  reproducer: bool = True,
                  reproducer_dir: Optional[str] = None,
-                 input_text: Optional[str] = None) -> list[Diagnostic]:
+                 input_text: Optional[str] = None,
+                 rerun_flags: Sequence[str] = ()) -> list[Diagnostic]:
     """Run ``pipeline`` on ``module`` (an ``ir.Module`` or its operation) in
     place and return the diagnostics emitted (warnings, remarks).
 
     On failure raises ``PassError`` carrying every diagnostic, having written
     the input IR (``input_text``, default the module as printed before the
     run) to a reproducer file; the message ends with the exact command that
-    reruns the failing pipeline. ``PipelineSyntaxError`` (a ``PassError``)
-    for a bad pipeline, before anything runs.
+    reruns the failing pipeline (with ``rerun_flags``, the driver flags the
+    run used, and ``--load-plugin`` for the plugin tables it names).
+    ``PipelineSyntaxError`` (a ``PassError``) for a bad pipeline, before
+    anything runs.
     """
     op = module.operation if hasattr(module, "operation") else module
     built = build_pipeline(pipeline, op.context, options)
@@ -361,8 +423,13 @@ def run_pipeline(module, pipeline: str = DEFAULT_PIPELINE, *,
     path = command = None
     if snapshot is not None:
         try:
-            path, command = write_reproducer(snapshot, built.text, reproducer_dir)
+            flags = list(rerun_flags)
+            flags += [f"--load-plugin={p}" for p in built.plugins
+                      if f"--load-plugin={p}" not in flags]
+            path, command = write_reproducer(snapshot, built.text, reproducer_dir, flags,
+                                             built.notes)
             msg += f"\nreproducer written to {path}\nrerun with: {command}"
+            msg += "".join(f"\nnote: {n}" for n in built.notes)
         except OSError as oe:
             msg += f"\n(could not write a reproducer: {oe})"
     raise PassError(msg, eng.diagnostics, path, command)
@@ -371,5 +438,6 @@ def run_pipeline(module, pipeline: str = DEFAULT_PIPELINE, *,
 __all__ = [
     "PASSES", "ModulePass", "PassFailure", "register_pass", "build_pass_manager",
     "build_pipeline", "run_pipeline", "DEFAULT_PIPELINE", "PIPELINES",
-    "resolve_pipeline", "write_reproducer", "known_passes_text",
+    "resolve_pipeline", "write_reproducer", "known_passes_text", "register_table",
+    "table_names",
 ]

@@ -3,7 +3,10 @@ registry entry an ``fuel.*`` op is, its params, OpKind, operand/result
 dtypes, whether it may be erased or merged, and walking helpers."""
 from __future__ import annotations
 
+import collections
 import importlib
+import sys
+import types
 from typing import Callable, Iterator, Optional
 
 from compiler.graph.opdef import TensorType
@@ -16,8 +19,37 @@ DIALECT_PREFIX = "fuel."
 # Ops with effects (or identities) that CSE/DCE must never touch.
 _EFFECTFUL_CATEGORIES = frozenset({"inplace", "memory", "control"})
 _NEVER_ERASED = frozenset({"input", "alloc", "scan_placeholder"})
-_NEVER_MERGED = _NEVER_ERASED | {"const"}  # spec §5.2: Const is never CSE'd
+_NEVER_MERGED = _NEVER_ERASED | {"const"}  # Const is never CSE'd
 COMMUTATIVE = frozenset({"add", "mul", "maximum", "minimum"})
+
+#: Work counters of the passes (ops visited, match attempts, ...), for tests
+#: that check the passes scale linearly without timing them.
+COUNTERS: collections.Counter = collections.Counter()
+
+
+def count(key: str, n: int = 1) -> None:
+    COUNTERS[key] += n
+
+
+def _install_fuel_dialect_module() -> None:
+    """Give the bindings an (empty) Python module for the ``fuel`` dialect.
+
+    ``Value.owner`` and ``OpOperand.owner`` look up the OpView classes of an
+    op's dialect by importing ``<bindings>.dialects.<namespace>``; a failed
+    import is not cached, so for IRDL ops every access repeated a failing
+    import (~0.2 ms each, most of a large module's pass time). An empty module
+    is cached and yields the generic OpView, as before."""
+    root = ir.__name__.rsplit(".", 3)[0]
+    name = f"{root}.dialects.fuel"
+    if name not in sys.modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            sys.modules[name] = types.ModuleType(
+                name, "fuel has no generated OpView classes (IRDL dialect)")
+
+
+_install_fuel_dialect_module()
 
 
 def dialect_ops() -> dict:

@@ -1,9 +1,9 @@
 """``fuel-decompose``: replace every fused op the target cannot run with its
-recipe (fuel-spec §3.1 ``decompose_via_recipe``).
+recipe (``decompose_via_recipe``).
 
 A ``fuel.runtime_fused`` op is inlined (its body ops replace it) under the
 same rule: when the target neither binds its kernel nor has kernels for all
-its body ops (``fuse.runtime_fused_servable``), or with ``all=true``.
+its body ops (``fuse_runtime.runtime_fused_servable``), or with ``all=true``.
 
 A ``fuel.<fused>`` op is decomposed when no candidate backend has a kernel
 for its (OpKind, input dtypes + output dtypes) in the binding table (fused
@@ -18,14 +18,16 @@ dynamic or unresolvable shape, or an emitted op the verifier refuses leaves
 the fused op in place (anything half-built is erased) and reports why with a
 warning; the pass itself never fails.
 
-Options: ``backends`` (default cpu), ``table`` (see ``_target``), ``all``.
+Options: ``target`` / ``table`` / ``backends`` (see ``_target``), ``all``.
 """
 from __future__ import annotations
+
+from collections import deque
 
 from compiler.mlir import MLIRError, ir
 from compiler.passes import ModulePass, register_pass
 from compiler.passes import _fuel
-from compiler.passes._target import TargetError, resolve_backends, resolve_table
+from compiler.passes._target import TargetError, resolve_backends, resolve_target
 from compiler.passes.diagnostics import emit_error, emit_warning
 from runtime.keys import binding_dtypes
 
@@ -126,20 +128,25 @@ class Decompose(ModulePass):
     name = "fuel-decompose"
     summary = "replace fused ops the target has no kernel for with their recipes"
 
-    backends: tuple = ("cpu",)
+    target: str = ""
     table: object = ""
+    backends: tuple = ()
     all: bool = False
 
     def apply(self, module) -> None:
         try:
-            table = None if self.all else resolve_table(self.table)
-            backends = resolve_backends(self.backends)
+            if self.all:  # no table needed
+                table, backends = None, resolve_backends(self.backends or "cpu")
+            else:
+                table, backends = resolve_target(self.table, self.target, self.backends)
         except TargetError as e:
             emit_error(module, f"{self.name}: {e}")
             return
-        work = [(op, 0) for op in _fuel.fuel_ops(module) if _fuel.fused_entry(op) is not None]
+        work = deque((op, 0) for op in _fuel.fuel_ops(module)
+                     if _fuel.fused_entry(op) is not None)
         while work:
-            op, depth = work.pop(0)
+            op, depth = work.popleft()
+            _fuel.count("decompose.visits")
             entry = _fuel.fused_entry(op)
             if not self.all and has_kernel(op, table, backends):
                 continue
@@ -160,7 +167,7 @@ class Decompose(ModulePass):
     def _runtime_fused(self, module, table, backends) -> None:
         """Inline each ``fuel.runtime_fused`` the target cannot run (or all)."""
         from compiler.dialect.structural import inline_runtime_fused, is_runtime_fused
-        from compiler.passes.fuse import runtime_fused_servable
+        from compiler.passes.fuse_runtime import runtime_fused_servable
         for op in _fuel.walk_ops(module, is_runtime_fused):
             if not self.all and runtime_fused_servable(op, table, backends):
                 continue

@@ -176,6 +176,32 @@ _EXPECT_RE = re.compile(
     r"(?:\s*\{\{(?P<msg>.*?)\}\})")
 
 
+# Anything that starts like a directive; ``_EXPECT_RE`` must then match there.
+_DIRECTIVE_RE = re.compile(r"expected-(?P<word>[A-Za-z]+)\b")
+
+
+def malformed_expectations(text: str, first_line: int = 1, filename: str = "-") -> list[str]:
+    """One failure message per ``expected-...`` directive of ``text`` that
+    ``parse_expectations`` would not understand (an unknown severity, a bad
+    ``@`` target, a missing or unterminated ``{{...}}``), naming its line."""
+    out = []
+    for i, line in enumerate(text.split("\n")):
+        if "//" not in line:
+            continue
+        comment = line[line.index("//"):]
+        for m in _DIRECTIVE_RE.finditer(comment):
+            good = _EXPECT_RE.match(comment, m.start())
+            if good is not None:
+                continue
+            word = m.group("word")
+            why = (f"unknown severity '{word}' (expected error, warning, remark or note)"
+                   if word not in SEVERITIES else
+                   "expected 'expected-<severity>[@+N|@-N|@above|@below|@unknown] {{message}}'")
+            out.append(f"{filename}:{first_line + i}: malformed diagnostic directive "
+                       f"'{comment[m.start():].strip()}': {why}")
+    return out
+
+
 @dataclasses.dataclass
 class Expectation:
     severity: str

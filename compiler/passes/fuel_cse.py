@@ -1,5 +1,5 @@
-"""``fuel-cse``: common-subexpression elimination and the spec's trivial
-simplifications for fuel ops (fuel-spec §5.2).
+"""``fuel-cse``: common-subexpression elimination and the trivial
+simplifications for fuel ops.
 
 MLIR's own ``cse`` leaves IRDL ops alone (they carry no ``Pure`` trait), so
 fuelc merges them itself. Two fuel ops are the same computation when they

@@ -14,11 +14,11 @@ class FuelDCE(ModulePass):
     summary = "erase unused pure fuel ops"
 
     def apply(self, module) -> None:
-        changed = True
-        while changed:
-            changed = False
-            # Reverse pre-order visits users before their producers.
-            for op in reversed(_fuel.fuel_ops(module)):
-                if _fuel.is_erasable(op) and all(not list(r.uses) for r in op.results):
-                    op.erase()
-                    changed = True
+        # Reverse pre-order visits every user before its producer (SSA
+        # dominance: a use comes after its definition, nested uses after the
+        # op holding them), so when an op is reached all its users that die
+        # are gone already: one pass reaches the fixpoint.
+        for op in reversed(_fuel.fuel_ops(module)):
+            _fuel.count("dce.visits")
+            if _fuel.is_erasable(op) and all(not list(r.uses) for r in op.results):
+                op.erase()

@@ -1,10 +1,10 @@
-"""``fuel-fuse``: rewrite registry patterns into fused ops, capability-gated
-(fuel-spec §4.3 matching, §5.1 ``capability_gated_rules``).
+"""``fuel-fuse``: rewrite registry patterns into fused ops, gated on the
+target having a kernel for them.
 
 Ops are visited in block (topological) order; at each op the patterns of
 the registry's entries whose root op it is are all tried, and the full match
 covering the most ops wins (ties: registration order) -- so a spelled-out
-layer norm fuses to LayerNormLastDim, not to RmsNormLastDim of ``x - mean``. Matching follows the spec:
+layer norm fuses to LayerNormLastDim, not to RmsNormLastDim of ``x - mean``. Matching:
 
 * ``Bind(i)`` binds input i (a repeated index must be the same value);
   ``Any_`` matches anything; ``SeeThrough`` matches its child at the same value;
@@ -24,40 +24,29 @@ and some candidate backend has a kernel for (OpKind, input dtypes + output
 dtype) in the binding table (``backend_supports``). ``remarks=true`` reports
 each match that is gated out.
 
-With ``runtime=true`` (the default), after the static patterns, chains
-that no static fused op covers become **runtime fused ops** (fuel-spec §4.6,
-``fuel.runtime_fused``, see ``compiler.dialect.structural``):
+With ``runtime=true`` (the default), the runtime fusion of
+``fuel-fuse-runtime`` (``compiler.passes.fuse_runtime``) runs after the
+static patterns, with the same target.
 
-* members: single-result elementwise ops (unary, binary, scalar, compare,
-  select, cast) of the recipe vocabulary whose results all have the group's
-  shape; ``BroadcastTo``/``Unsqueeze`` views feeding them from outside (input
-  side only); optionally one trailing last-axis ``SumDim``/``MaxDim``/``MeanDim``
-  as the root;
-* groups grow backwards from a root, taking a producer only when every use of
-  its result is already in the group (consumer guard: one value leaves the
-  group), to a maximal group; at least 2 compute ops and at most
-  ``MAX_INPUTS`` inputs;
-* capability gate: every compute member has a kernel for its exact dtypes on
-  a candidate backend (``backend_supports``): the runtime-fused codegen
-  generates what the target's primitives can;
-* the region is registered with ``register_runtime_fused`` (structurally
-  equal regions share one id) and must instantiate back to the root's type.
+Rewriting is worklist-driven, as MLIR's greedy driver: every op is visited
+once in block order; after a rewrite only the affected ops are revisited (the
+fused op, the users of its result and of its inputs, whose consumer counts
+changed), earliest first, so the result is that of restarting the sweep
+after each rewrite at linear cost.
 
-Runtime ops already in the input (parsed IR) get their ``fused_id`` and
-``scalars`` re-resolved from their bodies for this process.
-
-Options: ``backend`` (default cpu), ``table`` (see ``_target``), ``remarks``,
+Options: ``target`` / ``table`` / ``backend`` (see ``_target``), ``remarks``,
 ``runtime`` (default true).
 """
 from __future__ import annotations
 
+import heapq
 import math
 from typing import Optional
 
 from compiler.mlir import ir
 from compiler.passes import ModulePass, register_pass
 from compiler.passes import _fuel
-from compiler.passes._target import TargetError, resolve_backends, resolve_table
+from compiler.passes._target import TargetError, resolve_target
 from compiler.passes.diagnostics import emit_error, emit_remark
 
 class _State:
@@ -226,19 +215,20 @@ class Fuse(ModulePass):
     name = "fuel-fuse"
     summary = "rewrite registry patterns to fused ops the target backend has kernels for"
 
-    backend: str = "cpu"
+    target: str = ""
     table: object = ""
+    backend: str = ""
     remarks: bool = False
     runtime: bool = True
 
     def apply(self, module) -> None:
+        from compiler.passes.fuse_runtime import RuntimeFusion
         reg = _fuel.registry()
         if reg is None:
             emit_error(module, f"{self.name}: the fused-op registry is not available")
             return
         try:
-            self._table = resolve_table(self.table)
-            self._backends = resolve_backends(self.backend)
+            self._table, self._backends = resolve_target(self.table, self.target, self.backend)
         except TargetError as e:
             emit_error(module, f"{self.name}: {e}")
             return
@@ -249,34 +239,75 @@ class Fuse(ModulePass):
                 if m is not None:
                     by_root.setdefault(m, []).append((entry, pat, Matcher(pat.root)))
         self._reported: set = set()
-        # Each fusion removes at least the root op, so this terminates; the
-        # bound is a guard against a pattern that rewrites an op to itself.
-        for _ in range(len(_fuel.fuel_ops(module)) + 1):
-            if not self._sweep(module, by_root):
-                break
+        self._worklist(module, by_root)
         if self.runtime:
             RuntimeFusion(self.name, self._table, self._backends, self.remarks).run(module)
 
-    def _sweep(self, module, by_root) -> bool:
-        """Fuse at the first op where a pattern fires; True if one did."""
-        for op in _fuel.fuel_ops(module):
-            cands = by_root.get(_fuel.mnemonic(op))
-            if not cands or len(op.results) != 1:
-                continue
-            # The match covering the most ops wins (a spelled-out layer norm
-            # also contains an RMS-norm-shaped tail); ties keep registry order.
-            matches = []
-            for entry, pat, matcher in cands:
-                st = matcher.match(op.results[0])
-                if st is not None and rel_params_hold(st):
-                    matches.append((entry, pat, st))
-            matches.sort(key=lambda m: -len({id(o) for _, o in m[2].matched}))
-            for entry, pat, st in matches:
-                if self._rewrite(op, entry, pat, st):
-                    return True
-        return False
+    def _worklist(self, module, by_root) -> None:
+        """Visit every fuel op in block order; after a fusion revisit only the
+        ops it affected, lowest position first (a fused op takes its root's)."""
+        ops = _fuel.fuel_ops(module)
+        index = {op: i for i, op in enumerate(ops)}   # live ops only
+        prio = list(range(len(ops)))
+        alive = [True] * len(ops)
+        heap = [(i, i) for i in range(len(ops))]
+        queued = set(range(len(ops)))
 
-    def _rewrite(self, root, entry, pat, st: _State) -> bool:
+        def push(op) -> None:
+            j = index.get(op)
+            if j is not None and j not in queued:
+                queued.add(j)
+                heapq.heappush(heap, (prio[j], j))
+
+        def forget(op) -> None:  # called just before ``op`` is erased
+            j = index.pop(op, None)
+            if j is not None:
+                alive[j] = False
+
+        while heap:
+            _, i = heapq.heappop(heap)
+            queued.discard(i)
+            if not alive[i]:
+                continue
+            op = ops[i]
+            _fuel.count("fuse.visits")
+            fused = self._fuse_at(op, by_root, forget)
+            if fused is None:
+                continue
+            j = len(ops)
+            ops.append(fused)
+            prio.append(prio[i])
+            alive.append(True)
+            index[fused] = j
+            push(fused)
+            for v in [*fused.operands, fused.results[0]]:
+                for u in v.uses:
+                    push(_op_of(u.owner))
+
+    def _fuse_at(self, op, by_root, forget):
+        """Fuse the best pattern rooted at ``op``; the fused op, or None."""
+        cands = by_root.get(_fuel.mnemonic(op))
+        if not cands or len(op.results) != 1:
+            return None
+        # The match covering the most ops wins (a spelled-out layer norm
+        # also contains an RMS-norm-shaped tail); ties keep registry order.
+        matches = []
+        for entry, pat, matcher in cands:
+            _fuel.count("fuse.match_attempts")
+            st = matcher.match(op.results[0])
+            if st is not None and rel_params_hold(st):
+                matches.append((entry, pat, st))
+        matches.sort(key=lambda m: -len({id(o) for _, o in m[2].matched}))
+        for entry, pat, st in matches:
+            fused = self._rewrite(op, entry, pat, st, forget)
+            if fused is not None:
+                return fused
+        return None
+
+    def _rewrite(self, root, entry, pat, st: _State, forget=lambda op: None):
+        """Replace the match ``st`` by one fused op; return it, or None (the
+        IR unchanged) when the match does not type or has no kernel.
+        ``forget(op)`` is called before each matched op is erased."""
         from compiler.dialect import lookup, params_to_attributes
         from compiler.registry import normalize_params
         inputs = [st.binds[i] for i in range(len(st.binds))]
@@ -286,7 +317,7 @@ class Fuse(ModulePass):
             out_type = _fuel.tensor_type(root.results[0])
             inferred = entry.infer(in_types, params)
         except Exception:
-            return False  # the match does not type as this fused op
+            return None  # the match does not type as this fused op
         if (tuple(inferred.shape), inferred.dtype) != (tuple(out_type.shape), out_type.dtype):
             return False
         dts = [t.dtype for t in in_types] + [out_type.dtype]
@@ -297,7 +328,7 @@ class Fuse(ModulePass):
                 emit_remark(root, f"{self.name}: matched {entry.name} ({pat.name or 'pattern'}) "
                                   f"but {'/'.join(str(b) for b in self._backends)} has no "
                                   f"kernel for {_fuel.dtype_list(dts)}; not fused")
-            return False
+            return None
         fused = None
         try:
             with ir.InsertionPoint(root), root.location:
@@ -308,7 +339,7 @@ class Fuse(ModulePass):
         except Exception:
             if fused is not None:
                 fused.erase()
-            return False
+            return None
         root.results[0].replace_all_uses_with(fused.results[0])
         # Erase the matched ops, now unused (the consumer guard ensured no
         # outside use); a DAG pattern may free a producer only after a later
@@ -320,212 +351,14 @@ class Fuse(ModulePass):
             keep = []
             for op in pending:
                 if all(not list(r.uses) for r in op.results):
+                    forget(op)
                     op.erase()
                     progress = True
                 else:
                     keep.append(op)
             pending = keep
-        return True
-
-
-# -- runtime fused ops (fuel-spec §4.6) ------------------------------------------------
-_ELEMENTWISE_CATEGORIES = frozenset({"unary", "binary", "scalar", "compare", "select", "cast"})
-_INPUT_VIEWS = frozenset({"BroadcastTo", "Unsqueeze"})
-_TRAILING_REDUCTIONS = frozenset({"SumDim", "MaxDim", "MeanDim"})
+        return fused
 
 
 def _op_of(owner):
     return getattr(owner, "operation", owner)
-
-
-def _opdef(op):
-    """The primitive OpDef of a fuel op, or None (fused/structural/unknown)."""
-    d = _fuel.dialect_op(op)
-    return d.source if d is not None and not d.fused else None
-
-
-def op_has_kernel(op, table, backends) -> bool:
-    """Whether some candidate backend has a kernel for ``op``'s OpKind at
-    its exact dtypes (operands then result)."""
-    kind = _fuel.op_kind(op)
-    if kind is None:
-        return False
-    try:
-        dts = [_fuel.tensor_type(v).dtype for v in list(op.operands) + list(op.results)]
-    except Exception:
-        return False
-    return any(table.backend_supports(kind, dts, b) for b in backends)
-
-
-def runtime_fused_servable(op, table, backends) -> bool:
-    """Whether the target can run ``fuel.runtime_fused`` ``op``: its kernel
-    is bound for its id and dtypes, or every compute op of its body has a
-    kernel (what the runtime-fused codegen generates from). False for a
-    malformed op."""
-    from compiler.dialect.structural import check_runtime_fused, resolve_runtime_fused
-    from runtime import BindingKey
-    try:
-        block, _ = check_runtime_fused(op)
-        res = resolve_runtime_fused(op)
-        dts = [_fuel.tensor_type(v).dtype for v in (*res.inputs, op.results[0])]
-        key = BindingKey.runtime_fused(res.fused_id)
-        if any(table.backend_supports(key, dts, b) for b in backends):
-            return True
-        body = [o.operation for o in block.operations][:-1]
-    except Exception:
-        return False
-    return all(_fuel.op_kind(o) is None or op_has_kernel(o, table, backends) for o in body)
-
-
-class RuntimeFusion:
-    """Grows and rewrites the runtime fused groups of one module (see the
-    module docstring)."""
-
-    def __init__(self, pass_name: str, table, backends, remarks: bool):
-        self.pass_name = pass_name
-        self.table = table
-        self.backends = backends
-        self.remarks = remarks
-
-    def run(self, module) -> None:
-        from compiler.dialect.structural import (is_runtime_fused, resolve_runtime_fused,
-                                                 set_resolution)
-        for op in _fuel.walk_ops(module, is_runtime_fused):
-            try:
-                res = resolve_runtime_fused(op)
-            except Exception as e:
-                emit_error(op, f"{self.pass_name}: malformed runtime fused op: {e}")
-                continue
-            set_resolution(op, res.fused_id, res.scalars)
-        for f in _fuel.walk_ops(module, lambda o: o.name == "func.func"):
-            for region in f.regions:
-                for block in region.blocks:
-                    self._block(block)
-
-    # -- classification --------------------------------------------------------------
-    def _role(self, op) -> Optional[str]:
-        """'compute', 'reduce', 'view' or None (not a member candidate)."""
-        from compiler.registry.grammar import RECIPE_VOCABULARY
-        d = _opdef(op)
-        if d is None or d.name not in RECIPE_VOCABULARY or len(op.results) != 1:
-            return None
-        try:
-            tts = [_fuel.tensor_type(v) for v in list(op.operands) + list(op.results)]
-        except Exception:
-            return None  # dynamic shape or unknown dtype
-        if d.name in _INPUT_VIEWS:
-            return "view"
-        if d.category in _ELEMENTWISE_CATEGORIES:
-            return "compute" if op_has_kernel(op, self.table, self.backends) else None
-        if d.name in _TRAILING_REDUCTIONS:
-            try:
-                axis = int(_fuel.params(op)["axis"])
-            except Exception:
-                return None
-            rank = len(tts[0].shape)
-            if axis in (rank - 1, -1) and op_has_kernel(op, self.table, self.backends):
-                return "reduce"
-        return None
-
-    # -- grouping ----------------------------------------------------------------------
-    def _block(self, block) -> None:
-        ops = [o.operation for o in block.operations]
-        pos = {o: i for i, o in enumerate(ops)}
-        roles = {o: self._role(o) for o in ops}
-        taken: set = set()
-        groups = []
-        # Find every group before rewriting any (erasing ops invalidates the
-        # Operation objects these tables are keyed by).
-        for root in reversed(ops):
-            if root in taken or roles[root] not in ("compute", "reduce"):
-                continue
-            group = self._grow(root, roles, pos, taken)
-            if group is not None:
-                taken.update(group)
-                groups.append((pos[root], sorted(pos[m] for m in group)))
-        for root, members in groups:
-            self._rewrite(ops[root], [ops[i] for i in members])
-
-    def _grow(self, root, roles, pos, taken) -> Optional[set]:
-        """The maximal group rooted at ``root``, or None when it is too small."""
-        shape_of = lambda v: tuple(_fuel.tensor_type(v).shape)  # noqa: E731
-        shape = shape_of(root.operands[0] if roles[root] == "reduce" else root.results[0])
-        group = {root}
-        changed = True
-        while changed:
-            changed = False
-            for m in list(group):
-                for v in m.operands:
-                    p = v.owner
-                    if not isinstance(p, (ir.Operation, ir.OpView)):
-                        continue
-                    p = p.operation
-                    if p in group or p in taken or p not in pos:
-                        continue
-                    role = roles[p]
-                    # Views are input-side only: nothing computed feeds a view.
-                    if role == "view" or (role == "compute" and roles[m] != "view"
-                                          and shape_of(p.results[0]) == shape):
-                        pass
-                    else:
-                        continue
-                    if all(_op_of(u.owner) in group for u in p.results[0].uses):  # consumer guard
-                        group.add(p)
-                        changed = True
-        # Views count for nothing; compute ops (and the reduction) do.
-        if sum(1 for m in group if roles[m] != "view") < 2:
-            return None
-        return group
-
-    # -- rewrite ------------------------------------------------------------------------
-    def _remark(self, root, why: str) -> None:
-        if self.remarks:
-            emit_remark(root, f"{self.pass_name}: runtime fusion at {_fuel.describe(root)} "
-                              f"not formed: {why}")
-
-    def _rewrite(self, root, members: list) -> bool:
-        from compiler.dialect.structural import (MAX_INPUTS, create_runtime_fused,
-                                                 register_region, yield_op)
-        from compiler.registry import Decline, try_instantiate_recipe
-        from compiler.registry.runtime_fused import runtime_entry, runtime_params
-        try:
-            region = register_region(root.results[0], members)
-            if len(region.inputs) > MAX_INPUTS:
-                self._remark(root, f"{len(region.inputs)} inputs (at most {MAX_INPUTS})")
-                return False
-            in_types = [_fuel.tensor_type(v) for v in region.inputs]
-            dag = try_instantiate_recipe(runtime_entry(region.fused_id),
-                                         runtime_params(region.scalars), in_types)
-        except Exception as e:  # DialectError, RecipeError, RuntimeFusedError
-            self._remark(root, f"region not registrable: {e}")
-            return False
-        fid = region.fused_id
-        out = _fuel.tensor_type(root.results[0])
-        if isinstance(dag, Decline) or [(tuple(t.shape), t.dtype) for t in dag.output_types()] \
-                != [(tuple(out.shape), out.dtype)]:
-            self._remark(root, f"region does not re-instantiate to {out}: "
-                               f"{dag.reason if isinstance(dag, Decline) else dag.output_types()}")
-            return False
-        fused = None
-        try:
-            with ir.InsertionPoint(root), root.location:
-                fused, body = create_runtime_fused(region.inputs, root.results[0].type, fid,
-                                                   region.scalars, loc=root.location)
-                mapping = {v: a for v, a in zip(region.inputs, body.arguments)}
-            with ir.InsertionPoint(body), root.location:
-                for m in members:
-                    new = _fuel.create(m.name, [mapping[v] for v in m.operands],
-                                       [r.type for r in m.results], _fuel.attributes_of(m),
-                                       loc=m.location)
-                    mapping[m.results[0]] = new.results[0]
-                yield_op(mapping[root.results[0]], loc=root.location)
-            fused.verify()
-        except Exception as e:
-            if fused is not None:
-                fused.erase()
-            self._remark(root, f"the fused op does not verify: {e}")
-            return False
-        root.results[0].replace_all_uses_with(fused.results[0])
-        for m in reversed(members):  # consumers before producers
-            m.erase()
-        return True

@@ -171,7 +171,9 @@ def _quote(v: str) -> str:
     return f"{{{v}}}" if (not v or any(ch.isspace() for ch in v)) else v
 
 
-def rerun_command(path: str, pipeline_text: str) -> str:
-    """The exact shell command that reruns ``pipeline_text`` on ``path``."""
+def rerun_command(path: str, pipeline_text: str, flags=()) -> str:
+    """The exact shell command that reruns ``pipeline_text`` on ``path``
+    with the driver ``flags`` (e.g. ``--load-plugin=tests.passes.kernel_tables``)."""
+    extra = "".join(f" {shlex.quote(f)}" for f in flags)
     return (f"python -m compiler.opt {shlex.quote(path)} "
-            f"--pass-pipeline={shlex.quote(pipeline_text)}")
+            f"--pass-pipeline={shlex.quote(pipeline_text)}{extra}")

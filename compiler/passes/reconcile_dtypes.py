@@ -1,10 +1,10 @@
 """``fuel-reconcile-dtypes``: make every fuel op servable by inserting
-lossless casts (fuel-spec §5.5, ``insert_dtype_fixups``).
+lossless casts (``insert_dtype_fixups``).
 
 For each fuel op with an OpKind (views, Const, reshapes and multi-output ops
 are skipped), the native key is (OpKind, input dtypes + output dtype). If no
 candidate backend serves it (``KernelBindingTable.backend_supports``), the
-pass tries promoted keys, narrowest first: the output dtype (the spec's
+pass tries promoted keys, narrowest first: the output dtype (the
 rule), then f32, then f64. A promotion casts every float operand up to the
 target (only lossless widenings: bf16/f16 -> f32 -> f64; integer operands
 such as indices and masks keep their dtype) and, where the float result is
@@ -15,8 +15,8 @@ shared by every consumer. ``OpKind.Cast`` itself is never promoted.
 When nothing serves the op, the pass emits an error naming the op, its
 dtypes, the backends tried and the table's coverage diagnostic, and fails.
 
-Options: ``backends`` (comma-separated candidate backends, default cpu),
-``table`` (see ``compiler.passes._target``).
+Options: ``target`` / ``table`` / ``backends`` (comma-separated candidate
+backends; see ``compiler.passes._target``).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from typing import Optional
 from compiler.mlir import ir
 from compiler.passes import ModulePass, register_pass
 from compiler.passes import _fuel
-from compiler.passes._target import TargetError, resolve_backends, resolve_table
+from compiler.passes._target import TargetError, resolve_target
 from compiler.passes.diagnostics import emit_error
 from runtime.dtype import DType
 from runtime.errors import NoBackendForOp
@@ -40,7 +40,7 @@ _LOSSLESS = {
 
 
 def lossless_upcast(src: DType, dst: DType) -> bool:
-    """True for identity and bf16/f16 -> f32/f64, f32 -> f64 (spec §5.5)."""
+    """True for identity and bf16/f16 -> f32/f64, f32 -> f64."""
     return src == dst or (src, dst) in _LOSSLESS
 
 
@@ -63,18 +63,19 @@ class ReconcileDtypes(ModulePass):
     name = "fuel-reconcile-dtypes"
     summary = "insert lossless casts where no candidate backend serves an op's dtypes"
 
-    backends: tuple = ("cpu",)
+    target: str = ""
     table: object = ""
+    backends: tuple = ()
 
     def apply(self, module) -> None:
         try:
-            table = resolve_table(self.table)
-            backends = resolve_backends(self.backends)
+            table, backends = resolve_target(self.table, self.target, self.backends)
         except TargetError as e:
             emit_error(module, f"{self.name}: {e}")
             return
         self._casts: dict = {}
         for op in _fuel.fuel_ops(module):
+            _fuel.count("reconcile.visits")
             kind = _fuel.op_kind(op)
             if kind is None or len(op.results) != 1:
                 continue

@@ -4,8 +4,10 @@ and FileCheck-tested through the driver like any other pass::
 
     python -m compiler.opt f.mlir --pass-pipeline='builtin.module(fuel-to-linalg)'
 
-An op without a rule (or whose rule fails) is an error diagnostic naming it;
-the module is then left unchanged.
+An op with a type fuel cannot represent (an element type with no fuel
+dtype, such as ``complex<f32>``) is an error located at the op, found before
+anything is rewritten; an op without a rule (or whose rule fails) is an
+error diagnostic naming it. The module is then left unchanged.
 """
 from __future__ import annotations
 
@@ -21,6 +23,12 @@ class FuelToLinalg(ModulePass):
 
     def apply(self, module) -> None:
         from compiler.codegen.linalg import lower_to_linalg
+        from compiler.dialect.verify import unsupported_types
+        bad = unsupported_types(module)
+        for op, msg in bad:
+            emit_error(op, f"{self.name}: {msg}")
+        if bad:
+            return
         try:
             lower_to_linalg(module)
         except FuelError as e:

@@ -1,10 +1,10 @@
 // REQUIRES: fused-dialect
-// RUN: python -m compiler.opt %s --split-input-file \
-// RUN:   --pass-pipeline='builtin.module(fuel-decompose{table=tests.passes.kernel_tables:primitives_f32})' | filecheck %s
-// RUN: python -m compiler.opt %s --split-input-file \
-// RUN:   --pass-pipeline='builtin.module(fuel-decompose{table=tests.passes.kernel_tables:fused_f32})' | filecheck %s --check-prefix=KEEP
-// RUN: python -m compiler.opt %s --split-input-file \
-// RUN:   --pass-pipeline='builtin.module(fuel-decompose{all=true},fuel-fuse{table=tests.passes.kernel_tables:fused_f32})' | filecheck %s --check-prefix=ROUNDTRIP
+// RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file \
+// RUN:   --pass-pipeline='builtin.module(fuel-decompose{table=primitives_f32})' | filecheck %s
+// RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file \
+// RUN:   --pass-pipeline='builtin.module(fuel-decompose{table=fused_f32})' | filecheck %s --check-prefix=KEEP
+// RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file \
+// RUN:   --pass-pipeline='builtin.module(fuel-decompose{all=true},fuel-fuse{table=fused_f32})' | filecheck %s --check-prefix=ROUNDTRIP
 
 // With no kernel for the fused op, each becomes its recipe; where the backend
 // has the kernel it stays fused; decompose-all then fuse restores it.

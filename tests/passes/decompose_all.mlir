@@ -1,9 +1,9 @@
 // REQUIRES: fused-dialect
-// RUN: python -m compiler.opt %s --split-input-file --verify-diagnostics --no-verify-types \
+// RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file --verify-diagnostics --no-verify-types \
 // RUN:   --pass-pipeline='builtin.module(fuel-decompose{all=true})' | filecheck %s
-// RUN: python -m compiler.opt %s --split-input-file --verify-diagnostics --no-verify-types \
-// RUN:   --pass-pipeline='builtin.module(fuel-decompose{table=tests.passes.kernel_tables:primitives_f32})' | filecheck %s
-// RUN: python -m compiler.opt %s --split-input-file --no-verify-types \
+// RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file --verify-diagnostics --no-verify-types \
+// RUN:   --pass-pipeline='builtin.module(fuel-decompose{table=primitives_f32})' | filecheck %s
+// RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file --no-verify-types \
 // RUN:   --pass-pipeline='builtin.module(fuel-decompose{all=true})' | filecheck %s --check-prefix=GONE
 
 // (--no-verify-types: the decline chunks feed deliberately ill-typed ops,

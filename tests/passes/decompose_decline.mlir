@@ -1,6 +1,6 @@
 // REQUIRES: fused-dialect
-// RUN: python -m compiler.opt %s --split-input-file --verify-diagnostics --no-verify-types \
-// RUN:   --pass-pipeline='builtin.module(fuel-decompose{table=tests.passes.kernel_tables:primitives_f32})' | filecheck %s
+// RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file --verify-diagnostics --no-verify-types \
+// RUN:   --pass-pipeline='builtin.module(fuel-decompose{table=primitives_f32})' | filecheck %s
 
 // Total: a recipe that cannot be instantiated leaves the op fused and says
 // why (a warning); the pipeline still succeeds.

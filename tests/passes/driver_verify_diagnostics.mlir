@@ -1,5 +1,5 @@
-// RUN: python -m compiler.opt %s --split-input-file --verify-diagnostics \
-// RUN:   --pass-pipeline='builtin.module(fuel-reconcile-dtypes{table=tests.passes.kernel_tables:primitives_f32})'
+// RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file --verify-diagnostics \
+// RUN:   --pass-pipeline='builtin.module(fuel-reconcile-dtypes{table=primitives_f32})'
 
 // Verifier diagnostics from the parser, matched by line offset.
 func.func @wrong_arity(%a: tensor<4xf32>) -> tensor<4xf32> {

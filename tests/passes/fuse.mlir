@@ -1,6 +1,6 @@
 // REQUIRES: fused-dialect
-// RUN: python -m compiler.opt %s --split-input-file \
-// RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=tests.passes.kernel_tables:fused_f32})' | filecheck %s
+// RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file \
+// RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=fused_f32})' | filecheck %s
 
 // The recipe spelling of softmax (exp consumed exactly twice) fuses.
 // CHECK-LABEL: func.func @softmax

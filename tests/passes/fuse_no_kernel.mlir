@@ -1,8 +1,8 @@
 // REQUIRES: fused-dialect
-// RUN: python -m compiler.opt %s --verify-diagnostics \
-// RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=tests.passes.kernel_tables:primitives_f32 remarks=true})' | filecheck %s
-// RUN: python -m compiler.opt %s \
-// RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=tests.passes.kernel_tables:fused_f32})' | filecheck %s --check-prefix=BF16
+// RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --verify-diagnostics \
+// RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=primitives_f32 remarks=true})' | filecheck %s
+// RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s \
+// RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=fused_f32})' | filecheck %s --check-prefix=BF16
 
 // The pattern matches but the backend has no SoftmaxLastDim kernel: no fusion
 // (the remark proves the match happened and says why it was not rewritten).

@@ -1,10 +1,18 @@
 """Small, explicit binding tables for the pass tests, so "has a kernel" is
 decided by the test and not by whatever the default table registers.
-Referenced from RUN lines as ``table=tests.passes.kernel_tables:<name>``."""
+
+A driver plugin: importing it registers the tables under their function
+names (and ``test-fail-on-fuel-ops``, a pass that fails at every fuel op,
+to test reproducers), so RUN lines say
+``fuelc opt --load-plugin=tests.passes.kernel_tables ... fuel-fuse{table=fused_f32}``
+and Python tests import it before naming them."""
 from __future__ import annotations
 
 import functools
 
+from compiler.passes import ModulePass, register_pass, register_table
+from compiler.passes._fuel import fuel_ops
+from compiler.passes.diagnostics import emit_error
 from runtime.binding import KernelBindingTable, KernelCaps
 from runtime.dtype import DType
 from runtime.opkind import OpKind
@@ -65,3 +73,17 @@ def broadcast_only_add() -> KernelBindingTable:
     t.register_with_caps(OpKind.AddElementwise, [F32, F32, F32], "cpu", _kernel,
                          KernelCaps(requires_broadcast=True))
     return t.freeze()
+
+
+for _factory in (primitives_f32, fused_f32, broadcast_only_add):
+    register_table(_factory.__name__, _factory)
+
+
+@register_pass
+class FailOnFuelOps(ModulePass):
+    name = "test-fail-on-fuel-ops"
+    summary = "fail with an error at every fuel op (reproducer tests)"
+
+    def apply(self, module) -> None:
+        for op in fuel_ops(module):
+            emit_error(op, f"{self.name}: refusing {op.name}")

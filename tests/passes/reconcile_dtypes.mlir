@@ -1,5 +1,5 @@
-// RUN: python -m compiler.opt %s --split-input-file \
-// RUN:   --pass-pipeline='builtin.module(fuel-reconcile-dtypes{table=tests.passes.kernel_tables:primitives_f32})' | filecheck %s
+// RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file \
+// RUN:   --pass-pipeline='builtin.module(fuel-reconcile-dtypes{table=primitives_f32})' | filecheck %s
 
 // Servable keys are left alone.
 // CHECK-LABEL: func.func @native

@@ -1,5 +1,5 @@
-// RUN: python -m compiler.opt %s --verify-diagnostics \
-// RUN:   --pass-pipeline='builtin.module(fuel-reconcile-dtypes{table=tests.passes.kernel_tables:broadcast_only_add})'
+// RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --verify-diagnostics \
+// RUN:   --pass-pipeline='builtin.module(fuel-reconcile-dtypes{table=broadcast_only_add})'
 
 // A broadcast-baked sibling alone does not serve a dense op (backend_supports).
 func.func @broadcast_only(%a: tensor<4xf32>) -> tensor<4xf32> {

@@ -1,7 +1,7 @@
-// RUN: python -m compiler.opt %s --split-input-file --verify-diagnostics \
-// RUN:   --pass-pipeline='builtin.module(fuel-reconcile-dtypes{table=tests.passes.kernel_tables:primitives_f32})'
-// RUN: not python -m compiler.opt %s --split-input-file --no-reproducer \
-// RUN:   --pass-pipeline='builtin.module(fuel-reconcile-dtypes{table=tests.passes.kernel_tables:primitives_f32})' 2>&1 | filecheck %s
+// RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file --verify-diagnostics \
+// RUN:   --pass-pipeline='builtin.module(fuel-reconcile-dtypes{table=primitives_f32})'
+// RUN: not python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file --no-reproducer \
+// RUN:   --pass-pipeline='builtin.module(fuel-reconcile-dtypes{table=primitives_f32})' 2>&1 | filecheck %s
 
 // Integers never promote: the coverage diagnostic names the op, the dtypes,
 // the backends and what is bound for this op.

@@ -1,19 +1,19 @@
-// RUN: python -m compiler.opt %s \
-// RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=tests.passes.kernel_tables:primitives_f32})' | filecheck %s
+// RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s \
+// RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=primitives_f32})' | filecheck %s
 // The printed IR parses back, verifies and fuses to the same thing (idempotent).
-// RUN: python -m compiler.opt %s \
-// RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=tests.passes.kernel_tables:primitives_f32})' \
-// RUN:   | python -m compiler.opt - \
-// RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=tests.passes.kernel_tables:primitives_f32},fuel-cse,fuel-dce,canonicalize)' | filecheck %s
+// RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s \
+// RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=primitives_f32})' \
+// RUN:   | python -m compiler.opt --load-plugin=tests.passes.kernel_tables - \
+// RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=primitives_f32},fuel-cse,fuel-dce,canonicalize)' | filecheck %s
 // runtime=false forms nothing.
-// RUN: python -m compiler.opt %s \
-// RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=tests.passes.kernel_tables:primitives_f32 runtime=false})' | filecheck %s --check-prefix=OFF
+// RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s \
+// RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=primitives_f32 runtime=false})' | filecheck %s --check-prefix=OFF
 // Decompose-all inlines every runtime fused op back into its primitives.
-// RUN: python -m compiler.opt %s \
-// RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=tests.passes.kernel_tables:primitives_f32},fuel-decompose{all=true})' | filecheck %s --check-prefix=DECOMP
+// RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s \
+// RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=primitives_f32},fuel-decompose{all=true})' | filecheck %s --check-prefix=DECOMP
 // A target with no kernel for the body ops (only a broadcast-baked add) gets them inlined too.
-// RUN: python -m compiler.opt %s \
-// RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=tests.passes.kernel_tables:primitives_f32},fuel-decompose{table=tests.passes.kernel_tables:broadcast_only_add})' | filecheck %s --check-prefix=DECOMP
+// RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s \
+// RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=primitives_f32},fuel-decompose{table=broadcast_only_add})' | filecheck %s --check-prefix=DECOMP
 
 // OFF-NOT: fuel.runtime_fused
 // DECOMP-NOT: fuel.runtime_fused

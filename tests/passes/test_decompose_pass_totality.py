@@ -34,16 +34,16 @@ from compiler.plan import plan_from_module
 from compiler.registry import default_registry, normalize_params
 from runtime.dtype import DType
 from runtime.executor import Executor
+from tests.passes import kernel_tables  # noqa: F401  (registers the test tables)
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "registry"))
 from fused_cases import cases  # noqa: E402  (the registry tests' per-op samples)
 
-TABLES = "kernel_tables"  # tests/passes/kernel_tables.py (this directory is on sys.path)
 # all=true decomposes every fused op; with a binding table, an op stays fused
 # exactly when the table has its kernel (fused_f32: softmax, norms, linear).
 PIPELINES = ["builtin.module(fuel-decompose{all=true})",
-             f"builtin.module(fuel-decompose{{table={TABLES}:primitives_f32}})",
-             f"builtin.module(fuel-decompose{{table={TABLES}:fused_f32}})"]
+             "builtin.module(fuel-decompose{table=primitives_f32})",
+             "builtin.module(fuel-decompose{table=fused_f32})"]
 CASES = cases()
 NAMES = sorted(CASES)
 DTYPES = [DType.F32, DType.F64, DType.F16, DType.BF16, DType.I32, DType.I64, DType.U32, DType.U8]

@@ -21,8 +21,9 @@ from compiler.passes import run_pipeline
 from compiler.passes._fuel import walk_ops
 from runtime import BindingKey
 from runtime.params import JitScalars, NoParams
+from tests.passes import kernel_tables  # noqa: F401  (registers the test tables)
 
-TABLE = "tests.passes.kernel_tables:primitives_f32"
+TABLE = "primitives_f32"  # registered by tests.passes.kernel_tables
 FUSE = f"builtin.module(fuel-fuse{{table={TABLE}}})"
 NO_RUNTIME = ("builtin.module(fuel-fuse{runtime=false},fuel-decompose,fuel-reconcile-dtypes,"
               "fuel-cse,fuel-dce,canonicalize)")
@@ -113,7 +114,7 @@ def test_no_kernel_no_fusion():
     _, m = _fused(_chain().replace("f32", "bf16").replace("bf1664", "f64"))
     assert not _runtime_ops(m)
     # A table with no kernel for these ops at all (a broadcast-baked add only).
-    _, m = _fused(_chain(), "builtin.module(fuel-fuse{table=tests.passes.kernel_tables:"
+    _, m = _fused(_chain(), "builtin.module(fuel-fuse{table="
                             "broadcast_only_add})")
     assert not _runtime_ops(m)
 
