@@ -35,3 +35,19 @@ def test_bf16_dense_constant_compiles_bit_exact():
     xv = f32_to_bf16(np.ones((2, 4), np.float32))
     got, ref = _both(g, x=xv)
     assert got.tolist() == ref.tolist() == f32_to_bf16(c).tolist()
+
+
+# -- powi_backward ----------------------------------------------------------------
+@pytest.mark.parametrize("exp", [0, 1, 2, -1])
+def test_powi_backward_matches_d_dx_x_pow_n(exp):
+    from compiler.registry.builders import powi_backward
+    g = Graph()
+    x, up = g.input("x", (5,)), g.input("up", (5,))
+    g.output(powi_backward(x, up, exp), name="y")
+    xv = np.array([0.0, 1.0, -2.0, 0.5, 3.0], np.float32)
+    uv = np.array([1.0, 2.0, 0.5, -1.0, 1.0], np.float32)
+    got, ref = _both(g, x=xv, up=uv)
+    with np.errstate(divide="ignore"):  # d/dx x^n = n x^(n-1), and 0 for n = 0
+        want = np.zeros(5, np.float32) if exp == 0 else exp * xv ** np.float32(exp - 1) * uv
+    np.testing.assert_allclose(ref, want, rtol=1e-6)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
