@@ -499,8 +499,9 @@ class Tensor:
     def round(self): return self._op("Round", [self])
     def sign(self): return self._op("Sign", [self])
 
-    def gelu(self, approximate: str = "tanh") -> "Tensor":
-        """GELU: ``approximate="tanh"`` -> Gelu, ``"none"`` -> GeluErf (exact)."""
+    def gelu(self, approximate: str = "none") -> "Tensor":
+        """GELU with PyTorch's/ONNX's ``approximate`` argument: ``"none"`` (the
+        default, as there) -> GeluErf, the exact x·Φ(x); ``"tanh"`` -> Gelu."""
         if approximate == "tanh":
             return self._op("Gelu", [self])
         if approximate in ("none", "erf", None):
