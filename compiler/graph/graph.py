@@ -144,14 +144,20 @@ class Graph:
 
     def constant(self, value, name: Optional[str] = None, dtype=None) -> "Tensor":
         """Add a constant. ``value``: array-like; ``dtype`` (optional) converts it
-        (bf16 is stored as bit patterns). Python floats default to f32 and
-        ints to i64 when no dtype is given. Returns the Const handle."""
+        (bf16 is stored as bit patterns). Without ``dtype``, numpy arrays and
+        numpy scalars keep their own dtype (``np.float64`` stays f64, bool
+        becomes u8), and python values follow PyTorch's defaults: floats are f32,
+        ints i64, bools u8. The payload is a private, read-only, native-order
+        copy: the caller's array is never changed. Returns the Const handle."""
+        typed = isinstance(value, (np.ndarray, np.generic))
         arr = np.asarray(value)
+        if not arr.dtype.isnative:
+            arr = arr.astype(arr.dtype.newbyteorder("="))
         if dtype is not None:
             dt = _parse_dtype(dtype, "constant")
             arr = _to_storage(arr, dt)
         else:
-            if arr.dtype == np.float64 and not isinstance(value, np.ndarray):
+            if arr.dtype == np.float64 and not typed:
                 arr = arr.astype(np.float32)
             if arr.dtype == np.bool_:
                 arr = arr.astype(np.uint8)
@@ -165,7 +171,7 @@ class Graph:
                 name += "_"
         if name in self.constants:
             raise GraphBuildError(f"constant {name!r} declared twice")
-        arr = np.require(arr, requirements="C")  # (ascontiguousarray makes rank 0 rank 1)
+        arr = np.array(arr, order="C", copy=True)
         arr.setflags(write=False)
         t = self.add_node("Const", [], {"name": name, "shape": arr.shape, "dtype": dt},
                           name=name)

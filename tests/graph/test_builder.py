@@ -421,3 +421,39 @@ def test_rewrite_input():
     assert g.node(z).inputs == (x.id, x.id)
     with pytest.raises(GraphBuildError, match="changes the operand type"):
         g.rewrite_input(z, 0, g.input("w", (3,), "f32"))
+
+
+def test_constant_copies_and_never_touches_the_callers_array():
+    g = Graph()
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    c = g.constant(w, name="w")
+    assert w.flags.writeable  # the caller's array keeps its flags
+    w[0, 0] = 100.0           # ... and later writes do not reach the graph
+    assert g.constants["w"][0, 0] == 0.0 and not g.constants["w"].flags.writeable
+    g.output(c, name="y")
+    assert run(g)["y"][0, 0] == 0.0
+
+
+def test_constant_converts_byte_swapped_arrays_to_native_order():
+    g = Graph()
+    be = np.array([1.5, -2.0, 3.25], dtype=">f4")
+    c = g.constant(be)
+    assert c.dtype == DType.F32 and g.constants[c.name].dtype.isnative
+    assert g.constants[c.name].tolist() == [1.5, -2.0, 3.25]
+    i = g.constant(np.array([1, 2], dtype=">i8"), dtype="i32")
+    assert i.dtype == DType.I32 and g.constants[i.name].tolist() == [1, 2]
+
+
+@pytest.mark.parametrize("value,want", [
+    (np.zeros(2), DType.F64),          # a numpy array keeps its dtype (numpy)
+    (np.float64(1.5), DType.F64),      # so does a numpy scalar
+    (np.zeros(2, np.float16), DType.F16),
+    (np.array([True, False]), DType.U8),
+    (1.5, DType.F32),                  # python floats: f32 (PyTorch's default dtype)
+    ([1.0, 2.0], DType.F32),
+    (3, DType.I64),                    # python ints: i64 (torch.tensor(3))
+    ([1, 2], DType.I64),
+    (True, DType.U8),
+])
+def test_constant_default_dtype(value, want):
+    assert Graph().constant(value).dtype == want
