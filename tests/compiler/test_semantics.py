@@ -51,3 +51,59 @@ def test_powi_backward_matches_d_dx_x_pow_n(exp):
         want = np.zeros(5, np.float32) if exp == 0 else exp * xv ** np.float32(exp - 1) * uv
     np.testing.assert_allclose(ref, want, rtol=1e-6)
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+# -- integer scalars: wrap like numpy, refuse what the dtype cannot hold --------------
+@pytest.mark.parametrize("dtype,op,value", [
+    ("u8", "AddScalar", -3), ("u8", "AddScalar", 300), ("i8", "AddScalar", 128),
+    ("i8", "MulScalar", 200), ("u32", "AddScalar", -1), ("i32", "MulScalar", -(2 ** 31) - 1),
+])
+def test_integer_scalar_params_wrap_in_kernel_and_interpreter(dtype, op, value):
+    g = Graph()
+    x = g.input("x", (6,), dtype)
+    g.output(g.add_node(op, [x], {"value": value}), name="y")
+    npd = np.dtype({"u8": np.uint8, "i8": np.int8, "u32": np.uint32, "i32": np.int32}[dtype])
+    info = np.iinfo(npd)
+    xv = np.array([info.min, info.max, 0, 1, 2, 100], dtype=npd)
+    # numpy's modular arithmetic: the scalar taken modulo 2^bits, then the op wraps
+    c = np.array(value % (1 << (8 * npd.itemsize)), dtype=np.uint64).astype(npd)
+    want = (xv + c) if op == "AddScalar" else (xv * c)
+    got, ref = _both(g, x=xv)
+    assert ref.tolist() == want.tolist()
+    assert got.tolist() == want.tolist()
+
+
+def test_builder_subtracting_scalars_on_unsigned_wraps():
+    g = Graph()
+    x = g.input("x", (3,), "u8")
+    g.output(x - 3, name="y")
+    xv = np.array([0, 2, 200], np.uint8)
+    got, ref = _both(g, x=xv)
+    assert got.tolist() == ref.tolist() == (xv - np.uint8(3)).tolist()
+
+
+def test_clamp_bounds_saturate_in_kernel_and_interpreter():
+    g = Graph()
+    x = g.input("x", (4,), "u8")
+    g.output(g.add_node("Clamp", [x], {"min": -5, "max": 1000}), name="y")
+    xv = np.array([0, 1, 128, 255], np.uint8)
+    got, ref = _both(g, x=xv)
+    assert got.tolist() == ref.tolist() == xv.tolist()
+
+
+@pytest.mark.parametrize("build,match", [
+    (lambda x: x + 300, r"AddScalar\(u8\[3\]\).*300.*u8"),
+    (lambda x: x - 256, r"AddScalar\(u8\[3\]\).*256.*u8"),
+    (lambda x: x * -1, r"MulScalar\(u8\[3\]\).*-1.*u8"),
+    (lambda x: x / 1000, r"Div\(u8\[3\]\).*1000.*u8"),
+    (lambda x: x.masked_fill(x > 1, 256), r"MaskedFill.*256.*u8"),
+    (lambda x: x.pad(1, value=-1), r"Pad\(u8\[3\]\).*-1.*u8"),
+    (lambda x: __import__("compiler").graph.graph.where(x > 1, x, 999), r"Where.*999.*u8"),
+    (lambda x: x + 1.5, r"AddScalar\(u8\[3\]\).*1.5.*u8"),
+])
+def test_builder_refuses_scalars_the_dtype_cannot_hold(build, match):
+    from compiler.errors import GraphBuildError
+    g = Graph()
+    x = g.input("x", (3,), "u8")
+    with pytest.raises(GraphBuildError, match=match):
+        build(x)
