@@ -512,10 +512,14 @@ class Tensor:
                               f"'tanh' or 'none', got {approximate!r}")
 
     def pow(self, p) -> "Tensor":
-        """``x ** p``: an int p -> PowI (repeated multiplication); a float or a
-        tensor -> Pow (float dtypes only)."""
+        """``x ** p``: an int p -> PowI (repeated multiplication); the float 0.5
+        -> Sqrt, as numpy's ``arr ** 0.5`` and PyTorch's ``t ** 0.5`` compute it
+        (NaN at -inf, -0 at -0, where IEEE pow gives +inf and +0); any other
+        float or a tensor -> Pow, IEEE pow (float dtypes only)."""
         if isinstance(p, (int, np.integer)) and not isinstance(p, bool):
             return self._op("PowI", [self], n=int(p))
+        if _is_scalar(p) and float(p) == 0.5 and self.dtype.is_float:
+            return self._op("Sqrt", [self])
         return _binary("Pow", self, p)
 
     def clamp(self, min=None, max=None) -> "Tensor":

@@ -107,3 +107,81 @@ def test_builder_refuses_scalars_the_dtype_cannot_hold(build, match):
     x = g.input("x", (3,), "u8")
     with pytest.raises(GraphBuildError, match=match):
         build(x)
+
+
+# -- pow: IEEE 754 pow for the op, numpy's/PyTorch's sqrt for `x ** 0.5` -----------
+_BASES = [-np.inf, -3.0, -1.0, -0.5, -0.0, 0.0, 0.5, 1.0, 3.0, np.inf, np.nan]
+_EXPS = [0.5, 3.0, -3.0, 2.0, -2.0, -1.0, 1 / 3, -0.5, 0.0, -0.0, 1.0, 2.5, np.inf, -np.inf,
+         np.nan]
+
+
+def _ieee_pow_table(a, b):
+    """C99 Annex F pow on the special values, as a numpy formula per case."""
+    a, b = np.broadcast_arrays(np.asarray(a, np.float64), np.asarray(b, np.float64))
+    out = np.empty(a.shape)
+    for i, (x, y) in enumerate(zip(a.ravel(), b.ravel())):
+        odd = np.isfinite(y) and y == np.trunc(y) and y % 2 == 1
+        if y == 0 or x == 1:
+            r = 1.0
+        elif np.isnan(x) or np.isnan(y):
+            r = np.nan
+        elif x == 0:
+            mag = np.inf if y < 0 else 0.0
+            r = np.copysign(mag, x) if odd else mag
+        elif np.isneginf(x):
+            mag = 0.0 if y < 0 else np.inf
+            r = -mag if odd else mag
+        elif np.isinf(y):
+            r = (np.inf if y > 0 else 0.0) if abs(x) > 1 else \
+                (1.0 if abs(x) == 1 else (0.0 if y > 0 else np.inf))
+        elif x < 0 and y != np.trunc(y):
+            r = np.nan
+        else:
+            r = float(np.power(x, y))
+        out.ravel()[i] = r
+    return out
+
+
+def _assert_same_specials(got, want, rtol):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert (np.isnan(got) == np.isnan(want)).all(), (got, want)
+    ok = ~np.isnan(want)
+    assert (np.signbit(got[ok]) == np.signbit(want[ok])).all(), (got, want)
+    np.testing.assert_allclose(got[ok], want[ok], rtol=rtol)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_pow_is_ieee_pow_on_special_values(dtype):
+    npd = np.float32 if dtype == "f32" else np.float64
+    a, b = (np.array(v, npd) for v in zip(*[(x, y) for x in _BASES for y in _EXPS]))
+    g = Graph()
+    g.output(g.input("a", a.shape, dtype) ** g.input("b", b.shape, dtype), name="y")
+    got, ref = _both(g, a=a, b=b)
+    want = _ieee_pow_table(a, b)
+    _assert_same_specials(ref, want, 1e-6)
+    _assert_same_specials(got, want, 1e-6)
+
+
+@pytest.mark.parametrize("e", [e for e in _EXPS if e != 0.5])
+def test_pow_by_a_float_constant_is_ieee_pow(e):
+    a = np.array(_BASES, np.float32)
+    g = Graph()
+    g.output(g.input("a", a.shape, "f32") ** e, name="y")
+    got, ref = _both(g, a=a)
+    want = _ieee_pow_table(a, e)
+    _assert_same_specials(ref, want, 1e-6)
+    _assert_same_specials(got, want, 1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_pow_one_half_is_numpy_and_torch_sqrt(dtype):
+    npd = np.float32 if dtype == "f32" else np.float64
+    a = np.array(_BASES, npd)
+    g = Graph()
+    g.output(g.input("a", a.shape, dtype) ** 0.5, name="y")
+    got, ref = _both(g, a=a)
+    with np.errstate(invalid="ignore"):
+        want = a ** 0.5  # numpy (and PyTorch) take sqrt: NaN at -inf, -0 at -0
+    _assert_same_specials(ref, want, 0)
+    _assert_same_specials(got, want, 0)
+    assert np.signbit(got[4]) and np.isnan(got[0])
