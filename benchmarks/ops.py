@@ -211,7 +211,7 @@ def g_cross_entropy(rows, vocab):
 def g_gelu(shape):
     g = Graph()
     x = g.input("x", shape, "f32")
-    g.output(x.gelu(), name="y")
+    g.output(x.gelu(approximate="tanh"), name="y")
     return g
 
 

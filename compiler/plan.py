@@ -37,7 +37,7 @@ from .dialect.types import tensor_types
 from .errors import CompilerError
 from .graph.kernel_params import KernelParamsError, to_op_params
 from .graph.opdef import TensorType
-from .mlir import ir
+from .mlir import ir, passmanager
 
 
 class PlanningError(CompilerError):
@@ -200,9 +200,31 @@ def _name_hint(o, mnemonic: str) -> str:
 def _dense_to_numpy(attr, tt: TensorType) -> np.ndarray:
     dense = ir.DenseElementsAttr(attr)
     store = tt.dtype.storage_numpy
+    if tt.dtype is DType.BF16:
+        return _bf16_bits(dense, tt.shape)
     if dense.is_splat:
-        v = np.array(dense.get_splat_value().value if tt.dtype is not DType.BF16 else 0)
-        if tt.dtype in (DType.BF16,):
-            raise PlanningError("splat bf16 constants are not supported inline; pass them as payloads")
-        return np.full(tt.shape, v, dtype=store)
+        return np.full(tt.shape, np.array(dense.get_splat_value().value), dtype=store)
     return np.array(dense, copy=True).astype(store, copy=False).reshape(tt.shape)
+
+
+def _bf16_bits(dense, shape) -> np.ndarray:
+    """The uint16 bit patterns of a bf16 DenseElementsAttr. The bindings expose
+    no buffer for bf16, so MLIR folds an ``arith.bitcast`` to i16 (exact, NaN
+    payloads included) and the i16 attribute is read instead."""
+    t = "tensor<" + "".join(f"{d}x" for d in shape)
+    src, dst = f"{t}bf16>", f"{t}i16>"
+    with dense.context, ir.Location.unknown():
+        m = ir.Module.parse(f"func.func @bits() -> {dst} {{\n"
+                            f"  %c = arith.constant {dense}\n"
+                            f"  %b = arith.bitcast %c : {src} to {dst}\n"
+                            f"  return %b : {dst}\n}}")
+        passmanager.PassManager.parse("builtin.module(func.func(canonicalize))").run(
+            m.operation)
+        folded = m.body.operations[0].regions[0].blocks[0].operations[0]
+        if folded.name != "arith.constant":
+            raise PlanningError(f"bf16 constant {dense} did not fold to its bit patterns")
+        bits = ir.DenseElementsAttr(folded.attributes["value"])
+        if bits.is_splat:
+            return np.full(shape, ir.IntegerAttr(bits.get_splat_value()).value & 0xFFFF,
+                           dtype=np.uint16)
+        return np.array(bits, copy=True).view(np.uint16).reshape(shape)

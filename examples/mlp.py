@@ -23,7 +23,7 @@ def build(batch=8, d_in=64, d_hidden=128, d_out=32, seed=0):
 
     g = Graph()
     x = g.input("x", (batch, d_in), "f32")
-    h = (x @ g.constant(w1, name="w1") + g.constant(b1, name="b1")).gelu()
+    h = (x @ g.constant(w1, name="w1") + g.constant(b1, name="b1")).gelu(approximate="tanh")
     logits = h @ g.constant(w2, name="w2") + g.constant(b2, name="b2")
     g.output(logits.softmax(-1), name="probs")
     return g, (w1, b1, w2, b2)

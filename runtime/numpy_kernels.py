@@ -111,6 +111,18 @@ def _erf(x):
     return _ERF(x.astype(np.float64)).astype(x.dtype)
 
 
+def ieee_pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IEEE 754 / C99 ``pow`` element-wise, whatever the operands' strides.
+    ``np.power`` takes ``sqrt`` when the exponent is a broadcast 0.5, which
+    differs from ``pow`` at -0 (sqrt: -0, pow: +0) and -inf (sqrt: NaN, pow:
+    +inf); those two cases are set to pow's values."""
+    with np.errstate(all="ignore"):
+        out = np.asarray(np.power(a, b))
+    half = np.asarray(b) == 0.5
+    out = np.where(half & (a == 0), out.dtype.type(0), out)
+    return np.where(half & np.isneginf(a), out.dtype.type(np.inf), out).astype(out.dtype)
+
+
 BINARY = {
     OpKind.AddElementwise: (np.add, NUMERIC),
     OpKind.SubElementwise: (np.subtract, NUMERIC),
@@ -118,7 +130,7 @@ BINARY = {
     OpKind.DivElementwise: (_div, NUMERIC),
     OpKind.MaximumElementwise: (np.maximum, NUMERIC),
     OpKind.MinimumElementwise: (np.minimum, NUMERIC),
-    OpKind.PowElementwise: (np.power, FLOATS),
+    OpKind.PowElementwise: (ieee_pow, FLOATS),
     OpKind.RemElementwise: (_rem, NUMERIC),
 }
 

@@ -595,10 +595,12 @@ class Gather(OpParams):
 
 @variant
 class Rope(OpParams):
-    """Rotary embedding: outer x seq x head_dim; cos/sin ``[seq, head_dim]``."""
+    """Rotary embedding: outer x seq x head_dim; cos/sin ``[seq, head_dim]``.
+    ``interleaved``: pairs (x[2i], x[2i+1]) instead of the two halves."""
     outer_count: int
     seq: int
     head_dim: int
+    interleaved: bool = False
 
     def validate(self):
         if self.head_dim % 2:

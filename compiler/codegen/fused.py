@@ -323,11 +323,12 @@ def _linear_params(params, types):
     return P.Matmul(tuple(a[:-2]), tuple(b[:-2]), a[-2], b[-1], a[-1])
 
 
-@fused_kernel("Rope", precision=ROPE_CPU)
+@fused_kernel("Rope", precision=ROPE_CPU,
+              from_params=lambda p, types: {"interleaved": bool(p.interleaved)})
 def _rope_params(params, types):
     x = types[0].shape
     seq = x[-2] if len(x) >= 2 else 1
-    return P.Rope(math.prod(x[:-2]), seq, x[-1])
+    return P.Rope(math.prod(x[:-2]), seq, x[-1], bool(params["interleaved"]))
 
 
 _REDUCTION = {"mean": P.Reduction.MEAN, "sum": P.Reduction.SUM, "none": P.Reduction.NONE}

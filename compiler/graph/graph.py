@@ -147,15 +147,21 @@ class Graph:
     def constant(self, value, name: Optional[str] = None, dtype=None) -> "Tensor":
         """Add a constant. ``value``: array-like; ``dtype`` (optional) converts it.
         bf16 values are ``ml_dtypes.bfloat16`` arrays (or numbers with
-        ``dtype="bf16"``, rounded); raw ``uint16`` is refused. Constants are
-        stored as storage arrays (bf16 as bit patterns). Python floats default
-        to f32 and ints to i64 when no dtype is given. Returns the Const handle."""
+        ``dtype="bf16"``, rounded); raw ``uint16`` is refused. Without ``dtype``,
+        numpy arrays and numpy scalars keep their own dtype (``np.float64``
+        stays f64, bool becomes u8), and python values follow PyTorch's
+        defaults: floats are f32, ints i64, bools u8. The payload is a private,
+        read-only, native-order copy (bf16 as bit patterns): the caller's array
+        is never changed. Returns the Const handle."""
+        typed = isinstance(value, (np.ndarray, np.generic))
         arr = np.asarray(value)
+        if not arr.dtype.isnative:
+            arr = arr.astype(arr.dtype.newbyteorder("="))
         if dtype is not None:
             dt = _parse_dtype(dtype, "constant")
             arr = _to_storage(arr, dt, name)
         else:
-            if arr.dtype == np.float64 and not isinstance(value, np.ndarray):
+            if arr.dtype == np.float64 and not typed:
                 arr = arr.astype(np.float32)
             if arr.dtype == np.bool_:
                 arr = arr.astype(np.uint8)
@@ -170,7 +176,7 @@ class Graph:
                 name += "_"
         if name in self.constants:
             raise GraphBuildError(f"constant {name!r} declared twice")
-        arr = np.require(arr, requirements="C")  # (ascontiguousarray makes rank 0 rank 1)
+        arr = np.array(arr, order="C", copy=True)
         arr.setflags(write=False)
         t = self.add_node("Const", [], {"name": name, "shape": arr.shape, "dtype": dt},
                           name=name)
@@ -432,7 +438,7 @@ class Tensor:
 
     def __sub__(self, other):
         if _is_scalar(other):
-            return self._scalar_op("AddScalar", -other)
+            return self._scalar_op("AddScalar", other, negate=True)
         return _binary("Sub", self, other)
 
     def __rsub__(self, other):
@@ -483,13 +489,9 @@ class Tensor:
     def __abs__(self):
         return self.abs()
 
-    def _scalar_op(self, op, value) -> "Tensor":
-        v = float(value)
-        if self.dtype.is_int and not (math.isfinite(v) and v.is_integer()):
-            raise GraphBuildError(
-                f"{op}{fmt_types([self.node.type])}: python scalar {value!r} is not "
-                f"representable in {self.dtype.value} (no implicit promotion; cast first)")
-        return self._op(op, [self], value=v)
+    def _scalar_op(self, op, value, negate=False) -> "Tensor":
+        v = _checked_scalar(op, value, self.dtype, [self.node.type])
+        return self._op(op, [self], value=-v if negate else v)
 
     # -- comparisons -> u8 ---------------------------------------------------
     def __lt__(self, other):
@@ -534,8 +536,9 @@ class Tensor:
     def round(self): return self._op("Round", [self])
     def sign(self): return self._op("Sign", [self])
 
-    def gelu(self, approximate: str = "tanh") -> "Tensor":
-        """GELU: ``approximate="tanh"`` -> Gelu, ``"none"`` -> GeluErf (exact)."""
+    def gelu(self, approximate: str = "none") -> "Tensor":
+        """GELU with PyTorch's/ONNX's ``approximate`` argument: ``"none"`` (the
+        default, as there) -> GeluErf, the exact x·Φ(x); ``"tanh"`` -> Gelu."""
         if approximate == "tanh":
             return self._op("Gelu", [self])
         if approximate in ("none", "erf", None):
@@ -544,10 +547,14 @@ class Tensor:
                               f"'tanh' or 'none', got {approximate!r}")
 
     def pow(self, p) -> "Tensor":
-        """``x ** p``: an int p -> PowI (repeated multiplication); a float or a
-        tensor -> Pow (float dtypes only)."""
+        """``x ** p``: an int p -> PowI (repeated multiplication); the float 0.5
+        -> Sqrt, as numpy's ``arr ** 0.5`` and PyTorch's ``t ** 0.5`` compute it
+        (NaN at -inf, -0 at -0, where IEEE pow gives +inf and +0); any other
+        float or a tensor -> Pow, IEEE pow (float dtypes only)."""
         if isinstance(p, (int, np.integer)) and not isinstance(p, bool):
             return self._op("PowI", [self], n=int(p))
+        if _is_scalar(p) and float(p) == 0.5 and self.dtype.is_float:
+            return self._op("Sqrt", [self])
         return _binary("Pow", self, p)
 
     def clamp(self, min=None, max=None) -> "Tensor":
@@ -575,7 +582,8 @@ class Tensor:
         mask = _as_tensor(mask, self.graph, DType.U8)
         if mask.shape != self.shape:
             mask = _broadcast_to("MaskedFill", mask, self.shape, [self, mask])
-        return self._op("MaskedFill", [self, mask], value=float(value))
+        v = _checked_scalar("MaskedFill", value, self.dtype, [self.node.type, mask.node.type])
+        return self._op("MaskedFill", [self, mask], value=v)
 
     # -- reductions ----------------------------------------------------------
     def _reduce(self, kind, axis, keepdims) -> "Tensor":
@@ -732,8 +740,9 @@ class Tensor:
             raise GraphBuildError(f"Pad{fmt_types([self.node.type])}: pad_width "
                                   f"{pad_width!r} is not one (before, after) pair per axis") \
                 from None
+        v = _checked_scalar("Pad", value, self.dtype, [self.node.type])
         return self._op("Pad", [self], padding=tuple(int(v) for v in pairs.reshape(-1)),
-                        mode=mode, value=float(value))
+                        mode=mode, value=v)
 
     def slice(self, axis, start, length) -> "Tensor":
         return self._op("Slice", [self], dim=self._axis(axis, "Slice"), start=int(start),
@@ -817,19 +826,32 @@ def _graph_of(values) -> Graph:
     raise GraphBuildError("at least one operand must be a graph tensor")
 
 
-def _as_tensor(value, graph: Graph, dtype: DType) -> Tensor:
+def _checked_scalar(op: str, value, dtype: DType, types) -> float:
+    """``value`` as a float param after checking that ``dtype`` can hold it:
+    integer dtypes take integral values within their range (no implicit
+    promotion, no silent wrap-around). Raises GraphBuildError naming the op."""
+    v = float(value)
+    if dtype.is_int:
+        info = np.iinfo(dtype.numpy)
+        if not (math.isfinite(v) and v.is_integer() and info.min <= int(value) <= info.max):
+            raise GraphBuildError(
+                f"{op}{fmt_types(types)}: python scalar {value!r} is not representable in "
+                f"{dtype.value} (range {info.min}..{info.max}, integers only; no implicit "
+                f"promotion: cast the tensor first)")
+    return v
+
+
+def _as_tensor(value, graph: Graph, dtype: DType, op: str = "operand", types=()) -> Tensor:
     """A handle for ``value``: a Tensor as is (same graph), a python scalar as a
-    rank-0 Const of ``dtype``, an ndarray as a Const of its own dtype (``dtype``
-    when it is a python list)."""
+    rank-0 Const of ``dtype`` (checked by ``_checked_scalar``, errors naming
+    ``op`` and the operand ``types``), an ndarray as a Const of its own dtype
+    (``dtype`` when it is a python list)."""
     if isinstance(value, Tensor):
         if value.graph is not graph:
             raise GraphBuildError(f"operand %{value.id} ({value.name}) belongs to another graph")
         return value
     if _is_scalar(value):
-        v = float(value)
-        if dtype.is_int and not (math.isfinite(v) and v.is_integer()):
-            raise GraphBuildError(f"python scalar {value!r} is not representable in "
-                                  f"{dtype.value} (no implicit promotion; cast first)")
+        v = _checked_scalar(op, value, dtype, types)
         return graph.constant(from_storage(scalar_storage(v, dtype), dtype), dtype=dtype)
     if isinstance(value, np.ndarray):
         return graph.constant(value)
@@ -851,7 +873,8 @@ def _broadcast(op: str, operands: list) -> list[Tensor]:
     single place where builder-level broadcasting happens."""
     graph = _graph_of(operands)
     like = next(v for v in operands if isinstance(v, Tensor))
-    ts = [_as_tensor(v, graph, like.dtype) for v in operands]
+    types = [v.node.type for v in operands if isinstance(v, Tensor)]
+    ts = [_as_tensor(v, graph, like.dtype, op, types) for v in operands]
     shape: Optional[tuple] = ()
     for t in ts:
         shape = broadcast_shapes(shape, t.shape)
@@ -875,9 +898,10 @@ def where(cond, a, b) -> Tensor:
         raise GraphBuildError("Where: at least one branch must be a graph tensor (its dtype "
                               "types the other)")
     like = a if isinstance(a, Tensor) else b
-    c = _as_tensor(cond, graph, DType.U8)
-    a = _as_tensor(a, graph, like.dtype)
-    b = _as_tensor(b, graph, like.dtype)
+    types = [like.node.type]
+    c = _as_tensor(cond, graph, DType.U8, "Where", types)
+    a = _as_tensor(a, graph, like.dtype, "Where", types)
+    b = _as_tensor(b, graph, like.dtype, "Where", types)
     c, a, b = _broadcast("Where", [c, a, b])
     return graph.add_node("Where", [c, a, b])
 

@@ -29,6 +29,8 @@ Deviations from / additions to the spec, stated once:
   (so Ne(NaN, NaN) = 1); every other comparison is false on NaN.
 * ``Maximum``/``Minimum``/``MaxDim``/``MaxAll``... propagate NaN.
 * ``ArgMaxDim``/``ArgMinDim`` return the first index of the extreme value.
+* ``Pow`` is IEEE 754 / C99 pow in every engine (pow(-0, 0.5) = +0,
+  pow(-inf, 0.5) = +inf, pow(x, ±0) = 1, pow(1, NaN) = 1).
 * ``PowI(n)`` multiplies by repeated squaring (as the kernels do); n < 0 takes the
   reciprocal (floats only); n = 0 gives ones.
 * ``Cast`` float→int truncates toward zero and saturates (NaN → 0); int→int
@@ -245,6 +247,14 @@ def _int_div(a, b):
     return np.where(b == 0, 0, q).astype(a.dtype)
 
 
+def _ieee_pow(a, b):
+    """IEEE 754 pow (C99 Annex F), independent of numpy's sqrt shortcut for a
+    broadcast exponent of 0.5 (the ``x ** 0.5`` spelling is Sqrt: see the
+    builder's ``pow``)."""
+    from runtime.numpy_kernels import ieee_pow
+    return ieee_pow(a, b)
+
+
 def _rem(a, b):
     """a − floor(a/b)·b; integer division by zero yields 0."""
     if a.dtype.kind == "f":
@@ -313,7 +323,7 @@ _BINARY = {
     "Div": (_int_div, OpKind.DivElementwise, False),
     "Maximum": (np.maximum, OpKind.MaximumElementwise, False),
     "Minimum": (np.minimum, OpKind.MinimumElementwise, False),
-    "Pow": (np.power, OpKind.PowElementwise, True),
+    "Pow": (_ieee_pow, OpKind.PowElementwise, True),
     "Rem": (_rem, OpKind.RemElementwise, False),
 }
 for _name, (_fn, _kind, _float_only) in _BINARY.items():

@@ -84,8 +84,11 @@ def linear(x, w, bias=None):
     return g.add_node("Reshape", [y], {"shape": lead + (w.shape[-1],)}) if flat else y
 
 
-def rope(x, cos, sin):
-    return fused("Rope", x, cos, sin)
+def rope(x, cos, sin, interleaved: bool = False):
+    """Rotary embedding x·cos + rot(x)·sin. ``interleaved=False`` rotates the
+    two halves of the last axis (NeoX/Llama); ``True`` rotates the pairs
+    (x[2i], x[2i+1]) (GPT-J, ONNX RotaryEmbedding ``interleaved=1``)."""
+    return fused("Rope", x, cos, sin, interleaved=interleaved)
 
 
 def conv2d(x, w, bias=None, stride=1, padding=0, groups: int = 1):

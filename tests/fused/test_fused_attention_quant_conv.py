@@ -22,7 +22,7 @@ import pytest
 
 from compiler.codegen import fused as F
 from compiler.codegen.linalg import lower_to_linalg
-from compiler import compile
+from compiler import interpret, compile
 from compiler.dialect import attrs as dattrs
 from compiler.dialect.definition import default_ops, load_fuel_dialect
 from compiler.dialect.types import tensor_type
@@ -173,15 +173,52 @@ def test_flash_attn_lowering_ir(rng):
         _close(got, _reference("FlashAttn", arrs, params), "f32", f"FlashAttn softcap={cap}")
 
 
-def test_flash_attn_fully_masked_row_is_nan(rng):
-    """k_len=2 with Sq=4: the first query rows see no key under the causal
-    band (offset -2): NaN, as the reference (0/0)."""
-    arrs = _attn_inputs(rng, 1, 1, 1, 4, 4, 4, "f32")
+def _sdpa(q, k, v, scale, mask):
+    """PyTorch's scaled_dot_product_attention as numpy, with its convention
+    that a query row whose keys are all masked (``mask`` False) gives 0."""
+    s = np.where(mask, scale * q @ np.swapaxes(k, -1, -2), -np.inf)
+    m = s.max(-1, keepdims=True)
+    e = np.exp(s - np.where(np.isfinite(m), m, 0))
+    den = e.sum(-1, keepdims=True)
+    return np.where(den > 0, (e / np.where(den > 0, den, 1)) @ v, 0.0)
+
+
+def test_flash_attn_fully_masked_rows_are_zero(rng):
+    """k_len=2 with Sq=4: the first two query rows see no key under the causal
+    band (offset -2): 0 there, as PyTorch's SDPA/FlashAttention, in the
+    reference, the lowering, the fused kernel and the recipe."""
+    arrs = _attn_inputs(rng, 1, 2, 1, 4, 4, 4, "f32")
     params = dict(softmax_scale=0.5, causal=True, k_len=2)
+    q, k, v = (_num(a) for a in arrs)
+    i, j = np.arange(4)[:, None], np.arange(2)[None, :]
+    want = _sdpa(q, k[:, :, :2], v[:, :, :2], 0.5, j <= i - 2)
+    assert (want[0, :, :2] == 0).all()
+    _close(_reference("FlashAttn", arrs, params), want, "f32", "FlashAttn reference")
     got, _ = _run_lowering("FlashAttn", arrs, ["f32"] * 3, params)
-    want = _reference("FlashAttn", arrs, params)
-    assert np.isnan(want[0, 0, :2]).all() and np.isnan(got[0, 0, :2]).all()
-    _close(got, want, "f32", "FlashAttn masked rows")
+    _close(got, want, "f32", "FlashAttn lowering")
+    _check_kernel("FlashAttn", arrs, ["f32"] * 3, params, "f32")
+    _check_recipe("FlashAttn", arrs, ["f32"] * 3, params, "f32")
+    g, feed = _graph("FlashAttn", arrs, ["f32"] * 3, params)
+    _close(interpret(g, feed)["y"], want, "f32", "FlashAttn interpreter")
+
+
+def test_paged_attn_empty_context_is_zero(rng):
+    b, hq, hkv, d, bs = 2, 2, 1, 4, 2
+    q = _data(rng, (b, hq, 1, d), "f32")
+    kc, vc = _data(rng, (4, bs, hkv, d), "f32"), _data(rng, (4, bs, hkv, d), "f32")
+    bt = np.array([[0, 1], [2, 3]], np.uint32)
+    cl = np.array([3, 0], np.uint32)
+    arrs = [q, kc, vc, bt, cl]
+    dts = ["f32", "f32", "f32", "u32", "u32"]
+    params = dict(softmax_scale=0.5, block_size=bs)
+    want = _reference("PagedAttn", arrs, params)
+    assert (want[1] == 0).all() and np.isfinite(want).all()
+    k0 = np.concatenate([kc[0], kc[1]])[:3, 0]  # batch 0: its first 3 keys, kv head 0
+    v0 = np.concatenate([vc[0], vc[1]])[:3, 0]
+    _close(want[0], _sdpa(_num(q[0]), k0[None], v0[None], 0.5, True), "f32", "PagedAttn ref")
+    _check_recipe("PagedAttn", arrs, dts, params, "f32")
+    g, feed = _graph("PagedAttn", arrs, dts, params)
+    _close(compile(g)(**feed), want, "f32", "PagedAttn compiled")
 
 
 def test_flash_attn_params_round_trip():

@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 
-from compiler import compile
+from compiler import compile, interpret
 from compiler.codegen import fused as F
 from compiler.errors import UnsupportedOpError
 from compiler.graph import Graph
@@ -164,12 +164,41 @@ ROPE = [((6,), (6,)), ((5, 8), (5, 8)), ((2, 3, 5, 16), (5, 16)), ((2, 4, 6), (1
         ((3, 4, 2), (4, 1))]
 
 
+@pytest.mark.parametrize("interleaved", [False, True])
 @pytest.mark.parametrize("dtype", ["f32", "f64", "f16"])
 @pytest.mark.parametrize("sx,sc", ROPE)
-def test_rope(rng, sx, sc, dtype):
+def test_rope(rng, sx, sc, dtype, interleaved):
     x, c, s = _data(rng, sx, dtype), _data(rng, sc, dtype), _data(rng, sc, dtype)
-    _check_op("Rope", [(sx, dtype), (sc, dtype), (sc, dtype)], {}, [x, c, s], dtype,
-              recipe=dtype != "f16")
+    _check_op("Rope", [(sx, dtype), (sc, dtype), (sc, dtype)], {"interleaved": interleaved},
+              [x, c, s], dtype, recipe=dtype != "f16")
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_rope_layouts_match_gptj_and_neox(rng, interleaved):
+    """ONNX RotaryEmbedding / GPT-J ``rotary_interleaved`` (pairs (2i, 2i+1))
+    and NeoX rotate-half (pairs (i, i+d/2)), as numpy from angles theta."""
+    seq, d = 5, 8
+    theta = np.arange(seq)[:, None] * (10000.0 ** (-np.arange(d // 2) / (d // 2)))[None]
+    rep = (lambda a: np.repeat(a, 2, axis=-1)) if interleaved else \
+        (lambda a: np.concatenate([a, a], axis=-1))
+    cos, sin = rep(np.cos(theta)), rep(np.sin(theta))
+    x = rng.standard_normal((2, seq, d))
+    if interleaved:
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+    else:
+        x1, x2 = x[..., :d // 2], x[..., d // 2:]
+    r1, r2 = x1 * np.cos(theta) - x2 * np.sin(theta), x2 * np.cos(theta) + x1 * np.sin(theta)
+    want = np.empty_like(x)
+    if interleaved:
+        want[..., 0::2], want[..., 1::2] = r1, r2
+    else:
+        want = np.concatenate([r1, r2], axis=-1)
+    g = _graph("Rope", [((2, seq, d), "f64"), ((seq, d), "f64"), ((seq, d), "f64")],
+               {"interleaved": interleaved})
+    feeds = {"in0": x, "in1": cos, "in2": sin}
+    _close(compile(g)(**feeds), want, "f64", "rope kernel")
+    _close(compile(g, pipeline=RECIPE)(**feeds), want, "f64", "rope recipe")
+    _close(interpret(g, feeds)["y"], want, "f64", "rope interpreter")
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
@@ -211,6 +240,8 @@ MAPPING_CASES = [
     ("FusedLinear", {}, [_tt((4, 3, 5)), _tt((2, 5, 6)), _tt((6,))],
      P.Matmul((4,), (2,), 3, 6, 5)),
     ("Rope", {}, [_tt((2, 3, 5, 16)), _tt((5, 16)), _tt((5, 16))], P.Rope(6, 5, 16)),
+    ("Rope", {"interleaved": True}, [_tt((5, 16)), _tt((5, 16)), _tt((5, 16))],
+     P.Rope(1, 5, 16, True)),
     ("FusedSoftmaxCrossEntropy", {"reduction": "sum", "ignore_index": 3},
      [_tt((2, 3, 7)), _tt((2, 3), "i64")], P.FusedSoftmaxCrossEntropy(6, 7, P.Reduction.SUM, 3)),
 ]

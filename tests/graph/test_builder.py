@@ -32,7 +32,7 @@ def test_readme_example():
     assert x.name == "x" and w.name == "w"
     xv = RNG.random((8, 64)).astype(np.float32)
     h = xv.astype(np.float64) @ wv
-    h = 0.5 * h * (1 + np.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3)))
+    h = 0.5 * h * (1 + np.vectorize(math.erf)(h / math.sqrt(2)))  # exact GELU, the default
     e = np.exp(h - h.max(-1, keepdims=True))
     np.testing.assert_allclose(run(g, x=xv)["y"], e / e.sum(-1, keepdims=True), rtol=1e-5)
 
@@ -120,7 +120,7 @@ def test_unary_methods():
     for m in names:
         g.output(getattr(x.abs() + 0.1, m)(), name=m)
     g.output(x.gelu(approximate="none"), name="gelu_erf")
-    g.output(x.gelu(), name="gelu_tanh")
+    g.output(x.gelu(approximate="tanh"), name="gelu_tanh")
     xv = RNG.uniform(-2, 2, (3, 4))
     got = run(g, x=xv)
     p = np.abs(xv) + 0.1
@@ -136,6 +136,7 @@ def test_unary_methods():
     for k, v in want.items():
         np.testing.assert_allclose(got[k], v, rtol=1e-12, err_msg=k)
     assert g.node(g.outputs["gelu_erf"]).op == "GeluErf"
+    assert x.gelu().op == "GeluErf"  # PyTorch's and ONNX's default: exact
     with pytest.raises(GraphBuildError, match="approximate"):
         x.gelu(approximate="fast")
 
@@ -420,3 +421,39 @@ def test_rewrite_input():
     assert g.node(z).inputs == (x.id, x.id)
     with pytest.raises(GraphBuildError, match="changes the operand type"):
         g.rewrite_input(z, 0, g.input("w", (3,), "f32"))
+
+
+def test_constant_copies_and_never_touches_the_callers_array():
+    g = Graph()
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    c = g.constant(w, name="w")
+    assert w.flags.writeable  # the caller's array keeps its flags
+    w[0, 0] = 100.0           # ... and later writes do not reach the graph
+    assert g.constants["w"][0, 0] == 0.0 and not g.constants["w"].flags.writeable
+    g.output(c, name="y")
+    assert run(g)["y"][0, 0] == 0.0
+
+
+def test_constant_converts_byte_swapped_arrays_to_native_order():
+    g = Graph()
+    be = np.array([1.5, -2.0, 3.25], dtype=">f4")
+    c = g.constant(be)
+    assert c.dtype == DType.F32 and g.constants[c.name].dtype.isnative
+    assert g.constants[c.name].tolist() == [1.5, -2.0, 3.25]
+    i = g.constant(np.array([1, 2], dtype=">i8"), dtype="i32")
+    assert i.dtype == DType.I32 and g.constants[i.name].tolist() == [1, 2]
+
+
+@pytest.mark.parametrize("value,want", [
+    (np.zeros(2), DType.F64),          # a numpy array keeps its dtype (numpy)
+    (np.float64(1.5), DType.F64),      # so does a numpy scalar
+    (np.zeros(2, np.float16), DType.F16),
+    (np.array([True, False]), DType.U8),
+    (1.5, DType.F32),                  # python floats: f32 (PyTorch's default dtype)
+    ([1.0, 2.0], DType.F32),
+    (3, DType.I64),                    # python ints: i64 (torch.tensor(3))
+    ([1, 2], DType.I64),
+    (True, DType.U8),
+])
+def test_constant_default_dtype(value, want):
+    assert Graph().constant(value).dtype == want

@@ -110,7 +110,7 @@ func.func @layer_norm_last_dim(%arg0: tensor<3x2x7xf32>) -> tensor<3x2x7xf32> {
 // GONE-LABEL: func.func @rope(
 // GONE-NOT:     "fuel.rope"
 func.func @rope(%arg0: tensor<3x4xf32>, %arg1: tensor<3x4xf32>, %arg2: tensor<3x4xf32>) -> tensor<3x4xf32> {
-  %0 = "fuel.rope"(%arg0, %arg1, %arg2) : (tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>) -> tensor<3x4xf32>
+  %0 = "fuel.rope"(%arg0, %arg1, %arg2) {interleaved = false} : (tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>) -> tensor<3x4xf32>
   return %0 : tensor<3x4xf32>
 }
 
@@ -284,7 +284,8 @@ func.func @flash_attn(%arg0: tensor<2x4x4x3xf32>, %arg1: tensor<2x2x4x3xf32>, %a
 
 // -----
 
-// 13. Gather the blocks of the table (index_select), mask keys past context_lens, SDPA.
+// 13. Gather the blocks of the table (index_select), mask keys past context_lens, SDPA;
+// a batch with context_len 0 is zeroed (masked_fill).
 // CHECK-LABEL: func.func @paged_attn(
 // CHECK-NOT:     "fuel.paged_attn"
 // CHECK:       %[[BT:.*]] = "fuel.reshape"(%arg3) {shape = [6]}
@@ -298,7 +299,9 @@ func.func @flash_attn(%arg0: tensor<2x4x4x3xf32>, %arg1: tensor<2x2x4x3xf32>, %a
 // CHECK:       %[[P:.*]] = "fuel.div"
 // CHECK-NEXT:  "fuel.index_select"(%arg2, %[[BT]]) {dim = 0 : i64}
 // CHECK:       %[[O:.*]] = "fuel.mat_mul"(%[[P]],
-// CHECK-NEXT:  return %[[O]]
+// CHECK:       %[[EMPTY:.*]] = "fuel.broadcast_to"
+// CHECK-NEXT:  %[[Z:.*]] = "fuel.masked_fill"(%[[O]], %[[EMPTY]]) {value = 0.000000e+00 : f64}
+// CHECK-NEXT:  return %[[Z]]
 // GONE-LABEL: func.func @paged_attn(
 // GONE-NOT:     "fuel.paged_attn"
 func.func @paged_attn(%arg0: tensor<2x2x1x4xf32>, %arg1: tensor<5x2x1x4xf32>, %arg2: tensor<5x2x1x4xf32>, %arg3: tensor<2x3xui32>, %arg4: tensor<2xui32>) -> tensor<2x2x1x4xf32> {

@@ -206,14 +206,24 @@ class Scalar:
         return cls(dtype, signless(dtype_to_mlir(dtype)))
 
     def const(self, v) -> "ir.Value":
+        """``v`` in this type; an integer wraps modulo 2^width, as the
+        reference's scalar params do (AddScalar(-3) on u8 adds 253)."""
         if self.is_float:
             return arith.constant(self.ty, float(v))
         width = ir.IntegerType(self.ty).width
-        lo, hi = (0, 2 ** width - 1) if self.unsigned else (-(2 ** (width - 1)), 2 ** (width - 1) - 1)
-        iv = min(max(int(v), lo), hi)   # params clip to the type's range (reference rule)
-        if iv >= 2 ** (width - 1):      # unsigned values above the signed range
+        iv = int(v) % (2 ** width)
+        if iv >= 2 ** (width - 1):      # two's complement: the signless constant
             iv -= 2 ** width
         return arith.constant(self.ty, iv)
+
+    def saturated_const(self, v) -> "ir.Value":
+        """``v`` clipped to this type's range (Clamp bounds: clamp(x, 0, 1000)
+        on u8 is clamp(x, 0, 255))."""
+        if self.is_float:
+            return self.const(v)
+        width = ir.IntegerType(self.ty).width
+        lo, hi = (0, 2 ** width - 1) if self.unsigned else (-(2 ** (width - 1)), 2 ** (width - 1) - 1)
+        return self.const(min(max(int(v), lo), hi))
 
     def add(self, a, b):
         return arith.addf(a, b) if self.is_float else arith.addi(a, b)

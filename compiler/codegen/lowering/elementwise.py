@@ -136,7 +136,8 @@ def _scalar_param(lw: Lowering):
         n = int(lw.param("n"))
         return elementwise(lw, lw.operands, lambda s, x: _powi(s, x, n))
     lo, hi = lw.param("min"), lw.param("max")
-    return elementwise(lw, lw.operands, lambda s, x: s.min(s.max(x, s.const(lo)), s.const(hi)))
+    return elementwise(lw, lw.operands,
+                       lambda s, x: s.min(s.max(x, s.saturated_const(lo)), s.saturated_const(hi)))
 
 
 COMPARE = {"Equal": "eq", "Ne": "ne", "Lt": "lt", "Le": "le", "Gt": "gt", "Ge": "ge",

@@ -16,8 +16,8 @@ Stages, computed in f32 (f64 for f64 inputs), the storage dtype only at the end:
 3. ``m = max_j s`` and ``P = exp(s - m)`` (numerically stable softmax);
 4. ``l = Σ_j P`` and ``O = P·V``; ``out = O / l``.
 
-A row whose keys are all masked yields NaN (``-inf - -inf``), as the
-reference does (0/0).
+A row whose keys are all masked (``m = -inf``) yields 0, as PyTorch's SDPA
+and FlashAttention do: its P is 0, and so are l and O; out = 0 where l = 0.
 """
 from __future__ import annotations
 
@@ -119,7 +119,9 @@ def _flash_attn(lw: Lowering):
                 [identity_map(4), row], [PARALLEL] * 3 + [REDUCTION],
                 lambda x, acc: arith.maximumf(x, acc))[0]
     p = generic([scores, m], [empty([b, hq, sq, sk], c)], [identity_map(4), row, identity_map(4)],
-                [PARALLEL] * 4, lambda x, mx, _o: math.exp(arith.subf(x, mx)))[0]
+                [PARALLEL] * 4,
+                lambda x, mx, _o: arith.select(s.cmp("eq", mx, s.const(float("-inf"))),
+                                               s.const(0), math.exp(arith.subf(x, mx))))[0]
 
     # 4. l = sum_j P; O = P·V (loops b,h,i,d,j); out = O / l
     lsum = generic([p], [fill(s.const(0), empty([b, hq, sq], c))], [identity_map(4), row],
@@ -130,8 +132,11 @@ def _flash_attn(lw: Lowering):
         [PARALLEL] * 4 + [REDUCTION],
         lambda x, y, acc: s.add(acc, s.mul(x, to_compute(y, s))))[0]
     elt = lw.out_elt
+    def finish(x, den, _o):
+        empty_row = s.cmp("eq", den, s.const(0))
+        return from_compute(arith.select(empty_row, s.const(0), arith.divf(x, den)), elt)
     return generic([o, lsum], [empty([b, hq, sq, d], elt)], [identity_map(4), row, identity_map(4)],
-                   [PARALLEL] * 4, lambda x, den, _o: from_compute(arith.divf(x, den), elt))[0]
+                   [PARALLEL] * 4, finish)[0]
 
 
 # -- kernel params mapping (the mlir-cpu-fused family, compiler/codegen/fused.py) --

@@ -11,11 +11,15 @@
   out[.., h:] = x2·cos[.., h:] + x1·sin[.., h:]: one two-output generic over
   the half shape on static slices, inserted into the result. cos/sin
   broadcast numpy-style (a size-1 last axis is read whole).
+* Rope with ``interleaved`` (GPT-J): the pairs are (x[2i], x[2i+1]); x, cos
+  and sin are viewed as ``[.., d/2, 2]`` and the same two-output generic
+  runs on the even and odd columns.
 """
 from __future__ import annotations
 
 from .core import (PARALLEL, Lowering, Scalar, affine_map, broadcast_map, dims,
-                   empty, from_compute, generic, identity_map, lowers, rank, rtt, to_compute)
+                   empty, from_compute, generic, identity_map, lowers, rank, reshape, rtt,
+                   to_compute)
 from .layout import extract_slice, insert_slice
 from .matmul import matmul_into
 
@@ -44,9 +48,26 @@ def _halves(v, n: int, h: int):
     return extract_slice(v, lo, size), extract_slice(v, hi, size)
 
 
+def _pairs(v):
+    """``v [.., d]`` viewed as ``[.., d/2, 2]`` (``[.., 1, 1]`` for a size-1
+    last axis, which broadcasts)."""
+    shape = list(rtt(v).shape)
+    return reshape(v, shape[:-1] + ([1, 1] if shape[-1] == 1 else [shape[-1] // 2, 2]))
+
+
 @lowers("Rope")
 def _rope(lw: Lowering):
     x, cos, sin = lw.operands
+    if lw.params.get("interleaved"):
+        d = list(rtt(x).shape)
+        out = _rotate(lw, _pairs(x), _pairs(cos), _pairs(sin))
+        return reshape(out, d)
+    return _rotate(lw, x, cos, sin)
+
+
+def _rotate(lw: Lowering, x, cos, sin):
+    """Rotate-half on the last axis of ``x`` (its size-2 pair axis when
+    interleaved)."""
     s = Scalar.compute(lw.in_dtypes[0])
     shape = list(rtt(x).shape)
     n = len(shape)

@@ -38,9 +38,43 @@ def finish_scores(s_raw, params, alibi, offset, sq, sk):
 
 
 def softmax(s):
+    """Softmax over keys; a row whose keys are all masked (-inf) is all zeros,
+    as PyTorch's SDPA and FlashAttention return 0 there (not 0/0)."""
+    m = s.max(axis=-1, keepdims=True)
     with np.errstate(invalid="ignore"):
-        e = np.exp(s - s.max(axis=-1, keepdims=True))
-        return e / e.sum(axis=-1, keepdims=True)
+        e = np.where(m == -np.inf, 0.0, np.exp(s - m))
+        den = e.sum(axis=-1, keepdims=True)
+        return np.where(den == 0, 0.0, e / np.where(den == 0, 1.0, den))
+
+
+def live_rows(params, offset, sq, sk):
+    """``(a, c)``: query rows ``[a, c)`` have at least one unmasked key under
+    the band masks (causal, windows) at key offset ``offset``; the others are
+    fully masked. Both band edges grow with the row, so the masked rows are a
+    prefix and a suffix."""
+    def live(i):
+        hi, lo = sk - 1, 0
+        if params.get("causal"):
+            hi = min(hi, i + offset)
+        if params.get("window_size_right") is not None:
+            hi = min(hi, i + offset + params["window_size_right"])
+        if params.get("window_size_left") is not None:
+            lo = max(lo, i + offset - params["window_size_left"])
+        return lo <= hi
+    rows = [i for i in range(sq) if live(i)]
+    return (rows[0], rows[-1] + 1) if rows else (0, 0)
+
+
+def rows_node(x, a, c, sq):
+    """Rows ``[a, c)`` of axis 2 of ``x`` (identity when all)."""
+    return x if (a, c) == (0, sq) else op("Slice", x, dim=2, start=a, len=c - a)
+
+
+def pad_rows_node(x, a, c, sq):
+    """Zero rows around ``x`` (the rows ``[a, c)`` of axis 2) up to ``sq``."""
+    if (a, c) == (0, sq):
+        return x
+    return op("Pad", x, padding=(0, 0, 0, 0, a, sq - c, 0, 0), mode="constant", value=0.0)
 
 
 # -- recipe fragments ---------------------------------------------------------

@@ -10,8 +10,11 @@ bottom-right aligned, offset o = k_len - Sq; symbolic lengths are not
 representable in params, so there is nothing to decline for).
 Math: S = scale·QKᵀ; softcap S = cap·tanh(S/cap); alibi S += slope[h]·(j-(i+o));
 masks: causal j > i+o, right window j >= i+o+r+1, left window j <= i+o-l-1;
-P = softmax; out = P·V. Rows with every key masked yield NaN (0/0).
-Recipe: per call; the softmax is a nested fused ``SoftmaxLastDim`` node.
+P = softmax; out = P·V. Rows with every key masked are 0, as in PyTorch's
+SDPA and FlashAttention.
+Recipe: per call; the softmax is a nested fused ``SoftmaxLastDim`` node, over
+the query rows that have a key (a static prefix of rows is fully masked when
+k_len < Sq with causal or right-window masks); the others are padded with 0.
 Backward: autograd emits FlashAttnBackwardQ/K/V (``custom``).
 """
 from ..entry import CUSTOM, FusedOpEntry, Family, Recipe
@@ -83,9 +86,12 @@ def build(params, types):
         sk = kl
     off = 0 if kl is None else kl - sq
     alibi = Bind(3) if len(types) == 4 else None
-    s, _ = A.scores_node(Bind(0), A.rep_node(kn, (b, hkv, sk, d), hq), params["softmax_scale"],
-                         params, alibi, off, (b, hq, sq, sk), q.dtype)
-    return op("MatMul", op("SoftmaxLastDim", s), A.rep_node(vn, (b, hkv, sk, d), hq))
+    a, c = A.live_rows(params, off, sq, sk)  # c = sq: the last row sees key k_len-1
+    s, _ = A.scores_node(A.rows_node(Bind(0), a, c, sq), A.rep_node(kn, (b, hkv, sk, d), hq),
+                         params["softmax_scale"], params, alibi, off + a, (b, hq, c - a, sk),
+                         q.dtype)
+    o = op("MatMul", op("SoftmaxLastDim", s), A.rep_node(vn, (b, hkv, sk, d), hq))
+    return A.pad_rows_node(o, a, c, sq)
 
 
 ENTRY = FusedOpEntry(

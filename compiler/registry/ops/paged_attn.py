@@ -6,8 +6,8 @@ D]``, block_table ``[B, max_blk]`` (u32 physical block ids), context_lens
 ``block_size`` (must equal the caches' axis 1), optional ``softcap``.
 Output ≡ q. Key position t of batch b lives in block block_table[b, t //
 block_size] at row t % block_size and is attended iff t < context_lens[b];
-no causal mask; alibi uses offset 0: slope[h]·(t - i). A row with
-context_len 0 is NaN. Recipe (capacity-sized, a correctness floor):
+no causal mask; alibi uses offset 0: slope[h]·(t - i). A batch with
+context_len 0 gives zeros (PyTorch's SDPA on fully masked rows). Recipe (capacity-sized, a correctness floor):
 IndexSelect the blocks, Reshape/Permute to ``[B,Hkv,kv_len,D]``, GQA repeat,
 scores, ``Ge(Iota, context_lens)`` mask via MaskedFill(-inf), nested fused
 softmax, MatMul with V.
@@ -84,7 +84,10 @@ def build(params, types):
     lens = op("BroadcastTo", op("Reshape", op("Cast", Bind(4), dtype=DType.F32),
                                 shape=(b, 1, 1, 1)), shape=shape4)
     s = op("MaskedFill", s, op("Ge", pos, lens), value=float("-inf"))
-    return op("MatMul", op("SoftmaxLastDim", s), gather(Bind(2)))
+    o = op("MatMul", op("SoftmaxLastDim", s), gather(Bind(2)))
+    n = op("Reshape", op("Cast", Bind(4), dtype=DType.F32), shape=(b, 1, 1, 1))
+    empty_ctx = op("Ge", op("MulScalar", n, value=0.0), n)  # 0 >= context_len
+    return op("MaskedFill", o, op("BroadcastTo", empty_ctx, shape=(b, hq, sq, d)), value=0.0)
 
 
 ENTRY = FusedOpEntry(

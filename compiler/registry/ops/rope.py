@@ -1,15 +1,22 @@
-"""Rope (fused id 5): rotate-half (NeoX-style) rotary embedding,
-out = x·cos + rotate_half(x)·sin, rotate_half(x) = concat(-x2, x1) with x1, x2
-the two halves of the last axis.
+"""Rope (fused id 5): rotary embedding, out = x·cos + rot(x)·sin.
+
+Param ``interleaved`` (bool, default False) picks the pairing of the last
+axis, as ONNX RotaryEmbedding's ``interleaved`` attribute does:
+
+* False, rotate-half (NeoX, Llama): rot(x) = concat(-x2, x1) with x1, x2 the
+  two halves of the last axis;
+* True, interleaved (GPT-J ``rotary_interleaved``): the pairs are (x[2i],
+  x[2i+1]), rot(x)[2i] = -x[2i+1], rot(x)[2i+1] = x[2i].
 
 Inputs x ``[.., seq, d]`` (d even), cos and sin broadcastable to x (typically
-``[seq, d]``), all of x's float dtype; output same type as x. No params.
-Backward: autograd's hand-written rule Rope(up, cos, -sin) (``custom``).
-Recipe: static, rank-polymorphic (slices at ``Extent(x, last) // 2``).
+``[seq, d]``, laid out in the same pairing), all of x's float dtype; output
+same type as x. Backward: autograd's hand-written rule Rope(up, cos, -sin)
+with the same pairing (``custom``). Recipe: rotate-half slices at
+``Extent(x, last) // 2``; interleaved reshapes the last axis to ``[d/2, 2]``.
 """
 from ..entry import CUSTOM, FusedOpEntry, Family, Recipe
 from ..grammar import LAST, Bind, Extent, SameAs, op
-from ._common import OpKind, check_arity, check_float, dtype_of, fail, np, out, wide
+from ._common import OpKind, ParamSpec, check_arity, check_float, dtype_of, fail, np, out, wide
 
 NAME = "Rope"
 
@@ -32,8 +39,12 @@ def infer(types, params):
 
 def reference(inputs, params):
     x, cos, sin = (wide(v) for v in inputs)
-    h = x.shape[-1] // 2
-    rot = np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
+    if params.get("interleaved"):
+        rot = np.empty_like(x)
+        rot[..., 0::2], rot[..., 1::2] = -x[..., 1::2], x[..., 0::2]
+    else:
+        h = x.shape[-1] // 2
+        rot = np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
     return out(x * cos + rot * sin, dtype_of(inputs[0]))
 
 
@@ -50,9 +61,24 @@ def _build():
 
 RECIPE = _build()
 
+
+def build(params, types):
+    if not params.get("interleaved"):
+        return RECIPE
+    shape = tuple(types[0].shape)
+    pairs = op("Reshape", Bind(0), shape=shape[:-1] + (shape[-1] // 2, 2))
+    last = len(shape)
+    even = op("Slice", pairs, dim=last, start=0, len=1)
+    odd = op("Slice", pairs, dim=last, start=1, len=1)
+    rot = op("Reshape", op("Concat", op("Neg", odd), even, dim=last), shape=shape)
+    cos_b = op("BroadcastTo", Bind(1), shape=shape)
+    sin_b = op("BroadcastTo", Bind(2), shape=shape)
+    return op("Add", op("Mul", Bind(0), cos_b), op("Mul", rot, sin_b))
+
 ENTRY = FusedOpEntry(
     id=5, name=NAME, mnemonic="rope", family=Family.FORWARD,
-    arity=3, params=(), infer=infer, reference=reference, recipe=Recipe(roots=RECIPE),
+    arity=3, params=(ParamSpec("interleaved", "bool", False),), infer=infer,
+    reference=reference, recipe=Recipe(build=build),
     backward=CUSTOM, op_kind=OpKind.Rope, destructive_input=None, cse_tag=5,
     input_names=("x", "cos", "sin"), doc=__doc__,
 )
