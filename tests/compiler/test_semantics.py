@@ -3,6 +3,7 @@ interpreter must both follow (each test states the convention as a numpy
 formula and checks ``compile(g)`` and ``interpret`` against it)."""
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -21,10 +22,11 @@ def test_bf16_splat_constant_compiles():
     g = Graph()
     x = g.input("x", (8,), "bf16")
     g.output(2.5 / x, name="y")
-    xv = f32_to_bf16(np.linspace(1, 2, 8, dtype=np.float32))
-    got, ref = _both(g, x=xv)
-    want = f32_to_bf16(np.float32(2.5) / bf16_to_f32(xv))
-    assert got.tolist() == ref.tolist() == want.tolist()
+    bits = f32_to_bf16(np.linspace(1, 2, 8, dtype=np.float32))
+    got, ref = _both(g, x=bits.view(ml_dtypes.bfloat16))
+    want = f32_to_bf16(np.float32(2.5) / bf16_to_f32(bits))
+    assert got.dtype == ref.dtype == ml_dtypes.bfloat16
+    assert got.view(np.uint16).tolist() == ref.view(np.uint16).tolist() == want.tolist()
 
 
 def test_bf16_dense_constant_compiles_bit_exact():
@@ -32,9 +34,9 @@ def test_bf16_dense_constant_compiles_bit_exact():
     x = g.input("x", (2, 4), "bf16")
     c = np.array([[.5, 1.5, np.inf, np.nan], [-0.0, 1e-40, 3, -2]], np.float32)
     g.output(x * g.constant(c, dtype="bf16"), name="y")
-    xv = f32_to_bf16(np.ones((2, 4), np.float32))
+    xv = np.ones((2, 4), ml_dtypes.bfloat16)
     got, ref = _both(g, x=xv)
-    assert got.tolist() == ref.tolist() == f32_to_bf16(c).tolist()
+    assert got.view(np.uint16).tolist() == ref.view(np.uint16).tolist() == f32_to_bf16(c).tolist()
 
 
 # -- powi_backward ----------------------------------------------------------------
