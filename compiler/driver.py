@@ -11,6 +11,7 @@ compiles the kernels.
 The result, a ``CompiledModule``, is called with the graph's inputs by name
 and returns one numpy array when the graph has one output, else a dict by
 output name. Every stage's IR is kept on ``module.ir`` for debugging.
+``module.save(path)`` exports it to a ``.fuel`` file for ``runtime.load``.
 """
 from __future__ import annotations
 
@@ -73,6 +74,15 @@ class CompiledModule:
         if len(out) == 1:
             return next(iter(out.values()))
         return out
+
+    def save(self, path):
+        """Write this module to one ``.fuel`` file (atomically) that
+        ``runtime.load(path)`` runs without the compiler or MLIR; returns
+        the path. The kernel objects come from the kernel cache, so saving
+        after ``compile`` does not compile again. Raises ``ExportError``
+        (``compiler.export``) for a step that cannot be exported."""
+        from .export import export_module
+        return export_module(self, path)
 
     def kernel_summary(self) -> list[str]:
         """One ``name: OpKind[dtypes] (kernel_source)`` line per kernel step."""
