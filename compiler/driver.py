@@ -100,7 +100,7 @@ class CompiledModule:
 
 
 def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = None,
-            warm: bool = True) -> CompiledModule:
+            warm: bool = True, progress=None) -> CompiledModule:
     """Compile ``graph`` for ``target``: ``"cpu"`` (this machine, or
     ``$FUELC_CPU``), ``"cpu:x86-64-v3"``, ``"cpu:znver3"``, ... or a ``Target``.
 
@@ -111,7 +111,8 @@ def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = Non
     calling raises ``CpuFeatureError``). Raises ``TargetError`` for an
     unknown target, ``CompileError`` (or the stage's own typed error:
     ``DialectError``, ``PassError`` with a reproducer, ``PlanningError``,
-    ``NoBackendForOp``)."""
+    ``NoBackendForOp``). ``progress(stage)``, when given, is called as
+    each stage (emit, passes, plan, codegen) starts."""
     from .dialect.emit import graph_to_module
     from .passes import DEFAULT_PIPELINE, resolve_pipeline, run_pipeline
     from .plan import plan_from_module
@@ -121,11 +122,14 @@ def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = Non
         raise CompileError("the graph has no outputs; mark at least one with g.output(node, name=...)")
     table = target.table()
     timings, irs = {}, {}
+    progress = progress or (lambda stage: None)
+    progress("emit")
     t0 = time.perf_counter()
     emitted = graph_to_module(graph)
     irs["fuel"] = str(emitted.module)
     timings["emit"] = time.perf_counter() - t0
 
+    progress("passes")
     t0 = time.perf_counter()
     text = resolve_pipeline(pipeline) if pipeline is not None else DEFAULT_PIPELINE
     backend = target.backend.value
@@ -134,6 +138,7 @@ def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = Non
     irs["optimized"] = str(emitted.module)
     timings["passes"] = time.perf_counter() - t0
 
+    progress("plan")
     t0 = time.perf_counter()
     from .codegen.runtime_fused import register_module_kernels
     table = register_module_kernels(emitted.module, target)  # fuel.runtime_fused keys
@@ -142,6 +147,7 @@ def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = Non
     module = CompiledModule(plan, table, irs, timings, target)
 
     if warm:
+        progress("codegen")
         t0 = time.perf_counter()
         _warm(module)
         module.timings["codegen"] = time.perf_counter() - t0
