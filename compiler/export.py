@@ -113,7 +113,7 @@ def _weights(constants) -> tuple[dict, dict, list]:
             content = (dt, arr.shape, hashlib.sha256(data).hexdigest())
             hit = by_content.get(content)
             if hit is None:
-                hit = by_content[content] = f"t{len(header)}"
+                hit = by_content[content] = cname  # named after its first constant
                 header[hit] = {"dtype": dt, "shape": list(arr.shape),
                                "data_offsets": [offset, offset + len(data)]}
                 datas.append(data)
