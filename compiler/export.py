@@ -131,7 +131,7 @@ def _safetensors_chunks(header: dict, datas: list):
 
 
 def _kernel_record(module, i: int, step: KernelStep, objects: dict, writer: _Writer) -> dict:
-    from .codegen.family import ENTRY, GeneratedKernel
+    from .codegen.family import ENTRY, GeneratedKernel, runnable_here
     entry = module.executor.entries[i]
     fn, target = entry.kernel.fn, module.target
     where = f"step {i} ({step.name or step.key}[{','.join(d.value for d in step.dtypes)}])"
@@ -152,8 +152,11 @@ def _kernel_record(module, i: int, step: KernelStep, objects: dict, writer: _Wri
                               "m_compute), so no fixed kernel instance can be exported")
         lays = call_layouts(step, specs)
         inst, desc = fn.family.instance(fn.key, fn.dtypes, lays, step.params, len(step.inputs))
-        data = target.codegen.object_bytes(fn.family.linalg_text(inst, target), [ENTRY],
-                                           target=target)
+        if runnable_here(target):  # the compile-once memo already holds it: no re-lowering
+            data = fn.family.compiled(inst, target).owner.object_bytes
+        else:
+            data = target.codegen.object_bytes(fn.family.linalg_text(inst, target), [ENTRY],
+                                               target=target)
         digest = hashlib.sha256(data).hexdigest()
         member = objects.get(digest)
         if member is None:

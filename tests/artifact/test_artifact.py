@@ -257,15 +257,21 @@ def test_cpu_without_the_target_features_is_refused(tmp_path, monkeypatch):
     g = Graph()
     x = g.input("x", (4, 8), "f32")
     g.output((x * 2.0).exp(), name="y")
-    path = compile(g, target="cpu:x86-64-v3").save(tmp_path / "v3.fuel")
+    # compiled and saved on a "machine" that cannot run it: objects come from the cache
     monkeypatch.setenv("FUELC_HOST_FEATURES_MASK", "avx2")
+    path = compile(g, target="cpu:x86-64-v3").save(tmp_path / "v3.fuel")
     import runtime.cpu_loader as cl
+    real = cl.load_object
     monkeypatch.setattr(cl, "load_object", lambda *a, **k: pytest.fail("code linked"))
     with pytest.raises(ArtifactCpuError, match="avx2") as e:
         runtime.load(path)
     assert e.value.missing == ["avx2"] and e.value.target == "cpu:x86-64-v3"
     assert isinstance(e.value, runtime.cpu_features.CpuFeatureError)
-    open_artifact(path)  # inspecting needs no CPU features
+    assert open_artifact(path).manifest["target"]["cpu"] == "x86-64-v3"  # inspect: no CPU check
+    monkeypatch.delenv("FUELC_HOST_FEATURES_MASK")
+    monkeypatch.setattr(cl, "load_object", real)
+    x = np.linspace(-3, 3, 32, dtype=np.float32).reshape(4, 8)
+    np.testing.assert_allclose(runtime.load(path)(x=x), np.exp(2 * x), rtol=1e-6)
 
 
 def test_read_safetensors_rejects_bad_offsets():
