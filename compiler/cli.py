@@ -1,34 +1,124 @@
-"""The ``fuelc`` console script. Subcommands delegate to their modules:
+"""The ``fuelc`` console script.
 
-    fuelc opt in.mlir --pass-pipeline='builtin.module(fuel-fuse)'   # compiler.opt
+    fuelc compile model.onnx -o model.fuel [--target cpu:x86-64-v3] [--input-shape x=1,128]
+    fuelc inspect model.fuel [--ir optimized]
+    fuelc run model.fuel --input x=x.npy [--output-dir out/]
+    fuelc opt in.mlir --pass-pipeline='builtin.module(fuel-fuse)'      # compiler.opt
+
+``run`` and ``inspect`` are ``runtime.cli`` (the runtime alone: no MLIR is
+imported); ``opt`` is ``compiler.opt``. Errors print one ``error: ...`` line
+on stderr and exit with status 1 (usage errors: 2).
 """
 from __future__ import annotations
 
+import argparse
+import os
 import sys
+import time
 from typing import Optional, Sequence
 
-SUBCOMMANDS = {
-    "opt": ("compiler.opt", "run a pass pipeline over fuel dialect text (like mlir-opt)"),
-}
+from runtime.cli import CliError, add_inspect_parser, add_run_parser, run_command
+
+DESCRIPTION = """\
+fuelc compiles ML models ahead of time into one .fuel file (weights, x86 code,
+execution plan) that the fuelc runtime loads and runs without the compiler.
+
+  fuelc compile model.onnx -o model.fuel --target cpu     compile an ONNX model
+  fuelc inspect model.fuel                                 what the file holds
+  fuelc run model.fuel --input x=x.npy                     run it on .npy inputs
+  fuelc opt file.mlir -p default                           run fuel dialect passes
+
+'fuelc <command> --help' explains each command."""
 
 
-def _usage() -> str:
-    lines = ["usage: fuelc <command> [args...]", "", "commands:"]
-    lines += [f"  {name:10s} {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
-    return "\n".join(lines)
+class _Progress:
+    """Stage names with elapsed time on stderr (only when enabled)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.t0 = time.perf_counter()
+
+    def __call__(self, stage: str) -> None:
+        if self.enabled:
+            print(f"[{time.perf_counter() - self.t0:7.2f}s] {stage}", file=sys.stderr, flush=True)
+
+
+def _parse_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    out = {}
+    for spec in specs:
+        name, sep, dims = spec.partition("=")
+        try:
+            shape = tuple(int(d) for d in dims.split(",")) if dims.strip() else ()
+        except ValueError:
+            shape = None
+        if not sep or not name or shape is None or any(d < 0 for d in shape):
+            raise CliError(f"--input-shape {spec!r}: expected NAME=D0,D1,... with non-negative "
+                           "integers (e.g. --input-shape x=1,128)")
+        out[name] = shape
+    return out
+
+
+def cmd_compile(args) -> int:
+    if not os.path.isfile(args.model):
+        raise CliError(f"no such file: {args.model}")
+    if not args.model.endswith(".onnx"):
+        raise CliError(f"{args.model}: fuelc compile reads ONNX models (.onnx)")
+    shapes = _parse_shapes(args.input_shape)
+    out = args.output or os.path.splitext(args.model)[0] + ".fuel"
+    progress = _Progress(args.progress or sys.stderr.isatty())
+    from .targets import parse_target
+    target = parse_target(args.target)
+    from .driver import compile as compile_graph
+    from .frontends.onnx import import_model
+    progress(f"import {args.model}")
+    graph = import_model(args.model, shapes)
+    module = compile_graph(graph, target, progress=progress)
+    progress(f"export {out}")
+    module.save(out)
+    progress("done")
+    sig = ", ".join(f"{n}: {s}" for n, s in module.plan.inputs.items())
+    print(f"wrote {out} (target {target}; inputs {sig}; outputs {', '.join(module.output_names)})")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="fuelc", description=DESCRIPTION,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True,
+                            metavar="{compile,inspect,run,opt}")
+    p = sub.add_parser("compile", help="compile an ONNX model into a .fuel file",
+                       description="Import an ONNX model, compile it for a target and write "
+                                   "one .fuel file that 'fuelc run' (or runtime.load) runs.",
+                       epilog="examples:\n"
+                              "  fuelc compile model.onnx -o model.fuel\n"
+                              "  fuelc compile model.onnx -o model.fuel --target cpu:x86-64-v3 "
+                              "--input-shape input_ids=1,128",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", help="the ONNX model (.onnx)")
+    p.add_argument("-o", "--output", metavar="FILE.fuel",
+                   help="where to write the module (default: the model's name with .fuel)")
+    p.add_argument("--target", default="cpu",
+                   help="'cpu' (this machine), 'cpu:x86-64-v3', 'cpu:x86-64-v4', 'cpu:znver3', "
+                        "... (default: cpu)")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                   help="fix the shape of an input with symbolic dims (repeat per input)")
+    p.add_argument("--progress", action="store_true",
+                   help="print the stages as they run on stderr (default: when stderr is a "
+                        "terminal)")
+    p.set_defaults(func=cmd_compile)
+    add_inspect_parser(sub)
+    add_run_parser(sub)
+    sub.add_parser("opt", help="run a pass pipeline over fuel dialect text (like mlir-opt); "
+                               "'fuelc opt --help' for its options", add_help=False)
+    return ap
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        print(_usage())
-        return 0 if argv else 2
-    cmd, rest = argv[0], argv[1:]
-    if cmd not in SUBCOMMANDS:
-        print(f"fuelc: unknown command {cmd!r}\n{_usage()}", file=sys.stderr)
-        return 2
-    import importlib
-    return importlib.import_module(SUBCOMMANDS[cmd][0]).main(rest)
+    if argv and argv[0] == "opt":
+        from .opt import main as opt_main
+        return opt_main(argv[1:])
+    return run_command(_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ compiles the kernels.
 The result, a ``CompiledModule``, is called with the graph's inputs by name
 and returns one numpy array when the graph has one output, else a dict by
 output name. Every stage's IR is kept on ``module.ir`` for debugging.
+``module.save(path)`` exports it to a ``.fuel`` file for ``runtime.load``.
 """
 from __future__ import annotations
 
@@ -74,6 +75,15 @@ class CompiledModule:
             return next(iter(out.values()))
         return out
 
+    def save(self, path):
+        """Write this module to one ``.fuel`` file (atomically) that
+        ``runtime.load(path)`` runs without the compiler or MLIR; returns
+        the path. The kernel objects come from the kernel cache, so saving
+        after ``compile`` does not compile again. Raises ``ExportError``
+        (``compiler.export``) for a step that cannot be exported."""
+        from .export import export_module
+        return export_module(self, path)
+
     def kernel_summary(self) -> list[str]:
         """One ``name: OpKind[dtypes] (kernel_source)`` line per kernel step."""
         lines = []
@@ -90,7 +100,7 @@ class CompiledModule:
 
 
 def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = None,
-            warm: bool = True) -> CompiledModule:
+            warm: bool = True, progress=None) -> CompiledModule:
     """Compile ``graph`` for ``target``: ``"cpu"`` (this machine, or
     ``$FUELC_CPU``), ``"cpu:x86-64-v3"``, ``"cpu:znver3"``, ... or a ``Target``.
 
@@ -101,7 +111,8 @@ def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = Non
     calling raises ``CpuFeatureError``). Raises ``TargetError`` for an
     unknown target, ``CompileError`` (or the stage's own typed error:
     ``DialectError``, ``PassError`` with a reproducer, ``PlanningError``,
-    ``NoBackendForOp``)."""
+    ``NoBackendForOp``). ``progress(stage)``, when given, is called as
+    each stage (emit, passes, plan, codegen) starts."""
     from .dialect.emit import graph_to_module
     from .passes import DEFAULT_PIPELINE, resolve_pipeline, run_pipeline
     from .plan import plan_from_module
@@ -110,11 +121,14 @@ def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = Non
     if not getattr(graph, "outputs", None):
         raise CompileError("the graph has no outputs; mark at least one with g.output(node, name=...)")
     timings, irs = {}, {}
+    progress = progress or (lambda stage: None)
+    progress("emit")
     t0 = time.perf_counter()
     emitted = graph_to_module(graph)
     irs["fuel"] = str(emitted.module)
     timings["emit"] = time.perf_counter() - t0
 
+    progress("passes")
     t0 = time.perf_counter()
     text = resolve_pipeline(pipeline) if pipeline is not None else DEFAULT_PIPELINE
     # The target travels as its string: a reproducer command reruns as printed.
@@ -122,6 +136,7 @@ def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = Non
     irs["optimized"] = str(emitted.module)
     timings["passes"] = time.perf_counter() - t0
 
+    progress("plan")
     t0 = time.perf_counter()
     from .codegen.runtime_fused import register_module_kernels
     table = register_module_kernels(emitted.module, target)  # fuel.runtime_fused keys
@@ -130,6 +145,7 @@ def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = Non
     module = CompiledModule(plan, table, irs, timings, target)
 
     if warm:
+        progress("codegen")
         t0 = time.perf_counter()
         _warm(module)
         module.timings["codegen"] = time.perf_counter() - t0

@@ -3,7 +3,8 @@
 Imports with only numpy and ml_dtypes (the numpy bf16/fp8 types) installed; never imports ``compiler`` or MLIR, and
 does not import llvmlite at top level. The default process-wide binding
 table (``global_table()``) is built lazily on first use and holds the numpy
-reference kernels (``runtime.numpy_kernels``).
+reference kernels (``runtime.numpy_kernels``). ``runtime.load(path)`` loads
+a module exported with ``CompiledModule.save`` (``runtime.artifact``).
 """
 from .dtype import DType
 from .opkind import OpKind
@@ -27,6 +28,10 @@ from .binding import (
 from .executor import (
     ConstStep, ContiguizeStep, Executor, KernelStep, Plan, ReshapeStep, ValueSpec, ViewStep,
 )
+from .artifact import (
+    ArtifactCodeError, ArtifactCpuError, ArtifactError, ArtifactFormatError,
+    ArtifactIntegrityError, ArtifactVersionError, LoadedModule, load,
+)
 
 __all__ = [
     "Plan", "Executor", "ValueSpec", "KernelStep", "ViewStep", "ReshapeStep", "ContiguizeStep",
@@ -40,4 +45,6 @@ __all__ = [
     "FuelError", "UnknownDTypeError", "UnknownOpKindError", "LayoutError", "StorageError",
     "OpParamsError", "BindingTableError", "NoBackendForOp", "KernelError", "PlanError",
     "IndexOutOfRangeError",
+    "load", "LoadedModule", "ArtifactError", "ArtifactFormatError", "ArtifactVersionError",
+    "ArtifactIntegrityError", "ArtifactCpuError", "ArtifactCodeError",
 ]

@@ -278,6 +278,33 @@ class KernelCache:
                 self._memory[key] = obj
             return obj
 
+    def object_bytes(self, text: str, entry_names: Sequence[str], *, strategy=None,
+                     target=None) -> bytes:
+        """The relocatable object for (text, entries, strategy, target)
+        without loading it (for export; any target): from memory, else a
+        verified disk entry, else compiled (and stored on disk)."""
+        target = _target(target)
+        key = self.key(text, entry_names, strategy, target)
+        with self._lock:
+            hit = self._memory.get(key)
+        if hit is not None:
+            return hit.object_bytes
+        if self.disk_enabled:
+            try:
+                data = decode_entry(key, self._read_entry(self.object_path(key)))
+                with self._lock:
+                    self.stats.disk_hits += 1
+                return data
+            except FileNotFoundError:
+                pass
+            except (OSError, CacheEntryError):
+                pass  # recompiled and rewritten below
+        data = target.codegen.emit_object(text, entry_names, target=target, strategy=strategy)
+        with self._lock:
+            self.stats.compiles += 1
+        self._store_on_disk(key, data)
+        return data
+
     def _has_verified_entry(self, key: str) -> bool:
         if not self.disk_enabled:
             return False

@@ -19,6 +19,7 @@ from runtime.precision import PrecisionGuarantee
 from . import fastmath
 from .pipeline import (BUFFERIZE, LoweringResult, Stage, choose_strategy, compile_module,
                        describe_pipeline, emit_object, ensure_compiled, load_object, lower, main,
+                       object_bytes,
                        prepare_entries, run_stage, stages_for, write_reproducer)
 
 #: The kernel-source prefix of generated cpu kernels.
@@ -60,6 +61,6 @@ def build_table(target) -> KernelBindingTable:
 
 
 __all__ = ["SOURCE", "DTYPES", "PRECISION_NOTE", "transcendental_ulp", "build_table",
-           "compile_module", "emit_object", "ensure_compiled", "describe_pipeline", "lower",
+           "compile_module", "emit_object", "ensure_compiled", "object_bytes", "describe_pipeline", "lower",
            "LoweringResult", "choose_strategy", "load_object", "prepare_entries", "stages_for",
            "run_stage", "Stage", "BUFFERIZE", "write_reproducer", "main"]

@@ -424,6 +424,16 @@ def ensure_compiled(module_or_text, entry_names: Sequence[str], *, target=None,
     default_cache().get_or_compile(text, entry_names, strategy=strategy, target=target, load=False)
 
 
+def object_bytes(module_or_text, entry_names: Sequence[str], *, target=None) -> bytes:
+    """The relocatable object of ``module_or_text`` for ``target``, through
+    the kernel cache, without loading it (what an exported artifact holds)."""
+    target = _target(target)
+    text = module_or_text if isinstance(module_or_text, str) else str(module_or_text)
+    from compiler.codegen.cache import default_cache
+    return default_cache().object_bytes(text, entry_names, target=target,
+                                        strategy=choose_strategy(text, entry_names))
+
+
 # -- command line ------------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m compiler.codegen.cpu FILE [--pipeline=P | --entry E ... --emit=...]``

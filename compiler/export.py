@@ -1,0 +1,224 @@
+"""Export a ``CompiledModule`` to one ``.fuel`` file (``module.save(path)``),
+which ``runtime.load(path)`` runs without the compiler or MLIR.
+
+The file format (a zip: manifest, weights, one object per compiled kernel
+instance, the IR of each stage) is described and read in
+``runtime.artifact``; this module writes it. Shapes are static, so every
+generated kernel step calls one fixed instance: its object comes from the
+kernel cache (compiled now if missing, for any target, without loading it),
+and the step is bound to (object member, symbol, descriptor arity, the
+descriptor layouts). Steps served by the runtime's numpy kernels name them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import struct
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from runtime.artifact import (ENTRY_SYMBOL, FORMAT, FORMAT_VERSION, MANIFEST,
+                              SAFETENSORS_DTYPES, WEIGHTS)
+from runtime.executor import KernelStep
+from runtime.layout import Layout
+from runtime.storage import Storage
+
+from .errors import CompilerError
+
+
+class ExportError(CompilerError):
+    """A compiled module that cannot be exported; the message names the
+    step and why."""
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def producer() -> dict:
+    """The versions of the tools that built an artifact."""
+    import llvmlite
+    return {"fuelc": _version("fuelc"), "torch_mlir": _version("torch-mlir"),
+            "llvmlite": llvmlite.__version__}
+
+
+def _layout_json(l: Layout) -> dict:
+    return {"shape": list(l.shape), "stride": list(l.stride), "offset": l.start_offset}
+
+
+def call_layouts(step: KernelStep, specs) -> list[Layout]:
+    """The layouts the runtime calls a kernel step with when its binding
+    does not read strides: row-major inputs and outputs (a multi-output
+    step: its bundle's first slot), as ``driver._warm`` compiles them."""
+    ins = [Layout.contiguous(specs[v].shape) for v in step.inputs]
+    if step.is_bundle:
+        return ins + [Storage.bundle([(s.dtype, s.shape) for s in step.output_specs])
+                      .bundle_views[0].layout]
+    return ins + [Layout.contiguous(s.shape) for s in step.output_specs[:1]]
+
+
+class _Writer:
+    """Members of one zip, each with its size and SHA-256."""
+
+    def __init__(self, zf: zipfile.ZipFile):
+        self.zf = zf
+        self.members: dict[str, dict] = {}
+
+    def add(self, name: str, chunks, *, compress: bool) -> None:
+        info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+        info.compress_type = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
+        info.external_attr = 0o644 << 16
+        h, size = hashlib.sha256(), 0
+        with self.zf.open(info, "w", force_zip64=True) as f:
+            for chunk in chunks:
+                h.update(chunk)
+                f.write(chunk)
+                size += len(chunk)
+        self.members[name] = {"sha256": h.hexdigest(), "size": size}
+
+
+_NUMPY_TO_ST = {v.newbyteorder("="): k for k, v in SAFETENSORS_DTYPES.items()}
+
+
+def _tensor_bytes(arr: np.ndarray) -> memoryview:
+    """The array's bytes, little-endian row-major (a view where it already is)."""
+    if arr.dtype.byteorder == ">":
+        arr = arr.astype(arr.dtype.newbyteorder("<"))
+    arr = np.ascontiguousarray(arr)
+    return memoryview(arr.reshape(-1).view(np.uint8)) if arr.size else memoryview(b"")
+
+
+def _weights(constants) -> tuple[dict, dict, list]:
+    """(constant -> tensor name, safetensors header, tensor byte views).
+    Constants with the same bytes, dtype and shape share one tensor."""
+    names, header, datas, by_content, by_id, offset = {}, {}, [], {}, {}, 0
+    for cname, value in constants.items():
+        arr = np.asarray(value)
+        dt = _NUMPY_TO_ST.get(arr.dtype.newbyteorder("="))
+        if dt is None:
+            raise ExportError(f"constant {cname!r} has numpy dtype {arr.dtype}, which the "
+                              f"weights format cannot hold ({', '.join(SAFETENSORS_DTYPES)})")
+        hit = by_id.get(id(value))
+        if hit is None:
+            data = _tensor_bytes(arr)
+            content = (dt, arr.shape, hashlib.sha256(data).hexdigest())
+            hit = by_content.get(content)
+            if hit is None:
+                hit = by_content[content] = cname  # named after its first constant
+                header[hit] = {"dtype": dt, "shape": list(arr.shape),
+                               "data_offsets": [offset, offset + len(data)]}
+                datas.append(data)
+                offset += len(data)
+            by_id[id(value)] = hit
+        names[cname] = hit
+    return names, header, datas
+
+
+def _safetensors_chunks(header: dict, datas: list):
+    head = json.dumps(header, separators=(",", ":")).encode()
+    head += b" " * (-len(head) % 8)  # the data starts 8-byte aligned
+    yield struct.pack("<Q", len(head)) + head
+    yield from datas
+
+
+def _kernel_record(module, i: int, step: KernelStep, objects: dict, writer: _Writer) -> dict:
+    from .codegen.family import ENTRY, GeneratedKernel, runnable_here
+    entry = module.executor.entries[i]
+    fn, target = entry.kernel.fn, module.target
+    where = f"step {i} ({step.name or step.key}[{','.join(d.value for d in step.dtypes)}])"
+    rec = {"step": i, "name": step.name, "key": step.key.to_json(),
+           "dtypes": [d.value for d in step.dtypes], "backend": step.backend.value,
+           "kernel": entry.kernel.name, "source": entry.kernel_source,
+           "precision": entry.precision.to_json(), "full_write": entry.caps.full_write}
+    specs = module.executor.specs
+    in_shapes = [specs[v].shape for v in step.inputs] + [s.shape for s in step.output_specs]
+    try:
+        rec["cost"] = dataclasses.asdict(entry.cost(in_shapes, step.dtypes, step.params))
+    except Exception:  # a cost model that cannot price this call: recorded as unknown
+        rec["cost"] = None
+    if isinstance(fn, GeneratedKernel):
+        m = getattr(step.params, "m_compute", None)
+        if m is not None and m.mode == "deferred":
+            raise ExportError(f"{where}: its row count is only known at run time (deferred "
+                              "m_compute), so no fixed kernel instance can be exported")
+        lays = call_layouts(step, specs)
+        inst, desc = fn.family.instance(fn.key, fn.dtypes, lays, step.params, len(step.inputs))
+        if runnable_here(target):  # the compile-once memo already holds it: no re-lowering
+            data = fn.family.compiled(inst, target).owner.object_bytes
+        else:
+            data = target.codegen.object_bytes(fn.family.linalg_text(inst, target), [ENTRY],
+                                               target=target)
+        digest = hashlib.sha256(data).hexdigest()
+        member = objects.get(digest)
+        if member is None:
+            member = objects[digest] = f"code/{len(objects)}.o"
+            writer.add(member, [data], compress=False)
+        rec["binding"] = {"kind": "object", "object": member, "symbol": ENTRY_SYMBOL,
+                          "arity": len(desc), "instance": repr(inst.memo_key),
+                          "call_shapes": [list(l.shape) for l in lays],
+                          "layouts": [_layout_json(l) for l in desc]}
+        revision = [rec["source"], rec["binding"]["instance"], digest]
+    elif entry.kernel_source == "numpy":
+        rec["binding"] = {"kind": "numpy", "function": fn.__qualname__}
+        revision = [rec["source"], fn.__qualname__, _version("fuelc")]
+    else:
+        raise ExportError(f"{where}: kernel {entry.kernel.name} ({entry.kernel_source}) is "
+                          "neither generated nor a runtime numpy kernel, so a file cannot "
+                          "hold it; bind the op to a generated kernel or leave it to numpy")
+    rec["revision"] = hashlib.sha256(json.dumps(revision).encode()).hexdigest()[:16]
+    return rec
+
+
+def export_module(module, path) -> Path:
+    """Write ``module`` (a ``CompiledModule``) to ``path`` atomically and
+    return the path. Raises ``ExportError`` (a step that cannot be
+    exported) or ``OSError``."""
+    path = Path(path)
+    plan, target = module.plan, module.target
+    specs = module.executor.specs
+    const_names, header, datas = _weights(plan.constants)
+    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".",
+                               prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w", allowZip64=True) as zf:
+            w = _Writer(zf)
+            w.add(WEIGHTS, _safetensors_chunks(header, datas), compress=False)
+            objects: dict[str, str] = {}
+            kernels = [_kernel_record(module, i, s, objects, w)
+                       for i, s in enumerate(plan.steps) if isinstance(s, KernelStep)]
+            ir = {}
+            for stage, text in module.ir.items():
+                ir[stage] = f"ir/{stage}.mlir"
+                w.add(ir[stage], [text.encode()], compress=True)
+            manifest = {
+                "format": FORMAT, "format_version": FORMAT_VERSION, "producer": producer(),
+                "target": {"name": str(target), "kind": target.kind, "cpu": target.arch,
+                           "triple": target.triple, "features": sorted(target.features)},
+                "entry_points": [{
+                    "name": "main",
+                    "inputs": [{"name": n, **s.to_dict()} for n, s in plan.inputs.items()],
+                    "outputs": [{"name": n, **specs[v].to_dict()}
+                                for n, v in plan.outputs.items()]}],
+                "plan": plan.to_dict(), "constants": const_names, "kernels": kernels,
+                "ir": ir, "members": w.members,
+            }
+            w.add(MANIFEST, [json.dumps(manifest, indent=1).encode()], compress=True)
+            del w.members[MANIFEST]
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path

@@ -1,0 +1,554 @@
+"""Exported modules (``.fuel`` files): verify them, load them, run them, with
+the runtime alone (no ``compiler``, no MLIR; llvmlite to link the code).
+
+A ``.fuel`` file is a zip archive (written by ``compiler.export``):
+
+* ``manifest.json``: the format and its version; the compiler, MLIR
+  (torch-mlir) and LLVM (llvmlite) versions that built it; the target (its
+  string, CPU name and the CPU features the code needs); the entry point
+  (input and output names, shapes, dtypes); the runtime ``Plan``
+  (``Plan.to_dict``); the constant -> tensor map; one record per kernel step
+  (binding key, dtypes, kernel source, precision, cost, revision hash, and
+  how to bind it: an object member, its symbol, descriptor arity and the
+  layouts the descriptors describe, or a runtime numpy kernel by name); the
+  IR stage members; and the size and SHA-256 of every other member.
+* ``weights.safetensors``: the plan's constants (safetensors format, stored
+  uncompressed; a weight shared by several constants is stored once).
+* ``code/<n>.o``: one relocatable x86-64 ELF object per compiled kernel
+  instance (entry ``_mlir_ciface_kernel``, one memref descriptor per
+  operand).
+* ``ir/<stage>.mlir``: the IR of each compile stage, for debugging.
+
+``load(path)`` checks everything before any code is mapped: the zip
+structure, the manifest schema and format version, every member's size and
+SHA-256, and this CPU's features; it then links the objects, binds every
+kernel step in a fresh ``KernelBindingTable`` and returns a
+``LoadedModule`` (``m(x=...)``, ``.run``, ``.input_names``,
+``.output_names``, ``.signature``, ``.entry_points``). ``open_artifact``
+does the same checks without linking code (what ``inspect`` needs). Every
+failure is an ``ArtifactError`` subclass.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import struct
+import zipfile
+import zlib
+
+import numpy as np
+
+from .binding import KernelBindingTable, KernelCaps, KernelRef
+from .cost import default_cost_for_op_kind, unknown_cost
+from .cpu_features import CpuFeatureError, check_cpu_features
+from .errors import FuelError, KernelError
+from .executor import Executor, KernelStep, Plan
+from .keys import BindingKey
+from .layout import Layout
+from .precision import PrecisionGuarantee
+
+FORMAT = "fuelc-module"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+WEIGHTS = "weights.safetensors"
+ENTRY_SYMBOL = "_mlir_ciface_kernel"
+MAX_MANIFEST_BYTES = 64 << 20
+_DEFLATE_MAX_RATIO = 1032  # deflate cannot expand data more than this
+
+#: safetensors dtype names <-> numpy (little-endian). bf16 constants are
+#: raw uint16 bits in the plan and are stored as U16, so they load unchanged.
+SAFETENSORS_DTYPES: dict[str, np.dtype] = {
+    "F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"),
+    "I64": np.dtype("<i8"), "I32": np.dtype("<i4"), "I16": np.dtype("<i2"), "I8": np.dtype("i1"),
+    "U64": np.dtype("<u8"), "U32": np.dtype("<u4"), "U16": np.dtype("<u2"), "U8": np.dtype("u1"),
+    "BOOL": np.dtype("?"),
+}
+
+
+class ArtifactError(FuelError):
+    """A ``.fuel`` file that cannot be used; ``path`` names it."""
+
+    def __init__(self, message: str, path: str = ""):
+        super().__init__(f"{path}: {message}" if path else message)
+        self.path = path
+
+
+class ArtifactFormatError(ArtifactError, ValueError):
+    """Not a fuelc module: not a zip, truncated, members missing or
+    unexpected, a malformed manifest or weights table."""
+
+
+class ArtifactVersionError(ArtifactError):
+    """A module written in another format version than this runtime reads."""
+
+
+class ArtifactIntegrityError(ArtifactError):
+    """A member whose bytes do not match the manifest (size, SHA-256 or the
+    zip's CRC): the file was damaged or tampered with."""
+
+
+class ArtifactCpuError(ArtifactError, CpuFeatureError):
+    """The module's code needs CPU features this machine lacks (``missing``)."""
+
+    def __init__(self, message: str, path: str, missing, target: str):
+        ArtifactError.__init__(self, message, path)
+        self.missing = sorted(missing)
+        self.target = target
+
+
+class ArtifactCodeError(ArtifactError):
+    """A verified object that this process cannot link (a symbol it needs is
+    missing), or a kernel the runtime does not provide."""
+
+
+# -- reading and checking ----------------------------------------------------------------
+
+
+def sha256_hex(data) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_MEMBER = re.compile(r"(manifest\.json|weights\.safetensors|code/[0-9]+\.o|ir/[A-Za-z0-9_.-]+\.mlir)")
+
+
+def _need(d, key: str, typ, where: str, path: str):
+    if not isinstance(d, dict) or key not in d:
+        raise ArtifactFormatError(f"malformed manifest: {where} has no {key!r}", path)
+    v = d[key]
+    if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
+        name = typ.__name__ if isinstance(typ, type) else "/".join(t.__name__ for t in typ)
+        raise ArtifactFormatError(f"malformed manifest: {where}.{key} must be a {name}, "
+                                  f"got {type(v).__name__}", path)
+    return v
+
+
+def check_manifest(m, path: str = "") -> dict:
+    """Check the manifest's format, version and schema; return it.
+    ArtifactVersionError for another format version, else
+    ArtifactFormatError naming the first malformed field."""
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        raise ArtifactFormatError(f"not a fuelc module (manifest format "
+                                  f"{m.get('format') if isinstance(m, dict) else None!r}, "
+                                  f"expected {FORMAT!r})", path)
+    version = m.get("format_version")
+    if version != FORMAT_VERSION:
+        raise ArtifactVersionError(
+            f"format version {version!r}; this runtime reads version {FORMAT_VERSION}: "
+            "re-export the model with this fuelc (fuelc compile ... -o ...)", path)
+    for key in ("producer", "target", "plan", "constants", "members", "ir"):
+        _need(m, key, dict, "manifest", path)
+    t = m["target"]
+    for key in ("name", "kind", "cpu"):
+        _need(t, key, str, "target", path)
+    if not all(isinstance(f, str) for f in _need(t, "features", list, "target", path)):
+        raise ArtifactFormatError("malformed manifest: target.features must list strings", path)
+    for name, rec in m["members"].items():
+        if not _MEMBER.fullmatch(name) or name == MANIFEST:
+            raise ArtifactFormatError(f"malformed manifest: bad member name {name!r}", path)
+        if not _HEX64.fullmatch(_need(rec, "sha256", str, f"members[{name!r}]", path)):
+            raise ArtifactFormatError(f"malformed manifest: members[{name!r}].sha256 is not a "
+                                      "SHA-256 hex digest", path)
+        if _need(rec, "size", int, f"members[{name!r}]", path) < 0:
+            raise ArtifactFormatError(f"malformed manifest: members[{name!r}].size < 0", path)
+    for stage, member in m["ir"].items():
+        if not isinstance(member, str) or member not in m["members"]:
+            raise ArtifactFormatError(f"malformed manifest: IR stage {stage!r} names no member", path)
+    for cname, tname in m["constants"].items():
+        if not isinstance(tname, str):
+            raise ArtifactFormatError(f"malformed manifest: constant {cname!r} maps to no tensor",
+                                      path)
+    for i, ep in enumerate(_need(m, "entry_points", list, "manifest", path)):
+        _need(ep, "name", str, f"entry_points[{i}]", path)
+        for side in ("inputs", "outputs"):
+            for j, v in enumerate(_need(ep, side, list, f"entry_points[{i}]", path)):
+                _need(v, "name", str, f"entry_points[{i}].{side}[{j}]", path)
+                _need(v, "shape", list, f"entry_points[{i}].{side}[{j}]", path)
+                _need(v, "dtype", str, f"entry_points[{i}].{side}[{j}]", path)
+    for i, k in enumerate(_need(m, "kernels", list, "manifest", path)):
+        where = f"kernels[{i}]"
+        _need(k, "step", int, where, path)
+        _need(k, "source", str, where, path)
+        _need(k, "kernel", str, where, path)
+        _need(k, "precision", dict, where, path)
+        _need(k, "full_write", bool, where, path)
+        b = _need(k, "binding", dict, where, path)
+        kind = _need(b, "kind", str, where + ".binding", path)
+        if kind == "object":
+            if _need(b, "object", str, where + ".binding", path) not in m["members"]:
+                raise ArtifactFormatError(f"malformed manifest: {where} names object "
+                                          f"{b['object']!r}, which is not a member", path)
+            _need(b, "symbol", str, where + ".binding", path)
+            _need(b, "arity", int, where + ".binding", path)
+            _need(b, "layouts", list, where + ".binding", path)
+            _need(b, "call_shapes", list, where + ".binding", path)
+        elif kind == "numpy":
+            _need(b, "function", str, where + ".binding", path)
+        else:
+            raise ArtifactFormatError(f"malformed manifest: {where}.binding.kind {kind!r} is "
+                                      "neither 'object' nor 'numpy'", path)
+    return m
+
+
+class Artifact:
+    """A verified ``.fuel`` file: ``manifest`` and the bytes of every member
+    (each already checked against its size and SHA-256). Nothing is linked."""
+
+    def __init__(self, path: str, manifest: dict, members: dict[str, bytearray]):
+        self.path = path
+        self.manifest = manifest
+        self.members = members
+
+    @property
+    def ir_stages(self) -> list[str]:
+        return list(self.manifest["ir"])
+
+    def ir(self, stage: str) -> str:
+        """The IR text of compile stage ``stage``; ArtifactFormatError names
+        the stages there are."""
+        member = self.manifest["ir"].get(stage)
+        if member is None:
+            raise ArtifactFormatError(f"no IR stage {stage!r}; stages: "
+                                      f"{', '.join(self.ir_stages)}", self.path)
+        try:
+            return bytes(self.members[member]).decode()
+        except UnicodeDecodeError:
+            raise ArtifactFormatError(f"IR stage {stage!r} is not UTF-8 text", self.path) from None
+
+    def constants(self) -> dict[str, np.ndarray]:
+        """The plan's constants, as arrays over the weights member's bytes
+        (no copy; constants sharing a tensor share the array)."""
+        tensors = read_safetensors(self.members.get(WEIGHTS, bytearray()), self.path)
+        out = {}
+        for cname, tname in self.manifest["constants"].items():
+            if tname not in tensors:
+                raise ArtifactFormatError(f"constant {cname!r} names tensor {tname!r}, which "
+                                          "the weights do not hold", self.path)
+            out[cname] = tensors[tname]
+        for c in self.manifest["plan"].get("constants", []):
+            arr = out.get(c.get("name")) if isinstance(c, dict) else None
+            if arr is None or list(arr.shape) != c.get("shape") or \
+                    arr.dtype.newbyteorder("=") != np.dtype(c.get("numpy_dtype")).newbyteorder("="):
+                raise ArtifactFormatError(f"plan constant {c!r} does not match the weights "
+                                          f"({None if arr is None else (arr.dtype.str, arr.shape)})",
+                                          self.path)
+        return out
+
+
+def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int, path: str) -> bytearray:
+    """The member's bytes, read once into one buffer; the zip's own CRC is
+    checked by zipfile at the end of the read."""
+    if info.file_size != size:
+        raise ArtifactIntegrityError(f"member {info.filename} is {info.file_size} bytes, the "
+                                     f"manifest says {size}", path)
+    if info.compress_type == zipfile.ZIP_STORED:
+        ok = info.compress_size == size
+    else:
+        ok = size <= max(_DEFLATE_MAX_RATIO * info.compress_size, 1 << 16)
+    if not ok:
+        raise ArtifactIntegrityError(f"member {info.filename}: sizes in the zip directory do "
+                                     "not agree", path)
+    buf = bytearray(size)
+    view = memoryview(buf)
+    with zf.open(info) as f:
+        got = 0
+        while got < size:
+            n = f.readinto(view[got:])
+            if not n:
+                break
+            got += n
+        if got != size or f.read(1):
+            raise ArtifactIntegrityError(f"member {info.filename} is not {size} bytes long", path)
+    return buf
+
+
+_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError,
+               RuntimeError, ValueError, struct.error, OverflowError)
+
+
+def open_artifact(path) -> Artifact:
+    """Open and verify a ``.fuel`` file (zip structure, manifest, format
+    version, every member's size and SHA-256) without linking any code."""
+    p = os.fspath(path)
+    if not os.path.isfile(p):
+        raise ArtifactFormatError("no such file", p)
+    try:
+        with zipfile.ZipFile(p) as zf:
+            infos = zf.infolist()
+            names = [i.filename for i in infos]
+            if len(set(names)) != len(names):
+                raise ArtifactFormatError("duplicate member names", p)
+            by_name = {i.filename: i for i in infos}
+            info = by_name.get(MANIFEST)
+            if info is None:
+                raise ArtifactFormatError(f"no {MANIFEST}: not a fuelc module", p)
+            if info.file_size > MAX_MANIFEST_BYTES:
+                raise ArtifactFormatError(f"{MANIFEST} is {info.file_size} bytes", p)
+            raw = _read_member(zf, info, info.file_size, p)
+            try:
+                manifest = json.loads(bytes(raw).decode())
+            except (UnicodeDecodeError, json.JSONDecodeError) as e:
+                raise ArtifactFormatError(f"{MANIFEST} is not JSON: {e}", p) from None
+            check_manifest(manifest, p)
+            listed = manifest["members"]
+            extra = sorted(set(by_name) - set(listed) - {MANIFEST})
+            missing = sorted(set(listed) - set(by_name))
+            if extra or missing:
+                raise ArtifactFormatError(f"members differ from the manifest: missing "
+                                          f"{missing}, unexpected {extra}", p)
+            members = {}
+            for name, rec in listed.items():
+                data = _read_member(zf, by_name[name], rec["size"], p)
+                if sha256_hex(data) != rec["sha256"]:
+                    raise ArtifactIntegrityError(f"member {name} does not match its SHA-256 in "
+                                                 "the manifest: the file was modified", p)
+                members[name] = data
+    except ArtifactError:
+        raise
+    except _ZIP_ERRORS as e:
+        raise ArtifactIntegrityError(f"damaged or truncated file ({type(e).__name__}: {e}); "
+                                     "re-export it", p) from None
+    return Artifact(p, manifest, members)
+
+
+def read_safetensors(buf, path: str = "") -> dict[str, np.ndarray]:
+    """The tensors of a safetensors buffer as arrays over ``buf`` (no copy).
+    ArtifactFormatError for a malformed header or offsets."""
+    if len(buf) < 8:
+        raise ArtifactFormatError("weights: shorter than a safetensors header", path)
+    n, = struct.unpack_from("<Q", buf, 0)
+    if n > len(buf) - 8:
+        raise ArtifactFormatError(f"weights: header of {n} bytes does not fit", path)
+    try:
+        header = json.loads(bytes(buf[8:8 + n]).decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ArtifactFormatError(f"weights: header is not JSON: {e}", path) from None
+    if not isinstance(header, dict):
+        raise ArtifactFormatError("weights: header is not a JSON object", path)
+    data_len, out = len(buf) - 8 - n, {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dt = SAFETENSORS_DTYPES[t["dtype"]]
+            shape = tuple(int(d) for d in t["shape"])
+            begin, end = (int(o) for o in t["data_offsets"])
+        except (KeyError, TypeError, ValueError):
+            raise ArtifactFormatError(f"weights: malformed entry {name!r}: {t!r}", path) from None
+        count = math.prod(shape)
+        if min(shape, default=0) < 0 or not 0 <= begin <= end <= data_len or \
+                end - begin != count * dt.itemsize:
+            raise ArtifactFormatError(f"weights: tensor {name!r} ({t['dtype']}{list(shape)}) has "
+                                      f"offsets [{begin}, {end}) outside or not matching the "
+                                      f"{data_len} data bytes", path)
+        out[name] = np.frombuffer(buf, dtype=dt, count=count, offset=8 + n + begin).reshape(shape)
+    return out
+
+
+# -- loading -------------------------------------------------------------------------------
+
+
+class _ExportedKernel:
+    """The callable behind a loaded generated ``KernelRef`` (one binding
+    key and dtype tuple): each call is dispatched on (params, input shapes)
+    to the instance exported for it. The executor hands it row-major inputs
+    (the binding has no ``strided_input``), so the descriptors are the
+    layouts recorded at export over the call's storages."""
+
+    def __init__(self, name: str):
+        self.__qualname__ = name
+        self._calls: dict = {}
+
+    def add(self, params, shapes, fn, layouts) -> None:
+        from .memref import DescriptorTemplate
+        self._calls[(params, shapes)] = (fn, tuple(DescriptorTemplate(l) for l in layouts))
+
+    def __call__(self, inputs, outputs, layouts, params) -> None:
+        hit = self._calls.get((params, tuple(l.shape for l in layouts)))
+        if hit is None:
+            raise KernelError(f"{self.__qualname__}: no exported instance for shapes "
+                              f"{[list(l.shape) for l in layouts]} and params {params}; the "
+                              f"module was exported for {len(self._calls)} other call(s)")
+        for lay in layouts:
+            if lay.start_offset or not lay.is_contiguous():
+                raise KernelError(f"{self.__qualname__}: exported kernels take row-major "
+                                  f"operands, got {lay}")
+        fn, templates = hit
+        fn(*[t.bind(s) for t, s in zip(templates, (*inputs, *outputs))])
+
+
+def _layout(rec, path: str) -> Layout:
+    try:
+        return Layout(tuple(rec["shape"]), tuple(rec["stride"]), rec["offset"])
+    except (KeyError, TypeError, FuelError) as e:
+        raise ArtifactFormatError(f"malformed layout {rec!r}: {e}", path) from None
+
+
+def _numpy_kernels() -> dict:
+    from .numpy_kernels import numpy_kernel_bindings
+    return {(BindingKey.static(op), tuple(dts)): fn for op, dts, fn in numpy_kernel_bindings()}
+
+
+def build_table(art: Artifact, plan: Plan) -> KernelBindingTable:
+    """A fresh binding table holding exactly the kernels ``plan`` calls:
+    the artifact's objects (linked now) and the runtime's numpy kernels."""
+    from .cpu_loader import ObjectLoadError, load_object
+    m, path = art.manifest, art.path
+    target = m["target"]
+    objects, refs, numpy = {}, {}, None
+    table = KernelBindingTable()
+    for rec in m["kernels"]:
+        i = rec["step"]
+        step = plan.steps[i] if 0 <= i < len(plan.steps) else None
+        if not isinstance(step, KernelStep):
+            raise ArtifactFormatError(f"kernel record for step {i}, which is not a kernel step", path)
+        b, ident = rec["binding"], (step.key, step.dtypes, step.backend)
+        if b["kind"] == "object":
+            obj = objects.get(b["object"])
+            if obj is None:
+                try:
+                    obj = objects[b["object"]] = load_object(bytes(art.members[b["object"]]),
+                                                             target["features"], target["name"])
+                except ObjectLoadError as e:
+                    raise ArtifactCodeError(f"{b['object']}: {e}", path) from None
+            layouts = [_layout(l, path) for l in b["layouts"]]
+            if len(layouts) != b["arity"]:
+                raise ArtifactFormatError(f"step {i}: {len(layouts)} layouts for arity "
+                                          f"{b['arity']}", path)
+            try:
+                fn = obj.ciface(b["symbol"].removeprefix("_mlir_ciface_"), b["arity"])
+            except FuelError as e:
+                raise ArtifactCodeError(f"step {i}: {e}", path) from None
+            ref = refs.get(ident)
+            if ref is None:
+                ref = refs[ident] = (_ExportedKernel(rec["kernel"]), "object", rec)
+            elif ref[1] != "object":
+                raise ArtifactFormatError(f"step {i}: {step.key} bound to two kinds of kernel", path)
+            try:
+                shapes = tuple(tuple(int(d) for d in s) for s in b["call_shapes"])
+            except (KeyError, TypeError, ValueError):
+                raise ArtifactFormatError(f"step {i}: malformed call_shapes", path) from None
+            ref[0].add(step.params, shapes, fn, layouts)
+        else:
+            numpy = numpy if numpy is not None else _numpy_kernels()
+            fn = numpy.get((step.key, step.dtypes))
+            if fn is None or fn.__qualname__ != b["function"]:
+                raise ArtifactCodeError(
+                    f"step {i}: the module calls numpy kernel {b['function']} for {step.key}"
+                    f"[{','.join(d.value for d in step.dtypes)}], which this runtime provides "
+                    f"{'as ' + fn.__qualname__ if fn else 'not at all'}; re-export the model", path)
+            if refs.setdefault(ident, (fn, "numpy", rec))[0] is not fn:
+                raise ArtifactFormatError(f"step {i}: {step.key} bound to two kernels", path)
+    for (key, dtypes, backend), (fn, kind, rec) in refs.items():
+        try:
+            precision = PrecisionGuarantee.from_json(rec["precision"])
+        except FuelError as e:
+            raise ArtifactFormatError(f"kernel {rec['kernel']}: {e}", path) from None
+        caps = KernelCaps(strided_input=kind == "numpy", full_write=rec["full_write"])
+        cost = default_cost_for_op_kind(key.op) if key.op is not None else unknown_cost
+        table.register_full_with_source(key, dtypes, backend, KernelRef(fn, rec["kernel"],
+                                                                        rec["source"]),
+                                        caps, precision, cost, rec["source"])
+    table.finalize()
+    return table.freeze()
+
+
+def load(path) -> "LoadedModule":
+    """Verify and load a ``.fuel`` file (see the module docstring); nothing
+    is linked before every check has passed. Raises ``ArtifactError``
+    subclasses: ``ArtifactFormatError``, ``ArtifactVersionError``,
+    ``ArtifactIntegrityError``, ``ArtifactCpuError``, ``ArtifactCodeError``."""
+    art = open_artifact(path)
+    target = art.manifest["target"]
+    try:
+        check_cpu_features(target["features"], target=target["name"],
+                           what=f"module {os.path.basename(art.path)}")
+    except CpuFeatureError as e:
+        raise ArtifactCpuError(str(e), art.path, e.missing, target["name"]) from None
+    try:
+        plan = Plan.from_dict(art.manifest["plan"], art.constants())
+        table = build_table(art, plan)
+        return LoadedModule(art, plan, table)
+    except ArtifactError:
+        raise
+    except FuelError as e:  # PlanError, BindingTableError, ... from a malformed plan
+        raise ArtifactFormatError(f"the plan does not load: {e}", art.path) from None
+
+
+class LoadedModule:
+    """A module loaded from a ``.fuel`` file: call it like the compiled
+    module it was exported from. ``m(x=...)`` returns one array for a
+    one-output module, else a dict by output name; ``run`` always a dict.
+    Attributes: ``manifest``, ``plan``, ``table``, ``target`` (its string),
+    ``entry_points``, ``signature``, ``ir_stages`` and ``ir(stage)``."""
+
+    def __init__(self, artifact: Artifact, plan: Plan, table: KernelBindingTable):
+        self.path = artifact.path
+        self.manifest = artifact.manifest
+        self._artifact = artifact
+        self.plan = plan
+        self.table = table
+        self.target = artifact.manifest["target"]["name"]
+        self.executor = Executor(plan, table)
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.plan.inputs)
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self.plan.outputs)
+
+    @property
+    def entry_points(self) -> list[dict]:
+        return list(self.manifest["entry_points"])
+
+    @property
+    def signature(self) -> dict:
+        """``{"inputs": {name: "f32[1,128]"}, "outputs": {...}}``."""
+        specs = self.executor.specs
+        return {"inputs": {n: str(s) for n, s in self.plan.inputs.items()},
+                "outputs": {n: str(specs[v]) for n, v in self.plan.outputs.items()}}
+
+    @property
+    def ir_stages(self) -> list[str]:
+        return self._artifact.ir_stages
+
+    def ir(self, stage: str) -> str:
+        return self._artifact.ir(stage)
+
+    def run(self, **inputs) -> dict[str, np.ndarray]:
+        """Run and return every output in a dict by name (``PlanError`` for
+        missing, extra or mistyped inputs)."""
+        return self.executor.run(**inputs)
+
+    def __call__(self, **inputs):
+        out = self.run(**inputs)
+        if len(out) == 1:
+            return next(iter(out.values()))
+        return out
+
+    def kernel_summary(self) -> list[str]:
+        """One ``OpKind[dtypes] (kernel_source)`` line per kernel step."""
+        lines = []
+        for i, s in enumerate(self.plan.steps):
+            if isinstance(s, KernelStep):
+                e = self.executor.entries[i]
+                op = s.key.op.name if s.key.op is not None else f"fused#{s.key.fused}"
+                lines.append(f"{op}[{','.join(d.value for d in s.dtypes)}] ({e.kernel_source})")
+        return lines
+
+    def __repr__(self) -> str:
+        sig = ", ".join(f"{n}: {s}" for n, s in self.plan.inputs.items())
+        return f"<LoadedModule {os.path.basename(self.path)} target={self.target} ({sig}) -> " \
+               f"{self.output_names}>"
+
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "WEIGHTS", "ENTRY_SYMBOL",
+           "SAFETENSORS_DTYPES", "ArtifactError", "ArtifactFormatError", "ArtifactVersionError",
+           "ArtifactIntegrityError", "ArtifactCpuError", "ArtifactCodeError", "Artifact",
+           "LoadedModule", "check_manifest", "open_artifact", "read_safetensors", "build_table",
+           "load", "sha256_hex"]

@@ -1,0 +1,140 @@
+"""The fuelc CLI in subprocesses: compile -> inspect -> run on a small ONNX
+model (checked against onnxruntime), ``run`` with the compiler unimportable,
+and every error path as one ``error:`` line with a non-zero status."""
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+BLOCK_COMPILER = """
+import sys, runpy
+class _Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("compiler", "torch_mlir", "mlir"):
+            raise ImportError(f"{name} is blocked in this test")
+sys.meta_path.insert(0, _Block())
+sys.argv = ["fuelc"] + sys.argv[1:]
+runpy.run_module("runtime.cli", run_name="__main__")
+"""
+
+
+def fuelc(*args, block_compiler=False):
+    cmd = [sys.executable, "-c", BLOCK_COMPILER] if block_compiler else \
+        [sys.executable, "-m", "compiler.cli"]
+    return subprocess.run(cmd + [str(a) for a in args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+
+
+def _model(path: Path) -> None:
+    rng = np.random.RandomState(0)
+    w = rng.randn(16, 8).astype(np.float32)
+    b = rng.randn(8).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]),
+             helper.make_node("Add", ["h", "B"], ["hb"]),
+             helper.make_node("Relu", ["hb"], ["r"]),
+             helper.make_node("Softmax", ["r"], ["y"], axis=-1)]
+    g = helper.make_graph(
+        nodes, "small", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])],
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "B")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    _model(d / "m.onnx")
+    r = fuelc("compile", d / "m.onnx", "-o", d / "m.fuel", "--input-shape", "x=4,16",
+              "--progress")
+    assert r.returncode == 0, r.stderr
+    assert "wrote" in r.stdout and "passes" in r.stderr and "codegen" in r.stderr
+    x = np.random.RandomState(1).rand(4, 16).astype(np.float32)
+    np.save(d / "x.npy", x)
+    return d, x
+
+
+def test_inspect_lists_manifest_signature_kernels_and_ir(compiled):
+    d, _ = compiled
+    r = fuelc("inspect", d / "m.fuel")
+    assert r.returncode == 0, r.stderr
+    for want in ("format fuelc-module v1", "torch-mlir", "llvmlite", "input  x: f32[4,16]",
+                 "output y: f32[4,8]", "weights:  2 constants", "code/0.o:_mlir_ciface_kernel",
+                 "ir:       fuel, optimized"):
+        assert want in r.stdout, r.stdout
+    r = fuelc("inspect", d / "m.fuel", "--ir", "optimized")
+    assert r.returncode == 0 and "fuel.softmax_last_dim" in r.stdout, r.stderr
+    r = fuelc("inspect", d / "m.fuel", "--ir", "nope")
+    assert r.returncode == 1 and "no IR stage 'nope'; stages: fuel, optimized" in r.stderr
+
+
+def test_run_matches_onnxruntime_with_and_without_the_compiler(compiled):
+    d, x = compiled
+    want = ort.InferenceSession(str(d / "m.onnx")).run(None, {"x": x})[0]
+    r = fuelc("run", d / "m.fuel", "--input", f"x={d / 'x.npy'}", "--output-dir", d / "out")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("y: f32[4,8] min=") and "mean=" in r.stdout
+    np.testing.assert_allclose(np.load(d / "out" / "y.npy"), want, rtol=1e-5, atol=1e-6)
+    r = fuelc("run", d / "m.fuel", "--input", f"x={d / 'x.npy'}", "--output-dir", d / "out2",
+              block_compiler=True)
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_array_equal(np.load(d / "out2" / "y.npy"), np.load(d / "out" / "y.npy"))
+
+
+def _error(r, *fragments):
+    assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    for f in fragments:
+        assert f in lines[0], lines[0]
+
+
+def test_run_errors(compiled, tmp_path):
+    d, x = compiled
+    fuel, xin = d / "m.fuel", f"x={d / 'x.npy'}"
+    _error(fuelc("run", tmp_path / "none.fuel", "--input", xin), "no such file")
+    _error(fuelc("run", fuel, "--input", f"z={d / 'x.npy'}"), "unknown input 'z'", "x: f32[4,16]")
+    _error(fuelc("run", fuel), "missing input 'x'")
+    _error(fuelc("run", fuel, "--input", "x"), "expected NAME=FILE.npy")
+    _error(fuelc("run", fuel, "--input", f"x={tmp_path / 'no.npy'}"), "no such file")
+    np.save(tmp_path / "short.npy", x[:2])
+    _error(fuelc("run", fuel, "--input", f"x={tmp_path / 'short.npy'}"),
+           "input 'x': expected f32[4,16]", "float32[2, 16]")
+    np.save(tmp_path / "f64.npy", x.astype(np.float64))
+    _error(fuelc("run", fuel, "--input", f"x={tmp_path / 'f64.npy'}"), "float64")
+    (tmp_path / "junk.npy").write_bytes(b"junk")
+    _error(fuelc("run", fuel, "--input", f"x={tmp_path / 'junk.npy'}"), "not a .npy array file")
+    data = fuel.read_bytes()
+    (tmp_path / "cut.fuel").write_bytes(data[:len(data) // 2])
+    _error(fuelc("run", tmp_path / "cut.fuel", "--input", xin), "damaged or truncated")
+    _error(fuelc("inspect", tmp_path / "cut.fuel"), "damaged or truncated")
+
+
+def test_compile_errors(compiled, tmp_path):
+    d, _ = compiled
+    _error(fuelc("compile", tmp_path / "none.onnx"), "no such file")
+    _error(fuelc("compile", d / "m.onnx", "--target", "gpu:h100", "--input-shape", "x=4,16"),
+           "gpu")
+    _error(fuelc("compile", d / "m.onnx", "--input-shape", "x=4,a"), "expected NAME=D0,D1")
+    _error(fuelc("compile", d / "m.onnx"), "dim_param 'N'")
+    (tmp_path / "bad.onnx").write_bytes(b"not protobuf")
+    _error(fuelc("compile", tmp_path / "bad.onnx"))
+
+
+def test_help_and_usage():
+    r = fuelc("--help")
+    assert r.returncode == 0
+    for cmd in ("compile", "inspect", "run", "opt"):
+        assert f"fuelc {cmd}" in r.stdout
+    r = fuelc("compile", "--help")
+    assert r.returncode == 0 and "--input-shape" in r.stdout and "--target" in r.stdout
+    assert fuelc().returncode == 2
+    assert fuelc("frobnicate").returncode == 2
+    r = fuelc("opt", "--list-passes")
+    assert r.returncode == 0 and "fuel-fuse" in r.stdout
