@@ -250,7 +250,14 @@ class FusedFamily(KernelFamily):
 
     def instance(self, key, dtypes, layouts, params, n_inputs):
         spec = spec_for_kind(key)
-        return instance_from_params(spec.name, params, dtypes, layouts, n_inputs), list(layouts)
+        layouts = list(layouts)
+        if spec.name == "FusedLinear" and len(layouts) > n_inputs and isinstance(params, P.Matmul):
+            # batch axes fold into M / merge into one, as for MatMul
+            from compiler.codegen.kernels import collapse_matmul
+            views = collapse_matmul(layouts[0], layouts[1], layouts[n_inputs], params)
+            if views is not None:
+                layouts[0], layouts[1], layouts[n_inputs], params = views
+        return instance_from_params(spec.name, params, dtypes, layouts, n_inputs), layouts
 
     def linalg_text(self, inst: FusedInstance, target) -> str:
         return linalg_text(inst, platform=target.kind)
