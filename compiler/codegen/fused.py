@@ -262,6 +262,18 @@ class FusedFamily(KernelFamily):
     def linalg_text(self, inst: FusedInstance, target) -> str:
         return linalg_text(inst, platform=target.kind)
 
+    def split(self, inst: FusedInstance, layouts, n_inputs: int, threads: int):
+        from compiler.codegen import parallel
+        if inst.name == "FusedLinear":
+            from compiler.codegen.kernels import MATMUL_ROW_ALIGN
+            return parallel.matmul_tiles(layouts, n_inputs, threads, MATMUL_ROW_ALIGN)
+        if inst.name in ROW_PARALLEL:
+            return parallel.row_tiles(layouts, n_inputs, threads, keep_last=True)
+        return None
+
+
+#: Fused ops whose output rows (every axis but the last) are independent.
+ROW_PARALLEL = frozenset({"SoftmaxLastDim", "RmsNormLastDim", "LayerNormLastDim", "Rope"})
 
 FAMILY = FusedFamily()
 

@@ -28,6 +28,7 @@ import math
 from typing import Iterable, Sequence
 
 from runtime.params import exact_key
+from compiler.codegen import parallel
 from compiler.codegen.family import KernelFamily, single_op_linalg_text
 from compiler.codegen.loader import KernelFunction
 from compiler.errors import UnsupportedOpError
@@ -60,6 +61,11 @@ class OpInstance:
         else:
             types = self.input_types
         return (self.op_name, exact_key(self.params), types, self.dynamic)
+
+
+#: Matmul row tiles start at multiples of this (the register tile's rows of
+#: every CPU matmul schedule), so the thread count never changes a result.
+MATMUL_ROW_ALIGN = 6
 
 
 def _params(**kw) -> tuple[tuple[str, object], ...]:
@@ -240,6 +246,16 @@ class PrimitiveFamily(KernelFamily):
 
     def accepts_arity(self, key, n_expected: int, n_inputs: int) -> bool:
         return key is OpKind.Concat or n_inputs == n_expected  # Concat: [T_in, T_out] any arity
+
+    def split(self, inst: OpInstance, layouts, n_inputs: int, threads: int):
+        category = _op_table()[inst.op_name].category
+        if category in _ELEMENTWISE_CATEGORIES:
+            return parallel.row_tiles(layouts, n_inputs, threads, keep_last=False)
+        if category == "softmax":  # LogSoftmaxLastDim(+Backward): rows independent
+            return parallel.row_tiles(layouts, n_inputs, threads, keep_last=True)
+        if inst.op_name == "MatMul":
+            return parallel.matmul_tiles(layouts, n_inputs, threads, MATMUL_ROW_ALIGN)
+        return None
 
 
 FAMILY = PrimitiveFamily()
