@@ -85,7 +85,6 @@ def _graphs():
 
 def test_results_do_not_depend_on_the_thread_count(threads, rng):
     from compiler import compile, interpret
-    from runtime.opkind import OpKind  # noqa: F401
     g = _graphs()
     big = rng.standard_normal((1400, 96), dtype=np.float32)
     ins = {"x": big[::2],                                       # strided rows
