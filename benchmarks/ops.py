@@ -1,19 +1,28 @@
 """Compiled fuelc models vs numpy (and onnxruntime / torch when installed), in one run.
 
-    python benchmarks/ops.py            # full sizes
-    python benchmarks/ops.py --quick    # small sizes, fewer repeats
+    python benchmarks/ops.py                                # full sizes
+    python benchmarks/ops.py --quick                        # small sizes, fewer repeats
+    python benchmarks/ops.py --target cpu:x86-64-v3 --threads 2 --json out.json
+    python benchmarks/ops.py --only softmax,gelu            # cases whose name contains these
 
 Prints, per case, the median wall time of each implementation over N runs and
-its ratio to numpy (``x numpy`` > 1 means slower than numpy). Cases: matmul
-256-2048, softmax / layernorm / rmsnorm / GELU over [4096, 1024] — each both
-fused (the default pipeline) and as the primitive composition (pipeline
-``no-fusion``) — and the two-layer MLP of ``examples/mlp.py``. The machine is
-shared and noisy: quote medians, repeat runs.
+its ratio to numpy (``x numpy`` > 1 means slower than numpy), then a summary
+table (fuelc / numpy, fuelc / best peer, and for the row ops fuelc / the
+memory-bandwidth time: bytes moved at the bandwidth of a numpy copy measured
+in the same run); ``--json`` writes every measurement. Cases: matmul
+256-2048, batched matmul of rank 3 and 4, softmax / log-softmax / layernorm /
+rmsnorm / GELU (tanh, erf) over [4096, 1024] (the norms both fused and as the
+primitive composition, pipeline ``no-fusion``), linear+bias, rope,
+cross-entropy and the two-layer MLP of ``examples/mlp.py``. Kernels use
+``--threads`` threads (default ``$FUELC_NUM_THREADS`` or the CPU count); the
+peers get the same count. The machine is shared and noisy: quote medians,
+repeat runs, compare peers from the same run.
 """
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import statistics
 import sys
@@ -22,6 +31,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))  # this checkout's compiler
 
 from compiler import Graph, compile  # noqa: E402
 
@@ -37,12 +47,17 @@ def median_time(fn, repeats: int, warmup: int = 1) -> float:
     return statistics.median(ts)
 
 
+THREADS = 2   # set by main() from --threads
+TARGET = "cpu"
+RECORDS: list[dict] = []
+
+
 def _peers():
     """Installed peers: name -> module."""
     peers = {}
     try:
         import torch
-        torch.set_num_threads(2)
+        torch.set_num_threads(THREADS)
         peers["torch"] = torch
     except ImportError:
         pass
@@ -55,7 +70,7 @@ def _peers():
     return peers
 
 
-PEERS = _peers()
+PEERS: dict = {}
 
 
 def _torch_fn(case: str, consts: dict):
@@ -71,6 +86,8 @@ def _torch_fn(case: str, consts: dict):
         "rmsnorm": lambda x, w: x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w,
         "linear": lambda x, w, b: torch.addmm(b, x, w),
         "gelu": lambda x: F.gelu(x, approximate="tanh"),
+        "gelu_erf": lambda x: F.gelu(x),
+        "logsoftmax": lambda x: torch.log_softmax(x, -1),
     }
     fn = fns.get(case)
     if fn is None:
@@ -95,6 +112,8 @@ def _ort_fn(case: str, inputs: dict, consts: dict):
         "softmax": [helper.make_node("Softmax", names, ["y"], axis=-1)],
         "layernorm": [helper.make_node("LayerNormalization", names, ["y"], axis=-1, epsilon=1e-5)],
         "gelu": [helper.make_node("Gelu", names, ["y"], approximate="tanh")],
+        "gelu_erf": [helper.make_node("Gelu", names, ["y"])],
+        "logsoftmax": [helper.make_node("LogSoftmax", names, ["y"], axis=-1)],
     }.get(case)
     if nodes is None:
         return None
@@ -105,7 +124,7 @@ def _ort_fn(case: str, inputs: dict, consts: dict):
         model = helper.make_model(helper.make_graph(nodes, case, ins, [out], initializer=inits),
                                   opset_imports=[helper.make_opsetid("", 20)])
         opts = ort.SessionOptions()
-        opts.intra_op_num_threads = 2
+        opts.intra_op_num_threads = THREADS
         # idle ORT threads spin by default, stealing the 2 cores from the others
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
@@ -115,11 +134,44 @@ def _ort_fn(case: str, inputs: dict, consts: dict):
     return lambda **kw: sess.run(None, kw)[0]
 
 
-def _row(name, t_np, results):
+def _row(name, t_np, results, bw_bytes=None, compile_s=None):
     cells = [f"numpy {t_np * 1e3:9.3f} ms"]
     for who, t in results.items():
         cells.append(f"{who} {t * 1e3:9.3f} ms ({t / t_np:6.2f}x numpy)")
     print(f"{name:<34} " + " | ".join(cells), flush=True)
+    RECORDS.append({"case": name, "numpy_s": t_np, "times_s": dict(results),
+                    "bytes_moved": bw_bytes, "compile_s": compile_s or {}})
+
+
+_BANDWIDTH = None
+
+
+def bandwidth() -> float:
+    """Bytes per second of a 64 MiB numpy copy (read + write), this run."""
+    global _BANDWIDTH
+    if _BANDWIDTH is None:
+        src = np.ones(1 << 24, np.float32)
+        dst = np.empty_like(src)
+        _BANDWIDTH = 2 * src.nbytes / median_time(lambda: np.copyto(dst, src), 9)
+    return _BANDWIDTH
+
+
+def summary() -> None:
+    """The table of ratios: fuelc (each variant) / numpy, / the best peer,
+    and / the memory-bandwidth time where the case states its bytes."""
+    peers = set(PEERS)
+    print(f"\nsummary (medians; bandwidth {bandwidth() / 1e9:.1f} GB/s from a numpy copy)")
+    print(f"{'case':<46} {'variant':<12} {'ms':>9} {'/numpy':>7} {'/peer':>7} {'/bw':>6}")
+    for r in RECORDS:
+        peer_t = [t for k, t in r["times_s"].items() if k in peers]
+        best = min(peer_t) if peer_t else None
+        for k, t in r["times_s"].items():
+            if k in peers:
+                continue
+            bw = r["bytes_moved"] / bandwidth() if r["bytes_moved"] else None
+            print(f"{r['case']:<46} {k:<12} {t * 1e3:9.3f} {t / r['numpy_s']:7.2f} "
+                  f"{(f'{t / best:7.2f}' if best else '      -')} "
+                  f"{(f'{t / bw:6.2f}' if bw else '     -')}")
 
 
 # -- graphs -------------------------------------------------------------------
@@ -208,10 +260,24 @@ def g_cross_entropy(rows, vocab):
     return g
 
 
-def g_gelu(shape):
+def g_gelu(shape, erf: bool = False):
     g = Graph()
     x = g.input("x", shape, "f32")
-    g.output(x.gelu(approximate="tanh"), name="y")
+    g.output(x.gelu() if erf else x.gelu(approximate="tanh"), name="y")
+    return g
+
+
+def g_logsoftmax(shape):
+    g = Graph()
+    x = g.input("x", shape, "f32")
+    g.output(g.add_node("LogSoftmaxLastDim", [x]), name="y")
+    return g
+
+
+def g_bmm(sa, sb):
+    g = Graph()
+    a, b = g.input("a", tuple(sa), "f32"), g.input("b", tuple(sb), "f32")
+    g.output(a @ b, name="y")
     return g
 
 
@@ -236,6 +302,21 @@ def np_gelu(x):
     return np.float32(0.5) * x * (np.float32(1.0) + np.tanh(c * (x + np.float32(0.044715) * (x * x * x))))
 
 
+def np_logsoftmax(x):
+    m = x.max(-1, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(-1, keepdims=True))
+
+
+def np_gelu_erf(x):
+    """GELU with erf from Abramowitz-Stegun 7.1.26 (|error| < 1.5e-7), vectorized."""
+    z = np.abs(x) / np.float32(np.sqrt(2))
+    t = 1 / (1 + np.float32(0.3275911) * z)
+    poly = ((((np.float32(1.061405429) * t - np.float32(1.453152027)) * t
+              + np.float32(1.421413741)) * t - np.float32(0.284496736)) * t
+            + np.float32(0.254829592)) * t
+    return np.float32(0.5) * x * (1 + np.sign(x) * (1 - poly * np.exp(-z * z)))
+
+
 def np_rope(x, cos, sin):
     h = x.shape[-1] // 2
     return x * cos + np.concatenate([-x[..., h:], x[..., :h]], axis=-1) * sin
@@ -247,42 +328,73 @@ def np_cross_entropy(logits, t):
     return np.float32(-np.take_along_axis(ls, t[:, None], -1).mean())
 
 
-def run_case(name, builders, np_fn, inputs, repeats, check_tol=1e-4, peer=None, consts=None):
+def run_case(name, builders, np_fn, inputs, repeats, check_tol=1e-4, peer=None, consts=None,
+             bytes_moved=None):
     """builders: {label: (graph, pipeline or None)}; ``peer``: the case's name
     for the installed peers (torch, onnxruntime), or None; ``consts``: the
-    weights the fuelc graphs hold as constants, handed to the peers."""
+    weights the fuelc graphs hold as constants, handed to the peers;
+    ``bytes_moved``: the least memory traffic of the op (for the /bw ratio)."""
+    if ONLY and not any(o in name for o in ONLY):
+        return
     t_np = median_time(lambda: np_fn(**inputs), repeats)
     ref = np_fn(**inputs)
-    results = {}
+    results, compile_s = {}, {}
     for label, (graph, pipeline) in builders.items():
         kwargs = {} if pipeline is None else {"pipeline": pipeline}
         t0 = time.perf_counter()
-        m = compile(graph, "cpu", **kwargs)
-        t_compile = time.perf_counter() - t0
+        m = compile(graph, TARGET, **kwargs)
+        t_compile = compile_s[label] = time.perf_counter() - t0
         out = m(**inputs)
         err = float(np.max(np.abs(out - ref)) / (np.max(np.abs(ref)) + 1e-30))
         if not err < check_tol:
             print(f"  !! {name}/{label}: relative error {err:.2e} exceeds {check_tol:g}")
-        results[f"{label} (compile {t_compile:.1f}s)"] = median_time(lambda: m(**inputs), repeats)
+        results[label] = median_time(lambda: m(**inputs), repeats)
+        print(f"  {name}/{label}: compiled in {t_compile:.2f} s", flush=True)
     if peer is not None:
         consts = consts or {}
         for who, fn in (("torch", _torch_fn(peer, consts)), ("onnxruntime", _ort_fn(peer, inputs, consts))):
             if fn is not None:
                 results[who] = median_time(lambda: fn(**inputs), repeats)
-    _row(name, t_np, results)
+    _row(name, t_np, results, bytes_moved, compile_s)
+
+
+ONLY: list[str] = []
 
 
 def main(argv=None):
+    global THREADS, TARGET, ONLY, PEERS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, 3 repeats")
     ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--target", default="cpu", help="fuelc target (cpu, cpu:x86-64-v3, ...)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="threads for fuelc and the peers (default: $FUELC_NUM_THREADS or CPUs)")
+    ap.add_argument("--json", help="write every measurement to this file")
+    ap.add_argument("--only", default="", help="comma-separated substrings of case names")
     args = ap.parse_args(argv)
+    from compiler.codegen import parallel
+    if args.threads is not None:
+        parallel.set_num_threads(args.threads)
+    THREADS, TARGET = parallel.num_threads(), args.target
+    ONLY = [o for o in args.only.split(",") if o]
+    PEERS = _peers()
     repeats = args.repeats or (3 if args.quick else 7)
     sizes = (256, 512) if args.quick else (256, 512, 1024, 2048)
     rows = (256, 1024) if args.quick else (4096, 1024)
     rng = np.random.default_rng(0)
-    print(f"fuelc benchmarks: median of {repeats} runs; ratios are fuelc time / numpy time")
+    print(f"fuelc benchmarks: target {TARGET}, {THREADS} threads, median of {repeats} runs; "
+          "ratios are fuelc time / numpy time")
     print(f"numpy {np.__version__}; peers installed: {', '.join(PEERS) or 'none'}")
+
+    bh, s_, d_ = (4, 64, 16) if args.quick else (12, 128, 32)
+    qa = rng.standard_normal((1, bh, s_, d_), dtype=np.float32)
+    ka = rng.standard_normal((1, bh, d_, s_), dtype=np.float32)
+    run_case(f"batched matmul 4-D {list(qa.shape)}@{list(ka.shape)}",
+             {"fuelc": (g_bmm(qa.shape, ka.shape), None)}, lambda a, b: a @ b,
+             {"a": qa, "b": ka}, repeats * 3, peer="matmul")
+    run_case(f"batched matmul 3-D {list(qa.shape[1:])}@{list(ka.shape[1:])}",
+             {"fuelc": (g_bmm(qa.shape[1:], ka.shape[1:]), None)}, lambda a, b: a @ b,
+             {"a": qa[0], "b": ka[0]}, repeats * 3, peer="matmul")
 
     for n in sizes:
         a = rng.standard_normal((n, n), dtype=np.float32)
@@ -296,14 +408,18 @@ def main(argv=None):
     bb = np.linspace(-0.1, 0.1, rows[-1]).astype(np.float32)
     run_case(f"softmax {list(rows)}", {"fused": (g_softmax(rows, True), None),
                                        "primitives": (g_softmax(rows, False), "no-fusion")},
-             lambda x: np_softmax(x), {"x": x}, repeats, peer="softmax")
+             lambda x: np_softmax(x), {"x": x}, repeats, peer="softmax", bytes_moved=2 * x.nbytes)
+    run_case(f"logsoftmax {list(rows)}", {"fuelc": (g_logsoftmax(rows), None)},
+             lambda x: np_logsoftmax(x), {"x": x}, repeats, peer="logsoftmax",
+             bytes_moved=2 * x.nbytes)
     run_case(f"layernorm {list(rows)}", {"fused": (g_layernorm(rows, True), None),
                                          "primitives": (g_layernorm(rows, False), "no-fusion")},
              lambda x: np_layernorm(x, w, bb), {"x": x}, repeats, peer="layernorm",
-             consts={"w": w, "b": bb})
+             consts={"w": w, "b": bb}, bytes_moved=2 * x.nbytes)
     run_case(f"rmsnorm {list(rows)}", {"fused": (g_rmsnorm(rows, True), None),
                                        "primitives": (g_rmsnorm(rows, False), "no-fusion")},
-             lambda x: np_rmsnorm(x, w), {"x": x}, repeats, peer="rmsnorm", consts={"w": w})
+             lambda x: np_rmsnorm(x, w), {"x": x}, repeats, peer="rmsnorm", consts={"w": w},
+             bytes_moved=2 * x.nbytes)
     lm, lk, ln = (64, 256, 128) if args.quick else (512, 1024, 1024)
     xl = rng.standard_normal((lm, lk), dtype=np.float32)
     wl = rng.standard_normal((lk, ln), dtype=np.float32)
@@ -324,13 +440,23 @@ def main(argv=None):
                                             "primitives": (g_cross_entropy(*cv), "base-map")},
              np_cross_entropy, {"logits": lg, "t": tg}, repeats)
     run_case(f"gelu {list(rows)}", {"fuelc": (g_gelu(rows), None)}, lambda x: np_gelu(x), {"x": x},
-             repeats, peer="gelu")
+             repeats, peer="gelu", bytes_moved=2 * x.nbytes)
+    run_case(f"gelu-erf {list(rows)}", {"fuelc": (g_gelu(rows, erf=True), None)},
+             lambda x: np_gelu_erf(x), {"x": x}, repeats, peer="gelu_erf",
+             bytes_moved=2 * x.nbytes, check_tol=2e-4)
 
     import mlp
     g, weights = mlp.build()
     xm = rng.standard_normal((8, 64), dtype=np.float32)
     run_case("mlp 8x64 -> 128 -> 32", {"fuelc": (g, None)},
              lambda x: mlp.numpy_mlp(x, *weights), {"x": xm}, repeats * 5)
+    summary()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"target": TARGET, "threads": THREADS, "repeats": repeats,
+                       "numpy": np.__version__, "peers": sorted(PEERS),
+                       "bandwidth_bytes_per_s": bandwidth(), "cases": RECORDS}, f, indent=1)
+        print(f"wrote {args.json}")
 
 
 if __name__ == "__main__":

@@ -29,12 +29,15 @@ re-deriving the op instance and rebuilding descriptors.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
 from typing import Callable, Hashable, Sequence
 
+from compiler.codegen import parallel
 from compiler.codegen.loader import KernelFunction
 from compiler.codegen.memref import DescriptorTemplate
 from compiler.errors import UnsupportedOpError
+from compiler.graph.opdef import TensorType
 from compiler.targets import parse_target
 from runtime.binding import KernelCaps, KernelRef
 from runtime.cpu_features import check_cpu_features, missing_cpu_features
@@ -117,6 +120,19 @@ class KernelFamily:
     def key_name(self, key) -> str:
         return getattr(key, "name", str(key))
 
+    def split(self, instance, layouts: Sequence, n_inputs: int,
+              threads: int) -> list[list] | None:
+        """The operand layouts of up to ``threads`` tiles that together
+        compute the call (``compiler.codegen.parallel``), or None to run it
+        whole. Default: never split."""
+        return None
+
+    def with_shapes(self, instance, in_layouts: Sequence):
+        """``instance`` on inputs of the shapes of ``in_layouts`` (a tile)."""
+        types = tuple(TensorType(tuple(l.shape), t.dtype)
+                      for l, t in zip(in_layouts, instance.input_types))
+        return dataclasses.replace(instance, input_types=types)
+
     def accepts_arity(self, key, n_expected: int, n_inputs: int) -> bool:
         return n_inputs == n_expected
 
@@ -166,17 +182,28 @@ class GeneratedKernel:
                              f"[{','.join(str(d) for d in self.dtypes)}]")
         self._calls = CallMemo(self._prepare)
 
-    def _prepare(self, layouts, params, n_inputs: int):
+    def _tiles(self, layouts, params, n_inputs: int) -> list[tuple]:
+        """[(instance, layouts)] of the call's tiles (one when not split)."""
         inst, lays = self.family.instance(self.key, self.dtypes, layouts, params, n_inputs)
-        return self.family.compiled(inst, self.target), lays
+        threads = parallel.num_threads()
+        parts = self.family.split(inst, lays, n_inputs, threads) if threads > 1 else None
+        if not parts:
+            return [(inst, lays)]
+        return [(self.family.with_shapes(inst, sub[:n_inputs]), sub) for sub in parts]
+
+    def _prepare(self, layouts, params, n_inputs: int):
+        return [(self.family.compiled(inst, self.target), lays)
+                for inst, lays in self._tiles(layouts, params, n_inputs)]
 
     def warm(self, layouts: Sequence, params, n_inputs: int) -> KernelFunction | None:
-        """Compile the kernel a call with these layouts and params would use.
-        On a machine that cannot run the target the object is only compiled
-        and cached (None is returned); calling the kernel then raises
-        ``CpuFeatureError``."""
-        inst, _ = self.family.instance(self.key, self.dtypes, layouts, params, n_inputs)
-        return self.family.compiled(inst, self.target, load=runnable_here(self.target))
+        """Compile the kernel(s) a call with these layouts and params would
+        use (one per distinct tile shape) and return the first. On a machine
+        that cannot run the target the objects are only compiled and cached
+        (None is returned); calling the kernel then raises ``CpuFeatureError``."""
+        load = runnable_here(self.target)
+        fns = [self.family.compiled(inst, self.target, load=load)
+               for inst in dict.fromkeys(i for i, _ in self._tiles(layouts, params, n_inputs))]
+        return fns[0]
 
     def __call__(self, inputs, outputs, layouts, params) -> None:
         if (not self.family.accepts_arity(self.key, self.n_inputs, len(inputs))
@@ -196,15 +223,16 @@ Prepare = Callable[[Sequence, object, int], "tuple[KernelFunction, Sequence]"]
 class CallMemo:
     """Memoised calls of one kernel callable (fixed OpKind and dtypes).
 
-    ``prepare(layouts, params, n_inputs) -> (fn, layouts')`` is the family's
-    pure mapping from a call's layouts, OpParams and input count to its
-    compiled function and
-    the (possibly adapted) layouts to build descriptors from; it may raise
-    (nothing is memoised then). ``call`` looks the pair up by
-    ``(params, *layouts)`` (OpParams and Layout are frozen and hashable;
-    unhashable params fall back to ``prepare`` every call) and calls ``fn``
-    with one descriptor per storage. Safe to share between threads: entries
-    are immutable and a racing miss only prepares the same entry twice.
+    ``prepare(layouts, params, n_inputs) -> [(fn, layouts')]`` is the
+    family's pure mapping from a call's layouts, OpParams and input count to
+    its tiles: each a compiled function and the (possibly adapted) layouts to
+    build descriptors from; it may raise (nothing is memoised then). ``call``
+    looks the tiles up by ``(params, threads, *layouts)`` (OpParams and
+    Layout are frozen and hashable; unhashable params fall back to
+    ``prepare`` every call) and calls each ``fn`` with one descriptor per
+    storage, several tiles concurrently (``compiler.codegen.parallel``).
+    Safe to share between threads: entries are immutable and a racing miss
+    only prepares the same entry twice.
     """
 
     MAX_ENTRIES = 1024  # a kernel called with ever-new layouts must not grow without bound
@@ -220,17 +248,25 @@ class CallMemo:
 
     def call(self, inputs: Sequence, outputs: Sequence, layouts: Sequence, params) -> None:
         n_inputs = len(inputs)
-        key = (params, n_inputs, *layouts)
+        key = (params, n_inputs, parallel.num_threads(), *layouts)
         try:
             hit = self._calls.get(key)
         except TypeError:  # an unhashable params object: no memo
             key = hit = None
         if hit is None:
-            fn, lays = self._prepare(layouts, params, n_inputs)
-            hit = (fn, tuple(DescriptorTemplate(l) for l in lays))
+            hit = tuple((fn, tuple(DescriptorTemplate(l) for l in lays))
+                        for fn, lays in self._prepare(layouts, params, n_inputs))
             if key is not None:
                 if len(self._calls) >= self.MAX_ENTRIES:
                     self._calls.clear()
                 self._calls[key] = hit
-        fn, templates = hit
-        fn(*[t.bind(s) for t, s in zip(templates, (*inputs, *outputs))])
+        storages = (*inputs, *outputs)
+        if len(hit) == 1:
+            fn, templates = hit[0]
+            fn(*[t.bind(s) for t, s in zip(templates, storages)])
+            return
+        calls = []
+        for fn, templates in hit:
+            descs = [t.bind(s) for t, s in zip(templates, storages)]
+            calls.append(lambda fn=fn, descs=descs: fn(*descs))
+        parallel.run_all(calls)

@@ -250,11 +250,30 @@ class FusedFamily(KernelFamily):
 
     def instance(self, key, dtypes, layouts, params, n_inputs):
         spec = spec_for_kind(key)
-        return instance_from_params(spec.name, params, dtypes, layouts, n_inputs), list(layouts)
+        layouts = list(layouts)
+        if spec.name == "FusedLinear" and len(layouts) > n_inputs and isinstance(params, P.Matmul):
+            # batch axes fold into M / merge into one, as for MatMul
+            from compiler.codegen.kernels import collapse_matmul
+            views = collapse_matmul(layouts[0], layouts[1], layouts[n_inputs], params)
+            if views is not None:
+                layouts[0], layouts[1], layouts[n_inputs], params = views
+        return instance_from_params(spec.name, params, dtypes, layouts, n_inputs), layouts
 
     def linalg_text(self, inst: FusedInstance, target) -> str:
         return linalg_text(inst, platform=target.kind)
 
+    def split(self, inst: FusedInstance, layouts, n_inputs: int, threads: int):
+        from compiler.codegen import parallel
+        if inst.name == "FusedLinear":
+            from compiler.codegen.kernels import MATMUL_ROW_ALIGN
+            return parallel.matmul_tiles(layouts, n_inputs, threads, MATMUL_ROW_ALIGN)
+        if inst.name in ROW_PARALLEL:
+            return parallel.row_tiles(layouts, n_inputs, threads, keep_last=True)
+        return None
+
+
+#: Fused ops whose output rows (every axis but the last) are independent.
+ROW_PARALLEL = frozenset({"SoftmaxLastDim", "RmsNormLastDim", "LayerNormLastDim", "Rope"})
 
 FAMILY = FusedFamily()
 

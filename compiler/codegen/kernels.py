@@ -24,9 +24,11 @@ to compile ahead of time, ``instance_for(...)``, ``precision_for(...)``.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Iterable, Sequence
 
 from runtime.params import exact_key
+from compiler.codegen import parallel
 from compiler.codegen.family import KernelFamily, single_op_linalg_text
 from compiler.codegen.loader import KernelFunction
 from compiler.errors import UnsupportedOpError
@@ -61,6 +63,11 @@ class OpInstance:
         return (self.op_name, exact_key(self.params), types, self.dynamic)
 
 
+#: Matmul row tiles start at multiples of this (the register tile's rows of
+#: every CPU matmul schedule), so the thread count never changes a result.
+MATMUL_ROW_ALIGN = 6
+
+
 def _params(**kw) -> tuple[tuple[str, object], ...]:
     return tuple(sorted(kw.items()))
 
@@ -80,6 +87,49 @@ def _squeeze_kept(out: Layout, dims: Sequence[int]) -> Layout:
     return out
 
 
+def merge_axes(lay: Layout, start: int, stop: int) -> Layout | None:
+    """``lay`` with axes ``[start, stop)`` merged into one (a reshape view over
+    the same memory), or None when their strides do not allow it. Size-1
+    axes are ignored; a run of stride-0 axes merges into one stride-0 axis."""
+    if stop - start <= 1:
+        return lay
+    shape, stride = lay.shape, lay.stride
+    kept = [(d, s) for d, s in zip(shape[start:stop], stride[start:stop]) if d != 1]
+    for (_, s0), (d1, s1) in zip(kept, kept[1:]):
+        if s0 != s1 * d1:
+            return None
+    size = math.prod(shape[start:stop])
+    merged = kept[-1][1] if kept and size else 0
+    return Layout._trusted(shape[:start] + (size,) + shape[stop:],
+                           stride[:start] + (merged,) + stride[stop:], lay.start_offset)
+
+
+def collapse_matmul(a: Layout, b: Layout, out: Layout, p: "P.Matmul"):
+    """Fewer-dimension views of a MatMul call that compute the same thing,
+    so batched calls of any rank reach the one vectorized 2-D / 3-D kernel:
+
+    * rhs read with no batch (every rhs batch axis of size 1 or stride 0):
+      the lhs batch axes fold into M, ``[..b, M, K] @ [K, N]``;
+    * equal batch dims of rank > 1: they merge into one batch axis.
+
+    Returns ``(a, b, out, params)``, or None where the strides forbid it."""
+    nb = len(p.lhs_batch_dims)
+    if nb == 0:
+        return None
+    if all(d == 1 or s == 0 for d, s in zip(b.shape[:nb], b.stride[:nb])):
+        a2, o2 = merge_axes(a, 0, nb + 1), merge_axes(out, 0, nb + 1)
+        if a2 is not None and o2 is not None:
+            b2 = Layout._trusted(b.shape[nb:], b.stride[nb:], b.start_offset)
+            rows = a2.shape[0]
+            return a2, b2, o2, P.Matmul((), (), rows, p.n, p.k)
+    if nb > 1 and p.lhs_batch_dims == p.rhs_batch_dims:
+        views = [merge_axes(v, 0, nb) for v in (a, b, out)]
+        if None not in views:
+            batch = (math.prod(p.lhs_batch_dims),)
+            return (*views, P.Matmul(batch, batch, p.m, p.n, p.k))
+    return None
+
+
 def _adapt(kind: OpKind, in_l: list, out_l: list, p: OpParams):
     """(in layouts, out layouts, params) the compiled primitive sees."""
     if isinstance(p, P.Reduce) and p.keepdim:
@@ -97,6 +147,9 @@ def _adapt(kind: OpKind, in_l: list, out_l: list, p: OpParams):
         elif mode != "all":
             raise UnsupportedOpError("generated MatMul kernel: deferred row counts (MatmulM.deferred) "
                                      "must be resolved before the kernel is called")
+        views = collapse_matmul(in_l[0], in_l[1], out_l[0], p)
+        if views is not None:
+            in_l, out_l, p = [views[0], views[1]], [views[2]], views[3]
     return in_l, out_l, p
 
 
@@ -193,6 +246,16 @@ class PrimitiveFamily(KernelFamily):
 
     def accepts_arity(self, key, n_expected: int, n_inputs: int) -> bool:
         return key is OpKind.Concat or n_inputs == n_expected  # Concat: [T_in, T_out] any arity
+
+    def split(self, inst: OpInstance, layouts, n_inputs: int, threads: int):
+        category = _op_table()[inst.op_name].category
+        if category in _ELEMENTWISE_CATEGORIES:
+            return parallel.row_tiles(layouts, n_inputs, threads, keep_last=False)
+        if category == "softmax":  # LogSoftmaxLastDim(+Backward): rows independent
+            return parallel.row_tiles(layouts, n_inputs, threads, keep_last=True)
+        if inst.op_name == "MatMul":
+            return parallel.matmul_tiles(layouts, n_inputs, threads, MATMUL_ROW_ALIGN)
+        return None
 
 
 FAMILY = PrimitiveFamily()

@@ -24,6 +24,7 @@ target's table). ``FUSION_PASSES``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Sequence
 
 from runtime.params import exact_key
@@ -169,6 +170,32 @@ class RuntimeFusedFamily(KernelFamily):
 
     def key_name(self, key) -> str:
         return f"{key.fused.value:#x}"
+
+    def split(self, inst: RuntimeFusedInstance, layouts, n_inputs: int, threads: int):
+        if not _elementwise_region(inst.fused_id):
+            return None
+        from compiler.codegen import parallel
+        return parallel.row_tiles(layouts, n_inputs, threads, keep_last=False)
+
+
+_ELEMENTWISE = frozenset({"binary", "unary", "scalar", "compare", "select", "cast"})
+
+
+@functools.lru_cache(maxsize=None)
+def _elementwise_region(fused_id: int) -> bool:
+    """True when every op of the region is elementwise (its output elements
+    are independent, so it may run in tiles). A BroadcastTo holds the whole
+    output shape, so a region with one runs whole."""
+    from compiler.graph.ops import OP_TABLE
+    from compiler.registry.grammar import Op, iter_preorder
+    from compiler.registry.runtime_fused import runtime_entry
+    roots = runtime_entry(fused_id).recipe.roots
+    for root in (roots if isinstance(roots, (tuple, list)) else (roots,)):
+        for node in iter_preorder(root):
+            if isinstance(node, Op) and getattr(OP_TABLE.get(node.op), "category", None) \
+                    not in _ELEMENTWISE:
+                return False
+    return True
 
 
 FAMILY = RuntimeFusedFamily()

@@ -51,7 +51,8 @@ def row_max_sum(x, s: Scalar):
 def _softmax(lw: Lowering):
     """max pass; e = exp(x − max) written once while Σ e accumulates (a
     two-output generic: e indexed by every loop, the sum by the row loops);
-    e / Σ. One exp per element."""
+    e / Σ. One exp per element. When the output has the compute type, e is
+    written into the output and divided in place (no full-size temporary)."""
     x = lw.operands[0]
     s = Scalar.compute(lw.in_dtypes[0])
     n = rank(x)
@@ -65,6 +66,9 @@ def _softmax(lw: Lowering):
 
     e, z = generic([x, m], [empty(xd, s.ty), z0], [identity_map(n), row, identity_map(n), row],
                    [PARALLEL] * (n - 1) + [REDUCTION], exp_sum)
+    if lw.out_elt == s.ty:  # e / Σ in place: e lives in the output, no temporary
+        return generic([z], [e], [row, identity_map(n)], [PARALLEL] * n,
+                       lambda sz, v: s.div(v, sz))[0]
     out = empty(xd, lw.out_elt)
     return generic([e, z], [out], [identity_map(n), row, identity_map(n)], [PARALLEL] * n,
                    lambda v, sz, _o: from_compute(s.div(v, sz), lw.out_elt))[0]

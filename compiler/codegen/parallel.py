@@ -1,0 +1,176 @@
+"""Multi-threaded kernel calls: one compiled kernel run on disjoint tiles of
+its operands, on a process-wide thread pool.
+
+A kernel family may say how a call splits (``KernelFamily.split``): which
+axis of each operand is cut into row / batch tiles (``None``: the operand is
+read whole by every tile). Each tile is the same op on sub-views of the same
+memory, so the family compiles it like any call (dynamic-shape kernels are
+shared by every tile; static ones compile at most two tile shapes), and the
+tiles run concurrently: the compiled functions are called through ctypes,
+which releases the GIL. Tiles write disjoint parts of the output and every
+element is computed by the same code as in one call, so results do not depend
+on the thread count.
+
+The thread count is ``$FUELC_NUM_THREADS`` (default: the CPUs this process
+may run on), or ``set_num_threads(n)``; 1 turns splitting off.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import math
+import os
+import threading
+from typing import Callable, Sequence
+
+from compiler.errors import CompilerError
+from runtime.layout import Layout
+
+ENV = "FUELC_NUM_THREADS"
+
+#: Below this many output elements (elementwise / row ops) or multiply-adds
+#: (matmul) a call runs on one thread: a pool round trip costs ~20-50 us.
+MIN_ELEMENTS = 1 << 15
+MIN_MACS = 1 << 20
+
+
+class ThreadCountError(CompilerError, ValueError):
+    """A thread count that is not a positive integer."""
+
+
+def _parse(value, what: str) -> int:
+    if isinstance(value, str) and value.strip().isdigit():
+        n = int(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        n = value
+    else:
+        n = 0
+    if n < 1:
+        raise ThreadCountError(f"{what} must be a positive integer number of threads, "
+                               f"got {value!r}; e.g. {ENV}=2 (1 runs every kernel on one thread)")
+    return n
+
+
+def _default() -> int:
+    env = os.environ.get(ENV)
+    if env is not None and env != "":
+        return _parse(env, f"${ENV}")
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+_threads: int | None = None
+_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def num_threads() -> int:
+    """The number of threads a kernel call may use."""
+    global _threads
+    if _threads is None:
+        _threads = _default()
+    return _threads
+
+
+def set_num_threads(n: int | None) -> None:
+    """Use ``n`` threads per kernel call from now on (``None``: back to
+    ``$FUELC_NUM_THREADS`` / the CPU count). Raises ThreadCountError."""
+    global _threads
+    _threads = None if n is None else _parse(n, "set_num_threads(n)")
+
+
+def _executor(workers: int) -> concurrent.futures.ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool._max_workers < workers:
+            old, _pool = _pool, concurrent.futures.ThreadPoolExecutor(
+                max_workers=workers, thread_name_prefix="fuelc-kernel")
+            if old is not None:
+                old.shutdown(wait=False)
+        return _pool
+
+
+def run_all(calls: Sequence[Callable[[], None]]) -> None:
+    """Run the zero-argument ``calls``: the first on this thread, the others
+    on the pool; returns when all are done (re-raising the first error)."""
+    if len(calls) == 1:
+        calls[0]()
+        return
+    pool = _executor(len(calls) - 1)
+    futures = [pool.submit(c) for c in calls[1:]]
+    try:
+        calls[0]()
+    finally:
+        for f in futures:
+            f.result()
+
+
+def chunks(size: int, parts: int, align: int = 1) -> list[tuple[int, int]]:
+    """``(start, length)`` of at most ``parts`` tiles covering ``[0, size)``;
+    every start is a multiple of ``align``, all tiles but the last have one
+    length."""
+    step = math.ceil(math.ceil(size / parts) / align) * align
+    return [(s, min(step, size - s)) for s in range(0, size, step)] if size else []
+
+
+def split_layouts(layouts: Sequence[Layout], axes: Sequence[int | None], size: int,
+                  parts: int, align: int = 1) -> list[list[Layout]] | None:
+    """The operand layouts of each tile: axis ``axes[i]`` of operand ``i``
+    (all of extent ``size``) narrowed to the tile; ``None`` keeps the operand
+    whole. None when there would be one tile only."""
+    tiles = chunks(size, parts, align)
+    if len(tiles) < 2:
+        return None
+    return [[l if a is None else l.narrow(a, start, length) for l, a in zip(layouts, axes)]
+            for start, length in tiles]
+
+
+def row_tiles(layouts: Sequence[Layout], n_inputs: int, threads: int, *,
+              keep_last: bool) -> list[list[Layout]] | None:
+    """Tiles of a call whose output elements are independent along every
+    axis (elementwise: ``keep_last=False``) or along every axis but the last
+    (row ops: softmax, norms; ``keep_last=True``, output rank >= 2). The cut
+    axis is the outermost with at least ``threads`` elements; inputs
+    broadcast numpy-style (right-aligned), so an input of lower rank or of
+    extent 1 on that axis is read whole by every tile."""
+    out = layouts[n_inputs]
+    if len(layouts) != n_inputs + 1 or out.numel < MIN_ELEMENTS or (keep_last and out.rank < 2):
+        return None
+    last = out.rank - 1 if keep_last else out.rank
+    axis = next((a for a in range(last) if out.shape[a] >= threads), None)
+    if axis is None:
+        return None
+    axes = []
+    for lay in layouts[:n_inputs]:
+        a = axis - (out.rank - lay.rank)
+        if a >= 0 and lay.shape[a] == out.shape[axis]:
+            axes.append(a)
+        elif a < 0 or lay.shape[a] == 1:
+            axes.append(None)
+        else:
+            return None
+    return split_layouts(list(layouts), axes + [axis], out.shape[axis], threads)
+
+
+def matmul_tiles(layouts: Sequence[Layout], n_inputs: int, threads: int,
+                 align: int) -> list[list[Layout]] | None:
+    """Tiles of a (batched) matmul ``a [.., M, K] @ b [.., K, N]`` (further
+    inputs, such as a bias over N, are read whole): by batch when there are
+    at least ``threads`` batches of equal lhs and rhs extent, else by rows of
+    M in multiples of ``align`` (the register tile, so every row is computed
+    by the same code whatever the thread count)."""
+    a, b, out = layouts[0], layouts[1], layouts[n_inputs]
+    if out.rank not in (2, 3) or math.prod(out.shape) * a.shape[-1] < MIN_MACS:
+        return None
+    axes: list[int | None] = [None] * n_inputs + [0]
+    if out.rank == 3 and out.shape[0] >= threads and b.shape[0] == out.shape[0]:
+        axes[0] = axes[1] = 0
+        return split_layouts(list(layouts), axes, out.shape[0], threads)
+    m_axis = out.rank - 2
+    axes[0] = axes[-1] = m_axis
+    return split_layouts(list(layouts), axes, out.shape[m_axis], threads, align)
+
+
+__all__ = ["ENV", "MIN_ELEMENTS", "MIN_MACS", "ThreadCountError", "num_threads",
+           "set_num_threads", "run_all", "chunks", "split_layouts", "row_tiles", "matmul_tiles"]
