@@ -33,12 +33,9 @@ DTYPES = (DType.F32,)
 #: Kernels are compiled for static shapes (bare-pointer arguments).
 STATIC_SHAPES = True
 
-#: Primitive kinds whose loops map to the GPU (a full reduction, a scan or a
-#: copy between views leaves host loops, which the CUDA pipeline refuses).
-UNSUPPORTED_KINDS = frozenset({
-    OpKind.CumSum, OpKind.Concat, OpKind.Pad, OpKind.PadBackward, OpKind.IndexAdd,
-    OpKind.ScatterAdd, OpKind.Roll, OpKind.Flip, OpKind.Copy,
-})
+#: Primitive kinds the cuda target does not claim (none: serial loop nests run
+#: as single-thread kernels, see ``pipeline.wrap_serial_code``).
+UNSUPPORTED_KINDS: frozenset = frozenset()
 
 PRECISION_NOTE = ("exp/tanh/log/erf/sin/cos/pow call CUDA libdevice (__nv_*), whose "
                   "documented bounds are 1-4 ulp on f32")

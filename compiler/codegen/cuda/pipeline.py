@@ -52,7 +52,8 @@ TO_LOOPS = ("func.func(convert-linalg-to-parallel-loops)",)
 OUTLINE = ("func.func(convert-parallel-loops-to-gpu)", "lower-affine", "canonicalize",
            "gpu-launch-sink-index-computations", "gpu-kernel-outlining", "convert-scf-to-cf",
            "canonicalize", "cse")
-TO_NVVM = ("gpu.module(convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1}, canonicalize, "
+TO_NVVM = ("gpu.module(expand-strided-metadata, lower-affine, "
+           "convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1}, canonicalize, "
            "cse, reconcile-unrealized-casts)",)
 
 #: Host ops a kernel program may contain (anything else is work left on the host).
@@ -120,6 +121,51 @@ def max_parallel_rank(module: "ir.Module") -> int:
     loops: list = []
     _parallel_loops(module.operation, 0, loops)
     return max((len(op.operands) // 3 for op, _ in loops), default=0)
+
+
+_HOST_KEEP = frozenset({"scf.parallel", "memref.alloc", "memref.dealloc", "arith.constant",
+                        "func.return"})
+
+
+def wrap_serial_code(module: "ir.Module") -> int:
+    """Put every run of top-level ops that is not a parallel loop (the
+    serial loop nest of a full reduction or a scan, the scalar code of a
+    rank-0 op) into a one-iteration ``scf.parallel``, so it runs as a
+    single-thread kernel instead of staying on the host. Returns how many."""
+    wrapped = 0
+    index = ir.IndexType.get()
+    for fn in module.body.operations:
+        if fn.operation.name != "func.func" or not len(fn.regions[0].blocks):
+            continue
+        block = fn.regions[0].blocks[0]
+        runs, current = [], []
+        for op in block.operations:
+            if op.operation.name in _HOST_KEEP:
+                if current:
+                    runs.append(current)
+                current = []
+            else:
+                current.append(op.operation)
+        if current:
+            runs.append(current)
+        for run in runs:
+            with ir.InsertionPoint(run[0]):
+                zero = ir.Operation.create("arith.constant", [index],
+                                           attributes={"value": ir.IntegerAttr.get(index, 0)})
+                one = ir.Operation.create("arith.constant", [index],
+                                          attributes={"value": ir.IntegerAttr.get(index, 1)})
+                loop = ir.Operation.create(
+                    "scf.parallel", [], [zero.result, one.result, one.result], regions=1,
+                    attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, 1, 0])})
+            body = loop.regions[0].blocks.append(index)
+            with ir.InsertionPoint(body):
+                ir.Operation.create("scf.reduce", [], [], regions=0,
+                                    attributes={} )
+            terminator = body.operations[0]
+            for op in run:
+                op.move_before(terminator)
+            wrapped += 1
+    return wrapped
 
 
 def map_loops(module: "ir.Module") -> None:
@@ -219,6 +265,20 @@ def read_host(module: "ir.Module", entry: str) -> tuple[list[Buffer], list[Buffe
     return params, temps, launches
 
 
+_TRANSLATABLE = ("llvm.", "nvvm.", "gpu.module", "builtin.module")
+
+
+def _op_names(op) -> set[str]:
+    names: set[str] = set()
+
+    def visit(inner):
+        names.add(inner.name)
+        return ir.WalkResult.ADVANCE
+
+    op.operation.walk(visit)
+    return names
+
+
 def device_modules(module: "ir.Module") -> list[tuple[str, str]]:
     """(kernel name, LLVM IR text) per ``gpu.module`` after to-nvvm; each
     kernel is renamed to its module's name (unique in the PTX)."""
@@ -233,6 +293,10 @@ def device_modules(module: "ir.Module") -> list[tuple[str, str]]:
                 inner.attributes["sym_name"] = ir.StringAttr.get(name)
             body.append(str(inner))
         text = "module {\n" + "\n".join(body) + "\n}"
+        left = sorted({n for n in _op_names(op) if not n.startswith(_TRANSLATABLE)})
+        if left:  # translation would crash the process on them
+            raise _fail("translate", text, f"ops not lowered to LLVM/NVVM remain in the device "
+                        f"code: {', '.join(left)}", "--translate")
         try:
             dev = ir.Module.parse(text, module.context)
             out.append((name, llvm_dialect.translate_module_to_llvmir(dev.operation)))
@@ -269,6 +333,7 @@ def lower(module_or_text, entry_names: Sequence[str], *, target=None, keep_ir: b
         _run(module, "bufferize", BUFFERIZE)
         module.operation.attributes["gpu.container_module"] = ir.UnitAttr.get()
         _run(module, "to-loops", TO_LOOPS)
+        wrap_serial_code(module)
         sizes = ",".join(map(str, tile_sizes(max_parallel_rank(module))))
         _run(module, "tile", (f"func.func(scf-parallel-loop-tiling{{parallel-loop-tile-sizes="
                               f"{sizes} no-min-max-bounds=true}})",))
