@@ -290,7 +290,7 @@ def device_modules(module: "ir.Module") -> list[tuple[str, str]]:
         body = []
         for inner in op.regions[0].blocks[0].operations:
             if "nvvm.kernel" in inner.attributes or "gpu.kernel" in inner.attributes:
-                inner.attributes["sym_name"] = ir.StringAttr.get(name)
+                inner.attributes["sym_name"] = ir.StringAttr.get(name, module.context)
             body.append(str(inner))
         text = "module {\n" + "\n".join(body) + "\n}"
         left = sorted({n for n in _op_names(op) if not n.startswith(_TRANSLATABLE)})
@@ -351,8 +351,8 @@ def lower(module_or_text, entry_names: Sequence[str], *, target=None, keep_ir: b
         ptx, optimized = ptx_codegen.compile_ir_to_ptx(ll, [n for n, _ in devices], target)
     except CodegenError as e:
         path = write_reproducer(ll, "cuda-llvm", ".ll")
-        raise CodegenError(f"{e}\n  reproducer: {path}\n  rerun with: "
-                           f"{_command(path, f'--target={target}')}") from None
+        raise type(e)(f"{e}\n  reproducer: {path}\n  rerun with: "
+                      f"{_command(path, f'--target={target}')}") from None
     if assemble is None:
         assemble = ptx_codegen.ptxas_path() is not None
     cubin = ptx_codegen.assemble(ptx, target.arch) if assemble else None
