@@ -23,7 +23,6 @@ from compiler.driver import CompileError, compile
 from compiler.errors import CodegenError
 from compiler.graph.opdef import TensorType
 from compiler.targets import TargetError, parse_target
-from runtime.binding import KernelCaps  # noqa: F401  (the ABI the kernels bind under)
 from runtime.cuda import CudaUnavailableError
 from runtime.cuda.program import Buffer, KernelProgram, Launch
 from runtime.dtype import DType
@@ -93,7 +92,6 @@ def test_every_primitive_compiles_to_ptx_and_cubin():
     """Every f32 primitive the cuda table claims compiles (no device) to PTX
     with all its entries; where ptxas is present each program carries a
     cubin ptxas accepted for sm_90."""
-    from compiler.codegen.cuda import compile_program  # noqa: F401
     ops, gaps = [], {}
     for op, g in _primitive_graphs():
         try:
@@ -140,8 +138,6 @@ def test_fused_ops_compile_for_both_archs(name, arch):
     assert any(name in s and "mlir-nvptx-fused" in s for s in m.kernel_summary()), m.kernel_summary()
     _assert_ptx(m, arch)
     if HAS_PTXAS:
-        for r in m.executor.entries:
-            pass
         programs = _programs(m)
         assert programs and all(p.cubin and p.cubin[:4] == b"\x7fELF" for p in programs)
 
@@ -181,7 +177,7 @@ def test_elementwise_launch_geometry_and_abi():
     assert launch.grid == (4, 8, 1) and launch.block == (32, 8, 1) and launch.shared_bytes == 0
     assert launch.args == (("param", 0), ("param", 1))
     assert ".param .u64 .ptr .align 1 kernel_kernel_param_0" in p.ptx  # bare pointers
-    assert "__nv_expf" not in p.ptx.split(".entry")[0] or ".extern" not in p.ptx
+    assert ".extern" not in p.ptx and "ex2.approx" in p.ptx  # libdevice __nv_expf inlined
 
 
 def test_ragged_shapes_are_guarded():
