@@ -66,6 +66,9 @@ class CompiledModule:
         if not self._runnable:
             check_cpu_features(self.target.features, target=str(self.target),
                                what="this module")
+            check = getattr(self.target.codegen, "check_runnable", None)
+            if check is not None:  # e.g. a CUDA device for a cuda target
+                check(self.target)
             self._runnable = True
         return self.executor.run(**inputs)
 
@@ -158,6 +161,7 @@ def _warm(module: CompiledModule) -> None:
     from runtime.layout import Layout
 
     specs = module.executor.specs
+    results = []
     for i, step in enumerate(module.plan.steps):
         if not isinstance(step, KernelStep):
             continue
@@ -167,8 +171,11 @@ def _warm(module: CompiledModule) -> None:
         layouts = [Layout.contiguous(specs[v].shape) for v in step.inputs]
         layouts += [Layout.contiguous(s.shape) for s in step.output_specs[:1]]
         try:
-            warm(layouts, step.params, len(step.inputs))
+            results.append(warm(layouts, step.params, len(step.inputs)))
         except FuelError as e:
             raise CompileError(f"code generation failed for step {step.name!r} "
                                f"({step.key}[{','.join(d.value for d in step.dtypes)}]) "
                                f"for target {module.target}: {e}") from e
+    describe = getattr(module.target.codegen, "module_ir", None)
+    if describe is not None:  # e.g. the PTX of every kernel on a cuda target
+        module.ir.update(describe(results))

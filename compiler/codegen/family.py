@@ -56,8 +56,37 @@ _key_locks: dict[Hashable, threading.Lock] = {}
 
 
 def runnable_here(target) -> bool:
-    """True when this machine has every feature code for ``target`` uses."""
-    return not missing_cpu_features(target.features)
+    """True when this machine can run code for ``target`` (its codegen
+    package's ``runnable_here``: the CPU features, a CUDA device, ...)."""
+    ask = getattr(target.codegen, "runnable_here", None)
+    return ask(target) if ask is not None else not missing_cpu_features(target.features)
+
+
+class StaticInstance:
+    """An op instance compiled with static shapes (for a target whose
+    codegen package sets ``STATIC_SHAPES``): ``dynamic`` is False and the
+    memo key includes the input types."""
+
+    __slots__ = ("inner",)
+    dynamic = False
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    @property
+    def memo_key(self) -> tuple:
+        return ("static", self.inner.memo_key, tuple(self.inner.input_types))
+
+
+def for_target(inst, target):
+    """``inst`` as ``target`` compiles it (static shapes where its codegen
+    package needs them)."""
+    if getattr(target.codegen, "STATIC_SHAPES", False) and getattr(inst, "dynamic", False):
+        return StaticInstance(inst)
+    return inst
 
 
 def compiled_entry(target, key: Hashable, linalg_text: Callable[[], str], n_args: int, *,
@@ -68,7 +97,9 @@ def compiled_entry(target, key: Hashable, linalg_text: Callable[[], str], n_args
     C-interface entry taking ``n_args`` memref descriptors is memoised.
 
     ``load=False`` only makes sure the object is compiled and cached (for a
-    target this machine cannot run) and returns None."""
+    target this machine cannot run) and returns what the codegen package's
+    ``ensure_compiled`` returns (None on cpu targets; the compiled program
+    on cuda targets)."""
     full = (target, key)
     if load:
         check_cpu_features(target.features, target=str(target), what="a generated kernel")
@@ -81,8 +112,7 @@ def compiled_entry(target, key: Hashable, linalg_text: Callable[[], str], n_args
         fn = _compiled.get(full)
         if fn is None:
             if not load:
-                target.codegen.ensure_compiled(linalg_text(), [ENTRY], target=target)
-                return None
+                return target.codegen.ensure_compiled(linalg_text(), [ENTRY], target=target)
             fn = target.codegen.compile_module(linalg_text(), [ENTRY], target=target).ciface(
                 ENTRY, n_args)
             with _lock:
@@ -144,6 +174,7 @@ class KernelFamily:
         """The compiled kernel of ``instance`` on ``target`` (a Target or its
         string; memoised)."""
         target = parse_target(target)
+        instance = for_target(instance, target)
         return compiled_entry(target, (type(self).__name__, instance.memo_key),
                               lambda: self.linalg_text(instance, target),
                               len(instance.input_types) + 1, load=load)

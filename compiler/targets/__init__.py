@@ -191,6 +191,7 @@ class _TableRegistry:
 _tables = _TableRegistry()
 
 from . import cpu as _cpu  # noqa: E402,F401  (registers the cpu kind)
+from . import cuda as _cuda  # noqa: E402,F401  (registers the cuda kind)
 
 __all__ = ["Target", "TargetKind", "TargetError", "parse_target", "table_for",
            "register_target_kind", "target_kind", "accepted_targets"]

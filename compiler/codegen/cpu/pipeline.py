@@ -143,9 +143,11 @@ def _fully_dynamic_memref(t: "ir.RankedTensorType") -> "ir.MemRefType":
     return ir.MemRefType.get(t.shape, t.element_type, layout=layout)
 
 
-def prepare_entries(module: "ir.Module", entry_names: Iterable[str]) -> None:
+def prepare_entries(module: "ir.Module", entry_names: Iterable[str], *,
+                    identity_outputs: bool = False) -> None:
     """Give each entry the C interface and turn its tensor results into
-    trailing out-params (fully dynamic strided memrefs) written through
+    trailing out-params (fully dynamic strided memrefs; identity-layout
+    memrefs with ``identity_outputs``) written through
     ``bufferization.materialize_in_destination``. Raises CodegenError for a
     missing entry or a non-tensor result."""
     funcs = {}
@@ -166,7 +168,8 @@ def prepare_entries(module: "ir.Module", entry_names: Iterable[str]) -> None:
                 if not isinstance(t, ir.RankedTensorType):
                     raise CodegenError(f"entry function @{name} returns {t}; CPU kernels "
                                        "return ranked tensors only")
-            out_types = [_fully_dynamic_memref(t) for t in results]
+            out_types = [ir.MemRefType.get(t.shape, t.element_type) if identity_outputs
+                         else _fully_dynamic_memref(t) for t in results]
             entry_block = f.regions[0].blocks[0]
             out_args = [entry_block.add_argument(t, ir.Location.unknown()) for t in out_types]
             for block in f.regions[0].blocks:
