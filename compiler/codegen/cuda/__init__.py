@@ -22,7 +22,6 @@ import numpy as np
 from runtime.binding import KernelBindingTable
 from runtime.cuda.program import KernelProgram
 from runtime.dtype import DType
-from runtime.opkind import OpKind
 
 from .pipeline import CudaLowering, describe_pipeline, lower, main  # noqa: F401
 
