@@ -53,6 +53,9 @@ def fab_cases():
          {"softmax_scale": 0.7, "causal": True, "softcap": 2.0}),
         (attn(1, 2, 1, 3, 6, 2, extra=True),
          {"softmax_scale": 1.0, "window_size_left": 1, "window_size_right": 2}),
+        # Sq > Sk + window_size_left: the last query rows see no key (P = 0, grads 0)
+        (attn(1, 4, 2, 7, 3, 2, extra=True, alibi=True),
+         {"softmax_scale": 0.6, "window_size_left": 1, "softcap": 3.0}),
     ]
 
 
