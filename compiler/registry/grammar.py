@@ -391,7 +391,10 @@ def _check_dim_expr(d, n_binds: int, where: str, allow_recip: bool):
     raise RecipeError("BadAttrs", f"{where}: {d!r} is not a dim expression")
 
 
-def _check_value(opname: str, spec, value, n_binds: int):
+def _check_value(opname: str, spec, value, n_binds: int, pattern: bool = False):
+    """``pattern``: a fusion pattern, where a ``SLOT`` on any f64 param only
+    reads the matched op's value (a recipe emits slots, on AddScalar/MulScalar
+    ``value`` only)."""
     where = f"{opname}.{spec.name}"
     kind = spec.kind
     if value is LAST:
@@ -400,7 +403,7 @@ def _check_value(opname: str, spec, value, n_binds: int):
                                           f"(kind i64), this one is {kind}")
         return
     if value is SLOT:
-        if opname not in SLOT_OPS or kind != "f64":
+        if (opname not in SLOT_OPS and not pattern) or kind != "f64":
             raise RecipeError("BadSlot", f"{where}: only AddScalar/MulScalar 'value' may be "
                                          f"an open scalar slot; bake this scalar in")
         return
@@ -602,6 +605,6 @@ def validate_pattern(pattern) -> None:
             for k, v in n.params:
                 if k not in by_name:
                     raise RecipeError("BadAttrs", f"{n.op} has no param {k!r}")
-                _check_value(n.op, by_name[k], v, len(binds))
+                _check_value(n.op, by_name[k], v, len(binds), pattern=True)
         elif not isinstance(n, (Bind, SeeThrough, Any_)):
             raise RecipeError("NonConcreteRegion", f"{n!r} is not a pattern node")
