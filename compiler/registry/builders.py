@@ -90,10 +90,13 @@ def rope(x, cos, sin, interleaved: bool = False):
     return fused("Rope", x, cos, sin, interleaved=interleaved)
 
 
-def conv2d(x, w, bias=None, stride=1, padding=0, groups: int = 1):
+def conv2d(x, w, bias=None, stride=1, padding=0, groups: int = 1, dilation=1):
+    """Conv2D (NCHW x, FCHW w); ``stride``, ``padding``, ``dilation``: an int
+    or an (h, w) pair."""
     OPNAME = "Conv2D"
     return fused("Conv2D", x, w, bias, stride=_pair(stride, "stride", OPNAME),
-                 padding=_pair(padding, "padding", OPNAME), groups=groups)
+                 padding=_pair(padding, "padding", OPNAME), groups=groups,
+                 dilation=_pair(dilation, "dilation", OPNAME))
 
 
 def conv_transpose2d(x, w, bias=None, stride=1, padding=0, output_padding=0, dilation=1,
