@@ -237,8 +237,15 @@ def load_fuel_dialect(ctx: "ir.Context", ops: Optional[Iterable] = None) -> None
 def parse_fuel_module(text: str, ctx: Optional["ir.Context"] = None) -> "ir.Module":
     """Parse (and verify) fuel dialect text. ``ctx`` defaults to a fresh
     context with the dialect loaded. Raises DialectError carrying MLIR's
-    diagnostics (line/column, the offending op) on malformed text, or naming
-    the op whose result types contradict its shape/dtype rule (``verify``)."""
+    diagnostics (line/column, the offending op) on malformed text, naming
+    the op whose result types contradict its shape/dtype rule (``verify``),
+    or locating brackets nested too deep for the MLIR parser (which would
+    overflow its stack and abort the process)."""
+    from .verify import check_nesting
+    too_deep = check_nesting(text)
+    if too_deep is not None:
+        line, col, msg = too_deep
+        raise DialectError(f"malformed fuel dialect text at {line}:{col}: {msg}")
     if ctx is None:
         ctx = ir.Context()
     load_fuel_dialect(ctx)

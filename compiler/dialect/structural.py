@@ -235,6 +235,27 @@ def region_of(root_value, members) -> Region:
         return lf_hash[v]
 
     visit(root_value)
+    # Occurrences of each value in the region read as a tree. A slot node that
+    # occurs more than once (under a shared subexpression) keeps its value as
+    # a constant: slots fill per occurrence, so a slot there would repeat its
+    # value once per path (exponentially many on a deep DAG).
+    order, seen, stack = [], set(), [(root_value, False)]
+    while stack:
+        v, expanded = stack.pop()
+        if expanded:
+            order.append(v)
+        elif v in info and v not in seen:
+            seen.add(v)
+            stack.append((v, True))
+            stack.extend((u, False) for u in info[v][2])
+    occurrences = {root_value: 1}
+    for v in reversed(order):  # parents before children
+        for u in info[v][2]:
+            occurrences[u] = occurrences.get(u, 0) + occurrences[v]
+    for v in order:
+        name, params, kids, op = info[v]
+        if params.get("value") is g.SLOT and occurrences[v] > 1:
+            params["value"] = _op_spec_params(op)[1]["value"]
     binds: dict = {}
     memo: dict = {}
     slot_values: dict[int, float] = {}
@@ -256,7 +277,7 @@ def region_of(root_value, members) -> Region:
         return node
 
     root = build(root_value)
-    scalars = tuple(slot_values[id(n)] for n in g.iter_preorder(root) if g.is_slot_op(n))
+    scalars = tuple(slot_values[id(n)] for n in g.iter_slot_occurrences(root))
     inputs = tuple(sorted(binds, key=binds.__getitem__))
     return Region(root, inputs, scalars, slot_values, tuple(memo.values()))
 
@@ -270,18 +291,25 @@ def align(registered, region: Region):
     from compiler.registry import grammar as g
     values = region.slot_values
 
-    def go(r, t, bmap):
+    # ``state``: bind index map (int -> int) and matched registered nodes
+    # (("n", id(r)) -> (id(t), its slot values)); a registered node already
+    # matched (shared in the DAG) is not walked again, so this is linear in
+    # the distinct nodes plus the slot occurrences.
+    def go(r, t, state):
         if isinstance(r, g.Bind) or isinstance(t, g.Bind):
             if not (isinstance(r, g.Bind) and isinstance(t, g.Bind)):
                 return None
-            prev = bmap.get(r.index)
+            prev = state.get(r.index)
             if prev is None:
-                if t.index in bmap.values():
+                if t.index in {v for k, v in state.items() if isinstance(k, int)}:
                     return None
-                bmap[r.index] = t.index
+                state[r.index] = t.index
             elif prev != t.index:
                 return None
             return []
+        key = ("n", id(r))
+        if key in state and state[key][0] == id(t):
+            return list(state[key][1])
         if not (isinstance(r, g.Op) and isinstance(t, g.Op)) or r.op != t.op \
                 or r.params != t.params or len(r.operands) != len(t.operands):
             return None
@@ -290,20 +318,22 @@ def align(registered, region: Region):
         if r.op in g.COMMUTATIVE and len(t.operands) == 2:
             orders.append(t.operands[::-1])
         for kids in orders:
-            b, out = dict(bmap), list(own)
+            b, out = dict(state), list(own)
             for rc, tc in zip(r.operands, kids):
                 got = go(rc, tc, b)
                 if got is None:
                     break
                 out += got
             else:
-                bmap.clear()
-                bmap.update(b)
+                b.setdefault(key, (id(t), tuple(out)))
+                state.clear()
+                state.update(b)
                 return out
         return None
 
-    bmap: dict = {}
-    scalars = go(registered, region.root, bmap)
+    state: dict = {}
+    scalars = go(registered, region.root, state)
+    bmap = {k: v for k, v in state.items() if isinstance(k, int)}
     if scalars is None or sorted(bmap) != list(range(len(region.inputs))):
         return None
     return tuple(region.inputs[bmap[i]] for i in range(len(bmap))), tuple(scalars)

@@ -59,14 +59,13 @@ def rms_norm(x, weight=None, eps: float = 1e-6):
 
 
 def layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
-    """LayerNormLastDim, then ``* weight + bias`` (each ``[D]``) when given."""
-    y = fused("LayerNormLastDim", x, eps=eps)
-    g = x.graph
+    """LayerNormLastDim with its optional ``weight`` and ``bias`` (each
+    ``[D]``) applied inside the fused op (f16/bf16: computed in f32, rounded
+    once). A bias without a weight is a separate Add after the op."""
     if weight is not None:
-        y = g.add_node("Mul", [y, _lift(y, weight)])
-    if bias is not None:
-        y = g.add_node("Add", [y, _lift(y, bias)])
-    return y
+        return fused("LayerNormLastDim", x, weight, *(() if bias is None else (bias,)), eps=eps)
+    y = fused("LayerNormLastDim", x, eps=eps)
+    return y if bias is None else x.graph.add_node("Add", [y, _lift(y, bias)])
 
 
 def linear(x, w, bias=None):
@@ -91,10 +90,13 @@ def rope(x, cos, sin, interleaved: bool = False):
     return fused("Rope", x, cos, sin, interleaved=interleaved)
 
 
-def conv2d(x, w, bias=None, stride=1, padding=0, groups: int = 1):
+def conv2d(x, w, bias=None, stride=1, padding=0, groups: int = 1, dilation=1):
+    """Conv2D (NCHW x, FCHW w); ``stride``, ``padding``, ``dilation``: an int
+    or an (h, w) pair."""
     OPNAME = "Conv2D"
     return fused("Conv2D", x, w, bias, stride=_pair(stride, "stride", OPNAME),
-                 padding=_pair(padding, "padding", OPNAME), groups=groups)
+                 padding=_pair(padding, "padding", OPNAME), groups=groups,
+                 dilation=_pair(dilation, "dilation", OPNAME))
 
 
 def conv_transpose2d(x, w, bias=None, stride=1, padding=0, output_padding=0, dilation=1,

@@ -156,9 +156,40 @@ class Bind:
 
 @dataclasses.dataclass(frozen=True)
 class Op:
+    """One op node. Nodes form a DAG (an operand object may be shared); the
+    hash is computed once from the children's hashes and equality compares
+    each pair of nodes once, so both are linear in the distinct nodes."""
     op: str
     operands: tuple = ()
     params: tuple = ()  # sorted ((name, value), ...)
+
+    def __post_init__(self):
+        object.__setattr__(self, "_hash", hash((self.op, self.operands, self.params)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, Op):
+            return NotImplemented
+        seen = set()
+        stack = [(self, other)]
+        while stack:
+            a, b = stack.pop()
+            if a is b or (id(a), id(b)) in seen:
+                continue
+            seen.add((id(a), id(b)))
+            if not (isinstance(a, Op) and isinstance(b, Op)):
+                if a != b:
+                    return False
+                continue
+            if (a._hash != b._hash or a.op != b.op or a.params != b.params
+                    or len(a.operands) != len(b.operands)):
+                return False
+            stack.extend(zip(a.operands, b.operands))
+        return True
 
     @property
     def param_dict(self) -> dict:
@@ -200,7 +231,8 @@ def op(name: str, *operands, **params) -> Op:
 # -- traversal helpers ------------------------------------------------------------
 def iter_preorder(node) -> Iterator:
     """Every node occurrence of the tree, parents before children (a shared
-    object is visited once per occurrence)."""
+    object is visited once per occurrence: exponential on a deep DAG; see
+    ``iter_slot_occurrences`` and ``iter_unique`` for the linear walks)."""
     stack = [node]
     while stack:
         n = stack.pop()
@@ -211,7 +243,9 @@ def iter_preorder(node) -> Iterator:
             stack.append(n.then)
 
 
-def _iter_unique(node) -> Iterator:
+def iter_unique(node) -> Iterator:
+    """Every distinct node (by identity) under ``node``, at its first
+    pre-order occurrence: linear in the distinct nodes."""
     seen = set()
     stack = [node]
     while stack:
@@ -224,6 +258,46 @@ def _iter_unique(node) -> Iterator:
             stack.extend(reversed(n.operands))
         elif isinstance(n, SeeThrough):
             stack.append(n.then)
+
+
+_iter_unique = iter_unique
+
+
+def _kids(n) -> tuple:
+    return n.operands if isinstance(n, Op) else (n.then,) if isinstance(n, SeeThrough) else ()
+
+
+def _postorder(node) -> list:
+    """The distinct nodes under ``node`` (by identity), children before parents."""
+    out, seen = [], set()
+    stack = [(node, False)]
+    while stack:
+        n, expanded = stack.pop()
+        if expanded:
+            out.append(n)
+        elif id(n) not in seen:
+            seen.add(id(n))
+            stack.append((n, True))
+            stack.extend((c, False) for c in reversed(_kids(n)))
+    return out
+
+
+def iter_slot_occurrences(node) -> Iterator:
+    """The slot op nodes under ``node``, once per occurrence in pre-order
+    (the order slots fill in), without entering subtrees that hold no slot:
+    the walk costs the distinct nodes plus the slot occurrences, not the
+    occurrences of every node."""
+    free: dict = {}
+    for n in _postorder(node):
+        free[id(n)] = not is_slot_op(n) and all(free[id(c)] for c in _kids(n))
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if free[id(n)]:
+            continue
+        if is_slot_op(n):
+            yield n
+        stack.extend(reversed(_kids(n)))
 
 
 def _roots(recipe) -> tuple:
@@ -246,9 +320,15 @@ def is_slot_op(n) -> bool:
 
 def count_scalar_slots(recipe) -> int:
     """Number of open scalar slots, counted per occurrence in pre-order over
-    every root in order (fuel-spec §4.4): the length the scalar projection
-    of the recipe's params must have."""
-    return sum(1 for r in _roots(recipe) for n in iter_preorder(r) if is_slot_op(n))
+    every root in order (a shared slot node fills one slot per occurrence):
+    the length the scalar projection of the recipe's params must have.
+    Linear in the distinct nodes."""
+    memo: dict = {}
+    for r in _roots(recipe):
+        for n in _postorder(r):
+            if id(n) not in memo:
+                memo[id(n)] = int(is_slot_op(n)) + sum(memo[id(c)] for c in _kids(n))
+    return sum(memo[id(r)] for r in _roots(recipe))
 
 
 # -- validation ---------------------------------------------------------------
@@ -311,7 +391,10 @@ def _check_dim_expr(d, n_binds: int, where: str, allow_recip: bool):
     raise RecipeError("BadAttrs", f"{where}: {d!r} is not a dim expression")
 
 
-def _check_value(opname: str, spec, value, n_binds: int):
+def _check_value(opname: str, spec, value, n_binds: int, pattern: bool = False):
+    """``pattern``: a fusion pattern, where a ``SLOT`` on any f64 param only
+    reads the matched op's value (a recipe emits slots, on AddScalar/MulScalar
+    ``value`` only)."""
     where = f"{opname}.{spec.name}"
     kind = spec.kind
     if value is LAST:
@@ -320,7 +403,7 @@ def _check_value(opname: str, spec, value, n_binds: int):
                                           f"(kind i64), this one is {kind}")
         return
     if value is SLOT:
-        if opname not in SLOT_OPS or kind != "f64":
+        if (opname not in SLOT_OPS and not pattern) or kind != "f64":
             raise RecipeError("BadSlot", f"{where}: only AddScalar/MulScalar 'value' may be "
                                          f"an open scalar slot; bake this scalar in")
         return
@@ -522,6 +605,6 @@ def validate_pattern(pattern) -> None:
             for k, v in n.params:
                 if k not in by_name:
                     raise RecipeError("BadAttrs", f"{n.op} has no param {k!r}")
-                _check_value(n.op, by_name[k], v, len(binds))
+                _check_value(n.op, by_name[k], v, len(binds), pattern=True)
         elif not isinstance(n, (Bind, SeeThrough, Any_)):
             raise RecipeError("NonConcreteRegion", f"{n!r} is not a pattern node")

@@ -5,6 +5,8 @@ failures (reproducer file + rerun command)."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -149,6 +151,23 @@ def test_well_formed_dialect_text_parses():
             "  %0 = \"fuel.exp\"(%x) : (tensor<2xf32>) -> tensor<2xf32>\n"
             "  return %0 : tensor<2xf32>\n}")
     assert "fuel.exp" in str(parse_fuel_module(text))
+
+
+def test_deeply_nested_dialect_text_is_refused_not_a_crash():
+    """In a subprocess: text nested thousands deep overflows the MLIR parser's
+    stack (the process dies); parse_fuel_module refuses it with DialectError."""
+    script = (
+        "from compiler.dialect.definition import parse_fuel_module\n"
+        "from compiler.errors import DialectError\n"
+        "text = 'func.func @main() -> tensor<' + '(' * 50000 + 'f32' + ')' * 50000 + '>'\n"
+        "try:\n"
+        "    parse_fuel_module(text)\n"
+        "except DialectError as e:\n"
+        "    print('REFUSED', e)\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "REFUSED" in r.stdout and "1:" in r.stdout and "256 levels" in r.stdout, r.stdout
 
 
 # -- unsupported ops ----------------------------------------------------------------------------

@@ -26,13 +26,13 @@ from compiler import interpret, compile
 from compiler.dialect import attrs as dattrs
 from compiler.dialect.definition import default_ops, load_fuel_dialect
 from compiler.dialect.types import tensor_type
-from compiler.errors import LoweringError
+from compiler.errors import GraphBuildError, LoweringError
 from compiler.graph import Graph
 from compiler.graph.numerics import from_compute, to_compute
 from compiler.graph.opdef import TensorType
 from compiler.mlir import func, ir
 from compiler.registry import default_registry
-from compiler.registry.builders import fused
+from compiler.registry.builders import conv2d, fused
 from runtime import params as P
 from runtime.dtype import DType, from_storage
 from runtime.layout import Layout
@@ -349,7 +349,62 @@ CONV = [
     ((2, 4, 7, 6), (6, 2, 3, 2), dict(stride=(2, 1), padding=(0, 1), groups=2), True, "f32"),
     ((1, 3, 6, 6), (4, 3, 2, 2), dict(stride=(2, 2), padding=(0, 0), groups=1), True, "f64"),
     ((1, 4, 5, 5), (4, 1, 3, 3), dict(stride=(1, 1), padding=(1, 1), groups=4), False, "f32"),
+    ((1, 2, 9, 8), (3, 2, 3, 3), dict(stride=(1, 1), padding=(0, 0), groups=1,
+                                      dilation=(2, 3)), True, "f32"),
+    ((2, 4, 10, 9), (4, 2, 2, 3), dict(stride=(2, 1), padding=(2, 1), groups=2,
+                                       dilation=(3, 2)), False, "f64"),
 ]
+
+
+def _numpy_conv(x, w, b, stride, padding, dilation, groups):
+    """Cross-correlation from its definition: y[n,o,i,j] = b[o] + Σ_{c,ky,kx}
+    xpad[n, g·Cin/g + c, i·sh + ky·dh, j·sw + kx·dw] · w[o,c,ky,kx]."""
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    n, cin, hp, wp = xp.shape
+    cout, cpg, kh, kw = w.shape
+    ho, wo = (hp - dh * (kh - 1) - 1) // sh + 1, (wp - dw * (kw - 1) - 1) // sw + 1
+    y = np.zeros((n, cout, ho, wo)) + (0 if b is None else b[None, :, None, None])
+    for o in range(cout):
+        g0 = (o // (cout // groups)) * cpg
+        for i in range(ho):
+            for j in range(wo):
+                win = xp[:, g0:g0 + cpg, i * sh:i * sh + dh * (kh - 1) + 1:dh,
+                         j * sw:j * sw + dw * (kw - 1) + 1:dw]
+                y[:, o, i, j] += (win * w[o]).sum(axis=(1, 2, 3))
+    return y
+
+
+@pytest.mark.parametrize("xs,ws,stride,padding,dilation,groups", [
+    ((1, 3, 11, 10), (2, 3, 3, 3), 1, 0, 2, 1),
+    ((2, 2, 12, 9), (4, 1, 3, 2), (2, 1), (1, 2), (2, 3), 2),
+    ((1, 1, 7, 7), (1, 1, 2, 2), 3, 1, (3, 1), 1),
+])
+def test_conv2d_dilation_matches_numpy(rng, xs, ws, stride, padding, dilation, groups):
+    """The builder's ``dilation`` through the fused kernel and through the
+    recipe (no kernel) against a numpy dilated convolution."""
+    x, w, b = (rng.standard_normal(s) for s in (xs, ws, (ws[0],)))
+    pair = lambda v: (v, v) if isinstance(v, int) else v
+    want = _numpy_conv(x, w, b, pair(stride), pair(padding), pair(dilation), groups)
+    g = Graph()
+    xi, wi, bi = g.input("x", xs, "f64"), g.input("w", ws, "f64"), g.input("b", (ws[0],), "f64")
+    g.output(conv2d(xi, wi, bi, stride=stride, padding=padding, groups=groups,
+                    dilation=dilation), "y")
+    m = compile(g)
+    assert m.kernel_summary() == ["Conv2D[f64,f64,f64,f64] (mlir-cpu-fused)"]
+    np.testing.assert_allclose(m(x=x, w=w, b=b), want, rtol=1e-12, atol=1e-12)
+    mr = compile(g, pipeline="base-map")
+    assert not any(k.startswith("Conv2D") for k in mr.kernel_summary())
+    np.testing.assert_allclose(mr(x=x, w=w, b=b), want, rtol=1e-12, atol=1e-12)
+
+
+def test_conv2d_dilation_errors_name_the_rule():
+    g = Graph()
+    x, w = g.input("x", (1, 1, 5, 5), "f32"), g.input("w", (1, 1, 3, 3), "f32")
+    with pytest.raises(GraphBuildError, match=r"Conv2D.*dilation 3x3: extent 7x7.*5x5"):
+        conv2d(x, w, dilation=3)
+    with pytest.raises(GraphBuildError, match=r"Conv2D.*dilation must be >= 1"):
+        conv2d(x, w, dilation=(1, 0))
 
 
 @pytest.mark.parametrize("xs,ws,params,bias,dtype", CONV)

@@ -17,7 +17,7 @@ import pytest
 
 from compiler import compile, interpret
 from compiler.codegen import fused as F
-from compiler.errors import UnsupportedOpError
+from compiler.errors import GraphBuildError, UnsupportedOpError
 from compiler.graph import Graph
 from compiler.graph.kernel_params import KernelParamsError
 from compiler.graph.numerics import dtype_of, from_compute, to_compute
@@ -136,6 +136,56 @@ def test_layer_norm(rng, shape, eps, dtype):
     x = from_compute(x, DType.parse(dtype))
     _check_op("LayerNormLastDim", [(shape, dtype)], {"eps": eps}, [x], dtype,
               recipe=dtype != "f16", scale=(50 if dtype == "f32" else 1))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64", "f16", "bf16"])
+@pytest.mark.parametrize("shape,n_affine", [((6,), 2), ((4, 32), 1), ((2, 3, 17), 2)])
+def test_layer_norm_with_weight_and_bias(rng, shape, n_affine, dtype):
+    arrs = [_data(rng, shape, dtype)] + [_data(rng, shape[-1:], dtype)
+                                         for _ in range(n_affine)]
+    specs = [(a.shape, dtype) for a in arrs]
+    _check_op("LayerNormLastDim", specs, {"eps": 1e-5}, arrs, dtype, recipe=dtype != "bf16")
+
+
+def test_f16_layer_norm_affine_rounds_once():
+    """f16 LayerNorm with weight and bias against an f64 numpy LayerNorm on
+    N(0,1) rows of width 1024: the affine is computed in f32 inside the op and
+    rounded once, so every output is within half an f16 ulp (+ f32 noise) of
+    the exact value -- within 1e-3 wherever |y| < 4, PyTorch's f16 level --
+    where separate f16 Mul/Add lose whole ulps. Kernel and recipe alike."""
+    rng = np.random.default_rng(1)
+    x, w, b = (rng.standard_normal(s).astype(np.float16) for s in ((16, 1024), (1024,), (1024,)))
+    xd = x.astype(np.float64)
+    mu = xd.mean(-1, keepdims=True)
+    norm = (xd - mu) / np.sqrt(((xd - mu) ** 2).mean(-1, keepdims=True) + 1e-5)
+    want = norm * w.astype(np.float64) + b.astype(np.float64)
+    ulp = np.spacing(np.abs(want).astype(np.float16)).astype(np.float64)
+    separate = ((norm.astype(np.float16) * w).astype(np.float16) + b).astype(np.float64)
+    assert (np.abs(separate - want) / ulp).max() > 2  # what the old builder's Mul/Add gave
+    g = Graph()
+    xi, wi, bi = (g.input(n, a.shape, "f16") for n, a in (("x", x), ("w", w), ("b", b)))
+    g.output(xi.layer_norm(wi, bi, eps=1e-5), "y")
+    m = compile(g)
+    assert m.kernel_summary() == ["LayerNormLastDim[f16,f16,f16,f16] (mlir-cpu-fused)"]
+    mr = compile(g, pipeline=RECIPE)  # no kernel: the recipe, also f32 inside
+    assert not any(k.startswith("LayerNormLastDim") for k in mr.kernel_summary())
+    for what, mod in (("kernel", m), ("recipe", mr)):
+        got = mod(x=x, w=w, b=b)
+        assert got.dtype == np.float16
+        err = np.abs(got.astype(np.float64) - want)
+        assert (err / ulp).max() <= 0.51, what
+        assert err[np.abs(want) < 4].max() <= 1e-3, what
+
+
+def test_layer_norm_affine_inputs_are_checked():
+    g = Graph()
+    x = g.input("x", (4, 8), "f32")
+    with pytest.raises(GraphBuildError, match=r"LayerNormLastDim.*weight must be \[D\] = \[8\]"):
+        x.layer_norm(g.input("w", (4,), "f32"))
+    with pytest.raises(GraphBuildError, match=r"LayerNormLastDim.*bias must be \[D\].*dtype f32"):
+        x.layer_norm(g.input("w2", (8,), "f32"), g.input("b", (8,), "f16"))
+    with pytest.raises(GraphBuildError, match=r"LayerNormLastDim.*takes 1 to 3 input"):
+        fused("LayerNormLastDim", x, x, x, x, eps=1e-5)
 
 
 LINEAR = [((4, 8), (8, 6)), ((1, 3), (3, 1)), ((2, 5, 7), (2, 7, 3)), ((4, 3, 5), (2, 5, 6)),
@@ -344,12 +394,14 @@ def _spelled(kind):
                         {"dim": r})
         den = g.add_node("Sqrt", [g.add_node("AddScalar", [ms], {"value": 1e-6})])
         y = g.add_node("Div", [x, g.add_node("BroadcastTo", [den], {"shape": (4, 12)})])
-    elif kind == "layernorm":
+    elif kind.startswith("layernorm"):
         c = g.add_node("Sub", [x, _bc_last(g, g.add_node("MeanDim", [x], {"axis": r}), x)])
         v = g.add_node("Unsqueeze", [g.add_node("MeanDim", [g.add_node("Sqr", [c])], {"axis": r})],
                        {"dim": r})
         den = g.add_node("Sqrt", [g.add_node("AddScalar", [v], {"value": 1e-5})])
         y = g.add_node("Div", [c, g.add_node("BroadcastTo", [den], {"shape": (4, 12)})])
+        if kind == "layernorm_affine":  # * w + b as numpy broadcasting spells them
+            y = y * g.input("w", (12,), "f32") + g.input("b", (12,), "f32")
     else:  # linear + bias
         w = g.input("w", (12, 5), "f32")
         b = g.input("b", (5,), "f32")
@@ -363,13 +415,17 @@ def _spelled(kind):
 
 @pytest.mark.parametrize("kind,op", [
     ("softmax", "SoftmaxLastDim"), ("linear", "FusedLinear"),
-    ("rmsnorm", "RmsNormLastDim"), ("layernorm", "LayerNormLastDim")])
+    ("rmsnorm", "RmsNormLastDim"), ("layernorm", "LayerNormLastDim"),
+    ("layernorm_affine", "LayerNormLastDim")])
 def test_primitive_spellings_fuse_to_the_fused_kernel(rng, kind, op):
     g = _spelled(kind)
     feeds = {"x": rng.standard_normal((4, 12)).astype(np.float32)}
     if kind == "linear":
         feeds |= {"w": rng.standard_normal((12, 5)).astype(np.float32),
                   "b": rng.standard_normal(5).astype(np.float32)}
+    if kind == "layernorm_affine":
+        feeds |= {"w": rng.standard_normal(12).astype(np.float32),
+                  "b": rng.standard_normal(12).astype(np.float32)}
     m = compile(g)
     assert m.kernel_summary() == [f"{op}[{','.join(['f32'] * (len(feeds) + 1))}] (mlir-cpu-fused)"]
     mr = compile(g, pipeline=RECIPE)

@@ -94,6 +94,27 @@ func.func @layer_norm_last_dim(%arg0: tensor<3x2x7xf32>) -> tensor<3x2x7xf32> {
 
 // -----
 
+// 4 with weight and bias, f16: computed in f32 (one cast in, the affine in
+// f32), rounded to f16 once at the end.
+// CHECK-LABEL: func.func @layer_norm_last_dim_affine_f16(
+// CHECK-NOT:     "fuel.layer_norm_last_dim"
+// CHECK:       %[[X:.*]] = "fuel.cast"(%arg0) {dtype = "f32"} : (tensor<3x8xf16>) -> tensor<3x8xf32>
+// CHECK:       %[[D:.*]] = "fuel.div"
+// CHECK:       "fuel.cast"(%arg1) {dtype = "f32"}
+// CHECK:       %[[M:.*]] = "fuel.mul"(%[[D]],
+// CHECK:       "fuel.cast"(%arg2) {dtype = "f32"}
+// CHECK:       %[[A:.*]] = "fuel.add"(%[[M]],
+// CHECK-NEXT:  %[[Y:.*]] = "fuel.cast"(%[[A]]) {dtype = "f16"} : (tensor<3x8xf32>) -> tensor<3x8xf16>
+// CHECK-NEXT:  return %[[Y]]
+// GONE-LABEL: func.func @layer_norm_last_dim_affine_f16(
+// GONE-NOT:     "fuel.layer_norm_last_dim"
+func.func @layer_norm_last_dim_affine_f16(%arg0: tensor<3x8xf16>, %arg1: tensor<8xf16>, %arg2: tensor<8xf16>) -> tensor<3x8xf16> {
+  %0 = "fuel.layer_norm_last_dim"(%arg0, %arg1, %arg2) {eps = 1.000000e-05 : f64} : (tensor<3x8xf16>, tensor<8xf16>, tensor<8xf16>) -> tensor<3x8xf16>
+  return %0 : tensor<3x8xf16>
+}
+
+// -----
+
 // 5. x*cos + rotate_half(x)*sin, rotate_half = concat(-x2, x1) over the last axis.
 // CHECK-LABEL: func.func @rope(
 // CHECK-NOT:     "fuel.rope"
@@ -135,7 +156,7 @@ func.func @rope(%arg0: tensor<3x4xf32>, %arg1: tensor<3x4xf32>, %arg2: tensor<3x
 // GONE-LABEL: func.func @conv2d(
 // GONE-NOT:     "fuel.conv2d"
 func.func @conv2d(%arg0: tensor<2x3x7x6xf32>, %arg1: tensor<4x3x3x2xf32>, %arg2: tensor<4xf32>) -> tensor<2x4x4x5xf32> {
-  %0 = "fuel.conv2d"(%arg0, %arg1, %arg2) {groups = 1 : i64, padding = [1, 0], stride = [2, 1]} : (tensor<2x3x7x6xf32>, tensor<4x3x3x2xf32>, tensor<4xf32>) -> tensor<2x4x4x5xf32>
+  %0 = "fuel.conv2d"(%arg0, %arg1, %arg2) {dilation = [1, 1], groups = 1 : i64, padding = [1, 0], stride = [2, 1]} : (tensor<2x3x7x6xf32>, tensor<4x3x3x2xf32>, tensor<4xf32>) -> tensor<2x4x4x5xf32>
   return %0 : tensor<2x4x4x5xf32>
 }
 
@@ -645,7 +666,7 @@ func.func @qmatmul_k_quant(%a: tensor<3x256xf32>, %w: tensor<105xui32>) -> tenso
 // GONE:        "fuel.conv_transpose2d"
 func.func @conv2d_huge_plane(%x: tensor<1x1x4096x4096xf32>, %w: tensor<1x1x1x1xf32>) -> tensor<1x1x4096x4096xf32> {
   // expected-warning@+1 {{decompose declined: padded plane 4096x4096 too large for exact F32 index math}}
-  %0 = "fuel.conv2d"(%x, %w) {groups = 1 : i64, padding = [0, 0], stride = [1, 1]} : (tensor<1x1x4096x4096xf32>, tensor<1x1x1x1xf32>) -> tensor<1x1x4096x4096xf32>
+  %0 = "fuel.conv2d"(%x, %w) {dilation = [1, 1], groups = 1 : i64, padding = [0, 0], stride = [1, 1]} : (tensor<1x1x4096x4096xf32>, tensor<1x1x1x1xf32>) -> tensor<1x1x4096x4096xf32>
   return %0 : tensor<1x1x4096x4096xf32>
 }
 func.func @conv_transpose2d_huge_plane(%x: tensor<1x1x4096x4096xf32>, %w: tensor<1x1x1x1xf32>) -> tensor<1x1x4096x4096xf32> {

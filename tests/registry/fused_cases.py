@@ -53,6 +53,9 @@ def fab_cases():
          {"softmax_scale": 0.7, "causal": True, "softcap": 2.0}),
         (attn(1, 2, 1, 3, 6, 2, extra=True),
          {"softmax_scale": 1.0, "window_size_left": 1, "window_size_right": 2}),
+        # Sq > Sk + window_size_left: the last query rows see no key (P = 0, grads 0)
+        (attn(1, 4, 2, 7, 3, 2, extra=True, alibi=True),
+         {"softmax_scale": 0.6, "window_size_left": 1, "softcap": 3.0}),
     ]
 
 
@@ -62,14 +65,18 @@ def cases():
         "FusedLinear": [([f(3, 4), f(4, 5), f(5)], {}), ([f(2, 3, 4), f(2, 4, 6), f(6)], {}),
                         ([f(4, 3, 2), f(2, 2, 3), f(3)], {})],
         "RmsNormLastDim": [([f(5)], {"eps": 1e-6}), ([f(2, 3, 8)], {"eps": 0.1})],
-        "LayerNormLastDim": [([f(6)], {"eps": 1e-5}), ([f(3, 2, 7)], {"eps": 0.5})],
+        "LayerNormLastDim": [([f(6)], {"eps": 1e-5}), ([f(3, 2, 7)], {"eps": 0.5}),
+                             ([f(3, 5), f(5)], {"eps": 1e-5}),
+                             ([f(2, 3, 4), f(4), f(4)], {"eps": 0.1})],
         "Rope": [([f(3, 4), f(3, 4), f(3, 4)], {}),
                  ([f(3, 4), f(3, 4), f(3, 4)], {"interleaved": True}), ([f(2, 2, 5, 6), f(5, 6), f(5, 6)], {}),
                  ([f(2, 4, 8), f(1, 4, 8), f(4, 1)], {})],
         "Conv2D": [([f(1, 2, 5, 5), f(3, 2, 3, 3)], {}),
                    ([f(2, 3, 7, 6), f(4, 3, 3, 2), f(4)], {"stride": (2, 1), "padding": (1, 0)}),
                    ([f(1, 4, 6, 5), f(6, 2, 2, 3), f(6)],
-                    {"stride": (1, 2), "padding": (1, 1), "groups": 2})],
+                    {"stride": (1, 2), "padding": (1, 1), "groups": 2}),
+                   ([f(1, 2, 9, 8), f(4, 1, 3, 2), f(4)],
+                    {"stride": (2, 1), "padding": (1, 0), "groups": 2, "dilation": (3, 2)})],
         "SoftmaxLastDimBackward": [([f(4, lo=0, hi=1), f(4)], {}),
                                    ([f(2, 3, 5, lo=0, hi=1), f(2, 3, 5)], {})],
         "LayerNormLastDimBackward": [([f(6), f(6)], {"eps": 1e-5}),

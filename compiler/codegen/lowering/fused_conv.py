@@ -1,8 +1,8 @@
 """Conv2D (fused id 6) as one kernel: 2-D cross-correlation, NCHW / FCHW.
 
 Inputs x ``[N,Cin,H,W]``, w ``[Cout,Cin/g,Kh,Kw]``, optional bias ``[Cout]``.
-Params ``stride`` (sh, sw), ``padding`` (ph, pw), ``groups``; ``dilation``
-(dh, dw) is read when present (the registry entry has none: dilation 1).
+Params ``stride`` (sh, sw), ``padding`` (ph, pw), ``groups``, ``dilation``
+(dh, dw).
 
 * zero padding: ``linalg.fill`` + ``tensor.insert_slice`` of x;
 * groups = 1 with f32/f64: the named ``linalg.conv_2d_nchw_fchw`` (strides,
@@ -107,17 +107,16 @@ def _register_kernel() -> None:
     from runtime.dtype import DType
 
     def back(p, types):
-        if tuple(p.dilation) != (1, 1):
-            raise ValueError(f"Conv2D's graph op has no dilation; got {p.dilation}")
-        return {"stride": tuple(p.stride), "padding": tuple(p.padding), "groups": p.groups}
+        return {"stride": tuple(p.stride), "padding": tuple(p.padding), "groups": p.groups,
+                "dilation": tuple(p.dilation)}
 
     @fused_kernel("Conv2D", precision=CONV2D_CPU, dtypes=(DType.F32, DType.F64),
                   from_params=back, keys=lambda t: [(t,) * 3, (t,) * 4])
     def _conv_params(params, types):
         out = default_registry()["Conv2D"].infer(list(types), params)
         return P.Conv2D(tuple(types[0].shape), tuple(types[1].shape), tuple(out.shape),
-                        tuple(params["stride"]), tuple(params["padding"]), (1, 1),
-                        params["groups"])
+                        tuple(params["stride"]), tuple(params["padding"]),
+                        tuple(params["dilation"]), params["groups"])
 
 
 _register_kernel()

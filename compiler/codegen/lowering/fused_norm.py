@@ -6,7 +6,8 @@ FusedSoftmaxCrossEntropy. f16/bf16 compute in f32, f64 in f64.
   and accumulates Σ e (one exp per element), then e / Σ.
 * RmsNormLastDim: Σ x² per row, then x / sqrt(Σ/n + eps).
 * LayerNormLastDim: mean, then the centred population variance (two-pass,
-  no cancellation), then (x − mean) / sqrt(var + eps).
+  no cancellation), then (x − mean) / sqrt(var + eps) [* weight] [+ bias]
+  (the optional affine in the compute type, rounded once).
 * FusedSoftmaxCrossEntropy: a max pass and a Σ exp(x − max) pass, then one pass
   over the rows picking x[t] (``tensor.extract``); rows whose target equals
   ``ignore_index`` give 0 and leave the Mean's divisor (the registry
@@ -121,11 +122,18 @@ def _layer_norm(lw: Lowering):
     ssd = generic([x, mean], [acc2], [identity_map(n), row, row], iters, sq_dev)[0]
     eps = s.const(float(lw.param("eps")))
     out = empty(xd, lw.out_elt)
-    return generic([x, mean, ssd], [out], [identity_map(n), row, row, identity_map(n)],
-                   [PARALLEL] * n,
-                   lambda a, mu, v, _o: from_compute(
-                       s.div(s.sub(to_compute(a, s), mu),
-                             math.sqrt(s.add(s.div(v, count), eps))), lw.out_elt))[0]
+    affine = list(lw.operands[1:])  # weight [D], bias [D]: applied in s.ty, one rounding
+    col = affine_map(n, [n - 1])
+
+    def normalize(a, mu, v, *rest):
+        y = s.div(s.sub(to_compute(a, s), mu), math.sqrt(s.add(s.div(v, count), eps)))
+        for vec, combine in zip(rest[:-1], (s.mul, s.add)):
+            y = combine(y, to_compute(vec, s))
+        return from_compute(y, lw.out_elt)
+
+    return generic([x, mean, ssd] + affine, [out],
+                   [identity_map(n), row, row] + [col] * len(affine) + [identity_map(n)],
+                   [PARALLEL] * n, normalize)[0]
 
 
 @lowers("FusedSoftmaxCrossEntropy")

@@ -1,9 +1,10 @@
-"""Conv2D (fused id 6): 2-D cross-correlation with stride, padding and groups
-(dilation 1).
+"""Conv2D (fused id 6): 2-D cross-correlation with stride, padding, dilation
+and groups.
 
 Inputs x ``[N,Cin,H,W]``, w ``[Cout,Cin/g,Kh,Kw]``, optional bias ``[Cout]``
 (arity 2 or 3), one float dtype. Params ``stride`` (sh, sw), ``padding``
-(ph, pw), ``groups``. Output ``[N,Cout,(H+2ph-Kh)/sh+1,(W+2pw-Kw)/sw+1]``.
+(ph, pw), ``groups``, ``dilation`` (dh, dw; default (1, 1): kernel taps
+dh/dw apart). Output ``[N,Cout,(H+2ph-dh(Kh-1)-1)/sh+1,(W+2pw-dw(Kw-1)-1)/sw+1]``.
 Recipe: per-call im2col (Pad, Reshape, an Iota-built U32 index vector,
 IndexSelect, MatMul, Reshape, bias); groups > 1 run per group on channel
 slices and Concat (instead of the spec's rank-5 batched form). Index math in
@@ -24,22 +25,26 @@ def _geometry(types, params):
         raise fail(NAME, types, "x must be [N,Cin,H,W] and w [Cout,Cin/g,Kh,Kw]")
     (n, cin, h, wd), (cout, cpg, kh, kw) = x.shape, w.shape
     (sh, sw), (ph, pw), g = params["stride"], params["padding"], params["groups"]
+    dh, dw = params["dilation"]
     if g < 1 or cin % g or cout % g or cpg * g != cin:
         raise fail(NAME, types, f"groups={g} must divide Cin={cin} and Cout={cout}, with "
                                 f"w's second axis = Cin/groups")
-    if sh < 1 or sw < 1 or ph < 0 or pw < 0:
-        raise fail(NAME, types, "stride must be >= 1 and padding >= 0")
+    if sh < 1 or sw < 1 or ph < 0 or pw < 0 or dh < 1 or dw < 1:
+        raise fail(NAME, types, "stride and dilation must be >= 1 and padding >= 0")
     hp, wp = h + 2 * ph, wd + 2 * pw
-    if kh > hp or kw > wp or kh < 1 or kw < 1:
-        raise fail(NAME, types, f"kernel {kh}x{kw} larger than the padded input {hp}x{wp}")
-    return n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, (hp - kh) // sh + 1, (wp - kw) // sw + 1
+    ekh, ekw = dh * (kh - 1) + 1, dw * (kw - 1) + 1  # the dilated kernel's extent
+    if ekh > hp or ekw > wp or kh < 1 or kw < 1:
+        raise fail(NAME, types, f"kernel {kh}x{kw} (dilation {dh}x{dw}: extent {ekh}x{ekw}) "
+                                f"larger than the padded input {hp}x{wp}")
+    return (n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, (hp - ekh) // sh + 1,
+            (wp - ekw) // sw + 1)
 
 
 def infer(types, params):
     check_arity(NAME, types, 2, 3, ("x", "w", "bias"))
     check_float(NAME, types, range(len(types)))
-    if len(params["stride"]) != 2 or len(params["padding"]) != 2:
-        raise fail(NAME, types, "stride and padding are (h, w) pairs")
+    if any(len(params[k]) != 2 for k in ("stride", "padding", "dilation")):
+        raise fail(NAME, types, "stride, padding and dilation are (h, w) pairs")
     n, cin, cout, *_, ho, wo = _geometry(types, params)
     if any(t.dtype != types[0].dtype for t in types):
         raise fail(NAME, types, "x, w and bias must share one dtype")
@@ -51,10 +56,11 @@ def infer(types, params):
 def reference(inputs, params):
     x, w = wide(inputs[0]), wide(inputs[1])
     (sh, sw), (ph, pw), g = params["stride"], params["padding"], params["groups"]
+    dh, dw = params["dilation"]
     xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
     n, cin, hp, wp = xp.shape
     cout, cpg, kh, kw = w.shape
-    ho, wo = (hp - kh) // sh + 1, (wp - kw) // sw + 1
+    ho, wo = (hp - dh * (kh - 1) - 1) // sh + 1, (wp - dw * (kw - 1) - 1) // sw + 1
     y = np.zeros((n, cout, ho, wo))
     opg = cout // g
     for gi in range(g):
@@ -62,7 +68,8 @@ def reference(inputs, params):
         ws = w[gi * opg:(gi + 1) * opg]
         for ky in range(kh):
             for kx in range(kw):
-                patch = xs[:, :, ky:ky + sh * (ho - 1) + 1:sh, kx:kx + sw * (wo - 1) + 1:sw]
+                y0, x0 = ky * dh, kx * dw
+                patch = xs[:, :, y0:y0 + sh * (ho - 1) + 1:sh, x0:x0 + sw * (wo - 1) + 1:sw]
                 y[:, gi * opg:(gi + 1) * opg] += np.einsum("nchw,oc->nohw", patch, ws[:, :, ky, kx])
     if len(inputs) == 3:
         y += wide(inputs[2]).reshape(1, cout, 1, 1)
@@ -71,6 +78,7 @@ def reference(inputs, params):
 
 def build(params, types):
     n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
+    dh, dw = params["dilation"]
     if hp * wp >= 1 << 24:
         return Decline(NAME, f"padded plane {hp}x{wp} too large for exact F32 index math")
     x = Bind(0)
@@ -78,7 +86,7 @@ def build(params, types):
         x = op("Pad", x, padding=(0, 0, 0, 0, ph, ph, pw, pw), mode="constant", value=0.0)
     cpg, opg = cin // g, cout // g
     kk = cpg * kh * kw
-    idx = op("Cast", op("Reshape", iota_index((kh, kw, ho, wo), (wp, 1, sh * wp, sw)),
+    idx = op("Cast", op("Reshape", iota_index((kh, kw, ho, wo), (dh * wp, dw, sh * wp, sw)),
                         shape=(kh * kw * ho * wo,)), dtype=DType.U32)
     ys = []
     for gi in range(g):
@@ -101,7 +109,7 @@ ENTRY = FusedOpEntry(
     id=6, name=NAME, mnemonic="conv2d", family=Family.FORWARD,
     arity=-1, min_arity=2,
     params=(ParamSpec("stride", "i64s", (1, 1)), ParamSpec("padding", "i64s", (0, 0)),
-            ParamSpec("groups", "i64", 1)),
+            ParamSpec("groups", "i64", 1), ParamSpec("dilation", "i64s", (1, 1))),
     infer=infer, reference=reference, recipe=Recipe(build=build),
     backward=CUSTOM, op_kind=OpKind.Conv2D, destructive_input=None, cse_tag=6,
     input_names=("x", "w", "bias"), doc=__doc__,

@@ -70,9 +70,13 @@ def _build(which):
         hkv, sk = k.shape[1], k.shape[2]
         g = hq // hkv
         alibi = Bind(4) if len(types) == 5 else None
+        # Fully masked query rows (P = 0 there, as in the reference) are sliced
+        # off: they add nothing to dK/dV and their dQ rows are zero-padded back.
+        a, c = A.live_rows(params, 0, sq, sk)
+        q_live, do_live = A.rows_node(Bind(0), a, c, sq), A.rows_node(Bind(3), a, c, sq)
         kr = A.rep_node(Bind(1), (b, hkv, sk, d), hq)
-        s, th = A.scores_node(Bind(0), kr, params["softmax_scale"], params, alibi, 0,
-                              (b, hq, sq, sk), q.dtype)
+        s, th = A.scores_node(q_live, kr, params["softmax_scale"], params, alibi, a,
+                              (b, hq, c - a, sk), q.dtype)
         p = op("SoftmaxLastDim", s)
 
         def fold(t, s_len):
@@ -81,16 +85,16 @@ def _build(which):
             return op("SumDim", op("Reshape", t, shape=(b, hkv, g, s_len, d)), axis=2)
 
         if which == 2:
-            return fold(op("MatMul", op("Transpose", p), Bind(3)), sk)
+            return fold(op("MatMul", op("Transpose", p), do_live), sk)
         vr = A.rep_node(Bind(2), (b, hkv, sk, d), hq)
-        dp = op("MatMul", Bind(3), op("Transpose", vr))
+        dp = op("MatMul", do_live, op("Transpose", vr))
         ds = op("SoftmaxLastDimBackward", p, dp)
         if th is not None:
             ds = op("Mul", ds, op("AddScalar", op("Neg", op("Sqr", th)), value=1.0))
         dsc = op("MulScalar", ds, value=float(params["softmax_scale"]))
         if which == 0:
-            return op("MatMul", dsc, kr)
-        return fold(op("MatMul", op("Transpose", dsc), Bind(0)), sk)
+            return A.pad_rows_node(op("MatMul", dsc, kr), a, c, sq)
+        return fold(op("MatMul", op("Transpose", dsc), q_live), sk)
     return build
 
 
