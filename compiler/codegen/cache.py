@@ -43,6 +43,8 @@ directory) removes its temporary file and only costs recompiles.
 """
 from __future__ import annotations
 
+import collections
+import functools
 import dataclasses
 import errno
 import hashlib
@@ -99,6 +101,7 @@ def default_cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "fuelc"
 
 
+@functools.lru_cache(maxsize=None)
 def _version(dist: str) -> str:
     try:
         return importlib.metadata.version(dist)
@@ -176,12 +179,18 @@ class CacheStats:
 
 class KernelCache:
     """Compiled objects by content hash. ``directory=None`` keeps them in
-    memory only; so does a directory that is not private to this user."""
+    memory only; so does a directory that is not private to this user.
+    At most ``MAX_LOADED`` objects stay loaded (least recently used dropped
+    first), so a process compiling ever-new graphs stays bounded."""
+
+    MAX_LOADED = 2048
 
     def __init__(self, directory: Path | str | None = None):
         self.directory = Path(directory) if directory is not None else None
         self.stats = CacheStats()
-        self._memory: dict[str, CompiledObject] = {}
+        # Loaded objects, least recently used first; beyond MAX_LOADED the
+        # oldest are dropped (unmapped once no kernel refers to them).
+        self._memory: "collections.OrderedDict[str, CompiledObject]" = collections.OrderedDict()
         self._lock = threading.Lock()
         self._key_locks: dict[str, threading.Lock] = {}
         self._disk_checked = False
@@ -257,6 +266,7 @@ class KernelCache:
         with self._lock:
             hit = self._memory.get(key)
             if hit is not None:
+                self._memory.move_to_end(key)
                 self.stats.memory_hits += 1
                 return hit
             key_lock = self._key_locks.setdefault(key, threading.Lock())
@@ -276,6 +286,9 @@ class KernelCache:
                 obj = load_object(data, target.features, str(target))
             with self._lock:
                 self._memory[key] = obj
+                while len(self._memory) > self.MAX_LOADED:
+                    old, _ = self._memory.popitem(last=False)
+                    self._key_locks.pop(old, None)
             return obj
 
     def object_bytes(self, text: str, entry_names: Sequence[str], *, strategy=None,

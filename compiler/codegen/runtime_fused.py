@@ -18,8 +18,8 @@ the input shapes from the call's layouts. Compiling one:
 Public: ``RuntimeFusedInstance``, ``instance_for``, ``linalg_text``,
 ``FAMILY``, ``register_runtime_fused_kernel(table, target, fid, dtypes)`` and
 ``register_module_kernels(module, target)`` (what ``compile()`` calls after
-the passes: every ``fuel.runtime_fused`` of the module gets its key in the
-target's table). ``FUSION_PASSES``.
+the passes: every ``fuel.runtime_fused`` of the module gets its key in a
+module-owned copy of the target's table). ``FUSION_PASSES``.
 """
 from __future__ import annotations
 
@@ -236,20 +236,20 @@ def module_keys(module) -> list[tuple[int, tuple[DType, ...]]]:
 
 
 def register_module_kernels(module, target):
-    """Bind a kernel for every runtime fused op of ``module`` in ``target``'s
-    table (copy-on-write; nothing happens when all are bound) and return the
-    target's current table."""
+    """The binding table a compiled ``module`` runs with: ``target``'s table
+    plus a kernel for every runtime fused op of ``module`` that it lacks.
+    The additions go into a private copy owned by the module (not the
+    process-wide table), so a module's kernels are released with it."""
     table = target.table()
     missing = [(fid, d) for fid, d in module_keys(module)
                if not table.backend_supports(BindingKey.runtime_fused(fid), d, target.backend)]
     if not missing:
         return table
-
-    def add(t):
-        for fid, d in missing:
-            register_runtime_fused_kernel(t, target, fid, d)
-
-    return target.extend_table(add)
+    local = table.clone()
+    for fid, d in missing:
+        register_runtime_fused_kernel(local, target, fid, d)
+    local.finalize()
+    return local.freeze()
 
 
 __all__ = ["FUSION_PASSES", "PRECISION", "RuntimeFusedInstance", "RuntimeFusedFamily", "FAMILY",

@@ -276,7 +276,8 @@ def link_runtime_support(mod: "llvm.ModuleRef") -> list[str]:
             continue
         if not fn.is_declaration:
             continue
-        support = llvm.parse_assembly(text)
+        # the same LLVM context as ``mod`` (llvmlite keeps it as ``_context``)
+        support = llvm.parse_assembly(text, context=getattr(mod, "_context", None))
         support.triple = mod.triple
         support.data_layout = mod.data_layout
         mod.link_in(support)
@@ -287,11 +288,14 @@ def link_runtime_support(mod: "llvm.ModuleRef") -> list[str]:
 
 # -- parse / optimise / emit ------------------------------------------------
 def parse_ir(text: str, *, fixup: bool = True) -> "llvm.ModuleRef":
-    """Parse LLVM IR text (after ``fixup_ir_text``) and verify it.
-    Raises CodegenError with llvmlite's diagnostic."""
+    """Parse LLVM IR text (after ``fixup_ir_text``) and verify it, in a fresh
+    LLVM context: the global one interns every constant and type of every
+    module for ever, so a process compiling ever-new kernels would grow
+    without bound. Raises CodegenError with llvmlite's diagnostic."""
     ensure_llvm_initialized()
     try:
-        mod = llvm.parse_assembly(fixup_ir_text(text) if fixup else text)
+        mod = llvm.parse_assembly(fixup_ir_text(text) if fixup else text,
+                                  context=llvm.create_context())
         mod.verify()
     except RuntimeError as e:
         raise CodegenError(f"LLVM rejected the IR: {e}") from None
