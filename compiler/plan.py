@@ -8,7 +8,7 @@ function becomes one step, in program order.
   of ``compiler.graph.kernel_params`` (fused ops: their registry entry's
   ``op_params``);
 * view ops (Transpose, Permute, BroadcastTo, Unsqueeze, Squeeze, Slice, Flip)
-  -> ``ViewStep`` (metadata only, spec §2.3);
+  -> ``ViewStep`` (metadata only: a new Layout over the same storage);
 * Reshape / Contiguize -> ``ReshapeStep`` / ``ContiguizeStep``;
 * Const / Iota -> ``ConstStep`` over ``plan.constants``;
 * ``fuel.runtime_fused`` -> ``KernelStep`` keyed ``(BindingKey.runtime_fused(fid),

@@ -1,4 +1,4 @@
-"""fuelc runtime: the ABI the compiler targets (DESIGN.md §6).
+"""fuelc runtime: the ABI the compiler targets.
 
 Imports with only numpy and ml_dtypes (the numpy bf16/fp8 types) installed; never imports ``compiler`` or MLIR, and
 does not import llvmlite at top level. The default process-wide binding

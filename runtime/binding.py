@@ -1,4 +1,4 @@
-"""The kernel binding table (port of kernel.rs ``KernelBindingTable``).
+"""The kernel binding table.
 
 Key: ``(BindingKey, dtypes, BackendId)`` with ``dtypes`` = operand dtypes,
 inputs in order then outputs (variadic Concat uses ``[T_in, T_out]``).
@@ -64,7 +64,7 @@ class KernelRef:
     naming the kernel (the original chained as ``__cause__``).
 
     Identity (``==``/``hash``) is the wrapped callable's identity, the
-    analogue of kernel.rs comparing function pointers.
+    analogue of comparing function pointers.
     """
 
     __slots__ = ("fn", "name", "kernel_source")

@@ -1,4 +1,4 @@
-"""``CostEstimate`` and the default static cost model (fuel-spec §6.3, §6.6).
+"""``CostEstimate`` and the default static cost model.
 
 A cost function has the signature ``cost(shapes, dtypes, params) ->
 CostEstimate`` where ``shapes`` and ``dtypes`` list the operands in key order
@@ -345,6 +345,6 @@ del _k, K
 
 
 def default_cost_for_op_kind(op: OpKind) -> CostFn:
-    """The family cost function of spec §6.6; ``unknown_cost`` for kinds
+    """The family cost function of the cost model; ``unknown_cost`` for kinds
     outside every family (the in-place kinds, NonZeroIndices, ...)."""
     return _FAMILIES.get(op, unknown_cost)

@@ -1,4 +1,4 @@
-"""The closed set of element types (fuel-spec §2.1) and their numpy mapping.
+"""The closed set of element types and their numpy mapping.
 
 ``DType`` is the single source of truth for element types across the runtime
 and the compiler. Sixteen variants; the sub-byte float formats report a byte
@@ -50,7 +50,7 @@ class DType(enum.Enum):
     # -- facts ------------------------------------------------------------
     @property
     def size_in_bytes(self) -> int:
-        """Bytes per element; 0 for the sub-byte formats (spec §2.1)."""
+        """Bytes per element; 0 for the sub-byte formats."""
         return _SIZES[self]
 
     @property

@@ -1,5 +1,4 @@
-"""The executor: runs a planned graph on the binding table (DESIGN.md §6,
-fuel-spec §2.3 auto_contiguize, §6.5).
+"""The executor: runs a planned graph on the binding table.
 
 A ``Plan`` is named inputs, named outputs, constants and an ordered list of
 steps over string value ids:

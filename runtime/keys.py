@@ -1,5 +1,5 @@
 """Identity types of the binding table: ``BackendId``, ``FusedOpId`` and
-``BindingKey`` (kernel.rs ``BindingKey::{Static, RuntimeFused}``)."""
+``BindingKey`` (static op kinds and runtime fused ids)."""
 from __future__ import annotations
 
 import dataclasses
@@ -20,7 +20,7 @@ class BackendId(enum.Enum):
 
     @property
     def is_gpu_class(self) -> bool:
-        """True for the GPU-class backends (roofline rates of spec §6.3)."""
+        """True for the GPU-class backends (GPU-class roofline rates)."""
         return self is not BackendId.CPU
 
     @classmethod
@@ -109,7 +109,7 @@ class BindingKey:
     @classmethod
     def of(cls, key: "BindingKeyLike") -> "BindingKey":
         """Coerce an OpKind, an OpKind name, a runtime FusedOpId or a
-        BindingKey to a BindingKey (kernel.rs ``impl Into<BindingKey>``)."""
+        BindingKey to a BindingKey."""
         if isinstance(key, BindingKey):
             return key
         if isinstance(key, FusedOpId):

@@ -1,5 +1,5 @@
 """``Layout``: shape, signed strides in elements, and a start offset in
-elements (fuel-spec §2.3). Pure metadata; every transform returns a new
+elements. Pure metadata; every transform returns a new
 Layout sharing the same storage. Preconditions raise ``LayoutError``."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``OpKind``: the dispatch key of the binding table (fuel-spec §1.3).
+"""``OpKind``: the dispatch key of the binding table.
 
 Declaration order follows the spec. ``RuntimeFused`` is a tag only: runtime
 fused ops are keyed by ``BindingKey.runtime_fused(fid)``, never by this kind.

@@ -1,5 +1,5 @@
 """``OpParams``: the typed extras a kernel receives, one frozen dataclass per
-op family (the variants of kernel.rs ``OpParams``), and ``PARAMS_FOR_KIND``,
+op family, and ``PARAMS_FOR_KIND``,
 the table saying which variant each ``OpKind``'s kernel receives.
 
 Every variant is immutable (``frozen``; sequences are tuples), validated in
@@ -8,8 +8,8 @@ JSON-serializable: ``p.to_dict()`` -> ``{"kind": "Reduce", "dims": [1], ...}``
 and ``OpParams.from_dict(d)`` rebuilds an equal value. Integer fields are
 non-negative (they are sizes/axes) unless listed in the variant's
 ``_SIGNED``. Variants are reachable as ``runtime.params.Reduce`` and as
-``OpParams.Reduce``; the parameter-less variant is ``NoParams`` (kernel.rs
-``OpParams::None``; ``None`` is a Python keyword), singleton ``NO_PARAMS``.
+``OpParams.Reduce``; the parameter-less variant is ``NoParams`` (``None`` is
+a Python keyword), singleton ``NO_PARAMS``.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``PrecisionGuarantee`` (fuel-spec §6.7): a kernel's static numeric claim."""
+"""``PrecisionGuarantee``: a kernel's static numeric claim."""
 from __future__ import annotations
 
 import dataclasses

@@ -4,8 +4,8 @@
 * ``Storage.from_numpy(arr)`` -> ``(Storage, Layout)``, zero-copy for any
   numpy strides (negative and 0 included) that are multiples of the itemsize;
 * ``storage.view(layout)`` -> a writable numpy view honouring the layout;
-* ``Storage.bundle(slots)`` -> one multi-output buffer ("Option C",
-  fuel-spec §7.13): one allocation, each slot at a byte offset aligned to its
+* ``Storage.bundle(slots)`` -> one multi-output buffer ("Option C"):
+  one allocation, each slot at a byte offset aligned to its
   dtype, described by ``OutputView``; ``storage.slot(i)`` is a zero-copy view.
 
 bf16 and the fp8/fp6/fp4 formats have no numpy arithmetic type: their storages

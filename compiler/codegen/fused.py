@@ -38,7 +38,7 @@ Public API:
 * ``register_fused_kernels(table, target)``: called by the target's
   ``build_table``;
 * ``fused_specs()``, ``spec_for_kind(kind)``, and the
-  per-op precision constants of fuel-spec §6.7 (``NORM_FAMILY_CPU`` ...).
+  per-op precision constants (``NORM_FAMILY_CPU`` ...).
 """
 from __future__ import annotations
 
@@ -66,8 +66,7 @@ from runtime.precision import PrecisionGuarantee
 FLOATS = (DType.F32, DType.F64, DType.F16, DType.BF16)
 
 
-# -- precision constants (fuel-spec §6.7: the per-op CPU ones are bit-stable,
-#    with no numeric bounds) ------------------------------------------------------
+# -- precision constants ------------------------------------------------------
 def _cpu(what: str) -> PrecisionGuarantee:
     return PrecisionGuarantee(
         True, None, None, None,

@@ -6,7 +6,7 @@ One source of truth: every supported primitive ``OpDef`` of
 ``num_outputs``) becomes one ``irdl.operation``:
 
 * operands: ``!builtin.tensor``, one constraint value per operand (a shared
-  value would force the operand types to be *equal*, toolchain.md §1);
+  value would force the operand types to be *equal*, docs/toolchain.md);
   ``VARIADIC`` arity becomes one single operand ``x0`` followed by one
   ``variadic`` group ``xs``. IRDL binds a constraint per group, so all of
   ``xs`` must share one type; ``build_fuel_op`` splits an operand list with

@@ -1,6 +1,6 @@
 """Structural ops of the fuel dialect: ops that come from neither the op
 table nor the fused registry. One so far, the runtime fused node
-(fuel-spec §4.6)::
+::
 
     %r = "fuel.runtime_fused"(%x, %y) ({
     ^bb0(%a: tensor<4x8xf32>, %b: tensor<4x8xf32>):

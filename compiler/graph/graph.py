@@ -1,4 +1,4 @@
-"""The graph arena (fuel-spec §1.1) and its numpy-like builder API.
+"""The graph arena and its numpy-like builder API.
 
 A ``Graph`` is an append-only list of ``Node``s; a node's ``id`` is its index
 and never changes. Nodes are made through ``Graph.add_node`` (primitive ops,
@@ -286,7 +286,7 @@ class Graph:
     # -- the one in-place mutation ----------------------------------------
     def rewrite_input(self, node, slot: int, new_input) -> None:
         """Redirect input ``slot`` of ``node`` to ``new_input``. The new producer
-        must have the same shape and dtype as the old one (spec §1.1)."""
+        must have the same shape and dtype as the old one."""
         n = self.node(node)
         new = self.node(new_input)
         if not 0 <= slot < len(n.inputs):

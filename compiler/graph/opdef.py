@@ -1,4 +1,4 @@
-"""The op-table record: one ``OpDef`` per primitive op (fuel-spec §1.2).
+"""The op-table record: one ``OpDef`` per primitive op.
 
 This is the single source of truth every layer derives from: the graph
 builder checks shapes/dtypes with ``infer``, the reference interpreter runs

@@ -1,4 +1,4 @@
-"""The primitive op table (fuel-spec §1.2): ``OP_TABLE[name] -> OpDef``.
+"""The primitive op table: ``OP_TABLE[name] -> OpDef``.
 
 Every fact about a primitive op lives in its row here: mnemonic, arity,
 params, category, dispatch kind, the shape/dtype rule (``infer``) and the

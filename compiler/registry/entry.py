@@ -1,4 +1,4 @@
-"""The fused-op entry record (fuel-spec §3.1) and the facts derived from it.
+"""The fused-op entry record and the facts derived from it.
 
 A ``FusedOpEntry`` is the single source of truth for one fused op: the graph
 builder checks shapes/dtypes with ``infer``, the reference interpreter runs
@@ -251,7 +251,7 @@ def normalize_params(entry, params: Optional[dict]) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class FusedOpParamsKey:
-    """The CSE key of a fused node (fuel-spec §3.1): the fused id (two nodes
+    """The CSE key of a fused node: the fused id (two nodes
     of different ops never merge, even under a shared tag such as the three
     FlashAttnBackward ids), the spec's params tag, the float params as
     binary64 bit patterns (``2**64-1`` for None) and the integer-like params

@@ -23,7 +23,7 @@ class FusedParamsError(RegistryError, GraphBuildError):
 class RecipeError(RegistryError):
     """A recipe (or pattern) that is not well formed.
 
-    ``reason`` is one of the stable codes of fuel-spec §4.4, so callers can
+    ``reason`` is one of the stable decline codes, so callers can
     branch on it: ``NonContiguousBinds``, ``NonConcreteRegion``,
     ``UnRepresentable``, ``BadArity``, ``BadAttrs``, ``BadSlot``.
     """

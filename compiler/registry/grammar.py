@@ -1,4 +1,4 @@
-"""The declarative pattern and recipe grammar (fuel-spec §4).
+"""The declarative pattern and recipe grammar.
 
 One tree type serves three roles: a fused op's *recipe* (its decomposition
 into primitives), a *fusion pattern* (what the matcher looks for), and a
@@ -54,7 +54,7 @@ from .errors import RecipeError
 
 # -- markers ----------------------------------------------------------------
 class _Last:
-    """The ``LAST`` axis marker (fuel-spec ``axis_last``)."""
+    """The ``LAST`` axis marker (the ``axis_last`` of the grammar)."""
 
     _inst = None
 
@@ -332,10 +332,9 @@ def count_scalar_slots(recipe) -> int:
 
 
 # -- validation ---------------------------------------------------------------
-#: The functional subset a recipe or region may contain (fuel-spec §1.4,
-#: ``OpTag``). MinDim, ArgMax/ArgMin, in-place, memory and control ops are
-#: not in it. Clamp *is* re-emittable here: its two scalars are ordinary
-#: params (the spec's "no carrier" gap does not exist in this design).
+#: The functional subset a recipe or region may contain. MinDim, ArgMax/ArgMin,
+#: in-place, memory and control ops are not in it. Clamp *is* re-emittable
+#: here: its two scalars are ordinary params.
 RECIPE_VOCABULARY = frozenset("""
 Add Sub Mul Div Maximum Minimum Pow Rem
 Neg Abs Sqr Sqrt Rsqrt Recip Exp Log Sin Cos Tanh Sigmoid Silu Gelu GeluErf Relu Erf Step
@@ -457,7 +456,7 @@ def op_signature(name: str):
     if name in table:
         if name not in RECIPE_VOCABULARY:
             raise RecipeError("UnRepresentable", f"{name} is a primitive outside the recipe "
-                                                 f"vocabulary (fuel-spec §1.4); spell it with "
+                                                 f"vocabulary; spell it with "
                                                  f"vocabulary ops")
         d = table[name]
         return d.arity, d.params, None
@@ -589,7 +588,7 @@ def float_bits(x: float) -> int:
 def validate_pattern(pattern) -> None:
     """Check a fusion pattern: like ``validate_recipe`` except that
     ``SeeThrough``/``Any_`` are allowed and a missing param is a wildcard
-    (matches any value; fuel-spec §4.3 wildcard-on-unset). Raises RecipeError."""
+    (matches any value: wildcard-on-unset). Raises RecipeError."""
     from compiler.graph.opdef import VARIADIC
     binds = bind_indices(pattern)
     if binds != list(range(len(binds))):

@@ -1,6 +1,5 @@
 """Recipe instantiation: from a fused op's recipe (data) to a small primitive
-DAG with concrete params and types (fuel-spec §3.1 ``decompose_via_recipe``
-and §4.5 the emit algorithm).
+DAG with concrete params and types.
 
 ``try_instantiate_recipe(entry, params, input_types)`` is TOTAL: it returns a
 ``RecipeDag`` or a ``Decline(op, reason)``, never raises. The steps:

@@ -1,4 +1,4 @@
-"""The frozen static fused-op registry (fuel-spec §3.1).
+"""The frozen static fused-op registry.
 
 ``default_registry()`` builds it once from ``ENTRY_MODULES`` (one module per
 fused op under ``compiler/registry/ops/``; adding a fused op is one new module

@@ -1,4 +1,4 @@
-"""Runtime-registered ("Tier-2") fused ops, ids >= 0x8000 (fuel-spec §4.6).
+"""Runtime-registered ("Tier-2") fused ops, ids >= 0x8000.
 
 ``register_runtime_fused(region, name=None) -> int`` validates the region
 (``validate_recipe``), computes its structural hash (``structural_hash``:
@@ -27,6 +27,7 @@ import threading
 from typing import Optional
 
 from compiler.graph.opdef import ParamSpec
+from runtime.params import JitScalars, NoParams, OpParams
 
 from .entry import (NOT_DIFFERENTIABLE, RUNTIME_CSE_TAG, RUNTIME_FUSED_BASE, Decline, Family,
                     FusedOpEntry, Recipe)
@@ -45,10 +46,9 @@ def runtime_params(scalars) -> dict:
                              for v in scalars)}
 
 
-def kernel_params(scalars) -> "OpParams":
+def kernel_params(scalars) -> OpParams:
     """The kernel's OpParams of a runtime fused op with these slot values:
     ``JitScalars`` (``NoParams`` when the region has no slots)."""
-    from runtime.params import JitScalars, NoParams
     return JitScalars(tuple(float(s) for s in scalars)) if scalars else NoParams()
 
 

@@ -1,4 +1,4 @@
-"""The op table: completeness against fuel-spec §1.2, record invariants, and
+"""The op table: completeness of the primitive set, record invariants, and
 every shape/dtype rule's accept and reject paths."""
 import pytest
 

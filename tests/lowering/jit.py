@@ -1,5 +1,5 @@
 """Test helper: run a lowered (linalg-on-tensors) module with MLIR's own
-ExecutionEngine, following toolchain.md §3, and compare against numpy.
+ExecutionEngine, following docs/toolchain.md, and compare against numpy.
 
 Independent of compiler/codegen/cpu.py on purpose: it checks the lowering,
 not the CPU backend."""

@@ -68,7 +68,7 @@ func.func @rms_norm(%x: tensor<2x8xf32>) -> tensor<2x8xf32> {
 // CHECK:         "fuel.mean_dim"(%arg0) {axis = 1 : i64}
 // CHECK:         "fuel.add_scalar"({{.*}}) {value = 1.000000e-03 : f64}
 // CHECK:         return
-// The largest match wins at each node (a deliberate departure from spec §4.3's
+// The largest match wins at each node (a deliberate departure from
 // first-registered-wins): RmsNorm (id 3) also matches the tail with
 // x := x - mean, but LayerNorm covers more ops, so the round trip restores it.
 // ROUNDTRIP-LABEL: func.func @layer_norm

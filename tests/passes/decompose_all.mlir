@@ -8,8 +8,7 @@
 
 // (--no-verify-types: the decline chunks feed deliberately ill-typed ops,
 // which the driver would otherwise reject before the pass runs.)
-// fuel-decompose of every fused op of the registry (fuel-spec §3.2, ids 1-25
-// in order), each at small realistic shapes emitted by graph_to_module from
+// fuel-decompose of every fused op of the registry, each at small realistic shapes emitted by graph_to_module from
 // the registry builders. CHECK pins the recipe's shape (the key primitives in
 // order, the data flow where it matters); GONE checks that no trace of the
 // fused op is left anywhere in its function (a CHECK-NOT after CHECK-LABEL

@@ -1,5 +1,4 @@
-"""``fuel-decompose{all=true}`` is total on real MLIR (fuel-spec §3.1
-``decompose_via_recipe``): for every registry entry, at random (often
+"""``fuel-decompose{all=true}`` is total on real MLIR: for every registry entry, at random (often
 invalid) params, shapes and dtypes, the pass never raises and never fails
 the pipeline. Either it decomposed, and then the module verifies, no fused op
 is left and, where the payload is float (or the case's own structured data),

@@ -1,5 +1,5 @@
-"""Counterparts of every kernel.rs ``mod tests`` test, plus the table
-behaviours the planner relies on (fuel-spec §6.4)."""
+"""The binding table's behaviours, one test each, plus the table
+behaviours the planner relies on."""
 import numpy as np
 import pytest
 
@@ -22,7 +22,7 @@ def ok_kernel_alt(inputs, outputs, layouts, params):
     return None
 
 
-# -- kernel.rs: kernel_ref_stores_function_pointer ---------------------------------------
+# -- kernel_ref_stores_function_pointer ---------------------------------------
 def test_kernel_ref_stores_callable_and_compares_by_identity():
     k = KernelRef(ok_kernel, kernel_source="test")
     assert k.fn is ok_kernel
@@ -31,7 +31,7 @@ def test_kernel_ref_stores_callable_and_compares_by_identity():
     assert KernelRef(k).fn is ok_kernel  # wrapping a KernelRef does not nest
 
 
-# -- kernel.rs: op_params_variants_construct -------------------------------------------------
+# -- op_params_variants_construct -------------------------------------------------
 def test_op_params_variants_construct_and_format():
     reprs = [repr(p) for p in (
         NO_PARAMS, Reduce(dims=(0, 1), keepdim=False),
@@ -41,7 +41,7 @@ def test_op_params_variants_construct_and_format():
     assert OpParams.Matmul is Matmul and OpParams.NoParams is type(NO_PARAMS)
 
 
-# -- kernel.rs: kernel_ref_can_be_called ---------------------------------------------------------
+# -- kernel_ref_can_be_called ---------------------------------------------------------
 def test_kernel_ref_can_be_called_and_writes_preallocated_output():
     def copy_kernel(inputs, outputs, layouts, params):
         outputs[0].data[:] = inputs[0].data
@@ -66,7 +66,7 @@ def test_kernel_ref_turns_exceptions_into_kernel_error_naming_the_kernel():
         KernelRef(ok_kernel)([src], [src], [lay, lay], None)
 
 
-# -- kernel.rs: step_9a_two_alternatives_append_then_first_wins_on_legacy_lookup ----------------
+# -- step_9a_two_alternatives_append_then_first_wins_on_legacy_lookup ----------------
 def test_two_alternatives_append_then_first_wins():
     t = KernelBindingTable()
     dts = (DType.BF16,) * 3
@@ -79,7 +79,7 @@ def test_two_alternatives_append_then_first_wins():
     assert t.key_count() == 1 and len(t) == 2
 
 
-# -- kernel.rs: cost_expr_field_defaults_none_for_hand_written_registration ----------------------
+# -- cost_expr_field_defaults_none_for_hand_written_registration ----------------------
 def test_hand_written_registration_has_no_cost_expr_generic_or_revision():
     t = KernelBindingTable()
     t.register(OpKind.AddElementwise, F32x3, CPU, ok_kernel)
@@ -91,7 +91,7 @@ def test_hand_written_registration_has_no_cost_expr_generic_or_revision():
     assert (e2.is_generic, e2.kernel_revision_hash, e2.cost_expr, e2.kernel_source) == (True, 77, "ast", "fkc")
 
 
-# -- kernel.rs: iter_entries_yields_full_entries_and_filters_runtime_fused ------------------------
+# -- iter_entries_yields_full_entries_and_filters_runtime_fused ------------------------
 def test_iter_entries_yields_every_alternative_and_skips_runtime_fused():
     t = KernelBindingTable()
     t.register(OpKind.AddElementwise, F32x3, CPU, ok_kernel)
@@ -106,7 +106,7 @@ def test_iter_entries_yields_every_alternative_and_skips_runtime_fused():
     assert t.key_count() == 2 and len(t) == 3
 
 
-# -- kernel.rs: step_9a_duplicate_kernel_ref_detected_by_finalize_not_panic ----------------------
+# -- step_9a_duplicate_kernel_ref_detected_by_finalize_not_panic ----------------------
 def test_duplicate_kernel_is_appended_then_reported_by_finalize():
     t = KernelBindingTable()
     t.register(OpKind.MatMul, F32x3, CPU, ok_kernel)
@@ -116,7 +116,7 @@ def test_duplicate_kernel_is_appended_then_reported_by_finalize():
         t.finalize()
 
 
-# -- kernel.rs: finalize_ok_for_distinct_sibling_kernels -----------------------------------------
+# -- finalize_ok_for_distinct_sibling_kernels -----------------------------------------
 def test_finalize_ok_for_distinct_siblings_and_same_kernel_on_other_keys():
     t = KernelBindingTable()
     t.register(OpKind.MatMul, F32x3, CPU, ok_kernel)
@@ -125,7 +125,7 @@ def test_finalize_ok_for_distinct_siblings_and_same_kernel_on_other_keys():
     t.finalize()
 
 
-# -- kernel.rs: lookup_with_caps_skips_broadcast_baked_sibling_regardless_of_order ---------------
+# -- lookup_with_caps_skips_broadcast_baked_sibling_regardless_of_order ---------------
 def test_lookup_with_caps_skips_broadcast_baked_sibling_registered_first():
     t = KernelBindingTable()
     t.register_with_caps(OpKind.AddElementwise, F32x3, CPU, ok_kernel, KernelCaps(True, True))
@@ -137,7 +137,7 @@ def test_lookup_with_caps_skips_broadcast_baked_sibling_registered_first():
     assert t.backend_supports(OpKind.AddElementwise, F32x3, CPU)
 
 
-# -- kernel.rs: lookup_with_caps_misses_when_only_broadcast_baked_siblings_exist -----------------
+# -- lookup_with_caps_misses_when_only_broadcast_baked_siblings_exist -----------------
 def test_lookup_misses_when_only_broadcast_baked_siblings_exist():
     t = KernelBindingTable()
     t.register_with_caps(OpKind.AddElementwise, F32x3, CPU, ok_kernel, KernelCaps(True, True))
@@ -147,7 +147,7 @@ def test_lookup_misses_when_only_broadcast_baked_siblings_exist():
     assert len(t.lookup_alternatives(OpKind.AddElementwise, F32x3, CPU)) == 1  # not filtered
 
 
-# -- kernel.rs: step_9a_fill_passes_touch_every_alternative ---------------------------------------
+# -- step_9a_fill_passes_touch_every_alternative ---------------------------------------
 def test_fill_precision_touches_every_cpu_alternative_only():
     t = KernelBindingTable()
     t.register(OpKind.AddElementwise, F32x3, CPU, ok_kernel)
@@ -161,7 +161,7 @@ def test_fill_precision_touches_every_cpu_alternative_only():
     assert t.lookup_precision(OpKind.AddElementwise, F32x3, CUDA) == PrecisionGuarantee.UNAUDITED
 
 
-# -- kernel.rs: gap_095_fill_preserves_audited_none_but_still_upgrades_unaudited ------------------
+# -- gap_095_fill_preserves_audited_none_but_still_upgrades_unaudited ------------------
 def test_fill_preserves_audited_none_but_upgrades_unaudited():
     t = KernelBindingTable()
     reason = "audited: accumulation order is scheduler-dependent; no static bound applies"
@@ -173,7 +173,7 @@ def test_fill_preserves_audited_none_but_upgrades_unaudited():
     assert t.lookup_precision(OpKind.AddElementwise, F32x3, CPU).bit_stable_on_same_hardware
 
 
-# -- beyond kernel.rs ---------------------------------------------------------------------------
+# -- more ---------------------------------------------------------------------------------
 def test_fill_cost_replaces_only_the_sentinel_and_skips_runtime_fused_and_other_backends():
     def mine(shapes, dtypes, params):
         return CostEstimate(1, 2, 3)

@@ -1,4 +1,4 @@
-"""Layout algebra (spec §2.3) and the Storage <-> numpy bridges."""
+"""Layout algebra and the Storage <-> numpy bridges."""
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st

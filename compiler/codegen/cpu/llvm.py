@@ -2,7 +2,7 @@
 (no MLIR here).
 
 All the known pitfalls between MLIR's LLVM (24) and llvmlite's LLVM (22) live in
-this one module (toolchain.md §5):
+this one module (docs/toolchain.md):
 
 * ``fixup_ir_text``: LLVM 24 prints special float literals (``-inf``,
   ``+qnan``, ``+snan(0x1)``, ``+nan(0x1)``) that LLVM 22 rejects; they are

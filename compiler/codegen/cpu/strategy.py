@@ -8,7 +8,7 @@ a ``Strategy`` fills its three pluggable slots:
 * ``transform``       a transform-dialect script (text of a module holding a
                       ``transform.named_sequence @__transform_main``) applied
                       to the bufferized payload (tiling, packing, vectorizing:
-                      toolchain.md §4);
+                      docs/toolchain.md);
 * ``lowering``        the memref → LLVM-dialect pass list.
 
 ``select_strategy(features)`` picks one for a module from its *features*: the
@@ -85,7 +85,7 @@ class Strategy:
 
 
 # Vector dialect → LLVM, for strategies whose transform leaves vector ops
-# (toolchain.md §4); the scalar tail is LOOPS_LOWERING's.
+# (docs/toolchain.md); the scalar tail is LOOPS_LOWERING's.
 VECTOR_LOWERING: tuple[str, ...] = (
     "convert-linalg-to-loops",
     "convert-vector-to-scf{full-unroll=true}",

@@ -64,7 +64,7 @@ def bc_last(reduced, like: int = 0):
 
 
 def mean_b(x, like: int = 0):
-    """fuel-spec ``mean_b``: MeanDim(last) -> Unsqueeze(append) -> BroadcastTo(SameAs)."""
+    """``mean_b``: MeanDim(last) -> Unsqueeze(append) -> BroadcastTo(SameAs)."""
     return bc_last(op("MeanDim", x, axis=LAST), like)
 
 

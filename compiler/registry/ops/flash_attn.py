@@ -2,8 +2,7 @@
 
 Inputs q ``[B,Hq,Sq,D]``, k, v ``[B,Hkv,Sk,D]`` (Hq a multiple of Hkv; query
 head h uses kv head h // (Hq/Hkv)), optional alibi slopes ``[Hq]``: arity 3
-or 4 (fuel-spec §8.4's 4-5 assertion is the inconsistency; 3-4 is what
-builders emit). Params: ``softmax_scale`` (f64), ``causal``,
+or 4. Params: ``softmax_scale`` (f64), ``causal``,
 ``window_size_left``/``window_size_right`` (optional i64), ``softcap``
 (optional f64), ``k_len`` (optional i64: attend only the first k_len keys,
 bottom-right aligned, offset o = k_len - Sq; symbolic lengths are not

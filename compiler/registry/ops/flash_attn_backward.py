@@ -9,7 +9,7 @@ dScores = scale·dS; dQ = dScores·K_rep; dK = dScoresᵀ·Q; for GQA dK and dV 
 folded from Hq back to Hkv heads (sum over each group).
 
 ``op_kind``: OpKind.FlashAttnBackwardQ/K/V. The original has kernels under
-these kinds but no op->kind arm (fuel-spec §1.3/§8.1); a user expects fused
+these kinds but no op->kind arm; a user expects fused
 backward nodes to reach those kernels, so the mapping is set here. All three
 share the CSE tag 22 (the fused id in the key keeps them apart). dV does not
 read v: its recipe declares input 2 in ``Recipe.unused_inputs`` instead of

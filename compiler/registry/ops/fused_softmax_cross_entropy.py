@@ -5,7 +5,7 @@ Params ``reduction`` ("mean" | "sum" | "none", CSE codes 0/1/2) and
 ``ignore_index`` (default -100). Output F32: ``[]`` for mean/sum, the targets'
 shape for none.
 
-Gap fixed (fuel-spec §3.3 #17 caveat, §8): rows whose target equals
+Gap fixed: rows whose target equals
 ``ignore_index`` contribute 0 and are excluded from the Mean's divisor, in
 the reference AND the recipe, as PyTorch's ``cross_entropy`` does; a Mean
 over only-ignored rows is NaN (0/0), as in PyTorch. Targets are compared in

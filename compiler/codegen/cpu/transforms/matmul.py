@@ -1,4 +1,4 @@
-"""The register-tiled matmul schedule (toolchain.md §4), for dynamic shapes
+"""The register-tiled matmul schedule (docs/toolchain.md), for dynamic shapes
 and any strides.
 
 For each ``linalg.matmul`` (or ``linalg.batch_matmul``, batch tiled by 1) of
@@ -19,7 +19,7 @@ the payload (``transform.foreach``, so modules may hold several):
    (the lowering's ``convert-vector-to-scf`` handles non-unit strides).
 
 Canonicalization sits in its own ``apply_patterns`` blocks: mixed with the
-vector lowering patterns it never terminates (toolchain.md §4).
+vector lowering patterns it never terminates (docs/toolchain.md).
 """
 from __future__ import annotations
 
