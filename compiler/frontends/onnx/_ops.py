@@ -481,13 +481,85 @@ def _conv(cx, node, at, ins):
 
 @_op("Attention")
 def _attention(cx, node, at, ins):
+    """Attention (opset 23+): 3-D inputs are split into heads; q, k, v alone
+    go to the fused FlashAttn; a mask, a past key/value cache or
+    ``nonpad_kv_seqlen`` take the spelled-out softmax(q k^T * scale + bias) v,
+    whose fully masked rows give 0 as ONNX specifies."""
+    ins = list(ins) + [None] * (7 - len(ins))
     q, k, v = (cx.t(i) for i in ins[:3])
-    if len(ins) > 3 and any(i is not None for i in ins[3:]):
-        raise Unsupported("attn_mask / past key-value inputs (only q, k, v are supported)")
-    if q.ndim != 4:
-        raise Unsupported(f"rank-{q.ndim} q: only [B, H, S, D] inputs are supported")
-    return [B.flash_attn(q, k, v, causal=bool(at.get("is_causal", 0)), scale=at.get("scale"),
-                         softcap=at.get("softcap") or None)]
+    mask, past_k, past_v, nonpad = ins[3:7]
+    if nonpad is not None:
+        raise Unsupported("input nonpad_kv_seqlen (an external KV cache) is not supported")
+    if (past_k is None) != (past_v is None):
+        raise Unsupported("past_key and past_value must be given together")
+    rank = q.ndim
+    if rank == 3:
+        hq, hkv = at.get("q_num_heads"), at.get("kv_num_heads")
+        if not hq or not hkv:
+            raise Unsupported("3-D q/k/v need the q_num_heads and kv_num_heads attributes")
+        q, k, v = (t.reshape((t.shape[0], t.shape[1], h, t.shape[2] // h)).permute((0, 2, 1, 3))
+                   for t, h in ((q, hq), (k, hkv), (v, hkv)))
+    elif rank != 4:
+        raise Unsupported(f"rank-{rank} q {list(q.shape)}: only [B, H, S, D] or [B, S, H*D] "
+                          f"inputs are supported")
+    past = 0
+    if past_k is not None:
+        past = cx.t(past_k).shape[2]
+        k, v = concat([cx.t(past_k), k], 2), concat([cx.t(past_v), v], 2)
+    causal = bool(at.get("is_causal", 0))
+    scale = at.get("scale") or 1.0 / math.sqrt(q.shape[-1])
+    softcap = at.get("softcap") or None
+    left, right = at.get("left_window_size", -1), at.get("right_window_size", -1)
+    if mask is None and past == 0 and v.shape[-1] == q.shape[-1]:
+        y = B.flash_attn(q, k, v, causal=causal, scale=scale, softcap=softcap,
+                         sliding_window=left + 1 if left >= 0 else None,
+                         window_size_right=right if right >= 0 else None)
+    else:
+        y = _attention_spelled(cx, q, k, v, mask, causal, past, scale, softcap, left, right)
+    if rank == 3:
+        y = y.permute((0, 2, 1, 3))
+        y = y.reshape((y.shape[0], y.shape[1], y.shape[2] * y.shape[3]))
+    return [y, k, v]
+
+
+def _attention_spelled(cx, q, k, v, mask, causal, past, scale, softcap, left, right):
+    hq, hkv = q.shape[1], k.shape[1]
+    if hq != hkv:  # grouped-query: each k/v head serves hq / hkv query heads
+        heads = np.arange(hq, dtype=np.uint32) // (hq // hkv)
+        k, v = k.index_select(heads, 1), v.index_select(heads, 1)
+    s = matmul(q, k.transpose((0, 1, 3, 2))) * scale
+    if softcap:
+        s = (s * (1.0 / softcap)).tanh() * softcap
+    sq, sk = s.shape[2], s.shape[3]
+    if mask is not None:
+        if isinstance(mask, np.ndarray) and mask.dtype == np.bool_:
+            mask = mask.astype(np.uint8)
+        m = cx.t(mask)
+        boolean = m.dtype.value == "u8"  # ONNX masks are bool (u8 here) or float
+        if m.shape[-1] < sk:  # a short mask leaves the rest of the keys masked
+            m = m.pad([(0, 0)] * (m.ndim - 1) + [(0, sk - m.shape[-1])],
+                      value=0 if boolean else -math.inf)
+        if boolean:
+            m = where(m, cx.t(np.zeros((), np.float32), like=s),
+                      cx.t(np.full((), -np.inf, np.float32), like=s))
+        s = s + (m if m.dtype == s.dtype else m.cast(s.dtype))
+    i = np.arange(sq).reshape(sq, 1) + past
+    j = np.arange(sk).reshape(1, sk)
+    allowed = np.ones((sq, sk), np.bool_)
+    if causal:
+        allowed &= j <= i
+    if left >= 0:
+        allowed &= i - j <= left
+    if right >= 0:
+        allowed &= j - i <= right
+    if not allowed.all():
+        s = s + cx.t(np.where(allowed, 0.0, -np.inf).astype(np.float32), like=s)
+    top = s.max(-1, keepdims=True)
+    top = where(top == -math.inf, 0.0, top)
+    e = (s - top).exp()
+    total = e.sum(-1, keepdims=True)
+    total = where(total == 0.0, 1.0, total)
+    return matmul(e / total, v)
 
 
 def static_issues(op: str, at: dict) -> list[str]:
