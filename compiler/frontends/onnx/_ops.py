@@ -288,6 +288,14 @@ def _reduce(cx, node, at, ins):
         return [x]
     keep = bool(at.get("keepdims", 1))
     op = node.op_type
+    if any(x.shape[a] == 0 for a in axes):  # over no elements: the op's identity
+        shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape) if keep or i not in axes)
+        if op == "ReduceMean":
+            raise Unsupported("the mean of zero elements is undefined (an axis has extent 0)")
+        info = np.finfo if x.dtype.is_float else np.iinfo
+        fill = {"ReduceMax": -np.inf if x.dtype.is_float else info(x.dtype.numpy).min,
+                "ReduceMin": np.inf if x.dtype.is_float else info(x.dtype.numpy).max}.get(op, 0)
+        return [cx.t(np.full(shape, fill, np.float64), like=x)]
     if op in ("ReduceSumSquare", "ReduceL2"):
         x = x.square()
     elif op == "ReduceL1":
@@ -584,3 +592,230 @@ def static_issues(op: str, at: dict) -> list[str]:
             if at.get(name, 0):
                 out.append(f"attribute {name}={at[name]} (only the default is supported)")
     return out
+
+
+# ---------------------------------------------------------------------------
+# coverage by composition: Pad modes, ReduceProd, pooling, LayerNormalization's
+# statistics, RotaryEmbedding (each an exact spelling in primitives)
+# ---------------------------------------------------------------------------
+@_op("Pad")
+def _pad(cx, node, at, ins):
+    x = cx.t(ins[0])
+    pads = [int(p) for p in cx.arr(ins[1], "pads", node).reshape(-1)]
+    value = ins[2] if len(ins) > 2 and ins[2] is not None else None
+    axes = list(range(x.ndim))
+    if len(ins) > 3 and ins[3] is not None:
+        axes = [norm_axis(int(a), x.ndim) for a in cx.arr(ins[3], "axes", node).reshape(-1)]
+    if len(pads) != 2 * len(axes):
+        raise Unsupported(f"pads has {len(pads)} values; expected 2 x {len(axes)} (axes)")
+    mode = at.get("mode", "constant")
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        raise Unsupported(f"attribute mode={mode!r} (constant, reflect, edge or wrap)")
+    pairs = [(0, 0)] * x.ndim
+    for i, a in enumerate(axes):
+        pairs[a] = (pads[i], pads[i + len(axes)])
+    for a, (lo, hi) in enumerate(pairs):  # negative pads crop
+        if lo < 0 or hi < 0:
+            start, stop = max(-lo, 0), x.shape[a] - max(-hi, 0)
+            x = x.slice(a, start, stop - start)
+    pairs = [(max(lo, 0), max(hi, 0)) for lo, hi in pairs]
+    if not any(lo or hi for lo, hi in pairs):
+        return [x]
+    if mode == "constant":
+        v = 0 if value is None else cx.arr(value, "constant_value", node).reshape(-1)[0].item()
+        return [x.pad(pairs, value=v)]
+    for a, (lo, hi) in enumerate(pairs):
+        if lo or hi:
+            n = x.shape[a]
+            pos = np.arange(-lo, n + hi)
+            if mode == "edge":
+                idx = np.clip(pos, 0, n - 1)
+            elif mode == "wrap":
+                idx = pos % n
+            else:  # reflect about the edge elements (numpy "reflect")
+                if n == 1:
+                    idx = np.zeros_like(pos)
+                else:
+                    period = 2 * (n - 1)
+                    m = pos % period
+                    idx = np.where(m < n, m, period - m)
+            x = x.index_select(idx.astype(np.uint32), a)
+    return [x]
+
+
+@_op("ReduceProd")
+def _reduce_prod(cx, node, at, ins):
+    x = cx.t(ins[0])
+    axes_in = cx.arr(ins[1], "axes", node) if len(ins) > 1 and ins[1] is not None else None
+    axes = reduce_axes(at, axes_in, x.ndim)
+    if axes is None:
+        return [x]
+    for a in axes:  # pairwise products: log2(n) multiplies of two halves
+        n = x.shape[a]
+        if n == 0:
+            shape = tuple(1 if i == a else d for i, d in enumerate(x.shape))
+            x = cx.t(np.ones(shape, x.dtype.numpy), like=x)
+            continue
+        while n > 1:
+            if n % 2:
+                x = x.pad([(0, 1) if i == a else (0, 0) for i in range(x.ndim)], value=1)
+                n += 1
+            x = x.slice(a, 0, n // 2) * x.slice(a, n // 2, n // 2)
+            n //= 2
+    if not at.get("keepdims", 1):
+        x = x.squeeze(tuple(axes))
+    return [x]
+
+
+def _pool_geometry(at, spatial):
+    """Per spatial axis: (kernel, stride, dilation, pad before, pad after,
+    output extent) as ONNX MaxPool/AveragePool define them."""
+    k = list(at["kernel_shape"])
+    nd = len(k)
+    s = list(at.get("strides") or [1] * nd)
+    d = list(at.get("dilations") or [1] * nd)
+    pads = list(at.get("pads") or [0] * 2 * nd)
+    auto = at.get("auto_pad", "NOTSET")
+    ceil = bool(at.get("ceil_mode", 0))
+    out = []
+    for i, n in enumerate(spatial):
+        eff = (k[i] - 1) * d[i] + 1
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            o = -(-n // s[i])
+            total = max((o - 1) * s[i] + eff - n, 0)
+            small = total // 2
+            lo, hi = (total - small, small) if auto == "SAME_LOWER" else (small, total - small)
+        elif auto == "VALID":
+            lo = hi = 0
+            o = (n - eff) // s[i] + 1
+        else:
+            lo, hi = pads[i], pads[i + nd]
+            span = n + lo + hi - eff
+            o = (-(-span // s[i]) if ceil else span // s[i]) + 1
+            if ceil and (o - 1) * s[i] >= n + lo:
+                o -= 1
+        out.append((k[i], s[i], d[i], lo, hi, o))
+    return out
+
+
+def _windows(x, geom):
+    """(offset, view) for every kernel offset: the input values each output
+    position sees there (x already padded by each axis's ``lo``)."""
+    import itertools
+    for offs in itertools.product(*(range(g[0]) for g in geom)):
+        v = x
+        for i, (o, (k, s, d, lo, hi, n_out)) in enumerate(zip(offs, geom)):
+            a = 2 + i
+            start = o * d
+            if s == 1:
+                v = v.slice(a, start, n_out)
+            else:
+                v = v.index_select((start + s * np.arange(n_out)).astype(np.uint32), a)
+        yield offs, v
+
+
+@_op("MaxPool", "AveragePool")
+def _pool(cx, node, at, ins):
+    x = cx.t(ins[0])
+    spatial = x.shape[2:]
+    geom = _pool_geometry(at, spatial)
+    is_max = node.op_type == "MaxPool"
+    widths = [(0, 0), (0, 0)]
+    for n, (k, s, d, lo, hi, o) in zip(spatial, geom):
+        widths.append((lo, max(hi, (o - 1) * s + (k - 1) * d + 1 - n - lo, 0)))
+    if is_max:
+        low = -math.inf if x.dtype.is_float else int(np.iinfo(x.dtype.numpy).min)
+        xp = x.pad(widths, value=low)
+    else:
+        xp = x.pad(widths, value=0)
+    want_idx = is_max and len(node.output) > 1 and bool(node.output[1])
+    order = at.get("storage_order", 0)
+    best = idx = None
+    for offs, v in _windows(xp, geom):
+        if best is None:
+            best = v
+        elif is_max:
+            if want_idx:
+                idx = where(v > best, cx.t(_flat_index(x.shape, geom, offs, order)), idx)
+            best = maximum(best, v) if not want_idx else where(v > best, v, best)
+        else:
+            best = best + v
+        if want_idx and idx is None:
+            idx = cx.t(_flat_index(x.shape, geom, offs, order))
+    if is_max:
+        return [best, idx] if want_idx else [best]
+    include = bool(at.get("count_include_pad", 0))
+    count = np.ones((), np.float64)
+    for i, (n, (k, s, d, lo, hi, o)) in enumerate(zip(spatial, geom)):
+        first, last = (-lo, n + hi) if include else (0, n)
+        pos = (np.arange(o) * s - lo)[:, None] + d * np.arange(k)[None, :]
+        c = ((pos >= first) & (pos < last)).sum(1).astype(np.float64)
+        count = count[..., None] * c
+    return [best / cx.t(count[None, None], like=best)]
+
+
+def _flat_index(shape, geom, offs, order=0) -> np.ndarray:
+    """ONNX MaxPool Indices for one kernel offset: the flat index into the
+    unpadded input of the element each output position sees (spatial axes
+    row-major, or column-major for storage_order=1)."""
+    n, c = shape[:2]
+    flat = np.zeros((), np.int64)
+    stride = 1
+    for (k, s, d, lo, hi, o), off, ext in zip(geom, offs, shape[2:]):
+        pos = np.arange(o) * s + off * d - lo
+        if order:
+            flat = flat[..., None] + pos * stride
+            stride *= ext
+        else:
+            flat = flat[..., None] * ext + pos
+    plane = math.prod(shape[2:])
+    base = (np.arange(n * c, dtype=np.int64) * plane).reshape((n, c) + (1,) * len(geom))
+    return (base + flat).astype(np.int64)
+
+
+@_op("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(cx, node, at, ins):
+    x = cx.t(ins[0])
+    axes = tuple(range(2, x.ndim))
+    return [x.mean(axes, keepdims=True) if node.op_type == "GlobalAveragePool"
+            else x.max(axes, keepdims=True)]
+
+
+@_op("RotaryEmbedding")
+def _rotary(cx, node, at, ins):
+    x, cos, sin = cx.t(ins[0]), ins[1], ins[2]
+    pos = ins[3] if len(ins) > 3 else None
+    inter = bool(at.get("interleaved", 0))
+    rank = x.ndim
+    if rank == 3:
+        heads = at.get("num_heads") or 0
+        if not heads:
+            raise Unsupported("a 3-D input needs the num_heads attribute")
+        b, s_, hd = x.shape
+        x4 = x.reshape((b, s_, heads, hd // heads))  # [B, S, H, D]
+    elif rank == 4:
+        x4 = x.permute((0, 2, 1, 3))  # [B, H, S, D] -> [B, S, H, D]
+    else:
+        raise Unsupported(f"rank-{rank} input: only [B, H, S, D] or [B, S, H*D]")
+    d = x4.shape[-1]
+    r = at.get("rotary_embedding_dim") or d
+
+    def table(c):  # [B, S, r/2] -> [B, S, 1, r] in the rotation's pairing
+        c = cx.t(c)
+        if pos is not None:
+            flat = _index_u32(cx, pos, c.shape[0])
+            shp = tuple(pos.shape)
+            flat = flat.reshape(-1) if isinstance(flat, np.ndarray) else \
+                flat.reshape((math.prod(shp),))
+            c = c.index_select(flat, 0).reshape(shp + (c.shape[-1],))
+        c = c.unsqueeze(2)
+        if inter:
+            c = concat([c.unsqueeze(-1), c.unsqueeze(-1)], -1)
+            return c.reshape(c.shape[:3] + (r,))
+        return concat([c, c], -1)
+
+    rot = x4 if r == d else x4.slice(-1, 0, r)
+    y = B.rope(rot, table(cos), table(sin), interleaved=inter)
+    if r != d:
+        y = concat([y, x4.slice(-1, r, d - r)], -1)
+    return [y.reshape(x.shape) if rank == 3 else y.permute((0, 2, 1, 3))]
