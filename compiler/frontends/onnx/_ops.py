@@ -268,11 +268,20 @@ def _layer_norm(cx, node, at, ins):
 
     w, b = vec(scale), vec(bias)
     if axis == x.ndim - 1 and w is not False and b is not False:
-        return [B.layer_norm(x, w, b, eps=eps)]
-    flat = x.reshape(x.shape[:axis] + (d,))
-    y = B.layer_norm(flat, eps=eps).reshape(x.shape)
-    y = y * cx.t(scale)
-    return [y + cx.t(bias) if bias is not None else y]
+        y = B.layer_norm(x, w, b, eps=eps)
+    else:
+        flat = x.reshape(x.shape[:axis] + (d,))
+        y = B.layer_norm(flat, eps=eps).reshape(x.shape)
+        y = y * cx.t(scale)
+        y = y + cx.t(bias) if bias is not None else y
+    outs = [y]
+    if any(node.output[1:]):  # Mean and InvStdDev over the normalized axes
+        axes = tuple(range(axis, x.ndim))
+        xs = x if x.dtype.value in ("f32", "f64") else x.cast("f32")  # stash_type=1
+        mean = xs.mean(axes, keepdims=True)
+        var = (xs - mean).square().mean(axes, keepdims=True)
+        outs += [mean, (var + eps).sqrt().recip()]
+    return outs
 
 
 # ---------------------------------------------------------------------------
