@@ -76,6 +76,22 @@ def _pow(cx, node, at, ins):
     x, p = cx.t(ins[0]), ins[1]
     if _scalar(p, x) == 2:
         return [x.square()]
+    if not x.dtype.is_float:  # integer base: the result keeps x's type
+        if not isinstance(p, np.ndarray):
+            raise Unsupported("the exponent of an integer base is computed at run time; fuelc "
+                              "needs it constant at import (its Pow is float-only, a "
+                              "constant exponent is spelled with PowI)")
+        if p.dtype.kind == "f" and not np.array_equal(p, np.round(p)):
+            return [(x.cast("f64") ** cx.t(p.astype(np.float64))).cast(x.dtype)]
+        e = np.broadcast_to(p.astype(np.int64), broadcast_shape(x.shape, p.shape))
+        if e.size and e.min() < 0:
+            raise Unsupported("a negative integer exponent of an integer base")
+        x = x.broadcast_to(e.shape) if x.shape != e.shape else x
+        vals = np.unique(e)
+        out = x.pow(int(vals[0]))
+        for v in vals[1:]:  # one PowI per distinct exponent, chosen elementwise
+            out = where(cx.t((e == v).astype(np.uint8)), x.pow(int(v)), out)
+        return [out]
     if isinstance(p, np.ndarray):  # ONNX lets the exponent's type differ
         return [x ** cx.t(p, like=x)]
     return [x ** (p if p.dtype == x.dtype else p.cast(x.dtype))]
@@ -469,31 +485,96 @@ def _tile(cx, node, at, ins):
     return [x]
 
 
+def _conv_pads(at, spatial, kernel, strides, dilations=None):
+    """(before, after) per spatial axis from pads / auto_pad."""
+    auto = at.get("auto_pad", "NOTSET")
+    nd = len(spatial)
+    dilations = dilations or [1] * nd
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        out = []
+        for n, k, s, d in zip(spatial, kernel, strides, dilations):
+            total = max((-(-n // s) - 1) * s + (k - 1) * d + 1 - n, 0)
+            small = total // 2
+            out.append((total - small, small) if auto == "SAME_LOWER" else (small, total - small))
+        return out
+    if auto == "VALID":
+        return [(0, 0)] * nd
+    pads = list(at.get("pads") or [0] * 2 * nd)
+    return [(pads[i], pads[i + nd]) for i in range(nd)]
+
+
+def _as_2d(x, w):
+    """A 1-D convolution's input and weight with a unit height axis."""
+    return x.unsqueeze(2), w.unsqueeze(2)
+
+
 @_op("Conv")
 def _conv(cx, node, at, ins):
     x, w = cx.t(ins[0]), cx.t(ins[1])
     bias = cx.t(ins[2]) if len(ins) > 2 and ins[2] is not None else None
-    if x.ndim != 4:
-        raise Unsupported(f"a rank-{x.ndim} input {list(x.shape)}: only 2-D convolution "
-                          f"(rank-4 NCHW input) is supported")
-    kh, kw = w.shape[2:]
-    sh, sw = at.get("strides", [1, 1])
-    auto = at.get("auto_pad", "NOTSET")
-    if auto in ("SAME_UPPER", "SAME_LOWER"):
-        pads = []
-        for n, k, s in ((x.shape[2], kh, sh), (x.shape[3], kw, sw)):
-            total = max((-(-n // s) - 1) * s + k - n, 0)
-            small = total // 2
-            pads.append((total - small, small) if auto == "SAME_LOWER" else (small, total - small))
-        (t, b), (l, r) = pads
-    elif auto == "VALID":
-        t = b = l = r = 0
-    else:
-        t, l, b, r = at.get("pads", [0, 0, 0, 0])
+    if x.ndim not in (3, 4):
+        raise Unsupported(f"a rank-{x.ndim} input {list(x.shape)}: only 1-D and 2-D "
+                          f"convolution (NCW / NCHW input) is supported")
+    one_d = x.ndim == 3
+    nd = x.ndim - 2
+    strides = list(at.get("strides") or [1] * nd)
+    pads = _conv_pads(at, x.shape[2:], w.shape[2:], strides)
+    if one_d:
+        x, w = _as_2d(x, w)
+        strides, pads = [1] + strides, [(0, 0)] + pads
+    (t, b), (l, r) = pads
     if (t, l) != (b, r):  # asymmetric: pad explicitly, then convolve unpadded
         x = x.pad([(0, 0), (0, 0), (t, b), (l, r)])
         t = l = 0
-    return [B.conv2d(x, w, bias, stride=(sh, sw), padding=(t, l), groups=at.get("group", 1))]
+    y = B.conv2d(x, w, bias, stride=tuple(strides), padding=(t, l), groups=at.get("group", 1))
+    return [y.squeeze(2) if one_d else y]
+
+
+@_op("ConvTranspose")
+def _conv_transpose(cx, node, at, ins):
+    x, w = cx.t(ins[0]), cx.t(ins[1])
+    bias = cx.t(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+    if x.ndim not in (3, 4):
+        raise Unsupported(f"a rank-{x.ndim} input {list(x.shape)}: only 1-D and 2-D "
+                          f"transposed convolution is supported")
+    one_d = x.ndim == 3
+    nd = x.ndim - 2
+    k = list(w.shape[2:])
+    s = list(at.get("strides") or [1] * nd)
+    d = list(at.get("dilations") or [1] * nd)
+    op_ = list(at.get("output_padding") or [0] * nd)
+    auto = at.get("auto_pad", "NOTSET")
+    full = [(x.shape[2 + i] - 1) * s[i] + op_[i] + (k[i] - 1) * d[i] + 1 for i in range(nd)]
+    if at.get("output_shape"):
+        want = list(at["output_shape"])[-nd:]
+        totals = [f - o for f, o in zip(full, want)]
+        auto = auto if auto != "NOTSET" else "SAME_UPPER"
+    elif auto in ("SAME_UPPER", "SAME_LOWER"):
+        totals = [f - x.shape[2 + i] * s[i] for i, f in enumerate(full)]
+    else:
+        totals = None
+    if totals is not None:  # ONNX: SAME_UPPER puts the odd pad at the end
+        pads = [(t // 2, t - t // 2) if auto == "SAME_UPPER" else (t - t // 2, t // 2)
+                for t in totals]
+    else:
+        pads = _conv_pads({"pads": at.get("pads")}, x.shape[2:], k, s)
+    if any(t < 0 for pr in pads for t in pr):
+        raise Unsupported(f"output_shape {at.get('output_shape')} is larger than the full "
+                          f"transposed convolution {full}")
+    if one_d:
+        x, w = _as_2d(x, w)
+        s, d, op_, pads = [1] + s, [1] + d, [0] + op_, [(0, 0)] + pads
+    # the builder pads symmetrically: crop the asymmetric remainder afterwards
+    sym = [min(lo, hi) for lo, hi in pads]
+    y = B.conv_transpose2d(x, w, bias, stride=tuple(s), padding=tuple(sym),
+                           output_padding=tuple(op_), dilation=tuple(d),
+                           groups=at.get("group", 1))
+    for i, (lo, hi) in enumerate(pads):
+        extra_lo, extra_hi = lo - sym[i], hi - sym[i]
+        if extra_lo or extra_hi:
+            a = 2 + i
+            y = y.slice(a, extra_lo, y.shape[a] - extra_lo - extra_hi)
+    return [y.squeeze(2) if one_d else y]
 
 
 @_op("Attention")
@@ -587,9 +668,9 @@ def static_issues(op: str, at: dict) -> list[str]:
         dil = at.get("dilations")
         if dil and any(d != 1 for d in dil):
             out.append(f"attribute dilations={list(dil)} (only dilation 1 is supported)")
-        if len(at.get("kernel_shape", [0, 0])) != 2:
-            out.append(f"attribute kernel_shape={list(at['kernel_shape'])} (only 2-D "
-                       f"convolution is supported)")
+        if len(at.get("kernel_shape", [0])) > 2:
+            out.append(f"attribute kernel_shape={list(at['kernel_shape'])} (only 1-D and 2-D "
+                       f"convolution are supported)")
     if op == "Mod" and at.get("fmod", 0):
         out.append("attribute fmod=1 (only fmod=0, the divisor's sign, is supported)")
     if op in ("ArgMax", "ArgMin") and at.get("select_last_index", 0):
