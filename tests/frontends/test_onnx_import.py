@@ -489,12 +489,24 @@ def test_attention_op_opset23_becomes_flash_attn(causal):
 
 
 @needs_opset(23)
-def test_attention_with_mask_is_refused():
+@pytest.mark.parametrize("causal", [0, 1])
+def test_attention_with_additive_mask_matches_onnxruntime(causal):
     shape = [1, 2, 6, 8]
-    m = make([node("Attention", ["q", "k", "v", "mask"], ["y"], name="attn")],
+    m = make([node("Attention", ["q", "k", "v", "mask"], ["y"], name="attn", is_causal=causal)],
              [vi(n, shape=shape) for n in "qkv"] + [vi("mask", shape=[6, 6])], [vi("y")],
              opset=23)
-    with pytest.raises(OnnxImportError, match="Attention node 'attn': attn_mask"):
+    mask = np.where(RNG.uniform(size=(6, 6)) < 0.3, -np.inf, 0).astype(np.float32)
+    mask[:, 0] = 0  # no fully masked row
+    check(m, {**{n: rand(*shape) for n in "qkv"}, "mask": mask}, atol=1e-5, compile_it=True)
+
+
+@needs_opset(23)
+def test_attention_external_kv_cache_is_refused():
+    shape = [1, 2, 6, 8]
+    m = make([node("Attention", ["q", "k", "v", "", "", "", "lens"], ["y"], name="attn")],
+             [vi(n, shape=shape) for n in "qkv"] + [vi("lens", TensorProto.INT64, [1])],
+             [vi("y")], opset=24)
+    with pytest.raises(OnnxImportError, match="Attention node 'attn': input nonpad_kv_seqlen"):
         import_model(m)
 
 

@@ -259,4 +259,4 @@ FOLD = {
 }
 
 #: ops that only exist at import: their inputs must be constants.
-FOLD_ONLY = {"Range", "ConstantOfShape", "ReduceProd"}
+FOLD_ONLY = {"Range", "ConstantOfShape"}

@@ -76,6 +76,22 @@ def _pow(cx, node, at, ins):
     x, p = cx.t(ins[0]), ins[1]
     if _scalar(p, x) == 2:
         return [x.square()]
+    if not x.dtype.is_float:  # integer base: the result keeps x's type
+        if not isinstance(p, np.ndarray):
+            raise Unsupported("the exponent of an integer base is computed at run time; fuelc "
+                              "needs it constant at import (its Pow is float-only, a "
+                              "constant exponent is spelled with PowI)")
+        if p.dtype.kind == "f" and not np.array_equal(p, np.round(p)):
+            return [(x.cast("f64") ** cx.t(p.astype(np.float64))).cast(x.dtype)]
+        e = np.broadcast_to(p.astype(np.int64), broadcast_shape(x.shape, p.shape))
+        if e.size and e.min() < 0:
+            raise Unsupported("a negative integer exponent of an integer base")
+        x = x.broadcast_to(e.shape) if x.shape != e.shape else x
+        vals = np.unique(e)
+        out = x.pow(int(vals[0]))
+        for v in vals[1:]:  # one PowI per distinct exponent, chosen elementwise
+            out = where(cx.t((e == v).astype(np.uint8)), x.pow(int(v)), out)
+        return [out]
     if isinstance(p, np.ndarray):  # ONNX lets the exponent's type differ
         return [x ** cx.t(p, like=x)]
     return [x ** (p if p.dtype == x.dtype else p.cast(x.dtype))]
@@ -268,11 +284,20 @@ def _layer_norm(cx, node, at, ins):
 
     w, b = vec(scale), vec(bias)
     if axis == x.ndim - 1 and w is not False and b is not False:
-        return [B.layer_norm(x, w, b, eps=eps)]
-    flat = x.reshape(x.shape[:axis] + (d,))
-    y = B.layer_norm(flat, eps=eps).reshape(x.shape)
-    y = y * cx.t(scale)
-    return [y + cx.t(bias) if bias is not None else y]
+        y = B.layer_norm(x, w, b, eps=eps)
+    else:
+        flat = x.reshape(x.shape[:axis] + (d,))
+        y = B.layer_norm(flat, eps=eps).reshape(x.shape)
+        y = y * cx.t(scale)
+        y = y + cx.t(bias) if bias is not None else y
+    outs = [y]
+    if any(node.output[1:]):  # Mean and InvStdDev over the normalized axes
+        axes = tuple(range(axis, x.ndim))
+        xs = x if x.dtype.value in ("f32", "f64") else x.cast("f32")  # stash_type=1
+        mean = xs.mean(axes, keepdims=True)
+        var = (xs - mean).square().mean(axes, keepdims=True)
+        outs += [mean, (var + eps).sqrt().recip()]
+    return outs
 
 
 # ---------------------------------------------------------------------------
@@ -288,6 +313,14 @@ def _reduce(cx, node, at, ins):
         return [x]
     keep = bool(at.get("keepdims", 1))
     op = node.op_type
+    if any(x.shape[a] == 0 for a in axes):  # over no elements: the op's identity
+        shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape) if keep or i not in axes)
+        if op == "ReduceMean":
+            raise Unsupported("the mean of zero elements is undefined (an axis has extent 0)")
+        info = np.finfo if x.dtype.is_float else np.iinfo
+        fill = {"ReduceMax": -np.inf if x.dtype.is_float else info(x.dtype.numpy).min,
+                "ReduceMin": np.inf if x.dtype.is_float else info(x.dtype.numpy).max}.get(op, 0)
+        return [cx.t(np.full(shape, fill, np.float64), like=x)]
     if op in ("ReduceSumSquare", "ReduceL2"):
         x = x.square()
     elif op == "ReduceL1":
@@ -452,42 +485,179 @@ def _tile(cx, node, at, ins):
     return [x]
 
 
+def _conv_pads(at, spatial, kernel, strides, dilations=None):
+    """(before, after) per spatial axis from pads / auto_pad."""
+    auto = at.get("auto_pad", "NOTSET")
+    nd = len(spatial)
+    dilations = dilations or [1] * nd
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        out = []
+        for n, k, s, d in zip(spatial, kernel, strides, dilations):
+            total = max((-(-n // s) - 1) * s + (k - 1) * d + 1 - n, 0)
+            small = total // 2
+            out.append((total - small, small) if auto == "SAME_LOWER" else (small, total - small))
+        return out
+    if auto == "VALID":
+        return [(0, 0)] * nd
+    pads = list(at.get("pads") or [0] * 2 * nd)
+    return [(pads[i], pads[i + nd]) for i in range(nd)]
+
+
+def _as_2d(x, w):
+    """A 1-D convolution's input and weight with a unit height axis."""
+    return x.unsqueeze(2), w.unsqueeze(2)
+
+
 @_op("Conv")
 def _conv(cx, node, at, ins):
     x, w = cx.t(ins[0]), cx.t(ins[1])
     bias = cx.t(ins[2]) if len(ins) > 2 and ins[2] is not None else None
-    if x.ndim != 4:
-        raise Unsupported(f"a rank-{x.ndim} input {list(x.shape)}: only 2-D convolution "
-                          f"(rank-4 NCHW input) is supported")
-    kh, kw = w.shape[2:]
-    sh, sw = at.get("strides", [1, 1])
-    auto = at.get("auto_pad", "NOTSET")
-    if auto in ("SAME_UPPER", "SAME_LOWER"):
-        pads = []
-        for n, k, s in ((x.shape[2], kh, sh), (x.shape[3], kw, sw)):
-            total = max((-(-n // s) - 1) * s + k - n, 0)
-            small = total // 2
-            pads.append((total - small, small) if auto == "SAME_LOWER" else (small, total - small))
-        (t, b), (l, r) = pads
-    elif auto == "VALID":
-        t = b = l = r = 0
-    else:
-        t, l, b, r = at.get("pads", [0, 0, 0, 0])
+    if x.ndim not in (3, 4):
+        raise Unsupported(f"a rank-{x.ndim} input {list(x.shape)}: only 1-D and 2-D "
+                          f"convolution (NCW / NCHW input) is supported")
+    one_d = x.ndim == 3
+    nd = x.ndim - 2
+    strides = list(at.get("strides") or [1] * nd)
+    pads = _conv_pads(at, x.shape[2:], w.shape[2:], strides)
+    if one_d:
+        x, w = _as_2d(x, w)
+        strides, pads = [1] + strides, [(0, 0)] + pads
+    (t, b), (l, r) = pads
     if (t, l) != (b, r):  # asymmetric: pad explicitly, then convolve unpadded
         x = x.pad([(0, 0), (0, 0), (t, b), (l, r)])
         t = l = 0
-    return [B.conv2d(x, w, bias, stride=(sh, sw), padding=(t, l), groups=at.get("group", 1))]
+    y = B.conv2d(x, w, bias, stride=tuple(strides), padding=(t, l), groups=at.get("group", 1))
+    return [y.squeeze(2) if one_d else y]
+
+
+@_op("ConvTranspose")
+def _conv_transpose(cx, node, at, ins):
+    x, w = cx.t(ins[0]), cx.t(ins[1])
+    bias = cx.t(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+    if x.ndim not in (3, 4):
+        raise Unsupported(f"a rank-{x.ndim} input {list(x.shape)}: only 1-D and 2-D "
+                          f"transposed convolution is supported")
+    one_d = x.ndim == 3
+    nd = x.ndim - 2
+    k = list(w.shape[2:])
+    s = list(at.get("strides") or [1] * nd)
+    d = list(at.get("dilations") or [1] * nd)
+    op_ = list(at.get("output_padding") or [0] * nd)
+    auto = at.get("auto_pad", "NOTSET")
+    full = [(x.shape[2 + i] - 1) * s[i] + op_[i] + (k[i] - 1) * d[i] + 1 for i in range(nd)]
+    if at.get("output_shape"):
+        want = list(at["output_shape"])[-nd:]
+        totals = [f - o for f, o in zip(full, want)]
+        auto = auto if auto != "NOTSET" else "SAME_UPPER"
+    elif auto in ("SAME_UPPER", "SAME_LOWER"):
+        totals = [f - x.shape[2 + i] * s[i] for i, f in enumerate(full)]
+    else:
+        totals = None
+    if totals is not None:  # ONNX: SAME_UPPER puts the odd pad at the end
+        pads = [(t // 2, t - t // 2) if auto == "SAME_UPPER" else (t - t // 2, t // 2)
+                for t in totals]
+    else:
+        pads = _conv_pads({"pads": at.get("pads")}, x.shape[2:], k, s)
+    if any(t < 0 for pr in pads for t in pr):
+        raise Unsupported(f"output_shape {at.get('output_shape')} is larger than the full "
+                          f"transposed convolution {full}")
+    if one_d:
+        x, w = _as_2d(x, w)
+        s, d, op_, pads = [1] + s, [1] + d, [0] + op_, [(0, 0)] + pads
+    # the builder pads symmetrically: crop the asymmetric remainder afterwards
+    sym = [min(lo, hi) for lo, hi in pads]
+    y = B.conv_transpose2d(x, w, bias, stride=tuple(s), padding=tuple(sym),
+                           output_padding=tuple(op_), dilation=tuple(d),
+                           groups=at.get("group", 1))
+    for i, (lo, hi) in enumerate(pads):
+        extra_lo, extra_hi = lo - sym[i], hi - sym[i]
+        if extra_lo or extra_hi:
+            a = 2 + i
+            y = y.slice(a, extra_lo, y.shape[a] - extra_lo - extra_hi)
+    return [y.squeeze(2) if one_d else y]
 
 
 @_op("Attention")
 def _attention(cx, node, at, ins):
+    """Attention (opset 23+): 3-D inputs are split into heads; q, k, v alone
+    go to the fused FlashAttn; a mask, a past key/value cache or
+    ``nonpad_kv_seqlen`` take the spelled-out softmax(q k^T * scale + bias) v,
+    whose fully masked rows give 0 as ONNX specifies."""
+    ins = list(ins) + [None] * (7 - len(ins))
     q, k, v = (cx.t(i) for i in ins[:3])
-    if len(ins) > 3 and any(i is not None for i in ins[3:]):
-        raise Unsupported("attn_mask / past key-value inputs (only q, k, v are supported)")
-    if q.ndim != 4:
-        raise Unsupported(f"rank-{q.ndim} q: only [B, H, S, D] inputs are supported")
-    return [B.flash_attn(q, k, v, causal=bool(at.get("is_causal", 0)), scale=at.get("scale"),
-                         softcap=at.get("softcap") or None)]
+    mask, past_k, past_v, nonpad = ins[3:7]
+    if nonpad is not None:
+        raise Unsupported("input nonpad_kv_seqlen (an external KV cache) is not supported")
+    if (past_k is None) != (past_v is None):
+        raise Unsupported("past_key and past_value must be given together")
+    rank = q.ndim
+    if rank == 3:
+        hq, hkv = at.get("q_num_heads"), at.get("kv_num_heads")
+        if not hq or not hkv:
+            raise Unsupported("3-D q/k/v need the q_num_heads and kv_num_heads attributes")
+        q, k, v = (t.reshape((t.shape[0], t.shape[1], h, t.shape[2] // h)).permute((0, 2, 1, 3))
+                   for t, h in ((q, hq), (k, hkv), (v, hkv)))
+    elif rank != 4:
+        raise Unsupported(f"rank-{rank} q {list(q.shape)}: only [B, H, S, D] or [B, S, H*D] "
+                          f"inputs are supported")
+    past = 0
+    if past_k is not None:
+        past = cx.t(past_k).shape[2]
+        k, v = concat([cx.t(past_k), k], 2), concat([cx.t(past_v), v], 2)
+    causal = bool(at.get("is_causal", 0))
+    scale = at.get("scale") or 1.0 / math.sqrt(q.shape[-1])
+    softcap = at.get("softcap") or None
+    left, right = at.get("left_window_size", -1), at.get("right_window_size", -1)
+    if mask is None and past == 0 and v.shape[-1] == q.shape[-1]:
+        y = B.flash_attn(q, k, v, causal=causal, scale=scale, softcap=softcap,
+                         sliding_window=left + 1 if left >= 0 else None,
+                         window_size_right=right if right >= 0 else None)
+    else:
+        y = _attention_spelled(cx, q, k, v, mask, causal, past, scale, softcap, left, right)
+    if rank == 3:
+        y = y.permute((0, 2, 1, 3))
+        y = y.reshape((y.shape[0], y.shape[1], y.shape[2] * y.shape[3]))
+    return [y, k, v]
+
+
+def _attention_spelled(cx, q, k, v, mask, causal, past, scale, softcap, left, right):
+    hq, hkv = q.shape[1], k.shape[1]
+    if hq != hkv:  # grouped-query: each k/v head serves hq / hkv query heads
+        heads = np.arange(hq, dtype=np.uint32) // (hq // hkv)
+        k, v = k.index_select(heads, 1), v.index_select(heads, 1)
+    s = matmul(q, k.transpose((0, 1, 3, 2))) * scale
+    if softcap:
+        s = (s * (1.0 / softcap)).tanh() * softcap
+    sq, sk = s.shape[2], s.shape[3]
+    if mask is not None:
+        if isinstance(mask, np.ndarray) and mask.dtype == np.bool_:
+            mask = mask.astype(np.uint8)
+        m = cx.t(mask)
+        boolean = m.dtype.value == "u8"  # ONNX masks are bool (u8 here) or float
+        if m.shape[-1] < sk:  # a short mask leaves the rest of the keys masked
+            m = m.pad([(0, 0)] * (m.ndim - 1) + [(0, sk - m.shape[-1])],
+                      value=0 if boolean else -math.inf)
+        if boolean:
+            m = where(m, cx.t(np.zeros((), np.float32), like=s),
+                      cx.t(np.full((), -np.inf, np.float32), like=s))
+        s = s + (m if m.dtype == s.dtype else m.cast(s.dtype))
+    i = np.arange(sq).reshape(sq, 1) + past
+    j = np.arange(sk).reshape(1, sk)
+    allowed = np.ones((sq, sk), np.bool_)
+    if causal:
+        allowed &= j <= i
+    if left >= 0:
+        allowed &= i - j <= left
+    if right >= 0:
+        allowed &= j - i <= right
+    if not allowed.all():
+        s = s + cx.t(np.where(allowed, 0.0, -np.inf).astype(np.float32), like=s)
+    top = s.max(-1, keepdims=True)
+    top = where(top == -math.inf, 0.0, top)
+    e = (s - top).exp()
+    total = e.sum(-1, keepdims=True)
+    total = where(total == 0.0, 1.0, total)
+    return matmul(e / total, v)
 
 
 def static_issues(op: str, at: dict) -> list[str]:
@@ -498,9 +668,9 @@ def static_issues(op: str, at: dict) -> list[str]:
         dil = at.get("dilations")
         if dil and any(d != 1 for d in dil):
             out.append(f"attribute dilations={list(dil)} (only dilation 1 is supported)")
-        if len(at.get("kernel_shape", [0, 0])) != 2:
-            out.append(f"attribute kernel_shape={list(at['kernel_shape'])} (only 2-D "
-                       f"convolution is supported)")
+        if len(at.get("kernel_shape", [0])) > 2:
+            out.append(f"attribute kernel_shape={list(at['kernel_shape'])} (only 1-D and 2-D "
+                       f"convolution are supported)")
     if op == "Mod" and at.get("fmod", 0):
         out.append("attribute fmod=1 (only fmod=0, the divisor's sign, is supported)")
     if op in ("ArgMax", "ArgMin") and at.get("select_last_index", 0):
@@ -512,3 +682,230 @@ def static_issues(op: str, at: dict) -> list[str]:
             if at.get(name, 0):
                 out.append(f"attribute {name}={at[name]} (only the default is supported)")
     return out
+
+
+# ---------------------------------------------------------------------------
+# coverage by composition: Pad modes, ReduceProd, pooling, LayerNormalization's
+# statistics, RotaryEmbedding (each an exact spelling in primitives)
+# ---------------------------------------------------------------------------
+@_op("Pad")
+def _pad(cx, node, at, ins):
+    x = cx.t(ins[0])
+    pads = [int(p) for p in cx.arr(ins[1], "pads", node).reshape(-1)]
+    value = ins[2] if len(ins) > 2 and ins[2] is not None else None
+    axes = list(range(x.ndim))
+    if len(ins) > 3 and ins[3] is not None:
+        axes = [norm_axis(int(a), x.ndim) for a in cx.arr(ins[3], "axes", node).reshape(-1)]
+    if len(pads) != 2 * len(axes):
+        raise Unsupported(f"pads has {len(pads)} values; expected 2 x {len(axes)} (axes)")
+    mode = at.get("mode", "constant")
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        raise Unsupported(f"attribute mode={mode!r} (constant, reflect, edge or wrap)")
+    pairs = [(0, 0)] * x.ndim
+    for i, a in enumerate(axes):
+        pairs[a] = (pads[i], pads[i + len(axes)])
+    for a, (lo, hi) in enumerate(pairs):  # negative pads crop
+        if lo < 0 or hi < 0:
+            start, stop = max(-lo, 0), x.shape[a] - max(-hi, 0)
+            x = x.slice(a, start, stop - start)
+    pairs = [(max(lo, 0), max(hi, 0)) for lo, hi in pairs]
+    if not any(lo or hi for lo, hi in pairs):
+        return [x]
+    if mode == "constant":
+        v = 0 if value is None else cx.arr(value, "constant_value", node).reshape(-1)[0].item()
+        return [x.pad(pairs, value=v)]
+    for a, (lo, hi) in enumerate(pairs):
+        if lo or hi:
+            n = x.shape[a]
+            pos = np.arange(-lo, n + hi)
+            if mode == "edge":
+                idx = np.clip(pos, 0, n - 1)
+            elif mode == "wrap":
+                idx = pos % n
+            else:  # reflect about the edge elements (numpy "reflect")
+                if n == 1:
+                    idx = np.zeros_like(pos)
+                else:
+                    period = 2 * (n - 1)
+                    m = pos % period
+                    idx = np.where(m < n, m, period - m)
+            x = x.index_select(idx.astype(np.uint32), a)
+    return [x]
+
+
+@_op("ReduceProd")
+def _reduce_prod(cx, node, at, ins):
+    x = cx.t(ins[0])
+    axes_in = cx.arr(ins[1], "axes", node) if len(ins) > 1 and ins[1] is not None else None
+    axes = reduce_axes(at, axes_in, x.ndim)
+    if axes is None:
+        return [x]
+    for a in axes:  # pairwise products: log2(n) multiplies of two halves
+        n = x.shape[a]
+        if n == 0:
+            shape = tuple(1 if i == a else d for i, d in enumerate(x.shape))
+            x = cx.t(np.ones(shape, x.dtype.numpy), like=x)
+            continue
+        while n > 1:
+            if n % 2:
+                x = x.pad([(0, 1) if i == a else (0, 0) for i in range(x.ndim)], value=1)
+                n += 1
+            x = x.slice(a, 0, n // 2) * x.slice(a, n // 2, n // 2)
+            n //= 2
+    if not at.get("keepdims", 1):
+        x = x.squeeze(tuple(axes))
+    return [x]
+
+
+def _pool_geometry(at, spatial):
+    """Per spatial axis: (kernel, stride, dilation, pad before, pad after,
+    output extent) as ONNX MaxPool/AveragePool define them."""
+    k = list(at["kernel_shape"])
+    nd = len(k)
+    s = list(at.get("strides") or [1] * nd)
+    d = list(at.get("dilations") or [1] * nd)
+    pads = list(at.get("pads") or [0] * 2 * nd)
+    auto = at.get("auto_pad", "NOTSET")
+    ceil = bool(at.get("ceil_mode", 0))
+    out = []
+    for i, n in enumerate(spatial):
+        eff = (k[i] - 1) * d[i] + 1
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            o = -(-n // s[i])
+            total = max((o - 1) * s[i] + eff - n, 0)
+            small = total // 2
+            lo, hi = (total - small, small) if auto == "SAME_LOWER" else (small, total - small)
+        elif auto == "VALID":
+            lo = hi = 0
+            o = (n - eff) // s[i] + 1
+        else:
+            lo, hi = pads[i], pads[i + nd]
+            span = n + lo + hi - eff
+            o = (-(-span // s[i]) if ceil else span // s[i]) + 1
+            if ceil and (o - 1) * s[i] >= n + lo:
+                o -= 1
+        out.append((k[i], s[i], d[i], lo, hi, o))
+    return out
+
+
+def _windows(x, geom):
+    """(offset, view) for every kernel offset: the input values each output
+    position sees there (x already padded by each axis's ``lo``)."""
+    import itertools
+    for offs in itertools.product(*(range(g[0]) for g in geom)):
+        v = x
+        for i, (o, (k, s, d, lo, hi, n_out)) in enumerate(zip(offs, geom)):
+            a = 2 + i
+            start = o * d
+            if s == 1:
+                v = v.slice(a, start, n_out)
+            else:
+                v = v.index_select((start + s * np.arange(n_out)).astype(np.uint32), a)
+        yield offs, v
+
+
+@_op("MaxPool", "AveragePool")
+def _pool(cx, node, at, ins):
+    x = cx.t(ins[0])
+    spatial = x.shape[2:]
+    geom = _pool_geometry(at, spatial)
+    is_max = node.op_type == "MaxPool"
+    widths = [(0, 0), (0, 0)]
+    for n, (k, s, d, lo, hi, o) in zip(spatial, geom):
+        widths.append((lo, max(hi, (o - 1) * s + (k - 1) * d + 1 - n - lo, 0)))
+    if is_max:
+        low = -math.inf if x.dtype.is_float else int(np.iinfo(x.dtype.numpy).min)
+        xp = x.pad(widths, value=low)
+    else:
+        xp = x.pad(widths, value=0)
+    want_idx = is_max and len(node.output) > 1 and bool(node.output[1])
+    order = at.get("storage_order", 0)
+    best = idx = None
+    for offs, v in _windows(xp, geom):
+        if best is None:
+            best = v
+        elif is_max:
+            if want_idx:
+                idx = where(v > best, cx.t(_flat_index(x.shape, geom, offs, order)), idx)
+            best = maximum(best, v) if not want_idx else where(v > best, v, best)
+        else:
+            best = best + v
+        if want_idx and idx is None:
+            idx = cx.t(_flat_index(x.shape, geom, offs, order))
+    if is_max:
+        return [best, idx] if want_idx else [best]
+    include = bool(at.get("count_include_pad", 0))
+    count = np.ones((), np.float64)
+    for i, (n, (k, s, d, lo, hi, o)) in enumerate(zip(spatial, geom)):
+        first, last = (-lo, n + hi) if include else (0, n)
+        pos = (np.arange(o) * s - lo)[:, None] + d * np.arange(k)[None, :]
+        c = ((pos >= first) & (pos < last)).sum(1).astype(np.float64)
+        count = count[..., None] * c
+    return [best / cx.t(count[None, None], like=best)]
+
+
+def _flat_index(shape, geom, offs, order=0) -> np.ndarray:
+    """ONNX MaxPool Indices for one kernel offset: the flat index into the
+    unpadded input of the element each output position sees (spatial axes
+    row-major, or column-major for storage_order=1)."""
+    n, c = shape[:2]
+    flat = np.zeros((), np.int64)
+    stride = 1
+    for (k, s, d, lo, hi, o), off, ext in zip(geom, offs, shape[2:]):
+        pos = np.arange(o) * s + off * d - lo
+        if order:
+            flat = flat[..., None] + pos * stride
+            stride *= ext
+        else:
+            flat = flat[..., None] * ext + pos
+    plane = math.prod(shape[2:])
+    base = (np.arange(n * c, dtype=np.int64) * plane).reshape((n, c) + (1,) * len(geom))
+    return (base + flat).astype(np.int64)
+
+
+@_op("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(cx, node, at, ins):
+    x = cx.t(ins[0])
+    axes = tuple(range(2, x.ndim))
+    return [x.mean(axes, keepdims=True) if node.op_type == "GlobalAveragePool"
+            else x.max(axes, keepdims=True)]
+
+
+@_op("RotaryEmbedding")
+def _rotary(cx, node, at, ins):
+    x, cos, sin = cx.t(ins[0]), ins[1], ins[2]
+    pos = ins[3] if len(ins) > 3 else None
+    inter = bool(at.get("interleaved", 0))
+    rank = x.ndim
+    if rank == 3:
+        heads = at.get("num_heads") or 0
+        if not heads:
+            raise Unsupported("a 3-D input needs the num_heads attribute")
+        b, s_, hd = x.shape
+        x4 = x.reshape((b, s_, heads, hd // heads))  # [B, S, H, D]
+    elif rank == 4:
+        x4 = x.permute((0, 2, 1, 3))  # [B, H, S, D] -> [B, S, H, D]
+    else:
+        raise Unsupported(f"rank-{rank} input: only [B, H, S, D] or [B, S, H*D]")
+    d = x4.shape[-1]
+    r = at.get("rotary_embedding_dim") or d
+
+    def table(c):  # [B, S, r/2] -> [B, S, 1, r] in the rotation's pairing
+        c = cx.t(c)
+        if pos is not None:
+            flat = _index_u32(cx, pos, c.shape[0])
+            shp = tuple(pos.shape)
+            flat = flat.reshape(-1) if isinstance(flat, np.ndarray) else \
+                flat.reshape((math.prod(shp),))
+            c = c.index_select(flat, 0).reshape(shp + (c.shape[-1],))
+        c = c.unsqueeze(2)
+        if inter:
+            c = concat([c.unsqueeze(-1), c.unsqueeze(-1)], -1)
+            return c.reshape(c.shape[:3] + (r,))
+        return concat([c, c], -1)
+
+    rot = x4 if r == d else x4.slice(-1, 0, r)
+    y = B.rope(rot, table(cos), table(sin), interleaved=inter)
+    if r != d:
+        y = concat([y, x4.slice(-1, r, d - r)], -1)
+    return [y.reshape(x.shape) if rank == 3 else y.permute((0, 2, 1, 3))]
