@@ -295,6 +295,7 @@ def test_layer_normalization(axis):
 @pytest.mark.parametrize("attrs", [
     dict(pads=[1, 1, 1, 1]), dict(pads=[0, 1, 2, 0], strides=[2, 1]),
     dict(auto_pad="SAME_UPPER", strides=[2, 2]), dict(group=2, pads=[1, 0, 1, 0]),
+    dict(dilations=[2, 1], pads=[2, 1, 2, 1]), dict(dilations=[2, 2], strides=[1, 2]),
 ])
 def test_conv(attrs):
     w = rand(4, 4 // attrs.get("group", 1), 3, 3)
@@ -426,8 +427,7 @@ def test_input_shapes_errors():
 
 def test_unsupported_constructs_are_listed_together():
     nodes = [node("NonZero", ["x"], ["nz"], name="nz_node"),
-             node("Conv", ["img", "w"], ["c"], name="dilated", kernel_shape=[3, 3],
-                  dilations=[2, 2]),
+             node("Conv", ["img", "w"], ["c"], name="conv3d", kernel_shape=[1, 3, 3]),
              node("Mod", ["x", "x"], ["md"], name="fmod_node", fmod=1),
              node("Relu", ["c"], ["after_conv"]),  # downstream of a refused node: not listed
              helper.make_node("FusedGemm", ["x", "x"], ["fg"], name="ms_node",
@@ -445,10 +445,10 @@ def test_unsupported_constructs_are_listed_together():
     with pytest.raises(OnnxImportError) as e:
         import_model(m)
     found = {(i.op_type, i.node) for i in e.value.issues}
-    assert found == {("NonZero", "nz_node"), ("Conv", "dilated"), ("Mod", "fmod_node"),
+    assert found == {("NonZero", "nz_node"), ("Conv", "conv3d"), ("Mod", "fmod_node"),
                      ("com.microsoft.FusedGemm", "ms_node"), ("Reshape", "runtime_shape")}
     msg = str(e.value)
-    assert "5 unsupported" in msg and "dilations=[2, 2]" in msg and "fmod=1" in msg
+    assert "5 unsupported" in msg and "kernel_shape=[1, 3, 3]" in msg and "fmod=1" in msg
     assert "input 'shape' is computed at run time" in msg
 
 

@@ -518,15 +518,17 @@ def _conv(cx, node, at, ins):
     one_d = x.ndim == 3
     nd = x.ndim - 2
     strides = list(at.get("strides") or [1] * nd)
-    pads = _conv_pads(at, x.shape[2:], w.shape[2:], strides)
+    dilations = list(at.get("dilations") or [1] * nd)
+    pads = _conv_pads(at, x.shape[2:], w.shape[2:], strides, dilations)
     if one_d:
         x, w = _as_2d(x, w)
-        strides, pads = [1] + strides, [(0, 0)] + pads
+        strides, dilations, pads = [1] + strides, [1] + dilations, [(0, 0)] + pads
     (t, b), (l, r) = pads
     if (t, l) != (b, r):  # asymmetric: pad explicitly, then convolve unpadded
         x = x.pad([(0, 0), (0, 0), (t, b), (l, r)])
         t = l = 0
-    y = B.conv2d(x, w, bias, stride=tuple(strides), padding=(t, l), groups=at.get("group", 1))
+    y = B.conv2d(x, w, bias, stride=tuple(strides), padding=(t, l), groups=at.get("group", 1),
+                 dilation=tuple(dilations))
     return [y.squeeze(2) if one_d else y]
 
 
@@ -665,9 +667,6 @@ def static_issues(op: str, at: dict) -> list[str]:
     are reported even downstream of another failure)."""
     out = []
     if op == "Conv":
-        dil = at.get("dilations")
-        if dil and any(d != 1 for d in dil):
-            out.append(f"attribute dilations={list(dil)} (only dilation 1 is supported)")
         if len(at.get("kernel_shape", [0])) > 2:
             out.append(f"attribute kernel_shape={list(at['kernel_shape'])} (only 1-D and 2-D "
                        f"convolution are supported)")
