@@ -88,27 +88,46 @@ def _named(name: str, fn: Callable) -> Callable:
     return fn
 
 
-# -- elementwise ---------------------------------------------------------------------
-def _int_div(a, b):
+# -- elementwise formulas (also the reference interpreter's: one formula per op) ----
+def divide(a, b):
+    """Division: floats IEEE; integers truncate toward zero and ``x / 0`` is 0."""
+    if not np.issubdtype(a.dtype, np.integer):
+        return a / b
     safe = np.where(b == 0, 1, b)
     q = np.abs(a) // np.abs(safe)
     q = np.where((a < 0) != (safe < 0), -q, q)
     return np.where(b == 0, 0, q).astype(a.dtype)
 
 
-def _rem(a, b):
+def remainder(a, b):
+    """The remainder with the divisor's sign (numpy ``mod``, PyTorch
+    ``remainder``, ONNX ``Mod`` with fmod=0): ``x % inf`` is x for x >= 0;
+    integers: ``x % 0`` is 0."""
     if np.issubdtype(a.dtype, np.integer):
         safe = np.where(b == 0, 1, b)
         return np.where(b == 0, 0, np.mod(a, safe)).astype(a.dtype)
-    return a - np.floor(a / b) * b
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.mod(a, b).astype(a.dtype)
 
 
-def _div(a, b):
-    return _int_div(a, b) if np.issubdtype(a.dtype, np.integer) else a / b
-
-
-def _erf(x):
+def erf(x):
     return _ERF(x.astype(np.float64)).astype(x.dtype)
+
+
+def sigmoid(x):
+    # two-branch form: no overflow in exp for large |x|
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype)
+
+
+def gelu_tanh(x):
+    c = x.dtype.type(math.sqrt(2.0 / math.pi))
+    inner = c * (x + x.dtype.type(0.044715) * x * x * x)
+    return (x.dtype.type(0.5) * x * (1 + np.tanh(inner))).astype(x.dtype)
+
+
+def gelu_erf(x):
+    return (x.dtype.type(0.5) * x * (1 + erf(x / x.dtype.type(math.sqrt(2.0))))).astype(x.dtype)
 
 
 def ieee_pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -127,11 +146,11 @@ BINARY = {
     OpKind.AddElementwise: (np.add, NUMERIC),
     OpKind.SubElementwise: (np.subtract, NUMERIC),
     OpKind.MulElementwise: (np.multiply, NUMERIC),
-    OpKind.DivElementwise: (_div, NUMERIC),
+    OpKind.DivElementwise: (divide, NUMERIC),
     OpKind.MaximumElementwise: (np.maximum, NUMERIC),
     OpKind.MinimumElementwise: (np.minimum, NUMERIC),
     OpKind.PowElementwise: (ieee_pow, FLOATS),
-    OpKind.RemElementwise: (_rem, NUMERIC),
+    OpKind.RemElementwise: (remainder, NUMERIC),
 }
 
 UNARY = {
@@ -146,12 +165,12 @@ UNARY = {
     OpKind.LogElementwise: (np.log, FLOATS),
     OpKind.SinElementwise: (np.sin, FLOATS),
     OpKind.CosElementwise: (np.cos, FLOATS),
-    OpKind.SigmoidElementwise: (lambda x: (1 / (1 + np.exp(-x))).astype(x.dtype), FLOATS),
-    OpKind.SiluElementwise: (lambda x: (x / (1 + np.exp(-x))).astype(x.dtype), FLOATS),
-    OpKind.GeluElementwise: (lambda x: (0.5 * x * (1 + np.tanh(x.dtype.type(math.sqrt(2 / math.pi)) * (x + x.dtype.type(0.044715) * x * x * x)))).astype(x.dtype), FLOATS),
-    OpKind.GeluErfElementwise: (lambda x: (0.5 * x * (1 + _erf(x / x.dtype.type(math.sqrt(2))))).astype(x.dtype), FLOATS),
+    OpKind.SigmoidElementwise: (sigmoid, FLOATS),
+    OpKind.SiluElementwise: (lambda x: (x * sigmoid(x)).astype(x.dtype), FLOATS),
+    OpKind.GeluElementwise: (gelu_tanh, FLOATS),
+    OpKind.GeluErfElementwise: (gelu_erf, FLOATS),
     OpKind.StepElementwise: (lambda x: (x > 0).astype(x.dtype), NUMERIC),
-    OpKind.ErfElementwise: (_erf, FLOATS),
+    OpKind.ErfElementwise: (erf, FLOATS),
     OpKind.FloorElementwise: (np.floor, FLOATS),
     OpKind.CeilElementwise: (np.ceil, FLOATS),
     OpKind.RoundElementwise: (np.rint, FLOATS),

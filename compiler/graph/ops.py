@@ -47,6 +47,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from runtime.dtype import DType
+from runtime import numpy_kernels as NK
 from runtime.opkind import OpKind
 
 from ..errors import GraphBuildError, UnsupportedOpError
@@ -213,54 +214,10 @@ def _with_params(fn):
     return fn
 
 
-_erf_vec = np.frompyfunc(math.erf, 1, 1)
-
-
-def _erf(x):
-    return np.asarray(_erf_vec(x.astype(np.float64)), dtype=np.float64).astype(x.dtype)
-
-
-def _sigmoid(x):
-    # two-branch form: no overflow in exp for large |x|
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype)
-
-
-def _gelu_tanh(x):
-    c = x.dtype.type(math.sqrt(2.0 / math.pi))
-    return x.dtype.type(0.5) * x * (1 + np.tanh(c * (x + x.dtype.type(0.044715) * x * x * x)))
-
-
-def _gelu_erf(x):
-    return x.dtype.type(0.5) * x * (1 + _erf(x / x.dtype.type(math.sqrt(2.0))))
-
-
-def _int_div(a, b):
-    """Integer division truncating toward zero; division by zero yields 0."""
-    if a.dtype.kind == "f":
-        return a / b
-    safe = np.where(b == 0, 1, b).astype(a.dtype)
-    q = np.floor_divide(a, safe)
-    if a.dtype.kind == "i":
-        r = a - q * safe
-        q = np.where((r != 0) & ((a < 0) != (safe < 0)), q + 1, q)
-    return np.where(b == 0, 0, q).astype(a.dtype)
-
-
-def _ieee_pow(a, b):
-    """IEEE 754 pow (C99 Annex F), independent of numpy's sqrt shortcut for a
-    broadcast exponent of 0.5 (the ``x ** 0.5`` spelling is Sqrt: see the
-    builder's ``pow``)."""
-    from runtime.numpy_kernels import ieee_pow
-    return ieee_pow(a, b)
-
-
-def _rem(a, b):
-    """a − floor(a/b)·b; integer division by zero yields 0."""
-    if a.dtype.kind == "f":
-        return a - np.floor(a / b) * b
-    safe = np.where(b == 0, 1, b).astype(a.dtype)
-    return np.where(b == 0, 0, np.mod(a, safe)).astype(a.dtype)
+# The element-wise formulas are the runtime's numpy kernels' (one formula per
+# op): the interpreter computes exactly what the numpy kernels do.
+_erf, _sigmoid, _gelu_tanh, _gelu_erf = NK.erf, NK.sigmoid, NK.gelu_tanh, NK.gelu_erf
+_int_div, _rem, _ieee_pow = NK.divide, NK.remainder, NK.ieee_pow
 
 
 # ---------------------------------------------------------------------------

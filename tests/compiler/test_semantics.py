@@ -187,3 +187,20 @@ def test_pow_one_half_is_numpy_and_torch_sqrt(dtype):
     _assert_same_specials(ref, want, 0)
     _assert_same_specials(got, want, 0)
     assert np.signbit(got[4]) and np.isnan(got[0])
+
+
+# -- Rem on floats: the divisor's sign, as numpy.mod / torch.remainder / ONNX Mod --------
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_float_rem_follows_numpy_mod_on_special_values(dtype):
+    vals = np.array([5, -5, 0, -0.0, np.inf, -np.inf, np.nan, 3.5, -3.5, 1e-30])
+    a, b = (v.ravel().astype(dtype.replace("f", "float")) for v in np.meshgrid(vals, vals))
+    g = Graph()
+    g.output(g.add_node("Rem", [g.input("a", a.shape, dtype), g.input("b", b.shape, dtype)]),
+             name="r")
+    got, ref = _both(g, a=a, b=b)
+    with np.errstate(all="ignore"):
+        want = np.mod(a, b)  # e.g. 5 % inf = 5, -5 % inf = inf, -4 % 2 = +0, 4 % -2 = -0
+    for out in (got, ref):
+        np.testing.assert_array_equal(out, want)
+        finite = ~np.isnan(want)
+        np.testing.assert_array_equal(np.signbit(out[finite]), np.signbit(want[finite]))

@@ -13,20 +13,17 @@ from compiler.frontends.onnx.backend import (FuelcBackend, bind_inputs, node_cas
 
 #: node tests whose result differs from ONNX's expected output by rounding:
 #: bf16/f16 attention computed in the input type (ONNX's reference rounds
-#: intermediates differently) and float Mod at +-inf/+-0 (fuelc's Rem follows C
-#: fmod plus a sign fix, numpy's mod differs at the edges).
+#: intermediates differently).
 KNOWN_FAILURES = {
     "test_attention_3d_causal_bf16", "test_attention_4d_attn_mask_causal_bf16",
     "test_attention_4d_causal_bf16", "test_attention_4d_gqa_with_past_and_present_fp16",
-    "test_mod_float_edge_cases_fmod_0_float16", "test_mod_float_edge_cases_fmod_0_float32",
-    "test_mod_float_edge_cases_fmod_0_float64",
 }
 
 PREFIXES = ("test_reduce_prod", "test_maxpool", "test_averagepool", "test_globalaveragepool",
             "test_globalmaxpool", "test_pow", "test_constant_pad", "test_edge_pad",
             "test_reflect_pad", "test_wrap_pad", "test_conv_", "test_convtranspose",
             "test_reduce_max", "test_reduce_min", "test_layer_normalization",
-            "test_rotary_embedding", "test_attention")
+            "test_rotary_embedding", "test_attention", "test_mod_")
 
 
 def _scope():

@@ -9,9 +9,16 @@ from .core import FLOAT_DTYPES, Lowering, Scalar, bool_to, elementwise, lowers, 
 
 
 def _rem(s: Scalar, a, b):
-    """PyTorch remainder: the result has the sign of the divisor."""
+    """PyTorch remainder / numpy mod: the result has the sign of the divisor."""
     if s.is_float:
-        return arith.subf(a, arith.mulf(math.floor(arith.divf(a, b)), b))
+        # fmod, moved into the divisor's sign (x % inf is x for x >= 0, inf for
+        # x < 0; a zero result is signed like the divisor), as numpy.mod does
+        r = arith.remf(a, b)
+        zero = s.const(0.0)
+        wrong_sign = arith.andi(s.cmp("ne", r, zero),
+                                arith.xori(s.cmp("lt", r, zero), s.cmp("lt", b, zero)))
+        r = arith.select(wrong_sign, arith.addf(r, b), r)
+        return arith.select(s.cmp("eq", r, zero), math.copysign(zero, b), r)
     safe, is_zero = s.safe_divisor(a, b)  # x % 0 is 0, as in the reference
     zero = s.const(0)
     if s.unsigned:
