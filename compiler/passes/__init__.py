@@ -286,9 +286,10 @@ def _plugin_error(label: str, e: BaseException, path: Optional[str]) -> PluginEr
     if isinstance(e, SyntaxError) and e.lineno:
         where = f" at line {e.lineno}"
     detail = (str(e).strip().splitlines() or [""])[0]
-    fix = ("fix the plugin" if path or not isinstance(e, ModuleNotFoundError) or
-           getattr(e, "name", None) != label.split(".")[0] else
-           "give a .py file path or a module importable from the current directory")
+    missing = getattr(e, "name", None) if isinstance(e, ModuleNotFoundError) else None
+    fix = ("give a .py file path or a module importable from the current directory"
+           if not path and missing and (label + ".").startswith(missing + ".")
+           else "fix the plugin")
     return PluginError(f"cannot load pass plugin {label!r}: {type(e).__name__}{where}: "
                        f"{detail} ({fix})")
 

@@ -142,11 +142,21 @@ def test_bad_plugin_is_one_line_rc1(tmp_path, neg_file, capsys, kind):
     ("no_such_plugin_module", "ModuleNotFoundError: No module named 'no_such_plugin_module' "
                               "(give a .py file path or a module importable"),
     ("missing/plugin.py", "no such file (give a .py file that exists"),
+    ("tests.passes.no_such_plugin", "No module named 'tests.passes.no_such_plugin' "
+                                    "(give a .py file path"),
 ])
 def test_missing_plugin(neg_file, capsys, spec, expected):
     rc, _, err = _opt(capsys, str(neg_file), f"--load-pass-plugin={spec}")
     assert rc == 1 and len(err.strip().splitlines()) == 1
     assert f"cannot load pass plugin '{spec}'" in err and expected in err, err
+
+
+def test_a_plugin_missing_a_dependency_says_fix_the_plugin(tmp_path, monkeypatch):
+    _plugin(tmp_path, "import no_such_dependency_xyz\n", "my_test_plugin_dep.py")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(PluginError, match="ModuleNotFoundError: No module named "
+                                          "'no_such_dependency_xyz' \\(fix the plugin\\)"):
+        load_pass_plugin("my_test_plugin_dep")
 
 
 def test_two_plugins_clash(tmp_path, neg_file, capsys):
