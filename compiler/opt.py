@@ -9,16 +9,16 @@ stderr as ``file:line:col: severity: message``. Flags follow mlir-opt:
 line numbers stay those of the whole file), ``--verify-diagnostics``
 (``// expected-error {{...}}`` / ``expected-warning`` / ``expected-remark``
 with ``@+N``/``@-N``/``@above``/``@below``/``@unknown``),
-``--print-ir-after-all``, ``--print-ir-after-failure``, ``--load-plugin=MODULE``
-(import a Python module that registers passes or binding tables, as
-mlir-opt's ``--load-pass-plugin``: pipeline text itself never runs code).
-Exit status: 0 on success, 1 on a failed chunk or a diagnostics mismatch,
-2 on bad usage (unknown pass, unreadable file).
+``--print-ir-after-all``, ``--print-ir-after-failure``, ``--load-pass-plugin
+FILE.py|MODULE`` (alias ``--load-plugin``: load a Python file or module whose
+passes and binding tables the pipeline may then name; pipeline text itself
+never runs code).
+Exit status: 0 on success, 1 on a failed chunk, a diagnostics mismatch or a
+plugin that cannot be loaded, 2 on bad usage (unknown pass, unreadable file).
 """
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from typing import Optional, Sequence
 
@@ -26,7 +26,8 @@ from compiler.dialect.verify import check_nesting, type_errors, unsupported_type
 from compiler.errors import PassError, PipelineSyntaxError
 from compiler.mlir import MLIRError, ir
 from compiler.passes import (
-    DEFAULT_PIPELINE, PIPELINES, build_pipeline, known_passes_text, run_pipeline)
+    DEFAULT_PIPELINE, PIPELINES, PluginError, build_pipeline, known_passes_text,
+    load_pass_plugin, plugin_spec, run_pipeline)
 from compiler.passes.diagnostics import (
     Diagnostic, DiagnosticEngine, location_parts, malformed_expectations, parse_expectations,
     verify)
@@ -56,12 +57,16 @@ def split_input(text: str) -> list[tuple[int, str]]:
     return chunks
 
 
-def process_chunk(text: str, first_line: int, pipeline: str, args,
-                  filename: str) -> tuple[Optional[str], list[Diagnostic], bool]:
-    """Parse and run one chunk. Returns (output IR or None, diagnostics, ok)."""
-    engine = DiagnosticEngine()
+def parse_and_run(text: str, pipeline: str, engine: DiagnosticEngine, *, first_line: int = 1,
+                  options=None, allow_unregistered_dialect: bool = False,
+                  verify_types: bool = True, **run_kwargs) -> Optional[str]:
+    """Parse ``text`` (one module; its first line is line ``first_line`` of
+    the file), check its types and run ``pipeline`` on it. Returns the
+    printed module, or None after reporting why to ``engine`` (malformed or
+    ill-typed input). ``PassError`` from ``run_pipeline`` (which gets
+    ``run_kwargs``) propagates, its diagnostics in ``engine``."""
     ctx = _make_context()
-    if args.allow_unregistered_dialect:
+    if allow_unregistered_dialect:
         ctx.allow_unregistered_dialects = True
     # Leading newlines keep line numbers those of the whole file.
     padded = "\n" * (first_line - 1) + text
@@ -69,7 +74,7 @@ def process_chunk(text: str, first_line: int, pipeline: str, args,
     if too_deep is not None:
         line, col, msg = too_deep
         engine.report(Diagnostic("error", msg, None, line, col))
-        return None, engine.diagnostics, False
+        return None
     with ctx, ir.Location.unknown():
         try:
             module = ir.Module.parse(padded)
@@ -77,34 +82,44 @@ def process_chunk(text: str, first_line: int, pipeline: str, args,
             engine.extend_from_mlir(getattr(e, "error_diagnostics", ()))
             if not engine.diagnostics:
                 engine.report(Diagnostic("error", f"malformed input: {str(e).strip()}"))
-            return None, engine.diagnostics, False
+            return None
         # Types IRDL cannot check, before any pass: element types and sizes
         # fuel cannot represent (always), each op's shape/dtype rule.
-        ill_typed = unsupported_types(module) or (
-            [] if args.no_verify_types else type_errors(module))
+        ill_typed = unsupported_types(module) or (type_errors(module) if verify_types else [])
         if ill_typed:
             for op, msg in ill_typed:
                 f, line, col = location_parts(op.location)
                 engine.report(Diagnostic("error", msg, f, line, col))
-            return None, engine.diagnostics, False
-        try:
-            run_pipeline(module, pipeline, options=args.option_defaults, engine=engine,
-                         print_ir_after_all=args.print_ir_after_all,
-                         print_ir_after_failure=args.print_ir_after_failure,
-                         reproducer=not args.verify_diagnostics and not args.no_reproducer,
-                         reproducer_dir=args.reproducer_dir, input_text=text,
-                         rerun_flags=rerun_flags(args))
-        except PipelineSyntaxError:
-            raise
-        except PassError as e:
-            if e.reproducer:
-                print(f"fuelc: {filename}:{first_line}: pass pipeline failed; reproducer "
-                      f"written to {e.reproducer}\nfuelc: rerun with: {e.command}",
-                      file=sys.stderr)
-            if not any(d.severity == "error" for d in engine.diagnostics):
-                engine.report(Diagnostic("error", str(e).splitlines()[0]))
-            return None, engine.diagnostics, False
-        return str(module), engine.diagnostics, True
+            return None
+        run_pipeline(module, pipeline, options=options, engine=engine, input_text=text,
+                     **run_kwargs)
+        return str(module)
+
+
+def process_chunk(text: str, first_line: int, pipeline: str, args,
+                  filename: str) -> tuple[Optional[str], list[Diagnostic], bool]:
+    """Parse and run one chunk. Returns (output IR or None, diagnostics, ok)."""
+    engine = DiagnosticEngine()
+    try:
+        out = parse_and_run(
+            text, pipeline, engine, first_line=first_line, options=args.option_defaults,
+            allow_unregistered_dialect=args.allow_unregistered_dialect,
+            verify_types=not args.no_verify_types,
+            print_ir_after_all=args.print_ir_after_all,
+            print_ir_after_failure=args.print_ir_after_failure,
+            reproducer=not args.verify_diagnostics and not args.no_reproducer,
+            reproducer_dir=args.reproducer_dir, rerun_flags=rerun_flags(args))
+    except PipelineSyntaxError:
+        raise
+    except PassError as e:
+        if e.reproducer:
+            print(f"fuelc: {filename}:{first_line}: pass pipeline failed; reproducer "
+                  f"written to {e.reproducer}\nfuelc: rerun with: {e.command}",
+                  file=sys.stderr)
+        if not any(d.severity == "error" for d in engine.diagnostics):
+            engine.report(Diagnostic("error", str(e).splitlines()[0]))
+        return None, engine.diagnostics, False
+    return out, engine.diagnostics, out is not None
 
 
 def rerun_flags(args) -> list[str]:
@@ -117,16 +132,11 @@ def rerun_flags(args) -> list[str]:
     return flags
 
 
-def load_plugins(modules: Sequence[str]) -> None:
-    """Import each plugin module (it registers its passes/tables). Raises
-    ``PipelineSyntaxError`` naming a module that cannot be imported."""
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except Exception as e:
-            raise PipelineSyntaxError(
-                f"cannot load plugin {name!r}: {type(e).__name__}: {e} (--load-plugin takes "
-                f"an importable module name, e.g. tests.passes.kernel_tables)") from None
+def load_plugins(specs: Sequence[str]) -> list[str]:
+    """Load each pass plugin (a ``.py`` path or a module name; it registers
+    its passes and tables). Returns them as a rerun command must spell them
+    (a path made absolute). Raises ``PluginError`` naming the plugin."""
+    return [plugin_spec(load_pass_plugin(spec).__name__) for spec in specs]
 
 
 def _parse_args(argv: Optional[Sequence[str]]):
@@ -154,9 +164,11 @@ def _parse_args(argv: Optional[Sequence[str]]):
                         "rule before the pipeline (to test passes on ill-typed IR)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="default option for every fuelc pass that has it (e.g. backend=cuda)")
-    p.add_argument("--load-plugin", action="append", default=[], metavar="MODULE",
-                   help="import MODULE first; it may register passes and binding tables "
-                        "(register_pass, register_table) that the pipeline then names")
+    p.add_argument("--load-pass-plugin", "--load-plugin", dest="load_plugin", action="append",
+                   default=[], metavar="FILE.py|MODULE",
+                   help="load a pass plugin first: a Python file or an importable module "
+                        "whose ModulePass classes and register_table calls become passes "
+                        "and tables the pipeline can name (--load-plugin is an alias)")
     p.add_argument("--list-passes", action="store_true", help="list fuelc's passes and exit")
     return p.parse_args(argv)
 
@@ -164,10 +176,10 @@ def _parse_args(argv: Optional[Sequence[str]]):
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parse_args(argv)
     try:
-        load_plugins(args.load_plugin)
-    except PipelineSyntaxError as e:
-        print(f"fuelc opt: {e}", file=sys.stderr)
-        return 2
+        args.load_plugin = load_plugins(args.load_plugin)
+    except PluginError as e:
+        print(f"fuelc opt: error: {e}", file=sys.stderr)
+        return 1
     if args.list_passes:
         from compiler.passes import PASSES
         known_passes_text()

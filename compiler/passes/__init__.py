@@ -14,6 +14,8 @@ Python passes are looked up in ``PASSES``; every other name goes to MLIR
 * ``run_pipeline(module, pipeline=DEFAULT_PIPELINE, ...) -> [Diagnostic]``;
   raises ``PassError`` (with a reproducer file and the rerun command).
 * ``DEFAULT_PIPELINE``, ``PIPELINES`` (named pipelines; ``resolve_pipeline``).
+* ``load_pass_plugin(path_or_module)`` (``fuelc opt --load-pass-plugin``):
+  import a user's passes and tables; ``PluginError`` / ``PassRegistrationError``.
 * ``register_table(name, factory)`` / ``table_names()``: the binding tables
   pipeline text may name (``table=<name>``); text never imports or calls
   anything else.
@@ -22,10 +24,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
 import itertools
 import os
+import re
 import sys
 import time
+import types
 import typing
 from typing import Any, ClassVar, Mapping, Optional, Sequence
 
@@ -134,14 +139,164 @@ def _coerce(pass_name: str, key: str, hint, value):
             f"got {value!r}") from None
 
 
+class PassRegistrationError(PassError, ValueError):
+    """A pass that cannot be registered: no name, or a name another pass (a
+    fuelc pass, an MLIR pass or another plugin's) already has."""
+
+
+class PluginError(PassError):
+    """A pass plugin that cannot be loaded: a missing file or module, an
+    exception while importing it, or a pass name it clashes on. The message is
+    one line naming the plugin and the fix."""
+
+
 def register_pass(cls: type[ModulePass]) -> type[ModulePass]:
-    """Class decorator: make ``cls`` available in pipelines as ``cls.name``."""
+    """Class decorator: make ``cls`` available in pipelines as ``cls.name``.
+
+    Raises ``PassRegistrationError`` if the name is taken by another pass
+    (registering the same class again, or the same definition imported twice,
+    is a no-op) or is one of MLIR's own passes."""
     if not cls.name:
-        raise ValueError(f"{cls.__name__} has no pass name")
+        raise PassRegistrationError(
+            f"{cls.__name__} has no pass name; set the class attribute `name` "
+            f"(its pipeline spelling, e.g. name = \"my-pass\")")
+    builtin = (cls.__module__ or "").split(".")[0] == "compiler"
+    if not builtin:
+        _ensure_passes_loaded()  # so a clash with a fuelc pass is caught whatever the order
+    prev = PASSES.get(cls.name)
+    if prev is not None and prev is not cls and not _same_definition(prev, cls):
+        raise PassRegistrationError(
+            f"pass name '{cls.name}' of {_where(cls)} is already registered by "
+            f"{_where(prev)}; give the pass another `name`")
+    if prev is None and not builtin and _is_native_pass(cls.name):
+        raise PassRegistrationError(
+            f"pass name '{cls.name}' of {_where(cls)} is an MLIR pass; give the pass "
+            f"another `name`")
     if not dataclasses.is_dataclass(cls) or "__dataclass_fields__" not in cls.__dict__:
         cls = dataclasses.dataclass(cls)
     PASSES[cls.name] = cls
     return cls
+
+
+def _where(cls: type) -> str:
+    mod = cls.__module__ or "?"
+    return f"{cls.__qualname__} ({_PLUGINS.get(mod, mod)})"
+
+
+def _source_file(cls: type) -> Optional[str]:
+    f = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    return os.path.realpath(f) if f else None
+
+
+def _same_definition(a: type, b: type) -> bool:
+    """The same class statement imported twice (a plugin file that a test
+    also imports by module name): same qualified name, same source file."""
+    fa = _source_file(a)
+    return a.__qualname__ == b.__qualname__ and fa is not None and fa == _source_file(b)
+
+
+def _is_native_pass(name: str) -> bool:
+    """Whether MLIR itself has a pass spelled ``name`` (``cse``)."""
+    with ir.Context():
+        try:
+            passmanager.PassManager.parse(f"builtin.module({name})")
+            return True
+        except (ValueError, MLIRError):
+            return False
+
+
+# -- plugins ------------------------------------------------------------------
+
+#: module name -> what it was loaded as (an absolute .py path or a module
+#: name): the argument a reproducer's ``--load-plugin`` needs.
+_PLUGINS: dict[str, str] = {}
+
+
+def _is_path(spec) -> bool:
+    return isinstance(spec, os.PathLike) or str(spec).endswith(".py") or os.sep in str(spec)
+
+
+def load_pass_plugin(spec) -> "types.ModuleType":
+    """Import a pass plugin: a ``.py`` file (a path) or an importable module
+    name. Its passes register themselves (``@register_pass``); any other
+    ``ModulePass`` subclass it defines with a ``name`` is registered too, and
+    so are the tables it gives ``register_table``. Loading the same plugin
+    twice is a no-op. Raises ``PluginError`` (one line: the plugin, what
+    went wrong, the fix) and leaves no half-registered pass behind."""
+    import importlib
+    import importlib.util
+    _ensure_passes_loaded()
+    label = os.fspath(spec)
+    before = dict(PASSES)
+    if _is_path(spec):
+        path = os.path.realpath(label)
+        if not os.path.isfile(path):
+            raise PluginError(f"cannot load pass plugin {label!r}: no such file (give a .py "
+                              f"file that exists, or an importable module name)")
+        digest = hashlib.sha1(path.encode()).hexdigest()[:10]
+        stem = re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0])
+        modname = f"fuelc_plugin_{stem}_{digest}"
+        if modname in sys.modules:
+            return sys.modules[modname]
+        try:
+            mspec = importlib.util.spec_from_file_location(modname, path)
+            module = importlib.util.module_from_spec(mspec)
+            sys.modules[modname] = module
+            _PLUGINS[modname] = path
+            mspec.loader.exec_module(module)
+            _register_defined_passes(module)
+        except (Exception, SystemExit) as e:
+            sys.modules.pop(modname, None)
+            _PLUGINS.pop(modname, None)
+            _restore(before)
+            raise _plugin_error(label, e, path) from None
+        return module
+    try:
+        module = importlib.import_module(label)
+        _PLUGINS.setdefault(module.__name__, label)
+        _register_defined_passes(module)
+    except (Exception, SystemExit) as e:
+        _restore(before)
+        raise _plugin_error(label, e, None) from None
+    return module
+
+
+def _register_defined_passes(module) -> None:
+    for obj in list(vars(module).values()):
+        if (isinstance(obj, type) and issubclass(obj, ModulePass) and obj is not ModulePass
+                and obj.__module__ == module.__name__ and obj.name
+                and PASSES.get(obj.name) is not obj):
+            register_pass(obj)
+
+
+def _restore(before: Mapping[str, type]) -> None:
+    PASSES.clear()
+    PASSES.update(before)
+
+
+def _plugin_error(label: str, e: BaseException, path: Optional[str]) -> PluginError:
+    if isinstance(e, PassRegistrationError):
+        return PluginError(f"pass plugin {label!r}: {e}")
+    where = ""
+    tb = e.__traceback__
+    while tb is not None:  # the innermost frame in the plugin file
+        if path and os.path.realpath(tb.tb_frame.f_code.co_filename) == path:
+            where = f" at line {tb.tb_lineno}"
+        tb = tb.tb_next
+    if isinstance(e, SyntaxError) and e.lineno:
+        where = f" at line {e.lineno}"
+    detail = (str(e).strip().splitlines() or [""])[0]
+    missing = getattr(e, "name", None) if isinstance(e, ModuleNotFoundError) else None
+    fix = ("give a .py file path or a module importable from the current directory"
+           if not path and missing and (label + ".").startswith(missing + ".")
+           else "fix the plugin")
+    return PluginError(f"cannot load pass plugin {label!r}: {type(e).__name__}{where}: "
+                       f"{detail} ({fix})")
+
+
+def plugin_spec(module_name: str) -> str:
+    """What ``--load-plugin`` needs to load module ``module_name`` again."""
+    return _PLUGINS.get(module_name, module_name)
 
 
 # -- pipelines ----------------------------------------------------------------
@@ -302,11 +457,12 @@ def _render_table_option(inst: ModulePass, elem: PipelineElement, notes: list[st
 
 
 def _plugin_module(cls: type) -> Optional[str]:
-    """The module a pass class outside fuelc comes from (a plugin), or None."""
+    """The plugin a pass class outside fuelc comes from (the module name or
+    the .py path it was loaded as), or None."""
     mod = cls.__module__ or ""
     if mod.split(".")[0] in ("compiler", "runtime") or mod == "__main__":
         return None
-    return mod
+    return plugin_spec(mod)
 
 
 def _add_native(pm, elem: PipelineElement, text: str) -> None:
@@ -439,5 +595,5 @@ __all__ = [
     "PASSES", "ModulePass", "PassFailure", "register_pass", "build_pass_manager",
     "build_pipeline", "run_pipeline", "DEFAULT_PIPELINE", "PIPELINES",
     "resolve_pipeline", "write_reproducer", "known_passes_text", "register_table",
-    "table_names",
+    "table_names", "load_pass_plugin", "plugin_spec", "PluginError", "PassRegistrationError",
 ]

@@ -1,0 +1,92 @@
+"""Unit-testing passes, as with ``mlir-opt`` and lit, from pytest.
+
+* ``run_pipeline_on_text(ir_text, pipeline, plugins=(), target=None) -> str``
+  runs a pipeline on fuel dialect text in this process and returns the
+  resulting IR; it raises ``PipelineFailed`` with the diagnostics.
+* ``filecheck(output, check, prefix="CHECK")`` checks text with the Python
+  FileCheck port; a mismatch raises ``FileCheckError`` (an
+  ``AssertionError``) showing FileCheck's report.
+* ``collect_mlir_tests(directory)`` -> ``[MlirTest]``: ``.mlir`` files whose
+  ``// RUN:`` lines ``MlirTest.run(tmp_path)`` runs lit-style (``%s``, ``%S``,
+  ``%t``, ``not``, pipes into ``filecheck``; see ``compiler.testing.lit``).
+  Or let pytest collect every ``.mlir`` file with a RUN line as a test item:
+  ``pytest -p compiler.testing.pytest_plugin``.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Iterable, Optional
+
+from compiler.errors import PassError, PipelineSyntaxError
+from compiler.testing.lit import FEATURES, MlirTest, RunLineFailed, collect_mlir_tests
+
+
+class PipelineFailed(PassError):
+    """The input did not parse or type-check, or the pipeline failed. The
+    message renders every diagnostic (``<input>:line:col: error: ...``);
+    ``diagnostics`` holds them."""
+
+
+class FileCheckError(AssertionError):
+    """FileCheck rejected the output; the message is FileCheck's report."""
+
+
+def run_pipeline_on_text(ir_text: str, pipeline: str, *, plugins: Iterable = (),
+                         target: Optional[str] = None) -> str:
+    """Run ``pipeline`` (text or a named pipeline) on the module ``ir_text``
+    after loading the pass ``plugins`` (``.py`` paths or module names) and
+    return the printed result. ``target`` (``"cpu"``, ``"cpu:x86-64-v3"``)
+    is the ``target=`` option of every pass that has one. Writes no
+    reproducer. Raises ``PipelineSyntaxError`` for a bad pipeline,
+    ``compiler.passes.PluginError`` for a bad plugin and ``PipelineFailed``
+    otherwise."""
+    from compiler.opt import parse_and_run
+    from compiler.passes import load_pass_plugin
+    from compiler.passes.diagnostics import ERROR, DiagnosticEngine
+    for plugin in plugins:
+        load_pass_plugin(plugin)
+    engine = DiagnosticEngine()
+    options = {"target": str(target)} if target is not None else None
+    try:
+        out = parse_and_run(ir_text, pipeline, engine, options=options, reproducer=False)
+    except PipelineSyntaxError:
+        raise
+    except PassError as e:
+        out, first = None, str(e).splitlines()[0]
+    else:
+        first = "the input is malformed or ill-typed"
+    if out is not None:
+        return out
+    shown = [d.render("<input>") for d in engine.diagnostics] or [first]
+    what = "failed" if any(d.severity == ERROR for d in engine.diagnostics) else first
+    raise PipelineFailed(f"pipeline {pipeline!r} {what}:\n" + "\n".join(shown),
+                         engine.diagnostics)
+
+
+def filecheck(output: str, check, prefix: str = "CHECK") -> None:
+    """Check ``output`` against the ``{prefix}:`` lines of ``check``: a path
+    (``os.PathLike``, or a one-line string naming a file) or the check text
+    itself. Raises ``FileCheckError`` with FileCheck's report on a mismatch
+    (also when ``check`` has no ``{prefix}:`` line)."""
+    is_file = isinstance(check, os.PathLike) or (
+        isinstance(check, str) and "\n" not in check and os.path.isfile(check))
+    with tempfile.TemporaryDirectory(prefix="fuelc-filecheck-") as tmp:
+        path = os.fspath(check) if is_file else os.path.join(tmp, "checks.txt")
+        if not is_file:
+            with open(path, "w") as f:
+                f.write(check)
+        proc = subprocess.run([sys.executable, "-m", "filecheck", path,
+                               f"--check-prefix={prefix}"],
+                              input=output, capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        source = os.fspath(check) if is_file else "the check text"
+        raise FileCheckError(
+            f"FileCheck ({prefix}) failed on {source} (rc={proc.returncode}):\n"
+            f"{proc.stdout}{proc.stderr}".rstrip())
+
+
+__all__ = ["run_pipeline_on_text", "filecheck", "PipelineFailed", "FileCheckError",
+           "collect_mlir_tests", "MlirTest", "RunLineFailed", "FEATURES"]
