@@ -28,7 +28,7 @@ from .pipeline import CudaLowering, describe_pipeline, lower, main  # noqa: F401
 #: The kernel-source prefix of generated cuda kernels.
 SOURCE = "mlir-nvptx"
 #: The data dtypes the primitive family registers on cuda targets.
-DTYPES = (DType.F32,)
+DTYPES = (DType.F32, DType.F16, DType.BF16, DType.F64, DType.I32)
 #: Kernels are compiled for static shapes (bare-pointer arguments).
 STATIC_SHAPES = True
 
