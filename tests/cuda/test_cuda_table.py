@@ -173,3 +173,23 @@ def test_every_table_key_compiles():
             got |= _compiled(compile(_fused_graph(name, dt), "cuda:sm_90"))
     claimed = _claimed("cuda:sm_90")
     assert not claimed - got, sorted(claimed - got)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.value)
+def test_gpu_dtypes_match_cpu(dt):
+    """Elementwise, a leading-axis reduction and matmul in every claimed
+    dtype against the CPU target (bf16/f16 within their own precision)."""
+    g = _leading_axis_graph(dt)
+    rng = np.random.default_rng(7)
+    npdt = ml_dtypes.bfloat16 if dt is DType.BF16 else np.dtype(dt.value.replace("f", "float")
+                                                                .replace("i32", "int32"))
+    feed = {"x": (rng.standard_normal((12, 40)) * (4 if dt is DType.I32 else 0.5)).astype(npdt)}
+    if dt in FLOATS:
+        feed["w"] = (rng.standard_normal((40, 16)) * 0.5).astype(npdt)
+    want = compile(g, "cpu")(**feed)
+    got = compile(g, "cuda")(**feed)
+    tol = {DType.BF16: 2e-2, DType.F16: 2e-3, DType.F32: 1e-5, DType.F64: 1e-12}.get(dt, 0)
+    for k in want:
+        np.testing.assert_allclose(np.asarray(got[k], np.float64), np.asarray(want[k], np.float64),
+                                   rtol=tol, atol=tol * 10, err_msg=k)
