@@ -17,6 +17,7 @@ from compiler import Graph
 from compiler.codegen import cuda as cuda_codegen
 from compiler.codegen.cuda import ptx as cuda_ptx
 from compiler.driver import compile
+from compiler.errors import PassError
 from compiler.targets import table_for
 from runtime.dtype import DType
 
@@ -163,8 +164,14 @@ def test_every_table_key_compiles():
     for spec in SPECS:
         for dt in DTYPES:
             g = _spec_graph(spec, Case, dt, widest_only=False)
-            if g is not None:
+            if g is None:
+                continue
+            try:
                 got |= _compiled(compile(g, "cuda:sm_90"))
+            except PassError as e:  # a case with an operand dtype the table does not claim
+                assert "no kernel for" in str(e), str(e)[:500]
+                got |= _compiled(compile(_spec_graph(spec, Case, dt, widest_only=True),
+                                         "cuda:sm_90"))
     for dt in DTYPES:
         got |= _compiled(compile(_cast_graph(dt), "cuda:sm_90"))
         got |= _compiled(compile(_leading_axis_graph(dt), "cuda:sm_90"))
