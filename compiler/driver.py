@@ -162,6 +162,7 @@ def _warm(module: CompiledModule) -> None:
 
     specs = module.executor.specs
     results = []
+    programs = {}  # step index -> what warm returned
     for i, step in enumerate(module.plan.steps):
         if not isinstance(step, KernelStep):
             continue
@@ -172,6 +173,7 @@ def _warm(module: CompiledModule) -> None:
         layouts += [Layout.contiguous(s.shape) for s in step.output_specs[:1]]
         try:
             results.append(warm(layouts, step.params, len(step.inputs)))
+            programs[i] = results[-1]
         except FuelError as e:
             raise CompileError(f"code generation failed for step {step.name!r} "
                                f"({step.key}[{','.join(d.value for d in step.dtypes)}]) "
@@ -179,3 +181,6 @@ def _warm(module: CompiledModule) -> None:
     describe = getattr(module.target.codegen, "module_ir", None)
     if describe is not None:  # e.g. the PTX of every kernel on a cuda target
         module.ir.update(describe(results))
+    attach = getattr(module.target.codegen, "attach_residency", None)
+    if attach is not None:  # e.g. a cuda target runs whole plans on the device
+        attach(module.executor, programs)

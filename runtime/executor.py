@@ -268,6 +268,9 @@ class Executor:
         self.table = table if table is not None else global_table()
         self.specs: dict[str, ValueSpec] = {}
         self.entries: dict[int, BindingEntry] = {}
+        #: A runner of the whole plan on a device (``runtime.cuda.resident``),
+        #: set by the codegen of a device target; None: kernel by kernel.
+        self.resident = None
         self._validate()
         self._prepare_run()
 
@@ -386,6 +389,8 @@ class Executor:
             extra = sorted(set(inputs) - set(plan.inputs))
             sig = ", ".join(f"{n}: {s}" for n, s in plan.inputs.items())
             raise PlanError(f"plan inputs are ({sig}); missing {missing}, unexpected {extra}")
+        if self.resident is not None:
+            return self.resident.run(self, inputs)
         env: dict[str, tuple[Storage, Layout]] = {n: self._bind_input(n, v) for n, v in inputs.items()}
         syms: dict[int, int] = {}
         for run_step in self._runners:

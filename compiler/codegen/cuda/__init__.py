@@ -10,7 +10,10 @@ The package interface ``compiler.targets`` expects (``SOURCE``,
 
 A compiled kernel is a ``runtime.cuda.program.KernelProgram``; called
 through the binding table, its inputs are copied to the device, its
-launches run, and its output is copied back (one op at a time).
+launches run, and its output is copied back (one op at a time): the
+fallback. When every step of a plan has a program, ``attach_residency``
+gives the executor a ``runtime.cuda.resident.ResidentRunner``: the graph's
+inputs are copied in, intermediates stay on the device, outputs come out.
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ from .pipeline import CudaLowering, describe_pipeline, lower, main  # noqa: F401
 #: The kernel-source prefix of generated cuda kernels.
 SOURCE = "mlir-nvptx"
 #: The data dtypes the primitive family registers on cuda targets.
-DTYPES = (DType.F32,)
+DTYPES = (DType.F32, DType.F16, DType.BF16, DType.F64, DType.I32)
 #: Kernels are compiled for static shapes (bare-pointer arguments).
 STATIC_SHAPES = True
 
@@ -177,6 +180,23 @@ def compile_module(text: str, entry_names, *, target, strategy=None, cache=None)
     return CudaObject(compile_program(text, entry_names, target=target))
 
 
+def attach_residency(executor, warmed: dict) -> None:
+    """Run ``executor``'s whole plan on the device when every step allows
+    it (``runtime.cuda.resident``): ``warmed`` maps step indices to what
+    warming them returned (programs, or loaded kernel functions). The
+    reason a plan stays kernel by kernel is kept in
+    ``executor.resident_reason``."""
+    from runtime.cuda.resident import CudaDevice, ResidentRunner, plan_residency
+    programs = {}
+    for i, r in warmed.items():
+        p = r if isinstance(r, KernelProgram) else getattr(r, "program", None)
+        if isinstance(p, KernelProgram):
+            programs[i] = p
+    residency, why = plan_residency(executor.plan, executor.specs, programs)
+    executor.resident = ResidentRunner(residency, programs, CudaDevice) if residency else None
+    executor.resident_reason = why
+
+
 def module_ir(results) -> dict[str, str]:
     """``module.ir`` entries of the programs ``warm`` returned: ``ptx`` (every
     kernel's PTX) and ``launches`` (geometry and arguments per launch)."""
@@ -195,4 +215,4 @@ def module_ir(results) -> dict[str, str]:
 __all__ = ["SOURCE", "DTYPES", "STATIC_SHAPES", "PRECISION_NOTE", "FUSED", "transcendental_ulp",
            "runnable_here", "check_runnable", "build_table", "compile_program", "emit_object",
            "ensure_compiled", "compile_module", "describe_pipeline", "lower", "CudaLowering",
-           "CudaObject", "CudaKernelFunction", "module_ir", "main"]
+           "CudaObject", "CudaKernelFunction", "module_ir", "attach_residency", "main"]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -40,7 +41,7 @@ from compiler.targets import TargetError
 from runtime.cuda.program import Buffer, KernelProgram, Launch
 
 # Bump when a change here changes generated code.
-PIPELINE_VERSION = "cuda-1"
+PIPELINE_VERSION = "cuda-2"
 
 BUFFERIZE = (
     "eliminate-empty-tensors",
@@ -48,6 +49,9 @@ BUFFERIZE = (
     "function-boundary-type-conversion=identity-layout-map}",
     "canonicalize",
 )
+#: Named ops become linalg.generic so ``parallel_dims_first`` can reorder
+#: their loops.
+GENERALIZE = ("func.func(linalg-generalize-named-ops)",)
 TO_LOOPS = ("func.func(convert-linalg-to-parallel-loops)",)
 OUTLINE = ("func.func(convert-parallel-loops-to-gpu)", "lower-affine", "canonicalize",
            "gpu-launch-sink-index-computations", "gpu-kernel-outlining", "convert-scf-to-cf",
@@ -121,6 +125,90 @@ def max_parallel_rank(module: "ir.Module") -> int:
     loops: list = []
     _parallel_loops(module.operation, 0, loops)
     return max((len(op.operands) // 3 for op, _ in loops), default=0)
+
+
+_MEMREF_COPY = re.compile(r"memref\.copy (%[\w#]+), (%[\w#]+) : (memref<[^>]*>(?:>)?) to "
+                          r"(memref<[^>]*>(?:>)?)$", re.M)
+
+
+def copies_to_linalg(module: "ir.Module") -> "ir.Module":
+    """``module`` with every ``memref.copy`` (a copy bufferization made
+    between buffers or views) rewritten as ``linalg.copy``, which becomes
+    a parallel loop nest and so a kernel (``memref.copy`` would stay a
+    host call of the MLIR runtime library)."""
+    text = str(module)
+    new, n = _MEMREF_COPY.subn(r"linalg.copy ins(\1 : \3) outs(\2 : \4)", text)
+    if n != text.count("memref.copy"):
+        raise CodegenError("a memref.copy the CUDA pipeline could not rewrite as linalg.copy "
+                           "is left after bufferization")
+    return ir.Module.parse(new, module.context) if n else module
+
+
+def parallel_dims_first(module: "ir.Module") -> int:
+    """Interchange the loops of every ``linalg.generic`` whose reduction
+    dims come before a parallel dim (a reduction over a leading axis, a
+    scan) so the parallel dims are outermost, in their order, then the
+    reduction dims in theirs: the parallel loops map to threads and each
+    thread runs the reduced dims as a serial loop. The order within the
+    reduction dims is kept, so the accumulation order is the same. Returns
+    how many ops changed."""
+    changed = 0
+
+    def visit(op):
+        nonlocal changed
+        if op.name != "linalg.generic":
+            return ir.WalkResult.ADVANCE
+        kinds = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+        perm = sorted(range(len(kinds)), key=lambda i: "reduction" in kinds[i])
+        if perm == list(range(len(kinds))):
+            return ir.WalkResult.ADVANCE
+        inv = [perm.index(i) for i in range(len(perm))]
+        to_new = ir.AffineMap.get_permutation(inv)  # old dim i -> new dim inv[i]
+        maps = []
+        for a in ir.ArrayAttr(op.attributes["indexing_maps"]):
+            m = ir.AffineMapAttr(a).value
+            maps.append(ir.AffineMapAttr.get(ir.AffineMap.get(
+                m.n_dims, m.n_symbols, [e.compose(to_new) for e in m.results])))
+        op.attributes["indexing_maps"] = ir.ArrayAttr.get(maps)
+        op.attributes["iterator_types"] = ir.ArrayAttr.get(
+            [ir.ArrayAttr(op.attributes["iterator_types"])[i] for i in perm])
+        i64 = ir.IntegerType.get_signless(64)
+        for inner in op.regions[0].blocks[0].operations:
+            if inner.operation.name == "linalg.index":
+                old = ir.IntegerAttr(inner.attributes["dim"]).value
+                inner.attributes["dim"] = ir.IntegerAttr.get(i64, inv[old])
+        changed += 1
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return changed
+
+
+#: Ops that only make a view of a buffer; ``sink_views`` moves them to
+#: their uses, so they run where the view is read (in a kernel).
+VIEW_OPS = frozenset({"memref.subview", "memref.expand_shape", "memref.collapse_shape",
+                      "memref.cast", "memref.reinterpret_cast", "memref.transpose"})
+
+
+def sink_views(module: "ir.Module") -> int:
+    """Clone every top-level view op right before each of its users and
+    erase it: a view used by several loop nests then lives inside each
+    (and is outlined with it) instead of staying host code. Returns how
+    many views were sunk."""
+    sunk = 0
+    for fn in module.body.operations:
+        if fn.operation.name != "func.func" or not len(fn.regions[0].blocks):
+            continue
+        views = [op.operation for op in fn.regions[0].blocks[0].operations
+                 if op.operation.name in VIEW_OPS]
+        for view in reversed(views):  # a view of a view: its users are sunk first
+            users = {id(u.owner): u.owner.operation for u in view.result.uses}
+            for user in users.values():
+                clone = view.clone(ir.InsertionPoint(user))
+                user.operation.replace_uses_of_with(view.result, clone.result)
+            view.erase()
+            sunk += 1
+    return sunk
 
 
 _HOST_KEEP = frozenset({"scf.parallel", "memref.alloc", "memref.dealloc", "arith.constant",
@@ -332,7 +420,11 @@ def lower(module_or_text, entry_names: Sequence[str], *, target=None, keep_ir: b
             raise _fail("prepare", text, str(e), "--entry", entry_names[0]) from None
         _run(module, "bufferize", BUFFERIZE)
         module.operation.attributes["gpu.container_module"] = ir.UnitAttr.get()
+        module = copies_to_linalg(module)
+        _run(module, "generalize", GENERALIZE)
+        parallel_dims_first(module)
         _run(module, "to-loops", TO_LOOPS)
+        sink_views(module)
         wrap_serial_code(module)
         sizes = ",".join(map(str, tile_sizes(max_parallel_rank(module))))
         _run(module, "tile", (f"func.func(scf-parallel-loop-tiling{{parallel-loop-tile-sizes="
@@ -378,7 +470,8 @@ def _link_ir(devices: list[tuple[str, str]]) -> str:
 
 def describe_pipeline(strategy=None) -> str:
     """Everything about the pipeline that changes generated code."""
-    return "|".join([PIPELINE_VERSION, pipeline_text(BUFFERIZE), pipeline_text(TO_LOOPS),
+    return "|".join([PIPELINE_VERSION, pipeline_text(BUFFERIZE), pipeline_text(GENERALIZE),
+                     "parallel-dims-first", pipeline_text(TO_LOOPS), "sink-views",
                      "tiles:" + ",".join(map(str, tile_sizes(2))), pipeline_text(OUTLINE),
                      pipeline_text(TO_NVVM)])
 
