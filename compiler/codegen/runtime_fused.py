@@ -187,11 +187,11 @@ def _elementwise_region(fused_id: int) -> bool:
     are independent, so it may run in tiles). A BroadcastTo holds the whole
     output shape, so a region with one runs whole."""
     from compiler.graph.ops import OP_TABLE
-    from compiler.registry.grammar import Op, iter_preorder
+    from compiler.registry.grammar import Op, iter_unique
     from compiler.registry.runtime_fused import runtime_entry
     roots = runtime_entry(fused_id).recipe.roots
     for root in (roots if isinstance(roots, (tuple, list)) else (roots,)):
-        for node in iter_preorder(root):
+        for node in iter_unique(root):
             if isinstance(node, Op) and getattr(OP_TABLE.get(node.op), "category", None) \
                     not in _ELEMENTWISE:
                 return False
