@@ -160,6 +160,14 @@ class KernelFamily:
         whole. Default: never split."""
         return None
 
+    def subcalls(self, key, instance, layouts: Sequence, params,
+                 n_inputs: int) -> list[tuple[list, object]] | None:
+        """``[(layouts, params), ...]`` of smaller calls that together
+        compute a call the kernel for ``instance`` would run slowly (each
+        one a call of this family's kernel), or None to run it as it is.
+        Default: None."""
+        return None
+
     def with_shapes(self, instance, in_layouts: Sequence):
         """``instance`` on inputs of the shapes of ``in_layouts`` (a tile)."""
         types = tuple(TensorType(tuple(l.shape), t.dtype)
@@ -219,6 +227,10 @@ class GeneratedKernel:
     def _tiles(self, layouts, params, n_inputs: int) -> list[tuple]:
         """[(instance, layouts)] of the call's tiles (one when not split)."""
         inst, lays = self.family.instance(self.key, self.dtypes, layouts, params, n_inputs)
+        subs = self.family.subcalls(self.key, inst, lays, params, n_inputs)
+        if subs:  # run as sub-calls; run_tiles spreads them over the threads
+            return [self.family.instance(self.key, self.dtypes, sl, sp, n_inputs)
+                    for sl, sp in subs]
         threads = parallel.num_threads()
         parts = self.family.split(inst, lays, n_inputs, threads) if threads > 1 else None
         if not parts:
@@ -330,7 +342,8 @@ class CallMemo:
 
 def run_tiles(hit: tuple, storages: Sequence) -> None:
     """Call each tile of ``hit`` (``CallMemo.lookup``) on ``storages``,
-    several concurrently (``compiler.codegen.parallel``)."""
+    several concurrently (``compiler.codegen.parallel``): more tiles than
+    threads run as one sequential group per thread."""
     if len(hit) == 1:
         fn, templates = hit[0]
         fn(*[t.bind(s) for t, s in zip(templates, storages)])
@@ -339,4 +352,9 @@ def run_tiles(hit: tuple, storages: Sequence) -> None:
     for fn, templates in hit:
         descs = [t.bind(s) for t, s in zip(templates, storages)]
         calls.append(lambda fn=fn, descs=descs: fn(*descs))
+    threads = parallel.num_threads()
+    if len(calls) > threads:
+        groups = [calls[start:start + length]
+                  for start, length in parallel.chunks(len(calls), threads)]
+        calls = [lambda group=group: [c() for c in group] for group in groups]
     parallel.run_all(calls)
