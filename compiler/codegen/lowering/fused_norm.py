@@ -1,12 +1,17 @@
-"""Fused last-axis row ops, each lowered to one kernel (a few linalg ops in
-one function): SoftmaxLastDim, RmsNormLastDim, LayerNormLastDim and
-FusedSoftmaxCrossEntropy. f16/bf16 compute in f32, f64 in f64.
+"""Fused last-axis row ops, each lowered to one kernel: SoftmaxLastDim,
+RmsNormLastDim, LayerNormLastDim and FusedSoftmaxCrossEntropy (and, from
+``reduce.py``, LogSoftmaxLastDim). f16/bf16 compute in f32, f64 in f64.
+
+The first three (and log-softmax) are one loop over the rows with a few
+passes over each row while it sits in L1 (``over_rows``): memory sees one
+read of the input and one write of the output, reductions are vectorized
+(``reassoc`` sums, ``nnan`` maxima) and nothing is allocated.
 
 * SoftmaxLastDim: a max pass, then one pass that writes e = exp(x − max)
-  and accumulates Σ e (one exp per element), then e / Σ.
-* RmsNormLastDim: Σ x² per row, then x / sqrt(Σ/n + eps).
-* LayerNormLastDim: mean, then the centred population variance (two-pass,
-  no cancellation), then (x − mean) / sqrt(var + eps).
+  and accumulates Σ e (one exp per element), then e · (1/Σ) in place.
+* RmsNormLastDim: Σ x², then x · 1/sqrt(Σ/n + eps).
+* LayerNormLastDim: f32/f16/bf16: Σ x and Σ x² in one pass, accumulated in
+  f64; f64: mean, then the centred variance; then (x − mean) · 1/sqrt(var + eps).
 * FusedSoftmaxCrossEntropy: a max pass and a Σ exp(x − max) pass, then one pass
   over the rows picking x[t] (``tensor.extract``); rows whose target equals
   ``ignore_index`` give 0 and leave the Mean's divisor (the registry
