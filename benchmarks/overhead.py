@@ -10,10 +10,15 @@ executor / kernel-call path:
 * ``mlp``: the MLP of ``examples/mlp.py`` (8x64 -> 128 -> 32, 4 kernels);
 * ``chain20``: 20 elementwise ops on an [8, 64] f32 input compiled with the
   ``no-fusion`` pipeline (20 kernel steps);
-* ``chain20-fused``: the same chain through the default pipeline.
+* ``chain20-fused``: the same chain through the default pipeline;
+* ``chain100``: 100 elementwise ops, ``no-fusion`` (100 kernel steps; the
+  goal is under 10 us per op);
+* ``numpy-mlp``: ``examples/mlp.py``'s numpy version of the MLP, the peer the
+  compiled MLP should not be slower than.
 
-Prints the median and p10/p90 wall time per call in microseconds, and the
-kernel-step count. The machine is shared and noisy: quote medians.
+Prints the median and p10/p90 wall time per call in microseconds, the
+kernel-step count and the median per kernel step. Kernels run on one thread
+(tiny ops never split). The machine is shared and noisy: quote medians.
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))  # this checkout's compiler
 
 from compiler import Graph, compile  # noqa: E402
 from runtime.executor import KernelStep  # noqa: E402
@@ -43,15 +49,28 @@ def chain_graph(n_ops: int = 20, shape=(8, 64)):
     return g
 
 
+class _Numpy:
+    """A numpy function posing as a compiled module (no plan, no kernels)."""
+
+    def __init__(self, fn, consts):
+        self.fn, self.consts, self.plan = fn, consts, None
+
+    def __call__(self, **inputs):
+        return self.fn(*inputs.values(), *self.consts)
+
+
 def cases():
     import mlp
-    g, _ = mlp.build()
+    g, consts = mlp.build()
     x_mlp = np.random.default_rng(1).standard_normal((8, 64)).astype(np.float32)
     x_chain = np.random.default_rng(2).standard_normal((8, 64)).astype(np.float32)
     return [("mlp", compile(g, target="cpu"), {"x": x_mlp}),
+            ("numpy-mlp", _Numpy(mlp.numpy_mlp, consts), {"x": x_mlp}),
             ("chain20", compile(chain_graph(), target="cpu", pipeline="no-fusion"),
              {"x": x_chain}),
-            ("chain20-fused", compile(chain_graph(), target="cpu"), {"x": x_chain})]
+            ("chain20-fused", compile(chain_graph(), target="cpu"), {"x": x_chain}),
+            ("chain100", compile(chain_graph(100), target="cpu", pipeline="no-fusion"),
+             {"x": x_chain})]
 
 
 def per_call(fn, calls: int, warmup: int = 50) -> list[float]:
@@ -70,6 +89,8 @@ def main(argv=None):
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--profile", action="store_true")
     args = ap.parse_args(argv)
+    from compiler.codegen import parallel
+    parallel.set_num_threads(1)
     all_cases = cases()
     if args.profile:
         import cProfile
@@ -84,12 +105,15 @@ def main(argv=None):
             pstats.Stats(pr).sort_stats("tottime").print_stats(25)
         return
     for name, m, inputs in all_cases:
-        n_kernels = sum(isinstance(s, KernelStep) for s in m.plan.steps)
+        steps = m.plan.steps if m.plan is not None else []
+        n_kernels = sum(isinstance(s, KernelStep) for s in steps)
         ts = sorted(per_call(lambda: m(**inputs), args.calls))
         q = statistics.quantiles(ts, n=10)
-        print(f"{name:<14} {n_kernels:3d} kernels, {len(m.plan.steps):3d} steps: "
-              f"median {statistics.median(ts) * 1e6:8.1f} us  "
-              f"(p10 {q[0] * 1e6:7.1f}, p90 {q[-1] * 1e6:7.1f})", flush=True)
+        med = statistics.median(ts) * 1e6
+        per_op = f"  {med / n_kernels:6.1f} us/kernel" if n_kernels else ""
+        print(f"{name:<14} {n_kernels:3d} kernels, {len(steps):3d} steps: "
+              f"median {med:8.1f} us  (p10 {q[0] * 1e6:7.1f}, p90 {q[-1] * 1e6:7.1f}){per_op}",
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -293,6 +293,13 @@ class KernelFunction:
         proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * nargs))
         self._fn = proto(owner.address(name))
 
+    @property
+    def raw(self):
+        """The ctypes function itself: ``raw(addr, ...)`` takes the
+        descriptors' addresses, with no arity or type check (hot paths that
+        built the descriptors themselves)."""
+        return self._fn
+
     def __call__(self, *descriptors) -> None:
         """Call with descriptors (ctypes structures, kept alive for the call)
         or raw addresses (ints)."""

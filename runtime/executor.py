@@ -366,6 +366,11 @@ class Executor:
             elif isinstance(step, ConstStep):
                 runners.append(_ConstRunner(step, plan, self.specs[step.output].dtype).run)
         self._runners = tuple(runners)
+        # Outputs returned without a copy: storages this run allocated
+        # (row-major, exact size; no input, constant or other output shares
+        # them), each named once.
+        named = list(plan.outputs.values())
+        self._owned_outputs = frozenset(v for v in named if v in fresh and named.count(v) == 1)
 
     def _bind_input(self, name: str, value) -> tuple[Storage, Layout]:
         spec = self.plan.inputs[name]
@@ -395,8 +400,9 @@ class Executor:
         syms: dict[int, int] = {}
         for run_step in self._runners:
             run_step(env, syms)
-        specs = self.specs
-        return {name: from_storage(env[vid][0].to_numpy(env[vid][1]), specs[vid].dtype)
+        specs, owned = self.specs, self._owned_outputs
+        return {name: from_storage(env[vid][0].view(env[vid][1]) if vid in owned
+                                   else env[vid][0].to_numpy(env[vid][1]), specs[vid].dtype)
                 for name, vid in plan.outputs.items()}
 
 
@@ -404,11 +410,17 @@ class _KernelRunner:
     """One kernel step with its static decisions made (see ``_prepare_run``)."""
 
     __slots__ = ("index", "step", "entry", "where", "inputs", "strided", "deferred", "bundle_slots",
-                 "out_allocs", "out_layouts", "alloc", "nonzero", "index_checks")
+                 "out_allocs", "out_layouts", "alloc", "nonzero", "index_checks", "prepare", "bound")
 
     def __init__(self, i: int, step: KernelStep, entry: BindingEntry, fresh: set):
         self.index, self.step, self.entry = i, step, entry
         self.where = f"step {i} ({step.name or step.key})"
+        # A kernel callable may offer ``prepare_call(layouts, params, n_inputs)
+        # -> run(storages)``: a call bound to its layouts, reused while they
+        # and the params stay the same (the executor's storages and layouts
+        # are well-formed by construction, so KernelRef's checks are skipped).
+        self.prepare = getattr(entry.kernel.fn, "prepare_call", None)
+        self.bound = None  # (layouts, params, run)
         # an executor-allocated value is contiguous, offset 0 and exactly sized: §2.3 (a) holds
         self.inputs = tuple((vid, vid in fresh) for vid in step.inputs)
         self.strided = entry.caps.strided_input
@@ -458,7 +470,10 @@ class _KernelRunner:
             outs = [wrap(alloc(nbytes, dtype=np.uint8), dt) for dt, nbytes in self.out_allocs]
             out_layouts = self.out_layouts
         try:
-            self.entry.kernel(ins, outs, in_layouts + out_layouts, params)
+            if self.prepare is not None and self.bundle_slots is None:
+                self._run_bound(ins, outs, in_layouts + out_layouts, params)
+            else:
+                self.entry.kernel(ins, outs, in_layouts + out_layouts, params)
         except KernelError as e:
             raise KernelError(f"{where}: {e}") from e
         except FuelError as e:  # pragma: no cover - KernelRef wraps everything else
@@ -471,6 +486,23 @@ class _KernelRunner:
         else:
             for vid, st, lay in zip(step.outputs, outs, out_layouts):
                 env[vid] = (st, lay)
+
+
+    def _run_bound(self, ins, outs, layouts, params):
+        """The kernel call through its bound form (see ``__init__``), with
+        KernelRef's error wrapping."""
+        bound = self.bound
+        try:
+            if bound is None or bound[1] is not params or bound[0] != layouts:
+                bound = self.bound = (layouts, params,
+                                      self.prepare(layouts, params, len(ins)))
+            bound[2]([*ins, *outs])
+        except KernelError:
+            raise
+        except Exception as e:  # a kernel must never crash its caller
+            k = self.entry.kernel
+            raise KernelError(f"kernel {k.name} ({k.kernel_source or 'no source'}) failed: "
+                              f"{type(e).__name__}: {e}") from e
 
 
 class _ViewRunner:

@@ -79,7 +79,7 @@ class DescriptorTemplate:
     adds a storage's base address. Kernel families keep one per memoised
     call signature, so a call costs one struct copy per argument."""
 
-    __slots__ = ("layout", "_type", "_proto", "_lo", "_hi", "_empty")
+    __slots__ = ("layout", "_type", "_proto", "_lo", "_hi", "_empty", "_need")
 
     def __init__(self, layout):
         self.layout = layout
@@ -87,14 +87,18 @@ class DescriptorTemplate:
         self._type = type(self._proto)
         self._lo, self._hi = layout.element_span()
         self._empty = layout.numel == 0
+        self._need = (None, 0)  # (dtype, bytes the layout reaches) of the last bind
 
     def bind(self, storage):
         """The descriptor of the layout over ``storage``. Raises
         DescriptorError when the layout reaches outside the storage. The
         caller keeps ``storage`` alive while the descriptor is used."""
         if not self._empty:
-            isz = storage.dtype.itemsize
-            if self._lo < 0 or (self._hi + 1) * isz > storage.data.nbytes:
+            dt, need = self._need
+            if dt is not storage.dtype:
+                dt, need = storage.dtype, (self._hi + 1) * storage.dtype.itemsize
+                self._need = (dt, need)
+            if self._lo < 0 or need > storage.data.nbytes:
                 raise DescriptorError(
                     f"{self.layout} reaches elements [{self._lo}, {self._hi}] outside the storage of "
                     f"{storage.numel} {storage.dtype} elements")

@@ -29,6 +29,7 @@ re-deriving the op instance and rebuilding descriptors.
 from __future__ import annotations
 
 import collections
+import ctypes
 import dataclasses
 import threading
 from typing import Callable, Hashable, Sequence
@@ -44,6 +45,8 @@ from runtime.cpu_features import check_cpu_features, missing_cpu_features
 from runtime.dtype import DType
 
 ENTRY = "kernel"
+
+_addressof = ctypes.addressof
 
 #: Compiled entries memoised by ``compiled_entry``; beyond it the oldest are
 #: dropped (and unloaded once no kernel's call memo refers to them), so a
@@ -157,6 +160,14 @@ class KernelFamily:
         whole. Default: never split."""
         return None
 
+    def subcalls(self, key, instance, layouts: Sequence, params,
+                 n_inputs: int) -> list[tuple[list, object]] | None:
+        """``[(layouts, params), ...]`` of smaller calls that together
+        compute a call the kernel for ``instance`` would run slowly (each
+        one a call of this family's kernel), or None to run it as it is.
+        Default: None."""
+        return None
+
     def with_shapes(self, instance, in_layouts: Sequence):
         """``instance`` on inputs of the shapes of ``in_layouts`` (a tile)."""
         types = tuple(TensorType(tuple(l.shape), t.dtype)
@@ -216,6 +227,10 @@ class GeneratedKernel:
     def _tiles(self, layouts, params, n_inputs: int) -> list[tuple]:
         """[(instance, layouts)] of the call's tiles (one when not split)."""
         inst, lays = self.family.instance(self.key, self.dtypes, layouts, params, n_inputs)
+        subs = self.family.subcalls(self.key, inst, lays, params, n_inputs)
+        if subs:  # run as sub-calls; run_tiles spreads them over the threads
+            return [self.family.instance(self.key, self.dtypes, sl, sp, n_inputs)
+                    for sl, sp in subs]
         threads = parallel.num_threads()
         parts = self.family.split(inst, lays, n_inputs, threads) if threads > 1 else None
         if not parts:
@@ -236,13 +251,41 @@ class GeneratedKernel:
                for inst in dict.fromkeys(i for i, _ in self._tiles(layouts, params, n_inputs))]
         return fns[0]
 
-    def __call__(self, inputs, outputs, layouts, params) -> None:
-        if (not self.family.accepts_arity(self.key, self.n_inputs, len(inputs))
-                or not inputs or len(outputs) != 1):
+    def _check_arity(self, n_inputs: int, n_outputs: int) -> None:
+        if not self.family.accepts_arity(self.key, self.n_inputs, n_inputs) \
+                or not n_inputs or n_outputs != 1:
             raise UnsupportedOpError(
                 f"{self.__qualname__}: expects {self.n_inputs} inputs and 1 output, "
-                f"got {len(inputs)} and {len(outputs)}")
+                f"got {n_inputs} and {n_outputs}")
+
+    def __call__(self, inputs, outputs, layouts, params) -> None:
+        self._check_arity(len(inputs), len(outputs))
         self._calls.call(inputs, outputs, layouts, params)
+
+    def prepare_call(self, layouts: Sequence, params, n_inputs: int) -> Callable[[Sequence], None]:
+        """A call bound to these layouts and params: ``run(storages)`` (the
+        inputs then the output, with exactly these layouts) does what
+        ``self(inputs, outputs, layouts, params)`` does, without the per-call
+        lookups. It follows later thread-count changes. Raises like a call."""
+        self._check_arity(n_inputs, len(layouts) - n_inputs)
+        memo, threads = self._calls, parallel.num_threads()
+        hit = memo.lookup(layouts, params, n_inputs)
+        layouts = tuple(layouts)
+
+        def fallback(storages):
+            memo.call(storages[:n_inputs], storages[n_inputs:], layouts, params)
+
+        if len(hit) != 1 or not isinstance(hit[0][0], KernelFunction):
+            return lambda storages: (fallback(storages) if parallel.num_threads() != threads
+                                     else run_tiles(hit, storages))
+        raw, templates, addressof = hit[0][0].raw, hit[0][1], _addressof
+
+        def run(storages):
+            if parallel.num_threads() != threads:
+                return fallback(storages)
+            descs = [t.bind(s) for t, s in zip(templates, storages)]
+            raw(*[addressof(d) for d in descs])  # descs stay alive across the call
+        return run
 
     def __repr__(self) -> str:
         return f"<GeneratedKernel {self.__qualname__} target={self.target}>"
@@ -277,8 +320,8 @@ class CallMemo:
     def __len__(self) -> int:
         return len(self._calls)
 
-    def call(self, inputs: Sequence, outputs: Sequence, layouts: Sequence, params) -> None:
-        n_inputs = len(inputs)
+    def lookup(self, layouts: Sequence, params, n_inputs: int) -> tuple:
+        """The memoised tiles of a call: ``((fn, descriptor templates), ...)``."""
         key = (params, n_inputs, parallel.num_threads(), *layouts)
         try:
             hit = self._calls.get(key)
@@ -291,13 +334,27 @@ class CallMemo:
                 if len(self._calls) >= self.MAX_ENTRIES:
                     self._calls.clear()
                 self._calls[key] = hit
-        storages = (*inputs, *outputs)
-        if len(hit) == 1:
-            fn, templates = hit[0]
-            fn(*[t.bind(s) for t, s in zip(templates, storages)])
-            return
-        calls = []
-        for fn, templates in hit:
-            descs = [t.bind(s) for t, s in zip(templates, storages)]
-            calls.append(lambda fn=fn, descs=descs: fn(*descs))
-        parallel.run_all(calls)
+        return hit
+
+    def call(self, inputs: Sequence, outputs: Sequence, layouts: Sequence, params) -> None:
+        run_tiles(self.lookup(layouts, params, len(inputs)), (*inputs, *outputs))
+
+
+def run_tiles(hit: tuple, storages: Sequence) -> None:
+    """Call each tile of ``hit`` (``CallMemo.lookup``) on ``storages``,
+    several concurrently (``compiler.codegen.parallel``): more tiles than
+    threads run as one sequential group per thread."""
+    if len(hit) == 1:
+        fn, templates = hit[0]
+        fn(*[t.bind(s) for t, s in zip(templates, storages)])
+        return
+    calls = []
+    for fn, templates in hit:
+        descs = [t.bind(s) for t, s in zip(templates, storages)]
+        calls.append(lambda fn=fn, descs=descs: fn(*descs))
+    threads = parallel.num_threads()
+    if len(calls) > threads:
+        groups = [calls[start:start + length]
+                  for start, length in parallel.chunks(len(calls), threads)]
+        calls = [lambda group=group: [c() for c in group] for group in groups]
+    parallel.run_all(calls)

@@ -24,6 +24,7 @@ to compile ahead of time, ``instance_for(...)``, ``precision_for(...)``.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Iterable, Sequence
 
@@ -63,9 +64,10 @@ class OpInstance:
         return (self.op_name, exact_key(self.params), types, self.dynamic)
 
 
-#: Matmul row tiles start at multiples of this (the register tile's rows of
-#: every CPU matmul schedule), so the thread count never changes a result.
-MATMUL_ROW_ALIGN = 6
+#: Matmul row tiles start at multiples of this (a multiple of the register
+#: tile's rows of every CPU matmul schedule: 6 on AVX2, 8 on AVX-512), so the
+#: thread count never changes a result.
+MATMUL_ROW_ALIGN = 24
 
 
 def _params(**kw) -> tuple[tuple[str, object], ...]:
@@ -246,6 +248,32 @@ class PrimitiveFamily(KernelFamily):
 
     def accepts_arity(self, key, n_expected: int, n_inputs: int) -> bool:
         return key is OpKind.Concat or n_inputs == n_expected  # Concat: [T_in, T_out] any arity
+
+    def subcalls(self, key, inst: OpInstance, layouts, params, n_inputs: int):
+        """A MatMul whose batch axes could not merge into one (a permuted
+        operand, e.g. attention heads of [B, S, heads, d] viewed as
+        [B, heads, S, d]) runs as one rank-3 batched call per index of the
+        leading batch axes, each on the vectorized batch_matmul kernel
+        (any strides), instead of scalar loops over four or more axes."""
+        if inst.op_name != "MatMul" or n_inputs != 2 or not isinstance(params, P.Matmul):
+            return None
+        a, b, out = layouts
+        nb = len(params.lhs_batch_dims)
+        if nb < 2 or params.lhs_batch_dims != params.rhs_batch_dims or out.rank != nb + 2 \
+                or params.m_compute.mode != "all":
+            return None
+        lead = params.lhs_batch_dims[:-1]
+        sub_p = P.Matmul(params.lhs_batch_dims[-1:], params.rhs_batch_dims[-1:],
+                         params.m, params.n, params.k)
+        calls = []
+        for idx in itertools.product(*(range(d) for d in lead)):
+            views = []
+            for lay in (a, b, out):
+                for axis, i in enumerate(idx):
+                    lay = lay.narrow(axis, i, 1)
+                views.append(merge_axes(lay, 0, nb))
+            calls.append((views, sub_p))
+        return calls
 
     def split(self, inst: OpInstance, layouts, n_inputs: int, threads: int):
         category = _op_table()[inst.op_name].category

@@ -114,3 +114,52 @@ def test_fused_linear_rank_4_matches_numpy(rng):
     ws = rng.standard_normal((2, 3, 5, 9), dtype=np.float32)
     bs = rng.standard_normal(9, dtype=np.float32)
     np.testing.assert_allclose(m(x=xs, w=ws, bias=bs), xs @ ws + bs, rtol=2e-5, atol=1e-5)
+
+
+def test_unmergeable_batch_axes_run_as_rank_3_subcalls(table, rng):
+    # attention heads: v [B, S, heads, d] viewed as [B, heads, S, d]; the batch
+    # axes (B, heads) cannot merge, so each B runs the rank-3 batch_matmul kernel
+    from compiler.codegen.cpu import choose_strategy
+    bsz, heads, s, d = 3, 4, 13, 8
+    probs = rng.standard_normal((bsz, heads, s, s), dtype=np.float32)
+    v = rng.standard_normal((bsz, s, heads, d), dtype=np.float32)
+    lv = Layout.contiguous(v.shape).permute((0, 2, 1, 3))
+    p = P.Matmul((bsz, heads), (bsz, heads), s, d, s)
+    lays = [Layout.contiguous(probs.shape), lv, Layout.contiguous((bsz, heads, s, d))]
+    inst, adapted = K.FAMILY.instance(OpKind.MatMul, (F32,) * 3, lays, p, 2)
+    subs = K.FAMILY.subcalls(OpKind.MatMul, inst, adapted, p, 2)
+    assert len(subs) == bsz and all(sp == P.Matmul((heads,), (heads,), s, d, s) for _, sp in subs)
+    sub_inst, sub_lays = K.FAMILY.instance(OpKind.MatMul, (F32,) * 3, *subs[1], 2)
+    assert [l.rank for l in sub_lays] == [3, 3, 3]
+    assert choose_strategy(K.linalg_text(sub_inst), ["kernel"]).name.startswith(
+        "matmul-batch_matmul-f32")
+    want = probs @ v.transpose(0, 2, 1, 3)
+    got = _call(table, probs, v, lays[0], lv, (bsz, heads, s, d), (bsz, heads), (bsz, heads))
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5)
+    # mergeable batch axes collapse instead (no sub-calls)
+    inst2, adapted2 = K.FAMILY.instance(OpKind.MatMul, (F32,) * 3, [
+        Layout.contiguous(probs.shape), Layout.contiguous((bsz, heads, s, d)),
+        Layout.contiguous((bsz, heads, s, d))], p, 2)
+    assert K.FAMILY.subcalls(OpKind.MatMul, inst2, adapted2, p, 2) is None
+
+
+def test_subcalls_spread_over_threads_give_the_same_result(rng):
+    from compiler import Graph, compile
+    from compiler.codegen import parallel
+    g = Graph()
+    q = g.input("q", (4, 16, 3, 8), "f32")
+    k = g.input("k", (4, 16, 3, 8), "f32")
+    g.output(q.permute((0, 2, 1, 3)) @ k.permute((0, 2, 3, 1)), name="s")
+    qs = rng.standard_normal((4, 16, 3, 8), dtype=np.float32)
+    ks = rng.standard_normal((4, 16, 3, 8), dtype=np.float32)
+    outs = []
+    try:
+        for n in (1, 2, 3):
+            parallel.set_num_threads(n)
+            outs.append(compile(g, "cpu")(q=qs, k=ks))
+    finally:
+        parallel.set_num_threads(None)
+    want = qs.transpose(0, 2, 1, 3) @ ks.transpose(0, 2, 3, 1)
+    np.testing.assert_allclose(outs[0], want, rtol=2e-5, atol=1e-5)
+    for o in outs[1:]:
+        np.testing.assert_array_equal(o, outs[0])

@@ -51,11 +51,34 @@ def _call_matmul(table, dt, a_store, a_lay, b_store, b_lay):
 
 
 # -- selection ------------------------------------------------------------------------
-@pytest.mark.parametrize("dt,rank,name", [
-    (F32, 2, "matmul-matmul-f32-6x16"), (F64, 2, "matmul-matmul-f64-6x8"),
-    (F32, 3, "matmul-batch_matmul-f32-6x16"), (F64, 3, "matmul-batch_matmul-f64-6x8")])
-def test_matmul_instances_select_the_matmul_strategy(dt, rank, name):
-    assert cpu.choose_strategy(_matmul_text(dt, rank), [ENTRY]).name == name
+@pytest.mark.parametrize("target,dt,rank,name", [
+    ("cpu:x86-64-v3", F32, 2, "matmul-matmul-f32-6x16"),
+    ("cpu:x86-64-v3", F64, 2, "matmul-matmul-f64-6x8"),
+    ("cpu:x86-64-v3", F32, 3, "matmul-batch_matmul-f32-6x16"),
+    ("cpu:x86-64-v3", F64, 3, "matmul-batch_matmul-f64-6x8"),
+    ("cpu:x86-64-v4", F32, 2, "matmul-matmul-f32-8x32"),
+    ("cpu:x86-64-v4", F64, 3, "matmul-batch_matmul-f64-8x16"),
+    ("cpu:znver3", F32, 2, "matmul-matmul-f32-6x16"),
+    ("cpu:skylake-avx512", F32, 3, "matmul-batch_matmul-f32-8x32")])
+def test_matmul_instances_select_the_matmul_strategy(target, dt, rank, name):
+    assert cpu.choose_strategy(_matmul_text(dt, rank), [ENTRY], target).name == name
+
+
+def _assembly(ll: str, target: str) -> str:
+    from compiler.codegen.cpu import llvm as L
+    t = parse_target(target)
+    return L.target_machine(t).emit_assembly(L.parse_ir(ll, fixup=False))
+
+
+@pytest.mark.parametrize("target,reg,width", [("cpu:x86-64-v3", "ymm", 8),
+                                              ("cpu:x86-64-v4", "zmm", 16)])
+def test_matmul_fmas_use_the_targets_vector_width(target, reg, width):
+    # AVX2: 8-float ymm FMAs only; AVX-512: 16-float zmm FMAs in the micro-kernel
+    import re
+    asm = _assembly(cpu.lower(_matmul_text(F32, 2), [ENTRY], target=target).llvm_ir, target)
+    fmas = re.findall(r"vfmadd\d+ps\s+[^\n]*%(xmm|ymm|zmm)", asm)
+    assert fmas.count(reg) >= 12, f"{target}: {fmas.count(reg)} {reg} FMAs"  # 6x16 / 8x32 tiles
+    assert "zmm" not in asm if reg == "ymm" else fmas.count("zmm") > fmas.count("ymm")
 
 
 def test_static_matmul_and_elementwise_keep_loops():
@@ -67,8 +90,8 @@ def test_static_matmul_and_elementwise_keep_loops():
 
 def test_matmul_strategy_emits_vector_fmas_and_loops_do_not():
     text = _matmul_text(F32, 2)
-    fast = cpu.lower(text, [ENTRY])
-    slow = cpu.lower(text, [ENTRY], strategy=S.LOOPS)
+    fast = cpu.lower(text, [ENTRY], target="cpu:x86-64-v3")
+    slow = cpu.lower(text, [ENTRY], target="cpu:x86-64-v3", strategy=S.LOOPS)
     assert fast.strategy.name.startswith("matmul-")
     # the 6x16 micro-kernel: 16-wide FMAs (two ymm each) on the packed B panel
     assert "@llvm.fmuladd.v16f32" in fast.llvm_ir
@@ -84,10 +107,10 @@ def test_reduction_bodies_are_marked_reassociable():
 
 
 def test_strategy_fingerprints_differ():
-    fps = {S.LOOPS.fingerprint, *(S.matmul_strategy(op, e).fingerprint
+    fps = {S.LOOPS.fingerprint, *(S.matmul_strategy(op, e, isa).fingerprint
                                   for op in ("linalg.matmul", "linalg.batch_matmul")
-                                  for e in ("f32", "f64"))}
-    assert len(fps) == 5
+                                  for e in ("f32", "f64") for isa in ("avx2", "avx512"))}
+    assert len(fps) == 9
 
 
 # -- numerics ------------------------------------------------------------------------

@@ -19,7 +19,7 @@ PIPELINE = (
     "builtin.module(one-shot-bufferize{bufferize-function-boundaries "
     "function-boundary-type-conversion=identity-layout-map}, "
     "buffer-results-to-out-params{modify-public-functions}, buffer-deallocation-pipeline, "
-    "convert-linalg-to-loops, convert-math-to-funcs, lower-affine, convert-scf-to-cf, expand-strided-metadata, "
+    "convert-linalg-to-loops, convert-math-to-funcs, lower-affine, convert-scf-to-cf, expand-strided-metadata, lower-affine, "
     "finalize-memref-to-llvm, convert-math-to-llvm, convert-math-to-libm, convert-arith-to-llvm, "
     "convert-func-to-llvm, convert-cf-to-llvm, convert-ub-to-llvm, reconcile-unrealized-casts)"
 )

@@ -51,7 +51,7 @@ from compiler.codegen.loader import CompiledObject, load_object
 from compiler.codegen.cpu.strategy import LOOPS, Strategy, rules_fingerprint, select_strategy
 
 # Bump when a change here changes generated code (invalidates cached objects).
-PIPELINE_VERSION = "cpu-4"
+PIPELINE_VERSION = "cpu-5"
 
 BUFFERIZE: tuple[str, ...] = (
     "eliminate-empty-tensors",
@@ -348,7 +348,7 @@ def lower(module_or_text, entry_names: Sequence[str], *, target=None,
         except MLIRError as e:
             entries = [a for n in entry_names for a in ("--entry", n)]
             raise _fail("prepare", text, str(e), *entries) from None
-        strategy = strategy or select_strategy(linalg_op_names(module))
+        strategy = strategy or select_strategy(linalg_op_names(module), target)
         if strategy.reassociate_reductions:
             mark_reductions_reassociable(module)
         if strategy.approximate_math:
@@ -371,9 +371,11 @@ def lower(module_or_text, entry_names: Sequence[str], *, target=None,
     return LoweringResult(obj, optimized, strategy, kept)
 
 
-def choose_strategy(text: str, entry_names: Sequence[str]) -> Strategy:
-    """The strategy ``lower`` would select for ``text`` (after ``prepare``).
-    Raises PipelineError like ``lower`` for malformed IR."""
+def choose_strategy(text: str, entry_names: Sequence[str], target=None) -> Strategy:
+    """The strategy ``lower`` would select for ``text`` (after ``prepare``)
+    on ``target`` (default ``"cpu"``). Raises PipelineError like ``lower``
+    for malformed IR."""
+    target = _target(target)
     ctx = ir.Context()
     module = parse_module(text, ctx)
     with ctx:
@@ -382,7 +384,7 @@ def choose_strategy(text: str, entry_names: Sequence[str]) -> Strategy:
         except MLIRError as e:
             entries = [a for n in entry_names for a in ("--entry", n)]
             raise _fail("prepare", text, str(e), *entries) from None
-        return select_strategy(linalg_op_names(module))
+        return select_strategy(linalg_op_names(module), target)
 
 
 def emit_object(module_or_text, entry_names: Sequence[str], *, target=None,
@@ -406,7 +408,7 @@ def compile_module(module_or_text, entry_names: Sequence[str], *, target=None,
     if strategy is None:
         # Key the cache by the strategy actually chosen: a rule change must
         # not hand back an object built by another strategy.
-        strategy = choose_strategy(text, entry_names)
+        strategy = choose_strategy(text, entry_names, target)
     if cache is None:
         return load_object(emit_object(text, entry_names, target=target, strategy=strategy),
                            target.features, str(target))
@@ -422,7 +424,7 @@ def ensure_compiled(module_or_text, entry_names: Sequence[str], *, target=None,
     target = _target(target)
     text = module_or_text if isinstance(module_or_text, str) else str(module_or_text)
     if strategy is None:
-        strategy = choose_strategy(text, entry_names)
+        strategy = choose_strategy(text, entry_names, target)
     from compiler.codegen.cache import default_cache
     default_cache().get_or_compile(text, entry_names, strategy=strategy, target=target, load=False)
 
@@ -434,7 +436,7 @@ def object_bytes(module_or_text, entry_names: Sequence[str], *, target=None) -> 
     text = module_or_text if isinstance(module_or_text, str) else str(module_or_text)
     from compiler.codegen.cache import default_cache
     return default_cache().object_bytes(text, entry_names, target=target,
-                                        strategy=choose_strategy(text, entry_names))
+                                        strategy=choose_strategy(text, entry_names, target))
 
 
 # -- command line ------------------------------------------------------------------

@@ -11,16 +11,19 @@ a ``Strategy`` fills its three pluggable slots:
                       docs/toolchain.md);
 * ``lowering``        the memref → LLVM-dialect pass list.
 
-``select_strategy(features)`` picks one for a module from its *features*: the
-names of the linalg ops it contains, plus ``"<op>:<element type>"`` for each
-(``"linalg.matmul:f32"``; the element type of the op's first operand). The
-default is correctness-first loops. Registered here:
+``select_strategy(features, target)`` picks one for a module from its
+*features*: the names of the linalg ops it contains, plus ``"<op>:<element
+type>"`` for each (``"linalg.matmul:f32"``; the element type of the op's first
+operand), and from the ``target`` (a cpu ``Target``: its instruction-set
+extensions choose between per-ISA variants of a strategy). The default is
+correctness-first loops. Registered here:
 
 * ``linalg.matmul`` / ``linalg.batch_matmul`` on f32 or f64 with dynamic dims
   (alone in a module; ``mlir-cpu`` MatMul instances are shape-generic):
   the register-tiled, B-packed, vectorized schedule of
-  ``compiler.codegen.cpu.transforms.matmul`` (6x16 f32, 6x8 f64 tiles; any sizes,
-  any strides; remainders as scalar loops).
+  ``compiler.codegen.cpu.transforms.matmul``; tiles per ISA: AVX2 (16 ymm)
+  6x16 f32 / 6x8 f64, AVX-512 (32 zmm) 8x32 f32 / 8x16 f64 (any sizes, any
+  strides; remainders as scalar loops).
 
 Strategies are part of the kernel cache key (``Strategy.fingerprint``).
 """
@@ -103,39 +106,66 @@ LOOPS = Strategy(
         "vectorizer versions unit strides; reductions are marked reassociable). "
         "Correct for every op, any strides.")
 
-# (predicate on the set of linalg op names, strategy), first match wins.
-_RULES: list[tuple[Callable[[frozenset[str]], bool], Strategy]] = []
+#: ISA levels a strategy may have variants for, best first: (name, the
+#: target features it needs).
+ISA_LEVELS: tuple[tuple[str, frozenset[str]], ...] = (
+    ("avx512", frozenset({"avx512f"})),
+    ("avx2", frozenset({"avx2", "fma"})),
+)
+
+# (predicate on the set of linalg op names, {isa level or "": strategy}),
+# first match wins.
+_RULES: list[tuple[Callable[[frozenset[str]], bool], dict[str, Strategy]]] = []
 
 
-def register_strategy(predicate: Callable[[frozenset[str]], bool], strategy: Strategy) -> None:
+def isa_level(target) -> str:
+    """The best entry of ``ISA_LEVELS`` whose features ``target`` (a cpu
+    Target; None: no vector ISA assumed) has, or ``""``."""
+    features = frozenset(getattr(target, "features", ()) or ())
+    return next((name for name, need in ISA_LEVELS if need <= features), "")
+
+
+def register_strategy(predicate: Callable[[frozenset[str]], bool],
+                      strategy: "Strategy | dict[str, Strategy]") -> None:
     """Use ``strategy`` for modules whose op-name set satisfies ``predicate``
-    (rules registered earlier win)."""
-    _RULES.append((predicate, strategy))
+    (rules registered earlier win). A dict maps ISA levels (``ISA_LEVELS``
+    names; ``""`` is the fallback) to the variant used on targets of that
+    level."""
+    _RULES.append((predicate, strategy if isinstance(strategy, dict) else {"": strategy}))
 
 
-def select_strategy(op_names: Iterable[str]) -> Strategy:
+def select_strategy(op_names: Iterable[str], target=None) -> Strategy:
     """The strategy for a module with these features (op names and
-    ``op:element-type`` entries, see the module docstring; default LOOPS)."""
+    ``op:element-type`` entries, see the module docstring) on ``target``
+    (its ISA level picks the variant); default LOOPS."""
     names = frozenset(op_names)
-    for pred, strategy in _RULES:
+    level = isa_level(target)
+    for pred, variants in _RULES:
         if pred(names):
-            return strategy
+            order = [name for name, _ in ISA_LEVELS]
+            usable = order[order.index(level):] if level else []
+            return next((variants[k] for k in usable + [""] if k in variants), LOOPS)
     return LOOPS
 
 
 # -- built-in strategies ---------------------------------------------------------
-# f32: 6x16 = 12 ymm accumulators; f64: 6x8 = 12. kc rows of B per packed panel
-# (kc x nr elements: 32 KiB f32, 32 KiB f64, the L1 size). Measured:
-# benchmarks/kernels.py.
-_MATMUL_TILES = {"f32": dict(mr=6, nr=16, kc=512), "f64": dict(mr=6, nr=8, kc=512)}
+# AVX2 (16 ymm): f32 6x16 = 12 ymm accumulators; f64 6x8 = 12. AVX-512 (32
+# zmm): f32 8x32 = 16 zmm accumulators, f64 8x16 = 16 (two zmm of B and a
+# broadcast leave room). kc rows of B per packed panel (kc x nr elements:
+# 32 KiB, the L1 size). Measured: benchmarks/kernels.py.
+_MATMUL_TILES = {
+    ("f32", "avx2"): dict(mr=6, nr=16, kc=512), ("f64", "avx2"): dict(mr=6, nr=8, kc=512),
+    ("f32", "avx512"): dict(mr=8, nr=32, kc=256), ("f64", "avx512"): dict(mr=8, nr=16, kc=256),
+}
 _MATMUL_OPS = ("linalg.matmul", "linalg.batch_matmul")
 
 
-def matmul_strategy(op: str, element_type: str) -> Strategy:
+def matmul_strategy(op: str, element_type: str, isa: str = "avx2") -> Strategy:
     """The vectorized strategy for ``op`` (``linalg.matmul`` or
-    ``linalg.batch_matmul``) on ``element_type`` (``f32``/``f64``)."""
+    ``linalg.batch_matmul``) on ``element_type`` (``f32``/``f64``), tiled
+    for ``isa`` (``avx2`` or ``avx512``)."""
     from compiler.codegen.cpu.transforms.matmul import matmul_script
-    tiles = _MATMUL_TILES[element_type]
+    tiles = _MATMUL_TILES[element_type, isa]
     return Strategy(
         name=f"matmul-{op.split('.')[1]}-{element_type}-{tiles['mr']}x{tiles['nr']}",
         transform=matmul_script(op, **tiles), lowering=VECTOR_LOWERING,
@@ -156,17 +186,20 @@ def _matmul_rule(op: str, elt: str) -> Callable[[frozenset[str]], bool]:
 
 
 for _op in _MATMUL_OPS:
-    for _elt in _MATMUL_TILES:
-        register_strategy(_matmul_rule(_op, _elt), matmul_strategy(_op, _elt))
+    for _elt in ("f32", "f64"):
+        # below AVX2 (no FMA) the avx2 tiles still vectorize, with SSE
+        _v = {isa: matmul_strategy(_op, _elt, isa) for isa in ("avx512", "avx2")}
+        register_strategy(_matmul_rule(_op, _elt), {**_v, "": _v["avx2"]})
 
 
-__all__ = ["Strategy", "LOOPS", "LOOPS_LOWERING", "VECTOR_LOWERING", "register_strategy",
-           "select_strategy", "matmul_strategy"]
+__all__ = ["Strategy", "LOOPS", "LOOPS_LOWERING", "VECTOR_LOWERING", "ISA_LEVELS",
+           "register_strategy", "select_strategy", "isa_level", "matmul_strategy"]
 
 
 def rules_fingerprint() -> str:
     """A digest of the registered strategy rules (the key of "auto" choice)."""
     h = hashlib.sha256(LOOPS.fingerprint.encode())
-    for _, s in _RULES:
-        h.update(s.fingerprint.encode())
+    for _, variants in _RULES:
+        for level in sorted(variants):
+            h.update(f"{level}={variants[level].fingerprint}".encode())
     return h.hexdigest()[:16]

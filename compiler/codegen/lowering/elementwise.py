@@ -53,10 +53,13 @@ def _sigmoid(s, x):
 
 
 def _gelu_tanh(s, x):
-    c = s.const(pymath.sqrt(2.0 / pymath.pi))
+    """0.5 x (1 + tanh(u)) computed as x / (1 + exp(-2u)) (the same
+    function): one exp and one division, and no cancellation in 1 + tanh(u)
+    for large negative u. exp(-2u) overflowing to inf gives -0, the limit."""
+    c = s.const(-2.0 * pymath.sqrt(2.0 / pymath.pi))
     x3 = arith.mulf(arith.mulf(x, x), x)
-    inner = arith.mulf(c, arith.addf(x, arith.mulf(s.const(0.044715), x3)))
-    return arith.mulf(arith.mulf(s.const(0.5), x), arith.addf(s.const(1.0), math.tanh(inner)))
+    minus_2u = arith.mulf(c, arith.addf(x, arith.mulf(s.const(0.044715), x3)))
+    return arith.divf(x, arith.addf(s.const(1.0), math.exp(minus_2u)))
 
 
 def _gelu_erf(s, x):

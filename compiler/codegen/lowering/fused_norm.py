@@ -1,13 +1,18 @@
-"""Fused last-axis row ops, each lowered to one kernel (a few linalg ops in
-one function): SoftmaxLastDim, RmsNormLastDim, LayerNormLastDim and
-FusedSoftmaxCrossEntropy. f16/bf16 compute in f32, f64 in f64.
+"""Fused last-axis row ops, each lowered to one kernel: SoftmaxLastDim,
+RmsNormLastDim, LayerNormLastDim and FusedSoftmaxCrossEntropy (and, from
+``reduce.py``, LogSoftmaxLastDim). f16/bf16 compute in f32, f64 in f64.
+
+The first three (and log-softmax) are one loop over the rows with a few
+passes over each row while it sits in L1 (``over_rows``): memory sees one
+read of the input and one write of the output, reductions are vectorized
+(``reassoc`` sums, ``nnan`` maxima) and nothing is allocated.
 
 * SoftmaxLastDim: a max pass, then one pass that writes e = exp(x − max)
-  and accumulates Σ e (one exp per element), then e / Σ.
-* RmsNormLastDim: Σ x² per row, then x / sqrt(Σ/n + eps).
-* LayerNormLastDim: mean, then the centred population variance (two-pass,
-  no cancellation), then (x − mean) / sqrt(var + eps) [* weight] [+ bias]
-  (the optional affine in the compute type, rounded once).
+  and accumulates Σ e (one exp per element), then e · (1/Σ) in place.
+* RmsNormLastDim: Σ x², then x · 1/sqrt(Σ/n + eps).
+* LayerNormLastDim: f32/f16/bf16: Σ x and Σ x² in one pass, accumulated in
+  f64; f64: mean, then the centred variance; then (x − mean) · 1/sqrt(var + eps)
+  [* weight] [+ bias] (the optional affine in the compute type, rounded once).
 * FusedSoftmaxCrossEntropy: a max pass and a Σ exp(x − max) pass, then one pass
   over the rows picking x[t] (``tensor.extract``); rows whose target equals
   ``ignore_index`` give 0 and leave the Mean's divisor (the registry
@@ -16,12 +21,199 @@ FusedSoftmaxCrossEntropy. f16/bf16 compute in f32, f64 in f64.
 """
 from __future__ import annotations
 
-from compiler.mlir import arith, ir, math, tensor
+from compiler.mlir import arith, ir, math, scf, tensor
 
 from .core import (PARALLEL, REDUCTION, Lowering, Scalar, affine_map, dims, empty, fill,
-                   from_compute, generic, identity_map, loop_index, lowers, rank, rtt,
+                   from_compute, generic, identity_map, index, loop_index, lowers, rank, rtt,
                    to_compute)
 from runtime.dtype import DType
+
+
+# -- row loops -----------------------------------------------------------------
+# The row kernels below run one loop nest over the rows (every axis but the
+# last) and, inside it, a few scalar loops over one row: a row (4 KiB for
+# 1024 f32) stays in L1 between them, so memory sees one read of the input
+# and one write of the output. Reductions inside a row are scalar
+# ``scf.for`` recurrences whose float ops carry ``reassoc``, so LLVM
+# vectorizes them (lane-wise partial sums and maxima, combined at the end).
+
+def reassoc():
+    return ir.Attribute.parse("#arith.fastmath<reassoc,contract>")
+
+
+def _for(upper, inits, body) -> list:
+    """``scf.for i = 0 to upper`` carrying ``inits``; ``body(i, *carried)``
+    returns the next values. Returns the final values."""
+    op = scf.ForOp(index(0), upper if isinstance(upper, ir.Value) else index(upper),
+                   index(1), list(inits))
+    with ir.InsertionPoint(op.body):
+        scf.YieldOp(list(body(op.induction_variable, *op.inner_iter_args)))
+    return list(op.results)
+
+
+def _row_slice(v, at, n):
+    """The 1-D row ``v[at..., :]`` (extent ``n``, an int or index value)."""
+    dyn, dyn_size = ir.ShapedType.get_dynamic_stride_or_offset(), ir.ShapedType.get_dynamic_size()
+    t = ir.RankedTensorType.get([n if isinstance(n, int) else dyn_size], rtt(v).element_type)
+    r = len(at)
+    return tensor.ExtractSliceOp(t, v, list(at), [] if isinstance(n, int) else [n], [],
+                                 [dyn] * r + [0], [1] * r + [n if isinstance(n, int) else dyn_size],
+                                 [1] * (r + 1)).result
+
+
+def _row_insert(row, dest, at, n):
+    dyn, dyn_size = ir.ShapedType.get_dynamic_stride_or_offset(), ir.ShapedType.get_dynamic_size()
+    r = len(at)
+    return tensor.InsertSliceOp(row, dest, list(at), [] if isinstance(n, int) else [n], [],
+                                [dyn] * r + [0], [1] * r + [n if isinstance(n, int) else dyn_size],
+                                [1] * (r + 1)).result
+
+
+def over_rows(xs, out, row_fn):
+    """For every row index ``at`` of ``out`` (all axes but the last):
+    ``row_fn([x[at, :] for x in xs], out[at, :], n) -> new out row`` (1-D
+    tensors; ``n`` the row length). Returns the filled ``out``."""
+    od = dims(out)
+    n = od[-1]
+    if n == 0:  # static empty rows: nothing to compute (nor to slice)
+        return out
+
+    def nest(level, acc, at):
+        if level == len(od) - 1:
+            row = row_fn([_row_slice(x, at, n) for x in xs], _row_slice(acc, at, n), n)
+            return _row_insert(row, acc, at, n)
+        return _for(od[level], [acc], lambda i, a: [nest(level + 1, a, at + [i])])[0]
+
+    return nest(0, out, [])
+
+
+def row_reduce(rows, n, inits, step) -> list:
+    """Scalar reduction over ``n`` elements: ``step(j, [row[j]...], *acc)``
+    returns the next accumulators."""
+    return _for(n, inits, lambda j, *acc: step(j, [tensor.extract(r, [j]) for r in rows], *acc))
+
+
+def row_write(orow, n, body, carried=()) -> list:
+    """One pass over ``orow``: ``body(j, orow, *carried) -> (element, [next
+    carried])`` stores ``element`` at ``orow[j]`` (``orow`` as the pass has
+    it so far: ``tensor.extract(orow, [j])`` reads what an earlier pass
+    wrote). Returns ``[orow, *carried]``."""
+    def step(j, o, *acc):
+        v, nxt = body(j, o, *acc)
+        return [tensor.insert(v, o, [j]), *nxt]
+    return _for(n, [orow, *carried], step)
+
+
+def _fadd(a, b):
+    return arith.addf(a, b, fastmath=reassoc())
+
+
+def _fmul(a, b):
+    return arith.mulf(a, b, fastmath=reassoc())
+
+
+def softmax_rows(x, s: Scalar, out_elt, log: bool = False):
+    """Softmax (``log``: log-softmax) over the last axis of ``x``, row by
+    row: a max pass; then e = exp(x − max) (log: d = x − max) written into
+    the output while Σ exp accumulates; then the output row scaled by 1/Σ
+    (log: minus log Σ) in place. When the output is narrower than the
+    compute type the second pass only sums and the third recomputes from x.
+    The input is read twice, the output row once more while in L1."""
+    same = out_elt == s.ty
+
+    def row(xs, orow, n):
+        xr, = xs
+        m, = row_reduce([xr], n, [s.lowest()], lambda j, v, c: [max_nnan(to_compute(v[0], s), c)])
+
+        def shifted(j):
+            return s.sub(to_compute(tensor.extract(xr, [j]), s), m)
+
+        if same:
+            def exp_sum(j, _o, z):
+                d = shifted(j)
+                e = math.exp(d)
+                return (d if log else e), [_fadd(z, e)]
+            orow, z = row_write(orow, n, exp_sum, [s.const(0)])
+            k = math.log(z) if log else s.div(s.const(1), z)
+            return row_write(orow, n, lambda j, o: (
+                (s.sub if log else s.mul)(tensor.extract(o, [j]), k), []))[0]
+        z, = row_reduce([xr], n, [s.const(0)],
+                        lambda j, v, c: [_fadd(c, math.exp(shifted(j)))])
+        k = math.log(z) if log else s.div(s.const(1), z)
+        return row_write(orow, n, lambda j, _o: (from_compute(
+            s.sub(shifted(j), k) if log else s.mul(math.exp(shifted(j)), k), out_elt), []))[0]
+
+    return over_rows([x], empty(dims(x), out_elt), row)
+
+
+def max_nnan(a, c):
+    """max(a, c) for a row maximum: ``maxnumf`` with ``nnan``, which x86
+    does in one instruction and LLVM vectorizes. A NaN in the row may be
+    dropped from the maximum, but every consumer here also sums exp(x − max)
+    over the row, so the NaN still reaches every output of that row."""
+    return arith.maxnumf(a, c, fastmath=ir.Attribute.parse("#arith.fastmath<nnan,reassoc>"))
+
+
+def rms_norm_rows(x, s: Scalar, eps: float, out_elt):
+    """x · 1/sqrt(mean(x²) + eps) row by row: Σ x² (vectorized,
+    reassociated), then one normalizing pass (the row is still in L1)."""
+    def row(xs, orow, n):
+        xr, = xs
+        ss, = row_reduce([xr], n, [s.const(0)], lambda j, v, c: [
+            _fadd(c, _fmul(to_compute(v[0], s), to_compute(v[0], s)))])
+        inv = s.div(s.const(1), math.sqrt(s.add(s.div(ss, _row_count(s, n)), s.const(eps))))
+        return row_write(orow, n, lambda j, _o: (from_compute(
+            s.mul(to_compute(tensor.extract(xr, [j]), s), inv), out_elt), []))[0]
+
+    return over_rows([x], empty(dims(x), out_elt), row)
+
+
+def layer_norm_rows(x, s: Scalar, eps: float, out_elt, affine=()):
+    """(x − mean) · 1/sqrt(var + eps) row by row (population variance), then
+    ``* weight`` and ``+ bias`` for the optional 1-D ``affine`` operands
+    (weight[, bias] over the last axis), in the compute type, rounded once.
+    f32/f16/bf16: one pass accumulating Σ x and Σ x² in f64 (no cancellation
+    at f32 precision), then one normalizing pass. f64: a mean pass and a
+    centred-variance pass (both over the row in L1), then the normalizing
+    pass."""
+    f64 = ir.F64Type.get()
+    w = Scalar.compute(DType.F64)
+
+    def _affine(c: Scalar, j, y):
+        for vec, combine in zip(affine, (c.mul, c.add)):
+            y = combine(y, to_compute(tensor.extract(vec, [j]), c))
+        return y
+
+    def row(xs, orow, n):
+        xr, = xs
+        count = _row_count(w, n)
+        if s.ty == f64:
+            tot, = row_reduce([xr], n, [w.const(0)], lambda j, v, c: [_fadd(c, v[0])])
+            mean = w.div(tot, count)
+            ssd, = row_reduce([xr], n, [w.const(0)], lambda j, v, c: [
+                _fadd(c, _fmul(w.sub(v[0], mean), w.sub(v[0], mean)))])
+            var = w.div(ssd, count)
+        else:
+            def acc(j, v, c1, c2):
+                a = arith.extf(f64, to_compute(v[0], s))
+                return [_fadd(c1, a), _fadd(c2, _fmul(a, a))]
+            tot, sq = row_reduce([xr], n, [w.const(0), w.const(0)], acc)
+            mean = w.div(tot, count)
+            # E[x²] − mean², clamped at 0 against rounding
+            var = w.max(w.sub(w.div(sq, count), w.mul(mean, mean)), w.const(0))
+        inv = w.div(w.const(1), math.sqrt(w.add(var, w.const(eps))))
+        if s.ty == f64:
+            return row_write(orow, n, lambda j, _o: (from_compute(_affine(
+                w, j, w.mul(w.sub(tensor.extract(xr, [j]), mean), inv)), out_elt), []))[0]
+        # the mean as hi + lo in the compute type: x − hi is exact near the
+        # mean, so (x − hi − lo) keeps the f64 mean's accuracy
+        hi = arith.truncf(s.ty, mean)
+        lo = arith.truncf(s.ty, w.sub(mean, arith.extf(f64, hi)))
+        inv = arith.truncf(s.ty, inv)
+        return row_write(orow, n, lambda j, _o: (from_compute(_affine(s, j, s.mul(s.sub(
+            s.sub(to_compute(tensor.extract(xr, [j]), s), hi), lo), inv)), out_elt), []))[0]
+
+    return over_rows([x], empty(dims(x), out_elt), row)
 
 
 def _row_count(s: Scalar, d) -> "ir.Value":
@@ -50,90 +242,19 @@ def row_max_sum(x, s: Scalar):
 
 @lowers("SoftmaxLastDim")
 def _softmax(lw: Lowering):
-    """max pass; e = exp(x − max) written once while Σ e accumulates (a
-    two-output generic: e indexed by every loop, the sum by the row loops);
-    e / Σ. One exp per element. When the output has the compute type, e is
-    written into the output and divided in place (no full-size temporary)."""
-    x = lw.operands[0]
-    s = Scalar.compute(lw.in_dtypes[0])
-    n = rank(x)
-    xd = dims(x)
-    m, row = row_max(x, s)
-    z0 = fill(s.const(0), empty(xd[:-1], s.ty))
-
-    def exp_sum(a, mx, _e, c):
-        e = math.exp(s.sub(to_compute(a, s), mx))
-        return [e, s.add(c, e)]
-
-    e, z = generic([x, m], [empty(xd, s.ty), z0], [identity_map(n), row, identity_map(n), row],
-                   [PARALLEL] * (n - 1) + [REDUCTION], exp_sum)
-    if lw.out_elt == s.ty:  # e / Σ in place: e lives in the output, no temporary
-        return generic([z], [e], [row, identity_map(n)], [PARALLEL] * n,
-                       lambda sz, v: s.div(v, sz))[0]
-    out = empty(xd, lw.out_elt)
-    return generic([e, z], [out], [identity_map(n), row, identity_map(n)], [PARALLEL] * n,
-                   lambda v, sz, _o: from_compute(s.div(v, sz), lw.out_elt))[0]
+    return softmax_rows(lw.operands[0], Scalar.compute(lw.in_dtypes[0]), lw.out_elt)
 
 
 @lowers("RmsNormLastDim")
 def _rms_norm(lw: Lowering):
-    x = lw.operands[0]
-    s = Scalar.compute(lw.in_dtypes[0])
-    n = rank(x)
-    xd = dims(x)
-    row = affine_map(n, list(range(n - 1)))
-    acc = fill(s.const(0), empty(xd[:-1], s.ty))
-    iters = [PARALLEL] * (n - 1) + [REDUCTION]
-
-    def sq(a, c):
-        a = to_compute(a, s)
-        return s.add(c, s.mul(a, a))
-
-    ss = generic([x], [acc], [identity_map(n), row], iters, sq)[0]
-    count = _row_count(s, xd[-1])
-    eps = s.const(float(lw.param("eps")))
-    out = empty(xd, lw.out_elt)
-    return generic([x, ss], [out], [identity_map(n), row, identity_map(n)], [PARALLEL] * n,
-                   lambda a, t, _o: from_compute(
-                       s.div(to_compute(a, s), math.sqrt(s.add(s.div(t, count), eps))),
-                       lw.out_elt))[0]
+    return rms_norm_rows(lw.operands[0], Scalar.compute(lw.in_dtypes[0]),
+                         float(lw.param("eps")), lw.out_elt)
 
 
 @lowers("LayerNormLastDim")
 def _layer_norm(lw: Lowering):
-    x = lw.operands[0]
-    s = Scalar.compute(lw.in_dtypes[0])
-    n = rank(x)
-    xd = dims(x)
-    row = affine_map(n, list(range(n - 1)))
-    iters = [PARALLEL] * (n - 1) + [REDUCTION]
-    count = _row_count(s, xd[-1])
-    acc = fill(s.const(0), empty(xd[:-1], s.ty))
-    total = generic([x], [acc], [identity_map(n), row], iters,
-                    lambda a, c: s.add(c, to_compute(a, s)))[0]
-    mean = generic([total], [empty(xd[:-1], s.ty)], [identity_map(n - 1)] * 2,
-                   [PARALLEL] * (n - 1), lambda t, _o: s.div(t, count))[0]
-
-    def sq_dev(a, mu, c):
-        d = s.sub(to_compute(a, s), mu)
-        return s.add(c, s.mul(d, d))
-
-    acc2 = fill(s.const(0), empty(xd[:-1], s.ty))
-    ssd = generic([x, mean], [acc2], [identity_map(n), row, row], iters, sq_dev)[0]
-    eps = s.const(float(lw.param("eps")))
-    out = empty(xd, lw.out_elt)
-    affine = list(lw.operands[1:])  # weight [D], bias [D]: applied in s.ty, one rounding
-    col = affine_map(n, [n - 1])
-
-    def normalize(a, mu, v, *rest):
-        y = s.div(s.sub(to_compute(a, s), mu), math.sqrt(s.add(s.div(v, count), eps)))
-        for vec, combine in zip(rest[:-1], (s.mul, s.add)):
-            y = combine(y, to_compute(vec, s))
-        return from_compute(y, lw.out_elt)
-
-    return generic([x, mean, ssd] + affine, [out],
-                   [identity_map(n), row, row] + [col] * len(affine) + [identity_map(n)],
-                   [PARALLEL] * n, normalize)[0]
+    return layer_norm_rows(lw.operands[0], Scalar.compute(lw.in_dtypes[0]),
+                           float(lw.param("eps")), lw.out_elt, affine=lw.operands[1:])
 
 
 @lowers("FusedSoftmaxCrossEntropy")
