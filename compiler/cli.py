@@ -118,7 +118,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if argv and argv[0] == "opt":
         from .opt import main as opt_main
         return opt_main(argv[1:])
-    return run_command(_parser().parse_args(argv))
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as e:  # usage errors (argparse printed them): the status, not an exit
+        return e.code if isinstance(e.code, int) else 2
+    return run_command(args)
 
 
 if __name__ == "__main__":
