@@ -4,6 +4,7 @@ before anything runs), malformed dialect text, unsupported ops, and codegen
 failures (reproducer file + rerun command)."""
 from __future__ import annotations
 
+import collections
 import re
 import subprocess
 import sys
@@ -187,8 +188,8 @@ def test_codegen_failure_reports_reproducer_and_rerun_command(monkeypatch, tmp_p
     # Dropping finalize-memref-to-llvm leaves non-LLVM ops: translation refuses them.
     broken = Strategy("test-broken", lowering=tuple(p for p in LOOPS_LOWERING
                                                      if p != "finalize-memref-to-llvm"))
-    monkeypatch.setattr(strategy_mod, "_RULES", [(lambda names: True, broken)])
-    monkeypatch.setattr(instances, "_compiled", {})  # no in-process memo: really compile
+    monkeypatch.setattr(strategy_mod, "_RULES", [(lambda names: True, {"": broken})])
+    monkeypatch.setattr(instances, "_compiled", collections.OrderedDict())  # really compile
     g = Graph()
     g.output(g.input("x", (3,)).sin(), name="y")
     with pytest.raises(CompileError) as info:

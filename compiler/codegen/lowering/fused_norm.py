@@ -240,21 +240,111 @@ def row_max_sum(x, s: Scalar):
     return m, z, row
 
 
-@lowers("SoftmaxLastDim")
-def _softmax(lw: Lowering):
+@lowers("SoftmaxLastDim", platform="cpu")
+def _softmax_cpu(lw: Lowering):
     return softmax_rows(lw.operands[0], Scalar.compute(lw.in_dtypes[0]), lw.out_elt)
 
 
-@lowers("RmsNormLastDim")
-def _rms_norm(lw: Lowering):
+@lowers("RmsNormLastDim", platform="cpu")
+def _rms_norm_cpu(lw: Lowering):
     return rms_norm_rows(lw.operands[0], Scalar.compute(lw.in_dtypes[0]),
                          float(lw.param("eps")), lw.out_elt)
 
 
-@lowers("LayerNormLastDim")
-def _layer_norm(lw: Lowering):
+@lowers("LayerNormLastDim", platform="cpu")
+def _layer_norm_cpu(lw: Lowering):
     return layer_norm_rows(lw.operands[0], Scalar.compute(lw.in_dtypes[0]),
                            float(lw.param("eps")), lw.out_elt, affine=lw.operands[1:])
+
+
+# -- the generic rules: whole-tensor linalg generics (what targets without a
+#    specialised row kernel, e.g. cuda, lower) -------------------------------------
+@lowers("SoftmaxLastDim")
+def _softmax(lw: Lowering):
+    """max pass; e = exp(x − max) written once while Σ e accumulates (a
+    two-output generic: e indexed by every loop, the sum by the row loops);
+    e / Σ. One exp per element. When the output has the compute type, e is
+    written into the output and divided in place (no full-size temporary)."""
+    x = lw.operands[0]
+    s = Scalar.compute(lw.in_dtypes[0])
+    n = rank(x)
+    xd = dims(x)
+    m, row = row_max(x, s)
+    z0 = fill(s.const(0), empty(xd[:-1], s.ty))
+
+    def exp_sum(a, mx, _e, c):
+        e = math.exp(s.sub(to_compute(a, s), mx))
+        return [e, s.add(c, e)]
+
+    e, z = generic([x, m], [empty(xd, s.ty), z0], [identity_map(n), row, identity_map(n), row],
+                   [PARALLEL] * (n - 1) + [REDUCTION], exp_sum)
+    if lw.out_elt == s.ty:  # e / Σ in place: e lives in the output, no temporary
+        return generic([z], [e], [row, identity_map(n)], [PARALLEL] * n,
+                       lambda sz, v: s.div(v, sz))[0]
+    out = empty(xd, lw.out_elt)
+    return generic([e, z], [out], [identity_map(n), row, identity_map(n)], [PARALLEL] * n,
+                   lambda v, sz, _o: from_compute(s.div(v, sz), lw.out_elt))[0]
+
+
+@lowers("RmsNormLastDim")
+def _rms_norm(lw: Lowering):
+    x = lw.operands[0]
+    s = Scalar.compute(lw.in_dtypes[0])
+    n = rank(x)
+    xd = dims(x)
+    row = affine_map(n, list(range(n - 1)))
+    acc = fill(s.const(0), empty(xd[:-1], s.ty))
+    iters = [PARALLEL] * (n - 1) + [REDUCTION]
+
+    def sq(a, c):
+        a = to_compute(a, s)
+        return s.add(c, s.mul(a, a))
+
+    ss = generic([x], [acc], [identity_map(n), row], iters, sq)[0]
+    count = _row_count(s, xd[-1])
+    eps = s.const(float(lw.param("eps")))
+    out = empty(xd, lw.out_elt)
+    return generic([x, ss], [out], [identity_map(n), row, identity_map(n)], [PARALLEL] * n,
+                   lambda a, t, _o: from_compute(
+                       s.div(to_compute(a, s), math.sqrt(s.add(s.div(t, count), eps))),
+                       lw.out_elt))[0]
+
+
+@lowers("LayerNormLastDim")
+def _layer_norm(lw: Lowering):
+    x = lw.operands[0]
+    s = Scalar.compute(lw.in_dtypes[0])
+    n = rank(x)
+    xd = dims(x)
+    row = affine_map(n, list(range(n - 1)))
+    iters = [PARALLEL] * (n - 1) + [REDUCTION]
+    count = _row_count(s, xd[-1])
+    acc = fill(s.const(0), empty(xd[:-1], s.ty))
+    total = generic([x], [acc], [identity_map(n), row], iters,
+                    lambda a, c: s.add(c, to_compute(a, s)))[0]
+    mean = generic([total], [empty(xd[:-1], s.ty)], [identity_map(n - 1)] * 2,
+                   [PARALLEL] * (n - 1), lambda t, _o: s.div(t, count))[0]
+
+    def sq_dev(a, mu, c):
+        d = s.sub(to_compute(a, s), mu)
+        return s.add(c, s.mul(d, d))
+
+    acc2 = fill(s.const(0), empty(xd[:-1], s.ty))
+    ssd = generic([x, mean], [acc2], [identity_map(n), row, row], iters, sq_dev)[0]
+    eps = s.const(float(lw.param("eps")))
+    out = empty(xd, lw.out_elt)
+    affine = list(lw.operands[1:])  # weight [D], bias [D]: applied in s.ty, one rounding
+    col = affine_map(n, [n - 1])
+
+    def normalize(a, mu, v, *rest):
+        y = s.div(s.sub(to_compute(a, s), mu), math.sqrt(s.add(s.div(v, count), eps)))
+        for vec, combine in zip(rest[:-1], (s.mul, s.add)):
+            y = combine(y, to_compute(vec, s))
+        return from_compute(y, lw.out_elt)
+
+    return generic([x, mean, ssd] + affine, [out],
+                   [identity_map(n), row, row] + [col] * len(affine) + [identity_map(n)],
+                   [PARALLEL] * n, normalize)[0]
 
 
 @lowers("FusedSoftmaxCrossEntropy")

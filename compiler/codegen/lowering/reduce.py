@@ -127,12 +127,40 @@ def _cumsum(lw: Lowering):
     return _narrow(red, lw.out_elt)
 
 
-@lowers("LogSoftmaxLastDim")
-def _log_softmax(lw: Lowering):
+@lowers("LogSoftmaxLastDim", platform="cpu")
+def _log_softmax_cpu(lw: Lowering):
     """Row by row (``fused_norm.softmax_rows``): max, then x − max written
     while Σ exp accumulates, then − log Σ in place."""
     from .fused_norm import softmax_rows
     return softmax_rows(lw.operands[0], Scalar.compute(lw.in_dtypes[0]), lw.out_elt, log=True)
+
+
+def _last_dim_stats(x, s):
+    """(max, sum(exp(x - max))) over the last axis, as accumulator tensors."""
+    n = rank(x)
+    xd = dims(x)
+    row = affine_map(n, list(range(n - 1)))
+    iters = [PARALLEL] * (n - 1) + [REDUCTION]
+    m = fill(s.lowest(), empty(xd[:-1], s.ty))
+    m = generic([x], [m], [identity_map(n), row], iters,
+                lambda a, c: s.max(to_compute(a, s), c))[0]
+    z = fill(s.const(0), empty(xd[:-1], s.ty))
+    z = generic([x, m], [z], [identity_map(n), row, row], iters,
+                lambda a, mx, c: s.add(c, math.exp(s.sub(to_compute(a, s), mx))))[0]
+    return m, z, row
+
+
+@lowers("LogSoftmaxLastDim")
+def _log_softmax(lw: Lowering):
+    x = lw.operands[0]
+    s = Scalar.compute(lw.in_dtypes[0])
+    n = rank(x)
+    m, z, row = _last_dim_stats(x, s)
+    out = empty(dims(x), lw.out_elt)
+    return generic([x, m, z], [out], [identity_map(n), row, row, identity_map(n)],
+                   [PARALLEL] * n,
+                   lambda a, mx, sz, _o: from_compute(
+                       s.sub(s.sub(to_compute(a, s), mx), math.log(sz)), lw.out_elt))[0]
 
 
 @lowers("LogSoftmaxLastDimBackward")
