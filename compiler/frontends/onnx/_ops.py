@@ -15,8 +15,8 @@ import numpy as np
 
 from ...graph import concat, matmul, maximum, minimum, where
 from ...registry import builders as B
-from ._fold import (Unsupported, broadcast_shape, norm_axis, reduce_axes, reshape_target,
-                    slice_plan, split_sizes, squeeze_axes, unsqueeze_axes)
+from ._fold import (Unsupported, broadcast_shape, flatten_axis, norm_axis, reduce_axes,
+                    reshape_target, slice_plan, split_sizes, squeeze_axes, unsqueeze_axes)
 from ._types import dtype_of
 
 BUILD = {}
@@ -371,7 +371,7 @@ def _reshape(cx, node, at, ins):
 @_op("Flatten")
 def _flatten(cx, node, at, ins):
     x = cx.t(ins[0])
-    axis = norm_axis(at.get("axis", 1), x.ndim + 1)
+    axis = flatten_axis(at.get("axis", 1), x.ndim)
     return [x.reshape((math.prod(x.shape[:axis]), math.prod(x.shape[axis:])))]
 
 
