@@ -908,3 +908,51 @@ def _rotary(cx, node, at, ins):
     if r != d:
         y = concat([y, x4.slice(-1, r, d - r)], -1)
     return [y.reshape(x.shape) if rank == 3 else y.permute((0, 2, 1, 3))]
+
+
+def _nll(cx, logp, target, weight, at):
+    """NegativeLogLikelihoodLoss of log-probabilities ``logp`` [N, C, d...]
+    at class indices ``target`` [N, d...]: the picked entries times their
+    class weight, 0 at ignore_index; reduced as ONNX's ``reduction`` says
+    (mean divides by the summed weights of the kept entries)."""
+    reduction = at.get("reduction", "mean")
+    if reduction not in ("none", "sum", "mean"):
+        raise Unsupported(f"attribute reduction={reduction!r} (none, sum or mean)")
+    t = cx.t(target)
+    ii = at.get("ignore_index")
+    keep = None
+    if ii is not None:
+        keep = t != cx.t(np.asarray(ii), like=t)
+        t = where(keep, t, 0)
+    idx = t.cast("u32")
+    picked = logp.gather(idx.unsqueeze(1), 1).squeeze(1)
+    if weight is not None:
+        w = cx.t(weight).index_select(idx.reshape((math.prod(t.shape),)), 0).reshape(t.shape)
+    elif keep is not None:
+        w = keep.cast(logp.dtype)
+    else:
+        w = None
+    if w is not None and keep is not None and weight is not None:
+        w = where(keep, w, 0.0)
+    loss = -(picked if w is None else picked * w)
+    if reduction == "none":
+        return loss
+    total = loss.sum()
+    if reduction == "sum":
+        return total
+    return total / (w.sum() if w is not None else float(math.prod(t.shape)))
+
+
+@_op("NegativeLogLikelihoodLoss")
+def _nll_loss(cx, node, at, ins):
+    weight = ins[2] if len(ins) > 2 else None
+    return [_nll(cx, cx.t(ins[0]), ins[1], weight, at)]
+
+
+@_op("SoftmaxCrossEntropyLoss")
+def _softmax_cross_entropy(cx, node, at, ins):
+    """NLL of log_softmax over the class axis (1); outputs loss and log_prob."""
+    x = cx.t(ins[0])
+    logp = x.log_softmax(1)
+    weight = ins[2] if len(ins) > 2 else None
+    return [_nll(cx, logp, ins[1], weight, at), logp]
