@@ -956,3 +956,17 @@ def _softmax_cross_entropy(cx, node, at, ins):
     logp = x.log_softmax(1)
     weight = ins[2] if len(ins) > 2 else None
     return [_nll(cx, logp, ins[1], weight, at), logp]
+
+
+@_op("RMSNormalization")
+def _rms_norm(cx, node, at, ins):
+    """RmsNormLastDim over the axes from ``axis`` on (flattened into one),
+    then ``* scale`` with ONNX broadcasting."""
+    x, scale = cx.t(ins[0]), cx.t(ins[1])
+    axis = norm_axis(at.get("axis", -1), x.ndim)
+    eps = at.get("epsilon", 1e-5)
+    d = math.prod(x.shape[axis:])
+    if axis == x.ndim - 1 and scale.shape == (d,):
+        return [B.rms_norm(x, scale, eps=eps)]
+    y = B.rms_norm(x.reshape(x.shape[:axis] + (d,)), eps=eps).reshape(x.shape)
+    return [y * scale]
