@@ -987,6 +987,8 @@ def _softplus_of(x):
      "Shrink", "Sinh", "Cosh", "Tan")
 def _activation(cx, node, at, ins):
     x = cx.t(ins[0])
+    if x.dtype.value in ("f16", "bf16"):  # computed in f32, rounded once (as ONNX's reference)
+        return [y.cast(x.dtype) for y in _activation(cx, node, at, [x.cast("f32")])]
     op = node.op_type
     if op == "Elu":
         return [where(x < 0, ((x.exp() - 1.0) * at.get("alpha", 1.0)), x)]
