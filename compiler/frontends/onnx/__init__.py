@@ -145,6 +145,10 @@ class _Importer:
         with ``like``, a new constant takes like's dtype)."""
         if isinstance(v, Tensor):
             return v
+        from ._types import fold_only_reason
+        why = fold_only_reason(np.asarray(v).dtype)
+        if why is not None:
+            raise _unsupported(why)
         if like is not None:
             return self.g.constant(np.asarray(v), dtype=like.dtype)
         hit = self._consts.get(id(v))

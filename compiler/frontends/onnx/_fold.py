@@ -151,8 +151,13 @@ def _variadic(fn):
 
 
 def _cast(at, x):
+    from onnx import TensorProto
     from . import _types
-    return [x[0].astype(_types.numpy_of(at["to"]))]
+    v = x[0]
+    if at["to"] == TensorProto.FLOAT8E4M3FN and at.get("saturate", 1):
+        # saturate=1: out-of-range values and infinities clamp to +-448, NaN stays NaN
+        v = np.clip(v.astype(np.float32), -_types.F8E4M3_MAX, _types.F8E4M3_MAX)
+    return [v.astype(_types.numpy_of(at["to"]))]
 
 
 def _gather(at, x):
