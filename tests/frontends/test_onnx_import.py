@@ -560,3 +560,54 @@ def test_declared_output_type_contradicting_the_nodes_is_an_error():
     with pytest.raises(OnnxImportError, match=r"output 'y': the model declares f32\[3\] but "
                                               r"the import computed f32\[2\]"):
         import_model(m)
+
+
+# ---------------------------------------------------------------------------
+# float8 and the element types fuelc has no dtype for
+# ---------------------------------------------------------------------------
+F8_PROBES = np.array([0.1, 300, 449, 464, 470, 1e6, np.inf, -np.inf, np.nan, -1e6,
+                      0.0013671875, -0.0029296875], np.float32)
+
+
+@pytest.mark.parametrize("saturate", [1, 0])
+def test_cast_through_float8e4m3fn_folds_like_onnxruntime(saturate):
+    """A constant cast to FLOAT8E4M3FN and back folds at import: saturate=1
+    clamps overflow and infinities to +-448, saturate=0 makes them NaN."""
+    nodes = [node("Cast", ["probes"], ["f8"], to=TensorProto.FLOAT8E4M3FN, saturate=saturate),
+             node("Cast", ["f8"], ["back"], to=F),
+             node("Add", ["x", "back"], ["y"])]
+    model = make(nodes, [vi("x", shape=[12])], [vi("y", shape=[12])], {"probes": F8_PROBES},
+                 opset=21)
+    g = check(model, {"x": np.zeros(12, np.float32)}, rtol=0, atol=0)
+    assert not any(n.dtype.value.startswith("f8") for n in g.nodes)
+
+
+def test_float8_and_uint16_uint64_graph_values_are_refused_naming_the_dtype():
+    for elem, words in ((TensorProto.FLOAT8E4M3FN, ["FLOAT8E4M3FN", "F8E4M3", "folded"]),
+                        (TensorProto.UINT16, ["UINT16", "no U16", "INT32"]),
+                        (TensorProto.UINT64, ["UINT64", "no U64", "INT64"])):
+        model = make([node("Identity", ["x"], ["y"])], [vi("x", elem, [3])],
+                     [vi("y", elem, [3])], opset=21)
+        with pytest.raises(OnnxImportError) as e:
+            import_model(model)
+        assert "input 'x'" in str(e.value) and all(w in str(e.value) for w in words), e.value
+    cast = make([node("Cast", ["x"], ["y"], name="to_f8", to=TensorProto.FLOAT8E4M3FN)],
+                [vi("x", shape=[3])], [vi("y", TensorProto.FLOAT8E4M3FN, [3])], opset=21)
+    with pytest.raises(OnnxImportError, match=r"Cast node 'to_f8': element type FLOAT8E4M3FN"):
+        import_model(cast)
+    inits = {"u": np.array([1, 2, 65535], np.uint16)}  # a u16 constant fed to a graph op
+    add = make([node("Add", ["x", "u"], ["y"], name="add_u16")], [vi("x", TensorProto.UINT16,
+                                                                     [3])],
+               [vi("y", TensorProto.UINT16, [3])], inits, opset=21)
+    with pytest.raises(OnnxImportError, match="UINT16"):
+        import_model(add)
+
+
+def test_uint16_initializer_cast_to_int_folds_losslessly():
+    inits = {"u": np.array([0, 7, 65535], np.uint16), "big": np.array([2 ** 63 - 1], np.uint64)}
+    nodes = [node("Cast", ["u"], ["ui"], to=TensorProto.INT32),
+             node("Cast", ["big"], ["bi"], to=TensorProto.INT64),
+             node("Add", ["x", "ui"], ["y"]), node("Add", ["z", "bi"], ["w"])]
+    model = make(nodes, [vi("x", TensorProto.INT32, [3]), vi("z", TensorProto.INT64, [1])],
+                 [vi("y", TensorProto.INT32, [3]), vi("w", TensorProto.INT64, [1])], inits)
+    check(model, {"x": np.array([1, 2, 3], np.int32), "z": np.array([0], np.int64)})
