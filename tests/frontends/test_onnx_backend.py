@@ -23,7 +23,14 @@ PREFIXES = ("test_reduce_prod", "test_maxpool", "test_averagepool", "test_global
             "test_globalmaxpool", "test_pow", "test_constant_pad", "test_edge_pad",
             "test_reflect_pad", "test_wrap_pad", "test_conv_", "test_convtranspose",
             "test_reduce_max", "test_reduce_min", "test_layer_normalization",
-            "test_rotary_embedding", "test_attention", "test_mod_")
+            "test_rotary_embedding", "test_attention", "test_mod_", "test_flatten",
+            "test_nllloss", "test_sce_", "test_rms_normalization", "test_elu", "test_celu",
+            "test_selu", "test_thresholdedrelu", "test_softplus", "test_softsign", "test_mish",
+            "test_swish", "test_sinh", "test_cosh", "test_tan_", "test_prelu", "test_isnan",
+            "test_isinf", "test_hardmax", "test_l1normalization", "test_l2normalization",
+            "test_lpnormalization", "test_reduce_log_sum", "test_tril", "test_triu",
+            "test_depthtospace", "test_spacetodepth", "test_instancenorm",
+            "test_group_normalization", "test_cast_", "test_castlike_")
 
 
 def _scope():
@@ -42,7 +49,13 @@ COMPILED = ["test_maxpool_2d_pads", "test_maxpool_with_argmax_2d_precomputed_pad
             "test_averagepool_2d_ceil", "test_reflect_pad", "test_reduce_prod_keepdims_random",
             "test_conv_with_strides_padding", "test_convtranspose_pads",
             "test_rotary_embedding_interleaved", "test_attention_4d_attn_mask",
-            "test_layer_normalization_4d_axis1"]
+            "test_layer_normalization_4d_axis1",
+            "test_layer_normalization_4d_axis_negative_2_expanded",
+            "test_sce_mean_weight_ii_3d_log_prob",
+            "test_nllloss_NCd1d2d3_none_no_weight_negative_ii",
+            "test_rms_normalization_3d_axis1_epsilon", "test_group_normalization_example",
+            "test_hardmax_axis_1", "test_tril_neg", "test_depthtospace_crd_mode_example",
+            "test_reduce_log_sum_exp_do_not_keepdims_random", "test_celu_bfloat16_expanded"]
 
 
 @pytest.mark.parametrize("name", COMPILED)

@@ -308,8 +308,12 @@ def test_conv(attrs):
 # an encoder block as PyTorch exports it, interpreted and compiled
 # ---------------------------------------------------------------------------
 def encoder_block(hidden, heads, ffn, seq, batch=1, opset=17, decomposed_ln=False):
-    """One BERT-style layer: MatMul+Add projections, heads by Reshape/Transpose,
-    Div-scaled scores + additive mask, Softmax, erf GELU, residual LayerNorms."""
+    """A BERT-style encoder layer from token ids, as PyTorch exports it: word +
+    position (Range over the Shape-computed length) + token-type Gather
+    embeddings and a LayerNorm; MatMul+Add projections, heads by
+    Reshape/Transpose, Div-scaled scores plus the additive mask built from the
+    attention-mask input (Unsqueeze -> Cast -> Sub from 1 -> Mul by the f32
+    minimum), Softmax, erf GELU, residual LayerNorms."""
     d = hidden // heads
     inits, nodes = {}, []
 
@@ -339,6 +343,20 @@ def encoder_block(hidden, heads, ffn, seq, batch=1, opset=17, decomposed_ln=Fals
         r = n("Reshape", [x, "heads_shape"], p + ".r")
         return n("Transpose", [r], p + ".t", perm=[0, 2, 1, 3])
 
+    vocab, types = 50, 2
+    ids = ["input_ids", "token_type_ids"]
+    n("Gather", [w("word_emb", vocab, hidden, scale=1.0), "input_ids"], "we")
+    n("Gather", [n("Shape", ["input_ids"], "ids_shape"), "one_i"], "seq_len")
+    n("Range", ["zero_i", "seq_len", "one_i"], "pos_range")
+    n("Unsqueeze", ["pos_range", "zero1"], "position_ids")
+    n("Gather", [w("pos_emb", seq, hidden, scale=1.0), "position_ids"], "pe")
+    n("Gather", [w("type_emb", types, hidden, scale=1.0), "token_type_ids"], "te")
+    emb = n("Add", [n("Add", ["we", "pe"], "wpe"), "te"], "emb")
+    layer_norm(emb, "emb_ln")
+    nodes[-1].output[0] = "x"
+    inits.update({"zero_i": np.array(0, np.int64), "one_i": np.array(1, np.int64),
+                  "zero1": np.array([0], np.int64),
+                  "fmin": np.float32(np.finfo(np.float32).min)})
     n("Shape", ["x"], "xs")
     n("Slice", ["xs", "z1", "two1"], "bs")
     n("Concat", ["bs", "hd_tail"], "heads_shape", axis=0)
@@ -353,11 +371,11 @@ def encoder_block(hidden, heads, ffn, seq, batch=1, opset=17, decomposed_ln=Fals
     v = heads_of(linear("x", "v", hidden, hidden), "v")
     kt = n("Transpose", [k], "kt", perm=[0, 1, 3, 2])
     sc = n("Div", [n("MatMul", [q, kt], "qk"), "sqrt_d"], "scores")
-    # mask [B,S] (1 keep, 0 pad) -> (1 - m) * -10000 as [B,1,1,S]
-    mf = n("Cast", ["mask"], "mf", to=F)
-    madd = n("Mul", [n("Sub", ["one", mf], "inv"), "neg"], "madd")
-    mu = n("Unsqueeze", [madd, "mask_axes"], "mu")
-    p = n("Softmax", [n("Add", [sc, mu], "masked")], "probs", axis=-1)
+    # attention_mask [B,S] (1 keep, 0 pad) -> (1 - m[:, None, None, :]) * f32 min
+    mu = n("Unsqueeze", ["attention_mask", "mask_axes"], "mu")
+    mf = n("Cast", [mu], "mf", to=F)
+    madd = n("Mul", [n("Sub", ["one", mf], "inv"), "fmin"], "madd")
+    p = n("Softmax", [n("Add", [sc, madd], "masked")], "probs", axis=-1)
     ctx = n("Transpose", [n("MatMul", [p, v], "ctx")], "ctx_t", perm=[0, 2, 1, 3])
     ctx = n("Reshape", [ctx, "out_shape"], "ctx_r")
     h1 = layer_norm(n("Add", [linear(ctx, "o", hidden, hidden), "x"], "res1"), "ln1")
@@ -366,11 +384,19 @@ def encoder_block(hidden, heads, ffn, seq, batch=1, opset=17, decomposed_ln=Fals
     gelu = n("Mul", [n("Mul", [f, n("Add", [e, "one"], "g1")], "gm"), "half"], "gelu")
     h2 = layer_norm(n("Add", [linear(gelu, "f2", ffn, hidden), h1], "res2"), "ln2")
     nodes[-1].output[0] = "y"
-    ins = [vi("x", shape=["batch", "seq", hidden]), vi("mask", TensorProto.INT64, ["batch", "seq"])]
+    ins = [vi(name, TensorProto.INT64, ["batch", "seq"])
+           for name in ids + ["attention_mask"]]
     model = make(nodes, ins, [vi("y", shape=["batch", "seq", hidden])], inits, opset=opset)
-    feeds = {"x": rand(batch, seq, hidden), "mask": np.ones((batch, seq), np.int64)}
-    feeds["mask"][:, seq - 3:] = 0
+    feeds = {"input_ids": RNG.integers(0, vocab, (batch, seq)).astype(np.int64),
+             "token_type_ids": (np.arange(seq) >= seq // 2).astype(np.int64)[None]
+             .repeat(batch, 0),
+             "attention_mask": np.ones((batch, seq), np.int64)}
+    feeds["attention_mask"][:, seq - 3:] = 0
     return model, feeds
+
+
+def id_shapes(batch, seq):
+    return {k: (batch, seq) for k in ("input_ids", "token_type_ids", "attention_mask")}
 
 
 def _fused_names(g):
@@ -379,16 +405,20 @@ def _fused_names(g):
 
 def test_encoder_block_small_interprets_and_compiles():
     model, feeds = encoder_block(64, 4, 256, 16, batch=2)
-    g = check(model, feeds, input_shapes={"x": (2, 16, 64), "mask": (2, 16)},
+    g = check(model, feeds, input_shapes=id_shapes(2, 16),
               compile_it=True, rtol=1e-4, atol=2e-4)
     assert _fused_names(g) == ["FusedLinear", "LayerNormLastDim"]
     assert "GeluErf" in {n.op for n in g.nodes}
-    assert not any(n.dtype.value == "i64" and n.op != "Input" for n in g.nodes)
+    # i64 only where the ids are wrapped for Gather and the mask is unsqueezed; the
+    # Shape/Range position ids and the heads' Reshape targets fold at import
+    assert {n.op for n in g.nodes if n.dtype.value == "i64" and n.op != "Input"} <= \
+        {"Const", "BroadcastTo", "AddScalar", "Where", "Unsqueeze"}
+    assert sum(n.op == "IndexSelect" for n in g.nodes) == 2  # word, token type (positions fold)
 
 
 def test_encoder_block_with_decomposed_layer_norm_fuses():
     model, feeds = encoder_block(32, 2, 64, 8, opset=13, decomposed_ln=True)
-    g = check(model, feeds, input_shapes={"x": (1, 8, 32), "mask": (1, 8)},
+    g = check(model, feeds, input_shapes=id_shapes(1, 8),
               compile_it=True, rtol=1e-4, atol=2e-4)
     assert "LayerNormLastDim" not in _fused_names(g)  # the import spells primitives ...
     m = compiler.compile(g)
@@ -399,7 +429,7 @@ def test_encoder_block_with_decomposed_layer_norm_fuses():
 @pytest.mark.slow
 def test_encoder_block_bert_small_size():
     model, feeds = encoder_block(384, 12, 1536, 128)
-    check(model, feeds, input_shapes={"x": (1, 128, 384), "mask": (1, 128)},
+    check(model, feeds, input_shapes=id_shapes(1, 128),
           compile_it=True, rtol=1e-4, atol=5e-4)
 
 
@@ -411,16 +441,18 @@ def test_symbolic_dims_are_refused_naming_every_one():
     with pytest.raises(OnnxImportError) as e:
         import_model(model)
     msg = str(e.value)
-    for part in ("input 'x' axis 0: dim_param 'batch'", "input 'x' axis 1: dim_param 'seq'",
-                 "input 'mask' axis 0: dim_param 'batch'", "input 'mask' axis 1",
+    for part in ("input 'input_ids' axis 0: dim_param 'batch'",
+                 "input 'input_ids' axis 1: dim_param 'seq'",
+                 "input 'attention_mask' axis 0: dim_param 'batch'",
+                 "input 'token_type_ids' axis 1",
                  "input_shapes="):
         assert part in msg, msg
 
 
 def test_input_shapes_errors():
     model, _ = encoder_block(32, 2, 64, 8)
-    with pytest.raises(OnnxImportError, match=r"input 'x': input_shapes gives \[1, 8, 16\]"):
-        import_model(model, input_shapes={"x": (1, 8, 16), "mask": (1, 8)})
+    with pytest.raises(OnnxImportError, match=r"input 'input_ids': input_shapes gives \[1, 8, 16\]"):
+        import_model(model, input_shapes={**id_shapes(1, 8), "input_ids": (1, 8, 16)})
     with pytest.raises(OnnxImportError, match=r"\['nope'\], which are not inputs"):
         import_model(model, input_shapes={"nope": (1,)})
 
@@ -528,3 +560,54 @@ def test_declared_output_type_contradicting_the_nodes_is_an_error():
     with pytest.raises(OnnxImportError, match=r"output 'y': the model declares f32\[3\] but "
                                               r"the import computed f32\[2\]"):
         import_model(m)
+
+
+# ---------------------------------------------------------------------------
+# float8 and the element types fuelc has no dtype for
+# ---------------------------------------------------------------------------
+F8_PROBES = np.array([0.1, 300, 449, 464, 470, 1e6, np.inf, -np.inf, np.nan, -1e6,
+                      0.0013671875, -0.0029296875], np.float32)
+
+
+@pytest.mark.parametrize("saturate", [1, 0])
+def test_cast_through_float8e4m3fn_folds_like_onnxruntime(saturate):
+    """A constant cast to FLOAT8E4M3FN and back folds at import: saturate=1
+    clamps overflow and infinities to +-448, saturate=0 makes them NaN."""
+    nodes = [node("Cast", ["probes"], ["f8"], to=TensorProto.FLOAT8E4M3FN, saturate=saturate),
+             node("Cast", ["f8"], ["back"], to=F),
+             node("Add", ["x", "back"], ["y"])]
+    model = make(nodes, [vi("x", shape=[12])], [vi("y", shape=[12])], {"probes": F8_PROBES},
+                 opset=21)
+    g = check(model, {"x": np.zeros(12, np.float32)}, rtol=0, atol=0)
+    assert not any(n.dtype.value.startswith("f8") for n in g.nodes)
+
+
+def test_float8_and_uint16_uint64_graph_values_are_refused_naming_the_dtype():
+    for elem, words in ((TensorProto.FLOAT8E4M3FN, ["FLOAT8E4M3FN", "F8E4M3", "folded"]),
+                        (TensorProto.UINT16, ["UINT16", "no U16", "INT32"]),
+                        (TensorProto.UINT64, ["UINT64", "no U64", "INT64"])):
+        model = make([node("Identity", ["x"], ["y"])], [vi("x", elem, [3])],
+                     [vi("y", elem, [3])], opset=21)
+        with pytest.raises(OnnxImportError) as e:
+            import_model(model)
+        assert "input 'x'" in str(e.value) and all(w in str(e.value) for w in words), e.value
+    cast = make([node("Cast", ["x"], ["y"], name="to_f8", to=TensorProto.FLOAT8E4M3FN)],
+                [vi("x", shape=[3])], [vi("y", TensorProto.FLOAT8E4M3FN, [3])], opset=21)
+    with pytest.raises(OnnxImportError, match=r"Cast node 'to_f8': element type FLOAT8E4M3FN"):
+        import_model(cast)
+    inits = {"u": np.array([1, 2, 65535], np.uint16)}  # a u16 constant fed to a graph op
+    add = make([node("Add", ["x", "u"], ["y"], name="add_u16")], [vi("x", TensorProto.UINT16,
+                                                                     [3])],
+               [vi("y", TensorProto.UINT16, [3])], inits, opset=21)
+    with pytest.raises(OnnxImportError, match="UINT16"):
+        import_model(add)
+
+
+def test_uint16_initializer_cast_to_int_folds_losslessly():
+    inits = {"u": np.array([0, 7, 65535], np.uint16), "big": np.array([2 ** 63 - 1], np.uint64)}
+    nodes = [node("Cast", ["u"], ["ui"], to=TensorProto.INT32),
+             node("Cast", ["big"], ["bi"], to=TensorProto.INT64),
+             node("Add", ["x", "ui"], ["y"]), node("Add", ["z", "bi"], ["w"])]
+    model = make(nodes, [vi("x", TensorProto.INT32, [3]), vi("z", TensorProto.INT64, [1])],
+                 [vi("y", TensorProto.INT32, [3]), vi("w", TensorProto.INT64, [1])], inits)
+    check(model, {"x": np.array([1, 2, 3], np.int32), "z": np.array([0], np.int64)})

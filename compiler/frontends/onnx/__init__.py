@@ -137,6 +137,7 @@ class _Importer:
         self._elem_types = {vi.name: vi.type.tensor_type.elem_type
                             for vi in list(self.graph.input) + list(self.graph.output)
                             + list(self.graph.value_info)}
+        self._inferred = False
 
     # -- values --------------------------------------------------------------
     def t(self, v, like: Optional[Tensor] = None) -> Tensor:
@@ -144,6 +145,10 @@ class _Importer:
         with ``like``, a new constant takes like's dtype)."""
         if isinstance(v, Tensor):
             return v
+        from ._types import fold_only_reason
+        why = fold_only_reason(np.asarray(v).dtype)
+        if why is not None:
+            raise _unsupported(why)
         if like is not None:
             return self.g.constant(np.asarray(v), dtype=like.dtype)
         hit = self._consts.get(id(v))
@@ -169,10 +174,27 @@ class _Importer:
         if isinstance(v, np.ndarray):
             from onnx import helper
             return helper.np_dtype_to_tensor_dtype(v.dtype)
+        if name not in self._elem_types and not self._inferred:
+            self._infer_types()
         if name in self._elem_types:
             return self._elem_types[name]
-        raise _unsupported(f"the element type of {name!r} is unknown (run onnx shape "
-                           f"inference on the model first)")
+        raise _unsupported(f"the element type of {name!r} is unknown and onnx shape "
+                           f"inference does not find it (declare it in the graph's "
+                           f"value_info)")
+
+    def _infer_types(self):
+        """Element types of intermediates the model does not declare, from
+        ``onnx.shape_inference.infer_shapes`` (non-strict: what it cannot
+        infer stays unknown)."""
+        import onnx
+        self._inferred = True
+        try:
+            inferred = onnx.shape_inference.infer_shapes(self.model, strict_mode=False)
+        except Exception:  # inference itself failed: the types stay unknown
+            return
+        for vi in inferred.graph.value_info:
+            if vi.type.tensor_type.elem_type:
+                self._elem_types.setdefault(vi.name, vi.type.tensor_type.elem_type)
 
     # -- the import ----------------------------------------------------------
     def run(self) -> Graph:

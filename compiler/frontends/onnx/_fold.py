@@ -65,6 +65,14 @@ def slice_plan(shape, starts, ends, axes=None, steps=None) -> list[tuple[int, ra
     return plan
 
 
+def flatten_axis(axis: int, rank: int) -> int:
+    """ONNX Flatten's split point: axis in [-rank, rank], negative counts from the end."""
+    a = int(axis) + rank if axis < 0 else int(axis)
+    if not 0 <= a <= rank:
+        raise Unsupported(f"Flatten axis {axis} is out of range for rank {rank}")
+    return a
+
+
 def unsqueeze_axes(rank: int, axes) -> list[int]:
     out_rank = rank + len(axes)
     norm = sorted(norm_axis(a, out_rank, "Unsqueeze axis") for a in axes)
@@ -143,8 +151,13 @@ def _variadic(fn):
 
 
 def _cast(at, x):
+    from onnx import TensorProto
     from . import _types
-    return [x[0].astype(_types.numpy_of(at["to"]))]
+    v = x[0]
+    if at["to"] == TensorProto.FLOAT8E4M3FN and at.get("saturate", 1):
+        # saturate=1: out-of-range values and infinities clamp to +-448, NaN stays NaN
+        v = np.clip(v.astype(np.float32), -_types.F8E4M3_MAX, _types.F8E4M3_MAX)
+    return [v.astype(_types.numpy_of(at["to"]))]
 
 
 def _gather(at, x):
@@ -249,7 +262,8 @@ FOLD = {
     "Reshape": lambda at, x: [x[0].reshape(reshape_target(x[0].shape, x[1],
                                                           at.get("allowzero", 0)))],
     "Flatten": lambda at, x: [x[0].reshape(
-        math.prod(x[0].shape[:norm_axis(at.get("axis", 1), x[0].ndim + 1)]), -1)],
+        math.prod(x[0].shape[:flatten_axis(at.get("axis", 1), x[0].ndim)]),
+        math.prod(x[0].shape[flatten_axis(at.get("axis", 1), x[0].ndim):]))],
     "Transpose": lambda at, x: [np.transpose(x[0], at.get("perm"))],
     "Expand": _expand,
     "Range": _range,

@@ -15,8 +15,8 @@ import numpy as np
 
 from ...graph import concat, matmul, maximum, minimum, where
 from ...registry import builders as B
-from ._fold import (Unsupported, broadcast_shape, norm_axis, reduce_axes, reshape_target,
-                    slice_plan, split_sizes, squeeze_axes, unsqueeze_axes)
+from ._fold import (Unsupported, broadcast_shape, flatten_axis, norm_axis, reduce_axes,
+                    reshape_target, slice_plan, split_sizes, squeeze_axes, unsqueeze_axes)
 from ._types import dtype_of
 
 BUILD = {}
@@ -371,7 +371,7 @@ def _reshape(cx, node, at, ins):
 @_op("Flatten")
 def _flatten(cx, node, at, ins):
     x = cx.t(ins[0])
-    axis = norm_axis(at.get("axis", 1), x.ndim + 1)
+    axis = flatten_axis(at.get("axis", 1), x.ndim)
     return [x.reshape((math.prod(x.shape[:axis]), math.prod(x.shape[axis:])))]
 
 
@@ -711,8 +711,11 @@ def _pad(cx, node, at, ins):
     if not any(lo or hi for lo, hi in pairs):
         return [x]
     if mode == "constant":
-        v = 0 if value is None else cx.arr(value, "constant_value", node).reshape(-1)[0].item()
-        return [x.pad(pairs, value=v)]
+        if isinstance(value, np.ndarray) or value is None:
+            v = 0 if value is None else value.reshape(-1)[0].item()
+            return [x.pad(pairs, value=v)]
+        inside = np.pad(np.ones(x.shape, np.uint8), pairs)  # a run-time pad value
+        return [where(cx.t(inside), x.pad(pairs), cx.t(value).reshape(()))]
     for a, (lo, hi) in enumerate(pairs):
         if lo or hi:
             n = x.shape[a]
@@ -908,3 +911,220 @@ def _rotary(cx, node, at, ins):
     if r != d:
         y = concat([y, x4.slice(-1, r, d - r)], -1)
     return [y.reshape(x.shape) if rank == 3 else y.permute((0, 2, 1, 3))]
+
+
+def _nll(cx, logp, target, weight, at):
+    """NegativeLogLikelihoodLoss of log-probabilities ``logp`` [N, C, d...]
+    at class indices ``target`` [N, d...]: the picked entries times their
+    class weight, 0 at ignore_index; reduced as ONNX's ``reduction`` says
+    (mean divides by the summed weights of the kept entries)."""
+    reduction = at.get("reduction", "mean")
+    if reduction not in ("none", "sum", "mean"):
+        raise Unsupported(f"attribute reduction={reduction!r} (none, sum or mean)")
+    t = cx.t(target)
+    ii = at.get("ignore_index")
+    keep = None
+    if ii is not None:
+        keep = t != cx.t(np.asarray(ii), like=t)
+        t = where(keep, t, 0)
+    idx = t.cast("u32")
+    picked = logp.gather(idx.unsqueeze(1), 1).squeeze(1)
+    if weight is not None:
+        w = cx.t(weight).index_select(idx.reshape((math.prod(t.shape),)), 0).reshape(t.shape)
+    elif keep is not None:
+        w = keep.cast(logp.dtype)
+    else:
+        w = None
+    if w is not None and keep is not None and weight is not None:
+        w = where(keep, w, 0.0)
+    loss = -(picked if w is None else picked * w)
+    if reduction == "none":
+        return loss
+    total = loss.sum()
+    if reduction == "sum":
+        return total
+    return total / (w.sum() if w is not None else float(math.prod(t.shape)))
+
+
+@_op("NegativeLogLikelihoodLoss")
+def _nll_loss(cx, node, at, ins):
+    weight = ins[2] if len(ins) > 2 else None
+    return [_nll(cx, cx.t(ins[0]), ins[1], weight, at)]
+
+
+@_op("SoftmaxCrossEntropyLoss")
+def _softmax_cross_entropy(cx, node, at, ins):
+    """NLL of log_softmax over the class axis (1); outputs loss and log_prob."""
+    x = cx.t(ins[0])
+    logp = x.log_softmax(1)
+    weight = ins[2] if len(ins) > 2 else None
+    return [_nll(cx, logp, ins[1], weight, at), logp]
+
+
+@_op("RMSNormalization")
+def _rms_norm(cx, node, at, ins):
+    """RmsNormLastDim over the axes from ``axis`` on (flattened into one),
+    then ``* scale`` with ONNX broadcasting."""
+    x, scale = cx.t(ins[0]), cx.t(ins[1])
+    axis = norm_axis(at.get("axis", -1), x.ndim)
+    eps = at.get("epsilon", 1e-5)
+    d = math.prod(x.shape[axis:])
+    if axis == x.ndim - 1 and scale.shape == (d,):
+        return [B.rms_norm(x, scale, eps=eps)]
+    y = B.rms_norm(x.reshape(x.shape[:axis] + (d,)), eps=eps).reshape(x.shape)
+    return [y * scale]
+
+
+# ---------------------------------------------------------------------------
+# activations and tests spelled in primitives (each as the ONNX reference
+# formula reads)
+# ---------------------------------------------------------------------------
+def _softplus_of(x):
+    return (x.exp() + 1.0).log()
+
+
+@_op("Elu", "Celu", "Selu", "ThresholdedRelu", "Softplus", "Softsign", "Mish", "Swish",
+     "Shrink", "Sinh", "Cosh", "Tan")
+def _activation(cx, node, at, ins):
+    x = cx.t(ins[0])
+    if x.dtype.value in ("f16", "bf16"):  # computed in f32, rounded once (as ONNX's reference)
+        return [y.cast(x.dtype) for y in _activation(cx, node, at, [x.cast("f32")])]
+    op = node.op_type
+    if op == "Elu":
+        return [where(x < 0, ((x.exp() - 1.0) * at.get("alpha", 1.0)), x)]
+    if op == "Celu":
+        a = at.get("alpha", 1.0)
+        return [maximum(x, 0.0) + minimum(((x * (1.0 / a)).exp() - 1.0) * a, 0.0)]
+    if op == "Selu":
+        a, g = at.get("alpha", 1.67326319217681884765625), at.get("gamma",
+                                                                   1.05070102214813232421875)
+        return [where(x <= 0, x.exp() * a - a, x) * g]
+    if op == "ThresholdedRelu":
+        return [where(x > at.get("alpha", 1.0), x, 0.0)]
+    if op == "Softplus":
+        return [_softplus_of(x)]
+    if op == "Softsign":
+        return [x / (x.abs() + 1.0)]
+    if op == "Mish":
+        return [x * _softplus_of(x).tanh()]
+    if op == "Swish":
+        return [x * (x * at.get("alpha", 1.0)).sigmoid()]
+    if op == "Shrink":
+        lambd, bias = at.get("lambd", 0.5), at.get("bias", 0.0)
+        return [where(x < -lambd, x + bias, where(x > lambd, x - bias, 0.0))]
+    if op == "Tan":
+        return [x.sin() / x.cos()]
+    e, ne = x.exp(), x.neg().exp()  # Sinh, Cosh
+    return [((e - ne) if op == "Sinh" else (e + ne)) * 0.5]
+
+
+@_op("PRelu")
+def _prelu(cx, node, at, ins):
+    x = cx.t(ins[0])
+    return [where(x < 0, x * cx.t(ins[1], like=x), x)]
+
+
+@_op("IsNaN", "IsInf")
+def _is_special(cx, node, at, ins):
+    x = cx.t(ins[0])
+    if node.op_type == "IsNaN":
+        return [x != x]
+    pos, neg = at.get("detect_positive", 1), at.get("detect_negative", 1)
+    tests = ([x == math.inf] if pos else []) + ([x == -math.inf] if neg else [])
+    if not tests:
+        return [cx.t(np.zeros(x.shape, np.uint8))]
+    return [tests[0] if len(tests) == 1 else maximum(tests[0], tests[1])]
+
+
+@_op("Hardmax")
+def _hardmax(cx, node, at, ins):
+    """1 at the first maximum along ``axis``, 0 elsewhere."""
+    x = cx.t(ins[0])
+    axis = norm_axis(at.get("axis", -1), x.ndim)
+    top = x.argmax(axis, keepdims=True)
+    iota = np.arange(x.shape[axis]).reshape([-1 if i == axis else 1 for i in range(x.ndim)])
+    return [(top == cx.t(iota, like=top)).cast(x.dtype)]
+
+
+@_op("LpNormalization")
+def _lp_normalization(cx, node, at, ins):
+    x = cx.t(ins[0])
+    axis = norm_axis(at.get("axis", -1), x.ndim)
+    p = at.get("p", 2)
+    if p not in (1, 2):
+        raise Unsupported(f"attribute p={p} (ONNX allows 1 or 2)")
+    norm = x.abs().sum(axis, keepdims=True) if p == 1 else \
+        x.square().sum(axis, keepdims=True).sqrt()
+    return [where(norm == 0.0, 0.0, x / norm)]  # a zero norm gives 0, not NaN
+
+
+@_op("ReduceLogSum", "ReduceLogSumExp")
+def _reduce_log_sum(cx, node, at, ins):
+    x = cx.t(ins[0])
+    axes_in = cx.arr(ins[1], "axes", node) if len(ins) > 1 and ins[1] is not None else None
+    axes = reduce_axes(at, axes_in, x.ndim)
+    if axes is None:
+        return [x.exp().log() if node.op_type == "ReduceLogSumExp" else x.log()]
+    keep = bool(at.get("keepdims", 1))
+    if any(x.shape[a] == 0 for a in axes):  # the log of an empty sum
+        shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape) if keep or i not in axes)
+        return [cx.t(np.full(shape, -np.inf), like=x)]
+    if node.op_type == "ReduceLogSum":
+        return [x.sum(tuple(axes), keepdims=keep).log()]
+    top = x.max(tuple(axes), keepdims=True)  # log(sum(exp(x - max))) + max
+    top = where(top.abs() == math.inf, 0.0, top)
+    y = (x - top).exp().sum(tuple(axes), keepdims=True).log() + top
+    return [y if keep else y.squeeze(tuple(axes))]
+
+
+@_op("Trilu")
+def _trilu(cx, node, at, ins):
+    x = cx.t(ins[0])
+    k = 0
+    if len(ins) > 1 and ins[1] is not None:
+        k = int(cx.arr(ins[1], "k", node).reshape(-1)[0])
+    n, m = x.shape[-2:]
+    diag = np.arange(m)[None, :] - np.arange(n)[:, None]
+    keep = diag >= k if at.get("upper", 1) else diag <= k
+    if keep.all():
+        return [x]
+    return [where(cx.t(keep.astype(np.uint8)), x, cx.t(np.zeros((), x.dtype.numpy),
+                                                          like=x))]
+
+
+@_op("DepthToSpace", "SpaceToDepth")
+def _depth_space(cx, node, at, ins):
+    """The ONNX reshape -> transpose -> reshape of each (DCR or CRD mode)."""
+    x = cx.t(ins[0])
+    if x.ndim != 4:
+        raise Unsupported(f"a rank-{x.ndim} input {list(x.shape)} (NCHW expected)")
+    b = at["blocksize"]
+    n, c, h, w = x.shape
+    dcr = at.get("mode", "DCR") == "DCR"
+    if node.op_type == "SpaceToDepth":
+        y = x.reshape((n, c, h // b, b, w // b, b))
+        y = y.permute((0, 3, 5, 1, 2, 4) if dcr else (0, 1, 3, 5, 2, 4))
+        return [y.reshape((n, c * b * b, h // b, w // b))]
+    if dcr:
+        y = x.reshape((n, b, b, c // (b * b), h, w)).permute((0, 3, 4, 1, 5, 2))
+    else:
+        y = x.reshape((n, c // (b * b), b, b, h, w)).permute((0, 1, 4, 2, 5, 3))
+    return [y.reshape((n, c // (b * b), h * b, w * b))]
+
+
+@_op("InstanceNormalization", "GroupNormalization")
+def _group_norm(cx, node, at, ins):
+    """LayerNormLastDim over each (sample, group) with its channels and
+    spatial positions flattened (InstanceNormalization: one channel per
+    group), then the per-channel scale and bias."""
+    x, scale, bias = cx.t(ins[0]), cx.t(ins[1]), cx.t(ins[2])
+    if x.ndim < 3:
+        raise Unsupported(f"a rank-{x.ndim} input {list(x.shape)} (N, C, spatial... expected)")
+    n, c = x.shape[:2]
+    groups = c if node.op_type == "InstanceNormalization" else at["num_groups"]
+    if c % groups:
+        raise Unsupported(f"{c} channels do not split into num_groups={groups}")
+    flat = x.reshape((n, groups, math.prod(x.shape[1:]) // groups))
+    y = B.layer_norm(flat, eps=at.get("epsilon", 1e-5)).reshape(x.shape)
+    per_channel = (c,) + (1,) * (x.ndim - 2)
+    return [y * scale.reshape(per_channel) + bias.reshape(per_channel)]
