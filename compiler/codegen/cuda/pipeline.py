@@ -456,6 +456,18 @@ def lower(module_or_text, entry_names: Sequence[str], *, target=None, keep_ir: b
     return CudaLowering(program, optimized, kept)
 
 
+_DYNAMIC_SHARED = re.compile(r"^(@__dynamic_shmem__\d+) = internal (?:unnamed_addr )?"
+                             r"addrspace\(3\) global \[0 x i8\] (?:undef|zeroinitializer)", re.M)
+
+
+def extern_dynamic_shared(text: str) -> str:
+    """LLVM IR ``text`` with the zero-size workgroup global that
+    ``gpu.dynamic_shared_memory`` lowers to made an external declaration:
+    NVPTX then declares it ``.extern .shared .b8 name[]`` (the dynamic
+    shared memory of the launch), not a one-byte static variable."""
+    return _DYNAMIC_SHARED.sub(r"\1 = external addrspace(3) global [0 x i8]", text)
+
+
 def _link_ir(devices: list[tuple[str, str]]) -> str:
     """One LLVM IR text of every device module (llvmlite links them)."""
     import llvmlite.binding as llvm
@@ -464,9 +476,9 @@ def _link_ir(devices: list[tuple[str, str]]) -> str:
     if not devices:
         raise CodegenError("the kernel has no device code (nothing was mapped to the GPU)")
     try:
-        base = llvm.parse_assembly(fixup_ir_text(devices[0][1]))
+        base = llvm.parse_assembly(extern_dynamic_shared(fixup_ir_text(devices[0][1])))
         for _, text in devices[1:]:
-            base.link_in(llvm.parse_assembly(fixup_ir_text(text)))
+            base.link_in(llvm.parse_assembly(extern_dynamic_shared(fixup_ir_text(text))))
     except RuntimeError as e:
         raise CodegenError(f"LLVM rejected the device IR: {e}") from None
     return str(base)

@@ -219,10 +219,12 @@ def _placeholder(t: _Text, g: Generic, loaded: list[str], dims: list[str],
     return names
 
 
-def _kernel(name: str, args: list, body: list[str]) -> str:
+def _kernel(name: str, args: list, body: list[str], block: tuple) -> str:
     params = ", ".join(f"%a{i}: {_ty(v)}" for i, v in enumerate(args))
     inner = "\n      ".join(body)
-    return (f"gpu.module @{name} {{\n  gpu.func @{name}({params}) kernel {{\n"
+    known = ", ".join(map(str, block))
+    return (f"gpu.module @{name} {{\n  gpu.func @{name}({params}) kernel attributes "
+            f"{{known_block_size = array<i32: {known}>}} {{\n"
             f"      {inner}\n      gpu.return\n  }}\n}}")
 
 
@@ -325,7 +327,7 @@ def emit_row_reduce(g: Generic, plan: dict, name: str):
         new = t.op(f"{combines[i][0].name} {old}, {total} : {_elt(g.outs[i])}")
         t.lines.append(f"memref.store {new}, {where} : {_ty(args[k])}")
     t.lines.append("}")
-    return _kernel(name, args, t.body()), (rows, 1, 1), (block, 1, 1), 0
+    return _kernel(name, args, t.body(), (block, 1, 1)), (rows, 1, 1), (block, 1, 1), 0
 
 
 # -- shared-memory matmul ----------------------------------------------------------------------
@@ -422,7 +424,7 @@ def emit_matmul(g: Generic, plan: dict, name: str):
                 f"scf.yield {s} : f32", "}"]
     t.lines += [f"scf.if {ok} {{", f"memref.store {res}, %a2[{cidx}] : {cty}", "}"]
     grid = (-(-N // TILE), -(-M // TILE), max(1, math.prod(batch)))
-    return (_kernel(name, g.ins + g.outs, t.body()), grid, (TILE, TILE, 1),
+    return (_kernel(name, g.ins + g.outs, t.body(), (TILE, TILE, 1)), grid, (TILE, TILE, 1),
             2 * TILE * TILE * 4)
 
 
@@ -454,7 +456,7 @@ def emit_grid_stride(g: Generic, plan: dict, name: str):
         k = len(g.ins) + i
         t.lines.append(f"memref.store {v}, %a{k}[{t.access(g.maps[k], dims)}] : {_ty(args[k])}")
     t.lines.append("}")
-    return _kernel(name, args, t.body()), (grid, 1, 1), (BLOCK, 1, 1), 0
+    return _kernel(name, args, t.body(), (BLOCK, 1, 1)), (grid, 1, 1), (BLOCK, 1, 1), 0
 
 
 #: The strategy table, tried in order (the generic path is the fallback).
