@@ -568,8 +568,10 @@ def _replace(module, g: Generic, s: GpuStrategy, plan: dict, name: str) -> None:
         parsed = ir.Module.parse(text, ctx)
     except MLIRError as e:
         path = write_reproducer(text, f"cuda-{s.name}", ".mlir")
-        raise PipelineError(f"the CUDA {s.name} strategy wrote a kernel MLIR rejects: {e}\n"
-                            f"  reproducer: {path}") from None
+        raise PipelineError(f"the CUDA {s.name} strategy wrote a kernel for {name} that MLIR "
+                            f"rejects: {e}\n  reproducer: {path}\n  (a compiler bug: without "
+                            f"'{s.name}' in compiler.codegen.cuda.strategy.STRATEGIES the op "
+                            "takes the generic path)") from None
     finally:
         ctx.allow_unregistered_dialects = False
     kmod = parsed.body.operations[0]
