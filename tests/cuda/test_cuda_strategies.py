@@ -92,6 +92,8 @@ def test_large_elementwise_is_a_bounded_grid_stride_loop():
     assert strategy_of(launch.kernel) == "grid-stride"
     assert launch.grid == (GRID_CAP, 1, 1) and launch.block == (256, 1, 1)
     assert launch.args == (("param", 0), ("param", 1))
+    (scaled,) = _lower("MulScalar", {"value": 2.5}, [_t(1024, 1024)]).launches
+    assert strategy_of(scaled.kernel) == "grid-stride"  # its captured constant is cloned in
     (small,) = _lower("Exp", {}, [_t(64, 128)]).launches  # below GRID_STRIDE_MIN: tiled
     assert strategy_of(small.kernel) == "generic" and small.block == (32, 8, 1)
 

@@ -127,8 +127,8 @@ def read_generic(op) -> Generic | None:
         for (kind, pos), n in zip(m, ir.MemRefType(v.type).shape):
             if kind == "d":
                 bounds[pos] = n
-    if None in bounds:
-        return None
+    if None in bounds or 0 in bounds:
+        return None  # an empty op keeps the generic path (no zero-sized grids)
     return Generic(op, operands[:n_in], operands[n_in:n_in + n_out], maps, iters, bounds,
                    op.regions[0].blocks[0])
 
@@ -190,9 +190,13 @@ class _Text:
         return self.prologue + self.lines
 
     def delinearize(self, flat: str, extents: list[int]) -> list[str]:
-        """Row-major indices of ``flat`` over ``extents``."""
+        """Row-major indices of ``flat`` (less than their product) over
+        ``extents``."""
         out = []
-        for n in reversed(extents):
+        for i, n in enumerate(reversed(extents)):
+            if i == len(extents) - 1:
+                out.append(flat)  # the outermost index needs no remainder
+                continue
             if n == 1:
                 out.append(self.index(0))
                 continue
