@@ -567,7 +567,8 @@ def _replace(module, g: Generic, s: GpuStrategy, plan: dict, name: str) -> None:
     text, grid, block, shared = s.emit(g, plan, name)
     ctx = module.context
     text = f"module attributes {{gpu.container_module}} {{\n{text}\n}}"
-    ctx.allow_unregistered_dialects = True
+    unregistered = ctx.allow_unregistered_dialects
+    ctx.allow_unregistered_dialects = True  # the ``fuel.body`` placeholder
     try:
         parsed = ir.Module.parse(text, ctx)
     except MLIRError as e:
@@ -577,7 +578,7 @@ def _replace(module, g: Generic, s: GpuStrategy, plan: dict, name: str) -> None:
                             f"'{s.name}' in compiler.codegen.cuda.strategy.STRATEGIES the op "
                             "takes the generic path)") from None
     finally:
-        ctx.allow_unregistered_dialects = False
+        ctx.allow_unregistered_dialects = unregistered
     kmod = parsed.body.operations[0]
     kfunc = kmod.regions[0].blocks[0].operations[0]
     substitute_body(kfunc.operation, g, _Results(g, s.name, plan))
