@@ -109,19 +109,20 @@ def test_instances_no_strategy_handles_keep_the_generic_path(op, params, types, 
     assert set(_by_strategy(p)) == {"generic"}, why
 
 
-def _one_generic(body: str, n_red_out: int = 1) -> str:
-    outs = ", ".join(["tensor<64xf32>"] * n_red_out)
+def _one_generic(body: str, pre: str = "") -> str:
+    """A row reduction of 64x128 into 64 with ``body``; ``pre``: host ops."""
     return f"""
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #row = affine_map<(d0, d1) -> (d0)>
 module {{
   func.func @kernel(%x: tensor<64x128xf32> {{bufferization.writable = false}},
                     %init: tensor<64xf32> {{bufferization.writable = false}}) -> tensor<64xf32> {{
+{pre}
     %r = linalg.generic {{indexing_maps = [#id, #row], iterator_types = ["parallel", "reduction"]}}
         ins(%x : tensor<64x128xf32>) outs(%init : tensor<64xf32>) {{
     ^bb0(%in: f32, %acc: f32):
 {body}
-    }} -> {outs}
+    }} -> tensor<64xf32>
     return %r : tensor<64xf32>
   }}
 }}"""
@@ -143,6 +144,24 @@ def test_an_accumulator_used_beyond_its_combiner_keeps_the_generic_path():
     # copies of the initial value stay generic; one block per row reduces
     (launch,) = _by_strategy(p)["row-reduce"]
     assert launch.grid == (64, 1, 1) and launch.args[0] == ("param", 0)
+
+
+def test_row_reduce_bodies_it_must_refuse_or_clone():
+    # a partial result read by another op: the per-thread split would change it
+    text = _one_generic("      %s = arith.addf %acc, %in : f32\n"
+                        "      %t = arith.mulf %s, %s : f32\n"
+                        "      linalg.yield %t : f32")
+    p = cuda_pipeline.lower(text, ["kernel"], assemble=False).program
+    assert set(_by_strategy(p)) == {"generic"}
+    # two accumulators combined: no (combiner, element) pair either
+    text = _one_generic("      %s = arith.addf %acc, %acc : f32\n      linalg.yield %s : f32")
+    p = cuda_pipeline.lower(text, ["kernel"], assemble=False).program
+    assert set(_by_strategy(p)) == {"generic"}
+    # counting with a constant of the host function: the constant is cloned in
+    text = _one_generic("      %s = arith.addf %acc, %one : f32\n      linalg.yield %s : f32",
+                        pre="    %one = arith.constant 1.0 : f32")
+    p = cuda_pipeline.lower(text, ["kernel"], assemble=False).program
+    assert len(_by_strategy(p)["row-reduce"]) == 1
 
 
 def test_strategy_of_names_the_generic_path():

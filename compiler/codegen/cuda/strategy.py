@@ -149,7 +149,7 @@ def _body_ops(g: Generic):
 def _captured_ok(g: Generic) -> bool:
     """Every value the body uses from outside is an arith.constant (cloned
     into the kernel), and no body op has regions."""
-    for op in _body_ops(g)[0]:
+    for op in g.body.operations:
         if len(op.regions) and any(len(r.blocks) for r in op.regions):
             return False
         for v in op.operands:
@@ -265,6 +265,8 @@ def match_row_reduce(g: Generic):
             elem = a
         else:
             return None
+        if elem in acc_args or any(u.owner.operation != yld.operation for u in owner.result.uses):
+            return None  # accumulators combined together, or a partial result read
         combines[i] = (owner.operation, kind, ident[_elt(out)], elem)
     if not combines:
         return None
@@ -287,7 +289,7 @@ def emit_row_reduce(g: Generic, plan: dict, name: str):
     bid = t.op("gpu.block_id x")
     tid = t.op("gpu.thread_id x")
     pdims = t.delinearize(bid, g.bounds[:npar]) if npar else []
-    inits, iters = [], []
+    inits = []
     for i, (_, _, ident, _) in sorted(combines.items()):
         ty = _elt(g.outs[i])
         inits.append(t.op(f"arith.constant {ident} : {ty}"))
@@ -516,6 +518,9 @@ def substitute_body(kernel_func, g: Generic, results_of) -> None:
                     clone.operation.replace_uses_of_with(old, mapping[old])
             for old, new in zip(op.results, clone.results):
                 mapping[old] = new
+        for v in results_of.values():  # a constant yielded or combined as is
+            if v not in mapping and not isinstance(v.owner, ir.Block):
+                mapping[v] = v.owner.clone(ip).result
         for r, v in zip(holder.results, results_of(mapping)):
             r.replace_all_uses_with(v)
         holder.erase()
@@ -533,12 +538,14 @@ class _Results:
     def skip(self, op) -> bool:
         return op.operation in self.skip_ops
 
-    def __call__(self, mapping):
-        def get(v):
-            return mapping[v]
+    def values(self) -> list:
+        """The body values the ``fuel.body`` results stand for."""
         outs = range(len(self.g.outs))
-        return ([get(self.yld.operands[i]) for i in outs if i not in self.combines]
-                + [get(self.combines[i][3]) for i in sorted(self.combines)])
+        return ([self.yld.operands[i] for i in outs if i not in self.combines]
+                + [self.combines[i][3] for i in sorted(self.combines)])
+
+    def __call__(self, mapping) -> list:
+        return [mapping[v] for v in self.values()]
 
 
 def apply_strategies(module: "ir.Module", entry: str) -> list[tuple[str, str]]:
