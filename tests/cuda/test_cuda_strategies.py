@@ -208,10 +208,25 @@ def test_ptxas_accepts_every_strategy(op, params, types, marks, arch):
 
 # -- with a GPU ----------------------------------------------------------------------------------
 def _graph(op, params, shapes):
+    from compiler.registry import default_registry
+    from compiler.registry.builders import fused
     g = Graph()
     xs = [g.input(f"x{i}", s, "f32") for i, s in enumerate(shapes)]
-    g.output(g.add_node(op, xs, params), name="y")
+    y = fused(op, *xs, **params) if op in default_registry() else g.add_node(op, xs, params)
+    g.output(y, name="y")
     return g
+
+
+def test_gpu_cases_build_and_compile_without_a_device():
+    """The ``gpu`` numerics cases are well formed here too: each builds,
+    runs on the reference interpreter, compiles for cuda (no device needed
+    to compile) and uses a GPU strategy."""
+    for op, params, shapes in GPU_CASES[::4]:
+        g = _graph(op, params, shapes)
+        feed = {f"x{i}": np.ones(s, np.float32) for i, s in enumerate(shapes)}
+        assert interpret(g, feed)["y"].size
+        launches = compile(g, "cuda").ir["launches"].splitlines()
+        assert {strategy_of(l.split()[0]) for l in launches} - {"generic"}, (op, launches)
 
 
 GPU_CASES = [("SoftmaxLastDim", {}, [(33, 1000)]),
