@@ -11,7 +11,9 @@ installed. The figures time whole calls: a plan whose every step has a CUDA
 kernel runs resident on the device (``runtime.cuda.resident``: the graph's
 inputs are copied in and its outputs out, intermediates stay on the
 device), so the input/output copies are included and the figures bound what
-the kernels alone reach from below; each line says whether it ran resident.
+the kernels alone reach from below; each line says whether it ran resident and
+which GPU strategies its launches used (``compiler.codegen.cuda.strategy``:
+matmul-smem, row-reduce, grid-stride, or the generic tiled path).
 """
 from __future__ import annotations
 
@@ -48,6 +50,18 @@ def _peak_bandwidth() -> float | None:
     return 2.0 * clock * 1e3 * width / 8 / 1e9 if clock and width else None
 
 
+def _strategies(m) -> str:
+    """Which GPU strategies the launches of compiled module ``m`` used, with
+    counts (``row-reduce x2, generic x3``)."""
+    from compiler.codegen.cuda.strategy import strategy_of
+    counts: dict = {}
+    for line in m.ir.get("launches", "").splitlines():
+        if line.strip():
+            name = strategy_of(line.split()[0])
+            counts[name] = counts.get(name, 0) + 1
+    return ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())) or "no launches"
+
+
 def _torch():
     try:
         import torch
@@ -65,7 +79,7 @@ def benchmarks() -> None:
     def row(name, ours_s, torch_s, work, unit):
         t = f"  torch {work / torch_s:10.2f} {unit}" if torch_s else ""
         where = "resident" if m.executor.resident is not None else "per-kernel"
-        print(f"{name:28s} fuelc {work / ours_s:10.2f} {unit}{t}  ({where})")
+        print(f"{name:28s} fuelc {work / ours_s:10.2f} {unit}{t}  ({where}; {_strategies(m)})")
 
     n = 1 << 24
     g = Graph()
@@ -132,7 +146,8 @@ def benchmarks() -> None:
     got = m(x=xv)
     err = float(np.max(np.abs(got - want)))
     s = _time(lambda: m(x=xv), reps=3)
-    print(f"{'encoder block 128x256':28s} fuelc {s * 1e3:10.2f} ms   max |gpu - cpu| = {err:.2e}")
+    print(f"{'encoder block 128x256':28s} fuelc {s * 1e3:10.2f} ms   max |gpu - cpu| = {err:.2e}"
+          f"  ({_strategies(m)})")
 
 
 def main() -> int:

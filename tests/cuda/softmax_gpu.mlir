@@ -1,28 +1,42 @@
-// The gpu-dialect stage of a row softmax: fills, row loops and the final
-// division are outlined kernels; the host only allocates and launches.
+// The gpu-dialect stage of a row softmax: both row reductions take the
+// row-reduce strategy (one block per row, a strided pass per thread, then
+// gpu.all_reduce); the fills and the final division stay on the generic
+// tiled path; the host only allocates and launches.
 // RUN: python -m compiler.codegen.cuda %s --emit gpu | filecheck %s
 // RUN: python -m compiler.codegen.cuda %s --emit launches | filecheck %s --check-prefix=LAUNCH
 // RUN: python -m compiler.codegen.cuda %s --emit ptx --target=cuda:sm_80 | filecheck %s --check-prefix=PTX
 
 // CHECK: module attributes {gpu.container_module}
-// CHECK: func.func @kernel(%[[X:.*]]: memref<64x128xf32>, %[[Y:.*]]: memref<64x128xf32>)
-// CHECK-NOT: scf.
-// CHECK: memref.alloc() {{.*}} : memref<64xf32>
-// CHECK: gpu.launch_func @kernel_kernel::@kernel_kernel blocks in
-// CHECK: gpu.launch_func @kernel_kernel_3::@kernel_kernel {{.*}} args(%{{.*}} : memref<64x128xf32>, %{{.*}} : memref<64xf32>, %[[Y]] : memref<64x128xf32>)
-// CHECK-NEXT: return
-// CHECK: gpu.module @kernel_kernel
-// CHECK: gpu.func @kernel_kernel({{.*}}) kernel
+// CHECK: gpu.module @kernel_row_reduce_1
+// CHECK: gpu.func @kernel_row_reduce_1(%{{.*}}: memref<64x128xf32>, %{{.*}}: memref<64xf32>, %{{.*}}: memref<64x128xf32>, %{{.*}}: memref<64xf32>) kernel attributes {known_block_size = array<i32: 128, 1, 1>}
 // CHECK: gpu.block_id x
 // CHECK: gpu.thread_id x
 // CHECK: math.exp
+// CHECK: memref.store
+// CHECK: arith.addf
+// CHECK: gpu.all_reduce add
+// CHECK: gpu.module @kernel_row_reduce_0
+// CHECK: gpu.all_reduce maximumf
+// CHECK: func.func @kernel(%[[X:.*]]: memref<64x128xf32>, %[[Y:.*]]: memref<64x128xf32>)
+// CHECK-NOT: scf.
+// CHECK: gpu.launch_func @kernel_kernel::@kernel_kernel blocks in
+// CHECK: gpu.launch_func @kernel_row_reduce_0::@kernel_row_reduce_0 blocks in (%c64, %c1, %c1) threads in (%c128, %c1, %c1) args(%[[X]] : memref<64x128xf32>, %{{.*}} : memref<64xf32>)
+// CHECK: gpu.launch_func @kernel_row_reduce_1::@kernel_row_reduce_1
+// CHECK: gpu.launch_func @kernel_kernel_1::@kernel_kernel {{.*}} args(%{{.*}} : memref<64x128xf32>, %{{.*}} : memref<64xf32>, %[[Y]] : memref<64x128xf32>)
+// CHECK-NEXT: return
+// CHECK: gpu.module @kernel_kernel
+// CHECK: gpu.func @kernel_kernel({{.*}}) kernel
 
 // LAUNCH: launch kernel_kernel grid=[8, 1, 1] block=[8, 1, 1] shared=0 args=['temp:{{[0-9]}}']
-// LAUNCH: launch kernel_kernel_3 grid=[4, 8, 1] block=[32, 8, 1] shared=0 args=['temp:{{[0-9]}}', 'temp:{{[0-9]}}', 'param:1']
+// LAUNCH: launch kernel_row_reduce_0 grid=[64, 1, 1] block=[128, 1, 1] shared=0 args=['param:0', 'temp:{{[0-9]}}']
+// LAUNCH: launch kernel_row_reduce_1 grid=[64, 1, 1] block=[128, 1, 1] shared=0 args=['param:0', 'temp:{{[0-9]}}', 'temp:{{[0-9]}}', 'temp:{{[0-9]}}']
+// LAUNCH: launch kernel_kernel_1 grid=[4, 8, 1] block=[32, 8, 1] shared=0 args=['temp:{{[0-9]}}', 'temp:{{[0-9]}}', 'param:1']
 
 // PTX: .target sm_80
-// PTX-DAG: .visible .entry kernel_kernel(
-// PTX-DAG: .visible .entry kernel_kernel_3(
+// PTX-DAG: .visible .entry kernel_row_reduce_0(
+// PTX-DAG: .visible .entry kernel_row_reduce_1(
+// PTX-DAG: shfl.sync.bfly.b32
+// PTX-DAG: bar.sync
 // PTX-NOT: .extern .func __nv_expf
 
 #map = affine_map<(d0, d1) -> (d0, d1)>

@@ -190,9 +190,11 @@ def test_one_dimensional_and_full_reduction_launches():
 def test_matmul_launch_and_abi():
     p = _lower("MatMul", {}, [_f32(64, 32), _f32(32, 48)], assemble=False).program
     kernels = {l.kernel: l for l in p.launches}
-    assert len(kernels) == 2  # zero fill, then the k loop per output element
+    assert len(kernels) == 2  # zero fill, then the shared-memory tiled contraction
     assert p.launches[-1].args == (("param", 0), ("param", 1), ("param", 2))
-    assert p.launches[-1].grid == (2, 8, 1) and p.launches[-1].block == (32, 8, 1)
+    # 16x16 output tiles: grid (48/16, 64/16), two 16x16 f32 tiles of shared memory
+    assert p.launches[-1].grid == (3, 4, 1) and p.launches[-1].block == (16, 16, 1)
+    assert p.launches[-1].shared_bytes == 2048
 
 
 def test_kernel_program_round_trips_and_rejects_garbage():
@@ -254,8 +256,9 @@ def test_unmappable_device_ops_are_refused_before_translation(tmp_path):
 
 
 # -- the gpu-dialect stage (FileCheck) ---------------------------------------------------------
-def test_filecheck_gpu_stage():
-    path = HERE / "softmax_gpu.mlir"
+@pytest.mark.parametrize("name", ["softmax_gpu.mlir", "matmul_gpu.mlir", "gridstride_gpu.mlir"])
+def test_filecheck_gpu_stage(name):
+    path = HERE / name
     runs = [l.split("RUN:", 1)[1].strip() for l in path.read_text().splitlines() if "RUN:" in l]
     assert runs
     for cmd in runs:

@@ -37,11 +37,12 @@ from compiler.mlir import llvm as llvm_dialect
 from compiler.codegen.cpu.pipeline import (parse_module, pipeline_text, prepare_entries,
                                            write_reproducer)
 from compiler.codegen.cuda import ptx as ptx_codegen
+from compiler.codegen.cuda.strategy import STRATEGIES, apply_strategies
 from compiler.targets import TargetError
 from runtime.cuda.program import Buffer, KernelProgram, Launch
 
 # Bump when a change here changes generated code.
-PIPELINE_VERSION = "cuda-2"
+PIPELINE_VERSION = "cuda-3"
 
 BUFFERIZE = (
     "eliminate-empty-tensors",
@@ -211,7 +212,7 @@ def sink_views(module: "ir.Module") -> int:
     return sunk
 
 
-_HOST_KEEP = frozenset({"scf.parallel", "memref.alloc", "memref.dealloc", "arith.constant",
+_HOST_KEEP = frozenset({"scf.parallel", "gpu.launch_func", "memref.alloc", "memref.dealloc", "arith.constant",
                         "func.return"})
 
 
@@ -423,6 +424,9 @@ def lower(module_or_text, entry_names: Sequence[str], *, target=None, keep_ir: b
         module = copies_to_linalg(module)
         _run(module, "generalize", GENERALIZE)
         parallel_dims_first(module)
+        strategies = apply_strategies(module, entry_names[0])
+        if keep_ir:
+            kept["strategies"] = "\n".join(f"{k} {s}" for k, s in strategies)
         _run(module, "to-loops", TO_LOOPS)
         sink_views(module)
         wrap_serial_code(module)
@@ -452,6 +456,18 @@ def lower(module_or_text, entry_names: Sequence[str], *, target=None, keep_ir: b
     return CudaLowering(program, optimized, kept)
 
 
+_DYNAMIC_SHARED = re.compile(r"^(@__dynamic_shmem__\d+) = internal (?:unnamed_addr )?"
+                             r"addrspace\(3\) global \[0 x i8\] (?:undef|zeroinitializer)", re.M)
+
+
+def extern_dynamic_shared(text: str) -> str:
+    """LLVM IR ``text`` with the zero-size workgroup global that
+    ``gpu.dynamic_shared_memory`` lowers to made an external declaration:
+    NVPTX then declares it ``.extern .shared .b8 name[]`` (the dynamic
+    shared memory of the launch), not a one-byte static variable."""
+    return _DYNAMIC_SHARED.sub(r"\1 = external addrspace(3) global [0 x i8]", text)
+
+
 def _link_ir(devices: list[tuple[str, str]]) -> str:
     """One LLVM IR text of every device module (llvmlite links them)."""
     import llvmlite.binding as llvm
@@ -460,9 +476,9 @@ def _link_ir(devices: list[tuple[str, str]]) -> str:
     if not devices:
         raise CodegenError("the kernel has no device code (nothing was mapped to the GPU)")
     try:
-        base = llvm.parse_assembly(fixup_ir_text(devices[0][1]))
+        base = llvm.parse_assembly(extern_dynamic_shared(fixup_ir_text(devices[0][1])))
         for _, text in devices[1:]:
-            base.link_in(llvm.parse_assembly(fixup_ir_text(text)))
+            base.link_in(llvm.parse_assembly(extern_dynamic_shared(fixup_ir_text(text))))
     except RuntimeError as e:
         raise CodegenError(f"LLVM rejected the device IR: {e}") from None
     return str(base)
@@ -471,7 +487,8 @@ def _link_ir(devices: list[tuple[str, str]]) -> str:
 def describe_pipeline(strategy=None) -> str:
     """Everything about the pipeline that changes generated code."""
     return "|".join([PIPELINE_VERSION, pipeline_text(BUFFERIZE), pipeline_text(GENERALIZE),
-                     "parallel-dims-first", pipeline_text(TO_LOOPS), "sink-views",
+                     "parallel-dims-first",
+                     "strategies:" + ",".join(s.name for s in STRATEGIES), pipeline_text(TO_LOOPS), "sink-views",
                      "tiles:" + ",".join(map(str, tile_sizes(2))), pipeline_text(OUTLINE),
                      pipeline_text(TO_NVVM)])
 
