@@ -153,8 +153,8 @@ def test_each_instance_compiles_once_and_warm_precompiles(tables, rng):
     mlir, _ = tables
     kind, dts = OpKind.SubElementwise, (F64, F64, F64)
     lay = Layout.contiguous((7, 3))
-    fn = K.warm(kind, dts, [lay, lay, lay], P.NO_PARAMS, 2, target="cpu:host")
-    assert K.warm(kind, dts, [lay] * 3, P.NO_PARAMS, 2, target="cpu:host") is fn
+    fn = K.warm(kind, dts, [lay, lay, lay], P.NO_PARAMS, 2, target="cpu")
+    assert K.warm(kind, dts, [lay] * 3, P.NO_PARAMS, 2, target="cpu") is fn
     compiles = default_cache().stats.compiles
     # Other shapes of the same rank reuse the dynamic-shape kernel: no compile.
     for shape in ((7, 3), (2, 9), (1, 1)):

@@ -180,6 +180,13 @@ def test_every_table_key_compiles():
     for name in FUSED:
         for dt in FLOATS:
             got |= _compiled(compile(_fused_graph(name, dt), "cuda:sm_90"))
+    for dt in FLOATS:  # the backward primitives the builder specs do not cover
+        g = Graph()
+        y, dy = g.input("y", (4, 33), dt), g.input("dy", (4, 33), dt)
+        g.output(g.add_node("LogSoftmaxLastDimBackward", [y, dy]), name="dx")
+        g.output(g.add_node("PadBackward", [dy], {"in_shape": (4, 30), "padding": (0, 0, 1, 2)}),
+                 name="dp")
+        got |= _compiled(compile(g, "cuda:sm_90"))
     for dt in FLOATS:  # LayerNorm's other arities: no affine, weight only
         for affine in ((), ("w",)):
             g = Graph()
