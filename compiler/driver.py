@@ -88,14 +88,8 @@ class CompiledModule:
         return export_module(self, path)
 
     def kernel_summary(self) -> list[str]:
-        """One ``name: OpKind[dtypes] (kernel_source)`` line per kernel step."""
-        lines = []
-        for i, s in enumerate(self.plan.steps):
-            if isinstance(s, KernelStep):
-                e = self.executor.entries[i]
-                op = s.key.op.name if s.key.op is not None else f"fused#{s.key.fused}"
-                lines.append(f"{op}[{','.join(d.value for d in s.dtypes)}] ({e.kernel_source})")
-        return lines
+        """One ``OpKind[dtypes] (kernel_source)`` line per kernel step."""
+        return self.executor.kernel_summary()
 
     def __repr__(self) -> str:
         sig = ", ".join(f"{n}: {s}" for n, s in self.plan.inputs.items())

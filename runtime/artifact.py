@@ -533,13 +533,7 @@ class LoadedModule:
 
     def kernel_summary(self) -> list[str]:
         """One ``OpKind[dtypes] (kernel_source)`` line per kernel step."""
-        lines = []
-        for i, s in enumerate(self.plan.steps):
-            if isinstance(s, KernelStep):
-                e = self.executor.entries[i]
-                op = s.key.op.name if s.key.op is not None else f"fused#{s.key.fused}"
-                lines.append(f"{op}[{','.join(d.value for d in s.dtypes)}] ({e.kernel_source})")
-        return lines
+        return self.executor.kernel_summary()
 
     def __repr__(self) -> str:
         sig = ", ".join(f"{n}: {s}" for n, s in self.plan.inputs.items())

@@ -385,6 +385,17 @@ class Executor:
                             f"{arr.dtype}{list(arr.shape)}" + (f"; {hint}" if bits is None and hint else ""))
         return Storage.from_numpy(bits, dtype=spec.dtype)
 
+    def kernel_summary(self) -> list[str]:
+        """One ``OpKind[dtypes] (kernel_source)`` line per kernel step (the
+        kernel the table bound for it)."""
+        lines = []
+        for i, s in enumerate(self.plan.steps):
+            if isinstance(s, KernelStep):
+                op = s.key.op.name if s.key.op is not None else f"fused#{s.key.fused}"
+                lines.append(f"{op}[{','.join(d.value for d in s.dtypes)}] "
+                             f"({self.entries[i].kernel_source})")
+        return lines
+
     def run(self, **inputs) -> dict[str, np.ndarray]:
         """Run the plan. Raises PlanError on missing/extra/mistyped inputs
         and KernelError (naming the step) when a kernel fails."""
