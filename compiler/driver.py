@@ -21,7 +21,7 @@ from typing import Mapping
 import numpy as np
 
 from runtime.cpu_features import check_cpu_features
-from runtime.executor import Executor, KernelStep, Plan
+from runtime.executor import Executor, KernelStep, Plan, PlanModule
 from runtime.errors import FuelError
 
 from .errors import CompilerError
@@ -32,7 +32,7 @@ class CompileError(CompilerError):
     """A graph that could not be compiled; the message names the stage."""
 
 
-class CompiledModule:
+class CompiledModule(PlanModule):
     """A compiled graph: call it with the inputs by name (numpy arrays).
 
     ``m(x=...)`` returns one array for a one-output graph, else a dict by
@@ -51,14 +51,6 @@ class CompiledModule:
         self.executor = Executor(plan, table)
         self._runnable = False
 
-    @property
-    def input_names(self) -> list[str]:
-        return list(self.plan.inputs)
-
-    @property
-    def output_names(self) -> list[str]:
-        return list(self.plan.outputs)
-
     def run(self, **inputs) -> dict[str, np.ndarray]:
         """Run and return every output in a dict by name. ``CpuFeatureError``
         (before anything runs) when this CPU lacks features the target's
@@ -70,13 +62,7 @@ class CompiledModule:
             if check is not None:  # e.g. a CUDA device for a cuda target
                 check(self.target)
             self._runnable = True
-        return self.executor.run(**inputs)
-
-    def __call__(self, **inputs):
-        out = self.run(**inputs)
-        if len(out) == 1:
-            return next(iter(out.values()))
-        return out
+        return super().run(**inputs)
 
     def save(self, path):
         """Write this module to one ``.fuel`` file (atomically) that
@@ -86,10 +72,6 @@ class CompiledModule:
         (``compiler.export``) for a step that cannot be exported."""
         from .export import export_module
         return export_module(self, path)
-
-    def kernel_summary(self) -> list[str]:
-        """One ``OpKind[dtypes] (kernel_source)`` line per kernel step."""
-        return self.executor.kernel_summary()
 
     def __repr__(self) -> str:
         sig = ", ".join(f"{n}: {s}" for n, s in self.plan.inputs.items())

@@ -45,7 +45,7 @@ from .binding import KernelBindingTable, KernelCaps, KernelRef
 from .cost import default_cost_for_op_kind, unknown_cost
 from .cpu_features import CpuFeatureError, check_cpu_features
 from .errors import FuelError, KernelError
-from .executor import Executor, KernelStep, Plan
+from .executor import Executor, KernelStep, Plan, PlanModule
 from .keys import BindingKey
 from .layout import Layout
 from .precision import PrecisionGuarantee
@@ -478,7 +478,7 @@ def load(path) -> "LoadedModule":
         raise ArtifactFormatError(f"the plan does not load: {e}", art.path) from None
 
 
-class LoadedModule:
+class LoadedModule(PlanModule):
     """A module loaded from a ``.fuel`` file: call it like the compiled
     module it was exported from. ``m(x=...)`` returns one array for a
     one-output module, else a dict by output name; ``run`` always a dict.
@@ -493,14 +493,6 @@ class LoadedModule:
         self.table = table
         self.target = artifact.manifest["target"]["name"]
         self.executor = Executor(plan, table)
-
-    @property
-    def input_names(self) -> list[str]:
-        return list(self.plan.inputs)
-
-    @property
-    def output_names(self) -> list[str]:
-        return list(self.plan.outputs)
 
     @property
     def entry_points(self) -> list[dict]:
@@ -519,21 +511,6 @@ class LoadedModule:
 
     def ir(self, stage: str) -> str:
         return self._artifact.ir(stage)
-
-    def run(self, **inputs) -> dict[str, np.ndarray]:
-        """Run and return every output in a dict by name (``PlanError`` for
-        missing, extra or mistyped inputs)."""
-        return self.executor.run(**inputs)
-
-    def __call__(self, **inputs):
-        out = self.run(**inputs)
-        if len(out) == 1:
-            return next(iter(out.values()))
-        return out
-
-    def kernel_summary(self) -> list[str]:
-        """One ``OpKind[dtypes] (kernel_source)`` line per kernel step."""
-        return self.executor.kernel_summary()
 
     def __repr__(self) -> str:
         sig = ", ".join(f"{n}: {s}" for n, s in self.plan.inputs.items())

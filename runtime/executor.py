@@ -578,3 +578,36 @@ class _ConstRunner:
         if arr is src and arr.dtype != np.bool_ and arr.dtype.isnative and arr.size:
             self._cached = (src, value)  # zero-copy: nothing to redo next run
         env[self.step.output] = value
+
+
+class PlanModule:
+    """The calling surface shared by compiled and loaded modules: a ``plan``
+    run by ``self.executor``. ``m(x=...)`` returns one array for a one-output
+    plan, else a dict by output name; ``run`` always returns the dict."""
+
+    plan: Plan
+    executor: Executor
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.plan.inputs)
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self.plan.outputs)
+
+    def run(self, **inputs) -> dict[str, np.ndarray]:
+        """Run and return every output in a dict by name (``PlanError`` for
+        missing, extra or mistyped inputs)."""
+        return self.executor.run(**inputs)
+
+    def __call__(self, **inputs):
+        out = self.run(**inputs)
+        if len(out) == 1:
+            return next(iter(out.values()))
+        return out
+
+    def kernel_summary(self) -> list[str]:
+        """One ``OpKind[dtypes] (kernel_source)`` line per kernel step."""
+        return self.executor.kernel_summary()
+
