@@ -282,6 +282,24 @@ def test_matmul_batched_and_bias_add_becomes_linear():
     assert sum(1 for n in g.nodes if n.op == "Fused" and n.fused.name == "FusedLinear") == 1
 
 
+def test_linear_and_gelu_match_through_identity_aliased_initializers():
+    # torch.onnx.export of copied layers (nn.TransformerEncoder) shares one
+    # initializer and names the copies with Identity nodes; the fused-op
+    # spellings must still be found behind them.
+    s2, one, half = (np.array(v, np.float32) for v in (math.sqrt(2), 1.0, 0.5))
+    nodes = [node("Identity", ["w"], ["w1"]), node("Identity", ["bias"], ["b1"]),
+             node("Identity", ["s2"], ["s2b"]),
+             node("MatMul", ["x", "w1"], ["mm"]), node("Add", ["b1", "mm"], ["h"]),
+             node("Div", ["h", "s2b"], ["d"]), node("Erf", ["d"], ["e"]),
+             node("Add", ["e", "one"], ["e1"]), node("Mul", ["h", "e1"], ["m"]),
+             node("Mul", ["m", "half"], ["y"])]
+    m = make(nodes, [vi("x", shape=[2, 3, 8])], [vi("y")],
+             {"w": rand(8, 5), "bias": rand(5), "s2": s2, "one": one, "half": half})
+    g = check(m, {"x": rand(2, 3, 8)})
+    assert _fused_names(g) == ["FusedLinear"]
+    assert sum(1 for n in g.nodes if n.op == "GeluErf") == 1, [n.op for n in g.nodes]
+
+
 @pytest.mark.parametrize("axis", [-1, 1])
 def test_layer_normalization(axis):
     shape = [2, 3, 6]

@@ -410,6 +410,9 @@ class _Importer:
                     consts[n.output[0]] = self._constant_node(_attrs(n))
                 except Exception:
                     pass
+            elif n.op_type == "Identity" and n.input and n.input[0] in consts:
+                # exporters alias shared initializers (tied or copied layers) through Identity
+                consts[n.output[0]] = consts[n.input[0]]
             for o in n.output:
                 producer[o] = i
             for x in n.input:
