@@ -1,18 +1,28 @@
-"""One transformer encoder block, fuelc vs onnxruntime on the same model.
+"""Transformer encoders, fuelc vs onnxruntime on the same model.
 
-    python benchmarks/encoder.py                         # batch 1 and 8, seq 128
-    python benchmarks/encoder.py --batch 1 --threads 1 --repeats 20
+    python benchmarks/encoder.py                         # every model below, batch 1 and 8
+    python benchmarks/encoder.py --model builder --batch 1 --threads 1 --repeats 20
+    python benchmarks/encoder.py --model torch --layers 6 --steps
     python benchmarks/encoder.py --target cpu:x86-64-v3 --json out.json
 
 The block (hidden 384, 12 heads, FFN 1536, seq 128, post-LayerNorm as in
 BERT): q/k/v projections, softmax(q k^T / sqrt(d)) v, output projection +
-residual + LayerNorm, erf-GELU FFN + residual + LayerNorm. fuelc builds it
-with the builder API; onnxruntime runs the same weights as an ONNX model
-built with onnx.helper (opset 17, the GELU as its erf formula). Both get
-``--threads`` threads. Prints, per batch, the median wall time of each (and
-p10/p90), fuelc / ort, the largest difference of the outputs, and which
-kernels fuelc ran (OpKind[dtypes] (kernel source) x count). The machine is
-shared and noisy: compare the two from the same run.
+residual + LayerNorm, erf-GELU FFN + residual + LayerNorm. Models
+(``--model``, repeatable; default all three, ``--layers`` blocks each,
+default 1 block and a 6-layer encoder):
+
+* ``builder``: fuelc builds it with the builder API; onnxruntime runs the
+  same weights as an ONNX model built with onnx.helper (opset 17, the GELU
+  as its erf formula);
+* ``onnx``: that ONNX model, imported by fuelc's ONNX importer;
+* ``torch``: ``torch.nn.TransformerEncoder`` of the same size (GELU, post
+  norm, random weights per layer) exported by ``torch.onnx.export`` (needs
+  torch), imported by fuelc; onnxruntime runs the exported file.
+
+Both get ``--threads`` threads. Prints, per model and batch, the median wall
+time of each (and p10/p90), fuelc / ort, the largest difference of the
+outputs, and which kernels fuelc ran (OpKind[dtypes] (kernel source) x
+count). The machine is shared and noisy: compare the two from the same run.
 """
 from __future__ import annotations
 
@@ -30,6 +40,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))  # this checkout's compiler
 
 from compiler import Graph, compile  # noqa: E402
+from compiler.frontends.onnx import import_model  # noqa: E402
 from compiler.registry.builders import layer_norm, linear  # noqa: E402
 
 HIDDEN, HEADS, FFN, SEQ, EPS = 384, 12, 1536, 128, 1e-12
@@ -48,34 +59,35 @@ def weights(seed: int = 0) -> dict[str, np.ndarray]:
     return w
 
 
-def fuelc_block(batch: int, w: dict) -> Graph:
+def fuelc_encoder(batch: int, layers: list[dict]) -> Graph:
+    """The encoder (one block per weight dict) with fuelc's builder API."""
     g = Graph()
     d = HIDDEN // HEADS
     x = g.input("x", (batch, SEQ, HIDDEN), "f32")
-    c = {k: g.constant(v, name=k.replace(".", "_")) for k, v in w.items()}
+    for i, w in enumerate(layers):
+        c = {k: g.constant(v, name=f"l{i}_" + k.replace(".", "_")) for k, v in w.items()}
 
-    def lin(t, p):
-        return linear(t, c[p + ".w"], c[p + ".b"])
+        def lin(t, p):
+            return linear(t, c[p + ".w"], c[p + ".b"])
 
-    def heads(t):  # [B, S, H] -> [B, heads, S, d]
-        return t.reshape(batch, SEQ, HEADS, d).permute((0, 2, 1, 3))
+        def heads(t):  # [B, S, H] -> [B, heads, S, d]
+            return t.reshape(batch, SEQ, HEADS, d).permute((0, 2, 1, 3))
 
-    q, k, v = heads(lin(x, "q")), heads(lin(x, "k")), heads(lin(x, "v"))
-    probs = ((q @ k.permute((0, 1, 3, 2))) * (1 / math.sqrt(d))).softmax(-1)
-    ctx = (probs @ v).permute((0, 2, 1, 3)).reshape(batch, SEQ, HIDDEN)
-    h1 = layer_norm(lin(ctx, "o") + x, c["ln1.g"], c["ln1.b"], eps=EPS)
-    y = layer_norm(lin(lin(h1, "f1").gelu(), "f2") + h1, c["ln2.g"], c["ln2.b"], eps=EPS)
-    g.output(y, name="y")
+        q, k, v = heads(lin(x, "q")), heads(lin(x, "k")), heads(lin(x, "v"))
+        probs = ((q @ k.permute((0, 1, 3, 2))) * (1 / math.sqrt(d))).softmax(-1)
+        ctx = (probs @ v).permute((0, 2, 1, 3)).reshape(batch, SEQ, HIDDEN)
+        h1 = layer_norm(lin(ctx, "o") + x, c["ln1.g"], c["ln1.b"], eps=EPS)
+        x = layer_norm(lin(lin(h1, "f1").gelu(), "f2") + h1, c["ln2.g"], c["ln2.b"], eps=EPS)
+    g.output(x, name="y")
     return g
 
 
-def onnx_block(w: dict):
-    """The same block as an ONNX model (dynamic batch)."""
+def onnx_encoder(layers: list[dict]):
+    """The same encoder as an ONNX model built with onnx.helper (dynamic batch)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
     d = HIDDEN // HEADS
-    inits = [numpy_helper.from_array(v, k) for k, v in w.items()]
-    nodes = []
+    inits, nodes = [], []
 
     def const(name, value):
         inits.append(numpy_helper.from_array(np.asarray(value), name))
@@ -85,41 +97,85 @@ def onnx_block(w: dict):
         nodes.append(helper.make_node(kind, ins, [out], **attrs))
         return out
 
-    def lin(t, p):
-        return op("Add", [op("MatMul", [t, p + ".w"], p + ".mm"), p + ".b"], p + ".y")
-
-    def heads(t, p):
-        return op("Transpose", [op("Reshape", [t, "heads_shape"], p + ".r")], p + ".t",
-                  perm=[0, 2, 1, 3])
-
-    def ln(t, p):
-        return op("LayerNormalization", [t, p + ".g", p + ".b"], p + ".y", axis=-1, epsilon=EPS)
-
     const("heads_shape", np.array([0, SEQ, HEADS, d], np.int64))
     const("out_shape", np.array([0, SEQ, HIDDEN], np.int64))
     const("scale", np.float32(1 / math.sqrt(d)))
     const("sqrt2", np.float32(math.sqrt(2)))
     const("one", np.float32(1))
     const("half", np.float32(0.5))
-    q, k, v = (heads(lin("x", n), n) for n in ("q", "k", "v"))
-    scores = op("Mul", [op("MatMul", [q, op("Transpose", [k], "kt", perm=[0, 1, 3, 2])], "qk"),
-                        "scale"], "scores")
-    probs = op("Softmax", [scores], "probs", axis=-1)
-    ctx = op("Reshape", [op("Transpose", [op("MatMul", [probs, v], "ctx")], "ctx_t",
-                            perm=[0, 2, 1, 3]), "out_shape"], "ctx_r")
-    h1 = ln(op("Add", [lin(ctx, "o"), "x"], "res1"), "ln1")
-    f = lin(h1, "f1")
-    gelu = op("Mul", [op("Mul", [f, op("Add", [op("Erf", [op("Div", [f, "sqrt2"], "gd")], "ge"),
-                                              "one"], "g1")], "gm"), "half"], "gelu")
-    ln(op("Add", [lin(gelu, "f2"), h1], "res2"), "ln2")
+    x = "x"
+    for i, w in enumerate(layers):
+        p = f"l{i}."
+        for k, v in w.items():
+            const(p + k, v)
+
+        def lin(t, n):
+            return op("Add", [op("MatMul", [t, p + n + ".w"], p + n + ".mm"), p + n + ".b"],
+                      p + n + ".y")
+
+        def heads(t, n):
+            return op("Transpose", [op("Reshape", [t, "heads_shape"], p + n + ".r")],
+                      p + n + ".t", perm=[0, 2, 1, 3])
+
+        def ln(t, n):
+            return op("LayerNormalization", [t, p + n + ".g", p + n + ".b"], p + n + ".y",
+                      axis=-1, epsilon=EPS)
+
+        q, k, v = (heads(lin(x, n), n) for n in ("q", "k", "v"))
+        kt = op("Transpose", [k], p + "kt", perm=[0, 1, 3, 2])
+        scores = op("Mul", [op("MatMul", [q, kt], p + "qk"), "scale"], p + "scores")
+        probs = op("Softmax", [scores], p + "probs", axis=-1)
+        ctx = op("Reshape", [op("Transpose", [op("MatMul", [probs, v], p + "ctx")], p + "ctx_t",
+                                perm=[0, 2, 1, 3]), "out_shape"], p + "ctx_r")
+        h1 = ln(op("Add", [lin(ctx, "o"), x], p + "res1"), "ln1")
+        f = lin(h1, "f1")
+        erf = op("Erf", [op("Div", [f, "sqrt2"], p + "gd")], p + "ge")
+        gelu = op("Mul", [op("Mul", [f, op("Add", [erf, "one"], p + "g1")], p + "gm"), "half"],
+                  p + "gelu")
+        x = ln(op("Add", [lin(gelu, "f2"), h1], p + "res2"), "ln2")
     nodes[-1].output[0] = "y"
     graph = helper.make_graph(
-        nodes, "encoder_block",
+        nodes, "encoder",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", SEQ, HIDDEN])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", SEQ, HIDDEN])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     onnx.checker.check_model(model)
     return model
+
+
+def torch_encoder(n_layers: int, seed: int = 0):
+    """``torch.nn.TransformerEncoder`` of the block's size exported to ONNX
+    (bytes), or None (with the reason printed) when torch cannot export it."""
+    try:
+        import torch
+    except ImportError:
+        print("  torch model skipped: torch is not installed (pip install -e '.[bench]')")
+        return None
+    import io
+    import warnings
+    torch.manual_seed(seed)
+    layer = torch.nn.TransformerEncoderLayer(HIDDEN, HEADS, FFN, dropout=0.0, activation="gelu",
+                                             batch_first=True, layer_norm_eps=EPS)
+    enc = torch.nn.TransformerEncoder(layer, n_layers, enable_nested_tensor=False).eval()
+    with torch.no_grad():  # the layers are deep copies: give each its own weights
+        for name, p in enc.named_parameters():
+            if p.dim() > 1:
+                p.copy_(torch.randn_like(p) / math.sqrt(p.shape[-1]))
+            elif "norm" in name and name.endswith("weight"):
+                p.copy_(1 + 0.1 * torch.randn_like(p))
+            else:
+                p.copy_(0.1 * torch.randn_like(p))
+    buf = io.BytesIO()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(enc, (torch.randn(1, SEQ, HIDDEN),), buf, dynamo=False,
+                              opset_version=17, input_names=["x"], output_names=["y"],
+                              dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+    except Exception as e:  # the exporter moves between torch releases
+        print(f"  torch model skipped: torch.onnx.export failed: {type(e).__name__}: {e}")
+        return None
+    return buf.getvalue()
 
 
 def times(fn, repeats: int) -> list[float]:
@@ -167,8 +223,15 @@ def kernels_ran(m) -> list[str]:
     return [f"{k} x{n}" for k, n in counts.items()]
 
 
+MODELS = ("builder", "onnx", "torch")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", action="append", choices=MODELS,
+                    help="which models (default: all; see the module docstring)")
+    ap.add_argument("--layers", type=int, action="append",
+                    help="encoder layers (default: 1 and 6)")
     ap.add_argument("--batch", type=int, action="append", help="batch sizes (default: 1 and 8)")
     ap.add_argument("--threads", type=int, default=None,
                     help="threads for fuelc and onnxruntime (default: $FUELC_NUM_THREADS or CPUs)")
@@ -185,42 +248,55 @@ def main(argv=None) -> int:
         import onnxruntime as ort
     except ImportError:
         ort = None
-    w = weights()
     records = []
-    print(f"encoder block (hidden {HIDDEN}, {HEADS} heads, FFN {FFN}, seq {SEQ}): target "
+    print(f"encoder (hidden {HIDDEN}, {HEADS} heads, FFN {FFN}, seq {SEQ}): target "
           f"{args.target}, {threads} threads, {args.repeats} runs")
-    session = None
-    if ort is not None:
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = threads
-        so.inter_op_num_threads = 1
-        session = ort.InferenceSession(onnx_block(w).SerializeToString(), so,
-                                       providers=["CPUExecutionProvider"])
-    for batch in args.batch or [1, 8]:
-        x = np.random.RandomState(batch).randn(batch, SEQ, HIDDEN).astype(np.float32)
-        t0 = time.perf_counter()
-        m = compile(fuelc_block(batch, w), args.target)
-        compile_s = time.perf_counter() - t0
-        ours = m(x=x)
-        tf = times(lambda: m(x=x), args.repeats)
-        rec = {"batch": batch, "fuelc_ms": statistics.median(tf) * 1e3, "compile_s": compile_s,
-               "kernels": kernels_ran(m)}
-        line = (f"batch {batch}: fuelc {rec['fuelc_ms']:8.3f} ms "
-                f"(p10 {tf[len(tf) // 10] * 1e3:.3f}, p90 {tf[-1 - len(tf) // 10] * 1e3:.3f})")
-        if session is not None:
-            theirs = session.run(None, {"x": x})[0]
-            to = times(lambda: session.run(None, {"x": x}), args.repeats)
-            rec["ort_ms"] = statistics.median(to) * 1e3
-            rec["max_abs_diff"] = float(np.max(np.abs(ours - theirs)))
-            line += (f" | onnxruntime {rec['ort_ms']:8.3f} ms | fuelc/ort "
-                     f"{rec['fuelc_ms'] / rec['ort_ms']:5.2f} | max |diff| {rec['max_abs_diff']:.1e}")
-        print(line + f" | compiled in {compile_s:.1f} s", flush=True)
-        print("  kernels: " + "; ".join(rec["kernels"]))
-        if args.steps:
-            rec["steps"] = step_times(m, {"x": x}, args.repeats)
-            for ms, what in rec["steps"]:
-                print(f"    {ms:8.3f} ms  {what}")
-        records.append(rec)
+    for n_layers in args.layers or [1, 6]:
+        layers = [weights(seed) for seed in range(n_layers)]
+        for model in args.model or MODELS:
+            if model == "torch":
+                proto = torch_encoder(n_layers)
+                if proto is None:
+                    continue
+            else:
+                proto = onnx_encoder(layers).SerializeToString()
+            session = None
+            if ort is not None:
+                so = ort.SessionOptions()
+                so.intra_op_num_threads = threads
+                so.inter_op_num_threads = 1
+                session = ort.InferenceSession(proto, so, providers=["CPUExecutionProvider"])
+            for batch in args.batch or [1, 8]:
+                x = np.random.RandomState(batch).randn(batch, SEQ, HIDDEN).astype(np.float32)
+                t0 = time.perf_counter()
+                if model == "builder":
+                    graph = fuelc_encoder(batch, layers)
+                else:
+                    graph = import_model(proto, input_shapes={"x": (batch, SEQ, HIDDEN)})
+                m = compile(graph, args.target)
+                compile_s = time.perf_counter() - t0
+                ours = m(x=x)
+                tf = times(lambda: m(x=x), args.repeats)
+                rec = {"model": model, "layers": n_layers, "batch": batch,
+                       "fuelc_ms": statistics.median(tf) * 1e3, "compile_s": compile_s,
+                       "kernels": kernels_ran(m)}
+                line = (f"{model:7s} x{n_layers} batch {batch}: fuelc {rec['fuelc_ms']:8.3f} ms "
+                        f"(p10 {tf[len(tf) // 10] * 1e3:.3f}, p90 {tf[-1 - len(tf) // 10] * 1e3:.3f})")
+                if session is not None:
+                    theirs = session.run(None, {"x": x})[0]
+                    to = times(lambda: session.run(None, {"x": x}), args.repeats)
+                    rec["ort_ms"] = statistics.median(to) * 1e3
+                    rec["max_abs_diff"] = float(np.max(np.abs(ours - theirs)))
+                    line += (f" | onnxruntime {rec['ort_ms']:8.3f} ms | fuelc/ort "
+                             f"{rec['fuelc_ms'] / rec['ort_ms']:5.2f} | max |diff| "
+                             f"{rec['max_abs_diff']:.1e}")
+                print(line + f" | compiled in {compile_s:.1f} s", flush=True)
+                print("  kernels: " + "; ".join(rec["kernels"]))
+                if args.steps:
+                    rec["steps"] = step_times(m, {"x": x}, args.repeats)
+                    for ms, what in rec["steps"]:
+                        print(f"    {ms:8.3f} ms  {what}")
+                records.append(rec)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"threads": threads, "target": args.target, "cases": records}, f, indent=1)
