@@ -127,14 +127,37 @@ def compiled_entry(target, key: Hashable, linalg_text: Callable[[], str], n_args
 
 
 def single_op_linalg_text(op_name: str, params: dict, input_types: Sequence, dynamic: bool,
-                          platform: str | None = None) -> str:
+                          platform: str | None = None, unit_stride: Sequence[int] = ()) -> str:
     """The linalg-on-tensors module of one fuel op (a primitive or a static
-    fused op) as a ``@kernel`` entry, lowered with ``platform``'s rules."""
+    fused op) as a ``@kernel`` entry, lowered with ``platform``'s rules.
+    ``unit_stride``: the arguments (inputs then outputs) every call passes
+    with a unit innermost stride; on cpu the entry carries them in
+    ``UNIT_STRIDE_ATTR`` (``codegen.cpu.pipeline.assume_unit_strides``)."""
     from compiler.codegen.linalg import emit_single_op_module, lower_to_linalg
     module = emit_single_op_module(op_name, dict(params), list(input_types),
                                    dynamic=dynamic, func_name=ENTRY)
     lower_to_linalg(module, platform=platform)
+    if unit_stride and platform == "cpu":
+        from compiler.mlir import ir
+        with module.context:
+            i64 = ir.IntegerType.get_signless(64)
+            for op in module.body.operations:
+                if op.operation.name == "func.func":
+                    op.attributes[UNIT_STRIDE_ATTR] = ir.ArrayAttr.get(
+                        [ir.IntegerAttr.get(i64, i) for i in unit_stride])
     return str(module)
+
+
+#: See ``compiler.codegen.cpu.pipeline.assume_unit_strides``.
+UNIT_STRIDE_ATTR = "fuelc.unit_stride_args"
+
+
+def unit_stride_args(layouts: Sequence) -> tuple[int, ...]:
+    """The indices of ``layouts`` whose innermost axis has stride 1 (or at
+    most one element, where the stride is never used): the operands a
+    kernel specialised on them reads and writes as contiguous rows."""
+    return tuple(i for i, l in enumerate(layouts)
+                 if l.rank and (l.stride[-1] == 1 or l.shape[-1] <= 1))
 
 
 class KernelFamily:

@@ -95,6 +95,10 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
     transform.apply_patterns to %f2 {{
       transform.apply_patterns.canonicalization
     }} : {t}
+    %fmas = {match("vector.fma", "%f2")}
+    %kloops = transform.get_parent_op %fmas {{op_name = "scf.for", deduplicate}} : ({t}) -> {t}
+    %no_unroll = transform.param.constant #llvm.loop_annotation<unroll = #llvm.loop_unroll<disable = true>> -> !transform.any_param
+    transform.annotate %kloops "loop_annotation" = %no_unroll : {t}, !transform.any_param
     }}
     transform.yield
   }}
