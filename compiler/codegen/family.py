@@ -34,7 +34,7 @@ import dataclasses
 import threading
 from typing import Callable, Hashable, Sequence
 
-from compiler.codegen import parallel
+from compiler.codegen import native_pool, parallel
 from compiler.codegen.loader import KernelFunction
 from compiler.codegen.memref import DescriptorTemplate
 from compiler.errors import UnsupportedOpError
@@ -47,6 +47,10 @@ from runtime.dtype import DType
 ENTRY = "kernel"
 
 _addressof = ctypes.addressof
+
+
+def _fn_address(fn: KernelFunction) -> int:
+    return ctypes.cast(fn.raw, ctypes.c_void_p).value
 
 #: Compiled entries memoised by ``compiled_entry``; beyond it the oldest are
 #: dropped (and unloaded once no kernel's call memo refers to them), so a
@@ -371,11 +375,18 @@ def run_tiles(hit: tuple, storages: Sequence) -> None:
         fn, templates = hit[0]
         fn(*[t.bind(s) for t, s in zip(templates, storages)])
         return
-    calls = []
-    for fn, templates in hit:
-        descs = [t.bind(s) for t, s in zip(templates, storages)]
-        calls.append(lambda fn=fn, descs=descs: fn(*descs))
     threads = parallel.num_threads()
+    descs = [[t.bind(s) for t, s in zip(templates, storages)] for _, templates in hit]
+    if len(hit) <= threads and all(isinstance(fn, KernelFunction) for fn, _ in hit):
+        # one tile per thread: the others run on native workers (no GIL, no
+        # thread wake-up while they are polling)
+        pool = native_pool.pool(len(hit) - 1)
+        fn0, d0 = hit[0][0], descs[0]
+        rest = [(_fn_address(fn), [_addressof(d) for d in ds])
+                for (fn, _), ds in zip(hit[1:], descs[1:])]
+        if pool is not None and pool.run(lambda: fn0(*d0), rest):
+            return
+    calls = [lambda fn=fn, ds=ds: fn(*ds) for (fn, _), ds in zip(hit, descs)]
     if len(calls) > threads:
         groups = [calls[start:start + length]
                   for start, length in parallel.chunks(len(calls), threads)]

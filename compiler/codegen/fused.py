@@ -272,8 +272,9 @@ class FusedFamily(KernelFamily):
     def split(self, inst: FusedInstance, layouts, n_inputs: int, threads: int):
         from compiler.codegen import parallel
         if inst.name == "FusedLinear":
-            from compiler.codegen.kernels import MATMUL_ROW_ALIGN
-            return parallel.matmul_tiles(layouts, n_inputs, threads, MATMUL_ROW_ALIGN)
+            from compiler.codegen.kernels import MATMUL_COL_ALIGN, MATMUL_ROW_ALIGN
+            return parallel.matmul_tiles(layouts, n_inputs, threads, MATMUL_ROW_ALIGN,
+                                         MATMUL_COL_ALIGN)
         if inst.name in ROW_PARALLEL:
             return parallel.row_tiles(layouts, n_inputs, threads, keep_last=True)
         return None
