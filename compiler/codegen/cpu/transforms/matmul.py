@@ -27,7 +27,8 @@ _ANY = "!transform.any_op"
 _FOR = '!transform.op<"scf.for">'
 
 
-def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: int = 512) -> str:
+def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: int = 512,
+                  mc: int = 240) -> str:
     """The transform script for every ``op`` (``linalg.matmul`` or
     ``linalg.batch_matmul``) of the payload; ``mr x nr`` register tile, ``kc``
     rows of B packed per panel."""
@@ -39,8 +40,10 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
     pre0 = "0, " if b else ""  # the batch is already tiled to 1
     t = _ANY
     n_loops = len(b)
-    res1 = ", ".join([t] * (1 + n_loops + 2))
-    loops1 = ", ".join([f"%bl{i}" for i in range(n_loops)] + ["%lN", "%lK"])
+    if mc % mr:
+        raise ValueError(f"matmul_script: mc={mc} is not a multiple of mr={mr}")
+    res0 = ", ".join([t] * (1 + n_loops + 2))
+    loops0 = ", ".join([f"%bl{i}" for i in range(n_loops)] + ["%lM", "%lK"])
     res2 = ", ".join([t] * 3)
     pm = lambda body: "    transform.apply_patterns to %func {\n" + body + "    } : " + t + "\n"
     canon = pm("      transform.apply_patterns.canonicalization\n")
@@ -53,7 +56,8 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
     %mm = {match(op, "%root")}
     transform.foreach %mm : {t} {{
     ^bb0(%m: {t}):
-      %t1, {loops1} = transform.structured.tile_using_for %m tile_sizes [{pre}0, {nr}, {kc}] : ({t}) -> ({res1})
+      %t0, {loops0} = transform.structured.tile_using_for %m tile_sizes [{pre}{mc}, 0, {kc}] : ({t}) -> ({res0})
+      %t1, %lN = transform.structured.tile_using_for %t0 tile_sizes [{pre0}0, {nr}, 0] : ({t}) -> ({t}, {t})
       %lNf = transform.cast %lN : {t} to {_FOR}
       %mainN, %remN = transform.loop.peel %lNf : ({_FOR}) -> ({t}, {t})
       %mmMain = {match(op, "%mainN")}
