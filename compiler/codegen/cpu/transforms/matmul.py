@@ -4,8 +4,9 @@ and any strides.
 For each ``linalg.matmul`` (or ``linalg.batch_matmul``, batch tiled by 1) of
 the payload (``transform.foreach``, so modules may hold several):
 
-1. tile N by ``nr`` and K by ``kc``; peel the N loop so the main panels are
-   exactly ``nr`` wide;
+1. tile M by ``mc`` and K by ``kc`` (in that order: the ``mc x kc`` block of
+   A stays in L2 across the N panels), then N by ``nr``; peel the N loop so
+   the main panels are exactly ``nr`` wide;
 2. main panels: promote the ``kc x nr`` panel of B into a contiguous stack
    buffer (hoisted out of the loops), tile M by ``mr`` and K by 1, peel the M
    loop; the ``mr x nr x 1`` tiles and the ``1 x nr x 1`` tiles of the M
@@ -16,7 +17,10 @@ the payload (``transform.foreach``, so modules may hold several):
    indices are loop invariant, hoist the C accumulators out of the K loop
    (per function),
    then lower contractions to outer products / FMAs and transfers to loads
-   (the lowering's ``convert-vector-to-scf`` handles non-unit strides).
+   (the lowering's ``convert-vector-to-scf`` handles non-unit strides);
+5. mark the loops around the FMAs (the K loops of the micro-kernels) "do
+   not unroll": unrolled, LLVM rotates the accumulators through registers
+   and spills (docs/toolchain.md).
 
 Canonicalization sits in its own ``apply_patterns`` blocks: mixed with the
 vector lowering patterns it never terminates (docs/toolchain.md).
@@ -31,7 +35,9 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
                   mc: int = 240) -> str:
     """The transform script for every ``op`` (``linalg.matmul`` or
     ``linalg.batch_matmul``) of the payload; ``mr x nr`` register tile, ``kc``
-    rows of B packed per panel."""
+    rows of B packed per panel, ``mc`` rows of A per block (a multiple of
+    ``mr``, so the thread count never changes which rows fall in the M
+    remainder). Raises ValueError."""
     if op not in ("linalg.matmul", "linalg.batch_matmul"):
         raise ValueError(f"matmul_script: unsupported op {op}")
     b = [1] if op == "linalg.batch_matmul" else []
