@@ -154,11 +154,13 @@ def select_strategy(op_names: Iterable[str], target=None) -> Strategy:
 # broadcast leave room). kc rows of B per packed panel (kc x nr elements:
 # 32 KiB f32 on AVX2; 64 KiB on AVX-512, where kc=512 measured 5-10% faster
 # than 256 on znver4 (fewer C tile loads/stores per FMA); the panel streams
-# from L2); mc rows of A per block (mc x kc elements: 240 KiB AVX2, 480 KiB
-# AVX-512, within the L2), a multiple of mr. Measured: benchmarks/kernels.py.
+# from L2); mc rows of A per block (mc x kc elements: 240 KiB AVX2, 768 KiB
+# AVX-512, within the L2 of 1 MiB: mc=384 measured a little faster than 240
+# at 256-512 rows on znver4, fewer small last blocks), a multiple of mr.
+# Measured: benchmarks/kernels.py.
 _MATMUL_TILES = {
     ("f32", "avx2"): dict(mr=6, nr=16, kc=512, mc=120), ("f64", "avx2"): dict(mr=6, nr=8, kc=512, mc=60),
-    ("f32", "avx512"): dict(mr=8, nr=32, kc=512, mc=240), ("f64", "avx512"): dict(mr=8, nr=16, kc=256, mc=120),
+    ("f32", "avx512"): dict(mr=8, nr=32, kc=512, mc=384), ("f64", "avx512"): dict(mr=8, nr=16, kc=256, mc=120),
 }
 _MATMUL_OPS = ("linalg.matmul", "linalg.batch_matmul")
 
