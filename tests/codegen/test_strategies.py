@@ -248,7 +248,7 @@ def test_matmul_script_rejects_an_m_block_that_is_not_a_multiple_of_mr():
 @pytest.mark.parametrize("dt", [F32, F64])
 @pytest.mark.parametrize("mkn", [(127, 1, 33), (33, 7, 127), (1, 600, 1), (401, 1100, 70)])
 def test_matmul_shapes_across_register_k_and_m_blocks(table, rng, dt, mkn):
-    # K=1; odd M/N; K beyond kc (512) and M beyond mc (384 AVX-512, 120 AVX2)
+    # K=1; odd M/N; K beyond kc (256 AVX2, 512 AVX-512), M beyond mc (240, 384)
     m, k, n = mkn
     a = rng.uniform(-1, 1, (m, k)).astype(dt.numpy)
     b = rng.uniform(-1, 1, (k, n)).astype(dt.numpy)
