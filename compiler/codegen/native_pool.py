@@ -21,6 +21,7 @@ function address, and up to ``MAX_ARGS`` argument addresses (unused ones are
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
 import threading
@@ -172,6 +173,25 @@ class NativePool:
 
 _pool: NativePool | None = None
 _lock = threading.Lock()
+#: Every native loop ever compiled: kept until the process ends, since a
+#: worker may still be polling in its code while the interpreter shuts down.
+_keep: list = []
+
+
+def _quiesce() -> None:
+    """At exit, wait (at most ~50 ms) until every worker has left the native
+    loop for its condition variable, so none runs JIT code while the
+    interpreter tears modules down."""
+    import time
+    p = _pool
+    if p is None or p.pid != os.getpid():
+        return
+    end = time.monotonic() + 0.05
+    while time.monotonic() < end and not all(w.sleeping for w in p.workers):
+        time.sleep(0.001)
+
+
+atexit.register(_quiesce)
 
 
 def pool(workers: int) -> NativePool | None:
@@ -186,6 +206,7 @@ def pool(workers: int) -> NativePool | None:
         if p is None or len(p.workers) < workers or p.pid != os.getpid():
             try:
                 p = _pool = NativePool(workers)
+                _keep.append(p._native)
             except RuntimeError:  # no x86 JIT here: the Python pool is used instead
                 return None
     return p
