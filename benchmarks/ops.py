@@ -37,8 +37,16 @@ from compiler import Graph, compile  # noqa: E402
 
 
 def median_time(fn, repeats: int, warmup: int = 1) -> float:
-    for _ in range(warmup):
+    """Median of ``repeats`` timed calls, after a settle: a pause (numpy's
+    OpenBLAS worker threads busy-wait for ~0.1 s after each call and take
+    the cores from whatever runs next; fuelc's native workers poll for
+    ~1 ms) and at least 20 ms of untimed calls (cores wake up, caches warm)."""
+    time.sleep(0.25)
+    t_end = time.perf_counter() + 0.02
+    for i in range(max(warmup, 1) * 1000):
         fn()
+        if i + 1 >= warmup and time.perf_counter() >= t_end:
+            break
     ts = []
     for _ in range(repeats):
         t0 = time.perf_counter()

@@ -34,7 +34,7 @@ import dataclasses
 import threading
 from typing import Callable, Hashable, Sequence
 
-from compiler.codegen import parallel
+from compiler.codegen import native_pool, parallel
 from compiler.codegen.loader import KernelFunction
 from compiler.codegen.memref import DescriptorTemplate
 from compiler.errors import UnsupportedOpError
@@ -47,6 +47,10 @@ from runtime.dtype import DType
 ENTRY = "kernel"
 
 _addressof = ctypes.addressof
+
+
+def _fn_address(fn: KernelFunction) -> int:
+    return ctypes.cast(fn.raw, ctypes.c_void_p).value
 
 #: Compiled entries memoised by ``compiled_entry``; beyond it the oldest are
 #: dropped (and unloaded once no kernel's call memo refers to them), so a
@@ -127,14 +131,37 @@ def compiled_entry(target, key: Hashable, linalg_text: Callable[[], str], n_args
 
 
 def single_op_linalg_text(op_name: str, params: dict, input_types: Sequence, dynamic: bool,
-                          platform: str | None = None) -> str:
+                          platform: str | None = None, unit_stride: Sequence[int] = ()) -> str:
     """The linalg-on-tensors module of one fuel op (a primitive or a static
-    fused op) as a ``@kernel`` entry, lowered with ``platform``'s rules."""
+    fused op) as a ``@kernel`` entry, lowered with ``platform``'s rules.
+    ``unit_stride``: the arguments (inputs then outputs) every call passes
+    with a unit innermost stride; on cpu the entry carries them in
+    ``UNIT_STRIDE_ATTR`` (``codegen.cpu.pipeline.assume_unit_strides``)."""
     from compiler.codegen.linalg import emit_single_op_module, lower_to_linalg
     module = emit_single_op_module(op_name, dict(params), list(input_types),
                                    dynamic=dynamic, func_name=ENTRY)
     lower_to_linalg(module, platform=platform)
+    if unit_stride and platform == "cpu":
+        from compiler.mlir import ir
+        with module.context:
+            i64 = ir.IntegerType.get_signless(64)
+            for op in module.body.operations:
+                if op.operation.name == "func.func":
+                    op.attributes[UNIT_STRIDE_ATTR] = ir.ArrayAttr.get(
+                        [ir.IntegerAttr.get(i64, i) for i in unit_stride])
     return str(module)
+
+
+#: See ``compiler.codegen.cpu.pipeline.assume_unit_strides``.
+UNIT_STRIDE_ATTR = "fuelc.unit_stride_args"
+
+
+def unit_stride_args(layouts: Sequence) -> tuple[int, ...]:
+    """The indices of ``layouts`` whose innermost axis has stride 1 (or at
+    most one element, where the stride is never used): the operands a
+    kernel specialised on them reads and writes as contiguous rows."""
+    return tuple(i for i, l in enumerate(layouts)
+                 if l.rank and (l.stride[-1] == 1 or l.shape[-1] <= 1))
 
 
 class KernelFamily:
@@ -348,11 +375,18 @@ def run_tiles(hit: tuple, storages: Sequence) -> None:
         fn, templates = hit[0]
         fn(*[t.bind(s) for t, s in zip(templates, storages)])
         return
-    calls = []
-    for fn, templates in hit:
-        descs = [t.bind(s) for t, s in zip(templates, storages)]
-        calls.append(lambda fn=fn, descs=descs: fn(*descs))
     threads = parallel.num_threads()
+    descs = [[t.bind(s) for t, s in zip(templates, storages)] for _, templates in hit]
+    if len(hit) <= threads and all(isinstance(fn, KernelFunction) for fn, _ in hit):
+        # one tile per thread: the others run on native workers (no GIL, no
+        # thread wake-up while they are polling)
+        pool = native_pool.pool(len(hit) - 1)
+        fn0, d0 = hit[0][0], descs[0]
+        rest = [(_fn_address(fn), [_addressof(d) for d in ds])
+                for (fn, _), ds in zip(hit[1:], descs[1:])]
+        if pool is not None and pool.run(lambda: fn0(*d0), rest):
+            return
+    calls = [lambda fn=fn, ds=ds: fn(*ds) for (fn, _), ds in zip(hit, descs)]
     if len(calls) > threads:
         groups = [calls[start:start + length]
                   for start, length in parallel.chunks(len(calls), threads)]

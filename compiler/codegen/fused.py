@@ -47,7 +47,7 @@ import math
 from typing import Callable, Optional, Sequence
 
 from runtime.params import exact_key
-from compiler.codegen.family import KernelFamily, single_op_linalg_text
+from compiler.codegen.family import KernelFamily, single_op_linalg_text, unit_stride_args
 from compiler.codegen.cpu import fastmath
 from compiler.codegen.loader import KernelFunction
 from compiler.errors import UnsupportedOpError
@@ -186,6 +186,9 @@ class FusedInstance:
     name: str
     params: tuple[tuple[str, object], ...]
     input_types: tuple[TensorType, ...]
+    #: arguments (inputs then the output) passed with a unit innermost
+    #: stride (``family.unit_stride_args``; FusedLinear only)
+    unit_stride: tuple[int, ...] = ()
 
     @property
     def dynamic(self) -> bool:
@@ -196,9 +199,11 @@ class FusedInstance:
     @property
     def memo_key(self) -> tuple:
         if self.dynamic:
-            return (self.name, exact_key(self.params),
-                    tuple((len(t.shape), t.dtype) for t in self.input_types))
-        return (self.name, exact_key(self.params), self.input_types)
+            key = (self.name, exact_key(self.params),
+                   tuple((len(t.shape), t.dtype) for t in self.input_types))
+        else:
+            key = (self.name, exact_key(self.params), self.input_types)
+        return key + (("unit_stride",) + self.unit_stride,) if self.unit_stride else key
 
     def output_type(self) -> TensorType:
         from compiler.registry import default_registry
@@ -256,7 +261,10 @@ class FusedFamily(KernelFamily):
             views = collapse_matmul(layouts[0], layouts[1], layouts[n_inputs], params)
             if views is not None:
                 layouts[0], layouts[1], layouts[n_inputs], params = views
-        return instance_from_params(spec.name, params, dtypes, layouts, n_inputs), layouts
+        inst = instance_from_params(spec.name, params, dtypes, layouts, n_inputs)
+        if spec.name == "FusedLinear":  # as MatMul: a kernel for unit-stride rows
+            inst = dataclasses.replace(inst, unit_stride=unit_stride_args(layouts))
+        return inst, layouts
 
     def linalg_text(self, inst: FusedInstance, target) -> str:
         return linalg_text(inst, platform=target.kind)
@@ -264,8 +272,9 @@ class FusedFamily(KernelFamily):
     def split(self, inst: FusedInstance, layouts, n_inputs: int, threads: int):
         from compiler.codegen import parallel
         if inst.name == "FusedLinear":
-            from compiler.codegen.kernels import MATMUL_ROW_ALIGN
-            return parallel.matmul_tiles(layouts, n_inputs, threads, MATMUL_ROW_ALIGN)
+            from compiler.codegen.kernels import MATMUL_COL_ALIGN, MATMUL_ROW_ALIGN
+            return parallel.matmul_tiles(layouts, n_inputs, threads, MATMUL_ROW_ALIGN,
+                                         MATMUL_COL_ALIGN)
         if inst.name in ROW_PARALLEL:
             return parallel.row_tiles(layouts, n_inputs, threads, keep_last=True)
         return None
@@ -280,7 +289,7 @@ FAMILY = FusedFamily()
 def linalg_text(inst: FusedInstance, platform: str | None = None) -> str:
     """The linalg-on-tensors module of one fused instance."""
     return single_op_linalg_text(inst.name, dict(inst.params), inst.input_types, inst.dynamic,
-                                 platform)
+                                 platform, inst.unit_stride)
 
 
 def warm_instance(inst: FusedInstance, *, target) -> KernelFunction:

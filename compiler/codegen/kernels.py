@@ -30,7 +30,7 @@ from typing import Iterable, Sequence
 
 from runtime.params import exact_key
 from compiler.codegen import parallel
-from compiler.codegen.family import KernelFamily, single_op_linalg_text
+from compiler.codegen.family import KernelFamily, single_op_linalg_text, unit_stride_args
 from compiler.codegen.loader import KernelFunction
 from compiler.errors import UnsupportedOpError
 from compiler.graph.opdef import TensorType
@@ -52,6 +52,9 @@ class OpInstance:
     params: tuple[tuple[str, object], ...]
     input_types: tuple[TensorType, ...]
     dynamic: bool
+    #: arguments (inputs then the output) the kernel reads / writes with a
+    #: unit innermost stride (``family.unit_stride_args``; MatMul only)
+    unit_stride: tuple[int, ...] = ()
 
     @property
     def memo_key(self) -> tuple:
@@ -61,13 +64,17 @@ class OpInstance:
             types = tuple((len(t.shape), t.dtype) for t in self.input_types)
         else:
             types = self.input_types
-        return (self.op_name, exact_key(self.params), types, self.dynamic)
+        key = (self.op_name, exact_key(self.params), types, self.dynamic)
+        return key + (("unit_stride",) + self.unit_stride,) if self.unit_stride else key
 
 
 #: Matmul row tiles start at multiples of this (a multiple of the register
 #: tile's rows of every CPU matmul schedule: 6 on AVX2, 8 on AVX-512), so the
 #: thread count never changes a result.
 MATMUL_ROW_ALIGN = 24
+#: Column tiles start at multiples of this (a multiple of the register tile's
+#: columns of every CPU schedule: 16 / 32 f32, 8 / 16 f64).
+MATMUL_COL_ALIGN = 32
 
 
 def _params(**kw) -> tuple[tuple[str, object], ...]:
@@ -227,9 +234,14 @@ def instance_for(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout
         in_l = [l if l.shape == shape else l.broadcast_as(shape) for l in in_l]
         in_types = [TensorType(tuple(l.shape), t.dtype) for l, t in zip(in_l, in_types)]
     dynamic = opdef.category in DYNAMIC_CATEGORIES and name not in STATIC_ONLY
+    unit: tuple[int, ...] = ()
     if name == "MatMul":  # batch broadcasting needs the static shapes
         dynamic = in_types[0].shape[:-2] == in_types[1].shape[:-2]
-    return OpInstance(name, tuple(sorted(gparams.items())), tuple(in_types), dynamic), in_l + out_l
+        # a kernel specialised on unit-stride rows packs B and moves C tiles
+        # with vector loads; other layouts keep the fully strided kernel
+        unit = unit_stride_args(in_l + out_l)
+    return (OpInstance(name, tuple(sorted(gparams.items())), tuple(in_types), dynamic, unit),
+            in_l + out_l)
 
 
 # -- the family ------------------------------------------------------------------
@@ -282,7 +294,8 @@ class PrimitiveFamily(KernelFamily):
         if category == "softmax":  # LogSoftmaxLastDim(+Backward): rows independent
             return parallel.row_tiles(layouts, n_inputs, threads, keep_last=True)
         if inst.op_name == "MatMul":
-            return parallel.matmul_tiles(layouts, n_inputs, threads, MATMUL_ROW_ALIGN)
+            return parallel.matmul_tiles(layouts, n_inputs, threads, MATMUL_ROW_ALIGN,
+                                         MATMUL_COL_ALIGN)
         return None
 
 
@@ -292,7 +305,7 @@ FAMILY = PrimitiveFamily()
 def linalg_text(inst: OpInstance, platform: str | None = None) -> str:
     """The linalg-on-tensors module of one op instance."""
     return single_op_linalg_text(inst.op_name, dict(inst.params), inst.input_types, inst.dynamic,
-                                 platform)
+                                 platform, inst.unit_stride)
 
 
 def warm(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout], params: OpParams,

@@ -154,12 +154,16 @@ def row_tiles(layouts: Sequence[Layout], n_inputs: int, threads: int, *,
 
 
 def matmul_tiles(layouts: Sequence[Layout], n_inputs: int, threads: int,
-                 align: int) -> list[list[Layout]] | None:
+                 align: int, col_align: int | None = None) -> list[list[Layout]] | None:
     """Tiles of a (batched) matmul ``a [.., M, K] @ b [.., K, N]`` (further
-    inputs, such as a bias over N, are read whole): by batch when there are
-    at least ``threads`` batches of equal lhs and rhs extent, else by rows of
-    M in multiples of ``align`` (the register tile, so every row is computed
-    by the same code whatever the thread count)."""
+    inputs are a bias over N): by batch when there are at least ``threads``
+    batches of equal lhs and rhs extent; else by columns of N in multiples
+    of ``col_align`` when N has at least ``MIN_COL_PANELS`` such panels per
+    thread (each tile packs and reads only its part of b, where cutting M
+    makes every tile pack all of b); else by rows of M in multiples of
+    ``align``. Both alignments are multiples of every register tile, so
+    each output element is computed by the same code whatever the thread
+    count."""
     a, b, out = layouts[0], layouts[1], layouts[n_inputs]
     if out.rank not in (2, 3) or math.prod(out.shape) * a.shape[-1] < MIN_MACS:
         return None
@@ -167,10 +171,19 @@ def matmul_tiles(layouts: Sequence[Layout], n_inputs: int, threads: int,
     if out.rank == 3 and out.shape[0] >= threads and b.shape[0] == out.shape[0]:
         axes[0] = axes[1] = 0
         return split_layouts(list(layouts), axes, out.shape[0], threads)
+    n_axis = out.rank - 1
+    if col_align and out.shape[n_axis] >= threads * MIN_COL_PANELS * col_align:
+        axes[1:] = [lay.rank - 1 for lay in layouts[1:]]  # b, the bias, the output
+        return split_layouts(list(layouts), axes, out.shape[n_axis], threads, col_align)
     m_axis = out.rank - 2
     axes[0] = axes[-1] = m_axis
     return split_layouts(list(layouts), axes, out.shape[m_axis], threads, align)
 
 
-__all__ = ["ENV", "MIN_ELEMENTS", "MIN_MACS", "ThreadCountError", "num_threads",
+#: A matmul is cut by columns when every tile gets at least this many
+#: ``col_align``-wide panels of N.
+MIN_COL_PANELS = 2
+
+
+__all__ = ["ENV", "MIN_ELEMENTS", "MIN_MACS", "MIN_COL_PANELS", "ThreadCountError", "num_threads",
            "set_num_threads", "run_all", "chunks", "split_layouts", "row_tiles", "matmul_tiles"]

@@ -49,6 +49,63 @@ def test_matmul_tiles_by_batch_or_aligned_rows():
     assert [t[0].shape[0] for t in tiles] == [156, 145] and all(t[1] is b2 for t in tiles)
 
 
+def test_matmul_tiles_by_aligned_columns_when_n_is_wide():
+    # M = 128 rows, N = 300 columns: every tile gets >= MIN_COL_PANELS panels
+    a, b, o = Layout.contiguous((128, 256)), Layout.contiguous((256, 300)), Layout.contiguous((128, 300))
+    bias = Layout.contiguous((300,))
+    tiles = parallel.matmul_tiles([a, b, bias, o], 3, 2, align=24, col_align=32)
+    assert [t[1].shape for t in tiles] == [(256, 160), (256, 140)]
+    assert [t[2].shape for t in tiles] == [(160,), (140,)] and [t[3].shape for t in tiles] == [(128, 160), (128, 140)]
+    assert all(t[0] is a for t in tiles) and tiles[1][1].start_offset == 160
+    assert tiles[1][3].start_offset == 160 and tiles[1][2].start_offset == 160
+    # too narrow for two panels per thread: rows are cut instead
+    narrow = [a, Layout.contiguous((256, 100)), Layout.contiguous((128, 100))]
+    assert [t[0].shape for t in parallel.matmul_tiles(narrow, 2, 2, align=24, col_align=32)] == \
+        [(72, 256), (56, 256)]
+    # rank 3 with fewer batches than threads: columns of every batch
+    b3 = [Layout.contiguous((1, 64, 128)), Layout.contiguous((1, 128, 256)), Layout.contiguous((1, 64, 256))]
+    assert [t[2].shape for t in parallel.matmul_tiles(b3, 2, 2, align=24, col_align=32)] == \
+        [(1, 64, 128)] * 2
+
+
+def test_native_pool_runs_posted_calls_and_falls_back_when_busy(rng):
+    import threading
+    from compiler import Graph, compile
+    g = Graph()
+    x, m = g.input("x", (96, 64), "f32"), g.input("m", (64, 256), "f32")
+    g.output(x @ m, name="y")
+    xs = rng.standard_normal((96, 64), dtype=np.float32)
+    ms = rng.standard_normal((64, 256), dtype=np.float32)
+    parallel.set_num_threads(2)
+    try:
+        mod = compile(g, "cpu")
+        want = xs @ ms
+        np.testing.assert_allclose(mod(x=xs, m=ms), want, rtol=1e-4, atol=1e-4)
+        # several Python threads calling at once: one uses the native workers,
+        # the others the Python pool; every result is right
+        results, errors = [], []
+
+        def work():
+            try:
+                for _ in range(20):
+                    results.append(mod(x=xs, m=ms))
+            except Exception as e:  # reported below
+                errors.append(e)
+        ts = [threading.Thread(target=work) for _ in range(3)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert not errors and len(results) == 60
+        for r in results:
+            np.testing.assert_array_equal(r, results[0])
+    finally:
+        parallel.set_num_threads(None)
+    from compiler.codegen import native_pool
+    pool = native_pool.pool(1)
+    assert pool is not None and pool.run(lambda: None, [(0, [0] * (native_pool.MAX_ARGS + 1))]) is False
+
+
 def test_thread_count_settings_and_errors(threads):
     threads(3)
     assert parallel.num_threads() == 3
@@ -80,6 +137,11 @@ def _graphs():
     g.output(x.gelu(), name="gelu")
     g.output(x @ m, name="mm")
     g.output(B.fused("FusedLinear", x, m, bias), name="linear")
+    # wide N: cut by 32-column panels on 2 and 3 threads (N % 32 != 0)
+    wide = g.input("wide", (96, 200), "f32")
+    wbias = g.input("wbias", (200,), "f32")
+    g.output(x @ wide, name="mm_cols")
+    g.output(B.fused("FusedLinear", x, wide, wbias), name="linear_cols")
     return g
 
 
@@ -89,7 +151,9 @@ def test_results_do_not_depend_on_the_thread_count(threads, rng):
     big = rng.standard_normal((1400, 96), dtype=np.float32)
     ins = {"x": big[::2],                                       # strided rows
            "m": rng.standard_normal((96, 64), dtype=np.float32),
-           "bias": rng.standard_normal(64, dtype=np.float32)}
+           "bias": rng.standard_normal(64, dtype=np.float32),
+           "wide": rng.standard_normal((200, 96), dtype=np.float32).T,  # transposed
+           "wbias": rng.standard_normal(200, dtype=np.float32)}
     threads(1)
     one = compile(g, "cpu")
     want = one(**ins)

@@ -184,3 +184,90 @@ def test_reductions_and_elementwise_strided(table, rng, dt):
     table.lookup(OpKind.ExpElementwise, (dt, dt), BackendId.CPU)(
         [st], [out], [lay, Layout.contiguous(xt.shape)], P.NO_PARAMS)
     np.testing.assert_allclose(out.view(Layout.contiguous(xt.shape)), np.exp(xt), **TOL[dt])
+
+
+# -- unit-stride specialisation, blocking ---------------------------------------------
+def test_matmul_instances_are_keyed_on_unit_inner_strides():
+    p = P.Matmul((), (), 5, 7, 3)
+    a, b, o = Layout.contiguous((5, 3)), Layout.contiguous((3, 7)), Layout.contiguous((5, 7))
+    dense, _ = K.instance_for(OpKind.MatMul, (F32,) * 3, [a, b, o], p, 2)
+    assert dense.unit_stride == (0, 1, 2)
+    bt = Layout.contiguous((7, 3)).transpose()                  # b stored transposed
+    mixed, _ = K.instance_for(OpKind.MatMul, (F32,) * 3, [a, bt, o], p, 2)
+    assert mixed.unit_stride == (0, 2) and mixed.memo_key != dense.memo_key
+    # one column: the stride is never used, the unit kernel serves
+    one = Layout((3, 1), (1, 3))
+    col, _ = K.instance_for(OpKind.MatMul, (F32,) * 3, [a, one, Layout.contiguous((5, 1))],
+                            P.Matmul((), (), 5, 1, 3), 2)
+    assert col.unit_stride == (0, 1, 2)
+    # the entry carries the attribute; the general kernel's text has none
+    assert "fuelc.unit_stride_args = [0, 2]" in K.linalg_text(mixed, platform="cpu")
+    assert "fuelc.unit_stride_args" not in K.linalg_text(
+        K.OpInstance("MatMul", (), mixed.input_types, True), platform="cpu")
+
+
+def test_assume_unit_strides_casts_the_listed_arguments():
+    from compiler.mlir import ir
+    text = """func.func @kernel(%a: memref<?x?xf32, strided<[?, ?], offset: ?>>,
+                         %b: memref<?x?xf32, strided<[?, ?], offset: ?>>)
+        attributes {fuelc.unit_stride_args = [1]} {
+      %c0 = arith.constant 0 : index
+      %x = memref.load %a[%c0, %c0] : memref<?x?xf32, strided<[?, ?], offset: ?>>
+      memref.store %x, %b[%c0, %c0] : memref<?x?xf32, strided<[?, ?], offset: ?>>
+      return
+    }"""
+    with ir.Context():
+        m = ir.Module.parse(text)
+        assert cpu.pipeline.assume_unit_strides(m) == 1
+        out = str(m)
+    assert "fuelc.unit_stride_args" not in out
+    assert "memref.cast %arg1 : memref<?x?xf32, strided<[?, ?], offset: ?>> to " \
+           "memref<?x?xf32, strided<[?, 1], offset: ?>>" in out
+    assert "memref.load %arg0" in out  # %a is not listed: read through its own strides
+
+
+@pytest.mark.parametrize("target", ["cpu:x86-64-v3", "cpu:x86-64-v4"])
+def test_unit_stride_matmul_packs_with_vector_loads_and_keeps_k_loops_rolled(target):
+    inst = K.OpInstance("MatMul", (), (TensorType((8, 8), F32),) * 2, True, (0, 1, 2))
+    res = cpu.lower(K.linalg_text(inst, platform="cpu"), [ENTRY], target=target, keep_ir=True)
+    llvm_dialect = res.stages["lower-to-llvm"]
+    # the micro-kernel's K loops carry "do not unroll" (unrolled, LLVM rotated
+    # the accumulators through registers and spilled)
+    assert "#llvm.loop_unroll<disable = true>" in llvm_dialect
+    assert "llvm.loop.unroll.disable" in res.llvm_ir
+    general = cpu.lower(_matmul_text(F32, 2), [ENTRY], target=target)
+    assert general.object != res.object
+
+
+def test_matmul_script_rejects_an_m_block_that_is_not_a_multiple_of_mr():
+    from compiler.codegen.cpu.transforms.matmul import matmul_script
+    with pytest.raises(ValueError, match="mc=100 is not a multiple of mr=8"):
+        matmul_script(mr=8, nr=32, kc=256, mc=100)
+
+
+@pytest.mark.parametrize("dt", [F32, F64])
+@pytest.mark.parametrize("mkn", [(127, 1, 33), (33, 7, 127), (1, 600, 1), (401, 1100, 70)])
+def test_matmul_shapes_across_register_k_and_m_blocks(table, rng, dt, mkn):
+    # K=1; odd M/N; K beyond kc (256 AVX2, 512 AVX-512), M beyond mc (240, 384)
+    m, k, n = mkn
+    a = rng.uniform(-1, 1, (m, k)).astype(dt.numpy)
+    b = rng.uniform(-1, 1, (k, n)).astype(dt.numpy)
+    got = _call_matmul(table, dt, _storage(a), Layout.contiguous(a.shape),
+                       _storage(b), Layout.contiguous(b.shape))
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, **TOL[dt])
+
+
+def test_matmul_mixed_unit_and_strided_operands(table, rng):
+    # a unit-stride lhs with a transposed rhs, and a transposed lhs with a
+    # unit-stride rhs (each a kernel specialised on its own operand set)
+    m, k, n = 45, 70, 37
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
+    bt = rng.uniform(-1, 1, (n, k)).astype(np.float32)
+    got = _call_matmul(table, F32, _storage(a), Layout.contiguous(a.shape),
+                       _storage(bt), Layout.contiguous(bt.shape).transpose())
+    np.testing.assert_allclose(got, a.astype(np.float64) @ bt.T, **TOL[F32])
+    at = np.ascontiguousarray(a.T)
+    b = np.ascontiguousarray(bt.T)
+    got = _call_matmul(table, F32, _storage(at), Layout.contiguous(at.shape).transpose(),
+                       _storage(b), Layout.contiguous(b.shape))
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, **TOL[F32])

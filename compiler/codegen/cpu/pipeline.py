@@ -43,7 +43,7 @@ from typing import Iterable, Sequence
 from compiler.reproducer import reproducer_dir
 from compiler.targets import TargetError
 from compiler.errors import CodegenError, PipelineError
-from compiler.mlir import MLIRError, bufferization, func, ir, passmanager
+from compiler.mlir import MLIRError, bufferization, func, ir, memref, passmanager
 from compiler.mlir import llvm as llvm_dialect
 from compiler.codegen.cpu import fastmath
 from compiler.codegen.cpu import llvm as llvm_codegen
@@ -191,6 +191,43 @@ def prepare_entries(module: "ir.Module", entry_names: Iterable[str], *,
             if "res_attrs" in f.attributes:
                 del f.attributes["res_attrs"]
             f.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
+
+
+#: Function attribute (set before ``prepare``) listing the entry's arguments,
+#: inputs then out-params, that the caller passes with a unit innermost stride
+#: (``Layout.stride[-1] == 1``). After bufferization each such argument is cast
+#: to ``strided<[?, ..., 1], offset: ?>``, so copies and vector transfers of
+#: its rows become contiguous loads and stores instead of strided scalar ones.
+from compiler.codegen.family import UNIT_STRIDE_ATTR  # noqa: E402
+
+
+def assume_unit_strides(module: "ir.Module") -> int:
+    """Apply every entry's ``UNIT_STRIDE_ATTR``: a ``memref.cast`` of each
+    listed argument to its layout with a static innermost stride of 1, used
+    instead of the argument. The caller guarantees the stride (the kernel
+    family keys such instances on it). Returns the number of casts."""
+    n = 0
+    for op in module.body.operations:
+        if op.operation.name != "func.func" or UNIT_STRIDE_ATTR not in op.attributes:
+            continue
+        indices = [int(ir.IntegerAttr(a).value) for a in ir.ArrayAttr(op.attributes[UNIT_STRIDE_ATTR])]
+        del op.attributes[UNIT_STRIDE_ATTR]
+        block = op.regions[0].blocks[0]
+        for i in indices:
+            arg = block.arguments[i]
+            t = ir.MemRefType(arg.type)
+            if t.rank == 0 or not isinstance(t.layout, ir.StridedLayoutAttr):
+                continue
+            lay = ir.StridedLayoutAttr(t.layout)
+            strides = list(lay.strides)
+            strides[-1] = 1
+            with ir.InsertionPoint.at_block_begin(block), ir.Location.unknown():
+                unit = ir.MemRefType.get(t.shape, t.element_type,
+                                         layout=ir.StridedLayoutAttr.get(lay.offset, strides))
+                cast = memref.CastOp(unit, arg)
+            arg.replace_all_uses_except(cast.result, cast.operation)
+            n += 1
+    return n
 
 
 def run_stage(module: "ir.Module", stage: Stage) -> None:
@@ -359,6 +396,8 @@ def lower(module_or_text, entry_names: Sequence[str], *, target=None,
             run_stage(module, stage)
             if keep_ir:
                 kept[stage.name] = str(module)
+            if stage.name == "bufferize":
+                assume_unit_strides(module)
             if stage.name == "bufferize" and strategy.transform:
                 apply_transform(module, strategy.transform)
         ll = translate(module)

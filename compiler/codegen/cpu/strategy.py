@@ -151,11 +151,17 @@ def select_strategy(op_names: Iterable[str], target=None) -> Strategy:
 # -- built-in strategies ---------------------------------------------------------
 # AVX2 (16 ymm): f32 6x16 = 12 ymm accumulators; f64 6x8 = 12. AVX-512 (32
 # zmm): f32 8x32 = 16 zmm accumulators, f64 8x16 = 16 (two zmm of B and a
-# broadcast leave room). kc rows of B per packed panel (kc x nr elements:
-# 32 KiB, the L1 size). Measured: benchmarks/kernels.py.
+# broadcast leave room). kc rows of B per packed panel, mc rows of A per
+# block (a multiple of mr), the A block (mc x kc) within the L2:
+#   AVX2 f32: kc=256 (a 16 KiB panel), mc=240 (240 KiB, half a Zen 3 L2);
+#     on znver4 2048^3 ran at 86 GFLOP/s vs 82 with kc=512, mc=120;
+#   AVX-512 f32: kc=512 (a 64 KiB panel, streamed from L2: 5-10% faster than
+#     kc=256 on znver4, fewer C tile loads/stores per FMA), mc=384 (768 KiB
+#     of a 1 MiB L2; a little faster than 240 at 256-512 rows).
+# Measured: benchmarks/kernels.py, benchmarks/ops.py.
 _MATMUL_TILES = {
-    ("f32", "avx2"): dict(mr=6, nr=16, kc=512), ("f64", "avx2"): dict(mr=6, nr=8, kc=512),
-    ("f32", "avx512"): dict(mr=8, nr=32, kc=256), ("f64", "avx512"): dict(mr=8, nr=16, kc=256),
+    ("f32", "avx2"): dict(mr=6, nr=16, kc=256, mc=240), ("f64", "avx2"): dict(mr=6, nr=8, kc=512, mc=60),
+    ("f32", "avx512"): dict(mr=8, nr=32, kc=512, mc=384), ("f64", "avx512"): dict(mr=8, nr=16, kc=256, mc=120),
 }
 _MATMUL_OPS = ("linalg.matmul", "linalg.batch_matmul")
 

@@ -4,8 +4,9 @@ and any strides.
 For each ``linalg.matmul`` (or ``linalg.batch_matmul``, batch tiled by 1) of
 the payload (``transform.foreach``, so modules may hold several):
 
-1. tile N by ``nr`` and K by ``kc``; peel the N loop so the main panels are
-   exactly ``nr`` wide;
+1. tile M by ``mc`` and K by ``kc`` (in that order: the ``mc x kc`` block of
+   A stays in L2 across the N panels), then N by ``nr``; peel the N loop so
+   the main panels are exactly ``nr`` wide;
 2. main panels: promote the ``kc x nr`` panel of B into a contiguous stack
    buffer (hoisted out of the loops), tile M by ``mr`` and K by 1, peel the M
    loop; the ``mr x nr x 1`` tiles and the ``1 x nr x 1`` tiles of the M
@@ -16,7 +17,10 @@ the payload (``transform.foreach``, so modules may hold several):
    indices are loop invariant, hoist the C accumulators out of the K loop
    (per function),
    then lower contractions to outer products / FMAs and transfers to loads
-   (the lowering's ``convert-vector-to-scf`` handles non-unit strides).
+   (the lowering's ``convert-vector-to-scf`` handles non-unit strides);
+5. mark the loops around the FMAs (the K loops of the micro-kernels) "do
+   not unroll": unrolled, LLVM rotates the accumulators through registers
+   and spills (docs/toolchain.md).
 
 Canonicalization sits in its own ``apply_patterns`` blocks: mixed with the
 vector lowering patterns it never terminates (docs/toolchain.md).
@@ -27,10 +31,13 @@ _ANY = "!transform.any_op"
 _FOR = '!transform.op<"scf.for">'
 
 
-def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: int = 512) -> str:
+def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: int = 512,
+                  mc: int = 240) -> str:
     """The transform script for every ``op`` (``linalg.matmul`` or
     ``linalg.batch_matmul``) of the payload; ``mr x nr`` register tile, ``kc``
-    rows of B packed per panel."""
+    rows of B packed per panel, ``mc`` rows of A per block (a multiple of
+    ``mr``, so the thread count never changes which rows fall in the M
+    remainder). Raises ValueError."""
     if op not in ("linalg.matmul", "linalg.batch_matmul"):
         raise ValueError(f"matmul_script: unsupported op {op}")
     b = [1] if op == "linalg.batch_matmul" else []
@@ -39,8 +46,10 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
     pre0 = "0, " if b else ""  # the batch is already tiled to 1
     t = _ANY
     n_loops = len(b)
-    res1 = ", ".join([t] * (1 + n_loops + 2))
-    loops1 = ", ".join([f"%bl{i}" for i in range(n_loops)] + ["%lN", "%lK"])
+    if mc % mr:
+        raise ValueError(f"matmul_script: mc={mc} is not a multiple of mr={mr}")
+    res0 = ", ".join([t] * (1 + n_loops + 2))
+    loops0 = ", ".join([f"%bl{i}" for i in range(n_loops)] + ["%lM", "%lK"])
     res2 = ", ".join([t] * 3)
     pm = lambda body: "    transform.apply_patterns to %func {\n" + body + "    } : " + t + "\n"
     canon = pm("      transform.apply_patterns.canonicalization\n")
@@ -53,7 +62,8 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
     %mm = {match(op, "%root")}
     transform.foreach %mm : {t} {{
     ^bb0(%m: {t}):
-      %t1, {loops1} = transform.structured.tile_using_for %m tile_sizes [{pre}0, {nr}, {kc}] : ({t}) -> ({res1})
+      %t0, {loops0} = transform.structured.tile_using_for %m tile_sizes [{pre}{mc}, 0, {kc}] : ({t}) -> ({res0})
+      %t1, %lN = transform.structured.tile_using_for %t0 tile_sizes [{pre0}0, {nr}, 0] : ({t}) -> ({t}, {t})
       %lNf = transform.cast %lN : {t} to {_FOR}
       %mainN, %remN = transform.loop.peel %lNf : ({_FOR}) -> ({t}, {t})
       %mmMain = {match(op, "%mainN")}
@@ -95,6 +105,10 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
     transform.apply_patterns to %f2 {{
       transform.apply_patterns.canonicalization
     }} : {t}
+    %fmas = {match("vector.fma", "%f2")}
+    %kloops = transform.get_parent_op %fmas {{op_name = "scf.for", deduplicate}} : ({t}) -> {t}
+    %no_unroll = transform.param.constant #llvm.loop_annotation<unroll = #llvm.loop_unroll<disable = true>> -> !transform.any_param
+    transform.annotate %kloops "loop_annotation" = %no_unroll : {t}, !transform.any_param
     }}
     transform.yield
   }}

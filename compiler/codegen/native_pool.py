@@ -1,0 +1,215 @@
+"""Worker threads that call compiled kernels from native code, for the short
+tiles of a split kernel call (``compiler.codegen.parallel``).
+
+Handing a tile to a ``ThreadPoolExecutor`` worker costs two thread wake-ups
+(the worker, then the waiting caller) and the worker's re-acquisition of the
+GIL: 50-70 us a call on the 2-core development VM, a quarter of a 256^3
+matmul's time. Here each worker thread sits in a small native loop (LLVM IR
+below, JIT-compiled once per process for the host) entered through ctypes,
+so it holds no GIL: it polls its control block, calls the posted kernel
+function with its descriptor addresses, publishes completion, and goes back
+to polling. After ``SPIN_CYCLES`` time-stamp-counter cycles without work it
+returns to Python and blocks on a condition variable, so an idle process
+does not keep a core busy. The caller posts a task with plain stores,
+runs its own tile, then polls (natively, GIL released) until the workers are
+done.
+
+A worker's control block is 11 int64 slots: ``gen`` (bumped by the caller to
+post a task), ``done`` (set to that ``gen`` by the worker when finished), the
+function address, and up to ``MAX_ARGS`` argument addresses (unused ones are
+0; x86-64 SysV lets a caller pass more arguments than the callee reads).
+"""
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import threading
+from typing import Sequence
+
+#: The most pointer arguments a posted call may take.
+MAX_ARGS = 8
+#: How long (TSC cycles, about 1 ms) an idle worker polls before it sleeps.
+SPIN_CYCLES = 3_000_000
+
+_ARGS = ", ".join(f"ptr %a{i}" for i in range(MAX_ARGS))
+_LOADS = "\n".join(f"  %p{i} = getelementptr i64, ptr %c, i64 {3 + i}\n"
+                   f"  %a{i} = load ptr, ptr %p{i}, align 8" for i in range(MAX_ARGS))
+_IR = f"""
+declare void @llvm.x86.sse2.pause()
+declare i64 @llvm.readcyclecounter()
+
+define i64 @fuelc_worker_loop(ptr %c, i64 %seen, i64 %spin) {{
+entry:
+  %t0 = call i64 @llvm.readcyclecounter()
+  br label %poll
+poll:
+  %s = phi i64 [ %seen, %entry ], [ %g, %ran ], [ %s, %idle ]
+  %since = phi i64 [ %t0, %entry ], [ %t1, %ran ], [ %since, %idle ]
+  %g = load atomic i64, ptr %c acquire, align 8
+  %new = icmp ne i64 %g, %s
+  br i1 %new, label %run, label %idle
+run:
+  %fp = getelementptr i64, ptr %c, i64 2
+  %fn = load ptr, ptr %fp, align 8
+{_LOADS}
+  call void %fn({_ARGS})
+  %dp = getelementptr i64, ptr %c, i64 1
+  store atomic i64 %g, ptr %dp release, align 8
+  %t1 = call i64 @llvm.readcyclecounter()
+  br label %ran
+ran:
+  br label %poll
+idle:
+  call void @llvm.x86.sse2.pause()
+  %now = call i64 @llvm.readcyclecounter()
+  %waited = sub i64 %now, %since
+  %more = icmp ult i64 %waited, %spin
+  br i1 %more, label %poll, label %out
+out:
+  ret i64 %s
+}}
+
+define void @fuelc_wait_done(ptr %c, i64 %g) {{
+entry:
+  %dp = getelementptr i64, ptr %c, i64 1
+  br label %poll
+poll:
+  %d = load atomic i64, ptr %dp acquire, align 8
+  %ok = icmp eq i64 %d, %g
+  br i1 %ok, label %out, label %again
+again:
+  call void @llvm.x86.sse2.pause()
+  br label %poll
+out:
+  ret void
+}}
+"""
+
+_Block = ctypes.c_int64 * (3 + MAX_ARGS)
+
+
+class _Native:
+    """The JIT-compiled loop and wait functions (one engine per process)."""
+
+    def __init__(self):
+        import llvmlite.binding as llvm
+        from runtime.cpu_loader import host_target_machine
+        tm = host_target_machine(jit=True)
+        mod = llvm.parse_assembly(_IR)
+        mod.triple, mod.data_layout = tm.triple, str(tm.target_data)
+        mod.verify()
+        self.engine = llvm.create_mcjit_compiler(mod, tm)
+        self.engine.finalize_object()
+        self.loop = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+                                     ctypes.c_int64)(
+            self.engine.get_function_address("fuelc_worker_loop"))
+        self.wait = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(
+            self.engine.get_function_address("fuelc_wait_done"))
+
+
+class _Worker:
+    def __init__(self, native: _Native):
+        self.block = _Block()
+        self.address = ctypes.addressof(self.block)
+        self.cond = threading.Condition()
+        self.sleeping = False
+        self.gen = 0
+        self._native = native
+        threading.Thread(target=self._serve, name="fuelc-native-worker", daemon=True).start()
+
+    def _serve(self) -> None:
+        seen = 0
+        while True:
+            seen = self._native.loop(self.address, seen, SPIN_CYCLES)
+            with self.cond:
+                self.sleeping = True
+                while self.block[0] == seen:
+                    self.cond.wait()
+                self.sleeping = False
+
+    def post(self, fn: int, args: Sequence[int]) -> int:
+        block = self.block
+        block[2] = fn
+        for i in range(MAX_ARGS):
+            block[3 + i] = args[i] if i < len(args) else 0
+        self.gen += 1
+        block[0] = self.gen
+        with self.cond:
+            if self.sleeping:
+                self.cond.notify()
+        return self.gen
+
+
+class NativePool:
+    """``workers`` native worker threads (see the module docstring)."""
+
+    def __init__(self, workers: int):
+        self._native = _Native()
+        self.workers = [_Worker(self._native) for _ in range(workers)]
+        self.pid = os.getpid()
+        self.busy = threading.Lock()
+
+    def run(self, first, rest: Sequence[tuple[int, Sequence[int]]]) -> bool:
+        """Call ``first()`` on this thread and each ``(function address,
+        argument addresses)`` of ``rest`` on a worker, concurrently; return
+        when all are done. False (nothing run) when another thread is using
+        the pool or ``rest`` does not fit it."""
+        if len(rest) > len(self.workers) or any(len(a) > MAX_ARGS for _, a in rest):
+            return False
+        if not self.busy.acquire(blocking=False):
+            return False
+        try:
+            posted = [(w, w.post(fn, args)) for w, (fn, args) in zip(self.workers, rest)]
+            try:
+                first()
+            finally:
+                for w, gen in posted:
+                    self._native.wait(w.address, gen)
+        finally:
+            self.busy.release()
+        return True
+
+
+_pool: NativePool | None = None
+_lock = threading.Lock()
+#: Every native loop ever compiled: kept until the process ends, since a
+#: worker may still be polling in its code while the interpreter shuts down.
+_keep: list = []
+
+
+def _quiesce() -> None:
+    """At exit, wait (at most ~50 ms) until every worker has left the native
+    loop for its condition variable, so none runs JIT code while the
+    interpreter tears modules down."""
+    import time
+    p = _pool
+    if p is None or p.pid != os.getpid():
+        return
+    end = time.monotonic() + 0.05
+    while time.monotonic() < end and not all(w.sleeping for w in p.workers):
+        time.sleep(0.001)
+
+
+atexit.register(_quiesce)
+
+
+def pool(workers: int) -> NativePool | None:
+    """The process's native pool with at least ``workers`` workers (None
+    where it cannot be built: not x86-64)."""
+    global _pool
+    p = _pool
+    if p is not None and len(p.workers) >= workers and p.pid == os.getpid():
+        return p
+    with _lock:
+        p = _pool
+        if p is None or len(p.workers) < workers or p.pid != os.getpid():
+            try:
+                p = _pool = NativePool(workers)
+                _keep.append(p._native)
+            except RuntimeError:  # no x86 JIT here: the Python pool is used instead
+                return None
+    return p
+
+
+__all__ = ["NativePool", "pool", "MAX_ARGS", "SPIN_CYCLES"]
