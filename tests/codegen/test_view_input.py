@@ -14,7 +14,7 @@ from runtime.opkind import OpKind
 from runtime.storage import Storage
 
 F32 = DType.F32
-R, D = 64, 1024  # 64K elements: above parallel.MIN_ELEMENTS, so the calls split in row tiles
+R, D = 256, 1024  # 256K elements: parallel.MIN_ELEMENTS, so the calls split in row tiles
 
 
 def vs(*shape):
@@ -70,6 +70,7 @@ def test_views_reach_generated_kernels_without_copies(threads, copies, rng):
 
 
 def test_view_results_do_not_depend_on_the_thread_count(copies, rng):
+    assert R * D >= parallel.MIN_ELEMENTS
     x = rng.standard_normal((R + 1, D)).astype(np.float32)
     w = rng.uniform(0.5, 1.5, D).astype(np.float32)
     runs = []
