@@ -33,6 +33,13 @@ class KernelCaps:
 
     ``strided_input``: the kernel walks input strides itself, so the executor
     passes non-contiguous (offset-0) inputs through without contiguizing.
+    ``view_input``: the kernel reads any well-formed view of an input's
+    storage (any offset; any strides: 0 to broadcast, negative to flip; the
+    storage may hold more or fewer elements than the view has), so the
+    executor passes every input as it is. Without it the rule of
+    ``strided_input`` applies. (Generated CPU kernels take memref
+    descriptors with a fully dynamic layout and check the view's element
+    span against the storage when they bind it.)
     ``requires_broadcast``: the kernel bakes a stride-0 broadcast pattern
     into its body; ``lookup_with_caps`` never picks it for a dense operand.
     ``full_write``: the kernel writes every element of each (whole) output
@@ -44,6 +51,7 @@ class KernelCaps:
     strided_input: bool = False
     requires_broadcast: bool = False
     full_write: bool = False
+    view_input: bool = False
 
     @classmethod
     def empty(cls) -> "KernelCaps":

@@ -21,7 +21,8 @@ steps over string value ids:
 ``Executor(plan, table=None)`` validates the plan and resolves every kernel
 step with ``lookup_with_caps`` at construction, raising ``PlanError`` or
 ``NoBackendForOp`` (naming the step) before anything runs. ``run(**inputs)``
-checks the inputs, contiguizes kernel inputs per §2.3, checks index operands
+checks the inputs, contiguizes kernel inputs per §2.3 (not for a
+``KernelCaps.view_input`` kernel, which reads any view), checks index operands
 (``runtime.indexing``: IndexOutOfRangeError before the kernel runs), pre-allocates the
 outputs, runs the steps and returns ``{name: np.ndarray}`` (copies).
 
@@ -36,6 +37,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
+import threading
 from typing import Mapping, Sequence, Union
 
 import numpy as np
@@ -252,9 +255,14 @@ def _storage_matches(storage: Storage, layout: Layout) -> bool:
     return storage.len_bytes == layout.numel * storage.dtype.itemsize
 
 
-def needs_contiguize(storage: Storage, layout: Layout, strided_input: bool) -> bool:
+def needs_contiguize(storage: Storage, layout: Layout, strided_input: bool,
+                     view_input: bool = False) -> bool:
     """Spec §2.3: pass as-is iff offset 0, storage bytes == numel*itemsize,
-    and (layout contiguous or the kernel is strided_input-capable)."""
+    and (layout contiguous or the kernel is strided_input-capable). A
+    view_input-capable kernel (``KernelCaps.view_input``) gets every view as
+    it is: broadcast (stride 0), offset, negative strides."""
+    if view_input:
+        return False
     if layout.start_offset != 0 or not _storage_matches(storage, layout):
         return True
     return not (layout.is_contiguous() or strided_input)
@@ -421,7 +429,8 @@ class _KernelRunner:
     """One kernel step with its static decisions made (see ``_prepare_run``)."""
 
     __slots__ = ("index", "step", "entry", "where", "inputs", "strided", "deferred", "bundle_slots",
-                 "out_allocs", "out_layouts", "alloc", "nonzero", "index_checks", "prepare", "bound")
+                 "out_allocs", "out_layouts", "alloc", "nonzero", "index_checks", "prepare", "bound",
+                 "view", "slots")
 
     def __init__(self, i: int, step: KernelStep, entry: BindingEntry, fresh: set):
         self.index, self.step, self.entry = i, step, entry
@@ -435,6 +444,7 @@ class _KernelRunner:
         # an executor-allocated value is contiguous, offset 0 and exactly sized: §2.3 (a) holds
         self.inputs = tuple((vid, vid in fresh) for vid in step.inputs)
         self.strided = entry.caps.strided_input
+        self.view = entry.caps.view_input
         m = getattr(step.params, "m_compute", None)
         self.deferred = m is not None and m.mode == "deferred"
         partial = m is not None and m.mode != "all"  # only the first rows are computed
@@ -455,13 +465,16 @@ class _KernelRunner:
             self.out_allocs = tuple((s.dtype, math.prod(s.shape) * s.dtype.itemsize)
                                     for s in step.output_specs)
             self.out_layouts = [Layout.contiguous(s.shape) for s in step.output_specs]
+        self.slots = None if step.is_bundle else tuple(
+            _BufferSlot(n, self.alloc) if n >= _BufferSlot.MIN_BYTES else None
+            for _, n in self.out_allocs)
 
     def run(self, env, syms: dict[int, int]):
-        step, where, strided = self.step, self.where, self.strided
+        step, where, strided, view = self.step, self.where, self.strided, self.view
         ins, in_layouts = [], []
         for vid, fresh in self.inputs:
             st, lay = env[vid]
-            if not fresh and needs_contiguize(st, lay, strided):
+            if not fresh and needs_contiguize(st, lay, strided, view):
                 st, lay = st.contiguize(lay)
             ins.append(st)
             in_layouts.append(lay)
@@ -478,7 +491,8 @@ class _KernelRunner:
             outs, out_layouts = [out], [out.bundle_views[0].layout]
         else:
             alloc, wrap = self.alloc, Storage._wrap
-            outs = [wrap(alloc(nbytes, dtype=np.uint8), dt) for dt, nbytes in self.out_allocs]
+            outs = [wrap(alloc(nbytes, dtype=np.uint8) if slot is None else slot.take(), dt)
+                    for (dt, nbytes), slot in zip(self.out_allocs, self.slots)]
             out_layouts = self.out_layouts
         try:
             if self.prepare is not None and self.bundle_slots is None:
@@ -514,6 +528,45 @@ class _KernelRunner:
             k = self.entry.kernel
             raise KernelError(f"kernel {k.name} ({k.kernel_source or 'no source'}) failed: "
                               f"{type(e).__name__}: {e}") from e
+
+
+class _BufferSlot:
+    """The output buffer of one kernel step, kept from one run to the next.
+
+    A run reuses the kept buffer when nothing but the slot refers to it any
+    more (the previous run's value, and every array the caller got from it,
+    has been released), else it allocates a new one and keeps that. Fresh
+    memory from the OS costs a page fault per 4 KiB page on its first write
+    (for a 16 MiB output, about as long as a memory-bound kernel itself), so
+    a module called repeatedly reuses its large buffers instead. Buffers under
+    ``MIN_BYTES`` come from malloc's free lists and are not kept. A kept buffer
+    is zero-filled again when the step needs zeroed outputs. The executor
+    holds at most one buffer per large step output between runs (what a run
+    allocates anyway)."""
+
+    MIN_BYTES = 1 << 18
+
+    __slots__ = ("nbytes", "alloc", "buf", "free_refs", "lock")
+
+    def __init__(self, nbytes: int, alloc):
+        self.nbytes, self.alloc, self.buf, self.free_refs = nbytes, alloc, None, -1
+        self.lock = threading.Lock()
+
+    def _refs(self) -> int:
+        return sys.getrefcount(self.buf)
+
+    def take(self) -> np.ndarray:
+        """A uint8 buffer of ``nbytes`` that no other value uses (zeroed when
+        the step's allocator is ``np.zeros``)."""
+        with self.lock:  # two runs of one executor on two threads never share a buffer
+            if self.buf is not None and self._refs() == self.free_refs:
+                buf = self.buf
+                if self.alloc is np.zeros:
+                    buf.fill(0)
+                return buf
+            self.buf = self.alloc(self.nbytes, dtype=np.uint8)
+            self.free_refs = self._refs()  # only the slot refers to it now
+            return self.buf
 
 
 class _ViewRunner:

@@ -225,10 +225,14 @@ class KernelFamily:
                  caps: KernelCaps | None = None) -> "GeneratedKernel":
         """Bind this family's kernel for ``(key, dtypes)`` on ``target`` in
         ``table`` (a mutable table). Nothing is compiled until it is called
-        or warmed."""
+        or warmed. A strided-input kernel also reads any view
+        (``KernelCaps.view_input``) where the target's codegen package says
+        so (``VIEW_INPUT``)."""
         fn = self.kernel(target, key, dtypes)
         source = self.source(target)
         caps = caps or KernelCaps(strided_input=True, full_write=True)
+        if caps.strided_input and getattr(target.codegen, "VIEW_INPUT", False):
+            caps = dataclasses.replace(caps, view_input=True)
         table.register_full_with_source(key, fn.dtypes, target.backend,
                                         KernelRef(fn, fn.__qualname__, source), caps,
                                         precision, cost, source)

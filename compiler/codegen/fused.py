@@ -339,7 +339,8 @@ def _eps_back(p, types):
     return {"eps": float(p.eps)}
 
 
-fused_kernel("RmsNormLastDim", from_params=_eps_back, precision=NORM_FAMILY_CPU)(_norm_params)
+fused_kernel("RmsNormLastDim", from_params=_eps_back, precision=NORM_FAMILY_CPU,
+             keys=lambda t: [(t,) * 2, (t,) * 3])(_norm_params)  # x [, weight]
 fused_kernel("LayerNormLastDim", from_params=_eps_back, precision=NORM_FAMILY_CPU,
              keys=lambda t: [(t,) * 2, (t,) * 3, (t,) * 4])(_norm_params)  # x [, weight [, bias]]
 

@@ -53,9 +53,9 @@ def softmax_last_dim(x):
 
 
 def rms_norm(x, weight=None, eps: float = 1e-6):
-    """RmsNormLastDim, then ``* weight`` (``[D]``) when given."""
-    y = fused("RmsNormLastDim", x, eps=eps)
-    return y if weight is None else x.graph.add_node("Mul", [y, _lift(y, weight)])
+    """RmsNormLastDim with its optional ``weight`` (``[D]``) applied inside
+    the fused op (f16/bf16: computed in f32, rounded once)."""
+    return fused("RmsNormLastDim", x, *(() if weight is None else (weight,)), eps=eps)
 
 
 def layer_norm(x, weight=None, bias=None, eps: float = 1e-5):

@@ -26,18 +26,21 @@ def test_chunks_cover_the_range_aligned():
 
 
 def test_row_tiles_split_rows_and_keep_broadcast_operands_whole():
-    x, w, out = Layout.contiguous((256, 512)), Layout.contiguous((512,)), Layout.contiguous((256, 512))
+    x, w, out = Layout.contiguous((512, 512)), Layout.contiguous((512,)), Layout.contiguous((512, 512))
     tiles = parallel.row_tiles([x, w, out], 2, 2, keep_last=True)
-    assert [t[0].shape for t in tiles] == [(128, 512), (128, 512)]
-    assert tiles[1][0].start_offset == 128 * 512 and tiles[1][1] is w
+    assert [t[0].shape for t in tiles] == [(256, 512), (256, 512)]
+    assert tiles[1][0].start_offset == 256 * 512 and tiles[1][1] is w
+    # below MIN_ELEMENTS output elements a call runs whole (a pool round trip costs more)
+    small = [Layout.contiguous((parallel.MIN_ELEMENTS // 512 - 1, 512))] * 2
+    assert parallel.row_tiles(small, 1, 2, keep_last=False) is None
     # a row op over rank 1 (the one axis is the reduced one) runs whole
-    assert parallel.row_tiles([Layout.contiguous((1 << 16,))] * 2, 1, 2, keep_last=True) is None
+    assert parallel.row_tiles([Layout.contiguous((1 << 18,))] * 2, 1, 2, keep_last=True) is None
     # elementwise over one long axis splits it; a tiny call runs whole
-    assert len(parallel.row_tiles([Layout.contiguous((1 << 16,))] * 2, 1, 2, keep_last=False)) == 2
+    assert len(parallel.row_tiles([Layout.contiguous((1 << 18,))] * 2, 1, 2, keep_last=False)) == 2
     assert parallel.row_tiles([Layout.contiguous((4, 4))] * 2, 1, 2, keep_last=False) is None
     # the first axis with too few rows is skipped
-    t = parallel.row_tiles([Layout.contiguous((1, 64, 1024))] * 2, 1, 2, keep_last=True)
-    assert t[0][0].shape == (1, 32, 1024)
+    t = parallel.row_tiles([Layout.contiguous((1, 256, 1024))] * 2, 1, 2, keep_last=True)
+    assert t[0][0].shape == (1, 128, 1024)
 
 
 def test_matmul_tiles_by_batch_or_aligned_rows():

@@ -23,7 +23,7 @@ from compiler.graph.kernel_params import KernelParamsError
 from compiler.graph.numerics import dtype_of, from_compute, to_compute
 from compiler.graph.opdef import TensorType
 from compiler.registry import default_registry
-from compiler.registry.builders import fused
+from compiler.registry.builders import fused, rms_norm
 from compiler.targets import table_for
 from runtime import params as P
 from runtime.cost import default_cost_for_op_kind
@@ -127,6 +127,40 @@ def test_rms_norm(rng, shape, eps, dtype):
     x = _data(rng, shape, dtype)
     _check_op("RmsNormLastDim", [(shape, dtype)], {"eps": eps}, [x], dtype,
               recipe=dtype != "bf16")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64", "f16", "bf16"])
+@pytest.mark.parametrize("shape", [(5,), (4, 32), (2, 3, 17)])
+def test_rms_norm_with_weight(rng, shape, dtype):
+    arrs = [_data(rng, shape, dtype), _data(rng, shape[-1:], dtype)]
+    _check_op("RmsNormLastDim", [(a.shape, dtype) for a in arrs], {"eps": 1e-6}, arrs, dtype,
+              recipe=dtype != "bf16")
+
+
+def test_rms_norm_weight_is_fused_and_checked(rng):
+    """The builder's weight and a ``* w`` spelled after the op both end in
+    the one kernel; a weight of the wrong shape or dtype, or a third input,
+    is refused naming the op and the operand."""
+    x = rng.standard_normal((8, 16)).astype(np.float32)
+    w = rng.uniform(0.5, 1.5, 16).astype(np.float32)
+    for spelled in (False, True):
+        g = Graph()
+        xi, wi = g.input("x", x.shape, "f32"), g.input("w", w.shape, "f32")
+        y = fused("RmsNormLastDim", xi, eps=1e-6) * wi if spelled else rms_norm(xi, wi, eps=1e-6)
+        g.output(y, "y")
+        m = compile(g)
+        assert m.kernel_summary() == ["RmsNormLastDim[f32,f32,f32] (mlir-cpu-fused)"]
+        x64 = x.astype(np.float64)
+        want = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 1e-6) * w
+        np.testing.assert_allclose(m(x=x, w=w), want, rtol=3e-6, atol=1e-7)
+    g = Graph()
+    x = g.input("x", (4, 8), "f32")
+    with pytest.raises(GraphBuildError, match=r"RmsNormLastDim.*weight must be \[D\] = \[8\]"):
+        fused("RmsNormLastDim", x, g.input("w", (4,), "f32"), eps=1e-6)
+    with pytest.raises(GraphBuildError, match=r"RmsNormLastDim.*weight must be \[D\].*dtype f32"):
+        fused("RmsNormLastDim", x, g.input("w2", (8,), "f16"), eps=1e-6)
+    with pytest.raises(GraphBuildError, match=r"RmsNormLastDim.*takes 1 to 2 input"):
+        fused("RmsNormLastDim", x, g.input("w3", (8,), "f32"), g.input("w4", (8,), "f32"), eps=1e-6)
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f64", "f16"])

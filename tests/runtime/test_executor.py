@@ -110,6 +110,76 @@ def test_contiguize_rule_of_spec_2_3():
     assert needs_contiguize(row, rl.broadcast_as((2, 3)), True)      # stride-0: bytes differ
 
 
+def test_view_input_kernels_get_every_view_as_it_is():
+    s, l = Storage.from_numpy(np.zeros((2, 3), np.float32))
+    row, rl = Storage.from_numpy(np.zeros(3, np.float32))
+    for st, lay in ((s, l.narrow(0, 1, 1)), (s, l.narrow(1, 0, 2)), (s, l.flip(1)),
+                    (row, rl.broadcast_as((2, 3)))):
+        assert needs_contiguize(st, lay, True)
+        assert not needs_contiguize(st, lay, True, view_input=True)
+        assert not needs_contiguize(st, lay, False, True)
+
+
+@pytest.mark.parametrize("caps, copies", [(KernelCaps(strided_input=True), 3),
+                                          (KernelCaps(strided_input=True, view_input=True), 0)])
+def test_executor_contiguizes_views_only_for_kernels_without_view_input(caps, copies, monkeypatch):
+    """Broadcast, offset and flipped operands: copied (the §2.3 rule) unless
+    the kernel reads any view; the result is the same either way."""
+    table, seen = _recording_table(caps)
+    made = []
+    real = Storage.contiguize
+    monkeypatch.setattr(Storage, "contiguize", lambda st, lay: made.append(lay) or real(st, lay))
+    plan = Plan({"a": vs(3, 4), "b": vs(4)}, {"y": "y", "z": "z"},
+                [ViewStep("broadcast_as", {"shape": (2, 4)}, "b", "bb"),
+                 ViewStep("narrow", {"dim": 0, "start": 1, "length": 2}, "a", "an"),
+                 ViewStep("flip", {"dim": 1}, "an", "af"),
+                 KernelStep(OpKind.AddElementwise, [F32] * 3, "cpu", P.NO_PARAMS, ["an", "bb"], ["y"],
+                            [vs(2, 4)]),
+                 KernelStep(OpKind.AddElementwise, [F32] * 3, "cpu", P.NO_PARAMS, ["af", "y"], ["z"],
+                            [vs(2, 4)])])
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    b = np.array([10, 20, 30, 40], np.float32)
+    out = Executor(plan, table).run(a=a, b=b)
+    np.testing.assert_array_equal(out["y"], a[1:] + b)
+    np.testing.assert_array_equal(out["z"], a[1:, ::-1] + a[1:] + b)
+    assert len(made) == copies
+    if not copies:
+        assert seen[0] == Layout((2, 4), (4, 1), 4) and seen[1] == Layout((2, 4), (4, -1), 7)
+
+
+def test_large_output_buffers_are_reused_only_once_released():
+    """A step's large output buffer is kept and reused by the next run once
+    nothing refers to it; an output the caller still holds is never written
+    again, and zero-filled outputs are zeroed again."""
+    n = (1 << 18) // 4 + 8
+    table, _ = _recording_table(KernelCaps(full_write=True))
+
+    def part(inputs, outputs, layouts, params):  # writes only element 0 (not full_write)
+        outputs[0].view(layouts[-1])[0] = inputs[0].view(layouts[0])[0]
+    table.register_with_caps(OpKind.NegElementwise, [F32] * 2, "cpu", part, KernelCaps())
+    plan = Plan({"a": vs(n)}, {"y": "y", "p": "p"},
+                [KernelStep(OpKind.AddElementwise, [F32] * 3, "cpu", P.NO_PARAMS, ["a", "a"], ["y"], [vs(n)]),
+                 KernelStep(OpKind.NegElementwise, [F32] * 2, "cpu", P.NO_PARAMS, ["a"], ["p"], [vs(n)])])
+    ex = Executor(plan, table)
+    first = ex.run(a=np.ones(n, np.float32))
+    addr = first["y"].ctypes.data
+    second = ex.run(a=np.full(n, 2, np.float32))          # `first` still alive: new buffers
+    assert second["y"].ctypes.data != addr
+    assert (first["y"] == 2).all() and (second["y"] == 4).all()
+    del first
+    third = ex.run(a=np.full(n, 3, np.float32))
+    assert (second["y"] == 4).all() and (third["y"] == 6).all()
+    del second
+    view = third["y"][10:]                                 # a view keeps the buffer in use
+    addr, paddr = third["y"].ctypes.data, third["p"].ctypes.data
+    third["p"][:] = 7
+    del third
+    fourth = ex.run(a=np.full(n, 4, np.float32))
+    assert fourth["y"].ctypes.data != addr and (view == 6).all()
+    assert fourth["p"].ctypes.data == paddr                # released: reused, and zeroed again
+    assert fourth["p"][0] == 4 and not fourth["p"][1:].any()
+
+
 def _recording_table(caps):
     seen = []
 

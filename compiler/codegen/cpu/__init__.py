@@ -24,6 +24,11 @@ from .pipeline import (BUFFERIZE, LoweringResult, Stage, choose_strategy, compil
 
 #: The kernel-source prefix of generated cpu kernels.
 SOURCE = "mlir-cpu"
+#: Generated cpu kernels read any well-formed view of their inputs
+#: (``KernelCaps.view_input``): every memref argument has a fully dynamic
+#: layout (offset and strides, ``pipeline.BUFFERIZE``), and binding a
+#: descriptor checks the view's element span against its storage.
+VIEW_INPUT = True
 #: The data dtypes the primitive family registers on cpu targets.
 DTYPES = (DType.F32, DType.F64, DType.F16, DType.BF16, DType.I32, DType.I64, DType.I8,
           DType.I16, DType.U8, DType.U32)
@@ -60,7 +65,7 @@ def build_table(target) -> KernelBindingTable:
     return t.freeze()
 
 
-__all__ = ["SOURCE", "DTYPES", "PRECISION_NOTE", "transcendental_ulp", "build_table",
+__all__ = ["SOURCE", "VIEW_INPUT", "DTYPES", "PRECISION_NOTE", "transcendental_ulp", "build_table",
            "compile_module", "emit_object", "ensure_compiled", "object_bytes", "describe_pipeline", "lower",
            "LoweringResult", "choose_strategy", "load_object", "prepare_entries", "stages_for",
            "run_stage", "Stage", "BUFFERIZE", "write_reproducer", "main"]

@@ -9,7 +9,7 @@ read of the input and one write of the output, reductions are vectorized
 
 * SoftmaxLastDim: a max pass, then one pass that writes e = exp(x − max)
   and accumulates Σ e (one exp per element), then e · (1/Σ) in place.
-* RmsNormLastDim: Σ x², then x · 1/sqrt(Σ/n + eps).
+* RmsNormLastDim: Σ x², then x · 1/sqrt(Σ/n + eps) [* weight].
 * LayerNormLastDim: f32/f16/bf16: Σ x and Σ x² in one pass, accumulated in
   f64; f64: mean, then the centred variance; then (x − mean) · 1/sqrt(var + eps)
   [* weight] [+ bias] (the optional affine in the compute type, rounded once).
@@ -154,16 +154,23 @@ def max_nnan(a, c):
     return arith.maxnumf(a, c, fastmath=ir.Attribute.parse("#arith.fastmath<nnan,reassoc>"))
 
 
-def rms_norm_rows(x, s: Scalar, eps: float, out_elt):
-    """x · 1/sqrt(mean(x²) + eps) row by row: Σ x² (vectorized,
-    reassociated), then one normalizing pass (the row is still in L1)."""
+def rms_norm_rows(x, s: Scalar, eps: float, out_elt, weight=None):
+    """x · 1/sqrt(mean(x²) + eps) [* weight] row by row: Σ x² (vectorized,
+    reassociated), then one normalizing pass (the row is still in L1); the
+    optional 1-D ``weight`` over the last axis is applied in the compute
+    type, rounded once."""
     def row(xs, orow, n):
         xr, = xs
         ss, = row_reduce([xr], n, [s.const(0)], lambda j, v, c: [
             _fadd(c, _fmul(to_compute(v[0], s), to_compute(v[0], s)))])
         inv = s.div(s.const(1), math.sqrt(s.add(s.div(ss, _row_count(s, n)), s.const(eps))))
-        return row_write(orow, n, lambda j, _o: (from_compute(
-            s.mul(to_compute(tensor.extract(xr, [j]), s), inv), out_elt), []))[0]
+
+        def norm(j, _o):
+            y = s.mul(to_compute(tensor.extract(xr, [j]), s), inv)
+            if weight is not None:
+                y = s.mul(y, to_compute(tensor.extract(weight, [j]), s))
+            return from_compute(y, out_elt), []
+        return row_write(orow, n, norm)[0]
 
     return over_rows([x], empty(dims(x), out_elt), row)
 
@@ -248,7 +255,8 @@ def _softmax_cpu(lw: Lowering):
 @lowers("RmsNormLastDim", platform="cpu")
 def _rms_norm_cpu(lw: Lowering):
     return rms_norm_rows(lw.operands[0], Scalar.compute(lw.in_dtypes[0]),
-                         float(lw.param("eps")), lw.out_elt)
+                         float(lw.param("eps")), lw.out_elt,
+                         lw.operands[1] if len(lw.operands) > 1 else None)
 
 
 @lowers("LayerNormLastDim", platform="cpu")
@@ -304,10 +312,17 @@ def _rms_norm(lw: Lowering):
     count = _row_count(s, xd[-1])
     eps = s.const(float(lw.param("eps")))
     out = empty(xd, lw.out_elt)
-    return generic([x, ss], [out], [identity_map(n), row, identity_map(n)], [PARALLEL] * n,
-                   lambda a, t, _o: from_compute(
-                       s.div(to_compute(a, s), math.sqrt(s.add(s.div(t, count), eps))),
-                       lw.out_elt))[0]
+    weight = list(lw.operands[1:])  # [D]: applied in s.ty, one rounding
+
+    def normalize(a, t, *rest):
+        y = s.div(to_compute(a, s), math.sqrt(s.add(s.div(t, count), eps)))
+        if weight:
+            y = s.mul(y, to_compute(rest[0], s))
+        return from_compute(y, lw.out_elt)
+
+    return generic([x, ss] + weight, [out],
+                   [identity_map(n), row] + [affine_map(n, [n - 1])] * len(weight)
+                   + [identity_map(n)], [PARALLEL] * n, normalize)[0]
 
 
 @lowers("LayerNormLastDim")

@@ -53,16 +53,17 @@ def affine_recipe(norm):
     return build
 
 
-def affine_patterns(name: str, params):
+def affine_patterns(name: str, params, n_affine: int = 2):
     """Fusion patterns folding ``* weight`` and then ``+ bias`` (each ``[D]``,
     broadcast with or without the leading-1 Reshape) into the fused op
-    ``name`` already matched on x (its ``eps`` read from it)."""
+    ``name`` already matched on x (its ``eps`` read from it); ``n_affine=1``:
+    the weight only."""
     from ..entry import FusedPattern
 
     def lifted(b):
         return (op("BroadcastTo", op("Reshape", b)), op("BroadcastTo", b))
     out = []
-    for n_in, combine in ((1, "Mul"), (2, "Add")):
+    for n_in, combine in ((1, "Mul"), (2, "Add"))[:n_affine]:
         inner = op(name, *(Bind(i) for i in range(n_in)), eps=SLOT)
         for k, vec in enumerate(lifted(Bind(n_in))):
             out.append(FusedPattern(op(combine, inner, vec), params,
