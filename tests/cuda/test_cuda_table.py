@@ -17,6 +17,7 @@ from compiler import Graph
 from compiler.codegen import cuda as cuda_codegen
 from compiler.codegen.cuda import ptx as cuda_ptx
 from compiler.driver import compile
+from compiler.registry.builders import rms_norm
 from compiler.errors import PassError
 from compiler.targets import table_for
 from runtime.dtype import DType
@@ -198,6 +199,9 @@ def test_every_table_key_compiles():
             ws = [g.constant(np.full(48, 0.5, npdt), name=n) for n in affine]
             g.output(x.layer_norm(*ws), name="y")
             got |= _compiled(compile(g, "cuda:sm_90"))
+        g = Graph()  # RmsNorm without its optional weight
+        g.output(rms_norm(g.input("x", (10, 48), dt)), name="y")
+        got |= _compiled(compile(g, "cuda:sm_90"))
     # Flip is planned as a view (a negative stride), never as a kernel step
     claimed = {k for k in _claimed("cuda:sm_90") if not k.startswith("Flip[")}
     assert not claimed - got, sorted(claimed - got)
