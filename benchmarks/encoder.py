@@ -218,6 +218,30 @@ def step_times(m, inputs: dict, repeats: int) -> list[tuple[float, str]]:
     return sorted(out, reverse=True)
 
 
+def ort_node_times(proto: bytes, threads: int, inputs: dict, repeats: int) -> list[tuple[float, str]]:
+    """(median ms, "node (OpType)") of each node onnxruntime ran, slowest
+    first, from its own profiler (a separate session with profiling on)."""
+    import tempfile
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+    so.enable_profiling = True
+    so.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
+    session = ort.InferenceSession(proto, so, providers=["CPUExecutionProvider"])
+    for _ in range(repeats + 1):
+        session.run(None, inputs)
+    path = session.end_profiling()
+    with open(path) as f:
+        events = json.load(f)
+    os.remove(path)
+    acc = collections.defaultdict(list)
+    for e in events:
+        if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time"):
+            acc[f"{e['name'][:-len('_kernel_time')]} ({e.get('args', {}).get('op_name', '?')})"].append(
+                e["dur"] / 1e3)
+    return sorted(((statistics.median(v), k) for k, v in acc.items()), reverse=True)
+
+
 def kernels_ran(m) -> list[str]:
     counts = collections.Counter(m.kernel_summary())
     return [f"{k} x{n}" for k, n in counts.items()]
@@ -238,7 +262,8 @@ def main(argv=None) -> int:
     ap.add_argument("--target", default="cpu")
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--json", help="write the measurements here")
-    ap.add_argument("--steps", action="store_true", help="also time every kernel step")
+    ap.add_argument("--steps", action="store_true",
+                    help="also time every kernel step, and every onnxruntime node (its profiler)")
     args = ap.parse_args(argv)
     from compiler.codegen import parallel
     if args.threads is not None:
@@ -294,8 +319,14 @@ def main(argv=None) -> int:
                 print("  kernels: " + "; ".join(rec["kernels"]))
                 if args.steps:
                     rec["steps"] = step_times(m, {"x": x}, args.repeats)
+                    print(f"    fuelc steps (sum {sum(ms for ms, _ in rec['steps']):.3f} ms):")
                     for ms, what in rec["steps"]:
                         print(f"    {ms:8.3f} ms  {what}")
+                    if session is not None:
+                        rec["ort_nodes"] = ort_node_times(proto, threads, {"x": x}, args.repeats)
+                        print(f"    onnxruntime nodes (sum {sum(ms for ms, _ in rec['ort_nodes']):.3f} ms):")
+                        for ms, what in rec["ort_nodes"]:
+                            print(f"    {ms:8.3f} ms  {what}")
                 records.append(rec)
     if args.json:
         with open(args.json, "w") as f:

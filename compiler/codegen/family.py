@@ -164,6 +164,10 @@ def unit_stride_args(layouts: Sequence) -> tuple[int, ...]:
                  if l.rank and (l.stride[-1] == 1 or l.shape[-1] <= 1))
 
 
+#: (family type, instance, target) -> KernelFamily.min_elements; bounded.
+_MIN_ELEMENTS: dict = {}
+
+
 class KernelFamily:
     """One family of generated kernels (see the module docstring).
     Subclasses implement ``instance`` and ``linalg_text``."""
@@ -181,11 +185,24 @@ class KernelFamily:
         return getattr(key, "name", str(key))
 
     def split(self, instance, layouts: Sequence, n_inputs: int,
-              threads: int) -> list[list] | None:
+              threads: int, min_elements: int = parallel.MIN_ELEMENTS) -> list[list] | None:
         """The operand layouts of up to ``threads`` tiles that together
         compute the call (``compiler.codegen.parallel``), or None to run it
-        whole. Default: never split."""
+        whole; elementwise and row calls of fewer than ``min_elements``
+        output elements run whole. Default: never split."""
         return None
+
+    def min_elements(self, instance, target) -> int:
+        """``split``'s ``min_elements`` for ``instance``: lower when its kernel
+        evaluates transcendentals (``parallel.min_elements``)."""
+        key = (type(self), instance, getattr(target, "description", target))
+        n = _MIN_ELEMENTS.get(key)
+        if n is None:
+            n = parallel.min_elements(self.linalg_text(instance, target))
+            if len(_MIN_ELEMENTS) >= 4096:
+                _MIN_ELEMENTS.clear()
+            _MIN_ELEMENTS[key] = n
+        return n
 
     def subcalls(self, key, instance, layouts: Sequence, params,
                  n_inputs: int) -> list[tuple[list, object]] | None:
@@ -263,10 +280,19 @@ class GeneratedKernel:
             return [self.family.instance(self.key, self.dtypes, sl, sp, n_inputs)
                     for sl, sp in subs]
         threads = parallel.num_threads()
-        parts = self.family.split(inst, lays, n_inputs, threads) if threads > 1 else None
+        parts = self.family.split(inst, lays, n_inputs, threads,
+                                  self._min_elements(inst, lays, n_inputs)) \
+            if threads > 1 else None
         if not parts:
             return [(inst, lays)]
         return [(self.family.with_shapes(inst, sub[:n_inputs]), sub) for sub in parts]
+
+    def _min_elements(self, inst, lays, n_inputs: int) -> int:
+        # only a call between the two thresholds needs to know the kernel's math
+        numel = getattr(lays[n_inputs], "numel", 0) if len(lays) > n_inputs else 0
+        if parallel.MIN_ELEMENTS_TRANSCENDENTAL <= numel < parallel.MIN_ELEMENTS:
+            return self.family.min_elements(inst, self.target)
+        return parallel.MIN_ELEMENTS
 
     def _prepare(self, layouts, params, n_inputs: int):
         return [(self.family.compiled(inst, self.target), lays)

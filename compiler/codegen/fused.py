@@ -47,6 +47,7 @@ import math
 from typing import Callable, Optional, Sequence
 
 from runtime.params import exact_key
+from compiler.codegen import parallel
 from compiler.codegen.family import KernelFamily, single_op_linalg_text, unit_stride_args
 from compiler.codegen.cpu import fastmath
 from compiler.codegen.loader import KernelFunction
@@ -269,14 +270,16 @@ class FusedFamily(KernelFamily):
     def linalg_text(self, inst: FusedInstance, target) -> str:
         return linalg_text(inst, platform=target.kind)
 
-    def split(self, inst: FusedInstance, layouts, n_inputs: int, threads: int):
+    def split(self, inst: FusedInstance, layouts, n_inputs: int, threads: int,
+              min_elements: int = parallel.MIN_ELEMENTS):
         from compiler.codegen import parallel
         if inst.name == "FusedLinear":
             from compiler.codegen.kernels import MATMUL_COL_ALIGN, MATMUL_ROW_ALIGN
             return parallel.matmul_tiles(layouts, n_inputs, threads, MATMUL_ROW_ALIGN,
                                          MATMUL_COL_ALIGN)
         if inst.name in ROW_PARALLEL:
-            return parallel.row_tiles(layouts, n_inputs, threads, keep_last=True)
+            return parallel.row_tiles(layouts, n_inputs, threads, keep_last=True,
+                                      min_elements=min_elements)
         return None
 
 

@@ -287,12 +287,15 @@ class PrimitiveFamily(KernelFamily):
             calls.append((views, sub_p))
         return calls
 
-    def split(self, inst: OpInstance, layouts, n_inputs: int, threads: int):
+    def split(self, inst: OpInstance, layouts, n_inputs: int, threads: int,
+              min_elements: int = parallel.MIN_ELEMENTS):
         category = _op_table()[inst.op_name].category
         if category in _ELEMENTWISE_CATEGORIES:
-            return parallel.row_tiles(layouts, n_inputs, threads, keep_last=False)
+            return parallel.row_tiles(layouts, n_inputs, threads, keep_last=False,
+                                      min_elements=min_elements)
         if category == "softmax":  # LogSoftmaxLastDim(+Backward): rows independent
-            return parallel.row_tiles(layouts, n_inputs, threads, keep_last=True)
+            return parallel.row_tiles(layouts, n_inputs, threads, keep_last=True,
+                                      min_elements=min_elements)
         if inst.op_name == "MatMul":
             return parallel.matmul_tiles(layouts, n_inputs, threads, MATMUL_ROW_ALIGN,
                                          MATMUL_COL_ALIGN)

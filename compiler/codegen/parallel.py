@@ -19,6 +19,7 @@ from __future__ import annotations
 import concurrent.futures
 import math
 import os
+import re
 import threading
 from typing import Callable, Sequence
 
@@ -34,6 +35,20 @@ ENV = "FUELC_NUM_THREADS"
 #: [1,12,128,128] Affine 0.10 ms split, 0.05 ms whole.)
 MIN_ELEMENTS = 1 << 18
 MIN_MACS = 1 << 20
+
+#: An elementwise / row call whose kernel evaluates a transcendental per
+#: element (exp, erf, tanh, log, pow, sin, cos: ~2-3 ns per element on one
+#: thread, 5-10x an add) is worth splitting at a quarter of the elements.
+#: (Measured on the encoder block, 2 threads: the [1,128,1536] erf-GELU took
+#: 0.65 ms whole, and the [1,12,128,128] softmax 0.39 ms.)
+MIN_ELEMENTS_TRANSCENDENTAL = MIN_ELEMENTS // 4
+_TRANSCENDENTAL = re.compile(r"\bmath\.(exp|exp2|expm1|erf|tanh|log|log2|log1p|powf|sin|cos|atan2?)\b")
+
+
+def min_elements(linalg_text: str) -> int:
+    """The fewest output elements for which a call of the kernel whose
+    linalg module is ``linalg_text`` is split over threads."""
+    return MIN_ELEMENTS_TRANSCENDENTAL if _TRANSCENDENTAL.search(linalg_text) else MIN_ELEMENTS
 
 
 class ThreadCountError(CompilerError, ValueError):
@@ -130,15 +145,16 @@ def split_layouts(layouts: Sequence[Layout], axes: Sequence[int | None], size: i
 
 
 def row_tiles(layouts: Sequence[Layout], n_inputs: int, threads: int, *,
-              keep_last: bool) -> list[list[Layout]] | None:
+              keep_last: bool, min_elements: int = MIN_ELEMENTS) -> list[list[Layout]] | None:
     """Tiles of a call whose output elements are independent along every
     axis (elementwise: ``keep_last=False``) or along every axis but the last
     (row ops: softmax, norms; ``keep_last=True``, output rank >= 2). The cut
     axis is the outermost with at least ``threads`` elements; inputs
     broadcast numpy-style (right-aligned), so an input of lower rank or of
-    extent 1 on that axis is read whole by every tile."""
+    extent 1 on that axis is read whole by every tile. Calls of fewer than
+    ``min_elements`` output elements run whole."""
     out = layouts[n_inputs]
-    if len(layouts) != n_inputs + 1 or out.numel < MIN_ELEMENTS or (keep_last and out.rank < 2):
+    if len(layouts) != n_inputs + 1 or out.numel < min_elements or (keep_last and out.rank < 2):
         return None
     last = out.rank - 1 if keep_last else out.rank
     axis = next((a for a in range(last) if out.shape[a] >= threads), None)
@@ -188,5 +204,5 @@ def matmul_tiles(layouts: Sequence[Layout], n_inputs: int, threads: int,
 MIN_COL_PANELS = 2
 
 
-__all__ = ["ENV", "MIN_ELEMENTS", "MIN_MACS", "MIN_COL_PANELS", "ThreadCountError", "num_threads",
+__all__ = ["ENV", "MIN_ELEMENTS", "MIN_ELEMENTS_TRANSCENDENTAL", "MIN_MACS", "min_elements", "MIN_COL_PANELS", "ThreadCountError", "num_threads",
            "set_num_threads", "run_all", "chunks", "split_layouts", "row_tiles", "matmul_tiles"]

@@ -171,11 +171,13 @@ class RuntimeFusedFamily(KernelFamily):
     def key_name(self, key) -> str:
         return f"{key.fused.value:#x}"
 
-    def split(self, inst: RuntimeFusedInstance, layouts, n_inputs: int, threads: int):
+    def split(self, inst: RuntimeFusedInstance, layouts, n_inputs: int, threads: int,
+              min_elements: int | None = None):
         if not _elementwise_region(inst.fused_id):
             return None
         from compiler.codegen import parallel
-        return parallel.row_tiles(layouts, n_inputs, threads, keep_last=False)
+        return parallel.row_tiles(layouts, n_inputs, threads, keep_last=False,
+                                  min_elements=min_elements or parallel.MIN_ELEMENTS)
 
 
 _ELEMENTWISE = frozenset({"binary", "unary", "scalar", "compare", "select", "cast"})

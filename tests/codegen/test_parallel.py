@@ -43,6 +43,37 @@ def test_row_tiles_split_rows_and_keep_broadcast_operands_whole():
     assert t[0][0].shape == (1, 128, 1024)
 
 
+def test_transcendental_kernels_split_at_fewer_elements():
+    assert parallel.min_elements("%1 = math.erf %0 : vector<8xf32>") == parallel.MIN_ELEMENTS_TRANSCENDENTAL
+    assert parallel.min_elements("%1 = math.exp %0 : f32") < parallel.MIN_ELEMENTS
+    # sqrt / rsqrt / absf are cheap, and a name that merely starts alike is not exp
+    assert parallel.min_elements("math.rsqrt math.sqrt math.absf math.exponent") == parallel.MIN_ELEMENTS
+    mid = [Layout.contiguous((128, 1536))] * 2           # the encoder's FFN activation
+    assert parallel.row_tiles(mid, 1, 2, keep_last=False) is None
+    assert len(parallel.row_tiles(mid, 1, 2, keep_last=False,
+                                  min_elements=parallel.MIN_ELEMENTS_TRANSCENDENTAL)) == 2
+
+
+@pytest.mark.parametrize("op, split", [("gelu", True), ("softmax", True), ("relu", False)])
+def test_families_split_mid_sized_calls_only_when_their_kernel_is_transcendental(threads, op, split):
+    from compiler import Graph, compile
+    threads(2)
+    g = Graph()
+    x = g.input("x", (96, 1024), "f32")   # 98304 elements: between the two thresholds
+    y = {"gelu": lambda t: t.gelu(), "softmax": lambda t: t.softmax(-1), "relu": lambda t: t.relu()}[op](x)
+    g.output(y, name="y")
+    m = compile(g, target="cpu")
+    step = next(s for s in m.plan.steps if hasattr(s, "key"))
+    entry = m.executor.entries[m.plan.steps.index(step)]
+    fn = entry.kernel.fn if hasattr(entry.kernel, "fn") else entry.kernel
+    lay = [Layout.contiguous((96, 1024))] * 2
+    tiles = fn._tiles(lay, step.params, 1)
+    assert (len(tiles) == 2) == split, (op, [t[1][-1].shape for t in tiles])
+    xs = np.random.default_rng(0).standard_normal((96, 1024), dtype=np.float32)
+    from compiler import interpret
+    np.testing.assert_allclose(m(x=xs), interpret(g, {"x": xs})["y"], rtol=2e-6, atol=1e-6)
+
+
 def test_matmul_tiles_by_batch_or_aligned_rows():
     a, b, o = Layout.contiguous((4, 128, 64)), Layout.contiguous((4, 64, 128)), Layout.contiguous((4, 128, 128))
     tiles = parallel.matmul_tiles([a, b, o], 2, 2, align=6)

@@ -19,7 +19,12 @@ PIPELINE = (
     "builtin.module(one-shot-bufferize{bufferize-function-boundaries "
     "function-boundary-type-conversion=identity-layout-map}, "
     "buffer-results-to-out-params{modify-public-functions}, buffer-deallocation-pipeline, "
-    "convert-linalg-to-loops, convert-math-to-funcs, lower-affine, convert-scf-to-cf, expand-strided-metadata, lower-affine, "
+    "convert-linalg-to-loops, convert-math-to-funcs, lower-affine, convert-scf-to-cf, "
+    # bf16 math in f32 and f32<->bf16 conversions as integer ops: otherwise
+    # LLVM calls __truncsfbf2, which GCC 12's libgcc (Debian 12) lacks
+    "func.func(arith-emulate-unsupported-floats{source-types=bf16 target-type=f32}), "
+    "arith-expand{include-bf16=true}, "
+    "expand-strided-metadata, lower-affine, "
     "finalize-memref-to-llvm, convert-math-to-llvm, convert-math-to-libm, convert-arith-to-llvm, "
     "convert-func-to-llvm, convert-cf-to-llvm, convert-ub-to-llvm, reconcile-unrealized-casts)"
 )

@@ -51,7 +51,7 @@ from compiler.codegen.loader import CompiledObject, load_object
 from compiler.codegen.cpu.strategy import LOOPS, Strategy, rules_fingerprint, select_strategy
 
 # Bump when a change here changes generated code (invalidates cached objects).
-PIPELINE_VERSION = "cpu-5"
+PIPELINE_VERSION = "cpu-6"  # cpu-6: unit-stride arguments re-typed
 
 BUFFERIZE: tuple[str, ...] = (
     "eliminate-empty-tensors",
@@ -202,10 +202,18 @@ from compiler.codegen.family import UNIT_STRIDE_ATTR  # noqa: E402
 
 
 def assume_unit_strides(module: "ir.Module") -> int:
-    """Apply every entry's ``UNIT_STRIDE_ATTR``: a ``memref.cast`` of each
-    listed argument to its layout with a static innermost stride of 1, used
-    instead of the argument. The caller guarantees the stride (the kernel
-    family keys such instances on it). Returns the number of casts."""
+    """Apply every entry's ``UNIT_STRIDE_ATTR``: each listed argument's type
+    gets a static innermost stride of 1, and its old uses read it through a
+    ``memref.cast`` back to the old, fully strided type. Canonicalization
+    folds that cast into every user (the source is the more static type), so
+    loads, stores, copies and vector transfers of its rows become contiguous.
+    The memref descriptor is the same struct whatever its static strides, so
+    the C interface is unchanged; the caller guarantees the stride (the
+    kernel family keys such instances on it). (A cast or reinterpret_cast
+    *to* the unit-stride type inside the body is not enough: loads, stores
+    and linalg ops fold a ranked cast away whichever way it goes, and the
+    matmul's accumulator hoisting refuses a view-like base.) Returns the
+    number of arguments re-typed."""
     n = 0
     for op in module.body.operations:
         if op.operation.name != "func.func" or UNIT_STRIDE_ATTR not in op.attributes:
@@ -220,13 +228,18 @@ def assume_unit_strides(module: "ir.Module") -> int:
                 continue
             lay = ir.StridedLayoutAttr(t.layout)
             strides = list(lay.strides)
+            if strides[-1] == 1:
+                continue
             strides[-1] = 1
             with ir.InsertionPoint.at_block_begin(block), ir.Location.unknown():
-                unit = ir.MemRefType.get(t.shape, t.element_type,
-                                         layout=ir.StridedLayoutAttr.get(lay.offset, strides))
-                cast = memref.CastOp(unit, arg)
+                arg.set_type(ir.MemRefType.get(
+                    t.shape, t.element_type, layout=ir.StridedLayoutAttr.get(lay.offset, strides)))
+                cast = memref.CastOp(t, arg)
             arg.replace_all_uses_except(cast.result, cast.operation)
             n += 1
+        fn_type = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
+        op.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+            [a.type for a in block.arguments], fn_type.results))
     return n
 
 
