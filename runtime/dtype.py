@@ -47,6 +47,11 @@ class DType(enum.Enum):
     F8E8M0 = "f8e8m0"
     F8E6M2 = "f8e6m2"
 
+    # Members are singletons compared by identity: hash them by identity too
+    # (Enum's own __hash__ is Python code hashing the name, and the executor
+    # looks dtypes up in dicts on every step of every run).
+    __hash__ = object.__hash__
+
     # -- facts ------------------------------------------------------------
     @property
     def size_in_bytes(self) -> int:

@@ -167,3 +167,21 @@ def test_bundle_slots_are_aligned_views_and_owned_copies_are_independent():
         b.slot(3)
     with pytest.raises(StorageError, match="not a bundled"):
         Storage.zeros("f32", 1).slot(0)
+
+
+def test_storage_view_shares_memory_for_every_stride_kind_and_keeps_read_only_buffers_read_only():
+    buf = Storage.zeros(DType.F32, 12)
+    buf.typed()[:] = np.arange(12, dtype=np.float32)
+    assert buf.view(Layout((3, 4), (4, 1), 0)).tolist() == np.arange(12).reshape(3, 4).tolist()
+    assert buf.view(Layout((4,), (-1,), 3)).tolist() == [3, 2, 1, 0]          # flipped
+    assert buf.view(Layout((2, 3), (0, 2), 1)).tolist() == [[1, 3, 5]] * 2    # broadcast + offset
+    assert buf.view(Layout((), (), 7)).tolist() == 7                          # rank 0
+    v = buf.view(Layout((2,), (5,), 2))
+    v[:] = -1                                                                # a view, not a copy
+    assert buf.typed()[[2, 7]].tolist() == [-1, -1]
+    ro = np.arange(4, dtype=np.float32)
+    ro.flags.writeable = False
+    rst, lay = Storage.from_numpy(ro)
+    assert not rst.view(lay).flags.writeable
+    with pytest.raises(StorageError):
+        buf.view(Layout((3,), (5,), 4))                                       # reaches element 14
