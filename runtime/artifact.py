@@ -379,6 +379,20 @@ class _ExportedKernel:
         fn, templates = hit
         fn(*[t.bind(s) for t, s in zip(templates, (*inputs, *outputs))])
 
+    def prepare_raw(self, layouts, params, n_inputs: int):
+        """The exported instance for these row-major layouts as one raw call
+        (``(fn, templates, (probe, value))``, as ``runtime.direct`` takes
+        it), or None when a call with them would fail (the call reports it)."""
+        hit = self._calls.get((params, tuple(l.shape for l in layouts)))
+        if hit is None or any(l.start_offset or not l.is_contiguous() for l in layouts):
+            return None
+        return hit[0], hit[1], (_no_threads, 0)
+
+
+def _no_threads() -> int:
+    """An exported kernel runs as exported: nothing at run time changes it."""
+    return 0
+
 
 def _layout(rec, path: str) -> Layout:
     try:

@@ -374,11 +374,34 @@ class Executor:
             elif isinstance(step, ConstStep):
                 runners.append(_ConstRunner(step, plan, self.specs[step.output].dtype).run)
         self._runners = tuple(runners)
+        # the direct path (runtime.direct), built on the first run; used while
+        # ``_runners`` are these (a caller may wrap them, e.g. to time steps)
+        self._plain_runners = self._runners
+        self._direct = None
+        self._direct_state = "unbuilt"  # -> "built" | "general"
+        self._direct_lock = threading.Lock()
         # Outputs returned without a copy: storages this run allocated
         # (row-major, exact size; no input, constant or other output shares
         # them), each named once.
         named = list(plan.outputs.values())
         self._owned_outputs = frozenset(v for v in named if v in fresh and named.count(v) == 1)
+
+    def _build_direct(self):
+        """Build the direct path once (None: this plan always takes the
+        general one)."""
+        with self._direct_lock:
+            if self._direct_state == "unbuilt":
+                from .direct import DirectRun
+                self._direct = DirectRun.build(self, [r.__self__ if hasattr(r, "__self__") else r
+                                                      for r in self._plain_runners])
+                self._direct_state = "built" if self._direct is not None else "general"
+            return self._direct
+
+    @property
+    def direct_path(self) -> bool:
+        """Whether calls may take the direct path (``runtime.direct``); known
+        after the first run."""
+        return self._direct is not None
 
     def _bind_input(self, name: str, value) -> tuple[Storage, Layout]:
         spec = self.plan.inputs[name]
@@ -415,6 +438,12 @@ class Executor:
             raise PlanError(f"plan inputs are ({sig}); missing {missing}, unexpected {extra}")
         if self.resident is not None:
             return self.resident.run(self, inputs)
+        if self._direct_state != "general" and self._runners is self._plain_runners:
+            direct = self._direct if self._direct_state == "built" else self._build_direct()
+            if direct is not None:
+                out = direct.run(inputs)
+                if out is not None:
+                    return out
         env: dict[str, tuple[Storage, Layout]] = {n: self._bind_input(n, v) for n, v in inputs.items()}
         syms: dict[int, int] = {}
         for run_step in self._runners:

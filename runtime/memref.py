@@ -89,6 +89,11 @@ class DescriptorTemplate:
         self._empty = layout.numel == 0
         self._need = (None, 0)  # (dtype, bytes the layout reaches) of the last bind
 
+    def unbound(self):
+        """A descriptor of the layout whose base is still 0: the caller sets
+        ``allocated`` and ``aligned`` to a buffer that holds the layout."""
+        return self._type.from_buffer_copy(self._proto)
+
     def bind(self, storage):
         """The descriptor of the layout over ``storage``. Raises
         DescriptorError when the layout reaches outside the storage. The

@@ -344,6 +344,21 @@ class GeneratedKernel:
             raw(*[addressof(d) for d in descs])  # descs stay alive across the call
         return run
 
+    def prepare_raw(self, layouts: Sequence, params, n_inputs: int):
+        """The call on these layouts and params as one raw function call, for a
+        caller that builds and keeps the descriptors itself (the executor's
+        direct path, ``runtime.direct``): ``(fn, templates, (probe, value))``;
+        ``fn.raw(*addresses)`` runs it, ``templates`` are the arguments'
+        ``DescriptorTemplate``s (inputs then outputs), and the call stays
+        valid while ``probe()`` returns ``value`` (the thread count). None
+        when the call runs as several tiles or sub-calls. Raises like a call."""
+        self._check_arity(n_inputs, len(layouts) - n_inputs)
+        threads = parallel.num_threads()
+        hit = self._calls.lookup(layouts, params, n_inputs)
+        if len(hit) != 1 or not isinstance(hit[0][0], KernelFunction):
+            return None
+        return hit[0][0], hit[0][1], (parallel.num_threads, threads)
+
     def __repr__(self) -> str:
         return f"<GeneratedKernel {self.__qualname__} target={self.target}>"
 

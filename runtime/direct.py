@@ -1,0 +1,209 @@
+"""The executor's direct path: a plan of small kernels run as a fixed list of
+raw calls.
+
+A run of the general path costs, per kernel step, an output allocation, a
+descriptor per argument, the contiguize checks and the environment updates:
+some 20 us of Python on a slow core, far more than a tiny kernel. When every
+step of a plan is fixed by the plan alone, ``DirectRun.build`` settles all of
+that once:
+
+* every intermediate value gets a buffer of its own, kept from run to run
+  (zero-filled again before each run where the kernel needs zeroed output);
+* every kernel call becomes ``(raw function, descriptor addresses)``, the
+  descriptors built once over those buffers and the constants;
+* view and reshape steps become the layouts of the descriptors that read them.
+
+A run then only points the descriptors of the inputs and of the plan outputs
+(fresh arrays, owned by the caller) at this call's memory and makes the raw
+calls in order. Eligible: plans whose kernel steps each run as one raw call
+(``prepare_raw`` of the kernel, so large calls split over threads keep the
+general path), with no bundles, index checks, deferred row counts or copies
+to contiguize, and whose outputs are kernel outputs named once. A call uses
+it only for C-contiguous inputs of exactly the plan's dtype and shape, while
+the thread count and the constants are the ones it was built with, and one
+call at a time; anything else takes the general path, with the same results.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import numpy as np
+
+from .dtype import from_storage
+from .errors import KernelError
+from .layout import Layout
+from .storage import Storage
+
+_addressof = ctypes.addressof
+
+
+class DirectRun:
+    """A plan's kernel calls, their descriptors and buffers, settled once."""
+
+    __slots__ = ("plan", "lock", "calls", "inputs", "outputs", "zero", "probes", "consts",
+                 "where", "_keep", "_producers")
+
+    def __init__(self, plan):
+        self.plan = plan
+        self.lock = threading.Lock()
+        self.calls: list[tuple] = []      # (raw function, descriptor addresses)
+        self.where: list[str] = []        # the step each call is, for errors
+        self.inputs: list[tuple] = []     # (name, api dtype, shape, descriptors)
+        self.outputs: list[tuple] = []    # (name, vid, alloc, nbytes, dtype, shape, descriptors)
+        self.zero: list[np.ndarray] = []  # kept buffers refilled with zeros before a run
+        self.probes: list[tuple] = []     # (probe, value): the call list holds while equal
+        self.consts: list[tuple] = []     # (name, array the storage was built from)
+        self._keep: list = []             # kernel functions, storages, descriptors
+        self._producers: dict = {}        # plan output vid -> (kernel runner, spec)
+
+    @classmethod
+    def build(cls, executor, runners) -> "DirectRun | None":
+        """The direct form of ``executor``'s plan (``runners``: its step
+        runner objects), or None when some step needs the general path."""
+        from .executor import _ConstRunner, _KernelRunner, _ReshapeRunner, _ViewRunner
+        plan = executor.plan
+        if executor.resident is not None:
+            return None
+        named = list(plan.outputs.values())
+        if any(vid not in executor._owned_outputs for vid in named):
+            return None
+        self = cls(plan)
+        # value id -> (source, storage, layout, elements of the buffer);
+        # source: ("input", name) | ("output", vid) | None (a storage fixed
+        # for good, then given)
+        env: dict[str, tuple] = {}
+        patch: dict[tuple, list] = {}
+        for name, spec in plan.inputs.items():
+            if spec.dtype.numpy is None or 0 in spec.shape:
+                return None
+            lay = Layout.contiguous(spec.shape)
+            env[name] = (("input", name), None, lay, lay.numel)
+        for runner in runners:
+            if isinstance(runner, _ConstRunner):
+                scratch: dict = {}
+                runner.run(scratch, {})
+                src = plan.constants[runner.step.const]
+                if runner._cached is None or runner._cached[0] is not src:
+                    return None  # a constant copied on every run
+                self.consts.append((runner.step.const, src))
+                st, lay = scratch[runner.step.output]
+                env[runner.step.output] = (None, st, lay, st.numel)
+            elif isinstance(runner, _ViewRunner):
+                source, st, lay, n = env[runner.step.input]
+                env[runner.step.output] = (source, st, runner.step.apply(lay), n)
+            elif isinstance(runner, _ReshapeRunner):
+                source, st, lay, n = env[runner.step.input]
+                if not (lay.is_contiguous() and lay.start_offset == 0):
+                    return None
+                env[runner.step.output] = (source, st, runner.layout, n)
+            elif isinstance(runner, _KernelRunner):
+                if not self._add_kernel(runner, env, patch, named):
+                    return None
+            else:
+                return None
+        for name, spec in plan.inputs.items():
+            self.inputs.append((name, spec.dtype.numpy, tuple(spec.shape),
+                                tuple(patch.get(("input", name), ()))))
+        for name, vid in plan.outputs.items():
+            kernel_runner, spec = self._producers[vid]
+            nbytes = kernel_runner.out_allocs[0][1]
+            self.outputs.append((name, vid, kernel_runner.alloc, nbytes, spec.dtype,
+                                 tuple(spec.shape), tuple(patch.get(("output", vid), ()))))
+        self.probes = list({id(p): (p, v) for p, v in self.probes}.values())
+        return self
+
+    def _add_kernel(self, runner, env, patch, named) -> bool:
+        from .executor import needs_contiguize
+        step = runner.step
+        prepare_raw = getattr(runner.entry.kernel.fn, "prepare_raw", None)
+        if (prepare_raw is None or runner.bundle_slots is not None or runner.index_checks
+                or runner.deferred or len(step.outputs) != 1):
+            return False
+        sources, storages, layouts = [], [], []
+        for vid, _fresh in runner.inputs:
+            source, st, lay, n = env[vid]
+            if st is not None:
+                if needs_contiguize(st, lay, runner.strided, runner.view):
+                    return False
+            elif not runner.view and (lay.start_offset != 0 or lay.numel != n or not (
+                    lay.is_contiguous() or runner.strided)):
+                return False  # (needs_contiguize over the call's n-element buffer)
+            sources.append(source)
+            storages.append(st)
+            layouts.append(lay)
+        vid, spec = step.outputs[0], step.output_specs[0]
+        out_layout = runner.out_layouts[0]
+        if vid in named:
+            out_source, out_storage = ("output", vid), None
+            self._producers[vid] = (runner, spec)
+        else:
+            dt, nbytes = runner.out_allocs[0]
+            buf = runner.alloc(nbytes, dtype=np.uint8)
+            if runner.alloc is np.zeros:
+                self.zero.append(buf)
+            out_source, out_storage = None, Storage._wrap(buf, dt)
+        try:
+            prepared = prepare_raw(layouts + [out_layout], step.params, len(layouts))
+        except Exception:  # the general path reports it, naming the step
+            return False
+        if prepared is None:
+            return False
+        fn, templates, probe = prepared
+        descs = []
+        for source, st, template in zip(sources + [out_source], storages + [out_storage], templates):
+            d = template.unbound() if st is None else template.bind(st)
+            if st is None:
+                patch.setdefault(source, []).append(d)
+            descs.append(d)
+        self._keep.extend((fn, descs, storages, out_storage))
+        self.calls.append((fn.raw, tuple(_addressof(d) for d in descs)))
+        self.where.append(runner.where)
+        self.probes.append(probe)
+        env[vid] = (out_source, out_storage, out_layout, out_layout.numel)
+        return True
+
+    def run(self, inputs: dict) -> dict | None:
+        """The plan's outputs for ``inputs``, or None when this call must take
+        the general path (see the module docstring)."""
+        if not self.lock.acquire(blocking=False):
+            return None
+        try:
+            for probe, value in self.probes:
+                if probe() != value:
+                    return None
+            constants = self.plan.constants
+            for name, src in self.consts:
+                if constants[name] is not src:
+                    return None
+            for name, dtype, shape, descs in self.inputs:
+                arr = inputs[name]
+                if type(arr) is not np.ndarray or arr.dtype != dtype or arr.shape != shape \
+                        or not arr.flags.c_contiguous:
+                    return None
+                addr = arr.ctypes.data
+                for d in descs:
+                    d.allocated = d.aligned = addr
+            bufs = []
+            for name, _vid, alloc, nbytes, _dt, _shape, descs in self.outputs:
+                buf = alloc(nbytes, dtype=np.uint8)
+                addr = buf.ctypes.data
+                for d in descs:
+                    d.allocated = d.aligned = addr
+                bufs.append(buf)
+            for buf in self.zero:
+                buf.fill(0)
+            i = 0
+            try:
+                for raw, addrs in self.calls:
+                    raw(*addrs)
+                    i += 1
+            except Exception as e:  # a kernel must never crash its caller
+                raise KernelError(f"{self.where[i]}: {type(e).__name__}: {e}") from e
+            return {name: from_storage(buf.view(dt.storage_numpy).reshape(shape), dt)
+                    for (name, _vid, _a, _n, dt, shape, _d), buf in zip(self.outputs, bufs)}
+        finally:
+            self.lock.release()
+
+
+__all__ = ["DirectRun"]

@@ -1,0 +1,155 @@
+"""The executor's direct path (``runtime.direct``): plans of small kernels run
+as a fixed list of raw calls. Every case compares with the general path on
+the same executor (forced by wrapping ``_runners``, as a step timer does),
+bit for bit, and checks which path ran."""
+import threading
+
+import numpy as np
+import pytest
+
+from compiler import Graph, compile, interpret
+from compiler.codegen import parallel
+from compiler.registry.builders import layer_norm, linear
+
+
+def _general(m, **inputs):
+    """The outputs of ``m`` through the general path (the step runners)."""
+    ex = m.executor
+    plain = ex._runners
+    ex._runners = tuple(plain)          # not the runners the direct path was built for
+    try:
+        return ex.run(**inputs)
+    finally:
+        ex._runners = plain
+
+
+def _graphs():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((16, 24)).astype(np.float32)
+    b = rng.standard_normal(24).astype(np.float32)
+    g1 = Graph()                                         # matmul + bias + gelu + layer norm
+    x = g1.input("x", (6, 16), "f32")
+    h = linear(x, g1.constant(w, name="w"), g1.constant(b, name="b")).gelu()
+    g1.output(layer_norm(h, g1.constant(np.ones(24, np.float32), name="g"),
+                         g1.constant(np.zeros(24, np.float32), name="z")), name="y")
+    g2 = Graph()                                         # views and reshapes between kernels
+    a, c = g2.input("a", (4, 6), "f32"), g2.input("c", (6, 4), "f32")
+    t = (a.permute((1, 0)) + c).reshape(3, 8)
+    g2.output(t.softmax(-1), name="s")
+    g2.output((t * 2.0).sum(axis=1), name="r")
+    g3 = Graph()                                         # a chain of twenty elementwise steps
+    y = g3.input("x", (8, 64), "f32")
+    for i in range(20):
+        y = (y * 1.01 + 0.5).relu() if i % 3 else y - 0.25
+    g3.output(y, name="y")
+    return [(g1, "default", {"x": rng.standard_normal((6, 16)).astype(np.float32)}),
+            (g2, "default", {"a": rng.standard_normal((4, 6)).astype(np.float32),
+                             "c": rng.standard_normal((6, 4)).astype(np.float32)}),
+            (g3, "no-fusion", {"x": rng.standard_normal((8, 64)).astype(np.float32)})]
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_direct_path_matches_the_general_path_bit_for_bit(case):
+    g, pipeline, inputs = _graphs()[case]
+    m = compile(g, target="cpu", pipeline=pipeline)
+    first = m.run(**inputs)
+    assert m.executor.direct_path, m.kernel_summary()
+    again = m.run(**inputs)
+    general = _general(m, **inputs)
+    want = interpret(g, inputs)
+    for name in general:
+        np.testing.assert_array_equal(first[name], general[name])
+        np.testing.assert_array_equal(again[name], general[name])
+        np.testing.assert_allclose(first[name], want[name], rtol=1e-5, atol=1e-5)
+        # each call returns arrays of its own: the next call does not write into them
+        assert not np.shares_memory(first[name], again[name])
+
+
+def test_direct_path_results_follow_their_inputs():
+    g, pipeline, inputs = _graphs()[2]
+    m = compile(g, target="cpu", pipeline=pipeline)
+    xs = [np.full((8, 64), v, np.float32) for v in (-1.0, 0.5, 3.0)]
+    outs = [m(x=x) for x in xs]
+    for x, out in zip(xs, outs):
+        np.testing.assert_array_equal(out, _general(m, x=x)["y"])
+    assert len({float(o[0, 0]) for o in outs}) == 3
+
+
+def test_inputs_the_direct_path_cannot_take_run_the_general_path():
+    g, pipeline, inputs = _graphs()[0]
+    m = compile(g, target="cpu", pipeline=pipeline)
+    want = m(**inputs)
+    x = inputs["x"]
+    strided = np.zeros((6, 32), np.float32)[:, ::2]
+    strided[...] = x
+    fortran = np.asfortranarray(x)
+    for arg in (strided, fortran, x[None][0]):
+        np.testing.assert_array_equal(m(x=arg), want)
+    with pytest.raises(Exception, match="f32"):
+        m(x=x.astype(np.float64))            # the general path's error, as before
+
+
+def test_a_replaced_constant_or_thread_count_takes_the_general_path():
+    rng = np.random.default_rng(1)
+    g = Graph()
+    x = g.input("x", (4, 8), "f32")
+    g.output(x @ g.constant(rng.standard_normal((8, 8)).astype(np.float32), name="w"), name="y")
+    m = compile(g, target="cpu")
+    xs = rng.standard_normal((4, 8)).astype(np.float32)
+    m(x=xs)
+    assert m.executor.direct_path
+    name = next(iter(m.plan.constants))
+    new = np.eye(8, dtype=np.float32)
+    m.plan.constants[name] = new                       # the general path reads the new one
+    np.testing.assert_allclose(m(x=xs), xs @ new, rtol=1e-6)
+    try:
+        parallel.set_num_threads(max(1, parallel.num_threads()) + 1)
+        np.testing.assert_allclose(m(x=xs), xs @ new, rtol=1e-6)
+    finally:
+        parallel.set_num_threads(None)
+
+
+def test_calls_from_several_threads_at_once_get_their_own_results():
+    g, pipeline, _ = _graphs()[2]
+    m = compile(g, target="cpu", pipeline=pipeline)
+    xs = [np.full((8, 64), float(i), np.float32) for i in range(8)]
+    want = [_general(m, x=x)["y"] for x in xs]
+    errors = []
+
+    def worker(k):
+        try:
+            for _ in range(200):
+                i = (k * 3 + _) % len(xs)
+                np.testing.assert_array_equal(m(x=xs[i]), want[i])
+        except AssertionError as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+def test_plans_with_large_split_calls_keep_the_general_path():
+    g = Graph()
+    x = g.input("x", (512, 1024), "f32")                 # 2^19 elements: split over threads
+    g.output(x.relu(), name="y")
+    m = compile(g, target="cpu")
+    xs = np.random.default_rng(2).standard_normal((512, 1024)).astype(np.float32)
+    np.testing.assert_array_equal(m(x=xs), np.maximum(xs, 0))
+    assert m.executor.direct_path == (parallel.num_threads() == 1)
+
+
+def test_a_saved_and_loaded_module_takes_the_direct_path_too(tmp_path):
+    import runtime
+    g, pipeline, inputs = _graphs()[0]
+    m = compile(g, target="cpu", pipeline=pipeline)
+    path = tmp_path / "m.fuel"
+    m.save(str(path))
+    r = runtime.load(str(path))
+    got = r(**inputs)
+    assert r.executor.direct_path
+    np.testing.assert_array_equal(got, m(**inputs))
+    np.testing.assert_array_equal(r(**inputs), _general(r, **inputs)["y"])
