@@ -42,7 +42,7 @@ class DirectRun:
     """A plan's kernel calls, their descriptors and buffers, settled once."""
 
     __slots__ = ("plan", "lock", "calls", "inputs", "outputs", "zero", "probes", "consts",
-                 "where", "_keep", "_producers")
+                 "where", "_keep")
 
     def __init__(self, plan):
         self.plan = plan
@@ -50,12 +50,11 @@ class DirectRun:
         self.calls: list[tuple] = []      # (raw function, descriptor addresses)
         self.where: list[str] = []        # the step each call is, for errors
         self.inputs: list[tuple] = []     # (name, api dtype, shape, descriptors)
-        self.outputs: list[tuple] = []    # (name, vid, alloc, nbytes, dtype, shape, descriptors)
+        self.outputs: list[tuple] = []    # (name, alloc, nbytes, dtype, shape, descriptors)
         self.zero: list[np.ndarray] = []  # kept buffers refilled with zeros before a run
         self.probes: list[tuple] = []     # (probe, value): the call list holds while equal
         self.consts: list[tuple] = []     # (name, array the storage was built from)
         self._keep: list = []             # kernel functions, storages, descriptors
-        self._producers: dict = {}        # plan output vid -> (kernel runner, spec)
 
     @classmethod
     def build(cls, executor, runners) -> "DirectRun | None":
@@ -73,7 +72,8 @@ class DirectRun:
         # source: ("input", name) | ("output", vid) | None (a storage fixed
         # for good, then given)
         env: dict[str, tuple] = {}
-        patch: dict[tuple, list] = {}
+        patch: dict[tuple, list] = {}     # source -> descriptors a call points at it
+        producers: dict[str, object] = {}  # plan output vid -> its kernel runner
         for name, spec in plan.inputs.items():
             if spec.dtype.numpy is None or 0 in spec.shape:
                 return None
@@ -98,7 +98,7 @@ class DirectRun:
                     return None
                 env[runner.step.output] = (source, st, runner.layout, n)
             elif isinstance(runner, _KernelRunner):
-                if not self._add_kernel(runner, env, patch, named):
+                if not self._add_kernel(runner, env, patch, producers):
                     return None
             else:
                 return None
@@ -106,14 +106,14 @@ class DirectRun:
             self.inputs.append((name, spec.dtype.numpy, tuple(spec.shape),
                                 tuple(patch.get(("input", name), ()))))
         for name, vid in plan.outputs.items():
-            kernel_runner, spec = self._producers[vid]
-            nbytes = kernel_runner.out_allocs[0][1]
-            self.outputs.append((name, vid, kernel_runner.alloc, nbytes, spec.dtype,
+            runner = producers[vid]
+            spec = runner.step.output_specs[0]
+            self.outputs.append((name, runner.alloc, runner.out_allocs[0][1], spec.dtype,
                                  tuple(spec.shape), tuple(patch.get(("output", vid), ()))))
         self.probes = list({id(p): (p, v) for p, v in self.probes}.values())
         return self
 
-    def _add_kernel(self, runner, env, patch, named) -> bool:
+    def _add_kernel(self, runner, env, patch, producers) -> bool:
         from .executor import needs_contiguize
         step = runner.step
         prepare_raw = getattr(runner.entry.kernel.fn, "prepare_raw", None)
@@ -132,11 +132,11 @@ class DirectRun:
             sources.append(source)
             storages.append(st)
             layouts.append(lay)
-        vid, spec = step.outputs[0], step.output_specs[0]
+        vid = step.outputs[0]
         out_layout = runner.out_layouts[0]
-        if vid in named:
+        if vid in self.plan.outputs.values():
             out_source, out_storage = ("output", vid), None
-            self._producers[vid] = (runner, spec)
+            producers[vid] = runner
         else:
             dt, nbytes = runner.out_allocs[0]
             buf = runner.alloc(nbytes, dtype=np.uint8)
@@ -185,7 +185,7 @@ class DirectRun:
                 for d in descs:
                     d.allocated = d.aligned = addr
             bufs = []
-            for name, _vid, alloc, nbytes, _dt, _shape, descs in self.outputs:
+            for _name, alloc, nbytes, _dt, _shape, descs in self.outputs:
                 buf = alloc(nbytes, dtype=np.uint8)
                 addr = buf.ctypes.data
                 for d in descs:
@@ -201,7 +201,7 @@ class DirectRun:
             except Exception as e:  # a kernel must never crash its caller
                 raise KernelError(f"{self.where[i]}: {type(e).__name__}: {e}") from e
             return {name: from_storage(buf.view(dt.storage_numpy).reshape(shape), dt)
-                    for (name, _vid, _a, _n, dt, shape, _d), buf in zip(self.outputs, bufs)}
+                    for (name, _a, _n, dt, shape, _d), buf in zip(self.outputs, bufs)}
         finally:
             self.lock.release()
 

@@ -289,8 +289,7 @@ class GeneratedKernel:
 
     def _min_elements(self, inst, lays, n_inputs: int) -> int:
         # only a call between the two thresholds needs to know the kernel's math
-        numel = getattr(lays[n_inputs], "numel", 0) if len(lays) > n_inputs else 0
-        if parallel.MIN_ELEMENTS_TRANSCENDENTAL <= numel < parallel.MIN_ELEMENTS:
+        if parallel.MIN_ELEMENTS_TRANSCENDENTAL <= lays[n_inputs].numel < parallel.MIN_ELEMENTS:
             return self.family.min_elements(inst, self.target)
         return parallel.MIN_ELEMENTS
 

@@ -272,7 +272,6 @@ class FusedFamily(KernelFamily):
 
     def split(self, inst: FusedInstance, layouts, n_inputs: int, threads: int,
               min_elements: int = parallel.MIN_ELEMENTS):
-        from compiler.codegen import parallel
         if inst.name == "FusedLinear":
             from compiler.codegen.kernels import MATMUL_COL_ALIGN, MATMUL_ROW_ALIGN
             return parallel.matmul_tiles(layouts, n_inputs, threads, MATMUL_ROW_ALIGN,

@@ -204,5 +204,6 @@ def matmul_tiles(layouts: Sequence[Layout], n_inputs: int, threads: int,
 MIN_COL_PANELS = 2
 
 
-__all__ = ["ENV", "MIN_ELEMENTS", "MIN_ELEMENTS_TRANSCENDENTAL", "MIN_MACS", "min_elements", "MIN_COL_PANELS", "ThreadCountError", "num_threads",
-           "set_num_threads", "run_all", "chunks", "split_layouts", "row_tiles", "matmul_tiles"]
+__all__ = ["ENV", "MIN_ELEMENTS", "MIN_ELEMENTS_TRANSCENDENTAL", "MIN_MACS", "MIN_COL_PANELS",
+           "ThreadCountError", "min_elements", "num_threads", "set_num_threads", "run_all",
+           "chunks", "split_layouts", "row_tiles", "matmul_tiles"]

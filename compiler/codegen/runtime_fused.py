@@ -28,6 +28,7 @@ import functools
 from typing import Sequence
 
 from runtime.params import exact_key
+from compiler.codegen import parallel
 from compiler.codegen.family import ENTRY, KernelFamily
 from compiler.errors import UnsupportedOpError
 from compiler.graph.opdef import TensorType
@@ -172,12 +173,11 @@ class RuntimeFusedFamily(KernelFamily):
         return f"{key.fused.value:#x}"
 
     def split(self, inst: RuntimeFusedInstance, layouts, n_inputs: int, threads: int,
-              min_elements: int | None = None):
+              min_elements: int = parallel.MIN_ELEMENTS):
         if not _elementwise_region(inst.fused_id):
             return None
-        from compiler.codegen import parallel
         return parallel.row_tiles(layouts, n_inputs, threads, keep_last=False,
-                                  min_elements=min_elements or parallel.MIN_ELEMENTS)
+                                  min_elements=min_elements)
 
 
 _ELEMENTWISE = frozenset({"binary", "unary", "scalar", "compare", "select", "cast"})
