@@ -2,7 +2,9 @@
 
 The key is a SHA-256 over the input IR, the entry names, the pipeline (its
 version, stages and strategy, as the target's codegen package describes
-it), the ``Target`` (triple, CPU name, features: objects for
+it), a digest of that codegen package's Python sources (its rewrites and
+transform scripts shape the code too, so a changed or upgraded fuelc never
+reuses an object an older one compiled), the ``Target`` (triple, CPU name, features: objects for
 ``cpu:x86-64-v3`` and for this machine never mix) and the versions of the
 MLIR bindings and llvmlite. Objects are kept on disk under
 ``$FUELC_CACHE_DIR`` (default ``~/.cache/fuelc``)/``objects/<key[:2]>/<key>.o``,
@@ -109,6 +111,23 @@ def _version(dist: str) -> str:
         return "?"
 
 
+_CPU_CODEGEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu")
+
+
+@functools.lru_cache(maxsize=None)
+def sources_digest(package_dir: str) -> str:
+    """A SHA-256 over the ``.py`` files under ``package_dir`` (relative
+    paths and contents, in sorted order)."""
+    h = hashlib.sha256()
+    root = Path(package_dir)
+    for path in sorted(root.rglob("*.py")):
+        h.update(path.relative_to(root).as_posix().encode())
+        h.update(b"\0")
+        h.update(path.read_bytes())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
 def encode_entry(key: str, payload: bytes) -> bytes:
     """The on-disk entry for ``payload`` stored under ``key``."""
     k = key.encode("ascii")
@@ -203,7 +222,11 @@ class KernelCache:
         target's rules pick)."""
         target = _target(target)
         h = hashlib.sha256()
-        for part in (target.codegen.describe_pipeline(strategy), target.description,
+        codegen = target.codegen
+        # every codegen package builds on the CPU one's pipeline helpers
+        packages = dict.fromkeys([_CPU_CODEGEN, os.path.dirname(os.path.abspath(codegen.__file__))])
+        for part in (codegen.describe_pipeline(strategy), *map(sources_digest, packages),
+                     target.description,
                      _version("torch-mlir"), _version("llvmlite"), ",".join(entry_names), text):
             h.update(part.encode())
             h.update(b"\0")

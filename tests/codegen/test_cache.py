@@ -52,6 +52,35 @@ def test_key_covers_text_entries_and_strategy(tmp_path):
     assert c.key(IR.ADD_DYN, ["add"], LOOPS) != c.key(IR.ADD_DYN, ["add"], other)
 
 
+def test_sources_digest_follows_every_python_file(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "a.py").write_text("A = 1\n")
+    (pkg / "sub" / "b.py").write_text("B = 1\n")
+    (pkg / "notes.txt").write_text("not code")
+    digest = cache_mod.sources_digest.__wrapped__
+    first = digest(str(pkg))
+    (pkg / "notes.txt").write_text("changed, still not code")
+    assert digest(str(pkg)) == first
+    (pkg / "sub" / "b.py").write_text("B = 2\n")
+    second = digest(str(pkg))
+    assert second != first
+    (pkg / "sub" / "b.py").rename(pkg / "b.py")  # same bytes, another module
+    assert digest(str(pkg)) not in (first, second)
+
+
+def test_key_covers_the_codegen_sources(tmp_path, monkeypatch):
+    """A fuelc whose code generator changed (a rewrite, a transform script)
+    never reuses an object the older one compiled."""
+    c = KernelCache(tmp_path)
+    k = c.key(IR.ADD_DYN, ["add"])
+    cpu_dir = str(Path(cache_mod.__file__).parent / "cpu")
+    real = cache_mod.sources_digest
+    monkeypatch.setattr(cache_mod, "sources_digest",
+                        lambda d: "edited" if os.path.samefile(d, cpu_dir) else real(d))
+    assert c.key(IR.ADD_DYN, ["add"]) != k
+
+
 def test_corrupt_disk_entry_is_recompiled(tmp_path, monkeypatch):
     monkeypatch.setattr(cache_mod, "_warned", set())
     c = KernelCache(tmp_path)
