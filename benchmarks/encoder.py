@@ -19,10 +19,11 @@ default 1 block and a 6-layer encoder):
   norm, random weights per layer) exported by ``torch.onnx.export`` (needs
   torch), imported by fuelc; onnxruntime runs the exported file.
 
-Both get ``--threads`` threads. Prints, per model and batch, the median wall
-time of each (and p10/p90), fuelc / ort, the largest difference of the
-outputs, and which kernels fuelc ran (OpKind[dtypes] (kernel source) x
-count). The machine is shared and noisy: compare the two from the same run.
+Both get ``--threads`` threads and take turns (``--rounds`` rounds of
+``--repeats`` runs each). Prints, per model and batch, the median wall
+time of each over all its runs (and fuelc's p10/p90), fuelc / ort, the
+largest difference of the outputs, and which kernels fuelc ran
+(OpKind[dtypes] (kernel source) x count). The machine is shared and noisy: compare the two from the same run.
 """
 from __future__ import annotations
 
@@ -260,7 +261,9 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=None,
                     help="threads for fuelc and onnxruntime (default: $FUELC_NUM_THREADS or CPUs)")
     ap.add_argument("--target", default="cpu")
-    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--repeats", type=int, default=15, help="timed runs per round")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds of fuelc then onnxruntime, in turn (the median is over all runs)")
     ap.add_argument("--json", help="write the measurements here")
     ap.add_argument("--steps", action="store_true",
                     help="also time every kernel step, and every onnxruntime node (its profiler)")
@@ -275,7 +278,7 @@ def main(argv=None) -> int:
         ort = None
     records = []
     print(f"encoder (hidden {HIDDEN}, {HEADS} heads, FFN {FFN}, seq {SEQ}): target "
-          f"{args.target}, {threads} threads, {args.repeats} runs")
+          f"{args.target}, {threads} threads, {args.rounds} rounds of {args.repeats} runs each")
     for n_layers in args.layers or [1, 6]:
         layers = [weights(seed) for seed in range(n_layers)]
         for model in args.model or MODELS:
@@ -301,7 +304,13 @@ def main(argv=None) -> int:
                 m = compile(graph, args.target)
                 compile_s = time.perf_counter() - t0
                 ours = m(x=x)
-                tf = times(lambda: m(x=x), args.repeats)
+                tf, to = [], []
+                for _ in range(args.rounds):  # in turn: a slow spell lands on both
+                    tf += times(lambda: m(x=x), args.repeats)
+                    if session is not None:
+                        to += times(lambda: session.run(None, {"x": x}), args.repeats)
+                tf.sort()
+                to.sort()
                 rec = {"model": model, "layers": n_layers, "batch": batch,
                        "fuelc_ms": statistics.median(tf) * 1e3, "compile_s": compile_s,
                        "kernels": kernels_ran(m)}
@@ -309,7 +318,6 @@ def main(argv=None) -> int:
                         f"(p10 {tf[len(tf) // 10] * 1e3:.3f}, p90 {tf[-1 - len(tf) // 10] * 1e3:.3f})")
                 if session is not None:
                     theirs = session.run(None, {"x": x})[0]
-                    to = times(lambda: session.run(None, {"x": x}), args.repeats)
                     rec["ort_ms"] = statistics.median(to) * 1e3
                     rec["max_abs_diff"] = float(np.max(np.abs(ours - theirs)))
                     line += (f" | onnxruntime {rec['ort_ms']:8.3f} ms | fuelc/ort "

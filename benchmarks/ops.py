@@ -5,8 +5,10 @@
     python benchmarks/ops.py --target cpu:x86-64-v3 --threads 2 --json out.json
     python benchmarks/ops.py --only softmax,gelu            # cases whose name contains these
 
-Prints, per case, the median wall time of each implementation over N runs and
-its ratio to numpy (``x numpy`` > 1 means slower than numpy), then a summary
+Prints, per case, the median wall time of each implementation and its ratio
+to numpy (``x numpy`` > 1 means slower than numpy; the implementations take
+turns, ``--rounds`` rounds of ``--repeats`` calls each, and the figure is the
+median of the round medians), then a summary
 table (fuelc / numpy, fuelc / best peer, and for the row ops fuelc / the
 memory-bandwidth time: bytes moved at the bandwidth of a numpy copy measured
 in the same run); ``--json`` writes every measurement. Cases: matmul
@@ -57,7 +59,9 @@ def median_time(fn, repeats: int, warmup: int = 1) -> float:
 
 THREADS = 2   # set by main() from --threads
 TARGET = "cpu"
+ROUNDS = 3    # set by main() from --rounds
 RECORDS: list[dict] = []
+ROUND_TIMES: list[dict] = []  # per case: {implementation: [median of each round]}
 
 
 def _peers():
@@ -147,8 +151,11 @@ def _row(name, t_np, results, bw_bytes=None, compile_s=None):
     for who, t in results.items():
         cells.append(f"{who} {t * 1e3:9.3f} ms ({t / t_np:6.2f}x numpy)")
     print(f"{name:<34} " + " | ".join(cells), flush=True)
-    RECORDS.append({"case": name, "numpy_s": t_np, "times_s": dict(results),
-                    "bytes_moved": bw_bytes, "compile_s": compile_s or {}})
+    rec = {"case": name, "numpy_s": t_np, "times_s": dict(results),
+           "bytes_moved": bw_bytes, "compile_s": compile_s or {}}
+    if ROUND_TIMES:
+        rec["rounds_s"] = ROUND_TIMES[-1]
+    RECORDS.append(rec)
 
 
 _BANDWIDTH = None
@@ -344,9 +351,8 @@ def run_case(name, builders, np_fn, inputs, repeats, check_tol=1e-4, peer=None, 
     ``bytes_moved``: the least memory traffic of the op (for the /bw ratio)."""
     if ONLY and not any(o in name for o in ONLY):
         return
-    t_np = median_time(lambda: np_fn(**inputs), repeats)
     ref = np_fn(**inputs)
-    results, compile_s = {}, {}
+    fns, compile_s = {"numpy": lambda: np_fn(**inputs)}, {}
     for label, (graph, pipeline) in builders.items():
         kwargs = {} if pipeline is None else {"pipeline": pipeline}
         t0 = time.perf_counter()
@@ -356,24 +362,42 @@ def run_case(name, builders, np_fn, inputs, repeats, check_tol=1e-4, peer=None, 
         err = float(np.max(np.abs(out - ref)) / (np.max(np.abs(ref)) + 1e-30))
         if not err < check_tol:
             print(f"  !! {name}/{label}: relative error {err:.2e} exceeds {check_tol:g}")
-        results[label] = median_time(lambda: m(**inputs), repeats)
+        fns[label] = lambda m=m: m(**inputs)
         print(f"  {name}/{label}: compiled in {t_compile:.2f} s", flush=True)
     if peer is not None:
         consts = consts or {}
         for who, fn in (("torch", _torch_fn(peer, consts)), ("onnxruntime", _ort_fn(peer, inputs, consts))):
             if fn is not None:
-                results[who] = median_time(lambda: fn(**inputs), repeats)
+                fns[who] = lambda fn=fn: fn(**inputs)
+    results = interleaved_medians(fns, repeats)
+    t_np = results.pop("numpy")
     _row(name, t_np, results, bytes_moved, compile_s)
+
+
+def interleaved_medians(fns: dict, repeats: int) -> dict:
+    """{name: seconds}: for each of ``ROUNDS`` rounds, the median of
+    ``repeats`` calls of every function in turn; then the median of each
+    function's round medians. A slow spell of the shared machine lands on
+    every implementation alike instead of on whichever ran during it;
+    ``ROUND_TIMES`` keeps every round's median."""
+    rounds: dict = {k: [] for k in fns}
+    for _ in range(ROUNDS):
+        for k, fn in fns.items():
+            rounds[k].append(median_time(fn, repeats))
+    ROUND_TIMES.append(rounds)
+    return {k: statistics.median(v) for k, v in rounds.items()}
 
 
 ONLY: list[str] = []
 
 
 def main(argv=None):
-    global THREADS, TARGET, ONLY, PEERS
+    global THREADS, TARGET, ONLY, PEERS, ROUNDS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, 3 repeats")
-    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--repeats", type=int, default=None, help="timed calls per round (median)")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="rounds over all implementations of a case, in turn (default 3, --quick 1)")
     ap.add_argument("--target", default="cpu", help="fuelc target (cpu, cpu:x86-64-v3, ...)")
     ap.add_argument("--threads", type=int, default=None,
                     help="threads for fuelc and the peers (default: $FUELC_NUM_THREADS or CPUs)")
@@ -387,10 +411,12 @@ def main(argv=None):
     ONLY = [o for o in args.only.split(",") if o]
     PEERS = _peers()
     repeats = args.repeats or (3 if args.quick else 7)
+    ROUNDS = args.rounds or (1 if args.quick else 3)
     sizes = (256, 512) if args.quick else (256, 512, 1024, 2048)
     rows = (256, 1024) if args.quick else (4096, 1024)
     rng = np.random.default_rng(0)
-    print(f"fuelc benchmarks: target {TARGET}, {THREADS} threads, median of {repeats} runs; "
+    print(f"fuelc benchmarks: target {TARGET}, {THREADS} threads, median of {ROUNDS} rounds "
+          f"of {repeats} runs each, implementations in turn; "
           "ratios are fuelc time / numpy time")
     print(f"numpy {np.__version__}; peers installed: {', '.join(PEERS) or 'none'}")
 
