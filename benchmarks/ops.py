@@ -17,7 +17,9 @@ rmsnorm / GELU (tanh, erf) over [4096, 1024] (the norms both fused and as the
 primitive composition, pipeline ``no-fusion``), linear+bias, rope,
 cross-entropy and the two-layer MLP of ``examples/mlp.py``. Kernels use
 ``--threads`` threads (default ``$FUELC_NUM_THREADS`` or the CPU count); the
-peers get the same count. The machine is shared and noisy: quote medians,
+peers get the same count (numpy's BLAS through ``OPENBLAS_NUM_THREADS`` /
+``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS``, set from ``--threads`` unless already
+set). The machine is shared and noisy: quote medians,
 repeat runs, compare peers from the same run.
 """
 from __future__ import annotations
@@ -30,7 +32,23 @@ import statistics
 import sys
 import time
 
-import numpy as np
+
+def _argv_threads(argv) -> str | None:
+    """The value of ``--threads N`` / ``--threads=N`` in ``argv``, if any."""
+    for i, a in enumerate(argv):
+        if a.startswith("--threads="):
+            return a.split("=", 1)[1]
+        if a == "--threads" and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+if __name__ == "__main__" and (_argv_threads(sys.argv[1:]) or "").isdigit():
+    # numpy's BLAS fixes its thread count when it loads: the peers' count too
+    for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, _argv_threads(sys.argv[1:]))
+
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))  # this checkout's compiler
