@@ -20,8 +20,9 @@ Two numpy views of one element type:
 from __future__ import annotations
 
 import enum
+import sys
+import threading
 
-import ml_dtypes
 import numpy as np
 
 from .errors import UnknownDTypeError
@@ -80,7 +81,10 @@ class DType(enum.Enum):
         """The numpy dtype with the same semantics, the type arrays of this
         dtype cross the Python API in (``ml_dtypes.bfloat16`` for bf16, the
         ``ml_dtypes`` float8/6/4 types), or None (F8E6M2)."""
-        return _NUMPY.get(self)
+        npd = _NUMPY.get(self)
+        if npd is None and self in _ML_NAMES:
+            npd = _load_ml_dtypes()[self]
+        return npd
 
     @property
     def storage_numpy(self) -> np.dtype:
@@ -115,8 +119,15 @@ class DType(enum.Enum):
     def from_numpy(cls, npd: np.dtype) -> "DType":
         """The DType whose ``numpy`` is ``npd`` (bool is U8). Raw ``uint16``
         has none: bf16 arrays are ``ml_dtypes.bfloat16``."""
-        npd = np.dtype(npd)
+        try:
+            npd = np.dtype(npd)
+        except TypeError:  # "bfloat16" and co. name a dtype once ml_dtypes is loaded
+            _load_ml_dtypes()
+            npd = np.dtype(npd)
         d = _FROM_NUMPY.get(npd)
+        if d is None and "ml_dtypes" in sys.modules:  # an ml_dtypes array: the module is loaded
+            _load_ml_dtypes()
+            d = _FROM_NUMPY.get(npd)
         if d is not None:
             return d
         if npd == np.dtype(np.bool_):
@@ -125,7 +136,7 @@ class DType(enum.Enum):
                 if npd == np.dtype(np.uint16) else "")
         raise UnknownDTypeError(
             f"numpy dtype {npd} has no fuel DType{hint}; supported: "
-            f"{', '.join(sorted(t.name for t in _NUMPY.values()))}"
+            f"{', '.join(sorted([t.name for t in _NATIVE.values()] + list(_ML_NAMES.values())))}"
         )
 
     def __str__(self) -> str:  # "f32", as users write it
@@ -138,19 +149,42 @@ _SIZES = {
     DType.F6E2M3: 0, DType.F6E3M2: 0, DType.F4: 0, DType.F8E8M0: 1, DType.F8E6M2: 1,
 }
 _INTS = frozenset({DType.U8, DType.I8, DType.U32, DType.I16, DType.I32, DType.I64})
-_NUMPY: dict[DType, np.dtype] = {d: np.dtype(t) for d, t in {
+_NATIVE: dict[DType, np.dtype] = {d: np.dtype(t) for d, t in {
     DType.U8: np.uint8, DType.I8: np.int8, DType.U32: np.uint32, DType.I16: np.int16,
     DType.I32: np.int32, DType.I64: np.int64, DType.F16: np.float16, DType.F32: np.float32,
-    DType.F64: np.float64, DType.BF16: ml_dtypes.bfloat16, DType.F8E4M3: ml_dtypes.float8_e4m3fn,
-    DType.F8E8M0: ml_dtypes.float8_e8m0fnu, DType.F6E2M3: ml_dtypes.float6_e2m3fn,
-    DType.F6E3M2: ml_dtypes.float6_e3m2fn, DType.F4: ml_dtypes.float4_e2m1fn,
+    DType.F64: np.float64,
 }.items()}
+#: the API types from ml_dtypes, by name: importing ml_dtypes costs most of a
+#: second, so it is loaded on first use (``_load_ml_dtypes``), never by
+#: ``import runtime`` alone
+_ML_NAMES: dict[DType, str] = {
+    DType.BF16: "bfloat16", DType.F8E4M3: "float8_e4m3fn", DType.F8E8M0: "float8_e8m0fnu",
+    DType.F6E2M3: "float6_e2m3fn", DType.F6E3M2: "float6_e3m2fn", DType.F4: "float4_e2m1fn",
+}
+#: DType -> its API numpy dtype (the ml_dtypes ones once loaded)
+_NUMPY: dict[DType, np.dtype] = dict(_NATIVE)
 #: dtypes whose storage holds bit patterns (numpy has no arithmetic type for them)
-_BITS = frozenset(DType) - {d for d, t in _NUMPY.items() if t.kind in "iuf"}
-_FROM_NUMPY = {t: d for d, t in _NUMPY.items()}
+_BITS = frozenset(DType) - set(_NATIVE)
+_FROM_NUMPY = {t: d for d, t in _NATIVE.items()}
+_ml_lock = threading.Lock()
+
+
+def _load_ml_dtypes() -> dict[DType, np.dtype]:
+    """Import ml_dtypes and add its types to the tables; returns ``_NUMPY``."""
+    if DType.BF16 not in _NUMPY:
+        with _ml_lock:
+            if DType.BF16 not in _NUMPY:
+                import ml_dtypes
+                types = {d: np.dtype(getattr(ml_dtypes, name)) for d, name in _ML_NAMES.items()}
+                _FROM_NUMPY.update({t: d for d, t in types.items()})
+                _NUMPY.update(types)  # last: BF16 present means every table is complete
+    return _NUMPY
+
+
 _ALIASES: dict[str, DType] = {d.value: d for d in DType}
 _ALIASES.update({d.name.lower(): d for d in DType})
-_ALIASES.update({t.name: d for d, t in _NUMPY.items()})
+_ALIASES.update({t.name: d for d, t in _NATIVE.items()})
+_ALIASES.update({name: d for d, name in _ML_NAMES.items()})
 _ALIASES.update({
     "bfloat16": DType.BF16, "half": DType.F16, "float": DType.F32, "double": DType.F64,
     "bool": DType.U8, "uint8": DType.U8, "int": DType.I64, "long": DType.I64,
@@ -206,7 +240,7 @@ def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
     """Widen bfloat16 bit patterns (uint16), or an ``ml_dtypes.bfloat16``
     array, to float32 exactly."""
     bits = np.asarray(bits)
-    if bits.dtype == _NUMPY[DType.BF16]:
+    if bits.dtype == DType.BF16.numpy:
         bits = bits.view(np.uint16)
     b = np.require(bits, np.uint16, "C")
     return (b.astype(np.uint32) << 16).view(np.float32)

@@ -41,6 +41,10 @@ def test_runtime_imports_and_runs_with_compiler_mlir_and_llvmlite_blocked():
         assert y.tolist() == [1.0, 2.0, 3.0], y
         bad = [m for m in sys.modules if m.split('.')[0] in ('compiler', 'torch_mlir', 'mlir', 'llvmlite')]
         assert not bad, bad
+        # ml_dtypes (most of a second to import) loads only for its types
+        assert 'ml_dtypes' not in sys.modules
+        assert str(runtime.DType.parse('bfloat16').numpy) == 'bfloat16'
+        assert 'ml_dtypes' in sys.modules
         print('OK', len(t))
     """)
     r = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
