@@ -89,6 +89,9 @@ def _sweep(op):
                 np.linspace(0.7, 0.72, 100_001, dtype=np.float32),
                 np.linspace(1e-45, 2.4e-38, 100_001, dtype=np.float32)],
         "erf": [np.linspace(-4.5, 4.5, 400_001, dtype=np.float32),
+                np.linspace(0.99, 1.01, 100_001, dtype=np.float32),   # the switch at |x| = 1
+                np.linspace(-1.01, -0.99, 100_001, dtype=np.float32),
+                np.linspace(3.8, 4.2, 100_001, dtype=np.float32),     # rounding to 1, the clamp
                 np.linspace(-1e-3, 1e-3, 100_001, dtype=np.float32)],
     }[op]
     return np.concatenate([bits, *windows])
@@ -114,7 +117,8 @@ EDGES = {
             1.1754942e-38, 3.4028235e38, 0.70710677, 0.7071068, 2.0, 0.5, 1.0000001,
             0.99999994],
     "erf": [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, F32_MIN_NORMAL, 1e-20, 3.9,
-            3.99, 4.0, 4.01, -4.0, 10.0, 3e38, -3e38],
+            3.99, 4.0, 4.01, -4.0, 10.0, 3e38, -3e38, 1.0, -1.0, 0.99999994, -0.99999994,
+            1.0000001, 3.832, 3.833],
 }
 
 
@@ -139,18 +143,18 @@ def test_edge_cases(op):
 
 
 # The vector width is the target's, never the host's: AVX2 has 256-bit
-# registers (8 floats, or 4 doubles for erf's f64 evaluation), AVX-512 512-bit
-# (16 floats, 8 doubles: AVX-512 targets do not prefer 256-bit vectors).
-_WIDTH = {"cpu:x86-64-v3": (8, 4), "cpu:x86-64-v4": (16, 8)}
+# registers (8 floats), AVX-512 512-bit (16 floats: AVX-512 targets do not
+# prefer 256-bit vectors).
+_WIDTH = {"cpu:x86-64-v3": 8, "cpu:x86-64-v4": 16}
 
 
 @pytest.mark.parametrize("target", sorted(_WIDTH))
 @pytest.mark.parametrize("op", OPS)
 def test_kernel_is_a_vector_loop_without_libm_call(op, target):
     ll = lower(_text(op), ["f"], target=target).llvm_ir
-    floats, doubles = _WIDTH[target]
-    vector = rf"<{doubles} x double>" if op == "erf" else rf"<{floats} x float>"
+    vector = rf"<{_WIDTH[target]} x float>"
     assert re.search(vector, ll), f"no {vector} vectors in the {target} kernel"
+    assert " double" not in ll, "every op in f32"  # erf once ran in f64 (half the lanes)
     assert "@llvm.fma.v" in ll
     assert f"@{LIBM[op]}(" not in ll and f"@llvm.{op}." not in ll
     # The libm path is what the option turns off: the check above can fail.

@@ -22,9 +22,15 @@ integer shifts on the exponent bits, selects):
 * ``log``   x = m·2^e (denormals scaled by 2^23 first), m in [sqrt(1/2),
             sqrt(2)), Cephes' ``logf`` polynomial, e·ln2 added in two parts;
             log(0) = -inf, log(x<0) = NaN, log(+inf) = +inf.
-* ``erf``   x·P(x²)/Q(x²) on x clamped to [-4, 4] (the rational of Eigen's
-            ``generic_fast_erf_float`` / XLA), evaluated in f64 and rounded
-            once: in f32 its rounding errors reached 7 ulp near |x| = 4.
+* ``erf``   |x| < 1: x + x·P(x²) (P of degree 6); else ±(1 − E(|x| − 2.5))
+            with |x| clamped to 4 (erf rounds to ±1 beyond) and E a degree-14
+            polynomial for erfc on [1, 4] (absolute error 1e-8, so 1 − E is
+            within an ulp); all in f32, coefficients fitted here (weighted
+            near-minimax by Lawson's iteration, f32-rounded, checked over
+            every input). About 30 vector ops per vector: 27% faster than the
+            f64 rational it replaced with AVX-512 code (16 lanes instead of
+            8, no division), as fast with AVX2 code (its 16 registers cannot
+            hold the 22 coefficients).
 
 f16/bf16 operands are widened to f32, expanded and rounded back. f64 is left
 to LLVM / libm (scalar calls).
@@ -32,8 +38,9 @@ to LLVM / libm (scalar calls).
 ``MAX_ULP`` is the measured bound of each expansion: the ulp distance from the
 float64 result (numpy / math.erf) rounded to f32, over ALL 2^32 f32 inputs
 (AVX2+FMA host, 2026-11): exp, tanh, log max 1 (0.4%, 0.17%, 0.3% of inputs at
-1), erf max 2 (0.3% at 2); re-measured over all 2^32 inputs for fastmath-3
-(AVX-512 host, 2026-12): exp 1 (0.40%), tanh 1 (0.17%) (erf unchanged).
+1); re-measured over all 2^32 inputs for fastmath-3 (AVX-512 host, 2026-12):
+exp 1 (0.40%), tanh 1 (0.17%); erf (fastmath-4, AVX-512 and AVX2 code):
+max 1 (0.76% of inputs at 1, the same results from both).
 ``tests/codegen/test_fastmath.py`` re-checks it on a strided sweep of every binade, dense windows and the edge cases; the mlir-cpu
 precision claims quote it. Bump ``VERSION`` when generated code changes (it is part of
 the strategy fingerprint, so cached kernels are rebuilt).
@@ -45,10 +52,10 @@ from typing import Callable
 from compiler.errors import CodegenError
 from compiler.mlir import arith, ir, math
 
-VERSION = "fastmath-3"
+VERSION = "fastmath-4"  # fastmath-4: erf in f32
 
 #: measured max ulp error vs float64 numpy rounded to f32 (see module docstring).
-MAX_ULP = {"exp": 1, "tanh": 1, "log": 1, "erf": 2}
+MAX_ULP = {"exp": 1, "tanh": 1, "log": 1, "erf": 1}
 
 _LOG2E = 1.44269504088896341
 _LN2_HI = 0.693359375        # exact in f32 with few bits: k·LN2_HI is exact for |k| < 2^12
@@ -59,13 +66,15 @@ _EXP_P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
           1.6666665459e-1, 5.0000001201e-1)
 _TANH_P = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1,
            -3.33332819422e-1)
-# erf: odd/even rational in x on [-4, 4] (|erf| rounds to 1 beyond), the one of
-# Eigen's generic_fast_erf_float / XLA's ErfImpl32; highest power first.
-_ERF_NUM = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
-            -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03,
-            -1.60960333262415e-02)
-_ERF_DEN = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
-            -7.37332916720468e-03, -1.42647390514189e-02)
+# erf, highest power first: |x| < 1: erf(x) = x + x·P(x²) (P ≈ erf(x)/x − 1);
+# 1 <= |x| <= 4: erfc(|x|) = E(|x| − 2.5). Fitted to scipy.special.erf/erfc.
+_ERF_P = (7.853980787331238e-05, -0.0008010232704691589, 0.005188332870602608,
+          -0.026853814721107483, 0.1128358542919159, -0.3761262595653534, 0.12837916612625122)
+_ERFC_E = (-8.961345088209782e-07, -5.093359050079016e-07, 1.5767986042192206e-05,
+           -1.7681712051853538e-05, -8.125658496282995e-05, 0.0002703980717342347,
+           -0.00025848078075796366, -0.0005600642180070281, 0.002797348890453577,
+           -0.006109302863478661, 0.008622685447335243, -0.00835171528160572,
+           0.005445676390081644, -0.002178188879042864, 0.0004069526621606201)
 _LOG_P = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1,
           1.4249322787e-1, -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1,
           3.3333331174e-1)
@@ -168,17 +177,11 @@ def _log_f32(b: _B, x):
 
 
 def _erf_f32(b: _B, x):
-    # Evaluated in f64 (4 lanes per AVX2 op): in f32 the rational's own rounding
-    # reached 7 ulp near |x| = 4; in f64 only its approximation error is left.
-    f64 = (ir.VectorType.get(ir.VectorType(b.f).shape, ir.F64Type.get())
-           if isinstance(b.f, ir.VectorType) else ir.F64Type.get())
-    d = _B(f64)
-    xd = arith.extf(f64, x)
-    xc = arith.select(d.cmp("OGT", xd, d.c(4.0)), d.c(4.0), xd)   # NaN passes through
-    xc = arith.select(d.cmp("OLT", xc, d.c(-4.0)), d.c(-4.0), xc)
-    x2 = arith.mulf(xc, xc)
-    y = arith.mulf(xc, arith.divf(d.poly(x2, _ERF_NUM), d.poly(x2, _ERF_DEN)))
-    return arith.truncf(b.f, y)
+    ax = math.absf(x)
+    small = math.fma(x, b.poly(arith.mulf(x, x), _ERF_P), x)         # keeps -0 and tiny x
+    t = arith.select(b.cmp("OGT", ax, b.c(4.0)), b.c(4.0), ax)          # NaN passes through
+    large = math.copysign(arith.subf(b.c(1.0), b.poly(arith.subf(t, b.c(2.5)), _ERFC_E)), x)
+    return arith.select(b.cmp("OLT", ax, b.c(1.0)), small, large)
 
 
 EXPANSIONS: dict[str, Callable] = {"math.exp": _exp_f32, "math.tanh": _tanh_f32,
