@@ -14,10 +14,13 @@ does not keep a core busy. The caller posts a task with plain stores,
 runs its own tile, then polls (natively, GIL released) until the workers are
 done.
 
-A worker's control block is 11 int64 slots: ``gen`` (bumped by the caller to
-post a task), ``done`` (set to that ``gen`` by the worker when finished), the
-function address, and up to ``MAX_ARGS`` argument addresses (unused ones are
-0; x86-64 SysV lets a caller pass more arguments than the callee reads).
+A worker's control block is 12 int64 slots: ``gen`` (bumped by the caller to
+post a task), ``done`` (set to that ``gen`` by the worker when finished),
+``claim`` (the last task taken, by the worker or, when the worker has not
+started it by the time the caller's own tile is done, by the caller, which
+then runs it itself: one compare-and-swap decides), the function address, and
+up to ``MAX_ARGS`` argument addresses (unused ones are 0; x86-64 SysV lets a
+caller pass more arguments than the callee reads).
 """
 from __future__ import annotations
 
@@ -33,11 +36,33 @@ MAX_ARGS = 8
 SPIN_CYCLES = 3_000_000
 
 _ARGS = ", ".join(f"ptr %a{i}" for i in range(MAX_ARGS))
-_LOADS = "\n".join(f"  %p{i} = getelementptr i64, ptr %c, i64 {3 + i}\n"
+_LOADS = "\n".join(f"  %p{i} = getelementptr i64, ptr %c, i64 {4 + i}\n"
                    f"  %a{i} = load ptr, ptr %p{i}, align 8" for i in range(MAX_ARGS))
 _IR = f"""
 declare void @llvm.x86.sse2.pause()
 declare i64 @llvm.readcyclecounter()
+
+; Claim task %g of block %c: exactly one of the worker and the caller moves
+; the claim slot from %g - 1 to %g (each post bumps gen by one, and each
+; task is claimed by one of the two before the next is posted).
+define i1 @fuelc_try_claim(ptr %c, i64 %g) {{
+entry:
+  %cp = getelementptr i64, ptr %c, i64 2
+  %prev = sub i64 %g, 1
+  %r = cmpxchg ptr %cp, i64 %prev, i64 %g acq_rel acquire
+  %ok = extractvalue {{ i64, i1 }} %r, 1
+  ret i1 %ok
+}}
+
+; Call the posted function of block %c with its arguments.
+define void @fuelc_run_block(ptr %c) {{
+entry:
+  %fp = getelementptr i64, ptr %c, i64 3
+  %fn = load ptr, ptr %fp, align 8
+{_LOADS}
+  call void %fn({_ARGS})
+  ret void
+}}
 
 define i64 @fuelc_worker_loop(ptr %c, i64 %seen, i64 %spin) {{
 entry:
@@ -48,17 +73,19 @@ poll:
   %since = phi i64 [ %t0, %entry ], [ %t1, %ran ], [ %since, %idle ]
   %g = load atomic i64, ptr %c acquire, align 8
   %new = icmp ne i64 %g, %s
-  br i1 %new, label %run, label %idle
+  br i1 %new, label %claim, label %idle
+claim:
+  %mine = call i1 @fuelc_try_claim(ptr %c, i64 %g)
+  br i1 %mine, label %run, label %skipped
 run:
-  %fp = getelementptr i64, ptr %c, i64 2
-  %fn = load ptr, ptr %fp, align 8
-{_LOADS}
-  call void %fn({_ARGS})
+  call void @fuelc_run_block(ptr %c)
   %dp = getelementptr i64, ptr %c, i64 1
   store atomic i64 %g, ptr %dp release, align 8
-  %t1 = call i64 @llvm.readcyclecounter()
+  br label %ran
+skipped:
   br label %ran
 ran:
+  %t1 = call i64 @llvm.readcyclecounter()
   br label %poll
 idle:
   call void @llvm.x86.sse2.pause()
@@ -86,7 +113,7 @@ out:
 }}
 """
 
-_Block = ctypes.c_int64 * (3 + MAX_ARGS)
+_Block = ctypes.c_int64 * (4 + MAX_ARGS)
 
 
 class _Native:
@@ -106,6 +133,10 @@ class _Native:
             self.engine.get_function_address("fuelc_worker_loop"))
         self.wait = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(
             self.engine.get_function_address("fuelc_wait_done"))
+        self.try_claim = ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_void_p, ctypes.c_int64)(
+            self.engine.get_function_address("fuelc_try_claim"))
+        self.run_block = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(
+            self.engine.get_function_address("fuelc_run_block"))
 
 
 class _Worker:
@@ -130,9 +161,9 @@ class _Worker:
 
     def post(self, fn: int, args: Sequence[int]) -> int:
         block = self.block
-        block[2] = fn
+        block[3] = fn
         for i in range(MAX_ARGS):
-            block[3 + i] = args[i] if i < len(args) else 0
+            block[4 + i] = args[i] if i < len(args) else 0
         self.gen += 1
         block[0] = self.gen
         with self.cond:
@@ -153,7 +184,10 @@ class NativePool:
     def run(self, first, rest: Sequence[tuple[int, Sequence[int]]]) -> bool:
         """Call ``first()`` on this thread and each ``(function address,
         argument addresses)`` of ``rest`` on a worker, concurrently; return
-        when all are done. False (nothing run) when another thread is using
+        when all are done. A task no worker has started by the time
+        ``first()`` returns runs on this thread instead (a worker the OS has
+        not scheduled, on a shared machine, costs this call one tile's time,
+        not the wait for its time slice). False (nothing run) when another thread is using
         the pool or ``rest`` does not fit it."""
         if len(rest) > len(self.workers) or any(len(a) > MAX_ARGS for _, a in rest):
             return False
@@ -161,11 +195,15 @@ class NativePool:
             return False
         try:
             posted = [(w, w.post(fn, args)) for w, (fn, args) in zip(self.workers, rest)]
+            native = self._native
             try:
                 first()
             finally:
                 for w, gen in posted:
-                    self._native.wait(w.address, gen)
+                    if native.try_claim(w.address, gen):  # not started: run it here
+                        native.run_block(w.address)
+                    else:
+                        native.wait(w.address, gen)
         finally:
             self.busy.release()
         return True

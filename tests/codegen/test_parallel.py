@@ -1,5 +1,6 @@
 """Multi-threaded kernel calls: tiles, thread-count settings, and results that
 are bit-identical whatever the thread count (strided and offset operands)."""
+import ctypes
 import os
 import subprocess
 import sys
@@ -138,6 +139,51 @@ def test_native_pool_runs_posted_calls_and_falls_back_when_busy(rng):
     from compiler.codegen import native_pool
     pool = native_pool.pool(1)
     assert pool is not None and pool.run(lambda: None, [(0, [0] * (native_pool.MAX_ARGS + 1))]) is False
+
+
+def test_a_task_no_worker_has_started_runs_on_the_calling_thread(rng):
+    """A worker the OS has not scheduled (here: asleep and never woken) does
+    not hold the call up: the caller claims its task and runs it; the worker
+    skips it when it wakes, and takes the next one."""
+    import threading
+    import time
+    from compiler.codegen import native_pool
+    from compiler.codegen.cpu import compile_module
+    from compiler.codegen.memref import descriptor_from_array as D
+    import codegen_ir as IR
+    add = compile_module(IR.ADD_DYN, ["add"])
+    fn = add.address("_mlir_ciface_add")
+    a = rng.standard_normal((4, 3)).astype(np.float32)
+    outs = [np.zeros((4, 3), np.float32) for _ in range(3)]
+    descs = [[D(a), D(a), D(o)] for o in outs]
+    addrs = [[ctypes.addressof(d) for d in ds] for ds in descs]
+    pool = native_pool.pool(1)
+    worker = pool.workers[0]
+    assert pool.run(lambda: None, [(fn, addrs[0])])
+    np.testing.assert_array_equal(outs[0], 2 * a)
+    deadline = time.monotonic() + 5
+    while not worker.sleeping and time.monotonic() < deadline:  # idle past SPIN_CYCLES
+        time.sleep(0.005)
+    assert worker.sleeping
+    wake = worker.cond.notify
+    worker.cond.notify = lambda *args: None                    # the worker is not scheduled
+    try:
+        done = []
+        caller = threading.Thread(target=lambda: done.append(pool.run(lambda: None, [(fn, addrs[1])])),
+                                  daemon=True)
+        caller.start()
+        caller.join(timeout=30)
+        assert done == [True], "the call waited for a worker that never ran"
+        np.testing.assert_array_equal(outs[1], 2 * a)           # the caller ran it
+    finally:
+        worker.cond.notify = wake
+    outs[1][:] = 0
+    with worker.cond:                                           # now it runs: sees that task,
+        worker.cond.notify()                                    # finds it claimed, skips it
+    time.sleep(0.05)
+    assert not outs[1].any()
+    assert pool.run(lambda: time.sleep(0.01), [(fn, addrs[2])])  # and takes the next one
+    np.testing.assert_array_equal(outs[2], 2 * a)
 
 
 def test_thread_count_settings_and_errors(threads):
