@@ -23,7 +23,8 @@ Both get ``--threads`` threads and take turns (``--rounds`` rounds of
 ``--repeats`` runs each). Prints, per model and batch, the median wall
 time of each over all its runs (and fuelc's p10/p90), fuelc / ort, the
 largest difference of the outputs, and which kernels fuelc ran
-(OpKind[dtypes] (kernel source) x count). The machine is shared and noisy: compare the two from the same run.
+(OpKind[dtypes] (kernel source) x count). The machine is shared and noisy:
+compare the two from the same run.
 """
 from __future__ import annotations
 

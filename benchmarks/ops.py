@@ -8,10 +8,9 @@
 Prints, per case, the median wall time of each implementation and its ratio
 to numpy (``x numpy`` > 1 means slower than numpy; the implementations take
 turns, ``--rounds`` rounds of ``--repeats`` calls each, and the figure is the
-median of the round medians), then a summary
-table (fuelc / numpy, fuelc / best peer, and for the row ops fuelc / the
-memory-bandwidth time: bytes moved at the bandwidth of a numpy copy measured
-in the same run); ``--json`` writes every measurement. Cases: matmul
+median of the round medians), then a summary table (fuelc / numpy, fuelc /
+best peer, and for the row ops fuelc / the memory-bandwidth time: bytes moved
+at the bandwidth of a numpy copy measured in the same run); ``--json`` writes every measurement. Cases: matmul
 256-2048, batched matmul of rank 3 and 4, softmax / log-softmax / layernorm /
 rmsnorm / GELU (tanh, erf) over [4096, 1024] (the norms both fused and as the
 primitive composition, pipeline ``no-fusion``), linear+bias, rope,
@@ -43,10 +42,11 @@ def _argv_threads(argv) -> str | None:
     return None
 
 
-if __name__ == "__main__" and (_argv_threads(sys.argv[1:]) or "").isdigit():
+_THREADS_ARG = _argv_threads(sys.argv[1:]) if __name__ == "__main__" else None
+if (_THREADS_ARG or "").isdigit():
     # numpy's BLAS fixes its thread count when it loads: the peers' count too
     for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(_var, _argv_threads(sys.argv[1:]))
+        os.environ.setdefault(_var, _THREADS_ARG)
 
 import numpy as np  # noqa: E402
 
@@ -79,7 +79,6 @@ THREADS = 2   # set by main() from --threads
 TARGET = "cpu"
 ROUNDS = 3    # set by main() from --rounds
 RECORDS: list[dict] = []
-ROUND_TIMES: list[dict] = []  # per case: {implementation: [median of each round]}
 
 
 def _peers():
@@ -164,15 +163,15 @@ def _ort_fn(case: str, inputs: dict, consts: dict):
     return lambda **kw: sess.run(None, kw)[0]
 
 
-def _row(name, t_np, results, bw_bytes=None, compile_s=None):
+def _row(name, t_np, results, bw_bytes=None, compile_s=None, rounds=None):
     cells = [f"numpy {t_np * 1e3:9.3f} ms"]
     for who, t in results.items():
         cells.append(f"{who} {t * 1e3:9.3f} ms ({t / t_np:6.2f}x numpy)")
     print(f"{name:<34} " + " | ".join(cells), flush=True)
     rec = {"case": name, "numpy_s": t_np, "times_s": dict(results),
            "bytes_moved": bw_bytes, "compile_s": compile_s or {}}
-    if ROUND_TIMES:
-        rec["rounds_s"] = ROUND_TIMES[-1]
+    if rounds:
+        rec["rounds_s"] = rounds
     RECORDS.append(rec)
 
 
@@ -387,23 +386,22 @@ def run_case(name, builders, np_fn, inputs, repeats, check_tol=1e-4, peer=None, 
         for who, fn in (("torch", _torch_fn(peer, consts)), ("onnxruntime", _ort_fn(peer, inputs, consts))):
             if fn is not None:
                 fns[who] = lambda fn=fn: fn(**inputs)
-    results = interleaved_medians(fns, repeats)
+    rounds = interleaved_rounds(fns, repeats)
+    results = {k: statistics.median(v) for k, v in rounds.items()}
     t_np = results.pop("numpy")
-    _row(name, t_np, results, bytes_moved, compile_s)
+    _row(name, t_np, results, bytes_moved, compile_s, rounds)
 
 
-def interleaved_medians(fns: dict, repeats: int) -> dict:
-    """{name: seconds}: for each of ``ROUNDS`` rounds, the median of
-    ``repeats`` calls of every function in turn; then the median of each
-    function's round medians. A slow spell of the shared machine lands on
-    every implementation alike instead of on whichever ran during it;
-    ``ROUND_TIMES`` keeps every round's median."""
+def interleaved_rounds(fns: dict, repeats: int) -> dict:
+    """{name: [seconds per round]}: for each of ``ROUNDS`` rounds, the median
+    of ``repeats`` calls of every function in turn, so a slow spell of the
+    shared machine lands on every implementation alike instead of on
+    whichever ran during it (a case quotes the median of its rounds)."""
     rounds: dict = {k: [] for k in fns}
     for _ in range(ROUNDS):
         for k, fn in fns.items():
             rounds[k].append(median_time(fn, repeats))
-    ROUND_TIMES.append(rounds)
-    return {k: statistics.median(v) for k, v in rounds.items()}
+    return rounds
 
 
 ONLY: list[str] = []

@@ -1,8 +1,8 @@
 """fuelc runtime: the ABI the compiler targets.
 
-Imports with only numpy and ml_dtypes (the numpy bf16/fp8 types, loaded on first use) installed;
-never imports ``compiler`` or MLIR, and
-does not import llvmlite at top level. The default process-wide binding
+Imports with only numpy and ml_dtypes (the numpy bf16/fp8 types, loaded on
+first use) installed; never imports ``compiler`` or MLIR, and does not import
+llvmlite at top level. The default process-wide binding
 table (``global_table()``) is built lazily on first use and holds the numpy
 reference kernels (``runtime.numpy_kernels``). ``runtime.load(path)`` loads
 a module exported with ``CompiledModule.save`` (``runtime.artifact``).

@@ -4,9 +4,9 @@ The key is a SHA-256 over the input IR, the entry names, the pipeline (its
 version, stages and strategy, as the target's codegen package describes
 it), a digest of that codegen package's Python sources (its rewrites and
 transform scripts shape the code too, so a changed or upgraded fuelc never
-reuses an object an older one compiled), the ``Target`` (triple, CPU name, features: objects for
-``cpu:x86-64-v3`` and for this machine never mix) and the versions of the
-MLIR bindings and llvmlite. Objects are kept on disk under
+reuses an object an older one compiled), the ``Target`` (triple, CPU name,
+features: objects for ``cpu:x86-64-v3`` and for this machine never mix) and
+the versions of the MLIR bindings and llvmlite. Objects are kept on disk under
 ``$FUELC_CACHE_DIR`` (default ``~/.cache/fuelc``)/``objects/<key[:2]>/<key>.o``,
 so a kernel is compiled once per machine and target, across processes; in
 memory the loaded ``CompiledObject`` is reused. ``KernelCache.stats`` counts

@@ -76,13 +76,11 @@ poll:
   br i1 %new, label %claim, label %idle
 claim:
   %mine = call i1 @fuelc_try_claim(ptr %c, i64 %g)
-  br i1 %mine, label %run, label %skipped
+  br i1 %mine, label %run, label %ran
 run:
   call void @fuelc_run_block(ptr %c)
   %dp = getelementptr i64, ptr %c, i64 1
   store atomic i64 %g, ptr %dp release, align 8
-  br label %ran
-skipped:
   br label %ran
 ran:
   %t1 = call i64 @llvm.readcyclecounter()
@@ -187,8 +185,8 @@ class NativePool:
         when all are done. A task no worker has started by the time
         ``first()`` returns runs on this thread instead (a worker the OS has
         not scheduled, on a shared machine, costs this call one tile's time,
-        not the wait for its time slice). False (nothing run) when another thread is using
-        the pool or ``rest`` does not fit it."""
+        not the wait for its time slice). False (nothing run) when another
+        thread is using the pool or ``rest`` does not fit it."""
         if len(rest) > len(self.workers) or any(len(a) > MAX_ARGS for _, a in rest):
             return False
         if not self.busy.acquire(blocking=False):
