@@ -128,9 +128,12 @@ def _same_dtype_keys(arity: int) -> Keys:
 
 def fused_kernel(name: str, *, from_params: FromParams = lambda p, types: {},
                  keys: Optional[Keys] = None, dtypes: Sequence[DType] = FLOATS,
-                 precision: PrecisionGuarantee = NORM_FAMILY_CPU, strided: bool = True):
+                 precision: PrecisionGuarantee = NORM_FAMILY_CPU, strided: bool = True,
+                 serves=None):
     """Register the decorated ``to_params(params, in_types) -> OpParams`` as
-    the params mapping of fused entry ``name`` (see the module docstring)."""
+    the params mapping of fused entry ``name`` (see the module docstring).
+    ``serves(params, in_types) -> bool``, when given, limits the instances
+    the passes keep fused (``FusedParams.serves``)."""
     def deco(fn: ToParams) -> ToParams:
         if name in _SPECS:
             raise ValueError(f"fused kernel mapping for {name!r} registered twice")
@@ -139,7 +142,8 @@ def fused_kernel(name: str, *, from_params: FromParams = lambda p, types: {},
         k = keys or _same_dtype_keys(entry.min_arity)
         _SPECS[name] = FusedKernelSpec(name, fn, from_params, k, tuple(dtypes), precision,
                                        strided)
-        register_fused_params(FusedParams(name, fn, from_params, k, tuple(dtypes), strided))
+        register_fused_params(FusedParams(name, fn, from_params, k, tuple(dtypes), strided,
+                                           serves))
         return fn
     return deco
 
@@ -279,7 +283,36 @@ class FusedFamily(KernelFamily):
         if inst.name in ROW_PARALLEL:
             return parallel.row_tiles(layouts, n_inputs, threads, keep_last=True,
                                       min_elements=min_elements)
+        if inst.name == "Conv2D":
+            return _conv_group_tiles(dict(inst.params), layouts, n_inputs, threads)
         return None
+
+    def with_shapes(self, instance, in_layouts):
+        inst = super().with_shapes(instance, in_layouts)
+        if inst.name != "Conv2D":
+            return inst
+        # a tile of whole groups: as many groups as its share of the channels
+        params = dict(inst.params)
+        cpg = instance.input_types[0].shape[1] // params["groups"]
+        params["groups"] = inst.input_types[0].shape[1] // cpg
+        return dataclasses.replace(inst, params=tuple(sorted(params.items())))
+
+
+def _conv_group_tiles(params: dict, layouts, n_inputs: int, threads: int):
+    """Tiles of a grouped Conv2D call by whole groups along the channel axis
+    (x's axis 1, w's and the bias's axis 0, the output's axis 1), when a group
+    has as many output as input channels (depthwise: one each), so one cut
+    fits every operand. Calls of fewer than ``MIN_ELEMENTS_TRANSCENDENTAL``
+    outputs run whole (each output costs Kh*Kw multiply-adds, not one op)."""
+    g = params["groups"]
+    x, w, out = layouts[0], layouts[1], layouts[n_inputs]
+    if g < 2 or len(layouts) != n_inputs + 1 or out.numel < parallel.MIN_ELEMENTS_TRANSCENDENTAL:
+        return None
+    cpg, opg = x.shape[1] // g, w.shape[0] // g
+    if cpg != opg:
+        return None
+    axes = [1, 0] + [0] * (n_inputs - 2) + [1]
+    return parallel.split_layouts(list(layouts), axes, x.shape[1], threads, cpg)
 
 
 #: Fused ops whose output rows (every axis but the last) are independent.

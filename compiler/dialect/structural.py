@@ -99,7 +99,7 @@ def yield_op(value, loc=None):
 def set_resolution(op, fused_id: int, scalars: Sequence[float]) -> None:
     """Rewrite the cached ``fused_id`` / ``scalars`` attributes."""
     op = getattr(op, "operation", op)
-    with op.context:
+    with op.context, op.location:
         op.attributes["fused_id"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
                                                        int(fused_id))
         op.attributes["scalars"] = ir.ArrayAttr.get(

@@ -301,7 +301,8 @@ def plugin_spec(module_name: str) -> str:
 
 # -- pipelines ----------------------------------------------------------------
 
-DEFAULT_PIPELINE = ("builtin.module(fuel-fuse,fuel-decompose,fuel-reconcile-dtypes,"
+DEFAULT_PIPELINE = ("builtin.module(fuel-fuse{runtime=false},fuel-decompose,fuel-fuse-runtime,"
+                    "fuel-reconcile-dtypes,"
                     "fuel-cse,fuel-dce,canonicalize)")
 
 PIPELINES: dict[str, str] = {

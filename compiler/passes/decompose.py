@@ -39,7 +39,8 @@ class Declined(Exception):
 
 
 def has_kernel(op, table, backends) -> bool:
-    """Whether some candidate backend serves ``op``'s exact dtype key."""
+    """Whether some candidate backend serves ``op``'s exact dtype key and, for a
+    fused op, its kernel is meant for these params (``kernel_serves``)."""
     kind = _fuel.op_kind(op)
     if kind is None:
         return False
@@ -48,7 +49,17 @@ def has_kernel(op, table, backends) -> bool:
                              [_fuel.tensor_type(v).dtype for v in op.results])
     except Exception:
         return False
-    return any(table.backend_supports(kind, dts, b) for b in backends)
+    if not any(table.backend_supports(kind, dts, b) for b in backends):
+        return False
+    entry = _fuel.fused_entry(op)
+    if entry is None:
+        return True
+    from compiler.registry.kernel_params import kernel_serves
+    try:
+        return kernel_serves(entry.name, _fuel.params(op),
+                             [_fuel.tensor_type(v) for v in op.operands])
+    except Exception:
+        return True  # unreadable params: the table decides, as before
 
 
 def decompose_via_recipe(op, entry) -> list:

@@ -321,7 +321,8 @@ class Fuse(ModulePass):
         if (tuple(inferred.shape), inferred.dtype) != (tuple(out_type.shape), out_type.dtype):
             return False
         dts = [t.dtype for t in in_types] + [out_type.dtype]
-        if entry.op_kind is None or not any(
+        from compiler.registry.kernel_params import kernel_serves
+        if entry.op_kind is None or not kernel_serves(entry.name, params, in_types) or not any(
                 self._table.backend_supports(entry.op_kind, dts, b) for b in self._backends):
             if self.remarks and id(root) not in self._reported:
                 self._reported.add(id(root))

@@ -42,6 +42,12 @@ class FusedParams:
     keys: Keys
     dtypes: tuple[DType, ...]
     strided: bool = True
+    #: ``serves(graph params, input TensorTypes) -> bool``: the instances the
+    #: kernel is meant for (None: all). The passes decompose the others via the
+    #: recipe even where the binding table has the dtype key: a fused kernel
+    #: may be slower than its recipe for some params (Conv2D with groups = 1
+    #: on CPU: im2col + the tiled MatMul, docs/architecture.md).
+    serves: Callable[[dict, Sequence[TensorType]], bool] | None = None
 
     @property
     def entry(self):
@@ -62,6 +68,14 @@ def register_fused_params(mapping: FusedParams) -> None:
 def fused_params(name: str) -> FusedParams | None:
     """The registered mapping of fused entry ``name``, or None."""
     return _MAPPINGS.get(name)
+
+
+def kernel_serves(name: str, params: dict, in_types: Sequence[TensorType]) -> bool:
+    """Whether the kernel of fused entry ``name`` is meant for an instance with
+    these graph params and input types (``FusedParams.serves``; True when the
+    entry has no mapping or no such predicate: the binding table decides)."""
+    spec = _MAPPINGS.get(name)
+    return spec is None or spec.serves is None or bool(spec.serves(params, in_types))
 
 
 def _types(types) -> str:

@@ -391,7 +391,8 @@ def test_conv2d_dilation_matches_numpy(rng, xs, ws, stride, padding, dilation, g
     g.output(conv2d(xi, wi, bi, stride=stride, padding=padding, groups=groups,
                     dilation=dilation), "y")
     m = compile(g)
-    assert m.kernel_summary() == ["Conv2D[f64,f64,f64,f64] (mlir-cpu-fused)"]
+    fused_kernel = m.kernel_summary() == ["Conv2D[f64,f64,f64,f64] (mlir-cpu-fused)"]
+    assert fused_kernel == (groups != 1), m.kernel_summary()   # groups = 1: im2col + MatMul
     np.testing.assert_allclose(m(x=x, w=w, b=b), want, rtol=1e-12, atol=1e-12)
     mr = compile(g, pipeline="base-map")
     assert not any(k.startswith("Conv2D") for k in mr.kernel_summary())
@@ -412,7 +413,18 @@ def test_conv2d(rng, xs, ws, params, bias, dtype):
     arrs = [_data(rng, xs, dtype), _data(rng, ws, dtype)]
     if bias:
         arrs.append(_data(rng, (ws[0],), dtype))
-    _check_kernel("Conv2D", arrs, [dtype] * len(arrs), params, dtype)
+    if params["groups"] != 1:
+        _check_kernel("Conv2D", arrs, [dtype] * len(arrs), params, dtype)
+        return
+    # groups = 1: compile() takes the recipe (im2col + MatMul; the kernel's
+    # ``serves`` predicate), and the fused kernel's lowering still computes it.
+    g, feed = _graph("Conv2D", arrs, [dtype] * len(arrs), params)
+    summary = compile(g).kernel_summary()
+    assert not any(s.startswith("Conv2D[") for s in summary), summary
+    assert any(s.startswith("MatMul[") for s in summary), summary
+    _close(compile(g)(**feed), _reference("Conv2D", arrs, params), dtype, "Conv2D via im2col")
+    got, _ = _run_lowering("Conv2D", arrs, [dtype] * len(arrs), params)
+    _close(got, _reference("Conv2D", arrs, params), dtype, "Conv2D kernel")
 
 
 @pytest.mark.parametrize("xs,ws,params,bias,dtype", CONV)
@@ -507,3 +519,42 @@ def test_awq_kernel_through_the_cpu_pipeline(rng):
        descriptor_from_storage(out, Layout.contiguous(want.shape)))
     got = out.data.view(np.float32)[:want.size].reshape(want.shape)
     _close(got, want, "f32", "AwqMatmul CPU-pipeline kernel")
+
+
+@pytest.mark.parametrize("xs,ws,groups,stride,padding", [
+    ((1, 32, 48, 48), (32, 1, 3, 3), 32, 1, 1),      # depthwise: one channel per group
+    ((1, 12, 150, 150), (12, 2, 3, 3), 6, 2, 1),     # two in / two out channels per group
+])
+def test_grouped_conv_splits_by_whole_groups(rng, xs, ws, groups, stride, padding):
+    """A grouped call large enough to split runs as tiles of whole groups (each
+    its own instance with fewer groups): the same values on 1, 2 and 3
+    threads, equal to the reference."""
+    from compiler.codegen import parallel
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in (xs, ws, (ws[0],)))
+    g = Graph()
+    xi = g.input("x", xs, "f32")
+    g.output(conv2d(xi, g.constant(w, name="w"), g.constant(b, name="b"), stride=stride,
+                    padding=padding, groups=groups), "y")
+    want = _reference("Conv2D", [x, w, b], dict(stride=(stride, stride),
+                                                padding=(padding, padding), groups=groups))
+    outs = []
+    try:
+        for threads in (1, 2, 3):
+            parallel.set_num_threads(threads)
+            m = compile(g)
+            assert m.kernel_summary() == ["Conv2D[f32,f32,f32,f32] (mlir-cpu-fused)"]
+            outs.append(m(x=x))
+    finally:
+        parallel.set_num_threads(None)
+    _close(outs[0], want, "f32", "grouped Conv2D")
+    for o in outs[1:]:
+        np.testing.assert_array_equal(o, outs[0])
+    from compiler.codegen.fused import FAMILY, _conv_group_tiles
+    from runtime.layout import Layout
+    lays = [Layout.contiguous(s) for s in (xs, ws, (ws[0],))]
+    out_shape = (xs[0], ws[0], (xs[2] + 2 * padding - 3) // stride + 1,
+                 (xs[3] + 2 * padding - 3) // stride + 1)
+    tiles = _conv_group_tiles(dict(groups=groups), lays + [Layout.contiguous(out_shape)], 3, 2)
+    assert tiles is not None and len(tiles) == 2
+    cpg = xs[1] // groups
+    assert all(t[0].shape[1] % cpg == 0 and t[0].shape[1] == t[3].shape[1] for t in tiles)

@@ -136,17 +136,18 @@ func.func @rope(%arg0: tensor<3x4xf32>, %arg1: tensor<3x4xf32>, %arg2: tensor<3x
 
 // -----
 
-// 6. im2col: pad, gather the patches with index_select over iota-built indices, one batched matmul, bias.
+// 6. im2col: pad (the bottom row rounded up to the stride), the 3x2 taps as
+// slices of a [N, C, H/s, s, W, 1] view, one Concat, one batched matmul, bias.
 // CHECK-LABEL: func.func @conv2d(
 // CHECK-NOT:     "fuel.conv2d"
 // CHECK:       "fuel.reshape"(%arg1) {shape = [1, 4, 18]}
-// CHECK:       %[[P:.*]] = "fuel.pad"(%arg0) {mode = "constant", padding = [0, 0, 0, 0, 1, 1, 0, 0]
-// CHECK-NEXT:  %[[PF:.*]] = "fuel.reshape"(%[[P]]) {shape = [2, 3, 54]}
-// CHECK:       "fuel.iota"
-// CHECK:       %[[IDX:.*]] = "fuel.cast"({{.*}}) {dtype = "u32"} : (tensor<120xf32>) -> tensor<120xui32>
-// CHECK-NEXT:  %[[COL:.*]] = "fuel.index_select"(%[[PF]], %[[IDX]]) {dim = 2 : i64}
-// CHECK-NEXT:  %[[COLS:.*]] = "fuel.reshape"(%[[COL]]) {shape = [2, 18, 20]}
-// CHECK-NEXT:  %[[MM:.*]] = "fuel.mat_mul"({{.*}}, %[[COLS]]) : (tensor<2x4x18xf32>, tensor<2x18x20xf32>) -> tensor<2x4x20xf32>
+// CHECK-NEXT:  %[[WB:.*]] = "fuel.broadcast_to"
+// CHECK-NEXT:  %[[P:.*]] = "fuel.pad"(%arg0) {mode = "constant", padding = [0, 0, 0, 0, 1, 2, 0, 0]
+// CHECK-NEXT:  %[[V:.*]] = "fuel.reshape"(%[[P]]) {shape = [2, 3, 5, 2, 6, 1]}
+// CHECK-COUNT-6: "fuel.unsqueeze"
+// CHECK:       %[[ST:.*]] = "fuel.concat"({{.*}}) {dim = 2 : i64} : ({{.*}}) -> tensor<2x3x6x4x5xf32>
+// CHECK-NEXT:  %[[COLS:.*]] = "fuel.reshape"(%[[ST]]) {shape = [2, 18, 20]}
+// CHECK-NEXT:  %[[MM:.*]] = "fuel.mat_mul"(%[[WB]], %[[COLS]]) : (tensor<2x4x18xf32>, tensor<2x18x20xf32>) -> tensor<2x4x20xf32>
 // CHECK-NEXT:  %[[Y:.*]] = "fuel.reshape"(%[[MM]]) {shape = [2, 4, 4, 5]}
 // CHECK-NEXT:  "fuel.reshape"(%arg2) {shape = [1, 4, 1, 1]}
 // CHECK-NEXT:  %[[BB:.*]] = "fuel.broadcast_to"
@@ -650,9 +651,10 @@ func.func @qmatmul_k_quant(%a: tensor<3x256xf32>, %w: tensor<105xui32>) -> tenso
 
 // -----
 
-// im2col indices are computed in f32: a padded plane of 2^24 elements or
-// more would round them, so Conv2D declines (ConvTranspose2D likewise for
-// its output buffer).
+// Grouped im2col indices are computed in f32: a padded plane of 2^24
+// elements or more would round them, so a grouped Conv2D declines
+// (ConvTranspose2D likewise for its output buffer; groups = 1 slices views
+// and needs no index math).
 // CHECK-LABEL: func.func @conv2d_huge_plane(
 // CHECK-NEXT:  %0 = "fuel.conv2d"(%arg0, %arg1)
 // CHECK-NEXT:  return %0
@@ -663,10 +665,10 @@ func.func @qmatmul_k_quant(%a: tensor<3x256xf32>, %w: tensor<105xui32>) -> tenso
 // GONE:        "fuel.conv2d"
 // GONE-LABEL:  func.func @conv_transpose2d_huge_plane(
 // GONE:        "fuel.conv_transpose2d"
-func.func @conv2d_huge_plane(%x: tensor<1x1x4096x4096xf32>, %w: tensor<1x1x1x1xf32>) -> tensor<1x1x4096x4096xf32> {
+func.func @conv2d_huge_plane(%x: tensor<1x2x4096x4096xf32>, %w: tensor<2x1x1x1xf32>) -> tensor<1x2x4096x4096xf32> {
   // expected-warning@+1 {{decompose declined: padded plane 4096x4096 too large for exact F32 index math}}
-  %0 = "fuel.conv2d"(%x, %w) {dilation = [1, 1], groups = 1 : i64, padding = [0, 0], stride = [1, 1]} : (tensor<1x1x4096x4096xf32>, tensor<1x1x1x1xf32>) -> tensor<1x1x4096x4096xf32>
-  return %0 : tensor<1x1x4096x4096xf32>
+  %0 = "fuel.conv2d"(%x, %w) {dilation = [1, 1], groups = 2 : i64, padding = [0, 0], stride = [1, 1]} : (tensor<1x2x4096x4096xf32>, tensor<2x1x1x1xf32>) -> tensor<1x2x4096x4096xf32>
+  return %0 : tensor<1x2x4096x4096xf32>
 }
 func.func @conv_transpose2d_huge_plane(%x: tensor<1x1x4096x4096xf32>, %w: tensor<1x1x1x1xf32>) -> tensor<1x1x4096x4096xf32> {
   // expected-warning@+1 {{decompose declined: output buffer 4096x4096 too large for exact F32 index math}}

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -199,6 +200,27 @@ def prepare_entries(module: "ir.Module", entry_names: Iterable[str], *,
 #: to ``strided<[?, ..., 1], offset: ?>``, so copies and vector transfers of
 #: its rows become contiguous loads and stores instead of strided scalar ones.
 from compiler.codegen.family import UNIT_STRIDE_ATTR  # noqa: E402
+
+
+_MEMREF_COPY = re.compile(r"memref\.copy (%[\w#]+), (%[\w#]+) : (memref<[^>]*>(?:>)?) to "
+                          r"(memref<[^>]*>(?:>)?)$", re.M)
+
+
+def strided_copies_to_linalg(module: "ir.Module") -> "ir.Module":
+    """``module`` with every ``memref.copy`` whose source or destination is a
+    strided view (bufferization makes one per ``tensor.insert_slice`` of a
+    Concat, Pad, Roll, ...) rewritten as ``linalg.copy``: loops that LLVM
+    vectorizes (it versions unit strides) instead of a call of the
+    rank-generic, element-at-a-time ``memrefCopy``. 3x3 im2col Concat of
+    [1,64,9,56,56]: 3.0 -> see docs/architecture.md. Copies between dense
+    buffers stay ``memref.copy`` (a memcpy)."""
+    text = str(module)
+
+    def sub(m):
+        return (f"linalg.copy ins({m[1]} : {m[3]}) outs({m[2]} : {m[4]})"
+                if "strided<" in m[3] or "strided<" in m[4] else m[0])
+    new, n = _MEMREF_COPY.subn(sub, text)
+    return ir.Module.parse(new, module.context) if new != text else module
 
 
 def assume_unit_strides(module: "ir.Module") -> int:
@@ -410,6 +432,7 @@ def lower(module_or_text, entry_names: Sequence[str], *, target=None,
             if keep_ir:
                 kept[stage.name] = str(module)
             if stage.name == "bufferize":
+                module = strided_copies_to_linalg(module)
                 assume_unit_strides(module)
             if stage.name == "bufferize" and strategy.transform:
                 apply_transform(module, strategy.transform)

@@ -202,9 +202,10 @@ class _Importer:
         self._load_initializers()
         self._declare_inputs()
         nodes = list(self.graph.node)
-        for i, node in enumerate(nodes):  # static problems, reported even downstream
-            self._prescan(i, node)
         replace, absorbed = self._patterns(nodes)
+        for i, node in enumerate(nodes):  # static problems, reported even downstream
+            if not (i in replace and node.op_type == "BatchNormalization"):  # folded
+                self._prescan(i, node)
         for i, node in enumerate(nodes):
             if i not in absorbed:
                 self._visit(i, node, replace.get(i))
@@ -400,7 +401,8 @@ class _Importer:
 
     # -- ONNX spellings of fused ops ----------------------------------------
     def _patterns(self, nodes):
-        """MatMul + bias Add -> linear; erf GELU -> GeluErf. Returns
+        """MatMul + bias Add -> linear; erf GELU -> GeluErf; Conv +
+        BatchNormalization -> Conv with the normalization folded in. Returns
         (node index -> replacement fn, indices of absorbed nodes)."""
         consts = {k: v for k, v in self.values.items() if isinstance(v, np.ndarray)}
         producer, consumers = {}, {}
@@ -445,6 +447,12 @@ class _Importer:
                         replace[i] = ([mm.input[0], mm.input[1], bias], _linear)
                         absorbed.add(m)
                         break
+            if n.op_type == "BatchNormalization":
+                got = self._conv_bn(i, nodes, consts, made_by, only, absorbed)
+                if got is not None:
+                    c, names, fn = got
+                    replace[i] = (names, fn)
+                    absorbed.add(c)
             if n.op_type == "Erf":
                 got = self._gelu_erf(i, nodes, consts, made_by, only, other)
                 if got is not None:
@@ -452,6 +460,46 @@ class _Importer:
                     replace[final] = ([x], _gelu_erf)
                     absorbed.update(parts)
         return replace, absorbed
+
+    def _conv_bn(self, i, nodes, consts, made_by, only, absorbed):
+        """Conv (constant weight, optional constant bias) whose one consumer is
+        an inference BatchNormalization with constant parameters: the
+        normalization folded into the convolution's weight and bias,
+        ``w * s`` and ``(b - mean) * s + beta`` with ``s = scale / sqrt(var +
+        eps)`` per output channel (computed in f64, rounded once to the
+        weight's dtype), as exporters' models are run by onnxruntime."""
+        bn = nodes[i]
+        if len(bn.input) != 5 or any(o for o in bn.output[1:]) or \
+                _attrs(bn).get("training_mode", 0):
+            return None
+        c = made_by(bn.input[0], "Conv")
+        if c is None or c in absorbed or only(bn.input[0], "BatchNormalization") != i:
+            return None
+        conv = nodes[c]
+        w = consts.get(conv.input[1])
+        b = consts.get(conv.input[2]) if len(conv.input) > 2 and conv.input[2] else None
+        scale, beta, mean, var = (consts.get(n) for n in bn.input[1:])
+        if w is None or any(v is None for v in (scale, beta, mean, var)) or \
+                w.dtype.kind != "f" or w.ndim < 3:
+            return None
+        cout = w.shape[0]
+        if any(np.asarray(v).shape != (cout,) for v in (scale, beta, mean, var)) or \
+                (b is not None and np.asarray(b).shape != (cout,)):
+            return None
+        eps = float(_attrs(bn).get("epsilon", 1e-5))
+        s = np.asarray(scale, np.float64) / np.sqrt(np.asarray(var, np.float64) + eps)
+        w2 = (w.astype(np.float64) * s.reshape((cout,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+        b0 = np.zeros(cout) if b is None else np.asarray(b, np.float64)
+        b2 = ((b0 - np.asarray(mean, np.float64)) * s + np.asarray(beta, np.float64)) \
+            .astype(w.dtype)
+        names = [conv.input[0], bn.output[0] + "::bn_folded_w", bn.output[0] + "::bn_folded_b"]
+        self.values[names[1]], self.values[names[2]] = w2, b2
+        at = _attrs(conv)
+
+        def fn(cx, ins, node=conv, at=at):
+            from ._ops import BUILD
+            return BUILD["Conv"](cx, node, at, ins)
+        return c, names, fn
 
     def _gelu_erf(self, e, nodes, consts, made_by, only, other):
         """x * 0.5 * (1 + erf(x / sqrt 2)) in its exported spellings."""

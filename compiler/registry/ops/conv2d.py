@@ -5,11 +5,13 @@ Inputs x ``[N,Cin,H,W]``, w ``[Cout,Cin/g,Kh,Kw]``, optional bias ``[Cout]``
 (arity 2 or 3), one float dtype. Params ``stride`` (sh, sw), ``padding``
 (ph, pw), ``groups``, ``dilation`` (dh, dw; default (1, 1): kernel taps
 dh/dw apart). Output ``[N,Cout,(H+2ph-dh(Kh-1)-1)/sh+1,(W+2pw-dw(Kw-1)-1)/sw+1]``.
-Recipe: per-call im2col (Pad, Reshape, an Iota-built U32 index vector,
-IndexSelect, MatMul, Reshape, bias); groups > 1 run per group on channel
-slices and Concat (instead of the spec's rank-5 batched form). Index math in
-F32 is exact while the padded plane is below 2**24 elements; larger planes
-decline. Backward: autograd's hand-written rule (``custom``).
+Recipe: groups = 1 is im2col + one MatMul: the Kh*Kw taps of the padded
+input are slices of a view (no index math), stacked by one Concat into
+``[N, Cin*Kh*Kw, Ho*Wo]``; a 1x1 stride-1 unpadded kernel multiplies x
+itself. groups > 1 run per group on channel slices (Pad, an Iota-built U32
+index vector, IndexSelect, MatMul) and Concat, instead of the spec's rank-5
+batched form; index math in F32 is exact while the padded plane is below
+2**24 elements, larger planes decline. Backward: autograd's hand-written rule (``custom``).
 """
 from ..entry import CUSTOM, Decline, FusedOpEntry, Family, Recipe
 from ..grammar import Bind, op
@@ -79,6 +81,8 @@ def reference(inputs, params):
 def build(params, types):
     n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
     dh, dw = params["dilation"]
+    if g == 1:
+        return _build_gemm(params, types)
     if hp * wp >= 1 << 24:
         return Decline(NAME, f"padded plane {hp}x{wp} too large for exact F32 index math")
     x = Bind(0)
@@ -90,19 +94,60 @@ def build(params, types):
                         shape=(kh * kw * ho * wo,)), dtype=DType.U32)
     ys = []
     for gi in range(g):
-        xg = x if g == 1 else op("Slice", x, dim=1, start=gi * cpg, len=cpg)
-        wg = Bind(1) if g == 1 else op("Slice", Bind(1), dim=0, start=gi * opg, len=opg)
+        xg = op("Slice", x, dim=1, start=gi * cpg, len=cpg)
+        wg = op("Slice", Bind(1), dim=0, start=gi * opg, len=opg)
         xf = op("Reshape", xg, shape=(n, cpg, hp * wp))
         cols = op("IndexSelect", xf, idx, dim=2)
         p = op("Reshape", cols, shape=(n, kk, ho * wo))
         wb = op("BroadcastTo", op("Reshape", wg, shape=(1, opg, kk)), shape=(n, opg, kk))
         ys.append(op("Reshape", op("MatMul", wb, p), shape=(n, opg, ho, wo)))
-    y = ys[0] if g == 1 else op("Concat", *ys, dim=1)
+    return _bias(op("Concat", *ys, dim=1), types, n, cout, ho, wo)
+
+
+def _bias(y, types, n, cout, ho, wo):
     if len(types) == 3:
         b = op("BroadcastTo", op("Reshape", Bind(2), shape=(1, cout, 1, 1)),
                shape=(n, cout, ho, wo))
         y = op("Add", y, b)
     return y
+
+
+def _build_gemm(params, types):
+    """groups = 1: ``w [Cout, Cin*Kh*Kw] @ cols [Cin*Kh*Kw, Ho*Wo]`` per image.
+    A 1x1 kernel with stride 1 and no padding reads x itself as ``cols``;
+    otherwise ``cols`` is one Concat of the Kh*Kw shifted views of the padded
+    input (taps ``kh*dh`` rows apart; a stride s views each axis as
+    ``[H/s, s]``, so every tap is a plain slice), no index arithmetic."""
+    n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
+    dh, dw = params["dilation"]
+    kk = cin * kh * kw
+    if kh == kw == 1 and sh == sw == 1 and ph == pw == 0:
+        cols = op("Reshape", Bind(0), shape=(n, cin, ho * wo))
+    else:
+        # pad (and round the padded extents up to the strides)
+        hq, wq = -(-hp // sh), -(-wp // sw)
+        eh, ew = hq * sh - hp, wq * sw - wp
+        x = Bind(0)
+        if ph or pw or eh or ew:
+            x = op("Pad", x, padding=(0, 0, 0, 0, ph, ph + eh, pw, pw + ew), mode="constant",
+                   value=0.0)
+        x6 = op("Reshape", x, shape=(n, cin, hq, sh, wq, sw))
+        taps = []
+        for ky in range(kh):
+            qy, ry = divmod(ky * dh, sh)
+            for kx in range(kw):
+                qx, rx = divmod(kx * dw, sw)
+                t = op("Slice", x6, dim=2, start=qy, len=ho)
+                t = op("Slice", t, dim=3, start=ry, len=1)
+                t = op("Slice", t, dim=4, start=qx, len=wo)
+                t = op("Slice", t, dim=5, start=rx, len=1)
+                t = op("Squeeze", op("Squeeze", t, dim=5), dim=3)      # [n, cin, ho, wo]
+                taps.append(op("Unsqueeze", t, dim=2))                # [n, cin, 1, ho, wo]
+        stacked = taps[0] if len(taps) == 1 else op("Concat", *taps, dim=2)
+        cols = op("Reshape", stacked, shape=(n, kk, ho * wo))
+    wb = op("BroadcastTo", op("Reshape", Bind(1), shape=(1, cout, kk)), shape=(n, cout, kk))
+    y = op("Reshape", op("MatMul", wb, cols), shape=(n, cout, ho, wo))
+    return _bias(y, types, n, cout, ho, wo)
 
 
 ENTRY = FusedOpEntry(
