@@ -211,9 +211,10 @@ def strided_copies_to_linalg(module: "ir.Module") -> "ir.Module":
     strided view (bufferization makes one per ``tensor.insert_slice`` of a
     Concat, Pad, Roll, ...) rewritten as ``linalg.copy``: loops that LLVM
     vectorizes (it versions unit strides) instead of a call of the
-    rank-generic, element-at-a-time ``memrefCopy``. 3x3 im2col Concat of
-    [1,64,9,56,56]: 3.0 -> see docs/architecture.md. Copies between dense
-    buffers stay ``memref.copy`` (a memcpy)."""
+    rank-generic, element-at-a-time ``memrefCopy`` (the im2col Concat of a
+    3x3 conv, [1,64,9,56,56] from nine strided views: 3.0 -> 0.67 ms on one
+    znver4 core). Copies between dense buffers stay ``memref.copy`` (a
+    memcpy)."""
     text = str(module)
 
     def sub(m):
