@@ -637,6 +637,11 @@ def ort_op_times(proto: bytes, threads: int, inputs: dict, repeats: int) -> list
 
 
 def _one_line(e: BaseException) -> str:
+    issues = getattr(e, "issues", None)  # OnnxImportError: each distinct reason, counted
+    if issues:
+        reasons = collections.Counter(f"{i.op_type}: {i.what}" for i in issues)
+        return f"{type(e).__name__}: " + "; ".join(
+            f"{r} (x{n})" if n > 1 else r for r, n in reasons.items())
     text = " ".join(str(e).split())
     return f"{type(e).__name__}: {text[:300]}" + ("..." if len(text) > 300 else "")
 
@@ -662,12 +667,12 @@ def run_case(name: str, batch: int, seq: int | None, args, threads: int) -> dict
         graph = import_model(model)
         stage = "compile"
         m = compile(graph, target=args.target)
+        rec["compile_s"] = time.perf_counter() - t0
         stage = "run"
         ours = m(**feeds)
     except Exception as e:  # noqa: BLE001 - reported, the other models go on
         rec["error"] = f"{stage}: {_one_line(e)}"
         return rec
-    rec["compile_s"] = time.perf_counter() - t0
     compiled, cached = stats.compiles - before[0], stats.disk_hits + stats.memory_hits - before[1]
     rec["compile"] = "cold" if compiled else "warm"
     rec["kernels_compiled"], rec["kernels_cached"] = compiled, cached
@@ -704,8 +709,8 @@ def format_row(rec: dict) -> str:
         return head + "FAILED " + rec["error"]
     return head + (f"{rec['fuelc_ms']:9.3f} {rec['fuelc_p10_ms']:8.3f} {rec['fuelc_p90_ms']:8.3f} | "
                    f"{rec['ort_ms']:8.3f} | {rec['ratio']:9.2f} | {rec['rel_diff']:8.1e} | "
-                   f"{rec['compile_s']:5.1f} s {rec['compile']} ({rec['kernels_compiled']} kernels "
-                   f"compiled, {rec['kernels_cached']} cached)")
+                   f"{rec['compile_s']:5.1f} s {rec['compile']} ({rec['kernels_compiled']} compiled, "
+                   f"{rec['kernels_cached']} from cache)")
 
 
 def format_ops(rec: dict) -> list[str]:
@@ -801,9 +806,9 @@ def main(argv=None) -> int:
         ratios = [r["ratio"] for r in records if r["kind"] == kind and "ratio" in r]
         failed = sum(1 for r in records if r["kind"] == kind and "error" in r)
         if ratios or failed:
-            gm = math.exp(statistics.fmean(math.log(r) for r in ratios)) if ratios else float("nan")
-            print(f"{kind}: geometric mean fuelc/ort {gm:.2f} over {len(ratios)} cases"
-                  + (f", {failed} failed" if failed else ""))
+            gm = (f"geometric mean fuelc/ort {math.exp(statistics.fmean(map(math.log, ratios))):.2f}"
+                  f" over {len(ratios)} cases" if ratios else "no case ran")
+            print(f"{kind}: {gm}" + (f", {failed} failed" if failed else ""))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"cpu": cpu_name(), "target": args.target, "threads": threads,
