@@ -121,6 +121,10 @@ class _Builder:
         w = self.randn((n, k), 1 / math.sqrt(k))
         return self.op("Gemm", x2d, w, self.bias(n), alpha=1.0, beta=1.0, transB=1)
 
+    def gemm_kn(self, x2d: str, k: int, n: int) -> str:
+        """GPT-2's Conv1D (addmm with a [K, N] weight): Gemm without transB."""
+        return self.op("Gemm", x2d, self.dense_w(k, n), self.bias(n), alpha=1.0, beta=1.0)
+
     def conv(self, x: str, cin: int, cout: int, k, stride=1, pad=None, group: int = 1,
              bias: bool = False, bn: bool = True) -> str:
         """Conv (no bias, as torchvision's conv before a BN) [+ BN]; ``k``
@@ -346,14 +350,6 @@ def _attention(b: _Builder, x: str, batch: int, seq: int, *, mask: str | None = 
         flat = b.op("Reshape", ctx, b.ints([batch * seq, HIDDEN]))
         return b.op("Reshape", b.gemm_kn(flat, HIDDEN, HIDDEN), b.ints([batch, seq, HIDDEN]))
     return b.linear(ctx, HIDDEN, HIDDEN)
-
-
-def _gemm_kn(self: _Builder, x2d: str, k: int, n: int) -> str:
-    """GPT-2's Conv1D (addmm with a [K, N] weight): Gemm without transB."""
-    return self.op("Gemm", x2d, self.dense_w(k, n), self.bias(n), alpha=1.0, beta=1.0)
-
-
-_Builder.gemm_kn = _gemm_kn
 
 
 def bert(batch: int, seq: int = 128, *, layers: int = 2):
