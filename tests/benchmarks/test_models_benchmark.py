@@ -1,0 +1,106 @@
+"""benchmarks/models.py: every model builds and passes onnx.checker; fuelc's
+compiled output matches onnxruntime on one cnn and one transformer model
+(all of them with ``-m slow``); a model fuelc refuses is a failed row."""
+import argparse
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import models as bm  # noqa: E402
+from benchmarks.models import MODELS, build  # noqa: E402
+
+# the smallest sizes: each builder's size keywords at their least
+SMALL = {"resnet": {"image": 32}, "mobilenet": {"image": 32}, "efficientnet": {"image": 32},
+         "audio": {"samples": 800}}
+SEQ = 8
+TOL = 1e-4  # max |fuelc - ort| / max |ort|
+
+
+def small(name: str, **extra):
+    return build(name, 1, SEQ if MODELS[name].uses_seq else None, **SMALL.get(name, {}), **extra)
+
+
+def fuelc_vs_ort(model) -> float:
+    from compiler import compile
+    from compiler.frontends.onnx import import_model
+    feeds = bm.make_inputs(model)
+    ref = bm.ort_session(model.SerializeToString(), 1).run(None, feeds)[0]
+    out = compile(import_model(model), target="cpu")(**feeds)
+    assert out.shape == ref.shape
+    assert np.isfinite(ref).all() and np.abs(ref).max() > 0
+    return float(np.abs(out - ref).max() / np.abs(ref).max())
+
+
+def test_registry():
+    assert set(MODELS) == {"resnet", "mobilenet", "efficientnet", "audio",
+                           "bert", "gpt2", "llama", "vit"}
+    assert {s.kind for s in MODELS.values()} == {"cnn", "transformer"}
+    assert bm.file_name("bert", 8, 128) == "bert_b8_s128.onnx"
+    assert bm.file_name("resnet", 1, 128) == "resnet_b1.onnx"
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_builds_and_checks(name):
+    m = small(name)
+    onnx.checker.check_model(m, full_check=True)
+    assert m.opset_import[0].version == 17
+    assert [o.name for o in m.graph.output] == ["y"]
+    batch = m.graph.input[0].type.tensor_type.shape.dim[0].dim_value
+    assert batch == 1
+    # the same seed gives the same weights
+    assert small(name).SerializeToString() == m.SerializeToString()
+
+
+def test_bn_modes_agree():
+    """'affine', 'fold' and 'node' are the same function (onnxruntime)."""
+    outs = []
+    for bn in bm.BN_MODES:
+        m = small("resnet", bn=bn)
+        assert any(n.op_type == "BatchNormalization" for n in m.graph.node) == (bn == "node")
+        outs.append(bm.ort_session(m.SerializeToString(), 1).run(None, bm.make_inputs(m))[0])
+    for o in outs[1:]:
+        np.testing.assert_allclose(o, outs[0], rtol=1e-4, atol=1e-4 * np.abs(outs[0]).max())
+
+
+@pytest.mark.parametrize("name", ["resnet", "bert"])
+def test_fuelc_matches_onnxruntime(name):
+    assert fuelc_vs_ort(small(name)) < TOL
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(set(MODELS) - {"resnet", "bert"}))
+def test_fuelc_matches_onnxruntime_all(name):
+    assert fuelc_vs_ort(small(name)) < TOL
+
+
+def test_failed_model_is_a_row():
+    """A model fuelc's importer refuses gives a record with the error on one
+    line, not an exception."""
+    args = argparse.Namespace(bn="node", target="cpu", rounds=1, repeats=1, steps=False)
+    orig = bm.MODELS["resnet"]
+    bm.MODELS["resnet"] = bm.ModelSpec("cnn", lambda b, **kw: orig.fn(b, image=32, **kw), "small")
+    try:
+        rec = bm.run_case("resnet", 1, None, args, 1)
+    finally:
+        bm.MODELS["resnet"] = orig
+    assert "BatchNormalization" in rec["error"] and "\n" not in rec["error"]
+    assert rec["error"].startswith("import: ")
+    assert bm.format_row(rec).count("\n") == 0 and "FAILED" in bm.format_row(rec)
+
+
+def test_export(tmp_path):
+    assert bm.main(["--export", str(tmp_path), "--model", "llama", "--batch", "1,2",
+                    "--seq", "8"]) == 0
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == ["llama_b1_s8.onnx", "llama_b2_s8.onnx"]
+    m = onnx.load(tmp_path / "llama_b2_s8.onnx")
+    assert m.graph.input[0].type.tensor_type.shape.dim[0].dim_value == 2
