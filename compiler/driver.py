@@ -94,7 +94,8 @@ def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = Non
     each stage (emit, passes, plan, codegen) starts."""
     from .dialect.emit import graph_to_module
     from .passes import DEFAULT_PIPELINE, resolve_pipeline, run_pipeline
-    from .plan import plan_from_module
+    from .codegen.family import runnable_here
+    from .plan import fold_constant_steps, plan_from_module
 
     target = parse_target(target)
     if not getattr(graph, "outputs", None):
@@ -120,6 +121,8 @@ def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = Non
     from .codegen.runtime_fused import register_module_kernels
     table = register_module_kernels(emitted.module, target)  # fuel.runtime_fused keys
     plan = plan_from_module(emitted.module, emitted.constants, backend=target.backend)
+    if warm and target.kind == "cpu" and runnable_here(target):
+        plan = fold_constant_steps(plan, table)   # work on weights done once, now
     timings["plan"] = time.perf_counter() - t0
     module = CompiledModule(plan, table, irs, timings, target)
 

@@ -228,3 +228,83 @@ def _bf16_bits(dense, shape) -> np.ndarray:
             return np.full(shape, ir.IntegerAttr(bits.get_splat_value()).value & 0xFFFF,
                            dtype=np.uint16)
         return np.array(bits, copy=True).view(np.uint16).reshape(shape)
+
+
+# -- constant folding ------------------------------------------------------------------
+#: A folded value may be at most this much larger than the constants it is
+#: computed from (plus FOLD_SLACK elements): folding must not blow up the
+#: module (a broadcast materialised into every batch).
+FOLD_GROWTH, FOLD_SLACK = 1, 1 << 16
+
+
+def fold_constant_steps(plan: Plan, table) -> Plan:
+    """``plan`` with every kernel, reshape and contiguize step whose inputs
+    are all constants (or views of them) computed now, by the same kernels
+    the plan would call (``table``), and its result made a constant: a
+    recipe's work on weights (a transposed weight made contiguous, the
+    index vector of a grouped im2col) is done once at compile time, not per
+    call. View steps stay views. A step whose result would be larger than
+    what it reads (``FOLD_GROWTH``) stays in the plan. The caller makes sure
+    this machine can run the kernels."""
+    from runtime.executor import Executor
+    const_of = {s.output: s.const for s in plan.steps if isinstance(s, ConstStep)}
+    known = set(const_of)                       # values computable from constants alone
+    size: dict[str, int] = {v: int(np.asarray(plan.constants[c]).size)
+                            for v, c in const_of.items()}
+    folded: list[int] = []
+    sub_steps: list = []
+    for i, s in enumerate(plan.steps):
+        ins = _step_inputs(s)
+        if isinstance(s, ConstStep) or not ins or not all(v in known for v in ins):
+            continue
+        outs = _step_outputs(s)
+        read = sum(size[v] for v in ins)
+        if isinstance(s, ViewStep):
+            known.update(outs)
+            size.update({o: read for o in outs})
+            sub_steps.append(s)
+            continue
+        made = sum(int(np.prod(spec.shape)) for spec in s.output_specs) \
+            if isinstance(s, KernelStep) else read    # a reshape or copy keeps the count
+        if made > FOLD_GROWTH * read + FOLD_SLACK:
+            continue
+        known.update(outs)
+        size.update({o: made for o in outs})
+        folded.append(i)
+        sub_steps.append(s)
+    if not folded:
+        return plan
+    folded_set = set(folded)
+    kept = [s for i, s in enumerate(plan.steps) if i not in folded_set]
+    made_here = {o for i in folded for o in _step_outputs(plan.steps[i])}
+    needed = [v for v in dict.fromkeys(
+        [v for s in kept for v in _step_inputs(s)] + list(plan.outputs.values())) if v in made_here]
+    if not needed:
+        return plan
+    sub = Plan(inputs={}, outputs={v: v for v in needed},
+               steps=[s for s in plan.steps if isinstance(s, ConstStep)] + sub_steps,
+               constants=plan.constants)
+    values = Executor(sub, table).run()
+    constants = dict(plan.constants)
+    new_steps = []
+    for v in needed:
+        name = f"folded:{v}"
+        constants[name] = np.ascontiguousarray(values[v])
+        new_steps.append(ConstStep(name, v, name=name))
+    kept = new_steps + kept
+    used = {v for s in kept for v in _step_inputs(s)} | set(plan.outputs.values())
+    kept = [s for s in kept if not (isinstance(s, ConstStep) and s.output not in used)]
+    live = {s.const for s in kept if isinstance(s, ConstStep)}
+    return Plan(plan.inputs, plan.outputs, kept, {k: a for k, a in constants.items() if k in live})
+
+
+def _step_inputs(s) -> tuple:
+    if isinstance(s, KernelStep):
+        return tuple(s.inputs)
+    if isinstance(s, ConstStep):
+        return ()
+    return (s.input,)
+
+
+def _step_outputs(s) -> tuple:
+    return tuple(s.outputs) if isinstance(s, KernelStep) else (s.output,)

@@ -343,7 +343,7 @@ AddScalar MulScalar PowI Clamp
 Equal Ne Lt Le Gt Ge Where MaskedFill
 SumAll MaxAll MinAll MeanAll SumDim MaxDim MeanDim ReduceSumTo ReduceMaxTo CumSum
 MatMul
-Transpose Permute Reshape BroadcastTo Unsqueeze Squeeze Cast Slice Concat Flip Roll Pad Triu Tril
+Transpose Permute Reshape BroadcastTo Unsqueeze Squeeze Contiguize Cast Slice Concat Flip Roll Pad Triu Tril
 IndexSelect Gather IndexAdd ScatterAdd
 LogSoftmaxLastDim Iota
 """.split())

@@ -353,6 +353,8 @@ CONV = [
                                       dilation=(2, 3)), True, "f32"),
     ((2, 4, 10, 9), (4, 2, 2, 3), dict(stride=(2, 1), padding=(2, 1), groups=2,
                                        dilation=(3, 2)), False, "f64"),
+    # 2x2 output pixels, 40 channels: the recipe multiplies cols^T @ w^T
+    ((2, 8, 4, 4), (40, 8, 3, 3), dict(stride=(2, 2), padding=(1, 1), groups=1), True, "f32"),
 ]
 
 

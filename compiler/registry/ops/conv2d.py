@@ -145,8 +145,19 @@ def _build_gemm(params, types):
                 taps.append(op("Unsqueeze", t, dim=2))                # [n, cin, 1, ho, wo]
         stacked = taps[0] if len(taps) == 1 else op("Concat", *taps, dim=2)
         cols = op("Reshape", stacked, shape=(n, kk, ho * wo))
-    wb = op("BroadcastTo", op("Reshape", Bind(1), shape=(1, cout, kk)), shape=(n, cout, kk))
-    y = op("Reshape", op("MatMul", wb, cols), shape=(n, cout, ho, wo))
+    w2 = op("Reshape", Bind(1), shape=(1, cout, kk))
+    if ho * wo < min(cout, 64):
+        # few output pixels (the late layers of a CNN): ``cols^T @ w^T``, so
+        # the matmul's columns are the Cout channels rather than a handful of
+        # pixels, fewer than one register tile
+        # (w^T made contiguous: a constant weight's copy is folded at compile time)
+        wt = op("BroadcastTo", op("Contiguize", op("Permute", w2, perm=(0, 2, 1))),
+                shape=(n, kk, cout))
+        yt = op("MatMul", op("Permute", cols, perm=(0, 2, 1)), wt)       # [n, HoWo, Cout]
+        y = op("Reshape", op("Permute", yt, perm=(0, 2, 1)), shape=(n, cout, ho, wo))
+    else:
+        wb = op("BroadcastTo", w2, shape=(n, cout, kk))
+        y = op("Reshape", op("MatMul", wb, cols), shape=(n, cout, ho, wo))
     return _bias(y, types, n, cout, ho, wo)
 
 
