@@ -353,6 +353,14 @@ CONV = [
                                       dilation=(2, 3)), True, "f32"),
     ((2, 4, 10, 9), (4, 2, 2, 3), dict(stride=(2, 1), padding=(2, 1), groups=2,
                                        dilation=(3, 2)), False, "f64"),
+    # 5x5 taps (two Concats), stride 2, dilation: the column then the row shifts
+    ((1, 3, 13, 12), (4, 3, 5, 5), dict(stride=(2, 2), padding=(2, 1), groups=1,
+                                        dilation=(1, 2)), True, "f32"),
+    # patches (kernel = stride), an input not a multiple of the patch
+    ((2, 3, 9, 10), (5, 3, 4, 4), dict(stride=(4, 4), padding=(0, 0), groups=1), True, "f32"),
+    ((1, 3, 17, 16), (4, 3, 4, 4), dict(stride=(4, 4), padding=(0, 0), groups=1), True, "f32"),
+    # 1x1 with stride 2: one tap
+    ((1, 4, 7, 7), (6, 4, 1, 1), dict(stride=(2, 2), padding=(0, 0), groups=1), False, "f64"),
     # 2x2 output pixels, 40 channels: the recipe multiplies cols^T @ w^T
     ((2, 8, 4, 4), (40, 8, 3, 3), dict(stride=(2, 2), padding=(1, 1), groups=1), True, "f32"),
 ]

@@ -112,12 +112,32 @@ def _bias(y, types, n, cout, ho, wo):
     return y
 
 
+#: Up to this many taps, im2col is one Concat of every tap's view; beyond, the
+#: column and the row shifts are two Concats (fewer, larger copy loops).
+_ONE_CONCAT_TAPS = 16
+
+
+def _tap(x6, oy, sh, ho, ox, sw, wo):
+    """The ``[n, cin, 1, ho, wo]`` view of the padded input ``x6`` (viewed
+    ``[n, cin, H/sh, sh, W/sw, sw]``) that a tap at offset (oy, ox) reads."""
+    qy, ry = divmod(oy, sh)
+    qx, rx = divmod(ox, sw)
+    t = op("Slice", x6, dim=2, start=qy, len=ho)
+    t = op("Slice", t, dim=3, start=ry, len=1)
+    t = op("Slice", t, dim=4, start=qx, len=wo)
+    t = op("Slice", t, dim=5, start=rx, len=1)
+    return op("Unsqueeze", op("Squeeze", op("Squeeze", t, dim=5), dim=3), dim=2)
+
+
 def _build_gemm(params, types):
     """groups = 1: ``w [Cout, Cin*Kh*Kw] @ cols [Cin*Kh*Kw, Ho*Wo]`` per image.
     A 1x1 kernel with stride 1 and no padding reads x itself as ``cols``;
-    otherwise ``cols`` is one Concat of the Kh*Kw shifted views of the padded
-    input (taps ``kh*dh`` rows apart; a stride s views each axis as
-    ``[H/s, s]``, so every tap is a plain slice), no index arithmetic."""
+    otherwise ``cols`` stacks the Kh*Kw shifted views of the padded input
+    (taps ``kh*dh`` rows apart; a stride s views each axis as ``[H/s, s]``,
+    so every tap is a plain slice), no index arithmetic: one Concat of the
+    taps, or for more than ``_ONE_CONCAT_TAPS`` taps a Concat of the column
+    shifts and one of their row shifts; patches (kernel = stride) are one
+    transposed view. Few output pixels multiply ``cols^T @ w^T`` instead."""
     n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
     dh, dw = params["dilation"]
     kk = cin * kh * kw
@@ -132,18 +152,32 @@ def _build_gemm(params, types):
             x = op("Pad", x, padding=(0, 0, 0, 0, ph, ph + eh, pw, pw + ew), mode="constant",
                    value=0.0)
         x6 = op("Reshape", x, shape=(n, cin, hq, sh, wq, sw))
-        taps = []
-        for ky in range(kh):
-            qy, ry = divmod(ky * dh, sh)
+        if (kh, kw) == (sh, sw) and dh == dw == 1:
+            # patches (a ViT stem): the taps tile the input, one transposing copy
+            if hq != ho:
+                x6 = op("Slice", x6, dim=2, start=0, len=ho)
+            if wq != wo:
+                x6 = op("Slice", x6, dim=4, start=0, len=wo)
+            stacked = op("Permute", x6, perm=(0, 1, 3, 5, 2, 4))   # [n, cin, kh, kw, ho, wo]
+        elif kh * kw <= _ONE_CONCAT_TAPS:
+            taps = [_tap(x6, ky * dh, sh, ho, kx * dw, sw, wo)
+                    for ky in range(kh) for kx in range(kw)]
+            stacked = taps[0] if len(taps) == 1 else op("Concat", *taps, dim=2)
+        else:
+            # many taps (a 7x7 stem): the kw column shifts first, then the kh row
+            # shifts of that: kh + kw copy loops instead of kh * kw
+            cols_x = []
             for kx in range(kw):
                 qx, rx = divmod(kx * dw, sw)
-                t = op("Slice", x6, dim=2, start=qy, len=ho)
-                t = op("Slice", t, dim=3, start=ry, len=1)
-                t = op("Slice", t, dim=4, start=qx, len=wo)
-                t = op("Slice", t, dim=5, start=rx, len=1)
-                t = op("Squeeze", op("Squeeze", t, dim=5), dim=3)      # [n, cin, ho, wo]
-                taps.append(op("Unsqueeze", t, dim=2))                # [n, cin, 1, ho, wo]
-        stacked = taps[0] if len(taps) == 1 else op("Concat", *taps, dim=2)
+                t = op("Slice", op("Slice", x6, dim=4, start=qx, len=wo), dim=5, start=rx, len=1)
+                cols_x.append(op("Unsqueeze", op("Squeeze", t, dim=5), dim=2))
+            t1 = op("Concat", *cols_x, dim=2)                    # [n, cin, kw, hq, sh, wo]
+            rows = []
+            for ky in range(kh):
+                qy, ry = divmod(ky * dh, sh)
+                t = op("Slice", op("Slice", t1, dim=3, start=qy, len=ho), dim=4, start=ry, len=1)
+                rows.append(op("Unsqueeze", op("Squeeze", t, dim=4), dim=2))
+            stacked = op("Concat", *rows, dim=2)                  # [n, cin, kh, kw, ho, wo]
         cols = op("Reshape", stacked, shape=(n, kk, ho * wo))
     w2 = op("Reshape", Bind(1), shape=(1, cout, kk))
     if ho * wo < min(cout, 64):
