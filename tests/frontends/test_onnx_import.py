@@ -513,9 +513,30 @@ def test_malformed_model_fails_the_checker():
         import_model(42)
 
 
-def test_opset_below_13_is_refused():
-    m = make([node("Relu", ["x"], ["y"])], [vi("x", shape=[2])], [vi("y")], opset=11)
-    with pytest.raises(OnnxImportError, match=r"opset is 11; fuelc imports opsets 13 to"):
+def test_opset_11_model_is_converted_to_13_at_import():
+    # opset-11 spellings whose inputs became inputs at 13: Squeeze/Unsqueeze/ReduceSum axes,
+    # Split sizes as attributes
+    nodes = [node("Squeeze", ["x"], ["s"], axes=[0]),
+             node("ReduceSum", ["s"], ["r"], axes=[1], keepdims=0),
+             node("Split", ["s"], ["a", "b"], axis=1, split=[1, 3]),
+             node("Unsqueeze", ["r"], ["u"], axes=[0]),
+             node("Mul", ["b", "u"], ["y"])]
+    m = make(nodes, [vi("x", shape=[1, 3, 4])], [vi("y"), vi("a")], opset=11)
+    g = check(m, {"x": rand(1, 3, 4)})
+    assert set(g.outputs) == {"y", "a"}
+
+
+def test_opset_conversion_failure_is_a_typed_error():
+    # BatchNormalization-7 with spatial=0 has no opset-13 spelling
+    names = ["x", "s", "b", "mu", "var"]
+    m = helper.make_model(
+        helper.make_graph([node("BatchNormalization", names, ["y"], spatial=0)], "t",
+                          [vi(n, shape=[2, 3] if n == "x" else [3]) for n in names],
+                          [vi("y", shape=[2, 3])]),
+        opset_imports=[helper.make_opsetid("", 7)])
+    m.ir_version = 6
+    with pytest.raises(OnnxImportError, match=r"opset is 7; .*convert_version\(model, 13\), "
+                       r"which failed: .*spatial"):
         import_model(m)
 
 

@@ -1,7 +1,8 @@
 """ONNX import: ``import_model(path_or_model, input_shapes=None) -> Graph``.
 
 The model is checked (``onnx.checker``), its default-domain opset must lie in
-13..(the newest the installed ``onnx`` knows), and every graph input needs a
+13..(the newest the installed ``onnx`` knows; an older model is converted to
+opset 13 with ``onnx.version_converter`` first), and every graph input needs a
 static shape: symbolic dims are fixed with ``input_shapes={"x": (1, 128)}``
 or refused with one error naming each (input, axis, dim_param).
 
@@ -75,7 +76,7 @@ def import_model(path_or_model, input_shapes: Optional[Mapping[str, Sequence[int
     ONNX booleans are u8 (0/1). ``input_shapes`` fixes the shapes of inputs
     with symbolic dims (static dims given must agree with the model's).
     Raises OnnxImportError."""
-    model = _load(path_or_model)
+    model = _upgrade(_load(path_or_model))
     return _Importer(model, dict(input_shapes or {})).run()
 
 
@@ -102,6 +103,34 @@ def _load(src):
     except Exception as e:
         raise OnnxImportError(f"the model fails onnx.checker: {e}".rstrip()) from None
     return model
+
+
+def _default_opset(model):
+    return {o.domain or "ai.onnx": o.version for o in model.opset_import}.get("ai.onnx")
+
+
+def _upgrade(model):
+    """A model whose default-domain opset is below ``MIN_OPSET`` converted to
+    ``MIN_OPSET`` with ``onnx.version_converter`` (as exporters' old opsets
+    7..12 are); other models unchanged. A conversion the converter cannot do
+    (an attribute value the newer op cannot express, an op it has no adapter
+    for) is an OnnxImportError quoting the converter."""
+    import onnx
+    v = _default_opset(model)
+    if v is None or v >= MIN_OPSET:
+        return model
+    try:
+        out = onnx.version_converter.convert_version(model, MIN_OPSET)
+        onnx.checker.check_model(out)
+    except Exception as e:
+        why = " ".join(str(e).split()) or type(e).__name__
+        raise OnnxImportError(
+            f"the model's default-domain opset is {v}; fuelc imports opsets {MIN_OPSET} and "
+            f"newer and converts older models with onnx.version_converter.convert_version("
+            f"model, {MIN_OPSET}), which failed: {type(e).__name__}: {why} (re-export the "
+            f"model at opset {MIN_OPSET} or newer, or change the construct the converter "
+            f"names)") from None
+    return out
 
 
 def _attrs(node) -> dict:
