@@ -666,7 +666,8 @@ def test_exported_ops_compile_and_match_onnxruntime():
     int32), inference BatchNormalization, Mod fmod=1 (float, int), ArgMax/
     ArgMin select_last_index with ties, Range, OneHot (negative indices,
     axis), TopK (largest and smallest, ties) and Einsum (batched matmul,
-    attention scores, inner product, sum, transpose), one compiled module."""
+    attention scores, inner product, sum, transpose, three operands), one
+    compiled module."""
     c = 3
     nodes = [
         node("GatherND", ["x", "gi"], ["gnd"]),
@@ -687,6 +688,7 @@ def test_exported_ops_compile_and_match_onnxruntime():
         node("Einsum", ["q", "kk"], ["att"], equation="bhqd,bhkd->bhqk"),
         node("Einsum", ["v5", "v5"], ["dot"], equation="i,i"),
         node("Einsum", ["x"], ["es"], equation="bij->jb"),
+        node("Einsum", ["gb2", "bw", "gb3"], ["bil"], equation="bn,anm,bm->ba"),  # Bilinear
     ]
     ties = np.array([[1, 3, 3, 0], [2, 2, 1, 2], [1, 3, 0, 0]], np.float32)
     inits = {"ax1": np.array(1, np.int64), "ax0": np.array(0, np.int32),
@@ -694,7 +696,8 @@ def test_exported_ops_compile_and_match_onnxruntime():
              "r0": np.array(0.5, np.float32), "r1": np.array(5.0, np.float32),
              "r2": np.array(1.0, np.float32), "depth": np.array(5, np.int64),
              "onoff": np.array([-1.0, 2.0], np.float32), "k3": np.array([3], np.int64),
-             "k2": np.array([2], np.int64), "w": rand(2, 4, 5)}
+             "k2": np.array([2], np.int64), "w": rand(2, 4, 5), "bw": rand(3, 4, 5),
+             "gb2": rand(1, 4), "gb3": rand(1, 5)}
     m = make(nodes, [vi("x", shape=[2, 3, 4]), vi("gi", I64, [2, 2]), vi("gb", I64, [2, 2, 1]),
                      vi("n", I32, [3, 4]), vi("nd", I32, [3, 4]), vi("img", shape=[2, c, 2, 2]),
                      vi("ma", shape=[6]), vi("mb", shape=[6]), vi("ties", shape=[3, 4]),
@@ -703,7 +706,7 @@ def test_exported_ops_compile_and_match_onnxruntime():
              [vi(o, {"csi": I32, "fmi": I32}.get(o, I64 if o in ("amax", "amin", "ti", "si")
                                                  else F))
               for o in ("gnd", "gndb", "cs", "csi", "bn", "fm", "fmi", "amax", "amin", "rga",
-                        "oh", "tv", "ti", "sv", "si", "bmm", "att", "dot", "es")],
+                        "oh", "tv", "ti", "sv", "si", "bmm", "att", "dot", "es", "bil")],
              inits)
     feeds = {"x": rand(2, 3, 4), "gi": np.array([[1, -1], [0, 2]], np.int64),
              "gb": np.array([[[2], [-3]], [[1], [1]]], np.int64),

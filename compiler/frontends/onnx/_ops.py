@@ -314,6 +314,8 @@ def _batch_norm(cx, node, at, ins):
     x = cx.t(ins[0])
     if x.ndim < 2:
         raise Unsupported(f"a rank-{x.ndim} input {list(x.shape)} (N, C, ... expected)")
+    if x.dtype.value in ("f16", "bf16"):  # computed in f32, rounded once (as onnxruntime)
+        return [y.cast(x.dtype) for y in _batch_norm(cx, node, at, [x.cast("f32")] + ins[1:])]
     eps = at.get("epsilon", 1e-5)
     per_channel = (x.shape[1],) + (1,) * (x.ndim - 2)
     scale, bias, mean, var = ins[1:5]
@@ -370,12 +372,10 @@ def _einsum_terms(eq, ranks):
 
 @_op("Einsum")
 def _einsum(cx, node, at, ins):
-    """One or two operands, no diagonals: axes in neither the other operand
-    nor the output are summed first; two operands become one batched
+    """No diagonals: axes no other operand and not the output need are summed
+    first; operands are contracted left to right, each pair as one batched
     [B, M, K] x [B, K, N] MatMul between permutes and reshapes."""
     xs = [cx.t(v) for v in ins]
-    if len(xs) not in (1, 2):
-        raise Unsupported(f"{len(xs)} operands (fuelc composes Einsum of one or two)")
     if not all(x.dtype.is_float for x in xs):
         raise Unsupported(f"{xs[0].dtype.value} operands (fuelc's MatMul is float-only)")
     terms, rhs = _einsum_terms(at["equation"], [x.ndim for x in xs])
@@ -385,38 +385,48 @@ def _einsum(cx, node, at, ins):
             if size.setdefault(c, d) != d:
                 raise Unsupported(f"equation {at['equation']!r}: subscript {c!r} has extents "
                                   f"{size[c]} and {d} (broadcasting is not supported)")
-    keep = [set(rhs) | (set(terms[1 - j]) if len(terms) == 2 else set())
-            for j in range(len(terms))]
-    for j, (t, x) in enumerate(zip(terms, xs)):  # sum axes no one else needs
-        gone = tuple(a for a, c in enumerate(t) if c not in keep[j])
+
+    def needed(j):  # the subscripts the output or another operand still uses
+        return set(rhs).union(*(terms[i] for i in range(len(terms)) if i != j))
+
+    for j, (t, x) in enumerate(zip(terms, xs)):
+        keep = needed(j)
+        gone = tuple(a for a, c in enumerate(t) if c not in keep)
         if gone:
             xs[j] = x.sum(gone)
-            terms[j] = "".join(c for c in t if c in keep[j])
-    if len(xs) == 1:
-        y, t = xs[0], terms[0]
-    else:
-        (a, b), (ta, tb) = xs, terms
-        batch = [c for c in ta if c in tb and c in rhs]
-        contr = [c for c in ta if c in tb and c not in rhs]
-        fa = [c for c in ta if c not in tb]
-        fb = [c for c in tb if c not in ta]
-
-        def arrange(x, t, order, shape):
-            perm = [t.index(c) for c in order]
-            if perm != list(range(len(perm))):
-                x = x.permute(perm)
-            return x.reshape(shape)
-
-        ext = lambda cs: math.prod(size[c] for c in cs)  # noqa: E731
-        nb = (ext(batch),) if batch else ()
-        a = arrange(a, ta, batch + fa + contr, nb + (ext(fa), ext(contr)))
-        b = arrange(b, tb, batch + contr + fb, nb + (ext(contr), ext(fb)))
-        if b.dtype != a.dtype:
-            b = b.cast(a.dtype)
-        t = "".join(batch + fa + fb)
-        y = matmul(a, b).reshape(tuple(size[c] for c in t))
+            terms[j] = "".join(c for c in t if c in keep)
+    y, t = xs[0], terms[0]
+    for j in range(1, len(xs)):
+        y, t = _contract(y, t, xs[j], terms[j], size, set(rhs).union(*terms[j + 1:]))
     perm = [t.index(c) for c in rhs]
     return [y.permute(perm) if perm != list(range(len(perm))) else y]
+
+
+def _contract(a, ta, b, tb, size, keep):
+    """a (subscripts ta) times b (tb), summing the shared subscripts not in
+    ``keep``: one MatMul of [batch, a-only, summed] x [batch, summed, b-only];
+    returns the product and its subscripts (batch, a-only, b-only)."""
+    batch = [c for c in ta if c in tb and c in keep]
+    contr = [c for c in ta if c in tb and c not in keep]
+    fa = [c for c in ta if c not in tb]
+    fb = [c for c in tb if c not in ta]
+
+    def ext(cs):
+        return math.prod(size[c] for c in cs)
+
+    def arrange(x, t, order, shape):
+        perm = [t.index(c) for c in order]
+        if perm != list(range(len(perm))):
+            x = x.permute(perm)
+        return x.reshape(shape)
+
+    nb = (ext(batch),) if batch else ()
+    a = arrange(a, ta, batch + fa + contr, nb + (ext(fa), ext(contr)))
+    b = arrange(b, tb, batch + contr + fb, nb + (ext(contr), ext(fb)))
+    if b.dtype != a.dtype:
+        b = b.cast(a.dtype)
+    t = "".join(batch + fa + fb)
+    return matmul(a, b).reshape(tuple(size[c] for c in t)), t
 
 
 # ---------------------------------------------------------------------------
@@ -653,7 +663,9 @@ def _one_hot(cx, node, at, ins):
     depth = int(depth.reshape(-1)[0])
     idx, values = cx.t(ins[0]), ins[2]
     axis = norm_axis(at.get("axis", -1), idx.ndim + 1)
-    if idx.dtype.is_signed or idx.dtype.is_float:
+    if idx.dtype.is_float:  # truncated to integers, as onnxruntime does
+        idx = idx.cast("i64")
+    if idx.dtype.is_signed:
         idx = where(idx < 0, idx + depth, idx)
     iota = np.arange(depth).reshape([-1 if d == axis else 1 for d in range(idx.ndim + 1)])
     hot = idx.unsqueeze(axis) == cx.t(iota, like=idx)
