@@ -523,10 +523,12 @@ def test_opset_11_model_is_converted_to_13_at_import():
              node("ReduceSum", ["s"], ["r"], axes=[1], keepdims=0),
              node("Split", ["s"], ["a", "b"], axis=1, split=[1, 3]),
              node("Unsqueeze", ["r"], ["u"], axes=[0]),
-             node("Mul", ["b", "u"], ["y"])]
-    m = make(nodes, [vi("x", shape=[1, 3, 4])], [vi("y"), vi("a")], opset=11)
+             node("Mul", ["b", "u"], ["y"]),
+             # Hardmax-11 flattens to 2-D at axis (the converter leaves it as Hardmax-13)
+             node("Hardmax", ["x"], ["h"], axis=1)]
+    m = make(nodes, [vi("x", shape=[1, 3, 4])], [vi("y"), vi("a"), vi("h")], opset=11)
     g = check(m, {"x": rand(1, 3, 4)})
-    assert set(g.outputs) == {"y", "a"}
+    assert set(g.outputs) == {"y", "a", "h"}
 
 
 def test_opset_conversion_failure_is_a_typed_error():

@@ -120,7 +120,7 @@ def _upgrade(model):
     if v is None or v >= MIN_OPSET:
         return model
     try:
-        out = onnx.version_converter.convert_version(model, MIN_OPSET)
+        out = onnx.version_converter.convert_version(_hardmax_as_2d(model), MIN_OPSET)
         onnx.checker.check_model(out)
     except Exception as e:
         why = " ".join(str(e).split()) or type(e).__name__
@@ -130,6 +130,36 @@ def _upgrade(model):
             f"model, {MIN_OPSET}), which failed: {type(e).__name__}: {why} (re-export the "
             f"model at opset {MIN_OPSET} or newer, or change the construct the converter "
             f"names)") from None
+    return out
+
+
+def _hardmax_as_2d(model):
+    """Before opset 13 Hardmax works on the input flattened to 2-D at axis;
+    onnx.version_converter keeps the node as it is (it adapts Softmax and
+    LogSoftmax, not Hardmax), which would change the result. The old meaning
+    is spelled out as Shape, Flatten, Hardmax(axis=1), Reshape, the way the
+    converter spells Softmax."""
+    from onnx import helper
+    if not any(n.op_type == "Hardmax" and n.domain in ("", "ai.onnx") for n in model.graph.node):
+        return model
+    import onnx
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    nodes = []
+    for i, n in enumerate(model.graph.node):
+        if n.op_type != "Hardmax" or n.domain not in ("", "ai.onnx"):
+            nodes.append(n)
+            continue
+        axis = next((a.i for a in n.attribute if a.name == "axis"), 1)
+        x, y, p = n.input[0], n.output[0], f"{n.name or 'hardmax' + str(i)}_2d"
+        nodes += [helper.make_node("Shape", [x], [p + "_shape"], name=p + "_shape"),
+                  helper.make_node("Flatten", [x], [p + "_in"], name=p + "_flatten", axis=axis),
+                  helper.make_node("Hardmax", [p + "_in"], [p + "_out"], name=n.name or p,
+                                   axis=1),
+                  helper.make_node("Reshape", [p + "_out", p + "_shape"], [y],
+                                   name=p + "_reshape")]
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
     return out
 
 
