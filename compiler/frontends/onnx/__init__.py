@@ -280,11 +280,15 @@ class _Importer:
         newest = onnx.defs.onnx_opset_version()
         versions = {o.domain or "ai.onnx": o.version for o in self.model.opset_import}
         v = versions.get("ai.onnx")
-        if v is None or not MIN_OPSET <= v <= newest:
+        if v is None:
             raise OnnxImportError(
-                f"the model's default-domain opset is {v}; fuelc imports opsets {MIN_OPSET} to "
-                f"{newest} (convert it with onnx.version_converter.convert_version(model, "
-                f"{max(MIN_OPSET, min(v or MIN_OPSET, newest))}))")
+                f"the model imports no default-domain (ai.onnx) opset, only "
+                f"{sorted(versions)}; fuelc imports models of ai.onnx ops")
+        if not MIN_OPSET <= v <= newest:  # older ones were converted by _upgrade
+            raise OnnxImportError(
+                f"the model's default-domain opset is {v}, newer than the installed onnx "
+                f"{onnx.__version__} knows ({newest}); upgrade onnx, or convert the model with "
+                f"onnx.version_converter.convert_version(model, {newest})")
         self.opset = v
 
     def _load_initializers(self):
