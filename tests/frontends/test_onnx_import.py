@@ -535,14 +535,17 @@ def test_opset_conversion_failure_is_a_typed_error():
     # BatchNormalization-7 with spatial=0 has no opset-13 spelling
     names = ["x", "s", "b", "mu", "var"]
     m = helper.make_model(
-        helper.make_graph([node("BatchNormalization", names, ["y"], spatial=0)], "t",
+        helper.make_graph([node("Relu", ["x"], ["r"]),
+                           node("BatchNormalization", ["r"] + names[1:], ["y"], name="bn7",
+                                spatial=0)], "t",
                           [vi(n, shape=[2, 3] if n == "x" else [3]) for n in names],
                           [vi("y", shape=[2, 3])]),
         opset_imports=[helper.make_opsetid("", 7)])
     m.ir_version = 6
     with pytest.raises(OnnxImportError, match=r"opset is 7; .*convert_version\(model, 13\), "
-                       r"which failed: .*spatial"):
+                       r"which failed: BatchNormalization node 'bn7': .*spatial") as e:
         import_model(m)
+    assert [(i.op_type, i.node) for i in e.value.issues] == [("BatchNormalization", "bn7")]
 
 
 def test_import_from_path(tmp_path):

@@ -123,13 +123,44 @@ def _upgrade(model):
         out = onnx.version_converter.convert_version(_hardmax_as_2d(model), MIN_OPSET)
         onnx.checker.check_model(out)
     except Exception as e:
-        why = " ".join(str(e).split()) or type(e).__name__
+        culprits = _unconvertible_nodes(model, v)
+        why = "; ".join(f"{op} node {name!r}: {msg}" for op, name, msg in culprits) or \
+            f"{type(e).__name__}: {_one_line(e)}"
         raise OnnxImportError(
             f"the model's default-domain opset is {v}; fuelc imports opsets {MIN_OPSET} and "
             f"newer and converts older models with onnx.version_converter.convert_version("
-            f"model, {MIN_OPSET}), which failed: {type(e).__name__}: {why} (re-export the "
-            f"model at opset {MIN_OPSET} or newer, or change the construct the converter "
-            f"names)") from None
+            f"model, {MIN_OPSET}), which failed: {why} (re-export the model at opset "
+            f"{MIN_OPSET} or newer, or change what the converter names)",
+            [Issue(op, name, f"onnx.version_converter cannot convert it from opset {v} to "
+                             f"{MIN_OPSET}: {msg}") for op, name, msg in culprits]) from None
+    return out
+
+
+def _one_line(e) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+def _unconvertible_nodes(model, opset, limit=5):
+    """(op type, node name, converter message) of the nodes the converter
+    fails on when each is converted alone (its inputs untyped), at most
+    ``limit``: run only once the whole model failed, to name the culprits."""
+    import onnx
+    from onnx import helper
+    out = []
+    for i, n in enumerate(model.graph.node):
+        if n.domain not in ("", "ai.onnx"):
+            continue
+        und = onnx.TensorProto.UNDEFINED
+        g = helper.make_graph([n], "one", [helper.make_tensor_value_info(x, und, None)
+                                           for x in dict.fromkeys(n.input) if x],
+                              [helper.make_tensor_value_info(y, und, None) for y in n.output if y])
+        one = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+        try:
+            onnx.version_converter.convert_version(one, MIN_OPSET)
+        except Exception as e:
+            out.append((n.op_type, n.name or f"#{i}", _one_line(e)))
+            if len(out) == limit:
+                break
     return out
 
 
