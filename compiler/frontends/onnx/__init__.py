@@ -43,7 +43,8 @@ MIN_OPSET = 13
 
 class OnnxImportError(CompilerError, ValueError):
     """The model cannot be imported. ``issues`` lists every unsupported
-    node/attribute found (``Issue``), or is empty for model-level errors
+    node/attribute found (``Issue``; for a failed opset conversion, the nodes
+    the converter fails on), or is empty for other model-level errors
     (unreadable, failed the ONNX checker, opset, symbolic dims)."""
 
     def __init__(self, message: str, issues: Sequence["Issue"] = ()):
