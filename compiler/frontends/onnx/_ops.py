@@ -334,7 +334,8 @@ def _batch_norm(cx, node, at, ins):
 
 def _einsum_terms(eq, ranks):
     """The operand and result subscripts of an einsum equation, '...'
-    replaced by digits (right-aligned) and implicit output spelled out."""
+    replaced by Greek letters (right-aligned: broadcast axes share them) and
+    an implicit output spelled out."""
     eq = eq.replace(" ", "")
     lhs, arrow, rhs = eq.partition("->")
     terms = lhs.split(",")
@@ -345,14 +346,14 @@ def _einsum_terms(eq, ranks):
     for t, r in zip(terms, ranks):
         if "..." in t:
             ell = max(ell, r - (len(t) - 3))
-    digits = "".join(str(i) for i in range(ell))
+    greek = "".join(chr(0x3B1 + i) for i in range(ell))  # not ONNX subscripts (a-z, A-Z)
     out = []
     for given, r in zip(terms, ranks):
         t = given
         if "..." in t:
             n = r - (len(t) - 3)
-            t = t.replace("...", digits[ell - n:])
-        if len(t) != r or not all(c.isalpha() or c.isdigit() for c in t):
+            t = t.replace("...", greek[ell - n:])
+        if len(t) != r or not all((c.isascii() and c.isalpha()) or c in greek for c in t):
             raise Unsupported(f"equation {eq!r}: subscripts {given!r} do not fit a rank-{r} "
                               f"operand")
         if len(set(t)) != len(t):
@@ -361,10 +362,11 @@ def _einsum_terms(eq, ranks):
                               f"matmul-like contractions are")
         out.append(t)
     if arrow:
-        rhs = rhs.replace("...", digits)
+        rhs = rhs.replace("...", greek)
     else:  # implicit: the ellipsis, then the letters seen once, alphabetically
         seen = "".join(out)
-        rhs = digits + "".join(sorted(c for c in set(seen) if c.isalpha() and seen.count(c) == 1))
+        rhs = greek + "".join(sorted(c for c in set(seen) if c not in greek and
+                                     seen.count(c) == 1))
     if len(set(rhs)) != len(rhs) or any(c not in "".join(out) for c in rhs):
         raise Unsupported(f"equation {eq!r}: output subscripts {rhs!r} are repeated or unknown")
     return out, rhs
