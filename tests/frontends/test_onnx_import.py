@@ -671,8 +671,8 @@ def test_exported_ops_compile_and_match_onnxruntime():
     int32), inference BatchNormalization, Mod fmod=1 (float, int), ArgMax/
     ArgMin select_last_index with ties, Range, OneHot (negative indices,
     axis), TopK (largest and smallest, ties) and Einsum (batched matmul,
-    attention scores, inner product, sum, transpose, three operands), one
-    compiled module."""
+    attention scores, inner product, sum, transpose, three operands, a
+    diagonal), one compiled module."""
     c = 3
     nodes = [
         node("GatherND", ["x", "gi"], ["gnd"]),
@@ -694,6 +694,7 @@ def test_exported_ops_compile_and_match_onnxruntime():
         node("Einsum", ["v5", "v5"], ["dot"], equation="i,i"),
         node("Einsum", ["x"], ["es"], equation="bij->jb"),
         node("Einsum", ["gb2", "bw", "gb3"], ["bil"], equation="bn,anm,bm->ba"),  # Bilinear
+        node("Einsum", ["sq", "x"], ["dg"], equation="bii,bij->bj"),  # a diagonal
     ]
     ties = np.array([[1, 3, 3, 0], [2, 2, 1, 2], [1, 3, 0, 0]], np.float32)
     inits = {"ax1": np.array(1, np.int64), "ax0": np.array(0, np.int32),
@@ -707,11 +708,11 @@ def test_exported_ops_compile_and_match_onnxruntime():
                      vi("n", I32, [3, 4]), vi("nd", I32, [3, 4]), vi("img", shape=[2, c, 2, 2]),
                      vi("ma", shape=[6]), vi("mb", shape=[6]), vi("ties", shape=[3, 4]),
                      vi("v5", shape=[5]), vi("oi", I64, [2, 3]), vi("q", shape=[1, 2, 3, 4]),
-                     vi("kk", shape=[1, 2, 5, 4])],
+                     vi("kk", shape=[1, 2, 5, 4]), vi("sq", shape=[2, 3, 3])],
              [vi(o, {"csi": I32, "fmi": I32}.get(o, I64 if o in ("amax", "amin", "ti", "si")
                                                  else F))
               for o in ("gnd", "gndb", "cs", "csi", "bn", "fm", "fmi", "amax", "amin", "rga",
-                        "oh", "tv", "ti", "sv", "si", "bmm", "att", "dot", "es", "bil")],
+                        "oh", "tv", "ti", "sv", "si", "bmm", "att", "dot", "es", "bil", "dg")],
              inits)
     feeds = {"x": rand(2, 3, 4), "gi": np.array([[1, -1], [0, 2]], np.int64),
              "gb": np.array([[[2], [-3]], [[1], [1]]], np.int64),
@@ -720,19 +721,19 @@ def test_exported_ops_compile_and_match_onnxruntime():
              "ma": np.array([-4.3, 7.2, 5.0, 4.3, -7.2, 8.0], np.float32),
              "mb": np.array([2.1, -3.4, 8.0, -2.1, 3.4, 5.0], np.float32), "ties": ties,
              "v5": rand(5), "oi": np.array([[0, 4, -1], [-5, 7, 2]], np.int64),
-             "q": rand(1, 2, 3, 4), "kk": rand(1, 2, 5, 4)}
+             "q": rand(1, 2, 3, 4), "kk": rand(1, 2, 5, 4), "sq": rand(2, 3, 3)}
     check(m, feeds, compile_it=True)
 
 
 def test_exported_ops_refusals_name_node_attribute_and_fix():
     nodes = [node("BatchNormalization", ["img", "s", "s", "s", "s"], ["bn", "rm", "rv"],
                   name="bn_train", training_mode=1),
-             node("Einsum", ["sq"], ["dg"], name="diag", equation="ii->i"),
+             node("Einsum", ["sq", "col"], ["dg"], name="bcast", equation="ij,ij->ij"),
              node("TopK", ["big"], ["tv", "ti"], name="topk_big", axis=0) ,
              node("CumSum", ["sq", "axis"], ["cs"], name="cumsum_rt"),
              node("OneHot", ["oi", "axis", "onoff"], ["oh"], name="onehot_rt")]
     nodes[2].input.append("k100")
-    m = make(nodes, [vi("img", shape=[1, 2, 2, 2]), vi("sq", shape=[3, 3]),
+    m = make(nodes, [vi("img", shape=[1, 2, 2, 2]), vi("sq", shape=[3, 3]), vi("col", shape=[3, 1]),
                      vi("big", shape=[128]), vi("axis", I64, []), vi("oi", I64, [2])],
              [vi(o, I64 if o == "ti" else F) for o in ("bn", "dg", "tv", "ti", "cs", "oh")],
              {"s": np.ones(2, np.float32), "k100": np.array([100], np.int64),
@@ -740,11 +741,11 @@ def test_exported_ops_refusals_name_node_attribute_and_fix():
     with pytest.raises(OnnxImportError) as e:
         import_model(m)
     got = {i.node: i.what for i in e.value.issues}
-    assert set(got) == {"bn_train", "diag", "topk_big", "cumsum_rt", "onehot_rt"}
+    assert set(got) == {"bn_train", "bcast", "topk_big", "cumsum_rt", "onehot_rt"}
     assert "training_mode=1" in got["bn_train"] and "eval mode" in got["bn_train"]
-    assert "repeated subscript" in got["diag"] and "'ii->i'" in got["diag"]
+    assert "'j' has extents 3 and 1 (broadcasting is not supported)" in got["bcast"]
     assert "K=100" in got["topk_big"] and "K <= 64" in got["topk_big"]
     assert "input 'axis' is computed at run time" in got["cumsum_rt"]
     assert "input 'depth' is computed at run time" in got["onehot_rt"]
     msg = str(e.value)
-    assert "BatchNormalization node 'bn_train'" in msg and "Einsum node 'diag'" in msg
+    assert "BatchNormalization node 'bn_train'" in msg and "Einsum node 'bcast'" in msg

@@ -356,10 +356,6 @@ def _einsum_terms(eq, ranks):
         if len(t) != r or not all((c.isascii() and c.isalpha()) or c in greek for c in t):
             raise Unsupported(f"equation {eq!r}: subscripts {given!r} do not fit a rank-{r} "
                               f"operand")
-        if len(set(t)) != len(t):
-            raise Unsupported(f"equation {eq!r}: a repeated subscript in {given!r} (a "
-                              f"diagonal) is not supported; only transposes, sums and "
-                              f"matmul-like contractions are")
         out.append(t)
     if arrow:
         rhs = rhs.replace("...", greek)
@@ -374,13 +370,16 @@ def _einsum_terms(eq, ranks):
 
 @_op("Einsum")
 def _einsum(cx, node, at, ins):
-    """No diagonals: axes no other operand and not the output need are summed
-    first; operands are contracted left to right, each pair as one batched
-    [B, M, K] x [B, K, N] MatMul between permutes and reshapes."""
+    """A subscript repeated within an operand takes its diagonal; axes no
+    other operand and not the output need are summed; operands are then
+    contracted left to right, each pair as one batched [B, M, K] x [B, K, N]
+    MatMul between permutes and reshapes."""
     xs = [cx.t(v) for v in ins]
     if not all(x.dtype.is_float for x in xs):
         raise Unsupported(f"{xs[0].dtype.value} operands (fuelc's MatMul is float-only)")
     terms, rhs = _einsum_terms(at["equation"], [x.ndim for x in xs])
+    for j, (t, x) in enumerate(zip(terms, xs)):
+        xs[j], terms[j] = _diagonals(x, t, at["equation"])
     size = {}
     for t, x in zip(terms, xs):
         for c, d in zip(t, x.shape):
@@ -402,6 +401,26 @@ def _einsum(cx, node, at, ins):
         y, t = _contract(y, t, xs[j], terms[j], size, set(rhs).union(*terms[j + 1:]))
     perm = [t.index(c) for c in rhs]
     return [y.permute(perm) if perm != list(range(len(perm))) else y]
+
+
+def _diagonals(x, t, eq):
+    """x (subscripts t) with each repeated subscript reduced to one axis, the
+    diagonal: the two axes moved last and flattened, then every (n+1)-th
+    element (IndexSelect); the kept axis is last in the returned subscripts."""
+    while len(set(t)) != len(t):
+        c = next(c for c in t if t.count(c) > 1)
+        p = t.index(c)
+        q = t.index(c, p + 1)
+        n = x.shape[p]
+        if x.shape[q] != n:
+            raise Unsupported(f"equation {eq!r}: subscript {c!r} has extents {n} and "
+                              f"{x.shape[q]} in one operand")
+        rest = [a for a in range(x.ndim) if a not in (p, q)]
+        x = x.permute(rest + [p, q]) if rest + [p, q] != list(range(x.ndim)) else x
+        x = x.reshape(x.shape[:-2] + (n * n,))
+        x = x.index_select((np.arange(n) * (n + 1)).astype(np.uint32), x.ndim - 1)
+        t = "".join(t[a] for a in rest) + c
+    return x, t
 
 
 def _contract(a, ta, b, tb, size, keep):
