@@ -79,3 +79,27 @@ def test_signed_zero_params_compile_distinct_kernels():
         kernel([st], [out], [lay, Layout.contiguous((2,))], P.Affine(mul=mul, add=0.0))
         got = out.view(Layout.contiguous((2,)))
         np.testing.assert_array_equal(np.signbit(got), np.signbit(np.float32(mul) * np.array([1, -2], np.float32)))
+
+
+def test_zero_extent_axes_compile_for_cpu():
+    """Concat with a zero-sized operand (the exported RotaryEmbedding spelling
+    concatenates an empty pass-through half), empty slices, sums over an empty
+    axis and a K=0 matmul, compiled for the cpu target."""
+    from compiler.graph import concat, matmul
+    g = Graph()
+    x = g.input("x", (2, 8), "f32")
+    e = g.input("e", (2, 0), "f32")
+    empty = x.slice(1, 8, 0)
+    g.output(concat([x.slice(1, 0, 3), x.slice(1, 3, 0), x.slice(1, 3, 5)], 1) * 2.0, name="mid")
+    g.output(concat([x, empty, e], 1) + 1.0, name="end")
+    g.output(empty.sum(1) + e.sum(1), name="sum0")
+    g.output(matmul(e, e.transpose()) + 1.0, name="k0")
+    g.output(x.slice(0, 2, 0).softmax(-1), name="rows0")
+    xv = np.random.default_rng(0).random((2, 8), dtype=np.float32)
+    feeds = {"x": xv, "e": np.zeros((2, 0), np.float32)}
+    want = interpret(g, feeds)
+    got = compile(g, target="cpu")(**feeds)
+    for k, w in want.items():
+        assert got[k].shape == w.shape, k
+        np.testing.assert_allclose(got[k], w, rtol=1e-6, err_msg=k)
+    np.testing.assert_array_equal(got["k0"], np.ones((2, 2), np.float32))

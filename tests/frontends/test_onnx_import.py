@@ -478,7 +478,8 @@ def test_input_shapes_errors():
 def test_unsupported_constructs_are_listed_together():
     nodes = [node("NonZero", ["x"], ["nz"], name="nz_node"),
              node("Conv", ["img", "w"], ["c"], name="conv3d", kernel_shape=[1, 3, 3]),
-             node("Mod", ["x", "x"], ["md"], name="fmod_node", fmod=1),
+             node("BatchNormalization", ["img", "s1", "s1", "s1", "s1"], ["md"],
+                  name="bn_node", training_mode=1),
              node("Relu", ["c"], ["after_conv"]),  # downstream of a refused node: not listed
              helper.make_node("FusedGemm", ["x", "x"], ["fg"], name="ms_node",
                               domain="com.microsoft"),
@@ -489,16 +490,18 @@ def test_unsupported_constructs_are_listed_together():
     m = helper.make_model(
         helper.make_graph(nodes, "bad", [vi("x", shape=[4]), vi("img", shape=[1, 1, 8, 8])],
                           [vi("nz", i64, [1, "n"]), vi("after_conv", shape=[1, 1, 4, 4]),
-                           vi("md", shape=[4]), vi("fg", shape=[4]), vi("rs", shape=["r"])],
-                          initializer=[numpy_helper.from_array(rand(1, 1, 3, 3), "w")]),
+                           vi("md", shape=[1, 1, 8, 8]), vi("fg", shape=[4]),
+                           vi("rs", shape=["r"])],
+                          initializer=[numpy_helper.from_array(rand(1, 1, 3, 3), "w"),
+                                       numpy_helper.from_array(np.ones(1, np.float32), "s1")]),
         opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     with pytest.raises(OnnxImportError) as e:
         import_model(m)
     found = {(i.op_type, i.node) for i in e.value.issues}
-    assert found == {("NonZero", "nz_node"), ("Conv", "conv3d"), ("Mod", "fmod_node"),
+    assert found == {("NonZero", "nz_node"), ("Conv", "conv3d"), ("BatchNormalization", "bn_node"),
                      ("com.microsoft.FusedGemm", "ms_node"), ("Reshape", "runtime_shape")}
     msg = str(e.value)
-    assert "5 unsupported" in msg and "kernel_shape=[1, 3, 3]" in msg and "fmod=1" in msg
+    assert "5 unsupported" in msg and "kernel_shape=[1, 3, 3]" in msg and "training_mode=1" in msg
     assert "input 'shape' is computed at run time" in msg
 
 
@@ -513,10 +516,36 @@ def test_malformed_model_fails_the_checker():
         import_model(42)
 
 
-def test_opset_below_13_is_refused():
-    m = make([node("Relu", ["x"], ["y"])], [vi("x", shape=[2])], [vi("y")], opset=11)
-    with pytest.raises(OnnxImportError, match=r"opset is 11; fuelc imports opsets 13 to"):
+def test_opset_11_model_is_converted_to_13_at_import():
+    # opset-11 spellings whose inputs became inputs at 13: Squeeze/Unsqueeze/ReduceSum axes,
+    # Split sizes as attributes
+    nodes = [node("Squeeze", ["x"], ["s"], axes=[0]),
+             node("ReduceSum", ["s"], ["r"], axes=[1], keepdims=0),
+             node("Split", ["s"], ["a", "b"], axis=1, split=[1, 3]),
+             node("Unsqueeze", ["r"], ["u"], axes=[0]),
+             node("Mul", ["b", "u"], ["y"]),
+             # Hardmax-11 flattens to 2-D at axis (the converter leaves it as Hardmax-13)
+             node("Hardmax", ["x"], ["h"], axis=1)]
+    m = make(nodes, [vi("x", shape=[1, 3, 4])], [vi("y"), vi("a"), vi("h")], opset=11)
+    g = check(m, {"x": rand(1, 3, 4)})
+    assert set(g.outputs) == {"y", "a", "h"}
+
+
+def test_opset_conversion_failure_is_a_typed_error():
+    # BatchNormalization-7 with spatial=0 has no opset-13 spelling
+    names = ["x", "s", "b", "mu", "var"]
+    m = helper.make_model(
+        helper.make_graph([node("Relu", ["x"], ["r"]),
+                           node("BatchNormalization", ["r"] + names[1:], ["y"], name="bn7",
+                                spatial=0)], "t",
+                          [vi(n, shape=[2, 3] if n == "x" else [3]) for n in names],
+                          [vi("y", shape=[2, 3])]),
+        opset_imports=[helper.make_opsetid("", 7)])
+    m.ir_version = 6
+    with pytest.raises(OnnxImportError, match=r"opset is 7; .*convert_version\(model, 13\), "
+                       r"which failed: BatchNormalization node 'bn7': .*spatial") as e:
         import_model(m)
+    assert [(i.op_type, i.node) for i in e.value.issues] == [("BatchNormalization", "bn7")]
 
 
 def test_import_from_path(tmp_path):
@@ -629,3 +658,94 @@ def test_uint16_initializer_cast_to_int_folds_losslessly():
     model = make(nodes, [vi("x", TensorProto.INT32, [3]), vi("z", TensorProto.INT64, [1])],
                  [vi("y", TensorProto.INT32, [3]), vi("w", TensorProto.INT64, [1])], inits)
     check(model, {"x": np.array([1, 2, 3], np.int32), "z": np.array([0], np.int64)})
+
+
+# ---------------------------------------------------------------------------
+# ops PyTorch exports (issue 19): compiled for the cpu target, against onnxruntime
+# ---------------------------------------------------------------------------
+I64, I32 = TensorProto.INT64, TensorProto.INT32
+
+
+def test_exported_ops_compile_and_match_onnxruntime():
+    """GatherND (runtime indices, batch_dims), CumSum (exclusive, reverse,
+    int32), inference BatchNormalization, Mod fmod=1 (float, int), ArgMax/
+    ArgMin select_last_index with ties, Range, OneHot (negative indices,
+    axis), TopK (largest and smallest, ties) and Einsum (batched matmul,
+    attention scores, inner product, sum, transpose, three operands, a
+    diagonal), one compiled module."""
+    c = 3
+    nodes = [
+        node("GatherND", ["x", "gi"], ["gnd"]),
+        node("GatherND", ["x", "gb"], ["gndb"], batch_dims=1),
+        node("CumSum", ["x", "ax1"], ["cs"], exclusive=1, reverse=1),
+        node("CumSum", ["n", "ax0"], ["csi"], exclusive=1),
+        node("BatchNormalization", ["img", "bs", "bb", "bm", "bv"], ["bn"], epsilon=1e-3),
+        node("Mod", ["ma", "mb"], ["fm"], fmod=1),
+        node("Mod", ["n", "nd"], ["fmi"], fmod=1),
+        node("ArgMax", ["ties"], ["amax"], axis=1, select_last_index=1),
+        node("ArgMin", ["ties"], ["amin"], axis=0, keepdims=0, select_last_index=1),
+        node("Range", ["r0", "r1", "r2"], ["rg"]),
+        node("Add", ["rg", "v5"], ["rga"]),
+        node("OneHot", ["oi", "depth", "onoff"], ["oh"], axis=1),
+        node("TopK", ["ties", "k3"], ["tv", "ti"]),
+        node("TopK", ["ties", "k2"], ["sv", "si"], axis=0, largest=0),
+        node("Einsum", ["x", "w"], ["bmm"], equation="bij,bjk->bik"),
+        node("Einsum", ["q", "kk"], ["att"], equation="bhqd,bhkd->bhqk"),
+        node("Einsum", ["v5", "v5"], ["dot"], equation="i,i"),
+        node("Einsum", ["x"], ["es"], equation="bij->jb"),
+        node("Einsum", ["gb2", "bw", "gb3"], ["bil"], equation="bn,anm,bm->ba"),  # Bilinear
+        node("Einsum", ["sq", "x"], ["dg"], equation="bii,bij->bj"),  # a diagonal
+    ]
+    ties = np.array([[1, 3, 3, 0], [2, 2, 1, 2], [1, 3, 0, 0]], np.float32)
+    inits = {"ax1": np.array(1, np.int64), "ax0": np.array(0, np.int32),
+             "bs": rand(c), "bb": rand(c), "bm": rand(c), "bv": rand(c, lo=0.1, hi=2.0),
+             "r0": np.array(0.5, np.float32), "r1": np.array(5.0, np.float32),
+             "r2": np.array(1.0, np.float32), "depth": np.array(5, np.int64),
+             "onoff": np.array([-1.0, 2.0], np.float32), "k3": np.array([3], np.int64),
+             "k2": np.array([2], np.int64), "w": rand(2, 4, 5), "bw": rand(3, 4, 5),
+             "gb2": rand(1, 4), "gb3": rand(1, 5)}
+    m = make(nodes, [vi("x", shape=[2, 3, 4]), vi("gi", I64, [2, 2]), vi("gb", I64, [2, 2, 1]),
+                     vi("n", I32, [3, 4]), vi("nd", I32, [3, 4]), vi("img", shape=[2, c, 2, 2]),
+                     vi("ma", shape=[6]), vi("mb", shape=[6]), vi("ties", shape=[3, 4]),
+                     vi("v5", shape=[5]), vi("oi", I64, [2, 3]), vi("q", shape=[1, 2, 3, 4]),
+                     vi("kk", shape=[1, 2, 5, 4]), vi("sq", shape=[2, 3, 3])],
+             [vi(o, {"csi": I32, "fmi": I32}.get(o, I64 if o in ("amax", "amin", "ti", "si")
+                                                 else F))
+              for o in ("gnd", "gndb", "cs", "csi", "bn", "fm", "fmi", "amax", "amin", "rga",
+                        "oh", "tv", "ti", "sv", "si", "bmm", "att", "dot", "es", "bil", "dg")],
+             inits)
+    feeds = {"x": rand(2, 3, 4), "gi": np.array([[1, -1], [0, 2]], np.int64),
+             "gb": np.array([[[2], [-3]], [[1], [1]]], np.int64),
+             "n": RNG.integers(-9, 9, (3, 4)).astype(np.int32),
+             "nd": np.array([[3, -3, 4, -4]] * 3, np.int32), "img": rand(2, c, 2, 2),
+             "ma": np.array([-4.3, 7.2, 5.0, 4.3, -7.2, 8.0], np.float32),
+             "mb": np.array([2.1, -3.4, 8.0, -2.1, 3.4, 5.0], np.float32), "ties": ties,
+             "v5": rand(5), "oi": np.array([[0, 4, -1], [-5, 7, 2]], np.int64),
+             "q": rand(1, 2, 3, 4), "kk": rand(1, 2, 5, 4), "sq": rand(2, 3, 3)}
+    check(m, feeds, compile_it=True)
+
+
+def test_exported_ops_refusals_name_node_attribute_and_fix():
+    nodes = [node("BatchNormalization", ["img", "s", "s", "s", "s"], ["bn", "rm", "rv"],
+                  name="bn_train", training_mode=1),
+             node("Einsum", ["sq", "col"], ["dg"], name="bcast", equation="ij,ij->ij"),
+             node("TopK", ["big"], ["tv", "ti"], name="topk_big", axis=0) ,
+             node("CumSum", ["sq", "axis"], ["cs"], name="cumsum_rt"),
+             node("OneHot", ["oi", "axis", "onoff"], ["oh"], name="onehot_rt")]
+    nodes[2].input.append("k100")
+    m = make(nodes, [vi("img", shape=[1, 2, 2, 2]), vi("sq", shape=[3, 3]), vi("col", shape=[3, 1]),
+                     vi("big", shape=[128]), vi("axis", I64, []), vi("oi", I64, [2])],
+             [vi(o, I64 if o == "ti" else F) for o in ("bn", "dg", "tv", "ti", "cs", "oh")],
+             {"s": np.ones(2, np.float32), "k100": np.array([100], np.int64),
+              "onoff": np.array([0.0, 1.0], np.float32)})
+    with pytest.raises(OnnxImportError) as e:
+        import_model(m)
+    got = {i.node: i.what for i in e.value.issues}
+    assert set(got) == {"bn_train", "bcast", "topk_big", "cumsum_rt", "onehot_rt"}
+    assert "training_mode=1" in got["bn_train"] and "eval mode" in got["bn_train"]
+    assert "'j' has extents 3 and 1 (broadcasting is not supported)" in got["bcast"]
+    assert "K=100" in got["topk_big"] and "K <= 64" in got["topk_big"]
+    assert "input 'axis' is computed at run time" in got["cumsum_rt"]
+    assert "input 'depth' is computed at run time" in got["onehot_rt"]
+    msg = str(e.value)
+    assert "BatchNormalization node 'bn_train'" in msg and "Einsum node 'bcast'" in msg

@@ -74,13 +74,23 @@ def _squeeze(lw: Lowering):
 
 
 def extract_slice(x, offsets, sizes):
+    """x[offsets : offsets + sizes]. A zero-sized slice is a fresh empty
+    tensor: MLIR's verifier wants every offset inside its dim even when
+    nothing is read (offset 3 of a dim of 3 is out of bounds)."""
     t = rtt(x)
+    if 0 in list(sizes):
+        return empty(list(sizes), t.element_type)
     res = ir.RankedTensorType.get(list(sizes), t.element_type)
     return tensor.extract_slice(res, x, [], [], [], list(offsets), list(sizes), [1] * len(sizes))
 
 
 def insert_slice(src, dest, offsets):
+    """dest with src written at offsets; a zero-sized src writes nothing and
+    leaves dest as it is (a Concat operand with a zero-extent axis sits at
+    the end of its dim, which MLIR's verifier calls out of bounds)."""
     sizes = list(rtt(src).shape)
+    if 0 in sizes:
+        return dest
     return tensor.insert_slice(src, dest, [], [], [], list(offsets), sizes, [1] * len(sizes))
 
 

@@ -1,7 +1,8 @@
 """ONNX import: ``import_model(path_or_model, input_shapes=None) -> Graph``.
 
 The model is checked (``onnx.checker``), its default-domain opset must lie in
-13..(the newest the installed ``onnx`` knows), and every graph input needs a
+13..(the newest the installed ``onnx`` knows; an older model is converted to
+opset 13 with ``onnx.version_converter`` first), and every graph input needs a
 static shape: symbolic dims are fixed with ``input_shapes={"x": (1, 128)}``
 or refused with one error naming each (input, axis, dim_param).
 
@@ -42,7 +43,8 @@ MIN_OPSET = 13
 
 class OnnxImportError(CompilerError, ValueError):
     """The model cannot be imported. ``issues`` lists every unsupported
-    node/attribute found (``Issue``), or is empty for model-level errors
+    node/attribute found (``Issue``; for a failed opset conversion, the nodes
+    the converter fails on), or is empty for other model-level errors
     (unreadable, failed the ONNX checker, opset, symbolic dims)."""
 
     def __init__(self, message: str, issues: Sequence["Issue"] = ()):
@@ -75,7 +77,7 @@ def import_model(path_or_model, input_shapes: Optional[Mapping[str, Sequence[int
     ONNX booleans are u8 (0/1). ``input_shapes`` fixes the shapes of inputs
     with symbolic dims (static dims given must agree with the model's).
     Raises OnnxImportError."""
-    model = _load(path_or_model)
+    model = _upgrade(_load(path_or_model))
     return _Importer(model, dict(input_shapes or {})).run()
 
 
@@ -102,6 +104,95 @@ def _load(src):
     except Exception as e:
         raise OnnxImportError(f"the model fails onnx.checker: {e}".rstrip()) from None
     return model
+
+
+def _default_opset(model):
+    return {o.domain or "ai.onnx": o.version for o in model.opset_import}.get("ai.onnx")
+
+
+def _upgrade(model):
+    """A model whose default-domain opset is below ``MIN_OPSET`` converted to
+    ``MIN_OPSET`` with ``onnx.version_converter`` (as exporters' old opsets
+    7..12 are); other models unchanged. A conversion the converter cannot do
+    (an attribute value the newer op cannot express, an op it has no adapter
+    for) is an OnnxImportError quoting the converter."""
+    import onnx
+    v = _default_opset(model)
+    if v is None or v >= MIN_OPSET:
+        return model
+    try:
+        out = onnx.version_converter.convert_version(_hardmax_as_2d(model), MIN_OPSET)
+        onnx.checker.check_model(out)
+    except Exception as e:
+        culprits = _unconvertible_nodes(model, v)
+        why = "; ".join(f"{op} node {name!r}: {msg}" for op, name, msg in culprits) or \
+            f"{type(e).__name__}: {_one_line(e)}"
+        raise OnnxImportError(
+            f"the model's default-domain opset is {v}; fuelc imports opsets {MIN_OPSET} and "
+            f"newer and converts older models with onnx.version_converter.convert_version("
+            f"model, {MIN_OPSET}), which failed: {why} (re-export the model at opset "
+            f"{MIN_OPSET} or newer, or change what the converter names)",
+            [Issue(op, name, f"onnx.version_converter cannot convert it from opset {v} to "
+                             f"{MIN_OPSET}: {msg}") for op, name, msg in culprits]) from None
+    return out
+
+
+def _one_line(e) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+def _unconvertible_nodes(model, opset, limit=5):
+    """(op type, node name, converter message) of the nodes the converter
+    fails on when each is converted alone (its inputs untyped), at most
+    ``limit``: run only once the whole model failed, to name the culprits."""
+    import onnx
+    from onnx import helper
+    out = []
+    for i, n in enumerate(model.graph.node):
+        if n.domain not in ("", "ai.onnx"):
+            continue
+        und = onnx.TensorProto.UNDEFINED
+        g = helper.make_graph([n], "one", [helper.make_tensor_value_info(x, und, None)
+                                           for x in dict.fromkeys(n.input) if x],
+                              [helper.make_tensor_value_info(y, und, None) for y in n.output if y])
+        one = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+        try:
+            onnx.version_converter.convert_version(one, MIN_OPSET)
+        except Exception as e:
+            out.append((n.op_type, n.name or f"#{i}", _one_line(e)))
+            if len(out) == limit:
+                break
+    return out
+
+
+def _hardmax_as_2d(model):
+    """Before opset 13 Hardmax works on the input flattened to 2-D at axis;
+    onnx.version_converter keeps the node as it is (it adapts Softmax and
+    LogSoftmax, not Hardmax), which would change the result. The old meaning
+    is spelled out as Shape, Flatten, Hardmax(axis=1), Reshape, the way the
+    converter spells Softmax."""
+    from onnx import helper
+    if not any(n.op_type == "Hardmax" and n.domain in ("", "ai.onnx") for n in model.graph.node):
+        return model
+    import onnx
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    nodes = []
+    for i, n in enumerate(model.graph.node):
+        if n.op_type != "Hardmax" or n.domain not in ("", "ai.onnx"):
+            nodes.append(n)
+            continue
+        axis = next((a.i for a in n.attribute if a.name == "axis"), 1)
+        x, y, p = n.input[0], n.output[0], f"{n.name or 'hardmax' + str(i)}_2d"
+        nodes += [helper.make_node("Shape", [x], [p + "_shape"], name=p + "_shape"),
+                  helper.make_node("Flatten", [x], [p + "_in"], name=p + "_flatten", axis=axis),
+                  helper.make_node("Hardmax", [p + "_in"], [p + "_out"], name=n.name or p,
+                                   axis=1),
+                  helper.make_node("Reshape", [p + "_out", p + "_shape"], [y],
+                                   name=p + "_reshape")]
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    return out
 
 
 def _attrs(node) -> dict:
@@ -222,11 +313,15 @@ class _Importer:
         newest = onnx.defs.onnx_opset_version()
         versions = {o.domain or "ai.onnx": o.version for o in self.model.opset_import}
         v = versions.get("ai.onnx")
-        if v is None or not MIN_OPSET <= v <= newest:
+        if v is None:
             raise OnnxImportError(
-                f"the model's default-domain opset is {v}; fuelc imports opsets {MIN_OPSET} to "
-                f"{newest} (convert it with onnx.version_converter.convert_version(model, "
-                f"{max(MIN_OPSET, min(v or MIN_OPSET, newest))}))")
+                f"the model imports no default-domain (ai.onnx) opset, only "
+                f"{sorted(versions)}; fuelc imports models of ai.onnx ops")
+        if not MIN_OPSET <= v <= newest:  # older ones were converted by _upgrade
+            raise OnnxImportError(
+                f"the model's default-domain opset is {v}, newer than the installed onnx "
+                f"{onnx.__version__} knows ({newest}); upgrade onnx, or convert the model with "
+                f"onnx.version_converter.convert_version(model, {newest})")
         self.opset = v
 
     def _load_initializers(self):

@@ -65,10 +65,13 @@ def _div(cx, node, at, ins):
 
 @_op("Mod")
 def _mod(cx, node, at, ins):
-    if at.get("fmod", 0):
-        raise Unsupported("attribute fmod=1 (C fmod: the dividend's sign) has no fuelc "
-                          "primitive; only fmod=0 (the divisor's sign) is supported")
-    return [cx.t(ins[0]) % cx.t(ins[1])]
+    a, b = cx.t(ins[0]), cx.t(ins[1])
+    if not at.get("fmod", 0) or a.dtype.value.startswith("u"):  # unsigned: the same
+        return [a % b]
+    # C fmod (the dividend's sign): |a| mod |b| has no sign to fix, negated where a < 0
+    # (exact for floats; the |INT_MIN| of a signed integer dividend wraps)
+    r = a.abs() % b.abs()
+    return [where(a < 0, r.neg(), r)]
 
 
 @_op("Pow")
@@ -300,6 +303,153 @@ def _layer_norm(cx, node, at, ins):
     return outs
 
 
+@_op("BatchNormalization")
+def _batch_norm(cx, node, at, ins):
+    """Inference: (x - mean) / sqrt(var + eps) * scale + bias per channel
+    (axis 1); with constant statistics one multiply and one add."""
+    if at.get("training_mode", 0):
+        raise Unsupported("attribute training_mode=1 (only inference BatchNormalization)")
+    if any(node.output[1:]):
+        raise Unsupported("outputs running_mean/running_var (training only) are used")
+    x = cx.t(ins[0])
+    if x.ndim < 2:
+        raise Unsupported(f"a rank-{x.ndim} input {list(x.shape)} (N, C, ... expected)")
+    if x.dtype.value in ("f16", "bf16"):  # computed in f32, rounded once (as onnxruntime)
+        return [y.cast(x.dtype) for y in _batch_norm(cx, node, at, [x.cast("f32")] + ins[1:])]
+    eps = at.get("epsilon", 1e-5)
+    per_channel = (x.shape[1],) + (1,) * (x.ndim - 2)
+    scale, bias, mean, var = ins[1:5]
+    if all(isinstance(v, np.ndarray) for v in (scale, bias, mean, var)):
+        a = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps)
+        c = bias.astype(np.float64) - mean.astype(np.float64) * a
+        return [x * cx.t(a.reshape(per_channel), like=x) + cx.t(c.reshape(per_channel), like=x)]
+
+    def pc(v):
+        t = cx.t(v, like=x) if isinstance(v, np.ndarray) else cx.t(v)
+        t = t if t.dtype == x.dtype else t.cast(x.dtype)
+        return t.reshape(per_channel)
+
+    return [(x - pc(mean)) / (pc(var) + eps).sqrt() * pc(scale) + pc(bias)]
+
+
+def _einsum_terms(eq, ranks):
+    """The operand and result subscripts of an einsum equation, '...'
+    replaced by Greek letters (right-aligned: broadcast axes share them) and
+    an implicit output spelled out."""
+    eq = eq.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ranks):
+        raise Unsupported(f"equation {eq!r} has {len(terms)} operand(s) for {len(ranks)} "
+                          f"input(s)")
+    ell = 0
+    for t, r in zip(terms, ranks):
+        if "..." in t:
+            ell = max(ell, r - (len(t) - 3))
+    greek = "".join(chr(0x3B1 + i) for i in range(ell))  # not ONNX subscripts (a-z, A-Z)
+    out = []
+    for given, r in zip(terms, ranks):
+        t = given
+        if "..." in t:
+            n = r - (len(t) - 3)
+            t = t.replace("...", greek[ell - n:])
+        if len(t) != r or not all((c.isascii() and c.isalpha()) or c in greek for c in t):
+            raise Unsupported(f"equation {eq!r}: subscripts {given!r} do not fit a rank-{r} "
+                              f"operand")
+        out.append(t)
+    if arrow:
+        rhs = rhs.replace("...", greek)
+    else:  # implicit: the ellipsis, then the letters seen once, alphabetically
+        seen = "".join(out)
+        rhs = greek + "".join(sorted(c for c in set(seen) if c not in greek and
+                                     seen.count(c) == 1))
+    if len(set(rhs)) != len(rhs) or any(c not in "".join(out) for c in rhs):
+        raise Unsupported(f"equation {eq!r}: output subscripts {rhs!r} are repeated or unknown")
+    return out, rhs
+
+
+@_op("Einsum")
+def _einsum(cx, node, at, ins):
+    """A subscript repeated within an operand takes its diagonal; axes no
+    other operand and not the output need are summed; operands are then
+    contracted left to right, each pair as one batched [B, M, K] x [B, K, N]
+    MatMul between permutes and reshapes."""
+    xs = [cx.t(v) for v in ins]
+    if not all(x.dtype.is_float for x in xs):
+        raise Unsupported(f"{xs[0].dtype.value} operands (fuelc's MatMul is float-only)")
+    terms, rhs = _einsum_terms(at["equation"], [x.ndim for x in xs])
+    for j, (t, x) in enumerate(zip(terms, xs)):
+        xs[j], terms[j] = _diagonals(x, t, at["equation"])
+    size = {}
+    for t, x in zip(terms, xs):
+        for c, d in zip(t, x.shape):
+            if size.setdefault(c, d) != d:
+                raise Unsupported(f"equation {at['equation']!r}: subscript {c!r} has extents "
+                                  f"{size[c]} and {d} (broadcasting is not supported)")
+
+    def needed(j):  # the subscripts the output or another operand still uses
+        return set(rhs).union(*(terms[i] for i in range(len(terms)) if i != j))
+
+    for j, (t, x) in enumerate(zip(terms, xs)):
+        keep = needed(j)
+        gone = tuple(a for a, c in enumerate(t) if c not in keep)
+        if gone:
+            xs[j] = x.sum(gone)
+            terms[j] = "".join(c for c in t if c in keep)
+    y, t = xs[0], terms[0]
+    for j in range(1, len(xs)):
+        y, t = _contract(y, t, xs[j], terms[j], size, set(rhs).union(*terms[j + 1:]))
+    perm = [t.index(c) for c in rhs]
+    return [y.permute(perm) if perm != list(range(len(perm))) else y]
+
+
+def _diagonals(x, t, eq):
+    """x (subscripts t) with each repeated subscript reduced to one axis, the
+    diagonal: the two axes moved last and flattened, then every (n+1)-th
+    element (IndexSelect); the kept axis is last in the returned subscripts."""
+    while len(set(t)) != len(t):
+        c = next(c for c in t if t.count(c) > 1)
+        p = t.index(c)
+        q = t.index(c, p + 1)
+        n = x.shape[p]
+        if x.shape[q] != n:
+            raise Unsupported(f"equation {eq!r}: subscript {c!r} has extents {n} and "
+                              f"{x.shape[q]} in one operand")
+        rest = [a for a in range(x.ndim) if a not in (p, q)]
+        x = x.permute(rest + [p, q]) if rest + [p, q] != list(range(x.ndim)) else x
+        x = x.reshape(x.shape[:-2] + (n * n,))
+        x = x.index_select((np.arange(n) * (n + 1)).astype(np.uint32), x.ndim - 1)
+        t = "".join(t[a] for a in rest) + c
+    return x, t
+
+
+def _contract(a, ta, b, tb, size, keep):
+    """a (subscripts ta) times b (tb), summing the shared subscripts not in
+    ``keep``: one MatMul of [batch, a-only, summed] x [batch, summed, b-only];
+    returns the product and its subscripts (batch, a-only, b-only)."""
+    batch = [c for c in ta if c in tb and c in keep]
+    contr = [c for c in ta if c in tb and c not in keep]
+    fa = [c for c in ta if c not in tb]
+    fb = [c for c in tb if c not in ta]
+
+    def ext(cs):
+        return math.prod(size[c] for c in cs)
+
+    def arrange(x, t, order, shape):
+        perm = [t.index(c) for c in order]
+        if perm != list(range(len(perm))):
+            x = x.permute(perm)
+        return x.reshape(shape)
+
+    nb = (ext(batch),) if batch else ()
+    a = arrange(a, ta, batch + fa + contr, nb + (ext(fa), ext(contr)))
+    b = arrange(b, tb, batch + contr + fb, nb + (ext(contr), ext(fb)))
+    if b.dtype != a.dtype:
+        b = b.cast(a.dtype)
+    t = "".join(batch + fa + fb)
+    return matmul(a, b).reshape(tuple(size[c] for c in t)), t
+
+
 # ---------------------------------------------------------------------------
 # reductions
 # ---------------------------------------------------------------------------
@@ -332,12 +482,31 @@ def _reduce(cx, node, at, ins):
 
 @_op("ArgMax", "ArgMin")
 def _arg(cx, node, at, ins):
-    if at.get("select_last_index", 0):
-        raise Unsupported("attribute select_last_index=1 (fuelc returns the first index)")
     x = cx.t(ins[0])
     axis = norm_axis(at.get("axis", 0), x.ndim)
-    fn = x.argmax if node.op_type == "ArgMax" else x.argmin
-    return [fn(axis, keepdims=bool(at.get("keepdims", 1))).cast("i64")]
+    keep = bool(at.get("keepdims", 1))
+    last = bool(at.get("select_last_index", 0))
+    src = x.flip(axis) if last else x  # the last index is the first of the reversed axis
+    i = (src.argmax if node.op_type == "ArgMax" else src.argmin)(axis, keepdims=keep).cast("i64")
+    return [(x.shape[axis] - 1) - i if last else i]
+
+
+@_op("CumSum")
+def _cumsum(cx, node, at, ins):
+    """The CumSum primitive (inclusive); reverse flips around it, exclusive
+    shifts the result one step along the axis with a leading 0."""
+    x = cx.t(ins[0])
+    axis = cx.arr(ins[1], "axis", node)
+    if axis.size != 1:
+        raise Unsupported(f"input 'axis' has {axis.size} values (a scalar is expected)")
+    axis = norm_axis(int(axis.reshape(-1)[0]), x.ndim)
+    rev = bool(at.get("reverse", 0))
+    y = (x.flip(axis) if rev else x).cumsum(axis)
+    n = x.shape[axis]
+    if at.get("exclusive", 0) and n:
+        y = y.slice(axis, 0, n - 1).pad([(1, 0) if i == axis else (0, 0)
+                                         for i in range(x.ndim)], value=0)
+    return [y.flip(axis) if rev else y]
 
 
 # ---------------------------------------------------------------------------
@@ -465,6 +634,117 @@ def _gather_elements(cx, node, at, ins):
     x = cx.t(ins[0])
     axis = norm_axis(at.get("axis", 0), x.ndim)
     return [x.gather(cx.t(_index_u32(cx, ins[1], x.shape[axis])), axis)]
+
+
+@_op("GatherND")
+def _gather_nd(cx, node, at, ins):
+    """One IndexSelect of the rows of data flattened to [batch * indexed
+    extents, rest...]: each index tuple becomes a flat row number (the index
+    arithmetic in numpy for constant indices, in i32/i64 graph ops else)."""
+    x, idx = cx.t(ins[0]), ins[1]
+    b = int(at.get("batch_dims", 0))
+    ishape = tuple(idx.shape)
+    k = ishape[-1] if ishape else 0
+    if not ishape or b >= min(x.ndim, len(ishape)) or not 1 <= k <= x.ndim - b:
+        raise Unsupported(f"indices of shape {list(ishape)} with batch_dims={b} do not index "
+                          f"data of shape {list(x.shape)}")
+    if ishape[:b] != x.shape[:b]:
+        raise Unsupported(f"batch_dims={b}: the leading extents of data {list(x.shape)} and "
+                          f"indices {list(ishape)} differ")
+    bshape, dims, rest, mid = x.shape[:b], x.shape[b:b + k], x.shape[b + k:], ishape[b:-1]
+    nb, nd = math.prod(bshape), math.prod(dims)
+    strides = np.asarray([math.prod(dims[j + 1:]) for j in range(k)], np.int64)
+    base = (np.arange(nb, dtype=np.int64) * nd).reshape(bshape + (1,) * len(mid))
+    ext = np.asarray(dims, np.int64)
+    if isinstance(idx, np.ndarray):
+        i = idx.astype(np.int64)
+        if i.size and ((i < -ext).any() or (i >= ext).any()):
+            raise Unsupported(f"constant indices out of range for the indexed extents "
+                              f"{list(dims)}")
+        rows = ((np.where(i < 0, i + ext, i) * strides).sum(-1) + base).reshape(-1)
+        rows = rows.astype(np.uint32)
+    else:
+        t = cx.t(idx)
+        if t.dtype.is_signed:
+            t = where(t < 0, t + cx.t(ext, like=t), t)
+        rows = (t * cx.t(strides, like=t)).sum(-1) + cx.t(base, like=t)
+        rows = rows.cast("u32").reshape((math.prod(bshape + mid),))
+    y = x.reshape((nb * nd,) + rest).index_select(rows, 0)
+    return [y.reshape(bshape + mid + rest)]
+
+
+@_op("OneHot")
+def _one_hot(cx, node, at, ins):
+    """where(indices == iota, on, off) with the depth axis inserted at
+    ``axis``; negative indices count from depth, out-of-range ones match
+    nothing (all off), as ONNX says."""
+    depth = cx.arr(ins[1], "depth", node)
+    if depth.size != 1:
+        raise Unsupported(f"input 'depth' has {depth.size} values (a scalar is expected)")
+    depth = int(depth.reshape(-1)[0])
+    idx, values = cx.t(ins[0]), ins[2]
+    axis = norm_axis(at.get("axis", -1), idx.ndim + 1)
+    if idx.dtype.is_float:  # truncated to integers, as onnxruntime does
+        idx = idx.cast("i64")
+    if idx.dtype.is_signed:
+        idx = where(idx < 0, idx + depth, idx)
+    iota = np.arange(depth).reshape([-1 if d == axis else 1 for d in range(idx.ndim + 1)])
+    hot = idx.unsqueeze(axis) == cx.t(iota, like=idx)
+    if isinstance(values, np.ndarray):
+        flat = values.reshape(-1)
+        v = cx.t(values)  # the dtype, once
+        off, on = (cx.t(np.asarray(flat[j]), like=v) for j in (0, 1))
+    else:
+        v = cx.t(values)
+        off, on = (v.slice(0, j, 1).reshape(()) for j in (0, 1))
+    return [where(hot, on, off)]
+
+
+#: TopK is composed as K max (or min) passes; larger K is refused.
+TOPK_MAX_K = 64
+
+
+@_op("TopK")
+def _top_k(cx, node, at, ins):
+    """K passes of: the extreme m of what is left, the first position not yet
+    taken that holds m (ONNX: equal values, lower index first), then that
+    position masked. Sorted output (valid for sorted=0 too)."""
+    x = cx.t(ins[0])
+    k = cx.arr(ins[1], "K", node)
+    k = int(k.reshape(-1)[0])
+    axis = norm_axis(at.get("axis", -1), x.ndim)
+    n = x.shape[axis]
+    if not 0 <= k <= n:
+        raise Unsupported(f"K={k} for an axis of extent {n}")
+    if k > TOPK_MAX_K:
+        raise Unsupported(f"K={k}: fuelc composes TopK as K max passes over the axis and "
+                          f"takes K <= {TOPK_MAX_K} (sort outside the model, or split it)")
+    if k == 0:
+        shape = tuple(0 if i == axis else d for i, d in enumerate(x.shape))
+        return [cx.t(np.zeros(shape, x.dtype.numpy), like=x), cx.t(np.zeros(shape, np.int64))]
+    largest = bool(at.get("largest", 1))
+    if x.dtype.is_float:
+        fill = -math.inf if largest else math.inf
+    else:
+        info = np.iinfo(x.dtype.numpy)
+        fill = int(info.min if largest else info.max)
+    iota = cx.t(np.arange(n, dtype=np.int64).reshape([-1 if i == axis else 1
+                                                      for i in range(x.ndim)]))
+    vals, idxs, taken, cur = [], [], None, x
+    for _ in range(k):
+        m = cur.max(axis, keepdims=True) if largest else cur.min(axis, keepdims=True)
+        cand = x == m
+        if taken is not None:
+            cand = cand * (taken == 0)
+        i = cand.argmax(axis, keepdims=True).cast("i64")
+        hit = iota == i
+        taken = hit if taken is None else maximum(taken, hit)
+        cur = where(hit, fill, cur)
+        vals.append(m)
+        idxs.append(i)
+    if k == 1:
+        return [vals[0], idxs[0]]
+    return [concat(vals, axis), concat(idxs, axis)]
 
 
 @_op("Expand")
@@ -670,10 +950,9 @@ def static_issues(op: str, at: dict) -> list[str]:
         if len(at.get("kernel_shape", [0])) > 2:
             out.append(f"attribute kernel_shape={list(at['kernel_shape'])} (only 1-D and 2-D "
                        f"convolution are supported)")
-    if op == "Mod" and at.get("fmod", 0):
-        out.append("attribute fmod=1 (only fmod=0, the divisor's sign, is supported)")
-    if op in ("ArgMax", "ArgMin") and at.get("select_last_index", 0):
-        out.append("attribute select_last_index=1 (fuelc returns the first index)")
+    if op == "BatchNormalization" and at.get("training_mode", 0):
+        out.append("attribute training_mode=1 (only inference BatchNormalization is "
+                   "supported: export the model in eval mode)")
     if op == "Gelu" and at.get("approximate", "none") not in ("none", "tanh"):
         out.append(f"attribute approximate={at['approximate']!r}")
     if op == "Attention":
