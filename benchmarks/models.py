@@ -49,11 +49,11 @@ if _ROOT not in sys.path:
 OPSET = 17
 SEED = 0
 
-# How BatchNormalization is spelled (``--bn``). fuelc's ONNX importer has no
-# BatchNormalization (compiler.frontends.onnx.supported_ops()), so the default
-# is its exact inference-mode equivalent as two per-channel constants.
+# How BatchNormalization is spelled (``--bn``): a node after each conv as an
+# unfused export has it (the default; fuelc's importer folds it into the conv),
+# its inference-mode equivalent as two per-channel constants, or folded already.
 BN_MODES = ("affine", "fold", "node")
-DEFAULT_BN = "affine"
+DEFAULT_BN = "node"
 BN_EPS = 1e-5
 
 
@@ -738,9 +738,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3, help="rounds of fuelc and onnxruntime in turn")
     ap.add_argument("--repeats", type=int, default=7, help="timed runs of each per round")
     ap.add_argument("--bn", choices=BN_MODES, default=DEFAULT_BN,
-                    help="BatchNormalization in the cnn models: 'affine' per-channel Mul+Add "
-                         "(default; fuelc's importer has no BatchNormalization), 'fold' into the "
-                         "conv weights and bias, 'node' a BatchNormalization node")
+                    help="BatchNormalization in the cnn models: 'node' a BatchNormalization "
+                         "node (default), 'affine' per-channel Mul+Add, 'fold' into the conv "
+                         "weights and bias")
     ap.add_argument("--steps", action="store_true",
                     help="also time per op kind: fuelc's kernel steps, onnxruntime's profiler")
     ap.add_argument("--json", help="write every record here")
