@@ -243,33 +243,33 @@ def fold_constant_steps(plan: Plan, table) -> Plan:
     the plan would call (``table``), and its result made a constant: a
     recipe's work on weights (a transposed weight made contiguous, the
     index vector of a grouped im2col) is done once at compile time, not per
-    call. View steps stay views. A step whose result would be larger than
-    what it reads (``FOLD_GROWTH``) stays in the plan. The caller makes sure
-    this machine can run the kernels."""
+    call. View steps stay views. A step whose result would have more elements
+    than the constants it is computed from (``FOLD_GROWTH``, ``FOLD_SLACK``)
+    stays in the plan. The caller makes sure this machine can run the
+    kernels."""
     from runtime.executor import Executor
-    const_of = {s.output: s.const for s in plan.steps if isinstance(s, ConstStep)}
-    known = set(const_of)                       # values computable from constants alone
-    size: dict[str, int] = {v: int(np.asarray(plan.constants[c]).size)
-                            for v, c in const_of.items()}
+    specs = Executor(plan, table).specs
+    numel = {v: int(np.prod(sp.shape)) for v, sp in specs.items()}
+    known: dict[str, int] = {}    # value computable from constants -> elements it rests on
+    for s in plan.steps:
+        if isinstance(s, ConstStep):
+            known[s.output] = numel[s.output]
     folded: list[int] = []
     sub_steps: list = []
     for i, s in enumerate(plan.steps):
         ins = _step_inputs(s)
         if isinstance(s, ConstStep) or not ins or not all(v in known for v in ins):
             continue
+        read = sum(known[v] for v in ins)
         outs = _step_outputs(s)
-        read = sum(size[v] for v in ins)
         if isinstance(s, ViewStep):
-            known.update(outs)
-            size.update({o: read for o in outs})
+            known.update({o: read for o in outs})
             sub_steps.append(s)
             continue
-        made = sum(int(np.prod(spec.shape)) for spec in s.output_specs) \
-            if isinstance(s, KernelStep) else read    # a reshape or copy keeps the count
+        made = sum(numel[o] for o in outs)
         if made > FOLD_GROWTH * read + FOLD_SLACK:
             continue
-        known.update(outs)
-        size.update({o: made for o in outs})
+        known.update({o: made for o in outs})
         folded.append(i)
         sub_steps.append(s)
     if not folded:
@@ -279,23 +279,32 @@ def fold_constant_steps(plan: Plan, table) -> Plan:
     made_here = {o for i in folded for o in _step_outputs(plan.steps[i])}
     needed = [v for v in dict.fromkeys(
         [v for s in kept for v in _step_inputs(s)] + list(plan.outputs.values())) if v in made_here]
-    if not needed:
-        return plan
     sub = Plan(inputs={}, outputs={v: v for v in needed},
                steps=[s for s in plan.steps if isinstance(s, ConstStep)] + sub_steps,
                constants=plan.constants)
-    values = Executor(sub, table).run()
+    values = Executor(sub, table).run() if needed else {}
     constants = dict(plan.constants)
     new_steps = []
     for v in needed:
         name = f"folded:{v}"
         constants[name] = np.ascontiguousarray(values[v])
         new_steps.append(ConstStep(name, v, name=name))
-    kept = new_steps + kept
-    used = {v for s in kept for v in _step_inputs(s)} | set(plan.outputs.values())
-    kept = [s for s in kept if not (isinstance(s, ConstStep) and s.output not in used)]
+    kept = _drop_dead_views(new_steps + kept, set(plan.outputs.values()))
     live = {s.const for s in kept if isinstance(s, ConstStep)}
     return Plan(plan.inputs, plan.outputs, kept, {k: a for k, a in constants.items() if k in live})
+
+
+def _drop_dead_views(steps: list, outputs: set) -> list:
+    """``steps`` without the constant, view, reshape and contiguize steps whose
+    results nothing uses (kernel steps are the passes' business)."""
+    steps = list(steps)
+    while True:
+        used = {v for s in steps for v in _step_inputs(s)} | outputs
+        keep = [s for s in steps if isinstance(s, KernelStep)
+                or any(o in used for o in _step_outputs(s))]
+        if len(keep) == len(steps):
+            return keep
+        steps = keep
 
 
 def _step_inputs(s) -> tuple:
