@@ -1071,17 +1071,25 @@ def _pool_geometry(at, spatial):
 
 def _windows(x, geom):
     """(offset, view) for every kernel offset: the input values each output
-    position sees there (x already padded by each axis's ``lo``)."""
+    position sees there (x already padded by each axis's ``lo``, and each
+    strided axis to a multiple of its stride). A strided axis of extent L is
+    viewed as ``[L/s, s]``, so every window is a plain slice: no gather."""
     import itertools
+    nd = len(geom)
+    if any(s > 1 for (_, s, *_r) in geom):
+        shape = list(x.shape[:2])
+        for i, (k, s, d, lo, hi, n_out) in enumerate(geom):
+            shape += [x.shape[2 + i] // s, s]
+        x = x.reshape(*shape)
+    else:
+        x = x.reshape(*(list(x.shape[:2]) + [e for n in x.shape[2:] for e in (n, 1)]))
     for offs in itertools.product(*(range(g[0]) for g in geom)):
         v = x
         for i, (o, (k, s, d, lo, hi, n_out)) in enumerate(zip(offs, geom)):
-            a = 2 + i
-            start = o * d
-            if s == 1:
-                v = v.slice(a, start, n_out)
-            else:
-                v = v.index_select((start + s * np.arange(n_out)).astype(np.uint32), a)
+            q, r = divmod(o * d, s)
+            v = v.slice(2 + 2 * i, q, n_out).slice(3 + 2 * i, r, 1)
+        for i in reversed(range(nd)):
+            v = v.squeeze(3 + 2 * i)
         yield offs, v
 
 
@@ -1093,7 +1101,9 @@ def _pool(cx, node, at, ins):
     is_max = node.op_type == "MaxPool"
     widths = [(0, 0), (0, 0)]
     for n, (k, s, d, lo, hi, o) in zip(spatial, geom):
-        widths.append((lo, max(hi, (o - 1) * s + (k - 1) * d + 1 - n - lo, 0)))
+        top = max(hi, (o - 1) * s + (k - 1) * d + 1 - n - lo, 0)
+        top += -(n + lo + top) % s     # a multiple of the stride: [L/s, s] views
+        widths.append((lo, top))
     if is_max:
         low = -math.inf if x.dtype.is_float else int(np.iinfo(x.dtype.numpy).min)
         xp = x.pad(widths, value=low)
