@@ -131,29 +131,55 @@ def compiled_entry(target, key: Hashable, linalg_text: Callable[[], str], n_args
 
 
 def single_op_linalg_text(op_name: str, params: dict, input_types: Sequence, dynamic: bool,
-                          platform: str | None = None, unit_stride: Sequence[int] = ()) -> str:
+                          platform: str | None = None, unit_stride: Sequence[int] = (),
+                          few_rows: bool = False) -> str:
     """The linalg-on-tensors module of one fuel op (a primitive or a static
     fused op) as a ``@kernel`` entry, lowered with ``platform``'s rules.
     ``unit_stride``: the arguments (inputs then outputs) every call passes
     with a unit innermost stride; on cpu the entry carries them in
-    ``UNIT_STRIDE_ATTR`` (``codegen.cpu.pipeline.assume_unit_strides``)."""
+    ``UNIT_STRIDE_ATTR`` (``codegen.cpu.pipeline.assume_unit_strides``).
+    ``few_rows``: a matmul call of at most ``FEW_ROWS`` rows; on cpu the entry
+    carries ``FEW_ROWS_ATTR``."""
     from compiler.codegen.linalg import emit_single_op_module, lower_to_linalg
     module = emit_single_op_module(op_name, dict(params), list(input_types),
                                    dynamic=dynamic, func_name=ENTRY)
     lower_to_linalg(module, platform=platform)
-    if unit_stride and platform == "cpu":
+    if (unit_stride or few_rows) and platform == "cpu":
         from compiler.mlir import ir
         with module.context:
             i64 = ir.IntegerType.get_signless(64)
             for op in module.body.operations:
                 if op.operation.name == "func.func":
-                    op.attributes[UNIT_STRIDE_ATTR] = ir.ArrayAttr.get(
-                        [ir.IntegerAttr.get(i64, i) for i in unit_stride])
+                    if unit_stride:
+                        op.attributes[UNIT_STRIDE_ATTR] = ir.ArrayAttr.get(
+                            [ir.IntegerAttr.get(i64, i) for i in unit_stride])
+                    if few_rows:
+                        op.attributes[FEW_ROWS_ATTR] = ir.UnitAttr.get()
     return str(module)
 
 
 #: See ``compiler.codegen.cpu.pipeline.assume_unit_strides``.
 UNIT_STRIDE_ATTR = "fuelc.unit_stride_args"
+
+
+#: On a cpu matmul entry: every call has at most ``FEW_ROWS`` rows of A; the
+#: strategy selector sees it as a feature of the same name and runs the
+#: product as rows of B scaled into rows of C (``codegen.cpu.strategy``).
+FEW_ROWS_ATTR = "fuelc.few_rows"
+#: The most rows (M) a matmul call may have to get the row kernel. The tiled
+#: kernel packs all of B on every call, which for a few rows costs more than
+#: the product. [M,768] @ [768,3072] on one znver4 core, tiled -> rows: M = 1
+#: 2.0 -> 0.25 ms, M = 2 2.2 -> 0.50, M = 4 ~1.5 -> 1.08; at M = 8 the tiled
+#: kernel is faster (1.45 ms; the row kernel streams B once per row).
+FEW_ROWS = 4
+
+
+def few_rows(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg: int) -> bool:
+    """Whether a matmul call with A of shape ``a_shape`` takes the row kernel:
+    at most ``FEW_ROWS`` rows, and B (argument 1) and the output (argument
+    ``out_arg``) with unit-stride rows."""
+    return (len(a_shape) >= 2 and a_shape[-2] <= FEW_ROWS and 1 in unit_stride
+            and out_arg in unit_stride)
 
 
 def unit_stride_args(layouts: Sequence) -> tuple[int, ...]:

@@ -48,7 +48,8 @@ from typing import Callable, Optional, Sequence
 
 from runtime.params import exact_key
 from compiler.codegen import parallel
-from compiler.codegen.family import KernelFamily, single_op_linalg_text, unit_stride_args
+from compiler.codegen.family import (KernelFamily, few_rows, single_op_linalg_text,
+                                     unit_stride_args)
 from compiler.codegen.cpu import fastmath
 from compiler.codegen.loader import KernelFunction
 from compiler.errors import UnsupportedOpError
@@ -194,6 +195,8 @@ class FusedInstance:
     #: arguments (inputs then the output) passed with a unit innermost
     #: stride (``family.unit_stride_args``; FusedLinear only)
     unit_stride: tuple[int, ...] = ()
+    #: a FusedLinear call of few rows (``family.few_rows``): the row kernel
+    few_rows: bool = False
 
     @property
     def dynamic(self) -> bool:
@@ -208,7 +211,8 @@ class FusedInstance:
                    tuple((len(t.shape), t.dtype) for t in self.input_types))
         else:
             key = (self.name, exact_key(self.params), self.input_types)
-        return key + (("unit_stride",) + self.unit_stride,) if self.unit_stride else key
+        key = key + (("unit_stride",) + self.unit_stride,) if self.unit_stride else key
+        return key + ("few_rows",) if self.few_rows else key
 
     def output_type(self) -> TensorType:
         from compiler.registry import default_registry
@@ -268,7 +272,9 @@ class FusedFamily(KernelFamily):
                 layouts[0], layouts[1], layouts[n_inputs], params = views
         inst = instance_from_params(spec.name, params, dtypes, layouts, n_inputs)
         if spec.name == "FusedLinear":  # as MatMul: a kernel for unit-stride rows
-            inst = dataclasses.replace(inst, unit_stride=unit_stride_args(layouts))
+            unit = unit_stride_args(layouts)
+            inst = dataclasses.replace(inst, unit_stride=unit,
+                                       few_rows=few_rows(layouts[0].shape, unit, n_inputs))
         return inst, layouts
 
     def linalg_text(self, inst: FusedInstance, target) -> str:
@@ -324,7 +330,7 @@ FAMILY = FusedFamily()
 def linalg_text(inst: FusedInstance, platform: str | None = None) -> str:
     """The linalg-on-tensors module of one fused instance."""
     return single_op_linalg_text(inst.name, dict(inst.params), inst.input_types, inst.dynamic,
-                                 platform, inst.unit_stride)
+                                 platform, inst.unit_stride, inst.few_rows)
 
 
 def warm_instance(inst: FusedInstance, *, target) -> KernelFunction:

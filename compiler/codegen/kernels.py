@@ -30,7 +30,8 @@ from typing import Iterable, Sequence
 
 from runtime.params import exact_key
 from compiler.codegen import parallel
-from compiler.codegen.family import KernelFamily, single_op_linalg_text, unit_stride_args
+from compiler.codegen.family import (KernelFamily, few_rows, single_op_linalg_text,
+                                     unit_stride_args)
 from compiler.codegen.loader import KernelFunction
 from compiler.errors import UnsupportedOpError
 from compiler.graph.opdef import TensorType
@@ -55,6 +56,8 @@ class OpInstance:
     #: arguments (inputs then the output) the kernel reads / writes with a
     #: unit innermost stride (``family.unit_stride_args``; MatMul only)
     unit_stride: tuple[int, ...] = ()
+    #: a MatMul call of few rows (``family.few_rows``): the row kernel
+    few_rows: bool = False
 
     @property
     def memo_key(self) -> tuple:
@@ -65,7 +68,8 @@ class OpInstance:
         else:
             types = self.input_types
         key = (self.op_name, exact_key(self.params), types, self.dynamic)
-        return key + (("unit_stride",) + self.unit_stride,) if self.unit_stride else key
+        key = key + (("unit_stride",) + self.unit_stride,) if self.unit_stride else key
+        return key + ("few_rows",) if self.few_rows else key
 
 
 #: Matmul row tiles start at multiples of this (a multiple of the register
@@ -240,7 +244,8 @@ def instance_for(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout
         # a kernel specialised on unit-stride rows packs B and moves C tiles
         # with vector loads; other layouts keep the fully strided kernel
         unit = unit_stride_args(in_l + out_l)
-    return (OpInstance(name, tuple(sorted(gparams.items())), tuple(in_types), dynamic, unit),
+    return (OpInstance(name, tuple(sorted(gparams.items())), tuple(in_types), dynamic, unit,
+                       name == "MatMul" and few_rows(in_types[0].shape, unit, 2)),
             in_l + out_l)
 
 
@@ -308,7 +313,7 @@ FAMILY = PrimitiveFamily()
 def linalg_text(inst: OpInstance, platform: str | None = None) -> str:
     """The linalg-on-tensors module of one op instance."""
     return single_op_linalg_text(inst.op_name, dict(inst.params), inst.input_types, inst.dynamic,
-                                 platform, inst.unit_stride)
+                                 platform, inst.unit_stride, inst.few_rows)
 
 
 def warm(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout], params: OpParams,

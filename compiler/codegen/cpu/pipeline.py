@@ -199,7 +199,7 @@ def prepare_entries(module: "ir.Module", entry_names: Iterable[str], *,
 #: (``Layout.stride[-1] == 1``). After bufferization each such argument is cast
 #: to ``strided<[?, ..., 1], offset: ?>``, so copies and vector transfers of
 #: its rows become contiguous loads and stores instead of strided scalar ones.
-from compiler.codegen.family import UNIT_STRIDE_ATTR  # noqa: E402
+from compiler.codegen.family import FEW_ROWS_ATTR, UNIT_STRIDE_ATTR  # noqa: E402
 
 
 _MEMREF_COPY = re.compile(r"memref\.copy (%[\w#]+), (%[\w#]+) : (memref<[^>]*>(?:>)?) to "
@@ -337,10 +337,13 @@ def linalg_op_names(module: "ir.Module") -> set[str]:
     """The strategy features of ``module``: the names of its linalg ops,
     ``"<name>:<element type>"`` of each op's first operand (``linalg.matmul:f32``)
     and ``"<name>:<element type>:dynamic"`` when every dim of its last operand
-    (the init) is dynamic."""
+    (the init) is dynamic; ``fuelc.few_rows`` when an entry carries that
+    attribute (``family.FEW_ROWS_ATTR``)."""
     names: set[str] = set()
 
     def visit(op):
+        if op.name == "func.func" and FEW_ROWS_ATTR in op.attributes:
+            names.add(FEW_ROWS_ATTR)
         if op.name.startswith("linalg."):
             names.add(op.name)
             if len(op.operands):

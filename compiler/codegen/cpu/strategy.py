@@ -23,7 +23,8 @@ correctness-first loops. Registered here:
   the register-tiled, B-packed, vectorized schedule of
   ``compiler.codegen.cpu.transforms.matmul``; tiles per ISA: AVX2 (16 ymm)
   6x16 f32 / 6x8 f64, AVX-512 (32 zmm) 8x32 f32 / 8x16 f64 (any sizes, any
-  strides; remainders as scalar loops).
+  strides; remainders as scalar loops). An entry marked ``fuelc.few_rows`` (calls
+  of at most ``family.FEW_ROWS`` rows) runs as loops m, k, n instead.
 
 Strategies are part of the kernel cache key (``Strategy.fingerprint``).
 """
@@ -191,6 +192,42 @@ def _matmul_rule(op: str, elt: str) -> Callable[[frozenset[str]], bool]:
     return rule
 
 
+#: The feature of an entry whose matmul calls have few rows (``family.FEW_ROWS_ATTR``).
+FEW_ROWS = "fuelc.few_rows"
+
+
+def rows_script(op: str) -> str:
+    """Every ``op`` (matmul / batch_matmul) of the payload as a generic whose
+    loops are (batch,) m, k, n: each A element scales a whole row of B into a
+    row of C, unit stride innermost, which LLVM vectorizes (C's row stays in
+    L1; B streams once, in order, unpacked)."""
+    perm = "[0, 1, 3, 2]" if op == "linalg.batch_matmul" else "[0, 2, 1]"
+    t = "!transform.any_op"
+    return f"""module attributes {{transform.with_named_sequence}} {{
+  transform.named_sequence @__transform_main(%root: {t} {{transform.readonly}}) {{
+    %mm = transform.structured.match ops{{["{op}"]}} in %root : ({t}) -> {t}
+    transform.foreach %mm : {t} {{
+    ^bb0(%m: {t}):
+      %g = transform.structured.generalize %m : ({t}) -> {t}
+      %i = transform.structured.interchange %g iterator_interchange = {perm} : ({t}) -> {t}
+    }}
+    transform.yield
+  }}
+}}
+"""
+
+
+def _rows_rule(op: str, elt: str) -> Callable[[frozenset[str]], bool]:
+    rule = _matmul_rule(op, elt)
+    return lambda names: FEW_ROWS in names and rule(names)
+
+
+for _op in _MATMUL_OPS:
+    for _elt in ("f32", "f64"):
+        register_strategy(_rows_rule(_op, _elt), Strategy(
+            name=f"matmul-rows-{_op.split('.')[1]}-{_elt}", transform=rows_script(_op),
+            doc="a matmul of few rows as loops m, k, n: rows of B scaled into rows of "
+                "C, vectorized by LLVM; B unpacked"))
 for _op in _MATMUL_OPS:
     for _elt in ("f32", "f64"):
         # below AVX2 (no FMA) the avx2 tiles still vectorize, with SSE

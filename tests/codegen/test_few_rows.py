@@ -1,0 +1,52 @@
+"""Matmul calls of at most ``family.FEW_ROWS`` rows run on the row kernel
+(loops m, k, n; B unpacked): same values as the tiled kernel's reference, on
+every strategy boundary."""
+import numpy as np
+import pytest
+
+from compiler import Graph, compile
+from compiler.codegen import family
+from compiler.codegen.cpu.pipeline import choose_strategy
+from compiler.codegen.family import single_op_linalg_text
+from compiler.graph.opdef import TensorType
+from compiler.registry.builders import linear
+from runtime.dtype import DType
+
+
+def test_few_rows_selects_the_row_strategy():
+    ts = [TensorType((3, 40), DType.F32), TensorType((40, 70), DType.F32)]
+    rows = single_op_linalg_text("MatMul", {}, ts, True, "cpu", (0, 1, 2), True)
+    tiled = single_op_linalg_text("MatMul", {}, ts, True, "cpu", (0, 1, 2), False)
+    assert choose_strategy(rows, ["kernel"], "cpu").name == "matmul-rows-matmul-f32"
+    assert choose_strategy(tiled, ["kernel"], "cpu").name.startswith("matmul-matmul-f32-")
+    assert family.few_rows((4, 40), (0, 1, 2), 2) and not family.few_rows((5, 40), (0, 1, 2), 2)
+    assert not family.few_rows((1, 40), (0, 2), 2)        # B not unit-stride: tiled kernel
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("m", [1, 3, 4, 5, 9])
+def test_matmul_and_linear_of_few_rows(m, dtype):
+    rng = np.random.default_rng(m)
+    npt = np.float32 if dtype == "f32" else np.float64
+    a = rng.standard_normal((m, 37)).astype(npt)
+    w = rng.standard_normal((37, 75)).astype(npt)
+    b = rng.standard_normal(75).astype(npt)
+    g = Graph()
+    x = g.input("x", a.shape, dtype)
+    wc, bc = g.constant(w, name="w"), g.constant(b, name="b")
+    g.output(x @ wc, name="mm")
+    g.output(linear(x, wc, bc), name="lin")
+    out = compile(g)(x=a)
+    tol = 1e-5 if dtype == "f32" else 1e-12
+    np.testing.assert_allclose(out["mm"], a.astype(np.float64) @ w, rtol=tol, atol=tol)
+    np.testing.assert_allclose(out["lin"], a.astype(np.float64) @ w + b, rtol=tol, atol=tol)
+
+
+def test_batched_matmul_of_few_rows():
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((3, 2, 19)).astype(np.float32)
+    w = rng.standard_normal((3, 19, 45)).astype(np.float32)
+    g = Graph()
+    x = g.input("x", a.shape, "f32")
+    g.output(x @ g.constant(w, name="w"), name="y")
+    np.testing.assert_allclose(compile(g)(x=a), a.astype(np.float64) @ w, rtol=1e-5, atol=1e-5)
