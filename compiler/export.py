@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from runtime.artifact import (ENTRY_SYMBOL, FORMAT, FORMAT_VERSION, MANIFEST,
-                              SAFETENSORS_DTYPES, WEIGHTS)
+                              SAFETENSORS_DTYPES, WEIGHTS, object_revision)
 from runtime.executor import KernelStep
 from runtime.layout import Layout
 from runtime.storage import Storage
@@ -166,7 +166,8 @@ def _kernel_record(module, i: int, step: KernelStep, objects: dict, writer: _Wri
                           "arity": len(desc), "instance": repr(inst.memo_key),
                           "call_shapes": [list(l.shape) for l in lays],
                           "layouts": [_layout_json(l) for l in desc]}
-        revision = [rec["source"], rec["binding"]["instance"], digest]
+        rec["revision"] = object_revision(rec["source"], rec["binding"], digest)
+        return rec
     elif entry.kernel_source == "numpy":
         rec["binding"] = {"kind": "numpy", "function": fn.__qualname__}
         revision = [rec["source"], fn.__qualname__, _version("fuelc")]
