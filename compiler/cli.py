@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Optional, Sequence
 
-from runtime.cli import CliError, add_inspect_parser, add_run_parser, run_command
+from runtime.cli import CliError, add_inspect_parser, add_run_parser, file_problem, run_command
 
 DESCRIPTION = """\
 fuelc compiles ML models ahead of time into one .fuel file (weights, x86 code,
@@ -59,12 +59,15 @@ def _parse_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
 
 
 def cmd_compile(args) -> int:
-    if not os.path.isfile(args.model):
-        raise CliError(f"no such file: {args.model}")
+    problem = file_problem(args.model)
+    if problem:
+        raise CliError(f"{args.model}: {problem}")
     if not args.model.endswith(".onnx"):
         raise CliError(f"{args.model}: fuelc compile reads ONNX models (.onnx)")
     shapes = _parse_shapes(args.input_shape)
     out = args.output or os.path.splitext(args.model)[0] + ".fuel"
+    from .export import check_output_path
+    check_output_path(out)  # before compiling: a bad -o is reported at once
     progress = _Progress(args.progress or sys.stderr.isatty())
     from .targets import parse_target
     target = parse_target(args.target)

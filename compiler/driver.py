@@ -69,7 +69,9 @@ class CompiledModule(PlanModule):
         ``runtime.load(path)`` runs without the compiler or MLIR; returns
         the path. The kernel objects come from the kernel cache, so saving
         after ``compile`` does not compile again. Raises ``ExportError``
-        (``compiler.export``) for a step that cannot be exported."""
+        (``compiler.export``) for a step that cannot be exported or a
+        ``path`` that is a directory, device or FIFO (never replaced), and
+        ``FileNotFoundError`` when its directory does not exist."""
         from .export import export_module
         return export_module(self, path)
 

@@ -179,11 +179,36 @@ def _kernel_record(module, i: int, step: KernelStep, objects: dict, writer: _Wri
     return rec
 
 
+def check_output_path(path) -> Path:
+    """Check that ``path`` can be replaced by a new ``.fuel`` file: its
+    directory exists and it is not a directory, device, FIFO or socket (the
+    file is written next to it and renamed over it, which would replace such
+    a node, /dev/null included). Raises ``ExportError`` or
+    ``FileNotFoundError`` naming the path."""
+    import stat
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise FileNotFoundError(f"cannot write {path}: directory {parent} does not exist "
+                                "(create it first)")
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return path
+    if stat.S_ISDIR(mode):
+        raise ExportError(f"cannot write {path}: it is a directory; give a file name such as "
+                          f"{path / 'model.fuel'}")
+    if not stat.S_ISREG(mode):
+        raise ExportError(f"cannot write {path}: it is not a regular file (a device, FIFO or "
+                          "socket), which saving would replace; give a file name")
+    return path
+
+
 def export_module(module, path) -> Path:
     """Write ``module`` (a ``CompiledModule``) to ``path`` atomically and
     return the path. Raises ``ExportError`` (a step that cannot be
     exported) or ``OSError``."""
-    path = Path(path)
+    path = check_output_path(path)
     plan, target = module.plan, module.target
     specs = module.executor.specs
     const_names, header, datas = _weights(plan.constants)

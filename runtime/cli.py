@@ -31,6 +31,23 @@ def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split())
 
 
+def file_problem(path: str) -> Optional[str]:
+    """Why ``path`` cannot be read as a file (None when it can): no such
+    file, a directory, or a device, FIFO or socket."""
+    import stat
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as e:
+        return f"cannot read it ({e.strerror})"
+    if stat.S_ISDIR(mode):
+        return "is a directory, not a file"
+    if not stat.S_ISREG(mode):
+        return "is not a regular file (a device, FIFO or socket)"
+    return None
+
+
 def _parse_inputs(specs: Sequence[str]) -> dict[str, np.ndarray]:
     out = {}
     for spec in specs:
@@ -39,13 +56,19 @@ def _parse_inputs(specs: Sequence[str]) -> dict[str, np.ndarray]:
             raise CliError(f"--input {spec!r}: expected NAME=FILE.npy (e.g. --input x=x.npy)")
         if name in out:
             raise CliError(f"--input {name!r} is given twice")
-        if not os.path.isfile(path):
-            raise CliError(f"--input {name}: no such file: {path}")
+        problem = file_problem(path)
+        if problem:
+            raise CliError(f"--input {name}: {path}: {problem}")
         try:
-            out[name] = np.load(path, allow_pickle=False)
+            arr = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as e:
             raise CliError(f"--input {name}: {path} is not a .npy array file ({_one_line(e)})") \
                 from None
+        if not isinstance(arr, np.ndarray):  # an .npz archive: a mapping of arrays
+            arr.close()
+            raise CliError(f"--input {name}: {path} is an .npz archive, not one .npy array; "
+                           "save each input with np.save and pass --input NAME=FILE.npy")
+        out[name] = arr
     return out
 
 
