@@ -513,11 +513,11 @@ def _no_threads() -> int:
     return 0
 
 
-def _layout(rec, path: str) -> Layout:
+def _layout(rec, path: str, where: str = "layout") -> Layout:
     try:
         return Layout(tuple(rec["shape"]), tuple(rec["stride"]), rec["offset"])
     except (KeyError, TypeError, FuelError) as e:
-        raise ArtifactFormatError(f"malformed layout {rec!r}: {e}", path) from None
+        raise ArtifactFormatError(f"malformed manifest: {where} {rec!r}: {e}", path) from None
 
 
 def _shape(v, where: str, path: str) -> tuple:
@@ -552,7 +552,7 @@ def _check_object_binding(art: Artifact, rec: dict, step: KernelStep, k: int) ->
                                   "(plan.steps[].outputs)", path)
     layouts = []
     for j, lrec in enumerate(b["layouts"]):
-        lay = _layout(lrec, path)
+        lay = _layout(lrec, path, f"{where}.layouts[{j}]")
         if j < n_in or not step.is_bundle:
             extent = math.prod(shapes[j])
         else:  # the bundle buffer: every output, each aligned to its itemsize
