@@ -672,7 +672,12 @@ def load(path) -> "LoadedModule":
     """Verify and load a ``.fuel`` file (see the module docstring); nothing
     is linked before every check has passed. Raises ``ArtifactError``
     subclasses: ``ArtifactFormatError``, ``ArtifactVersionError``,
-    ``ArtifactIntegrityError``, ``ArtifactCpuError``, ``ArtifactCodeError``."""
+    ``ArtifactIntegrityError``, ``ArtifactCpuError``, ``ArtifactCodeError``.
+
+    A ``.fuel`` file is native code, like a shared library: calling the
+    module runs its machine code in this process. The checks detect damage
+    and inconsistent edits, not forgery (the hashes are in the unsigned
+    manifest), so load only files you would run as programs."""
     art = open_artifact(path)
     target = art.manifest["target"]
     try:
