@@ -68,6 +68,8 @@ def cmd_compile(args) -> int:
     out = args.output or os.path.splitext(args.model)[0] + ".fuel"
     from .export import check_output_path
     check_output_path(out)  # before compiling: a bad -o is reported at once
+    from runtime.artifact import read_key_file
+    key = read_key_file(args.sign_key) if args.sign_key else None
     progress = _Progress(args.progress or sys.stderr.isatty())
     from .targets import parse_target
     target = parse_target(args.target)
@@ -77,7 +79,7 @@ def cmd_compile(args) -> int:
     graph = import_model(args.model, shapes)
     module = compile_graph(graph, target, progress=progress)
     progress(f"export {out}")
-    module.save(out)
+    module.save(out, sign_with=key)
     progress("done")
     sig = ", ".join(f"{n}: {s}" for n, s in module.plan.inputs.items())
     print(f"wrote {out} (target {target}; inputs {sig}; outputs {', '.join(module.output_names)})")
@@ -105,6 +107,9 @@ def _parser() -> argparse.ArgumentParser:
                         "... (default: cpu)")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
                    help="fix the shape of an input with symbolic dims (repeat per input)")
+    p.add_argument("--sign-key", metavar="KEYFILE",
+                   help="sign the module with the shared secret in KEYFILE (HMAC-SHA256 of "
+                        "the manifest); fuelc run --verify-key KEYFILE checks it")
     p.add_argument("--progress", action="store_true",
                    help="print the stages as they run on stderr (default: when stderr is a "
                         "terminal)")

@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from runtime.artifact import (ENTRY_SYMBOL, FORMAT, FORMAT_VERSION, MANIFEST,
-                              SAFETENSORS_DTYPES, WEIGHTS, object_revision)
+                              SAFETENSORS_DTYPES, SIGNATURE, WEIGHTS, manifest_signature,
+                              object_revision, signing_key)
 from runtime.executor import KernelStep
 from runtime.layout import Layout
 from runtime.storage import Storage
@@ -204,10 +205,13 @@ def check_output_path(path) -> Path:
     return path
 
 
-def export_module(module, path) -> Path:
+def export_module(module, path, sign_with=None) -> Path:
     """Write ``module`` (a ``CompiledModule``) to ``path`` atomically and
-    return the path. Raises ``ExportError`` (a step that cannot be
-    exported) or ``OSError``."""
+    return the path. With ``sign_with`` (a shared key: bytes or text), the
+    file also carries the HMAC-SHA256 of its manifest, which
+    ``runtime.load(path, verify_with=key)`` checks. Raises ``ExportError``
+    (a step that cannot be exported) or ``OSError``."""
+    key = signing_key(sign_with) if sign_with is not None else None
     path = check_output_path(path)
     plan, target = module.plan, module.target
     specs = module.executor.specs
@@ -237,8 +241,11 @@ def export_module(module, path) -> Path:
                 "plan": plan.to_dict(), "constants": const_names, "kernels": kernels,
                 "ir": ir, "members": w.members,
             }
-            w.add(MANIFEST, [json.dumps(manifest, indent=1).encode()], compress=True)
+            raw = json.dumps(manifest, indent=1).encode()
+            w.add(MANIFEST, [raw], compress=True)
             del w.members[MANIFEST]
+            if key is not None:
+                w.add(SIGNATURE, [manifest_signature(key, raw).encode()], compress=False)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:

@@ -42,6 +42,7 @@ would run as programs.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import math
 import os
@@ -64,6 +65,11 @@ from .precision import PrecisionGuarantee
 FORMAT = "fuelc-module"
 FORMAT_VERSION = 2  # 2: an object kernel's revision covers its whole binding
 MANIFEST = "manifest.json"
+#: Optional: the HMAC-SHA256 (hex) of the manifest's bytes under a shared key
+#: (``save(path, sign_with=key)``); it covers every member through their hashes.
+SIGNATURE = "manifest.sig"
+#: A file holding the key every ``load`` must verify a signature with.
+KEY_FILE_ENV = "FUELC_VERIFY_KEY_FILE"
 WEIGHTS = "weights.safetensors"
 ENTRY_SYMBOL = "_mlir_ciface_kernel"
 MAX_MANIFEST_BYTES = 64 << 20
@@ -105,6 +111,11 @@ class ArtifactVersionError(ArtifactError):
 class ArtifactIntegrityError(ArtifactError):
     """A member whose bytes do not match the manifest (size, SHA-256 or the
     zip's CRC): the file was damaged or tampered with."""
+
+
+class ArtifactSignatureError(ArtifactIntegrityError):
+    """A signature was required (``verify_with`` or ``$FUELC_VERIFY_KEY_FILE``)
+    and the file has none, or it does not match the manifest under the key."""
 
 
 class ArtifactCpuError(ArtifactError, CpuFeatureError):
@@ -372,6 +383,56 @@ _ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplemented
                RuntimeError, ValueError, struct.error, OverflowError)
 
 
+def signing_key(key) -> bytes:
+    """``key`` (bytes, or text as UTF-8) as an HMAC key; ArtifactError when empty."""
+    if isinstance(key, str):
+        key = key.encode()
+    if not isinstance(key, (bytes, bytearray)) or not key:
+        raise ArtifactError(f"a signing key must be non-empty bytes or text, got "
+                            f"{type(key).__name__}")
+    return bytes(key)
+
+
+def read_key_file(path) -> bytes:
+    """The key in the file at ``path`` (surrounding whitespace stripped)."""
+    try:
+        with open(path, "rb") as f:
+            key = f.read(1 << 16).strip()
+    except OSError as e:
+        raise ArtifactError(f"cannot read the key file: {e.strerror}", os.fspath(path)) from None
+    if not key:
+        raise ArtifactError("the key file is empty", os.fspath(path))
+    return key
+
+
+def manifest_signature(key, manifest_bytes) -> str:
+    """The signature of a manifest: HMAC-SHA256 under ``key``, hex."""
+    return hmac.new(signing_key(key), bytes(manifest_bytes), hashlib.sha256).hexdigest()
+
+
+def _required_key(verify_with):
+    if verify_with is not None:
+        return signing_key(verify_with)
+    env = os.environ.get(KEY_FILE_ENV)
+    return read_key_file(env) if env else None
+
+
+def _check_signature(zf, by_name: dict, raw, key, path: str) -> None:
+    info = by_name.get(SIGNATURE)
+    source = "verify_with" if os.environ.get(KEY_FILE_ENV) is None else f"${KEY_FILE_ENV}"
+    if info is None:
+        raise ArtifactSignatureError(f"the file is not signed, and a signature is required "
+                                     f"({source}); save it with sign_with=KEY (fuelc compile "
+                                     "--sign-key FILE)", path)
+    if info.file_size > 256:
+        raise ArtifactSignatureError(f"{SIGNATURE} is {info.file_size} bytes", path)
+    got = bytes(_read_member(zf, info, info.file_size, path)).strip()
+    want = manifest_signature(key, raw).encode()
+    if not hmac.compare_digest(got, want):
+        raise ArtifactSignatureError("the signature does not match: the file was changed after "
+                                     "it was signed, or signed with another key", path)
+
+
 def _check_regular_file(p: str) -> None:
     import stat
     try:
@@ -387,10 +448,14 @@ def _check_regular_file(p: str) -> None:
                                   ".fuel file", p)
 
 
-def open_artifact(path) -> Artifact:
+def open_artifact(path, verify_with=None) -> Artifact:
     """Open and verify a ``.fuel`` file (zip structure, manifest, format
-    version, every member's size and SHA-256) without linking any code."""
+    version, every member's size and SHA-256) without linking any code.
+    With ``verify_with`` (a key), or a key file named by
+    ``$FUELC_VERIFY_KEY_FILE``, the file must carry a signature of its
+    manifest under that key (``ArtifactSignatureError`` otherwise)."""
     p = os.fspath(path)
+    key = _required_key(verify_with)
     _check_regular_file(p)
     try:
         with zipfile.ZipFile(p) as zf:
@@ -405,13 +470,15 @@ def open_artifact(path) -> Artifact:
             if info.file_size > MAX_MANIFEST_BYTES:
                 raise ArtifactFormatError(f"{MANIFEST} is {info.file_size} bytes", p)
             raw = _read_member(zf, info, info.file_size, p)
+            if key is not None:
+                _check_signature(zf, by_name, raw, key, p)
             try:
                 manifest = json.loads(bytes(raw).decode())
             except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
                 raise ArtifactFormatError(f"{MANIFEST} is not JSON: {e}", p) from None
             check_manifest(manifest, p)
             listed = manifest["members"]
-            extra = sorted(set(by_name) - set(listed) - {MANIFEST})
+            extra = sorted(set(by_name) - set(listed) - {MANIFEST, SIGNATURE})
             missing = sorted(set(listed) - set(by_name))
             if extra or missing:
                 raise ArtifactFormatError(f"members differ from the manifest: missing "
@@ -668,7 +735,7 @@ def build_table(art: Artifact, plan: Plan) -> KernelBindingTable:
     return table.freeze()
 
 
-def load(path) -> "LoadedModule":
+def load(path, verify_with=None) -> "LoadedModule":
     """Verify and load a ``.fuel`` file (see the module docstring); nothing
     is linked before every check has passed. Raises ``ArtifactError``
     subclasses: ``ArtifactFormatError``, ``ArtifactVersionError``,
@@ -677,8 +744,12 @@ def load(path) -> "LoadedModule":
     A ``.fuel`` file is native code, like a shared library: calling the
     module runs its machine code in this process. The checks detect damage
     and inconsistent edits, not forgery (the hashes are in the unsigned
-    manifest), so load only files you would run as programs."""
-    art = open_artifact(path)
+    manifest), so load only files you would run as programs, or sign them:
+    with ``verify_with`` (the key given to ``save(path, sign_with=key)``), or
+    a key file named by ``$FUELC_VERIFY_KEY_FILE`` (a policy for every load
+    in the process), an unsigned file or one whose signature does not match
+    raises ``ArtifactSignatureError`` before anything else is trusted."""
+    art = open_artifact(path, verify_with)
     target = art.manifest["target"]
     try:
         check_cpu_features(target["features"], target=target["name"],
@@ -742,7 +813,9 @@ class LoadedModule(PlanModule):
                f"{self.output_names}>"
 
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "WEIGHTS", "ENTRY_SYMBOL",
+__all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "WEIGHTS", "ENTRY_SYMBOL", "SIGNATURE",
+           "KEY_FILE_ENV", "ArtifactSignatureError", "manifest_signature", "signing_key",
+           "read_key_file",
            "SAFETENSORS_DTYPES", "ArtifactError", "ArtifactFormatError", "ArtifactVersionError",
            "ArtifactIntegrityError", "ArtifactCpuError", "ArtifactCodeError", "Artifact",
            "LoadedModule", "check_manifest", "open_artifact", "read_safetensors", "build_table",

@@ -91,10 +91,15 @@ def _summary(arr: np.ndarray) -> str:
     return f"min={a.min():.6g} max={a.max():.6g} mean={a.mean():.6g}"
 
 
+def _verify_key(args):
+    from .artifact import read_key_file
+    return read_key_file(args.verify_key) if getattr(args, "verify_key", None) else None
+
+
 def cmd_run(args) -> int:
     from .artifact import load
     inputs = _parse_inputs(args.input)
-    module = load(args.model)
+    module = load(args.model, verify_with=_verify_key(args))
     _check_inputs(module, inputs)
     outputs = module.run(**inputs)
     specs = module.signature["outputs"]
@@ -112,7 +117,7 @@ def cmd_run(args) -> int:
 
 def cmd_inspect(args) -> int:
     from .artifact import WEIGHTS, open_artifact, read_safetensors
-    art = open_artifact(args.model)
+    art = open_artifact(args.model, verify_with=_verify_key(args))
     m = art.manifest
     if args.ir:
         sys.stdout.write(art.ir(args.ir))
@@ -147,6 +152,12 @@ def cmd_inspect(args) -> int:
     return 0
 
 
+def _add_verify_key(p) -> None:
+    p.add_argument("--verify-key", metavar="KEYFILE",
+                   help="require the file to be signed with the key in KEYFILE (fuelc compile "
+                        "--sign-key); $FUELC_VERIFY_KEY_FILE requires it for every load")
+
+
 def add_run_parser(sub) -> None:
     p = sub.add_parser("run", help="run a .fuel module on .npy inputs",
                        description="Verify and load a .fuel module (no compiler needed), run it "
@@ -158,6 +169,7 @@ def add_run_parser(sub) -> None:
                    help="one input by name, from a numpy .npy file (repeat for each input)")
     p.add_argument("--output-dir", "-o", metavar="DIR",
                    help="also save every output as DIR/<name>.npy")
+    _add_verify_key(p)
     p.set_defaults(func=cmd_run)
 
 
@@ -170,6 +182,7 @@ def add_inspect_parser(sub) -> None:
     p.add_argument("model", help="the .fuel file")
     p.add_argument("--ir", metavar="STAGE", help="print the IR of one stage (fuel, optimized)")
     p.add_argument("--json", action="store_true", help="print the whole manifest as JSON")
+    _add_verify_key(p)
     p.set_defaults(func=cmd_inspect)
 
 

@@ -230,3 +230,45 @@ def test_cli_names_directories_devices_npz_and_empty_entry_points(saved, tmp_pat
         assert ".tmp" not in err
     assert main(["run", str(path), "--input", f"x={tmp_path / 'x.npy'}"]) == 0
     capsys.readouterr()
+
+
+def test_signed_files_verify_and_edits_with_recomputed_hashes_do_not(saved, tmp_path,
+                                                                    monkeypatch, capsys):
+    """HMAC-SHA256 signatures: the one defence against a rewritten member whose
+    hash was recomputed (weights with every exponent bit flipped load without
+    a key and compute other numbers)."""
+    from runtime import ArtifactSignatureError
+    from runtime.cli import main as run_main
+    cm, unsigned, a = saved
+    signed = cm.save(tmp_path / "signed.fuel", sign_with=b"shared secret")
+    want = cm.run(x=a)
+    got = runtime.load(signed, verify_with="shared secret").run(x=a)
+    np.testing.assert_array_equal(got["y"], want["y"])
+    with pytest.raises(ArtifactSignatureError, match="signature does not match"):
+        runtime.load(signed, verify_with=b"another key")
+    with pytest.raises(ArtifactSignatureError, match="not signed, and a signature is required"):
+        runtime.load(unsigned, verify_with=b"shared secret")
+
+    with zipfile.ZipFile(signed) as z:
+        w = bytearray(z.read("weights.safetensors"))
+    w[-1] ^= 0x40  # the last f32 of w: its exponent
+    w = bytes(w)
+    forged = _rewrite(signed, tmp_path / "forged.fuel", lambda m: m["members"].update(
+        {"weights.safetensors": {"sha256": hashlib.sha256(w).hexdigest(), "size": len(w)}}),
+        members={"weights.safetensors": w})
+    runtime.load(forged)  # without a key: accepted (the trust model: files are code)
+    with pytest.raises(ArtifactSignatureError, match="signature does not match"):
+        runtime.load(forged, verify_with=b"shared secret")
+
+    key_file = tmp_path / "key"
+    key_file.write_bytes(b"shared secret\n")
+    monkeypatch.setenv("FUELC_VERIFY_KEY_FILE", str(key_file))  # the policy: every load
+    with pytest.raises(ArtifactSignatureError, match="FUELC_VERIFY_KEY_FILE"):
+        runtime.load(unsigned)
+    runtime.load(signed)
+    monkeypatch.delenv("FUELC_VERIFY_KEY_FILE")
+    np.save(tmp_path / "x.npy", a)
+    assert run_main(["run", str(signed), "--input", f"x={tmp_path / 'x.npy'}",
+                     "--verify-key", str(key_file)]) == 0
+    assert run_main(["inspect", str(forged), "--verify-key", str(key_file)]) == 1
+    assert "signature does not match" in capsys.readouterr().err
