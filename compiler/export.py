@@ -167,7 +167,7 @@ def _kernel_record(module, i: int, step: KernelStep, objects: dict, writer: _Wri
                           "arity": len(desc), "instance": repr(inst.memo_key),
                           "call_shapes": [list(l.shape) for l in lays],
                           "layouts": [_layout_json(l) for l in desc]}
-        rec["revision"] = object_revision(rec["source"], rec["binding"], digest)
+        rec["revision"] = object_revision(rec, digest)
         return rec
     elif entry.kernel_source == "numpy":
         rec["binding"] = {"kind": "numpy", "function": fn.__qualname__}

@@ -259,12 +259,14 @@ def _check_target(t: dict, path: str) -> None:
                                   "the file was edited or damaged: re-export it", path)
 
 
-def object_revision(source: str, binding: dict, object_sha256: str) -> str:
-    """The revision of an object kernel record: a hash over its source, the
-    object's SHA-256 and every field of its binding, so an object re-pointed
-    or swapped, or an arity or layout edited, no longer matches its record."""
-    fields = [source, object_sha256] + [binding.get(k) for k in
-                                        ("symbol", "arity", "instance", "call_shapes", "layouts")]
+def object_revision(rec: dict, object_sha256: str) -> str:
+    """The revision of an object kernel record: a hash over its source, its
+    binding key and dtypes, the object's SHA-256 and every field of its
+    binding, so an object re-pointed or swapped, a record moved to another
+    kind of step, or an arity or layout edited no longer matches."""
+    b = rec["binding"]
+    fields = [rec.get("source"), rec.get("key"), rec.get("dtypes"), object_sha256] + \
+        [b.get(k) for k in ("symbol", "arity", "instance", "call_shapes", "layouts")]
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -274,10 +276,13 @@ class Artifact:
     members were hashed as they streamed by and are read again, and checked
     again, by ``ir(stage)``). Nothing is linked."""
 
-    def __init__(self, path: str, manifest: dict, members: dict[str, bytearray]):
+    def __init__(self, path: str, manifest: dict, members: dict[str, bytearray],
+                 signed: bool = False, verified: bool = False):
         self.path = path
         self.manifest = manifest
         self.members = members
+        self.signed = signed  # carries a manifest signature
+        self.verified = verified  # ... checked against a key by open_artifact
 
     @property
     def ir_stages(self) -> list[str]:
@@ -497,7 +502,7 @@ def open_artifact(path, verify_with=None) -> Artifact:
     except _ZIP_ERRORS as e:
         raise ArtifactIntegrityError(f"damaged or truncated file ({type(e).__name__}: {e}); "
                                      "re-export it", p) from None
-    return Artifact(p, manifest, members)
+    return Artifact(p, manifest, members, SIGNATURE in by_name, key is not None)
 
 
 def read_safetensors(buf, path: str = "") -> dict[str, np.ndarray]:
@@ -602,6 +607,12 @@ def _check_object_binding(art: Artifact, rec: dict, step: KernelStep, k: int) ->
     arity, the call shapes and the reach of every layout must agree with
     that, and the revision with the object and the binding."""
     b, path, where = rec["binding"], art.path, f"kernels[{k}].binding"
+    if rec.get("key") != step.key.to_json() or rec.get("dtypes") != [d.value for d in
+                                                                    step.dtypes]:
+        raise ArtifactFormatError(f"kernels[{k}].key/dtypes {rec.get('key')} {rec.get('dtypes')} "
+                                  f"are not those of step {rec['step']} ({step.key.to_json()} "
+                                  f"{[d.value for d in step.dtypes]}); the file was edited or "
+                                  "damaged", path)
     n_in = len(step.inputs)
     if b["arity"] != n_in + 1:
         raise ArtifactFormatError(f"{where}.arity is {b['arity']}, but step {rec['step']} "
@@ -635,12 +646,12 @@ def _check_object_binding(art: Artifact, rec: dict, step: KernelStep, k: int) ->
                                       f"elements [{lo}, {hi}] outside its tensor of {extent} "
                                       "elements; the file was edited or damaged", path)
         layouts.append(lay)
-    want = object_revision(rec["source"], b, art.manifest["members"][b["object"]]["sha256"])
+    want = object_revision(rec, art.manifest["members"][b["object"]]["sha256"])
     if rec["revision"] != want:
         raise ArtifactFormatError(f"kernels[{k}].revision does not match its binding and object "
                                   f"{b['object']} (step {rec['step']} was re-pointed at another "
-                                  "object, or its symbol, arity, instance, call shapes or layouts "
-                                  "were edited); re-export the model", path)
+                                  "object, or its key, symbol, arity, instance, call shapes or "
+                                  "layouts were edited); re-export the model", path)
     return layouts
 
 

@@ -131,6 +131,9 @@ def cmd_inspect(args) -> int:
     print(f"built by: fuelc {p.get('fuelc')}, torch-mlir {p.get('torch_mlir')}, "
           f"llvmlite {p.get('llvmlite')}")
     print(f"target:   {t['name']} (cpu {t['cpu']}; needs {', '.join(t['features']) or 'nothing'})")
+    signed = ("yes, verified" if art.verified else "yes, not verified (--verify-key)") \
+        if art.signed else "no"
+    print(f"signed:   {signed}")
     print(f"entry:    {ep['name']}")
     for side in ("inputs", "outputs"):
         for v in ep[side]:

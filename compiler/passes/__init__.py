@@ -513,7 +513,8 @@ class _EraseGuard:
     memory, which the verifier after the pass (or anything else) would read."""
 
     def __enter__(self):
-        self.saved = [(cls, cls.__dict__["erase"]) for cls in (ir._OperationBase, ir.Operation, ir.OpView)
+        self.saved = [(cls, cls.__dict__["erase"])
+                      for cls in (ir._OperationBase, ir.Operation, ir.OpView)
                       if "erase" in cls.__dict__]
         for cls, erase in self.saved:
             cls.erase = _checked_erase(erase)

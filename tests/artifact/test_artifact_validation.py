@@ -99,6 +99,9 @@ def _binding(m, k=0):
      r"kernels\[0\]\.revision does not match its binding and object code/2\.o"),
     (lambda m: _binding(m).update(instance=_binding(m, 1)["instance"]),
      r"kernels\[0\]\.revision does not match"),
+    # a record moved to another step (same arity, other op)
+    (lambda m: m["kernels"][2].update(step=m["kernels"][1]["step"]),
+     r"kernels\[2\]\.key/dtypes \{'fused': \d+\} .* are not those of step 2"),
     # the features of a named CPU edited away (SIGILL on a CPU without them)
     (lambda m: m["target"].update(name="cpu:x86-64-v4", cpu="x86-64-v4", features=[]),
      r"target\.features lacks .*avx512f.*which target\.cpu 'x86-64-v4' implies"),
@@ -113,8 +116,9 @@ def _binding(m, k=0):
      r"plan\.steps\[1\]\.outputs\[0\]\.shape .* is larger than any module"),
     (lambda m: m["plan"]["steps"][1].update(inputs=7), r"the plan does not load"),
     (lambda m: m.update(entry_points=[]), r"entry_points is empty"),
-], ids=["input-stride", "offset-past-end", "negative-offset", "arity-shortened", "arity-0", "arity-100000",
-        "call-shape", "symbol", "object-repointed", "instance", "features", "cpu-name",
+], ids=["input-stride", "offset-past-end", "negative-offset", "arity-shortened", "arity-0",
+        "arity-100000", "call-shape", "symbol", "object-repointed", "instance", "record-moved",
+        "features", "cpu-name",
         "steps-missing", "steps-int", "constant-dtype", "huge-output", "inputs-int",
         "no-entry-points"])
 def test_edited_manifest_field_is_named(saved, tmp_path, edit, match):
@@ -272,3 +276,8 @@ def test_signed_files_verify_and_edits_with_recomputed_hashes_do_not(saved, tmp_
                      "--verify-key", str(key_file)]) == 0
     assert run_main(["inspect", str(forged), "--verify-key", str(key_file)]) == 1
     assert "signature does not match" in capsys.readouterr().err
+    for argv, want in (([str(signed), "--verify-key", str(key_file)], "signed:   yes, verified"),
+                       ([str(signed)], "signed:   yes, not verified"),
+                       ([str(unsigned)], "signed:   no")):
+        assert run_main(["inspect", *argv]) == 0
+        assert want in capsys.readouterr().out
