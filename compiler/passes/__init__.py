@@ -29,6 +29,7 @@ import itertools
 import os
 import re
 import sys
+import threading
 import time
 import types
 import typing
@@ -510,19 +511,33 @@ def _checked_erase(erase):
 class _EraseGuard:
     """While a fuel pass runs, ``erase()`` refuses an op whose results still
     have uses: MLIR would free it and leave its users pointing at freed
-    memory, which the verifier after the pass (or anything else) would read."""
+    memory, which the verifier after the pass (or anything else) would read.
+    Installed while at least one pass runs (passes in several threads share
+    one installation)."""
+
+    _lock = threading.Lock()
+    _depth = 0
+    _saved: list = []
 
     def __enter__(self):
-        self.saved = [(cls, cls.__dict__["erase"])
-                      for cls in (ir._OperationBase, ir.Operation, ir.OpView)
-                      if "erase" in cls.__dict__]
-        for cls, erase in self.saved:
-            cls.erase = _checked_erase(erase)
+        cls_ = type(self)
+        with cls_._lock:
+            if cls_._depth == 0:
+                cls_._saved = [(c, c.__dict__["erase"])
+                               for c in (ir._OperationBase, ir.Operation, ir.OpView)
+                               if "erase" in c.__dict__]
+                for c, erase in cls_._saved:
+                    c.erase = _checked_erase(erase)
+            cls_._depth += 1
         return self
 
     def __exit__(self, *exc):
-        for cls, erase in self.saved:
-            cls.erase = erase
+        cls_ = type(self)
+        with cls_._lock:
+            cls_._depth -= 1
+            if cls_._depth == 0:
+                for c, erase in cls_._saved:
+                    c.erase = erase
         return False
 
 
