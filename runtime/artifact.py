@@ -209,6 +209,13 @@ def check_manifest(m, path: str = "") -> dict:
                 _need(v, "name", str, f"entry_points[{i}].{side}[{j}]", path)
                 _need(v, "shape", list, f"entry_points[{i}].{side}[{j}]", path)
                 _need(v, "dtype", str, f"entry_points[{i}].{side}[{j}]", path)
+    ep, pl = eps[0], m["plan"]
+    want_in = [{"name": v.get("name"), "shape": v.get("shape"), "dtype": v.get("dtype")}
+               for v in pl["inputs"]]
+    if [{k: v[k] for k in ("name", "shape", "dtype")} for v in ep["inputs"]] != want_in or \
+            [v["name"] for v in ep["outputs"]] != [v.get("name") for v in pl["outputs"]]:
+        raise ArtifactFormatError("malformed manifest: entry_points[0] does not match the plan's "
+                                  "inputs and outputs (plan.inputs, plan.outputs)", path)
     for i, k in enumerate(_need(m, "kernels", list, "manifest", path)):
         where = f"kernels[{i}]"
         _need(k, "step", int, where, path)

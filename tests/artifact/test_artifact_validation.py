@@ -116,11 +116,13 @@ def _binding(m, k=0):
      r"plan\.steps\[1\]\.outputs\[0\]\.shape .* is larger than any module"),
     (lambda m: m["plan"]["steps"][1].update(inputs=7), r"the plan does not load"),
     (lambda m: m.update(entry_points=[]), r"entry_points is empty"),
+    (lambda m: m["entry_points"][0]["inputs"][0].update(shape=[8, 65]),
+     r"entry_points\[0\] does not match the plan's inputs and outputs"),
 ], ids=["input-stride", "offset-past-end", "negative-offset", "arity-shortened", "arity-0",
         "arity-100000", "call-shape", "symbol", "object-repointed", "instance", "record-moved",
         "features", "cpu-name",
         "steps-missing", "steps-int", "constant-dtype", "huge-output", "inputs-int",
-        "no-entry-points"])
+        "no-entry-points", "entry-point-shape"])
 def test_edited_manifest_field_is_named(saved, tmp_path, edit, match):
     _refused(saved, tmp_path, edit, match)
 
