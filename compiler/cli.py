@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Optional, Sequence
 
-from runtime.cli import CliError, add_inspect_parser, add_run_parser, run_command
+from runtime.cli import CliError, add_inspect_parser, add_run_parser, file_problem, run_command
 
 DESCRIPTION = """\
 fuelc compiles ML models ahead of time into one .fuel file (weights, x86 code,
@@ -59,12 +59,17 @@ def _parse_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
 
 
 def cmd_compile(args) -> int:
-    if not os.path.isfile(args.model):
-        raise CliError(f"no such file: {args.model}")
+    problem = file_problem(args.model)
+    if problem:
+        raise CliError(f"{args.model}: {problem}")
     if not args.model.endswith(".onnx"):
         raise CliError(f"{args.model}: fuelc compile reads ONNX models (.onnx)")
     shapes = _parse_shapes(args.input_shape)
     out = args.output or os.path.splitext(args.model)[0] + ".fuel"
+    from .export import check_output_path
+    check_output_path(out)  # before compiling: a bad -o is reported at once
+    from runtime.artifact import read_key_file
+    key = read_key_file(args.sign_key) if args.sign_key else None
     progress = _Progress(args.progress or sys.stderr.isatty())
     from .targets import parse_target
     target = parse_target(args.target)
@@ -74,7 +79,7 @@ def cmd_compile(args) -> int:
     graph = import_model(args.model, shapes)
     module = compile_graph(graph, target, progress=progress)
     progress(f"export {out}")
-    module.save(out)
+    module.save(out, sign_with=key)
     progress("done")
     sig = ", ".join(f"{n}: {s}" for n, s in module.plan.inputs.items())
     print(f"wrote {out} (target {target}; inputs {sig}; outputs {', '.join(module.output_names)})")
@@ -102,6 +107,9 @@ def _parser() -> argparse.ArgumentParser:
                         "... (default: cpu)")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
                    help="fix the shape of an input with symbolic dims (repeat per input)")
+    p.add_argument("--sign-key", metavar="KEYFILE",
+                   help="sign the module with the shared secret in KEYFILE (HMAC-SHA256 of "
+                        "the manifest); fuelc run --verify-key KEYFILE checks it")
     p.add_argument("--progress", action="store_true",
                    help="print the stages as they run on stderr (default: when stderr is a "
                         "terminal)")

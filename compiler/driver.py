@@ -64,14 +64,20 @@ class CompiledModule(PlanModule):
             self._runnable = True
         return super().run(**inputs)
 
-    def save(self, path):
+    def save(self, path, sign_with=None):
         """Write this module to one ``.fuel`` file (atomically) that
         ``runtime.load(path)`` runs without the compiler or MLIR; returns
         the path. The kernel objects come from the kernel cache, so saving
         after ``compile`` does not compile again. Raises ``ExportError``
-        (``compiler.export``) for a step that cannot be exported."""
+        (``compiler.export``) for a step that cannot be exported or a
+        ``path`` that is a directory, device or FIFO (never replaced), and
+        ``FileNotFoundError`` when its directory does not exist.
+
+        ``sign_with``: a shared secret (bytes or text); the file then carries
+        an HMAC-SHA256 of its manifest (which holds every member's hash), and
+        ``runtime.load(path, verify_with=key)`` refuses it unless it matches."""
         from .export import export_module
-        return export_module(self, path)
+        return export_module(self, path, sign_with)
 
     def __repr__(self) -> str:
         sig = ", ".join(f"{n}: {s}" for n, s in self.plan.inputs.items())

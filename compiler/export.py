@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from runtime.artifact import (ENTRY_SYMBOL, FORMAT, FORMAT_VERSION, MANIFEST,
-                              SAFETENSORS_DTYPES, WEIGHTS)
+                              SAFETENSORS_DTYPES, SIGNATURE, WEIGHTS, manifest_signature,
+                              object_revision, signing_key)
 from runtime.executor import KernelStep
 from runtime.layout import Layout
 from runtime.storage import Storage
@@ -166,7 +167,8 @@ def _kernel_record(module, i: int, step: KernelStep, objects: dict, writer: _Wri
                           "arity": len(desc), "instance": repr(inst.memo_key),
                           "call_shapes": [list(l.shape) for l in lays],
                           "layouts": [_layout_json(l) for l in desc]}
-        revision = [rec["source"], rec["binding"]["instance"], digest]
+        rec["revision"] = object_revision(rec, digest)
+        return rec
     elif entry.kernel_source == "numpy":
         rec["binding"] = {"kind": "numpy", "function": fn.__qualname__}
         revision = [rec["source"], fn.__qualname__, _version("fuelc")]
@@ -178,11 +180,39 @@ def _kernel_record(module, i: int, step: KernelStep, objects: dict, writer: _Wri
     return rec
 
 
-def export_module(module, path) -> Path:
-    """Write ``module`` (a ``CompiledModule``) to ``path`` atomically and
-    return the path. Raises ``ExportError`` (a step that cannot be
-    exported) or ``OSError``."""
+def check_output_path(path) -> Path:
+    """Check that ``path`` can be replaced by a new ``.fuel`` file: its
+    directory exists and it is not a directory, device, FIFO or socket (the
+    file is written next to it and renamed over it, which would replace such
+    a node, /dev/null included). Raises ``ExportError`` or
+    ``FileNotFoundError`` naming the path."""
+    import stat
     path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise FileNotFoundError(f"cannot write {path}: directory {parent} does not exist "
+                                "(create it first)")
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return path
+    if stat.S_ISDIR(mode):
+        raise ExportError(f"cannot write {path}: it is a directory; give a file name such as "
+                          f"{path / 'model.fuel'}")
+    if not stat.S_ISREG(mode):
+        raise ExportError(f"cannot write {path}: it is not a regular file (a device, FIFO or "
+                          "socket), which saving would replace; give a file name")
+    return path
+
+
+def export_module(module, path, sign_with=None) -> Path:
+    """Write ``module`` (a ``CompiledModule``) to ``path`` atomically and
+    return the path. With ``sign_with`` (a shared key: bytes or text), the
+    file also carries the HMAC-SHA256 of its manifest, which
+    ``runtime.load(path, verify_with=key)`` checks. Raises ``ExportError``
+    (a step that cannot be exported) or ``OSError``."""
+    key = signing_key(sign_with) if sign_with is not None else None
+    path = check_output_path(path)
     plan, target = module.plan, module.target
     specs = module.executor.specs
     const_names, header, datas = _weights(plan.constants)
@@ -211,8 +241,11 @@ def export_module(module, path) -> Path:
                 "plan": plan.to_dict(), "constants": const_names, "kernels": kernels,
                 "ir": ir, "members": w.members,
             }
-            w.add(MANIFEST, [json.dumps(manifest, indent=1).encode()], compress=True)
+            raw = json.dumps(manifest, indent=1).encode()
+            w.add(MANIFEST, [raw], compress=True)
             del w.members[MANIFEST]
+            if key is not None:
+                w.add(SIGNATURE, [manifest_signature(key, raw).encode()], compress=False)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:

@@ -92,7 +92,7 @@ def parse_and_run(text: str, pipeline: str, engine: DiagnosticEngine, *, first_l
                 engine.report(Diagnostic("error", msg, f, line, col))
             return None
         run_pipeline(module, pipeline, options=options, engine=engine, input_text=text,
-                     **run_kwargs)
+                     verify_types=verify_types, **run_kwargs)
         return str(module)
 
 
@@ -192,20 +192,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for kv in args.option:
         k, sep, v = kv.partition("=")
         if not sep:
-            print(f"fuelc opt: --option expects KEY=VALUE, got {kv!r}", file=sys.stderr)
+            print(f"fuelc opt: error: --option expects KEY=VALUE, got {kv!r}", file=sys.stderr)
             return 2
         args.option_defaults[k] = v
     filename = "<stdin>" if args.input == "-" else args.input
     try:
         text = sys.stdin.read() if args.input == "-" else open(args.input).read()
     except (OSError, UnicodeDecodeError) as e:
-        print(f"fuelc opt: cannot read {filename}: {e}", file=sys.stderr)
+        print(f"fuelc opt: error: cannot read {filename}: {e}", file=sys.stderr)
         return 2
     # Validate the pipeline once, up front, so a typo is one clear error.
     try:
         build_pipeline(args.pipeline, _make_context(), args.option_defaults)
     except PipelineSyntaxError as e:
-        print(f"fuelc opt: {e}", file=sys.stderr)
+        print(f"fuelc opt: error: {e}", file=sys.stderr)
         return 2
 
     chunks = split_input(text) if args.split_input_file else [(1, text)]
@@ -232,7 +232,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             with open(args.output, "w") as f:
                 f.write(result)
         except OSError as e:
-            print(f"fuelc opt: cannot write {args.output}: {e}", file=sys.stderr)
+            print(f"fuelc opt: error: cannot write {args.output}: {e}", file=sys.stderr)
             return 2
     if args.verify_diagnostics:
         for f in verify_failures:

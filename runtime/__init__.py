@@ -31,7 +31,7 @@ from .executor import (
 )
 from .artifact import (
     ArtifactCodeError, ArtifactCpuError, ArtifactError, ArtifactFormatError,
-    ArtifactIntegrityError, ArtifactVersionError, LoadedModule, load,
+    ArtifactIntegrityError, ArtifactSignatureError, ArtifactVersionError, LoadedModule, load,
 )
 
 __all__ = [
@@ -47,5 +47,5 @@ __all__ = [
     "OpParamsError", "BindingTableError", "NoBackendForOp", "KernelError", "PlanError",
     "IndexOutOfRangeError",
     "load", "LoadedModule", "ArtifactError", "ArtifactFormatError", "ArtifactVersionError",
-    "ArtifactIntegrityError", "ArtifactCpuError", "ArtifactCodeError",
+    "ArtifactIntegrityError", "ArtifactCpuError", "ArtifactCodeError", "ArtifactSignatureError",
 ]

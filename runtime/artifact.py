@@ -27,10 +27,22 @@ kernel step in a fresh ``KernelBindingTable`` and returns a
 ``.output_names``, ``.signature``, ``.entry_points``). ``open_artifact``
 does the same checks without linking code (what ``inspect`` needs). Every
 failure is an ``ArtifactError`` subclass.
+
+Trust model: a ``.fuel`` file is native code, like a shared library. Loading
+one and calling it runs its objects' machine code in this process with this
+process's rights. The checks above (and the cross-checks of every manifest
+field against the rest of the manifest: each layout within its tensor, each
+kernel's arity and object bound to its step, the CPU name consistent with the
+feature list) catch a *damaged* or inconsistently edited file with a typed
+error instead of a crash; they are not authentication. The SHA-256 of each
+member lives in the unauthenticated manifest, so whoever can write the file
+can replace its code and weights and fix up the hashes. Load only files you
+would run as programs.
 """
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import math
 import os
@@ -51,11 +63,22 @@ from .layout import Layout
 from .precision import PrecisionGuarantee
 
 FORMAT = "fuelc-module"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: an object kernel's revision covers its whole binding
 MANIFEST = "manifest.json"
+#: Optional: the HMAC-SHA256 (hex) of the manifest's bytes under a shared key
+#: (``save(path, sign_with=key)``); it covers every member through their hashes.
+SIGNATURE = "manifest.sig"
+#: A file holding the key every ``load`` must verify a signature with.
+KEY_FILE_ENV = "FUELC_VERIFY_KEY_FILE"
 WEIGHTS = "weights.safetensors"
 ENTRY_SYMBOL = "_mlir_ciface_kernel"
 MAX_MANIFEST_BYTES = 64 << 20
+#: The most bytes a compressed member may inflate to (IR text; code and weights
+#: are stored uncompressed), and the most descriptors one kernel may take.
+MAX_INFLATED_BYTES = 256 << 20
+MAX_ARITY = 256
+#: The most bytes one value of the plan may have (1 TiB: beyond any real model).
+MAX_VALUE_BYTES = 1 << 40
 _DEFLATE_MAX_RATIO = 1032  # deflate cannot expand data more than this
 
 #: safetensors dtype names <-> numpy (little-endian). bf16 constants are
@@ -88,6 +111,11 @@ class ArtifactVersionError(ArtifactError):
 class ArtifactIntegrityError(ArtifactError):
     """A member whose bytes do not match the manifest (size, SHA-256 or the
     zip's CRC): the file was damaged or tampered with."""
+
+
+class ArtifactSignatureError(ArtifactIntegrityError):
+    """A signature was required (``verify_with`` or ``$FUELC_VERIFY_KEY_FILE``)
+    and the file has none, or it does not match the manifest under the key."""
 
 
 class ArtifactCpuError(ArtifactError, CpuFeatureError):
@@ -146,6 +174,7 @@ def check_manifest(m, path: str = "") -> dict:
         _need(t, key, str, "target", path)
     if not all(isinstance(f, str) for f in _need(t, "features", list, "target", path)):
         raise ArtifactFormatError("malformed manifest: target.features must list strings", path)
+    _check_target(t, path)
     for name, rec in m["members"].items():
         if not _MEMBER.fullmatch(name) or name == MANIFEST:
             raise ArtifactFormatError(f"malformed manifest: bad member name {name!r}", path)
@@ -154,6 +183,10 @@ def check_manifest(m, path: str = "") -> dict:
                                       "SHA-256 hex digest", path)
         if _need(rec, "size", int, f"members[{name!r}]", path) < 0:
             raise ArtifactFormatError(f"malformed manifest: members[{name!r}].size < 0", path)
+        if name.startswith("ir/") and rec["size"] > MAX_INFLATED_BYTES:
+            raise ArtifactFormatError(f"malformed manifest: members[{name!r}].size is "
+                                      f"{rec['size']} bytes; an IR member may hold at most "
+                                      f"{MAX_INFLATED_BYTES >> 20} MiB", path)
     for stage, member in m["ir"].items():
         if not isinstance(member, str) or member not in m["members"]:
             raise ArtifactFormatError(f"malformed manifest: IR stage {stage!r} names no member", path)
@@ -161,13 +194,28 @@ def check_manifest(m, path: str = "") -> dict:
         if not isinstance(tname, str):
             raise ArtifactFormatError(f"malformed manifest: constant {cname!r} maps to no tensor",
                                       path)
-    for i, ep in enumerate(_need(m, "entry_points", list, "manifest", path)):
+    eps = _need(m, "entry_points", list, "manifest", path)
+    if not eps:
+        raise ArtifactFormatError("malformed manifest: entry_points is empty (a module has "
+                                  "one entry point, 'main'); re-export the model", path)
+    plan = m["plan"]
+    for key in ("inputs", "outputs", "steps"):
+        if not all(isinstance(v, dict) for v in _need(plan, key, list, "plan", path)):
+            raise ArtifactFormatError(f"malformed manifest: plan.{key} must list objects", path)
+    for i, ep in enumerate(eps):
         _need(ep, "name", str, f"entry_points[{i}]", path)
         for side in ("inputs", "outputs"):
             for j, v in enumerate(_need(ep, side, list, f"entry_points[{i}]", path)):
                 _need(v, "name", str, f"entry_points[{i}].{side}[{j}]", path)
                 _need(v, "shape", list, f"entry_points[{i}].{side}[{j}]", path)
                 _need(v, "dtype", str, f"entry_points[{i}].{side}[{j}]", path)
+    ep, pl = eps[0], m["plan"]
+    want_in = [{"name": v.get("name"), "shape": v.get("shape"), "dtype": v.get("dtype")}
+               for v in pl["inputs"]]
+    if [{k: v[k] for k in ("name", "shape", "dtype")} for v in ep["inputs"]] != want_in or \
+            [v["name"] for v in ep["outputs"]] != [v.get("name") for v in pl["outputs"]]:
+        raise ArtifactFormatError("malformed manifest: entry_points[0] does not match the plan's "
+                                  "inputs and outputs (plan.inputs, plan.outputs)", path)
     for i, k in enumerate(_need(m, "kernels", list, "manifest", path)):
         where = f"kernels[{i}]"
         _need(k, "step", int, where, path)
@@ -181,10 +229,18 @@ def check_manifest(m, path: str = "") -> dict:
             if _need(b, "object", str, where + ".binding", path) not in m["members"]:
                 raise ArtifactFormatError(f"malformed manifest: {where} names object "
                                           f"{b['object']!r}, which is not a member", path)
-            _need(b, "symbol", str, where + ".binding", path)
-            _need(b, "arity", int, where + ".binding", path)
+            if _need(b, "symbol", str, where + ".binding", path) != ENTRY_SYMBOL:
+                raise ArtifactFormatError(f"malformed manifest: {where}.binding.symbol is "
+                                          f"{b['symbol']!r}; exported kernels are "
+                                          f"{ENTRY_SYMBOL!r}", path)
+            arity = _need(b, "arity", int, where + ".binding", path)
+            if not 0 < arity <= MAX_ARITY:
+                raise ArtifactFormatError(f"malformed manifest: {where}.binding.arity {arity} is "
+                                          f"outside [1, {MAX_ARITY}]", path)
             _need(b, "layouts", list, where + ".binding", path)
             _need(b, "call_shapes", list, where + ".binding", path)
+            _need(b, "instance", str, where + ".binding", path)
+            _need(k, "revision", str, where, path)
         elif kind == "numpy":
             _need(b, "function", str, where + ".binding", path)
         else:
@@ -193,14 +249,47 @@ def check_manifest(m, path: str = "") -> dict:
     return m
 
 
+def _check_target(t: dict, path: str) -> None:
+    """A named CPU target (``cpu:x86-64-v4``) needs at least the features
+    its CPU implies: a features list edited down would let code that uses
+    them load on a CPU without them (SIGILL)."""
+    from .cpu_features import KNOWN_CPUS
+    if t["kind"] != "cpu" or t["name"] == "cpu":  # the host target lists what the host has
+        return
+    if t["name"] != f"cpu:{t['cpu']}":
+        raise ArtifactFormatError(f"malformed manifest: target.name {t['name']!r} does not "
+                                  f"match target.cpu {t['cpu']!r}", path)
+    lacks = sorted(KNOWN_CPUS.get(t["cpu"], frozenset()) - set(t["features"]))
+    if lacks:
+        raise ArtifactFormatError(f"malformed manifest: target.features lacks "
+                                  f"{', '.join(lacks)}, which target.cpu {t['cpu']!r} implies; "
+                                  "the file was edited or damaged: re-export it", path)
+
+
+def object_revision(rec: dict, object_sha256: str) -> str:
+    """The revision of an object kernel record: a hash over its source, its
+    binding key and dtypes, the object's SHA-256 and every field of its
+    binding, so an object re-pointed or swapped, a record moved to another
+    kind of step, or an arity or layout edited no longer matches."""
+    b = rec["binding"]
+    fields = [rec.get("source"), rec.get("key"), rec.get("dtypes"), object_sha256] + \
+        [b.get(k) for k in ("symbol", "arity", "instance", "call_shapes", "layouts")]
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
 class Artifact:
     """A verified ``.fuel`` file: ``manifest`` and the bytes of every member
-    (each already checked against its size and SHA-256). Nothing is linked."""
+    but the IR (each already checked against its size and SHA-256; the IR
+    members were hashed as they streamed by and are read again, and checked
+    again, by ``ir(stage)``). Nothing is linked."""
 
-    def __init__(self, path: str, manifest: dict, members: dict[str, bytearray]):
+    def __init__(self, path: str, manifest: dict, members: dict[str, bytearray],
+                 signed: bool = False, verified: bool = False):
         self.path = path
         self.manifest = manifest
         self.members = members
+        self.signed = signed  # carries a manifest signature
+        self.verified = verified  # ... checked against a key by open_artifact
 
     @property
     def ir_stages(self) -> list[str]:
@@ -213,8 +302,22 @@ class Artifact:
         if member is None:
             raise ArtifactFormatError(f"no IR stage {stage!r}; stages: "
                                       f"{', '.join(self.ir_stages)}", self.path)
+        data = self.members.get(member)
+        if data is None:  # IR is read on demand
+            rec = self.manifest["members"][member]
+            try:
+                with zipfile.ZipFile(self.path) as zf:
+                    data = _read_member(zf, zf.getinfo(member), rec["size"], self.path)
+            except ArtifactError:
+                raise
+            except (*_ZIP_ERRORS, KeyError) as e:
+                raise ArtifactIntegrityError(f"member {member}: {type(e).__name__}: {e}",
+                                             self.path) from None
+            if sha256_hex(data) != rec["sha256"]:
+                raise ArtifactIntegrityError(f"member {member} does not match its SHA-256 in "
+                                             "the manifest: the file was modified", self.path)
         try:
-            return bytes(self.members[member]).decode()
+            return bytes(data).decode()
         except UnicodeDecodeError:
             raise ArtifactFormatError(f"IR stage {stage!r} is not UTF-8 text", self.path) from None
 
@@ -228,19 +331,27 @@ class Artifact:
                 raise ArtifactFormatError(f"constant {cname!r} names tensor {tname!r}, which "
                                           "the weights do not hold", self.path)
             out[cname] = tensors[tname]
-        for c in self.manifest["plan"].get("constants", []):
+        for i, c in enumerate(self.manifest["plan"].get("constants", [])):
             arr = out.get(c.get("name")) if isinstance(c, dict) else None
+            try:
+                dt = np.dtype(c.get("numpy_dtype")) if arr is not None else None
+            except (TypeError, ValueError):
+                raise ArtifactFormatError(f"malformed manifest: plan.constants[{i}].numpy_dtype "
+                                          f"{c.get('numpy_dtype')!r} is not a numpy dtype",
+                                          self.path) from None
             if arr is None or list(arr.shape) != c.get("shape") or \
-                    arr.dtype.newbyteorder("=") != np.dtype(c.get("numpy_dtype")).newbyteorder("="):
+                    arr.dtype.newbyteorder("=") != dt.newbyteorder("="):
                 raise ArtifactFormatError(f"plan constant {c!r} does not match the weights "
                                           f"({None if arr is None else (arr.dtype.str, arr.shape)})",
                                           self.path)
         return out
 
 
-def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int, path: str) -> bytearray:
+def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int, path: str,
+                 keep: bool = True):
     """The member's bytes, read once into one buffer; the zip's own CRC is
-    checked by zipfile at the end of the read."""
+    checked by zipfile at the end of the read. With ``keep=False``, only its
+    SHA-256 (hex), hashed as it streams by."""
     if info.file_size != size:
         raise ArtifactIntegrityError(f"member {info.filename} is {info.file_size} bytes, the "
                                      f"manifest says {size}", path)
@@ -251,6 +362,21 @@ def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int, path: st
     if not ok:
         raise ArtifactIntegrityError(f"member {info.filename}: sizes in the zip directory do "
                                      "not agree", path)
+    if info.compress_type != zipfile.ZIP_STORED and size > MAX_INFLATED_BYTES:
+        raise ArtifactFormatError(f"member {info.filename} inflates to {size} bytes; a "
+                                  f"compressed member may hold at most "
+                                  f"{MAX_INFLATED_BYTES >> 20} MiB", path)
+    if not keep:
+        h, got = hashlib.sha256(), 0
+        with zf.open(info) as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+                got += len(chunk)
+                if got > size:
+                    break
+        if got != size:
+            raise ArtifactIntegrityError(f"member {info.filename} is not {size} bytes long", path)
+        return h.hexdigest()
     buf = bytearray(size)
     view = memoryview(buf)
     with zf.open(info) as f:
@@ -269,12 +395,80 @@ _ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplemented
                RuntimeError, ValueError, struct.error, OverflowError)
 
 
-def open_artifact(path) -> Artifact:
+def signing_key(key) -> bytes:
+    """``key`` (bytes, or text as UTF-8) as an HMAC key; ArtifactError when empty."""
+    if isinstance(key, str):
+        key = key.encode()
+    if not isinstance(key, (bytes, bytearray)) or not key:
+        raise ArtifactError(f"a signing key must be non-empty bytes or text, got "
+                            f"{type(key).__name__}")
+    return bytes(key)
+
+
+def read_key_file(path) -> bytes:
+    """The key in the file at ``path`` (surrounding whitespace stripped)."""
+    try:
+        with open(path, "rb") as f:
+            key = f.read(1 << 16).strip()
+    except OSError as e:
+        raise ArtifactError(f"cannot read the key file: {e.strerror}", os.fspath(path)) from None
+    if not key:
+        raise ArtifactError("the key file is empty", os.fspath(path))
+    return key
+
+
+def manifest_signature(key, manifest_bytes) -> str:
+    """The signature of a manifest: HMAC-SHA256 under ``key``, hex."""
+    return hmac.new(signing_key(key), bytes(manifest_bytes), hashlib.sha256).hexdigest()
+
+
+def _required_key(verify_with):
+    if verify_with is not None:
+        return signing_key(verify_with)
+    env = os.environ.get(KEY_FILE_ENV)
+    return read_key_file(env) if env else None
+
+
+def _check_signature(zf, by_name: dict, raw, key, path: str) -> None:
+    info = by_name.get(SIGNATURE)
+    source = "verify_with" if os.environ.get(KEY_FILE_ENV) is None else f"${KEY_FILE_ENV}"
+    if info is None:
+        raise ArtifactSignatureError(f"the file is not signed, and a signature is required "
+                                     f"({source}); save it with sign_with=KEY (fuelc compile "
+                                     "--sign-key FILE)", path)
+    if info.file_size > 256:
+        raise ArtifactSignatureError(f"{SIGNATURE} is {info.file_size} bytes", path)
+    got = bytes(_read_member(zf, info, info.file_size, path)).strip()
+    want = manifest_signature(key, raw).encode()
+    if not hmac.compare_digest(got, want):
+        raise ArtifactSignatureError("the signature does not match: the file was changed after "
+                                     "it was signed, or signed with another key", path)
+
+
+def _check_regular_file(p: str) -> None:
+    import stat
+    try:
+        mode = os.stat(p).st_mode
+    except FileNotFoundError:
+        raise ArtifactFormatError("no such file", p) from None
+    except OSError as e:
+        raise ArtifactFormatError(f"cannot read: {e.strerror}", p) from None
+    if stat.S_ISDIR(mode):
+        raise ArtifactFormatError("is a directory, not a .fuel file", p)
+    if not stat.S_ISREG(mode):
+        raise ArtifactFormatError("is not a regular file (a device, FIFO or socket); give a "
+                                  ".fuel file", p)
+
+
+def open_artifact(path, verify_with=None) -> Artifact:
     """Open and verify a ``.fuel`` file (zip structure, manifest, format
-    version, every member's size and SHA-256) without linking any code."""
+    version, every member's size and SHA-256) without linking any code.
+    With ``verify_with`` (a key), or a key file named by
+    ``$FUELC_VERIFY_KEY_FILE``, the file must carry a signature of its
+    manifest under that key (``ArtifactSignatureError`` otherwise)."""
     p = os.fspath(path)
-    if not os.path.isfile(p):
-        raise ArtifactFormatError("no such file", p)
+    key = _required_key(verify_with)
+    _check_regular_file(p)
     try:
         with zipfile.ZipFile(p) as zf:
             infos = zf.infolist()
@@ -288,30 +482,34 @@ def open_artifact(path) -> Artifact:
             if info.file_size > MAX_MANIFEST_BYTES:
                 raise ArtifactFormatError(f"{MANIFEST} is {info.file_size} bytes", p)
             raw = _read_member(zf, info, info.file_size, p)
+            if key is not None:
+                _check_signature(zf, by_name, raw, key, p)
             try:
                 manifest = json.loads(bytes(raw).decode())
-            except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
                 raise ArtifactFormatError(f"{MANIFEST} is not JSON: {e}", p) from None
             check_manifest(manifest, p)
             listed = manifest["members"]
-            extra = sorted(set(by_name) - set(listed) - {MANIFEST})
+            extra = sorted(set(by_name) - set(listed) - {MANIFEST, SIGNATURE})
             missing = sorted(set(listed) - set(by_name))
             if extra or missing:
                 raise ArtifactFormatError(f"members differ from the manifest: missing "
                                           f"{missing}, unexpected {extra}", p)
             members = {}
             for name, rec in listed.items():
-                data = _read_member(zf, by_name[name], rec["size"], p)
-                if sha256_hex(data) != rec["sha256"]:
+                keep = not name.startswith("ir/")
+                data = _read_member(zf, by_name[name], rec["size"], p, keep)
+                if (sha256_hex(data) if keep else data) != rec["sha256"]:
                     raise ArtifactIntegrityError(f"member {name} does not match its SHA-256 in "
                                                  "the manifest: the file was modified", p)
-                members[name] = data
+                if keep:
+                    members[name] = data
     except ArtifactError:
         raise
     except _ZIP_ERRORS as e:
         raise ArtifactIntegrityError(f"damaged or truncated file ({type(e).__name__}: {e}); "
                                      "re-export it", p) from None
-    return Artifact(p, manifest, members)
+    return Artifact(p, manifest, members, SIGNATURE in by_name, key is not None)
 
 
 def read_safetensors(buf, path: str = "") -> dict[str, np.ndarray]:
@@ -324,7 +522,7 @@ def read_safetensors(buf, path: str = "") -> dict[str, np.ndarray]:
         raise ArtifactFormatError(f"weights: header of {n} bytes does not fit", path)
     try:
         header = json.loads(bytes(buf[8:8 + n]).decode())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise ArtifactFormatError(f"weights: header is not JSON: {e}", path) from None
     if not isinstance(header, dict):
         raise ArtifactFormatError("weights: header is not a JSON object", path)
@@ -394,11 +592,102 @@ def _no_threads() -> int:
     return 0
 
 
-def _layout(rec, path: str) -> Layout:
+def _layout(rec, path: str, where: str = "layout") -> Layout:
     try:
         return Layout(tuple(rec["shape"]), tuple(rec["stride"]), rec["offset"])
     except (KeyError, TypeError, FuelError) as e:
-        raise ArtifactFormatError(f"malformed layout {rec!r}: {e}", path) from None
+        raise ArtifactFormatError(f"malformed manifest: {where} {rec!r}: {e}", path) from None
+
+
+def _shape(v, where: str, path: str) -> tuple:
+    if not isinstance(v, list) or not all(isinstance(d, int) and not isinstance(d, bool)
+                                          and 0 <= d < 1 << 62 for d in v):
+        raise ArtifactFormatError(f"malformed manifest: {where} {v!r} is not a shape", path)
+    return tuple(v)
+
+
+def _check_object_binding(art: Artifact, rec: dict, step: KernelStep, k: int) -> list:
+    """Check an object binding against its step and its object before any
+    code is linked; return its descriptor layouts. The kernel is called with
+    one descriptor per step input and one for its output (a multi-output
+    step's bundle), each over a row-major buffer of its call shape: the
+    arity, the call shapes and the reach of every layout must agree with
+    that, and the revision with the object and the binding."""
+    b, path, where = rec["binding"], art.path, f"kernels[{k}].binding"
+    if rec.get("key") != step.key.to_json() or rec.get("dtypes") != [d.value for d in
+                                                                    step.dtypes]:
+        raise ArtifactFormatError(f"kernels[{k}].key/dtypes {rec.get('key')} {rec.get('dtypes')} "
+                                  f"are not those of step {rec['step']} ({step.key.to_json()} "
+                                  f"{[d.value for d in step.dtypes]}); the file was edited or "
+                                  "damaged", path)
+    n_in = len(step.inputs)
+    if b["arity"] != n_in + 1:
+        raise ArtifactFormatError(f"{where}.arity is {b['arity']}, but step {rec['step']} "
+                                  f"calls its kernel with {n_in + 1} descriptors ({n_in} "
+                                  "inputs, 1 output); the file was edited or damaged", path)
+    for key in ("layouts", "call_shapes"):
+        if len(b[key]) != b["arity"]:
+            raise ArtifactFormatError(f"{where}.{key} has {len(b[key])} entries for arity "
+                                      f"{b['arity']}", path)
+    shapes = [_shape(s, f"{where}.call_shapes[{j}]", path) for j, s in enumerate(b["call_shapes"])]
+    out = step.output_specs[0]
+    if not step.is_bundle and shapes[-1] != tuple(out.shape):
+        raise ArtifactFormatError(f"{where}.call_shapes[{n_in}] {list(shapes[-1])} is not the "
+                                  f"shape {list(out.shape)} of step {rec['step']}'s output "
+                                  "(plan.steps[].outputs)", path)
+    layouts = []
+    for j, lrec in enumerate(b["layouts"]):
+        lay = _layout(lrec, path, f"{where}.layouts[{j}]")
+        if j < n_in or not step.is_bundle:
+            extent = math.prod(shapes[j])
+        else:  # the bundle buffer: every output, each aligned to its itemsize
+            nbytes = 0
+            for spec in step.output_specs:
+                isz = spec.dtype.itemsize
+                nbytes = -(-nbytes // isz) * isz + math.prod(spec.shape) * isz
+            extent = nbytes // out.dtype.itemsize
+        lo, hi = lay.element_span()
+        if lay.numel and (lo < 0 or hi >= extent):
+            raise ArtifactFormatError(f"{where}.layouts[{j}] (shape {list(lay.shape)}, stride "
+                                      f"{list(lay.stride)}, offset {lay.start_offset}) reaches "
+                                      f"elements [{lo}, {hi}] outside its tensor of {extent} "
+                                      "elements; the file was edited or damaged", path)
+        layouts.append(lay)
+    want = object_revision(rec, art.manifest["members"][b["object"]]["sha256"])
+    if rec["revision"] != want:
+        raise ArtifactFormatError(f"kernels[{k}].revision does not match its binding and object "
+                                  f"{b['object']} (step {rec['step']} was re-pointed at another "
+                                  "object, or its key, symbol, arity, instance, call shapes or "
+                                  "layouts were edited); re-export the model", path)
+    return layouts
+
+
+def check_call_shapes(art: Artifact, plan: Plan, specs) -> None:
+    """Each object kernel's input call shapes are its step's input shapes
+    (``specs``: the executor's value specs)."""
+    for k, rec in enumerate(art.manifest["kernels"]):
+        b = rec["binding"]
+        if b["kind"] != "object":
+            continue
+        step = plan.steps[rec["step"]]
+        for j, v in enumerate(step.inputs):
+            if tuple(b["call_shapes"][j]) != tuple(specs[v].shape):
+                raise ArtifactFormatError(
+                    f"kernels[{k}].binding.call_shapes[{j}] {b['call_shapes'][j]} is not the "
+                    f"shape {list(specs[v].shape)} of step {rec['step']}'s input {v!r}", art.path)
+
+
+def _check_value_sizes(plan: Plan, path: str) -> None:
+    for i, step in enumerate(plan.steps):
+        for j, spec in enumerate(getattr(step, "output_specs", ())):
+            if math.prod(spec.shape) * spec.dtype.itemsize > MAX_VALUE_BYTES:
+                raise ArtifactFormatError(f"plan.steps[{i}].outputs[{j}].shape "
+                                          f"{list(spec.shape)} is larger than any module "
+                                          f"({MAX_VALUE_BYTES >> 40} TiB)", path)
+    for name, spec in plan.inputs.items():
+        if math.prod(spec.shape) * spec.dtype.itemsize > MAX_VALUE_BYTES:
+            raise ArtifactFormatError(f"plan.inputs {name!r} shape {list(spec.shape)} is larger "
+                                      f"than any module ({MAX_VALUE_BYTES >> 40} TiB)", path)
 
 
 def _numpy_kernels() -> dict:
@@ -414,13 +703,14 @@ def build_table(art: Artifact, plan: Plan) -> KernelBindingTable:
     target = m["target"]
     objects, refs, numpy = {}, {}, None
     table = KernelBindingTable()
-    for rec in m["kernels"]:
+    for k, rec in enumerate(m["kernels"]):
         i = rec["step"]
         step = plan.steps[i] if 0 <= i < len(plan.steps) else None
         if not isinstance(step, KernelStep):
             raise ArtifactFormatError(f"kernel record for step {i}, which is not a kernel step", path)
         b, ident = rec["binding"], (step.key, step.dtypes, step.backend)
         if b["kind"] == "object":
+            layouts = _check_object_binding(art, rec, step, k)
             obj = objects.get(b["object"])
             if obj is None:
                 try:
@@ -428,10 +718,6 @@ def build_table(art: Artifact, plan: Plan) -> KernelBindingTable:
                                                              target["features"], target["name"])
                 except ObjectLoadError as e:
                     raise ArtifactCodeError(f"{b['object']}: {e}", path) from None
-            layouts = [_layout(l, path) for l in b["layouts"]]
-            if len(layouts) != b["arity"]:
-                raise ArtifactFormatError(f"step {i}: {len(layouts)} layouts for arity "
-                                          f"{b['arity']}", path)
             try:
                 fn = obj.ciface(b["symbol"].removeprefix("_mlir_ciface_"), b["arity"])
             except FuelError as e:
@@ -441,10 +727,7 @@ def build_table(art: Artifact, plan: Plan) -> KernelBindingTable:
                 ref = refs[ident] = (_ExportedKernel(rec["kernel"]), "object", rec)
             elif ref[1] != "object":
                 raise ArtifactFormatError(f"step {i}: {step.key} bound to two kinds of kernel", path)
-            try:
-                shapes = tuple(tuple(int(d) for d in s) for s in b["call_shapes"])
-            except (KeyError, TypeError, ValueError):
-                raise ArtifactFormatError(f"step {i}: malformed call_shapes", path) from None
+            shapes = tuple(tuple(s) for s in b["call_shapes"])
             ref[0].add(step.params, shapes, fn, layouts)
         else:
             numpy = numpy if numpy is not None else _numpy_kernels()
@@ -470,12 +753,21 @@ def build_table(art: Artifact, plan: Plan) -> KernelBindingTable:
     return table.freeze()
 
 
-def load(path) -> "LoadedModule":
+def load(path, verify_with=None) -> "LoadedModule":
     """Verify and load a ``.fuel`` file (see the module docstring); nothing
     is linked before every check has passed. Raises ``ArtifactError``
     subclasses: ``ArtifactFormatError``, ``ArtifactVersionError``,
-    ``ArtifactIntegrityError``, ``ArtifactCpuError``, ``ArtifactCodeError``."""
-    art = open_artifact(path)
+    ``ArtifactIntegrityError``, ``ArtifactCpuError``, ``ArtifactCodeError``.
+
+    A ``.fuel`` file is native code, like a shared library: calling the
+    module runs its machine code in this process. The checks detect damage
+    and inconsistent edits, not forgery (the hashes are in the unsigned
+    manifest), so load only files you would run as programs, or sign them:
+    with ``verify_with`` (the key given to ``save(path, sign_with=key)``), or
+    a key file named by ``$FUELC_VERIFY_KEY_FILE`` (a policy for every load
+    in the process), an unsigned file or one whose signature does not match
+    raises ``ArtifactSignatureError`` before anything else is trusted."""
+    art = open_artifact(path, verify_with)
     target = art.manifest["target"]
     try:
         check_cpu_features(target["features"], target=target["name"],
@@ -484,12 +776,19 @@ def load(path) -> "LoadedModule":
         raise ArtifactCpuError(str(e), art.path, e.missing, target["name"]) from None
     try:
         plan = Plan.from_dict(art.manifest["plan"], art.constants())
+        _check_value_sizes(plan, art.path)
         table = build_table(art, plan)
-        return LoadedModule(art, plan, table)
+        module = LoadedModule(art, plan, table)
+        check_call_shapes(art, plan, module.executor.specs)
+        return module
     except ArtifactError:
         raise
     except FuelError as e:  # PlanError, BindingTableError, ... from a malformed plan
         raise ArtifactFormatError(f"the plan does not load: {e}", art.path) from None
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError,
+            RecursionError) as e:  # a field of the wrong type or missing, deep in the plan
+        raise ArtifactFormatError(f"malformed manifest: the plan does not load "
+                                  f"({type(e).__name__}: {e})", art.path) from None
 
 
 class LoadedModule(PlanModule):
@@ -532,8 +831,10 @@ class LoadedModule(PlanModule):
                f"{self.output_names}>"
 
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "WEIGHTS", "ENTRY_SYMBOL",
+__all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "WEIGHTS", "ENTRY_SYMBOL", "SIGNATURE",
+           "KEY_FILE_ENV", "ArtifactSignatureError", "manifest_signature", "signing_key",
+           "read_key_file",
            "SAFETENSORS_DTYPES", "ArtifactError", "ArtifactFormatError", "ArtifactVersionError",
            "ArtifactIntegrityError", "ArtifactCpuError", "ArtifactCodeError", "Artifact",
            "LoadedModule", "check_manifest", "open_artifact", "read_safetensors", "build_table",
-           "load", "sha256_hex"]
+           "load", "sha256_hex", "object_revision", "MAX_INFLATED_BYTES", "MAX_ARITY"]

@@ -31,6 +31,23 @@ def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split())
 
 
+def file_problem(path: str) -> Optional[str]:
+    """Why ``path`` cannot be read as a file (None when it can): no such
+    file, a directory, or a device, FIFO or socket."""
+    import stat
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as e:
+        return f"cannot read it ({e.strerror})"
+    if stat.S_ISDIR(mode):
+        return "is a directory, not a file"
+    if not stat.S_ISREG(mode):
+        return "is not a regular file (a device, FIFO or socket)"
+    return None
+
+
 def _parse_inputs(specs: Sequence[str]) -> dict[str, np.ndarray]:
     out = {}
     for spec in specs:
@@ -39,13 +56,19 @@ def _parse_inputs(specs: Sequence[str]) -> dict[str, np.ndarray]:
             raise CliError(f"--input {spec!r}: expected NAME=FILE.npy (e.g. --input x=x.npy)")
         if name in out:
             raise CliError(f"--input {name!r} is given twice")
-        if not os.path.isfile(path):
-            raise CliError(f"--input {name}: no such file: {path}")
+        problem = file_problem(path)
+        if problem:
+            raise CliError(f"--input {name}: {path}: {problem}")
         try:
-            out[name] = np.load(path, allow_pickle=False)
+            arr = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as e:
             raise CliError(f"--input {name}: {path} is not a .npy array file ({_one_line(e)})") \
                 from None
+        if not isinstance(arr, np.ndarray):  # an .npz archive: a mapping of arrays
+            arr.close()
+            raise CliError(f"--input {name}: {path} is an .npz archive, not one .npy array; "
+                           "save each input with np.save and pass --input NAME=FILE.npy")
+        out[name] = arr
     return out
 
 
@@ -68,10 +91,15 @@ def _summary(arr: np.ndarray) -> str:
     return f"min={a.min():.6g} max={a.max():.6g} mean={a.mean():.6g}"
 
 
+def _verify_key(args):
+    from .artifact import read_key_file
+    return read_key_file(args.verify_key) if getattr(args, "verify_key", None) else None
+
+
 def cmd_run(args) -> int:
     from .artifact import load
     inputs = _parse_inputs(args.input)
-    module = load(args.model)
+    module = load(args.model, verify_with=_verify_key(args))
     _check_inputs(module, inputs)
     outputs = module.run(**inputs)
     specs = module.signature["outputs"]
@@ -89,7 +117,7 @@ def cmd_run(args) -> int:
 
 def cmd_inspect(args) -> int:
     from .artifact import WEIGHTS, open_artifact, read_safetensors
-    art = open_artifact(args.model)
+    art = open_artifact(args.model, verify_with=_verify_key(args))
     m = art.manifest
     if args.ir:
         sys.stdout.write(art.ir(args.ir))
@@ -103,6 +131,9 @@ def cmd_inspect(args) -> int:
     print(f"built by: fuelc {p.get('fuelc')}, torch-mlir {p.get('torch_mlir')}, "
           f"llvmlite {p.get('llvmlite')}")
     print(f"target:   {t['name']} (cpu {t['cpu']}; needs {', '.join(t['features']) or 'nothing'})")
+    signed = ("yes, verified" if art.verified else "yes, not verified (--verify-key)") \
+        if art.signed else "no"
+    print(f"signed:   {signed}")
     print(f"entry:    {ep['name']}")
     for side in ("inputs", "outputs"):
         for v in ep[side]:
@@ -124,6 +155,12 @@ def cmd_inspect(args) -> int:
     return 0
 
 
+def _add_verify_key(p) -> None:
+    p.add_argument("--verify-key", metavar="KEYFILE",
+                   help="require the file to be signed with the key in KEYFILE (fuelc compile "
+                        "--sign-key); $FUELC_VERIFY_KEY_FILE requires it for every load")
+
+
 def add_run_parser(sub) -> None:
     p = sub.add_parser("run", help="run a .fuel module on .npy inputs",
                        description="Verify and load a .fuel module (no compiler needed), run it "
@@ -135,6 +172,7 @@ def add_run_parser(sub) -> None:
                    help="one input by name, from a numpy .npy file (repeat for each input)")
     p.add_argument("--output-dir", "-o", metavar="DIR",
                    help="also save every output as DIR/<name>.npy")
+    _add_verify_key(p)
     p.set_defaults(func=cmd_run)
 
 
@@ -147,6 +185,7 @@ def add_inspect_parser(sub) -> None:
     p.add_argument("model", help="the .fuel file")
     p.add_argument("--ir", metavar="STAGE", help="print the IR of one stage (fuel, optimized)")
     p.add_argument("--json", action="store_true", help="print the whole manifest as JSON")
+    _add_verify_key(p)
     p.set_defaults(func=cmd_inspect)
 
 

@@ -284,7 +284,7 @@ _addressof, _Structure = ctypes.addressof, ctypes.Structure
 class KernelFunction:
     """A void(ptr, ..., ptr) function in a CompiledObject; keeps it alive."""
 
-    __slots__ = ("owner", "name", "nargs", "_fn")
+    __slots__ = ("owner", "name", "nargs", "_fn", "__weakref__")
 
     def __init__(self, owner: CompiledObject, name: str, nargs: int):
         self.owner = owner

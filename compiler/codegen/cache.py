@@ -41,7 +41,13 @@ another user or is group- or world-writable, the disk cache is not used at
 all (memory only, one warning saying how to fix it). Writes go to a
 temporary file in the entry's directory and are renamed into place, so
 readers never see a partial entry; a failed write (a full disk, a read-only
-directory) removes its temporary file and only costs recompiles.
+directory) removes its temporary file and only costs recompiles. A writer
+holds its temporary file locked (``flock``) until the rename; the first use
+of the disk cache in a process removes temp files no writer holds (left by
+a writer that was killed). Entry files are opened with ``O_NOFOLLOW |
+O_NONBLOCK`` (a FIFO planted at an entry's path is refused, never waited
+on), and a shard directory ``objects/<xx>`` that is a symlink is removed and
+recreated, never written through.
 """
 from __future__ import annotations
 
@@ -49,6 +55,7 @@ import collections
 import functools
 import dataclasses
 import errno
+import fcntl
 import hashlib
 import importlib.metadata
 import os
@@ -188,6 +195,80 @@ def _make_private_dirs(path: Path) -> None:
         os.chmod(p, 0o700)  # the umask may only have narrowed it; make it exact
 
 
+def _real_private_dir(path: Path) -> bool:
+    """Whether ``path`` itself (not a symlink) is a directory private to
+    this user."""
+    try:
+        return _insecure(path, os.lstat(path)) is None
+    except OSError:
+        return False
+
+
+def _make_shard_dir(path: Path) -> None:
+    """Make sure the shard directory ``objects/<xx>`` is a real directory
+    private to this user. A symlink (or other non-directory) planted there
+    is removed and replaced, so entries are never written through it; a
+    directory that is not private raises OSError (the entry is not written)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        _make_private_dirs(path)
+        st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        os.unlink(path)  # inside our private objects/ directory
+        _warn_once(f"shard:{path}", f"fuelc kernel cache: {path} was not a directory (a "
+                   "symlink or file planted there); it was removed and made a private directory")
+        _make_private_dirs(path)
+        st = os.lstat(path)
+    problem = _insecure(path, st)
+    if problem is not None:
+        raise OSError(errno.EPERM, f"the cache shard is not private: {problem}")
+
+
+#: A temp file older than this that no writer holds locked is a leftover.
+STALE_TEMP_SECONDS = 1.0
+
+
+def sweep_stale_temp_files(objects: Path) -> int:
+    """Remove the temp files writers that died (SIGKILL, power loss) left in
+    ``objects/<xx>/``: ``.*.tmp`` files no live writer holds locked, older
+    than ``STALE_TEMP_SECONDS``. Shards that are not real private
+    directories are skipped. Returns how many were removed."""
+    import time
+    removed, now = 0, time.time()
+    try:
+        shards = list(os.scandir(objects))
+    except OSError:
+        return 0
+    for shard in shards:
+        if not shard.is_dir(follow_symlinks=False) or not _real_private_dir(Path(shard.path)):
+            continue
+        try:
+            names = [e.name for e in os.scandir(shard.path)
+                     if e.name.startswith(".") and e.name.endswith(".tmp")]
+        except OSError:
+            continue
+        for name in names:
+            p = os.path.join(shard.path, name)
+            try:
+                fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError:
+                continue
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or \
+                        now - st.st_mtime < STALE_TEMP_SECONDS:
+                    continue
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: a live writer
+                os.unlink(p)
+                removed += 1
+            except OSError:
+                continue
+            finally:
+                os.close(fd)
+    return removed
+
+
 @dataclasses.dataclass
 class CacheStats:
     memory_hits: int = 0
@@ -259,6 +340,7 @@ class KernelCache:
         except OSError as e:
             problem = f"it cannot be created or inspected ({e})"
         if problem is None:
+            sweep_stale_temp_files(objects)
             return True
         _warn_once(f"dir:{self.directory}",
                    f"fuelc kernel cache: not using the disk cache in {self.directory}: "
@@ -383,7 +465,9 @@ class KernelCache:
         problem = _insecure(path.parent, os.lstat(path.parent))
         if problem is not None:
             raise CacheEntryError("owner", f"its directory is not private: {problem}")
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        # O_NONBLOCK: a FIFO planted at the entry's path must not block the open
+        # (it is refused as "not a regular file" just below).
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK)
         with os.fdopen(fd, "rb") as f:
             st = os.fstat(f.fileno())
             if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
@@ -395,7 +479,8 @@ class KernelCache:
         with self._lock:
             self.stats.rejected += 1
         try:
-            path.unlink()
+            if _real_private_dir(path.parent):  # never unlink through a planted symlink
+                path.unlink()
         except OSError:
             pass  # a new entry replaces it atomically anyway
         _warn_once(f"entry:{why.kind}",
@@ -411,11 +496,15 @@ class KernelCache:
         path = self.object_path(key)
         tmp = None
         try:
-            _make_private_dirs(path.parent)
+            _make_shard_dir(path.parent)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key[:16]}.", suffix=".tmp")
+            # Locked while it exists under its temp name: a sweep only removes
+            # temp files no live writer holds.
+            fcntl.flock(fd, fcntl.LOCK_EX)
             with os.fdopen(fd, "wb") as f:  # mkstemp: mode 0600, owned by this user
                 f.write(encode_entry(key, data))
-            os.replace(tmp, path)  # atomic: readers never see a partial entry
+                f.flush()
+                os.replace(tmp, path)  # atomic: readers never see a partial entry
         except OSError as e:
             if tmp is not None:
                 try:

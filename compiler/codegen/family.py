@@ -32,6 +32,7 @@ import collections
 import ctypes
 import dataclasses
 import threading
+import weakref
 from typing import Callable, Hashable, Sequence
 
 from compiler.codegen import native_pool, parallel
@@ -391,6 +392,15 @@ class GeneratedKernel:
 Prepare = Callable[[Sequence, object, int], "tuple[KernelFunction, Sequence]"]
 
 
+def _weak(fn):
+    """A weak reference to ``fn``, or (for a callable that takes none) a
+    callable returning it."""
+    try:
+        return weakref.ref(fn)
+    except TypeError:
+        return lambda: fn
+
+
 class CallMemo:
     """Memoised calls of one kernel callable (fixed OpKind and dtypes).
 
@@ -403,7 +413,10 @@ class CallMemo:
     ``prepare`` every call) and calls each ``fn`` with one descriptor per
     storage, several tiles concurrently (``compiler.codegen.parallel``).
     Safe to share between threads: entries are immutable and a racing miss
-    only prepares the same entry twice.
+    only prepares the same entry twice. Entries refer to their compiled
+    functions weakly: the memo of a process-wide kernel never keeps machine
+    code mapped once the modules, the compile-once memo and the kernel cache
+    have let go of it (an entry whose function is gone is prepared again).
     """
 
     MAX_ENTRIES = 1024  # a kernel called with ever-new layouts must not grow without bound
@@ -421,16 +434,19 @@ class CallMemo:
         """The memoised tiles of a call: ``((fn, descriptor templates), ...)``."""
         key = (params, n_inputs, parallel.num_threads(), *layouts)
         try:
-            hit = self._calls.get(key)
+            weak = self._calls.get(key)
         except TypeError:  # an unhashable params object: no memo
-            key = hit = None
-        if hit is None:
-            hit = tuple((fn, tuple(DescriptorTemplate(l) for l in lays))
-                        for fn, lays in self._prepare(layouts, params, n_inputs))
-            if key is not None:
-                if len(self._calls) >= self.MAX_ENTRIES:
-                    self._calls.clear()
-                self._calls[key] = hit
+            key = weak = None
+        if weak is not None:
+            hit = tuple((ref(), templates) for ref, templates in weak)
+            if all(fn is not None for fn, _ in hit):
+                return hit
+        hit = tuple((fn, tuple(DescriptorTemplate(l) for l in lays))
+                    for fn, lays in self._prepare(layouts, params, n_inputs))
+        if key is not None:
+            if len(self._calls) >= self.MAX_ENTRIES:
+                self._calls.clear()
+            self._calls[key] = tuple((_weak(fn), templates) for fn, templates in hit)
         return hit
 
     def call(self, inputs: Sequence, outputs: Sequence, layouts: Sequence, params) -> None:

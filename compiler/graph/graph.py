@@ -318,6 +318,8 @@ def _snake(name) -> str:
 
 
 def _parse_dtype(dtype, what) -> DType:
+    if dtype is None:  # numpy would read None as float64
+        raise GraphBuildError(f"{what}: dtype None; give a dtype such as 'f32'")
     try:
         return DType.parse(dtype)
     except Exception as e:

@@ -93,6 +93,13 @@ def _register(name: str, arity: int, params: tuple, category: str,
 # ---------------------------------------------------------------------------
 # params: one validator for every op
 # ---------------------------------------------------------------------------
+def _in_i64(op: str, spec: ParamSpec, v: int) -> int:
+    if not -(1 << 63) <= v < 1 << 63:
+        raise GraphBuildError(f"{op}: param {spec.name!r} has value {v}, outside int64 "
+                              f"[-2**63, 2**63 - 1]")
+    return v
+
+
 def _coerce(op: str, spec: ParamSpec, value):
     kind = spec.kind
     bad = GraphBuildError(
@@ -100,7 +107,7 @@ def _coerce(op: str, spec: ParamSpec, value):
     if kind == "i64":
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
             raise bad
-        return int(value)
+        return _in_i64(op, spec, int(value))
     if kind == "f64":
         if isinstance(value, (bool, np.bool_)) or not isinstance(
                 value, (int, float, np.integer, np.floating)):
@@ -113,8 +120,10 @@ def _coerce(op: str, spec: ParamSpec, value):
         if any(isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer))
                for v in items):
             raise bad
-        return tuple(int(v) for v in items)
+        return tuple(_in_i64(op, spec, int(v)) for v in items)
     if kind == "dtype":
+        if value is None:
+            raise bad
         try:
             return DType.parse(value)
         except Exception:

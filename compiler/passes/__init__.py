@@ -29,6 +29,7 @@ import itertools
 import os
 import re
 import sys
+import threading
 import time
 import types
 import typing
@@ -230,9 +231,15 @@ def load_pass_plugin(spec) -> "types.ModuleType":
     before = dict(PASSES)
     if _is_path(spec):
         path = os.path.realpath(label)
+        if os.path.isdir(path):
+            raise PluginError(f"cannot load pass plugin {label!r}: it is a directory (give a "
+                              ".py file, or an importable module name)")
         if not os.path.isfile(path):
             raise PluginError(f"cannot load pass plugin {label!r}: no such file (give a .py "
                               f"file that exists, or an importable module name)")
+        if not path.endswith(".py"):
+            raise PluginError(f"cannot load pass plugin {label!r}: not a Python file (a pass "
+                              "plugin is a .py file, or an importable module name)")
         digest = hashlib.sha1(path.encode()).hexdigest()[:10]
         stem = re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0])
         modname = f"fuelc_plugin_{stem}_{digest}"
@@ -245,7 +252,9 @@ def load_pass_plugin(spec) -> "types.ModuleType":
             _PLUGINS[modname] = path
             mspec.loader.exec_module(module)
             _register_defined_passes(module)
-        except (Exception, SystemExit) as e:
+        except BaseException as e:  # anything a plugin raises, but Ctrl-C
+            if isinstance(e, KeyboardInterrupt):
+                raise
             sys.modules.pop(modname, None)
             _PLUGINS.pop(modname, None)
             _restore(before)
@@ -255,7 +264,9 @@ def load_pass_plugin(spec) -> "types.ModuleType":
         module = importlib.import_module(label)
         _PLUGINS.setdefault(module.__name__, label)
         _register_defined_passes(module)
-    except (Exception, SystemExit) as e:
+    except BaseException as e:  # anything a plugin raises, but Ctrl-C
+        if isinstance(e, KeyboardInterrupt):
+            raise
         _restore(before)
         raise _plugin_error(label, e, None) from None
     return module
@@ -350,6 +361,7 @@ def _unknown_pass(name: str, pipeline: str, mlir_msg: str = "") -> PipelineSynta
 @dataclasses.dataclass
 class _RunState:
     failed_pass: Optional[str] = None
+    verify_types: bool = True  # check the fuel type rules after each fuelc/plugin pass
 
 
 class BuiltPipeline:
@@ -477,25 +489,94 @@ def _add_native(pm, elem: PipelineElement, text: str) -> None:
             f"MLIR rejected pipeline element '{elem.text}' of {text!r}: {msg.strip()}") from None
 
 
+class _LiveOpErased(Exception):
+    """A pass erased an op whose results are still used (refused, so the
+    IR never holds a dangling use the bindings would read)."""
+
+
+def _checked_erase(erase):
+    def guarded(self):
+        operation = getattr(self, "operation", self)
+        for i, r in enumerate(operation.results):
+            use = next(iter(r.uses), None)
+            if use is not None:
+                raise _LiveOpErased(
+                    f"erase() of '{operation.name}' whose result #{i} is still used by "
+                    f"'{use.owner.name}'; replace its uses first "
+                    "(result.replace_all_uses_with(...)) or erase the users before it")
+        return erase(self)
+    guarded.__wrapped__ = erase
+    return guarded
+
+
+class _EraseGuard:
+    """While a fuel pass runs, ``erase()`` refuses an op whose results still
+    have uses: MLIR would free it and leave its users pointing at freed
+    memory, which the verifier after the pass (or anything else) would read.
+    Installed while at least one pass runs (passes in several threads share
+    one installation)."""
+
+    _lock = threading.Lock()
+    _depth = 0
+    _saved: list = []
+
+    def __enter__(self):
+        cls_ = type(self)
+        with cls_._lock:
+            if cls_._depth == 0:
+                cls_._saved = [(c, c.__dict__["erase"])
+                               for c in (ir._OperationBase, ir.Operation, ir.OpView)
+                               if "erase" in c.__dict__]
+                for c, erase in cls_._saved:
+                    c.erase = _checked_erase(erase)
+            cls_._depth += 1
+        return self
+
+    def __exit__(self, *exc):
+        cls_ = type(self)
+        with cls_._lock:
+            cls_._depth -= 1
+            if cls_._depth == 0:
+                for c, erase in cls_._saved:
+                    c.erase = erase
+        return False
+
+
+def _after_pass_errors(op) -> list[tuple[object, str]]:
+    """The fuel ops a pass left ill-typed (each op's shape/dtype rule, and
+    types fuel cannot represent): MLIR's verifier checks only base types."""
+    from compiler.dialect.verify import type_errors
+    return type_errors(op)
+
+
 def _make_runner(inst: ModulePass, state: _RunState):
     def run(op, pass_):
         outer = current_engine()
         with collecting(DiagnosticEngine()) as local:
             failed = False
             try:
-                inst.apply(op)
+                with _EraseGuard():
+                    inst.apply(op)
             except PassFailure:
                 failed = True
-            except Exception as e:  # a bug in the pass: report, never crash
-                where = ""
-                tb = e.__traceback__
-                while tb is not None and tb.tb_next is not None:
+            except BaseException as e:  # a bug in the pass: report, never crash or exit
+                if isinstance(e, KeyboardInterrupt):
+                    raise
+                where, tb = "", e.__traceback__
+                while tb is not None:  # the innermost frame outside this guard
+                    if tb.tb_frame.f_code.co_name != "guarded":
+                        where = (f" at {os.path.basename(tb.tb_frame.f_code.co_filename)}:"
+                                 f"{tb.tb_lineno}")
                     tb = tb.tb_next
-                if tb is not None:
-                    where = f" at {os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}"
                 emit_error(op, f"internal error in pass '{inst.name}': "
                                f"{type(e).__name__}: {e}{where}")
             failed = failed or bool(local.errors)
+            if not failed and state.verify_types:
+                bad = _after_pass_errors(op)
+                for bad_op, msg in bad[:3]:
+                    emit_error(bad_op, f"after pass '{inst.name}': {msg} (the pass broke the "
+                                       "fuel type rules)")
+                failed = bool(bad)
         for d in local.diagnostics:
             if outer is not None:
                 outer.report(d)
@@ -544,7 +625,8 @@ def run_pipeline(module, pipeline: str = DEFAULT_PIPELINE, *,
                  reproducer: bool = True,
                  reproducer_dir: Optional[str] = None,
                  input_text: Optional[str] = None,
-                 rerun_flags: Sequence[str] = ()) -> list[Diagnostic]:
+                 rerun_flags: Sequence[str] = (),
+                 verify_types: bool = True) -> list[Diagnostic]:
     """Run ``pipeline`` on ``module`` (an ``ir.Module`` or its operation) in
     place and return the diagnostics emitted (warnings, remarks).
 
@@ -554,10 +636,16 @@ def run_pipeline(module, pipeline: str = DEFAULT_PIPELINE, *,
     reruns the failing pipeline (with ``rerun_flags``, the driver flags the
     run used, and ``--load-plugin`` for the plugin tables it names).
     ``PipelineSyntaxError`` (a ``PassError``) for a bad pipeline, before
-    anything runs.
+    anything runs. With ``verify_types`` (the default) and well-typed input,
+    the fuel ops' type rules are checked after every fuelc or plugin pass,
+    and a pass that breaks them fails; a pass that erases an op whose results are still used
+    fails too (an internal error in that pass, never a crash).
     """
     op = module.operation if hasattr(module, "operation") else module
     built = build_pipeline(pipeline, op.context, options)
+    # Only a pass that takes well-typed IR to ill-typed IR is at fault: input
+    # that is ill-typed already (tests of passes on such IR) is not re-checked.
+    built.state.verify_types = verify_types and not _after_pass_errors(op)
     if print_ir_after_all or print_ir_after_failure:
         built.pm.enable_ir_printing(print_after_all=print_ir_after_all,
                                     print_after_failure=print_ir_after_failure)

@@ -16,7 +16,8 @@ import pytest
 import runtime
 from runtime.artifact import (ArtifactCodeError, ArtifactCpuError, ArtifactError,
                               ArtifactFormatError, ArtifactIntegrityError, ArtifactVersionError,
-                              open_artifact, read_safetensors, sha256_hex)
+                              object_revision, open_artifact, read_safetensors,
+                              sha256_hex)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -196,7 +197,8 @@ def test_manifest_tampering(built, tmp_path):
     _, path, _ = built
     bad = tmp_path / "bad.fuel"
     _edit_manifest(path, bad, lambda m: m.__setitem__("format_version", 99))
-    with pytest.raises(ArtifactVersionError, match="format version 99; this runtime reads version 1"):
+    with pytest.raises(ArtifactVersionError,
+                       match="format version 99; this runtime reads version 2"):
         runtime.load(bad)
     _edit_manifest(path, bad, lambda m: m.__setitem__("format", "onnx"))
     with pytest.raises(ArtifactFormatError, match="not a fuelc module"):
@@ -236,6 +238,9 @@ def test_tampered_code_with_matching_hash_is_refused_without_crashing(built, tmp
         if name == "manifest.json":
             m = json.loads(data)
             m["members"]["code/0.o"] = {"sha256": sha256_hex(garbage), "size": len(garbage)}
+            for k in m["kernels"]:  # a consistent forgery: the revisions recomputed too
+                if k["binding"].get("object") == "code/0.o":
+                    k["revision"] = object_revision(k, sha256_hex(garbage))
             return json.dumps(m).encode()
         return data
     _rewrite(path, bad, edit)

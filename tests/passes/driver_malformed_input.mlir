@@ -9,4 +9,4 @@ func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {
   return %0 : tensor<4xf32>
 }
 // STDIN: <stdin>:1:14: error: expected non-function type
-// MISSING: fuelc opt: cannot read {{.*}}does-not-exist
+// MISSING: fuelc opt: error: cannot read {{.*}}does-not-exist

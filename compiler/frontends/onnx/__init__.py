@@ -366,6 +366,13 @@ class _Importer:
                     for d in tt.shape.dim] if tt.HasField("shape") else None
             given = self.input_shapes.get(inp.name)
             if given is not None:
+                if isinstance(given, (str, bytes)) or not hasattr(given, "__iter__") or not all(
+                        isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_))
+                        and d >= 0 for d in given):
+                    example = tuple(d if isinstance(d, int) else 1 for d in (dims or [1]))
+                    raise OnnxImportError(
+                        f"input_shapes[{inp.name!r}] is {given!r}; give a tuple of non-negative "
+                        f"integers, one per axis (e.g. {example!r})")
                 given = tuple(int(d) for d in given)
                 if dims is not None and (len(given) != len(dims) or any(
                         isinstance(d, int) and d != gv for d, gv in zip(dims, given))):
