@@ -117,9 +117,13 @@ def _bias(y, types, n, cout, ho, wo):
 _ONE_CONCAT_TAPS = 16
 
 
-def _tap(x6, oy, sh, ho, ox, sw, wo):
-    """The ``[n, cin, 1, ho, wo]`` view of the padded input ``x6`` (viewed
-    ``[n, cin, H/sh, sh, W/sw, sw]``) that a tap at offset (oy, ox) reads."""
+def _tap(x, x6, oy, sh, ho, ox, sw, wo):
+    """The ``[n, cin, 1, ho, wo]`` view of the padded input ``x`` (``x6``:
+    viewed ``[n, cin, H/sh, sh, W/sw, sw]``) that a tap at offset (oy, ox)
+    reads: three view ops at stride 1, seven with a stride (each is a plan step)."""
+    if sh == sw == 1:
+        return op("Unsqueeze", op("Slice", op("Slice", x, dim=2, start=oy, len=ho),
+                                  dim=3, start=ox, len=wo), dim=2)
     qy, ry = divmod(oy, sh)
     qx, rx = divmod(ox, sw)
     t = op("Slice", x6, dim=2, start=qy, len=ho)
@@ -160,7 +164,7 @@ def _build_gemm(params, types):
                 x6 = op("Slice", x6, dim=4, start=0, len=wo)
             stacked = op("Permute", x6, perm=(0, 1, 3, 5, 2, 4))   # [n, cin, kh, kw, ho, wo]
         elif kh * kw <= _ONE_CONCAT_TAPS:
-            taps = [_tap(x6, ky * dh, sh, ho, kx * dw, sw, wo)
+            taps = [_tap(x, x6, ky * dh, sh, ho, kx * dw, sw, wo)
                     for ky in range(kh) for kx in range(kw)]
             stacked = taps[0] if len(taps) == 1 else op("Concat", *taps, dim=2)
         else:
