@@ -1,0 +1,27 @@
+"""ONNX Pow with a constant integral exponent of 3..8 on a float base imports as
+PowI (repeated multiplication, as the tanh-GELU's x**3), not a pow() call."""
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper as nh  # noqa: E402
+
+from compiler import compile  # noqa: E402
+from compiler.frontends.onnx import import_model  # noqa: E402
+
+
+@pytest.mark.parametrize("e,powi", [(3.0, True), (8.0, True), (2.5, False), (9.0, False)])
+def test_integral_exponent_is_powi(e, powi):
+    g = helper.make_graph(
+        [helper.make_node("Pow", ["x", "e"], ["y"])], "pow",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (4, 33))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (4, 33))],
+        [nh.from_array(np.array(e, np.float32), "e")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.random.default_rng(0).uniform(0.5, 1.5, (4, 33)).astype(np.float32)
+    m = compile(import_model(model))
+    assert any(k.startswith("PowI") for k in m.kernel_summary()) == powi, m.kernel_summary()
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(m(x=x), want, rtol=2e-6)
