@@ -3,7 +3,7 @@
 // The pass is a plugin the driver loads; without it the pipeline does not build.
 // RUN: not fuelc opt %s --pass-pipeline='builtin.module(fold-double-neg)' 2>&1 \
 // RUN:   | filecheck %s --check-prefix=NOPLUGIN
-// NOPLUGIN: fuelc opt: unknown pass 'fold-double-neg'
+// NOPLUGIN: fuelc opt: error: unknown pass 'fold-double-neg'
 
 // Two negations cancel; the function returns its argument.
 // CHECK-LABEL: func.func @double
