@@ -39,7 +39,9 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))  # this checkout's compiler
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)  # this checkout's compiler
 
 from compiler import Graph, compile  # noqa: E402
 from compiler.frontends.onnx import import_model  # noqa: E402
@@ -190,10 +192,11 @@ def times(fn, repeats: int) -> list[float]:
     return sorted(out)
 
 
-def step_times(m, inputs: dict, repeats: int) -> list[tuple[float, str]]:
-    """(median ms, description) of each kernel step, slowest first (the
-    executor's step runners wrapped with a timer for ``repeats`` runs)."""
-    from runtime.executor import KernelStep
+def step_medians(m, inputs: dict, repeats: int) -> dict[int, float]:
+    """The median seconds of each step of ``m``'s plan over ``repeats`` runs
+    (step index -> seconds): the executor's step runners wrapped with a
+    timer, so the calls take the executor's general path, not the direct
+    path."""
     ex = m.executor
     plain, acc = ex._runners, collections.defaultdict(list)
 
@@ -210,13 +213,20 @@ def step_times(m, inputs: dict, repeats: int) -> list[tuple[float, str]]:
             m(**inputs)
     finally:
         ex._runners = plain
+    return {i: statistics.median(ts) for i, ts in acc.items()}
+
+
+def step_times(m, inputs: dict, repeats: int) -> list[tuple[float, str]]:
+    """(median ms, description) of each kernel step, slowest first
+    (``step_medians``)."""
+    from runtime.executor import KernelStep
     out = []
-    for i, ts in acc.items():
+    for i, t in step_medians(m, inputs, repeats).items():
         s = m.plan.steps[i]
         if isinstance(s, KernelStep):
             lay = "x".join(str(d) for d in s.output_specs[0].shape)
-            out.append((statistics.median(ts) * 1e3,
-                        f"{s.name or s.key} -> [{lay}] ({ex.entries[i].kernel_source})"))
+            out.append((t * 1e3, f"{s.name or s.key} -> [{lay}] "
+                                 f"({m.executor.entries[i].kernel_source})"))
     return sorted(out, reverse=True)
 
 

@@ -581,28 +581,14 @@ def fuelc_op_times(m, inputs: dict, repeats: int) -> list[tuple[float, int, str]
     wrapped with a timer, as benchmarks/encoder.py --steps; this takes the
     executor's general path, not the direct path), summed per OpKind."""
     from runtime.executor import KernelStep
-    ex = m.executor
-    plain, acc = ex._runners, collections.defaultdict(list)
-
-    def timed(i, run):
-        def step(env, syms):
-            t0 = time.perf_counter()
-            run(env, syms)
-            acc[i].append(time.perf_counter() - t0)
-        return step
-
-    ex._runners = tuple(timed(i, r) for i, r in enumerate(plain))
-    try:
-        for _ in range(repeats):
-            m(**inputs)
-    finally:
-        ex._runners = plain
+    from benchmarks.encoder import step_medians
+    medians = step_medians(m, inputs, repeats)
     per_kind, count = collections.defaultdict(float), collections.Counter()
-    for i, ts in acc.items():
+    for i, t in medians.items():
         s = m.plan.steps[i]
         if isinstance(s, KernelStep):
             kind = s.key.op.name if s.key.op is not None else "RuntimeFused"
-            per_kind[kind] += statistics.median(ts) * 1e3
+            per_kind[kind] += t * 1e3
             count[kind] += 1
     return sorted(((ms, count[k], k) for k, ms in per_kind.items()), reverse=True)
 
