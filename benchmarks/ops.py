@@ -477,6 +477,15 @@ def main(argv=None):
     run_case(f"linear+bias {lm}x{lk}x{ln}", {"fused": (g_linear(lm, lk, ln, True), None),
                                               "primitives": (g_linear(lm, lk, ln, False), "no-fusion")},
              lambda x, w, b: x @ w + b, {"x": xl, "w": wl, "b": bl}, repeats, peer="linear")
+    # the rows of batch-1 inference and decoding (M = 1, 8, 32) through a
+    # BERT-base-sized projection
+    for sm in ((1, 8) if args.quick else (1, 8, 32)):
+        sk, sn = (128, 512) if args.quick else (768, 3072)
+        xs = rng.standard_normal((sm, sk), dtype=np.float32)
+        ws = rng.standard_normal((sk, sn), dtype=np.float32)
+        bs = rng.standard_normal(sn, dtype=np.float32)
+        run_case(f"linear+bias {sm}x{sk}x{sn}", {"fused": (g_linear(sm, sk, sn, True), None)},
+                 lambda x, w, b: x @ w + b, {"x": xs, "w": ws, "b": bs}, repeats, peer="linear")
     rs = (4, 128, 64) if args.quick else (32, 512, 128)
     xr = rng.standard_normal(rs, dtype=np.float32)
     cr, sr = np.cos(xr[0]), np.sin(xr[0])
