@@ -46,6 +46,8 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)  # this checkout's compiler
 
+from benchmarks.encoder import step_medians, times  # noqa: E402  (one timer for both)
+
 OPSET = 17
 SEED = 0
 
@@ -561,16 +563,6 @@ def ort_session(proto: bytes, threads: int, profile_prefix: str | None = None):
     return ort.InferenceSession(proto, so, providers=["CPUExecutionProvider"])
 
 
-def _times(fn, repeats: int) -> list[float]:
-    fn()
-    out = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
-
-
 def _pct(sorted_ts: list[float], p: float) -> float:
     return sorted_ts[min(len(sorted_ts) - 1, int(p * len(sorted_ts)))]
 
@@ -581,7 +573,6 @@ def fuelc_op_times(m, inputs: dict, repeats: int) -> list[tuple[float, int, str]
     wrapped with a timer, as benchmarks/encoder.py --steps; this takes the
     executor's general path, not the direct path), summed per OpKind."""
     from runtime.executor import KernelStep
-    from benchmarks.encoder import step_medians
     medians = step_medians(m, inputs, repeats)
     per_kind, count = collections.defaultdict(float), collections.Counter()
     for i, t in medians.items():
@@ -666,7 +657,7 @@ def run_case(name: str, batch: int, seq: int | None, args, threads: int) -> dict
     for r in range(args.rounds):  # in turn, first one then the other: a slow spell lands on both
         order = ((tf, lambda: m(**feeds)), (to, lambda: session.run(None, feeds)))
         for acc, fn in (order if r % 2 == 0 else order[::-1]):
-            acc += _times(fn, args.repeats)
+            acc += times(fn, args.repeats)
     tf.sort()
     to.sort()
     rec.update(fuelc_ms=statistics.median(tf) * 1e3, fuelc_p10_ms=_pct(tf, 0.1) * 1e3,

@@ -133,6 +133,18 @@ def _tap(x, x6, oy, sh, ho, ox, sw, wo):
     return op("Unsqueeze", op("Squeeze", op("Squeeze", t, dim=5), dim=3), dim=2)
 
 
+def _shifts(v, dim, length, offsets, s):
+    """One Concat on a new axis 2 of ``v``'s shifted windows: for each offset
+    o, axis ``dim`` (viewed with its stride phase on ``dim + 1``) narrowed to
+    ``[o // s, o // s + length)`` at phase ``o % s``."""
+    parts = []
+    for o in offsets:
+        q, r = divmod(o, s)
+        t = op("Slice", op("Slice", v, dim=dim, start=q, len=length), dim=dim + 1, start=r, len=1)
+        parts.append(op("Unsqueeze", op("Squeeze", t, dim=dim + 1), dim=2))
+    return op("Concat", *parts, dim=2)
+
+
 def _build_gemm(params, types):
     """groups = 1: ``w [Cout, Cin*Kh*Kw] @ cols [Cin*Kh*Kw, Ho*Wo]`` per image.
     A 1x1 kernel with stride 1 and no padding reads x itself as ``cols``;
@@ -170,18 +182,8 @@ def _build_gemm(params, types):
         else:
             # many taps (a 7x7 stem): the kw column shifts first, then the kh row
             # shifts of that: kh + kw copy loops instead of kh * kw
-            cols_x = []
-            for kx in range(kw):
-                qx, rx = divmod(kx * dw, sw)
-                t = op("Slice", op("Slice", x6, dim=4, start=qx, len=wo), dim=5, start=rx, len=1)
-                cols_x.append(op("Unsqueeze", op("Squeeze", t, dim=5), dim=2))
-            t1 = op("Concat", *cols_x, dim=2)                    # [n, cin, kw, hq, sh, wo]
-            rows = []
-            for ky in range(kh):
-                qy, ry = divmod(ky * dh, sh)
-                t = op("Slice", op("Slice", t1, dim=3, start=qy, len=ho), dim=4, start=ry, len=1)
-                rows.append(op("Unsqueeze", op("Squeeze", t, dim=4), dim=2))
-            stacked = op("Concat", *rows, dim=2)                  # [n, cin, kh, kw, ho, wo]
+            t1 = _shifts(x6, 4, wo, [kx * dw for kx in range(kw)], sw)  # [n, cin, kw, hq, sh, wo]
+            stacked = _shifts(t1, 3, ho, [ky * dh for ky in range(kh)], sh)  # [n, cin, kh, kw, ho, wo]
         cols = op("Reshape", stacked, shape=(n, kk, ho * wo))
     w2 = op("Reshape", Bind(1), shape=(1, cout, kk))
     if ho * wo < min(cout, 64):
