@@ -114,3 +114,73 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
   }}
 }}
 """
+
+
+def rows_script(op: str = "linalg.matmul", *, nr: int = 16, kr: int = 4) -> str:
+    """The transform script of a matmul whose calls have a few rows (no
+    packing: B is read in place, in order). Tiles of 1 row x ``nr`` columns
+    x ``kr`` steps of K, in loop order K, M, N: one pass over ``kr`` rows of
+    B serves every row of A while they are in L1, and each C tile is loaded
+    and stored once per ``kr`` FMAs per vector. N and K are peeled; their
+    remainders run as scalar loops. Raises ValueError."""
+    if op not in ("linalg.matmul", "linalg.batch_matmul"):
+        raise ValueError(f"rows_script: unsupported op {op}")
+    t = _ANY
+    if op == "linalg.batch_matmul":
+        sizes, order, n_loops = f"[1, 1, {nr}, {kr}]", "[0, 3, 1, 2]", 4
+    else:
+        sizes, order, n_loops = f"[1, {nr}, {kr}]", "[2, 0, 1]", 3
+    loops = ", ".join(f"%l{i}" for i in range(n_loops))
+    res = ", ".join([t] * (n_loops + 1))
+    match = lambda what, where: (f'transform.structured.match ops{{["{what}"]}} in {where} '
+                                 f": ({t}) -> {t}")
+    k_loop = f"%l{n_loops - 3}"  # the nest: (batch,) K, M, N
+    return f"""module attributes {{transform.with_named_sequence}} {{
+  transform.named_sequence @__transform_main(%root: {t} {{transform.readonly}}) {{
+    %func = {match("func.func", "%root")}
+    %mm = {match(op, "%root")}
+    transform.foreach %mm : {t} {{
+    ^bb0(%m: {t}):
+      %tl, {loops} = transform.structured.tile_using_for %m tile_sizes {sizes} interchange = {order} : ({t}) -> ({res})
+      %kf = transform.cast {k_loop} : {t} to {_FOR}
+      %mainK, %remK = transform.loop.peel %kf : ({_FOR}) -> ({t}, {t})
+      %inK = {match(op, "%mainK")}
+      %nl = transform.get_parent_op %inK {{op_name = "scf.for"}} : ({t}) -> {t}
+      %nf = transform.cast %nl : {t} to {_FOR}
+      %mainN, %remN = transform.loop.peel %nf : ({_FOR}) -> ({t}, {t})
+      transform.apply_patterns to %func {{
+        transform.apply_patterns.canonicalization
+      }} : {t}
+      %v = {match(op, "%mainN")}
+      transform.structured.vectorize %v : {t}
+    }}
+    transform.apply_patterns to %func {{
+      transform.apply_patterns.vector.transfer_permutation_patterns
+      transform.apply_patterns.vector.reduction_to_contract
+    }} : {t}
+    transform.apply_patterns to %func {{
+      transform.apply_patterns.vector.cast_away_vector_leading_one_dim
+    }} : {t}
+    transform.apply_patterns to %func {{
+      transform.apply_patterns.memref.fold_memref_alias_ops
+      transform.apply_patterns.canonicalization
+    }} : {t}
+    transform.apply_cse to %func : {t}
+    transform.apply_patterns to %func {{
+      transform.apply_patterns.vector.lower_contraction lowering_strategy = "outerproduct"
+      transform.apply_patterns.vector.lower_outerproduct
+      transform.apply_patterns.vector.transfer_permutation_patterns
+      transform.apply_patterns.vector.split_transfer_full_partial split_transfer_strategy = "linalg-copy"
+      transform.apply_patterns.vector.transfer_to_scf max_transfer_rank = 1 full_unroll = true
+      transform.apply_patterns.vector.lower_transfer max_transfer_rank = 1
+      transform.apply_patterns.vector.lower_shape_cast
+      transform.apply_patterns.vector.lower_transpose lowering_strategy = "shuffle_1d"
+      transform.apply_patterns.vector.lower_broadcast
+    }} : {t}
+    transform.apply_patterns to %func {{
+      transform.apply_patterns.canonicalization
+    }} : {t}
+    transform.yield
+  }}
+}}
+"""
