@@ -11,13 +11,15 @@ that once:
   (zero-filled again before each run where the kernel needs zeroed output);
 * every kernel call becomes ``(raw function, descriptor addresses)``, the
   descriptors built once over those buffers and the constants;
-* view and reshape steps become the layouts of the descriptors that read them.
+* view and reshape steps become the layouts of the descriptors that read them
+  (a reshape of a strided value that no layout can express becomes a copy
+  into a buffer of its own, in step order).
 
 A run then only points the descriptors of the inputs and of the plan outputs
 (fresh arrays, owned by the caller) at this call's memory and makes the raw
 calls in order. Eligible: plans whose kernel steps each run as one raw call
-(``prepare_raw`` of the kernel, so large calls split over threads keep the
-general path), with no bundles, index checks, deferred row counts or copies
+(``prepare_raw`` of the kernel; a call split over threads is one call that
+runs its tiles on the compiler's native workers), with no bundles, index checks, deferred row counts or copies
 to contiguize, and whose outputs are kernel outputs named once. A call uses
 it only for C-contiguous inputs of exactly the plan's dtype and shape, while
 the thread count and the constants are the ones it was built with, and one
@@ -94,9 +96,16 @@ class DirectRun:
                 env[runner.step.output] = (source, st, runner.step.apply(lay), n)
             elif isinstance(runner, _ReshapeRunner):
                 source, st, lay, n = env[runner.step.input]
-                if not (lay.is_contiguous() and lay.start_offset == 0):
+                if lay.is_contiguous() and lay.start_offset == 0:
+                    env[runner.step.output] = (source, st, runner.layout, n)
+                    continue
+                view = lay.reshaped(runner.step.shape)
+                if view is not None:
+                    env[runner.step.output] = (source, st, view, n)
+                elif st is not None:  # an intermediate: copied into a buffer of its own
+                    env[runner.step.output] = self._add_copy(st, lay, runner)
+                else:
                     return None
-                env[runner.step.output] = (source, st, runner.layout, n)
             elif isinstance(runner, _KernelRunner):
                 if not self._add_kernel(runner, env, patch, producers):
                     return None
@@ -112,6 +121,18 @@ class DirectRun:
                                  tuple(spec.shape), tuple(patch.get(("output", vid), ()))))
         self.probes = list({id(p): (p, v) for p, v in self.probes}.values())
         return self
+
+    def _add_copy(self, st: Storage, lay: Layout, runner) -> tuple:
+        """A reshape whose strided input cannot be viewed in the new shape:
+        a copy into a row-major buffer of its own, made in step order by a
+        numpy assignment between arrays built once over the two buffers
+        (what the general path's reshape does on every run)."""
+        out = Storage.empty(st.dtype, lay.numel)
+        src, dst = st.view(lay), out.view(Layout.contiguous(lay.shape))
+        self._keep.extend((st, out))
+        self.calls.append((lambda: np.copyto(dst, src), ()))
+        self.where.append(runner.step.name or runner.step.output)
+        return None, out, runner.layout, lay.numel
 
     def _add_kernel(self, runner, env, patch, producers) -> bool:
         from .executor import needs_contiguize
@@ -151,7 +172,12 @@ class DirectRun:
             return False
         fn, templates, probe = prepared
         descs = []
-        for source, st, template in zip(sources + [out_source], storages + [out_storage], templates):
+        # a call split into tiles has each tile's templates, tile after tile
+        n_args = len(sources) + 1
+        if not templates or len(templates) % n_args:
+            return False
+        for j, template in enumerate(templates):
+            source, st = (sources + [out_source])[j % n_args], (storages + [out_storage])[j % n_args]
             d = template.unbound() if st is None else template.bind(st)
             if st is None:
                 patch.setdefault(source, []).append(d)

@@ -627,9 +627,12 @@ class _ReshapeRunner:
 
     def run(self, env, syms):
         st, lay = env[self.step.input]
-        if not (lay.is_contiguous() and lay.start_offset == 0):
-            st, lay = st.contiguize(lay)
-        env[self.step.output] = (st, self.layout)
+        if lay.is_contiguous() and lay.start_offset == 0:
+            env[self.step.output] = (st, self.layout)
+            return
+        view = lay.reshaped(self.step.shape)  # a strided input still reshapes as a view
+        env[self.step.output] = (st, view) if view is not None else \
+            (st.contiguize(lay)[0], self.layout)
 
 
 def _contiguize_runner(step: ContiguizeStep):

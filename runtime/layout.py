@@ -101,6 +101,45 @@ class Layout:
             expected *= d
         return True
 
+    def reshaped(self, shape: Sequence[int]) -> "Layout | None":
+        """This layout's elements, in row-major order, as ``shape`` without
+        moving them (numpy's rule for a reshape without a copy): each run of
+        old axes that merges into or splits across new axes must be evenly
+        strided. None when the elements would have to be copied."""
+        shape = tuple(int(d) for d in shape)
+        if math.prod(shape) != self.numel:
+            raise LayoutError(f"cannot reshape {list(self.shape)} ({self.numel} elements) to "
+                              f"{list(shape)} ({math.prod(shape)} elements)")
+        if self.numel == 0 or self.is_contiguous():
+            return Layout.contiguous(shape, self.start_offset) if self.numel else \
+                Layout.contiguous(shape)
+        old = [(d, s) for d, s in zip(self.shape, self.stride) if d != 1]
+        new_stride = [0] * len(shape)
+        i = j = 0        # next old axis, next new axis
+        while j < len(shape):
+            if shape[j] == 1:
+                new_stride[j] = 0
+                j += 1
+                continue
+            # the smallest group of old axes [i, i2) and new axes [j, j2) of equal size
+            i2, j2, n_old, n_new = i + 1, j + 1, old[i][0], shape[j]
+            while n_old != n_new:
+                if n_old < n_new:
+                    n_old *= old[i2][0]
+                    i2 += 1
+                else:
+                    n_new *= shape[j2]
+                    j2 += 1
+            for k in range(i, i2 - 1):  # the old group must be one evenly strided run
+                if old[k][1] != old[k + 1][0] * old[k + 1][1]:
+                    return None
+            acc = old[i2 - 1][1]
+            for k in range(j2 - 1, j - 1, -1):
+                new_stride[k] = acc
+                acc *= shape[k]
+            i, j = i2, j2
+        return Layout._trusted(shape, tuple(new_stride), self.start_offset)
+
     def element_span(self) -> tuple[int, int]:
         """``(lowest, highest)`` element index touched; ``(start, start-1)``
         for an empty tensor (nothing touched)."""

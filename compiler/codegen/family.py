@@ -377,13 +377,20 @@ class GeneratedKernel:
         ``fn.raw(*addresses)`` runs it, ``templates`` are the arguments'
         ``DescriptorTemplate``s (inputs then outputs), and the call stays
         valid while ``probe()`` returns ``value`` (the thread count). None
-        when the call runs as several tiles or sub-calls. Raises like a call."""
+        when the call runs as sub-calls. A call split into tiles, at most one
+        per thread, is one ``SplitCall``: its templates are every tile's,
+        tile after tile. Raises like a call."""
         self._check_arity(n_inputs, len(layouts) - n_inputs)
         threads = parallel.num_threads()
         hit = self._calls.lookup(layouts, params, n_inputs)
-        if len(hit) != 1 or not isinstance(hit[0][0], KernelFunction):
+        if not all(isinstance(fn, KernelFunction) for fn, _ in hit):
             return None
-        return hit[0][0], hit[0][1], (parallel.num_threads, threads)
+        if len(hit) == 1:
+            return hit[0][0], hit[0][1], (parallel.num_threads, threads)
+        if len(hit) > threads:
+            return None
+        return (SplitCall([fn for fn, _ in hit], len(layouts)),
+                [t for _, templates in hit for t in templates], (parallel.num_threads, threads))
 
     def __repr__(self) -> str:
         return f"<GeneratedKernel {self.__qualname__} target={self.target}>"
@@ -451,6 +458,32 @@ class CallMemo:
 
     def call(self, inputs: Sequence, outputs: Sequence, layouts: Sequence, params) -> None:
         run_tiles(self.lookup(layouts, params, len(inputs)), (*inputs, *outputs))
+
+
+class SplitCall:
+    """The tiles of one split call as one raw function (the executor's direct
+    path, ``GeneratedKernel.prepare_raw``): ``raw(*addresses)`` takes each
+    tile's descriptor addresses, tile after tile, runs the first tile on
+    this thread and the others on the native workers
+    (``native_pool.NativePool.run``), or all in turn on this thread when the
+    pool is busy or missing."""
+
+    __slots__ = ("fns", "n_args", "_addrs")
+
+    def __init__(self, fns: Sequence[KernelFunction], n_args: int):
+        self.fns = list(fns)                       # keeps the machine code mapped
+        self.n_args = n_args
+        self._addrs = [_fn_address(fn) for fn in self.fns]
+
+    def raw(self, *addrs: int) -> None:
+        n = self.n_args
+        first = self.fns[0].raw
+        pool = native_pool.pool(len(self.fns) - 1)
+        rest = [(fa, addrs[i * n:(i + 1) * n]) for i, fa in enumerate(self._addrs[1:], 1)]
+        if pool is not None and pool.run(lambda: first(*addrs[:n]), rest):
+            return
+        for i, fn in enumerate(self.fns):
+            fn.raw(*addrs[i * n:(i + 1) * n])
 
 
 def run_tiles(hit: tuple, storages: Sequence) -> None:

@@ -132,14 +132,49 @@ def test_calls_from_several_threads_at_once_get_their_own_results():
     assert not errors, errors[0]
 
 
-def test_plans_with_large_split_calls_keep_the_general_path():
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_plans_with_large_split_calls_take_the_direct_path(threads):
+    # 2^19 elements and a 2^27-MAC product: split over the threads, each call
+    # one raw call that runs its tiles on the native workers
+    rng = np.random.default_rng(2)
     g = Graph()
-    x = g.input("x", (512, 1024), "f32")                 # 2^19 elements: split over threads
-    g.output(x.relu(), name="y")
+    x = g.input("x", (512, 1024), "f32")
+    w = g.constant(rng.standard_normal((1024, 256)).astype(np.float32), name="w")
+    g.output(x.relu() @ w, name="y")
+    before = parallel.num_threads()
+    parallel.set_num_threads(threads)
+    try:
+        m = compile(g, target="cpu")
+        xs = rng.standard_normal((512, 1024)).astype(np.float32)
+        got = m(x=xs)
+        assert m.executor.direct_path
+        np.testing.assert_array_equal(got, _general(m, x=xs)["y"])
+        np.testing.assert_allclose(got, interpret(g, {"x": xs})["y"], rtol=1e-4, atol=1e-3)
+    finally:
+        parallel.set_num_threads(before)
+
+
+def test_reshapes_of_strided_values_view_or_copy_on_the_direct_path():
+    # (a @ b)^T reshaped: splitting the strided last axis is a view; merging
+    # the two axes of a transpose needs a copy, made in step order
+    rng = np.random.default_rng(5)
+    g = Graph()
+    a = g.input("a", (4, 16), "f32")
+    t = (a @ g.constant(rng.standard_normal((16, 6)).astype(np.float32), name="b")).permute((1, 0))
+    g.output(t.reshape(6, 2, 2).softmax(-1), name="split")
+    g.output(t.reshape(24).softmax(-1), name="merged")
     m = compile(g, target="cpu")
-    xs = np.random.default_rng(2).standard_normal((512, 1024)).astype(np.float32)
-    np.testing.assert_array_equal(m(x=xs), np.maximum(xs, 0))
-    assert m.executor.direct_path == (parallel.num_threads() == 1)
+    xs = rng.standard_normal((4, 16)).astype(np.float32)
+    first = m.run(a=xs)
+    assert m.executor.direct_path, m.kernel_summary()
+    copies = [c for c, addrs in m.executor._direct.calls if not addrs]
+    assert len(copies) == 1                              # the merge; the split is a view
+    general, want = _general(m, a=xs), interpret(g, {"a": xs})
+    for name in ("split", "merged"):
+        np.testing.assert_array_equal(first[name], general[name])
+        np.testing.assert_allclose(first[name], want[name], rtol=1e-5, atol=1e-6)
+    xs2 = xs[::-1].copy()       # the copy follows this call's values
+    np.testing.assert_array_equal(m.run(a=xs2)["merged"], _general(m, a=xs2)["merged"])
 
 
 def test_a_saved_and_loaded_module_takes_the_direct_path_too(tmp_path):

@@ -185,3 +185,42 @@ def test_storage_view_shares_memory_for_every_stride_kind_and_keeps_read_only_bu
     assert not rst.view(lay).flags.writeable
     with pytest.raises(StorageError):
         buf.view(Layout((3,), (5,), 4))                                       # reaches element 14
+
+
+def _factorings(n: int):
+    """Some shapes with ``n`` elements (one, two or three axes, size-1 axes too)."""
+    divs = [d for d in range(1, n + 1) if n % d == 0]
+    out = [(n,), (1, n), (n, 1)]
+    out += [(d, n // d) for d in divs]
+    out += [(d, e, n // (d * e)) for d in divs for e in divs if n % (d * e) == 0]
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(strided_arrays(), st.data())
+def test_reshaped_views_exactly_when_numpy_reshapes_without_a_copy(case, data):
+    base, arr, lay = case
+    if arr.size == 0:
+        return
+    shape = data.draw(st.sampled_from(_factorings(arr.size)))
+    storage, _ = Storage.from_numpy(base)
+    got = lay.reshaped(shape)
+    want = arr.reshape(shape)
+    viewable = np.shares_memory(want, arr) or arr.size == 1
+    if got is None:
+        assert not viewable, (lay, shape)
+    else:
+        np.testing.assert_array_equal(storage.view(got), want)
+        assert got.shape == tuple(shape)
+
+
+def test_reshaped_cases():
+    l = Layout((1, 256, 4), (1024, 1, 256))                # a transposed matmul result
+    assert l.reshaped((1, 256, 2, 2)) == Layout((1, 256, 2, 2), (0, 1, 512, 256))
+    assert l.reshaped((1, 1024)) is None                   # would interleave the rows
+    sub = Layout((1, 128, 1, 2, 2), (2048, 16, 0, 8, 2))   # a stride-2 subsample
+    assert sub.reshaped((1, 128, 4)) is None
+    assert sub.reshaped((128, 2, 2)) == Layout((128, 2, 2), (16, 8, 2))
+    assert Layout.contiguous((2, 3), 5).reshaped((3, 2)) == Layout.contiguous((3, 2), 5)
+    with pytest.raises(LayoutError, match="6 elements"):
+        Layout.contiguous((2, 3)).reshaped((4,))
