@@ -12,8 +12,8 @@ that once:
 * every kernel call becomes ``(raw function, descriptor addresses)``, the
   descriptors built once over those buffers and the constants;
 * view and reshape steps become the layouts of the descriptors that read them
-  (a reshape of a strided value that no layout can express becomes a copy
-  into a buffer of its own, in step order).
+  (a reshape of a strided value that no layout can express, and a
+  contiguize step, become a copy into a buffer of its own, in step order).
 
 A run then only points the descriptors of the inputs and of the plan outputs
 (fresh arrays, owned by the caller) at this call's memory and makes the raw
@@ -62,7 +62,8 @@ class DirectRun:
     def build(cls, executor, runners) -> "DirectRun | None":
         """The direct form of ``executor``'s plan (``runners``: its step
         runner objects), or None when some step needs the general path."""
-        from .executor import _ConstRunner, _KernelRunner, _ReshapeRunner, _ViewRunner
+        from .executor import (_ConstRunner, _ContiguizeRunner, _KernelRunner, _ReshapeRunner,
+                               _ViewRunner)
         plan = executor.plan
         if executor.resident is not None:
             return None
@@ -106,6 +107,11 @@ class DirectRun:
                     env[runner.step.output] = self._add_copy(st, lay, runner)
                 else:
                     return None
+            elif isinstance(runner, _ContiguizeRunner):
+                source, st, lay, n = env[runner.step.input]
+                if st is None:
+                    return None
+                env[runner.step.output] = self._add_copy(st, lay, runner, lay)
             elif isinstance(runner, _KernelRunner):
                 if not self._add_kernel(runner, env, patch, producers):
                     return None
@@ -122,17 +128,18 @@ class DirectRun:
         self.probes = list({id(p): (p, v) for p, v in self.probes}.values())
         return self
 
-    def _add_copy(self, st: Storage, lay: Layout, runner) -> tuple:
-        """A reshape whose strided input cannot be viewed in the new shape:
-        a copy into a row-major buffer of its own, made in step order by a
-        numpy assignment between arrays built once over the two buffers
-        (what the general path's reshape does on every run)."""
+    def _add_copy(self, st: Storage, lay: Layout, runner, out_layout=None) -> tuple:
+        """A contiguize step, or a reshape whose strided input cannot be
+        viewed in the new shape: a copy into a row-major buffer of its own,
+        made in step order by a numpy assignment between arrays built once
+        over the two buffers (what the general path does on every run)."""
         out = Storage.empty(st.dtype, lay.numel)
+        out_layout = out_layout if out_layout is not None else runner.layout
         src, dst = st.view(lay), out.view(Layout.contiguous(lay.shape))
         self._keep.extend((st, out))
         self.calls.append((lambda: np.copyto(dst, src), ()))
         self.where.append(runner.step.name or runner.step.output)
-        return None, out, runner.layout, lay.numel
+        return None, out, Layout.contiguous(out_layout.shape), lay.numel
 
     def _add_kernel(self, runner, env, patch, producers) -> bool:
         from .executor import needs_contiguize

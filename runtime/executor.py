@@ -369,7 +369,7 @@ class Executor:
             elif isinstance(step, ReshapeStep):
                 runners.append(_ReshapeRunner(step).run)
             elif isinstance(step, ContiguizeStep):
-                runners.append(_contiguize_runner(step))
+                runners.append(_ContiguizeRunner(step).run)
                 fresh.add(step.output)
             elif isinstance(step, ConstStep):
                 runners.append(_ConstRunner(step, plan, self.specs[step.output].dtype).run)
@@ -635,11 +635,15 @@ class _ReshapeRunner:
             (st.contiguize(lay)[0], self.layout)
 
 
-def _contiguize_runner(step: ContiguizeStep):
-    def run(env, syms):
-        st, lay = env[step.input]
-        env[step.output] = st.contiguize(lay)
-    return run
+class _ContiguizeRunner:
+    __slots__ = ("step",)
+
+    def __init__(self, step: ContiguizeStep):
+        self.step = step
+
+    def run(self, env, syms):
+        st, lay = env[self.step.input]
+        env[self.step.output] = st.contiguize(lay)
 
 
 class _ConstRunner:

@@ -14,7 +14,7 @@ does not keep a core busy. The caller posts a task with plain stores,
 runs its own tile, then polls (natively, GIL released) until the workers are
 done.
 
-A worker's control block is 12 int64 slots: ``gen`` (bumped by the caller to
+A worker's control block is ``4 + MAX_ARGS`` int64 slots: ``gen`` (bumped by the caller to
 post a task), ``done`` (set to that ``gen`` by the worker when finished),
 ``claim`` (the last task taken, by the worker or, when the worker has not
 started it by the time the caller's own tile is done, by the caller, which
@@ -31,7 +31,7 @@ import threading
 from typing import Sequence
 
 #: The most pointer arguments a posted call may take.
-MAX_ARGS = 8
+MAX_ARGS = 32
 #: How long (TSC cycles, about 1 ms) an idle worker polls before it sleeps.
 SPIN_CYCLES = 3_000_000
 

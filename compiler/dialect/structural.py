@@ -43,7 +43,8 @@ from compiler.mlir import ir
 
 RUNTIME_FUSED = "fuel.runtime_fused"
 TERMINATOR = "gpu.yield"
-MAX_INPUTS = 8
+#: (a 3x3 depthwise conv's fused taps read 9 views and 9 weights, and a bias)
+MAX_INPUTS = 24
 SEGMENTS_ATTR = "operandSegmentSizes"
 
 

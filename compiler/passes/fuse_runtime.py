@@ -10,8 +10,10 @@ patterns unless ``runtime=false``; the pass exists on its own too.
   as the root;
 * groups grow backwards from a root, taking a producer only when every use of
   its result is already in the group (consumer guard: one value leaves the
-  group), to a maximal group of at most ``MAX_MEMBERS`` ops; at least 2
-  compute ops and at most ``MAX_INPUTS`` inputs;
+  group) and the group still reads at most ``MAX_INPUTS`` values from outside,
+  to a maximal group of at most ``MAX_MEMBERS`` ops; at least 2 compute ops
+  (a longer chain, such as the 25 taps of a 5x5 depthwise conv, becomes
+  several groups);
 * capability gate: every compute member has a kernel for its exact dtypes on
   a candidate backend (``backend_supports``): the runtime-fused codegen
   generates what the target's primitives can;
@@ -165,7 +167,9 @@ class RuntimeFusion:
         its users joins; it joins once all its users are members."""
         shape_of = lambda v: tuple(_fuel.tensor_type(v).shape)  # noqa: E731
         shape = shape_of(root.operands[0] if roles[root] == "reduce" else root.results[0])
+        from compiler.dialect.structural import MAX_INPUTS
         group = {root}
+        inputs = set(root.operands)  # the values the group reads from outside
         pending = deque([root])
         while pending and len(group) < MAX_MEMBERS:
             m = pending.popleft()
@@ -187,6 +191,10 @@ class RuntimeFusion:
                 if role == "compute" and (shape_of(p.results[0]) != shape
                                           or all(roles[u] == "view" for u in users)):
                     continue
+                grown = (inputs - {p.results[0]}) | set(p.operands)
+                if len(grown) > MAX_INPUTS:  # the group stops growing on this side
+                    continue
+                inputs = grown
                 group.add(p)
                 pending.append(p)
                 if len(group) >= MAX_MEMBERS:

@@ -363,6 +363,13 @@ CONV = [
     ((1, 4, 7, 7), (6, 4, 1, 1), dict(stride=(2, 2), padding=(0, 0), groups=1), False, "f64"),
     # 2x2 output pixels, 40 channels: the recipe multiplies cols^T @ w^T
     ((2, 8, 4, 4), (40, 8, 3, 3), dict(stride=(2, 2), padding=(1, 1), groups=1), True, "f32"),
+    # depthwise (groups = Cin = Cout): the taps' fused Mul/Add chain over flat
+    # planes; strides split the plane into phases; 5x5 (25 taps: several groups)
+    ((2, 6, 9, 7), (6, 1, 3, 3), dict(stride=(1, 1), padding=(1, 1), groups=6), True, "f32"),
+    ((1, 5, 11, 10), (5, 1, 3, 3), dict(stride=(2, 2), padding=(1, 1), groups=5), True, "f64"),
+    ((1, 4, 9, 12), (4, 1, 5, 5), dict(stride=(1, 2), padding=(2, 2), groups=4,
+                                       dilation=(1, 2)), False, "f32"),
+    ((1, 3, 8, 8), (3, 1, 2, 3), dict(stride=(3, 2), padding=(0, 1), groups=3), True, "f32"),
 ]
 
 
@@ -389,6 +396,7 @@ def _numpy_conv(x, w, b, stride, padding, dilation, groups):
     ((1, 3, 11, 10), (2, 3, 3, 3), 1, 0, 2, 1),
     ((2, 2, 12, 9), (4, 1, 3, 2), (2, 1), (1, 2), (2, 3), 2),
     ((1, 1, 7, 7), (1, 1, 2, 2), 3, 1, (3, 1), 1),
+    ((1, 3, 12, 11), (3, 1, 3, 3), (2, 3), (2, 1), (2, 3), 3),     # depthwise
 ])
 def test_conv2d_dilation_matches_numpy(rng, xs, ws, stride, padding, dilation, groups):
     """The builder's ``dilation`` through the fused kernel and through the
@@ -402,7 +410,8 @@ def test_conv2d_dilation_matches_numpy(rng, xs, ws, stride, padding, dilation, g
                     dilation=dilation), "y")
     m = compile(g)
     fused_kernel = m.kernel_summary() == ["Conv2D[f64,f64,f64,f64] (mlir-cpu-fused)"]
-    assert fused_kernel == (groups != 1), m.kernel_summary()   # groups = 1: im2col + MatMul
+    # groups = 1: im2col + MatMul; depthwise: the taps' Mul/Add chain
+    assert fused_kernel == (groups != 1 and not groups == xs[1] == ws[0]), m.kernel_summary()
     np.testing.assert_allclose(m(x=x, w=w, b=b), want, rtol=1e-12, atol=1e-12)
     mr = compile(g, pipeline="base-map")
     assert not any(k.startswith("Conv2D") for k in mr.kernel_summary())
@@ -423,16 +432,19 @@ def test_conv2d(rng, xs, ws, params, bias, dtype):
     arrs = [_data(rng, xs, dtype), _data(rng, ws, dtype)]
     if bias:
         arrs.append(_data(rng, (ws[0],), dtype))
-    if params["groups"] != 1:
+    depthwise = params["groups"] == xs[1] == ws[0]
+    if params["groups"] != 1 and not depthwise:
         _check_kernel("Conv2D", arrs, [dtype] * len(arrs), params, dtype)
         return
-    # groups = 1: compile() takes the recipe (im2col + MatMul; the kernel's
-    # ``serves`` predicate), and the fused kernel's lowering still computes it.
+    # groups = 1 and depthwise: compile() takes the recipe (im2col + MatMul, or
+    # the taps' fused chain; the kernel's ``serves`` predicate), and the fused
+    # kernel's lowering still computes it.
     g, feed = _graph("Conv2D", arrs, [dtype] * len(arrs), params)
     summary = compile(g).kernel_summary()
     assert not any(s.startswith("Conv2D[") for s in summary), summary
-    assert any(s.startswith("MatMul[") for s in summary), summary
-    _close(compile(g)(**feed), _reference("Conv2D", arrs, params), dtype, "Conv2D via im2col")
+    want = "mlir-cpu-runtime-fused" if depthwise else "MatMul["
+    assert any(want in s for s in summary), summary
+    _close(compile(g)(**feed), _reference("Conv2D", arrs, params), dtype, "Conv2D via its recipe")
     got, _ = _run_lowering("Conv2D", arrs, [dtype] * len(arrs), params)
     _close(got, _reference("Conv2D", arrs, params), dtype, "Conv2D kernel")
 
@@ -532,7 +544,7 @@ def test_awq_kernel_through_the_cpu_pipeline(rng):
 
 
 @pytest.mark.parametrize("xs,ws,groups,stride,padding", [
-    ((1, 32, 48, 48), (32, 1, 3, 3), 32, 1, 1),      # depthwise: one channel per group
+    ((1, 32, 48, 48), (32, 2, 3, 3), 16, 1, 1),      # (depthwise takes the recipe)
     ((1, 12, 150, 150), (12, 2, 3, 3), 6, 2, 1),     # two in / two out channels per group
 ])
 def test_grouped_conv_splits_by_whole_groups(rng, xs, ws, groups, stride, padding):

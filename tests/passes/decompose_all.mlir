@@ -653,8 +653,8 @@ func.func @qmatmul_k_quant(%a: tensor<3x256xf32>, %w: tensor<105xui32>) -> tenso
 
 // Grouped im2col indices are computed in f32: a padded plane of 2^24
 // elements or more would round them, so a grouped Conv2D declines
-// (ConvTranspose2D likewise for its output buffer; groups = 1 slices views
-// and needs no index math).
+// (ConvTranspose2D likewise for its output buffer; groups = 1 and depthwise
+// slice views and need no index math).
 // CHECK-LABEL: func.func @conv2d_huge_plane(
 // CHECK-NEXT:  %0 = "fuel.conv2d"(%arg0, %arg1)
 // CHECK-NEXT:  return %0
@@ -665,10 +665,10 @@ func.func @qmatmul_k_quant(%a: tensor<3x256xf32>, %w: tensor<105xui32>) -> tenso
 // GONE:        "fuel.conv2d"
 // GONE-LABEL:  func.func @conv_transpose2d_huge_plane(
 // GONE:        "fuel.conv_transpose2d"
-func.func @conv2d_huge_plane(%x: tensor<1x2x4096x4096xf32>, %w: tensor<2x1x1x1xf32>) -> tensor<1x2x4096x4096xf32> {
+func.func @conv2d_huge_plane(%x: tensor<1x4x4096x4096xf32>, %w: tensor<4x2x1x1xf32>) -> tensor<1x4x4096x4096xf32> {
   // expected-warning@+1 {{decompose declined: padded plane 4096x4096 too large for exact F32 index math}}
-  %0 = "fuel.conv2d"(%x, %w) {dilation = [1, 1], groups = 2 : i64, padding = [0, 0], stride = [1, 1]} : (tensor<1x2x4096x4096xf32>, tensor<2x1x1x1xf32>) -> tensor<1x2x4096x4096xf32>
-  return %0 : tensor<1x2x4096x4096xf32>
+  %0 = "fuel.conv2d"(%x, %w) {dilation = [1, 1], groups = 2 : i64, padding = [0, 0], stride = [1, 1]} : (tensor<1x4x4096x4096xf32>, tensor<4x2x1x1xf32>) -> tensor<1x4x4096x4096xf32>
+  return %0 : tensor<1x4x4096x4096xf32>
 }
 func.func @conv_transpose2d_huge_plane(%x: tensor<1x1x4096x4096xf32>, %w: tensor<1x1x1x1xf32>) -> tensor<1x1x4096x4096xf32> {
   // expected-warning@+1 {{decompose declined: output buffer 4096x4096 too large for exact F32 index math}}

@@ -11,6 +11,6 @@ func.func @unused_runtime_fused(%arg0: tensor<4xf32>) -> tensor<4xf32> {
     %1 = "fuel.exp"(%arg1) : (tensor<4xf32>) -> tensor<4xf32>
     %2 = "fuel.tanh"(%1) : (tensor<4xf32>) -> tensor<4xf32>
     gpu.yield %2 : tensor<4xf32>
-  }) {fused_id = 32768 : i64, operandSegmentSizes = array<i32: 1, 0, 0, 0, 0, 0, 0, 0>, scalars = []} : (tensor<4xf32>) -> tensor<4xf32>
+  }) {fused_id = 32768 : i64, operandSegmentSizes = array<i32: 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0>, scalars = []} : (tensor<4xf32>) -> tensor<4xf32>
   return %arg0 : tensor<4xf32>
 }

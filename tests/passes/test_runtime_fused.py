@@ -148,7 +148,7 @@ BAD_BODY = """func.func @f(%x: tensor<4xf32>, %y: tensor<4xf32>) -> tensor<4xf32
     %1 = "fuel.add"(%a, %y) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
     gpu.yield %1 : tensor<4xf32>
   }) {fused_id = 32768 : i64, scalars = [],
-      operandSegmentSizes = array<i32: 1, 0, 0, 0, 0, 0, 0, 0>} : (tensor<4xf32>) -> tensor<4xf32>
+      operandSegmentSizes = array<i32: 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0>} : (tensor<4xf32>) -> tensor<4xf32>
   return %0 : tensor<4xf32>
 }"""
 
@@ -173,7 +173,7 @@ def test_malformed_body_is_a_typed_error_not_a_crash():
 def test_missing_operand_segments_do_not_parse():
     with pytest.raises(DialectError):
         parse_fuel_module(BAD_BODY.replace(
-            ",\n      operandSegmentSizes = array<i32: 1, 0, 0, 0, 0, 0, 0, 0>", ""))
+            ",\n      operandSegmentSizes = array<i32: 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0>", ""))
 
 
 # -- decompose ---------------------------------------------------------------------------
@@ -268,3 +268,27 @@ def test_binding_key_is_runtime_fused():
     fid = m.plan.steps[0].key.fused.value
     assert m.table.has_runtime_fused(fid, "cpu")
     assert m.plan.steps[0].key == BindingKey.runtime_fused(fid)
+
+
+def test_a_chain_reading_more_than_max_inputs_becomes_several_groups():
+    # sum_i x_i * y_i over 20 pairs: 40 inputs; each group stops growing at
+    # MAX_INPUTS values read from outside instead of not forming at all
+    from compiler.dialect.structural import MAX_INPUTS
+    rng = np.random.default_rng(3)
+    g = Graph()
+    xs = [g.input(f"x{i}", (4, 8), "f32") for i in range(20)]
+    ys = [g.input(f"y{i}", (4, 8), "f32") for i in range(20)]
+    acc = None
+    for x, y in zip(xs, ys):
+        acc = x * y if acc is None else acc + x * y
+    g.output(acc, name="o")
+    m = compile(g)
+    fused = [s for s in m.plan.steps if getattr(s, "key", None) is not None
+             and s.key.is_runtime_fused]
+    assert len(fused) >= 2 and all(len(s.inputs) <= MAX_INPUTS for s in fused)
+    # at most a lone op left over at the chain's start (a group needs two)
+    kernels = [s for s in m.plan.steps if getattr(s, "key", None) is not None]
+    assert len(kernels) - len(fused) <= 1, m.kernel_summary()
+    feeds = {f"{p}{i}": rng.standard_normal((4, 8)).astype(np.float32)
+             for p in "xy" for i in range(20)}
+    np.testing.assert_allclose(m(**feeds), interpret(g, feeds)["o"], rtol=1e-5, atol=1e-5)

@@ -116,11 +116,15 @@ def _register_kernel() -> None:
         return {"stride": tuple(p.stride), "padding": tuple(p.padding), "groups": p.groups,
                 "dilation": tuple(p.dilation)}
 
+    from compiler.registry.ops.conv2d import is_depthwise
+
     # groups = 1 takes the recipe (im2col + the tiled, threaded MatMul kernel):
-    # 20-50x faster than this kernel's loops (docs/architecture.md).
+    # 20-50x faster than this kernel's loops (docs/architecture.md); so does a
+    # depthwise conv (its taps' Mul/Add chain, fused into one elementwise kernel).
     @fused_kernel("Conv2D", precision=CONV2D_CPU, dtypes=(DType.F32, DType.F64),
                   from_params=back, keys=lambda t: [(t,) * 3, (t,) * 4],
-                  serves=lambda params, types: params["groups"] != 1)
+                  serves=lambda params, types: (params["groups"] != 1
+                                                and not is_depthwise(types, params)))
     def _conv_params(params, types):
         out = default_registry()["Conv2D"].infer(list(types), params)
         return P.Conv2D(tuple(types[0].shape), tuple(types[1].shape), tuple(out.shape),

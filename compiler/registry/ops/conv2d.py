@@ -8,7 +8,8 @@ dh/dw apart). Output ``[N,Cout,(H+2ph-dh(Kh-1)-1)/sh+1,(W+2pw-dw(Kw-1)-1)/sw+1]`
 Recipe: groups = 1 is im2col + one MatMul: the Kh*Kw taps of the padded
 input are slices of a view (no index math), stacked by one Concat into
 ``[N, Cin*Kh*Kw, Ho*Wo]``; a 1x1 stride-1 unpadded kernel multiplies x
-itself. groups > 1 run per group on channel slices (Pad, an Iota-built U32
+itself. Depthwise (groups = Cin = Cout) is the sum of each tap's view times
+its per-channel weight (elementwise Mul and Add). Other groups > 1 run per group on channel slices (Pad, an Iota-built U32
 index vector, IndexSelect, MatMul) and Concat, instead of the spec's rank-5
 batched form; index math in F32 is exact while the padded plane is below
 2**24 elements, larger planes decline. Backward: autograd's hand-written rule (``custom``).
@@ -83,6 +84,8 @@ def build(params, types):
     dh, dw = params["dilation"]
     if g == 1:
         return _build_gemm(params, types)
+    if is_depthwise(types, params):
+        return _build_depthwise(params, types)
     if hp * wp >= 1 << 24:
         return Decline(NAME, f"padded plane {hp}x{wp} too large for exact F32 index math")
     x = Bind(0)
@@ -102,6 +105,54 @@ def build(params, types):
         wb = op("BroadcastTo", op("Reshape", wg, shape=(1, opg, kk)), shape=(n, opg, kk))
         ys.append(op("Reshape", op("MatMul", wb, p), shape=(n, opg, ho, wo)))
     return _bias(op("Concat", *ys, dim=1), types, n, cout, ho, wo)
+
+
+def is_depthwise(types, params) -> bool:
+    """One input and one output channel per group (groups = Cin = Cout)."""
+    cin, cout = types[0].shape[1], types[1].shape[0]
+    return params["groups"] == cin == cout
+
+
+def _build_depthwise(params, types):
+    """groups = Cin = Cout: the sum over the Kh*Kw taps of the tap's window
+    of the padded input times the tap's weight, one per channel. A chain of
+    elementwise Mul and Add that the runtime fusion makes one kernel.
+
+    Each channel's padded plane (split into its stride phases first, one
+    copy, when there is a stride) is read flat: the tap at (qy, qx) of a
+    phase of width wq is the run ``[qy*wq + qx, + Ho*wq)`` of it, so the
+    chain computes Ho rows of the full width wq, in long unit-stride runs
+    that vectorize, and the first Wo columns are kept (a view). One extra
+    row of padding at the bottom keeps the last tap's run inside the plane."""
+    n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
+    dh, dw = params["dilation"]
+    hq, wq = -(-hp // sh), -(-wp // sw)
+    eh, ew = hq * sh - hp, wq * sw - wp
+    x = op("Pad", Bind(0), padding=(0, 0, 0, 0, ph, ph + eh + sh, pw, pw + ew), mode="constant",
+           value=0.0)                                            # [n, cin, (hq+1)*sh, wq*sw]
+    plane = (hq + 1) * wq
+    if sh == sw == 1:
+        phases = op("Reshape", x, shape=(n, cin, 1, 1, plane))
+    else:
+        phases = op("Contiguize", op("Permute", op("Reshape", x, shape=(n, cin, hq + 1, sh, wq, sw)),
+                                     perm=(0, 1, 3, 5, 2, 4)))   # [n, cin, sh, sw, hq+1, wq]
+        phases = op("Reshape", phases, shape=(n, cin, sh, sw, plane))
+    y = None
+    for ky in range(kh):
+        for kx in range(kw):
+            (qy, ry), (qx, rx) = divmod(ky * dh, sh), divmod(kx * dw, sw)
+            tap = op("Slice", op("Slice", phases, dim=2, start=ry, len=1), dim=3, start=rx, len=1)
+            tap = op("Slice", op("Squeeze", op("Squeeze", tap, dim=3), dim=2),
+                     dim=2, start=qy * wq + qx, len=ho * wq)     # [n, cin, ho*wq]
+            wt = op("Slice", op("Slice", Bind(1), dim=2, start=ky, len=1), dim=3, start=kx, len=1)
+            wt = op("BroadcastTo", op("Reshape", wt, shape=(1, cin, 1)), shape=(n, cin, ho * wq))
+            term = op("Mul", tap, wt)
+            y = term if y is None else op("Add", y, term)
+    if len(types) == 3:
+        y = op("Add", y, op("BroadcastTo", op("Reshape", Bind(2), shape=(1, cin, 1)),
+                            shape=(n, cin, ho * wq)))
+    y = op("Reshape", y, shape=(n, cin, ho, wq))
+    return y if wq == wo else op("Slice", y, dim=3, start=0, len=wo)
 
 
 def _bias(y, types, n, cout, ho, wo):
