@@ -19,8 +19,10 @@ A run then only points the descriptors of the inputs and of the plan outputs
 (fresh arrays, owned by the caller) at this call's memory and makes the raw
 calls in order. Eligible: plans whose kernel steps each run as one raw call
 (``prepare_raw`` of the kernel; a call split over threads is one call that
-runs its tiles on the compiler's native workers), with no bundles, index checks, deferred row counts or copies
-to contiguize, and whose outputs are kernel outputs named once. A call uses
+runs its tiles on the compiler's native workers), with no bundles, index
+checks, deferred row counts or copies to contiguize. Outputs that are not a
+kernel's output named once (a view of an intermediate, an output named
+twice) are copied out after the calls, as the general path does. A call uses
 it only for C-contiguous inputs of exactly the plan's dtype and shape, while
 the thread count and the constants are the ones it was built with, and one
 call at a time; anything else takes the general path, with the same results.
@@ -43,7 +45,7 @@ _addressof = ctypes.addressof
 class DirectRun:
     """A plan's kernel calls, their descriptors and buffers, settled once."""
 
-    __slots__ = ("plan", "lock", "calls", "inputs", "outputs", "zero", "probes", "consts",
+    __slots__ = ("plan", "lock", "calls", "inputs", "outputs", "copied", "zero", "probes", "consts",
                  "where", "_keep")
 
     def __init__(self, plan):
@@ -53,6 +55,7 @@ class DirectRun:
         self.where: list[str] = []        # the step each call is, for errors
         self.inputs: list[tuple] = []     # (name, api dtype, shape, descriptors)
         self.outputs: list[tuple] = []    # (name, alloc, nbytes, dtype, shape, descriptors)
+        self.copied: list[tuple] = []     # (name, numpy view of a plan buffer, dtype)
         self.zero: list[np.ndarray] = []  # kept buffers refilled with zeros before a run
         self.probes: list[tuple] = []     # (probe, value): the call list holds while equal
         self.consts: list[tuple] = []     # (name, array the storage was built from)
@@ -67,10 +70,8 @@ class DirectRun:
         plan = executor.plan
         if executor.resident is not None:
             return None
-        named = list(plan.outputs.values())
-        if any(vid not in executor._owned_outputs for vid in named):
-            return None
         self = cls(plan)
+        owned = executor._owned_outputs
         # value id -> (source, storage, layout, elements of the buffer);
         # source: ("input", name) | ("output", vid) | None (a storage fixed
         # for good, then given)
@@ -113,7 +114,7 @@ class DirectRun:
                     return None
                 env[runner.step.output] = self._add_copy(st, lay, runner, lay)
             elif isinstance(runner, _KernelRunner):
-                if not self._add_kernel(runner, env, patch, producers):
+                if not self._add_kernel(runner, env, patch, producers, owned):
                     return None
             else:
                 return None
@@ -121,10 +122,18 @@ class DirectRun:
             self.inputs.append((name, spec.dtype.numpy, tuple(spec.shape),
                                 tuple(patch.get(("input", name), ()))))
         for name, vid in plan.outputs.items():
-            runner = producers[vid]
-            spec = runner.step.output_specs[0]
-            self.outputs.append((name, runner.alloc, runner.out_allocs[0][1], spec.dtype,
-                                 tuple(spec.shape), tuple(patch.get(("output", vid), ()))))
+            if vid in producers:
+                runner = producers[vid]
+                spec = runner.step.output_specs[0]
+                self.outputs.append((name, runner.alloc, runner.out_allocs[0][1], spec.dtype,
+                                     tuple(spec.shape), tuple(patch.get(("output", vid), ()))))
+                continue
+            # a view of a buffer of the plan's, or an output named twice: copied
+            # out after the calls, as the general path does
+            source, st, lay, _n = env[vid]
+            if st is None:
+                return None
+            self.copied.append((name, st.view(lay), executor.specs[vid].dtype))
         self.probes = list({id(p): (p, v) for p, v in self.probes}.values())
         return self
 
@@ -141,7 +150,7 @@ class DirectRun:
         self.where.append(runner.step.name or runner.step.output)
         return None, out, Layout.contiguous(out_layout.shape), lay.numel
 
-    def _add_kernel(self, runner, env, patch, producers) -> bool:
+    def _add_kernel(self, runner, env, patch, producers, owned) -> bool:
         from .executor import needs_contiguize
         step = runner.step
         prepare_raw = getattr(runner.entry.kernel.fn, "prepare_raw", None)
@@ -162,7 +171,7 @@ class DirectRun:
             layouts.append(lay)
         vid = step.outputs[0]
         out_layout = runner.out_layouts[0]
-        if vid in self.plan.outputs.values():
+        if vid in owned:
             out_source, out_storage = ("output", vid), None
             producers[vid] = runner
         else:
@@ -233,8 +242,11 @@ class DirectRun:
                     i += 1
             except Exception as e:  # a kernel must never crash its caller
                 raise KernelError(f"{self.where[i]}: {type(e).__name__}: {e}") from e
-            return {name: from_storage(buf.view(dt.storage_numpy).reshape(shape), dt)
-                    for (name, _a, _n, dt, shape, _d), buf in zip(self.outputs, bufs)}
+            out = {name: from_storage(buf.view(dt.storage_numpy).reshape(shape), dt)
+                   for (name, _a, _n, dt, shape, _d), buf in zip(self.outputs, bufs)}
+            for name, view, dt in self.copied:
+                out[name] = from_storage(view.copy(), dt)
+            return out
         finally:
             self.lock.release()
 

@@ -188,3 +188,24 @@ def test_a_saved_and_loaded_module_takes_the_direct_path_too(tmp_path):
     assert r.executor.direct_path
     np.testing.assert_array_equal(got, m(**inputs))
     np.testing.assert_array_equal(r(**inputs), _general(r, **inputs)["y"])
+
+
+def test_outputs_that_are_not_kernel_outputs_are_copied_out():
+    # a transposed view of an intermediate, and one value named twice
+    g = Graph()
+    x = g.input("x", (4, 6), "f32")
+    h = (x * 2.0).relu()
+    g.output(h.permute((1, 0)), name="t")
+    g.output(h + 1.0, name="a")
+    g.output(h + 1.0, name="b")
+    m = compile(g, target="cpu")
+    xs = np.random.default_rng(4).standard_normal((4, 6)).astype(np.float32)
+    first = m.run(x=xs)
+    assert m.executor.direct_path
+    general = _general(m, x=xs)
+    for name in ("t", "a", "b"):
+        np.testing.assert_array_equal(first[name], general[name])
+    np.testing.assert_array_equal(first["t"], np.maximum(xs * 2, 0).T)
+    again = m.run(x=-xs)                       # fresh arrays each call
+    assert not np.shares_memory(first["t"], again["t"])
+    np.testing.assert_array_equal(again["t"], np.maximum(-xs * 2, 0).T)
