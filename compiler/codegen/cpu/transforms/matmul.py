@@ -11,8 +11,9 @@ the payload (``transform.foreach``, so modules may hold several):
    buffer (hoisted out of the loops), tile M by ``mr`` and K by 1, peel the M
    loop; the ``mr x nr x 1`` tiles and the ``1 x nr x 1`` tiles of the M
    remainder are static, so they vectorize;
-3. the N remainder (< ``nr`` columns) becomes scalar loops *before* hoisting:
-   hoisting refuses a C buffer that any view (subview) still uses;
+3. the N remainder (< ``nr`` columns) becomes scalar loops m, k, n (rows of B
+   and C innermost) *before* hoisting: hoisting refuses a C buffer that any
+   view (subview) still uses;
 4. fold views into the transfers, CSE + LICM so the C tile's read/write
    indices are loop invariant, hoist the C accumulators out of the K loop
    (per function),
@@ -51,6 +52,10 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
     res0 = ", ".join([t] * (1 + n_loops + 2))
     loops0 = ", ".join([f"%bl{i}" for i in range(n_loops)] + ["%lM", "%lK"])
     res2 = ", ".join([t] * 3)
+    # the N remainder's loops: (batch,) m, k, n, so the innermost loop walks rows of
+    # B and C (k innermost walked a column of B per output: 15 columns of a
+    # [128,384] x [384,815] product took 3.5 of its 4.6 ms)
+    rem_perm = "[0, 1, 3, 2]" if b else "[0, 2, 1]"
     pm = lambda body: "    transform.apply_patterns to %func {\n" + body + "    } : " + t + "\n"
     canon = pm("      transform.apply_patterns.canonicalization\n")
     canon2 = "\n".join("  " + line if line else line for line in canon.split("\n"))
@@ -78,7 +83,9 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
 {canon2}      transform.structured.vectorize %mmV : {t}
       transform.structured.vectorize %t3 : {t}
       %mmN = {match(op, "%remN")}
-      %lpN = transform.structured.convert_to_loops %mmN : ({t}) -> {t}
+      %gN = transform.structured.generalize %mmN : ({t}) -> {t}
+      %iN = transform.structured.interchange %gN iterator_interchange = {rem_perm} : ({t}) -> {t}
+      %lpN = transform.structured.convert_to_loops %iN : ({t}) -> {t}
     }}
 {pm('''      transform.apply_patterns.vector.transfer_permutation_patterns
       transform.apply_patterns.vector.reduction_to_contract
