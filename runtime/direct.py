@@ -45,7 +45,7 @@ _addressof = ctypes.addressof
 class DirectRun:
     """A plan's kernel calls, their descriptors and buffers, settled once."""
 
-    __slots__ = ("plan", "lock", "calls", "inputs", "outputs", "copied", "zero", "probes", "consts",
+    __slots__ = ("plan", "lock", "calls", "inputs", "outputs", "copied", "current", "zero", "probes", "consts",
                  "where", "_keep")
 
     def __init__(self, plan):
@@ -56,6 +56,7 @@ class DirectRun:
         self.inputs: list[tuple] = []     # (name, api dtype, shape, descriptors)
         self.outputs: list[tuple] = []    # (name, alloc, nbytes, dtype, shape, descriptors)
         self.copied: list[tuple] = []     # (name, numpy view of a plan buffer, dtype)
+        self.current: dict = {}           # this call's input arrays (copies from inputs read them)
         self.zero: list[np.ndarray] = []  # kept buffers refilled with zeros before a run
         self.probes: list[tuple] = []     # (probe, value): the call list holds while equal
         self.consts: list[tuple] = []     # (name, array the storage was built from)
@@ -104,15 +105,15 @@ class DirectRun:
                 view = lay.reshaped(runner.step.shape)
                 if view is not None:
                     env[runner.step.output] = (source, st, view, n)
-                elif st is not None:  # an intermediate: copied into a buffer of its own
-                    env[runner.step.output] = self._add_copy(st, lay, runner)
+                elif st is not None or source[0] == "input":  # copied into a buffer of its own
+                    env[runner.step.output] = self._add_copy(st, lay, runner, source=source)
                 else:
                     return None
             elif isinstance(runner, _ContiguizeRunner):
                 source, st, lay, n = env[runner.step.input]
-                if st is None:
+                if st is None and source[0] != "input":
                     return None
-                env[runner.step.output] = self._add_copy(st, lay, runner, lay)
+                env[runner.step.output] = self._add_copy(st, lay, runner, lay, source)
             elif isinstance(runner, _KernelRunner):
                 if not self._add_kernel(runner, env, patch, producers, owned):
                     return None
@@ -137,16 +138,31 @@ class DirectRun:
         self.probes = list({id(p): (p, v) for p, v in self.probes}.values())
         return self
 
-    def _add_copy(self, st: Storage, lay: Layout, runner, out_layout=None) -> tuple:
+    def _add_copy(self, st, lay: Layout, runner, out_layout=None, source=None) -> tuple:
         """A contiguize step, or a reshape whose strided input cannot be
         viewed in the new shape: a copy into a row-major buffer of its own,
-        made in step order by a numpy assignment between arrays built once
-        over the two buffers (what the general path does on every run)."""
-        out = Storage.empty(st.dtype, lay.numel)
+        made in step order by a numpy assignment (what the general path does
+        on every run), from an array built once over a plan buffer ``st``, or
+        (``st`` None) over this call's input ``source``."""
+        dtype = st.dtype if st is not None else self.plan.inputs[source[1]].dtype
+        out = Storage.empty(dtype, lay.numel)
         out_layout = out_layout if out_layout is not None else runner.layout
-        src, dst = st.view(lay), out.view(Layout.contiguous(lay.shape))
-        self._keep.extend((st, out))
-        self.calls.append((lambda: np.copyto(dst, src), ()))
+        dst = out.view(Layout.contiguous(lay.shape))
+        if st is not None:
+            src = st.view(lay)
+            self._keep.append(st)
+            self.calls.append((lambda: np.copyto(dst, src), ()))
+        else:
+            name, item = source[1], dst.itemsize
+            shape, strides = lay.shape, tuple(x * item for x in lay.stride)
+            offset, current = lay.start_offset * item, self.current
+
+            def copy():
+                arr = current[name]
+                np.copyto(dst, np.ndarray(shape, dst.dtype, buffer=arr, offset=offset,
+                                          strides=strides))
+            self.calls.append((copy, ()))
+        self._keep.append(out)
         self.where.append(runner.step.name or runner.step.output)
         return None, out, Layout.contiguous(out_layout.shape), lay.numel
 
@@ -226,6 +242,7 @@ class DirectRun:
                 addr = arr.ctypes.data
                 for d in descs:
                     d.allocated = d.aligned = addr
+                self.current[name] = arr
             bufs = []
             for _name, alloc, nbytes, _dt, _shape, descs in self.outputs:
                 buf = alloc(nbytes, dtype=np.uint8)
@@ -248,6 +265,7 @@ class DirectRun:
                 out[name] = from_storage(view.copy(), dt)
             return out
         finally:
+            self.current.clear()
             self.lock.release()
 
 

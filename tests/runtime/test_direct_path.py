@@ -209,3 +209,21 @@ def test_outputs_that_are_not_kernel_outputs_are_copied_out():
     again = m.run(x=-xs)                       # fresh arrays each call
     assert not np.shares_memory(first["t"], again["t"])
     np.testing.assert_array_equal(again["t"], np.maximum(-xs * 2, 0).T)
+
+
+def test_a_reshape_of_a_strided_input_view_is_copied_from_each_calls_input():
+    # patches of an image input (a ViT stem's view): the merge needs a copy,
+    # made from the array of this call
+    g = Graph()
+    x = g.input("x", (2, 4, 6), "f32")
+    p = x.reshape(2, 2, 2, 3, 2).permute((0, 1, 3, 2, 4)).reshape(2, 2, 12)
+    g.output(p.softmax(-1), name="y")
+    m = compile(g, target="cpu")
+    rng = np.random.default_rng(6)
+    for _ in range(2):
+        xs = rng.standard_normal((2, 4, 6)).astype(np.float32)
+        got = m.run(x=xs)
+        assert m.executor.direct_path
+        assert [c for c, addrs in m.executor._direct.calls if not addrs]   # the copy
+        np.testing.assert_array_equal(got["y"], _general(m, x=xs)["y"])
+        np.testing.assert_allclose(got["y"], interpret(g, {"x": xs})["y"], rtol=1e-6, atol=1e-6)
