@@ -32,7 +32,7 @@ from ...graph import Graph, Tensor
 from ..onnx import Issue
 from ..onnx._fold import Unsupported
 
-__all__ = ["import_program", "compile_module", "TorchImportError", "SymbolicShapeError",
+__all__ = ["import_program", "load_program", "compile_module", "compile_program", "TorchImportError", "SymbolicShapeError",
            "Issue", "KEEP", "decomposition_table", "supported_ops", "CompiledProgram"]
 
 #: ATen ops kept whole by the decomposition table (fuelc has fused kernels for them).
@@ -87,6 +87,28 @@ def import_program(ep) -> Graph:
     _check_static(ep)
     ep = ep.run_decompositions(decomposition_table())
     return _Importer(ep).run()
+
+
+def load_program(path) -> Graph:
+    """``import_program(torch.export.load(path))`` for a program saved with
+    ``torch.export.save`` (a ``.pt2`` file); an unreadable file is a
+    TorchImportError."""
+    torch = _torch()
+    try:
+        ep = torch.export.load(path)
+    except Exception as e:  # zip, pickle and version errors of torch's loader
+        raise TorchImportError(f"cannot read the torch.export program {path}: "
+                               f"{type(e).__name__}: {e}") from None
+    return import_program(ep)
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise TorchImportError("PyTorch is not installed; install fuelc's torch extra: "
+                               "pip install -e '.[torch]'") from None
+    return torch
 
 
 def _check_static(ep):

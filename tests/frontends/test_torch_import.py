@@ -1,0 +1,290 @@
+"""PyTorch import: small models written as plain torch.nn modules (random
+weights), exported with torch.export, imported, compiled for the CPU and
+compared with eager ``model(*args)``; saved and run by the runtime alone in a
+process without torch; the errors for what fuelc refuses."""
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+F = torch.nn.functional
+
+from compiler.frontends.torch import (SymbolicShapeError, TorchImportError,  # noqa: E402
+                                      compile_module, import_program, supported_ops)
+from compiler.frontends.torch._dtypes import dtype_of, from_numpy, to_numpy  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# ---------------------------------------------------------------------------
+# the models
+# ---------------------------------------------------------------------------
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(16, 32), nn.Linear(32, 8)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x))).relu()
+
+
+class Block(nn.Module):
+    """ResNet's BasicBlock: conv-bn-relu-conv-bn plus the (downsampled) input."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.c1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.b1 = nn.BatchNorm2d(cout)
+        self.c2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.b2 = nn.BatchNorm2d(cout)
+        self.down = None if stride == 1 and cin == cout else nn.Sequential(
+            nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = self.b2(self.c2(F.relu(self.b1(self.c1(x)))))
+        return F.relu(y + (x if self.down is None else self.down(x)))
+
+
+class ResNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, 1, 1, bias=False), nn.BatchNorm2d(8),
+                                  nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+        self.layers = nn.Sequential(Block(8, 8, 1), Block(8, 16, 2))
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        y = self.layers(self.stem(x))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(y, 1), 1))
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, cin, cout, stride, expand):
+        super().__init__()
+        hid = cin * expand
+        self.residual = stride == 1 and cin == cout
+        self.body = nn.Sequential(
+            nn.Conv2d(cin, hid, 1, bias=False), nn.BatchNorm2d(hid), nn.ReLU6(),
+            nn.Conv2d(hid, hid, 3, stride, 1, groups=hid, bias=False), nn.BatchNorm2d(hid),
+            nn.ReLU6(), nn.Conv2d(hid, cout, 1, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        return x + self.body(x) if self.residual else self.body(x)
+
+
+class MobileNetV2(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 8, 3, 2, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU6(),
+            InvertedResidual(8, 8, 1, 2), InvertedResidual(8, 16, 2, 4),
+            InvertedResidual(16, 16, 1, 4))
+        self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(16, 10))
+
+    def forward(self, x):
+        return self.classifier(self.features(x).mean((2, 3)))
+
+
+class LSTMNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(8, 16, num_layers=2, batch_first=True)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        out, (h, c) = self.lstm(x)
+        return self.head(out), h, c
+
+
+class GPT2Block(nn.Module):
+    """Token + position embeddings, a pre-LayerNorm block with causal
+    attention spelled out (a tril mask, masked_fill, softmax), tanh GELU,
+    and an LM head tied to the token embedding."""
+
+    def __init__(self, vocab=50, d=32, heads=4, seq=8):
+        super().__init__()
+        self.heads = heads
+        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(seq, d)
+        self.ln1, self.ln2, self.lnf = nn.LayerNorm(d), nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.head.weight = self.wte.weight
+        self.register_buffer("mask", torch.tril(torch.ones(seq, seq, dtype=torch.bool)))
+
+    def forward(self, ids):
+        b, s = ids.shape
+        x = self.wte(ids) + self.wpe(torch.arange(s))
+        q, k, v = self.qkv(self.ln1(x)).split(x.shape[-1], dim=2)
+        q, k, v = (t.view(b, s, self.heads, -1).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+        att = att.masked_fill(~self.mask[:s, :s], float("-inf")).softmax(-1)
+        x = x + self.proj((att @ v).transpose(1, 2).reshape(b, s, -1))
+        x = x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+        return self.head(self.lnf(x))
+
+
+def rotate_half(x):
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat((-b, a), dim=-1)
+
+
+class LlamaBlock(nn.Module):
+    """RMSNorm, rotary embeddings, grouped-query causal SDPA, SwiGLU MLP."""
+
+    def __init__(self, d=32, heads=4, kv_heads=2, seq=8):
+        super().__init__()
+        self.h, self.kv, self.hd = heads, kv_heads, d // heads
+        self.n1, self.n2 = nn.RMSNorm(d, eps=1e-6), nn.RMSNorm(d, eps=1e-6)
+        self.q = nn.Linear(d, d, bias=False)
+        self.k = nn.Linear(d, kv_heads * self.hd, bias=False)
+        self.v = nn.Linear(d, kv_heads * self.hd, bias=False)
+        self.o = nn.Linear(d, d, bias=False)
+        self.gate, self.up = nn.Linear(d, 64, bias=False), nn.Linear(d, 64, bias=False)
+        self.down = nn.Linear(64, d, bias=False)
+        inv = 1.0 / 10000 ** (torch.arange(0, self.hd, 2).float() / self.hd)
+        ang = torch.outer(torch.arange(seq).float(), inv)
+        self.register_buffer("cos", torch.cat((ang, ang), -1).cos(), persistent=False)
+        self.register_buffer("sin", torch.cat((ang, ang), -1).sin(), persistent=False)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        h = self.n1(x)
+        q = self.q(h).view(b, s, self.h, self.hd).transpose(1, 2)
+        k = self.k(h).view(b, s, self.kv, self.hd).transpose(1, 2)
+        v = self.v(h).view(b, s, self.kv, self.hd).transpose(1, 2)
+        q = q * self.cos + rotate_half(q) * self.sin
+        k = k * self.cos + rotate_half(k) * self.sin
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        x = x + self.o(a.transpose(1, 2).reshape(b, s, -1))
+        return x + self.down(F.silu(self.gate(self.n2(x))) * self.up(self.n2(x)))
+
+
+class BertLayer(nn.Module):
+    """Post-LayerNorm encoder layer with a padding mask (additive, from a
+    0/1 attention mask input) through SDPA's attn_mask."""
+
+    def __init__(self, d=32, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.qkv, self.o = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.ln1, self.ln2 = nn.LayerNorm(d, eps=1e-12), nn.LayerNorm(d, eps=1e-12)
+        self.fc1, self.fc2 = nn.Linear(d, 64), nn.Linear(64, d)
+
+    def forward(self, x, attention_mask):
+        b, s, d = x.shape
+        q, k, v = (t.view(b, s, self.heads, -1).transpose(1, 2)
+                   for t in self.qkv(x).chunk(3, -1))
+        bias = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * -10000.0
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        x = self.ln1(x + self.o(a.transpose(1, 2).reshape(b, s, d)))
+        return self.ln2(x + self.fc2(F.gelu(self.fc1(x))))
+
+
+def _models():
+    g = torch.Generator().manual_seed(0)
+
+    def randn(*s):
+        return torch.randn(*s, generator=g)
+    mask = torch.ones(2, 8, dtype=torch.int64)
+    mask[1, 5:] = 0
+    return {
+        "mlp": (MLP, (randn(4, 16),)),
+        "resnet": (ResNet, (randn(1, 3, 16, 16),)),
+        "mobilenet_v2": (MobileNetV2, (randn(1, 3, 16, 16),)),
+        "lstm": (LSTMNet, (randn(2, 5, 8),)),
+        "gpt2": (GPT2Block, (torch.randint(0, 50, (2, 8), generator=g),)),
+        "llama": (LlamaBlock, (randn(2, 8, 32),)),
+        "bert": (BertLayer, (randn(2, 8, 32), mask)),
+    }
+
+
+MODELS = _models()
+
+
+def _randomize(model):
+    """Random weights, and batch-norm statistics that are not the identity."""
+    torch.manual_seed(1)
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+            m.weight.data.uniform_(0.5, 1.5)
+            m.bias.data.uniform_(-0.5, 0.5)
+    return model.eval()
+
+
+def _flat(out):
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def assert_matches(got, want, rel=1e-5):
+    """Each output within ``rel`` of the largest magnitude of torch's."""
+    got, want = _flat(got), _flat(want)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        g, w = np.asarray(g), w.detach().numpy()
+        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, w.shape, g.dtype, w.dtype)
+        scale = max(float(np.abs(w).max()), 1e-30)
+        assert float(np.abs(g - w).max()) <= rel * scale, (float(np.abs(g - w).max()), scale)
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    """name -> (model, args, CompiledProgram), each compiled once."""
+    out = {}
+    for name, (cls, args) in MODELS.items():
+        model = _randomize(cls())
+        out[name] = (model, args, compile_module(model, args))
+    return out
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_model_matches_eager(compiled, name):
+    model, args, program = compiled[name]
+    with torch.no_grad():
+        want = model(*args)
+    got = program(*args)
+    assert type(got) is type(want)
+    assert_matches(got, want)
+
+
+def test_saved_modules_run_without_torch(compiled, tmp_path):
+    """save() -> runtime.load() in a process where torch cannot be imported."""
+    cases = {}
+    for name, (model, args, program) in compiled.items():
+        program.save(tmp_path / f"{name}.fuel")
+        with torch.no_grad():
+            want = _flat(model(*args))
+        ins = dict(zip(program.input_names, (to_numpy(a) for a in args)))
+        np.savez(tmp_path / f"{name}_in.npz", **ins)
+        np.savez(tmp_path / f"{name}_want.npz", *[w.numpy() for w in want])
+        cases[name] = list(program.module.output_names)
+    script = f"""
+import sys, json
+sys.modules["torch"] = None  # any import of torch fails
+import numpy as np, runtime
+cases = json.loads({json.dumps(json.dumps(cases))})
+for name, outs in cases.items():
+    m = runtime.load(f"{tmp_path}/{{name}}.fuel")
+    got = m.run(**dict(np.load(f"{tmp_path}/{{name}}_in.npz")))
+    want = np.load(f"{tmp_path}/{{name}}_want.npz")
+    for i, o in enumerate(outs):
+        w = want[f"arr_{{i}}"]
+        err = float(np.abs(got[o] - w).max()) / max(float(np.abs(w).max()), 1e-30)
+        assert got[o].shape == w.shape and err <= 1e-5, (name, o, err)
+assert "torch" not in sys.modules or sys.modules["torch"] is None
+print("ok", len(cases))
+"""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["ok", str(len(compiled))]
