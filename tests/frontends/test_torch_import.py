@@ -288,3 +288,133 @@ print("ok", len(cases))
                        env=env, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.split() == ["ok", str(len(compiled))]
+
+
+# ---------------------------------------------------------------------------
+# parameters, dtypes, the CLI
+# ---------------------------------------------------------------------------
+def test_parameters_are_named_constants_shared_once(compiled):
+    """The GPT-2 block's tied embedding/head weight is one tensor: one
+    constant for the embedding, one for the head's transposed copy."""
+    ep = torch.export.export(compiled["gpt2"][0], MODELS["gpt2"][1])
+    g = import_program(ep)
+    assert "wte.weight" in g.constants and "wte.weight.T" in g.constants
+    assert not any(n.startswith("head.") for n in g.constants)
+    assert "qkv.weight.T" in g.constants and "qkv.bias" in g.constants
+    # the LSTM's recurrent weights serve every time step: transposed once each
+    ep = torch.export.export(compiled["lstm"][0], MODELS["lstm"][1])
+    names = list(import_program(ep).constants)
+    assert names.count("lstm.weight_hh_l0.T") == 1 and names.count("lstm.weight_hh_l1.T") == 1
+
+
+def test_batch_norm_folds_into_the_convolution(compiled):
+    ep = torch.export.export(compiled["resnet"][0], MODELS["resnet"][1])
+    g = import_program(ep)
+    assert "stem.0.weight::bn_folded" in g.constants
+    assert not any("running_mean" in n for n in g.constants)
+
+
+@pytest.mark.parametrize("tdt, name", [(torch.float32, "f32"), (torch.float64, "f64"),
+                                       (torch.float16, "f16"), (torch.bfloat16, "bf16"),
+                                       (torch.int8, "i8"), (torch.uint8, "u8"),
+                                       (torch.int16, "i16"), (torch.int32, "i32"),
+                                       (torch.int64, "i64"), (torch.bool, "u8")])
+def test_dtypes_as_torch_names_them(tdt, name):
+    assert dtype_of(tdt).value == name
+    t = (torch.arange(6).reshape(2, 3) % 3).to(tdt)
+    a = to_numpy(t)
+    assert a.dtype == (np.bool_ if tdt is torch.bool else dtype_of(tdt).numpy)
+    back = from_numpy(a, tdt)
+    assert back.dtype == tdt and torch.equal(back, t)
+    assert back.data_ptr() == t.data_ptr()  # no copies
+
+
+def test_bf16_mlp_and_bool_output():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = nn.Linear(16, 8)
+
+        def forward(self, x):
+            y = self.l(x)
+            return y, y > 0
+
+    model = M().to(torch.bfloat16).eval()
+    x = torch.randn(4, 16).to(torch.bfloat16)
+    got_y, got_pos = compile_module(model, (x,))(x)
+    want_y, want_pos = model(x)
+    assert got_y.dtype == torch.bfloat16 and got_pos.dtype == torch.bool
+    assert torch.allclose(got_y.float(), want_y.float(), rtol=2e-2, atol=2e-2)
+    assert (got_pos == (got_y > 0)).all()
+
+
+def test_cli_compiles_a_saved_program(compiled, tmp_path):
+    import runtime
+    from compiler.cli import main
+    model, args, _ = compiled["mlp"]
+    torch.export.save(torch.export.export(model, args), tmp_path / "mlp.pt2")
+    assert main(["compile", str(tmp_path / "mlp.pt2"), "-o", str(tmp_path / "mlp.fuel")]) == 0
+    got = runtime.load(tmp_path / "mlp.fuel")(x=args[0].numpy())
+    assert_matches(got, model(*args))
+    assert main(["compile", str(tmp_path / "mlp.pt2"), "--input-shape", "x=1,16"]) == 1
+
+
+# ---------------------------------------------------------------------------
+# what is refused
+# ---------------------------------------------------------------------------
+def test_every_unsupported_op_in_one_error():
+    class M(nn.Module):
+        def forward(self, x):
+            y = torch.sort(x, -1).values.relu()         # downstream of a refused op, too
+            return torch.topk(y, 2).values, torch.sort(x * 2, 0).values
+
+    with pytest.raises(TorchImportError) as e:
+        import_program(torch.export.export(M(), (torch.randn(3, 4),)))
+    ops = [i.op_type for i in e.value.issues]
+    assert ops.count("aten.sort.default") == 2 and ops.count("aten.topk.default") == 1
+    msg = str(e.value)
+    assert "3 unsupported construct(s)" in msg and "aten.sort.default, aten.topk.default" in msg
+
+
+def test_symbolic_dims_are_refused():
+    batch = torch.export.Dim("batch")
+    model, (x,) = MLP().eval(), MODELS["mlp"][1]
+    ep = torch.export.export(model, (x,), dynamic_shapes={"x": {0: batch}})
+    with pytest.raises(SymbolicShapeError, match=r"input 'x' axis 0: symbolic size s\d+ \(range"):
+        import_program(ep)
+    with pytest.raises(SymbolicShapeError):
+        compile_module(model, (x,), dynamic_shapes={"x": {0: batch}})
+
+
+def test_mutations_are_refused_by_name():
+    class Counter(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("calls", torch.zeros(()))
+
+        def forward(self, x):
+            self.calls.add_(1)
+            return x * 2
+
+    with pytest.raises(TorchImportError, match=r"writes buffer 'calls'.*aten.add.Tensor"):
+        import_program(torch.export.export(Counter(), (torch.randn(3),)))
+    bn = nn.BatchNorm2d(4).train()  # training batch norm updates its running statistics
+    with pytest.raises(TorchImportError) as e:
+        import_program(torch.export.export(bn, (torch.randn(2, 4, 3, 3),)))
+    targets = {i.node for i in e.value.issues if i.op_type == "mutation"}
+    assert {"running_mean", "running_var", "num_batches_tracked"} <= targets
+
+    class InPlaceInput(nn.Module):
+        def forward(self, x):
+            x.mul_(2)
+            return x + 1
+
+    with pytest.raises(TorchImportError, match=r"writes user input 'x'"):
+        import_program(torch.export.export(InPlaceInput(), (torch.randn(3),)))
+
+
+def test_docs_list_the_importer_table():
+    from compiler.frontends.torch import _doc
+    text = (ROOT / "docs" / "torch.md").read_text()
+    assert _doc.ops_table() in text, "docs/torch.md is stale: python -m compiler.frontends.torch._doc"
+    assert len(supported_ops()) > 60

@@ -121,7 +121,8 @@ def _check_static(ep):
             continue
         val = placeholders[spec.arg.name].meta.get("val")
         if isinstance(val, torch.Tensor):
-            found += [f"input {spec.arg.name!r} axis {i}: {d}" for i, d in enumerate(val.shape)
+            found += [f"input {spec.arg.name!r} axis {i}: symbolic size {d}"
+                      f"{_range(ep, d)}" for i, d in enumerate(val.shape)
                       if not isinstance(d, int)]
     if found:
         raise SymbolicShapeError(
@@ -129,6 +130,11 @@ def _check_static(ep):
             "\n".join(f"  - {s}" for s in found) +
             "\nexport with static shapes (no dynamic_shapes / torch.export.Dim), once per "
             "input shape you need")
+
+
+def _range(ep, d) -> str:
+    r = ep.range_constraints.get(getattr(d, "node", None) and d.node.expr)
+    return f" (range {r.lower}..{r.upper})" if r is not None else ""
 
 
 class _Unavailable:
