@@ -16,6 +16,8 @@ import types
 
 import numpy as np
 
+from runtime.dtype import DType
+
 from ...graph import Tensor, concat, matmul, maximum, minimum, where
 from ...registry import builders as B
 from ..onnx import _ops as onnx_ops
@@ -138,7 +140,8 @@ def _as(cx, v, dt):
     if isinstance(v, np.ndarray):
         if v.size == 1 and v.ndim == 0:
             return v.item()
-        return cx.t(v) if cx.t(v).dtype == dt else cx.g.constant(np.asarray(v), dtype=dt)
+        same = DType.from_numpy(np.dtype(np.uint8) if v.dtype == np.bool_ else v.dtype) == dt
+        return cx.t(v) if same else cx.g.constant(v, dtype=dt)
     return v
 
 
@@ -197,15 +200,22 @@ def _rsub(cx, a):
 @_op("div.Tensor_mode", "div.Scalar_mode")
 def _div_mode(cx, a):
     dt = out_dtype(a)
-    if a.rounding_mode is not None and not dt.is_float:
-        raise Unsupported(f"integer division with rounding_mode={a.rounding_mode!r} of values "
-                          f"computed at run time")
-    q = _tensor(cx, a.self, dt) / _as(cx, a.other, dt)
+    x, y = _tensor(cx, a.self, dt), _as(cx, a.other, dt)
+    if not dt.is_float:  # fuelc's integer Div truncates; x - x % y is a multiple of y
+        return (x - x % y) / y if a.rounding_mode == "floor" else x / y
+    q = x / y
     if a.rounding_mode == "floor":
         return q.floor()
     if a.rounding_mode == "trunc":
         return where(q < 0, q.ceil(), q.floor())
     return q
+
+
+@_op("remainder.Tensor", "remainder.Scalar")
+def _remainder(cx, a):
+    """The remainder with the divisor's sign (fuelc's Rem, as PyTorch's)."""
+    dt = out_dtype(a)
+    return _tensor(cx, a.self, dt) % _as(cx, a.other, dt)
 
 
 @_op("pow.Tensor_Scalar", "pow.Tensor_Tensor", "pow.Scalar")
@@ -263,7 +273,8 @@ def _logic(cx, a):
                                        _meta(a.raw["other"]).dtype != torch.bool):
         raise Unsupported(f"{name.split('.')[0]} of integer tensors (only of booleans)")
     x, y = cx.t(a.self) != 0, cx.t(a.other) != 0
-    return x * y if "and" in name else maximum(x, y) if "or" in name else x != y
+    kind = name.split(".")[0].split("_")[-1]
+    return x * y if kind == "and" else maximum(x, y) if kind == "or" else x != y
 
 
 _UNARY = {"neg": "neg", "abs": "abs", "exp": "exp", "log": "log", "sqrt": "sqrt",
