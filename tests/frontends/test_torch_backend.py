@@ -43,7 +43,8 @@ def _compiled_graphs(monkeypatch):
     return seen
 
 
-@pytest.mark.parametrize("name", ["mlp", "resnet", "llama"])
+@pytest.mark.parametrize("name", ["mlp", pytest.param("resnet", marks=pytest.mark.slow),
+                                  pytest.param("llama", marks=pytest.mark.slow)])
 def test_torch_compile_matches_eager(name, monkeypatch):
     cls, args = MODELS[name]
     model = _randomize(cls())

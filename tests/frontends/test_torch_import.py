@@ -416,7 +416,8 @@ def test_mutations_are_refused_by_name():
 def test_docs_list_the_importer_table():
     from compiler.frontends.torch import _doc
     text = (ROOT / "docs" / "torch.md").read_text()
-    assert _doc.ops_table() in text, "docs/torch.md is stale: python -m compiler.frontends.torch._doc"
+    assert _doc.ops_table() in text, \
+        "docs/torch.md is stale: python -m compiler.frontends.torch._doc"
     assert len(supported_ops()) > 60
 
 
@@ -502,7 +503,8 @@ def test_ops_match_eager_on_the_interpreter(name):
         w = w.numpy()
         if w.dtype == np.bool_:
             w = w.astype(np.uint8)
-        assert g_.shape == w.shape and g_.dtype == w.dtype, (k, g_.shape, w.shape, g_.dtype, w.dtype)
+        assert g_.shape == w.shape and g_.dtype == w.dtype, (k, g_.shape, w.shape, g_.dtype,
+                                                             w.dtype)
         if w.dtype.kind == "f":
             scale = max(float(np.abs(w).max()), 1e-30)
             assert float(np.abs(g_ - w).max()) <= 1e-5 * scale, (k, float(np.abs(g_ - w).max()))

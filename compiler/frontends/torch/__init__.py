@@ -22,7 +22,6 @@ are a ``SymbolicShapeError``.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Optional, Sequence
 
 import numpy as np
@@ -32,8 +31,8 @@ from ...graph import Graph, Tensor
 from ..onnx import Issue
 from ..onnx._fold import Unsupported
 
-__all__ = ["import_program", "load_program", "compile_module", "compile_program", "TorchImportError", "SymbolicShapeError",
-           "Issue", "KEEP", "decomposition_table", "supported_ops", "CompiledProgram"]
+__all__ = ["import_program", "load_program", "compile_module", "compile_program",
+           "TorchImportError", "SymbolicShapeError", "Issue", "KEEP", "decomposition_table", "supported_ops", "CompiledProgram"]
 
 #: ATen ops kept whole by the decomposition table (fuelc has fused kernels for them).
 KEEP = ("scaled_dot_product_attention.default", "layer_norm.default", "rms_norm.default",
