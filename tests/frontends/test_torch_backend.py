@@ -92,3 +92,15 @@ def test_entry_point_names_the_backend():
     assert getattr(sys.modules[module], attr) is backend.fuelc_backend
     from torch._dynamo.backends.registry import lookup_backend
     assert lookup_backend("fuelc") is backend.fuelc_backend
+
+
+def test_a_graph_that_needs_gradients_runs_eagerly(monkeypatch):
+    cls, args = MODELS["mlp"]
+    model = _randomize(cls())
+    monkeypatch.setattr(backend, "_warned", set())
+    seen = _compiled_graphs(monkeypatch)
+    with pytest.warns(RuntimeWarning, match=r"needs gradients.*torch\.no_grad\(\)"):
+        y = torch.compile(model, backend="fuelc", dynamic=False)(*args)
+    assert seen == [False]
+    y.sum().backward()  # eager: autograd works
+    assert model.fc1.weight.grad is not None

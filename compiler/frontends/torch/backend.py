@@ -7,7 +7,10 @@ imported and compiled for ``target`` (default ``cpu``). A graph fuelc cannot
 take (an unsupported op, symbolic shapes, a compile error) runs eagerly
 instead; the reason is warned once, in one line. Parameters reach the graph
 as inputs (dynamo passes them so), so a model whose weights change keeps
-computing with the new ones. Tensors cross without copies where their dtype
+computing with the new ones. Compiled graphs have no autograd: a graph that
+needs gradients (grad mode on and an input that requires them, such as a
+parameter) runs eagerly; run inference under ``torch.no_grad()`` or
+``torch.inference_mode()``. Tensors cross without copies where their dtype
 and layout allow (contiguous CPU tensors).
 """
 from __future__ import annotations
@@ -33,6 +36,11 @@ def fuelc_backend(gm, example_inputs, target: str = "cpu"):
     """A dynamo backend: fuelc's compiled graph, or ``gm.forward`` (eager)."""
     import torch
     from . import TorchImportError, compile_program
+    if torch.is_grad_enabled() and any(getattr(x, "requires_grad", False)
+                                       for x in example_inputs):
+        return _fallback(gm, "the graph needs gradients, which fuelc's compiled graphs do "
+                             "not give (run inference under torch.no_grad() or "
+                             "torch.inference_mode())")
     if any(not isinstance(x, torch.Tensor) for x in example_inputs):
         return _fallback(gm, "the graph takes non-tensor inputs (symbolic sizes: compile "
                              "with torch.compile(..., dynamic=False))")
@@ -48,10 +56,7 @@ def fuelc_backend(gm, example_inputs, target: str = "cpu"):
     except FuelError as e:
         return _fallback(gm, f"fuelc cannot compile it: {type(e).__name__}: {e}")
 
-    def run(*args):
-        out = program(*args)
-        return out
-    return run
+    return program
 
 
 def register():
