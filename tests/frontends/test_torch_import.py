@@ -323,26 +323,27 @@ def test_dtypes_as_torch_names_them(tdt, name):
     assert dtype_of(tdt).value == name
     t = (torch.arange(6).reshape(2, 3) % 3).to(tdt)
     a = to_numpy(t)
-    assert a.dtype == (np.bool_ if tdt is torch.bool else dtype_of(tdt).numpy)
+    assert a.dtype == dtype_of(tdt).numpy  # bool: u8 0/1
     back = from_numpy(a, tdt)
     assert back.dtype == tdt and torch.equal(back, t)
     assert back.data_ptr() == t.data_ptr()  # no copies
 
 
-def test_bf16_mlp_and_bool_output():
+def test_bf16_mlp_and_bool_input_and_output():
     class M(nn.Module):
         def __init__(self):
             super().__init__()
             self.l = nn.Linear(16, 8)
 
-        def forward(self, x):
-            y = self.l(x)
+        def forward(self, x, keep):
+            y = self.l(x) * keep
             return y, y > 0
 
     model = M().to(torch.bfloat16).eval()
     x = torch.randn(4, 16).to(torch.bfloat16)
-    got_y, got_pos = compile_module(model, (x,))(x)
-    want_y, want_pos = model(x)
+    keep = torch.rand(4, 8) > 0.3
+    got_y, got_pos = compile_module(model, (x, keep))(x, keep)
+    want_y, want_pos = model(x, keep)
     assert got_y.dtype == torch.bfloat16 and got_pos.dtype == torch.bool
     assert torch.allclose(got_y.float(), want_y.float(), rtol=2e-2, atol=2e-2)
     assert (got_pos == (got_y > 0)).all()
@@ -500,9 +501,7 @@ def test_ops_match_eager_on_the_interpreter(name):
     want = [w for w in torch.utils._pytree.tree_leaves(want)]
     assert len(got) == len(want)
     for (k, g_), w in zip(got.items(), want):
-        w = w.numpy()
-        if w.dtype == np.bool_:
-            w = w.astype(np.uint8)
+        w = to_numpy(w)
         assert g_.shape == w.shape and g_.dtype == w.dtype, (k, g_.shape, w.shape, g_.dtype,
                                                              w.dtype)
         if w.dtype.kind == "f":

@@ -38,7 +38,7 @@ def dtype_of(t: torch.dtype) -> DType:
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
     """A numpy array of ``t``'s values (a view of its memory when ``t`` is a
-    contiguous CPU tensor): bf16 as ``ml_dtypes.bfloat16``, bool as np.bool_."""
+    contiguous CPU tensor): bf16 as ``ml_dtypes.bfloat16``, bool as u8 (0/1)."""
     t = t.detach()
     if t.device.type != "cpu":
         t = t.cpu()
@@ -50,7 +50,7 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
     if t.dtype is torch.bfloat16:
         return t.view(torch.int16).numpy().view(DType.BF16.numpy)
     if t.dtype is torch.bool:
-        return t.numpy()
+        return t.view(torch.uint8).numpy()
     out = t.numpy()
     assert out.dtype == dt.numpy, (out.dtype, dt)
     return out

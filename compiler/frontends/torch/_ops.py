@@ -95,7 +95,11 @@ def fold(cx, node):
         if hasattr(v, "op") and hasattr(v, "meta"):
             return from_numpy(np.array(cx.values[v]), _meta(v).dtype)
         return v
-    out = node.target(*arg(node.args), **{k: arg(v) for k, v in node.kwargs.items()})
+    try:
+        out = node.target(*arg(node.args), **{k: arg(v) for k, v in node.kwargs.items()})
+    except Exception as e:  # torch's own errors on these constants
+        raise Unsupported(f"folding it on its constant inputs with torch failed: "
+                          f"{type(e).__name__}: {e}") from None
 
     def back(r):
         if isinstance(r, torch.Tensor):
@@ -140,8 +144,7 @@ def _as(cx, v, dt):
     if isinstance(v, np.ndarray):
         if v.size == 1 and v.ndim == 0:
             return v.item()
-        same = DType.from_numpy(np.dtype(np.uint8) if v.dtype == np.bool_ else v.dtype) == dt
-        return cx.t(v) if same else cx.g.constant(v, dtype=dt)
+        return cx.t(v) if DType.from_numpy(v.dtype) == dt else cx.g.constant(v, dtype=dt)
     return v
 
 
@@ -565,10 +568,8 @@ def _sdpa(cx, a):
     if a.attn_mask is None and v.shape[-1] == q.shape[-1] and \
             (not causal or q.shape[2] == k.shape[2]):
         return B.flash_attn(q, k, v, causal=causal, scale=scale)
-    mask = a.attn_mask
-    if isinstance(mask, np.ndarray) and mask.dtype == np.bool_:
-        mask = mask.astype(np.uint8)
-    return onnx_ops._attention_spelled(cx, q, k, v, mask, causal, 0, scale, None, -1, -1)
+    return onnx_ops._attention_spelled(cx, q, k, v, a.attn_mask, causal, 0, scale, None, -1,
+                                       -1)
 
 
 # ---------------------------------------------------------------------------
