@@ -22,6 +22,7 @@ are a ``SymbolicShapeError``.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Optional, Sequence
 
 import numpy as np
@@ -84,7 +85,9 @@ def import_program(ep) -> Graph:
                                f"{type(ep).__name__} (export a module with "
                                f"torch.export.export(model, args), or use compile_module)")
     _check_static(ep)
-    ep = ep.run_decompositions(decomposition_table())
+    with warnings.catch_warnings():  # torch 2.13's own deprecation noise, nothing to act on
+        warnings.filterwarnings("ignore", r".*isinstance\(treespec, LeafSpec\)", FutureWarning)
+        ep = ep.run_decompositions(decomposition_table())
     return _Importer(ep).run()
 
 
