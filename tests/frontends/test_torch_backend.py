@@ -1,6 +1,8 @@
 """torch.compile(model, backend="fuelc"): each FX graph dynamo hands over is
 compiled by fuelc, a graph with an op fuelc lacks runs eagerly (warned once),
 and the backend is declared as a torch_dynamo_backends entry point."""
+import os
+import subprocess
 import sys
 import tomllib
 import warnings
@@ -104,3 +106,30 @@ def test_a_graph_that_needs_gradients_runs_eagerly(monkeypatch):
     assert seen == [False]
     y.sum().backward()  # eager: autograd works
     assert model.fc1.weight.grad is not None
+
+
+@pytest.mark.slow
+def test_entry_point_resolves_in_a_fresh_process(tmp_path):
+    """torch.compile(..., backend="fuelc") with nothing of fuelc imported:
+    dynamo finds the backend through the entry point of pyproject.toml (as
+    an installed fuelc's metadata declares it)."""
+    groups = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
+    info = tmp_path / "fuelc_probe-0.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fuelc-probe\nVersion: 0.0\n")
+    (info / "entry_points.txt").write_text("".join(
+        f"[{g}]\n" + "".join(f"{k} = {v}\n" for k, v in d.items()) for g, d in groups.items()))
+    script = """
+import sys, warnings, torch
+warnings.simplefilter("error", RuntimeWarning)  # an eager fallback would warn
+f = torch.compile(lambda x: (x * 2 + 1).relu(), backend="fuelc", dynamic=False)
+with torch.no_grad():
+    x = torch.randn(4, 5)
+    assert torch.equal(f(x), (x * 2 + 1).relu())
+assert "compiler.frontends.torch.backend" in sys.modules
+print("ok")
+"""
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}:{ROOT}")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                       cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
