@@ -157,6 +157,7 @@ class _Importer:
         self._consts: dict[int, tuple[np.ndarray, Tensor]] = {}
         self._const_names: dict[int, str] = {}
         self._transposed: dict[int, np.ndarray] = {}
+        self._holders: dict[int, list] = {}  # id(array) -> the placeholders holding it
 
     # -- values --------------------------------------------------------------
     def t(self, v, like: Optional[Tensor] = None) -> Tensor:
@@ -185,9 +186,15 @@ class _Importer:
             return v
         raise Unsupported(f"{what} is computed at run time; fuelc needs it constant at import")
 
-    def transposed(self, w: np.ndarray) -> np.ndarray:
+    def transposed(self, w: np.ndarray) -> Optional[np.ndarray]:
         """``w.T`` (a Linear weight [out, in] as [in, out]), made once per array
-        and named ``<parameter>.T``."""
+        and named ``<parameter>.T``; None when the parameter is also used
+        otherwise than as a Linear weight (an embedding table tied to the
+        head), so that it is stored once and the product reads it transposed."""
+        users = [u for n in self._holders.get(id(w), ()) for u in n.users]
+        if any(_op_name(u.target) != "aten.linear.default" or u.args[1] not in
+               self._holders[id(w)] for u in users):
+            return None
         hit = self._transposed.get(id(w))
         if hit is None:
             hit = np.ascontiguousarray(w.T)
@@ -293,6 +300,7 @@ class _Importer:
                     continue
                 self._const_names[id(by_storage[key])] = spec.target
             self.values[node] = by_storage[key]
+            self._holders.setdefault(id(by_storage[key]), []).append(node)
 
     def _visit(self, node):
         from ._ops import OPS, bind, fold, check_result

@@ -427,10 +427,11 @@ def _addmm(cx, a):
 @_op("linear.default")
 def _linear(cx, a):
     """``x @ w.T + b``: a constant weight is transposed once at import (its
-    constant is ``<parameter>.T``), so the product reads it row-major."""
+    constant is ``<parameter>.T``), so the product reads it row-major; a
+    weight used elsewhere too is one constant read through a transpose."""
     x = cx.t(a.input)
-    w = cx.t(cx.transposed(a.weight)) if isinstance(a.weight, np.ndarray) \
-        else cx.t(a.weight).transpose()
+    wt = cx.transposed(a.weight) if isinstance(a.weight, np.ndarray) else None
+    w = cx.t(a.weight).transpose() if wt is None else cx.t(wt)
     lone = x.ndim == 1
     x = x.unsqueeze(0) if lone else x
     bias = None if a.bias is None else cx.t(a.bias)
