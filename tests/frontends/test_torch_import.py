@@ -350,7 +350,7 @@ def test_bf16_mlp_and_bool_input_and_output():
     assert (got_pos == (got_y > 0)).all()
 
 
-def test_cli_compiles_a_saved_program(compiled, tmp_path):
+def test_cli_compiles_a_saved_program(compiled, tmp_path, capsys):
     import runtime
     from compiler.cli import main
     model, args, _ = compiled["mlp"]
@@ -359,6 +359,9 @@ def test_cli_compiles_a_saved_program(compiled, tmp_path):
     got = runtime.load(tmp_path / "mlp.fuel")(x=args[0].numpy())
     assert_matches(got, model(*args))
     assert main(["compile", str(tmp_path / "mlp.pt2"), "--input-shape", "x=1,16"]) == 1
+    (tmp_path / "junk.pt2").write_bytes(b"not a program")
+    assert main(["compile", str(tmp_path / "junk.pt2")]) == 1
+    assert "cannot read the torch.export program" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------
