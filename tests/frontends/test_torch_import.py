@@ -487,6 +487,19 @@ OP_CASES = {
     "matmuls": (lambda v: (v @ v.T, torch.addmm(v[:, 0], v, v.T), torch.bmm(v[None], v.T[None]),
                            torch.outer(v[0], v[1]), v.to(torch.float64) * 2,
                            v.to(torch.int32)), (V,)),
+    "norms_resize": (lambda x: (F.group_norm(x, 3, torch.ones(3), torch.arange(3.0)),
+                                F.instance_norm(x), F.normalize(x, dim=-1),
+                                torch.linalg.vector_norm(x, 1, dim=(1, 2)), x.norm(dim=1),
+                                F.interpolate(x, scale_factor=2, mode="nearest"),
+                                F.interpolate(x, size=(9, 4), mode="nearest"),
+                                F.interpolate(x, size=(9, 7), mode="bilinear"),
+                                F.interpolate(x, scale_factor=2, mode="bilinear",
+                                              align_corners=True)), (X,)),
+    "more_ops": (lambda v, i: (v.topk(3, -1), v.topk(2, 0, largest=False).indices,
+                               (v > 1).any(-1), (i >= -3).all(), (v > 0).any(),
+                               v.repeat(2, 1, 3), F.hardswish(v), F.mish(v), F.softplus(v),
+                               F.glu(v, 1), F.logsigmoid(v), torch.stack([v, v * 2], 1)),
+                 (V, I)),
     "constants": (lambda v: (v + torch.arange(6), v * torch.ones(4, 6).triu(),
                              torch.full_like(v, 2.5), torch.zeros_like(v, dtype=torch.int64)),
                   (V,)),
@@ -513,3 +526,43 @@ def test_ops_match_eager_on_the_interpreter(name):
             assert float(np.abs(g_ - w).max()) <= 1e-5 * scale, (k, float(np.abs(g_ - w).max()))
         else:
             np.testing.assert_array_equal(g_, w, err_msg=k)
+
+
+class UNetish(nn.Module):
+    """GroupNorm, SiLU, a stride-2 convolution and bilinear/nearest upsampling
+    with a skip connection (a diffusion U-Net's pieces)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Conv2d(3, 8, 3, padding=1)
+        self.down = nn.Sequential(nn.GroupNorm(4, 8), nn.SiLU(), nn.Conv2d(8, 16, 3, 2, 1))
+        self.up = nn.Sequential(nn.Upsample(scale_factor=2, mode="nearest"),
+                                nn.Conv2d(16, 8, 3, padding=1), nn.InstanceNorm2d(8))
+        self.out = nn.Conv2d(8, 3, 1)
+
+    def forward(self, x):
+        h = self.inp(x)
+        h = h + self.up(self.down(h))
+        return self.out(F.interpolate(h, scale_factor=0.5, mode="bilinear"))
+
+
+LIBRARY_MODELS = {
+    "transformer_encoder_layer": (
+        lambda: nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True),
+        (torch.randn(2, 8, 32, generator=_G),)),
+    "gru": (lambda: nn.GRU(8, 16, num_layers=2, batch_first=True),
+            (torch.randn(2, 5, 8, generator=_G),)),
+    "multihead_attention": (lambda: Fn(nn.MultiheadAttention(32, 4, batch_first=True)),
+                            (torch.randn(2, 6, 32, generator=_G),) * 3),
+    "unetish": (UNetish, (torch.randn(1, 3, 16, 16, generator=_G),)),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(LIBRARY_MODELS))
+def test_torch_library_modules_compile(name):
+    make, args = LIBRARY_MODELS[name]
+    model = make().eval()
+    with torch.no_grad():
+        want = model(*args)
+    assert_matches(compile_module(model, args)(*args), want)

@@ -795,3 +795,120 @@ def _adaptive_avg_pool(cx, a):
 def _assertion(cx, a):
     """Export's checks of what torch.export already fixed (static shapes and dtypes)."""
     return None
+
+
+# ---------------------------------------------------------------------------
+# more normalizations, norms, logical reductions, resizing
+# ---------------------------------------------------------------------------
+@_op("native_group_norm.default")
+def _group_norm_op(cx, a):
+    from . import _Unavailable
+    c = _meta(a.raw["input"]).shape[1]
+    w = np.ones(c, np.float32) if a.weight is None else a.weight
+    b = np.zeros(c, np.float32) if a.bias is None else a.bias
+    y, = onnx_ops._group_norm(cx, _shim("GroupNormalization"),
+                              {"num_groups": a.group, "epsilon": a.eps}, [a.input, w, b])
+    stats = _Unavailable("group norm's mean/rstd outputs (training only)")
+    return y, stats, stats
+
+
+@_op("_native_batch_norm_legit.no_stats")
+def _batch_norm_batch_stats(cx, a):
+    """Normalization by the batch's own statistics over every axis but 1
+    (what InstanceNorm exports to); the running statistics are not kept."""
+    from . import _Unavailable
+    x = cx.t(a.input)
+    axes = (0,) + tuple(range(2, x.ndim))
+    mean = x.mean(axes, keepdims=True)
+    y = (x - mean) / ((x - mean).square().mean(axes, keepdims=True) + a.eps).sqrt()
+    per_channel = (x.shape[1],) + (1,) * (x.ndim - 2)
+    if a.weight is not None:
+        y = y * cx.t(a.weight).reshape(per_channel)
+    if a.bias is not None:
+        y = y + cx.t(a.bias).reshape(per_channel)
+    stats = _Unavailable("batch norm's saved mean/rstd outputs (training only)")
+    return y, stats, stats
+
+
+@_op("linalg_vector_norm.default")
+def _vector_norm(cx, a):
+    x = _tensor(cx, a.self, out_dtype(a))
+    axes, keep, p = _axes(x, a.dim), bool(a.keepdim), float(a.ord)
+    if p == 2:
+        return x.square().sum(axes, keepdims=keep).sqrt()
+    if p == 1:
+        return x.abs().sum(axes, keepdims=keep)
+    if p == math.inf:
+        return x.abs().max(axes, keepdims=keep)
+    raise Unsupported(f"ord={a.ord} (only 1, 2 and inf)")
+
+
+@_op("any.dim", "any.dims", "any.default", "all.dim", "all.dims", "all.default")
+def _any_all(cx, a):
+    x = cx.t(a.self) != 0
+    kind = "max" if a.node.target.__name__.startswith("any") else "min"
+    return getattr(x, kind)(_axes(x, getattr(a, "dim", None)),
+                            keepdims=bool(getattr(a, "keepdim", False)))
+
+
+@_op("topk.default")
+def _topk(cx, a):
+    """The ONNX importer's TopK (K max passes; equal values: lower index first)."""
+    return tuple(onnx_ops._top_k(cx, _shim("TopK", 2), {"axis": a.dim,
+                                                        "largest": int(a.largest)},
+                                 [a.self, np.asarray([a.k])]))
+
+
+@_op("repeat.default")
+def _repeat(cx, a):
+    x, reps = cx.t(a.self), _ints(a.repeats)
+    x = x.reshape((1,) * (len(reps) - x.ndim) + x.shape)
+    for axis, r in enumerate(reps):
+        if r != 1:
+            x = concat([x] * r, axis)
+    return x
+
+
+def _resize_axes(a, x):
+    """Each spatial axis's output extent and source-coordinate scale."""
+    n = x.ndim - 2
+    if a.output_size is not None:
+        out = _ints(a.output_size)
+        return [(o, i / o) for o, i in zip(out, x.shape[2:])]
+    sf = [float(s) for s in a.scale_factors]
+    sf = sf * n if len(sf) == 1 else sf
+    return [(int(math.floor(i * s)), 1 / s) for i, s in zip(x.shape[2:], sf)]
+
+
+@_op("upsample_nearest2d.vec", "upsample_nearest1d.vec")
+def _upsample_nearest(cx, a):
+    """Output position o reads input floor(o * scale) on each spatial axis."""
+    x = cx.t(a.input)
+    for i, (o, scale) in enumerate(_resize_axes(a, x)):
+        n = x.shape[2 + i]
+        idx = np.minimum(np.floor(np.arange(o) * scale).astype(np.int64), n - 1)
+        x = x.index_select(idx.astype(np.uint32), 2 + i)
+    return x
+
+
+@_op("upsample_bilinear2d.vec", "upsample_linear1d.vec")
+def _upsample_linear(cx, a):
+    """Separable linear interpolation, one spatial axis after the other, at
+    torch's source coordinates (half-pixel, clamped at 0; or corner-aligned)."""
+    x = cx.t(a.input)
+    if not x.dtype.is_float:
+        raise Unsupported(f"{x.dtype.value} input (floats only)")
+    for i, (o, scale) in enumerate(_resize_axes(a, x)):
+        n, axis = x.shape[2 + i], 2 + i
+        dst = np.arange(o, dtype=np.float64)
+        if a.align_corners:
+            src = dst * ((n - 1) / (o - 1) if o > 1 else 0.0)
+        else:
+            src = np.maximum((dst + 0.5) * scale - 0.5, 0.0)
+        i0 = np.minimum(np.floor(src).astype(np.int64), n - 1)
+        i1 = np.minimum(i0 + 1, n - 1)
+        lam = (src - i0).reshape([-1 if d == axis else 1 for d in range(x.ndim)])
+        x0, x1 = x.index_select(i0.astype(np.uint32), axis), x.index_select(i1.astype(np.uint32),
+                                                                            axis)
+        x = x0 * cx.t(1 - lam, like=x) + x1 * cx.t(lam, like=x)
+    return x
