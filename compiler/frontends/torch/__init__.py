@@ -364,8 +364,10 @@ class CompiledProgram:
     """A compiled ``ExportedProgram``: call it with the program's positional
     (torch tensor) arguments; returns torch tensors in the program's output
     structure, sharing memory with fuelc's outputs. ``module`` is the
-    ``CompiledModule``; ``save(path)`` writes the usual ``.fuel`` file."""
+    ``CompiledModule``, ``graph`` the imported ``Graph``; ``save(path)``
+    writes the usual ``.fuel`` file."""
     module: object
+    graph: Graph
     input_names: list
     out_spec: object
     out_dtypes: list
@@ -401,7 +403,7 @@ def compile_program(ep, target="cpu", **kwargs) -> CompiledProgram:
         if spec.kind == OutputKind.USER_OUTPUT:
             val = arg.meta.get("val") if hasattr(arg, "meta") else torch.as_tensor(arg)
             dtypes.append(val.dtype)
-    return CompiledProgram(module, names, ep.call_spec.out_spec, dtypes)
+    return CompiledProgram(module, graph, names, ep.call_spec.out_spec, dtypes)
 
 
 def compile_module(model, example_args, target="cpu", dynamic_shapes=None, **kwargs
