@@ -388,7 +388,7 @@ def test_symbolic_dims_are_refused():
         compile_module(model, (x,), dynamic_shapes={"x": {0: batch}})
 
 
-def test_mutations_are_refused_by_name():
+def test_mutations_and_training_mode_are_refused_by_name():
     class Counter(nn.Module):
         def __init__(self):
             super().__init__()
@@ -405,6 +405,10 @@ def test_mutations_are_refused_by_name():
         import_program(torch.export.export(bn, (torch.randn(2, 4, 3, 3),)))
     targets = {i.node for i in e.value.issues if i.op_type == "mutation"}
     assert {"running_mean", "running_var", "num_batches_tracked"} <= targets
+
+    drop = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5)).train()
+    with pytest.raises(TorchImportError, match=r"native_dropout.*model\.eval\(\)"):
+        import_program(torch.export.export(drop, (torch.randn(2, 4),)))
 
     class InPlaceInput(nn.Module):
         def forward(self, x):

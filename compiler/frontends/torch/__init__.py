@@ -356,6 +356,9 @@ def _missing(name: str) -> str:
         return (f"in-place op {name} is not supported (torch.export functionalizes in-place "
                 f"ops on intermediates; this one remains because it writes an input or a "
                 f"buffer: return the new value instead)")
+    if "dropout" in name or "bernoulli" in name or "rand" in name:
+        return ("a random op is not supported (a training-mode Dropout: export the model "
+                "after model.eval())")
     return "ATen op not supported by fuelc"
 
 
