@@ -33,7 +33,8 @@ from ..onnx import Issue
 from ..onnx._fold import Unsupported
 
 __all__ = ["import_program", "load_program", "compile_module", "compile_program",
-           "TorchImportError", "SymbolicShapeError", "Issue", "KEEP", "decomposition_table", "supported_ops", "CompiledProgram"]
+           "CompiledProgram", "TorchImportError", "SymbolicShapeError", "Issue", "KEEP",
+           "decomposition_table", "supported_ops"]
 
 #: ATen ops kept whole by the decomposition table (fuelc has fused kernels for them).
 KEEP = ("scaled_dot_product_attention.default", "layer_norm.default", "rms_norm.default",
@@ -79,7 +80,7 @@ def import_program(ep) -> Graph:
     ``output`` (one) or ``output_0``, ``output_1``, ... in the program's
     flattened order; ``torch.bool`` values are u8 (0/1). Raises
     TorchImportError / SymbolicShapeError."""
-    import torch
+    torch = _torch()
     if not isinstance(ep, torch.export.ExportedProgram):
         raise TorchImportError(f"import_program takes a torch.export.ExportedProgram, got "
                                f"{type(ep).__name__} (export a module with "
@@ -383,7 +384,7 @@ class CompiledProgram:
             raise TypeError(f"the program takes {len(self.input_names)} tensor input(s) "
                             f"({', '.join(self.input_names)}), got {len(leaves)}")
         got = self.module.run(**{n: to_numpy(t) for n, t in zip(self.input_names, leaves)})
-        names = list(self.module.output_names)
+        names = list(self.graph.outputs)  # output, or output_0, output_1, ... in order
         outs = [from_numpy(got[n], dt) for n, dt in zip(names, self.out_dtypes)]
         return pytree.tree_unflatten(outs, self.out_spec)
 
@@ -416,6 +417,6 @@ def compile_module(model, example_args, target="cpu", dynamic_shapes=None, **kwa
     called like the model (torch tensors in, torch tensors out) and saves
     with ``.save(path)``. Symbolic dims in ``dynamic_shapes`` raise
     SymbolicShapeError."""
-    import torch
+    torch = _torch()
     ep = torch.export.export(model, tuple(example_args), dynamic_shapes=dynamic_shapes)
     return compile_program(ep, target, **kwargs)
