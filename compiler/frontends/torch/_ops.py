@@ -672,7 +672,10 @@ def _identity(cx, a):
 
 @_op("_to_copy.default")
 def _to_copy(cx, a):
+    import torch
     x = cx.t(a.self)
+    if _meta(a.node).dtype == torch.bool:  # any nonzero is True, not a rounded 0/1
+        return x != 0
     dt = out_dtype(a)
     return x if x.dtype == dt else x.cast(dt)
 
