@@ -1,6 +1,7 @@
 """The ``fuelc`` console script.
 
     fuelc compile model.onnx -o model.fuel [--target cpu:x86-64-v3] [--input-shape x=1,128]
+    fuelc compile program.pt2 -o model.fuel       # torch.export.save(ep, "program.pt2")
     fuelc inspect model.fuel [--ir optimized]
     fuelc run model.fuel --input x=x.npy [--output-dir out/]
     fuelc opt in.mlir --pass-pipeline='builtin.module(fuel-fuse)'      # compiler.opt
@@ -24,6 +25,7 @@ fuelc compiles ML models ahead of time into one .fuel file (weights, x86 code,
 execution plan) that the fuelc runtime loads and runs without the compiler.
 
   fuelc compile model.onnx -o model.fuel --target cpu     compile an ONNX model
+  fuelc compile program.pt2 -o model.fuel                  ... or a saved torch.export program
   fuelc inspect model.fuel                                 what the file holds
   fuelc run model.fuel --input x=x.npy                     run it on .npy inputs
   fuelc opt file.mlir -p default                           run fuel dialect passes
@@ -62,9 +64,14 @@ def cmd_compile(args) -> int:
     problem = file_problem(args.model)
     if problem:
         raise CliError(f"{args.model}: {problem}")
-    if not args.model.endswith(".onnx"):
-        raise CliError(f"{args.model}: fuelc compile reads ONNX models (.onnx)")
+    torch_program = args.model.endswith(".pt2")
+    if not args.model.endswith(".onnx") and not torch_program:
+        raise CliError(f"{args.model}: fuelc compile reads ONNX models (.onnx) and saved "
+                       f"torch.export programs (.pt2)")
     shapes = _parse_shapes(args.input_shape)
+    if torch_program and shapes:
+        raise CliError(f"{args.model}: --input-shape does not apply to a .pt2 program (its "
+                       f"shapes were fixed by torch.export; export it again for other shapes)")
     out = args.output or os.path.splitext(args.model)[0] + ".fuel"
     from .export import check_output_path
     check_output_path(out)  # before compiling: a bad -o is reported at once
@@ -74,9 +81,13 @@ def cmd_compile(args) -> int:
     from .targets import parse_target
     target = parse_target(args.target)
     from .driver import compile as compile_graph
-    from .frontends.onnx import import_model
     progress(f"import {args.model}")
-    graph = import_model(args.model, shapes)
+    if torch_program:
+        from .frontends.torch import load_program
+        graph = load_program(args.model)
+    else:
+        from .frontends.onnx import import_model
+        graph = import_model(args.model, shapes)
     module = compile_graph(graph, target, progress=progress)
     progress(f"export {out}")
     module.save(out, sign_with=key)
@@ -91,15 +102,17 @@ def _parser() -> argparse.ArgumentParser:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True,
                             metavar="{compile,inspect,run,opt}")
-    p = sub.add_parser("compile", help="compile an ONNX model into a .fuel file",
-                       description="Import an ONNX model, compile it for a target and write "
+    p = sub.add_parser("compile", help="compile an ONNX model or a torch.export program (.pt2) "
+                                       "into a .fuel file",
+                       description="Import an ONNX model or a saved torch.export program "
+                                   "(.pt2, needs torch), compile it for a target and write "
                                    "one .fuel file that 'fuelc run' (or runtime.load) runs.",
                        epilog="examples:\n"
                               "  fuelc compile model.onnx -o model.fuel\n"
                               "  fuelc compile model.onnx -o model.fuel --target cpu:x86-64-v3 "
                               "--input-shape input_ids=1,128",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("model", help="the ONNX model (.onnx)")
+    p.add_argument("model", help="the ONNX model (.onnx) or torch.export program (.pt2)")
     p.add_argument("-o", "--output", metavar="FILE.fuel",
                    help="where to write the module (default: the model's name with .fuel)")
     p.add_argument("--target", default="cpu",

@@ -588,12 +588,8 @@ class _Importer:
         if any(np.asarray(v).shape != (cout,) for v in (scale, beta, mean, var)) or \
                 (b is not None and np.asarray(b).shape != (cout,)):
             return None
-        eps = float(_attrs(bn).get("epsilon", 1e-5))
-        s = np.asarray(scale, np.float64) / np.sqrt(np.asarray(var, np.float64) + eps)
-        w2 = (w.astype(np.float64) * s.reshape((cout,) + (1,) * (w.ndim - 1))).astype(w.dtype)
-        b0 = np.zeros(cout) if b is None else np.asarray(b, np.float64)
-        b2 = ((b0 - np.asarray(mean, np.float64)) * s + np.asarray(beta, np.float64)) \
-            .astype(w.dtype)
+        w2, b2 = fold_batch_norm(w, b, scale, beta, mean, var,
+                                 float(_attrs(bn).get("epsilon", 1e-5)))
         names = [conv.input[0], bn.output[0] + "::bn_folded_w", bn.output[0] + "::bn_folded_b"]
         self.values[names[1]], self.values[names[2]] = w2, b2
         at = _attrs(conv)
@@ -635,6 +631,19 @@ class _Importer:
                 _near(consts.get(other(nodes[h], x)), 0.5):
             return m, x, {u, e, a, h}
         return None
+
+
+def fold_batch_norm(w, b, scale, beta, mean, var, eps):
+    """A convolution's weight ``w`` [Cout, ...] and bias ``b`` ([Cout] or
+    None) with the inference batch normalization after it folded in:
+    ``w * s`` and ``(b - mean) * s + beta``, ``s = scale / sqrt(var + eps)``
+    per output channel, computed in f64 and rounded once to w's dtype."""
+    cout = w.shape[0]
+    s = np.asarray(scale, np.float64) / np.sqrt(np.asarray(var, np.float64) + eps)
+    w2 = (w.astype(np.float64) * s.reshape((cout,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+    b0 = np.zeros(cout) if b is None else np.asarray(b, np.float64)
+    b2 = ((b0 - np.asarray(mean, np.float64)) * s + np.asarray(beta, np.float64)).astype(w.dtype)
+    return w2, b2
 
 
 def _linear(cx, ins):

@@ -17,8 +17,6 @@ from ...graph import concat, matmul, maximum, minimum, where
 from ...registry import builders as B
 from ._fold import (Unsupported, broadcast_shape, flatten_axis, norm_axis, reduce_axes,
                     reshape_target, slice_plan, split_sizes, squeeze_axes, unsqueeze_axes)
-from ._types import dtype_of
-
 BUILD = {}
 
 
@@ -203,6 +201,7 @@ def _cast(cx, node, at, ins):
     else:
         to = at["to"]
     from onnx import TensorProto
+    from ._types import dtype_of  # here: the torch importer reuses handlers without onnx
     if to == TensorProto.BOOL:
         return [x != 0]
     dt = dtype_of(to)
