@@ -161,6 +161,9 @@ def single_op_linalg_text(op_name: str, params: dict, input_types: Sequence, dyn
 
 #: See ``compiler.codegen.cpu.pipeline.assume_unit_strides``.
 UNIT_STRIDE_ATTR = "fuelc.unit_stride_args"
+#: The arguments every call passes with innermost stride 0 (broadcast along
+#: it); see ``compiler.codegen.cpu.pipeline.assume_unit_strides``.
+ZERO_STRIDE_ATTR = "fuelc.zero_stride_args"
 
 
 #: On a cpu matmul entry: every call has at most ``FEW_ROWS`` rows of A; the

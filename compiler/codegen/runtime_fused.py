@@ -57,10 +57,13 @@ class RuntimeFusedInstance:
     fused_id: int
     scalars: tuple[float, ...]
     input_types: tuple[TensorType, ...]
+    #: per argument (inputs, then the output): its innermost stride where every
+    #: call has it 1 or 0 (a broadcast), else -1 (``inner_strides``); () unknown
+    inner: tuple[int, ...] = ()
 
     @property
     def memo_key(self) -> tuple:
-        return (self.fused_id, exact_key(self.scalars), self.input_types)
+        return (self.fused_id, exact_key(self.scalars), self.input_types, self.inner)
 
 
 def scalars_of(params: OpParams) -> tuple[float, ...]:
@@ -74,11 +77,49 @@ def scalars_of(params: OpParams) -> tuple[float, ...]:
                              f"got {type(params).__name__}")
 
 
+def inner_strides(layouts: Sequence[Layout]) -> tuple[int, ...]:
+    """Each layout's innermost stride when it is 1 (or the axis has at most
+    one element) or 0 (a broadcast), else -1. A kernel specialised on them
+    reads contiguous rows and hoists broadcast values out of its inner loop:
+    with a stride known only at run time LLVM vectorizes a loop just for the
+    stride-1 case, so one per-channel broadcast input of an NCHW tensor (a
+    bias, a squeeze-excitation gate) made the whole loop scalar."""
+    return tuple(1 if (not l.rank or l.shape[-1] <= 1 or l.stride[-1] == 1)
+                 else 0 if l.stride[-1] == 0 else -1 for l in layouts)
+
+
+def coalesce(layouts: Sequence[Layout]) -> list[Layout]:
+    """Layouts of one shape with their axes merged wherever every layout
+    allows it (numpy's iterator coalescing): axes of extent 1 dropped, and an
+    axis merged into the next one in when each layout's stride on it is the
+    next one's stride times its extent (a broadcast's 0 as well). An
+    elementwise kernel on the result runs the same elements in the same
+    order, over fewer and longer loops: [1,240,14,14] times a per-channel
+    broadcast [1,240,1,1] becomes [240,196] times a [240,196] of strides
+    (1, 0), and a static loop of 14 (too short for LLVM to vectorize) one of 196."""
+    shape = layouts[0].shape
+    axes = [a for a, d in enumerate(shape) if d != 1]
+    if not axes:
+        return [Layout._trusted((1,), (1,), l.start_offset) for l in layouts]
+    merged = [shape[axes[-1]]]
+    strides = [[l.stride[axes[-1]]] for l in layouts]
+    for a in reversed(axes[:-1]):
+        if all(l.stride[a] == st[0] * merged[0] for l, st in zip(layouts, strides)):
+            merged[0] *= shape[a]
+        else:
+            merged.insert(0, shape[a])
+            for l, st in zip(layouts, strides):
+                st.insert(0, l.stride[a])
+    return [Layout._trusted(tuple(merged), tuple(st), l.start_offset)
+            for l, st in zip(layouts, strides)]
+
+
 def instance_for(fused_id: int, dtypes: Sequence[DType], layouts: Sequence[Layout],
                  params: OpParams, n_inputs: int) -> RuntimeFusedInstance:
     types = tuple(TensorType(tuple(l.shape), DType.parse(d))
                   for l, d in zip(layouts[:n_inputs], dtypes))
-    return RuntimeFusedInstance(int(fused_id), scalars_of(params), types)
+    return RuntimeFusedInstance(int(fused_id), scalars_of(params), types,
+                                inner_strides(layouts))
 
 
 def _dag(inst: RuntimeFusedInstance):
@@ -152,6 +193,18 @@ def linalg_text(inst: RuntimeFusedInstance, platform: str | None = None) -> str:
     module = fuel_module(inst)
     lower_to_linalg(module, platform=platform)
     run_stage(module, Stage("runtime-fuse", FUSION_PASSES))
+    if platform == "cpu" and inst.inner:
+        from compiler.codegen.family import UNIT_STRIDE_ATTR, ZERO_STRIDE_ATTR
+        from compiler.mlir import ir
+        with module.context:
+            i64 = ir.IntegerType.get_signless(64)
+            for op in module.body.operations:
+                if op.operation.name == "func.func":
+                    for attr, stride in ((UNIT_STRIDE_ATTR, 1), (ZERO_STRIDE_ATTR, 0)):
+                        args = [i for i, v in enumerate(inst.inner) if v == stride]
+                        if args:
+                            op.attributes[attr] = ir.ArrayAttr.get(
+                                [ir.IntegerAttr.get(i64, i) for i in args])
     return str(module)
 
 
@@ -164,7 +217,10 @@ class RuntimeFusedFamily(KernelFamily):
     suffix = "-runtime-fused"
 
     def instance(self, key, dtypes, layouts, params, n_inputs):
-        return instance_for(key.fused.value, dtypes, layouts, params, n_inputs), list(layouts)
+        layouts = list(layouts)
+        if _elementwise_region(key.fused.value) and len({l.shape for l in layouts}) == 1:
+            layouts = coalesce(layouts)
+        return instance_for(key.fused.value, dtypes, layouts, params, n_inputs), layouts
 
     def linalg_text(self, inst: RuntimeFusedInstance, target) -> str:
         return linalg_text(inst, platform=target.kind)

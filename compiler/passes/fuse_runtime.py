@@ -5,9 +5,12 @@ patterns unless ``runtime=false``; the pass exists on its own too.
 
 * members: single-result elementwise ops (unary, binary, scalar, compare,
   select, cast) of the recipe vocabulary whose results all have the group's
-  shape; ``BroadcastTo``/``Unsqueeze`` views feeding them from outside (input
-  side only); optionally one trailing last-axis ``SumDim``/``MaxDim``/``MeanDim``
-  as the root;
+  shape; in a group with a trailing last-axis ``SumDim``/``MaxDim``/``MeanDim``
+  as the root, also the ``BroadcastTo``/``Unsqueeze`` views feeding it from
+  outside (input side only). A purely elementwise group leaves them outside:
+  its kernel then reads every input in the output's shape (a broadcast as
+  stride 0), so its axes can be merged into long loops and it can be cut
+  into tiles (``codegen.runtime_fused.coalesce``);
 * groups grow backwards from a root, taking a producer only when every use of
   its result is already in the group (consumer guard: one value leaves the
   group) and the group still reads at most ``MAX_INPUTS`` values from outside,
@@ -182,7 +185,7 @@ class RuntimeFusion:
                 if p in group or p in taken or p not in pos:
                     continue
                 role = roles[p]
-                if role not in ("view", "compute"):
+                if role not in ("view", "compute") or (role == "view" and roles[root] != "reduce"):
                     continue
                 users = [_op_of(u.owner) for u in p.results[0].uses]
                 if not all(u in group for u in users):  # consumer guard

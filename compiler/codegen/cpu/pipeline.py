@@ -199,7 +199,7 @@ def prepare_entries(module: "ir.Module", entry_names: Iterable[str], *,
 #: (``Layout.stride[-1] == 1``). After bufferization each such argument is cast
 #: to ``strided<[?, ..., 1], offset: ?>``, so copies and vector transfers of
 #: its rows become contiguous loads and stores instead of strided scalar ones.
-from compiler.codegen.family import FEW_ROWS_ATTR, UNIT_STRIDE_ATTR  # noqa: E402
+from compiler.codegen.family import FEW_ROWS_ATTR, UNIT_STRIDE_ATTR, ZERO_STRIDE_ATTR  # noqa: E402
 
 
 _MEMREF_COPY = re.compile(r"memref\.copy (%[\w#]+), (%[\w#]+) : (memref<[^>]*>(?:>)?) to "
@@ -235,25 +235,33 @@ def assume_unit_strides(module: "ir.Module") -> int:
     kernel family keys such instances on it). (A cast or reinterpret_cast
     *to* the unit-stride type inside the body is not enough: loads, stores
     and linalg ops fold a ranked cast away whichever way it goes, and the
-    matmul's accumulator hoisting refuses a view-like base.) Returns the
-    number of arguments re-typed."""
+    matmul's accumulator hoisting refuses a view-like base.) The arguments
+    in ``ZERO_STRIDE_ATTR`` get a static innermost stride of 0 the same way
+    (a broadcast: their loads leave the inner loop). Returns the number of
+    arguments re-typed."""
     n = 0
     for op in module.body.operations:
-        if op.operation.name != "func.func" or UNIT_STRIDE_ATTR not in op.attributes:
+        if op.operation.name != "func.func":
             continue
-        indices = [int(ir.IntegerAttr(a).value) for a in ir.ArrayAttr(op.attributes[UNIT_STRIDE_ATTR])]
-        del op.attributes[UNIT_STRIDE_ATTR]
+        wanted = []
+        for attr, stride in ((UNIT_STRIDE_ATTR, 1), (ZERO_STRIDE_ATTR, 0)):
+            if attr in op.attributes:
+                wanted += [(int(ir.IntegerAttr(a).value), stride)
+                           for a in ir.ArrayAttr(op.attributes[attr])]
+                del op.attributes[attr]
+        if not wanted:
+            continue
         block = op.regions[0].blocks[0]
-        for i in indices:
+        for i, stride in wanted:
             arg = block.arguments[i]
             t = ir.MemRefType(arg.type)
             if t.rank == 0 or not isinstance(t.layout, ir.StridedLayoutAttr):
                 continue
             lay = ir.StridedLayoutAttr(t.layout)
             strides = list(lay.strides)
-            if strides[-1] == 1:
+            if strides[-1] == stride:
                 continue
-            strides[-1] = 1
+            strides[-1] = stride
             with ir.InsertionPoint.at_block_begin(block), ir.Location.unknown():
                 arg.set_type(ir.MemRefType.get(
                     t.shape, t.element_type, layout=ir.StridedLayoutAttr.get(lay.offset, strides)))
