@@ -172,10 +172,12 @@ ZERO_STRIDE_ATTR = "fuelc.zero_stride_args"
 FEW_ROWS_ATTR = "fuelc.few_rows"
 #: The most rows (M) a matmul call may have to get the row kernel. The tiled
 #: kernel packs all of B on every call, which for a few rows costs more than
-#: the product. [M,768] @ [768,3072] on one znver4 core, tiled -> rows: M = 1
-#: 2.0 -> 0.25 ms, M = 2 2.2 -> 0.50, M = 4 ~1.5 -> 1.08; at M = 8 the tiled
-#: kernel is faster (1.45 ms; the row kernel streams B once per row).
-FEW_ROWS = 4
+#: the product; the row kernel reads B in place, once per call. One znver3
+#: core, constant B, tiled -> rows: [8,768]x[768,3072] 2.4-2.7 -> 1.4-1.5 ms,
+#: [16,1152]x[1152,128] 0.21 -> 0.12 ms, [16,2304]x[2304,256] 0.76-0.82 ->
+#: 0.46-0.72 ms; at 32 rows the tiled kernel is the faster ([32,768]x[768,768]
+#: 0.75 vs 1.0 ms).
+FEW_ROWS = 16
 
 
 def few_rows(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg: int) -> bool:

@@ -20,12 +20,13 @@ def test_few_rows_selects_the_row_strategy():
     tiled = single_op_linalg_text("MatMul", {}, ts, True, "cpu", (0, 1, 2), False)
     assert choose_strategy(rows, ["kernel"], "cpu").name.startswith("matmul-rows-matmul-f32-")
     assert choose_strategy(tiled, ["kernel"], "cpu").name.startswith("matmul-matmul-f32-")
-    assert family.few_rows((4, 40), (0, 1, 2), 2) and not family.few_rows((5, 40), (0, 1, 2), 2)
+    few = family.FEW_ROWS
+    assert family.few_rows((few, 40), (0, 1, 2), 2) and not family.few_rows((few + 1, 40), (0, 1, 2), 2)
     assert not family.few_rows((1, 40), (0, 2), 2)        # B not unit-stride: tiled kernel
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f64"])
-@pytest.mark.parametrize("m", [1, 3, 4, 5, 9])
+@pytest.mark.parametrize("m", [1, 3, 4, 5, 9, 16, 17])
 def test_matmul_and_linear_of_few_rows(m, dtype):
     rng = np.random.default_rng(m)
     npt = np.float32 if dtype == "f32" else np.float64
