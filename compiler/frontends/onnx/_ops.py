@@ -15,7 +15,7 @@ import numpy as np
 
 from ...graph import concat, matmul, maximum, minimum, where
 from ...registry import builders as B
-from ._fold import (Unsupported, broadcast_shape, flatten_axis, norm_axis, reduce_axes,
+from ._fold import (Unsupported, broadcast_shape, extents, flatten_axis, norm_axis, reduce_axes,
                     reshape_target, slice_plan, split_sizes, squeeze_axes, unsqueeze_axes)
 from ._types import dtype_of
 
@@ -520,13 +520,12 @@ def _cumsum(cx, node, at, ins):
 # ---------------------------------------------------------------------------
 @_op("Shape")
 def _shape(cx, node, at, ins):
-    s = ins[0].shape
-    return [np.asarray(s[at.get("start", 0):at.get("end", None)], np.int64)]
+    return [extents(ins[0].shape[at.get("start", 0):at.get("end", None)])]
 
 
 @_op("Size")
 def _size(cx, node, at, ins):
-    return [np.asarray(math.prod(ins[0].shape), np.int64)]
+    return [extents(math.prod(ins[0].shape))]
 
 
 @_op("Transpose")
