@@ -77,6 +77,13 @@ def cmd_compile(args) -> int:
     from .frontends.onnx import import_model
     progress(f"import {args.model}")
     graph = import_model(args.model, shapes)
+    if graph.is_symbolic:  # a .fuel file holds one size (docs/dynamic-shapes.md)
+        dims = "; ".join(f"input {n!r} axis {i}: dim_param {str(d)!r}"
+                         for n, nid in graph.inputs.items()
+                         for i, d in enumerate(graph.nodes[nid].shape) if not isinstance(d, int))
+        raise CliError(f"{args.model}: the model's inputs have symbolic dims ({dims}); a .fuel "
+                       f"file holds one size in this version: fix each with --input-shape "
+                       f"NAME=D0,D1,...")
     module = compile_graph(graph, target, progress=progress)
     progress(f"export {out}")
     module.save(out, sign_with=key)
