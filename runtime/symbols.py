@@ -18,25 +18,9 @@ from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from .errors import FuelError, PlanError
+from .errors import ShapeSignatureError, SymbolicError
 
 Dim = Union[int, "Sym"]
-
-
-class SymbolicError(FuelError, ValueError):
-    """An operation on symbolic extents that cannot be decided or expressed
-    (a comparison the bounds do not settle, an inexact division)."""
-
-
-class ShapeSignatureError(PlanError):
-    """A call whose input shapes contradict the signature. Attributes:
-    ``input``, ``axis``, ``symbol`` (or None), ``seen`` and ``expected``
-    (an int, the other size seen, or the ``(lo, hi)`` bounds)."""
-
-    def __init__(self, message, input=None, axis=None, symbol=None, seen=None, expected=None):
-        super().__init__(message)
-        self.input, self.axis, self.symbol = input, axis, symbol
-        self.seen, self.expected = seen, expected
 
 
 class Sym:
