@@ -841,8 +841,8 @@ class Tensor:
                         mode=mode, value=v)
 
     def slice(self, axis, start, length) -> "Tensor":
-        return self._op("Slice", [self], dim=self._axis(axis, "Slice"), start=int(start),
-                        len=int(length))
+        return self._op("Slice", [self], dim=self._axis(axis, "Slice"), start=_extent(start),
+                        len=_extent(length))
 
     def __getitem__(self, key) -> "Tensor":
         """Basic indexing: ints, slices with step 1, ``...`` and ``None``."""

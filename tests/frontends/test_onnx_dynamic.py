@@ -37,3 +37,75 @@ def test_bert_style_encoder_symbolic_batch_and_seq_matches_onnxruntime():
         _, feeds = encoder_block(64, 4, 256, seq, batch=batch)
         np.testing.assert_allclose(m(**feeds), ort_run(model, feeds)["y"], rtol=1e-4, atol=2e-4)
     assert len(m.bindings) == 4
+
+
+def _position_slice_model(rows=8):
+    """y = x + table[:S] with S = Shape(x)[0]: a Slice of a constant whose end is
+    symbolic, as exporters write position_ids[:, :seq]."""
+    table = RNG.standard_normal((rows, 4)).astype(np.float32)
+    nodes = [node("Shape", ["x"], ["xs"]), node("Gather", ["xs", "zero"], ["s"], axis=0),
+             node("Unsqueeze", ["s", "zero1"], ["s1"]),
+             node("Slice", ["table", "zero1", "s1", "zero1"], ["rows"]),
+             node("Add", ["x", "rows"], ["y"])]
+    inits = {"table": table, "zero": np.array(0, np.int64), "zero1": np.array([0], np.int64)}
+    return make(nodes, [vi("x", shape=["seq", 4])], [vi("y", shape=["seq", 4])], inits)
+
+
+def test_slice_of_a_constant_to_a_symbolic_end_needs_and_uses_bounds():
+    model = _position_slice_model(rows=8)
+    with pytest.raises(compiler.frontends.onnx.OnnxImportError,
+                       match=r"cannot decide seq <= 8.*input_shapes=\{'seq': \(1, 512\)\}"):
+        import_model(model)
+    g = import_model(model, input_shapes={"seq": (1, 8)})
+    assert g.signature()["symbols"] == {"seq": [1, 8]}
+    for seq in (1, 8):
+        x = RNG.standard_normal((seq, 4)).astype(np.float32)
+        np.testing.assert_allclose(compiler.interpret(g, {"x": x})["y"],
+                                   ort_run(model, {"x": x})["y"], rtol=1e-6)
+    with pytest.raises(compiler.ShapeSignatureError, match="seq' = 9 .*bounds 1..8"):
+        compiler.interpret(g, {"x": np.zeros((9, 4), np.float32)})
+
+
+@pytest.mark.slow
+def test_torch_exported_encoder_with_dynamic_axes(tmp_path):
+    """A BERT-style layer exported by torch.onnx with dynamic batch/seq axes
+    (Shape/Gather/Concat view targets, position_ids[:, :seq] Slice)."""
+    torch = pytest.importorskip("torch")
+    import math
+
+    class Layer(torch.nn.Module):
+        def __init__(self, h=32, nh=2, ffn=64, maxpos=64, vocab=50):
+            super().__init__()
+            self.nh, self.h = nh, h
+            self.emb, self.pos = torch.nn.Embedding(vocab, h), torch.nn.Embedding(maxpos, h)
+            self.register_buffer("position_ids", torch.arange(maxpos)[None])
+            self.q, self.k, self.v, self.o = (torch.nn.Linear(h, h) for _ in range(4))
+            self.ln0, self.ln1, self.ln2 = (torch.nn.LayerNorm(h) for _ in range(3))
+            self.f1, self.f2 = torch.nn.Linear(h, ffn), torch.nn.Linear(ffn, h)
+
+        def forward(self, ids, mask):
+            b, s = ids.shape
+            x = self.ln0(self.emb(ids) + self.pos(self.position_ids[:, :s]))
+
+            def heads(t):
+                return t.view(b, s, self.nh, -1).transpose(1, 2)
+            q, k, v = heads(self.q(x)), heads(self.k(x)), heads(self.v(x))
+            m = (1.0 - mask[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
+            sc = q @ k.transpose(-1, -2) / math.sqrt(self.h // self.nh) + m
+            ctx = (sc.softmax(-1) @ v).transpose(1, 2).reshape(b, s, self.h)
+            h = self.ln1(x + self.o(ctx))
+            return self.ln2(h + self.f2(torch.nn.functional.gelu(self.f1(h))))
+
+    torch.manual_seed(0)
+    path = str(tmp_path / "layer.onnx")
+    ids, mask = torch.randint(0, 50, (2, 7)), torch.ones(2, 7, dtype=torch.int64)
+    torch.onnx.export(Layer().eval(), (ids, mask), path, input_names=["ids", "mask"],
+                      output_names=["y"], opset_version=17, dynamo=False,
+                      dynamic_axes={"ids": {0: "batch", 1: "seq"}, "mask": {0: "batch", 1: "seq"}})
+    model = onnx.load(path)
+    m = compiler.compile(import_model(model, input_shapes={"seq": (1, 64)}))
+    for batch, seq in ((2, 7), (1, 3), (4, 20)):
+        feeds = {"ids": RNG.integers(0, 50, (batch, seq)).astype(np.int64),
+                 "mask": np.ones((batch, seq), np.int64)}
+        feeds["mask"][:, -1] = 0
+        np.testing.assert_allclose(m(**feeds), ort_run(model, feeds)["y"], rtol=1e-4, atol=1e-4)

@@ -37,6 +37,7 @@ import numpy as np
 
 from ...errors import CompilerError, GraphBuildError, UnsupportedOpError
 from ...graph import Graph, Sym, Tensor
+from runtime.errors import SymbolicError
 
 __all__ = ["import_model", "OnnxImportError", "Issue", "MIN_OPSET", "supported_ops"]
 
@@ -386,9 +387,13 @@ class _Importer:
                                   f"model (its inputs: {[i.name for i in real]}) nor symbols of "
                                   f"its input dims ({sorted(symbols)})")
         for k, v in sizes.items():
-            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 0:
-                raise OnnxImportError(f"input_shapes[{k!r}] is {v!r}; a symbol's size is a "
-                                      f"non-negative integer")
+            if isinstance(v, tuple) and len(v) == 2 and all(
+                    b is None or isinstance(b, (int, np.integer)) and not isinstance(b, bool)
+                    for b in v) and v[0] is not None:
+                sizes[k] = (k, int(v[0]), None if v[1] is None else int(v[1]))
+            elif isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise OnnxImportError(f"input_shapes[{k!r}] is {v!r}; a symbol takes its size "
+                                      f"(a non-negative integer) or its bounds (lo, hi)")
         symbolic, bad = [], []
         shapes = {}
         for inp in real:
@@ -478,7 +483,9 @@ class _Importer:
                                                  for v in ins):
                 outs = [self._symbolic_range(ins)]
             elif ins and ins[0] is not None and node.op_type in FOLD and all(
-                    v is None or isinstance(v, np.ndarray) for v in ins):
+                    v is None or isinstance(v, np.ndarray) for v in ins) and not (
+                    node.op_type == "Slice" and ins[0].dtype != object and any(
+                        v is not None and v.dtype == object for v in ins[1:])):
                 outs = [np.asarray(v) for v in FOLD[node.op_type](at, ins)]
             elif node.op_type in FOLD_ONLY:
                 late = [n for n, v in zip(node.input, ins) if isinstance(v, Tensor)]
@@ -492,6 +499,11 @@ class _Importer:
             return
         except (GraphBuildError, UnsupportedOpError) as e:
             self.issues.append(Issue(node.op_type, name, f"fuelc cannot build it: {e}"))
+            self.poisoned.update(node.output)
+            return
+        except SymbolicError as e:
+            self.issues.append(Issue(node.op_type, name, f"{e}; bound the symbols at import, "
+                                     f"e.g. input_shapes={{'seq': (1, 512)}} (lo, hi)"))
             self.poisoned.update(node.output)
             return
         except (ValueError, IndexError, TypeError) as e:  # numpy folding on bad constants

@@ -98,6 +98,25 @@ def slice_plan(shape, starts, ends, axes=None, steps=None) -> list[tuple[int, ra
     return plan
 
 
+def sym_slice(n, s, e) -> tuple:
+    """(start, length) of a step-1 ONNX Slice ``[s, e)`` of extent ``n`` where
+    any is symbolic: negative ints count from the end, |ends| >= 2**62 mean
+    the ends of the axis, and the clamp to [0, n] is decided from the symbols'
+    bounds (``SymbolicError`` when it cannot be)."""
+    def clamp(v):
+        if not isinstance(v, Sym):
+            v = int(v)
+            if abs(v) >= 1 << 62:
+                return n if v > 0 else 0
+            if v < 0:
+                v = v + n
+        if v >= 0:
+            return v if v <= n else n if v >= n else None
+        return 0
+    start, end = clamp(s), clamp(e)
+    return start, (end - start if end >= start else 0)
+
+
 def flatten_axis(axis: int, rank: int) -> int:
     """ONNX Flatten's split point: axis in [-rank, rank], negative counts from the end."""
     a = int(axis) + rank if axis < 0 else int(axis)

@@ -13,9 +13,11 @@ import math
 
 import numpy as np
 
+from runtime.symbols import Sym
+
 from ...graph import concat, matmul, maximum, minimum, where
 from ...registry import builders as B
-from ._fold import (Unsupported, broadcast_shape, extents, flatten_axis, norm_axis, reduce_axes,
+from ._fold import (Unsupported, broadcast_shape, extents, sym_slice, flatten_axis, norm_axis, reduce_axes,
                     reshape_target, slice_plan, split_sizes, squeeze_axes, unsqueeze_axes)
 from ._types import dtype_of
 
@@ -597,6 +599,9 @@ def _slice(cx, node, at, ins):
     args = [cx.arr(v, what, node) if v is not None else None
             for v, what in zip(ins[1:], ("starts", "ends", "axes", "steps"))]
     args += [None] * (4 - len(args))
+    if any(isinstance(d, Sym) for d in x.shape) or any(
+            v is not None and v.dtype == object for v in args[:2]):
+        return [_sym_slice(x, *args)]
     for axis, r in slice_plan(x.shape, *args):
         if r.step == 1 or len(r) <= 1:
             if len(r) != x.shape[axis]:
@@ -606,6 +611,19 @@ def _slice(cx, node, at, ins):
         else:  # any other stride: an IndexSelect of the chosen positions
             x = x.index_select(np.asarray(list(r), np.uint32), axis)
     return [x]
+
+
+def _sym_slice(x, starts, ends, axes, steps):
+    """Slice with symbolic extents or bounds: step 1 only (docs/dynamic-shapes.md)."""
+    axes = range(len(starts)) if axes is None else [norm_axis(int(a), x.ndim) for a in axes]
+    if steps is not None and any(int(v) != 1 for v in steps.reshape(-1)):
+        raise Unsupported(f"Slice steps {steps.tolist()} with symbolic extents or bounds "
+                          f"(only step 1 is supported there)")
+    for a, s, e in zip(axes, starts.reshape(-1), ends.reshape(-1)):
+        start, length = sym_slice(x.shape[a], s, e)
+        if (start, length) != (0, x.shape[a]):
+            x = x.slice(a, start, length)
+    return x
 
 
 def _index_u32(cx, idx, extent):
