@@ -158,6 +158,19 @@ class Sym:
             terms[tuple(rest)] = c // dc
         return Sym._make(terms, self._atoms_with(a))
 
+    def __mod__(self, other):
+        """0 when ``other`` divides ``self`` exactly; otherwise undecidable."""
+        try:
+            self // other
+        except SymbolicError:
+            raise SymbolicError(f"{self} mod {other} is not known before a call binds the "
+                                f"symbols") from None
+        return 0
+
+    def __rmod__(self, other):
+        raise SymbolicError(f"{other} mod the symbolic extent {self} is not known before a "
+                            f"call binds the symbols")
+
     def __rfloordiv__(self, other):
         t, _ = self._parts(other)
         if t is None:
@@ -261,14 +274,46 @@ def evaluate(d, values: Mapping[str, int]) -> int:
     return d.evaluate(values) if isinstance(d, Sym) else int(d)
 
 
+def affine_parts(d: "Sym"):
+    """``(name, a, b)`` when ``d`` is ``a*name + b`` with ``a >= 1``, else None."""
+    if len(d.atoms) != 1:
+        return None
+    (name,) = d.atoms
+    if set(d.terms) - {(), (name,)} or d.terms.get((name,), 0) < 1:
+        return None
+    return name, d.terms[(name,)], d.terms.get((), 0)
+
+
 def bind_symbols(declared: Mapping[str, Sequence], shapes: Mapping[str, Sequence[int]],
                  equalities: Sequence = ()) -> dict[str, int]:
     """Symbol values for a call. ``declared``: input name -> declared shape
-    (ints and atom ``Sym``s); ``shapes``: input name -> the call's shape;
-    ``equalities``: ``(lhs, rhs, where)`` recorded by shape rules. Raises
-    ShapeSignatureError naming the input, axis, symbol and sizes."""
+    (ints, atom ``Sym``s and ``a*s + b`` derived extents); ``shapes``: input
+    name -> the call's shape; ``equalities``: ``(lhs, rhs, where)`` recorded by
+    shape rules. Atoms bind first, then derived extents solve or check theirs.
+    Raises ShapeSignatureError naming the input, axis, symbol and sizes."""
     values: dict[str, int] = {}
     seen_at: dict[str, tuple[str, int]] = {}
+
+    def bind(sym, v, name, axis, how):
+        if sym in values:
+            if values[sym] != v:
+                first, fa = seen_at[sym]
+                raise ShapeSignatureError(
+                    f"symbol {sym!r}: input {first!r} axis {fa} gives {values[sym]}, input "
+                    f"{name!r} axis {axis} gives {v}{how}; every use of {sym!r} must have one "
+                    f"size", name, axis, sym, v, values[sym])
+            return
+        lo, hi = declared_bounds[sym]
+        if v < lo or (hi is not None and v > hi):
+            raise ShapeSignatureError(
+                f"symbol {sym!r} = {v} (input {name!r} axis {axis}{how}) is outside its bounds "
+                f"{lo}..{'' if hi is None else hi}", name, axis, sym, v, (lo, hi))
+        values[sym] = v
+        seen_at[sym] = (name, axis)
+
+    declared_bounds = {n: b for decl in declared.values() for d in decl
+                       if isinstance(d, Sym) for n, b in d.atoms.items()}
+    derived = []
     for name, decl in declared.items():
         shape = tuple(shapes[name])
         sig = f"[{shape_text(decl)}]"
@@ -282,23 +327,17 @@ def bind_symbols(declared: Mapping[str, Sequence], shapes: Mapping[str, Sequence
                     raise ShapeSignatureError(
                         f"input {name!r} axis {axis}: size {n} (shape {list(shape)}), the "
                         f"signature {sig} fixes {d}", name, axis, None, n, d)
-                continue
-            sym = d.name
-            if sym in values:
-                if values[sym] != n:
-                    first, fa = seen_at[sym]
-                    raise ShapeSignatureError(
-                        f"symbol {sym!r}: input {first!r} axis {fa} gives {values[sym]}, input "
-                        f"{name!r} axis {axis} gives {n}; every use of {sym!r} must have one "
-                        f"size", name, axis, sym, n, values[sym])
-                continue
-            lo, hi = d.atoms[sym]
-            if n < lo or (hi is not None and n > hi):
-                raise ShapeSignatureError(
-                    f"symbol {sym!r} = {n} (input {name!r} axis {axis}) is outside its bounds "
-                    f"{lo}..{'' if hi is None else hi}", name, axis, sym, n, (lo, hi))
-            values[sym] = n
-            seen_at[sym] = (name, axis)
+            elif d.is_atom:
+                bind(d.name, int(n), name, axis, "")
+            else:
+                derived.append((name, axis, d, int(n)))
+    for name, axis, d, n in derived:
+        sym, a, b = affine_parts(d)
+        if (n - b) % a or n - b < 0:
+            raise ShapeSignatureError(
+                f"input {name!r} axis {axis}: size {n} is not {d} for any integer {sym} >= 0",
+                name, axis, sym, n, str(d))
+        bind(sym, (n - b) // a, name, axis, f" as {d} = {n}")
     for lhs, rhs, where in equalities:
         a, b = evaluate(lhs, values), evaluate(rhs, values)
         if a != b:

@@ -13,8 +13,8 @@ import contextlib
 import contextvars
 from typing import Mapping, Optional
 
-from runtime.symbols import (Dim, ShapeSignatureError, Sym, SymbolicError, bind_symbols,
-                             evaluate, is_symbolic, shape_text)
+from runtime.symbols import (Dim, ShapeSignatureError, Sym, SymbolicError, affine_parts,
+                             bind_symbols, evaluate, is_symbolic, shape_text)
 
 from ..errors import GraphBuildError
 
@@ -53,7 +53,7 @@ def unify(a: Dim, b: Dim) -> Optional[Dim]:
 
 def parse_dim(d, symbols: dict, what: str) -> Dim:
     """One declared extent of ``Graph.input``: an int, a name, ``(name, lo,
-    hi)`` or an atom ``Sym``. Records the symbol's bounds in ``symbols``
+    hi)``, an atom ``Sym`` or ``a*Sym + b`` (a >= 1) derived from one. Records the symbol's bounds in ``symbols``
     (name -> (lo, hi)); a name seen before with other bounds is an error."""
     if isinstance(d, bool):
         raise GraphBuildError(f"{what}: extent {d!r} is a bool; give an int or a symbol name")
@@ -64,19 +64,20 @@ def parse_dim(d, symbols: dict, what: str) -> Dim:
             sym = Sym(d, *symbols.get(d, (1, None)))
         elif isinstance(d, tuple) and len(d) == 3 and isinstance(d[0], str):
             sym = Sym(*d)
-        elif isinstance(d, Sym) and d.is_atom:
-            sym = d
+        elif isinstance(d, Sym) and affine_parts(d) is not None:
+            sym = d  # an atom, or a*s + b derived from one (torch.export's derived Dims)
         else:
             raise GraphBuildError(f"{what}: extent {d!r} is not an int, a symbol name, "
-                                  f"(name, lo, hi) or a Sym atom")
+                                  f"(name, lo, hi), a Sym atom or a*Sym + b")
     except SymbolicError as e:
         raise GraphBuildError(f"{what}: {e}") from None
-    bounds = sym.atoms[sym.name]
-    if symbols.setdefault(sym.name, bounds) != bounds:
-        lo, hi = symbols[sym.name]
-        raise GraphBuildError(f"{what}: symbol {sym.name!r} declared with bounds "
-                              f"{bounds[0]}..{bounds[1]} after {lo}..{hi}; give its bounds once "
-                              f"(or the same at every use)")
+    name = affine_parts(sym)[0]
+    bounds = sym.atoms[name]
+    if symbols.setdefault(name, bounds) != bounds:
+        lo, hi = symbols[name]
+        raise GraphBuildError(f"{what}: symbol {name!r} declared with bounds "
+                              f"{bounds[0]}..{bounds[1]} after {lo}..{hi}; give its bounds "
+                              f"once (or the same at every use)")
     return sym
 
 

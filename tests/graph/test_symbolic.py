@@ -180,3 +180,30 @@ def test_bind_gives_a_static_graph_with_the_same_names():
     assert [n.name for n in s.nodes] == [n.name for n in g.nodes]
     with pytest.raises(GraphBuildError, match="no value for symbol"):
         g.bind({"batch": 2})
+
+
+def test_derived_input_extent_solves_or_checks_its_symbol():
+    g = Graph()
+    s = Sym("s", 1, 8)
+    x = g.input("x", (s, 4), "f32")       # torch.export: s = Dim("s", min=1, max=8)
+    y = g.input("y", (2 * s + 1, 4), "f32")  # a derived Dim: 2*s + 1
+    g.output(concat_rows(x, y), name="z")
+    assert g.signature()["inputs"] == {"x": "f32[s,4]", "y": "f32[(2*s + 1),4]"}
+    out = interpret(g, {"x": f32(3, 4), "y": f32(7, 4)})["z"]
+    assert out.shape == (10, 4)
+    with pytest.raises(ShapeSignatureError, match="symbol 's': input 'x' axis 0 gives 3, "
+                                                  "input 'y' axis 0 gives 4 as 2\\*s \\+ 1 = 9"):
+        interpret(g, {"x": f32(3, 4), "y": f32(9, 4)})
+    with pytest.raises(ShapeSignatureError, match="size 8 is not 2\\*s \\+ 1 for any integer s"):
+        interpret(g, {"x": f32(3, 4), "y": f32(8, 4)})
+    g2 = Graph()
+    g2.input("y", (2 * s + 1,), "f32")
+    with pytest.raises(ShapeSignatureError, match="s' = 9 .*as 2\\*s \\+ 1 = 19.*bounds 1..8"):
+        g2.bind_shapes({"y": (19,)})
+    with pytest.raises(GraphBuildError, match="a\\*Sym \\+ b"):
+        Graph().input("z", (s * s,), "f32")
+
+
+def concat_rows(a, b):
+    from compiler import concat
+    return concat([a, b], axis=0)
