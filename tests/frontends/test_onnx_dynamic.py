@@ -109,3 +109,19 @@ def test_torch_exported_encoder_with_dynamic_axes(tmp_path):
                  "mask": np.ones((batch, seq), np.int64)}
         feeds["mask"][:, -1] = 0
         np.testing.assert_allclose(m(**feeds), ort_run(model, feeds)["y"], rtol=1e-4, atol=1e-4)
+
+
+def test_constant_of_shape_and_expand_to_symbolic_shapes():
+    row = RNG.standard_normal((1, 4)).astype(np.float32)
+    nodes = [node("Shape", ["x"], ["xs"]),
+             node("ConstantOfShape", ["xs"], ["ones"],
+                  value=onnx.numpy_helper.from_array(np.array([2.0], np.float32))),
+             node("Expand", ["row", "xs"], ["rows"]),
+             node("Add", ["ones", "rows"], ["a"]), node("Mul", ["a", "x"], ["y"])]
+    model = make(nodes, [vi("x", shape=["n", 4])], [vi("y", shape=["n", 4])], {"row": row})
+    g = import_model(model)
+    assert g.signature()["outputs"] == {"y": "f32[n,4]"}
+    for n in (1, 6):
+        x = RNG.standard_normal((n, 4)).astype(np.float32)
+        np.testing.assert_allclose(compiler.interpret(g, {"x": x})["y"],
+                                   ort_run(model, {"x": x})["y"], rtol=1e-6)

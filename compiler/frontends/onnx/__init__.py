@@ -482,9 +482,14 @@ class _Importer:
             elif node.op_type == "Range" and any(isinstance(v, np.ndarray) and v.dtype == object
                                                  for v in ins):
                 outs = [self._symbolic_range(ins)]
+            elif node.op_type == "ConstantOfShape" and isinstance(ins[0], np.ndarray) and \
+                    ins[0].dtype == object:  # a symbolic shape: a broadcast scalar
+                from ._fold import _constant_of_shape
+                value = _constant_of_shape(at, [np.zeros(0, np.int64)])[0].reshape(())
+                outs = [self.t(np.zeros((), value.dtype) + value).broadcast_to(tuple(ins[0]))]
             elif ins and ins[0] is not None and node.op_type in FOLD and all(
                     v is None or isinstance(v, np.ndarray) for v in ins) and not (
-                    node.op_type == "Slice" and ins[0].dtype != object and any(
+                    node.op_type in ("Slice", "Expand") and ins[0].dtype != object and any(
                         v is not None and v.dtype == object for v in ins[1:])):
                 outs = [np.asarray(v) for v in FOLD[node.op_type](at, ins)]
             elif node.op_type in FOLD_ONLY:

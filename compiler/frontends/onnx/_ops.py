@@ -773,8 +773,16 @@ def _top_k(cx, node, at, ins):
 @_op("Expand")
 def _expand(cx, node, at, ins):
     x = cx.t(ins[0])
-    shape = [int(d) for d in cx.arr(ins[1], "shape", node).reshape(-1)]
-    target = broadcast_shape(x.shape, shape)
+    shape = [d if isinstance(d, Sym) else int(d) for d in cx.arr(ins[1], "shape", node).reshape(-1)]
+    if any(isinstance(d, Sym) for d in list(x.shape) + shape):  # docs/dynamic-shapes.md
+        from ...graph.ops import broadcast_shapes
+        from ...graph.symbolic import recording
+        with recording([], "Expand"):  # the BroadcastTo node records the equalities
+            target = broadcast_shapes(x.shape, shape)
+        if target is None:
+            raise Unsupported(f"Expand of {list(x.shape)} to {shape}: the shapes do not broadcast")
+    else:
+        target = broadcast_shape(x.shape, shape)
     return [x.broadcast_to(target)]
 
 
