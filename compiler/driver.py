@@ -180,7 +180,33 @@ class SymbolicModule:
         example = ", ".join(f"{n}=..." for n in self.graph.symbols)
         raise ExportError(f"this module has symbolic extents ({', '.join(self.graph.symbols)}); "
                           f"a .fuel file holds one binding in this version: save "
-                          f"m.specialize({example}).save({str(path)!r})")
+                          f"m.specialize({example}).save({str(path)!r}), or several bindings "
+                          f"with m.save_bundle(directory, bindings=[{{...}}, ...])")
+
+    def save_bundle(self, path, bindings=None, sign_with=None):
+        """Write a directory that ``runtime.load_bundle(path)`` runs without the
+        compiler: ``bundle.json`` (the symbolic signature and the saved
+        bindings) and one ``.fuel`` file per binding (``bindings``: dicts of
+        symbol sizes, compiled now if not kept; default: the kept ones).
+        Returns the path."""
+        import os
+        from runtime.bundle import signature_json, write_index
+        from .export import ExportError
+        bindings = self.bindings if bindings is None else [dict(b) for b in bindings]
+        if not bindings:
+            raise ExportError("save_bundle: no binding to save; call the module or pass "
+                              "bindings=[{...}]")
+        os.makedirs(path, exist_ok=True)
+        g = self.graph
+        sig = signature_json({n: (g.nodes[i].shape, g.nodes[i].dtype) for n, i in g.inputs.items()},
+                             g.symbols, g.equalities)
+        saved = []
+        for sizes in bindings:
+            name = "_".join(f"{k}{sizes.get(k)}" for k in g.symbols) + ".fuel"
+            self.specialize(**sizes).save(os.path.join(path, name), sign_with=sign_with)
+            saved.append(({k: int(sizes[k]) for k in g.symbols}, name))
+        write_index(path, sig, saved)
+        return path
 
     def __repr__(self) -> str:
         sig = ", ".join(f"{n}: {s}" for n, s in self.signature["inputs"].items())

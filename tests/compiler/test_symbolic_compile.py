@@ -1,5 +1,9 @@
 """compile() of a graph with symbolic extents: the first stage, one static
 compile per input-shape binding (docs/dynamic-shapes.md)."""
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -82,3 +86,39 @@ def test_specialize_keep_and_save(module, tmp_path):
     for seq in (1, 2, 3):
         small.specialize(batch=1, seq=seq)
     assert small.bindings == [{"batch": 1, "seq": 2}, {"batch": 1, "seq": 3}]
+
+
+def test_bundle_runs_saved_bindings_without_the_compiler(graph, module, tmp_path):
+    from runtime.bundle import UnsavedBindingError, load_bundle
+    path = module.save_bundle(tmp_path / "m.bundle", bindings=[{"batch": 1, "seq": 4},
+                                                               {"batch": 2, "seq": 5}])
+    b = load_bundle(path)
+    assert b.signature["inputs"] == module.signature["inputs"]
+    for batch, seq in ((1, 4), (2, 5)):
+        feeds = _inputs(batch, seq)
+        np.testing.assert_array_equal(b(**feeds), module(**feeds))
+    with pytest.raises(UnsavedBindingError, match="batch=1, seq=4; batch=2, seq=5"):
+        b(**_inputs(3, 5))
+    with pytest.raises(ShapeSignatureError, match="symbol 'batch'"):
+        b(x=np.zeros((2, 5, 8), np.float32), m=np.zeros((1, 5), np.float32))
+
+    # a process that cannot import the compiler (nor MLIR) runs the bundle
+    np.savez(tmp_path / "in.npz", **_inputs(2, 5))
+    code = f"""
+import sys
+class _Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("compiler", "torch_mlir", "mlir"):
+            raise ImportError(name)
+sys.meta_path.insert(0, _Block())
+import numpy as np
+from runtime.bundle import load_bundle
+feeds = dict(np.load({str(tmp_path / 'in.npz')!r}))
+np.save({str(tmp_path / 'y.npy')!r}, load_bundle({str(path)!r})(**feeds))
+"""
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    feeds = dict(np.load(tmp_path / "in.npz"))
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), module(**feeds))
