@@ -73,7 +73,7 @@ class Sym:
             his = [self.atoms[n][1] for n in m]
             mhi = None if None in his else math.prod(his)
             if c > 0:
-                lo += c * mlo
+                lo = None if lo is None else lo + c * mlo
                 hi = None if hi is None or mhi is None else hi + c * mhi
             else:
                 lo = None if lo is None or mhi is None else lo + c * mhi

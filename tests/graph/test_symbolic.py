@@ -207,3 +207,46 @@ def test_derived_input_extent_solves_or_checks_its_symbol():
 def concat_rows(a, b):
     from compiler import concat
     return concat([a, b], axis=0)
+
+
+# -- soundness: what Sym decides holds at every size within the bounds ----------
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_ATOMS = {"a": (1, 6), "b": (0, 4), "c": (2, None)}
+
+
+@st.composite
+def _polys(draw, depth=3):
+    if depth == 0 or draw(st.booleans()):
+        if draw(st.booleans()):
+            return draw(st.integers(-5, 5))
+        n = draw(st.sampled_from(sorted(_ATOMS)))
+        return Sym(n, *_ATOMS[n])
+    x, y = draw(_polys(depth - 1)), draw(_polys(depth - 1))
+    return draw(st.sampled_from([x + y, x - y, x * y]))
+
+
+def _value(p, env):
+    return p.evaluate(env) if isinstance(p, Sym) else p
+
+
+@settings(max_examples=300, deadline=None)
+@given(_polys(), _polys(), st.fixed_dictionaries(
+    {"a": st.integers(1, 6), "b": st.integers(0, 4), "c": st.integers(2, 40)}))
+def test_sym_decisions_hold_at_every_in_bounds_size(p, q, env):
+    """Arithmetic evaluates like ints, and a comparison Sym answers (instead of
+    raising SymbolicError) is true at every size within the atoms' bounds."""
+    for got, want in ((p + q, _value(p, env) + _value(q, env)),
+                      (p - q, _value(p, env) - _value(q, env)),
+                      (p * q, _value(p, env) * _value(q, env))):
+        assert _value(got, env) == want
+    if isinstance(p, Sym):
+        lo, hi = p.bounds
+        v = p.evaluate(env)
+        assert (lo is None or lo <= v) and (hi is None or v <= hi)
+        for op in ("__lt__", "__le__", "__gt__", "__ge__"):
+            try:
+                decided = getattr(p, op)(q)
+            except SymbolicError:
+                continue
+            assert decided == getattr(v, op)(_value(q, env)), (p, op, q, env)
