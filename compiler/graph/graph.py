@@ -295,7 +295,10 @@ class Graph:
         assumed: list = []
         try:
             params = check_params(opdef, params)
-            with recording(assumed, f"{op} {label}"):
+            if self.symbols:  # only a symbolic graph's rules can assume equalities
+                with recording(assumed, f"{op} {label}"):
+                    out = opdef.infer(types, params)
+            else:
                 out = opdef.infer(types, params)
         except (GraphBuildError, SymbolicError) as e:
             raise GraphBuildError(f"{label}: {e}") from None
@@ -346,7 +349,10 @@ class Graph:
         params = dict(params or {})
         assumed: list = []
         try:
-            with recording(assumed, f"Fused[{ename}] {label}"):
+            if self.symbols:
+                with recording(assumed, f"Fused[{ename}] {label}"):
+                    out = entry.infer(types, params)
+            else:
                 out = entry.infer(types, params)
         except (GraphBuildError, SymbolicError) as e:
             raise GraphBuildError(f"{label}: Fused[{ename}]: {e}") from None

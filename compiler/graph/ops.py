@@ -291,7 +291,7 @@ def _infer_same(name, allowed):
                 raise _fail(name, types, f"operand {i} dtype {t.dtype.value} != operand 0 "
                                          f"dtype {a.dtype.value} (no implicit promotion; "
                                          f"insert a Cast)")
-            shape = same_shape(shape, t.shape)
+            shape = shape if t.shape == shape else same_shape(shape, t.shape)
             if shape is None:
                 raise _fail(name, types, f"operand {i} shape {list(t.shape)} != operand 0 "
                                          f"shape {list(a.shape)} (element-wise ops need "
