@@ -125,3 +125,50 @@ def test_constant_of_shape_and_expand_to_symbolic_shapes():
         x = RNG.standard_normal((n, 4)).astype(np.float32)
         np.testing.assert_allclose(compiler.interpret(g, {"x": x})["y"],
                                    ort_run(model, {"x": x})["y"], rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_torch_exported_causal_block_with_dynamic_axes(tmp_path):
+    """A GPT-2-style block: Range positions, Split of the fused QKV, and the
+    causal mask sliced from a buffer as bias[:, :, k - q:k, :k] (symbolic start
+    and end), then Where."""
+    torch = pytest.importorskip("torch")
+    import math
+
+    class Block(torch.nn.Module):
+        def __init__(self, h=32, nh=2, maxpos=64, vocab=50):
+            super().__init__()
+            self.nh, self.h = nh, h
+            self.wte, self.wpe = torch.nn.Embedding(vocab, h), torch.nn.Embedding(maxpos, h)
+            self.register_buffer("bias", torch.tril(torch.ones(maxpos, maxpos,
+                                                               dtype=torch.bool))[None, None])
+            self.ln1, self.ln2 = torch.nn.LayerNorm(h), torch.nn.LayerNorm(h)
+            self.c_attn, self.c_proj = torch.nn.Linear(h, 3 * h), torch.nn.Linear(h, h)
+            self.fc, self.proj = torch.nn.Linear(h, 4 * h), torch.nn.Linear(4 * h, h)
+
+        def forward(self, ids):
+            b, t = ids.size()
+            x = self.wte(ids) + self.wpe(torch.arange(0, t, dtype=torch.long).unsqueeze(0))
+            q, k, v = self.c_attn(self.ln1(x)).split(self.h, dim=2)
+
+            def heads(z):
+                return z.view(b, t, self.nh, self.h // self.nh).transpose(1, 2)
+            q, k, v = heads(q), heads(k), heads(v)
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            ql, kl = q.size(-2), k.size(-2)
+            att = torch.where(self.bias[:, :, kl - ql:kl, :kl], att,
+                              torch.tensor(torch.finfo(att.dtype).min))
+            y = (att.softmax(-1) @ v).transpose(1, 2).contiguous().view(b, t, self.h)
+            x = x + self.c_proj(y)
+            return x + self.proj(torch.nn.functional.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+    torch.manual_seed(0)
+    path = str(tmp_path / "block.onnx")
+    torch.onnx.export(Block().eval(), (torch.randint(0, 50, (2, 7)),), path, input_names=["ids"],
+                      output_names=["y"], opset_version=17, dynamo=False,
+                      dynamic_axes={"ids": {0: "batch", 1: "seq"}})
+    model = onnx.load(path)
+    m = compiler.compile(import_model(model, input_shapes={"seq": (1, 64)}))
+    for batch, seq in ((2, 7), (1, 1), (3, 30)):
+        feeds = {"ids": RNG.integers(0, 50, (batch, seq)).astype(np.int64)}
+        np.testing.assert_allclose(m(**feeds), ort_run(model, feeds)["y"], rtol=1e-4, atol=1e-4)
