@@ -30,8 +30,7 @@ from ..errors import GraphBuildError, UnsupportedOpError
 from .numerics import scalar_storage
 from .ops import OP_TABLE, broadcast_shapes, check_params, fmt_types
 from .opdef import VARIADIC, TensorType
-from .symbolic import (Sym, SymbolicError, bind_params, is_symbolic, parse_dim, recording,
-                       shape_text)
+from .symbolic import Sym, SymbolicError, bind_params, parse_dim, recording, shape_text
 
 __all__ = ["Graph", "Node", "Tensor", "where", "matmul", "concat", "maximum", "minimum"]
 
@@ -206,10 +205,10 @@ class Graph:
         symbols = dict(self.symbols)
         shape = tuple(parse_dim(d, symbols, f"input {name!r} axis {i}")
                       for i, d in enumerate(shape))
-        self.symbols = symbols
         t = self.add_node("Input", [], {"name": name, "shape": shape,
                                         "dtype": _parse_dtype(dtype, f"input {name!r}")},
                           name=name)
+        self.symbols = symbols
         self.inputs[name] = t.id
         return t
 

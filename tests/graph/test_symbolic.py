@@ -3,8 +3,9 @@ binding errors, the reference interpreter at several sizes
 (docs/dynamic-shapes.md)."""
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
-from compiler import Graph, GraphBuildError, ShapeSignatureError, Sym, interpret
+from compiler import Graph, GraphBuildError, ShapeSignatureError, Sym, concat, interpret
 from runtime.errors import PlanError
 from runtime.symbols import SymbolicError
 
@@ -80,7 +81,6 @@ def test_broadcast_one_and_reshape_minus_one():
 def test_concat_slice_pad_reduce_shapes():
     g = Graph()
     x = g.input("x", ("b", "s", 4), "f32")
-    from compiler import concat
     c = concat([x, x[:, :1]], axis=1)
     assert c.shape == (Sym("b"), Sym("s") + 1, 4)
     assert x[:, 1:].shape == (Sym("b"), Sym("s") - 1, 4)
@@ -187,7 +187,7 @@ def test_derived_input_extent_solves_or_checks_its_symbol():
     s = Sym("s", 1, 8)
     x = g.input("x", (s, 4), "f32")       # torch.export: s = Dim("s", min=1, max=8)
     y = g.input("y", (2 * s + 1, 4), "f32")  # a derived Dim: 2*s + 1
-    g.output(concat_rows(x, y), name="z")
+    g.output(concat([x, y], axis=0), name="z")
     assert g.signature()["inputs"] == {"x": "f32[s,4]", "y": "f32[(2*s + 1),4]"}
     out = interpret(g, {"x": f32(3, 4), "y": f32(7, 4)})["z"]
     assert out.shape == (10, 4)
@@ -204,14 +204,9 @@ def test_derived_input_extent_solves_or_checks_its_symbol():
         Graph().input("z", (s * s,), "f32")
 
 
-def concat_rows(a, b):
-    from compiler import concat
-    return concat([a, b], axis=0)
 
 
 # -- soundness: what Sym decides holds at every size within the bounds ----------
-from hypothesis import given, settings, strategies as st  # noqa: E402
-
 _ATOMS = {"a": (1, 6), "b": (0, 4), "c": (2, None)}
 
 
