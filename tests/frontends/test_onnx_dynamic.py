@@ -172,3 +172,15 @@ def test_torch_exported_causal_block_with_dynamic_axes(tmp_path):
     for batch, seq in ((2, 7), (1, 1), (3, 30)):
         feeds = {"ids": RNG.integers(0, 50, (batch, seq)).astype(np.int64)}
         np.testing.assert_allclose(m(**feeds), ort_run(model, feeds)["y"], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("index", [0, -1])
+def test_gather_of_one_position_on_a_symbolic_axis(index):
+    """x[:, 0] (a pooler) and x[:, -1] (the last token) on the sequence axis."""
+    model = make([node("Gather", ["x", "i"], ["y"], axis=1)], [vi("x", shape=["b", "s", 4])],
+                 [vi("y", shape=["b", 4])], {"i": np.array(index, np.int64)})
+    g = import_model(model)
+    for seq in (1, 5):
+        x = RNG.standard_normal((2, seq, 4)).astype(np.float32)
+        np.testing.assert_array_equal(compiler.interpret(g, {"x": x})["y"],
+                                      ort_run(model, {"x": x})["y"])

@@ -628,6 +628,11 @@ def _sym_slice(x, starts, ends, axes, steps):
 
 def _index_u32(cx, idx, extent):
     """Indices (constant or graph) as u32 with negative indices wrapped."""
+    if isinstance(idx, np.ndarray) and isinstance(extent, Sym):
+        if idx.size and idx.min() < 0:  # wrapping needs the size: only a scalar (_gather)
+            raise Unsupported(f"negative constant indices {idx.min()} into the symbolic "
+                              f"extent {extent} (only a single index may be negative)")
+        return idx.astype(np.uint32)  # checked against the size the call binds
     if isinstance(idx, np.ndarray):
         if idx.size and (idx.min() < -extent or idx.max() >= extent):
             raise Unsupported(f"constant indices {idx.min()}..{idx.max()} out of range for "
@@ -644,6 +649,9 @@ def _gather(cx, node, at, ins):
     x, idx = cx.t(ins[0]), ins[1]
     axis = norm_axis(at.get("axis", 0), x.ndim)
     ishape = tuple(idx.shape)
+    if isinstance(idx, np.ndarray) and idx.ndim == 0 and isinstance(x.shape[axis], Sym):
+        i = int(idx)  # x[..., i, ...] on a symbolic axis: i < 0 counts from its end
+        return [x.slice(axis, x.shape[axis] + i if i < 0 else i, 1).squeeze(axis)]
     i32 = _index_u32(cx, idx, x.shape[axis])
     if isinstance(i32, np.ndarray) and i32.ndim == 0:  # x[..., i, ...]
         return [x.slice(axis, int(i32), 1).squeeze(axis)]
