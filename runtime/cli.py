@@ -20,6 +20,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from .dtype import DType
 from .errors import FuelError
 
 
@@ -98,11 +99,17 @@ def _verify_key(args):
 
 def cmd_run(args) -> int:
     from .artifact import load
+    from .bundle import INDEX, load_bundle
     inputs = _parse_inputs(args.input)
-    module = load(args.model, verify_with=_verify_key(args))
+    if os.path.isfile(os.path.join(args.model, INDEX)):  # a bundle of sizes
+        module = load_bundle(args.model, verify_with=_verify_key(args))
+    else:
+        module = load(args.model, verify_with=_verify_key(args))
     _check_inputs(module, inputs)
     outputs = module.run(**inputs)
-    specs = module.signature["outputs"]
+    specs = module.signature.get("outputs") or {
+        n: f"{DType.from_numpy(a.dtype).value}[{','.join(map(str, a.shape))}]"
+        for n, a in outputs.items()}
     if args.output_dir:
         os.makedirs(args.output_dir, exist_ok=True)
     for name, arr in outputs.items():
@@ -167,7 +174,7 @@ def add_run_parser(sub) -> None:
                                    "and print each output's name, dtype[shape] and "
                                    "min/max/mean, or save the outputs as .npy files.",
                        epilog="example: fuelc run model.fuel --input x=x.npy --output-dir out/")
-    p.add_argument("model", help="the .fuel file (from fuelc compile)")
+    p.add_argument("model", help="the .fuel file or bundle directory (from fuelc compile)")
     p.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy",
                    help="one input by name, from a numpy .npy file (repeat for each input)")
     p.add_argument("--output-dir", "-o", metavar="DIR",
