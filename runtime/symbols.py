@@ -26,7 +26,7 @@ Dim = Union[int, "Sym"]
 class Sym:
     """An integer polynomial over named symbols (``docs/dynamic-shapes.md``)."""
 
-    __slots__ = ("terms", "atoms")
+    __slots__ = ("terms", "atoms", "name")
 
     def __init__(self, name: str, lo: int = 1, hi: Optional[int] = None):
         if not isinstance(name, str) or not name.isidentifier():
@@ -37,6 +37,7 @@ class Sym:
                                 f"0 <= lo <= hi (hi None: unbounded)")
         self.terms = {(name,): 1}          # monomial (sorted names) -> coefficient
         self.atoms = {name: (lo, hi)}      # name -> bounds
+        self.name = name                   # the atom's name; None for an expression
 
     @classmethod
     def _make(cls, terms: dict, atoms: dict) -> Dim:
@@ -49,20 +50,14 @@ class Sym:
         s.terms = terms
         used = {n for m in terms for n in m}
         s.atoms = {n: b for n, b in atoms.items() if n in used}
+        (m, c), = terms.items() if len(terms) == 1 else (((), 0),)
+        s.name = m[0] if c == 1 and len(m) == 1 else None
         return s
 
     # -- facts -------------------------------------------------------------
     @property
-    def name(self) -> Optional[str]:
-        """The atom's name, or None for a compound expression."""
-        return next(iter(self.terms))[0] if self.is_atom else None
-
-    @property
     def is_atom(self) -> bool:
-        if len(self.terms) != 1:
-            return False
-        (m, c), = self.terms.items()
-        return c == 1 and len(m) == 1
+        return self.name is not None
 
     @property
     def bounds(self) -> tuple[int, Optional[int]]:
@@ -311,23 +306,24 @@ def bind_symbols(declared: Mapping[str, Sequence], shapes: Mapping[str, Sequence
         values[sym] = v
         seen_at[sym] = (name, axis)
 
-    declared_bounds = {n: b for decl in declared.values() for d in decl
-                       if isinstance(d, Sym) for n, b in d.atoms.items()}
+    declared_bounds: dict = {}
     derived = []
     for name, decl in declared.items():
         shape = tuple(shapes[name])
-        sig = f"[{shape_text(decl)}]"
         if len(shape) != len(decl):
             raise ShapeSignatureError(
                 f"input {name!r}: rank {len(shape)} (shape {list(shape)}), the signature "
-                f"{sig} has rank {len(decl)}", name, None, None, len(shape), len(decl))
+                f"[{shape_text(decl)}] has rank {len(decl)}", name, None, None, len(shape),
+                len(decl))
         for axis, (d, n) in enumerate(zip(decl, shape)):
             if not isinstance(d, Sym):
                 if n != d:
                     raise ShapeSignatureError(
                         f"input {name!r} axis {axis}: size {n} (shape {list(shape)}), the "
-                        f"signature {sig} fixes {d}", name, axis, None, n, d)
-            elif d.is_atom:
+                        f"signature [{shape_text(decl)}] fixes {d}", name, axis, None, n, d)
+                continue
+            declared_bounds.update(d.atoms)
+            if d.is_atom:
                 bind(d.name, int(n), name, axis, "")
             else:
                 derived.append((name, axis, d, int(n)))

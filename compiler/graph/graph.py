@@ -30,7 +30,8 @@ from ..errors import GraphBuildError, UnsupportedOpError
 from .numerics import scalar_storage
 from .ops import OP_TABLE, broadcast_shapes, check_params, fmt_types
 from .opdef import VARIADIC, TensorType
-from .symbolic import Sym, SymbolicError, bind_params, parse_dim, recording, shape_text
+from .symbolic import (Sym, SymbolicError, bind_params, bind_symbols, parse_dim, recording,
+                       shape_text)
 
 __all__ = ["Graph", "Node", "Tensor", "where", "matmul", "concat", "maximum", "minimum"]
 
@@ -163,7 +164,6 @@ class Graph:
         """The symbol values of a call whose inputs have ``shapes`` (input name
         -> shape). Raises ``ShapeSignatureError`` (``runtime.symbols``) naming
         the input, axis, symbol and sizes when they contradict the signature."""
-        from runtime.symbols import bind_symbols
         declared = {k: self.nodes[v].shape for k, v in self.inputs.items()}
         return bind_symbols(declared, shapes, self.equalities)
 
