@@ -102,6 +102,7 @@ class SymbolicModule:
         self.target = target
         self._options = options
         self._modules: "collections.OrderedDict[tuple, CompiledModule]" = collections.OrderedDict()
+        self._keys: dict[tuple, tuple] = {}  # input shapes -> binding, for calls seen
         self._lock = threading.Lock()
 
     @property
@@ -158,8 +159,15 @@ class SymbolicModule:
             sig = ", ".join(f"{n}: {s}" for n, s in self.signature["inputs"].items())
             raise PlanError(f"inputs are ({sig}); missing {sorted(set(names) - set(inputs))}, "
                             f"unexpected {sorted(set(inputs) - set(names))}")
-        values = self.graph.bind_shapes({n: np.shape(v) for n, v in inputs.items()})
-        return self._module(tuple(values[n] for n in self.graph.symbols)).run(**inputs)
+        shapes = tuple(np.shape(inputs[n]) for n in names)
+        key = self._keys.get(shapes)
+        if key is None:  # the binding is a function of the shapes: checked once per shapes
+            values = self.graph.bind_shapes(dict(zip(names, shapes)))
+            key = tuple(values[n] for n in self.graph.symbols)
+            if len(self._keys) >= 256:
+                self._keys.clear()
+            self._keys[shapes] = key
+        return self._module(key).run(**inputs)
 
     def __call__(self, **inputs):
         out = self.run(**inputs)
