@@ -214,6 +214,14 @@ def _attrs(node) -> dict:
     return out
 
 
+def _concrete(v: np.ndarray) -> np.ndarray:
+    """A folded object array holding no ``Sym`` (``Shape(x)[2]`` of a static
+    axis) as the plain numpy array of its values; anything else unchanged."""
+    if v.dtype != object or any(isinstance(x, Sym) for x in v.reshape(-1)):
+        return v
+    return np.array(v.tolist())
+
+
 def _symbol_name(text: str) -> str:
     """An ONNX dim_param as a symbol name (an identifier)."""
     import re
@@ -491,7 +499,7 @@ class _Importer:
                     v is None or isinstance(v, np.ndarray) for v in ins) and not (
                     node.op_type in ("Slice", "Expand") and ins[0].dtype != object and any(
                         v is not None and v.dtype == object for v in ins[1:])):
-                outs = [np.asarray(v) for v in FOLD[node.op_type](at, ins)]
+                outs = [_concrete(np.asarray(v)) for v in FOLD[node.op_type](at, ins)]
             elif node.op_type in FOLD_ONLY:
                 late = [n for n, v in zip(node.input, ins) if isinstance(v, Tensor)]
                 raise _unsupported(f"its inputs must be constants known at import; input(s) "
