@@ -187,12 +187,12 @@ def test_gather_of_one_position_on_a_symbolic_axis(index):
 
 
 def test_static_extent_of_a_symbolic_shape_is_plain_data():
-    """Shape(x)[1] of a static axis while axis 0 is symbolic, added to the data:
-    the folded value is a plain int64 constant again (not a shape value)."""
-    nodes = [node("Shape", ["x"], ["xs"]), node("Gather", ["xs", "one"], ["d"], axis=0),
+    """Shape(x)[[1, 1]] of a static axis while axis 0 is symbolic, added to the
+    data: the folded value is a plain int64 constant again (not a shape value)."""
+    nodes = [node("Shape", ["x"], ["xs"]), node("Gather", ["xs", "ones"], ["d"], axis=0),
              node("Add", ["x", "d"], ["y"])]
-    model = make(nodes, [vi("x", onnx.TensorProto.INT64, ["b", 4])],
-                 [vi("y", onnx.TensorProto.INT64, ["b", 4])], {"one": np.array(1, np.int64)})
+    model = make(nodes, [vi("x", onnx.TensorProto.INT64, ["b", 2])],
+                 [vi("y", onnx.TensorProto.INT64, ["b", 2])], {"ones": np.array([1, 1], np.int64)})
     g = import_model(model)
-    x = RNG.integers(0, 9, (3, 4)).astype(np.int64)
-    np.testing.assert_array_equal(compiler.interpret(g, {"x": x})["y"], x + 4)
+    x = RNG.integers(0, 9, (3, 2)).astype(np.int64)
+    np.testing.assert_array_equal(compiler.interpret(g, {"x": x})["y"], x + 2)
