@@ -83,6 +83,11 @@ class LoadedBundle:
         return [dict(zip(self.symbols, k)) for k in self._files]
 
     @property
+    def files(self) -> list[str]:
+        """The ``.fuel`` file of each binding, in the order of ``bindings``."""
+        return list(self._files.values())
+
+    @property
     def signature(self) -> dict:
         return {"inputs": {n: f"{t.value}[{shape_text(s)}]" for n, (s, t) in self.inputs.items()},
                 "symbols": {n: list(b) for n, b in self.symbols.items()}}

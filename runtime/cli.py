@@ -122,8 +122,26 @@ def cmd_run(args) -> int:
     return 0
 
 
+def _inspect_bundle(args) -> int:
+    from .bundle import load_bundle
+    b = load_bundle(args.model, verify_with=_verify_key(args))
+    print(f"bundle:   {b.path} (one .fuel file per binding of the symbols)")
+    for n, s in b.signature["inputs"].items():
+        print(f"input:    {n}: {s}")
+    for n, (lo, hi) in b.symbols.items():
+        print(f"symbol:   {n} in {lo}..{'' if hi is None else hi}")
+    for a, c, where in b.equalities:
+        print(f"assumes:  {a} == {c} ({where})")
+    for binding, f in zip(b.bindings, b.files):
+        print(f"binding:  {', '.join(f'{k}={v}' for k, v in binding.items())} -> {f}")
+    return 0
+
+
 def cmd_inspect(args) -> int:
     from .artifact import WEIGHTS, open_artifact, read_safetensors
+    from .bundle import INDEX
+    if os.path.isfile(os.path.join(args.model, INDEX)):  # a bundle of sizes
+        return _inspect_bundle(args)
     art = open_artifact(args.model, verify_with=_verify_key(args))
     m = art.manifest
     if args.ir:

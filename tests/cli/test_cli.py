@@ -160,3 +160,6 @@ def test_bundle_of_sizes_compiles_and_runs_without_the_compiler(compiled, tmp_pa
     _error(fuelc("run", out, "--input", f"x={tmp_path / 'x3.npy'}", block_compiler=True),
            "N=2; N=5")
     _error(fuelc("compile", d / "m.onnx", "--binding", "N=two"), "expected SYMBOL=SIZE")
+    r = fuelc("inspect", out, block_compiler=True)
+    assert r.returncode == 0, r.stderr
+    assert "input:    x: f32[N,16]" in r.stdout and "binding:  N=5 -> N5.fuel" in r.stdout
