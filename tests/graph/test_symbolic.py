@@ -225,7 +225,7 @@ def _value(p, env):
     return p.evaluate(env) if isinstance(p, Sym) else p
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(_polys(), _polys(), st.fixed_dictionaries(
     {"a": st.integers(1, 6), "b": st.integers(0, 4), "c": st.integers(2, 40)}))
 def test_sym_decisions_hold_at_every_in_bounds_size(p, q, env):
