@@ -245,3 +245,15 @@ def test_sym_decisions_hold_at_every_in_bounds_size(p, q, env):
             except SymbolicError:
                 continue
             assert decided == getattr(v, op)(_value(q, env)), (p, op, q, env)
+
+
+def test_dead_code_elimination_keeps_symbols_and_equalities():
+    from compiler.graph import eliminate_dead_code
+    g = Graph()
+    a, b = g.input("a", ("m", "k"), "f32"), g.input("b", ("k2", 3), "f32")
+    (a * 2.0).exp()  # dead
+    g.output(a @ b, name="y")
+    new, _ = eliminate_dead_code(g)
+    assert new.signature() == g.signature() and new.equalities == g.equalities
+    with pytest.raises(ShapeSignatureError, match="k = 4 but k2 = 5"):
+        interpret(new, {"a": f32(2, 4), "b": f32(5, 3)})
