@@ -515,8 +515,9 @@ class _Importer:
             self.poisoned.update(node.output)
             return
         except SymbolicError as e:
-            self.issues.append(Issue(node.op_type, name, f"{e}; bound the symbols at import, "
-                                     f"e.g. input_shapes={{'seq': (1, 512)}} (lo, hi)"))
+            hint = ("; bound the symbols at import, e.g. input_shapes={'seq': (1, 512)} "
+                    "(lo, hi)") if "cannot decide" in str(e) else ""
+            self.issues.append(Issue(node.op_type, name, f"{e}{hint}"))
             self.poisoned.update(node.output)
             return
         except (ValueError, IndexError, TypeError) as e:  # numpy folding on bad constants
