@@ -11,7 +11,8 @@ MLIR is imported lazily (by ``compile`` and the passes), so building graphs
 and interpreting them is cheap.
 """
 from .errors import CompilerError, GraphBuildError, UnsupportedOpError
-from .graph import Graph, Node, Tensor, concat, interpret, matmul, maximum, minimum, where
+from .graph import (Graph, Node, ShapeSignatureError, Sym, Tensor, concat, interpret, matmul,
+                    maximum, minimum, where)
 from .registry.builders import (awq_matmul, causal_conv1d, conv2d, conv_transpose2d,
                                 cross_entropy, flash_attn, layer_norm, linear, nf4_matmul,
                                 paged_attn, qmatmul, rms_norm, rope, selective_scan,
@@ -31,7 +32,7 @@ def compile(graph, target: str = "cpu", **kwargs):
     return _compile(graph, target, **kwargs)
 
 
-__all__ = ["Graph", "Node", "Tensor", "compile", "where", "matmul", "concat", "maximum",
+__all__ = ["Graph", "Node", "Tensor", "Sym", "ShapeSignatureError", "compile", "where", "matmul", "concat", "maximum",
            "minimum", "interpret", "CompilerError", "GraphBuildError", "UnsupportedOpError",
            "linear", "rms_norm", "layer_norm", "softmax_last_dim", "rope", "flash_attn",
            "paged_attn", "conv2d", "conv_transpose2d", "qmatmul", "nf4_matmul", "awq_matmul",

@@ -60,6 +60,20 @@ def _parse_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
     return out
 
 
+def _parse_binding(spec: str) -> dict[str, int]:
+    out = {}
+    for part in spec.split(","):
+        name, sep, v = part.partition("=")
+        try:
+            out[name.strip()] = int(v)
+        except ValueError:
+            sep = ""
+        if not sep or not name.strip() or out.get(name.strip(), -1) < 0:
+            raise CliError(f"--binding {spec!r}: expected SYMBOL=SIZE,SYMBOL=SIZE,... with "
+                           f"non-negative integers (e.g. --binding batch=1,seq=128)")
+    return out
+
+
 def cmd_compile(args) -> int:
     problem = file_problem(args.model)
     if problem:
@@ -72,9 +86,15 @@ def cmd_compile(args) -> int:
     if torch_program and shapes:
         raise CliError(f"{args.model}: --input-shape does not apply to a .pt2 program (its "
                        f"shapes were fixed by torch.export; export it again for other shapes)")
-    out = args.output or os.path.splitext(args.model)[0] + ".fuel"
+    bindings = [_parse_binding(b) for b in args.binding]
+    out = args.output or os.path.splitext(args.model)[0] + (".fuelbundle" if bindings else ".fuel")
     from .export import check_output_path
-    check_output_path(out)  # before compiling: a bad -o is reported at once
+    if bindings:  # a bundle directory (docs/dynamic-shapes.md)
+        if os.path.exists(out) and not os.path.isdir(out):
+            raise CliError(f"-o {out}: exists and is not a directory (--binding writes a bundle "
+                           f"directory)")
+    else:
+        check_output_path(out)  # before compiling: a bad -o is reported at once
     from runtime.artifact import read_key_file
     key = read_key_file(args.sign_key) if args.sign_key else None
     progress = _Progress(args.progress or sys.stderr.isatty())
@@ -88,7 +108,26 @@ def cmd_compile(args) -> int:
     else:
         from .frontends.onnx import import_model
         graph = import_model(args.model, shapes)
+    if graph.is_symbolic and not bindings:  # a .fuel file holds one size
+        dims = "; ".join(f"input {n!r} axis {i}: dim_param {str(d)!r}"
+                         for n, nid in graph.inputs.items()
+                         for i, d in enumerate(graph.nodes[nid].shape) if not isinstance(d, int))
+        raise CliError(f"{args.model}: the model's inputs have symbolic dims ({dims}); a .fuel "
+                       f"file holds one size in this version: fix each with --input-shape "
+                       f"NAME=D0,D1,..., or write a bundle of sizes with --binding "
+                       f"{'=N,'.join(graph.symbols)}=N (repeat per size)")
+    if bindings and not graph.is_symbolic:
+        raise CliError(f"--binding: the imported model has no symbolic dims (inputs "
+                       f"{graph.signature()['inputs']}); drop --binding to write one .fuel file")
     module = compile_graph(graph, target, progress=progress)
+    if bindings:
+        progress(f"export {out}")
+        module.save_bundle(out, bindings, sign_with=key)
+        progress("done")
+        sig = ", ".join(f"{n}: {s}" for n, s in module.signature["inputs"].items())
+        print(f"wrote {out} (target {target}; inputs {sig}; {len(bindings)} binding(s); "
+              f"outputs {', '.join(module.output_names)})")
+        return 0
     progress(f"export {out}")
     module.save(out, sign_with=key)
     progress("done")
@@ -120,6 +159,9 @@ def _parser() -> argparse.ArgumentParser:
                         "... (default: cpu)")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
                    help="fix the shape of an input with symbolic dims (repeat per input)")
+    p.add_argument("--binding", action="append", default=[], metavar="SYM=N,SYM=N",
+                   help="keep the model's symbolic dims and write a bundle directory with one "
+                        ".fuel per binding of the symbols (repeat per size; docs/dynamic-shapes.md)")
     p.add_argument("--sign-key", metavar="KEYFILE",
                    help="sign the module with the shared secret in KEYFILE (HMAC-SHA256 of "
                         "the manifest); fuelc run --verify-key KEYFILE checks it")

@@ -15,6 +15,8 @@ output name. Every stage's IR is kept on ``module.ir`` for debugging.
 """
 from __future__ import annotations
 
+import collections
+import threading
 import time
 from typing import Mapping
 
@@ -22,7 +24,7 @@ import numpy as np
 
 from runtime.cpu_features import check_cpu_features
 from runtime.executor import Executor, KernelStep, Plan, PlanModule
-from runtime.errors import FuelError
+from runtime.errors import FuelError, PlanError
 
 from .errors import CompilerError
 from .targets import Target, parse_target
@@ -84,8 +86,143 @@ class CompiledModule(PlanModule):
         return f"<CompiledModule target={self.target} ({sig}) -> {self.output_names}>"
 
 
+class SymbolicModule:
+    """A compiled graph with symbolic extents: the first stage of dynamic
+    shapes (``docs/dynamic-shapes.md``). Each distinct binding of the symbols
+    (``{"batch": 2, "seq": 7}``) is specialised (``Graph.bind``) and compiled
+    statically on its first call, then cached; the ``KEEP`` most recently
+    used bindings are kept. A call binds the symbols from the inputs' shapes
+    and raises ``ShapeSignatureError`` (a ``PlanError``) when they contradict
+    the signature, before anything compiles or runs."""
+
+    KEEP = 8
+
+    def __init__(self, graph, target: Target, options: dict):
+        self.graph = graph
+        self.target = target
+        self._options = options
+        self._modules: "collections.OrderedDict[tuple, CompiledModule]" = collections.OrderedDict()
+        self._keys: dict[tuple, tuple] = {}  # input shapes -> binding, for calls seen
+        self._lock = threading.Lock()
+
+    @property
+    def signature(self) -> dict:
+        """The graph's signature, symbols included (``Graph.signature``)."""
+        return self.graph.signature()
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.graph.inputs)
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self.graph.outputs)
+
+    @property
+    def bindings(self) -> list[dict]:
+        """The bindings compiled and kept, least recently used first."""
+        return [dict(zip(self.graph.symbols, k)) for k in self._modules]
+
+    def specialize(self, **sizes) -> CompiledModule:
+        """The static ``CompiledModule`` for one binding (every symbol by name),
+        compiled now unless kept. Raises ``ShapeSignatureError`` for sizes
+        outside the symbols' bounds or breaking a recorded equality."""
+        from runtime.symbols import bind_symbols, evaluate
+        unknown = sorted(set(sizes) - set(self.graph.symbols))
+        missing = [n for n in self.graph.symbols if n not in sizes]
+        if unknown or missing:
+            raise CompileError(f"specialize takes every symbol of the graph "
+                               f"({list(self.graph.symbols)}) by name; missing {missing}, "
+                               f"unknown {unknown}")
+        declared = {k: self.graph.nodes[v].shape for k, v in self.graph.inputs.items()}
+        bind_symbols(declared, {k: [evaluate(d, sizes) for d in s] for k, s in declared.items()},
+                     self.graph.equalities)
+        return self._module(tuple(int(sizes[n]) for n in self.graph.symbols))
+
+    def _module(self, key: tuple) -> CompiledModule:
+        with self._lock:  # one compile per binding, however many threads call
+            module = self._modules.get(key)
+            if module is None:
+                static = self.graph.bind(dict(zip(self.graph.symbols, key)))
+                module = compile(static, self.target, **self._options)
+                self._modules[key] = module
+                while len(self._modules) > self.KEEP:
+                    self._modules.popitem(last=False)
+            self._modules.move_to_end(key)
+            return module
+
+    def run(self, **inputs) -> dict[str, np.ndarray]:
+        """Bind the symbols from the inputs' shapes, then run that binding's
+        module; every output in a dict by name."""
+        names = self.graph.inputs
+        if inputs.keys() != names.keys():
+            sig = ", ".join(f"{n}: {s}" for n, s in self.signature["inputs"].items())
+            raise PlanError(f"inputs are ({sig}); missing {sorted(set(names) - set(inputs))}, "
+                            f"unexpected {sorted(set(inputs) - set(names))}")
+        shapes = tuple(np.shape(inputs[n]) for n in names)
+        key = self._keys.get(shapes)
+        if key is None:  # the binding is a function of the shapes: checked once per shapes
+            values = self.graph.bind_shapes(dict(zip(names, shapes)))
+            key = tuple(values[n] for n in self.graph.symbols)
+            if len(self._keys) >= 256:
+                self._keys.clear()
+            self._keys[shapes] = key
+        return self._module(key).run(**inputs)
+
+    def __call__(self, **inputs):
+        out = self.run(**inputs)
+        return next(iter(out.values())) if len(out) == 1 else out
+
+    def kernel_summary(self) -> list[str]:
+        """A first line stating the stage and the bindings compiled, then the
+        kernels of the most recently used binding."""
+        kept = "; ".join(", ".join(f"{k}={v}" for k, v in b.items()) for b in self.bindings)
+        head = (f"symbolic module, first stage: one static compile per input-shape binding "
+                f"(kept: {kept or 'none yet'})")
+        last = next(reversed(self._modules.values()), None)
+        return [head] + (last.kernel_summary() if last is not None else [])
+
+    def save(self, path, sign_with=None):
+        """Not in the first stage: raises ExportError naming the fix."""
+        from .export import ExportError
+        example = ", ".join(f"{n}=..." for n in self.graph.symbols)
+        raise ExportError(f"this module has symbolic extents ({', '.join(self.graph.symbols)}); "
+                          f"a .fuel file holds one binding in this version: save "
+                          f"m.specialize({example}).save({str(path)!r}), or several bindings "
+                          f"with m.save_bundle(directory, bindings=[{{...}}, ...])")
+
+    def save_bundle(self, path, bindings=None, sign_with=None):
+        """Write a directory that ``runtime.load_bundle(path)`` runs without the
+        compiler: ``bundle.json`` (the symbolic signature and the saved
+        bindings) and one ``.fuel`` file per binding (``bindings``: dicts of
+        symbol sizes, compiled now if not kept; default: the kept ones).
+        Returns the path."""
+        import os
+        from runtime.bundle import signature_json, write_index
+        from .export import ExportError
+        bindings = self.bindings if bindings is None else [dict(b) for b in bindings]
+        if not bindings:
+            raise ExportError("save_bundle: no binding to save; call the module or pass "
+                              "bindings=[{...}]")
+        os.makedirs(path, exist_ok=True)
+        g = self.graph
+        sig = signature_json({n: (g.nodes[i].shape, g.nodes[i].dtype) for n, i in g.inputs.items()},
+                             g.symbols, g.equalities)
+        saved = []
+        for sizes in bindings:
+            name = "_".join(f"{k}{sizes.get(k)}" for k in g.symbols) + ".fuel"
+            self.specialize(**sizes).save(os.path.join(path, name), sign_with=sign_with)
+            saved.append(({k: int(sizes[k]) for k in g.symbols}, name))
+        write_index(path, sig, saved)
+        return path
+
+    def __repr__(self) -> str:
+        sig = ", ".join(f"{n}: {s}" for n, s in self.signature["inputs"].items())
+        return f"<SymbolicModule target={self.target} ({sig}) -> {self.output_names}>"
+
+
 def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = None,
-            warm: bool = True, progress=None) -> CompiledModule:
+            warm: bool = True, progress=None) -> "CompiledModule | SymbolicModule":
     """Compile ``graph`` for ``target``: ``"cpu"`` (this machine, or
     ``$FUELC_CPU``), ``"cpu:x86-64-v3"``, ``"cpu:znver3"``, ... or a ``Target``.
 
@@ -97,7 +234,10 @@ def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = Non
     unknown target, ``CompileError`` (or the stage's own typed error:
     ``DialectError``, ``PassError`` with a reproducer, ``PlanningError``,
     ``NoBackendForOp``). ``progress(stage)``, when given, is called as
-    each stage (emit, passes, plan, codegen) starts."""
+    each stage (emit, passes, plan, codegen) starts.
+
+    A graph with symbolic extents gives a ``SymbolicModule``, which compiles
+    each binding of its symbols on first use (``docs/dynamic-shapes.md``)."""
     from .dialect.emit import graph_to_module
     from .passes import DEFAULT_PIPELINE, resolve_pipeline, run_pipeline
     from .codegen.family import runnable_here
@@ -106,6 +246,9 @@ def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = Non
     target = parse_target(target)
     if not getattr(graph, "outputs", None):
         raise CompileError("the graph has no outputs; mark at least one with g.output(node, name=...)")
+    if getattr(graph, "is_symbolic", False):  # docs/dynamic-shapes.md: the first stage
+        return SymbolicModule(graph, target, {"pipeline": pipeline, "warm": warm,
+                                              "progress": progress})
     timings, irs = {}, {}
     progress = progress or (lambda stage: None)
     progress("emit")

@@ -20,6 +20,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from .dtype import DType
 from .errors import FuelError
 
 
@@ -98,11 +99,17 @@ def _verify_key(args):
 
 def cmd_run(args) -> int:
     from .artifact import load
+    from .bundle import INDEX, load_bundle
     inputs = _parse_inputs(args.input)
-    module = load(args.model, verify_with=_verify_key(args))
+    if os.path.isfile(os.path.join(args.model, INDEX)):  # a bundle of sizes
+        module = load_bundle(args.model, verify_with=_verify_key(args))
+    else:
+        module = load(args.model, verify_with=_verify_key(args))
     _check_inputs(module, inputs)
     outputs = module.run(**inputs)
-    specs = module.signature["outputs"]
+    specs = module.signature.get("outputs") or {
+        n: f"{DType.from_numpy(a.dtype).value}[{','.join(map(str, a.shape))}]"
+        for n, a in outputs.items()}
     if args.output_dir:
         os.makedirs(args.output_dir, exist_ok=True)
     for name, arr in outputs.items():
@@ -115,8 +122,26 @@ def cmd_run(args) -> int:
     return 0
 
 
+def _inspect_bundle(args) -> int:
+    from .bundle import load_bundle
+    b = load_bundle(args.model, verify_with=_verify_key(args))
+    print(f"bundle:   {b.path} (one .fuel file per binding of the symbols)")
+    for n, s in b.signature["inputs"].items():
+        print(f"input:    {n}: {s}")
+    for n, (lo, hi) in b.symbols.items():
+        print(f"symbol:   {n} in {lo}..{'' if hi is None else hi}")
+    for a, c, where in b.equalities:
+        print(f"assumes:  {a} == {c} ({where})")
+    for binding, f in zip(b.bindings, b.files):
+        print(f"binding:  {', '.join(f'{k}={v}' for k, v in binding.items())} -> {f}")
+    return 0
+
+
 def cmd_inspect(args) -> int:
     from .artifact import WEIGHTS, open_artifact, read_safetensors
+    from .bundle import INDEX
+    if os.path.isfile(os.path.join(args.model, INDEX)):  # a bundle of sizes
+        return _inspect_bundle(args)
     art = open_artifact(args.model, verify_with=_verify_key(args))
     m = art.manifest
     if args.ir:
@@ -167,7 +192,7 @@ def add_run_parser(sub) -> None:
                                    "and print each output's name, dtype[shape] and "
                                    "min/max/mean, or save the outputs as .npy files.",
                        epilog="example: fuelc run model.fuel --input x=x.npy --output-dir out/")
-    p.add_argument("model", help="the .fuel file (from fuelc compile)")
+    p.add_argument("model", help="the .fuel file or bundle directory (from fuelc compile)")
     p.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy",
                    help="one input by name, from a numpy .npy file (repeat for each input)")
     p.add_argument("--output-dir", "-o", metavar="DIR",

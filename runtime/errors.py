@@ -12,7 +12,9 @@
     ├── NoBackendForOp             lookup miss; carries the coverage diagnostic
     ├── KernelError                a kernel failed (or raised) inside a call
     ├── IndexOutOfRangeError       an index operand value outside its range
+    ├── SymbolicError              a symbolic extent operation that cannot be decided
     └── PlanError                  a malformed Plan, or bad inputs to Executor.run
+        └── ShapeSignatureError    a call's shapes contradict a symbolic signature
 """
 from __future__ import annotations
 
@@ -108,3 +110,21 @@ class IndexOutOfRangeError(FuelError, IndexError):
     def __init__(self, message: str, value: int, position: tuple, size: int):
         super().__init__(message)
         self.value, self.position, self.size = value, position, size
+
+
+class SymbolicError(FuelError, ValueError):
+    """An operation on symbolic extents (``runtime.symbols.Sym``) that cannot
+    be decided or expressed: a comparison the symbols' bounds do not settle,
+    an inexact division, an int asked of a symbol."""
+
+
+class ShapeSignatureError(PlanError):
+    """A call whose input shapes contradict a symbolic signature
+    (``docs/dynamic-shapes.md``). Attributes: ``input``, ``axis``, ``symbol``
+    (or None), ``seen`` and ``expected`` (an int, the other size seen, or the
+    ``(lo, hi)`` bounds)."""
+
+    def __init__(self, message, input=None, axis=None, symbol=None, seen=None, expected=None):
+        super().__init__(message)
+        self.input, self.axis, self.symbol = input, axis, symbol
+        self.seen, self.expected = seen, expected

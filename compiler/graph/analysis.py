@@ -101,6 +101,8 @@ def eliminate_dead_code(graph: Graph, roots: Optional[Iterable] = None,
             new.constants[n.params["name"]] = graph.constants[n.params["name"]]
     new.inputs = {k: remap[v] for k, v in graph.inputs.items() if v in remap}
     new.outputs = {k: remap[v] for k, v in graph.outputs.items() if v in remap}
+    new.symbols = dict(graph.symbols)          # docs/dynamic-shapes.md
+    new.equalities = list(graph.equalities)
     return new, remap
 
 

@@ -30,6 +30,8 @@ from ..errors import GraphBuildError, UnsupportedOpError
 from .numerics import scalar_storage
 from .ops import OP_TABLE, broadcast_shapes, check_params, fmt_types
 from .opdef import VARIADIC, TensorType
+from .symbolic import (Sym, SymbolicError, bind_params, bind_symbols, parse_dim, recording,
+                       shape_text)
 
 __all__ = ["Graph", "Node", "Tensor", "where", "matmul", "concat", "maximum", "minimum"]
 
@@ -67,7 +69,7 @@ class Node:
         ps = "".join(f" {k}={v.value if isinstance(v, DType) else v!r}"
                      for k, v in self.params.items())
         return (f"%{self.id} = {op}({ins}){ps} : {self.dtype.value}"
-                f"[{','.join(map(str, self.shape))}]  # {self.name}")
+                f"[{shape_text(self.shape)}]  # {self.name}")
 
 
 Scalar = Union[int, float, bool]
@@ -81,6 +83,9 @@ class Graph:
         inputs: input name -> node id, in declaration order.
         outputs: output name -> node id, in declaration order.
         constants: Const name -> storage array (the spec's ``storage_map``).
+        symbols: symbol name -> (lo, hi) bounds (``docs/dynamic-shapes.md``).
+        equalities: ``(lhs, rhs, where)`` extents the shape rules assumed equal;
+            a call checks them once.
     """
 
     def __init__(self):
@@ -88,6 +93,8 @@ class Graph:
         self.inputs: dict[str, int] = {}
         self.outputs: dict[str, int] = {}
         self.constants: dict[str, np.ndarray] = {}
+        self.symbols: dict[str, tuple] = {}
+        self.equalities: list[tuple] = []
 
     # -- arena access ------------------------------------------------------
     def __len__(self) -> int:
@@ -125,10 +132,65 @@ class Graph:
                f"outputs={list(self.outputs)})"
 
     def dump(self) -> str:
-        """Every node, one per line, then the outputs."""
+        """Every node, one per line, then the outputs (and the symbols'
+        bounds and recorded equalities of a symbolic graph)."""
         lines = [repr(n) for n in self.nodes]
         lines += [f"output {k} = %{v}" for k, v in self.outputs.items()]
+        lines += [f"symbol {n} in {lo}..{'' if hi is None else hi}"
+                  for n, (lo, hi) in self.symbols.items()]
+        lines += [f"assume {a} == {b}  # {w}" for a, b, w in self.equalities]
         return "\n".join(lines)
+
+    # -- symbols (docs/dynamic-shapes.md) ------------------------------------
+    @property
+    def is_symbolic(self) -> bool:
+        """True when some input extent is a symbol."""
+        return bool(self.symbols)
+
+    def signature(self) -> dict:
+        """``{"inputs": {name: "f32[batch,seq]"}, "outputs": {...}, "symbols":
+        {name: [lo, hi]}}`` (plus ``"equalities"`` when rules recorded any)."""
+        def text(nid):
+            n = self.nodes[nid]
+            return f"{n.dtype.value}[{shape_text(n.shape)}]"
+        sig = {"inputs": {k: text(v) for k, v in self.inputs.items()},
+               "outputs": {k: text(v) for k, v in self.outputs.items()},
+               "symbols": {k: list(b) for k, b in self.symbols.items()}}
+        if self.equalities:
+            sig["equalities"] = [[str(a), str(b), w] for a, b, w in self.equalities]
+        return sig
+
+    def bind_shapes(self, shapes) -> dict[str, int]:
+        """The symbol values of a call whose inputs have ``shapes`` (input name
+        -> shape). Raises ``ShapeSignatureError`` (``runtime.symbols``) naming
+        the input, axis, symbol and sizes when they contradict the signature."""
+        declared = {k: self.nodes[v].shape for k, v in self.inputs.items()}
+        return bind_symbols(declared, shapes, self.equalities)
+
+    def bind(self, values) -> "Graph":
+        """A static copy of this graph with every symbol replaced by its value
+        (``values``: symbol name -> int, every symbol given): each node is
+        replayed with its params bound, so every shape rule runs again on the
+        sizes. Names, constants and outputs are kept."""
+        missing = [n for n in self.symbols if n not in values]
+        if missing:
+            raise GraphBuildError(f"bind: no value for symbol(s) {missing}")
+        values = {k: int(v) for k, v in values.items()}
+        g = Graph()
+        for n in self.nodes:
+            params = bind_params(n.params, values)
+            if n.op == "Input":
+                g.input(params["name"], params["shape"], params["dtype"])
+            elif n.op == "Const":
+                arr = self.constants[params["name"]]
+                g.constants[params["name"]] = arr
+                g._append("Const", [], params, [TensorType(arr.shape, params["dtype"])], n.name)
+            elif n.op == FUSED:
+                g.add_fused(n.fused, list(n.inputs), params, name=n.name)
+            else:
+                g.add_node(n.op, list(n.inputs), params, name=n.name)
+        g.outputs = dict(self.outputs)
+        return g
 
     # -- leaves and signature ---------------------------------------------
     def input(self, name: str, shape: Sequence[int], dtype="f32") -> "Tensor":
@@ -138,9 +200,15 @@ class Graph:
             raise GraphBuildError(f"input name must be a non-empty string, got {name!r}")
         if name in self.inputs:
             raise GraphBuildError(f"input {name!r} declared twice")
-        t = self.add_node("Input", [], {"name": name, "shape": tuple(shape),
+        if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+            raise GraphBuildError(f"input {name!r}: shape {shape!r} is not a sequence of extents")
+        symbols = dict(self.symbols)
+        shape = tuple(parse_dim(d, symbols, f"input {name!r} axis {i}")
+                      for i, d in enumerate(shape))
+        t = self.add_node("Input", [], {"name": name, "shape": shape,
                                         "dtype": _parse_dtype(dtype, f"input {name!r}")},
                           name=name)
+        self.symbols = symbols
         self.inputs[name] = t.id
         return t
 
@@ -223,15 +291,26 @@ class Graph:
         elif len(ids) != opdef.arity:
             raise GraphBuildError(f"{label}: {op} takes {opdef.arity} operand(s), got "
                                   f"{len(ids)} {fmt_types(types)}")
+        assumed: list = []
         try:
             params = check_params(opdef, params)
-            out = opdef.infer(types, params)
-        except GraphBuildError as e:
+            if self.symbols:  # only a symbolic graph's rules can assume equalities
+                with recording(assumed, f"{op} {label}"):
+                    out = opdef.infer(types, params)
+            else:
+                out = opdef.infer(types, params)
+        except (GraphBuildError, SymbolicError) as e:
             raise GraphBuildError(f"{label}: {e}") from None
         except UnsupportedOpError as e:
             raise UnsupportedOpError(f"{label}: {e}") from None
         self._check_constant_indices(label, op, ids, types, params)
+        self._assume(assumed)
         return self._append(op, ids, params, [out], name)
+
+    def _assume(self, assumed) -> None:
+        for a, b, where in assumed:
+            if not any({a, b} == {x, y} for x, y, _ in self.equalities):
+                self.equalities.append((a, b, where))
 
     def _check_constant_indices(self, label, op, ids, types, params) -> None:
         """Refuse a Const index operand with a value outside the indexed axis
@@ -242,6 +321,8 @@ class Graph:
         if src.op != "Const":
             return
         size = types[0].shape[params["dim"]]
+        if isinstance(size, Sym):  # checked when a call binds the symbols
+            return
         try:
             check_indices(self.constants[src.params["name"]], size, f"{label} {op}",
                           f"constant indices {src.name!r} into axis {params['dim']} of {fmt_types(types[:1])}")
@@ -265,14 +346,20 @@ class Graph:
         ids = [self._id(i) for i in inputs]
         types = [self.nodes[i].type for i in ids]
         params = dict(params or {})
+        assumed: list = []
         try:
-            out = entry.infer(types, params)
-        except GraphBuildError as e:
+            if self.symbols:
+                with recording(assumed, f"Fused[{ename}] {label}"):
+                    out = entry.infer(types, params)
+            else:
+                out = entry.infer(types, params)
+        except (GraphBuildError, SymbolicError) as e:
             raise GraphBuildError(f"{label}: Fused[{ename}]: {e}") from None
         outs = list(out) if isinstance(out, (list, tuple)) else [out]
         if not outs or not all(isinstance(t, TensorType) for t in outs):
             raise GraphBuildError(f"{label}: Fused[{ename}].infer returned {out!r}; expected "
                                   f"a TensorType or a non-empty list of them")
+        self._assume(assumed)
         node = self._append(FUSED, ids, params, outs, name)
         self.nodes[node.id].fused = entry
         return node
@@ -386,11 +473,13 @@ class Tensor:
         return len(self.node.shape)
 
     @property
-    def size(self) -> int:
-        return int(math.prod(self.node.shape))
+    def size(self):
+        """The element count: an int, or a ``Sym`` expression for a symbolic shape."""
+        n = math.prod(self.node.shape)
+        return n if isinstance(n, Sym) else int(n)
 
     def __repr__(self) -> str:
-        return f"Tensor(%{self.id} {self.op} {self.dtype.value}{list(self.shape)} {self.name!r})"
+        return f"Tensor(%{self.id} {self.op} {self.dtype.value}[{shape_text(self.shape)}] {self.name!r})"
 
     def __hash__(self) -> int:
         return hash((id(self.graph), self.id))
@@ -402,6 +491,9 @@ class Tensor:
     def __len__(self) -> int:
         if not self.shape:
             raise GraphBuildError(f"len() of rank-0 tensor %{self.id} ({self.name})")
+        if isinstance(self.shape[0], Sym):
+            raise GraphBuildError(f"len() of tensor %{self.id} ({self.name}): extent "
+                                  f"{self.shape[0]} is symbolic; use .shape[0]")
         return self.shape[0]
 
     def _op(self, op, inputs, **params) -> "Tensor":
@@ -653,16 +745,23 @@ class Tensor:
         """Row-major reshape; one extent may be -1 (inferred)."""
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
-        shape = tuple(int(d) for d in shape)
+        shape = tuple(_extent(d) for d in shape)
         if shape.count(-1) > 1:
             raise GraphBuildError(f"Reshape{fmt_types([self.node.type])}: at most one -1 in "
                                   f"{list(shape)}")
         if -1 in shape:
             known = math.prod(d for d in shape if d != -1)
-            if known == 0 or self.size % known:
+            size = self.size
+            try:  # symbolic: the exact quotient (docs/dynamic-shapes.md)
+                inferred = None if known == 0 else size // known
+                if isinstance(size, int) and isinstance(known, int) and size % known:
+                    inferred = None
+            except SymbolicError:
+                inferred = None
+            if inferred is None:
                 raise GraphBuildError(f"Reshape{fmt_types([self.node.type])}: cannot infer "
                                       f"-1 in {list(shape)} for {self.size} elements")
-            shape = tuple(self.size // known if d == -1 else d for d in shape)
+            shape = tuple(inferred if d == -1 else d for d in shape)
         if shape == self.shape:
             return self
         return self._op("Reshape", [self], shape=shape)
@@ -694,7 +793,7 @@ class Tensor:
         return self.permute(perm)
 
     def broadcast_to(self, shape) -> "Tensor":
-        shape = tuple(int(d) for d in shape)
+        shape = tuple(_extent(d) for d in shape)
         if shape == self.shape:
             return self
         return self._op("BroadcastTo", [self], shape=shape)
@@ -747,8 +846,8 @@ class Tensor:
                         mode=mode, value=v)
 
     def slice(self, axis, start, length) -> "Tensor":
-        return self._op("Slice", [self], dim=self._axis(axis, "Slice"), start=int(start),
-                        len=int(length))
+        return self._op("Slice", [self], dim=self._axis(axis, "Slice"), start=_extent(start),
+                        len=_extent(length))
 
     def __getitem__(self, key) -> "Tensor":
         """Basic indexing: ints, slices with step 1, ``...`` and ``None``."""
@@ -773,18 +872,19 @@ class Tensor:
             elif isinstance(k, (int, np.integer)) and not isinstance(k, bool):
                 n = out.shape[axis]
                 i = int(k) + n if k < 0 else int(k)
-                if not 0 <= i < n:
+                if not _decide(lambda: 0 <= i < n, f"index {k} on axis {axis}"):
                     raise GraphBuildError(f"index {k} out of range for axis {axis} of extent "
                                           f"{n} in {fmt_types([self.node.type])}")
                 out = out._op("Slice", [out], dim=axis, start=i, len=1)
                 out = out._op("Squeeze", [out], dim=axis)
             elif isinstance(k, slice):
                 n = out.shape[axis]
-                start, stop, step = k.indices(n)
+                start, stop, step = _slice_indices(k, n, axis)
                 if step != 1:
                     raise GraphBuildError(f"slice {k} on axis {axis}: only step 1 is "
                                           f"supported (use flip() to reverse)")
-                length = max(0, stop - start)
+                length = _decide(lambda: max(0, stop - start) if isinstance(n, int) else
+                                 (stop - start if stop >= start else 0), f"slice {k} on axis {axis}")
                 if (start, length) != (0, n):
                     out = out._op("Slice", [out], dim=axis, start=start, len=length)
                 axis += 1
@@ -809,6 +909,40 @@ class Tensor:
     def scatter_add(self, axis, indices, src) -> "Tensor":
         idx = _as_tensor(indices, self.graph, DType.U32)
         return self._op("ScatterAdd", [self, idx, src], dim=self._axis(axis, "ScatterAdd"))
+
+
+def _extent(d):
+    """A builder extent: a Sym as is, anything else as an int."""
+    return d if isinstance(d, Sym) else int(d)
+
+
+def _decide(fn, what):
+    """``fn()``, turning an undecidable symbolic comparison into a GraphBuildError."""
+    try:
+        return fn()
+    except SymbolicError as e:
+        raise GraphBuildError(f"{what}: {e}") from None
+
+
+def _slice_indices(k: slice, n, axis):
+    """``k.indices(n)`` for an int or symbolic extent ``n`` (step 1 when symbolic)."""
+    if not isinstance(n, Sym):
+        return k.indices(n)
+    if k.step not in (None, 1):
+        raise GraphBuildError(f"slice {k} on axis {axis}: only step 1 is supported")
+
+    def clamp(v, default):
+        if v is None:
+            return default
+        v = int(v)
+        v = v + n if v < 0 else v
+
+        def pick():  # v clamped to [0, n], as slice.indices does
+            if v >= 0:
+                return v if v <= n else n if v >= n else None
+            return 0
+        return _decide(pick, f"slice {k} on axis {axis} of extent {n}")
+    return clamp(k.start, 0), clamp(k.stop, n), 1
 
 
 def _bounds(dtype: DType) -> tuple[float, float]:
@@ -879,7 +1013,8 @@ def _broadcast(op: str, operands: list) -> list[Tensor]:
     ts = [_as_tensor(v, graph, like.dtype, op, types) for v in operands]
     shape: Optional[tuple] = ()
     for t in ts:
-        shape = broadcast_shapes(shape, t.shape)
+        with recording([], op):  # the BroadcastTo nodes record the equalities
+            shape = broadcast_shapes(shape, t.shape)
         if shape is None:
             raise GraphBuildError(f"{op}{fmt_types([t.node.type for t in ts])}: shapes are "
                                   f"not broadcast-compatible (numpy rules: right-aligned, "

@@ -39,12 +39,20 @@ def interpret(graph: Graph, inputs: Mapping[str, np.ndarray],
     (``DType.numpy``: ``ml_dtypes.bfloat16`` for bf16, whose input may also be
     given as float32/float64 numbers, rounded; raw uint16 is refused). Outputs
     come back the same way (bf16 as ``ml_dtypes.bfloat16``). Raises
-    InterpretError."""
+    InterpretError. A symbolic graph runs at the sizes the inputs bind
+    (``ShapeSignatureError`` when they contradict its signature)."""
     targets = _targets(graph, outputs)
     unknown = set(inputs) - set(graph.inputs)
     if unknown:
         raise InterpretError(f"unknown input(s) {sorted(unknown)}; the graph's inputs are "
                              f"{list(graph.inputs)}")
+    if graph.is_symbolic and all(n in inputs for n in graph.inputs):
+        # bind the symbols from the inputs (ShapeSignatureError on a contradiction)
+        # and run the graph specialised to those sizes (docs/dynamic-shapes.md)
+        values = graph.bind_shapes({n: np.shape(inputs[n]) for n in graph.inputs})
+        static = graph.bind(values)
+        return interpret(static, inputs, None if outputs is None else
+                         [o if isinstance(o, str) else graph._id(o) for o in outputs])
     values: dict[int, object] = {}
     for nid in topological_order(graph, [t for _, t in targets]):
         node = graph.nodes[nid]

@@ -54,6 +54,7 @@ from ..errors import GraphBuildError, UnsupportedOpError
 from .numerics import (FLOATS, INTS, NUMERIC, cast_to_int, dtype_of,
                        from_compute, scalar_storage, to_compute)
 from .opdef import VARIADIC, OpDef, ParamSpec, TensorType
+from .symbolic import Sym, shape_text, unify
 
 __all__ = ["OP_TABLE", "check_params", "mnemonic_of", "fmt_types", "broadcast_shapes",
            "FLOAT_ONLY"]
@@ -70,8 +71,7 @@ def mnemonic_of(name: str) -> str:
 
 def fmt_types(types: Sequence[TensorType]) -> str:
     """Operand types as ``(f32[8,64], u8[8])`` for error messages."""
-    return "(" + ", ".join(f"{t.dtype.value}[{','.join(map(str, t.shape))}]"
-                           for t in types) + ")"
+    return "(" + ", ".join(f"{t.dtype.value}[{shape_text(t.shape)}]" for t in types) + ")"
 
 
 def _fail(op: str, types: Sequence[TensorType], rule: str) -> GraphBuildError:
@@ -105,6 +105,8 @@ def _coerce(op: str, spec: ParamSpec, value):
     bad = GraphBuildError(
         f"{op}: param {spec.name!r} must be {kind}, got {value!r} ({type(value).__name__})")
     if kind == "i64":
+        if isinstance(value, Sym):  # a symbolic extent (docs/dynamic-shapes.md)
+            return value
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
             raise bad
         return _in_i64(op, spec, int(value))
@@ -117,10 +119,10 @@ def _coerce(op: str, spec: ParamSpec, value):
         if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
             raise bad
         items = tuple(value)
-        if any(isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer))
+        if any(isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer, Sym))
                for v in items):
             raise bad
-        return tuple(_in_i64(op, spec, int(v)) for v in items)
+        return tuple(v if isinstance(v, Sym) else _in_i64(op, spec, int(v)) for v in items)
     if kind == "dtype":
         if value is None:
             raise bad
@@ -185,19 +187,34 @@ def _check_axis(op: str, types, axis: int, rank: int, *, name="axis", allow_end=
 
 
 def broadcast_shapes(a: Sequence[int], b: Sequence[int]) -> Optional[tuple[int, ...]]:
-    """NumPy right-aligned broadcast of two shapes, or None if incompatible."""
+    """NumPy right-aligned broadcast of two shapes, or None if incompatible.
+    A symbol is never assumed to be 1: two different non-1 extents where one
+    is symbolic are unified (``symbolic.unify``; b's extent is kept)."""
     out = []
     for i in range(1, max(len(a), len(b)) + 1):
         x = a[-i] if i <= len(a) else 1
         y = b[-i] if i <= len(b) else 1
         if x != y and x != 1 and y != 1:
-            return None
+            u = unify(y, x)
+            if u is None:
+                return None
+            out.append(u)
+            continue
         out.append(y if x == 1 else x)
     return tuple(reversed(out))
 
 
-def _numel(shape) -> int:
-    return int(math.prod(shape))
+def same_shape(a: Sequence, b: Sequence) -> Optional[tuple]:
+    """``a`` and ``b`` as one shape (extents unified), or None if they differ."""
+    if len(a) != len(b):
+        return None
+    out = tuple(unify(x, y) for x, y in zip(a, b))
+    return None if None in out else out
+
+
+def _numel(shape):
+    n = math.prod(shape)
+    return n if isinstance(n, Sym) else int(n)
 
 
 # ---------------------------------------------------------------------------
@@ -268,17 +285,18 @@ FLOAT_ONLY: set[str] = set()
 def _infer_same(name, allowed):
     def infer(types, params):
         _check_dtypes(name, types, allowed, range(len(types)))
-        a = types[0]
+        a, shape = types[0], types[0].shape
         for i, t in enumerate(types[1:], 1):
             if t.dtype != a.dtype:
                 raise _fail(name, types, f"operand {i} dtype {t.dtype.value} != operand 0 "
                                          f"dtype {a.dtype.value} (no implicit promotion; "
                                          f"insert a Cast)")
-            if t.shape != a.shape:
+            shape = shape if t.shape == shape else same_shape(shape, t.shape)
+            if shape is None:
                 raise _fail(name, types, f"operand {i} shape {list(t.shape)} != operand 0 "
                                          f"shape {list(a.shape)} (element-wise ops need "
                                          f"identical shapes; insert BroadcastTo)")
-        return a
+        return a if shape == a.shape else TensorType(shape, a.dtype)
     return infer
 
 
@@ -460,10 +478,12 @@ def _infer_where(types, params):
     if a.dtype != b.dtype:
         raise _fail("Where", types, f"branch dtypes {a.dtype.value} and {b.dtype.value} "
                                     f"differ (no implicit promotion)")
-    if not c.shape == a.shape == b.shape:
+    shape = same_shape(c.shape, a.shape)
+    shape = None if shape is None else same_shape(shape, b.shape)
+    if shape is None:
         raise _fail("Where", types, "condition and both branches need identical shapes "
                                     "(insert BroadcastTo)")
-    return TensorType(c.shape, a.dtype)
+    return TensorType(shape, a.dtype)
 
 
 _register("Where", 3, (), "select", OpKind.Where, _infer_where,
@@ -476,7 +496,7 @@ def _infer_masked_fill(types, params):
     _check_dtypes("MaskedFill", types, NUMERIC)
     if m.dtype != DType.U8:
         raise _fail("MaskedFill", types, f"mask dtype {m.dtype.value} must be u8")
-    if m.shape != x.shape:
+    if same_shape(m.shape, x.shape) is None:
         raise _fail("MaskedFill", types, "mask needs the same shape as x (insert BroadcastTo)")
     if x.dtype in INTS and not float(params["value"]).is_integer():
         raise _fail("MaskedFill", types, f"value={params['value']} must be integral for an "
@@ -633,11 +653,14 @@ def _infer_matmul(types, params):
     if len(a.shape) < 2 or len(a.shape) != len(b.shape):
         raise _fail("MatMul", types, "operands need the same rank >= 2 (the builder "
                                      "broadcasts a lower-rank operand)")
-    if a.shape[-1] != b.shape[-2]:
+    if unify(a.shape[-1], b.shape[-2]) is None:
         raise _fail("MatMul", types, f"contraction mismatch: lhs K={a.shape[-1]} vs rhs "
                                      f"K={b.shape[-2]}")
     for i, (x, y) in enumerate(zip(a.shape[:-2], b.shape[:-2])):
-        if x != y and (y == 0 or x % y != 0):
+        if isinstance(x, Sym) or isinstance(y, Sym):  # GQA multiples need static extents
+            if unify(x, y) is None:
+                raise _fail("MatMul", types, f"batch axis {i}: lhs {x} must equal rhs {y}")
+        elif x != y and (y == 0 or x % y != 0):
             raise _fail("MatMul", types, f"batch axis {i}: lhs {x} must equal rhs {y} or be "
                                          f"an integer multiple of it (GQA)")
     return TensorType(a.shape[:-1] + (b.shape[-1],), a.dtype)
@@ -799,7 +822,8 @@ def _infer_concat(types, params):
             raise _fail("Concat", types, f"operand {i} dtype {t.dtype.value} != "
                                          f"{first.dtype.value}")
         if len(t.shape) != len(first.shape) or any(
-                a != b for k, (a, b) in enumerate(zip(t.shape, first.shape)) if k != d):
+                unify(b, a) is None for k, (a, b) in enumerate(zip(t.shape, first.shape))
+                if k != d):
             raise _fail("Concat", types, f"operand {i} shape {list(t.shape)} must match "
                                          f"operand 0 on every axis but {d}")
         total += t.shape[d]

@@ -138,3 +138,28 @@ def test_help_and_usage():
     assert fuelc("frobnicate").returncode == 2
     r = fuelc("opt", "--list-passes")
     assert r.returncode == 0 and "fuel-fuse" in r.stdout
+
+
+@pytest.mark.slow  # ~6 s of subprocesses; the bundle itself is covered by tests/compiler
+def test_bundle_of_sizes_compiles_and_runs_without_the_compiler(compiled, tmp_path):
+    """--binding keeps the symbolic dim N and writes one .fuel per size; fuelc run
+    (compiler blocked) runs a saved size and refuses another naming the saved ones."""
+    d, _ = compiled
+    out = tmp_path / "m.fuelbundle"
+    r = fuelc("compile", d / "m.onnx", "-o", out, "--binding", "N=5")
+    assert r.returncode == 0, r.stderr
+    assert "1 binding(s)" in r.stdout and (out / "bundle.json").is_file()
+    x = np.random.RandomState(1).rand(5, 16).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    r = fuelc("run", out, "--input", f"x={tmp_path / 'x.npy'}", "--output-dir", tmp_path,
+              block_compiler=True)
+    assert r.returncode == 0, r.stderr
+    sess = ort.InferenceSession(str(d / "m.onnx"), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), sess.run(None, {"x": x})[0],
+                               rtol=1e-5, atol=1e-6)
+    np.save(tmp_path / "x3.npy", x[:3])
+    _error(fuelc("run", out, "--input", f"x={tmp_path / 'x3.npy'}", block_compiler=True),
+           "{'N': 3} was not saved (saved: N=5)")
+    r = fuelc("inspect", out, block_compiler=True)
+    assert r.returncode == 0, r.stderr
+    assert "input:    x: f32[N,16]" in r.stdout and "binding:  N=5 -> N5.fuel" in r.stdout

@@ -2,13 +2,16 @@
 
 The model is checked (``onnx.checker``), its default-domain opset must lie in
 13..(the newest the installed ``onnx`` knows; an older model is converted to
-opset 13 with ``onnx.version_converter`` first), and every graph input needs a
-static shape: symbolic dims are fixed with ``input_shapes={"x": (1, 128)}``
-or refused with one error naming each (input, axis, dim_param).
+opset 13 with ``onnx.version_converter`` first). Input dims keep their
+``dim_param`` as a symbol of that name and an unnamed dim becomes the symbol
+``<input>_<axis>``; ``input_shapes`` fixes some or all of them, by symbol
+(``{"batch": 1}``) or by input (``{"x": (1, 128)}``, ``None`` keeping an
+axis symbolic) (``docs/dynamic-shapes.md``).
 
 Nodes are visited in order. Every value is either a graph ``Tensor`` or a
 numpy array known at import: initializers and ``Constant`` nodes start as
-arrays, ``Shape``/``Size`` of any tensor are arrays (shapes are static), and
+arrays, ``Shape``/``Size`` of any tensor are arrays (of ints, or objects
+holding ``Sym`` extents for symbolic dims), and
 a node whose inputs are all arrays is evaluated with numpy (``_fold``), so
 shape subgraphs (Shape -> Gather -> Concat -> Reshape, ConstantOfShape,
 Range, ...) vanish. An array becomes a graph constant only where a graph op
@@ -33,7 +36,8 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from ...errors import CompilerError, GraphBuildError, UnsupportedOpError
-from ...graph import Graph, Tensor
+from ...graph import Graph, Sym, Tensor
+from runtime.errors import SymbolicError
 
 __all__ = ["import_model", "OnnxImportError", "Issue", "MIN_OPSET", "supported_ops"]
 
@@ -70,13 +74,15 @@ def supported_ops() -> list[str]:
     return sorted(set(BUILD) | set(FOLD) | {"Constant"})
 
 
-def import_model(path_or_model, input_shapes: Optional[Mapping[str, Sequence[int]]] = None
+def import_model(path_or_model, input_shapes: Optional[Mapping[str, object]] = None
                  ) -> Graph:
     """Import an ONNX model (a path, serialized bytes or an ``onnx.ModelProto``)
     into a fuelc ``Graph``: graph inputs and outputs keep their ONNX names;
-    ONNX booleans are u8 (0/1). ``input_shapes`` fixes the shapes of inputs
-    with symbolic dims (static dims given must agree with the model's).
-    Raises OnnxImportError."""
+    ONNX booleans are u8 (0/1). Symbolic dims stay symbols (a ``dim_param``
+    keeps its name, an unnamed dim is ``<input>_<axis>``). ``input_shapes``
+    (optional) fixes some of them: ``{"batch": 1}`` (a symbol's size) or
+    ``{"x": (1, 128)}`` (an input's shape; ``None`` keeps an axis symbolic;
+    static dims given must agree with the model's). Raises OnnxImportError."""
     model = _upgrade(_load(path_or_model))
     return _Importer(model, dict(input_shapes or {})).run()
 
@@ -208,6 +214,21 @@ def _attrs(node) -> dict:
     return out
 
 
+def _concrete(v: np.ndarray) -> np.ndarray:
+    """A folded object array holding no ``Sym`` (``Shape(x)[2]`` of a static
+    axis) as the plain numpy array of its values; anything else unchanged."""
+    if v.dtype != object or any(isinstance(x, Sym) for x in v.reshape(-1)):
+        return v
+    return np.array(v.tolist())
+
+
+def _symbol_name(text: str) -> str:
+    """An ONNX dim_param as a symbol name (an identifier)."""
+    import re
+    name = re.sub(r"\W", "_", text)
+    return name if name.isidentifier() else f"d_{name}"
+
+
 def _near(v, want, rtol=1e-6) -> bool:
     return isinstance(v, np.ndarray) and v.size == 1 and v.dtype.kind == "f" and \
         abs(float(v.reshape(-1)[0]) - want) <= rtol * abs(want)
@@ -236,6 +257,10 @@ class _Importer:
         with ``like``, a new constant takes like's dtype)."""
         if isinstance(v, Tensor):
             return v
+        if np.asarray(v).dtype == object:
+            raise _unsupported(f"shape values computed from symbolic dims ({np.asarray(v).tolist()}) "
+                               f"feed a graph op as data; they can only be shape arguments "
+                               f"(Reshape targets, Range limits)")
         from ._types import fold_only_reason
         why = fold_only_reason(np.asarray(v).dtype)
         if why is not None:
@@ -354,51 +379,71 @@ class _Importer:
         from ._fold import Unsupported
         real = [i for i in self.graph.input if i.name not in self.values and i.name not in
                 self.poisoned]
-        unknown = sorted(set(self.input_shapes) - {i.name for i in real})
+        names = {i.name for i in real}
+        sizes = {k: v for k, v in self.input_shapes.items() if k not in names}
+        dims_of = {}
+        for inp in real:
+            tt = inp.type.tensor_type
+            dims_of[inp.name] = [
+                d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else
+                _symbol_name(d.dim_param) if d.dim_param else _symbol_name(f"{inp.name}_{axis}")
+                for axis, d in enumerate(tt.shape.dim)] if tt.HasField("shape") else None
+        symbols = {d for dims in dims_of.values() for d in dims or () if isinstance(d, str)}
+        unknown = sorted(set(sizes) - symbols)
         if unknown:
             raise OnnxImportError(f"input_shapes names {unknown}, which are not inputs of the "
-                                  f"model (its inputs: {[i.name for i in real]})")
+                                  f"model (its inputs: {[i.name for i in real]}) nor symbols of "
+                                  f"its input dims ({sorted(symbols)})")
+        for k, v in sizes.items():
+            if isinstance(v, tuple) and len(v) == 2 and all(
+                    b is None or isinstance(b, (int, np.integer)) and not isinstance(b, bool)
+                    for b in v) and v[0] is not None:
+                sizes[k] = (k, int(v[0]), None if v[1] is None else int(v[1]))
+            elif isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise OnnxImportError(f"input_shapes[{k!r}] is {v!r}; a symbol takes its size "
+                                      f"(a non-negative integer) or its bounds (lo, hi)")
         symbolic, bad = [], []
         shapes = {}
         for inp in real:
-            tt = inp.type.tensor_type
-            dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
-                    for d in tt.shape.dim] if tt.HasField("shape") else None
+            dims = dims_of[inp.name]
             given = self.input_shapes.get(inp.name)
             if given is not None:
                 if isinstance(given, (str, bytes)) or not hasattr(given, "__iter__") or not all(
-                        isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_))
-                        and d >= 0 for d in given):
+                        d is None or isinstance(d, (int, np.integer))
+                        and not isinstance(d, (bool, np.bool_)) and d >= 0 for d in given):
                     example = tuple(d if isinstance(d, int) else 1 for d in (dims or [1]))
                     raise OnnxImportError(
                         f"input_shapes[{inp.name!r}] is {given!r}; give a tuple of non-negative "
-                        f"integers, one per axis (e.g. {example!r})")
-                given = tuple(int(d) for d in given)
-                if dims is not None and (len(given) != len(dims) or any(
-                        isinstance(d, int) and d != gv for d, gv in zip(dims, given))):
+                        f"integers, one per axis (e.g. {example!r}; None keeps an axis "
+                        f"symbolic)")
+                given = tuple(None if d is None else int(d) for d in given)
+                if (dims is not None and (len(given) != len(dims) or any(
+                        isinstance(d, int) and gv is not None and d != gv
+                        for d, gv in zip(dims, given)))) or (dims is None and None in given):
                     bad.append(f"input {inp.name!r}: input_shapes gives {list(given)} but the "
                                f"model declares {dims}")
-                shapes[inp.name] = given
+                    continue
+                dims = [d if gv is None else gv for d, gv in zip(dims or given, given)]
             elif dims is None:
                 symbolic.append(f"input {inp.name!r}: no shape at all (rank unknown)")
-            else:
-                for axis, d in enumerate(dims):
-                    if not isinstance(d, int):
-                        symbolic.append(f"input {inp.name!r} axis {axis}: dim_param {d!r}")
-                shapes[inp.name] = tuple(dims)
+                continue
+            shapes[inp.name] = tuple(sizes.get(d, d) for d in dims)
         if symbolic or bad:
             fix = {i.name: tuple(shapes.get(i.name) or ("...",)) for i in real}
             raise OnnxImportError(
-                "the model's input shapes are not all static:\n" +
+                "the model's input shapes cannot be read:\n" +
                 "\n".join(f"  - {s}" for s in symbolic + bad) +
                 f"\nfix them with import_model(model, input_shapes={{...}}), e.g. "
-                f"input_shapes={fix!r} with each symbolic dim replaced by its extent")
+                f"input_shapes={fix!r} with each unknown dim replaced by its extent")
         for inp in real:
             try:
                 dt = dtype_of(inp.type.tensor_type.elem_type)
             except Unsupported as e:
                 raise OnnxImportError(f"input {inp.name!r}: {e}") from None
-            self.values[inp.name] = self.g.input(inp.name, shapes[inp.name], dt)
+            try:
+                self.values[inp.name] = self.g.input(inp.name, shapes[inp.name], dt)
+            except GraphBuildError as e:
+                raise OnnxImportError(str(e)) from None
 
     def _prescan(self, i, node):
         from ._fold import FOLD
@@ -442,9 +487,19 @@ class _Importer:
                 outs = replacement[1](self, ins)
             elif node.op_type == "Constant":
                 outs = [self._constant_node(at)]
+            elif node.op_type == "Range" and any(isinstance(v, np.ndarray) and v.dtype == object
+                                                 for v in ins):
+                outs = [self._symbolic_range(ins)]
+            elif node.op_type == "ConstantOfShape" and isinstance(ins[0], np.ndarray) and \
+                    ins[0].dtype == object:  # a symbolic shape: a broadcast scalar
+                from ._fold import _constant_of_shape
+                value = _constant_of_shape(at, [np.zeros(0, np.int64)])[0].reshape(())
+                outs = [self.t(np.zeros((), value.dtype) + value).broadcast_to(tuple(ins[0]))]
             elif ins and ins[0] is not None and node.op_type in FOLD and all(
-                    v is None or isinstance(v, np.ndarray) for v in ins):
-                outs = [np.asarray(v) for v in FOLD[node.op_type](at, ins)]
+                    v is None or isinstance(v, np.ndarray) for v in ins) and not (
+                    node.op_type in ("Slice", "Expand") and ins[0].dtype != object and any(
+                        v is not None and v.dtype == object for v in ins[1:])):
+                outs = [_concrete(np.asarray(v)) for v in FOLD[node.op_type](at, ins)]
             elif node.op_type in FOLD_ONLY:
                 late = [n for n, v in zip(node.input, ins) if isinstance(v, Tensor)]
                 raise _unsupported(f"its inputs must be constants known at import; input(s) "
@@ -459,6 +514,12 @@ class _Importer:
             self.issues.append(Issue(node.op_type, name, f"fuelc cannot build it: {e}"))
             self.poisoned.update(node.output)
             return
+        except SymbolicError as e:
+            hint = ("; bound the symbols at import, e.g. input_shapes={'seq': (1, 512)} "
+                    "(lo, hi)") if "cannot decide" in str(e) else ""
+            self.issues.append(Issue(node.op_type, name, f"{e}{hint}"))
+            self.poisoned.update(node.output)
+            return
         except (ValueError, IndexError, TypeError) as e:  # numpy folding on bad constants
             self.issues.append(Issue(node.op_type, name, f"constant folding failed: {e}"))
             self.poisoned.update(node.output)
@@ -466,6 +527,20 @@ class _Importer:
         for out_name, v in zip(node.output, outs):
             if out_name:
                 self.values[out_name] = v
+
+    def _symbolic_range(self, ins) -> Tensor:
+        """Range with a symbolic limit: ``start + delta * Iota(len)``, len the
+        exact (limit - start) / delta (Iota counts exactly below 2**24)."""
+        start, limit, delta = (v.reshape(()).item() for v in ins)
+        if isinstance(start, Sym) or isinstance(delta, Sym):
+            raise _unsupported("Range with a symbolic start or delta is not supported "
+                               "(only the limit may be symbolic)")
+        n = (limit - start) // delta
+        y = self.g.add_node("Iota", [], {"len": n})
+        y = y * float(delta) + float(start) if (start, delta) != (0, 1) else y
+        from ._types import dtype_of
+        from onnx import helper
+        return y.cast(dtype_of(helper.np_dtype_to_tensor_dtype(ins[0].dtype)))
 
     def _constant_node(self, at) -> np.ndarray:
         from onnx import numpy_helper

@@ -13,6 +13,8 @@ import math
 
 import numpy as np
 
+from runtime.symbols import Sym, SymbolicError
+
 
 class Unsupported(Exception):
     """A node (or one of its attributes) fuelc cannot import; the message
@@ -29,9 +31,34 @@ def norm_axis(axis: int, rank: int, what: str = "axis") -> int:
     return a
 
 
+def extents(v):
+    """Extents as a shape array: int64, or (any symbolic) object holding
+    ``Sym``s (``docs/dynamic-shapes.md``). ``v``: a shape tuple or one extent."""
+    if isinstance(v, tuple) and not any(isinstance(d, Sym) for d in v):
+        return np.asarray(v, np.int64)
+    if not isinstance(v, tuple) and not isinstance(v, Sym):
+        return np.asarray(v, np.int64)
+    out = np.empty(len(v) if isinstance(v, tuple) else (), object)
+    out[...] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def _settle(arr, dtype):
+    """``arr`` as ``dtype``; an object array keeps its ``Sym``s (ints only: ``dtype``)."""
+    arr = np.asarray(arr)
+    if arr.dtype == object:
+        if any(isinstance(v, Sym) for v in arr.reshape(-1)):
+            if np.dtype(dtype).kind not in "iuO":
+                raise Unsupported(f"symbolic extents {arr.tolist()} cannot become "
+                                  f"{np.dtype(dtype)} values")
+            return arr
+        return arr.astype(dtype if np.dtype(dtype) != object else np.int64)
+    return arr.astype(dtype)
+
+
 def reshape_target(in_shape, shape, allowzero: int = 0) -> tuple[int, ...]:
     """ONNX Reshape: 0 copies the input extent (unless allowzero), -1 is inferred."""
-    out = [int(d) for d in shape]
+    out = [d if isinstance(d, Sym) else int(d) for d in shape]
     if not allowzero:
         out = [in_shape[i] if d == 0 and i < len(in_shape) else d for i, d in enumerate(out)]
     if out.count(-1) > 1:
@@ -39,9 +66,15 @@ def reshape_target(in_shape, shape, allowzero: int = 0) -> tuple[int, ...]:
     if -1 in out:
         known = math.prod(d for d in out if d != -1)
         total = math.prod(in_shape)
-        if known == 0 or total % known:
+        try:
+            fits = known != 0 and (isinstance(total, Sym) or isinstance(known, Sym)
+                                   or total % known == 0)
+            q = total // known if fits else None
+        except SymbolicError:
+            q = None
+        if q is None:
             raise Unsupported(f"Reshape target {list(shape)} does not fit {list(in_shape)}")
-        out[out.index(-1)] = total // known
+        out[out.index(-1)] = q
     if math.prod(out) != math.prod(in_shape):
         raise Unsupported(f"Reshape target {list(shape)} has {math.prod(out)} elements, the "
                           f"input {list(in_shape)} has {math.prod(in_shape)}")
@@ -63,6 +96,25 @@ def slice_plan(shape, starts, ends, axes=None, steps=None) -> list[tuple[int, ra
         s, e = max(min(int(s), 2 * n + 1), -2 * n - 1), max(min(int(e), 2 * n + 1), -2 * n - 1)
         plan.append((a, range(*slice(s, e, st).indices(n))))
     return plan
+
+
+def sym_slice(n, s, e) -> tuple:
+    """(start, length) of a step-1 ONNX Slice ``[s, e)`` of extent ``n`` where
+    any is symbolic: negative ints count from the end, |ends| >= 2**62 mean
+    the ends of the axis, and the clamp to [0, n] is decided from the symbols'
+    bounds (``SymbolicError`` when it cannot be)."""
+    def clamp(v):
+        if not isinstance(v, Sym):
+            v = int(v)
+            if abs(v) >= 1 << 62:
+                return n if v > 0 else 0
+            if v < 0:
+                v = v + n
+        if v >= 0:
+            return v if v <= n else n if v >= n else None
+        return 0
+    start, end = clamp(s), clamp(e)
+    return start, (end - start if end >= start else 0)
 
 
 def flatten_axis(axis: int, rank: int) -> int:
@@ -125,7 +177,15 @@ def broadcast_shape(a, b) -> tuple[int, ...]:
 # ---------------------------------------------------------------------------
 # the numpy implementations
 # ---------------------------------------------------------------------------
+def _sym_div(p, q):
+    if isinstance(p, Sym) or isinstance(q, Sym):
+        return p // q  # exact, else SymbolicError
+    return abs(p) // abs(q) * (1 if (p >= 0) == (q >= 0) else -1)
+
+
 def _int_div(a, b):
+    if a.dtype == object or b.dtype == object:  # symbolic extents: exact division
+        return _settle(np.frompyfunc(_sym_div, 2, 1)(a, b), np.int64)
     if a.dtype.kind in "iu":  # C semantics: truncate toward zero
         q = np.abs(a) // np.where(b == 0, 1, np.abs(b))
         return (q * np.sign(a) * np.sign(b)).astype(a.dtype)
@@ -134,7 +194,7 @@ def _int_div(a, b):
 
 def _keep(fn):
     """An element-wise numpy function whose result keeps input 0's dtype."""
-    return lambda at, x: [np.asarray(fn(*x)).astype(x[0].dtype)]
+    return lambda at, x: [_settle(fn(*x), x[0].dtype)]
 
 
 def _cmp(fn):
@@ -146,7 +206,7 @@ def _variadic(fn):
         out = x[0]
         for v in x[1:]:
             out = fn(out, v)
-        return [np.asarray(out).astype(x[0].dtype)]
+        return [_settle(out, x[0].dtype)]
     return run
 
 
@@ -154,6 +214,8 @@ def _cast(at, x):
     from onnx import TensorProto
     from . import _types
     v = x[0]
+    if v.dtype == object:  # symbolic extents stay as they are for integer targets
+        return [_settle(v, _types.numpy_of(at["to"]))]
     if at["to"] == TensorProto.FLOAT8E4M3FN and at.get("saturate", 1):
         # saturate=1: out-of-range values and infinities clamp to +-448, NaN stays NaN
         v = np.clip(v.astype(np.float32), -_types.F8E4M3_MAX, _types.F8E4M3_MAX)
@@ -235,8 +297,7 @@ def _clip(at, x):
 
 FOLD = {
     "Identity": lambda at, x: [x[0]],
-    "Shape": lambda at, x: [np.asarray(x[0].shape[at.get("start", 0):at.get("end", None)],
-                                       np.int64)],
+    "Shape": lambda at, x: [extents(x[0].shape[at.get("start", 0):at.get("end", None)])],
     "Size": lambda at, x: [np.asarray(x[0].size, np.int64)],
     "Cast": _cast,
     "Add": _keep(np.add), "Sub": _keep(np.subtract), "Mul": _keep(np.multiply),

@@ -13,9 +13,11 @@ import math
 
 import numpy as np
 
+from runtime.symbols import Sym
+
 from ...graph import concat, matmul, maximum, minimum, where
 from ...registry import builders as B
-from ._fold import (Unsupported, broadcast_shape, flatten_axis, norm_axis, reduce_axes,
+from ._fold import (Unsupported, broadcast_shape, extents, sym_slice, flatten_axis, norm_axis, reduce_axes,
                     reshape_target, slice_plan, split_sizes, squeeze_axes, unsqueeze_axes)
 BUILD = {}
 
@@ -519,13 +521,12 @@ def _cumsum(cx, node, at, ins):
 # ---------------------------------------------------------------------------
 @_op("Shape")
 def _shape(cx, node, at, ins):
-    s = ins[0].shape
-    return [np.asarray(s[at.get("start", 0):at.get("end", None)], np.int64)]
+    return [extents(ins[0].shape[at.get("start", 0):at.get("end", None)])]
 
 
 @_op("Size")
 def _size(cx, node, at, ins):
-    return [np.asarray(math.prod(ins[0].shape), np.int64)]
+    return [extents(math.prod(ins[0].shape))]
 
 
 @_op("Transpose")
@@ -597,6 +598,9 @@ def _slice(cx, node, at, ins):
     args = [cx.arr(v, what, node) if v is not None else None
             for v, what in zip(ins[1:], ("starts", "ends", "axes", "steps"))]
     args += [None] * (4 - len(args))
+    if any(isinstance(d, Sym) for d in x.shape) or any(
+            v is not None and v.dtype == object for v in args[:2]):
+        return [_sym_slice(x, *args)]
     for axis, r in slice_plan(x.shape, *args):
         if r.step == 1 or len(r) <= 1:
             if len(r) != x.shape[axis]:
@@ -608,8 +612,26 @@ def _slice(cx, node, at, ins):
     return [x]
 
 
+def _sym_slice(x, starts, ends, axes, steps):
+    """Slice with symbolic extents or bounds: step 1 only (docs/dynamic-shapes.md)."""
+    axes = range(len(starts)) if axes is None else [norm_axis(int(a), x.ndim) for a in axes]
+    if steps is not None and any(int(v) != 1 for v in steps.reshape(-1)):
+        raise Unsupported(f"Slice steps {steps.tolist()} with symbolic extents or bounds "
+                          f"(only step 1 is supported there)")
+    for a, s, e in zip(axes, starts.reshape(-1), ends.reshape(-1)):
+        start, length = sym_slice(x.shape[a], s, e)
+        if (start, length) != (0, x.shape[a]):
+            x = x.slice(a, start, length)
+    return x
+
+
 def _index_u32(cx, idx, extent):
     """Indices (constant or graph) as u32 with negative indices wrapped."""
+    if isinstance(idx, np.ndarray) and isinstance(extent, Sym):
+        if idx.size and idx.min() < 0:  # wrapping needs the size: only a scalar (_gather)
+            raise Unsupported(f"negative constant indices {idx.min()} into the symbolic "
+                              f"extent {extent} (only a single index may be negative)")
+        return idx.astype(np.uint32)  # checked against the size the call binds
     if isinstance(idx, np.ndarray):
         if idx.size and (idx.min() < -extent or idx.max() >= extent):
             raise Unsupported(f"constant indices {idx.min()}..{idx.max()} out of range for "
@@ -626,6 +648,9 @@ def _gather(cx, node, at, ins):
     x, idx = cx.t(ins[0]), ins[1]
     axis = norm_axis(at.get("axis", 0), x.ndim)
     ishape = tuple(idx.shape)
+    if isinstance(idx, np.ndarray) and idx.ndim == 0 and isinstance(x.shape[axis], Sym):
+        i = int(idx)  # x[..., i, ...] on a symbolic axis: i < 0 counts from its end
+        return [x.slice(axis, x.shape[axis] + i if i < 0 else i, 1).squeeze(axis)]
     i32 = _index_u32(cx, idx, x.shape[axis])
     if isinstance(i32, np.ndarray) and i32.ndim == 0:  # x[..., i, ...]
         return [x.slice(axis, int(i32), 1).squeeze(axis)]
@@ -755,8 +780,16 @@ def _top_k(cx, node, at, ins):
 @_op("Expand")
 def _expand(cx, node, at, ins):
     x = cx.t(ins[0])
-    shape = [int(d) for d in cx.arr(ins[1], "shape", node).reshape(-1)]
-    target = broadcast_shape(x.shape, shape)
+    shape = [d if isinstance(d, Sym) else int(d) for d in cx.arr(ins[1], "shape", node).reshape(-1)]
+    if any(isinstance(d, Sym) for d in list(x.shape) + shape):  # docs/dynamic-shapes.md
+        from ...graph.ops import broadcast_shapes
+        from ...graph.symbolic import recording
+        with recording([], "Expand"):  # the BroadcastTo node records the equalities
+            target = broadcast_shapes(x.shape, shape)
+        if target is None:
+            raise Unsupported(f"Expand of {list(x.shape)} to {shape}: the shapes do not broadcast")
+    else:
+        target = broadcast_shape(x.shape, shape)
     return [x.broadcast_to(target)]
 
 

@@ -1,0 +1,95 @@
+"""Symbolic extents in the graph (``docs/dynamic-shapes.md``).
+
+Shape rules compare extents with ``unify``: equal extents are one extent;
+two different extents where one is symbolic are assumed equal, and the
+assumption is recorded into the sink of the innermost ``recording`` context
+(``Graph.add_node`` opens one per node, labelled with the node) so that a
+call checks it once (``runtime.symbols.bind_symbols``). With no context open
+``unify`` records nothing and answers "different".
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from typing import Mapping, Optional
+
+from runtime.symbols import (Dim, ShapeSignatureError, Sym, SymbolicError, affine_parts,
+                             bind_symbols, evaluate, is_symbolic, shape_text)
+
+from ..errors import GraphBuildError
+
+__all__ = ["Sym", "SymbolicError", "ShapeSignatureError", "unify", "recording", "parse_dim",
+           "bind_params", "bind_symbols", "is_symbolic", "shape_text", "evaluate"]
+
+_SINK: contextvars.ContextVar = contextvars.ContextVar("fuelc_symbolic_sink", default=None)
+
+
+@contextlib.contextmanager
+def recording(sink: list, where: str):
+    """Record the equalities ``unify`` assumes inside the block into ``sink``
+    as ``(lhs, rhs, where)``."""
+    token = _SINK.set((sink, where))
+    try:
+        yield sink
+    finally:
+        _SINK.reset(token)
+
+
+def unify(a: Dim, b: Dim) -> Optional[Dim]:
+    """One extent for ``a`` and ``b``: ``a`` when equal; when they differ and
+    either is symbolic (and a context is recording), the int if there is one
+    else ``a``, recording ``a == b``; otherwise None (they differ)."""
+    if a == b:
+        return a
+    if not isinstance(a, Sym) and not isinstance(b, Sym):
+        return None
+    ctx = _SINK.get()
+    if ctx is None:
+        return None
+    sink, where = ctx
+    sink.append((a, b, where))
+    return b if isinstance(a, Sym) and not isinstance(b, Sym) else a
+
+
+def parse_dim(d, symbols: dict, what: str) -> Dim:
+    """One declared extent of ``Graph.input``: an int, a name, ``(name, lo,
+    hi)``, an atom ``Sym`` or ``a*Sym + b`` (a >= 1) derived from one. Records the symbol's bounds in ``symbols``
+    (name -> (lo, hi)); a name seen before with other bounds is an error."""
+    if isinstance(d, bool):
+        raise GraphBuildError(f"{what}: extent {d!r} is a bool; give an int or a symbol name")
+    if isinstance(d, int) or (hasattr(d, "__index__") and not isinstance(d, Sym)):
+        return int(d)
+    try:
+        if isinstance(d, str):
+            sym = Sym(d, *symbols.get(d, (1, None)))
+        elif isinstance(d, tuple) and len(d) == 3 and isinstance(d[0], str):
+            sym = Sym(*d)
+        elif isinstance(d, Sym) and affine_parts(d) is not None:
+            sym = d  # an atom, or a*s + b derived from one (torch.export's derived Dims)
+        else:
+            raise GraphBuildError(f"{what}: extent {d!r} is not an int, a symbol name, "
+                                  f"(name, lo, hi), a Sym atom or a*Sym + b")
+    except SymbolicError as e:
+        raise GraphBuildError(f"{what}: {e}") from None
+    name = affine_parts(sym)[0]
+    bounds = sym.atoms[name]
+    if symbols.setdefault(name, bounds) != bounds:
+        lo, hi = symbols[name]
+        raise GraphBuildError(f"{what}: symbol {name!r} declared with bounds "
+                              f"{bounds[0]}..{bounds[1]} after {lo}..{hi}; give its bounds "
+                              f"once (or the same at every use)")
+    return sym
+
+
+def bind_params(value, values: Mapping[str, int]):
+    """``value`` (a param: int, Sym, tuple, list, dict, other) with every
+    ``Sym`` replaced by its value under ``values``."""
+    if isinstance(value, Sym):
+        return value.evaluate(values)
+    if isinstance(value, tuple):
+        return tuple(bind_params(v, values) for v in value)
+    if isinstance(value, list):
+        return [bind_params(v, values) for v in value]
+    if isinstance(value, dict):
+        return {k: bind_params(v, values) for k, v in value.items()}
+    return value
