@@ -122,7 +122,7 @@ def _build_depthwise(params, types):
     copy, when there is a stride) is read flat: the tap at (qy, qx) of a
     phase of width wq is the run ``[qy*wq + qx, + Ho*wq)`` of it, so the
     chain computes Ho rows of the full width wq, in long unit-stride runs
-    that vectorize, and the first Wo columns are kept (a view). One extra
+    that vectorize, and the first Wo columns are kept (one copy). One extra
     row of padding at the bottom keeps the last tap's run inside the plane."""
     n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
     dh, dw = params["dilation"]
@@ -152,7 +152,11 @@ def _build_depthwise(params, types):
         y = op("Add", y, op("BroadcastTo", op("Reshape", Bind(2), shape=(1, cin, 1)),
                             shape=(n, cin, ho * wq)))
     y = op("Reshape", y, shape=(n, cin, ho, wq))
-    return y if wq == wo else op("Slice", y, dim=3, start=0, len=wo)
+    # the first Wo columns, made contiguous: what follows (bias, activation,
+    # the next conv's im2col) then reads whole rows and merges them into one
+    # long loop; read through the strided crop, a 14-column row stayed a loop
+    # too short to vectorize
+    return y if wq == wo else op("Contiguize", op("Slice", y, dim=3, start=0, len=wo))
 
 
 def _bias(y, types, n, cout, ho, wo):
