@@ -1,0 +1,43 @@
+"""benchmarks/conv_layers.py: every layer model passes onnx.checker with the
+FLOP count and output shape of its Conv; one run of the script on the two
+smallest layers matches onnxruntime (the script prints the relative
+difference; it is checked here)."""
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import conv_layers  # noqa: E402
+
+
+@pytest.mark.parametrize("name", list(conv_layers.LAYERS))
+def test_layer_models_are_valid_convs(name):
+    cin, cout, size, k, stride, groups = conv_layers.LAYERS[name]
+    model, shape, flops = conv_layers.layer_model(cin, cout, size, k, stride, groups)
+    onnx.checker.check_model(model, full_check=True)
+    spatial = size if isinstance(size, tuple) else (size, size)
+    out = [(s + 2 * (k // 2) - k) // stride + 1 for s in spatial]
+    assert shape == [1, cin, *spatial]
+    dims = [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim]
+    assert dims == [1, cout, *out]
+    assert flops == 2 * cout * (cin // groups) * k ** len(spatial) * int(np.prod(out))
+
+
+def test_the_script_runs_and_matches_onnxruntime(capsys):
+    assert conv_layers.main(["--threads", "1", "--rounds", "1", "--repeats", "1",
+                             "--only", "dw 5x5,conv1d"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines()
+            if line.startswith(("dw 5x5", "conv1d"))]
+    assert len(rows) == 2
+    for row in rows:  # name (28 columns), fuelc ms, ort ms, ratio, GFLOP/s, rel diff, kernels
+        fuelc_ms, ort_ms, ratio, gflops, rel_diff = map(float, row[28:].split()[:5])
+        assert rel_diff < 1e-4, row
+        assert fuelc_ms > 0 and ort_ms > 0 and gflops > 0, row
