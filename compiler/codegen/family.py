@@ -173,11 +173,12 @@ FEW_ROWS_ATTR = "fuelc.few_rows"
 #: The most rows (M) a matmul call may have to get the row kernel. The tiled
 #: kernel packs all of B on every call, which for a few rows costs more than
 #: the product; the row kernel reads B in place, once per call. One znver3
-#: core, constant B, tiled -> rows: [8,768]x[768,3072] 2.4-2.7 -> 1.4-1.5 ms,
-#: [16,1152]x[1152,128] 0.21 -> 0.12 ms, [16,2304]x[2304,256] 0.76-0.82 ->
-#: 0.46-0.72 ms; at 32 rows the tiled kernel is the faster ([32,768]x[768,768]
-#: 0.75 vs 1.0 ms).
-FEW_ROWS = 16
+#: core, constant B, rows vs tiled (4x16 tiles): [1,768]x[768,3072] 0.20-0.23
+#: vs 1.9-2.1 ms, [4,768]x[768,3072] 0.73-0.84 vs 1.7-1.9 ms, [4,2304]x[2304,256]
+#: 0.20 vs 0.17-0.20; at 8 rows they are even ([8,768]x[768,3072] 1.3-1.5 vs
+#: 1.0-1.4 ms) and at 16 the tiled kernel is the faster ([16,768]x[768,768]
+#: 0.71 vs 0.33-0.47 ms).
+FEW_ROWS = 4
 
 
 def few_rows(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg: int) -> bool:
