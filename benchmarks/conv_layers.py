@@ -18,11 +18,11 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))  # this checkout's compiler
+from benchmarks.encoder import times  # noqa: E402  (one timer for every benchmark)
 
 #: name -> (Cin, Cout, spatial size (an int: square 2-D; a 1-tuple: 1-D), kernel, stride, groups)
 LAYERS = {
@@ -57,16 +57,6 @@ def layer_model(cin, cout, size, k, stride, groups, seed=0):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     flops = 2 * cout * (cin // groups) * k ** len(ks) * int(np.prod(out))
     return model, [1, cin, *spatial], flops
-
-
-def _times(fn, repeats):
-    fn()
-    ts = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
 
 
 def main(argv=None) -> int:
@@ -105,8 +95,8 @@ def main(argv=None) -> int:
         diff = float(np.abs(m(x=x) - want).max() / np.abs(want).max())
         ours, theirs = [], []
         for _ in range(args.rounds):
-            ours.append(_times(lambda: m(x=x), args.repeats))
-            theirs.append(_times(lambda: sess.run(None, {"x": x}), args.repeats))
+            ours.append(statistics.median(times(lambda: m(x=x), args.repeats)))
+            theirs.append(statistics.median(times(lambda: sess.run(None, {"x": x}), args.repeats)))
         a, b = statistics.median(ours), statistics.median(theirs)
         ratios.append(a / b)
         kernels = ", ".join(k.split("[")[0] for k in m.kernel_summary())

@@ -29,6 +29,18 @@ vector lowering patterns it never terminates (docs/toolchain.md).
 from __future__ import annotations
 
 _ANY = "!transform.any_op"
+#: The patterns that lower the vectorized tiles' contractions and transfers to
+#: FMAs, loads and stores (both scripts).
+_LOWER_VECTORS = """      transform.apply_patterns.vector.lower_contraction lowering_strategy = "outerproduct"
+      transform.apply_patterns.vector.lower_outerproduct
+      transform.apply_patterns.vector.transfer_permutation_patterns
+      transform.apply_patterns.vector.split_transfer_full_partial split_transfer_strategy = "linalg-copy"
+      transform.apply_patterns.vector.transfer_to_scf max_transfer_rank = 1 full_unroll = true
+      transform.apply_patterns.vector.lower_transfer max_transfer_rank = 1
+      transform.apply_patterns.vector.lower_shape_cast
+      transform.apply_patterns.vector.lower_transpose lowering_strategy = "shuffle_1d"
+      transform.apply_patterns.vector.lower_broadcast
+"""
 _FOR = '!transform.op<"scf.for">'
 
 
@@ -99,16 +111,7 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
     ^bb0(%f: {t}):
     %f2 = transform.structured.hoist_redundant_vector_transfers %f : ({t}) -> {t}
     transform.apply_patterns to %f2 {{
-      transform.apply_patterns.vector.lower_contraction lowering_strategy = "outerproduct"
-      transform.apply_patterns.vector.lower_outerproduct
-      transform.apply_patterns.vector.transfer_permutation_patterns
-      transform.apply_patterns.vector.split_transfer_full_partial split_transfer_strategy = "linalg-copy"
-      transform.apply_patterns.vector.transfer_to_scf max_transfer_rank = 1 full_unroll = true
-      transform.apply_patterns.vector.lower_transfer max_transfer_rank = 1
-      transform.apply_patterns.vector.lower_shape_cast
-      transform.apply_patterns.vector.lower_transpose lowering_strategy = "shuffle_1d"
-      transform.apply_patterns.vector.lower_broadcast
-    }} : {t}
+{_LOWER_VECTORS}    }} : {t}
     transform.apply_patterns to %f2 {{
       transform.apply_patterns.canonicalization
     }} : {t}
@@ -174,16 +177,7 @@ def rows_script(op: str = "linalg.matmul", *, nr: int = 16, kr: int = 4) -> str:
     }} : {t}
     transform.apply_cse to %func : {t}
     transform.apply_patterns to %func {{
-      transform.apply_patterns.vector.lower_contraction lowering_strategy = "outerproduct"
-      transform.apply_patterns.vector.lower_outerproduct
-      transform.apply_patterns.vector.transfer_permutation_patterns
-      transform.apply_patterns.vector.split_transfer_full_partial split_transfer_strategy = "linalg-copy"
-      transform.apply_patterns.vector.transfer_to_scf max_transfer_rank = 1 full_unroll = true
-      transform.apply_patterns.vector.lower_transfer max_transfer_rank = 1
-      transform.apply_patterns.vector.lower_shape_cast
-      transform.apply_patterns.vector.lower_transpose lowering_strategy = "shuffle_1d"
-      transform.apply_patterns.vector.lower_broadcast
-    }} : {t}
+{_LOWER_VECTORS}    }} : {t}
     transform.apply_patterns to %func {{
       transform.apply_patterns.canonicalization
     }} : {t}
