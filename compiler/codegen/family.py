@@ -44,6 +44,7 @@ from compiler.targets import parse_target
 from runtime.binding import KernelCaps, KernelRef
 from runtime.cpu_features import check_cpu_features, missing_cpu_features
 from runtime.dtype import DType
+from runtime.layout import Layout
 
 ENTRY = "kernel"
 
@@ -133,27 +134,30 @@ def compiled_entry(target, key: Hashable, linalg_text: Callable[[], str], n_args
 
 def single_op_linalg_text(op_name: str, params: dict, input_types: Sequence, dynamic: bool,
                           platform: str | None = None, unit_stride: Sequence[int] = (),
-                          few_rows: bool = False) -> str:
+                          few_rows: bool = False, zero_stride: Sequence[int] = ()) -> str:
     """The linalg-on-tensors module of one fuel op (a primitive or a static
     fused op) as a ``@kernel`` entry, lowered with ``platform``'s rules.
     ``unit_stride``: the arguments (inputs then outputs) every call passes
     with a unit innermost stride; on cpu the entry carries them in
     ``UNIT_STRIDE_ATTR`` (``codegen.cpu.pipeline.assume_unit_strides``).
     ``few_rows``: a matmul call of at most ``FEW_ROWS`` rows; on cpu the entry
-    carries ``FEW_ROWS_ATTR``."""
+    carries ``FEW_ROWS_ATTR``. ``zero_stride``: the arguments every call
+    passes with innermost stride 0 (``ZERO_STRIDE_ATTR``)."""
     from compiler.codegen.linalg import emit_single_op_module, lower_to_linalg
     module = emit_single_op_module(op_name, dict(params), list(input_types),
                                    dynamic=dynamic, func_name=ENTRY)
     lower_to_linalg(module, platform=platform)
-    if (unit_stride or few_rows) and platform == "cpu":
+    if (unit_stride or few_rows or zero_stride) and platform == "cpu":
         from compiler.mlir import ir
         with module.context:
             i64 = ir.IntegerType.get_signless(64)
             for op in module.body.operations:
                 if op.operation.name == "func.func":
-                    if unit_stride:
-                        op.attributes[UNIT_STRIDE_ATTR] = ir.ArrayAttr.get(
-                            [ir.IntegerAttr.get(i64, i) for i in unit_stride])
+                    for attr, args in ((UNIT_STRIDE_ATTR, unit_stride),
+                                       (ZERO_STRIDE_ATTR, zero_stride)):
+                        if args:
+                            op.attributes[attr] = ir.ArrayAttr.get(
+                                [ir.IntegerAttr.get(i64, i) for i in args])
                     if few_rows:
                         op.attributes[FEW_ROWS_ATTR] = ir.UnitAttr.get()
     return str(module)
@@ -195,6 +199,43 @@ def unit_stride_args(layouts: Sequence) -> tuple[int, ...]:
     kernel specialised on them reads and writes as contiguous rows."""
     return tuple(i for i, l in enumerate(layouts)
                  if l.rank and (l.stride[-1] == 1 or l.shape[-1] <= 1))
+
+
+def inner_strides(layouts: Sequence[Layout]) -> tuple[int, ...]:
+    """Each layout's innermost stride when it is 1 (or the axis has at most
+    one element) or 0 (a broadcast), else -1. A kernel specialised on them
+    reads contiguous rows and hoists broadcast values out of its inner loop:
+    with a stride known only at run time LLVM vectorizes a loop just for the
+    stride-1 case, so one per-channel broadcast input of an NCHW tensor (a
+    bias, a squeeze-excitation gate) made the whole loop scalar."""
+    return tuple(1 if (not l.rank or l.shape[-1] <= 1 or l.stride[-1] == 1)
+                 else 0 if l.stride[-1] == 0 else -1 for l in layouts)
+
+
+def coalesce(layouts: Sequence[Layout]) -> list[Layout]:
+    """Layouts of one shape with their axes merged wherever every layout
+    allows it (numpy's iterator coalescing): axes of extent 1 dropped, and an
+    axis merged into the next one in when each layout's stride on it is the
+    next one's stride times its extent (a broadcast's 0 as well). An
+    elementwise kernel on the result runs the same elements in the same
+    order, over fewer and longer loops: [1,240,14,14] times a per-channel
+    broadcast [1,240,1,1] becomes [240,196] times a [240,196] of strides
+    (1, 0), and a static loop of 14 (too short for LLVM to vectorize) one of 196."""
+    shape = layouts[0].shape
+    axes = [a for a, d in enumerate(shape) if d != 1]
+    if not axes:
+        return [Layout._trusted((1,), (1,), l.start_offset) for l in layouts]
+    merged = [shape[axes[-1]]]
+    strides = [[l.stride[axes[-1]]] for l in layouts]
+    for a in reversed(axes[:-1]):
+        if all(l.stride[a] == st[0] * merged[0] for l, st in zip(layouts, strides)):
+            merged[0] *= shape[a]
+        else:
+            merged.insert(0, shape[a])
+            for l, st in zip(layouts, strides):
+                st.insert(0, l.stride[a])
+    return [Layout._trusted(tuple(merged), tuple(st), l.start_offset)
+            for l, st in zip(layouts, strides)]
 
 
 #: (family type, instance, target) -> KernelFamily.min_elements; bounded.

@@ -30,7 +30,8 @@ from typing import Iterable, Sequence
 
 from runtime.params import exact_key
 from compiler.codegen import parallel
-from compiler.codegen.family import (KernelFamily, few_rows, single_op_linalg_text,
+from compiler.codegen.family import (KernelFamily, coalesce, few_rows, inner_strides,
+                                     single_op_linalg_text,
                                      unit_stride_args)
 from compiler.codegen.loader import KernelFunction
 from compiler.errors import UnsupportedOpError
@@ -54,10 +55,13 @@ class OpInstance:
     input_types: tuple[TensorType, ...]
     dynamic: bool
     #: arguments (inputs then the output) the kernel reads / writes with a
-    #: unit innermost stride (``family.unit_stride_args``; MatMul only)
+    #: unit innermost stride (``family.unit_stride_args``; MatMul and the
+    #: elementwise ops)
     unit_stride: tuple[int, ...] = ()
     #: a MatMul call of few rows (``family.few_rows``): the row kernel
     few_rows: bool = False
+    #: arguments read with innermost stride 0 (broadcast; elementwise ops)
+    zero_stride: tuple[int, ...] = ()
 
     @property
     def memo_key(self) -> tuple:
@@ -69,11 +73,13 @@ class OpInstance:
             types = self.input_types
         key = (self.op_name, exact_key(self.params), types, self.dynamic)
         key = key + (("unit_stride",) + self.unit_stride,) if self.unit_stride else key
+        key = key + (("zero_stride",) + self.zero_stride,) if self.zero_stride else key
         return key + ("few_rows",) if self.few_rows else key
 
 
 #: Matmul row tiles start at multiples of this (a multiple of the register
-#: tile's rows of every CPU matmul schedule: 6 on AVX2, 8 on AVX-512), so the
+#: tile's rows of every CPU matmul schedule: 4 (f32) or 6 (f64) on AVX2, 8 on
+#: AVX-512), so the
 #: thread count never changes a result.
 MATMUL_ROW_ALIGN = 24
 #: Column tiles start at multiples of this (a multiple of the register tile's
@@ -233,19 +239,30 @@ def instance_for(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout
     except KernelParamsError as e:
         raise UnsupportedOpError(f"generated {kind.name} kernel: {e}") from None
     opdef = _op_table()[name]
-    if opdef.category in _ELEMENTWISE_CATEGORIES:  # stride-0 views of broadcast inputs
+    unit: tuple[int, ...] = ()
+    zero: tuple[int, ...] = ()
+    if opdef.category in _ELEMENTWISE_CATEGORIES and len(out_l) == 1:
+        # stride-0 views of broadcast inputs, then the axes merged where every
+        # operand allows (family.coalesce) and the kernel specialised on unit /
+        # zero innermost strides: with a run-time stride LLVM vectorizes only
+        # the stride-1 case, so a per-channel broadcast operand of an NCHW
+        # tensor left the whole loop scalar
         shape = out_l[0].shape
         in_l = [l if l.shape == shape else l.broadcast_as(shape) for l in in_l]
+        merged = coalesce(in_l + out_l)
+        in_l, out_l = merged[:len(in_l)], merged[len(in_l):]
         in_types = [TensorType(tuple(l.shape), t.dtype) for l, t in zip(in_l, in_types)]
+        strides = inner_strides(in_l + out_l)
+        unit = tuple(i for i, v in enumerate(strides) if v == 1)
+        zero = tuple(i for i, v in enumerate(strides) if v == 0)
     dynamic = opdef.category in DYNAMIC_CATEGORIES and name not in STATIC_ONLY
-    unit: tuple[int, ...] = ()
     if name == "MatMul":  # batch broadcasting needs the static shapes
         dynamic = in_types[0].shape[:-2] == in_types[1].shape[:-2]
         # a kernel specialised on unit-stride rows packs B and moves C tiles
         # with vector loads; other layouts keep the fully strided kernel
         unit = unit_stride_args(in_l + out_l)
     return (OpInstance(name, tuple(sorted(gparams.items())), tuple(in_types), dynamic, unit,
-                       name == "MatMul" and few_rows(in_types[0].shape, unit, 2)),
+                       name == "MatMul" and few_rows(in_types[0].shape, unit, 2), zero),
             in_l + out_l)
 
 
@@ -313,7 +330,7 @@ FAMILY = PrimitiveFamily()
 def linalg_text(inst: OpInstance, platform: str | None = None) -> str:
     """The linalg-on-tensors module of one op instance."""
     return single_op_linalg_text(inst.op_name, dict(inst.params), inst.input_types, inst.dynamic,
-                                 platform, inst.unit_stride, inst.few_rows)
+                                 platform, inst.unit_stride, inst.few_rows, inst.zero_stride)
 
 
 def warm(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout], params: OpParams,

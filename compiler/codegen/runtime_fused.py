@@ -36,6 +36,7 @@ from runtime.cost import unknown_cost
 from runtime.dtype import DType
 from runtime.keys import BindingKey
 from runtime.layout import Layout
+from compiler.codegen.family import coalesce, inner_strides
 from runtime.params import JitScalars, NoParams, OpParams
 from runtime.precision import PrecisionGuarantee
 
@@ -75,43 +76,6 @@ def scalars_of(params: OpParams) -> tuple[float, ...]:
         return ()
     raise UnsupportedOpError(f"runtime fused kernels take JitScalars or NoParams, "
                              f"got {type(params).__name__}")
-
-
-def inner_strides(layouts: Sequence[Layout]) -> tuple[int, ...]:
-    """Each layout's innermost stride when it is 1 (or the axis has at most
-    one element) or 0 (a broadcast), else -1. A kernel specialised on them
-    reads contiguous rows and hoists broadcast values out of its inner loop:
-    with a stride known only at run time LLVM vectorizes a loop just for the
-    stride-1 case, so one per-channel broadcast input of an NCHW tensor (a
-    bias, a squeeze-excitation gate) made the whole loop scalar."""
-    return tuple(1 if (not l.rank or l.shape[-1] <= 1 or l.stride[-1] == 1)
-                 else 0 if l.stride[-1] == 0 else -1 for l in layouts)
-
-
-def coalesce(layouts: Sequence[Layout]) -> list[Layout]:
-    """Layouts of one shape with their axes merged wherever every layout
-    allows it (numpy's iterator coalescing): axes of extent 1 dropped, and an
-    axis merged into the next one in when each layout's stride on it is the
-    next one's stride times its extent (a broadcast's 0 as well). An
-    elementwise kernel on the result runs the same elements in the same
-    order, over fewer and longer loops: [1,240,14,14] times a per-channel
-    broadcast [1,240,1,1] becomes [240,196] times a [240,196] of strides
-    (1, 0), and a static loop of 14 (too short for LLVM to vectorize) one of 196."""
-    shape = layouts[0].shape
-    axes = [a for a, d in enumerate(shape) if d != 1]
-    if not axes:
-        return [Layout._trusted((1,), (1,), l.start_offset) for l in layouts]
-    merged = [shape[axes[-1]]]
-    strides = [[l.stride[axes[-1]]] for l in layouts]
-    for a in reversed(axes[:-1]):
-        if all(l.stride[a] == st[0] * merged[0] for l, st in zip(layouts, strides)):
-            merged[0] *= shape[a]
-        else:
-            merged.insert(0, shape[a])
-            for l, st in zip(layouts, strides):
-                st.insert(0, l.stride[a])
-    return [Layout._trusted(tuple(merged), tuple(st), l.start_offset)
-            for l, st in zip(layouts, strides)]
 
 
 def instance_for(fused_id: int, dtypes: Sequence[DType], layouts: Sequence[Layout],
