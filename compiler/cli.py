@@ -32,15 +32,31 @@ execution plan) that the fuelc runtime loads and runs without the compiler.
 
 
 class _Progress:
-    """Stage names with elapsed time on stderr (only when enabled)."""
+    """Stage names with elapsed time on stderr (only when enabled). On a
+    terminal (``live``) one line is rewritten in place, kernel counts
+    included ("codegen 12/40"); elsewhere each stage gets a line of its own
+    and the counts are left out."""
 
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
+    def __init__(self, enabled: bool, live: bool = False):
+        self.enabled, self.live = enabled, live
         self.t0 = time.perf_counter()
+        self.stage = None
 
     def __call__(self, stage: str) -> None:
-        if self.enabled:
-            print(f"[{time.perf_counter() - self.t0:7.2f}s] {stage}", file=sys.stderr, flush=True)
+        if not self.enabled:
+            return
+        line = f"[{time.perf_counter() - self.t0:7.2f}s] {stage}"
+        if self.live:
+            end = "\n" if stage == "done" else ""
+            print(f"\r\x1b[K{line}", end=end, file=sys.stderr, flush=True)
+        elif stage.split(" ")[0] != self.stage:
+            print(line, file=sys.stderr, flush=True)
+        self.stage = stage.split(" ")[0]
+
+    def close(self) -> None:
+        """End a live line left open (an error is reported on a line of its own)."""
+        if self.live and self.enabled and self.stage not in (None, "done"):
+            print(file=sys.stderr, flush=True)
 
 
 def _parse_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
@@ -70,17 +86,23 @@ def cmd_compile(args) -> int:
     check_output_path(out)  # before compiling: a bad -o is reported at once
     from runtime.artifact import read_key_file
     key = read_key_file(args.sign_key) if args.sign_key else None
-    progress = _Progress(args.progress or sys.stderr.isatty())
+    from .codegen.jobs import check_jobs
+    jobs = check_jobs(args.jobs, "--jobs") if args.jobs is not None else None
+    live = sys.stderr.isatty()
+    progress = _Progress(not args.quiet and (args.progress or live), live)
     from .targets import parse_target
     target = parse_target(args.target)
     from .driver import compile as compile_graph
     from .frontends.onnx import import_model
-    progress(f"import {args.model}")
-    graph = import_model(args.model, shapes)
-    module = compile_graph(graph, target, progress=progress)
-    progress(f"export {out}")
-    module.save(out, sign_with=key)
-    progress("done")
+    try:
+        progress(f"import {args.model}")
+        graph = import_model(args.model, shapes)
+        module = compile_graph(graph, target, progress=progress, jobs=jobs)
+        progress(f"export {out}")
+        module.save(out, sign_with=key)
+        progress("done")
+    finally:
+        progress.close()
     sig = ", ".join(f"{n}: {s}" for n, s in module.plan.inputs.items())
     print(f"wrote {out} (target {target}; inputs {sig}; outputs {', '.join(module.output_names)})")
     return 0
@@ -112,7 +134,11 @@ def _parser() -> argparse.ArgumentParser:
                         "the manifest); fuelc run --verify-key KEYFILE checks it")
     p.add_argument("--progress", action="store_true",
                    help="print the stages as they run on stderr (default: when stderr is a "
-                        "terminal)")
+                        "terminal, as one line with the kernels done/total)")
+    p.add_argument("--quiet", action="store_true", help="print no progress")
+    p.add_argument("--jobs", "-j", metavar="N",
+                   help="compile kernels in N processes at once, this one included (default: "
+                        "$FUELC_JOBS, else the CPUs this process may use)")
     p.set_defaults(func=cmd_compile)
     add_inspect_parser(sub)
     add_run_parser(sub)

@@ -109,6 +109,8 @@ class ProcessExecutor(concurrent.futures.Executor):
         self._procs = [subprocess.Popen([sys.executable, "-m", "compiler.codegen.jobs"],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
                        for _ in range(check_jobs(workers, "workers"))]
+        self._lock = threading.Lock()
+        self._alive = len(self._procs)
         self._threads = [threading.Thread(target=self._feed, args=(p,), daemon=True,
                                           name="fuelc-compile-feeder") for p in self._procs]
         for t in self._threads:
@@ -116,8 +118,26 @@ class ProcessExecutor(concurrent.futures.Executor):
 
     def submit(self, fn, /, *args, **kwargs) -> concurrent.futures.Future:
         future = concurrent.futures.Future()
-        self._queue.put((future, fn, args, kwargs))
+        with self._lock:
+            if self._alive:
+                self._queue.put((future, fn, args, kwargs))
+            else:
+                future.set_exception(WorkerError("every compile worker has exited"))
         return future
+
+    def _drain(self, why: "Exception | None") -> None:
+        """Cancel (``why`` None) or fail every task no worker has taken."""
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except Exception:  # queue.Empty
+                return
+            if item is None:
+                continue
+            if why is None:
+                item[0].cancel()
+            elif item[0].set_running_or_notify_cancel():
+                item[0].set_exception(why)
 
     def _feed(self, proc: subprocess.Popen) -> None:
         while True:
@@ -137,19 +157,16 @@ class ProcessExecutor(concurrent.futures.Executor):
                 ok, value = pickle.loads(proc.stdout.read(_FRAME.unpack(head)[0]))
             except Exception as e:  # a dead worker: fail this task, stop feeding it
                 future.set_exception(WorkerError(f"compile worker {proc.pid}: {e}"))
-                self._queue.put(None)  # keep the count of stop marks for the others
+                with self._lock:
+                    self._alive -= 1
+                    if not self._alive:
+                        self._drain(WorkerError("every compile worker has exited"))
                 return
             (future.set_result if ok else future.set_exception)(value)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         if cancel_futures:
-            while True:
-                try:
-                    item = self._queue.get_nowait()
-                except Exception:
-                    break
-                if item is not None:
-                    item[0].cancel()
+            self._drain(None)
         for _ in self._threads:
             self._queue.put(None)
         for p in self._procs:
