@@ -341,6 +341,8 @@ def _read_only_map(arr: np.ndarray) -> bool:
         if base.flags.writeable:
             return False
         base = base.base
+    if isinstance(base, memoryview):  # np.frombuffer over a map
+        base = base.obj
     return isinstance(base, mmap.mmap) and memoryview(base).readonly
 
 
