@@ -168,3 +168,43 @@ def test_conv_net_compiles_bit_identical_with_worker_processes(cold):
         jobs.ProcessExecutor = real
     assert started
     assert _objects(pool_dir) == _objects(serial_dir)
+
+
+@pytest.mark.slow
+def test_ray_executor_compiles_the_same_objects(cold):
+    """A benchmark model's kernels through a local Ray: the objects of a
+    serial compile, every cold instance compiled by a Ray task."""
+    pytest.importorskip("ray")
+    from benchmarks import models
+    from compiler.codegen.ray_executor import RayExecutor
+    from compiler.frontends.onnx import import_model
+    graph = import_model(models.build("audio", 1), {})
+    serial_dir = cold("serial")
+    compile(graph, jobs=1)
+    ray_dir = cold("ray")
+
+    class Counting(RayExecutor):
+        submitted = 0
+
+        def submit(self, fn, /, *args, **kwargs):
+            Counting.submitted += 1
+            return super().submit(fn, *args, **kwargs)
+
+    with Counting(num_cpus=2) as ex:
+        compile(graph, executor=ex)
+    assert Counting.submitted == len(_objects(serial_dir))
+    assert _objects(ray_dir) == _objects(serial_dir)
+
+
+def test_ray_executor_without_ray_names_the_extra(monkeypatch):
+    import builtins
+    from compiler.codegen.ray_executor import RayExecutor, RayUnavailableError
+    real = builtins.__import__
+
+    def no_ray(name, *args, **kwargs):
+        if name == "ray":
+            raise ImportError("No module named 'ray'")
+        return real(name, *args, **kwargs)
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    with pytest.raises(RayUnavailableError, match=r"pip install 'fuelc\[ray\]'"):
+        RayExecutor()
