@@ -117,7 +117,8 @@ def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = Non
     jobs = parallel_jobs.default_jobs() if jobs is None else parallel_jobs.check_jobs(jobs)
     pool = None
     if (warm and executor is None and jobs > 1 and target.kind == "cpu"
-            and len(graph) >= parallel_jobs.MIN_NODES and runnable_here(target)):
+            and len(getattr(graph, "nodes", ())) >= parallel_jobs.MIN_NODES
+            and runnable_here(target)):
         pool = parallel_jobs.ProcessExecutor(jobs - 1)  # imports the compiler during the passes
     try:
         return _compile(graph, target, pipeline, warm, progress, jobs, executor, pool)
