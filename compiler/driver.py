@@ -178,7 +178,7 @@ def _warm(module: CompiledModule, jobs: int = 1, executor=None, pool=None,
     from .codegen.jobs import precompile
 
     specs = module.executor.specs
-    if module.target.kind == "cpu" and runnable_here(module.target) and (jobs > 1 or executor):
+    if module.target.kind == "cpu" and runnable_here(module.target):
         items = []
         for i, step in enumerate(module.plan.steps):
             fn = module.executor.entries[i].kernel.fn if isinstance(step, KernelStep) else None

@@ -222,7 +222,7 @@ def precompile(items: Sequence[tuple], target, *, jobs: int,
     ``target`` this machine runs, so that ``family.compiled(instance,
     target)`` is then a memo hit. Cold instances go to ``executor`` (or the
     pool ``start_pool()`` returns, when ``jobs`` > 1 and there are at least
-    ``MIN_COLD``) and to the calling process. An instance that fails is left
+    ``MIN_COLD``) and to the calling process (all of them with ``jobs=1``). An instance that fails is left
     out: the caller's own warm-up compiles it again and reports the error.
     ``progress("codegen D/T")`` as instances finish."""
     from compiler.codegen.cache import default_cache
@@ -249,7 +249,7 @@ def precompile(items: Sequence[tuple], target, *, jobs: int,
         except FuelError:
             pass  # warmed again by the caller, which raises it with the step's name
 
-    pool, cold = executor, []
+    pool, cold, parallel = executor, [], executor is not None or jobs > 1
     try:
         for job_key, (family, inst) in todo.items():
             try:
@@ -258,15 +258,15 @@ def precompile(items: Sequence[tuple], target, *, jobs: int,
             except FuelError:
                 continue
             job = _Job(family, inst, text, strategy)
-            if cache.has(text, [ENTRY], strategy=strategy, target=target):
+            if not parallel or cache.has(text, [ENTRY], strategy=strategy, target=target):
                 local(job_key, job)
                 continue
             cold.append((job_key, job))
-            if pool is None and jobs > 1 and len(cold) >= MIN_COLD:
+            if pool is None and len(cold) == MIN_COLD:
                 pool = start_pool()
-                for _, earlier in cold[:-1]:
-                    earlier.future = pool and pool.submit(emit_object, earlier.text, target,
-                                                          earlier.strategy)
+                for _, earlier in cold[:-1] if pool is not None else ():
+                    earlier.future = pool.submit(emit_object, earlier.text, target,
+                                                 earlier.strategy)
             if pool is not None:
                 job.future = pool.submit(emit_object, text, target, strategy)
         for job_key, job in reversed(cold):  # what no worker started, this process compiles

@@ -69,9 +69,11 @@ def test_executor_objects_are_bit_identical_to_serial(cold, monkeypatch):
     monkeypatch.setattr(jobs, "MIN_COLD", 2)
     x = np.random.default_rng(1).standard_normal((4, 24)).astype(np.float32)
     serial_dir = cold("serial")
-    want = compile(_graph(), jobs=1)(x=x)
+    seen = []
+    want = compile(_graph(), jobs=1, progress=seen.append)(x=x)
     serial = _objects(serial_dir)
     assert len(serial) >= 3
+    assert f"codegen {len(serial)}/{len(serial)}" in seen  # counted with one job too
 
     pool_dir = cold("pool")
     ex = CountingExecutor()
