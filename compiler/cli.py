@@ -31,6 +31,11 @@ execution plan) that the fuelc runtime loads and runs without the compiler.
 'fuelc <command> --help' explains each command."""
 
 
+#: ``fuelc compile`` starts its compile workers before importing anything for
+#: a model file at least this large (smaller ones: ``compile()`` decides).
+EARLY_POOL_BYTES = 1 << 20
+
+
 class _Progress:
     """Stage names with elapsed time on stderr (only when enabled). On a
     terminal (``live``) one line is rewritten in place, kernel counts
@@ -86,23 +91,33 @@ def cmd_compile(args) -> int:
     check_output_path(out)  # before compiling: a bad -o is reported at once
     from runtime.artifact import read_key_file
     key = read_key_file(args.sign_key) if args.sign_key else None
-    from .codegen.jobs import check_jobs
-    jobs = check_jobs(args.jobs, "--jobs") if args.jobs is not None else None
+    from .codegen import jobs as parallel_jobs
+    jobs = parallel_jobs.check_jobs(args.jobs, "--jobs") if args.jobs is not None \
+        else parallel_jobs.default_jobs()
     live = sys.stderr.isatty()
     progress = _Progress(not args.quiet and (args.progress or live), live)
-    from .targets import parse_target
-    target = parse_target(args.target)
-    from .driver import compile as compile_graph
-    from .frontends.onnx import import_model
+    pool = None
     try:
+        if jobs > 1 and os.path.getsize(args.model) >= EARLY_POOL_BYTES:
+            # the workers import the compiler while this process does
+            pool = parallel_jobs.ProcessExecutor(jobs - 1)
+        from .targets import parse_target
+        target = parse_target(args.target)
+        from .driver import compile as compile_graph
+        from .frontends.onnx import import_model
         progress(f"import {args.model}")
         graph = import_model(args.model, shapes)
-        module = compile_graph(graph, target, progress=progress, jobs=jobs)
+        module = compile_graph(graph, target, progress=progress, jobs=jobs, executor=pool)
+        if pool is not None:
+            pool.shutdown(wait=False)
+            pool = None
         progress(f"export {out}")
         module.save(out, sign_with=key)
         progress("done")
     finally:
         progress.close()
+        if pool is not None:
+            pool.shutdown(wait=False)
     sig = ", ".join(f"{n}: {s}" for n, s in module.plan.inputs.items())
     print(f"wrote {out} (target {target}; inputs {sig}; outputs {', '.join(module.output_names)})")
     return 0
