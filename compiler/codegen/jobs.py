@@ -169,6 +169,8 @@ class ProcessExecutor(concurrent.futures.Executor):
             self._drain(None)
         for _ in self._threads:
             self._queue.put(None)
+        for t in self._threads if wait else ():
+            t.join()  # every task taken has its answer
         for p in self._procs:
             if not wait:
                 p.kill()  # a task it runs is abandoned
@@ -176,10 +178,6 @@ class ProcessExecutor(concurrent.futures.Executor):
                 p.stdin.close()  # an idle worker exits at end of input
             except OSError:
                 pass
-        if wait:
-            for t in self._threads:
-                t.join()
-        for p in self._procs:
             p.wait()
 
 
