@@ -267,20 +267,26 @@ def precompile(items: Sequence[tuple], target, *, jobs: int,
                                                  earlier.strategy)
             if pool is not None:
                 job.future = pool.submit(emit_object, text, target, strategy)
+        pending = {job.future: (job_key, job) for job_key, job in cold if job.future}
+
+        def collect(futures) -> None:  # store what the workers sent back
+            for future in futures:
+                job_key, job = pending.pop(future)
+                try:
+                    data = future.result()
+                except Exception:  # WorkerError, or the task's own error: compile here
+                    local(job_key, job)
+                    continue
+                finish(job_key, job, cache.put(job.text, [ENTRY], data, strategy=job.strategy,
+                                               target=target))
+
         for job_key, job in reversed(cold):  # what no worker started, this process compiles
+            collect([f for f in pending if f.done()])
             if job.future is None or job.future.cancel():
+                pending.pop(job.future, None)
                 job.future = None
                 local(job_key, job)
-        running = {job.future: (job_key, job) for job_key, job in cold if job.future}
-        for future in concurrent.futures.as_completed(running):
-            job_key, job = running[future]
-            try:
-                data = future.result()
-            except Exception:  # WorkerError, or the task's own error: compile here
-                local(job_key, job)
-                continue
-            finish(job_key, job, cache.put(job.text, [ENTRY], data, strategy=job.strategy,
-                                           target=target))
+        collect(concurrent.futures.as_completed(list(pending)))
     finally:
         for _, job in cold:
             if job.future is not None:
