@@ -44,9 +44,10 @@ from compiler.errors import CompilerError
 from runtime.errors import FuelError
 
 #: Graphs with fewer nodes compile in the calling process (no workers).
-MIN_NODES = 32
-#: Fewer cold instances than this compile in the calling process.
-MIN_COLD = 4
+MIN_NODES = 64
+#: Fewer cold instances than this compile in the calling process: a worker's
+#: start-up (~1 s) costs more than it would take over (instances: 0.1-0.3 s).
+MIN_COLD = 8
 
 _FRAME = struct.Struct("<Q")
 

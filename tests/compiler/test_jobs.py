@@ -65,8 +65,7 @@ def _raise():
     raise jobs.WorkerError("this executor loses every task")
 
 
-def test_executor_objects_are_bit_identical_to_serial(cold, monkeypatch):
-    monkeypatch.setattr(jobs, "MIN_COLD", 2)
+def test_executor_objects_are_bit_identical_to_serial(cold):
     x = np.random.default_rng(1).standard_normal((4, 24)).astype(np.float32)
     serial_dir = cold("serial")
     seen = []
@@ -85,9 +84,8 @@ def test_executor_objects_are_bit_identical_to_serial(cold, monkeypatch):
 
 
 
-def test_failed_tasks_compile_here_and_progress_counts_instances(cold, monkeypatch):
+def test_failed_tasks_compile_here_and_progress_counts_instances(cold):
     """An executor that loses every task: this process compiles them all."""
-    monkeypatch.setattr(jobs, "MIN_COLD", 2)
     x = np.random.default_rng(1).standard_normal((4, 24)).astype(np.float32)
     cold("failing")
     seen = []
