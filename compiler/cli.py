@@ -33,16 +33,37 @@ execution plan) that the fuelc runtime loads and runs without the compiler.
 'fuelc <command> --help' explains each command."""
 
 
-class _Progress:
-    """Stage names with elapsed time on stderr (only when enabled)."""
+#: ``fuelc compile`` starts its compile workers before importing anything for
+#: a model file at least this large (smaller ones: ``compile()`` decides).
+EARLY_POOL_BYTES = 1 << 20
 
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
+
+class _Progress:
+    """Stage names with elapsed time on stderr (only when enabled). On a
+    terminal (``live``) one line is rewritten in place, kernel counts
+    included ("codegen 12/40"); elsewhere each stage gets a line of its own
+    and the counts are left out."""
+
+    def __init__(self, enabled: bool, live: bool = False):
+        self.enabled, self.live = enabled, live
         self.t0 = time.perf_counter()
+        self.stage = None
 
     def __call__(self, stage: str) -> None:
-        if self.enabled:
-            print(f"[{time.perf_counter() - self.t0:7.2f}s] {stage}", file=sys.stderr, flush=True)
+        if not self.enabled:
+            return
+        line = f"[{time.perf_counter() - self.t0:7.2f}s] {stage}"
+        if self.live:
+            end = "\n" if stage == "done" else ""
+            print(f"\r\x1b[K{line}", end=end, file=sys.stderr, flush=True)
+        elif stage.split(" ")[0] != self.stage:
+            print(line, file=sys.stderr, flush=True)
+        self.stage = stage.split(" ")[0]
+
+    def close(self) -> None:
+        """End a live line left open (an error is reported on a line of its own)."""
+        if self.live and self.enabled and self.stage not in (None, "done"):
+            print(file=sys.stderr, flush=True)
 
 
 def _parse_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
@@ -97,40 +118,58 @@ def cmd_compile(args) -> int:
         check_output_path(out)  # before compiling: a bad -o is reported at once
     from runtime.artifact import read_key_file
     key = read_key_file(args.sign_key) if args.sign_key else None
-    progress = _Progress(args.progress or sys.stderr.isatty())
-    from .targets import parse_target
-    target = parse_target(args.target)
-    from .driver import compile as compile_graph
-    progress(f"import {args.model}")
-    if torch_program:
-        from .frontends.torch import load_program
-        graph = load_program(args.model)
-    else:
-        from .frontends.onnx import import_model
-        graph = import_model(args.model, shapes)
-    if graph.is_symbolic and not bindings:  # a .fuel file holds one size
-        dims = "; ".join(f"input {n!r} axis {i}: dim_param {str(d)!r}"
-                         for n, nid in graph.inputs.items()
-                         for i, d in enumerate(graph.nodes[nid].shape) if not isinstance(d, int))
-        raise CliError(f"{args.model}: the model's inputs have symbolic dims ({dims}); a .fuel "
-                       f"file holds one size in this version: fix each with --input-shape "
-                       f"NAME=D0,D1,..., or write a bundle of sizes with --binding "
-                       f"{'=N,'.join(graph.symbols)}=N (repeat per size)")
-    if bindings and not graph.is_symbolic:
-        raise CliError(f"--binding: the imported model has no symbolic dims (inputs "
-                       f"{graph.signature()['inputs']}); drop --binding to write one .fuel file")
-    module = compile_graph(graph, target, progress=progress)
-    if bindings:
+    from .codegen import jobs as parallel_jobs
+    jobs = parallel_jobs.check_jobs(args.jobs, "--jobs") if args.jobs is not None \
+        else parallel_jobs.default_jobs()
+    live = sys.stderr.isatty()
+    progress = _Progress(not args.quiet and (args.progress or live), live)
+    pool = None
+    try:
+        if jobs > 1 and os.path.getsize(args.model) >= EARLY_POOL_BYTES:
+            # the workers import the compiler while this process does
+            pool = parallel_jobs.ProcessExecutor(jobs - 1)
+        from .targets import parse_target
+        target = parse_target(args.target)
+        from .driver import compile as compile_graph
+        progress(f"import {args.model}")
+        if torch_program:
+            from .frontends.torch import load_program
+            graph = load_program(args.model)
+        else:
+            from .frontends.onnx import import_model
+            graph = import_model(args.model, shapes)
+        if graph.is_symbolic and not bindings:  # a .fuel file holds one size
+            dims = "; ".join(f"input {n!r} axis {i}: dim_param {str(d)!r}"
+                             for n, nid in graph.inputs.items()
+                             for i, d in enumerate(graph.nodes[nid].shape)
+                             if not isinstance(d, int))
+            raise CliError(f"{args.model}: the model's inputs have symbolic dims ({dims}); a "
+                           f".fuel file holds one size in this version: fix each with "
+                           f"--input-shape NAME=D0,D1,..., or write a bundle of sizes with "
+                           f"--binding {'=N,'.join(graph.symbols)}=N (repeat per size)")
+        if bindings and not graph.is_symbolic:
+            raise CliError(f"--binding: the imported model has no symbolic dims (inputs "
+                           f"{graph.signature()['inputs']}); drop --binding to write one .fuel "
+                           f"file")
+        module = compile_graph(graph, target, progress=progress, jobs=jobs, executor=pool)
+        if pool is not None:
+            pool.shutdown(wait=False)
+            pool = None
         progress(f"export {out}")
-        module.save_bundle(out, bindings, sign_with=key)
+        if bindings:
+            module.save_bundle(out, bindings, sign_with=key)
+        else:
+            module.save(out, sign_with=key)
         progress("done")
+    finally:
+        progress.close()
+        if pool is not None:
+            pool.shutdown(wait=False)
+    if bindings:
         sig = ", ".join(f"{n}: {s}" for n, s in module.signature["inputs"].items())
         print(f"wrote {out} (target {target}; inputs {sig}; {len(bindings)} binding(s); "
               f"outputs {', '.join(module.output_names)})")
         return 0
-    progress(f"export {out}")
-    module.save(out, sign_with=key)
-    progress("done")
     sig = ", ".join(f"{n}: {s}" for n, s in module.plan.inputs.items())
     print(f"wrote {out} (target {target}; inputs {sig}; outputs {', '.join(module.output_names)})")
     return 0
@@ -167,7 +206,11 @@ def _parser() -> argparse.ArgumentParser:
                         "the manifest); fuelc run --verify-key KEYFILE checks it")
     p.add_argument("--progress", action="store_true",
                    help="print the stages as they run on stderr (default: when stderr is a "
-                        "terminal)")
+                        "terminal, as one line with the kernels done/total)")
+    p.add_argument("--quiet", action="store_true", help="print no progress")
+    p.add_argument("--jobs", "-j", metavar="N",
+                   help="compile kernels in N processes at once, this one included (default: "
+                        "$FUELC_JOBS, else the CPUs this process may use)")
     p.set_defaults(func=cmd_compile)
     add_inspect_parser(sub)
     add_run_parser(sub)

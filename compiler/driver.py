@@ -222,7 +222,8 @@ class SymbolicModule:
 
 
 def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = None,
-            warm: bool = True, progress=None) -> "CompiledModule | SymbolicModule":
+            warm: bool = True, progress=None, jobs: int | None = None,
+            executor=None) -> "CompiledModule | SymbolicModule":
     """Compile ``graph`` for ``target``: ``"cpu"`` (this machine, or
     ``$FUELC_CPU``), ``"cpu:x86-64-v3"``, ``"cpu:znver3"``, ... or a ``Target``.
 
@@ -234,21 +235,42 @@ def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = Non
     unknown target, ``CompileError`` (or the stage's own typed error:
     ``DialectError``, ``PassError`` with a reproducer, ``PlanningError``,
     ``NoBackendForOp``). ``progress(stage)``, when given, is called as
-    each stage (emit, passes, plan, codegen) starts.
+    each stage (emit, passes, plan, codegen) starts, and with
+    ``"codegen D/T"`` as kernel instances finish.
 
-    A graph with symbolic extents gives a ``SymbolicModule``, which compiles
-    each binding of its symbols on first use (``docs/dynamic-shapes.md``)."""
+    ``jobs``: how many processes compile kernels at once, this one included
+    (default ``$FUELC_JOBS``, else the CPUs this process may use; workers
+    only start for graphs of ``jobs.MIN_NODES`` nodes or more).
+    ``executor``: a ``concurrent.futures.Executor`` that compiles the cold
+    kernel instances instead of fuelc's worker processes (e.g. a Ray
+    pool). The objects are bit-identical either way
+    (``compiler.codegen.jobs``)."""
+    from .codegen import jobs as parallel_jobs
+    from .codegen.family import runnable_here
+
+    target = parse_target(target)
+    if not getattr(graph, "outputs", None):
+        raise CompileError("the graph has no outputs; mark at least one with g.output(node, name=...)")
+    jobs = parallel_jobs.default_jobs() if jobs is None else parallel_jobs.check_jobs(jobs)
+    pool = None
+    if (warm and executor is None and jobs > 1 and target.kind == "cpu"
+            and len(getattr(graph, "nodes", ())) >= parallel_jobs.MIN_NODES
+            and runnable_here(target)):
+        pool = parallel_jobs.ProcessExecutor(jobs - 1)  # imports the compiler during the passes
+    try:
+        return _compile(graph, target, pipeline, warm, progress, jobs, executor, pool)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _compile(graph, target: Target, pipeline, warm: bool, progress, jobs: int, executor,
+             pool) -> CompiledModule:
     from .dialect.emit import graph_to_module
     from .passes import DEFAULT_PIPELINE, resolve_pipeline, run_pipeline
     from .codegen.family import runnable_here
     from .plan import fold_constant_steps, plan_from_module
 
-    target = parse_target(target)
-    if not getattr(graph, "outputs", None):
-        raise CompileError("the graph has no outputs; mark at least one with g.output(node, name=...)")
-    if getattr(graph, "is_symbolic", False):  # docs/dynamic-shapes.md: the first stage
-        return SymbolicModule(graph, target, {"pipeline": pipeline, "warm": warm,
-                                              "progress": progress})
     timings, irs = {}, {}
     progress = progress or (lambda stage: None)
     progress("emit")
@@ -278,17 +300,36 @@ def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = Non
     if warm:
         progress("codegen")
         t0 = time.perf_counter()
-        _warm(module)
+        _warm(module, jobs, executor, pool, progress)
         module.timings["codegen"] = time.perf_counter() - t0
     return module
 
 
-def _warm(module: CompiledModule) -> None:
+def _warm(module: CompiledModule, jobs: int = 1, executor=None, pool=None,
+          progress=lambda stage: None) -> None:
     """Compile every generated kernel the plan will call (any kernel whose
-    callable has ``warm(layouts, params, n_inputs)``: the generated families)."""
+    callable has ``warm(layouts, params, n_inputs)``: the generated families),
+    cold instances in parallel where ``jobs``/``executor`` allow."""
     from runtime.layout import Layout
+    from .codegen.family import runnable_here
+    from .codegen.jobs import precompile
 
     specs = module.executor.specs
+    if module.target.kind == "cpu" and runnable_here(module.target):
+        items = []
+        for i, step in enumerate(module.plan.steps):
+            fn = module.executor.entries[i].kernel.fn if isinstance(step, KernelStep) else None
+            if not hasattr(fn, "instances"):
+                continue
+            layouts = [Layout.contiguous(specs[v].shape) for v in step.inputs]
+            layouts += [Layout.contiguous(s.shape) for s in step.output_specs[:1]]
+            try:
+                items += [(fn.family, inst)
+                          for inst in fn.instances(layouts, step.params, len(step.inputs))]
+            except FuelError:
+                pass  # reported with the step's name below
+        precompile(items, module.target, jobs=jobs, executor=executor,
+                   start_pool=lambda: pool, progress=progress)
     results = []
     programs = {}  # step index -> what warm returned
     for i, step in enumerate(module.plan.steps):

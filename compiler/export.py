@@ -22,8 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from runtime.artifact import (ENTRY_SYMBOL, FORMAT, FORMAT_VERSION, MANIFEST,
-                              SAFETENSORS_DTYPES, SIGNATURE, WEIGHTS, manifest_signature,
+from runtime.artifact import (ENTRY_SYMBOL, FORMAT, FORMAT_VERSION, MANIFEST, PAD_EXTRA_ID,
+                              SAFETENSORS_DTYPES, SIGNATURE, WEIGHTS, WEIGHTS_ALIGN,
+                              manifest_signature,
                               object_revision, signing_key)
 from runtime.executor import KernelStep
 from runtime.layout import Layout
@@ -74,10 +75,19 @@ class _Writer:
         self.zf = zf
         self.members: dict[str, dict] = {}
 
-    def add(self, name: str, chunks, *, compress: bool) -> None:
+    def add(self, name: str, chunks, *, compress: bool, align: int = 0) -> None:
+        """Stream ``chunks`` into member ``name``. ``align`` (stored members):
+        the member's data starts at a multiple of it in the file (an extra
+        field of padding in its local header), so a reader can map it."""
         info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
         info.compress_type = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
         info.external_attr = 0o644 << 16
+        if align:
+            # local header: 30 bytes, the name, the extra fields (this padding
+            # field's 4-byte head, and the 20-byte zip64 field zipfile adds)
+            start = self.zf.fp.tell() + 30 + len(name.encode()) + 4 + 20
+            pad = -start % align
+            info.extra = struct.pack("<HH", PAD_EXTRA_ID, pad) + bytes(pad)
         h, size = hashlib.sha256(), 0
         with self.zf.open(info, "w", force_zip64=True) as f:
             for chunk in chunks:
@@ -221,7 +231,8 @@ def export_module(module, path, sign_with=None) -> Path:
     try:
         with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w", allowZip64=True) as zf:
             w = _Writer(zf)
-            w.add(WEIGHTS, _safetensors_chunks(header, datas), compress=False)
+            w.add(WEIGHTS, _safetensors_chunks(header, datas), compress=False,
+                  align=WEIGHTS_ALIGN)
             objects: dict[str, str] = {}
             kernels = [_kernel_record(module, i, s, objects, w)
                        for i, s in enumerate(plan.steps) if isinstance(s, KernelStep)]

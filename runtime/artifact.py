@@ -42,6 +42,7 @@ would run as programs.
 from __future__ import annotations
 
 import hashlib
+import mmap
 import hmac
 import json
 import math
@@ -71,6 +72,11 @@ SIGNATURE = "manifest.sig"
 #: A file holding the key every ``load`` must verify a signature with.
 KEY_FILE_ENV = "FUELC_VERIFY_KEY_FILE"
 WEIGHTS = "weights.safetensors"
+#: The weights member is stored with its data at a multiple of this in the
+#: file (a padding extra field, id ``PAD_EXTRA_ID``, in its local header), so
+#: ``load`` maps it read-only instead of reading it.
+WEIGHTS_ALIGN = max(mmap.ALLOCATIONGRANULARITY, 4096)
+PAD_EXTRA_ID = 0xD935  # the id Android's zipalign pads with
 ENTRY_SYMBOL = "_mlir_ciface_kernel"
 MAX_MANIFEST_BYTES = 64 << 20
 #: The most bytes a compressed member may inflate to (IR text; code and weights
@@ -347,11 +353,32 @@ class Artifact:
         return out
 
 
+def _map_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int, path: str):
+    """A read-only map of a stored member whose data starts at a multiple
+    of ``mmap.ALLOCATIONGRANULARITY`` (``WEIGHTS_ALIGN``), or None (read it
+    instead). The map is checked like a read (size, SHA-256), not by the
+    zip's CRC; it shows the file as it is on disk, so a file replaced by
+    ``save`` (a rename) leaves it intact, one truncated in place does not."""
+    if info.compress_type != zipfile.ZIP_STORED or not size or info.compress_size != size:
+        return None
+    f = zf.fp
+    f.seek(info.header_offset)
+    head = f.read(30)
+    if len(head) != 30 or head[:4] != b"PK\x03\x04":
+        raise ArtifactIntegrityError(f"member {info.filename}: no local header at its offset",
+                                     path)
+    start = info.header_offset + 30 + sum(struct.unpack_from("<HH", head, 26))
+    if start % mmap.ALLOCATIONGRANULARITY or start + size > os.fstat(f.fileno()).st_size:
+        return None
+    return mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ, offset=start)
+
+
 def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int, path: str,
-                 keep: bool = True):
+                 keep: bool = True, sizes_only: bool = False):
     """The member's bytes, read once into one buffer; the zip's own CRC is
     checked by zipfile at the end of the read. With ``keep=False``, only its
-    SHA-256 (hex), hashed as it streams by."""
+    SHA-256 (hex), hashed as it streams by; with ``sizes_only``, only the
+    sizes are checked (None)."""
     if info.file_size != size:
         raise ArtifactIntegrityError(f"member {info.filename} is {info.file_size} bytes, the "
                                      f"manifest says {size}", path)
@@ -366,6 +393,8 @@ def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int, path: st
         raise ArtifactFormatError(f"member {info.filename} inflates to {size} bytes; a "
                                   f"compressed member may hold at most "
                                   f"{MAX_INFLATED_BYTES >> 20} MiB", path)
+    if sizes_only:
+        return None
     if not keep:
         h, got = hashlib.sha256(), 0
         with zf.open(info) as f:
@@ -498,7 +527,12 @@ def open_artifact(path, verify_with=None) -> Artifact:
             members = {}
             for name, rec in listed.items():
                 keep = not name.startswith("ir/")
-                data = _read_member(zf, by_name[name], rec["size"], p, keep)
+                data = None
+                if name == WEIGHTS:
+                    _read_member(zf, by_name[name], rec["size"], p, keep=False, sizes_only=True)
+                    data = _map_member(zf, by_name[name], rec["size"], p)
+                if data is None:
+                    data = _read_member(zf, by_name[name], rec["size"], p, keep)
                 if (sha256_hex(data) if keep else data) != rec["sha256"]:
                     raise ArtifactIntegrityError(f"member {name} does not match its SHA-256 in "
                                                  "the manifest: the file was modified", p)

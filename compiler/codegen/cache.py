@@ -396,6 +396,36 @@ class KernelCache:
                     self._key_locks.pop(old, None)
             return obj
 
+    def has(self, text: str, entry_names: Sequence[str], *, strategy=None, target=None) -> bool:
+        """Whether (text, entries, strategy, target) is loaded or has a
+        verified disk entry: ``get_or_compile`` would not compile."""
+        key = self.key(text, entry_names, strategy, _target(target))
+        with self._lock:
+            if key in self._memory:
+                return True
+        return self._has_verified_entry(key)
+
+    def put(self, text: str, entry_names: Sequence[str], data: bytes, *, strategy=None,
+            target=None, load: bool = True) -> CompiledObject | None:
+        """Store ``data``, the object another process compiled for (text,
+        entries, strategy, target) (``compiler.codegen.jobs``), on disk and,
+        with ``load``, in memory; returns the loaded object (else None)."""
+        target = _target(target)
+        key = self.key(text, entry_names, strategy, target)
+        with self._lock:
+            self.stats.compiles += 1
+        self._store_on_disk(key, data)
+        if not load:
+            return None
+        obj = load_object(data, target.features, str(target))
+        with self._lock:
+            obj = self._memory.setdefault(key, obj)
+            self._memory.move_to_end(key)
+            while len(self._memory) > self.MAX_LOADED:
+                old, _ = self._memory.popitem(last=False)
+                self._key_locks.pop(old, None)
+        return obj
+
     def object_bytes(self, text: str, entry_names: Sequence[str], *, strategy=None,
                      target=None) -> bytes:
         """The relocatable object for (text, entries, strategy, target)

@@ -124,12 +124,23 @@ def compiled_entry(target, key: Hashable, linalg_text: Callable[[], str], n_args
                 return target.codegen.ensure_compiled(linalg_text(), [ENTRY], target=target)
             fn = target.codegen.compile_module(linalg_text(), [ENTRY], target=target).ciface(
                 ENTRY, n_args)
-            with _lock:
-                _compiled[full] = fn
-                while len(_compiled) > MAX_COMPILED:
-                    old, _ = _compiled.popitem(last=False)
-                    _key_locks.pop(old, None)
+            remember(target, key, fn)
     return fn
+
+
+def remember(target, key: Hashable, fn: KernelFunction) -> None:
+    """Memoise ``fn`` as ``compiled_entry``'s result for ``(target, key)``
+    (an object compiled elsewhere: ``compiler.codegen.jobs``)."""
+    with _lock:
+        _compiled[(target, key)] = fn
+        while len(_compiled) > MAX_COMPILED:
+            old, _ = _compiled.popitem(last=False)
+            _key_locks.pop(old, None)
+
+
+def is_compiled(target, key: Hashable) -> bool:
+    """Whether ``compiled_entry`` has ``(target, key)`` memoised."""
+    return (target, key) in _compiled
 
 
 def single_op_linalg_text(op_name: str, params: dict, input_types: Sequence, dynamic: bool,
@@ -304,9 +315,13 @@ class KernelFamily:
         string; memoised)."""
         target = parse_target(target)
         instance = for_target(instance, target)
-        return compiled_entry(target, (type(self).__name__, instance.memo_key),
+        return compiled_entry(target, self.entry_key(instance),
                               lambda: self.linalg_text(instance, target),
                               len(instance.input_types) + 1, load=load)
+
+    def entry_key(self, instance) -> Hashable:
+        """The compile-once memo key of ``instance`` (as ``for_target`` made it)."""
+        return (type(self).__name__, instance.memo_key)
 
     def kernel(self, target, key, dtypes: Sequence[DType]) -> "GeneratedKernel":
         """This family's kernel callable for ``(key, dtypes)`` on ``target``."""
@@ -371,6 +386,10 @@ class GeneratedKernel:
         return [(self.family.compiled(inst, self.target), lays)
                 for inst, lays in self._tiles(layouts, params, n_inputs)]
 
+    def instances(self, layouts: Sequence, params, n_inputs: int) -> list:
+        """The distinct op instances ``warm`` with these arguments compiles."""
+        return list(dict.fromkeys(i for i, _ in self._tiles(layouts, params, n_inputs)))
+
     def warm(self, layouts: Sequence, params, n_inputs: int) -> KernelFunction | None:
         """Compile the kernel(s) a call with these layouts and params would
         use (one per distinct tile shape) and return the first. On a machine
@@ -378,7 +397,7 @@ class GeneratedKernel:
         (None is returned); calling the kernel then raises ``CpuFeatureError``."""
         load = runnable_here(self.target)
         fns = [self.family.compiled(inst, self.target, load=load)
-               for inst in dict.fromkeys(i for i, _ in self._tiles(layouts, params, n_inputs))]
+               for inst in self.instances(layouts, params, n_inputs)]
         return fns[0]
 
     def _check_arity(self, n_inputs: int, n_outputs: int) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import mmap
 import numbers
 from typing import Any, Optional, Sequence, Union
 
@@ -220,7 +221,10 @@ class Graph:
         stays f64, bool becomes u8), and python values follow PyTorch's
         defaults: floats are f32, ints i64, bools u8. The payload is a private,
         read-only, native-order copy (bf16 as bit patterns): the caller's array
-        is never changed. Returns the Const handle."""
+        is never changed. A row-major array over a read-only memory map (an
+        ONNX model's external data, a loaded module's weights) is used in
+        place: nothing in this process can write it, so it is not copied.
+        Returns the Const handle."""
         typed = isinstance(value, (np.ndarray, np.generic))
         arr = np.asarray(value)
         if not arr.dtype.isnative:
@@ -244,8 +248,9 @@ class Graph:
                 name += "_"
         if name in self.constants:
             raise GraphBuildError(f"constant {name!r} declared twice")
-        arr = np.array(arr, order="C", copy=True)
-        arr.setflags(write=False)
+        if not _read_only_map(arr):
+            arr = np.array(arr, order="C", copy=True)
+            arr.setflags(write=False)
         t = self.add_node("Const", [], {"name": name, "shape": arr.shape, "dtype": dt},
                           name=name)
         self.constants[name] = arr
@@ -411,6 +416,21 @@ def _parse_dtype(dtype, what) -> DType:
         return DType.parse(dtype)
     except Exception as e:
         raise GraphBuildError(f"{what}: {e}") from None
+
+
+def _read_only_map(arr: np.ndarray) -> bool:
+    """Whether ``arr`` is a native-order, C-contiguous view whose memory is
+    a read-only ``mmap`` (every array on the way to it read-only too)."""
+    if not (arr.flags.c_contiguous and arr.dtype.isnative and arr.size):
+        return False
+    base = arr
+    while isinstance(base, np.ndarray):
+        if base.flags.writeable:
+            return False
+        base = base.base
+    if isinstance(base, memoryview):  # np.frombuffer over a map
+        base = base.obj
+    return isinstance(base, mmap.mmap) and memoryview(base).readonly
 
 
 def _to_storage(arr: np.ndarray, dt: DType, name) -> np.ndarray:

@@ -173,7 +173,14 @@ def test_raw_byte_damage_and_truncation_are_typed_errors(built, tmp_path):
         with pytest.raises(ArtifactError):
             runtime.load(p)
     p = tmp_path / "flip.fuel"
-    p.write_bytes(_flip(data, 200))  # inside the first member's data: the zip CRC fails
+    from runtime.artifact import WEIGHTS_ALIGN
+    p.write_bytes(_flip(data, WEIGHTS_ALIGN + 200))  # inside the (mapped) weights' data
+    with pytest.raises(ArtifactIntegrityError, match="weights.safetensors does not match"):
+        runtime.load(p)
+    with zipfile.ZipFile(path) as zf:  # inside a member that is read: the zip CRC fails
+        obj = zf.getinfo("code/0.o")
+    at = obj.header_offset + 30 + len(obj.filename) + len(obj.extra) + 20 + 100
+    p.write_bytes(_flip(data, at))
     with pytest.raises(ArtifactIntegrityError, match="damaged or truncated"):
         runtime.load(p)
     p.write_bytes(b"not a zip at all")

@@ -125,6 +125,35 @@ def test_compile_errors(compiled, tmp_path):
     _error(fuelc("compile", d / "m.onnx"), "dim_param 'N'")
     (tmp_path / "bad.onnx").write_bytes(b"not protobuf")
     _error(fuelc("compile", tmp_path / "bad.onnx"))
+    _error(fuelc("compile", d / "m.onnx", "--input-shape", "x=4,16", "--jobs", "0"),
+           "--jobs='0': expected a positive number of parallel compile jobs")
+
+
+def test_compile_quiet_with_jobs(compiled, tmp_path):
+    d, _ = compiled
+    r = fuelc("compile", d / "m.onnx", "-o", tmp_path / "q.fuel", "--input-shape", "x=4,16",
+              "--quiet", "--progress", "--jobs", "2")
+    assert r.returncode == 0 and r.stderr == "" and "wrote" in r.stdout, r.stderr
+
+
+def test_progress_line(monkeypatch):
+    """On a terminal one line is rewritten (kernel counts included); elsewhere
+    one line per stage, without the counts."""
+    import io
+    from compiler.cli import _Progress
+    for live in (True, False):
+        err = io.StringIO()
+        monkeypatch.setattr(sys, "stderr", err)
+        p = _Progress(True, live)
+        for stage in ("passes", "codegen", "codegen 1/2", "codegen 2/2", "done"):
+            p(stage)
+        text = err.getvalue()
+        if live:
+            assert text.count("\r\x1b[K") == 5 and "codegen 2/2" in text
+            assert text.endswith("done\n") and text.count("\n") == 1
+        else:
+            assert [line.split("] ")[1] for line in text.splitlines()] == \
+                ["passes", "codegen", "done"]
 
 
 def test_help_and_usage():

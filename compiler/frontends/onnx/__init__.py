@@ -39,7 +39,7 @@ from ...errors import CompilerError, GraphBuildError, UnsupportedOpError
 from ...graph import Graph, Sym, Tensor
 from runtime.errors import SymbolicError
 
-__all__ = ["import_model", "OnnxImportError", "Issue", "MIN_OPSET", "supported_ops"]
+__all__ = ["import_model", "external_data", "OnnxImportError", "Issue", "MIN_OPSET", "supported_ops"]
 
 #: the oldest default-domain opset imported (the axes-as-input era).
 MIN_OPSET = 13
@@ -84,7 +84,9 @@ def import_model(path_or_model, input_shapes: Optional[Mapping[str, object]] = N
     ``{"x": (1, 128)}`` (an input's shape; ``None`` keeps an axis symbolic;
     static dims given must agree with the model's). Raises OnnxImportError."""
     model = _upgrade(_load(path_or_model))
-    return _Importer(model, dict(input_shapes or {})).run()
+    base = os.path.dirname(os.path.abspath(os.fspath(path_or_model))) \
+        if isinstance(path_or_model, (str, os.PathLike)) else None
+    return _Importer(model, dict(input_shapes or {}), base).run()
 
 
 def _load(src):
@@ -95,7 +97,7 @@ def _load(src):
         elif isinstance(src, (bytes, bytearray)):
             model = onnx.load_from_string(bytes(src))
         elif isinstance(src, (str, os.PathLike)):
-            model = onnx.load(os.fspath(src))
+            model = onnx.load(os.fspath(src), load_external_data=False)  # mapped later
         else:
             raise OnnxImportError(f"import_model takes a path, bytes or onnx.ModelProto, got "
                                   f"{type(src).__name__}")
@@ -105,8 +107,16 @@ def _load(src):
         what = "<bytes>" if isinstance(src, (bytes, bytearray)) else src
         raise OnnxImportError(f"cannot read ONNX model {what}: {type(e).__name__}: {e}") \
             from None
+    external = [t.name for t in model.graph.initializer
+                if t.data_location == onnx.TensorProto.EXTERNAL]
+    if external and not isinstance(src, (str, os.PathLike)):
+        raise OnnxImportError(f"initializer {external[0]!r} keeps its data in an external file; "
+                              "import the model by its path, so the file is found next to it")
     try:
-        onnx.checker.check_model(model)
+        # with external data, by path: the checker then resolves its files
+        # against the model's directory (and applies its path rules)
+        onnx.checker.check_model(os.fspath(src) if external and isinstance(src, (str, os.PathLike))
+                                 else model)
     except Exception as e:
         raise OnnxImportError(f"the model fails onnx.checker: {e}".rstrip()) from None
     return model
@@ -234,9 +244,71 @@ def _near(v, want, rtol=1e-6) -> bool:
         abs(float(v.reshape(-1)[0]) - want) <= rtol * abs(want)
 
 
+def external_data(init, base_dir: Optional[str]) -> np.ndarray:
+    """The initializer ``init``'s external data as a read-only ``np.memmap``
+    (nothing is read until used). onnx.checker's rules for the path: a
+    relative ``location`` without ``..``, naming a regular file inside
+    ``base_dir`` (the model's directory; a symlink resolving out of it is
+    refused); ``offset`` and ``length`` within the file and agreeing with
+    the tensor's size. Each refusal is an ``OnnxImportError`` naming the
+    initializer and the rule."""
+    import stat
+    from onnx import TensorProto
+    from ._types import _name, numpy_of
+
+    where = f"initializer {init.name!r}"
+    info = {e.key: e.value for e in init.external_data}
+    loc = info.get("location", "")
+    if base_dir is None:
+        raise OnnxImportError(f"{where} keeps its data in the external file {loc!r}; import "
+                              "the model by its path, so the file is found next to it")
+    if not loc:
+        raise OnnxImportError(f"{where}: external data without a 'location'")
+    parts = loc.replace("\\", "/").split("/")
+    if os.path.isabs(loc) or loc.startswith(("/", "\\")) or ":" in parts[0] or ".." in parts:
+        raise OnnxImportError(f"{where}: external data location {loc!r} must be a path "
+                              "relative to the model's directory, without '..' (onnx.checker's "
+                              "rule)")
+    root = os.path.realpath(base_dir)
+    path = os.path.realpath(os.path.join(base_dir, loc))
+    if os.path.commonpath([root, path]) != root:
+        raise OnnxImportError(f"{where}: external data {loc!r} resolves to {path}, outside the "
+                              f"model's directory {root} (a symlink out of it)")
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise OnnxImportError(f"{where}: external data file {loc!r}: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise OnnxImportError(f"{where}: external data {loc!r} is not a regular file")
+    if init.data_type == TensorProto.BFLOAT16:
+        import ml_dtypes
+        dtype = np.dtype(ml_dtypes.bfloat16)
+    else:
+        try:
+            dtype = np.dtype(numpy_of(init.data_type)).newbyteorder("<")
+        except Exception:
+            raise OnnxImportError(f"{where}: external data of element type "
+                                  f"{_name(init.data_type)} cannot be mapped") from None
+    shape = tuple(int(d) for d in init.dims)
+    nbytes = math.prod(shape) * dtype.itemsize
+    try:
+        offset, length = int(info.get("offset", 0)), int(info.get("length", nbytes))
+    except ValueError:
+        raise OnnxImportError(f"{where}: external data offset/length are not integers: "
+                              f"{info}") from None
+    if offset < 0 or length != nbytes or offset + nbytes > st.st_size:
+        raise OnnxImportError(f"{where}: external data [{offset}, {offset + length}) of {loc!r} "
+                              f"must be the tensor's {nbytes} bytes ({_name(init.data_type)}"
+                              f"{list(shape)}) inside the file's {st.st_size} bytes")
+    if not nbytes:
+        return np.zeros(shape, dtype)
+    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
+
+
 class _Importer:
-    def __init__(self, model, input_shapes):
+    def __init__(self, model, input_shapes, base_dir: Optional[str] = None):
         self.model = model
+        self.base_dir = base_dir  # the model file's directory (external data lives there)
         self.graph = model.graph
         self.input_shapes = input_shapes
         self.g = Graph()
@@ -352,6 +424,13 @@ class _Importer:
     def _load_initializers(self):
         from onnx import TensorProto, numpy_helper
         for init in self.graph.initializer:
+            if init.data_location == TensorProto.EXTERNAL:
+                arr = external_data(init, self.base_dir)
+                if init.data_type == TensorProto.BFLOAT16:
+                    self.values[init.name] = self.g.constant(arr, name=init.name, dtype="bf16")
+                else:
+                    self._set_const(init.name, arr)
+                continue
             if init.data_type == TensorProto.BFLOAT16:
                 arr = numpy_helper.to_array(init).astype(np.float32)
                 self.values[init.name] = self.g.constant(arr, name=init.name, dtype="bf16")

@@ -1,0 +1,298 @@
+"""Compiling kernel instances in parallel: ``compile(graph, jobs=N, executor=...)``.
+
+The calling process does what needs its own state: for every kernel
+instance the plan calls, its linalg text, the strategy the target picks and
+the kernel-cache lookup. Each *cold* instance (no loaded object, no verified
+disk entry) becomes a task ``emit_object(text, target, strategy) -> bytes``
+for a ``concurrent.futures.Executor``; the object that comes back is stored
+in the kernel cache (disk and memory) by the calling process, which is the
+only writer. The calling process compiles too: once every instance is
+submitted it takes back, from the end, the tasks no worker has started
+(``Future.cancel``) and compiles them itself. An object depends only on
+(text, strategy, target), so the result is bit-identical whatever the
+number of jobs or the executor; a task that fails is compiled again in the
+calling process, which raises the typed error with its reproducer.
+
+``jobs`` counts the processes that compile at once, the caller included:
+``jobs=1`` compiles everything in the calling process, ``jobs=N`` adds a
+``ProcessExecutor`` of N-1 workers. Default: ``$FUELC_JOBS``, else the CPUs
+this process may use (``os.sched_getaffinity``). A worker costs about a
+second of CPU to import the compiler, so ``compile()`` only starts workers
+for a graph of at least ``MIN_NODES`` nodes (they import while the passes
+run) and the tasks only go to them when at least ``MIN_COLD`` instances are
+cold; smaller graphs compile in the calling process alone.
+
+``ProcessExecutor`` workers are fresh interpreters running ``python -m
+compiler.codegen.jobs`` (never a fork of a process holding MLIR contexts or
+LLVM state, and unlike ``multiprocessing``'s spawn they never import the
+caller's ``__main__``), each fed one pickled call at a time over its stdin
+and answering on a private copy of its stdout.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import pickle
+import signal
+import struct
+import subprocess
+import sys
+import threading
+from typing import Callable, Sequence
+
+from compiler.errors import CompilerError
+from runtime.errors import FuelError
+
+#: Graphs with fewer nodes compile in the calling process (no workers).
+MIN_NODES = 64
+#: Fewer cold instances than this compile in the calling process: a worker's
+#: start-up (~1 s) costs more than it would take over (instances: 0.1-0.3 s).
+MIN_COLD = 8
+
+_FRAME = struct.Struct("<Q")
+
+
+class JobsError(CompilerError, ValueError):
+    """A ``jobs`` count (or ``$FUELC_JOBS``) that is not a positive integer."""
+
+
+class WorkerError(CompilerError):
+    """A compile worker process died or answered garbage; the instance is
+    compiled again in the calling process."""
+
+
+def default_jobs() -> int:
+    """``$FUELC_JOBS``, else the number of CPUs this process may run on."""
+    env = os.environ.get("FUELC_JOBS")
+    if env is not None and env.strip():
+        return check_jobs(env, "FUELC_JOBS")
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def check_jobs(jobs, what: str = "jobs") -> int:
+    """``jobs`` as a positive int, else ``JobsError`` naming ``what``."""
+    try:
+        n = int(jobs)
+        if n != float(jobs) or isinstance(jobs, bool):
+            raise ValueError
+    except (TypeError, ValueError):
+        n = 0
+    if n < 1:
+        raise JobsError(f"{what}={jobs!r}: expected a positive number of parallel compile "
+                        "jobs (1 compiles in the calling process only)")
+    return n
+
+
+# -- the task ----------------------------------------------------------------------------
+def emit_object(text: str, target, strategy) -> bytes:
+    """The relocatable object of ``text`` (one ``@kernel`` entry) for
+    ``target`` with ``strategy``: what a worker runs."""
+    from compiler.codegen.family import ENTRY
+    return target.codegen.emit_object(text, [ENTRY], target=target, strategy=strategy)
+
+
+# -- the worker pool -----------------------------------------------------------------------
+class ProcessExecutor(concurrent.futures.Executor):
+    """A ``concurrent.futures.Executor`` over ``workers`` worker processes
+    (see the module docstring). ``fn`` must be importable by name (a module
+    function) and its arguments and result picklable. A worker that dies
+    fails its task with ``WorkerError`` and is not replaced."""
+
+    def __init__(self, workers: int):
+        import queue
+        self._queue: "queue.SimpleQueue" = queue.SimpleQueue()
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [root, *filter(None, [os.environ.get("PYTHONPATH")])]))
+        self._procs = [subprocess.Popen([sys.executable, "-m", "compiler.codegen.jobs"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+                       for _ in range(check_jobs(workers, "workers"))]
+        self._lock = threading.Lock()
+        self._alive = len(self._procs)
+        self._threads = [threading.Thread(target=self._feed, args=(p,), daemon=True,
+                                          name="fuelc-compile-feeder") for p in self._procs]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, fn, /, *args, **kwargs) -> concurrent.futures.Future:
+        future = concurrent.futures.Future()
+        with self._lock:
+            if self._alive:
+                self._queue.put((future, fn, args, kwargs))
+            else:
+                future.set_exception(WorkerError("every compile worker has exited"))
+        return future
+
+    def _drain(self, why: "Exception | None") -> None:
+        """Cancel (``why`` None) or fail every task no worker has taken."""
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except Exception:  # queue.Empty
+                return
+            if item is None:
+                continue
+            if why is None:
+                item[0].cancel()
+            elif item[0].set_running_or_notify_cancel():
+                item[0].set_exception(why)
+
+    def _feed(self, proc: subprocess.Popen) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            future, fn, args, kwargs = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                data = pickle.dumps((fn, args, kwargs))
+                proc.stdin.write(_FRAME.pack(len(data)) + data)
+                proc.stdin.flush()
+                head = proc.stdout.read(_FRAME.size)
+                if len(head) != _FRAME.size:
+                    raise EOFError("the worker exited")
+                ok, value = pickle.loads(proc.stdout.read(_FRAME.unpack(head)[0]))
+            except Exception as e:  # a dead worker: fail this task, stop feeding it
+                future.set_exception(WorkerError(f"compile worker {proc.pid}: {e}"))
+                with self._lock:
+                    self._alive -= 1
+                    if not self._alive:
+                        self._drain(WorkerError("every compile worker has exited"))
+                return
+            (future.set_result if ok else future.set_exception)(value)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        if cancel_futures:
+            self._drain(None)
+        for _ in self._threads:
+            self._queue.put(None)
+        for t in self._threads if wait else ():
+            t.join()  # every task taken has its answer
+        for p in self._procs:
+            if not wait:
+                p.kill()  # a task it runs is abandoned
+            try:
+                p.stdin.close()  # an idle worker exits at end of input
+            except OSError:
+                pass
+            p.wait()
+
+
+def _serve() -> None:
+    """A worker's loop: read a pickled call from stdin, answer on stdout."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller handles Ctrl-C
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # anything printed goes to stderr, never into the answers
+    inp = sys.stdin.buffer
+    while True:
+        head = inp.read(_FRAME.size)
+        if len(head) != _FRAME.size:
+            return
+        fn, args, kwargs = pickle.loads(inp.read(_FRAME.unpack(head)[0]))
+        try:
+            reply = pickle.dumps((True, fn(*args, **kwargs)))
+        except BaseException as e:  # noqa: BLE001 - reported to the caller
+            try:
+                reply = pickle.dumps((False, e))
+            except Exception:
+                reply = pickle.dumps((False, WorkerError(f"{type(e).__name__}: {e}")))
+        out.write(_FRAME.pack(len(reply)) + reply)
+        out.flush()
+
+
+# -- compiling a plan's instances ------------------------------------------------------------
+class _Job:
+    __slots__ = ("family", "instance", "text", "strategy", "future")
+
+    def __init__(self, family, instance, text, strategy):
+        self.family, self.instance, self.text, self.strategy = family, instance, text, strategy
+        self.future = None
+
+
+def precompile(items: Sequence[tuple], target, *, jobs: int,
+               executor: "concurrent.futures.Executor | None" = None,
+               start_pool: Callable[[], "concurrent.futures.Executor | None"] = lambda: None,
+               progress: Callable[[str], None] = lambda stage: None) -> None:
+    """Compile the ``(family, instance)`` pairs in ``items`` for a cpu
+    ``target`` this machine runs, so that ``family.compiled(instance,
+    target)`` is then a memo hit. Cold instances go to ``executor`` (or the
+    pool ``start_pool()`` returns, when ``jobs`` > 1 and there are at least
+    ``MIN_COLD``) and to the calling process (all of them with ``jobs=1``). An instance that fails is left
+    out: the caller's own warm-up compiles it again and reports the error.
+    ``progress("codegen D/T")`` as instances finish."""
+    from compiler.codegen.cache import default_cache
+    from compiler.codegen.family import ENTRY, for_target, is_compiled, remember
+
+    cache, codegen = default_cache(), target.codegen
+    todo = {}
+    for family, inst in items:
+        inst = for_target(inst, target)
+        key = family.entry_key(inst)
+        if not is_compiled(target, key):
+            todo.setdefault(key, (family, inst))
+    total, done = len(todo), [0]
+
+    def finish(job_key, job, obj) -> None:
+        remember(target, job_key, obj.ciface(ENTRY, len(job.instance.input_types) + 1))
+        done[0] += 1
+        progress(f"codegen {done[0]}/{total}")
+
+    def local(job_key, job) -> None:
+        try:
+            finish(job_key, job, cache.get_or_compile(job.text, [ENTRY], strategy=job.strategy,
+                                                      target=target))
+        except FuelError:
+            pass  # warmed again by the caller, which raises it with the step's name
+
+    pool, cold, parallel = executor, [], executor is not None or jobs > 1
+    try:
+        for job_key, (family, inst) in todo.items():
+            try:
+                text = family.linalg_text(inst, target)
+                strategy = codegen.choose_strategy(text, [ENTRY], target)
+            except FuelError:
+                continue
+            job = _Job(family, inst, text, strategy)
+            if not parallel or cache.has(text, [ENTRY], strategy=strategy, target=target):
+                local(job_key, job)
+                continue
+            cold.append((job_key, job))
+            if pool is None and len(cold) == MIN_COLD:
+                pool = start_pool()
+                for _, earlier in cold[:-1] if pool is not None else ():
+                    earlier.future = pool.submit(emit_object, earlier.text, target,
+                                                 earlier.strategy)
+            if pool is not None:
+                job.future = pool.submit(emit_object, text, target, strategy)
+        pending = {job.future: (job_key, job) for job_key, job in cold if job.future}
+
+        def collect(futures) -> None:  # store what the workers sent back
+            for future in futures:
+                job_key, job = pending.pop(future)
+                try:
+                    data = future.result()
+                except Exception:  # WorkerError, or the task's own error: compile here
+                    local(job_key, job)
+                    continue
+                finish(job_key, job, cache.put(job.text, [ENTRY], data, strategy=job.strategy,
+                                               target=target))
+
+        for job_key, job in reversed(cold):  # what no worker started, this process compiles
+            collect([f for f in pending if f.done()])
+            if job.future is None or job.future.cancel():
+                pending.pop(job.future, None)
+                job.future = None
+                local(job_key, job)
+        collect(concurrent.futures.as_completed(list(pending)))
+    finally:
+        for _, job in cold:
+            if job.future is not None:
+                job.future.cancel()
+
+
+if __name__ == "__main__":
+    _serve()

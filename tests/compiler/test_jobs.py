@@ -1,0 +1,210 @@
+"""Parallel compilation (compiler/codegen/jobs.py): cold kernel instances go
+to an executor and the calling process; the objects are bit-identical
+whatever the number of jobs or the executor."""
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import os
+import pathlib
+
+import numpy as np
+import pytest
+
+from compiler import Graph, compile
+from compiler.codegen import cache as cache_mod
+from compiler.codegen import family, jobs
+from compiler.errors import PipelineError
+
+
+def _graph(seed=0):
+    """A small graph of a few distinct kernels (matmul, gelu, softmax)."""
+    rng = np.random.default_rng(seed)
+    g = Graph()
+    x = g.input("x", (4, 24), "f32")
+    h = (x @ g.constant(rng.standard_normal((24, 8)).astype(np.float32), name="w")).gelu()
+    g.output(h.softmax(-1), name="y")
+    return g
+
+
+def _graph_reference(x):
+    from compiler.graph.interpret import interpret
+    return interpret(_graph(), {"x": x})["y"]
+
+
+def _objects(d: pathlib.Path) -> dict:
+    return {p.name: p.read_bytes() for p in (d / "objects").glob("*/*.o")}
+
+
+@pytest.fixture
+def cold(tmp_path, monkeypatch):
+    """cold(name): a fresh kernel cache in tmp_path/name and an empty
+    compile-once memo, so every instance is compiled again."""
+    def fresh(name):
+        monkeypatch.setattr(family, "_compiled", collections.OrderedDict())
+        monkeypatch.setattr(family, "_key_locks", {})
+        cache_mod.set_default_cache(cache_mod.KernelCache(tmp_path / name))
+        return tmp_path / name
+    yield fresh
+    cache_mod.set_default_cache(None)
+
+
+class CountingExecutor(concurrent.futures.ThreadPoolExecutor):
+    def __init__(self, fail=False):
+        super().__init__(1)
+        self.submitted, self.fail = 0, fail
+
+    def submit(self, fn, /, *args, **kwargs):
+        self.submitted += 1
+        if self.fail:
+            return super().submit(_raise)
+        return super().submit(fn, *args, **kwargs)
+
+
+def _raise():
+    raise jobs.WorkerError("this executor loses every task")
+
+
+def test_executor_objects_are_bit_identical_to_serial(cold):
+    x = np.random.default_rng(1).standard_normal((4, 24)).astype(np.float32)
+    serial_dir = cold("serial")
+    seen = []
+    want = compile(_graph(), jobs=1, progress=seen.append)(x=x)
+    serial = _objects(serial_dir)
+    assert len(serial) >= 3
+    assert f"codegen {len(serial)}/{len(serial)}" in seen  # counted with one job too
+
+    pool_dir = cold("pool")
+    ex = CountingExecutor()
+    with ex:
+        got = compile(_graph(), jobs=2, executor=ex)(x=x)
+    assert ex.submitted >= 1  # cold instances went to the executor
+    assert _objects(pool_dir) == serial
+    np.testing.assert_array_equal(got, want)
+
+
+
+def test_failed_tasks_compile_here_and_progress_counts_instances(cold):
+    """An executor that loses every task: this process compiles them all."""
+    x = np.random.default_rng(1).standard_normal((4, 24)).astype(np.float32)
+    cold("failing")
+    seen = []
+    with CountingExecutor(fail=True) as ex:
+        m = compile(_graph(), jobs=2, executor=ex, progress=seen.append)
+    assert ex.submitted >= 1
+    np.testing.assert_allclose(m(x=x), _graph_reference(x), rtol=1e-5, atol=1e-6)
+    counts = [s for s in seen if s.startswith("codegen ")]
+    total = int(counts[0].split("/")[1])
+    assert counts == [f"codegen {i}/{total}" for i in range(1, total + 1)]
+    assert seen[:4] == ["emit", "passes", "plan", "codegen"]
+
+
+def test_process_executor_compiles_like_this_process(cold):
+    from compiler.codegen.family import ENTRY
+    from compiler.targets import parse_target
+    cold("proc")
+    target = parse_target("cpu")
+    text = _graph_text()
+    strategy = target.codegen.choose_strategy(text, [ENTRY], target)
+    pool = jobs.ProcessExecutor(1)
+    try:
+        here = jobs.emit_object(text, target, strategy)
+        assert pool.submit(jobs.emit_object, text, target, strategy).result() == here
+        with pytest.raises(PipelineError):  # the task's own typed error comes back
+            pool.submit(jobs.emit_object, "func.func @kernel(", target, strategy).result()
+        with pytest.raises(jobs.WorkerError, match="exited"):  # a worker that dies
+            pool.submit(os._exit, 3).result()
+        with pytest.raises(jobs.WorkerError):  # ... and takes no more tasks
+            pool.submit(jobs.emit_object, text, target, strategy).result(timeout=30)
+    finally:
+        pool.shutdown()
+
+
+def _graph_text() -> str:
+    from compiler.codegen.family import single_op_linalg_text
+    from compiler.graph.opdef import TensorType
+    from runtime.dtype import DType
+    t = TensorType((4, 8), DType.F32)
+    return single_op_linalg_text("Add", {}, [t, t], dynamic=True, platform="cpu")
+
+
+def test_jobs_count_is_checked(monkeypatch):
+    monkeypatch.setenv("FUELC_JOBS", "3")
+    assert jobs.default_jobs() == 3
+    monkeypatch.delenv("FUELC_JOBS")
+    assert jobs.default_jobs() == len(os.sched_getaffinity(0))
+    for bad in ("0", "two", "1.5"):
+        monkeypatch.setenv("FUELC_JOBS", bad)
+        with pytest.raises(jobs.JobsError, match="FUELC_JOBS"):
+            jobs.default_jobs()
+    monkeypatch.delenv("FUELC_JOBS")
+    with pytest.raises(jobs.JobsError, match="jobs=0: expected a positive number"):
+        compile(_graph(), jobs=0)
+
+
+@pytest.mark.slow
+def test_conv_net_compiles_bit_identical_with_worker_processes(cold):
+    """A benchmark CNN through fuelc's own worker pool (graph of more than
+    MIN_NODES nodes): the same objects as a serial compile."""
+    from benchmarks import models
+    from compiler.frontends.onnx import import_model
+    graph = import_model(models.build("mobilenet", 1), {})
+    assert len(graph) >= jobs.MIN_NODES
+    serial_dir = cold("serial")
+    compile(graph, jobs=1)
+    pool_dir = cold("pool")
+    started = []
+    real = jobs.ProcessExecutor
+
+    class Recording(real):
+        def submit(self, fn, /, *args, **kwargs):
+            started.append(fn)
+            return super().submit(fn, *args, **kwargs)
+
+    jobs.ProcessExecutor = Recording
+    try:
+        compile(graph, jobs=2)
+    finally:
+        jobs.ProcessExecutor = real
+    assert started
+    assert _objects(pool_dir) == _objects(serial_dir)
+
+
+@pytest.mark.slow
+def test_ray_executor_compiles_the_same_objects(cold):
+    """A benchmark model's kernels through a local Ray: the objects of a
+    serial compile, every cold instance compiled by a Ray task."""
+    pytest.importorskip("ray")
+    from benchmarks import models
+    from compiler.codegen.ray_executor import RayExecutor
+    from compiler.frontends.onnx import import_model
+    graph = import_model(models.build("audio", 1), {})
+    serial_dir = cold("serial")
+    compile(graph, jobs=1)
+    ray_dir = cold("ray")
+
+    class Counting(RayExecutor):
+        submitted = 0
+
+        def submit(self, fn, /, *args, **kwargs):
+            Counting.submitted += 1
+            return super().submit(fn, *args, **kwargs)
+
+    with Counting(num_cpus=2) as ex:
+        compile(graph, executor=ex)
+    assert Counting.submitted == len(_objects(serial_dir))
+    assert _objects(ray_dir) == _objects(serial_dir)
+
+
+def test_ray_executor_without_ray_names_the_extra(monkeypatch):
+    import builtins
+    from compiler.codegen.ray_executor import RayExecutor, RayUnavailableError
+    real = builtins.__import__
+
+    def no_ray(name, *args, **kwargs):
+        if name == "ray":
+            raise ImportError("No module named 'ray'")
+        return real(name, *args, **kwargs)
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    with pytest.raises(RayUnavailableError, match=r"pip install 'fuelc\[ray\]'"):
+        RayExecutor()
