@@ -151,7 +151,10 @@ def cmd_compile(args) -> int:
             raise CliError(f"--binding: the imported model has no symbolic dims (inputs "
                            f"{graph.signature()['inputs']}); drop --binding to write one .fuel "
                            f"file")
-        module = compile_graph(graph, target, progress=progress, jobs=jobs, executor=pool)
+        # (a symbolic graph compiles its bindings later, in save_bundle, after the
+        # early pool is shut down: it starts workers of its own then)
+        module = compile_graph(graph, target, progress=progress, jobs=jobs,
+                               executor=None if graph.is_symbolic else pool)
         if pool is not None:
             pool.shutdown(wait=False)
             pool = None
