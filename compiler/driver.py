@@ -244,13 +244,20 @@ def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = Non
     ``executor``: a ``concurrent.futures.Executor`` that compiles the cold
     kernel instances instead of fuelc's worker processes (e.g. a Ray
     pool). The objects are bit-identical either way
-    (``compiler.codegen.jobs``)."""
+    (``compiler.codegen.jobs``).
+
+    A graph with symbolic extents gives a ``SymbolicModule``, which compiles
+    each binding of its symbols on first use (``docs/dynamic-shapes.md``)."""
     from .codegen import jobs as parallel_jobs
     from .codegen.family import runnable_here
 
     target = parse_target(target)
     if not getattr(graph, "outputs", None):
         raise CompileError("the graph has no outputs; mark at least one with g.output(node, name=...)")
+    if getattr(graph, "is_symbolic", False):  # docs/dynamic-shapes.md: the first stage
+        return SymbolicModule(graph, target, {"pipeline": pipeline, "warm": warm,
+                                              "progress": progress, "jobs": jobs,
+                                              "executor": executor})
     jobs = parallel_jobs.default_jobs() if jobs is None else parallel_jobs.check_jobs(jobs)
     pool = None
     if (warm and executor is None and jobs > 1 and target.kind == "cpu"
