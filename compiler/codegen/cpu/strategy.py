@@ -22,7 +22,7 @@ correctness-first loops. Registered here:
   (alone in a module; ``mlir-cpu`` MatMul instances are shape-generic):
   the register-tiled, B-packed, vectorized schedule of
   ``compiler.codegen.cpu.transforms.matmul``; tiles per ISA: AVX2 (16 ymm)
-  4x16 f32 / 6x8 f64, AVX-512 (32 zmm) 8x32 f32 / 8x16 f64 (any sizes, any
+  6x16 f32 / 6x8 f64, AVX-512 (32 zmm) 8x32 f32 / 8x16 f64 (any sizes, any
   strides; remainders as scalar loops). An entry marked ``fuelc.few_rows`` (calls
   of at most ``family.FEW_ROWS`` rows) reads B in place instead, in 1 x nr x 4
   tiles ordered K, M, N (``rows_strategy``): packing B would cost as much as
@@ -152,11 +152,7 @@ def select_strategy(op_names: Iterable[str], target=None) -> Strategy:
 
 
 # -- built-in strategies ---------------------------------------------------------
-# AVX2 (16 ymm): f32 4x16 = 8 ymm accumulators (still enough to cover the FMA
-# latency at two FMAs a cycle; was 6x16: the rows models have, 32, 64, 128 or
-# 256, left 2 or 4 remainder rows in 1-row tiles: [32,768]x[768,768] on one
-# znver3 core 0.72-0.74 -> 0.56-0.58 ms, 256^3 and 1024^3 unchanged within
-# noise); f64 6x8 = 12. AVX-512 (32
+# AVX2 (16 ymm): f32 6x16 = 12 ymm accumulators; f64 6x8 = 12. AVX-512 (32
 # zmm): f32 8x32 = 16 zmm accumulators, f64 8x16 = 16 (two zmm of B and a
 # broadcast leave room). kc rows of B per packed panel, mc rows of A per
 # block (a multiple of mr), the A block (mc x kc) within the L2:
@@ -167,7 +163,7 @@ def select_strategy(op_names: Iterable[str], target=None) -> Strategy:
 #     of a 1 MiB L2; a little faster than 240 at 256-512 rows).
 # Measured: benchmarks/kernels.py, benchmarks/ops.py.
 _MATMUL_TILES = {
-    ("f32", "avx2"): dict(mr=4, nr=16, kc=256, mc=240), ("f64", "avx2"): dict(mr=6, nr=8, kc=512, mc=60),
+    ("f32", "avx2"): dict(mr=6, nr=16, kc=256, mc=240), ("f64", "avx2"): dict(mr=6, nr=8, kc=512, mc=60),
     ("f32", "avx512"): dict(mr=8, nr=32, kc=512, mc=384), ("f64", "avx512"): dict(mr=8, nr=16, kc=256, mc=120),
 }
 _MATMUL_OPS = ("linalg.matmul", "linalg.batch_matmul")
