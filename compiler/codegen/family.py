@@ -188,11 +188,11 @@ FEW_ROWS_ATTR = "fuelc.few_rows"
 #: The most rows (M) a matmul call may have to get the row kernel. The tiled
 #: kernel packs all of B on every call, which for a few rows costs more than
 #: the product; the row kernel reads B in place, once per call. One znver3
-#: core, constant B, rows vs tiled (4x16 tiles): [1,768]x[768,3072] 0.20-0.23
-#: vs 1.9-2.1 ms, [4,768]x[768,3072] 0.73-0.84 vs 1.7-1.9 ms, [4,2304]x[2304,256]
-#: 0.20 vs 0.17-0.20; at 8 rows they are even ([8,768]x[768,3072] 1.3-1.5 vs
-#: 1.0-1.4 ms) and at 16 the tiled kernel is the faster ([16,768]x[768,768]
-#: 0.71 vs 0.33-0.47 ms).
+#: core, constant B, rows vs tiled: [1,768]x[768,3072] 0.20-0.23 vs 1.9-2.1 ms,
+#: [4,768]x[768,3072] 0.73-0.84 vs 1.7-1.9 ms, [4,2304]x[2304,256] 0.20 vs
+#: 0.17-0.20; at 8 and 16 rows the tiled kernel was the faster or even (with a
+#: 4x16 register tile, measured while it was tried: [8,768]x[768,3072] 1.3-1.5
+#: vs 1.0-1.4 ms, [16,768]x[768,768] 0.71 vs 0.33-0.47 ms).
 FEW_ROWS = 4
 
 
