@@ -21,7 +21,9 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))  # this checkout's compiler
+_ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)  # this checkout's compiler
 from benchmarks.encoder import times  # noqa: E402  (one timer for every benchmark)
 
 #: name -> (Cin, Cout, spatial size (an int: square 2-D; a 1-tuple: 1-D), kernel, stride, groups)
