@@ -41,6 +41,11 @@ _LOWER_VECTORS = """      transform.apply_patterns.vector.lower_contraction lowe
       transform.apply_patterns.vector.lower_transpose lowering_strategy = "shuffle_1d"
       transform.apply_patterns.vector.lower_broadcast
 """
+def _match(what: str, where: str) -> str:
+    """A transform op matching the ``what`` ops nested in handle ``where``."""
+    return f'transform.structured.match ops{{["{what}"]}} in {where} : ({_ANY}) -> {_ANY}'
+
+
 _FOR = '!transform.op<"scf.for">'
 
 
@@ -71,8 +76,7 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
     pm = lambda body: "    transform.apply_patterns to %func {\n" + body + "    } : " + t + "\n"
     canon = pm("      transform.apply_patterns.canonicalization\n")
     canon2 = "\n".join("  " + line if line else line for line in canon.split("\n"))
-    match = lambda what, where: (f'transform.structured.match ops{{["{what}"]}} in {where} '
-                                 f": ({t}) -> {t}")
+    match = _match
     return f"""module attributes {{transform.with_named_sequence}} {{
   transform.named_sequence @__transform_main(%root: {t} {{transform.readonly}}) {{
     %func = {match("func.func", "%root")}
@@ -142,8 +146,7 @@ def rows_script(op: str = "linalg.matmul", *, nr: int = 16, kr: int = 4) -> str:
         sizes, order, n_loops = f"[1, {nr}, {kr}]", "[2, 0, 1]", 3
     loops = ", ".join(f"%l{i}" for i in range(n_loops))
     res = ", ".join([t] * (n_loops + 1))
-    match = lambda what, where: (f'transform.structured.match ops{{["{what}"]}} in {where} '
-                                 f": ({t}) -> {t}")
+    match = _match
     k_loop = f"%l{n_loops - 3}"  # the nest: (batch,) K, M, N
     return f"""module attributes {{transform.with_named_sequence}} {{
   transform.named_sequence @__transform_main(%root: {t} {{transform.readonly}}) {{
