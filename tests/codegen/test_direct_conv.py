@@ -14,6 +14,7 @@ from compiler.codegen.cpu.strategy import Strategy, VECTOR_LOWERING
 from compiler.codegen.cpu.transforms.conv import (DIRECT_CONV_ATTR, fold_unit_dims,
                                                   single_reduction_contracts)
 from compiler.codegen.family import single_op_linalg_text
+from compiler.codegen.lowering.fused_conv import direct
 from compiler.errors import PipelineError
 from compiler.graph.opdef import TensorType
 from compiler.mlir import ir
@@ -44,8 +45,30 @@ def test_direct_conv_strategy_and_fma_tiles(target, dtype, tile, vec):
     assert re.search(rf"fmuladd\.{vec}", res.llvm_ir), "no vector FMA tile in the kernel"
 
 
+def test_direct_class():
+    assert direct(1, (1, 1), (3, 3), (1, 1)) and direct(1, (1, 1), (1, 1), (1, 1))
+    assert direct(1, (2, 2), (3, 3), (1, 1)) and direct(1, (2, 1), (7, 7), (3, 3))
+    assert direct(1, (2, 2), (1, 1), (0, 0))          # a ResNet downsample
+    assert not direct(1, (1, 1), (1, 1), (0, 0))      # x itself is the matmul's B
+    assert not direct(1, (2, 2), (2, 2), (0, 0))      # patches: one transposing copy
+    assert not direct(1, (3, 3), (3, 3), (1, 1))      # strides above 2
+    assert not direct(1, (2, 2), (3, 3), (1, 1), (2, 2))   # stride and dilation
+    assert not direct(2, (1, 1), (3, 3), (1, 1))
+
+
+def test_stride_2_has_a_generic_per_phase_with_taps():
+    # 3x3 stride 2: phases (0,0) 2x2 taps, (0,1) 2x1, (1,0) 1x2, (1,1) 1x1
+    text = _kernel_text(params=dict(PARAMS, stride=(2, 2)))
+    assert text.count(DIRECT_CONV_ATTR) == 4
+    # 1x1 stride 2: one phase holds the only tap
+    one = _kernel_text(w=(13, 5, 1, 1), params=dict(PARAMS, stride=(2, 2), padding=(0, 0)))
+    assert one.count(DIRECT_CONV_ATTR) == 1
+    assert P.lower(text, ["kernel"], target="cpu:x86-64-v3").strategy.name.startswith(
+        "conv-direct-f32-")
+
+
 def test_conv_kernel_outside_the_direct_class_keeps_the_loops():
-    strided = dict(PARAMS, stride=(2, 2))
+    strided = dict(PARAMS, stride=(3, 3))
     assert DIRECT_CONV_ATTR not in _kernel_text(params=strided)
     grouped = dict(PARAMS, groups=5)
     assert DIRECT_CONV_ATTR not in _kernel_text(w=(5, 1, 3, 3), params=grouped)
@@ -53,7 +76,7 @@ def test_conv_kernel_outside_the_direct_class_keeps_the_loops():
 
 def test_direct_conv_compiles_through_compile_and_matches_numpy():
     """Through compile(): the fused kernel, channel and pixel remainders, three
-    images, no bias, dilation."""
+    images, no bias, dilation; stride 2 (phases) with an odd padded extent."""
     rng = np.random.default_rng(3)
     x = rng.standard_normal((3, 6, 10, 12)).astype(np.float32)
     w = rng.standard_normal((11, 6, 3, 3)).astype(np.float32)
@@ -129,3 +152,30 @@ def test_unknown_rewrite_step_is_a_pipeline_error():
     bad = Strategy(name="bad", transform=("py:no_such_rewrite",), lowering=VECTOR_LOWERING)
     with pytest.raises(PipelineError, match="unknown rewrite step 'py:no_such_rewrite'.*known"):
         P.lower(_kernel_text(), ["kernel"], strategy=bad)
+
+
+@pytest.mark.parametrize("xs,ws,stride,pad", [
+    ((2, 3, 15, 13), (9, 3, 7, 7), (2, 2), (3, 3)),     # a 7x7 stem, odd extents
+    ((1, 6, 9, 10), (14, 6, 3, 3), (2, 1), (1, 1)),     # stride on one axis
+    ((3, 8, 11, 11), (17, 8, 1, 1), (2, 2), (0, 0)),    # a downsample
+])
+def test_strided_direct_conv_matches_numpy(xs, ws, stride, pad):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    g = Graph()
+    xi = g.input("x", xs, "f32")
+    g.output(conv2d(xi, g.constant(w, name="w"), g.constant(b, name="b"), stride=stride,
+                    padding=pad), "y")
+    m = compile(g)
+    assert m.kernel_summary() == ["Conv2D[f32,f32,f32,f32] (mlir-cpu-fused)"]
+    (sh, sw), (ph, pw), (kh, kw) = stride, pad, ws[2:]
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    ho, wo = (xp.shape[2] - kh) // sh + 1, (xp.shape[3] - kw) // sw + 1
+    want = np.zeros((xs[0], ws[0], ho, wo)) + b[None, :, None, None]
+    for ky in range(kh):
+        for kx in range(kw):
+            win = xp[:, :, ky:ky + sh * (ho - 1) + 1:sh, kx:kx + sw * (wo - 1) + 1:sw]
+            want += np.einsum("nchw,oc->nohw", win, w[:, :, ky, kx].astype(np.float64))
+    np.testing.assert_allclose(m(x=x), want, rtol=1e-5, atol=1e-4)

@@ -33,6 +33,7 @@ from compiler.graph.opdef import TensorType
 from compiler.mlir import func, ir
 from compiler.registry import default_registry
 from compiler.registry.builders import conv2d, fused
+from compiler.codegen.lowering.fused_conv import direct as direct_conv
 from runtime import params as P
 from runtime.dtype import DType, from_storage
 from runtime.layout import Layout
@@ -421,7 +422,8 @@ def test_conv2d_dilation_matches_numpy(rng, xs, ws, stride, padding, dilation, g
     fused_kernel = m.kernel_summary() == ["Conv2D[f64,f64,f64,f64] (mlir-cpu-fused)"]
     # groups = 1, stride 1: the direct kernel; other groups = 1: im2col + MatMul;
     # depthwise: the taps' Mul/Add chain
-    direct = groups == 1 and stride == 1
+    pair = lambda v: (v, v) if isinstance(v, int) else tuple(v)
+    direct = direct_conv(groups, pair(stride), ws[2:], pair(padding), pair(dilation))
     assert fused_kernel == (direct or groups != 1 and not groups == xs[1] == ws[0]), \
         m.kernel_summary()
     np.testing.assert_allclose(m(x=x, w=w, b=b), want, rtol=1e-12, atol=1e-12)
@@ -445,8 +447,8 @@ def test_conv2d(rng, xs, ws, params, bias, dtype):
     if bias:
         arrs.append(_data(rng, (ws[0],), dtype))
     depthwise = params["groups"] == xs[1] == ws[0]
-    direct = (params["groups"] == 1 and params["stride"] == (1, 1)
-              and not (ws[2:] == (1, 1) and params["padding"] == (0, 0)))
+    direct = direct_conv(params["groups"], params["stride"], ws[2:], params["padding"],
+                         params.get("dilation", (1, 1)))
     if params["groups"] != 1 and not depthwise or direct:
         _check_kernel("Conv2D", arrs, [dtype] * len(arrs), params, dtype)
         return

@@ -58,9 +58,9 @@ def _conv2d(lw: Lowering, cpu: bool = False):
                             f"give an empty output for the padded input {hp}x{wp}")
     elt = lw.out_elt
     s = Scalar.compute(lw.in_dtypes[0])
-    if cpu and direct(g, (sh, sw), (kh, kw), (ph, pw)) and s.ty == elt:
+    if cpu and direct(g, (sh, sw), (kh, kw), (ph, pw), (dh, dw)) and s.ty == elt:
         return _direct(x, w, bias, s, elt, (n, cin, h, wd), (cout, kh, kw), (ph, pw), (dh, dw),
-                       (ho, wo))
+                       (sh, sw), (ho, wo))
     if ph or pw:
         x = insert_slice(x, fill(s.const(0) if s.ty == elt else _zero(elt),
                                  empty([n, cin, hp, wp], elt)), [0, 0, ph, pw])
@@ -107,60 +107,90 @@ def _conv2d(lw: Lowering, cpu: bool = False):
 
 @lowers("Conv2D", platform="cpu")
 def _conv2d_cpu(lw: Lowering):
-    """On cpu, a stride-1 groups-1 Conv2D is computed directly (``_direct``)."""
+    """On cpu, a groups-1 Conv2D of the ``direct`` class is computed directly
+    (``_direct``)."""
     return _conv2d(lw, cpu=True)
 
 
-def direct(groups: int, stride, kernel, padding) -> bool:
+def direct(groups: int, stride, kernel, padding, dilation=(1, 1)) -> bool:
     """Whether the cpu kernel computes this Conv2D directly on the flat padded
-    input (``_direct``): groups = 1, stride 1, not a 1x1 unpadded kernel
-    (which the recipe multiplies as x itself)."""
-    return (groups == 1 and tuple(stride) == (1, 1)
-            and not (tuple(kernel) == (1, 1) and tuple(padding) == (0, 0)))
+    input (``_direct``): groups = 1 with stride 1, or stride 2 without
+    dilation; not a 1x1 unpadded stride-1 kernel (the recipe multiplies x
+    itself) nor patches (kernel = stride: the recipe's one transposing copy)."""
+    stride, kernel = tuple(stride), tuple(kernel)
+    if groups != 1 or kernel == stride and kernel != (1, 1):
+        return False
+    if stride == (1, 1):
+        return not (kernel == (1, 1) and tuple(padding) == (0, 0))
+    return max(stride) <= 2 and tuple(dilation) == (1, 1)
 
 
-def _direct(x, w, bias, s, elt, xshape, wshape, pad, dil, oshape):
-    """groups = 1, stride 1, on cpu, one image at a time (an ``scf.for``: the
+def _direct(x, w, bias, s, elt, xshape, wshape, pad, dil, stride, oshape):
+    """groups = 1 on cpu, one image at a time (an ``scf.for``: the
     temporaries are one image's, so the allocator reuses them instead of
-    mapping fresh pages on every call): the zero-padded image flattened per
-    channel ``[C, (Hp+1)*Wp]`` (one extra zero row keeps the last tap's run
-    inside the plane), then one generic marked ``DIRECT_CONV_ATTR`` over
-    (n, co, p | c, kh, kw) computing Ho full-width rows (``p < Ho*Wp``):
-    ``out[n, co, p] += x[n, c, p + kh*dh*Wp + kw*dw] * w[co, c, kh, kw]``, every
-    tap a unit-stride run of the plane; the accumulator starts as the bias.
-    The first Wo columns of each row are the image's output (one copy). The
-    cpu strategy ``conv_strategy`` register-tiles it (``transforms/conv.py``)."""
+    mapping fresh pages on every call). The zero-padded image is split into
+    its stride phases (phase (ry, rx) holds the pixels ``(qy*sh + ry, qx*sw +
+    rx)``; stride 1: the one phase is the padded image) and each phase is
+    flattened per channel, ``[C, (Hq+1)*Wq]`` (one extra zero row keeps the
+    last tap's run inside the plane). The output is computed as Ho
+    full-width rows of Wq pixels: the tap (qy, qx) of phase (ry, rx) (the
+    kernel tap (qy*sh + ry, qx*sw + rx); with stride 1 and a dilation, the tap
+    (ky, kx) at offset (ky*dh, kx*dw)) reads element ``p + qy*Wq + qx`` of the
+    phase's plane for output pixel p: a unit-stride run. One generic per
+    phase with taps, marked ``DIRECT_CONV_ATTR``, over (n, co, p | c, qy, qx)
+    accumulates ``out[n, co, p] += plane[n, c, p + qy*Wq + qx] * w[co, c, qy*sh
+    + ry, qx*sw + rx]``; the accumulator starts as the bias. The first Wo
+    columns of each row are the image's output (one copy). The cpu strategy
+    ``conv_strategy`` register-tiles each generic (``transforms/conv.py``)."""
     from compiler.codegen.cpu.transforms.conv import DIRECT_CONV_ATTR
-    (n, cin, h, wd), (cout, kh, kw), (ph, pw), (dh, dw), (ho, wo) = (
-        xshape, wshape, pad, dil, oshape)
+    (n, cin, h, wd), (cout, kh, kw), (ph, pw), (dh, dw), (sh, sw), (ho, wo) = (
+        xshape, wshape, pad, dil, stride, oshape)
     hp, wp = h + 2 * ph, wd + 2 * pw
-    npix = ho * wp
+    hq, wq = -(-hp // sh), -(-wp // sw)
+    npix = ho * wq
     dyn = ir.ShapedType.get_dynamic_stride_or_offset()
 
     def image(i, out):
         xi = tensor.ExtractSliceOp(ir.RankedTensorType.get([1, cin, h, wd], elt), x, [i], [], [],
                                    [dyn, 0, 0, 0], [1, cin, h, wd], [1] * 4).result
-        xp = insert_slice(xi, fill(s.const(0), empty([1, cin, hp + 1, wp], elt)), [0, 0, ph, pw])
-        flat = collapse(xp, [[0], [1], [2, 3]])
+        xp = insert_slice(xi, fill(s.const(0), empty([1, cin, (hq + 1) * sh, wq * sw], elt)),
+                          [0, 0, ph, pw])
         if bias is None:
             acc = fill(s.const(0), empty([1, cout, npix], elt))
         else:
             acc = generic([bias], [empty([1, cout, npix], elt)], [affine_map(3, [1]),
                           identity_map(3)], [PARALLEL] * 3, lambda b, _o: b)[0]
-        d = [ir.AffineDimExpr.get(k) for k in range(6)]   # n co p | c kh kw
-        tap = d[2] + d[4] * (dh * wp) + d[5] * dw
-        y = generic([flat, w], [acc],
-                    [affine_map(6, [0, 3, tap]), affine_map(6, [1, 3, 4, 5]),
-                     affine_map(6, [0, 1, 2])],
-                    [PARALLEL] * 3 + [REDUCTION] * 3,
-                    lambda a, b, c: s.add(c, s.mul(a, b)))[0]
-        y.owner.attributes[DIRECT_CONV_ATTR] = ir.UnitAttr.get()
-        # the first Wo columns of each row (all of them when Wp = Wo), read
+        d = [ir.AffineDimExpr.get(k) for k in range(6)]   # n co p | c qy qx
+        for ry in range(sh):
+            for rx in range(sw):
+                nqy, nqx = len(range(ry, kh, sh)), len(range(rx, kw, sw))
+                if not nqy or not nqx:
+                    continue
+                if sh == sw == 1:
+                    plane, wt = xp, w
+                else:
+                    view = tensor.ExtractSliceOp(
+                        ir.RankedTensorType.get([1, cin, hq + 1, wq], elt), xp, [], [], [],
+                        [0, 0, ry, rx], [1, cin, hq + 1, wq], [1, 1, sh, sw]).result
+                    plane = generic([view], [empty([1, cin, hq + 1, wq], elt)],
+                                    [identity_map(4)] * 2, [PARALLEL] * 4, lambda v, _o: v)[0]
+                    wt = tensor.ExtractSliceOp(
+                        ir.RankedTensorType.get([cout, cin, nqy, nqx], elt), w, [], [], [],
+                        [0, 0, ry, rx], [cout, cin, nqy, nqx], [1, 1, sh, sw]).result
+                flat = collapse(plane, [[0], [1], [2, 3]])
+                tap = d[2] + d[4] * (dh * wq) + d[5] * dw
+                acc = generic([flat, wt], [acc],
+                              [affine_map(6, [0, 3, tap]), affine_map(6, [1, 3, 4, 5]),
+                               affine_map(6, [0, 1, 2])],
+                              [PARALLEL] * 3 + [REDUCTION] * 3,
+                              lambda a, b, c: s.add(c, s.mul(a, b)))[0]
+                acc.owner.attributes[DIRECT_CONV_ATTR] = ir.UnitAttr.get()
+        # the first Wo columns of each row (all of them when Wq = Wo), read
         # through the copy's map, not a view: the schedule hoists the
         # accumulator tiles only out of a buffer that no view aliases
         e = [ir.AffineDimExpr.get(k) for k in range(4)]
-        yi = generic([y], [empty([1, cout, ho, wo], elt)],
-                     [affine_map(4, [0, 1, e[2] * wp + e[3]]), identity_map(4)],
+        yi = generic([acc], [empty([1, cout, ho, wo], elt)],
+                     [affine_map(4, [0, 1, e[2] * wq + e[3]]), identity_map(4)],
                      [PARALLEL] * 4, lambda v, _o: v)[0]
         return [tensor.InsertSliceOp(yi, out, [i], [], [], [dyn, 0, 0, 0], [1, cout, ho, wo],
                                      [1] * 4).result]
@@ -190,7 +220,8 @@ def _register_kernel() -> None:
     # does a depthwise conv (its taps' Mul/Add chain, one elementwise kernel).
     def serves(params, types):
         if params["groups"] == 1:
-            return direct(1, params["stride"], types[1].shape[2:], params["padding"])
+            return direct(1, params["stride"], types[1].shape[2:], params["padding"],
+                          params["dilation"])
         return not is_depthwise(types, params)
 
     @fused_kernel("Conv2D", precision=CONV2D_CPU, dtypes=(DType.F32, DType.F64),

@@ -86,21 +86,28 @@ def tile_script(mr: int, nr: int, cout: int, npix: int) -> str:
     peel = ""
     for loop, extent, tile in (("%lco", cout, mr), ("%lp", npix, nr)):
         if extent % tile and extent > tile:
-            peel += (f"    %f{loop[1:]} = transform.cast {loop} : {t} to {_FOR}\n"
-                     f"    %m{loop[1:]}, %r{loop[1:]} = transform.loop.peel %f{loop[1:]} "
+            peel += (f"      %f{loop[1:]} = transform.cast {loop} : {t} to {_FOR}\n"
+                     f"      %m{loop[1:]}, %r{loop[1:]} = transform.loop.peel %f{loop[1:]} "
                      f": ({_FOR}) -> ({t}, {t})\n")
-    return _HEAD + f"""    %g = transform.structured.match attributes {{{DIRECT_CONV_ATTR}}} in %root : ({t}) -> {t}
-    %t0, %ln, %lp, %lco, %lc, %lkh, %lkw = transform.structured.tile_using_for %g tile_sizes [1, {mr}, {nr}, 1, 1, 1] interchange = [0, 2, 1, 3, 4, 5] : ({t}) -> ({t}, {t}, {t}, {t}, {t}, {t}, {t})
-""" + peel + _apply("transform.apply_patterns.canonicalization") + _TAIL
+    return _HEAD + f"""    %all = transform.structured.match attributes {{{DIRECT_CONV_ATTR}}} in %root : ({t}) -> {t}
+    transform.foreach %all : {t} {{
+    ^bb0(%g: {t}):
+      %t0, %ln, %lp, %lco, %lc, %lkh, %lkw = transform.structured.tile_using_for %g tile_sizes [1, {mr}, {nr}, 1, 1, 1] interchange = [0, 2, 1, 3, 4, 5] : ({t}) -> ({t}, {t}, {t}, {t}, {t}, {t}, {t})
+""" + peel + "    }\n" + _apply("transform.apply_patterns.canonicalization") + _TAIL
 
 
 def tile_direct_conv(module: "ir.Module", mr: str, nr: str) -> int:
-    """Step 1 (``tile_script``) on each ``DIRECT_CONV_ATTR`` generic, its
-    peeling chosen from the generic's static extents. Returns the count."""
+    """Step 1 (``tile_script``) on the ``DIRECT_CONV_ATTR`` generics (the
+    phases of one convolution: one accumulator shape), the peeling chosen
+    from their static extents. Returns the count."""
     from compiler.codegen.cpu.pipeline import apply_transform
     convs = [op for op in _walk(module, "linalg.generic") if DIRECT_CONV_ATTR in op.attributes]
     shapes = [ir.ShapedType(op.operands[len(op.operands) - 1].type).shape for op in convs]
-    for _, cout, npix in {tuple(s) for s in shapes}:
+    distinct = {tuple(s) for s in shapes}
+    if len(distinct) > 1:   # one script tiles every marked generic
+        raise ValueError(f"direct convolutions of several accumulator shapes in one module: "
+                         f"{sorted(distinct)}")
+    for _, cout, npix in distinct:
         apply_transform(module, tile_script(int(mr), int(nr), cout, npix))
     return len(convs)
 
