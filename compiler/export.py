@@ -177,7 +177,7 @@ def _kernel_record(module, i: int, step: KernelStep, objects: dict, writer: _Wri
                           "arity": len(desc), "instance": repr(inst.memo_key),
                           "call_shapes": [list(l.shape) for l in lays],
                           "layouts": [_layout_json(l) for l in desc]}
-        rec["revision"] = object_revision(rec, digest)
+        rec["revision"] = object_revision(rec, digest, target_json(target))
         return rec
     elif entry.kernel_source == "numpy":
         rec["binding"] = {"kind": "numpy", "function": fn.__qualname__}
@@ -188,6 +188,12 @@ def _kernel_record(module, i: int, step: KernelStep, objects: dict, writer: _Wri
                           "hold it; bind the op to a generated kernel or leave it to numpy")
     rec["revision"] = hashlib.sha256(json.dumps(revision).encode()).hexdigest()[:16]
     return rec
+
+
+def target_json(target) -> dict:
+    """The manifest's ``target``: what the objects were compiled for."""
+    return {"name": str(target), "kind": target.kind, "cpu": target.arch,
+            "triple": target.triple, "features": sorted(target.features)}
 
 
 def check_output_path(path) -> Path:
@@ -242,8 +248,7 @@ def export_module(module, path, sign_with=None) -> Path:
                 w.add(ir[stage], [text.encode()], compress=True)
             manifest = {
                 "format": FORMAT, "format_version": FORMAT_VERSION, "producer": producer(),
-                "target": {"name": str(target), "kind": target.kind, "cpu": target.arch,
-                           "triple": target.triple, "features": sorted(target.features)},
+                "target": target_json(target),
                 "entry_points": [{
                     "name": "main",
                     "inputs": [{"name": n, **s.to_dict()} for n, s in plan.inputs.items()],

@@ -47,7 +47,6 @@ import hmac
 import json
 import math
 import os
-import re
 import struct
 import zipfile
 import zlib
@@ -61,28 +60,24 @@ from .errors import FuelError, KernelError
 from .executor import Executor, KernelStep, Plan, PlanModule
 from .keys import BindingKey
 from .layout import Layout
+from .manifest import (ENTRY_SYMBOL, FORMAT, FORMAT_VERSION, MANIFEST, MAX_ARITY,
+                       MAX_INFLATED_BYTES, WEIGHTS, ArtifactCodeError, ArtifactCpuError,
+                       ArtifactError, ArtifactFormatError, ArtifactIntegrityError,
+                       ArtifactSignatureError, ArtifactVersionError, ManifestFieldError,
+                       check_manifest, object_revision)
 from .precision import PrecisionGuarantee
 
-FORMAT = "fuelc-module"
-FORMAT_VERSION = 2  # 2: an object kernel's revision covers its whole binding
-MANIFEST = "manifest.json"
 #: Optional: the HMAC-SHA256 (hex) of the manifest's bytes under a shared key
 #: (``save(path, sign_with=key)``); it covers every member through their hashes.
 SIGNATURE = "manifest.sig"
 #: A file holding the key every ``load`` must verify a signature with.
 KEY_FILE_ENV = "FUELC_VERIFY_KEY_FILE"
-WEIGHTS = "weights.safetensors"
 #: The weights member is stored with its data at a multiple of this in the
 #: file (a padding extra field, id ``PAD_EXTRA_ID``, in its local header), so
 #: ``load`` maps it read-only instead of reading it.
 WEIGHTS_ALIGN = max(mmap.ALLOCATIONGRANULARITY, 4096)
 PAD_EXTRA_ID = 0xD935  # the id Android's zipalign pads with
-ENTRY_SYMBOL = "_mlir_ciface_kernel"
 MAX_MANIFEST_BYTES = 64 << 20
-#: The most bytes a compressed member may inflate to (IR text; code and weights
-#: are stored uncompressed), and the most descriptors one kernel may take.
-MAX_INFLATED_BYTES = 256 << 20
-MAX_ARITY = 256
 #: The most bytes one value of the plan may have (1 TiB: beyond any real model).
 MAX_VALUE_BYTES = 1 << 40
 _DEFLATE_MAX_RATIO = 1032  # deflate cannot expand data more than this
@@ -97,191 +92,11 @@ SAFETENSORS_DTYPES: dict[str, np.dtype] = {
 }
 
 
-class ArtifactError(FuelError):
-    """A ``.fuel`` file that cannot be used; ``path`` names it."""
-
-    def __init__(self, message: str, path: str = ""):
-        super().__init__(f"{path}: {message}" if path else message)
-        self.path = path
-
-
-class ArtifactFormatError(ArtifactError, ValueError):
-    """Not a fuelc module: not a zip, truncated, members missing or
-    unexpected, a malformed manifest or weights table."""
-
-
-class ArtifactVersionError(ArtifactError):
-    """A module written in another format version than this runtime reads."""
-
-
-class ArtifactIntegrityError(ArtifactError):
-    """A member whose bytes do not match the manifest (size, SHA-256 or the
-    zip's CRC): the file was damaged or tampered with."""
-
-
-class ArtifactSignatureError(ArtifactIntegrityError):
-    """A signature was required (``verify_with`` or ``$FUELC_VERIFY_KEY_FILE``)
-    and the file has none, or it does not match the manifest under the key."""
-
-
-class ArtifactCpuError(ArtifactError, CpuFeatureError):
-    """The module's code needs CPU features this machine lacks (``missing``)."""
-
-    def __init__(self, message: str, path: str, missing, target: str):
-        ArtifactError.__init__(self, message, path)
-        self.missing = sorted(missing)
-        self.target = target
-
-
-class ArtifactCodeError(ArtifactError):
-    """A verified object that this process cannot link (a symbol it needs is
-    missing), or a kernel the runtime does not provide."""
-
-
 # -- reading and checking ----------------------------------------------------------------
 
 
 def sha256_hex(data) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-_HEX64 = re.compile(r"[0-9a-f]{64}")
-_MEMBER = re.compile(r"(manifest\.json|weights\.safetensors|code/[0-9]+\.o|ir/[A-Za-z0-9_.-]+\.mlir)")
-
-
-def _need(d, key: str, typ, where: str, path: str):
-    if not isinstance(d, dict) or key not in d:
-        raise ArtifactFormatError(f"malformed manifest: {where} has no {key!r}", path)
-    v = d[key]
-    if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
-        name = typ.__name__ if isinstance(typ, type) else "/".join(t.__name__ for t in typ)
-        raise ArtifactFormatError(f"malformed manifest: {where}.{key} must be a {name}, "
-                                  f"got {type(v).__name__}", path)
-    return v
-
-
-def check_manifest(m, path: str = "") -> dict:
-    """Check the manifest's format, version and schema; return it.
-    ArtifactVersionError for another format version, else
-    ArtifactFormatError naming the first malformed field."""
-    if not isinstance(m, dict) or m.get("format") != FORMAT:
-        raise ArtifactFormatError(f"not a fuelc module (manifest format "
-                                  f"{m.get('format') if isinstance(m, dict) else None!r}, "
-                                  f"expected {FORMAT!r})", path)
-    version = m.get("format_version")
-    if version != FORMAT_VERSION:
-        raise ArtifactVersionError(
-            f"format version {version!r}; this runtime reads version {FORMAT_VERSION}: "
-            "re-export the model with this fuelc (fuelc compile ... -o ...)", path)
-    for key in ("producer", "target", "plan", "constants", "members", "ir"):
-        _need(m, key, dict, "manifest", path)
-    t = m["target"]
-    for key in ("name", "kind", "cpu"):
-        _need(t, key, str, "target", path)
-    if not all(isinstance(f, str) for f in _need(t, "features", list, "target", path)):
-        raise ArtifactFormatError("malformed manifest: target.features must list strings", path)
-    _check_target(t, path)
-    for name, rec in m["members"].items():
-        if not _MEMBER.fullmatch(name) or name == MANIFEST:
-            raise ArtifactFormatError(f"malformed manifest: bad member name {name!r}", path)
-        if not _HEX64.fullmatch(_need(rec, "sha256", str, f"members[{name!r}]", path)):
-            raise ArtifactFormatError(f"malformed manifest: members[{name!r}].sha256 is not a "
-                                      "SHA-256 hex digest", path)
-        if _need(rec, "size", int, f"members[{name!r}]", path) < 0:
-            raise ArtifactFormatError(f"malformed manifest: members[{name!r}].size < 0", path)
-        if name.startswith("ir/") and rec["size"] > MAX_INFLATED_BYTES:
-            raise ArtifactFormatError(f"malformed manifest: members[{name!r}].size is "
-                                      f"{rec['size']} bytes; an IR member may hold at most "
-                                      f"{MAX_INFLATED_BYTES >> 20} MiB", path)
-    for stage, member in m["ir"].items():
-        if not isinstance(member, str) or member not in m["members"]:
-            raise ArtifactFormatError(f"malformed manifest: IR stage {stage!r} names no member", path)
-    for cname, tname in m["constants"].items():
-        if not isinstance(tname, str):
-            raise ArtifactFormatError(f"malformed manifest: constant {cname!r} maps to no tensor",
-                                      path)
-    eps = _need(m, "entry_points", list, "manifest", path)
-    if not eps:
-        raise ArtifactFormatError("malformed manifest: entry_points is empty (a module has "
-                                  "one entry point, 'main'); re-export the model", path)
-    plan = m["plan"]
-    for key in ("inputs", "outputs", "steps"):
-        if not all(isinstance(v, dict) for v in _need(plan, key, list, "plan", path)):
-            raise ArtifactFormatError(f"malformed manifest: plan.{key} must list objects", path)
-    for i, ep in enumerate(eps):
-        _need(ep, "name", str, f"entry_points[{i}]", path)
-        for side in ("inputs", "outputs"):
-            for j, v in enumerate(_need(ep, side, list, f"entry_points[{i}]", path)):
-                _need(v, "name", str, f"entry_points[{i}].{side}[{j}]", path)
-                _need(v, "shape", list, f"entry_points[{i}].{side}[{j}]", path)
-                _need(v, "dtype", str, f"entry_points[{i}].{side}[{j}]", path)
-    ep, pl = eps[0], m["plan"]
-    want_in = [{"name": v.get("name"), "shape": v.get("shape"), "dtype": v.get("dtype")}
-               for v in pl["inputs"]]
-    if [{k: v[k] for k in ("name", "shape", "dtype")} for v in ep["inputs"]] != want_in or \
-            [v["name"] for v in ep["outputs"]] != [v.get("name") for v in pl["outputs"]]:
-        raise ArtifactFormatError("malformed manifest: entry_points[0] does not match the plan's "
-                                  "inputs and outputs (plan.inputs, plan.outputs)", path)
-    for i, k in enumerate(_need(m, "kernels", list, "manifest", path)):
-        where = f"kernels[{i}]"
-        _need(k, "step", int, where, path)
-        _need(k, "source", str, where, path)
-        _need(k, "kernel", str, where, path)
-        _need(k, "precision", dict, where, path)
-        _need(k, "full_write", bool, where, path)
-        b = _need(k, "binding", dict, where, path)
-        kind = _need(b, "kind", str, where + ".binding", path)
-        if kind == "object":
-            if _need(b, "object", str, where + ".binding", path) not in m["members"]:
-                raise ArtifactFormatError(f"malformed manifest: {where} names object "
-                                          f"{b['object']!r}, which is not a member", path)
-            if _need(b, "symbol", str, where + ".binding", path) != ENTRY_SYMBOL:
-                raise ArtifactFormatError(f"malformed manifest: {where}.binding.symbol is "
-                                          f"{b['symbol']!r}; exported kernels are "
-                                          f"{ENTRY_SYMBOL!r}", path)
-            arity = _need(b, "arity", int, where + ".binding", path)
-            if not 0 < arity <= MAX_ARITY:
-                raise ArtifactFormatError(f"malformed manifest: {where}.binding.arity {arity} is "
-                                          f"outside [1, {MAX_ARITY}]", path)
-            _need(b, "layouts", list, where + ".binding", path)
-            _need(b, "call_shapes", list, where + ".binding", path)
-            _need(b, "instance", str, where + ".binding", path)
-            _need(k, "revision", str, where, path)
-        elif kind == "numpy":
-            _need(b, "function", str, where + ".binding", path)
-        else:
-            raise ArtifactFormatError(f"malformed manifest: {where}.binding.kind {kind!r} is "
-                                      "neither 'object' nor 'numpy'", path)
-    return m
-
-
-def _check_target(t: dict, path: str) -> None:
-    """A named CPU target (``cpu:x86-64-v4``) needs at least the features
-    its CPU implies: a features list edited down would let code that uses
-    them load on a CPU without them (SIGILL)."""
-    from .cpu_features import KNOWN_CPUS
-    if t["kind"] != "cpu" or t["name"] == "cpu":  # the host target lists what the host has
-        return
-    if t["name"] != f"cpu:{t['cpu']}":
-        raise ArtifactFormatError(f"malformed manifest: target.name {t['name']!r} does not "
-                                  f"match target.cpu {t['cpu']!r}", path)
-    lacks = sorted(KNOWN_CPUS.get(t["cpu"], frozenset()) - set(t["features"]))
-    if lacks:
-        raise ArtifactFormatError(f"malformed manifest: target.features lacks "
-                                  f"{', '.join(lacks)}, which target.cpu {t['cpu']!r} implies; "
-                                  "the file was edited or damaged: re-export it", path)
-
-
-def object_revision(rec: dict, object_sha256: str) -> str:
-    """The revision of an object kernel record: a hash over its source, its
-    binding key and dtypes, the object's SHA-256 and every field of its
-    binding, so an object re-pointed or swapped, a record moved to another
-    kind of step, or an arity or layout edited no longer matches."""
-    b = rec["binding"]
-    fields = [rec.get("source"), rec.get("key"), rec.get("dtypes"), object_sha256] + \
-        [b.get(k) for k in ("symbol", "arity", "instance", "call_shapes", "layouts")]
-    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
-
 
 class Artifact:
     """A verified ``.fuel`` file: ``manifest`` and the bytes of every member
@@ -687,12 +502,13 @@ def _check_object_binding(art: Artifact, rec: dict, step: KernelStep, k: int) ->
                                       f"elements [{lo}, {hi}] outside its tensor of {extent} "
                                       "elements; the file was edited or damaged", path)
         layouts.append(lay)
-    want = object_revision(rec, art.manifest["members"][b["object"]]["sha256"])
-    if rec["revision"] != want:
-        raise ArtifactFormatError(f"kernels[{k}].revision does not match its binding and object "
-                                  f"{b['object']} (step {rec['step']} was re-pointed at another "
-                                  "object, or its key, symbol, arity, instance, call shapes or "
-                                  "layouts were edited); re-export the model", path)
+    m = art.manifest
+    if rec["revision"] != object_revision(rec, m["members"][b["object"]]["sha256"], m["target"]):
+        raise ManifestFieldError(f"kernels[{k}].revision", f"does not match its binding and "
+                                 f"object {b['object']} (step {rec['step']} was re-pointed at "
+                                 "another object, or its key, symbol, arity, instance, call "
+                                 "shapes or layouts, or the target's CPU name or features "
+                                 "were edited); re-export the model", path)
     return layouts
 
 
@@ -709,6 +525,15 @@ def check_call_shapes(art: Artifact, plan: Plan, specs) -> None:
                 raise ArtifactFormatError(
                     f"kernels[{k}].binding.call_shapes[{j}] {b['call_shapes'][j]} is not the "
                     f"shape {list(specs[v].shape)} of step {rec['step']}'s input {v!r}", art.path)
+
+
+def _check_entry_outputs(art: Artifact, plan: Plan, specs) -> None:
+    """The entry point's output shapes and dtypes are the plan's."""
+    for j, v in enumerate(art.manifest["entry_points"][0]["outputs"]):
+        spec = specs[plan.outputs[v["name"]]]
+        if v["shape"] != list(spec.shape) or v["dtype"] != spec.dtype.value:
+            raise ManifestFieldError(f"entry_points[0].outputs[{j}]", f"{v['dtype']}{v['shape']} "
+                                     f"is not the plan's output {v['name']!r} ({spec})", art.path)
 
 
 def _check_value_sizes(plan: Plan, path: str) -> None:
@@ -814,6 +639,7 @@ def load(path, verify_with=None) -> "LoadedModule":
         table = build_table(art, plan)
         module = LoadedModule(art, plan, table)
         check_call_shapes(art, plan, module.executor.specs)
+        _check_entry_outputs(art, plan, module.executor.specs)
         return module
     except ArtifactError:
         raise
