@@ -20,8 +20,9 @@ A ``.fuel`` file is a zip archive (written by ``compiler.export``):
 * ``ir/<stage>.mlir``: the IR of each compile stage, for debugging.
 
 ``load(path)`` checks everything before any code is mapped: the zip
-structure, the manifest schema and format version, every member's size and
-SHA-256, and this CPU's features; it then links the objects, binds every
+structure, the signature where one is required (``runtime.signing``), the
+manifest schema and format version (``runtime.manifest``), every member's
+size and SHA-256, and this CPU's features; it then links the objects, binds every
 kernel step in a fresh ``KernelBindingTable`` and returns a
 ``LoadedModule`` (``m(x=...)``, ``.run``, ``.input_names``,
 ``.output_names``, ``.signature``, ``.entry_points``). ``open_artifact``
@@ -37,13 +38,13 @@ feature list) catch a *damaged* or inconsistently edited file with a typed
 error instead of a crash; they are not authentication. The SHA-256 of each
 member lives in the unauthenticated manifest, so whoever can write the file
 can replace its code and weights and fix up the hashes. Load only files you
-would run as programs.
+would run as programs, or require them signed (``load(path, verify_with=KEY)``,
+``runtime.signing``; ``docs/artifacts.md``).
 """
 from __future__ import annotations
 
 import hashlib
 import mmap
-import hmac
 import json
 import math
 import os
@@ -66,12 +67,9 @@ from .manifest import (ENTRY_SYMBOL, FORMAT, FORMAT_VERSION, MANIFEST, MAX_ARITY
                        ArtifactSignatureError, ArtifactVersionError, ManifestFieldError,
                        check_manifest, object_revision)
 from .precision import PrecisionGuarantee
+from .signing import (KEY_FILE_ENV, MAX_SIGNATURE_BYTES, REQUIRE_ENV, SIGNATURE, key_source,
+                      read_key_file, required_key, sign_manifest, signing_key, verify_manifest)
 
-#: Optional: the HMAC-SHA256 (hex) of the manifest's bytes under a shared key
-#: (``save(path, sign_with=key)``); it covers every member through their hashes.
-SIGNATURE = "manifest.sig"
-#: A file holding the key every ``load`` must verify a signature with.
-KEY_FILE_ENV = "FUELC_VERIFY_KEY_FILE"
 #: The weights member is stored with its data at a multiple of this in the
 #: file (a padding extra field, id ``PAD_EXTRA_ID``, in its local header), so
 #: ``load`` maps it read-only instead of reading it.
@@ -239,56 +237,6 @@ _ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplemented
                RuntimeError, ValueError, struct.error, OverflowError)
 
 
-def signing_key(key) -> bytes:
-    """``key`` (bytes, or text as UTF-8) as an HMAC key; ArtifactError when empty."""
-    if isinstance(key, str):
-        key = key.encode()
-    if not isinstance(key, (bytes, bytearray)) or not key:
-        raise ArtifactError(f"a signing key must be non-empty bytes or text, got "
-                            f"{type(key).__name__}")
-    return bytes(key)
-
-
-def read_key_file(path) -> bytes:
-    """The key in the file at ``path`` (surrounding whitespace stripped)."""
-    try:
-        with open(path, "rb") as f:
-            key = f.read(1 << 16).strip()
-    except OSError as e:
-        raise ArtifactError(f"cannot read the key file: {e.strerror}", os.fspath(path)) from None
-    if not key:
-        raise ArtifactError("the key file is empty", os.fspath(path))
-    return key
-
-
-def manifest_signature(key, manifest_bytes) -> str:
-    """The signature of a manifest: HMAC-SHA256 under ``key``, hex."""
-    return hmac.new(signing_key(key), bytes(manifest_bytes), hashlib.sha256).hexdigest()
-
-
-def _required_key(verify_with):
-    if verify_with is not None:
-        return signing_key(verify_with)
-    env = os.environ.get(KEY_FILE_ENV)
-    return read_key_file(env) if env else None
-
-
-def _check_signature(zf, by_name: dict, raw, key, path: str) -> None:
-    info = by_name.get(SIGNATURE)
-    source = "verify_with" if os.environ.get(KEY_FILE_ENV) is None else f"${KEY_FILE_ENV}"
-    if info is None:
-        raise ArtifactSignatureError(f"the file is not signed, and a signature is required "
-                                     f"({source}); save it with sign_with=KEY (fuelc compile "
-                                     "--sign-key FILE)", path)
-    if info.file_size > 256:
-        raise ArtifactSignatureError(f"{SIGNATURE} is {info.file_size} bytes", path)
-    got = bytes(_read_member(zf, info, info.file_size, path)).strip()
-    want = manifest_signature(key, raw).encode()
-    if not hmac.compare_digest(got, want):
-        raise ArtifactSignatureError("the signature does not match: the file was changed after "
-                                     "it was signed, or signed with another key", path)
-
-
 def _check_regular_file(p: str) -> None:
     import stat
     try:
@@ -304,14 +252,27 @@ def _check_regular_file(p: str) -> None:
                                   ".fuel file", p)
 
 
-def open_artifact(path, verify_with=None) -> Artifact:
+def _check_signature(zf, by_name: dict, raw, key, source: str, path: str) -> None:
+    info = by_name.get(SIGNATURE)
+    if info is None:
+        raise ArtifactSignatureError(f"the file is not signed, and a signature is required "
+                                     f"({source}); save it with sign_with=KEY (fuelc compile "
+                                     "--sign-key FILE)", path)
+    if info.file_size > MAX_SIGNATURE_BYTES:
+        raise ArtifactSignatureError(f"{SIGNATURE} is {info.file_size} bytes", path)
+    verify_manifest(key, raw, _read_member(zf, info, info.file_size, path), path)
+
+
+def open_artifact(path, verify_with=None, require_signature: bool = False) -> Artifact:
     """Open and verify a ``.fuel`` file (zip structure, manifest, format
     version, every member's size and SHA-256) without linking any code.
     With ``verify_with`` (a key), or a key file named by
     ``$FUELC_VERIFY_KEY_FILE``, the file must carry a signature of its
-    manifest under that key (``ArtifactSignatureError`` otherwise)."""
+    manifest under that key (``ArtifactSignatureError`` otherwise); with
+    ``require_signature`` or ``$FUELC_REQUIRE_SIGNED=1``, there must be
+    such a key (see ``load``)."""
     p = os.fspath(path)
-    key = _required_key(verify_with)
+    key = required_key(verify_with, require_signature, p)
     _check_regular_file(p)
     try:
         with zipfile.ZipFile(p) as zf:
@@ -327,7 +288,7 @@ def open_artifact(path, verify_with=None) -> Artifact:
                 raise ArtifactFormatError(f"{MANIFEST} is {info.file_size} bytes", p)
             raw = _read_member(zf, info, info.file_size, p)
             if key is not None:
-                _check_signature(zf, by_name, raw, key, p)
+                _check_signature(zf, by_name, raw, key, key_source(verify_with), p)
             try:
                 manifest = json.loads(bytes(raw).decode())
             except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
@@ -612,21 +573,28 @@ def build_table(art: Artifact, plan: Plan) -> KernelBindingTable:
     return table.freeze()
 
 
-def load(path, verify_with=None) -> "LoadedModule":
+def load(path, verify_with=None, require_signature: bool = False) -> "LoadedModule":
     """Verify and load a ``.fuel`` file (see the module docstring); nothing
     is linked before every check has passed. Raises ``ArtifactError``
     subclasses: ``ArtifactFormatError``, ``ArtifactVersionError``,
     ``ArtifactIntegrityError``, ``ArtifactCpuError``, ``ArtifactCodeError``.
 
     A ``.fuel`` file is native code, like a shared library: calling the
-    module runs its machine code in this process. The checks detect damage
-    and inconsistent edits, not forgery (the hashes are in the unsigned
-    manifest), so load only files you would run as programs, or sign them:
-    with ``verify_with`` (the key given to ``save(path, sign_with=key)``), or
-    a key file named by ``$FUELC_VERIFY_KEY_FILE`` (a policy for every load
-    in the process), an unsigned file or one whose signature does not match
-    raises ``ArtifactSignatureError`` before anything else is trusted."""
-    art = open_artifact(path, verify_with)
+    module runs its machine code in this process with this process's
+    rights. The checks detect damage and inconsistent edits, not forgery
+    (the hashes are in the manifest, which anyone who can write the file
+    can rewrite), so load only files you would run as programs, or require
+    a signature (``runtime.signing``):
+
+    * ``verify_with``: the shared secret given to ``save(path,
+      sign_with=key)``, or the Ed25519 public key of the private key it was
+      signed with; an unsigned file, or one whose signature does not match,
+      raises ``ArtifactSignatureError`` before the manifest is parsed. A key
+      file named by ``$FUELC_VERIFY_KEY_FILE`` does the same for every load
+      without ``verify_with``.
+    * ``require_signature=True`` (or ``$FUELC_REQUIRE_SIGNED=1``): a load
+      without any key is refused too."""
+    art = open_artifact(path, verify_with, require_signature)
     target = art.manifest["target"]
     try:
         check_cpu_features(target["features"], target=target["name"],
@@ -692,8 +660,8 @@ class LoadedModule(PlanModule):
 
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "WEIGHTS", "ENTRY_SYMBOL", "SIGNATURE",
-           "KEY_FILE_ENV", "ArtifactSignatureError", "manifest_signature", "signing_key",
-           "read_key_file",
+           "KEY_FILE_ENV", "REQUIRE_ENV", "ArtifactSignatureError", "ManifestFieldError",
+           "sign_manifest", "verify_manifest", "signing_key", "read_key_file",
            "SAFETENSORS_DTYPES", "ArtifactError", "ArtifactFormatError", "ArtifactVersionError",
            "ArtifactIntegrityError", "ArtifactCpuError", "ArtifactCodeError", "Artifact",
            "LoadedModule", "check_manifest", "open_artifact", "read_safetensors", "build_table",
