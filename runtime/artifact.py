@@ -147,22 +147,22 @@ class Artifact:
         out = {}
         for cname, tname in self.manifest["constants"].items():
             if tname not in tensors:
-                raise ArtifactFormatError(f"constant {cname!r} names tensor {tname!r}, which "
-                                          "the weights do not hold", self.path)
+                raise ManifestFieldError(f"constants[{cname!r}]", f"names tensor {tname!r}, which "
+                                         "the weights do not hold", self.path)
             out[cname] = tensors[tname]
         for i, c in enumerate(self.manifest["plan"].get("constants", [])):
             arr = out.get(c.get("name")) if isinstance(c, dict) else None
             try:
                 dt = np.dtype(c.get("numpy_dtype")) if arr is not None else None
             except (TypeError, ValueError):
-                raise ArtifactFormatError(f"malformed manifest: plan.constants[{i}].numpy_dtype "
-                                          f"{c.get('numpy_dtype')!r} is not a numpy dtype",
-                                          self.path) from None
+                raise ManifestFieldError(f"plan.constants[{i}].numpy_dtype",
+                                         f"{c.get('numpy_dtype')!r} is not a numpy dtype",
+                                         self.path) from None
             if arr is None or list(arr.shape) != c.get("shape") or \
                     arr.dtype.newbyteorder("=") != dt.newbyteorder("="):
-                raise ArtifactFormatError(f"plan constant {c!r} does not match the weights "
-                                          f"({None if arr is None else (arr.dtype.str, arr.shape)})",
-                                          self.path)
+                got = None if arr is None else (arr.dtype.str, arr.shape)
+                raise ManifestFieldError(f"plan.constants[{i}]", f"{c!r} does not match the "
+                                         f"weights ({got})", self.path)
         return out
 
 
@@ -402,18 +402,11 @@ def _no_threads() -> int:
     return 0
 
 
-def _layout(rec, path: str, where: str = "layout") -> Layout:
+def _layout(rec, path: str, where: str) -> Layout:
     try:
         return Layout(tuple(rec["shape"]), tuple(rec["stride"]), rec["offset"])
-    except (KeyError, TypeError, FuelError) as e:
-        raise ArtifactFormatError(f"malformed manifest: {where} {rec!r}: {e}", path) from None
-
-
-def _shape(v, where: str, path: str) -> tuple:
-    if not isinstance(v, list) or not all(isinstance(d, int) and not isinstance(d, bool)
-                                          and 0 <= d < 1 << 62 for d in v):
-        raise ArtifactFormatError(f"malformed manifest: {where} {v!r} is not a shape", path)
-    return tuple(v)
+    except FuelError as e:
+        raise ManifestFieldError(where, f"{rec!r}: {e}", path) from None
 
 
 def _check_object_binding(art: Artifact, rec: dict, step: KernelStep, k: int) -> list:
@@ -426,25 +419,25 @@ def _check_object_binding(art: Artifact, rec: dict, step: KernelStep, k: int) ->
     b, path, where = rec["binding"], art.path, f"kernels[{k}].binding"
     if rec.get("key") != step.key.to_json() or rec.get("dtypes") != [d.value for d in
                                                                     step.dtypes]:
-        raise ArtifactFormatError(f"kernels[{k}].key/dtypes {rec.get('key')} {rec.get('dtypes')} "
-                                  f"are not those of step {rec['step']} ({step.key.to_json()} "
-                                  f"{[d.value for d in step.dtypes]}); the file was edited or "
-                                  "damaged", path)
+        raise ManifestFieldError(f"kernels[{k}].key/dtypes", f"{rec.get('key')} "
+                                 f"{rec.get('dtypes')} are not those of step {rec['step']} "
+                                 f"({step.key.to_json()} {[d.value for d in step.dtypes]}); the "
+                                 "file was edited or damaged", path)
     n_in = len(step.inputs)
     if b["arity"] != n_in + 1:
-        raise ArtifactFormatError(f"{where}.arity is {b['arity']}, but step {rec['step']} "
-                                  f"calls its kernel with {n_in + 1} descriptors ({n_in} "
-                                  "inputs, 1 output); the file was edited or damaged", path)
+        raise ManifestFieldError(f"{where}.arity", f"is {b['arity']}, but step {rec['step']} "
+                                 f"calls its kernel with {n_in + 1} descriptors ({n_in} "
+                                 "inputs, 1 output); the file was edited or damaged", path)
     for key in ("layouts", "call_shapes"):
         if len(b[key]) != b["arity"]:
-            raise ArtifactFormatError(f"{where}.{key} has {len(b[key])} entries for arity "
-                                      f"{b['arity']}", path)
-    shapes = [_shape(s, f"{where}.call_shapes[{j}]", path) for j, s in enumerate(b["call_shapes"])]
+            raise ManifestFieldError(f"{where}.{key}", f"has {len(b[key])} entries for arity "
+                                     f"{b['arity']}", path)
+    shapes = [tuple(s) for s in b["call_shapes"]]
     out = step.output_specs[0]
     if not step.is_bundle and shapes[-1] != tuple(out.shape):
-        raise ArtifactFormatError(f"{where}.call_shapes[{n_in}] {list(shapes[-1])} is not the "
-                                  f"shape {list(out.shape)} of step {rec['step']}'s output "
-                                  "(plan.steps[].outputs)", path)
+        raise ManifestFieldError(f"{where}.call_shapes[{n_in}]", f"{list(shapes[-1])} is not the "
+                                 f"shape {list(out.shape)} of step {rec['step']}'s output "
+                                 "(plan.steps[].outputs)", path)
     layouts = []
     for j, lrec in enumerate(b["layouts"]):
         lay = _layout(lrec, path, f"{where}.layouts[{j}]")
@@ -458,10 +451,10 @@ def _check_object_binding(art: Artifact, rec: dict, step: KernelStep, k: int) ->
             extent = nbytes // out.dtype.itemsize
         lo, hi = lay.element_span()
         if lay.numel and (lo < 0 or hi >= extent):
-            raise ArtifactFormatError(f"{where}.layouts[{j}] (shape {list(lay.shape)}, stride "
-                                      f"{list(lay.stride)}, offset {lay.start_offset}) reaches "
-                                      f"elements [{lo}, {hi}] outside its tensor of {extent} "
-                                      "elements; the file was edited or damaged", path)
+            raise ManifestFieldError(f"{where}.layouts[{j}]", f"(shape {list(lay.shape)}, stride "
+                                     f"{list(lay.stride)}, offset {lay.start_offset}) reaches "
+                                     f"elements [{lo}, {hi}] outside its tensor of {extent} "
+                                     "elements; the file was edited or damaged", path)
         layouts.append(lay)
     m = art.manifest
     if rec["revision"] != object_revision(rec, m["members"][b["object"]]["sha256"], m["target"]):
@@ -483,8 +476,8 @@ def check_call_shapes(art: Artifact, plan: Plan, specs) -> None:
         step = plan.steps[rec["step"]]
         for j, v in enumerate(step.inputs):
             if tuple(b["call_shapes"][j]) != tuple(specs[v].shape):
-                raise ArtifactFormatError(
-                    f"kernels[{k}].binding.call_shapes[{j}] {b['call_shapes'][j]} is not the "
+                raise ManifestFieldError(
+                    f"kernels[{k}].binding.call_shapes[{j}]", f"{b['call_shapes'][j]} is not the "
                     f"shape {list(specs[v].shape)} of step {rec['step']}'s input {v!r}", art.path)
 
 
@@ -501,13 +494,13 @@ def _check_value_sizes(plan: Plan, path: str) -> None:
     for i, step in enumerate(plan.steps):
         for j, spec in enumerate(getattr(step, "output_specs", ())):
             if math.prod(spec.shape) * spec.dtype.itemsize > MAX_VALUE_BYTES:
-                raise ArtifactFormatError(f"plan.steps[{i}].outputs[{j}].shape "
-                                          f"{list(spec.shape)} is larger than any module "
-                                          f"({MAX_VALUE_BYTES >> 40} TiB)", path)
+                raise ManifestFieldError(f"plan.steps[{i}].outputs[{j}].shape",
+                                         f"{list(spec.shape)} is larger than any module "
+                                         f"({MAX_VALUE_BYTES >> 40} TiB)", path)
     for name, spec in plan.inputs.items():
         if math.prod(spec.shape) * spec.dtype.itemsize > MAX_VALUE_BYTES:
-            raise ArtifactFormatError(f"plan.inputs {name!r} shape {list(spec.shape)} is larger "
-                                      f"than any module ({MAX_VALUE_BYTES >> 40} TiB)", path)
+            raise ManifestFieldError(f"plan.inputs[{name!r}].shape", f"{list(spec.shape)} is "
+                                     f"larger than any module ({MAX_VALUE_BYTES >> 40} TiB)", path)
 
 
 def _numpy_kernels() -> dict:
@@ -527,7 +520,7 @@ def build_table(art: Artifact, plan: Plan) -> KernelBindingTable:
         i = rec["step"]
         step = plan.steps[i] if 0 <= i < len(plan.steps) else None
         if not isinstance(step, KernelStep):
-            raise ArtifactFormatError(f"kernel record for step {i}, which is not a kernel step", path)
+            raise ManifestFieldError(f"kernels[{k}].step", f"{i} is not a kernel step", path)
         b, ident = rec["binding"], (step.key, step.dtypes, step.backend)
         if b["kind"] == "object":
             layouts = _check_object_binding(art, rec, step, k)
@@ -563,7 +556,8 @@ def build_table(art: Artifact, plan: Plan) -> KernelBindingTable:
         try:
             precision = PrecisionGuarantee.from_json(rec["precision"])
         except FuelError as e:
-            raise ArtifactFormatError(f"kernel {rec['kernel']}: {e}", path) from None
+            raise ManifestFieldError(f"kernels[{m['kernels'].index(rec)}].precision", f"is not "
+                                     f"valid: {e}", path) from None
         caps = KernelCaps(strided_input=kind == "numpy", full_write=rec["full_write"])
         cost = default_cost_for_op_kind(key.op) if key.op is not None else unknown_cost
         table.register_full_with_source(key, dtypes, backend, KernelRef(fn, rec["kernel"],

@@ -215,7 +215,8 @@ def validate(value, schema, field: str, path: str = "") -> None:
 
 # -- the cross-checks ----------------------------------------------------------------------
 
-_MEMBER = re.compile(r"(manifest\.json|weights\.safetensors|code/[0-9]+\.o|ir/[A-Za-z0-9_.-]+\.mlir)")
+_MEMBER = re.compile(r"(manifest\.json|weights\.safetensors|code/[0-9]+\.o"
+                     r"|ir/[A-Za-z0-9_.-]+\.mlir)")
 
 
 def check_manifest(m, path: str = "") -> dict:

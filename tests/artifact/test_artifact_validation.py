@@ -126,7 +126,9 @@ def _binding(m, k=0):
         "steps-missing", "steps-int", "constant-dtype", "huge-output", "inputs-int",
         "no-entry-points", "entry-point-shape"])
 def test_edited_manifest_field_is_named(saved, tmp_path, edit, match):
-    _refused(saved, tmp_path, edit, match)
+    from runtime.manifest import ManifestFieldError
+    e = _refused(saved, tmp_path, edit, match, ManifestFieldError)
+    assert e.field and f"malformed manifest: {e.field} " in str(e)
 
 
 def _step(m, kind):

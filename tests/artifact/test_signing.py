@@ -103,8 +103,8 @@ def test_a_required_signature_needs_a_key(signed, tmp_path, monkeypatch):
             runtime.load(files[f])
     pem = tmp_path / "public.pem"
     from cryptography.hazmat.primitives import serialization
-    pem.write_bytes(private.public_key().public_bytes(serialization.Encoding.PEM,
-                                                      serialization.PublicFormat.SubjectPublicKeyInfo))
+    pem.write_bytes(private.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
     monkeypatch.setenv("FUELC_VERIFY_KEY_FILE", str(pem))
     runtime.load(files["ed25519"])(x=a)
     with pytest.raises(ArtifactSignatureError, match=r"not signed.*\$FUELC_VERIFY_KEY_FILE"):
