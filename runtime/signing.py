@@ -112,12 +112,13 @@ def verify_manifest(key, manifest_bytes, signature, path: str = "") -> None:
             raise ArtifactSignatureError("the file is signed with a shared secret "
                                          "(HMAC-SHA256), and the key to verify it with is an "
                                          "Ed25519 key", path)
+        from cryptography.exceptions import InvalidSignature
         public = key.public_key() if kind == "private" else key
         try:
             public.verify(bytes.fromhex(sig[len(_ED25519):].decode("ascii")),
                           _ED25519_CONTEXT + bytes(manifest_bytes))
             ok = True
-        except Exception:  # InvalidSignature, or hex that does not decode
+        except (InvalidSignature, ValueError):  # ValueError: not hex, not ASCII
             ok = False
     if not ok:
         raise ArtifactSignatureError("the signature does not match: the file was changed after "

@@ -176,3 +176,25 @@ def test_cli_signs_and_verifies_with_pem_keys(signed, tmp_path, capsys):
                  "--verify-key", str(pub_pem)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "signature does not match" in err
+
+
+def test_without_cryptography_shared_secrets_still_work(signed, tmp_path, monkeypatch):
+    """``cryptography`` is optional: without it a PEM key is a clear error,
+    and shared-secret signatures sign and verify as before."""
+    import sys
+    import cryptography.hazmat.primitives.asymmetric as asym
+    from cryptography.hazmat.primitives import serialization
+    cm, files, private, a = signed
+    pem = tmp_path / "public.pem"
+    pem.write_bytes(private.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    monkeypatch.delattr(asym, "ed25519")
+    monkeypatch.setitem(sys.modules, "cryptography.hazmat.primitives.asymmetric.ed25519", None)
+    with pytest.raises(ArtifactError, match="need the 'cryptography' package"):
+        read_key_file(pem)
+    np.testing.assert_array_equal(runtime.load(files["hmac"], verify_with=b"shared secret")(x=a),
+                                  cm(x=a))
+    resigned = cm.save(tmp_path / "resigned.fuel", sign_with="another secret")
+    runtime.load(resigned, verify_with="another secret")
+    with pytest.raises(ArtifactSignatureError, match="signed with an Ed25519 key"):
+        runtime.load(files["ed25519"], verify_with=b"shared secret")
