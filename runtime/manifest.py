@@ -167,7 +167,8 @@ def _dtype_names() -> frozenset:
 
 
 def _type_name(schema) -> str:
-    return {str: "string", int: "int", bool: "bool", dict: "object", list: "list"}[schema]
+    return {str: "a string", int: "an int", bool: "a bool", dict: "an object",
+            list: "a list"}[schema]
 
 
 def validate(value, schema, field: str, path: str = "") -> None:
@@ -182,7 +183,7 @@ def validate(value, schema, field: str, path: str = "") -> None:
                  else schema.says)
     elif isinstance(schema, type):
         if not isinstance(value, schema) or (schema is int and isinstance(value, bool)):
-            fail(f"must be a {_type_name(schema)}, got {type(value).__name__}")
+            fail(f"must be {_type_name(schema)}, got {type(value).__name__}")
     elif isinstance(schema, list):
         validate(value, list, field, path)
         for i, item in enumerate(value):

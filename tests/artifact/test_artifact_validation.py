@@ -177,7 +177,7 @@ def _step(m, kind):
      "entry_points[0].outputs[0]", "f32[8] is not the plan's output 'y' (f32[8,32])"),
     (lambda m: m["plan"]["outputs"][0].update(value="x"),
      "entry_points[0].outputs[0]", "is not the plan's output 'y' (f32[8,64])"),
-    (lambda m: m.update(plan=[]), "plan", "must be a object, got list"),
+    (lambda m: m.update(plan=[]), "plan", "must be an object, got list"),
 ], ids=lambda v: v if isinstance(v, str) and "[" not in v and " " not in v else None)
 def test_schema_names_the_field(saved, tmp_path, edit, field, says):
     """Each malformed field is a ManifestFieldError whose ``field`` is its path."""
