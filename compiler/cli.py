@@ -117,7 +117,7 @@ def cmd_compile(args) -> int:
     else:
         check_output_path(out)  # before compiling: a bad -o is reported at once
     from runtime.artifact import read_key_file
-    key = read_key_file(args.sign_key) if args.sign_key else None
+    key = read_key_file(args.sign_key, private=True) if args.sign_key else None
     from .codegen import jobs as parallel_jobs
     jobs = parallel_jobs.check_jobs(args.jobs, "--jobs") if args.jobs is not None \
         else parallel_jobs.default_jobs()
@@ -205,8 +205,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="keep the model's symbolic dims and write a bundle directory with one "
                         ".fuel per binding of the symbols (repeat per size; docs/dynamic-shapes.md)")
     p.add_argument("--sign-key", metavar="KEYFILE",
-                   help="sign the module with the shared secret in KEYFILE (HMAC-SHA256 of "
-                        "the manifest); fuelc run --verify-key KEYFILE checks it")
+                   help="sign the module with the key in KEYFILE: a shared secret "
+                        "(HMAC-SHA256), or an Ed25519 private key in PEM (needs cryptography); "
+                        "fuelc run --verify-key checks it with the secret or the public key")
     p.add_argument("--progress", action="store_true",
                    help="print the stages as they run on stderr (default: when stderr is a "
                         "terminal, as one line with the kernels done/total)")

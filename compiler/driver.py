@@ -75,9 +75,11 @@ class CompiledModule(PlanModule):
         ``path`` that is a directory, device or FIFO (never replaced), and
         ``FileNotFoundError`` when its directory does not exist.
 
-        ``sign_with``: a shared secret (bytes or text); the file then carries
-        an HMAC-SHA256 of its manifest (which holds every member's hash), and
-        ``runtime.load(path, verify_with=key)`` refuses it unless it matches."""
+        ``sign_with``: a shared secret (bytes or text: HMAC-SHA256) or an
+        Ed25519 private key (``cryptography``); the file then carries a
+        signature of its manifest (which holds every member's hash), and
+        ``runtime.load(path, verify_with=key)`` (the secret, or the public
+        key) refuses it unless it matches (``runtime.signing``)."""
         from .export import export_module
         return export_module(self, path, sign_with)
 

@@ -24,8 +24,7 @@ import numpy as np
 
 from runtime.artifact import (ENTRY_SYMBOL, FORMAT, FORMAT_VERSION, MANIFEST, PAD_EXTRA_ID,
                               SAFETENSORS_DTYPES, SIGNATURE, WEIGHTS, WEIGHTS_ALIGN,
-                              manifest_signature,
-                              object_revision, signing_key)
+                              object_revision, sign_manifest, signing_key)
 from runtime.executor import KernelStep
 from runtime.layout import Layout
 from runtime.storage import Storage
@@ -177,7 +176,7 @@ def _kernel_record(module, i: int, step: KernelStep, objects: dict, writer: _Wri
                           "arity": len(desc), "instance": repr(inst.memo_key),
                           "call_shapes": [list(l.shape) for l in lays],
                           "layouts": [_layout_json(l) for l in desc]}
-        rec["revision"] = object_revision(rec, digest)
+        rec["revision"] = object_revision(rec, digest, target_json(target))
         return rec
     elif entry.kernel_source == "numpy":
         rec["binding"] = {"kind": "numpy", "function": fn.__qualname__}
@@ -188,6 +187,12 @@ def _kernel_record(module, i: int, step: KernelStep, objects: dict, writer: _Wri
                           "hold it; bind the op to a generated kernel or leave it to numpy")
     rec["revision"] = hashlib.sha256(json.dumps(revision).encode()).hexdigest()[:16]
     return rec
+
+
+def target_json(target) -> dict:
+    """The manifest's ``target``: what the objects were compiled for."""
+    return {"name": str(target), "kind": target.kind, "cpu": target.arch,
+            "triple": target.triple, "features": sorted(target.features)}
 
 
 def check_output_path(path) -> Path:
@@ -217,9 +222,10 @@ def check_output_path(path) -> Path:
 
 def export_module(module, path, sign_with=None) -> Path:
     """Write ``module`` (a ``CompiledModule``) to ``path`` atomically and
-    return the path. With ``sign_with`` (a shared key: bytes or text), the
-    file also carries the HMAC-SHA256 of its manifest, which
-    ``runtime.load(path, verify_with=key)`` checks. Raises ``ExportError``
+    return the path. With ``sign_with`` (a shared secret, bytes or text, or
+    an Ed25519 private key: ``runtime.signing``), the file also carries a
+    signature of its manifest, which ``runtime.load(path, verify_with=key)``
+    checks (the secret, or the public key). Raises ``ExportError``
     (a step that cannot be exported) or ``OSError``."""
     key = signing_key(sign_with) if sign_with is not None else None
     path = check_output_path(path)
@@ -242,8 +248,7 @@ def export_module(module, path, sign_with=None) -> Path:
                 w.add(ir[stage], [text.encode()], compress=True)
             manifest = {
                 "format": FORMAT, "format_version": FORMAT_VERSION, "producer": producer(),
-                "target": {"name": str(target), "kind": target.kind, "cpu": target.arch,
-                           "triple": target.triple, "features": sorted(target.features)},
+                "target": target_json(target),
                 "entry_points": [{
                     "name": "main",
                     "inputs": [{"name": n, **s.to_dict()} for n, s in plan.inputs.items()],
@@ -256,7 +261,7 @@ def export_module(module, path, sign_with=None) -> Path:
             w.add(MANIFEST, [raw], compress=True)
             del w.members[MANIFEST]
             if key is not None:
-                w.add(SIGNATURE, [manifest_signature(key, raw).encode()], compress=False)
+                w.add(SIGNATURE, [sign_manifest(key, raw)], compress=False)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:

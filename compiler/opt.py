@@ -19,6 +19,7 @@ plugin that cannot be loaded, 2 on bad usage (unknown pass, unreadable file).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Optional, Sequence
 
@@ -173,6 +174,22 @@ def _parse_args(argv: Optional[Sequence[str]]):
     return p.parse_args(argv)
 
 
+def _input_problem(path: str):
+    """Why ``path`` is not an input file (None when it is): a directory, or
+    a device or socket (``/dev/zero`` would be read forever). A FIFO is
+    input, as from a shell's process substitution."""
+    import stat
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        return e.strerror.lower() if e.strerror else str(e)
+    if stat.S_ISDIR(mode):
+        return "it is a directory, not a file"
+    if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+        return "it is a device or socket, not a file"
+    return None
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parse_args(argv)
     try:
@@ -196,6 +213,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return 2
         args.option_defaults[k] = v
     filename = "<stdin>" if args.input == "-" else args.input
+    problem = None if args.input == "-" else _input_problem(args.input)
+    if problem:
+        print(f"fuelc opt: error: cannot read {filename}: {problem}", file=sys.stderr)
+        return 2
     try:
         text = sys.stdin.read() if args.input == "-" else open(args.input).read()
     except (OSError, UnicodeDecodeError) as e:

@@ -31,7 +31,8 @@ from .executor import (
 )
 from .artifact import (
     ArtifactCodeError, ArtifactCpuError, ArtifactError, ArtifactFormatError,
-    ArtifactIntegrityError, ArtifactSignatureError, ArtifactVersionError, LoadedModule, load,
+    ArtifactIntegrityError, ArtifactSignatureError, ArtifactVersionError, LoadedModule,
+    ManifestFieldError, load,
 )
 
 __all__ = [
@@ -48,4 +49,5 @@ __all__ = [
     "IndexOutOfRangeError",
     "load", "LoadedModule", "ArtifactError", "ArtifactFormatError", "ArtifactVersionError",
     "ArtifactIntegrityError", "ArtifactCpuError", "ArtifactCodeError", "ArtifactSignatureError",
+    "ManifestFieldError",
 ]

@@ -20,8 +20,9 @@ A ``.fuel`` file is a zip archive (written by ``compiler.export``):
 * ``ir/<stage>.mlir``: the IR of each compile stage, for debugging.
 
 ``load(path)`` checks everything before any code is mapped: the zip
-structure, the manifest schema and format version, every member's size and
-SHA-256, and this CPU's features; it then links the objects, binds every
+structure, the signature where one is required (``runtime.signing``), the
+manifest schema and format version (``runtime.manifest``), every member's
+size and SHA-256, and this CPU's features; it then links the objects, binds every
 kernel step in a fresh ``KernelBindingTable`` and returns a
 ``LoadedModule`` (``m(x=...)``, ``.run``, ``.input_names``,
 ``.output_names``, ``.signature``, ``.entry_points``). ``open_artifact``
@@ -37,17 +38,16 @@ feature list) catch a *damaged* or inconsistently edited file with a typed
 error instead of a crash; they are not authentication. The SHA-256 of each
 member lives in the unauthenticated manifest, so whoever can write the file
 can replace its code and weights and fix up the hashes. Load only files you
-would run as programs.
+would run as programs, or require them signed (``load(path, verify_with=KEY)``,
+``runtime.signing``; ``docs/artifacts.md``).
 """
 from __future__ import annotations
 
 import hashlib
 import mmap
-import hmac
 import json
 import math
 import os
-import re
 import struct
 import zipfile
 import zlib
@@ -61,28 +61,21 @@ from .errors import FuelError, KernelError
 from .executor import Executor, KernelStep, Plan, PlanModule
 from .keys import BindingKey
 from .layout import Layout
+from .manifest import (ENTRY_SYMBOL, FORMAT, FORMAT_VERSION, MANIFEST, MAX_ARITY,
+                       MAX_INFLATED_BYTES, WEIGHTS, ArtifactCodeError, ArtifactCpuError,
+                       ArtifactError, ArtifactFormatError, ArtifactIntegrityError,
+                       ArtifactSignatureError, ArtifactVersionError, ManifestFieldError,
+                       check_manifest, object_revision)
 from .precision import PrecisionGuarantee
+from .signing import (KEY_FILE_ENV, MAX_SIGNATURE_BYTES, REQUIRE_ENV, SIGNATURE, key_source,
+                      read_key_file, required_key, sign_manifest, signing_key, verify_manifest)
 
-FORMAT = "fuelc-module"
-FORMAT_VERSION = 2  # 2: an object kernel's revision covers its whole binding
-MANIFEST = "manifest.json"
-#: Optional: the HMAC-SHA256 (hex) of the manifest's bytes under a shared key
-#: (``save(path, sign_with=key)``); it covers every member through their hashes.
-SIGNATURE = "manifest.sig"
-#: A file holding the key every ``load`` must verify a signature with.
-KEY_FILE_ENV = "FUELC_VERIFY_KEY_FILE"
-WEIGHTS = "weights.safetensors"
 #: The weights member is stored with its data at a multiple of this in the
 #: file (a padding extra field, id ``PAD_EXTRA_ID``, in its local header), so
 #: ``load`` maps it read-only instead of reading it.
 WEIGHTS_ALIGN = max(mmap.ALLOCATIONGRANULARITY, 4096)
 PAD_EXTRA_ID = 0xD935  # the id Android's zipalign pads with
-ENTRY_SYMBOL = "_mlir_ciface_kernel"
 MAX_MANIFEST_BYTES = 64 << 20
-#: The most bytes a compressed member may inflate to (IR text; code and weights
-#: are stored uncompressed), and the most descriptors one kernel may take.
-MAX_INFLATED_BYTES = 256 << 20
-MAX_ARITY = 256
 #: The most bytes one value of the plan may have (1 TiB: beyond any real model).
 MAX_VALUE_BYTES = 1 << 40
 _DEFLATE_MAX_RATIO = 1032  # deflate cannot expand data more than this
@@ -97,191 +90,11 @@ SAFETENSORS_DTYPES: dict[str, np.dtype] = {
 }
 
 
-class ArtifactError(FuelError):
-    """A ``.fuel`` file that cannot be used; ``path`` names it."""
-
-    def __init__(self, message: str, path: str = ""):
-        super().__init__(f"{path}: {message}" if path else message)
-        self.path = path
-
-
-class ArtifactFormatError(ArtifactError, ValueError):
-    """Not a fuelc module: not a zip, truncated, members missing or
-    unexpected, a malformed manifest or weights table."""
-
-
-class ArtifactVersionError(ArtifactError):
-    """A module written in another format version than this runtime reads."""
-
-
-class ArtifactIntegrityError(ArtifactError):
-    """A member whose bytes do not match the manifest (size, SHA-256 or the
-    zip's CRC): the file was damaged or tampered with."""
-
-
-class ArtifactSignatureError(ArtifactIntegrityError):
-    """A signature was required (``verify_with`` or ``$FUELC_VERIFY_KEY_FILE``)
-    and the file has none, or it does not match the manifest under the key."""
-
-
-class ArtifactCpuError(ArtifactError, CpuFeatureError):
-    """The module's code needs CPU features this machine lacks (``missing``)."""
-
-    def __init__(self, message: str, path: str, missing, target: str):
-        ArtifactError.__init__(self, message, path)
-        self.missing = sorted(missing)
-        self.target = target
-
-
-class ArtifactCodeError(ArtifactError):
-    """A verified object that this process cannot link (a symbol it needs is
-    missing), or a kernel the runtime does not provide."""
-
-
 # -- reading and checking ----------------------------------------------------------------
 
 
 def sha256_hex(data) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-_HEX64 = re.compile(r"[0-9a-f]{64}")
-_MEMBER = re.compile(r"(manifest\.json|weights\.safetensors|code/[0-9]+\.o|ir/[A-Za-z0-9_.-]+\.mlir)")
-
-
-def _need(d, key: str, typ, where: str, path: str):
-    if not isinstance(d, dict) or key not in d:
-        raise ArtifactFormatError(f"malformed manifest: {where} has no {key!r}", path)
-    v = d[key]
-    if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
-        name = typ.__name__ if isinstance(typ, type) else "/".join(t.__name__ for t in typ)
-        raise ArtifactFormatError(f"malformed manifest: {where}.{key} must be a {name}, "
-                                  f"got {type(v).__name__}", path)
-    return v
-
-
-def check_manifest(m, path: str = "") -> dict:
-    """Check the manifest's format, version and schema; return it.
-    ArtifactVersionError for another format version, else
-    ArtifactFormatError naming the first malformed field."""
-    if not isinstance(m, dict) or m.get("format") != FORMAT:
-        raise ArtifactFormatError(f"not a fuelc module (manifest format "
-                                  f"{m.get('format') if isinstance(m, dict) else None!r}, "
-                                  f"expected {FORMAT!r})", path)
-    version = m.get("format_version")
-    if version != FORMAT_VERSION:
-        raise ArtifactVersionError(
-            f"format version {version!r}; this runtime reads version {FORMAT_VERSION}: "
-            "re-export the model with this fuelc (fuelc compile ... -o ...)", path)
-    for key in ("producer", "target", "plan", "constants", "members", "ir"):
-        _need(m, key, dict, "manifest", path)
-    t = m["target"]
-    for key in ("name", "kind", "cpu"):
-        _need(t, key, str, "target", path)
-    if not all(isinstance(f, str) for f in _need(t, "features", list, "target", path)):
-        raise ArtifactFormatError("malformed manifest: target.features must list strings", path)
-    _check_target(t, path)
-    for name, rec in m["members"].items():
-        if not _MEMBER.fullmatch(name) or name == MANIFEST:
-            raise ArtifactFormatError(f"malformed manifest: bad member name {name!r}", path)
-        if not _HEX64.fullmatch(_need(rec, "sha256", str, f"members[{name!r}]", path)):
-            raise ArtifactFormatError(f"malformed manifest: members[{name!r}].sha256 is not a "
-                                      "SHA-256 hex digest", path)
-        if _need(rec, "size", int, f"members[{name!r}]", path) < 0:
-            raise ArtifactFormatError(f"malformed manifest: members[{name!r}].size < 0", path)
-        if name.startswith("ir/") and rec["size"] > MAX_INFLATED_BYTES:
-            raise ArtifactFormatError(f"malformed manifest: members[{name!r}].size is "
-                                      f"{rec['size']} bytes; an IR member may hold at most "
-                                      f"{MAX_INFLATED_BYTES >> 20} MiB", path)
-    for stage, member in m["ir"].items():
-        if not isinstance(member, str) or member not in m["members"]:
-            raise ArtifactFormatError(f"malformed manifest: IR stage {stage!r} names no member", path)
-    for cname, tname in m["constants"].items():
-        if not isinstance(tname, str):
-            raise ArtifactFormatError(f"malformed manifest: constant {cname!r} maps to no tensor",
-                                      path)
-    eps = _need(m, "entry_points", list, "manifest", path)
-    if not eps:
-        raise ArtifactFormatError("malformed manifest: entry_points is empty (a module has "
-                                  "one entry point, 'main'); re-export the model", path)
-    plan = m["plan"]
-    for key in ("inputs", "outputs", "steps"):
-        if not all(isinstance(v, dict) for v in _need(plan, key, list, "plan", path)):
-            raise ArtifactFormatError(f"malformed manifest: plan.{key} must list objects", path)
-    for i, ep in enumerate(eps):
-        _need(ep, "name", str, f"entry_points[{i}]", path)
-        for side in ("inputs", "outputs"):
-            for j, v in enumerate(_need(ep, side, list, f"entry_points[{i}]", path)):
-                _need(v, "name", str, f"entry_points[{i}].{side}[{j}]", path)
-                _need(v, "shape", list, f"entry_points[{i}].{side}[{j}]", path)
-                _need(v, "dtype", str, f"entry_points[{i}].{side}[{j}]", path)
-    ep, pl = eps[0], m["plan"]
-    want_in = [{"name": v.get("name"), "shape": v.get("shape"), "dtype": v.get("dtype")}
-               for v in pl["inputs"]]
-    if [{k: v[k] for k in ("name", "shape", "dtype")} for v in ep["inputs"]] != want_in or \
-            [v["name"] for v in ep["outputs"]] != [v.get("name") for v in pl["outputs"]]:
-        raise ArtifactFormatError("malformed manifest: entry_points[0] does not match the plan's "
-                                  "inputs and outputs (plan.inputs, plan.outputs)", path)
-    for i, k in enumerate(_need(m, "kernels", list, "manifest", path)):
-        where = f"kernels[{i}]"
-        _need(k, "step", int, where, path)
-        _need(k, "source", str, where, path)
-        _need(k, "kernel", str, where, path)
-        _need(k, "precision", dict, where, path)
-        _need(k, "full_write", bool, where, path)
-        b = _need(k, "binding", dict, where, path)
-        kind = _need(b, "kind", str, where + ".binding", path)
-        if kind == "object":
-            if _need(b, "object", str, where + ".binding", path) not in m["members"]:
-                raise ArtifactFormatError(f"malformed manifest: {where} names object "
-                                          f"{b['object']!r}, which is not a member", path)
-            if _need(b, "symbol", str, where + ".binding", path) != ENTRY_SYMBOL:
-                raise ArtifactFormatError(f"malformed manifest: {where}.binding.symbol is "
-                                          f"{b['symbol']!r}; exported kernels are "
-                                          f"{ENTRY_SYMBOL!r}", path)
-            arity = _need(b, "arity", int, where + ".binding", path)
-            if not 0 < arity <= MAX_ARITY:
-                raise ArtifactFormatError(f"malformed manifest: {where}.binding.arity {arity} is "
-                                          f"outside [1, {MAX_ARITY}]", path)
-            _need(b, "layouts", list, where + ".binding", path)
-            _need(b, "call_shapes", list, where + ".binding", path)
-            _need(b, "instance", str, where + ".binding", path)
-            _need(k, "revision", str, where, path)
-        elif kind == "numpy":
-            _need(b, "function", str, where + ".binding", path)
-        else:
-            raise ArtifactFormatError(f"malformed manifest: {where}.binding.kind {kind!r} is "
-                                      "neither 'object' nor 'numpy'", path)
-    return m
-
-
-def _check_target(t: dict, path: str) -> None:
-    """A named CPU target (``cpu:x86-64-v4``) needs at least the features
-    its CPU implies: a features list edited down would let code that uses
-    them load on a CPU without them (SIGILL)."""
-    from .cpu_features import KNOWN_CPUS
-    if t["kind"] != "cpu" or t["name"] == "cpu":  # the host target lists what the host has
-        return
-    if t["name"] != f"cpu:{t['cpu']}":
-        raise ArtifactFormatError(f"malformed manifest: target.name {t['name']!r} does not "
-                                  f"match target.cpu {t['cpu']!r}", path)
-    lacks = sorted(KNOWN_CPUS.get(t["cpu"], frozenset()) - set(t["features"]))
-    if lacks:
-        raise ArtifactFormatError(f"malformed manifest: target.features lacks "
-                                  f"{', '.join(lacks)}, which target.cpu {t['cpu']!r} implies; "
-                                  "the file was edited or damaged: re-export it", path)
-
-
-def object_revision(rec: dict, object_sha256: str) -> str:
-    """The revision of an object kernel record: a hash over its source, its
-    binding key and dtypes, the object's SHA-256 and every field of its
-    binding, so an object re-pointed or swapped, a record moved to another
-    kind of step, or an arity or layout edited no longer matches."""
-    b = rec["binding"]
-    fields = [rec.get("source"), rec.get("key"), rec.get("dtypes"), object_sha256] + \
-        [b.get(k) for k in ("symbol", "arity", "instance", "call_shapes", "layouts")]
-    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
-
 
 class Artifact:
     """A verified ``.fuel`` file: ``manifest`` and the bytes of every member
@@ -334,22 +147,22 @@ class Artifact:
         out = {}
         for cname, tname in self.manifest["constants"].items():
             if tname not in tensors:
-                raise ArtifactFormatError(f"constant {cname!r} names tensor {tname!r}, which "
-                                          "the weights do not hold", self.path)
+                raise ManifestFieldError(f"constants[{cname!r}]", f"names tensor {tname!r}, which "
+                                         "the weights do not hold", self.path)
             out[cname] = tensors[tname]
         for i, c in enumerate(self.manifest["plan"].get("constants", [])):
             arr = out.get(c.get("name")) if isinstance(c, dict) else None
             try:
                 dt = np.dtype(c.get("numpy_dtype")) if arr is not None else None
             except (TypeError, ValueError):
-                raise ArtifactFormatError(f"malformed manifest: plan.constants[{i}].numpy_dtype "
-                                          f"{c.get('numpy_dtype')!r} is not a numpy dtype",
-                                          self.path) from None
+                raise ManifestFieldError(f"plan.constants[{i}].numpy_dtype",
+                                         f"{c.get('numpy_dtype')!r} is not a numpy dtype",
+                                         self.path) from None
             if arr is None or list(arr.shape) != c.get("shape") or \
                     arr.dtype.newbyteorder("=") != dt.newbyteorder("="):
-                raise ArtifactFormatError(f"plan constant {c!r} does not match the weights "
-                                          f"({None if arr is None else (arr.dtype.str, arr.shape)})",
-                                          self.path)
+                got = None if arr is None else (arr.dtype.str, arr.shape)
+                raise ManifestFieldError(f"plan.constants[{i}]", f"{c!r} does not match the "
+                                         f"weights ({got})", self.path)
         return out
 
 
@@ -424,56 +237,6 @@ _ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplemented
                RuntimeError, ValueError, struct.error, OverflowError)
 
 
-def signing_key(key) -> bytes:
-    """``key`` (bytes, or text as UTF-8) as an HMAC key; ArtifactError when empty."""
-    if isinstance(key, str):
-        key = key.encode()
-    if not isinstance(key, (bytes, bytearray)) or not key:
-        raise ArtifactError(f"a signing key must be non-empty bytes or text, got "
-                            f"{type(key).__name__}")
-    return bytes(key)
-
-
-def read_key_file(path) -> bytes:
-    """The key in the file at ``path`` (surrounding whitespace stripped)."""
-    try:
-        with open(path, "rb") as f:
-            key = f.read(1 << 16).strip()
-    except OSError as e:
-        raise ArtifactError(f"cannot read the key file: {e.strerror}", os.fspath(path)) from None
-    if not key:
-        raise ArtifactError("the key file is empty", os.fspath(path))
-    return key
-
-
-def manifest_signature(key, manifest_bytes) -> str:
-    """The signature of a manifest: HMAC-SHA256 under ``key``, hex."""
-    return hmac.new(signing_key(key), bytes(manifest_bytes), hashlib.sha256).hexdigest()
-
-
-def _required_key(verify_with):
-    if verify_with is not None:
-        return signing_key(verify_with)
-    env = os.environ.get(KEY_FILE_ENV)
-    return read_key_file(env) if env else None
-
-
-def _check_signature(zf, by_name: dict, raw, key, path: str) -> None:
-    info = by_name.get(SIGNATURE)
-    source = "verify_with" if os.environ.get(KEY_FILE_ENV) is None else f"${KEY_FILE_ENV}"
-    if info is None:
-        raise ArtifactSignatureError(f"the file is not signed, and a signature is required "
-                                     f"({source}); save it with sign_with=KEY (fuelc compile "
-                                     "--sign-key FILE)", path)
-    if info.file_size > 256:
-        raise ArtifactSignatureError(f"{SIGNATURE} is {info.file_size} bytes", path)
-    got = bytes(_read_member(zf, info, info.file_size, path)).strip()
-    want = manifest_signature(key, raw).encode()
-    if not hmac.compare_digest(got, want):
-        raise ArtifactSignatureError("the signature does not match: the file was changed after "
-                                     "it was signed, or signed with another key", path)
-
-
 def _check_regular_file(p: str) -> None:
     import stat
     try:
@@ -489,14 +252,27 @@ def _check_regular_file(p: str) -> None:
                                   ".fuel file", p)
 
 
-def open_artifact(path, verify_with=None) -> Artifact:
+def _check_signature(zf, by_name: dict, raw, key, source: str, path: str) -> None:
+    info = by_name.get(SIGNATURE)
+    if info is None:
+        raise ArtifactSignatureError(f"the file is not signed, and a signature is required "
+                                     f"({source}); save it with sign_with=KEY (fuelc compile "
+                                     "--sign-key FILE)", path)
+    if info.file_size > MAX_SIGNATURE_BYTES:
+        raise ArtifactSignatureError(f"{SIGNATURE} is {info.file_size} bytes", path)
+    verify_manifest(key, raw, _read_member(zf, info, info.file_size, path), path)
+
+
+def open_artifact(path, verify_with=None, require_signature: bool = False) -> Artifact:
     """Open and verify a ``.fuel`` file (zip structure, manifest, format
     version, every member's size and SHA-256) without linking any code.
     With ``verify_with`` (a key), or a key file named by
     ``$FUELC_VERIFY_KEY_FILE``, the file must carry a signature of its
-    manifest under that key (``ArtifactSignatureError`` otherwise)."""
+    manifest under that key (``ArtifactSignatureError`` otherwise); with
+    ``require_signature`` or ``$FUELC_REQUIRE_SIGNED=1``, there must be
+    such a key (see ``load``)."""
     p = os.fspath(path)
-    key = _required_key(verify_with)
+    key = required_key(verify_with, require_signature, p)
     _check_regular_file(p)
     try:
         with zipfile.ZipFile(p) as zf:
@@ -512,7 +288,7 @@ def open_artifact(path, verify_with=None) -> Artifact:
                 raise ArtifactFormatError(f"{MANIFEST} is {info.file_size} bytes", p)
             raw = _read_member(zf, info, info.file_size, p)
             if key is not None:
-                _check_signature(zf, by_name, raw, key, p)
+                _check_signature(zf, by_name, raw, key, key_source(verify_with), p)
             try:
                 manifest = json.loads(bytes(raw).decode())
             except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
@@ -626,18 +402,11 @@ def _no_threads() -> int:
     return 0
 
 
-def _layout(rec, path: str, where: str = "layout") -> Layout:
+def _layout(rec, path: str, where: str) -> Layout:
     try:
         return Layout(tuple(rec["shape"]), tuple(rec["stride"]), rec["offset"])
-    except (KeyError, TypeError, FuelError) as e:
-        raise ArtifactFormatError(f"malformed manifest: {where} {rec!r}: {e}", path) from None
-
-
-def _shape(v, where: str, path: str) -> tuple:
-    if not isinstance(v, list) or not all(isinstance(d, int) and not isinstance(d, bool)
-                                          and 0 <= d < 1 << 62 for d in v):
-        raise ArtifactFormatError(f"malformed manifest: {where} {v!r} is not a shape", path)
-    return tuple(v)
+    except FuelError as e:
+        raise ManifestFieldError(where, f"{rec!r}: {e}", path) from None
 
 
 def _check_object_binding(art: Artifact, rec: dict, step: KernelStep, k: int) -> list:
@@ -650,25 +419,25 @@ def _check_object_binding(art: Artifact, rec: dict, step: KernelStep, k: int) ->
     b, path, where = rec["binding"], art.path, f"kernels[{k}].binding"
     if rec.get("key") != step.key.to_json() or rec.get("dtypes") != [d.value for d in
                                                                     step.dtypes]:
-        raise ArtifactFormatError(f"kernels[{k}].key/dtypes {rec.get('key')} {rec.get('dtypes')} "
-                                  f"are not those of step {rec['step']} ({step.key.to_json()} "
-                                  f"{[d.value for d in step.dtypes]}); the file was edited or "
-                                  "damaged", path)
+        raise ManifestFieldError(f"kernels[{k}].key/dtypes", f"{rec.get('key')} "
+                                 f"{rec.get('dtypes')} are not those of step {rec['step']} "
+                                 f"({step.key.to_json()} {[d.value for d in step.dtypes]}); the "
+                                 "file was edited or damaged", path)
     n_in = len(step.inputs)
     if b["arity"] != n_in + 1:
-        raise ArtifactFormatError(f"{where}.arity is {b['arity']}, but step {rec['step']} "
-                                  f"calls its kernel with {n_in + 1} descriptors ({n_in} "
-                                  "inputs, 1 output); the file was edited or damaged", path)
+        raise ManifestFieldError(f"{where}.arity", f"is {b['arity']}, but step {rec['step']} "
+                                 f"calls its kernel with {n_in + 1} descriptors ({n_in} "
+                                 "inputs, 1 output); the file was edited or damaged", path)
     for key in ("layouts", "call_shapes"):
         if len(b[key]) != b["arity"]:
-            raise ArtifactFormatError(f"{where}.{key} has {len(b[key])} entries for arity "
-                                      f"{b['arity']}", path)
-    shapes = [_shape(s, f"{where}.call_shapes[{j}]", path) for j, s in enumerate(b["call_shapes"])]
+            raise ManifestFieldError(f"{where}.{key}", f"has {len(b[key])} entries for arity "
+                                     f"{b['arity']}", path)
+    shapes = [tuple(s) for s in b["call_shapes"]]
     out = step.output_specs[0]
     if not step.is_bundle and shapes[-1] != tuple(out.shape):
-        raise ArtifactFormatError(f"{where}.call_shapes[{n_in}] {list(shapes[-1])} is not the "
-                                  f"shape {list(out.shape)} of step {rec['step']}'s output "
-                                  "(plan.steps[].outputs)", path)
+        raise ManifestFieldError(f"{where}.call_shapes[{n_in}]", f"{list(shapes[-1])} is not the "
+                                 f"shape {list(out.shape)} of step {rec['step']}'s output "
+                                 "(plan.steps[].outputs)", path)
     layouts = []
     for j, lrec in enumerate(b["layouts"]):
         lay = _layout(lrec, path, f"{where}.layouts[{j}]")
@@ -682,17 +451,18 @@ def _check_object_binding(art: Artifact, rec: dict, step: KernelStep, k: int) ->
             extent = nbytes // out.dtype.itemsize
         lo, hi = lay.element_span()
         if lay.numel and (lo < 0 or hi >= extent):
-            raise ArtifactFormatError(f"{where}.layouts[{j}] (shape {list(lay.shape)}, stride "
-                                      f"{list(lay.stride)}, offset {lay.start_offset}) reaches "
-                                      f"elements [{lo}, {hi}] outside its tensor of {extent} "
-                                      "elements; the file was edited or damaged", path)
+            raise ManifestFieldError(f"{where}.layouts[{j}]", f"(shape {list(lay.shape)}, stride "
+                                     f"{list(lay.stride)}, offset {lay.start_offset}) reaches "
+                                     f"elements [{lo}, {hi}] outside its tensor of {extent} "
+                                     "elements; the file was edited or damaged", path)
         layouts.append(lay)
-    want = object_revision(rec, art.manifest["members"][b["object"]]["sha256"])
-    if rec["revision"] != want:
-        raise ArtifactFormatError(f"kernels[{k}].revision does not match its binding and object "
-                                  f"{b['object']} (step {rec['step']} was re-pointed at another "
-                                  "object, or its key, symbol, arity, instance, call shapes or "
-                                  "layouts were edited); re-export the model", path)
+    m = art.manifest
+    if rec["revision"] != object_revision(rec, m["members"][b["object"]]["sha256"], m["target"]):
+        raise ManifestFieldError(f"kernels[{k}].revision", f"does not match its binding and "
+                                 f"object {b['object']} (step {rec['step']} was re-pointed at "
+                                 "another object, or its key, symbol, arity, instance, call "
+                                 "shapes or layouts, or the target's CPU name or features "
+                                 "were edited); re-export the model", path)
     return layouts
 
 
@@ -706,22 +476,31 @@ def check_call_shapes(art: Artifact, plan: Plan, specs) -> None:
         step = plan.steps[rec["step"]]
         for j, v in enumerate(step.inputs):
             if tuple(b["call_shapes"][j]) != tuple(specs[v].shape):
-                raise ArtifactFormatError(
-                    f"kernels[{k}].binding.call_shapes[{j}] {b['call_shapes'][j]} is not the "
+                raise ManifestFieldError(
+                    f"kernels[{k}].binding.call_shapes[{j}]", f"{b['call_shapes'][j]} is not the "
                     f"shape {list(specs[v].shape)} of step {rec['step']}'s input {v!r}", art.path)
+
+
+def _check_entry_outputs(art: Artifact, plan: Plan, specs) -> None:
+    """The entry point's output shapes and dtypes are the plan's."""
+    for j, v in enumerate(art.manifest["entry_points"][0]["outputs"]):
+        spec = specs[plan.outputs[v["name"]]]
+        if v["shape"] != list(spec.shape) or v["dtype"] != spec.dtype.value:
+            raise ManifestFieldError(f"entry_points[0].outputs[{j}]", f"{v['dtype']}{v['shape']} "
+                                     f"is not the plan's output {v['name']!r} ({spec})", art.path)
 
 
 def _check_value_sizes(plan: Plan, path: str) -> None:
     for i, step in enumerate(plan.steps):
         for j, spec in enumerate(getattr(step, "output_specs", ())):
             if math.prod(spec.shape) * spec.dtype.itemsize > MAX_VALUE_BYTES:
-                raise ArtifactFormatError(f"plan.steps[{i}].outputs[{j}].shape "
-                                          f"{list(spec.shape)} is larger than any module "
-                                          f"({MAX_VALUE_BYTES >> 40} TiB)", path)
+                raise ManifestFieldError(f"plan.steps[{i}].outputs[{j}].shape",
+                                         f"{list(spec.shape)} is larger than any module "
+                                         f"({MAX_VALUE_BYTES >> 40} TiB)", path)
     for name, spec in plan.inputs.items():
         if math.prod(spec.shape) * spec.dtype.itemsize > MAX_VALUE_BYTES:
-            raise ArtifactFormatError(f"plan.inputs {name!r} shape {list(spec.shape)} is larger "
-                                      f"than any module ({MAX_VALUE_BYTES >> 40} TiB)", path)
+            raise ManifestFieldError(f"plan.inputs[{name!r}].shape", f"{list(spec.shape)} is "
+                                     f"larger than any module ({MAX_VALUE_BYTES >> 40} TiB)", path)
 
 
 def _numpy_kernels() -> dict:
@@ -741,7 +520,7 @@ def build_table(art: Artifact, plan: Plan) -> KernelBindingTable:
         i = rec["step"]
         step = plan.steps[i] if 0 <= i < len(plan.steps) else None
         if not isinstance(step, KernelStep):
-            raise ArtifactFormatError(f"kernel record for step {i}, which is not a kernel step", path)
+            raise ManifestFieldError(f"kernels[{k}].step", f"{i} is not a kernel step", path)
         b, ident = rec["binding"], (step.key, step.dtypes, step.backend)
         if b["kind"] == "object":
             layouts = _check_object_binding(art, rec, step, k)
@@ -777,7 +556,8 @@ def build_table(art: Artifact, plan: Plan) -> KernelBindingTable:
         try:
             precision = PrecisionGuarantee.from_json(rec["precision"])
         except FuelError as e:
-            raise ArtifactFormatError(f"kernel {rec['kernel']}: {e}", path) from None
+            raise ManifestFieldError(f"kernels[{m['kernels'].index(rec)}].precision", f"is not "
+                                     f"valid: {e}", path) from None
         caps = KernelCaps(strided_input=kind == "numpy", full_write=rec["full_write"])
         cost = default_cost_for_op_kind(key.op) if key.op is not None else unknown_cost
         table.register_full_with_source(key, dtypes, backend, KernelRef(fn, rec["kernel"],
@@ -787,21 +567,28 @@ def build_table(art: Artifact, plan: Plan) -> KernelBindingTable:
     return table.freeze()
 
 
-def load(path, verify_with=None) -> "LoadedModule":
+def load(path, verify_with=None, require_signature: bool = False) -> "LoadedModule":
     """Verify and load a ``.fuel`` file (see the module docstring); nothing
     is linked before every check has passed. Raises ``ArtifactError``
     subclasses: ``ArtifactFormatError``, ``ArtifactVersionError``,
     ``ArtifactIntegrityError``, ``ArtifactCpuError``, ``ArtifactCodeError``.
 
     A ``.fuel`` file is native code, like a shared library: calling the
-    module runs its machine code in this process. The checks detect damage
-    and inconsistent edits, not forgery (the hashes are in the unsigned
-    manifest), so load only files you would run as programs, or sign them:
-    with ``verify_with`` (the key given to ``save(path, sign_with=key)``), or
-    a key file named by ``$FUELC_VERIFY_KEY_FILE`` (a policy for every load
-    in the process), an unsigned file or one whose signature does not match
-    raises ``ArtifactSignatureError`` before anything else is trusted."""
-    art = open_artifact(path, verify_with)
+    module runs its machine code in this process with this process's
+    rights. The checks detect damage and inconsistent edits, not forgery
+    (the hashes are in the manifest, which anyone who can write the file
+    can rewrite), so load only files you would run as programs, or require
+    a signature (``runtime.signing``):
+
+    * ``verify_with``: the shared secret given to ``save(path,
+      sign_with=key)``, or the Ed25519 public key of the private key it was
+      signed with; an unsigned file, or one whose signature does not match,
+      raises ``ArtifactSignatureError`` before the manifest is parsed. A key
+      file named by ``$FUELC_VERIFY_KEY_FILE`` does the same for every load
+      without ``verify_with``.
+    * ``require_signature=True`` (or ``$FUELC_REQUIRE_SIGNED=1``): a load
+      without any key is refused too."""
+    art = open_artifact(path, verify_with, require_signature)
     target = art.manifest["target"]
     try:
         check_cpu_features(target["features"], target=target["name"],
@@ -814,6 +601,7 @@ def load(path, verify_with=None) -> "LoadedModule":
         table = build_table(art, plan)
         module = LoadedModule(art, plan, table)
         check_call_shapes(art, plan, module.executor.specs)
+        _check_entry_outputs(art, plan, module.executor.specs)
         return module
     except ArtifactError:
         raise
@@ -866,8 +654,8 @@ class LoadedModule(PlanModule):
 
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "WEIGHTS", "ENTRY_SYMBOL", "SIGNATURE",
-           "KEY_FILE_ENV", "ArtifactSignatureError", "manifest_signature", "signing_key",
-           "read_key_file",
+           "KEY_FILE_ENV", "REQUIRE_ENV", "ArtifactSignatureError", "ManifestFieldError",
+           "sign_manifest", "verify_manifest", "signing_key", "read_key_file",
            "SAFETENSORS_DTYPES", "ArtifactError", "ArtifactFormatError", "ArtifactVersionError",
            "ArtifactIntegrityError", "ArtifactCpuError", "ArtifactCodeError", "Artifact",
            "LoadedModule", "check_manifest", "open_artifact", "read_safetensors", "build_table",

@@ -65,9 +65,9 @@ def write_index(path, signature: dict, bindings: list[tuple[dict, str]]) -> None
 class LoadedBundle:
     """A bundle loaded by ``load_bundle``: call it with the inputs by name."""
 
-    def __init__(self, path: str, doc: dict, verify_with=None):
+    def __init__(self, path: str, doc: dict, verify_with=None, require_signature: bool = False):
         self.path = path
-        self._verify_with = verify_with
+        self._verify = (verify_with, require_signature)
         bounds = {n: tuple(b) for n, b in doc["symbols"].items()}
         self.symbols = bounds
         self.inputs = {n: (tuple(_dim(d, bounds) for d in r["shape"]), DType.parse(r["dtype"]))
@@ -105,7 +105,7 @@ class LoadedBundle:
             if key not in self._modules:
                 from .artifact import load
                 self._modules[key] = load(os.path.join(self.path, self._files[key]),
-                                          self._verify_with)
+                                          *self._verify)
             return self._modules[key]
 
     def run(self, **inputs) -> dict[str, np.ndarray]:
@@ -122,10 +122,10 @@ class LoadedBundle:
         return next(iter(out.values())) if len(out) == 1 else out
 
 
-def load_bundle(path, verify_with=None) -> LoadedBundle:
+def load_bundle(path, verify_with=None, require_signature: bool = False) -> LoadedBundle:
     """Open a bundle directory written by ``SymbolicModule.save_bundle``. Each
     binding's ``.fuel`` file is verified and loaded (``runtime.load``, with
-    ``verify_with``) on its first call. Raises ``PlanError`` for a missing or
+    ``verify_with`` and ``require_signature``) on its first call. Raises ``PlanError`` for a missing or
     malformed ``bundle.json``."""
     path = os.fspath(path)
     try:
@@ -134,7 +134,7 @@ def load_bundle(path, verify_with=None) -> LoadedBundle:
         if doc.get("format") != BUNDLE_FORMAT or doc.get("version") != BUNDLE_VERSION:
             raise PlanError(f"{path}: not a {BUNDLE_FORMAT} version {BUNDLE_VERSION} "
                             f"(format {doc.get('format')!r}, version {doc.get('version')!r})")
-        return LoadedBundle(path, doc, verify_with)
+        return LoadedBundle(path, doc, verify_with, require_signature)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         if isinstance(e, PlanError):
             raise

@@ -183,7 +183,9 @@ def cmd_inspect(args) -> int:
 def _add_verify_key(p) -> None:
     p.add_argument("--verify-key", metavar="KEYFILE",
                    help="require the file to be signed with the key in KEYFILE (fuelc compile "
-                        "--sign-key); $FUELC_VERIFY_KEY_FILE requires it for every load")
+                        "--sign-key): the shared secret, or the Ed25519 public key in PEM; "
+                        "$FUELC_VERIFY_KEY_FILE requires it for every load, "
+                        "$FUELC_REQUIRE_SIGNED=1 refuses loads without a key")
 
 
 def add_run_parser(sub) -> None:

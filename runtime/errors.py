@@ -13,8 +13,16 @@
     ├── KernelError                a kernel failed (or raised) inside a call
     ├── IndexOutOfRangeError       an index operand value outside its range
     ├── SymbolicError              a symbolic extent operation that cannot be decided
-    └── PlanError                  a malformed Plan, or bad inputs to Executor.run
-        └── ShapeSignatureError    a call's shapes contradict a symbolic signature
+    ├── PlanError                  a malformed Plan, or bad inputs to Executor.run
+    │   └── ShapeSignatureError    a call's shapes contradict a symbolic signature
+    └── ArtifactError              (runtime.manifest) a .fuel file that cannot be used
+        ├── ArtifactFormatError    not a fuelc module, or malformed
+        │   └── ManifestFieldError a manifest field, named by its path (.field)
+        ├── ArtifactVersionError   another format version
+        ├── ArtifactIntegrityError a member that does not match its hash
+        │   └── ArtifactSignatureError  unsigned, or not signed under the key
+        ├── ArtifactCpuError       this CPU lacks features the code needs
+        └── ArtifactCodeError      an object that does not link, or a missing kernel
 """
 from __future__ import annotations
 

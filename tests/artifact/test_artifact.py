@@ -205,7 +205,7 @@ def test_manifest_tampering(built, tmp_path):
     bad = tmp_path / "bad.fuel"
     _edit_manifest(path, bad, lambda m: m.__setitem__("format_version", 99))
     with pytest.raises(ArtifactVersionError,
-                       match="format version 99; this runtime reads version 2"):
+                       match="format version 99; this runtime reads version 3"):
         runtime.load(bad)
     _edit_manifest(path, bad, lambda m: m.__setitem__("format", "onnx"))
     with pytest.raises(ArtifactFormatError, match="not a fuelc module"):
@@ -247,7 +247,7 @@ def test_tampered_code_with_matching_hash_is_refused_without_crashing(built, tmp
             m["members"]["code/0.o"] = {"sha256": sha256_hex(garbage), "size": len(garbage)}
             for k in m["kernels"]:  # a consistent forgery: the revisions recomputed too
                 if k["binding"].get("object") == "code/0.o":
-                    k["revision"] = object_revision(k, sha256_hex(garbage))
+                    k["revision"] = object_revision(k, sha256_hex(garbage), m["target"])
             return json.dumps(m).encode()
         return data
     _rewrite(path, bad, edit)

@@ -10,6 +10,7 @@ edited kernel (the edits below crashed the process before these checks)."""
 import hashlib
 import json
 import os
+import re
 import stat
 import zipfile
 
@@ -83,7 +84,7 @@ def _binding(m, k=0):
     (lambda m: _binding(m)["layouts"][1].update(offset=1),
      r"layouts\[1\] .* reaches elements \[1, 2048\] outside its tensor of 2048 elements"),
     (lambda m: _binding(m)["layouts"][1].update(offset=-4),
-     r"kernels\[0\]\.binding\.layouts\[1\] .*start_offset must be an int >= 0"),
+     r"kernels\[0\]\.binding\.layouts\[1\]\.offset -4 is < 0"),
     # arity shortened together with the layouts (SIGSEGV on the first call)
     (lambda m: _binding(m).update(arity=2, layouts=_binding(m)["layouts"][:2]),
      r"kernels\[0\]\.binding\.arity is 2, but step 1 calls its kernel with 3 descriptors"),
@@ -114,7 +115,8 @@ def _binding(m, k=0):
      r"plan\.constants\[0\]\.numpy_dtype 'zzz' is not a numpy dtype"),
     (lambda m: m["plan"]["steps"][1]["outputs"][0].update(shape=[2**40, 2**40]),
      r"plan\.steps\[1\]\.outputs\[0\]\.shape .* is larger than any module"),
-    (lambda m: m["plan"]["steps"][1].update(inputs=7), r"the plan does not load"),
+    (lambda m: m["plan"]["steps"][1].update(inputs=7),
+     r"plan\.steps\[1\]\.inputs must be a list, got int"),
     (lambda m: m.update(entry_points=[]), r"entry_points is empty"),
     (lambda m: m["entry_points"][0]["inputs"][0].update(shape=[8, 65]),
      r"entry_points\[0\] does not match the plan's inputs and outputs"),
@@ -124,7 +126,120 @@ def _binding(m, k=0):
         "steps-missing", "steps-int", "constant-dtype", "huge-output", "inputs-int",
         "no-entry-points", "entry-point-shape"])
 def test_edited_manifest_field_is_named(saved, tmp_path, edit, match):
-    _refused(saved, tmp_path, edit, match)
+    from runtime.manifest import ManifestFieldError
+    e = _refused(saved, tmp_path, edit, match, ManifestFieldError)
+    assert e.field and f"malformed manifest: {e.field} " in str(e)
+
+
+def _step(m, kind):
+    return next(i for i, s in enumerate(m["plan"]["steps"]) if s["kind"] == kind)
+
+
+@pytest.mark.parametrize("edit, field, says", [
+    (lambda m: m["plan"]["steps"][1]["outputs"][0].update(shape="8x32"),
+     "plan.steps[1].outputs[0].shape", "must be a list, got str"),
+    (lambda m: m["plan"]["steps"][1]["outputs"][0].update(shape=[8, -32]),
+     "plan.steps[1].outputs[0].shape[1]", "-32 is not an extent"),
+    (lambda m: m["plan"]["steps"][1].update(kind="python"),
+     "plan.steps[1]", "kind 'python' is not one of kernel, view, reshape"),
+    (lambda m: m["plan"]["steps"][1]["dtypes"].__setitem__(0, "f33"),
+     "plan.steps[1].dtypes[0]", "'f33' is not a dtype"),
+    (lambda m: m["plan"]["steps"][1].update(key={"op": "NoSuchOp"}),
+     "plan.steps[1].key", "is not valid"),
+    (lambda m: m["plan"]["steps"][1]["params"].update(kind=[]),
+     "plan.steps[1].params", "kind must be a string, got list"),
+    (lambda m: m["plan"]["steps"][1]["params"].update(m="eight"),
+     "plan.steps[1].params", "is not valid"),
+    (lambda m: m["plan"]["steps"][1].update(backend="tpu"),
+     "plan.steps[1].backend", "is not valid"),
+    (lambda m: m["plan"]["steps"][_step(m, "const")].update(const=None),
+     "plan.steps[0].const", "must be a string, got NoneType"),
+    (lambda m: _binding(m)["layouts"][0].update(stride="wide"),
+     "kernels[0].binding.layouts[0].stride", "must be a list, got str"),
+    (lambda m: _binding(m).update(kind="python"),
+     "kernels[0].binding", "kind 'python' is not one of object, numpy"),
+    (lambda m: _binding(m).pop("layouts"), "kernels[0].binding", "has no 'layouts'"),
+    (lambda m: m["kernels"][0].pop("revision"), "kernels[0]", "has no 'revision'"),
+    (lambda m: _binding(m).update(object="weights.safetensors"),
+     "kernels[0].binding.object", "is not an object member"),
+    (lambda m: m["members"]["code/0.o"].update(sha256="zz"),
+     "members['code/0.o'].sha256", "is not a SHA-256 hex digest"),
+    (lambda m: m["members"]["code/0.o"].update(size=-1), "members['code/0.o'].size", "is < 0"),
+    (lambda m: m["members"].update({"../evil.o": m["members"]["code/0.o"]}),
+     "members['../evil.o']", "is not a member name"),
+    (lambda m: m["target"].update(features="avx2"), "target.features",
+     "must be a list, got str"),
+    (lambda m: m["ir"].update(fuel="code/0.o"), "ir['fuel']", "names no IR member"),
+    (lambda m: m["constants"].update(w=3), "constants['w']", "must be a string, got int"),
+    (lambda m: m["entry_points"][0]["inputs"][0].update(dtype=7),
+     "entry_points[0].inputs[0].dtype", "must be a string, got int"),
+    (lambda m: m["entry_points"][0]["outputs"][0].update(shape=[8]),
+     "entry_points[0].outputs[0]", "f32[8] is not the plan's output 'y' (f32[8,32])"),
+    (lambda m: m["plan"]["outputs"][0].update(value="x"),
+     "entry_points[0].outputs[0]", "is not the plan's output 'y' (f32[8,64])"),
+    (lambda m: m.update(plan=[]), "plan", "must be an object, got list"),
+], ids=lambda v: v if isinstance(v, str) and "[" not in v and " " not in v else None)
+def test_schema_names_the_field(saved, tmp_path, edit, field, says):
+    """Each malformed field is a ManifestFieldError whose ``field`` is its path."""
+    from runtime.manifest import ManifestFieldError
+    e = _refused(saved, tmp_path, edit, re.escape(says), ManifestFieldError)
+    assert e.field == field, str(e)
+
+
+def test_an_edited_host_feature_list_is_refused(saved, tmp_path):
+    """The host target (``cpu``) lists what the build machine had; edited
+    down, its code would load on a CPU without those features (SIGILL):
+    every object's revision covers the target."""
+    _refused(saved, tmp_path, lambda m: m["target"].update(features=["sse2"]),
+             r"kernels\[0\]\.revision does not match .* the target's CPU name or features")
+
+
+def test_a_claimed_feature_the_host_lacks_is_refused_before_linking(saved, tmp_path,
+                                                                     monkeypatch):
+    """Simulated with the feature mask: nothing is linked."""
+    import runtime.cpu_loader as loader
+    _, path, _ = saved
+    monkeypatch.setenv("FUELC_HOST_FEATURES_MASK", "avx2")
+    linked = []
+    monkeypatch.setattr(loader, "load_object", lambda *a, **k: linked.append(a))
+    with pytest.raises(runtime.ArtifactCpuError, match="avx2"):
+        runtime.load(path)
+    assert linked == []
+
+
+def test_every_field_replaced_is_refused_or_harmless(saved, tmp_path):
+    """Every leaf of the manifest replaced by a value of another type or out
+    of range: an ArtifactError, or (names, costs, precision notes) a module
+    that computes what the original does; never a raw exception."""
+    import copy
+    cm, path, a = saved
+    with zipfile.ZipFile(path) as z:
+        m0 = json.loads(z.read("manifest.json"))
+    want = cm.run(x=a)
+
+    def leaves(o, at=()):
+        items = o.items() if isinstance(o, dict) else enumerate(o) if isinstance(o, list) else ()
+        for k, v in items:
+            yield at + (k,)
+            yield from leaves(v, at + (k,))
+    for at in leaves(m0):
+        if at[0] in ("producer", "members") or "cost" in at or "precision" in at:
+            continue
+        for value in (None, -1, 2**70, "x", []):
+            def edit(m):
+                o = m
+                for k in at[:-1]:
+                    o = o[k]
+                o[at[-1]] = copy.deepcopy(value)
+            bad = _rewrite(path, tmp_path / "leaf.fuel", edit)
+            try:
+                got = runtime.load(bad).run(x=a)
+            except ArtifactError:
+                continue
+            except Exception as e:  # pragma: no cover - the failure this test is for
+                pytest.fail(f"{at} = {value!r}: {type(e).__name__}: {e}")
+            for k in want:
+                np.testing.assert_array_equal(got[k], want[k], err_msg=f"{at} = {value!r}")
 
 
 def test_swapped_objects_with_swapped_hashes_are_refused(saved, tmp_path):
@@ -236,6 +351,17 @@ def test_cli_names_directories_devices_npz_and_empty_entry_points(saved, tmp_pat
         assert ".tmp" not in err
     assert main(["run", str(path), "--input", f"x={tmp_path / 'x.npy'}"]) == 0
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("arg, want", [("/dev/zero", "it is a device or socket, not a file"),
+                                       ("DIR", "it is a directory, not a file"),
+                                       ("DIR/missing.mlir", "no such file or directory")])
+def test_fuelc_opt_names_what_its_input_is(tmp_path, capsys, arg, want):
+    """``fuelc opt /dev/zero`` read until memory ran out (MemoryError)."""
+    from compiler.cli import main
+    assert main(["opt", arg.replace("DIR", str(tmp_path)), "-p", "builtin.module()"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("fuelc opt: error: cannot read ") and err.endswith(want), err
 
 
 def test_signed_files_verify_and_edits_with_recomputed_hashes_do_not(saved, tmp_path,

@@ -64,7 +64,7 @@ def test_inspect_lists_manifest_signature_kernels_and_ir(compiled):
     d, _ = compiled
     r = fuelc("inspect", d / "m.fuel")
     assert r.returncode == 0, r.stderr
-    for want in ("format fuelc-module v2", "torch-mlir", "llvmlite", "input  x: f32[4,16]",
+    for want in ("format fuelc-module v3", "torch-mlir", "llvmlite", "input  x: f32[4,16]",
                  "output y: f32[4,8]", "weights:  2 constants", "code/0.o:_mlir_ciface_kernel",
                  "ir:       fuel, optimized"):
         assert want in r.stdout, r.stdout
@@ -192,3 +192,29 @@ def test_bundle_of_sizes_compiles_and_runs_without_the_compiler(compiled, tmp_pa
     r = fuelc("inspect", out, block_compiler=True)
     assert r.returncode == 0, r.stderr
     assert "input:    x: f32[N,16]" in r.stdout and "binding:  N=5 -> N5.fuel" in r.stdout
+
+
+def test_signed_with_ed25519_pem_keys_and_the_require_policy(compiled, tmp_path, monkeypatch):
+    """``compile --sign-key private.pem``; ``run --verify-key public.pem`` with
+    the compiler unimportable; ``$FUELC_REQUIRE_SIGNED=1`` refuses a run with no key."""
+    ser = pytest.importorskip("cryptography.hazmat.primitives.serialization")
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    d, _ = compiled
+    key = Ed25519PrivateKey.generate()
+    private, public = tmp_path / "private.pem", tmp_path / "public.pem"
+    private.write_bytes(key.private_bytes(ser.Encoding.PEM, ser.PrivateFormat.PKCS8,
+                                          ser.NoEncryption()))
+    public.write_bytes(key.public_key().public_bytes(ser.Encoding.PEM,
+                                                     ser.PublicFormat.SubjectPublicKeyInfo))
+    out, xin = tmp_path / "s.fuel", f"x={d / 'x.npy'}"
+    r = fuelc("compile", d / "m.onnx", "-o", out, "--input-shape", "x=4,16", "--quiet",
+              "--sign-key", private)
+    assert r.returncode == 0, r.stderr
+    r = fuelc("run", out, "--input", xin, "--verify-key", public, block_compiler=True)
+    assert r.returncode == 0 and r.stdout.startswith("y: f32[4,8]"), r.stderr
+    _error(fuelc("run", d / "m.fuel", "--input", xin, "--verify-key", public),
+           "not signed, and a signature is required")
+    _error(fuelc("compile", d / "m.onnx", "-o", tmp_path / "p.fuel", "--input-shape", "x=4,16",
+                 "--sign-key", public), "public key, which can only verify")
+    monkeypatch.setenv("FUELC_REQUIRE_SIGNED", "1")
+    _error(fuelc("run", out, "--input", xin), "$FUELC_REQUIRE_SIGNED", "no key")
