@@ -650,6 +650,36 @@ class Tensor:
     def round(self): return self._op("Round", [self])
     def sign(self): return self._op("Sign", [self])
 
+    def log1p(self) -> "Tensor":
+        """log(1 + x), accurate for tiny x where ``(x + 1).log()`` rounds
+        1 + x to 1 (log1p(1e-9) in f32 is 1e-9, not 0). Kahan's formula in
+        primitives: with u = 1 + x, x where u == 1 (or u is inf), else
+        log(u) * (x / (u - 1)), which cancels the rounding error of u.
+        f16/bf16 are computed in f32 and rounded once."""
+        if self.dtype in (DType.F16, DType.BF16):
+            return self.cast(DType.F32).log1p().cast(self.dtype)
+        u = self + 1.0
+        rest = where(u == math.inf, u, u.log() * (self / (u - 1.0)))
+        return where(u == 1.0, self, rest)
+
+    def expm1(self) -> "Tensor":
+        """exp(x) - 1, accurate for tiny x where ``x.exp() - 1`` cancels
+        (expm1(1e-9) in f32 is 1e-9, not 0). Kahan's formula in primitives:
+        with u = exp(x), x where u == 1, -1 where u - 1 == -1, u where u is
+        inf, else (u - 1) * (x / log(u)). f16/bf16 are computed in f32."""
+        if self.dtype in (DType.F16, DType.BF16):
+            return self.cast(DType.F32).expm1().cast(self.dtype)
+        u = self.exp()
+        um1 = u - 1.0
+        rest = where(um1 == -1.0, um1, where(u == math.inf, u, um1 * (self / u.log())))
+        return where(u == 1.0, self, rest)
+
+    def softplus(self) -> "Tensor":
+        """log(1 + exp(x)) as max(x, 0) + log1p(exp(-|x|)): no overflow for
+        large x and no rounding to 0 for very negative x (softplus(-20) in
+        f32 is 2.06e-9)."""
+        return maximum(self, 0.0) + (-self.abs()).exp().log1p()
+
     def gelu(self, approximate: str = "none") -> "Tensor":
         """GELU with PyTorch's/ONNX's ``approximate`` argument: ``"none"`` (the
         default, as there) -> GeluErf, the exact x·Φ(x); ``"tanh"`` -> Gelu."""

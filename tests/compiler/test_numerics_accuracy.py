@@ -1,0 +1,138 @@
+"""Issue 22, numerics: math whose naive expansion loses the answer, and
+integer scalar operands kept exact end to end.
+
+* log1p, expm1 and softplus were spelled ``(x + 1).log()``,
+  ``x.exp() - 1`` and ``(x.exp() + 1).log()`` (torch ``log1p``/``expm1``/
+  ``elu``, ONNX Softplus/Mish/Elu/Celu/Selu), so softplus(-20) in f32 was 0
+  instead of 2.06e-9 and expm1(1e-9) was 0; ONNX Sinh as (e^x - e^-x) / 2 was
+  0 for tiny x; torch exp2 as exp(x ln 2) was off by |x| ulps. Each is checked
+  against numpy, compiled and in the numpy interpreter, at every float dtype.
+"""
+import math
+
+import numpy as np
+import pytest
+
+from compiler import Graph, compile
+from compiler.graph import interpret
+from runtime.dtype import DType
+
+FLOAT_DTYPES = ("f64", "f32", "f16", "bf16")
+# relative error allowed against the f64 numpy result (a few ulps of each dtype)
+RTOL = {"f64": 1e-14, "f32": 4e-7, "f16": 2e-3, "bf16": 1.6e-2}
+
+XS = np.array([-20.0, -5.0, -1.5, -0.75, -1e-3, -3e-6, -1e-9, -1e-30, -0.0, 0.0, 1e-30, 1e-9,
+               3e-6, 1e-3, 0.5, 2.0, 7.0, 30.0])
+
+
+def _np(name, x):
+    x = x.astype(np.float64)
+    with np.errstate(all="ignore"):
+        return {"log1p": np.log1p, "expm1": np.expm1,
+                "softplus": lambda v: np.logaddexp(0.0, v)}[name](x)
+
+
+def _close(got, want, dtype):
+    got = np.asarray(got).astype(np.float64)
+    both_nan = np.isnan(got) & np.isnan(want)
+    tol = RTOL[dtype] * np.abs(want)
+    ok = both_nan | (got == want) | (np.abs(got - want) <= tol)
+    assert ok.all(), f"{dtype}: {got[~ok]} vs numpy {want[~ok]}"
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_log1p_expm1_softplus_are_accurate(dtype):
+    nd = DType.parse(dtype).numpy
+    x = XS.astype(nd)
+    # f16 underflows 1e-30 to 0 and overflows exp(30): keep the representable ones
+    with np.errstate(over="ignore"):
+        keep = np.isfinite(x) & np.isfinite(np.exp(x.astype(np.float64)).astype(nd))
+    x = x[keep]
+    g = Graph()
+    t = g.input("x", x.shape, dtype)
+    for name in ("log1p", "expm1", "softplus"):
+        g.output(getattr(t, name)(), name=name)
+    compiled = compile(g)(x=x)
+    reference = interpret(g, {"x": x})
+    for name in ("log1p", "expm1", "softplus"):
+        want = _np(name, x)
+        if name == "log1p":
+            want = np.where(x < -1, np.nan, want)
+        # the exact value rounded to the dtype, then compared with a few ulps
+        want = want.astype(nd).astype(np.float64)
+        _close(compiled[name], want, dtype)
+        _close(reference[name], want, dtype)
+    if dtype != "f16":  # 2.06e-9 is below f16's smallest subnormal
+        assert compiled["softplus"][0] > 0  # softplus(-20) = 2.06e-9, not 0
+
+
+def test_log1p_expm1_edge_values():
+    x = np.array([-1.0, -2.0, np.inf, -np.inf, np.nan, -0.0, 0.0, 1e38, -1e38, 88.0, 89.0],
+                 np.float32)
+    g = Graph()
+    t = g.input("x", x.shape, "f32")
+    g.output(t.log1p(), name="a")
+    g.output(t.expm1(), name="b")
+    g.output(t.softplus(), name="c")
+    got = compile(g)(x=x)
+    with np.errstate(all="ignore"):
+        for name, want in (("a", np.log1p(x)), ("b", np.expm1(x)),
+                           ("c", np.logaddexp(np.float32(0), x))):
+            np.testing.assert_allclose(got[name], want, rtol=4e-7, equal_nan=True,
+                                       err_msg=name)
+            # signed zeros kept (log1p(-0) = expm1(-0) = -0)
+            assert np.array_equal(np.signbit(got[name][5:7]), np.signbit(want[5:7])), name
+
+
+def test_log1p_of_an_integer_tensor_is_refused():
+    from compiler.errors import GraphBuildError
+    g = Graph()
+    t = g.input("x", (3,), "i32")
+    with pytest.raises(GraphBuildError):
+        t.log1p()
+
+
+def _onnx_model(op, **attrs):
+    oh = pytest.importorskip("onnx.helper")
+    from onnx import TensorProto as TP
+    vi = lambda n: oh.make_tensor_value_info(n, TP.FLOAT, [8])  # noqa: E731
+    m = oh.make_model(oh.make_graph([oh.make_node(op, ["x"], ["y"], **attrs)], "g", [vi("x")],
+                                    [vi("y")]), opset_imports=[oh.make_opsetid("", 18)])  # Mish: 18
+    m.ir_version = 10
+    return m
+
+
+@pytest.mark.parametrize("op, attrs, ref", [
+    ("Softplus", {}, lambda x: np.logaddexp(0.0, x)),
+    ("Mish", {}, lambda x: x * np.tanh(np.logaddexp(0.0, x))),
+    ("Elu", {"alpha": 0.7}, lambda x: np.where(x < 0, 0.7 * np.expm1(x), x)),
+    ("Celu", {"alpha": 2.0}, lambda x: np.maximum(x, 0) + np.minimum(2.0 * np.expm1(x / 2), 0)),
+    ("Selu", {}, lambda x: 1.0507009873554805 * np.where(x <= 0, 1.6732632423543772 * np.expm1(x),
+                                                         x)),
+    ("Sinh", {}, np.sinh),
+])
+def test_onnx_activations_are_accurate_near_zero_and_in_the_tail(op, attrs, ref):
+    from compiler.frontends.onnx import import_model
+    x = np.array([-20.0, -3.0, -1e-6, -1e-9, 1e-9, 1e-6, 0.5, 3.0], np.float32)
+    g = import_model(_onnx_model(op, **attrs))
+    got = np.asarray(compile(g)(x=x)).astype(np.float64)
+    want = ref(x.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=0, err_msg=op)
+
+
+def test_torch_log1p_expm1_exp2_are_accurate():
+    torch = pytest.importorskip("torch")
+    from compiler.frontends.torch import compile_module
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return (x.log1p(), x.expm1(), torch.exp2(x * 100), torch.nn.functional.elu(x),
+                    torch.nn.functional.softplus(x - 20))
+
+    x = torch.tensor([1e-9, -1e-9, 3e-6, 0.25, -0.5, 1.0])
+    got = compile_module(M(), (x,))(x)
+    want = [t.double() for t in M()(x.double())]
+    for i, (a, b) in enumerate(zip(got, want)):
+        a = a.numpy() if hasattr(a, "numpy") else np.asarray(a)
+        np.testing.assert_allclose(a.astype(np.float64), b.numpy(), rtol=2e-6, atol=0,
+                                   err_msg=f"output {i}")
