@@ -704,8 +704,9 @@ class Tensor:
     def clamp(self, min=None, max=None) -> "Tensor":
         """Clamp to [min, max]; a missing bound is ±inf (floats) or the dtype's range."""
         lo, hi = _bounds(self.dtype)
-        return self._op("Clamp", [self], min=lo if min is None else float(min),
-                        max=hi if max is None else float(max))
+        exact = int if self.dtype.is_int else float  # an integer bound stays exact
+        return self._op("Clamp", [self], min=lo if min is None else _num(min, exact),
+                        max=hi if max is None else _num(max, exact))
 
     clip = clamp
 
@@ -999,7 +1000,7 @@ def _bounds(dtype: DType) -> tuple[float, float]:
     if dtype.is_float:
         return -math.inf, math.inf
     info = np.iinfo(dtype.numpy)
-    return float(info.min), float(info.max)
+    return int(info.min), int(info.max)
 
 
 # ---------------------------------------------------------------------------
@@ -1012,10 +1013,19 @@ def _graph_of(values) -> Graph:
     raise GraphBuildError("at least one operand must be a graph tensor")
 
 
-def _checked_scalar(op: str, value, dtype: DType, types) -> float:
-    """``value`` as a float param after checking that ``dtype`` can hold it:
+def _num(v, exact):
+    """A Clamp bound: an integral bound of an integer tensor as an exact int."""
+    if exact is int and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        return int(v)
+    return float(v)
+
+
+def _checked_scalar(op: str, value, dtype: DType, types) -> "int | float":
+    """``value`` as a param after checking that ``dtype`` can hold it:
     integer dtypes take integral values within their range (no implicit
-    promotion, no silent wrap-around). Raises GraphBuildError naming the op."""
+    promotion, no silent wrap-around) and get them as an exact int (2**53 + 1
+    stays 2**53 + 1), float dtypes as a float. Raises GraphBuildError naming
+    the op."""
     v = float(value)
     if dtype.is_int:
         info = np.iinfo(dtype.numpy)
@@ -1024,6 +1034,7 @@ def _checked_scalar(op: str, value, dtype: DType, types) -> float:
                 f"{op}{fmt_types(types)}: python scalar {value!r} is not representable in "
                 f"{dtype.value} (range {info.min}..{info.max}, integers only; no implicit "
                 f"promotion: cast the tensor first)")
+        return int(value)
     return v
 
 

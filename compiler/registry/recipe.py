@@ -160,7 +160,7 @@ def resolve_params(opname: str, specs, params: dict, binds: list, child_types: l
             v = _eval_dim(v, binds)
             if s.kind == "f64":
                 v = float(v)
-            elif isinstance(v, float):
+            elif isinstance(v, float) and s.kind != "num":
                 raise _Unresolvable(f"{opname}.{s.name}: a reciprocal is not an integer")
         out[s.name] = v
     return out

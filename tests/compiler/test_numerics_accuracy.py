@@ -136,3 +136,103 @@ def test_torch_log1p_expm1_exp2_are_accurate():
         a = a.numpy() if hasattr(a, "numpy") else np.asarray(a)
         np.testing.assert_allclose(a.astype(np.float64), b.numpy(), rtol=2e-6, atol=0,
                                    err_msg=f"output {i}")
+
+
+# ---------------------------------------------------------------------------
+# integer scalar operands: exact end to end (graph params, MLIR attribute,
+# kernel OpParams, lowering, numpy interpreter). Before, the value was an f64
+# param: i64 x + (2**53 + 1) added 2**53 and x + (2**63 - 1) wrapped.
+# ---------------------------------------------------------------------------
+INT_DTYPES = ("i8", "i16", "i32", "i64", "u8", "u32")
+
+
+def _int_graph(dtype, n):
+    info = np.iinfo(DType.parse(dtype).numpy)
+    big = int(info.max) if dtype != "i64" else 2**53 + 1
+    g = Graph()
+    x = g.input("x", (n,), dtype)
+    g.output(x + big, name="add")
+    g.output(x * big, name="mul")
+    g.output(x - big if dtype[0] == "i" else x + 0, name="sub")
+    g.output(x.clamp(int(info.min) + 1, big - 1), name="clamp")
+    g.output(x.masked_fill(x > 2, big), name="fill")
+    return g, big
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES)
+def test_integer_scalar_operands_are_exact(dtype):
+    nd = DType.parse(dtype).numpy
+    x = np.array([0, 1, 2, 3, 5], nd)
+    g, big = _int_graph(dtype, len(x))
+    b = nd.type(big)
+    info = np.iinfo(nd)
+    with np.errstate(over="ignore"):
+        want = {"add": x + b, "mul": x * b, "sub": x - b if dtype[0] == "i" else x,
+                "clamp": np.clip(x, nd.type(int(info.min) + 1), nd.type(big - 1)),
+                "fill": np.where(x > 2, b, x)}
+    for got in (compile(g)(x=x), interpret(g, {"x": x})):
+        for name, w in want.items():
+            assert got[name].dtype == nd and np.array_equal(got[name], w), (name, got[name], w)
+
+
+def test_i64_scalars_beyond_2_pow_53_and_at_int64_max():
+    x = np.array([0, 1, -5], np.int64)
+    g = Graph()
+    t = g.input("x", (3,), "i64")
+    g.output(t + (2**53 + 1), name="a")
+    g.output(t + (2**63 - 1), name="b")
+    g.output(t * (2**53 + 1), name="c")
+    g.output(t - (2**63 - 1), name="d")
+    # a runtime-fused chain: its f64 scalar slots must not round the constant
+    g.output(((t * 3 + t) + (2**53 + 1)).relu() * t, name="e")
+    with np.errstate(over="ignore"):
+        want = {"a": x + np.int64(2**53 + 1), "b": x + np.int64(2**63 - 1),
+                "c": x * np.int64(2**53 + 1), "d": x - np.int64(2**63 - 1),
+                "e": np.maximum(x * 3 + x + np.int64(2**53 + 1), 0) * x}
+    assert want["a"][0] == 2**53 + 1 and want["b"][0] == 2**63 - 1
+    for got in (compile(g)(x=x), interpret(g, {"x": x})):
+        for name, w in want.items():
+            assert np.array_equal(got[name], w), (name, got[name], w)
+
+
+def test_integer_scalar_stays_an_int_in_params_attribute_and_op_params():
+    from compiler.dialect import emit
+    from compiler.graph.kernel_params import from_op_params, to_op_params
+    from compiler.graph.opdef import TensorType
+    from runtime.opkind import OpKind
+    from runtime.params import Affine, Clamp, MaskedFill, OpParams
+    g = Graph()
+    t = g.input("x", (3,), "i64")
+    y = t + (2**53 + 1)
+    assert y.node.params["value"] == 2**53 + 1 and isinstance(y.node.params["value"], int)
+    assert isinstance((g.input("f", (3,), "f32") + 1).node.params["value"], float)
+    g.output(y, name="y")
+    text = str(emit.graph_to_module(g).module)
+    assert "value = 9007199254740993 : i64" in text
+    ty = [TensorType((3,), DType.I64)]
+    p = to_op_params("AddScalar", {"value": 2**53 + 1}, ty, ty)
+    assert p == Affine(mul=1.0, add=2**53 + 1) and p != Affine(mul=1.0, add=float(2**53 + 1))
+    assert OpParams.from_dict(p.to_dict()).add == 2**53 + 1
+    assert from_op_params(OpKind.Affine, p, ty, ty) == ("AddScalar", {"value": 2**53 + 1})
+    assert OpParams.from_dict(Clamp(min=-2**62 - 1, max=2**62 + 1).to_dict()).min == -2**62 - 1
+    assert OpParams.from_dict(MaskedFill(value=float("inf")).to_dict()).value == float("inf")
+
+
+def test_integer_scalar_out_of_range_errors():
+    from compiler.errors import GraphBuildError
+    from runtime.errors import OpParamsError
+    from runtime.params import Affine
+    g = Graph()
+    t = g.input("x", (3,), "i64")
+    with pytest.raises(GraphBuildError, match=r"python scalar 9223372036854775808 is not "
+                       r"representable in i64"):
+        t + 2**63
+    with pytest.raises(GraphBuildError, match="not representable in u8"):
+        g.input("u", (3,), "u8") * 256
+    with pytest.raises(GraphBuildError, match=r"param 'value' has value 9223372036854775808, "
+                       "outside int64"):
+        g.add_node("AddScalar", [t], {"value": 2**63})
+    with pytest.raises(OpParamsError, match="Affine.add must fit in int64"):
+        Affine(mul=1, add=2**63)
+    with pytest.raises(OpParamsError, match="Affine.mul must be a number"):
+        Affine(mul="2", add=0)
