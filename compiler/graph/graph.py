@@ -308,6 +308,7 @@ class Graph:
             raise GraphBuildError(f"{label}: {e}") from None
         except UnsupportedOpError as e:
             raise UnsupportedOpError(f"{label}: {e}") from None
+        params = _canonical_scalars(opdef, params, types)
         self._check_constant_indices(label, op, ids, types, params)
         self._assume(assumed)
         return self._append(op, ids, params, [out], name)
@@ -704,9 +705,8 @@ class Tensor:
     def clamp(self, min=None, max=None) -> "Tensor":
         """Clamp to [min, max]; a missing bound is ±inf (floats) or the dtype's range."""
         lo, hi = _bounds(self.dtype)
-        exact = int if self.dtype.is_int else float  # an integer bound stays exact
-        return self._op("Clamp", [self], min=lo if min is None else _num(min, exact),
-                        max=hi if max is None else _num(max, exact))
+        return self._op("Clamp", [self], min=lo if min is None else _num(min),
+                        max=hi if max is None else _num(max))
 
     clip = clamp
 
@@ -1013,9 +1013,28 @@ def _graph_of(values) -> Graph:
     raise GraphBuildError("at least one operand must be a graph tensor")
 
 
-def _num(v, exact):
-    """A Clamp bound: an integral bound of an integer tensor as an exact int."""
-    if exact is int and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+def _canonical_scalars(opdef, params: dict, types) -> dict:
+    """``num`` params (scalar operands) in one spelling per operand dtype: a
+    float for a float tensor, an exact int for an integer tensor (the infer
+    rule has checked it is integral; a saturating Clamp bound beyond int64
+    stays a float), so equal ops compare and hash equal."""
+    nums = [s.name for s in opdef.params if s.kind == "num"]
+    if not nums or not types:
+        return params
+    is_float = types[0].dtype.is_float
+    out = dict(params)
+    for k in nums:
+        v = out[k]
+        if is_float:
+            out[k] = float(v)
+        elif isinstance(v, float) and math.isfinite(v) and -2.0**63 <= v < 2.0**63:
+            out[k] = int(v)
+    return out
+
+
+def _num(v):
+    """A Clamp bound as given: an int stays exact (2**53 + 1 is no float)."""
+    if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
         return int(v)
     return float(v)
 
