@@ -236,3 +236,21 @@ def test_integer_scalar_out_of_range_errors():
         Affine(mul=1, add=2**63)
     with pytest.raises(OpParamsError, match="Affine.mul must be a number"):
         Affine(mul="2", add=0)
+
+
+def test_runtime_numpy_kernels_take_integer_scalars_exactly():
+    from runtime import numpy_kernels as NK
+    from runtime.params import Affine, Clamp, MaskedFill
+    from runtime.storage import Storage
+    x = np.array([0, 1, -5], np.int64)
+    big = 2**53 + 1
+    for kernel, params, mask, want in (
+            (NK.affine_kernel, Affine(mul=1.0, add=big), None, x + np.int64(big)),
+            (NK.affine_kernel, Affine(mul=big, add=0.0), None, x * np.int64(big)),
+            (NK.clamp_kernel, Clamp(min=-big, max=big), None, x),
+            (NK.masked_fill_kernel, MaskedFill(value=big), np.array([1, 0, 1], np.uint8),
+             np.where([True, False, True], np.int64(big), x))):
+        ins = [Storage.from_numpy(x)] + ([Storage.from_numpy(mask)] if mask is not None else [])
+        out, out_layout = Storage.from_numpy(np.zeros(3, np.int64))
+        kernel([s for s, _ in ins], [out], [l for _, l in ins] + [out_layout], params)
+        assert np.array_equal(out.to_numpy(out_layout), want), (kernel.__name__, params)
