@@ -606,7 +606,11 @@ class Tensor:
 
     def _scalar_op(self, op, value, negate=False) -> "Tensor":
         v = _checked_scalar(op, value, self.dtype, [self.node.type])
-        return self._op(op, [self], value=-v if negate else v)
+        if negate:
+            v = -v
+            if v == 2**63 and isinstance(v, int):  # x - (-2**63) = x + 2**63 = x - 2**63 (mod 2**64)
+                v = -v
+        return self._op(op, [self], value=v)
 
     # -- comparisons -> u8 ---------------------------------------------------
     def __lt__(self, other):

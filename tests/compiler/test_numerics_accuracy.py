@@ -254,3 +254,31 @@ def test_runtime_numpy_kernels_take_integer_scalars_exactly():
         out, out_layout = Storage.from_numpy(np.zeros(3, np.int64))
         kernel([s for s, _ in ins], [out], [l for _, l in ins] + [out_layout], params)
         assert np.array_equal(out.to_numpy(out_layout), want), (kernel.__name__, params)
+
+
+def test_subtracting_int64_min_wraps_as_numpy_does():
+    x = np.array([0, 5, -5], np.int64)
+    g = Graph()
+    t = g.input("x", (3,), "i64")
+    g.output(t - (-2**63), name="y")
+    with np.errstate(over="ignore"):
+        want = x - np.int64(-2**63)
+    assert np.array_equal(compile(g)(x=x), want)
+    assert np.array_equal(interpret(g, {"x": x})["y"], want)
+
+
+def test_onnx_int64_add_of_a_large_scalar_constant_is_exact():
+    oh = pytest.importorskip("onnx.helper")
+    from onnx import TensorProto as TP
+    from onnx import numpy_helper
+    from compiler.frontends.onnx import import_model
+    vi = lambda n: oh.make_tensor_value_info(n, TP.INT64, [3])  # noqa: E731
+    c = numpy_helper.from_array(np.array(2**53 + 1, np.int64), "c")
+    m = oh.make_model(oh.make_graph([oh.make_node("Add", ["x", "c"], ["y"])], "g", [vi("x")],
+                                    [vi("y")], initializer=[c]),
+                      opset_imports=[oh.make_opsetid("", 17)])
+    m.ir_version = 10
+    g = import_model(m)
+    assert [n.op for n in g.nodes if n.op not in ("Input",)][0] == "AddScalar"
+    x = np.array([0, 1, -5], np.int64)
+    assert np.array_equal(np.asarray(compile(g)(x=x)), x + np.int64(2**53 + 1))

@@ -35,10 +35,7 @@ def _scalar(v, like):
     ``like`` (a Tensor) leaves ``like``'s shape unchanged, else None."""
     if not isinstance(v, np.ndarray) or v.size != 1 or v.ndim > like.ndim:
         return None
-    x = v.reshape(()).item()
-    if isinstance(x, int) and abs(x) >= 2 ** 53:
-        return None
-    return x
+    return v.reshape(()).item()  # an int stays exact (AddScalar/MulScalar take ints)
 
 
 # ---------------------------------------------------------------------------
