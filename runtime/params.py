@@ -24,6 +24,10 @@ from .dtype import DType
 from .errors import OpParamsError
 from .opkind import OpKind
 
+#: A scalar operand field (Affine, Clamp, MaskedFill): an int stays an exact
+#: int (an integer tensor's scalar: 2**53 + 1 is not a float), else a float.
+Number = typing.Union[int, float]
+
 
 class QuantType(enum.Enum):
     """GGUF block formats for QMatMul (ggml's type names): value = (block bytes,
@@ -168,6 +172,12 @@ def _coerce(variant: str, field: str, tp, value, *, signed: bool):
     (lists -> tuples, ints for ints, floats for floats)."""
     where = f"{variant}.{field}"
     origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp == Number:  # an int stays an exact int, anything else is a float
+        if _is_int(value):
+            if not -(1 << 63) <= int(value) < 1 << 63:
+                raise OpParamsError(f"{where} must fit in int64, got {value}")
+            return int(value)
+        return _coerce(variant, field, float, value, signed=signed)
     if origin is typing.Union:  # Optional[X]
         if value is None:
             return None
@@ -226,6 +236,9 @@ def _to_json(v):
 
 def _from_json(variant: str, field: str, tp, v):
     origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp == Number:
+        # an int or float as is; "inf"/"nan" are spelled as strings
+        return _from_json(variant, field, float, v) if isinstance(v, str) else v
     if origin is typing.Union:
         if v is None:
             return None
@@ -518,15 +531,15 @@ class Cast(OpParams):
 @variant
 class Affine(OpParams):
     """``y = mul * x + add`` (AddScalar/MulScalar, InplaceAffine)."""
-    mul: float
-    add: float
+    mul: Number
+    add: Number
 
 
 @variant
 class Clamp(OpParams):
     """``y = clamp(x, min, max)``."""
-    min: float
-    max: float
+    min: Number
+    max: Number
 
     def validate(self):
         if self.min > self.max:
@@ -691,7 +704,7 @@ class LogSoftmaxLastDim(OpParams):
 @variant
 class MaskedFill(OpParams):
     """``out = mask ? value : x``; ``value`` is converted to the output dtype."""
-    value: float
+    value: Number
 
 
 def _check_pad(p):

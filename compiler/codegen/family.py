@@ -465,11 +465,11 @@ class GeneratedKernel:
 Prepare = Callable[[Sequence, object, int], "tuple[KernelFunction, Sequence]"]
 
 
-def _weak(fn):
-    """A weak reference to ``fn``, or (for a callable that takes none) a
-    callable returning it."""
+def _weak(fn, callback=None):
+    """A weak reference to ``fn`` (``callback`` called once it dies), or (for
+    a callable that takes none) a callable returning it."""
     try:
-        return weakref.ref(fn)
+        return weakref.ref(fn, callback)
     except TypeError:
         return lambda: fn
 
@@ -489,7 +489,9 @@ class CallMemo:
     only prepares the same entry twice. Entries refer to their compiled
     functions weakly: the memo of a process-wide kernel never keeps machine
     code mapped once the modules, the compile-once memo and the kernel cache
-    have let go of it (an entry whose function is gone is prepared again).
+    have let go of it, and an entry leaves the memo when one of its functions
+    goes (so a long-lived process compiling ever-new graphs keeps no entries
+    for them; a later call prepares it again).
     """
 
     MAX_ENTRIES = 1024  # a kernel called with ever-new layouts must not grow without bound
@@ -519,8 +521,20 @@ class CallMemo:
         if key is not None:
             if len(self._calls) >= self.MAX_ENTRIES:
                 self._calls.clear()
-            self._calls[key] = tuple((_weak(fn), templates) for fn, templates in hit)
+            self._calls[key] = tuple((_weak(fn, self._dropper(key)), templates)
+                                     for fn, templates in hit)
         return hit
+
+    def _dropper(self, key):
+        """The weakref callback that removes ``key``'s entry once one of its
+        functions is gone (not a newer entry under the same key)."""
+        calls = self._calls
+
+        def drop(ref):
+            entry = calls.get(key)
+            if entry is not None and any(r is ref for r, _ in entry):
+                calls.pop(key, None)
+        return drop
 
     def call(self, inputs: Sequence, outputs: Sequence, layouts: Sequence, params) -> None:
         run_tiles(self.lookup(layouts, params, len(inputs)), (*inputs, *outputs))

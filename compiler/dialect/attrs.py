@@ -6,6 +6,7 @@ kind     python value        attribute
 i64      int                 ``IntegerAttr`` i64
 bool     bool                ``IntegerAttr`` i1 (BoolAttr)
 f64      float               ``FloatAttr`` f64
+num      int | float         ``IntegerAttr`` i64 for an int, else ``FloatAttr`` f64
 i64s     tuple[int, ...]     ``ArrayAttr`` of i64 IntegerAttr
 dtype    DType               ``StringAttr`` ("f32")
 str      str                 ``StringAttr``
@@ -39,6 +40,10 @@ def param_to_attr(spec: ParamSpec, value, op_name: str = "?") -> "ir.Attribute":
             return ir.BoolAttr.get(bool(value))
         if k == "f64":
             return ir.FloatAttr.get(ir.F64Type.get(), float(value))
+        if k == "num":
+            if isinstance(value, int) and not isinstance(value, bool):
+                return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), value)
+            return ir.FloatAttr.get(ir.F64Type.get(), float(value))
         if k == "i64s":
             i64 = ir.IntegerType.get_signless(64)
             return ir.ArrayAttr.get([ir.IntegerAttr.get(i64, int(v)) for v in value])
@@ -61,6 +66,11 @@ def attr_to_param(spec: ParamSpec, attr: "ir.Attribute"):
         return bool(ir.IntegerAttr(attr).value)
     if k == "f64":
         return float(ir.FloatAttr(attr).value)
+    if k == "num":
+        try:
+            return int(ir.IntegerAttr(attr).value)
+        except ValueError:  # not an IntegerAttr: the f64 FloatAttr
+            return float(ir.FloatAttr(attr).value)
     if k == "i64s":
         return tuple(int(ir.IntegerAttr(a).value) for a in ir.ArrayAttr(attr))
     if k == "dtype":

@@ -15,6 +15,7 @@ One source of truth: every supported primitive ``OpDef`` of
 * results: ``!builtin.tensor``, one per output, again separate constraints;
 * attributes, one per ``ParamSpec`` (all required; emission fills defaults):
   ``i64``/``bool`` -> ``#builtin.integer``, ``f64`` -> ``#builtin.float``,
+  ``num`` -> either (``irdl.any_of``),
   ``i64s`` -> ``#builtin.array``, ``dtype``/``str`` -> ``#builtin.string``;
   ``bytes`` params are not attributes (Const payloads travel separately).
 * ``fuel.const`` additionally requires a ``name`` string attribute; its
@@ -42,6 +43,7 @@ ATTR_BASE = {
     "i64": "#builtin.integer",
     "bool": "#builtin.integer",
     "f64": "#builtin.float",
+    "num": ("#builtin.integer", "#builtin.float"),  # either (irdl.any_of)
     "i64s": "#builtin.array",
     "dtype": "#builtin.string",
     "str": "#builtin.string",
@@ -166,7 +168,13 @@ def _operation_text(op: DialectOp) -> str:
     attrs = [(p.name, ATTR_BASE[p.kind]) for p in op.attr_params if p.default is not None]
     if op.mnemonic == "const" and "name" not in dict(attrs):
         attrs.append(("name", "#builtin.string"))
-    lines += [f'    %a_{name} = irdl.base "{base}"' for name, base in attrs]
+    for name, base in attrs:
+        if isinstance(base, tuple):  # one of several bases
+            lines += [f'    %a_{name}_{i} = irdl.base "{b}"' for i, b in enumerate(base)]
+            lines.append(f"    %a_{name} = irdl.any_of("
+                         + ", ".join(f"%a_{name}_{i}" for i in range(len(base))) + ")")
+        else:
+            lines.append(f'    %a_{name} = irdl.base "{base}"')
     lines.append(f"    irdl.operands({operands})")
     lines.append(f"    irdl.results({', '.join(f'{n}: %{n}' for n in results)})")
     if attrs:

@@ -224,7 +224,10 @@ def region_of(root_value, members) -> Region:
             lf_hash[v] = "B"
             return "B"
         spec, params = _op_spec_params(op)
-        if spec.name in g.SLOT_OPS and "value" in params:
+        # slots are f64 (``scalars``): an integer scalar no f64 holds stays a constant
+        v0 = params.get("value")
+        if spec.name in g.SLOT_OPS and v0 is not None and not (isinstance(v0, int)
+                                                                and float(v0) != v0):
             params["value"] = g.SLOT
         kids = list(op.operands)
         hs = [visit(u) for u in kids]

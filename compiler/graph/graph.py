@@ -308,6 +308,7 @@ class Graph:
             raise GraphBuildError(f"{label}: {e}") from None
         except UnsupportedOpError as e:
             raise UnsupportedOpError(f"{label}: {e}") from None
+        params = _canonical_scalars(opdef, params, types)
         self._check_constant_indices(label, op, ids, types, params)
         self._assume(assumed)
         return self._append(op, ids, params, [out], name)
@@ -605,7 +606,11 @@ class Tensor:
 
     def _scalar_op(self, op, value, negate=False) -> "Tensor":
         v = _checked_scalar(op, value, self.dtype, [self.node.type])
-        return self._op(op, [self], value=-v if negate else v)
+        if negate:
+            v = -v
+            if v == 2**63 and isinstance(v, int):  # x - (-2**63) = x + 2**63 = x - 2**63 (mod 2**64)
+                v = -v
+        return self._op(op, [self], value=v)
 
     # -- comparisons -> u8 ---------------------------------------------------
     def __lt__(self, other):
@@ -650,6 +655,36 @@ class Tensor:
     def round(self): return self._op("Round", [self])
     def sign(self): return self._op("Sign", [self])
 
+    def log1p(self) -> "Tensor":
+        """log(1 + x), accurate for tiny x where ``(x + 1).log()`` rounds
+        1 + x to 1 (log1p(1e-9) in f32 is 1e-9, not 0). Kahan's formula in
+        primitives: with u = 1 + x, x where u == 1 (or u is inf), else
+        log(u) * (x / (u - 1)), which cancels the rounding error of u.
+        f16/bf16 are computed in f32 and rounded once."""
+        if self.dtype in (DType.F16, DType.BF16):
+            return self.cast(DType.F32).log1p().cast(self.dtype)
+        u = self + 1.0
+        rest = where(u == math.inf, u, u.log() * (self / (u - 1.0)))
+        return where(u == 1.0, self, rest)
+
+    def expm1(self) -> "Tensor":
+        """exp(x) - 1, accurate for tiny x where ``x.exp() - 1`` cancels
+        (expm1(1e-9) in f32 is 1e-9, not 0). Kahan's formula in primitives:
+        with u = exp(x), x where u == 1, -1 where u - 1 == -1, u where u is
+        inf, else (u - 1) * (x / log(u)). f16/bf16 are computed in f32."""
+        if self.dtype in (DType.F16, DType.BF16):
+            return self.cast(DType.F32).expm1().cast(self.dtype)
+        u = self.exp()
+        um1 = u - 1.0
+        rest = where(um1 == -1.0, um1, where(u == math.inf, u, um1 * (self / u.log())))
+        return where(u == 1.0, self, rest)
+
+    def softplus(self) -> "Tensor":
+        """log(1 + exp(x)) as max(x, 0) + log1p(exp(-|x|)): no overflow for
+        large x and no rounding to 0 for very negative x (softplus(-20) in
+        f32 is 2.06e-9)."""
+        return maximum(self, 0.0) + (-self.abs()).exp().log1p()
+
     def gelu(self, approximate: str = "none") -> "Tensor":
         """GELU with PyTorch's/ONNX's ``approximate`` argument: ``"none"`` (the
         default, as there) -> GeluErf, the exact x·Φ(x); ``"tanh"`` -> Gelu."""
@@ -674,8 +709,8 @@ class Tensor:
     def clamp(self, min=None, max=None) -> "Tensor":
         """Clamp to [min, max]; a missing bound is ±inf (floats) or the dtype's range."""
         lo, hi = _bounds(self.dtype)
-        return self._op("Clamp", [self], min=lo if min is None else float(min),
-                        max=hi if max is None else float(max))
+        return self._op("Clamp", [self], min=lo if min is None else _num(min),
+                        max=hi if max is None else _num(max))
 
     clip = clamp
 
@@ -969,7 +1004,7 @@ def _bounds(dtype: DType) -> tuple[float, float]:
     if dtype.is_float:
         return -math.inf, math.inf
     info = np.iinfo(dtype.numpy)
-    return float(info.min), float(info.max)
+    return int(info.min), int(info.max)
 
 
 # ---------------------------------------------------------------------------
@@ -982,10 +1017,38 @@ def _graph_of(values) -> Graph:
     raise GraphBuildError("at least one operand must be a graph tensor")
 
 
-def _checked_scalar(op: str, value, dtype: DType, types) -> float:
-    """``value`` as a float param after checking that ``dtype`` can hold it:
+def _canonical_scalars(opdef, params: dict, types) -> dict:
+    """``num`` params (scalar operands) in one spelling per operand dtype: a
+    float for a float tensor, an exact int for an integer tensor (the infer
+    rule has checked it is integral; a saturating Clamp bound beyond int64
+    stays a float), so equal ops compare and hash equal."""
+    nums = [s.name for s in opdef.params if s.kind == "num"]
+    if not nums or not types:
+        return params
+    is_float = types[0].dtype.is_float
+    out = dict(params)
+    for k in nums:
+        v = out[k]
+        if is_float:
+            out[k] = float(v)
+        elif isinstance(v, float) and math.isfinite(v) and -2.0**63 <= v < 2.0**63:
+            out[k] = int(v)
+    return out
+
+
+def _num(v):
+    """A Clamp bound as given: an int stays exact (2**53 + 1 is no float)."""
+    if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
+        return int(v)
+    return float(v)
+
+
+def _checked_scalar(op: str, value, dtype: DType, types) -> "int | float":
+    """``value`` as a param after checking that ``dtype`` can hold it:
     integer dtypes take integral values within their range (no implicit
-    promotion, no silent wrap-around). Raises GraphBuildError naming the op."""
+    promotion, no silent wrap-around) and get them as an exact int (2**53 + 1
+    stays 2**53 + 1), float dtypes as a float. Raises GraphBuildError naming
+    the op."""
     v = float(value)
     if dtype.is_int:
         info = np.iinfo(dtype.numpy)
@@ -994,6 +1057,7 @@ def _checked_scalar(op: str, value, dtype: DType, types) -> float:
                 f"{op}{fmt_types(types)}: python scalar {value!r} is not representable in "
                 f"{dtype.value} (range {info.min}..{info.max}, integers only; no implicit "
                 f"promotion: cast the tensor first)")
+        return int(value)
     return v
 
 

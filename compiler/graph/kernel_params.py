@@ -57,12 +57,13 @@ def to_op_params(op_name: str, params: dict, in_types: Sequence[TensorType],
     cat = d.category
     if cat in ("binary", "unary", "compare") or op_name == "Where":
         return P.NO_PARAMS
+    # scalar operands keep their kind: an int (an integer tensor's scalar) stays exact
     if op_name == "AddScalar":
-        return P.Affine(mul=1.0, add=float(params["value"]))
+        return P.Affine(mul=1.0, add=params["value"])
     if op_name == "MulScalar":
-        return P.Affine(mul=float(params["value"]), add=0.0)
+        return P.Affine(mul=params["value"], add=0.0)
     if op_name == "Clamp":
-        return P.Clamp(min=float(params["min"]), max=float(params["max"]))
+        return P.Clamp(min=params["min"], max=params["max"])
     if op_name == "PowI":
         return P.PowI(exp=int(params["n"]))
     if op_name in _REDUCE_ALL:
@@ -123,7 +124,7 @@ def to_op_params(op_name: str, params: dict, in_types: Sequence[TensorType],
         return P.ScatterAdd(base_shape=tuple(x), src_shape=tuple(in_types[2].shape),
                             dim=_norm_axis(params["dim"], len(x)))
     if op_name == "MaskedFill":
-        return P.MaskedFill(value=float(params["value"]))
+        return P.MaskedFill(value=params["value"])
     if op_name in ("LogSoftmaxLastDim", "LogSoftmaxLastDimBackward"):
         return P.LogSoftmaxLastDim(outer_count=math.prod(x[:-1]), last_dim=x[-1] if x else 1)
     raise KernelParamsError(f"no OpParams mapping for primitive {op_name!r} (OpKind {d.op_kind.name})")

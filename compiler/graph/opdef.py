@@ -41,13 +41,15 @@ VARIADIC = -1
 # Param kinds and their python value types / MLIR attribute encodings:
 #   "i64"     int            -> IntegerAttr i64
 #   "f64"     float          -> FloatAttr f64
+#   "num"     int | float    -> IntegerAttr i64 for an int, FloatAttr f64 for a float
+#                               (scalar operands: an integer scalar stays exact)
 #   "i64s"    tuple[int,...] -> ArrayAttr of IntegerAttr i64
 #   "dtype"   DType          -> StringAttr ("f32")
 #   "str"     str            -> StringAttr
 #   "bool"    bool           -> IntegerAttr i1 (BoolAttr)
 #   "bytes"   bytes          -> (Const payload; not an MLIR attribute, carried as a
 #                               DenseResourceElementsAttr/DenseElementsAttr by emission)
-PARAM_KINDS = ("i64", "f64", "i64s", "dtype", "str", "bool", "bytes")
+PARAM_KINDS = ("i64", "f64", "num", "i64s", "dtype", "str", "bool", "bytes")
 
 CATEGORIES = (
     "leaf", "binary", "unary", "scalar", "compare", "select", "reduce",

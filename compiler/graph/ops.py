@@ -36,7 +36,9 @@ Deviations from / additions to the spec, stated once:
 * ``Cast`` float→int truncates toward zero and saturates (NaN → 0); int→int
   wraps; to float rounds to nearest even.
 * Scalar params (AddScalar, MulScalar, Clamp, MaskedFill) on integer tensors
-  must be integral.
+  must be integral. They are of kind ``num``: a python int stays an exact int
+  through the attribute, the kernel's OpParams, the lowering and this
+  reference (``x + (2**53 + 1)`` on i64 adds exactly that), a float a float.
 """
 from __future__ import annotations
 
@@ -114,6 +116,13 @@ def _coerce(op: str, spec: ParamSpec, value):
         if isinstance(value, (bool, np.bool_)) or not isinstance(
                 value, (int, float, np.integer, np.floating)):
             raise bad
+        return float(value)
+    if kind == "num":  # an integer scalar stays an exact int (int64 range), a float a float
+        if isinstance(value, (bool, np.bool_)) or not isinstance(
+                value, (int, float, np.integer, np.floating)):
+            raise bad
+        if isinstance(value, (int, np.integer)):
+            return _in_i64(op, spec, int(value))
         return float(value)
     if kind == "i64s":
         if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
@@ -419,18 +428,18 @@ def _powi(x, p):
     return powi(x, p["n"])
 
 
-_register("AddScalar", 1, (P("value", "f64"),), "scalar", OpKind.Affine,
+_register("AddScalar", 1, (P("value", "num"),), "scalar", OpKind.Affine,
           _infer_scalar("AddScalar", ("value",)),
           _math(_with_params(lambda x, p: x + _scalar_of(x, p["value"]))), dtypes=NUMERIC,
           doc="x + value (Affine with mul=1).")
-_register("MulScalar", 1, (P("value", "f64"),), "scalar", OpKind.Affine,
+_register("MulScalar", 1, (P("value", "num"),), "scalar", OpKind.Affine,
           _infer_scalar("MulScalar", ("value",)),
           _math(_with_params(lambda x, p: x * _scalar_of(x, p["value"]))), dtypes=NUMERIC,
           doc="value * x (Affine with add=0).")
 _register("PowI", 1, (P("n", "i64"),), "scalar", OpKind.PowIElementwise,
           _infer_scalar("PowI", (), _powi_extra), _math(_powi), dtypes=NUMERIC,
           doc="x**n by left-to-right repeated multiplication.")
-_register("Clamp", 1, (P("min", "f64"), P("max", "f64")), "scalar", OpKind.ClampElementwise,
+_register("Clamp", 1, (P("min", "num"), P("max", "num")), "scalar", OpKind.ClampElementwise,
           _infer_scalar("Clamp", ("min", "max"), _clamp_extra),
           _math(_with_params(lambda x, p: np.minimum(np.maximum(x, _scalar_of(x, p["min"], False)),
                                                      _scalar_of(x, p["max"], False)))),
@@ -504,7 +513,7 @@ def _infer_masked_fill(types, params):
     return x
 
 
-_register("MaskedFill", 2, (P("value", "f64"),), "select", OpKind.MaskedFill,
+_register("MaskedFill", 2, (P("value", "num"),), "select", OpKind.MaskedFill,
           _infer_masked_fill,
           lambda i, p: np.where(np.asarray(i[1]) != 0,
                                 scalar_storage(p["value"], dtype_of(i[0])), i[0]),

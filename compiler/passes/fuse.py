@@ -154,8 +154,8 @@ class Matcher:
             return None
         for k, v in node.params:
             if v is g.SLOT:
-                if k not in actual:
-                    return None
+                if k not in actual or (isinstance(actual[k], int) and float(actual[k]) != actual[k]):
+                    return None  # absent, or an integer scalar an f64 slot would round
                 st.scalars.append(actual[k])
             elif not _is_rel(v) and not _equal(v, actual.get(k)):
                 return None

@@ -402,7 +402,7 @@ def _check_value(opname: str, spec, value, n_binds: int, pattern: bool = False):
                                           f"(kind i64), this one is {kind}")
         return
     if value is SLOT:
-        if (opname not in SLOT_OPS and not pattern) or kind != "f64":
+        if (opname not in SLOT_OPS and not pattern) or kind not in ("f64", "num"):
             raise RecipeError("BadSlot", f"{where}: only AddScalar/MulScalar 'value' may be "
                                          f"an open scalar slot; bake this scalar in")
         return
@@ -419,9 +419,9 @@ def _check_value(opname: str, spec, value, n_binds: int, pattern: bool = False):
                 _check_dim_expr(d, n_binds, where, False)
         return
     if isinstance(value, DIM_EXPRS):
-        if kind not in ("i64", "f64"):
-            raise RecipeError("BadAttrs", f"{where}: a dim expression needs an i64/f64 param")
-        _check_dim_expr(value, n_binds, where, allow_recip=(kind == "f64"))
+        if kind not in ("i64", "f64", "num"):
+            raise RecipeError("BadAttrs", f"{where}: a dim expression needs an i64/f64/num param")
+        _check_dim_expr(value, n_binds, where, allow_recip=(kind in ("f64", "num")))
         return
     if not value_fits_kind(value, kind, allow_none=spec.default is None):
         raise RecipeError("BadAttrs", f"{where}: {value!r} is not a value of kind {kind}")
@@ -433,7 +433,7 @@ def value_fits_kind(value, kind: str, allow_none: bool = False) -> bool:
         return allow_none
     if kind == "i64":
         return isinstance(value, int) and not isinstance(value, bool)
-    if kind == "f64":
+    if kind in ("f64", "num"):
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if kind == "i64s":
         return isinstance(value, tuple) and all(

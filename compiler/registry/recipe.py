@@ -158,7 +158,7 @@ def resolve_params(opname: str, specs, params: dict, binds: list, child_types: l
             v = _eval_shape(v, binds)
         elif isinstance(v, (Extent, DimBin, Recip)):
             v = _eval_dim(v, binds)
-            if s.kind == "f64":
+            if s.kind in ("f64", "num"):  # a dim (exact in f64) scaling a float
                 v = float(v)
             elif isinstance(v, float):
                 raise _Unresolvable(f"{opname}.{s.name}: a reciprocal is not an integer")

@@ -62,3 +62,45 @@ def test_deleted_module_code_is_released_with_the_documented_memos():
     gc.collect()
     assert [r() for r in owners] == [None] * len(owners), \
         "a deleted module's objects are still mapped (held by a kernel's CallMemo)"
+
+
+def _drop_documented_memos():
+    from compiler.codegen import family
+    from compiler.codegen.cache import default_cache
+    family._compiled.clear()
+    default_cache().clear_memory()
+    gc.collect()
+
+
+def _memo_entries() -> int:
+    from compiler.codegen import family
+    gc.collect()
+    return sum(len(o) for o in gc.get_objects() if type(o) is family.CallMemo)
+
+
+def test_many_distinct_graphs_leave_no_code_and_no_memo_entries_behind():
+    """A server compiling on demand: after its modules go (and the bounded,
+    documented memos are cleared) their machine code is unmapped and the
+    per-kernel memos of the process-wide table are back to their size; the
+    table itself gained no entries (before: every CallMemo kept one entry per
+    call shape, a dead one, until it reached MAX_ENTRIES)."""
+    from compiler.codegen import family
+    from compiler.targets import table_for
+    _drop_documented_memos()
+    base_memo, base_table = _memo_entries(), len(table_for("cpu"))
+    owners = []
+    for i in range(6):
+        rows = 5 + i  # shapes no other test compiles
+        g = Graph()
+        x = g.input("x", (rows, 43), "f32")
+        g.output((x.tanh() * float(i + 2)).softmax(-1) + x.exp(), name="y")
+        m = compile(g)
+        for _ in range(2):  # the general path, then the direct path
+            m(x=np.ones((rows, 43), np.float32))
+        owners += [weakref.ref(fn.owner) for fn in family._compiled.values()]
+        del m
+        _drop_documented_memos()
+    assert owners
+    assert [r() for r in owners] == [None] * len(owners), "machine code still mapped"
+    assert _memo_entries() == base_memo, "CallMemo entries of deleted modules kept"
+    assert len(table_for("cpu")) == base_table

@@ -49,7 +49,10 @@ def test_every_variant_is_sampled_frozen_and_round_trips_through_json():
 def test_sequences_become_tuples_and_numbers_are_canonical():
     r = P.Reduce([1, 2])
     assert r.dims == (1, 2) and hash(r) == hash(P.Reduce((1, 2)))
-    assert P.Affine(2, 3).mul == 2.0 and isinstance(P.Affine(2, 3).mul, float)
+    assert P.Affine(2.0, 3).mul == 2.0 and isinstance(P.Affine(2.0, 3).mul, float)
+    # a scalar operand's int stays an exact int (an integer tensor's scalar, issue 22)
+    assert P.Affine(2, 2**53 + 1).add == 2**53 + 1 and isinstance(P.Affine(2, 3).mul, int)
+    assert P.Affine(2, 3) != P.Affine(2.0, 3.0)
 
 
 @pytest.mark.parametrize("make, message", [

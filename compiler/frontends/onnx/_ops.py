@@ -35,10 +35,7 @@ def _scalar(v, like):
     ``like`` (a Tensor) leaves ``like``'s shape unchanged, else None."""
     if not isinstance(v, np.ndarray) or v.size != 1 or v.ndim > like.ndim:
         return None
-    x = v.reshape(()).item()
-    if isinstance(x, int) and abs(x) >= 2 ** 53:
-        return None
-    return x
+    return v.reshape(()).item()  # an int stays exact (AddScalar/MulScalar take ints)
 
 
 # ---------------------------------------------------------------------------
@@ -1307,7 +1304,7 @@ def _rms_norm(cx, node, at, ins):
 # formula reads)
 # ---------------------------------------------------------------------------
 def _softplus_of(x):
-    return (x.exp() + 1.0).log()
+    return x.softplus()  # max(x, 0) + log1p(exp(-|x|)): log(exp(x) + 1) rounds to 0 below -17 in f32
 
 
 @_op("Elu", "Celu", "Selu", "ThresholdedRelu", "Softplus", "Softsign", "Mish", "Swish",
@@ -1318,14 +1315,14 @@ def _activation(cx, node, at, ins):
         return [y.cast(x.dtype) for y in _activation(cx, node, at, [x.cast("f32")])]
     op = node.op_type
     if op == "Elu":
-        return [where(x < 0, ((x.exp() - 1.0) * at.get("alpha", 1.0)), x)]
+        return [where(x < 0, (x.expm1() * at.get("alpha", 1.0)), x)]
     if op == "Celu":
         a = at.get("alpha", 1.0)
-        return [maximum(x, 0.0) + minimum(((x * (1.0 / a)).exp() - 1.0) * a, 0.0)]
+        return [maximum(x, 0.0) + minimum((x * (1.0 / a)).expm1() * a, 0.0)]
     if op == "Selu":
         a, g = at.get("alpha", 1.67326319217681884765625), at.get("gamma",
                                                                    1.05070102214813232421875)
-        return [where(x <= 0, x.exp() * a - a, x) * g]
+        return [where(x <= 0, x.expm1() * a, x) * g]
     if op == "ThresholdedRelu":
         return [where(x > at.get("alpha", 1.0), x, 0.0)]
     if op == "Softplus":
@@ -1342,7 +1339,12 @@ def _activation(cx, node, at, ins):
     if op == "Tan":
         return [x.sin() / x.cos()]
     e, ne = x.exp(), x.neg().exp()  # Sinh, Cosh
-    return [((e - ne) if op == "Sinh" else (e + ne)) * 0.5]
+    if op == "Cosh":
+        return [(e + ne) * 0.5]
+    # e - ne cancels for small |x| (sinh(1e-9) would be 0): there, with
+    # E = expm1(x), sinh(x) = (E + E / (E + 1)) / 2
+    em1 = x.expm1()
+    return [where(x.abs() < 1.0, (em1 + em1 / (em1 + 1.0)) * 0.5, (e - ne) * 0.5)]
 
 
 @_op("PRelu")

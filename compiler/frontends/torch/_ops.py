@@ -300,9 +300,9 @@ for _k, _m in _UNARY.items():
 def _log_exp_variants(cx, a):
     x = _tensor(cx, a.self, out_dtype(a))
     name = a.node.target.__name__.split(".")[0]
-    return {"log1p": lambda: (x + 1.0).log(), "expm1": lambda: x.exp() - 1.0,
+    return {"log1p": x.log1p, "expm1": x.expm1,
             "log2": lambda: x.log() * (1 / math.log(2)),
-            "exp2": lambda: (x * math.log(2)).exp()}[name]()
+            "exp2": lambda: 2.0 ** x}[name]()  # pow: exp(x * ln 2) is off by |x| ulps
 
 
 @_op("gelu.default")
@@ -340,7 +340,7 @@ def _leaky_relu(cx, a):
 @_op("elu.default")
 def _elu(cx, a):
     x = cx.t(a.self)
-    neg = (x * a.input_scale).exp() - 1.0
+    neg = (x * a.input_scale).expm1()
     return where(x > 0, x * a.scale, neg * (a.alpha * a.scale))
 
 
