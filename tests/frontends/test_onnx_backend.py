@@ -32,7 +32,7 @@ PREFIXES = ("test_reduce_prod", "test_maxpool", "test_averagepool", "test_global
             "test_depthtospace", "test_spacetodepth", "test_instancenorm",
             "test_group_normalization", "test_cast_", "test_castlike_", "test_gathernd",
             "test_cumsum", "test_batchnorm", "test_argmax", "test_argmin", "test_onehot",
-            "test_top_k", "test_einsum", "test_range",
+            "test_top_k", "test_einsum", "test_range", "test_resize", "test_upsample",
             "test_and", "test_xor", "test_not")  # opset-7 and -1 models, converted at import
 
 
@@ -60,7 +60,9 @@ COMPILED = ["test_maxpool_2d_pads", "test_maxpool_with_argmax_2d_precomputed_pad
             "test_hardmax_axis_1", "test_tril_neg", "test_depthtospace_crd_mode_example",
             "test_reduce_log_sum_exp_do_not_keepdims_random", "test_celu_bfloat16_expanded",
             "test_rotary_embedding_no_position_ids_expanded",  # Concat of a zero-sized operand
-            "test_gathernd_example_int32_batch_dim1"]
+            "test_gathernd_example_int32_batch_dim1",
+            "test_resize_downsample_scales_cubic_antialias",
+            "test_resize_tf_crop_and_resize_extrapolation_value"]
 
 
 @pytest.mark.parametrize("name", COMPILED)

@@ -773,3 +773,76 @@ def test_exported_ops_refusals_name_node_attribute_and_fix():
     assert "input 'depth' is computed at run time" in got["onehot_rt"]
     msg = str(e.value)
     assert "BatchNormalization node 'bn_train'" in msg and "Einsum node 'bcast'" in msg
+
+
+# ---------------------------------------------------------------------------
+# Resize / Upsample (issue 19): against onnxruntime, interpreted and compiled
+# ---------------------------------------------------------------------------
+def test_resize_modes_compile_and_match_onnxruntime():
+    """nearest (each nearest_mode), linear and cubic (antialias, exclude_outside),
+    each coordinate transformation, scales or sizes (keep_aspect_ratio_policy,
+    axes), tf_crop_and_resize with extrapolation, and Upsample-9 nearest."""
+    F16 = TensorProto.FLOAT16
+    cases = [  # (attrs, scales, sizes, roi)
+        (dict(mode="nearest"), [1, 1, 2.0, 1.5], None, None),
+        (dict(mode="nearest", nearest_mode="ceil", coordinate_transformation_mode="align_corners"),
+         None, [1, 2, 7, 3], None),
+        (dict(mode="nearest", nearest_mode="floor", coordinate_transformation_mode="asymmetric"),
+         [1, 1, 0.5, 0.8], None, None),
+        (dict(mode="nearest", nearest_mode="round_prefer_ceil",
+              coordinate_transformation_mode="pytorch_half_pixel"), [1, 1, 1.7, 2.0], None, None),
+        (dict(mode="linear"), [1, 1, 1.6, 0.6], None, None),
+        (dict(mode="linear", antialias=1), [1, 1, 0.6, 0.4], None, None),
+        (dict(mode="linear", coordinate_transformation_mode="align_corners"), None, [1, 2, 3, 8],
+         None),
+        (dict(mode="linear", axes=[3, 2], keep_aspect_ratio_policy="not_larger"), None, [4, 9],
+         None),
+        (dict(mode="cubic"), [1, 1, 1.75, 0.75], None, None),
+        (dict(mode="cubic", cubic_coeff_a=-0.5, exclude_outside=1,
+              coordinate_transformation_mode="asymmetric"), [1, 1, 0.8, 1.4], None, None),
+        (dict(mode="cubic", antialias=1, keep_aspect_ratio_policy="not_smaller", axes=[2, 3]),
+         None, [3, 2], None),
+        (dict(mode="linear", coordinate_transformation_mode="tf_crop_and_resize",
+              extrapolation_value=7.0), None, [1, 2, 4, 5], [0, 0, -0.2, 0.3, 1, 1, 0.8, 1.2]),
+    ]
+    nodes, inits, outs = [], {}, []
+    for i, (attrs, scales, sizes, roi) in enumerate(cases):
+        ins = ["x", "", "", ""]
+        for k, v, dt in (("roi", roi, np.float32), ("scales", scales, np.float32),
+                         ("sizes", sizes, np.int64)):
+            if v is not None:
+                inits[f"{k}{i}"] = np.asarray(v, dt)
+                ins[("roi", "scales", "sizes").index(k) + 1] = f"{k}{i}"
+        nodes.append(node("Resize", [n for n in ins[:max(j for j, n in enumerate(ins) if n) + 1]],
+                          [f"y{i}"], **attrs))
+        outs.append(vi(f"y{i}"))
+    nodes.append(node("Resize", ["h", "", "sh"], ["yh"], mode="linear"))  # f16 in f32
+    inits["sh"] = np.array([1, 1, 1.5, 0.75], np.float32)
+    m = make(nodes, [vi("x", shape=[1, 2, 5, 6]), vi("h", F16, [1, 2, 5, 6])],
+             outs + [vi("yh", F16)], inits, opset=18)
+    x = rand(1, 2, 5, 6)
+    check(m, {"x": x, "h": x.astype(np.float16)}, compile_it=True, rtol=1e-3, atol=1e-3)
+    up = make([node("Upsample", ["x", "s"], ["y"], mode="nearest")], [vi("x", shape=[1, 2, 3])],
+              [vi("y")], {"s": np.array([1, 2, 3], np.float32)}, opset=9)
+    check(up, {"x": rand(1, 2, 3)}, compile_it=True)
+
+
+def test_resize_refusals_name_node_attribute_and_fix():
+    I8 = TensorProto.INT8
+    nodes = [node("Resize", ["x", "", "s"], ["a"], name="rz_mode", mode="area"),
+             node("Resize", ["x", "", "s"], ["b"], name="rz_ctm",
+                  coordinate_transformation_mode="bogus"),
+             node("Resize", ["x", "", "s"], ["c"], name="rz_nm", nearest_mode="round"),
+             node("Resize", ["q", "", "s"], ["d"], name="rz_int", mode="linear"),
+             node("Resize", ["x", "", "rt"], ["e"], name="rz_rt")]
+    m = make(nodes, [vi("x", shape=[1, 1, 2, 2]), vi("q", I8, [1, 1, 2, 2]), vi("rt", shape=[4])],
+             [vi(o) for o in "abce"] + [vi("d", I8)], {"s": np.full(4, 2.0, np.float32)},
+             opset=18)
+    with pytest.raises(OnnxImportError) as e:
+        import_model(m)
+    got = {i.node: i.what for i in e.value.issues}
+    assert "mode='area'" in got["rz_mode"] and "nearest, linear or cubic" in got["rz_mode"]
+    assert "coordinate_transformation_mode='bogus'" in got["rz_ctm"]
+    assert "nearest_mode='round'" in got["rz_nm"]
+    assert "mode='linear' on i8 data" in got["rz_int"]
+    assert "['rt'] are computed at run time" in got["rz_rt"]

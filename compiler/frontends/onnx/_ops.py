@@ -15,7 +15,7 @@ import numpy as np
 
 from runtime.symbols import Sym
 
-from ...graph import concat, matmul, maximum, minimum, where
+from ...graph import Tensor, concat, matmul, maximum, minimum, where
 from ...registry import builders as B
 from ._fold import (Unsupported, broadcast_shape, extents, sym_slice, flatten_axis, norm_axis, reduce_axes,
                     reshape_target, slice_plan, split_sizes, squeeze_axes, unsqueeze_axes)
@@ -1455,3 +1455,186 @@ def _group_norm(cx, node, at, ins):
     y = B.layer_norm(flat, eps=at.get("epsilon", 1e-5)).reshape(x.shape)
     per_channel = (c,) + (1,) * (x.ndim - 2)
     return [y * scale.reshape(per_channel) + bias.reshape(per_channel)]
+
+
+# ---------------------------------------------------------------------------
+# Resize: separable, one axis at a time, as ONNX's reference does
+# ---------------------------------------------------------------------------
+_RESIZE_COORDS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+                  "asymmetric", "tf_crop_and_resize")
+_NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
+def _resize_coeffs(at, mode, ratio, scale):
+    """The interpolation weights of the taps around one source coordinate
+    (``ratio`` in (0, 1]: its distance past the tap left of it)."""
+    if mode == "nearest":
+        if ratio == 1:
+            return np.array([0.0, 1.0])
+        up = {"round_prefer_floor": ratio > 0.5, "round_prefer_ceil": ratio >= 0.5,
+              "floor": False, "ceil": True}[at.get("nearest_mode", "round_prefer_floor")]
+        return np.array([0.0, 1.0]) if up else np.array([1.0, 0.0])
+    antialias = bool(at.get("antialias", 0)) and scale < 1
+    if mode == "linear":
+        if not antialias:
+            return np.array([1 - ratio, ratio])
+        start = int(np.floor(-1 / scale) + 1)
+        c = np.clip(1 - np.abs((np.arange(start, 2 - start) - ratio) * scale), 0, 1)
+        return c / c.sum()
+    a = float(at.get("cubic_coeff_a", -0.75))
+    if not antialias:
+        r, s = ratio, 1 - ratio
+        return np.array([((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a,
+                         ((a + 2) * r - (a + 3)) * r * r + 1,
+                         ((a + 2) * s - (a + 3)) * s * s + 1,
+                         ((a * (s + 1) - 5 * a) * (s + 1) + 8 * a) * (s + 1) - 4 * a])
+    start = int(np.floor(-2 / scale) + 1)
+    x = np.abs(scale * (np.arange(start, 2 - start) - ratio))
+    c = np.where(x <= 1, (a + 2) * x ** 3 - (a + 3) * x ** 2 + 1,
+                 np.where(x < 2, a * x ** 3 - 5 * a * x ** 2 + 8 * a * x - 4 * a, 0.0))
+    return c / c.sum()
+
+
+def _resize_taps(at, mode, n_in, n_out, scale, roi):
+    """Per output position along one axis: source indices [n_out, taps]
+    (edge-clamped), their weights, and where tf_crop_and_resize
+    extrapolates (or None)."""
+    ctm = at.get("coordinate_transformation_mode", "half_pixel")
+    y = np.arange(n_out, dtype=np.float64)
+    width = scale * n_in
+    outside = None
+    if ctm == "align_corners":
+        x = np.zeros(n_out) if width == 1 else y * (n_in - 1) / (width - 1)
+    elif ctm == "asymmetric":
+        x = y / scale
+    elif ctm == "tf_crop_and_resize":
+        lo, hi = roi
+        x = np.full(n_out, (hi - lo) * (n_in - 1) / 2) if width == 1 else \
+            y * (hi - lo) * (n_in - 1) / (width - 1)
+        x = x + lo * (n_in - 1)
+        outside = (x < 0) | (x > n_in - 1)
+    elif ctm == "pytorch_half_pixel":
+        x = np.full(n_out, -0.5) if width == 1 else (y + 0.5) / scale - 0.5
+    elif ctm == "half_pixel":
+        x = (y + 0.5) / scale - 0.5
+    else:  # half_pixel_symmetric
+        x = n_in / 2 * (1 - n_out / width) + (y + 0.5) / scale - 0.5
+    left = np.floor(x)
+    ratio = np.where(x == left, 1.0, x - left)
+    coeffs = np.stack([_resize_coeffs(at, mode, float(r), scale) for r in ratio])
+    n = coeffs.shape[1]
+    pad = (n + 1) // 2  # the n nearest taps, ties to the lower index
+    xp = x + pad
+    p = np.floor(xp).astype(np.int64)
+    if n % 2 == 0:
+        first = p + np.where(xp == p, -(n // 2), 1 - n // 2)
+    else:
+        first = p + np.where(xp - p <= 0.5, -((n - 1) // 2), 1 - (n - 1) // 2)
+    idx = first[:, None] + np.arange(n) - pad
+    if at.get("exclude_outside", 0):
+        coeffs = np.where((idx < 0) | (idx >= n_in), 0.0, coeffs)
+        total = coeffs.sum(-1, keepdims=True)
+        coeffs = coeffs / np.where(total == 0, 1.0, total)
+    return np.clip(idx, 0, n_in - 1), coeffs, outside
+
+
+@_op("Resize")
+def _resize(cx, node, at, ins):
+    """Per resized axis, in order: nearest is one IndexSelect; linear and
+    cubic the weighted sum of one IndexSelect per tap (weights and indices
+    computed at import from the static shapes); tf_crop_and_resize's
+    outside positions the extrapolation value."""
+    ins = list(ins) + [None] * (4 - len(ins))
+    late = [n for n, v in zip(node.input[1:], ins[1:]) if isinstance(v, Tensor)]
+    if late:
+        raise Unsupported(f"its inputs must be constants known at import; input(s) {late} "
+                          f"are computed at run time (roi, scales and sizes fix the output "
+                          f"shape and the interpolation weights)")
+    roi, scales, sizes = (None if v is None or v.size == 0 else v.reshape(-1) for v in ins[1:])
+    return [_resized(cx, cx.t(ins[0]), at, roi, scales, sizes)]
+
+
+@_op("Upsample")
+def _upsample(cx, node, at, ins):
+    """Upsample-9 (deprecated since opset 10): Resize with asymmetric
+    coordinates, nearest rounding down."""
+    if len(ins) < 2:
+        raise Unsupported("Upsample without a scales input (opset 7's scales attribute: "
+                          "convert the model to opset 9 or newer)")
+    scales = cx.arr(ins[1], node.input[1], node).reshape(-1)
+    mode = at.get("mode", "nearest")
+    if mode not in ("nearest", "linear"):
+        raise Unsupported(f"attribute mode={mode!r} (nearest or linear)")
+    return [_resized(cx, cx.t(ins[0]), {"mode": mode, "nearest_mode": "floor",
+                                    "coordinate_transformation_mode": "asymmetric"},
+                     None, scales, None)]
+
+
+def _resized(cx, x, at, roi, scales, sizes):
+    mode = at.get("mode", "nearest")
+    ctm = at.get("coordinate_transformation_mode", "half_pixel")
+    policy = at.get("keep_aspect_ratio_policy", "stretch")
+    if mode not in ("nearest", "linear", "cubic"):
+        raise Unsupported(f"attribute mode={mode!r} (nearest, linear or cubic)")
+    if ctm not in _RESIZE_COORDS:
+        raise Unsupported(f"attribute coordinate_transformation_mode={ctm!r} "
+                          f"(one of {', '.join(_RESIZE_COORDS)})")
+    if at.get("nearest_mode", "round_prefer_floor") not in _NEAREST_MODES:
+        raise Unsupported(f"attribute nearest_mode={at['nearest_mode']!r} "
+                          f"(one of {', '.join(_NEAREST_MODES)})")
+    if policy not in ("stretch", "not_larger", "not_smaller"):
+        raise Unsupported(f"attribute keep_aspect_ratio_policy={policy!r} "
+                          f"(stretch, not_larger or not_smaller)")
+    if mode != "nearest" and not x.dtype.is_float:
+        raise Unsupported(f"mode={mode!r} on {x.dtype.value} data (only float data is "
+                          f"interpolated; nearest takes any type)")
+    if any(isinstance(d, Sym) for d in x.shape):
+        raise Unsupported("Resize of a tensor with symbolic extents (static shapes only)")
+    axes = [norm_axis(int(a), x.ndim) for a in at.get("axes", range(x.ndim))]
+    if (scales is None) == (sizes is None):
+        raise Unsupported("exactly one of scales and sizes must be given")
+    given = scales if sizes is None else sizes
+    if len(given) != len(axes) or (roi is not None and len(roi) != 2 * len(axes)):
+        raise Unsupported(f"{'scales' if sizes is None else 'sizes'} has {len(given)} values "
+                          f"and roi {0 if roi is None else len(roi)} for {len(axes)} axes")
+    if sizes is None:
+        scale = [float(s) for s in scales]
+        if min(scale) <= 0:
+            raise Unsupported(f"scales {scales.tolist()} must be positive")
+        out = [int(s * x.shape[a]) for s, a in zip(scale, axes)]
+    else:
+        scale = [int(s) / x.shape[a] for s, a in zip(sizes, axes)]
+        out = [int(s) for s in sizes]
+        if policy != "stretch":
+            s = min(scale) if policy == "not_larger" else max(scale)
+            scale = [s] * len(axes)
+            out = [int(s * x.shape[a] + 0.5) for a in axes]
+    if ctm == "tf_crop_and_resize" and roi is None:
+        raise Unsupported("coordinate_transformation_mode='tf_crop_and_resize' needs roi")
+    low = x.dtype.value in ("f16", "bf16")  # computed in f32, rounded once
+    y = x.cast("f32") if low and mode != "nearest" else x
+    for i, a in enumerate(axes):
+        r = None if roi is None else (float(roi[i]), float(roi[i + len(axes)]))
+        if math.isclose(scale[i], 1.0) and out[i] == y.shape[a] and \
+                (r is None or (math.isclose(r[0], 0.0) and math.isclose(r[1], 1.0))):
+            continue
+        if out[i] == 0:
+            y = y.slice(a, 0, 0)  # ONNX's reference: an empty axis, nothing to interpolate
+            continue
+        idx, coeffs, outside = _resize_taps(at, mode, y.shape[a], out[i], scale[i], r)
+        along = [-1 if d == a else 1 for d in range(y.ndim)]
+        if mode == "nearest":
+            z = y.index_select(idx[np.arange(out[i]), coeffs.argmax(-1)].astype(np.uint32), a)
+        else:
+            z = None
+            for t in range(idx.shape[1]):
+                if not coeffs[:, t].any():
+                    continue
+                term = y.index_select(idx[:, t].astype(np.uint32), a) * \
+                    cx.t(coeffs[:, t].reshape(along), like=y)
+                z = term if z is None else z + term
+        if outside is not None and outside.any():
+            z = where(cx.t(outside.reshape(along).astype(np.uint8)),
+                      float(at.get("extrapolation_value", 0.0)), z)
+        y = z
+    return y.cast(x.dtype) if y.dtype != x.dtype else y
