@@ -846,3 +846,83 @@ def test_resize_refusals_name_node_attribute_and_fix():
     assert "nearest_mode='round'" in got["rz_nm"]
     assert "mode='linear' on i8 data" in got["rz_int"]
     assert "['rt'] are computed at run time" in got["rz_rt"]
+
+
+# ---------------------------------------------------------------------------
+# ScatterND / ScatterElements, BitShift, BitwiseNot (issue 19)
+# ---------------------------------------------------------------------------
+def test_scatter_and_bit_ops_compile_and_match_onnxruntime():
+    """ScatterND (rows and elements, every reduction, duplicates) and
+    ScatterElements (axis, negative indices, duplicates) with constant
+    indices; BitShift both ways (i8/u8/i32, the sign bit, a negative value
+    shifted right) and BitwiseNot (signed and unsigned)."""
+    I8, U8 = TensorProto.INT8, TensorProto.UINT8
+    nodes = [node("ScatterND", ["x", "nd_rows", "u_rows"], ["nd"]),
+             node("ScatterND", ["x", "nd_el", "u_el"], ["nd_add"], reduction="add"),
+             node("ScatterND", ["x", "nd_el", "u_el"], ["nd_mul"], reduction="mul"),
+             node("ScatterND", ["x", "nd_el", "u_el"], ["nd_max"], reduction="max"),
+             node("ScatterND", ["x", "nd_el", "u_el"], ["nd_min"], reduction="min"),
+             node("ScatterElements", ["x", "se", "u_se"], ["se1"], axis=1),
+             node("ScatterElements", ["x", "se0", "u_se"], ["se0a"], axis=0, reduction="add"),
+             node("BitShift", ["u8", "s8u"], ["lu8"], direction="LEFT"),
+             node("BitShift", ["u8", "s8u"], ["ru8"], direction="RIGHT"),
+             node("BitwiseNot", ["b8"], ["n8"]), node("BitwiseNot", ["u8"], ["nu8"])]
+    inits = {"nd_rows": np.array([[2], [0]], np.int64),
+             "nd_el": np.array([[0, 1], [2, 3], [0, 1], [-1, 0]], np.int64),
+             "se": np.array([[1, -1], [0, 0], [3, 2]], np.int64),
+             "se0": np.array([[1, 2], [1, 0], [1, 2]], np.int64),
+             "s8u": np.array([0, 1, 3, 7, 1, 2], np.uint8)}
+    m = make(nodes, [vi("x", shape=[3, 4]), vi("u_rows", shape=[2, 4]), vi("u_el", shape=[4]),
+                     vi("u_se", shape=[3, 2]), vi("b8", I8, [6]), vi("u8", U8, [6])],
+             [vi(o) for o in ("nd", "nd_add", "nd_mul", "nd_max", "nd_min", "se1", "se0a")]
+             + [vi("n8", I8)] + [vi(o, U8) for o in ("lu8", "ru8", "nu8")], inits, opset=18)
+    feeds = {"x": rand(3, 4), "u_rows": rand(2, 4), "u_el": rand(4), "u_se": rand(3, 2),
+             "b8": np.array([5, -7, -128, 1, 127, -1], np.int8),
+             "u8": np.array([255, 3, 128, 200, 1, 0], np.uint8)}
+    check(m, feeds, compile_it=True)
+
+
+@needs_opset(28)
+def test_signed_bit_shift_matches_the_onnx_reference():
+    """Signed BitShift (opset 28; onnxruntime shifts unsigned types only):
+    the sign bit, negative values shifted right, shifts out of range."""
+    from onnx.reference import ReferenceEvaluator
+    I8 = TensorProto.INT8
+    nodes = [node("BitShift", ["b8", "s8"], ["l8"], direction="LEFT"),
+             node("BitShift", ["b8", "s8"], ["r8"], direction="RIGHT"),
+             node("BitShift", ["i32", "s32"], ["l32"], direction="LEFT"),
+             node("BitShift", ["i32", "s32"], ["r32"], direction="RIGHT")]
+    m = make(nodes, [vi("b8", I8, [7]), vi("i32", I32, [4])],
+             [vi("l8", I8), vi("r8", I8), vi("l32", I32), vi("r32", I32)],
+             {"s8": np.array([0, 1, 3, 7, 8, -1, 6], np.int8),
+              "s32": np.array([0, 31, 4, 40], np.int32)}, opset=28)
+    feeds = {"b8": np.array([5, -7, -128, 1, 127, -1, -100], np.int8),
+             "i32": np.array([-5, 1, -123456789, 3], np.int32)}
+    want = dict(zip(["l8", "r8", "l32", "r32"], ReferenceEvaluator(m).run(None, feeds)))
+    g = import_model(m)
+    got_c = compiler.compile(g)(**feeds)
+    for got in (compiler.interpret(g, feeds), got_c):
+        for k, w in want.items():
+            np.testing.assert_array_equal(got[k], w, err_msg=k)
+
+
+def test_scatter_and_bit_op_refusals_name_node_attribute_and_fix():
+    nodes = [node("ScatterND", ["x", "rt", "u"], ["a"], name="snd_rt"),
+             node("ScatterElements", ["x", "ci", "u"], ["b"], name="se_red", reduction="avg"),
+             node("BitShift", ["i", "i"], ["c"], name="bs_dir", direction="UP"),
+             node("BitShift", ["i", "i"], ["d"], name="bs_rt", direction="LEFT"),
+             node("BitwiseNot", ["x"], ["e"], name="bn_float")]
+    m = make(nodes, [vi("x", shape=[2, 2]), vi("rt", I64, [1, 2]), vi("u", shape=[1]),
+                     vi("i", I32, [2])],
+             [vi("a"), vi("b"), vi("c", I32), vi("d", I32), vi("e")],
+             {"ci": np.array([[0]], np.int64)}, opset=18)
+    m.graph.node[1].input[2] = "u2"
+    m.graph.initializer.append(numpy_helper.from_array(np.ones((1, 1), np.float32), "u2"))
+    with pytest.raises(OnnxImportError) as e:
+        import_model(m)
+    got = {i.node: i.what for i in e.value.issues}
+    assert "input 'rt' is computed at run time" in got["snd_rt"]
+    assert "reduction='avg'" in got["se_red"] and "none, add, mul, max or min" in got["se_red"]
+    assert "direction='UP'" in got["bs_dir"]
+    assert "input 'i' is computed at run time" in got["bs_rt"]
+    assert "BitwiseNot of f32 values" in got["bn_float"]

@@ -1638,3 +1638,117 @@ def _resized(cx, x, at, roi, scales, sizes):
                       float(at.get("extrapolation_value", 0.0)), z)
         y = z
     return y.cast(x.dtype) if y.dtype != x.dtype else y
+
+
+# ---------------------------------------------------------------------------
+# ScatterND / ScatterElements (constant indices)
+# ---------------------------------------------------------------------------
+_SCATTER = {"none": lambda old, new: new, "add": lambda old, new: old + new,
+            "mul": lambda old, new: old * new, "max": maximum, "min": minimum}
+
+
+def _scatter_rows(cx, data, rows, upd, reduction):
+    """``data`` [R, ...] with row ``rows[m]`` combined with ``upd[m]``, in
+    update order: the k-th write to a row is one masked step (an IndexSelect
+    of the updates and a Where), so duplicates reduce as ONNX applies them."""
+    if reduction not in _SCATTER:
+        raise Unsupported(f"attribute reduction={reduction!r} (none, add, mul, max or min)")
+    nth = np.zeros(rows.shape, np.int64)  # how many earlier updates hit the same row
+    seen = {}
+    for m, r in enumerate(rows.tolist()):
+        nth[m] = seen.get(r, 0)
+        seen[r] = nth[m] + 1
+    lead = (data.shape[0],) + (1,) * (data.ndim - 1)
+    for k in range(int(nth.max()) + 1 if rows.size else 0):
+        src = np.zeros(data.shape[0], np.uint32)
+        hit = np.zeros(data.shape[0], np.uint8)
+        src[rows[nth == k]] = np.flatnonzero(nth == k)
+        hit[rows[nth == k]] = 1
+        new = upd.index_select(src, 0)
+        data = where(cx.t(hit.reshape(lead)), _SCATTER[reduction](data, new), data)
+    return data
+
+
+def _constant_indices(cx, node, idx, extent):
+    i = cx.arr(idx, node.input[1], node).astype(np.int64)
+    if i.size and ((i < -extent).any() or (i >= extent).any()):
+        raise Unsupported(f"constant indices {i.min()}..{i.max()} out of range for extent "
+                          f"{extent}")
+    return np.where(i < 0, i + extent, i)
+
+
+@_op("ScatterND")
+def _scatter_nd(cx, node, at, ins):
+    x, upd = cx.t(ins[0]), cx.t(ins[2])
+    idx = cx.arr(ins[1], node.input[1], node)
+    k = idx.shape[-1] if idx.ndim else 0
+    if idx.ndim == 0 or not 1 <= k <= x.ndim or \
+            tuple(upd.shape) != tuple(idx.shape[:-1]) + tuple(x.shape[k:]):
+        raise Unsupported(f"indices of shape {list(idx.shape)} and updates of shape "
+                          f"{list(upd.shape)} do not scatter into data of shape {list(x.shape)}")
+    dims = np.asarray(x.shape[:k], np.int64)
+    i = _constant_indices(cx, node, idx, dims)
+    rows = (i * [math.prod(x.shape[j + 1:k]) for j in range(k)]).sum(-1).reshape(-1)
+    rest = tuple(x.shape[k:])
+    y = _scatter_rows(cx, x.reshape((math.prod(x.shape[:k]),) + rest), rows,
+                      upd.reshape((rows.size,) + rest), at.get("reduction", "none"))
+    return [y.reshape(x.shape)]
+
+
+@_op("ScatterElements", "Scatter")
+def _scatter_elements(cx, node, at, ins):
+    x, upd = cx.t(ins[0]), cx.t(ins[2])
+    idx = cx.arr(ins[1], node.input[1], node)
+    axis = norm_axis(at.get("axis", 0), x.ndim)
+    if idx.shape != tuple(upd.shape) or idx.ndim != x.ndim or \
+            any(a > b for j, (a, b) in enumerate(zip(idx.shape, x.shape)) if j != axis):
+        raise Unsupported(f"indices of shape {list(idx.shape)} and updates of shape "
+                          f"{list(upd.shape)} do not scatter into data of shape {list(x.shape)}")
+    i = _constant_indices(cx, node, idx, x.shape[axis])
+    pos = list(np.indices(idx.shape, dtype=np.int64))
+    pos[axis] = i
+    rows = np.ravel_multi_index(pos, x.shape).reshape(-1) if idx.size else np.zeros(0, np.int64)
+    y = _scatter_rows(cx, x.reshape((math.prod(x.shape),)), rows,
+                      upd.reshape((idx.size,)), at.get("reduction", "none"))
+    return [y.reshape(x.shape)]
+
+
+# ---------------------------------------------------------------------------
+# bit operations spelled in integer arithmetic (exact, wrapping)
+# ---------------------------------------------------------------------------
+@_op("BitShift")
+def _bit_shift(cx, node, at, ins):
+    """A constant shift: LEFT is a wrapping multiply by 2**s, RIGHT the
+    floor division (a - a mod 2**s) / 2**s; shifts outside [0, width) give
+    0 (RIGHT of a negative signed value: -1), as ONNX's reference."""
+    x = cx.t(ins[0])
+    direction = at.get("direction", "")
+    if direction not in ("LEFT", "RIGHT"):
+        raise Unsupported(f"attribute direction={direction!r} (LEFT or RIGHT)")
+    s = cx.arr(ins[1], node.input[1], node).astype(np.int64)
+    if x.dtype.is_float or x.dtype.value == "bool":
+        raise Unsupported(f"BitShift of {x.dtype.value} values (integers only)")
+    info = np.iinfo(x.dtype.numpy)
+    bits, signed = info.bits, info.min < 0
+    if direction == "LEFT":
+        ok = (s >= 0) & (s < bits)
+        mult = np.where(ok, np.left_shift(np.uint64(1), np.where(ok, s, 0).astype(np.uint64)),
+                        0).astype(x.dtype.numpy)  # 2**(bits-1) wraps to the sign bit
+        return [x * cx.t(mult, like=x)]
+    ok = (s >= 0) & (s < bits - signed)  # a signed shift by bits-1 is the sign: the fill
+    d = cx.t(np.where(ok, np.left_shift(1, np.where(ok, s, 0)), 1).astype(x.dtype.numpy), like=x)
+    y = (x - x % d) / d if signed else x / d
+    if ok.all():
+        return [y]
+    fill = 0 - (x < 0).cast(x.dtype) if signed else 0
+    return [where(cx.t(ok.astype(np.uint8)), y, fill)]
+
+
+@_op("BitwiseNot")
+def _bitwise_not(cx, node, at, ins):
+    """~x: -1 - x for signed integers, max - x for unsigned ones (exact)."""
+    x = cx.t(ins[0])
+    if x.dtype.is_float:
+        raise Unsupported(f"BitwiseNot of {x.dtype.value} values (integers only)")
+    info = np.iinfo(x.dtype.numpy)
+    return [(-1 if info.min < 0 else int(info.max)) - x]
