@@ -926,3 +926,98 @@ def test_scatter_and_bit_op_refusals_name_node_attribute_and_fix():
     assert "direction='UP'" in got["bs_dir"]
     assert "input 'i' is computed at run time" in got["bs_rt"]
     assert "BitwiseNot of f32 values" in got["bn_float"]
+
+
+# ---------------------------------------------------------------------------
+# small ops through primitives (issue 19)
+# ---------------------------------------------------------------------------
+def test_small_ops_compile_and_match_onnxruntime():
+    """EyeLike, the three windows (folded), CenterCropPad (crop and pad, axes),
+    Compress (axis and flattened), ReverseSequence (both layouts),
+    DequantizeLinear and QuantizeLinear (per tensor, per axis, blocked;
+    halves round to even, saturation)."""
+    U8, I8, I16 = TensorProto.UINT8, TensorProto.INT8, TensorProto.INT16
+    nodes = [node("EyeLike", ["x"], ["eye"], k=1, dtype=TensorProto.INT32),
+             node("HannWindow", ["n7"], ["hann"]),
+             node("HammingWindow", ["n7"], ["hamm"], periodic=0),
+             node("BlackmanWindow", ["n7"], ["black"]),
+             node("CenterCropPad", ["img", "crop"], ["ccp"]),
+             node("CenterCropPad", ["img", "crop2"], ["ccp2"], axes=[-2, -1]),
+             node("Compress", ["x", "cond"], ["cmp"], axis=1),
+             node("Compress", ["x", "cond"], ["cmpf"]),
+             node("ReverseSequence", ["seq", "lens"], ["rs"], batch_axis=1, time_axis=0),
+             node("ReverseSequence", ["seqb", "lens"], ["rsb"], batch_axis=0, time_axis=1),
+             node("DequantizeLinear", ["q8", "s", "zp8"], ["dq"]),
+             node("DequantizeLinear", ["qi8", "sa", "zpa"], ["dqa"], axis=1),
+             node("DequantizeLinear", ["q8", "sb", "zpb"], ["dqb"], axis=1, block_size=2),
+             node("QuantizeLinear", ["fx", "s", "zp8"], ["qu"]),
+             node("QuantizeLinear", ["fx", "sa", "zpa"], ["qa"], axis=1),
+             node("QuantizeLinear", ["fx", "s"], ["q16"], output_dtype=I16)]
+    inits = {"n7": np.array(7, np.int64), "crop": np.array([1, 3, 2, 6], np.int64),
+             "crop2": np.array([5, 1], np.int64), "cond": np.array([1, 0, 1], bool),
+             "lens": np.array([4, 1, 3], np.int64), "s": np.array(0.5, np.float32),
+             "zp8": np.array(128, np.uint8), "sa": np.array([0.5, 2.0, 0.25, 1.0], np.float32),
+             "zpa": np.array([0, -3, 5, 100], np.int8),
+             "sb": np.array([[0.5, 2.0], [1.0, 0.25], [3.0, 0.125]], np.float32),
+             "zpb": np.array([[1, 2], [3, 4], [250, 0]], np.uint8)}
+    m = make(nodes, [vi("x", shape=[3, 4]), vi("img", shape=[1, 3, 4, 4]),
+                     vi("seq", shape=[4, 3, 2]), vi("seqb", shape=[3, 4]),
+                     vi("q8", U8, [3, 4]), vi("qi8", I8, [3, 4]), vi("fx", shape=[3, 4])],
+             [vi("eye", I32), vi("hann"), vi("hamm"), vi("black"), vi("ccp"), vi("ccp2"),
+              vi("cmp"), vi("cmpf"), vi("rs"), vi("rsb"), vi("dq"), vi("dqa"), vi("dqb"),
+              vi("qu", U8), vi("qa", I8), vi("q16", I16)], inits, opset=21)
+    feeds = {"x": rand(3, 4), "img": rand(1, 3, 4, 4), "seq": rand(4, 3, 2), "seqb": rand(3, 4),
+             "q8": RNG.integers(0, 256, (3, 4)).astype(np.uint8),
+             "qi8": RNG.integers(-128, 128, (3, 4)).astype(np.int8),
+             "fx": np.array([[0.25, 0.75, -0.25, 63.9], [-64.5, 1.25, 1.75, 100.0],
+                             [-1000, 0.0, 2.5, -2.5]], np.float32)}
+    check(m, feeds, compile_it=True)
+
+
+@needs_opset(28)
+def test_cumprod_and_swiglu_match_the_onnx_reference():
+    """CumProd (opset 26: exclusive, reverse, int32 wrapping) and SwiGLU
+    (opset 28), which onnxruntime does not run yet."""
+    from onnx.reference import ReferenceEvaluator
+    F16 = TensorProto.FLOAT16
+    nodes = [node("CumProd", ["x", "ax1"], ["cp"]),
+             node("CumProd", ["x", "ax0"], ["cpx"], exclusive=1, reverse=1),
+             node("CumProd", ["n", "ax1"], ["cpi"], exclusive=1),
+             node("SwiGLU", ["x", "y"], ["sw"], alpha=0.5),
+             node("SwiGLU", ["h", "h"], ["swh"])]
+    m = make(nodes, [vi("x", shape=[3, 5]), vi("y", shape=[3, 5]), vi("n", I32, [2, 9]),
+                     vi("h", F16, [4])],
+             [vi("cp"), vi("cpx"), vi("cpi", I32), vi("sw"), vi("swh", F16)],
+             {"ax1": np.array(1, np.int64), "ax0": np.array(-2, np.int32)}, opset=28)
+    feeds = {"x": rand(3, 5), "y": rand(3, 5),
+             "n": RNG.integers(-40, 40, (2, 9)).astype(np.int32),
+             "h": np.array([-2, -0.5, 0.5, 3], np.float16)}
+    want = dict(zip(["cp", "cpx", "cpi", "sw", "swh"], ReferenceEvaluator(m).run(None, feeds)))
+    g = import_model(m)
+    got_c = compiler.compile(g)(**feeds)
+    for got in (compiler.interpret(g, feeds), got_c):
+        for k, w in want.items():
+            if w.dtype.kind == "f":
+                np.testing.assert_allclose(got[k], w, rtol=1e-3 if k == "swh" else 1e-5,
+                                           err_msg=k)
+            else:
+                np.testing.assert_array_equal(got[k], w, err_msg=k)
+
+
+def test_small_op_refusals_name_node_attribute_and_fix():
+    nodes = [node("Compress", ["x", "c"], ["a"], name="cmp_rt", axis=0),
+             node("ReverseSequence", ["x", "lens"], ["b"], name="rs_big", batch_axis=1,
+                  time_axis=0),
+             node("DequantizeLinear", ["x", "s"], ["d"], name="dq_float"),
+             node("QuantizeLinear", ["x", "s"], ["q"], name="q_f8",
+                  output_dtype=TensorProto.FLOAT8E5M2)]
+    m = make(nodes, [vi("x", shape=[2, 2]), vi("c", TensorProto.BOOL, [2])],
+             [vi("a"), vi("b"), vi("d"), vi("q", TensorProto.FLOAT8E5M2)],
+             {"lens": np.array([3, 1], np.int64), "s": np.array(1.0, np.float32)}, opset=21)
+    with pytest.raises(OnnxImportError) as e:
+        import_model(m)
+    got = {i.node: i.what for i in e.value.issues}
+    assert "input 'c' is computed at run time" in got["cmp_rt"]
+    assert "sequence_lens [3, 1]" in got["rs_big"]
+    assert "DequantizeLinear of f32 data" in got["dq_float"]
+    assert "FLOAT8E5M2" in got["q_f8"]

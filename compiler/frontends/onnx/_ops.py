@@ -1752,3 +1752,164 @@ def _bitwise_not(cx, node, at, ins):
         raise Unsupported(f"BitwiseNot of {x.dtype.value} values (integers only)")
     info = np.iinfo(x.dtype.numpy)
     return [(-1 if info.min < 0 else int(info.max)) - x]
+
+
+# ---------------------------------------------------------------------------
+# small ops spelled through primitives
+# ---------------------------------------------------------------------------
+@_op("SwiGLU")
+def _swiglu(cx, node, at, ins):
+    """Swish(a, alpha) * b, as ONNX's function body."""
+    a, b = cx.t(ins[0]), cx.t(ins[1])
+    if a.dtype.value in ("f16", "bf16"):  # computed in f32, rounded once (as Swish)
+        return [y.cast(a.dtype) for y in _swiglu(cx, node, at, [a.cast("f32"), b.cast("f32")])]
+    return [a * (a * at.get("alpha", 1.0)).sigmoid() * b]
+
+
+@_op("EyeLike")
+def _eye_like(cx, node, at, ins):
+    """A constant: it depends on the input's static shape only."""
+    from onnx import helper
+    x = ins[0]
+    shape = tuple(x.shape)
+    if len(shape) != 2 or any(isinstance(d, Sym) for d in shape):
+        raise Unsupported(f"EyeLike of shape {list(shape)} (static 2-D only)")
+    dt = helper.tensor_dtype_to_np_dtype(at["dtype"]) if "dtype" in at else \
+        (x.dtype if isinstance(x, np.ndarray) else x.dtype.numpy)
+    return [np.eye(*shape, k=int(at.get("k", 0)), dtype=dt)]
+
+
+@_op("CumProd")
+def _cumprod(cx, node, at, ins):
+    """A log-step scan (Hillis-Steele): ceil(log2 n) products of the running
+    result with itself shifted by 1, 2, 4, ... (ones shifted in); exclusive
+    shifts the input by one first, reverse flips around it."""
+    x = cx.t(ins[0])
+    axis = norm_axis(int(cx.arr(ins[1], node.input[1], node).reshape(-1)[0]), x.ndim)
+    n = x.shape[axis]
+    if isinstance(n, Sym):
+        raise Unsupported("CumProd over a symbolic axis (static extents only)")
+
+    def shifted(y, k):  # y moved k along the axis, ones in front
+        ones = [(k, 0) if d == axis else (0, 0) for d in range(y.ndim)]
+        return y.slice(axis, 0, n - k).pad(ones, value=1)
+    rev = bool(at.get("reverse", 0))
+    y = x.flip(axis) if rev else x
+    if at.get("exclusive", 0) and n:
+        y = shifted(y, 1)
+    k = 1
+    while k < n:
+        y = y * shifted(y, k)
+        k *= 2
+    return [y.flip(axis) if rev else y]
+
+
+@_op("CenterCropPad")
+def _center_crop_pad(cx, node, at, ins):
+    x = cx.t(ins[0])
+    shape = [int(s) for s in cx.arr(ins[1], node.input[1], node).reshape(-1)]
+    axes = [norm_axis(int(a), x.ndim) for a in at.get("axes", range(x.ndim))]
+    if len(shape) != len(axes):
+        raise Unsupported(f"shape has {len(shape)} values for {len(axes)} axes")
+    widths = [(0, 0)] * x.ndim
+    for a, s in zip(axes, shape):
+        n = x.shape[a]
+        if s < n:  # crop: the extra element (odd difference) comes off the end
+            x = x.slice(a, (n - s) // 2, s)
+        elif s > n:
+            widths[a] = ((s - n) // 2, s - n - (s - n) // 2)
+    return [x.pad(widths) if any(w != (0, 0) for w in widths) else x]
+
+
+@_op("Compress")
+def _compress(cx, node, at, ins):
+    """A constant condition: one IndexSelect of the selected positions."""
+    x = cx.t(ins[0])
+    cond = cx.arr(ins[1], node.input[1], node).reshape(-1).astype(bool)
+    if "axis" not in at:
+        x, axis = x.reshape((math.prod(x.shape),)), 0
+    else:
+        axis = norm_axis(int(at["axis"]), x.ndim)
+    if cond.size > x.shape[axis]:
+        raise Unsupported(f"condition has {cond.size} values for an axis of extent "
+                          f"{x.shape[axis]}")
+    return [x.index_select(np.flatnonzero(cond).astype(np.uint32), axis)]
+
+
+@_op("ReverseSequence")
+def _reverse_sequence(cx, node, at, ins):
+    """Constant sequence_lens: one GatherElements along the time axis."""
+    x = cx.t(ins[0])
+    lens = cx.arr(ins[1], node.input[1], node).reshape(-1).astype(np.int64)
+    b, t = int(at.get("batch_axis", 1)), int(at.get("time_axis", 0))
+    if {b, t} != {0, 1} or len(lens) != x.shape[b] or (lens > x.shape[t]).any() or \
+            (lens < 0).any():
+        raise Unsupported(f"batch_axis={b}, time_axis={t} and sequence_lens {lens.tolist()} "
+                          f"for data of shape {list(x.shape)}")
+    time = np.arange(x.shape[t])[:, None]
+    idx = np.where(time < lens[None, :], lens[None, :] - 1 - time, time)  # [time, batch]
+    idx = idx if t == 0 else idx.T
+    idx = np.broadcast_to(idx.reshape(idx.shape + (1,) * (x.ndim - 2)), x.shape)
+    return [x.gather(cx.t(idx.astype(np.uint32)), t)]
+
+
+def _along(v, x, axis, block):
+    """A per-tensor, per-axis or blocked scale/zero point broadcastable to x."""
+    if v.ndim == 0 or (v.ndim == 1 and v.shape[0] == 1 and not block):
+        return v.reshape(())
+    if block:
+        v = v.index_select(np.repeat(np.arange(v.shape[axis]), block)[:x.shape[axis]]
+                           .astype(np.uint32), axis)
+        return v
+    return v.reshape(tuple(-1 if d == axis else 1 for d in range(x.ndim)))
+
+
+def _quant_params(cx, node, at, x, ins):
+    block = int(at.get("block_size", 0))
+    scale = cx.t(ins[1])
+    per_tensor = scale.ndim == 0 or (scale.ndim == 1 and scale.shape[0] == 1 and not block)
+    axis = None if per_tensor else norm_axis(int(at.get("axis", 1)), x.ndim)
+    zp = None if len(ins) < 3 or ins[2] is None else ins[2]
+    if block and scale.ndim != x.ndim:
+        raise Unsupported(f"block_size={block} with a scale of rank {scale.ndim} for data of "
+                          f"rank {x.ndim}")
+    return axis, block, scale, zp
+
+
+@_op("DequantizeLinear")
+def _dequantize(cx, node, at, ins):
+    """(x - zero_point) * scale in the scale's type (f16/bf16 computed in f32)."""
+    x = cx.t(ins[0])
+    if x.dtype.is_float:
+        raise Unsupported(f"DequantizeLinear of {x.dtype.value} data (integer types only)")
+    axis, block, scale, zp = _quant_params(cx, node, at, x, ins)
+    out = scale.dtype
+    s = scale if scale.dtype.value in ("f32", "f64") else scale.cast("f32")
+    y = x.cast(s.dtype)
+    if zp is not None:
+        y = y - _along(cx.t(zp).cast(s.dtype), x, axis, block)
+    y = y * _along(s, x, axis, block)
+    return [y if y.dtype == out else y.cast(out)]
+
+
+@_op("QuantizeLinear")
+def _quantize(cx, node, at, ins):
+    """saturate(round_half_even(x / scale) + zero_point), computed in f32
+    (f64 for f64 data)."""
+    from ._types import dtype_of
+    x = cx.t(ins[0])
+    axis, block, scale, zp = _quant_params(cx, node, at, x, ins)
+    if zp is not None:
+        out = cx.t(zp).dtype
+    else:
+        out = dtype_of(int(at.get("output_dtype", 0)) or 2)  # UINT8 by default
+    if out.is_float:
+        raise Unsupported(f"QuantizeLinear to {out.value} (integer output types only)")
+    work = "f64" if x.dtype.value == "f64" else "f32"
+    y = (x.cast(work) if x.dtype.value != work else x) / _along(
+        scale.cast(work) if scale.dtype.value != work else scale, x, axis, block)
+    y = y.round()
+    if zp is not None:
+        y = y + _along(cx.t(zp).cast(work), x, axis, block)
+    info = np.iinfo(out.numpy)
+    return [y.clamp(float(info.min), float(info.max)).cast(out)]
