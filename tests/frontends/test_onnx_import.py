@@ -1021,3 +1021,52 @@ def test_small_op_refusals_name_node_attribute_and_fix():
     assert "sequence_lens [3, 1]" in got["rs_big"]
     assert "DequantizeLinear of f32 data" in got["dq_float"]
     assert "FLOAT8E5M2" in got["q_f8"]
+
+
+def test_pooling_norm_and_integer_ops_compile_and_match_onnxruntime():
+    """LpPool (p 1, 2, 3; pads, strides), Asinh/Acosh/Atanh, MeanVariance-
+    Normalization, LRN, DynamicQuantizeLinear, MatMulInteger, QLinearMatMul
+    (per-column b scale) and ConvInteger/QLinearConv (per-channel w)."""
+    U8 = TensorProto.UINT8
+    nodes = [node("LpPool", ["img"], ["lp1"], kernel_shape=[2, 2], p=1),
+             node("LpPool", ["img"], ["lp2"], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                  strides=[2, 2]),
+             node("LpPool", ["img"], ["lp3"], kernel_shape=[2, 3], p=3),
+             node("Asinh", ["x"], ["ash"]), node("Atanh", ["t"], ["ath"]),
+             node("Acosh", ["big"], ["ach"]),
+             node("MeanVarianceNormalization", ["img"], ["mvn"]),
+             node("LRN", ["img"], ["lrn"], size=3, alpha=1e-3, beta=0.75, bias=2.0),
+             node("DynamicQuantizeLinear", ["x"], ["dq", "dqs", "dqz"]),
+             node("MatMulInteger", ["qa", "qb", "za", "zb"], ["mmi"]),
+             node("QLinearMatMul", ["qa", "sa", "za", "qb", "sbc", "zb", "sy", "zy"], ["qmm"]),
+             node("ConvInteger", ["qimg", "qw", "zx"], ["ci"], pads=[1, 1, 1, 1]),
+             node("QLinearConv", ["qimg", "sa", "zx", "qw", "swc", "zwc", "sy", "zy", "qbias"],
+                  ["qc"])]
+    inits = {"za": np.array(3, np.uint8), "zb": np.array(120, np.uint8),
+             "sa": np.array(0.02, np.float32), "sbc": np.array([0.01, 0.03, 0.05], np.float32),
+             "sy": np.array(0.1, np.float32), "zy": np.array(100, np.uint8),
+             "zx": np.array(7, np.uint8), "swc": np.array([0.01, 0.02], np.float32),
+             "zwc": np.array([0, 0], np.uint8), "qbias": np.array([-50, 40], np.int32)}
+    m = make(nodes, [vi("img", shape=[1, 3, 5, 6]), vi("x", shape=[3, 4]), vi("t", shape=[5]),
+                     vi("big", shape=[4]), vi("qa", U8, [2, 4, 5]), vi("qb", U8, [5, 3]),
+                     vi("qimg", U8, [1, 2, 4, 4]), vi("qw", U8, [2, 2, 3, 3])],
+             [vi(o) for o in ("lp1", "lp2", "lp3", "ash", "ath", "ach", "lrn")]
+             + [vi("mvn", shape=[1, 3, 5, 6])]
+             + [vi("dq", U8), vi("dqs"), vi("dqz", U8), vi("mmi", I32), vi("qmm", U8),
+                vi("ci", I32), vi("qc", U8)], inits, opset=13)
+    feeds = {"img": rand(1, 3, 5, 6), "x": rand(3, 4) * 3,
+             "t": np.array([-0.9, -0.3, 0.0, 0.5, 0.99], np.float32),
+             "big": np.array([1.0, 1.5, 10.0, 1000.0], np.float32),
+             "qa": RNG.integers(0, 256, (2, 4, 5)).astype(np.uint8),
+             "qb": RNG.integers(0, 256, (5, 3)).astype(np.uint8),
+             "qimg": RNG.integers(0, 256, (1, 2, 4, 4)).astype(np.uint8),
+             "qw": RNG.integers(0, 256, (2, 2, 3, 3)).astype(np.uint8)}
+    check(m, feeds, compile_it=True, rtol=1e-4, atol=1e-4)
+
+
+def test_lp_pool_refuses_p_below_one():
+    m = make([node("LpPool", ["img"], ["a"], name="lp_p0", kernel_shape=[2, 2], p=0)],
+             [vi("img", shape=[1, 1, 2, 2])], [vi("a")], opset=13)
+    with pytest.raises(OnnxImportError) as e:
+        import_model(m)
+    assert "LpPool node 'lp_p0'" in str(e.value) and "p=0" in e.value.issues[0].what

@@ -1131,9 +1131,20 @@ def _windows(x, geom):
         yield offs, v
 
 
-@_op("MaxPool", "AveragePool")
+@_op("MaxPool", "AveragePool", "LpPool")
 def _pool(cx, node, at, ins):
     x = cx.t(ins[0])
+    if node.op_type == "LpPool":  # (sum over the window of |x|**p) ** (1/p), zeros padded
+        p = int(at.get("p", 2))
+        if p < 1 or not x.dtype.is_float:
+            raise Unsupported(f"LpPool with p={p} on {x.dtype.value} data (p >= 1, float data)")
+        a = x.abs()
+        s = _pool_windows(cx, node, at, a if p == 1 else a.pow(p))[0]
+        return [s if p == 1 else s ** (1.0 / p)]
+    return _pool_windows(cx, node, at, x)
+
+
+def _pool_windows(cx, node, at, x):
     spatial = x.shape[2:]
     geom = _pool_geometry(at, spatial)
     is_max = node.op_type == "MaxPool"
@@ -1163,6 +1174,8 @@ def _pool(cx, node, at, ins):
             idx = cx.t(_flat_index(x.shape, geom, offs, order))
     if is_max:
         return [best, idx] if want_idx else [best]
+    if node.op_type == "LpPool":
+        return [best]
     include = bool(at.get("count_include_pad", 0))
     count = np.ones((), np.float64)
     for i, (n, (k, s, d, lo, hi, o)) in enumerate(zip(spatial, geom)):
@@ -1913,3 +1926,142 @@ def _quantize(cx, node, at, ins):
         y = y + _along(cx.t(zp).cast(work), x, axis, block)
     info = np.iinfo(out.numpy)
     return [y.clamp(float(info.min), float(info.max)).cast(out)]
+
+
+@_op("Asinh", "Acosh", "Atanh")
+def _inverse_hyperbolic(cx, node, at, ins):
+    """The log formulas (asinh odd-symmetric, so negative x loses nothing to
+    cancellation); f16/bf16 computed in f32 and rounded once."""
+    x = cx.t(ins[0])
+    if x.dtype.value in ("f16", "bf16"):
+        return [y.cast(x.dtype) for y in _inverse_hyperbolic(cx, node, at, [x.cast("f32")])]
+    if not x.dtype.is_float:
+        raise Unsupported(f"{node.op_type} of {x.dtype.value} values (float types only)")
+    if node.op_type == "Asinh":
+        a = x.abs()
+        return [(a + (a * a + 1.0).sqrt()).log() * x.sign()]
+    if node.op_type == "Acosh":
+        return [(x + (x * x - 1.0).sqrt()).log()]
+    return [((1.0 + x) / (1.0 - x)).log() * 0.5]
+
+
+@_op("MeanVarianceNormalization")
+def _mvn(cx, node, at, ins):
+    """ONNX's function body: (x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9)."""
+    x = cx.t(ins[0])
+    axes = tuple(norm_axis(int(a), x.ndim) for a in at.get("axes", [0, 2, 3]))
+    mean = x.mean(axes, keepdims=True)
+    std = ((x * x).mean(axes, keepdims=True) - mean * mean).sqrt()
+    return [(x - mean) / (std + 1e-9)]
+
+
+@_op("LRN")
+def _lrn(cx, node, at, ins):
+    """x / (bias + alpha / size * sum of x^2 over the channel window) ** beta,
+    the window sum as ``size`` slices of the channel-padded squares."""
+    x = cx.t(ins[0])
+    size = int(at["size"])
+    alpha, beta, bias = at.get("alpha", 1e-4), at.get("beta", 0.75), at.get("bias", 1.0)
+    c = x.shape[1]
+    lo = (size - 1) // 2
+    sq = (x * x).pad([(0, 0), (lo, size - 1 - lo)] + [(0, 0)] * (x.ndim - 2))
+    total = sq.slice(1, 0, c)
+    for k in range(1, size):
+        total = total + sq.slice(1, k, c)
+    return [x / (total * (alpha / size) + bias) ** float(beta)]
+
+
+@_op("DynamicQuantizeLinear")
+def _dynamic_quantize(cx, node, at, ins):
+    """ONNX's uint8 formula: scale (max(0, max x) - min(0, min x)) / 255 (1/255
+    when that is 0), zero point rint(clamp(-min / scale)), y saturated."""
+    x = cx.t(ins[0])
+    if x.dtype.value != "f32":
+        raise Unsupported(f"DynamicQuantizeLinear of {x.dtype.value} data (f32 only)")
+    axes = tuple(range(x.ndim))
+    hi, lo = maximum(x.max(axes), 0.0), minimum(x.min(axes), 0.0)
+    span = hi - lo
+    scale = where(span == 0, 1.0, span) / 255.0
+    zp = (0.0 - lo / scale).clamp(0.0, 255.0).round()
+    y = ((x / scale).round() + zp).clamp(0.0, 255.0).cast("u8")
+    return [y, scale, zp.cast("u8")]
+
+
+def _shifted_f64(cx, v, zp, rows):
+    """v - zero_point as f64 (exact integer products in a matmul); a 1-D zero
+    point of a per-row (``rows``) or per-column quantization broadcast so."""
+    y = cx.t(v).cast("f64")
+    if zp is None:
+        return y
+    z = cx.t(zp).cast("f64")
+    if z.ndim == 1 and z.shape[0] > 1:
+        z = z.reshape((-1, 1) if rows else (1, -1))
+    return y - z
+
+
+@_op("MatMulInteger")
+def _matmul_integer(cx, node, at, ins):
+    """(a - a_zp) @ (b - b_zp) in f64 (exact below 2**53), as i32."""
+    ins = list(ins) + [None] * (4 - len(ins))
+    a = _shifted_f64(cx, ins[0], ins[2], rows=True)
+    b = _shifted_f64(cx, ins[1], ins[3], rows=False)
+    return [_matmul(cx, a, b).cast("i32")]
+
+
+@_op("QLinearMatMul")
+def _qlinear_matmul(cx, node, at, ins):
+    """saturate(rint((a - a_zp) @ (b - b_zp) * a_scale * b_scale / y_scale + y_zp)),
+    the integer product exact in f64, as ONNX's reference."""
+    a, sa, za, b, sb, zb, sy, zy = ins
+    acc = _matmul(cx, _shifted_f64(cx, a, za, rows=True), _shifted_f64(cx, b, zb, rows=False))
+
+    def scale(s, rows):
+        s = cx.t(s).cast("f64")
+        return s.reshape((-1, 1) if rows else (1, -1)) if s.ndim == 1 and s.shape[0] > 1 else s
+    y = acc * (scale(sa, True) * scale(sb, False) / scale(sy, False))
+    out = cx.t(a).dtype
+    if zy is not None:
+        zy = cx.t(zy)
+        out = zy.dtype
+        y = y + zy.cast("f64")
+    info = np.iinfo(out.numpy)
+    return [y.round().clamp(float(info.min), float(info.max)).cast(out)]
+
+
+def _integer_conv(cx, node, at, x, xz, w, wz, bias=None):
+    """conv(x - x_zp, w - w_zp) in f64 (exact integer sums below 2**53); a
+    1-D w_zp is per output channel."""
+    xs = _shifted_f64(cx, x, xz, rows=False)
+    ws = cx.t(w).cast("f64")
+    if wz is not None:
+        z = cx.t(wz).cast("f64")
+        ws = ws - (z.reshape((-1,) + (1,) * (ws.ndim - 1)) if z.ndim == 1 and z.shape[0] > 1
+                   else z)
+    return BUILD["Conv"](cx, node, at, [xs, ws, None if bias is None else
+                                        cx.t(bias).cast("f64")])[0]
+
+
+@_op("ConvInteger")
+def _conv_integer(cx, node, at, ins):
+    ins = list(ins) + [None] * (4 - len(ins))
+    return [_integer_conv(cx, node, at, ins[0], ins[2], ins[1], ins[3]).cast("i32")]
+
+
+@_op("QLinearConv")
+def _qlinear_conv(cx, node, at, ins):
+    """saturate(rint(conv(x - x_zp, w - w_zp) + B) * x_scale * w_scale / y_scale
+    + y_zp), as ONNX's reference (w_scale per output channel or scalar)."""
+    ins = list(ins) + [None] * (9 - len(ins))
+    x, sx, zx, w, sw, zw, sy, zy, bias = ins
+    acc = _integer_conv(cx, node, at, x, zx, w, zw, bias)
+    sw = cx.t(sw).cast("f64")
+    if sw.ndim == 1 and sw.shape[0] > 1:
+        sw = sw.reshape((1, -1) + (1,) * (acc.ndim - 2))
+    y = acc * (cx.t(sx).cast("f64") * sw / cx.t(sy).cast("f64"))
+    out = cx.t(x).dtype
+    if zy is not None:
+        zy = cx.t(zy)
+        out = zy.dtype
+        y = y + zy.cast("f64")
+    info = np.iinfo(out.numpy)
+    return [y.round().clamp(float(info.min), float(info.max)).cast(out)]
