@@ -1070,3 +1070,39 @@ def test_lp_pool_refuses_p_below_one():
     with pytest.raises(OnnxImportError) as e:
         import_model(m)
     assert "LpPool node 'lp_p0'" in str(e.value) and "p=0" in e.value.issues[0].what
+
+
+@needs_opset(27)
+def test_causal_conv_with_state_matches_the_onnx_reference():
+    """CausalConvWithState (opset 27): with and without past state and bias,
+    SiLU, f16; both outputs."""
+    from onnx.reference import ReferenceEvaluator
+    F16 = TensorProto.FLOAT16
+    nodes = [node("CausalConvWithState", ["x", "w", "b", "past"], ["y", "st"],
+                  activation="silu"),
+             node("CausalConvWithState", ["x", "w"], ["y0", "st0"]),
+             node("CausalConvWithState", ["h", "wh"], ["yh", "sth"], activation="swish")]
+    m = make(nodes, [vi("x", shape=[2, 3, 5]), vi("past", shape=[2, 3, 2]),
+                     vi("h", F16, [1, 3, 4])],
+             [vi("y"), vi("st"), vi("y0"), vi("st0"), vi("yh", F16), vi("sth", F16)],
+             {"w": rand(3, 1, 3), "b": rand(3), "wh": rand(3, 1, 3).astype(np.float16)},
+             opset=27)
+    feeds = {"x": rand(2, 3, 5), "past": rand(2, 3, 2), "h": rand(1, 3, 4).astype(np.float16)}
+    want = dict(zip(["y", "st", "y0", "st0", "yh", "sth"],
+                    ReferenceEvaluator(m).run(None, feeds)))
+    g = import_model(m)
+    got_c = compiler.compile(g)(**feeds)
+    for got in (compiler.interpret(g, feeds), got_c):
+        for k, w in want.items():
+            np.testing.assert_allclose(got[k].astype(np.float64), w.astype(np.float64),
+                                       rtol=2e-3 if k == "yh" else 1e-5, atol=1e-5, err_msg=k)
+
+
+def test_causal_conv_with_state_refuses_an_unknown_activation():
+    m = make([node("CausalConvWithState", ["x", "w"], ["y", "st"], name="ccs", activation="gelu")],
+             [vi("x", shape=[1, 2, 4])], [vi("y", shape=[1, 2, 4]), vi("st", shape=[1, 2, 1])],
+             {"w": rand(2, 1, 2)}, opset=27)
+    with pytest.raises(OnnxImportError) as e:
+        import_model(m)
+    assert "CausalConvWithState node 'ccs'" in str(e.value)
+    assert "activation='gelu'" in e.value.issues[0].what

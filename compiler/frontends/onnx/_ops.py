@@ -2065,3 +2065,37 @@ def _qlinear_conv(cx, node, at, ins):
         y = y + zy.cast("f64")
     info = np.iinfo(out.numpy)
     return [y.round().clamp(float(info.min), float(info.max)).cast(out)]
+
+
+@_op("CausalConvWithState")
+def _causal_conv_with_state(cx, node, at, ins):
+    """The depthwise causal conv1d over [past_state, input] as k shifted
+    slices times the weight's taps (+ bias), then SiLU if asked; the present
+    state is the last k - 1 steps. f16/bf16: the conv in f32 rounded to the
+    input type, the activation in f32 (as ONNX's reference)."""
+    ins = list(ins) + [None] * (4 - len(ins))
+    x, w = cx.t(ins[0]), cx.t(ins[1])
+    act = at.get("activation", "none")
+    if act not in ("none", "silu", "swish"):
+        raise Unsupported(f"attribute activation={act!r} (none, silu or swish)")
+    if x.ndim != 3 or w.ndim != 3 or w.shape[:2] != (x.shape[1], 1):
+        raise Unsupported(f"input {list(x.shape)} and weight {list(w.shape)} (expected "
+                          f"[batch, channels, length] and [channels, 1, k])")
+    k, n = w.shape[2], x.shape[2]
+    past = x.pad([(0, 0), (0, 0), (k - 1, 0)]) if ins[3] is None else \
+        concat([cx.t(ins[3]), x], 2)
+    low = x.dtype.value in ("f16", "bf16")
+    p, wf = (past.cast("f32"), w.cast("f32")) if low else (past, w)
+    y = None
+    for j in range(k):
+        term = p.slice(2, j, n) * wf.slice(2, j, 1).reshape((-1, 1))
+        y = term if y is None else y + term
+    if ins[2] is not None:
+        b = cx.t(ins[2])
+        y = y + (b.cast("f32") if low else b).reshape((-1, 1))
+    if low:
+        y = y.cast(x.dtype).cast("f32") if act != "none" else y.cast(x.dtype)
+    if act != "none":
+        y = y * y.sigmoid()
+        y = y.cast(x.dtype) if low else y
+    return [y, past.slice(2, n, k - 1)]
