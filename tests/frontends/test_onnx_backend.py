@@ -13,10 +13,13 @@ from compiler.frontends.onnx.backend import (FuelcBackend, bind_inputs, node_cas
 
 #: node tests whose result differs from ONNX's expected output by rounding:
 #: bf16/f16 attention computed in the input type (ONNX's reference rounds
-#: intermediates differently).
+#: intermediates differently); the inverse DFTs, whose expected imaginary parts
+#: carry numpy's float32 FFT noise (1.9e-7 where the exact value is -7e-16)
+#: beyond the tests' atol of 1e-7.
 KNOWN_FAILURES = {
     "test_attention_3d_causal_bf16", "test_attention_4d_attn_mask_causal_bf16",
     "test_attention_4d_causal_bf16", "test_attention_4d_gqa_with_past_and_present_fp16",
+    "test_dft_inverse", "test_dft_inverse_opset19",
 }
 
 PREFIXES = ("test_reduce_prod", "test_maxpool", "test_averagepool", "test_globalaveragepool",
@@ -39,7 +42,7 @@ PREFIXES = ("test_reduce_prod", "test_maxpool", "test_averagepool", "test_global
             "test_quantizelinear", "test_dequantizelinear", "test_dynamicquantizelinear",
             "test_matmulinteger", "test_qlinearmatmul", "test_convinteger", "test_qlinearconv",
             "test_lppool", "test_lrn", "test_mvn", "test_asinh", "test_acosh", "test_atanh",
-            "test_causal_conv_with_state",
+            "test_causal_conv_with_state", "test_dft", "test_stft",
             "test_and", "test_xor", "test_not")  # opset-7 and -1 models, converted at import
 
 
@@ -73,7 +76,8 @@ COMPILED = ["test_maxpool_2d_pads", "test_maxpool_with_argmax_2d_precomputed_pad
             "test_scatternd_max", "test_scatter_elements_with_duplicate_indices",
             "test_bitshift_right_int8_negative_input", "test_cumprod_1d_reverse_exclusive",
             "test_quantizelinear_blocked_asymmetric", "test_dequantizelinear_axis",
-            "test_qlinearmatmul_3D_int8_float16", "test_qlinearconv", "test_lppool_2d_pads"]
+            "test_qlinearmatmul_3D_int8_float16", "test_qlinearconv", "test_lppool_2d_pads",
+            "test_dft_irfft", "test_stft_with_window"]
 
 
 @pytest.mark.parametrize("name", COMPILED)

@@ -1106,3 +1106,36 @@ def test_causal_conv_with_state_refuses_an_unknown_activation():
         import_model(m)
     assert "CausalConvWithState node 'ccs'" in str(e.value)
     assert "activation='gelu'" in e.value.issues[0].what
+
+
+def test_dft_and_stft_compile_and_match_onnxruntime():
+    """DFT (opset 20: real and complex input, an inner axis, dft_length
+    padding and truncating, onesided, inverse, irfft) and STFT (window,
+    frame_length), interpreted and compiled."""
+    nodes = [node("DFT", ["x", "", "ax1"], ["f"]),
+             node("DFT", ["c", "", "ax2"], ["fi"], inverse=1),
+             node("DFT", ["x", "len12", "ax2"], ["fp"], onesided=1),
+             node("DFT", ["c", "len4", "ax1"], ["ft"]),
+             node("DFT", ["half", "", "ax1"], ["irf"], inverse=1, onesided=1),
+             node("STFT", ["sig", "step", "win"], ["st"]),
+             node("STFT", ["sig", "step", "", "flen"], ["st2"])]
+    inits = {"ax1": np.array(1, np.int64), "ax2": np.array(-2, np.int64),
+             "len12": np.array(12, np.int64), "len4": np.array(4, np.int64),
+             "step": np.array(3, np.int64), "flen": np.array(8, np.int64),
+             "win": np.hanning(8).astype(np.float32)}
+    m = make(nodes, [vi("x", shape=[2, 6, 5, 1]), vi("c", shape=[2, 6, 5, 2]),
+                     vi("half", shape=[1, 4, 3, 2]), vi("sig", shape=[2, 20, 1])],
+             [vi(o) for o in ("f", "fi", "fp", "ft", "irf")]
+             + [vi(o, shape=[2, 5, 5, 2]) for o in ("st", "st2")], inits, opset=20)
+    feeds = {"x": rand(2, 6, 5, 1), "c": rand(2, 6, 5, 2), "half": rand(1, 4, 3, 2),
+             "sig": rand(2, 20, 1)}
+    check(m, feeds, compile_it=True, rtol=1e-4, atol=1e-5)
+
+
+def test_dft_refuses_the_complex_axis():
+    m = make([node("DFT", ["x", "", "ax"], ["y"], name="dft_last")],
+             [vi("x", shape=[2, 4, 2])], [vi("y", shape=[2, 4, 2])],
+             {"ax": np.array(-1, np.int64)}, opset=20)
+    with pytest.raises(OnnxImportError) as e:
+        import_model(m)
+    assert "DFT node 'dft_last'" in str(e.value) and "real/imaginary axis" in str(e.value)

@@ -2099,3 +2099,107 @@ def _causal_conv_with_state(cx, node, at, ins):
         y = y * y.sigmoid()
         y = y.cast(x.dtype) if low else y
     return [y, past.slice(2, n, k - 1)]
+
+
+# ---------------------------------------------------------------------------
+# DFT / STFT: products with constant cosine and sine matrices
+# ---------------------------------------------------------------------------
+def _dft_last(cx, xr, xi, length, inverse, onesided):
+    """The DFT of (xr + i xi) along the last axis as matmuls with [n, k]
+    cosine/sine matrices built at import (the callers compute in f64, as
+    ONNX's reference does):
+    ``length`` pads or truncates the signal; onesided keeps the first
+    length // 2 + 1 bins (forward) or takes them as a Hermitian spectrum and
+    returns the real signal (inverse; yi is None)."""
+    n_in = xr.shape[-1]
+    if inverse and onesided:  # irfft: bins 0..length//2, the others mirrored
+        used = min(n_in, length // 2 + 1)
+        k, t = np.arange(used)[:, None], np.arange(length)[None, :]
+        w = np.where((k == 0) | (2 * k == length), 1.0, 2.0) / length
+    else:
+        used = min(n_in, length)
+        k = np.arange(used)[:, None]
+        t = np.arange(length // 2 + 1 if onesided else length)[None, :]
+        w = 1.0 / length if inverse else 1.0
+    theta = 2 * np.pi * ((k * t) % length) / length
+    c, s = cx.t(w * np.cos(theta), like=xr), cx.t(w * np.sin(theta) * (1 if inverse else -1),
+                                                   like=xr)
+    if used < n_in:
+        xr = xr.slice(xr.ndim - 1, 0, used)
+        xi = None if xi is None else xi.slice(xi.ndim - 1, 0, used)
+    yr, yi = _matmul(cx, xr, c), _matmul(cx, xr, s)
+    if xi is not None:
+        yr, yi = yr - _matmul(cx, xi, s), yi + _matmul(cx, xi, c)
+    return yr, (None if inverse and onesided else yi)
+
+
+def _complex_parts(x):
+    """[..., 1 or 2] -> (real, imaginary or None)."""
+    if x.shape[-1] not in (1, 2):
+        raise Unsupported(f"the last axis of {list(x.shape)} must be 1 (real) or 2 (complex)")
+    last = x.ndim - 1
+    re = x.slice(last, 0, 1).squeeze(last)
+    return re, (x.slice(last, 1, 1).squeeze(last) if x.shape[-1] == 2 else None)
+
+
+@_op("DFT")
+def _dft(cx, node, at, ins):
+    x = cx.t(ins[0])
+    if not x.dtype.is_float:
+        raise Unsupported(f"DFT of {x.dtype.value} data (float types only)")
+    ins = list(ins) + [None] * (3 - len(ins))
+    axis = at.get("axis", 1)  # opset 17: an attribute; 20: an input, -2 by default
+    if cx.opset >= 20:
+        axis = -2 if ins[2] is None else int(cx.arr(ins[2], node.input[2], node).reshape(-1)[0])
+    axis = norm_axis(axis, x.ndim)
+    if axis == x.ndim - 1:
+        raise Unsupported(f"axis {axis} is the real/imaginary axis")
+    inverse, onesided = bool(at.get("inverse", 0)), bool(at.get("onesided", 0))
+    if ins[1] is not None:
+        length = int(cx.arr(ins[1], node.input[1], node).reshape(-1)[0])
+    else:
+        length = 2 * (x.shape[axis] - 1) if inverse and onesided else x.shape[axis]
+    re, im = _complex_parts(x.cast("f64") if x.dtype.value != "f64" else x)  # as the reference
+    perm = [d for d in range(re.ndim) if d != axis] + [axis]
+    back = list(np.argsort(perm))
+    yr, yi = _dft_last(cx, re.permute(perm), None if im is None else im.permute(perm),
+                       length, inverse, onesided)
+    parts = [yr] if yi is None else [yr, yi]
+    y = concat([p.permute(back).unsqueeze(p.ndim) for p in parts], x.ndim - 1) \
+        if len(parts) == 2 else parts[0].permute(back).unsqueeze(x.ndim - 1)
+    return [y if y.dtype == x.dtype else y.cast(x.dtype)]
+
+
+@_op("STFT")
+def _stft(cx, node, at, ins):
+    """Frames as one IndexSelect of the signal (constant frame_step and
+    frame_length), times the window, then the DFT of each frame."""
+    ins = list(ins) + [None] * (4 - len(ins))
+    x = cx.t(ins[0])
+    step = int(cx.arr(ins[1], node.input[1], node).reshape(-1)[0])
+    window = None if ins[2] is None else cx.t(ins[2])
+    if ins[3] is not None:
+        flen = int(cx.arr(ins[3], node.input[3], node).reshape(-1)[0])
+    elif window is not None:
+        flen = window.shape[0]
+    else:
+        raise Unsupported("neither a window nor frame_length gives the frame length")
+    n = x.shape[1]
+    if step < 1 or not 0 < flen <= n:
+        raise Unsupported(f"frame_step={step} and frame_length={flen} for a signal of {n}")
+    frames = (n - flen) // step + 1
+    idx = (np.arange(frames)[:, None] * step + np.arange(flen)[None, :]).reshape(-1)
+    if not x.dtype.is_float:
+        raise Unsupported(f"STFT of {x.dtype.value} data (float types only)")
+    re, im = _complex_parts(x.cast("f64") if x.dtype.value != "f64" else x)
+    onesided = bool(at.get("onesided", 1)) and im is None
+    parts = []
+    for p in (re, im):
+        if p is None:
+            continue
+        f = p.index_select(idx.astype(np.uint32), 1).reshape((x.shape[0], frames, flen))
+        parts.append(f * window.cast(f.dtype) if window is not None else f)
+    yr, yi = _dft_last(cx, parts[0], parts[1] if len(parts) > 1 else None, flen, False,
+                       onesided)
+    y = concat([yr.unsqueeze(3), yi.unsqueeze(3)], 3)
+    return [y if y.dtype == x.dtype else y.cast(x.dtype)]
