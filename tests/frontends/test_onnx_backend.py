@@ -42,7 +42,7 @@ PREFIXES = ("test_reduce_prod", "test_maxpool", "test_averagepool", "test_global
             "test_quantizelinear", "test_dequantizelinear", "test_dynamicquantizelinear",
             "test_matmulinteger", "test_qlinearmatmul", "test_convinteger", "test_qlinearconv",
             "test_lppool", "test_lrn", "test_mvn", "test_asinh", "test_acosh", "test_atanh",
-            "test_causal_conv_with_state", "test_dft", "test_stft",
+            "test_causal_conv_with_state", "test_dft", "test_stft", "test_gridsample",
             "test_and", "test_xor", "test_not")  # opset-7 and -1 models, converted at import
 
 
@@ -77,7 +77,8 @@ COMPILED = ["test_maxpool_2d_pads", "test_maxpool_with_argmax_2d_precomputed_pad
             "test_bitshift_right_int8_negative_input", "test_cumprod_1d_reverse_exclusive",
             "test_quantizelinear_blocked_asymmetric", "test_dequantizelinear_axis",
             "test_qlinearmatmul_3D_int8_float16", "test_qlinearconv", "test_lppool_2d_pads",
-            "test_dft_irfft", "test_stft_with_window"]
+            "test_dft_irfft", "test_stft_with_window", "test_gridsample_bicubic",
+            "test_gridsample_volumetric_bilinear_align_corners_1"]
 
 
 @pytest.mark.parametrize("name", COMPILED)

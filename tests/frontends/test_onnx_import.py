@@ -1139,3 +1139,37 @@ def test_dft_refuses_the_complex_axis():
     with pytest.raises(OnnxImportError) as e:
         import_model(m)
     assert "DFT node 'dft_last'" in str(e.value) and "real/imaginary axis" in str(e.value)
+
+
+def test_grid_sample_compiles_and_matches_onnxruntime():
+    """GridSample (opset 20): nearest, linear and cubic with zeros, border and
+    reflection padding, align_corners both ways, grid points well outside.
+    Cubic with border padding against ONNX's reference: onnxruntime clamps
+    every coordinate, the reference only those outside the border (the
+    node tests follow the reference)."""
+    from onnx.reference import ReferenceEvaluator
+    combos = [(m, p, a) for m in ("nearest", "linear", "cubic")
+              for p in ("zeros", "border", "reflection") for a in (0, 1)]
+    feeds = {"x": rand(2, 3, 4, 5), "g": rand(2, 3, 6, 2, lo=-2.7, hi=2.7)}
+    for ref in (False, True):
+        picked = [c for c in combos if ref == (c[:2] == ("cubic", "border"))]
+        nodes = [node("GridSample", ["x", "g"], [f"y{i}"], mode=m, padding_mode=p,
+                      align_corners=a) for i, (m, p, a) in enumerate(picked)]
+        m = make(nodes, [vi("x", shape=[2, 3, 4, 5]), vi("g", shape=[2, 3, 6, 2])],
+                 [vi(f"y{i}") for i in range(len(picked))], opset=20)
+        if not ref:
+            check(m, feeds, compile_it=True, rtol=1e-4, atol=1e-4)
+            continue
+        want = ReferenceEvaluator(m).run(None, feeds)
+        got = compiler.compile(import_model(m))(**feeds)
+        for i, w in enumerate(want):
+            np.testing.assert_allclose(got[f"y{i}"], w, rtol=1e-4, atol=1e-4)
+
+
+def test_grid_sample_refuses_an_unknown_mode():
+    m = make([node("GridSample", ["x", "g"], ["y"], name="gs", mode="area")],
+             [vi("x", shape=[1, 1, 2, 2]), vi("g", shape=[1, 2, 2, 2])],
+             [vi("y", shape=[1, 1, 2, 2])], opset=20)
+    with pytest.raises(OnnxImportError) as e:
+        import_model(m)
+    assert "GridSample node 'gs'" in str(e.value) and "mode='area'" in str(e.value)

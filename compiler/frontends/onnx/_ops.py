@@ -2203,3 +2203,109 @@ def _stft(cx, node, at, ins):
                        onesided)
     y = concat([yr.unsqueeze(3), yi.unsqueeze(3)], 3)
     return [y if y.dtype == x.dtype else y.cast(x.dtype)]
+
+
+# ---------------------------------------------------------------------------
+# GridSample: run-time coordinates, one GatherElements per tap combination
+# ---------------------------------------------------------------------------
+def _gs_reflect(x, lo, hi):
+    """ONNX's reference reflection of x into [lo, hi] (by the near border,
+    repeatedly), elementwise."""
+    rng = hi - lo
+    below, above = lo - x, x - hi
+    out = x
+    for d, near, far, side in ((below, lo, hi, x < lo), (above, hi, lo, x > hi)):
+        n = (d * (1.0 / rng)).floor()
+        r = d - n * rng
+        odd = (n % 2.0) > 0.5
+        inside = near + r if near == lo else near - r  # an even count: from the near border
+        other = far - r if near == lo else far + r
+        out = where(side, where(odd, other, inside), out)
+    return out
+
+
+def _gs_cubic(t):
+    a = -0.75
+    return [((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
+            ((a + 2) * t - (a + 3)) * t * t + 1,
+            ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1,
+            ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a]
+
+
+@_op("GridSample")
+def _grid_sample(cx, node, at, ins):
+    """ONNX's reference, vectorized: the grid denormalized per spatial axis,
+    out-of-border coordinates clamped or reflected, then per tap (1 nearest,
+    2 linear, 4 cubic per axis) the index fixed by the padding mode and the
+    pixel fetched with one GatherElements on the flattened spatial axes,
+    weighted by the product of the per-axis coefficients."""
+    import itertools
+    x, grid = cx.t(ins[0]), cx.t(ins[1])
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(at.get("mode", "linear"),
+                                                         at.get("mode", "linear"))
+    pad = at.get("padding_mode", "zeros")
+    align = bool(at.get("align_corners", 0))
+    if mode not in ("nearest", "linear", "cubic"):
+        raise Unsupported(f"attribute mode={at['mode']!r} (nearest, linear or cubic)")
+    if pad not in ("zeros", "border", "reflection"):
+        raise Unsupported(f"attribute padding_mode={pad!r} (zeros, border or reflection)")
+    if not x.dtype.is_float:
+        raise Unsupported(f"GridSample of {x.dtype.value} data (float types only)")
+    nb, ch, dims = x.shape[0], x.shape[1], tuple(x.shape[2:])
+    nd = len(dims)
+    if grid.ndim != nd + 2 or grid.shape[-1] != nd or grid.shape[0] != nb:
+        raise Unsupported(f"grid of shape {list(grid.shape)} for data of shape {list(x.shape)}")
+    out = tuple(grid.shape[1:-1])
+    npos = math.prod(out)
+    work = "f64" if x.dtype.value == "f64" else "f32"
+    g = grid.cast(work) if grid.dtype.value != work else grid
+    xs = (x.cast(work) if x.dtype.value != work else x).reshape((nb, ch, math.prod(dims)))
+    taps = []  # per axis: [(index tensor, weight or None, valid mask or None)]
+    for i, n in enumerate(dims):
+        c = g.slice(g.ndim - 1, nd - 1 - i, 1).reshape((nb, npos))
+        lo, hi = (0.0, n - 1.0) if align else (-0.5, n - 0.5)
+        v = (c + 1.0) * ((n - 1) / 2.0) if align else ((c + 1.0) * n - 1.0) * 0.5
+        if mode == "nearest":
+            v = v.round()
+        if pad == "border":
+            v = where((v < lo) + (v > hi) > 0, v.clamp(0.0, n - 1.0), v)
+        elif pad == "reflection":
+            v = _gs_reflect(v, lo, hi)
+        if mode == "nearest":
+            base, ks = v, [(0, None)]
+        else:
+            base = v.floor()
+            t = v - base
+            ks = list(zip((0, 1), (1.0 - t, t))) if mode == "linear" else \
+                list(zip((-1, 0, 1, 2), _gs_cubic(t)))
+        axis = []
+        for k, w in ks:
+            j = base + float(k) if k else base
+            valid = None
+            if pad == "zeros":
+                valid = (j >= 0.0) * (j <= n - 1.0)
+                j = j.clamp(0.0, n - 1.0)
+            elif pad == "border":
+                j = j.clamp(0.0, n - 1.0)
+            else:
+                j = _gs_reflect(j, lo, hi).clamp(0.0, n - 1.0)
+            axis.append((j.cast("i64"), w, valid))
+        taps.append(axis)
+    y = None
+    for combo in itertools.product(*taps):
+        flat, weight, valid = None, None, None
+        for i, (j, w, ok) in enumerate(combo):
+            stride = math.prod(dims[i + 1:])
+            term = j * stride if stride != 1 else j
+            flat = term if flat is None else flat + term
+            weight = w if weight is None else (weight if w is None else weight * w)
+            valid = ok if valid is None else (valid if ok is None else valid * ok)
+        idx = flat.cast("u32").unsqueeze(1).broadcast_to((nb, ch, npos))
+        v = xs.gather(idx, 2)
+        if valid is not None:
+            v = where(valid.unsqueeze(1), v, 0.0)
+        if weight is not None:
+            v = v * weight.unsqueeze(1)
+        y = v if y is None else y + v
+    y = y.reshape((nb, ch) + out)
+    return [y if y.dtype == x.dtype else y.cast(x.dtype)]
