@@ -43,6 +43,7 @@ PREFIXES = ("test_reduce_prod", "test_maxpool", "test_averagepool", "test_global
             "test_matmulinteger", "test_qlinearmatmul", "test_convinteger", "test_qlinearconv",
             "test_lppool", "test_lrn", "test_mvn", "test_asinh", "test_acosh", "test_atanh",
             "test_causal_conv_with_state", "test_dft", "test_stft", "test_gridsample",
+            "test_affine_grid",
             "test_and", "test_xor", "test_not")  # opset-7 and -1 models, converted at import
 
 
@@ -136,3 +137,13 @@ def test_bind_inputs_errors_and_runtime_axes_are_refused():
         FuelcBackend.prepare(case.model)
     r = run_case(case)
     assert r.status == "passed" and "bound at import" in r.reason
+
+
+def test_report_puts_the_interpreter_beside_compiled_runs():
+    from compiler.frontends.onnx.backend import CaseResult, report
+    compiled = [CaseResult("test_a", "Add", "failed", "wrong"),
+                CaseResult("test_b", "Add", "passed", "")]
+    interp = [CaseResult("test_a", "Add", "passed", ""), CaseResult("test_b", "Add", "passed", "")]
+    text = report(compiled, interp)
+    assert "Interpreted: 2 passed, 0 failed, 0 refused." in text
+    assert "| Add | 2 | 1 | 1 | 0 | 2 |" in text and "wrong (interpreted: passed)" in text

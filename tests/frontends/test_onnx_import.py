@@ -1173,3 +1173,15 @@ def test_grid_sample_refuses_an_unknown_mode():
     with pytest.raises(OnnxImportError) as e:
         import_model(m)
     assert "GridSample node 'gs'" in str(e.value) and "mode='area'" in str(e.value)
+
+
+def test_affine_grid_compiles_and_matches_onnxruntime():
+    nodes = [node("AffineGrid", ["t2", "s2"], ["g2"]),
+             node("AffineGrid", ["t2", "s2"], ["g2a"], align_corners=1),
+             node("AffineGrid", ["t3", "s3"], ["g3"])]
+    m = make(nodes, [vi("t2", shape=[2, 2, 3]), vi("t3", shape=[1, 3, 4])],
+             [vi("g2"), vi("g2a"), vi("g3")],
+             {"s2": np.array([2, 3, 4, 5], np.int64), "s3": np.array([1, 1, 2, 3, 4], np.int64)},
+             opset=20)
+    check(m, {"t2": rand(2, 2, 3), "t3": rand(1, 3, 4)}, compile_it=True)
+

@@ -2309,3 +2309,26 @@ def _grid_sample(cx, node, at, ins):
         y = v if y is None else y + v
     y = y.reshape((nb, ch) + out)
     return [y if y.dtype == x.dtype else y.cast(x.dtype)]
+
+
+@_op("AffineGrid")
+def _affine_grid(cx, node, at, ins):
+    """The constant base grid [positions, (x, y[, z], 1)] (normalized
+    coordinates at import) times theta transposed: one batched MatMul."""
+    theta = cx.t(ins[0])
+    size = [int(s) for s in cx.arr(ins[1], node.input[1], node).reshape(-1)]
+    nd = len(size) - 2
+    if nd not in (2, 3) or tuple(theta.shape) != (size[0], nd, nd + 1) or \
+            not theta.dtype.is_float:
+        raise Unsupported(f"theta {list(theta.shape)} ({theta.dtype.value}) and size {size} "
+                          f"(float theta [N, 2, 3] or [N, 3, 4] for a 2-D or 3-D size)")
+    spatial = size[2:]
+    if at.get("align_corners", 0):
+        axes = [np.linspace(-1, 1, n) if n > 1 else np.zeros(1) for n in spatial]
+    else:
+        axes = [(2 * np.arange(n) + 1) / n - 1 for n in spatial]
+    mesh = np.meshgrid(*axes, indexing="ij")  # [D,] H, W
+    base = np.stack([m.reshape(-1) for m in reversed(mesh)] + [np.ones(mesh[0].size)], -1)
+    b = cx.t(np.broadcast_to(base, (size[0],) + base.shape).copy(), like=theta)
+    grid = matmul(b, theta.permute((0, 2, 1)))
+    return [grid.reshape(tuple([size[0]] + spatial + [nd]))]
