@@ -1185,3 +1185,15 @@ def test_affine_grid_compiles_and_matches_onnxruntime():
              opset=20)
     check(m, {"t2": rand(2, 2, 3), "t3": rand(1, 3, 4)}, compile_it=True)
 
+
+
+def test_col2im_compiles_and_matches_onnxruntime():
+    """Col2Im with overlapping blocks, pads, strides and dilations."""
+    nodes = [node("Col2Im", ["x", "img", "blk"], ["y"]),
+             node("Col2Im", ["x2", "img", "blk"], ["y2"], pads=[1, 0, 1, 2], strides=[2, 1],
+                  dilations=[1, 2])]
+    # y: 5x6 image, 2x3 blocks -> 4 x 4 locations; y2: (5+2-2)//2+1 = 3, (6+2-5)+1 = 4
+    m = make(nodes, [vi("x", shape=[2, 12, 16]), vi("x2", shape=[1, 12, 12])],
+             [vi("y"), vi("y2")], {"img": np.array([5, 6], np.int64),
+                                   "blk": np.array([2, 3], np.int64)}, opset=18)
+    check(m, {"x": rand(2, 12, 16), "x2": rand(1, 12, 12)}, compile_it=True)

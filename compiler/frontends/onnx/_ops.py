@@ -2332,3 +2332,36 @@ def _affine_grid(cx, node, at, ins):
     b = cx.t(np.broadcast_to(base, (size[0],) + base.shape).copy(), like=theta)
     grid = matmul(b, theta.permute((0, 2, 1)))
     return [grid.reshape(tuple([size[0]] + spatial + [nd]))]
+
+
+@_op("Col2Im")
+def _col2im(cx, node, at, ins):
+    """Constant image and block shapes: each column element's image position
+    computed at import; one IndexAdd sums them (padding lands in a spare
+    slot that is dropped)."""
+    import itertools
+    x = cx.t(ins[0])
+    image = [int(v) for v in cx.arr(ins[1], node.input[1], node).reshape(-1)]
+    block = [int(v) for v in cx.arr(ins[2], node.input[2], node).reshape(-1)]
+    nd = len(image)
+    dil = list(at.get("dilations") or [1] * nd)
+    pads = list(at.get("pads") or [0] * 2 * nd)
+    strides = list(at.get("strides") or [1] * nd)
+    counts = [(image[d] + pads[d] + pads[d + nd] - (dil[d] * (block[d] - 1) + 1)) // strides[d]
+              + 1 for d in range(nd)]
+    kb, nl = math.prod(block), math.prod(counts)
+    if x.ndim != 3 or x.shape[1] % kb or x.shape[2] != nl or len(block) != nd:
+        raise Unsupported(f"input {list(x.shape)} with image_shape {image} and block_shape "
+                          f"{block} (expected [N, C * {kb}, {nl}])")
+    c, npix = x.shape[1] // kb, math.prod(image)
+    target = np.empty((c, kb, nl), np.int64)
+    for ki, k in enumerate(itertools.product(*map(range, block))):
+        for li, loc in enumerate(itertools.product(*map(range, counts))):
+            pos = [loc[d] * strides[d] + k[d] * dil[d] - pads[d] for d in range(nd)]
+            inside = all(0 <= p < n for p, n in zip(pos, image))
+            target[:, ki, li] = np.arange(c) * npix + np.ravel_multi_index(pos, image) \
+                if inside else c * npix
+    acc = cx.t(np.zeros((x.shape[0], c * npix + 1), x.dtype.numpy), like=x)
+    y = acc.index_add(1, target.reshape(-1).astype(np.uint32),
+                      x.reshape((x.shape[0], c * kb * nl)))
+    return [y.slice(1, 0, c * npix).reshape(tuple([x.shape[0], c] + image))]
