@@ -43,7 +43,7 @@ PREFIXES = ("test_reduce_prod", "test_maxpool", "test_averagepool", "test_global
             "test_matmulinteger", "test_qlinearmatmul", "test_convinteger", "test_qlinearconv",
             "test_lppool", "test_lrn", "test_mvn", "test_asinh", "test_acosh", "test_atanh",
             "test_causal_conv_with_state", "test_dft", "test_stft", "test_gridsample",
-            "test_affine_grid", "test_col2im",
+            "test_affine_grid", "test_col2im", "test_maxunpool",
             "test_and", "test_xor", "test_not")  # opset-7 and -1 models, converted at import
 
 

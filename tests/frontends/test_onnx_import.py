@@ -1197,3 +1197,14 @@ def test_col2im_compiles_and_matches_onnxruntime():
              [vi("y"), vi("y2")], {"img": np.array([5, 6], np.int64),
                                    "blk": np.array([2, 3], np.int64)}, opset=18)
     check(m, {"x": rand(2, 12, 16), "x2": rand(1, 12, 12)}, compile_it=True)
+
+
+def test_max_unpool_of_constant_indices_matches_onnxruntime():
+    """MaxUnpool of MaxPool's Indices (bound as a constant, as fuelc needs)."""
+    x = rand(1, 2, 4, 6)
+    pool = make([node("MaxPool", ["x"], ["v", "i"], kernel_shape=[2, 2], strides=[2, 2])],
+                [vi("x", shape=[1, 2, 4, 6])], [vi("v"), vi("i", I64)], opset=13)
+    idx = ort_run(pool, {"x": x})["i"]
+    m = make([node("MaxUnpool", ["v", "i"], ["y"], kernel_shape=[2, 2], strides=[2, 2])],
+             [vi("v", shape=[1, 2, 2, 3])], [vi("y")], {"i": idx}, opset=13)
+    check(m, {"v": rand(1, 2, 2, 3)}, compile_it=True)

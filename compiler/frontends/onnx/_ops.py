@@ -2365,3 +2365,32 @@ def _col2im(cx, node, at, ins):
     y = acc.index_add(1, target.reshape(-1).astype(np.uint32),
                       x.reshape((x.shape[0], c * kb * nl)))
     return [y.slice(1, 0, c * npix).reshape(tuple([x.shape[0], c] + image))]
+
+
+@_op("MaxUnpool")
+def _max_unpool(cx, node, at, ins):
+    """Zeros with x's values at the constant flat indices (MaxPool's Indices)
+    into the inferred shape, zero-padded at the end to output_shape (as
+    ONNX's reference)."""
+    x = cx.t(ins[0])
+    idx = cx.arr(ins[1], node.input[1], node).astype(np.int64).reshape(-1)
+    k = list(at["kernel_shape"])
+    nd = len(k)
+    s = list(at.get("strides") or [1] * nd)
+    p = list(at.get("pads") or [0] * 2 * nd)
+    shape = list(x.shape[:2]) + [(n - 1) * s[i] + k[i] - p[i] - p[i + nd]
+                                 for i, n in enumerate(x.shape[2:])]
+    want = shape
+    if len(ins) > 2 and ins[2] is not None:
+        want = [int(v) for v in cx.arr(ins[2], node.input[2], node).reshape(-1)]
+        if len(want) != len(shape) or any(w < n for w, n in zip(want, shape)):
+            raise Unsupported(f"output_shape {want} is smaller than the unpooled {shape}")
+    total = math.prod(shape)
+    if idx.size != math.prod(x.shape) or (idx.size and (idx.min() < 0 or idx.max() >= total)):
+        raise Unsupported(f"indices ({idx.size} values) do not address an output of shape "
+                          f"{shape}")
+    zeros = cx.t(np.zeros(total, x.dtype.numpy), like=x)
+    y = _scatter_rows(cx, zeros, idx, x.reshape((idx.size,)), "none").reshape(tuple(shape))
+    if want != shape:
+        y = y.pad([(0, w - n) for w, n in zip(want, shape)])
+    return [y]
