@@ -94,8 +94,8 @@ def divide(a, b):
     if not np.issubdtype(a.dtype, np.integer):
         return a / b
     safe = np.where(b == 0, 1, b)
-    q = np.abs(a) // np.abs(safe)
-    q = np.where((a < 0) != (safe < 0), -q, q)
+    q = a // safe  # floor, moved toward zero (abs() would wrap the most negative value)
+    q = np.where((np.mod(a, safe) != 0) & ((a < 0) != (safe < 0)), q + 1, q)
     return np.where(b == 0, 0, q).astype(a.dtype)
 
 

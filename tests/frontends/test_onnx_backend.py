@@ -13,10 +13,13 @@ from compiler.frontends.onnx.backend import (FuelcBackend, bind_inputs, node_cas
 
 #: node tests whose result differs from ONNX's expected output by rounding:
 #: bf16/f16 attention computed in the input type (ONNX's reference rounds
-#: intermediates differently).
+#: intermediates differently); the inverse DFTs, whose expected imaginary parts
+#: carry numpy's float32 FFT noise (1.9e-7 where the exact value is -7e-16)
+#: beyond the tests' atol of 1e-7.
 KNOWN_FAILURES = {
     "test_attention_3d_causal_bf16", "test_attention_4d_attn_mask_causal_bf16",
     "test_attention_4d_causal_bf16", "test_attention_4d_gqa_with_past_and_present_fp16",
+    "test_dft_inverse", "test_dft_inverse_opset19",
 }
 
 PREFIXES = ("test_reduce_prod", "test_maxpool", "test_averagepool", "test_globalaveragepool",
@@ -32,7 +35,15 @@ PREFIXES = ("test_reduce_prod", "test_maxpool", "test_averagepool", "test_global
             "test_depthtospace", "test_spacetodepth", "test_instancenorm",
             "test_group_normalization", "test_cast_", "test_castlike_", "test_gathernd",
             "test_cumsum", "test_batchnorm", "test_argmax", "test_argmin", "test_onehot",
-            "test_top_k", "test_einsum", "test_range",
+            "test_top_k", "test_einsum", "test_range", "test_resize", "test_upsample",
+            "test_scatter", "test_bitshift", "test_bitwise_not", "test_cumprod", "test_swiglu",
+            "test_eyelike", "test_hannwindow", "test_hammingwindow", "test_blackmanwindow",
+            "test_center_crop_pad", "test_compress", "test_reversesequence",
+            "test_quantizelinear", "test_dequantizelinear", "test_dynamicquantizelinear",
+            "test_matmulinteger", "test_qlinearmatmul", "test_convinteger", "test_qlinearconv",
+            "test_lppool", "test_lrn", "test_mvn", "test_asinh", "test_acosh", "test_atanh",
+            "test_causal_conv_with_state", "test_dft", "test_stft", "test_gridsample",
+            "test_affine_grid", "test_col2im", "test_maxunpool",
             "test_and", "test_xor", "test_not")  # opset-7 and -1 models, converted at import
 
 
@@ -60,7 +71,16 @@ COMPILED = ["test_maxpool_2d_pads", "test_maxpool_with_argmax_2d_precomputed_pad
             "test_hardmax_axis_1", "test_tril_neg", "test_depthtospace_crd_mode_example",
             "test_reduce_log_sum_exp_do_not_keepdims_random", "test_celu_bfloat16_expanded",
             "test_rotary_embedding_no_position_ids_expanded",  # Concat of a zero-sized operand
-            "test_gathernd_example_int32_batch_dim1"]
+            "test_gathernd_example_int32_batch_dim1",
+            "test_resize_downsample_scales_cubic_antialias",
+            "test_resize_tf_crop_and_resize_extrapolation_value",
+            "test_scatternd_max", "test_scatter_elements_with_duplicate_indices",
+            "test_bitshift_right_int8_negative_input", "test_cumprod_1d_reverse_exclusive",
+            "test_quantizelinear_blocked_asymmetric", "test_dequantizelinear_axis",
+            "test_qlinearmatmul_3D_int8_float16", "test_qlinearconv", "test_lppool_2d_pads",
+            "test_dft_irfft", "test_stft_with_window", "test_gridsample_bicubic",
+            "test_gridsample_volumetric_bilinear_align_corners_1",
+            "test_causal_conv_with_state_silu_fp16_expanded"]  # an f16 depthwise Conv2D
 
 
 @pytest.mark.parametrize("name", COMPILED)
@@ -118,3 +138,13 @@ def test_bind_inputs_errors_and_runtime_axes_are_refused():
         FuelcBackend.prepare(case.model)
     r = run_case(case)
     assert r.status == "passed" and "bound at import" in r.reason
+
+
+def test_report_puts_the_interpreter_beside_compiled_runs():
+    from compiler.frontends.onnx.backend import CaseResult, report
+    compiled = [CaseResult("test_a", "Add", "failed", "wrong"),
+                CaseResult("test_b", "Add", "passed", "")]
+    interp = [CaseResult("test_a", "Add", "passed", ""), CaseResult("test_b", "Add", "passed", "")]
+    text = report(compiled, interp)
+    assert "Interpreted: 2 passed, 0 failed, 0 refused." in text
+    assert "| Add | 2 | 1 | 1 | 0 | 2 |" in text and "wrong (interpreted: passed)" in text

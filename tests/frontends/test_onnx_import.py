@@ -773,3 +773,438 @@ def test_exported_ops_refusals_name_node_attribute_and_fix():
     assert "input 'depth' is computed at run time" in got["onehot_rt"]
     msg = str(e.value)
     assert "BatchNormalization node 'bn_train'" in msg and "Einsum node 'bcast'" in msg
+
+
+# ---------------------------------------------------------------------------
+# Resize / Upsample (issue 19): against onnxruntime, interpreted and compiled
+# ---------------------------------------------------------------------------
+def test_resize_modes_compile_and_match_onnxruntime():
+    """nearest (each nearest_mode), linear and cubic (antialias, exclude_outside),
+    each coordinate transformation, scales or sizes (keep_aspect_ratio_policy,
+    axes), tf_crop_and_resize with extrapolation, and Upsample-9 nearest."""
+    F16 = TensorProto.FLOAT16
+    cases = [  # (attrs, scales, sizes, roi)
+        (dict(mode="nearest"), [1, 1, 2.0, 1.5], None, None),
+        (dict(mode="nearest", nearest_mode="ceil", coordinate_transformation_mode="align_corners"),
+         None, [1, 2, 7, 3], None),
+        (dict(mode="nearest", nearest_mode="floor", coordinate_transformation_mode="asymmetric"),
+         [1, 1, 0.5, 0.8], None, None),
+        (dict(mode="nearest", nearest_mode="round_prefer_ceil",
+              coordinate_transformation_mode="pytorch_half_pixel"), [1, 1, 1.7, 2.0], None, None),
+        (dict(mode="linear"), [1, 1, 1.6, 0.6], None, None),
+        (dict(mode="linear", antialias=1), [1, 1, 0.6, 0.4], None, None),
+        (dict(mode="linear", coordinate_transformation_mode="align_corners"), None, [1, 2, 3, 8],
+         None),
+        (dict(mode="linear", axes=[3, 2], keep_aspect_ratio_policy="not_larger"), None, [4, 9],
+         None),
+        (dict(mode="cubic"), [1, 1, 1.75, 0.75], None, None),
+        (dict(mode="cubic", cubic_coeff_a=-0.5, exclude_outside=1,
+              coordinate_transformation_mode="asymmetric"), [1, 1, 0.8, 1.4], None, None),
+        (dict(mode="cubic", antialias=1, keep_aspect_ratio_policy="not_smaller", axes=[2, 3]),
+         None, [3, 2], None),
+        (dict(mode="linear", coordinate_transformation_mode="tf_crop_and_resize",
+              extrapolation_value=7.0), None, [1, 2, 4, 5], [0, 0, -0.2, 0.3, 1, 1, 0.8, 1.2]),
+    ]
+    nodes, inits, outs = [], {}, []
+    for i, (attrs, scales, sizes, roi) in enumerate(cases):
+        ins = ["x", "", "", ""]
+        for k, v, dt in (("roi", roi, np.float32), ("scales", scales, np.float32),
+                         ("sizes", sizes, np.int64)):
+            if v is not None:
+                inits[f"{k}{i}"] = np.asarray(v, dt)
+                ins[("roi", "scales", "sizes").index(k) + 1] = f"{k}{i}"
+        nodes.append(node("Resize", [n for n in ins[:max(j for j, n in enumerate(ins) if n) + 1]],
+                          [f"y{i}"], **attrs))
+        outs.append(vi(f"y{i}"))
+    nodes.append(node("Resize", ["h", "", "sh"], ["yh"], mode="linear"))  # f16 in f32
+    inits["sh"] = np.array([1, 1, 1.5, 0.75], np.float32)
+    m = make(nodes, [vi("x", shape=[1, 2, 5, 6]), vi("h", F16, [1, 2, 5, 6])],
+             outs + [vi("yh", F16)], inits, opset=18)
+    x = rand(1, 2, 5, 6)
+    check(m, {"x": x, "h": x.astype(np.float16)}, compile_it=True, rtol=1e-3, atol=1e-3)
+    up = make([node("Upsample", ["x", "s"], ["y"], mode="nearest")], [vi("x", shape=[1, 2, 3])],
+              [vi("y")], {"s": np.array([1, 2, 3], np.float32)}, opset=9)
+    check(up, {"x": rand(1, 2, 3)}, compile_it=True)
+
+
+def test_resize_refusals_name_node_attribute_and_fix():
+    I8 = TensorProto.INT8
+    nodes = [node("Resize", ["x", "", "s"], ["a"], name="rz_mode", mode="area"),
+             node("Resize", ["x", "", "s"], ["b"], name="rz_ctm",
+                  coordinate_transformation_mode="bogus"),
+             node("Resize", ["x", "", "s"], ["c"], name="rz_nm", nearest_mode="round"),
+             node("Resize", ["q", "", "s"], ["d"], name="rz_int", mode="linear"),
+             node("Resize", ["x", "", "rt"], ["e"], name="rz_rt")]
+    m = make(nodes, [vi("x", shape=[1, 1, 2, 2]), vi("q", I8, [1, 1, 2, 2]), vi("rt", shape=[4])],
+             [vi(o) for o in "abce"] + [vi("d", I8)], {"s": np.full(4, 2.0, np.float32)},
+             opset=18)
+    with pytest.raises(OnnxImportError) as e:
+        import_model(m)
+    got = {i.node: i.what for i in e.value.issues}
+    assert "mode='area'" in got["rz_mode"] and "nearest, linear or cubic" in got["rz_mode"]
+    assert "coordinate_transformation_mode='bogus'" in got["rz_ctm"]
+    assert "nearest_mode='round'" in got["rz_nm"]
+    assert "mode='linear' on i8 data" in got["rz_int"]
+    assert "['rt'] are computed at run time" in got["rz_rt"]
+
+
+# ---------------------------------------------------------------------------
+# ScatterND / ScatterElements, BitShift, BitwiseNot (issue 19)
+# ---------------------------------------------------------------------------
+def test_scatter_and_bit_ops_compile_and_match_onnxruntime():
+    """ScatterND (rows and elements, every reduction, duplicates) and
+    ScatterElements (axis, negative indices, duplicates) with constant
+    indices; BitShift both ways (i8/u8/i32, the sign bit, a negative value
+    shifted right) and BitwiseNot (signed and unsigned)."""
+    I8, U8 = TensorProto.INT8, TensorProto.UINT8
+    nodes = [node("ScatterND", ["x", "nd_rows", "u_rows"], ["nd"]),
+             node("ScatterND", ["x", "nd_el", "u_el"], ["nd_add"], reduction="add"),
+             node("ScatterND", ["x", "nd_el", "u_el"], ["nd_mul"], reduction="mul"),
+             node("ScatterND", ["x", "nd_el", "u_el"], ["nd_max"], reduction="max"),
+             node("ScatterND", ["x", "nd_el", "u_el"], ["nd_min"], reduction="min"),
+             node("ScatterElements", ["x", "se", "u_se"], ["se1"], axis=1),
+             node("ScatterElements", ["x", "se0", "u_se"], ["se0a"], axis=0, reduction="add"),
+             node("BitShift", ["u8", "s8u"], ["lu8"], direction="LEFT"),
+             node("BitShift", ["u8", "s8u"], ["ru8"], direction="RIGHT"),
+             node("BitwiseNot", ["b8"], ["n8"]), node("BitwiseNot", ["u8"], ["nu8"])]
+    inits = {"nd_rows": np.array([[2], [0]], np.int64),
+             "nd_el": np.array([[0, 1], [2, 3], [0, 1], [-1, 0]], np.int64),
+             "se": np.array([[1, -1], [0, 0], [3, 2]], np.int64),
+             "se0": np.array([[1, 2], [1, 0], [1, 2]], np.int64),
+             "s8u": np.array([0, 1, 3, 7, 1, 2], np.uint8)}
+    m = make(nodes, [vi("x", shape=[3, 4]), vi("u_rows", shape=[2, 4]), vi("u_el", shape=[4]),
+                     vi("u_se", shape=[3, 2]), vi("b8", I8, [6]), vi("u8", U8, [6])],
+             [vi(o) for o in ("nd", "nd_add", "nd_mul", "nd_max", "nd_min", "se1", "se0a")]
+             + [vi("n8", I8)] + [vi(o, U8) for o in ("lu8", "ru8", "nu8")], inits, opset=18)
+    feeds = {"x": rand(3, 4), "u_rows": rand(2, 4), "u_el": rand(4), "u_se": rand(3, 2),
+             "b8": np.array([5, -7, -128, 1, 127, -1], np.int8),
+             "u8": np.array([255, 3, 128, 200, 1, 0], np.uint8)}
+    check(m, feeds, compile_it=True)
+
+
+@needs_opset(28)
+def test_signed_bit_shift_matches_the_onnx_reference():
+    """Signed BitShift (opset 28; onnxruntime shifts unsigned types only):
+    the sign bit, negative values shifted right, shifts out of range."""
+    from onnx.reference import ReferenceEvaluator
+    I8 = TensorProto.INT8
+    nodes = [node("BitShift", ["b8", "s8"], ["l8"], direction="LEFT"),
+             node("BitShift", ["b8", "s8"], ["r8"], direction="RIGHT"),
+             node("BitShift", ["i32", "s32"], ["l32"], direction="LEFT"),
+             node("BitShift", ["i32", "s32"], ["r32"], direction="RIGHT")]
+    m = make(nodes, [vi("b8", I8, [7]), vi("i32", I32, [4])],
+             [vi("l8", I8), vi("r8", I8), vi("l32", I32), vi("r32", I32)],
+             {"s8": np.array([0, 1, 3, 7, 8, -1, 6], np.int8),
+              "s32": np.array([0, 31, 4, 40], np.int32)}, opset=28)
+    feeds = {"b8": np.array([5, -7, -128, 1, 127, -1, -100], np.int8),
+             "i32": np.array([-5, 1, -123456789, 3], np.int32)}
+    want = dict(zip(["l8", "r8", "l32", "r32"], ReferenceEvaluator(m).run(None, feeds)))
+    g = import_model(m)
+    got_c = compiler.compile(g)(**feeds)
+    for got in (compiler.interpret(g, feeds), got_c):
+        for k, w in want.items():
+            np.testing.assert_array_equal(got[k], w, err_msg=k)
+
+
+def test_scatter_and_bit_op_refusals_name_node_attribute_and_fix():
+    nodes = [node("ScatterND", ["x", "rt", "u"], ["a"], name="snd_rt"),
+             node("ScatterElements", ["x", "ci", "u"], ["b"], name="se_red", reduction="avg"),
+             node("BitShift", ["i", "i"], ["c"], name="bs_dir", direction="UP"),
+             node("BitShift", ["i", "i"], ["d"], name="bs_rt", direction="LEFT"),
+             node("BitwiseNot", ["x"], ["e"], name="bn_float")]
+    m = make(nodes, [vi("x", shape=[2, 2]), vi("rt", I64, [1, 2]), vi("u", shape=[1]),
+                     vi("i", I32, [2])],
+             [vi("a"), vi("b"), vi("c", I32), vi("d", I32), vi("e")],
+             {"ci": np.array([[0]], np.int64)}, opset=18)
+    m.graph.node[1].input[2] = "u2"
+    m.graph.initializer.append(numpy_helper.from_array(np.ones((1, 1), np.float32), "u2"))
+    with pytest.raises(OnnxImportError) as e:
+        import_model(m)
+    got = {i.node: i.what for i in e.value.issues}
+    assert "input 'rt' is computed at run time" in got["snd_rt"]
+    assert "reduction='avg'" in got["se_red"] and "none, add, mul, max or min" in got["se_red"]
+    assert "direction='UP'" in got["bs_dir"]
+    assert "input 'i' is computed at run time" in got["bs_rt"]
+    assert "BitwiseNot of f32 values" in got["bn_float"]
+
+
+# ---------------------------------------------------------------------------
+# small ops through primitives (issue 19)
+# ---------------------------------------------------------------------------
+def test_small_ops_compile_and_match_onnxruntime():
+    """EyeLike, the three windows (folded), CenterCropPad (crop and pad, axes),
+    Compress (axis and flattened), ReverseSequence (both layouts),
+    DequantizeLinear and QuantizeLinear (per tensor, per axis, blocked;
+    halves round to even, saturation)."""
+    U8, I8, I16 = TensorProto.UINT8, TensorProto.INT8, TensorProto.INT16
+    nodes = [node("EyeLike", ["x"], ["eye"], k=1, dtype=TensorProto.INT32),
+             node("HannWindow", ["n7"], ["hann"]),
+             node("HammingWindow", ["n7"], ["hamm"], periodic=0),
+             node("BlackmanWindow", ["n7"], ["black"]),
+             node("CenterCropPad", ["img", "crop"], ["ccp"]),
+             node("CenterCropPad", ["img", "crop2"], ["ccp2"], axes=[-2, -1]),
+             node("Compress", ["x", "cond"], ["cmp"], axis=1),
+             node("Compress", ["x", "cond"], ["cmpf"]),
+             node("ReverseSequence", ["seq", "lens"], ["rs"], batch_axis=1, time_axis=0),
+             node("ReverseSequence", ["seqb", "lens"], ["rsb"], batch_axis=0, time_axis=1),
+             node("DequantizeLinear", ["q8", "s", "zp8"], ["dq"]),
+             node("DequantizeLinear", ["qi8", "sa", "zpa"], ["dqa"], axis=1),
+             node("DequantizeLinear", ["q8", "sb", "zpb"], ["dqb"], axis=1, block_size=2),
+             node("QuantizeLinear", ["fx", "s", "zp8"], ["qu"]),
+             node("QuantizeLinear", ["fx", "sa", "zpa"], ["qa"], axis=1),
+             node("QuantizeLinear", ["fx", "s"], ["q16"], output_dtype=I16)]
+    inits = {"n7": np.array(7, np.int64), "crop": np.array([1, 3, 2, 6], np.int64),
+             "crop2": np.array([5, 1], np.int64), "cond": np.array([1, 0, 1], bool),
+             "lens": np.array([4, 1, 3], np.int64), "s": np.array(0.5, np.float32),
+             "zp8": np.array(128, np.uint8), "sa": np.array([0.5, 2.0, 0.25, 1.0], np.float32),
+             "zpa": np.array([0, -3, 5, 100], np.int8),
+             "sb": np.array([[0.5, 2.0], [1.0, 0.25], [3.0, 0.125]], np.float32),
+             "zpb": np.array([[1, 2], [3, 4], [250, 0]], np.uint8)}
+    m = make(nodes, [vi("x", shape=[3, 4]), vi("img", shape=[1, 3, 4, 4]),
+                     vi("seq", shape=[4, 3, 2]), vi("seqb", shape=[3, 4]),
+                     vi("q8", U8, [3, 4]), vi("qi8", I8, [3, 4]), vi("fx", shape=[3, 4])],
+             [vi("eye", I32), vi("hann"), vi("hamm"), vi("black"), vi("ccp"), vi("ccp2"),
+              vi("cmp"), vi("cmpf"), vi("rs"), vi("rsb"), vi("dq"), vi("dqa"), vi("dqb"),
+              vi("qu", U8), vi("qa", I8), vi("q16", I16)], inits, opset=21)
+    feeds = {"x": rand(3, 4), "img": rand(1, 3, 4, 4), "seq": rand(4, 3, 2), "seqb": rand(3, 4),
+             "q8": RNG.integers(0, 256, (3, 4)).astype(np.uint8),
+             "qi8": RNG.integers(-128, 128, (3, 4)).astype(np.int8),
+             "fx": np.array([[0.25, 0.75, -0.25, 63.9], [-64.5, 1.25, 1.75, 100.0],
+                             [-1000, 0.0, 2.5, -2.5]], np.float32)}
+    check(m, feeds, compile_it=True)
+
+
+@needs_opset(28)
+def test_cumprod_and_swiglu_match_the_onnx_reference():
+    """CumProd (opset 26: exclusive, reverse, int32 wrapping) and SwiGLU
+    (opset 28), which onnxruntime does not run yet."""
+    from onnx.reference import ReferenceEvaluator
+    F16 = TensorProto.FLOAT16
+    nodes = [node("CumProd", ["x", "ax1"], ["cp"]),
+             node("CumProd", ["x", "ax0"], ["cpx"], exclusive=1, reverse=1),
+             node("CumProd", ["n", "ax1"], ["cpi"], exclusive=1),
+             node("SwiGLU", ["x", "y"], ["sw"], alpha=0.5),
+             node("SwiGLU", ["h", "h"], ["swh"])]
+    m = make(nodes, [vi("x", shape=[3, 5]), vi("y", shape=[3, 5]), vi("n", I32, [2, 9]),
+                     vi("h", F16, [4])],
+             [vi("cp"), vi("cpx"), vi("cpi", I32), vi("sw"), vi("swh", F16)],
+             {"ax1": np.array(1, np.int64), "ax0": np.array(-2, np.int32)}, opset=28)
+    feeds = {"x": rand(3, 5), "y": rand(3, 5),
+             "n": RNG.integers(-40, 40, (2, 9)).astype(np.int32),
+             "h": np.array([-2, -0.5, 0.5, 3], np.float16)}
+    want = dict(zip(["cp", "cpx", "cpi", "sw", "swh"], ReferenceEvaluator(m).run(None, feeds)))
+    g = import_model(m)
+    got_c = compiler.compile(g)(**feeds)
+    for got in (compiler.interpret(g, feeds), got_c):
+        for k, w in want.items():
+            if w.dtype.kind == "f":
+                np.testing.assert_allclose(got[k], w, rtol=1e-3 if k == "swh" else 1e-5,
+                                           err_msg=k)
+            else:
+                np.testing.assert_array_equal(got[k], w, err_msg=k)
+
+
+def test_small_op_refusals_name_node_attribute_and_fix():
+    nodes = [node("Compress", ["x", "c"], ["a"], name="cmp_rt", axis=0),
+             node("ReverseSequence", ["x", "lens"], ["b"], name="rs_big", batch_axis=1,
+                  time_axis=0),
+             node("DequantizeLinear", ["x", "s"], ["d"], name="dq_float"),
+             node("QuantizeLinear", ["x", "s"], ["q"], name="q_f8",
+                  output_dtype=TensorProto.FLOAT8E5M2)]
+    m = make(nodes, [vi("x", shape=[2, 2]), vi("c", TensorProto.BOOL, [2])],
+             [vi("a"), vi("b"), vi("d"), vi("q", TensorProto.FLOAT8E5M2)],
+             {"lens": np.array([3, 1], np.int64), "s": np.array(1.0, np.float32)}, opset=21)
+    with pytest.raises(OnnxImportError) as e:
+        import_model(m)
+    got = {i.node: i.what for i in e.value.issues}
+    assert "input 'c' is computed at run time" in got["cmp_rt"]
+    assert "sequence_lens [3, 1]" in got["rs_big"]
+    assert "DequantizeLinear of f32 data" in got["dq_float"]
+    assert "FLOAT8E5M2" in got["q_f8"]
+
+
+def test_pooling_norm_and_integer_ops_compile_and_match_onnxruntime():
+    """LpPool (p 1, 2, 3; pads, strides), Asinh/Acosh/Atanh, MeanVariance-
+    Normalization, LRN, DynamicQuantizeLinear, MatMulInteger, QLinearMatMul
+    (per-column b scale) and ConvInteger/QLinearConv (per-channel w)."""
+    U8 = TensorProto.UINT8
+    nodes = [node("LpPool", ["img"], ["lp1"], kernel_shape=[2, 2], p=1),
+             node("LpPool", ["img"], ["lp2"], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                  strides=[2, 2]),
+             node("LpPool", ["img"], ["lp3"], kernel_shape=[2, 3], p=3),
+             node("Asinh", ["x"], ["ash"]), node("Atanh", ["t"], ["ath"]),
+             node("Acosh", ["big"], ["ach"]),
+             node("MeanVarianceNormalization", ["img"], ["mvn"]),
+             node("LRN", ["img"], ["lrn"], size=3, alpha=1e-3, beta=0.75, bias=2.0),
+             node("DynamicQuantizeLinear", ["x"], ["dq", "dqs", "dqz"]),
+             node("MatMulInteger", ["qa", "qb", "za", "zb"], ["mmi"]),
+             node("QLinearMatMul", ["qa", "sa", "za", "qb", "sbc", "zb", "sy", "zy"], ["qmm"]),
+             node("ConvInteger", ["qimg", "qw", "zx"], ["ci"], pads=[1, 1, 1, 1]),
+             node("QLinearConv", ["qimg", "sa", "zx", "qw", "swc", "zwc", "sy", "zy", "qbias"],
+                  ["qc"])]
+    inits = {"za": np.array(3, np.uint8), "zb": np.array(120, np.uint8),
+             "sa": np.array(0.02, np.float32), "sbc": np.array([0.01, 0.03, 0.05], np.float32),
+             "sy": np.array(0.1, np.float32), "zy": np.array(100, np.uint8),
+             "zx": np.array(7, np.uint8), "swc": np.array([0.01, 0.02], np.float32),
+             "zwc": np.array([0, 0], np.uint8), "qbias": np.array([-50, 40], np.int32)}
+    m = make(nodes, [vi("img", shape=[1, 3, 5, 6]), vi("x", shape=[3, 4]), vi("t", shape=[5]),
+                     vi("big", shape=[4]), vi("qa", U8, [2, 4, 5]), vi("qb", U8, [5, 3]),
+                     vi("qimg", U8, [1, 2, 4, 4]), vi("qw", U8, [2, 2, 3, 3])],
+             [vi(o) for o in ("lp1", "lp2", "lp3", "ash", "ath", "ach", "lrn")]
+             + [vi("mvn", shape=[1, 3, 5, 6])]
+             + [vi("dq", U8), vi("dqs"), vi("dqz", U8), vi("mmi", I32), vi("qmm", U8),
+                vi("ci", I32), vi("qc", U8)], inits, opset=13)
+    feeds = {"img": rand(1, 3, 5, 6), "x": rand(3, 4) * 3,
+             "t": np.array([-0.9, -0.3, 0.0, 0.5, 0.99], np.float32),
+             "big": np.array([1.0, 1.5, 10.0, 1000.0], np.float32),
+             "qa": RNG.integers(0, 256, (2, 4, 5)).astype(np.uint8),
+             "qb": RNG.integers(0, 256, (5, 3)).astype(np.uint8),
+             "qimg": RNG.integers(0, 256, (1, 2, 4, 4)).astype(np.uint8),
+             "qw": RNG.integers(0, 256, (2, 2, 3, 3)).astype(np.uint8)}
+    check(m, feeds, compile_it=True, rtol=1e-4, atol=1e-4)
+
+
+def test_lp_pool_refuses_p_below_one():
+    m = make([node("LpPool", ["img"], ["a"], name="lp_p0", kernel_shape=[2, 2], p=0)],
+             [vi("img", shape=[1, 1, 2, 2])], [vi("a")], opset=13)
+    with pytest.raises(OnnxImportError) as e:
+        import_model(m)
+    assert "LpPool node 'lp_p0'" in str(e.value) and "p=0" in e.value.issues[0].what
+
+
+@needs_opset(27)
+def test_causal_conv_with_state_matches_the_onnx_reference():
+    """CausalConvWithState (opset 27): with and without past state and bias,
+    SiLU, f16; both outputs."""
+    from onnx.reference import ReferenceEvaluator
+    F16 = TensorProto.FLOAT16
+    nodes = [node("CausalConvWithState", ["x", "w", "b", "past"], ["y", "st"],
+                  activation="silu"),
+             node("CausalConvWithState", ["x", "w"], ["y0", "st0"]),
+             node("CausalConvWithState", ["h", "wh"], ["yh", "sth"], activation="swish")]
+    m = make(nodes, [vi("x", shape=[2, 3, 5]), vi("past", shape=[2, 3, 2]),
+                     vi("h", F16, [1, 3, 4])],
+             [vi("y"), vi("st"), vi("y0"), vi("st0"), vi("yh", F16), vi("sth", F16)],
+             {"w": rand(3, 1, 3), "b": rand(3), "wh": rand(3, 1, 3).astype(np.float16)},
+             opset=27)
+    feeds = {"x": rand(2, 3, 5), "past": rand(2, 3, 2), "h": rand(1, 3, 4).astype(np.float16)}
+    want = dict(zip(["y", "st", "y0", "st0", "yh", "sth"],
+                    ReferenceEvaluator(m).run(None, feeds)))
+    g = import_model(m)
+    got_c = compiler.compile(g)(**feeds)
+    for got in (compiler.interpret(g, feeds), got_c):
+        for k, w in want.items():
+            np.testing.assert_allclose(got[k].astype(np.float64), w.astype(np.float64),
+                                       rtol=2e-3 if k == "yh" else 1e-5, atol=1e-5, err_msg=k)
+
+
+def test_causal_conv_with_state_refuses_an_unknown_activation():
+    m = make([node("CausalConvWithState", ["x", "w"], ["y", "st"], name="ccs", activation="gelu")],
+             [vi("x", shape=[1, 2, 4])], [vi("y", shape=[1, 2, 4]), vi("st", shape=[1, 2, 1])],
+             {"w": rand(2, 1, 2)}, opset=27)
+    with pytest.raises(OnnxImportError) as e:
+        import_model(m)
+    assert "CausalConvWithState node 'ccs'" in str(e.value)
+    assert "activation='gelu'" in e.value.issues[0].what
+
+
+def test_dft_and_stft_compile_and_match_onnxruntime():
+    """DFT (opset 20: real and complex input, an inner axis, dft_length
+    padding and truncating, onesided, inverse, irfft) and STFT (window,
+    frame_length), interpreted and compiled."""
+    nodes = [node("DFT", ["x", "", "ax1"], ["f"]),
+             node("DFT", ["c", "", "ax2"], ["fi"], inverse=1),
+             node("DFT", ["x", "len12", "ax2"], ["fp"], onesided=1),
+             node("DFT", ["c", "len4", "ax1"], ["ft"]),
+             node("DFT", ["half", "", "ax1"], ["irf"], inverse=1, onesided=1),
+             node("STFT", ["sig", "step", "win"], ["st"]),
+             node("STFT", ["sig", "step", "", "flen"], ["st2"])]
+    inits = {"ax1": np.array(1, np.int64), "ax2": np.array(-2, np.int64),
+             "len12": np.array(12, np.int64), "len4": np.array(4, np.int64),
+             "step": np.array(3, np.int64), "flen": np.array(8, np.int64),
+             "win": np.hanning(8).astype(np.float32)}
+    m = make(nodes, [vi("x", shape=[2, 6, 5, 1]), vi("c", shape=[2, 6, 5, 2]),
+                     vi("half", shape=[1, 4, 3, 2]), vi("sig", shape=[2, 20, 1])],
+             [vi(o) for o in ("f", "fi", "fp", "ft", "irf")]
+             + [vi(o, shape=[2, 5, 5, 2]) for o in ("st", "st2")], inits, opset=20)
+    feeds = {"x": rand(2, 6, 5, 1), "c": rand(2, 6, 5, 2), "half": rand(1, 4, 3, 2),
+             "sig": rand(2, 20, 1)}
+    check(m, feeds, compile_it=True, rtol=1e-4, atol=1e-5)
+
+
+def test_dft_refuses_the_complex_axis():
+    m = make([node("DFT", ["x", "", "ax"], ["y"], name="dft_last")],
+             [vi("x", shape=[2, 4, 2])], [vi("y", shape=[2, 4, 2])],
+             {"ax": np.array(-1, np.int64)}, opset=20)
+    with pytest.raises(OnnxImportError) as e:
+        import_model(m)
+    assert "DFT node 'dft_last'" in str(e.value) and "real/imaginary axis" in str(e.value)
+
+
+def test_grid_sample_compiles_and_matches_onnxruntime():
+    """GridSample (opset 20): nearest, linear and cubic with zeros, border and
+    reflection padding, align_corners both ways, grid points well outside.
+    Cubic with border padding against ONNX's reference: onnxruntime clamps
+    every coordinate, the reference only those outside the border (the
+    node tests follow the reference)."""
+    from onnx.reference import ReferenceEvaluator
+    combos = [(m, p, a) for m in ("nearest", "linear", "cubic")
+              for p in ("zeros", "border", "reflection") for a in (0, 1)]
+    feeds = {"x": rand(2, 3, 4, 5), "g": rand(2, 3, 6, 2, lo=-2.7, hi=2.7)}
+    for ref in (False, True):
+        picked = [c for c in combos if ref == (c[:2] == ("cubic", "border"))]
+        nodes = [node("GridSample", ["x", "g"], [f"y{i}"], mode=m, padding_mode=p,
+                      align_corners=a) for i, (m, p, a) in enumerate(picked)]
+        m = make(nodes, [vi("x", shape=[2, 3, 4, 5]), vi("g", shape=[2, 3, 6, 2])],
+                 [vi(f"y{i}") for i in range(len(picked))], opset=20)
+        if not ref:
+            check(m, feeds, compile_it=True, rtol=1e-4, atol=1e-4)
+            continue
+        want = ReferenceEvaluator(m).run(None, feeds)
+        got = compiler.compile(import_model(m))(**feeds)
+        for i, w in enumerate(want):
+            np.testing.assert_allclose(got[f"y{i}"], w, rtol=1e-4, atol=1e-4)
+
+
+def test_grid_sample_refuses_an_unknown_mode():
+    m = make([node("GridSample", ["x", "g"], ["y"], name="gs", mode="area")],
+             [vi("x", shape=[1, 1, 2, 2]), vi("g", shape=[1, 2, 2, 2])],
+             [vi("y", shape=[1, 1, 2, 2])], opset=20)
+    with pytest.raises(OnnxImportError) as e:
+        import_model(m)
+    assert "GridSample node 'gs'" in str(e.value) and "mode='area'" in str(e.value)
+
+
+def test_affine_grid_compiles_and_matches_onnxruntime():
+    nodes = [node("AffineGrid", ["t2", "s2"], ["g2"]),
+             node("AffineGrid", ["t2", "s2"], ["g2a"], align_corners=1),
+             node("AffineGrid", ["t3", "s3"], ["g3"])]
+    m = make(nodes, [vi("t2", shape=[2, 2, 3]), vi("t3", shape=[1, 3, 4])],
+             [vi("g2"), vi("g2a"), vi("g3")],
+             {"s2": np.array([2, 3, 4, 5], np.int64), "s3": np.array([1, 1, 2, 3, 4], np.int64)},
+             opset=20)
+    check(m, {"t2": rand(2, 2, 3), "t3": rand(1, 3, 4)}, compile_it=True)
+
+
+
+def test_col2im_compiles_and_matches_onnxruntime():
+    """Col2Im with overlapping blocks, pads, strides and dilations."""
+    nodes = [node("Col2Im", ["x", "img", "blk"], ["y"]),
+             node("Col2Im", ["x2", "img", "blk"], ["y2"], pads=[1, 0, 1, 2], strides=[2, 1],
+                  dilations=[1, 2])]
+    # y: 5x6 image, 2x3 blocks -> 4 x 4 locations; y2: (5+2-2)//2+1 = 3, (6+2-5)+1 = 4
+    m = make(nodes, [vi("x", shape=[2, 12, 16]), vi("x2", shape=[1, 12, 12])],
+             [vi("y"), vi("y2")], {"img": np.array([5, 6], np.int64),
+                                   "blk": np.array([2, 3], np.int64)}, opset=18)
+    check(m, {"x": rand(2, 12, 16), "x2": rand(1, 12, 12)}, compile_it=True)
+
+
+def test_max_unpool_of_constant_indices_matches_onnxruntime():
+    """MaxUnpool of MaxPool's Indices (bound as a constant, as fuelc needs)."""
+    x = rand(1, 2, 4, 6)
+    pool = make([node("MaxPool", ["x"], ["v", "i"], kernel_shape=[2, 2], strides=[2, 2])],
+                [vi("x", shape=[1, 2, 4, 6])], [vi("v"), vi("i", I64)], opset=13)
+    idx = ort_run(pool, {"x": x})["i"]
+    m = make([node("MaxUnpool", ["v", "i"], ["y"], kernel_shape=[2, 2], strides=[2, 2])],
+             [vi("v", shape=[1, 2, 2, 3])], [vi("y")], {"i": idx}, opset=13)
+    check(m, {"v": rand(1, 2, 2, 3)}, compile_it=True)

@@ -69,6 +69,11 @@ def test_integer_div_truncates_rem_floors_and_zero_divisor_yields_zero():
     assert q.tolist() == [3, -3, -3, 3, 0] and r.tolist() == [1, 1, -1, -1, 0]
     (rf,) = call(OpKind.RemElementwise, [D.F32] * 3, [a.astype(np.float32), np.full(5, 2.5, np.float32)], [(5,)])
     np.testing.assert_allclose(rf, a - np.floor(a / 2.5) * 2.5, rtol=1e-6)
+    lo = np.array([-2 ** 31, -2 ** 31, 1 - 2 ** 31], np.int32)  # |INT_MIN| would wrap
+    (q,) = call(OpKind.DivElementwise, [D.I32] * 3, [lo, np.array([2, 3, 2], np.int32)], [(3,)])
+    assert q.tolist() == [-2 ** 30, -715827882, 1 - 2 ** 30]
+    from runtime.numpy_kernels import divide  # the reference interpreter's formula, any int type
+    assert divide(np.array([-128, -127], np.int8), np.array([64, -2], np.int8)).tolist() == [-2, 63]
 
 
 @pytest.mark.parametrize("dt", [D.F16, D.F32, D.F64])

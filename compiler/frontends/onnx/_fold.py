@@ -295,6 +295,20 @@ def _clip(at, x):
     return [out.astype(x[0].dtype)]
 
 
+def _window(kind):
+    """Hann, Hamming and Blackman windows (ONNX's formulas, in float64)."""
+    def run(at, x):
+        from ._types import numpy_of
+        n = int(x[0].reshape(()))
+        den = n if at.get("periodic", 1) else n - 1
+        t = 2 * np.pi * np.arange(n) / den
+        w = {"HannWindow": lambda: np.sin(t / 2) ** 2,
+             "HammingWindow": lambda: 25 / 46 - np.cos(t) * (21 / 46),
+             "BlackmanWindow": lambda: 0.42 - 0.5 * np.cos(t) + 0.08 * np.cos(2 * t)}[kind]()
+        return [w.astype(numpy_of(at.get("output_datatype", 1)))]
+    return run
+
+
 FOLD = {
     "Identity": lambda at, x: [x[0]],
     "Shape": lambda at, x: [extents(x[0].shape[at.get("start", 0):at.get("end", None)])],
@@ -331,7 +345,9 @@ FOLD = {
     "ConstantOfShape": _constant_of_shape,
     "ReduceProd": _reduce(np.prod), "ReduceSum": _reduce(np.sum),
     "ReduceMin": _reduce(np.min), "ReduceMax": _reduce(np.max),
+    "HannWindow": _window("HannWindow"), "HammingWindow": _window("HammingWindow"),
+    "BlackmanWindow": _window("BlackmanWindow"),
 }
 
 #: ops that only exist at import: their inputs must be constants.
-FOLD_ONLY = {"Range", "ConstantOfShape"}
+FOLD_ONLY = {"Range", "ConstantOfShape", "HannWindow", "HammingWindow", "BlackmanWindow"}

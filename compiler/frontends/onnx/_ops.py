@@ -15,7 +15,7 @@ import numpy as np
 
 from runtime.symbols import Sym
 
-from ...graph import concat, matmul, maximum, minimum, where
+from ...graph import Tensor, concat, matmul, maximum, minimum, where
 from ...registry import builders as B
 from ._fold import (Unsupported, broadcast_shape, extents, sym_slice, flatten_axis, norm_axis, reduce_axes,
                     reshape_target, slice_plan, split_sizes, squeeze_axes, unsqueeze_axes)
@@ -1128,9 +1128,20 @@ def _windows(x, geom):
         yield offs, v
 
 
-@_op("MaxPool", "AveragePool")
+@_op("MaxPool", "AveragePool", "LpPool")
 def _pool(cx, node, at, ins):
     x = cx.t(ins[0])
+    if node.op_type == "LpPool":  # (sum over the window of |x|**p) ** (1/p), zeros padded
+        p = int(at.get("p", 2))
+        if p < 1 or not x.dtype.is_float:
+            raise Unsupported(f"LpPool with p={p} on {x.dtype.value} data (p >= 1, float data)")
+        a = x.abs()
+        s = _pool_windows(cx, node, at, a if p == 1 else a.pow(p))[0]
+        return [s if p == 1 else s ** (1.0 / p)]
+    return _pool_windows(cx, node, at, x)
+
+
+def _pool_windows(cx, node, at, x):
     spatial = x.shape[2:]
     geom = _pool_geometry(at, spatial)
     is_max = node.op_type == "MaxPool"
@@ -1160,6 +1171,8 @@ def _pool(cx, node, at, ins):
             idx = cx.t(_flat_index(x.shape, geom, offs, order))
     if is_max:
         return [best, idx] if want_idx else [best]
+    if node.op_type == "LpPool":
+        return [best]
     include = bool(at.get("count_include_pad", 0))
     count = np.ones((), np.float64)
     for i, (n, (k, s, d, lo, hi, o)) in enumerate(zip(spatial, geom)):
@@ -1457,3 +1470,929 @@ def _group_norm(cx, node, at, ins):
     y = B.layer_norm(flat, eps=at.get("epsilon", 1e-5)).reshape(x.shape)
     per_channel = (c,) + (1,) * (x.ndim - 2)
     return [y * scale.reshape(per_channel) + bias.reshape(per_channel)]
+
+
+# ---------------------------------------------------------------------------
+# Resize: separable, one axis at a time, as ONNX's reference does
+# ---------------------------------------------------------------------------
+_RESIZE_COORDS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+                  "asymmetric", "tf_crop_and_resize")
+_NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
+def _resize_coeffs(at, mode, ratio, scale):
+    """The interpolation weights of the taps around one source coordinate
+    (``ratio`` in (0, 1]: its distance past the tap left of it)."""
+    if mode == "nearest":
+        if ratio == 1:
+            return np.array([0.0, 1.0])
+        up = {"round_prefer_floor": ratio > 0.5, "round_prefer_ceil": ratio >= 0.5,
+              "floor": False, "ceil": True}[at.get("nearest_mode", "round_prefer_floor")]
+        return np.array([0.0, 1.0]) if up else np.array([1.0, 0.0])
+    antialias = bool(at.get("antialias", 0)) and scale < 1
+    if mode == "linear":
+        if not antialias:
+            return np.array([1 - ratio, ratio])
+        start = int(np.floor(-1 / scale) + 1)
+        c = np.clip(1 - np.abs((np.arange(start, 2 - start) - ratio) * scale), 0, 1)
+        return c / c.sum()
+    a = float(at.get("cubic_coeff_a", -0.75))
+    if not antialias:
+        r, s = ratio, 1 - ratio
+        return np.array([((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a,
+                         ((a + 2) * r - (a + 3)) * r * r + 1,
+                         ((a + 2) * s - (a + 3)) * s * s + 1,
+                         ((a * (s + 1) - 5 * a) * (s + 1) + 8 * a) * (s + 1) - 4 * a])
+    start = int(np.floor(-2 / scale) + 1)
+    x = np.abs(scale * (np.arange(start, 2 - start) - ratio))
+    c = np.where(x <= 1, (a + 2) * x ** 3 - (a + 3) * x ** 2 + 1,
+                 np.where(x < 2, a * x ** 3 - 5 * a * x ** 2 + 8 * a * x - 4 * a, 0.0))
+    return c / c.sum()
+
+
+def _resize_taps(at, mode, n_in, n_out, scale, roi):
+    """Per output position along one axis: source indices [n_out, taps]
+    (edge-clamped), their weights, and where tf_crop_and_resize
+    extrapolates (or None)."""
+    ctm = at.get("coordinate_transformation_mode", "half_pixel")
+    y = np.arange(n_out, dtype=np.float64)
+    width = scale * n_in
+    outside = None
+    if ctm == "align_corners":
+        x = np.zeros(n_out) if width == 1 else y * (n_in - 1) / (width - 1)
+    elif ctm == "asymmetric":
+        x = y / scale
+    elif ctm == "tf_crop_and_resize":
+        lo, hi = roi
+        x = np.full(n_out, (hi - lo) * (n_in - 1) / 2) if width == 1 else \
+            y * (hi - lo) * (n_in - 1) / (width - 1)
+        x = x + lo * (n_in - 1)
+        outside = (x < 0) | (x > n_in - 1)
+    elif ctm == "pytorch_half_pixel":
+        x = np.full(n_out, -0.5) if width == 1 else (y + 0.5) / scale - 0.5
+    elif ctm == "half_pixel":
+        x = (y + 0.5) / scale - 0.5
+    else:  # half_pixel_symmetric
+        x = n_in / 2 * (1 - n_out / width) + (y + 0.5) / scale - 0.5
+    left = np.floor(x)
+    ratio = np.where(x == left, 1.0, x - left)
+    coeffs = np.stack([_resize_coeffs(at, mode, float(r), scale) for r in ratio])
+    n = coeffs.shape[1]
+    pad = (n + 1) // 2  # the n nearest taps, ties to the lower index
+    xp = x + pad
+    p = np.floor(xp).astype(np.int64)
+    if n % 2 == 0:
+        first = p + np.where(xp == p, -(n // 2), 1 - n // 2)
+    else:
+        first = p + np.where(xp - p <= 0.5, -((n - 1) // 2), 1 - (n - 1) // 2)
+    idx = first[:, None] + np.arange(n) - pad
+    if at.get("exclude_outside", 0):
+        coeffs = np.where((idx < 0) | (idx >= n_in), 0.0, coeffs)
+        total = coeffs.sum(-1, keepdims=True)
+        coeffs = coeffs / np.where(total == 0, 1.0, total)
+    return np.clip(idx, 0, n_in - 1), coeffs, outside
+
+
+@_op("Resize")
+def _resize(cx, node, at, ins):
+    """Per resized axis, in order: nearest is one IndexSelect; linear and
+    cubic the weighted sum of one IndexSelect per tap (weights and indices
+    computed at import from the static shapes); tf_crop_and_resize's
+    outside positions the extrapolation value."""
+    ins = list(ins) + [None] * (4 - len(ins))
+    late = [n for n, v in zip(node.input[1:], ins[1:]) if isinstance(v, Tensor)]
+    if late:
+        raise Unsupported(f"its inputs must be constants known at import; input(s) {late} "
+                          f"are computed at run time (roi, scales and sizes fix the output "
+                          f"shape and the interpolation weights)")
+    roi, scales, sizes = (None if v is None or v.size == 0 else v.reshape(-1) for v in ins[1:])
+    return [_resized(cx, cx.t(ins[0]), at, roi, scales, sizes)]
+
+
+@_op("Upsample")
+def _upsample(cx, node, at, ins):
+    """Upsample-9 (deprecated since opset 10): Resize with asymmetric
+    coordinates, nearest rounding down."""
+    if len(ins) < 2:
+        raise Unsupported("Upsample without a scales input (opset 7's scales attribute: "
+                          "convert the model to opset 9 or newer)")
+    scales = cx.arr(ins[1], node.input[1], node).reshape(-1)
+    mode = at.get("mode", "nearest")
+    if mode not in ("nearest", "linear"):
+        raise Unsupported(f"attribute mode={mode!r} (nearest or linear)")
+    return [_resized(cx, cx.t(ins[0]), {"mode": mode, "nearest_mode": "floor",
+                                    "coordinate_transformation_mode": "asymmetric"},
+                     None, scales, None)]
+
+
+def _resized(cx, x, at, roi, scales, sizes):
+    mode = at.get("mode", "nearest")
+    ctm = at.get("coordinate_transformation_mode", "half_pixel")
+    policy = at.get("keep_aspect_ratio_policy", "stretch")
+    if mode not in ("nearest", "linear", "cubic"):
+        raise Unsupported(f"attribute mode={mode!r} (nearest, linear or cubic)")
+    if ctm not in _RESIZE_COORDS:
+        raise Unsupported(f"attribute coordinate_transformation_mode={ctm!r} "
+                          f"(one of {', '.join(_RESIZE_COORDS)})")
+    if at.get("nearest_mode", "round_prefer_floor") not in _NEAREST_MODES:
+        raise Unsupported(f"attribute nearest_mode={at['nearest_mode']!r} "
+                          f"(one of {', '.join(_NEAREST_MODES)})")
+    if policy not in ("stretch", "not_larger", "not_smaller"):
+        raise Unsupported(f"attribute keep_aspect_ratio_policy={policy!r} "
+                          f"(stretch, not_larger or not_smaller)")
+    if mode != "nearest" and not x.dtype.is_float:
+        raise Unsupported(f"mode={mode!r} on {x.dtype.value} data (only float data is "
+                          f"interpolated; nearest takes any type)")
+    if any(isinstance(d, Sym) for d in x.shape):
+        raise Unsupported("Resize of a tensor with symbolic extents (static shapes only)")
+    axes = [norm_axis(int(a), x.ndim) for a in at.get("axes", range(x.ndim))]
+    if (scales is None) == (sizes is None):
+        raise Unsupported("exactly one of scales and sizes must be given")
+    given = scales if sizes is None else sizes
+    if len(given) != len(axes) or (roi is not None and len(roi) != 2 * len(axes)):
+        raise Unsupported(f"{'scales' if sizes is None else 'sizes'} has {len(given)} values "
+                          f"and roi {0 if roi is None else len(roi)} for {len(axes)} axes")
+    if sizes is None:
+        scale = [float(s) for s in scales]
+        if min(scale) <= 0:
+            raise Unsupported(f"scales {scales.tolist()} must be positive")
+        out = [int(s * x.shape[a]) for s, a in zip(scale, axes)]
+    else:
+        scale = [int(s) / x.shape[a] for s, a in zip(sizes, axes)]
+        out = [int(s) for s in sizes]
+        if policy != "stretch":
+            s = min(scale) if policy == "not_larger" else max(scale)
+            scale = [s] * len(axes)
+            out = [int(s * x.shape[a] + 0.5) for a in axes]
+    if ctm == "tf_crop_and_resize" and roi is None:
+        raise Unsupported("coordinate_transformation_mode='tf_crop_and_resize' needs roi")
+    low = x.dtype.value in ("f16", "bf16")  # computed in f32, rounded once
+    y = x.cast("f32") if low and mode != "nearest" else x
+    for i, a in enumerate(axes):
+        r = None if roi is None else (float(roi[i]), float(roi[i + len(axes)]))
+        if math.isclose(scale[i], 1.0) and out[i] == y.shape[a] and \
+                (r is None or (math.isclose(r[0], 0.0) and math.isclose(r[1], 1.0))):
+            continue
+        if out[i] == 0:
+            y = y.slice(a, 0, 0)  # ONNX's reference: an empty axis, nothing to interpolate
+            continue
+        idx, coeffs, outside = _resize_taps(at, mode, y.shape[a], out[i], scale[i], r)
+        along = [-1 if d == a else 1 for d in range(y.ndim)]
+        if mode == "nearest":
+            z = y.index_select(idx[np.arange(out[i]), coeffs.argmax(-1)].astype(np.uint32), a)
+        else:
+            z = None
+            for t in range(idx.shape[1]):
+                if not coeffs[:, t].any():
+                    continue
+                term = y.index_select(idx[:, t].astype(np.uint32), a) * \
+                    cx.t(coeffs[:, t].reshape(along), like=y)
+                z = term if z is None else z + term
+        if outside is not None and outside.any():
+            z = where(cx.t(outside.reshape(along).astype(np.uint8)),
+                      float(at.get("extrapolation_value", 0.0)), z)
+        y = z
+    return y.cast(x.dtype) if y.dtype != x.dtype else y
+
+
+# ---------------------------------------------------------------------------
+# ScatterND / ScatterElements (constant indices)
+# ---------------------------------------------------------------------------
+_SCATTER = {"none": lambda old, new: new, "add": lambda old, new: old + new,
+            "mul": lambda old, new: old * new, "max": maximum, "min": minimum}
+
+
+def _scatter_rows(cx, data, rows, upd, reduction):
+    """``data`` [R, ...] with row ``rows[m]`` combined with ``upd[m]``, in
+    update order: the k-th write to a row is one masked step (an IndexSelect
+    of the updates and a Where), so duplicates reduce as ONNX applies them."""
+    if reduction not in _SCATTER:
+        raise Unsupported(f"attribute reduction={reduction!r} (none, add, mul, max or min)")
+    nth = np.zeros(rows.shape, np.int64)  # how many earlier updates hit the same row
+    seen = {}
+    for m, r in enumerate(rows.tolist()):
+        nth[m] = seen.get(r, 0)
+        seen[r] = nth[m] + 1
+    lead = (data.shape[0],) + (1,) * (data.ndim - 1)
+    for k in range(int(nth.max()) + 1 if rows.size else 0):
+        src = np.zeros(data.shape[0], np.uint32)
+        hit = np.zeros(data.shape[0], np.uint8)
+        src[rows[nth == k]] = np.flatnonzero(nth == k)
+        hit[rows[nth == k]] = 1
+        new = upd.index_select(src, 0)
+        data = where(cx.t(hit.reshape(lead)), _SCATTER[reduction](data, new), data)
+    return data
+
+
+def _constant_indices(cx, node, idx, extent):
+    i = cx.arr(idx, node.input[1], node).astype(np.int64)
+    if i.size and ((i < -extent).any() or (i >= extent).any()):
+        raise Unsupported(f"constant indices {i.min()}..{i.max()} out of range for extent "
+                          f"{extent}")
+    return np.where(i < 0, i + extent, i)
+
+
+@_op("ScatterND")
+def _scatter_nd(cx, node, at, ins):
+    x, upd = cx.t(ins[0]), cx.t(ins[2])
+    idx = cx.arr(ins[1], node.input[1], node)
+    k = idx.shape[-1] if idx.ndim else 0
+    if idx.ndim == 0 or not 1 <= k <= x.ndim or \
+            tuple(upd.shape) != tuple(idx.shape[:-1]) + tuple(x.shape[k:]):
+        raise Unsupported(f"indices of shape {list(idx.shape)} and updates of shape "
+                          f"{list(upd.shape)} do not scatter into data of shape {list(x.shape)}")
+    dims = np.asarray(x.shape[:k], np.int64)
+    i = _constant_indices(cx, node, idx, dims)
+    rows = (i * [math.prod(x.shape[j + 1:k]) for j in range(k)]).sum(-1).reshape(-1)
+    rest = tuple(x.shape[k:])
+    y = _scatter_rows(cx, x.reshape((math.prod(x.shape[:k]),) + rest), rows,
+                      upd.reshape((rows.size,) + rest), at.get("reduction", "none"))
+    return [y.reshape(x.shape)]
+
+
+@_op("ScatterElements", "Scatter")
+def _scatter_elements(cx, node, at, ins):
+    x, upd = cx.t(ins[0]), cx.t(ins[2])
+    idx = cx.arr(ins[1], node.input[1], node)
+    axis = norm_axis(at.get("axis", 0), x.ndim)
+    if idx.shape != tuple(upd.shape) or idx.ndim != x.ndim or \
+            any(a > b for j, (a, b) in enumerate(zip(idx.shape, x.shape)) if j != axis):
+        raise Unsupported(f"indices of shape {list(idx.shape)} and updates of shape "
+                          f"{list(upd.shape)} do not scatter into data of shape {list(x.shape)}")
+    i = _constant_indices(cx, node, idx, x.shape[axis])
+    pos = list(np.indices(idx.shape, dtype=np.int64))
+    pos[axis] = i
+    rows = np.ravel_multi_index(pos, x.shape).reshape(-1) if idx.size else np.zeros(0, np.int64)
+    y = _scatter_rows(cx, x.reshape((math.prod(x.shape),)), rows,
+                      upd.reshape((idx.size,)), at.get("reduction", "none"))
+    return [y.reshape(x.shape)]
+
+
+# ---------------------------------------------------------------------------
+# bit operations spelled in integer arithmetic (exact, wrapping)
+# ---------------------------------------------------------------------------
+@_op("BitShift")
+def _bit_shift(cx, node, at, ins):
+    """A constant shift: LEFT is a wrapping multiply by 2**s, RIGHT the
+    floor division (a - a mod 2**s) / 2**s; shifts outside [0, width) give
+    0 (RIGHT of a negative signed value: -1), as ONNX's reference."""
+    x = cx.t(ins[0])
+    direction = at.get("direction", "")
+    if direction not in ("LEFT", "RIGHT"):
+        raise Unsupported(f"attribute direction={direction!r} (LEFT or RIGHT)")
+    s = cx.arr(ins[1], node.input[1], node).astype(np.int64)
+    if x.dtype.is_float or x.dtype.value == "bool":
+        raise Unsupported(f"BitShift of {x.dtype.value} values (integers only)")
+    info = np.iinfo(x.dtype.numpy)
+    bits, signed = info.bits, info.min < 0
+    if direction == "LEFT":
+        ok = (s >= 0) & (s < bits)
+        mult = np.where(ok, np.left_shift(np.uint64(1), np.where(ok, s, 0).astype(np.uint64)),
+                        0).astype(x.dtype.numpy)  # 2**(bits-1) wraps to the sign bit
+        return [x * cx.t(mult, like=x)]
+    ok = (s >= 0) & (s < bits - signed)  # a signed shift by bits-1 is the sign: the fill
+    d = cx.t(np.where(ok, np.left_shift(1, np.where(ok, s, 0)), 1).astype(x.dtype.numpy), like=x)
+    y = (x - x % d) / d if signed else x / d
+    if ok.all():
+        return [y]
+    fill = 0 - (x < 0).cast(x.dtype) if signed else 0
+    return [where(cx.t(ok.astype(np.uint8)), y, fill)]
+
+
+@_op("BitwiseNot")
+def _bitwise_not(cx, node, at, ins):
+    """~x: -1 - x for signed integers, max - x for unsigned ones (exact)."""
+    x = cx.t(ins[0])
+    if x.dtype.is_float:
+        raise Unsupported(f"BitwiseNot of {x.dtype.value} values (integers only)")
+    info = np.iinfo(x.dtype.numpy)
+    return [(-1 if info.min < 0 else int(info.max)) - x]
+
+
+# ---------------------------------------------------------------------------
+# small ops spelled through primitives
+# ---------------------------------------------------------------------------
+@_op("SwiGLU")
+def _swiglu(cx, node, at, ins):
+    """Swish(a, alpha) * b, as ONNX's function body."""
+    a, b = cx.t(ins[0]), cx.t(ins[1])
+    if a.dtype.value in ("f16", "bf16"):  # computed in f32, rounded once (as Swish)
+        return [y.cast(a.dtype) for y in _swiglu(cx, node, at, [a.cast("f32"), b.cast("f32")])]
+    return [a * (a * at.get("alpha", 1.0)).sigmoid() * b]
+
+
+@_op("EyeLike")
+def _eye_like(cx, node, at, ins):
+    """A constant: it depends on the input's static shape only."""
+    from onnx import helper
+    x = ins[0]
+    shape = tuple(x.shape)
+    if len(shape) != 2 or any(isinstance(d, Sym) for d in shape):
+        raise Unsupported(f"EyeLike of shape {list(shape)} (static 2-D only)")
+    dt = helper.tensor_dtype_to_np_dtype(at["dtype"]) if "dtype" in at else \
+        (x.dtype if isinstance(x, np.ndarray) else x.dtype.numpy)
+    return [np.eye(*shape, k=int(at.get("k", 0)), dtype=dt)]
+
+
+@_op("CumProd")
+def _cumprod(cx, node, at, ins):
+    """A log-step scan (Hillis-Steele): ceil(log2 n) products of the running
+    result with itself shifted by 1, 2, 4, ... (ones shifted in); exclusive
+    shifts the input by one first, reverse flips around it."""
+    x = cx.t(ins[0])
+    axis = norm_axis(int(cx.arr(ins[1], node.input[1], node).reshape(-1)[0]), x.ndim)
+    n = x.shape[axis]
+    if isinstance(n, Sym):
+        raise Unsupported("CumProd over a symbolic axis (static extents only)")
+
+    def shifted(y, k):  # y moved k along the axis, ones in front
+        ones = [(k, 0) if d == axis else (0, 0) for d in range(y.ndim)]
+        return y.slice(axis, 0, n - k).pad(ones, value=1)
+    rev = bool(at.get("reverse", 0))
+    y = x.flip(axis) if rev else x
+    if at.get("exclusive", 0) and n:
+        y = shifted(y, 1)
+    k = 1
+    while k < n:
+        y = y * shifted(y, k)
+        k *= 2
+    return [y.flip(axis) if rev else y]
+
+
+@_op("CenterCropPad")
+def _center_crop_pad(cx, node, at, ins):
+    x = cx.t(ins[0])
+    shape = [int(s) for s in cx.arr(ins[1], node.input[1], node).reshape(-1)]
+    axes = [norm_axis(int(a), x.ndim) for a in at.get("axes", range(x.ndim))]
+    if len(shape) != len(axes):
+        raise Unsupported(f"shape has {len(shape)} values for {len(axes)} axes")
+    widths = [(0, 0)] * x.ndim
+    for a, s in zip(axes, shape):
+        n = x.shape[a]
+        if s < n:  # crop: the extra element (odd difference) comes off the end
+            x = x.slice(a, (n - s) // 2, s)
+        elif s > n:
+            widths[a] = ((s - n) // 2, s - n - (s - n) // 2)
+    return [x.pad(widths) if any(w != (0, 0) for w in widths) else x]
+
+
+@_op("Compress")
+def _compress(cx, node, at, ins):
+    """A constant condition: one IndexSelect of the selected positions."""
+    x = cx.t(ins[0])
+    cond = cx.arr(ins[1], node.input[1], node).reshape(-1).astype(bool)
+    if "axis" not in at:
+        x, axis = x.reshape((math.prod(x.shape),)), 0
+    else:
+        axis = norm_axis(int(at["axis"]), x.ndim)
+    if cond.size > x.shape[axis]:
+        raise Unsupported(f"condition has {cond.size} values for an axis of extent "
+                          f"{x.shape[axis]}")
+    return [x.index_select(np.flatnonzero(cond).astype(np.uint32), axis)]
+
+
+@_op("ReverseSequence")
+def _reverse_sequence(cx, node, at, ins):
+    """Constant sequence_lens: one GatherElements along the time axis."""
+    x = cx.t(ins[0])
+    lens = cx.arr(ins[1], node.input[1], node).reshape(-1).astype(np.int64)
+    b, t = int(at.get("batch_axis", 1)), int(at.get("time_axis", 0))
+    if {b, t} != {0, 1} or len(lens) != x.shape[b] or (lens > x.shape[t]).any() or \
+            (lens < 0).any():
+        raise Unsupported(f"batch_axis={b}, time_axis={t} and sequence_lens {lens.tolist()} "
+                          f"for data of shape {list(x.shape)}")
+    time = np.arange(x.shape[t])[:, None]
+    idx = np.where(time < lens[None, :], lens[None, :] - 1 - time, time)  # [time, batch]
+    idx = idx if t == 0 else idx.T
+    idx = np.broadcast_to(idx.reshape(idx.shape + (1,) * (x.ndim - 2)), x.shape)
+    return [x.gather(cx.t(idx.astype(np.uint32)), t)]
+
+
+def _along(v, x, axis, block):
+    """A per-tensor, per-axis or blocked scale/zero point broadcastable to x."""
+    if v.ndim == 0 or (v.ndim == 1 and v.shape[0] == 1 and not block):
+        return v.reshape(())
+    if block:
+        v = v.index_select(np.repeat(np.arange(v.shape[axis]), block)[:x.shape[axis]]
+                           .astype(np.uint32), axis)
+        return v
+    return v.reshape(tuple(-1 if d == axis else 1 for d in range(x.ndim)))
+
+
+def _quant_params(cx, node, at, x, ins):
+    block = int(at.get("block_size", 0))
+    scale = cx.t(ins[1])
+    per_tensor = scale.ndim == 0 or (scale.ndim == 1 and scale.shape[0] == 1 and not block)
+    axis = None if per_tensor else norm_axis(int(at.get("axis", 1)), x.ndim)
+    zp = None if len(ins) < 3 or ins[2] is None else ins[2]
+    if block and scale.ndim != x.ndim:
+        raise Unsupported(f"block_size={block} with a scale of rank {scale.ndim} for data of "
+                          f"rank {x.ndim}")
+    return axis, block, scale, zp
+
+
+@_op("DequantizeLinear")
+def _dequantize(cx, node, at, ins):
+    """(x - zero_point) * scale in the scale's type (f16/bf16 computed in f32)."""
+    x = cx.t(ins[0])
+    if x.dtype.is_float:
+        raise Unsupported(f"DequantizeLinear of {x.dtype.value} data (integer types only)")
+    axis, block, scale, zp = _quant_params(cx, node, at, x, ins)
+    out = scale.dtype
+    s = scale if scale.dtype.value in ("f32", "f64") else scale.cast("f32")
+    y = x.cast(s.dtype)
+    if zp is not None:
+        y = y - _along(cx.t(zp).cast(s.dtype), x, axis, block)
+    y = y * _along(s, x, axis, block)
+    return [y if y.dtype == out else y.cast(out)]
+
+
+@_op("QuantizeLinear")
+def _quantize(cx, node, at, ins):
+    """saturate(round_half_even(x / scale) + zero_point), computed in f32
+    (f64 for f64 data)."""
+    from ._types import dtype_of
+    x = cx.t(ins[0])
+    axis, block, scale, zp = _quant_params(cx, node, at, x, ins)
+    if zp is not None:
+        out = cx.t(zp).dtype
+    else:
+        out = dtype_of(int(at.get("output_dtype", 0)) or 2)  # UINT8 by default
+    if out.is_float:
+        raise Unsupported(f"QuantizeLinear to {out.value} (integer output types only)")
+    work = "f64" if x.dtype.value == "f64" else "f32"
+    y = (x.cast(work) if x.dtype.value != work else x) / _along(
+        scale.cast(work) if scale.dtype.value != work else scale, x, axis, block)
+    y = y.round()
+    if zp is not None:
+        y = y + _along(cx.t(zp).cast(work), x, axis, block)
+    info = np.iinfo(out.numpy)
+    return [y.clamp(float(info.min), float(info.max)).cast(out)]
+
+
+@_op("Asinh", "Acosh", "Atanh")
+def _inverse_hyperbolic(cx, node, at, ins):
+    """The log formulas (asinh odd-symmetric, so negative x loses nothing to
+    cancellation); f16/bf16 computed in f32 and rounded once."""
+    x = cx.t(ins[0])
+    if x.dtype.value in ("f16", "bf16"):
+        return [y.cast(x.dtype) for y in _inverse_hyperbolic(cx, node, at, [x.cast("f32")])]
+    if not x.dtype.is_float:
+        raise Unsupported(f"{node.op_type} of {x.dtype.value} values (float types only)")
+    if node.op_type == "Asinh":
+        a = x.abs()
+        return [(a + (a * a + 1.0).sqrt()).log() * x.sign()]
+    if node.op_type == "Acosh":
+        return [(x + (x * x - 1.0).sqrt()).log()]
+    return [((1.0 + x) / (1.0 - x)).log() * 0.5]
+
+
+@_op("MeanVarianceNormalization")
+def _mvn(cx, node, at, ins):
+    """ONNX's function body: (x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9)."""
+    x = cx.t(ins[0])
+    axes = tuple(norm_axis(int(a), x.ndim) for a in at.get("axes", [0, 2, 3]))
+    mean = x.mean(axes, keepdims=True)
+    std = ((x * x).mean(axes, keepdims=True) - mean * mean).sqrt()
+    return [(x - mean) / (std + 1e-9)]
+
+
+@_op("LRN")
+def _lrn(cx, node, at, ins):
+    """x / (bias + alpha / size * sum of x^2 over the channel window) ** beta,
+    the window sum as ``size`` slices of the channel-padded squares."""
+    x = cx.t(ins[0])
+    size = int(at["size"])
+    alpha, beta, bias = at.get("alpha", 1e-4), at.get("beta", 0.75), at.get("bias", 1.0)
+    c = x.shape[1]
+    lo = (size - 1) // 2
+    sq = (x * x).pad([(0, 0), (lo, size - 1 - lo)] + [(0, 0)] * (x.ndim - 2))
+    total = sq.slice(1, 0, c)
+    for k in range(1, size):
+        total = total + sq.slice(1, k, c)
+    return [x / (total * (alpha / size) + bias) ** float(beta)]
+
+
+@_op("DynamicQuantizeLinear")
+def _dynamic_quantize(cx, node, at, ins):
+    """ONNX's uint8 formula: scale (max(0, max x) - min(0, min x)) / 255 (1/255
+    when that is 0), zero point rint(clamp(-min / scale)), y saturated."""
+    x = cx.t(ins[0])
+    if x.dtype.value != "f32":
+        raise Unsupported(f"DynamicQuantizeLinear of {x.dtype.value} data (f32 only)")
+    axes = tuple(range(x.ndim))
+    hi, lo = maximum(x.max(axes), 0.0), minimum(x.min(axes), 0.0)
+    span = hi - lo
+    scale = where(span == 0, 1.0, span) / 255.0
+    zp = (0.0 - lo / scale).clamp(0.0, 255.0).round()
+    y = ((x / scale).round() + zp).clamp(0.0, 255.0).cast("u8")
+    return [y, scale, zp.cast("u8")]
+
+
+def _shifted_f64(cx, v, zp, rows):
+    """v - zero_point as f64 (exact integer products in a matmul); a 1-D zero
+    point of a per-row (``rows``) or per-column quantization broadcast so."""
+    y = cx.t(v).cast("f64")
+    if zp is None:
+        return y
+    z = cx.t(zp).cast("f64")
+    if z.ndim == 1 and z.shape[0] > 1:
+        z = z.reshape((-1, 1) if rows else (1, -1))
+    return y - z
+
+
+@_op("MatMulInteger")
+def _matmul_integer(cx, node, at, ins):
+    """(a - a_zp) @ (b - b_zp) in f64 (exact below 2**53), as i32."""
+    ins = list(ins) + [None] * (4 - len(ins))
+    a = _shifted_f64(cx, ins[0], ins[2], rows=True)
+    b = _shifted_f64(cx, ins[1], ins[3], rows=False)
+    return [_matmul(cx, a, b).cast("i32")]
+
+
+@_op("QLinearMatMul")
+def _qlinear_matmul(cx, node, at, ins):
+    """saturate(rint((a - a_zp) @ (b - b_zp) * a_scale * b_scale / y_scale + y_zp)),
+    the integer product exact in f64, as ONNX's reference."""
+    a, sa, za, b, sb, zb, sy, zy = ins
+    acc = _matmul(cx, _shifted_f64(cx, a, za, rows=True), _shifted_f64(cx, b, zb, rows=False))
+
+    def scale(s, rows):
+        s = cx.t(s).cast("f64")
+        return s.reshape((-1, 1) if rows else (1, -1)) if s.ndim == 1 and s.shape[0] > 1 else s
+    y = acc * (scale(sa, True) * scale(sb, False) / scale(sy, False))
+    out = cx.t(a).dtype
+    if zy is not None:
+        zy = cx.t(zy)
+        out = zy.dtype
+        y = y + zy.cast("f64")
+    info = np.iinfo(out.numpy)
+    return [y.round().clamp(float(info.min), float(info.max)).cast(out)]
+
+
+def _integer_conv(cx, node, at, x, xz, w, wz, bias=None):
+    """conv(x - x_zp, w - w_zp) in f64 (exact integer sums below 2**53); a
+    1-D w_zp is per output channel."""
+    xs = _shifted_f64(cx, x, xz, rows=False)
+    ws = cx.t(w).cast("f64")
+    if wz is not None:
+        z = cx.t(wz).cast("f64")
+        ws = ws - (z.reshape((-1,) + (1,) * (ws.ndim - 1)) if z.ndim == 1 and z.shape[0] > 1
+                   else z)
+    return BUILD["Conv"](cx, node, at, [xs, ws, None if bias is None else
+                                        cx.t(bias).cast("f64")])[0]
+
+
+@_op("ConvInteger")
+def _conv_integer(cx, node, at, ins):
+    ins = list(ins) + [None] * (4 - len(ins))
+    return [_integer_conv(cx, node, at, ins[0], ins[2], ins[1], ins[3]).cast("i32")]
+
+
+@_op("QLinearConv")
+def _qlinear_conv(cx, node, at, ins):
+    """saturate(rint(conv(x - x_zp, w - w_zp) + B) * x_scale * w_scale / y_scale
+    + y_zp), as ONNX's reference (w_scale per output channel or scalar)."""
+    ins = list(ins) + [None] * (9 - len(ins))
+    x, sx, zx, w, sw, zw, sy, zy, bias = ins
+    acc = _integer_conv(cx, node, at, x, zx, w, zw, bias)
+    sw = cx.t(sw).cast("f64")
+    if sw.ndim == 1 and sw.shape[0] > 1:
+        sw = sw.reshape((1, -1) + (1,) * (acc.ndim - 2))
+    y = acc * (cx.t(sx).cast("f64") * sw / cx.t(sy).cast("f64"))
+    out = cx.t(x).dtype
+    if zy is not None:
+        zy = cx.t(zy)
+        out = zy.dtype
+        y = y + zy.cast("f64")
+    info = np.iinfo(out.numpy)
+    return [y.round().clamp(float(info.min), float(info.max)).cast(out)]
+
+
+@_op("CausalConvWithState")
+def _causal_conv_with_state(cx, node, at, ins):
+    """The depthwise causal conv1d over [past_state, input] as k shifted
+    slices times the weight's taps (+ bias), then SiLU if asked; the present
+    state is the last k - 1 steps. f16/bf16: the conv in f32 rounded to the
+    input type, the activation in f32 (as ONNX's reference)."""
+    ins = list(ins) + [None] * (4 - len(ins))
+    x, w = cx.t(ins[0]), cx.t(ins[1])
+    act = at.get("activation", "none")
+    if act not in ("none", "silu", "swish"):
+        raise Unsupported(f"attribute activation={act!r} (none, silu or swish)")
+    if x.ndim != 3 or w.ndim != 3 or w.shape[:2] != (x.shape[1], 1):
+        raise Unsupported(f"input {list(x.shape)} and weight {list(w.shape)} (expected "
+                          f"[batch, channels, length] and [channels, 1, k])")
+    k, n = w.shape[2], x.shape[2]
+    past = x.pad([(0, 0), (0, 0), (k - 1, 0)]) if ins[3] is None else \
+        concat([cx.t(ins[3]), x], 2)
+    low = x.dtype.value in ("f16", "bf16")
+    p, wf = (past.cast("f32"), w.cast("f32")) if low else (past, w)
+    y = None
+    for j in range(k):
+        term = p.slice(2, j, n) * wf.slice(2, j, 1).reshape((-1, 1))
+        y = term if y is None else y + term
+    if ins[2] is not None:
+        b = cx.t(ins[2])
+        y = y + (b.cast("f32") if low else b).reshape((-1, 1))
+    if low:
+        y = y.cast(x.dtype).cast("f32") if act != "none" else y.cast(x.dtype)
+    if act != "none":
+        y = y * y.sigmoid()
+        y = y.cast(x.dtype) if low else y
+    return [y, past.slice(2, n, k - 1)]
+
+
+# ---------------------------------------------------------------------------
+# DFT / STFT: products with constant cosine and sine matrices
+# ---------------------------------------------------------------------------
+def _dft_last(cx, xr, xi, length, inverse, onesided):
+    """The DFT of (xr + i xi) along the last axis as matmuls with [n, k]
+    cosine/sine matrices built at import (the callers compute in f64, as
+    ONNX's reference does):
+    ``length`` pads or truncates the signal; onesided keeps the first
+    length // 2 + 1 bins (forward) or takes them as a Hermitian spectrum and
+    returns the real signal (inverse; yi is None)."""
+    n_in = xr.shape[-1]
+    if inverse and onesided:  # irfft: bins 0..length//2, the others mirrored
+        used = min(n_in, length // 2 + 1)
+        k, t = np.arange(used)[:, None], np.arange(length)[None, :]
+        w = np.where((k == 0) | (2 * k == length), 1.0, 2.0) / length
+    else:
+        used = min(n_in, length)
+        k = np.arange(used)[:, None]
+        t = np.arange(length // 2 + 1 if onesided else length)[None, :]
+        w = 1.0 / length if inverse else 1.0
+    theta = 2 * np.pi * ((k * t) % length) / length
+    c, s = cx.t(w * np.cos(theta), like=xr), cx.t(w * np.sin(theta) * (1 if inverse else -1),
+                                                   like=xr)
+    if used < n_in:
+        xr = xr.slice(xr.ndim - 1, 0, used)
+        xi = None if xi is None else xi.slice(xi.ndim - 1, 0, used)
+    yr, yi = _matmul(cx, xr, c), _matmul(cx, xr, s)
+    if xi is not None:
+        yr, yi = yr - _matmul(cx, xi, s), yi + _matmul(cx, xi, c)
+    return yr, (None if inverse and onesided else yi)
+
+
+def _complex_parts(x):
+    """[..., 1 or 2] -> (real, imaginary or None)."""
+    if x.shape[-1] not in (1, 2):
+        raise Unsupported(f"the last axis of {list(x.shape)} must be 1 (real) or 2 (complex)")
+    last = x.ndim - 1
+    re = x.slice(last, 0, 1).squeeze(last)
+    return re, (x.slice(last, 1, 1).squeeze(last) if x.shape[-1] == 2 else None)
+
+
+@_op("DFT")
+def _dft(cx, node, at, ins):
+    x = cx.t(ins[0])
+    if not x.dtype.is_float:
+        raise Unsupported(f"DFT of {x.dtype.value} data (float types only)")
+    ins = list(ins) + [None] * (3 - len(ins))
+    axis = at.get("axis", 1)  # opset 17: an attribute; 20: an input, -2 by default
+    if cx.opset >= 20:
+        axis = -2 if ins[2] is None else int(cx.arr(ins[2], node.input[2], node).reshape(-1)[0])
+    axis = norm_axis(axis, x.ndim)
+    if axis == x.ndim - 1:
+        raise Unsupported(f"axis {axis} is the real/imaginary axis")
+    inverse, onesided = bool(at.get("inverse", 0)), bool(at.get("onesided", 0))
+    if ins[1] is not None:
+        length = int(cx.arr(ins[1], node.input[1], node).reshape(-1)[0])
+    else:
+        length = 2 * (x.shape[axis] - 1) if inverse and onesided else x.shape[axis]
+    re, im = _complex_parts(x.cast("f64") if x.dtype.value != "f64" else x)  # as the reference
+    perm = [d for d in range(re.ndim) if d != axis] + [axis]
+    back = list(np.argsort(perm))
+    yr, yi = _dft_last(cx, re.permute(perm), None if im is None else im.permute(perm),
+                       length, inverse, onesided)
+    parts = [yr] if yi is None else [yr, yi]
+    y = concat([p.permute(back).unsqueeze(p.ndim) for p in parts], x.ndim - 1) \
+        if len(parts) == 2 else parts[0].permute(back).unsqueeze(x.ndim - 1)
+    return [y if y.dtype == x.dtype else y.cast(x.dtype)]
+
+
+@_op("STFT")
+def _stft(cx, node, at, ins):
+    """Frames as one IndexSelect of the signal (constant frame_step and
+    frame_length), times the window, then the DFT of each frame."""
+    ins = list(ins) + [None] * (4 - len(ins))
+    x = cx.t(ins[0])
+    step = int(cx.arr(ins[1], node.input[1], node).reshape(-1)[0])
+    window = None if ins[2] is None else cx.t(ins[2])
+    if ins[3] is not None:
+        flen = int(cx.arr(ins[3], node.input[3], node).reshape(-1)[0])
+    elif window is not None:
+        flen = window.shape[0]
+    else:
+        raise Unsupported("neither a window nor frame_length gives the frame length")
+    n = x.shape[1]
+    if step < 1 or not 0 < flen <= n:
+        raise Unsupported(f"frame_step={step} and frame_length={flen} for a signal of {n}")
+    frames = (n - flen) // step + 1
+    idx = (np.arange(frames)[:, None] * step + np.arange(flen)[None, :]).reshape(-1)
+    if not x.dtype.is_float:
+        raise Unsupported(f"STFT of {x.dtype.value} data (float types only)")
+    re, im = _complex_parts(x.cast("f64") if x.dtype.value != "f64" else x)
+    onesided = bool(at.get("onesided", 1)) and im is None
+    parts = []
+    for p in (re, im):
+        if p is None:
+            continue
+        f = p.index_select(idx.astype(np.uint32), 1).reshape((x.shape[0], frames, flen))
+        parts.append(f * window.cast(f.dtype) if window is not None else f)
+    yr, yi = _dft_last(cx, parts[0], parts[1] if len(parts) > 1 else None, flen, False,
+                       onesided)
+    y = concat([yr.unsqueeze(3), yi.unsqueeze(3)], 3)
+    return [y if y.dtype == x.dtype else y.cast(x.dtype)]
+
+
+# ---------------------------------------------------------------------------
+# GridSample: run-time coordinates, one GatherElements per tap combination
+# ---------------------------------------------------------------------------
+def _gs_reflect(x, lo, hi):
+    """ONNX's reference reflection of x into [lo, hi] (by the near border,
+    repeatedly), elementwise."""
+    rng = hi - lo
+    below, above = lo - x, x - hi
+    out = x
+    for d, near, far, side in ((below, lo, hi, x < lo), (above, hi, lo, x > hi)):
+        n = (d * (1.0 / rng)).floor()
+        r = d - n * rng
+        odd = (n % 2.0) > 0.5
+        inside = near + r if near == lo else near - r  # an even count: from the near border
+        other = far - r if near == lo else far + r
+        out = where(side, where(odd, other, inside), out)
+    return out
+
+
+def _gs_cubic(t):
+    a = -0.75
+    return [((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
+            ((a + 2) * t - (a + 3)) * t * t + 1,
+            ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1,
+            ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a]
+
+
+@_op("GridSample")
+def _grid_sample(cx, node, at, ins):
+    """ONNX's reference, vectorized: the grid denormalized per spatial axis,
+    out-of-border coordinates clamped or reflected, then per tap (1 nearest,
+    2 linear, 4 cubic per axis) the index fixed by the padding mode and the
+    pixel fetched with one GatherElements on the flattened spatial axes,
+    weighted by the product of the per-axis coefficients."""
+    import itertools
+    x, grid = cx.t(ins[0]), cx.t(ins[1])
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(at.get("mode", "linear"),
+                                                         at.get("mode", "linear"))
+    pad = at.get("padding_mode", "zeros")
+    align = bool(at.get("align_corners", 0))
+    if mode not in ("nearest", "linear", "cubic"):
+        raise Unsupported(f"attribute mode={at['mode']!r} (nearest, linear or cubic)")
+    if pad not in ("zeros", "border", "reflection"):
+        raise Unsupported(f"attribute padding_mode={pad!r} (zeros, border or reflection)")
+    if not x.dtype.is_float:
+        raise Unsupported(f"GridSample of {x.dtype.value} data (float types only)")
+    nb, ch, dims = x.shape[0], x.shape[1], tuple(x.shape[2:])
+    nd = len(dims)
+    if grid.ndim != nd + 2 or grid.shape[-1] != nd or grid.shape[0] != nb:
+        raise Unsupported(f"grid of shape {list(grid.shape)} for data of shape {list(x.shape)}")
+    out = tuple(grid.shape[1:-1])
+    npos = math.prod(out)
+    work = "f64" if x.dtype.value == "f64" else "f32"
+    g = grid.cast(work) if grid.dtype.value != work else grid
+    xs = (x.cast(work) if x.dtype.value != work else x).reshape((nb, ch, math.prod(dims)))
+    taps = []  # per axis: [(index tensor, weight or None, valid mask or None)]
+    for i, n in enumerate(dims):
+        c = g.slice(g.ndim - 1, nd - 1 - i, 1).reshape((nb, npos))
+        lo, hi = (0.0, n - 1.0) if align else (-0.5, n - 0.5)
+        v = (c + 1.0) * ((n - 1) / 2.0) if align else ((c + 1.0) * n - 1.0) * 0.5
+        if mode == "nearest":
+            v = v.round()
+        if pad == "border":
+            v = where((v < lo) + (v > hi) > 0, v.clamp(0.0, n - 1.0), v)
+        elif pad == "reflection":
+            v = _gs_reflect(v, lo, hi)
+        if mode == "nearest":
+            base, ks = v, [(0, None)]
+        else:
+            base = v.floor()
+            t = v - base
+            ks = list(zip((0, 1), (1.0 - t, t))) if mode == "linear" else \
+                list(zip((-1, 0, 1, 2), _gs_cubic(t)))
+        axis = []
+        for k, w in ks:
+            j = base + float(k) if k else base
+            valid = None
+            if pad == "zeros":
+                valid = (j >= 0.0) * (j <= n - 1.0)
+                j = j.clamp(0.0, n - 1.0)
+            elif pad == "border":
+                j = j.clamp(0.0, n - 1.0)
+            else:
+                j = _gs_reflect(j, lo, hi).clamp(0.0, n - 1.0)
+            axis.append((j.cast("i64"), w, valid))
+        taps.append(axis)
+    y = None
+    for combo in itertools.product(*taps):
+        flat, weight, valid = None, None, None
+        for i, (j, w, ok) in enumerate(combo):
+            stride = math.prod(dims[i + 1:])
+            term = j * stride if stride != 1 else j
+            flat = term if flat is None else flat + term
+            weight = w if weight is None else (weight if w is None else weight * w)
+            valid = ok if valid is None else (valid if ok is None else valid * ok)
+        idx = flat.cast("u32").unsqueeze(1).broadcast_to((nb, ch, npos))
+        v = xs.gather(idx, 2)
+        if valid is not None:
+            v = where(valid.unsqueeze(1), v, 0.0)
+        if weight is not None:
+            v = v * weight.unsqueeze(1)
+        y = v if y is None else y + v
+    y = y.reshape((nb, ch) + out)
+    return [y if y.dtype == x.dtype else y.cast(x.dtype)]
+
+
+@_op("AffineGrid")
+def _affine_grid(cx, node, at, ins):
+    """The constant base grid [positions, (x, y[, z], 1)] (normalized
+    coordinates at import) times theta transposed: one batched MatMul."""
+    theta = cx.t(ins[0])
+    size = [int(s) for s in cx.arr(ins[1], node.input[1], node).reshape(-1)]
+    nd = len(size) - 2
+    if nd not in (2, 3) or tuple(theta.shape) != (size[0], nd, nd + 1) or \
+            not theta.dtype.is_float:
+        raise Unsupported(f"theta {list(theta.shape)} ({theta.dtype.value}) and size {size} "
+                          f"(float theta [N, 2, 3] or [N, 3, 4] for a 2-D or 3-D size)")
+    spatial = size[2:]
+    if at.get("align_corners", 0):
+        axes = [np.linspace(-1, 1, n) if n > 1 else np.zeros(1) for n in spatial]
+    else:
+        axes = [(2 * np.arange(n) + 1) / n - 1 for n in spatial]
+    mesh = np.meshgrid(*axes, indexing="ij")  # [D,] H, W
+    base = np.stack([m.reshape(-1) for m in reversed(mesh)] + [np.ones(mesh[0].size)], -1)
+    b = cx.t(np.broadcast_to(base, (size[0],) + base.shape).copy(), like=theta)
+    grid = matmul(b, theta.permute((0, 2, 1)))
+    return [grid.reshape(tuple([size[0]] + spatial + [nd]))]
+
+
+@_op("Col2Im")
+def _col2im(cx, node, at, ins):
+    """Constant image and block shapes: each column element's image position
+    computed at import; one IndexAdd sums them (padding lands in a spare
+    slot that is dropped)."""
+    import itertools
+    x = cx.t(ins[0])
+    image = [int(v) for v in cx.arr(ins[1], node.input[1], node).reshape(-1)]
+    block = [int(v) for v in cx.arr(ins[2], node.input[2], node).reshape(-1)]
+    nd = len(image)
+    dil = list(at.get("dilations") or [1] * nd)
+    pads = list(at.get("pads") or [0] * 2 * nd)
+    strides = list(at.get("strides") or [1] * nd)
+    counts = [(image[d] + pads[d] + pads[d + nd] - (dil[d] * (block[d] - 1) + 1)) // strides[d]
+              + 1 for d in range(nd)]
+    kb, nl = math.prod(block), math.prod(counts)
+    if x.ndim != 3 or x.shape[1] % kb or x.shape[2] != nl or len(block) != nd:
+        raise Unsupported(f"input {list(x.shape)} with image_shape {image} and block_shape "
+                          f"{block} (expected [N, C * {kb}, {nl}])")
+    c, npix = x.shape[1] // kb, math.prod(image)
+    target = np.empty((c, kb, nl), np.int64)
+    for ki, k in enumerate(itertools.product(*map(range, block))):
+        for li, loc in enumerate(itertools.product(*map(range, counts))):
+            pos = [loc[d] * strides[d] + k[d] * dil[d] - pads[d] for d in range(nd)]
+            inside = all(0 <= p < n for p, n in zip(pos, image))
+            target[:, ki, li] = np.arange(c) * npix + np.ravel_multi_index(pos, image) \
+                if inside else c * npix
+    acc = cx.t(np.zeros((x.shape[0], c * npix + 1), x.dtype.numpy), like=x)
+    y = acc.index_add(1, target.reshape(-1).astype(np.uint32),
+                      x.reshape((x.shape[0], c * kb * nl)))
+    return [y.slice(1, 0, c * npix).reshape(tuple([x.shape[0], c] + image))]
+
+
+@_op("MaxUnpool")
+def _max_unpool(cx, node, at, ins):
+    """Zeros with x's values at the constant flat indices (MaxPool's Indices)
+    into the inferred shape, zero-padded at the end to output_shape (as
+    ONNX's reference)."""
+    x = cx.t(ins[0])
+    idx = cx.arr(ins[1], node.input[1], node).astype(np.int64).reshape(-1)
+    k = list(at["kernel_shape"])
+    nd = len(k)
+    s = list(at.get("strides") or [1] * nd)
+    p = list(at.get("pads") or [0] * 2 * nd)
+    shape = list(x.shape[:2]) + [(n - 1) * s[i] + k[i] - p[i] - p[i + nd]
+                                 for i, n in enumerate(x.shape[2:])]
+    want = shape
+    if len(ins) > 2 and ins[2] is not None:
+        want = [int(v) for v in cx.arr(ins[2], node.input[2], node).reshape(-1)]
+        if len(want) != len(shape) or any(w < n for w, n in zip(want, shape)):
+            raise Unsupported(f"output_shape {want} is smaller than the unpooled {shape}")
+    total = math.prod(shape)
+    if idx.size != math.prod(x.shape) or (idx.size and (idx.min() < 0 or idx.max() >= total)):
+        raise Unsupported(f"indices ({idx.size} values) do not address an output of shape "
+                          f"{shape}")
+    zeros = cx.t(np.zeros(total, x.dtype.numpy), like=x)
+    y = _scatter_rows(cx, zeros, idx, x.reshape((idx.size,)), "none").reshape(tuple(shape))
+    if want != shape:
+        y = y.pad([(0, w - n) for w, n in zip(want, shape)])
+    return [y]

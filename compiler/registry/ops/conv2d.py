@@ -123,12 +123,19 @@ def _build_depthwise(params, types):
     phase of width wq is the run ``[qy*wq + qx, + Ho*wq)`` of it, so the
     chain computes Ho rows of the full width wq, in long unit-stride runs
     that vectorize, and the first Wo columns are kept (one copy). One extra
-    row of padding at the bottom keeps the last tap's run inside the plane."""
+    row of padding at the bottom keeps the last tap's run inside the plane.
+    f16/bf16 are summed in f32 and rounded once (as the reference and the
+    other conv paths accumulate)."""
     n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
     dh, dw = params["dilation"]
     hq, wq = -(-hp // sh), -(-wp // sw)
     eh, ew = hq * sh - hp, wq * sw - wp
-    x = op("Pad", Bind(0), padding=(0, 0, 0, 0, ph, ph + eh + sh, pw, pw + ew), mode="constant",
+    dt = types[0].dtype
+    narrow = dt in (DType.F16, DType.BF16)
+
+    def wide(node):
+        return op("Cast", node, dtype=DType.F32) if narrow else node
+    x = op("Pad", wide(Bind(0)), padding=(0, 0, 0, 0, ph, ph + eh + sh, pw, pw + ew), mode="constant",
            value=0.0)                                            # [n, cin, (hq+1)*sh, wq*sw]
     plane = (hq + 1) * wq
     if sh == sw == 1:
@@ -144,14 +151,15 @@ def _build_depthwise(params, types):
             tap = op("Slice", op("Slice", phases, dim=2, start=ry, len=1), dim=3, start=rx, len=1)
             tap = op("Slice", op("Squeeze", op("Squeeze", tap, dim=3), dim=2),
                      dim=2, start=qy * wq + qx, len=ho * wq)     # [n, cin, ho*wq]
-            wt = op("Slice", op("Slice", Bind(1), dim=2, start=ky, len=1), dim=3, start=kx, len=1)
+            wt = op("Slice", op("Slice", wide(Bind(1)), dim=2, start=ky, len=1), dim=3,
+                    start=kx, len=1)
             wt = op("BroadcastTo", op("Reshape", wt, shape=(1, cin, 1)), shape=(n, cin, ho * wq))
             term = op("Mul", tap, wt)
             y = term if y is None else op("Add", y, term)
     if len(types) == 3:
-        y = op("Add", y, op("BroadcastTo", op("Reshape", Bind(2), shape=(1, cin, 1)),
+        y = op("Add", y, op("BroadcastTo", op("Reshape", wide(Bind(2)), shape=(1, cin, 1)),
                             shape=(n, cin, ho * wq)))
-    y = op("Reshape", y, shape=(n, cin, ho, wq))
+    y = op("Reshape", op("Cast", y, dtype=dt) if narrow else y, shape=(n, cin, ho, wq))
     # the first Wo columns, made contiguous: what follows (bias, activation,
     # the next conv's im2col) then reads whole rows and merges them into one
     # long loop; read through the strided crop, a 14-column row stayed a loop
