@@ -24,7 +24,7 @@ from compiler.graph.numerics import dtype_of, from_compute, to_compute
 from compiler.graph.opdef import TensorType
 from compiler.registry import default_registry
 from compiler.registry.builders import fused, rms_norm
-from compiler.targets import table_for
+from compiler.targets import parse_target, table_for
 from runtime import params as P
 from runtime.cost import default_cost_for_op_kind
 from runtime.dtype import DType, from_storage
@@ -369,11 +369,12 @@ def test_registration_in_the_cpu_table():
                 assert entry.kernel_source == "mlir-cpu-fused"
                 assert entry.caps.strided_input
                 assert entry.precision.bit_stable_on_same_hardware
-                assert entry.precision == spec.precision
+                assert entry.precision == spec.precision.for_target(parse_target("cpu"))
+                assert entry.precision.notes.startswith("mlir-cpu-fused ")
                 assert entry.cost is default_cost_for_op_kind(spec.op_kind)
-    assert specs["SoftmaxLastDim"].precision is F.NORM_FAMILY_CPU
-    assert specs["FusedLinear"].precision is F.FUSED_LINEAR_CPU
-    assert specs["Rope"].precision is F.ROPE_CPU
+    assert specs["SoftmaxLastDim"].precision is F.NORM_FAMILY
+    assert specs["FusedLinear"].precision is F.FUSED_LINEAR
+    assert specs["Rope"].precision is F.ROPE
 
 
 def _call(kind, dtypes, ins, out_shape, params):

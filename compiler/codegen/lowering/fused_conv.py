@@ -107,7 +107,7 @@ def _zero(elt: "ir.Type") -> "ir.Value":
 
 # -- kernel params mapping (the mlir-cpu-fused family, compiler/codegen/fused.py) --
 def _register_kernel() -> None:
-    from compiler.codegen.fused import CONV2D_CPU, fused_kernel
+    from compiler.codegen.fused import CONV2D, fused_kernel
     from compiler.registry import default_registry
     from runtime import params as P
     from runtime.dtype import DType
@@ -121,7 +121,7 @@ def _register_kernel() -> None:
     # groups = 1 takes the recipe (im2col + the tiled, threaded MatMul kernel):
     # 20-50x faster than this kernel's loops (docs/architecture.md); so does a
     # depthwise conv (its taps' Mul/Add chain, fused into one elementwise kernel).
-    @fused_kernel("Conv2D", precision=CONV2D_CPU, dtypes=(DType.F32, DType.F64),
+    @fused_kernel("Conv2D", precision=CONV2D, dtypes=(DType.F32, DType.F64),
                   from_params=back, keys=lambda t: [(t,) * 3, (t,) * 4],
                   serves=lambda params, types: (params["groups"] != 1
                                                 and not is_depthwise(types, params)))
