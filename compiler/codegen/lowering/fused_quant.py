@@ -320,7 +320,7 @@ def _register_kernels() -> None:
                            params["block_size"])
 
     # AwqMatmul gets its kernel once its registry entry names an OpKind (the
-    # family keys kernels by OpKind; the spec's entry has none).
+    # family keys kernels by OpKind; an entry without one gets no kernel).
     if default_registry()["AwqMatmul"].op_kind is not None:
         @fused_kernel("AwqMatmul", precision=QMATMUL,
                       dtypes=(DType.F32, DType.F64, DType.F16, DType.BF16),
