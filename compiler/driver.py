@@ -382,9 +382,16 @@ def _check_fallbacks(module: CompiledModule, strict: bool) -> None:
     if strict:
         raise FallbackError(f"{what} (strict: refused; compile with strict=False or unset "
                             f"FUELC_STRICT to run them on numpy)")
+    import os
+    import sys
     import warnings
+    # Attribute the warning to the first caller outside the compiler package.
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(0), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
     warnings.warn(FallbackWarning(f"{what}; kernel_summary() marks them (strict=True or "
-                                  f"FUELC_STRICT=1 refuses)"), stacklevel=4)
+                                  f"FUELC_STRICT=1 refuses)"), stacklevel=level)
 
 
 def _warm(module: CompiledModule, jobs: int = 1, executor=None, pool=None,

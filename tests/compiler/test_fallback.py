@@ -69,6 +69,7 @@ def test_fallback_warns_once_naming_the_ops_and_the_summary_marks_them(no_genera
     msg = str(fallbacks[0].message)
     assert "no generated kernel for ExpElementwise[f32,f32] (numpy)" in msg, msg
     assert "FUELC_STRICT=1" in msg
+    assert fallbacks[0].filename == __file__    # attributed to the caller of compile()
     summary = m.kernel_summary()
     marked = [line for line in summary if line.endswith(FALLBACK_MARK)]
     assert len(marked) == 1 and marked[0].startswith("ExpElementwise[f32,f32] (numpy)"), summary
