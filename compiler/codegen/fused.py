@@ -319,14 +319,25 @@ class FusedFamily(KernelFamily):
 
 
 def _conv_group_tiles(params: dict, layouts, n_inputs: int, threads: int):
-    """Tiles of a grouped Conv2D call by whole groups along the channel axis
+    """Tiles of a Conv2D call. groups = 1 (the direct kernel): by images, or
+    by output channels. Otherwise by whole groups along the channel axis
     (x's axis 1, w's and the bias's axis 0, the output's axis 1), when a group
     has as many output as input channels (depthwise: one each), so one cut
     fits every operand. Calls of fewer than ``MIN_ELEMENTS_TRANSCENDENTAL``
     outputs run whole (each output costs Kh*Kw multiply-adds, not one op)."""
     g = params["groups"]
     x, w, out = layouts[0], layouts[1], layouts[n_inputs]
-    if g < 2 or len(layouts) != n_inputs + 1 or out.numel < parallel.MIN_ELEMENTS_TRANSCENDENTAL:
+    if len(layouts) != n_inputs + 1 or out.numel < parallel.MIN_ELEMENTS_TRANSCENDENTAL:
+        return None
+    if g == 1:
+        # the direct convolution: by images when there are enough, else by
+        # blocks of output channels (8: the register tile's rows)
+        if x.shape[0] >= threads:
+            return parallel.split_layouts(list(layouts), [0] + [None] * (n_inputs - 1) + [0],
+                                          x.shape[0], threads)
+        return parallel.split_layouts(list(layouts), [None, 0] + [0] * (n_inputs - 2) + [1],
+                                      w.shape[0], threads, 8)
+    if g < 2:
         return None
     cpg, opg = x.shape[1] // g, w.shape[0] // g
     if cpg != opg:

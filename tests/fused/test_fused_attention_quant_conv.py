@@ -363,6 +363,15 @@ CONV = [
     ((1, 4, 7, 7), (6, 4, 1, 1), dict(stride=(2, 2), padding=(0, 0), groups=1), False, "f64"),
     # 2x2 output pixels, 40 channels: the recipe multiplies cols^T @ w^T
     ((2, 8, 4, 4), (40, 8, 3, 3), dict(stride=(2, 2), padding=(1, 1), groups=1), True, "f32"),
+    # stride 1, groups 1: the direct kernel; channel and pixel counts that leave
+    # register-tile remainders (13 = 8 + 5 / 6 + 6 + 1 channels), several images
+    ((3, 5, 9, 11), (13, 5, 3, 3), dict(stride=(1, 1), padding=(1, 1), groups=1), True, "f32"),
+    ((2, 7, 12, 10), (20, 7, 5, 3), dict(stride=(1, 1), padding=(2, 1), groups=1,
+                                         dilation=(1, 2)), False, "f64"),
+    ((1, 6, 7, 7), (9, 6, 1, 1), dict(stride=(1, 1), padding=(1, 1), groups=1), True, "f32"),
+    # large enough to be split over threads: by output channels, then by images
+    ((1, 8, 48, 48), (32, 8, 3, 3), dict(stride=(1, 1), padding=(1, 1), groups=1), True, "f32"),
+    ((2, 8, 48, 48), (32, 8, 3, 3), dict(stride=(1, 1), padding=(0, 0), groups=1), False, "f32"),
     # depthwise (groups = Cin = Cout): the taps' fused Mul/Add chain over flat
     # planes; strides split the plane into phases; 5x5 (25 taps: several groups)
     ((2, 6, 9, 7), (6, 1, 3, 3), dict(stride=(1, 1), padding=(1, 1), groups=6), True, "f32"),
@@ -410,8 +419,11 @@ def test_conv2d_dilation_matches_numpy(rng, xs, ws, stride, padding, dilation, g
                     dilation=dilation), "y")
     m = compile(g)
     fused_kernel = m.kernel_summary() == ["Conv2D[f64,f64,f64,f64] (mlir-cpu-fused)"]
-    # groups = 1: im2col + MatMul; depthwise: the taps' Mul/Add chain
-    assert fused_kernel == (groups != 1 and not groups == xs[1] == ws[0]), m.kernel_summary()
+    # groups = 1, stride 1: the direct kernel; other groups = 1: im2col + MatMul;
+    # depthwise: the taps' Mul/Add chain
+    direct = groups == 1 and stride == 1
+    assert fused_kernel == (direct or groups != 1 and not groups == xs[1] == ws[0]), \
+        m.kernel_summary()
     np.testing.assert_allclose(m(x=x, w=w, b=b), want, rtol=1e-12, atol=1e-12)
     mr = compile(g, pipeline="base-map")
     assert not any(k.startswith("Conv2D") for k in mr.kernel_summary())
@@ -433,11 +445,13 @@ def test_conv2d(rng, xs, ws, params, bias, dtype):
     if bias:
         arrs.append(_data(rng, (ws[0],), dtype))
     depthwise = params["groups"] == xs[1] == ws[0]
-    if params["groups"] != 1 and not depthwise:
+    direct = (params["groups"] == 1 and params["stride"] == (1, 1)
+              and not (ws[2:] == (1, 1) and params["padding"] == (0, 0)))
+    if params["groups"] != 1 and not depthwise or direct:
         _check_kernel("Conv2D", arrs, [dtype] * len(arrs), params, dtype)
         return
-    # groups = 1 and depthwise: compile() takes the recipe (im2col + MatMul, or
-    # the taps' fused chain; the kernel's ``serves`` predicate), and the fused
+    # other groups = 1 and depthwise: compile() takes the recipe (im2col + MatMul,
+    # or the taps' fused chain; the kernel's ``serves`` predicate), and the fused
     # kernel's lowering still computes it.
     g, feed = _graph("Conv2D", arrs, [dtype] * len(arrs), params)
     summary = compile(g).kernel_summary()
@@ -458,6 +472,8 @@ def test_conv2d_recipe(rng, xs, ws, params, bias, dtype):
 
 
 def test_conv2d_named_op_for_groups_1_generic_for_groups(rng):
+    """The target-neutral lowering: the named conv for groups = 1, a generic
+    for groups > 1."""
     x = _data(rng, (1, 4, 4, 4), "f32")
     for g, named in ((1, True), (2, False)):
         w = _data(rng, (2, 4 // g, 3, 3), "f32")

@@ -111,6 +111,7 @@ def parse_module(text: str, ctx: "ir.Context") -> "ir.Module":
 #: to ``strided<[?, ..., 1], offset: ?>``, so copies and vector transfers of
 #: its rows become contiguous loads and stores instead of strided scalar ones.
 from compiler.codegen.family import FEW_ROWS_ATTR, UNIT_STRIDE_ATTR, ZERO_STRIDE_ATTR  # noqa: E402
+from compiler.codegen.cpu.transforms.conv import DIRECT_CONV_ATTR  # noqa: E402
 
 
 _MEMREF_COPY = re.compile(r"memref\.copy (%[\w#]+), (%[\w#]+) : (memref<[^>]*>(?:>)?) to "
@@ -206,6 +207,26 @@ def apply_transform(module: "ir.Module", script: str) -> None:
         raise _fail("transform", before, f"{e} (script: {path})") from None
 
 
+def apply_transforms(module: "ir.Module", steps: "str | Sequence[str]") -> None:
+    """Apply a strategy's transform: one script, or a sequence of scripts and
+    ``py:<name> [args..]`` steps (a rewrite of ``transforms.REWRITES`` run on
+    the module between two scripts, with the step's words as arguments)."""
+    from compiler.codegen.cpu.transforms import REWRITES
+    for step in (steps,) if isinstance(steps, str) else steps:
+        if step.startswith("py:"):
+            before = str(module)
+            name, *args = step[3:].split() or [""]
+            if name not in REWRITES:
+                raise _fail("transform", before, f"unknown rewrite step {step!r}; known: "
+                            f"{', '.join(sorted(REWRITES))}")
+            try:
+                REWRITES[name](module, *args)
+            except (MLIRError, ValueError) as e:
+                raise _fail("transform", before, f"rewrite {name}: {e}") from None
+        else:
+            apply_transform(module, step)
+
+
 # Dialects that LLVM IR translation accepts. Anything else left in the module
 # makes ``translate_module_to_llvmir`` print an error and then segfault, so it
 # is refused before translation.
@@ -252,7 +273,8 @@ def linalg_op_names(module: "ir.Module") -> set[str]:
     ``"<name>:<element type>"`` of each op's first operand (``linalg.matmul:f32``)
     and ``"<name>:<element type>:dynamic"`` when every dim of its last operand
     (the init) is dynamic; ``fuelc.few_rows`` when an entry carries that
-    attribute (``family.FEW_ROWS_ATTR``)."""
+    attribute (``family.FEW_ROWS_ATTR``); ``fuelc.direct_conv`` when a linalg op
+    carries that attribute (``transforms.conv.DIRECT_CONV_ATTR``)."""
     names: set[str] = set()
 
     def visit(op):
@@ -260,6 +282,8 @@ def linalg_op_names(module: "ir.Module") -> set[str]:
             names.add(FEW_ROWS_ATTR)
         if op.name.startswith("linalg."):
             names.add(op.name)
+            if DIRECT_CONV_ATTR in op.attributes:
+                names.add(DIRECT_CONV_ATTR)
             if len(op.operands):
                 first = _shaped(op.operands[0].type)
                 elt = first.element_type if first is not None else op.operands[0].type
@@ -353,7 +377,7 @@ def lower(module_or_text, entry_names: Sequence[str], *, target=None,
                 module = strided_copies_to_linalg(module)
                 assume_unit_strides(module)
             if stage.name == "bufferize" and strategy.transform:
-                apply_transform(module, strategy.transform)
+                apply_transforms(module, strategy.transform)
         ll = translate(module)
     try:
         obj, optimized = llvm_codegen.compile_ir_to_object(ll, target)

@@ -68,7 +68,7 @@ class Strategy:
 
     name: str
     tensor_passes: tuple[str, ...] = ()
-    transform: str | None = None
+    transform: str | tuple[str, ...] | None = None
     lowering: tuple[str, ...] = LOOPS_LOWERING
     #: mark float add/mul in reduction bodies ``reassoc`` so LLVM vectorizes
     #: the reduction (the order changes, still fixed per build and hardware).
@@ -82,7 +82,8 @@ class Strategy:
     def fingerprint(self) -> str:
         """A digest of everything that changes the generated code."""
         h = hashlib.sha256()
-        for part in (self.name, *self.tensor_passes, self.transform or "", *self.lowering,
+        steps = (self.transform,) if isinstance(self.transform, str) else self.transform or ()
+        for part in (self.name, *self.tensor_passes, *steps, *self.lowering,
                      f"reassoc={self.reassociate_reductions}",
                      f"approx={self.approximate_math and fastmath.VERSION}"):
             h.update(part.encode())
@@ -225,6 +226,30 @@ def _rows_rule(op: str, elt: str) -> Callable[[frozenset[str]], bool]:
     return lambda names: FEW_ROWS in names and rule(names)
 
 
+#: The direct convolution's register tiles (``transforms.conv``): ``mr`` output
+#: channels x ``nr`` output pixels, as the matmul's (``_MATMUL_TILES``).
+_CONV_TILES = {("f32", "avx2"): dict(mr=6, nr=16), ("f64", "avx2"): dict(mr=6, nr=8),
+               ("f32", "avx512"): dict(mr=8, nr=32), ("f64", "avx512"): dict(mr=8, nr=16)}
+#: The feature of a module holding a direct-convolution generic.
+DIRECT_CONV = "fuelc.direct_conv"
+
+
+def conv_strategy(element_type: str, isa: str = "avx2") -> Strategy:
+    """The direct convolution (``transforms.conv``) on ``element_type``
+    (f32/f64), tiled for ``isa``."""
+    from compiler.codegen.cpu.transforms.conv import conv_scripts
+    tiles = _CONV_TILES[element_type, isa]
+    return Strategy(
+        name=f"conv-direct-{element_type}-{tiles['mr']}x{tiles['nr']}",
+        transform=conv_scripts(**tiles), lowering=VECTOR_LOWERING,
+        doc="direct convolution on the flat padded input: mr channels x nr pixels "
+            "FMA tiles over (c, kh, kw), no im2col, no packing")
+
+
+for _elt in ("f32", "f64"):
+    _v = {isa: conv_strategy(_elt, isa) for isa in ("avx512", "avx2")}
+    register_strategy((lambda e: lambda names: DIRECT_CONV in names
+                       and f"linalg.generic:{e}" in names)(_elt), {**_v, "": _v["avx2"]})
 for _op in _MATMUL_OPS:
     for _elt in ("f32", "f64"):
         _v = {isa: rows_strategy(_op, _elt, isa) for isa in ("avx512", "avx2")}

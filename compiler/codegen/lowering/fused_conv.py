@@ -17,10 +17,11 @@ Accumulation runs over (c, kh, kw) in order, in f32 (f64 for f64 inputs).
 from __future__ import annotations
 
 from compiler.errors import LoweringError
-from compiler.mlir import arith, ir, linalg
+from compiler.mlir import arith, ir, linalg, tensor
 
 from .core import (PARALLEL, REDUCTION, Lowering, Scalar, affine_map, empty, expand, fill,
                    collapse, from_compute, generic, identity_map, lowers, rtt, to_compute)
+from .fused_norm import _for
 from .layout import insert_slice
 
 
@@ -32,7 +33,7 @@ def _pair(v, what) -> tuple[int, int]:
 
 
 @lowers("Conv2D")
-def _conv2d(lw: Lowering):
+def _conv2d(lw: Lowering, cpu: bool = False):
     ops = lw.operands
     if len(ops) not in (2, 3):
         raise LoweringError(f"Conv2D takes 2 or 3 operands (x, w, [bias]), got {len(ops)}")
@@ -57,6 +58,9 @@ def _conv2d(lw: Lowering):
                             f"give an empty output for the padded input {hp}x{wp}")
     elt = lw.out_elt
     s = Scalar.compute(lw.in_dtypes[0])
+    if cpu and direct(g, (sh, sw), (kh, kw), (ph, pw)) and s.ty == elt:
+        return _direct(x, w, bias, s, elt, (n, cin, h, wd), (cout, kh, kw), (ph, pw), (dh, dw),
+                       (ho, wo))
     if ph or pw:
         x = insert_slice(x, fill(s.const(0) if s.ty == elt else _zero(elt),
                                  empty([n, cin, hp, wp], elt)), [0, 0, ph, pw])
@@ -101,6 +105,69 @@ def _conv2d(lw: Lowering):
                    finish)[0]
 
 
+@lowers("Conv2D", platform="cpu")
+def _conv2d_cpu(lw: Lowering):
+    """On cpu, a stride-1 groups-1 Conv2D is computed directly (``_direct``)."""
+    return _conv2d(lw, cpu=True)
+
+
+def direct(groups: int, stride, kernel, padding) -> bool:
+    """Whether the cpu kernel computes this Conv2D directly on the flat padded
+    input (``_direct``): groups = 1, stride 1, not a 1x1 unpadded kernel
+    (which the recipe multiplies as x itself)."""
+    return (groups == 1 and tuple(stride) == (1, 1)
+            and not (tuple(kernel) == (1, 1) and tuple(padding) == (0, 0)))
+
+
+def _direct(x, w, bias, s, elt, xshape, wshape, pad, dil, oshape):
+    """groups = 1, stride 1, on cpu, one image at a time (an ``scf.for``: the
+    temporaries are one image's, so the allocator reuses them instead of
+    mapping fresh pages on every call): the zero-padded image flattened per
+    channel ``[C, (Hp+1)*Wp]`` (one extra zero row keeps the last tap's run
+    inside the plane), then one generic marked ``DIRECT_CONV_ATTR`` over
+    (n, co, p | c, kh, kw) computing Ho full-width rows (``p < Ho*Wp``):
+    ``out[n, co, p] += x[n, c, p + kh*dh*Wp + kw*dw] * w[co, c, kh, kw]``, every
+    tap a unit-stride run of the plane; the accumulator starts as the bias.
+    The first Wo columns of each row are the image's output (one copy). The
+    cpu strategy ``conv_strategy`` register-tiles it (``transforms/conv.py``)."""
+    from compiler.codegen.family import DIRECT_CONV_ATTR
+    (n, cin, h, wd), (cout, kh, kw), (ph, pw), (dh, dw), (ho, wo) = (
+        xshape, wshape, pad, dil, oshape)
+    hp, wp = h + 2 * ph, wd + 2 * pw
+    npix = ho * wp
+    dyn = ir.ShapedType.get_dynamic_stride_or_offset()
+
+    def image(i, out):
+        xi = tensor.ExtractSliceOp(ir.RankedTensorType.get([1, cin, h, wd], elt), x, [i], [], [],
+                                   [dyn, 0, 0, 0], [1, cin, h, wd], [1] * 4).result
+        xp = insert_slice(xi, fill(s.const(0), empty([1, cin, hp + 1, wp], elt)), [0, 0, ph, pw])
+        flat = collapse(xp, [[0], [1], [2, 3]])
+        if bias is None:
+            acc = fill(s.const(0), empty([1, cout, npix], elt))
+        else:
+            acc = generic([bias], [empty([1, cout, npix], elt)], [affine_map(3, [1]),
+                          identity_map(3)], [PARALLEL] * 3, lambda b, _o: b)[0]
+        d = [ir.AffineDimExpr.get(k) for k in range(6)]   # n co p | c kh kw
+        tap = d[2] + d[4] * (dh * wp) + d[5] * dw
+        y = generic([flat, w], [acc],
+                    [affine_map(6, [0, 3, tap]), affine_map(6, [1, 3, 4, 5]),
+                     affine_map(6, [0, 1, 2])],
+                    [PARALLEL] * 3 + [REDUCTION] * 3,
+                    lambda a, b, c: s.add(c, s.mul(a, b)))[0]
+        y.owner.attributes[DIRECT_CONV_ATTR] = ir.UnitAttr.get()
+        # the first Wo columns of each row (all of them when Wp = Wo), read
+        # through the copy's map, not a view: the schedule hoists the
+        # accumulator tiles only out of a buffer that no view aliases
+        e = [ir.AffineDimExpr.get(k) for k in range(4)]
+        yi = generic([y], [empty([1, cout, ho, wo], elt)],
+                     [affine_map(4, [0, 1, e[2] * wp + e[3]]), identity_map(4)],
+                     [PARALLEL] * 4, lambda v, _o: v)[0]
+        return [tensor.InsertSliceOp(yi, out, [i], [], [], [dyn, 0, 0, 0], [1, cout, ho, wo],
+                                     [1] * 4).result]
+
+    return _for(n, [empty([n, cout, ho, wo], elt)], image)[0]
+
+
 def _zero(elt: "ir.Type") -> "ir.Value":
     return arith.constant(elt, 0.0)
 
@@ -118,13 +185,16 @@ def _register_kernel() -> None:
 
     from compiler.registry.ops.conv2d import is_depthwise
 
-    # groups = 1 takes the recipe (im2col + the tiled, threaded MatMul kernel):
-    # 20-50x faster than this kernel's loops (docs/architecture.md); so does a
-    # depthwise conv (its taps' Mul/Add chain, fused into one elementwise kernel).
+    # A stride-1 groups-1 conv runs here, directly (``_direct``); other groups = 1
+    # convs take the recipe (im2col + the tiled, threaded MatMul kernel), and so
+    # does a depthwise conv (its taps' Mul/Add chain, one elementwise kernel).
+    def serves(params, types):
+        if params["groups"] == 1:
+            return direct(1, params["stride"], types[1].shape[2:], params["padding"])
+        return not is_depthwise(types, params)
+
     @fused_kernel("Conv2D", precision=CONV2D, dtypes=(DType.F32, DType.F64),
-                  from_params=back, keys=lambda t: [(t,) * 3, (t,) * 4],
-                  serves=lambda params, types: (params["groups"] != 1
-                                                and not is_depthwise(types, params)))
+                  from_params=back, keys=lambda t: [(t,) * 3, (t,) * 4], serves=serves)
     def _conv_params(params, types):
         out = default_registry()["Conv2D"].infer(list(types), params)
         return P.Conv2D(tuple(types[0].shape), tuple(types[1].shape), tuple(out.shape),
