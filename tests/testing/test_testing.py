@@ -225,7 +225,7 @@ def test_each_command_sees_only_the_plugins_it_loads(tmp_path, monkeypatch):
     process's own registry is left as it was."""
     import compiler.passes as passes
     plugin = ROOT / "examples" / "custom_pass" / "fold_double_neg.py"
-    before = dict(passes.PASSES)
+    before, plugins, modules = dict(passes.PASSES), dict(passes._PLUGINS), set(sys.modules)
     try:
         passes.load_pass_plugin(str(plugin))
         assert "fold-double-neg" in passes.PASSES
@@ -238,9 +238,14 @@ def test_each_command_sees_only_the_plugins_it_loads(tmp_path, monkeypatch):
             """ + TWO_ADDS)
         t.run(tmp_path, cwd=ROOT)
         assert "fold-double-neg" in passes.PASSES
-    finally:
+    finally:   # what this test loaded is gone again (a later load registers afresh)
         passes.PASSES.clear()
         passes.PASSES.update(before)
+        passes._PLUGINS.clear()
+        passes._PLUGINS.update(plugins)
+        for name in set(sys.modules) - modules:
+            if name.startswith("fuelc_plugin_"):
+                del sys.modules[name]
 
 
 def test_filecheck_needs_no_path(tmp_path, monkeypatch):
