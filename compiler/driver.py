@@ -34,6 +34,46 @@ class CompileError(CompilerError):
     """A graph that could not be compiled; the message names the stage."""
 
 
+class FallbackError(CompileError):
+    """``compile(..., strict=True)`` (or ``$FUELC_STRICT=1``): a step of the
+    plan would run a reference (numpy) kernel because the target has no
+    generated kernel for it. The message names the ops."""
+
+
+class FallbackWarning(UserWarning):
+    """A compiled module runs some steps on reference (numpy) kernels: the
+    target has no generated kernel for them. Raised as one warning per
+    ``compile()``, naming the ops; ``kernel_summary()`` marks the steps."""
+
+
+#: How ``kernel_summary()`` marks a step that runs a reference kernel.
+FALLBACK_MARK = "  <- fallback: no generated kernel for this target"
+
+
+def _strict_default() -> bool:
+    import os
+    return os.environ.get("FUELC_STRICT", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def fallback_steps(executor, target: Target) -> list[tuple[int, str]]:
+    """(step index, ``OpKind[dtypes] (source)``) of every kernel step whose
+    bound kernel is not one the target generates (its codegen's ``SOURCE``):
+    the reference numpy kernels a cpu table keeps for keys no lowering
+    covers (for example an integer MatMul, NonZeroIndices)."""
+    source = getattr(target.codegen, "SOURCE", None)
+    if not source:
+        return []
+    out = []
+    for i, step in enumerate(executor.plan.steps):
+        if not isinstance(step, KernelStep):
+            continue
+        got = executor.entries[i].kernel_source or "no source"
+        if not got.startswith(source):
+            op = step.key.op.name if step.key.op is not None else f"fused#{step.key.fused}"
+            out.append((i, f"{op}[{','.join(d.value for d in step.dtypes)}] ({got})"))
+    return out
+
+
 class CompiledModule(PlanModule):
     """A compiled graph: call it with the inputs by name (numpy arrays).
 
@@ -82,6 +122,16 @@ class CompiledModule(PlanModule):
         key) refuses it unless it matches (``runtime.signing``)."""
         from .export import export_module
         return export_module(self, path, sign_with)
+
+    def kernel_summary(self) -> list[str]:
+        """One ``OpKind[dtypes] (kernel_source)`` line per kernel step; a
+        step that runs a reference (numpy) kernel instead of one generated
+        for the target ends with ``FALLBACK_MARK``."""
+        lines = self.executor.kernel_summary()
+        fallback = {i for i, _ in fallback_steps(self.executor, self.target)}
+        kernel_steps = [i for i, s in enumerate(self.plan.steps) if isinstance(s, KernelStep)]
+        return [line + (FALLBACK_MARK if i in fallback else "")
+                for i, line in zip(kernel_steps, lines)]
 
     def __repr__(self) -> str:
         sig = ", ".join(f"{n}: {s}" for n, s in self.plan.inputs.items())
@@ -225,7 +275,7 @@ class SymbolicModule:
 
 def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = None,
             warm: bool = True, progress=None, jobs: int | None = None,
-            executor=None) -> "CompiledModule | SymbolicModule":
+            executor=None, strict: bool | None = None) -> "CompiledModule | SymbolicModule":
     """Compile ``graph`` for ``target``: ``"cpu"`` (this machine, or
     ``$FUELC_CPU``), ``"cpu:x86-64-v3"``, ``"cpu:znver3"``, ... or a ``Target``.
 
@@ -248,18 +298,25 @@ def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = Non
     pool). The objects are bit-identical either way
     (``compiler.codegen.jobs``).
 
+    No silent fallback: when the target has no generated kernel for a step
+    and its table's reference (numpy) kernel would run instead, ``compile``
+    issues one ``FallbackWarning`` naming those ops (``kernel_summary()``
+    marks them); with ``strict=True`` (default ``$FUELC_STRICT=1``) it
+    raises ``FallbackError`` instead, before any kernel is compiled.
+
     A graph with symbolic extents gives a ``SymbolicModule``, which compiles
     each binding of its symbols on first use (``docs/dynamic-shapes.md``)."""
     from .codegen import jobs as parallel_jobs
     from .codegen.family import runnable_here
 
     target = parse_target(target)
+    strict = _strict_default() if strict is None else bool(strict)
     if not getattr(graph, "outputs", None):
         raise CompileError("the graph has no outputs; mark at least one with g.output(node, name=...)")
     if getattr(graph, "is_symbolic", False):  # docs/dynamic-shapes.md: the first stage
         return SymbolicModule(graph, target, {"pipeline": pipeline, "warm": warm,
                                               "progress": progress, "jobs": jobs,
-                                              "executor": executor})
+                                              "executor": executor, "strict": strict})
     jobs = parallel_jobs.default_jobs() if jobs is None else parallel_jobs.check_jobs(jobs)
     pool = None
     if (warm and executor is None and jobs > 1 and target.kind == "cpu"
@@ -267,14 +324,14 @@ def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = Non
             and runnable_here(target)):
         pool = parallel_jobs.ProcessExecutor(jobs - 1)  # imports the compiler during the passes
     try:
-        return _compile(graph, target, pipeline, warm, progress, jobs, executor, pool)
+        return _compile(graph, target, pipeline, warm, progress, jobs, executor, pool, strict)
     finally:
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _compile(graph, target: Target, pipeline, warm: bool, progress, jobs: int, executor,
-             pool) -> CompiledModule:
+             pool, strict: bool = False) -> CompiledModule:
     from .dialect.emit import graph_to_module
     from .passes import DEFAULT_PIPELINE, resolve_pipeline, run_pipeline
     from .codegen.family import runnable_here
@@ -305,6 +362,7 @@ def _compile(graph, target: Target, pipeline, warm: bool, progress, jobs: int, e
         plan = fold_constant_steps(plan, table)   # work on weights done once, now
     timings["plan"] = time.perf_counter() - t0
     module = CompiledModule(plan, table, irs, timings, target)
+    _check_fallbacks(module, strict)
 
     if warm:
         progress("codegen")
@@ -312,6 +370,30 @@ def _compile(graph, target: Target, pipeline, warm: bool, progress, jobs: int, e
         _warm(module, jobs, executor, pool, progress)
         module.timings["codegen"] = time.perf_counter() - t0
     return module
+
+
+def _check_fallbacks(module: CompiledModule, strict: bool) -> None:
+    """One ``FallbackWarning`` naming the ops that run reference kernels
+    (``FallbackError`` when ``strict``)."""
+    steps = fallback_steps(module.executor, module.target)
+    if not steps:
+        return
+    ops = sorted({label for _, label in steps})
+    what = (f"{len(steps)} step(s) of this module run reference numpy kernels: target "
+            f"{module.target} has no generated kernel for {', '.join(ops)}")
+    if strict:
+        raise FallbackError(f"{what} (strict: refused; compile with strict=False or unset "
+                            f"FUELC_STRICT to run them on numpy)")
+    import os
+    import sys
+    import warnings
+    # Attribute the warning to the first caller outside the compiler package.
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(0), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(FallbackWarning(f"{what}; kernel_summary() marks them (strict=True or "
+                                  f"FUELC_STRICT=1 refuses)"), stacklevel=level)
 
 
 def _warm(module: CompiledModule, jobs: int = 1, executor=None, pool=None,

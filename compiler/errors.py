@@ -12,7 +12,7 @@ class GraphBuildError(CompilerError, ValueError):
 
 
 class UnsupportedOpError(CompilerError, NotImplementedError):
-    """An op that exists in the spec but is not supported (yet)."""
+    """An op of the op table (``compiler/graph/ops.py``) that fuelc does not support yet."""
 
 
 class DialectError(CompilerError, ValueError):

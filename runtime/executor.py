@@ -21,7 +21,7 @@ steps over string value ids:
 ``Executor(plan, table=None)`` validates the plan and resolves every kernel
 step with ``lookup_with_caps`` at construction, raising ``PlanError`` or
 ``NoBackendForOp`` (naming the step) before anything runs. ``run(**inputs)``
-checks the inputs, contiguizes kernel inputs per §2.3 (not for a
+checks the inputs, contiguizes kernel inputs (``needs_contiguize``; not for a
 ``KernelCaps.view_input`` kernel, which reads any view), checks index operands
 (``runtime.indexing``: IndexOutOfRangeError before the kernel runs), pre-allocates the
 outputs, runs the steps and returns ``{name: np.ndarray}`` (copies).
@@ -257,7 +257,7 @@ def _storage_matches(storage: Storage, layout: Layout) -> bool:
 
 def needs_contiguize(storage: Storage, layout: Layout, strided_input: bool,
                      view_input: bool = False) -> bool:
-    """Spec §2.3: pass as-is iff offset 0, storage bytes == numel*itemsize,
+    """Pass as-is iff offset 0, storage bytes == numel*itemsize,
     and (layout contiguous or the kernel is strided_input-capable). A
     view_input-capable kernel (``KernelCaps.view_input``) gets every view as
     it is: broadcast (stride 0), offset, negative strides."""
@@ -470,7 +470,7 @@ class _KernelRunner:
         # are well-formed by construction, so KernelRef's checks are skipped).
         self.prepare = getattr(entry.kernel.fn, "prepare_call", None)
         self.bound = None  # (layouts, params, run)
-        # an executor-allocated value is contiguous, offset 0 and exactly sized: §2.3 (a) holds
+        # an executor-allocated value is contiguous, offset 0 and exactly sized: it passes as-is
         self.inputs = tuple((vid, vid in fresh) for vid in step.inputs)
         self.strided = entry.caps.strided_input
         self.view = entry.caps.view_input

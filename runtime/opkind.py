@@ -1,6 +1,6 @@
 """``OpKind``: the dispatch key of the binding table.
 
-Declaration order follows the spec. ``RuntimeFused`` is a tag only: runtime
+Declaration order is fixed: new kinds are appended. ``RuntimeFused`` is a tag only: runtime
 fused ops are keyed by ``BindingKey.runtime_fused(fid)``, never by this kind.
 """
 from __future__ import annotations
@@ -129,8 +129,8 @@ class OpKind(enum.IntEnum):
     Nf4Matmul = 115
     RuntimeFused = 116
     NonZeroIndices = 117
-    # Not in the spec's snapshot (fused id 25 was decompose-only there); fuelc
-    # gives AWQ its own kernel, so it gets a dispatch key. OpKind is open.
+    # Added later (fused id 25 was decompose-only at first); fuelc gives AWQ
+    # its own kernel, so it gets a dispatch key. OpKind is open.
     AwqMatmul = 118
 
     @classmethod

@@ -856,8 +856,8 @@ class Nf4Matmul(OpParams):
 class AwqMatmul(OpParams):
     """AWQ int4 matmul (AutoAWQ GEMM layout): act ``[batch, m, k]``, qweight
     ``[k, n/8]`` I32/U32, qzeros ``[k/group_size, n/8]``, scales
-    ``[k/group_size, n]`` F16/F32 (fuelc addition: the spec's AwqMatmul had
-    no kernel)."""
+    ``[k/group_size, n]`` F16/F32 (a fuelc addition: AwqMatmul
+    had no kernel before)."""
     batch: int
     m: int
     n: int

@@ -2,9 +2,20 @@
 
 Hypothesis runs derandomized by default so that CI is reproducible; explore
 new examples locally with ``pytest --hypothesis-profile=explore``.
+
+Kernels compile in the test process (``FUELC_JOBS=1`` unless set): a
+``compile()`` of 64 nodes or more would otherwise start a worker interpreter
+(``compiler/codegen/jobs.py``) for every such graph, one start-up each (an
+ONNX pooling node test is one), which on a small CI machine costs more than
+the worker saves. ``tests/compiler/test_jobs.py`` passes ``jobs=`` itself;
+``FUELC_JOBS=2 pytest ...`` brings the workers back.
 """
+import os
+
 import pytest
 from hypothesis import settings
+
+os.environ.setdefault("FUELC_JOBS", "1")
 
 settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.register_profile("explore", derandomize=False, print_blob=True)

@@ -2,10 +2,11 @@
 
 The key is a SHA-256 over the input IR, the entry names, the pipeline (its
 version, stages and strategy, as the target's codegen package describes
-it), a digest of that codegen package's Python sources (its rewrites and
-transform scripts shape the code too, so a changed or upgraded fuelc never
-reuses an object an older one compiled), the ``Target`` (triple, CPU name,
-features: objects for ``cpu:x86-64-v3`` and for this machine never mix) and
+it), a digest of the Python sources of that codegen package and of
+``codegen/common`` (rewrites and transform scripts shape the code too, so a
+changed or upgraded fuelc never reuses an object an older one compiled), the
+``Target`` (triple, CPU name, features: objects for ``cpu:x86-64-v3`` and for
+this machine never mix) and
 the versions of the MLIR bindings and llvmlite. Objects are kept on disk under
 ``$FUELC_CACHE_DIR`` (default ``~/.cache/fuelc``)/``objects/<key[:2]>/<key>.o``,
 so a kernel is compiled once per machine and target, across processes; in
@@ -118,7 +119,7 @@ def _version(dist: str) -> str:
         return "?"
 
 
-_CPU_CODEGEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu")
+_COMMON_CODEGEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "common")
 
 
 @functools.lru_cache(maxsize=None)
@@ -304,8 +305,9 @@ class KernelCache:
         target = _target(target)
         h = hashlib.sha256()
         codegen = target.codegen
-        # every codegen package builds on the CPU one's pipeline helpers
-        packages = dict.fromkeys([_CPU_CODEGEN, os.path.dirname(os.path.abspath(codegen.__file__))])
+        # every codegen package builds on the shared stage helpers and LLVM fix-ups
+        packages = dict.fromkeys([_COMMON_CODEGEN,
+                                  os.path.dirname(os.path.abspath(codegen.__file__))])
         for part in (codegen.describe_pipeline(strategy), *map(sources_digest, packages),
                      target.description,
                      _version("torch-mlir"), _version("llvmlite"), ",".join(entry_names), text):

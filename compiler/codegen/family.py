@@ -185,6 +185,9 @@ ZERO_STRIDE_ATTR = "fuelc.zero_stride_args"
 #: strategy selector sees it as a feature of the same name and runs the
 #: product as rows of B scaled into rows of C (``codegen.cpu.strategy``).
 FEW_ROWS_ATTR = "fuelc.few_rows"
+#: Marks the generic of a direct convolution (``lowering/fused_conv.py``), which
+#: a target's strategy may tile as such (``codegen.cpu.transforms.conv``).
+DIRECT_CONV_ATTR = "fuelc.direct_conv"
 #: The most rows (M) a matmul call may have to get the row kernel. The tiled
 #: kernel packs all of B on every call, which for a few rows costs more than
 #: the product; the row kernel reads B in place, once per call. One znver3

@@ -16,7 +16,7 @@ A fused registry entry gets a kernel here when two things exist:
 
 Adding an op (the whole recipe)::
 
-    @fused_kernel("QMatMul", precision=QMATMUL_CPU,
+    @fused_kernel("QMatMul", precision=QMATMUL,
                   from_params=lambda p, types: {"quant_type": p.quant_type.name.lower()},
                   keys=lambda t: [(t, DType.U8, t)])
     def _qmatmul_params(params, types):
@@ -38,11 +38,13 @@ Public API:
 * ``register_fused_kernels(table, target)``: called by the target's
   ``build_table``;
 * ``fused_specs()``, ``spec_for_kind(kind)``, and the
-  per-op precision constants (``NORM_FAMILY_CPU`` ...).
+  per-op precision claims (``NORM_FAMILY`` ..., ``FusedPrecision``: the
+  claim per target).
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Callable, Optional, Sequence
 
@@ -50,7 +52,6 @@ from runtime.params import exact_key
 from compiler.codegen import parallel
 from compiler.codegen.family import (KernelFamily, few_rows, single_op_linalg_text,
                                      unit_stride_args)
-from compiler.codegen.cpu import fastmath
 from compiler.codegen.loader import KernelFunction
 from compiler.errors import UnsupportedOpError
 from compiler.registry.kernel_params import FusedParams, register_fused_params
@@ -68,25 +69,38 @@ from runtime.precision import PrecisionGuarantee
 FLOATS = (DType.F32, DType.F64, DType.F16, DType.BF16)
 
 
-# -- precision constants ------------------------------------------------------
-def _cpu(what: str) -> PrecisionGuarantee:
+# -- precision claims -----------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class FusedPrecision:
+    """What a fused kernel's lowering fixes on every target (``what``: its
+    loop and accumulation order); ``for_target(target)`` is the claim a
+    target's table registers, with that target's kernel source and its
+    codegen package's ``PRECISION_NOTE`` (how it computes transcendentals)."""
+
+    what: str
+
+    def for_target(self, target) -> PrecisionGuarantee:
+        return _claim(self.what, target)
+
+
+@functools.lru_cache(maxsize=None)
+def _claim(what: str, target) -> PrecisionGuarantee:
     return PrecisionGuarantee(
         True, None, None, None,
-        f"mlir-cpu-fused {what}: one compiled function, deterministic sequential loop order "
-        "(bit-stable per hardware); f16/bf16 compute and accumulate in f32; exp/tanh/log on "
-        "f32 (and f16/bf16) are compiler.codegen.cpu.fastmath polynomials (<= {exp} / {tanh} / {log} "
-        "ulp from the correctly rounded f32 result); f64 exp/log and every sqrt via LLVM "
-        "intrinsics / libm".format(**fastmath.MAX_ULP))
+        f"{FAMILY.source(target)} {what} ({target}): one compiled function, deterministic "
+        "sequential loop order (bit-stable per hardware); f16/bf16 compute and accumulate in "
+        f"f32; {target.codegen.PRECISION_NOTE}")
 
 
-NORM_FAMILY_CPU = _cpu("norm family (softmax, rms/layer norm): max/sum/mean in one pass order")
-FUSED_LINEAR_CPU = _cpu("FusedLinear: matmul accumulation over k in order, then + bias")
-ROPE_CPU = _cpu("Rope: x*cos + rotate_half(x)*sin, two products and one add per element")
-SOFTMAX_CROSS_ENTROPY_CPU = _cpu("FusedSoftmaxCrossEntropy: row max, row exp-sum, masked "
-                                 "row-order sum")
-ATTN_CPU = _cpu("attention")
-QMATMUL_CPU = _cpu("quantized matmul (dequantize then accumulate in f32)")
-CONV2D_CPU = _cpu("Conv2D: accumulation over (c_in, kh, kw) in order")
+NORM_FAMILY = FusedPrecision("norm family (softmax, rms/layer norm): max/sum/mean in one pass "
+                             "order")
+FUSED_LINEAR = FusedPrecision("FusedLinear: matmul accumulation over k in order, then + bias")
+ROPE = FusedPrecision("Rope: x*cos + rotate_half(x)*sin, two products and one add per element")
+SOFTMAX_CROSS_ENTROPY = FusedPrecision("FusedSoftmaxCrossEntropy: row max, row exp-sum, masked "
+                                       "row-order sum")
+ATTN = FusedPrecision("attention")
+QMATMUL = FusedPrecision("quantized matmul (dequantize then accumulate in f32)")
+CONV2D = FusedPrecision("Conv2D: accumulation over (c_in, kh, kw) in order")
 
 
 # -- per-op registration ----------------------------------------------------------
@@ -104,7 +118,7 @@ class FusedKernelSpec:
     from_params: FromParams
     keys: Keys
     dtypes: tuple[DType, ...]
-    precision: PrecisionGuarantee
+    precision: FusedPrecision
     strided: bool = True
 
     @property
@@ -129,7 +143,7 @@ def _same_dtype_keys(arity: int) -> Keys:
 
 def fused_kernel(name: str, *, from_params: FromParams = lambda p, types: {},
                  keys: Optional[Keys] = None, dtypes: Sequence[DType] = FLOATS,
-                 precision: PrecisionGuarantee = NORM_FAMILY_CPU, strided: bool = True,
+                 precision: FusedPrecision = NORM_FAMILY, strided: bool = True,
                  serves=None):
     """Register the decorated ``to_params(params, in_types) -> OpParams`` as
     the params mapping of fused entry ``name`` (see the module docstring).
@@ -351,7 +365,8 @@ def warm_instance(inst: FusedInstance, *, target) -> KernelFunction:
 
 def register_fused_kernels(table, target, names: Optional[Sequence[str]] = None) -> int:
     """Register every fused op with a mapping and a lowering (or ``names``)
-    under ``(OpKind, dtypes, target.backend)``, with its precision claim and
+    under ``(OpKind, dtypes, target.backend)``, with its precision claim for
+    ``target`` (``FusedPrecision.for_target``) and
     the default cost of its OpKind. Nothing is compiled until a kernel is
     first called or warmed. Returns the key count."""
     specs = fused_specs()
@@ -365,7 +380,7 @@ def register_fused_kernels(table, target, names: Optional[Sequence[str]] = None)
         caps = KernelCaps(strided_input=spec.strided, full_write=True)
         for t in spec.dtypes:
             for key in spec.keys(t):
-                FAMILY.register(table, target, kind, tuple(key), spec.precision,
+                FAMILY.register(table, target, kind, tuple(key), spec.precision.for_target(target),
                                 default_cost_for_op_kind(kind), caps)
                 n += 1
     return n
@@ -376,7 +391,7 @@ def _rows(shape) -> int:
     return math.prod(shape[:-1])
 
 
-@fused_kernel("SoftmaxLastDim", precision=NORM_FAMILY_CPU)
+@fused_kernel("SoftmaxLastDim", precision=NORM_FAMILY)
 def _softmax_params(params, types):
     x = types[0].shape
     return P.SoftmaxLastDim(_rows(x), x[-1])
@@ -391,20 +406,20 @@ def _eps_back(p, types):
     return {"eps": float(p.eps)}
 
 
-fused_kernel("RmsNormLastDim", from_params=_eps_back, precision=NORM_FAMILY_CPU,
+fused_kernel("RmsNormLastDim", from_params=_eps_back, precision=NORM_FAMILY,
              keys=lambda t: [(t,) * 2, (t,) * 3])(_norm_params)  # x [, weight]
-fused_kernel("LayerNormLastDim", from_params=_eps_back, precision=NORM_FAMILY_CPU,
+fused_kernel("LayerNormLastDim", from_params=_eps_back, precision=NORM_FAMILY,
              keys=lambda t: [(t,) * 2, (t,) * 3, (t,) * 4])(_norm_params)  # x [, weight [, bias]]
 
 
-@fused_kernel("FusedLinear", precision=FUSED_LINEAR_CPU,
+@fused_kernel("FusedLinear", precision=FUSED_LINEAR,
               dtypes=(DType.F32, DType.F64, DType.F16, DType.BF16))
 def _linear_params(params, types):
     a, b = types[0].shape, types[1].shape
     return P.Matmul(tuple(a[:-2]), tuple(b[:-2]), a[-2], b[-1], a[-1])
 
 
-@fused_kernel("Rope", precision=ROPE_CPU,
+@fused_kernel("Rope", precision=ROPE,
               from_params=lambda p, types: {"interleaved": bool(p.interleaved)})
 def _rope_params(params, types):
     x = types[0].shape
@@ -415,7 +430,7 @@ def _rope_params(params, types):
 _REDUCTION = {"mean": P.Reduction.MEAN, "sum": P.Reduction.SUM, "none": P.Reduction.NONE}
 
 
-@fused_kernel("FusedSoftmaxCrossEntropy", precision=SOFTMAX_CROSS_ENTROPY_CPU,
+@fused_kernel("FusedSoftmaxCrossEntropy", precision=SOFTMAX_CROSS_ENTROPY,
               from_params=lambda p, types: {
                   "reduction": {v: k for k, v in _REDUCTION.items()}[p.reduction],
                   "ignore_index": int(p.ignore_index)},
@@ -429,5 +444,5 @@ def _fsce_params(params, types):
 __all__ = ["FusedKernelSpec", "FusedInstance", "FusedFamily", "FAMILY", "fused_kernel",
            "fused_specs", "spec_for_kind", "fused_op_params", "instance_from_params",
            "linalg_text", "warm_instance", "register_fused_kernels",
-           "NORM_FAMILY_CPU", "FUSED_LINEAR_CPU", "ROPE_CPU", "SOFTMAX_CROSS_ENTROPY_CPU",
-           "ATTN_CPU", "QMATMUL_CPU", "CONV2D_CPU", "FLOATS"]
+           "NORM_FAMILY", "FUSED_LINEAR", "ROPE", "SOFTMAX_CROSS_ENTROPY",
+           "ATTN", "QMATMUL", "CONV2D", "FusedPrecision", "FLOATS"]

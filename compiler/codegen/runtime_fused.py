@@ -152,7 +152,7 @@ def linalg_text(inst: RuntimeFusedInstance, platform: str | None = None) -> str:
     """The fused linalg-on-tensors module of one instance (after
     ``FUSION_PASSES``), lowered with ``platform``'s rules. Raises
     UnsupportedOpError / LoweringError / PipelineError (with a reproducer)."""
-    from compiler.codegen.cpu.pipeline import Stage, run_stage
+    from compiler.codegen.common.stages import Stage, run_stage
     from compiler.codegen.linalg import lower_to_linalg
     module = fuel_module(inst)
     lower_to_linalg(module, platform=platform)

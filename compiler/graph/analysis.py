@@ -1,6 +1,6 @@
 """Graph analyses over the arena: reachability, topological order, consumers,
 dead-code elimination. Walks start from roots (default: the graph outputs);
-orphaned nodes are ignored, as in the spec (§1.1)."""
+orphaned nodes are ignored."""
 from __future__ import annotations
 
 from typing import Iterable, Optional

@@ -83,7 +83,7 @@ class Graph:
         nodes: the arena; ``nodes[i].id == i``.
         inputs: input name -> node id, in declaration order.
         outputs: output name -> node id, in declaration order.
-        constants: Const name -> storage array (the spec's ``storage_map``).
+        constants: Const name -> storage array.
         symbols: symbol name -> (lo, hi) bounds (``docs/dynamic-shapes.md``).
         equalities: ``(lhs, rhs, where)`` extents the shape rules assumed equal;
             a call checks them once.

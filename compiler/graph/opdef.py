@@ -8,7 +8,7 @@ builder checks shapes/dtypes with ``infer``, the reference interpreter runs
 Contract (shared by compiler.graph, compiler.dialect, compiler.codegen,
 compiler.registry):
 
-* ``name``      the spec's CamelCase name, e.g. ``"SumDim"``, ``"AddScalar"``.
+* ``name``      the op's CamelCase name, e.g. ``"SumDim"``, ``"AddScalar"``.
 * ``mnemonic``  snake_case; the MLIR op is ``fuel.<mnemonic>`` (``fuel.sum_dim``).
 * ``arity``     number of tensor operands, or ``VARIADIC`` (Concat).
 * ``params``    ordered ``ParamSpec``s; a node stores its params as a plain
@@ -21,10 +21,10 @@ compiler.registry):
                 structurally by the executor, e.g. views, Const, Reshape).
 * ``category``  one of CATEGORIES, used by lowering and fusion to apply a
                 rule per family instead of per op.
-* ``supported`` False for ops that exist in the spec but are rejected with a
+* ``supported`` False for ops the table lists but rejects with a
                 "not supported yet" error (in-place, memory/state, control).
 * ``dtypes``    the element types accepted for the op's data operand(s) ("T"
-                in the spec); ``None`` means the op does not constrain them
+                in a signature); ``None`` means the op does not constrain them
                 (leaves, pure data movement on raw bits). ``infer`` enforces it;
                 lowering and kernel coverage may read it instead of re-deriving.
 """

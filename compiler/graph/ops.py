@@ -5,24 +5,25 @@ params, category, dispatch kind, the shape/dtype rule (``infer``) and the
 numpy reference (``reference``). See ``compiler.graph.opdef`` for the record
 and ``compiler.graph.numerics`` for the reference's numeric conventions.
 
-Shape/dtype rules follow the spec: element-wise binary ops need identical
+Shape/dtype rules: element-wise binary ops need identical
 shapes and dtypes (the builder in ``compiler.graph.graph`` inserts
 ``BroadcastTo`` for numpy-style broadcasting, once, centrally); there is no
 implicit dtype promotion. Axis params are absolute (``0 <= axis < rank``);
 the builder normalizes negative axes before a node is made.
 
-Deviations from / additions to the spec, stated once:
+Conventions stated once (``docs/architecture.md``: this table is the one source
+of truth for the primitives):
 
 * ``Input`` (a graph parameter; params ``name, shape, dtype``) is a leaf of
   this table so that every node's ``op`` is a key of ``OP_TABLE`` or
   ``"Fused"``. It has no dialect op of its own meaning: it is a function
   argument.
 * ``Const`` params are ``name, shape, dtype``; the payload lives in
-  ``Graph.constants[name]`` (the spec's ``storage_map``), not in params.
+  ``Graph.constants[name]``, not in params.
 * Float-only ops (``FLOAT_ONLY`` below: transcendental math, Pow, Mean,
   MatMul, the softmax family) reject integer operands instead of promoting.
 * Integer ``Div`` truncates toward zero (like ``arith.divsi``/``divui``);
-  integer ``Rem`` follows the spec's a − floor(a/b)·b (the divisor's sign).
+  integer ``Rem`` is a − floor(a/b)·b (the divisor's sign).
   Integer division by zero is undefined in compiled code; the reference
   yields 0.
 * ``Ne`` is IEEE "unordered or not equal": true whenever an operand is NaN

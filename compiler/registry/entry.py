@@ -141,7 +141,7 @@ class FusedOpEntry:
     ``num_outputs > 1``, a list of them: the output views / bundle slots,
     slot 0 first) and raises ``GraphBuildError`` naming the op and the
     rule broken. ``reference(inputs, params)`` is the numpy oracle written
-    from the spec's math (not from the recipe), following
+    from the op's math (not from the recipe), following
     ``compiler.graph.numerics`` conventions; multi-output ops return a list.
     ``destructive_input`` is mandatory (no default): the input index the op
     writes through, or None.
@@ -253,7 +253,7 @@ def normalize_params(entry, params: Optional[dict]) -> dict:
 class FusedOpParamsKey:
     """The CSE key of a fused node: the fused id (two nodes
     of different ops never merge, even under a shared tag such as the three
-    FlashAttnBackward ids), the spec's params tag, the float params as
+    FlashAttnBackward ids), the params tag, the float params as
     binary64 bit patterns (``2**64-1`` for None) and the integer-like params
     (bools as 0/1, enumerations as their code, ``-2**63`` for None,
     tuples flattened with their length first)."""
@@ -274,7 +274,7 @@ def cse_key(entry, params: Optional[dict]) -> FusedOpParamsKey:
     p = normalize_params(entry, params)
     bits: list[int] = []
     ints: list[int] = []
-    if entry.is_runtime:  # Runtime{scalars}: the slot values' bits (§3.1)
+    if entry.is_runtime:  # Runtime{scalars}: the slot values' bits
         return FusedOpParamsKey(entry.id, entry.cse_tag,
                                 tuple(b & NONE_BITS for b in p["scalars"]), ())
     for spec in entry.params:

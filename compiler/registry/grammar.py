@@ -28,7 +28,7 @@ Relative param values, resolved against the bind shapes at emission:
   ``Unsqueeze``, where it means append (``rank``). Only for ``i64`` params.
 * ``SLOT``: an open scalar slot, filled at emission from the entry's scalar
   projection in pre-order. Only ``AddScalar``/``MulScalar`` ``value`` carry
-  slots (§4.4); every other scalar is baked into the recipe.
+  slots; every other scalar is baked into the recipe.
 * shape expressions (for ``i64s`` params): ``SameAs(i)`` (bind i's shape),
   ``WithDim(i, axis, dim)`` (bind i's shape with one axis replaced) and
   ``Dims((d0, d1, ...))``.

@@ -11,16 +11,19 @@
   ``%t``, ``not``, pipes into ``filecheck``; see ``compiler.testing.lit``).
   Or let pytest collect every ``.mlir`` file with a RUN line as a test item:
   ``pytest -p compiler.testing.pytest_plugin``.
+* ``run_command(argv, stdin="", cwd=None)`` runs ``fuelc opt ...``,
+  ``python -m compiler.opt ...`` or ``filecheck ...`` in this process with
+  its output captured (``compiler.testing.inprocess``), as a subprocess
+  would, without starting an interpreter.
 """
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tempfile
 from typing import Iterable, Optional
 
 from compiler.errors import PassError, PipelineSyntaxError
+from compiler.testing.inprocess import run_command
 from compiler.testing.lit import FEATURES, MlirTest, RunLineFailed, collect_mlir_tests
 
 
@@ -78,9 +81,7 @@ def filecheck(output: str, check, prefix: str = "CHECK") -> None:
         if not is_file:
             with open(path, "w") as f:
                 f.write(check)
-        proc = subprocess.run([sys.executable, "-m", "filecheck", path,
-                               f"--check-prefix={prefix}"],
-                              input=output, capture_output=True, text=True, timeout=120)
+        proc = run_command(["filecheck", path, f"--check-prefix={prefix}"], stdin=output)
     if proc.returncode != 0:
         source = os.fspath(check) if is_file else "the check text"
         raise FileCheckError(
@@ -89,4 +90,4 @@ def filecheck(output: str, check, prefix: str = "CHECK") -> None:
 
 
 __all__ = ["run_pipeline_on_text", "filecheck", "PipelineFailed", "FileCheckError",
-           "collect_mlir_tests", "MlirTest", "RunLineFailed", "FEATURES"]
+           "collect_mlir_tests", "MlirTest", "RunLineFailed", "FEATURES", "run_command"]

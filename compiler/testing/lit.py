@@ -1,7 +1,13 @@
 """Run the ``// RUN:`` lines of ``.mlir`` test files, the way lit does.
 
 Each RUN line (``\\`` at the end continues it on the next RUN line) runs
-through ``bash -o pipefail`` so every stage of a pipe must succeed.
+like ``bash -o pipefail -c LINE``: every stage of a pipe must succeed. A line
+made only of the commands fuelc's tests use (``python -m compiler.opt``,
+``fuelc``, ``python -m compiler.codegen.cuda``, ``filecheck``, ``echo``,
+``not``; pipes, ``&&``, ``2>&1``, ``>FILE``) runs in this process
+(``compiler.testing.inprocess``: no interpreter start-up per command); any
+other line, or every line when ``$FUELC_LIT_SUBPROCESS=1``, runs through
+``bash``.
 Substitutions: ``%s`` (the test file), ``%S`` (its directory), ``%t`` (a
 temporary path of the RUN line), ``%%`` (a ``%``); at the start of a pipeline
 stage ``python``, ``fuelc`` and ``filecheck`` run under this interpreter
@@ -21,6 +27,8 @@ import shlex
 import subprocess
 import sys
 from typing import Callable, Mapping, Optional
+
+from compiler.testing import inprocess
 
 _RUN_RE = re.compile(r"\s*//\s*RUN:\s?(.*)$")
 _REQUIRES_RE = re.compile(r"\s*//\s*REQUIRES:\s*(.*)$")
@@ -49,11 +57,17 @@ def _fused_dialect() -> bool:
 FEATURES: dict[str, Callable[[], bool]] = {"fused-dialect": _fused_dialect}
 
 
-def substitute(cmd: str, path: pathlib.Path, tmp: pathlib.Path) -> str:
-    """``cmd`` with lit's substitutions applied (see the module docstring)."""
+def substitute_paths(cmd: str, path: pathlib.Path, tmp: pathlib.Path) -> str:
+    """``cmd`` with ``%s``, ``%S``, ``%t`` and ``%%`` substituted."""
     subs = {"%": "%", "s": shlex.quote(str(path)), "S": shlex.quote(str(path.parent)),
             "t": shlex.quote(str(tmp))}
-    cmd = re.sub(r"%([%sSt])", lambda m: subs[m.group(1)], cmd)
+    return re.sub(r"%([%sSt])", lambda m: subs[m.group(1)], cmd)
+
+
+def substitute(cmd: str, path: pathlib.Path, tmp: pathlib.Path) -> str:
+    """``cmd`` with lit's substitutions applied and the commands spelled for
+    ``bash`` (see the module docstring)."""
+    cmd = substitute_paths(cmd, path, tmp)
     cmd = re.sub(_STAGE + r"((?:not\s+)*)(python|fuelc|filecheck)(?=\s|$)",
                  lambda m: m.group(1) + m.group(2) + _COMMANDS[m.group(3)], cmd)
     return re.sub(_STAGE + r"not(?=\s)", lambda m: m.group(1) + _NOT, cmd)
@@ -118,15 +132,24 @@ class MlirTest:
         env.setdefault("FUELC_REPRO_DIR", str(tmp_dir / "repro"))
         env["PYTHONPATH"] = os.pathsep.join(
             [str(_compiler_root())] + [p for p in [env.get("PYTHONPATH")] if p])
+        subprocess_only = os.environ.get("FUELC_LIT_SUBPROCESS", "") not in ("", "0")
         for i, line in enumerate(lines):
-            cmd = substitute(line, self.path.resolve(), tmp_dir / f"out{i}")
-            proc = subprocess.run(["bash", "-o", "pipefail", "-c", cmd],
-                                  cwd=cwd or self.path.parent, env=env,
-                                  capture_output=True, text=True, timeout=timeout)
+            tmp = tmp_dir / f"out{i}"
+            parsed = None if subprocess_only else inprocess.parse(
+                substitute_paths(line, self.path.resolve(), tmp))
+            if parsed is not None:
+                cmd = substitute_paths(line, self.path.resolve(), tmp)
+                note = "    (run in this process; FUELC_LIT_SUBPROCESS=1 runs it in bash)"
+                proc = inprocess.run_line(parsed, cwd or self.path.parent, env)
+            else:
+                cmd, note = substitute(line, self.path.resolve(), tmp), ""
+                proc = subprocess.run(["bash", "-o", "pipefail", "-c", cmd],
+                                      cwd=cwd or self.path.parent, env=env,
+                                      capture_output=True, text=True, timeout=timeout)
             if proc.returncode != 0:
                 raise RunLineFailed(
                     f"{self.path.name}: RUN line {i + 1} failed (rc={proc.returncode}): {line}\n"
-                    f"$ {cmd}\n--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}")
+                    f"$ {cmd}{note}\n--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}")
 
 
 def _compiler_root() -> pathlib.Path:

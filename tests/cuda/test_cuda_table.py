@@ -225,3 +225,18 @@ def test_gpu_dtypes_match_cpu(dt):
     for k in want:
         np.testing.assert_allclose(np.asarray(got[k], np.float64), np.asarray(want[k], np.float64),
                                    rtol=tol, atol=tol * 10, err_msg=k)
+
+
+def test_fused_precision_claims_are_the_targets_own():
+    """The CUDA fused kernels claim what the CUDA codegen does (libdevice),
+    not the CPU's fastmath polynomials; the CPU ones keep theirs."""
+    from compiler.codegen.fused import spec_for_kind
+    from runtime.keys import BackendId
+    from runtime.opkind import OpKind
+    spec = spec_for_kind(OpKind.SoftmaxLastDim)
+    key = spec.keys(DType.F32)[0]
+    gpu = table_for("cuda").lookup_entry(spec.op_kind, key, BackendId.parse("cuda")).precision
+    cpu = table_for("cpu").lookup_entry(spec.op_kind, key, BackendId.CPU).precision
+    assert gpu.notes.startswith("mlir-nvptx-fused norm family") and "libdevice" in gpu.notes
+    assert "fastmath" not in gpu.notes and "cpu" not in gpu.notes.lower(), gpu.notes
+    assert cpu.notes.startswith("mlir-cpu-fused norm family") and "fastmath" in cpu.notes

@@ -257,8 +257,9 @@ def test_unmappable_device_ops_are_refused_before_translation(tmp_path):
 # -- the gpu-dialect stage (FileCheck) ---------------------------------------------------------
 @pytest.mark.parametrize("name", ["softmax_gpu.mlir", "matmul_gpu.mlir", "gridstride_gpu.mlir"])
 def test_filecheck_gpu_stage(name, tmp_path):
-    """Through the lit-style runner, so ``python`` and ``filecheck`` are this
-    interpreter's (``sys.executable -m filecheck``), never whatever is on PATH."""
+    """Through the lit-style runner, in this process: ``python -m
+    compiler.codegen.cuda`` and ``filecheck`` are calls (the filecheck
+    package's API), never whatever is on PATH."""
     from compiler.testing import MlirTest
     case = MlirTest(HERE / name)
     assert "RUN:" in case.path.read_text()

@@ -487,12 +487,14 @@ def test_conv2d_named_op_for_groups_1_generic_for_groups(rng):
 
 
 def test_registration_facts():
+    from compiler.targets import parse_target
     specs = F.fused_specs()
-    for name, precision in (("FlashAttn", F.ATTN_CPU), ("QMatMul", F.QMATMUL_CPU),
-                            ("Nf4Matmul", F.QMATMUL_CPU), ("Conv2D", F.CONV2D_CPU)):
+    for name, precision in (("FlashAttn", F.ATTN), ("QMatMul", F.QMATMUL),
+                            ("Nf4Matmul", F.QMATMUL), ("Conv2D", F.CONV2D)):
         s = specs[name]
-        assert s.precision is precision and precision.bit_stable_on_same_hardware
-        assert precision.max_ulp is None and precision.max_relative is None
+        claim = precision.for_target(parse_target("cpu"))
+        assert s.precision is precision and claim.bit_stable_on_same_hardware
+        assert claim.max_ulp is None and claim.max_relative is None
     assert specs["FlashAttn"].keys(DType.F32) == [(DType.F32,) * 4, (DType.F32,) * 5]
     assert specs["Conv2D"].keys(DType.F64) == [(DType.F64,) * 3, (DType.F64,) * 4]
     assert specs["QMatMul"].keys(DType.F32) == [(DType.F32, DType.U32, DType.F32)]

@@ -4,8 +4,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import shlex
-import subprocess
-import sys
 
 import pytest
 
@@ -18,6 +16,7 @@ from compiler.passes import (
     run_pipeline)
 from compiler.passes.diagnostics import emit_warning
 from compiler.passes.pipeline import parse_options, parse_pipeline, render_pipeline
+from compiler.testing import run_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -95,9 +94,7 @@ def test_failure_writes_a_reproducer_that_reproduces(tmp_path):
     assert err.command in str(err)
     assert any("no kernel for 'fuel.neg'" in d.message for d in err.diagnostics)
     # The printed command, run as printed, fails the same way.
-    argv = shlex.split(err.command)
-    argv[0] = sys.executable
-    proc = subprocess.run(argv + ["--no-reproducer"], cwd=ROOT, capture_output=True, text=True)
+    proc = run_command(shlex.split(err.command) + ["--no-reproducer"], cwd=ROOT)
     assert proc.returncode == 1
     assert "no kernel for 'fuel.neg'" in proc.stderr
     assert "fuel.neg" in open(err.reproducer).read()

@@ -16,6 +16,7 @@ import compiler.passes as passes
 from compiler.opt import main as opt_main
 from compiler.passes import (
     PASSES, ModulePass, PassRegistrationError, PluginError, load_pass_plugin, register_pass)
+from compiler.testing import run_command
 
 IDENTITY_PASS = '''
 from compiler.passes import ModulePass, register_pass
@@ -226,17 +227,16 @@ def test_reproducer_of_a_plugin_pass_reruns_from_anywhere(tmp_path, neg_file):
     sub = tmp_path / "plugins"
     sub.mkdir()
     _plugin(sub, FAILING_PASS, "refuse.py")
-    proc = subprocess.run(
-        [sys.executable, "-m", "compiler.opt", str(neg_file), "--load-pass-plugin",
+    proc = run_command(
+        ["python", "-m", "compiler.opt", str(neg_file), "--load-pass-plugin",
          "plugins/refuse.py", f"--reproducer-dir={tmp_path / 'repro'}",
-         "--pass-pipeline=builtin.module(test-refuse-neg)"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120, env=ENV)
+         "--pass-pipeline=builtin.module(test-refuse-neg)"], cwd=tmp_path, env=ENV)
     assert proc.returncode == 1, proc.stderr
     command = next(line.split("rerun with: ", 1)[1] for line in proc.stderr.splitlines()
                    if "rerun with: " in line)
     assert f"--load-plugin={sub / 'refuse.py'}" in command, command
     argv = shlex.split(command)
-    argv[0] = sys.executable
+    argv[0] = sys.executable   # a real process in another directory
     again = subprocess.run(argv + ["--no-reproducer"], cwd=sub, capture_output=True,
                            text=True, timeout=120, env=ENV)
     assert again.returncode == 1

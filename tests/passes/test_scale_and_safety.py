@@ -20,6 +20,7 @@ from compiler.passes import _fuel, build_pipeline, register_table, run_pipeline
 from compiler.passes._target import TargetError, resolve_table, resolve_target
 from compiler.passes.diagnostics import malformed_expectations
 from compiler.dialect.verify import check_nesting
+from compiler.testing import run_command
 from tests.passes import kernel_tables  # noqa: F401  (registers the test tables)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -28,7 +29,12 @@ R = "tensor<4xf32>"
 U = "tensor<4x1xf32>"
 
 
-def _opt(*args, stdin=None):
+def _opt(*args, stdin=None, isolated=False):
+    """``python -m compiler.opt ARGS`` from the repository root: in this
+    process (``compiler.testing.run_command``), or in a subprocess where a
+    regression would crash or abort the interpreter (``isolated``)."""
+    if not isolated:
+        return run_command(["python", "-m", "compiler.opt", *args], stdin=stdin or "", cwd=ROOT)
     return subprocess.run([sys.executable, "-m", "compiler.opt", *args], cwd=ROOT, input=stdin,
                           capture_output=True, text=True, timeout=120)
 
@@ -137,7 +143,8 @@ def test_compiled_chain_matches_the_interpreter_after_group_splitting():
 # -- pipeline text runs no code -----------------------------------------------------
 @pytest.mark.parametrize("spec", ["os:abort", "sys:exit", "tests.passes.kernel_tables:fused_f32"])
 def test_table_option_never_imports_or_calls(spec):
-    proc = _opt("-", f"--pass-pipeline=builtin.module(fuel-fuse{{table={spec}}})", stdin=chain(3))
+    proc = _opt("-", f"--pass-pipeline=builtin.module(fuel-fuse{{table={spec}}})", stdin=chain(3),
+                isolated=spec == "os:abort")
     assert proc.returncode == 1, proc.stderr  # an error, not an abort (-6) or exit 0
     assert f"unknown binding table '{spec}'; known tables: cpu, global" in proc.stderr
 
@@ -196,11 +203,11 @@ I64_NEG = """func.func @f(%a: tensor<4xi64>) -> tensor<4xi64> {
 }"""
 
 
-def _rerun(command: str) -> subprocess.CompletedProcess:
+def _rerun(command: str):
+    """The printed command, as printed (in this process, from the root)."""
     argv = shlex.split(command)
     assert argv[:3] == ["python", "-m", "compiler.opt"], command
-    return subprocess.run([sys.executable, *argv[1:], "--no-reproducer"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    return run_command(argv + ["--no-reproducer"], cwd=ROOT)
 
 
 def test_a_table_object_is_printed_by_its_name_and_reruns(tmp_path):
@@ -264,14 +271,14 @@ def test_compile_reproducer_names_the_target(tmp_path, monkeypatch):
         proc.stderr
 
 
-# -- parser guards and type limits (crash cases in a subprocess) --------------------
+# -- parser guards (crash cases in a subprocess) and type limits -------------------
 @pytest.mark.parametrize("text", [
     "module {" * 5000 + "}" * 5000,
     "func.func private @f(" + "tensor<" * 3000 + "f32" + ">" * 3000 + ")",
     "func.func private @f() attributes {a = " + "[" * 4000 + "]" * 4000 + "}",
 ])
 def test_deeply_nested_input_is_refused_not_crashed(text):
-    proc = _opt("-", "-p", "default", stdin=text)
+    proc = _opt("-", "-p", "default", stdin=text, isolated=True)
     assert proc.returncode == 1, (proc.returncode, proc.stderr[-500:])
     assert "<stdin>:1:" in proc.stderr and "more than 256 levels deep" in proc.stderr
 

@@ -6,6 +6,7 @@ reduced to the layer it crosses into (``compiler.<layer>`` or ``runtime``).
 """
 import ast
 import collections
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,6 +35,7 @@ def _layer(module: str):
     return None
 
 
+@functools.lru_cache(maxsize=None)   # read once per session (the tests only read it)
 def layer_graph() -> dict[str, set[str]]:
     graph = collections.defaultdict(set)
     for top in ("compiler", "runtime"):
@@ -105,3 +107,38 @@ def test_codegen_plan_and_passes_stay_in_their_lanes():
 
 def test_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def _codegen_imports():
+    """(module path under compiler/codegen, the compiler.codegen.* modules it
+    imports) for every file of the codegen layer."""
+    base = ROOT / "compiler" / "codegen"
+    for path in base.rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        package = ".".join(parts[:-1] if parts[-1] != "__init__" else parts[:-1])
+        if parts[-1] == "__init__":
+            package = ".".join(parts[:-1])
+        yield path.relative_to(base), {m for m in _imports(path, package)
+                                       if m.startswith("compiler.codegen.")}
+
+
+def _kind_packages() -> set[str]:
+    base = ROOT / "compiler" / "codegen"
+    return {p.parent.name for p in base.glob("*/__init__.py")} - {"common", "lowering"}
+
+
+def test_target_codegen_packages_import_no_other_target_and_neutral_code_none():
+    """codegen/<kind>/ (cpu, cuda) may use the target-neutral codegen
+    (codegen/*.py, lowering/, common/) but never another kind's package; the
+    target-neutral modules import no kind's package (a CUDA kernel must not
+    claim, or be built from, the CPU's helpers)."""
+    kinds = _kind_packages()
+    assert {"cpu", "cuda"} <= kinds
+    bad = []
+    for rel, imported in _codegen_imports():
+        own = rel.parts[0] if len(rel.parts) > 1 and rel.parts[0] in kinds else None
+        for m in imported:
+            kind = m.split(".")[2]
+            if kind in kinds and kind != own:
+                bad.append(f"compiler/codegen/{rel.as_posix()} imports {m}")
+    assert bad == [], bad

@@ -162,3 +162,104 @@ def test_pytest_plugin_collects_mlir_files(tmp_path):
     assert "1 failed, 1 passed" in proc.stdout, proc.stdout
     assert "bad.mlir: RUN line 1 failed (rc=1)" in proc.stdout
     assert 'Couldn\'t match "ko"' in proc.stdout
+
+
+# -- the in-process runner ---------------------------------------------------------
+
+def test_every_run_line_of_the_repository_runs_in_process():
+    """tests/passes, tests/cuda and the plugin example start no bash and no
+    interpreter per command (FUELC_LIT_SUBPROCESS=1 brings bash back)."""
+    from compiler.testing import inprocess
+    from compiler.testing.lit import substitute_paths
+    cases = [c for d in ("tests/passes", "tests/cuda", "examples/custom_pass")
+             for c in collect_mlir_tests(ROOT / d)]
+    lines = [(c.path.name, line) for c in cases for line in c.run_lines()]
+    assert len(lines) > 40
+    for name, line in lines:
+        assert inprocess.parse(substitute_paths(line, ROOT / name, ROOT / "t")), (name, line)
+
+
+@pytest.mark.parametrize("line, parsed", [
+    ("echo a | not fuelc opt - 2>&1 >/dev/null | filecheck x",
+     [[["echo", "a"], 0, []], [["fuelc", "opt", "-"], 1, [(2, "&1"), (1, "/dev/null")]],
+      [["filecheck", "x"], 0, []]]),
+    ("not not echo 'a b' \"c\\\"d\" e\\ f", [[["echo", "a b", 'c"d', "e f"], 2, []]]),
+])
+def test_run_line_parsing(line, parsed):
+    from compiler.testing import inprocess
+    (pipeline,) = inprocess.parse(line)
+    assert [[s.argv, s.negations, s.redirects] for s in pipeline.stages] == parsed
+
+
+@pytest.mark.parametrize("line", ["echo $HOME", "echo a || echo b", "cat x", "echo a &",
+                                  "echo (a)", "python -c 'print(1)'", "echo *.mlir"])
+def test_lines_it_cannot_interpret_are_left_to_bash(line):
+    from compiler.testing import inprocess
+    assert inprocess.parse(line) is None
+
+
+def test_in_process_lines_keep_shell_semantics(tmp_path):
+    t = _mlir(tmp_path, """\
+        // RUN: fuelc opt %s --pass-pipeline='builtin.module(fuel-cse)' > %t && fuelc opt %t | filecheck %s
+        // RUN: fuelc opt %s --print-ir-after-all -p 'builtin.module(fuel-dce)' 2>&1 >/dev/null | filecheck %s --check-prefix=DUMP
+        // RUN: echo 'func.func @g( {' | not fuelc opt - 2>&1 | filecheck %s --check-prefix=BAD
+        // RUN: not fuelc opt %s -p 'builtin.module(fuel-nope)' | filecheck %s --check-prefix=EMPTY --allow-empty
+        // RUN: true; not false && true
+        // CHECK: "fuel.add"
+        // CHECK-NOT: "fuel.add"
+        // DUMP: IR Dump After FuelDCE
+        // BAD: <stdin>:1:
+        // EMPTY-NOT: {{.}}
+        """ + TWO_ADDS)
+    t.run(tmp_path)
+    assert (tmp_path / "out0").read_text().count('"fuel.add"') == 1
+    fails = _mlir(tmp_path, "// RUN: fuelc opt %s -p 'builtin.module(fuel-nope)' | "
+                            "filecheck %s\n// CHECK: module\n", "pipefail.mlir")
+    with pytest.raises(RunLineFailed, match=r"(?s)rc=1\).*run in this process.*unknown pass .fuel-nope.*is empty"):
+        fails.run(tmp_path)
+
+
+def test_each_command_sees_only_the_plugins_it_loads(tmp_path, monkeypatch):
+    """A plugin loaded in this process (or by an earlier command) is absent
+    for a command that does not load it, as in a fresh process; the
+    process's own registry is left as it was."""
+    import compiler.passes as passes
+    plugin = ROOT / "examples" / "custom_pass" / "fold_double_neg.py"
+    before, plugins, modules = dict(passes.PASSES), dict(passes._PLUGINS), set(sys.modules)
+    try:
+        passes.load_pass_plugin(str(plugin))
+        assert "fold-double-neg" in passes.PASSES
+        t = _mlir(tmp_path, f"""\
+            // RUN: not fuelc opt %s -p 'builtin.module(fold-double-neg)' 2>&1 | filecheck %s
+            // RUN: fuelc opt %s --load-plugin {plugin} -p 'builtin.module(fold-double-neg)'
+            // RUN: fuelc opt %s --load-plugin=tests.passes.kernel_tables -p 'builtin.module(fuel-fuse{{table=fused_f32}})'
+            // RUN: not fuelc opt %s -p 'builtin.module(fuel-fuse{{table=fused_f32}})'
+            // CHECK: unknown pass 'fold-double-neg'
+            """ + TWO_ADDS)
+        t.run(tmp_path, cwd=ROOT)
+        assert "fold-double-neg" in passes.PASSES
+    finally:   # what this test loaded is gone again (a later load registers afresh)
+        passes.PASSES.clear()
+        passes.PASSES.update(before)
+        passes._PLUGINS.clear()
+        passes._PLUGINS.update(plugins)
+        for name in set(sys.modules) - modules:
+            if name.startswith("fuelc_plugin_"):
+                del sys.modules[name]
+
+
+def test_filecheck_needs_no_path(tmp_path, monkeypatch):
+    """``filecheck`` is this interpreter's package, never one found on PATH
+    (a venv used without activating it)."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    _mlir(tmp_path, "// RUN: echo ok | filecheck %s\n// CHECK: ok\n").run(tmp_path)
+    filecheck("ok\n", "// CHECK: ok\n")
+
+
+def test_run_command_is_a_captured_call(tmp_path):
+    from compiler.testing import run_command
+    r = run_command(["python", "-m", "compiler.opt", "-", "-p", "builtin.module(fuel-cse)"],
+                    stdin=TWO_ADDS)
+    assert r.returncode == 0 and r.stdout.count('"fuel.add"') == 1, r.stderr
+    r = run_command(["fuelc", "opt", str(tmp_path / "missing.mlir")])
+    assert r.returncode == 2 and "cannot read" in r.stderr and r.stdout == ""

@@ -34,20 +34,22 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import re
 import shlex
 import sys
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
 from compiler.reproducer import reproducer_dir
 from compiler.targets import TargetError
 from compiler.errors import CodegenError, PipelineError
-from compiler.mlir import MLIRError, bufferization, func, ir, memref, passmanager
+from compiler.mlir import MLIRError, ir, memref, passmanager
 from compiler.mlir import llvm as llvm_dialect
 from compiler.codegen.cpu import fastmath
 from compiler.codegen.cpu import llvm as llvm_codegen
+from compiler.codegen.common import stages
+from compiler.codegen.common.stages import (Stage, pipeline_text, prepare_entries,  # noqa: F401
+                                            stage_failure, write_reproducer)
 from compiler.codegen.loader import CompiledObject, load_object
 from compiler.codegen.cpu.strategy import LOOPS, Strategy, rules_fingerprint, select_strategy
 
@@ -64,23 +66,6 @@ BUFFERIZE: tuple[str, ...] = (
 )
 
 _DYN = None  # ir.ShapedType.get_dynamic_stride_or_offset(), read lazily
-
-
-def pipeline_text(passes: Sequence[str]) -> str:
-    """The textual pass pipeline ``builtin.module(p1, p2, ...)``."""
-    return f"builtin.module({', '.join(passes)})"
-
-
-@dataclasses.dataclass(frozen=True)
-class Stage:
-    """One MLIR stage of the pipeline: a name and its pass list."""
-
-    name: str
-    passes: tuple[str, ...]
-
-    @property
-    def pipeline(self) -> str:
-        return pipeline_text(self.passes)
 
 
 def stages_for(strategy: Strategy) -> list[Stage]:
@@ -104,94 +89,20 @@ def describe_pipeline(strategy: Strategy | None) -> str:
 
 
 # -- reproducers ---------------------------------------------------------------
-def write_reproducer(text: str, stage: str, suffix: str = ".mlir") -> Path:
-    """Write ``text`` to the reproducer dir; the name is derived from its
-    content so the same failure does not pile up files."""
-    d = reproducer_dir()
-    d.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
-    path = d / f"{stage}-{digest}{suffix}"
-    path.write_text(text)
-    return path.resolve()
-
-
 def _command(path: Path, *args: str) -> str:
     return " ".join(["python", "-m", "compiler.codegen.cpu", shlex.quote(str(path)), *args])
 
 
 def _fail(stage: str, text: str, why: str, *args: str, suffix: str = ".mlir") -> PipelineError:
-    path = write_reproducer(text, stage, suffix)
-    return PipelineError(
-        f"CPU pipeline stage '{stage}' failed: {why}\n"
-        f"  reproducer: {path}\n"
-        f"  rerun with: {_command(path, *args)}")
+    return stage_failure("CPU pipeline", "python -m compiler.codegen.cpu", stage, text, why,
+                         *args, suffix=suffix)
 
 
 # -- stages ----------------------------------------------------------------------
 def parse_module(text: str, ctx: "ir.Context") -> "ir.Module":
     """Parse linalg-on-tensors text in ``ctx``; PipelineError with a reproducer
     on malformed or unregistered IR."""
-    try:
-        with ctx:
-            return ir.Module.parse(text)
-    except MLIRError as e:
-        raise _fail("parse", text, str(e), "--pipeline='builtin.module()'") from None
-
-
-def _fully_dynamic_memref(t: "ir.RankedTensorType") -> "ir.MemRefType":
-    dyn = ir.ShapedType.get_dynamic_stride_or_offset()
-    layout = ir.StridedLayoutAttr.get(dyn, [dyn] * t.rank)
-    return ir.MemRefType.get(t.shape, t.element_type, layout=layout)
-
-
-def prepare_entries(module: "ir.Module", entry_names: Iterable[str], *,
-                    identity_outputs: bool = False) -> None:
-    """Give each entry the C interface and turn its tensor results into
-    trailing out-params (fully dynamic strided memrefs; identity-layout
-    memrefs with ``identity_outputs``) written through
-    ``bufferization.materialize_in_destination``. Raises CodegenError for a
-    missing entry or a non-tensor result."""
-    funcs = {}
-    for op in module.body.operations:
-        if op.operation.name == "func.func":
-            funcs[ir.StringAttr(op.attributes["sym_name"]).value] = op
-    with module.context, ir.Location.unknown(module.context):
-        for name in entry_names:
-            f = funcs.get(name)
-            if f is None:
-                raise CodegenError(f"entry function @{name} is not in the module; it defines "
-                                   f"{', '.join('@' + n for n in funcs) or 'no functions'}")
-            if len(f.regions[0].blocks) == 0:
-                raise CodegenError(f"entry function @{name} is a declaration; it needs a body")
-            ftype = ir.FunctionType(ir.TypeAttr(f.attributes["function_type"]).value)
-            results = list(ftype.results)
-            for t in results:
-                if not isinstance(t, ir.RankedTensorType):
-                    raise CodegenError(f"entry function @{name} returns {t}; CPU kernels "
-                                       "return ranked tensors only")
-            out_types = [ir.MemRefType.get(t.shape, t.element_type) if identity_outputs
-                         else _fully_dynamic_memref(t) for t in results]
-            entry_block = f.regions[0].blocks[0]
-            out_args = [entry_block.add_argument(t, ir.Location.unknown()) for t in out_types]
-            for block in f.regions[0].blocks:
-                ret = block.operations[len(block.operations) - 1]
-                if ret.operation.name != "func.return":
-                    continue
-                with ir.InsertionPoint(ret):
-                    for value, dest in zip(ret.operands, out_args):
-                        bufferization.MaterializeInDestinationOp(
-                            None, value, dest, restrict=True, writable=True)
-                    func.ReturnOp([])
-                ret.operation.erase()
-            f.attributes["function_type"] = ir.TypeAttr.get(
-                ir.FunctionType.get(list(ftype.inputs) + out_types, []))
-            if "arg_attrs" in f.attributes:  # one dictionary per argument
-                old = ir.ArrayAttr(f.attributes["arg_attrs"])
-                f.attributes["arg_attrs"] = ir.ArrayAttr.get(
-                    [old[i] for i in range(len(old))] + [ir.DictAttr.get({}) for _ in out_types])
-            if "res_attrs" in f.attributes:
-                del f.attributes["res_attrs"]
-            f.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
+    return stages.parse_module(text, ctx, _fail)
 
 
 #: Function attribute (set before ``prepare``) listing the entry's arguments,
@@ -277,12 +188,7 @@ def assume_unit_strides(module: "ir.Module") -> int:
 
 def run_stage(module: "ir.Module", stage: Stage) -> None:
     """Run one MLIR stage in place; PipelineError with a reproducer on failure."""
-    before = str(module)
-    try:
-        pm = passmanager.PassManager.parse(stage.pipeline, module.context)
-        pm.run(module.operation)
-    except (MLIRError, ValueError) as e:
-        raise _fail(stage.name, before, str(e), f"--pipeline={shlex.quote(stage.pipeline)}") from None
+    stages.run_stage(module, stage, _fail)
 
 
 def apply_transform(module: "ir.Module", script: str) -> None:

@@ -34,8 +34,9 @@ from typing import Sequence
 from compiler.errors import CodegenError, PipelineError
 from compiler.mlir import MLIRError, ir, passmanager
 from compiler.mlir import llvm as llvm_dialect
-from compiler.codegen.cpu.pipeline import (parse_module, pipeline_text, prepare_entries,
-                                           write_reproducer)
+from compiler.codegen.common.llvm_text import fixup_ir_text
+from compiler.codegen.common.stages import (parse_module, pipeline_text, prepare_entries,
+                                            write_reproducer)
 from compiler.codegen.cuda import ptx as ptx_codegen
 from compiler.codegen.cuda.strategy import STRATEGIES, apply_strategies
 from compiler.targets import TargetError
@@ -412,7 +413,7 @@ def lower(module_or_text, entry_names: Sequence[str], *, target=None, keep_ir: b
         raise CodegenError(f"the CUDA pipeline compiles one entry per module, got {entry_names}")
     text = module_or_text if isinstance(module_or_text, str) else str(module_or_text)
     ctx = ir.Context()
-    module = parse_module(text, ctx)
+    module = parse_module(text, ctx, _fail)
     kept: dict[str, str] = {}
     with ctx, ir.Location.unknown():
         try:
@@ -471,7 +472,6 @@ def extern_dynamic_shared(text: str) -> str:
 def _link_ir(devices: list[tuple[str, str]]) -> str:
     """One LLVM IR text of every device module (llvmlite links them)."""
     import llvmlite.binding as llvm
-    from compiler.codegen.cpu.llvm import fixup_ir_text
     ptx_codegen.ensure_nvptx_initialized()
     if not devices:
         raise CodegenError("the kernel has no device code (nothing was mapped to the GPU)")

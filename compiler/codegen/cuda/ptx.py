@@ -7,8 +7,8 @@ cubin assembly with ``ptxas`` (no MLIR here).
   CUDA toolkit's ``libdevice.10.bc`` and every non-kernel function is then
   made internal, so O3 drops what the kernels do not call (the PTX stays a
   few KB instead of ~700 KB).
-* The float literal fix-ups between MLIR's and llvmlite's LLVM are the CPU
-  path's (``compiler.codegen.cpu.llvm.fixup_ir_text``).
+* The float literal fix-ups between MLIR's and llvmlite's LLVM are shared with the CPU
+  path (``compiler.codegen.common.llvm_text.fixup_ir_text``).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import llvmlite.binding as llvm
 
-from compiler.codegen.cpu.llvm import fixup_ir_text
+from compiler.codegen.common.llvm_text import fixup_ir_text
 from compiler.errors import CodegenError
 
 _init_lock = threading.Lock()

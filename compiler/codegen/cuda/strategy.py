@@ -38,7 +38,7 @@ import math
 from typing import Callable
 
 from compiler.errors import PipelineError
-from compiler.codegen.cpu.pipeline import write_reproducer
+from compiler.codegen.common.stages import write_reproducer
 from compiler.mlir import MLIRError, ir
 
 #: Threads per block of the row-reduction and grid-stride kernels.

@@ -141,7 +141,7 @@ def _flash_attn(lw: Lowering):
 
 # -- kernel params mapping (the mlir-cpu-fused family, compiler/codegen/fused.py) --
 def _register_kernel() -> None:
-    from compiler.codegen.fused import ATTN_CPU, fused_kernel
+    from compiler.codegen.fused import ATTN, fused_kernel
     from runtime import params as P
     from runtime.dtype import DType
 
@@ -154,7 +154,7 @@ def _register_kernel() -> None:
                 "softcap": p.softcap, "k_len": int(p.k_len) or None}
 
     # The alibi slopes are the optional 4th input: both arities get a key.
-    @fused_kernel("FlashAttn", precision=ATTN_CPU, dtypes=(DType.F32, DType.F64),
+    @fused_kernel("FlashAttn", precision=ATTN, dtypes=(DType.F32, DType.F64),
                   from_params=back, keys=lambda t: [(t,) * 4, (t,) * 5])
     def _attn_params(params, types):
         (b, hq, sq, d), (_, hkv, sk, _) = types[0].shape, types[1].shape

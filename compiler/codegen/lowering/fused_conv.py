@@ -142,7 +142,7 @@ def _direct(x, w, bias, s, elt, xshape, wshape, pad, dil, stride, oshape):
     + ry, qx*sw + rx]``; the accumulator starts as the bias. The first Wo
     columns of each row are the image's output (one copy). The cpu strategy
     ``conv_strategy`` register-tiles each generic (``transforms/conv.py``)."""
-    from compiler.codegen.cpu.transforms.conv import DIRECT_CONV_ATTR
+    from compiler.codegen.family import DIRECT_CONV_ATTR
     (n, cin, h, wd), (cout, kh, kw), (ph, pw), (dh, dw), (sh, sw), (ho, wo) = (
         xshape, wshape, pad, dil, stride, oshape)
     hp, wp = h + 2 * ph, wd + 2 * pw
@@ -216,7 +216,7 @@ def _zero(elt: "ir.Type") -> "ir.Value":
 
 # -- kernel params mapping (the mlir-cpu-fused family, compiler/codegen/fused.py) --
 def _register_kernel() -> None:
-    from compiler.codegen.fused import CONV2D_CPU, fused_kernel
+    from compiler.codegen.fused import CONV2D, fused_kernel
     from compiler.registry import default_registry
     from runtime import params as P
     from runtime.dtype import DType
@@ -236,7 +236,7 @@ def _register_kernel() -> None:
                           params["dilation"])
         return not is_depthwise(types, params)
 
-    @fused_kernel("Conv2D", precision=CONV2D_CPU, dtypes=(DType.F32, DType.F64),
+    @fused_kernel("Conv2D", precision=CONV2D, dtypes=(DType.F32, DType.F64),
                   from_params=back, keys=lambda t: [(t,) * 3, (t,) * 4], serves=serves)
     def _conv_params(params, types):
         out = default_registry()["Conv2D"].infer(list(types), params)

@@ -291,7 +291,7 @@ def _awq_matmul(lw: Lowering):
 def _register_kernels() -> None:
     import math as _m
 
-    from compiler.codegen.fused import QMATMUL_CPU, fused_kernel
+    from compiler.codegen.fused import QMATMUL, fused_kernel
     from compiler.registry import default_registry
     from runtime import params as P
     from runtime.dtype import DType
@@ -299,7 +299,7 @@ def _register_kernels() -> None:
     def lead(shape):
         return _m.prod(shape[:-2]), shape[-2]
 
-    @fused_kernel("QMatMul", precision=QMATMUL_CPU, dtypes=(DType.F32,),
+    @fused_kernel("QMatMul", precision=QMATMUL, dtypes=(DType.F32,),
                   keys=lambda t: [(t, DType.U32, t)],
                   from_params=lambda p, types: {"quant_type": p.quant_type.name, "k": p.k,
                                                 "n": p.n})
@@ -310,7 +310,7 @@ def _register_kernels() -> None:
         batch, m = lead(types[0].shape)
         return P.QMatMul(P.QuantType[params["quant_type"]], batch, m, params["n"], params["k"])
 
-    @fused_kernel("Nf4Matmul", precision=QMATMUL_CPU,
+    @fused_kernel("Nf4Matmul", precision=QMATMUL,
                   dtypes=(DType.F32, DType.F64, DType.F16, DType.BF16),
                   keys=lambda t: [(t, DType.U8, DType.F32, t)],
                   from_params=lambda p, types: {"block_size": p.block_size})
@@ -320,9 +320,9 @@ def _register_kernels() -> None:
                            params["block_size"])
 
     # AwqMatmul gets its kernel once its registry entry names an OpKind (the
-    # family keys kernels by OpKind; the spec's entry has none).
+    # family keys kernels by OpKind; an entry without one gets no kernel).
     if default_registry()["AwqMatmul"].op_kind is not None:
-        @fused_kernel("AwqMatmul", precision=QMATMUL_CPU,
+        @fused_kernel("AwqMatmul", precision=QMATMUL,
                       dtypes=(DType.F32, DType.F64, DType.F16, DType.BF16),
                       keys=lambda t: [(t, wd, wd, sd, t) for wd in (DType.I32, DType.U32)
                                       for sd in (DType.F16, DType.F32)],

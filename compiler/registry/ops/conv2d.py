@@ -10,7 +10,7 @@ input are slices of a view (no index math), stacked by one Concat into
 ``[N, Cin*Kh*Kw, Ho*Wo]``; a 1x1 stride-1 unpadded kernel multiplies x
 itself. Depthwise (groups = Cin = Cout) is the sum of each tap's view times
 its per-channel weight (elementwise Mul and Add). Other groups > 1 run per group on channel slices (Pad, an Iota-built U32
-index vector, IndexSelect, MatMul) and Concat, instead of the spec's rank-5
+index vector, IndexSelect, MatMul) and Concat, instead of a rank-5
 batched form; index math in F32 is exact while the padded plane is below
 2**24 elements, larger planes decline. Backward: autograd's hand-written rule (``custom``).
 """

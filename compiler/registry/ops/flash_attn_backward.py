@@ -34,7 +34,7 @@ def _infer(which, name):
 
 
 def grads(inputs, params):
-    """numpy dQ, dK, dV from the spec's math."""
+    """numpy dQ, dK, dV from the attention math (not the recipe)."""
     q, k, v, do = (wide(x) for x in inputs[:4])
     alibi = wide(inputs[4]) if len(inputs) == 5 else None
     hq, hkv = q.shape[1], k.shape[1]

@@ -5,8 +5,8 @@ Inputs a ``[..,M,K]``, b ``[..,K,N]`` (same rank; batch of a a multiple of
 b's, as MatMul allows), bias ``[N]`` with a's dtype; output ``[..,M,N]`` in
 a's dtype (f32 x bf16 -> f32 allowed, as MatMul). No params. Backward is a
 hand-written autograd rule (dA = up·bᵀ, dB = aᵀ·up, dbias = ReduceSumTo):
-``BackwardKind("custom")`` (the spec's NotDifferentiable label is dead
-metadata, §8.2). Patterns: ``Add(MatMul(a, b), BroadcastTo(bias))`` with or
+``BackwardKind("custom")`` (a NotDifferentiable label would be dead
+metadata). Patterns: ``Add(MatMul(a, b), BroadcastTo(bias))`` with or
 without the leading-1 pad Reshape.
 """
 from ..entry import CUSTOM, FusedOpEntry, FusedPattern, Family, Recipe

@@ -5,7 +5,7 @@ Inputs ``x`` and optionally ``weight`` ``[D]``, then ``bias`` ``[D]`` (x's
 dtype; a bias needs a weight). The affine runs inside the op: f16/bf16
 compute in f32 and round once (as PyTorch), instead of separate f16 Mul/Add.
 
-Param ``eps``. Output same type as x. Recipe: the spec's 11-node DAG with
+Param ``eps``. Output same type as x. Recipe: an 11-node DAG with
 ``centered`` shared (2 consumers); one slot ``[eps]``; f16/bf16 cast to f32
 and back around it. Patterns: the recipe spelling, and a weight/bias
 multiplied/added onto the fused op (``LayerNorm(x) * w``, then ``+ b``), so

@@ -1,6 +1,6 @@
 """SoftmaxLastDim (fused id 1): y = exp(x - max_last x) / sum_last exp(x - max).
 
-Any rank >= 1, float dtypes; output same type as x. Recipe: the spec's 9-node
+Any rank >= 1, float dtypes; output same type as x. Recipe: a 9-node
 DAG with ``e`` shared. Patterns: the recipe spelling (MaxDim/SumDim with
 Unsqueeze, ``e`` consumed twice) and the legacy keepdim spelling
 (ReduceMaxTo/ReduceSumTo to x's shape with the last axis set to 1).

@@ -29,12 +29,10 @@ from __future__ import annotations
 
 import importlib
 
+from compiler.codegen.family import DIRECT_CONV_ATTR  # the generic's mark (target-neutral)
 from compiler.mlir import _root, ir
 
 from .matmul import _ANY, _FOR, _LOWER_VECTORS, _match
-
-#: The attribute marking the direct-convolution generic (a strategy feature).
-DIRECT_CONV_ATTR = "fuelc.direct_conv"
 
 _HEAD = f"""module attributes {{transform.with_named_sequence}} {{
   transform.named_sequence @__transform_main(%root: {_ANY} {{transform.readonly}}) {{
