@@ -145,7 +145,8 @@ def is_compiled(target, key: Hashable) -> bool:
 
 def single_op_linalg_text(op_name: str, params: dict, input_types: Sequence, dynamic: bool,
                           platform: str | None = None, unit_stride: Sequence[int] = (),
-                          few_rows: bool = False, zero_stride: Sequence[int] = ()) -> str:
+                          few_rows: bool = False, zero_stride: Sequence[int] = (),
+                          unpacked: bool = False) -> str:
     """The linalg-on-tensors module of one fuel op (a primitive or a static
     fused op) as a ``@kernel`` entry, lowered with ``platform``'s rules.
     ``unit_stride``: the arguments (inputs then outputs) every call passes
@@ -153,12 +154,13 @@ def single_op_linalg_text(op_name: str, params: dict, input_types: Sequence, dyn
     ``UNIT_STRIDE_ATTR`` (``codegen.cpu.pipeline.assume_unit_strides``).
     ``few_rows``: a matmul call of at most ``FEW_ROWS`` rows; on cpu the entry
     carries ``FEW_ROWS_ATTR``. ``zero_stride``: the arguments every call
-    passes with innermost stride 0 (``ZERO_STRIDE_ATTR``)."""
+    passes with innermost stride 0 (``ZERO_STRIDE_ATTR``). ``unpacked``: a
+    matmul call of at most ``UNPACKED_ROWS`` rows (``UNPACKED_ATTR``)."""
     from compiler.codegen.linalg import emit_single_op_module, lower_to_linalg
     module = emit_single_op_module(op_name, dict(params), list(input_types),
                                    dynamic=dynamic, func_name=ENTRY)
     lower_to_linalg(module, platform=platform)
-    if (unit_stride or few_rows or zero_stride) and platform == "cpu":
+    if (unit_stride or few_rows or zero_stride or unpacked) and platform == "cpu":
         from compiler.mlir import ir
         with module.context:
             i64 = ir.IntegerType.get_signless(64)
@@ -171,6 +173,8 @@ def single_op_linalg_text(op_name: str, params: dict, input_types: Sequence, dyn
                                 [ir.IntegerAttr.get(i64, i) for i in args])
                     if few_rows:
                         op.attributes[FEW_ROWS_ATTR] = ir.UnitAttr.get()
+                    if unpacked:
+                        op.attributes[UNPACKED_ATTR] = ir.UnitAttr.get()
     return str(module)
 
 
@@ -205,6 +209,28 @@ def few_rows(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg: int) -
     ``out_arg``) with unit-stride rows."""
     return (len(a_shape) >= 2 and a_shape[-2] <= FEW_ROWS and 1 in unit_stride
             and out_arg in unit_stride)
+
+
+#: On a cpu matmul entry: every call has more than ``FEW_ROWS`` and at most
+#: ``UNPACKED_ROWS`` rows of A; the strategy selector then tiles it as usual but
+#: reads B in place instead of packing its panels (``transforms.matmul``,
+#: ``pack=False``).
+UNPACKED_ATTR = "fuelc.unpacked"
+#: Up to this many rows, packing B costs more than its contiguous panels save.
+#: One znver4 core, f32, packed vs unpacked (B constant, same run): [8,768]x
+#: [768,768] 0.144 vs 0.088 ms, [32,256]x[256,1024] 0.203 vs 0.160,
+#: [32,1024]x[1024,256] 0.176 vs 0.149; [64,768]x[768,3072] even (3.78 ms);
+#: [128,256]x[256,1024] 0.67 vs 0.64 but with the AVX2 tile 0.77 vs 0.93, and
+#: [512,768]x[768,3072] 28.6 vs 48.5 ms (AVX2): larger calls keep the packing.
+UNPACKED_ROWS = 32
+
+
+def unpacked_rows(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg: int) -> bool:
+    """Whether a matmul call with A of shape ``a_shape`` reads B in place
+    (``UNPACKED_ATTR``): more than ``FEW_ROWS`` and at most ``UNPACKED_ROWS``
+    rows, B (argument 1) and the output with unit-stride rows."""
+    return (len(a_shape) >= 2 and FEW_ROWS < a_shape[-2] <= UNPACKED_ROWS
+            and 1 in unit_stride and out_arg in unit_stride)
 
 
 def unit_stride_args(layouts: Sequence) -> tuple[int, ...]:

@@ -50,7 +50,7 @@ from typing import Callable, Optional, Sequence
 
 from runtime.params import exact_key
 from compiler.codegen import parallel
-from compiler.codegen.family import (KernelFamily, few_rows, single_op_linalg_text,
+from compiler.codegen.family import (KernelFamily, few_rows, unpacked_rows, single_op_linalg_text,
                                      unit_stride_args)
 from compiler.codegen.loader import KernelFunction
 from compiler.errors import UnsupportedOpError
@@ -211,6 +211,8 @@ class FusedInstance:
     unit_stride: tuple[int, ...] = ()
     #: a FusedLinear call of few rows (``family.few_rows``): the row kernel
     few_rows: bool = False
+    #: a FusedLinear call of a few dozen rows (``family.unpacked_rows``)
+    unpacked: bool = False
 
     @property
     def dynamic(self) -> bool:
@@ -226,6 +228,7 @@ class FusedInstance:
         else:
             key = (self.name, exact_key(self.params), self.input_types)
         key = key + (("unit_stride",) + self.unit_stride,) if self.unit_stride else key
+        key = key + ("unpacked",) if self.unpacked else key
         return key + ("few_rows",) if self.few_rows else key
 
     def output_type(self) -> TensorType:
@@ -288,7 +291,8 @@ class FusedFamily(KernelFamily):
         if spec.name == "FusedLinear":  # as MatMul: a kernel for unit-stride rows
             unit = unit_stride_args(layouts)
             inst = dataclasses.replace(inst, unit_stride=unit,
-                                       few_rows=few_rows(layouts[0].shape, unit, n_inputs))
+                                       few_rows=few_rows(layouts[0].shape, unit, n_inputs),
+                                       unpacked=unpacked_rows(layouts[0].shape, unit, n_inputs))
         return inst, layouts
 
     def linalg_text(self, inst: FusedInstance, target) -> str:
@@ -355,7 +359,7 @@ FAMILY = FusedFamily()
 def linalg_text(inst: FusedInstance, platform: str | None = None) -> str:
     """The linalg-on-tensors module of one fused instance."""
     return single_op_linalg_text(inst.name, dict(inst.params), inst.input_types, inst.dynamic,
-                                 platform, inst.unit_stride, inst.few_rows)
+                                 platform, inst.unit_stride, inst.few_rows, (), inst.unpacked)
 
 
 def warm_instance(inst: FusedInstance, *, target) -> KernelFunction:

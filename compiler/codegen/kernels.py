@@ -30,7 +30,7 @@ from typing import Iterable, Sequence
 
 from runtime.params import exact_key
 from compiler.codegen import parallel
-from compiler.codegen.family import (KernelFamily, coalesce, few_rows, inner_strides,
+from compiler.codegen.family import (KernelFamily, coalesce, few_rows, unpacked_rows, inner_strides,
                                      single_op_linalg_text,
                                      unit_stride_args)
 from compiler.codegen.loader import KernelFunction
@@ -62,6 +62,8 @@ class OpInstance:
     few_rows: bool = False
     #: arguments read with innermost stride 0 (broadcast; elementwise ops)
     zero_stride: tuple[int, ...] = ()
+    #: a MatMul call of a few dozen rows (``family.unpacked_rows``): B read in place
+    unpacked: bool = False
 
     @property
     def memo_key(self) -> tuple:
@@ -74,6 +76,7 @@ class OpInstance:
         key = (self.op_name, exact_key(self.params), types, self.dynamic)
         key = key + (("unit_stride",) + self.unit_stride,) if self.unit_stride else key
         key = key + (("zero_stride",) + self.zero_stride,) if self.zero_stride else key
+        key = key + ("unpacked",) if self.unpacked else key
         return key + ("few_rows",) if self.few_rows else key
 
 
@@ -262,7 +265,8 @@ def instance_for(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout
         # with vector loads; other layouts keep the fully strided kernel
         unit = unit_stride_args(in_l + out_l)
     return (OpInstance(name, tuple(sorted(gparams.items())), tuple(in_types), dynamic, unit,
-                       name == "MatMul" and few_rows(in_types[0].shape, unit, 2), zero),
+                       name == "MatMul" and few_rows(in_types[0].shape, unit, 2), zero,
+                       name == "MatMul" and unpacked_rows(in_types[0].shape, unit, 2)),
             in_l + out_l)
 
 
@@ -330,7 +334,8 @@ FAMILY = PrimitiveFamily()
 def linalg_text(inst: OpInstance, platform: str | None = None) -> str:
     """The linalg-on-tensors module of one op instance."""
     return single_op_linalg_text(inst.op_name, dict(inst.params), inst.input_types, inst.dynamic,
-                                 platform, inst.unit_stride, inst.few_rows, inst.zero_stride)
+                                 platform, inst.unit_stride, inst.few_rows, inst.zero_stride,
+                                 inst.unpacked)
 
 
 def warm(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout], params: OpParams,

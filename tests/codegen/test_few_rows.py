@@ -52,3 +52,38 @@ def test_batched_matmul_of_few_rows():
     x = g.input("x", a.shape, "f32")
     g.output(x @ g.constant(w, name="w"), name="y")
     np.testing.assert_allclose(compile(g)(x=a), a.astype(np.float64) @ w, rtol=1e-5, atol=1e-5)
+
+
+def test_a_few_dozen_rows_select_the_unpacked_strategy():
+    """More than FEW_ROWS and at most UNPACKED_ROWS rows: the tiled schedule
+    without the packing of B; beyond, the packed one."""
+    def chosen(rows, unit=(0, 1, 2)):
+        ts = [TensorType((rows, 40), DType.F32), TensorType((40, 70), DType.F32)]
+        unpacked = family.unpacked_rows((rows, 40), unit, 2)
+        text = single_op_linalg_text("MatMul", {}, ts, True, "cpu", unit,
+                                     family.few_rows((rows, 40), unit, 2), (), unpacked)
+        return choose_strategy(text, ["kernel"], "cpu").name
+    assert chosen(family.FEW_ROWS).startswith("matmul-rows-")
+    assert chosen(family.FEW_ROWS + 1).startswith("matmul-unpacked-matmul-f32-")
+    assert chosen(family.UNPACKED_ROWS).startswith("matmul-unpacked-matmul-f32-")
+    assert chosen(family.UNPACKED_ROWS + 1).startswith("matmul-matmul-f32-")
+    assert not family.unpacked_rows((16, 40), (0, 2), 2)     # B strided: packed
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("m", [5, 8, 31, 32])
+def test_matmul_and_linear_of_a_few_dozen_rows(m, dtype):
+    rng = np.random.default_rng(m)
+    npt = np.float32 if dtype == "f32" else np.float64
+    a = rng.standard_normal((m, 301)).astype(npt)
+    w = rng.standard_normal((301, 83)).astype(npt)        # K and N leave remainders
+    b = rng.standard_normal(83).astype(npt)
+    g = Graph()
+    x = g.input("x", a.shape, dtype)
+    wc, bc = g.constant(w, name="w"), g.constant(b, name="b")
+    g.output(x @ wc, name="mm")
+    g.output(linear(x, wc, bc), name="lin")
+    out = compile(g)(x=a)
+    tol = 1e-4 if dtype == "f32" else 1e-11
+    np.testing.assert_allclose(out["mm"], a.astype(np.float64) @ w, rtol=tol, atol=tol)
+    np.testing.assert_allclose(out["lin"], a.astype(np.float64) @ w + b, rtol=tol, atol=tol)

@@ -110,7 +110,8 @@ def parse_module(text: str, ctx: "ir.Context") -> "ir.Module":
 #: (``Layout.stride[-1] == 1``). After bufferization each such argument is cast
 #: to ``strided<[?, ..., 1], offset: ?>``, so copies and vector transfers of
 #: its rows become contiguous loads and stores instead of strided scalar ones.
-from compiler.codegen.family import FEW_ROWS_ATTR, UNIT_STRIDE_ATTR, ZERO_STRIDE_ATTR  # noqa: E402
+from compiler.codegen.family import (FEW_ROWS_ATTR, UNIT_STRIDE_ATTR, UNPACKED_ATTR,  # noqa: E402
+                                     ZERO_STRIDE_ATTR)
 from compiler.codegen.cpu.transforms.conv import DIRECT_CONV_ATTR  # noqa: E402
 
 
@@ -278,8 +279,8 @@ def linalg_op_names(module: "ir.Module") -> set[str]:
     names: set[str] = set()
 
     def visit(op):
-        if op.name == "func.func" and FEW_ROWS_ATTR in op.attributes:
-            names.add(FEW_ROWS_ATTR)
+        if op.name == "func.func":
+            names.update(a for a in (FEW_ROWS_ATTR, UNPACKED_ATTR) if a in op.attributes)
         if op.name.startswith("linalg."):
             names.add(op.name)
             if DIRECT_CONV_ATTR in op.attributes:

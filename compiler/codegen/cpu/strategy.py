@@ -26,7 +26,8 @@ correctness-first loops. Registered here:
   strides; remainders as scalar loops). An entry marked ``fuelc.few_rows`` (calls
   of at most ``family.FEW_ROWS`` rows) reads B in place instead, in 1 x nr x 4
   tiles ordered K, M, N (``rows_strategy``): packing B would cost as much as
-  the product.
+  the product. An entry marked ``fuelc.unpacked`` (more rows, at most
+  ``family.UNPACKED_ROWS``) gets the tiled schedule without the packing of B.
 
 Strategies are part of the kernel cache key (``Strategy.fingerprint``).
 """
@@ -170,17 +171,19 @@ _MATMUL_TILES = {
 _MATMUL_OPS = ("linalg.matmul", "linalg.batch_matmul")
 
 
-def matmul_strategy(op: str, element_type: str, isa: str = "avx2") -> Strategy:
+def matmul_strategy(op: str, element_type: str, isa: str = "avx2", pack: bool = True) -> Strategy:
     """The vectorized strategy for ``op`` (``linalg.matmul`` or
     ``linalg.batch_matmul``) on ``element_type`` (``f32``/``f64``), tiled
-    for ``isa`` (``avx2`` or ``avx512``)."""
+    for ``isa`` (``avx2`` or ``avx512``); ``pack=False``: B read in place
+    (entries marked ``fuelc.unpacked``)."""
     from compiler.codegen.cpu.transforms.matmul import matmul_script
     tiles = _MATMUL_TILES[element_type, isa]
     return Strategy(
-        name=f"matmul-{op.split('.')[1]}-{element_type}-{tiles['mr']}x{tiles['nr']}",
-        transform=matmul_script(op, **tiles), lowering=VECTOR_LOWERING,
-        doc="register-tiled matmul: B panels packed, mr x nr FMA micro-kernel, "
-            "peeled remainders; any sizes and strides")
+        name=f"matmul-{'' if pack else 'unpacked-'}{op.split('.')[1]}-{element_type}-"
+             f"{tiles['mr']}x{tiles['nr']}",
+        transform=matmul_script(op, pack=pack, **tiles), lowering=VECTOR_LOWERING,
+        doc="register-tiled matmul: B panels " + ("packed" if pack else "read in place")
+            + ", mr x nr FMA micro-kernel, peeled remainders; any sizes and strides")
 
 
 def _matmul_rule(op: str, elt: str) -> Callable[[frozenset[str]], bool]:
@@ -254,6 +257,13 @@ for _op in _MATMUL_OPS:
     for _elt in ("f32", "f64"):
         _v = {isa: rows_strategy(_op, _elt, isa) for isa in ("avx512", "avx2")}
         register_strategy(_rows_rule(_op, _elt), {**_v, "": _v["avx2"]})
+#: The feature of a matmul entry whose calls have a few dozen rows (``family.UNPACKED_ATTR``).
+UNPACKED = "fuelc.unpacked"
+for _op in _MATMUL_OPS:
+    for _elt in ("f32", "f64"):
+        _v = {isa: matmul_strategy(_op, _elt, isa, pack=False) for isa in ("avx512", "avx2")}
+        register_strategy((lambda rule: lambda names: UNPACKED in names and rule(names))(
+            _matmul_rule(_op, _elt)), {**_v, "": _v["avx2"]})
 for _op in _MATMUL_OPS:
     for _elt in ("f32", "f64"):
         # below AVX2 (no FMA) the avx2 tiles still vectorize, with SSE

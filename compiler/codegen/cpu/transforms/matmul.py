@@ -50,7 +50,7 @@ _FOR = '!transform.op<"scf.for">'
 
 
 def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: int = 512,
-                  mc: int = 240) -> str:
+                  mc: int = 240, pack: bool = True) -> str:
     """The transform script for every ``op`` (``linalg.matmul`` or
     ``linalg.batch_matmul``) of the payload; ``mr x nr`` register tile, ``kc``
     rows of B packed per panel, ``mc`` rows of A per block (a multiple of
@@ -76,6 +76,10 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
     pm = lambda body: "    transform.apply_patterns to %func {\n" + body + "    } : " + t + "\n"
     canon = pm("      transform.apply_patterns.canonicalization\n")
     canon2 = "\n".join("  " + line if line else line for line in canon.split("\n"))
+    promote = (f"      %pr = transform.structured.promote %mmMain {{ operands_to_promote = [1], "
+               f"use_full_tile_buffers = [false, false], use_alloca }} : ({t}) -> {t}\n"
+               f"      transform.bufferization.buffer_loop_hoisting %func : {t}\n") if pack else (
+               "      %pr = transform.cast %mmMain : !transform.any_op to !transform.any_op\n")
     match = _match
     return f"""module attributes {{transform.with_named_sequence}} {{
   transform.named_sequence @__transform_main(%root: {t} {{transform.readonly}}) {{
@@ -88,9 +92,7 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
       %lNf = transform.cast %lN : {t} to {_FOR}
       %mainN, %remN = transform.loop.peel %lNf : ({_FOR}) -> ({t}, {t})
       %mmMain = {match(op, "%mainN")}
-      %pr = transform.structured.promote %mmMain {{ operands_to_promote = [1], use_full_tile_buffers = [false, false], use_alloca }} : ({t}) -> {t}
-      transform.bufferization.buffer_loop_hoisting %func : {t}
-      %t2, %r0, %r2 = transform.structured.tile_using_for %pr tile_sizes [{pre0}{mr}, 0, 1] : ({t}) -> ({res2})
+{promote}      %t2, %r0, %r2 = transform.structured.tile_using_for %pr tile_sizes [{pre0}{mr}, 0, 1] : ({t}) -> ({res2})
       %r0f = transform.cast %r0 : {t} to {_FOR}
       %mainM, %remM = transform.loop.peel %r0f : ({_FOR}) -> ({t}, {t})
 {canon2}      %mmV = {match(op, "%mainM")}
