@@ -2010,6 +2010,18 @@ def _matmul_integer(cx, node, at, ins):
     return [_matmul(cx, a, b).cast("i32")]
 
 
+def _requantize(cx, y, zy, out):
+    """The f64 real value ``y`` quantized: plus the zero point ``zy`` (whose
+    dtype is then the output's, else ``out``), rounded half to even and
+    saturated to the output integer type."""
+    if zy is not None:
+        zy = cx.t(zy)
+        out = zy.dtype
+        y = y + zy.cast("f64")
+    info = np.iinfo(out.numpy)
+    return y.round().clamp(float(info.min), float(info.max)).cast(out)
+
+
 @_op("QLinearMatMul")
 def _qlinear_matmul(cx, node, at, ins):
     """saturate(rint((a - a_zp) @ (b - b_zp) * a_scale * b_scale / y_scale + y_zp)),
@@ -2021,13 +2033,7 @@ def _qlinear_matmul(cx, node, at, ins):
         s = cx.t(s).cast("f64")
         return s.reshape((-1, 1) if rows else (1, -1)) if s.ndim == 1 and s.shape[0] > 1 else s
     y = acc * (scale(sa, True) * scale(sb, False) / scale(sy, False))
-    out = cx.t(a).dtype
-    if zy is not None:
-        zy = cx.t(zy)
-        out = zy.dtype
-        y = y + zy.cast("f64")
-    info = np.iinfo(out.numpy)
-    return [y.round().clamp(float(info.min), float(info.max)).cast(out)]
+    return [_requantize(cx, y, zy, cx.t(a).dtype)]
 
 
 def _integer_conv(cx, node, at, x, xz, w, wz, bias=None):
@@ -2060,13 +2066,7 @@ def _qlinear_conv(cx, node, at, ins):
     if sw.ndim == 1 and sw.shape[0] > 1:
         sw = sw.reshape((1, -1) + (1,) * (acc.ndim - 2))
     y = acc * (cx.t(sx).cast("f64") * sw / cx.t(sy).cast("f64"))
-    out = cx.t(x).dtype
-    if zy is not None:
-        zy = cx.t(zy)
-        out = zy.dtype
-        y = y + zy.cast("f64")
-    info = np.iinfo(out.numpy)
-    return [y.round().clamp(float(info.min), float(info.max)).cast(out)]
+    return [_requantize(cx, y, zy, cx.t(x).dtype)]
 
 
 @_op("CausalConvWithState")
