@@ -328,20 +328,25 @@ def _conv_group_tiles(params: dict, layouts, n_inputs: int, threads: int):
     (x's axis 1, w's and the bias's axis 0, the output's axis 1), when a group
     has as many output as input channels (depthwise: one each), so one cut
     fits every operand. Calls of fewer than ``MIN_ELEMENTS_TRANSCENDENTAL``
-    outputs run whole (each output costs Kh*Kw multiply-adds, not one op)."""
+    outputs (groups > 1: each output costs Kh*Kw multiply-adds, not one op),
+    or of fewer than ``MIN_CONV_MACS`` multiply-adds (groups = 1), run whole."""
     g = params["groups"]
     x, w, out = layouts[0], layouts[1], layouts[n_inputs]
-    if len(layouts) != n_inputs + 1 or out.numel < parallel.MIN_ELEMENTS_TRANSCENDENTAL:
+    if len(layouts) != n_inputs + 1:
         return None
     if g == 1:
         # the direct convolution: by images when there are enough, else by
-        # blocks of output channels (8: the register tile's rows)
+        # blocks of output channels (8: the register tile's rows); from
+        # ``MIN_CONV_MACS`` multiply-adds (a late ResNet layer has 1024 outputs
+        # of 2304 each: 0.15 ms on one core)
+        if out.numel * math.prod(w.shape[1:]) < MIN_CONV_MACS:
+            return None
         if x.shape[0] >= threads:
             return parallel.split_layouts(list(layouts), [0] + [None] * (n_inputs - 1) + [0],
                                           x.shape[0], threads)
         return parallel.split_layouts(list(layouts), [None, 0] + [0] * (n_inputs - 2) + [1],
                                       w.shape[0], threads, 8)
-    if g < 2:
+    if g < 2 or out.numel < parallel.MIN_ELEMENTS_TRANSCENDENTAL:
         return None
     cpg, opg = x.shape[1] // g, w.shape[0] // g
     if cpg != opg:
@@ -349,6 +354,10 @@ def _conv_group_tiles(params: dict, layouts, n_inputs: int, threads: int):
     axes = [1, 0] + [0] * (n_inputs - 2) + [1]
     return parallel.split_layouts(list(layouts), axes, x.shape[1], threads, cpg)
 
+
+#: A groups-1 Conv2D call of fewer multiply-adds runs on one thread (about 10 us
+#: of FMAs: more than a hand-off to the other thread costs).
+MIN_CONV_MACS = 1 << 20
 
 #: Fused ops whose output rows (every axis but the last) are independent.
 ROW_PARALLEL = frozenset({"SoftmaxLastDim", "RmsNormLastDim", "LayerNormLastDim", "Rope"})
