@@ -115,18 +115,21 @@ def test_cse_key_is_deterministic_and_bit_exact():
 
 
 def test_runtime_fused_dedup_monotonic_and_never_reused():
-    a = register_runtime_fused(op("MulScalar", op("Add", Bind(0), op("Tanh", Bind(1))),
+    # regions no other test or model builds (the registry is process-wide: a
+    # region another test registered first would keep that test's name and id)
+    odd = lambda v: op("Floor", op("Sin", op("Floor", v)))
+    a = register_runtime_fused(op("MulScalar", op("Add", Bind(0), op("Tanh", odd(Bind(1)))),
                                   value=SLOT), "first")
     assert a >= 0x8000
     # same structure, commutative operands swapped, different name: same id
-    b = register_runtime_fused(op("MulScalar", op("Add", op("Tanh", Bind(1)), Bind(0)),
+    b = register_runtime_fused(op("MulScalar", op("Add", op("Tanh", odd(Bind(1))), Bind(0)),
                                   value=SLOT), "second")
     assert b == a and runtime_entry(a).name == "first"
-    c = register_runtime_fused(op("MulScalar", op("Sub", Bind(0), op("Tanh", Bind(1))),
+    c = register_runtime_fused(op("MulScalar", op("Sub", Bind(0), op("Tanh", odd(Bind(1)))),
                                   value=SLOT))
-    d = register_runtime_fused(op("Sigmoid", op("Cos", Bind(0))))
+    d = register_runtime_fused(op("Sigmoid", op("Cos", odd(Bind(0)))))
     assert a < c < d and len({a, c, d}) == 3
-    assert register_runtime_fused(op("Sigmoid", op("Cos", Bind(0)))) == d
+    assert register_runtime_fused(op("Sigmoid", op("Cos", odd(Bind(0))))) == d
     with pytest.raises(RecipeError):
         register_runtime_fused(op("Add", Bind(1), Bind(1)))
     e = runtime_entry(c)
