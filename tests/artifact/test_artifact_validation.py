@@ -189,9 +189,12 @@ def test_schema_names_the_field(saved, tmp_path, edit, field, says):
 def test_an_edited_host_feature_list_is_refused(saved, tmp_path):
     """The host target (``cpu``) lists what the build machine had; edited
     down, its code would load on a CPU without those features (SIGILL):
-    every object's revision covers the target."""
+    every object's revision covers the target. (Where the build's CPU has a
+    name, e.g. under ``FUELC_CPU=x86-64-v3``, the features that name implies
+    are checked first.)"""
     _refused(saved, tmp_path, lambda m: m["target"].update(features=["sse2"]),
-             r"kernels\[0\]\.revision does not match .* the target's CPU name or features")
+             r"kernels\[0\]\.revision does not match .* the target's CPU name or features"
+             r"|target\.features lacks .* which target\.cpu '[^']+' implies")
 
 
 def test_a_claimed_feature_the_host_lacks_is_refused_before_linking(saved, tmp_path,
