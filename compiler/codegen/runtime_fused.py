@@ -29,7 +29,7 @@ from typing import Sequence
 
 from runtime.params import exact_key
 from compiler.codegen import parallel
-from compiler.codegen.family import ENTRY, KernelFamily
+from compiler.codegen.family import ENTRY, KernelFamily, emission_context
 from compiler.errors import UnsupportedOpError
 from compiler.graph.opdef import TensorType
 from runtime.cost import unknown_cost
@@ -112,14 +112,11 @@ def _types(types) -> str:
 def fuel_module(inst: RuntimeFusedInstance):
     """The instance as a one-function fuel module (``@kernel``, C interface)."""
     from compiler.dialect import lookup, params_to_attributes, tensor_type
-    from compiler.dialect.definition import load_fuel_dialect
     from compiler.graph.ops import OP_TABLE
     from compiler.mlir import func, ir
 
     dag = _dag(inst)
-    ctx = ir.Context()
-    load_fuel_dialect(ctx)
-    with ctx, ir.Location.unknown():
+    with emission_context(), ir.Location.unknown():
         module = ir.Module.create()
         out_t = dag.output_types()[0]
         with ir.InsertionPoint(module.body):
