@@ -216,6 +216,9 @@ FEW_ROWS_ATTR = "fuelc.few_rows"
 #: Marks the generic of a direct convolution (``lowering/fused_conv.py``), which
 #: a target's strategy may tile as such (``codegen.cpu.transforms.conv``).
 DIRECT_CONV_ATTR = "fuelc.direct_conv"
+#: Marks the copy of a direct convolution's full-width rows into its output
+#: (``lowering/fused_conv.py``): the schedule copies it a row at a time.
+CROP_ATTR = "fuelc.crop"
 #: The most rows (M) a matmul call may have to get the row kernel. The tiled
 #: kernel packs all of B on every call, which for a few rows costs more than
 #: the product; the row kernel reads B in place, once per call. One znver3

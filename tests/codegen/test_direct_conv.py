@@ -1,7 +1,8 @@
 """The direct convolution (``transforms/conv.py``): the cpu Conv2D kernel of a
 stride-1 groups-1 conv is one generic over the flat padded input, register-
-tiled to FMA tiles by the ``conv-direct`` strategy on AVX2 and AVX-512 targets,
-and its two rewrites do what they claim on small IR. Numerics of the kernel
+tiled to FMA tiles by the ``conv-direct`` strategy on AVX2 and AVX-512 targets
+(a depthwise conv: the same, one channel at a time, in 1 x nr1 tiles), and
+its rewrites do what they claim on small IR. Numerics of the kernel
 against the reference: tests/fused/test_fused_attention_quant_conv.py."""
 import re
 
@@ -14,7 +15,7 @@ from compiler.codegen.cpu.strategy import Strategy, VECTOR_LOWERING
 from compiler.codegen.cpu.transforms.conv import (DIRECT_CONV_ATTR, fold_unit_dims,
                                                   single_reduction_contracts)
 from compiler.codegen.family import single_op_linalg_text
-from compiler.codegen.lowering.fused_conv import direct
+from compiler.codegen.lowering.fused_conv import direct, direct_depthwise
 from compiler.errors import PipelineError
 from compiler.graph.opdef import TensorType
 from compiler.mlir import ir
@@ -67,11 +68,76 @@ def test_stride_2_has_a_generic_per_phase_with_taps():
         "conv-direct-f32-")
 
 
+def test_depthwise_class():
+    assert direct_depthwise((1, 1)) and direct_depthwise((1, 1), (2, 2))
+    assert direct_depthwise((2, 2)) and direct_depthwise((2, 1))
+    assert not direct_depthwise((2, 2), (2, 2)) and not direct_depthwise((3, 3))
+
+
 def test_conv_kernel_outside_the_direct_class_keeps_the_loops():
     strided = dict(PARAMS, stride=(3, 3))
     assert DIRECT_CONV_ATTR not in _kernel_text(params=strided)
-    grouped = dict(PARAMS, groups=5)
-    assert DIRECT_CONV_ATTR not in _kernel_text(w=(5, 1, 3, 3), params=grouped)
+    # grouped but not depthwise (two input channels per group)
+    grouped = dict(PARAMS, groups=2)
+    assert DIRECT_CONV_ATTR not in _kernel_text(x=(2, 4, 9, 11), w=(6, 2, 3, 3),
+                                                params=grouped)
+    depthwise_s3 = dict(PARAMS, groups=5, stride=(3, 3))
+    assert DIRECT_CONV_ATTR not in _kernel_text(w=(5, 1, 3, 3), params=depthwise_s3)
+
+
+@pytest.mark.parametrize("target,dtype,vec", [
+    ("cpu:x86-64-v3", DType.F32, "v32f32"), ("cpu:skylake-avx512", DType.F32, "v64f32"),
+    ("cpu:x86-64-v3", DType.F64, "v16f64"), ("cpu:skylake-avx512", DType.F64, "v32f64"),
+])
+def test_depthwise_kernel_is_a_channel_loop_of_fma_rows(target, dtype, vec):
+    """groups = C: an scf.for over the channels around a one-channel direct
+    conv, tiled 1 x nr1: one broadcast weight times nr1 pixels per tap (the
+    ``_axpy`` rewrite: no element-by-element contraction), its scratch planes
+    allocated once, outside the loops."""
+    text = _kernel_text(dtype, x=(2, 5, 30, 31), w=(5, 1, 3, 3), params=dict(PARAMS, groups=5))
+    assert text.count(DIRECT_CONV_ATTR) == 1 and "scf.for" in text
+    res = P.lower(text, ["kernel"], target=target, keep_ir=True)
+    assert res.strategy.name.startswith("conv-direct-")
+    assert re.search(rf"fmuladd\.{vec}", res.llvm_ir), "no 1 x nr1 FMA row in the kernel"
+    loop = res.stages["bufferize"].split("scf.for", 1)[1]
+    assert "memref.alloc" not in loop and "linalg.fill" not in loop
+
+
+@pytest.mark.parametrize("xs,k,stride,pad,dil,bias", [
+    ((2, 7, 13, 17), 3, (1, 1), (1, 1), (1, 1), True),     # remainders, two images
+    ((1, 5, 14, 15), 3, (2, 2), (1, 1), (1, 1), True),     # stride 2: phases
+    ((1, 4, 9, 9), 5, (1, 1), (2, 2), (1, 1), False),      # 5x5, no bias
+    ((1, 3, 12, 12), 3, (1, 1), (2, 2), (2, 2), True),     # dilation
+    ((1, 6, 11, 10), 7, (2, 1), (3, 3), (1, 1), True),     # 7x7, stride on one axis
+])
+@pytest.mark.parametrize("dt", ["f32", "f64"])
+def test_depthwise_direct_conv_matches_numpy(xs, k, stride, pad, dil, bias, dt):
+    rng = np.random.default_rng(11)
+    npdt = np.float32 if dt == "f32" else np.float64
+    c = xs[1]
+    x = rng.standard_normal(xs).astype(npdt)
+    w = rng.standard_normal((c, 1, k, k)).astype(npdt)
+    b = rng.standard_normal(c).astype(npdt)
+    g = Graph()
+    xi = g.input("x", xs, dt)
+    bi = [g.constant(b, name="b")] if bias else []
+    g.output(conv2d(xi, g.constant(w, name="w"), *bi, stride=stride, padding=pad,
+                    dilation=dil, groups=c), "y")
+    m = compile(g)
+    assert m.kernel_summary() == [f"Conv2D[{','.join([dt] * (4 if bias else 3))}] "
+                                  f"(mlir-cpu-fused)"]
+    (sh, sw), (ph, pw), (dh, dw) = stride, pad, dil
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    ho = (xp.shape[2] - dh * (k - 1) - 1) // sh + 1
+    wo = (xp.shape[3] - dw * (k - 1) - 1) // sw + 1
+    want = np.zeros((xs[0], c, ho, wo)) + (b[None, :, None, None] if bias else 0)
+    for ky in range(k):
+        for kx in range(k):
+            y0, x0 = ky * dh, kx * dw
+            win = xp[:, :, y0:y0 + sh * (ho - 1) + 1:sh, x0:x0 + sw * (wo - 1) + 1:sw]
+            want += win * w[None, :, 0, ky, kx, None, None]
+    tol = 1e-5 if dt == "f32" else 1e-12
+    np.testing.assert_allclose(m(x=x), want, rtol=tol, atol=tol * 10)
 
 
 def test_direct_conv_compiles_through_compile_and_matches_numpy():
@@ -146,6 +212,35 @@ def test_single_reduction_contracts_is_an_mk_kn_product():
         assert "vector<8x1xf32>, vector<1x16xf32> into vector<8x16xf32>" in text
         assert text.count("vector.contract") == 1
         assert single_reduction_contracts(m) == 0
+
+
+_AXPY = """
+#l = affine_map<(p, c, kh, kw) -> (c, p)>
+#r = affine_map<(p, c, kh, kw) -> (c, kh, kw)>
+#a = affine_map<(p, c, kh, kw) -> (p)>
+func.func @f(%l: vector<1x64xf32>, %r: vector<1x1x1xf32>, %a: vector<64xf32>) -> vector<64xf32> {
+  %0 = vector.contract {indexing_maps = [#l, #r, #a], iterator_types = ["parallel",
+      "reduction", "reduction", "reduction"], kind = #vector.kind<add>}
+      %l, %r, %a : vector<1x64xf32>, vector<1x1x1xf32> into vector<64xf32>
+  return %0 : vector<64xf32>
+}
+"""
+
+
+def test_one_channel_contraction_becomes_an_fma_of_a_broadcast():
+    """A 1 x nr1 tile (depthwise) leaves one parallel dim once the unit dims
+    are cast away; the outer-product lowering would take it element by
+    element."""
+    with ir.Context():
+        m = ir.Module.parse(_AXPY)
+        assert single_reduction_contracts(m) == 1
+        m.operation.verify()
+        out = str(m)
+        assert "vector.contract" not in out and "vector.fma" in out
+        assert "vector.broadcast" in out
+        assert single_reduction_contracts(m) == 0
+        mul = ir.Module.parse(_AXPY.replace("#vector.kind<add>", "#vector.kind<mul>"))
+        assert single_reduction_contracts(mul) == 0   # only a sum of products
 
 
 def test_unknown_rewrite_step_is_a_pipeline_error():

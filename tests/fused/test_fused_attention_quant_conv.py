@@ -33,7 +33,7 @@ from compiler.graph.opdef import TensorType
 from compiler.mlir import func, ir
 from compiler.registry import default_registry
 from compiler.registry.builders import conv2d, fused
-from compiler.codegen.lowering.fused_conv import direct as direct_conv
+from compiler.codegen.lowering.fused_conv import direct as direct_conv, direct_depthwise
 from runtime import params as P
 from runtime.dtype import DType, from_storage
 from runtime.layout import Layout
@@ -421,11 +421,12 @@ def test_conv2d_dilation_matches_numpy(rng, xs, ws, stride, padding, dilation, g
     m = compile(g)
     fused_kernel = m.kernel_summary() == ["Conv2D[f64,f64,f64,f64] (mlir-cpu-fused)"]
     # groups = 1, stride 1: the direct kernel; other groups = 1: im2col + MatMul;
-    # depthwise: the taps' Mul/Add chain
+    # depthwise: the direct kernel at stride 1 or 2, else the taps' Mul/Add chain
     pair = lambda v: (v, v) if isinstance(v, int) else tuple(v)
-    direct = direct_conv(groups, pair(stride), ws[2:], pair(padding), pair(dilation))
-    assert fused_kernel == (direct or groups != 1 and not groups == xs[1] == ws[0]), \
-        m.kernel_summary()
+    dwise = groups == xs[1] == ws[0]
+    direct = direct_conv(groups, pair(stride), ws[2:], pair(padding), pair(dilation)) or \
+        dwise and direct_depthwise(pair(stride), pair(dilation))
+    assert fused_kernel == (direct or groups != 1 and not dwise), m.kernel_summary()
     np.testing.assert_allclose(m(x=x, w=w, b=b), want, rtol=1e-12, atol=1e-12)
     mr = compile(g, pipeline="base-map")
     assert not any(k.startswith("Conv2D") for k in mr.kernel_summary())
@@ -448,7 +449,8 @@ def test_conv2d(rng, xs, ws, params, bias, dtype):
         arrs.append(_data(rng, (ws[0],), dtype))
     depthwise = params["groups"] == xs[1] == ws[0]
     direct = direct_conv(params["groups"], params["stride"], ws[2:], params["padding"],
-                         params.get("dilation", (1, 1)))
+                         params.get("dilation", (1, 1))) or depthwise and dtype in (
+        "f32", "f64") and direct_depthwise(params["stride"], params.get("dilation", (1, 1)))
     if params["groups"] != 1 and not depthwise or direct:
         _check_kernel("Conv2D", arrs, [dtype] * len(arrs), params, dtype)
         return

@@ -199,7 +199,7 @@ def llvm_features(target) -> str:
     vectors (LLVM's tuning for most AVX-512 CPUs would keep 8-float ymm)."""
     feats = target.llvm_features
     if "avx512f" in target.features:
-        feats = ",".join(f for f in (feats, "-prefer-256-bit") if f)
+        feats = ",".join(f for f in (feats, "-prefer-256-bit", "+prefer-no-scatter") if f)
     return feats
 
 

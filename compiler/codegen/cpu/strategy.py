@@ -230,9 +230,12 @@ def _rows_rule(op: str, elt: str) -> Callable[[frozenset[str]], bool]:
 
 
 #: The direct convolution's register tiles (``transforms.conv``): ``mr`` output
-#: channels x ``nr`` output pixels, as the matmul's (``_MATMUL_TILES``).
-_CONV_TILES = {("f32", "avx2"): dict(mr=6, nr=16), ("f64", "avx2"): dict(mr=6, nr=8),
-               ("f32", "avx512"): dict(mr=8, nr=32), ("f64", "avx512"): dict(mr=8, nr=16)}
+#: channels x ``nr`` output pixels, as the matmul's (``_MATMUL_TILES``); a
+#: one-channel generic (depthwise, a channel at a time) is tiled 1 x ``nr1``.
+_CONV_TILES = {("f32", "avx2"): dict(mr=6, nr=16, nr1=32),
+               ("f64", "avx2"): dict(mr=6, nr=8, nr1=16),
+               ("f32", "avx512"): dict(mr=8, nr=32, nr1=64),
+               ("f64", "avx512"): dict(mr=8, nr=16, nr1=32)}
 #: The feature of a module holding a direct-convolution generic.
 DIRECT_CONV = "fuelc.direct_conv"
 

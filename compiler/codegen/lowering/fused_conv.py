@@ -58,9 +58,11 @@ def _conv2d(lw: Lowering, cpu: bool = False):
                             f"give an empty output for the padded input {hp}x{wp}")
     elt = lw.out_elt
     s = Scalar.compute(lw.in_dtypes[0])
-    if cpu and direct(g, (sh, sw), (kh, kw), (ph, pw), (dh, dw)) and s.ty == elt:
+    dwise = g == cin == cout
+    if cpu and s.ty == elt and (direct(g, (sh, sw), (kh, kw), (ph, pw), (dh, dw))
+                                or dwise and direct_depthwise((sh, sw), (dh, dw))):
         return _direct(x, w, bias, s, elt, (n, cin, h, wd), (cout, kh, kw), (ph, pw), (dh, dw),
-                       (sh, sw), (ho, wo))
+                       (sh, sw), (ho, wo), depthwise=dwise)
     if ph or pw:
         x = insert_slice(x, fill(s.const(0) if s.ty == elt else _zero(elt),
                                  empty([n, cin, hp, wp], elt)), [0, 0, ph, pw])
@@ -125,85 +127,158 @@ def direct(groups: int, stride, kernel, padding, dilation=(1, 1)) -> bool:
     return max(stride) <= 2 and tuple(dilation) == (1, 1)
 
 
-def _direct(x, w, bias, s, elt, xshape, wshape, pad, dil, stride, oshape):
-    """groups = 1 on cpu, one image at a time (an ``scf.for``: the
-    temporaries are one image's, so the allocator reuses them instead of
-    mapping fresh pages on every call). The zero-padded image is split into
-    its stride phases (phase (ry, rx) holds the pixels ``(qy*sh + ry, qx*sw +
-    rx)``; stride 1: the one phase is the padded image) and each phase is
-    flattened per channel, ``[C, (Hq+1)*Wq]`` (one extra zero row keeps the
-    last tap's run inside the plane). The output is computed as Ho
-    full-width rows of Wq pixels: the tap (qy, qx) of phase (ry, rx) (the
-    kernel tap (qy*sh + ry, qx*sw + rx); with stride 1 and a dilation, the tap
-    (ky, kx) at offset (ky*dh, kx*dw)) reads element ``p + qy*Wq + qx`` of the
-    phase's plane for output pixel p: a unit-stride run. One generic per
-    phase with taps, marked ``DIRECT_CONV_ATTR``, over (n, co, p | c, qy, qx)
-    accumulates ``out[n, co, p] += plane[n, c, p + qy*Wq + qx] * w[co, c, qy*sh
-    + ry, qx*sw + rx]``; the accumulator starts as the bias. The first Wo
-    columns of each row are the image's output (one copy). The cpu strategy
-    ``conv_strategy`` register-tiles each generic (``transforms/conv.py``)."""
-    from compiler.codegen.family import DIRECT_CONV_ATTR
-    (n, cin, h, wd), (cout, kh, kw), (ph, pw), (dh, dw), (sh, sw), (ho, wo) = (
-        xshape, wshape, pad, dil, stride, oshape)
-    hp, wp = h + 2 * ph, wd + 2 * pw
-    hq, wq = -(-hp // sh), -(-wp // sw)
-    # pixels computed: Ho full-width rows, rounded up to whole 16-pixel vectors,
-    # or fewer to a power of two (a register tile's remainder of 24 pixels was a
-    # <24 x float> that LLVM broke into shuffles and spills: 3.6 GFLOP/s at a
-    # 4x4 output, 42 as 32 pixels)
-    npix = ho * wq
-    npix = (-(-npix // _PIXEL_BLOCK) * _PIXEL_BLOCK if npix > _PIXEL_BLOCK
-            else 1 << (npix - 1).bit_length())
-    reach = (kh - 1) // sh * dh * wq + (kw - 1) // sw * dw   # the farthest tap's offset
-    rows = max(hq + 1, -(-(npix + reach) // wq))              # rows of each phase plane
+def direct_depthwise(stride, dilation=(1, 1)) -> bool:
+    """Whether the cpu kernel computes this depthwise Conv2D (groups = Cin =
+    Cout) directly, a channel at a time (``_direct``): stride 1, or stride 2
+    without dilation (as ``direct``)."""
+    stride = tuple(stride)
+    return stride == (1, 1) or max(stride) <= 2 and tuple(dilation) == (1, 1)
+
+
+def _direct(x, w, bias, s, elt, xshape, wshape, pad, dil, stride, oshape, depthwise=False):
+    """On cpu, one image at a time (an ``scf.for``), and for a depthwise conv
+    (``depthwise``: w ``[C,1,Kh,Kw]``) one channel of it at a time: each
+    channel is then a 1-channel direct convolution (``_planes``) whose padded
+    plane (a few KiB) stays in L1 between being written and read, instead of
+    a padded copy of the whole image passing through memory. The
+    temporaries (``_Scratch``) are allocated once and carried through the
+    loops, so an iteration neither allocates nor clears them again."""
+    (n, cin, h, wd), (cout, kh, kw), (ho, wo) = xshape, wshape, oshape
+    geo = _Geometry(pad, dil, stride, (kh, kw), (h, wd), (ho, wo), depthwise)
+    planes = 1 if depthwise else cin
+    scratch0 = geo.scratch(s, elt, planes, 1 if depthwise else cout)
+
+    def image(i, out, *scratch):
+        if not depthwise:
+            y, scratch = _planes(_at(x, [i], [1, cin, h, wd]), w, bias, s, elt, geo, scratch,
+                                 out, [i])
+            return [y, *scratch]
+
+        def channel(c, out, *scratch):
+            y, scratch = _planes(_at(x, [i, c], [1, 1, h, wd]), _at(w, [c], [1, 1, kh, kw]),
+                                 None if bias is None else _at(bias, [c], [1]), s, elt, geo,
+                                 scratch, out, [i, c])
+            return [y, *scratch]
+        return _for(cin, [out, *scratch], channel)
+
+    return _for(n, [empty([n, cout, ho, wo], elt), *scratch0], image)[0]
+
+
+def _at(v, at, sizes):
+    """The slice of ``v`` of static ``sizes`` at the dynamic leading offsets ``at``."""
     dyn = ir.ShapedType.get_dynamic_stride_or_offset()
+    lead = [dyn] * len(at) + [0] * (len(sizes) - len(at))
+    return tensor.ExtractSliceOp(ir.RankedTensorType.get(sizes, rtt(v).element_type), v, at,
+                                 [], [], lead, sizes, [1] * len(sizes)).result
 
-    def image(i, out):
-        xi = tensor.ExtractSliceOp(ir.RankedTensorType.get([1, cin, h, wd], elt), x, [i], [], [],
-                                   [dyn, 0, 0, 0], [1, cin, h, wd], [1] * 4).result
-        xp = insert_slice(xi, fill(s.const(0), empty([1, cin, rows * sh, wq * sw], elt)),
-                          [0, 0, ph, pw])
-        if bias is None:
-            acc = fill(s.const(0), empty([1, cout, npix], elt))
+
+def _put(v, dest, at):
+    dyn = ir.ShapedType.get_dynamic_stride_or_offset()
+    sizes = rtt(v).shape
+    lead = [dyn] * len(at) + [0] * (len(sizes) - len(at))
+    return tensor.InsertSliceOp(v, dest, at, [], [], lead, sizes, [1] * len(sizes)).result
+
+
+class _Geometry:
+    """The flat-plane geometry of a direct convolution (see ``_planes``)."""
+
+    def __init__(self, pad, dil, stride, kernel, in_hw, out_hw, depthwise):
+        (self.ph, self.pw), (self.dh, self.dw), (self.sh, self.sw) = pad, dil, stride
+        (self.kh, self.kw), (self.h, self.wd), (self.ho, self.wo) = kernel, in_hw, out_hw
+        hp, wp = self.h + 2 * self.ph, self.wd + 2 * self.pw
+        self.hq, self.wq = -(-hp // self.sh), -(-wp // self.sw)
+        # pixels computed: Ho full-width rows, rounded up to whole 16-pixel
+        # vectors (32 for a depthwise conv, whose 1 x nr1 tiles are 32 or 64
+        # pixels: a peeled 48-pixel remainder became shuffles), or fewer to a
+        # power of two (a register tile's remainder of 24 pixels was a <24 x
+        # float> that LLVM broke into shuffles and spills: 3.6 GFLOP/s at a 4x4
+        # output, 42 as 32 pixels)
+        block = 2 * _PIXEL_BLOCK if depthwise else _PIXEL_BLOCK
+        npix = self.ho * self.wq
+        self.npix = (-(-npix // block) * block if npix > block
+                     else 1 << (npix - 1).bit_length())
+        reach = (self.kh - 1) // self.sh * self.dh * self.wq + (self.kw - 1) // self.sw * self.dw
+        self.rows = max(self.hq + 1, -(-(self.npix + reach) // self.wq))
+
+    def phases(self):
+        """(ry, rx, taps down, taps across) of each stride phase with taps."""
+        for ry in range(self.sh):
+            for rx in range(self.sw):
+                nqy, nqx = len(range(ry, self.kh, self.sh)), len(range(rx, self.kw, self.sw))
+                if nqy and nqx:
+                    yield ry, rx, nqy, nqx
+
+    def scratch(self, s, elt, planes: int, cout: int) -> list:
+        """The temporaries of ``_planes``: the zero-padded input (zeroed
+        here, once: every use overwrites the same interior), the accumulator
+        and, with a stride, each phase's plane."""
+        xp = fill(s.const(0), empty([1, planes, self.rows * self.sh, self.wq * self.sw], elt))
+        phases = [] if self.sh == self.sw == 1 else \
+            [empty([1, planes, self.rows, self.wq], elt) for _ in self.phases()]
+        return [xp, empty([1, cout, self.npix], elt), *phases]
+
+
+def _planes(xi, w, bias, s, elt, geo, scratch, out, at):
+    """The direct convolution of one image ``xi`` ``[1, C, H, W]`` with w
+    ``[Co, C, Kh, Kw]``, into ``out`` at ``at``; returns (out, the scratch
+    tensors ``_Geometry.scratch`` to carry to the next use). The zero-padded
+    image is split into its stride phases (phase (ry, rx) holds the pixels
+    ``(qy*sh + ry, qx*sw + rx)``; stride 1: the one phase is the padded
+    image) and each phase is flattened per channel, ``[C, (Hq+1)*Wq]`` (one
+    extra zero row keeps the last tap's run inside the plane). The output
+    is computed as Ho full-width rows of Wq pixels: the tap (qy, qx) of
+    phase (ry, rx) (the kernel tap (qy*sh + ry, qx*sw + rx); with stride 1
+    and a dilation, the tap (ky, kx) at offset (ky*dh, kx*dw)) reads element
+    ``p + qy*Wq + qx`` of the phase's plane for output pixel p: a
+    unit-stride run. One generic per phase with taps, marked
+    ``DIRECT_CONV_ATTR``, over (n, co, p | c, qy, qx) accumulates ``out[n,
+    co, p] += plane[n, c, p + qy*Wq + qx] * w[co, c, qy*sh + ry, qx*sw +
+    rx]``; the accumulator starts as the bias. The first Wo columns of each
+    row are the image's output (one copy, ``CROP_ATTR``). The cpu strategy
+    ``conv_strategy`` register-tiles each generic (``transforms/conv.py``)."""
+    from compiler.codegen.family import CROP_ATTR, DIRECT_CONV_ATTR
+    g = geo
+    cin, cout = rtt(xi).shape[1], rtt(w).shape[0]
+    xp, acc, *phase_bufs = scratch
+    xp = insert_slice(xi, xp, [0, 0, g.ph, g.pw])
+    if bias is None:
+        acc = fill(s.const(0), acc)
+    else:
+        acc = generic([bias], [acc], [affine_map(3, [1]), identity_map(3)], [PARALLEL] * 3,
+                      lambda b, _o: b)[0]
+    d = [ir.AffineDimExpr.get(k) for k in range(6)]   # n co p | c qy qx
+    planes = []
+    for k, (ry, rx, nqy, nqx) in enumerate(g.phases()):
+        if g.sh == g.sw == 1:
+            plane, wt = xp, w
         else:
-            acc = generic([bias], [empty([1, cout, npix], elt)], [affine_map(3, [1]),
-                          identity_map(3)], [PARALLEL] * 3, lambda b, _o: b)[0]
-        d = [ir.AffineDimExpr.get(k) for k in range(6)]   # n co p | c qy qx
-        for ry in range(sh):
-            for rx in range(sw):
-                nqy, nqx = len(range(ry, kh, sh)), len(range(rx, kw, sw))
-                if not nqy or not nqx:
-                    continue
-                if sh == sw == 1:
-                    plane, wt = xp, w
-                else:
-                    view = tensor.ExtractSliceOp(
-                        ir.RankedTensorType.get([1, cin, rows, wq], elt), xp, [], [], [],
-                        [0, 0, ry, rx], [1, cin, rows, wq], [1, 1, sh, sw]).result
-                    plane = generic([view], [empty([1, cin, rows, wq], elt)],
-                                    [identity_map(4)] * 2, [PARALLEL] * 4, lambda v, _o: v)[0]
-                    wt = tensor.ExtractSliceOp(
-                        ir.RankedTensorType.get([cout, cin, nqy, nqx], elt), w, [], [], [],
-                        [0, 0, ry, rx], [cout, cin, nqy, nqx], [1, 1, sh, sw]).result
-                flat = collapse(plane, [[0], [1], [2, 3]])
-                tap = d[2] + d[4] * (dh * wq) + d[5] * dw
-                acc = generic([flat, wt], [acc],
-                              [affine_map(6, [0, 3, tap]), affine_map(6, [1, 3, 4, 5]),
-                               affine_map(6, [0, 1, 2])],
-                              [PARALLEL] * 3 + [REDUCTION] * 3,
-                              lambda a, b, c: s.add(c, s.mul(a, b)))[0]
-                acc.owner.attributes[DIRECT_CONV_ATTR] = ir.UnitAttr.get()
-        # the first Wo columns of each row (all of them when Wq = Wo), read
-        # through the copy's map, not a view: the schedule hoists the
-        # accumulator tiles only out of a buffer that no view aliases
-        e = [ir.AffineDimExpr.get(k) for k in range(4)]
-        yi = generic([acc], [empty([1, cout, ho, wo], elt)],
-                     [affine_map(4, [0, 1, e[2] * wq + e[3]]), identity_map(4)],
-                     [PARALLEL] * 4, lambda v, _o: v)[0]
-        return [tensor.InsertSliceOp(yi, out, [i], [], [], [dyn, 0, 0, 0], [1, cout, ho, wo],
-                                     [1] * 4).result]
-
-    return _for(n, [empty([n, cout, ho, wo], elt)], image)[0]
+            view = tensor.ExtractSliceOp(
+                ir.RankedTensorType.get([1, cin, g.rows, g.wq], elt), xp, [], [], [],
+                [0, 0, ry, rx], [1, cin, g.rows, g.wq], [1, 1, g.sh, g.sw]).result
+            plane = generic([view], [phase_bufs[k]], [identity_map(4)] * 2, [PARALLEL] * 4,
+                            lambda v, _o: v)[0]
+            planes.append(plane)
+            wt = tensor.ExtractSliceOp(
+                ir.RankedTensorType.get([cout, cin, nqy, nqx], elt), w, [], [], [],
+                [0, 0, ry, rx], [cout, cin, nqy, nqx], [1, 1, g.sh, g.sw]).result
+        flat = collapse(plane, [[0], [1], [2, 3]])
+        tap = d[2] + d[4] * (g.dh * g.wq) + d[5] * g.dw
+        acc = generic([flat, wt], [acc],
+                      [affine_map(6, [0, 3, tap]), affine_map(6, [1, 3, 4, 5]),
+                       affine_map(6, [0, 1, 2])],
+                      [PARALLEL] * 3 + [REDUCTION] * 3,
+                      lambda a, b, c: s.add(c, s.mul(a, b)))[0]
+        acc.owner.attributes[DIRECT_CONV_ATTR] = ir.UnitAttr.get()
+    # the first Wo columns of each row (all of them when Wq = Wo), read
+    # through the copy's map, not a view: the schedule hoists the
+    # accumulator tiles only out of a buffer that no view aliases
+    e = [ir.AffineDimExpr.get(k) for k in range(4)]
+    sizes = [1, cout, g.ho, g.wo]
+    y = generic([acc], [_at(out, at, sizes)],
+                [affine_map(4, [0, 1, e[2] * g.wq + e[3]]), identity_map(4)],
+                [PARALLEL] * 4, lambda v, _o: v)[0]
+    y.owner.attributes[CROP_ATTR] = ir.UnitAttr.get()
+    return _put(y, out, at), [xp, acc, *planes]
 
 
 #: The direct convolution computes a multiple of this many pixels per image.
@@ -227,14 +302,17 @@ def _register_kernel() -> None:
 
     from compiler.registry.ops.conv2d import is_depthwise
 
-    # A stride-1 groups-1 conv runs here, directly (``_direct``); other groups = 1
-    # convs take the recipe (im2col + the tiled, threaded MatMul kernel), and so
-    # does a depthwise conv (its taps' Mul/Add chain, one elementwise kernel).
+    # The ``direct`` groups-1 convs and the stride-1/2 depthwise ones run here
+    # (``_direct``); other groups-1 convs take the recipe (im2col + the tiled,
+    # threaded MatMul kernel), and so does a depthwise conv of another stride
+    # (its taps' Mul/Add chain, one elementwise kernel).
     def serves(params, types):
         if params["groups"] == 1:
             return direct(1, params["stride"], types[1].shape[2:], params["padding"],
                           params["dilation"])
-        return not is_depthwise(types, params)
+        if is_depthwise(types, params):
+            return direct_depthwise(params["stride"], params["dilation"])
+        return True
 
     @fused_kernel("Conv2D", precision=CONV2D, dtypes=(DType.F32, DType.F64),
                   from_params=back, keys=lambda t: [(t,) * 3, (t,) * 4], serves=serves)

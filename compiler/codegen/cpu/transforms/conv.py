@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import importlib
 
-from compiler.codegen.family import DIRECT_CONV_ATTR  # the generic's mark (target-neutral)
+from compiler.codegen.family import CROP_ATTR, DIRECT_CONV_ATTR  # marks (target-neutral)
 from compiler.mlir import _root, ir
 
 from .matmul import _ANY, _FOR, _LOWER_VECTORS, _match
@@ -49,15 +49,20 @@ def _apply(*patterns: str, handle: str = "%func") -> str:
     return f"    transform.apply_patterns to {handle} {{\n{body}    }} : {_ANY}\n"
 
 
-def conv_scripts(*, mr: int, nr: int) -> tuple[str, ...]:
+def conv_scripts(*, mr: int, nr: int, nr1: int) -> tuple[str, ...]:
     """The strategy steps of the direct convolution: transform scripts and
     ``py:`` rewrites, in order (see the module docstring)."""
     t = _ANY
     conv = (f'transform.structured.match attributes {{{DIRECT_CONV_ATTR}}} in %root '
             f': ({t}) -> {t}')
-    tile = f"py:tile_direct_conv {mr} {nr}"
+    tile = f"py:tile_direct_conv {mr} {nr} {nr1}"
+    copies = (f'transform.structured.match ops{{["linalg.copy"]}} in %root : ({t}) -> {t}')
     vectorize = _HEAD + f"""    %g = {conv}
     transform.structured.vectorize %g : {t}
+    %copies = {copies}
+    transform.structured.vectorize %copies : {t}
+    %crop = transform.structured.match attributes {{{CROP_ATTR}}} in %root : ({t}) -> {t}
+    transform.structured.vectorize %crop : {t}
 """ + _apply("transform.apply_patterns.vector.transfer_permutation_patterns",
              "transform.apply_patterns.vector.reduction_to_contract") + _apply(
         "transform.apply_patterns.vector.cast_away_vector_leading_one_dim") + _TAIL
@@ -87,17 +92,21 @@ def tile_script(mr: int, nr: int, cout: int, npix: int) -> str:
             peel += (f"      %f{loop[1:]} = transform.cast {loop} : {t} to {_FOR}\n"
                      f"      %m{loop[1:]}, %r{loop[1:]} = transform.loop.peel %f{loop[1:]} "
                      f": ({_FOR}) -> ({t}, {t})\n")
-    return _HEAD + f"""    %all = transform.structured.match attributes {{{DIRECT_CONV_ATTR}}} in %root : ({t}) -> {t}
+    return _HEAD + f"""    %crops = transform.structured.match attributes {{{CROP_ATTR}}} in %root : ({t}) -> {t}
+    %tcrop, %lc0, %lc1, %lc2 = transform.structured.tile_using_for %crops tile_sizes [1, 1, 1, 0] : ({t}) -> ({t}, {t}, {t}, {t})
+    %all = transform.structured.match attributes {{{DIRECT_CONV_ATTR}}} in %root : ({t}) -> {t}
     transform.foreach %all : {t} {{
     ^bb0(%g: {t}):
       %t0, %ln, %lp, %lco, %lc, %lkh, %lkw = transform.structured.tile_using_for %g tile_sizes [1, {mr}, {nr}, 1, 1, 1] interchange = [0, 2, 1, 3, 4, 5] : ({t}) -> ({t}, {t}, {t}, {t}, {t}, {t}, {t})
 """ + peel + "    }\n" + _apply("transform.apply_patterns.canonicalization") + _TAIL
 
 
-def tile_direct_conv(module: "ir.Module", mr: str, nr: str) -> int:
+def tile_direct_conv(module: "ir.Module", mr: str, nr: str, nr1: str | None = None) -> int:
     """Step 1 (``tile_script``) on the ``DIRECT_CONV_ATTR`` generics (the
     phases of one convolution: one accumulator shape), the peeling chosen
-    from their static extents. Returns the count."""
+    from their static extents. A generic of one output channel (a depthwise
+    conv's, a channel at a time) is tiled ``1 x nr1``: its one weight per tap
+    is broadcast once for ``nr1`` pixels. Returns the count."""
     from compiler.codegen.cpu.pipeline import apply_transform
     convs = [op for op in _walk(module, "linalg.generic") if DIRECT_CONV_ATTR in op.attributes]
     shapes = [ir.ShapedType(op.operands[len(op.operands) - 1].type).shape for op in convs]
@@ -106,7 +115,8 @@ def tile_direct_conv(module: "ir.Module", mr: str, nr: str) -> int:
         raise ValueError(f"direct convolutions of several accumulator shapes in one module: "
                          f"{sorted(distinct)}")
     for _, cout, npix in distinct:
-        apply_transform(module, tile_script(int(mr), int(nr), cout, npix))
+        rows, cols = (1, int(nr1 or nr)) if cout == 1 else (int(mr), int(nr))
+        apply_transform(module, tile_script(rows, cols, cout, npix))
     return len(convs)
 
 
@@ -134,7 +144,7 @@ def fold_unit_dims(module: "ir.Module") -> int:
     every map stays a projected permutation. Returns the ops rewritten."""
     n = 0
     for op in _walk(module, "linalg.generic"):
-        if DIRECT_CONV_ATTR not in op.attributes:
+        if DIRECT_CONV_ATTR not in op.attributes and CROP_ATTR not in op.attributes:
             continue
         maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
         nd = maps[0].n_dims
@@ -192,6 +202,9 @@ def single_reduction_contracts(module: "ir.Module") -> int:
                 extent[_dim(e)] = size
         red = [d for d, r in enumerate(its) if r]
         par = [d for d, r in enumerate(its) if not r]
+        if len(par) == 1 and red and all(extent.get(d) == 1 for d in red):
+            n += _axpy(op, vector, maps, par[0])
+            continue
         if len(red) < 2 and len(par) <= 2 or any(extent.get(d) != 1 for d in red):
             continue
         big = [d for d in par if extent.get(d, 1) > 1]
@@ -232,6 +245,28 @@ def single_reduction_contracts(module: "ir.Module") -> int:
         op.erase()
         n += 1
     return n
+
+
+def _axpy(op, vector, maps, p: int) -> int:
+    """A contraction of one parallel dim ``p`` and unit reductions (a one-channel
+    tile: ``acc[p] += x[.., p] * w[..]``, w one element) as ``vector.fma`` of x
+    and w broadcast; the outer-product lowering would take it element by
+    element. Returns 1 when rewritten."""
+    lhs, rhs, acc = op.operands[0], op.operands[1], op.operands[2]
+    if "add" not in str(op.attributes["kind"]):
+        return 0
+    x, w = (lhs, rhs) if p in {_dim(e) for e in maps[0].results} else (rhs, lhs)
+    at, wt = ir.VectorType(acc.type), ir.VectorType(w.type)
+    if ir.VectorType(x.type).shape.count(1) != ir.VectorType(x.type).rank - 1 or \
+            any(s != 1 for s in wt.shape):
+        return 0
+    with ir.InsertionPoint(op), op.location:
+        xs = vector.ShapeCastOp(at, x).result if x.type != at else x
+        w1 = vector.ShapeCastOp(ir.VectorType.get([1], wt.element_type), w).result
+        new = vector.FMAOp(xs, vector.BroadcastOp(at, w1).result, acc).result
+    op.result.replace_all_uses_with(new)
+    op.erase()
+    return 1
 
 
 #: The ``py:`` steps a strategy's transform may name.
