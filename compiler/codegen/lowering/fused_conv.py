@@ -20,7 +20,8 @@ from compiler.errors import LoweringError
 from compiler.mlir import arith, ir, linalg, tensor
 
 from .core import (PARALLEL, REDUCTION, Lowering, Scalar, affine_map, empty, expand, fill,
-                   collapse, from_compute, generic, identity_map, lowers, rtt, to_compute)
+                   collapse, from_compute, generic, identity_map, index, lowers, rtt,
+                   to_compute)
 from .fused_norm import _for
 from .layout import insert_slice
 
@@ -179,6 +180,50 @@ def _put(v, dest, at):
     return tensor.InsertSliceOp(v, dest, at, [], [], lead, sizes, [1] * len(sizes)).result
 
 
+def _split_phases(xp, bufs, g, phases, s) -> list:
+    """Each stride phase's plane of the padded image ``xp`` ``[1, C, rows*sh,
+    Wq*sw]``, written into ``bufs`` (one per phase with taps): for every
+    channel and phase row, the padded row is read in contiguous vectors of
+    ``_SPLIT`` elements and, with sw = 2, ``vector.deinterleave``d into its
+    two column phases. (As a copy from a view of stride 2 it was scalar
+    code: LLVM unrolls such a row and cannot vectorize the strided loads.)"""
+    from compiler.mlir import vector
+    cin, width = rtt(xp).shape[1], g.wq * g.sw
+    elt = rtt(xp).element_type
+    which = {(ry, rx): k for k, (ry, rx, _, _) in enumerate(phases)}
+    pad = s.const(0)
+    row_of = ir.AffineMap.get_minor_identity(4, 1)
+    chunks = [(at, min(_SPLIT, width - at)) for at in range(0, width, _SPLIT)]
+
+    def channel(c, *bufs):
+        def row(q, *bufs):
+            bufs = list(bufs)
+            for ry in range(g.sh):
+                if not any((ry, rx) in which for rx in range(g.sw)):
+                    continue
+                y = arith.addi(arith.muli(q, index(g.sh)), index(ry))
+                for at, n in chunks:
+                    v = vector.TransferReadOp(ir.VectorType.get([n], elt), xp,
+                                              [index(0), c, y, index(at)], row_of, pad,
+                                              [True]).result
+                    parts = [v] if g.sw == 1 else list(vector.DeinterleaveOp(v).results)
+                    for rx, part in enumerate(parts):
+                        k = which.get((ry, rx))
+                        if k is not None:
+                            bufs[k] = vector.TransferWriteOp(
+                                bufs[k].type, part, bufs[k],
+                                [index(0), c, q, index(at // g.sw)], row_of, [True]).result
+            return bufs
+        return _for(g.rows, list(bufs), row)
+
+    return _for(cin, list(bufs), channel)
+
+
+#: Elements of a padded row read at once by ``_split_phases`` (even: a stride
+#: of 2 splits each read in two).
+_SPLIT = 64
+
+
 class _Geometry:
     """The flat-plane geometry of a direct convolution (see ``_planes``)."""
 
@@ -247,17 +292,13 @@ def _planes(xi, w, bias, s, elt, geo, scratch, out, at):
         acc = generic([bias], [acc], [affine_map(3, [1]), identity_map(3)], [PARALLEL] * 3,
                       lambda b, _o: b)[0]
     d = [ir.AffineDimExpr.get(k) for k in range(6)]   # n co p | c qy qx
-    planes = []
-    for k, (ry, rx, nqy, nqx) in enumerate(g.phases()):
+    phases = list(g.phases())
+    planes = [] if g.sh == g.sw == 1 else _split_phases(xp, phase_bufs, g, phases, s)
+    for k, (ry, rx, nqy, nqx) in enumerate(phases):
         if g.sh == g.sw == 1:
             plane, wt = xp, w
         else:
-            view = tensor.ExtractSliceOp(
-                ir.RankedTensorType.get([1, cin, g.rows, g.wq], elt), xp, [], [], [],
-                [0, 0, ry, rx], [1, cin, g.rows, g.wq], [1, 1, g.sh, g.sw]).result
-            plane = generic([view], [phase_bufs[k]], [identity_map(4)] * 2, [PARALLEL] * 4,
-                            lambda v, _o: v)[0]
-            planes.append(plane)
+            plane = planes[k]
             wt = tensor.ExtractSliceOp(
                 ir.RankedTensorType.get([cout, cin, nqy, nqx], elt), w, [], [], [],
                 [0, 0, ry, rx], [cout, cin, nqy, nqx], [1, 1, g.sh, g.sw]).result
