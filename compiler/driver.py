@@ -227,12 +227,17 @@ class SymbolicModule:
 
     def kernel_summary(self) -> list[str]:
         """A first line stating the stage and the bindings compiled, then the
-        kernels of the most recently used binding."""
+        kernels of the most recently used binding, each marked ``[run-time
+        extents]`` (one object serves every size) or ``[per shape]``."""
         kept = "; ".join(", ".join(f"{k}={v}" for k, v in b.items()) for b in self.bindings)
-        head = (f"symbolic module, first stage: one static compile per input-shape binding "
-                f"(kept: {kept or 'none yet'})")
+        head = (f"symbolic module: passes and plan per input-shape binding; kernels marked "
+                f"[run-time extents] are compiled once for every size, [per shape] ones per "
+                f"binding (kept: {kept or 'none yet'})")
         last = next(reversed(self._modules.values()), None)
-        return [head] + (last.kernel_summary() if last is not None else [])
+        if last is None:
+            return [head]
+        return [head] + [f"{line} [{mark}]" for line, mark in
+                         zip(last.kernel_summary(), extent_marks(last))]
 
     def save(self, path, sign_with=None):
         """Not in the first stage: raises ExportError naming the fix."""
@@ -396,6 +401,33 @@ def _check_fallbacks(module: CompiledModule, strict: bool) -> None:
                                   f"FUELC_STRICT=1 refuses)"), stacklevel=level)
 
 
+def _step_instances(module: CompiledModule, i: int, step) -> list:
+    """``[(family, instance)]`` a generated kernel step compiles (contiguous
+    operands); [] for other steps."""
+    from runtime.layout import Layout
+    fn = module.executor.entries[i].kernel.fn if isinstance(step, KernelStep) else None
+    if not hasattr(fn, "instances"):
+        return []
+    specs = module.executor.specs
+    layouts = [Layout.contiguous(specs[v].shape) for v in step.inputs]
+    layouts += [Layout.contiguous(s.shape) for s in step.output_specs[:1]]
+    return [(fn.family, inst) for inst in fn.instances(layouts, step.params, len(step.inputs))]
+
+
+def extent_marks(module: CompiledModule) -> list[str]:
+    """Per kernel step of ``module``: ``"run-time extents"`` when every kernel
+    instance it calls takes its (batch/sequence) extents at run time (one
+    object for every size), else ``"per shape"`` (compiled again for a new
+    size; ``docs/dynamic-shapes.md``)."""
+    marks = []
+    for i, step in enumerate(module.plan.steps):
+        if isinstance(step, KernelStep):
+            insts = _step_instances(module, i, step)
+            dyn = insts and all(getattr(inst, "dynamic", False) for _, inst in insts)
+            marks.append("run-time extents" if dyn else "per shape")
+    return marks
+
+
 def _warm(module: CompiledModule, jobs: int = 1, executor=None, pool=None,
           progress=lambda stage: None) -> None:
     """Compile every generated kernel the plan will call (any kernel whose
@@ -409,14 +441,8 @@ def _warm(module: CompiledModule, jobs: int = 1, executor=None, pool=None,
     if module.target.kind == "cpu" and runnable_here(module.target):
         items = []
         for i, step in enumerate(module.plan.steps):
-            fn = module.executor.entries[i].kernel.fn if isinstance(step, KernelStep) else None
-            if not hasattr(fn, "instances"):
-                continue
-            layouts = [Layout.contiguous(specs[v].shape) for v in step.inputs]
-            layouts += [Layout.contiguous(s.shape) for s in step.output_specs[:1]]
             try:
-                items += [(fn.family, inst)
-                          for inst in fn.instances(layouts, step.params, len(step.inputs))]
+                items += _step_instances(module, i, step)
             except FuelError:
                 pass  # reported with the step's name below
         precompile(items, module.target, jobs=jobs, executor=executor,
