@@ -43,6 +43,9 @@ from runtime.precision import PrecisionGuarantee
 #: Tensor passes between fuel-to-linalg and the CPU pipeline.
 FUSION_PASSES = ("linalg-generalize-named-ops", "linalg-fuse-elementwise-ops", "canonicalize",
                  "cse")
+#: With ``?`` extents each lowered op reads its own ``tensor.dim``s (and casts),
+#: which keep the generics apart until canonicalize and cse have merged them.
+DYNAMIC_FUSION_PASSES = ("linalg-generalize-named-ops", "canonicalize", "cse") + FUSION_PASSES[1:]
 
 PRECISION = PrecisionGuarantee(
     True, None, None, None,
@@ -162,7 +165,8 @@ def linalg_text(inst: RuntimeFusedInstance, platform: str | None = None) -> str:
     from compiler.codegen.linalg import lower_to_linalg
     module = fuel_module(inst)
     lower_to_linalg(module, platform=platform)
-    run_stage(module, Stage("runtime-fuse", FUSION_PASSES))
+    run_stage(module, Stage("runtime-fuse",
+                            DYNAMIC_FUSION_PASSES if inst.dynamic else FUSION_PASSES))
     if platform == "cpu" and inst.inner:
         from compiler.codegen.family import UNIT_STRIDE_ATTR, ZERO_STRIDE_ATTR
         from compiler.mlir import ir
