@@ -139,11 +139,12 @@ class CompiledModule(PlanModule):
 
 
 class SymbolicModule:
-    """A compiled graph with symbolic extents: the first stage of dynamic
-    shapes (``docs/dynamic-shapes.md``). Each distinct binding of the symbols
-    (``{"batch": 2, "seq": 7}``) is specialised (``Graph.bind``) and compiled
-    statically on its first call, then cached; the ``KEEP`` most recently
-    used bindings are kept. A call binds the symbols from the inputs' shapes
+    """A compiled graph with symbolic extents (``docs/dynamic-shapes.md``).
+    Each distinct binding of the symbols (``{"batch": 2, "seq": 7}``) is
+    specialised (``Graph.bind``) and planned on its first call, then cached;
+    the ``KEEP`` most recently used bindings are kept. The kernels with a
+    dynamic instance (``kernel_summary``: ``[run-time extents]``) are compiled
+    once for every size; the others per binding. A call binds the symbols from the inputs' shapes
     and raises ``ShapeSignatureError`` (a ``PlanError``) when they contradict
     the signature, before anything compiles or runs."""
 
@@ -240,7 +241,7 @@ class SymbolicModule:
                          zip(last.kernel_summary(), extent_marks(last))]
 
     def save(self, path, sign_with=None):
-        """Not in the first stage: raises ExportError naming the fix."""
+        """Not built yet (one file per binding): raises ExportError naming the fix."""
         from .export import ExportError
         example = ", ".join(f"{n}=..." for n in self.graph.symbols)
         raise ExportError(f"this module has symbolic extents ({', '.join(self.graph.symbols)}); "
@@ -318,7 +319,7 @@ def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = Non
     strict = _strict_default() if strict is None else bool(strict)
     if not getattr(graph, "outputs", None):
         raise CompileError("the graph has no outputs; mark at least one with g.output(node, name=...)")
-    if getattr(graph, "is_symbolic", False):  # docs/dynamic-shapes.md: the first stage
+    if getattr(graph, "is_symbolic", False):  # docs/dynamic-shapes.md: plans per binding
         return SymbolicModule(graph, target, {"pipeline": pipeline, "warm": warm,
                                               "progress": progress, "jobs": jobs,
                                               "executor": executor, "strict": strict})
