@@ -16,6 +16,7 @@ output name. Every stage's IR is kept on ``module.ir`` for debugging.
 from __future__ import annotations
 
 import collections
+import math
 import threading
 import time
 from typing import Mapping
@@ -412,7 +413,58 @@ def _step_instances(module: CompiledModule, i: int, step) -> list:
     specs = module.executor.specs
     layouts = [Layout.contiguous(specs[v].shape) for v in step.inputs]
     layouts += [Layout.contiguous(s.shape) for s in step.output_specs[:1]]
-    return [(fn.family, inst) for inst in fn.instances(layouts, step.params, len(step.inputs))]
+    insts = fn.instances(layouts, step.params, len(step.inputs))
+    seen = _call_layouts(module).get(i)
+    if seen is not None and seen != layouts[:len(step.inputs)]:
+        try:  # the views the executor passes (a transposed operand): their instance too
+            insts += fn.instances(seen + layouts[len(step.inputs):], step.params,
+                                  len(step.inputs))
+        except FuelError:
+            pass  # the call reports it
+    return [(fn.family, inst) for inst in dict.fromkeys(insts)]
+
+
+def _call_layouts(module: CompiledModule) -> dict:
+    """Step index -> the input layouts the executor's general path passes to
+    that kernel step when every graph input is contiguous (views of values as
+    view steps leave them, contiguized where the kernel's caps ask), memoised
+    on the module. Steps whose operands the executor makes contiguous anyway
+    are left out."""
+    memo = getattr(module, "_call_layouts_memo", None)
+    if memo is not None:
+        return memo
+    from runtime.executor import ContiguizeStep, ReshapeStep, ViewStep
+    from runtime.layout import Layout
+    specs, memo = module.executor.specs, {}
+    env = {v: (s.shape, Layout.contiguous(s.shape)) for v, s in module.plan.inputs.items()}
+
+    def base(v):  # a value's (storage shape, layout); a fresh value is contiguous
+        return env.get(v) or (specs[v].shape, Layout.contiguous(specs[v].shape))
+
+    for i, step in enumerate(module.plan.steps):
+        if isinstance(step, ViewStep):
+            shape, lay = base(step.input)
+            env[step.output] = (shape, step.apply(lay))
+        elif isinstance(step, ReshapeStep):
+            shape, lay = base(step.input)
+            view = lay.reshaped(step.shape) if not lay.is_contiguous() else None
+            env[step.output] = (shape, view) if view is not None else \
+                (step.shape, Layout.contiguous(step.shape))
+        elif isinstance(step, ContiguizeStep):
+            env[step.output] = (specs[step.output].shape, Layout.contiguous(specs[step.output].shape))
+        elif isinstance(step, KernelStep):
+            caps = module.executor.entries[i].caps
+            lays = []
+            for v in step.inputs:
+                shape, lay = base(v)
+                exact = math.prod(shape) == lay.numel
+                if not (caps.view_input or (exact and lay.start_offset == 0 and
+                                            (lay.is_contiguous() or caps.strided_input))):
+                    lay = Layout.contiguous(lay.shape)
+                lays.append(lay)
+            memo[i] = lays
+    module._call_layouts_memo = memo
+    return memo
 
 
 def extent_marks(module: CompiledModule) -> list[str]:

@@ -123,3 +123,15 @@ def test_wrong_number_of_dynamic_masks_is_a_dialect_error():
                                            r"inputs and one result"):
         emit_single_op_module("LayerNormLastDim", {"eps": 1e-5}, [TensorType((2, 8), F32)],
                               dynamic=((True, False),) * 3)
+
+
+def test_compile_warms_the_view_instances_a_call_uses():
+    """``q @ h^T`` passes the transposed view as it is (no copy): compile()
+    warms the kernel instance of that layout, so the call compiles nothing."""
+    g = _encoder_graph()
+    m = compile(g)
+    m.specialize(batch=3, seq=40)
+    before = set(family._compiled)
+    feeds = _feeds(3, 40)
+    np.testing.assert_allclose(m(**feeds), interpret(g, feeds)["y"], rtol=2e-4, atol=2e-4)
+    assert set(family._compiled) == before
