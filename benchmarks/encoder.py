@@ -4,6 +4,7 @@
     python benchmarks/encoder.py --model builder --batch 1 --threads 1 --repeats 20
     python benchmarks/encoder.py --model torch --layers 6 --steps
     python benchmarks/encoder.py --target cpu:x86-64-v3 --json out.json
+    python benchmarks/encoder.py --model onnx --dynamic  # also one compile for every batch
 
 The block (hidden 384, 12 heads, FFN 1536, seq 128, post-LayerNorm as in
 BERT): q/k/v projections, softmax(q k^T / sqrt(d)) v, output projection +
@@ -24,7 +25,9 @@ Both get ``--threads`` threads and take turns (``--rounds`` rounds of
 time of each over all its runs (and fuelc's p10/p90), fuelc / ort, the
 largest difference of the outputs, and which kernels fuelc ran
 (OpKind[dtypes] (kernel source) x count). The machine is shared and noisy:
-compare the two from the same run.
+compare the two from the same run. ``--dynamic`` also compiles the ONNX
+models once with their batch axis symbolic (``docs/dynamic-shapes.md``) and
+times that module in the same rounds: dynamic / static at each batch.
 """
 from __future__ import annotations
 
@@ -276,6 +279,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3,
                     help="rounds of fuelc then onnxruntime, in turn (the median is over all runs)")
     ap.add_argument("--json", help="write the measurements here")
+    ap.add_argument("--dynamic", action="store_true",
+                    help="onnx/torch models: also time one compile with a symbolic batch")
     ap.add_argument("--steps", action="store_true",
                     help="also time every kernel step, and every onnxruntime node (its profiler)")
     args = ap.parse_args(argv)
@@ -305,6 +310,8 @@ def main(argv=None) -> int:
                 so.intra_op_num_threads = threads
                 so.inter_op_num_threads = 1
                 session = ort.InferenceSession(proto, so, providers=["CPUExecutionProvider"])
+            dyn = compile(import_model(proto), args.target) \
+                if args.dynamic and model != "builder" else None
             for batch in args.batch or [1, 8]:
                 x = np.random.RandomState(batch).randn(batch, SEQ, HIDDEN).astype(np.float32)
                 t0 = time.perf_counter()
@@ -315,11 +322,15 @@ def main(argv=None) -> int:
                 m = compile(graph, args.target)
                 compile_s = time.perf_counter() - t0
                 ours = m(x=x)
-                tf, to = [], []
+                tf, to, td = [], [], []
+                if dyn is not None:
+                    dyn(x=x)  # plans this batch (kernels compiled once, for every batch)
                 for _ in range(args.rounds):  # in turn: a slow spell lands on both
                     tf += times(lambda: m(x=x), args.repeats)
                     if session is not None:
                         to += times(lambda: session.run(None, {"x": x}), args.repeats)
+                    if dyn is not None:
+                        td += times(lambda: dyn(x=x), args.repeats)
                 tf.sort()
                 to.sort()
                 rec = {"model": model, "layers": n_layers, "batch": batch,
@@ -334,6 +345,11 @@ def main(argv=None) -> int:
                     line += (f" | onnxruntime {rec['ort_ms']:8.3f} ms | fuelc/ort "
                              f"{rec['fuelc_ms'] / rec['ort_ms']:5.2f} | max |diff| "
                              f"{rec['max_abs_diff']:.1e}")
+                if dyn is not None:
+                    rec["dynamic_ms"] = statistics.median(td) * 1e3
+                    rec["dynamic_max_abs_diff"] = float(np.max(np.abs(dyn(x=x) - ours)))
+                    line += (f" | dynamic batch {rec['dynamic_ms']:8.3f} ms, dynamic/static "
+                             f"{rec['dynamic_ms'] / rec['fuelc_ms']:5.2f}")
                 print(line + f" | compiled in {compile_s:.1f} s", flush=True)
                 print("  kernels: " + "; ".join(rec["kernels"]))
                 if args.steps:

@@ -16,6 +16,7 @@ output name. Every stage's IR is kept on ``module.ir`` for debugging.
 from __future__ import annotations
 
 import collections
+import math
 import threading
 import time
 from typing import Mapping
@@ -139,11 +140,12 @@ class CompiledModule(PlanModule):
 
 
 class SymbolicModule:
-    """A compiled graph with symbolic extents: the first stage of dynamic
-    shapes (``docs/dynamic-shapes.md``). Each distinct binding of the symbols
-    (``{"batch": 2, "seq": 7}``) is specialised (``Graph.bind``) and compiled
-    statically on its first call, then cached; the ``KEEP`` most recently
-    used bindings are kept. A call binds the symbols from the inputs' shapes
+    """A compiled graph with symbolic extents (``docs/dynamic-shapes.md``).
+    Each distinct binding of the symbols (``{"batch": 2, "seq": 7}``) is
+    specialised (``Graph.bind``) and planned on its first call, then cached;
+    the ``KEEP`` most recently used bindings are kept. The kernels with a
+    dynamic instance (``kernel_summary``: ``[run-time extents]``) are compiled
+    once for every size; the others per binding. A call binds the symbols from the inputs' shapes
     and raises ``ShapeSignatureError`` (a ``PlanError``) when they contradict
     the signature, before anything compiles or runs."""
 
@@ -227,15 +229,20 @@ class SymbolicModule:
 
     def kernel_summary(self) -> list[str]:
         """A first line stating the stage and the bindings compiled, then the
-        kernels of the most recently used binding."""
+        kernels of the most recently used binding, each marked ``[run-time
+        extents]`` (one object serves every size) or ``[per shape]``."""
         kept = "; ".join(", ".join(f"{k}={v}" for k, v in b.items()) for b in self.bindings)
-        head = (f"symbolic module, first stage: one static compile per input-shape binding "
-                f"(kept: {kept or 'none yet'})")
+        head = (f"symbolic module: passes and plan per input-shape binding; kernels marked "
+                f"[run-time extents] are compiled once for every size, [per shape] ones per "
+                f"binding (kept: {kept or 'none yet'})")
         last = next(reversed(self._modules.values()), None)
-        return [head] + (last.kernel_summary() if last is not None else [])
+        if last is None:
+            return [head]
+        return [head] + [f"{line} [{mark}]" for line, mark in
+                         zip(last.kernel_summary(), extent_marks(last))]
 
     def save(self, path, sign_with=None):
-        """Not in the first stage: raises ExportError naming the fix."""
+        """Not built yet (one file per binding): raises ExportError naming the fix."""
         from .export import ExportError
         example = ", ".join(f"{n}=..." for n in self.graph.symbols)
         raise ExportError(f"this module has symbolic extents ({', '.join(self.graph.symbols)}); "
@@ -313,7 +320,7 @@ def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = Non
     strict = _strict_default() if strict is None else bool(strict)
     if not getattr(graph, "outputs", None):
         raise CompileError("the graph has no outputs; mark at least one with g.output(node, name=...)")
-    if getattr(graph, "is_symbolic", False):  # docs/dynamic-shapes.md: the first stage
+    if getattr(graph, "is_symbolic", False):  # docs/dynamic-shapes.md: plans per binding
         return SymbolicModule(graph, target, {"pipeline": pipeline, "warm": warm,
                                               "progress": progress, "jobs": jobs,
                                               "executor": executor, "strict": strict})
@@ -396,6 +403,84 @@ def _check_fallbacks(module: CompiledModule, strict: bool) -> None:
                                   f"FUELC_STRICT=1 refuses)"), stacklevel=level)
 
 
+def _step_instances(module: CompiledModule, i: int, step) -> list:
+    """``[(family, instance)]`` a generated kernel step compiles (contiguous
+    operands); [] for other steps."""
+    from runtime.layout import Layout
+    fn = module.executor.entries[i].kernel.fn if isinstance(step, KernelStep) else None
+    if not hasattr(fn, "instances"):
+        return []
+    specs = module.executor.specs
+    layouts = [Layout.contiguous(specs[v].shape) for v in step.inputs]
+    layouts += [Layout.contiguous(s.shape) for s in step.output_specs[:1]]
+    insts = fn.instances(layouts, step.params, len(step.inputs))
+    seen = _call_layouts(module).get(i)
+    if seen is not None and seen != layouts[:len(step.inputs)]:
+        try:  # the views the executor passes (a transposed operand): their instance too
+            insts += fn.instances(seen + layouts[len(step.inputs):], step.params,
+                                  len(step.inputs))
+        except FuelError:
+            pass  # the call reports it
+    return [(fn.family, inst) for inst in dict.fromkeys(insts)]
+
+
+def _call_layouts(module: CompiledModule) -> dict:
+    """Step index -> the input layouts the executor's general path passes to
+    that kernel step when every graph input is contiguous (views of values as
+    view steps leave them, contiguized where the kernel's caps ask), memoised
+    on the module. Steps whose operands the executor makes contiguous anyway
+    are left out."""
+    memo = getattr(module, "_call_layouts_memo", None)
+    if memo is not None:
+        return memo
+    from runtime.executor import ContiguizeStep, ReshapeStep, ViewStep
+    from runtime.layout import Layout
+    specs, memo = module.executor.specs, {}
+    env = {v: (s.shape, Layout.contiguous(s.shape)) for v, s in module.plan.inputs.items()}
+
+    def base(v):  # a value's (storage shape, layout); a fresh value is contiguous
+        return env.get(v) or (specs[v].shape, Layout.contiguous(specs[v].shape))
+
+    for i, step in enumerate(module.plan.steps):
+        if isinstance(step, ViewStep):
+            shape, lay = base(step.input)
+            env[step.output] = (shape, step.apply(lay))
+        elif isinstance(step, ReshapeStep):
+            shape, lay = base(step.input)
+            view = lay.reshaped(step.shape) if not lay.is_contiguous() else None
+            env[step.output] = (shape, view) if view is not None else \
+                (step.shape, Layout.contiguous(step.shape))
+        elif isinstance(step, ContiguizeStep):
+            env[step.output] = (specs[step.output].shape, Layout.contiguous(specs[step.output].shape))
+        elif isinstance(step, KernelStep):
+            caps = module.executor.entries[i].caps
+            lays = []
+            for v in step.inputs:
+                shape, lay = base(v)
+                exact = math.prod(shape) == lay.numel
+                if not (caps.view_input or (exact and lay.start_offset == 0 and
+                                            (lay.is_contiguous() or caps.strided_input))):
+                    lay = Layout.contiguous(lay.shape)
+                lays.append(lay)
+            memo[i] = lays
+    module._call_layouts_memo = memo
+    return memo
+
+
+def extent_marks(module: CompiledModule) -> list[str]:
+    """Per kernel step of ``module``: ``"run-time extents"`` when every kernel
+    instance it calls takes its (batch/sequence) extents at run time (one
+    object for every size), else ``"per shape"`` (compiled again for a new
+    size; ``docs/dynamic-shapes.md``)."""
+    marks = []
+    for i, step in enumerate(module.plan.steps):
+        if isinstance(step, KernelStep):
+            insts = _step_instances(module, i, step)
+            dyn = insts and all(getattr(inst, "dynamic", False) for _, inst in insts)
+            marks.append("run-time extents" if dyn else "per shape")
+    return marks
+
+
 def _warm(module: CompiledModule, jobs: int = 1, executor=None, pool=None,
           progress=lambda stage: None) -> None:
     """Compile every generated kernel the plan will call (any kernel whose
@@ -409,14 +494,8 @@ def _warm(module: CompiledModule, jobs: int = 1, executor=None, pool=None,
     if module.target.kind == "cpu" and runnable_here(module.target):
         items = []
         for i, step in enumerate(module.plan.steps):
-            fn = module.executor.entries[i].kernel.fn if isinstance(step, KernelStep) else None
-            if not hasattr(fn, "instances"):
-                continue
-            layouts = [Layout.contiguous(specs[v].shape) for v in step.inputs]
-            layouts += [Layout.contiguous(s.shape) for s in step.output_specs[:1]]
             try:
-                items += [(fn.family, inst)
-                          for inst in fn.instances(layouts, step.params, len(step.inputs))]
+                items += _step_instances(module, i, step)
             except FuelError:
                 pass  # reported with the step's name below
         precompile(items, module.target, jobs=jobs, executor=executor,

@@ -189,13 +189,37 @@ def fused_op_params(entry, params: dict, in_types: Sequence[TensorType]) -> OpPa
     return _registry_fused_op_params(entry, params, in_types)
 
 
-# Fused ops whose lowering is written shape-generically, and when: their
-# kernels are compiled with dynamic dims, which also lets the vectorizing
-# matmul strategy apply (it needs dynamic dims to peel remainder loops).
-# FusedLinear's batch broadcasting (GQA, size-1 batch) needs static batch dims.
+# Fused ops whose lowering is written shape-generically, and which extents
+# their kernels take at run time: rule(input types) -> one per-dim mask per
+# input and one for the result (True: ``?``), or None (static). Dynamic dims
+# let the vectorizing matmul strategy apply (it needs them to peel remainder
+# loops). FusedLinear's batch broadcasting (GQA, size-1 batch) needs static
+# batch dims. The row norms keep the normalised axis static (it is the
+# weight's: the same at every size) and take the rows at run time; softmax
+# rows are a sequence length in attention, so every extent is dynamic.
+def _all_dims(types):
+    return tuple((True,) * len(t.shape) for t in types) + ((True,) * len(types[0].shape),)
+
+
+def _rows(types):
+    x = (True,) * (len(types[0].shape) - 1) + (False,)
+    return (x,) + tuple((False,) * len(t.shape) for t in types[1:]) + (x,)
+
+
 DYNAMIC_FUSED = {
-    "FusedLinear": lambda types: tuple(types[0].shape[:-2]) == tuple(types[1].shape[:-2]),
+    "FusedLinear": lambda types: _all_dims(types) if tuple(types[0].shape[:-2]) ==
+    tuple(types[1].shape[:-2]) else None,
+    "SoftmaxLastDim": _all_dims,
+    "LayerNormLastDim": _rows,
+    "RmsNormLastDim": _rows,
 }
+
+
+def masked_types(types, masks) -> tuple:
+    """The types a kernel compiled with per-dim ``masks`` serves: each
+    dynamic extent as None (the memo key of a dynamic instance)."""
+    return tuple((tuple(None if m else d for d, m in zip(t.shape, mask)), t.dtype)
+                 for t, mask in zip(types, masks))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,18 +239,22 @@ class FusedInstance:
     unpacked: bool = False
 
     @property
-    def dynamic(self) -> bool:
-        """Compiled with ``?`` dims (one kernel for every shape of these ranks)."""
+    def dynamic_dims(self) -> tuple | None:
+        """Per input and the result, which extents the kernel takes at run
+        time (``DYNAMIC_FUSED``); None: compiled for these static types."""
         rule = DYNAMIC_FUSED.get(self.name)
-        return rule is not None and rule(self.input_types)
+        return rule(self.input_types) if rule is not None else None
+
+    @property
+    def dynamic(self) -> bool:
+        """Compiled with ``?`` dims (one kernel for every size of those dims)."""
+        return self.dynamic_dims is not None
 
     @property
     def memo_key(self) -> tuple:
-        if self.dynamic:
-            key = (self.name, exact_key(self.params),
-                   tuple((len(t.shape), t.dtype) for t in self.input_types))
-        else:
-            key = (self.name, exact_key(self.params), self.input_types)
+        masks = self.dynamic_dims
+        key = (self.name, exact_key(self.params),
+               self.input_types if masks is None else masked_types(self.input_types, masks))
         key = key + (("unit_stride",) + self.unit_stride,) if self.unit_stride else key
         key = key + ("unpacked",) if self.unpacked else key
         return key + ("few_rows",) if self.few_rows else key
@@ -372,7 +400,8 @@ FAMILY = FusedFamily()
 
 def linalg_text(inst: FusedInstance, platform: str | None = None) -> str:
     """The linalg-on-tensors module of one fused instance."""
-    return single_op_linalg_text(inst.name, dict(inst.params), inst.input_types, inst.dynamic,
+    masks = inst.dynamic_dims if inst.dynamic else False  # a StaticInstance: static
+    return single_op_linalg_text(inst.name, dict(inst.params), inst.input_types, masks,
                                  platform, inst.unit_stride, inst.few_rows, (), inst.unpacked)
 
 

@@ -66,10 +66,21 @@ class OpInstance:
     unpacked: bool = False
 
     @property
+    def dynamic_dims(self) -> tuple | None:
+        """Per input and the result, which extents are ``?`` when only some
+        are (``PARTLY_DYNAMIC``); None when all or none are."""
+        rule = PARTLY_DYNAMIC.get(self.op_name)
+        return rule(self.input_types, dict(self.params)) if rule and self.dynamic else None
+
+    @property
     def memo_key(self) -> tuple:
         """Instances that compile to the same code share a key: with dynamic
-        dims only the ranks and dtypes of the inputs matter."""
-        if self.dynamic:
+        dims only the ranks and dtypes of the inputs matter (and the static
+        extents of a partly dynamic one)."""
+        if self.dynamic_dims is not None:
+            from compiler.codegen.fused import masked_types
+            types = masked_types(self.input_types, self.dynamic_dims)
+        elif self.dynamic:
             types = tuple((len(t.shape), t.dtype) for t in self.input_types)
         else:
             types = self.input_types
@@ -88,6 +99,18 @@ MATMUL_ROW_ALIGN = 24
 #: Column tiles start at multiples of this (a multiple of the register tile's
 #: columns of every CPU schedule: 16 / 32 f32, 8 / 16 f64).
 MATMUL_COL_ALIGN = 32
+
+
+def _index_select_dims(types, params) -> tuple:
+    """IndexSelect: the table (a weight) static, the index count at run time."""
+    data = types[0].shape
+    d = params.get("dim", 0) % len(data)
+    return ((False,) * len(data), (True,), tuple(i == d for i in range(len(data))))
+
+
+#: Primitives outside ``DYNAMIC_CATEGORIES`` compiled with some extents
+#: dynamic: name -> rule(input types, params) -> per-dim masks (inputs, result).
+PARTLY_DYNAMIC = {"IndexSelect": _index_select_dims}
 
 
 def _params(**kw) -> tuple[tuple[str, object], ...]:
@@ -258,7 +281,8 @@ def instance_for(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout
         strides = inner_strides(in_l + out_l)
         unit = tuple(i for i, v in enumerate(strides) if v == 1)
         zero = tuple(i for i, v in enumerate(strides) if v == 0)
-    dynamic = opdef.category in DYNAMIC_CATEGORIES and name not in STATIC_ONLY
+    dynamic = (opdef.category in DYNAMIC_CATEGORIES and name not in STATIC_ONLY) \
+        or name in PARTLY_DYNAMIC
     if name == "MatMul":  # batch broadcasting needs the static shapes
         dynamic = in_types[0].shape[:-2] == in_types[1].shape[:-2]
         # a kernel specialised on unit-stride rows packs B and moves C tiles
@@ -333,7 +357,8 @@ FAMILY = PrimitiveFamily()
 
 def linalg_text(inst: OpInstance, platform: str | None = None) -> str:
     """The linalg-on-tensors module of one op instance."""
-    return single_op_linalg_text(inst.op_name, dict(inst.params), inst.input_types, inst.dynamic,
+    dyn = (inst.dynamic_dims or True) if inst.dynamic else False  # StaticInstance: static
+    return single_op_linalg_text(inst.op_name, dict(inst.params), inst.input_types, dyn,
                                  platform, inst.unit_stride, inst.few_rows, inst.zero_stride,
                                  inst.unpacked)
 

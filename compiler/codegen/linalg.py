@@ -182,7 +182,7 @@ def _lower_one(op, rule, name, in_dt, out_dt, params, constants) -> None:
 # -- one-op modules for per-op kernels ------------------------------------------
 
 def emit_single_op_module(op_name: str, params: dict, input_types: Sequence[TensorType],
-                          dynamic: bool = False, func_name: str = "kernel",
+                          dynamic=False, func_name: str = "kernel",
                           ctx: Optional["ir.Context"] = None,
                           ops: Optional[dict] = None) -> "ir.Module":
     """A module with one ``func.func @func_name`` (``llvm.emit_c_interface``)
@@ -191,7 +191,10 @@ def emit_single_op_module(op_name: str, params: dict, input_types: Sequence[Tens
     ``op_name``: the op-table name (``"SumDim"``) or mnemonic (``"sum_dim"``).
     The result type comes from the OpDef's ``infer``. ``dynamic=True`` makes
     every dim ``?`` for shape-generic categories (elementwise, reduce, cast,
-    softmax, matmul); other ops stay static. Raises DialectError for an
+    softmax, matmul); other ops stay static. ``dynamic`` may instead be one
+    per-dim mask per input and one for the result (``((True, False), (False,
+    False), (True, False))``: only the marked extents are ``?``; the kernel
+    families choose them). Raises DialectError for an
     unknown op or bad params (the OpDef's own GraphBuildError passes through).
     """
     table = default_ops() if ops is None else ops
@@ -205,14 +208,22 @@ def emit_single_op_module(op_name: str, params: dict, input_types: Sequence[Tens
     out_tt = opdef.infer(list(input_types), full)
     # Fused ops are dynamic only when their kernel family asks (it knows which
     # lowerings are written shape-generically).
-    dyn = dynamic and (opdef.category in DYNAMIC_CATEGORIES or spec.fused) \
-        and spec.name not in STATIC_ONLY
+    if isinstance(dynamic, (tuple, list)):
+        masks = [tuple(m) for m in dynamic]
+        if len(masks) != len(input_types) + 1:
+            raise DialectError(f"{op_name}: {len(masks)} dynamic-dim masks for "
+                               f"{len(input_types)} inputs and one result")
+        dyn = any(any(m) for m in masks)
+    else:
+        dyn = dynamic and (opdef.category in DYNAMIC_CATEGORIES or spec.fused) \
+            and spec.name not in STATIC_ONLY
+        masks = [dyn] * (len(input_types) + 1)
     ctx = ctx or ir.Context()
     load_fuel_dialect(ctx)
     with ctx, ir.Location.unknown():
         module = ir.Module.create()
-        arg_types = [tensor_type(t, dyn) for t in input_types]
-        res_type = tensor_type(out_tt, dyn)
+        arg_types = [tensor_type(t, m) for t, m in zip(input_types, masks)]
+        res_type = tensor_type(out_tt, masks[-1])
         with ir.InsertionPoint(module.body):
             f = func.FuncOp(func_name, (arg_types, [res_type]))
             f.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()

@@ -43,6 +43,9 @@ from runtime.precision import PrecisionGuarantee
 #: Tensor passes between fuel-to-linalg and the CPU pipeline.
 FUSION_PASSES = ("linalg-generalize-named-ops", "linalg-fuse-elementwise-ops", "canonicalize",
                  "cse")
+#: With ``?`` extents each lowered op reads its own ``tensor.dim``s (and casts),
+#: which keep the generics apart until canonicalize and cse have merged them.
+DYNAMIC_FUSION_PASSES = ("linalg-generalize-named-ops", "canonicalize", "cse") + FUSION_PASSES[1:]
 
 PRECISION = PrecisionGuarantee(
     True, None, None, None,
@@ -53,7 +56,9 @@ PRECISION = PrecisionGuarantee(
 
 @dataclasses.dataclass(frozen=True)
 class RuntimeFusedInstance:
-    """One compilable runtime fused op: id, slot values, static input types."""
+    """One compilable runtime fused op: id, slot values, input types, and
+    whether every extent is ``?`` (an element-wise region whose operands all
+    have the output's shape: one kernel for every size of that rank)."""
 
     fused_id: int
     scalars: tuple[float, ...]
@@ -61,10 +66,13 @@ class RuntimeFusedInstance:
     #: per argument (inputs, then the output): its innermost stride where every
     #: call has it 1 or 0 (a broadcast), else -1 (``inner_strides``); () unknown
     inner: tuple[int, ...] = ()
+    dynamic: bool = False
 
     @property
     def memo_key(self) -> tuple:
-        return (self.fused_id, exact_key(self.scalars), self.input_types, self.inner)
+        types = tuple((len(t.shape), t.dtype) for t in self.input_types) if self.dynamic \
+            else self.input_types
+        return (self.fused_id, exact_key(self.scalars), types, self.inner, self.dynamic)
 
 
 def scalars_of(params: OpParams) -> tuple[float, ...]:
@@ -79,11 +87,11 @@ def scalars_of(params: OpParams) -> tuple[float, ...]:
 
 
 def instance_for(fused_id: int, dtypes: Sequence[DType], layouts: Sequence[Layout],
-                 params: OpParams, n_inputs: int) -> RuntimeFusedInstance:
+                 params: OpParams, n_inputs: int, dynamic: bool = False) -> RuntimeFusedInstance:
     types = tuple(TensorType(tuple(l.shape), DType.parse(d))
                   for l, d in zip(layouts[:n_inputs], dtypes))
     return RuntimeFusedInstance(int(fused_id), scalars_of(params), types,
-                                inner_strides(layouts))
+                                inner_strides(layouts), dynamic)
 
 
 def _dag(inst: RuntimeFusedInstance):
@@ -120,8 +128,9 @@ def fuel_module(inst: RuntimeFusedInstance):
         module = ir.Module.create()
         out_t = dag.output_types()[0]
         with ir.InsertionPoint(module.body):
-            f = func.FuncOp(ENTRY, ([tensor_type(t) for t in inst.input_types],
-                                    [tensor_type(out_t)]))
+            dyn = inst.dynamic
+            f = func.FuncOp(ENTRY, ([tensor_type(t, dyn) for t in inst.input_types],
+                                    [tensor_type(out_t, dyn)]))
             f.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
             block = f.add_entry_block()
             with ir.InsertionPoint(block):
@@ -136,7 +145,7 @@ def fuel_module(inst: RuntimeFusedInstance):
                                                  f"nested fused op {node.op} in the region")
                     spec = lookup(OP_TABLE[node.op].mnemonic)
                     op = ir.Operation.create(
-                        spec.op_name, results=[tensor_type(node.type)],
+                        spec.op_name, results=[tensor_type(node.type, dyn)],
                         operands=[get(r) for r in node.inputs],
                         attributes=params_to_attributes(spec, node.params))
                     values.append(op.results[0])
@@ -153,7 +162,8 @@ def linalg_text(inst: RuntimeFusedInstance, platform: str | None = None) -> str:
     from compiler.codegen.linalg import lower_to_linalg
     module = fuel_module(inst)
     lower_to_linalg(module, platform=platform)
-    run_stage(module, Stage("runtime-fuse", FUSION_PASSES))
+    run_stage(module, Stage("runtime-fuse",
+                            DYNAMIC_FUSION_PASSES if inst.dynamic else FUSION_PASSES))
     if platform == "cpu" and inst.inner:
         from compiler.codegen.family import UNIT_STRIDE_ATTR, ZERO_STRIDE_ATTR
         from compiler.mlir import ir
@@ -179,9 +189,10 @@ class RuntimeFusedFamily(KernelFamily):
 
     def instance(self, key, dtypes, layouts, params, n_inputs):
         layouts = list(layouts)
-        if _elementwise_region(key.fused.value) and len({l.shape for l in layouts}) == 1:
+        dynamic = _elementwise_region(key.fused.value) and len({l.shape for l in layouts}) == 1
+        if dynamic:
             layouts = coalesce(layouts)
-        return instance_for(key.fused.value, dtypes, layouts, params, n_inputs), layouts
+        return instance_for(key.fused.value, dtypes, layouts, params, n_inputs, dynamic), layouts
 
     def linalg_text(self, inst: RuntimeFusedInstance, target) -> str:
         return linalg_text(inst, platform=target.kind)

@@ -21,7 +21,7 @@ F8E6M2      (none)           MLIR has no such type: DialectError
 ==========  ===============  ==========================================
 
 Shapes: ``tensor_type(TensorType)`` builds ``tensor<AxBxT>``; ``dynamic=True``
-makes every dim ``?``.
+makes every dim ``?``, a per-dim mask (``(True, False)``) the dims it marks.
 """
 from __future__ import annotations
 
@@ -69,9 +69,11 @@ def mlir_to_dtype(t: "ir.Type") -> DType:
             f"{', '.join(sorted(_BY_SPELLING))}") from None
 
 
-def tensor_type(tt: TensorType, dynamic: bool = False) -> "ir.RankedTensorType":
-    """``tensor<...>`` for a graph ``TensorType``; all dims ``?`` if dynamic."""
-    dims = [ir.ShapedType.get_dynamic_size() if dynamic else int(d) for d in tt.shape]
+def tensor_type(tt: TensorType, dynamic=False) -> "ir.RankedTensorType":
+    """``tensor<...>`` for a graph ``TensorType``; all dims ``?`` if ``dynamic``
+    is True, the dims it marks if it is a per-dim mask."""
+    mask = dynamic if isinstance(dynamic, (tuple, list)) else [dynamic] * len(tt.shape)
+    dims = [ir.ShapedType.get_dynamic_size() if m else int(d) for d, m in zip(tt.shape, mask)]
     return ir.RankedTensorType.get(dims, dtype_to_mlir(tt.dtype))
 
 

@@ -45,7 +45,7 @@ def test_one_compile_runs_every_size(graph, module):
         np.testing.assert_allclose(y, interpret(graph, feeds)["y"], rtol=1e-5, atol=1e-5)
     assert module.bindings[-1] == {"batch": 2, "seq": 5} and len(module.bindings) == 3
     summary = module.kernel_summary()
-    assert summary[0].startswith("symbolic module, first stage") and "batch=3, seq=1" in summary[0]
+    assert summary[0].startswith("symbolic module: passes and plan per input-shape binding") and "batch=3, seq=1" in summary[0]
     assert any("FusedLinear" in line for line in summary[1:])
 
 

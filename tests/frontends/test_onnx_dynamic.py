@@ -39,6 +39,27 @@ def test_bert_style_encoder_symbolic_batch_and_seq_matches_onnxruntime():
     assert len(m.bindings) == 4
 
 
+@pytest.mark.slow
+def test_bert_style_encoder_new_sizes_compile_no_kernel():
+    """batch 1, 3, 8 x sequence 1, 7, 128 against onnxruntime; the kernels
+    take batch and sequence at run time, so once a binding of each layout
+    class has run (batch 1 or more; sequence 1, few, a few dozen or many
+    rows) the other sizes compile no kernel (docs/dynamic-shapes.md)."""
+    from compiler.codegen import family
+    model, _ = encoder_block(64, 4, 256, 128, batch=2)
+    m = compiler.compile(import_model(model))
+    sizes = [(b, s) for b in (1, 3, 8) for s in (1, 7, 128)]
+    seen = {}
+    for batch, seq in sizes:
+        before = set(family._compiled)
+        _, feeds = encoder_block(64, 4, 256, seq, batch=batch)
+        np.testing.assert_allclose(m(**feeds), ort_run(model, feeds)["y"], rtol=1e-4, atol=2e-4)
+        seen[(batch, seq)] = set(family._compiled) - before
+    # batch 8 (a batch above 1, as 3 was) and a repeated row class compile nothing
+    assert all(not seen[(8, s)] for s in (1, 7, 128)), seen
+    assert all(line.endswith("[run-time extents]") for line in m.kernel_summary()[1:])
+
+
 def _position_slice_model(rows=8):
     """y = x + table[:S] with S = Shape(x)[0]: a Slice of a constant whose end is
     symbolic, as exporters write position_ids[:, :seq]."""
