@@ -10,6 +10,7 @@ import types
 from typing import Callable, Iterator, Optional
 
 from compiler.graph.opdef import TensorType
+from compiler.graph.ops import OP_TABLE
 from compiler.mlir import ir
 from runtime.dtype import DType
 from runtime.opkind import OpKind
@@ -20,7 +21,8 @@ DIALECT_PREFIX = "fuel."
 _EFFECTFUL_CATEGORIES = frozenset({"inplace", "memory", "control"})
 _NEVER_ERASED = frozenset({"input", "alloc", "scan_placeholder"})
 _NEVER_MERGED = _NEVER_ERASED | {"const"}  # Const is never CSE'd
-COMMUTATIVE = frozenset({"add", "mul", "maximum", "minimum"})
+#: Mnemonics of the op table's commutative rows.
+COMMUTATIVE = frozenset(d.mnemonic for d in OP_TABLE.values() if d.commutative)
 
 #: Work counters of the passes (ops visited, match attempts, ...), for tests
 #: that check the passes scale linearly without timing them.
