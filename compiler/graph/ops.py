@@ -190,8 +190,10 @@ def _check_dtypes(op: str, types, allowed, which=(0,)):
     for i in which:
         if i < len(types) and types[i].dtype not in allowed:
             names = ", ".join(sorted(d.value for d in allowed))
+            fix = "; Cast it to an integer dtype first" if allowed <= INTS else \
+                "; Cast it to a float dtype first" if allowed <= FLOATS else ""
             raise _fail(op, types, f"operand {i} dtype {types[i].dtype.value} not supported "
-                                   f"(accepted: {names})")
+                                   f"(accepted: {names}){fix}")
 
 
 def _check_axis(op: str, types, axis: int, rank: int, *, name="axis", allow_end=False):
