@@ -255,9 +255,7 @@ class RuntimeFusion:
                 fused.erase()
             self._remark(root, f"the fused op does not verify: {e}")
             return False
-        root.results[0].replace_all_uses_with(fused.results[0])
-        for m in reversed(members):  # consumers before producers
-            m.erase()
+        _fuel.replace_op(root, [fused.results[0]], dead=reversed(members))  # consumers first
         return True
 
 
