@@ -1,8 +1,12 @@
 """The primitive op table: ``OP_TABLE[name] -> OpDef``.
 
 Every fact about a primitive op lives in its row here: mnemonic, arity,
-params, category, dispatch kind, the shape/dtype rule (``infer``) and the
-numpy reference (``reference``). See ``compiler.graph.opdef`` for the record
+params, category, dispatch kind, the shape/dtype rule (``infer``), the numpy
+reference (``reference``), commutativity, recipe eligibility, precision class
+and builder methods. An element-wise row's numpy formula, kernel dtypes, cost
+family and ``OpKind`` are its runtime row's (``runtime/elementwise.py``;
+``runtime`` cannot import this table); ``tests/graph/test_completeness.py``
+checks the two agree and that no fact is missing. See ``compiler.graph.opdef`` for the record
 and ``compiler.graph.numerics`` for the reference's numeric conventions.
 
 Shape/dtype rules: element-wise binary ops need identical
