@@ -12,6 +12,7 @@ import dataclasses
 import math
 from typing import Callable, Sequence
 
+from . import elementwise
 from .dtype import DType
 from .keys import BackendId
 from .opkind import OpKind
@@ -293,17 +294,9 @@ def _reduce_max_to_backward(shapes, dtypes, params):
 
 K = OpKind
 _FAMILIES: dict[OpKind, CostFn] = {}
-for _k in (K.ReluElementwise, K.NegElementwise, K.SqrElementwise, K.SqrtElementwise,
-           K.RecipElementwise, K.AbsElementwise, K.StepElementwise, K.FloorElementwise,
-           K.CeilElementwise, K.RoundElementwise, K.SignElementwise):
-    _FAMILIES[_k] = _unary(1)
-for _k in (K.TanhElementwise, K.ExpElementwise, K.LogElementwise, K.SinElementwise,
-           K.CosElementwise, K.SigmoidElementwise, K.SiluElementwise, K.GeluElementwise,
-           K.GeluErfElementwise, K.ErfElementwise, K.RsqrtElementwise):
-    _FAMILIES[_k] = _unary(10)
-for _k in (K.AddElementwise, K.SubElementwise, K.MulElementwise, K.DivElementwise,
-           K.MaximumElementwise, K.MinimumElementwise, K.PowElementwise, K.RemElementwise):
-    _FAMILIES[_k] = _binary
+_EW_COST = {"cheap": _unary(1), "transcendental": _unary(10), "binary": _binary}
+for _name, _row in elementwise.ROWS.items():  # the element-wise rows name their family
+    _FAMILIES[K[elementwise.kind_name(_name)]] = _EW_COST[_row.cost]
 for _k in (K.EqualElementwise, K.NotEqualElementwise, K.LessElementwise,
            K.LessEqualElementwise, K.GreaterElementwise, K.GreaterEqualElementwise):
     _FAMILIES[_k] = _compare
@@ -341,7 +334,7 @@ _FAMILIES[K.SsdChunkScan] = _all_operands(_ssd_flops)
 _FAMILIES[K.CausalConv1d] = _causal_conv
 _FAMILIES[K.FusedSoftmaxCrossEntropy] = _fsce
 _FAMILIES[K.ReduceMaxToBackward] = _reduce_max_to_backward
-del _k, K
+del _k, _name, _row, K
 
 
 def default_cost_for_op_kind(op: OpKind) -> CostFn:

@@ -22,6 +22,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from . import elementwise as EW
 from .cost import default_cost_for_op_kind
 from .dtype import DType, bf16_to_f32, f32_to_bf16
 from .errors import KernelError
@@ -31,14 +32,9 @@ from .params import MatmulM, PadMode
 from .precision import PrecisionGuarantee
 
 D = DType
-FLOATS = (D.F16, D.F32, D.F64)
-INTS = (D.I32, D.I64)
-NUMERIC = FLOATS + INTS
+FLOATS, INTS, NUMERIC = EW.FLOATS, EW.INTS, EW.NUMERIC
 ALL_DATA = NUMERIC + (D.U8, D.U32)
 MOVE_DATA = ALL_DATA + (D.BF16,)
-
-_ERF = np.vectorize(math.erf, otypes=[np.float64])
-
 
 # -- helpers ------------------------------------------------------------------------
 def _arity(name, inputs, outputs, n_in, n_out=1):
@@ -88,95 +84,12 @@ def _named(name: str, fn: Callable) -> Callable:
     return fn
 
 
-# -- elementwise formulas (also the reference interpreter's: one formula per op) ----
-def divide(a, b):
-    """Division: floats IEEE; integers truncate toward zero and ``x / 0`` is 0."""
-    if not np.issubdtype(a.dtype, np.integer):
-        return a / b
-    safe = np.where(b == 0, 1, b)
-    q = a // safe  # floor, moved toward zero (abs() would wrap the most negative value)
-    q = np.where((np.mod(a, safe) != 0) & ((a < 0) != (safe < 0)), q + 1, q)
-    return np.where(b == 0, 0, q).astype(a.dtype)
+# -- elementwise: the rows of runtime/elementwise.py --------------------------------
+divide, remainder, erf, sigmoid = EW.divide, EW.remainder, EW.erf, EW.sigmoid
+gelu_tanh, gelu_erf, ieee_pow = EW.gelu_tanh, EW.gelu_erf, EW.ieee_pow
 
-
-def remainder(a, b):
-    """The remainder with the divisor's sign (numpy ``mod``, PyTorch
-    ``remainder``, ONNX ``Mod`` with fmod=0): ``x % inf`` is x for x >= 0;
-    integers: ``x % 0`` is 0."""
-    if np.issubdtype(a.dtype, np.integer):
-        safe = np.where(b == 0, 1, b)
-        return np.where(b == 0, 0, np.mod(a, safe)).astype(a.dtype)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.mod(a, b).astype(a.dtype)
-
-
-def erf(x):
-    return _ERF(x.astype(np.float64)).astype(x.dtype)
-
-
-def sigmoid(x):
-    # two-branch form: no overflow in exp for large |x|
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype)
-
-
-def gelu_tanh(x):
-    c = x.dtype.type(math.sqrt(2.0 / math.pi))
-    inner = c * (x + x.dtype.type(0.044715) * x * x * x)
-    return (x.dtype.type(0.5) * x * (1 + np.tanh(inner))).astype(x.dtype)
-
-
-def gelu_erf(x):
-    return (x.dtype.type(0.5) * x * (1 + erf(x / x.dtype.type(math.sqrt(2.0))))).astype(x.dtype)
-
-
-def ieee_pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """IEEE 754 / C99 ``pow`` element-wise, whatever the operands' strides.
-    ``np.power`` takes ``sqrt`` when the exponent is a broadcast 0.5, which
-    differs from ``pow`` at -0 (sqrt: -0, pow: +0) and -inf (sqrt: NaN, pow:
-    +inf); those two cases are set to pow's values."""
-    with np.errstate(all="ignore"):
-        out = np.asarray(np.power(a, b))
-    half = np.asarray(b) == 0.5
-    out = np.where(half & (a == 0), out.dtype.type(0), out)
-    return np.where(half & np.isneginf(a), out.dtype.type(np.inf), out).astype(out.dtype)
-
-
-BINARY = {
-    OpKind.AddElementwise: (np.add, NUMERIC),
-    OpKind.SubElementwise: (np.subtract, NUMERIC),
-    OpKind.MulElementwise: (np.multiply, NUMERIC),
-    OpKind.DivElementwise: (divide, NUMERIC),
-    OpKind.MaximumElementwise: (np.maximum, NUMERIC),
-    OpKind.MinimumElementwise: (np.minimum, NUMERIC),
-    OpKind.PowElementwise: (ieee_pow, FLOATS),
-    OpKind.RemElementwise: (remainder, NUMERIC),
-}
-
-UNARY = {
-    OpKind.ReluElementwise: (lambda x: np.where(x > 0, x, np.zeros_like(x)) if np.issubdtype(x.dtype, np.integer) else np.maximum(x, x.dtype.type(0)), NUMERIC),
-    OpKind.NegElementwise: (np.negative, NUMERIC),
-    OpKind.SqrElementwise: (lambda x: x * x, NUMERIC),
-    OpKind.SqrtElementwise: (np.sqrt, FLOATS),
-    OpKind.RecipElementwise: (lambda x: x.dtype.type(1) / x, FLOATS),
-    OpKind.AbsElementwise: (np.abs, NUMERIC),
-    OpKind.TanhElementwise: (np.tanh, FLOATS),
-    OpKind.ExpElementwise: (np.exp, FLOATS),
-    OpKind.LogElementwise: (np.log, FLOATS),
-    OpKind.SinElementwise: (np.sin, FLOATS),
-    OpKind.CosElementwise: (np.cos, FLOATS),
-    OpKind.SigmoidElementwise: (sigmoid, FLOATS),
-    OpKind.SiluElementwise: (lambda x: (x * sigmoid(x)).astype(x.dtype), FLOATS),
-    OpKind.GeluElementwise: (gelu_tanh, FLOATS),
-    OpKind.GeluErfElementwise: (gelu_erf, FLOATS),
-    OpKind.StepElementwise: (lambda x: (x > 0).astype(x.dtype), NUMERIC),
-    OpKind.ErfElementwise: (erf, FLOATS),
-    OpKind.FloorElementwise: (np.floor, FLOATS),
-    OpKind.CeilElementwise: (np.ceil, FLOATS),
-    OpKind.RoundElementwise: (np.rint, FLOATS),
-    OpKind.SignElementwise: (np.sign, NUMERIC),
-    OpKind.RsqrtElementwise: (lambda x: x.dtype.type(1) / np.sqrt(x), FLOATS),
-}
+BINARY = {OpKind[EW.kind_name(n)]: (r.formula, r.dtypes) for n, r in EW.BINARY.items()}
+UNARY = {OpKind[EW.kind_name(n)]: (r.formula, r.dtypes) for n, r in EW.UNARY.items()}
 
 COMPARE = {
     OpKind.EqualElementwise: np.equal,

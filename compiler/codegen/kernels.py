@@ -35,7 +35,7 @@ from compiler.codegen.family import (KernelFamily, coalesce, few_rows, unpacked_
                                      unit_stride_args)
 from compiler.codegen.loader import KernelFunction
 from compiler.errors import UnsupportedOpError
-from compiler.graph.opdef import TensorType
+from compiler.graph.opdef import ELEMENTWISE_CATEGORIES, TensorType
 from runtime.cost import default_cost_for_op_kind
 from runtime.dtype import DType
 from runtime.layout import Layout
@@ -198,31 +198,26 @@ def _adapt(kind: OpKind, in_l: list, out_l: list, p: OpParams):
     return in_l, out_l, p
 
 
-_BINARY = (OpKind.AddElementwise, OpKind.SubElementwise, OpKind.MulElementwise,
-           OpKind.DivElementwise, OpKind.MaximumElementwise, OpKind.MinimumElementwise,
-           OpKind.PowElementwise, OpKind.RemElementwise)
-_COMPARE = (OpKind.EqualElementwise, OpKind.NotEqualElementwise, OpKind.LessElementwise,
-            OpKind.LessEqualElementwise, OpKind.GreaterElementwise,
-            OpKind.GreaterEqualElementwise)
-_ELEMENTWISE_CATEGORIES = frozenset({"binary", "unary", "scalar", "compare", "select", "cast"})
+def _kinds(pred) -> frozenset:
+    """The kinds all of whose supported rows satisfy ``pred``."""
+    rows: dict = {}
+    for d in _op_table().values():
+        if d.op_kind is not None and d.supported:
+            rows.setdefault(d.op_kind, []).append(d)
+    return frozenset(k for k, ds in rows.items() if all(pred(d) for d in ds))
 
+
+_BINARY = _kinds(lambda d: d.category == "binary")
+_COMPARE = _kinds(lambda d: d.category == "compare")
 
 # Ops whose result is correctly rounded (or exact): 0 ulp from the IEEE result.
-_EXACT = frozenset(_BINARY[:6] + (OpKind.NegElementwise, OpKind.SqrElementwise,
-                                  OpKind.SqrtElementwise, OpKind.AbsElementwise,
-                                  OpKind.ReluElementwise, OpKind.StepElementwise,
-                                  OpKind.FloorElementwise, OpKind.CeilElementwise,
-                                  OpKind.RoundElementwise, OpKind.SignElementwise,
-                                  OpKind.ClampElementwise, OpKind.MaskedFill, OpKind.Where,
-                                  OpKind.Flip, OpKind.Triu, OpKind.Tril, OpKind.Cast,
-                                  OpKind.MaxReduce, OpKind.MinReduce, OpKind.ArgMaxDim,
-                                  OpKind.ArgMinDim) + _COMPARE)
-
+_EXACT = _kinds(lambda d: d.precision == "exact")
 
 # Transcendentals whose accuracy the target's codegen states (its
 # ``transcendental_ulp``); other non-exact ops make no ulp claim.
-_TRANSCENDENTAL = {OpKind.ExpElementwise: "exp", OpKind.TanhElementwise: "tanh",
-                   OpKind.LogElementwise: "log", OpKind.ErfElementwise: "erf"}
+_STATED = ("exp", "tanh", "log", "erf")
+_TRANSCENDENTAL = {k: next(d.precision for d in _op_table().values() if d.op_kind is k)
+                   for k in _kinds(lambda d: d.precision in _STATED)}
 
 
 def precision_for(kind: OpKind, dtypes: Sequence[DType], target) -> PrecisionGuarantee:
@@ -267,7 +262,7 @@ def instance_for(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout
     opdef = _op_table()[name]
     unit: tuple[int, ...] = ()
     zero: tuple[int, ...] = ()
-    if opdef.category in _ELEMENTWISE_CATEGORIES and len(out_l) == 1:
+    if opdef.category in ELEMENTWISE_CATEGORIES and len(out_l) == 1:
         # stride-0 views of broadcast inputs, then the axes merged where every
         # operand allows (family.coalesce) and the kernel specialised on unit /
         # zero innermost strides: with a run-time stride LLVM vectorizes only
@@ -340,7 +335,7 @@ class PrimitiveFamily(KernelFamily):
     def split(self, inst: OpInstance, layouts, n_inputs: int, threads: int,
               min_elements: int = parallel.MIN_ELEMENTS):
         category = _op_table()[inst.op_name].category
-        if category in _ELEMENTWISE_CATEGORIES:
+        if category in ELEMENTWISE_CATEGORIES:
             return parallel.row_tiles(layouts, n_inputs, threads, keep_last=False,
                                       min_elements=min_elements)
         if category == "softmax":  # LogSoftmaxLastDim(+Backward): rows independent

@@ -42,7 +42,7 @@ MIN_MACS = 1 << 20
 #: (Measured on the encoder block, 2 threads: the [1,128,1536] erf-GELU took
 #: 0.65 ms whole, and the [1,12,128,128] softmax 0.39 ms.)
 MIN_ELEMENTS_TRANSCENDENTAL = MIN_ELEMENTS // 4
-_TRANSCENDENTAL = re.compile(r"\bmath\.(exp|exp2|expm1|erf|tanh|log|log2|log1p|powf|sin|cos|atan2?)\b")
+_TRANSCENDENTAL = re.compile(r"\bmath\.(exp|exp2|expm1|erf|tanh|log|log2|log1p|powf|sin|cos|atan2?|asin|acos)\b")
 
 
 def min_elements(linalg_text: str) -> int:

@@ -31,7 +31,7 @@ from runtime.params import exact_key
 from compiler.codegen import parallel
 from compiler.codegen.family import ENTRY, KernelFamily, emission_context
 from compiler.errors import UnsupportedOpError
-from compiler.graph.opdef import TensorType
+from compiler.graph.opdef import ELEMENTWISE_CATEGORIES, TensorType
 from runtime.cost import unknown_cost
 from runtime.dtype import DType
 from runtime.keys import BindingKey
@@ -208,7 +208,6 @@ class RuntimeFusedFamily(KernelFamily):
                                   min_elements=min_elements)
 
 
-_ELEMENTWISE = frozenset({"binary", "unary", "scalar", "compare", "select", "cast"})
 
 
 @functools.lru_cache(maxsize=None)
@@ -223,7 +222,7 @@ def _elementwise_region(fused_id: int) -> bool:
     for root in (roots if isinstance(roots, (tuple, list)) else (roots,)):
         for node in iter_unique(root):
             if isinstance(node, Op) and getattr(OP_TABLE.get(node.op), "category", None) \
-                    not in _ELEMENTWISE:
+                    not in ELEMENTWISE_CATEGORIES:
                 return False
     return True
 

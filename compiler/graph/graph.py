@@ -631,30 +631,7 @@ class Tensor:
     def __ne__(self, other):  # type: ignore[override]
         return _binary("Ne", self, other)
 
-    # -- unary math ----------------------------------------------------------
-    def neg(self): return self._op("Neg", [self])
-    def sqr(self): return self._op("Sqr", [self])
-    def square(self): return self._op("Sqr", [self])
-    def sqrt(self): return self._op("Sqrt", [self])
-    def rsqrt(self): return self._op("Rsqrt", [self])
-    def recip(self): return self._op("Recip", [self])
-    def reciprocal(self): return self._op("Recip", [self])
-    def abs(self): return self._op("Abs", [self])
-    def exp(self): return self._op("Exp", [self])
-    def log(self): return self._op("Log", [self])
-    def sin(self): return self._op("Sin", [self])
-    def cos(self): return self._op("Cos", [self])
-    def tanh(self): return self._op("Tanh", [self])
-    def sigmoid(self): return self._op("Sigmoid", [self])
-    def silu(self): return self._op("Silu", [self])
-    def relu(self): return self._op("Relu", [self])
-    def step(self): return self._op("Step", [self])
-    def erf(self): return self._op("Erf", [self])
-    def floor(self): return self._op("Floor", [self])
-    def ceil(self): return self._op("Ceil", [self])
-    def round(self): return self._op("Round", [self])
-    def sign(self): return self._op("Sign", [self])
-
+    # -- unary math: the op table's rows add x.exp(), x.atan(), ... (their ``methods``) --
     def log1p(self) -> "Tensor":
         """log(1 + x), accurate for tiny x where ``(x + 1).log()`` rounds
         1 + x to 1 (log1p(1e-9) in f32 is 1e-9, not 0). Kahan's formula in
@@ -1186,3 +1163,23 @@ def concat(xs: Sequence[Tensor], axis: int = 0) -> Tensor:
     ts = [_as_tensor(x, graph, xs[0].dtype) for x in xs]
     a = ts[0]._axis(axis, "Concat")
     return graph.add_node("Concat", ts, {"dim": a})
+
+
+def _row_method(name: str, arity: int):
+    """The builder method an op-table row names in its ``methods``."""
+    if arity == 1:
+        def method(self):
+            return self._op(name, [self])
+    else:
+        def method(self, other):
+            return _binary(name, self, other)
+    method.__doc__ = f"The ``{name}`` primitive ({OP_TABLE[name].category})."
+    return method
+
+
+for _name, _d in OP_TABLE.items():
+    for _m in _d.methods:
+        if _m in vars(Tensor):
+            raise TypeError(f"op {_name}: Tensor.{_m} is defined twice (by hand and by the row)")
+        setattr(Tensor, _m, _row_method(_name, _d.arity))
+

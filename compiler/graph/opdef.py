@@ -27,6 +27,21 @@ compiler.registry):
                 in a signature); ``None`` means the op does not constrain them
                 (leaves, pure data movement on raw bits). ``infer`` enforces it;
                 lowering and kernel coverage may read it instead of re-deriving.
+* ``commutative`` a binary op whose operands may be swapped (fusion matching
+                tries both orders; CSE and the structural hash sort them).
+* ``recipe``    in the recipe/fusion vocabulary (``registry.grammar``): fused
+                ops' recipes and ``fuel-fuse-runtime`` regions may contain it.
+                Element-wise rows are in it unless they say otherwise.
+* ``precision`` the claim of its generated kernel: ``"exact"`` (correctly
+                rounded or exact), a transcendental whose ulp bound the
+                target's codegen states (``"exp"``, ``"tanh"``, ``"log"``,
+                ``"erf"``), or ``"approx"`` (no ulp claim). None: not stated
+                (the completeness test requires it of element-wise rows).
+* ``methods``   the ``Tensor`` builder methods made from the row
+                (``x.atan()``, ``a.bitwise_and(b)``, ``a & b``).
+
+The numpy formula and cost family of an element-wise row live on the runtime
+side (``runtime/elementwise.py``), which also declares its ``OpKind``.
 """
 from __future__ import annotations
 
@@ -56,6 +71,9 @@ CATEGORIES = (
     "matmul", "view", "shape", "cast", "index", "softmax", "inplace",
     "memory", "control", "fused",
 )
+
+#: The element-wise categories: one output element per input element.
+ELEMENTWISE_CATEGORIES = frozenset({"binary", "unary", "scalar", "compare", "select", "cast"})
 
 
 class _Required:
@@ -103,3 +121,7 @@ class OpDef:
     supported: bool = True
     doc: str = ""
     dtypes: Optional[frozenset] = None
+    commutative: bool = False
+    recipe: bool = False
+    precision: Optional[str] = None
+    methods: tuple = ()

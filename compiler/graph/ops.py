@@ -1,8 +1,12 @@
 """The primitive op table: ``OP_TABLE[name] -> OpDef``.
 
 Every fact about a primitive op lives in its row here: mnemonic, arity,
-params, category, dispatch kind, the shape/dtype rule (``infer``) and the
-numpy reference (``reference``). See ``compiler.graph.opdef`` for the record
+params, category, dispatch kind, the shape/dtype rule (``infer``), the numpy
+reference (``reference``), commutativity, recipe eligibility, precision class
+and builder methods. An element-wise row's numpy formula, kernel dtypes, cost
+family and ``OpKind`` are its runtime row's (``runtime/elementwise.py``;
+``runtime`` cannot import this table); ``tests/graph/test_completeness.py``
+checks the two agree and that no fact is missing. See ``compiler.graph.opdef`` for the record
 and ``compiler.graph.numerics`` for the reference's numeric conventions.
 
 Shape/dtype rules: element-wise binary ops need identical
@@ -50,13 +54,13 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from runtime.dtype import DType
-from runtime import numpy_kernels as NK
+from runtime import elementwise as EW
 from runtime.opkind import OpKind
 
 from ..errors import GraphBuildError, UnsupportedOpError
 from .numerics import (FLOATS, INTS, NUMERIC, cast_to_int, dtype_of,
                        from_compute, scalar_storage, to_compute)
-from .opdef import VARIADIC, OpDef, ParamSpec, TensorType
+from .opdef import ELEMENTWISE_CATEGORIES, VARIADIC, OpDef, ParamSpec, TensorType
 from .symbolic import Sym, shape_text, unify
 
 __all__ = ["OP_TABLE", "check_params", "mnemonic_of", "fmt_types", "broadcast_shapes",
@@ -83,10 +87,15 @@ def _fail(op: str, types: Sequence[TensorType], rule: str) -> GraphBuildError:
 
 def _register(name: str, arity: int, params: tuple, category: str,
               op_kind: Optional[OpKind], infer, reference, *, dtypes=None,
-              supported: bool = True, doc: str = "") -> OpDef:
+              supported: bool = True, doc: str = "", commutative: bool = False,
+              recipe: Optional[bool] = None, precision: Optional[str] = None,
+              methods: tuple = ()) -> OpDef:
+    if recipe is None:  # element-wise rows are in the recipe vocabulary by default
+        recipe = supported and category in ELEMENTWISE_CATEGORIES
     op = OpDef(name=name, mnemonic=mnemonic_of(name), arity=arity, params=tuple(params),
                category=category, op_kind=op_kind, infer=infer, reference=reference,
-               supported=supported, doc=doc, dtypes=dtypes)
+               supported=supported, doc=doc, dtypes=dtypes, commutative=commutative,
+               recipe=recipe, precision=precision, methods=tuple(methods))
     if name in OP_TABLE:
         raise ValueError(f"op {name!r} registered twice")
     OP_TABLE[name] = op
@@ -185,8 +194,10 @@ def _check_dtypes(op: str, types, allowed, which=(0,)):
     for i in which:
         if i < len(types) and types[i].dtype not in allowed:
             names = ", ".join(sorted(d.value for d in allowed))
+            fix = "; Cast it to an integer dtype first" if allowed <= INTS else \
+                "; Cast it to a float dtype first" if allowed <= FLOATS else ""
             raise _fail(op, types, f"operand {i} dtype {types[i].dtype.value} not supported "
-                                   f"(accepted: {names})")
+                                   f"(accepted: {names}){fix}")
 
 
 def _check_axis(op: str, types, axis: int, rank: int, *, name="axis", allow_end=False):
@@ -250,10 +261,8 @@ def _with_params(fn):
     return fn
 
 
-# The element-wise formulas are the runtime's numpy kernels' (one formula per
-# op): the interpreter computes exactly what the numpy kernels do.
-_erf, _sigmoid, _gelu_tanh, _gelu_erf = NK.erf, NK.sigmoid, NK.gelu_tanh, NK.gelu_erf
-_int_div, _rem, _ieee_pow = NK.divide, NK.remainder, NK.ieee_pow
+# The element-wise formulas are the runtime's rows' (runtime/elementwise.py, one
+# formula per op): the interpreter computes exactly what the numpy kernels do.
 
 
 # ---------------------------------------------------------------------------
@@ -284,7 +293,7 @@ def _infer_iota(types, params):
 
 _register("Iota", 0, (P("len", "i64"),), "leaf", None, _infer_iota,
           lambda inputs, p: np.arange(p["len"], dtype=np.float32),
-          doc="[len] F32 holding 0..len-1 (exact below 2^24).")
+          doc="[len] F32 holding 0..len-1 (exact below 2^24).", recipe=True)
 
 # ---------------------------------------------------------------------------
 # element-wise binary
@@ -310,73 +319,71 @@ def _infer_same(name, allowed):
     return infer
 
 
+# name: (dtypes, precision, commutative, builder methods); the formula, kind and
+# cost family are the runtime row's (runtime/elementwise.py)
 _BINARY = {
-    "Add": (np.add, OpKind.AddElementwise, False),
-    "Sub": (np.subtract, OpKind.SubElementwise, False),
-    "Mul": (np.multiply, OpKind.MulElementwise, False),
-    "Div": (_int_div, OpKind.DivElementwise, False),
-    "Maximum": (np.maximum, OpKind.MaximumElementwise, False),
-    "Minimum": (np.minimum, OpKind.MinimumElementwise, False),
-    "Pow": (_ieee_pow, OpKind.PowElementwise, True),
-    "Rem": (_rem, OpKind.RemElementwise, False),
+    "Add": (NUMERIC, "exact", True, ()),
+    "Sub": (NUMERIC, "exact", False, ()),
+    "Mul": (NUMERIC, "exact", True, ()),
+    "Div": (NUMERIC, "exact", False, ()),
+    "Maximum": (NUMERIC, "exact", True, ()),
+    "Minimum": (NUMERIC, "exact", True, ()),
+    "Pow": (FLOATS, "approx", False, ()),
+    "Rem": (NUMERIC, "approx", False, ()),
+    "BitwiseAnd": (INTS, "exact", True, ("bitwise_and", "__and__")),
+    "BitwiseOr": (INTS, "exact", True, ("bitwise_or", "__or__")),
+    "BitwiseXor": (INTS, "exact", True, ("bitwise_xor", "__xor__")),
+    "BitShiftLeft": (INTS, "exact", False, ("shift_left", "__lshift__")),
+    "BitShiftRight": (INTS, "exact", False, ("shift_right", "__rshift__")),
 }
-for _name, (_fn, _kind, _float_only) in _BINARY.items():
-    _allowed = FLOATS if _float_only else NUMERIC
-    if _float_only:
-        FLOAT_ONLY.add(_name)
-    _register(_name, 2, (), "binary", _kind, _infer_same(_name, _allowed), _math(_fn),
-              dtypes=_allowed)
+
+
+def _elementwise(table, arity, category):
+    for name, (allowed, precision, commutative, methods) in table.items():
+        if allowed == FLOATS:
+            FLOAT_ONLY.add(name)
+        row = EW.ROWS[name]
+        _register(name, arity, (), category, OpKind[EW.kind_name(name)],
+                  _infer_same(name, allowed), _math(row.formula), dtypes=allowed,
+                  commutative=commutative, precision=precision, methods=methods)
+
+
+_elementwise(_BINARY, 2, "binary")
 
 # ---------------------------------------------------------------------------
 # element-wise unary
 # ---------------------------------------------------------------------------
-def _relu(x):
-    return np.maximum(x, x.dtype.type(0))
-
-
-def _step(x):
-    return (x > 0).astype(x.dtype)
-
-
-def _sign(x):
-    return np.sign(x).astype(x.dtype)
-
-
-def _ident_int(fn):
-    return lambda x: x if x.dtype.kind in "iu" else fn(x)
-
-
+_EXACT, _ULP = "exact", "approx"
 _UNARY = {
-    # name: (fn, OpKind, float_only)
-    "Neg": (np.negative, OpKind.NegElementwise, False),
-    "Sqr": (lambda x: x * x, OpKind.SqrElementwise, False),
-    "Sqrt": (np.sqrt, OpKind.SqrtElementwise, True),
-    "Rsqrt": (lambda x: 1 / np.sqrt(x), OpKind.RsqrtElementwise, True),
-    "Recip": (lambda x: 1 / x, OpKind.RecipElementwise, True),
-    "Abs": (np.abs, OpKind.AbsElementwise, False),
-    "Exp": (np.exp, OpKind.ExpElementwise, True),
-    "Log": (np.log, OpKind.LogElementwise, True),
-    "Sin": (np.sin, OpKind.SinElementwise, True),
-    "Cos": (np.cos, OpKind.CosElementwise, True),
-    "Tanh": (np.tanh, OpKind.TanhElementwise, True),
-    "Sigmoid": (_sigmoid, OpKind.SigmoidElementwise, True),
-    "Silu": (lambda x: x * _sigmoid(x), OpKind.SiluElementwise, True),
-    "Gelu": (_gelu_tanh, OpKind.GeluElementwise, True),
-    "GeluErf": (_gelu_erf, OpKind.GeluErfElementwise, True),
-    "Relu": (_relu, OpKind.ReluElementwise, False),
-    "Step": (_step, OpKind.StepElementwise, False),
-    "Erf": (_erf, OpKind.ErfElementwise, True),
-    "Floor": (_ident_int(np.floor), OpKind.FloorElementwise, False),
-    "Ceil": (_ident_int(np.ceil), OpKind.CeilElementwise, False),
-    "Round": (_ident_int(np.round), OpKind.RoundElementwise, False),  # half to even
-    "Sign": (_sign, OpKind.SignElementwise, False),
+    # name: (dtypes, precision, builder methods)
+    "Neg": (NUMERIC, _EXACT, ("neg",)),
+    "Sqr": (NUMERIC, _EXACT, ("sqr", "square")),
+    "Sqrt": (FLOATS, _EXACT, ("sqrt",)),
+    "Rsqrt": (FLOATS, _ULP, ("rsqrt",)),
+    "Recip": (FLOATS, _ULP, ("recip", "reciprocal")),
+    "Abs": (NUMERIC, _EXACT, ("abs",)),
+    "Exp": (FLOATS, "exp", ("exp",)),
+    "Log": (FLOATS, "log", ("log",)),
+    "Sin": (FLOATS, _ULP, ("sin",)),
+    "Cos": (FLOATS, _ULP, ("cos",)),
+    "Tanh": (FLOATS, "tanh", ("tanh",)),
+    "Sigmoid": (FLOATS, _ULP, ("sigmoid",)),
+    "Silu": (FLOATS, _ULP, ("silu",)),
+    "Gelu": (FLOATS, _ULP, ()),        # x.gelu("tanh")
+    "GeluErf": (FLOATS, _ULP, ()),     # x.gelu()
+    "Relu": (NUMERIC, _EXACT, ("relu",)),
+    "Step": (NUMERIC, _EXACT, ("step",)),
+    "Erf": (FLOATS, "erf", ("erf",)),
+    "Floor": (NUMERIC, _EXACT, ("floor",)),
+    "Ceil": (NUMERIC, _EXACT, ("ceil",)),
+    "Round": (NUMERIC, _EXACT, ("round",)),  # half to even
+    "Sign": (NUMERIC, _EXACT, ("sign",)),
+    "Atan": (FLOATS, _ULP, ("atan", "arctan")),
+    "Asin": (FLOATS, _ULP, ("asin", "arcsin")),
+    "Acos": (FLOATS, _ULP, ("acos", "arccos")),
+    "BitwiseNot": (INTS, _EXACT, ("bitwise_not", "__invert__")),
 }
-for _name, (_fn, _kind, _float_only) in _UNARY.items():
-    _allowed = FLOATS if _float_only else NUMERIC
-    if _float_only:
-        FLOAT_ONLY.add(_name)
-    _register(_name, 1, (), "unary", _kind, _infer_same(_name, _allowed), _math(_fn),
-              dtypes=_allowed)
+_elementwise({n: (d, p, False, m) for n, (d, p, m) in _UNARY.items()}, 1, "unary")
 
 # ---------------------------------------------------------------------------
 # scalar-parameter ops
@@ -432,19 +439,19 @@ def _powi(x, p):
 _register("AddScalar", 1, (P("value", "num"),), "scalar", OpKind.Affine,
           _infer_scalar("AddScalar", ("value",)),
           _math(_with_params(lambda x, p: x + _scalar_of(x, p["value"]))), dtypes=NUMERIC,
-          doc="x + value (Affine with mul=1).")
+          doc="x + value (Affine with mul=1).", precision="approx")
 _register("MulScalar", 1, (P("value", "num"),), "scalar", OpKind.Affine,
           _infer_scalar("MulScalar", ("value",)),
           _math(_with_params(lambda x, p: x * _scalar_of(x, p["value"]))), dtypes=NUMERIC,
-          doc="value * x (Affine with add=0).")
+          doc="value * x (Affine with add=0).", precision="approx")
 _register("PowI", 1, (P("n", "i64"),), "scalar", OpKind.PowIElementwise,
           _infer_scalar("PowI", (), _powi_extra), _math(_powi), dtypes=NUMERIC,
-          doc="x**n by left-to-right repeated multiplication.")
+          doc="x**n by left-to-right repeated multiplication.", precision="approx")
 _register("Clamp", 1, (P("min", "num"), P("max", "num")), "scalar", OpKind.ClampElementwise,
           _infer_scalar("Clamp", ("min", "max"), _clamp_extra),
           _math(_with_params(lambda x, p: np.minimum(np.maximum(x, _scalar_of(x, p["min"], False)),
                                                      _scalar_of(x, p["max"], False)))),
-          dtypes=NUMERIC)
+          dtypes=NUMERIC, precision="exact")
 
 # ---------------------------------------------------------------------------
 # comparisons -> U8
@@ -475,7 +482,7 @@ _COMPARE = {
 }
 for _name, (_fn, _kind) in _COMPARE.items():
     _register(_name, 2, (), "compare", _kind, _infer_compare(_name), _cmp_ref(_fn),
-              dtypes=NUMERIC, doc="U8 mask (1/0), input 0's shape.")
+              dtypes=NUMERIC, doc="U8 mask (1/0), input 0's shape.", precision="exact")
 
 # ---------------------------------------------------------------------------
 # select and mask
@@ -498,7 +505,7 @@ def _infer_where(types, params):
 
 _register("Where", 3, (), "select", OpKind.Where, _infer_where,
           lambda i, p: np.where(np.asarray(i[0]) != 0, i[1], i[2]), dtypes=NUMERIC,
-          doc="cond != 0 ? a : b; key [U8, T, T, T].")
+          doc="cond != 0 ? a : b; key [U8, T, T, T].", precision="exact")
 
 
 def _infer_masked_fill(types, params):
@@ -518,7 +525,7 @@ _register("MaskedFill", 2, (P("value", "num"),), "select", OpKind.MaskedFill,
           _infer_masked_fill,
           lambda i, p: np.where(np.asarray(i[1]) != 0,
                                 scalar_storage(p["value"], dtype_of(i[0])), i[0]),
-          dtypes=NUMERIC, doc="mask != 0 ? value : x.")
+          dtypes=NUMERIC, doc="mask != 0 ? value : x.", precision="exact")
 
 # ---------------------------------------------------------------------------
 # reductions
@@ -573,11 +580,13 @@ for _kind, _opkind in _REDUCE.items():
         FLOAT_ONLY.update({"MeanAll", "MeanDim"})
     _register(f"{_kind}All", 1, (), "reduce", _opkind, _infer_reduce_all(f"{_kind}All", _kind),
               (lambda k: lambda i, p: _reduce_values(k, np.asarray(i[0]), None))(_kind),
-              dtypes=_allowed, doc="rank-0 result, input dtype.")
+              dtypes=_allowed, doc="rank-0 result, input dtype.", recipe=True,
+              precision="exact" if _kind in ("Max", "Min") else None)
     _register(f"{_kind}Dim", 1, (P("axis", "i64"),), "reduce", _opkind,
               _infer_reduce_dim(f"{_kind}Dim", _kind),
               (lambda k: lambda i, p: _reduce_values(k, np.asarray(i[0]), p["axis"]))(_kind),
-              dtypes=_allowed, doc="axis removed, input dtype.")
+              dtypes=_allowed, doc="axis removed, input dtype.", recipe=_kind != "Min",
+              precision="exact" if _kind in ("Max", "Min") else None)
 
 
 def _arg_ref(fn):
@@ -588,10 +597,10 @@ def _arg_ref(fn):
 
 _register("ArgMaxDim", 1, (P("axis", "i64"),), "reduce", OpKind.ArgMaxDim,
           _infer_reduce_dim("ArgMaxDim", "ArgMax", DType.U32), _arg_ref(np.argmax),
-          dtypes=NUMERIC, doc="axis removed, U32; first index of the maximum.")
+          dtypes=NUMERIC, doc="axis removed, U32; first index of the maximum.", precision="exact")
 _register("ArgMinDim", 1, (P("axis", "i64"),), "reduce", OpKind.ArgMinDim,
           _infer_reduce_dim("ArgMinDim", "ArgMin", DType.U32), _arg_ref(np.argmin),
-          dtypes=NUMERIC, doc="axis removed, U32; first index of the minimum.")
+          dtypes=NUMERIC, doc="axis removed, U32; first index of the minimum.", precision="exact")
 
 
 def _reduce_to_axes(in_shape, target):
@@ -627,10 +636,10 @@ def _reduce_to_ref(kind):
 
 _register("ReduceSumTo", 1, (P("shape", "i64s"),), "reduce", OpKind.ReduceSumTo,
           _infer_reduce_to("ReduceSumTo"), _reduce_to_ref("Sum"), dtypes=NUMERIC,
-          doc="sum along every axis where the target (left-padded with 1s) is 1.")
+          doc="sum along every axis where the target (left-padded with 1s) is 1.", recipe=True)
 _register("ReduceMaxTo", 1, (P("shape", "i64s"),), "reduce", OpKind.ReduceMaxTo,
           _infer_reduce_to("ReduceMaxTo"), _reduce_to_ref("Max"), dtypes=NUMERIC,
-          doc="max along every axis where the target (left-padded with 1s) is 1.")
+          doc="max along every axis where the target (left-padded with 1s) is 1.", recipe=True)
 
 
 def _infer_cumsum(types, params):
@@ -648,7 +657,7 @@ def _cumsum_ref(inputs, params):
 
 
 _register("CumSum", 1, (P("axis", "i64"),), "reduce", OpKind.CumSum, _infer_cumsum,
-          _cumsum_ref, dtypes=NUMERIC, doc="inclusive prefix sum along axis.")
+          _cumsum_ref, dtypes=NUMERIC, doc="inclusive prefix sum along axis.", recipe=True)
 
 # ---------------------------------------------------------------------------
 # matmul
@@ -689,7 +698,7 @@ FLOAT_ONLY.add("MatMul")
 _register("MatMul", 2, (), "matmul", OpKind.MatMul, _infer_matmul, _matmul_ref,
           dtypes=FLOATS,
           doc="[..b, M, K] @ [..b', K, N] -> [..b, M, N]; each b a multiple of b' (GQA: "
-              "lhs batch j uses rhs batch j // (b/b')); f32 x bf16 allowed; lhs dtype.")
+              "lhs batch j uses rhs batch j // (b/b')); f32 x bf16 allowed; lhs dtype.", recipe=True)
 
 # ---------------------------------------------------------------------------
 # views and shape ops (raw-bit data movement: dtypes unconstrained)
@@ -773,27 +782,27 @@ def _slice_ref(i, p):
 
 
 _register("Transpose", 1, (), "view", None, _infer_transpose,
-          lambda i, p: np.swapaxes(np.asarray(i[0]), -1, -2), doc="swap the last two axes.")
+          lambda i, p: np.swapaxes(np.asarray(i[0]), -1, -2), doc="swap the last two axes.", recipe=True)
 _register("Permute", 1, (P("perm", "i64s"),), "view", None, _infer_permute,
-          lambda i, p: np.transpose(np.asarray(i[0]), p["perm"]), doc="out[i] = in[perm[i]].")
+          lambda i, p: np.transpose(np.asarray(i[0]), p["perm"]), doc="out[i] = in[perm[i]].", recipe=True)
 _register("Reshape", 1, (P("shape", "i64s"),), "shape", None, _infer_reshape,
           lambda i, p: np.reshape(np.asarray(i[0]), p["shape"]),
-          doc="row-major reshape; materializes a non-contiguous input.")
+          doc="row-major reshape; materializes a non-contiguous input.", recipe=True)
 _register("BroadcastTo", 1, (P("shape", "i64s"),), "view", None, _infer_broadcast_to,
           lambda i, p: np.broadcast_to(np.asarray(i[0]), p["shape"]),
-          doc="numpy right-aligned broadcast (stride 0 on broadcast axes).")
+          doc="numpy right-aligned broadcast (stride 0 on broadcast axes).", recipe=True)
 _register("Unsqueeze", 1, (P("dim", "i64"),), "view", None, _infer_unsqueeze,
           lambda i, p: np.expand_dims(np.asarray(i[0]), p["dim"]),
-          doc="insert a size-1 axis at dim (0 <= dim <= rank).")
+          doc="insert a size-1 axis at dim (0 <= dim <= rank).", recipe=True)
 _register("Squeeze", 1, (P("dim", "i64"),), "view", None, _infer_squeeze,
-          lambda i, p: np.squeeze(np.asarray(i[0]), p["dim"]), doc="remove a size-1 axis.")
+          lambda i, p: np.squeeze(np.asarray(i[0]), p["dim"]), doc="remove a size-1 axis.", recipe=True)
 _register("Slice", 1, (P("dim", "i64"), P("start", "i64"), P("len", "i64")), "view", None,
-          _infer_slice, _slice_ref, doc="axis dim narrowed to [start, start+len).")
+          _infer_slice, _slice_ref, doc="axis dim narrowed to [start, start+len).", recipe=True)
 _register("Flip", 1, (P("dim", "i64"),), "view", OpKind.Flip, _infer_on_dim("Flip"),
           lambda i, p: np.flip(np.asarray(i[0]), p["dim"]),
-          doc="reverse axis dim (a negative-stride view).")
+          doc="reverse axis dim (a negative-stride view).", recipe=True, precision="exact")
 _register("Contiguize", 1, (), "shape", None, _infer_identity("Contiguize"),
-          lambda i, p: np.array(i[0], order="C"), doc="materialize row-major, offset 0.")
+          lambda i, p: np.array(i[0], order="C"), doc="materialize row-major, offset 0.", recipe=True)
 
 
 def _infer_cast(types, params):
@@ -818,7 +827,7 @@ def _cast_ref(inputs, params):
 
 
 _register("Cast", 1, (P("dtype", "dtype"),), "cast", OpKind.Cast, _infer_cast, _cast_ref,
-          dtypes=NUMERIC, doc="convert to dtype; key [src, dst].")
+          dtypes=NUMERIC, doc="convert to dtype; key [src, dst].", precision="exact")
 
 
 def _infer_concat(types, params):
@@ -842,10 +851,10 @@ def _infer_concat(types, params):
 
 _register("Concat", VARIADIC, (P("dim", "i64"),), "shape", OpKind.Concat, _infer_concat,
           lambda i, p: np.concatenate([np.asarray(x) for x in i], axis=p["dim"]),
-          doc="join along dim; key [T_in, T_out].")
+          doc="join along dim; key [T_in, T_out].", recipe=True)
 _register("Roll", 1, (P("dim", "i64"), P("shift", "i64")), "shape", OpKind.Roll,
           _infer_on_dim("Roll"), lambda i, p: np.roll(np.asarray(i[0]), p["shift"], p["dim"]),
-          doc="cyclic shift: out[(j + shift) mod n] = in[j].")
+          doc="cyclic shift: out[(j + shift) mod n] = in[j].", recipe=True)
 
 
 def _infer_tri(name):
@@ -858,10 +867,10 @@ def _infer_tri(name):
 
 _register("Triu", 1, (P("diagonal", "i64", 0),), "shape", OpKind.Triu, _infer_tri("Triu"),
           lambda i, p: np.triu(np.asarray(i[0]), p["diagonal"]),
-          doc="zero below diagonal (last two axes).")
+          doc="zero below diagonal (last two axes).", recipe=True, precision="exact")
 _register("Tril", 1, (P("diagonal", "i64", 0),), "shape", OpKind.Tril, _infer_tri("Tril"),
           lambda i, p: np.tril(np.asarray(i[0]), p["diagonal"]),
-          doc="zero above diagonal (last two axes).")
+          doc="zero above diagonal (last two axes).", recipe=True, precision="exact")
 
 PAD_MODES = ("constant", "reflect", "replicate")
 
@@ -912,7 +921,7 @@ def _pad_backward_ref(inputs, params):
 
 _register("Pad", 1, (P("padding", "i64s"), P("mode", "str", "constant"), P("value", "f64", 0.0)),
           "shape", OpKind.Pad, _infer_pad, _pad_ref, dtypes=NUMERIC,
-          doc="padding = (before_0, after_0, before_1, after_1, ...); only constant mode.")
+          doc="padding = (before_0, after_0, before_1, after_1, ...); only constant mode.", recipe=True)
 _register("PadBackward", 1, (P("in_shape", "i64s"), P("padding", "i64s"),
                              P("mode", "str", "constant")),
           "shape", OpKind.PadBackward, _infer_pad_backward, _pad_backward_ref,
@@ -1011,15 +1020,15 @@ def _infer_scatter_add(types, params):
 
 
 _register("IndexSelect", 2, (P("dim", "i64"),), "index", OpKind.IndexSelect,
-          _infer_index_select, _index_select_ref, doc="data.take(idx, axis=dim); idx 1-D u32.")
+          _infer_index_select, _index_select_ref, doc="data.take(idx, axis=dim); idx 1-D u32.", recipe=True)
 _register("Gather", 2, (P("dim", "i64"),), "index", OpKind.Gather, _infer_gather, _gather_ref,
-          doc="out[..i..] = data[.., idx[..i..] at dim, ..]; idx's shape.")
+          doc="out[..i..] = data[.., idx[..i..] at dim, ..]; idx's shape.", recipe=True)
 _register("IndexAdd", 3, (P("dim", "i64"),), "index", OpKind.IndexAdd, _infer_index_add,
           _accumulate_ref("IndexAdd", False), dtypes=NUMERIC,
-          doc="base[.., idx[i], ..] += src[.., i, ..] (repeated indices accumulate).")
+          doc="base[.., idx[i], ..] += src[.., i, ..] (repeated indices accumulate).", recipe=True)
 _register("ScatterAdd", 3, (P("dim", "i64"),), "index", OpKind.ScatterAdd, _infer_scatter_add,
           _accumulate_ref("ScatterAdd", True), dtypes=NUMERIC,
-          doc="base[.., idx[..i..] at dim, ..] += src[..i..]; the adjoint of Gather.")
+          doc="base[.., idx[..i..] at dim, ..] += src[..i..]; the adjoint of Gather.", recipe=True)
 
 # ---------------------------------------------------------------------------
 # softmax-family primitives
@@ -1057,7 +1066,7 @@ def _infer_log_softmax_bw(types, params):
 
 FLOAT_ONLY.update({"LogSoftmaxLastDim", "LogSoftmaxLastDimBackward"})
 _register("LogSoftmaxLastDim", 1, (), "softmax", OpKind.LogSoftmaxLastDim, _infer_log_softmax,
-          _log_softmax_ref, dtypes=FLOATS, doc="x - max - log(sum(exp(x - max))) on the last axis.")
+          _log_softmax_ref, dtypes=FLOATS, doc="x - max - log(sum(exp(x - max))) on the last axis.", recipe=True)
 _register("LogSoftmaxLastDimBackward", 2, (), "softmax", OpKind.LogSoftmaxLastDimBackward,
           _infer_log_softmax_bw, _log_softmax_bw_ref, dtypes=FLOATS,
           doc="inputs (y, g): g - exp(y) * sum_last(g).")

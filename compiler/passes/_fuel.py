@@ -4,12 +4,14 @@ dtypes, whether it may be erased or merged, and walking helpers."""
 from __future__ import annotations
 
 import collections
+from collections import deque
 import importlib
 import sys
 import types
 from typing import Callable, Iterator, Optional
 
 from compiler.graph.opdef import TensorType
+from compiler.graph.ops import OP_TABLE
 from compiler.mlir import ir
 from runtime.dtype import DType
 from runtime.opkind import OpKind
@@ -20,7 +22,8 @@ DIALECT_PREFIX = "fuel."
 _EFFECTFUL_CATEGORIES = frozenset({"inplace", "memory", "control"})
 _NEVER_ERASED = frozenset({"input", "alloc", "scan_placeholder"})
 _NEVER_MERGED = _NEVER_ERASED | {"const"}  # Const is never CSE'd
-COMMUTATIVE = frozenset({"add", "mul", "maximum", "minimum"})
+#: Mnemonics of the op table's commutative rows.
+COMMUTATIVE = frozenset(d.mnemonic for d in OP_TABLE.values() if d.commutative)
 
 #: Work counters of the passes (ops visited, match attempts, ...), for tests
 #: that check the passes scale linearly without timing them.
@@ -151,6 +154,42 @@ def walk_ops(root, pred: Optional[Callable] = None) -> list:
     root.operation.walk(cb, ir.WalkOrder.PRE_ORDER) if hasattr(root, "operation") \
         else root.walk(cb, ir.WalkOrder.PRE_ORDER)
     return out
+
+
+def drive(items, rewrite: Callable, counter: str) -> None:
+    """The passes' one walk-and-rewrite idiom: a worklist seeded with
+    ``items`` (ops, or (op, state) pairs), all collected before the first
+    rewrite, so ``rewrite(item)`` may replace or erase the op it is given (and
+    no other seeded op). It returns the items to visit in turn (the ops it
+    created that may match again), or None. Each visit counts once under
+    ``counter`` in ``COUNTERS`` (the scaling tests read them)."""
+    work = deque(items)
+    while work:
+        count(counter)
+        work.extend(rewrite(work.popleft()) or ())
+
+
+def replace_op(op, values, *, dead=(), forget: Optional[Callable] = None) -> None:
+    """Retire ``op``: point every use of its results at ``values``, then erase
+    it and the ops of ``dead`` (a matched region) as they become unused; a
+    DAG may free a producer only after a later consumer is gone, hence the
+    fixpoint (one sweep when ``dead`` lists consumers first). An op still used
+    from outside is kept. ``forget(o)`` is called just before ``o`` is erased."""
+    for old, new in zip(op.results, values):
+        old.replace_all_uses_with(new)
+    pending = list(dict.fromkeys(getattr(o, "operation", o) for o in (op, *dead)))
+    progress = True
+    while pending and progress:
+        progress, keep = False, []
+        for o in pending:
+            if all(not list(r.uses) for r in o.results):
+                if forget is not None:
+                    forget(o)
+                o.erase()
+                progress = True
+            else:
+                keep.append(o)
+        pending = keep
 
 
 def fuel_ops(root) -> list:

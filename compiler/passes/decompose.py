@@ -22,8 +22,6 @@ Options: ``target`` / ``table`` / ``backends`` (see ``_target``), ``all``.
 """
 from __future__ import annotations
 
-from collections import deque
-
 from compiler.mlir import MLIRError, ir
 from compiler.passes import ModulePass, register_pass
 from compiler.passes import _fuel
@@ -119,9 +117,7 @@ def decompose_via_recipe(op, entry) -> list:
                    f"(tensor encodings are not carried through recipes)")
             _erase(created)  # after formatting: ``new`` may belong to an erased op
             raise Declined(why)
-    for old, new in zip(op.results, outs):
-        old.replace_all_uses_with(new)
-    op.erase()
+    _fuel.replace_op(op, outs)
     return created
 
 
@@ -153,27 +149,29 @@ class Decompose(ModulePass):
         except TargetError as e:
             emit_error(module, f"{self.name}: {e}")
             return
-        work = deque((op, 0) for op in _fuel.fuel_ops(module)
-                     if _fuel.fused_entry(op) is not None)
-        while work:
-            op, depth = work.popleft()
-            _fuel.count("decompose.visits")
-            entry = _fuel.fused_entry(op)
-            if not self.all and has_kernel(op, table, backends):
-                continue
-            if depth >= _MAX_NESTING:
-                emit_warning(op, f"{self.name}: {_fuel.describe(op)} kept fused: recipes nest "
-                                 f"deeper than {_MAX_NESTING} levels")
-                continue
-            try:
-                new_ops = decompose_via_recipe(op, entry)
-            except Declined as d:
-                why = "" if self.all else " (and the target has no kernel for it)"
-                emit_warning(op, f"{self.name}: {_fuel.describe(op)} kept fused{why}: "
-                                 f"decompose declined: {d}")
-                continue
-            work.extend((n, depth + 1) for n in new_ops if _fuel.fused_entry(n) is not None)
+        self._table, self._backends = table, backends
+        _fuel.drive(((op, 0) for op in _fuel.fuel_ops(module) if _fuel.fused_entry(op) is not None),
+                    self._decompose, "decompose.visits")
         self._runtime_fused(module, table, backends)
+
+    def _decompose(self, item):
+        """Decompose one fused op (nested ``depth`` recipes deep); the fused ops
+        its recipe emits are visited in turn."""
+        op, depth = item
+        if not self.all and has_kernel(op, self._table, self._backends):
+            return None
+        if depth >= _MAX_NESTING:
+            emit_warning(op, f"{self.name}: {_fuel.describe(op)} kept fused: recipes nest "
+                             f"deeper than {_MAX_NESTING} levels")
+            return None
+        try:
+            new_ops = decompose_via_recipe(op, _fuel.fused_entry(op))
+        except Declined as d:
+            why = "" if self.all else " (and the target has no kernel for it)"
+            emit_warning(op, f"{self.name}: {_fuel.describe(op)} kept fused{why}: "
+                             f"decompose declined: {d}")
+            return None
+        return [(n, depth + 1) for n in new_ops if _fuel.fused_entry(n) is not None]
 
     def _runtime_fused(self, module, table, backends) -> None:
         """Inline each ``fuel.runtime_fused`` the target cannot run (or all)."""

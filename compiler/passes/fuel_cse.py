@@ -67,16 +67,13 @@ class FuelCSE(ModulePass):
                     if self.simplify:
                         fwd = _identity_operand(inner)
                         if fwd is not None:
-                            inner.results[0].replace_all_uses_with(fwd)
-                            inner.erase()
+                            _fuel.replace_op(inner, [fwd])
                             continue
                     if _fuel.is_mergeable(inner):
                         k = _key(inner)
                         prev = table.get(k)
                         if prev is not None:
-                            for old, new in zip(inner.results, prev.results):
-                                old.replace_all_uses_with(new)
-                            inner.erase()
+                            _fuel.replace_op(inner, list(prev.results))
                             continue
                         table[k] = inner
                     if len(inner.regions):

@@ -18,7 +18,9 @@ class FuelDCE(ModulePass):
         # dominance: a use comes after its definition, nested uses after the
         # op holding them), so when an op is reached all its users that die
         # are gone already: one pass reaches the fixpoint.
-        for op in reversed(_fuel.fuel_ops(module)):
-            _fuel.count("dce.visits")
-            if _fuel.is_erasable(op) and all(not list(r.uses) for r in op.results):
-                op.erase()
+        _fuel.drive(reversed(_fuel.fuel_ops(module)), _erase_if_dead, "dce.visits")
+
+
+def _erase_if_dead(op) -> None:
+    if _fuel.is_erasable(op) and all(not list(r.uses) for r in op.results):
+        op.erase()

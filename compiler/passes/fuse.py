@@ -341,23 +341,9 @@ class Fuse(ModulePass):
             if fused is not None:
                 fused.erase()
             return None
-        root.results[0].replace_all_uses_with(fused.results[0])
-        # Erase the matched ops, now unused (the consumer guard ensured no
-        # outside use); a DAG pattern may free a producer only after a later
-        # consumer in the list is gone, hence the fixpoint.
-        pending = list({id(op): op for _, op in st.matched}.values())
-        progress = True
-        while pending and progress:
-            progress = False
-            keep = []
-            for op in pending:
-                if all(not list(r.uses) for r in op.results):
-                    forget(op)
-                    op.erase()
-                    progress = True
-                else:
-                    keep.append(op)
-            pending = keep
+        # the matched ops are unused now (the consumer guard ensured no outside use)
+        _fuel.replace_op(root, [fused.results[0]], dead=[op for _, op in st.matched],
+                         forget=forget)
         return fused
 
 

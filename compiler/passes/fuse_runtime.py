@@ -36,6 +36,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Optional
 
+from compiler.graph.opdef import ELEMENTWISE_CATEGORIES
 from compiler.mlir import ir
 from compiler.passes import ModulePass, register_pass
 from compiler.passes import _fuel
@@ -47,7 +48,6 @@ from compiler.passes.diagnostics import emit_error, emit_remark
 #: for the generated loop body.
 MAX_MEMBERS = 64
 
-_ELEMENTWISE_CATEGORIES = frozenset({"unary", "binary", "scalar", "compare", "select", "cast"})
 _INPUT_VIEWS = frozenset({"BroadcastTo", "Unsqueeze"})
 _TRAILING_REDUCTIONS = frozenset({"SumDim", "MaxDim", "MeanDim"})
 
@@ -133,7 +133,7 @@ class RuntimeFusion:
             return None  # dynamic shape or unknown dtype
         if d.name in _INPUT_VIEWS:
             return "view"
-        if d.category in _ELEMENTWISE_CATEGORIES:
+        if d.category in ELEMENTWISE_CATEGORIES:
             return "compute" if op_has_kernel(op, self.table, self.backends) else None
         if d.name in _TRAILING_REDUCTIONS:
             try:
@@ -255,9 +255,7 @@ class RuntimeFusion:
                 fused.erase()
             self._remark(root, f"the fused op does not verify: {e}")
             return False
-        root.results[0].replace_all_uses_with(fused.results[0])
-        for m in reversed(members):  # consumers before producers
-            m.erase()
+        _fuel.replace_op(root, [fused.results[0]], dead=reversed(members))  # consumers first
         return True
 
 

@@ -74,30 +74,35 @@ class ReconcileDtypes(ModulePass):
             emit_error(module, f"{self.name}: {e}")
             return
         self._casts: dict = {}
-        for op in _fuel.fuel_ops(module):
-            _fuel.count("reconcile.visits")
-            kind = _fuel.op_kind(op)
-            if kind is None or len(op.results) != 1:
-                continue
-            try:
-                ins = [_fuel.tensor_type(v).dtype for v in op.operands]
-                out = _fuel.tensor_type(op.results[0]).dtype
-            except Exception as e:
-                emit_error(op, f"{self.name}: cannot read the dtypes of {_fuel.describe(op)}: {e}")
-                continue
+        self._table, self._backends = table, backends
+        _fuel.drive(_fuel.fuel_ops(module), self._reconcile, "reconcile.visits")
 
-            def servable(i, o):
-                return any(table.backend_supports(kind, binding_dtypes(kind, i, [o]), b)
-                           for b in backends)
+    def _reconcile(self, op) -> None:
+        """Leave ``op`` if a candidate backend serves its dtypes, else promote
+        it losslessly, else report the coverage gap."""
+        table, backends = self._table, self._backends
+        kind = _fuel.op_kind(op)
+        if kind is None or len(op.results) != 1:
+            return
+        try:
+            ins = [_fuel.tensor_type(v).dtype for v in op.operands]
+            out = _fuel.tensor_type(op.results[0]).dtype
+        except Exception as e:
+            emit_error(op, f"{self.name}: cannot read the dtypes of {_fuel.describe(op)}: {e}")
+            return
 
-            if servable(ins, out) or (kind is OpKind.Cast and ins == [out]):
-                continue  # (an identity cast has no kernel; fuel-cse{simplify} removes it)
-            promoted = None if kind is OpKind.Cast else next(
-                ((i, o) for i, o in promotion_candidates(ins, out) if servable(i, o)), None)
-            if promoted is None:
-                emit_error(op, self._coverage_message(op, kind, ins, out, table, backends))
-                continue
-            self._promote(op, *promoted)
+        def servable(i, o):
+            return any(table.backend_supports(kind, binding_dtypes(kind, i, [o]), b)
+                       for b in backends)
+
+        if servable(ins, out) or (kind is OpKind.Cast and ins == [out]):
+            return  # (an identity cast has no kernel; fuel-cse{simplify} removes it)
+        promoted = None if kind is OpKind.Cast else next(
+            ((i, o) for i, o in promotion_candidates(ins, out) if servable(i, o)), None)
+        if promoted is None:
+            emit_error(op, self._coverage_message(op, kind, ins, out, table, backends))
+            return
+        self._promote(op, *promoted)
 
     def _coverage_message(self, op, kind, ins, out, table, backends) -> str:
         head = (f"no kernel for {_fuel.describe(op)} ({kind.name}) with dtypes "
@@ -139,5 +144,4 @@ class ReconcileDtypes(ModulePass):
                 back = _fuel.create("fuel.cast", [result], [old.type],
                                     _fuel.cast_attributes(old_dtype), loc=op.location)
                 result = back.results[0]
-        old.replace_all_uses_with(result)
-        op.erase()
+        _fuel.replace_op(op, [result])

@@ -47,6 +47,7 @@ import hashlib
 import struct
 from typing import Any, Iterator, Union
 
+from compiler.graph.ops import OP_TABLE
 from runtime.dtype import DType
 
 from .errors import RecipeError
@@ -332,28 +333,18 @@ def count_scalar_slots(recipe) -> int:
 
 
 # -- validation ---------------------------------------------------------------
-#: The functional subset a recipe or region may contain. MinDim, ArgMax/ArgMin,
-#: in-place, memory and control ops are not in it. Clamp *is* re-emittable
-#: here: its two scalars are ordinary params.
-RECIPE_VOCABULARY = frozenset("""
-Add Sub Mul Div Maximum Minimum Pow Rem
-Neg Abs Sqr Sqrt Rsqrt Recip Exp Log Sin Cos Tanh Sigmoid Silu Gelu GeluErf Relu Erf Step
-Floor Ceil Round Sign
-AddScalar MulScalar PowI Clamp
-Equal Ne Lt Le Gt Ge Where MaskedFill
-SumAll MaxAll MinAll MeanAll SumDim MaxDim MeanDim ReduceSumTo ReduceMaxTo CumSum
-MatMul
-Transpose Permute Reshape BroadcastTo Unsqueeze Squeeze Contiguize Cast Slice Concat Flip Roll Pad Triu Tril
-IndexSelect Gather IndexAdd ScatterAdd
-LogSoftmaxLastDim Iota
-""".split())
+#: The functional subset a recipe or region may contain: the op-table rows
+#: marked ``recipe`` (every element-wise row unless it says otherwise). MinDim,
+#: ArgMax/ArgMin, in-place, memory and control ops are not in it. Clamp *is*
+#: re-emittable here: its two scalars are ordinary params.
+RECIPE_VOCABULARY = frozenset(n for n, d in OP_TABLE.items() if d.recipe)
 
 #: Ops whose ``value`` param may be an open scalar slot.
 SLOT_OPS = frozenset({"AddScalar", "MulScalar"})
 
 #: The commutative binary ops (matching tries both operand orders; the
-#: structural hash sorts their children).
-COMMUTATIVE = frozenset({"Add", "Mul", "Maximum", "Minimum"})
+#: structural hash sorts their children): the rows marked ``commutative``.
+COMMUTATIVE = frozenset(n for n, d in OP_TABLE.items() if d.commutative)
 
 
 def _op_table():

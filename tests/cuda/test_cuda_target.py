@@ -62,7 +62,8 @@ def test_unknown_cuda_arch_names_the_accepted_ones():
 
 # -- PTX for every f32 primitive and fused op --------------------------------------------
 def _primitive_graphs():
-    """One small graph per primitive spec of the CPU primitive tests (f32)."""
+    """One small graph per primitive spec of the CPU primitive tests (f32;
+    integer-only ops in their first dtype)."""
     sys.path.insert(0, str(ROOT / "tests" / "compiler"))
     try:
         from test_primitives import SPECS, Case
@@ -72,8 +73,9 @@ def _primitive_graphs():
         if spec.op == "Cast":  # casts: tests/cuda/test_cuda_table.py
             continue
         g, feed = Graph(), {}
-        case = Case(g, feed, np.random.default_rng(zlib.crc32(spec.op.encode())), DType.F32)
-        outs = list(spec.build(case, DType.F32))
+        dt = DType.F32 if DType.F32 in spec.fast_dtypes else spec.fast_dtypes[0]  # bit ops: i32
+        case = Case(g, feed, np.random.default_rng(zlib.crc32(spec.op.encode())), dt)
+        outs = list(spec.build(case, dt))
         # the widest dense case (the first ones are rank-0/1 and fold away)
         dense = [o for o in outs if "dense" in o[0] and "flip" not in o[0]] or outs
         label, t, _ = max(dense, key=lambda o: len(o[1].shape))

@@ -35,9 +35,30 @@ def _pow(s: Scalar, a, b):
     return math.ipowi(a, b)
 
 
+def _shift(left: bool):
+    """``a << b`` / ``a >> b`` (logical for unsigned, arithmetic for signed); a
+    count outside [0, width), negative ones included (they compare as huge
+    unsigned), shifts every bit out: 0, or the sign fill of a signed right
+    shift (where ``arith`` would give poison)."""
+    def shift(s: Scalar, a, b):
+        width = ir.IntegerType(s.ty).width
+        out = arith.cmpi(arith.CmpIPredicate.uge, b, s.const(width))
+        if left:
+            return arith.select(out, s.const(0), arith.shli(a, b))
+        if s.unsigned:
+            return arith.select(out, s.const(0), arith.shrui(a, b))
+        return arith.shrsi(a, arith.select(out, s.const(width - 1), b))
+    return shift
+
+
 BINARY = {
     "Add": Scalar.add, "Sub": Scalar.sub, "Mul": Scalar.mul, "Div": Scalar.div,
     "Maximum": Scalar.max, "Minimum": Scalar.min, "Rem": _rem, "Pow": _pow,
+    "BitwiseAnd": lambda s, a, b: arith.andi(a, b),
+    "BitwiseOr": lambda s, a, b: arith.ori(a, b),
+    "BitwiseXor": lambda s, a, b: arith.xori(a, b),
+    "BitShiftLeft": _shift(left=True),
+    "BitShiftRight": _shift(left=False),
 }
 
 
@@ -111,6 +132,10 @@ UNARY = {
     "Ceil": _float_only(math.ceil),
     "Round": _float_only(math.roundeven),
     "Sign": _sign,
+    "Atan": lambda s, x: math.atan(x),   # libm atanf/atan on cpu, libdevice on cuda
+    "Asin": lambda s, x: math.asin(x),
+    "Acos": lambda s, x: math.acos(x),
+    "BitwiseNot": lambda s, x: arith.xori(x, s.const(-1)),
 }
 
 

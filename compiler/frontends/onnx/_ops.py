@@ -106,7 +106,8 @@ def _pow(cx, node, at, ins):
 _UNARY = {"Sqrt": "sqrt", "Exp": "exp", "Log": "log", "Tanh": "tanh", "Erf": "erf",
           "Relu": "relu", "Sigmoid": "sigmoid", "Neg": "neg", "Abs": "abs",
           "Reciprocal": "recip", "Floor": "floor", "Ceil": "ceil", "Round": "round",
-          "Sign": "sign", "Sin": "sin", "Cos": "cos"}
+          "Sign": "sign", "Sin": "sin", "Cos": "cos", "Atan": "atan", "Asin": "asin",
+          "Acos": "acos"}
 
 
 @_op(*_UNARY)
@@ -1731,42 +1732,21 @@ def _scatter_elements(cx, node, at, ins):
 # ---------------------------------------------------------------------------
 # bit operations spelled in integer arithmetic (exact, wrapping)
 # ---------------------------------------------------------------------------
-@_op("BitShift")
-def _bit_shift(cx, node, at, ins):
-    """A constant shift: LEFT is a wrapping multiply by 2**s, RIGHT the
-    floor division (a - a mod 2**s) / 2**s; shifts outside [0, width) give
-    0 (RIGHT of a negative signed value: -1), as ONNX's reference."""
-    x = cx.t(ins[0])
-    direction = at.get("direction", "")
-    if direction not in ("LEFT", "RIGHT"):
-        raise Unsupported(f"attribute direction={direction!r} (LEFT or RIGHT)")
-    s = cx.arr(ins[1], node.input[1], node).astype(np.int64)
-    if x.dtype.is_float or x.dtype.value == "bool":
-        raise Unsupported(f"BitShift of {x.dtype.value} values (integers only)")
-    info = np.iinfo(x.dtype.numpy)
-    bits, signed = info.bits, info.min < 0
-    if direction == "LEFT":
-        ok = (s >= 0) & (s < bits)
-        mult = np.where(ok, np.left_shift(np.uint64(1), np.where(ok, s, 0).astype(np.uint64)),
-                        0).astype(x.dtype.numpy)  # 2**(bits-1) wraps to the sign bit
-        return [x * cx.t(mult, like=x)]
-    ok = (s >= 0) & (s < bits - signed)  # a signed shift by bits-1 is the sign: the fill
-    d = cx.t(np.where(ok, np.left_shift(1, np.where(ok, s, 0)), 1).astype(x.dtype.numpy), like=x)
-    y = (x - x % d) / d if signed else x / d
-    if ok.all():
-        return [y]
-    fill = 0 - (x < 0).cast(x.dtype) if signed else 0
-    return [where(cx.t(ok.astype(np.uint8)), y, fill)]
+@_op("BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor")
+def _bitwise(cx, node, at, ins):
+    method = {"BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or",
+              "BitwiseXor": "bitwise_xor"}.get(node.op_type)
+    if method is None:  # BitShift
+        direction = at.get("direction", "")
+        if direction not in ("LEFT", "RIGHT"):
+            raise Unsupported(f"attribute direction={direction!r} (LEFT or RIGHT)")
+        method = "shift_left" if direction == "LEFT" else "shift_right"
+    return [getattr(cx.t(ins[0]), method)(cx.t(ins[1]))]
 
 
 @_op("BitwiseNot")
 def _bitwise_not(cx, node, at, ins):
-    """~x: -1 - x for signed integers, max - x for unsigned ones (exact)."""
-    x = cx.t(ins[0])
-    if x.dtype.is_float:
-        raise Unsupported(f"BitwiseNot of {x.dtype.value} values (integers only)")
-    info = np.iinfo(x.dtype.numpy)
-    return [(-1 if info.min < 0 else int(info.max)) - x]
+    return [cx.t(ins[0]).bitwise_not()]
 
 
 # ---------------------------------------------------------------------------
