@@ -24,7 +24,7 @@ import numpy as np
 
 from runtime.artifact import (ENTRY_SYMBOL, FORMAT, FORMAT_VERSION, MANIFEST, PAD_EXTRA_ID,
                               SAFETENSORS_DTYPES, SIGNATURE, WEIGHTS, WEIGHTS_ALIGN,
-                              object_revision, sign_manifest, signing_key)
+                              WEIGHTS_SUFFIX, object_revision, sign_manifest, signing_key)
 from runtime.executor import KernelStep
 from runtime.layout import Layout
 from runtime.storage import Storage
@@ -220,25 +220,71 @@ def check_output_path(path) -> Path:
     return path
 
 
-def export_module(module, path, sign_with=None) -> Path:
+def side_weights_path(path) -> Path:
+    """Where a module saved to ``path`` with ``weights="side"`` keeps its
+    weights: the same name with the suffix ``.weights`` (``model.fuel`` ->
+    ``model.weights``), in the same directory."""
+    return Path(path).with_suffix(WEIGHTS_SUFFIX)
+
+
+def _temp_next_to(path: Path):
+    return tempfile.mkstemp(dir=path.parent if str(path.parent) else ".",
+                            prefix=f".{path.name}.", suffix=".tmp")
+
+
+def _write_side_weights(path: Path, chunks) -> tuple[str, dict]:
+    """Stream ``chunks`` into a temporary file next to ``path``; returns it
+    and its manifest record (name, size, SHA-256)."""
+    fd, tmp = _temp_next_to(path)
+    h, size = hashlib.sha256(), 0
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for chunk in chunks:
+                h.update(chunk)
+                f.write(chunk)
+                size += len(chunk)
+        os.chmod(tmp, 0o644)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return tmp, {"name": path.name, "size": size, "sha256": h.hexdigest()}
+
+
+def export_module(module, path, sign_with=None, weights: str = "zip") -> Path:
     """Write ``module`` (a ``CompiledModule``) to ``path`` atomically and
     return the path. With ``sign_with`` (a shared secret, bytes or text, or
     an Ed25519 private key: ``runtime.signing``), the file also carries a
     signature of its manifest, which ``runtime.load(path, verify_with=key)``
-    checks (the secret, or the public key). Raises ``ExportError``
-    (a step that cannot be exported) or ``OSError``."""
+    checks (the secret, or the public key). ``weights``: ``"zip"`` keeps the
+    weights in the file, ``"side"`` in ``side_weights_path(path)``
+    (``model.weights`` next to ``model.fuel``), which the manifest names
+    with its size and SHA-256 (so a signature covers it too). Raises
+    ``ExportError`` (a step that cannot be exported, an unknown ``weights``)
+    or ``OSError``."""
+    if weights not in ("zip", "side"):
+        raise ExportError(f"save(weights={weights!r}): weights is 'zip' (in the .fuel file) "
+                          "or 'side' (a .weights file next to it)")
     key = signing_key(sign_with) if sign_with is not None else None
     path = check_output_path(path)
+    side = side_weights_path(path) if weights == "side" else None
+    if side is not None and side.name == path.name:
+        raise ExportError(f"cannot save {path} with weights='side': its weights file would "
+                          f"have the same name; name the module file {path.stem}.fuel")
+    if side is not None:
+        check_output_path(side)
     plan, target = module.plan, module.target
     specs = module.executor.specs
     const_names, header, datas = _weights(plan.constants)
-    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".",
-                               prefix=f".{path.name}.", suffix=".tmp")
+    side_tmp = side_rec = None
+    fd, tmp = _temp_next_to(path)
     try:
+        if side is not None:
+            side_tmp, side_rec = _write_side_weights(side, _safetensors_chunks(header, datas))
         with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w", allowZip64=True) as zf:
             w = _Writer(zf)
-            w.add(WEIGHTS, _safetensors_chunks(header, datas), compress=False,
-                  align=WEIGHTS_ALIGN)
+            if side is None:
+                w.add(WEIGHTS, _safetensors_chunks(header, datas), compress=False,
+                      align=WEIGHTS_ALIGN)
             objects: dict[str, str] = {}
             kernels = [_kernel_record(module, i, s, objects, w)
                        for i, s in enumerate(plan.steps) if isinstance(s, KernelStep)]
@@ -257,17 +303,23 @@ def export_module(module, path, sign_with=None) -> Path:
                 "plan": plan.to_dict(), "constants": const_names, "kernels": kernels,
                 "ir": ir, "members": w.members,
             }
+            if side_rec is not None:
+                manifest["weights_file"] = side_rec
             raw = json.dumps(manifest, indent=1).encode()
             w.add(MANIFEST, [raw], compress=True)
             del w.members[MANIFEST]
             if key is not None:
                 w.add(SIGNATURE, [sign_manifest(key, raw)], compress=False)
         os.chmod(tmp, 0o644)
+        if side_tmp is not None:  # the weights first: the new manifest names their hash
+            os.replace(side_tmp, side)
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        for t in (tmp, side_tmp):
+            try:
+                if t is not None:
+                    os.unlink(t)
+            except OSError:
+                pass
         raise
     return path
