@@ -13,7 +13,9 @@ A ``.fuel`` file is a zip archive (written by ``compiler.export``):
   layouts the descriptors describe, or a runtime numpy kernel by name); the
   IR stage members; and the size and SHA-256 of every other member.
 * ``weights.safetensors``: the plan's constants (safetensors format, stored
-  uncompressed; a weight shared by several constants is stored once).
+  uncompressed; a weight shared by several constants is stored once); or,
+  saved with ``weights="side"``, the same bytes in ``<name>.weights`` next to
+  the file, named by the manifest's ``weights_file`` with its size and SHA-256.
 * ``code/<n>.o``: one relocatable x86-64 ELF object per compiled kernel
   instance (entry ``_mlir_ciface_kernel``, one memref descriptor per
   operand).
