@@ -262,8 +262,8 @@ def check_manifest(m, path: str = "") -> dict:
     side = m.get("weights_file")
     if side is not None:
         name = side["name"]
-        if not name.endswith(WEIGHTS_SUFFIX) or "/" in name or "\\" in name or \
-                name.startswith("."):
+        if not name.endswith(WEIGHTS_SUFFIX) or name == WEIGHTS_SUFFIX or \
+                any(c in name for c in "/\\\0"):
             raise ManifestFieldError("weights_file.name", f"{name!r} is not a file name "
                                      f"ending in {WEIGHTS_SUFFIX!r} (the file lies next to "
                                      "the module, in its directory)", path)

@@ -138,7 +138,7 @@ def _edit_manifest(src, dst, edit):
 
 
 @pytest.mark.parametrize("name", ["../model.weights", "/tmp/model.weights", "sub/x.weights",
-                                  "model.bin", ".weights"])
+                                  "sub\\x.weights", "model.bin", ".weights", "m\0.weights"])
 def test_side_weights_name_must_be_a_file_next_to_the_module(saved, tmp_path, name):
     d = saved[0]
     shutil.copy(d / "model.weights", tmp_path / "model.weights")
