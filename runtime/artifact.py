@@ -197,7 +197,11 @@ def map_range(fd: int, start: int, size: int):
     ``fd`` (``start`` page-aligned). The hash reads the file through a small
     buffer, not the map: the bytes pass through the page cache, and the map
     stays unread, so a loaded module is not resident at its weights' size
-    until it runs (hashing over the map would page all of it in)."""
+    until it runs (hashing over the map would page all of it in). The map
+    is made first: both read the file's one page cache, so the hash is of
+    what the map shows (unless the file is rewritten in place later, which
+    a map never guards against)."""
+    m = mmap.mmap(fd, size, access=mmap.ACCESS_READ, offset=start)
     h, buf = hashlib.sha256(), bytearray(min(size, 4 << 20))
     view, done = memoryview(buf), 0
     while done < size:
@@ -206,7 +210,7 @@ def map_range(fd: int, start: int, size: int):
             break
         h.update(view[:n])
         done += n
-    return mmap.mmap(fd, size, access=mmap.ACCESS_READ, offset=start), h.hexdigest()
+    return m, h.hexdigest()
 
 
 def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int, path: str,
