@@ -2,8 +2,10 @@
 ONNX to a loaded module, in a fresh process so that its peak is its own.
 
     decoder_child.py STEP MODEL_DIR FUEL [SIDE]
+    decoder_child.py write MODEL_DIR CONFIG_JSON
 
-STEP is ``import`` (import_model), ``compile`` (import, compile),
+STEP is ``write`` (generate the model: ``llama_bf16.write_model``),
+``import`` (import_model), ``compile`` (import, compile),
 ``save`` (import, compile, save; ``SIDE`` = ``side``: weights in a side
 file), ``load`` (runtime.load) or ``run`` (load, run the ids in
 MODEL_DIR/ids.npy, write MODEL_DIR/logits.npy). Prints one JSON line: the
@@ -17,6 +19,7 @@ import json
 import mmap
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -36,10 +39,12 @@ def mapped(arr) -> bool:
 
 
 def main(step: str, model_dir: str, fuel: str, side: str = "") -> dict:
-    import runtime
     out = {}
     t0 = time.perf_counter()
-    if step in ("import", "compile", "save"):
+    if step == "write":
+        from llama_bf16 import Config, write_model
+        out["weights"] = write_model(Config(**json.loads(fuel)), Path(model_dir))
+    elif step in ("import", "compile", "save"):
         from compiler import compile
         from compiler.frontends.onnx import import_model
         g = import_model(f"{model_dir}/model.onnx")
@@ -48,6 +53,7 @@ def main(step: str, model_dir: str, fuel: str, side: str = "") -> dict:
             if step == "save":
                 m.save(fuel, **({"weights": "side"} if side == "side" else {}))
     else:
+        import runtime
         rss0 = status_kb("VmRSS")
         t = time.perf_counter()
         loaded = runtime.load(fuel)

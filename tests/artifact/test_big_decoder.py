@@ -1,9 +1,10 @@
 """A Llama-style decoder of more than a billion bf16 parameters (a 256k-token
-vocabulary's embedding and lm_head, two layers of hidden 2048), its weights
-generated here and exported as ONNX external data, goes through import,
-compile, save, load and run, each step in a fresh process
-(``decoder_child.py``) whose peak resident memory (VmHWM: anonymous and
-mapped file pages alike) stays within 1.3x the weights; ``runtime.load``
+vocabulary's embedding and lm_head, two layers of hidden 2048): its weights
+are generated here, 32 MiB at a time, and written as ONNX external data;
+then it is imported, compiled, saved, loaded and run. Each step (writing the
+model too) runs in a fresh process (``decoder_child.py``) whose peak
+resident memory (VmHWM: anonymous and mapped file pages alike) stays within
+1.3x the weights; ``runtime.load``
 maps the weights without reading them into the process, in under a second
 plus the time its SHA-256 of the weights takes; the logits match numpy's.
 Saved with its weights in a side file (``weights="side"``), the same holds.
@@ -12,6 +13,7 @@ The small variant runs the same path on a model of a few MiB (numerics and
 mapping only: at that size the interpreter dominates the peak)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -24,7 +26,7 @@ import pytest
 pytest.importorskip("onnx")
 pytest.importorskip("ml_dtypes")
 sys.path.insert(0, str(Path(__file__).parent))
-from llama_bf16 import Config, reference, write_model  # noqa: E402
+from llama_bf16 import Config, reference  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).with_name("decoder_child.py")
@@ -34,17 +36,19 @@ SMALL = Config(vocab=1000, hidden=256, inter=512, layers=2, heads=8, kv_heads=2)
 
 def _step(step: str, d: Path, fuel: str = "model.fuel", *extra: str) -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT), FUELC_CACHE_DIR=str(d / "cache"))
-    proc = subprocess.run([sys.executable, str(CHILD), step, str(d), str(d / fuel), *extra],
+    fuel = fuel if step == "write" else str(d / fuel)
+    proc = subprocess.run([sys.executable, str(CHILD), step, str(d), fuel, *extra],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, (step, proc.stderr[-3000:])
     return json.loads(proc.stdout.splitlines()[-1])
 
 
 def _run(cfg: Config, d: Path) -> tuple[int, dict]:
-    weights = write_model(cfg, d)
+    steps = {"write": _step("write", d, json.dumps(dataclasses.asdict(cfg)))}
+    weights = steps["write"]["weights"]
     ids = np.array([[1, cfg.vocab - 1, cfg.vocab // 2, 77]], np.int64)
     np.save(d / "ids.npy", ids)
-    steps = {s: _step(s, d) for s in ("import", "compile", "save", "load", "run")}
+    steps.update((s, _step(s, d)) for s in ("import", "compile", "save", "load", "run"))
     # the weights in a side file (side.fuel + side.weights)
     steps["save side"] = _step("save", d, "side.fuel", "side")
     steps["load side"] = _step("load", d, "side.fuel")
@@ -56,6 +60,7 @@ def _run(cfg: Config, d: Path) -> tuple[int, dict]:
     assert got.shape == ref.shape == (1, cfg.tokens, cfg.vocab)
     err = float(np.max(np.abs(got - ref)) / np.max(np.abs(ref)))
     assert err < 1e-2, err
+    steps["run"]["max_rel_err"] = err
     return weights, steps
 
 
