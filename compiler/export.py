@@ -24,7 +24,8 @@ import numpy as np
 
 from runtime.artifact import (ENTRY_SYMBOL, FORMAT, FORMAT_VERSION, MANIFEST, PAD_EXTRA_ID,
                               SAFETENSORS_DTYPES, SIGNATURE, WEIGHTS, WEIGHTS_ALIGN,
-                              WEIGHTS_SUFFIX, object_revision, sign_manifest, signing_key)
+                              object_revision, sign_manifest, signing_key)
+from runtime.manifest import WEIGHTS_SUFFIX
 from runtime.executor import KernelStep
 from runtime.layout import Layout
 from runtime.storage import Storage

@@ -64,11 +64,11 @@ from .executor import Executor, KernelStep, Plan, PlanModule
 from .keys import BindingKey
 from .layout import Layout
 from .manifest import (ENTRY_SYMBOL, FORMAT, FORMAT_VERSION, MANIFEST, MAX_ARITY,
-                       MAX_INFLATED_BYTES, WEIGHTS, WEIGHTS_SUFFIX, ArtifactCodeError,
-                       ArtifactCpuError,
-                       ArtifactError, ArtifactFormatError, ArtifactIntegrityError,
-                       ArtifactSignatureError, ArtifactVersionError, ArtifactWeightsFileError,
-                       ManifestFieldError, check_manifest, object_revision)
+                       MAX_INFLATED_BYTES, WEIGHTS, ArtifactCodeError,
+                       ArtifactCpuError, ArtifactError, ArtifactFormatError,
+                       ArtifactIntegrityError, ArtifactSignatureError, ArtifactVersionError,
+                       ArtifactWeightsFileError, ManifestFieldError, check_manifest,
+                       object_revision)
 from .precision import PrecisionGuarantee
 from .signing import (KEY_FILE_ENV, MAX_SIGNATURE_BYTES, REQUIRE_ENV, SIGNATURE, key_source,
                       read_key_file, required_key, sign_manifest, signing_key, verify_manifest)
@@ -361,7 +361,7 @@ def _map_weights_file(wp: str, rec: dict, path: str):
     try:
         fd = os.open(wp, os.O_RDONLY)
     except FileNotFoundError:
-        raise ArtifactWeightsFileError(f"missing: the module keeps its weights in this file, "
+        raise ArtifactWeightsFileError("missing: the module keeps its weights in this file, "
                                        "next to it; copy it along with the .fuel file", path,
                                        wp) from None
     except OSError as e:

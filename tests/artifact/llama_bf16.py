@@ -17,7 +17,6 @@ from pathlib import Path
 
 import ml_dtypes
 import numpy as np
-import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
