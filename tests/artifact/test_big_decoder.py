@@ -6,7 +6,7 @@ model too) runs in a fresh process (``decoder_child.py``) whose peak
 resident memory (VmHWM: anonymous and mapped file pages alike) stays within
 1.3x the weights; ``runtime.load``
 maps the weights without reading them into the process, in under a second
-plus the time its SHA-256 of the weights takes; the logits match numpy's.
+(of CPU) plus what a SHA-256 of the weights takes; the logits match numpy's.
 Saved with its weights in a side file (``weights="side"``), the same holds.
 
 The small variant runs the same path on a model of a few MiB (numerics and
@@ -77,4 +77,5 @@ def test_billion_parameter_decoder_stays_within_its_weights(tmp_path):
         assert r["peak_kb"] * 1024 <= 1.3 * weights, (s, steps, weights)
     for load in (steps["load"], steps["load side"]):
         assert load["rss_after_load_kb"] * 1024 < 0.05 * weights, steps  # mapped, not read
-        assert load["load_seconds"] < 1 + load["hash_seconds"], steps
+        # (in CPU seconds: on a shared machine wall time measures the neighbours)
+        assert load["load_cpu_seconds"] < 1 + load["hash_cpu_seconds"], steps
