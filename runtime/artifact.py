@@ -344,7 +344,8 @@ def open_artifact(path, verify_with=None, require_signature: bool = False) -> Ar
                     members[name] = data
         weights_path = None
         if "weights_file" in manifest:
-            weights_path = os.path.join(os.path.dirname(p), manifest["weights_file"]["name"])
+            weights_path = os.path.join(os.path.dirname(os.path.realpath(p)),
+                                        manifest["weights_file"]["name"])
             members[WEIGHTS] = _map_weights_file(weights_path, manifest["weights_file"], p)
     except ArtifactError:
         raise

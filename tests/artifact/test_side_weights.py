@@ -66,6 +66,12 @@ def test_side_weights_are_mapped_and_named_by_the_manifest(saved):
         assert isinstance(base, mmap.mmap) and not c.flags.writeable
 
 
+def test_a_symlinked_module_finds_its_weights_next_to_the_real_file(saved, tmp_path):
+    d, want, x = saved
+    os.symlink(d / "model.fuel", tmp_path / "link.fuel")
+    np.testing.assert_array_equal(runtime.load(tmp_path / "link.fuel")(x=x), want)
+
+
 def test_missing_side_weights_file(saved, tmp_path):
     p = _copy(saved[0], tmp_path)
     os.unlink(tmp_path / "model.weights")
