@@ -110,8 +110,18 @@ def _tensor_bytes(arr: np.ndarray) -> memoryview:
 
 def _weights(constants) -> tuple[dict, dict, list]:
     """(constant -> tensor name, safetensors header, tensor byte views).
-    Constants with the same bytes, dtype and shape share one tensor."""
-    names, header, datas, by_content, by_id, offset = {}, {}, [], {}, {}, 0
+    Constants with the same bytes, dtype and shape share one tensor. A
+    tensor is hashed only once another of its dtype and shape turns up (a
+    model's largest, the embedding and the output projection, usually have
+    shapes of their own: a pass over gigabytes saved)."""
+    names, header, datas, by_id, offset = {}, {}, [], {}, 0
+    by_shape: dict[tuple, list] = {}  # (dtype, shape) -> [[tensor, bytes, sha256 or None]]
+
+    def digest(entry) -> str:
+        if entry[2] is None:
+            entry[2] = hashlib.sha256(entry[1]).hexdigest()
+        return entry[2]
+
     for cname, value in constants.items():
         arr = np.asarray(value)
         dt = _NUMPY_TO_ST.get(arr.dtype.newbyteorder("="))
@@ -120,15 +130,16 @@ def _weights(constants) -> tuple[dict, dict, list]:
                               f"weights format cannot hold ({', '.join(SAFETENSORS_DTYPES)})")
         hit = by_id.get(id(value))
         if hit is None:
-            data = _tensor_bytes(arr)
-            content = (dt, arr.shape, hashlib.sha256(data).hexdigest())
-            hit = by_content.get(content)
+            mine = [cname, _tensor_bytes(arr), None]  # named after its first constant
+            same = by_shape.setdefault((dt, arr.shape), [])
+            hit = next((e[0] for e in same if digest(e) == digest(mine)), None)
             if hit is None:
-                hit = by_content[content] = cname  # named after its first constant
+                hit = cname
+                same.append(mine)
                 header[hit] = {"dtype": dt, "shape": list(arr.shape),
-                               "data_offsets": [offset, offset + len(data)]}
-                datas.append(data)
-                offset += len(data)
+                               "data_offsets": [offset, offset + len(mine[1])]}
+                datas.append(mine[1])
+                offset += len(mine[1])
             by_id[id(value)] = hit
         names[cname] = hit
     return names, header, datas
