@@ -110,6 +110,9 @@ def cmd_compile(args) -> int:
     bindings = [_parse_binding(b) for b in args.binding]
     out = args.output or os.path.splitext(args.model)[0] + (".fuelbundle" if bindings else ".fuel")
     from .export import check_output_path
+    if bindings and args.side_weights:
+        raise CliError("--side-weights applies to one .fuel file; a bundle (--binding) keeps "
+                       "the weights in each of its files: drop one of the two")
     if bindings:  # a bundle directory (docs/dynamic-shapes.md)
         if os.path.exists(out) and not os.path.isdir(out):
             raise CliError(f"-o {out}: exists and is not a directory (--binding writes a bundle "
@@ -162,7 +165,7 @@ def cmd_compile(args) -> int:
         if bindings:
             module.save_bundle(out, bindings, sign_with=key)
         else:
-            module.save(out, sign_with=key)
+            module.save(out, sign_with=key, weights="side" if args.side_weights else "zip")
         progress("done")
     finally:
         progress.close()
@@ -208,6 +211,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="sign the module with the key in KEYFILE: a shared secret "
                         "(HMAC-SHA256), or an Ed25519 private key in PEM (needs cryptography); "
                         "fuelc run --verify-key checks it with the secret or the public key")
+    p.add_argument("--side-weights", action="store_true",
+                   help="keep the weights in FILE.weights next to FILE.fuel (for weights of "
+                        "several GiB; ship both files; docs/artifacts.md)")
     p.add_argument("--progress", action="store_true",
                    help="print the stages as they run on stderr (default: when stderr is a "
                         "terminal, as one line with the kernels done/total)")

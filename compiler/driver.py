@@ -107,7 +107,7 @@ class CompiledModule(PlanModule):
             self._runnable = True
         return super().run(**inputs)
 
-    def save(self, path, sign_with=None):
+    def save(self, path, sign_with=None, weights="zip"):
         """Write this module to one ``.fuel`` file (atomically) that
         ``runtime.load(path)`` runs without the compiler or MLIR; returns
         the path. The kernel objects come from the kernel cache, so saving
@@ -120,9 +120,12 @@ class CompiledModule(PlanModule):
         Ed25519 private key (``cryptography``); the file then carries a
         signature of its manifest (which holds every member's hash), and
         ``runtime.load(path, verify_with=key)`` (the secret, or the public
-        key) refuses it unless it matches (``runtime.signing``)."""
+        key) refuses it unless it matches (``runtime.signing``).
+
+        ``weights="side"`` keeps the weights in ``model.weights`` next to
+        ``model.fuel`` (``docs/artifacts.md``): ship both files together."""
         from .export import export_module
-        return export_module(self, path, sign_with)
+        return export_module(self, path, sign_with, weights)
 
     def kernel_summary(self) -> list[str]:
         """One ``OpKind[dtypes] (kernel_source)`` line per kernel step; a

@@ -25,6 +25,7 @@ import numpy as np
 from runtime.artifact import (ENTRY_SYMBOL, FORMAT, FORMAT_VERSION, MANIFEST, PAD_EXTRA_ID,
                               SAFETENSORS_DTYPES, SIGNATURE, WEIGHTS, WEIGHTS_ALIGN,
                               object_revision, sign_manifest, signing_key)
+from runtime.manifest import WEIGHTS_SUFFIX
 from runtime.executor import KernelStep
 from runtime.layout import Layout
 from runtime.storage import Storage
@@ -109,8 +110,18 @@ def _tensor_bytes(arr: np.ndarray) -> memoryview:
 
 def _weights(constants) -> tuple[dict, dict, list]:
     """(constant -> tensor name, safetensors header, tensor byte views).
-    Constants with the same bytes, dtype and shape share one tensor."""
-    names, header, datas, by_content, by_id, offset = {}, {}, [], {}, {}, 0
+    Constants with the same bytes, dtype and shape share one tensor. A
+    tensor is hashed only once another of its dtype and shape turns up (a
+    model's largest, the embedding and the output projection, usually have
+    shapes of their own: a pass over gigabytes saved)."""
+    names, header, datas, by_id, offset = {}, {}, [], {}, 0
+    by_shape: dict[tuple, list] = {}  # (dtype, shape) -> [[tensor, bytes, sha256 or None]]
+
+    def digest(entry) -> str:
+        if entry[2] is None:
+            entry[2] = hashlib.sha256(entry[1]).hexdigest()
+        return entry[2]
+
     for cname, value in constants.items():
         arr = np.asarray(value)
         dt = _NUMPY_TO_ST.get(arr.dtype.newbyteorder("="))
@@ -119,15 +130,16 @@ def _weights(constants) -> tuple[dict, dict, list]:
                               f"weights format cannot hold ({', '.join(SAFETENSORS_DTYPES)})")
         hit = by_id.get(id(value))
         if hit is None:
-            data = _tensor_bytes(arr)
-            content = (dt, arr.shape, hashlib.sha256(data).hexdigest())
-            hit = by_content.get(content)
+            mine = [cname, _tensor_bytes(arr), None]  # named after its first constant
+            same = by_shape.setdefault((dt, arr.shape), [])
+            hit = next((e[0] for e in same if digest(e) == digest(mine)), None)
             if hit is None:
-                hit = by_content[content] = cname  # named after its first constant
+                hit = cname
+                same.append(mine)
                 header[hit] = {"dtype": dt, "shape": list(arr.shape),
-                               "data_offsets": [offset, offset + len(data)]}
-                datas.append(data)
-                offset += len(data)
+                               "data_offsets": [offset, offset + len(mine[1])]}
+                datas.append(mine[1])
+                offset += len(mine[1])
             by_id[id(value)] = hit
         names[cname] = hit
     return names, header, datas
@@ -220,25 +232,71 @@ def check_output_path(path) -> Path:
     return path
 
 
-def export_module(module, path, sign_with=None) -> Path:
+def side_weights_path(path) -> Path:
+    """Where a module saved to ``path`` with ``weights="side"`` keeps its
+    weights: the same name with the suffix ``.weights`` (``model.fuel`` ->
+    ``model.weights``), in the same directory."""
+    return Path(path).with_suffix(WEIGHTS_SUFFIX)
+
+
+def _temp_next_to(path: Path):
+    return tempfile.mkstemp(dir=path.parent if str(path.parent) else ".",
+                            prefix=f".{path.name}.", suffix=".tmp")
+
+
+def _write_side_weights(path: Path, chunks) -> tuple[str, dict]:
+    """Stream ``chunks`` into a temporary file next to ``path``; returns it
+    and its manifest record (name, size, SHA-256)."""
+    fd, tmp = _temp_next_to(path)
+    h, size = hashlib.sha256(), 0
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for chunk in chunks:
+                h.update(chunk)
+                f.write(chunk)
+                size += len(chunk)
+        os.chmod(tmp, 0o644)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return tmp, {"name": path.name, "size": size, "sha256": h.hexdigest()}
+
+
+def export_module(module, path, sign_with=None, weights: str = "zip") -> Path:
     """Write ``module`` (a ``CompiledModule``) to ``path`` atomically and
     return the path. With ``sign_with`` (a shared secret, bytes or text, or
     an Ed25519 private key: ``runtime.signing``), the file also carries a
     signature of its manifest, which ``runtime.load(path, verify_with=key)``
-    checks (the secret, or the public key). Raises ``ExportError``
-    (a step that cannot be exported) or ``OSError``."""
+    checks (the secret, or the public key). ``weights``: ``"zip"`` keeps the
+    weights in the file, ``"side"`` in ``side_weights_path(path)``
+    (``model.weights`` next to ``model.fuel``), which the manifest names
+    with its size and SHA-256 (so a signature covers it too). Raises
+    ``ExportError`` (a step that cannot be exported, an unknown ``weights``)
+    or ``OSError``."""
+    if weights not in ("zip", "side"):
+        raise ExportError(f"save(weights={weights!r}): weights is 'zip' (in the .fuel file) "
+                          "or 'side' (a .weights file next to it)")
     key = signing_key(sign_with) if sign_with is not None else None
     path = check_output_path(path)
+    side = side_weights_path(path) if weights == "side" else None
+    if side is not None and side.name == path.name:
+        raise ExportError(f"cannot save {path} with weights='side': its weights file would "
+                          f"have the same name; name the module file {path.stem}.fuel")
+    if side is not None:
+        check_output_path(side)
     plan, target = module.plan, module.target
     specs = module.executor.specs
     const_names, header, datas = _weights(plan.constants)
-    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".",
-                               prefix=f".{path.name}.", suffix=".tmp")
+    side_tmp = side_rec = None
+    fd, tmp = _temp_next_to(path)
     try:
+        if side is not None:
+            side_tmp, side_rec = _write_side_weights(side, _safetensors_chunks(header, datas))
         with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w", allowZip64=True) as zf:
             w = _Writer(zf)
-            w.add(WEIGHTS, _safetensors_chunks(header, datas), compress=False,
-                  align=WEIGHTS_ALIGN)
+            if side is None:
+                w.add(WEIGHTS, _safetensors_chunks(header, datas), compress=False,
+                      align=WEIGHTS_ALIGN)
             objects: dict[str, str] = {}
             kernels = [_kernel_record(module, i, s, objects, w)
                        for i, s in enumerate(plan.steps) if isinstance(s, KernelStep)]
@@ -257,17 +315,23 @@ def export_module(module, path, sign_with=None) -> Path:
                 "plan": plan.to_dict(), "constants": const_names, "kernels": kernels,
                 "ir": ir, "members": w.members,
             }
+            if side_rec is not None:
+                manifest["weights_file"] = side_rec
             raw = json.dumps(manifest, indent=1).encode()
             w.add(MANIFEST, [raw], compress=True)
             del w.members[MANIFEST]
             if key is not None:
                 w.add(SIGNATURE, [sign_manifest(key, raw)], compress=False)
         os.chmod(tmp, 0o644)
+        if side_tmp is not None:  # the weights first: the new manifest names their hash
+            os.replace(side_tmp, side)
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        for t in (tmp, side_tmp):
+            try:
+                if t is not None:
+                    os.unlink(t)
+            except OSError:
+                pass
         raise
     return path

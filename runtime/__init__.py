@@ -31,8 +31,8 @@ from .executor import (
 )
 from .artifact import (
     ArtifactCodeError, ArtifactCpuError, ArtifactError, ArtifactFormatError,
-    ArtifactIntegrityError, ArtifactSignatureError, ArtifactVersionError, LoadedModule,
-    ManifestFieldError, load,
+    ArtifactIntegrityError, ArtifactSignatureError, ArtifactVersionError,
+    ArtifactWeightsFileError, LoadedModule, ManifestFieldError, load,
 )
 
 __all__ = [
@@ -49,5 +49,6 @@ __all__ = [
     "IndexOutOfRangeError",
     "load", "LoadedModule", "ArtifactError", "ArtifactFormatError", "ArtifactVersionError",
     "ArtifactIntegrityError", "ArtifactCpuError", "ArtifactCodeError", "ArtifactSignatureError",
+    "ArtifactWeightsFileError",
     "ManifestFieldError",
 ]

@@ -13,7 +13,9 @@ A ``.fuel`` file is a zip archive (written by ``compiler.export``):
   layouts the descriptors describe, or a runtime numpy kernel by name); the
   IR stage members; and the size and SHA-256 of every other member.
 * ``weights.safetensors``: the plan's constants (safetensors format, stored
-  uncompressed; a weight shared by several constants is stored once).
+  uncompressed; a weight shared by several constants is stored once); or,
+  saved with ``weights="side"``, the same bytes in ``<name>.weights`` next to
+  the file, named by the manifest's ``weights_file`` with its size and SHA-256.
 * ``code/<n>.o``: one relocatable x86-64 ELF object per compiled kernel
   instance (entry ``_mlir_ciface_kernel``, one memref descriptor per
   operand).
@@ -62,10 +64,11 @@ from .executor import Executor, KernelStep, Plan, PlanModule
 from .keys import BindingKey
 from .layout import Layout
 from .manifest import (ENTRY_SYMBOL, FORMAT, FORMAT_VERSION, MANIFEST, MAX_ARITY,
-                       MAX_INFLATED_BYTES, WEIGHTS, ArtifactCodeError, ArtifactCpuError,
-                       ArtifactError, ArtifactFormatError, ArtifactIntegrityError,
-                       ArtifactSignatureError, ArtifactVersionError, ManifestFieldError,
-                       check_manifest, object_revision)
+                       MAX_INFLATED_BYTES, WEIGHTS, ArtifactCodeError,
+                       ArtifactCpuError, ArtifactError, ArtifactFormatError,
+                       ArtifactIntegrityError, ArtifactSignatureError, ArtifactVersionError,
+                       ArtifactWeightsFileError, ManifestFieldError, check_manifest,
+                       object_revision)
 from .precision import PrecisionGuarantee
 from .signing import (KEY_FILE_ENV, MAX_SIGNATURE_BYTES, REQUIRE_ENV, SIGNATURE, key_source,
                       read_key_file, required_key, sign_manifest, signing_key, verify_manifest)
@@ -98,13 +101,15 @@ def sha256_hex(data) -> str:
 
 class Artifact:
     """A verified ``.fuel`` file: ``manifest`` and the bytes of every member
+    (the weights: a map of the member or of the side file ``weights_path``)
     but the IR (each already checked against its size and SHA-256; the IR
     members were hashed as they streamed by and are read again, and checked
     again, by ``ir(stage)``). Nothing is linked."""
 
     def __init__(self, path: str, manifest: dict, members: dict[str, bytearray],
-                 signed: bool = False, verified: bool = False):
+                 signed: bool = False, verified: bool = False, weights_path=None):
         self.path = path
+        self.weights_path = weights_path  # the side weights file, if the module has one
         self.manifest = manifest
         self.members = members
         self.signed = signed  # carries a manifest signature
@@ -167,11 +172,12 @@ class Artifact:
 
 
 def _map_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int, path: str):
-    """A read-only map of a stored member whose data starts at a multiple
-    of ``mmap.ALLOCATIONGRANULARITY`` (``WEIGHTS_ALIGN``), or None (read it
-    instead). The map is checked like a read (size, SHA-256), not by the
-    zip's CRC; it shows the file as it is on disk, so a file replaced by
-    ``save`` (a rename) leaves it intact, one truncated in place does not."""
+    """``(map, SHA-256 hex)``: a read-only map of a stored member whose data
+    starts at a multiple of ``mmap.ALLOCATIONGRANULARITY`` (``WEIGHTS_ALIGN``),
+    or None (read it instead). The map is checked like a read (size,
+    SHA-256), not by the zip's CRC; it shows the file as it is on disk, so a
+    file replaced by ``save`` (a rename) leaves it intact, one truncated in
+    place does not."""
     if info.compress_type != zipfile.ZIP_STORED or not size or info.compress_size != size:
         return None
     f = zf.fp
@@ -183,7 +189,28 @@ def _map_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int, path: str
     start = info.header_offset + 30 + sum(struct.unpack_from("<HH", head, 26))
     if start % mmap.ALLOCATIONGRANULARITY or start + size > os.fstat(f.fileno()).st_size:
         return None
-    return mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ, offset=start)
+    return map_range(f.fileno(), start, size)
+
+
+def map_range(fd: int, start: int, size: int):
+    """``(map, SHA-256 hex)`` of the bytes ``[start, start + size)`` of
+    ``fd`` (``start`` page-aligned). The hash reads the file through a small
+    buffer, not the map: the bytes pass through the page cache, and the map
+    stays unread, so a loaded module is not resident at its weights' size
+    until it runs (hashing over the map would page all of it in). The map
+    is made first: both read the file's one page cache, so the hash is of
+    what the map shows (unless the file is rewritten in place later, which
+    a map never guards against)."""
+    m = mmap.mmap(fd, size, access=mmap.ACCESS_READ, offset=start)
+    h, buf = hashlib.sha256(), bytearray(min(size, 4 << 20))
+    view, done = memoryview(buf), 0
+    while done < size:
+        n = os.preadv(fd, [view[:min(len(buf), size - done)]], start + done)
+        if not n:
+            break
+        h.update(view[:n])
+        done += n
+    return m, h.hexdigest()
 
 
 def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int, path: str,
@@ -303,23 +330,57 @@ def open_artifact(path, verify_with=None, require_signature: bool = False) -> Ar
             members = {}
             for name, rec in listed.items():
                 keep = not name.startswith("ir/")
-                data = None
+                data = digest = None
                 if name == WEIGHTS:
                     _read_member(zf, by_name[name], rec["size"], p, keep=False, sizes_only=True)
-                    data = _map_member(zf, by_name[name], rec["size"], p)
+                    data, digest = _map_member(zf, by_name[name], rec["size"], p) or (None, None)
                 if data is None:
                     data = _read_member(zf, by_name[name], rec["size"], p, keep)
-                if (sha256_hex(data) if keep else data) != rec["sha256"]:
+                    digest = sha256_hex(data) if keep else data
+                if digest != rec["sha256"]:
                     raise ArtifactIntegrityError(f"member {name} does not match its SHA-256 in "
                                                  "the manifest: the file was modified", p)
                 if keep:
                     members[name] = data
+        weights_path = None
+        if "weights_file" in manifest:
+            weights_path = os.path.join(os.path.dirname(os.path.realpath(p)),
+                                        manifest["weights_file"]["name"])
+            members[WEIGHTS] = _map_weights_file(weights_path, manifest["weights_file"], p)
     except ArtifactError:
         raise
     except _ZIP_ERRORS as e:
         raise ArtifactIntegrityError(f"damaged or truncated file ({type(e).__name__}: {e}); "
                                      "re-export it", p) from None
-    return Artifact(p, manifest, members, SIGNATURE in by_name, key is not None)
+    return Artifact(p, manifest, members, SIGNATURE in by_name, key is not None, weights_path)
+
+
+def _map_weights_file(wp: str, rec: dict, path: str):
+    """A read-only map of the side weights file ``wp``, checked against its
+    manifest record (a regular file, its size, its SHA-256)."""
+    import stat
+    try:
+        fd = os.open(wp, os.O_RDONLY)
+    except FileNotFoundError:
+        raise ArtifactWeightsFileError("missing: the module keeps its weights in this file, "
+                                       "next to it; copy it along with the .fuel file", path,
+                                       wp) from None
+    except OSError as e:
+        raise ArtifactWeightsFileError(f"cannot be read: {e.strerror}", path, wp) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ArtifactWeightsFileError("is not a regular file", path, wp)
+        if st.st_size != rec["size"]:
+            raise ArtifactWeightsFileError(f"is {st.st_size} bytes, the manifest says "
+                                           f"{rec['size']} (truncated or replaced)", path, wp)
+        data, digest = map_range(fd, 0, rec["size"])
+    finally:
+        os.close(fd)
+    if digest != rec["sha256"]:
+        raise ArtifactWeightsFileError("does not match its SHA-256 in the manifest: it was "
+                                       "modified, or belongs to another save", path, wp)
+    return data
 
 
 def read_safetensors(buf, path: str = "") -> dict[str, np.ndarray]:

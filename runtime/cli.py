@@ -165,7 +165,9 @@ def cmd_inspect(args) -> int:
             print(f"  {side[:-1]:6s} {v['name']}: {v['dtype']}[{','.join(map(str, v['shape']))}]")
     tensors = read_safetensors(art.members.get(WEIGHTS, bytearray()), art.path)
     nbytes = sum(a.nbytes for a in tensors.values())
-    print(f"weights:  {len(m['constants'])} constants in {len(tensors)} tensors, {nbytes} bytes")
+    where = f" (in {art.weights_path})" if art.weights_path else ""
+    print(f"weights:  {len(m['constants'])} constants in {len(tensors)} tensors, {nbytes} "
+          f"bytes{where}")
     objects = [n for n in m["members"] if n.startswith("code/")]
     print(f"kernels:  {len(m['kernels'])} kernel steps, {len(objects)} objects")
     steps = m["plan"]["steps"]

@@ -27,6 +27,8 @@ FORMAT = "fuelc-module"
 FORMAT_VERSION = 3  # 2: an object kernel's revision covers its whole binding; 3: and the target
 MANIFEST = "manifest.json"
 WEIGHTS = "weights.safetensors"
+#: The suffix of a side weights file (``model.fuel`` -> ``model.weights``).
+WEIGHTS_SUFFIX = ".weights"
 ENTRY_SYMBOL = "_mlir_ciface_kernel"
 #: The most bytes a compressed member may inflate to (IR text; code and weights
 #: are stored uncompressed), and the most descriptors one kernel may take.
@@ -64,6 +66,16 @@ class ArtifactVersionError(ArtifactError):
 class ArtifactIntegrityError(ArtifactError):
     """A member whose bytes do not match the manifest (size, SHA-256 or the
     zip's CRC): the file was damaged or tampered with."""
+
+
+class ArtifactWeightsFileError(ArtifactIntegrityError):
+    """The side weights file a module names (``weights_file``) is missing,
+    not a regular file, or does not match the manifest's size or SHA-256;
+    ``weights_path`` names it."""
+
+    def __init__(self, message: str, path: str, weights_path: str):
+        super().__init__(f"weights file {weights_path}: {message}", path)
+        self.weights_path = weights_path
 
 
 class ArtifactSignatureError(ArtifactIntegrityError):
@@ -158,6 +170,10 @@ MANIFEST_SCHEMA = {
                           "model"),
     "plan": PLAN, "constants": Map(str), "kernels": [KERNEL], "ir": Map(str),
     "members": Map({"sha256": HEX64, "size": Check(int, lambda v: v >= 0, "is < 0")}),
+    # weights kept in a file next to the .fuel file (save(weights="side")),
+    # instead of the weights.safetensors member
+    "weights_file?": {"name": str, "sha256": HEX64,
+                      "size": Check(int, lambda v: v > 0, "is not > 0")},
 }
 
 
@@ -243,6 +259,17 @@ def check_manifest(m, path: str = "") -> dict:
         if name.startswith("ir/") and rec["size"] > MAX_INFLATED_BYTES:
             raise ManifestFieldError(f"{where}.size", f"is {rec['size']} bytes; an IR member "
                                      f"may hold at most {MAX_INFLATED_BYTES >> 20} MiB", path)
+    side = m.get("weights_file")
+    if side is not None:
+        name = side["name"]
+        if not name.endswith(WEIGHTS_SUFFIX) or name == WEIGHTS_SUFFIX or \
+                any(c in name for c in "/\\\0"):
+            raise ManifestFieldError("weights_file.name", f"{name!r} is not a file name "
+                                     f"ending in {WEIGHTS_SUFFIX!r} (the file lies next to "
+                                     "the module, in its directory)", path)
+        if WEIGHTS in m["members"]:
+            raise ManifestFieldError("weights_file", f"and the member {WEIGHTS} both hold "
+                                     "weights; a module keeps them in one place", path)
     for stage, member in m["ir"].items():
         if member not in m["members"] or not member.startswith("ir/"):
             raise ManifestFieldError(f"ir[{stage!r}]", f"names no IR member ({member!r})", path)

@@ -3,7 +3,8 @@ weights are external data, compile it, save it, load it and run it, twice
 (the first round warms the kernel cache and the compiler's own memory), and
 print one JSON line: per step of the second round, the peak growth of
 anonymous (RssAnon) memory over the step, sampled every millisecond, and
-its seconds; whether the loaded weights are a read-only map; the largest
+its seconds; the growth of resident memory (VmRSS: mapped file pages too)
+over the load; whether the loaded weights are a read-only map; the largest
 difference of the output from numpy's."""
 import ctypes
 import gc
@@ -22,6 +23,11 @@ import runtime
 
 model, out = sys.argv[1:3]
 _libc = ctypes.CDLL(None)
+
+
+def rss_kb() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
 
 
 def anon_kb() -> int:
@@ -77,9 +83,11 @@ for round_ in ("warm-up", "measured"):
         m.save(out)
     steps["save"] = p
     del m, g
+    rss0 = rss_kb()
     with Peak() as p:
         loaded = runtime.load(out)
     steps["load"] = p
+    load_rss_kb = rss_kb() - rss0  # file pages too: the map is not read by load
     with Peak() as p:
         y = loaded(x=x)
     steps["run"] = p
@@ -90,6 +98,7 @@ for round_ in ("warm-up", "measured"):
     result = {"steps": {k: {"anon_growth_kb": v.growth_kb, "seconds": round(v.seconds, 3)}
                         for k, v in steps.items()},
               "mapped": all(mapped(w) for w in consts), "n_constants": len(consts),
+              "load_rss_growth_kb": load_rss_kb,
               "max_abs_err": float(np.max(np.abs(y - ref)) / np.max(np.abs(ref)))}
     del loaded, consts
 print(json.dumps(result))

@@ -112,6 +112,16 @@ def test_shared_weights_are_stored_once_in_safetensors_layout(built):
                                   .astype(np.float32))
 
 
+def test_weights_share_a_tensor_only_when_dtype_shape_and_bytes_agree():
+    from compiler.export import _weights
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = a + 1  # same dtype and shape, other bytes
+    names, header, _ = _weights({"a": a, "b": b, "a2": a.copy(), "a3": a.reshape(3, 2),
+                                 "a4": a.view(np.int32), "b2": b.copy()})
+    assert names == {"a": "a", "b": "b", "a2": "a", "a3": "a3", "a4": "a4", "b2": "b"}
+    assert sorted(header) == ["a", "a3", "a4", "b"]
+
+
 def test_load_in_a_process_without_compiler_or_mlir(built, tmp_path):
     m, path, x = built
     np.save(tmp_path / "x.npy", x)

@@ -136,6 +136,29 @@ def test_compile_quiet_with_jobs(compiled, tmp_path):
     assert r.returncode == 0 and r.stderr == "" and "wrote" in r.stdout, r.stderr
 
 
+def test_side_weights_compile_inspect_run(compiled, tmp_path):
+    """``compile --side-weights`` writes s.fuel and s.weights; inspect names the
+    weights file, run (without the compiler) reads it, and a run without it
+    names the missing file."""
+    d, _ = compiled
+    r = fuelc("compile", d / "m.onnx", "-o", tmp_path / "s.fuel", "--input-shape", "x=4,16",
+              "--quiet", "--side-weights")
+    assert r.returncode == 0 and (tmp_path / "s.weights").is_file(), r.stderr
+    r = fuelc("inspect", tmp_path / "s.fuel")
+    assert r.returncode == 0 and f"(in {tmp_path / 's.weights'})" in r.stdout, r.stdout
+    xin = f"x={d / 'x.npy'}"
+    r = fuelc("run", tmp_path / "s.fuel", "--input", xin, "--output-dir", tmp_path / "out",
+              block_compiler=True)
+    assert r.returncode == 0, r.stderr
+    r = fuelc("run", d / "m.fuel", "--input", xin, "--output-dir", tmp_path / "ref")
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "y.npy"),
+                                  np.load(tmp_path / "ref" / "y.npy"))
+    (tmp_path / "s.weights").unlink()
+    _error(fuelc("run", tmp_path / "s.fuel", "--input", xin), "s.weights: missing")
+    _error(fuelc("compile", d / "m.onnx", "-o", tmp_path / "b", "--binding", "N=4",
+                 "--side-weights"), "--side-weights applies to one .fuel file")
+
+
 def test_progress_line(monkeypatch):
     """On a terminal one line is rewritten (kernel counts included); elsewhere
     one line per stage, without the counts."""

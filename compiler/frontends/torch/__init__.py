@@ -388,8 +388,8 @@ class CompiledProgram:
         outs = [from_numpy(got[n], dt) for n, dt in zip(names, self.out_dtypes)]
         return pytree.tree_unflatten(outs, self.out_spec)
 
-    def save(self, path, sign_with=None):
-        return self.module.save(path, sign_with=sign_with)
+    def save(self, path, sign_with=None, weights="zip"):
+        return self.module.save(path, sign_with=sign_with, weights=weights)
 
 
 def compile_program(ep, target="cpu", **kwargs) -> CompiledProgram:
