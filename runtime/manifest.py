@@ -24,7 +24,8 @@ from .cpu_features import KNOWN_CPUS, CpuFeatureError
 from .errors import FuelError
 
 FORMAT = "fuelc-module"
-FORMAT_VERSION = 3  # 2: an object kernel's revision covers its whole binding; 3: and the target
+FORMAT_VERSION = 4  # 2: an object kernel's revision covers its whole binding; 3: and the target;
+#                    4: the weights may be a side file (``weights_file``)
 MANIFEST = "manifest.json"
 WEIGHTS = "weights.safetensors"
 #: The suffix of a side weights file (``model.fuel`` -> ``model.weights``).
