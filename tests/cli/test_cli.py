@@ -64,7 +64,7 @@ def test_inspect_lists_manifest_signature_kernels_and_ir(compiled):
     d, _ = compiled
     r = fuelc("inspect", d / "m.fuel")
     assert r.returncode == 0, r.stderr
-    for want in ("format fuelc-module v3", "torch-mlir", "llvmlite", "input  x: f32[4,16]",
+    for want in ("format fuelc-module v4", "torch-mlir", "llvmlite", "input  x: f32[4,16]",
                  "output y: f32[4,8]", "weights:  2 constants", "code/0.o:_mlir_ciface_kernel",
                  "ir:       fuel, optimized"):
         assert want in r.stdout, r.stdout
