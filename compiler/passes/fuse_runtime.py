@@ -6,7 +6,7 @@ patterns unless ``runtime=false``; the pass exists on its own too.
 * members: single-result elementwise ops (unary, binary, scalar, compare,
   select, cast) of the recipe vocabulary whose results all have the group's
   shape; in a group with a trailing last-axis ``SumDim``/``MaxDim``/``MeanDim``
-  as the root, also the ``BroadcastTo``/``Unsqueeze`` views feeding it from
+  (over at least ``MIN_REDUCED_EXTENT`` elements) as the root, also the ``BroadcastTo``/``Unsqueeze`` views feeding it from
   outside (input side only). A purely elementwise group leaves them outside:
   its kernel then reads every input in the output's shape (a broadcast as
   stride 0), so its axes can be merged into long loops and it can be cut
@@ -50,6 +50,11 @@ MAX_MEMBERS = 64
 
 _INPUT_VIEWS = frozenset({"BroadcastTo", "Unsqueeze"})
 _TRAILING_REDUCTIONS = frozenset({"SumDim", "MaxDim", "MeanDim"})
+#: A trailing reduction joins a group only over at least this many elements: a
+#: region reducing a short axis runs its whole chain one element at a time (the
+#: reduction loop is the only vectorizable one), so a sigmoid before a mean over
+#: 7 took 100 us for [1,320,7,7] on one core; unfused, the chain runs in vectors.
+MIN_REDUCED_EXTENT = 16
 
 
 def _op_of(owner):
@@ -141,7 +146,8 @@ class RuntimeFusion:
             except Exception:
                 return None
             rank = len(tts[0].shape)
-            if axis in (rank - 1, -1) and op_has_kernel(op, self.table, self.backends):
+            if axis in (rank - 1, -1) and tts[0].shape[-1] >= MIN_REDUCED_EXTENT \
+                    and op_has_kernel(op, self.table, self.backends):
                 return "reduce"
         return None
 

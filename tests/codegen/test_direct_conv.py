@@ -109,6 +109,8 @@ def test_depthwise_kernel_is_a_channel_loop_of_fma_rows(target, dtype, vec):
     ((1, 4, 9, 9), 5, (1, 1), (2, 2), (1, 1), False),      # 5x5, no bias
     ((1, 3, 12, 12), 3, (1, 1), (2, 2), (2, 2), True),     # dilation
     ((1, 6, 11, 10), 7, (2, 1), (3, 3), (1, 1), True),     # 7x7, stride on one axis
+    ((1, 1, 5, 7), 3, (2, 2), (0, 0), (1, 1), True),       # one channel, tiles without loops
+    ((2, 3, 3, 3), 3, (2, 2), (0, 0), (1, 1), False),      # one output pixel
 ])
 @pytest.mark.parametrize("dt", ["f32", "f64"])
 def test_depthwise_direct_conv_matches_numpy(xs, k, stride, pad, dil, bias, dt):

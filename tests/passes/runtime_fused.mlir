@@ -111,25 +111,40 @@ func.func @no_kernel_bf16(%x: tensor<4x8xbf16>) -> tensor<4x8xbf16> {
 // Broadcast views of an input and a trailing last-axis reduction join the group.
 // CHECK-LABEL: func.func @bias_exp_sum
 // CHECK-NEXT:    %[[R:.*]] = "fuel.runtime_fused"(%arg1, %arg0) ({
-// CHECK-NEXT:    ^bb0(%[[B:.*]]: tensor<8xf32>, %[[A:.*]]: tensor<4x8xf32>):
+// CHECK-NEXT:    ^bb0(%[[B:.*]]: tensor<16xf32>, %[[A:.*]]: tensor<4x16xf32>):
 // CHECK-NEXT:      "fuel.unsqueeze"(%[[B]])
 // CHECK-NEXT:      "fuel.broadcast_to"
 // CHECK-NEXT:      "fuel.add"
 // CHECK-NEXT:      "fuel.exp"
 // CHECK-NEXT:      %[[S:.*]] = "fuel.sum_dim"
 // CHECK-NEXT:      gpu.yield %[[S]] : tensor<4xf32>
-// CHECK-NEXT:    }) {{.*}}scalars = []} : (tensor<8xf32>, tensor<4x8xf32>) -> tensor<4xf32>
+// CHECK-NEXT:    }) {{.*}}scalars = []} : (tensor<16xf32>, tensor<4x16xf32>) -> tensor<4xf32>
 // CHECK-NEXT:    return %[[R]]
-func.func @bias_exp_sum(%x: tensor<4x8xf32>, %b: tensor<8xf32>) -> tensor<4xf32> {
-  %0 = "fuel.unsqueeze"(%b) {dim = 0 : i64} : (tensor<8xf32>) -> tensor<1x8xf32>
-  %1 = "fuel.broadcast_to"(%0) {shape = [4, 8]} : (tensor<1x8xf32>) -> tensor<4x8xf32>
-  %2 = "fuel.add"(%x, %1) : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
-  %3 = "fuel.exp"(%2) : (tensor<4x8xf32>) -> tensor<4x8xf32>
-  %4 = "fuel.sum_dim"(%3) {axis = 1 : i64} : (tensor<4x8xf32>) -> tensor<4xf32>
+func.func @bias_exp_sum(%x: tensor<4x16xf32>, %b: tensor<16xf32>) -> tensor<4xf32> {
+  %0 = "fuel.unsqueeze"(%b) {dim = 0 : i64} : (tensor<16xf32>) -> tensor<1x16xf32>
+  %1 = "fuel.broadcast_to"(%0) {shape = [4, 16]} : (tensor<1x16xf32>) -> tensor<4x16xf32>
+  %2 = "fuel.add"(%x, %1) : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  %3 = "fuel.exp"(%2) : (tensor<4x16xf32>) -> tensor<4x16xf32>
+  %4 = "fuel.sum_dim"(%3) {axis = 1 : i64} : (tensor<4x16xf32>) -> tensor<4xf32>
   return %4 : tensor<4xf32>
 }
 
 // A reduction over a non-last axis is not taken in; the chain before it is.
+// A reduction over fewer than MIN_REDUCED_EXTENT (16) elements stays outside:
+// the chain before it runs as its own elementwise region, in vectors.
+// CHECK-LABEL: func.func @short_axis_sum
+// CHECK:         %[[E:.*]] = "fuel.runtime_fused"(%arg0)
+// CHECK:           "fuel.exp"
+// CHECK-NOT:       "fuel.sum_dim"
+// CHECK:           gpu.yield %{{.*}} : tensor<4x8xf32>
+// CHECK:         "fuel.sum_dim"(%[[E]]) {axis = 1 : i64}
+func.func @short_axis_sum(%x: tensor<4x8xf32>) -> tensor<4xf32> {
+  %0 = "fuel.exp"(%x) : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  %1 = "fuel.tanh"(%0) : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  %2 = "fuel.sum_dim"(%1) {axis = 1 : i64} : (tensor<4x8xf32>) -> tensor<4xf32>
+  return %2 : tensor<4xf32>
+}
+
 // CHECK-LABEL: func.func @first_axis_reduction
 // CHECK:         "fuel.runtime_fused"
 // CHECK:         gpu.yield %{{.*}} : tensor<4x8xf32>

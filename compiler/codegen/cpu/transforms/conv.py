@@ -74,7 +74,7 @@ def conv_scripts(*, mr: int, nr: int, nr1: int) -> tuple[str, ...]:
     transform.apply_patterns to %f2 {{
 {_LOWER_VECTORS}    }} : {t}
 """ + _apply("transform.apply_patterns.canonicalization", handle="%f2") + f"""    %fmas = {_match("vector.fma", "%f2")}
-    %kloops = transform.get_parent_op %fmas {{op_name = "scf.for", deduplicate}} : ({t}) -> {t}
+    %kloops = transform.get_parent_op %fmas {{op_name = "scf.for", deduplicate, allow_empty_results}} : ({t}) -> {t}
     %no_unroll = transform.param.constant #llvm.loop_annotation<unroll = #llvm.loop_unroll<disable = true>> -> !transform.any_param
     transform.annotate %kloops "loop_annotation" = %no_unroll : {t}, !transform.any_param
 """ + _TAIL
