@@ -2396,3 +2396,6 @@ def _max_unpool(cx, node, at, ins):
     if want != shape:
         y = y.pad([(0, w - n) for w, n in zip(want, shape)])
     return [y]
+
+
+from . import _rnn  # noqa: E402,F401  (registers RNN, GRU, LSTM)
