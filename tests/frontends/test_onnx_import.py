@@ -604,6 +604,32 @@ def test_attention_with_additive_mask_matches_onnxruntime(causal):
 
 
 @needs_opset(23)
+@pytest.mark.parametrize("elem", [TensorProto.FLOAT16, TensorProto.BFLOAT16])
+@pytest.mark.parametrize("masked", [False, True])
+def test_low_precision_attention_rounds_as_onnx_reference(elem, masked):
+    """f16/bf16 Attention, compiled, equals ONNX's reference bit for bit: q and
+    k^T each scaled by sqrt(scale), every op rounded, bf16 row sums rounded
+    after every addition (ml_dtypes), f16 ones accumulated in f32 (numpy)."""
+    from onnx.reference import ReferenceEvaluator
+    from runtime.dtype import DType
+    np_dt = (DType.F16 if elem == TensorProto.FLOAT16 else DType.BF16).numpy
+    q_shape, kv_shape = [2, 3, 4, 8], [2, 3, 9, 8]
+    ins = ["q", "k", "v"] + (["mask"] if masked else [])
+    m = make([node("Attention", ins, ["y"], is_causal=1)],
+             [vi("q", elem, q_shape), vi("k", elem, kv_shape), vi("v", elem, kv_shape)]
+             + ([vi("mask", TensorProto.BOOL, [4, 9])] if masked else []), [vi("y", elem)],
+             opset=23)
+    feeds = {"q": rand(*q_shape).astype(np_dt), "k": rand(*kv_shape).astype(np_dt),
+             "v": rand(*kv_shape).astype(np_dt)}
+    if masked:
+        feeds["mask"] = RNG.uniform(size=(4, 9)) < 0.7
+    want = ReferenceEvaluator(m).run(None, feeds)[0]
+    got = compiler.compile(import_model(m))(**{k: v.astype(np.uint8) if v.dtype == np.bool_
+                                              else v for k, v in feeds.items()})
+    np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
+
+
+@needs_opset(23)
 def test_attention_external_kv_cache_is_refused():
     shape = [1, 2, 6, 8]
     m = make([node("Attention", ["q", "k", "v", "", "", "", "lens"], ["y"], name="attn")],

@@ -925,7 +925,8 @@ def _attention(cx, node, at, ins):
     scale = at.get("scale") or 1.0 / math.sqrt(q.shape[-1])
     softcap = at.get("softcap") or None
     left, right = at.get("left_window_size", -1), at.get("right_window_size", -1)
-    if mask is None and past == 0 and v.shape[-1] == q.shape[-1]:
+    if mask is None and past == 0 and v.shape[-1] == q.shape[-1] and \
+            q.dtype.value not in ("f16", "bf16"):
         y = B.flash_attn(q, k, v, causal=causal, scale=scale, softcap=softcap,
                          sliding_window=left + 1 if left >= 0 else None,
                          window_size_right=right if right >= 0 else None)
@@ -942,7 +943,11 @@ def _attention_spelled(cx, q, k, v, mask, causal, past, scale, softcap, left, ri
     if hq != hkv:  # grouped-query: each k/v head serves hq / hkv query heads
         heads = np.arange(hq, dtype=np.uint32) // (hq // hkv)
         k, v = k.index_select(heads, 1), v.index_select(heads, 1)
-    s = matmul(q, k.transpose((0, 1, 3, 2))) * scale
+    if q.dtype.value in ("f16", "bf16"):  # ONNX's reference: q and k^T each times sqrt(scale)
+        root = float(np.asarray(math.sqrt(scale), q.dtype.numpy))
+        s = matmul(q * root, k.transpose((0, 1, 3, 2)) * root)
+    else:
+        s = matmul(q, k.transpose((0, 1, 3, 2))) * scale
     if softcap:
         s = (s * (1.0 / softcap)).tanh() * softcap
     sq, sk = s.shape[2], s.shape[3]
@@ -972,9 +977,23 @@ def _attention_spelled(cx, q, k, v, mask, causal, past, scale, softcap, left, ri
     top = s.max(-1, keepdims=True)
     top = where(top == -math.inf, 0.0, top)
     e = (s - top).exp()
-    total = e.sum(-1, keepdims=True)
-    total = where(total == 0.0, 1.0, total)
+    total = where((total := _row_sum(e)) == 0.0, 1.0, total)
     return matmul(e / total, v)
+
+
+def _row_sum(e: Tensor, sequential_upto: int = 64) -> Tensor:
+    """The sum over the last axis as ONNX's numpy reference computes it: f16
+    (numpy) accumulates in f32 and rounds once; bf16 (ml_dtypes) rounds after
+    every addition, left to right, spelled so for up to ``sequential_upto``
+    terms (longer bf16 rows accumulate in f32, which is closer to the exact
+    sum)."""
+    n = e.shape[-1]
+    if e.dtype.value != "bf16" or n > sequential_upto or n < 2:
+        return e.sum(-1, keepdims=True)
+    total = e[..., 0:1]
+    for j in range(1, n):
+        total = total + e[..., j:j + 1]
+    return total
 
 
 def static_issues(op: str, at: dict) -> list[str]:

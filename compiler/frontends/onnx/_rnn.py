@@ -6,7 +6,8 @@ state update), which fusion turns into a few kernels per step; the input
 projection ``X W^T + Wb + Rb`` of every step is one MatMul over all of them
 before the loop. ``sequence_lens`` (constant or computed at run time) masks
 the state update: a batch row keeps its state, and its Y is 0, at the steps
-past its length. The reverse direction walks the steps from the last to the
+past its length, and a row of length 0 ends with zero states, as in
+onnxruntime. The reverse direction walks the steps from the last to the
 first with the same mask, so a row of length L starts at step L-1.
 """
 from __future__ import annotations
@@ -193,6 +194,9 @@ def _recurrent(cx, node, at, ins):
                 y[t] = h_new
             h, c = h_new, c_new
         ys.append(concat([v.unsqueeze(0) for v in y], 0) if steps > 1 else y[0].unsqueeze(0))
+        if mask is not None:  # a row of length 0 has zero states (as onnxruntime)
+            h = where(mask[0], h, 0.0)
+            c = None if c is None else where(mask[0], c, 0.0)
         hs.append(h)
         cs.append(c)
     y = concat([v.unsqueeze(1) for v in ys], 1) if dirs > 1 else ys[0].unsqueeze(1)
