@@ -119,3 +119,67 @@ def test_recurrent_refusals_name_the_attribute():
              {"W": w, "R": r}, opset=22)
     with pytest.raises(OnnxImportError, match="RNN of f16 X"):
         import_model(m)
+
+
+def _linear_attention_model(rule, hq=4, hkv=2, past=False, decay_last=None, beta_last=1,
+                            elem=TensorProto.FLOAT, **attrs):
+    b, t, dk, dv = 2, 5, 4, 3
+    np_dt = np.float16 if elem == TensorProto.FLOAT16 else np.float32
+    shapes = {"query": [b, t, hq * dk], "key": [b, t, hkv * dk], "value": [b, t, hkv * dv]}
+    names = ["query", "key", "value", "", "", ""]
+    if past:
+        shapes["past_state"] = [b, hkv, dk, dv]
+        names[3] = "past_state"
+    if rule in ("gated", "gated_delta"):
+        shapes["decay"] = [b, t, decay_last or hkv * dk]
+        names[4] = "decay"
+    if rule in ("delta", "gated_delta"):
+        shapes["beta"] = [b, t, beta_last]
+        names[5] = "beta"
+    feeds = {k: RNG.uniform(-1, 1, s).astype(np_dt) for k, s in shapes.items()}
+    if "decay" in feeds:
+        feeds["decay"] = -np.abs(feeds["decay"])  # log decay rates
+    if "beta" in feeds:
+        feeds["beta"] = np.abs(feeds["beta"])
+    names = names[:max(i for i, n in enumerate(names) if n) + 1]
+    n = node("LinearAttention", names, ["y", "state"], q_num_heads=hq, kv_num_heads=hkv,
+             update_rule=rule, **attrs)
+    m = make([n], [vi(k, elem, s) for k, s in shapes.items()], [vi("y", elem, [b, t, hq * dv]), vi("state", elem, [b, hkv, dk, dv])],
+             opset=27)
+    return m, feeds
+
+
+@pytest.mark.skipif(onnx.defs.onnx_opset_version() < 27, reason="LinearAttention is opset 27")
+@pytest.mark.parametrize("rule,kw", [
+    ("linear", dict(past=True, scale=0.3)),
+    ("gated", dict(decay_last=2)),
+    ("delta", dict(hq=2, beta_last=2)),
+    ("gated_delta", dict(past=True)),
+    ("gated_delta", dict(elem=TensorProto.FLOAT16)),
+])
+def test_linear_attention_matches_onnx_reference(rule, kw):
+    """Unrolled over the steps, compiled; onnxruntime has no LinearAttention,
+    so ONNX's reference evaluator is the reference."""
+    from onnx.reference import ReferenceEvaluator
+    m, feeds = _linear_attention_model(rule, **kw)
+    want = ReferenceEvaluator(m).run(None, feeds)
+    got = compiler.compile(import_model(m))(**feeds)
+    f16 = kw.get("elem") == TensorProto.FLOAT16
+    for name, w in zip(("y", "state"), want):
+        assert got[name].dtype == w.dtype
+        np.testing.assert_allclose(got[name].astype(np.float32), w.astype(np.float32),
+                                   rtol=1e-3 if f16 else 1e-5, atol=1e-3 if f16 else 1e-6,
+                                   err_msg=name)
+
+
+@pytest.mark.skipif(onnx.defs.onnx_opset_version() < 27, reason="LinearAttention is opset 27")
+def test_linear_attention_refusals_name_the_inputs():
+    m, _ = _linear_attention_model("gated", decay_last=3)
+    with pytest.raises(OnnxImportError, match="decay of last extent 3"):
+        import_model(m)
+    m, _ = _linear_attention_model("delta", beta_last=3)
+    with pytest.raises(OnnxImportError, match="beta of last extent 3"):
+        import_model(m)
+    m, _ = _linear_attention_model("linear", hq=3, hkv=2)
+    with pytest.raises(OnnxImportError, match="q_num_heads must be a multiple"):
+        import_model(m)

@@ -223,3 +223,69 @@ def _step_masks(cx, lens, steps, batch):
         return [cx.t((t < lens).astype(np.uint8).reshape(batch, 1)) for t in range(steps)]
     lens = cx.t(lens).reshape((batch, 1))
     return [lens > t for t in range(steps)]
+
+
+@_op("LinearAttention")
+def _linear_attention(cx, node, at, ins):
+    """The recurrent state S [B, Hkv, Dk, Dv] per step (f32, as ONNX's
+    reference): decayed by exp(decay) (gated rules), the value corrected by
+    beta * (v - k S) (delta rules), S += k v^T, and y = scale * q S."""
+    ins = list(ins) + [None] * (6 - len(ins))
+    query, key, value, past, decay, beta = ins
+    rule = at.get("update_rule", "gated_delta")
+    hq, hkv = at.get("q_num_heads"), at.get("kv_num_heads")
+    if rule not in ("linear", "gated", "delta", "gated_delta"):
+        raise Unsupported(f"update_rule={rule!r} (linear, gated, delta or gated_delta)")
+    if not hq or not hkv or hq % hkv:
+        raise Unsupported(f"q_num_heads={hq}, kv_num_heads={hkv}: both are required and "
+                          f"q_num_heads must be a multiple of kv_num_heads")
+    gating, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
+    if gating != (decay is not None) or delta != (beta is not None):
+        raise Unsupported(f"update_rule={rule!r} with decay {'given' if decay is not None else 'absent'}"
+                          f" and beta {'given' if beta is not None else 'absent'} (gated rules "
+                          f"take decay, delta rules take beta, the others neither)")
+    query, key, value = (cx.t(v) for v in (query, key, value))
+    if query.ndim != 3 or key.ndim != 3 or value.ndim != 3:
+        raise Unsupported("query, key and value must be rank 3 [B, T, H*D]")
+    b, t, _ = query.shape
+    if t == 0:
+        raise Unsupported("a sequence of 0 steps")
+    dk, dv = query.shape[2] // hq, value.shape[2] // hkv
+
+    def heads(x, h):  # [B, T, h*d] -> [B, h, T, d], in f32
+        x = cx.t(x)
+        x = x.reshape((b, t, h, x.shape[2] // h)).permute((0, 2, 1, 3))
+        return x if x.dtype.value == "f32" else x.cast("f32")
+
+    q, k, v = heads(query, hq), heads(key, hkv), heads(value, hkv)
+    if decay is not None:
+        n = cx.t(decay).shape[-1]
+        if n not in (hkv, hkv * dk):
+            raise Unsupported(f"decay of last extent {n} (kv_num_heads or kv_num_heads * d_k)")
+        decay = heads(decay, hkv).exp()  # [B, Hkv, T, 1 | Dk]
+    if beta is not None:
+        n = cx.t(beta).shape[-1]
+        if n not in (hkv, 1):
+            raise Unsupported(f"beta of last extent {n} (kv_num_heads or 1)")
+        beta = heads(beta, n)  # [B, 1 | Hkv, T, 1]
+    state_dtype = query.dtype if past is None else cx.t(past).dtype
+    state = cx.t(np.zeros((b, hkv, dk, dv), np.float32)) if past is None else cx.t(past)
+    if state.dtype.value != "f32":
+        state = state.cast("f32")
+    scale = at.get("scale") or 1.0 / float(np.sqrt(dk))
+    group = np.repeat(np.arange(hkv), hq // hkv).astype(np.uint32)
+    ys = []
+    for i in range(t):
+        k_t, v_t = k[:, :, i, :], v[:, :, i, :]
+        if decay is not None:
+            state = state * decay[:, :, i, :].unsqueeze(-1)
+        if beta is not None:
+            retrieved = (k_t.unsqueeze(2) @ state)[:, :, 0, :]
+            v_t = beta[:, :, i, :] * (v_t - retrieved)
+        state = state + k_t.unsqueeze(-1) * v_t.unsqueeze(-2)
+        read = state if hq == hkv else state.index_select(group, 1)
+        ys.append((q[:, :, i:i + 1, :] @ read) * scale)  # [B, Hq, 1, Dv]
+    y = concat(ys, 2) if t > 1 else ys[0]
+    y = y.permute((0, 2, 1, 3)).reshape((b, t, hq * dv))
+    return [y if query.dtype.value == "f32" else y.cast(query.dtype),
+            state if state_dtype.value == "f32" else state.cast(state_dtype)]
