@@ -629,13 +629,54 @@ def test_low_precision_attention_rounds_as_onnx_reference(elem, masked):
     np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
 
 
-@needs_opset(23)
-def test_attention_external_kv_cache_is_refused():
+@needs_opset(24)
+@pytest.mark.parametrize("lens_at_run_time", [False, True])
+@pytest.mark.parametrize("mode,attrs", [
+    (0, dict(is_causal=1)),
+    (1, dict(softcap=2.0)),
+    (2, dict(is_causal=1, q_num_heads=4, kv_num_heads=2)),
+    (3, dict(softmax_precision=TensorProto.DOUBLE)),
+])
+def test_attention_qk_output_and_external_kv_cache_match_onnx_reference(mode, attrs,
+                                                                          lens_at_run_time):
+    """nonpad_kv_seqlen (constant or an input) masks each batch's padded keys
+    and shifts its causal diagonal; qk_matmul_output in every mode;
+    softmax_precision; 3-D grouped-query inputs."""
+    from onnx.reference import ReferenceEvaluator
+    three_d = "q_num_heads" in attrs
+    q_shape = [2, 3, 16] if three_d else [2, 2, 3, 4]
+    kv_shape = [2, 7, 8] if three_d else [2, 2, 7, 4]
+    lens = np.array([7, 4], np.int64)
+    inputs = [vi("q", shape=q_shape), vi("k", shape=kv_shape), vi("v", shape=kv_shape)]
+    inits = {}
+    if lens_at_run_time:
+        inputs.append(vi("lens", TensorProto.INT64, [2]))
+    else:
+        inits["lens"] = lens
+    n = node("Attention", ["q", "k", "v", "", "", "", "lens"], ["y", "", "", "qk"],
+             qk_matmul_output_mode=mode, **attrs)
+    m = make([n], inputs, [vi("y"), vi("qk")], inits, opset=24)
+    feeds = {"q": rand(*q_shape), "k": rand(*kv_shape), "v": rand(*kv_shape)}
+    if lens_at_run_time:
+        feeds["lens"] = lens
+    want = ReferenceEvaluator(m).run(None, feeds)
+    got = compiler.compile(import_model(m))(**feeds)
+    for name, w in zip(("y", "qk"), want):
+        np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@needs_opset(24)
+def test_attention_refusals_name_the_conflict():
     shape = [1, 2, 6, 8]
-    m = make([node("Attention", ["q", "k", "v", "", "", "", "lens"], ["y"], name="attn")],
-             [vi(n, shape=shape) for n in "qkv"] + [vi("lens", TensorProto.INT64, [1])],
-             [vi("y")], opset=24)
-    with pytest.raises(OnnxImportError, match="Attention node 'attn': input nonpad_kv_seqlen"):
+    m = make([node("Attention", ["q", "k", "v"], ["y", "", "", "qk"], name="attn", softcap=3.0)],
+             [vi(n, shape=shape) for n in "qkv"], [vi("y"), vi("qk")], opset=24)
+    with pytest.raises(OnnxImportError, match="Attention node 'attn': qk_matmul_output_mode=0 "
+                                              "with softcap"):
+        import_model(m)
+    m = make([node("Attention", ["q", "k", "v", "", "pk", "pv", "lens"], ["y"], name="attn")],
+             [vi(n, shape=shape) for n in ("q", "k", "v", "pk", "pv")]
+             + [vi("lens", TensorProto.INT64, [1])], [vi("y")], opset=24)
+    with pytest.raises(OnnxImportError, match="nonpad_kv_seqlen together with past_key"):
         import_model(m)
 
 

@@ -539,10 +539,6 @@ class _Importer:
             found.append("op type not supported by fuelc")
         else:
             found += static_issues(node.op_type, _attrs(node))
-        if node.op_type == "Attention" and len(node.output) > 3 and node.output[3] and \
-                self._used(node.output[3]):
-            found.append(f"output {node.output[3]!r} (qk_matmul_output) is used; only Y, "
-                         f"present_key and present_value are supported")
         if found:
             self._refused.add(i)
             self.issues += [Issue(node.op_type, name, what) for what in found]

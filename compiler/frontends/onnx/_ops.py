@@ -897,16 +897,25 @@ def _conv_transpose(cx, node, at, ins):
 @_op("Attention")
 def _attention(cx, node, at, ins):
     """Attention (opset 23+): 3-D inputs are split into heads; q, k, v alone
-    go to the fused FlashAttn; a mask, a past key/value cache or
-    ``nonpad_kv_seqlen`` take the spelled-out softmax(q k^T * scale + bias) v,
+    go to the fused FlashAttn; a mask, a past key/value cache,
+    ``nonpad_kv_seqlen``, the qk_matmul_output output, softmax_precision or
+    f16/bf16 inputs take the spelled-out softmax(q k^T * scale + bias) v,
     whose fully masked rows give 0 as ONNX specifies."""
     ins = list(ins) + [None] * (7 - len(ins))
     q, k, v = (cx.t(i) for i in ins[:3])
     mask, past_k, past_v, nonpad = ins[3:7]
-    if nonpad is not None:
-        raise Unsupported("input nonpad_kv_seqlen (an external KV cache) is not supported")
     if (past_k is None) != (past_v is None):
         raise Unsupported("past_key and past_value must be given together")
+    if nonpad is not None and past_k is not None:
+        raise Unsupported("nonpad_kv_seqlen together with past_key/past_value (ONNX forbids it)")
+    mode = at.get("qk_matmul_output_mode", 0)
+    want_qk = len(node.output) > 3 and bool(node.output[3]) and cx._used(node.output[3])
+    softcap = at.get("softcap") or None
+    if want_qk and mode == 0 and softcap:
+        raise Unsupported("qk_matmul_output_mode=0 with softcap: the spec (the raw product) and "
+                          "ONNX's reference (the softcapped product) disagree; use mode 1")
+    if mode not in (0, 1, 2, 3):
+        raise Unsupported(f"qk_matmul_output_mode={mode} (0, 1, 2 or 3)")
     rank = q.ndim
     if rank == 3:
         hq, hkv = at.get("q_num_heads"), at.get("kv_num_heads")
@@ -923,22 +932,31 @@ def _attention(cx, node, at, ins):
         k, v = concat([cx.t(past_k), k], 2), concat([cx.t(past_v), v], 2)
     causal = bool(at.get("is_causal", 0))
     scale = at.get("scale") or 1.0 / math.sqrt(q.shape[-1])
-    softcap = at.get("softcap") or None
     left, right = at.get("left_window_size", -1), at.get("right_window_size", -1)
-    if mask is None and past == 0 and v.shape[-1] == q.shape[-1] and \
-            q.dtype.value not in ("f16", "bf16"):
+    precision = at.get("softmax_precision")
+    if precision is not None:
+        from ._types import dtype_of
+        precision = dtype_of(precision)
+        precision = None if precision == q.dtype else precision
+    qk = None
+    if mask is None and past == 0 and nonpad is None and v.shape[-1] == q.shape[-1] and \
+            q.dtype.value not in ("f16", "bf16") and not want_qk and precision is None:
         y = B.flash_attn(q, k, v, causal=causal, scale=scale, softcap=softcap,
                          sliding_window=left + 1 if left >= 0 else None,
                          window_size_right=right if right >= 0 else None)
     else:
-        y = _attention_spelled(cx, q, k, v, mask, causal, past, scale, softcap, left, right)
+        y, qk = _attention_spelled(cx, q, k, v, mask, causal, past, scale, softcap, left, right,
+                                   nonpad, mode, precision)
     if rank == 3:
         y = y.permute((0, 2, 1, 3))
         y = y.reshape((y.shape[0], y.shape[1], y.shape[2] * y.shape[3]))
-    return [y, k, v]
+    return [y, k, v, qk]
 
 
-def _attention_spelled(cx, q, k, v, mask, causal, past, scale, softcap, left, right):
+def _attention_spelled(cx, q, k, v, mask, causal, past, scale, softcap, left, right,
+                       nonpad=None, mode=0, precision=None):
+    """Y and the qk_matmul_output of ``mode`` (the scaled product, softcapped
+    for 1, plus the bias for 2, the probabilities for 3)."""
     hq, hkv = q.shape[1], k.shape[1]
     if hq != hkv:  # grouped-query: each k/v head serves hq / hkv query heads
         heads = np.arange(hq, dtype=np.uint32) // (hq // hkv)
@@ -950,6 +968,7 @@ def _attention_spelled(cx, q, k, v, mask, causal, past, scale, softcap, left, ri
         s = matmul(q, k.transpose((0, 1, 3, 2))) * scale
     if softcap:
         s = (s * (1.0 / softcap)).tanh() * softcap
+    qk = s
     sq, sk = s.shape[2], s.shape[3]
     if mask is not None:
         if isinstance(mask, np.ndarray) and mask.dtype == np.bool_:
@@ -963,22 +982,57 @@ def _attention_spelled(cx, q, k, v, mask, causal, past, scale, softcap, left, ri
             m = where(m, cx.t(np.zeros((), np.float32), like=s),
                       cx.t(np.full((), -np.inf, np.float32), like=s))
         s = s + (m if m.dtype == s.dtype else m.cast(s.dtype))
-    i = np.arange(sq).reshape(sq, 1) + past
-    j = np.arange(sk).reshape(1, sk)
-    allowed = np.ones((sq, sk), np.bool_)
-    if causal:
-        allowed &= j <= i
-    if left >= 0:
-        allowed &= i - j <= left
-    if right >= 0:
-        allowed &= j - i <= right
-    if not allowed.all():
-        s = s + cx.t(np.where(allowed, 0.0, -np.inf).astype(np.float32), like=s)
+    allowed = _keys_allowed(cx, sq, sk, past, causal, left, right, nonpad, s.shape[0])
+    if allowed is not None:
+        s = s + where(allowed, cx.t(np.zeros((), np.float32), like=s),
+                      cx.t(np.full((), -np.inf, np.float32), like=s))
+    if mode == 2:
+        qk = s
+    low = s.dtype
+    if precision is not None:
+        s = s.cast(precision)
     top = s.max(-1, keepdims=True)
     top = where(top == -math.inf, 0.0, top)
     e = (s - top).exp()
     total = where((total := _row_sum(e)) == 0.0, 1.0, total)
-    return matmul(e / total, v)
+    p = e / total
+    if precision is not None:
+        p = p.cast(low)
+    return matmul(p, v), p if mode == 3 else qk
+
+
+def _keys_allowed(cx, sq, sk, past, causal, left, right, nonpad, batch):
+    """Where query i may see key j: the causal and window limits around
+    i + offset (offset = past length, or nonpad_kv_seqlen - sq per batch) and
+    j < nonpad_kv_seqlen; a constant [sq, sk] or [B, 1, sq, sk] mask (u8)
+    when the lengths are known at import, else built at run time; None when
+    every key is allowed."""
+    if nonpad is None or isinstance(nonpad, np.ndarray):
+        n = None if nonpad is None else nonpad.reshape(batch, 1, 1, 1).astype(np.int64)
+        i = np.arange(sq).reshape(sq, 1) + (past if n is None else n - sq)
+        j = np.arange(sk).reshape(1, sk)
+        ok = np.ones(np.broadcast_shapes(i.shape, j.shape), np.bool_)
+        if causal:
+            ok &= j <= i
+        if left >= 0:
+            ok &= i - j <= left
+        if right >= 0:
+            ok &= j - i <= right
+        if n is not None:
+            ok &= j < n
+        return None if ok.all() else cx.t(ok.astype(np.uint8))
+    n = cx.t(nonpad).reshape((batch, 1, 1, 1))
+    n = n if n.dtype.value == "i64" else n.cast("i64")
+    i = n + cx.t(np.arange(sq, dtype=np.int64).reshape(sq, 1) - sq)
+    j = cx.t(np.arange(sk, dtype=np.int64).reshape(1, sk))
+    ok = j < n
+    if causal:
+        ok = ok * (j <= i)
+    if left >= 0:
+        ok = ok * (i - j <= left)
+    if right >= 0:
+        ok = ok * (j - i <= right)
+    return ok
 
 
 def _row_sum(e: Tensor, sequential_upto: int = 64) -> Tensor:
@@ -1009,10 +1063,6 @@ def static_issues(op: str, at: dict) -> list[str]:
                    "supported: export the model in eval mode)")
     if op == "Gelu" and at.get("approximate", "none") not in ("none", "tanh"):
         out.append(f"attribute approximate={at['approximate']!r}")
-    if op == "Attention":
-        for name in ("qk_matmul_output_mode", "softmax_precision"):
-            if at.get(name, 0):
-                out.append(f"attribute {name}={at[name]} (only the default is supported)")
     return out
 
 
