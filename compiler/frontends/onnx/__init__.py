@@ -136,6 +136,14 @@ def _upgrade(model):
     v = _default_opset(model)
     if v is None or v >= MIN_OPSET:
         return model
+    scan8 = [n.name or f"#{i}" for i, n in enumerate(model.graph.node)
+             if n.op_type == "Scan" and n.domain in ("", "ai.onnx")] if v < 9 else []
+    if scan8:  # the converter drops Scan-8's batch axis from the graph's inputs
+        raise OnnxImportError(
+            f"the model's default-domain opset is {v}: Scan-8 (a batch axis, sequence_lens) "
+            f"has no conversion that keeps the model's input shapes; re-export the model at "
+            f"opset 9 or newer", [Issue("Scan", n, "Scan-8 (opset below 9) is not supported: "
+                                        "re-export at opset 9 or newer") for n in scan8])
     try:
         out = onnx.version_converter.convert_version(_hardmax_as_2d(model), MIN_OPSET)
         onnx.checker.check_model(out)
@@ -362,6 +370,9 @@ class _Importer:
         if isinstance(v, np.ndarray):
             from onnx import helper
             return helper.np_dtype_to_tensor_dtype(v.dtype)
+        if isinstance(v, Tensor) and name not in self._elem_types and v.dtype.value != "u8":
+            from ._types import elem_type_of  # u8 is ambiguous: UINT8 or BOOL
+            return elem_type_of(v.dtype)
         if name not in self._elem_types and not self._inferred:
             self._infer_types()
         if name in self._elem_types:

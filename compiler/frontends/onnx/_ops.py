@@ -574,7 +574,7 @@ def _concat(cx, node, at, ins):
 
 @_op("Split")
 def _split(cx, node, at, ins):
-    x = cx.t(ins[0])
+    x = ins[0] if isinstance(ins[0], np.ndarray) else cx.t(ins[0])  # an array folds
     axis = norm_axis(at.get("axis", 0), x.ndim)
     split = at.get("split")
     if len(ins) > 1 and ins[1] is not None:
@@ -582,6 +582,8 @@ def _split(cx, node, at, ins):
     elif split is not None:
         split = np.asarray(split)
     sizes = split_sizes(x.shape[axis], split, len(node.output), at.get("num_outputs"))
+    if isinstance(x, np.ndarray):
+        return np.split(x, np.cumsum(sizes)[:-1], axis)
     outs, start = [], 0
     for n in sizes:
         outs.append(x if n == x.shape[axis] else x.slice(axis, start, n))
@@ -2467,4 +2469,4 @@ def _max_unpool(cx, node, at, ins):
     return [y]
 
 
-from . import _rnn  # noqa: E402,F401  (registers RNN, GRU, LSTM)
+from . import _control, _rnn  # noqa: E402,F401  (register Scan, Loop, If; RNN, GRU, LSTM, LinearAttention)
