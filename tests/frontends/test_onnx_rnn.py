@@ -273,3 +273,31 @@ def test_control_flow_refusals_name_what_must_be_constant():
              [vi("y0", shape=[1])], [vi("z", shape=[1])], {"c": np.array(False)})
     with pytest.raises(OnnxImportError, match="its body holds a SequenceConstruct node"):
         import_model(m)
+
+
+@pytest.mark.skipif(onnx.defs.onnx_opset_version() < 26, reason="FlexAttention needs opset 26")
+@pytest.mark.parametrize("elem", [TensorProto.FLOAT, TensorProto.FLOAT16])
+def test_flex_attention_mods_match_onnx_reference(elem):
+    """ai.onnx.preview FlexAttention with a score_mod (a bias read from the
+    mod graph's initializer) and a prob_mod, grouped-query heads."""
+    from onnx.reference import ReferenceEvaluator
+    np_dt = np.float16 if elem == TensorProto.FLOAT16 else np.float32
+    score = _graph([node("Mul", ["scores", "k2"], ["scores_out"])],
+                   [vi("scores", shape=None)], [vi("scores_out", shape=None)],
+                   {"k2": np.array(0.5, np.float32)})
+    prob = _graph([node("Sqrt", ["probs"], ["probs_out"])], [vi("probs", shape=None)],
+                  [vi("probs_out", shape=None)])
+    n = helper.make_node("FlexAttention", ["q", "k", "v"], ["y"], domain="ai.onnx.preview",
+                         score_mod=score, prob_mod=prob, scale=0.4)
+    shapes = {"q": [1, 4, 3, 8], "k": [1, 2, 5, 8], "v": [1, 2, 5, 6]}
+    g = helper.make_graph([n], "t", [vi(k, elem, s) for k, s in shapes.items()],
+                          [vi("y", elem, [1, 4, 3, 6])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 26),
+                                            helper.make_opsetid("ai.onnx.preview", 1)])
+    feeds = {k: RNG.uniform(-1, 1, s).astype(np_dt) for k, s in shapes.items()}
+    want = ReferenceEvaluator(m).run(None, feeds)[0]
+    got = compiler.compile(import_model(m))(**feeds)
+    assert got.dtype == want.dtype
+    tol = 2e-3 if elem == TensorProto.FLOAT16 else 1e-6
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=tol,
+                               atol=tol)

@@ -539,7 +539,8 @@ class _Importer:
         from ._fold import FOLD
         from ._ops import BUILD, static_issues
         name = node.name or f"#{i}"
-        if node.domain not in ("", "ai.onnx"):
+        if node.domain not in ("", "ai.onnx") and \
+                (node.domain, node.op_type) != ("ai.onnx.preview", "FlexAttention"):
             self.issues.append(Issue(f"{node.domain}.{node.op_type}", name,
                                      f"op domain {node.domain!r} is not supported (only the "
                                      f"default ONNX domain)"))

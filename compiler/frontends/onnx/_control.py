@@ -129,3 +129,40 @@ def _loop(cx, node, at, ins):
 def _if(cx, node, at, ins):
     cond = bool(cx.arr(ins[0], node.input[0], node).reshape(()))
     return run_body(cx, at["then_branch" if cond else "else_branch"], [], node.name or "If")
+
+
+@_op("FlexAttention")
+def _flex_attention(cx, node, at, ins):
+    """ai.onnx.preview FlexAttention: softmax(mod(q k^T * scale)) v, its
+    score_mod and prob_mod graphs imported on the scores and probabilities;
+    f16/bf16 inputs are scaled in their type and the softmax is computed in f32
+    (or in softmax_precision), as ONNX's reference."""
+    from ...graph import matmul
+    from ._types import dtype_of
+    q, k, v = (cx.t(x) for x in ins[:3])
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise Unsupported(f"FlexAttention of rank-{q.ndim} q: only [B, H, S, D] inputs")
+    hq, hkv = q.shape[1], k.shape[1]
+    if hq % hkv:
+        raise Unsupported(f"{hq} query heads over {hkv} key/value heads (not a multiple)")
+    if hq != hkv:
+        heads = np.arange(hq, dtype=np.uint32) // (hq // hkv)
+        k, v = k.index_select(heads, 1), v.index_select(heads, 1)
+    scale = at.get("scale") or 1.0 / float(np.sqrt(q.shape[-1]))
+    root = float(np.asarray(np.sqrt(np.float32(scale)), q.dtype.numpy))
+    s = matmul(q * root, k.transpose((0, 1, 3, 2)) * root)
+    prec = at.get("softmax_precision")
+    compute = dtype_of(prec) if prec is not None else \
+        s.dtype if s.dtype.value in ("f32", "f64") else dtype_of(1)
+    s = s if s.dtype == compute else s.cast(compute)
+
+    def mod(name, x):
+        if name not in at:
+            return x
+        out = run_body(cx, at[name], [x], node.name or "FlexAttention")
+        y = cx.t(out[0])
+        return y if y.dtype == compute else y.cast(compute)
+
+    p = mod("prob_mod", mod("score_mod", s).softmax(-1))
+    y = matmul(p, v if v.dtype == compute else v.cast(compute))
+    return [y if y.dtype == v.dtype else y.cast(v.dtype)]
