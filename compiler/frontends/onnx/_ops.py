@@ -84,9 +84,12 @@ def _pow(cx, node, at, ins):
         return [x.pow(int(e))]
     if not x.dtype.is_float:  # integer base: the result keeps x's type
         if not isinstance(p, np.ndarray):
-            raise Unsupported("the exponent of an integer base is computed at run time; fuelc "
-                              "needs it constant at import (its Pow is float-only, a "
-                              "constant exponent is spelled with PowI)")
+            if p.dtype.is_float:  # as ONNX's reference: pow in f64, truncated to x's type
+                return [(x.cast("f64") ** (p if p.dtype.value == "f64" else p.cast("f64")))
+                        .cast(x.dtype)]
+            raise Unsupported("the integer exponent of an integer base is computed at run "
+                              "time; fuelc needs it constant at import (its Pow is float-only, "
+                              "a constant exponent is spelled with PowI)")
         if p.dtype.kind == "f" and not np.array_equal(p, np.round(p)):
             return [(x.cast("f64") ** cx.t(p.astype(np.float64))).cast(x.dtype)]
         e = np.broadcast_to(p.astype(np.int64), broadcast_shape(x.shape, p.shape))
