@@ -502,8 +502,8 @@ def test_input_shapes_errors():
 def test_unsupported_constructs_are_listed_together():
     nodes = [node("NonZero", ["x"], ["nz"], name="nz_node"),
              node("Conv", ["img", "w"], ["c"], name="conv3d", kernel_shape=[1, 3, 3]),
-             node("BatchNormalization", ["img", "s1", "s1", "s1", "s1"], ["md"],
-                  name="bn_node", training_mode=1),
+             node("BatchNormalization", ["x", "s1", "s1", "s1", "s1"], ["md"],
+                  name="bn_node"),
              node("Relu", ["c"], ["after_conv"]),  # downstream of a refused node: not listed
              helper.make_node("FusedGemm", ["x", "x"], ["fg"], name="ms_node",
                               domain="com.microsoft"),
@@ -514,7 +514,7 @@ def test_unsupported_constructs_are_listed_together():
     m = helper.make_model(
         helper.make_graph(nodes, "bad", [vi("x", shape=[4]), vi("img", shape=[1, 1, 8, 8])],
                           [vi("nz", i64, [1, "n"]), vi("after_conv", shape=[1, 1, 4, 4]),
-                           vi("md", shape=[1, 1, 8, 8]), vi("fg", shape=[4]),
+                           vi("md", shape=[4]), vi("fg", shape=[4]),
                            vi("rs", shape=["r"])],
                           initializer=[numpy_helper.from_array(rand(1, 1, 3, 3), "w"),
                                        numpy_helper.from_array(np.ones(1, np.float32), "s1")]),
@@ -525,7 +525,7 @@ def test_unsupported_constructs_are_listed_together():
     assert found == {("NonZero", "nz_node"), ("Conv", "conv3d"), ("BatchNormalization", "bn_node"),
                      ("com.microsoft.FusedGemm", "ms_node"), ("Reshape", "runtime_shape")}
     msg = str(e.value)
-    assert "5 unsupported" in msg and "kernel_shape=[1, 3, 3]" in msg and "training_mode=1" in msg
+    assert "5 unsupported" in msg and "kernel_shape=[1, 3, 3]" in msg and "rank-1 input" in msg
     assert "input 'shape' is computed at run time" in msg
 
 
@@ -816,8 +816,33 @@ def test_exported_ops_compile_and_match_onnxruntime():
     check(m, feeds, compile_it=True)
 
 
+def test_training_batch_norm_and_zero_ratio_dropout_match_onnx_reference():
+    """BatchNormalization training_mode=1 (the batch's statistics, the running
+    statistics updated by momentum) and a training Dropout of ratio 0."""
+    from onnx.reference import ReferenceEvaluator
+    nodes = [node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "rm", "rv"],
+                  training_mode=1, momentum=0.8, epsilon=1e-3),
+             node("Dropout", ["x", "zero", "train"], ["d", "mask"])]
+    m = make(nodes, [vi("x", shape=[2, 3, 4, 5])],
+             [vi("y"), vi("rm"), vi("rv"), vi("d"), vi("mask", TensorProto.BOOL)],
+             {"s": rand(3), "b": rand(3), "m": rand(3), "v": rand(3, lo=0.5, hi=2.0),
+              "zero": np.array(0.0, np.float32), "train": np.array(True)}, opset=15)
+    feeds = {"x": rand(2, 3, 4, 5)}
+    want = ReferenceEvaluator(m).run(None, feeds)
+    got = compiler.compile(import_model(m))(**feeds)
+    for name, w in zip(("y", "rm", "rv", "d", "mask"), want):
+        np.testing.assert_allclose(got[name], w.astype(np.float32), rtol=1e-5, atol=1e-6,
+                                   err_msg=name)
+    m = make([node("Dropout", ["x", "half", "train"], ["d"], name="drop")],
+             [vi("x", shape=[2, 3])], [vi("d")],
+             {"half": np.array(0.5, np.float32), "train": np.array(True)}, opset=15)
+    with pytest.raises(OnnxImportError, match="Dropout node 'drop': training_mode=True with a "
+                                              "nonzero ratio"):
+        import_model(m)
+
+
 def test_exported_ops_refusals_name_node_attribute_and_fix():
-    nodes = [node("BatchNormalization", ["img", "s", "s", "s", "s"], ["bn", "rm", "rv"],
+    nodes = [node("BatchNormalization", ["big", "s", "s", "s", "s"], ["bn", "rm", "rv"],
                   name="bn_train", training_mode=1),
              node("Einsum", ["sq", "col"], ["dg"], name="bcast", equation="ij,ij->ij"),
              node("TopK", ["big"], ["tv", "ti"], name="topk_big", axis=0) ,
@@ -826,14 +851,15 @@ def test_exported_ops_refusals_name_node_attribute_and_fix():
     nodes[2].input.append("k100")
     m = make(nodes, [vi("img", shape=[1, 2, 2, 2]), vi("sq", shape=[3, 3]), vi("col", shape=[3, 1]),
                      vi("big", shape=[128]), vi("axis", I64, []), vi("oi", I64, [2])],
-             [vi(o, I64 if o == "ti" else F) for o in ("bn", "dg", "tv", "ti", "cs", "oh")],
+             [vi("bn", shape=[128])] +
+             [vi(o, I64 if o == "ti" else F) for o in ("dg", "tv", "ti", "cs", "oh")],
              {"s": np.ones(2, np.float32), "k100": np.array([100], np.int64),
               "onoff": np.array([0.0, 1.0], np.float32)})
     with pytest.raises(OnnxImportError) as e:
         import_model(m)
     got = {i.node: i.what for i in e.value.issues}
     assert set(got) == {"bn_train", "bcast", "topk_big", "cumsum_rt", "onehot_rt"}
-    assert "training_mode=1" in got["bn_train"] and "eval mode" in got["bn_train"]
+    assert "training BatchNormalization of a rank-1 f32 input" in got["bn_train"]
     assert "'j' has extents 3 and 1 (broadcasting is not supported)" in got["bcast"]
     assert "K=100" in got["topk_big"] and "K <= 64" in got["topk_big"]
     assert "input 'axis' is computed at run time" in got["cumsum_rt"]

@@ -213,9 +213,15 @@ def _cast(cx, node, at, ins):
 @_op("Dropout")
 def _dropout(cx, node, at, ins):
     if len(ins) > 2 and ins[2] is not None:
-        training = cx.arr(ins[2], "training_mode", node)
-        if bool(training.reshape(-1)[0]):
-            raise Unsupported("training_mode=True (only inference Dropout is supported)")
+        late = [n for n, v in zip(node.input[1:3], ins[1:3]) if isinstance(v, Tensor)]
+        if isinstance(ins[2], Tensor):
+            raise Unsupported(f"its inputs must be constants known at import; input(s) {late} "
+                              f"are computed at run time")
+        ratio = 0.5 if ins[1] is None else ins[1]
+        if bool(ins[2].reshape(-1)[0]) and (isinstance(ratio, Tensor) or float(
+                np.asarray(ratio).reshape(-1)[0]) != 0.0):
+            raise Unsupported("training_mode=True with a nonzero ratio: the dropped elements "
+                              "are random (only inference Dropout, or ratio 0, is supported)")
     x = ins[0]
     return [x, np.ones(x.shape, np.bool_)]
 
@@ -313,30 +319,55 @@ def _layer_norm(cx, node, at, ins):
 @_op("BatchNormalization")
 def _batch_norm(cx, node, at, ins):
     """Inference: (x - mean) / sqrt(var + eps) * scale + bias per channel
-    (axis 1); with constant statistics one multiply and one add."""
+    (axis 1); with constant statistics one multiply and one add. Training
+    mode normalizes by the batch's statistics and also returns the running
+    statistics, ``stat * momentum + batch_stat * (1 - momentum)``."""
     if at.get("training_mode", 0):
-        raise Unsupported("attribute training_mode=1 (only inference BatchNormalization)")
+        return _batch_norm_training(cx, at, ins)
     if any(node.output[1:]):
         raise Unsupported("outputs running_mean/running_var (training only) are used")
     x = cx.t(ins[0])
     if x.ndim < 2:
         raise Unsupported(f"a rank-{x.ndim} input {list(x.shape)} (N, C, ... expected)")
+    return [_normalize(cx, x, at.get("epsilon", 1e-5), *ins[1:5])]
+
+
+def _normalize(cx, x, eps, scale, bias, mean, var):
+    """(x - mean) / sqrt(var + eps) * scale + bias, the statistics per channel."""
     if x.dtype.value in ("f16", "bf16"):  # computed in f32, rounded once (as onnxruntime)
-        return [y.cast(x.dtype) for y in _batch_norm(cx, node, at, [x.cast("f32")] + ins[1:])]
-    eps = at.get("epsilon", 1e-5)
+        return _normalize(cx, x.cast("f32"), eps, scale, bias, mean, var).cast(x.dtype)
     per_channel = (x.shape[1],) + (1,) * (x.ndim - 2)
-    scale, bias, mean, var = ins[1:5]
     if all(isinstance(v, np.ndarray) for v in (scale, bias, mean, var)):
         a = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps)
         c = bias.astype(np.float64) - mean.astype(np.float64) * a
-        return [x * cx.t(a.reshape(per_channel), like=x) + cx.t(c.reshape(per_channel), like=x)]
+        return x * cx.t(a.reshape(per_channel), like=x) + cx.t(c.reshape(per_channel), like=x)
 
     def pc(v):
         t = cx.t(v, like=x) if isinstance(v, np.ndarray) else cx.t(v)
         t = t if t.dtype == x.dtype else t.cast(x.dtype)
         return t.reshape(per_channel)
 
-    return [(x - pc(mean)) / (pc(var) + eps).sqrt() * pc(scale) + pc(bias)]
+    return (x - pc(mean)) / (pc(var) + eps).sqrt() * pc(scale) + pc(bias)
+
+
+def _batch_norm_training(cx, at, ins):
+    x = cx.t(ins[0])
+    if x.ndim < 2 or not x.dtype.is_float:
+        raise Unsupported(f"training BatchNormalization of a rank-{x.ndim} {x.dtype.value} "
+                          f"input (float N, C, ... expected)")
+    axes = [0] + list(range(2, x.ndim))
+    per_channel = (x.shape[1],) + (1,) * (x.ndim - 2)
+    mean = x.mean(axes, keepdims=True)
+    var = (x - mean).square().mean(axes, keepdims=True)
+    y = _normalize(cx, x, at.get("epsilon", 1e-5), ins[1], ins[2],
+                   mean.reshape(per_channel[:1]), var.reshape(per_channel[:1]))
+    m = at.get("momentum", 0.9)
+
+    def running(stat, batch):
+        stat = cx.t(stat, like=x) if isinstance(stat, np.ndarray) else cx.t(stat)
+        return stat * m + batch.reshape(per_channel[:1]) * (1.0 - m)
+
+    return [y, running(ins[3], mean), running(ins[4], var)]
 
 
 def _einsum_terms(eq, ranks):
@@ -1063,9 +1094,6 @@ def static_issues(op: str, at: dict) -> list[str]:
         if len(at.get("kernel_shape", [0])) > 2:
             out.append(f"attribute kernel_shape={list(at['kernel_shape'])} (only 1-D and 2-D "
                        f"convolution are supported)")
-    if op == "BatchNormalization" and at.get("training_mode", 0):
-        out.append("attribute training_mode=1 (only inference BatchNormalization is "
-                   "supported: export the model in eval mode)")
     if op == "Gelu" and at.get("approximate", "none") not in ("none", "tanh"):
         out.append(f"attribute approximate={at['approximate']!r}")
     return out
