@@ -322,6 +322,7 @@ FOLD = {
     "Sqrt": _keep(np.sqrt), "Exp": _keep(np.exp), "Log": _keep(np.log),
     "Reciprocal": _keep(lambda v: 1 / v),
     "Floor": _keep(np.floor), "Ceil": _keep(np.ceil), "Round": _keep(np.round),
+    "Relu": _keep(lambda v: np.maximum(v, v.dtype.type(0))),
     "Equal": _cmp(np.equal), "Less": _cmp(np.less), "Greater": _cmp(np.greater),
     "LessOrEqual": _cmp(np.less_equal), "GreaterOrEqual": _cmp(np.greater_equal),
     "Not": lambda at, x: [np.logical_not(x[0])],
