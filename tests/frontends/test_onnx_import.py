@@ -816,6 +816,20 @@ def test_exported_ops_compile_and_match_onnxruntime():
     check(m, feeds, compile_it=True)
 
 
+def test_conv_transpose_output_shape_beyond_the_full_result_matches_onnx_reference():
+    """An output_shape larger than the full transposed convolution: zeros (and
+    the bias) past its end, as ONNX's reference (onnxruntime refuses it)."""
+    from onnx.reference import ReferenceEvaluator
+    m = make([node("ConvTranspose", ["x", "w", "b"], ["y"], strides=[3, 2],
+                   output_shape=[11, 8])],
+             [vi("x", shape=[1, 2, 3, 3])], [vi("y", shape=[1, 4, 11, 8])],
+             {"w": rand(2, 4, 3, 3), "b": rand(4)})
+    feeds = {"x": rand(1, 2, 3, 3)}
+    want = ReferenceEvaluator(m).run(None, feeds)[0]
+    np.testing.assert_allclose(compiler.compile(import_model(m))(**feeds), want, rtol=1e-5,
+                               atol=1e-6)
+
+
 def test_training_batch_norm_and_zero_ratio_dropout_match_onnx_reference():
     """BatchNormalization training_mode=1 (the batch's statistics, the running
     statistics updated by momentum) and a training Dropout of ratio 0."""

@@ -909,11 +909,17 @@ def _conv_transpose(cx, node, at, ins):
     if totals is not None:  # ONNX: SAME_UPPER puts the odd pad at the end
         pads = [(t // 2, t - t // 2) if auto == "SAME_UPPER" else (t - t // 2, t // 2)
                 for t in totals]
+        if at.get("auto_pad", "NOTSET") == "NOTSET":  # a larger output_shape: zeros at the
+            pads = [(0, t) if t < 0 else pr for t, pr in zip(totals, pads)]  # end (reference)
     else:
         pads = _conv_pads({"pads": at.get("pads")}, x.shape[2:], k, s)
-    if any(t < 0 for pr in pads for t in pr):
-        raise Unsupported(f"output_shape {at.get('output_shape')} is larger than the full "
-                          f"transposed convolution {full}")
+    grow = [(max(-lo, 0), max(-hi, 0)) for lo, hi in pads]  # output_shape beyond full
+    if any(g != (0, 0) for g in grow):  # zeros there, then the bias everywhere
+        pads = [(max(lo, 0), max(hi, 0)) for lo, hi in pads]
+        y = _conv_transpose(cx, node, {**at, "pads": [p for p, _ in pads] + [p for _, p in pads],
+                                       "output_shape": None, "auto_pad": "NOTSET"}, ins[:2])[0]
+        y = y.pad([(0, 0), (0, 0)] + grow)
+        return [y if bias is None else y + bias.reshape((-1,) + (1,) * nd)]
     if one_d:
         x, w = _as_2d(x, w)
         s, d, op_, pads = [1] + s, [1] + d, [0] + op_, [(0, 0)] + pads
