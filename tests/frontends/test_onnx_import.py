@@ -1315,3 +1315,15 @@ def test_max_unpool_of_constant_indices_matches_onnxruntime():
     m = make([node("MaxUnpool", ["v", "i"], ["y"], kernel_shape=[2, 2], strides=[2, 2])],
              [vi("v", shape=[1, 2, 2, 3])], [vi("y")], {"i": idx}, opset=13)
     check(m, {"v": rand(1, 2, 2, 3)}, compile_it=True)
+
+
+@pytest.mark.parametrize("shape", [[2, 3, 3], [4, 4], [1, 1]])
+def test_det_matches_onnxruntime(shape):
+    m = make([node("Det", ["x"], ["y"])], [vi("x", shape=shape)], [vi("y")])
+    check(m, {"x": rand(*shape)}, compile_it=True, rtol=1e-5, atol=1e-5)
+
+
+def test_det_of_a_large_matrix_is_refused():
+    m = make([node("Det", ["x"], ["y"], name="det")], [vi("x", shape=[5, 5])], [vi("y")])
+    with pytest.raises(OnnxImportError, match=r"Det node 'det': Det of a f32\[5, 5\] input"):
+        import_model(m)

@@ -936,6 +936,28 @@ def _conv_transpose(cx, node, at, ins):
     return [y.squeeze(2) if one_d else y]
 
 
+@_op("Det")
+def _det(cx, node, at, ins):
+    """The Leibniz sum over the permutations of the last two (n x n, n <= 4)
+    axes: n! products of n elements, each a slice of the input."""
+    import itertools
+    x = cx.t(ins[0])
+    n = x.shape[-1] if x.ndim >= 2 else None
+    if n is None or x.shape[-2] != n or not 1 <= n <= 4 or not x.dtype.is_float:
+        raise Unsupported(f"Det of a {x.dtype.value}{list(x.shape)} input (float [..., n, n] "
+                          f"with n <= 4: fuelc spells the n! products of the Leibniz formula)")
+    total = None
+    for perm in itertools.permutations(range(n)):
+        term = None
+        for i, j in enumerate(perm):
+            e = x[..., i, j]
+            term = e if term is None else term * e
+        odd = sum(perm[a] > perm[b] for a in range(n) for b in range(a + 1, n)) % 2
+        total = (-term if odd else term) if total is None else \
+            (total - term if odd else total + term)
+    return [total]
+
+
 @_op("Attention")
 def _attention(cx, node, at, ins):
     """Attention (opset 23+): 3-D inputs are split into heads; q, k, v alone
