@@ -1327,3 +1327,16 @@ def test_det_of_a_large_matrix_is_refused():
     m = make([node("Det", ["x"], ["y"], name="det")], [vi("x", shape=[5, 5])], [vi("y")])
     with pytest.raises(OnnxImportError, match=r"Det node 'det': Det of a f32\[5, 5\] input"):
         import_model(m)
+
+
+def test_mel_weight_matrix_folds_as_onnx_reference():
+    from onnx.reference import ReferenceEvaluator
+    m = make([node("MelWeightMatrix", ["bins", "dft", "rate", "lo", "hi"], ["w"]),
+              node("MatMul", ["x", "w"], ["y"])], [vi("x", shape=[2, 33])], [vi("y")],
+             {"bins": np.array(10, np.int64), "dft": np.array(64, np.int64),
+              "rate": np.array(16000, np.int64), "lo": np.array(30.0, np.float32),
+              "hi": np.array(7000.0, np.float32)}, opset=17)
+    feeds = {"x": rand(2, 33)}
+    want = ReferenceEvaluator(m).run(None, feeds)[0]
+    np.testing.assert_allclose(compiler.compile(import_model(m))(**feeds), want, rtol=1e-5,
+                               atol=1e-6)
