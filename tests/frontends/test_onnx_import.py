@@ -1340,3 +1340,24 @@ def test_mel_weight_matrix_folds_as_onnx_reference():
     want = ReferenceEvaluator(m).run(None, feeds)[0]
     np.testing.assert_allclose(compiler.compile(import_model(m))(**feeds), want, rtol=1e-5,
                                atol=1e-6)
+
+
+@pytest.mark.parametrize("mode,lo,skips", [("TF", 1, 2), ("IDF", 2, 0), ("TFIDF", 1, 3)])
+def test_tfidf_vectorizer_matches_onnxruntime(mode, lo, skips):
+    """Run-time integer input [B, C]: unigram and bigram counts over skip
+    distances, weighted per mode."""
+    n = node("TfIdfVectorizer", ["x"], ["y"], mode=mode, min_gram_length=lo, max_gram_length=2,
+             max_skip_count=skips, ngram_counts=[0, 3], ngram_indexes=[4, 0, 2, 1, 3, 5],
+             pool_int64s=[2, 3, 5, 2, 3, 5, 4, 3, 3], weights=[0.5, 2.0, 1.5, 3.0, 0.25, 4.0])
+    m = make([n], [vi("x", TensorProto.INT64, [3, 9])], [vi("y", shape=[3, 6])], opset=17)
+    x = RNG.integers(2, 6, (3, 9)).astype(np.int64)
+    check(m, {"x": x}, compile_it=True)
+
+
+def test_tfidf_vectorizer_of_strings_is_refused():
+    n = node("TfIdfVectorizer", ["x"], ["y"], name="tfidf", mode="TF", min_gram_length=1,
+             max_gram_length=1, max_skip_count=0, ngram_counts=[0], ngram_indexes=[0],
+             pool_strings=["a"])
+    m = make([n], [vi("x", TensorProto.INT64, [4])], [vi("y", shape=[1])], opset=17)
+    with pytest.raises(OnnxImportError, match="TfIdfVectorizer node 'tfidf': .*pool_int64s"):
+        import_model(m)

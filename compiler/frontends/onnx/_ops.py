@@ -958,6 +958,47 @@ def _det(cx, node, at, ins):
     return [total]
 
 
+@_op("TfIdfVectorizer")
+def _tfidf(cx, node, at, ins):
+    """Per pool n-gram, its count in each row: for every skip distance d (one
+    for unigrams) the product of n shifted equality masks, summed; weighted
+    as ``mode`` says. The pool is constant, so each n-gram is a few slices."""
+    x = cx.t(ins[0])
+    if "pool_int64s" not in at or x.dtype.is_float or x.ndim not in (1, 2):
+        raise Unsupported(f"TfIdfVectorizer of a {x.dtype.value}{list(x.shape)} input (integer "
+                          f"[C] or [B, C] input and pool_int64s; strings are not supported)")
+    rows = x if x.ndim == 2 else x.reshape((1, x.shape[0]))
+    c = rows.shape[1]
+    pool, starts = list(at["pool_int64s"]), list(at["ngram_counts"]) + [len(at["pool_int64s"])]
+    index, mode = list(at["ngram_indexes"]), at.get("mode", "TF")
+    weights = list(at.get("weights") or [1.0] * len(index))
+    lo, hi, skips = at.get("min_gram_length", 1), at["max_gram_length"], at["max_skip_count"]
+    counts, k = {}, 0
+    for n in range(1, len(starts)):
+        for g in range(starts[n - 1], starts[n], n):
+            gram, total = pool[g:g + n], None
+            for d in (range(1, skips + 2) if n > 1 else [1]) if lo <= n <= hi else []:
+                span = c - d * (n - 1)
+                if span <= 0:
+                    continue
+                hit = None
+                for m, v in enumerate(gram):
+                    eq = (rows[:, m * d:m * d + span] == int(v)).cast("f32")
+                    hit = eq if hit is None else hit * eq
+                part = hit.sum(1, keepdims=True)
+                total = part if total is None else total + part
+            if total is not None:
+                if mode == "IDF":
+                    total = (total > 0.0).cast("f32") * float(weights[k])
+                elif mode == "TFIDF":
+                    total = total * float(weights[k])
+                counts[index[k]] = total
+            k += 1
+    zero = cx.t(np.zeros((rows.shape[0], 1), np.float32))
+    y = concat([counts.get(i, zero) for i in range(max(index) + 1)], 1)
+    return [y if x.ndim == 2 else y.reshape((y.shape[1],))]
+
+
 @_op("Attention")
 def _attention(cx, node, at, ins):
     """Attention (opset 23+): 3-D inputs are split into heads; q, k, v alone
