@@ -101,7 +101,7 @@ class FuelcBackend(Backend):
 def _graph_inputs_feeding(graph, names: set) -> set:
     """``names`` and every value they are computed from (a refusal may name an
     intermediate, such as the trip count an expanded Range computes from its
-    bounds: the graph inputs behind it are what must be bound)."""
+    bounds: the scalar graph inputs behind it are bound, never a data tensor)."""
     producer = {o: n for n in graph.node for o in n.output}
     out, todo = set(), list(names)
     while todo:
@@ -210,8 +210,9 @@ def run_case(case, mode: str = "interpret") -> CaseResult:
             for group in re.findall(r"input\(s\) \[([^\]]*)\] are computed at run time",
                                     _short(e)):
                 named.update(re.findall(r"'([^']+)'", group))
-            named = _graph_inputs_feeding(case.model.graph, named)
-            ints = {n: v for n, v in zip(names, inputs) if v.dtype.kind in "iu" or n in named}
+            feeding = _graph_inputs_feeding(case.model.graph, named)
+            ints = {n: v for n, v in zip(names, inputs) if v.dtype.kind in "iu" or n in named
+                    or (n in feeding and v.size == 1)}
             if not ints or "computed at run time" not in _short(e):
                 return CaseResult(case.name, op, "refused", _short(e))
             try:
