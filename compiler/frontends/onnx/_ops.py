@@ -1050,23 +1050,30 @@ def _attention(cx, node, at, ins):
                          sliding_window=left + 1 if left >= 0 else None,
                          window_size_right=right if right >= 0 else None)
     else:
-        y, qk = _attention_spelled(cx, q, k, v, mask, causal, past, scale, softcap, left, right,
-                                   nonpad, mode, precision)
+        y, qk = _attention_parts(cx, q, k, v, mask, causal, past, scale, softcap, left, right,
+                                 nonpad, mode, precision, as_reference=True)
     if rank == 3:
         y = y.permute((0, 2, 1, 3))
         y = y.reshape((y.shape[0], y.shape[1], y.shape[2] * y.shape[3]))
     return [y, k, v, qk]
 
 
-def _attention_spelled(cx, q, k, v, mask, causal, past, scale, softcap, left, right,
-                       nonpad=None, mode=0, precision=None):
+def _attention_spelled(cx, q, k, v, mask, causal, past, scale, softcap, left, right):
+    """softmax(q k^T * scale + bias) v (the torch importer's SDPA too)."""
+    return _attention_parts(cx, q, k, v, mask, causal, past, scale, softcap, left, right)[0]
+
+
+def _attention_parts(cx, q, k, v, mask, causal, past, scale, softcap, left, right,
+                     nonpad=None, mode=0, precision=None, as_reference=False):
     """Y and the qk_matmul_output of ``mode`` (the scaled product, softcapped
-    for 1, plus the bias for 2, the probabilities for 3)."""
+    for 1, plus the bias for 2, the probabilities for 3); ``as_reference``:
+    f16/bf16 rounded as ONNX's reference (q and k^T each scaled by
+    sqrt(scale), bf16 row sums rounded per addition)."""
     hq, hkv = q.shape[1], k.shape[1]
     if hq != hkv:  # grouped-query: each k/v head serves hq / hkv query heads
         heads = np.arange(hq, dtype=np.uint32) // (hq // hkv)
         k, v = k.index_select(heads, 1), v.index_select(heads, 1)
-    if q.dtype.value in ("f16", "bf16"):  # ONNX's reference: q and k^T each times sqrt(scale)
+    if as_reference and q.dtype.value in ("f16", "bf16"):  # q and k^T each times sqrt(scale)
         root = float(np.asarray(math.sqrt(scale), q.dtype.numpy))
         s = matmul(q * root, k.transpose((0, 1, 3, 2)) * root)
     else:
@@ -1099,8 +1106,8 @@ def _attention_spelled(cx, q, k, v, mask, causal, past, scale, softcap, left, ri
     top = s.max(-1, keepdims=True)
     top = where(top == -math.inf, 0.0, top)
     e = (s - top).exp()
-    total = where((total := _row_sum(e)) == 0.0, 1.0, total)
-    p = e / total
+    total = _row_sum(e) if as_reference else e.sum(-1, keepdims=True)
+    p = e / where(total == 0.0, 1.0, total)
     if precision is not None:
         p = p.cast(low)
     return matmul(p, v), p if mode == 3 else qk
