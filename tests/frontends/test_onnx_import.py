@@ -1361,3 +1361,35 @@ def test_tfidf_vectorizer_of_strings_is_refused():
     m = make([n], [vi("x", TensorProto.INT64, [4])], [vi("y", shape=[1])], opset=17)
     with pytest.raises(OnnxImportError, match="TfIdfVectorizer node 'tfidf': .*pool_int64s"):
         import_model(m)
+
+
+@needs_opset(24)
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+@pytest.mark.parametrize("indices_at_run_time", [False, True])
+def test_tensor_scatter_matches_onnx_reference(mode, indices_at_run_time):
+    """A KV-cache write at per-batch indices (constant or run-time), linear or
+    wrapping around the cache."""
+    from onnx.reference import ReferenceEvaluator
+    w = np.array([1, 5, 0], np.int64) if mode == "circular" else np.array([1, 3, 0], np.int64)
+    inputs = [vi("cache", shape=[3, 2, 6, 4]), vi("upd", shape=[3, 2, 3, 4])]
+    inits = {}
+    if indices_at_run_time:
+        inputs.append(vi("w", TensorProto.INT64, [3]))
+    else:
+        inits["w"] = w
+    m = make([node("TensorScatter", ["cache", "upd", "w"], ["y"], mode=mode)], inputs,
+             [vi("y", shape=[3, 2, 6, 4])], inits, opset=24)
+    feeds = {"cache": rand(3, 2, 6, 4), "upd": rand(3, 2, 3, 4)}
+    if indices_at_run_time:
+        feeds["w"] = w
+    want = ReferenceEvaluator(m).run(None, feeds)[0]
+    np.testing.assert_array_equal(compiler.compile(import_model(m))(**feeds), want)
+
+
+@needs_opset(24)
+def test_tensor_scatter_along_the_batch_axis_is_refused():
+    m = make([node("TensorScatter", ["cache", "upd"], ["y"], name="ts", axis=0)],
+             [vi("cache", shape=[6, 4]), vi("upd", shape=[2, 4])], [vi("y", shape=[6, 4])],
+             opset=24)
+    with pytest.raises(OnnxImportError, match="TensorScatter node 'ts': mode='linear', axis=0"):
+        import_model(m)

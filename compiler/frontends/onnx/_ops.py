@@ -999,6 +999,38 @@ def _tfidf(cx, node, at, ins):
     return [y if x.ndim == 2 else y.reshape((y.shape[1],))]
 
 
+@_op("TensorScatter")
+def _tensor_scatter(cx, node, at, ins):
+    """The cache with ``update`` written at each batch row's write index along
+    ``axis`` (circular: modulo the cache length): position j of row b takes
+    update[j - w[b]] where that is in [0, L), one GatherElements and a Where."""
+    x, u = cx.t(ins[0]), cx.t(ins[1])
+    w = ins[2] if len(ins) > 2 else None
+    axis = norm_axis(at.get("axis", -2), x.ndim)
+    mode = at.get("mode", "linear")
+    if mode not in ("linear", "circular") or axis == 0 or u.ndim != x.ndim:
+        raise Unsupported(f"mode={mode!r}, axis={at.get('axis', -2)} for a cache "
+                          f"{list(x.shape)} and update {list(u.shape)} (linear or circular "
+                          f"along an axis after the batch)")
+    s, n = x.shape[axis], u.shape[axis]
+    pos = np.arange(s, dtype=np.int64).reshape([s if d == axis else 1 for d in range(x.ndim)])
+    if w is None or isinstance(w, np.ndarray):
+        w = np.zeros(x.shape[0], np.int64) if w is None else w.astype(np.int64)
+        t = pos - w.reshape((-1,) + (1,) * (x.ndim - 1))
+        t = t % s if mode == "circular" else t
+        ok, idx = (t >= 0) & (t < n), np.clip(t, 0, n - 1)
+        ok, idx = cx.t(ok.astype(np.uint8)), cx.t(np.broadcast_to(idx, x.shape).astype(np.uint32))
+    else:
+        w = cx.t(w)
+        w = (w if w.dtype.value == "i64" else w.cast("i64")).reshape((-1,) + (1,) * (x.ndim - 1))
+        t = cx.t(pos) - w
+        if mode == "circular":
+            t = where(t < 0, t + s, t)
+        ok = (t >= 0) * (t < n)
+        idx = minimum(maximum(t, 0), n - 1).cast("u32").broadcast_to(x.shape)
+    return [where(ok, u.gather(idx, axis), x)]
+
+
 @_op("Attention")
 def _attention(cx, node, at, ins):
     """Attention (opset 23+): 3-D inputs are split into heads; q, k, v alone
