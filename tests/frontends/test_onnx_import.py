@@ -1393,3 +1393,13 @@ def test_tensor_scatter_along_the_batch_axis_is_refused():
              opset=24)
     with pytest.raises(OnnxImportError, match="TensorScatter node 'ts': mode='linear', axis=0"):
         import_model(m)
+
+
+def test_optional_of_tensors_known_at_import_matches_onnxruntime():
+    nodes = [node("OptionalHasElement", [""], ["empty"]),
+             node("OptionalHasElement", ["x"], ["full"]),
+             node("OptionalGetElement", ["x"], ["got"])]
+    m = make(nodes, [vi("x", shape=[2, 3])],
+             [vi("empty", TensorProto.BOOL, []), vi("full", TensorProto.BOOL, []),
+              vi("got", shape=[2, 3])], opset=18)
+    check(m, {"x": rand(2, 3)}, compile_it=True)

@@ -1031,6 +1031,15 @@ def _tensor_scatter(cx, node, at, ins):
     return [where(ok, u.gather(idx, axis), x)]
 
 
+@_op("OptionalHasElement", "OptionalGetElement")
+def _optional(cx, node, at, ins):
+    """Optionals of tensors, known at import: an omitted input is empty, a
+    tensor is present (the checker requires GetElement's input; optional and
+    sequence values are not imported)."""
+    x = ins[0] if ins else None
+    return [np.array(x is not None)] if node.op_type == "OptionalHasElement" else [x]
+
+
 @_op("Attention")
 def _attention(cx, node, at, ins):
     """Attention (opset 23+): 3-D inputs are split into heads; q, k, v alone
