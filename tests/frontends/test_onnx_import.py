@@ -1403,3 +1403,32 @@ def test_optional_of_tensors_known_at_import_matches_onnxruntime():
              [vi("empty", TensorProto.BOOL, []), vi("full", TensorProto.BOOL, []),
               vi("got", shape=[2, 3])], opset=18)
     check(m, {"x": rand(2, 3)}, compile_it=True)
+
+
+@pytest.mark.parametrize("mode,ratio,ctm", [("avg", 0, "half_pixel"), ("avg", 2, "output_half_pixel"),
+                                            ("max", 2, "half_pixel")])
+def test_roi_align_with_constant_rois_matches_onnx_reference(mode, ratio, ctm):
+    """Rois (one partly outside the image) and batch indices known at import."""
+    from onnx.reference import ReferenceEvaluator
+    rois = np.array([[0.5, 1.0, 6.0, 5.5], [2.0, 0.0, 9.5, 7.0], [-1.0, -2.0, 3.0, 12.0]],
+                    np.float32)
+    m = make([node("RoiAlign", ["x", "rois", "bi"], ["y"], mode=mode, output_height=3,
+                   output_width=2, sampling_ratio=ratio, spatial_scale=0.8,
+                   coordinate_transformation_mode=ctm)],
+             [vi("x", shape=[2, 3, 8, 9])], [vi("y", shape=[3, 3, 3, 2])],
+             {"rois": rois, "bi": np.array([1, 0, 1], np.int64)}, opset=16)
+    feeds = {"x": rand(2, 3, 8, 9)}
+    want = ReferenceEvaluator(m).run(None, feeds)[0]
+    np.testing.assert_allclose(compiler.compile(import_model(m))(**feeds), want, rtol=1e-5,
+                               atol=1e-6)
+    if mode == "avg":  # onnxruntime agrees (its max mode differs from the reference's)
+        check(m, feeds, compile_it=True)
+
+
+def test_roi_align_with_run_time_rois_is_refused():
+    m = make([node("RoiAlign", ["x", "rois", "bi"], ["y"], name="roi")],
+             [vi("x", shape=[1, 1, 4, 4]), vi("rois", shape=[1, 4])], [vi("y", shape=[1, 1, 1, 1])],
+             {"bi": np.array([0], np.int64)}, opset=16)
+    with pytest.raises(OnnxImportError, match=r"RoiAlign node 'roi': .*input\(s\) \['rois'\] are "
+                                              r"computed at run time"):
+        import_model(m)

@@ -1040,6 +1040,84 @@ def _optional(cx, node, at, ins):
     return [np.array(x is not None)] if node.op_type == "OptionalHasElement" else [x]
 
 
+def _roi_taps(rois, h, w, oh, ow, scale, ratio, half_pixel):
+    """Per roi, bin and sample: the 4 bilinear taps (flat h*w positions) and
+    weights of ONNX's reference, in the rois' own precision as there (the
+    sample counts depend on it), samples padded to the most any roi takes
+    (``valid`` 0 there), and each roi's sample count."""
+    rows = []
+    ft = rois.dtype.type
+    for r in rois:
+        x0, y0, x1, y1 = (v * ft(scale) - ft(0.5 if half_pixel else 0.0) for v in r[:4])
+        rh, rw = y1 - y0, x1 - x0
+        if not half_pixel:
+            rh, rw = max(rh, ft(1.0)), max(rw, ft(1.0))
+        bh, bw = rh / oh, rw / ow
+        gh = ratio if ratio > 0 else int(np.ceil(rh / oh))
+        gw = ratio if ratio > 0 else int(np.ceil(rw / ow))
+        taps = np.zeros((oh, ow, gh * gw, 4), np.int64)
+        wts = np.zeros((oh, ow, gh * gw, 4))
+        for i in range(oh):
+            for j in range(ow):
+                for iy in range(gh):
+                    for ix in range(gw):
+                        y = y0 + i * bh + (iy + 0.5) * bh / gh
+                        x = x0 + j * bw + (ix + 0.5) * bw / gw
+                        if y < -1.0 or y > h or x < -1.0 or x > w:
+                            continue
+                        y, x = max(y, ft(0.0)), max(x, ft(0.0))
+                        yl, xl = int(y), int(x)
+                        yh, xh = (yl + 1, xl + 1)
+                        if yl >= h - 1:
+                            yh = yl = h - 1
+                            y = yl
+                        if xl >= w - 1:
+                            xh = xl = w - 1
+                            x = xl
+                        ly, lx = y - yl, x - xl
+                        k = iy * gw + ix
+                        taps[i, j, k] = [yl * w + xl, yl * w + xh, yh * w + xl, yh * w + xh]
+                        wts[i, j, k] = [(1 - ly) * (1 - lx), (1 - ly) * lx, ly * (1 - lx), ly * lx]
+        rows.append((taps, wts, max(gh * gw, 1)))
+    n = max(t.shape[2] for t, _, _ in rows)
+    pad = [(0, 0), (0, 0), (0, 0), (0, 0)]
+    taps = np.stack([np.pad(t, pad[:2] + [(0, n - t.shape[2])] + pad[3:]) for t, _, _ in rows])
+    wts = np.stack([np.pad(v, pad[:2] + [(0, n - v.shape[2])] + pad[3:]) for _, v, _ in rows])
+    valid = np.stack([np.arange(n) < t.shape[2] for t, _, _ in rows])
+    return taps, wts, valid, np.array([c for _, _, c in rows], np.float64)
+
+
+@_op("RoiAlign")
+def _roi_align(cx, node, at, ins):
+    """Constant rois and batch indices: every bilinear tap and weight is known
+    at import, so the output is one IndexSelect of the input's pixels, the
+    weights, and a sum (avg) or max over the samples."""
+    x = cx.t(ins[0])
+    late = [n for n, v in zip(node.input[1:3], ins[1:3]) if not isinstance(v, np.ndarray)]
+    if late:
+        raise Unsupported(f"its inputs must be constants known at import; input(s) {late} are "
+                          f"computed at run time (fuelc computes the sampling taps at import)")
+    if x.ndim != 4 or not x.dtype.is_float:
+        raise Unsupported(f"RoiAlign of a {x.dtype.value}{list(x.shape)} input (float N, C, H, W)")
+    rois, batch = ins[1], ins[2].reshape(-1).astype(np.int64)
+    n, c, h, w = x.shape
+    oh, ow = at.get("output_height", 1), at.get("output_width", 1)
+    mode = at.get("mode", "avg")
+    half = at.get("coordinate_transformation_mode", "half_pixel") == "half_pixel"
+    taps, wts, valid, count = _roi_taps(rois, h, w, oh, ow, at.get("spatial_scale", 1.0),
+                                        int(at.get("sampling_ratio", 0)), half)
+    r, s = taps.shape[0], taps.shape[3]
+    rows = (taps + (batch * h * w).reshape(-1, 1, 1, 1, 1)).reshape(-1).astype(np.uint32)
+    pix = x.permute((0, 2, 3, 1)).reshape((n * h * w, c)).index_select(rows, 0)
+    v = pix.reshape((r, oh, ow, s, 4, c)) * cx.t(wts.reshape(r, oh, ow, s, 4, 1), like=x)
+    if mode == "avg":
+        y = v.sum([3, 4]) * cx.t((1.0 / count).reshape(r, 1, 1, 1), like=x)
+    else:
+        off = np.where(valid, 0.0, -np.inf).reshape(r, 1, 1, s, 1)
+        y = (v.max(4) + cx.t(off, like=x)).max(3)
+    return [y.permute((0, 3, 1, 2))]
+
+
 @_op("Attention")
 def _attention(cx, node, at, ins):
     """Attention (opset 23+): 3-D inputs are split into heads; q, k, v alone
