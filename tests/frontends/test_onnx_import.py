@@ -502,8 +502,8 @@ def test_input_shapes_errors():
 def test_unsupported_constructs_are_listed_together():
     nodes = [node("NonZero", ["x"], ["nz"], name="nz_node"),
              node("Conv", ["img", "w"], ["c"], name="conv3d", kernel_shape=[1, 3, 3]),
-             node("BatchNormalization", ["img", "s1", "s1", "s1", "s1"], ["md"],
-                  name="bn_node", training_mode=1),
+             node("BatchNormalization", ["x", "s1", "s1", "s1", "s1"], ["md"],
+                  name="bn_node"),
              node("Relu", ["c"], ["after_conv"]),  # downstream of a refused node: not listed
              helper.make_node("FusedGemm", ["x", "x"], ["fg"], name="ms_node",
                               domain="com.microsoft"),
@@ -514,7 +514,7 @@ def test_unsupported_constructs_are_listed_together():
     m = helper.make_model(
         helper.make_graph(nodes, "bad", [vi("x", shape=[4]), vi("img", shape=[1, 1, 8, 8])],
                           [vi("nz", i64, [1, "n"]), vi("after_conv", shape=[1, 1, 4, 4]),
-                           vi("md", shape=[1, 1, 8, 8]), vi("fg", shape=[4]),
+                           vi("md", shape=[4]), vi("fg", shape=[4]),
                            vi("rs", shape=["r"])],
                           initializer=[numpy_helper.from_array(rand(1, 1, 3, 3), "w"),
                                        numpy_helper.from_array(np.ones(1, np.float32), "s1")]),
@@ -525,7 +525,7 @@ def test_unsupported_constructs_are_listed_together():
     assert found == {("NonZero", "nz_node"), ("Conv", "conv3d"), ("BatchNormalization", "bn_node"),
                      ("com.microsoft.FusedGemm", "ms_node"), ("Reshape", "runtime_shape")}
     msg = str(e.value)
-    assert "5 unsupported" in msg and "kernel_shape=[1, 3, 3]" in msg and "training_mode=1" in msg
+    assert "5 unsupported" in msg and "kernel_shape=[1, 3, 3]" in msg and "rank-1 input" in msg
     assert "input 'shape' is computed at run time" in msg
 
 
@@ -604,12 +604,79 @@ def test_attention_with_additive_mask_matches_onnxruntime(causal):
 
 
 @needs_opset(23)
-def test_attention_external_kv_cache_is_refused():
+@pytest.mark.parametrize("elem", [TensorProto.FLOAT16, TensorProto.BFLOAT16])
+@pytest.mark.parametrize("masked", [False, True])
+def test_low_precision_attention_rounds_as_onnx_reference(elem, masked):
+    """f16/bf16 Attention, compiled, equals ONNX's reference bit for bit: q and
+    k^T each scaled by sqrt(scale), every op rounded, bf16 row sums rounded
+    after every addition (ml_dtypes), f16 ones accumulated in f32 (numpy)."""
+    from onnx.reference import ReferenceEvaluator
+    from runtime.dtype import DType
+    np_dt = (DType.F16 if elem == TensorProto.FLOAT16 else DType.BF16).numpy
+    q_shape, kv_shape = [2, 3, 4, 8], [2, 3, 9, 8]
+    ins = ["q", "k", "v"] + (["mask"] if masked else [])
+    m = make([node("Attention", ins, ["y"], is_causal=1)],
+             [vi("q", elem, q_shape), vi("k", elem, kv_shape), vi("v", elem, kv_shape)]
+             + ([vi("mask", TensorProto.BOOL, [4, 9])] if masked else []), [vi("y", elem)],
+             opset=23)
+    feeds = {"q": rand(*q_shape).astype(np_dt), "k": rand(*kv_shape).astype(np_dt),
+             "v": rand(*kv_shape).astype(np_dt)}
+    if masked:
+        feeds["mask"] = RNG.uniform(size=(4, 9)) < 0.7
+    want = ReferenceEvaluator(m).run(None, feeds)[0]
+    got = compiler.compile(import_model(m))(**{k: v.astype(np.uint8) if v.dtype == np.bool_
+                                              else v for k, v in feeds.items()})
+    np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
+
+
+@needs_opset(24)
+@pytest.mark.parametrize("lens_at_run_time", [False, True])
+@pytest.mark.parametrize("mode,attrs", [
+    (0, dict(is_causal=1)),
+    (1, dict(softcap=2.0)),
+    (2, dict(is_causal=1, q_num_heads=4, kv_num_heads=2)),
+    (3, dict(softmax_precision=TensorProto.DOUBLE)),
+])
+def test_attention_qk_output_and_external_kv_cache_match_onnx_reference(mode, attrs,
+                                                                          lens_at_run_time):
+    """nonpad_kv_seqlen (constant or an input) masks each batch's padded keys
+    and shifts its causal diagonal; qk_matmul_output in every mode;
+    softmax_precision; 3-D grouped-query inputs."""
+    from onnx.reference import ReferenceEvaluator
+    three_d = "q_num_heads" in attrs
+    q_shape = [2, 3, 16] if three_d else [2, 2, 3, 4]
+    kv_shape = [2, 7, 8] if three_d else [2, 2, 7, 4]
+    lens = np.array([7, 4], np.int64)
+    inputs = [vi("q", shape=q_shape), vi("k", shape=kv_shape), vi("v", shape=kv_shape)]
+    inits = {}
+    if lens_at_run_time:
+        inputs.append(vi("lens", TensorProto.INT64, [2]))
+    else:
+        inits["lens"] = lens
+    n = node("Attention", ["q", "k", "v", "", "", "", "lens"], ["y", "", "", "qk"],
+             qk_matmul_output_mode=mode, **attrs)
+    m = make([n], inputs, [vi("y"), vi("qk")], inits, opset=24)
+    feeds = {"q": rand(*q_shape), "k": rand(*kv_shape), "v": rand(*kv_shape)}
+    if lens_at_run_time:
+        feeds["lens"] = lens
+    want = ReferenceEvaluator(m).run(None, feeds)
+    got = compiler.compile(import_model(m))(**feeds)
+    for name, w in zip(("y", "qk"), want):
+        np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@needs_opset(24)
+def test_attention_refusals_name_the_conflict():
     shape = [1, 2, 6, 8]
-    m = make([node("Attention", ["q", "k", "v", "", "", "", "lens"], ["y"], name="attn")],
-             [vi(n, shape=shape) for n in "qkv"] + [vi("lens", TensorProto.INT64, [1])],
-             [vi("y")], opset=24)
-    with pytest.raises(OnnxImportError, match="Attention node 'attn': input nonpad_kv_seqlen"):
+    m = make([node("Attention", ["q", "k", "v"], ["y", "", "", "qk"], name="attn", softcap=3.0)],
+             [vi(n, shape=shape) for n in "qkv"], [vi("y"), vi("qk")], opset=24)
+    with pytest.raises(OnnxImportError, match="Attention node 'attn': qk_matmul_output_mode=0 "
+                                              "with softcap"):
+        import_model(m)
+    m = make([node("Attention", ["q", "k", "v", "", "pk", "pv", "lens"], ["y"], name="attn")],
+             [vi(n, shape=shape) for n in ("q", "k", "v", "pk", "pv")]
+             + [vi("lens", TensorProto.INT64, [1])], [vi("y")], opset=24)
+    with pytest.raises(OnnxImportError, match="nonpad_kv_seqlen together with past_key"):
         import_model(m)
 
 
@@ -749,8 +816,47 @@ def test_exported_ops_compile_and_match_onnxruntime():
     check(m, feeds, compile_it=True)
 
 
+def test_conv_transpose_output_shape_beyond_the_full_result_matches_onnx_reference():
+    """An output_shape larger than the full transposed convolution: zeros (and
+    the bias) past its end, as ONNX's reference (onnxruntime refuses it)."""
+    from onnx.reference import ReferenceEvaluator
+    m = make([node("ConvTranspose", ["x", "w", "b"], ["y"], strides=[3, 2],
+                   output_shape=[11, 8])],
+             [vi("x", shape=[1, 2, 3, 3])], [vi("y", shape=[1, 4, 11, 8])],
+             {"w": rand(2, 4, 3, 3), "b": rand(4)})
+    feeds = {"x": rand(1, 2, 3, 3)}
+    want = ReferenceEvaluator(m).run(None, feeds)[0]
+    np.testing.assert_allclose(compiler.compile(import_model(m))(**feeds), want, rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_training_batch_norm_and_zero_ratio_dropout_match_onnx_reference():
+    """BatchNormalization training_mode=1 (the batch's statistics, the running
+    statistics updated by momentum) and a training Dropout of ratio 0."""
+    from onnx.reference import ReferenceEvaluator
+    nodes = [node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "rm", "rv"],
+                  training_mode=1, momentum=0.8, epsilon=1e-3),
+             node("Dropout", ["x", "zero", "train"], ["d", "mask"])]
+    m = make(nodes, [vi("x", shape=[2, 3, 4, 5])],
+             [vi("y"), vi("rm"), vi("rv"), vi("d"), vi("mask", TensorProto.BOOL)],
+             {"s": rand(3), "b": rand(3), "m": rand(3), "v": rand(3, lo=0.5, hi=2.0),
+              "zero": np.array(0.0, np.float32), "train": np.array(True)}, opset=15)
+    feeds = {"x": rand(2, 3, 4, 5)}
+    want = ReferenceEvaluator(m).run(None, feeds)
+    got = compiler.compile(import_model(m))(**feeds)
+    for name, w in zip(("y", "rm", "rv", "d", "mask"), want):
+        np.testing.assert_allclose(got[name], w.astype(np.float32), rtol=1e-5, atol=1e-6,
+                                   err_msg=name)
+    m = make([node("Dropout", ["x", "half", "train"], ["d"], name="drop")],
+             [vi("x", shape=[2, 3])], [vi("d")],
+             {"half": np.array(0.5, np.float32), "train": np.array(True)}, opset=15)
+    with pytest.raises(OnnxImportError, match="Dropout node 'drop': training_mode=True with a "
+                                              "nonzero ratio"):
+        import_model(m)
+
+
 def test_exported_ops_refusals_name_node_attribute_and_fix():
-    nodes = [node("BatchNormalization", ["img", "s", "s", "s", "s"], ["bn", "rm", "rv"],
+    nodes = [node("BatchNormalization", ["big", "s", "s", "s", "s"], ["bn", "rm", "rv"],
                   name="bn_train", training_mode=1),
              node("Einsum", ["sq", "col"], ["dg"], name="bcast", equation="ij,ij->ij"),
              node("TopK", ["big"], ["tv", "ti"], name="topk_big", axis=0) ,
@@ -759,14 +865,15 @@ def test_exported_ops_refusals_name_node_attribute_and_fix():
     nodes[2].input.append("k100")
     m = make(nodes, [vi("img", shape=[1, 2, 2, 2]), vi("sq", shape=[3, 3]), vi("col", shape=[3, 1]),
                      vi("big", shape=[128]), vi("axis", I64, []), vi("oi", I64, [2])],
-             [vi(o, I64 if o == "ti" else F) for o in ("bn", "dg", "tv", "ti", "cs", "oh")],
+             [vi("bn", shape=[128])] +
+             [vi(o, I64 if o == "ti" else F) for o in ("dg", "tv", "ti", "cs", "oh")],
              {"s": np.ones(2, np.float32), "k100": np.array([100], np.int64),
               "onoff": np.array([0.0, 1.0], np.float32)})
     with pytest.raises(OnnxImportError) as e:
         import_model(m)
     got = {i.node: i.what for i in e.value.issues}
     assert set(got) == {"bn_train", "bcast", "topk_big", "cumsum_rt", "onehot_rt"}
-    assert "training_mode=1" in got["bn_train"] and "eval mode" in got["bn_train"]
+    assert "training BatchNormalization of a rank-1 f32 input" in got["bn_train"]
     assert "'j' has extents 3 and 1 (broadcasting is not supported)" in got["bcast"]
     assert "K=100" in got["topk_big"] and "K <= 64" in got["topk_big"]
     assert "input 'axis' is computed at run time" in got["cumsum_rt"]
@@ -1209,3 +1316,120 @@ def test_max_unpool_of_constant_indices_matches_onnxruntime():
     m = make([node("MaxUnpool", ["v", "i"], ["y"], kernel_shape=[2, 2], strides=[2, 2])],
              [vi("v", shape=[1, 2, 2, 3])], [vi("y")], {"i": idx}, opset=13)
     check(m, {"v": rand(1, 2, 2, 3)}, compile_it=True)
+
+
+@pytest.mark.parametrize("shape", [[2, 3, 3], [4, 4], [1, 1]])
+def test_det_matches_onnxruntime(shape):
+    m = make([node("Det", ["x"], ["y"])], [vi("x", shape=shape)], [vi("y")])
+    check(m, {"x": rand(*shape)}, compile_it=True, rtol=1e-5, atol=1e-5)
+
+
+def test_det_of_a_large_matrix_is_refused():
+    m = make([node("Det", ["x"], ["y"], name="det")], [vi("x", shape=[5, 5])], [vi("y")])
+    with pytest.raises(OnnxImportError, match=r"Det node 'det': Det of a f32\[5, 5\] input"):
+        import_model(m)
+
+
+def test_mel_weight_matrix_folds_as_onnx_reference():
+    from onnx.reference import ReferenceEvaluator
+    m = make([node("MelWeightMatrix", ["bins", "dft", "rate", "lo", "hi"], ["w"]),
+              node("MatMul", ["x", "w"], ["y"])], [vi("x", shape=[2, 33])], [vi("y")],
+             {"bins": np.array(10, np.int64), "dft": np.array(64, np.int64),
+              "rate": np.array(16000, np.int64), "lo": np.array(30.0, np.float32),
+              "hi": np.array(7000.0, np.float32)}, opset=17)
+    feeds = {"x": rand(2, 33)}
+    want = ReferenceEvaluator(m).run(None, feeds)[0]
+    np.testing.assert_allclose(compiler.compile(import_model(m))(**feeds), want, rtol=1e-5,
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize("mode,lo,skips", [("TF", 1, 2), ("IDF", 2, 0), ("TFIDF", 1, 3)])
+def test_tfidf_vectorizer_matches_onnxruntime(mode, lo, skips):
+    """Run-time integer input [B, C]: unigram and bigram counts over skip
+    distances, weighted per mode."""
+    n = node("TfIdfVectorizer", ["x"], ["y"], mode=mode, min_gram_length=lo, max_gram_length=2,
+             max_skip_count=skips, ngram_counts=[0, 3], ngram_indexes=[4, 0, 2, 1, 3, 5],
+             pool_int64s=[2, 3, 5, 2, 3, 5, 4, 3, 3], weights=[0.5, 2.0, 1.5, 3.0, 0.25, 4.0])
+    m = make([n], [vi("x", TensorProto.INT64, [3, 9])], [vi("y", shape=[3, 6])], opset=17)
+    x = RNG.integers(2, 6, (3, 9)).astype(np.int64)
+    check(m, {"x": x}, compile_it=True)
+
+
+def test_tfidf_vectorizer_of_strings_is_refused():
+    n = node("TfIdfVectorizer", ["x"], ["y"], name="tfidf", mode="TF", min_gram_length=1,
+             max_gram_length=1, max_skip_count=0, ngram_counts=[0], ngram_indexes=[0],
+             pool_strings=["a"])
+    m = make([n], [vi("x", TensorProto.INT64, [4])], [vi("y", shape=[1])], opset=17)
+    with pytest.raises(OnnxImportError, match="TfIdfVectorizer node 'tfidf': .*pool_int64s"):
+        import_model(m)
+
+
+@needs_opset(24)
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+@pytest.mark.parametrize("indices_at_run_time", [False, True])
+def test_tensor_scatter_matches_onnx_reference(mode, indices_at_run_time):
+    """A KV-cache write at per-batch indices (constant or run-time), linear or
+    wrapping around the cache."""
+    from onnx.reference import ReferenceEvaluator
+    w = np.array([1, 5, 0], np.int64) if mode == "circular" else np.array([1, 3, 0], np.int64)
+    inputs = [vi("cache", shape=[3, 2, 6, 4]), vi("upd", shape=[3, 2, 3, 4])]
+    inits = {}
+    if indices_at_run_time:
+        inputs.append(vi("w", TensorProto.INT64, [3]))
+    else:
+        inits["w"] = w
+    m = make([node("TensorScatter", ["cache", "upd", "w"], ["y"], mode=mode)], inputs,
+             [vi("y", shape=[3, 2, 6, 4])], inits, opset=24)
+    feeds = {"cache": rand(3, 2, 6, 4), "upd": rand(3, 2, 3, 4)}
+    if indices_at_run_time:
+        feeds["w"] = w
+    want = ReferenceEvaluator(m).run(None, feeds)[0]
+    np.testing.assert_array_equal(compiler.compile(import_model(m))(**feeds), want)
+
+
+@needs_opset(24)
+def test_tensor_scatter_along_the_batch_axis_is_refused():
+    m = make([node("TensorScatter", ["cache", "upd"], ["y"], name="ts", axis=0)],
+             [vi("cache", shape=[6, 4]), vi("upd", shape=[2, 4])], [vi("y", shape=[6, 4])],
+             opset=24)
+    with pytest.raises(OnnxImportError, match="TensorScatter node 'ts': mode='linear', axis=0"):
+        import_model(m)
+
+
+def test_optional_of_tensors_known_at_import_matches_onnxruntime():
+    nodes = [node("OptionalHasElement", [""], ["empty"]),
+             node("OptionalHasElement", ["x"], ["full"]),
+             node("OptionalGetElement", ["x"], ["got"])]
+    m = make(nodes, [vi("x", shape=[2, 3])],
+             [vi("empty", TensorProto.BOOL, []), vi("full", TensorProto.BOOL, []),
+              vi("got", shape=[2, 3])], opset=18)
+    check(m, {"x": rand(2, 3)}, compile_it=True)
+
+
+@pytest.mark.parametrize("mode,ratio,ctm", [("avg", 0, "half_pixel"), ("avg", 2, "output_half_pixel"),
+                                            ("max", 2, "half_pixel")])
+def test_roi_align_with_constant_rois_matches_onnx_reference(mode, ratio, ctm):
+    """Rois (one partly outside the image) and batch indices known at import."""
+    from onnx.reference import ReferenceEvaluator
+    rois = np.array([[0.5, 1.0, 6.0, 5.5], [2.0, 0.0, 9.5, 7.0], [-1.0, -2.0, 3.0, 12.0]],
+                    np.float32)
+    m = make([node("RoiAlign", ["x", "rois", "bi"], ["y"], mode=mode, output_height=3,
+                   output_width=2, sampling_ratio=ratio, spatial_scale=0.8,
+                   coordinate_transformation_mode=ctm)],
+             [vi("x", shape=[2, 3, 8, 9])], [vi("y", shape=[3, 3, 3, 2])],
+             {"rois": rois, "bi": np.array([1, 0, 1], np.int64)}, opset=16)
+    feeds = {"x": rand(2, 3, 8, 9)}
+    want = ReferenceEvaluator(m).run(None, feeds)[0]
+    np.testing.assert_allclose(compiler.compile(import_model(m))(**feeds), want, rtol=1e-5,
+                               atol=1e-6)
+    if mode == "avg":  # onnxruntime agrees (its max mode differs from the reference's)
+        check(m, feeds, compile_it=True)
+
+
+def test_roi_align_with_run_time_rois_is_refused():
+    m = make([node("RoiAlign", ["x", "rois", "bi"], ["y"], name="roi")],
+             [vi("x", shape=[1, 1, 4, 4]), vi("rois", shape=[1, 4])], [vi("y", shape=[1, 1, 1, 1])],
+             {"bi": np.array([0], np.int64)}, opset=16)
+    with pytest.raises(OnnxImportError, match=r"RoiAlign node 'roi': .*input\(s\) \['rois'\] are "
+                                              r"computed at run time"):
+        import_model(m)

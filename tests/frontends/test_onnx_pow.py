@@ -25,3 +25,29 @@ def test_integral_exponent_is_powi(e, powi):
     want = ort.InferenceSession(model.SerializeToString(),
                                 providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(m(x=x), want, rtol=2e-6)
+
+
+def _int_base_model(exp_elem):
+    g = helper.make_graph(
+        [helper.make_node("Pow", ["x", "e"], ["y"], name="pow")], "pow",
+        [helper.make_tensor_value_info("x", TensorProto.INT32, (2, 5)),
+         helper.make_tensor_value_info("e", exp_elem, (2, 5))],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, (2, 5))])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_integer_base_with_a_run_time_float_exponent_truncates_as_onnxruntime():
+    model = _int_base_model(TensorProto.FLOAT)
+    rng = np.random.default_rng(1)
+    x = rng.integers(1, 9, (2, 5)).astype(np.int32)
+    e = rng.uniform(0, 3, (2, 5)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x, "e": e})[0]
+    np.testing.assert_array_equal(compile(import_model(model))(x=x, e=e), want)
+
+
+def test_integer_base_with_a_run_time_integer_exponent_is_refused():
+    from compiler.frontends.onnx import OnnxImportError
+    with pytest.raises(OnnxImportError, match="Pow node 'pow': the integer exponent of an "
+                                              "integer base is computed at run time"):
+        import_model(_int_base_model(TensorProto.INT32))

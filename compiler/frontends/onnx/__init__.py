@@ -136,6 +136,14 @@ def _upgrade(model):
     v = _default_opset(model)
     if v is None or v >= MIN_OPSET:
         return model
+    scan8 = [n.name or f"#{i}" for i, n in enumerate(model.graph.node)
+             if n.op_type == "Scan" and n.domain in ("", "ai.onnx")] if v < 9 else []
+    if scan8:  # the converter drops Scan-8's batch axis from the graph's inputs
+        raise OnnxImportError(
+            f"the model's default-domain opset is {v}: Scan-8 (a batch axis, sequence_lens) "
+            f"has no conversion that keeps the model's input shapes; re-export the model at "
+            f"opset 9 or newer", [Issue("Scan", n, "Scan-8 (opset below 9) is not supported: "
+                                        "re-export at opset 9 or newer") for n in scan8])
     try:
         out = onnx.version_converter.convert_version(_hardmax_as_2d(model), MIN_OPSET)
         onnx.checker.check_model(out)
@@ -362,6 +370,9 @@ class _Importer:
         if isinstance(v, np.ndarray):
             from onnx import helper
             return helper.np_dtype_to_tensor_dtype(v.dtype)
+        if isinstance(v, Tensor) and name not in self._elem_types and v.dtype.value != "u8":
+            from ._types import elem_type_of  # u8 is ambiguous: UINT8 or BOOL
+            return elem_type_of(v.dtype)
         if name not in self._elem_types and not self._inferred:
             self._infer_types()
         if name in self._elem_types:
@@ -528,7 +539,8 @@ class _Importer:
         from ._fold import FOLD
         from ._ops import BUILD, static_issues
         name = node.name or f"#{i}"
-        if node.domain not in ("", "ai.onnx"):
+        if node.domain not in ("", "ai.onnx") and \
+                (node.domain, node.op_type) != ("ai.onnx.preview", "FlexAttention"):
             self.issues.append(Issue(f"{node.domain}.{node.op_type}", name,
                                      f"op domain {node.domain!r} is not supported (only the "
                                      f"default ONNX domain)"))
@@ -539,10 +551,6 @@ class _Importer:
             found.append("op type not supported by fuelc")
         else:
             found += static_issues(node.op_type, _attrs(node))
-        if node.op_type == "Attention" and len(node.output) > 3 and node.output[3] and \
-                self._used(node.output[3]):
-            found.append(f"output {node.output[3]!r} (qk_matmul_output) is used; only Y, "
-                         f"present_key and present_value are supported")
         if found:
             self._refused.add(i)
             self.issues += [Issue(node.op_type, name, what) for what in found]

@@ -309,6 +309,27 @@ def _window(kind):
     return run
 
 
+def _mel_weight_matrix(at, x):
+    """[dft_length // 2 + 1, num_mel_bins] triangular filters on the mel scale
+    (HTK: 2595 log10(1 + f / 700)), as ONNX's reference."""
+    from ._types import numpy_of
+    bins, dft, rate = (int(v.reshape(())) for v in x[:3])
+    lo, hi = (float(v.reshape(())) for v in x[3:5])
+    mel_lo, mel_hi = (2595 * np.log1p(f / 700) / np.log(10) for f in (lo, hi))
+    f = np.arange(bins + 2) * ((mel_hi - mel_lo) / (bins + 2)) + mel_lo
+    f = (((dft + 1) * (700 * np.expm1(f / 2595 * np.log(10)))) // rate).astype(int)
+    out = np.zeros((dft // 2 + 1, bins))
+    for i in range(bins):
+        left, mid, right = f[i], f[i + 1], f[i + 2]
+        if mid == left:
+            out[mid, i] = 1
+        else:
+            out[left:mid + 1, i] = (np.arange(left, mid + 1) - left) / (mid - left)
+        if right > mid:
+            out[mid:right, i] = (right - np.arange(mid, right)) / (right - mid)
+    return [out.astype(numpy_of(at.get("output_datatype", 1)))]
+
+
 FOLD = {
     "Identity": lambda at, x: [x[0]],
     "Shape": lambda at, x: [extents(x[0].shape[at.get("start", 0):at.get("end", None)])],
@@ -322,6 +343,7 @@ FOLD = {
     "Sqrt": _keep(np.sqrt), "Exp": _keep(np.exp), "Log": _keep(np.log),
     "Reciprocal": _keep(lambda v: 1 / v),
     "Floor": _keep(np.floor), "Ceil": _keep(np.ceil), "Round": _keep(np.round),
+    "Relu": _keep(lambda v: np.maximum(v, v.dtype.type(0))),
     "Equal": _cmp(np.equal), "Less": _cmp(np.less), "Greater": _cmp(np.greater),
     "LessOrEqual": _cmp(np.less_equal), "GreaterOrEqual": _cmp(np.greater_equal),
     "Not": lambda at, x: [np.logical_not(x[0])],
@@ -347,7 +369,9 @@ FOLD = {
     "ReduceMin": _reduce(np.min), "ReduceMax": _reduce(np.max),
     "HannWindow": _window("HannWindow"), "HammingWindow": _window("HammingWindow"),
     "BlackmanWindow": _window("BlackmanWindow"),
+    "MelWeightMatrix": _mel_weight_matrix,
 }
 
 #: ops that only exist at import: their inputs must be constants.
-FOLD_ONLY = {"Range", "ConstantOfShape", "HannWindow", "HammingWindow", "BlackmanWindow"}
+FOLD_ONLY = {"Range", "ConstantOfShape", "HannWindow", "HammingWindow", "BlackmanWindow",
+             "MelWeightMatrix"}

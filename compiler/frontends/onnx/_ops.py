@@ -84,9 +84,12 @@ def _pow(cx, node, at, ins):
         return [x.pow(int(e))]
     if not x.dtype.is_float:  # integer base: the result keeps x's type
         if not isinstance(p, np.ndarray):
-            raise Unsupported("the exponent of an integer base is computed at run time; fuelc "
-                              "needs it constant at import (its Pow is float-only, a "
-                              "constant exponent is spelled with PowI)")
+            if p.dtype.is_float:  # as ONNX's reference: pow in f64, truncated to x's type
+                return [(x.cast("f64") ** (p if p.dtype.value == "f64" else p.cast("f64")))
+                        .cast(x.dtype)]
+            raise Unsupported("the integer exponent of an integer base is computed at run "
+                              "time; fuelc needs it constant at import (its Pow is float-only, "
+                              "a constant exponent is spelled with PowI)")
         if p.dtype.kind == "f" and not np.array_equal(p, np.round(p)):
             return [(x.cast("f64") ** cx.t(p.astype(np.float64))).cast(x.dtype)]
         e = np.broadcast_to(p.astype(np.int64), broadcast_shape(x.shape, p.shape))
@@ -211,9 +214,15 @@ def _cast(cx, node, at, ins):
 @_op("Dropout")
 def _dropout(cx, node, at, ins):
     if len(ins) > 2 and ins[2] is not None:
-        training = cx.arr(ins[2], "training_mode", node)
-        if bool(training.reshape(-1)[0]):
-            raise Unsupported("training_mode=True (only inference Dropout is supported)")
+        late = [n for n, v in zip(node.input[1:3], ins[1:3]) if isinstance(v, Tensor)]
+        if isinstance(ins[2], Tensor):
+            raise Unsupported(f"its inputs must be constants known at import; input(s) {late} "
+                              f"are computed at run time")
+        ratio = 0.5 if ins[1] is None else ins[1]
+        if bool(ins[2].reshape(-1)[0]) and (isinstance(ratio, Tensor) or float(
+                np.asarray(ratio).reshape(-1)[0]) != 0.0):
+            raise Unsupported("training_mode=True with a nonzero ratio: the dropped elements "
+                              "are random (only inference Dropout, or ratio 0, is supported)")
     x = ins[0]
     return [x, np.ones(x.shape, np.bool_)]
 
@@ -311,30 +320,55 @@ def _layer_norm(cx, node, at, ins):
 @_op("BatchNormalization")
 def _batch_norm(cx, node, at, ins):
     """Inference: (x - mean) / sqrt(var + eps) * scale + bias per channel
-    (axis 1); with constant statistics one multiply and one add."""
+    (axis 1); with constant statistics one multiply and one add. Training
+    mode normalizes by the batch's statistics and also returns the running
+    statistics, ``stat * momentum + batch_stat * (1 - momentum)``."""
     if at.get("training_mode", 0):
-        raise Unsupported("attribute training_mode=1 (only inference BatchNormalization)")
+        return _batch_norm_training(cx, at, ins)
     if any(node.output[1:]):
         raise Unsupported("outputs running_mean/running_var (training only) are used")
     x = cx.t(ins[0])
     if x.ndim < 2:
         raise Unsupported(f"a rank-{x.ndim} input {list(x.shape)} (N, C, ... expected)")
+    return [_normalize(cx, x, at.get("epsilon", 1e-5), *ins[1:5])]
+
+
+def _normalize(cx, x, eps, scale, bias, mean, var):
+    """(x - mean) / sqrt(var + eps) * scale + bias, the statistics per channel."""
     if x.dtype.value in ("f16", "bf16"):  # computed in f32, rounded once (as onnxruntime)
-        return [y.cast(x.dtype) for y in _batch_norm(cx, node, at, [x.cast("f32")] + ins[1:])]
-    eps = at.get("epsilon", 1e-5)
+        return _normalize(cx, x.cast("f32"), eps, scale, bias, mean, var).cast(x.dtype)
     per_channel = (x.shape[1],) + (1,) * (x.ndim - 2)
-    scale, bias, mean, var = ins[1:5]
     if all(isinstance(v, np.ndarray) for v in (scale, bias, mean, var)):
         a = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps)
         c = bias.astype(np.float64) - mean.astype(np.float64) * a
-        return [x * cx.t(a.reshape(per_channel), like=x) + cx.t(c.reshape(per_channel), like=x)]
+        return x * cx.t(a.reshape(per_channel), like=x) + cx.t(c.reshape(per_channel), like=x)
 
     def pc(v):
         t = cx.t(v, like=x) if isinstance(v, np.ndarray) else cx.t(v)
         t = t if t.dtype == x.dtype else t.cast(x.dtype)
         return t.reshape(per_channel)
 
-    return [(x - pc(mean)) / (pc(var) + eps).sqrt() * pc(scale) + pc(bias)]
+    return (x - pc(mean)) / (pc(var) + eps).sqrt() * pc(scale) + pc(bias)
+
+
+def _batch_norm_training(cx, at, ins):
+    x = cx.t(ins[0])
+    if x.ndim < 2 or not x.dtype.is_float:
+        raise Unsupported(f"training BatchNormalization of a rank-{x.ndim} {x.dtype.value} "
+                          f"input (float N, C, ... expected)")
+    axes = [0] + list(range(2, x.ndim))
+    per_channel = (x.shape[1],) + (1,) * (x.ndim - 2)
+    mean = x.mean(axes, keepdims=True)
+    var = (x - mean).square().mean(axes, keepdims=True)
+    y = _normalize(cx, x, at.get("epsilon", 1e-5), ins[1], ins[2],
+                   mean.reshape(per_channel[:1]), var.reshape(per_channel[:1]))
+    m = at.get("momentum", 0.9)
+
+    def running(stat, batch):
+        stat = cx.t(stat, like=x) if isinstance(stat, np.ndarray) else cx.t(stat)
+        return stat * m + batch.reshape(per_channel[:1]) * (1.0 - m)
+
+    return [y, running(ins[3], mean), running(ins[4], var)]
 
 
 def _einsum_terms(eq, ranks):
@@ -575,7 +609,7 @@ def _concat(cx, node, at, ins):
 
 @_op("Split")
 def _split(cx, node, at, ins):
-    x = cx.t(ins[0])
+    x = ins[0] if isinstance(ins[0], np.ndarray) else cx.t(ins[0])  # an array folds
     axis = norm_axis(at.get("axis", 0), x.ndim)
     split = at.get("split")
     if len(ins) > 1 and ins[1] is not None:
@@ -583,6 +617,8 @@ def _split(cx, node, at, ins):
     elif split is not None:
         split = np.asarray(split)
     sizes = split_sizes(x.shape[axis], split, len(node.output), at.get("num_outputs"))
+    if isinstance(x, np.ndarray):
+        return np.split(x, np.cumsum(sizes)[:-1], axis)
     outs, start = [], 0
     for n in sizes:
         outs.append(x if n == x.shape[axis] else x.slice(axis, start, n))
@@ -874,11 +910,17 @@ def _conv_transpose(cx, node, at, ins):
     if totals is not None:  # ONNX: SAME_UPPER puts the odd pad at the end
         pads = [(t // 2, t - t // 2) if auto == "SAME_UPPER" else (t - t // 2, t // 2)
                 for t in totals]
+        if at.get("auto_pad", "NOTSET") == "NOTSET":  # a larger output_shape: zeros at the
+            pads = [(0, t) if t < 0 else pr for t, pr in zip(totals, pads)]  # end (reference)
     else:
         pads = _conv_pads({"pads": at.get("pads")}, x.shape[2:], k, s)
-    if any(t < 0 for pr in pads for t in pr):
-        raise Unsupported(f"output_shape {at.get('output_shape')} is larger than the full "
-                          f"transposed convolution {full}")
+    grow = [(max(-lo, 0), max(-hi, 0)) for lo, hi in pads]  # output_shape beyond full
+    if any(g != (0, 0) for g in grow):  # zeros there, then the bias everywhere
+        pads = [(max(lo, 0), max(hi, 0)) for lo, hi in pads]
+        y = _conv_transpose(cx, node, {**at, "pads": [p for p, _ in pads] + [p for _, p in pads],
+                                       "output_shape": None, "auto_pad": "NOTSET"}, ins[:2])[0]
+        y = y.pad([(0, 0), (0, 0)] + grow)
+        return [y if bias is None else y + bias.reshape((-1,) + (1,) * nd)]
     if one_d:
         x, w = _as_2d(x, w)
         s, d, op_, pads = [1] + s, [1] + d, [0] + op_, [(0, 0)] + pads
@@ -895,19 +937,210 @@ def _conv_transpose(cx, node, at, ins):
     return [y.squeeze(2) if one_d else y]
 
 
+@_op("Det")
+def _det(cx, node, at, ins):
+    """The Leibniz sum over the permutations of the last two (n x n, n <= 4)
+    axes: n! products of n elements, each a slice of the input."""
+    import itertools
+    x = cx.t(ins[0])
+    n = x.shape[-1] if x.ndim >= 2 else None
+    if n is None or x.shape[-2] != n or not 1 <= n <= 4 or not x.dtype.is_float:
+        raise Unsupported(f"Det of a {x.dtype.value}{list(x.shape)} input (float [..., n, n] "
+                          f"with n <= 4: fuelc spells the n! products of the Leibniz formula)")
+    total = None
+    for perm in itertools.permutations(range(n)):
+        term = None
+        for i, j in enumerate(perm):
+            e = x[..., i, j]
+            term = e if term is None else term * e
+        odd = sum(perm[a] > perm[b] for a in range(n) for b in range(a + 1, n)) % 2
+        total = (-term if odd else term) if total is None else \
+            (total - term if odd else total + term)
+    return [total]
+
+
+@_op("TfIdfVectorizer")
+def _tfidf(cx, node, at, ins):
+    """Per pool n-gram, its count in each row: for every skip distance d (one
+    for unigrams) the product of n shifted equality masks, summed; weighted
+    as ``mode`` says. The pool is constant, so each n-gram is a few slices."""
+    x = cx.t(ins[0])
+    if "pool_int64s" not in at or x.dtype.is_float or x.ndim not in (1, 2):
+        raise Unsupported(f"TfIdfVectorizer of a {x.dtype.value}{list(x.shape)} input (integer "
+                          f"[C] or [B, C] input and pool_int64s; strings are not supported)")
+    rows = x if x.ndim == 2 else x.reshape((1, x.shape[0]))
+    c = rows.shape[1]
+    pool, starts = list(at["pool_int64s"]), list(at["ngram_counts"]) + [len(at["pool_int64s"])]
+    index, mode = list(at["ngram_indexes"]), at.get("mode", "TF")
+    weights = list(at.get("weights") or [1.0] * len(index))
+    lo, hi, skips = at.get("min_gram_length", 1), at["max_gram_length"], at["max_skip_count"]
+    counts, k = {}, 0
+    for n in range(1, len(starts)):
+        for g in range(starts[n - 1], starts[n], n):
+            gram, total = pool[g:g + n], None
+            for d in (range(1, skips + 2) if n > 1 else [1]) if lo <= n <= hi else []:
+                span = c - d * (n - 1)
+                if span <= 0:
+                    continue
+                hit = None
+                for m, v in enumerate(gram):
+                    eq = (rows[:, m * d:m * d + span] == int(v)).cast("f32")
+                    hit = eq if hit is None else hit * eq
+                part = hit.sum(1, keepdims=True)
+                total = part if total is None else total + part
+            if total is not None:
+                if mode == "IDF":
+                    total = (total > 0.0).cast("f32") * float(weights[k])
+                elif mode == "TFIDF":
+                    total = total * float(weights[k])
+                counts[index[k]] = total
+            k += 1
+    zero = cx.t(np.zeros((rows.shape[0], 1), np.float32))
+    y = concat([counts.get(i, zero) for i in range(max(index) + 1)], 1)
+    return [y if x.ndim == 2 else y.reshape((y.shape[1],))]
+
+
+@_op("TensorScatter")
+def _tensor_scatter(cx, node, at, ins):
+    """The cache with ``update`` written at each batch row's write index along
+    ``axis`` (circular: modulo the cache length): position j of row b takes
+    update[j - w[b]] where that is in [0, L), one GatherElements and a Where."""
+    x, u = cx.t(ins[0]), cx.t(ins[1])
+    w = ins[2] if len(ins) > 2 else None
+    axis = norm_axis(at.get("axis", -2), x.ndim)
+    mode = at.get("mode", "linear")
+    if mode not in ("linear", "circular") or axis == 0 or u.ndim != x.ndim:
+        raise Unsupported(f"mode={mode!r}, axis={at.get('axis', -2)} for a cache "
+                          f"{list(x.shape)} and update {list(u.shape)} (linear or circular "
+                          f"along an axis after the batch)")
+    s, n = x.shape[axis], u.shape[axis]
+    pos = np.arange(s, dtype=np.int64).reshape([s if d == axis else 1 for d in range(x.ndim)])
+    if w is None or isinstance(w, np.ndarray):
+        w = np.zeros(x.shape[0], np.int64) if w is None else w.astype(np.int64)
+        t = pos - w.reshape((-1,) + (1,) * (x.ndim - 1))
+        t = t % s if mode == "circular" else t
+        ok, idx = (t >= 0) & (t < n), np.clip(t, 0, n - 1)
+        ok, idx = cx.t(ok.astype(np.uint8)), cx.t(np.broadcast_to(idx, x.shape).astype(np.uint32))
+    else:
+        w = cx.t(w)
+        w = (w if w.dtype.value == "i64" else w.cast("i64")).reshape((-1,) + (1,) * (x.ndim - 1))
+        t = cx.t(pos) - w
+        if mode == "circular":
+            t = where(t < 0, t + s, t)
+        ok = (t >= 0) * (t < n)
+        idx = minimum(maximum(t, 0), n - 1).cast("u32").broadcast_to(x.shape)
+    return [where(ok, u.gather(idx, axis), x)]
+
+
+@_op("OptionalHasElement", "OptionalGetElement")
+def _optional(cx, node, at, ins):
+    """Optionals of tensors, known at import: an omitted input is empty, a
+    tensor is present (the checker requires GetElement's input; optional and
+    sequence values are not imported)."""
+    x = ins[0] if ins else None
+    return [np.array(x is not None)] if node.op_type == "OptionalHasElement" else [x]
+
+
+def _roi_taps(rois, h, w, oh, ow, scale, ratio, half_pixel):
+    """Per roi, bin and sample: the 4 bilinear taps (flat h*w positions) and
+    weights of ONNX's reference, in the rois' own precision as there (the
+    sample counts depend on it), samples padded to the most any roi takes
+    (``valid`` 0 there), and each roi's sample count."""
+    rows = []
+    ft = rois.dtype.type
+    for r in rois:
+        x0, y0, x1, y1 = (v * ft(scale) - ft(0.5 if half_pixel else 0.0) for v in r[:4])
+        rh, rw = y1 - y0, x1 - x0
+        if not half_pixel:
+            rh, rw = max(rh, ft(1.0)), max(rw, ft(1.0))
+        bh, bw = rh / oh, rw / ow
+        gh = ratio if ratio > 0 else int(np.ceil(rh / oh))
+        gw = ratio if ratio > 0 else int(np.ceil(rw / ow))
+        taps = np.zeros((oh, ow, gh * gw, 4), np.int64)
+        wts = np.zeros((oh, ow, gh * gw, 4))
+        for i in range(oh):
+            for j in range(ow):
+                for iy in range(gh):
+                    for ix in range(gw):
+                        y = y0 + i * bh + (iy + 0.5) * bh / gh
+                        x = x0 + j * bw + (ix + 0.5) * bw / gw
+                        if y < -1.0 or y > h or x < -1.0 or x > w:
+                            continue
+                        y, x = max(y, ft(0.0)), max(x, ft(0.0))
+                        yl, xl = int(y), int(x)
+                        yh, xh = (yl + 1, xl + 1)
+                        if yl >= h - 1:
+                            yh = yl = h - 1
+                            y = yl
+                        if xl >= w - 1:
+                            xh = xl = w - 1
+                            x = xl
+                        ly, lx = y - yl, x - xl
+                        k = iy * gw + ix
+                        taps[i, j, k] = [yl * w + xl, yl * w + xh, yh * w + xl, yh * w + xh]
+                        wts[i, j, k] = [(1 - ly) * (1 - lx), (1 - ly) * lx, ly * (1 - lx), ly * lx]
+        rows.append((taps, wts, max(gh * gw, 1)))
+    n = max(t.shape[2] for t, _, _ in rows)
+    pad = [(0, 0), (0, 0), (0, 0), (0, 0)]
+    taps = np.stack([np.pad(t, pad[:2] + [(0, n - t.shape[2])] + pad[3:]) for t, _, _ in rows])
+    wts = np.stack([np.pad(v, pad[:2] + [(0, n - v.shape[2])] + pad[3:]) for _, v, _ in rows])
+    valid = np.stack([np.arange(n) < t.shape[2] for t, _, _ in rows])
+    return taps, wts, valid, np.array([c for _, _, c in rows], np.float64)
+
+
+@_op("RoiAlign")
+def _roi_align(cx, node, at, ins):
+    """Constant rois and batch indices: every bilinear tap and weight is known
+    at import, so the output is one IndexSelect of the input's pixels, the
+    weights, and a sum (avg) or max over the samples."""
+    x = cx.t(ins[0])
+    late = [n for n, v in zip(node.input[1:3], ins[1:3]) if not isinstance(v, np.ndarray)]
+    if late:
+        raise Unsupported(f"its inputs must be constants known at import; input(s) {late} are "
+                          f"computed at run time (fuelc computes the sampling taps at import)")
+    if x.ndim != 4 or not x.dtype.is_float:
+        raise Unsupported(f"RoiAlign of a {x.dtype.value}{list(x.shape)} input (float N, C, H, W)")
+    rois, batch = ins[1], ins[2].reshape(-1).astype(np.int64)
+    n, c, h, w = x.shape
+    oh, ow = at.get("output_height", 1), at.get("output_width", 1)
+    mode = at.get("mode", "avg")
+    half = at.get("coordinate_transformation_mode", "half_pixel") == "half_pixel"
+    taps, wts, valid, count = _roi_taps(rois, h, w, oh, ow, at.get("spatial_scale", 1.0),
+                                        int(at.get("sampling_ratio", 0)), half)
+    r, s = taps.shape[0], taps.shape[3]
+    rows = (taps + (batch * h * w).reshape(-1, 1, 1, 1, 1)).reshape(-1).astype(np.uint32)
+    pix = x.permute((0, 2, 3, 1)).reshape((n * h * w, c)).index_select(rows, 0)
+    v = pix.reshape((r, oh, ow, s, 4, c)) * cx.t(wts.reshape(r, oh, ow, s, 4, 1), like=x)
+    if mode == "avg":
+        y = v.sum([3, 4]) * cx.t((1.0 / count).reshape(r, 1, 1, 1), like=x)
+    else:
+        off = np.where(valid, 0.0, -np.inf).reshape(r, 1, 1, s, 1)
+        y = (v.max(4) + cx.t(off, like=x)).max(3)
+    return [y.permute((0, 3, 1, 2))]
+
+
 @_op("Attention")
 def _attention(cx, node, at, ins):
     """Attention (opset 23+): 3-D inputs are split into heads; q, k, v alone
-    go to the fused FlashAttn; a mask, a past key/value cache or
-    ``nonpad_kv_seqlen`` take the spelled-out softmax(q k^T * scale + bias) v,
+    go to the fused FlashAttn; a mask, a past key/value cache,
+    ``nonpad_kv_seqlen``, the qk_matmul_output output, softmax_precision or
+    f16/bf16 inputs take the spelled-out softmax(q k^T * scale + bias) v,
     whose fully masked rows give 0 as ONNX specifies."""
     ins = list(ins) + [None] * (7 - len(ins))
     q, k, v = (cx.t(i) for i in ins[:3])
     mask, past_k, past_v, nonpad = ins[3:7]
-    if nonpad is not None:
-        raise Unsupported("input nonpad_kv_seqlen (an external KV cache) is not supported")
     if (past_k is None) != (past_v is None):
         raise Unsupported("past_key and past_value must be given together")
+    if nonpad is not None and past_k is not None:
+        raise Unsupported("nonpad_kv_seqlen together with past_key/past_value (ONNX forbids it)")
+    mode = at.get("qk_matmul_output_mode", 0)
+    want_qk = len(node.output) > 3 and bool(node.output[3]) and cx._used(node.output[3])
+    softcap = at.get("softcap") or None
+    if want_qk and mode == 0 and softcap:
+        raise Unsupported("qk_matmul_output_mode=0 with softcap: the spec (the raw product) and "
+                          "ONNX's reference (the softcapped product) disagree; use mode 1")
+    if mode not in (0, 1, 2, 3):
+        raise Unsupported(f"qk_matmul_output_mode={mode} (0, 1, 2 or 3)")
     rank = q.ndim
     if rank == 3:
         hq, hkv = at.get("q_num_heads"), at.get("kv_num_heads")
@@ -924,28 +1157,50 @@ def _attention(cx, node, at, ins):
         k, v = concat([cx.t(past_k), k], 2), concat([cx.t(past_v), v], 2)
     causal = bool(at.get("is_causal", 0))
     scale = at.get("scale") or 1.0 / math.sqrt(q.shape[-1])
-    softcap = at.get("softcap") or None
     left, right = at.get("left_window_size", -1), at.get("right_window_size", -1)
-    if mask is None and past == 0 and v.shape[-1] == q.shape[-1]:
+    precision = at.get("softmax_precision")
+    if precision is not None:
+        from ._types import dtype_of
+        precision = dtype_of(precision)
+        precision = None if precision == q.dtype else precision
+    qk = None
+    if mask is None and past == 0 and nonpad is None and v.shape[-1] == q.shape[-1] and \
+            q.dtype.value not in ("f16", "bf16") and not want_qk and precision is None:
         y = B.flash_attn(q, k, v, causal=causal, scale=scale, softcap=softcap,
                          sliding_window=left + 1 if left >= 0 else None,
                          window_size_right=right if right >= 0 else None)
     else:
-        y = _attention_spelled(cx, q, k, v, mask, causal, past, scale, softcap, left, right)
+        y, qk = _attention_parts(cx, q, k, v, mask, causal, past, scale, softcap, left, right,
+                                 nonpad, mode, precision, as_reference=True)
     if rank == 3:
         y = y.permute((0, 2, 1, 3))
         y = y.reshape((y.shape[0], y.shape[1], y.shape[2] * y.shape[3]))
-    return [y, k, v]
+    return [y, k, v, qk]
 
 
 def _attention_spelled(cx, q, k, v, mask, causal, past, scale, softcap, left, right):
+    """softmax(q k^T * scale + bias) v (the torch importer's SDPA too)."""
+    return _attention_parts(cx, q, k, v, mask, causal, past, scale, softcap, left, right)[0]
+
+
+def _attention_parts(cx, q, k, v, mask, causal, past, scale, softcap, left, right,
+                     nonpad=None, mode=0, precision=None, as_reference=False):
+    """Y and the qk_matmul_output of ``mode`` (the scaled product, softcapped
+    for 1, plus the bias for 2, the probabilities for 3); ``as_reference``:
+    f16/bf16 rounded as ONNX's reference (q and k^T each scaled by
+    sqrt(scale), bf16 row sums rounded per addition)."""
     hq, hkv = q.shape[1], k.shape[1]
     if hq != hkv:  # grouped-query: each k/v head serves hq / hkv query heads
         heads = np.arange(hq, dtype=np.uint32) // (hq // hkv)
         k, v = k.index_select(heads, 1), v.index_select(heads, 1)
-    s = matmul(q, k.transpose((0, 1, 3, 2))) * scale
+    if as_reference and q.dtype.value in ("f16", "bf16"):  # q and k^T each times sqrt(scale)
+        root = float(np.asarray(math.sqrt(scale), q.dtype.numpy))
+        s = matmul(q * root, k.transpose((0, 1, 3, 2)) * root)
+    else:
+        s = matmul(q, k.transpose((0, 1, 3, 2))) * scale
     if softcap:
         s = (s * (1.0 / softcap)).tanh() * softcap
+    qk = s
     sq, sk = s.shape[2], s.shape[3]
     if mask is not None:
         if isinstance(mask, np.ndarray) and mask.dtype == np.bool_:
@@ -959,23 +1214,72 @@ def _attention_spelled(cx, q, k, v, mask, causal, past, scale, softcap, left, ri
             m = where(m, cx.t(np.zeros((), np.float32), like=s),
                       cx.t(np.full((), -np.inf, np.float32), like=s))
         s = s + (m if m.dtype == s.dtype else m.cast(s.dtype))
-    i = np.arange(sq).reshape(sq, 1) + past
-    j = np.arange(sk).reshape(1, sk)
-    allowed = np.ones((sq, sk), np.bool_)
-    if causal:
-        allowed &= j <= i
-    if left >= 0:
-        allowed &= i - j <= left
-    if right >= 0:
-        allowed &= j - i <= right
-    if not allowed.all():
-        s = s + cx.t(np.where(allowed, 0.0, -np.inf).astype(np.float32), like=s)
+    allowed = _keys_allowed(cx, sq, sk, past, causal, left, right, nonpad, s.shape[0])
+    if allowed is not None:
+        s = s + where(allowed, cx.t(np.zeros((), np.float32), like=s),
+                      cx.t(np.full((), -np.inf, np.float32), like=s))
+    if mode == 2:
+        qk = s
+    low = s.dtype
+    if precision is not None:
+        s = s.cast(precision)
     top = s.max(-1, keepdims=True)
     top = where(top == -math.inf, 0.0, top)
     e = (s - top).exp()
-    total = e.sum(-1, keepdims=True)
-    total = where(total == 0.0, 1.0, total)
-    return matmul(e / total, v)
+    total = _row_sum(e) if as_reference else e.sum(-1, keepdims=True)
+    p = e / where(total == 0.0, 1.0, total)
+    if precision is not None:
+        p = p.cast(low)
+    return matmul(p, v), p if mode == 3 else qk
+
+
+def _keys_allowed(cx, sq, sk, past, causal, left, right, nonpad, batch):
+    """Where query i may see key j: the causal and window limits around
+    i + offset (offset = past length, or nonpad_kv_seqlen - sq per batch) and
+    j < nonpad_kv_seqlen; a constant [sq, sk] or [B, 1, sq, sk] mask (u8)
+    when the lengths are known at import, else built at run time; None when
+    every key is allowed."""
+    if nonpad is None or isinstance(nonpad, np.ndarray):
+        n = None if nonpad is None else nonpad.reshape(batch, 1, 1, 1).astype(np.int64)
+        i = np.arange(sq).reshape(sq, 1) + (past if n is None else n - sq)
+        j = np.arange(sk).reshape(1, sk)
+        ok = np.ones(np.broadcast_shapes(i.shape, j.shape), np.bool_)
+        if causal:
+            ok &= j <= i
+        if left >= 0:
+            ok &= i - j <= left
+        if right >= 0:
+            ok &= j - i <= right
+        if n is not None:
+            ok &= j < n
+        return None if ok.all() else cx.t(ok.astype(np.uint8))
+    n = cx.t(nonpad).reshape((batch, 1, 1, 1))
+    n = n if n.dtype.value == "i64" else n.cast("i64")
+    i = n + cx.t(np.arange(sq, dtype=np.int64).reshape(sq, 1) - sq)
+    j = cx.t(np.arange(sk, dtype=np.int64).reshape(1, sk))
+    ok = j < n
+    if causal:
+        ok = ok * (j <= i)
+    if left >= 0:
+        ok = ok * (i - j <= left)
+    if right >= 0:
+        ok = ok * (j - i <= right)
+    return ok
+
+
+def _row_sum(e: Tensor, sequential_upto: int = 64) -> Tensor:
+    """The sum over the last axis as ONNX's numpy reference computes it: f16
+    (numpy) accumulates in f32 and rounds once; bf16 (ml_dtypes) rounds after
+    every addition, left to right, spelled so for up to ``sequential_upto``
+    terms (longer bf16 rows accumulate in f32, which is closer to the exact
+    sum)."""
+    n = e.shape[-1]
+    if e.dtype.value != "bf16" or n > sequential_upto or n < 2:
+        return e.sum(-1, keepdims=True)
+    total = e[..., 0:1]
+    for j in range(1, n):
+        total = total + e[..., j:j + 1]
+    return total
 
 
 def static_issues(op: str, at: dict) -> list[str]:
@@ -986,15 +1290,8 @@ def static_issues(op: str, at: dict) -> list[str]:
         if len(at.get("kernel_shape", [0])) > 2:
             out.append(f"attribute kernel_shape={list(at['kernel_shape'])} (only 1-D and 2-D "
                        f"convolution are supported)")
-    if op == "BatchNormalization" and at.get("training_mode", 0):
-        out.append("attribute training_mode=1 (only inference BatchNormalization is "
-                   "supported: export the model in eval mode)")
     if op == "Gelu" and at.get("approximate", "none") not in ("none", "tanh"):
         out.append(f"attribute approximate={at['approximate']!r}")
-    if op == "Attention":
-        for name in ("qk_matmul_output_mode", "softmax_precision"):
-            if at.get(name, 0):
-                out.append(f"attribute {name}={at[name]} (only the default is supported)")
     return out
 
 
@@ -2382,3 +2679,6 @@ def _max_unpool(cx, node, at, ins):
     if want != shape:
         y = y.pad([(0, w - n) for w, n in zip(want, shape)])
     return [y]
+
+
+from . import _control, _rnn  # noqa: E402,F401  (register Scan, Loop, If; RNN, GRU, LSTM, LinearAttention)

@@ -61,6 +61,12 @@ def dtype_of(elem_type: int) -> DType:
     return _TYPES[elem_type][0]
 
 
+def elem_type_of(dt: DType) -> int:
+    """The ONNX element type of a graph value of dtype ``dt`` (not u8, which
+    is UINT8 or BOOL)."""
+    return next(et for et, (d, _) in _TYPES.items() if d == dt)
+
+
 def numpy_of(elem_type: int):
     if elem_type in _FOLD_ONLY:
         return _FOLD_ONLY[elem_type][0]
