@@ -229,7 +229,8 @@ def f32_to_bf16(x: np.ndarray) -> np.ndarray:
     x = np.require(x, np.float32, "C")  # (ascontiguousarray would make rank 0 rank 1)
     bits = x.view(np.uint32).astype(np.uint64)
     rounding = ((bits >> 16) & 1) + 0x7FFF
-    out = ((bits + rounding) >> 16).astype(np.uint16)
+    # (arithmetic on a rank-0 array gives a numpy scalar, which NaNs cannot be assigned into)
+    out = np.asarray((bits + rounding) >> 16).astype(np.uint16)
     nan = np.isnan(x)
     if nan.any():
         out[nan] = ((bits[nan] >> 16) | 0x40).astype(np.uint16)

@@ -268,3 +268,11 @@ def test_nonzero_indices_fills_a_two_slot_bundle():
     b = Storage.bundle([(D.U32, (6,)), (D.U32, (1,))])
     k([s], [b], [l, b.bundle_views[0].layout], P.NonZeroIndices(6, 0))
     assert b.slot_view(0).tolist() == [1, 3, 4, 0, 0, 0] and b.slot_view(1).tolist() == [3]
+
+
+def test_f32_to_bf16_keeps_rank_0_nan():
+    """A rank-0 NaN (an out-of-domain Asin of a bf16 scalar) stays a rank-0 NaN:
+    arithmetic on rank-0 arrays gives numpy scalars, which took no assignment."""
+    out = f32_to_bf16(np.array(np.nan, np.float32))
+    assert out.shape == () and np.isnan(bf16_to_f32(out))
+    assert f32_to_bf16(np.array(1.0, np.float32)).shape == ()
