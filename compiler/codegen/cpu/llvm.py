@@ -196,7 +196,9 @@ def target_machine(target, *, jit: bool = False, opt: int = 3) -> "llvm.TargetMa
 def llvm_features(target) -> str:
     """The LLVM feature string for ``target``: its features, and on AVX-512
     targets ``-prefer-256-bit``, so the loop vectorizer uses 16-float zmm
-    vectors (LLVM's tuning for most AVX-512 CPUs would keep 8-float ymm)."""
+    vectors (LLVM's tuning for most AVX-512 CPUs would keep 8-float ymm), and
+    ``+prefer-no-scatter`` (it had vectorized a padding copy across rows with
+    scatters, slower than the scalar copy)."""
     feats = target.llvm_features
     if "avx512f" in target.features:
         feats = ",".join(f for f in (feats, "-prefer-256-bit", "+prefer-no-scatter") if f)

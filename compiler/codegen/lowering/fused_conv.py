@@ -125,13 +125,13 @@ def direct(groups: int, stride, kernel, padding, dilation=(1, 1)) -> bool:
         return False
     if stride == (1, 1):
         return not (kernel == (1, 1) and tuple(padding) == (0, 0))
-    return max(stride) <= 2 and tuple(dilation) == (1, 1)
+    return direct_depthwise(stride, dilation)
 
 
 def direct_depthwise(stride, dilation=(1, 1)) -> bool:
     """Whether the cpu kernel computes this depthwise Conv2D (groups = Cin =
     Cout) directly, a channel at a time (``_direct``): stride 1, or stride 2
-    without dilation (as ``direct``)."""
+    without dilation (the strides ``direct`` takes for groups = 1 too)."""
     stride = tuple(stride)
     return stride == (1, 1) or max(stride) <= 2 and tuple(dilation) == (1, 1)
 
@@ -142,8 +142,8 @@ def _direct(x, w, bias, s, elt, xshape, wshape, pad, dil, stride, oshape, depthw
     channel is then a 1-channel direct convolution (``_planes``) whose padded
     plane (a few KiB) stays in L1 between being written and read, instead of
     a padded copy of the whole image passing through memory. The
-    temporaries (``_Scratch``) are allocated once and carried through the
-    loops, so an iteration neither allocates nor clears them again."""
+    temporaries (``_Geometry.scratch``) are allocated once and carried through
+    the loops, so an iteration neither allocates nor clears them again."""
     (n, cin, h, wd), (cout, kh, kw), (ho, wo) = xshape, wshape, oshape
     geo = _Geometry(pad, dil, stride, (kh, kw), (h, wd), (ho, wo), depthwise)
     planes = 1 if depthwise else cin
