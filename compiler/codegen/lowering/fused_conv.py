@@ -22,8 +22,8 @@ from compiler.errors import LoweringError
 from compiler.mlir import arith, ir, linalg, tensor
 
 from .core import (PARALLEL, REDUCTION, Lowering, Scalar, affine_map, empty, expand, fill,
-                   collapse, from_compute, generic, identity_map, index, lowers, rtt,
-                   to_compute)
+                   collapse, from_compute, generic, identity_map, index, insert_at, lowers, rtt,
+                   slice_at, to_compute)
 from .fused_norm import _for
 from .layout import insert_slice
 
@@ -170,33 +170,19 @@ def _direct(x, w, bias, s, elt, xshape, wshape, pad, dil, stride, oshape, depthw
 
     def image(i, out, *scratch):
         if not depthwise:
-            y, scratch = _planes(_at(x, [i], [1, cin, h, wd]), w, bias, s, elt, geo, scratch,
-                                 out, [i], act)
+            y, scratch = _planes(slice_at(x, [i], [1, cin, h, wd]), w, bias, s, elt, geo,
+                                 scratch, out, [i], act)
             return [y, *scratch]
 
         def channel(c, out, *scratch):
-            y, scratch = _planes(_at(x, [i, c], [1, 1, h, wd]), _at(w, [c], [1, 1, kh, kw]),
-                                 None if bias is None else _at(bias, [c], [1]), s, elt, geo,
+            y, scratch = _planes(slice_at(x, [i, c], [1, 1, h, wd]),
+                                 slice_at(w, [c], [1, 1, kh, kw]),
+                                 None if bias is None else slice_at(bias, [c], [1]), s, elt, geo,
                                  scratch, out, [i, c], act)
             return [y, *scratch]
         return _for(cin, [out, *scratch], channel)
 
     return _for(n, [empty([n, cout, ho, wo], elt), *scratch0], image)[0]
-
-
-def _at(v, at, sizes):
-    """The slice of ``v`` of static ``sizes`` at the dynamic leading offsets ``at``."""
-    dyn = ir.ShapedType.get_dynamic_stride_or_offset()
-    lead = [dyn] * len(at) + [0] * (len(sizes) - len(at))
-    return tensor.ExtractSliceOp(ir.RankedTensorType.get(sizes, rtt(v).element_type), v, at,
-                                 [], [], lead, sizes, [1] * len(sizes)).result
-
-
-def _put(v, dest, at):
-    dyn = ir.ShapedType.get_dynamic_stride_or_offset()
-    sizes = rtt(v).shape
-    lead = [dyn] * len(at) + [0] * (len(sizes) - len(at))
-    return tensor.InsertSliceOp(v, dest, at, [], [], lead, sizes, [1] * len(sizes)).result
 
 
 def _split_phases(xp, bufs, g, phases, s) -> list:
@@ -335,11 +321,11 @@ def _planes(xi, w, bias, s, elt, geo, scratch, out, at, act=None):
     # accumulator tiles only out of a buffer that no view aliases
     e = [ir.AffineDimExpr.get(k) for k in range(4)]
     sizes = [1, cout, g.ho, g.wo]
-    y = generic([acc], [_at(out, at, sizes)],
+    y = generic([acc], [slice_at(out, at, sizes)],
                 [affine_map(4, [0, 1, e[2] * g.wq + e[3]]), identity_map(4)],
                 [PARALLEL] * 4, lambda v, _o: v if act is None else act(v))[0]
     y.owner.attributes[CROP_ATTR] = ir.UnitAttr.get()
-    return _put(y, out, at), [xp, acc, *planes]
+    return insert_at(y, out, at), [xp, acc, *planes]
 
 
 #: The direct convolution computes a multiple of this many pixels per image.
