@@ -244,14 +244,23 @@ class SymbolicModule:
         return [head] + [f"{line} [{mark}]" for line, mark in
                          zip(last.kernel_summary(), extent_marks(last))]
 
-    def save(self, path, sign_with=None):
-        """Not built yet (one file per binding): raises ExportError naming the fix."""
-        from .export import ExportError
-        example = ", ".join(f"{n}=..." for n in self.graph.symbols)
-        raise ExportError(f"this module has symbolic extents ({', '.join(self.graph.symbols)}); "
-                          f"a .fuel file holds one binding in this version: save "
-                          f"m.specialize({example}).save({str(path)!r}), or several bindings "
-                          f"with m.save_bundle(directory, bindings=[{{...}}, ...])")
+    def save(self, path, sign_with=None, weights="zip"):
+        """Write one ``.fuel`` file that ``runtime.load(path)`` runs at every
+        size the signature allows, without the compiler
+        (``compiler.export_symbolic``; ``docs/dynamic-shapes.md``). Raises
+        ``ExportError`` naming the step when the plan or a kernel depends on
+        the sizes in a way one file cannot hold (a kernel compiled per shape);
+        ``sign_with`` and ``weights`` as for ``CompiledModule.save``."""
+        from .export_symbolic import export_symbolic
+        return export_symbolic(self, path, sign_with, weights)
+
+    def export_sample(self, sizes: dict, keep: frozenset = frozenset()) -> CompiledModule:
+        """A fresh ``CompiledModule`` of one binding, not kept, whose plan
+        leaves the values in ``keep`` unfolded (``fold_constant_steps``): what
+        ``save`` samples."""
+        o = self._options
+        return _compile(self.graph.bind(dict(sizes)), self.target, o["pipeline"], True, None, 1,
+                        None, None, o["strict"], keep)
 
     def save_bundle(self, path, bindings=None, sign_with=None):
         """Write a directory that ``runtime.load_bundle(path)`` runs without the
@@ -341,7 +350,7 @@ def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = Non
 
 
 def _compile(graph, target: Target, pipeline, warm: bool, progress, jobs: int, executor,
-             pool, strict: bool = False) -> CompiledModule:
+             pool, strict: bool = False, keep: frozenset = frozenset()) -> CompiledModule:
     from .dialect.emit import graph_to_module
     from .passes import DEFAULT_PIPELINE, resolve_pipeline, run_pipeline
     from .codegen.family import runnable_here
@@ -369,7 +378,7 @@ def _compile(graph, target: Target, pipeline, warm: bool, progress, jobs: int, e
     table = register_module_kernels(emitted.module, target)  # fuel.runtime_fused keys
     plan = plan_from_module(emitted.module, emitted.constants, backend=target.backend)
     if warm and target.kind == "cpu" and runnable_here(target):
-        plan = fold_constant_steps(plan, table)   # work on weights done once, now
+        plan = fold_constant_steps(plan, table, keep)   # work on weights done once, now
     timings["plan"] = time.perf_counter() - t0
     module = CompiledModule(plan, table, irs, timings, target)
     _check_fallbacks(module, strict)
