@@ -50,40 +50,52 @@ def _clip(v: int, lo: int, hi) -> int:
 
 def sample_bindings(symbols: dict) -> tuple[list, list[dict]]:
     """``(grid, samples)``: per symbol up to three sizes near 6 (the
-    interpolation grid), and the samples: the grid's product first, then
-    every symbol at 1, 2, 3, 33 and 40 (clipped to the bounds), each symbol
-    at its lower bound with the others at 40 and the reverse."""
+    interpolation grid); the samples: for every subset of the symbols held
+    at their lower bound (a batch of 1 squeezes an axis: another kernel
+    instance), the grid of the others, then the others at 2, 3, 33 and 40
+    (clipped to the bounds: the matmul row classes)."""
     names = list(symbols)
     grid = []
     for n in names:
         lo, hi = symbols[n]
         top = lo + 40 if hi is None else min(hi, lo + 40)
         grid.append(sorted(sorted(range(lo, top + 1), key=lambda v: abs(v - 6))[:3]))
-    samples = [dict(zip(names, p)) for p in itertools.product(*grid)]
-    extra = [{n: _clip(v, *symbols[n]) for n in names} for v in (1, 2, 3, 33, 40)]
-    for n in names:
-        lo, hi = symbols[n]
-        extra.append({m: lo if m == n else _clip(40, *symbols[m]) for m in names})
-        extra.append({m: _clip(40, lo, hi) if m == n else symbols[m][0] for m in names})
-    for b in extra:
-        if b not in samples:
-            samples.append(b)
+    samples: list[dict] = []
+    for pinned in itertools.product((False, True), repeat=len(names)):
+        axes = [[symbols[n][0]] if p else g for n, g, p in zip(names, grid, pinned)]
+        more = [dict(zip(names, q)) for q in itertools.product(*axes)]
+        more += [{n: symbols[n][0] if p else _clip(v, *symbols[n])
+                  for n, p in zip(names, pinned)} for v in (2, 3, 33, 40)]
+        samples += [b for b in more if b not in samples]
     return grid, samples
 
 
 class _Fit:
-    """Polynomials with integer coefficients through values on a grid
-    (tensor-product Lagrange interpolation, exact in fractions)."""
+    """Polynomials with integer coefficients of the symbols ``names`` through
+    values at ``samples`` (tensor-product Lagrange interpolation over the
+    grid points among them, exact in fractions; checked at every sample)."""
 
     def __init__(self, names: list[str], grid: list, samples: list[dict]):
-        self.names = names
-        self.samples = samples
+        self.names, self.grid, self.samples = names, grid, samples
         bases = [self._basis(xs) for xs in grid]
-        self.points = list(itertools.product(*[range(len(xs)) for xs in grid]))
         self.exps = list(itertools.product(*[range(len(xs)) for xs in grid]))
-        # the grid's points are the first samples, in this order
         self.weights = [[math.prod(bases[i][p[i]][e[i]] for i in range(len(names)))
-                         for e in self.exps] for p in self.points]
+                         for e in self.exps]
+                        for p in itertools.product(*[range(len(xs)) for xs in grid])]
+        self.at = []  # the sample index of each grid point
+        for point in itertools.product(*grid):
+            hit = [j for j, b in enumerate(samples) if all(b[n] == v for n, v in
+                                                           zip(names, point))]
+            self.at.append(hit[0] if hit else None)
+
+    def restrict(self, idx: list[int]) -> "_Fit | None":
+        """The fit over the samples ``idx``: the symbols constant among them
+        are held, the others interpolated (None when their grid is not
+        among those samples)."""
+        sub = [self.samples[j] for j in idx]
+        free = [n for n in self.names if len({b[n] for b in sub}) > 1]
+        fit = _Fit(free, [g for n, g in zip(self.names, self.grid) if n in free], sub)
+        return None if None in fit.at else fit
 
     @staticmethod
     def _basis(xs) -> list[list[Fraction]]:
@@ -104,7 +116,7 @@ class _Fit:
         sample), or None when no polynomial fits them all."""
         terms = []
         for k, e in enumerate(self.exps):
-            c = sum((values[j] * w[k] for j, w in enumerate(self.weights)), Fraction(0))
+            c = sum((values[j] * w[k] for j, w in zip(self.at, self.weights)), Fraction(0))
             if c.denominator != 1:
                 return None
             if c:
@@ -156,66 +168,100 @@ class _Template:
 
 
 def _kernels(template: _Template, recs: list[list[dict]], members: dict, target: dict) -> list:
-    """The kernel records of the template: integers as expressions, one
-    object per row class where the object depends on the sizes."""
+    """The kernel records of the template: integers as expressions; a kernel
+    whose object or descriptors depend on the sizes gets one variant per
+    pattern of unit extents in its call shapes (a squeezed batch of 1), each
+    with one object per matmul row class."""
     out = []
     for k, per_sample in enumerate(zip(*recs)):
         where = f"kernels[{k}] (step {per_sample[0]['step']}: {per_sample[0]['name']})"
         if any(r["binding"]["kind"] != per_sample[0]["binding"]["kind"] for r in per_sample):
             template._refuse(f"kernels[{k}]", "is bound to different kinds of kernel")
         if per_sample[0]["binding"]["kind"] != "object":
-            rec = template.merge([{**r, "cost": None, "revision": ""} for r in per_sample],
-                                 f"kernels[{k}]")
-            rec["revision"] = per_sample[0]["revision"]
+            rec = template.merge([{**r, "cost": None} for r in per_sample], f"kernels[{k}]")
             out.append(rec)
             continue
-        classes: dict[str, tuple] = {}
-        rows = []
-        for r in per_sample:
-            b = r["binding"]
-            lays = [Layout(tuple(lay["shape"]), tuple(lay["stride"]), lay["offset"])
-                    for lay in b["layouts"]]
-            c = row_class(lays, b["arity"] - 1)
-            rows.append(lays[0].shape[-2] if lays[0].rank >= 2 else 1)
-            if classes.setdefault(c, (b["object"], b["instance"])) != (b["object"], b["instance"]):
-                raise ExportError(
-                    f"cannot write one .fuel file for every size: {where} is compiled per shape "
-                    f"(instances {classes[c][1]} and {b['instance']} in row class {c!r}); a "
-                    "symbolic .fuel file needs kernels with run-time extents "
-                    "(docs/dynamic-shapes.md: the kernel table); save one binding "
-                    "(m.specialize(...).save) or a bundle (m.save_bundle)")
         plain = [{**r, "cost": None, "revision": "",
-                  "binding": {k2: v for k2, v in r["binding"].items()
-                              if k2 not in ("object", "instance")}} for r in per_sample]
+                  "binding": {x: v for x, v in r["binding"].items()
+                              if x not in ("object", "instance", "layouts")}} for r in per_sample]
         rec = template.merge(plain, f"kernels[{k}]")
-        b = rec["binding"]
+        try:  # one variant for every size
+            variants = [_variant(template, rec, None, per_sample, range(len(per_sample)), where)]
+        except ExportError:  # one per pattern of unit extents in the call shapes
+            groups: dict[tuple, list[int]] = {}
+            for j, r in enumerate(per_sample):
+                ones = tuple(d == 1 for shape in r["binding"]["call_shapes"] for d in shape)
+                groups.setdefault(ones, []).append(j)
+            variants = [_variant(template, rec, ones, [per_sample[j] for j in idx], idx, where)
+                        for ones, idx in groups.items()]
         op = re.match(r"\('(\w+)'", per_sample[0]["binding"]["instance"])
-        if len(classes) == 1 and not (op and op.group(1) in ROW_CLASS_OPS):
-            (obj, inst), = classes.values()
-            rec["binding"] = {**b, "object": obj, "instance": inst}
+        b = rec["binding"]
+        if len(variants) == 1 and len(variants[0]["classes"]) == 1 and not (
+                op and op.group(1) in ROW_CLASS_OPS):
+            (obj, inst), = variants[0]["classes"].values()
+            rec["binding"] = {**b, "layouts": variants[0]["layouts"], "object": obj,
+                              "instance": inst}
             rec["revision"] = object_revision(rec, members[obj]["sha256"], target)
             out.append(rec)
             continue
-        a = b["layouts"][0]["shape"]
-        expr = a[-2] if len(a) >= 2 else 1
-        lo, hi = (Sym.from_json(expr[SYM], template.bounds).bounds if isinstance(expr, dict)
-                  else (expr, expr))
-        for name, clo, chi in ROW_CLASSES:
-            reach = (chi is None or lo <= chi) and (hi is None or hi >= clo)
-            sampled = any(clo <= n and (chi is None or n <= chi) for n in rows)
-            if reach and not sampled:
-                raise ExportError(f"cannot write one .fuel file for every size: {where}: row "
-                                  f"class {name!r} is reachable within the symbols' bounds "
-                                  "but no sample size reached it")
-        entries = {}
-        for c, (obj, inst) in classes.items():
-            one = {**rec, "binding": {**b, "kind": "object", "object": obj, "instance": inst}}
-            entries[c] = {"object": obj, "instance": inst,
-                          "revision": object_revision(one, members[obj]["sha256"], target)}
-        rec["binding"] = {**b, "kind": "classes", "classes": entries}
-        rec["revision"] = ""
+        for v in variants:
+            for c, (obj, inst) in v["classes"].items():
+                one = {**rec, "binding": {**b, "layouts": v["layouts"], "object": obj,
+                                          "instance": inst}}
+                v["classes"][c] = {"object": obj, "instance": inst, "revision":
+                                   object_revision(one, members[obj]["sha256"], target)}
+        rec["binding"] = {**b, "kind": "classes", "variants": variants}
         out.append(rec)
     return out
+
+
+def _variant(template: _Template, rec: dict, ones: tuple, recs: list[dict], idx: list[int],
+             where: str) -> dict:
+    """One variant of a kernel step: the samples ``idx`` whose call shapes
+    have the unit extents ``ones``; its descriptor layouts and its object per
+    row class."""
+    fit = template.fit.restrict(list(idx))
+    held = [n for n in template.fit.names if fit is None or n not in fit.names]
+    flat = [d for shape in rec["binding"]["call_shapes"] for d in shape]
+    # a unit extent that is a product of symbols holds each of them at 1
+    implied = {n for e, one in zip(flat, ones or ()) if one and isinstance(e, dict)
+               and len(e[SYM]) == 1 and e[SYM][0][0] == 1 for n in e[SYM][0][1]}
+    implied |= {n for n, (lo, hi) in template.bounds.items() if lo == hi}
+    if fit is None or not set(held) <= implied:
+        raise ExportError(f"cannot write one .fuel file for every size: {where}: its kernel "
+                          f"instance at the sizes {[template.fit.samples[j] for j in idx][:3]} "
+                          "differs from the others in a way the unit extents of its call do "
+                          "not explain; save one binding (m.specialize(...).save) or a bundle "
+                          "(m.save_bundle)")
+    layouts = _Template(fit, template.modules, template.bounds).merge(
+        [r["binding"]["layouts"] for r in recs], f"{where}.binding.layouts")
+    classes: dict[str, tuple] = {}
+    rows = []
+    for r in recs:
+        b = r["binding"]
+        lays = [Layout(tuple(lay["shape"]), tuple(lay["stride"]), lay["offset"])
+                for lay in b["layouts"]]
+        c = row_class(lays, b["arity"] - 1)
+        rows.append(lays[0].shape[-2] if lays[0].rank >= 2 else 1)
+        if classes.setdefault(c, (b["object"], b["instance"])) != (b["object"], b["instance"]):
+            raise ExportError(
+                f"cannot write one .fuel file for every size: {where} is compiled per shape "
+                f"(instances {classes[c][1]} and {b['instance']} in row class {c!r}); a "
+                "symbolic .fuel file needs kernels with run-time extents "
+                "(docs/dynamic-shapes.md: the kernel table); save one binding "
+                "(m.specialize(...).save) or a bundle (m.save_bundle)")
+    a = layouts[0]["shape"]
+    expr = a[-2] if len(a) >= 2 else 1
+    lo, hi = (Sym.from_json(expr[SYM], template.bounds).bounds if isinstance(expr, dict)
+              else (expr, expr))
+    for name, clo, chi in ROW_CLASSES:
+        reach = (chi is None or lo <= chi) and (hi is None or hi >= clo)
+        if reach and not any(clo <= n and (chi is None or n <= chi) for n in rows):
+            raise ExportError(f"cannot write one .fuel file for every size: {where}: row "
+                              f"class {name!r} is reachable within the symbols' bounds but no "
+                              "sample size reached it")
+    return {**({} if ones is None else {"ones": list(ones)}), "layouts": layouts,
+            "classes": classes}
 
 
 def export_symbolic(module, path, sign_with=None, weights: str = "zip"):

@@ -55,6 +55,9 @@ SYMBOLIC_SCHEMA = {
     "iotas": [str],
 }
 CLASS_ENTRY = {"object": str, "instance": str, "revision": str}
+VARIANT = {"ones?": [bool], "layouts": list,
+           "classes": Check(Map(CLASS_ENTRY), lambda v: v and set(v) <= set(ROW_CLASSES),
+                            f"is not a non-empty map of {', '.join(ROW_CLASSES)} to objects")}
 
 
 def expression_value(expr: dict, values) -> int:
@@ -107,21 +110,33 @@ def settle(m: dict, values: dict, path: str = "") -> dict:
             if b["kind"] == "object":  # the template's revision was checked at load
                 rec["revision"] = _revision(rec, m, path, f"kernels[{k}].binding.object")
             continue
+        ones = [d == 1 for shape in b["call_shapes"] for d in shape]
+        v = next((v for v in b["variants"] if v.get("ones", ones) == ones), None)
+        if v is None:
+            raise ArtifactCodeError(
+                f"step {rec['step']} ({rec.get('name')}): the file holds no kernel for the unit "
+                f"extents of its call shapes {b['call_shapes']} at {values}; re-export the "
+                "model with this fuelc", path)
         try:
-            c = row_class(_layouts(b), b["arity"] - 1)
+            c = row_class(_layouts(v), b["arity"] - 1)
         except (FuelError, TypeError, ValueError, KeyError, IndexError) as e:
-            raise ManifestFieldError(f"kernels[{k}].binding.layouts", f"do not evaluate to "
+            raise ManifestFieldError(f"kernels[{k}].binding.variants", f"do not evaluate to "
                                      f"layouts at {values}: {e}", path) from None
-        entry = b["classes"].get(c)
+        entry = v["classes"].get(c)
         if entry is None:
             raise ArtifactCodeError(
                 f"step {rec['step']} ({rec.get('name')}): the file holds no kernel object for "
-                f"matmul row class {c!r} (it has {', '.join(b['classes'])}), which the binding "
+                f"matmul row class {c!r} (it has {', '.join(v['classes'])}), which the binding "
                 f"{values} needs; re-export the model with this fuelc", path)
-        rec["binding"] = {**{x: y for x, y in b.items() if x != "classes"}, "kind": "object",
-                          "object": entry["object"], "instance": entry["instance"]}
-        rec["revision"] = _revision(rec, m, path, f"kernels[{k}].binding.classes[{c!r}].object")
+        rec["binding"] = _with_object(b, v["layouts"], entry)
+        rec["revision"] = _revision(rec, m, path, f"kernels[{k}].binding.variants")
     return out
+
+
+def _with_object(b: dict, layouts: list, entry: dict) -> dict:
+    """The object binding of one variant and class of a ``classes`` binding."""
+    return {**{x: y for x, y in b.items() if x != "variants"}, "kind": "object",
+            "layouts": layouts, "object": entry["object"], "instance": entry["instance"]}
 
 
 def _revision(rec: dict, m: dict, path: str, field: str) -> str:
@@ -182,22 +197,20 @@ def check_symbolic(m: dict, path: str, check_static) -> None:
                                          "re-export the model", path)
         if not isinstance(b, dict) or b.get("kind") != "classes":
             continue
-        where = f"kernels[{k}].binding.classes"
-        validate(b.get("classes"), Check(Map(CLASS_ENTRY), lambda v: v and set(v) <= set(
-            ROW_CLASSES), f"is not a non-empty map of {', '.join(ROW_CLASSES)} to objects"),
-                 where, path)
-        for c, e in b["classes"].items():
-            member = m["members"].get(e["object"]) if e["object"].startswith("code/") else None
-            if member is None:
-                raise ManifestFieldError(f"{where}[{c!r}].object", f"{e['object']!r} is not an "
-                                         "object member", path)
-            one = {**rec, "binding": {**{x: y for x, y in b.items() if x != "classes"},
-                                      "kind": "object", "object": e["object"],
-                                      "instance": e["instance"]}}
-            if e["revision"] != object_revision(one, member["sha256"], m["target"]):
-                raise ManifestFieldError(f"{where}[{c!r}].revision", "does not match its "
-                                         "binding and object; the file was edited or damaged: "
-                                         "re-export the model", path)
+        validate(b.get("variants"), Check([VARIANT], bool, "is empty"),
+                 f"kernels[{k}].binding.variants", path)
+        for i, v in enumerate(b["variants"]):
+            where = f"kernels[{k}].binding.variants[{i}].classes"
+            for c, e in v["classes"].items():
+                member = m["members"].get(e["object"]) if e["object"].startswith("code/") else None
+                if member is None:
+                    raise ManifestFieldError(f"{where}[{c!r}].object", f"{e['object']!r} is not "
+                                             "an object member", path)
+                one = {**rec, "binding": _with_object(b, v["layouts"], e)}
+                if e["revision"] != object_revision(one, member["sha256"], m["target"]):
+                    raise ManifestFieldError(f"{where}[{c!r}].revision", "does not match its "
+                                             "binding and object; the file was edited or "
+                                             "damaged: re-export the model", path)
     consts = {c.get("name"): c for c in m["plan"].get("constants", ()) if isinstance(c, dict)}
     for i, n in enumerate(sig["iotas"]):
         c = consts.get(n)
