@@ -254,6 +254,25 @@ class SymbolicModule:
         from .export_symbolic import export_symbolic
         return export_symbolic(self, path, sign_with, weights)
 
+    @staticmethod
+    def refuse_per_shape_kernels(sample: CompiledModule) -> None:
+        """``ExportError`` naming the generated kernels of ``sample`` that are
+        compiled per shape (``extent_marks``): one ``.fuel`` file for every
+        size cannot hold them."""
+        from .codegen.family import GeneratedKernel
+        from .export import ExportError
+        entries = sample.executor.entries
+        steps = [(i, s) for i, s in enumerate(sample.plan.steps) if isinstance(s, KernelStep)]
+        bad = [f"step {i} ({s.name}: {entries[i].kernel.fn.__qualname__})"
+               for (i, s), mark in zip(steps, extent_marks(sample))
+               if mark == "per shape" and isinstance(entries[i].kernel.fn, GeneratedKernel)]
+        if bad:
+            raise ExportError(f"cannot write one .fuel file for every size: {', '.join(bad)} "
+                              f"{'is' if len(bad) == 1 else 'are'} compiled per shape (no kernel "
+                              "with run-time extents: docs/dynamic-shapes.md, the kernel table); "
+                              "save one binding (m.specialize(...).save) or a bundle "
+                              "(m.save_bundle)")
+
     def export_sample(self, sizes: dict, keep: frozenset = frozenset()) -> CompiledModule:
         """A fresh ``CompiledModule`` of one binding, not kept, whose plan
         leaves the values in ``keep`` unfolded (``fold_constant_steps``): what

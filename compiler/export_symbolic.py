@@ -264,23 +264,6 @@ def _variant(template: _Template, rec: dict, ones: tuple, recs: list[dict], idx:
             "classes": classes}
 
 
-def _refuse_per_shape_kernels(m) -> None:
-    """``ExportError`` naming the generated kernels of ``m`` compiled per
-    shape (``driver.extent_marks``), before the other samples compile them."""
-    from runtime.executor import KernelStep
-    from .codegen.family import GeneratedKernel
-    from .driver import extent_marks
-    steps = [(i, s) for i, s in enumerate(m.plan.steps) if isinstance(s, KernelStep)]
-    bad = [f"step {i} ({s.name}: {m.executor.entries[i].kernel.fn.__qualname__})"
-           for (i, s), mark in zip(steps, extent_marks(m))
-           if mark == "per shape" and isinstance(m.executor.entries[i].kernel.fn, GeneratedKernel)]
-    if bad:
-        raise ExportError(f"cannot write one .fuel file for every size: {', '.join(bad)} "
-                          f"{'is' if len(bad) == 1 else 'are'} compiled per shape (no kernel with "
-                          "run-time extents: docs/dynamic-shapes.md, the kernel table); save one "
-                          "binding (m.specialize(...).save) or a bundle (m.save_bundle)")
-
-
 def export_symbolic(module, path, sign_with=None, weights: str = "zip"):
     """Write ``module`` (a ``SymbolicModule``) to one ``.fuel`` file that
     ``runtime.load(path)`` runs at every size the signature allows; see the
@@ -305,7 +288,7 @@ def export_symbolic(module, path, sign_with=None, weights: str = "zip"):
             break
         keep |= more
     modules = [module.export_sample(samples[0], keep)]
-    _refuse_per_shape_kernels(modules[0])
+    module.refuse_per_shape_kernels(modules[0])
     modules += [module.export_sample(s, keep) for s in samples[1:]]
     base = dict(modules[0].plan.constants)
     iotas = sorted(n for n in base if n.startswith("const:iota"))  # Iota(len): made per binding
