@@ -264,6 +264,12 @@ def _variant(template: _Template, rec: dict, ones: tuple, recs: list[dict], idx:
             "classes": classes}
 
 
+def _is_iota(a) -> bool:
+    """Whether ``a`` is what the plan makes of an ``Iota``: ``arange(len)`` in f32."""
+    return (a is not None and a.ndim == 1 and a.dtype == np.float32
+            and np.array_equal(a, np.arange(len(a), dtype=np.float32)))
+
+
 def export_symbolic(module, path, sign_with=None, weights: str = "zip"):
     """Write ``module`` (a ``SymbolicModule``) to one ``.fuel`` file that
     ``runtime.load(path)`` runs at every size the signature allows; see the
@@ -280,8 +286,9 @@ def export_symbolic(module, path, sign_with=None, weights: str = "zip"):
     # folded constants whose value depends on the sizes stay kernel steps (then
     # the values they are computed from may fold instead: until none differs)
     keep: frozenset = frozenset()
+    far = samples[math.prod(len(v) for v in grid) - 1]  # the grid point unlike samples[0] in all
     while True:
-        a, b = (module.export_sample(s, keep).plan.constants for s in samples[:2])
+        a, b = (module.export_sample(s, keep).plan.constants for s in (samples[0], far))
         more = frozenset(n.removeprefix("folded:") for n in a if n.startswith("folded:") and (
             n not in b or a[n].shape != b[n].shape or not np.array_equal(a[n], b[n])))
         if more <= keep:
@@ -291,7 +298,8 @@ def export_symbolic(module, path, sign_with=None, weights: str = "zip"):
     module.refuse_per_shape_kernels(modules[0])
     modules += [module.export_sample(s, keep) for s in samples[1:]]
     base = dict(modules[0].plan.constants)
-    iotas = sorted(n for n in base if n.startswith("const:iota"))  # Iota(len): made per binding
+    iotas = sorted(n for n in base if n.startswith("const:iota") and all(  # made per binding
+        _is_iota(m.plan.constants.get(n)) for m in modules))
     for n in iotas:
         del base[n]
     for s, m in zip(samples, modules):
