@@ -70,6 +70,12 @@ def dim_from_json(v, bounds):
     return Sym.from_json(v, bounds) if isinstance(v, list) else int(v)
 
 
+def shape_json_text(shape) -> str:
+    """A manifest shape as text: ints and expressions (``batch*seq``)."""
+    return shape_text([Sym.from_json(d[SYM], {n: (1, None) for _, m in d[SYM] for n in m})
+                       if isinstance(d, dict) else d for d in shape])
+
+
 def read_signature(doc: dict):
     """``(symbols, inputs, equalities)`` of a signature written by
     ``runtime.bundle.signature_json``: name -> (lo, hi); name -> (shape,
