@@ -113,6 +113,17 @@ def test_runs_in_a_process_without_the_compiler(saved, tmp_path):
         np.testing.assert_array_equal(out[k], module(**f))
 
 
+def test_signed_with_side_weights(saved, tmp_path):
+    g, module, _ = saved
+    path = module.save(tmp_path / "s.fuel", sign_with="secret", weights="side")
+    assert (tmp_path / "s.weights").is_file()
+    lm = runtime.load(path, verify_with="secret")
+    feeds = _feeds(4, 2)
+    np.testing.assert_array_equal(lm(**feeds), module(**feeds))
+    with pytest.raises(runtime.artifact.ArtifactSignatureError):
+        runtime.load(path, verify_with="other")
+
+
 def _first(m, kind):
     return next(k for k, r in enumerate(m["kernels"]) if r["binding"]["kind"] == kind)
 
