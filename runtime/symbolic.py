@@ -326,7 +326,10 @@ class SymbolicLoadedModule(BindingCalls):
                     self._modules[key] = module
                     while len(self._modules) > self.KEEP:
                         self._modules.popitem(last=False)
-        self._modules.move_to_end(key)
+        try:
+            self._modules.move_to_end(key)
+        except KeyError:  # another thread's binding pushed it out meanwhile
+            pass
         return module
 
     def specialize(self, **sizes):
