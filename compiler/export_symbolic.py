@@ -49,8 +49,8 @@ def _clip(v: int, lo: int, hi) -> int:
 
 
 def sample_bindings(symbols: dict) -> tuple[list, list[dict]]:
-    """``(grid, samples)``: per symbol up to three sizes near 6 (the
-    interpolation grid); the samples: for every subset of the symbols held
+    """``(grid, samples)``: per symbol up to three sizes near 6 above its
+    lower bound (the interpolation grid); the samples: for every subset of the symbols held
     at their lower bound (a batch of 1 squeezes an axis: another kernel
     instance), the grid of the others, then the others at 2, 3, 33 and 40
     (clipped to the bounds: the matmul row classes)."""
@@ -59,7 +59,9 @@ def sample_bindings(symbols: dict) -> tuple[list, list[dict]]:
     for n in names:
         lo, hi = symbols[n]
         top = lo + 40 if hi is None else min(hi, lo + 40)
-        grid.append(sorted(sorted(range(lo, top + 1), key=lambda v: abs(v - 6))[:3]))
+        # above the lower bound where the range allows (it is sampled apart)
+        pool = sorted(range(lo + 1, top + 1), key=lambda v: abs(v - 6)) + [lo]
+        grid.append(sorted(pool[:3]))
     samples: list[dict] = []
     for pinned in itertools.product((False, True), repeat=len(names)):
         axes = [[symbols[n][0]] if p else g for n, g, p in zip(names, grid, pinned)]
@@ -94,7 +96,9 @@ class _Fit:
         among those samples)."""
         sub = [self.samples[j] for j in idx]
         free = [n for n in self.names if len({b[n] for b in sub}) > 1]
-        fit = _Fit(free, [g for n, g in zip(self.names, self.grid) if n in free], sub)
+        grid = [[v for v in g if any(b[n] == v for b in sub)]
+                for n, g in zip(self.names, self.grid) if n in free]
+        fit = _Fit(free, grid, sub)
         return None if None in fit.at else fit
 
     @staticmethod
@@ -226,6 +230,9 @@ def _variant(template: _Template, rec: dict, ones: tuple, recs: list[dict], idx:
     # a unit extent that is a product of symbols holds each of them at 1
     implied = {n for e, one in zip(flat, ones or ()) if one and isinstance(e, dict)
                and len(e[SYM]) == 1 and e[SYM][0][0] == 1 for n in e[SYM][0][1]}
+    # ... and one that is not 1 holds a symbol of bounds 1..2 at 2
+    implied |= {n for e, one in zip(flat, ones or ()) if not one and isinstance(e, dict)
+                and e[SYM] == [[1, [n := e[SYM][0][1][0]]]] and template.bounds[n] == (1, 2)}
     implied |= {n for n, (lo, hi) in template.bounds.items() if lo == hi}
     if fit is None or not set(held) <= implied:
         raise ExportError(f"cannot write one .fuel file for every size: {where}: its kernel "

@@ -84,6 +84,24 @@ def test_contradicting_calls_raise_before_settling(saved, shapes, match):
     assert lm.settled == 0
 
 
+@pytest.mark.parametrize("batch,seq", [(("batch", 1, 2), "seq"), ("batch", ("seq", 4, 64)),
+                                       (("batch", 3, 3), ("seq", 1, 3))])
+def test_narrow_and_raised_bounds(batch, seq, tmp_path):
+    """Symbols whose bounds leave fewer than three sizes above the lower
+    bound, or a lower bound above 1, sample and run at their edges."""
+    g = Graph()
+    x = g.input("x", (batch, seq, 8), "f32")
+    g.output((x @ g.constant(RNG.standard_normal((8, 8)).astype(np.float32), name="w"))
+             .softmax(-1) * 2.0, name="y")
+    lm = runtime.load(compile(g).save(tmp_path / "m.fuel"))
+    (blo, bhi), (slo, shi) = g.symbols["batch"], g.symbols["seq"]
+    for b in {blo, bhi or 5}:
+        for s in {slo, slo + 1, shi or 50}:
+            feeds = {"x": RNG.standard_normal((b, s, 8)).astype(np.float32)}
+            np.testing.assert_allclose(lm(**feeds), interpret(g, feeds)["y"], rtol=1e-5,
+                                       atol=1e-5)
+
+
 def _run_without_compiler(path, feeds_file, out_file, sizes_code="") -> None:
     code = BLOCK_COMPILER + f"""
 import numpy as np, runtime
