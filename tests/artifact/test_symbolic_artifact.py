@@ -174,6 +174,20 @@ def test_damaged_symbolic_fields_name_the_field(saved, tmp_path, edit, field):
         runtime.load(bad)
 
 
+def test_a_class_the_file_lacks_is_a_typed_error_at_its_first_call(saved, tmp_path):
+    def drop_few_rows(m):
+        for rec in m["kernels"]:
+            if rec["binding"]["kind"] == "classes":
+                for v in rec["binding"]["variants"]:
+                    if len(v["classes"]) > 1:
+                        v["classes"].pop("few_rows", None)
+    lm = runtime.load(_rewrite(saved[2], tmp_path / "lacks.fuel", drop_few_rows))
+    lm(**_feeds(5, 9))  # rows of another class run
+    with pytest.raises(runtime.artifact.ArtifactCodeError, match="no kernel object for matmul "
+                                                                 "row class 'few_rows'"):
+        lm(**_feeds(1, 2))
+
+
 def test_a_symbolic_manifest_needs_version_5_and_static_version_4_still_loads(saved, tmp_path):
     bad = _rewrite(saved[2], tmp_path / "v4.fuel", lambda m: m.update(format_version=4))
     with pytest.raises(ArtifactVersionError, match="version 4 with a symbolic signature"):
