@@ -19,27 +19,21 @@ from test_artifact import BLOCK_COMPILER
 from test_artifact_validation import _rewrite
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "compiler"))
+from test_symbolic_compile import BAD_SHAPES, _inputs, small_graph  # noqa: E402
+
 RNG = np.random.default_rng(7)
 
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-    """A symbolic graph (a batched linear, GELU, softmax, a reduction and a
-    second input), its compiled module and its one .fuel file."""
-    g = Graph()
-    x = g.input("x", ("batch", ("seq", 1, 16), 8), "f32")
-    m = g.input("m", ("batch", "seq"), "f32")
-    w = g.constant(RNG.standard_normal((8, 8)).astype(np.float32), name="w")
-    b = g.constant(RNG.standard_normal(8).astype(np.float32), name="b")
-    g.output(((x @ w + b).gelu().softmax(-1)).sum(-1) + m, name="y")
+    """The small symbolic graph of tests/compiler/test_symbolic_compile.py (a
+    batched linear, GELU, softmax, a reduction and a second input), its
+    compiled module and its one .fuel file."""
+    g = small_graph()
     module = compile(g)
     path = module.save(tmp_path_factory.mktemp("sym") / "m.fuel")
     return g, module, path
-
-
-def _feeds(batch, seq):
-    return {"x": RNG.standard_normal((batch, seq, 8)).astype(np.float32),
-            "m": RNG.standard_normal((batch, seq)).astype(np.float32)}
 
 
 def test_one_file_runs_every_size(saved):
@@ -49,7 +43,7 @@ def test_one_file_runs_every_size(saved):
     assert lm.signature == {"inputs": {"x": "f32[batch,seq,8]", "m": "f32[batch,seq]"},
                             "symbols": {"batch": [1, None], "seq": [1, 16]}}
     for batch, seq in ((1, 1), (1, 16), (2, 5), (3, 1), (9, 7), (40, 3)):
-        feeds = _feeds(batch, seq)
+        feeds = _inputs(batch, seq)
         y = lm(**feeds)
         np.testing.assert_allclose(y, interpret(g, feeds)["y"], rtol=1e-5, atol=1e-5)
         np.testing.assert_array_equal(y, module(**feeds))  # the same kernels, the same plan
@@ -57,26 +51,21 @@ def test_one_file_runs_every_size(saved):
 
 def test_a_repeated_shape_settles_its_plan_once(saved):
     lm = runtime.load(saved[2])
-    feeds = _feeds(2, 5)
+    feeds = _inputs(2, 5)
     lm(**feeds)
     assert lm.settled == 1
     for _ in range(3):
         lm(**feeds)
     assert lm.settled == 1 and lm.bindings == [{"batch": 2, "seq": 5}]
-    lm(**_feeds(2, 6))
+    lm(**_inputs(2, 6))
     lm(**feeds)
     assert lm.settled == 2
     lm.KEEP = 2  # the least recently used binding goes
-    lm(**_feeds(3, 3))
+    lm(**_inputs(3, 3))
     assert lm.settled == 3 and lm.bindings == [{"batch": 2, "seq": 5}, {"batch": 3, "seq": 3}]
 
 
-@pytest.mark.parametrize("shapes,match", [
-    ({"x": (2, 5), "m": (2, 5)}, "input 'x': rank 2"),
-    ({"x": (2, 5, 4), "m": (2, 5)}, "axis 2: size 4.*fixes 8"),
-    ({"x": (2, 5, 8), "m": (2, 6)}, "symbol 'seq': input 'x' axis 1 gives 5, input 'm' axis 1 gives 6"),
-    ({"x": (2, 17, 8), "m": (2, 17)}, "symbol 'seq' = 17 .*bounds 1..16"),
-])
+@pytest.mark.parametrize("shapes,match", BAD_SHAPES)
 def test_contradicting_calls_raise_before_settling(saved, shapes, match):
     lm = runtime.load(saved[2])
     with pytest.raises(ShapeSignatureError, match=match):
@@ -123,7 +112,7 @@ print(sorted(n for n in __import__('sys').modules if n.split('.')[0] in ('compil
 
 def test_runs_in_a_process_without_the_compiler(saved, tmp_path):
     _, module, path = saved
-    feeds = {f"{b}x{s}": _feeds(b, s) for b, s in ((1, 1), (3, 7))}
+    feeds = {f"{b}x{s}": _inputs(b, s) for b, s in ((1, 1), (3, 7))}
     np.save(tmp_path / "in.npy", feeds, allow_pickle=True)
     _run_without_compiler(path, tmp_path / "in.npy", tmp_path / "out.npy")
     out = np.load(tmp_path / "out.npy", allow_pickle=True).item()
@@ -136,7 +125,7 @@ def test_signed_with_side_weights(saved, tmp_path):
     path = module.save(tmp_path / "s.fuel", sign_with="secret", weights="side")
     assert (tmp_path / "s.weights").is_file()
     lm = runtime.load(path, verify_with="secret")
-    feeds = _feeds(4, 2)
+    feeds = _inputs(4, 2)
     np.testing.assert_array_equal(lm(**feeds), module(**feeds))
     with pytest.raises(runtime.artifact.ArtifactSignatureError):
         runtime.load(path, verify_with="other")
@@ -182,10 +171,10 @@ def test_a_class_the_file_lacks_is_a_typed_error_at_its_first_call(saved, tmp_pa
                     if len(v["classes"]) > 1:
                         v["classes"].pop("few_rows", None)
     lm = runtime.load(_rewrite(saved[2], tmp_path / "lacks.fuel", drop_few_rows))
-    lm(**_feeds(5, 9))  # rows of another class run
+    lm(**_inputs(5, 9))  # rows of another class run
     with pytest.raises(runtime.artifact.ArtifactCodeError, match="no kernel object for matmul "
                                                                  "row class 'few_rows'"):
-        lm(**_feeds(1, 2))
+        lm(**_inputs(1, 2))
 
 
 def test_a_symbolic_manifest_needs_version_5_and_static_version_4_still_loads(saved, tmp_path):
@@ -195,7 +184,7 @@ def test_a_symbolic_manifest_needs_version_5_and_static_version_4_still_loads(sa
     g, module, _ = saved
     static = module.specialize(batch=2, seq=3).save(tmp_path / "static.fuel")
     old = _rewrite(static, tmp_path / "static4.fuel", lambda m: m.update(format_version=4))
-    feeds = _feeds(2, 3)
+    feeds = _inputs(2, 3)
     np.testing.assert_array_equal(runtime.load(old)(**feeds), module(**feeds))
     with zipfile.ZipFile(static) as z:
         assert json.loads(z.read("manifest.json"))["format_version"] == 5
