@@ -16,7 +16,8 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 import compiler  # noqa: E402
-from compiler.frontends.onnx import import_model  # noqa: E402
+from compiler.frontends.onnx import OnnxImportError, import_model  # noqa: E402
+from runtime.errors import IndexOutOfRangeError  # noqa: E402
 from test_onnx_import import make, node, ort_run, vi  # noqa: E402
 
 try:
@@ -196,6 +197,36 @@ class Recurrent(nn.Module):
         return self.head(y), h
 
 
+class PackedLSTM(nn.Module):
+    """An LSTM over padded sequences of unsorted lengths, packed and unpacked:
+    the TorchScript exporter sorts the lengths (TopK), runs LSTM with
+    sequence_lens and restores the batch order through a ScatterElements of the
+    run-time sort permutation."""
+
+    def __init__(self, i=6, h=8):
+        super().__init__()
+        self.rnn = nn.LSTM(i, h, batch_first=True, bidirectional=True)
+
+    def forward(self, x, lens):
+        p = nn.utils.rnn.pack_padded_sequence(x, lens, batch_first=True, enforce_sorted=False)
+        y, (h, _) = self.rnn(p)
+        y, _ = nn.utils.rnn.pad_packed_sequence(y, batch_first=True, total_length=x.shape[1])
+        return y, h
+
+
+class TorchEncoder(nn.Module):
+    """nn.TransformerEncoder (GELU, batch_first) under a boolean key-padding mask."""
+
+    def __init__(self, d=32, heads=4, ffn=64, layers=2):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(d, heads, ffn, dropout=0.0, activation="gelu",
+                                           batch_first=True)
+        self.enc = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+
+    def forward(self, x, pad):
+        return self.enc(x, src_key_padding_mask=pad)
+
+
 # ---------------------------------------------------------------------------
 # export, import, compile, compare
 
@@ -226,11 +257,14 @@ def check_export(model, args, names, dynamo, path, ops=(), opset=None):
     assert set(ops) <= present, sorted(present)
     feeds = {n: a.numpy() for n, a in zip(names, args)}
     want = ort_run(proto, feeds)
-    got = compiler.compile(import_model(proto))(**feeds)
+    # booleans are u8 (0/1) in fuelc graphs: a bool input is given as uint8
+    got = compiler.compile(import_model(proto))(**{
+        k: v.astype(np.uint8) if v.dtype == np.bool_ else v for k, v in feeds.items()})
     got = got if isinstance(got, dict) else {next(iter(want)): got}
     assert set(got) == set(want)
     for k, w in want.items():
         assert got[k].shape == w.shape, k
+        w = w.astype(np.uint8) if w.dtype == np.bool_ else w
         np.testing.assert_allclose(got[k], w, rtol=1e-4, atol=1e-5, err_msg=k)
 
 
@@ -270,6 +304,74 @@ def test_recurrent_network(cell, dynamo, tmp_path):
     torch.manual_seed(3)
     x = torch.randn(2, 5, 6)
     check_export(Recurrent(cell), (x,), ["x"], dynamo, tmp_path / "m.onnx", {cell})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dynamo", EXPORTERS)
+def test_torch_transformer_encoder_with_padding_mask(dynamo, tmp_path):
+    torch.manual_seed(5)
+    pad = torch.zeros(2, 7, dtype=torch.bool)
+    pad[1, 5:] = True
+    check_export(TorchEncoder(), (torch.randn(2, 7, 32), pad), ["x", "pad"], dynamo,
+                 tmp_path / "m.onnx", {"Where"})
+
+
+def test_packed_lstm_of_unsorted_lengths(tmp_path):
+    """TorchScript only: the dynamo exporter cannot export pack_padded_sequence.
+    The lengths are a run-time input: other lengths than the exported ones run."""
+    torch.manual_seed(6)
+    x, lens = torch.randn(3, 5, 6), torch.tensor([5, 2, 4])
+    check_export(PackedLSTM(), (x, lens), ["x", "lens"], False, tmp_path / "m.onnx",
+                 {"TopK", "ScatterElements", "LSTM"})
+    proto = onnx.load(str(tmp_path / "m.onnx"))
+    m = compiler.compile(import_model(proto))
+    for other in ([3, 5, 1], [2, 2, 5]):
+        feeds = {"x": x.numpy(), "lens": np.array(other, np.int64)}
+        want, got = ort_run(proto, feeds), m(**feeds)
+        for k, w in want.items():
+            np.testing.assert_allclose(got[k], w, rtol=1e-4, atol=1e-5, err_msg=k)
+
+
+def scatter_elements(shape, ishape, axis, reduction="none"):
+    n = node("ScatterElements", ["x", "i", "u"], ["y"], axis=axis, reduction=reduction)
+    return make([n], [vi("x", shape=list(shape)), vi("i", onnx.TensorProto.INT64, list(ishape)),
+                      vi("u", shape=list(ishape))], [vi("y", shape=list(shape))], opset=18)
+
+
+@pytest.mark.parametrize("shape,axis,reduction,idx", [
+    ((5,), 0, "none", [3, 0, 4, 1, 2]),  # a permutation (pack_padded_sequence)
+    ((5,), 0, "none", [-1, 0, -1]),  # negative; a duplicate: the last update wins
+    ((3, 4), 1, "none", [[0, 3], [2, 2], [-4, 1]]),
+    ((4, 3), 0, "add", [[0, 3, 1], [0, 1, 1]]),
+    ((4, 3), 0, "add", [[0, 3], [0, 1]]),  # indices covering part of data
+])
+def test_scatter_elements_with_run_time_indices(shape, axis, reduction, idx):
+    idx = np.asarray(idx, np.int64)
+    model = scatter_elements(shape, idx.shape, axis, reduction)
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal(shape).astype(np.float32), "i": idx,
+             "u": rng.standard_normal(idx.shape).astype(np.float32)}
+    want = ort_run(model, feeds)["y"]
+    g = import_model(model)
+    # none: exact; add: duplicates may sum in another order (1 ulp)
+    for got in (compiler.interpret(g, feeds)["y"], compiler.compile(g)(**feeds)):
+        np.testing.assert_allclose(got, want, rtol=0 if reduction == "none" else 1e-6, atol=0)
+
+
+@pytest.mark.parametrize("shape,ishape,reduction", [
+    ((4, 3), (2, 3), "mul"), ((4, 3), (2, 3), "max"), ((4, 3), (2, 3), "min"),
+    ((4, 3), (2, 2), "none"),  # none with indices covering part of data
+])
+def test_scatter_elements_with_run_time_indices_refusals(shape, ishape, reduction):
+    with pytest.raises(OnnxImportError, match=r"ScatterElements .*input 'i' is computed at run "
+                                              r"time; fuelc needs it constant at import"):
+        import_model(scatter_elements(shape, ishape, 0, reduction))
+
+
+def test_scatter_elements_run_time_index_out_of_range_raises():
+    m = compiler.compile(import_model(scatter_elements((5,), (5,), 0)))
+    with pytest.raises(IndexOutOfRangeError, match="value 5 at position \\[2\\] is out of range"):
+        m(x=np.zeros(5, np.float32), i=np.array([0, 1, 5, 2, 3]), u=np.ones(5, np.float32))
 
 
 @pytest.mark.slow
