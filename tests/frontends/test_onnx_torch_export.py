@@ -375,6 +375,33 @@ def test_scatter_elements_run_time_index_out_of_range_raises():
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not HAVE_ONNXSCRIPT, reason="the dynamo exporter needs onnxscript")
+def test_bert_style_encoder_with_dynamic_shapes_at_two_sizes(tmp_path):
+    """dynamo=True with dynamic_shapes: batch and seq stay symbolic in the file;
+    the sequence bound torch knew (the position table) is not written, so the
+    import gives it (input_shapes), and one compiled module runs both sizes."""
+    torch.manual_seed(0)
+    batch, seq = torch.export.Dim("batch", max=8), torch.export.Dim("seq", max=16)
+    names = ["ids", "mask", "types"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Bert().eval(), text_ids(), str(tmp_path / "m.onnx"), input_names=names,
+                          dynamo=True, dynamic_shapes={n: {0: batch, 1: seq} for n in names})
+    proto = onnx.load(str(tmp_path / "m.onnx"))
+    assert [d.dim_param for d in proto.graph.input[0].type.tensor_type.shape.dim] == \
+        ["batch", "seq"]
+    m = compiler.compile(import_model(proto, input_shapes={"seq": (1, 16)}))
+    rng = np.random.default_rng(1)
+    for b, s in ((2, 7), (3, 12)):
+        feeds = {"ids": rng.integers(2, 50, (b, s)), "mask": np.ones((b, s), np.int64),
+                 "types": np.zeros((b, s), np.int64)}
+        feeds["ids"][0, -2:], feeds["mask"][0, -2:] = 1, 0
+        want, got = ort_run(proto, feeds), m(**feeds)
+        for k, w in want.items():
+            np.testing.assert_allclose(got[k], w, rtol=1e-4, atol=1e-5, err_msg=k)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("opset", [11, 14])
 def test_torchscript_exports_at_older_opsets(opset, tmp_path):
     """Users still pin opset_version 11-14: those files are converted at import."""
