@@ -3,6 +3,7 @@ here from small configs with random weights, exported by both PyTorch exporters
 (the TorchScript one, ``dynamo=False``, and the default ``torch.export`` one,
 which needs ``onnxscript``), imported, compiled for the CPU and compared with
 onnxruntime on the same exported file."""
+import importlib.util
 import math
 import warnings
 
@@ -16,15 +17,11 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 import compiler  # noqa: E402
-from compiler.frontends.onnx import OnnxImportError, import_model  # noqa: E402
-from runtime.errors import IndexOutOfRangeError  # noqa: E402
-from test_onnx_import import make, node, ort_run, vi  # noqa: E402
+from compiler.frontends.onnx import import_model  # noqa: E402
+from test_onnx_import import ort_run  # noqa: E402
 
-try:
-    import onnxscript  # noqa: F401  (the dynamo exporter's op library)
-    HAVE_ONNXSCRIPT = True
-except ImportError:
-    HAVE_ONNXSCRIPT = False
+#: the dynamo exporter's op library
+HAVE_ONNXSCRIPT = importlib.util.find_spec("onnxscript") is not None
 
 EXPORTERS = [pytest.param(False, id="torchscript"),
              pytest.param(True, id="dynamo", marks=pytest.mark.skipif(
@@ -332,48 +329,6 @@ def test_packed_lstm_of_unsorted_lengths(tmp_path):
             np.testing.assert_allclose(got[k], w, rtol=1e-4, atol=1e-5, err_msg=k)
 
 
-def scatter_elements(shape, ishape, axis, reduction="none"):
-    n = node("ScatterElements", ["x", "i", "u"], ["y"], axis=axis, reduction=reduction)
-    return make([n], [vi("x", shape=list(shape)), vi("i", onnx.TensorProto.INT64, list(ishape)),
-                      vi("u", shape=list(ishape))], [vi("y", shape=list(shape))], opset=18)
-
-
-@pytest.mark.parametrize("shape,axis,reduction,idx", [
-    ((5,), 0, "none", [3, 0, 4, 1, 2]),  # a permutation (pack_padded_sequence)
-    ((5,), 0, "none", [-1, 0, -1]),  # negative; a duplicate: the last update wins
-    ((3, 4), 1, "none", [[0, 3], [2, 2], [-4, 1]]),
-    ((4, 3), 0, "add", [[0, 3, 1], [0, 1, 1]]),
-    ((4, 3), 0, "add", [[0, 3], [0, 1]]),  # indices covering part of data
-])
-def test_scatter_elements_with_run_time_indices(shape, axis, reduction, idx):
-    idx = np.asarray(idx, np.int64)
-    model = scatter_elements(shape, idx.shape, axis, reduction)
-    rng = np.random.default_rng(0)
-    feeds = {"x": rng.standard_normal(shape).astype(np.float32), "i": idx,
-             "u": rng.standard_normal(idx.shape).astype(np.float32)}
-    want = ort_run(model, feeds)["y"]
-    g = import_model(model)
-    # none: exact; add: duplicates may sum in another order (1 ulp)
-    for got in (compiler.interpret(g, feeds)["y"], compiler.compile(g)(**feeds)):
-        np.testing.assert_allclose(got, want, rtol=0 if reduction == "none" else 1e-6, atol=0)
-
-
-@pytest.mark.parametrize("shape,ishape,reduction", [
-    ((4, 3), (2, 3), "mul"), ((4, 3), (2, 3), "max"), ((4, 3), (2, 3), "min"),
-    ((4, 3), (2, 2), "none"),  # none with indices covering part of data
-])
-def test_scatter_elements_with_run_time_indices_refusals(shape, ishape, reduction):
-    with pytest.raises(OnnxImportError, match=r"ScatterElements .*input 'i' is computed at run "
-                                              r"time; fuelc needs it constant at import"):
-        import_model(scatter_elements(shape, ishape, 0, reduction))
-
-
-def test_scatter_elements_run_time_index_out_of_range_raises():
-    m = compiler.compile(import_model(scatter_elements((5,), (5,), 0)))
-    with pytest.raises(IndexOutOfRangeError, match="value 5 at position \\[2\\] is out of range"):
-        m(x=np.zeros(5, np.float32), i=np.array([0, 1, 5, 2, 3]), u=np.ones(5, np.float32))
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not HAVE_ONNXSCRIPT, reason="the dynamo exporter needs onnxscript")
 def test_bert_style_encoder_with_dynamic_shapes_at_two_sizes(tmp_path):
@@ -413,24 +368,3 @@ def test_torchscript_exports_at_older_opsets(opset, tmp_path):
                  {"Resize"}, opset=opset)
     check_export(Recurrent("GRU"), (torch.randn(2, 5, 6),), ["x"], False, tmp_path / "g.onnx",
                  {"GRU"}, opset=opset)
-
-
-def test_folded_log_of_zero_and_its_integer_cast_warn_nothing():
-    """T5's bucket math folds at import through log(0) = -inf and a cast of -inf
-    to int64, a value the following Where drops: no numpy RuntimeWarning."""
-    rel = np.array([0, 1, 3, 9], np.int64)
-    nodes = [node("Cast", ["rel"], ["f"], to=onnx.TensorProto.FLOAT),
-             node("Log", ["f"], ["lg"]),
-             node("Cast", ["lg"], ["li"], to=onnx.TensorProto.INT64),
-             node("Less", ["rel", "two"], ["small"]),
-             node("Where", ["small", "rel", "li"], ["b"]),
-             node("Cast", ["b"], ["bf"], to=onnx.TensorProto.FLOAT),
-             node("Add", ["x", "bf"], ["y"])]
-    model = make(nodes, [vi("x", shape=[4])], [vi("y", shape=[4])],
-                 {"rel": rel, "two": np.array(2, np.int64)})
-    x = np.arange(4, dtype=np.float32)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)
-        g = import_model(model)
-    np.testing.assert_array_equal(compiler.interpret(g, {"x": x})["y"],
-                                  ort_run(model, {"x": x})["y"])
