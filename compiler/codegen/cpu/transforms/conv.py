@@ -93,9 +93,7 @@ def tile_script(mr: int, nr: int, cout: int, npix: int) -> str:
             peel += (f"      %f{loop[1:]} = transform.cast {loop} : {t} to {_FOR}\n"
                      f"      %m{loop[1:]}, %r{loop[1:]} = transform.loop.peel %f{loop[1:]} "
                      f": ({_FOR}) -> ({t}, {t})\n")
-    return _HEAD + f"""    %crops = {_marked(CROP_ATTR)}
-    %tcrop, %lc0, %lc1, %lc2 = transform.structured.tile_using_for %crops tile_sizes [1, 1, 1, 0] : ({t}) -> ({t}, {t}, {t}, {t})
-    %all = {_marked(DIRECT_CONV_ATTR)}
+    return _HEAD + f"""    %all = {_marked(DIRECT_CONV_ATTR)}
     transform.foreach %all : {t} {{
     ^bb0(%g: {t}):
       %t0, %ln, %lp, %lco, %lc, %lkh, %lkw = transform.structured.tile_using_for %g tile_sizes [1, {mr}, {nr}, 1, 1, 1] interchange = [0, 2, 1, 3, 4, 5] : ({t}) -> ({t}, {t}, {t}, {t}, {t}, {t}, {t})
@@ -119,7 +117,41 @@ def tile_direct_conv(module: "ir.Module", mr: str, nr: str, nr1: str | None = No
     for _, cout, npix in distinct:
         rows, cols = (1, int(nr1 or nr)) if cout == 1 else (int(mr), int(nr))
         apply_transform(module, tile_script(rows, cols, cout, npix))
+    # the copies in (padding) and out (the crop), a row at a time, long rows
+    # in ROW_VECTOR pieces (the vectorizer makes one vector of the whole tile)
+    copies = walk_ops(module, lambda o: o.name == "linalg.copy" or (
+        o.name == "linalg.generic" and CROP_ATTR in o.attributes))
+    for k, op in enumerate(copies):
+        shape = ir.ShapedType(op.operands[len(op.operands) - 1].type).shape
+        if len(shape) != 4:
+            raise ValueError(f"direct convolution: a copy of rank {len(shape)} ({shape}); "
+                             f"the schedule tiles [N, C, H, W] copies")
+        attr = f"fuelc.row_copy_{k}"
+        op.attributes[attr] = ir.UnitAttr.get()
+        apply_transform(module, row_copy_script(attr, shape[3]))
     return len(convs)
+
+
+#: Elements of a row copied by one vector (a longer row is copied in pieces:
+#: a whole 1600-wide row of a 1-D conv as one vector took LLVM a minute).
+ROW_VECTOR = 64
+
+
+def row_copy_script(attr: str, width: int) -> str:
+    """Tile the ``attr``-marked copy ``[N, C, H, W]`` to rows, and a row
+    wider than ``ROW_VECTOR`` to pieces of it (the remainder peeled: every
+    piece static, vectorized without masks)."""
+    t = _ANY
+    cols = ROW_VECTOR if width > ROW_VECTOR else 0
+    loops = ", ".join([t] * (4 if cols else 3))
+    names = ", ".join(f"%l{i}" for i in range(4 if cols else 3))
+    peel = ""
+    if cols and width % cols:
+        peel = (f"    %fl = transform.cast %l3 : {t} to {_FOR}\n"
+                f"    %ml, %rl = transform.loop.peel %fl : ({_FOR}) -> ({t}, {t})\n")
+    return _HEAD + f"""    %ops = {_marked(attr)}
+    %tiled, {names} = transform.structured.tile_using_for %ops tile_sizes [1, 1, 1, {cols}] : ({t}) -> ({t}, {loops})
+""" + peel + _apply("transform.apply_patterns.canonicalization") + _TAIL
 
 
 def _dim(e) -> int | None:
