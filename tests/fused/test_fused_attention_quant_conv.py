@@ -33,7 +33,7 @@ from compiler.graph.opdef import TensorType
 from compiler.mlir import func, ir
 from compiler.registry import default_registry
 from compiler.registry.builders import conv2d, fused
-from compiler.codegen.lowering.fused_conv import direct as direct_conv, direct_depthwise
+from compiler.codegen.lowering.fused_conv import direct as direct_conv, direct_depthwise, few_pixels
 from runtime import params as P
 from runtime.dtype import DType, from_storage
 from runtime.layout import Layout
@@ -362,7 +362,9 @@ CONV = [
     ((1, 3, 17, 16), (4, 3, 4, 4), dict(stride=(4, 4), padding=(0, 0), groups=1), True, "f32"),
     # 1x1 with stride 2: one tap
     ((1, 4, 7, 7), (6, 4, 1, 1), dict(stride=(2, 2), padding=(0, 0), groups=1), False, "f64"),
-    # 2x2 output pixels, 40 channels: the recipe multiplies cols^T @ w^T
+    # 2x2 output pixels, 40 channels, 2 images: the recipe multiplies w @ the
+    # images' columns side by side (one image: cols^T @ w^T)
+    ((1, 8, 4, 4), (40, 8, 3, 3), dict(stride=(2, 2), padding=(1, 1), groups=1), True, "f32"),
     ((2, 8, 4, 4), (40, 8, 3, 3), dict(stride=(2, 2), padding=(1, 1), groups=1), True, "f32"),
     # stride 1, groups 1: the direct kernel; channel and pixel counts that leave
     # register-tile remainders (13 = 8 + 5 / 6 + 6 + 1 channels), several images
@@ -451,6 +453,10 @@ def test_conv2d(rng, xs, ws, params, bias, dtype):
     direct = direct_conv(params["groups"], params["stride"], ws[2:], params["padding"],
                          params.get("dilation", (1, 1))) or depthwise and dtype in (
         "f32", "f64") and direct_depthwise(params["stride"], params.get("dilation", (1, 1)))
+    if params["groups"] == 1 and few_pixels({"dilation": (1, 1), **params},
+                                            [TensorType(xs, DType.parse(dtype)),
+                                             TensorType(ws, DType.parse(dtype))]):
+        direct = False   # a few pixels per image: the images' pixels are one matmul's columns
     if params["groups"] != 1 and not depthwise or direct:
         _check_kernel("Conv2D", arrs, [dtype] * len(arrs), params, dtype)
         return

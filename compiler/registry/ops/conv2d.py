@@ -279,9 +279,17 @@ def _build_gemm(params, types):
         # the matmul's columns are the Cout channels rather than a handful of
         # pixels, fewer than one register tile
         # (w^T made contiguous: a constant weight's copy is folded at compile time)
-        wt = op("BroadcastTo", op("Contiguize", op("Permute", w2, perm=(0, 2, 1))),
-                shape=(n, kk, cout))
-        yt = op("MatMul", op("Permute", cols, perm=(0, 2, 1)), wt)       # [n, HoWo, Cout]
+        wt = op("Contiguize", op("Permute", w2, perm=(0, 2, 1)))       # [1, kk, Cout]
+        if n > 1:
+            # the images' pixels are the columns of one matmul, w [Cout, kk] @
+            # [kk, N*HoWo]: a few pixels per image made every image's product
+            # a row kernel; w is A, read in place, not packed on every call
+            b = op("Reshape", op("Contiguize", op("Permute", cols, perm=(1, 0, 2))),
+                   shape=(1, kk, n * ho * wo))
+            yt = op("Permute", op("Reshape", op("MatMul", w2, b), shape=(cout, n, ho * wo)),
+                    perm=(1, 2, 0))                                      # [n, HoWo, Cout]
+        else:
+            yt = op("MatMul", op("Permute", cols, perm=(0, 2, 1)), wt)    # [1, HoWo, Cout]
         y = op("Reshape", op("Permute", yt, perm=(0, 2, 1)), shape=(n, cout, ho, wo))
     else:
         wb = op("BroadcastTo", w2, shape=(n, cout, kk))
