@@ -22,6 +22,7 @@ _TYPES = {
     TensorProto.INT32: (DType.I32, np.int32),
     TensorProto.INT64: (DType.I64, np.int64),
     TensorProto.UINT32: (DType.U32, np.uint32),
+    TensorProto.UINT64: (DType.U64, np.uint64),
     TensorProto.BOOL: (DType.U8, np.bool_),
 }
 
@@ -35,9 +36,6 @@ _FOLD_ONLY = {
                                "only as constants folded at import"),
     TensorProto.UINT16: (np.uint16, "runtime.DType has no U16; cast it to INT32 in the model "
                                     "(lossless), or keep it a constant folded at import"),
-    TensorProto.UINT64: (np.uint64, "runtime.DType has no U64; cast it to INT64 in the model "
-                                    "(lossless below 2**63), or keep it a constant folded at "
-                                    "import"),
 }
 
 #: FLOAT8E4M3FN's largest finite value (Cast with saturate=1 clamps to it).
