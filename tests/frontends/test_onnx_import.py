@@ -721,16 +721,19 @@ def test_cast_through_float8e4m3fn_folds_like_onnxruntime(saturate):
 
 
 def test_float8_and_uint16_graph_values_are_refused_naming_the_dtype():
-    for elem, words in ((TensorProto.FLOAT8E4M3FN, ["FLOAT8E4M3FN", "F8E4M3", "folded"]),
-                        (TensorProto.UINT16, ["UINT16", "no U16", "INT32"])):
+    # a float8 graph input is a narrow-type carrier that only Cast, CastLike and
+    # DequantizeLinear read (tests/frontends/test_onnx_narrow.py)
+    for elem, words in ((TensorProto.FLOAT8E4M3FN, ["'x' (FLOAT8E4M3FN)", "Cast",
+                                                    "cast them to FLOAT"]),
+                        (TensorProto.UINT16, ["input 'x'", "UINT16", "no U16", "INT32"])):
         model = make([node("Identity", ["x"], ["y"])], [vi("x", elem, [3])],
                      [vi("y", elem, [3])], opset=21)
         with pytest.raises(OnnxImportError) as e:
             import_model(model)
-        assert "input 'x'" in str(e.value) and all(w in str(e.value) for w in words), e.value
+        assert all(w in str(e.value) for w in words), e.value
     cast = make([node("Cast", ["x"], ["y"], name="to_f8", to=TensorProto.FLOAT8E4M3FN)],
                 [vi("x", shape=[3])], [vi("y", TensorProto.FLOAT8E4M3FN, [3])], opset=21)
-    with pytest.raises(OnnxImportError, match=r"Cast node 'to_f8': element type FLOAT8E4M3FN"):
+    with pytest.raises(OnnxImportError, match=r"Cast node 'to_f8': a cast to FLOAT8E4M3FN"):
         import_model(cast)
     inits = {"u": np.array([1, 2, 65535], np.uint16)}  # a u16 constant fed to a graph op
     add = make([node("Add", ["x", "u"], ["y"], name="add_u16")], [vi("x", TensorProto.UINT16,

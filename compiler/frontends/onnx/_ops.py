@@ -198,13 +198,17 @@ def _clip(cx, node, at, ins):
 
 @_op("Cast", "CastLike")
 def _cast(cx, node, at, ins):
-    x = cx.t(ins[0])
+    from onnx import TensorProto
+    from ._types import NARROW, Narrow, dtype_of  # here: the torch importer reuses handlers
     if node.op_type == "CastLike":
         to = cx.elem_type(node.input[1])
     else:
         to = at["to"]
-    from onnx import TensorProto
-    from ._types import dtype_of  # here: the torch importer reuses handlers without onnx
+    if to in NARROW:
+        raise Unsupported(f"a cast to {TensorProto.DataType.Name(to)}: fuelc reads the narrow "
+                          f"types (float8, float4, int4/uint4, int2/uint2) but does not produce "
+                          f"them; keep the model's output in a wider type")
+    x = ins[0].decode(cx.g) if isinstance(ins[0], Narrow) else cx.t(ins[0])
     if to == TensorProto.BOOL:
         return [x != 0]
     dt = dtype_of(to)
@@ -2176,11 +2180,17 @@ def _quant_params(cx, node, at, x, ins):
 
 @_op("DequantizeLinear")
 def _dequantize(cx, node, at, ins):
-    """(x - zero_point) * scale in the scale's type (f16/bf16 computed in f32)."""
-    x = cx.t(ins[0])
-    if x.dtype.is_float:
-        raise Unsupported(f"DequantizeLinear of {x.dtype.value} data (integer types only)")
+    """(x - zero_point) * scale in the scale's type (f16/bf16 computed in f32);
+    narrow-type data (float8, float4, int4, int2) is decoded first (exact)."""
+    from ._types import Narrow, narrow_constant
+    narrow = isinstance(ins[0], Narrow)
+    x = ins[0].decode(cx.g) if narrow else cx.t(ins[0])
+    if x.dtype.is_float and not narrow:
+        raise Unsupported(f"DequantizeLinear of {x.dtype.value} data (integer and narrow "
+                          f"float types only)")
     axis, block, scale, zp = _quant_params(cx, node, at, x, ins)
+    if isinstance(zp, np.ndarray) and narrow_constant(zp) is not None:
+        zp = narrow_constant(zp)
     out = scale.dtype
     s = scale if scale.dtype.value in ("f32", "f64") else scale.cast("f32")
     y = x.cast(s.dtype)

@@ -79,4 +79,93 @@ def fold_only_reason(dtype: np.dtype):
     for et, (npd, why) in _FOLD_ONLY.items():
         if np.dtype(npd) == dtype:
             return f"a constant of element type {_name(et)} feeds a graph op: {why}"
+    for et, npd in list(_NARROW_FLOATS.items()) + [(e, n) for e, (_, n) in _NARROW_INTS.items()]:
+        if np.dtype(npd) == dtype:
+            return (f"a constant of element type {_name(et)} feeds a graph op; fuelc reads "
+                    f"narrow-type values only in Cast, CastLike and DequantizeLinear")
+    return None
+
+
+# -- narrow types: graph values held in a byte-wide carrier -----------------
+#: ONNX element types narrower than fuelc's dtypes (the float8/float4 formats
+#: and the 2- and 4-bit integers). A graph input of one of them is imported as
+#: a one-element-per-byte carrier (unpacked at the IO boundary, ``to_carrier``):
+#: the float formats as ``u8`` bit patterns, decoded by a 256-entry table
+#: lookup in generated code; int4/int2 as ``i8`` values, uint4/uint2 as ``u8``
+#: values. Only Cast, CastLike and DequantizeLinear read a carrier.
+_NARROW_FLOATS = {
+    TensorProto.FLOAT8E4M3FN: ml_dtypes.float8_e4m3fn,
+    TensorProto.FLOAT8E4M3FNUZ: ml_dtypes.float8_e4m3fnuz,
+    TensorProto.FLOAT8E5M2: ml_dtypes.float8_e5m2,
+    TensorProto.FLOAT8E5M2FNUZ: ml_dtypes.float8_e5m2fnuz,
+    TensorProto.FLOAT8E8M0: ml_dtypes.float8_e8m0fnu,
+    TensorProto.FLOAT4E2M1: ml_dtypes.float4_e2m1fn,
+}
+_NARROW_INTS = {
+    TensorProto.INT4: (DType.I8, ml_dtypes.int4), TensorProto.UINT4: (DType.U8, ml_dtypes.uint4),
+    TensorProto.INT2: (DType.I8, ml_dtypes.int2), TensorProto.UINT2: (DType.U8, ml_dtypes.uint2),
+}
+NARROW = frozenset(_NARROW_FLOATS) | frozenset(_NARROW_INTS)
+
+
+class Narrow:
+    """A graph value of a narrow ONNX element type: ``carrier`` is the graph
+    tensor (u8 bit patterns, or i8/u8 integer values), ``elem_type`` the
+    ONNX type it carries."""
+
+    def __init__(self, carrier, elem_type: int):
+        self.carrier, self.elem_type = carrier, elem_type
+
+    @property
+    def name(self) -> str:
+        return _name(self.elem_type)
+
+    @property
+    def is_float(self) -> bool:
+        return self.elem_type in _NARROW_FLOATS
+
+    def decode(self, g):
+        """The values as a graph tensor: f32 for the float formats (a table
+        lookup on the bit patterns: exact, NaN and -0 kept), the i8/u8
+        carrier itself for the integer ones."""
+        if not self.is_float:
+            return self.carrier
+        table = g.constant(decode_table(self.elem_type))
+        x = self.carrier
+        idx = x.cast(DType.U32).reshape(-1)
+        return table.index_select(idx, 0).reshape(*x.shape)
+
+
+def decode_table(elem_type: int) -> np.ndarray:
+    """The f32 value of each of the 256 bit patterns of a narrow float type."""
+    return np.arange(256, dtype=np.uint8).view(_NARROW_FLOATS[elem_type]).astype(np.float32)
+
+
+def carrier_dtype(elem_type: int) -> DType:
+    return DType.U8 if elem_type in _NARROW_FLOATS else _NARROW_INTS[elem_type][0]
+
+
+def to_carrier(arr, elem_type: int) -> np.ndarray:
+    """An array of a narrow type (the ``ml_dtypes`` type ONNX uses) as the
+    graph's carrier: bit patterns for the float formats, i8/u8 values for
+    the integer ones. Raises ValueError for an array of another dtype."""
+    arr = np.asarray(arr)
+    want = _NARROW_FLOATS.get(elem_type) or _NARROW_INTS[elem_type][1]
+    if arr.dtype != np.dtype(want):
+        raise ValueError(f"an input of element type {_name(elem_type)} takes an array of "
+                         f"ml_dtypes.{np.dtype(want).name}, got {arr.dtype}")
+    if elem_type in _NARROW_FLOATS:
+        return arr.view(np.uint8)
+    return arr.astype(carrier_dtype(elem_type).numpy)
+
+
+def narrow_constant(arr: np.ndarray):
+    """A folded constant of a narrow float type as f32 values (exact), or
+    None for any other array."""
+    for npd in _NARROW_FLOATS.values():
+        if arr.dtype == np.dtype(npd):
+            return arr.astype(np.float32)
+    for _, npd in _NARROW_INTS.values():
+        if arr.dtype == np.dtype(npd):
+            return arr.astype(np.int32)
     return None

@@ -48,6 +48,9 @@ class FuelcRep(BackendRep):
         self.output_names = [o.name for o in model.graph.output]
         self._bool_out = {o.name for o in model.graph.output
                           if o.type.tensor_type.elem_type == onnx.TensorProto.BOOL}
+        from ._types import NARROW
+        self._narrow_in = {i.name: i.type.tensor_type.elem_type for i in model.graph.input
+                           if i.type.tensor_type.elem_type in NARROW}
         self.mode = mode
         self._module = None
         if mode == "compile":
@@ -65,6 +68,9 @@ class FuelcRep(BackendRep):
             feeds = dict(zip(self.input_names, inputs))
         feeds = {k: np.asarray(v).astype(np.uint8) if np.asarray(v).dtype == np.bool_
                  else np.asarray(v) for k, v in feeds.items()}
+        from ._types import to_carrier  # narrow types cross as their carrier (docs/onnx.md)
+        feeds.update({k: to_carrier(feeds[k], et) for k, et in self._narrow_in.items()
+                      if k in feeds})
         if self._module is None:
             from ... import interpret
             got = interpret(self.graph, feeds)

@@ -1,0 +1,116 @@
+"""Narrow ONNX element types (float8 x4, float8e8m0, float4e2m1, int4/uint4,
+int2/uint2): graph inputs cross as a byte-wide carrier and Cast, CastLike and
+DequantizeLinear decode them in generated code (a table lookup on the bit
+patterns for the float formats), checked against ONNX's reference evaluator
+on every bit pattern; every other use is refused, naming the value, its type
+and the fix."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto as T, helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+from compiler import compile  # noqa: E402
+from compiler.frontends.onnx import OnnxImportError, import_model  # noqa: E402
+from compiler.frontends.onnx._types import to_carrier  # noqa: E402
+
+FLOATS = {T.FLOAT8E4M3FN: ml_dtypes.float8_e4m3fn, T.FLOAT8E4M3FNUZ: ml_dtypes.float8_e4m3fnuz,
+          T.FLOAT8E5M2: ml_dtypes.float8_e5m2, T.FLOAT8E5M2FNUZ: ml_dtypes.float8_e5m2fnuz,
+          T.FLOAT8E8M0: ml_dtypes.float8_e8m0fnu, T.FLOAT4E2M1: ml_dtypes.float4_e2m1fn}
+INTS = {T.INT4: (ml_dtypes.int4, -8, 8), T.UINT4: (ml_dtypes.uint4, 0, 16),
+        T.INT2: (ml_dtypes.int2, -2, 2), T.UINT2: (ml_dtypes.uint2, 0, 4)}
+
+
+def _model(nodes, inputs, outputs, inits=()):
+    g = helper.make_graph(nodes, "narrow", inputs, outputs, list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)])
+
+
+def _every_pattern(elem):
+    n = 16 if elem == T.FLOAT4E2M1 else 256
+    return np.arange(n, dtype=np.uint8).view(FLOATS[elem]).reshape(-1, 8 if n == 16 else 16)
+
+
+def _check(model, feeds):
+    m = compile(import_model(model))
+    summary = m.kernel_summary()
+    assert all("numpy" not in k for k in summary), summary  # (int4 -> int8: no kernel)
+    want = ReferenceEvaluator(model).run(None, feeds)
+    carried = {k: to_carrier(v, next(i.type.tensor_type.elem_type for i in model.graph.input
+                                     if i.name == k)) for k, v in feeds.items()}
+    got = m(**carried)
+    got = [got] if not isinstance(got, dict) else [got[o.name] for o in model.graph.output]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(g), w)
+
+
+@pytest.mark.parametrize("elem", sorted(FLOATS))
+@pytest.mark.parametrize("to", [T.FLOAT, T.FLOAT16, T.DOUBLE])
+def test_narrow_float_cast_decodes_every_bit_pattern(elem, to):
+    x = _every_pattern(elem)
+    model = _model([helper.make_node("Cast", ["x"], ["y"], to=to)],
+                   [helper.make_tensor_value_info("x", elem, x.shape)],
+                   [helper.make_tensor_value_info("y", to, x.shape)])
+    _check(model, {"x": x})
+
+
+@pytest.mark.parametrize("elem", sorted(INTS))
+@pytest.mark.parametrize("to", [T.FLOAT, T.FLOAT16, T.INT8, T.INT32, T.UINT8])
+def test_narrow_int_castlike_matches_reference(elem, to):
+    npd, lo, hi = INTS[elem]
+    x = np.arange(lo, hi).astype(npd).reshape(1, -1)
+    like = helper.make_tensor("like", to, [1], [0])
+    model = _model([helper.make_node("CastLike", ["x", "like"], ["y"])],
+                   [helper.make_tensor_value_info("x", elem, x.shape)],
+                   [helper.make_tensor_value_info("y", to, x.shape)], [like])
+    _check(model, {"x": x})
+
+
+@pytest.mark.parametrize("elem,zp", [(T.FLOAT8E4M3FN, 0.0), (T.FLOAT8E5M2, None), (T.INT4, -3),
+                                     (T.UINT4, 9), (T.FLOAT4E2M1, None)])
+def test_dequantize_narrow_data_matches_reference(elem, zp):
+    npd = FLOATS.get(elem) or INTS[elem][0]
+    x = (_every_pattern(elem) if elem in FLOATS else
+         np.arange(INTS[elem][1], INTS[elem][2]).astype(npd).reshape(2, -1))
+    inits = [helper.make_tensor("s", T.FLOAT, [], [0.375])]
+    ins = ["x", "s"]
+    if zp is not None:
+        inits.append(onnx.numpy_helper.from_array(np.array(zp).astype(npd), "zp"))
+        ins.append("zp")
+    model = _model([helper.make_node("DequantizeLinear", ins, ["y"])],
+                   [helper.make_tensor_value_info("x", elem, x.shape)],
+                   [helper.make_tensor_value_info("y", T.FLOAT, x.shape)], inits)
+    _check(model, {"x": x})
+
+
+def test_narrow_values_outside_the_readers_are_refused_naming_the_value_and_fix():
+    add = _model([helper.make_node("Add", ["x", "x"], ["y"], name="add8")],
+                 [helper.make_tensor_value_info("x", T.FLOAT8E5M2, [4])],
+                 [helper.make_tensor_value_info("y", T.FLOAT8E5M2, [4])])
+    with pytest.raises(OnnxImportError, match=r"Add node 'add8'.*'x' \(FLOAT8E5M2\).*Cast.*"
+                                              r"cast them to FLOAT"):
+        import_model(add)
+    ident = _model([helper.make_node("Identity", ["x"], ["y"], name="id4")],
+                   [helper.make_tensor_value_info("x", T.INT4, [4])],
+                   [helper.make_tensor_value_info("y", T.INT4, [4])])
+    with pytest.raises(OnnxImportError, match=r"'x' \(INT4\)"):
+        import_model(ident)
+
+
+@pytest.mark.parametrize("to", [T.FLOAT8E4M3FN, T.FLOAT8E5M2FNUZ, T.FLOAT4E2M1, T.INT4, T.UINT2])
+def test_casts_to_a_narrow_type_are_refused(to):
+    model = _model([helper.make_node("Cast", ["x"], ["y"], name="down", to=to)],
+                   [helper.make_tensor_value_info("x", T.FLOAT, [4])],
+                   [helper.make_tensor_value_info("y", to, [4])])
+    with pytest.raises(OnnxImportError, match=r"Cast node 'down': a cast to "
+                                              + T.DataType.Name(to) + ".*does not produce"):
+        import_model(model)
+
+
+def test_to_carrier_refuses_an_array_of_another_dtype():
+    with pytest.raises(ValueError, match="FLOAT8E4M3FN takes an array of ml_dtypes.float8_e4m3fn"):
+        to_carrier(np.zeros(3, np.float32), T.FLOAT8E4M3FN)
+    np.testing.assert_array_equal(to_carrier(np.array([-8, 7], ml_dtypes.int4), T.INT4),
+                                  np.array([-8, 7], np.int8))
