@@ -839,15 +839,16 @@ NARROW_READERS = ("Cast", "CastLike", "DequantizeLinear")
 
 def _check_narrow(node, names, ins):
     """Refuse a node other than NARROW_READERS reading a narrow-type value
-    (its carrier holds bit patterns or widened integers, not the values);
-    CastLike's second input gives only its element type."""
+    (its carrier holds bit patterns or widened integers, not the values):
+    they read input 0, DequantizeLinear its zero point too; CastLike's
+    second input gives only its element type."""
     from ._types import Narrow
-    read = (0, 1) if node.op_type == "CastLike" else (0,) if node.op_type in NARROW_READERS else ()
+    read = {"Cast": (0,), "CastLike": (0, 1), "DequantizeLinear": (0, 2)}.get(node.op_type, ())
     bad = [f"{n!r} ({v.name})" for i, (n, v) in enumerate(zip(names, ins))
            if isinstance(v, Narrow) and i not in read]
     if bad:
         raise _unsupported(f"input(s) {', '.join(bad)} of a narrow element type: fuelc reads "
-                           f"those only in {'/'.join(NARROW_READERS)} (as their first input); "
+                           f"those only in {'/'.join(NARROW_READERS)} (as their data input); "
                            f"cast them to FLOAT (or INT8/UINT8) first")
 
 

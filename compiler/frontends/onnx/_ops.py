@@ -2189,7 +2189,9 @@ def _dequantize(cx, node, at, ins):
         raise Unsupported(f"DequantizeLinear of {x.dtype.value} data (integer and narrow "
                           f"float types only)")
     axis, block, scale, zp = _quant_params(cx, node, at, x, ins)
-    if isinstance(zp, np.ndarray) and narrow_constant(zp) is not None:
+    if isinstance(zp, Narrow):
+        zp = zp.decode(cx.g)
+    elif isinstance(zp, np.ndarray) and narrow_constant(zp) is not None:
         zp = narrow_constant(zp)
     out = scale.dtype
     s = scale if scale.dtype.value in ("f32", "f64") else scale.cast("f32")
