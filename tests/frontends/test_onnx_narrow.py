@@ -2,8 +2,9 @@
 int2/uint2): graph inputs cross as a byte-wide carrier and Cast, CastLike and
 DequantizeLinear decode them in generated code (a table lookup on the bit
 patterns for the float formats), checked against ONNX's reference evaluator
-on every bit pattern; every other use is refused, naming the value, its type
-and the fix."""
+on every bit pattern; Cast encodes float values into the float8 formats and
+float4 (every value, every tie, saturate on and off); every other use is
+refused, naming the value, its type and the fix."""
 import ml_dtypes
 import numpy as np
 import pytest
@@ -99,13 +100,13 @@ def test_narrow_values_outside_the_readers_are_refused_naming_the_value_and_fix(
         import_model(ident)
 
 
-@pytest.mark.parametrize("to", [T.FLOAT8E4M3FN, T.FLOAT8E5M2FNUZ, T.FLOAT4E2M1, T.INT4, T.UINT2])
-def test_casts_to_a_narrow_type_are_refused(to):
+@pytest.mark.parametrize("to", [T.FLOAT8E8M0, T.INT4, T.UINT2])
+def test_casts_to_an_unencoded_narrow_type_are_refused(to):
     model = _model([helper.make_node("Cast", ["x"], ["y"], name="down", to=to)],
                    [helper.make_tensor_value_info("x", T.FLOAT, [4])],
                    [helper.make_tensor_value_info("y", to, [4])])
     with pytest.raises(OnnxImportError, match=r"Cast node 'down': a cast to "
-                                              + T.DataType.Name(to) + ".*does not produce"):
+                                              + T.DataType.Name(to) + ".*produces only the float8"):
         import_model(model)
 
 
@@ -114,3 +115,65 @@ def test_to_carrier_refuses_an_array_of_another_dtype():
         to_carrier(np.zeros(3, np.float32), T.FLOAT8E4M3FN)
     np.testing.assert_array_equal(to_carrier(np.array([-8, 7], ml_dtypes.int4), T.INT4),
                                   np.array([-8, 7], np.int8))
+
+
+ENCODED = [T.FLOAT8E4M3FN, T.FLOAT8E4M3FNUZ, T.FLOAT8E5M2, T.FLOAT8E5M2FNUZ, T.FLOAT4E2M1]
+
+
+def _probes(elem, npd):
+    """Every value of the format and every rounding midpoint between two (the
+    ties), a little either side of each, +-0, +-inf, NaN, overflow, values
+    below the smallest subnormal, and random values over the whole range."""
+    vals = _every_pattern(elem).ravel().astype(np.float64)
+    vals = np.unique(vals[np.isfinite(vals) & (vals >= 0)])
+    mids = (vals[:-1] + vals[1:]) / 2
+    top = vals[-1] + (vals[-1] - vals[-2]) / 2
+    pts = np.concatenate([vals, mids, [top, top * 1.01, top * 0.99, 1e30, np.inf, 1e-30]])
+    pts = np.concatenate([pts, pts * (1 + 2.0 ** -10), pts * (1 - 2.0 ** -10)])
+    rng = np.random.default_rng(elem)
+    pts = np.concatenate([pts, np.exp(rng.uniform(np.log(vals[1] / 4), np.log(top * 2), 300))])
+    pts = np.concatenate([pts, -pts, [0.0, -0.0, np.nan]]).astype(npd)
+    return pts.reshape(1, -1)
+
+
+@pytest.mark.parametrize("elem", ENCODED)
+@pytest.mark.parametrize("saturate", [1, 0])
+@pytest.mark.parametrize("src", [T.FLOAT, T.FLOAT16, T.DOUBLE])
+def test_cast_to_narrow_float_rounds_as_the_reference(elem, saturate, src):
+    npd = {T.FLOAT: np.float32, T.FLOAT16: np.float16, T.DOUBLE: np.float64}[src]
+    x = _probes(elem, npd)
+    attrs = {} if elem == T.FLOAT4E2M1 else {"saturate": saturate}
+    model = _model([helper.make_node("Cast", ["x"], ["y"], to=elem, **attrs)],
+                   [helper.make_tensor_value_info("x", src, x.shape)],
+                   [helper.make_tensor_value_info("y", elem, x.shape)])
+    m = compile(import_model(model))
+    assert all("numpy" not in k for k in m.kernel_summary()), m.kernel_summary()
+    with np.errstate(all="ignore"):
+        want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    got = np.asarray(m(x=x))
+    assert got.dtype == np.uint8
+    bad = got != want.view(np.uint8)
+    if elem in (T.FLOAT8E4M3FN, T.FLOAT8E5M2, T.FLOAT4E2M1):  # any NaN pattern is NaN
+        bad &= ~(np.isnan(got.view(FLOATS[elem]).astype(np.float32)) & np.isnan(
+            want.astype(np.float32)))
+    assert not bad.any(), (x[bad], got[bad], want.view(np.uint8)[bad])
+
+
+def test_float8_output_crosses_back_as_ml_dtypes_through_the_backend():
+    from compiler.frontends.onnx.backend import FuelcBackend
+    model = _model([helper.make_node("Cast", ["x"], ["y"], to=T.FLOAT8E5M2)],
+                   [helper.make_tensor_value_info("x", T.FLOAT, [3])],
+                   [helper.make_tensor_value_info("y", T.FLOAT8E5M2, [3])])
+    y, = FuelcBackend.prepare(model, mode="compile").run([np.array([1.0, -3.3, 7e4],
+                                                                   np.float32)])
+    assert y.dtype == np.dtype(ml_dtypes.float8_e5m2)
+    np.testing.assert_array_equal(y.astype(np.float32), [1.0, -3.5, 57344.0])
+
+
+def test_cast_of_integers_to_float8_is_refused():
+    model = _model([helper.make_node("Cast", ["x"], ["y"], name="i2f8", to=T.FLOAT8E4M3FN)],
+                   [helper.make_tensor_value_info("x", T.INT32, [3])],
+                   [helper.make_tensor_value_info("y", T.FLOAT8E4M3FN, [3])])
+    with pytest.raises(OnnxImportError, match=r"Cast node 'i2f8': a cast of i32 values to "
+                                              r"FLOAT8E4M3FN.*cast them to FLOAT first"):
+        import_model(model)

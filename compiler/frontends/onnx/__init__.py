@@ -662,7 +662,12 @@ class _Importer:
         for out in self.graph.output:
             if out.name in self.poisoned or out.name not in self.values:
                 continue
-            t = self.t(self.values[out.name])
+            from ._types import Narrow
+            v = self.values[out.name]
+            if isinstance(v, Narrow) and v.elem_type == out.type.tensor_type.elem_type:
+                self.g.output(v.carrier, name=out.name)  # bit patterns (docs/onnx.md)
+                continue
+            t = self.t(v)
             tt = out.type.tensor_type
             dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim] \
                 if tt.HasField("shape") else None

@@ -199,16 +199,22 @@ def _clip(cx, node, at, ins):
 @_op("Cast", "CastLike")
 def _cast(cx, node, at, ins):
     from onnx import TensorProto
-    from ._types import NARROW, Narrow, dtype_of  # here: the torch importer reuses handlers
-    if node.op_type == "CastLike":
+    from ._types import ENCODABLE, NARROW, Narrow, dtype_of, encode  # (here: the torch
+    if node.op_type == "CastLike":                                 # importer reuses handlers)
         to = cx.elem_type(node.input[1])
     else:
         to = at["to"]
+    x = ins[0].decode(cx.g) if isinstance(ins[0], Narrow) else cx.t(ins[0])
+    if to in ENCODABLE:
+        if not x.dtype.is_float:
+            raise Unsupported(f"a cast of {x.dtype.value} values to "
+                              f"{TensorProto.DataType.Name(to)} (fuelc encodes float values "
+                              f"only); cast them to FLOAT first")
+        return [Narrow(encode(cx.g, x, to, bool(at.get("saturate", 1))), to)]
     if to in NARROW:
         raise Unsupported(f"a cast to {TensorProto.DataType.Name(to)}: fuelc reads the narrow "
-                          f"types (float8, float4, int4/uint4, int2/uint2) but does not produce "
-                          f"them; keep the model's output in a wider type")
-    x = ins[0].decode(cx.g) if isinstance(ins[0], Narrow) else cx.t(ins[0])
+                          f"types but produces only the float8 formats and FLOAT4E2M1; keep "
+                          f"the model's output in a wider type")
     if to == TensorProto.BOOL:
         return [x != 0]
     dt = dtype_of(to)

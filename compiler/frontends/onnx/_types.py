@@ -136,6 +136,47 @@ class Narrow:
         return table.index_select(idx, 0).reshape(*x.shape)
 
 
+#: the narrow types a Cast produces (``encode``)
+ENCODABLE = frozenset({TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ,
+                       TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E5M2FNUZ,
+                       TensorProto.FLOAT4E2M1})
+
+
+def encode(g, x, elem_type: int, saturate: bool):
+    """``x`` (a float graph tensor) rounded to nearest even into the bit
+    patterns (u8 carrier) of the narrow float ``elem_type``, as ONNX's Cast:
+    ``saturate`` clamps overflow and infinities to +-max; without it they
+    become what ``ml_dtypes`` gives (inf for e5m2, NaN for the others, max
+    for float4, which has neither). In generated code, exactly: the magnitude's
+    code is the number of rounding thresholds (the midpoints between
+    neighbouring values, a tie going up only from an odd code) it reaches, the
+    signed pattern a lookup on (code, sign), NaN a select."""
+    ml = _NARROW_FLOATS[elem_type]
+    codes = 8 if elem_type == TensorProto.FLOAT4E2M1 else 128
+    pos = np.arange(codes, dtype=np.uint8).view(ml).astype(np.float64)
+    k = int(np.nonzero(np.isfinite(pos))[0].max())  # largest finite positive code
+    vals = pos[:k + 1]
+    top = vals[k] + (vals[k] - vals[k - 1]) / 2  # from here RNE leaves the format
+    mids = np.append((vals[:-1] + vals[1:]) / 2, top)
+    odd = np.arange(k + 1) % 2 == 1  # a tie at mids[i] rounds up iff code i is odd
+    wide = DType.F64 if x.dtype == DType.F64 else DType.F32
+    a = (x if x.dtype == wide else x.cast(wide)).abs().unsqueeze(-1)
+
+    def reached(ms, strict):
+        c = g.constant(ms.astype(wide.numpy))
+        return ((a > c) if strict else (a >= c)).cast(DType.I32).sum(-1)
+    j = reached(mids[~odd], True) + reached(mids[odd], False)  # 0..k+1
+    over = (np.array([np.inf, -np.inf]) if not saturate else
+            np.array([vals[k], -vals[k]]))
+    table = np.concatenate([vals, over[:1], -vals, over[1:]]).astype(ml).view(np.uint8)
+    from compiler.graph import maximum  # the sign bit: x < 0, or -0 (1 / -0 = -inf)
+    neg = maximum((x < 0.0).cast(DType.I32), ((1.0 / x) < 0.0).cast(DType.I32)) * (k + 2)
+    code = g.constant(table).index_select((j + neg).reshape(-1).cast(DType.U32), 0)
+    code = code.reshape(*x.shape)
+    nan = np.array([np.nan]).astype(ml).view(np.uint8)
+    return (x != x).where(g.constant(nan.reshape(())), code)
+
+
 def decode_table(elem_type: int) -> np.ndarray:
     """The f32 value of each of the 256 bit patterns of a narrow float type."""
     return np.arange(256, dtype=np.uint8).view(_NARROW_FLOATS[elem_type]).astype(np.float32)
@@ -157,6 +198,11 @@ def to_carrier(arr, elem_type: int) -> np.ndarray:
     if elem_type in _NARROW_FLOATS:
         return arr.view(np.uint8)
     return arr.astype(carrier_dtype(elem_type).numpy)
+
+
+def from_carrier(arr, elem_type: int) -> np.ndarray:
+    """A narrow float output's bit patterns (u8) as its ``ml_dtypes`` array."""
+    return np.asarray(arr).view(_NARROW_FLOATS[elem_type])
 
 
 def narrow_constant(arr: np.ndarray):

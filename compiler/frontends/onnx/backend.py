@@ -51,6 +51,8 @@ class FuelcRep(BackendRep):
         from ._types import NARROW
         self._narrow_in = {i.name: i.type.tensor_type.elem_type for i in model.graph.input
                            if i.type.tensor_type.elem_type in NARROW}
+        self._narrow_out = {o.name: o.type.tensor_type.elem_type for o in model.graph.output
+                            if o.type.tensor_type.elem_type in NARROW}
         self.mode = mode
         self._module = None
         if mode == "compile":
@@ -78,7 +80,9 @@ class FuelcRep(BackendRep):
             got = self._module(**feeds)
             if not isinstance(got, dict):
                 got = {self.output_names[0]: got}
+        from ._types import from_carrier
         return tuple(np.asarray(got[n]).astype(np.bool_) if n in self._bool_out
+                     else from_carrier(got[n], self._narrow_out[n]) if n in self._narrow_out
                      else np.asarray(got[n]) for n in self.output_names)
 
 
