@@ -100,7 +100,7 @@ def test_narrow_values_outside_the_readers_are_refused_naming_the_value_and_fix(
         import_model(ident)
 
 
-@pytest.mark.parametrize("to", [T.FLOAT8E8M0, T.INT4, T.UINT2])
+@pytest.mark.parametrize("to", [T.FLOAT8E8M0])
 def test_casts_to_an_unencoded_narrow_type_are_refused(to):
     model = _model([helper.make_node("Cast", ["x"], ["y"], name="down", to=to)],
                    [helper.make_tensor_value_info("x", T.FLOAT, [4])],
@@ -177,3 +177,45 @@ def test_cast_of_integers_to_float8_is_refused():
     with pytest.raises(OnnxImportError, match=r"Cast node 'i2f8': a cast of i32 values to "
                                               r"FLOAT8E4M3FN.*cast them to FLOAT first"):
         import_model(model)
+
+
+@pytest.mark.parametrize("elem", sorted(INTS))
+@pytest.mark.parametrize("src", [T.FLOAT, T.FLOAT16])
+def test_cast_to_narrow_int_matches_the_reference(elem, src):
+    """Truncated toward zero, 0 outside the range (ml_dtypes, ONNX's reference)."""
+    npd = {T.FLOAT: np.float32, T.FLOAT16: np.float16}[src]
+    x = np.array([[-9, -8.5, -8.4, -2.5, -1.7, -0.3, 0, 0.7, 1.5, 2.5, 3.9, 7.6, 8, 15, 16,
+                   1e4, np.inf, -np.inf, np.nan]], npd)
+    model = _model([helper.make_node("Cast", ["x"], ["y"], to=elem)],
+                   [helper.make_tensor_value_info("x", src, x.shape)],
+                   [helper.make_tensor_value_info("y", elem, x.shape)])
+    m = compile(import_model(model))
+    assert all("numpy" not in k for k in m.kernel_summary()), m.kernel_summary()
+    with np.errstate(all="ignore"):
+        want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(np.asarray(m(x=x)), want.astype(np.int32))
+
+
+@pytest.mark.parametrize("elem,zp", [(T.INT4, -3), (T.UINT4, 9), (T.INT2, None), (T.UINT2, 1),
+                                     (T.FLOAT8E4M3FN, 0.0), (T.FLOAT8E5M2, None),
+                                     (T.FLOAT4E2M1, 1.0)])
+def test_quantize_to_narrow_types_matches_reference(elem, zp):
+    from compiler.frontends.onnx.backend import FuelcBackend
+    x = np.linspace(-40, 40, 41, dtype=np.float32).reshape(1, -1)
+    inits = [helper.make_tensor("s", T.FLOAT, [], [0.75])]
+    ins, attrs = ["x", "s"], {}
+    if zp is not None:
+        npd = FLOATS.get(elem) or INTS[elem][0]
+        inits.append(onnx.numpy_helper.from_array(np.array(zp).astype(npd), "zp"))
+        ins.append("zp")
+    else:
+        attrs["output_dtype"] = elem
+    model = _model([helper.make_node("QuantizeLinear", ins, ["y"], **attrs)],
+                   [helper.make_tensor_value_info("x", T.FLOAT, x.shape)],
+                   [helper.make_tensor_value_info("y", elem, x.shape)], inits)
+    rep = FuelcBackend.prepare(model, mode="compile")
+    assert all("numpy" not in k for k in rep._module.kernel_summary())
+    got, = rep.run([x])
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))

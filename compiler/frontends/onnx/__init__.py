@@ -839,16 +839,17 @@ def _gelu_erf(cx, ins):
 
 
 #: the ops that read a narrow-type value (a ``_types.Narrow`` carrier)
-NARROW_READERS = ("Cast", "CastLike", "DequantizeLinear")
+NARROW_READERS = ("Cast", "CastLike", "DequantizeLinear", "QuantizeLinear")
 
 
 def _check_narrow(node, names, ins):
     """Refuse a node other than NARROW_READERS reading a narrow-type value
     (its carrier holds bit patterns or widened integers, not the values):
-    they read input 0, DequantizeLinear its zero point too; CastLike's
-    second input gives only its element type."""
+    they read input 0 (QuantizeLinear only its zero point, DequantizeLinear
+    both); CastLike's second input gives only its element type."""
     from ._types import Narrow
-    read = {"Cast": (0,), "CastLike": (0, 1), "DequantizeLinear": (0, 2)}.get(node.op_type, ())
+    read = {"Cast": (0,), "CastLike": (0, 1), "DequantizeLinear": (0, 2),
+            "QuantizeLinear": (2,)}.get(node.op_type, ())
     bad = [f"{n!r} ({v.name})" for i, (n, v) in enumerate(zip(names, ins))
            if isinstance(v, Narrow) and i not in read]
     if bad:

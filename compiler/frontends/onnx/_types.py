@@ -82,7 +82,8 @@ def fold_only_reason(dtype: np.dtype):
     for et, npd in list(_NARROW_FLOATS.items()) + [(e, n) for e, (_, n) in _NARROW_INTS.items()]:
         if np.dtype(npd) == dtype:
             return (f"a constant of element type {_name(et)} feeds a graph op; fuelc reads "
-                    f"narrow-type values only in Cast, CastLike and DequantizeLinear")
+                    f"narrow-type values only in Cast, CastLike, DequantizeLinear and "
+                    f"QuantizeLinear")
     return None
 
 
@@ -92,7 +93,8 @@ def fold_only_reason(dtype: np.dtype):
 #: a one-element-per-byte carrier (unpacked at the IO boundary, ``to_carrier``):
 #: the float formats as ``u8`` bit patterns, decoded by a 256-entry table
 #: lookup in generated code; int4/int2 as ``i8`` values, uint4/uint2 as ``u8``
-#: values. Only Cast, CastLike and DequantizeLinear read a carrier.
+#: values. Only Cast, CastLike, DequantizeLinear and QuantizeLinear (its zero
+#: point) read a carrier.
 _NARROW_FLOATS = {
     TensorProto.FLOAT8E4M3FN: ml_dtypes.float8_e4m3fn,
     TensorProto.FLOAT8E4M3FNUZ: ml_dtypes.float8_e4m3fnuz,
@@ -106,6 +108,9 @@ _NARROW_INTS = {
     TensorProto.INT2: (DType.I8, ml_dtypes.int2), TensorProto.UINT2: (DType.U8, ml_dtypes.uint2),
 }
 NARROW = frozenset(_NARROW_FLOATS) | frozenset(_NARROW_INTS)
+#: the value range of each narrow integer type (QuantizeLinear clamps to it)
+NARROW_INT_RANGES = {TensorProto.INT4: (-8, 7), TensorProto.UINT4: (0, 15),
+                     TensorProto.INT2: (-2, 1), TensorProto.UINT2: (0, 3)}
 
 
 class Narrow:
@@ -177,6 +182,16 @@ def encode(g, x, elem_type: int, saturate: bool):
     return (x != x).where(g.constant(nan.reshape(())), code)
 
 
+def encode_int(x, elem_type: int):
+    """Float ``x`` cast to a narrow integer type as ONNX's reference
+    (``ml_dtypes``) does: truncated toward zero, and 0 where that is outside
+    the type's range (NaN and infinities included); an i8/u8 carrier."""
+    lo, hi = NARROW_INT_RANGES[elem_type]
+    t = x.cast(DType.I32)  # truncates; NaN -> 0, out of i32 range saturates
+    inside = ((t >= lo).cast(DType.I32) * (t <= hi).cast(DType.I32)) != 0
+    return inside.where(t, 0).cast(carrier_dtype(elem_type))
+
+
 def decode_table(elem_type: int) -> np.ndarray:
     """The f32 value of each of the 256 bit patterns of a narrow float type."""
     return np.arange(256, dtype=np.uint8).view(_NARROW_FLOATS[elem_type]).astype(np.float32)
@@ -201,8 +216,11 @@ def to_carrier(arr, elem_type: int) -> np.ndarray:
 
 
 def from_carrier(arr, elem_type: int) -> np.ndarray:
-    """A narrow float output's bit patterns (u8) as its ``ml_dtypes`` array."""
-    return np.asarray(arr).view(_NARROW_FLOATS[elem_type])
+    """A narrow output's carrier (bit patterns, or i8/u8 values) as its
+    ``ml_dtypes`` array."""
+    if elem_type in _NARROW_FLOATS:
+        return np.asarray(arr).view(_NARROW_FLOATS[elem_type])
+    return np.asarray(arr).astype(_NARROW_INTS[elem_type][1])
 
 
 def narrow_constant(arr: np.ndarray):
