@@ -218,3 +218,16 @@ def test_quantize_to_narrow_types_matches_reference(elem, zp):
     want = ReferenceEvaluator(model).run(None, {"x": x})[0]
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
+
+
+def test_quantize_to_float8e8m0_is_refused():
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("QuantizeLinear", ["x", "s"], ["y"], name="q8m0",
+                          output_dtype=T.FLOAT8E8M0)], "q",
+        [helper.make_tensor_value_info("x", T.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", T.FLOAT8E8M0, [3])],
+        [helper.make_tensor("s", T.FLOAT, [], [1.0])]),
+        opset_imports=[helper.make_opsetid("", 24)])
+    with pytest.raises(OnnxImportError, match=r"QuantizeLinear node 'q8m0': QuantizeLinear to "
+                                              r"FLOAT8E8M0 \(fuelc produces the float8"):
+        import_model(model)

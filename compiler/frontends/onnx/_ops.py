@@ -2224,7 +2224,8 @@ def _quantize(cx, node, at, ins):
     are x / scale encoded (the zero point unused), float4 x / scale + zero
     point encoded."""
     from onnx import helper
-    from ._types import NARROW, NARROW_INT_RANGES, Narrow, dtype_of, encode, narrow_constant
+    from ._types import (ENCODABLE, NARROW, NARROW_INT_RANGES, Narrow, dtype_of, encode,
+                         narrow_constant)
     x = cx.t(ins[0])
     axis, block, scale, zp = _quant_params(cx, node, at, x, ins)
     narrow = None
@@ -2234,6 +2235,11 @@ def _quantize(cx, node, at, ins):
         narrow, zp = helper.np_dtype_to_tensor_dtype(zp.dtype), narrow_constant(zp)
     elif zp is None and int(at.get("output_dtype", 0)) in NARROW:
         narrow = int(at["output_dtype"])
+    if narrow is not None and narrow not in ENCODABLE and narrow not in NARROW_INT_RANGES:
+        from onnx import TensorProto
+        raise Unsupported(f"QuantizeLinear to {TensorProto.DataType.Name(narrow)} (fuelc "
+                          f"produces the float8 formats, FLOAT4E2M1 and the 2- and 4-bit "
+                          f"integers)")
     if narrow is not None:
         out = None
     elif zp is not None:
