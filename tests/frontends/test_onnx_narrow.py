@@ -24,6 +24,10 @@ INTS = {T.INT4: (ml_dtypes.int4, -8, 8), T.UINT4: (ml_dtypes.uint4, 0, 16),
         T.INT2: (ml_dtypes.int2, -2, 2), T.UINT2: (ml_dtypes.uint2, 0, 4)}
 
 
+def _name(elem_type):
+    return T.DataType.Name(elem_type)
+
+
 def _model(nodes, inputs, outputs, inits=()):
     g = helper.make_graph(nodes, "narrow", inputs, outputs, list(inits))
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)])
@@ -47,8 +51,8 @@ def _check(model, feeds):
         np.testing.assert_array_equal(np.asarray(g), w)
 
 
-@pytest.mark.parametrize("elem", sorted(FLOATS))
-@pytest.mark.parametrize("to", [T.FLOAT, T.FLOAT16, T.DOUBLE])
+@pytest.mark.parametrize("elem", sorted(FLOATS), ids=_name)
+@pytest.mark.parametrize("to", [T.FLOAT, T.FLOAT16, T.DOUBLE], ids=_name)
 def test_narrow_float_cast_decodes_every_bit_pattern(elem, to):
     x = _every_pattern(elem)
     model = _model([helper.make_node("Cast", ["x"], ["y"], to=to)],
@@ -57,8 +61,8 @@ def test_narrow_float_cast_decodes_every_bit_pattern(elem, to):
     _check(model, {"x": x})
 
 
-@pytest.mark.parametrize("elem", sorted(INTS))
-@pytest.mark.parametrize("to", [T.FLOAT, T.FLOAT16, T.INT8, T.INT32, T.UINT8])
+@pytest.mark.parametrize("elem", sorted(INTS), ids=_name)
+@pytest.mark.parametrize("to", [T.FLOAT, T.FLOAT16, T.INT8, T.INT32, T.UINT8], ids=_name)
 def test_narrow_int_castlike_matches_reference(elem, to):
     npd, lo, hi = INTS[elem]
     x = np.arange(lo, hi).astype(npd).reshape(1, -1)
@@ -100,7 +104,7 @@ def test_narrow_values_outside_the_readers_are_refused_naming_the_value_and_fix(
         import_model(ident)
 
 
-@pytest.mark.parametrize("to", [T.FLOAT8E8M0])
+@pytest.mark.parametrize("to", [T.FLOAT8E8M0], ids=_name)
 def test_casts_to_an_unencoded_narrow_type_are_refused(to):
     model = _model([helper.make_node("Cast", ["x"], ["y"], name="down", to=to)],
                    [helper.make_tensor_value_info("x", T.FLOAT, [4])],
@@ -148,9 +152,9 @@ def _cast_both(x, src, elem, **attrs):
     return np.asarray(m(x=x)), want
 
 
-@pytest.mark.parametrize("elem", ENCODED)
+@pytest.mark.parametrize("elem", ENCODED, ids=_name)
 @pytest.mark.parametrize("saturate", [1, 0])
-@pytest.mark.parametrize("src", [T.FLOAT, T.FLOAT16, T.DOUBLE])
+@pytest.mark.parametrize("src", [T.FLOAT, T.FLOAT16, T.DOUBLE], ids=_name)
 def test_cast_to_narrow_float_rounds_as_the_reference(elem, saturate, src):
     npd = {T.FLOAT: np.float32, T.FLOAT16: np.float16, T.DOUBLE: np.float64}[src]
     x = _probes(elem, npd)
@@ -184,8 +188,8 @@ def test_cast_of_integers_to_float8_is_refused():
         import_model(model)
 
 
-@pytest.mark.parametrize("elem", sorted(INTS))
-@pytest.mark.parametrize("src", [T.FLOAT, T.FLOAT16])
+@pytest.mark.parametrize("elem", sorted(INTS), ids=_name)
+@pytest.mark.parametrize("src", [T.FLOAT, T.FLOAT16], ids=_name)
 def test_cast_to_narrow_int_matches_the_reference(elem, src):
     """Truncated toward zero, 0 outside the range (ml_dtypes, ONNX's reference)."""
     npd = {T.FLOAT: np.float32, T.FLOAT16: np.float16}[src]
