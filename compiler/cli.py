@@ -141,15 +141,6 @@ def cmd_compile(args) -> int:
         else:
             from .frontends.onnx import import_model
             graph = import_model(args.model, shapes)
-        if graph.is_symbolic and not bindings:  # a .fuel file holds one size
-            dims = "; ".join(f"input {n!r} axis {i}: dim_param {str(d)!r}"
-                             for n, nid in graph.inputs.items()
-                             for i, d in enumerate(graph.nodes[nid].shape)
-                             if not isinstance(d, int))
-            raise CliError(f"{args.model}: the model's inputs have symbolic dims ({dims}); a "
-                           f".fuel file holds one size in this version: fix each with "
-                           f"--input-shape NAME=D0,D1,..., or write a bundle of sizes with "
-                           f"--binding {'=N,'.join(graph.symbols)}=N (repeat per size)")
         if bindings and not graph.is_symbolic:
             raise CliError(f"--binding: the imported model has no symbolic dims (inputs "
                            f"{graph.signature()['inputs']}); drop --binding to write one .fuel "
@@ -176,7 +167,8 @@ def cmd_compile(args) -> int:
         print(f"wrote {out} (target {target}; inputs {sig}; {len(bindings)} binding(s); "
               f"outputs {', '.join(module.output_names)})")
         return 0
-    sig = ", ".join(f"{n}: {s}" for n, s in module.plan.inputs.items())
+    inputs = module.plan.inputs if hasattr(module, "plan") else module.signature["inputs"]
+    sig = ", ".join(f"{n}: {s}" for n, s in inputs.items())
     print(f"wrote {out} (target {target}; inputs {sig}; outputs {', '.join(module.output_names)})")
     return 0
 

@@ -244,14 +244,42 @@ class SymbolicModule:
         return [head] + [f"{line} [{mark}]" for line, mark in
                          zip(last.kernel_summary(), extent_marks(last))]
 
-    def save(self, path, sign_with=None):
-        """Not built yet (one file per binding): raises ExportError naming the fix."""
+    def save(self, path, sign_with=None, weights="zip"):
+        """Write one ``.fuel`` file that ``runtime.load(path)`` runs at every
+        size the signature allows, without the compiler
+        (``compiler.export_symbolic``; ``docs/dynamic-shapes.md``). Raises
+        ``ExportError`` naming the step when the plan or a kernel depends on
+        the sizes in a way one file cannot hold (a kernel compiled per shape);
+        ``sign_with`` and ``weights`` as for ``CompiledModule.save``."""
+        from .export_symbolic import export_symbolic
+        return export_symbolic(self, path, sign_with, weights)
+
+    @staticmethod
+    def refuse_per_shape_kernels(sample: CompiledModule) -> None:
+        """``ExportError`` naming the generated kernels of ``sample`` that are
+        compiled per shape (``extent_marks``): one ``.fuel`` file for every
+        size cannot hold them."""
+        from .codegen.family import GeneratedKernel
         from .export import ExportError
-        example = ", ".join(f"{n}=..." for n in self.graph.symbols)
-        raise ExportError(f"this module has symbolic extents ({', '.join(self.graph.symbols)}); "
-                          f"a .fuel file holds one binding in this version: save "
-                          f"m.specialize({example}).save({str(path)!r}), or several bindings "
-                          f"with m.save_bundle(directory, bindings=[{{...}}, ...])")
+        entries = sample.executor.entries
+        steps = [(i, s) for i, s in enumerate(sample.plan.steps) if isinstance(s, KernelStep)]
+        bad = [f"step {i} ({s.name}: {entries[i].kernel.fn.__qualname__})"
+               for (i, s), mark in zip(steps, extent_marks(sample))
+               if mark == "per shape" and isinstance(entries[i].kernel.fn, GeneratedKernel)]
+        if bad:
+            raise ExportError(f"cannot write one .fuel file for every size: {', '.join(bad)} "
+                              f"{'is' if len(bad) == 1 else 'are'} compiled per shape (no kernel "
+                              "with run-time extents: docs/dynamic-shapes.md, the kernel table); "
+                              "save one binding (m.specialize(...).save) or a bundle "
+                              "(m.save_bundle)")
+
+    def export_sample(self, sizes: dict, keep: frozenset = frozenset()) -> CompiledModule:
+        """A fresh ``CompiledModule`` of one binding, not kept, whose plan
+        leaves the values in ``keep`` unfolded (``fold_constant_steps``): what
+        ``save`` samples."""
+        o = self._options
+        return _compile(self.graph.bind(dict(sizes)), self.target, o["pipeline"], True, None, 1,
+                        None, None, o["strict"], keep)
 
     def save_bundle(self, path, bindings=None, sign_with=None):
         """Write a directory that ``runtime.load_bundle(path)`` runs without the
@@ -341,7 +369,7 @@ def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = Non
 
 
 def _compile(graph, target: Target, pipeline, warm: bool, progress, jobs: int, executor,
-             pool, strict: bool = False) -> CompiledModule:
+             pool, strict: bool = False, keep: frozenset = frozenset()) -> CompiledModule:
     from .dialect.emit import graph_to_module
     from .passes import DEFAULT_PIPELINE, resolve_pipeline, run_pipeline
     from .codegen.family import runnable_here
@@ -369,7 +397,7 @@ def _compile(graph, target: Target, pipeline, warm: bool, progress, jobs: int, e
     table = register_module_kernels(emitted.module, target)  # fuel.runtime_fused keys
     plan = plan_from_module(emitted.module, emitted.constants, backend=target.backend)
     if warm and target.kind == "cpu" and runnable_here(target):
-        plan = fold_constant_steps(plan, table)   # work on weights done once, now
+        plan = fold_constant_steps(plan, table, keep)   # work on weights done once, now
     timings["plan"] = time.perf_counter() - t0
     module = CompiledModule(plan, table, irs, timings, target)
     _check_fallbacks(module, strict)

@@ -262,6 +262,20 @@ def _write_side_weights(path: Path, chunks) -> tuple[str, dict]:
     return tmp, {"name": path.name, "size": size, "sha256": h.hexdigest()}
 
 
+def manifest_body(module, writer: "_Writer", objects: dict) -> dict:
+    """The manifest fields of one ``CompiledModule``'s plan (``entry_points``,
+    ``plan``, ``kernels``), writing each kernel object into ``writer`` once
+    (``objects``: SHA-256 -> member, shared by the caller's modules)."""
+    plan, specs = module.plan, module.executor.specs
+    kernels = [_kernel_record(module, i, s, objects, writer)
+               for i, s in enumerate(plan.steps) if isinstance(s, KernelStep)]
+    return {"entry_points": [{
+                "name": "main",
+                "inputs": [{"name": n, **s.to_dict()} for n, s in plan.inputs.items()],
+                "outputs": [{"name": n, **specs[v].to_dict()} for n, v in plan.outputs.items()]}],
+            "plan": plan.to_dict(), "kernels": kernels}
+
+
 def export_module(module, path, sign_with=None, weights: str = "zip") -> Path:
     """Write ``module`` (a ``CompiledModule``) to ``path`` atomically and
     return the path. With ``sign_with`` (a shared secret, bytes or text, or
@@ -273,6 +287,15 @@ def export_module(module, path, sign_with=None, weights: str = "zip") -> Path:
     with its size and SHA-256 (so a signature covers it too). Raises
     ``ExportError`` (a step that cannot be exported, an unknown ``weights``)
     or ``OSError``."""
+    return write_fuel(path, module.target, module.plan.constants, module.ir,
+                      lambda w: manifest_body(module, w, {}), sign_with, weights)
+
+
+def write_fuel(path, target, constants, ir_texts: dict, body, sign_with=None,
+               weights: str = "zip") -> Path:
+    """Write a ``.fuel`` file atomically: the weights (``constants``), the IR
+    stages, and the manifest whose plan fields ``body(writer)`` returns
+    (writing its kernel objects into ``writer``); see ``export_module``."""
     if weights not in ("zip", "side"):
         raise ExportError(f"save(weights={weights!r}): weights is 'zip' (in the .fuel file) "
                           "or 'side' (a .weights file next to it)")
@@ -284,9 +307,7 @@ def export_module(module, path, sign_with=None, weights: str = "zip") -> Path:
                           f"have the same name; name the module file {path.stem}.fuel")
     if side is not None:
         check_output_path(side)
-    plan, target = module.plan, module.target
-    specs = module.executor.specs
-    const_names, header, datas = _weights(plan.constants)
+    const_names, header, datas = _weights(constants)
     side_tmp = side_rec = None
     fd, tmp = _temp_next_to(path)
     try:
@@ -297,22 +318,14 @@ def export_module(module, path, sign_with=None, weights: str = "zip") -> Path:
             if side is None:
                 w.add(WEIGHTS, _safetensors_chunks(header, datas), compress=False,
                       align=WEIGHTS_ALIGN)
-            objects: dict[str, str] = {}
-            kernels = [_kernel_record(module, i, s, objects, w)
-                       for i, s in enumerate(plan.steps) if isinstance(s, KernelStep)]
+            fields = body(w)
             ir = {}
-            for stage, text in module.ir.items():
+            for stage, text in ir_texts.items():
                 ir[stage] = f"ir/{stage}.mlir"
                 w.add(ir[stage], [text.encode()], compress=True)
             manifest = {
                 "format": FORMAT, "format_version": FORMAT_VERSION, "producer": producer(),
-                "target": target_json(target),
-                "entry_points": [{
-                    "name": "main",
-                    "inputs": [{"name": n, **s.to_dict()} for n, s in plan.inputs.items()],
-                    "outputs": [{"name": n, **specs[v].to_dict()}
-                                for n, v in plan.outputs.items()]}],
-                "plan": plan.to_dict(), "constants": const_names, "kernels": kernels,
+                "target": target_json(target), **fields, "constants": const_names,
                 "ir": ir, "members": w.members,
             }
             if side_rec is not None:

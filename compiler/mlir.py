@@ -62,5 +62,19 @@ def runtime():
     return importlib.import_module(f"{_root.__name__}.runtime")
 
 
-__all__ = ["ir", "passmanager", "rewrite", "MLIRError",
+def walk_ops(root, pred=None) -> list:
+    """Every op nested under ``root`` (an op or a module; pre-order), filtered
+    by ``pred``; collected first, so callers may rewrite while iterating."""
+    out = []
+
+    def cb(o):
+        if pred is None or pred(o):
+            out.append(o)
+        return ir.WalkResult.ADVANCE
+
+    getattr(root, "operation", root).walk(cb, ir.WalkOrder.PRE_ORDER)
+    return out
+
+
+__all__ = ["ir", "passmanager", "rewrite", "MLIRError", "walk_ops",
            "execution_engine", "runtime", "BINDINGS", *_DIALECTS]

@@ -237,7 +237,7 @@ def _bf16_bits(dense, shape) -> np.ndarray:
 FOLD_GROWTH, FOLD_SLACK = 1, 1 << 16
 
 
-def fold_constant_steps(plan: Plan, table) -> Plan:
+def fold_constant_steps(plan: Plan, table, keep: frozenset = frozenset()) -> Plan:
     """``plan`` with every kernel, reshape and contiguize step whose inputs
     are all constants (or views of them) computed now, by the same kernels
     the plan would call (``table``), and its result made a constant: a
@@ -245,7 +245,9 @@ def fold_constant_steps(plan: Plan, table) -> Plan:
     index vector of a grouped im2col) is done once at compile time, not per
     call. View steps stay views. A step whose result would have more elements
     than the constants it is computed from (``FOLD_GROWTH``, ``FOLD_SLACK``)
-    stays in the plan. The caller makes sure this machine can run the
+    stays in the plan, and so do the steps making a value of ``keep`` (a
+    symbolic ``.fuel`` file keeps those whose result depends on the sizes:
+    ``compiler.export``). The caller makes sure this machine can run the
     kernels."""
     from runtime.executor import Executor
     specs = Executor(plan, table).specs
@@ -258,7 +260,8 @@ def fold_constant_steps(plan: Plan, table) -> Plan:
     sub_steps: list = []
     for i, s in enumerate(plan.steps):
         ins = _step_inputs(s)
-        if isinstance(s, ConstStep) or not ins or not all(v in known for v in ins):
+        if isinstance(s, ConstStep) or not ins or not all(v in known for v in ins) \
+                or not keep.isdisjoint(_step_outputs(s)):
             continue
         read = sum(known[v] for v in ins)
         outs = _step_outputs(s)

@@ -155,7 +155,10 @@ class Artifact:
                 raise ManifestFieldError(f"constants[{cname!r}]", f"names tensor {tname!r}, which "
                                          "the weights do not hold", self.path)
             out[cname] = tensors[tname]
+        made = set(self.manifest.get("symbolic", {}).get("iotas", ()))  # per binding
         for i, c in enumerate(self.manifest["plan"].get("constants", [])):
+            if isinstance(c, dict) and c.get("name") in made:
+                continue
             arr = out.get(c.get("name")) if isinstance(c, dict) else None
             try:
                 dt = np.dtype(c.get("numpy_dtype")) if arr is not None else None
@@ -569,13 +572,15 @@ def _numpy_kernels() -> dict:
     return {(BindingKey.static(op), tuple(dts)): fn for op, dts, fn in numpy_kernel_bindings()}
 
 
-def build_table(art: Artifact, plan: Plan) -> KernelBindingTable:
+def build_table(art: Artifact, plan: Plan, objects: dict | None = None) -> KernelBindingTable:
     """A fresh binding table holding exactly the kernels ``plan`` calls:
-    the artifact's objects (linked now) and the runtime's numpy kernels."""
+    the artifact's objects (linked now, or taken from ``objects``: member ->
+    linked object, which this fills) and the runtime's numpy kernels."""
     from .cpu_loader import ObjectLoadError, load_object
     m, path = art.manifest, art.path
     target = m["target"]
-    objects, refs, numpy = {}, {}, None
+    objects = {} if objects is None else objects
+    refs, numpy = {}, None
     table = KernelBindingTable()
     for k, rec in enumerate(m["kernels"]):
         i = rec["step"]
@@ -656,22 +661,40 @@ def load(path, verify_with=None, require_signature: bool = False) -> "LoadedModu
                            what=f"module {os.path.basename(art.path)}")
     except CpuFeatureError as e:
         raise ArtifactCpuError(str(e), art.path, e.missing, target["name"]) from None
+    if "symbolic" in art.manifest:  # one file for every size: a module per binding
+        from .symbolic import SymbolicLoadedModule, iota_constants
+        constants, objects = _guarded(art.path, art.constants), {}
+        return SymbolicLoadedModule(art, lambda manifest: _guarded(art.path, lambda: _load_plan(
+            Artifact(art.path, check_manifest(manifest, art.path), art.members, art.signed,
+                     art.verified, art.weights_path),
+            {**constants, **iota_constants(manifest, art.manifest)}, objects)))
+    return _guarded(art.path, lambda: _load_plan(art, art.constants(), {}))
+
+
+def _load_plan(art: Artifact, constants: dict, objects: dict) -> "LoadedModule":
+    """The ``LoadedModule`` of a checked static manifest (``art.manifest``),
+    its objects linked once into ``objects``."""
+    plan = Plan.from_dict(art.manifest["plan"], constants)
+    _check_value_sizes(plan, art.path)
+    table = build_table(art, plan, objects)
+    module = LoadedModule(art, plan, table)
+    check_call_shapes(art, plan, module.executor.specs)
+    _check_entry_outputs(art, plan, module.executor.specs)
+    return module
+
+
+def _guarded(path: str, load):
+    """``load()``, any error of a malformed manifest raised as an ``ArtifactError``."""
     try:
-        plan = Plan.from_dict(art.manifest["plan"], art.constants())
-        _check_value_sizes(plan, art.path)
-        table = build_table(art, plan)
-        module = LoadedModule(art, plan, table)
-        check_call_shapes(art, plan, module.executor.specs)
-        _check_entry_outputs(art, plan, module.executor.specs)
-        return module
+        return load()
     except ArtifactError:
         raise
     except FuelError as e:  # PlanError, BindingTableError, ... from a malformed plan
-        raise ArtifactFormatError(f"the plan does not load: {e}", art.path) from None
+        raise ArtifactFormatError(f"the plan does not load: {e}", path) from None
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError,
             RecursionError) as e:  # a field of the wrong type or missing, deep in the plan
         raise ArtifactFormatError(f"malformed manifest: the plan does not load "
-                                  f"({type(e).__name__}: {e})", art.path) from None
+                                  f"({type(e).__name__}: {e})", path) from None
 
 
 class LoadedModule(PlanModule):

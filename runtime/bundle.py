@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 
-import numpy as np
 
 from .dtype import DType
 from .errors import PlanError
-from .symbols import Sym, bind_symbols, shape_text
+from .symbolic import BindingCalls, read_signature
+from .symbols import Sym
 
 BUNDLE_FORMAT = "fuelc-symbolic-bundle"
 BUNDLE_VERSION = 1
@@ -37,10 +36,6 @@ class UnsavedBindingError(PlanError):
 
 def _dim_json(d):
     return d.to_json() if isinstance(d, Sym) else int(d)
-
-
-def _dim(v, bounds):
-    return Sym.from_json(v, bounds) if isinstance(v, list) else int(v)
 
 
 def signature_json(inputs: dict, symbols: dict, equalities) -> dict:
@@ -62,21 +57,16 @@ def write_index(path, signature: dict, bindings: list[tuple[dict, str]]) -> None
     os.replace(tmp, os.path.join(path, INDEX))
 
 
-class LoadedBundle:
+class LoadedBundle(BindingCalls):
     """A bundle loaded by ``load_bundle``: call it with the inputs by name."""
 
     def __init__(self, path: str, doc: dict, verify_with=None, require_signature: bool = False):
         self.path = path
         self._verify = (verify_with, require_signature)
-        bounds = {n: tuple(b) for n, b in doc["symbols"].items()}
-        self.symbols = bounds
-        self.inputs = {n: (tuple(_dim(d, bounds) for d in r["shape"]), DType.parse(r["dtype"]))
-                       for n, r in doc["inputs"].items()}
-        self.equalities = [(_dim(a, bounds), _dim(b, bounds), w) for a, b, w in doc["equalities"]]
-        self._files = {tuple(int(b["sizes"][n]) for n in bounds): b["file"]
+        self._init_calls(*read_signature(doc))
+        self._files = {tuple(int(b["sizes"][n]) for n in self.symbols): b["file"]
                        for b in doc["bindings"]}
         self._modules: dict = {}
-        self._lock = threading.Lock()
 
     @property
     def bindings(self) -> list[dict]:
@@ -87,39 +77,24 @@ class LoadedBundle:
         """The ``.fuel`` file of each binding, in the order of ``bindings``."""
         return list(self._files.values())
 
-    @property
-    def signature(self) -> dict:
-        return {"inputs": {n: f"{t.value}[{shape_text(s)}]" for n, (s, t) in self.inputs.items()},
-                "symbols": {n: list(b) for n, b in self.symbols.items()}}
-
     def module(self, **sizes):
         """The loaded ``.fuel`` module of one saved binding."""
-        key = tuple(sizes.get(n) for n in self.symbols)
+        return self.module_of(tuple(sizes.get(n) for n in self.symbols))
+
+    def module_of(self, key: tuple):
         if key not in self._files:
+            sizes = dict(zip(self.symbols, key))
             saved = "; ".join(", ".join(f"{k}={v}" for k, v in b.items()) for b in self.bindings)
             raise UnsavedBindingError(
                 f"bundle {self.path}: the binding {sizes} was not saved (saved: {saved}); "
                 f"save it with m.save_bundle(path, bindings=[...]) from the compiler",
-                dict(sizes), self.bindings)
+                sizes, self.bindings)
         with self._lock:
             if key not in self._modules:
                 from .artifact import load
                 self._modules[key] = load(os.path.join(self.path, self._files[key]),
                                           *self._verify)
             return self._modules[key]
-
-    def run(self, **inputs) -> dict[str, np.ndarray]:
-        if inputs.keys() != self.inputs.keys():
-            raise PlanError(f"inputs are ({', '.join(self.signature['inputs'])}); missing "
-                            f"{sorted(set(self.inputs) - set(inputs))}, unexpected "
-                            f"{sorted(set(inputs) - set(self.inputs))}")
-        sizes = bind_symbols({n: s for n, (s, _) in self.inputs.items()},
-                             {n: np.shape(v) for n, v in inputs.items()}, self.equalities)
-        return self.module(**sizes).run(**inputs)
-
-    def __call__(self, **inputs):
-        out = self.run(**inputs)
-        return next(iter(out.values())) if len(out) == 1 else out
 
 
 def load_bundle(path, verify_with=None, require_signature: bool = False) -> LoadedBundle:

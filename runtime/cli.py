@@ -139,6 +139,7 @@ def _inspect_bundle(args) -> int:
 
 def cmd_inspect(args) -> int:
     from .artifact import WEIGHTS, open_artifact, read_safetensors
+    from .symbolic import shape_json_text
     from .bundle import INDEX
     if os.path.isfile(os.path.join(args.model, INDEX)):  # a bundle of sizes
         return _inspect_bundle(args)
@@ -162,7 +163,9 @@ def cmd_inspect(args) -> int:
     print(f"entry:    {ep['name']}")
     for side in ("inputs", "outputs"):
         for v in ep[side]:
-            print(f"  {side[:-1]:6s} {v['name']}: {v['dtype']}[{','.join(map(str, v['shape']))}]")
+            print(f"  {side[:-1]:6s} {v['name']}: {v['dtype']}[{shape_json_text(v['shape'])}]")
+    for n, (lo, hi) in m.get("symbolic", {}).get("symbols", {}).items():
+        print(f"symbol:   {n} in {lo}..{'' if hi is None else hi} (one file for every size)")
     tensors = read_safetensors(art.members.get(WEIGHTS, bytearray()), art.path)
     nbytes = sum(a.nbytes for a in tensors.values())
     where = f" (in {art.weights_path})" if art.weights_path else ""
@@ -174,7 +177,8 @@ def cmd_inspect(args) -> int:
     for k in m["kernels"]:
         b = k["binding"]
         where = f"{b['object']}:{b['symbol']}/{b['arity']}" if b["kind"] == "object" \
-            else f"numpy {b['function']}"
+            else f"numpy {b['function']}" if b["kind"] == "numpy" else " ".join(
+                f"{c}={e['object']}" for v in b["variants"] for c, e in v["classes"].items())
         name = steps[k["step"]].get("name") or "" if 0 <= k["step"] < len(steps) else ""
         print(f"  step {k['step']:3d} {k['kernel']:48s} {k['source']:24s} {where} "
               f"rev {k.get('revision', '?')} {name}")

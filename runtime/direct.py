@@ -7,8 +7,13 @@ some 20 us of Python on a slow core, far more than a tiny kernel. When every
 step of a plan is fixed by the plan alone, ``DirectRun.build`` settles all of
 that once:
 
-* every intermediate value gets a buffer of its own, kept from run to run
-  (zero-filled again before each run where the kernel needs zeroed output);
+* the intermediate values share one arena, kept from run to run: each gets
+  an offset in it where no value live at the same time lies (``arena_plan``:
+  lifetimes by step, offsets greedy by size), so the memory a layer writes
+  was mostly just read by the layers before it and is still in cache (a
+  buffer per value made a batch-8 CNN's working set its whole activations,
+  streamed from DRAM every run); a kernel that needs zeroed output gets its
+  slice zero-filled right before its call;
 * every kernel call becomes ``(raw function, descriptor addresses)``, the
   descriptors built once over those buffers and the constants;
 * view and reshape steps become the layouts of the descriptors that read them
@@ -45,8 +50,8 @@ _addressof = ctypes.addressof
 class DirectRun:
     """A plan's kernel calls, their descriptors and buffers, settled once."""
 
-    __slots__ = ("plan", "lock", "calls", "inputs", "outputs", "copied", "current", "zero", "probes", "consts",
-                 "where", "_keep")
+    __slots__ = ("plan", "lock", "calls", "inputs", "outputs", "copied", "current", "probes", "consts",
+                 "where", "arena", "offsets", "_keep")
 
     def __init__(self, plan):
         self.plan = plan
@@ -57,7 +62,8 @@ class DirectRun:
         self.outputs: list[tuple] = []    # (name, alloc, nbytes, dtype, shape, descriptors)
         self.copied: list[tuple] = []     # (name, numpy view of a plan buffer, dtype)
         self.current: dict = {}           # this call's input arrays (copies from inputs read them)
-        self.zero: list[np.ndarray] = []  # kept buffers refilled with zeros before a run
+        self.arena: np.ndarray | None = None  # the intermediates' memory
+        self.offsets: dict[str, int] = {}     # intermediate value id -> byte offset in the arena
         self.probes: list[tuple] = []     # (probe, value): the call list holds while equal
         self.consts: list[tuple] = []     # (name, array the storage was built from)
         self._keep: list = []             # kernel functions, storages, descriptors
@@ -73,6 +79,11 @@ class DirectRun:
             return None
         self = cls(plan)
         owned = executor._owned_outputs
+        self.offsets, size = arena_plan(plan, runners, owned)
+        # 64-byte aligned slices of one buffer (numpy aligns less)
+        raw = np.empty(size + ARENA_ALIGN, dtype=np.uint8)
+        skip = -raw.ctypes.data % ARENA_ALIGN
+        self.arena = raw[skip:skip + size]
         # value id -> (source, storage, layout, elements of the buffer);
         # source: ("input", name) | ("output", vid) | None (a storage fixed
         # for good, then given)
@@ -192,9 +203,11 @@ class DirectRun:
             producers[vid] = runner
         else:
             dt, nbytes = runner.out_allocs[0]
-            buf = runner.alloc(nbytes, dtype=np.uint8)
-            if runner.alloc is np.zeros:
-                self.zero.append(buf)
+            off = self.offsets[vid]
+            buf = self.arena[off:off + nbytes]
+            if runner.alloc is np.zeros:  # other values use this memory between runs
+                self.calls.append((buf.fill, (0,)))
+                self.where.append(runner.where)
             out_source, out_storage = None, Storage._wrap(buf, dt)
         try:
             prepared = prepare_raw(layouts + [out_layout], step.params, len(layouts))
@@ -250,8 +263,6 @@ class DirectRun:
                 for d in descs:
                     d.allocated = d.aligned = addr
                 bufs.append(buf)
-            for buf in self.zero:
-                buf.fill(0)
             i = 0
             try:
                 for raw, addrs in self.calls:
@@ -269,4 +280,59 @@ class DirectRun:
             self.lock.release()
 
 
-__all__ = ["DirectRun"]
+#: Byte alignment of each value in the arena (a cache line: a vector load
+#: never straddles two lines at a value's start).
+ARENA_ALIGN = 64
+
+
+def arena_plan(plan, runners, owned) -> tuple[dict[str, int], int]:
+    """Offsets in one arena for the intermediate values of ``plan`` (the
+    kernel outputs not handed to the caller, ``owned``), and its size.
+
+    A value lives from the step that computes it to the last step that reads
+    it or a view or reshape of it (a plan output that is such a view: to the
+    end). Values are placed largest first, each at the lowest aligned offset
+    that no placed value live at an overlapping time occupies (the greedy
+    by-size placement of TFLite's and onnxruntime's memory planners): the
+    arena is about the largest set of values live at once."""
+    from .executor import _ContiguizeRunner, _KernelRunner, _ReshapeRunner, _ViewRunner
+    root: dict[str, str] = {}   # value id -> the intermediate whose memory it is
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    size: dict[str, int] = {}
+    for t, runner in enumerate(runners):
+        step = getattr(runner, "step", None)
+        if isinstance(runner, (_ViewRunner, _ReshapeRunner)):
+            if step.input in root:
+                root[step.output] = root[step.input]
+        elif isinstance(runner, _ContiguizeRunner):
+            if step.input in root:
+                last[root[step.input]] = t
+        elif isinstance(runner, _KernelRunner):
+            for vid, _fresh in runner.inputs:
+                if vid in root:
+                    last[root[vid]] = t
+            if runner.out_allocs is not None and len(step.outputs) == 1 and step.outputs[0] not in owned:
+                vid = step.outputs[0]
+                root[vid], first[vid], last[vid] = vid, t, t
+                size[vid] = -(-runner.out_allocs[0][1] // ARENA_ALIGN) * ARENA_ALIGN
+    end = len(runners)
+    for vid in plan.outputs.values():
+        if vid in root:
+            last[root[vid]] = end
+    placed: list[tuple[int, int, int, int]] = []  # (offset, size, first, last)
+    offsets, total = {}, 0
+    for vid in sorted(size, key=lambda v: (-size[v], first[v])):
+        lo, hi, n = first[vid], last[vid], size[vid]
+        off = 0
+        for o, m, f, l in sorted(p for p in placed if p[2] <= hi and lo <= p[3]):
+            if off + n <= o:
+                break
+            off = max(off, o + m)
+        placed.append((off, n, lo, hi))
+        offsets[vid] = off
+        total = max(total, off + n)
+    return offsets, total
+
+
+__all__ = ["DirectRun", "arena_plan"]

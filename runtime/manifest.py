@@ -24,8 +24,11 @@ from .cpu_features import KNOWN_CPUS, CpuFeatureError
 from .errors import FuelError
 
 FORMAT = "fuelc-module"
-FORMAT_VERSION = 4  # 2: an object kernel's revision covers its whole binding; 3: and the target;
-#                    4: the weights may be a side file (``weights_file``)
+FORMAT_VERSION = 5  # 2: an object kernel's revision covers its whole binding; 3: and the target;
+#                    4: the weights may be a side file (``weights_file``); 5: a symbolic
+#                    module (``symbolic``: one file for every size, ``runtime.symbolic``)
+#: The versions this runtime reads (a static version-5 manifest is a version-4 one).
+READ_VERSIONS = (4, 5)
 MANIFEST = "manifest.json"
 WEIGHTS = "weights.safetensors"
 #: The suffix of a side weights file (``model.fuel`` -> ``model.weights``).
@@ -247,10 +250,23 @@ def check_manifest(m, path: str = "") -> dict:
                                   f"{m.get('format') if isinstance(m, dict) else None!r}, "
                                   f"expected {FORMAT!r})", path)
     version = m.get("format_version")
-    if version != FORMAT_VERSION:
+    if version not in READ_VERSIONS or "symbolic" in m and version < 5:
         raise ArtifactVersionError(
-            f"format version {version!r}; this runtime reads version {FORMAT_VERSION}: "
-            "re-export the model with this fuelc (fuelc compile ... -o ...)", path)
+            f"format version {version!r}{' with a symbolic signature' if 'symbolic' in m else ''}"
+            f"; this runtime reads versions {', '.join(map(str, READ_VERSIONS))} (symbolic "
+            "modules: 5): re-export the model with this fuelc (fuelc compile ... -o ...)", path)
+    if "symbolic" in m:  # a template: its fields, then the manifest of one binding
+        from .symbolic import TEMPLATE_FIELDS, check_symbolic
+        validate(m, {k: v for k, v in MANIFEST_SCHEMA.items() if k not in TEMPLATE_FIELDS},
+                 "", path)
+        check_symbolic(m, path, _check_static)
+        return m
+    _check_static(m, path)
+    return m
+
+
+def _check_static(m: dict, path: str) -> None:
+    """``check_manifest`` of a manifest whose extents are all ints."""
     validate(m, MANIFEST_SCHEMA, "", path)
     _check_target(m["target"], path)
     for name, rec in m["members"].items():
@@ -293,7 +309,6 @@ def check_manifest(m, path: str = "") -> dict:
         if b["symbol"] != ENTRY_SYMBOL:
             raise ManifestFieldError(f"{where}.symbol", f"is {b['symbol']!r}; exported kernels "
                                      f"are {ENTRY_SYMBOL!r}", path)
-    return m
 
 
 def _check_step(step: dict, where: str, path: str) -> None:

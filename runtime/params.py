@@ -386,10 +386,14 @@ class Conv2D(OpParams):
     padding: Pair = (0, 0)
     dilation: Pair = (1, 1)
     groups: int = 1
+    clamp_min: Optional[float] = None   # the epilogue: the output clamped (None: open)
+    clamp_max: Optional[float] = None
 
     def validate(self):
         if self.groups < 1 or min(self.stride) < 1 or min(self.dilation) < 1:
             self._fail("groups, stride and dilation must be >= 1")
+        if self.clamp_min is not None and self.clamp_max is not None and not self.clamp_min <= self.clamp_max:
+            self._fail(f"clamp_min {self.clamp_min} must be <= clamp_max {self.clamp_max}")
         if self.x_shape[1] % self.groups or self.w_shape[0] % self.groups:
             self._fail("channels must be divisible by groups")
 
@@ -423,10 +427,14 @@ class ConvTranspose2D(OpParams):
     output_padding: Pair = (0, 0)
     dilation: Pair = (1, 1)
     groups: int = 1
+    clamp_min: Optional[float] = None   # the epilogue: the output clamped (None: open)
+    clamp_max: Optional[float] = None
 
     def validate(self):
         if self.groups < 1 or min(self.stride) < 1 or min(self.dilation) < 1:
             self._fail("groups, stride and dilation must be >= 1")
+        if self.clamp_min is not None and self.clamp_max is not None and not self.clamp_min <= self.clamp_max:
+            self._fail(f"clamp_min {self.clamp_min} must be <= clamp_max {self.clamp_max}")
 
 
 def _check_reduce_to(p, inp, out):

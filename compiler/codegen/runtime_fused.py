@@ -247,17 +247,9 @@ def module_keys(module) -> list[tuple[int, tuple[DType, ...]]]:
     (ids resolved in this process). Raises DialectError for a malformed op."""
     from compiler.dialect.structural import is_runtime_fused, resolve_runtime_fused
     from compiler.dialect.types import tensor_types
-    from compiler.mlir import ir
-    found = []
-
-    def visit(op):
-        if is_runtime_fused(op):
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    getattr(module, "operation", module).walk(visit, ir.WalkOrder.PRE_ORDER)
+    from compiler.mlir import walk_ops
     keys = []
-    for op in found:
+    for op in walk_ops(module, is_runtime_fused):
         res = resolve_runtime_fused(op)
         dts = tuple(t.dtype for t in tensor_types([*res.inputs, op.results[0]]))
         keys.append((res.fused_id, dts))

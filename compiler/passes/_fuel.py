@@ -12,7 +12,7 @@ from typing import Callable, Iterator, Optional
 
 from compiler.graph.opdef import TensorType
 from compiler.graph.ops import OP_TABLE
-from compiler.mlir import ir
+from compiler.mlir import ir, walk_ops
 from runtime.dtype import DType
 from runtime.opkind import OpKind
 
@@ -139,21 +139,6 @@ def dtype_of(value) -> Optional[DType]:
         return tensor_type(value).dtype
     except Exception:
         return None
-
-
-def walk_ops(root, pred: Optional[Callable] = None) -> list:
-    """Every op nested under ``root`` (pre-order), filtered by ``pred``;
-    collected first, so callers may rewrite while iterating."""
-    out = []
-
-    def cb(o):
-        if pred is None or pred(o):
-            out.append(o)
-        return ir.WalkResult.ADVANCE
-
-    root.operation.walk(cb, ir.WalkOrder.PRE_ORDER) if hasattr(root, "operation") \
-        else root.walk(cb, ir.WalkOrder.PRE_ORDER)
-    return out
 
 
 def drive(items, rewrite: Callable, counter: str) -> None:

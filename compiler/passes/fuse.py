@@ -24,6 +24,12 @@ and some candidate backend has a kernel for (OpKind, input dtypes + output
 dtype) in the binding table (``backend_supports``). ``remarks=true`` reports
 each match that is gated out.
 
+Epilogues (``epilogues=true``, the default): after the patterns, a ``Relu``
+or ``Clamp`` that is the only user of a ``Conv2D`` becomes that conv's
+``clamp_min`` / ``clamp_max`` params (``fold_conv_epilogues``), where the
+target still has a kernel for the conv with them, so the kernel writes the
+activated output in its own output pass.
+
 With ``runtime=true`` (the default), the runtime fusion of
 ``fuel-fuse-runtime`` (``compiler.passes.fuse_runtime``) runs after the
 static patterns, with the same target.
@@ -35,7 +41,7 @@ changed), earliest first, so the result is that of restarting the sweep
 after each rewrite at linear cost.
 
 Options: ``target`` / ``table`` / ``backend`` (see ``_target``), ``remarks``,
-``runtime`` (default true).
+``epilogues`` and ``runtime`` (default true).
 """
 from __future__ import annotations
 
@@ -219,6 +225,7 @@ class Fuse(ModulePass):
     table: object = ""
     backend: str = ""
     remarks: bool = False
+    epilogues: bool = True
     runtime: bool = True
 
     def apply(self, module) -> None:
@@ -240,6 +247,8 @@ class Fuse(ModulePass):
                     by_root.setdefault(m, []).append((entry, pat, Matcher(pat.root)))
         self._reported: set = set()
         self._worklist(module, by_root)
+        if self.epilogues:
+            fold_conv_epilogues(module, self._table, self._backends)
         if self.runtime:
             RuntimeFusion(self.name, self._table, self._backends, self.remarks).run(module)
 
@@ -349,3 +358,57 @@ class Fuse(ModulePass):
 
 def _op_of(owner):
     return getattr(owner, "operation", owner)
+
+
+def _clamp_bounds(op):
+    """(min, max) of a ``Relu`` / ``Clamp`` op as a Conv2D epilogue (None:
+    an open side), or None for any other op."""
+    m = _fuel.mnemonic(op)
+    if m == "relu":
+        return 0.0, None
+    if m != "clamp":
+        return None
+    p = _fuel.params(op)
+    lo, hi = float(p["min"]), float(p["max"])
+    if math.isnan(lo) or math.isnan(hi):
+        return None
+    return (None if lo == -math.inf else lo), (None if hi == math.inf else hi)
+
+
+def fold_conv_epilogues(module, table, backends) -> int:
+    """Fold each ``Relu`` / ``Clamp`` that is the only user of a ``Conv2D``
+    (of the same type) into that conv's ``clamp_min`` / ``clamp_max``, when
+    the conv has no clamp yet and some candidate backend has a kernel for it
+    (``kernel_serves`` with the new params, and the binding table's key).
+    Returns how many were folded."""
+    from compiler.dialect import lookup, params_to_attributes
+    from compiler.registry.kernel_params import kernel_serves
+    entry = _fuel.registry()["Conv2D"]
+    folded = 0
+    for conv in _fuel.fuel_ops(module):
+        if _fuel.mnemonic(conv) != entry.mnemonic:
+            continue
+        users = _fuel.users(conv.results[0])
+        if len(users) != 1:
+            continue
+        act = _op_of(users[0])
+        bounds = _clamp_bounds(act)
+        if bounds is None or act.results[0].type != conv.results[0].type:
+            continue
+        params = _fuel.params(conv)
+        if params.get("clamp_min") is not None or params.get("clamp_max") is not None:
+            continue
+        params["clamp_min"], params["clamp_max"] = bounds
+        in_types = [_fuel.tensor_type(v) for v in conv.operands]
+        dts = [t.dtype for t in in_types] + [_fuel.tensor_type(conv.results[0]).dtype]
+        if not kernel_serves(entry.name, params, in_types) or not any(
+                table.backend_supports(entry.op_kind, dts, b) for b in backends):
+            continue
+        with ir.InsertionPoint(conv), act.location:
+            fused = _fuel.create(conv.name, list(conv.operands), [act.results[0].type],
+                                 params_to_attributes(lookup(entry.mnemonic), params),
+                                 loc=act.location)
+        _fuel.replace_op(act, [fused.results[0]], dead=[conv])
+        _fuel.count("fuse.conv_epilogues")
+        folded += 1
+    return folded

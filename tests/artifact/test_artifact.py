@@ -215,7 +215,7 @@ def test_manifest_tampering(built, tmp_path):
     bad = tmp_path / "bad.fuel"
     _edit_manifest(path, bad, lambda m: m.__setitem__("format_version", 99))
     with pytest.raises(ArtifactVersionError,
-                       match="format version 99; this runtime reads version 4"):
+                       match="format version 99; this runtime reads versions 4, 5"):
         runtime.load(bad)
     _edit_manifest(path, bad, lambda m: m.__setitem__("format", "onnx"))
     with pytest.raises(ArtifactFormatError, match="not a fuelc module"):

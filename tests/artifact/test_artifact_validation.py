@@ -258,6 +258,26 @@ def test_swapped_objects_with_swapped_hashes_are_refused(saved, tmp_path):
              r"object code/0\.o", members={"code/0.o": o1, "code/1.o": o0})
 
 
+def test_a_planted_object_with_its_hash_recomputed_is_refused(saved, tmp_path):
+    """code/0.o replaced by other machine code and its SHA-256 recomputed in
+    the manifest (the planted-code reproducer of issue 22, whose object called
+    ``system``; this one only returns): the object's revision binds it to its
+    step, so the load is refused before anything is linked. (Whoever also
+    recomputes the revision is stopped only by a signature: test_signing.py.)"""
+    import llvmlite.binding as llvm
+    from compiler.codegen.family import ENTRY
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    ir = (f"define void @_mlir_ciface_{ENTRY}(ptr %a, ptr %b, ptr %c) {{\n  ret void\n}}\n"
+          f"define void @{ENTRY}() {{\n  ret void\n}}\n")
+    tm = llvm.Target.from_default_triple().create_target_machine(reloc="pic")
+    other = tm.emit_object(llvm.parse_assembly(ir))
+    _refused(saved, tmp_path, lambda m: m["members"].update({"code/0.o": {
+        "sha256": hashlib.sha256(other).hexdigest(), "size": len(other)}}),
+        r"kernels\[0\]\.revision does not match its binding and object code/0\.o",
+        members={"code/0.o": other})
+
+
 def test_weights_header_nested_too_deep_is_a_format_error(saved, tmp_path):
     """A safetensors header nested 100k deep (a raw RecursionError before)."""
     import struct

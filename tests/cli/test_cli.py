@@ -64,7 +64,7 @@ def test_inspect_lists_manifest_signature_kernels_and_ir(compiled):
     d, _ = compiled
     r = fuelc("inspect", d / "m.fuel")
     assert r.returncode == 0, r.stderr
-    for want in ("format fuelc-module v4", "torch-mlir", "llvmlite", "input  x: f32[4,16]",
+    for want in ("format fuelc-module v5", "torch-mlir", "llvmlite", "input  x: f32[4,16]",
                  "output y: f32[4,8]", "weights:  2 constants", "code/0.o:_mlir_ciface_kernel",
                  "ir:       fuel, optimized"):
         assert want in r.stdout, r.stdout
@@ -122,7 +122,6 @@ def test_compile_errors(compiled, tmp_path):
     _error(fuelc("compile", d / "m.onnx", "--target", "gpu:h100", "--input-shape", "x=4,16"),
            "gpu")
     _error(fuelc("compile", d / "m.onnx", "--input-shape", "x=4,a"), "expected NAME=D0,D1")
-    _error(fuelc("compile", d / "m.onnx"), "dim_param 'N'")
     (tmp_path / "bad.onnx").write_bytes(b"not protobuf")
     _error(fuelc("compile", tmp_path / "bad.onnx"))
     _error(fuelc("compile", d / "m.onnx", "--input-shape", "x=4,16", "--jobs", "0"),
@@ -215,6 +214,28 @@ def test_bundle_of_sizes_compiles_and_runs_without_the_compiler(compiled, tmp_pa
     r = fuelc("inspect", out, block_compiler=True)
     assert r.returncode == 0, r.stderr
     assert "input:    x: f32[N,16]" in r.stdout and "binding:  N=5 -> N5.fuel" in r.stdout
+
+
+def test_symbolic_model_compiles_to_one_file_for_every_size(compiled, tmp_path):
+    """Without --input-shape a model with symbolic dims becomes one .fuel file
+    that fuelc run (compiler blocked) runs at any N; inspect shows the symbol."""
+    d, _ = compiled
+    out = tmp_path / "any.fuel"
+    r = fuelc("compile", d / "m.onnx", "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert "inputs x: f32[N,16]" in r.stdout
+    sess = ort.InferenceSession(str(d / "m.onnx"), providers=["CPUExecutionProvider"])
+    for n in (1, 6):
+        x = np.random.RandomState(n).rand(n, 16).astype(np.float32)
+        np.save(tmp_path / "x.npy", x)
+        r = fuelc("run", out, "--input", f"x={tmp_path / 'x.npy'}", "--output-dir", tmp_path,
+                  block_compiler=True)
+        assert r.returncode == 0, r.stderr
+        np.testing.assert_allclose(np.load(tmp_path / "y.npy"), sess.run(None, {"x": x})[0],
+                                   rtol=1e-5, atol=1e-6)
+    r = fuelc("inspect", out, block_compiler=True)
+    assert r.returncode == 0, r.stderr
+    assert "input  x: f32[N,16]" in r.stdout and "symbol:   N in 1.." in r.stdout
 
 
 def test_signed_with_ed25519_pem_keys_and_the_require_policy(compiled, tmp_path, monkeypatch):

@@ -7,7 +7,7 @@
 // UNKNOWN: unknown pass 'fuel-fusee' in pipeline 'builtin.module(fuel-fusee)' (did you mean 'fuel-fuse'?). fuelc passes: fuel-cse, fuel-dce, fuel-decompose, fuel-fuse, fuel-fuse-runtime, fuel-reconcile-dtypes, fuel-to-linalg; any MLIR pass (cse, canonicalize, symbol-dce, ...) is accepted too.
 // NATIVE: unknown pass 'no-such-mlir-pass'
 // NATIVE: MLIR says: {{.*}}'no-such-mlir-pass' does not refer to a registered pass
-// OPTION: pass 'fuel-fuse' has no option 'bogus'; its options: target, table, backend, remarks, runtime
+// OPTION: pass 'fuel-fuse' has no option 'bogus'; its options: target, table, backend, remarks, epilogues, runtime
 // SYNTAX: unbalanced '(' at column 15 in pass pipeline 'builtin.module(fuel-cse'
 // NESTED: pass 'fuel-cse' runs on the whole module; write it at the top level
 func.func @f() {

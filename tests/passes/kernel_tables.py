@@ -67,6 +67,16 @@ def fused_f32() -> KernelBindingTable:
 
 
 @functools.cache
+def conv_f32() -> KernelBindingTable:
+    """primitives_f32 plus the f32 Conv2D kernel (with and without bias)."""
+    t = KernelBindingTable()
+    _primitives(t)
+    t.register(OpKind.Conv2D, [F32] * 3, "cpu", _kernel)
+    t.register(OpKind.Conv2D, [F32] * 4, "cpu", _kernel)
+    return t.freeze()
+
+
+@functools.cache
 def broadcast_only_add() -> KernelBindingTable:
     """An f32 add that exists only as a broadcast-baked sibling: not servable."""
     t = KernelBindingTable()
@@ -75,7 +85,7 @@ def broadcast_only_add() -> KernelBindingTable:
     return t.freeze()
 
 
-for _factory in (primitives_f32, fused_f32, broadcast_only_add):
+for _factory in (primitives_f32, fused_f32, conv_f32, broadcast_only_add):
     register_table(_factory.__name__, _factory)
 
 

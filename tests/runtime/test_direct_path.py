@@ -227,3 +227,82 @@ def test_a_reshape_of_a_strided_input_view_is_copied_from_each_calls_input():
         assert [c for c, addrs in m.executor._direct.calls if not addrs]   # the copy
         np.testing.assert_array_equal(got["y"], _general(m, x=xs)["y"])
         np.testing.assert_allclose(got["y"], interpret(g, {"x": xs})["y"], rtol=1e-6, atol=1e-6)
+
+
+def test_intermediates_live_at_once_never_share_arena_memory():
+    # a chain with a long-lived value (x1 is read again at the end): the
+    # values computed between share memory, but none of them with x1
+    rng = np.random.default_rng(3)
+    g = Graph()
+    x = g.input("x", (64, 512), "f32")
+    x1 = (x * 1.5).exp()
+    y = x1
+    for i in range(6):
+        y = (y.softmax(-1) * 2.0).sum(axis=1, keepdims=True) + y if i % 2 else y.softmax(-1)
+    g.output(y + x1, name="y")
+    inputs = {"x": rng.standard_normal((64, 512)).astype(np.float32)}
+    m = compile(g, target="cpu", pipeline="no-fusion")
+    out = m.run(**inputs)
+    assert m.executor.direct_path
+    np.testing.assert_array_equal(out["y"], _general(m, **inputs)["y"])
+    np.testing.assert_allclose(out["y"], interpret(g, inputs)["y"], rtol=1e-5)
+    direct = m.executor._direct
+    offsets = direct.offsets
+    sizes = {vid: -(-s.output_specs[0].dtype.itemsize * int(np.prod(s.output_specs[0].shape)) // 64) * 64
+             for s in m.plan.steps if getattr(s, "outputs", None) and s.outputs[0] in offsets
+             for vid in [s.outputs[0]]}
+    # recompute lifetimes independently: first writer and every later reader
+    first, last, root = {}, {}, {}
+    for t, s in enumerate(m.plan.steps):
+        kind = s.to_dict()["kind"]
+        if kind in ("view", "reshape") and s.input in root:
+            root[s.output] = root[s.input]
+        for vid in getattr(s, "inputs", None) or [getattr(s, "input", None)]:
+            if vid in root:
+                last[root[vid]] = t
+        for vid in getattr(s, "outputs", ()) if kind == "kernel" else ():
+            if vid in offsets:
+                root[vid], first[vid], last[vid] = vid, t, t
+    for vid in m.plan.outputs.values():
+        if vid in root:
+            last[root[vid]] = len(m.plan.steps)
+    vids = sorted(offsets)
+    for i, a in enumerate(vids):
+        for b in vids[i + 1:]:
+            if first[a] <= last[b] and first[b] <= last[a]:   # live at once
+                assert (offsets[a] + sizes[a] <= offsets[b]
+                        or offsets[b] + sizes[b] <= offsets[a]), (a, b)
+    # and the arena is smaller than a buffer per value (memory is reused)
+    assert direct.arena.nbytes < sum(sizes.values())
+    assert all(off % 64 == 0 for off in offsets.values())
+    assert direct.arena.ctypes.data % 64 == 0
+
+
+def test_an_arena_value_that_needs_zeroed_output_is_zeroed_right_before_its_kernel():
+    # a kernel that does not store every output element (KernelCaps.full_write
+    # False: the executor allocates its output with np.zeros) gets its arena
+    # slice zero-filled by a call just before its own, not once per run: other
+    # values use that memory earlier in the run
+    rng = np.random.default_rng(4)
+    g = Graph()
+    a = g.input("a", (32, 48), "f32")
+    h = (a.exp() * 3.0) @ g.constant(rng.standard_normal((48, 40)).astype(np.float32), name="w")
+    g.output((h.relu() + 1.0).sum(axis=0), name="y")
+    m = compile(g, target="cpu", pipeline="no-fusion")
+    runners = [r.__self__ for r in m.executor._plain_runners if hasattr(r, "__self__")]
+    relu = next(r for r in runners if getattr(r.step, "name", "").startswith("relu"))
+    relu.alloc = np.zeros          # as a kernel without full_write would have it
+    for seed in (5, 6):
+        inputs = {"a": np.random.default_rng(seed).standard_normal((32, 48)).astype(np.float32)}
+        out = m.run(**inputs)
+        assert m.executor.direct_path
+        np.testing.assert_array_equal(out["y"], _general(m, **inputs)["y"])
+        np.testing.assert_allclose(out["y"], interpret(g, inputs)["y"], rtol=1e-4, atol=1e-3)
+    direct = m.executor._direct
+    fills = [(i, fn.__self__) for i, (fn, _) in enumerate(direct.calls)
+             if getattr(fn, "__name__", "") == "fill"]
+    assert len(fills) == 1
+    i, buf = fills[0]
+    off = direct.offsets[relu.step.outputs[0]]
+    assert buf.ctypes.data == direct.arena.ctypes.data + off
+    assert direct.where[i] == direct.where[i + 1] == relu.where   # right before the relu's call

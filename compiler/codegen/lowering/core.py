@@ -123,6 +123,34 @@ def dims(v) -> list:
             for i in range(t.rank)]
 
 
+def _slice_at(at, sizes) -> tuple:
+    """The operands of a slice at the dynamic leading offsets ``at`` (the
+    other offsets 0), unit strides, each size an int or an index value."""
+    dyn_off, dyn_size = ir.ShapedType.get_dynamic_stride_or_offset(), ir.ShapedType.get_dynamic_size()
+    static = [s if isinstance(s, int) else dyn_size for s in sizes]
+    return (list(at), [s for s in sizes if not isinstance(s, int)], [],
+            [dyn_off] * len(at) + [0] * (len(sizes) - len(at)), static, [1] * len(sizes))
+
+
+def slice_at(v, at, sizes, drop_leading: bool = False) -> "ir.Value":
+    """``v[at..., 0...]`` of ``sizes`` (``tensor.extract_slice`` at the dynamic
+    leading offsets ``at``); ``drop_leading`` drops the ``len(at)`` leading
+    sizes (each 1) from the result's type, as a row ``v[at..., :]``."""
+    ops = _slice_at(at, sizes)
+    shape = ops[4][len(at):] if drop_leading else ops[4]
+    return tensor.ExtractSliceOp(ir.RankedTensorType.get(shape, rtt(v).element_type), v,
+                                 *ops).result
+
+
+def insert_at(v, dest, at, sizes=None) -> "ir.Value":
+    """``dest`` with ``v`` written at the dynamic leading offsets ``at`` (the
+    inverse of ``slice_at``); ``sizes`` defaults to ``v``'s static shape,
+    behind unit dims up to ``dest``'s rank."""
+    if sizes is None:
+        sizes = [1] * (rank(dest) - rank(v)) + list(rtt(v).shape)
+    return tensor.InsertSliceOp(v, dest, *_slice_at(at, sizes)).result
+
+
 def empty(dlist, elt: "ir.Type") -> "ir.Value":
     return tensor.empty(list(dlist), elt)
 

@@ -10,7 +10,9 @@ Params ``stride`` (sh, sw), ``padding`` (ph, pw), ``groups``, ``dilation``
 * otherwise (groups > 1, or f16/bf16 accumulated in f32): one
   ``linalg.generic`` over the grouped views x ``[N,G,Cin/g,Hp,Wp]``,
   w ``[G,Cout/g,Cin/g,Kh,Kw]``, loops (n, g, o, oh, ow | c, kh, kw);
-* bias add and the rounding to the storage dtype in one elementwise generic.
+* bias add, the clamp epilogue (``clamp_min`` / ``clamp_max``) and the
+  rounding to the storage dtype in one elementwise generic (on cpu's direct
+  path: in the crop that copies the accumulator out).
 
 Accumulation runs over (c, kh, kw) in order, in f32 (f64 for f64 inputs).
 """
@@ -20,8 +22,8 @@ from compiler.errors import LoweringError
 from compiler.mlir import arith, ir, linalg, tensor
 
 from .core import (PARALLEL, REDUCTION, Lowering, Scalar, affine_map, empty, expand, fill,
-                   collapse, from_compute, generic, identity_map, index, lowers, rtt,
-                   to_compute)
+                   collapse, from_compute, generic, identity_map, index, insert_at, lowers, rtt,
+                   slice_at, to_compute)
 from .fused_norm import _for
 from .layout import insert_slice
 
@@ -59,11 +61,12 @@ def _conv2d(lw: Lowering, cpu: bool = False):
                             f"give an empty output for the padded input {hp}x{wp}")
     elt = lw.out_elt
     s = Scalar.compute(lw.in_dtypes[0])
+    act = _clamp(s, lw.params.get("clamp_min"), lw.params.get("clamp_max"))
     dwise = g == cin == cout
     if cpu and s.ty == elt and (direct(g, (sh, sw), (kh, kw), (ph, pw), (dh, dw))
                                 or dwise and direct_depthwise((sh, sw), (dh, dw))):
         return _direct(x, w, bias, s, elt, (n, cin, h, wd), (cout, kh, kw), (ph, pw), (dh, dw),
-                       (sh, sw), (ho, wo), depthwise=dwise)
+                       (sh, sw), (ho, wo), depthwise=dwise, act=act)
     if ph or pw:
         x = insert_slice(x, fill(s.const(0) if s.ty == elt else _zero(elt),
                                  empty([n, cin, hp, wp], elt)), [0, 0, ph, pw])
@@ -91,7 +94,7 @@ def _conv2d(lw: Lowering, cpu: bool = False):
             [PARALLEL] * 4 + [REDUCTION] * 3 + [PARALLEL],
             lambda a, b, c: s.add(c, s.mul(to_compute(a, s), to_compute(b, s))))[0]
         y = collapse(acc, [[0], [1, 2], [3], [4]])
-    if bias is None and rtt(y).element_type == elt:
+    if bias is None and act is None and rtt(y).element_type == elt:
         return y
     ins, maps = [y], [identity_map(4)]
     if bias is not None:
@@ -102,7 +105,7 @@ def _conv2d(lw: Lowering, cpu: bool = False):
         v = to_compute(v, s)
         if bias is not None:
             v = s.add(v, to_compute(rest[0], s))
-        return from_compute(v, elt)
+        return from_compute(v if act is None else act(v), elt)
 
     return generic(ins, [empty(out_shape, elt)], maps + [identity_map(4)], [PARALLEL] * 4,
                    finish)[0]
@@ -113,6 +116,20 @@ def _conv2d_cpu(lw: Lowering):
     """On cpu, a groups-1 Conv2D of the ``direct`` class is computed directly
     (``_direct``)."""
     return _conv2d(lw, cpu=True)
+
+
+def _clamp(s, lo, hi):
+    """The clamp epilogue as a function of one computed value (None: no
+    clamp), with the ``Clamp`` primitive's semantics: ``minimumf`` /
+    ``maximumf``, so a NaN stays NaN."""
+    if lo is None and hi is None:
+        return None
+
+    def act(v):
+        if lo is not None:
+            v = s.max(v, s.saturated_const(lo))
+        return v if hi is None else s.min(v, s.saturated_const(hi))
+    return act
 
 
 def direct(groups: int, stride, kernel, padding, dilation=(1, 1)) -> bool:
@@ -136,14 +153,16 @@ def direct_depthwise(stride, dilation=(1, 1)) -> bool:
     return stride == (1, 1) or max(stride) <= 2 and tuple(dilation) == (1, 1)
 
 
-def _direct(x, w, bias, s, elt, xshape, wshape, pad, dil, stride, oshape, depthwise=False):
+def _direct(x, w, bias, s, elt, xshape, wshape, pad, dil, stride, oshape, depthwise=False,
+            act=None):
     """On cpu, one image at a time (an ``scf.for``), and for a depthwise conv
     (``depthwise``: w ``[C,1,Kh,Kw]``) one channel of it at a time: each
     channel is then a 1-channel direct convolution (``_planes``) whose padded
     plane (a few KiB) stays in L1 between being written and read, instead of
     a padded copy of the whole image passing through memory. The
     temporaries (``_Geometry.scratch``) are allocated once and carried through
-    the loops, so an iteration neither allocates nor clears them again."""
+    the loops, so an iteration neither allocates nor clears them again.
+    ``act``: the clamp epilogue (``_clamp``), applied by the crop."""
     (n, cin, h, wd), (cout, kh, kw), (ho, wo) = xshape, wshape, oshape
     geo = _Geometry(pad, dil, stride, (kh, kw), (h, wd), (ho, wo), depthwise)
     planes = 1 if depthwise else cin
@@ -151,33 +170,19 @@ def _direct(x, w, bias, s, elt, xshape, wshape, pad, dil, stride, oshape, depthw
 
     def image(i, out, *scratch):
         if not depthwise:
-            y, scratch = _planes(_at(x, [i], [1, cin, h, wd]), w, bias, s, elt, geo, scratch,
-                                 out, [i])
+            y, scratch = _planes(slice_at(x, [i], [1, cin, h, wd]), w, bias, s, elt, geo,
+                                 scratch, out, [i], act)
             return [y, *scratch]
 
         def channel(c, out, *scratch):
-            y, scratch = _planes(_at(x, [i, c], [1, 1, h, wd]), _at(w, [c], [1, 1, kh, kw]),
-                                 None if bias is None else _at(bias, [c], [1]), s, elt, geo,
-                                 scratch, out, [i, c])
+            y, scratch = _planes(slice_at(x, [i, c], [1, 1, h, wd]),
+                                 slice_at(w, [c], [1, 1, kh, kw]),
+                                 None if bias is None else slice_at(bias, [c], [1]), s, elt, geo,
+                                 scratch, out, [i, c], act)
             return [y, *scratch]
         return _for(cin, [out, *scratch], channel)
 
     return _for(n, [empty([n, cout, ho, wo], elt), *scratch0], image)[0]
-
-
-def _at(v, at, sizes):
-    """The slice of ``v`` of static ``sizes`` at the dynamic leading offsets ``at``."""
-    dyn = ir.ShapedType.get_dynamic_stride_or_offset()
-    lead = [dyn] * len(at) + [0] * (len(sizes) - len(at))
-    return tensor.ExtractSliceOp(ir.RankedTensorType.get(sizes, rtt(v).element_type), v, at,
-                                 [], [], lead, sizes, [1] * len(sizes)).result
-
-
-def _put(v, dest, at):
-    dyn = ir.ShapedType.get_dynamic_stride_or_offset()
-    sizes = rtt(v).shape
-    lead = [dyn] * len(at) + [0] * (len(sizes) - len(at))
-    return tensor.InsertSliceOp(v, dest, at, [], [], lead, sizes, [1] * len(sizes)).result
 
 
 def _split_phases(xp, bufs, g, phases, s) -> list:
@@ -263,7 +268,7 @@ class _Geometry:
         return [xp, empty([1, cout, self.npix], elt), *phases]
 
 
-def _planes(xi, w, bias, s, elt, geo, scratch, out, at):
+def _planes(xi, w, bias, s, elt, geo, scratch, out, at, act=None):
     """The direct convolution of one image ``xi`` ``[1, C, H, W]`` with w
     ``[Co, C, Kh, Kw]``, into ``out`` at ``at``; returns (out, the scratch
     tensors ``_Geometry.scratch`` to carry to the next use). The zero-padded
@@ -279,7 +284,8 @@ def _planes(xi, w, bias, s, elt, geo, scratch, out, at):
     ``DIRECT_CONV_ATTR``, over (n, co, p | c, qy, qx) accumulates ``out[n,
     co, p] += plane[n, c, p + qy*Wq + qx] * w[co, c, qy*sh + ry, qx*sw +
     rx]``; the accumulator starts as the bias. The first Wo columns of each
-    row are the image's output (one copy, ``CROP_ATTR``). The cpu strategy
+    row are the image's output (one copy, ``CROP_ATTR``, which applies the
+    clamp epilogue ``act``). The cpu strategy
     ``conv_strategy`` register-tiles each generic (``transforms/conv.py``)."""
     from compiler.codegen.family import CROP_ATTR, DIRECT_CONV_ATTR
     g = geo
@@ -315,11 +321,11 @@ def _planes(xi, w, bias, s, elt, geo, scratch, out, at):
     # accumulator tiles only out of a buffer that no view aliases
     e = [ir.AffineDimExpr.get(k) for k in range(4)]
     sizes = [1, cout, g.ho, g.wo]
-    y = generic([acc], [_at(out, at, sizes)],
+    y = generic([acc], [slice_at(out, at, sizes)],
                 [affine_map(4, [0, 1, e[2] * g.wq + e[3]]), identity_map(4)],
-                [PARALLEL] * 4, lambda v, _o: v)[0]
+                [PARALLEL] * 4, lambda v, _o: v if act is None else act(v))[0]
     y.owner.attributes[CROP_ATTR] = ir.UnitAttr.get()
-    return _put(y, out, at), [xp, acc, *planes]
+    return insert_at(y, out, at), [xp, acc, *planes]
 
 
 #: The direct convolution computes a multiple of this many pixels per image.
@@ -339,7 +345,7 @@ def _register_kernel() -> None:
 
     def back(p, types):
         return {"stride": tuple(p.stride), "padding": tuple(p.padding), "groups": p.groups,
-                "dilation": tuple(p.dilation)}
+                "dilation": tuple(p.dilation), "clamp_min": p.clamp_min, "clamp_max": p.clamp_max}
 
     from compiler.registry.ops.conv2d import is_depthwise
 
@@ -361,7 +367,8 @@ def _register_kernel() -> None:
         out = default_registry()["Conv2D"].infer(list(types), params)
         return P.Conv2D(tuple(types[0].shape), tuple(types[1].shape), tuple(out.shape),
                         tuple(params["stride"]), tuple(params["padding"]),
-                        tuple(params["dilation"]), params["groups"])
+                        tuple(params["dilation"]), params["groups"],
+                        params.get("clamp_min"), params.get("clamp_max"))
 
 
 _register_kernel()

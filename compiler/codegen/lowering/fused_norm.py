@@ -24,8 +24,8 @@ from __future__ import annotations
 from compiler.mlir import arith, ir, math, scf, tensor
 
 from .core import (PARALLEL, REDUCTION, Lowering, Scalar, affine_map, dims, empty, fill,
-                   from_compute, generic, identity_map, index, loop_index, lowers, rank, rtt,
-                   to_compute)
+                   from_compute, generic, identity_map, index, insert_at, loop_index, lowers,
+                   rank, slice_at, to_compute)
 from runtime.dtype import DType
 
 
@@ -51,24 +51,6 @@ def _for(upper, inits, body) -> list:
     return list(op.results)
 
 
-def _row_slice(v, at, n):
-    """The 1-D row ``v[at..., :]`` (extent ``n``, an int or index value)."""
-    dyn, dyn_size = ir.ShapedType.get_dynamic_stride_or_offset(), ir.ShapedType.get_dynamic_size()
-    t = ir.RankedTensorType.get([n if isinstance(n, int) else dyn_size], rtt(v).element_type)
-    r = len(at)
-    return tensor.ExtractSliceOp(t, v, list(at), [] if isinstance(n, int) else [n], [],
-                                 [dyn] * r + [0], [1] * r + [n if isinstance(n, int) else dyn_size],
-                                 [1] * (r + 1)).result
-
-
-def _row_insert(row, dest, at, n):
-    dyn, dyn_size = ir.ShapedType.get_dynamic_stride_or_offset(), ir.ShapedType.get_dynamic_size()
-    r = len(at)
-    return tensor.InsertSliceOp(row, dest, list(at), [] if isinstance(n, int) else [n], [],
-                                [dyn] * r + [0], [1] * r + [n if isinstance(n, int) else dyn_size],
-                                [1] * (r + 1)).result
-
-
 def over_rows(xs, out, row_fn):
     """For every row index ``at`` of ``out`` (all axes but the last):
     ``row_fn([x[at, :] for x in xs], out[at, :], n) -> new out row`` (1-D
@@ -80,8 +62,10 @@ def over_rows(xs, out, row_fn):
 
     def nest(level, acc, at):
         if level == len(od) - 1:
-            row = row_fn([_row_slice(x, at, n) for x in xs], _row_slice(acc, at, n), n)
-            return _row_insert(row, acc, at, n)
+            sizes = [1] * len(at) + [n]
+            row = row_fn([slice_at(x, at, sizes, True) for x in xs],
+                         slice_at(acc, at, sizes, True), n)
+            return insert_at(row, acc, at, sizes)
         return _for(od[level], [acc], lambda i, a: [nest(level + 1, a, at + [i])])[0]
 
     return nest(0, out, [])

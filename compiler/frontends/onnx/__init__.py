@@ -602,7 +602,12 @@ class _Importer:
                     v is None or isinstance(v, np.ndarray) for v in ins) and not (
                     node.op_type in ("Slice", "Expand") and ins[0].dtype != object and any(
                         v is not None and v.dtype == object for v in ins[1:])):
-                outs = [_concrete(np.asarray(v)) for v in FOLD[node.op_type](at, ins)]
+                # IEEE results are ONNX's (log(0) = -inf, x/0 = inf, a NaN cast to an
+                # integer is undefined): folded as the compiled graph would compute them,
+                # without numpy's warnings (T5's bucket math takes log(0), then Where
+                # drops it)
+                with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+                    outs = [_concrete(np.asarray(v)) for v in FOLD[node.op_type](at, ins)]
             elif node.op_type in FOLD_ONLY:
                 late = [n for n, v in zip(node.input, ins) if isinstance(v, Tensor)]
                 raise _unsupported(f"its inputs must be constants known at import; input(s) "

@@ -1978,7 +1978,7 @@ def _resized(cx, x, at, roi, scales, sizes):
 
 
 # ---------------------------------------------------------------------------
-# ScatterND / ScatterElements (constant indices)
+# ScatterND / ScatterElements (constant indices; ScatterElements also run-time ones)
 # ---------------------------------------------------------------------------
 _SCATTER = {"none": lambda old, new: new, "add": lambda old, new: old + new,
             "mul": lambda old, new: old * new, "max": maximum, "min": minimum}
@@ -2032,11 +2032,53 @@ def _scatter_nd(cx, node, at, ins):
     return [y.reshape(x.shape)]
 
 
+#: the most elements of the [.., J, P, ..] index-position comparison a run-time
+#: ScatterElements with reduction none may build (256 MiB of u8)
+_SCATTER_COMPARE_MAX = 1 << 28
+
+
+def _scatter_elements_runtime(cx, x, idx, upd, axis, reduction):
+    """Run-time indices. ``add`` is one ScatterAdd. ``none`` writes at each
+    position the last update aimed at it (onnxruntime's order for duplicates):
+    every index along the axis is compared with every position, the greatest
+    update ordinal matching a position picks the update by a Gather, and a
+    ScatterAdd of ones counts the hits (its run-time index check raises on an
+    index out of range, as onnxruntime does). The comparison is J x P per
+    column: meant for the small index arrays exporters write (pack_padded_sequence's
+    inverse permutation), refused above ``_SCATTER_COMPARE_MAX`` elements.
+    None where run-time indices are not supported (mul, max, min; none with
+    indices covering part of data): the caller asks for constant ones."""
+    if reduction not in ("none", "add") or reduction == "none" and any(
+            a != b for k, (a, b) in enumerate(zip(idx.shape, x.shape)) if k != axis):
+        return None
+    i = cx.t(_index_u32(cx, idx, x.shape[axis]))
+    if reduction == "add":
+        return x.scatter_add(axis, i, upd)
+    n, p = i.shape[axis], x.shape[axis]
+    if math.prod(i.shape) * p > _SCATTER_COMPARE_MAX:
+        raise Unsupported(f"run-time indices of shape {list(i.shape)} into an axis of {p}: "
+                          f"the {n} x {p} index comparison per column exceeds "
+                          f"{_SCATTER_COMPARE_MAX} elements (make the indices constant)")
+    along = [1] * (x.ndim + 1)
+    along[axis + 1] = p
+    pos = cx.t(np.arange(p, dtype=np.uint32).reshape(along))
+    along[axis + 1], along[axis] = 1, n
+    ordinal = cx.t(np.arange(n, dtype=np.int32).reshape(along))
+    last = where(i.unsqueeze(axis + 1) == pos, ordinal, -1).max(axis)
+    ones = cx.t(np.ones((), np.int32)).broadcast_to(i.shape)
+    hits = cx.t(np.zeros((), np.int32)).broadcast_to(x.shape).scatter_add(axis, i, ones)
+    return where(hits > 0, upd.gather(maximum(last, 0).cast("u32"), axis), x)
+
+
 @_op("ScatterElements", "Scatter")
 def _scatter_elements(cx, node, at, ins):
     x, upd = cx.t(ins[0]), cx.t(ins[2])
-    idx = cx.arr(ins[1], node.input[1], node)
     axis = norm_axis(at.get("axis", 0), x.ndim)
+    if not isinstance(ins[1], np.ndarray):
+        y = _scatter_elements_runtime(cx, x, cx.t(ins[1]), upd, axis, at.get("reduction", "none"))
+        if y is not None:
+            return [y]
+    idx = cx.arr(ins[1], node.input[1], node)
     if idx.shape != tuple(upd.shape) or idx.ndim != x.ndim or \
             any(a > b for j, (a, b) in enumerate(zip(idx.shape, x.shape)) if j != axis):
         raise Unsupported(f"indices of shape {list(idx.shape)} and updates of shape "

@@ -13,6 +13,12 @@ its per-channel weight (elementwise Mul and Add). Other groups > 1 run per group
 index vector, IndexSelect, MatMul) and Concat, instead of a rank-5
 batched form; index math in F32 is exact while the padded plane is below
 2**24 elements, larger planes decline. Backward: autograd's hand-written rule (``custom``).
+
+Epilogue: ``clamp_min`` / ``clamp_max`` (None: unbounded on that side) clamp
+the result, bias included: ``fuel-fuse`` folds a ``Relu`` or ``Clamp`` that
+is the conv's only user into it (``compiler.passes.fuse: fold_conv_epilogues``),
+so the kernel writes the activated output once instead of a second pass
+reading and writing it again. The recipe ends with the same ``Clamp``.
 """
 from ..entry import CUSTOM, Decline, FusedOpEntry, Family, Recipe
 from ..grammar import Bind, op
@@ -53,6 +59,9 @@ def infer(types, params):
         raise fail(NAME, types, "x, w and bias must share one dtype")
     if len(types) == 3 and tuple(types[2].shape) != (cout,):
         raise fail(NAME, types, f"bias must be [Cout] = [{cout}]")
+    lo, hi = params.get("clamp_min"), params.get("clamp_max")
+    if lo is not None and hi is not None and not lo <= hi:
+        raise fail(NAME, types, f"clamp_min={lo} must be <= clamp_max={hi} (None leaves a side open)")
     return TensorType((n, cout, ho, wo), types[0].dtype)
 
 
@@ -76,10 +85,26 @@ def reference(inputs, params):
                 y[:, gi * opg:(gi + 1) * opg] += np.einsum("nchw,oc->nohw", patch, ws[:, :, ky, kx])
     if len(inputs) == 3:
         y += wide(inputs[2]).reshape(1, cout, 1, 1)
+    lo, hi = params.get("clamp_min"), params.get("clamp_max")
+    if lo is not None:
+        y = np.where(y < lo, lo, y)   # NaN stays NaN, as Relu and Clamp keep it
+    if hi is not None:
+        y = np.where(y > hi, hi, y)
     return out(y, dtype_of(inputs[0]))
 
 
 def build(params, types):
+    """The recipe: the convolution (``_conv``), then its clamp epilogue."""
+    y = _conv(params, types)
+    if isinstance(y, Decline):
+        return y
+    lo, hi = params.get("clamp_min"), params.get("clamp_max")
+    if lo is None and hi is None:
+        return y
+    return op("Clamp", y, min=-np.inf if lo is None else lo, max=np.inf if hi is None else hi)
+
+
+def _conv(params, types):
     n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
     dh, dw = params["dilation"]
     if g == 1:
@@ -268,7 +293,8 @@ ENTRY = FusedOpEntry(
     id=6, name=NAME, mnemonic="conv2d", family=Family.FORWARD,
     arity=-1, min_arity=2,
     params=(ParamSpec("stride", "i64s", (1, 1)), ParamSpec("padding", "i64s", (0, 0)),
-            ParamSpec("groups", "i64", 1), ParamSpec("dilation", "i64s", (1, 1))),
+            ParamSpec("groups", "i64", 1), ParamSpec("dilation", "i64s", (1, 1)),
+            ParamSpec("clamp_min", "f64", None), ParamSpec("clamp_max", "f64", None)),
     infer=infer, reference=reference, recipe=Recipe(build=build),
     backward=CUSTOM, op_kind=OpKind.Conv2D, destructive_input=None, cse_tag=6,
     input_names=("x", "w", "bias"), doc=__doc__,

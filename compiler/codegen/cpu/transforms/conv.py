@@ -27,10 +27,8 @@ them (the ``py:`` steps of the strategy, ``REWRITES``):
 """
 from __future__ import annotations
 
-import importlib
-
 from compiler.codegen.family import CROP_ATTR, DIRECT_CONV_ATTR  # marks (target-neutral)
-from compiler.mlir import _root, ir
+from compiler.mlir import ir, vector, walk_ops
 
 from .matmul import _ANY, _FOR, _LOWER_VECTORS, _match
 
@@ -44,6 +42,12 @@ _TAIL = """    transform.yield
 """
 
 
+def _marked(attr: str) -> str:
+    """A transform op matching the ops marked ``attr`` (the direct conv's
+    generics, its crop) in ``%root``."""
+    return f"transform.structured.match attributes {{{attr}}} in %root : ({_ANY}) -> {_ANY}"
+
+
 def _apply(*patterns: str, handle: str = "%func") -> str:
     body = "".join(f"      {p}\n" for p in patterns)
     return f"    transform.apply_patterns to {handle} {{\n{body}    }} : {_ANY}\n"
@@ -53,15 +57,12 @@ def conv_scripts(*, mr: int, nr: int, nr1: int) -> tuple[str, ...]:
     """The strategy steps of the direct convolution: transform scripts and
     ``py:`` rewrites, in order (see the module docstring)."""
     t = _ANY
-    conv = (f'transform.structured.match attributes {{{DIRECT_CONV_ATTR}}} in %root '
-            f': ({t}) -> {t}')
     tile = f"py:tile_direct_conv {mr} {nr} {nr1}"
-    copies = (f'transform.structured.match ops{{["linalg.copy"]}} in %root : ({t}) -> {t}')
-    vectorize = _HEAD + f"""    %g = {conv}
+    vectorize = _HEAD + f"""    %g = {_marked(DIRECT_CONV_ATTR)}
     transform.structured.vectorize %g : {t}
-    %copies = {copies}
+    %copies = {_match("linalg.copy", "%root")}
     transform.structured.vectorize %copies : {t}
-    %crop = transform.structured.match attributes {{{CROP_ATTR}}} in %root : ({t}) -> {t}
+    %crop = {_marked(CROP_ATTR)}
     transform.structured.vectorize %crop : {t}
 """ + _apply("transform.apply_patterns.vector.transfer_permutation_patterns",
              "transform.apply_patterns.vector.reduction_to_contract") + _apply(
@@ -92,9 +93,9 @@ def tile_script(mr: int, nr: int, cout: int, npix: int) -> str:
             peel += (f"      %f{loop[1:]} = transform.cast {loop} : {t} to {_FOR}\n"
                      f"      %m{loop[1:]}, %r{loop[1:]} = transform.loop.peel %f{loop[1:]} "
                      f": ({_FOR}) -> ({t}, {t})\n")
-    return _HEAD + f"""    %crops = transform.structured.match attributes {{{CROP_ATTR}}} in %root : ({t}) -> {t}
+    return _HEAD + f"""    %crops = {_marked(CROP_ATTR)}
     %tcrop, %lc0, %lc1, %lc2 = transform.structured.tile_using_for %crops tile_sizes [1, 1, 1, 0] : ({t}) -> ({t}, {t}, {t}, {t})
-    %all = transform.structured.match attributes {{{DIRECT_CONV_ATTR}}} in %root : ({t}) -> {t}
+    %all = {_marked(DIRECT_CONV_ATTR)}
     transform.foreach %all : {t} {{
     ^bb0(%g: {t}):
       %t0, %ln, %lp, %lco, %lc, %lkh, %lkw = transform.structured.tile_using_for %g tile_sizes [1, {mr}, {nr}, 1, 1, 1] interchange = [0, 2, 1, 3, 4, 5] : ({t}) -> ({t}, {t}, {t}, {t}, {t}, {t}, {t})
@@ -108,7 +109,8 @@ def tile_direct_conv(module: "ir.Module", mr: str, nr: str, nr1: str | None = No
     conv's, a channel at a time) is tiled ``1 x nr1``: its one weight per tap
     is broadcast once for ``nr1`` pixels. Returns the count."""
     from compiler.codegen.cpu.pipeline import apply_transform
-    convs = [op for op in _walk(module, "linalg.generic") if DIRECT_CONV_ATTR in op.attributes]
+    convs = walk_ops(module, lambda o: o.name == "linalg.generic"
+                     and DIRECT_CONV_ATTR in o.attributes)
     shapes = [ir.ShapedType(op.operands[len(op.operands) - 1].type).shape for op in convs]
     distinct = {tuple(s) for s in shapes}
     if len(distinct) > 1:   # one script tiles every marked generic
@@ -118,18 +120,6 @@ def tile_direct_conv(module: "ir.Module", mr: str, nr: str, nr1: str | None = No
         rows, cols = (1, int(nr1 or nr)) if cout == 1 else (int(mr), int(nr))
         apply_transform(module, tile_script(rows, cols, cout, npix))
     return len(convs)
-
-
-def _walk(module: "ir.Module", name: str) -> list:
-    found = []
-
-    def visit(op):
-        if op.name == name:
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    return found
 
 
 def _dim(e) -> int | None:
@@ -143,9 +133,8 @@ def fold_unit_dims(module: "ir.Module") -> int:
     an operand dim of extent 1 and is spelled as an unused extent-1 dim, so
     every map stays a projected permutation. Returns the ops rewritten."""
     n = 0
-    for op in _walk(module, "linalg.generic"):
-        if DIRECT_CONV_ATTR not in op.attributes and CROP_ATTR not in op.attributes:
-            continue
+    for op in walk_ops(module, lambda o: o.name == "linalg.generic" and (
+            DIRECT_CONV_ATTR in o.attributes or CROP_ATTR in o.attributes)):
         maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
         nd = maps[0].n_dims
         extent: dict[int, int] = {}
@@ -188,9 +177,8 @@ def single_reduction_contracts(module: "ir.Module") -> int:
     contraction over (m, n, k) of its operands shape-cast without the other
     unit dims, operands ordered (m, k) x (k, n); the result is cast back.
     Returns the contractions rewritten."""
-    vector = importlib.import_module(f"{_root.__name__}.dialects.vector")
     n = 0
-    for op in _walk(module, "vector.contract"):
+    for op in walk_ops(module, lambda o: o.name == "vector.contract"):
         its = ["reduction" in str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
         maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
         lhs, rhs, acc = op.operands[0], op.operands[1], op.operands[2]
@@ -203,7 +191,7 @@ def single_reduction_contracts(module: "ir.Module") -> int:
         red = [d for d, r in enumerate(its) if r]
         par = [d for d, r in enumerate(its) if not r]
         if len(par) == 1 and red and all(extent.get(d) == 1 for d in red):
-            n += _axpy(op, vector, maps, par[0])
+            n += _axpy(op, maps, par[0])
             continue
         if len(red) < 2 and len(par) <= 2 or any(extent.get(d) != 1 for d in red):
             continue
@@ -247,7 +235,7 @@ def single_reduction_contracts(module: "ir.Module") -> int:
     return n
 
 
-def _axpy(op, vector, maps, p: int) -> int:
+def _axpy(op, maps, p: int) -> int:
     """A contraction of one parallel dim ``p`` and unit reductions (a one-channel
     tile: ``acc[p] += x[.., p] * w[..]``, w one element) as ``vector.fma`` of x
     and w broadcast; the outer-product lowering would take it element by

@@ -1,0 +1,335 @@
+"""One ``.fuel`` file for every size of a symbolic module
+(``SymbolicModule.save``; ``docs/dynamic-shapes.md``, "One file for every
+size").
+
+The passes and the plan run on the graph bound at sample sizes (no ``?``
+extents in the dialect): a grid of three sizes per symbol, and sizes at the
+symbols' lower bounds and at the edges of the matmul row classes. Every
+sample must give the same plan and kernel records but for their integers;
+each integer that varies is interpolated over the grid as a polynomial of
+the symbols with integer coefficients (degree at most 2 per symbol) and
+checked at every other sample. A kernel step whose object differs between
+samples must be explained by the matmul row class of its call
+(``runtime.rows``): the file then holds one object per class and the runtime
+picks one per binding. Anything else (a kernel compiled per shape, a param
+that is not a polynomial of the sizes, a plan whose structure depends on
+them) is refused with an ``ExportError`` naming the step and op. Constants
+folded at compile time whose value depends on the sizes (a slice of a
+position table) are left unfolded: they run as kernel steps; an ``Iota``
+(a constant ``arange(len)`` in the plan) is listed in ``symbolic.iotas`` and
+made by the runtime per binding.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from fractions import Fraction
+
+import numpy as np
+
+from runtime.bundle import signature_json
+from runtime.layout import Layout
+from runtime.manifest import object_revision
+from runtime.rows import FEW_ROWS, UNPACKED_ROWS, row_class
+from runtime.symbolic import SYM, expression_value
+from runtime.symbols import Sym
+
+from .export import ExportError, manifest_body, target_json, write_fuel
+
+#: The kernels whose instance depends on the row class of the call.
+ROW_CLASS_OPS = ("MatMul", "FusedLinear")
+#: Row ranges of the classes: (class, lowest rows, highest rows or None).
+ROW_CLASSES = (("few_rows", 0, FEW_ROWS), ("unpacked", FEW_ROWS + 1, UNPACKED_ROWS),
+               ("packed", UNPACKED_ROWS + 1, None))
+
+
+def _clip(v: int, lo: int, hi) -> int:
+    return max(lo, v if hi is None else min(v, hi))
+
+
+def sample_bindings(symbols: dict) -> tuple[list, list[dict]]:
+    """``(grid, samples)``: per symbol up to three sizes near 6 above its
+    lower bound (the interpolation grid); the samples: for every subset of the symbols held
+    at their lower bound (a batch of 1 squeezes an axis: another kernel
+    instance), the grid of the others, then the others at 2, 3, 33 and 40
+    (clipped to the bounds: the matmul row classes)."""
+    names = list(symbols)
+    grid = []
+    for n in names:
+        lo, hi = symbols[n]
+        top = lo + 40 if hi is None else min(hi, lo + 40)
+        # above the lower bound where the range allows (it is sampled apart)
+        pool = sorted(range(lo + 1, top + 1), key=lambda v: abs(v - 6)) + [lo]
+        grid.append(sorted(pool[:3]))
+    samples: list[dict] = []
+    for pinned in itertools.product((False, True), repeat=len(names)):
+        axes = [[symbols[n][0]] if p else g for n, g, p in zip(names, grid, pinned)]
+        more = [dict(zip(names, q)) for q in itertools.product(*axes)]
+        more += [{n: symbols[n][0] if p else _clip(v, *symbols[n])
+                  for n, p in zip(names, pinned)} for v in (2, 3, 33, 40)]
+        samples += [b for b in more if b not in samples]
+    return grid, samples
+
+
+class _Fit:
+    """Polynomials with integer coefficients of the symbols ``names`` through
+    values at ``samples`` (tensor-product Lagrange interpolation over the
+    grid points among them, exact in fractions; checked at every sample)."""
+
+    def __init__(self, names: list[str], grid: list, samples: list[dict]):
+        self.names, self.grid, self.samples = names, grid, samples
+        bases = [self._basis(xs) for xs in grid]
+        self.exps = list(itertools.product(*[range(len(xs)) for xs in grid]))
+        self.weights = [[math.prod(bases[i][p[i]][e[i]] for i in range(len(names)))
+                         for e in self.exps]
+                        for p in itertools.product(*[range(len(xs)) for xs in grid])]
+        self.at = []  # the sample index of each grid point
+        for point in itertools.product(*grid):
+            hit = [j for j, b in enumerate(samples) if all(b[n] == v for n, v in
+                                                           zip(names, point))]
+            self.at.append(hit[0] if hit else None)
+
+    def restrict(self, idx: list[int]) -> "_Fit | None":
+        """The fit over the samples ``idx``: the symbols constant among them
+        are held, the others interpolated (None when their grid is not
+        among those samples)."""
+        sub = [self.samples[j] for j in idx]
+        free = [n for n in self.names if len({b[n] for b in sub}) > 1]
+        grid = [[v for v in g if any(b[n] == v for b in sub)]
+                for n, g in zip(self.names, self.grid) if n in free]
+        fit = _Fit(free, grid, sub)
+        return None if None in fit.at else fit
+
+    @staticmethod
+    def _basis(xs) -> list[list[Fraction]]:
+        out = []
+        for j, xj in enumerate(xs):
+            coeffs, denom = [Fraction(1)], 1
+            for m, xm in enumerate(xs):
+                if m != j:
+                    coeffs = [(coeffs[i - 1] if i else 0) - xm * (coeffs[i] if i < len(coeffs)
+                                                                 else 0)
+                              for i in range(len(coeffs) + 1)]
+                    denom *= xj - xm
+            out.append([c / denom for c in coeffs])
+        return out
+
+    def fit(self, values: list[int]):
+        """The expression (``{"sym": terms}``) through ``values`` (one per
+        sample), or None when no polynomial fits them all."""
+        terms = []
+        for k, e in enumerate(self.exps):
+            c = sum((values[j] * w[k] for j, w in zip(self.at, self.weights)), Fraction(0))
+            if c.denominator != 1:
+                return None
+            if c:
+                names = [n for n, d in zip(self.names, e) for _ in range(d)]
+                terms.append([int(c), sorted(names)])
+        expr = {SYM: sorted(terms, key=lambda t: (len(t[1]), t[1]))}
+        if not all(expression_value(expr, b) == v for b, v in zip(self.samples, values)):
+            return None
+        return expr
+
+
+class _Template:
+    """Merges the manifest bodies of the samples into one template."""
+
+    def __init__(self, fit: _Fit, modules, bounds: dict):
+        self.fit, self.modules, self.bounds = fit, modules, bounds
+
+    def merge(self, values: list, field: str):
+        first = values[0]
+        if isinstance(first, dict) and all(isinstance(v, dict) for v in values):
+            if any(v.keys() != first.keys() for v in values):
+                self._refuse(field, "has different fields at different sizes")
+            return {k: self.merge([v[k] for v in values], f"{field}.{k}") for k in first}
+        if isinstance(first, list) and all(isinstance(v, list) for v in values):
+            if any(len(v) != len(first) for v in values):
+                self._refuse(field, f"has {sorted({len(v) for v in values})} entries at "
+                                    "different sizes")
+            return [self.merge([v[i] for v in values], f"{field}[{i}]")
+                    for i in range(len(first))]
+        if all(v == first and type(v) is type(first) for v in values):
+            return first
+        if all(type(v) is int for v in values):
+            expr = self.fit.fit(values)
+            if expr is not None:
+                return expr
+            self._refuse(field, f"takes the values {values[:6]}... at the sample sizes, which "
+                                "no polynomial of the symbols fits")
+        self._refuse(field, f"depends on the sizes ({values[0]!r} vs {values[-1]!r})")
+
+    def _refuse(self, field: str, says: str):
+        m = re.match(r"plan\.steps\[(\d+)\]", field)
+        what = ""
+        if m:
+            step = self.modules[0].plan.steps[int(m.group(1))]
+            what = f" (step {m.group(1)}: {getattr(step, 'name', None) or type(step).__name__})"
+        raise ExportError(f"cannot write one .fuel file for every size: {field}{what} {says}; "
+                          "save one binding (m.specialize(...).save) or a bundle "
+                          "(m.save_bundle)")
+
+
+def _kernels(template: _Template, recs: list[list[dict]], members: dict, target: dict) -> list:
+    """The kernel records of the template: integers as expressions; a kernel
+    whose object or descriptors depend on the sizes gets one variant per
+    pattern of unit extents in its call shapes (a squeezed batch of 1), each
+    with one object per matmul row class."""
+    out = []
+    for k, per_sample in enumerate(zip(*recs)):
+        where = f"kernels[{k}] (step {per_sample[0]['step']}: {per_sample[0]['name']})"
+        if any(r["binding"]["kind"] != per_sample[0]["binding"]["kind"] for r in per_sample):
+            template._refuse(f"kernels[{k}]", "is bound to different kinds of kernel")
+        if per_sample[0]["binding"]["kind"] != "object":
+            rec = template.merge([{**r, "cost": None} for r in per_sample], f"kernels[{k}]")
+            out.append(rec)
+            continue
+        plain = [{**r, "cost": None, "revision": "",
+                  "binding": {x: v for x, v in r["binding"].items()
+                              if x not in ("object", "instance", "layouts")}} for r in per_sample]
+        rec = template.merge(plain, f"kernels[{k}]")
+        try:  # one variant for every size
+            variants = [_variant(template, rec, None, per_sample, range(len(per_sample)), where)]
+        except ExportError:  # one per pattern of unit extents in the call shapes
+            groups: dict[tuple, list[int]] = {}
+            for j, r in enumerate(per_sample):
+                ones = tuple(d == 1 for shape in r["binding"]["call_shapes"] for d in shape)
+                groups.setdefault(ones, []).append(j)
+            variants = [_variant(template, rec, ones, [per_sample[j] for j in idx], idx, where)
+                        for ones, idx in groups.items()]
+        op = re.match(r"\('(\w+)'", per_sample[0]["binding"]["instance"])
+        b = rec["binding"]
+        if len(variants) == 1 and len(variants[0]["classes"]) == 1 and not (
+                op and op.group(1) in ROW_CLASS_OPS):
+            (obj, inst), = variants[0]["classes"].values()
+            rec["binding"] = {**b, "layouts": variants[0]["layouts"], "object": obj,
+                              "instance": inst}
+            rec["revision"] = object_revision(rec, members[obj]["sha256"], target)
+            out.append(rec)
+            continue
+        for v in variants:
+            for c, (obj, inst) in v["classes"].items():
+                one = {**rec, "binding": {**b, "layouts": v["layouts"], "object": obj,
+                                          "instance": inst}}
+                v["classes"][c] = {"object": obj, "instance": inst, "revision":
+                                   object_revision(one, members[obj]["sha256"], target)}
+        rec["binding"] = {**b, "kind": "classes", "variants": variants}
+        out.append(rec)
+    return out
+
+
+def _variant(template: _Template, rec: dict, ones: tuple, recs: list[dict], idx: list[int],
+             where: str) -> dict:
+    """One variant of a kernel step: the samples ``idx`` whose call shapes
+    have the unit extents ``ones``; its descriptor layouts and its object per
+    row class."""
+    fit = template.fit.restrict(list(idx))
+    held = [n for n in template.fit.names if fit is None or n not in fit.names]
+    flat = [d for shape in rec["binding"]["call_shapes"] for d in shape]
+    # a unit extent that is a product of symbols holds each of them at 1
+    implied = {n for e, one in zip(flat, ones or ()) if one and isinstance(e, dict)
+               and len(e[SYM]) == 1 and e[SYM][0][0] == 1 for n in e[SYM][0][1]}
+    # ... and one that is not 1 holds a symbol of bounds 1..2 at 2
+    implied |= {n for e, one in zip(flat, ones or ()) if not one and isinstance(e, dict)
+                and e[SYM] == [[1, [n := e[SYM][0][1][0]]]] and template.bounds[n] == (1, 2)}
+    implied |= {n for n, (lo, hi) in template.bounds.items() if lo == hi}
+    if fit is None or not set(held) <= implied:
+        raise ExportError(f"cannot write one .fuel file for every size: {where}: its kernel "
+                          f"instance at the sizes {[template.fit.samples[j] for j in idx][:3]} "
+                          "differs from the others in a way the unit extents of its call do "
+                          "not explain; save one binding (m.specialize(...).save) or a bundle "
+                          "(m.save_bundle)")
+    layouts = _Template(fit, template.modules, template.bounds).merge(
+        [r["binding"]["layouts"] for r in recs], f"{where}.binding.layouts")
+    classes: dict[str, tuple] = {}
+    rows = []
+    for r in recs:
+        b = r["binding"]
+        lays = [Layout(tuple(lay["shape"]), tuple(lay["stride"]), lay["offset"])
+                for lay in b["layouts"]]
+        c = row_class(lays, b["arity"] - 1)
+        rows.append(lays[0].shape[-2] if lays[0].rank >= 2 else 1)
+        if classes.setdefault(c, (b["object"], b["instance"])) != (b["object"], b["instance"]):
+            raise ExportError(
+                f"cannot write one .fuel file for every size: {where} is compiled per shape "
+                f"(instances {classes[c][1]} and {b['instance']} in row class {c!r}); a "
+                "symbolic .fuel file needs kernels with run-time extents "
+                "(docs/dynamic-shapes.md: the kernel table); save one binding "
+                "(m.specialize(...).save) or a bundle (m.save_bundle)")
+    a = layouts[0]["shape"]
+    expr = a[-2] if len(a) >= 2 else 1
+    lo, hi = (Sym.from_json(expr[SYM], template.bounds).bounds if isinstance(expr, dict)
+              else (expr, expr))
+    for name, clo, chi in ROW_CLASSES:
+        reach = (chi is None or lo <= chi) and (hi is None or hi >= clo)
+        if reach and not any(clo <= n and (chi is None or n <= chi) for n in rows):
+            raise ExportError(f"cannot write one .fuel file for every size: {where}: row "
+                              f"class {name!r} is reachable within the symbols' bounds but no "
+                              "sample size reached it")
+    return {**({} if ones is None else {"ones": list(ones)}), "layouts": layouts,
+            "classes": classes}
+
+
+def _is_iota(a) -> bool:
+    """Whether ``a`` is what the plan makes of an ``Iota``: ``arange(len)`` in f32."""
+    return (a is not None and a.ndim == 1 and a.dtype == np.float32
+            and np.array_equal(a, np.arange(len(a), dtype=np.float32)))
+
+
+def export_symbolic(module, path, sign_with=None, weights: str = "zip"):
+    """Write ``module`` (a ``SymbolicModule``) to one ``.fuel`` file that
+    ``runtime.load(path)`` runs at every size the signature allows; see the
+    module docstring. Raises ``ExportError`` naming what depends on the
+    sizes in a way the file cannot hold."""
+    g = module.graph
+    if g.equalities:
+        raise ExportError(f"cannot write one .fuel file for every size: the graph's shape "
+                          f"rules assumed extents equal ({', '.join(w for *_, w in g.equalities)}),"
+                          " which sampling the symbols independently would break; save one "
+                          "binding (m.specialize(...).save) or a bundle (m.save_bundle)")
+    names = list(g.symbols)
+    grid, samples = sample_bindings(g.symbols)
+    # folded constants whose value depends on the sizes stay kernel steps (then
+    # the values they are computed from may fold instead: until none differs)
+    keep: frozenset = frozenset()
+    far = samples[math.prod(len(v) for v in grid) - 1]  # the grid point unlike samples[0] in all
+    while True:
+        a, b = (module.export_sample(s, keep).plan.constants for s in (samples[0], far))
+        more = frozenset(n.removeprefix("folded:") for n in a if n.startswith("folded:") and (
+            n not in b or a[n].shape != b[n].shape or not np.array_equal(a[n], b[n])))
+        if more <= keep:
+            break
+        keep |= more
+    modules = [module.export_sample(samples[0], keep)]
+    module.refuse_per_shape_kernels(modules[0])
+    modules += [module.export_sample(s, keep) for s in samples[1:]]
+    base = dict(modules[0].plan.constants)
+    iotas = sorted(n for n in base if n.startswith("const:iota") and all(  # made per binding
+        _is_iota(m.plan.constants.get(n)) for m in modules))
+    for n in iotas:
+        del base[n]
+    for s, m in zip(samples, modules):
+        c = m.plan.constants
+        differ = sorted(set(c) - set(iotas) ^ set(base)) or [n for n in c if n in base and (
+            c[n] is not base[n] and (c[n].shape != base[n].shape
+                                     or not np.array_equal(c[n], base[n])))]
+        if differ:
+            raise ExportError(f"cannot write one .fuel file for every size: constant(s) "
+                              f"{', '.join(differ)} at {s} differ from those at {samples[0]} "
+                              "(computed from the sizes at compile time)")
+    fit = _Fit(names, grid, samples)
+    template = _Template(fit, modules, g.symbols)
+    target = target_json(modules[0].target)
+
+    def body(w):
+        objects: dict = {}
+        bodies = [manifest_body(m, w, objects) for m in modules]
+        out = {k: template.merge([bd[k] for bd in bodies], k) for k in ("entry_points", "plan")}
+        out["kernels"] = _kernels(template, [bd["kernels"] for bd in bodies], w.members, target)
+        sig = signature_json({n: (g.nodes[i].shape, g.nodes[i].dtype)
+                              for n, i in g.inputs.items()}, g.symbols, g.equalities)
+        out["symbolic"] = {**sig, "example": samples[0], "iotas": iotas}
+        return out
+
+    return write_fuel(path, modules[0].target, base, modules[0].ir, body, sign_with, weights)

@@ -1,0 +1,63 @@
+"""Matmul row classes (``docs/dynamic-shapes.md``): how many rows of A a
+matmul call has decides which kernel variant runs it (the row kernel, the
+tiled kernel reading B in place, or the packed tiled kernel). The compiler's
+kernel families (``compiler.codegen.family``) choose an instance with these
+rules, and a symbolic ``.fuel`` file (``runtime.symbolic``) picks the exported
+object of a call's class with the same rules at run time."""
+from __future__ import annotations
+
+from typing import Sequence
+
+#: The most rows (M) a matmul call may have to get the row kernel. The tiled
+#: kernel packs all of B on every call, which for a few rows costs more than
+#: the product; the row kernel reads B in place, once per call. One znver3
+#: core, constant B, rows vs tiled: [1,768]x[768,3072] 0.20-0.23 vs 1.9-2.1 ms,
+#: [4,768]x[768,3072] 0.73-0.84 vs 1.7-1.9 ms, [4,2304]x[2304,256] 0.20 vs
+#: 0.17-0.20; at 8 and 16 rows the tiled kernel was the faster or even (with a
+#: 4x16 register tile, measured while it was tried: [8,768]x[768,3072] 1.3-1.5
+#: vs 1.0-1.4 ms, [16,768]x[768,768] 0.71 vs 0.33-0.47 ms).
+FEW_ROWS = 4
+
+
+def few_rows(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg: int) -> bool:
+    """Whether a matmul call with A of shape ``a_shape`` takes the row kernel:
+    at most ``FEW_ROWS`` rows, and B (argument 1) and the output (argument
+    ``out_arg``) with unit-stride rows."""
+    return (len(a_shape) >= 2 and a_shape[-2] <= FEW_ROWS and 1 in unit_stride
+            and out_arg in unit_stride)
+
+
+#: Up to this many rows, packing B costs more than its contiguous panels save.
+#: One znver4 core, f32, packed vs unpacked (B constant, same run): [8,768]x
+#: [768,768] 0.144 vs 0.088 ms, [32,256]x[256,1024] 0.203 vs 0.160,
+#: [32,1024]x[1024,256] 0.176 vs 0.149; [64,768]x[768,3072] even (3.78 ms);
+#: [128,256]x[256,1024] 0.67 vs 0.64 but with the AVX2 tile 0.77 vs 0.93, and
+#: [512,768]x[768,3072] 28.6 vs 48.5 ms (AVX2): larger calls keep the packing.
+UNPACKED_ROWS = 32
+
+
+def unpacked_rows(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg: int) -> bool:
+    """Whether a matmul call with A of shape ``a_shape`` reads B in place
+    (``UNPACKED_ATTR``): more than ``FEW_ROWS`` and at most ``UNPACKED_ROWS``
+    rows, B (argument 1) and the output with unit-stride rows."""
+    return (len(a_shape) >= 2 and FEW_ROWS < a_shape[-2] <= UNPACKED_ROWS
+            and 1 in unit_stride and out_arg in unit_stride)
+
+
+def unit_stride_args(layouts: Sequence) -> tuple[int, ...]:
+    """The indices of ``layouts`` whose innermost axis has stride 1 (or at
+    most one element, where the stride is never used): the operands a
+    kernel specialised on them reads and writes as contiguous rows."""
+    return tuple(i for i, l in enumerate(layouts)
+                 if l.rank and (l.stride[-1] == 1 or l.shape[-1] <= 1))
+
+
+def row_class(layouts: Sequence, out_arg: int) -> str:
+    """The row class of a matmul call whose descriptors have ``layouts``
+    (A first, the output at ``out_arg``): ``"few_rows"``, ``"unpacked"`` or
+    ``"packed"``."""
+    unit = unit_stride_args(layouts)
+    shape = layouts[0].shape
+    if few_rows(shape, unit, out_arg):
+        return "few_rows"
+    return "unpacked" if unpacked_rows(shape, unit, out_arg) else "packed"

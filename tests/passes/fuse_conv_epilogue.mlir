@@ -1,0 +1,94 @@
+// REQUIRES: fused-dialect
+// RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file \
+// RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=conv_f32 runtime=false})' | filecheck %s
+// RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file \
+// RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=conv_f32 runtime=false epilogues=false})' | filecheck %s --check-prefix=OFF
+// RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file \
+// RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=primitives_f32 runtime=false})' | filecheck %s --check-prefix=NOKERNEL
+// RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file \
+// RUN:   --pass-pipeline='builtin.module(fuel-decompose{all=true})' | filecheck %s --check-prefix=DECOMP
+
+// fuel-fuse folds a Relu or Clamp that is a Conv2D's only user into the conv's
+// clamp_min / clamp_max (fold_conv_epilogues), where the conv keeps a kernel.
+
+// A Relu: clamp_min = 0, the top open.
+// CHECK-LABEL: func.func @relu
+// CHECK-NEXT:    %[[C:.*]] = "fuel.conv2d"(%arg0, %arg1, %arg2) {clamp_min = 0.000000e+00 : f64, dilation = [1, 1], groups = 1 : i64, padding = [1, 1], stride = [1, 1]}
+// CHECK-NOT:     fuel.relu
+// CHECK-NEXT:    return %[[C]]
+// OFF-LABEL:   func.func @relu
+// OFF:           "fuel.relu"
+// NOKERNEL-LABEL: func.func @relu
+// NOKERNEL:      "fuel.relu"
+func.func @relu(%x: tensor<1x4x6x6xf32>, %w: tensor<8x4x3x3xf32>, %b: tensor<8xf32>) -> tensor<1x8x6x6xf32> {
+  %0 = "fuel.conv2d"(%x, %w, %b) {dilation = [1, 1], groups = 1 : i64, padding = [1, 1], stride = [1, 1]} : (tensor<1x4x6x6xf32>, tensor<8x4x3x3xf32>, tensor<8xf32>) -> tensor<1x8x6x6xf32>
+  %1 = "fuel.relu"(%0) : (tensor<1x8x6x6xf32>) -> tensor<1x8x6x6xf32>
+  return %1 : tensor<1x8x6x6xf32>
+}
+
+// -----
+
+// A ReLU6 (Clamp 0..6) on a depthwise conv: both bounds.
+// CHECK-LABEL: func.func @relu6_depthwise
+// CHECK-NEXT:    %[[C:.*]] = "fuel.conv2d"(%arg0, %arg1) {clamp_max = 6.000000e+00 : f64, clamp_min = 0.000000e+00 : f64, dilation = [1, 1], groups = 4 : i64, padding = [1, 1], stride = [2, 2]}
+// CHECK-NEXT:    return %[[C]]
+func.func @relu6_depthwise(%x: tensor<1x4x6x6xf32>, %w: tensor<4x1x3x3xf32>) -> tensor<1x4x3x3xf32> {
+  %0 = "fuel.conv2d"(%x, %w) {dilation = [1, 1], groups = 4 : i64, padding = [1, 1], stride = [2, 2]} : (tensor<1x4x6x6xf32>, tensor<4x1x3x3xf32>) -> tensor<1x4x3x3xf32>
+  %1 = "fuel.clamp"(%0) {min = 0.0 : f64, max = 6.0 : f64} : (tensor<1x4x3x3xf32>) -> tensor<1x4x3x3xf32>
+  return %1 : tensor<1x4x3x3xf32>
+}
+
+// -----
+
+// A Clamp open at the bottom (min = -inf) keeps only clamp_max.
+// CHECK-LABEL: func.func @upper_only
+// CHECK-NEXT:    "fuel.conv2d"(%arg0, %arg1) {clamp_max = 1.000000e+00 : f64, dilation
+// CHECK-NEXT:    return
+func.func @upper_only(%x: tensor<1x4x6x6xf32>, %w: tensor<8x4x3x3xf32>) -> tensor<1x8x6x6xf32> {
+  %0 = "fuel.conv2d"(%x, %w) {dilation = [1, 1], groups = 1 : i64, padding = [1, 1], stride = [1, 1]} : (tensor<1x4x6x6xf32>, tensor<8x4x3x3xf32>) -> tensor<1x8x6x6xf32>
+  %1 = "fuel.clamp"(%0) {min = 0xFFF0000000000000 : f64, max = 1.0 : f64} : (tensor<1x8x6x6xf32>) -> tensor<1x8x6x6xf32>
+  return %1 : tensor<1x8x6x6xf32>
+}
+
+// -----
+
+// The conv's result has a second user: the Relu stays, the conv unclamped.
+// CHECK-LABEL: func.func @shared
+// CHECK-NEXT:    %[[C:.*]] = "fuel.conv2d"(%arg0, %arg1) {dilation
+// CHECK-NEXT:    %[[R:.*]] = "fuel.relu"(%[[C]])
+// CHECK-NEXT:    return %[[R]], %[[C]]
+func.func @shared(%x: tensor<1x4x6x6xf32>, %w: tensor<8x4x3x3xf32>) -> (tensor<1x8x6x6xf32>, tensor<1x8x6x6xf32>) {
+  %0 = "fuel.conv2d"(%x, %w) {dilation = [1, 1], groups = 1 : i64, padding = [1, 1], stride = [1, 1]} : (tensor<1x4x6x6xf32>, tensor<8x4x3x3xf32>) -> tensor<1x8x6x6xf32>
+  %1 = "fuel.relu"(%0) : (tensor<1x8x6x6xf32>) -> tensor<1x8x6x6xf32>
+  return %1, %0 : tensor<1x8x6x6xf32>, tensor<1x8x6x6xf32>
+}
+
+// -----
+
+// Two activations in a row: the first folds, the second (on a conv that has
+// a clamp already) stays.
+// CHECK-LABEL: func.func @twice
+// CHECK-NEXT:    %[[C:.*]] = "fuel.conv2d"(%arg0, %arg1) {clamp_min = 0.000000e+00 : f64, dilation
+// CHECK-NEXT:    %[[K:.*]] = "fuel.clamp"(%[[C]])
+// CHECK-NEXT:    return %[[K]]
+func.func @twice(%x: tensor<1x4x6x6xf32>, %w: tensor<8x4x3x3xf32>) -> tensor<1x8x6x6xf32> {
+  %0 = "fuel.conv2d"(%x, %w) {dilation = [1, 1], groups = 1 : i64, padding = [1, 1], stride = [1, 1]} : (tensor<1x4x6x6xf32>, tensor<8x4x3x3xf32>) -> tensor<1x8x6x6xf32>
+  %1 = "fuel.relu"(%0) : (tensor<1x8x6x6xf32>) -> tensor<1x8x6x6xf32>
+  %2 = "fuel.clamp"(%1) {min = 0.0 : f64, max = 6.0 : f64} : (tensor<1x8x6x6xf32>) -> tensor<1x8x6x6xf32>
+  return %2 : tensor<1x8x6x6xf32>
+}
+
+// -----
+
+// Decomposed, a clamped conv is its recipe followed by the same Clamp (an
+// open side as an infinite bound).
+// DECOMP-LABEL: func.func @clamped_recipe
+// DECOMP-NOT:     "fuel.conv2d"
+// DECOMP:         %[[MM:.*]] = "fuel.mat_mul"
+// DECOMP:         %[[Y:.*]] = "fuel.reshape"(%[[MM]])
+// DECOMP-NEXT:    %[[K:.*]] = "fuel.clamp"(%[[Y]]) {max = 0x7FF0000000000000 : f64, min = 0.000000e+00 : f64}
+// DECOMP-NEXT:    return %[[K]]
+func.func @clamped_recipe(%x: tensor<1x4x6x6xf32>, %w: tensor<8x4x1x1xf32>) -> tensor<1x8x6x6xf32> {
+  %0 = "fuel.conv2d"(%x, %w) {clamp_min = 0.0 : f64, dilation = [1, 1], groups = 1 : i64, padding = [0, 0], stride = [1, 1]} : (tensor<1x4x6x6xf32>, tensor<8x4x1x1xf32>) -> tensor<1x8x6x6xf32>
+  return %0 : tensor<1x8x6x6xf32>
+}
