@@ -1,7 +1,7 @@
 """The closed set of element types and their numpy mapping.
 
 ``DType`` is the single source of truth for element types across the runtime
-and the compiler. Sixteen variants; the sub-byte float formats report a byte
+and the compiler. Seventeen variants; the sub-byte float formats report a byte
 size of 0 (the cost model prices them at 1 byte per element).
 
 Two numpy views of one element type:
@@ -47,6 +47,7 @@ class DType(enum.Enum):
     F4 = "f4"
     F8E8M0 = "f8e8m0"
     F8E6M2 = "f8e6m2"
+    U64 = "u64"
 
     # Members are singletons compared by identity: hash them by identity too
     # (Enum's own __hash__ is Python code hashing the name, and the executor
@@ -74,7 +75,13 @@ class DType(enum.Enum):
 
     @property
     def is_signed(self) -> bool:
-        return self not in (DType.U8, DType.U32, DType.F8E8M0, DType.F8E6M2)
+        return self not in _UNSIGNED and self not in (DType.F8E8M0, DType.F8E6M2)
+
+    @property
+    def is_unsigned_int(self) -> bool:
+        """U8/U32/U64: integer arithmetic picks the unsigned ops
+        (divui, cmpi ult, uitofp, extui)."""
+        return self in _UNSIGNED
 
     @property
     def numpy(self) -> np.dtype | None:
@@ -147,12 +154,14 @@ _SIZES = {
     DType.U8: 1, DType.I8: 1, DType.U32: 4, DType.I16: 2, DType.I32: 4, DType.I64: 8,
     DType.BF16: 2, DType.F16: 2, DType.F32: 4, DType.F64: 8, DType.F8E4M3: 1,
     DType.F6E2M3: 0, DType.F6E3M2: 0, DType.F4: 0, DType.F8E8M0: 1, DType.F8E6M2: 1,
+    DType.U64: 8,
 }
-_INTS = frozenset({DType.U8, DType.I8, DType.U32, DType.I16, DType.I32, DType.I64})
+_UNSIGNED = frozenset({DType.U8, DType.U32, DType.U64})
+_INTS = _UNSIGNED | {DType.I8, DType.I16, DType.I32, DType.I64}
 _NATIVE: dict[DType, np.dtype] = {d: np.dtype(t) for d, t in {
     DType.U8: np.uint8, DType.I8: np.int8, DType.U32: np.uint32, DType.I16: np.int16,
     DType.I32: np.int32, DType.I64: np.int64, DType.F16: np.float16, DType.F32: np.float32,
-    DType.F64: np.float64,
+    DType.F64: np.float64, DType.U64: np.uint64,
 }.items()}
 #: the API types from ml_dtypes, by name: importing ml_dtypes costs most of a
 #: second, so it is loaded on first use (``_load_ml_dtypes``), never by

@@ -4,7 +4,7 @@
 DType       MLIR element     note
 ==========  ===============  ==========================================
 U8          ``ui8``          signedness stays visible in fuel IR; the
-U32         ``ui32``         linalg lowering rewrites it to signless
+U32/U64     ``ui32``/``ui64`` linalg lowering rewrites it to signless
                              ``i8``/``i32`` and picks unsigned arith
                              (divui, cmpi ult, uitofp, extui)
 I8/I16/     ``i8``/``i16``/  signless, signed semantics
@@ -31,7 +31,7 @@ from compiler.mlir import ir
 from runtime.dtype import DType
 
 _SPELLING = {
-    DType.U8: "ui8", DType.U32: "ui32",
+    DType.U8: "ui8", DType.U32: "ui32", DType.U64: "ui64",
     DType.I8: "i8", DType.I16: "i16", DType.I32: "i32", DType.I64: "i64",
     DType.BF16: "bf16", DType.F16: "f16", DType.F32: "f32", DType.F64: "f64",
     DType.F8E4M3: "f8E4M3FN", DType.F6E2M3: "f6E2M3FN", DType.F6E3M2: "f6E3M2FN",

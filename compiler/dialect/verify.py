@@ -113,7 +113,7 @@ def unsupported_type_error(op) -> str | None:
                 mlir_to_dtype(rt.element_type)
             except FuelError:
                 return (f"{kind} #{i} has element type {rt.element_type}, which fuel has no "
-                        f"dtype for; use one of bf16, f16, f32, f64, i8/i16/i32/i64, ui8/ui32 "
+                        f"dtype for; use one of bf16, f16, f32, f64, i8/i16/i32/i64, ui8/ui32/ui64 "
                         f"or the fp8/fp6/fp4 types")
             dyn = ir.ShapedType.get_dynamic_size()
             count = 1

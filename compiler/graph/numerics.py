@@ -23,7 +23,7 @@ import numpy as np
 from runtime.dtype import DType, bf16_to_f32, f32_to_bf16
 
 #: dtypes the reference interpreter can compute on.
-NUMERIC = frozenset({DType.U8, DType.I8, DType.U32, DType.I16, DType.I32, DType.I64,
+NUMERIC = frozenset({DType.U8, DType.I8, DType.U32, DType.U64, DType.I16, DType.I32, DType.I64,
                      DType.BF16, DType.F16, DType.F32, DType.F64})
 FLOATS = frozenset({DType.BF16, DType.F16, DType.F32, DType.F64})
 INTS = NUMERIC - FLOATS

@@ -25,7 +25,7 @@ from runtime.dtype import DType
 from oracle import compile_and_compare, random_values
 
 D = DType
-DTYPES = (D.F32, D.F64, D.F16, D.BF16, D.I32, D.I64, D.I8, D.I16, D.U8, D.U32)
+DTYPES = (D.F32, D.F64, D.F16, D.BF16, D.I32, D.I64, D.I8, D.I16, D.U8, D.U32, D.U64)
 SHAPES = [(), (1,), (6,), (1, 1), (3, 4), (2, 3, 4)]
 VIEWS = ("dense", "T", "slice", "flip", "bcast", "perm")
 
@@ -302,9 +302,9 @@ MAIN = FLOAT4 + INT2  # the dtypes the fast run covers for the representative op
 SPECS = [
     # binary
     Spec("Add", ew("Add"), MAIN + (D.U8,)),
-    Spec("Sub", ew("Sub"), (D.F32, D.I64, D.U32)),
+    Spec("Sub", ew("Sub"), (D.F32, D.I64, D.U32, D.U64)),
     Spec("Mul", ew("Mul"), (D.F32, D.F16, D.I32)),
-    Spec("Div", ew("Div", ("any", "nonzero")), MAIN + (D.U32,)),
+    Spec("Div", ew("Div", ("any", "nonzero")), MAIN + (D.U32, D.U64)),
     Spec("Maximum", ew("Maximum", ("ties", "ties")), (D.F32, D.I32)),
     Spec("Minimum", ew("Minimum", ("ties", "ties")), (D.F32, D.I64)),
     Spec("Pow", ew("Pow", ("pos", "small")), FLOAT4),

@@ -31,7 +31,7 @@ SOURCE = "mlir-cpu"
 VIEW_INPUT = True
 #: The data dtypes the primitive family registers on cpu targets.
 DTYPES = (DType.F32, DType.F64, DType.F16, DType.BF16, DType.I32, DType.I64, DType.I8,
-          DType.I16, DType.U8, DType.U32)
+          DType.I16, DType.U8, DType.U32, DType.U64)
 
 PRECISION_NOTE = (
     "exp/tanh/log/erf on f32/f16/bf16 are branch-free polynomials (compiler.codegen.cpu."

@@ -223,7 +223,7 @@ class Scalar:
         self.dtype = dtype
         self.ty = ty
         self.is_float = dtype in FLOAT_DTYPES
-        self.unsigned = dtype in (DType.U8, DType.U32)
+        self.unsigned = dtype.is_unsigned_int
 
     @classmethod
     def compute(cls, dtype: DType) -> "Scalar":

@@ -205,8 +205,8 @@ def _masked_fill(lw: Lowering):
 def convert_scalar(x: "ir.Value", src, dst, dst_ty: "ir.Type") -> "ir.Value":
     """Convert a scalar of fuel dtype ``src`` (signless MLIR type) to ``dst``."""
     src_f, dst_f = src in FLOAT_DTYPES, dst in FLOAT_DTYPES
-    src_u = src in (src.U8, src.U32)
-    dst_u = dst in (dst.U8, dst.U32)
+    src_u = src.is_unsigned_int
+    dst_u = dst.is_unsigned_int
     if src_f and dst_f:
         sw, dw = ir.FloatType(x.type).width, ir.FloatType(dst_ty).width
         if x.type == dst_ty:

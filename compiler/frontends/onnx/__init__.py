@@ -337,6 +337,11 @@ class _Importer:
         with ``like``, a new constant takes like's dtype)."""
         if isinstance(v, Tensor):
             return v
+        from ._types import Narrow
+        if isinstance(v, Narrow):
+            raise _unsupported(f"a value of element type {v.name} is used where fuelc needs "
+                               f"a graph tensor; narrow-type values feed only "
+                               f"{'/'.join(NARROW_READERS)}")
         if np.asarray(v).dtype == object:
             raise _unsupported(f"shape values computed from symbolic dims ({np.asarray(v).tolist()}) "
                                f"feed a graph op as data; they can only be shape arguments "
@@ -447,8 +452,9 @@ class _Importer:
                 self.values[init.name] = self.g.constant(arr, name=init.name, dtype="bf16")
                 continue
             try:
-                from ._types import numpy_of
-                numpy_of(init.data_type)
+                from ._types import NARROW, numpy_of
+                if init.data_type not in NARROW:  # narrow: unpacked to ml_dtypes arrays
+                    numpy_of(init.data_type)
                 arr = numpy_helper.to_array(init)
             except Exception as e:
                 self.issues.append(Issue("initializer", init.name, str(e)))
@@ -525,7 +531,16 @@ class _Importer:
                 "\n".join(f"  - {s}" for s in symbolic + bad) +
                 f"\nfix them with import_model(model, input_shapes={{...}}), e.g. "
                 f"input_shapes={fix!r} with each unknown dim replaced by its extent")
+        from ._types import NARROW, Narrow, carrier_dtype
         for inp in real:
+            et = inp.type.tensor_type.elem_type
+            if et in NARROW:  # a byte-wide carrier (docs/onnx.md, "Narrow types")
+                try:
+                    carrier = self.g.input(inp.name, shapes[inp.name], carrier_dtype(et))
+                except GraphBuildError as e:
+                    raise OnnxImportError(str(e)) from None
+                self.values[inp.name] = Narrow(carrier, et)
+                continue
             try:
                 dt = dtype_of(inp.type.tensor_type.elem_type)
             except Unsupported as e:
@@ -570,6 +585,7 @@ class _Importer:
         ins = [self.values[n] if n else None for n in names]
         at = _attrs(node)
         try:
+            _check_narrow(node, names, ins)
             if replacement is not None:
                 outs = replacement[1](self, ins)
             elif node.op_type == "Constant":
@@ -651,7 +667,12 @@ class _Importer:
         for out in self.graph.output:
             if out.name in self.poisoned or out.name not in self.values:
                 continue
-            t = self.t(self.values[out.name])
+            from ._types import Narrow
+            v = self.values[out.name]
+            if isinstance(v, Narrow) and v.elem_type == out.type.tensor_type.elem_type:
+                self.g.output(v.carrier, name=out.name)  # bit patterns (docs/onnx.md)
+                continue
+            t = self.t(v)
             tt = out.type.tensor_type
             dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim] \
                 if tt.HasField("shape") else None
@@ -820,6 +841,26 @@ def _linear(cx, ins):
 
 def _gelu_erf(cx, ins):
     return [cx.t(ins[0]).gelu("none")]
+
+
+#: the ops that read a narrow-type value (a ``_types.Narrow`` carrier)
+NARROW_READERS = ("Cast", "CastLike", "DequantizeLinear", "QuantizeLinear")
+
+
+def _check_narrow(node, names, ins):
+    """Refuse a node other than NARROW_READERS reading a narrow-type value
+    (its carrier holds bit patterns or widened integers, not the values):
+    they read input 0 (QuantizeLinear only its zero point, DequantizeLinear
+    both); CastLike's second input gives only its element type."""
+    from ._types import Narrow
+    read = {"Cast": (0,), "CastLike": (0, 1), "DequantizeLinear": (0, 2),
+            "QuantizeLinear": (2,)}.get(node.op_type, ())
+    bad = [f"{n!r} ({v.name})" for i, (n, v) in enumerate(zip(names, ins))
+           if isinstance(v, Narrow) and i not in read]
+    if bad:
+        raise _unsupported(f"input(s) {', '.join(bad)} of a narrow element type: fuelc reads "
+                           f"those only in {'/'.join(NARROW_READERS)} (as their data input); "
+                           f"cast them to FLOAT (or INT8/UINT8) first")
 
 
 def _unsupported(msg):

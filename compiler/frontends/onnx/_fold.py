@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 
 from runtime.symbols import Sym, SymbolicError
@@ -219,6 +220,8 @@ def _cast(at, x):
     if at["to"] == TensorProto.FLOAT8E4M3FN and at.get("saturate", 1):
         # saturate=1: out-of-range values and infinities clamp to +-448, NaN stays NaN
         v = np.clip(v.astype(np.float32), -_types.F8E4M3_MAX, _types.F8E4M3_MAX)
+    if at["to"] == TensorProto.BFLOAT16:  # rounded once to bf16 (round to nearest even)
+        return [v.astype(ml_dtypes.bfloat16)]
     return [v.astype(_types.numpy_of(at["to"]))]
 
 

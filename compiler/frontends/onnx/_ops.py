@@ -198,13 +198,31 @@ def _clip(cx, node, at, ins):
 
 @_op("Cast", "CastLike")
 def _cast(cx, node, at, ins):
-    x = cx.t(ins[0])
+    from onnx import TensorProto
+    from ._types import (ENCODABLE, NARROW, NARROW_INT_RANGES, Narrow,  # (here: the torch
+                         dtype_of, encode, encode_int)           # importer reuses handlers)
     if node.op_type == "CastLike":
         to = cx.elem_type(node.input[1])
     else:
         to = at["to"]
-    from onnx import TensorProto
-    from ._types import dtype_of  # here: the torch importer reuses handlers without onnx
+    x = ins[0].decode(cx.g) if isinstance(ins[0], Narrow) else cx.t(ins[0])
+    if to in ENCODABLE:
+        if not x.dtype.is_float:
+            raise Unsupported(f"a cast of {x.dtype.value} values to "
+                              f"{TensorProto.DataType.Name(to)} (fuelc encodes float values "
+                              f"only); cast them to FLOAT first")
+        return [Narrow(encode(cx.g, x, to, bool(at.get("saturate", 1))), to)]
+    if to in NARROW_INT_RANGES:
+        if not x.dtype.is_float:
+            raise Unsupported(f"a cast of {x.dtype.value} values to "
+                              f"{TensorProto.DataType.Name(to)} (fuelc converts float values "
+                              f"only); cast them to FLOAT first")
+        return [Narrow(encode_int(x, to), to)]
+    if to in NARROW:
+        raise Unsupported(f"a cast to {TensorProto.DataType.Name(to)}: fuelc reads the narrow "
+                          f"types but produces only the float8 formats, FLOAT4E2M1 and the "
+                          f"2- and 4-bit integers; keep "
+                          f"the model's output in a wider type")
     if to == TensorProto.BOOL:
         return [x != 0]
     dt = dtype_of(to)
@@ -2218,11 +2236,19 @@ def _quant_params(cx, node, at, x, ins):
 
 @_op("DequantizeLinear")
 def _dequantize(cx, node, at, ins):
-    """(x - zero_point) * scale in the scale's type (f16/bf16 computed in f32)."""
-    x = cx.t(ins[0])
-    if x.dtype.is_float:
-        raise Unsupported(f"DequantizeLinear of {x.dtype.value} data (integer types only)")
+    """(x - zero_point) * scale in the scale's type (f16/bf16 computed in f32);
+    narrow-type data (float8, float4, int4, int2) is decoded first (exact)."""
+    from ._types import Narrow, narrow_constant
+    narrow = isinstance(ins[0], Narrow)
+    x = ins[0].decode(cx.g) if narrow else cx.t(ins[0])
+    if x.dtype.is_float and not narrow:
+        raise Unsupported(f"DequantizeLinear of {x.dtype.value} data (integer and narrow "
+                          f"float types only)")
     axis, block, scale, zp = _quant_params(cx, node, at, x, ins)
+    if isinstance(zp, Narrow):
+        zp = zp.decode(cx.g)
+    elif isinstance(zp, np.ndarray) and narrow_constant(zp) is not None:
+        zp = narrow_constant(zp)
     out = scale.dtype
     s = scale if scale.dtype.value in ("f32", "f64") else scale.cast("f32")
     y = x.cast(s.dtype)
@@ -2235,24 +2261,54 @@ def _dequantize(cx, node, at, ins):
 @_op("QuantizeLinear")
 def _quantize(cx, node, at, ins):
     """saturate(round_half_even(x / scale) + zero_point), computed in f32
-    (f64 for f64 data)."""
-    from ._types import dtype_of
+    (f64 for f64 data). Narrow outputs as ONNX's reference: int4/uint4/
+    int2/uint2 clamp to their range (an i8/u8 carrier); the float8 formats
+    are x / scale encoded (the zero point unused), float4 x / scale + zero
+    point encoded."""
+    from onnx import helper
+    from ._types import (ENCODABLE, NARROW, NARROW_INT_RANGES, Narrow, dtype_of, encode,
+                         narrow_constant)
     x = cx.t(ins[0])
     axis, block, scale, zp = _quant_params(cx, node, at, x, ins)
-    if zp is not None:
+    narrow = None
+    if isinstance(zp, Narrow):
+        narrow, zp = zp.elem_type, zp.decode(cx.g)
+    elif isinstance(zp, np.ndarray) and narrow_constant(zp) is not None:
+        narrow, zp = helper.np_dtype_to_tensor_dtype(zp.dtype), narrow_constant(zp)
+    elif zp is None and int(at.get("output_dtype", 0)) in NARROW:
+        narrow = int(at["output_dtype"])
+    if narrow is not None and narrow not in ENCODABLE and narrow not in NARROW_INT_RANGES:
+        from onnx import TensorProto
+        raise Unsupported(f"QuantizeLinear to {TensorProto.DataType.Name(narrow)} (fuelc "
+                          f"produces the float8 formats, FLOAT4E2M1 and the 2- and 4-bit "
+                          f"integers)")
+    if narrow is not None:
+        out = None
+    elif zp is not None:
         out = cx.t(zp).dtype
     else:
         out = dtype_of(int(at.get("output_dtype", 0)) or 2)  # UINT8 by default
-    if out.is_float:
-        raise Unsupported(f"QuantizeLinear to {out.value} (integer output types only)")
+    if out is not None and out.is_float:
+        raise Unsupported(f"QuantizeLinear to {out.value} (integer and narrow float output "
+                          f"types only)")
     work = "f64" if x.dtype.value == "f64" else "f32"
     y = (x.cast(work) if x.dtype.value != work else x) / _along(
         scale.cast(work) if scale.dtype.value != work else scale, x, axis, block)
+    if narrow is not None and narrow not in NARROW_INT_RANGES:
+        from onnx import TensorProto
+        if narrow == TensorProto.FLOAT4E2M1 and zp is not None:
+            y = y + _along(cx.t(zp).cast(work), x, axis, block)
+        return [Narrow(encode(cx.g, y, narrow, bool(at.get("saturate", 1))), narrow)]
     y = y.round()
     if zp is not None:
         y = y + _along(cx.t(zp).cast(work), x, axis, block)
-    info = np.iinfo(out.numpy)
-    return [y.clamp(float(info.min), float(info.max)).cast(out)]
+    lo, hi = NARROW_INT_RANGES[narrow] if narrow is not None else (
+        np.iinfo(out.numpy).min, np.iinfo(out.numpy).max)
+    y = y.clamp(float(lo), float(hi))
+    if narrow is not None:
+        from ._types import carrier_dtype
+        return [Narrow(y.cast(carrier_dtype(narrow)), narrow)]
+    return [y.cast(out)]
 
 
 @_op("Asinh", "Acosh", "Atanh")
