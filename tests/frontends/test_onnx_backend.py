@@ -103,8 +103,11 @@ def test_not_comparable_needs_the_float64_recomputation_to_match(monkeypatch):
 
 
 @pytest.mark.slow
-def test_every_node_test_passes_or_is_refused():
-    failed = [(n, run_case(c)) for n, c in sorted(node_cases().items())
+@pytest.mark.parametrize("mode", ["interpret", "compile"])
+def test_every_node_test_passes_or_is_refused(mode):
+    # compiled: every case through generated code (about 4 minutes cold on
+    # two cores), the figure docs/onnx-node-tests.md reports
+    failed = [(n, run_case(c, mode=mode)) for n, c in sorted(node_cases().items())
               if n not in KNOWN_FAILURES]
     bad = [f"{n}: {r.reason}" for n, r in failed if r.status == "failed"]
     assert not bad, "\n".join(bad)
