@@ -209,9 +209,13 @@ def to_storage(arr, dtype: DType, what: str = "array") -> np.ndarray:
     Raises UnknownDTypeError naming ``what`` for any other numpy dtype. Raw
     ``uint16`` is refused for bf16, as JAX, ONNX Runtime and TensorFlow do
     (numbers or bit patterns would be a guess): wrap bit patterns with
-    ``bits.view(ml_dtypes.bfloat16)``. (F8E6M2 has no API type: raw uint8.)"""
+    ``bits.view(ml_dtypes.bfloat16)``. (F8E6M2 has no API type: raw uint8.)
+    A numpy ``bool`` array is taken for u8 (as 0 and 1: how fuelc holds ONNX
+    bool tensors, and what onnxruntime takes for them)."""
     arr = np.asarray(arr)
     want = dtype.numpy if dtype.numpy is not None else dtype.storage_numpy
+    if arr.dtype == np.bool_ and dtype == DType.U8:
+        return arr.view(np.uint8)   # 0 and 1, as ONNX bool tensors are held (lossless)
     if arr.dtype != want:
         hint = ""
         if dtype.numpy is not None and dtype in _BITS:

@@ -98,3 +98,18 @@ def test_bit_helpers_agree_with_ml_dtypes():
     b = x.astype(BF16)
     np.testing.assert_array_equal(bf16_to_f32(b), b.astype(np.float32))          # ml_dtypes arrays
     np.testing.assert_array_equal(bf16_to_f32(b.view(np.uint16)), b.astype(np.float32))  # raw bits
+
+
+def test_a_bool_array_is_taken_for_a_u8_input_as_0_and_1():
+    # ONNX bool tensors are held as u8; onnxruntime takes numpy bool for them
+    from compiler import Graph, compile
+    from runtime.dtype import DType, to_storage
+    g = Graph()
+    m_in = g.input("m", (2, 3), "u8")
+    g.output(m_in + m_in, name="y")
+    m = compile(g)
+    b = np.array([[True, False, True], [False, False, True]])
+    np.testing.assert_array_equal(m.run(m=b)["y"], b.astype(np.uint8) * 2)
+    np.testing.assert_array_equal(to_storage(b, DType.U8), b.astype(np.uint8))
+    with pytest.raises(UnknownDTypeError, match="a i8 array must have numpy dtype int8, got bool"):
+        to_storage(b, DType.I8)          # only u8 holds bools
