@@ -330,9 +330,7 @@ class Fuse(ModulePass):
         if (tuple(inferred.shape), inferred.dtype) != (tuple(out_type.shape), out_type.dtype):
             return False
         dts = [t.dtype for t in in_types] + [out_type.dtype]
-        from compiler.registry.kernel_params import kernel_serves
-        if entry.op_kind is None or not kernel_serves(entry.name, params, in_types) or not any(
-                self._table.backend_supports(entry.op_kind, dts, b) for b in self._backends):
+        if not kernel_available(entry, params, in_types, dts, self._table, self._backends):
             if self.remarks and id(root) not in self._reported:
                 self._reported.add(id(root))
                 emit_remark(root, f"{self.name}: matched {entry.name} ({pat.name or 'pattern'}) "
@@ -360,6 +358,17 @@ def _op_of(owner):
     return getattr(owner, "operation", owner)
 
 
+def kernel_available(entry, params, in_types, dtypes, table, backends) -> bool:
+    """Whether fused ``entry`` with these params runs as its kernel: the kernel
+    is meant for them (``kernel_serves``) and some candidate backend has its
+    dtype key (``backend_supports``; ``dtypes``: inputs then output). The
+    rule ``decompose.has_kernel`` applies to an op already in the IR, for a
+    fused op not built yet."""
+    from compiler.registry.kernel_params import kernel_serves
+    return entry.op_kind is not None and kernel_serves(entry.name, params, in_types) and any(
+        table.backend_supports(entry.op_kind, dtypes, b) for b in backends)
+
+
 def _clamp_bounds(op):
     """(min, max) of a ``Relu`` / ``Clamp`` op as a Conv2D epilogue (None:
     an open side), or None for any other op."""
@@ -382,7 +391,6 @@ def fold_conv_epilogues(module, table, backends) -> int:
     (``kernel_serves`` with the new params, and the binding table's key).
     Returns how many were folded."""
     from compiler.dialect import lookup, params_to_attributes
-    from compiler.registry.kernel_params import kernel_serves
     entry = _fuel.registry()["Conv2D"]
     folded = 0
     for conv in _fuel.fuel_ops(module):
@@ -401,8 +409,7 @@ def fold_conv_epilogues(module, table, backends) -> int:
         params["clamp_min"], params["clamp_max"] = bounds
         in_types = [_fuel.tensor_type(v) for v in conv.operands]
         dts = [t.dtype for t in in_types] + [_fuel.tensor_type(conv.results[0]).dtype]
-        if not kernel_serves(entry.name, params, in_types) or not any(
-                table.backend_supports(entry.op_kind, dts, b) for b in backends):
+        if not kernel_available(entry, params, in_types, dts, table, backends):
             continue
         with ir.InsertionPoint(conv), act.location:
             fused = _fuel.create(conv.name, list(conv.operands), [act.results[0].type],
