@@ -459,9 +459,9 @@ class GeneratedKernel:
         ``fn.raw(*addresses)`` runs it, ``templates`` are the arguments'
         ``DescriptorTemplate``s (inputs then outputs), and the call stays
         valid while ``probe()`` returns ``value`` (the thread count). None
-        when the call runs as sub-calls. A call split into tiles, at most one
-        per thread, is one ``SplitCall``: its templates are every tile's,
-        tile after tile. Raises like a call."""
+        when a tile is not a compiled function. A call split into tiles (over
+        threads, or into sub-calls) is one ``SplitCall``: its templates are
+        every tile's, tile after tile. Raises like a call."""
         self._check_arity(n_inputs, len(layouts) - n_inputs)
         threads = parallel.num_threads()
         hit = self._calls.lookup(layouts, params, n_inputs)
@@ -469,9 +469,7 @@ class GeneratedKernel:
             return None
         if len(hit) == 1:
             return hit[0][0], hit[0][1], (parallel.num_threads, threads)
-        if len(hit) > threads:
-            return None
-        return (SplitCall([fn for fn, _ in hit], len(layouts)),
+        return (SplitCall([fn for fn, _ in hit], len(layouts), threads),
                 [t for _, templates in hit for t in templates], (parallel.num_threads, threads))
 
     def __repr__(self) -> str:
@@ -559,27 +557,34 @@ class CallMemo:
 class SplitCall:
     """The tiles of one split call as one raw function (the executor's direct
     path, ``GeneratedKernel.prepare_raw``): ``raw(*addresses)`` takes each
-    tile's descriptor addresses, tile after tile, runs the first tile on
-    this thread and the others on the native workers
-    (``native_pool.NativePool.run``), or all in turn on this thread when the
-    pool is busy or missing."""
+    tile's descriptor addresses, tile after tile, and runs them in rounds of
+    ``width`` tiles (the thread count): in each, the first tile on this
+    thread and the others on the native workers (``native_pool.NativePool.run``),
+    or all in turn on this thread when the pool is busy or missing. More tiles
+    than threads come from sub-calls (``KernelFamily.subcalls``: a 4-D
+    attention product runs as one batched call per image)."""
 
-    __slots__ = ("fns", "n_args", "_addrs")
+    __slots__ = ("fns", "n_args", "width", "_addrs")
 
-    def __init__(self, fns: Sequence[KernelFunction], n_args: int):
+    def __init__(self, fns: Sequence[KernelFunction], n_args: int, width: int = 0):
         self.fns = list(fns)                       # keeps the machine code mapped
         self.n_args = n_args
+        self.width = max(1, width or len(self.fns))
         self._addrs = [_fn_address(fn) for fn in self.fns]
 
     def raw(self, *addrs: int) -> None:
-        n = self.n_args
-        first = self.fns[0].raw
-        pool = native_pool.pool(len(self.fns) - 1)
-        rest = [(fa, addrs[i * n:(i + 1) * n]) for i, fa in enumerate(self._addrs[1:], 1)]
-        if pool is not None and pool.run(lambda: first(*addrs[:n]), rest):
-            return
-        for i, fn in enumerate(self.fns):
-            fn.raw(*addrs[i * n:(i + 1) * n])
+        n, width, fns = self.n_args, self.width, self.fns
+        for start in range(0, len(fns), width):
+            stop = min(start + width, len(fns))
+            first = fns[start].raw
+            head = addrs[start * n:(start + 1) * n]
+            if stop - start > 1:
+                pool = native_pool.pool(stop - start - 1)
+                rest = [(self._addrs[i], addrs[i * n:(i + 1) * n]) for i in range(start + 1, stop)]
+                if pool is not None and pool.run(lambda: first(*head), rest):
+                    continue
+            for i in range(start, stop):
+                fns[i].raw(*addrs[i * n:(i + 1) * n])
 
 
 def run_tiles(hit: tuple, storages: Sequence) -> None:
