@@ -388,12 +388,15 @@ class Conv2D(OpParams):
     groups: int = 1
     clamp_min: Optional[float] = None   # the epilogue: the output clamped (None: open)
     clamp_max: Optional[float] = None
+    silu: bool = False                  # or the output times its sigmoid
 
     def validate(self):
         if self.groups < 1 or min(self.stride) < 1 or min(self.dilation) < 1:
             self._fail("groups, stride and dilation must be >= 1")
         if self.clamp_min is not None and self.clamp_max is not None and not self.clamp_min <= self.clamp_max:
             self._fail(f"clamp_min {self.clamp_min} must be <= clamp_max {self.clamp_max}")
+        if self.silu and (self.clamp_min is not None or self.clamp_max is not None):
+            self._fail("the silu and clamp epilogues are exclusive")
         if self.x_shape[1] % self.groups or self.w_shape[0] % self.groups:
             self._fail("channels must be divisible by groups")
 

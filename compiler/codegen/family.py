@@ -222,6 +222,13 @@ FEW_ROWS_ATTR = "fuelc.few_rows"
 #: Marks the generic of a direct convolution (``lowering/fused_conv.py``), which
 #: a target's strategy may tile as such (``codegen.cpu.transforms.conv``).
 DIRECT_CONV_ATTR = "fuelc.direct_conv"
+#: Mark a matmul with an epilogue in one kernel (``lowering/fused_conv.py:
+#: _pointwise``): the contraction, a ``linalg.generic`` over (batch, m, n | k),
+#: and the element-wise generic over (batch, m, n) that consumes it (bias,
+#: activation). A target's strategy may tile and fuse them as one
+#: (``codegen.cpu.transforms.matmul.epilogue_script``).
+CONTRACT_ATTR = "fuelc.mm_contract"
+EPILOGUE_ATTR = "fuelc.mm_epilogue"
 #: Marks the copy of a direct convolution's full-width rows into its output
 #: (``lowering/fused_conv.py``): the schedule copies it a row at a time.
 CROP_ATTR = "fuelc.crop"

@@ -384,29 +384,62 @@ def _clamp_bounds(op):
     return (None if lo == -math.inf else lo), (None if hi == math.inf else hi)
 
 
+def _conv_epilogue(conv):
+    """The activation that may fold into ``conv``: ``(params, last op,
+    ops it retires)`` for a ``Relu`` / ``Clamp`` that is its only user
+    (``clamp_min`` / ``clamp_max``), a ``Silu`` that is, or a ``Mul(y,
+    Sigmoid(y))`` whose two ops are its only users (``silu``), of the conv's
+    type; else None."""
+    y = conv.results[0]
+    users = [_op_of(u) for u in _fuel.users(y)]
+    if len(users) == 1:
+        act = users[0]
+        if len(act.results) != 1 or act.results[0].type != y.type:
+            return None             # (a func.return, a reshape, ...)
+        if _fuel.mnemonic(act) == "silu":
+            return {"silu": True}, act, [conv]
+        bounds = _clamp_bounds(act)
+        if bounds is None:
+            return None
+        return {"clamp_min": bounds[0], "clamp_max": bounds[1]}, act, [conv]
+    if len(users) != 2:
+        return None
+    kinds = {_fuel.mnemonic(u): u for u in users}
+    sig, mul = kinds.get("sigmoid"), kinds.get("mul")
+    if sig is None or mul is None or mul.results[0].type != y.type:
+        return None
+    sig_users = [_op_of(u) for u in _fuel.users(sig.results[0])]
+    if len(sig_users) != 1 or sig_users[0] != mul:
+        return None
+    a, b = list(mul.operands)
+    s = sig.results[0]
+    if not ((a == y and b == s) or (a == s and b == y)):
+        return None
+    return {"silu": True}, mul, [sig, conv]
+
+
 def fold_conv_epilogues(module, table, backends) -> int:
     """Fold each ``Relu`` / ``Clamp`` that is the only user of a ``Conv2D``
-    (of the same type) into that conv's ``clamp_min`` / ``clamp_max``, when
-    the conv has no clamp yet and some candidate backend has a kernel for it
-    (``kernel_serves`` with the new params, and the binding table's key).
-    Returns how many were folded."""
+    (of the same type) into that conv's ``clamp_min`` / ``clamp_max``, and a
+    ``Silu`` or ``Mul(y, Sigmoid(y))`` (its two ops the only users) into its
+    ``silu``, when the conv has no epilogue yet and some candidate backend
+    has a kernel for it (``kernel_serves`` with the new params, and the
+    binding table's key). Returns how many were folded."""
     from compiler.dialect import lookup, params_to_attributes
     entry = _fuel.registry()["Conv2D"]
     folded = 0
     for conv in _fuel.fuel_ops(module):
         if _fuel.mnemonic(conv) != entry.mnemonic:
             continue
-        users = _fuel.users(conv.results[0])
-        if len(users) != 1:
+        found = _conv_epilogue(conv)
+        if found is None:
             continue
-        act = _op_of(users[0])
-        bounds = _clamp_bounds(act)
-        if bounds is None or act.results[0].type != conv.results[0].type:
-            continue
+        update, act, dead = found
         params = _fuel.params(conv)
-        if params.get("clamp_min") is not None or params.get("clamp_max") is not None:
+        if params.get("clamp_min") is not None or params.get("clamp_max") is not None \
+                or params.get("silu"):
             continue
-        params["clamp_min"], params["clamp_max"] = bounds
+        params.update(update)
         in_types = [_fuel.tensor_type(v) for v in conv.operands]
         dts = [t.dtype for t in in_types] + [_fuel.tensor_type(conv.results[0]).dtype]
         if not kernel_available(entry, params, in_types, dts, table, backends):
@@ -415,7 +448,7 @@ def fold_conv_epilogues(module, table, backends) -> int:
             fused = _fuel.create(conv.name, list(conv.operands), [act.results[0].type],
                                  params_to_attributes(lookup(entry.mnemonic), params),
                                  loc=act.location)
-        _fuel.replace_op(act, [fused.results[0]], dead=[conv])
+        _fuel.replace_op(act, [fused.results[0]], dead=dead)
         _fuel.count("fuse.conv_epilogues")
         folded += 1
     return folded

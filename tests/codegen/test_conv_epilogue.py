@@ -16,17 +16,19 @@ from runtime.dtype import DType
 
 # (x shape, w shape, stride, padding, groups): the direct kernel (stride 1 and
 # 2), the depthwise direct kernel (stride 1 and 2), grouped (the generic
-# path), and a 1x1 conv (the im2col/matmul recipe)
+# path), a 1x1 conv (the pointwise matmul kernel) and one the kernel does not
+# take (Cout not a multiple of 8: the im2col/matmul recipe)
 CONVS = {
     "direct": ((2, 5, 9, 11), (7, 5, 3, 3), 1, 1, 1),
     "direct-s2": ((1, 4, 12, 10), (6, 4, 3, 3), 2, 1, 1),
     "depthwise": ((2, 6, 9, 9), (6, 1, 3, 3), 1, 1, 6),
     "depthwise-s2": ((1, 8, 12, 12), (8, 1, 3, 3), 2, 1, 8),
     "grouped": ((1, 8, 7, 7), (8, 4, 3, 3), 1, 1, 2),
-    "pointwise": ((2, 6, 5, 5), (9, 6, 1, 1), 1, 0, 1),
+    "pointwise": ((2, 6, 5, 5), (8, 6, 1, 1), 1, 0, 1),
+    "pointwise-recipe": ((2, 6, 5, 5), (9, 6, 1, 1), 1, 0, 1),
 }
 ACTS = {"relu": lambda y: y.relu(), "relu6": lambda y: y.clamp(0.0, 6.0),
-        "upper": lambda y: y.clamp(-np.inf, 0.25)}
+        "upper": lambda y: y.clamp(-np.inf, 0.25), "silu": lambda y: y * y.sigmoid(), "silu-op": lambda y: y.silu()}
 
 
 def _graph(conv, act, dtype="f32", extra_use=False):
@@ -54,14 +56,15 @@ def test_clamped_conv_matches_the_reference(conv, act):
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     summary = m.kernel_summary()
-    if conv != "pointwise":   # the fused kernel computes the activation: one kernel
+    if conv != "pointwise-recipe":   # the fused kernel computes the activation: one kernel
         assert summary == ["Conv2D[f32,f32,f32,f32] (mlir-cpu-fused)"], summary
 
 
-@pytest.mark.parametrize("conv", ["direct", "depthwise-s2"])
-def test_clamped_conv_on_the_avx2_baseline_and_in_f64(conv):
+@pytest.mark.parametrize("act", ["relu6", "silu"])
+@pytest.mark.parametrize("conv", ["direct", "depthwise-s2", "pointwise"])
+def test_clamped_conv_on_the_avx2_baseline_and_in_f64(conv, act):
     for target, dtype in (("cpu:x86-64-v3", "f32"), ("cpu", "f64")):
-        gr, x = _graph(conv, "relu6", dtype)
+        gr, x = _graph(conv, act, dtype)
         m = compile(gr, target=target)
         np.testing.assert_allclose(m.run(x=x)["y"], interpret(gr, {"x": x})["y"],
                                    rtol=1e-6 if dtype == "f32" else 1e-12, atol=1e-6)

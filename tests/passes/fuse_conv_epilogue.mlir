@@ -9,7 +9,8 @@
 // RUN:   --pass-pipeline='builtin.module(fuel-decompose{all=true})' | filecheck %s --check-prefix=DECOMP
 
 // fuel-fuse folds a Relu or Clamp that is a Conv2D's only user into the conv's
-// clamp_min / clamp_max (fold_conv_epilogues), where the conv keeps a kernel.
+// clamp_min / clamp_max, and a SiLU (Mul(y, Sigmoid(y)), its two ops the conv's
+// only users) into its silu (fold_conv_epilogues), where the conv keeps a kernel.
 
 // A Relu: clamp_min = 0, the top open.
 // CHECK-LABEL: func.func @relu
@@ -90,5 +91,67 @@ func.func @twice(%x: tensor<1x4x6x6xf32>, %w: tensor<8x4x3x3xf32>) -> tensor<1x8
 // DECOMP-NEXT:    return %[[K]]
 func.func @clamped_recipe(%x: tensor<1x4x6x6xf32>, %w: tensor<8x4x1x1xf32>) -> tensor<1x8x6x6xf32> {
   %0 = "fuel.conv2d"(%x, %w) {clamp_min = 0.0 : f64, dilation = [1, 1], groups = 1 : i64, padding = [0, 0], stride = [1, 1]} : (tensor<1x4x6x6xf32>, tensor<8x4x1x1xf32>) -> tensor<1x8x6x6xf32>
+  return %0 : tensor<1x8x6x6xf32>
+}
+
+// -----
+
+// SiLU: Mul(y, Sigmoid(y)), either operand order, folds into silu.
+// CHECK-LABEL: func.func @silu
+// CHECK-NEXT:    %[[C:.*]] = "fuel.conv2d"(%arg0, %arg1, %arg2) {dilation = [1, 1], groups = 1 : i64, padding = [1, 1], silu = true, stride = [1, 1]}
+// CHECK-NOT:     fuel.sigmoid
+// CHECK-NOT:     fuel.mul
+// CHECK-NEXT:    return %[[C]]
+// OFF-LABEL:   func.func @silu
+// OFF:           "fuel.sigmoid"
+// OFF:           "fuel.mul"
+// NOKERNEL-LABEL: func.func @silu
+// NOKERNEL:      "fuel.mul"
+func.func @silu(%x: tensor<1x4x6x6xf32>, %w: tensor<8x4x3x3xf32>, %b: tensor<8xf32>) -> tensor<1x8x6x6xf32> {
+  %0 = "fuel.conv2d"(%x, %w, %b) {dilation = [1, 1], groups = 1 : i64, padding = [1, 1], stride = [1, 1]} : (tensor<1x4x6x6xf32>, tensor<8x4x3x3xf32>, tensor<8xf32>) -> tensor<1x8x6x6xf32>
+  %1 = "fuel.sigmoid"(%0) : (tensor<1x8x6x6xf32>) -> tensor<1x8x6x6xf32>
+  %2 = "fuel.mul"(%1, %0) : (tensor<1x8x6x6xf32>, tensor<1x8x6x6xf32>) -> tensor<1x8x6x6xf32>
+  return %2 : tensor<1x8x6x6xf32>
+}
+
+// -----
+
+// The Silu primitive (the Graph API's x.silu(), torch's SiLU) folds the same way.
+// CHECK-LABEL: func.func @silu_op
+// CHECK-NEXT:    %[[C:.*]] = "fuel.conv2d"(%arg0, %arg1) {dilation = [1, 1], groups = 1 : i64, padding = [1, 1], silu = true, stride = [1, 1]}
+// CHECK-NEXT:    return %[[C]]
+func.func @silu_op(%x: tensor<1x4x6x6xf32>, %w: tensor<8x4x3x3xf32>) -> tensor<1x8x6x6xf32> {
+  %0 = "fuel.conv2d"(%x, %w) {dilation = [1, 1], groups = 1 : i64, padding = [1, 1], stride = [1, 1]} : (tensor<1x4x6x6xf32>, tensor<8x4x3x3xf32>) -> tensor<1x8x6x6xf32>
+  %1 = "fuel.silu"(%0) : (tensor<1x8x6x6xf32>) -> tensor<1x8x6x6xf32>
+  return %1 : tensor<1x8x6x6xf32>
+}
+
+// -----
+
+// The sigmoid is also an output (a gate used elsewhere): nothing folds.
+// CHECK-LABEL: func.func @silu_shared
+// CHECK-NEXT:    %[[C:.*]] = "fuel.conv2d"(%arg0, %arg1) {dilation
+// CHECK-NEXT:    %[[S:.*]] = "fuel.sigmoid"(%[[C]])
+// CHECK-NEXT:    %[[M:.*]] = "fuel.mul"(%[[C]], %[[S]])
+// CHECK-NEXT:    return %[[M]], %[[S]]
+func.func @silu_shared(%x: tensor<1x4x6x6xf32>, %w: tensor<8x4x3x3xf32>) -> (tensor<1x8x6x6xf32>, tensor<1x8x6x6xf32>) {
+  %0 = "fuel.conv2d"(%x, %w) {dilation = [1, 1], groups = 1 : i64, padding = [1, 1], stride = [1, 1]} : (tensor<1x4x6x6xf32>, tensor<8x4x3x3xf32>) -> tensor<1x8x6x6xf32>
+  %1 = "fuel.sigmoid"(%0) : (tensor<1x8x6x6xf32>) -> tensor<1x8x6x6xf32>
+  %2 = "fuel.mul"(%0, %1) : (tensor<1x8x6x6xf32>, tensor<1x8x6x6xf32>) -> tensor<1x8x6x6xf32>
+  return %2, %1 : tensor<1x8x6x6xf32>, tensor<1x8x6x6xf32>
+}
+
+// -----
+
+// Decomposed, a silu conv is its recipe followed by the same Mul of Sigmoid.
+// DECOMP-LABEL: func.func @silu_recipe
+// DECOMP-NOT:     "fuel.conv2d"
+// DECOMP:         %[[MM:.*]] = "fuel.mat_mul"
+// DECOMP:         %[[Y:.*]] = "fuel.reshape"(%[[MM]])
+// DECOMP-NEXT:    %[[S:.*]] = "fuel.sigmoid"(%[[Y]])
+// DECOMP-NEXT:    %[[M:.*]] = "fuel.mul"(%[[Y]], %[[S]])
+// DECOMP-NEXT:    return %[[M]]
+func.func @silu_recipe(%x: tensor<1x4x6x6xf32>, %w: tensor<8x4x1x1xf32>) -> tensor<1x8x6x6xf32> {
+  %0 = "fuel.conv2d"(%x, %w) {dilation = [1, 1], groups = 1 : i64, padding = [0, 0], silu = true, stride = [1, 1]} : (tensor<1x4x6x6xf32>, tensor<8x4x1x1xf32>) -> tensor<1x8x6x6xf32>
   return %0 : tensor<1x8x6x6xf32>
 }

@@ -10,7 +10,7 @@ Params ``stride`` (sh, sw), ``padding`` (ph, pw), ``groups``, ``dilation``
 * otherwise (groups > 1, or f16/bf16 accumulated in f32): one
   ``linalg.generic`` over the grouped views x ``[N,G,Cin/g,Hp,Wp]``,
   w ``[G,Cout/g,Cin/g,Kh,Kw]``, loops (n, g, o, oh, ow | c, kh, kw);
-* bias add, the clamp epilogue (``clamp_min`` / ``clamp_max``) and the
+* bias add, the epilogue (``clamp_min`` / ``clamp_max``, or ``silu``) and the
   rounding to the storage dtype in one elementwise generic (on cpu's direct
   path: in the crop that copies the accumulator out).
 
@@ -61,7 +61,7 @@ def _conv2d(lw: Lowering, cpu: bool = False):
                             f"give an empty output for the padded input {hp}x{wp}")
     elt = lw.out_elt
     s = Scalar.compute(lw.in_dtypes[0])
-    act = _clamp(s, lw.params.get("clamp_min"), lw.params.get("clamp_max"))
+    act = _activation(s, lw.params)
     dwise = g == cin == cout
     if cpu and s.ty == elt and pointwise(g, (sh, sw), (kh, kw), (ph, pw)) and (
             bias is not None or act is not None):
@@ -121,10 +121,15 @@ def _conv2d_cpu(lw: Lowering):
     return _conv2d(lw, cpu=True)
 
 
-def _clamp(s, lo, hi):
-    """The clamp epilogue as a function of one computed value (None: no
-    clamp), with the ``Clamp`` primitive's semantics: ``minimumf`` /
-    ``maximumf``, so a NaN stays NaN."""
+def _activation(s, params):
+    """The epilogue as a function of one computed value (None: none): the
+    clamp, with the ``Clamp`` primitive's semantics (``minimumf`` /
+    ``maximumf``: a NaN stays NaN), or silu, as the recipe's ``Mul(y,
+    Sigmoid(y))`` computes it."""
+    if params.get("silu"):
+        from .elementwise import _sigmoid
+        return lambda v: s.mul(v, _sigmoid(s, v))
+    lo, hi = params.get("clamp_min"), params.get("clamp_max")
     if lo is None and hi is None:
         return None
 
@@ -152,7 +157,7 @@ def _pointwise(x, w, bias, s, elt, act):
     stored once, where the recipe's MatMul kernel zero-filled the output,
     read and wrote it per block of K, and a second kernel added the bias and
     clamped. (A conv with neither has no epilogue to mark: the generic path.)"""
-    from compiler.codegen.cpu.transforms.matmul import CONTRACT_ATTR, EPILOGUE_ATTR
+    from compiler.codegen.family import CONTRACT_ATTR, EPILOGUE_ATTR
     n, cin, h, wd = rtt(x).shape
     cout = rtt(w).shape[0]
     xs = collapse(x, [[0], [1], [2, 3]])
@@ -186,7 +191,7 @@ def serves_pointwise(params, types) -> bool:
     keeps its vectors full)."""
     out = _out_shape(params, types)
     pixels = out[2] * out[3]
-    epilogue = len(types) > 2 or params.get("clamp_min") is not None \
+    epilogue = len(types) > 2 or params.get("silu") or params.get("clamp_min") is not None \
         or params.get("clamp_max") is not None
     return (epilogue and out[1] % 8 == 0 and pixels > FEW_PIXELS
             and pixels >= min(out[1], 64))
@@ -244,7 +249,7 @@ def _direct(x, w, bias, s, elt, xshape, wshape, pad, dil, stride, oshape, depthw
     a padded copy of the whole image passing through memory. The
     temporaries (``_Geometry.scratch``) are allocated once and carried through
     the loops, so an iteration neither allocates nor clears them again.
-    ``act``: the clamp epilogue (``_clamp``), applied by the crop."""
+    ``act``: the clamp or silu epilogue (``_activation``), applied by the crop."""
     (n, cin, h, wd), (cout, kh, kw), (ho, wo) = xshape, wshape, oshape
     geo = _Geometry(pad, dil, stride, (kh, kw), (h, wd), (ho, wo), depthwise)
     planes = 1 if depthwise else cin
@@ -427,7 +432,8 @@ def _register_kernel() -> None:
 
     def back(p, types):
         return {"stride": tuple(p.stride), "padding": tuple(p.padding), "groups": p.groups,
-                "dilation": tuple(p.dilation), "clamp_min": p.clamp_min, "clamp_max": p.clamp_max}
+                "dilation": tuple(p.dilation), "clamp_min": p.clamp_min, "clamp_max": p.clamp_max,
+                "silu": True if p.silu else None}
 
     from compiler.registry.ops.conv2d import is_depthwise
 
@@ -453,7 +459,8 @@ def _register_kernel() -> None:
         return P.Conv2D(tuple(types[0].shape), tuple(types[1].shape), tuple(out.shape),
                         tuple(params["stride"]), tuple(params["padding"]),
                         tuple(params["dilation"]), params["groups"],
-                        params.get("clamp_min"), params.get("clamp_max"))
+                        params.get("clamp_min"), params.get("clamp_max"),
+                        bool(params.get("silu", False)))
 
 
 _register_kernel()

@@ -19,6 +19,10 @@ the result, bias included: ``fuel-fuse`` folds a ``Relu`` or ``Clamp`` that
 is the conv's only user into it (``compiler.passes.fuse: fold_conv_epilogues``),
 so the kernel writes the activated output once instead of a second pass
 reading and writing it again. The recipe ends with the same ``Clamp``.
+``silu`` (bool, None: off): the result times its sigmoid, bias included (SiLU / Swish:
+``fuel-fuse`` folds ``Mul(y, Sigmoid(y))`` when those two are the conv's
+only users); exclusive with the clamp. The recipe ends with the same
+``Mul`` of ``Sigmoid``.
 """
 from ..entry import CUSTOM, Decline, FusedOpEntry, Family, Recipe
 from ..grammar import Bind, op
@@ -62,6 +66,8 @@ def infer(types, params):
     lo, hi = params.get("clamp_min"), params.get("clamp_max")
     if lo is not None and hi is not None and not lo <= hi:
         raise fail(NAME, types, f"clamp_min={lo} must be <= clamp_max={hi} (None leaves a side open)")
+    if params.get("silu") and (lo is not None or hi is not None):
+        raise fail(NAME, types, "the silu and clamp epilogues are exclusive: set one of them")
     return TensorType((n, cout, ho, wo), types[0].dtype)
 
 
@@ -90,14 +96,18 @@ def reference(inputs, params):
         y = np.where(y < lo, lo, y)   # NaN stays NaN, as Relu and Clamp keep it
     if hi is not None:
         y = np.where(y > hi, hi, y)
+    if params.get("silu"):
+        y = y / (1.0 + np.exp(-y))
     return out(y, dtype_of(inputs[0]))
 
 
 def build(params, types):
-    """The recipe: the convolution (``_conv``), then its clamp epilogue."""
+    """The recipe: the convolution (``_conv``), then its clamp or silu epilogue."""
     y = _conv(params, types)
     if isinstance(y, Decline):
         return y
+    if params.get("silu"):
+        return op("Mul", y, op("Sigmoid", y))
     lo, hi = params.get("clamp_min"), params.get("clamp_max")
     if lo is None and hi is None:
         return y
@@ -302,7 +312,8 @@ ENTRY = FusedOpEntry(
     arity=-1, min_arity=2,
     params=(ParamSpec("stride", "i64s", (1, 1)), ParamSpec("padding", "i64s", (0, 0)),
             ParamSpec("groups", "i64", 1), ParamSpec("dilation", "i64s", (1, 1)),
-            ParamSpec("clamp_min", "f64", None), ParamSpec("clamp_max", "f64", None)),
+            ParamSpec("clamp_min", "f64", None), ParamSpec("clamp_max", "f64", None),
+            ParamSpec("silu", "bool", None)),
     infer=infer, reference=reference, recipe=Recipe(build=build),
     backward=CUSTOM, op_kind=OpKind.Conv2D, destructive_input=None, cse_tag=6,
     input_names=("x", "w", "bias"), doc=__doc__,

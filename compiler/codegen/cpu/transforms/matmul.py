@@ -200,13 +200,8 @@ def rows_script(op: str = "linalg.matmul", *, nr: int = 16, kr: int = 4) -> str:
 """
 
 
-#: The attributes that mark a matmul with an epilogue in one kernel
-#: (``lowering/fused_conv.py: _pointwise``): the contraction, a ``linalg.generic``
-#: over (batch, m, n | k), and the element-wise generic over (batch, m, n) that
-#: consumes it (bias, activation, the rounding to the output dtype). The
-#: contraction's init (a ``linalg.fill`` or a broadcast generic) is fused too.
-EPILOGUE_ATTR = "fuelc.mm_epilogue"
-CONTRACT_ATTR = "fuelc.mm_contract"
+# The marks of a matmul with an epilogue (target-neutral, set by the lowering)
+from compiler.codegen.family import CONTRACT_ATTR, EPILOGUE_ATTR  # noqa: E402
 
 
 def epilogue_script(*, mr: int, nr: int) -> str:
