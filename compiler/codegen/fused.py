@@ -190,7 +190,7 @@ def fused_op_params(entry, params: dict, in_types: Sequence[TensorType]) -> OpPa
 
 
 # Fused ops whose lowering is written shape-generically, and which extents
-# their kernels take at run time: rule(input types) -> one per-dim mask per
+# their kernels take at run time: rule(input types, graph params) -> one per-dim mask per
 # input and one for the result (True: ``?``), or None (static). Dynamic dims
 # let the vectorizing matmul strategy apply (it needs them to peel remainder
 # loops). FusedLinear's batch broadcasting (GQA, size-1 batch) needs static
@@ -201,17 +201,23 @@ def _all_dims(types):
     return tuple((True,) * len(t.shape) for t in types) + ((True,) * len(types[0].shape),)
 
 
-def _rows(types):
+def _row_dims(types):
     x = (True,) * (len(types[0].shape) - 1) + (False,)
     return (x,) + tuple((False,) * len(t.shape) for t in types[1:]) + (x,)
 
 
+def _conv_batch(types, params):
+    from compiler.codegen.lowering.fused_conv import batch_dims
+    return batch_dims(types, params)
+
+
 DYNAMIC_FUSED = {
-    "FusedLinear": lambda types: _all_dims(types) if tuple(types[0].shape[:-2]) ==
+    "FusedLinear": lambda types, _p: _all_dims(types) if tuple(types[0].shape[:-2]) ==
     tuple(types[1].shape[:-2]) else None,
-    "SoftmaxLastDim": _all_dims,
-    "LayerNormLastDim": _rows,
-    "RmsNormLastDim": _rows,
+    "SoftmaxLastDim": lambda types, _p: _all_dims(types),
+    "LayerNormLastDim": lambda types, _p: _row_dims(types),
+    "RmsNormLastDim": lambda types, _p: _row_dims(types),
+    "Conv2D": _conv_batch,  # the direct kernels: the batch (an scf.for over images)
 }
 
 
@@ -243,7 +249,7 @@ class FusedInstance:
         """Per input and the result, which extents the kernel takes at run
         time (``DYNAMIC_FUSED``); None: compiled for these static types."""
         rule = DYNAMIC_FUSED.get(self.name)
-        return rule(self.input_types) if rule is not None else None
+        return rule(self.input_types, dict(self.params)) if rule is not None else None
 
     @property
     def dynamic(self) -> bool:
