@@ -363,7 +363,8 @@ class FusedFamily(KernelFamily):
 
 def _conv_group_tiles(params: dict, layouts, n_inputs: int, threads: int):
     """Tiles of a Conv2D call. groups = 1 (the direct kernel): by images, or
-    by output channels. Otherwise by whole groups along the channel axis
+    by output channels. Otherwise by images when there are as many as threads,
+    else by whole groups along the channel axis
     (x's axis 1, w's and the bias's axis 0, the output's axis 1), when a group
     has as many output as input channels (depthwise: one each), so one cut
     fits every operand. Calls of fewer than ``MIN_ELEMENTS_TRANSCENDENTAL``
@@ -387,6 +388,12 @@ def _conv_group_tiles(params: dict, layouts, n_inputs: int, threads: int):
                                       w.shape[0], threads, 8)
     if g < 2 or out.numel < parallel.MIN_ELEMENTS_TRANSCENDENTAL:
         return None
+    if x.shape[0] >= threads:
+        # by images: every tile runs the kernel of the whole channel range,
+        # whose batch is a run-time extent (a symbolic batch compiles no
+        # kernel per tile size)
+        return parallel.split_layouts(list(layouts), [0] + [None] * (n_inputs - 1) + [0],
+                                      x.shape[0], threads)
     cpg, opg = x.shape[1] // g, w.shape[0] // g
     if cpg != opg:
         return None
