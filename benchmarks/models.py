@@ -682,7 +682,7 @@ def run_case(name: str, batch: int, seq: int | None, args, threads: int) -> dict
                ort_p10_ms=_pct(to, 0.1) * 1e3, ort_p90_ms=_pct(to, 0.9) * 1e3)
     rec["ratio"] = rec["fuelc_ms"] / rec["ort_ms"]
     rec["steps_n"] = sum(1 for _ in m.kernel_summary())
-    if args.dynamic:
+    if getattr(args, "dynamic", False):
         _time_dynamic(rec, name, m, feeds, theirs, scale, args)
     if args.steps:
         rec["fuelc_ops"] = fuelc_op_times(m, feeds, args.repeats)
