@@ -359,7 +359,11 @@ def _export(module, path, sign_with, weights, sample, fixed):
                                   f"of the plan at {fixed} differs from the one at {samples[0]}")
             base.setdefault(n, a)
     fit = _Fit(names, grid, samples)
-    template = _Template(fit, modules, g.symbols)
+    bounds = dict(g.symbols)
+    if fixed is not None and len(names) == 1 and bounds[names[0]][1] != fixed[names[0]]:
+        # one symbol: the template serves the sizes above the fixed lower bound
+        bounds[names[0]] = (fixed[names[0]] + 1, bounds[names[0]][1])
+    template = _Template(fit, modules, bounds)
     target = target_json(modules[0].target)
 
     def body(w):
