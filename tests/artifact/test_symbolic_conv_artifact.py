@@ -71,3 +71,19 @@ def test_a_damaged_fixed_binding_is_refused(saved, tmp_path):
             runtime.load(_rewrite(path, tmp_path / "bad.fuel", edit))
     with pytest.raises(ManifestFieldError):  # the static checks of its plan
         runtime.load(_rewrite(path, tmp_path / "bad.fuel", shape))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resnet", "efficientnet", "audio"])
+def test_full_conv_nets_save_one_file_for_every_batch(name, tmp_path):
+    """The full models of benchmarks/models.py with a symbolic batch (ResNet:
+    the im2col Pad and Concat with a run-time batch; audio: conv1d, its
+    classifier's matmul rows 25 * batch) in one file, batch 1, 3, 8."""
+    model = bm.symbolic(bm.build(name, 1))
+    lm = runtime.load(compile(import_model(model)).save(tmp_path / f"{name}.fuel"))
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim[1:]]
+    sess = bm.ort_session(model.SerializeToString(), 1)
+    for n in (1, 3, 8):
+        x = RNG.standard_normal((n, *shape)).astype(np.float32)
+        ref = sess.run(None, {"x": x})[0]
+        assert np.abs(lm(x=x) - ref).max() / np.abs(ref).max() < TOL, n
