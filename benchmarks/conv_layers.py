@@ -67,7 +67,8 @@ def dynamic_vs_static(args, only) -> int:
     (the one symbolic and static graphs run, ``fused_conv.batch_dims``)
     against the same instance compiled with a static batch, called directly
     on one thread in interleaved rounds (each round's order alternating),
-    medians; dynamic/static per batch size."""
+    medians; dynamic/static per batch size (and the ratio of the fastest calls,
+    steadier on a loaded machine)."""
     import dataclasses
 
     from compiler.codegen.family import StaticInstance
@@ -81,7 +82,8 @@ def dynamic_vs_static(args, only) -> int:
     rng = np.random.default_rng(1)
     print(f"target {args.target}, one thread, {args.rounds} rounds of {args.repeats}; "
           "dynamic: the batch a run-time extent; dynamic/static > 1: dynamic slower")
-    print(f"{'layer':28s} {'batch':>5s} {'static ms':>9s} {'dynamic ms':>10s} {'dyn/static':>10s}")
+    print(f"{'layer':28s} {'batch':>5s} {'static ms':>9s} {'dynamic ms':>10s} {'dyn/static':>10s} "
+          f"{'of mins':>8s}")
     ratios = []
     for name, (cin, cout, size, k, stride, groups) in LAYERS.items():
         if only and not any(s in name for s in only):
@@ -116,8 +118,8 @@ def dynamic_vs_static(args, only) -> int:
                     acc[i] += times(lambda: fns[i](*descs), args.repeats)
             st, dy = (statistics.median(a) for a in acc)
             ratios.append(dy / st)
-            print(f"{name:28s} {batch:5d} {st * 1e3:9.3f} {dy * 1e3:10.3f} {dy / st:10.2f}",
-                  flush=True)
+            print(f"{name:28s} {batch:5d} {st * 1e3:9.3f} {dy * 1e3:10.3f} {dy / st:10.2f} "
+                  f"{min(acc[1]) / min(acc[0]):8.2f}", flush=True)
     if ratios:
         print(f"geometric mean dynamic/static {float(np.exp(np.mean(np.log(ratios)))):.2f} "
               f"over {len(ratios)} cases")
