@@ -511,17 +511,18 @@ def build(name: str, batch: int = 1, seq: int | None = None, **options):
     return spec.fn(batch, **options)
 
 
-def symbolic(model, seq: bool = False):
+def symbolic(model, seq: int | None = None):
     """A copy of ``model`` whose inputs and outputs have a symbolic ``batch``
-    axis 0 (and ``seq`` axis 1 where ``seq``; inputs of rank 2 and up), as
+    axis 0 (and a symbolic ``seq`` axis 1 where that axis is ``seq`` long:
+    the tokens of a transformer, not a ViT's channels or classes), as
     ``torch.onnx.export(..., dynamic_axes=...)`` writes them
     (docs/dynamic-shapes.md)."""
     out = type(model)()
     out.CopyFrom(model)
     for vi in list(out.graph.input) + list(out.graph.output):
         dims = vi.type.tensor_type.shape.dim
-        for axis, name in ((0, "batch"), (1, "seq"))[:2 if seq else 1]:
-            if len(dims) > max(axis, 1):
+        for axis, name in ((0, "batch"), (1, "seq")):
+            if len(dims) > max(axis, 1) and (axis == 0 or dims[axis].dim_value == seq):
                 dims[axis].ClearField("dim_value")
                 dims[axis].dim_param = name
     return out
@@ -702,8 +703,7 @@ def _time_dynamic(rec: dict, name: str, m, feeds: dict, theirs, scale: float, ar
         if name not in cache:
             t0 = time.perf_counter()
             opts = {"bn": args.bn} if MODELS[name].kind == "cnn" else {}
-            model = symbolic(build(name, 1, None if rec["seq"] is None else rec["seq"], **opts),
-                             seq=MODELS[name].uses_seq)
+            model = symbolic(build(name, 1, rec["seq"], **opts), seq=rec["seq"])
             cache[name] = compile(import_model(model), target=args.target)
             rec["dynamic_compile_s"] = time.perf_counter() - t0
         dyn = cache[name]

@@ -116,10 +116,14 @@ def test_export(tmp_path):
 
 
 def test_symbolic_axes():
-    m = bm.symbolic(small("bert"), seq=True)
+    m = bm.symbolic(small("bert"), seq=SEQ)
     for vi in list(m.graph.input) + list(m.graph.output):
         dims = vi.type.tensor_type.shape.dim
         assert [dims[0].dim_param, dims[1].dim_param] == ["batch", "seq"], vi.name
+    m = bm.symbolic(small("vit"), seq=SEQ)  # axis 1: channels and classes, not tokens
+    for vi in list(m.graph.input) + list(m.graph.output):
+        dims = vi.type.tensor_type.shape.dim
+        assert dims[0].dim_param == "batch" and dims[1].dim_value > 0, vi.name
     m = bm.symbolic(small("mobilenet"))
     assert [d.dim_param or d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim] \
         == ["batch", 3, 32, 32]
