@@ -53,6 +53,14 @@ def test_conv_net_file_runs_every_batch_without_the_compiler(saved, tmp_path):
         np.testing.assert_array_equal(out[k], module(**f))  # the same plans and kernels
 
 
+def test_inspect_shows_the_fixed_binding(saved, capsys):
+    from runtime.cli import main
+    assert main(["inspect", str(saved[2])]) == 0
+    out = capsys.readouterr().out
+    assert "symbol:   batch in 1.. (one file for every size)" in out
+    assert "binding:  batch=1 has a plan of its own (" in out
+
+
 def test_a_damaged_fixed_binding_is_refused(saved, tmp_path):
     path = saved[2]
 
