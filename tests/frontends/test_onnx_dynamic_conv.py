@@ -118,3 +118,22 @@ def test_symbolic_batch_full_conv_nets_match_onnxruntime(name):
     """The full ResNet-style (3x64x64) and EfficientNet-style (3x112x112)
     models of benchmarks/models.py with a symbolic batch, batch 1, 3, 8."""
     run_batches(bm.symbolic(bm.build(name, 1)))
+
+
+def test_grouped_conv_calls_split_by_images_when_there_are_enough():
+    """A depthwise call of at least as many images as threads is cut by
+    images (each tile the kernel of all channels, its batch a run-time
+    extent); fewer images: by channel groups, as before."""
+    from compiler.codegen.fused import _conv_group_tiles
+    from runtime.layout import Layout
+    params = _params(groups=32)
+
+    def lays(n):
+        return [Layout.contiguous(s) for s in ((n, 32, 64, 64), (32, 1, 3, 3), (32,),
+                                                (n, 32, 64, 64))]
+    tiles = _conv_group_tiles(params, lays(4), 3, 2)
+    assert [t[0].shape for t in tiles] == [(2, 32, 64, 64)] * 2
+    assert all(t[1].shape == (32, 1, 3, 3) and t[3].shape == (2, 32, 64, 64) for t in tiles)
+    tiles = _conv_group_tiles(params, lays(1), 3, 2)
+    assert [t[0].shape for t in tiles] == [(1, 16, 64, 64)] * 2
+    assert all(t[1].shape == (16, 1, 3, 3) for t in tiles)
