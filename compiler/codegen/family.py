@@ -172,7 +172,7 @@ def emission_context():
 def single_op_linalg_text(op_name: str, params: dict, input_types: Sequence, dynamic: bool,
                           platform: str | None = None, unit_stride: Sequence[int] = (),
                           few_rows: bool = False, zero_stride: Sequence[int] = (),
-                          unpacked: bool = False) -> str:
+                          unpacked: bool = False, contiguous: Sequence[int] = ()) -> str:
     """The linalg-on-tensors module of one fuel op (a primitive or a static
     fused op) as a ``@kernel`` entry, lowered with ``platform``'s rules.
     ``unit_stride``: the arguments (inputs then outputs) every call passes
@@ -181,19 +181,23 @@ def single_op_linalg_text(op_name: str, params: dict, input_types: Sequence, dyn
     ``few_rows``: a matmul call of at most ``FEW_ROWS`` rows; on cpu the entry
     carries ``FEW_ROWS_ATTR``. ``zero_stride``: the arguments every call
     passes with innermost stride 0 (``ZERO_STRIDE_ATTR``). ``unpacked``: a
-    matmul call of at most ``UNPACKED_ROWS`` rows (``UNPACKED_ATTR``)."""
+    matmul call of at most ``UNPACKED_ROWS`` rows (``UNPACKED_ATTR``).
+    ``contiguous``: the arguments every call passes row-major
+    (``common.stages.CONTIGUOUS_ATTR``)."""
     from compiler.codegen.linalg import emit_single_op_module, lower_to_linalg
     module = emit_single_op_module(op_name, dict(params), list(input_types),
                                    dynamic=dynamic, func_name=ENTRY, ctx=emission_context())
     lower_to_linalg(module, platform=platform)
-    if (unit_stride or few_rows or zero_stride or unpacked) and platform == "cpu":
+    if (unit_stride or few_rows or zero_stride or unpacked or contiguous) and platform == "cpu":
+        from compiler.codegen.common.stages import CONTIGUOUS_ATTR
         from compiler.mlir import ir
         with module.context:
             i64 = ir.IntegerType.get_signless(64)
             for op in module.body.operations:
                 if op.operation.name == "func.func":
                     for attr, args in ((UNIT_STRIDE_ATTR, unit_stride),
-                                       (ZERO_STRIDE_ATTR, zero_stride)):
+                                       (ZERO_STRIDE_ATTR, zero_stride),
+                                       (CONTIGUOUS_ATTR, contiguous)):
                         if args:
                             op.attributes[attr] = ir.ArrayAttr.get(
                                 [ir.IntegerAttr.get(i64, i) for i in args])

@@ -243,6 +243,8 @@ class FusedInstance:
     few_rows: bool = False
     #: a FusedLinear call of a few dozen rows (``family.unpacked_rows``)
     unpacked: bool = False
+    #: arguments passed row-major (a pointwise Conv2D: its reshapes are views)
+    contiguous: tuple[int, ...] = ()
 
     @property
     def dynamic_dims(self) -> tuple | None:
@@ -263,6 +265,7 @@ class FusedInstance:
                self.input_types if masks is None else masked_types(self.input_types, masks))
         key = key + (("unit_stride",) + self.unit_stride,) if self.unit_stride else key
         key = key + ("unpacked",) if self.unpacked else key
+        key = key + (("contiguous",) + self.contiguous,) if self.contiguous else key
         return key + ("few_rows",) if self.few_rows else key
 
     def output_type(self) -> TensorType:
@@ -332,6 +335,11 @@ class FusedFamily(KernelFamily):
             # with strides known only at run time LLVM vectorized them as
             # scatters (a depthwise 3x3 x144 at 56^2: 0.46 -> 0.2 ms)
             inst = dataclasses.replace(inst, unit_stride=unit_stride_args(layouts))
+            from compiler.codegen.lowering.fused_conv import pointwise
+            p = dict(inst.params)
+            if pointwise(p["groups"], p["stride"], inst.input_types[1].shape[2:], p["padding"]):
+                inst = dataclasses.replace(inst, contiguous=tuple(
+                    i for i, lay in enumerate(layouts) if lay.is_contiguous()))
         return inst, layouts
 
     def linalg_text(self, inst: FusedInstance, target) -> str:
@@ -415,7 +423,8 @@ def linalg_text(inst: FusedInstance, platform: str | None = None) -> str:
     """The linalg-on-tensors module of one fused instance."""
     masks = inst.dynamic_dims if inst.dynamic else False  # a StaticInstance: static
     return single_op_linalg_text(inst.name, dict(inst.params), inst.input_types, masks,
-                                 platform, inst.unit_stride, inst.few_rows, (), inst.unpacked)
+                                 platform, inst.unit_stride, inst.few_rows, (), inst.unpacked,
+                                 inst.contiguous)
 
 
 def warm_instance(inst: FusedInstance, *, target) -> KernelFunction:

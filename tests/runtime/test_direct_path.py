@@ -154,6 +154,33 @@ def test_plans_with_large_split_calls_take_the_direct_path(threads):
         parallel.set_num_threads(before)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_attention_products_run_as_sub_calls_take_the_direct_path(threads):
+    # q @ k^T over heads permuted out of [B, S, H, D]: the batch axes cannot
+    # merge, so the product runs as one batched sub-call per image (5 of
+    # them: more than the threads), in rounds of the thread count
+    rng = np.random.default_rng(3)
+    b, s, h, d = 5, 9, 3, 8
+    g = Graph()
+    q = g.input("q", (b, s, h, d), "f32")
+    k = g.input("k", (b, s, h, d), "f32")
+    g.output(q.permute((0, 2, 1, 3)) @ k.permute((0, 2, 3, 1)), name="y")
+    before = parallel.num_threads()
+    parallel.set_num_threads(threads)
+    try:
+        m = compile(g, target="cpu")
+        ins = {n: rng.standard_normal((b, s, h, d)).astype(np.float32) for n in "qk"}
+        got = m(**ins)
+        assert m.executor.direct_path, m.kernel_summary()
+        calls = [fn for fn, addrs in m.executor._direct.calls if addrs]
+        assert any(len(getattr(fn, "__self__", None).fns) == b for fn in calls
+                   if hasattr(getattr(fn, "__self__", None), "fns")), calls
+        np.testing.assert_array_equal(got, _general(m, **ins)["y"])
+        np.testing.assert_allclose(got, interpret(g, ins)["y"], rtol=1e-5, atol=1e-5)
+    finally:
+        parallel.set_num_threads(before)
+
+
 def test_reshapes_of_strided_values_view_or_copy_on_the_direct_path():
     # (a @ b)^T reshaped: splitting the strided last axis is a view; merging
     # the two axes of a transpose needs a copy, made in step order

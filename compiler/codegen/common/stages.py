@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
 from compiler.errors import CodegenError, PipelineError
-from compiler.mlir import MLIRError, bufferization, func, ir, passmanager
+from compiler.mlir import MLIRError, bufferization, func, ir, memref, passmanager
 from compiler.reproducer import reproducer_dir
 
 Fail = Callable[..., PipelineError]
@@ -94,6 +94,65 @@ def _fully_dynamic_memref(t: "ir.RankedTensorType") -> "ir.MemRefType":
     return ir.MemRefType.get(t.shape, t.element_type, layout=layout)
 
 
+#: Function attribute listing the entry's arguments (inputs then out-params)
+#: that every call passes row-major (contiguous, any offset): they bufferize
+#: with those static strides (``contiguous_layout``), so a reshape of them is
+#: a view, not a copy (the pointwise convolution's [N,C,H,W] <-> [N,C,H*W]).
+CONTIGUOUS_ATTR = "fuelc.contiguous_args"
+
+
+def contiguous_layout(shape) -> "ir.StridedLayoutAttr":
+    """The row-major strides of static ``shape``, with a dynamic offset."""
+    strides, step = [], 1
+    for d in reversed(list(shape)):
+        strides.append(step)
+        step *= d
+    return ir.StridedLayoutAttr.get(ir.ShapedType.get_dynamic_stride_or_offset(),
+                                    strides[::-1])
+
+
+def _contiguous_args(f, n_inputs: int) -> set[int]:
+    """The arguments ``CONTIGUOUS_ATTR`` lists (removed from ``f``); each listed
+    static-shaped input gets ``bufferization.buffer_layout``."""
+    if CONTIGUOUS_ATTR not in f.attributes:
+        return set()
+    listed = {int(ir.IntegerAttr(a).value) for a in ir.ArrayAttr(f.attributes[CONTIGUOUS_ATTR])}
+    del f.attributes[CONTIGUOUS_ATTR]
+    block = f.regions[0].blocks[0]
+    old = ir.ArrayAttr(f.attributes["arg_attrs"]) if "arg_attrs" in f.attributes else None
+    attrs = []
+    for i, arg in enumerate(block.arguments):
+        entry = None if old is None else ir.DictAttr(old[i])
+        d = {} if entry is None else {entry[j].name: entry[j].attr for j in range(len(entry))}
+        t = arg.type
+        if i in listed and isinstance(t, ir.RankedTensorType) and t.has_static_shape:
+            d["bufferization.buffer_layout"] = contiguous_layout(t.shape)
+        attrs.append(ir.DictAttr.get(d))
+    f.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs)
+    return {i - n_inputs for i in listed if i >= n_inputs}
+
+
+def _write_through_reshape(value, dest):
+    """A result that is the ``tensor.expand_shape`` of ``v``, written to a
+    row-major out-param: ``v`` written into the out-param's collapsed view
+    instead (bufferization would otherwise compute ``v`` in a buffer of its
+    own and copy it out)."""
+    owner = getattr(value.owner, "operation", value.owner)  # an OpView, or a Block
+    if not isinstance(owner, ir.Operation) or owner.name != "tensor.expand_shape":
+        return value, dest
+    src = owner.operands[0]
+    st, dt = ir.RankedTensorType(src.type), ir.MemRefType(dest.type)
+    if not st.has_static_shape:
+        return value, dest
+    groups = owner.attributes["reassociation"]
+    strides = list(ir.StridedLayoutAttr(dt.layout).strides)
+    ends = [int(ir.IntegerAttr(ir.ArrayAttr(g)[len(ir.ArrayAttr(g)) - 1]).value)
+            for g in ir.ArrayAttr(groups)]
+    view = ir.MemRefType.get(st.shape, st.element_type, layout=ir.StridedLayoutAttr.get(
+        ir.ShapedType.get_dynamic_stride_or_offset(), [strides[e] for e in ends]))
+    return src, memref.CollapseShapeOp(view, dest, groups).result
+
+
 def prepare_entries(module: "ir.Module", entry_names: Iterable[str], *,
                     identity_outputs: bool = False) -> None:
     """Give each entry the C interface and turn its tensor results into
@@ -119,8 +178,12 @@ def prepare_entries(module: "ir.Module", entry_names: Iterable[str], *,
                 if not isinstance(t, ir.RankedTensorType):
                     raise CodegenError(f"entry function @{name} returns {t}; generated "
                                        "kernels return ranked tensors only")
+            row_major = _contiguous_args(f, len(ftype.inputs))
             out_types = [ir.MemRefType.get(t.shape, t.element_type) if identity_outputs
-                         else _fully_dynamic_memref(t) for t in results]
+                         else ir.MemRefType.get(t.shape, t.element_type,
+                                                layout=contiguous_layout(t.shape))
+                         if i in row_major and t.has_static_shape
+                         else _fully_dynamic_memref(t) for i, t in enumerate(results)]
             entry_block = f.regions[0].blocks[0]
             out_args = [entry_block.add_argument(t, ir.Location.unknown()) for t in out_types]
             for block in f.regions[0].blocks:
@@ -128,7 +191,9 @@ def prepare_entries(module: "ir.Module", entry_names: Iterable[str], *,
                 if ret.operation.name != "func.return":
                     continue
                 with ir.InsertionPoint(ret):
-                    for value, dest in zip(ret.operands, out_args):
+                    for i, (value, dest) in enumerate(zip(ret.operands, out_args)):
+                        if i in row_major:
+                            value, dest = _write_through_reshape(value, dest)
                         bufferization.MaterializeInDestinationOp(
                             None, value, dest, restrict=True, writable=True)
                     func.ReturnOp([])

@@ -7,6 +7,7 @@ Named stages, each a function of the previous stage's output:
                  results become out-params: ``bufferization.materialize_in_destination``
                  into a fully-dynamic strided memref argument (so results are
                  written in place, with no copy, into ANY strided output)
+  tensor-transform  the strategy's transform script on tensors (optional)
   tensor-opt     the strategy's passes on tensors (optional)
   bufferize      empty-tensor elimination + one-shot bufferization over function
                  boundaries with fully dynamic layouts (every memref argument
@@ -113,6 +114,7 @@ def parse_module(text: str, ctx: "ir.Context") -> "ir.Module":
 from compiler.codegen.family import (FEW_ROWS_ATTR, UNIT_STRIDE_ATTR, UNPACKED_ATTR,  # noqa: E402
                                      ZERO_STRIDE_ATTR)
 from compiler.codegen.cpu.transforms.conv import DIRECT_CONV_ATTR  # noqa: E402
+from compiler.codegen.cpu.transforms.matmul import EPILOGUE_ATTR  # noqa: E402
 
 
 _MEMREF_COPY = re.compile(r"memref\.copy (%[\w#]+), (%[\w#]+) : (memref<[^>]*>(?:>)?) to "
@@ -275,7 +277,8 @@ def linalg_op_names(module: "ir.Module") -> set[str]:
     and ``"<name>:<element type>:dynamic"`` when every dim of its last operand
     (the init) is dynamic; ``fuelc.few_rows`` when an entry carries that
     attribute (``family.FEW_ROWS_ATTR``); ``fuelc.direct_conv`` when a linalg op
-    carries that attribute (``transforms.conv.DIRECT_CONV_ATTR``)."""
+    carries that attribute (``transforms.conv.DIRECT_CONV_ATTR``), and
+    ``fuelc.mm_epilogue`` likewise (``transforms.matmul.EPILOGUE_ATTR``)."""
     names: set[str] = set()
 
     def visit(op):
@@ -283,8 +286,9 @@ def linalg_op_names(module: "ir.Module") -> set[str]:
             names.update(a for a in (FEW_ROWS_ATTR, UNPACKED_ATTR) if a in op.attributes)
         if op.name.startswith("linalg."):
             names.add(op.name)
-            if DIRECT_CONV_ATTR in op.attributes:
-                names.add(DIRECT_CONV_ATTR)
+            for attr in (DIRECT_CONV_ATTR, EPILOGUE_ATTR):
+                if attr in op.attributes:
+                    names.add(attr)
             if len(op.operands):
                 first = _shaped(op.operands[0].type)
                 elt = first.element_type if first is not None else op.operands[0].type
@@ -370,6 +374,10 @@ def lower(module_or_text, entry_names: Sequence[str], *, target=None,
             fastmath.expand_math(module)
         if keep_ir:
             kept["prepare"] = str(module)
+        if strategy.tensor_transform:
+            apply_transform(module, strategy.tensor_transform)
+            if keep_ir:
+                kept["tensor-transform"] = str(module)
         for stage in stages_for(strategy):
             run_stage(module, stage)
             if keep_ir:

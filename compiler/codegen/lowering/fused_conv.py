@@ -70,6 +70,9 @@ def _conv2d(lw: Lowering, cpu: bool = False):
     s = Scalar.compute(lw.in_dtypes[0])
     act = _clamp(s, lw.params.get("clamp_min"), lw.params.get("clamp_max"))
     dwise = g == cin == cout
+    if cpu and s.ty == elt and pointwise(g, (sh, sw), (kh, kw), (ph, pw)) and (
+            bias is not None or act is not None):
+        return _pointwise(x, w, bias, s, elt, act)
     if cpu and s.ty == elt and (direct(g, (sh, sw), (kh, kw), (ph, pw), (dh, dw))
                                 or dwise and direct_depthwise((sh, sw), (dh, dw))):
         return _direct(x, w, bias, s, elt, (n, cin, h, wd), (cout, kh, kw), (ph, pw), (dh, dw),
@@ -141,6 +144,68 @@ def _clamp(s, lo, hi):
             v = s.max(v, s.saturated_const(lo))
         return v if hi is None else s.min(v, s.saturated_const(hi))
     return act
+
+
+def pointwise(groups: int, stride, kernel, padding) -> bool:
+    """Whether this Conv2D is a pointwise one (1x1, stride 1, unpadded,
+    groups 1): on cpu a matmul with its bias and clamp in the register tiles
+    (``_pointwise``)."""
+    return (groups == 1 and tuple(kernel) == (1, 1) and tuple(stride) == (1, 1)
+            and tuple(padding) == (0, 0))
+
+
+def _pointwise(x, w, bias, s, elt, act):
+    """``out[n] = act(w @ x[n] + bias)`` for each image: x ``[N,Cin,H*W]``,
+    w ``[Cout,Cin]``. The contraction (``CONTRACT_ATTR``) starts from zeros,
+    and the element-wise generic after it (``EPILOGUE_ATTR``: the bias add,
+    the clamp) is where the cpu strategy (``transforms.matmul.epilogue_script``)
+    tiles and fuses them: each output tile is computed in registers and
+    stored once, where the recipe's MatMul kernel zero-filled the output,
+    read and wrote it per block of K, and a second kernel added the bias and
+    clamped. (A conv with neither has no epilogue to mark: the generic path.)"""
+    from compiler.codegen.cpu.transforms.matmul import CONTRACT_ATTR, EPILOGUE_ATTR
+    n, cin, h, wd = rtt(x).shape
+    cout = rtt(w).shape[0]
+    xs = collapse(x, [[0], [1], [2, 3]])
+    ws = collapse(w, [[0], [1, 2, 3]])
+    shape = [n, cout, h * wd]
+    acc = generic([ws, xs], [fill(s.const(0), empty(shape, elt))],
+                  [affine_map(4, [1, 3]), affine_map(4, [0, 3, 2]), affine_map(4, [0, 1, 2])],
+                  [PARALLEL] * 3 + [REDUCTION], lambda a, b, c: s.add(c, s.mul(a, b)))[0]
+    acc.owner.attributes[CONTRACT_ATTR] = ir.UnitAttr.get()
+    ins, maps = [acc], [identity_map(3)]
+    if bias is not None:
+        ins.append(bias)
+        maps.append(affine_map(3, [1]))
+
+    def finish(v, *rest):
+        if bias is not None:
+            v = s.add(v, rest[0])
+        return v if act is None else act(v)
+
+    y = generic(ins, [empty(shape, elt)], maps + [identity_map(3)], [PARALLEL] * 3, finish)[0]
+    y.owner.attributes[EPILOGUE_ATTR] = ir.UnitAttr.get()
+    return expand(y, [n, cout, h, wd], [[0], [1], [2, 3]])
+
+
+def serves_pointwise(params, types) -> bool:
+    """Whether the fused kernel takes this pointwise Conv2D (``_pointwise``):
+    it has a bias or a clamp to fuse, Cout is a multiple of 8 (the register
+    tiles' rows: a partial row tile runs masked, several times slower), and
+    its images have more pixels than ``FEW_PIXELS`` and at least min(Cout, 64)
+    (fewer: the recipe's one matmul over the batch's columns side by side
+    keeps its vectors full)."""
+    out = _out_shape(params, types)
+    pixels = out[2] * out[3]
+    epilogue = len(types) > 2 or params.get("clamp_min") is not None \
+        or params.get("clamp_max") is not None
+    return (epilogue and out[1] % 8 == 0 and pixels > FEW_PIXELS
+            and pixels >= min(out[1], 64))
+
+
+def _out_shape(params, types):
+    from compiler.registry import default_registry
+    return default_registry()["Conv2D"].infer(list(types), params).shape
 
 
 def direct(groups: int, stride, kernel, padding, dilation=(1, 1)) -> bool:
@@ -401,6 +466,9 @@ def _register_kernel() -> None:
     # threaded MatMul kernel), and so does a depthwise conv of another stride
     # (its taps' Mul/Add chain, one elementwise kernel).
     def serves(params, types):
+        if params["groups"] == 1 and pointwise(1, params["stride"], types[1].shape[2:],
+                                               params["padding"]):
+            return serves_pointwise(params, types)
         if params["groups"] == 1:
             return direct(1, params["stride"], types[1].shape[2:], params["padding"],
                           params["dilation"]) and not few_pixels(params, types)

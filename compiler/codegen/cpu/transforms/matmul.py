@@ -41,6 +41,23 @@ _LOWER_VECTORS = """      transform.apply_patterns.vector.lower_contraction lowe
       transform.apply_patterns.vector.lower_transpose lowering_strategy = "shuffle_1d"
       transform.apply_patterns.vector.lower_broadcast
 """
+def _lower_tail(f: str) -> str:
+    """The end of a script on function handle ``f``: views folded into the
+    transfers, CSE, the vector ops lowered (``_LOWER_VECTORS``), canonicalized."""
+    t = _ANY
+    return f"""    transform.apply_patterns to {f} {{
+      transform.apply_patterns.memref.fold_memref_alias_ops
+      transform.apply_patterns.canonicalization
+    }} : {t}
+    transform.apply_cse to {f} : {t}
+    transform.apply_patterns to {f} {{
+{_LOWER_VECTORS}    }} : {t}
+    transform.apply_patterns to {f} {{
+      transform.apply_patterns.canonicalization
+    }} : {t}
+"""
+
+
 def _match(what: str, where: str) -> str:
     """A transform op matching the ``what`` ops nested in handle ``where``."""
     return f'transform.structured.match ops{{["{what}"]}} in {where} : ({_ANY}) -> {_ANY}'
@@ -150,6 +167,7 @@ def rows_script(op: str = "linalg.matmul", *, nr: int = 16, kr: int = 4) -> str:
     res = ", ".join([t] * (n_loops + 1))
     match = _match
     k_loop = f"%l{n_loops - 3}"  # the nest: (batch,) K, M, N
+    tail = _lower_tail("%func")
     return f"""module attributes {{transform.with_named_sequence}} {{
   transform.named_sequence @__transform_main(%root: {t} {{transform.readonly}}) {{
     %func = {match("func.func", "%root")}
@@ -176,16 +194,88 @@ def rows_script(op: str = "linalg.matmul", *, nr: int = 16, kr: int = 4) -> str:
     transform.apply_patterns to %func {{
       transform.apply_patterns.vector.cast_away_vector_leading_one_dim
     }} : {t}
-    transform.apply_patterns to %func {{
-      transform.apply_patterns.memref.fold_memref_alias_ops
+{tail}    transform.yield
+  }}
+}}
+"""
+
+
+#: The attributes that mark a matmul with an epilogue in one kernel
+#: (``lowering/fused_conv.py: _pointwise``): the contraction, a ``linalg.generic``
+#: over (batch, m, n | k), and the element-wise generic over (batch, m, n) that
+#: consumes it (bias, activation, the rounding to the output dtype). The
+#: contraction's init (a ``linalg.fill`` or a broadcast generic) is fused too.
+EPILOGUE_ATTR = "fuelc.mm_epilogue"
+CONTRACT_ATTR = "fuelc.mm_contract"
+
+
+def epilogue_script(*, mr: int, nr: int) -> str:
+    """The transform script (on tensors, before bufferization) of a matmul
+    whose init and epilogue run in its register tiles: the epilogue generic
+    is tiled 1 x ``mr`` x ``nr`` (loops batch, n, m: a K x ``nr`` panel of B
+    stays in L1 while every row block of A passes over it) and the
+    contraction and its init are fused into the tile; the contraction's K is
+    tiled by 1. ``scf-for-loop-peeling`` splits off the partial last tiles
+    (only where a loop does not divide; static or dynamic), every linalg op is
+    vectorized to its tile's sizes (a partial tile under masks), and the
+    accumulator becomes a vector carried through the K loop
+    (``hoist_loop_invariant_subsets``): the init is a register splat of the
+    bias, the epilogue runs on registers, and C is written once."""
+    t = _ANY
+    pm = lambda body: f"    transform.apply_patterns to %f {{\n{body}    }} : {t}\n"
+    canon = pm("      transform.apply_patterns.canonicalization\n")
+    return f"""module attributes {{transform.with_named_sequence}} {{
+  transform.named_sequence @__transform_main(%root: {t} {{transform.readonly}}) {{
+    %f0 = {_match("func.func", "%root")}
+    %epi = transform.structured.match attributes{{{EPILOGUE_ATTR}}} in %root : ({t}) -> {t}
+    %tiled, %lb, %ln, %lm = transform.structured.fuse %epi tile_sizes [1, {mr}, {nr}] interchange [0, 2, 1] : ({t}) -> ({t}, {t}, {t}, {t})
+    %mm = transform.structured.match attributes{{{CONTRACT_ATTR}}} in %lb : ({t}) -> {t}
+    %tk, %lk = transform.structured.tile_using_for %mm tile_sizes [0, 0, 0, 1] : ({t}) -> ({t}, {t})
+    %f = transform.apply_registered_pass "scf-for-loop-peeling" to %f0 : ({t}) -> {t}
+{pm('''      transform.apply_patterns.tensor.fold_tensor_empty
       transform.apply_patterns.canonicalization
+''')}    %contractions = transform.structured.match attributes{{{CONTRACT_ATTR}}} in %f : ({t}) -> {t}
+    transform.foreach %contractions : {t} {{
+    ^bb0(%o: {t}):
+      transform.structured.vectorize %o vector_sizes [1, {mr}, {nr}, 1] : {t}
+    }}
+    %rest = transform.structured.match interface{{LinalgOp}} in %f : ({t}) -> {t}
+    transform.foreach %rest : {t} {{
+    ^bb0(%o: {t}):
+      transform.structured.vectorize %o vector_sizes [1, {mr}, {nr}] : {t}
+    }}
+{pm('''      transform.apply_patterns.vector.transfer_permutation_patterns
+      transform.apply_patterns.vector.reduction_to_contract
+''')}{pm('''      transform.apply_patterns.vector.cast_away_vector_leading_one_dim
+''')}{canon}{pm('''      transform.apply_patterns.vector.lower_masked_transfers
+''')}    %loops = {_match("scf.for", "%f")}
+    transform.foreach %loops : {t} {{
+    ^bb0(%l: {t}):
+      transform.loop.hoist_loop_invariant_subsets %l : {t}
+    }}
+{canon}    transform.yield
+  }}
+}}
+"""
+
+
+def epilogue_lowering_script() -> str:
+    """After bufferization, for ``epilogue_script``'s kernels: the vector
+    contractions and transfers to FMAs, loads and stores, and the K loops
+    around the FMAs marked "do not unroll" (as ``matmul_script``)."""
+    t = _ANY
+    return f"""module attributes {{transform.with_named_sequence}} {{
+  transform.named_sequence @__transform_main(%root: {t} {{transform.readonly}}) {{
+    %f = {_match("func.func", "%root")}
+    transform.apply_patterns to %f {{
+      transform.apply_patterns.vector.cast_away_vector_leading_one_dim
+      transform.apply_patterns.memref.alloc_to_alloca size_limit(4096)
     }} : {t}
-    transform.apply_cse to %func : {t}
-    transform.apply_patterns to %func {{
-{_LOWER_VECTORS}    }} : {t}
-    transform.apply_patterns to %func {{
-      transform.apply_patterns.canonicalization
-    }} : {t}
+    transform.bufferization.buffer_loop_hoisting %f : {t}
+{_lower_tail("%f")}    %fmas = {_match("vector.fma", "%f")}
+    %kloops = transform.get_parent_op %fmas {{op_name = "scf.for", deduplicate}} : ({t}) -> {t}
+    %no_unroll = transform.param.constant #llvm.loop_annotation<unroll = #llvm.loop_unroll<disable = true>> -> !transform.any_param
+    transform.annotate %kloops "loop_annotation" = %no_unroll : {t}, !transform.any_param
     transform.yield
   }}
 }}

@@ -1,0 +1,130 @@
+"""The pointwise Conv2D kernel (1x1, stride 1, unpadded, groups 1, with a
+bias or a clamp): one matmul whose zero init, bias add and clamp run in its
+register tiles (``lowering/fused_conv.py: _pointwise``, the cpu strategy
+``transforms.matmul.epilogue_script``). Numerics against the reference
+interpreter, on both ISA levels, with partial row and column tiles; which
+convs take it; and that a row-major call reads and writes its operands in
+place (no copy around the reshapes)."""
+import numpy as np
+import pytest
+
+from compiler import Graph, compile, interpret
+from compiler.codegen import fused as F
+from compiler.codegen.cpu import pipeline
+from compiler.graph.opdef import TensorType
+from compiler.registry.builders import conv2d
+from runtime.dtype import DType
+
+# (x shape, Cout): whole tiles (16 rows, 64 pixels), partial column tiles
+# (49, 100 and 81 pixels on 16-wide tiles), batch 1 and 3
+SHAPES = [((2, 8, 8, 8), 16), ((1, 5, 7, 7), 24), ((3, 16, 10, 10), 8), ((1, 3, 9, 9), 40)]
+
+
+def _graph(xs, cout, dtype="f32", bias=True, clamp=(0.0, 6.0)):
+    rng = np.random.default_rng(1)
+    npdt = np.float32 if dtype == "f32" else np.float64
+    g = Graph()
+    x = g.input("x", xs, dtype)
+    w = g.constant((rng.standard_normal((cout, xs[1], 1, 1)) * 0.7).astype(npdt), name="w")
+    b = g.constant(rng.standard_normal(cout).astype(npdt), name="b") if bias else None
+    y = conv2d(x, w, b)
+    g.output(y.clamp(*clamp) if clamp else y, name="y")
+    return g, rng.standard_normal(xs).astype(npdt) * 2
+
+
+@pytest.mark.parametrize("target", ["cpu", "cpu:x86-64-v3"])
+@pytest.mark.parametrize("shape", range(len(SHAPES)))
+def test_pointwise_conv_matches_the_reference(shape, target):
+    xs, cout = SHAPES[shape]
+    g, x = _graph(xs, cout)
+    x.reshape(-1)[::11] = np.nan                     # NaN stays NaN through the clamp
+    m = compile(g, target=target)
+    got, want = m.run(x=x)["y"], interpret(g, {"x": x})["y"]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert m.kernel_summary() == ["Conv2D[f32,f32,f32,f32] (mlir-cpu-fused)"], m.kernel_summary()
+
+
+@pytest.mark.parametrize("bias,clamp", [(True, None), (False, (-0.5, 0.5)), (True, (None, 1.0))])
+def test_pointwise_conv_with_bias_or_clamp_alone_and_in_f64(bias, clamp):
+    for dtype, tol in (("f32", 1e-5), ("f64", 1e-12)):
+        g, x = _graph((2, 6, 6, 6), 24, dtype, bias=bias, clamp=clamp)
+        m = compile(g, target="cpu")
+        np.testing.assert_allclose(m.run(x=x)["y"], interpret(g, {"x": x})["y"], rtol=tol, atol=tol)
+        assert len(m.kernel_summary()) == 1, m.kernel_summary()
+        assert m.kernel_summary()[0].startswith("Conv2D["), m.kernel_summary()
+
+
+def test_pointwise_convs_the_kernel_does_not_take_run_the_recipe():
+    # neither bias nor clamp: nothing to fuse; few pixels: one matmul over the
+    # batch's columns side by side; Cout not a multiple of the tiles' rows
+    for xs, cout, bias, clamp in (((2, 8, 8, 8), 16, False, None), ((4, 32, 3, 3), 64, True, None),
+                                  ((1, 5, 7, 7), 12, True, (0.0, 6.0))):
+        g, x = _graph(xs, cout, bias=bias, clamp=clamp)
+        m = compile(g, target="cpu")
+        np.testing.assert_allclose(m.run(x=x)["y"], interpret(g, {"x": x})["y"],
+                                   rtol=1e-5, atol=1e-5)
+        assert any(k.startswith("MatMul") for k in m.kernel_summary()), m.kernel_summary()
+
+
+def test_a_strided_input_view_is_computed_right():
+    # x permuted from [N, H, W, C]: not row-major, so the kernel copies it
+    rng = np.random.default_rng(2)
+    g = Graph()
+    xin = g.input("x", (2, 6, 6, 8), "f32")
+    w = g.constant(rng.standard_normal((16, 8, 1, 1)).astype(np.float32), name="w")
+    b = g.constant(rng.standard_normal(16).astype(np.float32), name="b")
+    g.output(conv2d(xin.permute((0, 3, 1, 2)), w, b).relu(), name="y")
+    x = rng.standard_normal((2, 6, 6, 8)).astype(np.float32)
+    m = compile(g, target="cpu")
+    np.testing.assert_allclose(m.run(x=x)["y"], interpret(g, {"x": x})["y"], rtol=1e-5, atol=1e-5)
+
+
+def _instance(contiguous, cout=32, pixels=(14, 14), dtype=DType.F32):
+    params = tuple(sorted({"stride": (1, 1), "padding": (0, 0), "groups": 1,
+                           "dilation": (1, 1), "clamp_min": 0.0, "clamp_max": None}.items()))
+    types = (TensorType((2, 16) + pixels, dtype), TensorType((cout, 16, 1, 1), dtype),
+             TensorType((cout,), dtype))
+    return F.FusedInstance("Conv2D", params, types, unit_stride=(0, 1, 2, 3),
+                           contiguous=contiguous)
+
+
+@pytest.mark.parametrize("target", ["cpu", "cpu:x86-64-v3"])
+@pytest.mark.parametrize("cout,pixels", [(13, (5, 7)), (9, (4, 4)), (3, (6, 6))])
+def test_the_kernel_computes_partial_row_tiles(cout, pixels, target):
+    # Cout not a multiple of the rows of a tile: the fused kernel is not
+    # chosen for such convs, but computes them right (masked rows)
+    from runtime.memref import descriptor_from_array
+    inst = _instance((0, 1, 2, 3), cout, pixels)
+    fn = F.warm_instance(inst, target=target)
+    rng = np.random.default_rng(4)
+    x, w, b = (rng.standard_normal(t.shape).astype(np.float32) for t in inst.input_types)
+    out = np.full((2, cout) + pixels, np.nan, np.float32)
+    fn(*[descriptor_from_array(a) for a in (x, w, b, out)])
+    want = np.maximum(np.einsum("ok,nkhw->nohw", w[:, :, 0, 0], x) + b[None, :, None, None], 0)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("target,tile", [("cpu:x86-64-v3", "4x16"), ("cpu:skylake-avx512", "8x16")])
+def test_the_epilogue_strategy_keeps_the_tile_in_registers(target, tile):
+    text = F.linalg_text(_instance((0, 1, 2, 3)), platform="cpu")
+    r = pipeline.lower(text, ["kernel"], target=target, keep_ir=True)
+    assert r.strategy.name == f"matmul-epilogue-f32-{tile}", r.strategy.name
+    tiled = r.stages["tensor-transform"]
+    # the accumulator is a vector carried through the K loop, stored once
+    mr, nr = tile.split("x")
+    assert f"iter_args(%arg" in tiled and f"-> (vector<{mr}x{nr}xf32>)" in tiled, tiled
+    assert "linalg.generic" not in tiled and "linalg.fill" not in tiled, tiled
+    # row-major operands: the reshapes are views, nothing is copied; the only
+    # buffer is a partial tile's accumulator (196 pixels = 12 x 16 + 4), on the stack
+    buffers = r.stages["bufferize"]
+    assert "memref.copy" not in buffers and buffers.count("memref.collapse_shape") == 3, buffers
+    allocs = [line for line in buffers.splitlines() if "memref.alloc(" in line]
+    assert len(allocs) == 1 and f"memref<1x{mr}x4xf32>" in allocs[0], allocs
+    assert "@malloc" not in r.llvm_ir
+
+
+def test_operands_not_known_row_major_are_copied_but_computed():
+    text = F.linalg_text(_instance(()), platform="cpu")
+    r = pipeline.lower(text, ["kernel"], target="cpu:x86-64-v3", keep_ir=True)
+    assert "memref.copy" in r.stages["bufferize"] or "linalg.copy" in r.stages["bufferize"]
