@@ -63,7 +63,7 @@ def layer_model(cin, cout, size, k, stride, groups, seed=0):
 
 
 def dynamic_vs_static(args, only) -> int:
-    """``--dynamic``: each direct-conv layer's kernel with a run-time batch
+    """``--dynamic``: each conv layer's kernel with a run-time batch
     (the one symbolic and static graphs run, ``fused_conv.batch_dims``)
     against the same instance compiled with a static batch, called directly
     on one thread in interleaved rounds (each round's order alternating),
@@ -98,7 +98,7 @@ def dynamic_vs_static(args, only) -> int:
                      TensorType((cout, cin // groups, *kk), DType.F32),
                      TensorType((cout,), DType.F32))
             if batch_dims(types, params) is None:
-                print(f"{name:28s} {batch:5d}  (not a direct kernel: no run-time batch)")
+                print(f"{name:28s} {batch:5d}  (a static kernel: no run-time batch)")
                 break
             inst = dataclasses.replace(FusedInstance("Conv2D", tuple(sorted(params.items())),
                                                      types), unit_stride=(0, 1, 2, 3))
@@ -135,7 +135,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--only", default="", help="comma-separated substrings of layer names")
     ap.add_argument("--dynamic", action="store_true",
-                    help="instead: each direct conv kernel with a run-time batch vs static")
+                    help="instead: each conv kernel with a run-time batch vs static")
     ap.add_argument("--batch", default="1,8", type=lambda t: [int(v) for v in t.split(",")],
                     help="batch sizes of --dynamic (1,8)")
     args = ap.parse_args(argv)

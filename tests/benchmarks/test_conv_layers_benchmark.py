@@ -47,11 +47,10 @@ def test_dynamic_kernels_against_static(capsys):
     """--dynamic: the run-time-batch kernel and the static one (the script
     checks their outputs are identical) per batch, a ratio per row."""
     assert conv_layers.main(["--dynamic", "--rounds", "1", "--repeats", "1", "--batch", "1,2",
-                             "--only", "dw 5x5,1x1"]) == 0
+                             "--only", "dw 5x5"]) == 0
     out = capsys.readouterr().out.splitlines()
     rows = [line for line in out if line.startswith("dw 5x5")]
     assert len(rows) == 2
     for row in rows:  # name, batch, static ms, dynamic ms, ratio, ratio of the minima
         batch, st, dy, ratio, of_mins = map(float, row[28:].split())
         assert st > 0 and dy > 0 and ratio > 0 and of_mins > 0, row
-    assert any(line.startswith("1x1") and "not a direct kernel" in line for line in out)

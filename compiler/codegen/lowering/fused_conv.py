@@ -168,6 +168,7 @@ def _pointwise(x, w, bias, s, elt, act):
     cout = rtt(w).shape[0]
     xs = collapse(x, [[0], [1], [2, 3]])
     ws = collapse(w, [[0], [1, 2, 3]])
+    n = dims(x)[0]  # a run-time batch (``batch_dims``) stays one
     shape = [n, cout, h * wd]
     acc = generic([ws, xs], [fill(s.const(0), empty(shape, elt))],
                   [affine_map(4, [1, 3]), affine_map(4, [0, 3, 2]), affine_map(4, [0, 1, 2])],
@@ -242,8 +243,9 @@ def batch_dims(types, params) -> tuple | None:
     """The run-time extents of a Conv2D kernel (``codegen/fused.py:
     DYNAMIC_FUSED``): x's and the output's batch, when the cpu kernel computes
     it directly (an ``scf.for`` over the images, each image's code
-    specialised on the channels, the spatial size and the weights); None
-    (static) for the other classes."""
+    specialised on the channels, the spatial size and the weights) or as a
+    pointwise matmul (the images its outermost parallel loop); None (static)
+    for the other classes."""
     from compiler.registry.ops.conv2d import is_depthwise
     x, w = types[0].shape, types[1].shape
     if len(x) != 4:
@@ -251,7 +253,8 @@ def batch_dims(types, params) -> tuple | None:
     g, stride = params["groups"], params["stride"]
     dil = params.get("dilation", (1, 1))
     if not (direct(g, stride, w[2:], params["padding"], dil)
-            or is_depthwise(types, params) and direct_depthwise(stride, dil)):
+            or is_depthwise(types, params) and direct_depthwise(stride, dil)
+            or pointwise(g, stride, w[2:], params["padding"])):
         return None
     return ((True, False, False, False),) + tuple((False,) * len(t.shape) for t in types[1:]) \
         + ((True, False, False, False),)
