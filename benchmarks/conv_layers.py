@@ -2,6 +2,7 @@
 
     python benchmarks/conv_layers.py                       # every layer class, 2 threads
     python benchmarks/conv_layers.py --target cpu:x86-64-v3 --threads 1 --only dw
+    python benchmarks/conv_layers.py --dynamic --batch 1,8   # run-time batch vs static kernels
 
 One layer per class the convolution issue names (3x3, 1x1, strided, 7x7 stem,
 depthwise, strided depthwise, 5x5 depthwise, conv1d), each an ONNX model of one
@@ -61,6 +62,70 @@ def layer_model(cin, cout, size, k, stride, groups, seed=0):
     return model, [1, cin, *spatial], flops
 
 
+def dynamic_vs_static(args, only) -> int:
+    """``--dynamic``: each conv layer's kernel with a run-time batch
+    (the one symbolic and static graphs run, ``fused_conv.batch_dims``)
+    against the same instance compiled with a static batch, called directly
+    on one thread in interleaved rounds (each round's order alternating),
+    medians; dynamic/static per batch size (and the ratio of the fastest calls,
+    steadier on a loaded machine)."""
+    import dataclasses
+
+    from compiler.codegen.family import StaticInstance
+    from compiler.codegen.fused import FAMILY, FusedInstance
+    from compiler.codegen.lowering.fused_conv import batch_dims
+    from compiler.graph.opdef import TensorType
+    from compiler.registry import default_registry
+    from compiler.registry.entry import normalize_params
+    from runtime.dtype import DType
+    from runtime.memref import descriptor_from_array
+    rng = np.random.default_rng(1)
+    print(f"target {args.target}, one thread, {args.rounds} rounds of {args.repeats}; "
+          "dynamic: the batch a run-time extent; dynamic/static > 1: dynamic slower")
+    print(f"{'layer':28s} {'batch':>5s} {'static ms':>9s} {'dynamic ms':>10s} {'dyn/static':>10s} "
+          f"{'of mins':>8s}")
+    ratios = []
+    for name, (cin, cout, size, k, stride, groups) in LAYERS.items():
+        if only and not any(s in name for s in only):
+            continue
+        one_d = isinstance(size, tuple)
+        hw, kk = ((1, size[0]), (1, k)) if one_d else ((size, size), (k, k))
+        params = normalize_params(default_registry()["Conv2D"], {
+            "stride": (1, stride) if one_d else (stride, stride), "groups": groups,
+            "padding": (0, k // 2) if one_d else (k // 2, k // 2)})
+        for batch in args.batch:
+            types = (TensorType((batch, cin, *hw), DType.F32),
+                     TensorType((cout, cin // groups, *kk), DType.F32),
+                     TensorType((cout,), DType.F32))
+            if batch_dims(types, params) is None:
+                print(f"{name:28s} {batch:5d}  (a static kernel: no run-time batch)")
+                break
+            inst = dataclasses.replace(FusedInstance("Conv2D", tuple(sorted(params.items())),
+                                                     types), unit_stride=(0, 1, 2, 3))
+            fns = [FAMILY.compiled(StaticInstance(inst), args.target),
+                   FAMILY.compiled(inst, args.target)]
+            arrays = [rng.standard_normal(t.shape).astype(np.float32) for t in types]
+            arrays.append(np.empty(inst.output_type().shape, np.float32))
+            descs = [descriptor_from_array(a) for a in arrays]
+            got = []
+            for fn in fns:
+                fn(*descs)
+                got.append(arrays[-1].copy())
+            assert np.array_equal(got[0], got[1]), name  # the same code per image
+            acc = [[], []]
+            for r in range(args.rounds):
+                for i in ((0, 1) if r % 2 == 0 else (1, 0)):
+                    acc[i] += times(lambda: fns[i](*descs), args.repeats)
+            st, dy = (statistics.median(a) for a in acc)
+            ratios.append(dy / st)
+            print(f"{name:28s} {batch:5d} {st * 1e3:9.3f} {dy * 1e3:10.3f} {dy / st:10.2f} "
+                  f"{min(acc[1]) / min(acc[0]):8.2f}", flush=True)
+    if ratios:
+        print(f"geometric mean dynamic/static {float(np.exp(np.mean(np.log(ratios)))):.2f} "
+              f"over {len(ratios)} cases")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", default="cpu")
@@ -69,7 +134,13 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--only", default="", help="comma-separated substrings of layer names")
+    ap.add_argument("--dynamic", action="store_true",
+                    help="instead: each conv kernel with a run-time batch vs static")
+    ap.add_argument("--batch", default="1,8", type=lambda t: [int(v) for v in t.split(",")],
+                    help="batch sizes of --dynamic (1,8)")
     args = ap.parse_args(argv)
+    if args.dynamic:
+        return dynamic_vs_static(args, [s for s in args.only.split(",") if s])
     import onnxruntime as ort
     from compiler import compile
     from compiler.codegen import parallel

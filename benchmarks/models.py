@@ -5,6 +5,7 @@
     python benchmarks/models.py --model bert --model llama --seq 128 --steps
     python benchmarks/models.py --list
     python benchmarks/models.py --export /tmp/models         # write the .onnx files only
+    python benchmarks/models.py --model mobilenet --model bert --dynamic  # + symbolic batch/seq
 
 The models are built here with ``onnx.helper`` (opset 17, float32, random
 weights from a fixed seed; nothing is downloaded, torch is not needed), each
@@ -329,7 +330,7 @@ def _attention(b: _Builder, x: str, batch: int, seq: int, *, mask: str | None = 
     Mul by 1/sqrt(d)), + additive ``mask`` or Where(``causal_where``),
     Softmax, x V, Transpose/Reshape back, output projection."""
     d = HIDDEN // HEADS
-    heads_shape = b.ints([batch, seq, HEADS, d])
+    heads_shape = b.ints([0, 0, HEADS, d])  # 0: x's extent (batch, seq), as exporters write it
     if fused_qkv:  # GPT-2's c_attn: one Gemm on the 2-D view, Split in three
         flat = b.op("Reshape", x, b.ints([batch * seq, HIDDEN]))
         qkv = b.op("Reshape", b.gemm_kn(flat, HIDDEN, 3 * HIDDEN), b.ints([batch, seq, 3 * HIDDEN]))
@@ -347,7 +348,7 @@ def _attention(b: _Builder, x: str, batch: int, seq: int, *, mask: str | None = 
     if mask is not None:
         scores = b.op("Add", scores, mask)
     ctx = b.op("MatMul", b.op("Softmax", scores, axis=-1), v)
-    ctx = b.op("Reshape", b.op("Transpose", ctx, perm=[0, 2, 1, 3]), b.ints([batch, seq, HIDDEN]))
+    ctx = b.op("Reshape", b.op("Transpose", ctx, perm=[0, 2, 1, 3]), b.ints([0, 0, HIDDEN]))
     if fused_qkv:
         flat = b.op("Reshape", ctx, b.ints([batch * seq, HIDDEN]))
         return b.op("Reshape", b.gemm_kn(flat, HIDDEN, HIDDEN), b.ints([batch, seq, HIDDEN]))
@@ -510,6 +511,23 @@ def build(name: str, batch: int = 1, seq: int | None = None, **options):
     return spec.fn(batch, **options)
 
 
+def symbolic(model, seq: int | None = None):
+    """A copy of ``model`` whose inputs and outputs have a symbolic ``batch``
+    axis 0 (and a symbolic ``seq`` axis 1 where that axis is ``seq`` long:
+    the tokens of a transformer, not a ViT's channels or classes), as
+    ``torch.onnx.export(..., dynamic_axes=...)`` writes them
+    (docs/dynamic-shapes.md)."""
+    out = type(model)()
+    out.CopyFrom(model)
+    for vi in list(out.graph.input) + list(out.graph.output):
+        dims = vi.type.tensor_type.shape.dim
+        for axis, name in ((0, "batch"), (1, "seq")):
+            if len(dims) > max(axis, 1) and (axis == 0 or dims[axis].dim_value == seq):
+                dims[axis].ClearField("dim_value")
+                dims[axis].dim_param = name
+    return out
+
+
 def file_name(name: str, batch: int, seq: int | None = None) -> str:
     """``<name>_b<batch>[_s<seq>].onnx`` (seq only for transformers)."""
     return f"{name}_b{batch}" + (f"_s{seq}" if MODELS[name].uses_seq else "") + ".onnx"
@@ -665,10 +683,55 @@ def run_case(name: str, batch: int, seq: int | None, args, threads: int) -> dict
                ort_p10_ms=_pct(to, 0.1) * 1e3, ort_p90_ms=_pct(to, 0.9) * 1e3)
     rec["ratio"] = rec["fuelc_ms"] / rec["ort_ms"]
     rec["steps_n"] = sum(1 for _ in m.kernel_summary())
+    if getattr(args, "dynamic", False):
+        _time_dynamic(rec, name, m, feeds, theirs, scale, args)
     if args.steps:
         rec["fuelc_ops"] = fuelc_op_times(m, feeds, args.repeats)
         rec["ort_ops"] = ort_op_times(proto, threads, feeds, args.repeats)
     return rec
+
+
+def _time_dynamic(rec: dict, name: str, m, feeds: dict, theirs, scale: float, args) -> None:
+    """``--dynamic``: the model with a symbolic batch (and sequence:
+    ``symbolic``), compiled once per model for every case, timed against the
+    static module ``m`` in interleaved rounds (first one, then the other,
+    alternating), medians: ``dynamic_ms`` and dynamic/static ``dyn_ratio``."""
+    from compiler import compile
+    from compiler.frontends.onnx import import_model
+    cache = args.__dict__.setdefault("dynamic_modules", {})
+    try:
+        if name not in cache:
+            t0 = time.perf_counter()
+            opts = {"bn": args.bn} if MODELS[name].kind == "cnn" else {}
+            model = symbolic(build(name, 1, rec["seq"], **opts), seq=rec["seq"])
+            cache[name] = compile(import_model(model), target=args.target)
+            rec["dynamic_compile_s"] = time.perf_counter() - t0
+        dyn = cache[name]
+        t0 = time.perf_counter()
+        out = dyn(**feeds)  # this binding's passes and plan (its kernels serve every size)
+        rec["dynamic_plan_s"] = time.perf_counter() - t0
+    except Exception as e:  # noqa: BLE001 - reported with the static row
+        rec["dynamic_error"] = _one_line(e)
+        return
+    out = next(iter(out.values())) if isinstance(out, dict) else out
+    rec["dynamic_rel_diff"] = float(np.max(np.abs(np.asarray(out, np.float64) - theirs))) / scale
+    ts, td = [], []
+    for r in range(args.rounds):
+        order = ((ts, lambda: m(**feeds)), (td, lambda: dyn(**feeds)))
+        for acc, fn in (order if r % 2 == 0 else order[::-1]):
+            acc += times(fn, args.repeats)
+    rec["static_ms"], rec["dynamic_ms"] = statistics.median(ts) * 1e3, statistics.median(td) * 1e3
+    rec["dyn_ratio"] = rec["dynamic_ms"] / rec["static_ms"]
+
+
+def format_dynamic(rec: dict) -> str:
+    if "dynamic_error" in rec:
+        return "    dynamic: FAILED " + rec["dynamic_error"]
+    return (f"    dynamic: {rec['dynamic_ms']:9.3f} ms vs static {rec['static_ms']:9.3f} ms "
+            f"(same rounds) | dynamic/static {rec['dyn_ratio']:5.2f} | rel diff "
+            f"{rec['dynamic_rel_diff']:8.1e} | this size planned in {rec['dynamic_plan_s']:.2f} s"
+            + (f", compiled once in {rec['dynamic_compile_s']:.1f} s"
+               if "dynamic_compile_s" in rec else ""))
 
 
 HEADER = (f"{'model':12s} {'kind':11s} {'batch':>5s} {'seq':>4s} | {'fuelc ms':>9s} {'p10':>8s} "
@@ -720,6 +783,9 @@ def main(argv=None) -> int:
                          "weights and bias")
     ap.add_argument("--steps", action="store_true",
                     help="also time per op kind: fuelc's kernel steps, onnxruntime's profiler")
+    ap.add_argument("--dynamic", action="store_true",
+                    help="also compile each model once with a symbolic batch (and sequence) "
+                         "and time it against the static module at each size: dynamic/static")
     ap.add_argument("--json", help="write every record here")
     ap.add_argument("--list", action="store_true", help="list the models and exit")
     ap.add_argument("--export", metavar="DIR",
@@ -773,6 +839,8 @@ def main(argv=None) -> int:
                    "seq": seq, "error": f"benchmark: {_one_line(e)}"}
         records.append(rec)
         print(format_row(rec), flush=True)
+        if args.dynamic and "error" not in rec:
+            print(format_dynamic(rec), flush=True)
         if args.steps and "error" not in rec:
             print("\n".join(format_ops(rec)), flush=True)
     for kind in KINDS:
@@ -782,6 +850,10 @@ def main(argv=None) -> int:
             gm = (f"geometric mean fuelc/ort {math.exp(statistics.fmean(map(math.log, ratios))):.2f}"
                   f" over {len(ratios)} cases" if ratios else "no case ran")
             print(f"{kind}: {gm}" + (f", {failed} failed" if failed else ""))
+        dyn = [r["dyn_ratio"] for r in records if r["kind"] == kind and "dyn_ratio" in r]
+        if dyn:
+            print(f"{kind}: geometric mean dynamic/static "
+                  f"{math.exp(statistics.fmean(map(math.log, dyn))):.2f} over {len(dyn)} cases")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"cpu": cpu_name(), "target": args.target, "threads": threads,

@@ -32,7 +32,7 @@ from runtime.bundle import signature_json
 from runtime.layout import Layout
 from runtime.manifest import object_revision
 from runtime.rows import FEW_ROWS, UNPACKED_ROWS, row_class
-from runtime.symbolic import SYM, expression_value
+from runtime.symbolic import SYM, TEMPLATE_FIELDS, expression_value
 from runtime.symbols import Sym
 
 from .export import ExportError, manifest_body, target_json, write_fuel
@@ -281,29 +281,60 @@ def export_symbolic(module, path, sign_with=None, weights: str = "zip"):
     """Write ``module`` (a ``SymbolicModule``) to one ``.fuel`` file that
     ``runtime.load(path)`` runs at every size the signature allows; see the
     module docstring. Raises ``ExportError`` naming what depends on the
-    sizes in a way the file cannot hold."""
+    sizes in a way the file cannot hold.
+
+    When the samples do not share one plan, the binding of every symbol at
+    its lower bound (a batch of 1, whose conv recipe multiplies ``cols^T @
+    w^T`` where a batch multiplies ``w @ cols``) is tried apart: the file
+    then holds its static plan (``symbolic.fixed``) and the template of the
+    other samples; if that fails too, the first error is raised."""
     g = module.graph
     if g.equalities:
         raise ExportError(f"cannot write one .fuel file for every size: the graph's shape "
                           f"rules assumed extents equal ({', '.join(w for *_, w in g.equalities)}),"
                           " which sampling the symbols independently would break; save one "
                           "binding (m.specialize(...).save) or a bundle (m.save_bundle)")
+    memo: dict = {}
+
+    def sample(sizes: dict, keep: frozenset):
+        key = (tuple(sizes.items()), keep)
+        if key not in memo:
+            memo[key] = module.export_sample(sizes, keep)
+        return memo[key]
+
+    try:
+        return _export(module, path, sign_with, weights, sample, fixed=None)
+    except ExportError as first:
+        low = {n: lo for n, (lo, _) in g.symbols.items()}
+        if low not in sample_bindings(g.symbols)[1] or "no kernel with run-time" in str(first):
+            raise
+        try:
+            return _export(module, path, sign_with, weights, sample, fixed=low)
+        except ExportError:
+            raise first from None
+
+
+def _export(module, path, sign_with, weights, sample, fixed):
+    """``export_symbolic`` over the samples but ``fixed`` (a binding whose
+    own static plan the file holds; None: every sample in the template)."""
+    g = module.graph
     names = list(g.symbols)
     grid, samples = sample_bindings(g.symbols)
+    samples = [b for b in samples if b != fixed]
     # folded constants whose value depends on the sizes stay kernel steps (then
     # the values they are computed from may fold instead: until none differs)
     keep: frozenset = frozenset()
     far = samples[math.prod(len(v) for v in grid) - 1]  # the grid point unlike samples[0] in all
     while True:
-        a, b = (module.export_sample(s, keep).plan.constants for s in (samples[0], far))
+        a, b = (sample(s, keep).plan.constants for s in (samples[0], far))
         more = frozenset(n.removeprefix("folded:") for n in a if n.startswith("folded:") and (
             n not in b or a[n].shape != b[n].shape or not np.array_equal(a[n], b[n])))
         if more <= keep:
             break
         keep |= more
-    modules = [module.export_sample(samples[0], keep)]
+    modules = [sample(samples[0], keep)]
     module.refuse_per_shape_kernels(modules[0])
-    modules += [module.export_sample(s, keep) for s in samples[1:]]
+    modules += [sample(s, keep) for s in samples[1:]]
     base = dict(modules[0].plan.constants)
     iotas = sorted(n for n in base if n.startswith("const:iota") and all(  # made per binding
         _is_iota(m.plan.constants.get(n)) for m in modules))
@@ -318,8 +349,21 @@ def export_symbolic(module, path, sign_with=None, weights: str = "zip"):
             raise ExportError(f"cannot write one .fuel file for every size: constant(s) "
                               f"{', '.join(differ)} at {s} differ from those at {samples[0]} "
                               "(computed from the sizes at compile time)")
+    alone = None if fixed is None else sample(fixed, keep)
+    if alone is not None:  # its own plan: its constants join the file's, equal where shared
+        for n, a in alone.plan.constants.items():
+            if n in iotas:  # made per binding (runtime.symbolic.iota_constants)
+                continue
+            if n in base and (a.shape != base[n].shape or not np.array_equal(a, base[n])):
+                raise ExportError(f"cannot write one .fuel file for every size: constant {n} "
+                                  f"of the plan at {fixed} differs from the one at {samples[0]}")
+            base.setdefault(n, a)
     fit = _Fit(names, grid, samples)
-    template = _Template(fit, modules, g.symbols)
+    bounds = dict(g.symbols)
+    if fixed is not None and len(names) == 1 and bounds[names[0]][1] != fixed[names[0]]:
+        # one symbol: the template serves the sizes above the fixed lower bound
+        bounds[names[0]] = (fixed[names[0]] + 1, bounds[names[0]][1])
+    template = _Template(fit, modules, bounds)
     target = target_json(modules[0].target)
 
     def body(w):
@@ -330,6 +374,9 @@ def export_symbolic(module, path, sign_with=None, weights: str = "zip"):
         sig = signature_json({n: (g.nodes[i].shape, g.nodes[i].dtype)
                               for n, i in g.inputs.items()}, g.symbols, g.equalities)
         out["symbolic"] = {**sig, "example": samples[0], "iotas": iotas}
+        if alone is not None:
+            own = manifest_body(alone, w, objects)
+            out["symbolic"]["fixed"] = [{"binding": fixed, **{k: own[k] for k in TEMPLATE_FIELDS}}]
         return out
 
     return write_fuel(path, modules[0].target, base, modules[0].ir, body, sign_with, weights)

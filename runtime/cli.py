@@ -166,6 +166,9 @@ def cmd_inspect(args) -> int:
             print(f"  {side[:-1]:6s} {v['name']}: {v['dtype']}[{shape_json_text(v['shape'])}]")
     for n, (lo, hi) in m.get("symbolic", {}).get("symbols", {}).items():
         print(f"symbol:   {n} in {lo}..{'' if hi is None else hi} (one file for every size)")
+    for f in m.get("symbolic", {}).get("fixed", ()):
+        b = ", ".join(f"{k}={v}" for k, v in f["binding"].items())
+        print(f"binding:  {b} has a plan of its own ({len(f['kernels'])} kernel steps)")
     tensors = read_safetensors(art.members.get(WEIGHTS, bytearray()), art.path)
     nbytes = sum(a.nbytes for a in tensors.values())
     where = f" (in {art.weights_path})" if art.weights_path else ""

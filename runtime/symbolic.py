@@ -8,8 +8,11 @@ and descriptor layouts) it holds an expression ``{"sym": [[coefficient,
 [names...]], ...]}`` of the symbols, and a kernel step whose object depends
 on the matmul row class of its call is bound ``{"kind": "classes", ...,
 "classes": {class: {"object", "instance", "revision"}}}`` (``runtime.rows``).
-``"symbolic"`` holds the signature (``runtime.bundle.signature_json``) and an
-``"example"`` binding.
+``"symbolic"`` holds the signature (``runtime.bundle.signature_json``), an
+``"example"`` binding and, where one binding's plan differs from the
+template's (the symbols at their lower bounds: a batch of 1), that binding's
+static plan fields (``"fixed"``: ``binding``, ``entry_points``, ``plan``,
+``kernels``).
 
 ``settle(manifest, binding)`` is the static manifest of one binding: every
 expression evaluated, every class binding resolved to its object. A call
@@ -53,6 +56,7 @@ SYMBOLIC_SCHEMA = {
     "equalities": [list],
     "example": Map(int),
     "iotas": [str],
+    "fixed?": [{"binding": Map(int), "entry_points": list, "plan": dict, "kernels": list}],
 }
 CLASS_ENTRY = {"object": str, "instance": str, "revision": str}
 VARIANT = {"ones?": [bool], "layouts": list,
@@ -109,6 +113,10 @@ def settle(m: dict, values: dict, path: str = "") -> dict:
         if isinstance(v, dict):
             return expression_value(v, values) if SYM in v else {k: ev(x) for k, x in v.items()}
         return [ev(x) for x in v] if isinstance(v, list) else v
+    own = next((f for f in m["symbolic"].get("fixed", ()) if f["binding"] == values), None)
+    if own is not None:  # a binding with a static plan of its own (checked at load)
+        return {**{k: v for k, v in m.items() if k != "symbolic"},
+                **{k: own[k] for k in TEMPLATE_FIELDS}}
     out = {k: ev(v) if k in TEMPLATE_FIELDS else v for k, v in m.items() if k != "symbolic"}
     for k, rec in enumerate(out["kernels"]):
         b = rec["binding"]
@@ -224,6 +232,22 @@ def check_symbolic(m: dict, path: str, check_static) -> None:
                 c.get("numpy_dtype") != "<f4":
             raise ManifestFieldError(f"symbolic.iotas[{i}]", f"{n!r} is not a plan constant of "
                                      "rank 1 and dtype <f4 outside the weights", path)
+    for i, f in enumerate(sig.get("fixed", ())):
+        where = f"symbolic.fixed[{i}]"
+        if f["binding"].keys() != symbols.keys() or any(
+                v < bounds[n][0] or (bounds[n][1] is not None and v > bounds[n][1])
+                for n, v in f["binding"].items()) or f["binding"] == example:
+            raise ManifestFieldError(f"{where}.binding", f"{f['binding']} does not bind every "
+                                     f"symbol within its bounds ({symbols}) apart from the "
+                                     "example", path)
+        for k, rec in enumerate(f["kernels"]):
+            b = rec.get("binding") if isinstance(rec, dict) else None
+            if isinstance(b, dict) and b.get("kind") == "object" and \
+                    rec.get("revision") != _revision(rec, m, path, f"{where}.kernels[{k}]"):
+                raise ManifestFieldError(f"{where}.kernels[{k}].revision", "does not match its "
+                                         "binding and object; the file was edited or damaged: "
+                                         "re-export the model", path)
+        check_static(settle(m, f["binding"], path), path)
     settled = settle(m, example, path)
     check_static(settled, path)
     ep = {v["name"]: v for v in settled["entry_points"][0]["inputs"]}

@@ -190,7 +190,7 @@ def fused_op_params(entry, params: dict, in_types: Sequence[TensorType]) -> OpPa
 
 
 # Fused ops whose lowering is written shape-generically, and which extents
-# their kernels take at run time: rule(input types) -> one per-dim mask per
+# their kernels take at run time: rule(input types, graph params) -> one per-dim mask per
 # input and one for the result (True: ``?``), or None (static). Dynamic dims
 # let the vectorizing matmul strategy apply (it needs them to peel remainder
 # loops). FusedLinear's batch broadcasting (GQA, size-1 batch) needs static
@@ -201,17 +201,23 @@ def _all_dims(types):
     return tuple((True,) * len(t.shape) for t in types) + ((True,) * len(types[0].shape),)
 
 
-def _rows(types):
+def _row_dims(types):
     x = (True,) * (len(types[0].shape) - 1) + (False,)
     return (x,) + tuple((False,) * len(t.shape) for t in types[1:]) + (x,)
 
 
+def _conv_batch(types, params):
+    from compiler.codegen.lowering.fused_conv import batch_dims
+    return batch_dims(types, params)
+
+
 DYNAMIC_FUSED = {
-    "FusedLinear": lambda types: _all_dims(types) if tuple(types[0].shape[:-2]) ==
+    "FusedLinear": lambda types, _p: _all_dims(types) if tuple(types[0].shape[:-2]) ==
     tuple(types[1].shape[:-2]) else None,
-    "SoftmaxLastDim": _all_dims,
-    "LayerNormLastDim": _rows,
-    "RmsNormLastDim": _rows,
+    "SoftmaxLastDim": lambda types, _p: _all_dims(types),
+    "LayerNormLastDim": lambda types, _p: _row_dims(types),
+    "RmsNormLastDim": lambda types, _p: _row_dims(types),
+    "Conv2D": _conv_batch,  # the direct kernels: the batch (an scf.for over images)
 }
 
 
@@ -245,7 +251,7 @@ class FusedInstance:
         """Per input and the result, which extents the kernel takes at run
         time (``DYNAMIC_FUSED``); None: compiled for these static types."""
         rule = DYNAMIC_FUSED.get(self.name)
-        return rule(self.input_types) if rule is not None else None
+        return rule(self.input_types, dict(self.params)) if rule is not None else None
 
     @property
     def dynamic(self) -> bool:
@@ -365,7 +371,8 @@ class FusedFamily(KernelFamily):
 
 def _conv_group_tiles(params: dict, layouts, n_inputs: int, threads: int):
     """Tiles of a Conv2D call. groups = 1 (the direct kernel): by images, or
-    by output channels. Otherwise by whole groups along the channel axis
+    by output channels. Otherwise by images when there are as many as threads,
+    else by whole groups along the channel axis
     (x's axis 1, w's and the bias's axis 0, the output's axis 1), when a group
     has as many output as input channels (depthwise: one each), so one cut
     fits every operand. Calls of fewer than ``MIN_ELEMENTS_TRANSCENDENTAL``
@@ -389,6 +396,12 @@ def _conv_group_tiles(params: dict, layouts, n_inputs: int, threads: int):
                                       w.shape[0], threads, 8)
     if g < 2 or out.numel < parallel.MIN_ELEMENTS_TRANSCENDENTAL:
         return None
+    if x.shape[0] >= threads:
+        # by images: every tile runs the kernel of the whole channel range,
+        # whose batch is a run-time extent (a symbolic batch compiles no
+        # kernel per tile size)
+        return parallel.split_layouts(list(layouts), [0] + [None] * (n_inputs - 1) + [0],
+                                      x.shape[0], threads)
     cpg, opg = x.shape[1] // g, w.shape[0] // g
     if cpg != opg:
         return None

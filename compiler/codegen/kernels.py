@@ -108,9 +108,31 @@ def _index_select_dims(types, params) -> tuple:
     return ((False,) * len(data), (True,), tuple(i == d for i in range(len(data))))
 
 
+def _batch_dims(types, params, rank: int):
+    """The leading (batch) axis at run time, the others static."""
+    lead = (True,) + (False,) * (rank - 1)
+    return tuple(lead for _ in types) + (lead,)
+
+
+def _pad_dims(types, params) -> tuple | None:
+    """Pad: the batch at run time when it is not padded (a conv recipe's
+    spatial padding); None (static) otherwise."""
+    pad = tuple(params["padding"])
+    rank = len(types[0].shape)
+    return _batch_dims(types, params, rank) if rank >= 2 and pad[:2] == (0, 0) else None
+
+
+def _concat_dims(types, params) -> tuple | None:
+    """Concat along another axis than the batch (the im2col taps): the batch
+    at run time; None (static) otherwise."""
+    rank = len(types[0].shape)
+    return _batch_dims(types, params, rank) if rank >= 2 and params["dim"] % rank else None
+
+
 #: Primitives outside ``DYNAMIC_CATEGORIES`` compiled with some extents
-#: dynamic: name -> rule(input types, params) -> per-dim masks (inputs, result).
-PARTLY_DYNAMIC = {"IndexSelect": _index_select_dims}
+#: dynamic: name -> rule(input types, params) -> per-dim masks (inputs, result),
+#: or None: compiled static for these types.
+PARTLY_DYNAMIC = {"IndexSelect": _index_select_dims, "Pad": _pad_dims, "Concat": _concat_dims}
 
 
 def _params(**kw) -> tuple[tuple[str, object], ...]:
@@ -277,7 +299,7 @@ def instance_for(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout
         unit = tuple(i for i, v in enumerate(strides) if v == 1)
         zero = tuple(i for i, v in enumerate(strides) if v == 0)
     dynamic = (opdef.category in DYNAMIC_CATEGORIES and name not in STATIC_ONLY) \
-        or name in PARTLY_DYNAMIC
+        or name in PARTLY_DYNAMIC and PARTLY_DYNAMIC[name](in_types, gparams) is not None
     if name == "MatMul":  # batch broadcasting needs the static shapes
         dynamic = in_types[0].shape[:-2] == in_types[1].shape[:-2]
         # a kernel specialised on unit-stride rows packs B and moves C tiles

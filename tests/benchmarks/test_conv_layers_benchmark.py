@@ -41,3 +41,16 @@ def test_the_script_runs_and_matches_onnxruntime(capsys):
         fuelc_ms, ort_ms, ratio, gflops, rel_diff = map(float, row[28:].split()[:5])
         assert rel_diff < 1e-4, row
         assert fuelc_ms > 0 and ort_ms > 0 and gflops > 0, row
+
+
+def test_dynamic_kernels_against_static(capsys):
+    """--dynamic: the run-time-batch kernel and the static one (the script
+    checks their outputs are identical) per batch, a ratio per row."""
+    assert conv_layers.main(["--dynamic", "--rounds", "1", "--repeats", "1", "--batch", "1,2",
+                             "--only", "dw 5x5"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    rows = [line for line in out if line.startswith("dw 5x5")]
+    assert len(rows) == 2
+    for row in rows:  # name, batch, static ms, dynamic ms, ratio, ratio of the minima
+        batch, st, dy, ratio, of_mins = map(float, row[28:].split())
+        assert st > 0 and dy > 0 and ratio > 0 and of_mins > 0, row

@@ -113,3 +113,35 @@ def test_export(tmp_path):
     assert files == ["llama_b1_s8.onnx", "llama_b2_s8.onnx"]
     m = onnx.load(tmp_path / "llama_b2_s8.onnx")
     assert m.graph.input[0].type.tensor_type.shape.dim[0].dim_value == 2
+
+
+def test_symbolic_axes():
+    m = bm.symbolic(small("bert"), seq=SEQ)
+    for vi in list(m.graph.input) + list(m.graph.output):
+        dims = vi.type.tensor_type.shape.dim
+        assert [dims[0].dim_param, dims[1].dim_param] == ["batch", "seq"], vi.name
+    m = bm.symbolic(small("vit"), seq=SEQ)  # axis 1: channels and classes, not tokens
+    for vi in list(m.graph.input) + list(m.graph.output):
+        dims = vi.type.tensor_type.shape.dim
+        assert dims[0].dim_param == "batch" and dims[1].dim_value > 0, vi.name
+    m = bm.symbolic(small("mobilenet"))
+    assert [d.dim_param or d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim] \
+        == ["batch", 3, 32, 32]
+
+
+def test_dynamic_row():
+    """--dynamic: the model compiled once with a symbolic batch, timed in the
+    same rounds as the static one; its output matches onnxruntime."""
+    args = argparse.Namespace(bn="node", target="cpu", rounds=1, repeats=1, steps=False,
+                              dynamic=True)
+    orig = bm.MODELS["mobilenet"]
+    bm.MODELS["mobilenet"] = bm.ModelSpec("cnn", lambda batch, **kw: orig.fn(batch, image=32, **kw),
+                                          "small")
+    try:
+        rec = bm.run_case("mobilenet", 2, None, args, 1)
+    finally:
+        bm.MODELS["mobilenet"] = orig
+    assert "error" not in rec and "dynamic_error" not in rec, rec
+    assert rec["dynamic_rel_diff"] < TOL and rec["dyn_ratio"] > 0
+    line = bm.format_dynamic(rec)
+    assert "dynamic/static" in line and "\n" not in line

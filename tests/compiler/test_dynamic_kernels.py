@@ -135,3 +135,25 @@ def test_compile_warms_the_view_instances_a_call_uses():
     feeds = _feeds(3, 40)
     np.testing.assert_allclose(m(**feeds), interpret(g, feeds)["y"], rtol=2e-4, atol=2e-4)
     assert set(family._compiled) == before
+
+
+def test_pad_and_concat_take_the_batch_at_run_time():
+    """The conv recipe's Pad (spatial padding) and Concat (taps along another
+    axis) have run-time batch instances; a Pad of the batch axis itself, or a
+    Concat along it, stays per shape."""
+    from compiler.graph.graph import concat
+    g = Graph()
+    x = g.input("x", ("batch", 3, 5), "f32")
+    p = x.pad(((0, 0), (1, 1), (2, 0)), value=0.5)
+    g.output(concat([p, p * 2.0], axis=1).exp(), name="y")
+    g.output(concat([x, x], axis=0).pad(((1, 0), (0, 0), (0, 0))), name="z")
+    m = compile(g)
+    for batch in (1, 3, 4):
+        feeds = {"x": RNG.standard_normal((batch, 3, 5)).astype(np.float32)}
+        want = interpret(g, feeds)
+        for k, v in m(**feeds).items():
+            np.testing.assert_allclose(v, want[k], rtol=1e-6)
+    lines = m.kernel_summary()[1:]
+    assert sum("Pad" in s and s.endswith("[run-time extents]") for s in lines) == 1, lines
+    assert sum("Concat" in s and s.endswith("[run-time extents]") for s in lines) == 1, lines
+    assert sum(s.endswith("[per shape]") for s in lines) == 2, lines

@@ -111,6 +111,12 @@ def contiguous_layout(shape) -> "ir.StridedLayoutAttr":
                                     strides[::-1])
 
 
+def _static_strides(t) -> bool:
+    """Whether ``t``'s row-major strides are static: every extent but the
+    outermost (a run-time batch) is."""
+    return not any(t.is_dynamic_dim(i) for i in range(1, t.rank))
+
+
 def _contiguous_args(f, n_inputs: int) -> set[int]:
     """The arguments ``CONTIGUOUS_ATTR`` lists (removed from ``f``); each listed
     static-shaped input gets ``bufferization.buffer_layout``."""
@@ -125,7 +131,7 @@ def _contiguous_args(f, n_inputs: int) -> set[int]:
         entry = None if old is None else ir.DictAttr(old[i])
         d = {} if entry is None else {entry[j].name: entry[j].attr for j in range(len(entry))}
         t = arg.type
-        if i in listed and isinstance(t, ir.RankedTensorType) and t.has_static_shape:
+        if i in listed and isinstance(t, ir.RankedTensorType) and _static_strides(t):
             d["bufferization.buffer_layout"] = contiguous_layout(t.shape)
         attrs.append(ir.DictAttr.get(d))
     f.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs)
@@ -142,7 +148,7 @@ def _write_through_reshape(value, dest):
         return value, dest
     src = owner.operands[0]
     st, dt = ir.RankedTensorType(src.type), ir.MemRefType(dest.type)
-    if not st.has_static_shape:
+    if not _static_strides(st):
         return value, dest
     groups = owner.attributes["reassociation"]
     strides = list(ir.StridedLayoutAttr(dt.layout).strides)
@@ -182,7 +188,7 @@ def prepare_entries(module: "ir.Module", entry_names: Iterable[str], *,
             out_types = [ir.MemRefType.get(t.shape, t.element_type) if identity_outputs
                          else ir.MemRefType.get(t.shape, t.element_type,
                                                 layout=contiguous_layout(t.shape))
-                         if i in row_major and t.has_static_shape
+                         if i in row_major and _static_strides(t)
                          else _fully_dynamic_memref(t) for i, t in enumerate(results)]
             entry_block = f.regions[0].blocks[0]
             out_args = [entry_block.add_argument(t, ir.Location.unknown()) for t in out_types]

@@ -384,10 +384,13 @@ def collapse(v, groups) -> "ir.Value":
 
 
 def expand(v, shape, groups) -> "ir.Value":
-    """``tensor.expand_shape`` of ``v`` to static ``shape``."""
+    """``tensor.expand_shape`` of ``v`` to ``shape`` (ints, or index values
+    for run-time extents)."""
     t = rtt(v)
-    return tensor.expand_shape(ir.RankedTensorType.get(list(shape), t.element_type), v,
-                               _reassoc(groups), [], list(shape))
+    static = [d if isinstance(d, int) else ir.ShapedType.get_dynamic_size() for d in shape]
+    return tensor.expand_shape(ir.RankedTensorType.get(static, t.element_type), v,
+                               _reassoc(groups), [d for d in shape if not isinstance(d, int)],
+                               static)
 
 
 def _prod(xs) -> int:

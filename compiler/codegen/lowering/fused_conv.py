@@ -21,9 +21,9 @@ from __future__ import annotations
 from compiler.errors import LoweringError
 from compiler.mlir import arith, ir, linalg, tensor
 
-from .core import (PARALLEL, REDUCTION, Lowering, Scalar, affine_map, empty, expand, fill,
-                   collapse, from_compute, generic, identity_map, index, insert_at, lowers, rtt,
-                   slice_at, to_compute)
+from .core import (PARALLEL, REDUCTION, Lowering, Scalar, affine_map, dims, empty, expand,
+                   fill, collapse, from_compute, generic, identity_map, index, insert_at, lowers,
+                   rtt, slice_at, to_compute)
 from .fused_norm import _for
 from .layout import insert_slice
 
@@ -42,10 +42,17 @@ def _conv2d(lw: Lowering, cpu: bool = False):
         raise LoweringError(f"Conv2D takes 2 or 3 operands (x, w, [bias]), got {len(ops)}")
     x, w = ops[0], ops[1]
     bias = ops[2] if len(ops) == 3 else None
+    # only the batch may be a run-time extent (``batch_dims``), and only the
+    # direct kernel, whose images are an ``scf.for``, takes it
+    batch = rtt(x).is_dynamic_dim(0) if rtt(x).rank == 4 else False
     for v in ops:
-        if not rtt(v).has_static_shape:
-            raise LoweringError(f"Conv2D is lowered with static shapes only, got {v.type}")
+        t = rtt(v)
+        if any(t.is_dynamic_dim(i) for i in range(int(batch and v is x), t.rank)):
+            raise LoweringError(f"Conv2D is lowered with static shapes but for x's batch, "
+                                f"got {v.type}")
     n, cin, h, wd = rtt(x).shape
+    if batch:
+        n = dims(x)[0]
     cout, cpg, kh, kw = rtt(w).shape
     sh, sw = _pair(lw.param("stride"), "stride")
     ph, pw = _pair(lw.param("padding"), "padding")
@@ -70,6 +77,10 @@ def _conv2d(lw: Lowering, cpu: bool = False):
                                 or dwise and direct_depthwise((sh, sw), (dh, dw))):
         return _direct(x, w, bias, s, elt, (n, cin, h, wd), (cout, kh, kw), (ph, pw), (dh, dw),
                        (sh, sw), (ho, wo), depthwise=dwise, act=act)
+    if batch:
+        raise LoweringError(
+            f"Conv2D {x.type} (groups={g}, stride {(sh, sw)}, dilation {(dh, dw)}): a run-time "
+            f"batch needs the cpu direct kernel (batch_dims); compile it for a static batch")
     if ph or pw:
         x = insert_slice(x, fill(s.const(0) if s.ty == elt else _zero(elt),
                                  empty([n, cin, hp, wp], elt)), [0, 0, ph, pw])
@@ -162,6 +173,7 @@ def _pointwise(x, w, bias, s, elt, act):
     cout = rtt(w).shape[0]
     xs = collapse(x, [[0], [1], [2, 3]])
     ws = collapse(w, [[0], [1, 2, 3]])
+    n = dims(x)[0]  # a run-time batch (``batch_dims``) stays one
     shape = [n, cout, h * wd]
     acc = generic([ws, xs], [fill(s.const(0), empty(shape, elt))],
                   [affine_map(4, [1, 3]), affine_map(4, [0, 3, 2]), affine_map(4, [0, 1, 2])],
@@ -230,6 +242,27 @@ def few_pixels(params, types) -> bool:
     out = default_registry()["Conv2D"].infer(list(types), params)
     pixels = out.shape[2] * out.shape[3]
     return pixels <= FEW_PIXELS and pixels < min(out.shape[1], 64)
+
+
+def batch_dims(types, params) -> tuple | None:
+    """The run-time extents of a Conv2D kernel (``codegen/fused.py:
+    DYNAMIC_FUSED``): x's and the output's batch, when the cpu kernel computes
+    it directly (an ``scf.for`` over the images, each image's code
+    specialised on the channels, the spatial size and the weights) or as a
+    pointwise matmul (the images its outermost parallel loop); None (static)
+    for the other classes."""
+    from compiler.registry.ops.conv2d import is_depthwise
+    x, w = types[0].shape, types[1].shape
+    if len(x) != 4:
+        return None
+    g, stride = params["groups"], params["stride"]
+    dil = params.get("dilation", (1, 1))
+    if not (direct(g, stride, w[2:], params["padding"], dil)
+            or is_depthwise(types, params) and direct_depthwise(stride, dil)
+            or pointwise(g, stride, w[2:], params["padding"])):
+        return None
+    return ((True, False, False, False),) + tuple((False,) * len(t.shape) for t in types[1:]) \
+        + ((True, False, False, False),)
 
 
 def direct_depthwise(stride, dilation=(1, 1)) -> bool:

@@ -1,6 +1,7 @@
 """Views and shape ops: named linalg/tensor ops where they exist
 (linalg.transpose/broadcast/copy/fill, tensor.collapse/expand_shape,
-extract_slice/insert_slice), ``linalg.generic`` otherwise. Static shapes."""
+extract_slice/insert_slice), ``linalg.generic`` otherwise. Static shapes, but
+the batch of Pad and Concat (``kernels.PARTLY_DYNAMIC``)."""
 from __future__ import annotations
 
 from compiler.mlir import arith, ir, linalg, tensor
@@ -88,10 +89,20 @@ def insert_slice(src, dest, offsets):
     """dest with src written at offsets; a zero-sized src writes nothing and
     leaves dest as it is (a Concat operand with a zero-extent axis sits at
     the end of its dim, which MLIR's verifier calls out of bounds)."""
-    sizes = list(rtt(src).shape)
+    t = rtt(src)
+    sizes = list(t.shape)  # a run-time extent: the dynamic-size marker, its tensor.dim an operand
     if 0 in sizes:
         return dest
-    return tensor.insert_slice(src, dest, [], [], [], list(offsets), sizes, [1] * len(sizes))
+    dyn = [d for d, i in zip(dims(src), range(t.rank)) if t.is_dynamic_dim(i)]
+    return tensor.insert_slice(src, dest, [], dyn, [], list(offsets), sizes, [1] * len(sizes))
+
+
+def _out_dims(lw: Lowering, like) -> list:
+    """The result's extents: static ones as ints, a run-time one (a batch
+    that ``like`` shares, ``kernels.PARTLY_DYNAMIC``) as ``like``'s
+    ``tensor.dim``."""
+    t = rtt(lw.out_type)
+    return [dims(like)[i] if t.is_dynamic_dim(i) else t.shape[i] for i in range(t.rank)]
 
 
 @lowers("Slice")
@@ -129,7 +140,7 @@ def _concat(lw: Lowering):
     """tensor.empty + one insert_slice per operand (bufferizes in place)."""
     xs = lw.operands
     d = lw.axis("dim", rank(xs[0]))
-    out = empty(list(lw.out_type.shape), lw.out_elt)
+    out = empty(_out_dims(lw, xs[0]), lw.out_elt)
     pos = 0
     for x in xs:
         offsets = [0] * rank(x)
@@ -198,7 +209,7 @@ def _pad(lw: Lowering):
         raise LoweringError(f"Pad: mode {lw.param('mode')!r} has no lowering (only 'constant')")
     pad = [int(v) for v in lw.param("padding")]
     s = Scalar(lw.in_dtypes[0], rtt(x).element_type)
-    out = fill(s.const(lw.param("value")), empty(list(lw.out_type.shape), lw.out_elt))
+    out = fill(s.const(lw.param("value")), empty(_out_dims(lw, x), lw.out_elt))
     return insert_slice(x, out, pad[0::2])
 
 

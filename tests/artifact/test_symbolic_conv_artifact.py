@@ -1,0 +1,97 @@
+"""A conv net with a symbolic batch in one .fuel file (docs/dynamic-shapes.md,
+"One file for every size"): the reduced MobileNet of benchmarks/models.py,
+saved once, runs batch 1, 3, 8 in a process without the compiler, matching
+onnxruntime. Its batch of 1 has a plan of its own (the few-pixel conv
+recipe multiplies ``cols^T @ w^T`` for one image, ``w @ cols`` for a batch),
+which the file holds as ``symbolic.fixed``; a damaged one is refused."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+import runtime  # noqa: E402
+from compiler import compile  # noqa: E402
+from compiler.frontends.onnx import import_model  # noqa: E402
+from runtime.manifest import ManifestFieldError  # noqa: E402
+from test_artifact_validation import _rewrite  # noqa: E402
+from test_symbolic_artifact import _run_without_compiler  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from benchmarks import models as bm  # noqa: E402
+
+RNG = np.random.default_rng(5)
+TOL = 1e-4  # max |fuelc - ort| / max |ort|
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    model = bm.symbolic(bm.build("mobilenet", 1, image=32))
+    module = compile(import_model(model))
+    return model, module, module.save(tmp_path_factory.mktemp("conv") / "mobilenet.fuel")
+
+
+def test_conv_net_file_runs_every_batch_without_the_compiler(saved, tmp_path):
+    model, module, path = saved
+    lm = runtime.load(path)
+    assert lm.signature["inputs"] == {"x": "f32[batch,3,32,32]"}
+    assert [f["binding"] for f in lm.manifest["symbolic"]["fixed"]] == [{"batch": 1}]
+    feeds = {f"b{n}": {"x": RNG.standard_normal((n, 3, 32, 32)).astype(np.float32)}
+             for n in (1, 3, 8)}
+    np.save(tmp_path / "in.npy", feeds, allow_pickle=True)
+    _run_without_compiler(path, tmp_path / "in.npy", tmp_path / "out.npy")
+    out = np.load(tmp_path / "out.npy", allow_pickle=True).item()
+    sess = bm.ort_session(model.SerializeToString(), 1)
+    for k, f in feeds.items():
+        ref = sess.run(None, f)[0]
+        assert np.abs(out[k] - ref).max() / np.abs(ref).max() < TOL, k
+        np.testing.assert_array_equal(out[k], module(**f))  # the same plans and kernels
+
+
+def test_inspect_shows_the_fixed_binding(saved, capsys):
+    from runtime.cli import main
+    assert main(["inspect", str(saved[2])]) == 0
+    out = capsys.readouterr().out
+    assert "symbol:   batch in 1.. (one file for every size)" in out
+    assert "binding:  batch=1 has a plan of its own (" in out
+
+
+def test_a_damaged_fixed_binding_is_refused(saved, tmp_path):
+    path = saved[2]
+
+    def revision(m):
+        m["symbolic"]["fixed"][0]["kernels"][0]["revision"] = "0" * 64
+
+    def binding(m):
+        m["symbolic"]["fixed"][0]["binding"] = {"batch": 0}
+
+    def shape(m):
+        m["symbolic"]["fixed"][0]["entry_points"][0]["inputs"][0]["shape"][0] = 2
+
+    for edit, field in ((revision, r"symbolic\.fixed\[0\]\.kernels\[0\]\.revision"),
+                        (binding, r"symbolic\.fixed\[0\]\.binding")):
+        with pytest.raises(ManifestFieldError, match=field):
+            runtime.load(_rewrite(path, tmp_path / "bad.fuel", edit))
+    with pytest.raises(ManifestFieldError):  # the static checks of its plan
+        runtime.load(_rewrite(path, tmp_path / "bad.fuel", shape))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resnet", "efficientnet", "audio"])
+def test_full_conv_nets_save_one_file_for_every_batch(name, tmp_path):
+    """The full models of benchmarks/models.py with a symbolic batch (ResNet:
+    the im2col Pad and Concat with a run-time batch; audio: conv1d, its
+    classifier's matmul rows 25 * batch) in one file, batch 1, 3, 8."""
+    model = bm.symbolic(bm.build(name, 1))
+    lm = runtime.load(compile(import_model(model)).save(tmp_path / f"{name}.fuel"))
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim[1:]]
+    sess = bm.ort_session(model.SerializeToString(), 1)
+    for n in (1, 3, 8):
+        x = RNG.standard_normal((n, *shape)).astype(np.float32)
+        ref = sess.run(None, {"x": x})[0]
+        assert np.abs(lm(x=x) - ref).max() / np.abs(ref).max() < TOL, n
