@@ -324,10 +324,11 @@ def test_batch_matmul_remainder_columns_of_transposed_keys(table, rng):
     np.testing.assert_allclose(got, q.astype(np.float64) @ key.transpose(0, 2, 1), **TOL[F32])
 
 
-@pytest.mark.parametrize("target,mr", [("cpu:x86-64-v3", 6), ("cpu:x86-64-v4", 8)])
-def test_batch_matmul_remainder_columns_keep_accumulators_in_registers(target, mr):
-    """The N remainder's mr x 1 column tiles carry their accumulators through
-    the K loop (a 2-D product keeps its scalar remainder loops)."""
+@pytest.mark.parametrize("target,mr,nr", [("cpu:x86-64-v3", 6, 16), ("cpu:x86-64-v4", 8, 32)])
+def test_batch_matmul_remainders_keep_accumulators_in_registers(target, mr, nr):
+    """The N remainder's mr x 1 column tiles and the M remainder's 1 x nr row
+    tiles carry their accumulators through the K loop (a 2-D product keeps
+    its scalar remainder columns and its rows in loops K, row)."""
     from compiler.mlir import ir
     for rank, want in ((3, True), (2, False)):
         inst = K.OpInstance("MatMul", (), (TensorType((8,) * rank, F32),) * 2, True,
@@ -340,3 +341,4 @@ def test_batch_matmul_remainder_columns_keep_accumulators_in_registers(target, m
             cpu.pipeline.apply_transform(m, res.strategy.transform)
             out = str(m)
         assert (f"-> (vector<{mr}x1xf32>)" in out) is want, (rank, out[:2000])
+        assert (f"-> (vector<{nr}xf32>)" in out) is want, (rank, out[:2000])

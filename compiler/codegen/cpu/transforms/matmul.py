@@ -15,7 +15,8 @@ the payload (``transform.foreach``, so modules may hold several):
    and C innermost) *before* hoisting: hoisting refuses a C buffer that any
    view (subview) still uses; in a ``linalg.batch_matmul`` it becomes
    ``mr x 1 x 1`` column tiles instead (``_column_tiles``), vectorized with
-   the main tiles, so their accumulators are hoisted too;
+   the main tiles, so their accumulators are hoisted too (as are those of its
+   remainder rows' ``1 x nr x 1`` tiles, M being tiled before K);
 4. fold views into the transfers, CSE + LICM so the C tile's read/write
    indices are loop invariant, hoist the C accumulators out of the K loop
    (per function),
@@ -119,6 +120,24 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
       %iN = transform.structured.interchange %gN iterator_interchange = {rem_perm} : ({t}) -> {t}
       %lpN = transform.structured.convert_to_loops %iN : ({t}) -> {t}
 """
+    # The row tiles: mr x nr x 1 tiles in loops M, K, the M loop peeled. A
+    # batched product tiles M alone first, so the remainder rows' 1 x nr x 1
+    # tiles are in loops row, K too (C in registers across K); a 2-D product's
+    # remainder rows keep loops K, row (C loaded and stored every step of K).
+    m_tiles = f"""      %t2, %r0, %r2 = transform.structured.tile_using_for %pr tile_sizes [{pre0}{mr}, 0, 1] : ({t}) -> ({res2})
+      %r0f = transform.cast %r0 : {t} to {_FOR}
+      %mainM, %remM = transform.loop.peel %r0f : ({_FOR}) -> ({t}, {t})
+{canon2}      %mmV = {match(op, "%mainM")}
+      %mmR = {match(op, "%remM")}
+      %t3, %q0, %q2 = transform.structured.tile_using_for %mmR tile_sizes [{pre0}1, 0, 1] : ({t}) -> ({res2})
+""" if not b else f"""      %t2, %r0 = transform.structured.tile_using_for %pr tile_sizes [{pre0}{mr}, 0, 0] : ({t}) -> ({t}, {t})
+      %r0f = transform.cast %r0 : {t} to {_FOR}
+      %mainM, %remM = transform.loop.peel %r0f : ({_FOR}) -> ({t}, {t})
+{canon2}      %mmM = {match(op, "%mainM")}
+      %mmV, %r2 = transform.structured.tile_using_for %mmM tile_sizes [{pre0}0, 0, 1] : ({t}) -> ({t}, {t})
+      %mmR = {match(op, "%remM")}
+      %t3, %q0, %q2 = transform.structured.tile_using_for %mmR tile_sizes [{pre0}1, 0, 1] : ({t}) -> ({res2})
+"""
     return f"""module attributes {{transform.with_named_sequence}} {{
   transform.named_sequence @__transform_main(%root: {t} {{transform.readonly}}) {{
     %func = {match("func.func", "%root")}
@@ -130,13 +149,7 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
       %lNf = transform.cast %lN : {t} to {_FOR}
       %mainN, %remN = transform.loop.peel %lNf : ({_FOR}) -> ({t}, {t})
       %mmMain = {match(op, "%mainN")}
-{promote}      %t2, %r0, %r2 = transform.structured.tile_using_for %pr tile_sizes [{pre0}{mr}, 0, 1] : ({t}) -> ({res2})
-      %r0f = transform.cast %r0 : {t} to {_FOR}
-      %mainM, %remM = transform.loop.peel %r0f : ({_FOR}) -> ({t}, {t})
-{canon2}      %mmV = {match(op, "%mainM")}
-      %mmR = {match(op, "%remM")}
-      %t3, %q0, %q2 = transform.structured.tile_using_for %mmR tile_sizes [{pre0}1, 0, 1] : ({t}) -> ({res2})
-{canon2}      transform.structured.vectorize %mmV : {t}
+{promote}{m_tiles}{canon2}      transform.structured.vectorize %mmV : {t}
       transform.structured.vectorize %t3 : {t}
 {narrow}    }}
 {pm('''      transform.apply_patterns.vector.transfer_permutation_patterns
