@@ -235,20 +235,25 @@ def test_assume_unit_strides_retypes_the_listed_arguments():
     assert "memref.load %arg0" in canon  # %a is not listed: read through its own strides
 
 
+def _scheduled_matmul(shape, target: str) -> str:
+    """The unit-stride f32 MatMul instance of ``shape`` after its strategy's
+    transform script (vector IR, before the LLVM lowering)."""
+    from compiler.mlir import ir
+    inst = K.OpInstance("MatMul", (), (TensorType(shape, F32),) * 2, True, (0, 1, 2))
+    res = cpu.lower(K.linalg_text(inst, platform="cpu"), [ENTRY], target=target, keep_ir=True)
+    with ir.Context():
+        m = ir.Module.parse(res.stages["bufferize"])
+        cpu.pipeline.assume_unit_strides(m)
+        cpu.pipeline.apply_transform(m, res.strategy.transform)
+        return str(m)
+
+
 def test_unit_stride_matmul_keeps_the_c_tile_in_registers_across_k():
     """The accumulators of the mr x nr tile are loop-carried values of the K
     loop (loaded and stored once per K block, with vector loads), not a load
     and store of C per multiply-add: the unit-stride argument must survive
     canonicalization as the base the hoisting sees."""
-    from compiler.mlir import ir
-    inst = K.OpInstance("MatMul", (), (TensorType((8, 8), F32),) * 2, True, (0, 1, 2))
-    res = cpu.lower(K.linalg_text(inst, platform="cpu"), [ENTRY], target="cpu:x86-64-v3",
-                    keep_ir=True)
-    with ir.Context():
-        m = ir.Module.parse(res.stages["bufferize"])
-        cpu.pipeline.assume_unit_strides(m)
-        cpu.pipeline.apply_transform(m, res.strategy.transform)
-        out = str(m)
+    out = _scheduled_matmul((8, 8), "cpu:x86-64-v3")
     assert "iter_args" in out and "-> (vector<6x16xf32>)" in out, out[:3000]
     assert "vector.load %arg2" in out and "vector.store" in out
 
@@ -329,16 +334,7 @@ def test_batch_matmul_remainders_keep_accumulators_in_registers(target, mr, nr):
     """The N remainder's mr x 1 column tiles and the M remainder's 1 x nr row
     tiles carry their accumulators through the K loop (a 2-D product keeps
     its scalar remainder columns and its rows in loops K, row)."""
-    from compiler.mlir import ir
     for rank, want in ((3, True), (2, False)):
-        inst = K.OpInstance("MatMul", (), (TensorType((8,) * rank, F32),) * 2, True,
-                            (0, 1, 2))
-        res = cpu.lower(K.linalg_text(inst, platform="cpu"), [ENTRY], target=target,
-                        keep_ir=True)
-        with ir.Context():
-            m = ir.Module.parse(res.stages["bufferize"])
-            cpu.pipeline.assume_unit_strides(m)
-            cpu.pipeline.apply_transform(m, res.strategy.transform)
-            out = str(m)
+        out = _scheduled_matmul((8,) * rank, target)
         assert (f"-> (vector<{mr}x1xf32>)" in out) is want, (rank, out[:2000])
         assert (f"-> (vector<{nr}xf32>)" in out) is want, (rank, out[:2000])
