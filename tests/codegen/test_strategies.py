@@ -334,7 +334,13 @@ def test_batch_matmul_remainders_keep_accumulators_in_registers(target, mr, nr):
     """The N remainder's mr x 1 column tiles and the M remainder's 1 x nr row
     tiles carry their accumulators through the K loop (a 2-D product keeps
     its scalar remainder columns and its rows in loops K, row)."""
+    import re
     for rank, want in ((3, True), (2, False)):
         out = _scheduled_matmul((8,) * rank, target)
+        # the main tile is still mr FMAs of a broadcast and a row of B (not
+        # scalar code, as when the remainder was canonicalized after the main
+        # tile was vectorized), and the remainder row one more
+        fmas = len(re.findall(rf"vector.fma .*: vector<{nr}xf32>", out))
+        assert fmas == mr + 1, (rank, fmas)
         assert (f"-> (vector<{mr}x1xf32>)" in out) is want, (rank, out[:2000])
         assert (f"-> (vector<{nr}xf32>)" in out) is want, (rank, out[:2000])

@@ -14,7 +14,7 @@ the payload (``transform.foreach``, so modules may hold several):
 3. the N remainder (< ``nr`` columns) becomes scalar loops m, k, n (rows of B
    and C innermost) *before* hoisting: hoisting refuses a C buffer that any
    view (subview) still uses; in a ``linalg.batch_matmul`` it becomes
-   ``mr x 1 x 1`` column tiles instead (``_column_tiles``), vectorized with
+   ``mr x 1 x 1`` column tiles instead, vectorized with
    the main tiles, so their accumulators are hoisted too (as are those of its
    remainder rows' ``1 x nr x 1`` tiles, M being tiled before K);
 4. fold views into the transfers, CSE + LICM so the C tile's read/write
@@ -52,33 +52,6 @@ def _match(what: str, where: str) -> str:
 _FOR = '!transform.op<"scf.for">'
 
 
-def _column_tiles(op: str, pre0: str, mr: int) -> str:
-    """The N remainder (< ``nr`` columns, handle ``%remN``) of a batched
-    matmul as register tiles of one column: ``mr`` rows (then 1) by one step
-    of K, vectorized like the main panels, so each tile's ``mr`` accumulators
-    stay in registers across K (independent FMA chains; B read in place).
-    As scalar loops m, k, n, C was loaded and stored at every step of K: the
-    one remainder column of an attention product [33,64] x [64,33] (ViT's
-    class token) took 80% of the product."""
-    t = _ANY
-    res1, res2 = ", ".join([t] * 2), ", ".join([t] * 3)
-    canon = ("      transform.apply_patterns to %func {\n"
-             "        transform.apply_patterns.canonicalization\n"
-             f"      }} : {t}\n")
-    return (
-        f"      %c0 = {_match(op, '%remN')}\n"
-        f"      %c1, %cl = transform.structured.tile_using_for %c0 tile_sizes [{pre0}0, 1, 0] : ({t}) -> ({res1})\n"
-        f"      %c2, %cm, %ck = transform.structured.tile_using_for %c1 tile_sizes [{pre0}{mr}, 0, 1] : ({t}) -> ({res2})\n"
-        f"      %cmf = transform.cast %cm : {t} to {_FOR}\n"
-        f"      %cMain, %cRem = transform.loop.peel %cmf : ({_FOR}) -> ({t}, {t})\n"
-        + canon +
-        f"      %cv = {_match(op, '%cMain')}\n"
-        f"      %cr = {_match(op, '%cRem')}\n"
-        f"      %c3, %cl3, %ck3 = transform.structured.tile_using_for %cr tile_sizes [{pre0}1, 0, 1] : ({t}) -> ({res2})\n"
-        f"      transform.structured.vectorize %cv : {t}\n"
-        f"      transform.structured.vectorize %c3 : {t}\n")
-
-
 def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: int = 512,
                   mc: int = 240, pack: bool = True) -> str:
     """The transform script for every ``op`` (``linalg.matmul`` or
@@ -111,32 +84,52 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
                f"      transform.bufferization.buffer_loop_hoisting %func : {t}\n") if pack else (
                "      %pr = transform.cast %mmMain : !transform.any_op to !transform.any_op\n")
     match = _match
-    # batched products (attention heads: few rows and columns) tile their
-    # remainder columns; a 2-D product's remainder stays scalar loops m, k, n,
-    # whose n loop LLVM vectorizes: with many rows and K (a [128,384] x
-    # [384,815] product, 15 remainder columns) that was the faster
-    narrow = _column_tiles(op, pre0, mr) if b else f"""      %mmN = {match(op, "%remN")}
-      %gN = transform.structured.generalize %mmN : ({t}) -> {t}
-      %iN = transform.structured.interchange %gN iterator_interchange = {rem_perm} : ({t}) -> {t}
-      %lpN = transform.structured.convert_to_loops %iN : ({t}) -> {t}
+    # The register tiles of the main panels (mr x nr x 1, loops M, K, the M
+    # loop peeled), of the remainder rows (1 x nr x 1) and of the N remainder.
+    if b:
+        # A batched product (attention heads: few rows and columns) tiles M
+        # before K, so the remainder rows' tiles are in loops row, K, and its
+        # N remainder as mr x 1 x 1 column tiles (then 1 x 1 x 1): every
+        # accumulator stays in registers across K (docs/toolchain.md). All
+        # tiling and canonicalization precede vectorization: canonicalizing
+        # a vectorized tile turned its contraction into scalar code.
+        tiles = f"""      %t2, %r0 = transform.structured.tile_using_for %pr tile_sizes [{pre0}{mr}, 0, 0] : ({t}) -> ({t}, {t})
+      %r0f = transform.cast %r0 : {t} to {_FOR}
+      %mainM, %remM = transform.loop.peel %r0f : ({_FOR}) -> ({t}, {t})
+      %mmN = {match(op, "%remN")}
+      %c1, %cl = transform.structured.tile_using_for %mmN tile_sizes [{pre0}0, 1, 0] : ({t}) -> ({t}, {t})
+      %c2, %cm, %ck = transform.structured.tile_using_for %c1 tile_sizes [{pre0}{mr}, 0, 1] : ({t}) -> ({res2})
+      %cmf = transform.cast %cm : {t} to {_FOR}
+      %cMain, %cRem = transform.loop.peel %cmf : ({_FOR}) -> ({t}, {t})
+{canon2}      %mmM = {match(op, "%mainM")}
+      %mmV, %r2 = transform.structured.tile_using_for %mmM tile_sizes [{pre0}0, 0, 1] : ({t}) -> ({t}, {t})
+      %mmR = {match(op, "%remM")}
+      %t3, %q0, %q2 = transform.structured.tile_using_for %mmR tile_sizes [{pre0}1, 0, 1] : ({t}) -> ({res2})
+      %cv = {match(op, "%cMain")}
+      %cr = {match(op, "%cRem")}
+      %c3, %cl3, %ck3 = transform.structured.tile_using_for %cr tile_sizes [{pre0}1, 0, 1] : ({t}) -> ({res2})
+{canon2}      transform.structured.vectorize %mmV : {t}
+      transform.structured.vectorize %t3 : {t}
+      transform.structured.vectorize %cv : {t}
+      transform.structured.vectorize %c3 : {t}
 """
-    # The row tiles: mr x nr x 1 tiles in loops M, K, the M loop peeled. A
-    # batched product tiles M alone first, so the remainder rows' 1 x nr x 1
-    # tiles are in loops row, K too (C in registers across K); a 2-D product's
-    # remainder rows keep loops K, row (C loaded and stored every step of K).
-    m_tiles = f"""      %t2, %r0, %r2 = transform.structured.tile_using_for %pr tile_sizes [{pre0}{mr}, 0, 1] : ({t}) -> ({res2})
+    else:
+        # A 2-D product's remainder rows stay in loops K, row, and its N
+        # remainder scalar loops m, k, n whose n loop LLVM vectorizes: at
+        # [128,384] x [384,815] (15 remainder columns) those were faster than
+        # column tiles (1.04 vs 1.30 ms, one znver4 core).
+        tiles = f"""      %t2, %r0, %r2 = transform.structured.tile_using_for %pr tile_sizes [{pre0}{mr}, 0, 1] : ({t}) -> ({res2})
       %r0f = transform.cast %r0 : {t} to {_FOR}
       %mainM, %remM = transform.loop.peel %r0f : ({_FOR}) -> ({t}, {t})
 {canon2}      %mmV = {match(op, "%mainM")}
       %mmR = {match(op, "%remM")}
       %t3, %q0, %q2 = transform.structured.tile_using_for %mmR tile_sizes [{pre0}1, 0, 1] : ({t}) -> ({res2})
-""" if not b else f"""      %t2, %r0 = transform.structured.tile_using_for %pr tile_sizes [{pre0}{mr}, 0, 0] : ({t}) -> ({t}, {t})
-      %r0f = transform.cast %r0 : {t} to {_FOR}
-      %mainM, %remM = transform.loop.peel %r0f : ({_FOR}) -> ({t}, {t})
-{canon2}      %mmM = {match(op, "%mainM")}
-      %mmV, %r2 = transform.structured.tile_using_for %mmM tile_sizes [{pre0}0, 0, 1] : ({t}) -> ({t}, {t})
-      %mmR = {match(op, "%remM")}
-      %t3, %q0, %q2 = transform.structured.tile_using_for %mmR tile_sizes [{pre0}1, 0, 1] : ({t}) -> ({res2})
+{canon2}      transform.structured.vectorize %mmV : {t}
+      transform.structured.vectorize %t3 : {t}
+      %mmN = {match(op, "%remN")}
+      %gN = transform.structured.generalize %mmN : ({t}) -> {t}
+      %iN = transform.structured.interchange %gN iterator_interchange = {rem_perm} : ({t}) -> {t}
+      %lpN = transform.structured.convert_to_loops %iN : ({t}) -> {t}
 """
     return f"""module attributes {{transform.with_named_sequence}} {{
   transform.named_sequence @__transform_main(%root: {t} {{transform.readonly}}) {{
@@ -149,9 +142,7 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
       %lNf = transform.cast %lN : {t} to {_FOR}
       %mainN, %remN = transform.loop.peel %lNf : ({_FOR}) -> ({t}, {t})
       %mmMain = {match(op, "%mainN")}
-{promote}{m_tiles}{canon2}      transform.structured.vectorize %mmV : {t}
-      transform.structured.vectorize %t3 : {t}
-{narrow}    }}
+{promote}{tiles}    }}
 {pm('''      transform.apply_patterns.vector.transfer_permutation_patterns
       transform.apply_patterns.vector.reduction_to_contract
 ''')}{pm('''      transform.apply_patterns.vector.cast_away_vector_leading_one_dim
