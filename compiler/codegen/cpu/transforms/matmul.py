@@ -114,10 +114,8 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
       transform.structured.vectorize %c3 : {t}
 """
     else:
-        # A 2-D product's remainder rows stay in loops K, row, and its N
-        # remainder scalar loops m, k, n whose n loop LLVM vectorizes: at
-        # [128,384] x [384,815] (15 remainder columns) those were faster than
-        # column tiles (1.04 vs 1.30 ms, one znver4 core).
+        # A 2-D product keeps its remainder rows in loops K, row, and its N
+        # remainder as scalar loops m, k, n (LLVM vectorizes the n loop).
         tiles = f"""      %t2, %r0, %r2 = transform.structured.tile_using_for %pr tile_sizes [{pre0}{mr}, 0, 1] : ({t}) -> ({res2})
       %r0f = transform.cast %r0 : {t} to {_FOR}
       %mainM, %remM = transform.loop.peel %r0f : ({_FOR}) -> ({t}, {t})
