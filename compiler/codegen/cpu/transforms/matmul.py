@@ -52,40 +52,16 @@ def _match(what: str, where: str) -> str:
 _FOR = '!transform.op<"scf.for">'
 
 
-def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: int = 512,
-                  mc: int = 240, pack: bool = True) -> str:
-    """The transform script for every ``op`` (``linalg.matmul`` or
-    ``linalg.batch_matmul``) of the payload; ``mr x nr`` register tile, ``kc``
-    rows of B packed per panel, ``mc`` rows of A per block (a multiple of
-    ``mr``, so the thread count never changes which rows fall in the M
-    remainder). Raises ValueError."""
-    if op not in ("linalg.matmul", "linalg.batch_matmul"):
-        raise ValueError(f"matmul_script: unsupported op {op}")
-    b = [1] if op == "linalg.batch_matmul" else []
-    lead = ", ".join(str(x) for x in b)
-    pre = lead + ", " if lead else ""
-    pre0 = "0, " if b else ""  # the batch is already tiled to 1
+def _register_tiles(op: str, mr: int, canon2: str, rem_perm: str) -> str:
+    """The part of ``matmul_script`` after B is packed (handle ``%pr``, the
+    main N panels; ``%remN``, the N remainder): the register tiles of the main
+    panels (mr x nr x 1, loops M, K, the M loop peeled), of the remainder
+    rows (1 x nr x 1) and of the N remainder, vectorized."""
     t = _ANY
-    n_loops = len(b)
-    if mc % mr:
-        raise ValueError(f"matmul_script: mc={mc} is not a multiple of mr={mr}")
-    res0 = ", ".join([t] * (1 + n_loops + 2))
-    loops0 = ", ".join([f"%bl{i}" for i in range(n_loops)] + ["%lM", "%lK"])
+    b = op == "linalg.batch_matmul"
+    pre0 = "0, " if b else ""
     res2 = ", ".join([t] * 3)
-    # the N remainder's loops: (batch,) m, k, n, so the innermost loop walks rows of
-    # B and C (k innermost walked a column of B per output: 15 columns of a
-    # [128,384] x [384,815] product took 3.5 of its 4.6 ms)
-    rem_perm = "[0, 1, 3, 2]" if b else "[0, 2, 1]"
-    pm = lambda body: "    transform.apply_patterns to %func {\n" + body + "    } : " + t + "\n"
-    canon = pm("      transform.apply_patterns.canonicalization\n")
-    canon2 = "\n".join("  " + line if line else line for line in canon.split("\n"))
-    promote = (f"      %pr = transform.structured.promote %mmMain {{ operands_to_promote = [1], "
-               f"use_full_tile_buffers = [false, false], use_alloca }} : ({t}) -> {t}\n"
-               f"      transform.bufferization.buffer_loop_hoisting %func : {t}\n") if pack else (
-               "      %pr = transform.cast %mmMain : !transform.any_op to !transform.any_op\n")
     match = _match
-    # The register tiles of the main panels (mr x nr x 1, loops M, K, the M
-    # loop peeled), of the remainder rows (1 x nr x 1) and of the N remainder.
     if b:
         # A batched product (attention heads: few rows and columns) tiles M
         # before K, so the remainder rows' tiles are in loops row, K, and its
@@ -93,7 +69,7 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
         # accumulator stays in registers across K (docs/toolchain.md). All
         # tiling and canonicalization precede vectorization: canonicalizing
         # a vectorized tile turned its contraction into scalar code.
-        tiles = f"""      %t2, %r0 = transform.structured.tile_using_for %pr tile_sizes [{pre0}{mr}, 0, 0] : ({t}) -> ({t}, {t})
+        return f"""      %t2, %r0 = transform.structured.tile_using_for %pr tile_sizes [{pre0}{mr}, 0, 0] : ({t}) -> ({t}, {t})
       %r0f = transform.cast %r0 : {t} to {_FOR}
       %mainM, %remM = transform.loop.peel %r0f : ({_FOR}) -> ({t}, {t})
       %mmN = {match(op, "%remN")}
@@ -113,10 +89,9 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
       transform.structured.vectorize %cv : {t}
       transform.structured.vectorize %c3 : {t}
 """
-    else:
-        # A 2-D product keeps its remainder rows in loops K, row, and its N
-        # remainder as scalar loops m, k, n (LLVM vectorizes the n loop).
-        tiles = f"""      %t2, %r0, %r2 = transform.structured.tile_using_for %pr tile_sizes [{pre0}{mr}, 0, 1] : ({t}) -> ({res2})
+    # A 2-D product keeps its remainder rows in loops K, row, and its N
+    # remainder as scalar loops m, k, n (LLVM vectorizes the n loop).
+    return f"""      %t2, %r0, %r2 = transform.structured.tile_using_for %pr tile_sizes [{pre0}{mr}, 0, 1] : ({t}) -> ({res2})
       %r0f = transform.cast %r0 : {t} to {_FOR}
       %mainM, %remM = transform.loop.peel %r0f : ({_FOR}) -> ({t}, {t})
 {canon2}      %mmV = {match(op, "%mainM")}
@@ -129,6 +104,39 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
       %iN = transform.structured.interchange %gN iterator_interchange = {rem_perm} : ({t}) -> {t}
       %lpN = transform.structured.convert_to_loops %iN : ({t}) -> {t}
 """
+
+
+def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: int = 512,
+                  mc: int = 240, pack: bool = True) -> str:
+    """The transform script for every ``op`` (``linalg.matmul`` or
+    ``linalg.batch_matmul``) of the payload; ``mr x nr`` register tile, ``kc``
+    rows of B packed per panel, ``mc`` rows of A per block (a multiple of
+    ``mr``, so the thread count never changes which rows fall in the M
+    remainder). Raises ValueError."""
+    if op not in ("linalg.matmul", "linalg.batch_matmul"):
+        raise ValueError(f"matmul_script: unsupported op {op}")
+    b = [1] if op == "linalg.batch_matmul" else []
+    lead = ", ".join(str(x) for x in b)
+    pre = lead + ", " if lead else ""
+    pre0 = "0, " if b else ""  # the batch is already tiled to 1
+    t = _ANY
+    n_loops = len(b)
+    if mc % mr:
+        raise ValueError(f"matmul_script: mc={mc} is not a multiple of mr={mr}")
+    res0 = ", ".join([t] * (1 + n_loops + 2))
+    loops0 = ", ".join([f"%bl{i}" for i in range(n_loops)] + ["%lM", "%lK"])
+    # the N remainder's loops: (batch,) m, k, n, so the innermost loop walks rows of
+    # B and C (k innermost walked a column of B per output: 15 columns of a
+    # [128,384] x [384,815] product took 3.5 of its 4.6 ms)
+    rem_perm = "[0, 1, 3, 2]" if b else "[0, 2, 1]"
+    pm = lambda body: "    transform.apply_patterns to %func {\n" + body + "    } : " + t + "\n"
+    canon = pm("      transform.apply_patterns.canonicalization\n")
+    canon2 = "\n".join("  " + line if line else line for line in canon.split("\n"))
+    promote = (f"      %pr = transform.structured.promote %mmMain {{ operands_to_promote = [1], "
+               f"use_full_tile_buffers = [false, false], use_alloca }} : ({t}) -> {t}\n"
+               f"      transform.bufferization.buffer_loop_hoisting %func : {t}\n") if pack else (
+               "      %pr = transform.cast %mmMain : !transform.any_op to !transform.any_op\n")
+    match = _match
     return f"""module attributes {{transform.with_named_sequence}} {{
   transform.named_sequence @__transform_main(%root: {t} {{transform.readonly}}) {{
     %func = {match("func.func", "%root")}
@@ -140,7 +148,7 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
       %lNf = transform.cast %lN : {t} to {_FOR}
       %mainN, %remN = transform.loop.peel %lNf : ({_FOR}) -> ({t}, {t})
       %mmMain = {match(op, "%mainN")}
-{promote}{tiles}    }}
+{promote}{_register_tiles(op, mr, canon2, rem_perm)}    }}
 {pm('''      transform.apply_patterns.vector.transfer_permutation_patterns
       transform.apply_patterns.vector.reduction_to_contract
 ''')}{pm('''      transform.apply_patterns.vector.cast_away_vector_leading_one_dim
