@@ -128,3 +128,33 @@ def test_operands_not_known_row_major_are_copied_but_computed():
     text = F.linalg_text(_instance(()), platform="cpu")
     r = pipeline.lower(text, ["kernel"], target="cpu:x86-64-v3", keep_ir=True)
     assert "memref.copy" in r.stages["bufferize"] or "linalg.copy" in r.stages["bufferize"]
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_pointwise_conv_split_over_threads(batch):
+    # batch 1: split by blocks of output channels (the tiles' outputs are
+    # row-major for one image); batch 3 over 2 threads: tiles of 2 and 1 images
+    from compiler.codegen import parallel
+    before = parallel.num_threads()
+    parallel.set_num_threads(2)
+    try:
+        g, x = _graph((batch, 64, 16, 16), 64)
+        m = compile(g, target="cpu")
+        np.testing.assert_allclose(m.run(x=x)["y"], interpret(g, {"x": x})["y"],
+                                   rtol=1e-5, atol=1e-5)
+        assert m.kernel_summary() == ["Conv2D[f32,f32,f32,f32] (mlir-cpu-fused)"]
+        hit = next(iter(m.executor.entries.values())).kernel.fn._calls.lookup(
+            *_call_args(m))
+        assert len(hit) == 2, hit                        # two tiles, one per thread
+    finally:
+        parallel.set_num_threads(before)
+
+
+def _call_args(m):
+    """(layouts, params, n_inputs) of the plan's one kernel call."""
+    from runtime.executor import KernelStep
+    from runtime.layout import Layout
+    step = next(s for s in m.plan.steps if isinstance(s, KernelStep))
+    specs = m.executor.specs
+    lays = [Layout.contiguous(specs[v].shape) for v in (*step.inputs, *step.outputs)]
+    return lays, step.params, len(step.inputs)
