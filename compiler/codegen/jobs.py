@@ -186,14 +186,14 @@ class ProcessExecutor(concurrent.futures.Executor):
 
 
 def _preload() -> None:
-    """Import what a task needs (MLIR bindings, llvmlite, the cpu codegen
-    package: most of a worker's second of start-up) and initialise LLVM
-    before the first task is read, so that a worker started at the start
-    of ``compile()`` does it while the calling process runs the passes,
-    not when it is handed its first kernel."""
-    from compiler.codegen.cpu import llvm
+    """Import what a task needs (the cpu codegen package, looked up through
+    its target: MLIR bindings, llvmlite; most of a worker's second of
+    start-up) before the first task is read, so that a worker started at
+    the start of ``compile()`` does it while the calling process runs the
+    passes, not when it is handed its first kernel."""
     from compiler.codegen.family import ENTRY  # noqa: F401
-    llvm.ensure_llvm_initialized()
+    from compiler.targets import parse_target
+    parse_target("cpu:host").codegen
 
 
 def _serve() -> None:
