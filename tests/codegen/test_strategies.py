@@ -317,6 +317,11 @@ def test_copy_kernels_take_the_copies_strategy_and_stay_small():
     unrolled = cpu.lower(text, [ENTRY], strategy=S.LOOPS)
     assert len(unrolled.llvm_ir) > 4 * len(res.llvm_ir)
     assert S.COPIES.fingerprint != S.LOOPS.fingerprint
+    pad = K.linalg_text(K.OpInstance("Pad", (("mode", "constant"),
+                                             ("padding", (0, 0, 0, 0, 1, 1, 1, 1)),
+                                             ("value", 0.0)),
+                                     (TensorType((8, 256, 2, 2), F32),), False))
+    assert "linalg.fill" in pad and cpu.choose_strategy(pad, [ENTRY]) is S.COPIES
 
 
 def test_kernels_that_compute_keep_unrolling():

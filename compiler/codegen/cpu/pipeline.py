@@ -272,7 +272,8 @@ def _shaped(t: "ir.Type") -> "ir.ShapedType | None":
 #: The ops of a kernel that only copies (``COPIES_ONLY``), after ``prepare_entries``.
 _COPY_OPS = frozenset({"builtin.module", "func.func", "func.return", "arith.constant",
                        "tensor.empty", "tensor.insert_slice", "tensor.extract_slice",
-                       "tensor.pad", "tensor.yield", "bufferization.materialize_in_destination"})
+                       "tensor.pad", "tensor.yield", "linalg.fill", "linalg.yield",
+                       "bufferization.materialize_in_destination"})
 
 
 def linalg_op_names(module: "ir.Module") -> set[str]:
@@ -282,7 +283,8 @@ def linalg_op_names(module: "ir.Module") -> set[str]:
     (the init) is dynamic; ``fuelc.few_rows`` when an entry carries that
     attribute (``family.FEW_ROWS_ATTR``); ``fuelc.direct_conv`` when a linalg op
     carries that attribute (``transforms.conv.DIRECT_CONV_ATTR``); ``COPIES_ONLY``
-    when every op only moves data (slices, inserts, pads: a Concat or Slice)."""
+    when every op only moves data (slices, inserts, pads, fills: a Concat, Slice
+    or Pad)."""
     names: set[str] = set()
     copies_only = [True]
 
