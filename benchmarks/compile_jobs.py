@@ -8,8 +8,11 @@ Each run is a fresh process with a fresh kernel cache (``FUELC_CACHE_DIR``):
 it builds a ``benchmarks/models.py`` model, imports it, and times
 ``compile(graph, jobs=N)``; the runs of every (model, jobs) pair are
 interleaved, so a change in the machine's load hits each alike. Prints the
-median of each and the ratio jobs=1 / jobs=N, the load average before and
-after, and checks that every run produced the same objects.
+median of each and the ratio jobs=1 / jobs=N, the CPU seconds of the calling
+process and of its workers (which a busy machine changes less than the wall
+time: with jobs=2 on two free cores the wall time is near the larger of the
+two), the load average before and after, and checks that every run produced
+the same objects.
 
 ``--breakdown`` times, in one run per (model, jobs), the stages of
 ``compile()`` (module.timings), the calling process's work per cold
@@ -25,6 +28,7 @@ import argparse
 import hashlib
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -86,16 +90,20 @@ def one_run(spec: str, jobs: int, breakdown: bool) -> dict:
         _wrap(cache_mod.KernelCache, "put", parent, "store+load worker object")
         _wrap(cache_mod.KernelCache, "get_or_compile", parent, "compile here")
     start = time.time()
-    t0 = time.perf_counter()
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    c0, t0 = time.process_time(), time.perf_counter()
     module = compile(graph, jobs=jobs)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the workers, reaped by compile()
+    workers = after.ru_utime + after.ru_stime - kids.ru_utime - kids.ru_stime
     objects = sorted(os.path.join(d, f) for d, _, fs in
                      os.walk(os.path.join(os.environ["FUELC_CACHE_DIR"], "objects")) for f in fs)
     digest = hashlib.sha256()
     for p in objects:
         with open(p, "rb") as f:
             digest.update(os.path.basename(p).encode() + f.read())
-    out = {"model": spec, "jobs": jobs, "compile": wall, "import": imported,
+    out = {"model": spec, "jobs": jobs, "compile": wall, "cpu": cpu, "cpu_workers": workers,
+           "import": imported,
            "objects": len(objects), "digest": digest.hexdigest()[:16]}
     if breakdown:
         out["stages"] = dict(module.timings)
@@ -164,28 +172,33 @@ def main(argv=None) -> int:
             for j in args.jobs:
                 show_breakdown(run_child(spec, j, True))
         return 0
-    times, digests = {}, {}
+    times, cpus, digests = {}, {}, {}
     for _ in range(args.runs):
         for spec in args.models:
             for root in args.roots:
                 for j in args.jobs:
                     r = run_child(spec, j, False, root)
                     times.setdefault((spec, root, j), []).append(r["compile"])
+                    cpus.setdefault((spec, root, j), []).append((r["cpu"], r["cpu_workers"]))
                     digests.setdefault(spec, set()).add(r["digest"])
-                    print(f"  {spec} {root} jobs={j}: {r['compile']:.2f} s  "
+                    print(f"  {spec} {root} jobs={j}: {r['compile']:.2f} s (cpu: this process "
+                          f"{r['cpu']:.2f} s, workers {r['cpu_workers']:.2f} s)  "
                           f"load {os.getloadavg()[0]:.2f}", flush=True)
     print(f"load average after: {os.getloadavg()}")
     print("| model:batch | checkout | " + " | ".join(f"jobs={j}" for j in args.jobs)
-          + " | ratio |")
+          + " | ratio | cpu: this process + workers |")
     for spec in args.models:
         for root in args.roots:
             meds = [statistics.median(times[(spec, root, j)]) for j in args.jobs]
             spread = [f"{min(times[(spec, root, j)]):.2f}-{max(times[(spec, root, j)]):.2f}"
                       for j in args.jobs]
             same = "" if len(digests[spec]) == 1 else " (objects DIFFER)"
+            work = ", ".join("{:.2f} + {:.2f} s".format(
+                statistics.median(c for c, _ in cpus[(spec, root, j)]),
+                statistics.median(w for _, w in cpus[(spec, root, j)])) for j in args.jobs)
             print(f"| {spec} | {root} | " + " | ".join(
                 f"{m:.2f} s ({r})" for m, r in zip(meds, spread))
-                + f" | {meds[0] / meds[-1]:.2f}x{same} |")
+                + f" | {meds[0] / meds[-1]:.2f}x{same} | {work} |")
     return 0
 
 
