@@ -180,7 +180,7 @@ def main(argv=None) -> int:
                     r = run_child(spec, j, False, root)
                     times.setdefault((spec, root, j), []).append(r["compile"])
                     cpus.setdefault((spec, root, j), []).append((r["cpu"], r["cpu_workers"]))
-                    digests.setdefault(spec, set()).add(r["digest"])
+                    digests.setdefault((spec, root), set()).add(r["digest"])
                     print(f"  {spec} {root} jobs={j}: {r['compile']:.2f} s (cpu: this process "
                           f"{r['cpu']:.2f} s, workers {r['cpu_workers']:.2f} s)  "
                           f"load {os.getloadavg()[0]:.2f}", flush=True)
@@ -192,7 +192,7 @@ def main(argv=None) -> int:
             meds = [statistics.median(times[(spec, root, j)]) for j in args.jobs]
             spread = [f"{min(times[(spec, root, j)]):.2f}-{max(times[(spec, root, j)]):.2f}"
                       for j in args.jobs]
-            same = "" if len(digests[spec]) == 1 else " (objects DIFFER)"
+            same = "" if len(digests[(spec, root)]) == 1 else " (objects DIFFER)"
             work = ", ".join("{:.2f} + {:.2f} s".format(
                 statistics.median(c for c, _ in cpus[(spec, root, j)]),
                 statistics.median(w for _, w in cpus[(spec, root, j)])) for j in args.jobs)
