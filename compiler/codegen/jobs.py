@@ -6,9 +6,10 @@ the kernel-cache lookup. Each *cold* instance (no loaded object, no verified
 disk entry) becomes a task ``emit_object(text, target, strategy) -> bytes``
 for a ``concurrent.futures.Executor``; the object that comes back is stored
 in the kernel cache (disk and memory) by the calling process, which is the
-only writer. The calling process compiles too: once every instance is
-submitted it takes back, from the end, the tasks no worker has started
-(``Future.cancel``) and compiles them itself. An object depends only on
+only writer. The tasks are submitted longest first (``expected_cost``), and
+the calling process compiles too: once every instance is submitted it takes,
+from the front, the tasks no worker has started (``Future.cancel``), so
+whichever process is free takes the longest task left. An object depends only on
 (text, strategy, target), so the result is bit-identical whatever the
 number of jobs or the executor; a task that fails is compiled again in the
 calling process, which raises the typed error with its reproducer.
@@ -43,8 +44,10 @@ from typing import Callable, Sequence
 from compiler.errors import CompilerError
 from runtime.errors import FuelError
 
-#: Graphs with fewer nodes compile in the calling process (no workers).
-MIN_NODES = 64
+#: Graphs with fewer nodes compile in the calling process (no workers). The
+#: smallest benchmark model (``audio``: 52 nodes, 13 kernels, one of them 3 s
+#: of LLVM) gains from a worker.
+MIN_NODES = 32
 #: Fewer cold instances than this compile in the calling process: a worker's
 #: start-up (~1 s) costs more than it would take over (instances: 0.1-0.3 s).
 MIN_COLD = 8
@@ -182,11 +185,23 @@ class ProcessExecutor(concurrent.futures.Executor):
             p.wait()
 
 
+def _preload() -> None:
+    """Import what a task needs (the cpu codegen package, looked up through
+    its target: MLIR bindings, llvmlite; most of a worker's second of
+    start-up) before the first task is read, so that a worker started at
+    the start of ``compile()`` does it while the calling process runs the
+    passes, not when it is handed its first kernel."""
+    from compiler.codegen.family import ENTRY  # noqa: F401
+    from compiler.targets import parse_target
+    parse_target("cpu:host").codegen
+
+
 def _serve() -> None:
     """A worker's loop: read a pickled call from stdin, answer on stdout."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller handles Ctrl-C
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed goes to stderr, never into the answers
+    _preload()
     inp = sys.stdin.buffer
     while True:
         head = inp.read(_FRAME.size)
@@ -248,16 +263,25 @@ def precompile(items: Sequence[tuple], target, *, jobs: int,
         except FuelError:
             pass  # warmed again by the caller, which raises it with the step's name
 
+    # Every instance's text first (cheap), then the rest longest first: the
+    # processes take the longest task left whenever they are free (LPT list
+    # scheduling), so the last tasks are short ones and no core idles long at
+    # the end while another compiles a long kernel.
+    texts = []
+    for job_key, (family, inst) in todo.items():
+        try:
+            texts.append((job_key, _Job(family, inst, family.linalg_text(inst, target), None)))
+        except FuelError:
+            continue  # warmed again by the caller, which raises it
+    texts.sort(key=lambda item: expected_cost(item[1].text), reverse=True)  # stable: deterministic
     pool, cold, parallel = executor, [], executor is not None or jobs > 1
     try:
-        for job_key, (family, inst) in todo.items():
+        for job_key, job in texts:
             try:
-                text = family.linalg_text(inst, target)
-                strategy = codegen.choose_strategy(text, [ENTRY], target)
+                job.strategy = codegen.choose_strategy(job.text, [ENTRY], target)
             except FuelError:
                 continue
-            job = _Job(family, inst, text, strategy)
-            if not parallel or cache.has(text, [ENTRY], strategy=strategy, target=target):
+            if not parallel or cache.has(job.text, [ENTRY], strategy=job.strategy, target=target):
                 local(job_key, job)
                 continue
             cold.append((job_key, job))
@@ -267,7 +291,7 @@ def precompile(items: Sequence[tuple], target, *, jobs: int,
                     earlier.future = pool.submit(emit_object, earlier.text, target,
                                                  earlier.strategy)
             if pool is not None:
-                job.future = pool.submit(emit_object, text, target, strategy)
+                job.future = pool.submit(emit_object, job.text, target, job.strategy)
         pending = {job.future: (job_key, job) for job_key, job in cold if job.future}
 
         def collect(futures) -> None:  # store what the workers sent back
@@ -281,7 +305,7 @@ def precompile(items: Sequence[tuple], target, *, jobs: int,
                 finish(job_key, job, cache.put(job.text, [ENTRY], data, strategy=job.strategy,
                                                target=target))
 
-        for job_key, job in reversed(cold):  # what no worker started, this process compiles
+        for job_key, job in cold:  # the longest task no worker has started: compile it here
             collect([f for f in pending if f.done()])
             if job.future is None or job.future.cancel():
                 pending.pop(job.future, None)
@@ -292,6 +316,15 @@ def precompile(items: Sequence[tuple], target, *, jobs: int,
         for _, job in cold:
             if job.future is not None:
                 job.future.cancel()
+
+
+def expected_cost(text: str) -> int:
+    """How long ``text`` is expected to take to compile, relative to other
+    kernels: its length. Over the cold instances of ``benchmarks/models.py``
+    it ranks the kernels that take longest (direct convolutions, whose
+    schedules unroll the most) first; the order only decides which task
+    starts first, never what an object contains."""
+    return len(text)
 
 
 if __name__ == "__main__":

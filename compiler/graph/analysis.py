@@ -3,12 +3,13 @@ dead-code elimination. Walks start from roots (default: the graph outputs);
 orphaned nodes are ignored."""
 from __future__ import annotations
 
-from typing import Iterable, Optional
-
-import networkx as nx
+from typing import TYPE_CHECKING, Iterable, Optional
 
 from ..errors import CompilerError
 from .graph import Graph
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["roots_of", "reachable", "topological_order", "consumers", "dead_nodes",
            "eliminate_dead_code", "to_networkx", "GraphCycleError"]
@@ -109,6 +110,7 @@ def eliminate_dead_code(graph: Graph, roots: Optional[Iterable] = None,
 def to_networkx(graph: Graph, roots: Optional[Iterable] = None) -> "nx.MultiDiGraph":
     """The reachable subgraph as a networkx MultiDiGraph (edge producer ->
     consumer, key = input slot; node attribute ``node`` is the Node)."""
+    import networkx as nx  # only here: importing it costs every compile worker ~0.1 s
     g = nx.MultiDiGraph()
     for nid in topological_order(graph, roots):
         node = graph.nodes[nid]

@@ -99,6 +99,23 @@ def test_failed_tasks_compile_here_and_progress_counts_instances(cold):
     assert seen[:4] == ["emit", "passes", "plan", "codegen"]
 
 
+def test_tasks_go_longest_first(cold):
+    """Cold instances are submitted longest expected compile first, so the
+    processes, each taking the longest task left, end together."""
+    cold("order")
+    costs = []
+
+    class Recording(CountingExecutor):
+        def submit(self, fn, /, *args, **kwargs):
+            costs.append(jobs.expected_cost(args[0]))
+            return super().submit(fn, *args, **kwargs)
+
+    with Recording() as ex:
+        compile(_graph(), jobs=2, executor=ex)
+    assert len(costs) >= 3 and len(set(costs)) > 1
+    assert costs == sorted(costs, reverse=True)
+
+
 def test_process_executor_compiles_like_this_process(cold):
     from compiler.codegen.family import ENTRY
     from compiler.targets import parse_target

@@ -177,9 +177,12 @@ def parse_ir(text: str, *, fixup: bool = True) -> "llvm.ModuleRef":
     return mod
 
 
-def optimize(mod: "llvm.ModuleRef", tm: "llvm.TargetMachine", speed_level: int = 3) -> None:
-    """Run LLVM's standard O<speed_level> module pipeline for ``tm``."""
+def optimize(mod: "llvm.ModuleRef", tm: "llvm.TargetMachine", speed_level: int = 3, *,
+             unroll: bool = True) -> None:
+    """Run LLVM's standard O<speed_level> module pipeline for ``tm``
+    (without loop unrolling when not ``unroll``)."""
     pto = llvm.create_pipeline_tuning_options(speed_level=speed_level)
+    pto.loop_unrolling = unroll
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
 
@@ -219,16 +222,17 @@ def check_portable(obj: bytes, target) -> None:
             "pass or the op's lowering)")
 
 
-def compile_ir_to_object(text: str, target, *, speed_level: int = 3) -> tuple[bytes, str]:
+def compile_ir_to_object(text: str, target, *, speed_level: int = 3,
+                         unroll: bool = True) -> tuple[bytes, str]:
     """LLVM IR text → (relocatable x86-64 ELF object for ``target``, the
-    optimised IR text). Raises CodegenError."""
+    optimised IR text; ``unroll``: ``optimize``'s). Raises CodegenError."""
     mod = parse_ir(text)
     tm = target_machine(target, jit=False, opt=speed_level)
     mod.triple = tm.triple
     mod.data_layout = str(tm.target_data)
     link_runtime_support(mod)
     try:
-        optimize(mod, tm, speed_level)
+        optimize(mod, tm, speed_level, unroll=unroll)
         mod.verify()
         obj = tm.emit_object(mod)
     except RuntimeError as e:

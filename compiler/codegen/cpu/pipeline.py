@@ -52,7 +52,7 @@ from compiler.codegen.common import stages
 from compiler.codegen.common.stages import (Stage, pipeline_text, prepare_entries,  # noqa: F401
                                             stage_failure, write_reproducer)
 from compiler.codegen.loader import CompiledObject, load_object
-from compiler.codegen.cpu.strategy import LOOPS, Strategy, rules_fingerprint, select_strategy
+from compiler.codegen.cpu.strategy import COPIES_ONLY, LOOPS, Strategy, rules_fingerprint, select_strategy
 
 # Bump when a change here changes generated code (invalidates cached objects).
 PIPELINE_VERSION = "cpu-6"  # cpu-6: unit-stride arguments re-typed
@@ -271,6 +271,13 @@ def _shaped(t: "ir.Type") -> "ir.ShapedType | None":
         return None
 
 
+#: The ops of a kernel that only copies (``COPIES_ONLY``), after ``prepare_entries``.
+_COPY_OPS = frozenset({"builtin.module", "func.func", "func.return", "arith.constant",
+                       "tensor.empty", "tensor.insert_slice", "tensor.extract_slice",
+                       "tensor.pad", "tensor.yield", "linalg.fill", "linalg.yield",
+                       "bufferization.materialize_in_destination"})
+
+
 def linalg_op_names(module: "ir.Module") -> set[str]:
     """The strategy features of ``module``: the names of its linalg ops,
     ``"<name>:<element type>"`` of each op's first operand (``linalg.matmul:f32``)
@@ -278,10 +285,15 @@ def linalg_op_names(module: "ir.Module") -> set[str]:
     (the init) is dynamic; ``fuelc.few_rows`` when an entry carries that
     attribute (``family.FEW_ROWS_ATTR``); ``fuelc.direct_conv`` when a linalg op
     carries that attribute (``transforms.conv.DIRECT_CONV_ATTR``), and
-    ``fuelc.mm_epilogue`` likewise (``transforms.matmul.EPILOGUE_ATTR``)."""
+    ``fuelc.mm_epilogue`` likewise (``family.EPILOGUE_ATTR``); ``COPIES_ONLY``
+    when every op only moves data (slices, inserts, pads, fills: a Concat, Slice
+    or Pad)."""
     names: set[str] = set()
+    copies_only = [True]
 
     def visit(op):
+        if op.name not in _COPY_OPS:
+            copies_only[0] = False
         if op.name == "func.func":
             names.update(a for a in (FEW_ROWS_ATTR, UNPACKED_ATTR) if a in op.attributes)
         if op.name.startswith("linalg."):
@@ -299,6 +311,8 @@ def linalg_op_names(module: "ir.Module") -> set[str]:
         return ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)
+    if copies_only[0]:
+        names.add(COPIES_ONLY)
     return names
 
 
@@ -389,7 +403,8 @@ def lower(module_or_text, entry_names: Sequence[str], *, target=None,
                 apply_transforms(module, strategy.transform)
         ll = translate(module)
     try:
-        obj, optimized = llvm_codegen.compile_ir_to_object(ll, target)
+        obj, optimized = llvm_codegen.compile_ir_to_object(ll, target,
+                                                           unroll=strategy.llvm_unroll)
     except CodegenError as e:
         path = write_reproducer(ll, "llvm", ".ll")
         raise CodegenError(f"{e}\n  reproducer: {path}\n  rerun with: "

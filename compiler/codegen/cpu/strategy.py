@@ -31,6 +31,13 @@ correctness-first loops. Registered here:
   tiles ordered K, M, N (``rows_strategy``): packing B would cost as much as
   the product. An entry marked ``fuelc.unpacked`` (more rows, at most
   ``family.UNPACKED_ROWS``) gets the tiled schedule without the packing of B.
+* a module that only copies (``COPIES_ONLY``: no linalg op, only tensor
+  slices, inserts and pads, as Concat, Slice and Pad lower): ``COPIES``, the
+  loops without LLVM's loop unrolling. Unrolled, the copy loops of a Concat
+  became megabytes of IR and seconds of LLVM per kernel (a 9-way im2col Concat
+  of [8, 256, 1, 2, 2]: 3-4 s, 1.8 MB of IR; rolled 0.2 s); the rolled copy of
+  small inner rows runs slower (a module of that Concat: 76-88 -> 88-111 us a
+  call); of long rows it is no slower.
 
 Strategies are part of the kernel cache key (``Strategy.fingerprint``).
 """
@@ -81,6 +88,10 @@ class Strategy:
     #: expand f32/f16/bf16 exp/tanh/log into vectorizable polynomials
     #: (``compiler.codegen.cpu.fastmath``, measured ulp bounds) instead of libm calls.
     approximate_math: bool = True
+    #: let LLVM unroll loops (O3's full and partial unrolling). Off for pure
+    #: copies: a concatenation of ten [8, 1599] rows came out 2.4 MB of
+    #: unrolled IR and took LLVM 3-4 s; vectorized, not unrolled, 0.1 s.
+    llvm_unroll: bool = True
     doc: str = ""
 
     @property
@@ -91,7 +102,8 @@ class Strategy:
         for part in (self.name, *self.tensor_passes, self.tensor_transform or "", *steps,
                      *self.lowering,
                      f"reassoc={self.reassociate_reductions}",
-                     f"approx={self.approximate_math and fastmath.VERSION}"):
+                     f"approx={self.approximate_math and fastmath.VERSION}",
+                     *(() if self.llvm_unroll else ("no-unroll",))):
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()[:16]
@@ -115,6 +127,14 @@ LOOPS = Strategy(
     doc="linalg → scalar loops; LLVM O3 for the host CPU does the rest (its loop "
         "vectorizer versions unit strides; reductions are marked reassociable). "
         "Correct for every op, any strides.")
+
+#: The strategy feature of a module that only copies (``pipeline.linalg_op_names``).
+COPIES_ONLY = "fuelc.copies_only"
+COPIES = dataclasses.replace(
+    LOOPS, name="copies", llvm_unroll=False,
+    doc="a kernel without linalg ops: only tensor slices, inserts and pads (Concat, "
+        "Slice, Pad). LOOPS without LLVM's loop unrolling: the copy loops are "
+        "vectorized; unrolled they made megabytes of IR and seconds of LLVM per kernel.")
 
 #: ISA levels a strategy may have variants for, best first: (name, the
 #: target features it needs).
@@ -159,6 +179,7 @@ def select_strategy(op_names: Iterable[str], target=None) -> Strategy:
 
 
 # -- built-in strategies ---------------------------------------------------------
+register_strategy(lambda names: COPIES_ONLY in names, COPIES)
 # AVX2 (16 ymm): f32 6x16 = 12 ymm accumulators; f64 6x8 = 12. AVX-512 (32
 # zmm): f32 8x32 = 16 zmm accumulators, f64 8x16 = 16 (two zmm of B and a
 # broadcast leave room). kc rows of B per packed panel, mc rows of A per
@@ -312,7 +333,7 @@ for _op in _MATMUL_OPS:
         register_strategy(_matmul_rule(_op, _elt), {**_v, "": _v["avx2"]})
 
 
-__all__ = ["Strategy", "LOOPS", "LOOPS_LOWERING", "VECTOR_LOWERING", "ISA_LEVELS",
+__all__ = ["Strategy", "LOOPS", "COPIES", "COPIES_ONLY", "LOOPS_LOWERING", "VECTOR_LOWERING", "ISA_LEVELS",
            "register_strategy", "select_strategy", "isa_level", "matmul_strategy"]
 
 

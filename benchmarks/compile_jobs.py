@@ -1,0 +1,206 @@
+"""Cold compile time with ``jobs=1`` against ``jobs=N`` (docs/compile-at-scale.md).
+
+    python benchmarks/compile_jobs.py                       # the table's models, 3 runs each
+    python benchmarks/compile_jobs.py resnet:1 bert:8 --runs 5 --jobs 1 2
+    python benchmarks/compile_jobs.py mobilenet:1 --breakdown   # where the time goes
+
+Each run is a fresh process with a fresh kernel cache (``FUELC_CACHE_DIR``):
+it builds a ``benchmarks/models.py`` model, imports it, and times
+``compile(graph, jobs=N)``; the runs of every (model, jobs) pair are
+interleaved, so a change in the machine's load hits each alike. Prints the
+median of each and the ratio jobs=1 / jobs=N, the CPU seconds of the calling
+process and of its workers (which a busy machine changes less than the wall
+time: with jobs=2 on two free cores the wall time is near the larger of the
+two), the load average before and after, and checks that every run produced
+the same objects.
+
+``--breakdown`` times, in one run per (model, jobs), the stages of
+``compile()`` (module.timings), the calling process's work per cold
+instance (linalg text, strategy, cache lookup, storing and loading what a
+worker sent back, compiling one itself) and each task in the workers (when
+it started and ended after ``compile()`` was called): the first task's start
+is when the pool was ready, the gap between the last worker task's end and
+the end of ``compile()`` is what the calling process did alone at the end.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT = ["resnet:1", "resnet:8", "mobilenet:1", "mobilenet:8", "efficientnet:1",
+           "efficientnet:8", "audio:1", "audio:8", "bert:1", "bert:8"]
+
+
+def timed_emit(text, target, strategy):
+    """``jobs.emit_object``, appending (pid, start, end) to $FUELC_BENCH_LOG."""
+    from compiler.codegen.jobs import emit_object
+    t0 = time.time()
+    data = emit_object(text, target, strategy)
+    with open(os.environ["FUELC_BENCH_LOG"], "a") as f:
+        f.write(json.dumps([os.getpid(), t0, time.time()]) + "\n")
+    return data
+
+
+def _wrap(owner, name, sink, label):
+    fn = getattr(owner, name)
+
+    def timed(*a, **k):
+        t0 = time.time()
+        try:
+            return fn(*a, **k)
+        finally:
+            sink.setdefault(label, []).append((t0, time.time()))
+    setattr(owner, name, timed)
+
+
+def one_run(spec: str, jobs: int, breakdown: bool) -> dict:
+    """Cold-compile ``spec`` (model:batch) in this process; a dict of figures."""
+    sys.path.insert(0, os.environ.get("FUELC_BENCH_ROOT", ROOT))
+    from benchmarks import models
+    name, batch = spec.split(":")
+    t0 = time.perf_counter()
+    proto = models.build(name, int(batch), 128)
+    from compiler import compile
+    from compiler.frontends.onnx import import_model
+    graph = import_model(proto)
+    imported = time.perf_counter() - t0
+    parent = {}
+    if breakdown:
+        from compiler.codegen import cache as cache_mod
+        from compiler.codegen import family, jobs as jobs_mod
+        from benchmarks.compile_jobs import timed_emit as by_name  # workers import it by name
+        jobs_mod.emit_object = by_name
+        from compiler.codegen import cpu, fused, kernels, runtime_fused
+        for m in (kernels, fused, runtime_fused):
+            for c in vars(m).values():
+                if isinstance(c, type) and issubclass(c, family.KernelFamily) and \
+                        "linalg_text" in vars(c):
+                    _wrap(c, "linalg_text", parent, "linalg text")
+        _wrap(cpu, "choose_strategy", parent, "strategy")
+        _wrap(cache_mod.KernelCache, "has", parent, "cache lookup")
+        _wrap(cache_mod.KernelCache, "put", parent, "store+load worker object")
+        _wrap(cache_mod.KernelCache, "get_or_compile", parent, "compile here")
+    start = time.time()
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    c0, t0 = time.process_time(), time.perf_counter()
+    module = compile(graph, jobs=jobs)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the workers, reaped by compile()
+    workers = after.ru_utime + after.ru_stime - kids.ru_utime - kids.ru_stime
+    objects = sorted(os.path.join(d, f) for d, _, fs in
+                     os.walk(os.path.join(os.environ["FUELC_CACHE_DIR"], "objects")) for f in fs)
+    digest = hashlib.sha256()
+    for p in objects:
+        with open(p, "rb") as f:
+            digest.update(os.path.basename(p).encode() + f.read())
+    out = {"model": spec, "jobs": jobs, "compile": wall, "cpu": cpu, "cpu_workers": workers,
+           "import": imported,
+           "objects": len(objects), "digest": digest.hexdigest()[:16]}
+    if breakdown:
+        out["stages"] = dict(module.timings)
+        out["parent"] = {k: [(s - start, e - start) for s, e in v] for k, v in parent.items()}
+        tasks = []
+        if os.path.exists(os.environ["FUELC_BENCH_LOG"]):
+            with open(os.environ["FUELC_BENCH_LOG"]) as f:
+                tasks = [json.loads(line) for line in f]
+        out["tasks"] = [(pid, t - start, e - start) for pid, t, e in tasks]
+    return out
+
+
+def run_child(spec: str, jobs: int, breakdown: bool, root: str = ROOT) -> dict:
+    """One cold compile in a fresh process, with the fuelc checkout ``root``."""
+    with tempfile.TemporaryDirectory() as d:
+        env = dict(os.environ, FUELC_CACHE_DIR=os.path.join(d, "cache"),
+                   FUELC_BENCH_LOG=os.path.join(d, "tasks.log"), FUELC_BENCH_ROOT=root,
+                   PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]))
+        env.pop("FUELC_JOBS", None)
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", spec, str(jobs)]
+        if breakdown:
+            cmd.append("--breakdown")
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if res.returncode:
+            raise SystemExit(f"{spec} jobs={jobs} failed:\n{res.stderr}")
+        return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def show_breakdown(r: dict) -> None:
+    print(f"\n{r['model']} jobs={r['jobs']}: compile {r['compile']:.2f} s "
+          f"(import {r['import']:.2f} s), {r['objects']} objects")
+    print("  stages: " + ", ".join(f"{k} {v:.2f}" for k, v in r["stages"].items()))
+    for k, spans in r["parent"].items():
+        d = [e - s for s, e in spans]
+        print(f"  parent {k}: {len(d)} x, {sum(d):.2f} s, longest {max(d):.2f} s, "
+              f"from {min(s for s, _ in spans):.2f} s to {max(e for _, e in spans):.2f} s")
+    tasks = r["tasks"]
+    if tasks:
+        by_pid = {}
+        for pid, s, e in tasks:
+            by_pid.setdefault(pid, []).append((s, e))
+        for pid, ts in sorted(by_pid.items()):
+            busy = sum(e - s for s, e in ts)
+            print(f"  process {pid}: {len(ts)} tasks, busy {busy:.2f} s, first start "
+                  f"{min(s for s, _ in ts):.2f} s, last end {max(e for _, e in ts):.2f} s, "
+                  f"longest {max(e - s for s, e in ts):.2f} s")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("models", nargs="*", default=DEFAULT, help="model:batch (benchmarks/models.py)")
+    ap.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--breakdown", action="store_true")
+    ap.add_argument("--roots", nargs="+", default=[ROOT],
+                    help="fuelc checkouts to compare, interleaved (default: this one)")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        print(json.dumps(one_run(args.models[0], args.jobs[0] if len(args.models) < 2
+                                 else int(args.models[1]), args.breakdown)))
+        return 0
+    print(f"load average before: {os.getloadavg()}")
+    if args.breakdown:
+        for spec in args.models:
+            for j in args.jobs:
+                show_breakdown(run_child(spec, j, True))
+        return 0
+    times, cpus, digests = {}, {}, {}
+    for _ in range(args.runs):
+        for spec in args.models:
+            for root in args.roots:
+                for j in args.jobs:
+                    r = run_child(spec, j, False, root)
+                    times.setdefault((spec, root, j), []).append(r["compile"])
+                    cpus.setdefault((spec, root, j), []).append((r["cpu"], r["cpu_workers"]))
+                    digests.setdefault((spec, root), set()).add(r["digest"])
+                    print(f"  {spec} {root} jobs={j}: {r['compile']:.2f} s (cpu: this process "
+                          f"{r['cpu']:.2f} s, workers {r['cpu_workers']:.2f} s)  "
+                          f"load {os.getloadavg()[0]:.2f}", flush=True)
+    print(f"load average after: {os.getloadavg()}")
+    print("| model:batch | checkout | " + " | ".join(f"jobs={j}" for j in args.jobs)
+          + " | ratio | cpu: this process + workers |")
+    for spec in args.models:
+        for root in args.roots:
+            meds = [statistics.median(times[(spec, root, j)]) for j in args.jobs]
+            spread = [f"{min(times[(spec, root, j)]):.2f}-{max(times[(spec, root, j)]):.2f}"
+                      for j in args.jobs]
+            same = "" if len(digests[(spec, root)]) == 1 else " (objects DIFFER)"
+            work = ", ".join("{:.2f} + {:.2f} s".format(
+                statistics.median(c for c, _ in cpus[(spec, root, j)]),
+                statistics.median(w for _, w in cpus[(spec, root, j)])) for j in args.jobs)
+            print(f"| {spec} | {root} | " + " | ".join(
+                f"{m:.2f} s ({r})" for m, r in zip(meds, spread))
+                + f" | {meds[0] / meds[-1]:.2f}x{same} | {work} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
