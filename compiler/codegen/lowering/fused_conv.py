@@ -169,7 +169,7 @@ def _pointwise(x, w, bias, s, elt, act):
     read and wrote it per block of K, and a second kernel added the bias and
     clamped. (A conv with neither has no epilogue to mark: the generic path.)"""
     from compiler.codegen.family import CONTRACT_ATTR, EPILOGUE_ATTR
-    n, cin, h, wd = rtt(x).shape
+    h, wd = rtt(x).shape[2:]
     cout = rtt(w).shape[0]
     xs = collapse(x, [[0], [1], [2, 3]])
     ws = collapse(w, [[0], [1, 2, 3]])
@@ -238,10 +238,9 @@ FEW_PIXELS = 16
 
 def few_pixels(params, types) -> bool:
     """Whether a Conv2D's output has few pixels per image (``FEW_PIXELS``)."""
-    from compiler.registry import default_registry
-    out = default_registry()["Conv2D"].infer(list(types), params)
-    pixels = out.shape[2] * out.shape[3]
-    return pixels <= FEW_PIXELS and pixels < min(out.shape[1], 64)
+    out = _out_shape(params, types)
+    pixels = out[2] * out[3]
+    return pixels <= FEW_PIXELS and pixels < min(out[1], 64)
 
 
 def batch_dims(types, params) -> tuple | None:
@@ -475,8 +474,7 @@ def _register_kernel() -> None:
     # threaded MatMul kernel), and so does a depthwise conv of another stride
     # (its taps' Mul/Add chain, one elementwise kernel).
     def serves(params, types):
-        if params["groups"] == 1 and pointwise(1, params["stride"], types[1].shape[2:],
-                                               params["padding"]):
+        if pointwise(params["groups"], params["stride"], types[1].shape[2:], params["padding"]):
             return serves_pointwise(params, types)
         if params["groups"] == 1:
             return direct(1, params["stride"], types[1].shape[2:], params["padding"],
