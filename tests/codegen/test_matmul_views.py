@@ -163,3 +163,19 @@ def test_subcalls_spread_over_threads_give_the_same_result(rng):
     np.testing.assert_allclose(outs[0], want, rtol=2e-5, atol=1e-5)
     for o in outs[1:]:
         np.testing.assert_array_equal(o, outs[0])
+
+
+@pytest.mark.parametrize("seq", [33, 129])
+def test_attention_with_remainder_rows_and_columns_matches_the_interpreter(rng, seq):
+    # ViT's token count (patches + a class token) is odd: both attention
+    # products have remainder rows and QK^T a remainder column (sub-calls of
+    # the batch_matmul kernel on permuted heads)
+    from compiler import Graph, compile
+    from compiler.graph.interpret import interpret
+    g = Graph()
+    q, k, v = (g.input(n, (2, seq, 4, 64), "f32") for n in "qkv")
+    s = q.permute((0, 2, 1, 3)) @ k.permute((0, 2, 3, 1))
+    g.output((s / 8.0).softmax(-1) @ v.permute((0, 2, 1, 3)), name="o")
+    feeds = {n: rng.standard_normal((2, seq, 4, 64), dtype=np.float32) for n in "qkv"}
+    got = compile(g, "cpu")(**feeds)
+    np.testing.assert_allclose(got, interpret(g, feeds)["o"], rtol=1e-5, atol=1e-6)

@@ -235,20 +235,25 @@ def test_assume_unit_strides_retypes_the_listed_arguments():
     assert "memref.load %arg0" in canon  # %a is not listed: read through its own strides
 
 
+def _scheduled_matmul(shape, target: str) -> str:
+    """The unit-stride f32 MatMul instance of ``shape`` after its strategy's
+    transform script (vector IR, before the LLVM lowering)."""
+    from compiler.mlir import ir
+    inst = K.OpInstance("MatMul", (), (TensorType(shape, F32),) * 2, True, (0, 1, 2))
+    res = cpu.lower(K.linalg_text(inst, platform="cpu"), [ENTRY], target=target, keep_ir=True)
+    with ir.Context():
+        m = ir.Module.parse(res.stages["bufferize"])
+        cpu.pipeline.assume_unit_strides(m)
+        cpu.pipeline.apply_transform(m, res.strategy.transform)
+        return str(m)
+
+
 def test_unit_stride_matmul_keeps_the_c_tile_in_registers_across_k():
     """The accumulators of the mr x nr tile are loop-carried values of the K
     loop (loaded and stored once per K block, with vector loads), not a load
     and store of C per multiply-add: the unit-stride argument must survive
     canonicalization as the base the hoisting sees."""
-    from compiler.mlir import ir
-    inst = K.OpInstance("MatMul", (), (TensorType((8, 8), F32),) * 2, True, (0, 1, 2))
-    res = cpu.lower(K.linalg_text(inst, platform="cpu"), [ENTRY], target="cpu:x86-64-v3",
-                    keep_ir=True)
-    with ir.Context():
-        m = ir.Module.parse(res.stages["bufferize"])
-        cpu.pipeline.assume_unit_strides(m)
-        cpu.pipeline.apply_transform(m, res.strategy.transform)
-        out = str(m)
+    out = _scheduled_matmul((8, 8), "cpu:x86-64-v3")
     assert "iter_args" in out and "-> (vector<6x16xf32>)" in out, out[:3000]
     assert "vector.load %arg2" in out and "vector.store" in out
 
@@ -298,6 +303,47 @@ def test_matmul_mixed_unit_and_strided_operands(table, rng):
     got = _call_matmul(table, F32, _storage(at), Layout.contiguous(at.shape).transpose(),
                        _storage(b), Layout.contiguous(b.shape))
     np.testing.assert_allclose(got, a.astype(np.float64) @ b, **TOL[F32])
+
+
+# -- the N remainder of batched products (attention heads) --------------------------
+@pytest.mark.parametrize("dt", [F32, F64])
+@pytest.mark.parametrize("mkn", [(33, 64, 33), (5, 9, 47), (40, 3, 31), (129, 64, 129),
+                                 (33, 33, 64), (1, 17, 15)])
+def test_batch_matmul_remainder_columns(table, rng, dt, mkn):
+    # N % nr columns (1 to nr - 1 on AVX2 and AVX-512) as column tiles, with
+    # M remainders, unpacked (<= 32 rows) and packed calls
+    m, k, n = mkn
+    a = rng.uniform(-1, 1, (3, m, k)).astype(dt.numpy)
+    b = rng.uniform(-1, 1, (3, k, n)).astype(dt.numpy)
+    got = _call_matmul(table, dt, _storage(a), Layout.contiguous(a.shape),
+                       _storage(b), Layout.contiguous(b.shape))
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, **TOL[dt])
+
+
+def test_batch_matmul_remainder_columns_of_transposed_keys(table, rng):
+    # Q K^T as exported: K^T a transposed view (stride 1 along K), 33 keys
+    q = rng.uniform(-1, 1, (4, 33, 64)).astype(np.float32)
+    key = rng.uniform(-1, 1, (4, 33, 64)).astype(np.float32)
+    kt = Layout.contiguous(key.shape).permute((0, 2, 1))
+    got = _call_matmul(table, F32, _storage(q), Layout.contiguous(q.shape), _storage(key), kt)
+    np.testing.assert_allclose(got, q.astype(np.float64) @ key.transpose(0, 2, 1), **TOL[F32])
+
+
+@pytest.mark.parametrize("target,mr,nr", [("cpu:x86-64-v3", 6, 16), ("cpu:x86-64-v4", 8, 32)])
+def test_batch_matmul_remainders_keep_accumulators_in_registers(target, mr, nr):
+    """The N remainder's mr x 1 column tiles and the M remainder's 1 x nr row
+    tiles carry their accumulators through the K loop (a 2-D product keeps
+    its scalar remainder columns and its rows in loops K, row)."""
+    import re
+    for rank, want in ((3, True), (2, False)):
+        out = _scheduled_matmul((8,) * rank, target)
+        # the main tile is still mr FMAs of a broadcast and a row of B (not
+        # scalar code, as when the remainder was canonicalized after the main
+        # tile was vectorized), and the remainder row one more
+        fmas = len(re.findall(rf"vector.fma .*: vector<{nr}xf32>", out))
+        assert fmas == mr + 1, (rank, fmas)
+        assert (f"-> (vector<{mr}x1xf32>)" in out) is want, (rank, out[:2000])
+        assert (f"-> (vector<{nr}xf32>)" in out) is want, (rank, out[:2000])
 
 
 def _concat_text(shape, n, axis):
