@@ -309,12 +309,13 @@ def test_matmul_mixed_unit_and_strided_operands(table, rng):
 @pytest.mark.parametrize("dt", [F32, F64])
 @pytest.mark.parametrize("mkn", [(33, 64, 33), (5, 9, 47), (40, 3, 31), (129, 64, 129),
                                  (33, 33, 64), (1, 17, 15)])
-def test_batch_matmul_remainder_columns(table, rng, dt, mkn):
+@pytest.mark.parametrize("batch", [(3,), ()])
+def test_batch_matmul_remainder_columns(table, rng, dt, mkn, batch):
     # N % nr columns (1 to nr - 1 on AVX2 and AVX-512) as column tiles, with
-    # M remainders, unpacked (<= 32 rows) and packed calls
+    # M remainders, unpacked (<= 32 rows) and packed calls; batched and 2-D
     m, k, n = mkn
-    a = rng.uniform(-1, 1, (3, m, k)).astype(dt.numpy)
-    b = rng.uniform(-1, 1, (3, k, n)).astype(dt.numpy)
+    a = rng.uniform(-1, 1, batch + (m, k)).astype(dt.numpy)
+    b = rng.uniform(-1, 1, batch + (k, n)).astype(dt.numpy)
     got = _call_matmul(table, dt, _storage(a), Layout.contiguous(a.shape),
                        _storage(b), Layout.contiguous(b.shape))
     np.testing.assert_allclose(got, a.astype(np.float64) @ b, **TOL[dt])
@@ -332,10 +333,10 @@ def test_batch_matmul_remainder_columns_of_transposed_keys(table, rng):
 @pytest.mark.parametrize("target,mr,nr", [("cpu:x86-64-v3", 6, 16), ("cpu:x86-64-v4", 8, 32)])
 def test_batch_matmul_remainders_keep_accumulators_in_registers(target, mr, nr):
     """The N remainder's mr x 1 column tiles and the M remainder's 1 x nr row
-    tiles carry their accumulators through the K loop (a 2-D product keeps
-    its scalar remainder columns and its rows in loops K, row)."""
+    tiles carry their accumulators through the K loop, in batched and 2-D
+    products."""
     import re
-    for rank, want in ((3, True), (2, False)):
+    for rank, want in ((3, True), (2, True)):
         out = _scheduled_matmul((8,) * rank, target)
         # the main tile is still mr FMAs of a broadcast and a row of B (not
         # scalar code, as when the remainder was canonicalized after the main

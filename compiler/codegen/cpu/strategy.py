@@ -26,7 +26,7 @@ correctness-first loops. Registered here:
   the register-tiled, B-packed, vectorized schedule of
   ``compiler.codegen.cpu.transforms.matmul``; tiles per ISA: AVX2 (16 ymm)
   6x16 f32 / 6x8 f64, AVX-512 (32 zmm) 8x32 f32 / 8x16 f64 (any sizes, any
-  strides; remainders as scalar loops). An entry marked ``fuelc.few_rows`` (calls
+  strides; remainder rows and columns as 1 x nr and mr x 1 register tiles). An entry marked ``fuelc.few_rows`` (calls
   of at most ``family.FEW_ROWS`` rows) reads B in place instead, in 1 x nr x 4
   tiles ordered K, M, N (``rows_strategy``): packing B would cost as much as
   the product. An entry marked ``fuelc.unpacked`` (more rows, at most
