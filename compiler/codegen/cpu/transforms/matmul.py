@@ -67,6 +67,29 @@ def _match(what: str, where: str) -> str:
 _FOR = '!transform.op<"scf.for">'
 
 
+def _fma_tile(name: str, op: str) -> str:
+    """Transform ops vectorizing the statically shaped tile ``op`` (a remainder
+    whose M and N extents are 1: the matmuls' corners) and lowering its
+    contraction to outer products at once, in the loop around it, so that
+    every multiply-add is a ``vector.fma`` as in the other tiles. Left to the
+    function-wide patterns, ``cast_away_vector_leading_one_dim`` makes it a
+    dot product with no parallel dim, which lowers to a separate multiply and
+    add: such an element rounded differently from its neighbours in FMA
+    tiles, and a result depended on which tile computed it (docs/toolchain.md)."""
+    t = _ANY
+    return f"""      %{name}Loop = transform.get_parent_op {op} {{op_name = "scf.for"}} : ({t}) -> {t}
+      transform.structured.vectorize {op} : {t}
+      transform.apply_patterns to %{name}Loop {{
+        transform.apply_patterns.vector.transfer_permutation_patterns
+        transform.apply_patterns.vector.reduction_to_contract
+      }} : {t}
+      transform.apply_patterns to %{name}Loop {{
+        transform.apply_patterns.vector.lower_contraction lowering_strategy = "outerproduct"
+        transform.apply_patterns.vector.lower_outerproduct
+      }} : {t}
+"""
+
+
 def _register_tiles(op: str, mr: int, canon2: str) -> str:
     """The part of ``matmul_script`` after B is packed (handle ``%pr``, the
     main N panels; ``%remN``, the N remainder): the register tiles of the main
@@ -104,8 +127,7 @@ def _register_tiles(op: str, mr: int, canon2: str) -> str:
 {canon2}      transform.structured.vectorize %mmV : {t}
       transform.structured.vectorize %t3 : {t}
       transform.structured.vectorize %cv : {t}
-      transform.structured.vectorize %c3 : {t}
-"""
+{_fma_tile("corner", "%c3")}"""
 
 
 def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: int = 512,
@@ -179,19 +201,30 @@ def rows_script(op: str = "linalg.matmul", *, nr: int = 16, kr: int = 4) -> str:
     packing: B is read in place, in order). Tiles of 1 row x ``nr`` columns
     x ``kr`` steps of K, in loop order K, M, N: one pass over ``kr`` rows of
     B serves every row of A while they are in L1, and each C tile is loaded
-    and stored once per ``kr`` FMAs per vector. N and K are peeled; their
-    remainders run as scalar loops. Raises ValueError."""
+    and stored once per ``kr`` FMAs per vector. N and K are peeled; the N
+    remainder runs as 1 x 1 x ``kr`` tiles, the K remainder as 1 x ``nr`` x 1
+    and 1 x 1 x 1 tiles, all FMAs in the order of K, as the tiled schedule
+    (so a row's result does not depend on the kernel that computed it).
+    Raises ValueError."""
     if op not in ("linalg.matmul", "linalg.batch_matmul"):
         raise ValueError(f"rows_script: unsupported op {op}")
     t = _ANY
     if op == "linalg.batch_matmul":
-        sizes, order, n_loops = f"[1, 1, {nr}, {kr}]", "[0, 3, 1, 2]", 4
+        sizes, order, n_loops, pre0 = f"[1, 1, {nr}, {kr}]", "[0, 3, 1, 2]", 4, "0, "
     else:
-        sizes, order, n_loops = f"[1, {nr}, {kr}]", "[2, 0, 1]", 3
+        sizes, order, n_loops, pre0 = f"[1, {nr}, {kr}]", "[2, 0, 1]", 3, ""
     loops = ", ".join(f"%l{i}" for i in range(n_loops))
     res = ", ".join([t] * (n_loops + 1))
     match = _match
     k_loop = f"%l{n_loops - 3}"  # the nest: (batch,) K, M, N
+
+    def peel_n(inside: str, main: str, rem: str) -> str:
+        # peel the N loop around the matmul in ``inside``
+        return f"""      %{main}op = {match(op, inside)}
+      %{main}l = transform.get_parent_op %{main}op {{op_name = "scf.for"}} : ({t}) -> {t}
+      %{main}f = transform.cast %{main}l : {t} to {_FOR}
+      %{main}, %{rem} = transform.loop.peel %{main}f : ({_FOR}) -> ({t}, {t})
+"""
     tail = _lower_tail("%func")
     return f"""module attributes {{transform.with_named_sequence}} {{
   transform.named_sequence @__transform_main(%root: {t} {{transform.readonly}}) {{
@@ -202,16 +235,19 @@ def rows_script(op: str = "linalg.matmul", *, nr: int = 16, kr: int = 4) -> str:
       %tl, {loops} = transform.structured.tile_using_for %m tile_sizes {sizes} interchange = {order} : ({t}) -> ({res})
       %kf = transform.cast {k_loop} : {t} to {_FOR}
       %mainK, %remK = transform.loop.peel %kf : ({_FOR}) -> ({t}, {t})
-      %inK = {match(op, "%mainK")}
-      %nl = transform.get_parent_op %inK {{op_name = "scf.for"}} : ({t}) -> {t}
-      %nf = transform.cast %nl : {t} to {_FOR}
-      %mainN, %remN = transform.loop.peel %nf : ({_FOR}) -> ({t}, {t})
+{peel_n("%mainK", "mainN", "remN")}{peel_n("%remK", "kMainN", "kRemN")}      %rn = {match(op, "%remN")}
+      %rn1, %rnl = transform.structured.tile_using_for %rn tile_sizes [{pre0}0, 1, 0] : ({t}) -> ({t}, {t})
+      %kn = {match(op, "%kMainN")}
+      %kn1, %knl = transform.structured.tile_using_for %kn tile_sizes [{pre0}0, 0, 1] : ({t}) -> ({t}, {t})
+      %kc = {match(op, "%kRemN")}
+      %kc1, %kcl0, %kcl1 = transform.structured.tile_using_for %kc tile_sizes [{pre0}0, 1, 1] : ({t}) -> ({t}, {t}, {t})
       transform.apply_patterns to %func {{
         transform.apply_patterns.canonicalization
       }} : {t}
       %v = {match(op, "%mainN")}
       transform.structured.vectorize %v : {t}
-    }}
+      transform.structured.vectorize %kn1 : {t}
+{_fma_tile("col", "%rn1")}{_fma_tile("corner", "%kc1")}    }}
     transform.apply_patterns to %func {{
       transform.apply_patterns.vector.transfer_permutation_patterns
       transform.apply_patterns.vector.reduction_to_contract
