@@ -247,7 +247,8 @@ def rows_strategy(op: str, element_type: str, isa: str = "avx2") -> Strategy:
         name=f"matmul-rows-{op.split('.')[1]}-{element_type}-{tiles['nr']}x{tiles['kr']}",
         transform=rows_script(op, **tiles), lowering=VECTOR_LOWERING,
         doc="a matmul of few rows: 1 x nr x kr FMA tiles in loop order K, M, N over "
-            "B in place (unpacked); N and K remainders as 1 x 1 x kr, 1 x nr x 1 and 1 x 1 x 1 FMA tiles")
+            "B in place (unpacked); K remainder as FMA tiles, N remainder as loops of contractible "
+            "multiply-adds (FMAs)")
 
 
 def _rows_rule(op: str, elt: str) -> Callable[[frozenset[str]], bool]:
