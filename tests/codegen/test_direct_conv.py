@@ -101,6 +101,10 @@ def test_depthwise_kernel_is_a_channel_loop_of_fma_rows(target, dtype, vec):
     assert re.search(rf"fmuladd\.{vec}", res.llvm_ir), "no 1 x nr1 FMA row in the kernel"
     loop = res.stages["bufferize"].split("scf.for", 1)[1]
     assert "memref.alloc" not in loop and "linalg.fill" not in loop
+    # no padded copy: the rows go straight into the (zeroed-once) planes,
+    # and the next channel's rows are prefetched
+    assert "memref.copy" not in loop and "linalg.copy" not in loop
+    assert "llvm.prefetch" in res.llvm_ir
 
 
 @pytest.mark.parametrize("xs,k,stride,pad,dil,bias", [
@@ -111,6 +115,8 @@ def test_depthwise_kernel_is_a_channel_loop_of_fma_rows(target, dtype, vec):
     ((1, 6, 11, 10), 7, (2, 1), (3, 3), (1, 1), True),     # 7x7, stride on one axis
     ((1, 1, 5, 7), 3, (2, 2), (0, 0), (1, 1), True),       # one channel, tiles without loops
     ((2, 3, 3, 3), 3, (2, 2), (0, 0), (1, 1), False),      # one output pixel
+    ((1, 2, 9, 150), 5, (2, 2), (2, 2), (1, 1), True),     # rows read in pieces, pad 2
+    ((1, 2, 6, 131), 3, (2, 2), (1, 1), (1, 1), False),    # odd long rows: a last column
 ])
 @pytest.mark.parametrize("dt", ["f32", "f64"])
 def test_depthwise_direct_conv_matches_numpy(xs, k, stride, pad, dil, bias, dt):

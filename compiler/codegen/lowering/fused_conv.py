@@ -343,6 +343,65 @@ def _split_phases(xp, bufs, g, phases, s) -> list:
     return _for(cin, list(bufs), channel)
 
 
+def _scatter_rows(x, bufs, g, phases) -> list:
+    """The zero-padded image ``x`` ``[1, C, H, W]`` split into its stride
+    phases without a padded copy: each input row is read in contiguous
+    vectors of up to ``_SPLIT`` elements and, with sw = 2,
+    ``vector.deinterleave``d into its even and odd columns; each part is
+    written where the padding puts it in its phase's plane (``bufs``, one
+    per phase with taps, ``[1, C, rows, Wq]``, zeroed once: the padding is
+    never written). With stride 1 the one phase is the padded plane. The
+    rows of phase row ry are one ``scf.for`` over the input rows that land
+    there. Returns the planes."""
+    from compiler.mlir import vector
+    cin, elt = rtt(x).shape[1], rtt(x).element_type
+    which = {(ry, rx): k for k, (ry, rx, _, _) in enumerate(phases)}
+    pad = arith.constant(elt, 0.0)
+    row_of = ir.AffineMap.get_minor_identity(4, 1)
+    even = g.wd - g.wd % g.sw      # columns deinterleaved; an odd last one alone
+    pieces = [(at, min(_SPLIT, even - at)) for at in range(0, even, _SPLIT)]
+    if even < g.wd:
+        pieces.append((even, 1))
+
+    def write(bufs, c, q, ry, j, v):
+        """``v`` (input columns j, j + sw, ...) into its phase's row q."""
+        col = j + g.pw
+        k = which.get((ry, col % g.sw))
+        if k is not None:
+            bufs[k] = vector.TransferWriteOp(bufs[k].type, v, bufs[k],
+                                             [index(0), c, q, index(col // g.sw)], row_of,
+                                             [True]).result
+
+    def channel(c, *bufs):
+        out = list(bufs)
+        for ry in range(g.sh):
+            if not any((ry, rx) in which for rx in range(g.sw)):
+                continue
+            # input rows r = q*sh + ry - ph with 0 <= r < H
+            q0 = -(-(g.ph - ry) // g.sh)
+            q1 = (g.h - 1 + g.ph - ry) // g.sh
+            if q1 < q0:
+                continue
+
+            def row(i, *bufs, ry=ry, q0=q0):
+                bufs = list(bufs)
+                q = arith.addi(i, index(q0))
+                r = arith.addi(arith.muli(q, index(g.sh)), index(ry - g.ph))
+                for at, n in pieces:
+                    v = vector.TransferReadOp(ir.VectorType.get([n], elt), x,
+                                              [index(0), c, r, index(at)], row_of, pad,
+                                              [True]).result
+                    parts = [v] if g.sw == 1 or n == 1 else \
+                        list(vector.DeinterleaveOp(v).results)
+                    for d, part in enumerate(parts):
+                        write(bufs, c, q, ry, at + d, part)
+                return bufs
+            out = _for(q1 - q0 + 1, out, row)
+        return out
+
+    return _for(cin, list(bufs), channel)
+
+
 #: Elements of a padded row read at once by ``_split_phases`` (even: a stride
 #: of 2 splits each read in two).
 _SPLIT = 64
@@ -354,6 +413,7 @@ class _Geometry:
     def __init__(self, pad, dil, stride, kernel, in_hw, out_hw, depthwise):
         (self.ph, self.pw), (self.dh, self.dw), (self.sh, self.sw) = pad, dil, stride
         (self.kh, self.kw), (self.h, self.wd), (self.ho, self.wo) = kernel, in_hw, out_hw
+        self.depthwise = depthwise
         hp, wp = self.h + 2 * self.ph, self.wd + 2 * self.pw
         self.hq, self.wq = -(-hp // self.sh), -(-wp // self.sw)
         # pixels computed: Ho full-width rows, rounded up to whole 16-pixel
@@ -380,7 +440,14 @@ class _Geometry:
     def scratch(self, s, elt, planes: int, cout: int) -> list:
         """The temporaries of ``_planes``: the zero-padded input (zeroed
         here, once: every use overwrites the same interior), the accumulator
-        and, with a stride, each phase's plane."""
+        and, with a stride, each phase's plane. A depthwise conv has no
+        padded input: the accumulator and each phase's plane (the padded
+        plane for stride 1), zeroed here (``_scatter_rows`` writes the same
+        interior for every channel)."""
+        if self.depthwise:
+            return [empty([1, cout, self.npix], elt)] + [
+                fill(s.const(0), empty([1, planes, self.rows, self.wq], elt))
+                for _ in self.phases()]
         xp = fill(s.const(0), empty([1, planes, self.rows * self.sh, self.wq * self.sw], elt))
         phases = [] if self.sh == self.sw == 1 else \
             [empty([1, planes, self.rows, self.wq], elt) for _ in self.phases()]
@@ -409,8 +476,11 @@ def _planes(xi, w, bias, s, elt, geo, scratch, out, at, act=None):
     from compiler.codegen.family import CROP_ATTR, DIRECT_CONV_ATTR
     g = geo
     cin, cout = rtt(xi).shape[1], rtt(w).shape[0]
-    xp, acc, *phase_bufs = scratch
-    xp = insert_slice(xi, xp, [0, 0, g.ph, g.pw])
+    if g.depthwise:
+        xp, (acc, *phase_bufs) = None, scratch
+    else:
+        xp, acc, *phase_bufs = scratch
+        xp = insert_slice(xi, xp, [0, 0, g.ph, g.pw])
     if bias is None:
         acc = fill(s.const(0), acc)
     else:
@@ -418,9 +488,12 @@ def _planes(xi, w, bias, s, elt, geo, scratch, out, at, act=None):
                       lambda b, _o: b)[0]
     d = [ir.AffineDimExpr.get(k) for k in range(6)]   # n co p | c qy qx
     phases = list(g.phases())
-    planes = [] if g.sh == g.sw == 1 else _split_phases(xp, phase_bufs, g, phases, s)
+    if g.depthwise:
+        planes = _scatter_rows(xi, phase_bufs, g, phases)
+    else:
+        planes = [] if g.sh == g.sw == 1 else _split_phases(xp, phase_bufs, g, phases, s)
     for k, (ry, rx, nqy, nqx) in enumerate(phases):
-        if g.sh == g.sw == 1:
+        if g.sh == g.sw == 1 and not g.depthwise:
             plane, wt = xp, w
         else:
             plane = planes[k]
@@ -444,7 +517,7 @@ def _planes(xi, w, bias, s, elt, geo, scratch, out, at, act=None):
                 [affine_map(4, [0, 1, e[2] * g.wq + e[3]]), identity_map(4)],
                 [PARALLEL] * 4, lambda v, _o: v if act is None else act(v))[0]
     y.owner.attributes[CROP_ATTR] = ir.UnitAttr.get()
-    return insert_at(y, out, at), [xp, acc, *planes]
+    return insert_at(y, out, at), [acc, *planes] if g.depthwise else [xp, acc, *planes]
 
 
 #: The direct convolution computes a multiple of this many pixels per image.

@@ -28,7 +28,7 @@ them (the ``py:`` steps of the strategy, ``REWRITES``):
 from __future__ import annotations
 
 from compiler.codegen.family import CROP_ATTR, DIRECT_CONV_ATTR  # marks (target-neutral)
-from compiler.mlir import ir, vector, walk_ops
+from compiler.mlir import arith, ir, memref, vector, walk_ops
 
 from .matmul import _ANY, _FOR, _LOWER_VECTORS, _match
 
@@ -79,7 +79,7 @@ def conv_scripts(*, mr: int, nr: int, nr1: int) -> tuple[str, ...]:
     %no_unroll = transform.param.constant #llvm.loop_annotation<unroll = #llvm.loop_unroll<disable = true>> -> !transform.any_param
     transform.annotate %kloops "loop_annotation" = %no_unroll : {t}, !transform.any_param
 """ + _TAIL
-    return (tile, "py:fold_unit_dims", vectorize, "py:single_reduction_contracts", lower)
+    return ("py:prefetch_next_plane", tile, "py:fold_unit_dims", vectorize, "py:single_reduction_contracts", lower)
 
 
 def tile_script(mr: int, nr: int, cout: int, npix: int) -> str:
@@ -289,6 +289,52 @@ def _axpy(op, maps, p: int) -> int:
     return 1
 
 
+def prefetch_next_plane(module: "ir.Module", locality: str = "2") -> int:
+    """Before each ``vector.transfer_read`` of a row of a kernel argument's
+    channel plane (a depthwise conv's ``_scatter_rows``: a read from a
+    ``memref.subview`` of an argument ``[N, C, H, W]`` at a dynamic channel),
+    a ``memref.prefetch`` of the same row of the next channel (the last
+    channel prefetches itself), one per cache line the read covers. Its lines
+    arrive while this channel is computed in L1, instead of stalling the next
+    channel's reads. Returns the reads given prefetches."""
+    n = 0
+    for op in walk_ops(module, lambda o: o.name == "vector.transfer_read"):
+        if not isinstance(op.operands[0], ir.OpResult):
+            continue
+        view = op.operands[0].owner
+        if view.name != "memref.subview":
+            continue
+        base = view.operands[0]
+        while isinstance(base, ir.OpResult) and base.owner.name == "memref.cast":
+            base = base.owner.operands[0]
+        if not isinstance(base, ir.BlockArgument) or ir.MemRefType(base.type).rank != 4:
+            continue
+        static = list(ir.DenseI64ArrayAttr(view.attributes["static_offsets"]))
+        dyn = iter(list(view.operands)[1:])
+        channels = ir.ShapedType(base.type).shape[1]
+        if static[1] != ir.ShapedType.get_dynamic_stride_or_offset() or channels < 0:
+            continue
+        elt = ir.MemRefType(base.type).element_type
+        line = 64 // (ir.FloatType(elt).width // 8)
+        width = ir.VectorType(op.result.type).shape[-1]
+        idx = list(op.operands)[1:5]
+        with ir.InsertionPoint(op), op.location:
+            at = [next(dyn) if v == ir.ShapedType.get_dynamic_stride_or_offset()
+                  else arith.constant(ir.IndexType.get(), v) for v in static]
+            full = [arith.addi(a, i) for a, i in zip(at, idx)]
+            full[1] = arith.minui(arith.addi(full[1], _const(1)), _const(channels - 1))
+            for k in range(0, width, line):
+                col = arith.addi(full[3], _const(k)) if k else full[3]
+                memref.PrefetchOp(base, full[:3] + [col], False, int(locality), True)
+        n += 1
+    return n
+
+
+def _const(v: int) -> "ir.Value":
+    return arith.constant(ir.IndexType.get(), v)
+
+
 #: The ``py:`` steps a strategy's transform may name.
 REWRITES = {"tile_direct_conv": tile_direct_conv, "fold_unit_dims": fold_unit_dims,
-            "single_reduction_contracts": single_reduction_contracts}
+            "single_reduction_contracts": single_reduction_contracts,
+            "prefetch_next_plane": prefetch_next_plane}
