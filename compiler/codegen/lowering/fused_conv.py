@@ -483,6 +483,10 @@ def _planes(xi, w, bias, s, elt, geo, scratch, out, at, act=None):
         xp = insert_slice(xi, xp, [0, 0, g.ph, g.pw])
     if bias is None:
         acc = fill(s.const(0), acc)
+    elif cout == 1:
+        # one channel: a fill with its bias, read once (a broadcast generic
+        # re-read the bias per element, unrolled to scalar moves for small planes)
+        acc = fill(tensor.extract(bias, [index(0)]), acc)
     else:
         acc = generic([bias], [acc], [affine_map(3, [1]), identity_map(3)], [PARALLEL] * 3,
                       lambda b, _o: b)[0]

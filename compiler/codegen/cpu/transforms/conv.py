@@ -60,10 +60,8 @@ def conv_scripts(*, mr: int, nr: int, nr1: int) -> tuple[str, ...]:
     tile = f"py:tile_direct_conv {mr} {nr} {nr1}"
     vectorize = _HEAD + f"""    %g = {_marked(DIRECT_CONV_ATTR)}
     transform.structured.vectorize %g : {t}
-    %copies = {_match("linalg.copy", "%root")}
+    %copies = {_marked(ROW_COPY_ATTR)}
     transform.structured.vectorize %copies : {t}
-    %crop = {_marked(CROP_ATTR)}
-    transform.structured.vectorize %crop : {t}
 """ + _apply("transform.apply_patterns.vector.transfer_permutation_patterns",
              "transform.apply_patterns.vector.reduction_to_contract") + _apply(
         "transform.apply_patterns.vector.cast_away_vector_leading_one_dim") + _TAIL
@@ -118,18 +116,26 @@ def tile_direct_conv(module: "ir.Module", mr: str, nr: str, nr1: str | None = No
         rows, cols = (1, int(nr1 or nr)) if cout == 1 else (int(mr), int(nr))
         apply_transform(module, tile_script(rows, cols, cout, npix))
     # the copies in (padding) and out (the crop), a row at a time, long rows
-    # in ROW_VECTOR pieces (the vectorizer makes one vector of the whole tile)
+    # in ROW_VECTOR pieces (the vectorizer makes one vector of the whole tile),
+    # and so the accumulator's fill ([N, C, pixels]: LLVM unrolled a small
+    # one into scalar stores)
     copies = walk_ops(module, lambda o: o.name == "linalg.copy" or (
-        o.name == "linalg.generic" and CROP_ATTR in o.attributes))
+        o.name == "linalg.generic" and CROP_ATTR in o.attributes) or (
+        o.name == "linalg.fill" and ir.ShapedType(o.operands[1].type).rank == 3))
     for k, op in enumerate(copies):
         shape = ir.ShapedType(op.operands[len(op.operands) - 1].type).shape
-        if len(shape) != 4:
+        if len(shape) != (3 if op.name == "linalg.fill" else 4):
             raise ValueError(f"direct convolution: a copy of rank {len(shape)} ({shape}); "
                              f"the schedule tiles [N, C, H, W] copies")
         attr = f"fuelc.row_copy_{k}"
         op.attributes[attr] = ir.UnitAttr.get()
-        apply_transform(module, row_copy_script(attr, shape[3]))
+        op.attributes[ROW_COPY_ATTR] = ir.UnitAttr.get()
+        apply_transform(module, row_copy_script(attr, shape))
     return len(convs)
+
+
+#: Marks the row-tiled copies and fills (``tile_direct_conv``) for the vectorizer.
+ROW_COPY_ATTR = "fuelc.row_copy"
 
 
 #: Elements of a row copied by one vector (a longer row is copied in pieces:
@@ -137,20 +143,23 @@ def tile_direct_conv(module: "ir.Module", mr: str, nr: str, nr1: str | None = No
 ROW_VECTOR = 64
 
 
-def row_copy_script(attr: str, width: int) -> str:
-    """Tile the ``attr``-marked copy ``[N, C, H, W]`` to rows, and a row
-    wider than ``ROW_VECTOR`` to pieces of it (the remainder peeled: every
-    piece static, vectorized without masks)."""
+def row_copy_script(attr: str, shape) -> str:
+    """Tile the ``attr``-marked copy ``[N, C, H, W]`` (or fill ``[N, C,
+    P]``) to rows, and a row wider than ``ROW_VECTOR`` to pieces of it (the
+    remainder peeled: every piece static, vectorized without masks)."""
     t = _ANY
+    rank, width = len(shape), shape[-1]
     cols = ROW_VECTOR if width > ROW_VECTOR else 0
-    loops = ", ".join([t] * (4 if cols else 3))
-    names = ", ".join(f"%l{i}" for i in range(4 if cols else 3))
+    n = rank if cols else rank - 1
+    loops = ", ".join([t] * n)
+    names = ", ".join(f"%l{i}" for i in range(n))
     peel = ""
     if cols and width % cols:
-        peel = (f"    %fl = transform.cast %l3 : {t} to {_FOR}\n"
+        peel = (f"    %fl = transform.cast %l{rank - 1} : {t} to {_FOR}\n"
                 f"    %ml, %rl = transform.loop.peel %fl : ({_FOR}) -> ({t}, {t})\n")
+    sizes = ", ".join(["1"] * (rank - 1) + [str(cols)])
     return _HEAD + f"""    %ops = {_marked(attr)}
-    %tiled, {names} = transform.structured.tile_using_for %ops tile_sizes [1, 1, 1, {cols}] : ({t}) -> ({t}, {loops})
+    %tiled, {names} = transform.structured.tile_using_for %ops tile_sizes [{sizes}] : ({t}) -> ({t}, {loops})
 """ + peel + _apply("transform.apply_patterns.canonicalization") + _TAIL
 
 
