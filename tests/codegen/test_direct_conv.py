@@ -86,8 +86,8 @@ def test_conv_kernel_outside_the_direct_class_keeps_the_loops():
 
 
 @pytest.mark.parametrize("target,dtype,vec", [
-    ("cpu:x86-64-v3", DType.F32, "v32f32"), ("cpu:skylake-avx512", DType.F32, "v64f32"),
-    ("cpu:x86-64-v3", DType.F64, "v16f64"), ("cpu:skylake-avx512", DType.F64, "v32f64"),
+    ("cpu:x86-64-v3", DType.F32, "v64f32"), ("cpu:skylake-avx512", DType.F32, "v64f32"),
+    ("cpu:x86-64-v3", DType.F64, "v32f64"), ("cpu:skylake-avx512", DType.F64, "v32f64"),
 ])
 def test_depthwise_kernel_is_a_channel_loop_of_fma_rows(target, dtype, vec):
     """groups = C: an scf.for over the channels around a one-channel direct
@@ -111,6 +111,16 @@ def test_depthwise_kernel_is_a_channel_loop_of_fma_rows(target, dtype, vec):
     assert "llvm.prefetch" in res.llvm_ir
 
 
+def test_depthwise_small_planes_are_computed_a_block_of_channels_at_a_time():
+    """Planes of a few hundred bytes: an iteration scatters a block of
+    channels (the largest divisor of C that fits ``_DW_BLOCK_BYTES``) into
+    its planes, then computes them, a channel's pixels at a time."""
+    text = _kernel_text(x=(2, 12, 5, 6), w=(12, 1, 3, 3), params=dict(PARAMS, groups=12))
+    res = P.lower(text, ["kernel"], target="cpu:x86-64-v3", keep_ir=True)
+    assert re.search(r"memref\.alloc\(\) .*: memref<1x6x\d+x8xf32>", res.stages["bufferize"])
+    assert "scf.for %arg5 = %c0 to %c2 step %c1" in res.stages["bufferize"]
+
+
 @pytest.mark.parametrize("xs,k,stride,pad,dil,bias", [
     ((2, 7, 13, 17), 3, (1, 1), (1, 1), (1, 1), True),     # remainders, two images
     ((1, 5, 14, 15), 3, (2, 2), (1, 1), (1, 1), True),     # stride 2: phases
@@ -121,6 +131,8 @@ def test_depthwise_kernel_is_a_channel_loop_of_fma_rows(target, dtype, vec):
     ((2, 3, 3, 3), 3, (2, 2), (0, 0), (1, 1), False),      # one output pixel
     ((1, 2, 9, 150), 5, (2, 2), (2, 2), (1, 1), True),     # rows read in pieces, pad 2
     ((1, 2, 6, 131), 3, (2, 2), (1, 1), (1, 1), False),    # odd long rows: a last column
+    ((2, 12, 5, 6), 3, (1, 1), (1, 1), (1, 1), True),      # small planes: blocks of 6
+    ((2, 10, 7, 7), 3, (2, 2), (1, 1), (1, 1), True),      # strided blocks
 ])
 @pytest.mark.parametrize("dt", ["f32", "f64"])
 def test_depthwise_direct_conv_matches_numpy(xs, k, stride, pad, dil, bias, dt):

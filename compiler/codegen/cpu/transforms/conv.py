@@ -80,10 +80,19 @@ def conv_scripts(*, mr: int, nr: int, nr1: int) -> tuple[str, ...]:
     return ("py:prefetch_next_plane", tile, "py:fold_unit_dims", vectorize, "py:single_reduction_contracts", lower)
 
 
-def tile_script(mr: int, nr: int, cout: int, npix: int) -> str:
+def _channel_wise(op) -> bool:
+    """Whether a direct-conv generic is a depthwise one (a block of
+    channels: output channel co reads plane co, ``out[n, co, p] +=
+    plane[n, co, p + ..] * w[co, 0, ..]``)."""
+    m = ir.AffineMapAttr(ir.ArrayAttr(op.attributes["indexing_maps"])[0]).value
+    return _dim(m.results[1]) == 1
+
+
+def tile_script(mr: int, nr: int, cout: int, npix: int, by_channel: bool = False) -> str:
     """Step 1 for one generic of ``cout`` channels and ``npix`` pixels: a loop
     is peeled only where the tile does not divide it (peeling a divisible
-    loop fails)."""
+    loop fails). ``by_channel`` (a depthwise block, tiled 1 x nr): the
+    channels outermost, each channel's pixels in turn."""
     t = _ANY
     peel = ""
     for loop, extent, tile in (("%lco", cout, mr), ("%lp", npix, nr)):
@@ -91,10 +100,13 @@ def tile_script(mr: int, nr: int, cout: int, npix: int) -> str:
             peel += (f"      %f{loop[1:]} = transform.cast {loop} : {t} to {_FOR}\n"
                      f"      %m{loop[1:]}, %r{loop[1:]} = transform.loop.peel %f{loop[1:]} "
                      f": ({_FOR}) -> ({t}, {t})\n")
+    # the loop handles come in loop order
+    order = "0, 1, 2, 3, 4, 5" if by_channel else "0, 2, 1, 3, 4, 5"
+    loops = "%lco, %lp" if by_channel else "%lp, %lco"
     return _HEAD + f"""    %all = {_marked(DIRECT_CONV_ATTR)}
     transform.foreach %all : {t} {{
     ^bb0(%g: {t}):
-      %t0, %ln, %lp, %lco, %lc, %lkh, %lkw = transform.structured.tile_using_for %g tile_sizes [1, {mr}, {nr}, 1, 1, 1] interchange = [0, 2, 1, 3, 4, 5] : ({t}) -> ({t}, {t}, {t}, {t}, {t}, {t}, {t})
+      %t0, %ln, {loops}, %lc, %lkh, %lkw = transform.structured.tile_using_for %g tile_sizes [1, {mr}, {nr}, 1, 1, 1] interchange = [{order}] : ({t}) -> ({t}, {t}, {t}, {t}, {t}, {t}, {t})
 """ + peel + "    }\n" + _apply("transform.apply_patterns.canonicalization") + _TAIL
 
 
@@ -113,8 +125,10 @@ def tile_direct_conv(module: "ir.Module", mr: str, nr: str, nr1: str | None = No
         raise ValueError(f"direct convolutions of several accumulator shapes in one module: "
                          f"{sorted(distinct)}")
     for _, cout, npix in distinct:
-        rows, cols = (1, int(nr1 or nr)) if cout == 1 else (int(mr), int(nr))
-        apply_transform(module, tile_script(rows, cols, cout, npix))
+        if cout == 1 or all(_channel_wise(op) for op in convs):
+            apply_transform(module, tile_script(1, int(nr1 or nr), cout, npix, by_channel=True))
+        else:
+            apply_transform(module, tile_script(int(mr), int(nr), cout, npix))
     # the copies in (padding) and out (the crop), a row at a time, long rows
     # in ROW_VECTOR pieces (the vectorizer makes one vector of the whole tile),
     # and so the accumulator's fill ([N, C, pixels]: LLVM unrolled a small
@@ -206,6 +220,16 @@ def fold_unit_dims(module: "ir.Module") -> int:
                     e = e2
                 results.append(e)
             new.append(ir.AffineMapAttr.get(ir.AffineMap.get(nd, 0, results)))
+        if DIRECT_CONV_ATTR in op.attributes and _channel_wise(op) and \
+                extent.get(1) == extent.get(3) == 1:
+            # a one-channel tile of a depthwise block: its plane read through
+            # the unit reduction dim c (n, c, p), as a one-channel conv's, so
+            # the tile's contraction is the axpy ``single_reduction_contracts``
+            # takes (through co the weight was broadcast along the pixels)
+            first = ir.AffineMapAttr(new[0]).value
+            new[0] = ir.AffineMapAttr.get(ir.AffineMap.get(nd, 0, [
+                first.results[0], ir.AffineDimExpr.get(3), *list(first.results)[2:]]))
+            changed = True
         if changed:
             op.attributes["indexing_maps"] = ir.ArrayAttr.get(new)
             n += 1
@@ -301,11 +325,13 @@ def _axpy(op, maps, p: int) -> int:
 def prefetch_next_plane(module: "ir.Module", locality: str = "2") -> int:
     """Before each ``vector.transfer_read`` of a row of a kernel argument's
     channel plane (a depthwise conv's ``_scatter_rows``: a read from a
-    ``memref.subview`` of an argument ``[N, C, H, W]`` at a dynamic channel),
-    a ``memref.prefetch`` of the same row of the next channel (the last
-    channel prefetches itself), one per cache line the read covers. Its lines
-    arrive while this channel is computed in L1, instead of stalling the next
-    channel's reads. Returns the reads given prefetches."""
+    ``memref.subview`` of an argument ``[N, C, H, W]``, or of its
+    ``memref.cast``, at a dynamic channel), a ``memref.prefetch`` (to L2:
+    ``locality``) of the same row one channel block further (the subview's
+    channels; the last channel prefetches itself), one per cache line the
+    read covers. Its lines arrive while this block is computed in L1,
+    instead of stalling the next block's reads. Returns the reads given
+    prefetches."""
     n = 0
     for op in walk_ops(module, lambda o: o.name == "vector.transfer_read"):
         if not isinstance(op.operands[0], ir.OpResult):
@@ -331,7 +357,8 @@ def prefetch_next_plane(module: "ir.Module", locality: str = "2") -> int:
             at = [next(dyn) if v == ir.ShapedType.get_dynamic_stride_or_offset()
                   else arith.constant(ir.IndexType.get(), v) for v in static]
             full = [arith.addi(a, i) for a, i in zip(at, idx)]
-            full[1] = arith.minui(arith.addi(full[1], _const(1)), _const(channels - 1))
+            block = list(ir.DenseI64ArrayAttr(view.attributes["static_sizes"]))[1]
+            full[1] = arith.minui(arith.addi(full[1], _const(block)), _const(channels - 1))
             for k in range(0, width, line):
                 col = arith.addi(full[3], _const(k)) if k else full[3]
                 memref.PrefetchOp(base, full[:3] + [col], False, int(locality), True)
