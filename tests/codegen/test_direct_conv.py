@@ -1,7 +1,7 @@
 """The direct convolution (``transforms/conv.py``): the cpu Conv2D kernel of a
 stride-1 groups-1 conv is one generic over the flat padded input, register-
 tiled to FMA tiles by the ``conv-direct`` strategy on AVX2 and AVX-512 targets
-(a depthwise conv: the same, one channel at a time, in 1 x nr1 tiles), and
+(a depthwise conv: the same, a block of channels at a time, in 1 x nr1 tiles), and
 its rewrites do what they claim on small IR. Numerics of the kernel
 against the reference: tests/fused/test_fused_attention_quant_conv.py."""
 import re

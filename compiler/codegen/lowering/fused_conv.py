@@ -266,7 +266,7 @@ def batch_dims(types, params) -> tuple | None:
 
 def direct_depthwise(stride, dilation=(1, 1)) -> bool:
     """Whether the cpu kernel computes this depthwise Conv2D (groups = Cin =
-    Cout) directly, a channel at a time (``_direct``): stride 1, or stride 2
+    Cout) directly, a block of channels at a time (``_direct``): stride 1, or stride 2
     without dilation (the strides ``direct`` takes for groups = 1 too)."""
     stride = tuple(stride)
     return stride == (1, 1) or max(stride) <= 2 and tuple(dilation) == (1, 1)
@@ -275,13 +275,13 @@ def direct_depthwise(stride, dilation=(1, 1)) -> bool:
 def _direct(x, w, bias, s, elt, xshape, wshape, pad, dil, stride, oshape, depthwise=False,
             act=None):
     """On cpu, one image at a time (an ``scf.for``), and for a depthwise conv
-    (``depthwise``: w ``[C,1,Kh,Kw]``) one channel of it at a time: each
-    channel is then a 1-channel direct convolution (``_planes``) whose padded
-    plane (a few KiB) stays in L1 between being written and read, instead of
-    a padded copy of the whole image passing through memory. The
-    temporaries (``_Geometry.scratch``) are allocated once and carried through
-    the loops, so an iteration neither allocates nor clears them again.
-    ``act``: the clamp or silu epilogue (``_activation``), applied by the crop."""
+    (``depthwise``: w ``[C,1,Kh,Kw]``) one block of its channels at a time
+    (``_Geometry.channel_block``): the block's planes (a few KiB) stay in L1
+    between being written and read, instead of a padded copy of the whole
+    image passing through memory. The temporaries (``_Geometry.scratch``)
+    are allocated once and carried through the loops, so an iteration
+    neither allocates nor clears them again. ``act``: the clamp or silu
+    epilogue (``_activation``), applied by the crop."""
     (n, cin, h, wd), (cout, kh, kw), (ho, wo) = xshape, wshape, oshape
     geo = _Geometry(pad, dil, stride, (kh, kw), (h, wd), (ho, wo), depthwise)
     k = geo.channel_block(cin, _bytes(elt)) if depthwise else cin
@@ -483,7 +483,10 @@ def _planes(xi, w, bias, s, elt, geo, scratch, out, at, act=None):
     co, p] += plane[n, c, p + qy*Wq + qx] * w[co, c, qy*sh + ry, qx*sw +
     rx]``; the accumulator starts as the bias. The first Wo columns of each
     row are the image's output (one copy, ``CROP_ATTR``, which applies the
-    clamp epilogue ``act``). The cpu strategy
+    clamp epilogue ``act``). A depthwise block (``geo.depthwise``) has no
+    padded copy (``_scatter_rows`` fills the phase planes), its generics read
+    plane co for output channel co, and its accumulator starts at zero: the
+    crop adds the bias. The cpu strategy
     ``conv_strategy`` register-tiles each generic (``transforms/conv.py``)."""
     from compiler.codegen.family import CROP_ATTR, DIRECT_CONV_ATTR
     g = geo

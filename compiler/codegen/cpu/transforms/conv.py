@@ -24,6 +24,10 @@ them (the ``py:`` steps of the strategy, ``REWRITES``):
    leaves ``(mr x 1) * (1 x nr)`` contractions;
 4. as the matmul schedule: fold views, CSE + LICM, hoist the ``mr x nr``
    accumulator out of the c, kh, kw loops, lower to broadcasts and FMAs.
+
+A depthwise kernel (a block of channels, output channel co reading plane co)
+is tiled 1 x ``nr1``, channel by channel, and its row reads of the input get
+prefetches of the next block's rows first (``prefetch_next_plane``).
 """
 from __future__ import annotations
 
@@ -113,9 +117,10 @@ def tile_script(mr: int, nr: int, cout: int, npix: int, by_channel: bool = False
 def tile_direct_conv(module: "ir.Module", mr: str, nr: str, nr1: str | None = None) -> int:
     """Step 1 (``tile_script``) on the ``DIRECT_CONV_ATTR`` generics (the
     phases of one convolution: one accumulator shape), the peeling chosen
-    from their static extents. A generic of one output channel (a depthwise
-    conv's, a channel at a time) is tiled ``1 x nr1``: its one weight per tap
-    is broadcast once for ``nr1`` pixels. Returns the count."""
+    from their static extents. A depthwise generic (one output channel, or a
+    block whose channel co reads plane co: ``_channel_wise``) is tiled ``1 x
+    nr1``, channel by channel: its one weight per tap is broadcast once for
+    ``nr1`` pixels. Returns the count."""
     from compiler.codegen.cpu.pipeline import apply_transform
     convs = walk_ops(module, lambda o: o.name == "linalg.generic"
                      and DIRECT_CONV_ATTR in o.attributes)
