@@ -136,6 +136,15 @@ COPIES = dataclasses.replace(
         "Slice, Pad). LOOPS without LLVM's loop unrolling: the copy loops are "
         "vectorized; unrolled they made megabytes of IR and seconds of LLVM per kernel.")
 
+#: The strategy feature of a module whose lowering wrote vector ops itself
+#: (``vector.transfer_read`` ... on tensors: the MaxPool2D kernel).
+VECTOR_OPS = "fuelc.vector_ops"
+#: Its strategy: no transform script; the vector ops lowered with the matmul's
+#: and the direct convolution's ``VECTOR_LOWERING`` (LOOPS cannot lower them).
+VECTORIZED = Strategy(
+    name="vectorized", lowering=VECTOR_LOWERING,
+    doc="a kernel its lowering vectorized (vector ops on tensors); lowered as written")
+
 #: ISA levels a strategy may have variants for, best first: (name, the
 #: target features it needs).
 ISA_LEVELS: tuple[tuple[str, frozenset[str]], ...] = (
@@ -331,6 +340,9 @@ for _op in _MATMUL_OPS:
         # below AVX2 (no FMA) the avx2 tiles still vectorize, with SSE
         _v = {isa: matmul_strategy(_op, _elt, isa) for isa in ("avx512", "avx2")}
         register_strategy(_matmul_rule(_op, _elt), {**_v, "": _v["avx2"]})
+
+# last: a kernel with linalg ops of its own takes their strategy
+register_strategy(lambda names: VECTOR_OPS in names, VECTORIZED)
 
 
 __all__ = ["Strategy", "LOOPS", "COPIES", "COPIES_ONLY", "LOOPS_LOWERING", "VECTOR_LOWERING", "ISA_LEVELS",

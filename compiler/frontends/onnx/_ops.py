@@ -1467,6 +1467,15 @@ def _pool_windows(cx, node, at, x):
     spatial = x.shape[2:]
     geom = _pool_geometry(at, spatial)
     is_max = node.op_type == "MaxPool"
+    if (is_max and len(spatial) == 2 and x.dtype.is_float
+            and not (len(node.output) > 1 and node.output[1])):
+        # the fused MaxPool2D (its kernel, or this same decomposition as its
+        # recipe): pads such that its floor rule gives ONNX's output extent
+        pads = [(lo, (o - 1) * s + (k - 1) * d + 1 - n - lo)
+                for n, (k, s, d, lo, hi, o) in zip(spatial, geom)]
+        return [B.max_pool2d(x, tuple(g[0] for g in geom), tuple(g[1] for g in geom),
+                             (pads[0][0], pads[1][0], max(pads[0][1], 0), max(pads[1][1], 0)),
+                             tuple(g[2] for g in geom))]
     widths = [(0, 0), (0, 0)]
     for n, (k, s, d, lo, hi, o) in zip(spatial, geom):
         top = max(hi, (o - 1) * s + (k - 1) * d + 1 - n - lo, 0)
