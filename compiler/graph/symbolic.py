@@ -19,7 +19,8 @@ from runtime.symbols import (Dim, ShapeSignatureError, Sym, SymbolicError, affin
 from ..errors import GraphBuildError
 
 __all__ = ["Sym", "SymbolicError", "ShapeSignatureError", "unify", "recording", "parse_dim",
-           "bind_params", "bind_symbols", "is_symbolic", "shape_text", "evaluate"]
+           "bind_params", "bind_symbols", "is_symbolic", "shape_text", "evaluate",
+           "StridedSymbolError", "window_count"]
 
 _SINK: contextvars.ContextVar = contextvars.ContextVar("fuelc_symbolic_sink", default=None)
 
@@ -93,3 +94,35 @@ def bind_params(value, values: Mapping[str, int]):
     if isinstance(value, dict):
         return {k: bind_params(v, values) for k, v in value.items()}
     return value
+
+
+class StridedSymbolError(GraphBuildError):
+    """A window strided over a symbolic extent: its output extent
+    ``(padded - window) // stride + 1`` rounds down, and a ``Sym`` (a
+    polynomial) holds exact quotients only. ``symbols``: the atoms of the
+    extent; ``stride``."""
+
+    def __init__(self, message: str, symbols: tuple, stride: int):
+        super().__init__(message)
+        self.symbols, self.stride = symbols, stride
+
+
+def window_count(padded: Dim, window: int, stride: int, what: str) -> Dim:
+    """``(padded - window) // stride + 1``: how many windows of extent
+    ``window`` fit in ``padded`` at ``stride`` (convolution, pooling). On a
+    symbolic extent the quotient must be exact (``padded`` declared as a
+    multiple of the stride plus the remainder, ``2*k + 1``); otherwise a
+    ``StridedSymbolError`` naming the symbols and the fix."""
+    if not isinstance(padded, Sym):
+        return (padded - window) // stride + 1
+    try:
+        return (padded - window) // stride + 1
+    except SymbolicError:
+        names = tuple(sorted(padded.atoms))
+        raise StridedSymbolError(
+            f"{what}: the output extent ({padded} - {window}) // {stride} + 1 rounds down on "
+            f"the symbolic extent {padded}; symbolic extents hold exact quotients only, so a "
+            f"stride over a symbolic spatial axis is refused. Fix {', '.join(map(repr, names))} "
+            f"to a size (import_model(..., input_shapes={{{names[0]!r}: 224}}); Graph.input with "
+            f"an int), or declare the axis as {stride}*k + r so that the quotient is exact",
+            names, stride) from None

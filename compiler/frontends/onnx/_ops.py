@@ -15,6 +15,7 @@ import numpy as np
 
 from runtime.symbols import Sym
 
+from ...graph.symbolic import window_count
 from ...graph import Tensor, concat, matmul, maximum, minimum, where
 from ...registry import builders as B
 from ._fold import (Unsupported, broadcast_shape, extents, sym_slice, flatten_axis, norm_axis, reduce_axes,
@@ -1409,11 +1410,12 @@ def _pool_geometry(at, spatial):
             lo, hi = (total - small, small) if auto == "SAME_LOWER" else (small, total - small)
         elif auto == "VALID":
             lo = hi = 0
-            o = (n - eff) // s[i] + 1
+            o = window_count(n, eff, s[i], f"pooling window {k[i]} stride {s[i]} on axis {2 + i}")
         else:
             lo, hi = pads[i], pads[i + nd]
             span = n + lo + hi - eff
-            o = (-(-span // s[i]) if ceil else span // s[i]) + 1
+            o = (-(-span // s[i]) + 1) if ceil else window_count(
+                n + lo + hi, eff, s[i], f"pooling window {k[i]} stride {s[i]} on axis {2 + i}")
             if ceil and (o - 1) * s[i] >= n + lo:
                 o -= 1
         out.append((k[i], s[i], d[i], lo, hi, o))
