@@ -10,6 +10,7 @@ import sys
 import types
 from typing import Callable, Iterator, Optional
 
+from compiler.dialect.types import SymbolicDims
 from compiler.graph.opdef import TensorType
 from compiler.graph.ops import OP_TABLE
 from compiler.mlir import ir, walk_ops
@@ -143,34 +144,6 @@ def tensor_type(value, dims: Optional["SymbolicDims"] = None) -> TensorType:
     else:
         shape = dims.shape(value, rt)
     return TensorType(shape, mlir_to_dtype(rt.element_type))
-
-
-class SymbolicDims:
-    """The symbols a pass reads ``?`` extents as (docs/dynamic-shapes.md, "In
-    the fuel dialect"): each dynamic axis of each value is an atom ``d0``,
-    ``d1``, ... (bounds 1.., as a graph symbol: never assumed to be 1 by
-    broadcasting), the same atom for the same value and axis every time.
-    Shape rules then compute with them as they do with graph symbols; run
-    them inside ``recording()``, so that two ``?`` extents an op needs equal
-    (the operands of an add) unify, as the op itself asserts."""
-
-    def __init__(self):
-        self._atoms: dict = {}
-        self.equalities: list = []
-
-    def shape(self, value, rt) -> tuple:
-        dyn = ir.ShapedType.get_dynamic_size()
-        return tuple(self._atom(value, i) if d == dyn else d for i, d in enumerate(rt.shape))
-
-    def _atom(self, value, axis: int):
-        key = (value, axis)
-        if key not in self._atoms:
-            self._atoms[key] = Sym(f"d{len(self._atoms)}")
-        return self._atoms[key]
-
-    def recording(self, where: str = "fuel pass"):
-        from compiler.graph.symbolic import recording
-        return recording(self.equalities, where)
 
 
 def mlir_shape(shape) -> tuple:
