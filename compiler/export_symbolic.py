@@ -327,8 +327,8 @@ def _check_conv_spatial(g) -> None:
         for axis in (2, 3):
             if axis < len(shape) and is_symbolic((shape[axis],)):
                 raise ExportError(
-                    f"cannot write one .fuel file for every size: node %{n.id} ({n.name}): {n.fused.name} of x "
-                    f"[{shape_text(shape)}] has the symbolic spatial extent {shape[axis]} (axis "
+                    f"cannot write one .fuel file for every size: node %{n.id} ({n.name}): "
+                    f"{n.fused.name} of x [{shape_text(shape)}] has the symbolic spatial extent {shape[axis]} (axis "
                     f"{axis}); its kernels are specialised on the image size, so each size is "
                     f"compiled apart. Fix it (import_model(..., input_shapes={{...}})), or save "
                     f"the sizes you serve: m.save_bundle(dir, bindings=[...]) or "

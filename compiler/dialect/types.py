@@ -126,3 +126,15 @@ class SymbolicDims:
 
     def recording(self, where: str = "fuel pass"):
         return recording(self.equalities, where)
+
+
+def keep_extents(shape, src) -> list:
+    """A ``fuel.broadcast_to`` target ``shape`` with each -1 (keep the
+    input's extent: how the passes write a ``?`` extent) replaced by the
+    input's extent ``src[i - off]`` (right-aligned; an int, symbol or index
+    value). -1 on a new leading axis is a ``DialectError``."""
+    off = len(shape) - len(src)
+    if any(d == -1 and i < off for i, d in enumerate(shape)):
+        raise DialectError(f"BroadcastTo to {list(shape)}: -1 (keep the input's extent) on a new "
+                           f"leading axis of a rank-{len(src)} input")
+    return [src[i - off] if d == -1 else d for i, d in enumerate(shape)]

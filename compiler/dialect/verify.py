@@ -18,7 +18,7 @@ from compiler.mlir import ir
 
 from .attrs import op_params
 from .definition import DIALECT, lookup
-from .types import SymbolicDims, mlir_to_dtype
+from .types import SymbolicDims, keep_extents, mlir_to_dtype
 
 
 def _tensor_type(t) -> TensorType:
@@ -28,8 +28,9 @@ def _tensor_type(t) -> TensorType:
 
 
 def _describe(types) -> str:
-    return ", ".join(f"{t.dtype}[{','.join('?' if not isinstance(d, int) or d < 0 else str(d) for d in t.shape)}]"
-                     for t in types)
+    def dim(d):
+        return "?" if not isinstance(d, int) or d < 0 else str(d)  # a ? or a symbol
+    return ", ".join(f"{t.dtype}[{','.join(dim(d) for d in t.shape)}]" for t in types)
 
 
 def _symbolic_operands(op, params):
@@ -38,13 +39,8 @@ def _symbolic_operands(op, params):
     replaced by that extent."""
     dims = SymbolicDims()
     ins = [TensorType(dims.shape(v), mlir_to_dtype(v.type)) for v in op.operands]
-    if op.name == "fuel.broadcast_to" and ins and -1 in tuple(params.get("shape", ())):
-        shape, src = tuple(params["shape"]), ins[0].shape
-        off = len(shape) - len(src)
-        if any(d == -1 and i < off for i, d in enumerate(shape)):
-            raise FuelError("-1 (keep the input's extent) on a new leading axis")
-        params = dict(params, shape=tuple(src[i - off] if d == -1 else d
-                                          for i, d in enumerate(shape)))
+    if op.name == "fuel.broadcast_to" and ins:
+        params = dict(params, shape=tuple(keep_extents(tuple(params["shape"]), ins[0].shape)))
     return dims, ins, params
 
 

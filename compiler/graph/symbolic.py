@@ -113,8 +113,6 @@ def window_count(padded: Dim, window: int, stride: int, what: str) -> Dim:
     symbolic extent the quotient must be exact (``padded`` declared as a
     multiple of the stride plus the remainder, ``2*k + 1``); otherwise a
     ``StridedSymbolError`` naming the symbols and the fix."""
-    if not isinstance(padded, Sym):
-        return (padded - window) // stride + 1
     try:
         return (padded - window) // stride + 1
     except SymbolicError:

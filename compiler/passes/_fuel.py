@@ -13,10 +13,10 @@ from typing import Callable, Iterator, Optional
 from compiler.dialect.types import SymbolicDims
 from compiler.graph.opdef import TensorType
 from compiler.graph.ops import OP_TABLE
-from compiler.mlir import ir, walk_ops
 from compiler.graph.symbolic import unify
-from runtime.symbols import Sym, shape_text
+from compiler.mlir import ir, walk_ops
 from runtime.dtype import DType
+from runtime.symbols import Sym, shape_text
 from runtime.opkind import OpKind
 
 DIALECT_PREFIX = "fuel."

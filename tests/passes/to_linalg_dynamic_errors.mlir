@@ -5,7 +5,7 @@
 // and what to do.
 
 // -1 keeps the input's extent; a new leading axis has none to keep.
-// CHECK: error: fuel-to-linalg: BroadcastTo to [-1, -1]: -1 (keep the input's extent) on a new leading axis of a rank-1 input
+// CHECK: error: fuel-to-linalg: lowering fuel.broadcast_to(tensor<?xf32>) -> (tensor<?x?xf32>) params={'shape': (-1, -1)} failed: DialectError: BroadcastTo to [-1, -1]: -1 (keep the input's extent) on a new leading axis of a rank-1 input
 func.func @broadcast_new_axis(%x: tensor<?xf32>) -> tensor<?x?xf32> {
   %0 = "fuel.broadcast_to"(%x) {shape = [-1, -1]} : (tensor<?xf32>) -> tensor<?x?xf32>
   return %0 : tensor<?x?xf32>

@@ -4,8 +4,8 @@ extract_slice/insert_slice), ``linalg.generic`` otherwise. Static shapes, but
 the batch of Pad and Concat (``kernels.PARTLY_DYNAMIC``)."""
 from __future__ import annotations
 
+from compiler.dialect.types import keep_extents
 from compiler.mlir import arith, ir, linalg, tensor
-from compiler.errors import LoweringError
 
 from .core import (PARALLEL, Lowering, Scalar, affine_map, collapse, dims, empty, expand, fill,
                    generic, identity_map, loop_index, lowers, rank, reshape, rtt)
@@ -46,16 +46,12 @@ def _broadcast_to(lw: Lowering):
     """New leading axes only: ``linalg.broadcast``; size-1 axes that stretch:
     a generic reading index 0 on them. A target extent of -1 keeps the
     input's extent on that axis (the passes write a ``?`` extent so:
-    ``passes._fuel.dialect_params``), read by ``tensor.dim`` when dynamic."""
+    ``passes._fuel.dialect_params``), read by ``tensor.dim`` when dynamic
+    (``dialect.types.keep_extents``)."""
     x = lw.operands[0]
     src = list(rtt(x).shape)
-    shape = [int(d) for d in lw.param("shape")]
+    shape = keep_extents([int(d) for d in lw.param("shape")], dims(x))
     off = len(shape) - len(src)
-    if any(d == -1 and i < off for i, d in enumerate(shape)):
-        raise LoweringError(f"BroadcastTo to {shape}: -1 (keep the input's extent) on a new "
-                            f"leading axis of a rank-{len(src)} input")
-    xd = dims(x)
-    shape = [xd[i - off] if d == -1 else d for i, d in enumerate(shape)]
     elt = rtt(x).element_type
     init = empty(shape, elt)
     stretch = [i for i, d in enumerate(src) if d == 1 and shape[i + off] != 1]
