@@ -161,8 +161,8 @@ def same_type(computed: TensorType, declared: TensorType) -> bool:
 
 def dialect_params(op_name: str, params: dict, in_types) -> dict:
     """``params`` of graph op ``op_name`` computed on symbolic ``in_types``
-    as a fuel op's attributes can hold them. A ``BroadcastTo`` extent that
-    on an axis where the input's extent is symbolic too is written ``-1``
+    as a fuel op's attributes can hold them. A symbolic ``BroadcastTo``
+    extent on an axis where the input's extent is symbolic too is written ``-1``
     (keep it, as ``torch.Tensor.expand(-1, ...)``; fuel-to-linalg reads it
     with ``tensor.dim``). Any other symbolic extent in a param (a
     ``Reshape`` target, a ``Slice`` bound, a broadcast to a new symbolic

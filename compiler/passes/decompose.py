@@ -141,8 +141,9 @@ def _erase(created) -> None:
 
 
 def _types(ts) -> str:
-    return ", ".join(f"{t.dtype}[{', '.join('?' if isinstance(d, Sym) else str(d) for d in t.shape)}]"
-                     for t in ts)
+    def dim(d):
+        return "?" if isinstance(d, Sym) else str(d)
+    return ", ".join(f"{t.dtype}[{', '.join(map(dim, t.shape))}]" for t in ts)
 
 
 @register_pass
