@@ -47,8 +47,9 @@ def _symbolic_operands(op, params):
 def op_type_error(op) -> str | None:
     """Why ``op``'s result types contradict its rule, or None. With ``?``
     operands the rule runs on symbols (``SymbolicDims``): the ranks and the
-    static extents it computes must be the results'; a rule that cannot be
-    decided on the symbols (or refuses them) is not reported."""
+    static extents it computes must be the results'; a comparison the
+    symbols cannot decide (``SymbolicError``) is not reported, any other
+    refusal of the rule (a dtype, a static extent) is."""
     try:
         spec = lookup(op.name)
     except FuelError:
@@ -70,9 +71,9 @@ def op_type_error(op) -> str | None:
                 want = infer(sym_ins, params)
         else:
             want = infer(ins, params)
-    except (FuelError, SymbolicError) as e:
-        if dynamic:
-            return None  # undecidable on the symbols, or a param with no symbolic reading
+    except SymbolicError:
+        return None  # a comparison the symbols cannot decide (a Slice bound on a ? axis)
+    except FuelError as e:
         return f"operands ({_describe(ins)}) break the op's rule: {str(e).splitlines()[0]}"
     want = want if isinstance(want, (list, tuple)) else [want]
     for i, (w, got) in enumerate(zip(want, outs)):

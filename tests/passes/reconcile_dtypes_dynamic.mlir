@@ -19,16 +19,16 @@ func.func @bf16_matmul(%a: tensor<?x3xbf16>, %b: tensor<3x4xbf16>) -> tensor<?x4
 
 // -----
 
-// A mixed f16/f32 add over every extent ?: one cast, shared by both users.
-// CHECK-LABEL: func.func @mixed_add
-// CHECK-NEXT:    %[[C:.*]] = "fuel.cast"(%arg1) {dtype = "f32"} : (tensor<?x?xf16>) -> tensor<?x?xf32>
-// CHECK-NEXT:    "fuel.add"(%arg0, %[[C]]) : (tensor<?x?xf32>, tensor<?x?xf32>) -> tensor<?x?xf32>
-// CHECK-NEXT:    "fuel.mul"(%arg0, %[[C]]) : (tensor<?x?xf32>, tensor<?x?xf32>) -> tensor<?x?xf32>
+// A mixed f32 x bf16 matmul over ? extents: one cast, shared by both users.
+// CHECK-LABEL: func.func @mixed_matmuls
+// CHECK-NEXT:    %[[C:.*]] = "fuel.cast"(%arg1) {dtype = "f32"} : (tensor<?x?xbf16>) -> tensor<?x?xf32>
+// CHECK-NEXT:    "fuel.mat_mul"(%arg0, %[[C]]) : (tensor<?x?xf32>, tensor<?x?xf32>) -> tensor<?x?xf32>
+// CHECK-NEXT:    "fuel.mat_mul"(%arg0, %[[C]]) : (tensor<?x?xf32>, tensor<?x?xf32>) -> tensor<?x?xf32>
 // CHECK-NOT:     "fuel.cast"
 // CHECK:         return
-func.func @mixed_add(%a: tensor<?x?xf32>, %b: tensor<?x?xf16>) -> (tensor<?x?xf32>, tensor<?x?xf32>) {
-  %0 = "fuel.add"(%a, %b) : (tensor<?x?xf32>, tensor<?x?xf16>) -> tensor<?x?xf32>
-  %1 = "fuel.mul"(%a, %b) : (tensor<?x?xf32>, tensor<?x?xf16>) -> tensor<?x?xf32>
+func.func @mixed_matmuls(%a: tensor<?x?xf32>, %b: tensor<?x?xbf16>) -> (tensor<?x?xf32>, tensor<?x?xf32>) {
+  %0 = "fuel.mat_mul"(%a, %b) : (tensor<?x?xf32>, tensor<?x?xbf16>) -> tensor<?x?xf32>
+  %1 = "fuel.mat_mul"(%a, %b) : (tensor<?x?xf32>, tensor<?x?xbf16>) -> tensor<?x?xf32>
   return %0, %1 : tensor<?x?xf32>, tensor<?x?xf32>
 }
 

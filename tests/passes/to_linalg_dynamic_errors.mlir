@@ -1,11 +1,15 @@
 // RUN: not python -m compiler.opt %s --split-input-file --no-reproducer \
 // RUN:   --pass-pipeline='builtin.module(fuel-to-linalg)' 2>&1 | filecheck %s
+// RUN: not python -m compiler.opt %s --split-input-file --no-reproducer --no-verify-types \
+// RUN:   --pass-pipeline='builtin.module(fuel-to-linalg)' 2>&1 | filecheck %s --check-prefix=LOWER
 
 // What fuel-to-linalg refuses on ? extents, each a diagnostic naming the op
 // and what to do.
 
 // -1 keeps the input's extent; a new leading axis has none to keep.
-// CHECK: error: fuel-to-linalg: lowering fuel.broadcast_to(tensor<?xf32>) -> (tensor<?x?xf32>) params={'shape': (-1, -1)} failed: DialectError: BroadcastTo to [-1, -1]: -1 (keep the input's extent) on a new leading axis of a rank-1 input
+// The type verifier refuses it before any pass, at the op; the lowering too.
+// CHECK: to_linalg_dynamic_errors.mlir:14:8: error: 'fuel.broadcast_to' op operands (f32[?]) break the op's rule: BroadcastTo to [-1, -1]: -1 (keep the input's extent) on a new leading axis of a rank-1 input
+// LOWER: error: fuel-to-linalg: lowering fuel.broadcast_to(tensor<?xf32>) -> (tensor<?x?xf32>) params={'shape': (-1, -1)} failed: DialectError: BroadcastTo to [-1, -1]: -1 (keep the input's extent) on a new leading axis of a rank-1 input
 func.func @broadcast_new_axis(%x: tensor<?xf32>) -> tensor<?x?xf32> {
   %0 = "fuel.broadcast_to"(%x) {shape = [-1, -1]} : (tensor<?xf32>) -> tensor<?x?xf32>
   return %0 : tensor<?x?xf32>
