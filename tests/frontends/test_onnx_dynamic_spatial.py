@@ -68,16 +68,31 @@ def test_strided_conv_over_symbolic_height_names_input_axis_and_fix():
     with pytest.raises(OnnxImportError) as e:
         import_model(strided_net())
     msg = str(e.value)
-    assert "Conv node" in msg and "(h + 2 - 3) // 2 + 1 rounds down" in msg
+    assert "Conv node" in msg and "the output extent (h - 1) // 2 + 1 rounds on the " \
+                                  "symbolic extent(s) 'h'" in msg
     assert "symbol 'h' is input 'x' axis 2" in msg
     assert "input_shapes={'h': 224}" in msg
 
 
-def test_strided_maxpool_over_symbolic_extent_is_refused_the_same_way():
-    model = _model([helper.make_node("MaxPool", ["x"], ["c"], kernel_shape=[3, 3],
-                                     strides=[2, 2], pads=[1, 1, 1, 1])], [], 3)
-    with pytest.raises(OnnxImportError, match=r"MaxPool node .*pooling window 3 stride 2 on "
-                                              r"axis 2: .*symbol 'h' is input 'x' axis 2"):
+@pytest.mark.parametrize("node,what", [
+    (helper.make_node("MaxPool", ["x"], ["c"], kernel_shape=[3, 3], strides=[2, 2],
+                      pads=[1, 1, 1, 1]),
+     r"MaxPool node .*pooling window 3 stride 2 on axis 2: the output extent \(h - 1\) "
+     r"// 2 \+ 1 rounds"),
+    (helper.make_node("MaxPool", ["x"], ["c"], kernel_shape=[3, 3], strides=[2, 2],
+                      pads=[1, 1, 1, 1], ceil_mode=1),
+     r"MaxPool node .*the output extent ceil\(\(h - 1\) / 2\) rounds"),
+    (helper.make_node("AveragePool", ["x"], ["c"], kernel_shape=[2, 2], strides=[2, 2],
+                      auto_pad="SAME_UPPER"),
+     r"AveragePool node .*SAME_UPPER pooling, stride 2 on axis 2: the output extent "
+     r"ceil\(h / 2\) rounds"),
+    (helper.make_node("Conv", ["x", "w"], ["c"], strides=[2, 2], auto_pad="SAME_UPPER"),
+     r"Conv node .*SAME_UPPER padding, stride 2 on axis 2: the output extent ceil\(h / 2\)"),
+], ids=["maxpool", "maxpool-ceil", "avgpool-same", "conv-same"])
+def test_every_strided_window_over_a_symbolic_extent_is_refused_the_same_way(node, what):
+    model = _model([node], [_w("w", (3, 3, 3, 3))] if node.op_type == "Conv" else [], 3)
+    with pytest.raises(OnnxImportError, match=what + r".*input_shapes=\{'h': 224\}.*"
+                                              r"\(symbol 'h' is input 'x' axis 2\)"):
         import_model(model)
 
 
