@@ -15,6 +15,7 @@ import numpy as np
 
 from runtime.symbols import Sym
 
+from ...graph.symbolic import ceil_count, window_count
 from ...graph import Tensor, concat, matmul, maximum, minimum, where
 from ...registry import builders as B
 from ._fold import (Unsupported, broadcast_shape, extents, sym_slice, flatten_axis, norm_axis, reduce_axes,
@@ -862,8 +863,9 @@ def _conv_pads(at, spatial, kernel, strides, dilations=None):
     dilations = dilations or [1] * nd
     if auto in ("SAME_UPPER", "SAME_LOWER"):
         out = []
-        for n, k, s, d in zip(spatial, kernel, strides, dilations):
-            total = max((-(-n // s) - 1) * s + (k - 1) * d + 1 - n, 0)
+        for i, (n, k, s, d) in enumerate(zip(spatial, kernel, strides, dilations)):
+            o = ceil_count(n, s, f"{auto} padding, stride {s} on axis {2 + i}")
+            total = max((o - 1) * s + (k - 1) * d + 1 - n, 0)
             small = total // 2
             out.append((total - small, small) if auto == "SAME_LOWER" else (small, total - small))
         return out
@@ -1403,17 +1405,19 @@ def _pool_geometry(at, spatial):
     for i, n in enumerate(spatial):
         eff = (k[i] - 1) * d[i] + 1
         if auto in ("SAME_UPPER", "SAME_LOWER"):
-            o = -(-n // s[i])
+            o = ceil_count(n, s[i], f"{auto} pooling, stride {s[i]} on axis {2 + i}")
             total = max((o - 1) * s[i] + eff - n, 0)
             small = total // 2
             lo, hi = (total - small, small) if auto == "SAME_LOWER" else (small, total - small)
         elif auto == "VALID":
             lo = hi = 0
-            o = (n - eff) // s[i] + 1
+            o = window_count(n, eff, s[i], f"pooling window {k[i]} stride {s[i]} on axis {2 + i}")
         else:
             lo, hi = pads[i], pads[i + nd]
             span = n + lo + hi - eff
-            o = (-(-span // s[i]) if ceil else span // s[i]) + 1
+            what = f"pooling window {k[i]} stride {s[i]} on axis {2 + i}"
+            o = ceil_count(span, s[i], what) + 1 if ceil else window_count(n + lo + hi, eff, s[i],
+                                                                          what)
             if ceil and (o - 1) * s[i] >= n + lo:
                 o -= 1
         out.append((k[i], s[i], d[i], lo, hi, o))

@@ -27,7 +27,8 @@ only users); exclusive with the clamp. The recipe ends with the same
 from ..entry import CUSTOM, Decline, FusedOpEntry, Family, Recipe
 from ..grammar import Bind, op
 from ._common import (OpKind, ParamSpec, TensorType, DType, check_arity, check_float,
-                      dtype_of, fail, iota_index, np, out, wide)
+                      dtype_of, fail, fmt_types, iota_index, np, out, wide)
+from compiler.graph.symbolic import window_count
 
 NAME = "Conv2D"
 
@@ -49,8 +50,9 @@ def _geometry(types, params):
     if ekh > hp or ekw > wp or kh < 1 or kw < 1:
         raise fail(NAME, types, f"kernel {kh}x{kw} (dilation {dh}x{dw}: extent {ekh}x{ekw}) "
                                 f"larger than the padded input {hp}x{wp}")
-    return (n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, (hp - ekh) // sh + 1,
-            (wp - ekw) // sw + 1)
+    return (n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp,
+            window_count(hp, ekh, sh, f"{NAME}{fmt_types(types)} height"),
+            window_count(wp, ekw, sw, f"{NAME}{fmt_types(types)} width"))
 
 
 def infer(types, params):
