@@ -1472,6 +1472,7 @@ def _pool_windows(cx, node, at, x):
     geom = _pool_geometry(at, spatial)
     is_max = node.op_type == "MaxPool"
     if (is_max and len(spatial) == 2 and x.dtype.is_float
+            and all(isinstance(n, int) for n in spatial)
             and not (len(node.output) > 1 and node.output[1])):
         # the fused MaxPool2D (its kernel, or this same decomposition as its
         # recipe): pads such that its floor rule gives ONNX's output extent
