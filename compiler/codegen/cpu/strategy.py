@@ -79,7 +79,7 @@ class Strategy:
 
     name: str
     tensor_passes: tuple[str, ...] = ()
-    tensor_transform: str | None = None
+    tensor_transform: str | tuple[str, ...] | None = None
     transform: str | tuple[str, ...] | None = None
     lowering: tuple[str, ...] = LOOPS_LOWERING
     #: mark float add/mul in reduction bodies ``reassoc`` so LLVM vectorizes
@@ -99,7 +99,9 @@ class Strategy:
         """A digest of everything that changes the generated code."""
         h = hashlib.sha256()
         steps = (self.transform,) if isinstance(self.transform, str) else self.transform or ()
-        for part in (self.name, *self.tensor_passes, self.tensor_transform or "", *steps,
+        tsteps = (self.tensor_transform,) if isinstance(self.tensor_transform, str) \
+            else self.tensor_transform or ("",)
+        for part in (self.name, *self.tensor_passes, *tsteps, *steps,
                      *self.lowering,
                      f"reassoc={self.reassociate_reductions}",
                      f"approx={self.approximate_math and fastmath.VERSION}",
@@ -310,6 +312,29 @@ def epilogue_strategy(element_type: str, isa: str = "avx2") -> Strategy:
 for _elt in ("f32", "f64"):
     _v = {isa: epilogue_strategy(_elt, isa) for isa in ("avx512", "avx2")}
     register_strategy((lambda e: lambda names: MATMUL_EPILOGUE in names
+                       and f"linalg.generic:{e}" in names)(_elt), {**_v, "": _v["avx2"]})
+#: The feature of a module holding a stem convolution (``family.STEM_ATTR``).
+STEM = "fuelc.stem"
+
+
+def stem_strategy(element_type: str, isa: str = "avx2") -> Strategy:
+    """A stem convolution (``transforms.stem``): the matmul-epilogue tiles,
+    all taps accumulated in registers, the bias and activation applied there."""
+    from compiler.codegen.cpu.transforms.matmul import epilogue_lowering_script
+    from compiler.codegen.cpu.transforms.stem import stem_scripts
+    tiles = _EPILOGUE_TILES[element_type, isa]
+    return Strategy(
+        name=f"conv-stem-{element_type}-{tiles['mr']}x{tiles['nr']}",
+        tensor_transform=stem_scripts(**tiles), transform=epilogue_lowering_script(),
+        lowering=VECTOR_LOWERING,
+        doc="stem convolution (few input channels, stride 2) tiled and fused on tensors: "
+            "mr channels x nr columns register tiles over every tap of the stacked stride "
+            "phases; bias and activation in the registers, the output stored once")
+
+
+for _elt in ("f32", "f64"):
+    _v = {isa: stem_strategy(_elt, isa) for isa in ("avx512", "avx2")}
+    register_strategy((lambda e: lambda names: STEM in names
                        and f"linalg.generic:{e}" in names)(_elt), {**_v, "": _v["avx2"]})
 for _elt in ("f32", "f64"):
     _v = {isa: conv_strategy(_elt, isa) for isa in ("avx512", "avx2")}
