@@ -298,21 +298,32 @@ MATMUL_EPILOGUE = "fuelc.mm_epilogue"
 def epilogue_strategy(element_type: str, isa: str = "avx2") -> Strategy:
     """A matmul whose init (zeros or the bias) and epilogue (activation,
     rounding) run in its register tiles (``transforms.matmul.epilogue_script``)."""
-    from compiler.codegen.cpu.transforms.matmul import epilogue_lowering_script, epilogue_script
+    from compiler.codegen.cpu.transforms.matmul import epilogue_script
     tiles = _EPILOGUE_TILES[element_type, isa]
-    return Strategy(
-        name=f"matmul-epilogue-{element_type}-{tiles['mr']}x{tiles['nr']}",
-        tensor_transform=epilogue_script(**tiles), transform=epilogue_lowering_script(),
-        lowering=VECTOR_LOWERING,
-        doc="matmul + epilogue tiled and fused on tensors: mr x nr register tiles whose "
-            "accumulators start as the bias and leave through the epilogue; B read in "
-            "place, K whole; partial tiles masked")
+    return _fused_on_tensors(
+        f"matmul-epilogue-{element_type}-{tiles['mr']}x{tiles['nr']}", epilogue_script(**tiles),
+        "matmul + epilogue tiled and fused on tensors: mr x nr register tiles whose "
+        "accumulators start as the bias and leave through the epilogue; B read in "
+        "place, K whole; partial tiles masked")
 
 
-for _elt in ("f32", "f64"):
-    _v = {isa: epilogue_strategy(_elt, isa) for isa in ("avx512", "avx2")}
-    register_strategy((lambda e: lambda names: MATMUL_EPILOGUE in names
-                       and f"linalg.generic:{e}" in names)(_elt), {**_v, "": _v["avx2"]})
+def _fused_on_tensors(name: str, tensor_transform, doc: str) -> Strategy:
+    """A strategy whose kernel is tiled and vectorized on tensors; after
+    bufferization its vectors are lowered (``epilogue_lowering_script``)."""
+    from compiler.codegen.cpu.transforms.matmul import epilogue_lowering_script
+    return Strategy(name=name, tensor_transform=tensor_transform,
+                    transform=epilogue_lowering_script(), lowering=VECTOR_LOWERING, doc=doc)
+
+
+def _register_per_element_type(feature: str, make) -> None:
+    """``make(element type, isa)`` for f32/f64 generics of a module with ``feature``."""
+    for elt in ("f32", "f64"):
+        v = {isa: make(elt, isa) for isa in ("avx512", "avx2")}
+        register_strategy((lambda e: lambda names: feature in names
+                           and f"linalg.generic:{e}" in names)(elt), {**v, "": v["avx2"]})
+
+
+_register_per_element_type(MATMUL_EPILOGUE, epilogue_strategy)
 #: The register tiles of a stem (``transforms.stem``): the epilogue's, but 6
 #: rows on AVX2 (12 accumulators; with 8, each tap's FMAs waited on the
 #: previous tap's: 7x7 3->64 at 224^2 on one znver4 core, fastest calls, 2.96
@@ -328,26 +339,17 @@ STEM = "fuelc.stem"
 def stem_strategy(element_type: str, isa: str = "avx2") -> Strategy:
     """A stem convolution (``transforms.stem``): the matmul-epilogue tiles,
     all taps accumulated in registers, the bias and activation applied there."""
-    from compiler.codegen.cpu.transforms.matmul import epilogue_lowering_script
     from compiler.codegen.cpu.transforms.stem import stem_scripts
     tiles = _STEM_TILES[element_type, isa]
-    return Strategy(
-        name=f"conv-stem-{element_type}-{tiles['mr']}x{tiles['nr']}",
-        tensor_transform=stem_scripts(**tiles), transform=epilogue_lowering_script(),
-        lowering=VECTOR_LOWERING,
-        doc="stem convolution (few input channels, stride 2) tiled and fused on tensors: "
-            "mr channels x nr columns register tiles over every tap of the stacked stride "
-            "phases; bias and activation in the registers, the output stored once")
+    return _fused_on_tensors(
+        f"conv-stem-{element_type}-{tiles['mr']}x{tiles['nr']}", stem_scripts(**tiles),
+        "stem convolution (few input channels, stride 2) tiled and fused on tensors: "
+        "mr channels x nr columns register tiles over every tap of the stacked stride "
+        "phases; bias and activation in the registers, the output stored once")
 
 
-for _elt in ("f32", "f64"):
-    _v = {isa: stem_strategy(_elt, isa) for isa in ("avx512", "avx2")}
-    register_strategy((lambda e: lambda names: STEM in names
-                       and f"linalg.generic:{e}" in names)(_elt), {**_v, "": _v["avx2"]})
-for _elt in ("f32", "f64"):
-    _v = {isa: conv_strategy(_elt, isa) for isa in ("avx512", "avx2")}
-    register_strategy((lambda e: lambda names: DIRECT_CONV in names
-                       and f"linalg.generic:{e}" in names)(_elt), {**_v, "": _v["avx2"]})
+_register_per_element_type(STEM, stem_strategy)
+_register_per_element_type(DIRECT_CONV, conv_strategy)
 for _op in _MATMUL_OPS:
     for _elt in ("f32", "f64"):
         _v = {isa: rows_strategy(_op, _elt, isa) for isa in ("avx512", "avx2")}

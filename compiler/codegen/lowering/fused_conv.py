@@ -182,19 +182,28 @@ def _pointwise(x, w, bias, s, elt, act):
                   [affine_map(4, [1, 3]), affine_map(4, [0, 3, 2]), affine_map(4, [0, 1, 2])],
                   [PARALLEL] * 3 + [REDUCTION], lambda a, b, c: s.add(c, s.mul(a, b)))[0]
     acc.owner.attributes[CONTRACT_ATTR] = ir.UnitAttr.get()
-    ins, maps = [acc], [identity_map(3)]
+    y = _epilogue(acc, bias, s, act, empty(shape, elt), EPILOGUE_ATTR)
+    return expand(y, [n, cout, h, wd], [[0], [1], [2, 3]])
+
+
+def _epilogue(acc, bias, s, act, init, mark):
+    """``act(acc + bias)`` (the bias along axis 1; either may be None) into
+    ``init``: the element-wise generic after a contraction, marked ``mark``
+    for the strategy that fuses them (``_pointwise``, ``_stem``)."""
+    r = rtt(acc).rank
+    ins, maps = [acc], [identity_map(r)]
     if bias is not None:
         ins.append(bias)
-        maps.append(affine_map(3, [1]))
+        maps.append(affine_map(r, [1]))
 
     def finish(v, *rest):
         if bias is not None:
             v = s.add(v, rest[0])
         return v if act is None else act(v)
 
-    y = generic(ins, [empty(shape, elt)], maps + [identity_map(3)], [PARALLEL] * 3, finish)[0]
-    y.owner.attributes[EPILOGUE_ATTR] = ir.UnitAttr.get()
-    return expand(y, [n, cout, h, wd], [[0], [1], [2, 3]])
+    y = generic(ins, [init], maps + [identity_map(r)], [PARALLEL] * r, finish)[0]
+    y.owner.attributes[mark] = ir.UnitAttr.get()
+    return y
 
 
 def serves_pointwise(params, types) -> bool:
@@ -514,19 +523,7 @@ def _stem(x, w, bias, s, elt, xshape, wshape, pad, stride, oshape, act):
                       [PARALLEL] * 4 + [REDUCTION] * 3,
                       lambda a, b, o: s.add(o, s.mul(a, b)))[0]
         acc.owner.attributes[CONTRACT_ATTR] = ir.UnitAttr.get()
-        ins, maps = [acc], [identity_map(4)]
-        if bias is not None:
-            ins.append(bias)
-            maps.append(affine_map(4, [1]))
-
-        def finish(v, *rest):
-            if bias is not None:
-                v = s.add(v, rest[0])
-            return v if act is None else act(v)
-
-        y = generic(ins, [slice_at(out, [i], size)], maps + [identity_map(4)],
-                    [PARALLEL] * 4, finish)[0]
-        y.owner.attributes[STEM_ATTR] = ir.UnitAttr.get()
+        y = _epilogue(acc, bias, s, act, slice_at(out, [i], size), STEM_ATTR)
         return [insert_at(y, out, [i]), xp, planes]
 
     return _for(n, [empty([n, cout, ho, wo], elt), xp0, planes0], image)[0]
