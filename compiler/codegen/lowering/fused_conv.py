@@ -490,7 +490,7 @@ def _stem(x, w, bias, s, elt, xshape, wshape, pad, stride, oshape, act):
     kx floordiv sw]`` and the weight ``w[co, c, ky, kx]`` in place, and the
     element-wise generic after it (``STEM_ATTR``: bias, activation) writes
     the image's output. The cpu strategy ``conv-stem``
-    (``transforms/conv.py: stem_scripts``) tiles the epilogue mr channels x
+    (``transforms/stem.py: stem_scripts``) tiles the epilogue mr channels x
     nr columns, fuses the contraction into the tile and keeps the tile's
     accumulators in registers over its Cin*Kh*Kw taps: the output is
     written once. (The stride-2 direct kernel, ``_planes``, accumulated each
@@ -499,7 +499,7 @@ def _stem(x, w, bias, s, elt, xshape, wshape, pad, stride, oshape, act):
     from compiler.codegen.family import CONTRACT_ATTR, STEM_ATTR
     (n, cin, h, wd), (cout, kh, kw), (ho, wo) = xshape, wshape, oshape
     g = _Geometry(pad, (1, 1), stride, (kh, kw), (h, wd), (ho, wo), False)
-    g.rows = g.hq   # the rows the taps read: no flat runs past a row's end
+    g.rows = g.hq   # taps read phase rows oy + ky floordiv sh < Hq (no flat runs here)
     phases = list(g.phases())
     nph = len(phases)   # sh*sw: every phase holds taps (``stem``)
     xp0 = fill(s.const(0), empty([1, cin, g.rows * g.sh, g.wq * g.sw], elt))
