@@ -116,6 +116,7 @@ from compiler.codegen.family import (FEW_ROWS_ATTR, UNIT_STRIDE_ATTR, UNPACKED_A
                                      ZERO_STRIDE_ATTR)
 from compiler.codegen.cpu.transforms.conv import DIRECT_CONV_ATTR  # noqa: E402
 from compiler.codegen.cpu.transforms.matmul import EPILOGUE_ATTR  # noqa: E402
+from compiler.codegen.family import STEM_ATTR  # noqa: E402
 
 
 _MEMREF_COPY = re.compile(r"memref\.copy (%[\w#]+), (%[\w#]+) : (memref<[^>]*>(?:>)?) to "
@@ -286,8 +287,9 @@ def linalg_op_names(module: "ir.Module") -> set[str]:
     (the init) is dynamic; ``fuelc.few_rows`` when an entry carries that
     attribute (``family.FEW_ROWS_ATTR``); ``fuelc.direct_conv`` when a linalg op
     carries that attribute (``transforms.conv.DIRECT_CONV_ATTR``), and
-    ``fuelc.mm_epilogue`` likewise (``family.EPILOGUE_ATTR``); ``VECTOR_OPS``
-    when the lowering wrote ``vector`` ops itself; ``COPIES_ONLY``
+    ``fuelc.mm_epilogue`` and ``fuelc.stem`` likewise (``family.EPILOGUE_ATTR``,
+    ``family.STEM_ATTR``); ``VECTOR_OPS`` when the lowering wrote ``vector`` ops
+    itself; ``COPIES_ONLY``
     when every op only moves data (slices, inserts, pads, fills: a Concat, Slice
     or Pad)."""
     names: set[str] = set()
@@ -302,7 +304,7 @@ def linalg_op_names(module: "ir.Module") -> set[str]:
             names.add(VECTOR_OPS)
         if op.name.startswith("linalg."):
             names.add(op.name)
-            for attr in (DIRECT_CONV_ATTR, EPILOGUE_ATTR):
+            for attr in (DIRECT_CONV_ATTR, EPILOGUE_ATTR, STEM_ATTR):
                 if attr in op.attributes:
                     names.add(attr)
             if len(op.operands):
@@ -393,7 +395,7 @@ def lower(module_or_text, entry_names: Sequence[str], *, target=None,
         if keep_ir:
             kept["prepare"] = str(module)
         if strategy.tensor_transform:
-            apply_transform(module, strategy.tensor_transform)
+            apply_transforms(module, strategy.tensor_transform)
             if keep_ir:
                 kept["tensor-transform"] = str(module)
         for stage in stages_for(strategy):
