@@ -402,6 +402,23 @@ class Conv2D(OpParams):
 
 
 @variant
+class MaxPool2D(OpParams):
+    """2-D max pooling: x ``[N,C,H,W]`` padded with -inf by ``padding`` (top,
+    left, bottom, right), windows ``kernel`` taps ``dilation`` apart every
+    ``stride``."""
+    x_shape: tuple[int, int, int, int]
+    out_shape: tuple[int, int, int, int]
+    kernel: Pair = (1, 1)
+    stride: Pair = (1, 1)
+    dilation: Pair = (1, 1)
+    padding: tuple[int, int, int, int] = (0, 0, 0, 0)
+
+    def validate(self):
+        if min(self.kernel + self.stride + self.dilation) < 1 or min(self.padding) < 0:
+            self._fail("kernel, stride and dilation must be >= 1 and padding >= 0")
+
+
+@variant
 class ConvTranspose1D(OpParams):
     """1-D transposed convolution geometry: w ``[c_in, c_out, k]``."""
     b_size: int
@@ -917,6 +934,7 @@ PARAMS_FOR_KIND: dict[OpKind, type] = {
     OpKind.ArgMaxDim: Reduce, OpKind.ArgMinDim: Reduce,
     OpKind.Cast: Cast,
     OpKind.Conv2D: Conv2D,
+    OpKind.MaxPool2D: MaxPool2D,
     OpKind.ConvTranspose2D: ConvTranspose2D,
     OpKind.ReduceSumTo: ReduceSumTo,
     OpKind.ReduceMaxTo: ReduceMaxTo,

@@ -194,24 +194,30 @@ def _mnemonic_of(name: str) -> Optional[str]:
     return e.mnemonic if e is not None else None
 
 
-def rel_params_hold(st: _State) -> bool:
+def rel_params_hold(st: _State, dims: Optional[_fuel.SymbolicDims] = None) -> bool:
     """Relative pattern params, resolved against the bound inputs' types,
-    equal the matched ops' params."""
+    equal the matched ops' params. With ``dims``, ``?`` extents are its
+    symbols, and a resolved param is compared as the dialect writes it
+    (``_fuel.dialect_params``: a broadcast keeping a ``?`` extent is -1); a
+    param no attribute can hold (``1/Extent`` of a ``?`` axis) fails the match."""
     from compiler.registry.grammar import op_signature
     from compiler.registry.recipe import resolve_params
+    dims = dims or _fuel.SymbolicDims()
     try:
-        binds = [_fuel.tensor_type(st.binds[i]) for i in range(len(st.binds))]
-        for node, op in st.matched:
-            rel = {k: v for k, v in node.params if _is_rel(v)}
-            if not rel:
-                continue
-            _, specs, _ = op_signature(node.op)
-            kids = [_fuel.tensor_type(v) for v in op.operands]
-            want = resolve_params(node.op, specs, rel, binds, kids)
-            actual = _fuel.params(op)
-            if not all(_equal(want[k], actual.get(k)) for k in want):
-                return False
-    except Exception:  # unresolvable at these shapes, dynamic shapes: no match
+        binds = [_fuel.tensor_type(st.binds[i], dims) for i in range(len(st.binds))]
+        with dims.recording():
+            for node, op in st.matched:
+                rel = {k: v for k, v in node.params if _is_rel(v)}
+                if not rel:
+                    continue
+                _, specs, _ = op_signature(node.op)
+                kids = [_fuel.tensor_type(v, dims) for v in op.operands]
+                want = _fuel.dialect_params(
+                    node.op, resolve_params(node.op, specs, rel, binds, kids), kids)
+                actual = _fuel.params(op)
+                if not all(_equal(want[k], actual.get(k)) for k in want):
+                    return False
+    except Exception:  # unresolvable at these shapes (a symbolic divisor): no match
         return False
     return True
 
@@ -301,36 +307,46 @@ class Fuse(ModulePass):
         # The match covering the most ops wins (a spelled-out layer norm
         # also contains an RMS-norm-shaped tail); ties keep registry order.
         matches = []
+        dims = _fuel.SymbolicDims()  # ``?`` extents, one symbol per value and axis
         for entry, pat, matcher in cands:
             _fuel.count("fuse.match_attempts")
             st = matcher.match(op.results[0])
-            if st is not None and rel_params_hold(st):
+            if st is not None and rel_params_hold(st, dims):
                 matches.append((entry, pat, st))
         matches.sort(key=lambda m: -len({id(o) for _, o in m[2].matched}))
         for entry, pat, st in matches:
-            fused = self._rewrite(op, entry, pat, st, forget)
+            fused = self._rewrite(op, entry, pat, st, forget, dims)
             if fused is not None:
                 return fused
         return None
 
-    def _rewrite(self, root, entry, pat, st: _State, forget=lambda op: None):
+    def _rewrite(self, root, entry, pat, st: _State, forget=lambda op: None, dims=None):
         """Replace the match ``st`` by one fused op; return it, or None (the
         IR unchanged) when the match does not type or has no kernel.
-        ``forget(op)`` is called before each matched op is erased."""
+        ``forget(op)`` is called before each matched op is erased. ``?``
+        extents are ``dims``' symbols: the fused op's rule must give the
+        root's type, ``?`` where it has ``?``."""
         from compiler.dialect import lookup, params_to_attributes
         from compiler.registry import normalize_params
+        dims = dims or _fuel.SymbolicDims()
         inputs = [st.binds[i] for i in range(len(st.binds))]
         try:
             params = normalize_params(entry, pat.params(tuple(st.scalars)))
-            in_types = [_fuel.tensor_type(v) for v in inputs]
-            out_type = _fuel.tensor_type(root.results[0])
-            inferred = entry.infer(in_types, params)
+            in_types = [_fuel.tensor_type(v, dims) for v in inputs]
+            out_type = _fuel.tensor_type(root.results[0], dims)
+            with dims.recording():
+                inferred = entry.infer(in_types, params)
         except Exception:
             return None  # the match does not type as this fused op
-        if (tuple(inferred.shape), inferred.dtype) != (tuple(out_type.shape), out_type.dtype):
-            return False
+        if not _fuel.same_type(inferred, out_type):
+            return None
         dts = [t.dtype for t in in_types] + [out_type.dtype]
-        if not kernel_available(entry, params, in_types, dts, self._table, self._backends):
+        try:
+            servable = kernel_available(entry, params, in_types, dts, self._table,
+                                        self._backends)
+        except Exception:  # a kernel predicate undecidable on symbolic extents
+            servable = False
+        if not servable:
             if self.remarks and id(root) not in self._reported:
                 self._reported.add(id(root))
                 emit_remark(root, f"{self.name}: matched {entry.name} ({pat.name or 'pattern'}) "
@@ -440,9 +456,13 @@ def fold_conv_epilogues(module, table, backends) -> int:
                 or params.get("silu"):
             continue
         params.update(update)
-        in_types = [_fuel.tensor_type(v) for v in conv.operands]
-        dts = [t.dtype for t in in_types] + [_fuel.tensor_type(conv.results[0]).dtype]
-        if not kernel_available(entry, params, in_types, dts, table, backends):
+        dims = _fuel.SymbolicDims()  # a ``?`` batch: the kernel takes it at run time
+        try:
+            in_types = [_fuel.tensor_type(v, dims) for v in conv.operands]
+            dts = [t.dtype for t in in_types] + [_fuel.dtype_of(conv.results[0])]
+            if not kernel_available(entry, params, in_types, dts, table, backends):
+                continue
+        except Exception:  # a kernel predicate undecidable on symbolic extents
             continue
         with ir.InsertionPoint(conv), act.location:
             fused = _fuel.create(conv.name, list(conv.operands), [act.results[0].type],

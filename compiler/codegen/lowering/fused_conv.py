@@ -73,6 +73,9 @@ def _conv2d(lw: Lowering, cpu: bool = False):
     if cpu and s.ty == elt and pointwise(g, (sh, sw), (kh, kw), (ph, pw)) and (
             bias is not None or act is not None):
         return _pointwise(x, w, bias, s, elt, act)
+    if cpu and s.ty == elt and stem(g, cin, (sh, sw), (kh, kw), (dh, dw)):
+        return _stem(x, w, bias, s, elt, (n, cin, h, wd), (cout, kh, kw), (ph, pw), (sh, sw),
+                     (ho, wo), act)
     if cpu and s.ty == elt and (direct(g, (sh, sw), (kh, kw), (ph, pw), (dh, dw))
                                 or dwise and direct_depthwise((sh, sw), (dh, dw))):
         return _direct(x, w, bias, s, elt, (n, cin, h, wd), (cout, kh, kw), (ph, pw), (dh, dw),
@@ -179,19 +182,28 @@ def _pointwise(x, w, bias, s, elt, act):
                   [affine_map(4, [1, 3]), affine_map(4, [0, 3, 2]), affine_map(4, [0, 1, 2])],
                   [PARALLEL] * 3 + [REDUCTION], lambda a, b, c: s.add(c, s.mul(a, b)))[0]
     acc.owner.attributes[CONTRACT_ATTR] = ir.UnitAttr.get()
-    ins, maps = [acc], [identity_map(3)]
+    y = _epilogue(acc, bias, s, act, empty(shape, elt), EPILOGUE_ATTR)
+    return expand(y, [n, cout, h, wd], [[0], [1], [2, 3]])
+
+
+def _epilogue(acc, bias, s, act, init, mark):
+    """``act(acc + bias)`` (the bias along axis 1; either may be None) into
+    ``init``: the element-wise generic after a contraction, marked ``mark``
+    for the strategy that fuses them (``_pointwise``, ``_stem``)."""
+    r = rtt(acc).rank
+    ins, maps = [acc], [identity_map(r)]
     if bias is not None:
         ins.append(bias)
-        maps.append(affine_map(3, [1]))
+        maps.append(affine_map(r, [1]))
 
     def finish(v, *rest):
         if bias is not None:
             v = s.add(v, rest[0])
         return v if act is None else act(v)
 
-    y = generic(ins, [empty(shape, elt)], maps + [identity_map(3)], [PARALLEL] * 3, finish)[0]
-    y.owner.attributes[EPILOGUE_ATTR] = ir.UnitAttr.get()
-    return expand(y, [n, cout, h, wd], [[0], [1], [2, 3]])
+    y = generic(ins, [init], maps + [identity_map(r)], [PARALLEL] * r, finish)[0]
+    y.owner.attributes[mark] = ir.UnitAttr.get()
+    return y
 
 
 def serves_pointwise(params, types) -> bool:
@@ -305,13 +317,15 @@ def _direct(x, w, bias, s, elt, xshape, wshape, pad, dil, stride, oshape, depthw
     return _for(n, [empty([n, cout, ho, wo], elt), *scratch0], image)[0]
 
 
-def _split_phases(xp, bufs, g, phases, s) -> list:
+def _split_phases(xp, bufs, g, phases, s, stacked=False) -> list:
     """Each stride phase's plane of the padded image ``xp`` ``[1, C, rows*sh,
     Wq*sw]``, written into ``bufs`` (one per phase with taps): for every
     channel and phase row, the padded row is read in contiguous vectors of
     ``_SPLIT`` elements and, with sw = 2, ``vector.deinterleave``d into its
     two column phases. (As a copy from a view of stride 2 it was scalar
-    code: LLVM unrolls such a row and cannot vectorize the strided loads.)"""
+    code: LLVM unrolls such a row and cannot vectorize the strided loads.)
+    ``stacked``: ``bufs`` is one tensor ``[1, C*P, rows, Wq]`` holding the P
+    phases of each channel in turn (``_stem``)."""
     from compiler.mlir import vector
     cin, width = rtt(xp).shape[1], g.wq * g.sw
     elt = rtt(xp).element_type
@@ -334,10 +348,14 @@ def _split_phases(xp, bufs, g, phases, s) -> list:
                     parts = [v] if g.sw == 1 else list(vector.DeinterleaveOp(v).results)
                     for rx, part in enumerate(parts):
                         k = which.get((ry, rx))
-                        if k is not None:
-                            bufs[k] = vector.TransferWriteOp(
-                                bufs[k].type, part, bufs[k],
-                                [index(0), c, q, index(at // g.sw)], row_of, [True]).result
+                        if k is None:
+                            continue
+                        # stacked: phase k of channel c is channel c*P + k of bufs[0]
+                        j, ch = (0, arith.addi(arith.muli(c, index(len(phases))), index(k))) \
+                            if stacked else (k, c)
+                        bufs[j] = vector.TransferWriteOp(
+                            bufs[j].type, part, bufs[j],
+                            [index(0), ch, q, index(at // g.sw)], row_of, [True]).result
             return bufs
         return _for(g.rows, list(bufs), row)
 
@@ -543,6 +561,70 @@ def _planes(xi, w, bias, s, elt, geo, scratch, out, at, act=None):
                 crop)[0]
     y.owner.attributes[CROP_ATTR] = ir.UnitAttr.get()
     return insert_at(y, out, at), [acc, *planes] if g.depthwise else [xp, acc, *planes]
+
+
+#: A strided groups-1 conv with at most this many input channels is a stem
+#: (``stem``): the first conv of an image net, Cin = 3 (RGB), 1 (grey) or 4.
+STEM_CHANNELS = 4
+
+
+def stem(groups: int, cin: int, stride, kernel, dilation=(1, 1)) -> bool:
+    """Whether the cpu kernel computes this Conv2D as a stem (``_stem``):
+    groups 1, at most ``STEM_CHANNELS`` input channels, stride 2 without
+    dilation, and a kernel of at least 2 taps each way that is not the stride
+    (a patch conv), so that every stride phase holds taps."""
+    return (groups == 1 and cin <= STEM_CHANNELS and tuple(stride) == (2, 2)
+            and tuple(dilation) == (1, 1) and min(kernel) >= 2 and tuple(kernel) != (2, 2))
+
+
+def _stem(x, w, bias, s, elt, xshape, wshape, pad, stride, oshape, act):
+    """A stem (``stem``: few input channels, stride 2) as one contraction
+    over all its taps whose bias and activation run in its register tiles.
+    Per image, the zero-padded image is split into its stride phases, stacked
+    into one tensor ``[1, Cin*P, rows, Wq]`` (phase k = ry*sw + rx of channel
+    c is channel c*P + k); the contraction (``CONTRACT_ATTR``) over (n, co,
+    oy, ox | c, ky, kx) reads the tap (ky, kx) of output pixel (oy, ox) at
+    ``planes[n, c*P + (ky mod sh)*sw + kx mod sw, oy + ky floordiv sh, ox +
+    kx floordiv sw]`` and the weight ``w[co, c, ky, kx]`` in place, and the
+    element-wise generic after it (``STEM_ATTR``: bias, activation) writes
+    the image's output. The cpu strategy ``conv-stem``
+    (``transforms/stem.py: stem_scripts``) tiles the epilogue mr channels x
+    nr columns, fuses the contraction into the tile and keeps the tile's
+    accumulators in registers over its Cin*Kh*Kw taps: the output is
+    written once. (The stride-2 direct kernel, ``_planes``, accumulated each
+    phase's few taps, 3 x 4 or fewer, in a pass of its own over a full-width
+    accumulator in memory, which a bias pass filled and a crop copied out.)"""
+    from compiler.codegen.family import CONTRACT_ATTR, STEM_ATTR
+    (n, cin, h, wd), (cout, kh, kw), (ho, wo) = xshape, wshape, oshape
+    g = _Geometry(pad, (1, 1), stride, (kh, kw), (h, wd), (ho, wo), False)
+    g.rows = g.hq   # taps read phase rows oy + ky floordiv sh < Hq (no flat runs here)
+    phases = list(g.phases())
+    nph = len(phases)   # sh*sw: every phase holds taps (``stem``)
+    xp0 = fill(s.const(0), empty([1, cin, g.rows * g.sh, g.wq * g.sw], elt))
+    planes0 = empty([1, cin * nph, g.rows, g.wq], elt)
+    d = [ir.AffineDimExpr.get(k) for k in range(7)]   # n co oy ox | c ky kx
+    c = ir.AffineConstantExpr.get
+    ch = d[4] * nph + ir.AffineModExpr.get(d[5], c(g.sh)) * g.sw \
+        + ir.AffineModExpr.get(d[6], c(g.sw))
+    row = d[2] + ir.AffineFloorDivExpr.get(d[5], c(g.sh))
+    col = d[3] + ir.AffineFloorDivExpr.get(d[6], c(g.sw))
+    size = [1, cout, ho, wo]
+
+    def image(i, out, xp, planes):
+        xp = insert_slice(slice_at(x, [i], [1, cin, h, wd]), xp, [0, 0, g.ph, g.pw])
+        planes, = _split_phases(xp, [planes], g, phases, s, stacked=True)
+        zero = fill(s.const(0), empty(size, elt))
+        zero.owner.attributes[STEM_ATTR] = ir.UnitAttr.get()   # vectorized in the tile
+        acc = generic([planes, w], [zero],
+                      [affine_map(7, [0, ch, row, col]), affine_map(7, [1, 4, 5, 6]),
+                       affine_map(7, [0, 1, 2, 3])],
+                      [PARALLEL] * 4 + [REDUCTION] * 3,
+                      lambda a, b, o: s.add(o, s.mul(a, b)))[0]
+        acc.owner.attributes[CONTRACT_ATTR] = ir.UnitAttr.get()
+        y = _epilogue(acc, bias, s, act, slice_at(out, [i], size), STEM_ATTR)
+        return [insert_at(y, out, [i]), xp, planes]
+
+    return _for(n, [empty([n, cout, ho, wo], elt), xp0, planes0], image)[0]
 
 
 #: The direct convolution computes a multiple of this many pixels per image.

@@ -27,7 +27,8 @@ only users); exclusive with the clamp. The recipe ends with the same
 from ..entry import CUSTOM, Decline, FusedOpEntry, Family, Recipe
 from ..grammar import Bind, op
 from ._common import (OpKind, ParamSpec, TensorType, DType, check_arity, check_float,
-                      dtype_of, fail, iota_index, np, out, wide)
+                      dtype_of, fail, fmt_types, iota_index, np, out, wide)
+from compiler.graph.symbolic import window_count
 
 NAME = "Conv2D"
 
@@ -49,8 +50,9 @@ def _geometry(types, params):
     if ekh > hp or ekw > wp or kh < 1 or kw < 1:
         raise fail(NAME, types, f"kernel {kh}x{kw} (dilation {dh}x{dw}: extent {ekh}x{ekw}) "
                                 f"larger than the padded input {hp}x{wp}")
-    return (n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, (hp - ekh) // sh + 1,
-            (wp - ekw) // sw + 1)
+    return (n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp,
+            window_count(hp, ekh, sh, f"{NAME}{fmt_types(types)} height"),
+            window_count(wp, ekw, sw, f"{NAME}{fmt_types(types)} width"))
 
 
 def infer(types, params):
@@ -255,6 +257,11 @@ def _build_gemm(params, types):
     n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
     dh, dw = params["dilation"]
     kk = cin * kh * kw
+    # few output pixels (the late layers of a CNN): ``cols^T @ w^T``, so
+    # the matmul's columns are the Cout channels rather than a handful of
+    # pixels, fewer than one register tile
+    few = ho * wo < min(cout, 64)
+    b = None
     if kh == kw == 1 and sh == sw == 1 and ph == pw == 0:
         cols = op("Reshape", Bind(0), shape=(n, cin, ho * wo))
     else:
@@ -276,6 +283,11 @@ def _build_gemm(params, types):
         elif kh * kw <= _ONE_CONCAT_TAPS:
             taps = [_tap(x, x6, ky * dh, sh, ho, kx * dw, sw, wo)
                     for ky in range(kh) for kx in range(kw)]
+            if few and n > 1:
+                # the matmul's B [kk, N*HoWo] in one copy: every tap viewed
+                # [cin, 1, n, ho, wo] and concatenated in place
+                taps = [op("Permute", t, perm=(1, 2, 0, 3, 4)) for t in taps]
+                b = op("Reshape", op("Concat", *taps, dim=1), shape=(1, kk, n * ho * wo))
             stacked = taps[0] if len(taps) == 1 else op("Concat", *taps, dim=2)
         else:
             # many taps (a 7x7 stem): the kw column shifts first, then the kh row
@@ -284,18 +296,16 @@ def _build_gemm(params, types):
             stacked = _shifts(t1, 3, ho, [ky * dh for ky in range(kh)], sh)  # [n, cin, kh, kw, ho, wo]
         cols = op("Reshape", stacked, shape=(n, kk, ho * wo))
     w2 = op("Reshape", Bind(1), shape=(1, cout, kk))
-    if ho * wo < min(cout, 64):
-        # few output pixels (the late layers of a CNN): ``cols^T @ w^T``, so
-        # the matmul's columns are the Cout channels rather than a handful of
-        # pixels, fewer than one register tile
+    if few:
         # (w^T made contiguous: a constant weight's copy is folded at compile time)
         wt = op("Contiguize", op("Permute", w2, perm=(0, 2, 1)))       # [1, kk, Cout]
         if n > 1:
             # the images' pixels are the columns of one matmul, w [Cout, kk] @
             # [kk, N*HoWo]: a few pixels per image made every image's product
             # a row kernel; w is A, read in place, not packed on every call
-            b = op("Reshape", op("Contiguize", op("Permute", cols, perm=(1, 0, 2))),
-                   shape=(1, kk, n * ho * wo))
+            if b is None:
+                b = op("Reshape", op("Contiguize", op("Permute", cols, perm=(1, 0, 2))),
+                       shape=(1, kk, n * ho * wo))
             yt = op("Permute", op("Reshape", op("MatMul", w2, b), shape=(cout, n, ho * wo)),
                     perm=(1, 2, 0))                                      # [n, HoWo, Cout]
         else:

@@ -81,7 +81,8 @@ def conv_scripts(*, mr: int, nr: int, nr1: int) -> tuple[str, ...]:
     %no_unroll = transform.param.constant #llvm.loop_annotation<unroll = #llvm.loop_unroll<disable = true>> -> !transform.any_param
     transform.annotate %kloops "loop_annotation" = %no_unroll : {t}, !transform.any_param
 """ + _TAIL
-    return ("py:prefetch_next_plane", tile, "py:fold_unit_dims", vectorize, "py:single_reduction_contracts", lower)
+    return ("py:prefetch_next_plane", tile, "py:fold_unit_dims", vectorize,
+            "py:single_reduction_contracts", lower)
 
 
 def _channel_wise(op) -> bool:
@@ -186,15 +187,17 @@ def _dim(e) -> int | None:
     return ir.AffineDimExpr(e).position if isinstance(e, ir.AffineDimExpr) else None
 
 
-def fold_unit_dims(module: "ir.Module") -> int:
-    """In every ``DIRECT_CONV_ATTR`` generic: the loop dims of extent 1 (read
+def fold_unit_dims(module: "ir.Module", *marks: str) -> int:
+    """In every ``DIRECT_CONV_ATTR`` generic (or those carrying one of
+    ``marks``, when given): the loop dims of extent 1 (read
     off the operand shapes through plain-dim map results) become 0 inside the
     compound results of its maps; a result that becomes the constant 0 reads
     an operand dim of extent 1 and is spelled as an unused extent-1 dim, so
     every map stays a projected permutation. Returns the ops rewritten."""
     n = 0
-    for op in walk_ops(module, lambda o: o.name == "linalg.generic" and (
-            DIRECT_CONV_ATTR in o.attributes or CROP_ATTR in o.attributes)):
+    marks = marks or (DIRECT_CONV_ATTR, CROP_ATTR)
+    for op in walk_ops(module, lambda o: o.name == "linalg.generic"
+                       and any(m in o.attributes for m in marks)):
         maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
         nd = maps[0].n_dims
         extent: dict[int, int] = {}
@@ -214,7 +217,7 @@ def fold_unit_dims(module: "ir.Module") -> int:
             for e in m.results:
                 if _dim(e) is None and not isinstance(e, ir.AffineConstantExpr):
                     e2 = e.compose(zero)
-                    if isinstance(e2, ir.AffineConstantExpr) and e2.value == 0:
+                    if str(e2) == "0":   # compose() returns a plain AffineExpr
                         free = [d for d in unit if d not in used]
                         if not free:
                             results.append(e)
