@@ -389,6 +389,7 @@ class Conv2D(OpParams):
     clamp_min: Optional[float] = None   # the epilogue: the output clamped (None: open)
     clamp_max: Optional[float] = None
     silu: bool = False                  # or the output times its sigmoid
+    gelu: bool = False                  # or its exact (erf) GELU
 
     def validate(self):
         if self.groups < 1 or min(self.stride) < 1 or min(self.dilation) < 1:
@@ -397,6 +398,8 @@ class Conv2D(OpParams):
             self._fail(f"clamp_min {self.clamp_min} must be <= clamp_max {self.clamp_max}")
         if self.silu and (self.clamp_min is not None or self.clamp_max is not None):
             self._fail("the silu and clamp epilogues are exclusive")
+        if self.gelu and (self.silu or self.clamp_min is not None or self.clamp_max is not None):
+            self._fail("the gelu epilogue excludes the clamp and silu")
         if self.x_shape[1] % self.groups or self.w_shape[0] % self.groups:
             self._fail("channels must be divisible by groups")
 

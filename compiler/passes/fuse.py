@@ -400,24 +400,52 @@ def _clamp_bounds(op):
     return (None if lo == -math.inf else lo), (None if hi == math.inf else hi)
 
 
+def _unary_activation(act):
+    """The conv params of a one-operand activation op (Relu / Clamp: the
+    clamp bounds, Silu, GeluErf), or None."""
+    m = _fuel.mnemonic(act)
+    if m == "silu":
+        return {"silu": True}
+    if m == "gelu_erf":
+        return {"gelu": True}
+    bounds = _clamp_bounds(act)
+    return None if bounds is None else {"clamp_min": bounds[0], "clamp_max": bounds[1]}
+
+
+#: View ops an activation may move above (an element-wise op commutes with them).
+_VIEWS = ("reshape", "squeeze", "unsqueeze")
+
+
+def _conv_view_epilogue(conv):
+    """``(params, view, activation)`` when the conv's only user is a view op
+    (``_VIEWS``: a conv1d imported as a Conv2D, then squeezed) whose only
+    user is a one-operand activation of the view's type; else None."""
+    users = [_op_of(u) for u in _fuel.users(conv.results[0])]
+    if len(users) != 1 or _fuel.mnemonic(users[0]) not in _VIEWS:
+        return None
+    view = users[0]
+    after = [_op_of(u) for u in _fuel.users(view.results[0])]
+    if len(after) != 1 or len(after[0].operands) != 1 or len(after[0].results) != 1 \
+            or after[0].results[0].type != view.results[0].type:
+        return None
+    update = _unary_activation(after[0])
+    return None if update is None else (update, view, after[0])
+
+
 def _conv_epilogue(conv):
     """The activation that may fold into ``conv``: ``(params, last op,
     ops it retires)`` for a ``Relu`` / ``Clamp`` that is its only user
     (``clamp_min`` / ``clamp_max``), a ``Silu`` that is, or a ``Mul(y,
-    Sigmoid(y))`` whose two ops are its only users (``silu``), of the conv's
-    type; else None."""
+    Sigmoid(y))`` whose two ops are its only users (``silu``), a ``GeluErf``
+    that is (``gelu``), of the conv's type; else None."""
     y = conv.results[0]
     users = [_op_of(u) for u in _fuel.users(y)]
     if len(users) == 1:
         act = users[0]
         if len(act.results) != 1 or act.results[0].type != y.type:
             return None             # (a func.return, a reshape, ...)
-        if _fuel.mnemonic(act) == "silu":
-            return {"silu": True}, act, [conv]
-        bounds = _clamp_bounds(act)
-        if bounds is None:
-            return None
-        return {"clamp_min": bounds[0], "clamp_max": bounds[1]}, act, [conv]
+        update = _unary_activation(act)
+        return None if update is None else (update, act, [conv])
     if len(users) != 2:
         return None
     kinds = {_fuel.mnemonic(u): u for u in users}
@@ -438,8 +466,11 @@ def fold_conv_epilogues(module, table, backends) -> int:
     """Fold each ``Relu`` / ``Clamp`` that is the only user of a ``Conv2D``
     (of the same type) into that conv's ``clamp_min`` / ``clamp_max``, and a
     ``Silu`` or ``Mul(y, Sigmoid(y))`` (its two ops the only users) into its
-    ``silu``, when the conv has no epilogue yet and some candidate backend
-    has a kernel for it (``kernel_serves`` with the new params, and the
+    ``silu``, and a ``GeluErf`` into its ``gelu``; a one-operand activation
+    behind a view of the conv (``Reshape`` / ``Squeeze`` / ``Unsqueeze``, the
+    conv's and the view's only user: a conv1d imported as a Conv2D) moves above
+    the view and folds the same way. Only when the conv has no epilogue yet and
+    some candidate backend has a kernel for it (``kernel_serves`` with the new params, and the
     binding table's key). Returns how many were folded."""
     from compiler.dialect import lookup, params_to_attributes
     entry = _fuel.registry()["Conv2D"]
@@ -447,13 +478,17 @@ def fold_conv_epilogues(module, table, backends) -> int:
     for conv in _fuel.fuel_ops(module):
         if _fuel.mnemonic(conv) != entry.mnemonic:
             continue
-        found = _conv_epilogue(conv)
+        found, view = _conv_epilogue(conv), None
         if found is None:
-            continue
+            through = _conv_view_epilogue(conv)
+            if through is None:
+                continue
+            update, view, act = through
+            found = update, act, [conv]
         update, act, dead = found
         params = _fuel.params(conv)
         if params.get("clamp_min") is not None or params.get("clamp_max") is not None \
-                or params.get("silu"):
+                or params.get("silu") or params.get("gelu"):
             continue
         params.update(update)
         dims = _fuel.SymbolicDims()  # a ``?`` batch: the kernel takes it at run time
@@ -465,10 +500,16 @@ def fold_conv_epilogues(module, table, backends) -> int:
         except Exception:  # a kernel predicate undecidable on symbolic extents
             continue
         with ir.InsertionPoint(conv), act.location:
-            fused = _fuel.create(conv.name, list(conv.operands), [act.results[0].type],
+            fused = _fuel.create(conv.name, list(conv.operands),
+                                 [(conv if view is not None else act).results[0].type],
                                  params_to_attributes(lookup(entry.mnemonic), params),
                                  loc=act.location)
-        _fuel.replace_op(act, [fused.results[0]], dead=dead)
+        if view is not None:
+            # the activation moves above the view: conv (activated) -> view
+            view.operands[0] = fused.results[0]
+            _fuel.replace_op(act, [view.results[0]], dead=dead)
+        else:
+            _fuel.replace_op(act, [fused.results[0]], dead=dead)
         _fuel.count("fuse.conv_epilogues")
         folded += 1
     return folded

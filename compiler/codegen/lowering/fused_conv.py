@@ -10,7 +10,7 @@ Params ``stride`` (sh, sw), ``padding`` (ph, pw), ``groups``, ``dilation``
 * otherwise (groups > 1, or f16/bf16 accumulated in f32): one
   ``linalg.generic`` over the grouped views x ``[N,G,Cin/g,Hp,Wp]``,
   w ``[G,Cout/g,Cin/g,Kh,Kw]``, loops (n, g, o, oh, ow | c, kh, kw);
-* bias add, the epilogue (``clamp_min`` / ``clamp_max``, or ``silu``) and the
+* bias add, the epilogue (``clamp_min`` / ``clamp_max``, ``silu`` or ``gelu``) and the
   rounding to the storage dtype in one elementwise generic (on cpu's direct
   path: in the crop that copies the accumulator out).
 
@@ -138,11 +138,14 @@ def _conv2d_cpu(lw: Lowering):
 def _activation(s, params):
     """The epilogue as a function of one computed value (None: none): the
     clamp, with the ``Clamp`` primitive's semantics (``minimumf`` /
-    ``maximumf``: a NaN stays NaN), or silu, as the recipe's ``Mul(y,
-    Sigmoid(y))`` computes it."""
+    ``maximumf``: a NaN stays NaN), silu, as the recipe's ``Mul(y,
+    Sigmoid(y))`` computes it, or gelu, as ``GeluErf`` does."""
     if params.get("silu"):
         from .elementwise import _sigmoid
         return lambda v: s.mul(v, _sigmoid(s, v))
+    if params.get("gelu"):
+        from .elementwise import _gelu_erf
+        return lambda v: _gelu_erf(s, v)
     lo, hi = params.get("clamp_min"), params.get("clamp_max")
     if lo is None and hi is None:
         return None
@@ -215,7 +218,8 @@ def serves_pointwise(params, types) -> bool:
     keeps its vectors full)."""
     out = _out_shape(params, types)
     pixels = out[2] * out[3]
-    epilogue = len(types) > 2 or params.get("silu") or params.get("clamp_min") is not None \
+    epilogue = len(types) > 2 or params.get("silu") or params.get("gelu") \
+        or params.get("clamp_min") is not None \
         or params.get("clamp_max") is not None
     return (epilogue and out[1] % 8 == 0 and pixels > FEW_PIXELS
             and pixels >= min(out[1], 64))
@@ -655,7 +659,7 @@ def _register_kernel() -> None:
     def back(p, types):
         return {"stride": tuple(p.stride), "padding": tuple(p.padding), "groups": p.groups,
                 "dilation": tuple(p.dilation), "clamp_min": p.clamp_min, "clamp_max": p.clamp_max,
-                "silu": True if p.silu else None}
+                "silu": True if p.silu else None, "gelu": True if p.gelu else None}
 
     from compiler.registry.ops.conv2d import is_depthwise
 
@@ -664,6 +668,10 @@ def _register_kernel() -> None:
     # threaded MatMul kernel), and so does a depthwise conv of another stride
     # (its taps' Mul/Add chain, one elementwise kernel).
     def serves(params, types):
+        if params.get("gelu") and types[0].dtype != DType.F32:
+            # f64 erf has no vector expansion (a libm call per element): the
+            # GeluErf stays a kernel of its own
+            return False
         if pointwise(params["groups"], params["stride"], types[1].shape[2:], params["padding"]):
             return serves_pointwise(params, types)
         if params["groups"] == 1:
@@ -681,7 +689,7 @@ def _register_kernel() -> None:
                         tuple(params["stride"]), tuple(params["padding"]),
                         tuple(params["dilation"]), params["groups"],
                         params.get("clamp_min"), params.get("clamp_max"),
-                        bool(params.get("silu", False)))
+                        bool(params.get("silu", False)), bool(params.get("gelu", False)))
 
 
 _register_kernel()

@@ -22,7 +22,10 @@ reading and writing it again. The recipe ends with the same ``Clamp``.
 ``silu`` (bool, None: off): the result times its sigmoid, bias included (SiLU / Swish:
 ``fuel-fuse`` folds ``Mul(y, Sigmoid(y))`` when those two are the conv's
 only users); exclusive with the clamp. The recipe ends with the same
-``Mul`` of ``Sigmoid``.
+``Mul`` of ``Sigmoid``. ``gelu`` (bool, None: off): the exact (erf) GELU of the
+result, bias included (``fuel-fuse`` folds a ``GeluErf`` that is the conv's only
+user: the Whisper/wav2vec2 conv front ends); exclusive with the clamp and silu.
+The recipe ends with the same ``GeluErf``.
 """
 from ..entry import CUSTOM, Decline, FusedOpEntry, Family, Recipe
 from ..grammar import Bind, op
@@ -70,6 +73,8 @@ def infer(types, params):
         raise fail(NAME, types, f"clamp_min={lo} must be <= clamp_max={hi} (None leaves a side open)")
     if params.get("silu") and (lo is not None or hi is not None):
         raise fail(NAME, types, "the silu and clamp epilogues are exclusive: set one of them")
+    if params.get("gelu") and (params.get("silu") or lo is not None or hi is not None):
+        raise fail(NAME, types, "the gelu epilogue excludes the clamp and silu: set one of them")
     return TensorType((n, cout, ho, wo), types[0].dtype)
 
 
@@ -100,16 +105,21 @@ def reference(inputs, params):
         y = np.where(y > hi, hi, y)
     if params.get("silu"):
         y = y / (1.0 + np.exp(-y))
+    if params.get("gelu"):
+        from runtime.elementwise import gelu_erf
+        y = gelu_erf(y)
     return out(y, dtype_of(inputs[0]))
 
 
 def build(params, types):
-    """The recipe: the convolution (``_conv``), then its clamp or silu epilogue."""
+    """The recipe: the convolution (``_conv``), then its clamp, silu or gelu epilogue."""
     y = _conv(params, types)
     if isinstance(y, Decline):
         return y
     if params.get("silu"):
         return op("Mul", y, op("Sigmoid", y))
+    if params.get("gelu"):
+        return op("GeluErf", y)
     lo, hi = params.get("clamp_min"), params.get("clamp_max")
     if lo is None and hi is None:
         return y
@@ -323,7 +333,7 @@ ENTRY = FusedOpEntry(
     params=(ParamSpec("stride", "i64s", (1, 1)), ParamSpec("padding", "i64s", (0, 0)),
             ParamSpec("groups", "i64", 1), ParamSpec("dilation", "i64s", (1, 1)),
             ParamSpec("clamp_min", "f64", None), ParamSpec("clamp_max", "f64", None),
-            ParamSpec("silu", "bool", None)),
+            ParamSpec("silu", "bool", None), ParamSpec("gelu", "bool", None)),
     infer=infer, reference=reference, recipe=Recipe(build=build),
     backward=CUSTOM, op_kind=OpKind.Conv2D, destructive_input=None, cse_tag=6,
     input_names=("x", "w", "bias"), doc=__doc__,
