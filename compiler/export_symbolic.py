@@ -33,7 +33,7 @@ from runtime.layout import Layout
 from runtime.manifest import object_revision
 from runtime.rows import FEW_ROWS, UNPACKED_ROWS, row_class
 from runtime.symbolic import SYM, TEMPLATE_FIELDS, expression_value
-from runtime.symbols import Sym
+from runtime.symbols import Sym, is_symbolic, shape_text
 
 from .export import ExportError, manifest_body, target_json, write_fuel
 
@@ -294,6 +294,7 @@ def export_symbolic(module, path, sign_with=None, weights: str = "zip"):
                           f"rules assumed extents equal ({', '.join(w for *_, w in g.equalities)}),"
                           " which sampling the symbols independently would break; save one "
                           "binding (m.specialize(...).save) or a bundle (m.save_bundle)")
+    _check_conv_spatial(g)
     memo: dict = {}
 
     def sample(sizes: dict, keep: frozenset):
@@ -312,6 +313,26 @@ def export_symbolic(module, path, sign_with=None, weights: str = "zip"):
             return _export(module, path, sign_with, weights, sample, fixed=low)
         except ExportError:
             raise first from None
+
+
+def _check_conv_spatial(g) -> None:
+    """A convolution over a symbolic spatial extent is refused up front: its
+    kernels (and the recipe's few-pixel forms) are specialised on the image
+    size, so each size is compiled and planned apart (in process, per
+    binding), which one file cannot hold."""
+    for n in g.nodes:
+        if n.op != "Fused" or n.fused.name not in ("Conv2D", "ConvTranspose2D"):
+            continue
+        shape = g.nodes[n.inputs[0]].type.shape
+        for axis in (2, 3):
+            if axis < len(shape) and is_symbolic((shape[axis],)):
+                raise ExportError(
+                    f"cannot write one .fuel file for every size: node %{n.id} ({n.name}): "
+                    f"{n.fused.name} of x [{shape_text(shape)}] has the symbolic spatial extent {shape[axis]} (axis "
+                    f"{axis}); its kernels are specialised on the image size, so each size is "
+                    f"compiled apart. Fix it (import_model(..., input_shapes={{...}})), or save "
+                    f"the sizes you serve: m.save_bundle(dir, bindings=[...]) or "
+                    f"m.specialize(...).save(path)")
 
 
 def _export(module, path, sign_with, weights, sample, fixed):

@@ -286,6 +286,13 @@ def _fsce(shapes, dtypes, params):
     return _est(rows * (3 * v + 10), rows * v * 4 + rows * 8 + 4, 50)
 
 
+def _max_pool(shapes, dtypes, params):
+    ins, out, ds = _io(shapes, dtypes)
+    kh, kw = getattr(params, "kernel", (3, 3))
+    taps = kh * kw
+    return _est(_n(out) * taps, (_n(ins[0]) + _n(out)) * ds, 80)
+
+
 def _reduce_max_to_backward(shapes, dtypes, params):
     ins, out, ds = _io(shapes, dtypes)
     n_in, n_out = _n(ins[0]), _n(ins[1]) if len(ins) > 1 else _n(out)
@@ -334,6 +341,7 @@ _FAMILIES[K.SsdChunkScan] = _all_operands(_ssd_flops)
 _FAMILIES[K.CausalConv1d] = _causal_conv
 _FAMILIES[K.FusedSoftmaxCrossEntropy] = _fsce
 _FAMILIES[K.ReduceMaxToBackward] = _reduce_max_to_backward
+_FAMILIES[K.MaxPool2D] = _max_pool
 del _k, _name, _row, K
 
 

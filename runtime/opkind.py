@@ -36,7 +36,7 @@ _FIXED = """
     SqrInplace SqrtInplace RsqrtInplace RecipInplace ExpInplace LogInplace SinInplace
     CosInplace SignInplace FloorInplace CeilInplace RoundInplace ErfInplace GeluErfInplace
     ClampInplace PowIInplace InplaceAffine FusedSoftmaxCrossEntropy CausalConv1d
-    SelectiveScan SsdChunkScan Nf4Matmul RuntimeFused NonZeroIndices AwqMatmul
+    SelectiveScan SsdChunkScan Nf4Matmul RuntimeFused NonZeroIndices AwqMatmul MaxPool2D
 """.split()
 
 

@@ -389,6 +389,7 @@ class Conv2D(OpParams):
     clamp_min: Optional[float] = None   # the epilogue: the output clamped (None: open)
     clamp_max: Optional[float] = None
     silu: bool = False                  # or the output times its sigmoid
+    gelu: bool = False                  # or its exact (erf) GELU
 
     def validate(self):
         if self.groups < 1 or min(self.stride) < 1 or min(self.dilation) < 1:
@@ -397,8 +398,27 @@ class Conv2D(OpParams):
             self._fail(f"clamp_min {self.clamp_min} must be <= clamp_max {self.clamp_max}")
         if self.silu and (self.clamp_min is not None or self.clamp_max is not None):
             self._fail("the silu and clamp epilogues are exclusive")
+        if self.gelu and (self.silu or self.clamp_min is not None or self.clamp_max is not None):
+            self._fail("the gelu epilogue excludes the clamp and silu")
         if self.x_shape[1] % self.groups or self.w_shape[0] % self.groups:
             self._fail("channels must be divisible by groups")
+
+
+@variant
+class MaxPool2D(OpParams):
+    """2-D max pooling: x ``[N,C,H,W]`` padded with -inf by ``padding`` (top,
+    left, bottom, right), windows ``kernel`` taps ``dilation`` apart every
+    ``stride``."""
+    x_shape: tuple[int, int, int, int]
+    out_shape: tuple[int, int, int, int]
+    kernel: Pair = (1, 1)
+    stride: Pair = (1, 1)
+    dilation: Pair = (1, 1)
+    padding: tuple[int, int, int, int] = (0, 0, 0, 0)
+
+    def validate(self):
+        if min(self.kernel + self.stride + self.dilation) < 1 or min(self.padding) < 0:
+            self._fail("kernel, stride and dilation must be >= 1 and padding >= 0")
 
 
 @variant
@@ -917,6 +937,7 @@ PARAMS_FOR_KIND: dict[OpKind, type] = {
     OpKind.ArgMaxDim: Reduce, OpKind.ArgMinDim: Reduce,
     OpKind.Cast: Cast,
     OpKind.Conv2D: Conv2D,
+    OpKind.MaxPool2D: MaxPool2D,
     OpKind.ConvTranspose2D: ConvTranspose2D,
     OpKind.ReduceSumTo: ReduceSumTo,
     OpKind.ReduceMaxTo: ReduceMaxTo,

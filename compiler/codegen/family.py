@@ -229,6 +229,10 @@ DIRECT_CONV_ATTR = "fuelc.direct_conv"
 #: (``codegen.cpu.transforms.matmul.epilogue_script``).
 CONTRACT_ATTR = "fuelc.mm_contract"
 EPILOGUE_ATTR = "fuelc.mm_epilogue"
+#: Marks the element-wise generic (bias, activation) after a stem's contraction
+#: (``lowering/fused_conv.py: _stem``; the contraction carries ``CONTRACT_ATTR``):
+#: a target's strategy may tile and fuse them as one (``transforms.conv.stem_scripts``).
+STEM_ATTR = "fuelc.stem"
 #: Marks the copy of a direct convolution's full-width rows into its output
 #: (``lowering/fused_conv.py``): the schedule copies it a row at a time.
 CROP_ATTR = "fuelc.crop"

@@ -101,6 +101,7 @@ SOFTMAX_CROSS_ENTROPY = FusedPrecision("FusedSoftmaxCrossEntropy: row max, row e
 ATTN = FusedPrecision("attention")
 QMATMUL = FusedPrecision("quantized matmul (dequantize then accumulate in f32)")
 CONV2D = FusedPrecision("Conv2D: accumulation over (c_in, kh, kw) in order")
+MAX_POOL2D = FusedPrecision("MaxPool2D: exact (a maximum; NaN propagates)")
 
 
 # -- per-op registration ----------------------------------------------------------
@@ -206,6 +207,11 @@ def _row_dims(types):
     return (x,) + tuple((False,) * len(t.shape) for t in types[1:]) + (x,)
 
 
+def _pool_batch(types, params):
+    from compiler.codegen.lowering.fused_pool import batch_dims
+    return batch_dims(types, params)
+
+
 def _conv_batch(types, params):
     from compiler.codegen.lowering.fused_conv import batch_dims
     return batch_dims(types, params)
@@ -218,6 +224,7 @@ DYNAMIC_FUSED = {
     "LayerNormLastDim": lambda types, _p: _row_dims(types),
     "RmsNormLastDim": lambda types, _p: _row_dims(types),
     "Conv2D": _conv_batch,  # the direct kernels: the batch (an scf.for over images)
+    "MaxPool2D": _pool_batch,
 }
 
 
@@ -330,6 +337,9 @@ class FusedFamily(KernelFamily):
             inst = dataclasses.replace(inst, unit_stride=unit,
                                        few_rows=few_rows(layouts[0].shape, unit, n_inputs),
                                        unpacked=unpacked_rows(layouts[0].shape, unit, n_inputs))
+        elif spec.name == "MaxPool2D":
+            # rows read and written a vector at a time (``fused_pool``)
+            inst = dataclasses.replace(inst, unit_stride=unit_stride_args(layouts))
         elif spec.name == "Conv2D":
             # its copies in and out (padding, cropping) move contiguous rows;
             # with strides known only at run time LLVM vectorized them as
@@ -356,6 +366,8 @@ class FusedFamily(KernelFamily):
                                       min_elements=min_elements)
         if inst.name == "Conv2D":
             return _conv_group_tiles(dict(inst.params), layouts, n_inputs, threads)
+        if inst.name == "MaxPool2D":
+            return _pool_tiles(layouts, n_inputs, threads)
         return None
 
     def with_shapes(self, instance, in_layouts):
@@ -407,6 +419,17 @@ def _conv_group_tiles(params: dict, layouts, n_inputs: int, threads: int):
         return None
     axes = [1, 0] + [0] * (n_inputs - 2) + [1]
     return parallel.split_layouts(list(layouts), axes, x.shape[1], threads, cpg)
+
+
+def _pool_tiles(layouts, n_inputs: int, threads: int):
+    """Tiles of a MaxPool2D call: by images when there are as many as
+    threads, else by channels; calls of fewer than
+    ``MIN_ELEMENTS_TRANSCENDENTAL`` outputs (each a window's maxima) run whole."""
+    x, out = layouts[0], layouts[n_inputs]
+    if len(layouts) != 2 or out.numel < parallel.MIN_ELEMENTS_TRANSCENDENTAL:
+        return None
+    axis = 0 if x.shape[0] >= threads else 1
+    return parallel.split_layouts(list(layouts), [axis, axis], x.shape[axis], threads)
 
 
 #: A groups-1 Conv2D call of fewer multiply-adds runs on one thread (about 10 us

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from compiler.errors import DialectError
 from compiler.graph.opdef import TensorType
+from compiler.graph.symbolic import Sym, recording
 from compiler.mlir import ir
 from runtime.dtype import DType
 
@@ -96,3 +97,44 @@ def tensor_types(values) -> list[TensorType]:
         t = ir.RankedTensorType(getattr(v, "type", v))
         out.append(TensorType(tuple(t.shape), mlir_to_dtype(t.element_type)))
     return out
+
+
+class SymbolicDims:
+    """The symbols the passes and the type verifier read ``?`` extents as
+    (docs/dynamic-shapes.md, "Passes on ? extents"): each dynamic axis of each
+    value is an atom ``d0``, ``d1``, ... (bounds 1.., as a graph symbol: never
+    assumed to be 1 by broadcasting), the same atom for the same value and
+    axis every time. Shape rules then compute with them as they do with graph
+    symbols; run them inside ``recording()``, so that two ``?`` extents an op
+    needs equal (the operands of an add) unify, as the op itself asserts."""
+
+    def __init__(self):
+        self._atoms: dict = {}
+        self.equalities: list = []
+
+    def shape(self, value, rt=None) -> tuple:
+        """``value``'s shape (``rt``: its ranked tensor type), ``?`` as atoms."""
+        rt = rt or ir.RankedTensorType(value.type)
+        dyn = ir.ShapedType.get_dynamic_size()
+        return tuple(self._atom(value, i) if d == dyn else d for i, d in enumerate(rt.shape))
+
+    def _atom(self, value, axis: int):
+        key = (value, axis)
+        if key not in self._atoms:
+            self._atoms[key] = Sym(f"d{len(self._atoms)}")
+        return self._atoms[key]
+
+    def recording(self, where: str = "fuel pass"):
+        return recording(self.equalities, where)
+
+
+def keep_extents(shape, src) -> list:
+    """A ``fuel.broadcast_to`` target ``shape`` with each -1 (keep the
+    input's extent: how the passes write a ``?`` extent) replaced by the
+    input's extent ``src[i - off]`` (right-aligned; an int, symbol or index
+    value). -1 on a new leading axis is a ``DialectError``."""
+    off = len(shape) - len(src)
+    if any(d == -1 and i < off for i, d in enumerate(shape)):
+        raise DialectError(f"BroadcastTo to {list(shape)}: -1 (keep the input's extent) on a new "
+                           f"leading axis of a rank-{len(src)} input")
+    return [src[i - off] if d == -1 else d for i, d in enumerate(shape)]

@@ -4,8 +4,8 @@ must be what its shape and dtype rule (the OpDef's or the registry entry's
 
 IRDL checks operand counts and attribute kinds; without this, ``fuel.add`` of
 ``tensor<2xf32>`` and ``tensor<3xf32>`` would parse and fail much later (or
-compute garbage). Dimensions that are dynamic (``?``) on either side are not
-compared; an op whose operands are dynamic is only checked for dtypes.
+compute garbage). ``?`` operand extents are symbols to the rule
+(``SymbolicDims``); a ``?`` on either side of a result extent is not compared.
 """
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ import re
 
 from compiler.errors import CompilerError, FuelError
 from compiler.graph.opdef import TensorType
+from compiler.graph.symbolic import SymbolicError
 from compiler.mlir import ir
 
 from .attrs import op_params
 from .definition import DIALECT, lookup
-from .types import mlir_to_dtype
+from .types import SymbolicDims, keep_extents, mlir_to_dtype
 
 
 def _tensor_type(t) -> TensorType:
@@ -27,11 +28,28 @@ def _tensor_type(t) -> TensorType:
 
 
 def _describe(types) -> str:
-    return ", ".join(f"{t.dtype}[{','.join('?' if d < 0 else str(d) for d in t.shape)}]" for t in types)
+    def dim(d):
+        return "?" if not isinstance(d, int) or d < 0 else str(d)  # a ? or a symbol
+    return ", ".join(f"{t.dtype}[{','.join(dim(d) for d in t.shape)}]" for t in types)
+
+
+def _symbolic_operands(op, params):
+    """Operand types with each ``?`` extent a symbol (``SymbolicDims``), and
+    the params the rule reads: a broadcast's -1 (keep the input's extent)
+    replaced by that extent."""
+    dims = SymbolicDims()
+    ins = [TensorType(dims.shape(v), mlir_to_dtype(v.type)) for v in op.operands]
+    if op.name == "fuel.broadcast_to" and ins:
+        params = dict(params, shape=tuple(keep_extents(tuple(params["shape"]), ins[0].shape)))
+    return dims, ins, params
 
 
 def op_type_error(op) -> str | None:
-    """Why ``op``'s result types contradict its rule, or None."""
+    """Why ``op``'s result types contradict its rule, or None. With ``?``
+    operands the rule runs on symbols (``SymbolicDims``): the ranks and the
+    static extents it computes must be the results'; a comparison the
+    symbols cannot decide (``SymbolicError``) is not reported, any other
+    refusal of the rule (a dtype, a static extent) is."""
     try:
         spec = lookup(op.name)
     except FuelError:
@@ -45,23 +63,28 @@ def op_type_error(op) -> str | None:
     except (ValueError, FuelError):
         return None  # unranked or non-tensor types: IRDL reports those
     dynamic = any(d < 0 for t in ins for d in t.shape)
-    probe = [TensorType(tuple(max(d, 1) for d in t.shape), t.dtype) for t in ins]
     try:
-        want = infer(probe, op_params(op))
-    except FuelError as e:
+        params = op_params(op)
         if dynamic:
-            return None  # the probe's dims are not the real ones
+            dims, sym_ins, params = _symbolic_operands(op, params)
+            with dims.recording(op.name):
+                want = infer(sym_ins, params)
+        else:
+            want = infer(ins, params)
+    except SymbolicError:
+        return None  # a comparison the symbols cannot decide (a Slice bound on a ? axis)
+    except FuelError as e:
         return f"operands ({_describe(ins)}) break the op's rule: {str(e).splitlines()[0]}"
     want = want if isinstance(want, (list, tuple)) else [want]
     for i, (w, got) in enumerate(zip(want, outs)):
         if w.dtype != got.dtype:
             return (f"result #{i} is {got.dtype} but ({_describe(ins)}) gives {w.dtype}")
-        if not dynamic and len(w.shape) == len(got.shape) and all(
-                g < 0 or g == d for g, d in zip(got.shape, w.shape)):
+        # a ? on either side is not compared (a ? result, or a static result of ? operands)
+        if len(w.shape) == len(got.shape) and all(
+                g < 0 or not isinstance(d, int) or g == d for g, d in zip(got.shape, w.shape)):
             continue
-        if not dynamic:
-            return (f"result #{i} is {_describe([got])} but operands ({_describe(ins)}) "
-                    f"give {_describe([w])}")
+        return (f"result #{i} is {_describe([got])} but operands ({_describe(ins)}) "
+                f"give {_describe([w])}")
     return None
 
 

@@ -10,10 +10,13 @@ import sys
 import types
 from typing import Callable, Iterator, Optional
 
+from compiler.dialect.types import SymbolicDims
 from compiler.graph.opdef import TensorType
 from compiler.graph.ops import OP_TABLE
+from compiler.graph.symbolic import unify
 from compiler.mlir import ir, walk_ops
 from runtime.dtype import DType
+from runtime.symbols import Sym, shape_text
 from runtime.opkind import OpKind
 
 DIALECT_PREFIX = "fuel."
@@ -119,24 +122,87 @@ def is_mergeable(op) -> bool:
             and len(op.regions) == 0)
 
 
-def tensor_type(value) -> TensorType:
-    """The (static shape, DType) of a tensor value. Raises ``ValueError`` for
-    a non-tensor or dynamically shaped value, ``DialectError`` for an element
-    type fuel has no DType for."""
-    from compiler.dialect import mlir_to_dtype
+def _ranked(value):
     t = value.type
     try:
-        rt = ir.RankedTensorType(t)
+        return ir.RankedTensorType(t)
     except (ValueError, TypeError):
         raise ValueError(f"expected a ranked tensor, got {t}") from None
-    if not rt.has_static_shape:
-        raise ValueError(f"dynamic shape {t} is not supported")
-    return TensorType(tuple(rt.shape), mlir_to_dtype(rt.element_type))
+
+
+def tensor_type(value, dims: Optional["SymbolicDims"] = None) -> TensorType:
+    """The (shape, DType) of a tensor value. A dynamic (``?``) extent is the
+    symbol ``dims`` gives it (``SymbolicDims``); without ``dims`` a dynamic
+    shape raises ``ValueError``, as does a non-tensor. ``DialectError`` for
+    an element type fuel has no DType for."""
+    from compiler.dialect import mlir_to_dtype
+    rt = _ranked(value)
+    if rt.has_static_shape:
+        shape = tuple(rt.shape)
+    elif dims is None:
+        raise ValueError(f"dynamic shape {value.type} is not supported")
+    else:
+        shape = dims.shape(value, rt)
+    return TensorType(shape, mlir_to_dtype(rt.element_type))
+
+
+def mlir_shape(shape) -> tuple:
+    """``shape`` as MLIR writes it: a symbolic extent is ``?`` (-1 here)."""
+    return tuple(d if isinstance(d, int) else -1 for d in shape)
+
+
+def same_type(computed: TensorType, declared: TensorType) -> bool:
+    """Whether ``computed`` (extents may be symbols) is ``declared`` (a
+    value's type read with ``SymbolicDims``) up to the ``?``s: every static
+    extent equal, a symbol where the type has ``?``."""
+    return computed.dtype == declared.dtype and \
+        mlir_shape(computed.shape) == mlir_shape(declared.shape)
+
+
+def dialect_params(op_name: str, params: dict, in_types) -> dict:
+    """``params`` of graph op ``op_name`` computed on symbolic ``in_types``
+    as a fuel op's attributes can hold them. A symbolic ``BroadcastTo``
+    extent on an axis where the input's extent is symbolic too is written ``-1``
+    (keep it, as ``torch.Tensor.expand(-1, ...)``; fuel-to-linalg reads it
+    with ``tensor.dim``). Any other symbolic extent in a param (a
+    ``Reshape`` target, a ``Slice`` bound, a broadcast to a new symbolic
+    axis) has no encoding in the dialect: ``ValueError`` naming it."""
+    out = dict(params)
+    if op_name == "BroadcastTo" and any(isinstance(d, Sym) for d in params["shape"]):
+        shape, src = tuple(params["shape"]), tuple(in_types[0].shape)
+        off = len(shape) - len(src)
+        enc = []
+        for i, d in enumerate(shape):
+            if isinstance(d, Sym):
+                # A ``?`` source axis is never 1 (symbols never broadcast), so
+                # the target extent is its extent (``unify`` records it).
+                if i < off or not isinstance(src[i - off], Sym) or unify(src[i - off], d) is None:
+                    raise ValueError(
+                        f"BroadcastTo to [{shape_text(shape)}]: the symbolic extent {d} of axis "
+                        f"{i} is not the input's own extent there ([{shape_text(src)}]); fuel IR "
+                        f"writes a ? extent of a broadcast only as -1 (keep the input's)")
+                d = -1
+            enc.append(d)
+        out["shape"] = tuple(enc)
+    for k, v in out.items():
+        if _holds_symbol(v):
+            raise ValueError(f"{op_name} param {k!r} = {v} holds a symbolic extent; fuel IR "
+                             f"has no encoding for it (only BroadcastTo's -1: keep the input's "
+                             f"extent)")
+    return out
+
+
+def _holds_symbol(v) -> bool:
+    if isinstance(v, (tuple, list)):
+        return any(_holds_symbol(x) for x in v)
+    return isinstance(v, Sym)
 
 
 def dtype_of(value) -> Optional[DType]:
+    """The DType of a ranked tensor value, static or not; None otherwise."""
+    from compiler.dialect import mlir_to_dtype
     try:
-        return tensor_type(value).dtype
+        return mlir_to_dtype(_ranked(value).element_type)
     except Exception:
         return None
 

@@ -28,6 +28,7 @@ from compiler.passes import _fuel
 from compiler.passes._target import TargetError, resolve_backends, resolve_target
 from compiler.passes.diagnostics import emit_error, emit_warning
 from runtime.keys import binding_dtypes
+from runtime.symbols import Sym
 
 _MAX_NESTING = 8  # recipes that emit fused ops that emit fused ops ...
 
@@ -42,9 +43,10 @@ def has_kernel(op, table, backends) -> bool:
     kind = _fuel.op_kind(op)
     if kind is None:
         return False
+    dims = _fuel.SymbolicDims()  # ``?`` extents: a kernel with run-time extents decides
     try:
-        dts = binding_dtypes(kind, [_fuel.tensor_type(v).dtype for v in op.operands],
-                             [_fuel.tensor_type(v).dtype for v in op.results])
+        dts = binding_dtypes(kind, [_fuel.tensor_type(v, dims).dtype for v in op.operands],
+                             [_fuel.tensor_type(v, dims).dtype for v in op.results])
     except Exception:
         return False
     if not any(table.backend_supports(kind, dts, b) for b in backends):
@@ -55,7 +57,7 @@ def has_kernel(op, table, backends) -> bool:
     from compiler.registry.kernel_params import kernel_serves
     try:
         return kernel_serves(entry.name, _fuel.params(op),
-                             [_fuel.tensor_type(v) for v in op.operands])
+                             [_fuel.tensor_type(v, dims) for v in op.operands])
     except Exception:
         return True  # unreadable params: the table decides, as before
 
@@ -71,18 +73,28 @@ def decompose_via_recipe(op, entry) -> list:
         params = _fuel.params(op)
     except Exception as e:
         raise Declined(f"wrong params payload: {e}") from None
+    dims = _fuel.SymbolicDims()  # ``?`` extents: the recipe is instantiated on symbols
     try:
-        in_types = [_fuel.tensor_type(v) for v in op.operands]
-        out_types = [_fuel.tensor_type(v) for v in op.results]
+        in_types = [_fuel.tensor_type(v, dims) for v in op.operands]
+        out_types = [_fuel.tensor_type(v, dims) for v in op.results]
     except Exception as e:
         raise Declined(f"unresolvable operand/result type: {e}") from None
-    dag = try_instantiate_recipe(entry, params, in_types)
+    with dims.recording(_fuel.describe(op)):
+        dag = try_instantiate_recipe(entry, params, in_types)
     if isinstance(dag, Decline):
         raise Declined(dag.reason)
     got = dag.output_types()
-    if [(tuple(t.shape), t.dtype) for t in got] != [(tuple(t.shape), t.dtype) for t in out_types]:
+    if len(got) != len(out_types) or not all(map(_fuel.same_type, got, out_types)):
         raise Declined(f"recipe computes {_types(got)} but the op's results are "
                        f"{_types(out_types)}")
+    node_params = []
+    for node in dag.nodes:
+        try:
+            with dims.recording(_fuel.describe(op)):
+                node_params.append(_fuel.dialect_params(
+                    node.op, node.params, [dag.type_of(r) for r in node.inputs]))
+        except ValueError as e:
+            raise Declined(f"the recipe on symbolic extents needs {e}") from None
 
     created: list = []
     values: list = []
@@ -92,14 +104,16 @@ def decompose_via_recipe(op, entry) -> list:
 
     try:
         with ir.InsertionPoint(op), op.location:
-            for node in dag.nodes:
+            for node, node_params in zip(dag.nodes, node_params):
                 if node.fused:
                     mnemonic = default_registry()[node.op].mnemonic
                 else:
                     mnemonic = OP_TABLE[node.op].mnemonic
-                attrs = params_to_attributes(lookup(mnemonic), node.params)
+                attrs = params_to_attributes(lookup(mnemonic), node_params)
+                t = node.type
                 new = _fuel.create(f"fuel.{mnemonic}", [get(r) for r in node.inputs],
-                                   [tensor_type(node.type)], attrs, loc=op.location)
+                                   [tensor_type(t, [isinstance(d, Sym) for d in t.shape])],
+                                   attrs, loc=op.location)
                 created.append(new)
                 new.verify()
                 values.append(new.results[0])
@@ -127,7 +141,9 @@ def _erase(created) -> None:
 
 
 def _types(ts) -> str:
-    return ", ".join(f"{t.dtype}{list(t.shape)}" for t in ts)
+    def dim(d):
+        return "?" if isinstance(d, Sym) else str(d)
+    return ", ".join(f"{t.dtype}[{', '.join(map(dim, t.shape))}]" for t in ts)
 
 
 @register_pass

@@ -194,24 +194,30 @@ def _mnemonic_of(name: str) -> Optional[str]:
     return e.mnemonic if e is not None else None
 
 
-def rel_params_hold(st: _State) -> bool:
+def rel_params_hold(st: _State, dims: Optional[_fuel.SymbolicDims] = None) -> bool:
     """Relative pattern params, resolved against the bound inputs' types,
-    equal the matched ops' params."""
+    equal the matched ops' params. With ``dims``, ``?`` extents are its
+    symbols, and a resolved param is compared as the dialect writes it
+    (``_fuel.dialect_params``: a broadcast keeping a ``?`` extent is -1); a
+    param no attribute can hold (``1/Extent`` of a ``?`` axis) fails the match."""
     from compiler.registry.grammar import op_signature
     from compiler.registry.recipe import resolve_params
+    dims = dims or _fuel.SymbolicDims()
     try:
-        binds = [_fuel.tensor_type(st.binds[i]) for i in range(len(st.binds))]
-        for node, op in st.matched:
-            rel = {k: v for k, v in node.params if _is_rel(v)}
-            if not rel:
-                continue
-            _, specs, _ = op_signature(node.op)
-            kids = [_fuel.tensor_type(v) for v in op.operands]
-            want = resolve_params(node.op, specs, rel, binds, kids)
-            actual = _fuel.params(op)
-            if not all(_equal(want[k], actual.get(k)) for k in want):
-                return False
-    except Exception:  # unresolvable at these shapes, dynamic shapes: no match
+        binds = [_fuel.tensor_type(st.binds[i], dims) for i in range(len(st.binds))]
+        with dims.recording():
+            for node, op in st.matched:
+                rel = {k: v for k, v in node.params if _is_rel(v)}
+                if not rel:
+                    continue
+                _, specs, _ = op_signature(node.op)
+                kids = [_fuel.tensor_type(v, dims) for v in op.operands]
+                want = _fuel.dialect_params(
+                    node.op, resolve_params(node.op, specs, rel, binds, kids), kids)
+                actual = _fuel.params(op)
+                if not all(_equal(want[k], actual.get(k)) for k in want):
+                    return False
+    except Exception:  # unresolvable at these shapes (a symbolic divisor): no match
         return False
     return True
 
@@ -301,36 +307,46 @@ class Fuse(ModulePass):
         # The match covering the most ops wins (a spelled-out layer norm
         # also contains an RMS-norm-shaped tail); ties keep registry order.
         matches = []
+        dims = _fuel.SymbolicDims()  # ``?`` extents, one symbol per value and axis
         for entry, pat, matcher in cands:
             _fuel.count("fuse.match_attempts")
             st = matcher.match(op.results[0])
-            if st is not None and rel_params_hold(st):
+            if st is not None and rel_params_hold(st, dims):
                 matches.append((entry, pat, st))
         matches.sort(key=lambda m: -len({id(o) for _, o in m[2].matched}))
         for entry, pat, st in matches:
-            fused = self._rewrite(op, entry, pat, st, forget)
+            fused = self._rewrite(op, entry, pat, st, forget, dims)
             if fused is not None:
                 return fused
         return None
 
-    def _rewrite(self, root, entry, pat, st: _State, forget=lambda op: None):
+    def _rewrite(self, root, entry, pat, st: _State, forget=lambda op: None, dims=None):
         """Replace the match ``st`` by one fused op; return it, or None (the
         IR unchanged) when the match does not type or has no kernel.
-        ``forget(op)`` is called before each matched op is erased."""
+        ``forget(op)`` is called before each matched op is erased. ``?``
+        extents are ``dims``' symbols: the fused op's rule must give the
+        root's type, ``?`` where it has ``?``."""
         from compiler.dialect import lookup, params_to_attributes
         from compiler.registry import normalize_params
+        dims = dims or _fuel.SymbolicDims()
         inputs = [st.binds[i] for i in range(len(st.binds))]
         try:
             params = normalize_params(entry, pat.params(tuple(st.scalars)))
-            in_types = [_fuel.tensor_type(v) for v in inputs]
-            out_type = _fuel.tensor_type(root.results[0])
-            inferred = entry.infer(in_types, params)
+            in_types = [_fuel.tensor_type(v, dims) for v in inputs]
+            out_type = _fuel.tensor_type(root.results[0], dims)
+            with dims.recording():
+                inferred = entry.infer(in_types, params)
         except Exception:
             return None  # the match does not type as this fused op
-        if (tuple(inferred.shape), inferred.dtype) != (tuple(out_type.shape), out_type.dtype):
-            return False
+        if not _fuel.same_type(inferred, out_type):
+            return None
         dts = [t.dtype for t in in_types] + [out_type.dtype]
-        if not kernel_available(entry, params, in_types, dts, self._table, self._backends):
+        try:
+            servable = kernel_available(entry, params, in_types, dts, self._table,
+                                        self._backends)
+        except Exception:  # a kernel predicate undecidable on symbolic extents
+            servable = False
+        if not servable:
             if self.remarks and id(root) not in self._reported:
                 self._reported.add(id(root))
                 emit_remark(root, f"{self.name}: matched {entry.name} ({pat.name or 'pattern'}) "
@@ -384,24 +400,52 @@ def _clamp_bounds(op):
     return (None if lo == -math.inf else lo), (None if hi == math.inf else hi)
 
 
+def _unary_activation(act):
+    """The conv params of a one-operand activation op (Relu / Clamp: the
+    clamp bounds, Silu, GeluErf), or None."""
+    m = _fuel.mnemonic(act)
+    if m == "silu":
+        return {"silu": True}
+    if m == "gelu_erf":
+        return {"gelu": True}
+    bounds = _clamp_bounds(act)
+    return None if bounds is None else {"clamp_min": bounds[0], "clamp_max": bounds[1]}
+
+
+#: View ops an activation may move above (an element-wise op commutes with them).
+_VIEWS = ("reshape", "squeeze", "unsqueeze")
+
+
+def _conv_view_epilogue(conv):
+    """``(params, view, activation)`` when the conv's only user is a view op
+    (``_VIEWS``: a conv1d imported as a Conv2D, then squeezed) whose only
+    user is a one-operand activation of the view's type; else None."""
+    users = [_op_of(u) for u in _fuel.users(conv.results[0])]
+    if len(users) != 1 or _fuel.mnemonic(users[0]) not in _VIEWS:
+        return None
+    view = users[0]
+    after = [_op_of(u) for u in _fuel.users(view.results[0])]
+    if len(after) != 1 or len(after[0].operands) != 1 or len(after[0].results) != 1 \
+            or after[0].results[0].type != view.results[0].type:
+        return None
+    update = _unary_activation(after[0])
+    return None if update is None else (update, view, after[0])
+
+
 def _conv_epilogue(conv):
     """The activation that may fold into ``conv``: ``(params, last op,
     ops it retires)`` for a ``Relu`` / ``Clamp`` that is its only user
     (``clamp_min`` / ``clamp_max``), a ``Silu`` that is, or a ``Mul(y,
-    Sigmoid(y))`` whose two ops are its only users (``silu``), of the conv's
-    type; else None."""
+    Sigmoid(y))`` whose two ops are its only users (``silu``), a ``GeluErf``
+    that is (``gelu``), of the conv's type; else None."""
     y = conv.results[0]
     users = [_op_of(u) for u in _fuel.users(y)]
     if len(users) == 1:
         act = users[0]
         if len(act.results) != 1 or act.results[0].type != y.type:
             return None             # (a func.return, a reshape, ...)
-        if _fuel.mnemonic(act) == "silu":
-            return {"silu": True}, act, [conv]
-        bounds = _clamp_bounds(act)
-        if bounds is None:
-            return None
-        return {"clamp_min": bounds[0], "clamp_max": bounds[1]}, act, [conv]
+        update = _unary_activation(act)
+        return None if update is None else (update, act, [conv])
     if len(users) != 2:
         return None
     kinds = {_fuel.mnemonic(u): u for u in users}
@@ -422,8 +466,11 @@ def fold_conv_epilogues(module, table, backends) -> int:
     """Fold each ``Relu`` / ``Clamp`` that is the only user of a ``Conv2D``
     (of the same type) into that conv's ``clamp_min`` / ``clamp_max``, and a
     ``Silu`` or ``Mul(y, Sigmoid(y))`` (its two ops the only users) into its
-    ``silu``, when the conv has no epilogue yet and some candidate backend
-    has a kernel for it (``kernel_serves`` with the new params, and the
+    ``silu``, and a ``GeluErf`` into its ``gelu``; a one-operand activation
+    behind a view of the conv (``Reshape`` / ``Squeeze`` / ``Unsqueeze``, the
+    conv's and the view's only user: a conv1d imported as a Conv2D) moves above
+    the view and folds the same way. Only when the conv has no epilogue yet and
+    some candidate backend has a kernel for it (``kernel_serves`` with the new params, and the
     binding table's key). Returns how many were folded."""
     from compiler.dialect import lookup, params_to_attributes
     entry = _fuel.registry()["Conv2D"]
@@ -431,24 +478,38 @@ def fold_conv_epilogues(module, table, backends) -> int:
     for conv in _fuel.fuel_ops(module):
         if _fuel.mnemonic(conv) != entry.mnemonic:
             continue
-        found = _conv_epilogue(conv)
+        found, view = _conv_epilogue(conv), None
         if found is None:
-            continue
+            through = _conv_view_epilogue(conv)
+            if through is None:
+                continue
+            update, view, act = through
+            found = update, act, [conv]
         update, act, dead = found
         params = _fuel.params(conv)
         if params.get("clamp_min") is not None or params.get("clamp_max") is not None \
-                or params.get("silu"):
+                or params.get("silu") or params.get("gelu"):
             continue
         params.update(update)
-        in_types = [_fuel.tensor_type(v) for v in conv.operands]
-        dts = [t.dtype for t in in_types] + [_fuel.tensor_type(conv.results[0]).dtype]
-        if not kernel_available(entry, params, in_types, dts, table, backends):
+        dims = _fuel.SymbolicDims()  # a ``?`` batch: the kernel takes it at run time
+        try:
+            in_types = [_fuel.tensor_type(v, dims) for v in conv.operands]
+            dts = [t.dtype for t in in_types] + [_fuel.dtype_of(conv.results[0])]
+            if not kernel_available(entry, params, in_types, dts, table, backends):
+                continue
+        except Exception:  # a kernel predicate undecidable on symbolic extents
             continue
         with ir.InsertionPoint(conv), act.location:
-            fused = _fuel.create(conv.name, list(conv.operands), [act.results[0].type],
+            fused = _fuel.create(conv.name, list(conv.operands),
+                                 [(conv if view is not None else act).results[0].type],
                                  params_to_attributes(lookup(entry.mnemonic), params),
                                  loc=act.location)
-        _fuel.replace_op(act, [fused.results[0]], dead=dead)
+        if view is not None:
+            # the activation moves above the view: conv (activated) -> view
+            view.operands[0] = fused.results[0]
+            _fuel.replace_op(act, [view.results[0]], dead=dead)
+        else:
+            _fuel.replace_op(act, [fused.results[0]], dead=dead)
         _fuel.count("fuse.conv_epilogues")
         folded += 1
     return folded

@@ -74,7 +74,8 @@ def op_has_kernel(op, table, backends) -> bool:
     if kind is None:
         return False
     try:
-        dts = [_fuel.tensor_type(v).dtype for v in list(op.operands) + list(op.results)]
+        dts = [_fuel.tensor_type(v, _fuel.SymbolicDims()).dtype
+               for v in list(op.operands) + list(op.results)]
     except Exception:
         return False
     return any(table.backend_supports(kind, dts, b) for b in backends)
@@ -90,7 +91,8 @@ def runtime_fused_servable(op, table, backends) -> bool:
     try:
         block, _ = check_runtime_fused(op)
         res = resolve_runtime_fused(op)
-        dts = [_fuel.tensor_type(v).dtype for v in (*res.inputs, op.results[0])]
+        dts = [_fuel.tensor_type(v, _fuel.SymbolicDims()).dtype
+               for v in (*res.inputs, op.results[0])]
         key = BindingKey.runtime_fused(res.fused_id)
         if any(table.backend_supports(key, dts, b) for b in backends):
             return True
@@ -133,9 +135,10 @@ class RuntimeFusion:
         if d is None or d.name not in RECIPE_VOCABULARY or len(op.results) != 1:
             return None
         try:
-            tts = [_fuel.tensor_type(v) for v in list(op.operands) + list(op.results)]
+            tts = [_fuel.tensor_type(v, _fuel.SymbolicDims())
+                   for v in list(op.operands) + list(op.results)]
         except Exception:
-            return None  # dynamic shape or unknown dtype
+            return None  # unknown dtype
         if d.name in _INPUT_VIEWS:
             return "view"
         if d.category in ELEMENTWISE_CATEGORIES:
@@ -146,7 +149,9 @@ class RuntimeFusion:
             except Exception:
                 return None
             rank = len(tts[0].shape)
-            if axis in (rank - 1, -1) and tts[0].shape[-1] >= MIN_REDUCED_EXTENT \
+            # (a ``?`` reduced extent is not known to reach MIN_REDUCED_EXTENT)
+            if axis in (rank - 1, -1) and isinstance(tts[0].shape[-1], int) \
+                    and tts[0].shape[-1] >= MIN_REDUCED_EXTENT \
                     and op_has_kernel(op, self.table, self.backends):
                 return "reduce"
         return None
@@ -174,7 +179,9 @@ class RuntimeFusion:
         """The maximal group rooted at ``root`` (at most ``MAX_MEMBERS`` ops),
         or None when it is too small. A producer is examined each time one of
         its users joins; it joins once all its users are members."""
-        shape_of = lambda v: tuple(_fuel.tensor_type(v).shape)  # noqa: E731
+        # MLIR shapes, ``?`` as -1: the elementwise members' operands all have
+        # one shape, so their ``?`` extents are one extent.
+        shape_of = lambda v: tuple(ir.RankedTensorType(v.type).shape)  # noqa: E731
         shape = shape_of(root.operands[0] if roles[root] == "reduce" else root.results[0])
         from compiler.dialect.structural import MAX_INPUTS
         group = {root}
@@ -229,16 +236,18 @@ class RuntimeFusion:
             if len(region.inputs) > MAX_INPUTS:
                 self._remark(root, f"{len(region.inputs)} inputs (at most {MAX_INPUTS})")
                 return False
-            in_types = [_fuel.tensor_type(v) for v in region.inputs]
-            dag = try_instantiate_recipe(runtime_entry(region.fused_id),
-                                         runtime_params(region.scalars), in_types)
+            dims = _fuel.SymbolicDims()  # ``?`` extents
+            in_types = [_fuel.tensor_type(v, dims) for v in region.inputs]
+            with dims.recording():
+                dag = try_instantiate_recipe(runtime_entry(region.fused_id),
+                                             runtime_params(region.scalars), in_types)
+            out = _fuel.tensor_type(root.results[0], dims)
         except Exception as e:  # DialectError, RecipeError, RuntimeFusedError
             self._remark(root, f"region not registrable: {e}")
             return False
         fid = region.fused_id
-        out = _fuel.tensor_type(root.results[0])
-        if isinstance(dag, Decline) or [(tuple(t.shape), t.dtype) for t in dag.output_types()] \
-                != [(tuple(out.shape), out.dtype)]:
+        if isinstance(dag, Decline) or len(dag.output_types()) != 1 \
+                or not _fuel.same_type(dag.output_types()[0], out):
             self._remark(root, f"region does not re-instantiate to {out}: "
                                f"{dag.reason if isinstance(dag, Decline) else dag.output_types()}")
             return False

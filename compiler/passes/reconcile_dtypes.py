@@ -84,9 +84,9 @@ class ReconcileDtypes(ModulePass):
         kind = _fuel.op_kind(op)
         if kind is None or len(op.results) != 1:
             return
-        try:
-            ins = [_fuel.tensor_type(v).dtype for v in op.operands]
-            out = _fuel.tensor_type(op.results[0]).dtype
+        try:  # dtypes only: an op with ``?`` extents is reconciled like a static one
+            ins = [_fuel.tensor_type(v, _fuel.SymbolicDims()).dtype for v in op.operands]
+            out = _fuel.tensor_type(op.results[0], _fuel.SymbolicDims()).dtype
         except Exception as e:
             emit_error(op, f"{self.name}: cannot read the dtypes of {_fuel.describe(op)}: {e}")
             return

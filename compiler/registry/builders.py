@@ -99,6 +99,21 @@ def conv2d(x, w, bias=None, stride=1, padding=0, groups: int = 1, dilation=1):
                  dilation=_pair(dilation, "dilation", OPNAME))
 
 
+def max_pool2d(x, kernel, stride=1, padding=0, dilation=1):
+    """MaxPool2D over NCHW x; ``kernel``, ``stride``, ``dilation``: an int or
+    an (h, w) pair; ``padding`` (-inf): an int, an (h, w) pair or (top, left,
+    bottom, right)."""
+    OPNAME = "MaxPool2D"
+    if isinstance(padding, int):
+        padding = (padding,) * 4
+    padding = tuple(padding)
+    if len(padding) == 2:
+        padding = padding * 2
+    return fused("MaxPool2D", x, kernel=_pair(kernel, "kernel", OPNAME),
+                 stride=_pair(stride, "stride", OPNAME), padding=padding,
+                 dilation=_pair(dilation, "dilation", OPNAME))
+
+
 def conv_transpose2d(x, w, bias=None, stride=1, padding=0, output_padding=0, dilation=1,
                      groups: int = 1):
     OPNAME = "ConvTranspose2D"

@@ -41,6 +41,7 @@ ENTRY_MODULES = (
     ("flash_attn_backward", "ENTRY_K"),
     ("flash_attn_backward", "ENTRY_V"),
     ("awq_matmul", "ENTRY"),
+    ("max_pool2d", "ENTRY"),
 )
 
 

@@ -28,7 +28,8 @@ CONVS = {
     "pointwise-recipe": ((2, 6, 5, 5), (9, 6, 1, 1), 1, 0, 1),
 }
 ACTS = {"relu": lambda y: y.relu(), "relu6": lambda y: y.clamp(0.0, 6.0),
-        "upper": lambda y: y.clamp(-np.inf, 0.25), "silu": lambda y: y * y.sigmoid(), "silu-op": lambda y: y.silu()}
+        "upper": lambda y: y.clamp(-np.inf, 0.25), "silu": lambda y: y * y.sigmoid(), "silu-op": lambda y: y.silu(),
+        "gelu": lambda y: y.gelu()}
 
 
 def _graph(conv, act, dtype="f32", extra_use=False):
@@ -60,7 +61,7 @@ def test_clamped_conv_matches_the_reference(conv, act):
         assert summary == ["Conv2D[f32,f32,f32,f32] (mlir-cpu-fused)"], summary
 
 
-@pytest.mark.parametrize("act", ["relu6", "silu"])
+@pytest.mark.parametrize("act", ["relu6", "silu", "gelu"])
 @pytest.mark.parametrize("conv", ["direct", "depthwise-s2", "pointwise"])
 def test_clamped_conv_on_the_avx2_baseline_and_in_f64(conv, act):
     for target, dtype in (("cpu:x86-64-v3", "f32"), ("cpu", "f64")):
@@ -68,7 +69,9 @@ def test_clamped_conv_on_the_avx2_baseline_and_in_f64(conv, act):
         m = compile(gr, target=target)
         np.testing.assert_allclose(m.run(x=x)["y"], interpret(gr, {"x": x})["y"],
                                    rtol=1e-6 if dtype == "f32" else 1e-12, atol=1e-6)
-        assert len(m.kernel_summary()) == 1, m.kernel_summary()
+        # (an f64 gelu does not fold: its erf would be a libm call per element)
+        assert len(m.kernel_summary()) == 1 + (act == "gelu" and dtype == "f64"), \
+            m.kernel_summary()
 
 
 def test_an_activation_of_a_conv_used_elsewhere_stays_a_kernel_of_its_own():
@@ -90,6 +93,35 @@ def test_clamp_bounds_out_of_order_are_refused_naming_them():
         default_registry()["Conv2D"].infer(types, params)
     with pytest.raises(P.OpParamsError, match="clamp_min 6.0 must be <= clamp_max 0.0"):
         P.Conv2D((1, 2, 5, 5), (3, 2, 3, 3), (1, 3, 5, 5), clamp_min=6.0, clamp_max=0.0)
+
+
+@pytest.mark.parametrize("act", ["gelu", "relu"])
+def test_a_conv1d_activation_behind_its_squeeze_folds(act):
+    # a conv1d as exporters' importers make it: Conv2D over [N, C, 1, W], then
+    # the height squeezed away, then the activation
+    rng = np.random.default_rng(4)
+    gr = Graph()
+    x = gr.input("x", (2, 8, 1, 40), "f32")
+    w = gr.constant((rng.standard_normal((16, 8, 1, 3)) * 0.4).astype(np.float32), name="w")
+    b = gr.constant(rng.standard_normal(16).astype(np.float32), name="b")
+    y = conv2d(x, w, b, stride=(1, 2), padding=(0, 1)).reshape(2, 16, 20)
+    gr.output(ACTS[act](y), name="y")
+    m = compile(gr, target="cpu")
+    xv = rng.standard_normal((2, 8, 1, 40)).astype(np.float32)
+    np.testing.assert_allclose(m.run(x=xv)["y"], interpret(gr, {"x": xv})["y"],
+                               rtol=1e-5, atol=1e-5)
+    assert m.kernel_summary() == ["Conv2D[f32,f32,f32,f32] (mlir-cpu-fused)"], m.kernel_summary()
+
+
+def test_gelu_with_another_activation_is_refused_naming_both():
+    f32 = DType.F32
+    types = [TensorType((1, 2, 5, 5), f32), TensorType((3, 2, 3, 3), f32)]
+    params = dict(stride=(1, 1), padding=(1, 1), groups=1, dilation=(1, 1), gelu=True,
+                  clamp_min=0.0)
+    with pytest.raises(Exception, match="gelu epilogue excludes the clamp and silu"):
+        default_registry()["Conv2D"].infer(types, params)
+    with pytest.raises(P.OpParamsError, match="gelu epilogue excludes the clamp and silu"):
+        P.Conv2D((1, 2, 5, 5), (3, 2, 3, 3), (1, 3, 5, 5), silu=True, gelu=True)
 
 
 def test_kernel_params_carry_the_clamp_and_round_trip():

@@ -1,7 +1,7 @@
 """The direct convolution (``transforms/conv.py``): the cpu Conv2D kernel of a
 stride-1 groups-1 conv is one generic over the flat padded input, register-
 tiled to FMA tiles by the ``conv-direct`` strategy on AVX2 and AVX-512 targets
-(a depthwise conv: the same, one channel at a time, in 1 x nr1 tiles), and
+(a depthwise conv: the same, a block of channels at a time, in 1 x nr1 tiles), and
 its rewrites do what they claim on small IR. Numerics of the kernel
 against the reference: tests/fused/test_fused_attention_quant_conv.py."""
 import re
@@ -86,8 +86,8 @@ def test_conv_kernel_outside_the_direct_class_keeps_the_loops():
 
 
 @pytest.mark.parametrize("target,dtype,vec", [
-    ("cpu:x86-64-v3", DType.F32, "v32f32"), ("cpu:skylake-avx512", DType.F32, "v64f32"),
-    ("cpu:x86-64-v3", DType.F64, "v16f64"), ("cpu:skylake-avx512", DType.F64, "v32f64"),
+    ("cpu:x86-64-v3", DType.F32, "v64f32"), ("cpu:skylake-avx512", DType.F32, "v64f32"),
+    ("cpu:x86-64-v3", DType.F64, "v32f64"), ("cpu:skylake-avx512", DType.F64, "v32f64"),
 ])
 def test_depthwise_kernel_is_a_channel_loop_of_fma_rows(target, dtype, vec):
     """groups = C: an scf.for over the channels around a one-channel direct
@@ -100,7 +100,25 @@ def test_depthwise_kernel_is_a_channel_loop_of_fma_rows(target, dtype, vec):
     assert res.strategy.name.startswith("conv-direct-")
     assert re.search(rf"fmuladd\.{vec}", res.llvm_ir), "no 1 x nr1 FMA row in the kernel"
     loop = res.stages["bufferize"].split("scf.for", 1)[1]
-    assert "memref.alloc" not in loop and "linalg.fill" not in loop
+    assert "memref.alloc" not in loop
+    # the planes' padding is zeroed once; in the loop only the accumulator
+    # [1, 1, pixels] is filled (with the channel's bias)
+    fills = re.findall(r"linalg\.fill .*outs\(\S+ : memref<([0-9x]+)x", loop)
+    assert fills and all(f.count("x") == 2 for f in fills), fills
+    # no padded copy: the rows go straight into the (zeroed-once) planes,
+    # and the next channel's rows are prefetched
+    assert "memref.copy" not in loop and "linalg.copy" not in loop
+    assert "llvm.prefetch" in res.llvm_ir
+
+
+def test_depthwise_small_planes_are_computed_a_block_of_channels_at_a_time():
+    """Planes of a few hundred bytes: an iteration scatters a block of
+    channels (the largest divisor of C that fits ``_DW_BLOCK_BYTES``) into
+    its planes, then computes them, a channel's pixels at a time."""
+    text = _kernel_text(x=(2, 12, 5, 6), w=(12, 1, 3, 3), params=dict(PARAMS, groups=12))
+    res = P.lower(text, ["kernel"], target="cpu:x86-64-v3", keep_ir=True)
+    assert re.search(r"memref\.alloc\(\) .*: memref<1x6x\d+x8xf32>", res.stages["bufferize"])
+    assert "scf.for %arg5 = %c0 to %c2 step %c1" in res.stages["bufferize"]
 
 
 @pytest.mark.parametrize("xs,k,stride,pad,dil,bias", [
@@ -111,6 +129,10 @@ def test_depthwise_kernel_is_a_channel_loop_of_fma_rows(target, dtype, vec):
     ((1, 6, 11, 10), 7, (2, 1), (3, 3), (1, 1), True),     # 7x7, stride on one axis
     ((1, 1, 5, 7), 3, (2, 2), (0, 0), (1, 1), True),       # one channel, tiles without loops
     ((2, 3, 3, 3), 3, (2, 2), (0, 0), (1, 1), False),      # one output pixel
+    ((1, 2, 9, 150), 5, (2, 2), (2, 2), (1, 1), True),     # rows read in pieces, pad 2
+    ((1, 2, 6, 131), 3, (2, 2), (1, 1), (1, 1), False),    # odd long rows: a last column
+    ((2, 12, 5, 6), 3, (1, 1), (1, 1), (1, 1), True),      # small planes: blocks of 6
+    ((2, 10, 7, 7), 3, (2, 2), (1, 1), (1, 1), True),      # strided blocks
 ])
 @pytest.mark.parametrize("dt", ["f32", "f64"])
 def test_depthwise_direct_conv_matches_numpy(xs, k, stride, pad, dil, bias, dt):

@@ -366,6 +366,9 @@ CONV = [
     # images' columns side by side (one image: cols^T @ w^T)
     ((1, 8, 4, 4), (40, 8, 3, 3), dict(stride=(2, 2), padding=(1, 1), groups=1), True, "f32"),
     ((2, 8, 4, 4), (40, 8, 3, 3), dict(stride=(2, 2), padding=(1, 1), groups=1), True, "f32"),
+    # ... written by one Concat of the taps, each viewed [cin, 1, n, ho, wo]
+    ((3, 6, 3, 3), (24, 6, 3, 2), dict(stride=(1, 1), padding=(1, 1), groups=1,
+                                       dilation=(1, 2)), False, "f64"),
     # stride 1, groups 1: the direct kernel; channel and pixel counts that leave
     # register-tile remainders (13 = 8 + 5 / 6 + 6 + 1 channels), several images
     ((3, 5, 9, 11), (13, 5, 3, 3), dict(stride=(1, 1), padding=(1, 1), groups=1), True, "f32"),

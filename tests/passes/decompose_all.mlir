@@ -705,3 +705,24 @@ func.func @encoded_result(%x: tensor<2x8xf32, "enc">) -> tensor<2x8xf32, "enc"> 
   %0 = "fuel.softmax_last_dim"(%x) : (tensor<2x8xf32, "enc">) -> tensor<2x8xf32, "enc">
   return %0 : tensor<2x8xf32, "enc">
 }
+
+// -----
+
+// 26. MaxPool2D: the image padded with -inf (bottom rounded up to the stride),
+// its stride phases copied out once, the nine taps' unit-stride windows of
+// the phases in a Maximum chain.
+// CHECK-LABEL: func.func @max_pool2d(
+// CHECK-NOT:     "fuel.max_pool2d"
+// CHECK:       %[[P:.*]] = "fuel.pad"(%arg0) {mode = "constant", padding = [0, 0, 0, 0, 1, 2, 1, 1], value = 0xFFF0000000000000 : f64}
+// CHECK-NEXT:  %[[V:.*]] = "fuel.reshape"(%[[P]]) {shape = [2, 3, 6, 2, 5, 2]}
+// CHECK-NEXT:  %[[T:.*]] = "fuel.permute"(%[[V]]) {perm = [0, 1, 3, 5, 2, 4]}
+// CHECK-NEXT:  "fuel.contiguize"(%[[T]]) : (tensor<2x3x2x2x6x5xf32>) -> tensor<2x3x2x2x6x5xf32>
+// CHECK-COUNT-8: "fuel.maximum"
+// CHECK-NOT:   "fuel.maximum"
+// CHECK:       return {{.*}} : tensor<2x3x5x4xf32>
+// GONE-LABEL: func.func @max_pool2d(
+// GONE-NOT:     "fuel.max_pool2d"
+func.func @max_pool2d(%arg0: tensor<2x3x9x8xf32>) -> tensor<2x3x5x4xf32> {
+  %0 = "fuel.max_pool2d"(%arg0) {dilation = [1, 1], kernel = [3, 3], padding = [1, 1, 1, 1], stride = [2, 2]} : (tensor<2x3x9x8xf32>) -> tensor<2x3x5x4xf32>
+  return %0 : tensor<2x3x5x4xf32>
+}

@@ -15,12 +15,38 @@ func.func @rank0(%x: tensor<f32>) -> tensor<f32> {
 
 // -----
 
-// CHECK-LABEL: func.func @dynamic
+// On ? extents a recipe is instantiated with the extents as symbols
+// (decompose_dynamic.mlir); one needing a symbolic param the dialect cannot
+// write declines, naming the param. A weight broadcast to ? rows (a new
+// axis of a ? extent):
+// CHECK-LABEL: func.func @dynamic_linear
+// CHECK-NEXT:    "fuel.fused_linear"(%arg0, %arg1, %arg2)
+func.func @dynamic_linear(%a: tensor<?x3xf32>, %b: tensor<3x4xf32>, %bias: tensor<4xf32>) -> tensor<?x4xf32> {
+  // expected-warning@+1 {{decompose declined: the recipe on symbolic extents needs BroadcastTo to [d0,4]: the symbolic extent d0 of axis 0 is not the input's own extent there ([1,4])}}
+  %0 = "fuel.fused_linear"(%a, %b, %bias) : (tensor<?x3xf32>, tensor<3x4xf32>, tensor<4xf32>) -> tensor<?x4xf32>
+  return %0 : tensor<?x4xf32>
+}
+
+// -----
+
+// A row maximum broadcast from 1 to a ? row length:
+// CHECK-LABEL: func.func @dynamic_rows
 // CHECK-NEXT:    "fuel.softmax_last_dim"(%arg0)
-func.func @dynamic(%x: tensor<?x8xf32>) -> tensor<?x8xf32> {
-  // expected-warning@+1 {{decompose declined: unresolvable operand/result type: dynamic shape}}
-  %0 = "fuel.softmax_last_dim"(%x) : (tensor<?x8xf32>) -> tensor<?x8xf32>
-  return %0 : tensor<?x8xf32>
+func.func @dynamic_rows(%x: tensor<4x?xf32>) -> tensor<4x?xf32> {
+  // expected-warning@+1 {{needs BroadcastTo to [4,d0]: the symbolic extent d0 of axis 1 is not the input's own extent there ([4,1])}}
+  %0 = "fuel.softmax_last_dim"(%x) : (tensor<4x?xf32>) -> tensor<4x?xf32>
+  return %0 : tensor<4x?xf32>
+}
+
+// -----
+
+// The conv recipe's reshapes to a ? batch:
+// CHECK-LABEL: func.func @dynamic_conv
+// CHECK-NEXT:    "fuel.conv2d"(%arg0, %arg1, %arg2)
+func.func @dynamic_conv(%x: tensor<?x4x6x6xf32>, %w: tensor<8x4x3x3xf32>, %b: tensor<8xf32>) -> tensor<?x8x6x6xf32> {
+  // expected-warning@+1 {{decompose declined: recipe rejected: BadAttrs: Reshape.shape: (d0, 8, 6, 6) is not a value of kind i64s}}
+  %0 = "fuel.conv2d"(%x, %w, %b) {dilation = [1, 1], groups = 1 : i64, padding = [1, 1], stride = [1, 1]} : (tensor<?x4x6x6xf32>, tensor<8x4x3x3xf32>, tensor<8xf32>) -> tensor<?x8x6x6xf32>
+  return %0 : tensor<?x8x6x6xf32>
 }
 
 // -----

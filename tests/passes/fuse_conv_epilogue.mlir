@@ -10,7 +10,8 @@
 
 // fuel-fuse folds a Relu or Clamp that is a Conv2D's only user into the conv's
 // clamp_min / clamp_max, and a SiLU (Mul(y, Sigmoid(y)), its two ops the conv's
-// only users) into its silu (fold_conv_epilogues), where the conv keeps a kernel.
+// only users) into its silu, and a GeluErf into its gelu (fold_conv_epilogues),
+// where the conv keeps a kernel.
 
 // A Relu: clamp_min = 0, the top open.
 // CHECK-LABEL: func.func @relu
@@ -124,6 +125,65 @@ func.func @silu_op(%x: tensor<1x4x6x6xf32>, %w: tensor<8x4x3x3xf32>) -> tensor<1
   %0 = "fuel.conv2d"(%x, %w) {dilation = [1, 1], groups = 1 : i64, padding = [1, 1], stride = [1, 1]} : (tensor<1x4x6x6xf32>, tensor<8x4x3x3xf32>) -> tensor<1x8x6x6xf32>
   %1 = "fuel.silu"(%0) : (tensor<1x8x6x6xf32>) -> tensor<1x8x6x6xf32>
   return %1 : tensor<1x8x6x6xf32>
+}
+
+// -----
+
+// The exact GELU (GeluErf: ONNX Gelu, torch's default nn.GELU) folds into gelu;
+// the fused op's recipe ends with the same GeluErf.
+// CHECK-LABEL: func.func @gelu
+// CHECK-NEXT:    %[[C:.*]] = "fuel.conv2d"(%arg0, %arg1, %arg2) {dilation = [1, 1], gelu = true, groups = 1 : i64, padding = [1, 1], stride = [1, 1]}
+// CHECK-NEXT:    return %[[C]]
+// OFF-LABEL:   func.func @gelu
+// OFF:           "fuel.gelu_erf"
+// NOKERNEL-LABEL: func.func @gelu
+// NOKERNEL:      "fuel.gelu_erf"
+func.func @gelu(%x: tensor<1x4x6x6xf32>, %w: tensor<8x4x3x3xf32>, %b: tensor<8xf32>) -> tensor<1x8x6x6xf32> {
+  %0 = "fuel.conv2d"(%x, %w, %b) {dilation = [1, 1], groups = 1 : i64, padding = [1, 1], stride = [1, 1]} : (tensor<1x4x6x6xf32>, tensor<8x4x3x3xf32>, tensor<8xf32>) -> tensor<1x8x6x6xf32>
+  %1 = "fuel.gelu_erf"(%0) : (tensor<1x8x6x6xf32>) -> tensor<1x8x6x6xf32>
+  return %1 : tensor<1x8x6x6xf32>
+}
+
+// -----
+
+// A conv1d imported as a Conv2D over [N, C, 1, W], squeezed: the activation
+// behind the view moves above it and folds.
+// CHECK-LABEL: func.func @gelu_behind_a_view
+// CHECK-NEXT:    %[[C:.*]] = "fuel.conv2d"(%arg0, %arg1, %arg2) {dilation = [1, 1], gelu = true, groups = 1 : i64, padding = [0, 1], stride = [1, 2]}
+// CHECK-NEXT:    %[[V:.*]] = "fuel.reshape"(%[[C]]) {shape = [1, 8, 20]}
+// CHECK-NEXT:    return %[[V]]
+// OFF-LABEL:   func.func @gelu_behind_a_view
+// OFF:           "fuel.gelu_erf"
+func.func @gelu_behind_a_view(%x: tensor<1x4x1x40xf32>, %w: tensor<8x4x1x3xf32>, %b: tensor<8xf32>) -> tensor<1x8x20xf32> {
+  %0 = "fuel.conv2d"(%x, %w, %b) {dilation = [1, 1], groups = 1 : i64, padding = [0, 1], stride = [1, 2]} : (tensor<1x4x1x40xf32>, tensor<8x4x1x3xf32>, tensor<8xf32>) -> tensor<1x8x1x20xf32>
+  %1 = "fuel.reshape"(%0) {shape = [1, 8, 20]} : (tensor<1x8x1x20xf32>) -> tensor<1x8x20xf32>
+  %2 = "fuel.gelu_erf"(%1) : (tensor<1x8x20xf32>) -> tensor<1x8x20xf32>
+  return %2 : tensor<1x8x20xf32>
+}
+
+// -----
+
+// The view is also an output: the activation stays after it.
+// CHECK-LABEL: func.func @view_used_elsewhere
+// CHECK:         "fuel.relu"
+func.func @view_used_elsewhere(%x: tensor<1x4x1x40xf32>, %w: tensor<8x4x1x3xf32>) -> (tensor<1x8x20xf32>, tensor<1x8x20xf32>) {
+  %0 = "fuel.conv2d"(%x, %w) {dilation = [1, 1], groups = 1 : i64, padding = [0, 1], stride = [1, 2]} : (tensor<1x4x1x40xf32>, tensor<8x4x1x3xf32>) -> tensor<1x8x1x20xf32>
+  %1 = "fuel.reshape"(%0) {shape = [1, 8, 20]} : (tensor<1x8x1x20xf32>) -> tensor<1x8x20xf32>
+  %2 = "fuel.relu"(%1) : (tensor<1x8x20xf32>) -> tensor<1x8x20xf32>
+  return %1, %2 : tensor<1x8x20xf32>, tensor<1x8x20xf32>
+}
+
+// -----
+
+// A conv with a gelu: its recipe ends with the GeluErf.
+// DECOMP-LABEL: func.func @gelu_recipe
+// DECOMP-NOT:     "fuel.conv2d"
+// DECOMP:         %[[Y:.*]] = "fuel.add"
+// DECOMP-NEXT:    %[[G:.*]] = "fuel.gelu_erf"(%[[Y]])
+// DECOMP-NEXT:    return %[[G]]
+func.func @gelu_recipe(%x: tensor<1x4x6x6xf32>, %w: tensor<8x4x3x3xf32>, %b: tensor<8xf32>) -> tensor<1x8x6x6xf32> {
+  %0 = "fuel.conv2d"(%x, %w, %b) {dilation = [1, 1], gelu = true, groups = 1 : i64, padding = [1, 1], stride = [1, 1]} : (tensor<1x4x6x6xf32>, tensor<8x4x3x3xf32>, tensor<8xf32>) -> tensor<1x8x6x6xf32>
+  return %0 : tensor<1x8x6x6xf32>
 }
 
 // -----

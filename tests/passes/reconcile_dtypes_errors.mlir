@@ -29,3 +29,11 @@ func.func @cast_kind(%a: tensor<4xf32>) -> tensor<4xi32> {
   return %0 : tensor<4xi32>
 }
 
+// -----
+
+// On ? extents the error is the same (the pass reads only dtypes).
+func.func @dynamic_int_add(%a: tensor<?x4xi32>) -> tensor<?x4xi32> {
+  // expected-error@+1 {{no kernel for 'fuel.add' (%0) (AddElementwise) with dtypes [i32, i32, i32] on cpu, and no lossless promotion}}
+  %0 = "fuel.add"(%a, %a) : (tensor<?x4xi32>, tensor<?x4xi32>) -> tensor<?x4xi32>
+  return %0 : tensor<?x4xi32>
+}

@@ -41,3 +41,18 @@ func.func @embedding(%t: tensor<50x64xf32>, %i: tensor<?xui32>) -> tensor<?x64xf
   %0 = "fuel.index_select"(%t, %i) {dim = 0 : i64} : (tensor<50x64xf32>, tensor<?xui32>) -> tensor<?x64xf32>
   return %0 : tensor<?x64xf32>
 }
+
+// -----
+
+// A broadcast keeping a ? extent (-1, as the passes write it on symbolic IR:
+// fuse_dynamic.mlir) sizes that axis by the input's tensor.dim.
+// CHECK-LABEL: func.func @broadcast_keep
+// CHECK-NOT:     fuel.
+// CHECK:         %[[D:.*]] = tensor.dim %arg0, %c0 : tensor<?x1xf32>
+// CHECK:         tensor.empty(%[[D]]) : tensor<?x8xf32>
+// CHECK:         linalg.generic
+// CHECK:         return {{.*}} : tensor<?x8xf32>
+func.func @broadcast_keep(%x: tensor<?x1xf32>) -> tensor<?x8xf32> {
+  %0 = "fuel.broadcast_to"(%x) {shape = [-1, 8]} : (tensor<?x1xf32>) -> tensor<?x8xf32>
+  return %0 : tensor<?x8xf32>
+}

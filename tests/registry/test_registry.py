@@ -17,9 +17,11 @@ R = default_registry()
 F32 = DType.F32
 
 
-def test_all_25_ops_with_spec_ids_and_frozen():
-    assert [e.id for e in R] == list(range(1, 26))
+def test_the_spec_ops_with_their_ids_then_fuelc_s_and_frozen():
+    # the spec's 25, then fuelc's additions (AwqMatmul is 25, MaxPool2D 26)
+    assert [e.id for e in R] == list(range(1, 27))
     assert R["FlashAttnBackwardV"].id == 24 and R[25].name == "AwqMatmul"
+    assert R[26].name == "MaxPool2D"
     assert R.get("softmax_last_dim") is R[1]
     assert default_registry() is R
     with pytest.raises(Exception):
@@ -43,6 +45,7 @@ def test_entry_facts():
     assert R["PowIBackward"].op_kind == OpKind.PowIElementwiseBackward
     assert R["FlashAttnBackwardK"].op_kind == OpKind.FlashAttnBackwardK
     assert R["AwqMatmul"].op_kind == OpKind.AwqMatmul  # fuelc addition (spec: none)
+    assert R["MaxPool2D"].op_kind == OpKind.MaxPool2D  # fuelc addition
     assert R["SoftmaxLastDim"].backward.fused == "SoftmaxLastDimBackward"
 
 

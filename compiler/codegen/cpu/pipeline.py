@@ -52,7 +52,8 @@ from compiler.codegen.common import stages
 from compiler.codegen.common.stages import (Stage, pipeline_text, prepare_entries,  # noqa: F401
                                             stage_failure, write_reproducer)
 from compiler.codegen.loader import CompiledObject, load_object
-from compiler.codegen.cpu.strategy import COPIES_ONLY, LOOPS, Strategy, rules_fingerprint, select_strategy
+from compiler.codegen.cpu.strategy import (COPIES_ONLY, LOOPS, VECTOR_OPS, Strategy,
+                                           rules_fingerprint, select_strategy)
 
 # Bump when a change here changes generated code (invalidates cached objects).
 PIPELINE_VERSION = "cpu-6"  # cpu-6: unit-stride arguments re-typed
@@ -115,6 +116,7 @@ from compiler.codegen.family import (FEW_ROWS_ATTR, UNIT_STRIDE_ATTR, UNPACKED_A
                                      ZERO_STRIDE_ATTR)
 from compiler.codegen.cpu.transforms.conv import DIRECT_CONV_ATTR  # noqa: E402
 from compiler.codegen.cpu.transforms.matmul import EPILOGUE_ATTR  # noqa: E402
+from compiler.codegen.family import STEM_ATTR  # noqa: E402
 
 
 _MEMREF_COPY = re.compile(r"memref\.copy (%[\w#]+), (%[\w#]+) : (memref<[^>]*>(?:>)?) to "
@@ -285,7 +287,9 @@ def linalg_op_names(module: "ir.Module") -> set[str]:
     (the init) is dynamic; ``fuelc.few_rows`` when an entry carries that
     attribute (``family.FEW_ROWS_ATTR``); ``fuelc.direct_conv`` when a linalg op
     carries that attribute (``transforms.conv.DIRECT_CONV_ATTR``), and
-    ``fuelc.mm_epilogue`` likewise (``family.EPILOGUE_ATTR``); ``COPIES_ONLY``
+    ``fuelc.mm_epilogue`` and ``fuelc.stem`` likewise (``family.EPILOGUE_ATTR``,
+    ``family.STEM_ATTR``); ``VECTOR_OPS`` when the lowering wrote ``vector`` ops
+    itself; ``COPIES_ONLY``
     when every op only moves data (slices, inserts, pads, fills: a Concat, Slice
     or Pad)."""
     names: set[str] = set()
@@ -296,9 +300,11 @@ def linalg_op_names(module: "ir.Module") -> set[str]:
             copies_only[0] = False
         if op.name == "func.func":
             names.update(a for a in (FEW_ROWS_ATTR, UNPACKED_ATTR) if a in op.attributes)
+        if op.name.startswith("vector."):
+            names.add(VECTOR_OPS)
         if op.name.startswith("linalg."):
             names.add(op.name)
-            for attr in (DIRECT_CONV_ATTR, EPILOGUE_ATTR):
+            for attr in (DIRECT_CONV_ATTR, EPILOGUE_ATTR, STEM_ATTR):
                 if attr in op.attributes:
                     names.add(attr)
             if len(op.operands):
@@ -389,7 +395,7 @@ def lower(module_or_text, entry_names: Sequence[str], *, target=None,
         if keep_ir:
             kept["prepare"] = str(module)
         if strategy.tensor_transform:
-            apply_transform(module, strategy.tensor_transform)
+            apply_transforms(module, strategy.tensor_transform)
             if keep_ir:
                 kept["tensor-transform"] = str(module)
         for stage in stages_for(strategy):

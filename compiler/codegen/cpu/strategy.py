@@ -79,7 +79,7 @@ class Strategy:
 
     name: str
     tensor_passes: tuple[str, ...] = ()
-    tensor_transform: str | None = None
+    tensor_transform: str | tuple[str, ...] | None = None
     transform: str | tuple[str, ...] | None = None
     lowering: tuple[str, ...] = LOOPS_LOWERING
     #: mark float add/mul in reduction bodies ``reassoc`` so LLVM vectorizes
@@ -99,7 +99,9 @@ class Strategy:
         """A digest of everything that changes the generated code."""
         h = hashlib.sha256()
         steps = (self.transform,) if isinstance(self.transform, str) else self.transform or ()
-        for part in (self.name, *self.tensor_passes, self.tensor_transform or "", *steps,
+        tsteps = (self.tensor_transform,) if isinstance(self.tensor_transform, str) \
+            else self.tensor_transform or ("",)
+        for part in (self.name, *self.tensor_passes, *tsteps, *steps,
                      *self.lowering,
                      f"reassoc={self.reassociate_reductions}",
                      f"approx={self.approximate_math and fastmath.VERSION}",
@@ -135,6 +137,15 @@ COPIES = dataclasses.replace(
     doc="a kernel without linalg ops: only tensor slices, inserts and pads (Concat, "
         "Slice, Pad). LOOPS without LLVM's loop unrolling: the copy loops are "
         "vectorized; unrolled they made megabytes of IR and seconds of LLVM per kernel.")
+
+#: The strategy feature of a module whose lowering wrote vector ops itself
+#: (``vector.transfer_read`` ... on tensors: the MaxPool2D kernel).
+VECTOR_OPS = "fuelc.vector_ops"
+#: Its strategy: no transform script; the vector ops lowered with the matmul's
+#: and the direct convolution's ``VECTOR_LOWERING`` (LOOPS cannot lower them).
+VECTORIZED = Strategy(
+    name="vectorized", lowering=VECTOR_LOWERING,
+    doc="a kernel its lowering vectorized (vector ops on tensors); lowered as written")
 
 #: ISA levels a strategy may have variants for, best first: (name, the
 #: target features it needs).
@@ -258,9 +269,12 @@ def _rows_rule(op: str, elt: str) -> Callable[[frozenset[str]], bool]:
 
 #: The direct convolution's register tiles (``transforms.conv``): ``mr`` output
 #: channels x ``nr`` output pixels, as the matmul's (``_MATMUL_TILES``); a
-#: one-channel generic (depthwise, a channel at a time) is tiled 1 x ``nr1``.
-_CONV_TILES = {("f32", "avx2"): dict(mr=6, nr=16, nr1=32),
-               ("f64", "avx2"): dict(mr=6, nr=8, nr1=16),
+#: depthwise generic (a block of channels, each reading its own plane) is tiled
+#: 1 x ``nr1``: 8 accumulators on AVX2 (MobileNetV2 batch 8 on x86-64-v3: each
+#: depthwise layer 1-7% faster than with 4), 4 on AVX-512 (8 were no faster at
+#: 56^2, 3x slower at 14^2).
+_CONV_TILES = {("f32", "avx2"): dict(mr=6, nr=16, nr1=64),
+               ("f64", "avx2"): dict(mr=6, nr=8, nr1=32),
                ("f32", "avx512"): dict(mr=8, nr=32, nr1=64),
                ("f64", "avx512"): dict(mr=8, nr=16, nr1=32)}
 #: The feature of a module holding a direct-convolution generic.
@@ -297,25 +311,58 @@ MATMUL_EPILOGUE = "fuelc.mm_epilogue"
 def epilogue_strategy(element_type: str, isa: str = "avx2") -> Strategy:
     """A matmul whose init (zeros or the bias) and epilogue (activation,
     rounding) run in its register tiles (``transforms.matmul.epilogue_script``)."""
-    from compiler.codegen.cpu.transforms.matmul import epilogue_lowering_script, epilogue_script
+    from compiler.codegen.cpu.transforms.matmul import epilogue_script
     tiles = _EPILOGUE_TILES[element_type, isa]
-    return Strategy(
-        name=f"matmul-epilogue-{element_type}-{tiles['mr']}x{tiles['nr']}",
-        tensor_transform=epilogue_script(**tiles), transform=epilogue_lowering_script(),
-        lowering=VECTOR_LOWERING,
-        doc="matmul + epilogue tiled and fused on tensors: mr x nr register tiles whose "
-            "accumulators start as the bias and leave through the epilogue; B read in "
-            "place, K whole; partial tiles masked")
+    return _fused_on_tensors(
+        f"matmul-epilogue-{element_type}-{tiles['mr']}x{tiles['nr']}", epilogue_script(**tiles),
+        "matmul + epilogue tiled and fused on tensors: mr x nr register tiles whose "
+        "accumulators start as the bias and leave through the epilogue; B read in "
+        "place, K whole; partial tiles masked")
 
 
-for _elt in ("f32", "f64"):
-    _v = {isa: epilogue_strategy(_elt, isa) for isa in ("avx512", "avx2")}
-    register_strategy((lambda e: lambda names: MATMUL_EPILOGUE in names
-                       and f"linalg.generic:{e}" in names)(_elt), {**_v, "": _v["avx2"]})
-for _elt in ("f32", "f64"):
-    _v = {isa: conv_strategy(_elt, isa) for isa in ("avx512", "avx2")}
-    register_strategy((lambda e: lambda names: DIRECT_CONV in names
-                       and f"linalg.generic:{e}" in names)(_elt), {**_v, "": _v["avx2"]})
+def _fused_on_tensors(name: str, tensor_transform, doc: str) -> Strategy:
+    """A strategy whose kernel is tiled and vectorized on tensors; after
+    bufferization its vectors are lowered (``epilogue_lowering_script``)."""
+    from compiler.codegen.cpu.transforms.matmul import epilogue_lowering_script
+    return Strategy(name=name, tensor_transform=tensor_transform,
+                    transform=epilogue_lowering_script(), lowering=VECTOR_LOWERING, doc=doc)
+
+
+def _register_per_element_type(feature: str, make) -> None:
+    """``make(element type, isa)`` for f32/f64 generics of a module with ``feature``."""
+    for elt in ("f32", "f64"):
+        v = {isa: make(elt, isa) for isa in ("avx512", "avx2")}
+        register_strategy((lambda e: lambda names: feature in names
+                           and f"linalg.generic:{e}" in names)(elt), {**v, "": v["avx2"]})
+
+
+_register_per_element_type(MATMUL_EPILOGUE, epilogue_strategy)
+#: The register tiles of a stem (``transforms.stem``): the epilogue's, but 6
+#: rows on AVX2 (12 accumulators; with 8, each tap's FMAs waited on the
+#: previous tap's: 7x7 3->64 at 224^2 on one znver4 core, fastest calls, 2.96
+#: -> 2.43 ms; the direct kernel took 2.58). AVX-512 8x32 ran MobileNet's
+#: 56-wide rows as a 32 + 24 split into shuffles (0.47 -> 4.7 ms); 16x16 was
+#: no faster overall.
+_STEM_TILES = {**_EPILOGUE_TILES, ("f32", "avx2"): dict(mr=6, nr=16),
+               ("f64", "avx2"): dict(mr=6, nr=8)}
+#: The feature of a module holding a stem convolution (``family.STEM_ATTR``).
+STEM = "fuelc.stem"
+
+
+def stem_strategy(element_type: str, isa: str = "avx2") -> Strategy:
+    """A stem convolution (``transforms.stem``): the matmul-epilogue tiles,
+    all taps accumulated in registers, the bias and activation applied there."""
+    from compiler.codegen.cpu.transforms.stem import stem_scripts
+    tiles = _STEM_TILES[element_type, isa]
+    return _fused_on_tensors(
+        f"conv-stem-{element_type}-{tiles['mr']}x{tiles['nr']}", stem_scripts(**tiles),
+        "stem convolution (few input channels, stride 2) tiled and fused on tensors: "
+        "mr channels x nr columns register tiles over every tap of the stacked stride "
+        "phases; bias and activation in the registers, the output stored once")
+
+
+_register_per_element_type(STEM, stem_strategy)
+_register_per_element_type(DIRECT_CONV, conv_strategy)
 for _op in _MATMUL_OPS:
     for _elt in ("f32", "f64"):
         _v = {isa: rows_strategy(_op, _elt, isa) for isa in ("avx512", "avx2")}
@@ -332,6 +379,9 @@ for _op in _MATMUL_OPS:
         # below AVX2 (no FMA) the avx2 tiles still vectorize, with SSE
         _v = {isa: matmul_strategy(_op, _elt, isa) for isa in ("avx512", "avx2")}
         register_strategy(_matmul_rule(_op, _elt), {**_v, "": _v["avx2"]})
+
+# last: a kernel with linalg ops of its own takes their strategy
+register_strategy(lambda names: VECTOR_OPS in names, VECTORIZED)
 
 
 __all__ = ["Strategy", "LOOPS", "COPIES", "COPIES_ONLY", "LOOPS_LOWERING", "VECTOR_LOWERING", "ISA_LEVELS",

@@ -10,7 +10,7 @@ Params ``stride`` (sh, sw), ``padding`` (ph, pw), ``groups``, ``dilation``
 * otherwise (groups > 1, or f16/bf16 accumulated in f32): one
   ``linalg.generic`` over the grouped views x ``[N,G,Cin/g,Hp,Wp]``,
   w ``[G,Cout/g,Cin/g,Kh,Kw]``, loops (n, g, o, oh, ow | c, kh, kw);
-* bias add, the epilogue (``clamp_min`` / ``clamp_max``, or ``silu``) and the
+* bias add, the epilogue (``clamp_min`` / ``clamp_max``, ``silu`` or ``gelu``) and the
   rounding to the storage dtype in one elementwise generic (on cpu's direct
   path: in the crop that copies the accumulator out).
 
@@ -73,6 +73,9 @@ def _conv2d(lw: Lowering, cpu: bool = False):
     if cpu and s.ty == elt and pointwise(g, (sh, sw), (kh, kw), (ph, pw)) and (
             bias is not None or act is not None):
         return _pointwise(x, w, bias, s, elt, act)
+    if cpu and s.ty == elt and stem(g, cin, (sh, sw), (kh, kw), (dh, dw)):
+        return _stem(x, w, bias, s, elt, (n, cin, h, wd), (cout, kh, kw), (ph, pw), (sh, sw),
+                     (ho, wo), act)
     if cpu and s.ty == elt and (direct(g, (sh, sw), (kh, kw), (ph, pw), (dh, dw))
                                 or dwise and direct_depthwise((sh, sw), (dh, dw))):
         return _direct(x, w, bias, s, elt, (n, cin, h, wd), (cout, kh, kw), (ph, pw), (dh, dw),
@@ -135,11 +138,14 @@ def _conv2d_cpu(lw: Lowering):
 def _activation(s, params):
     """The epilogue as a function of one computed value (None: none): the
     clamp, with the ``Clamp`` primitive's semantics (``minimumf`` /
-    ``maximumf``: a NaN stays NaN), or silu, as the recipe's ``Mul(y,
-    Sigmoid(y))`` computes it."""
+    ``maximumf``: a NaN stays NaN), silu, as the recipe's ``Mul(y,
+    Sigmoid(y))`` computes it, or gelu, as ``GeluErf`` does."""
     if params.get("silu"):
         from .elementwise import _sigmoid
         return lambda v: s.mul(v, _sigmoid(s, v))
+    if params.get("gelu"):
+        from .elementwise import _gelu_erf
+        return lambda v: _gelu_erf(s, v)
     lo, hi = params.get("clamp_min"), params.get("clamp_max")
     if lo is None and hi is None:
         return None
@@ -179,19 +185,28 @@ def _pointwise(x, w, bias, s, elt, act):
                   [affine_map(4, [1, 3]), affine_map(4, [0, 3, 2]), affine_map(4, [0, 1, 2])],
                   [PARALLEL] * 3 + [REDUCTION], lambda a, b, c: s.add(c, s.mul(a, b)))[0]
     acc.owner.attributes[CONTRACT_ATTR] = ir.UnitAttr.get()
-    ins, maps = [acc], [identity_map(3)]
+    y = _epilogue(acc, bias, s, act, empty(shape, elt), EPILOGUE_ATTR)
+    return expand(y, [n, cout, h, wd], [[0], [1], [2, 3]])
+
+
+def _epilogue(acc, bias, s, act, init, mark):
+    """``act(acc + bias)`` (the bias along axis 1; either may be None) into
+    ``init``: the element-wise generic after a contraction, marked ``mark``
+    for the strategy that fuses them (``_pointwise``, ``_stem``)."""
+    r = rtt(acc).rank
+    ins, maps = [acc], [identity_map(r)]
     if bias is not None:
         ins.append(bias)
-        maps.append(affine_map(3, [1]))
+        maps.append(affine_map(r, [1]))
 
     def finish(v, *rest):
         if bias is not None:
             v = s.add(v, rest[0])
         return v if act is None else act(v)
 
-    y = generic(ins, [empty(shape, elt)], maps + [identity_map(3)], [PARALLEL] * 3, finish)[0]
-    y.owner.attributes[EPILOGUE_ATTR] = ir.UnitAttr.get()
-    return expand(y, [n, cout, h, wd], [[0], [1], [2, 3]])
+    y = generic(ins, [init], maps + [identity_map(r)], [PARALLEL] * r, finish)[0]
+    y.owner.attributes[mark] = ir.UnitAttr.get()
+    return y
 
 
 def serves_pointwise(params, types) -> bool:
@@ -203,7 +218,8 @@ def serves_pointwise(params, types) -> bool:
     keeps its vectors full)."""
     out = _out_shape(params, types)
     pixels = out[2] * out[3]
-    epilogue = len(types) > 2 or params.get("silu") or params.get("clamp_min") is not None \
+    epilogue = len(types) > 2 or params.get("silu") or params.get("gelu") \
+        or params.get("clamp_min") is not None \
         or params.get("clamp_max") is not None
     return (epilogue and out[1] % 8 == 0 and pixels > FEW_PIXELS
             and pixels >= min(out[1], 64))
@@ -266,7 +282,7 @@ def batch_dims(types, params) -> tuple | None:
 
 def direct_depthwise(stride, dilation=(1, 1)) -> bool:
     """Whether the cpu kernel computes this depthwise Conv2D (groups = Cin =
-    Cout) directly, a channel at a time (``_direct``): stride 1, or stride 2
+    Cout) directly, a block of channels at a time (``_direct``): stride 1, or stride 2
     without dilation (the strides ``direct`` takes for groups = 1 too)."""
     stride = tuple(stride)
     return stride == (1, 1) or max(stride) <= 2 and tuple(dilation) == (1, 1)
@@ -275,17 +291,17 @@ def direct_depthwise(stride, dilation=(1, 1)) -> bool:
 def _direct(x, w, bias, s, elt, xshape, wshape, pad, dil, stride, oshape, depthwise=False,
             act=None):
     """On cpu, one image at a time (an ``scf.for``), and for a depthwise conv
-    (``depthwise``: w ``[C,1,Kh,Kw]``) one channel of it at a time: each
-    channel is then a 1-channel direct convolution (``_planes``) whose padded
-    plane (a few KiB) stays in L1 between being written and read, instead of
-    a padded copy of the whole image passing through memory. The
-    temporaries (``_Geometry.scratch``) are allocated once and carried through
-    the loops, so an iteration neither allocates nor clears them again.
-    ``act``: the clamp or silu epilogue (``_activation``), applied by the crop."""
+    (``depthwise``: w ``[C,1,Kh,Kw]``) one block of its channels at a time
+    (``_Geometry.channel_block``): the block's planes (a few KiB) stay in L1
+    between being written and read, instead of a padded copy of the whole
+    image passing through memory. The temporaries (``_Geometry.scratch``)
+    are allocated once and carried through the loops, so an iteration
+    neither allocates nor clears them again. ``act``: the clamp or silu
+    epilogue (``_activation``), applied by the crop."""
     (n, cin, h, wd), (cout, kh, kw), (ho, wo) = xshape, wshape, oshape
     geo = _Geometry(pad, dil, stride, (kh, kw), (h, wd), (ho, wo), depthwise)
-    planes = 1 if depthwise else cin
-    scratch0 = geo.scratch(s, elt, planes, 1 if depthwise else cout)
+    k = geo.channel_block(cin, _bytes(elt)) if depthwise else cin
+    scratch0 = geo.scratch(s, elt, k, k if depthwise else cout)
 
     def image(i, out, *scratch):
         if not depthwise:
@@ -293,24 +309,27 @@ def _direct(x, w, bias, s, elt, xshape, wshape, pad, dil, stride, oshape, depthw
                                  scratch, out, [i], act)
             return [y, *scratch]
 
-        def channel(c, out, *scratch):
-            y, scratch = _planes(slice_at(x, [i, c], [1, 1, h, wd]),
-                                 slice_at(w, [c], [1, 1, kh, kw]),
-                                 None if bias is None else slice_at(bias, [c], [1]), s, elt, geo,
+        def channels(b, out, *scratch):
+            c = arith.muli(b, index(k))
+            y, scratch = _planes(slice_at(x, [i, c], [1, k, h, wd]),
+                                 slice_at(w, [c], [k, 1, kh, kw]),
+                                 None if bias is None else slice_at(bias, [c], [k]), s, elt, geo,
                                  scratch, out, [i, c], act)
             return [y, *scratch]
-        return _for(cin, [out, *scratch], channel)
+        return _for(cin // k, [out, *scratch], channels)
 
     return _for(n, [empty([n, cout, ho, wo], elt), *scratch0], image)[0]
 
 
-def _split_phases(xp, bufs, g, phases, s) -> list:
+def _split_phases(xp, bufs, g, phases, s, stacked=False) -> list:
     """Each stride phase's plane of the padded image ``xp`` ``[1, C, rows*sh,
     Wq*sw]``, written into ``bufs`` (one per phase with taps): for every
     channel and phase row, the padded row is read in contiguous vectors of
     ``_SPLIT`` elements and, with sw = 2, ``vector.deinterleave``d into its
     two column phases. (As a copy from a view of stride 2 it was scalar
-    code: LLVM unrolls such a row and cannot vectorize the strided loads.)"""
+    code: LLVM unrolls such a row and cannot vectorize the strided loads.)
+    ``stacked``: ``bufs`` is one tensor ``[1, C*P, rows, Wq]`` holding the P
+    phases of each channel in turn (``_stem``)."""
     from compiler.mlir import vector
     cin, width = rtt(xp).shape[1], g.wq * g.sw
     elt = rtt(xp).element_type
@@ -333,12 +352,75 @@ def _split_phases(xp, bufs, g, phases, s) -> list:
                     parts = [v] if g.sw == 1 else list(vector.DeinterleaveOp(v).results)
                     for rx, part in enumerate(parts):
                         k = which.get((ry, rx))
-                        if k is not None:
-                            bufs[k] = vector.TransferWriteOp(
-                                bufs[k].type, part, bufs[k],
-                                [index(0), c, q, index(at // g.sw)], row_of, [True]).result
+                        if k is None:
+                            continue
+                        # stacked: phase k of channel c is channel c*P + k of bufs[0]
+                        j, ch = (0, arith.addi(arith.muli(c, index(len(phases))), index(k))) \
+                            if stacked else (k, c)
+                        bufs[j] = vector.TransferWriteOp(
+                            bufs[j].type, part, bufs[j],
+                            [index(0), ch, q, index(at // g.sw)], row_of, [True]).result
             return bufs
         return _for(g.rows, list(bufs), row)
+
+    return _for(cin, list(bufs), channel)
+
+
+def _scatter_rows(x, bufs, g, phases) -> list:
+    """The zero-padded image ``x`` ``[1, C, H, W]`` split into its stride
+    phases without a padded copy: each input row is read in contiguous
+    vectors of up to ``_SPLIT`` elements and, with sw = 2,
+    ``vector.deinterleave``d into its even and odd columns; each part is
+    written where the padding puts it in its phase's plane (``bufs``, one
+    per phase with taps, ``[1, C, rows, Wq]``, zeroed once: the padding is
+    never written). With stride 1 the one phase is the padded plane. The
+    rows of phase row ry are one ``scf.for`` over the input rows that land
+    there. Returns the planes."""
+    from compiler.mlir import vector
+    cin, elt = rtt(x).shape[1], rtt(x).element_type
+    which = {(ry, rx): k for k, (ry, rx, _, _) in enumerate(phases)}
+    pad = arith.constant(elt, 0.0)
+    row_of = ir.AffineMap.get_minor_identity(4, 1)
+    even = g.wd - g.wd % g.sw      # columns deinterleaved; an odd last one alone
+    pieces = [(at, min(_SPLIT, even - at)) for at in range(0, even, _SPLIT)]
+    if even < g.wd:
+        pieces.append((even, 1))
+
+    def write(bufs, c, q, ry, j, v):
+        """``v`` (input columns j, j + sw, ...) into its phase's row q."""
+        col = j + g.pw
+        k = which.get((ry, col % g.sw))
+        if k is not None:
+            bufs[k] = vector.TransferWriteOp(bufs[k].type, v, bufs[k],
+                                             [index(0), c, q, index(col // g.sw)], row_of,
+                                             [True]).result
+
+    def channel(c, *bufs):
+        out = list(bufs)
+        for ry in range(g.sh):
+            if not any((ry, rx) in which for rx in range(g.sw)):
+                continue
+            # input rows r = q*sh + ry - ph with 0 <= r < H
+            q0 = -(-(g.ph - ry) // g.sh)
+            q1 = (g.h - 1 + g.ph - ry) // g.sh
+            if q1 < q0:
+                continue
+
+            def row(i, *bufs, ry=ry, q0=q0):
+                bufs = list(bufs)
+                q = arith.addi(i, index(q0))
+                r = arith.addi(arith.muli(q, index(g.sh)), index(ry - g.ph))
+                for at, n in pieces:
+                    v = vector.TransferReadOp(ir.VectorType.get([n], elt), x,
+                                              [index(0), c, r, index(at)], row_of, pad,
+                                              [True]).result
+                    parts = [v] if g.sw == 1 or n == 1 else \
+                        list(vector.DeinterleaveOp(v).results)
+                    for d, part in enumerate(parts):
+                        write(bufs, c, q, ry, at + d, part)
+                return bufs
+            out = _for(q1 - q0 + 1, out, row)
+        return out
 
     return _for(cin, list(bufs), channel)
 
@@ -354,6 +436,7 @@ class _Geometry:
     def __init__(self, pad, dil, stride, kernel, in_hw, out_hw, depthwise):
         (self.ph, self.pw), (self.dh, self.dw), (self.sh, self.sw) = pad, dil, stride
         (self.kh, self.kw), (self.h, self.wd), (self.ho, self.wo) = kernel, in_hw, out_hw
+        self.depthwise = depthwise
         hp, wp = self.h + 2 * self.ph, self.wd + 2 * self.pw
         self.hq, self.wq = -(-hp // self.sh), -(-wp // self.sw)
         # pixels computed: Ho full-width rows, rounded up to whole 16-pixel
@@ -369,6 +452,17 @@ class _Geometry:
         reach = (self.kh - 1) // self.sh * self.dh * self.wq + (self.kw - 1) // self.sw * self.dw
         self.rows = max(self.hq + 1, -(-(self.npix + reach) // self.wq))
 
+    def channel_block(self, channels: int, elt_bytes: int) -> int:
+        """How many channels a depthwise conv computes per iteration: the
+        largest divisor of ``channels`` whose phase planes and accumulators
+        fit in ``_DW_BLOCK_BYTES`` (at least 1). A small plane's channels
+        are scattered a block at a time before the first is read (one 7^2
+        plane read right after its rows were written waited on the stores),
+        and the block shares the iteration's work."""
+        per = (len(list(self.phases())) * self.rows * self.wq + self.npix) * elt_bytes
+        fit = max(1, _DW_BLOCK_BYTES // per)
+        return max(d for d in range(1, min(fit, channels) + 1) if channels % d == 0)
+
     def phases(self):
         """(ry, rx, taps down, taps across) of each stride phase with taps."""
         for ry in range(self.sh):
@@ -380,7 +474,14 @@ class _Geometry:
     def scratch(self, s, elt, planes: int, cout: int) -> list:
         """The temporaries of ``_planes``: the zero-padded input (zeroed
         here, once: every use overwrites the same interior), the accumulator
-        and, with a stride, each phase's plane."""
+        and, with a stride, each phase's plane. A depthwise conv has no
+        padded input: the accumulator and each phase's plane (the padded
+        plane for stride 1), zeroed here (``_scatter_rows`` writes the same
+        interior for every channel)."""
+        if self.depthwise:
+            return [empty([1, cout, self.npix], elt)] + [
+                fill(s.const(0), empty([1, planes, self.rows, self.wq], elt))
+                for _ in self.phases()]
         xp = fill(s.const(0), empty([1, planes, self.rows * self.sh, self.wq * self.sw], elt))
         phases = [] if self.sh == self.sw == 1 else \
             [empty([1, planes, self.rows, self.wq], elt) for _ in self.phases()]
@@ -404,33 +505,45 @@ def _planes(xi, w, bias, s, elt, geo, scratch, out, at, act=None):
     co, p] += plane[n, c, p + qy*Wq + qx] * w[co, c, qy*sh + ry, qx*sw +
     rx]``; the accumulator starts as the bias. The first Wo columns of each
     row are the image's output (one copy, ``CROP_ATTR``, which applies the
-    clamp epilogue ``act``). The cpu strategy
+    clamp epilogue ``act``). A depthwise block (``geo.depthwise``) has no
+    padded copy (``_scatter_rows`` fills the phase planes), its generics read
+    plane co for output channel co, and its accumulator starts at zero: the
+    crop adds the bias. The cpu strategy
     ``conv_strategy`` register-tiles each generic (``transforms/conv.py``)."""
     from compiler.codegen.family import CROP_ATTR, DIRECT_CONV_ATTR
     g = geo
     cin, cout = rtt(xi).shape[1], rtt(w).shape[0]
-    xp, acc, *phase_bufs = scratch
-    xp = insert_slice(xi, xp, [0, 0, g.ph, g.pw])
-    if bias is None:
+    if g.depthwise:
+        xp, (acc, *phase_bufs) = None, scratch
+    else:
+        xp, acc, *phase_bufs = scratch
+        xp = insert_slice(xi, xp, [0, 0, g.ph, g.pw])
+    if bias is None or g.depthwise:   # depthwise: the crop adds the bias
         acc = fill(s.const(0), acc)
     else:
         acc = generic([bias], [acc], [affine_map(3, [1]), identity_map(3)], [PARALLEL] * 3,
                       lambda b, _o: b)[0]
     d = [ir.AffineDimExpr.get(k) for k in range(6)]   # n co p | c qy qx
     phases = list(g.phases())
-    planes = [] if g.sh == g.sw == 1 else _split_phases(xp, phase_bufs, g, phases, s)
+    if g.depthwise:
+        planes = _scatter_rows(xi, phase_bufs, g, phases)
+    else:
+        planes = [] if g.sh == g.sw == 1 else _split_phases(xp, phase_bufs, g, phases, s)
     for k, (ry, rx, nqy, nqx) in enumerate(phases):
-        if g.sh == g.sw == 1:
+        if g.sh == g.sw == 1 and not g.depthwise:
             plane, wt = xp, w
         else:
             plane = planes[k]
+            wsize = [cout, rtt(w).shape[1], nqy, nqx]
             wt = tensor.ExtractSliceOp(
-                ir.RankedTensorType.get([cout, cin, nqy, nqx], elt), w, [], [], [],
-                [0, 0, ry, rx], [cout, cin, nqy, nqx], [1, 1, g.sh, g.sw]).result
+                ir.RankedTensorType.get(wsize, elt), w, [], [], [],
+                [0, 0, ry, rx], wsize, [1, 1, g.sh, g.sw]).result
         flat = collapse(plane, [[0], [1], [2, 3]])
         tap = d[2] + d[4] * (g.dh * g.wq) + d[5] * g.dw
+        # depthwise: output channel co reads plane co (c has extent 1)
         acc = generic([flat, wt], [acc],
-                      [affine_map(6, [0, 3, tap]), affine_map(6, [1, 3, 4, 5]),
+                      [affine_map(6, [0, 1 if g.depthwise else 3, tap]),
+                       affine_map(6, [1, 3, 4, 5]),
                        affine_map(6, [0, 1, 2])],
                       [PARALLEL] * 3 + [REDUCTION] * 3,
                       lambda a, b, c: s.add(c, s.mul(a, b)))[0]
@@ -440,15 +553,96 @@ def _planes(xi, w, bias, s, elt, geo, scratch, out, at, act=None):
     # accumulator tiles only out of a buffer that no view aliases
     e = [ir.AffineDimExpr.get(k) for k in range(4)]
     sizes = [1, cout, g.ho, g.wo]
-    y = generic([acc], [slice_at(out, at, sizes)],
-                [affine_map(4, [0, 1, e[2] * g.wq + e[3]]), identity_map(4)],
-                [PARALLEL] * 4, lambda v, _o: v if act is None else act(v))[0]
+    ins, maps = [acc], [affine_map(4, [0, 1, e[2] * g.wq + e[3]])]
+    if g.depthwise and bias is not None:
+        ins.append(bias)
+        maps.append(affine_map(4, [1]))
+
+    def crop(v, *rest):
+        v = s.add(v, rest[0]) if len(rest) > 1 else v
+        return v if act is None else act(v)
+    y = generic(ins, [slice_at(out, at, sizes)], maps + [identity_map(4)], [PARALLEL] * 4,
+                crop)[0]
     y.owner.attributes[CROP_ATTR] = ir.UnitAttr.get()
-    return insert_at(y, out, at), [xp, acc, *planes]
+    return insert_at(y, out, at), [acc, *planes] if g.depthwise else [xp, acc, *planes]
+
+
+#: A strided groups-1 conv with at most this many input channels is a stem
+#: (``stem``): the first conv of an image net, Cin = 3 (RGB), 1 (grey) or 4.
+STEM_CHANNELS = 4
+
+
+def stem(groups: int, cin: int, stride, kernel, dilation=(1, 1)) -> bool:
+    """Whether the cpu kernel computes this Conv2D as a stem (``_stem``):
+    groups 1, at most ``STEM_CHANNELS`` input channels, stride 2 without
+    dilation, and a kernel of at least 2 taps each way that is not the stride
+    (a patch conv), so that every stride phase holds taps."""
+    return (groups == 1 and cin <= STEM_CHANNELS and tuple(stride) == (2, 2)
+            and tuple(dilation) == (1, 1) and min(kernel) >= 2 and tuple(kernel) != (2, 2))
+
+
+def _stem(x, w, bias, s, elt, xshape, wshape, pad, stride, oshape, act):
+    """A stem (``stem``: few input channels, stride 2) as one contraction
+    over all its taps whose bias and activation run in its register tiles.
+    Per image, the zero-padded image is split into its stride phases, stacked
+    into one tensor ``[1, Cin*P, rows, Wq]`` (phase k = ry*sw + rx of channel
+    c is channel c*P + k); the contraction (``CONTRACT_ATTR``) over (n, co,
+    oy, ox | c, ky, kx) reads the tap (ky, kx) of output pixel (oy, ox) at
+    ``planes[n, c*P + (ky mod sh)*sw + kx mod sw, oy + ky floordiv sh, ox +
+    kx floordiv sw]`` and the weight ``w[co, c, ky, kx]`` in place, and the
+    element-wise generic after it (``STEM_ATTR``: bias, activation) writes
+    the image's output. The cpu strategy ``conv-stem``
+    (``transforms/stem.py: stem_scripts``) tiles the epilogue mr channels x
+    nr columns, fuses the contraction into the tile and keeps the tile's
+    accumulators in registers over its Cin*Kh*Kw taps: the output is
+    written once. (The stride-2 direct kernel, ``_planes``, accumulated each
+    phase's few taps, 3 x 4 or fewer, in a pass of its own over a full-width
+    accumulator in memory, which a bias pass filled and a crop copied out.)"""
+    from compiler.codegen.family import CONTRACT_ATTR, STEM_ATTR
+    (n, cin, h, wd), (cout, kh, kw), (ho, wo) = xshape, wshape, oshape
+    g = _Geometry(pad, (1, 1), stride, (kh, kw), (h, wd), (ho, wo), False)
+    g.rows = g.hq   # taps read phase rows oy + ky floordiv sh < Hq (no flat runs here)
+    phases = list(g.phases())
+    nph = len(phases)   # sh*sw: every phase holds taps (``stem``)
+    xp0 = fill(s.const(0), empty([1, cin, g.rows * g.sh, g.wq * g.sw], elt))
+    planes0 = empty([1, cin * nph, g.rows, g.wq], elt)
+    d = [ir.AffineDimExpr.get(k) for k in range(7)]   # n co oy ox | c ky kx
+    c = ir.AffineConstantExpr.get
+    ch = d[4] * nph + ir.AffineModExpr.get(d[5], c(g.sh)) * g.sw \
+        + ir.AffineModExpr.get(d[6], c(g.sw))
+    row = d[2] + ir.AffineFloorDivExpr.get(d[5], c(g.sh))
+    col = d[3] + ir.AffineFloorDivExpr.get(d[6], c(g.sw))
+    size = [1, cout, ho, wo]
+
+    def image(i, out, xp, planes):
+        xp = insert_slice(slice_at(x, [i], [1, cin, h, wd]), xp, [0, 0, g.ph, g.pw])
+        planes, = _split_phases(xp, [planes], g, phases, s, stacked=True)
+        zero = fill(s.const(0), empty(size, elt))
+        zero.owner.attributes[STEM_ATTR] = ir.UnitAttr.get()   # vectorized in the tile
+        acc = generic([planes, w], [zero],
+                      [affine_map(7, [0, ch, row, col]), affine_map(7, [1, 4, 5, 6]),
+                       affine_map(7, [0, 1, 2, 3])],
+                      [PARALLEL] * 4 + [REDUCTION] * 3,
+                      lambda a, b, o: s.add(o, s.mul(a, b)))[0]
+        acc.owner.attributes[CONTRACT_ATTR] = ir.UnitAttr.get()
+        y = _epilogue(acc, bias, s, act, slice_at(out, [i], size), STEM_ATTR)
+        return [insert_at(y, out, [i]), xp, planes]
+
+    return _for(n, [empty([n, cout, ho, wo], elt), xp0, planes0], image)[0]
 
 
 #: The direct convolution computes a multiple of this many pixels per image.
 _PIXEL_BLOCK = 16
+
+#: The bytes a depthwise conv's channel block (planes and accumulators) may
+#: take (``_Geometry.channel_block``). MobileNetV2 batch 8, one znver4 core,
+#: A/B against one channel at a time: 3x3 x384 at 7^2 0.85x (blocks of 6);
+#: with 16 KiB the 14^2 and 28^2 layers were 4-16% slower (blocks of 8, 2).
+_DW_BLOCK_BYTES = 4 * 1024
+
+
+def _bytes(elt: "ir.Type") -> int:
+    return ir.FloatType(elt).width // 8
 
 
 def _zero(elt: "ir.Type") -> "ir.Value":
@@ -465,7 +659,7 @@ def _register_kernel() -> None:
     def back(p, types):
         return {"stride": tuple(p.stride), "padding": tuple(p.padding), "groups": p.groups,
                 "dilation": tuple(p.dilation), "clamp_min": p.clamp_min, "clamp_max": p.clamp_max,
-                "silu": True if p.silu else None}
+                "silu": True if p.silu else None, "gelu": True if p.gelu else None}
 
     from compiler.registry.ops.conv2d import is_depthwise
 
@@ -474,6 +668,10 @@ def _register_kernel() -> None:
     # threaded MatMul kernel), and so does a depthwise conv of another stride
     # (its taps' Mul/Add chain, one elementwise kernel).
     def serves(params, types):
+        if params.get("gelu") and types[0].dtype != DType.F32:
+            # f64 erf has no vector expansion (a libm call per element): the
+            # GeluErf stays a kernel of its own
+            return False
         if pointwise(params["groups"], params["stride"], types[1].shape[2:], params["padding"]):
             return serves_pointwise(params, types)
         if params["groups"] == 1:
@@ -491,7 +689,7 @@ def _register_kernel() -> None:
                         tuple(params["stride"]), tuple(params["padding"]),
                         tuple(params["dilation"]), params["groups"],
                         params.get("clamp_min"), params.get("clamp_max"),
-                        bool(params.get("silu", False)))
+                        bool(params.get("silu", False)), bool(params.get("gelu", False)))
 
 
 _register_kernel()

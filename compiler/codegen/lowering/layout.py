@@ -4,6 +4,7 @@ extract_slice/insert_slice), ``linalg.generic`` otherwise. Static shapes, but
 the batch of Pad and Concat (``kernels.PARTLY_DYNAMIC``)."""
 from __future__ import annotations
 
+from compiler.dialect.types import keep_extents
 from compiler.mlir import arith, ir, linalg, tensor
 
 from .core import (PARALLEL, Lowering, Scalar, affine_map, collapse, dims, empty, expand, fill,
@@ -43,10 +44,13 @@ def _reshape(lw: Lowering):
 @lowers("BroadcastTo")
 def _broadcast_to(lw: Lowering):
     """New leading axes only: ``linalg.broadcast``; size-1 axes that stretch:
-    a generic reading index 0 on them."""
+    a generic reading index 0 on them. A target extent of -1 keeps the
+    input's extent on that axis (the passes write a ``?`` extent so:
+    ``passes._fuel.dialect_params``), read by ``tensor.dim`` when dynamic
+    (``dialect.types.keep_extents``)."""
     x = lw.operands[0]
-    shape = [int(d) for d in lw.param("shape")]
     src = list(rtt(x).shape)
+    shape = keep_extents([int(d) for d in lw.param("shape")], dims(x))
     off = len(shape) - len(src)
     elt = rtt(x).element_type
     init = empty(shape, elt)

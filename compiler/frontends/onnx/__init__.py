@@ -619,7 +619,8 @@ class _Importer:
             self.poisoned.update(node.output)
             return
         except (GraphBuildError, UnsupportedOpError) as e:
-            self.issues.append(Issue(node.op_type, name, f"fuelc cannot build it: {e}"))
+            self.issues.append(Issue(node.op_type, name, f"fuelc cannot build it: {e}"
+                                     + self._symbol_origins(getattr(e, "symbols", ()))))
             self.poisoned.update(node.output)
             return
         except SymbolicError as e:
@@ -635,6 +636,20 @@ class _Importer:
         for out_name, v in zip(node.output, outs):
             if out_name:
                 self.values[out_name] = v
+
+    def _symbol_origins(self, symbols) -> str:
+        """`` (symbol 'h' is input 'x' axis 2, ...)`` for the model inputs
+        whose dims declare ``symbols`` ("" for none)."""
+        from compiler.graph.symbolic import Sym
+        seen = []
+        for name in symbols:
+            for inp in self.graph.input:
+                shape = getattr(self.values.get(inp.name), "shape", ())
+                axes = [a for a, d in enumerate(shape) if isinstance(d, Sym) and name in d.atoms]
+                if axes:
+                    seen.append(f"symbol {name!r} is input {inp.name!r} axis {axes[0]}")
+                    break
+        return f" ({'; '.join(seen)})" if seen else ""
 
     def _symbolic_range(self, ins) -> Tensor:
         """Range with a symbolic limit: ``start + delta * Iota(len)``, len the

@@ -15,6 +15,7 @@ import numpy as np
 
 from runtime.symbols import Sym
 
+from ...graph.symbolic import ceil_count, window_count
 from ...graph import Tensor, concat, matmul, maximum, minimum, where
 from ...registry import builders as B
 from ._fold import (Unsupported, broadcast_shape, extents, sym_slice, flatten_axis, norm_axis, reduce_axes,
@@ -862,8 +863,9 @@ def _conv_pads(at, spatial, kernel, strides, dilations=None):
     dilations = dilations or [1] * nd
     if auto in ("SAME_UPPER", "SAME_LOWER"):
         out = []
-        for n, k, s, d in zip(spatial, kernel, strides, dilations):
-            total = max((-(-n // s) - 1) * s + (k - 1) * d + 1 - n, 0)
+        for i, (n, k, s, d) in enumerate(zip(spatial, kernel, strides, dilations)):
+            o = ceil_count(n, s, f"{auto} padding, stride {s} on axis {2 + i}")
+            total = max((o - 1) * s + (k - 1) * d + 1 - n, 0)
             small = total // 2
             out.append((total - small, small) if auto == "SAME_LOWER" else (small, total - small))
         return out
@@ -1403,17 +1405,19 @@ def _pool_geometry(at, spatial):
     for i, n in enumerate(spatial):
         eff = (k[i] - 1) * d[i] + 1
         if auto in ("SAME_UPPER", "SAME_LOWER"):
-            o = -(-n // s[i])
+            o = ceil_count(n, s[i], f"{auto} pooling, stride {s[i]} on axis {2 + i}")
             total = max((o - 1) * s[i] + eff - n, 0)
             small = total // 2
             lo, hi = (total - small, small) if auto == "SAME_LOWER" else (small, total - small)
         elif auto == "VALID":
             lo = hi = 0
-            o = (n - eff) // s[i] + 1
+            o = window_count(n, eff, s[i], f"pooling window {k[i]} stride {s[i]} on axis {2 + i}")
         else:
             lo, hi = pads[i], pads[i + nd]
             span = n + lo + hi - eff
-            o = (-(-span // s[i]) if ceil else span // s[i]) + 1
+            what = f"pooling window {k[i]} stride {s[i]} on axis {2 + i}"
+            o = ceil_count(span, s[i], what) + 1 if ceil else window_count(n + lo + hi, eff, s[i],
+                                                                          what)
             if ceil and (o - 1) * s[i] >= n + lo:
                 o -= 1
         out.append((k[i], s[i], d[i], lo, hi, o))
@@ -1467,6 +1471,16 @@ def _pool_windows(cx, node, at, x):
     spatial = x.shape[2:]
     geom = _pool_geometry(at, spatial)
     is_max = node.op_type == "MaxPool"
+    if (is_max and len(spatial) == 2 and x.dtype.is_float
+            and all(isinstance(n, int) for n in spatial)
+            and not (len(node.output) > 1 and node.output[1])):
+        # the fused MaxPool2D (its kernel, or this same decomposition as its
+        # recipe): pads such that its floor rule gives ONNX's output extent
+        pads = [(lo, (o - 1) * s + (k - 1) * d + 1 - n - lo)
+                for n, (k, s, d, lo, hi, o) in zip(spatial, geom)]
+        return [B.max_pool2d(x, tuple(g[0] for g in geom), tuple(g[1] for g in geom),
+                             (pads[0][0], pads[1][0], max(pads[0][1], 0), max(pads[1][1], 0)),
+                             tuple(g[2] for g in geom))]
     widths = [(0, 0), (0, 0)]
     for n, (k, s, d, lo, hi, o) in zip(spatial, geom):
         top = max(hi, (o - 1) * s + (k - 1) * d + 1 - n - lo, 0)

@@ -22,12 +22,16 @@ reading and writing it again. The recipe ends with the same ``Clamp``.
 ``silu`` (bool, None: off): the result times its sigmoid, bias included (SiLU / Swish:
 ``fuel-fuse`` folds ``Mul(y, Sigmoid(y))`` when those two are the conv's
 only users); exclusive with the clamp. The recipe ends with the same
-``Mul`` of ``Sigmoid``.
+``Mul`` of ``Sigmoid``. ``gelu`` (bool, None: off): the exact (erf) GELU of the
+result, bias included (``fuel-fuse`` folds a ``GeluErf`` that is the conv's only
+user: the Whisper/wav2vec2 conv front ends); exclusive with the clamp and silu.
+The recipe ends with the same ``GeluErf``.
 """
 from ..entry import CUSTOM, Decline, FusedOpEntry, Family, Recipe
 from ..grammar import Bind, op
 from ._common import (OpKind, ParamSpec, TensorType, DType, check_arity, check_float,
-                      dtype_of, fail, iota_index, np, out, wide)
+                      dtype_of, fail, fmt_types, iota_index, np, out, wide)
+from compiler.graph.symbolic import window_count
 
 NAME = "Conv2D"
 
@@ -49,8 +53,9 @@ def _geometry(types, params):
     if ekh > hp or ekw > wp or kh < 1 or kw < 1:
         raise fail(NAME, types, f"kernel {kh}x{kw} (dilation {dh}x{dw}: extent {ekh}x{ekw}) "
                                 f"larger than the padded input {hp}x{wp}")
-    return (n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, (hp - ekh) // sh + 1,
-            (wp - ekw) // sw + 1)
+    return (n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp,
+            window_count(hp, ekh, sh, f"{NAME}{fmt_types(types)} height"),
+            window_count(wp, ekw, sw, f"{NAME}{fmt_types(types)} width"))
 
 
 def infer(types, params):
@@ -68,6 +73,8 @@ def infer(types, params):
         raise fail(NAME, types, f"clamp_min={lo} must be <= clamp_max={hi} (None leaves a side open)")
     if params.get("silu") and (lo is not None or hi is not None):
         raise fail(NAME, types, "the silu and clamp epilogues are exclusive: set one of them")
+    if params.get("gelu") and (params.get("silu") or lo is not None or hi is not None):
+        raise fail(NAME, types, "the gelu epilogue excludes the clamp and silu: set one of them")
     return TensorType((n, cout, ho, wo), types[0].dtype)
 
 
@@ -98,16 +105,21 @@ def reference(inputs, params):
         y = np.where(y > hi, hi, y)
     if params.get("silu"):
         y = y / (1.0 + np.exp(-y))
+    if params.get("gelu"):
+        from runtime.elementwise import gelu_erf
+        y = gelu_erf(y)
     return out(y, dtype_of(inputs[0]))
 
 
 def build(params, types):
-    """The recipe: the convolution (``_conv``), then its clamp or silu epilogue."""
+    """The recipe: the convolution (``_conv``), then its clamp, silu or gelu epilogue."""
     y = _conv(params, types)
     if isinstance(y, Decline):
         return y
     if params.get("silu"):
         return op("Mul", y, op("Sigmoid", y))
+    if params.get("gelu"):
+        return op("GeluErf", y)
     lo, hi = params.get("clamp_min"), params.get("clamp_max")
     if lo is None and hi is None:
         return y
@@ -255,6 +267,11 @@ def _build_gemm(params, types):
     n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
     dh, dw = params["dilation"]
     kk = cin * kh * kw
+    # few output pixels (the late layers of a CNN): ``cols^T @ w^T``, so
+    # the matmul's columns are the Cout channels rather than a handful of
+    # pixels, fewer than one register tile
+    few = ho * wo < min(cout, 64)
+    b = None
     if kh == kw == 1 and sh == sw == 1 and ph == pw == 0:
         cols = op("Reshape", Bind(0), shape=(n, cin, ho * wo))
     else:
@@ -276,6 +293,11 @@ def _build_gemm(params, types):
         elif kh * kw <= _ONE_CONCAT_TAPS:
             taps = [_tap(x, x6, ky * dh, sh, ho, kx * dw, sw, wo)
                     for ky in range(kh) for kx in range(kw)]
+            if few and n > 1:
+                # the matmul's B [kk, N*HoWo] in one copy: every tap viewed
+                # [cin, 1, n, ho, wo] and concatenated in place
+                taps = [op("Permute", t, perm=(1, 2, 0, 3, 4)) for t in taps]
+                b = op("Reshape", op("Concat", *taps, dim=1), shape=(1, kk, n * ho * wo))
             stacked = taps[0] if len(taps) == 1 else op("Concat", *taps, dim=2)
         else:
             # many taps (a 7x7 stem): the kw column shifts first, then the kh row
@@ -284,18 +306,16 @@ def _build_gemm(params, types):
             stacked = _shifts(t1, 3, ho, [ky * dh for ky in range(kh)], sh)  # [n, cin, kh, kw, ho, wo]
         cols = op("Reshape", stacked, shape=(n, kk, ho * wo))
     w2 = op("Reshape", Bind(1), shape=(1, cout, kk))
-    if ho * wo < min(cout, 64):
-        # few output pixels (the late layers of a CNN): ``cols^T @ w^T``, so
-        # the matmul's columns are the Cout channels rather than a handful of
-        # pixels, fewer than one register tile
+    if few:
         # (w^T made contiguous: a constant weight's copy is folded at compile time)
         wt = op("Contiguize", op("Permute", w2, perm=(0, 2, 1)))       # [1, kk, Cout]
         if n > 1:
             # the images' pixels are the columns of one matmul, w [Cout, kk] @
             # [kk, N*HoWo]: a few pixels per image made every image's product
             # a row kernel; w is A, read in place, not packed on every call
-            b = op("Reshape", op("Contiguize", op("Permute", cols, perm=(1, 0, 2))),
-                   shape=(1, kk, n * ho * wo))
+            if b is None:
+                b = op("Reshape", op("Contiguize", op("Permute", cols, perm=(1, 0, 2))),
+                       shape=(1, kk, n * ho * wo))
             yt = op("Permute", op("Reshape", op("MatMul", w2, b), shape=(cout, n, ho * wo)),
                     perm=(1, 2, 0))                                      # [n, HoWo, Cout]
         else:
@@ -313,7 +333,7 @@ ENTRY = FusedOpEntry(
     params=(ParamSpec("stride", "i64s", (1, 1)), ParamSpec("padding", "i64s", (0, 0)),
             ParamSpec("groups", "i64", 1), ParamSpec("dilation", "i64s", (1, 1)),
             ParamSpec("clamp_min", "f64", None), ParamSpec("clamp_max", "f64", None),
-            ParamSpec("silu", "bool", None)),
+            ParamSpec("silu", "bool", None), ParamSpec("gelu", "bool", None)),
     infer=infer, reference=reference, recipe=Recipe(build=build),
     backward=CUSTOM, op_kind=OpKind.Conv2D, destructive_input=None, cse_tag=6,
     input_names=("x", "w", "bias"), doc=__doc__,

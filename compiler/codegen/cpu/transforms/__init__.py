@@ -3,6 +3,9 @@ kernel family). Each exports a function that returns the script text: a
 module holding ``transform.named_sequence @__transform_main`` (or, for a
 schedule that needs a rewrite between scripts, a sequence of scripts and
 ``py:<name>`` steps naming a rewrite of ``REWRITES``)."""
-from .conv import REWRITES
+from .conv import REWRITES as _CONV
+from .stem import REWRITES as _STEM
+
+REWRITES = {**_CONV, **_STEM}
 
 __all__ = ["REWRITES"]

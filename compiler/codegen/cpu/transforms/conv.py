@@ -24,11 +24,15 @@ them (the ``py:`` steps of the strategy, ``REWRITES``):
    leaves ``(mr x 1) * (1 x nr)`` contractions;
 4. as the matmul schedule: fold views, CSE + LICM, hoist the ``mr x nr``
    accumulator out of the c, kh, kw loops, lower to broadcasts and FMAs.
+
+A depthwise kernel (a block of channels, output channel co reading plane co)
+is tiled 1 x ``nr1``, channel by channel, and its row reads of the input get
+prefetches of the next block's rows first (``prefetch_next_plane``).
 """
 from __future__ import annotations
 
 from compiler.codegen.family import CROP_ATTR, DIRECT_CONV_ATTR  # marks (target-neutral)
-from compiler.mlir import ir, vector, walk_ops
+from compiler.mlir import arith, ir, memref, vector, walk_ops
 
 from .matmul import _ANY, _FOR, _LOWER_VECTORS, _match
 
@@ -60,10 +64,8 @@ def conv_scripts(*, mr: int, nr: int, nr1: int) -> tuple[str, ...]:
     tile = f"py:tile_direct_conv {mr} {nr} {nr1}"
     vectorize = _HEAD + f"""    %g = {_marked(DIRECT_CONV_ATTR)}
     transform.structured.vectorize %g : {t}
-    %copies = {_match("linalg.copy", "%root")}
+    %copies = {_marked(ROW_COPY_ATTR)}
     transform.structured.vectorize %copies : {t}
-    %crop = {_marked(CROP_ATTR)}
-    transform.structured.vectorize %crop : {t}
 """ + _apply("transform.apply_patterns.vector.transfer_permutation_patterns",
              "transform.apply_patterns.vector.reduction_to_contract") + _apply(
         "transform.apply_patterns.vector.cast_away_vector_leading_one_dim") + _TAIL
@@ -79,13 +81,23 @@ def conv_scripts(*, mr: int, nr: int, nr1: int) -> tuple[str, ...]:
     %no_unroll = transform.param.constant #llvm.loop_annotation<unroll = #llvm.loop_unroll<disable = true>> -> !transform.any_param
     transform.annotate %kloops "loop_annotation" = %no_unroll : {t}, !transform.any_param
 """ + _TAIL
-    return (tile, "py:fold_unit_dims", vectorize, "py:single_reduction_contracts", lower)
+    return ("py:prefetch_next_plane", tile, "py:fold_unit_dims", vectorize,
+            "py:single_reduction_contracts", lower)
 
 
-def tile_script(mr: int, nr: int, cout: int, npix: int) -> str:
+def _channel_wise(op) -> bool:
+    """Whether a direct-conv generic is a depthwise one (a block of
+    channels: output channel co reads plane co, ``out[n, co, p] +=
+    plane[n, co, p + ..] * w[co, 0, ..]``)."""
+    m = ir.AffineMapAttr(ir.ArrayAttr(op.attributes["indexing_maps"])[0]).value
+    return _dim(m.results[1]) == 1
+
+
+def tile_script(mr: int, nr: int, cout: int, npix: int, by_channel: bool = False) -> str:
     """Step 1 for one generic of ``cout`` channels and ``npix`` pixels: a loop
     is peeled only where the tile does not divide it (peeling a divisible
-    loop fails)."""
+    loop fails). ``by_channel`` (a depthwise block, tiled 1 x nr): the
+    channels outermost, each channel's pixels in turn."""
     t = _ANY
     peel = ""
     for loop, extent, tile in (("%lco", cout, mr), ("%lp", npix, nr)):
@@ -93,19 +105,23 @@ def tile_script(mr: int, nr: int, cout: int, npix: int) -> str:
             peel += (f"      %f{loop[1:]} = transform.cast {loop} : {t} to {_FOR}\n"
                      f"      %m{loop[1:]}, %r{loop[1:]} = transform.loop.peel %f{loop[1:]} "
                      f": ({_FOR}) -> ({t}, {t})\n")
+    # the loop handles come in loop order
+    order = "0, 1, 2, 3, 4, 5" if by_channel else "0, 2, 1, 3, 4, 5"
+    loops = "%lco, %lp" if by_channel else "%lp, %lco"
     return _HEAD + f"""    %all = {_marked(DIRECT_CONV_ATTR)}
     transform.foreach %all : {t} {{
     ^bb0(%g: {t}):
-      %t0, %ln, %lp, %lco, %lc, %lkh, %lkw = transform.structured.tile_using_for %g tile_sizes [1, {mr}, {nr}, 1, 1, 1] interchange = [0, 2, 1, 3, 4, 5] : ({t}) -> ({t}, {t}, {t}, {t}, {t}, {t}, {t})
+      %t0, %ln, {loops}, %lc, %lkh, %lkw = transform.structured.tile_using_for %g tile_sizes [1, {mr}, {nr}, 1, 1, 1] interchange = [{order}] : ({t}) -> ({t}, {t}, {t}, {t}, {t}, {t}, {t})
 """ + peel + "    }\n" + _apply("transform.apply_patterns.canonicalization") + _TAIL
 
 
 def tile_direct_conv(module: "ir.Module", mr: str, nr: str, nr1: str | None = None) -> int:
     """Step 1 (``tile_script``) on the ``DIRECT_CONV_ATTR`` generics (the
     phases of one convolution: one accumulator shape), the peeling chosen
-    from their static extents. A generic of one output channel (a depthwise
-    conv's, a channel at a time) is tiled ``1 x nr1``: its one weight per tap
-    is broadcast once for ``nr1`` pixels. Returns the count."""
+    from their static extents. A depthwise generic (one output channel, or a
+    block whose channel co reads plane co: ``_channel_wise``) is tiled ``1 x
+    nr1``, channel by channel: its one weight per tap is broadcast once for
+    ``nr1`` pixels. Returns the count."""
     from compiler.codegen.cpu.pipeline import apply_transform
     convs = walk_ops(module, lambda o: o.name == "linalg.generic"
                      and DIRECT_CONV_ATTR in o.attributes)
@@ -115,21 +131,31 @@ def tile_direct_conv(module: "ir.Module", mr: str, nr: str, nr1: str | None = No
         raise ValueError(f"direct convolutions of several accumulator shapes in one module: "
                          f"{sorted(distinct)}")
     for _, cout, npix in distinct:
-        rows, cols = (1, int(nr1 or nr)) if cout == 1 else (int(mr), int(nr))
-        apply_transform(module, tile_script(rows, cols, cout, npix))
+        if cout == 1 or all(_channel_wise(op) for op in convs):
+            apply_transform(module, tile_script(1, int(nr1 or nr), cout, npix, by_channel=True))
+        else:
+            apply_transform(module, tile_script(int(mr), int(nr), cout, npix))
     # the copies in (padding) and out (the crop), a row at a time, long rows
-    # in ROW_VECTOR pieces (the vectorizer makes one vector of the whole tile)
+    # in ROW_VECTOR pieces (the vectorizer makes one vector of the whole tile),
+    # and so the accumulator's fill ([N, C, pixels]: LLVM unrolled a small
+    # one into scalar stores)
     copies = walk_ops(module, lambda o: o.name == "linalg.copy" or (
-        o.name == "linalg.generic" and CROP_ATTR in o.attributes))
+        o.name == "linalg.generic" and CROP_ATTR in o.attributes) or (
+        o.name == "linalg.fill" and ir.ShapedType(o.operands[1].type).rank == 3))
     for k, op in enumerate(copies):
         shape = ir.ShapedType(op.operands[len(op.operands) - 1].type).shape
-        if len(shape) != 4:
+        if len(shape) != (3 if op.name == "linalg.fill" else 4):
             raise ValueError(f"direct convolution: a copy of rank {len(shape)} ({shape}); "
                              f"the schedule tiles [N, C, H, W] copies")
         attr = f"fuelc.row_copy_{k}"
         op.attributes[attr] = ir.UnitAttr.get()
-        apply_transform(module, row_copy_script(attr, shape[3]))
+        op.attributes[ROW_COPY_ATTR] = ir.UnitAttr.get()
+        apply_transform(module, row_copy_script(attr, shape))
     return len(convs)
+
+
+#: Marks the row-tiled copies and fills (``tile_direct_conv``) for the vectorizer.
+ROW_COPY_ATTR = "fuelc.row_copy"
 
 
 #: Elements of a row copied by one vector (a longer row is copied in pieces:
@@ -137,20 +163,23 @@ def tile_direct_conv(module: "ir.Module", mr: str, nr: str, nr1: str | None = No
 ROW_VECTOR = 64
 
 
-def row_copy_script(attr: str, width: int) -> str:
-    """Tile the ``attr``-marked copy ``[N, C, H, W]`` to rows, and a row
-    wider than ``ROW_VECTOR`` to pieces of it (the remainder peeled: every
-    piece static, vectorized without masks)."""
+def row_copy_script(attr: str, shape) -> str:
+    """Tile the ``attr``-marked copy ``[N, C, H, W]`` (or fill ``[N, C,
+    P]``) to rows, and a row wider than ``ROW_VECTOR`` to pieces of it (the
+    remainder peeled: every piece static, vectorized without masks)."""
     t = _ANY
+    rank, width = len(shape), shape[-1]
     cols = ROW_VECTOR if width > ROW_VECTOR else 0
-    loops = ", ".join([t] * (4 if cols else 3))
-    names = ", ".join(f"%l{i}" for i in range(4 if cols else 3))
+    n = rank if cols else rank - 1
+    loops = ", ".join([t] * n)
+    names = ", ".join(f"%l{i}" for i in range(n))
     peel = ""
     if cols and width % cols:
-        peel = (f"    %fl = transform.cast %l3 : {t} to {_FOR}\n"
+        peel = (f"    %fl = transform.cast %l{rank - 1} : {t} to {_FOR}\n"
                 f"    %ml, %rl = transform.loop.peel %fl : ({_FOR}) -> ({t}, {t})\n")
+    sizes = ", ".join(["1"] * (rank - 1) + [str(cols)])
     return _HEAD + f"""    %ops = {_marked(attr)}
-    %tiled, {names} = transform.structured.tile_using_for %ops tile_sizes [1, 1, 1, {cols}] : ({t}) -> ({t}, {loops})
+    %tiled, {names} = transform.structured.tile_using_for %ops tile_sizes [{sizes}] : ({t}) -> ({t}, {loops})
 """ + peel + _apply("transform.apply_patterns.canonicalization") + _TAIL
 
 
@@ -158,15 +187,17 @@ def _dim(e) -> int | None:
     return ir.AffineDimExpr(e).position if isinstance(e, ir.AffineDimExpr) else None
 
 
-def fold_unit_dims(module: "ir.Module") -> int:
-    """In every ``DIRECT_CONV_ATTR`` generic: the loop dims of extent 1 (read
+def fold_unit_dims(module: "ir.Module", *marks: str) -> int:
+    """In every ``DIRECT_CONV_ATTR`` generic (or those carrying one of
+    ``marks``, when given): the loop dims of extent 1 (read
     off the operand shapes through plain-dim map results) become 0 inside the
     compound results of its maps; a result that becomes the constant 0 reads
     an operand dim of extent 1 and is spelled as an unused extent-1 dim, so
     every map stays a projected permutation. Returns the ops rewritten."""
     n = 0
-    for op in walk_ops(module, lambda o: o.name == "linalg.generic" and (
-            DIRECT_CONV_ATTR in o.attributes or CROP_ATTR in o.attributes)):
+    marks = marks or (DIRECT_CONV_ATTR, CROP_ATTR)
+    for op in walk_ops(module, lambda o: o.name == "linalg.generic"
+                       and any(m in o.attributes for m in marks)):
         maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
         nd = maps[0].n_dims
         extent: dict[int, int] = {}
@@ -186,7 +217,7 @@ def fold_unit_dims(module: "ir.Module") -> int:
             for e in m.results:
                 if _dim(e) is None and not isinstance(e, ir.AffineConstantExpr):
                     e2 = e.compose(zero)
-                    if isinstance(e2, ir.AffineConstantExpr) and e2.value == 0:
+                    if str(e2) == "0":   # compose() returns a plain AffineExpr
                         free = [d for d in unit if d not in used]
                         if not free:
                             results.append(e)
@@ -197,6 +228,16 @@ def fold_unit_dims(module: "ir.Module") -> int:
                     e = e2
                 results.append(e)
             new.append(ir.AffineMapAttr.get(ir.AffineMap.get(nd, 0, results)))
+        if DIRECT_CONV_ATTR in op.attributes and _channel_wise(op) and \
+                extent.get(1) == extent.get(3) == 1:
+            # a one-channel tile of a depthwise block: its plane read through
+            # the unit reduction dim c (n, c, p), as a one-channel conv's, so
+            # the tile's contraction is the axpy ``single_reduction_contracts``
+            # takes (through co the weight was broadcast along the pixels)
+            first = ir.AffineMapAttr(new[0]).value
+            new[0] = ir.AffineMapAttr.get(ir.AffineMap.get(nd, 0, [
+                first.results[0], ir.AffineDimExpr.get(3), *list(first.results)[2:]]))
+            changed = True
         if changed:
             op.attributes["indexing_maps"] = ir.ArrayAttr.get(new)
             n += 1
@@ -289,6 +330,55 @@ def _axpy(op, maps, p: int) -> int:
     return 1
 
 
+def prefetch_next_plane(module: "ir.Module", locality: str = "2") -> int:
+    """Before each ``vector.transfer_read`` of a row of a kernel argument's
+    channel plane (a depthwise conv's ``_scatter_rows``: a read from a
+    ``memref.subview`` of an argument ``[N, C, H, W]``, or of its
+    ``memref.cast``, at a dynamic channel), a ``memref.prefetch`` (to L2:
+    ``locality``) of the same row one channel block further (the subview's
+    channels; the last channel prefetches itself), one per cache line the
+    read covers. Its lines arrive while this block is computed in L1,
+    instead of stalling the next block's reads. Returns the reads given
+    prefetches."""
+    n = 0
+    for op in walk_ops(module, lambda o: o.name == "vector.transfer_read"):
+        if not isinstance(op.operands[0], ir.OpResult):
+            continue
+        view = op.operands[0].owner
+        if view.name != "memref.subview":
+            continue
+        base = view.operands[0]
+        while isinstance(base, ir.OpResult) and base.owner.name == "memref.cast":
+            base = base.owner.operands[0]
+        if not isinstance(base, ir.BlockArgument) or ir.MemRefType(base.type).rank != 4:
+            continue
+        static = list(ir.DenseI64ArrayAttr(view.attributes["static_offsets"]))
+        dyn = iter(list(view.operands)[1:])
+        channels = ir.ShapedType(base.type).shape[1]
+        if static[1] != ir.ShapedType.get_dynamic_stride_or_offset() or channels < 0:
+            continue
+        elt = ir.MemRefType(base.type).element_type
+        line = 64 // (ir.FloatType(elt).width // 8)
+        width = ir.VectorType(op.result.type).shape[-1]
+        idx = list(op.operands)[1:5]
+        with ir.InsertionPoint(op), op.location:
+            at = [next(dyn) if v == ir.ShapedType.get_dynamic_stride_or_offset()
+                  else arith.constant(ir.IndexType.get(), v) for v in static]
+            full = [arith.addi(a, i) for a, i in zip(at, idx)]
+            block = list(ir.DenseI64ArrayAttr(view.attributes["static_sizes"]))[1]
+            full[1] = arith.minui(arith.addi(full[1], _const(block)), _const(channels - 1))
+            for k in range(0, width, line):
+                col = arith.addi(full[3], _const(k)) if k else full[3]
+                memref.PrefetchOp(base, full[:3] + [col], False, int(locality), True)
+        n += 1
+    return n
+
+
+def _const(v: int) -> "ir.Value":
+    return arith.constant(ir.IndexType.get(), v)
+
+
 #: The ``py:`` steps a strategy's transform may name.
 REWRITES = {"tile_direct_conv": tile_direct_conv, "fold_unit_dims": fold_unit_dims,
-            "single_reduction_contracts": single_reduction_contracts}
+            "single_reduction_contracts": single_reduction_contracts,
+            "prefetch_next_plane": prefetch_next_plane}

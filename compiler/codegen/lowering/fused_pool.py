@@ -1,0 +1,141 @@
+"""MaxPool2D (fused id 26) as one kernel, written in vector ops: ``scf.for``
+loops over the images (the batch may be a run-time extent, ``batch_dims``)
+and channels; each channel's plane is copied, a row piece at a time, into a
+plane padded with -inf (filled once, before the loops: every channel
+overwrites the same interior, and the plane stays in cache between being
+written and read), then each output row is computed ``_LANES`` columns at a
+time: for each window row, one read of the padded row (``sw`` times as many
+columns), the rows' maximum, and with a column stride of 2 that maximum
+``vector.deinterleave``d into its two phases, each tap's columns one phase
+(shifted reads for the taps past the first pair). No padded copy and stride-
+phase copy of the whole batch through memory, as the recipe makes, and no
+strided loads (LLVM scalarized the strided loops and fully unrolled the
+short static ones). ``arith.maximumf``: NaN propagates, as ``Maximum``'s.
+The ``vectorized`` cpu strategy lowers it as written.
+"""
+from __future__ import annotations
+
+import math
+
+from compiler.errors import LoweringError
+from compiler.mlir import arith, ir, vector
+
+from .core import Lowering, Scalar, dims, empty, fill, index, lowers, rtt
+from .fused_norm import _for
+
+
+@lowers("MaxPool2D")
+def _max_pool2d(lw: Lowering):
+    (x,) = lw.operands
+    t = rtt(x)
+    if t.rank != 4 or any(t.is_dynamic_dim(i) for i in range(1, 4)):
+        raise LoweringError(f"MaxPool2D is lowered with static shapes but for x's batch, "
+                            f"got {x.type}")
+    _, c, h, w = t.shape
+    (kh, kw), (sh, sw) = lw.param("kernel"), lw.param("stride")
+    (dh, dw), (top, left, bottom, right) = lw.param("dilation"), lw.param("padding")
+    hp, wp = h + top + bottom, w + left + right
+    ho, wo = (hp - dh * (kh - 1) - 1) // sh + 1, (wp - dw * (kw - 1) - 1) // sw + 1
+    if min(ho, wo) < 1 or sw > 2:
+        raise LoweringError(f"MaxPool2D kernel: window {kh}x{kw} (dilation {dh}x{dw}, stride "
+                            f"{sh}x{sw}) on the padded input {hp}x{wp}: needs a non-empty output "
+                            f"and a column stride of 1 or 2 (``serves``)")
+    elt = t.element_type
+    s = Scalar.compute(lw.in_dtypes[0])
+    if s.ty != elt:
+        raise LoweringError(f"MaxPool2D kernel computes in its storage type, got {elt}")
+    low = s.const(-math.inf)
+    row = ir.AffineMap.get_minor_identity(4, 1)
+    lanes = _LANES
+
+    offsets = sorted({kx * dw - (kx * dw) % sw for kx in range(kw)})
+    chunks = [(at, min(lanes, wo - at)) for at in range(0, wo, lanes)]
+    # the padded plane's rows are as wide as the widest read (-inf past wp),
+    # so every read is in bounds: a read that may not be was a scalar loop
+    width = max([wp] + [at * sw + off + n * sw for at, n in chunks for off in offsets])
+
+    def read(src, at, n):
+        """``n`` elements of a row of ``src`` from ``at`` (index values)."""
+        return vector.TransferReadOp(ir.VectorType.get([n], elt), src, at, row, low,
+                                     [True]).result
+
+    def write(v, dest, at):
+        return vector.TransferWriteOp(dest.type, v, dest, at, row, [True]).result
+
+    def image(i, out, xp):
+        def channel(ch, out, xp):
+            # the channel's plane into the padded buffer, a row piece at a time
+            def copy_row(y, xp):
+                for at in range(0, w, 4 * lanes):
+                    n = min(4 * lanes, w - at)
+                    v = vector.TransferReadOp(ir.VectorType.get([n], elt), x,
+                                              [i, ch, y, index(at)], row, low, [True]).result
+                    xp = write(v, xp, [index(0), index(0), arith.addi(y, index(top)),
+                                       index(left + at)])
+                return [xp]
+            xp = _for(h, [xp], copy_row)[0]
+
+            def out_row(oy, out):
+                y0 = arith.muli(oy, index(sh))
+                rows = [arith.addi(y0, index(ky * dh)) for ky in range(kh)]
+                for at, n in chunks:
+                    taps = []
+                    # columns ox*sw + kx*dw of the rows' maximum; with sw = 2
+                    # a read of 2n columns deinterleaved into its two phases
+                    for off in offsets:
+                        col = index(at * sw + off)
+                        m = None
+                        for y in rows:
+                            v = read(xp, [index(0), index(0), y, col], n * sw)
+                            m = v if m is None else s.max(m, v)
+                        phases = [m] if sw == 1 else list(vector.DeinterleaveOp(m).results)
+                        for kx in range(kw):
+                            if kx * dw - (kx * dw) % sw == off:
+                                taps.append(phases[(kx * dw) % sw])
+                    best = taps[0]
+                    for v in taps[1:]:
+                        best = s.max(best, v)
+                    out = write(best, out, [i, ch, oy, index(at)])
+                return [out]
+            return [_for(ho, [out], out_row)[0], xp]
+        return _for(c, [out, xp], channel)
+
+    n = dims(x)[0]
+    # one channel's padded plane (in cache between being written and read)
+    xp0 = fill(low, empty([1, 1, hp, width], elt))
+    return _for(n, [empty([n, c, ho, wo], elt), xp0], image)[0]
+
+
+#: Output columns per vector of the pooling kernel (a zmm of f32).
+_LANES = 16
+
+
+def batch_dims(types, params) -> tuple:
+    """The run-time extents of a MaxPool2D kernel (``codegen/fused.py:
+    DYNAMIC_FUSED``): x's and the output's batch (the image loop's bound)."""
+    batch = (True, False, False, False)
+    return (batch, batch)
+
+
+def _register_kernel() -> None:
+    from compiler.codegen.fused import MAX_POOL2D, fused_kernel
+    from compiler.registry import default_registry
+    from runtime import params as P
+    from runtime.dtype import DType
+
+    def back(p, types):
+        return {"kernel": tuple(p.kernel), "stride": tuple(p.stride),
+                "dilation": tuple(p.dilation), "padding": tuple(p.padding)}
+
+    # a column stride above 2 decomposes (its windows' columns would be a
+    # gather; none of the image nets we run has one)
+    @fused_kernel("MaxPool2D", precision=MAX_POOL2D, dtypes=(DType.F32, DType.F64),
+                  from_params=back, serves=lambda params, types: params["stride"][1] <= 2)
+    def _pool_params(params, types):
+        out = default_registry()["MaxPool2D"].infer(list(types), params)
+        return P.MaxPool2D(tuple(types[0].shape), tuple(out.shape), tuple(params["kernel"]),
+                           tuple(params["stride"]), tuple(params["dilation"]),
+                           tuple(params["padding"]))
+
+
+_register_kernel()
