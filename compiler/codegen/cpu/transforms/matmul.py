@@ -90,7 +90,7 @@ def _fma_tile(name: str, op: str) -> str:
 """
 
 
-def _register_tiles(op: str, mr: int, canon2: str) -> str:
+def _register_tiles(op: str, mr: int, nr: int, canon2: str) -> str:
     """The part of ``matmul_script`` after B is packed (handle ``%pr``, the
     main N panels; ``%remN``, the N remainder): the register tiles of the main
     panels (mr x nr x 1, loops M, K, the M loop peeled), of the remainder
@@ -112,7 +112,17 @@ def _register_tiles(op: str, mr: int, canon2: str) -> str:
     return f"""      %t2, %r0 = transform.structured.tile_using_for %pr tile_sizes [{pre0}{mr}, 0, 0] : ({t}) -> ({t}, {t})
       %r0f = transform.cast %r0 : {t} to {_FOR}
       %mainM, %remM = transform.loop.peel %r0f : ({_FOR}) -> ({t}, {t})
-      %mmN = {match(op, "%remN")}
+      %hN = {match(op, "%remN")}
+      %h1, %hl = transform.structured.tile_using_for %hN tile_sizes [{pre0}0, {nr // 2}, 0] : ({t}) -> ({t}, {t})
+      %hlf = transform.cast %hl : {t} to {_FOR}
+      %hMainN, %hRemN = transform.loop.peel %hlf : ({_FOR}) -> ({t}, {t})
+      %hMins = {match("affine.min", "%hMainN")}
+      transform.affine.simplify_min_max_affine_ops %hMins : {t}
+      %hm = {match(op, "%hMainN")}
+      %h2, %hr0 = transform.structured.tile_using_for %hm tile_sizes [{pre0}{mr}, 0, 0] : ({t}) -> ({t}, {t})
+      %hr0f = transform.cast %hr0 : {t} to {_FOR}
+      %hMainM, %hRemM = transform.loop.peel %hr0f : ({_FOR}) -> ({t}, {t})
+      %mmN = {match(op, "%hRemN")}
       %c1, %cl = transform.structured.tile_using_for %mmN tile_sizes [{pre0}0, 1, 0] : ({t}) -> ({t}, {t})
       %c2, %cm, %ck = transform.structured.tile_using_for %c1 tile_sizes [{pre0}{mr}, 0, 1] : ({t}) -> ({res2})
       %cmf = transform.cast %cm : {t} to {_FOR}
@@ -121,11 +131,17 @@ def _register_tiles(op: str, mr: int, canon2: str) -> str:
       %mmV, %r2 = transform.structured.tile_using_for %mmM tile_sizes [{pre0}0, 0, 1] : ({t}) -> ({t}, {t})
       %mmR = {match(op, "%remM")}
       %t3, %q0, %q2 = transform.structured.tile_using_for %mmR tile_sizes [{pre0}1, 0, 1] : ({t}) -> ({res2})
+      %hmM = {match(op, "%hMainM")}
+      %hV, %hk = transform.structured.tile_using_for %hmM tile_sizes [{pre0}0, 0, 1] : ({t}) -> ({t}, {t})
+      %hmR = {match(op, "%hRemM")}
+      %hR, %hq0, %hq2 = transform.structured.tile_using_for %hmR tile_sizes [{pre0}1, 0, 1] : ({t}) -> ({res2})
       %cv = {match(op, "%cMain")}
       %cr = {match(op, "%cRem")}
       %c3, %cl3, %ck3 = transform.structured.tile_using_for %cr tile_sizes [{pre0}1, 0, 1] : ({t}) -> ({res2})
 {canon2}      transform.structured.vectorize %mmV : {t}
       transform.structured.vectorize %t3 : {t}
+      transform.structured.vectorize %hV : {t}
+      transform.structured.vectorize %hR : {t}
       transform.structured.vectorize %cv : {t}
 {_fma_tile("corner", "%c3")}"""
 
@@ -168,7 +184,7 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
       %lNf = transform.cast %lN : {t} to {_FOR}
       %mainN, %remN = transform.loop.peel %lNf : ({_FOR}) -> ({t}, {t})
       %mmMain = {match(op, "%mainN")}
-{promote}{_register_tiles(op, mr, canon2)}    }}
+{promote}{_register_tiles(op, mr, nr, canon2)}    }}
 {pm('''      transform.apply_patterns.vector.transfer_permutation_patterns
       transform.apply_patterns.vector.reduction_to_contract
 ''')}{pm('''      transform.apply_patterns.vector.cast_away_vector_leading_one_dim
