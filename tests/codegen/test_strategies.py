@@ -351,7 +351,7 @@ def test_batch_matmul_remainders_keep_accumulators_in_registers(target, mr, nr):
 def test_half_a_panel_of_remainder_columns_runs_half_width_register_tiles(target, mr, nr):
     """An N remainder of nr/2 columns or more runs an mr x nr/2 tile (rows
     1 x nr/2) of vector FMAs whose accumulators are carried through K, not
-    nr/2 column tiles ([256,256]x[256,688] on AVX-512: 1.19 -> 0.87 ms). Its
+    nr/2 column tiles ([256,256]x[256,688] on AVX-512: 1.25 -> 1.00 ms). Its
     width is static only once its affine.min is simplified after the peel."""
     import re
     h = nr // 2
