@@ -61,7 +61,8 @@ def _matmul(target, m, n, a, b):
 def test_an_element_does_not_depend_on_its_kernel_tile_or_thread_split(target, rng):
     # The reference: whole tiles only (144 x 64), the packed kernel. Each
     # smaller product puts its elements in other tiles (remainder rows, the
-    # N % nr columns, their corners) or kernels (1 and 4 rows: the row kernel;
+    # N % nr columns, their corners, the half-width panel of N % nr >= nr/2:
+    # 56 columns on AVX-512, 47 on AVX2) or kernels (1 and 4 rows: the row kernel;
     # 7: the unpacked kernel), with and without a thread split.
     a = rng.standard_normal((M_REF, K_)).astype(np.float32)
     b = rng.standard_normal((K_, N_REF)).astype(np.float32)
@@ -72,7 +73,7 @@ def test_an_element_does_not_depend_on_its_kernel_tile_or_thread_split(target, r
         for threads in (1, 2):
             parallel.set_num_threads(threads)
             for m, n in ((1, 47), (4, 47), (7, 47), (33, 47), (129, 47), (129, 64), (33, 1),
-                         (7, 15), (M_REF, N_REF)):
+                         (7, 15), (33, 56), (7, 56), (M_REF, N_REF)):
                 np.testing.assert_array_equal(_matmul(target, m, n, a, b), ref[:m, :n],
                                               err_msg=f"{m}x{K_}x{n}, {threads} threads")
     finally:

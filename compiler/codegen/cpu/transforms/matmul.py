@@ -11,10 +11,12 @@ the payload (``transform.foreach``, so modules may hold several):
    buffer (hoisted out of the loops), tile M by ``mr`` and K by 1, peel the M
    loop; the ``mr x nr x 1`` tiles and the ``1 x nr x 1`` tiles of the M
    remainder are static, so they vectorize;
-3. the N remainder (< ``nr`` columns) becomes ``mr x 1 x 1`` column tiles
-   (then ``1 x 1 x 1``), vectorized with the main tiles, so their
-   accumulators are hoisted too (as are those of the remainder rows'
-   ``1 x nr x 1`` tiles, M being tiled before K);
+3. the N remainder (< ``nr`` columns) runs one ``mr x nr/2 x 1`` panel
+   where it has ``nr/2`` columns or more (rows peeled as in the main
+   panels), and what is left ``mr x 1 x 1`` column tiles (then
+   ``1 x 1 x 1``), vectorized with the main tiles, so their accumulators
+   are hoisted too (as are those of the remainder rows' ``1 x nr x 1``
+   tiles, M being tiled before K);
 4. fold views into the transfers, CSE + LICM so the C tile's read/write
    indices are loop invariant, hoist the C accumulators out of the K loop
    (per function),
@@ -90,12 +92,32 @@ def _fma_tile(name: str, op: str) -> str:
 """
 
 
-def _register_tiles(op: str, mr: int, canon2: str) -> str:
+def _row_tiles(name: str, src: str, op: str, mr: int, pre0: str) -> tuple[str, str]:
+    """The register tiles of the panel ``op`` (handle ``src``): its M loop
+    tiled by ``mr`` and peeled (first part), then K tiled by 1 in the main
+    rows (``%<name>V``, mr x w x 1) and the remainder rows tiled 1 x w x 1
+    (``%<name>R``; second part). Both parts are cut before any tile is
+    vectorized."""
+    t = _ANY
+    cut_m = f"""      %{name}T, %{name}Ml = transform.structured.tile_using_for {src} tile_sizes [{pre0}{mr}, 0, 0] : ({t}) -> ({t}, {t})
+      %{name}Mf = transform.cast %{name}Ml : {t} to {_FOR}
+      %{name}MainM, %{name}RemM = transform.loop.peel %{name}Mf : ({_FOR}) -> ({t}, {t})
+"""
+    cut_k = f"""      %{name}Mm = {_match(op, f"%{name}MainM")}
+      %{name}V, %{name}Kl = transform.structured.tile_using_for %{name}Mm tile_sizes [{pre0}0, 0, 1] : ({t}) -> ({t}, {t})
+      %{name}Rm = {_match(op, f"%{name}RemM")}
+      %{name}R, %{name}Rl0, %{name}Rl1 = transform.structured.tile_using_for %{name}Rm tile_sizes [{pre0}1, 0, 1] : ({t}) -> ({t}, {t}, {t})
+"""
+    return cut_m, cut_k
+
+
+def _register_tiles(op: str, mr: int, nr: int, canon2: str) -> str:
     """The part of ``matmul_script`` after B is packed (handle ``%pr``, the
     main N panels; ``%remN``, the N remainder): the register tiles of the main
-    panels (mr x nr x 1, loops M, K, the M loop peeled), of the remainder
-    rows (1 x nr x 1) and of the N remainder (mr x 1 x 1, then 1 x 1 x 1),
-    vectorized."""
+    panels (mr x nr x 1, loops M, K, the M loop peeled) and their remainder
+    rows (1 x nr x 1); of the N remainder's half panel where it has nr/2
+    columns or more (mr x nr/2 x 1, rows 1 x nr/2 x 1); and of the columns
+    left (mr x 1 x 1, then 1 x 1 x 1), vectorized."""
     t = _ANY
     pre0 = "0, " if op == "linalg.batch_matmul" else ""
     res2 = ", ".join([t] * 3)
@@ -109,25 +131,31 @@ def _register_tiles(op: str, mr: int, canon2: str) -> str:
     # (one znver4 core; products without remainders unchanged). All tiling
     # and canonicalization precede vectorization: canonicalizing a
     # vectorized tile turned its contraction into scalar code.
-    return f"""      %t2, %r0 = transform.structured.tile_using_for %pr tile_sizes [{pre0}{mr}, 0, 0] : ({t}) -> ({t}, {t})
-      %r0f = transform.cast %r0 : {t} to {_FOR}
-      %mainM, %remM = transform.loop.peel %r0f : ({_FOR}) -> ({t}, {t})
-      %mmN = {match(op, "%remN")}
+    # A remainder of nr/2 columns or more first runs one half-width panel
+    # ([256,256]x[256,688] on AVX-512: 16 columns as 16 column tiles cost a
+    # third of the product). Peeling leaves that panel's width an
+    # unsimplified affine.min (its bound is the composed remainder extent),
+    # so the tile would not vectorize: simplify_min_max_affine_ops proves it
+    # nr/2 from the loop's bounds.
+    main_m, main_k = _row_tiles("mm", "%pr", op, mr, pre0)
+    half_m, half_k = _row_tiles("h", "%hm", op, mr, pre0)
+    return (main_m + f"""      %hN = {match(op, "%remN")}
+      %h1, %hl = transform.structured.tile_using_for %hN tile_sizes [{pre0}0, {nr // 2}, 0] : ({t}) -> ({t}, {t})
+      %hlf = transform.cast %hl : {t} to {_FOR}
+      %hMainN, %hRemN = transform.loop.peel %hlf : ({_FOR}) -> ({t}, {t})
+      %hMins = {match("affine.min", "%hMainN")}
+      transform.affine.simplify_min_max_affine_ops %hMins : {t}
+      %hm = {match(op, "%hMainN")}
+""" + half_m + f"""      %mmN = {match(op, "%hRemN")}
       %c1, %cl = transform.structured.tile_using_for %mmN tile_sizes [{pre0}0, 1, 0] : ({t}) -> ({t}, {t})
       %c2, %cm, %ck = transform.structured.tile_using_for %c1 tile_sizes [{pre0}{mr}, 0, 1] : ({t}) -> ({res2})
       %cmf = transform.cast %cm : {t} to {_FOR}
       %cMain, %cRem = transform.loop.peel %cmf : ({_FOR}) -> ({t}, {t})
-{canon2}      %mmM = {match(op, "%mainM")}
-      %mmV, %r2 = transform.structured.tile_using_for %mmM tile_sizes [{pre0}0, 0, 1] : ({t}) -> ({t}, {t})
-      %mmR = {match(op, "%remM")}
-      %t3, %q0, %q2 = transform.structured.tile_using_for %mmR tile_sizes [{pre0}1, 0, 1] : ({t}) -> ({res2})
-      %cv = {match(op, "%cMain")}
+{canon2}""" + main_k + half_k + f"""      %cv = {match(op, "%cMain")}
       %cr = {match(op, "%cRem")}
       %c3, %cl3, %ck3 = transform.structured.tile_using_for %cr tile_sizes [{pre0}1, 0, 1] : ({t}) -> ({res2})
-{canon2}      transform.structured.vectorize %mmV : {t}
-      transform.structured.vectorize %t3 : {t}
-      transform.structured.vectorize %cv : {t}
-{_fma_tile("corner", "%c3")}"""
+{canon2}""" + "".join(f"      transform.structured.vectorize {h} : {t}\n"
+                      for h in ("%mmV", "%mmR", "%hV", "%hR", "%cv")) + _fma_tile("corner", "%c3"))
 
 
 def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: int = 512,
@@ -168,7 +196,7 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
       %lNf = transform.cast %lN : {t} to {_FOR}
       %mainN, %remN = transform.loop.peel %lNf : ({_FOR}) -> ({t}, {t})
       %mmMain = {match(op, "%mainN")}
-{promote}{_register_tiles(op, mr, canon2)}    }}
+{promote}{_register_tiles(op, mr, nr, canon2)}    }}
 {pm('''      transform.apply_patterns.vector.transfer_permutation_patterns
       transform.apply_patterns.vector.reduction_to_contract
 ''')}{pm('''      transform.apply_patterns.vector.cast_away_vector_leading_one_dim
