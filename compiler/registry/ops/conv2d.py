@@ -267,11 +267,6 @@ def _build_gemm(params, types):
     n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
     dh, dw = params["dilation"]
     kk = cin * kh * kw
-    # few output pixels (the late layers of a CNN): ``cols^T @ w^T``, so
-    # the matmul's columns are the Cout channels rather than a handful of
-    # pixels, fewer than one register tile
-    few = ho * wo < min(cout, 64)
-    b = None
     if kh == kw == 1 and sh == sw == 1 and ph == pw == 0:
         cols = op("Reshape", Bind(0), shape=(n, cin, ho * wo))
     else:
@@ -293,11 +288,6 @@ def _build_gemm(params, types):
         elif kh * kw <= _ONE_CONCAT_TAPS:
             taps = [_tap(x, x6, ky * dh, sh, ho, kx * dw, sw, wo)
                     for ky in range(kh) for kx in range(kw)]
-            if few and n > 1:
-                # the matmul's B [kk, N*HoWo] in one copy: every tap viewed
-                # [cin, 1, n, ho, wo] and concatenated in place
-                taps = [op("Permute", t, perm=(1, 2, 0, 3, 4)) for t in taps]
-                b = op("Reshape", op("Concat", *taps, dim=1), shape=(1, kk, n * ho * wo))
             stacked = taps[0] if len(taps) == 1 else op("Concat", *taps, dim=2)
         else:
             # many taps (a 7x7 stem): the kw column shifts first, then the kh row
@@ -306,16 +296,18 @@ def _build_gemm(params, types):
             stacked = _shifts(t1, 3, ho, [ky * dh for ky in range(kh)], sh)  # [n, cin, kh, kw, ho, wo]
         cols = op("Reshape", stacked, shape=(n, kk, ho * wo))
     w2 = op("Reshape", Bind(1), shape=(1, cout, kk))
-    if few:
+    if ho * wo < min(cout, 64):
+        # few output pixels (the late layers of a CNN): ``cols^T @ w^T``, so
+        # the matmul's columns are the Cout channels rather than a handful of
+        # pixels, fewer than one register tile
         # (w^T made contiguous: a constant weight's copy is folded at compile time)
         wt = op("Contiguize", op("Permute", w2, perm=(0, 2, 1)))       # [1, kk, Cout]
         if n > 1:
             # the images' pixels are the columns of one matmul, w [Cout, kk] @
             # [kk, N*HoWo]: a few pixels per image made every image's product
             # a row kernel; w is A, read in place, not packed on every call
-            if b is None:
-                b = op("Reshape", op("Contiguize", op("Permute", cols, perm=(1, 0, 2))),
-                       shape=(1, kk, n * ho * wo))
+            b = op("Reshape", op("Contiguize", op("Permute", cols, perm=(1, 0, 2))),
+                   shape=(1, kk, n * ho * wo))
             yt = op("Permute", op("Reshape", op("MatMul", w2, b), shape=(cout, n, ho * wo)),
                     perm=(1, 2, 0))                                      # [n, HoWo, Cout]
         else:
