@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 
+import compiler.codegen.lowering  # noqa: F401  (the fused kernels' serves predicates: a
+# fold or fusion asks them whatever ran before in the process)
 from compiler.passes import ModulePass, register_pass, register_table
 from compiler.passes._fuel import fuel_ops
 from compiler.passes.diagnostics import emit_error
