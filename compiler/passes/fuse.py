@@ -478,14 +478,15 @@ def fold_conv_epilogues(module, table, backends) -> int:
     for conv in _fuel.fuel_ops(module):
         if _fuel.mnemonic(conv) != entry.mnemonic:
             continue
-        found, view = _conv_epilogue(conv), None
+        view, found = None, _conv_epilogue(conv)
         if found is None:
             through = _conv_view_epilogue(conv)
             if through is None:
                 continue
             update, view, act = through
-            found = update, act, [conv]
-        update, act, dead = found
+            dead = [conv]
+        else:
+            update, act, dead = found
         params = _fuel.params(conv)
         if params.get("clamp_min") is not None or params.get("clamp_max") is not None \
                 or params.get("silu") or params.get("gelu"):

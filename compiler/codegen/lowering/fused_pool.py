@@ -48,7 +48,12 @@ def _max_pool2d(lw: Lowering):
     row = ir.AffineMap.get_minor_identity(4, 1)
     lanes = _LANES
 
-    offsets = sorted({kx * dw - (kx * dw) % sw for kx in range(kw)})
+    # the taps by the offset of the row read holding them (a multiple of sw),
+    # each as its phase in that read
+    taps_at: dict[int, list[int]] = {}
+    for kx in range(kw):
+        taps_at.setdefault(kx * dw - (kx * dw) % sw, []).append((kx * dw) % sw)
+    offsets = sorted(taps_at)
     chunks = [(at, min(lanes, wo - at)) for at in range(0, wo, lanes)]
     # the padded plane's rows are as wide as the widest read (-inf past wp),
     # so every read is in bounds: a read that may not be was a scalar loop
@@ -68,10 +73,8 @@ def _max_pool2d(lw: Lowering):
             def copy_row(y, xp):
                 for at in range(0, w, 4 * lanes):
                     n = min(4 * lanes, w - at)
-                    v = vector.TransferReadOp(ir.VectorType.get([n], elt), x,
-                                              [i, ch, y, index(at)], row, low, [True]).result
-                    xp = write(v, xp, [index(0), index(0), arith.addi(y, index(top)),
-                                       index(left + at)])
+                    xp = write(read(x, [i, ch, y, index(at)], n), xp,
+                               [index(0), index(0), arith.addi(y, index(top)), index(left + at)])
                 return [xp]
             xp = _for(h, [xp], copy_row)[0]
 
@@ -89,9 +92,7 @@ def _max_pool2d(lw: Lowering):
                             v = read(xp, [index(0), index(0), y, col], n * sw)
                             m = v if m is None else s.max(m, v)
                         phases = [m] if sw == 1 else list(vector.DeinterleaveOp(m).results)
-                        for kx in range(kw):
-                            if kx * dw - (kx * dw) % sw == off:
-                                taps.append(phases[(kx * dw) % sw])
+                        taps += [phases[r] for r in taps_at[off]]
                     best = taps[0]
                     for v in taps[1:]:
                         best = s.max(best, v)
