@@ -8,6 +8,15 @@ is that of the normalised polynomial; an atom carries its bounds, which the
 polynomial's bounds are derived from (``bounds``), so a comparison that the
 bounds decide is answered and any other raises ``SymbolicError``.
 
+``floor_div(p, s)`` is the rounding quotient ``floor(p / s)`` by a positive
+int (a window strided over a symbolic extent): the exact part of ``p`` stays
+polynomial and the rest becomes a *quotient factor* ``(h + 1) // 2``, a
+factor of the monomials like an atom, normalised (remainder coefficients in
+``0..s-1`` over their common divisor with ``s``; ``(q // m + k) // s`` is
+``(q + k*m) // (m*s)``), so equal quotients compare equal. ``quots`` maps its
+text to ``(numerator, divisor)``; it is evaluated from the bound atoms, and
+its bounds are the numerator's divided.
+
 ``bind_symbols`` binds every symbol of a signature from the shapes of a call,
 raising ``ShapeSignatureError`` on the first contradiction.
 """
@@ -26,7 +35,7 @@ Dim = Union[int, "Sym"]
 class Sym:
     """An integer polynomial over named symbols (``docs/dynamic-shapes.md``)."""
 
-    __slots__ = ("terms", "atoms", "name")
+    __slots__ = ("terms", "atoms", "name", "quots")
 
     def __init__(self, name: str, lo: int = 1, hi: Optional[int] = None):
         if not isinstance(name, str) or not name.isidentifier():
@@ -38,9 +47,10 @@ class Sym:
         self.terms = {(name,): 1}          # monomial (sorted names) -> coefficient
         self.atoms = {name: (lo, hi)}      # name -> bounds
         self.name = name                   # the atom's name; None for an expression
+        self.quots = {}                    # quotient factor -> (numerator, divisor)
 
     @classmethod
-    def _make(cls, terms: dict, atoms: dict) -> Dim:
+    def _make(cls, terms: dict, atoms: dict, quots: Optional[dict] = None) -> Dim:
         terms = {m: c for m, c in terms.items() if c}
         if not terms:
             return 0
@@ -49,9 +59,11 @@ class Sym:
         s = cls.__new__(cls)
         s.terms = terms
         used = {n for m in terms for n in m}
+        s.quots = {n: q for n, q in (quots or {}).items() if n in used}
+        used.update(a for num, _ in s.quots.values() for a in num.atoms)
         s.atoms = {n: b for n, b in atoms.items() if n in used}
         (m, c), = terms.items() if len(terms) == 1 else (((), 0),)
-        s.name = m[0] if c == 1 and len(m) == 1 else None
+        s.name = m[0] if c == 1 and len(m) == 1 and m[0] not in s.quots else None
         return s
 
     # -- facts -------------------------------------------------------------
@@ -60,12 +72,26 @@ class Sym:
         return self.name is not None
 
     @property
+    def is_quotient(self) -> bool:
+        """One quotient factor alone: ``(h + 1) // 2``."""
+        (m, c), = self.terms.items() if len(self.terms) == 1 else (((), 0),)
+        return c == 1 and len(m) == 1 and m[0] in self.quots
+
+    def _factor_bounds(self, n) -> tuple[int, Optional[int]]:
+        if n not in self.quots:
+            return self.atoms[n]
+        num, den = self.quots[n]
+        lo, hi = num.bounds
+        return lo // den, None if hi is None else hi // den
+
+    @property
     def bounds(self) -> tuple[int, Optional[int]]:
         """(lo, hi) of the polynomial over the atoms' bounds (hi None: unbounded)."""
         lo = hi = 0
         for m, c in self.terms.items():
-            mlo = math.prod(self.atoms[n][0] for n in m)
-            his = [self.atoms[n][1] for n in m]
+            fb = [self._factor_bounds(n) for n in m]
+            mlo = math.prod(b[0] for b in fb)
+            his = [b[1] for b in fb]
             mhi = None if None in his else math.prod(his)
             if c > 0:
                 lo = None if lo is None else lo + c * mlo
@@ -79,23 +105,30 @@ class Sym:
         missing = [n for n in self.atoms if n not in values]
         if missing:
             raise SymbolicError(f"{self}: no value for symbol(s) {missing}")
-        return sum(c * math.prod(values[n] for n in m) for m, c in self.terms.items())
+        def factor(n):
+            if n in self.quots:
+                num, den = self.quots[n]
+                return num.evaluate(values) // den
+            return values[n]
+        return sum(c * math.prod(factor(n) for n in m) for m, c in self.terms.items())
 
     # -- arithmetic --------------------------------------------------------
     @staticmethod
     def _parts(v):
         if isinstance(v, Sym):
-            return v.terms, v.atoms
+            return v.terms, (v.atoms, v.quots)
         if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
-            return {(): int(v)}, {}
+            return {(): int(v)}, ({}, {})
         return None, None
 
-    def _atoms_with(self, other_atoms):
+    def _atoms_with(self, other):
+        """The atoms and quotient factors of ``self`` and ``other`` (``_parts``)."""
+        other_atoms, other_quots = other
         atoms = dict(self.atoms)
         for n, b in other_atoms.items():
             if atoms.setdefault(n, b) != b:
                 raise SymbolicError(f"symbol {n!r} has two sets of bounds: {atoms[n]} and {b}")
-        return atoms
+        return atoms, {**self.quots, **other_quots}
 
     def __add__(self, other):
         t, a = self._parts(other)
@@ -104,18 +137,18 @@ class Sym:
         terms = dict(self.terms)
         for m, c in t.items():
             terms[m] = terms.get(m, 0) + c
-        return Sym._make(terms, self._atoms_with(a))
+        return Sym._make(terms, *self._atoms_with(a))
 
     __radd__ = __add__
 
     def __neg__(self):
-        return Sym._make({m: -c for m, c in self.terms.items()}, self.atoms)
+        return Sym._make({m: -c for m, c in self.terms.items()}, self.atoms, self.quots)
 
     def __sub__(self, other):
         t, a = self._parts(other)
         if t is None:
             return NotImplemented
-        return self + Sym._make({m: -c for m, c in t.items()}, a)
+        return self + Sym._make({m: -c for m, c in t.items()}, *a)
 
     def __rsub__(self, other):
         return (-self) + other
@@ -129,7 +162,7 @@ class Sym:
             for m2, c2 in t.items():
                 m = tuple(sorted(m1 + m2))
                 terms[m] = terms.get(m, 0) + c1 * c2
-        return Sym._make(terms, self._atoms_with(a))
+        return Sym._make(terms, *self._atoms_with(a))
 
     __rmul__ = __mul__
 
@@ -151,7 +184,7 @@ class Sym:
             if dc == 0 or c % dc:
                 raise SymbolicError(f"{self} is not a multiple of {other}")
             terms[tuple(rest)] = c // dc
-        return Sym._make(terms, self._atoms_with(a))
+        return Sym._make(terms, *self._atoms_with(a))
 
     def __mod__(self, other):
         """0 when ``other`` divides ``self`` exactly; otherwise undecidable."""
@@ -186,11 +219,36 @@ class Sym:
     def __hash__(self):
         return hash(frozenset(self.terms.items()))
 
+    def _decided_bounds(self) -> tuple[Optional[int], Optional[int]]:
+        """``bounds``, tightened where quotient factors appear alone in a term:
+        ``s*(p // s)`` lies in ``p - s + 1 .. p``, so ``2*((h + 1) // 2) - h``
+        is 0..1 (plain ``bounds``: unbounded below)."""
+        lo, hi = self.bounds
+        lin = {m[0]: c for m, c in self.terms.items() if len(m) == 1 and m[0] in self.quots}
+        if not lin:
+            return lo, hi
+        scale = math.lcm(*(self.quots[n][1] for n in lin))
+        rest = self * scale - sum(c * scale * Sym._make({(n,): 1}, self.atoms, self.quots)
+                                  for n, c in lin.items())
+        low = high = rest
+        for n, c in lin.items():
+            num, den = self.quots[n]
+            k = c * (scale // den)         # c*scale*(n) lies in k*(num - den + 1) .. k*num
+            low = low + k * (num - (den - 1) if c > 0 else num)
+            high = high + k * (num if c > 0 else num - (den - 1))
+        lo2 = low.bounds[0] if isinstance(low, Sym) else low
+        hi2 = high.bounds[1] if isinstance(high, Sym) else high
+        if lo2 is not None:
+            lo = -(-lo2 // scale) if lo is None else max(lo, -(-lo2 // scale))
+        if hi2 is not None:
+            hi = hi2 // scale if hi is None else min(hi, hi2 // scale)
+        return lo, hi
+
     def _sign(self, other, op):
         d = self - other
         if not isinstance(d, Sym):
             return d
-        lo, hi = d.bounds
+        lo, hi = d._decided_bounds()
         if lo is not None and lo > 0:
             return 1
         if hi is not None and hi < 0:
@@ -225,7 +283,8 @@ class Sym:
     # -- text --------------------------------------------------------------
     def __str__(self) -> str:
         def mono(m, c):
-            body = "*".join(m)
+            alone = len(m) == 1 and abs(c) == 1
+            body = "*".join(n if alone or n not in self.quots else f"({n})" for n in m)
             if not m:
                 return str(abs(c))
             return body if abs(c) == 1 else f"{abs(c)}*{body}"
@@ -239,11 +298,24 @@ class Sym:
     __repr__ = __str__
 
     def to_json(self):
-        """``[[coefficient, [names...]], ...]`` (``from_json`` needs the bounds)."""
-        return [[c, list(m)] for m, c in sorted(self.terms.items())]
+        """``[[coefficient, [factors...]], ...]``, a factor an atom's name or a
+        quotient ``{"floor": numerator terms, "by": divisor}`` (``from_json``
+        needs the bounds)."""
+        def factor(n):
+            if n not in self.quots:
+                return n
+            num, den = self.quots[n]
+            return {"floor": num.to_json(), "by": den}
+        return [[c, [factor(n) for n in m]] for m, c in sorted(self.terms.items())]
 
     @classmethod
     def from_json(cls, terms, bounds: Mapping[str, Sequence]) -> Dim:
+        if any(isinstance(n, dict) for _, m in terms for n in m):
+            def factor(n):
+                if isinstance(n, dict):
+                    return floor_div(cls.from_json(n["floor"], bounds), int(n["by"]))
+                return cls.from_json([[1, [n]]], bounds)
+            return sum(int(c) * math.prod(factor(n) for n in m) for c, m in terms)
         atoms = {}
         for _, m in terms:
             for n in m:
@@ -252,13 +324,40 @@ class Sym:
         return cls._make({tuple(sorted(m)): int(c) for c, m in terms}, atoms)
 
 
+def floor_div(p: Dim, s: int) -> Dim:
+    """``floor(p / s)`` for an int ``s >= 1``: an int for an int ``p``, else
+    the exact part of ``p`` plus a normalised quotient factor (module
+    docstring): ``floor_div(h - 1, 2) + 1`` is ``(h + 1) // 2``."""
+    if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1:
+        raise SymbolicError(f"floor division of {p} by {s!r}: the divisor must be an int >= 1")
+    s = int(s)
+    if not isinstance(p, Sym):
+        return int(p) // s
+    exact = Sym._make({m: c // s for m, c in p.terms.items()}, p.atoms, p.quots)
+    rest = Sym._make({m: c % s for m, c in p.terms.items()}, p.atoms, p.quots)
+    if not isinstance(rest, Sym):
+        return exact    # a constant remainder in 0..s-1
+    g = math.gcd(s, *rest.terms.values())
+    rest, s = rest // g, s // g
+    lo, hi = rest.bounds
+    if hi is not None and hi < s:
+        return exact    # 0 <= rest < s
+    (inner, *more) = [m for m in rest.terms if m]
+    if not more and len(inner) == 1 and rest.terms[inner] == 1 and inner[0] in rest.quots:
+        num, den = rest.quots[inner[0]]  # (q // m + k) // s is (q + k*m) // (m*s)
+        return exact + floor_div(num + rest.terms.get((), 0) * den, den * s)
+    text = str(rest)
+    name = f"({text}) // {s}" if " " in text else f"{text} // {s}"
+    return exact + Sym._make({(name,): 1}, rest.atoms, {name: (rest, s)})
+
+
 def is_symbolic(shape) -> bool:
     return any(isinstance(d, Sym) for d in shape)
 
 
 def dim_text(d) -> str:
     s = str(d)
-    return f"({s})" if " " in s else s
+    return f"({s})" if " " in s and not (isinstance(d, Sym) and d.is_quotient) else s
 
 
 def shape_text(shape) -> str:

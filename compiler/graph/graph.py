@@ -31,7 +31,7 @@ from ..errors import GraphBuildError, UnsupportedOpError
 from .numerics import scalar_storage
 from .ops import OP_TABLE, broadcast_shapes, check_params, fmt_types
 from .opdef import VARIADIC, TensorType
-from .symbolic import (StridedSymbolError, Sym, SymbolicError, bind_params, bind_symbols,
+from .symbolic import (Sym, SymbolicError, bind_params, bind_symbols,
                        parse_dim, recording, shape_text)
 
 __all__ = ["Graph", "Node", "Tensor", "where", "matmul", "concat", "maximum", "minimum"]
@@ -359,8 +359,6 @@ class Graph:
                     out = entry.infer(types, params)
             else:
                 out = entry.infer(types, params)
-        except StridedSymbolError as e:  # keeps its type and symbols (the ONNX import names them)
-            raise StridedSymbolError(f"{label}: Fused[{ename}]: {e}", e.symbols, e.stride) from None
         except (GraphBuildError, SymbolicError) as e:
             raise GraphBuildError(f"{label}: Fused[{ename}]: {e}") from None
         outs = list(out) if isinstance(out, (list, tuple)) else [out]

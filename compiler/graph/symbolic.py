@@ -13,14 +13,14 @@ import contextlib
 import contextvars
 from typing import Mapping, Optional
 
-from runtime.symbols import (Dim, ShapeSignatureError, Sym, SymbolicError, affine_parts, dim_text,
-                             bind_symbols, evaluate, is_symbolic, shape_text)
+from runtime.symbols import (Dim, ShapeSignatureError, Sym, SymbolicError, affine_parts,
+                             bind_symbols, evaluate, floor_div, is_symbolic, shape_text)
 
 from ..errors import GraphBuildError
 
 __all__ = ["Sym", "SymbolicError", "ShapeSignatureError", "unify", "recording", "parse_dim",
            "bind_params", "bind_symbols", "is_symbolic", "shape_text", "evaluate",
-           "StridedSymbolError", "window_count", "ceil_count"]
+           "floor_div", "window_count", "ceil_count"]
 
 _SINK: contextvars.ContextVar = contextvars.ContextVar("fuelc_symbolic_sink", default=None)
 
@@ -96,42 +96,22 @@ def bind_params(value, values: Mapping[str, int]):
     return value
 
 
-class StridedSymbolError(GraphBuildError):
-    """A window strided over a symbolic extent: its output extent
-    ``(padded - window) // stride + 1`` rounds down, and a ``Sym`` (a
-    polynomial) holds exact quotients only. ``symbols``: the atoms of the
-    extent; ``stride``."""
-
-    def __init__(self, message: str, symbols: tuple, stride: int):
-        super().__init__(message)
-        self.symbols, self.stride = symbols, stride
-
-
 def window_count(padded: Dim, window: int, stride: int, what: str) -> Dim:
     """``(padded - window) // stride + 1``: how many windows of extent
     ``window`` fit in ``padded`` at ``stride`` (convolution, pooling). On a
-    symbolic extent the quotient must be exact (``padded`` declared as a
-    multiple of the stride plus the remainder, ``2*k + 1``); otherwise a
-    ``StridedSymbolError`` naming the symbols and the fix."""
-    return _quotient(padded - window, stride, what,
-                     f"{dim_text(padded - window)} // {stride} + 1") + 1
+    symbolic extent the quotient is a quotient factor (``runtime.symbols.floor_div``:
+    ``(h - 1) // 2 + 1`` is ``(h + 1) // 2``), evaluated when a call binds ``h``."""
+    return _floor(padded - window, stride, what) + 1
 
 
 def ceil_count(extent: Dim, stride: int, what: str) -> Dim:
-    """``ceil(extent / stride)`` (``SAME`` padding, ``ceil_mode`` pooling),
-    exact on a symbolic extent or a ``StridedSymbolError``."""
-    return -_quotient(-extent, stride, what, f"ceil({dim_text(extent)} / {stride})")
+    """``ceil(extent / stride)`` (``SAME`` padding, ``ceil_mode`` pooling):
+    ``(extent + stride - 1) // stride``."""
+    return _floor(extent + stride - 1, stride, what)
 
 
-def _quotient(num: Dim, stride: int, what: str, formula: str) -> Dim:
+def _floor(num: Dim, stride: int, what: str) -> Dim:
     try:
-        return num // stride
-    except SymbolicError:
-        names = tuple(sorted(num.atoms))
-        raise StridedSymbolError(
-            f"{what}: the output extent {formula} rounds on the symbolic extent(s) "
-            f"{', '.join(map(repr, names))}; symbolic extents hold exact quotients only, so a "
-            f"stride over a symbolic spatial axis is refused. Fix {', '.join(map(repr, names))} "
-            f"to a size (import_model(..., input_shapes={{{names[0]!r}: 224}}); Graph.input with "
-            f"an int), or declare the axis as {stride}*k + r so that the quotient is exact",
-            names, stride) from None
+        return floor_div(num, stride)
+    except SymbolicError as e:
+        raise GraphBuildError(f"{what}: {e}") from None

@@ -1472,15 +1472,25 @@ def _pool_windows(cx, node, at, x):
     geom = _pool_geometry(at, spatial)
     is_max = node.op_type == "MaxPool"
     if (is_max and len(spatial) == 2 and x.dtype.is_float
-            and all(isinstance(n, int) for n in spatial)
             and not (len(node.output) > 1 and node.output[1])):
         # the fused MaxPool2D (its kernel, or this same decomposition as its
         # recipe): pads such that its floor rule gives ONNX's output extent
-        pads = [(lo, (o - 1) * s + (k - 1) * d + 1 - n - lo)
+        # (ONNX's own where that rule is ONNX's: a symbolic extent's floor)
+        ceil_pads = at.get("ceil_mode", 0) or at.get("auto_pad", "").startswith("SAME")
+        pads = [(lo, hi if isinstance(n, Sym) and not ceil_pads else
+                 (o - 1) * s + (k - 1) * d + 1 - n - lo)
                 for n, (k, s, d, lo, hi, o) in zip(spatial, geom)]
         return [B.max_pool2d(x, tuple(g[0] for g in geom), tuple(g[1] for g in geom),
                              (pads[0][0], pads[1][0], max(pads[0][1], 0), max(pads[1][1], 0)),
                              tuple(g[2] for g in geom))]
+    strided = [(i, n, g[1]) for i, (n, g) in enumerate(zip(spatial, geom))
+               if isinstance(n, Sym) and g[1] > 1]
+    if strided:
+        i, n, s = strided[0]
+        raise Unsupported(
+            f"{node.op_type} with stride {s} over the symbolic extent {n} (axis {2 + i}): "
+            f"of the strided pools only MaxPool (2-D, float, no Indices output) takes a "
+            f"symbolic image size; fix the size at import (input_shapes={{'h': 224}})")
     widths = [(0, 0), (0, 0)]
     for n, (k, s, d, lo, hi, o) in zip(spatial, geom):
         top = max(hi, (o - 1) * s + (k - 1) * d + 1 - n - lo, 0)

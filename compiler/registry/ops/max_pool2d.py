@@ -16,8 +16,9 @@ the strided view directly were read element by element.)
 """
 from ..entry import DECOMPOSE, FusedOpEntry, Family, Recipe
 from ..grammar import Bind, op
-from ._common import (FLOATS, OpKind, ParamSpec, TensorType, check_arity, dtype_of, fail, np,
-                      out, wide)
+from ._common import (FLOATS, OpKind, ParamSpec, TensorType, check_arity, dtype_of, fail,
+                      fmt_types, np, out, wide)
+from compiler.graph.symbolic import window_count
 
 NAME = "MaxPool2D"
 
@@ -44,7 +45,8 @@ def geometry(types, params):
     hp, wp = h + top + bottom, w + left + right
     if ekh > hp or ekw > wp:
         raise fail(NAME, types, f"window {ekh}x{ekw} larger than the padded input {hp}x{wp}")
-    ho, wo = (hp - ekh) // sh + 1, (wp - ekw) // sw + 1
+    ho = window_count(hp, ekh, sh, f"{NAME}{fmt_types(types)} height")
+    wo = window_count(wp, ekw, sw, f"{NAME}{fmt_types(types)} width")
     if (ho - 1) * sh >= h + top or (wo - 1) * sw >= w + left or top >= ekh or left >= ekw:
         raise fail(NAME, types, "a window lies wholly in the padding: lower the padding (a "
                                 "window must hold at least one input position)")
