@@ -233,16 +233,20 @@ class SymbolicModule:
     def kernel_summary(self) -> list[str]:
         """A first line stating the stage and the bindings compiled, then the
         kernels of the most recently used binding, each marked ``[run-time
-        extents]`` (one object serves every size) or ``[per shape]``."""
+        extents]`` (one object serves every size), ``[per shape]`` or, with a
+        symbolic image size, ``[run-time batch, per image size]``."""
+        from .graph.symbolic import symbolic_image
         kept = "; ".join(", ".join(f"{k}={v}" for k, v in b.items()) for b in self.bindings)
+        image = symbolic_image(self.graph) is not None
         head = (f"symbolic module: passes and plan per input-shape binding; kernels marked "
                 f"[run-time extents] are compiled once for every size, [per shape] ones per "
-                f"binding (kept: {kept or 'none yet'})")
+                f"binding" + (", [run-time batch, per image size] ones per image size"
+                              if image else "") + f" (kept: {kept or 'none yet'})")
         last = next(reversed(self._modules.values()), None)
         if last is None:
             return [head]
         return [head] + [f"{line} [{mark}]" for line, mark in
-                         zip(last.kernel_summary(), extent_marks(last))]
+                         zip(last.kernel_summary(), extent_marks(last, image))]
 
     def save(self, path, sign_with=None, weights="zip"):
         """Write one ``.fuel`` file that ``runtime.load(path)`` runs at every
@@ -498,17 +502,22 @@ def _call_layouts(module: CompiledModule) -> dict:
     return memo
 
 
-def extent_marks(module: CompiledModule) -> list[str]:
+def extent_marks(module: CompiledModule, per_image: bool = False) -> list[str]:
     """Per kernel step of ``module``: ``"run-time extents"`` when every kernel
     instance it calls takes its (batch/sequence) extents at run time (one
     object for every size), else ``"per shape"`` (compiled again for a new
-    size; ``docs/dynamic-shapes.md``)."""
+    size; ``docs/dynamic-shapes.md``). ``per_image`` (a graph with a symbolic
+    image size): a kernel taking only some extents at run time (a direct conv:
+    its batch) is ``"run-time batch, per image size"``."""
     marks = []
     for i, step in enumerate(module.plan.steps):
         if isinstance(step, KernelStep):
             insts = _step_instances(module, i, step)
             dyn = insts and all(getattr(inst, "dynamic", False) for _, inst in insts)
-            marks.append("run-time extents" if dyn else "per shape")
+            part = per_image and dyn and any(not all(map(all, getattr(inst, "dynamic_dims", None) or ()))
+                                             for _, inst in insts)
+            marks.append("run-time batch, per image size" if part
+                         else "run-time extents" if dyn else "per shape")
     return marks
 
 

@@ -36,6 +36,7 @@ from runtime.symbolic import SYM, TEMPLATE_FIELDS, expression_value
 from runtime.symbols import Sym, is_symbolic, shape_text
 
 from .export import ExportError, manifest_body, target_json, write_fuel
+from .graph.symbolic import symbolic_image
 
 #: The kernels whose instance depends on the row class of the call.
 ROW_CLASS_OPS = ("MatMul", "FusedLinear")
@@ -316,23 +317,23 @@ def export_symbolic(module, path, sign_with=None, weights: str = "zip"):
 
 
 def _check_conv_spatial(g) -> None:
-    """A convolution over a symbolic spatial extent is refused up front: its
-    kernels (and the recipe's few-pixel forms) are specialised on the image
-    size, so each size is compiled and planned apart (in process, per
-    binding), which one file cannot hold."""
-    for n in g.nodes:
-        if n.op != "Fused" or n.fused.name not in ("Conv2D", "ConvTranspose2D"):
-            continue
-        shape = g.nodes[n.inputs[0]].type.shape
-        for axis in (2, 3):
-            if axis < len(shape) and is_symbolic((shape[axis],)):
-                raise ExportError(
-                    f"cannot write one .fuel file for every size: node %{n.id} ({n.name}): "
-                    f"{n.fused.name} of x [{shape_text(shape)}] has the symbolic spatial extent {shape[axis]} (axis "
-                    f"{axis}); its kernels are specialised on the image size, so each size is "
-                    f"compiled apart. Fix it (import_model(..., input_shapes={{...}})), or save "
-                    f"the sizes you serve: m.save_bundle(dir, bindings=[...]) or "
-                    f"m.specialize(...).save(path)")
+    """A convolution or pool over a symbolic spatial extent is refused up
+    front: its kernels (and the recipe's few-pixel forms) are specialised on
+    the image size, so each size is compiled and planned apart (in process,
+    per binding), which one file cannot hold."""
+    found = symbolic_image(g)
+    if found is None:
+        return
+    n, axis = found
+    shape = g.nodes[n.inputs[0]].type.shape
+    raise ExportError(
+        f"cannot write one .fuel file for every size: node %{n.id} ({n.name}): "
+        f"{n.fused.name} of x [{shape_text(shape)}] has the symbolic spatial extent {shape[axis]} "
+        f"(axis {axis}); its kernels are specialised on the image size, so each size is "
+        f"compiled apart. Fix it (import_model(..., input_shapes={{...}}); fuelc compile "
+        f"--input-shape), or save the sizes you serve: a bundle (m.save_bundle(dir, "
+        f"bindings=[...]); fuelc compile --binding batch=1,h=224,w=224, repeated per size) or "
+        f"m.specialize(...).save(path)")
 
 
 def _export(module, path, sign_with, weights, sample, fixed):

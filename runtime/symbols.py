@@ -288,7 +288,8 @@ class Sym:
             if not m:
                 return str(abs(c))
             return body if abs(c) == 1 else f"{abs(c)}*{body}"
-        items = sorted(self.terms.items(), key=lambda mc: (-len(mc[0]), mc[0]))
+        items = sorted(self.terms.items(), key=lambda mc: (
+            -len(mc[0]), [n not in self.quots for n in mc[0]], mc[0]))
         out = ""
         for i, (m, c) in enumerate(items):
             sign = "-" if c < 0 else "+"

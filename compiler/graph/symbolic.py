@@ -20,7 +20,7 @@ from ..errors import GraphBuildError
 
 __all__ = ["Sym", "SymbolicError", "ShapeSignatureError", "unify", "recording", "parse_dim",
            "bind_params", "bind_symbols", "is_symbolic", "shape_text", "evaluate",
-           "floor_div", "window_count", "ceil_count"]
+           "floor_div", "window_count", "ceil_count", "symbolic_image"]
 
 _SINK: contextvars.ContextVar = contextvars.ContextVar("fuelc_symbolic_sink", default=None)
 
@@ -115,3 +115,20 @@ def _floor(num: Dim, stride: int, what: str) -> Dim:
         return floor_div(num, stride)
     except SymbolicError as e:
         raise GraphBuildError(f"{what}: {e}") from None
+
+
+#: The fused ops whose kernels are specialised on the image size (axes 2, 3
+#: of x): their direct kernels take only the batch at run time.
+IMAGE_OPS = ("Conv2D", "ConvTranspose2D", "MaxPool2D")
+
+
+def symbolic_image(graph):
+    """``(node, axis)`` of the first ``IMAGE_OPS`` node whose input image has
+    a symbolic spatial extent, or None: each image size compiles its kernels."""
+    for n in graph.nodes:
+        if n.op == "Fused" and n.fused.name in IMAGE_OPS:
+            shape = graph.nodes[n.inputs[0]].type.shape
+            axis = next((a for a in (2, 3) if a < len(shape) and isinstance(shape[a], Sym)), None)
+            if axis is not None:
+                return n, axis
+    return None

@@ -19,7 +19,6 @@ import compiler  # noqa: E402
 from compiler.errors import GraphBuildError  # noqa: E402
 from compiler.export import ExportError  # noqa: E402
 from compiler.frontends.onnx import OnnxImportError, import_model  # noqa: E402
-from compiler.graph.symbolic import StridedSymbolError  # noqa: E402
 from runtime.bundle import load_bundle  # noqa: E402
 
 RNG = np.random.default_rng(5)

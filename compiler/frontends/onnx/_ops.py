@@ -856,6 +856,16 @@ def _tile(cx, node, at, ins):
     return [x]
 
 
+def _same_over_symbol(auto, n, s, i):
+    """``SAME`` padding with a stride over a symbolic extent: its pads depend
+    on ``n`` modulo ``s`` (a pad is not an extent a shape rule can hold)."""
+    if isinstance(n, Sym) and s > 1:
+        raise Unsupported(
+            f"auto_pad={auto} with stride {s} over the symbolic extent {n} (axis {2 + i}): "
+            f"its padding depends on {n} modulo {s}; export the model with explicit pads, or "
+            f"fix the size at import (input_shapes={{{min(n.atoms)!r}: 224}})")
+
+
 def _conv_pads(at, spatial, kernel, strides, dilations=None):
     """(before, after) per spatial axis from pads / auto_pad."""
     auto = at.get("auto_pad", "NOTSET")
@@ -864,6 +874,7 @@ def _conv_pads(at, spatial, kernel, strides, dilations=None):
     if auto in ("SAME_UPPER", "SAME_LOWER"):
         out = []
         for i, (n, k, s, d) in enumerate(zip(spatial, kernel, strides, dilations)):
+            _same_over_symbol(auto, n, s, i)
             o = ceil_count(n, s, f"{auto} padding, stride {s} on axis {2 + i}")
             total = max((o - 1) * s + (k - 1) * d + 1 - n, 0)
             small = total // 2
@@ -1405,6 +1416,7 @@ def _pool_geometry(at, spatial):
     for i, n in enumerate(spatial):
         eff = (k[i] - 1) * d[i] + 1
         if auto in ("SAME_UPPER", "SAME_LOWER"):
+            _same_over_symbol(auto, n, s[i], i)
             o = ceil_count(n, s[i], f"{auto} pooling, stride {s[i]} on axis {2 + i}")
             total = max((o - 1) * s[i] + eff - n, 0)
             small = total // 2
@@ -1476,8 +1488,10 @@ def _pool_windows(cx, node, at, x):
         # the fused MaxPool2D (its kernel, or this same decomposition as its
         # recipe): pads such that its floor rule gives ONNX's output extent
         # (ONNX's own where that rule is ONNX's: a symbolic extent's floor)
-        ceil_pads = at.get("ceil_mode", 0) or at.get("auto_pad", "").startswith("SAME")
-        pads = [(lo, hi if isinstance(n, Sym) and not ceil_pads else
+        # (a symbolic extent: ``hi``, or ``hi + s - 1`` in ceil mode, whose floor is
+        # ONNX's ceiling; a window that ONNX drops is refused by the rule)
+        ceil = bool(at.get("ceil_mode", 0))
+        pads = [(lo, hi + (s - 1) * ceil if isinstance(n, Sym) else
                  (o - 1) * s + (k - 1) * d + 1 - n - lo)
                 for n, (k, s, d, lo, hi, o) in zip(spatial, geom)]
         return [B.max_pool2d(x, tuple(g[0] for g in geom), tuple(g[1] for g in geom),
@@ -1490,7 +1504,8 @@ def _pool_windows(cx, node, at, x):
         raise Unsupported(
             f"{node.op_type} with stride {s} over the symbolic extent {n} (axis {2 + i}): "
             f"of the strided pools only MaxPool (2-D, float, no Indices output) takes a "
-            f"symbolic image size; fix the size at import (input_shapes={{'h': 224}})")
+            f"symbolic image size; fix the size at import (input_shapes={{{min(n.atoms)!r}: "
+            f"224}})")
     widths = [(0, 0), (0, 0)]
     for n, (k, s, d, lo, hi, o) in zip(spatial, geom):
         top = max(hi, (o - 1) * s + (k - 1) * d + 1 - n - lo, 0)
