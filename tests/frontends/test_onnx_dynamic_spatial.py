@@ -1,13 +1,17 @@
 """Conv nets with a symbolic image size (docs/dynamic-shapes.md, "Dynamic
 spatial size"). A window strided over a symbolic extent has the output
-extent ``(H + 2p - k) // s + 1``, a floor division that a symbolic extent
-(a polynomial) cannot hold: the import refuses it with a typed error naming
-the node, the symbol, the input and axis declaring it and the fix
-(``input_shapes=``). Where every window has stride 1 (a fully convolutional
-net), the model imports with ``h``/``w`` symbolic and one ``compile()``
-runs every size, the conv kernels compiled per image size; one ``.fuel``
-file for every size is refused by name, a bundle of the sizes served runs
-without the compiler."""
+extent ``(H + 2p - k) // s + 1``, a floor quotient of the symbol
+(``runtime.symbols.floor_div``: ``(h + 1) // 2``): the model imports with
+``h``/``w`` symbolic, and one ``compile()`` runs every image size matching
+onnxruntime, the conv and pool kernels compiled per image size (their
+batch at run time); one ``.fuel`` file for every size is refused by name, a
+bundle of the sizes served runs without the compiler. What a floor cannot
+express (``SAME`` padding with a stride, strided average pools over a
+symbolic extent) is refused by name at import."""
+import pathlib
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -15,11 +19,16 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
 import compiler  # noqa: E402
-from compiler.errors import GraphBuildError  # noqa: E402
+from benchmarks import models as bm  # noqa: E402
 from compiler.export import ExportError  # noqa: E402
 from compiler.frontends.onnx import OnnxImportError, import_model  # noqa: E402
-from runtime.bundle import load_bundle  # noqa: E402
+from runtime.bundle import UnsavedBindingError, load_bundle  # noqa: E402
+from runtime.errors import ShapeSignatureError  # noqa: E402
 
 RNG = np.random.default_rng(5)
 TOL = 1e-4  # max |fuelc - ort| / max |ort|
@@ -63,36 +72,76 @@ def _check(run, model, shapes):
         assert np.abs(out - ref).max() / np.abs(ref).max() < TOL, shape
 
 
-def test_strided_conv_over_symbolic_height_names_input_axis_and_fix():
-    with pytest.raises(OnnxImportError) as e:
-        import_model(strided_net())
-    msg = str(e.value)
-    assert "Conv node" in msg and "the output extent (h - 1) // 2 + 1 rounds on the " \
-                                  "symbolic extent(s) 'h'" in msg
-    assert "symbol 'h' is input 'x' axis 2" in msg
-    assert "input_shapes={'h': 224}" in msg
+def image_axes(model):
+    """``model`` with ``batch``, ``h``, ``w`` dim_params on axes 0, 2, 3 of
+    its image input (and ``batch`` on its output), as ``torch.onnx.export(...,
+    dynamic_axes={"x": {0: "batch", 2: "h", 3: "w"}})`` writes them."""
+    out = type(model)()
+    out.CopyFrom(model)
+    for vi in list(out.graph.input) + list(out.graph.output):
+        dims = vi.type.tensor_type.shape.dim
+        for axis, name in ((0, "batch"), (2, "h"), (3, "w")):
+            if len(dims) > axis and (axis == 0 or len(dims) == 4):
+                dims[axis].ClearField("dim_value")
+                dims[axis].dim_param = name
+    return out
+
+
+def small_resnet():
+    """The ResNet-style net of benchmarks/models.py, reduced: 7x7 s2 stem,
+    3x3 s2 max pool, a stride-1 block and a stride-2 block with a 1x1 s2
+    projection, global average pool, Gemm; batch, h, w symbolic."""
+    return image_axes(bm.resnet(1, widths=(8, 16), blocks=1, classes=10, image=32))
+
+
+def test_strided_conv_over_symbolic_size_runs_every_size():
+    model = strided_net()
+    g = import_model(model)
+    assert g.signature()["inputs"]["x"] == "f32[batch,3,h,w]"
+    conv = next(n for n in g.nodes if n.op == "Fused")
+    assert str(conv.shape[2]) == "(h + 1) // 2" and str(conv.shape[3]) == "(w + 1) // 2"
+    m = compiler.compile(g)
+    _check(m, model, [(1, 3, 32, 32), (2, 3, 47, 47), (1, 3, 64, 40)])
+
+
+@pytest.mark.parametrize("node", [
+    helper.make_node("MaxPool", ["x"], ["c"], kernel_shape=[3, 3], strides=[2, 2],
+                     pads=[1, 1, 1, 1]),
+    helper.make_node("MaxPool", ["x"], ["c"], kernel_shape=[3, 3], strides=[2, 2],
+                     pads=[1, 1, 1, 1], ceil_mode=1),
+    helper.make_node("MaxPool", ["x"], ["c"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),
+    helper.make_node("Conv", ["x", "w"], ["c"], strides=[3, 2], pads=[0, 1, 2, 1]),
+], ids=["maxpool", "maxpool-ceil", "maxpool-ceil-unpadded", "conv-asymmetric-pads"])
+def test_strided_windows_over_a_symbolic_extent_match_onnxruntime(node):
+    model = _model([node], [_w("w", (3, 3, 3, 3))] if node.op_type == "Conv" else [], 3)
+    _check(compiler.compile(import_model(model)), model, [(1, 3, 9, 8), (2, 3, 12, 13)])
 
 
 @pytest.mark.parametrize("node,what", [
-    (helper.make_node("MaxPool", ["x"], ["c"], kernel_shape=[3, 3], strides=[2, 2],
-                      pads=[1, 1, 1, 1]),
-     r"MaxPool node .*pooling window 3 stride 2 on axis 2: the output extent \(h - 1\) "
-     r"// 2 \+ 1 rounds"),
-    (helper.make_node("MaxPool", ["x"], ["c"], kernel_shape=[3, 3], strides=[2, 2],
-                      pads=[1, 1, 1, 1], ceil_mode=1),
-     r"MaxPool node .*the output extent ceil\(\(h - 1\) / 2\) rounds"),
+    (helper.make_node("AveragePool", ["x"], ["c"], kernel_shape=[2, 2], strides=[2, 2]),
+     r"AveragePool node .*AveragePool with stride 2 over the symbolic extent h \(axis 2\): "
+     r"of the strided pools only MaxPool .* takes a symbolic image size"),
     (helper.make_node("AveragePool", ["x"], ["c"], kernel_shape=[2, 2], strides=[2, 2],
                       auto_pad="SAME_UPPER"),
-     r"AveragePool node .*SAME_UPPER pooling, stride 2 on axis 2: the output extent "
-     r"ceil\(h / 2\) rounds"),
+     r"AveragePool node .*auto_pad=SAME_UPPER with stride 2 over the symbolic extent h "
+     r"\(axis 2\): its padding depends on h modulo 2"),
     (helper.make_node("Conv", ["x", "w"], ["c"], strides=[2, 2], auto_pad="SAME_UPPER"),
-     r"Conv node .*SAME_UPPER padding, stride 2 on axis 2: the output extent ceil\(h / 2\)"),
-], ids=["maxpool", "maxpool-ceil", "avgpool-same", "conv-same"])
-def test_every_strided_window_over_a_symbolic_extent_is_refused_the_same_way(node, what):
+     r"Conv node .*auto_pad=SAME_UPPER with stride 2 over the symbolic extent h \(axis 2\)"),
+    (helper.make_node("MaxPool", ["x"], ["c"], kernel_shape=[2, 2], strides=[2, 2],
+                      auto_pad="VALID"),
+     r"MaxPool node .*MaxPool2D.*cannot decide h < 2 from the symbols' bounds"),
+], ids=["avgpool", "avgpool-same", "conv-same", "maxpool-window-too-large"])
+def test_what_a_floor_cannot_express_is_refused_by_name(node, what):
     model = _model([node], [_w("w", (3, 3, 3, 3))] if node.op_type == "Conv" else [], 3)
-    with pytest.raises(OnnxImportError, match=what + r".*input_shapes=\{'h': 224\}.*"
-                                              r"\(symbol 'h' is input 'x' axis 2\)"):
+    with pytest.raises(OnnxImportError, match=what + r".*"):
         import_model(model)
+
+
+def test_bounds_that_fit_the_window_admit_it():
+    model = _model([helper.make_node("MaxPool", ["x"], ["c"], kernel_shape=[2, 2],
+                                     strides=[2, 2], auto_pad="VALID")], [], 3)
+    g = import_model(model, input_shapes={"h": (2, 64), "w": (2, 64)})
+    _check(compiler.compile(g), model, [(1, 3, 5, 2), (2, 3, 8, 9)])
 
 
 def test_fixing_the_image_size_at_import_keeps_the_batch_symbolic():
@@ -102,27 +151,24 @@ def test_fixing_the_image_size_at_import_keeps_the_batch_symbolic():
     _check(m, model, [(1, 3, 15, 12), (3, 3, 15, 12)])
 
 
-def test_graph_api_strided_symbol_error_and_exact_quotient():
+def test_graph_api_strided_conv_over_a_symbol():
     from compiler import Graph, Sym
     from compiler.registry import builders as B
     g = Graph()
     x = g.input("x", ("batch", 4, "h", 9), "f32")
     w = g.constant(RNG.standard_normal((8, 4, 3, 3)).astype(np.float32))
-    with pytest.raises(StridedSymbolError) as e:
-        B.conv2d(x, w, stride=(2, 2), padding=(1, 1))
-    assert isinstance(e.value, GraphBuildError)
-    assert e.value.symbols == ("h",) and e.value.stride == 2
+    y = B.conv2d(x, w, stride=(2, 2), padding=(1, 1))
+    assert str(y.shape[2]) == "(h + 1) // 2" and y.shape[3] == 5
     # declared as 2*k + 1, the quotient is exact: the output height is k + 1
     k = Sym("k", 1, 16)
-    g = Graph()
-    x = g.input("x", (1, 4, 2 * k + 1, 9), "f32")
-    w = g.constant(RNG.standard_normal((8, 4, 3, 3)).astype(np.float32))
-    y = B.conv2d(x, w, stride=(2, 2), padding=(1, 1))
-    assert str(y.shape[2]) == "k + 1" and y.shape[3] == 5
+    g2 = Graph()
+    x2 = g2.input("x", (1, 4, 2 * k + 1, 9), "f32")
+    w2 = g2.constant(RNG.standard_normal((8, 4, 3, 3)).astype(np.float32))
+    assert str(B.conv2d(x2, w2, stride=(2, 2), padding=(1, 1)).shape[2]) == "k + 1"
     g.output(y, name="y")
     m = compiler.compile(g)
-    for h in (3, 7):
-        xv = RNG.standard_normal((1, 4, h, 9)).astype(np.float32)
+    for h in (3, 8):
+        xv = RNG.standard_normal((2, 4, h, 9)).astype(np.float32)
         np.testing.assert_allclose(m(x=xv), compiler.interpret(g, {"x": xv})["y"],
                                    rtol=1e-4, atol=1e-4)
 
@@ -139,3 +185,64 @@ def test_fully_convolutional_net_runs_every_image_size(tmp_path):
         m.save(str(tmp_path / "all.fuel"))
     m.save_bundle(str(tmp_path / "b"), bindings=[{"batch": 2, "h": 13, "w": 9}])
     _check(load_bundle(str(tmp_path / "b")), model, [(2, 3, 13, 9)])
+
+
+def test_resnet_style_net_compiles_once_and_runs_every_image_size(tmp_path):
+    """ResNet-style (strided stem, max pool, a stride-2 block with its 1x1
+    s2 projection): one compile, image sizes 32, 47, 64 match onnxruntime;
+    the shapes of the two residual branches are one quotient (no recorded
+    equality). One .fuel file is refused naming the conv and the fix; a
+    bundle of two sizes runs them and refuses the others by name."""
+    model = small_resnet()
+    g = import_model(model)
+    assert not g.equalities
+    assert g.signature() == {"inputs": {"x": "f32[batch,3,h,w]"}, "outputs": {"y": "f32[batch,10]"},
+                             "symbols": {"batch": [1, None], "h": [1, None], "w": [1, None]}}
+    assert "(h + 7) // 8" in g.dump()
+    m = compiler.compile(g)
+    _check(m, model, [(1, 3, 32, 32), (2, 3, 47, 47), (1, 3, 64, 40)])
+    summary = m.kernel_summary()
+    assert "[run-time batch, per image size] ones per image size" in summary[0]
+    assert any(s.startswith("Conv2D") and s.endswith("[run-time batch, per image size]")
+               for s in summary[1:]), summary
+    assert any(s.startswith("MaxPool2D") and s.endswith("[run-time batch, per image size]")
+               for s in summary[1:]), summary
+    assert any(s.startswith("FusedLinear") and s.endswith("[run-time extents]")
+               for s in summary[1:]), summary
+    with pytest.raises(ExportError, match=r"node %\d+ \(\w+\): Conv2D of x \[batch,3,h,w\] has "
+                                          r"the symbolic spatial extent h \(axis 2\); its kernels "
+                                          r"are specialised on the image size.*fuelc compile "
+                                          r"--binding batch=1,h=224,w=224, repeated per size"):
+        m.save(str(tmp_path / "all.fuel"))
+    m.save_bundle(str(tmp_path / "b"), bindings=[{"batch": 1, "h": 47, "w": 47},
+                                                 {"batch": 2, "h": 64, "w": 40}])
+    loaded = load_bundle(str(tmp_path / "b"))
+    _check(loaded, model, [(1, 3, 47, 47), (2, 3, 64, 40)])
+    with pytest.raises(UnsavedBindingError, match="batch=1, h=47, w=47"):
+        loaded(x=np.zeros((1, 3, 32, 32), np.float32))
+    with pytest.raises(ShapeSignatureError, match=r"input 'x' axis 1: size 4 .* fixes 3"):
+        loaded(x=np.zeros((1, 4, 47, 47), np.float32))
+
+
+@pytest.mark.slow  # ~10 s: subprocesses importing the compiler
+def test_cli_refuses_one_file_and_writes_a_bundle_for_a_symbolic_image(tmp_path):
+    onnx.save(small_resnet(), str(tmp_path / "r.onnx"))
+
+    def fuelc(*args):
+        return subprocess.run([sys.executable, "-m", "compiler.cli", *map(str, args)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300)
+    r = fuelc("compile", tmp_path / "r.onnx", "-o", tmp_path / "r.fuel")
+    assert r.returncode == 1 and r.stderr.startswith(
+        "error: cannot write one .fuel file for every size: node %3 (conv2_d_3): Conv2D"), r.stderr
+    assert "--binding batch=1,h=224,w=224" in r.stderr and not (tmp_path / "r.fuel").exists()
+    r = fuelc("compile", tmp_path / "r.onnx", "-o", tmp_path / "r.fuelbundle", "--binding",
+              "batch=1,h=33,w=33")
+    assert r.returncode == 0, r.stderr
+    _check(load_bundle(str(tmp_path / "r.fuelbundle")), small_resnet(), [(1, 3, 33, 33)])
+
+
+@pytest.mark.slow  # ~15 s: the MobileNet-style net (depthwise stride-2 convs) at three sizes
+def test_mobilenet_style_net_runs_every_image_size():
+    model = image_axes(bm.mobilenet(1, classes=10, image=32))
+    _check(compiler.compile(import_model(model)), model,
+           [(1, 3, 32, 32), (2, 3, 47, 47), (1, 3, 64, 40)])
