@@ -6,7 +6,7 @@ the symbol on a contradiction)."""
 import numpy as np
 import pytest
 
-from compiler import Graph, GraphBuildError, ShapeSignatureError, Sym, interpret
+from compiler import Graph, GraphBuildError, ShapeSignatureError, Sym, concat, interpret
 from compiler.registry import builders as B
 from runtime.symbols import SymbolicError, bind_symbols, floor_div, shape_text
 
@@ -138,3 +138,26 @@ def test_equality_with_a_quotient_is_checked_per_call():
     decl = {"x": x.shape, "z": z.shape}
     assert bind_symbols(decl, {"x": (1, 3, 10, 7), "z": (1, 4, 5, 4)}, g.equalities) == \
         {"batch": 1, "h": 10, "w": 7, "hh": 5, "ww": 4}
+
+
+def test_quotient_extents_through_reshape_slice_concat_and_broadcast():
+    g = Graph()
+    x = g.input("x", ("batch", 3, "h", "w"), "f32")
+    y = B.conv2d(x, g.constant(f32(4, 3, 3, 3)), stride=2, padding=1)   # [b,4,qh,qw]
+    qh, qw = y.shape[2], y.shape[3]
+    flat = y.reshape(x.shape[0], -1)                                    # [b, 4*qh*qw]
+    assert flat.shape[1] == 4 * qh * qw and str(flat.shape[1]) == "4*((h + 1) // 2)*((w + 1) // 2)"
+    back = flat.reshape(x.shape[0], 4, qh, -1)
+    assert back.shape == y.shape
+    tail = y[:, :, 1:]                                                  # qh >= 1 from the bounds
+    assert str(tail.shape[2]) == "(h + 1) // 2 - 1"
+    cat = concat([y, tail], 2)
+    assert str(cat.shape[2]) == "2*((h + 1) // 2) - 1"
+    g.output(cat * y[:, :, :1], name="c")   # a broadcast of 1 against the quotient
+    g.output(back - y, name="d")
+    assert g.signature()["outputs"] == {"c": "f32[batch,4,(2*((h + 1) // 2) - 1),(w + 1) // 2]",
+                                        "d": "f32[batch,4,(h + 1) // 2,(w + 1) // 2]"}
+    assert not g.equalities
+    xv = f32(2, 3, 7, 10)
+    out = interpret(g, {"x": xv})
+    assert out["c"].shape == (2, 4, 7, 5) and not out["d"].any()
