@@ -246,3 +246,30 @@ def test_mobilenet_style_net_runs_every_image_size():
     model = image_axes(bm.mobilenet(1, classes=10, image=32))
     _check(compiler.compile(import_model(model)), model,
            [(1, 3, 32, 32), (2, 3, 47, 47), (1, 3, 64, 40)])
+
+
+def test_bundle_keeps_an_equality_on_a_quotient(tmp_path):
+    """A second input the rules assume as large as a strided conv's output:
+    the equality ``(h + 1) // 2 == hh`` is written to bundle.json as a floor
+    factor and checked by the loaded bundle's calls."""
+    from compiler import Graph
+    from compiler.registry import builders as B
+    g = Graph()
+    x = g.input("x", ("batch", 3, "h", 6), "f32")
+    z = g.input("z", ("batch", 4, "hh", 3), "f32")
+    y = B.conv2d(x, g.constant(RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)),
+                 stride=2, padding=1)
+    g.output(y + z, name="y")
+    m = compiler.compile(g)
+    m.save_bundle(str(tmp_path / "b"), bindings=[{"batch": 2, "h": 9, "hh": 5}])
+    loaded = load_bundle(str(tmp_path / "b"))
+    feeds = {"x": RNG.standard_normal((2, 3, 9, 6)).astype(np.float32),
+             "z": RNG.standard_normal((2, 4, 5, 3)).astype(np.float32)}
+    np.testing.assert_allclose(loaded(**feeds), compiler.interpret(g, feeds)["y"],
+                               rtol=1e-4, atol=1e-4)
+    feeds["x"] = feeds["x"][:, :, :7]     # (7 + 1) // 2 = 4, not 5
+    with pytest.raises(ShapeSignatureError, match=r"(hh = 5 but \(h \+ 1\) // 2 = 4|"
+                                                  r"\(h \+ 1\) // 2 = 4 but hh = 5) .*assumed them "
+                                                  r"equal") as e:
+        loaded(**feeds)
+    assert e.value.symbol in ("h", "hh")
