@@ -273,3 +273,41 @@ def test_bundle_keeps_an_equality_on_a_quotient(tmp_path):
                                                   r"equal") as e:
         loaded(**feeds)
     assert e.value.symbol in ("h", "hh")
+
+
+@pytest.mark.slow  # ~10 s: torch.onnx.export, then two image sizes compiled
+def test_torch_exported_resnet_block_with_dynamic_image_axes(tmp_path):
+    """torch.onnx.export(..., dynamic_axes={"x": {0: "batch", 2: "h", 3: "w"}})
+    of a ResNet-style net (BN, a strided block with its projection, adaptive
+    average pool, ``x.view(x.size(0), -1)``: Shape/Gather/Concat over the
+    quotient extents into a Reshape) runs two image sizes against onnxruntime."""
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(3, 8, 7, 2, 3, bias=False), nn.BatchNorm2d(8),
+                                      nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+            self.c1 = nn.Sequential(nn.Conv2d(8, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16),
+                                    nn.ReLU(), nn.Conv2d(16, 16, 3, 1, 1))
+            self.down = nn.Conv2d(8, 16, 1, 2)
+            self.fc = nn.Linear(16, 10)
+
+        def forward(self, x):
+            x = self.stem(x)
+            x = torch.relu(self.c1(x) + self.down(x))
+            x = nn.functional.adaptive_avg_pool2d(x, (1, 1))
+            return self.fc(x.view(x.size(0), -1))
+
+    torch.manual_seed(0)
+    net = Net().eval()
+    path = tmp_path / "net.onnx"
+    torch.onnx.export(net, (torch.randn(1, 3, 32, 32),), str(path), input_names=["x"],
+                      output_names=["y"], opset_version=17, dynamo=False,
+                      dynamic_axes={"x": {0: "batch", 2: "h", 3: "w"}, "y": {0: "batch"}})
+    model = onnx.load(str(path))
+    assert {"Shape", "Gather", "Reshape", "MaxPool"} <= {n.op_type for n in model.graph.node}
+    g = import_model(model)
+    assert g.signature()["inputs"]["x"] == "f32[batch,3,h,w]" and not g.equalities
+    _check(compiler.compile(g), model, [(1, 3, 32, 32), (2, 3, 47, 53)])
