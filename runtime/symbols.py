@@ -236,8 +236,8 @@ class Sym:
             k = c * (scale // den)         # c*scale*(n) lies in k*(num - den + 1) .. k*num
             low = low + k * (num - (den - 1) if c > 0 else num)
             high = high + k * (num if c > 0 else num - (den - 1))
-        lo2 = low.bounds[0] if isinstance(low, Sym) else low
-        hi2 = high.bounds[1] if isinstance(high, Sym) else high
+        lo2 = low._decided_bounds()[0] if isinstance(low, Sym) else low   # nested quotients:
+        hi2 = high._decided_bounds()[1] if isinstance(high, Sym) else high  # one level fewer
         if lo2 is not None:
             lo = -(-lo2 // scale) if lo is None else max(lo, -(-lo2 // scale))
         if hi2 is not None:
@@ -282,8 +282,8 @@ class Sym:
 
     # -- text --------------------------------------------------------------
     def __str__(self) -> str:
-        def mono(m, c):
-            alone = len(m) == 1 and abs(c) == 1
+        def mono(m, c, first):
+            alone = len(m) == 1 and (c == 1 or c == -1 and not first)  # -(a // b), not -a // b
             body = "*".join(n if alone or n not in self.quots else f"({n})" for n in m)
             if not m:
                 return str(abs(c))
@@ -293,7 +293,7 @@ class Sym:
         out = ""
         for i, (m, c) in enumerate(items):
             sign = "-" if c < 0 else "+"
-            out += (("-" if c < 0 else "") if i == 0 else f" {sign} ") + mono(m, c)
+            out += (("-" if c < 0 else "") if i == 0 else f" {sign} ") + mono(m, c, i == 0)
         return out
 
     __repr__ = __str__

@@ -866,7 +866,9 @@ class Tensor:
     def pad(self, pad_width, value: float = 0.0, mode: str = "constant") -> "Tensor":
         """numpy ``pad``: ``pad_width`` is an int, one (before, after) pair for
         every axis, or one pair per axis."""
-        pw = np.asarray(pad_width, dtype=np.int64)
+        pw = np.asarray(pad_width, dtype=object if any(  # symbolic widths: docs/dynamic-shapes.md
+            isinstance(v, Sym) for v in np.asarray(pad_width, dtype=object).reshape(-1))
+            else np.int64)
         try:
             pairs = np.broadcast_to(pw.reshape(-1, 2) if pw.ndim == 2 else pw, (self.ndim, 2))
         except ValueError:
@@ -874,7 +876,8 @@ class Tensor:
                                   f"{pad_width!r} is not one (before, after) pair per axis") \
                 from None
         v = _checked_scalar("Pad", value, self.dtype, [self.node.type])
-        return self._op("Pad", [self], padding=tuple(int(v) for v in pairs.reshape(-1)),
+        return self._op("Pad", [self], padding=tuple(v if isinstance(v, Sym) else int(v)
+                                                     for v in pairs.reshape(-1)),
                         mode=mode, value=v)
 
     def slice(self, axis, start, length) -> "Tensor":

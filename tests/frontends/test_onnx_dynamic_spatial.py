@@ -6,8 +6,8 @@ extent ``(H + 2p - k) // s + 1``, a floor quotient of the symbol
 onnxruntime, the conv and pool kernels compiled per image size (their
 batch at run time); one ``.fuel`` file for every size is refused by name, a
 bundle of the sizes served runs without the compiler. What a floor cannot
-express (``SAME`` padding with a stride, strided average pools over a
-symbolic extent) is refused by name at import."""
+express (``SAME`` padding of a window narrower than its stride, strided
+average pools over a symbolic extent) is refused by name at import."""
 import pathlib
 import subprocess
 import sys
@@ -110,11 +110,21 @@ def test_strided_conv_over_symbolic_size_runs_every_size():
     helper.make_node("MaxPool", ["x"], ["c"], kernel_shape=[3, 3], strides=[2, 2],
                      pads=[1, 1, 1, 1], ceil_mode=1),
     helper.make_node("MaxPool", ["x"], ["c"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),
+    helper.make_node("MaxPool", ["x"], ["c"], kernel_shape=[3, 3], strides=[2, 2],
+                     auto_pad="SAME_UPPER"),
     helper.make_node("Conv", ["x", "w"], ["c"], strides=[3, 2], pads=[0, 1, 2, 1]),
-], ids=["maxpool", "maxpool-ceil", "maxpool-ceil-unpadded", "conv-asymmetric-pads"])
+    helper.make_node("Conv", ["x", "w"], ["c"], strides=[2, 2], auto_pad="SAME_UPPER"),
+    helper.make_node("Conv", ["x", "w"], ["c"], strides=[2, 3], auto_pad="SAME_LOWER"),
+    helper.make_node("Conv", ["x", "w1"], ["c"], strides=[2, 2], auto_pad="SAME_UPPER"),
+], ids=["maxpool", "maxpool-ceil", "maxpool-ceil-unpadded", "maxpool-same", "conv-asymmetric-pads",
+        "conv-same", "conv-same-lower", "conv-same-1x1"])
 def test_strided_windows_over_a_symbolic_extent_match_onnxruntime(node):
-    model = _model([node], [_w("w", (3, 3, 3, 3))] if node.op_type == "Conv" else [], 3)
-    _check(compiler.compile(import_model(model)), model, [(1, 3, 9, 8), (2, 3, 12, 13)])
+    """SAME pads on a symbolic extent are quotients too: ``s*((h + s - 1) // s) - h +
+    k - s`` in all, which the bounds keep in ``k - s .. k - 1`` (0 for a 1x1)."""
+    model = _model([node], [_w(n, s) for n, s in (("w", (3, 3, 3, 3)), ("w1", (3, 3, 1, 1)))
+                            if n in node.input], 3)
+    _check(compiler.compile(import_model(model)), model,
+           [(1, 3, 9, 8), (2, 3, 12, 13), (1, 3, 14, 7)])
 
 
 @pytest.mark.parametrize("node,what", [
@@ -123,16 +133,16 @@ def test_strided_windows_over_a_symbolic_extent_match_onnxruntime(node):
      r"of the strided pools only MaxPool .* takes a symbolic image size"),
     (helper.make_node("AveragePool", ["x"], ["c"], kernel_shape=[2, 2], strides=[2, 2],
                       auto_pad="SAME_UPPER"),
-     r"AveragePool node .*auto_pad=SAME_UPPER with stride 2 over the symbolic extent h "
-     r"\(axis 2\): its padding depends on h modulo 2"),
-    (helper.make_node("Conv", ["x", "w"], ["c"], strides=[2, 2], auto_pad="SAME_UPPER"),
-     r"Conv node .*auto_pad=SAME_UPPER with stride 2 over the symbolic extent h \(axis 2\)"),
+     r"AveragePool node .*AveragePool with stride 2 over the symbolic extent h \(axis 2\)"),
+    (helper.make_node("Conv", ["x", "w"], ["c"], strides=[3, 3], auto_pad="SAME_UPPER"),
+     r"Conv node .*auto_pad=SAME_UPPER with stride 3 and window 2 over the symbolic extent h "
+     r"\(axis 2\): its padding 3\*\(\(h \+ 2\) // 3\) - h - 1 is negative for some sizes"),
     (helper.make_node("MaxPool", ["x"], ["c"], kernel_shape=[2, 2], strides=[2, 2],
                       auto_pad="VALID"),
      r"MaxPool node .*MaxPool2D.*cannot decide h < 2 from the symbols' bounds"),
-], ids=["avgpool", "avgpool-same", "conv-same", "maxpool-window-too-large"])
+], ids=["avgpool", "avgpool-same", "conv-same-window-below-stride", "maxpool-window-too-large"])
 def test_what_a_floor_cannot_express_is_refused_by_name(node, what):
-    model = _model([node], [_w("w", (3, 3, 3, 3))] if node.op_type == "Conv" else [], 3)
+    model = _model([node], [_w("w", (3, 3, 2, 2))] if node.op_type == "Conv" else [], 3)
     with pytest.raises(OnnxImportError, match=what + r".*"):
         import_model(model)
 

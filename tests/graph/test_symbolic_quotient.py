@@ -77,6 +77,23 @@ def test_quotient_text_and_json_round_trip():
         back = Sym.from_json(e.to_json(), bounds)
         assert back == e and back.bounds == e.bounds and str(back) == str(e)
     assert a.to_json() == [[1, [{"floor": [[1, []], [1, ["h"]]], "by": 2}]]]
+    # a leading minus is not read as a floor of the negation
+    assert str(-a) == "-((h + 1) // 2)" and str(h - a) == "-((h + 1) // 2) + h"
+    assert str(1 - 2 * a) == "-2*((h + 1) // 2) + 1"
+
+
+def test_nested_quotients_are_bounded_level_by_level():
+    """SAME padding of a 3-wide stride-3 window: the total ``3*q - w`` with
+    ``q = (w + 2) // 3`` is 0..2, and its halves (a quotient of a quotient)
+    both 0..1."""
+    w = Sym("w")
+    total = 3 * floor_div(w + 2, 3) - w
+    small = floor_div(total, 2)
+    assert total._decided_bounds() == (0, 2) and small._decided_bounds() == (0, 1)
+    assert (total - small)._decided_bounds() == (0, 1) and small >= 0 and total - small >= 0
+    for v in range(1, 20):
+        t = 3 * ((v + 2) // 3) - v
+        assert (total.evaluate({"w": v}), small.evaluate({"w": v})) == (t, t // 2)
 
 
 # -- shape rules and calls ---------------------------------------------------

@@ -15,7 +15,7 @@ import numpy as np
 
 from runtime.symbols import Sym
 
-from ...graph.symbolic import ceil_count, window_count
+from ...graph.symbolic import ceil_count, floor_div, window_count
 from ...graph import Tensor, concat, matmul, maximum, minimum, where
 from ...registry import builders as B
 from ._fold import (Unsupported, broadcast_shape, extents, sym_slice, flatten_axis, norm_axis, reduce_axes,
@@ -856,14 +856,26 @@ def _tile(cx, node, at, ins):
     return [x]
 
 
-def _same_over_symbol(auto, n, s, i):
-    """``SAME`` padding with a stride over a symbolic extent: its pads depend
-    on ``n`` modulo ``s`` (a pad is not an extent a shape rule can hold)."""
-    if isinstance(n, Sym) and s > 1:
-        raise Unsupported(
-            f"auto_pad={auto} with stride {s} over the symbolic extent {n} (axis {2 + i}): "
-            f"its padding depends on {n} modulo {s}; export the model with explicit pads, or "
-            f"fix the size at import (input_shapes={{{min(n.atoms)!r}: 224}})")
+def _same_pads(auto, n, o, s, eff, i):
+    """ONNX ``SAME`` pads (before, after) of an axis of extent ``n`` with the
+    output extent ``o`` = ceil(n / s) and the window ``eff``. On a symbolic
+    ``n`` the total ``s*o - n + eff - s`` lies in ``eff - s .. eff - 1``
+    (``Sym`` bounds): clamped at 0 where those decide it, else refused."""
+    total = (o - 1) * s + eff - n
+    if isinstance(total, Sym):
+        lo, hi = total._decided_bounds()
+        if hi is not None and hi <= 0:
+            total = 0
+        elif lo is None or lo < 0:
+            raise Unsupported(
+                f"auto_pad={auto} with stride {s} and window {eff} over the symbolic extent "
+                f"{n} (axis {2 + i}): its padding {total} is negative for some sizes (a window "
+                f"narrower than the stride); export the model with explicit pads, or fix the "
+                f"size at import (input_shapes={{{min(n.atoms)!r}: 224}})")
+    else:
+        total = max(total, 0)
+    small = floor_div(total, 2)
+    return (total - small, small) if auto == "SAME_LOWER" else (small, total - small)
 
 
 def _conv_pads(at, spatial, kernel, strides, dilations=None):
@@ -874,11 +886,8 @@ def _conv_pads(at, spatial, kernel, strides, dilations=None):
     if auto in ("SAME_UPPER", "SAME_LOWER"):
         out = []
         for i, (n, k, s, d) in enumerate(zip(spatial, kernel, strides, dilations)):
-            _same_over_symbol(auto, n, s, i)
             o = ceil_count(n, s, f"{auto} padding, stride {s} on axis {2 + i}")
-            total = max((o - 1) * s + (k - 1) * d + 1 - n, 0)
-            small = total // 2
-            out.append((total - small, small) if auto == "SAME_LOWER" else (small, total - small))
+            out.append(_same_pads(auto, n, o, s, (k - 1) * d + 1, i))
         return out
     if auto == "VALID":
         return [(0, 0)] * nd
@@ -1416,11 +1425,8 @@ def _pool_geometry(at, spatial):
     for i, n in enumerate(spatial):
         eff = (k[i] - 1) * d[i] + 1
         if auto in ("SAME_UPPER", "SAME_LOWER"):
-            _same_over_symbol(auto, n, s[i], i)
             o = ceil_count(n, s[i], f"{auto} pooling, stride {s[i]} on axis {2 + i}")
-            total = max((o - 1) * s[i] + eff - n, 0)
-            small = total // 2
-            lo, hi = (total - small, small) if auto == "SAME_LOWER" else (small, total - small)
+            lo, hi = _same_pads(auto, n, o, s[i], eff, i)
         elif auto == "VALID":
             lo = hi = 0
             o = window_count(n, eff, s[i], f"pooling window {k[i]} stride {s[i]} on axis {2 + i}")
@@ -1486,14 +1492,16 @@ def _pool_windows(cx, node, at, x):
     if (is_max and len(spatial) == 2 and x.dtype.is_float
             and not (len(node.output) > 1 and node.output[1])):
         # the fused MaxPool2D (its kernel, or this same decomposition as its
-        # recipe): pads such that its floor rule gives ONNX's output extent
-        # (ONNX's own where that rule is ONNX's: a symbolic extent's floor)
-        # (a symbolic extent: ``hi``, or ``hi + s - 1`` in ceil mode, whose floor is
-        # ONNX's ceiling; a window that ONNX drops is refused by the rule)
+        # recipe): pads such that its floor rule gives ONNX's output extent.
+        # A symbolic extent: ONNX's own pads, ``hi + s - 1`` in ceil mode (whose
+        # floor is ONNX's ceiling; a window that ONNX drops is refused by the
+        # rule); symbolic SAME pads are padded with -inf first (fused params are ints)
         ceil = bool(at.get("ceil_mode", 0))
         pads = [(lo, hi + (s - 1) * ceil if isinstance(n, Sym) else
                  (o - 1) * s + (k - 1) * d + 1 - n - lo)
                 for n, (k, s, d, lo, hi, o) in zip(spatial, geom)]
+        if any(isinstance(p, Sym) for pair in pads for p in pair):
+            x, pads = x.pad([(0, 0), (0, 0)] + pads, value=-math.inf), [(0, 0), (0, 0)]
         return [B.max_pool2d(x, tuple(g[0] for g in geom), tuple(g[1] for g in geom),
                              (pads[0][0], pads[1][0], max(pads[0][1], 0), max(pads[1][1], 0)),
                              tuple(g[2] for g in geom))]
