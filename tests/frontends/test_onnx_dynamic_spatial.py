@@ -112,9 +112,12 @@ def test_strided_conv_over_symbolic_size_runs_every_size():
     helper.make_node("MaxPool", ["x"], ["c"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),
     helper.make_node("MaxPool", ["x"], ["c"], kernel_shape=[3, 3], strides=[2, 2],
                      auto_pad="SAME_UPPER"),
-    helper.make_node("Conv", ["x", "w"], ["c"], strides=[3, 2], pads=[0, 1, 2, 1]),
+    # (stride 3: the generic conv kernel, 10-15 s to compile cold: slow lane)
+    pytest.param(helper.make_node("Conv", ["x", "w"], ["c"], strides=[3, 2], pads=[0, 1, 2, 1]),
+                 marks=pytest.mark.slow),
     helper.make_node("Conv", ["x", "w"], ["c"], strides=[2, 2], auto_pad="SAME_UPPER"),
-    helper.make_node("Conv", ["x", "w"], ["c"], strides=[2, 3], auto_pad="SAME_LOWER"),
+    pytest.param(helper.make_node("Conv", ["x", "w"], ["c"], strides=[2, 3], auto_pad="SAME_LOWER"),
+                 marks=pytest.mark.slow),
     helper.make_node("Conv", ["x", "w1"], ["c"], strides=[2, 2], auto_pad="SAME_UPPER"),
 ], ids=["maxpool", "maxpool-ceil", "maxpool-ceil-unpadded", "maxpool-same", "conv-asymmetric-pads",
         "conv-same", "conv-same-lower", "conv-same-1x1"])
@@ -123,8 +126,7 @@ def test_strided_windows_over_a_symbolic_extent_match_onnxruntime(node):
     k - s`` in all, which the bounds keep in ``k - s .. k - 1`` (0 for a 1x1)."""
     model = _model([node], [_w(n, s) for n, s in (("w", (3, 3, 3, 3)), ("w1", (3, 3, 1, 1)))
                             if n in node.input], 3)
-    _check(compiler.compile(import_model(model)), model,
-           [(1, 3, 9, 8), (2, 3, 12, 13), (1, 3, 14, 7)])
+    _check(compiler.compile(import_model(model)), model, [(1, 3, 9, 8), (2, 3, 12, 13)])
 
 
 @pytest.mark.parametrize("node,what", [
