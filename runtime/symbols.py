@@ -219,7 +219,7 @@ class Sym:
     def __hash__(self):
         return hash(frozenset(self.terms.items()))
 
-    def _decided_bounds(self) -> tuple[Optional[int], Optional[int]]:
+    def decided_bounds(self) -> tuple[Optional[int], Optional[int]]:
         """``bounds``, tightened where quotient factors appear alone in a term:
         ``s*(p // s)`` lies in ``p - s + 1 .. p``, so ``2*((h + 1) // 2) - h``
         is 0..1 (plain ``bounds``: unbounded below)."""
@@ -236,8 +236,8 @@ class Sym:
             k = c * (scale // den)         # c*scale*(n) lies in k*(num - den + 1) .. k*num
             low = low + k * (num - (den - 1) if c > 0 else num)
             high = high + k * (num if c > 0 else num - (den - 1))
-        lo2 = low._decided_bounds()[0] if isinstance(low, Sym) else low   # nested quotients:
-        hi2 = high._decided_bounds()[1] if isinstance(high, Sym) else high  # one level fewer
+        lo2 = low.decided_bounds()[0] if isinstance(low, Sym) else low   # nested quotients:
+        hi2 = high.decided_bounds()[1] if isinstance(high, Sym) else high  # one level fewer
         if lo2 is not None:
             lo = -(-lo2 // scale) if lo is None else max(lo, -(-lo2 // scale))
         if hi2 is not None:
@@ -248,7 +248,7 @@ class Sym:
         d = self - other
         if not isinstance(d, Sym):
             return d
-        lo, hi = d._decided_bounds()
+        lo, hi = d.decided_bounds()
         if lo is not None and lo > 0:
             return 1
         if hi is not None and hi < 0:

@@ -866,9 +866,9 @@ class Tensor:
     def pad(self, pad_width, value: float = 0.0, mode: str = "constant") -> "Tensor":
         """numpy ``pad``: ``pad_width`` is an int, one (before, after) pair for
         every axis, or one pair per axis."""
-        pw = np.asarray(pad_width, dtype=object if any(  # symbolic widths: docs/dynamic-shapes.md
-            isinstance(v, Sym) for v in np.asarray(pad_width, dtype=object).reshape(-1))
-            else np.int64)
+        pw = np.asarray(pad_width, dtype=object)  # symbolic widths: docs/dynamic-shapes.md
+        if not any(isinstance(v, Sym) for v in pw.reshape(-1)):
+            pw = np.asarray(pad_width, dtype=np.int64)
         try:
             pairs = np.broadcast_to(pw.reshape(-1, 2) if pw.ndim == 2 else pw, (self.ndim, 2))
         except ValueError:

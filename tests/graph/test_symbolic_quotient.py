@@ -89,8 +89,8 @@ def test_nested_quotients_are_bounded_level_by_level():
     w = Sym("w")
     total = 3 * floor_div(w + 2, 3) - w
     small = floor_div(total, 2)
-    assert total._decided_bounds() == (0, 2) and small._decided_bounds() == (0, 1)
-    assert (total - small)._decided_bounds() == (0, 1) and small >= 0 and total - small >= 0
+    assert total.decided_bounds() == (0, 2) and small.decided_bounds() == (0, 1)
+    assert (total - small).decided_bounds() == (0, 1) and small >= 0 and total - small >= 0
     for v in range(1, 20):
         t = 3 * ((v + 2) // 3) - v
         assert (total.evaluate({"w": v}), small.evaluate({"w": v})) == (t, t // 2)

@@ -863,7 +863,7 @@ def _same_pads(auto, n, o, s, eff, i):
     (``Sym`` bounds): clamped at 0 where those decide it, else refused."""
     total = (o - 1) * s + eff - n
     if isinstance(total, Sym):
-        lo, hi = total._decided_bounds()
+        lo, hi = total.decided_bounds()
         if hi is not None and hi <= 0:
             total = 0
         elif lo is None or lo < 0:
