@@ -5,9 +5,10 @@ extent ``(H + 2p - k) // s + 1``, a floor quotient of the symbol
 ``h``/``w`` symbolic, and one ``compile()`` runs every image size matching
 onnxruntime, the conv and pool kernels compiled per image size (their
 batch at run time); one ``.fuel`` file for every size is refused by name, a
-bundle of the sizes served runs without the compiler. What a floor cannot
-express (``SAME`` padding of a window narrower than its stride, strided
-average pools over a symbolic extent) is refused by name at import."""
+bundle of the sizes served runs without the compiler. A strided average
+pool is a depthwise conv of unit weights. What a floor cannot express
+(``SAME`` padding of a window narrower than its stride, an average pool in
+ceil mode) is refused by name at import."""
 import pathlib
 import subprocess
 import sys
@@ -130,30 +131,54 @@ def test_strided_windows_over_a_symbolic_extent_match_onnxruntime(node):
 
 
 @pytest.mark.parametrize("node,what", [
-    (helper.make_node("AveragePool", ["x"], ["c"], kernel_shape=[2, 2], strides=[2, 2]),
+    (helper.make_node("AveragePool", ["x"], ["c"], kernel_shape=[3, 3], strides=[2, 2],
+                      ceil_mode=1),
      r"AveragePool node .*AveragePool with stride 2 over the symbolic extent h \(axis 2\): "
-     r"of the strided pools only MaxPool .* takes a symbolic image size"),
-    (helper.make_node("AveragePool", ["x"], ["c"], kernel_shape=[2, 2], strides=[2, 2],
-                      auto_pad="SAME_UPPER"),
-     r"AveragePool node .*AveragePool with stride 2 over the symbolic extent h \(axis 2\)"),
+     r"a strided pool over a symbolic image size is .* AveragePool/LpPool \(no ceil_mode"),
+    (helper.make_node("LpPool", ["x"], ["c"], kernel_shape=[2, 2], strides=[2, 2]),
+     r"LpPool node .*Conv2D.*cannot decide h < 2 from the symbols' bounds"),
     (helper.make_node("Conv", ["x", "w"], ["c"], strides=[3, 3], auto_pad="SAME_UPPER"),
      r"Conv node .*auto_pad=SAME_UPPER with stride 3 and window 2 over the symbolic extent h "
      r"\(axis 2\): its padding 3\*\(\(h \+ 2\) // 3\) - h - 1 is negative for some sizes"),
     (helper.make_node("MaxPool", ["x"], ["c"], kernel_shape=[2, 2], strides=[2, 2],
                       auto_pad="VALID"),
      r"MaxPool node .*MaxPool2D.*cannot decide h < 2 from the symbols' bounds"),
-], ids=["avgpool", "avgpool-same", "conv-same-window-below-stride", "maxpool-window-too-large"])
+], ids=["avgpool-ceil", "lppool-window-too-large", "conv-same-window-below-stride",
+        "maxpool-window-too-large"])
 def test_what_a_floor_cannot_express_is_refused_by_name(node, what):
     model = _model([node], [_w("w", (3, 3, 2, 2))] if node.op_type == "Conv" else [], 3)
     with pytest.raises(OnnxImportError, match=what + r".*"):
         import_model(model)
 
 
-def test_bounds_that_fit_the_window_admit_it():
-    model = _model([helper.make_node("MaxPool", ["x"], ["c"], kernel_shape=[2, 2],
-                                     strides=[2, 2], auto_pad="VALID")], [], 3)
+@pytest.mark.parametrize("node", [
+    helper.make_node("MaxPool", ["x"], ["c"], kernel_shape=[2, 2], strides=[2, 2],
+                     auto_pad="VALID"),
+    helper.make_node("LpPool", ["x"], ["c"], kernel_shape=[2, 2], strides=[2, 2], p=2),
+    helper.make_node("AveragePool", ["x"], ["c"], kernel_shape=[2, 2], strides=[2, 2]),
+], ids=["maxpool", "lppool", "avgpool"])
+def test_bounds_that_fit_the_window_admit_it(node):
+    model = _model([node], [], 3)
     g = import_model(model, input_shapes={"h": (2, 64), "w": (2, 64)})
     _check(compiler.compile(g), model, [(1, 3, 5, 2), (2, 3, 8, 9)])
+
+
+@pytest.mark.parametrize("node", [
+    helper.make_node("AveragePool", ["x"], ["c"], kernel_shape=[3, 3], strides=[2, 2],
+                     pads=[1, 1, 1, 1]),
+    helper.make_node("AveragePool", ["x"], ["c"], kernel_shape=[3, 3], strides=[2, 2],
+                     pads=[1, 0, 1, 2], count_include_pad=1),
+    helper.make_node("AveragePool", ["x"], ["c"], kernel_shape=[3, 3], strides=[2, 2],
+                     auto_pad="SAME_UPPER"),
+], ids=["padded", "count-include-pad", "same"])
+def test_strided_average_pool_is_a_depthwise_conv(node):
+    """Window sums by a depthwise Conv2D of unit weights, divided by the
+    window size or by the same conv of a ones image (positions inside)."""
+    model = _model([node], [], 3)
+    g = import_model(model)
+    assert sum(n.op == "Fused" and n.fused.name == "Conv2D" for n in g.nodes) == \
+        (1 if any(a.name == "count_include_pad" for a in node.attribute) else 2)
+    _check(compiler.compile(g), model, [(1, 3, 9, 8), (2, 3, 12, 13)])
 
 
 def test_fixing_the_image_size_at_import_keeps_the_batch_symbolic():

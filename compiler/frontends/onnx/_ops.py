@@ -1508,12 +1508,7 @@ def _pool_windows(cx, node, at, x):
     strided = [(i, n, g[1]) for i, (n, g) in enumerate(zip(spatial, geom))
                if isinstance(n, Sym) and g[1] > 1]
     if strided:
-        i, n, s = strided[0]
-        raise Unsupported(
-            f"{node.op_type} with stride {s} over the symbolic extent {n} (axis {2 + i}): "
-            f"of the strided pools only MaxPool (2-D, float, no Indices output) takes a "
-            f"symbolic image size; fix the size at import (input_shapes={{{min(n.atoms)!r}: "
-            f"224}})")
+        return [_pool_by_conv(cx, node, at, x, strided[0], geom)]
     widths = [(0, 0), (0, 0)]
     for n, (k, s, d, lo, hi, o) in zip(spatial, geom):
         top = max(hi, (o - 1) * s + (k - 1) * d + 1 - n - lo, 0)
@@ -1550,6 +1545,36 @@ def _pool_windows(cx, node, at, x):
         c = ((pos >= first) & (pos < last)).sum(1).astype(np.float64)
         count = count[..., None] * c
     return [best / cx.t(count[None, None], like=best)]
+
+
+def _pool_by_conv(cx, node, at, x, first, geom) -> Tensor:
+    """A strided AveragePool/LpPool over a symbolic image size (whose
+    decomposition reshapes to multiples of the stride): the window sums are a
+    depthwise Conv2D with unit weights, whose rule takes the floor quotients;
+    an average divides them by the window size (``count_include_pad``) or by
+    the same conv of a ones image (the positions inside the image)."""
+    i, n, s = first
+    if (node.op_type == "MaxPool" or len(geom) != 2 or not x.dtype.is_float
+            or at.get("ceil_mode", 0) or not isinstance(x.shape[1], int)):
+        raise Unsupported(
+            f"{node.op_type} with stride {s} over the symbolic extent {n} (axis {2 + i}): a "
+            f"strided pool over a symbolic image size is a 2-D float MaxPool (no Indices "
+            f"output) or AveragePool/LpPool (no ceil_mode, static channels); fix the size at "
+            f"import (input_shapes={{{min(n.atoms)!r}: 224}})")
+    (kh, sh, dh, th, bh, _), (kw, sw, dw, tw, bw, _) = geom
+    pads = [(0, 0), (0, 0), (th, bh), (tw, bw)]
+
+    def window_sums(v, channels):
+        v = v.pad(pads) if any(p != 0 for pair in pads for p in pair) else v
+        w = cx.t(np.ones((channels, 1, kh, kw), x.dtype.numpy))
+        return B.conv2d(v, w, stride=(sh, sw), dilation=(dh, dw), groups=channels)
+    total = window_sums(x, x.shape[1])
+    if node.op_type == "LpPool":
+        return total
+    if at.get("count_include_pad", 0):
+        return total / float(kh * kw)
+    image = cx.t(np.ones((1, 1, 1, 1), x.dtype.numpy)).broadcast_to((1, 1) + tuple(x.shape[2:]))
+    return total / window_sums(image, 1)
 
 
 def _flat_index(shape, geom, offs, order=0) -> np.ndarray:
