@@ -217,9 +217,15 @@ def _conv_batch(types, params):
     return batch_dims(types, params)
 
 
+def _linear_dims(types, params):
+    if params.get("b_panel"):  # packed b [?, ?, panel]: the panel width is static
+        a, _b, bias = _all_dims(types)[:3]
+        return a, (True, True, False), bias, a
+    return _all_dims(types) if tuple(types[0].shape[:-2]) == tuple(types[1].shape[:-2]) else None
+
+
 DYNAMIC_FUSED = {
-    "FusedLinear": lambda types, _p: _all_dims(types) if tuple(types[0].shape[:-2]) ==
-    tuple(types[1].shape[:-2]) else None,
+    "FusedLinear": _linear_dims,
     "SoftmaxLastDim": lambda types, _p: _all_dims(types),
     "LayerNormLastDim": lambda types, _p: _row_dims(types),
     "RmsNormLastDim": lambda types, _p: _row_dims(types),
@@ -317,6 +323,20 @@ def instance_from_params(name: str, op_params: OpParams, dtypes: Sequence[DType]
 # -- the family ------------------------------------------------------------------
 
 
+def _rows_2d(lay: Layout) -> Layout:
+    """``lay`` with every axis but the last merged (a packed FusedLinear's a
+    and output); UnsupportedOpError where the strides forbid it."""
+    if lay.rank == 2:
+        return lay
+    from compiler.codegen.kernels import merge_axes
+    out = merge_axes(lay, 0, lay.rank - 1)
+    if out is None:
+        raise UnsupportedOpError(
+            f"mlir-cpu-fused FusedLinear with a packed b: operand {list(lay.shape)} strides "
+            f"{list(lay.stride)} do not fold its batch axes into rows; pass it contiguous")
+    return out
+
+
 class FusedFamily(KernelFamily):
     """One static fused op per kernel; the binding key is its OpKind."""
 
@@ -331,6 +351,8 @@ class FusedFamily(KernelFamily):
             views = collapse_matmul(layouts[0], layouts[1], layouts[n_inputs], params)
             if views is not None:
                 layouts[0], layouts[1], layouts[n_inputs], params = views
+            if params.b_panel:  # packed b: a's batch axes fold into M
+                layouts[0], layouts[n_inputs] = _rows_2d(layouts[0]), _rows_2d(layouts[n_inputs])
         inst = instance_from_params(spec.name, params, dtypes, layouts, n_inputs)
         if spec.name == "FusedLinear":  # as MatMul: a kernel for unit-stride rows
             unit = unit_stride_args(layouts)
@@ -352,6 +374,13 @@ class FusedFamily(KernelFamily):
 
     def linalg_text(self, inst: FusedInstance, target) -> str:
         return linalg_text(inst, platform=target.kind)
+
+    def b_panel(self, key, dtypes, target) -> int:
+        # FusedLinear on one f32/f64 dtype, where the target's codegen packs B
+        packed = getattr(target.codegen, "packed_panel", None)
+        if packed is None or spec_for_kind(key).name != "FusedLinear" or len(set(dtypes)) != 1:
+            return 0
+        return packed(dtypes[0], target)
 
     def split(self, inst: FusedInstance, layouts, n_inputs: int, threads: int,
               min_elements: int = parallel.MIN_ELEMENTS):
@@ -503,9 +532,13 @@ fused_kernel("LayerNormLastDim", from_params=_eps_back, precision=NORM_FAMILY,
 
 
 @fused_kernel("FusedLinear", precision=FUSED_LINEAR,
-              dtypes=(DType.F32, DType.F64, DType.F16, DType.BF16))
+              dtypes=(DType.F32, DType.F64, DType.F16, DType.BF16),
+              from_params=lambda p, types: {"b_panel": int(p.b_panel)})
 def _linear_params(params, types):
     a, b = types[0].shape, types[1].shape
+    panel = params.get("b_panel", 0)
+    if panel:  # packed b [N/panel, K, panel]; a's batch axes fold into M
+        return P.Matmul((), (), math.prod(a[:-1]), b[0] * panel, a[-1], b_panel=panel)
     return P.Matmul(tuple(a[:-2]), tuple(b[:-2]), a[-2], b[-1], a[-1])
 
 

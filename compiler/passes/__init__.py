@@ -313,7 +313,7 @@ def plugin_spec(module_name: str) -> str:
 # -- pipelines ----------------------------------------------------------------
 
 DEFAULT_PIPELINE = ("builtin.module(fuel-fuse{runtime=false},fuel-decompose,fuel-fuse-runtime,"
-                    "fuel-reconcile-dtypes,"
+                    "fuel-reconcile-dtypes,fuel-prepack-weights,"
                     "fuel-cse,fuel-dce,canonicalize)")
 
 PIPELINES: dict[str, str] = {
@@ -331,7 +331,8 @@ def resolve_pipeline(pipeline: str) -> str:
 
 
 #: One module per pass under compiler/passes/ (each registers itself).
-_PASS_MODULES = ("fuse", "fuse_runtime", "decompose", "reconcile_dtypes", "fuel_cse", "fuel_dce", "to_linalg")
+_PASS_MODULES = ("fuse", "fuse_runtime", "decompose", "reconcile_dtypes", "fuel_cse", "fuel_dce", "to_linalg",
+                 "prepack")
 
 
 def _ensure_passes_loaded() -> None:

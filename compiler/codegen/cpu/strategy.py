@@ -362,6 +362,29 @@ def stem_strategy(element_type: str, isa: str = "avx2") -> Strategy:
 
 
 _register_per_element_type(STEM, stem_strategy)
+#: The feature of a module holding a FusedLinear over a pre-packed B (``family.PACKED_B_ATTR``).
+PACKED_B = "fuelc.packed_b"
+
+
+def packed_strategy(element_type: str, isa: str = "avx2") -> Strategy:
+    """A FusedLinear whose B was packed at compile time into panels of the
+    matmul's ``nr`` columns (``transforms.matmul.packed_script``): the
+    matmul's register tiles over contiguous panels, nothing packed per call."""
+    from compiler.codegen.cpu.transforms.matmul import packed_script
+    tiles = _MATMUL_TILES[element_type, isa]
+    return Strategy(
+        name=f"matmul-packed-b-{element_type}-{tiles['mr']}x{tiles['nr']}",
+        transform=packed_script(**tiles), lowering=VECTOR_LOWERING,
+        doc="register-tiled matmul over B packed at compile time ([N/nr, K, nr] panels): "
+            "mr x nr FMA micro-kernel, remainder rows 1 x nr, no packing per call")
+
+
+def packed_panel(element_type: str, isa: str) -> int:
+    """The panel width of a B packed for ``packed_strategy`` (its ``nr``)."""
+    return _MATMUL_TILES[element_type, isa]["nr"]
+
+
+_register_per_element_type(PACKED_B, packed_strategy)
 _register_per_element_type(DIRECT_CONV, conv_strategy)
 for _op in _MATMUL_OPS:
     for _elt in ("f32", "f64"):

@@ -197,7 +197,19 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
       %mainN, %remN = transform.loop.peel %lNf : ({_FOR}) -> ({t}, {t})
       %mmMain = {match(op, "%mainN")}
 {promote}{_register_tiles(op, mr, nr, canon2)}    }}
-{pm('''      transform.apply_patterns.vector.transfer_permutation_patterns
+{_tiles_to_fmas()}    transform.yield
+  }}
+}}
+"""
+
+
+def _tiles_to_fmas() -> str:
+    """The end of ``matmul_script`` and ``packed_script`` after the register
+    tiles are vectorized (steps 4 and 5 of the module docstring)."""
+    t = _ANY
+    pm = lambda body: "    transform.apply_patterns to %func {\n" + body + "    } : " + t + "\n"
+    match = _match
+    return f"""{pm('''      transform.apply_patterns.vector.transfer_permutation_patterns
       transform.apply_patterns.vector.reduction_to_contract
 ''')}{pm('''      transform.apply_patterns.vector.cast_away_vector_leading_one_dim
 ''')}{pm('''      transform.apply_patterns.memref.fold_memref_alias_ops
@@ -218,10 +230,67 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
     %no_unroll = transform.param.constant #llvm.loop_annotation<unroll = #llvm.loop_unroll<disable = true>> -> !transform.any_param
     transform.annotate %kloops "loop_annotation" = %no_unroll : {t}, !transform.any_param
     }}
+"""
+
+
+def packed_script(*, mr: int, nr: int, kc: int, mc: int) -> tuple[str, ...]:
+    """The strategy steps of a FusedLinear whose B is pre-packed: the
+    ``PACKED_B_ATTR`` generic over (p, m, j | k), ``out[m, p*nr + j] +=
+    a[m, k] * b[p, k, j]`` with ``j`` the static panel width ``nr``. Tile M
+    by ``mc`` and K by ``kc``, then the panels p by 1, M by ``mr`` (peeled)
+    and K by 1: ``mr x nr x 1`` register tiles and remainder rows ``1 x nr x
+    1``, each reading its K x nr panel of B contiguously. p is a reduction
+    loop of extent 1 inside a tile (as the direct convolution's taps,
+    ``transforms.conv``): ``fold_unit_dims`` reads the output column as
+    ``j`` (the panel's offset is in the tile's view), the tiles vectorize,
+    ``single_reduction_contracts`` drops their unit dims, and they lower to
+    FMAs as ``matmul_script``'s (no packing per call, no N remainder: N is
+    a multiple of ``nr``). Raises ValueError."""
+    t = _ANY
+    if mc % mr:
+        raise ValueError(f"packed_script: mc={mc} is not a multiple of mr={mr}")
+    match = _match
+    marked = f"transform.structured.match attributes{{{PACKED_B_ATTR}}} in %root : ({t}) -> {t}"
+    head = f"""module attributes {{transform.with_named_sequence}} {{
+  transform.named_sequence @__transform_main(%root: {t} {{transform.readonly}}) {{
+    %func = {match("func.func", "%root")}
+    %mm = {marked}
+"""
+    tile = head + f"""    transform.foreach %mm : {t} {{
+    ^bb0(%m: {t}):
+      %t0, %lM, %lK = transform.structured.tile_using_for %m tile_sizes [0, {mc}, 0, {kc}] : ({t}) -> ({t}, {t}, {t})
+      %t1, %lP = transform.structured.tile_using_for %t0 tile_sizes [1, 0, 0, 0] : ({t}) -> ({t}, {t})
+      %t2, %lm = transform.structured.tile_using_for %t1 tile_sizes [0, {mr}, 0, 0] : ({t}) -> ({t}, {t})
+      %lmf = transform.cast %lm : {t} to {_FOR}
+      %mainM, %remM = transform.loop.peel %lmf : ({_FOR}) -> ({t}, {t})
+      %mmM = {match("linalg.generic", "%mainM")}
+      %v, %lk = transform.structured.tile_using_for %mmM tile_sizes [0, 0, 0, 1] : ({t}) -> ({t}, {t})
+      %mmR = {match("linalg.generic", "%remM")}
+      %r, %lr0, %lr1 = transform.structured.tile_using_for %mmR tile_sizes [0, 1, 0, 1] : ({t}) -> ({t}, {t}, {t})
+    }}
+    transform.apply_patterns to %func {{
+      transform.apply_patterns.canonicalization
+    }} : {t}
     transform.yield
   }}
 }}
 """
+    tail = """    transform.yield
+  }
+}
+"""
+    vectorize = head + f"""    transform.foreach %mm : {t} {{
+    ^bb0(%m: {t}):
+      transform.structured.vectorize %m : {t}
+    }}
+    transform.apply_patterns to %func {{
+      transform.apply_patterns.vector.transfer_permutation_patterns
+      transform.apply_patterns.vector.reduction_to_contract
+    }} : {t}
+""" + tail
+    lower = head + _tiles_to_fmas() + tail
+    return (tile, f"py:fold_unit_dims {PACKED_B_ATTR}", vectorize,
+            "py:single_reduction_contracts", lower)
 
 
 def rows_script(op: str = "linalg.matmul", *, nr: int = 16, kr: int = 4) -> str:
@@ -297,7 +366,7 @@ def rows_script(op: str = "linalg.matmul", *, nr: int = 16, kr: int = 4) -> str:
 
 
 # The marks of a matmul with an epilogue (target-neutral, set by the lowering)
-from compiler.codegen.family import CONTRACT_ATTR, EPILOGUE_ATTR  # noqa: E402
+from compiler.codegen.family import CONTRACT_ATTR, EPILOGUE_ATTR, PACKED_B_ATTR  # noqa: E402
 
 
 def epilogue_script(*, mr: int, nr: int) -> str:

@@ -1,0 +1,114 @@
+"""``fuel-prepack-weights``: lay out a matmul's constant B once, at compile
+time, in the panels the target's kernel reads.
+
+A ``FusedLinear`` whose ``b`` is a constant (a ``fuel.const``, or views of
+one: ``Reshape``, ``Transpose``, ``Permute``; not batched: every axis but
+the last two of size 1) gets ``b_panel = nr`` and, as ``b``,
+``Contiguize(Permute(Reshape(b, [K, N/nr, nr]), [1, 0, 2]))``: B's column
+panels of ``nr``, K-major within a panel (``[N/nr, K, nr]``). The plan's
+constant folder evaluates that chain once (``plan.fold_constant_steps``), so
+the packed weight is a constant of the module and of its ``.fuel`` file.
+``nr`` is what the binding table's kernel for the op answers
+(``GeneratedKernel.b_panel``: the register tile of the target's matmul);
+an op whose kernel reads no packed B (another target, f16/bf16, a table
+without generated kernels), whose N is not a multiple of ``nr``, or whose
+product is too small to be worth a kernel instance of its own
+(``MIN_PANELS``) is left as it is.
+"""
+from __future__ import annotations
+
+from compiler.mlir import ir
+from compiler.passes import ModulePass, register_pass
+from compiler.passes import _fuel
+from compiler.passes._target import TargetError, resolve_target
+from compiler.passes.diagnostics import emit_error
+
+#: Views of a constant the plan folds with it.
+_VIEWS = ("reshape", "transpose", "permute")
+#: Fewer column panels than this keep the plain kernel (a head of a few
+#: columns: the packed kernel is one more instance to compile for no gain).
+MIN_PANELS = 2
+
+
+@register_pass
+class PrepackWeights(ModulePass):
+    name = "fuel-prepack-weights"
+    summary = "pack the constant B of each FusedLinear into the panels the target's kernel reads"
+
+    target: str = ""
+    table: object = ""
+    backend: str = ""
+
+    def apply(self, module) -> None:
+        try:
+            table, backends = resolve_target(self.table, self.target, self.backend)
+        except TargetError as e:
+            emit_error(module, f"{self.name}: {e}")
+            return
+        entry = _fuel.registry()["FusedLinear"]
+        for op in _fuel.fuel_ops(module):
+            if _fuel.mnemonic(op) == entry.mnemonic:
+                _prepack(op, entry, table, backends)
+
+
+def _constant(value) -> bool:
+    """Whether ``value`` is a ``fuel.const`` or a view of one."""
+    owner = value.owner
+    while isinstance(owner, ir.Operation) or hasattr(owner, "operation"):
+        name = _fuel.mnemonic(owner)
+        if name == "const":
+            return True
+        if name not in _VIEWS:
+            return False
+        owner = owner.operands[0].owner
+    return False
+
+
+def _panel(entry, dtypes, table, backends) -> int:
+    """The panel width the table's FusedLinear kernel for ``dtypes`` reads
+    a packed B in, or 0."""
+    for b in backends:
+        if not table.backend_supports(entry.op_kind, dtypes, b):
+            continue
+        fn = table.lookup(entry.op_kind, dtypes, b).fn
+        panel = getattr(fn, "b_panel", None)
+        return int(panel()) if callable(panel) else 0
+    return 0
+
+
+def _prepack(op, entry, table, backends) -> bool:
+    params = _fuel.params(op)
+    if params.get("b_panel"):
+        return False
+    a, b, bias = op.operands
+    try:
+        tb = _fuel.tensor_type(b)
+    except Exception:  # symbolic extents in B: not a constant weight
+        return False
+    shape = tuple(tb.shape)
+    if len(shape) < 2 or any(d != 1 for d in shape[:-2]) or not _constant(b):
+        return False
+    dtypes = [tb.dtype] * 3 + [_fuel.dtype_of(op.results[0])]
+    if _fuel.dtype_of(a) != tb.dtype:
+        return False
+    nr = _panel(entry, dtypes, table, backends)
+    k, n = shape[-2:]
+    if not nr or n % nr or n // nr < MIN_PANELS:
+        return False
+    from compiler.dialect import lookup, params_to_attributes
+    elt = ir.RankedTensorType(b.type).element_type
+
+    def view(name, value, out_shape, **p):
+        return _fuel.create(f"fuel.{name}", [value], [ir.RankedTensorType.get(list(out_shape), elt)],
+                            params_to_attributes(lookup(name), p), loc=op.location).results[0]
+
+    with ir.InsertionPoint(op), op.location:
+        panels = view("reshape", b, (k, n // nr, nr), shape=(k, n // nr, nr))
+        panels = view("permute", panels, (n // nr, k, nr), perm=(1, 0, 2))
+        packed = view("contiguize", panels, (n // nr, k, nr))
+        params["b_panel"] = nr
+        new = _fuel.create(op.name, [a, packed, bias], [op.results[0].type],
+                           params_to_attributes(lookup(entry.mnemonic), params), loc=op.location)
+    _fuel.replace_op(op, [new.results[0]])
+    _fuel.count("prepack.weights")
+    return True
