@@ -354,7 +354,10 @@ class FusedFamily(KernelFamily):
             if params.b_panel:  # packed b: a's batch axes fold into M
                 layouts[0], layouts[n_inputs] = _rows_2d(layouts[0]), _rows_2d(layouts[n_inputs])
         inst = instance_from_params(spec.name, params, dtypes, layouts, n_inputs)
-        if spec.name == "FusedLinear":  # as MatMul: a kernel for unit-stride rows
+        if spec.name == "FusedLinear" and params.b_panel:
+            # one packed-B kernel for every row count (``packed_script``)
+            inst = dataclasses.replace(inst, unit_stride=unit_stride_args(layouts))
+        elif spec.name == "FusedLinear":  # as MatMul: a kernel for unit-stride rows
             unit = unit_stride_args(layouts)
             inst = dataclasses.replace(inst, unit_stride=unit,
                                        few_rows=few_rows(layouts[0].shape, unit, n_inputs),
@@ -386,6 +389,9 @@ class FusedFamily(KernelFamily):
               min_elements: int = parallel.MIN_ELEMENTS):
         if inst.name == "FusedLinear":
             from compiler.codegen.kernels import MATMUL_COL_ALIGN, MATMUL_ROW_ALIGN
+            panel = dict(inst.params).get("b_panel")
+            if panel:
+                return _packed_linear_tiles(layouts, threads, panel)
             return parallel.matmul_tiles(layouts, n_inputs, threads, MATMUL_ROW_ALIGN,
                                          MATMUL_COL_ALIGN)
         if inst.name in ROW_PARALLEL:
@@ -406,6 +412,27 @@ class FusedFamily(KernelFamily):
         cpg = instance.input_types[0].shape[1] // params["groups"]
         params["groups"] = inst.input_types[0].shape[1] // cpg
         return dataclasses.replace(inst, params=tuple(sorted(params.items())))
+
+
+def _packed_linear_tiles(layouts, threads: int, panel: int):
+    """Tiles of a FusedLinear call over a packed b ``[P, K, panel]`` (a and
+    the output 2-D): by whole panels, ``MATMUL_COL_ALIGN`` columns or more
+    (b's axis 0, the bias's and the output's columns), when every tile gets
+    ``MIN_COL_PANELS`` of them, as ``parallel.matmul_tiles`` cuts N; else by
+    rows of M in multiples of ``MATMUL_ROW_ALIGN``."""
+    from compiler.codegen.kernels import MATMUL_COL_ALIGN, MATMUL_ROW_ALIGN
+    a, b, bias, out = layouts
+    if out.numel * a.shape[-1] < parallel.MIN_MACS:
+        return None
+    align = max(1, MATMUL_COL_ALIGN // panel)
+    if b.shape[0] >= threads * parallel.MIN_COL_PANELS * align:
+        tiles = parallel.chunks(b.shape[0], threads, align)
+        if len(tiles) > 1:
+            return [[a, b.narrow(0, p, n), bias.narrow(0, p * panel, n * panel),
+                     out.narrow(1, p * panel, n * panel)] for p, n in tiles]
+        return None
+    return parallel.split_layouts(list(layouts), [0, None, None, 0], out.shape[0], threads,
+                                  MATMUL_ROW_ALIGN)
 
 
 def _conv_group_tiles(params: dict, layouts, n_inputs: int, threads: int):
@@ -533,7 +560,7 @@ fused_kernel("LayerNormLastDim", from_params=_eps_back, precision=NORM_FAMILY,
 
 @fused_kernel("FusedLinear", precision=FUSED_LINEAR,
               dtypes=(DType.F32, DType.F64, DType.F16, DType.BF16),
-              from_params=lambda p, types: {"b_panel": int(p.b_panel)})
+              from_params=lambda p, types: {"b_panel": int(p.b_panel) or None})
 def _linear_params(params, types):
     a, b = types[0].shape, types[1].shape
     panel = params.get("b_panel", 0)

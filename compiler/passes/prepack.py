@@ -3,7 +3,7 @@ time, in the panels the target's kernel reads.
 
 A ``FusedLinear`` whose ``b`` is a constant (a ``fuel.const``, or views of
 one: ``Reshape``, ``Transpose``, ``Permute``; not batched: every axis but
-the last two of size 1) gets ``b_panel = nr`` and, as ``b``,
+the last two of size 1, or a ``BroadcastTo`` over them) gets ``b_panel = nr`` and, as ``b``,
 ``Contiguize(Permute(Reshape(b, [K, N/nr, nr]), [1, 0, 2]))``: B's column
 panels of ``nr``, K-major within a panel (``[N/nr, K, nr]``). The plan's
 constant folder evaluates that chain once (``plan.fold_constant_steps``), so
@@ -64,6 +64,20 @@ def _constant(value) -> bool:
     return False
 
 
+def _weight(b):
+    """The constant ``[.., K, N]`` matrix (every other axis of size 1) that
+    FusedLinear operand ``b`` reads, or None: ``b`` itself, or the source of
+    a ``BroadcastTo`` over b's leading axes (``x @ w`` of a batched x: every
+    batch multiplies the same matrix)."""
+    owner = b.owner
+    if _fuel.mnemonic(owner) == "broadcast_to":
+        b = owner.operands[0]
+    shape = tuple(ir.RankedTensorType(b.type).shape)
+    if len(shape) < 2 or any(d != 1 for d in shape[:-2]) or not _constant(b):
+        return None
+    return b
+
+
 def _panel(entry, dtypes, table, backends) -> int:
     """The panel width the table's FusedLinear kernel for ``dtypes`` reads
     a packed B in, or 0."""
@@ -85,9 +99,10 @@ def _prepack(op, entry, table, backends) -> bool:
         tb = _fuel.tensor_type(b)
     except Exception:  # symbolic extents in B: not a constant weight
         return False
-    shape = tuple(tb.shape)
-    if len(shape) < 2 or any(d != 1 for d in shape[:-2]) or not _constant(b):
+    b = _weight(b)
+    if b is None or tuple(ir.RankedTensorType(b.type).shape)[-2:] != tuple(tb.shape)[-2:]:
         return False
+    shape = tuple(tb.shape)
     dtypes = [tb.dtype] * 3 + [_fuel.dtype_of(op.results[0])]
     if _fuel.dtype_of(a) != tb.dtype:
         return False

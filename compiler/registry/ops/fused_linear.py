@@ -3,8 +3,8 @@ the last axis.
 
 Inputs a ``[..,M,K]``, b ``[..,K,N]`` (same rank; batch of a a multiple of
 b's, as MatMul allows), bias ``[N]`` with a's dtype; output ``[..,M,N]`` in
-a's dtype (f32 x bf16 -> f32 allowed, as MatMul). Param ``b_panel`` (default
-0): when set, b is a pre-packed constant ``[N/b_panel, K, b_panel]`` (column
+a's dtype (f32 x bf16 -> f32 allowed, as MatMul). Optional param ``b_panel``
+(unset by default): when set, b is a pre-packed constant ``[N/b_panel, K, b_panel]`` (column
 panels of B, K-major within a panel: ``fuel-prepack-weights`` makes it for a
 target whose kernel reads it) and a's batch axes fold into M. Backward is a
 hand-written autograd rule (dA = up·bᵀ, dB = aᵀ·up, dbias = ReduceSumTo):
@@ -93,7 +93,7 @@ def _recipe(params, types):
 
 ENTRY = FusedOpEntry(
     id=2, name=NAME, mnemonic="fused_linear", family=Family.FORWARD,
-    arity=3, params=(ParamSpec("b_panel", "i64", 0),), infer=infer, reference=reference,
+    arity=3, params=(ParamSpec("b_panel", "i64", None),), infer=infer, reference=reference,
     recipe=Recipe(build=_recipe), backward=CUSTOM, op_kind=OpKind.FusedLinear,
     destructive_input=None, cse_tag=2, input_names=("a", "b", "bias"),
     patterns=(FusedPattern(_PADDED, name="padded"), FusedPattern(RECIPE, name="direct")),
