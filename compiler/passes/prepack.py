@@ -51,17 +51,16 @@ class PrepackWeights(ModulePass):
                 _prepack(op, entry, table, backends)
 
 
+def _producer(value) -> str | None:
+    """The fuel mnemonic of the op defining ``value`` (None for a block argument)."""
+    return None if isinstance(value.owner, ir.Block) else _fuel.mnemonic(value.owner)
+
+
 def _constant(value) -> bool:
     """Whether ``value`` is a ``fuel.const`` or a view of one."""
-    owner = value.owner
-    while isinstance(owner, ir.Operation) or hasattr(owner, "operation"):
-        name = _fuel.mnemonic(owner)
-        if name == "const":
-            return True
-        if name not in _VIEWS:
-            return False
-        owner = owner.operands[0].owner
-    return False
+    while _producer(value) in _VIEWS:
+        value = value.owner.operands[0]
+    return _producer(value) == "const"
 
 
 def _weight(b):
@@ -69,9 +68,8 @@ def _weight(b):
     FusedLinear operand ``b`` reads, or None: ``b`` itself, or the source of
     a ``BroadcastTo`` over b's leading axes (``x @ w`` of a batched x: every
     batch multiplies the same matrix)."""
-    owner = b.owner
-    if _fuel.mnemonic(owner) == "broadcast_to":
-        b = owner.operands[0]
+    if _producer(b) == "broadcast_to":
+        b = b.owner.operands[0]
     shape = tuple(ir.RankedTensorType(b.type).shape)
     if len(shape) < 2 or any(d != 1 for d in shape[:-2]) or not _constant(b):
         return None
