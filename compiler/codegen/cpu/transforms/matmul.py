@@ -31,6 +31,8 @@ vector lowering patterns it never terminates (docs/toolchain.md).
 """
 from __future__ import annotations
 
+from compiler.codegen.family import PACKED_B_ATTR
+
 _ANY = "!transform.any_op"
 #: The patterns that lower the vectorized tiles' contractions and transfers to
 #: FMAs, loads and stores (both scripts).
@@ -250,13 +252,7 @@ def packed_script(*, mr: int, nr: int, kc: int, mc: int) -> tuple[str, ...]:
     if mc % mr:
         raise ValueError(f"packed_script: mc={mc} is not a multiple of mr={mr}")
     match = _match
-    marked = f"transform.structured.match attributes{{{PACKED_B_ATTR}}} in %root : ({t}) -> {t}"
-    head = f"""module attributes {{transform.with_named_sequence}} {{
-  transform.named_sequence @__transform_main(%root: {t} {{transform.readonly}}) {{
-    %func = {match("func.func", "%root")}
-    %mm = {marked}
-"""
-    tile = head + f"""    transform.foreach %mm : {t} {{
+    tile = _PACKED_HEAD + f"""    transform.foreach %mm : {t} {{
     ^bb0(%m: {t}):
       %t0, %lM, %lK = transform.structured.tile_using_for %m tile_sizes [0, {mc}, 0, {kc}] : ({t}) -> ({t}, {t}, {t})
       %t1, %lP = transform.structured.tile_using_for %t0 tile_sizes [1, 0, 0, 0] : ({t}) -> ({t}, {t})
@@ -275,22 +271,61 @@ def packed_script(*, mr: int, nr: int, kc: int, mc: int) -> tuple[str, ...]:
   }}
 }}
 """
-    tail = """    transform.yield
+    return (tile, *_PACKED_TAIL)
+
+
+def packed_rows_script(*, panels: int = 4) -> tuple[str, ...]:
+    """``packed_script`` for calls of few rows (``family.FEW_ROWS``): with
+    fewer rows than ``mr`` every tile would be one row of one panel, a chain
+    of dependent FMAs as long as K. Instead the loops are blocks of
+    ``panels`` panels (peeled), rows, K, and the panels of the block,
+    unrolled: ``panels`` independent ``1 x nr`` accumulators per step of K
+    (the partial last block: panel by panel)."""
+    t = _ANY
+    match = _match
+    tile = _PACKED_HEAD + f"""    transform.foreach %mm : {t} {{
+    ^bb0(%m: {t}):
+      %t0, %lP, %lM = transform.structured.tile_using_for %m tile_sizes [{panels}, 1, 0, 0] : ({t}) -> ({t}, {t}, {t})
+      %lPf = transform.cast %lP : {t} to {_FOR}
+      %mainP, %remP = transform.loop.peel %lPf : ({_FOR}) -> ({t}, {t})
+      %mmP = {match("linalg.generic", "%mainP")}
+      %t1, %lk = transform.structured.tile_using_for %mmP tile_sizes [0, 0, 0, 1] : ({t}) -> ({t}, {t})
+      %t2, %lp = transform.structured.tile_using_for %t1 tile_sizes [1, 0, 0, 0] : ({t}) -> ({t}, {t})
+      %lpf = transform.cast %lp : {t} to {_FOR}
+      transform.loop.unroll %lpf {{ factor = {panels} }} : {_FOR}
+      %mmR = {match("linalg.generic", "%remP")}
+      %r, %lr0, %lr1 = transform.structured.tile_using_for %mmR tile_sizes [1, 0, 0, 1] : ({t}) -> ({t}, {t}, {t})
+    }}
+    transform.apply_patterns to %func {{
+      transform.apply_patterns.canonicalization
+    }} : {t}
+    transform.yield
+  }}
+}}
+"""
+    return (tile, *_PACKED_TAIL)
+
+
+_PACKED_HEAD = f"""module attributes {{transform.with_named_sequence}} {{
+  transform.named_sequence @__transform_main(%root: {_ANY} {{transform.readonly}}) {{
+    %func = {_match("func.func", "%root")}
+    %mm = transform.structured.match attributes{{{PACKED_B_ATTR}}} in %root : ({_ANY}) -> {_ANY}
+"""
+_YIELD = """    transform.yield
   }
 }
 """
-    vectorize = head + f"""    transform.foreach %mm : {t} {{
-    ^bb0(%m: {t}):
-      transform.structured.vectorize %m : {t}
+#: After a packed-B generic is tiled: p folded out of the tiles' maps, the
+#: tiles vectorized, their unit dims dropped, lowered to FMAs.
+_PACKED_TAIL = (f"py:fold_unit_dims {PACKED_B_ATTR}", _PACKED_HEAD + f"""    transform.foreach %mm : {_ANY} {{
+    ^bb0(%m: {_ANY}):
+      transform.structured.vectorize %m : {_ANY}
     }}
     transform.apply_patterns to %func {{
       transform.apply_patterns.vector.transfer_permutation_patterns
       transform.apply_patterns.vector.reduction_to_contract
-    }} : {t}
-""" + tail
-    lower = head + _tiles_to_fmas() + tail
-    return (tile, f"py:fold_unit_dims {PACKED_B_ATTR}", vectorize,
-            "py:single_reduction_contracts", lower)
+    }} : {_ANY}
+""" + _YIELD, "py:single_reduction_contracts", _PACKED_HEAD + _tiles_to_fmas() + _YIELD)
 
 
 def rows_script(op: str = "linalg.matmul", *, nr: int = 16, kr: int = 4) -> str:
@@ -366,7 +401,7 @@ def rows_script(op: str = "linalg.matmul", *, nr: int = 16, kr: int = 4) -> str:
 
 
 # The marks of a matmul with an epilogue (target-neutral, set by the lowering)
-from compiler.codegen.family import CONTRACT_ATTR, EPILOGUE_ATTR, PACKED_B_ATTR  # noqa: E402
+from compiler.codegen.family import CONTRACT_ATTR, EPILOGUE_ATTR  # noqa: E402
 
 
 def epilogue_script(*, mr: int, nr: int) -> str:
