@@ -252,9 +252,7 @@ def packed_script(*, mr: int, nr: int, kc: int, mc: int) -> tuple[str, ...]:
     if mc % mr:
         raise ValueError(f"packed_script: mc={mc} is not a multiple of mr={mr}")
     match = _match
-    tile = _PACKED_HEAD + f"""    transform.foreach %mm : {t} {{
-    ^bb0(%m: {t}):
-      %t0, %lM, %lK = transform.structured.tile_using_for %m tile_sizes [0, {mc}, 0, {kc}] : ({t}) -> ({t}, {t}, {t})
+    body = f"""      %t0, %lM, %lK = transform.structured.tile_using_for %m tile_sizes [0, {mc}, 0, {kc}] : ({t}) -> ({t}, {t}, {t})
       %t1, %lP = transform.structured.tile_using_for %t0 tile_sizes [1, 0, 0, 0] : ({t}) -> ({t}, {t})
       %t2, %lm = transform.structured.tile_using_for %t1 tile_sizes [0, {mr}, 0, 0] : ({t}) -> ({t}, {t})
       %lmf = transform.cast %lm : {t} to {_FOR}
@@ -263,15 +261,8 @@ def packed_script(*, mr: int, nr: int, kc: int, mc: int) -> tuple[str, ...]:
       %v, %lk = transform.structured.tile_using_for %mmM tile_sizes [0, 0, 0, 1] : ({t}) -> ({t}, {t})
       %mmR = {match("linalg.generic", "%remM")}
       %r, %lr0, %lr1 = transform.structured.tile_using_for %mmR tile_sizes [0, 1, 0, 1] : ({t}) -> ({t}, {t}, {t})
-    }}
-    transform.apply_patterns to %func {{
-      transform.apply_patterns.canonicalization
-    }} : {t}
-    transform.yield
-  }}
-}}
 """
-    return (tile, *_PACKED_TAIL)
+    return _packed_steps(body)
 
 
 def packed_rows_script(*, panels: int = 4) -> tuple[str, ...]:
@@ -283,9 +274,7 @@ def packed_rows_script(*, panels: int = 4) -> tuple[str, ...]:
     (the partial last block: panel by panel)."""
     t = _ANY
     match = _match
-    tile = _PACKED_HEAD + f"""    transform.foreach %mm : {t} {{
-    ^bb0(%m: {t}):
-      %t0, %lP, %lM = transform.structured.tile_using_for %m tile_sizes [{panels}, 1, 0, 0] : ({t}) -> ({t}, {t}, {t})
+    body = f"""      %t0, %lP, %lM = transform.structured.tile_using_for %m tile_sizes [{panels}, 1, 0, 0] : ({t}) -> ({t}, {t}, {t})
       %lPf = transform.cast %lP : {t} to {_FOR}
       %mainP, %remP = transform.loop.peel %lPf : ({_FOR}) -> ({t}, {t})
       %mmP = {match("linalg.generic", "%mainP")}
@@ -295,14 +284,21 @@ def packed_rows_script(*, panels: int = 4) -> tuple[str, ...]:
       transform.loop.unroll %lpf {{ factor = {panels} }} : {_FOR}
       %mmR = {match("linalg.generic", "%remP")}
       %r, %lr0, %lr1 = transform.structured.tile_using_for %mmR tile_sizes [1, 0, 0, 1] : ({t}) -> ({t}, {t}, {t})
-    }}
+"""
+    return _packed_steps(body)
+
+
+def _packed_steps(body: str) -> tuple[str, ...]:
+    """The strategy steps of a packed-B generic whose tiling, for each
+    marked generic ``%m``, is ``body``; then ``_PACKED_TAIL``."""
+    t = _ANY
+    tile = _PACKED_HEAD + f"""    transform.foreach %mm : {t} {{
+    ^bb0(%m: {t}):
+{body}    }}
     transform.apply_patterns to %func {{
       transform.apply_patterns.canonicalization
     }} : {t}
-    transform.yield
-  }}
-}}
-"""
+""" + _YIELD
     return (tile, *_PACKED_TAIL)
 
 
