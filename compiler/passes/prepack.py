@@ -1,7 +1,8 @@
 """``fuel-prepack-weights``: lay out a matmul's constant B once, at compile
 time, in the panels the target's kernel reads.
 
-A ``FusedLinear`` whose ``b`` is a constant (a ``fuel.const``, or views of
+A ``FusedLinear`` (or a ``MatMul``, which becomes one with a zero bias:
+its FMAs start from 0 as MatMul's do) whose ``b`` is a constant (a ``fuel.const``, or views of
 one: ``Reshape``, ``Transpose``, ``Permute``; not batched: every axis but
 the last two of size 1, or a ``BroadcastTo`` over them) gets ``b_panel = nr`` and, as ``b``,
 ``Contiguize(Permute(Reshape(b, [K, N/nr, nr]), [1, 0, 2]))``: B's column
@@ -47,7 +48,7 @@ class PrepackWeights(ModulePass):
             return
         entry = _fuel.registry()["FusedLinear"]
         for op in _fuel.fuel_ops(module):
-            if _fuel.mnemonic(op) == entry.mnemonic:
+            if _fuel.mnemonic(op) in (entry.mnemonic, "mat_mul"):
                 _prepack(op, entry, table, backends)
 
 
@@ -89,10 +90,13 @@ def _panel(entry, dtypes, table, backends) -> int:
 
 
 def _prepack(op, entry, table, backends) -> bool:
-    params = _fuel.params(op)
+    """Rewrite FusedLinear ``op`` (or a MatMul: a FusedLinear with a zero
+    bias, the same bits) over a constant weight into the packed form."""
+    linear = _fuel.mnemonic(op) == entry.mnemonic
+    params = _fuel.params(op) if linear else {}
     if params.get("b_panel"):
         return False
-    a, b, bias = op.operands
+    a, b = op.operands[0], op.operands[1]
     try:
         tb = _fuel.tensor_type(b)
     except Exception:  # symbolic extents in B: not a constant weight
@@ -100,27 +104,35 @@ def _prepack(op, entry, table, backends) -> bool:
     b = _weight(b)
     if b is None or tuple(ir.RankedTensorType(b.type).shape)[-2:] != tuple(tb.shape)[-2:]:
         return False
-    shape = tuple(tb.shape)
+    k, n = tuple(tb.shape)[-2:]
     dtypes = [tb.dtype] * 3 + [_fuel.dtype_of(op.results[0])]
-    if _fuel.dtype_of(a) != tb.dtype:
+    if _fuel.dtype_of(a) != tb.dtype or dtypes[-1] != tb.dtype:
         return False
     nr = _panel(entry, dtypes, table, backends)
-    k, n = shape[-2:]
     if not nr or n % nr or n // nr < MIN_PANELS:
         return False
     from compiler.dialect import lookup, params_to_attributes
     elt = ir.RankedTensorType(b.type).element_type
 
-    def view(name, value, out_shape, **p):
-        return _fuel.create(f"fuel.{name}", [value], [ir.RankedTensorType.get(list(out_shape), elt)],
+    def make(name, operands, out_shape, **p):
+        return _fuel.create(f"fuel.{name}", operands, [ir.RankedTensorType.get(list(out_shape), elt)],
                             params_to_attributes(lookup(name), p), loc=op.location).results[0]
 
     with ir.InsertionPoint(op), op.location:
-        panels = view("reshape", b, (k, n // nr, nr), shape=(k, n // nr, nr))
-        panels = view("permute", panels, (n // nr, k, nr), perm=(1, 0, 2))
-        packed = view("contiguize", panels, (n // nr, k, nr))
+        panels = make("reshape", [b], (k, n // nr, nr), shape=(k, n // nr, nr))
+        panels = make("permute", [panels], (n // nr, k, nr), perm=(1, 0, 2))
+        packed = make("contiguize", [panels], (n // nr, k, nr))
+        if linear:
+            bias = op.operands[2]
+        else:  # a zero bias: the FMAs start from 0 as MatMul's do
+            bias = _fuel.create("fuel.const", [], [ir.RankedTensorType.get([n], elt)], {
+                **params_to_attributes(lookup("const"), {
+                    "name": f"fuelc.zero_bias.{n}",
+                    "shape": (n,), "dtype": tb.dtype}),
+                "value": ir.DenseElementsAttr.get_splat(ir.RankedTensorType.get([n], elt),
+                                                        ir.FloatAttr.get(elt, 0.0))}).results[0]
         params["b_panel"] = nr
-        new = _fuel.create(op.name, [a, packed, bias], [op.results[0].type],
+        new = _fuel.create(f"fuel.{entry.mnemonic}", [a, packed, bias], [op.results[0].type],
                            params_to_attributes(lookup(entry.mnemonic), params), loc=op.location)
     _fuel.replace_op(op, [new.results[0]])
     _fuel.count("prepack.weights")

@@ -7,6 +7,7 @@ a static and a run-time row extent, a thread split, the row class of a call
 (``runtime/rows.py``) and the remainder an element falls in all give the
 same bits (docs/toolchain.md: a 1x1x1 corner tile had been a separate
 multiply and add, 1 ulp off its neighbours)."""
+import itertools
 import re
 
 import numpy as np
@@ -68,7 +69,8 @@ def test_every_multiply_add_of_the_packed_b_kernel_is_an_fma(target, nr, dt):
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_packed_weight_gives_the_unpacked_kernels_bits(target, rng):
-    # fuel-prepack-weights packs the constant B of a FusedLinear; every row
+    # fuel-prepack-weights packs the constant B of a FusedLinear (and of a
+    # MatMul, made a FusedLinear with a zero bias); every row
     # class (1, 4, 7, 33, 129 rows, a batch folded into M) and thread split
     # gives the bits of the kernels reading B unpacked
     from compiler.passes import DEFAULT_PIPELINE
@@ -77,13 +79,13 @@ def test_a_packed_weight_gives_the_unpacked_kernels_bits(target, rng):
     bias = rng.standard_normal(96).astype(np.float32)
     x = rng.standard_normal((258, K_)).astype(np.float32)
     try:
-        for dims in ((1,), (4,), (7,), (1, 33), (2, 129)):
+        for dims, b in itertools.product(((1,), (4,), (7,), (1, 33), (2, 129)), (bias, None)):
             xs = x[:int(np.prod(dims))].reshape(dims + (K_,))
             parallel.set_num_threads(1)
-            want = compile(_linear(dims, w, bias), target, pipeline=plain)(x=xs)
+            want = compile(_linear(dims, w, b), target, pipeline=plain)(x=xs)
             for threads in (1, 2):
                 parallel.set_num_threads(threads)
-                m = compile(_linear(dims, w, bias), target)
+                m = compile(_linear(dims, w, b), target)  # a MatMul without the bias
                 assert "b_panel" in m.ir["optimized"]
                 np.testing.assert_array_equal(m(x=xs), want, err_msg=f"{dims}, {threads} threads")
     finally:
@@ -123,7 +125,8 @@ def test_an_element_does_not_depend_on_its_kernel_tile_or_thread_split(target, r
 def _linear(dims, w, b):
     g = Graph()
     x = g.input("x", dims + (K_,), "f32")
-    g.output(x @ g.constant(w, name="w") + g.constant(b, name="b"), name="y")
+    y = x @ g.constant(w, name="w")
+    g.output(y if b is None else y + g.constant(b, name="b"), name="y")
     return g
 
 

@@ -57,6 +57,21 @@ func.func @broadcast_transposed(%x: tensor<2x?x64xf32>) -> tensor<2x?x64xf32> {
 
 // -----
 
+// A MatMul over a constant weight becomes a packed FusedLinear with a zero
+// bias (its FMAs start from 0, as MatMul's do: the same bits).
+// CHECK-LABEL: func.func @matmul
+// CHECK:         %[[C:.*]] = "fuel.contiguize"
+// CHECK-NEXT:    %[[Z:.*]] = "fuel.const"() {dtype = "f32", name = "fuelc.zero_bias.32", shape = [32], value = dense<0.000000e+00> : tensor<32xf32>}
+// CHECK-NEXT:    "fuel.fused_linear"(%arg0, %[[C]], %[[Z]]) {b_panel = 16 : i64} : (tensor<?x64xf32>, tensor<2x64x16xf32>, tensor<32xf32>) -> tensor<?x32xf32>
+// CHECK-NOT:     fuel.mat_mul
+func.func @matmul(%x: tensor<?x64xf32>) -> tensor<?x32xf32> {
+  %w = "fuel.const"() {dtype = "f32", name = "w", shape = [64, 32]} : () -> tensor<64x32xf32>
+  %0 = "fuel.mat_mul"(%x, %w) : (tensor<?x64xf32>, tensor<64x32xf32>) -> tensor<?x32xf32>
+  return %0 : tensor<?x32xf32>
+}
+
+// -----
+
 // Left as they are: a weight that is an input (not a constant), N not a
 // multiple of the panel, a single panel, f16 (the packed kernel takes f32
 // and f64), a batched weight.
