@@ -13,8 +13,7 @@ the packed weight is a constant of the module and of its ``.fuel`` file.
 (``GeneratedKernel.b_panel``: the register tile of the target's matmul);
 an op whose kernel reads no packed B (another target, f16/bf16, a table
 without generated kernels), whose N is not a multiple of ``nr``, or whose
-product is too small to be worth a kernel instance of its own
-(``MIN_PANELS``) is left as it is.
+N is below ``MIN_COLUMNS`` is left as it is.
 """
 from __future__ import annotations
 
@@ -26,9 +25,10 @@ from compiler.passes.diagnostics import emit_error
 
 #: Views of a constant the plan folds with it.
 _VIEWS = ("reshape", "transpose", "permute")
-#: Fewer column panels than this keep the plain kernel (a head of a few
-#: columns: the packed kernel is one more instance to compile for no gain).
-MIN_PANELS = 2
+#: Fewer columns than this keep the plain kernel (a head of a few columns:
+#: the packed kernel is one more instance to compile for little gain). In
+#: columns, not panels, so that targets of either panel width decide alike.
+MIN_COLUMNS = 64
 
 
 @register_pass
@@ -109,7 +109,7 @@ def _prepack(op, entry, table, backends) -> bool:
     if _fuel.dtype_of(a) != tb.dtype or dtypes[-1] != tb.dtype:
         return False
     nr = _panel(entry, dtypes, table, backends)
-    if not nr or n % nr or n // nr < MIN_PANELS:
+    if not nr or n % nr or n < MIN_COLUMNS:
         return False
     from compiler.dialect import lookup, params_to_attributes
     elt = ir.RankedTensorType(b.type).element_type

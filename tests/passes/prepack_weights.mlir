@@ -9,7 +9,7 @@
 // fuel-prepack-weights gives a FusedLinear whose b is a constant weight the
 // panels the target's kernel reads: b_panel = nr (AVX2 16, AVX-512 32 f32
 // columns) and b = Contiguize(Permute(Reshape(w, [K, N/nr, nr]), [1, 0, 2])),
-// which the plan folds into a constant. A table whose FusedLinear kernel
+// which the plan folds into a constant (N >= 64). A table whose FusedLinear kernel
 // reads no packed B (here one without generated kernels) leaves it.
 
 // A constant [64, 96] weight, rows ? (a run-time batch).
@@ -61,19 +61,19 @@ func.func @broadcast_transposed(%x: tensor<2x?x64xf32>) -> tensor<2x?x64xf32> {
 // bias (its FMAs start from 0, as MatMul's do: the same bits).
 // CHECK-LABEL: func.func @matmul
 // CHECK:         %[[C:.*]] = "fuel.contiguize"
-// CHECK-NEXT:    %[[Z:.*]] = "fuel.const"() {dtype = "f32", name = "fuelc.zero_bias.32", shape = [32], value = dense<0.000000e+00> : tensor<32xf32>}
-// CHECK-NEXT:    "fuel.fused_linear"(%arg0, %[[C]], %[[Z]]) {b_panel = 16 : i64} : (tensor<?x64xf32>, tensor<2x64x16xf32>, tensor<32xf32>) -> tensor<?x32xf32>
+// CHECK-NEXT:    %[[Z:.*]] = "fuel.const"() {dtype = "f32", name = "fuelc.zero_bias.64", shape = [64], value = dense<0.000000e+00> : tensor<64xf32>}
+// CHECK-NEXT:    "fuel.fused_linear"(%arg0, %[[C]], %[[Z]]) {b_panel = 16 : i64} : (tensor<?x64xf32>, tensor<4x64x16xf32>, tensor<64xf32>) -> tensor<?x64xf32>
 // CHECK-NOT:     fuel.mat_mul
-func.func @matmul(%x: tensor<?x64xf32>) -> tensor<?x32xf32> {
-  %w = "fuel.const"() {dtype = "f32", name = "w", shape = [64, 32]} : () -> tensor<64x32xf32>
-  %0 = "fuel.mat_mul"(%x, %w) : (tensor<?x64xf32>, tensor<64x32xf32>) -> tensor<?x32xf32>
-  return %0 : tensor<?x32xf32>
+func.func @matmul(%x: tensor<?x64xf32>) -> tensor<?x64xf32> {
+  %w = "fuel.const"() {dtype = "f32", name = "w", shape = [64, 64]} : () -> tensor<64x64xf32>
+  %0 = "fuel.mat_mul"(%x, %w) : (tensor<?x64xf32>, tensor<64x64xf32>) -> tensor<?x64xf32>
+  return %0 : tensor<?x64xf32>
 }
 
 // -----
 
 // Left as they are: a weight that is an input (not a constant), N not a
-// multiple of the panel, a single panel, f16 (the packed kernel takes f32
+// multiple of the panel, fewer than 64 columns (on every target), f16 (the packed kernel takes f32
 // and f64), a batched weight.
 // CHECK-LABEL: func.func @kept
 // CHECK-NOT:     b_panel
