@@ -318,6 +318,9 @@ DEFAULT_PIPELINE = ("builtin.module(fuel-fuse{runtime=false},fuel-decompose,fuel
 
 PIPELINES: dict[str, str] = {
     "default": DEFAULT_PIPELINE,
+    # The default without packing constant matmul weights at compile time
+    # (fuel-prepack-weights holds a packed copy of each in memory until save).
+    "no-prepack": DEFAULT_PIPELINE.replace("fuel-prepack-weights,", ""),
     # Fuse nothing: every fused op the target cannot run becomes primitives.
     "no-fusion": "builtin.module(fuel-decompose,fuel-reconcile-dtypes,fuel-cse,fuel-dce)",
     # Lower every fused op to its recipe (the "base map"), e.g. for checking.
