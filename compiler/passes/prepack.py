@@ -1,19 +1,20 @@
 """``fuel-prepack-weights``: lay out a matmul's constant B once, at compile
 time, in the panels the target's kernel reads.
 
-A ``FusedLinear`` (or a ``MatMul``, which becomes one with a zero bias:
-its FMAs start from 0 as MatMul's do) whose ``b`` is a constant (a ``fuel.const``, or views of
-one: ``Reshape``, ``Transpose``, ``Permute``; not batched: every axis but
-the last two of size 1, or a ``BroadcastTo`` over them) gets ``b_panel = nr`` and, as ``b``,
+A ``FusedLinear`` (or a ``MatMul``, which becomes one with a zero bias: its
+FMAs start from 0 as MatMul's do) whose ``b`` is a constant (a
+``fuel.const`` or views of one: ``Reshape``, ``Transpose``, ``Permute``;
+not batched: every axis but the last two of size 1, or a ``BroadcastTo``
+over them) gets ``b_panel = nr`` and, as ``b``,
 ``Contiguize(Permute(Reshape(b, [K, N/nr, nr]), [1, 0, 2]))``: B's column
 panels of ``nr``, K-major within a panel (``[N/nr, K, nr]``). The plan's
 constant folder evaluates that chain once (``plan.fold_constant_steps``), so
 the packed weight is a constant of the module and of its ``.fuel`` file.
 ``nr`` is what the binding table's kernel for the op answers
-(``GeneratedKernel.b_panel``: the register tile of the target's matmul);
-an op whose kernel reads no packed B (another target, f16/bf16, a table
-without generated kernels), whose N is not a multiple of ``nr``, or whose
-N is below ``MIN_COLUMNS`` is left as it is.
+(``GeneratedKernel.b_panel``: the register tile of the target's matmul); an
+op whose kernel reads no packed B (another target, f16/bf16, a table
+without generated kernels), whose N is not a multiple of ``nr`` or is below
+``MIN_COLUMNS`` is left as it is.
 """
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ MIN_COLUMNS = 64
 @register_pass
 class PrepackWeights(ModulePass):
     name = "fuel-prepack-weights"
-    summary = "pack the constant B of each FusedLinear into the panels the target's kernel reads"
+    summary = ("pack the constant B of each FusedLinear and MatMul into the panels the "
+               "target's kernel reads")
 
     target: str = ""
     table: object = ""
