@@ -49,6 +49,8 @@ class FallbackWarning(UserWarning):
 
 #: How ``kernel_summary()`` marks a step that runs a reference kernel.
 FALLBACK_MARK = "  <- fallback: no generated kernel for this target"
+#: Marks a kernel step whose matmul B was packed at compile time (``fuel-prepack-weights``).
+PACKED_B_MARK = " [B packed]"
 
 
 def _strict_default() -> bool:
@@ -134,7 +136,8 @@ class CompiledModule(PlanModule):
         lines = self.executor.kernel_summary()
         fallback = {i for i, _ in fallback_steps(self.executor, self.target)}
         kernel_steps = [i for i, s in enumerate(self.plan.steps) if isinstance(s, KernelStep)]
-        return [line + (FALLBACK_MARK if i in fallback else "")
+        return [line + (PACKED_B_MARK if getattr(self.plan.steps[i].params, "b_panel", 0) else "")
+                + (FALLBACK_MARK if i in fallback else "")
                 for i, line in zip(kernel_steps, lines)]
 
     def __repr__(self) -> str:

@@ -344,10 +344,16 @@ class Matmul(OpParams):
     n: int
     k: int
     m_compute: MatmulM = MatmulM.ALL
+    #: FusedLinear with a pre-packed constant rhs: b is ``[n / b_panel, k,
+    #: b_panel]`` (column panels, K-major), the lhs batch axes fold into m
+    b_panel: int = 0
 
     def validate(self):
         if len(self.lhs_batch_dims) != len(self.rhs_batch_dims):
             self._fail("lhs and rhs batch ranks differ")
+        if self.b_panel and (self.lhs_batch_dims or self.n % self.b_panel):
+            self._fail(f"a packed rhs (b_panel={self.b_panel}) needs no batch axes and n a "
+                       f"multiple of b_panel")
         for a, b in zip(self.lhs_batch_dims, self.rhs_batch_dims):
             if not (a == b or (b > 0 and a > b and a % b == 0)):
                 self._fail(f"batch dims {a} vs {b} neither equal nor GQA-divisible")

@@ -241,6 +241,11 @@ CROP_ATTR = "fuelc.crop"
 #: reads B in place instead of packing its panels (``transforms.matmul``,
 #: ``pack=False``).
 UNPACKED_ATTR = "fuelc.unpacked"
+#: Marks the contraction of a FusedLinear whose B is pre-packed (``b_panel``;
+#: ``lowering/fused_forward.py``): a ``linalg.generic`` over (p, m, j | k),
+#: ``out[m, p, j] += a[m, k] * b[p, k, j]``, which a target's strategy may
+#: tile as a matmul over contiguous B panels (``transforms.matmul.packed_script``).
+PACKED_B_ATTR = "fuelc.packed_b"
 
 
 def inner_strides(layouts: Sequence[Layout]) -> tuple[int, ...]:
@@ -307,6 +312,12 @@ class KernelFamily:
         whole; elementwise and row calls of fewer than ``min_elements``
         output elements run whole. Default: never split."""
         return None
+
+    def b_panel(self, key, dtypes: Sequence[DType], target) -> int:
+        """The panel width of a matmul B this family's kernel for ``key`` and
+        ``dtypes`` reads pre-packed (``[N/panel, K, panel]``; FusedLinear's
+        ``b_panel`` param), or 0 where it reads none. Default: none."""
+        return 0
 
     def min_elements(self, instance, target) -> int:
         """``split``'s ``min_elements`` for ``instance``: lower when its kernel
@@ -420,6 +431,11 @@ class GeneratedKernel:
     def instances(self, layouts: Sequence, params, n_inputs: int) -> list:
         """The distinct op instances ``warm`` with these arguments compiles."""
         return list(dict.fromkeys(i for i, _ in self._tiles(layouts, params, n_inputs)))
+
+    def b_panel(self) -> int:
+        """``KernelFamily.b_panel`` of this kernel: the passes ask the binding
+        table's kernel whether it reads a pre-packed B (``fuel-prepack-weights``)."""
+        return self.family.b_panel(self.key, self.dtypes, self.target)
 
     def warm(self, layouts: Sequence, params, n_inputs: int) -> KernelFunction | None:
         """Compile the kernel(s) a call with these layouts and params would

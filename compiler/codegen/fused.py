@@ -217,9 +217,15 @@ def _conv_batch(types, params):
     return batch_dims(types, params)
 
 
+def _linear_dims(types, params):
+    if params.get("b_panel"):  # packed b [?, ?, panel]: the panel width is static
+        a, _b, bias = _all_dims(types)[:3]
+        return a, (True, True, False), bias, a
+    return _all_dims(types) if tuple(types[0].shape[:-2]) == tuple(types[1].shape[:-2]) else None
+
+
 DYNAMIC_FUSED = {
-    "FusedLinear": lambda types, _p: _all_dims(types) if tuple(types[0].shape[:-2]) ==
-    tuple(types[1].shape[:-2]) else None,
+    "FusedLinear": _linear_dims,
     "SoftmaxLastDim": lambda types, _p: _all_dims(types),
     "LayerNormLastDim": lambda types, _p: _row_dims(types),
     "RmsNormLastDim": lambda types, _p: _row_dims(types),
@@ -317,6 +323,20 @@ def instance_from_params(name: str, op_params: OpParams, dtypes: Sequence[DType]
 # -- the family ------------------------------------------------------------------
 
 
+def _rows_2d(lay: Layout) -> Layout:
+    """``lay`` with every axis but the last merged (a packed FusedLinear's a
+    and output); UnsupportedOpError where the strides forbid it."""
+    if lay.rank == 2:
+        return lay
+    from compiler.codegen.kernels import merge_axes
+    out = merge_axes(lay, 0, lay.rank - 1)
+    if out is None:
+        raise UnsupportedOpError(
+            f"mlir-cpu-fused FusedLinear with a packed b: operand {list(lay.shape)} strides "
+            f"{list(lay.stride)} do not fold its batch axes into rows; pass it contiguous")
+    return out
+
+
 class FusedFamily(KernelFamily):
     """One static fused op per kernel; the binding key is its OpKind."""
 
@@ -331,8 +351,15 @@ class FusedFamily(KernelFamily):
             views = collapse_matmul(layouts[0], layouts[1], layouts[n_inputs], params)
             if views is not None:
                 layouts[0], layouts[1], layouts[n_inputs], params = views
+            if params.b_panel:  # packed b: a's batch axes fold into M
+                layouts[0], layouts[n_inputs] = _rows_2d(layouts[0]), _rows_2d(layouts[n_inputs])
         inst = instance_from_params(spec.name, params, dtypes, layouts, n_inputs)
-        if spec.name == "FusedLinear":  # as MatMul: a kernel for unit-stride rows
+        if spec.name == "FusedLinear" and params.b_panel:
+            # the packed-B kernel: one for calls of few rows, one for the others
+            unit = unit_stride_args(layouts)
+            inst = dataclasses.replace(inst, unit_stride=unit,
+                                       few_rows=few_rows(layouts[0].shape, unit, n_inputs))
+        elif spec.name == "FusedLinear":  # as MatMul: a kernel for unit-stride rows
             unit = unit_stride_args(layouts)
             inst = dataclasses.replace(inst, unit_stride=unit,
                                        few_rows=few_rows(layouts[0].shape, unit, n_inputs),
@@ -353,10 +380,20 @@ class FusedFamily(KernelFamily):
     def linalg_text(self, inst: FusedInstance, target) -> str:
         return linalg_text(inst, platform=target.kind)
 
+    def b_panel(self, key, dtypes, target) -> int:
+        # FusedLinear on one f32/f64 dtype, where the target's codegen packs B
+        packed = getattr(target.codegen, "packed_panel", None)
+        if packed is None or spec_for_kind(key).name != "FusedLinear" or len(set(dtypes)) != 1:
+            return 0
+        return packed(dtypes[0], target)
+
     def split(self, inst: FusedInstance, layouts, n_inputs: int, threads: int,
               min_elements: int = parallel.MIN_ELEMENTS):
         if inst.name == "FusedLinear":
             from compiler.codegen.kernels import MATMUL_COL_ALIGN, MATMUL_ROW_ALIGN
+            panel = dict(inst.params).get("b_panel")
+            if panel:
+                return _packed_linear_tiles(layouts, threads, panel)
             return parallel.matmul_tiles(layouts, n_inputs, threads, MATMUL_ROW_ALIGN,
                                          MATMUL_COL_ALIGN)
         if inst.name in ROW_PARALLEL:
@@ -377,6 +414,27 @@ class FusedFamily(KernelFamily):
         cpg = instance.input_types[0].shape[1] // params["groups"]
         params["groups"] = inst.input_types[0].shape[1] // cpg
         return dataclasses.replace(inst, params=tuple(sorted(params.items())))
+
+
+def _packed_linear_tiles(layouts, threads: int, panel: int):
+    """Tiles of a FusedLinear call over a packed b ``[P, K, panel]`` (a and
+    the output 2-D): by whole panels, ``MATMUL_COL_ALIGN`` columns or more
+    (b's axis 0, the bias's and the output's columns), when every tile gets
+    ``MIN_COL_PANELS`` of them, as ``parallel.matmul_tiles`` cuts N; else by
+    rows of M in multiples of ``MATMUL_ROW_ALIGN``."""
+    from compiler.codegen.kernels import MATMUL_COL_ALIGN, MATMUL_ROW_ALIGN
+    a, b, bias, out = layouts
+    if out.numel * a.shape[-1] < parallel.MIN_MACS:
+        return None
+    align = max(1, MATMUL_COL_ALIGN // panel)
+    if b.shape[0] >= threads * parallel.MIN_COL_PANELS * align:
+        tiles = parallel.chunks(b.shape[0], threads, align)
+        if len(tiles) > 1:
+            return [[a, b.narrow(0, p, n), bias.narrow(0, p * panel, n * panel),
+                     out.narrow(1, p * panel, n * panel)] for p, n in tiles]
+        return None
+    return parallel.split_layouts(list(layouts), [0, None, None, 0], out.shape[0], threads,
+                                  MATMUL_ROW_ALIGN)
 
 
 def _conv_group_tiles(params: dict, layouts, n_inputs: int, threads: int):
@@ -503,9 +561,13 @@ fused_kernel("LayerNormLastDim", from_params=_eps_back, precision=NORM_FAMILY,
 
 
 @fused_kernel("FusedLinear", precision=FUSED_LINEAR,
-              dtypes=(DType.F32, DType.F64, DType.F16, DType.BF16))
+              dtypes=(DType.F32, DType.F64, DType.F16, DType.BF16),
+              from_params=lambda p, types: {"b_panel": int(p.b_panel) or None})
 def _linear_params(params, types):
     a, b = types[0].shape, types[1].shape
+    panel = params.get("b_panel", 0)
+    if panel:  # packed b [N/panel, K, panel]; a's batch axes fold into M
+        return P.Matmul((), (), math.prod(a[:-1]), b[0] * panel, a[-1], b_panel=panel)
     return P.Matmul(tuple(a[:-2]), tuple(b[:-2]), a[-2], b[-1], a[-1])
 
 

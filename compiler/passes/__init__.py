@@ -313,11 +313,14 @@ def plugin_spec(module_name: str) -> str:
 # -- pipelines ----------------------------------------------------------------
 
 DEFAULT_PIPELINE = ("builtin.module(fuel-fuse{runtime=false},fuel-decompose,fuel-fuse-runtime,"
-                    "fuel-reconcile-dtypes,"
+                    "fuel-reconcile-dtypes,fuel-prepack-weights,"
                     "fuel-cse,fuel-dce,canonicalize)")
 
 PIPELINES: dict[str, str] = {
     "default": DEFAULT_PIPELINE,
+    # The default without packing constant matmul weights at compile time
+    # (fuel-prepack-weights holds a packed copy of each in memory until save).
+    "no-prepack": DEFAULT_PIPELINE.replace("fuel-prepack-weights,", ""),
     # Fuse nothing: every fused op the target cannot run becomes primitives.
     "no-fusion": "builtin.module(fuel-decompose,fuel-reconcile-dtypes,fuel-cse,fuel-dce)",
     # Lower every fused op to its recipe (the "base map"), e.g. for checking.
@@ -331,7 +334,8 @@ def resolve_pipeline(pipeline: str) -> str:
 
 
 #: One module per pass under compiler/passes/ (each registers itself).
-_PASS_MODULES = ("fuse", "fuse_runtime", "decompose", "reconcile_dtypes", "fuel_cse", "fuel_dce", "to_linalg")
+_PASS_MODULES = ("fuse", "fuse_runtime", "decompose", "reconcile_dtypes", "fuel_cse", "fuel_dce", "to_linalg",
+                 "prepack")
 
 
 def _ensure_passes_loaded() -> None:

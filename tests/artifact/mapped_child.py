@@ -77,7 +77,8 @@ for round_ in ("warm-up", "measured"):
         g = import_model(model)
     steps["import"] = p
     with Peak() as p:
-        m = compile(g)
+        # without fuel-prepack-weights, which makes a packed copy of each weight
+        m = compile(g, pipeline="no-prepack")
     steps["compile"] = p
     with Peak() as p:
         m.save(out)

@@ -48,6 +48,16 @@ def transcendental_ulp(fn: str, dtype: DType) -> int | None:
     return None
 
 
+def packed_panel(dtype: DType, target) -> int:
+    """The panel width of a matmul B packed at compile time for ``target``
+    (the register tile's ``nr``: ``strategy.packed_strategy``), or 0 for
+    dtypes the packed kernel does not take (f16, bf16, integers)."""
+    from compiler.codegen.cpu.strategy import isa_level, packed_panel as panel
+    if dtype not in (DType.F32, DType.F64):
+        return 0
+    return panel(dtype.value, isa_level(target) or "avx2")
+
+
 def build_table(target) -> KernelBindingTable:
     """The frozen binding table of a cpu ``target``: the generated primitive
     and fused kernels first (so ``lookup_with_caps`` picks them), the numpy
@@ -65,7 +75,7 @@ def build_table(target) -> KernelBindingTable:
     return t.freeze()
 
 
-__all__ = ["SOURCE", "VIEW_INPUT", "DTYPES", "PRECISION_NOTE", "transcendental_ulp", "build_table",
+__all__ = ["SOURCE", "VIEW_INPUT", "packed_panel", "DTYPES", "PRECISION_NOTE", "transcendental_ulp", "build_table",
            "compile_module", "emit_object", "ensure_compiled", "object_bytes", "describe_pipeline", "lower",
            "LoweringResult", "choose_strategy", "load_object", "prepare_entries", "stages_for",
            "run_stage", "Stage", "BUFFERIZE", "write_reproducer", "main"]

@@ -116,7 +116,7 @@ from compiler.codegen.family import (FEW_ROWS_ATTR, UNIT_STRIDE_ATTR, UNPACKED_A
                                      ZERO_STRIDE_ATTR)
 from compiler.codegen.cpu.transforms.conv import DIRECT_CONV_ATTR  # noqa: E402
 from compiler.codegen.cpu.transforms.matmul import EPILOGUE_ATTR  # noqa: E402
-from compiler.codegen.family import STEM_ATTR  # noqa: E402
+from compiler.codegen.family import PACKED_B_ATTR, STEM_ATTR  # noqa: E402
 
 
 _MEMREF_COPY = re.compile(r"memref\.copy (%[\w#]+), (%[\w#]+) : (memref<[^>]*>(?:>)?) to "
@@ -304,7 +304,7 @@ def linalg_op_names(module: "ir.Module") -> set[str]:
             names.add(VECTOR_OPS)
         if op.name.startswith("linalg."):
             names.add(op.name)
-            for attr in (DIRECT_CONV_ATTR, EPILOGUE_ATTR, STEM_ATTR):
+            for attr in (DIRECT_CONV_ATTR, EPILOGUE_ATTR, STEM_ATTR, PACKED_B_ATTR):
                 if attr in op.attributes:
                     names.add(attr)
             if len(op.operands):

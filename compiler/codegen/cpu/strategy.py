@@ -328,11 +328,13 @@ def _fused_on_tensors(name: str, tensor_transform, doc: str) -> Strategy:
                     transform=epilogue_lowering_script(), lowering=VECTOR_LOWERING, doc=doc)
 
 
-def _register_per_element_type(feature: str, make) -> None:
-    """``make(element type, isa)`` for f32/f64 generics of a module with ``feature``."""
+def _register_per_element_type(feature: "str | tuple[str, ...]", make) -> None:
+    """``make(element type, isa)`` for f32/f64 generics of a module with
+    ``feature`` (or every feature of a tuple)."""
+    features = (feature,) if isinstance(feature, str) else feature
     for elt in ("f32", "f64"):
         v = {isa: make(elt, isa) for isa in ("avx512", "avx2")}
-        register_strategy((lambda e: lambda names: feature in names
+        register_strategy((lambda e: lambda names: all(f in names for f in features)
                            and f"linalg.generic:{e}" in names)(elt), {**v, "": v["avx2"]})
 
 
@@ -362,6 +364,42 @@ def stem_strategy(element_type: str, isa: str = "avx2") -> Strategy:
 
 
 _register_per_element_type(STEM, stem_strategy)
+#: The feature of a module holding a FusedLinear over a pre-packed B (``family.PACKED_B_ATTR``).
+PACKED_B = "fuelc.packed_b"
+
+
+def packed_strategy(element_type: str, isa: str = "avx2") -> Strategy:
+    """A FusedLinear whose B was packed at compile time into panels of the
+    matmul's ``nr`` columns (``transforms.matmul.packed_script``): the
+    matmul's register tiles over contiguous panels, nothing packed per call."""
+    from compiler.codegen.cpu.transforms.matmul import packed_script
+    tiles = _MATMUL_TILES[element_type, isa]
+    return Strategy(
+        name=f"matmul-packed-b-{element_type}-{tiles['mr']}x{tiles['nr']}",
+        transform=packed_script(**tiles), lowering=VECTOR_LOWERING,
+        doc="register-tiled matmul over B packed at compile time ([N/nr, K, nr] panels): "
+            "mr x nr FMA micro-kernel, remainder rows 1 x nr, no packing per call")
+
+
+def packed_rows_strategy(element_type: str, isa: str = "avx2") -> Strategy:
+    """``packed_strategy`` for calls of at most ``family.FEW_ROWS`` rows
+    (``transforms.matmul.packed_rows_script``)."""
+    from compiler.codegen.cpu.transforms.matmul import packed_rows_script
+    tiles = _MATMUL_TILES[element_type, isa]
+    return Strategy(
+        name=f"matmul-packed-b-rows-{element_type}-4x{tiles['nr']}",
+        transform=packed_rows_script(), lowering=VECTOR_LOWERING,
+        doc="a matmul of few rows over B packed at compile time: 4 panels x 1 row x nr "
+            "FMA tiles (the panels unrolled), loops panel block, row, K")
+
+
+def packed_panel(element_type: str, isa: str) -> int:
+    """The panel width of a B packed for ``packed_strategy`` (its ``nr``)."""
+    return _MATMUL_TILES[element_type, isa]["nr"]
+
+
+_register_per_element_type((PACKED_B, FEW_ROWS), packed_rows_strategy)
+_register_per_element_type(PACKED_B, packed_strategy)
 _register_per_element_type(DIRECT_CONV, conv_strategy)
 for _op in _MATMUL_OPS:
     for _elt in ("f32", "f64"):

@@ -17,7 +17,9 @@
 """
 from __future__ import annotations
 
-from .core import (PARALLEL, Lowering, Scalar, affine_map, broadcast_map, dims,
+from compiler.mlir import ir
+
+from .core import (PARALLEL, REDUCTION, Lowering, Scalar, affine_map, broadcast_map, dims,
                    empty, from_compute, generic, identity_map, lowers, rank, reshape, rtt,
                    to_compute)
 from .layout import extract_slice, insert_slice
@@ -27,6 +29,8 @@ from .matmul import matmul_into
 @lowers("FusedLinear")
 def _fused_linear(lw: Lowering):
     a, b, bias = lw.operands
+    if lw.params.get("b_panel"):
+        return _packed_linear(lw, a, b, bias, lw.params["b_panel"])
     n = rank(a)
     s = Scalar.compute(lw.out_dtype)
     out_dims = dims(a)[:-1] + [dims(b)[-1]]
@@ -34,6 +38,32 @@ def _fused_linear(lw: Lowering):
     acc = generic([bias], [empty(out_dims, s.ty)], [affine_map(n, [n - 1]), identity_map(n)],
                   [PARALLEL] * n, lambda v, _o: to_compute(v, s))[0]
     return matmul_into(a, b, acc, lw.in_dtypes, lw.out_dtype, lw.out_elt)
+
+
+def _packed_linear(lw: Lowering, a, b, bias, panel: int):
+    """``a [M, K] @ B + bias`` with B packed ``b [N/panel, K, panel]`` (the
+    kernel instance folds a's batch axes into M): the accumulator [M, N]
+    starts as the bias, and one generic over (p, m, j | k) marked
+    ``PACKED_B_ATTR`` accumulates ``a[m, k] * b[p, k, j]`` into ``acc[m,
+    p*panel + j]`` in the order of k."""
+    from compiler.codegen.family import PACKED_B_ATTR
+    if rank(a) != 2 or rank(b) != 3:
+        raise ValueError(f"FusedLinear b_panel={panel}: the kernel takes a [M, K] and b "
+                         f"[N/{panel}, K, {panel}], got ranks {rank(a)} and {rank(b)}")
+    s = Scalar.compute(lw.out_dtype)
+    acc = generic([bias], [empty(dims(a)[:1] + dims(bias), s.ty)],
+                  [affine_map(2, [1]), identity_map(2)], [PARALLEL] * 2,
+                  lambda v, _o: to_compute(v, s))[0]
+    d = ir.AffineDimExpr.get
+    col = d(0) * ir.AffineConstantExpr.get(panel) + d(2)
+    mm = generic([a, b], [acc], [affine_map(4, [1, 3]), affine_map(4, [0, 3, 2]),
+                                 affine_map(4, [1, col])],
+                 # p iterates as a reduction: a schedule that tiles it by 1 folds it
+                 # out of the output map (``transforms.matmul.packed_script``)
+                 [REDUCTION] + [PARALLEL] * 2 + [REDUCTION],
+                 lambda x, y, c: s.add(c, s.mul(x, y)))[0]
+    mm.owner.attributes[PACKED_B_ATTR] = ir.UnitAttr.get()
+    return mm
 
 
 def _halves(v, n: int, h: int):

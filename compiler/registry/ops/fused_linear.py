@@ -3,7 +3,10 @@ the last axis.
 
 Inputs a ``[..,M,K]``, b ``[..,K,N]`` (same rank; batch of a a multiple of
 b's, as MatMul allows), bias ``[N]`` with a's dtype; output ``[..,M,N]`` in
-a's dtype (f32 x bf16 -> f32 allowed, as MatMul). No params. Backward is a
+a's dtype (f32 x bf16 -> f32 allowed, as MatMul). Optional param ``b_panel``
+(unset by default): when set, b is a pre-packed constant ``[N/b_panel, K, b_panel]`` (column
+panels of B, K-major within a panel: ``fuel-prepack-weights`` makes it for a
+target whose kernel reads it) and a's batch axes fold into M. Backward is a
 hand-written autograd rule (dA = up·bᵀ, dB = aᵀ·up, dbias = ReduceSumTo):
 ``BackwardKind("custom")`` (a NotDifferentiable label would be dead
 metadata). Patterns: ``Add(MatMul(a, b), BroadcastTo(bias))`` with or
@@ -11,7 +14,7 @@ without the leading-1 pad Reshape.
 """
 from ..entry import CUSTOM, FusedOpEntry, FusedPattern, Family, Recipe
 from ..grammar import LAST, Bind, Extent, WithDim, op
-from ._common import OpKind, check_arity, check_float, dtype_of, fail, np, out, wide, TensorType
+from ._common import OpKind, ParamSpec, check_arity, check_float, dtype_of, fail, np, out, wide, TensorType
 
 NAME = "FusedLinear"
 
@@ -20,6 +23,9 @@ def infer(types, params):
     check_arity(NAME, types, 3, names=("a", "b", "bias"))
     check_float(NAME, types, (0, 1, 2))
     a, b, bias = types
+    panel = params.get("b_panel", 0)
+    if panel:
+        return _infer_packed(types, panel)
     if len(a.shape) < 2 or len(a.shape) != len(b.shape):
         raise fail(NAME, types, "a [..,M,K] and b [..,K,N] need the same rank >= 2")
     if a.shape[-1] != b.shape[-2]:
@@ -36,8 +42,31 @@ def infer(types, params):
     return TensorType(tuple(a.shape[:-1]) + (b.shape[-1],), a.dtype)
 
 
+def _infer_packed(types, panel: int):
+    a, b, bias = types
+    if len(a.shape) < 2 or len(b.shape) != 3 or b.shape[2] != panel:
+        raise fail(NAME, types, f"b_panel={panel}: b must be packed [N/{panel}, K, {panel}] "
+                                f"and a [..,M,K]")
+    if a.shape[-1] != b.shape[1]:
+        raise fail(NAME, types, f"contraction mismatch: a K={a.shape[-1]} vs packed b K={b.shape[1]}")
+    n = b.shape[0] * panel
+    if tuple(bias.shape) != (n,):
+        raise fail(NAME, types, f"bias must be [N] = [{n}]")
+    if a.dtype != b.dtype or bias.dtype != a.dtype:
+        raise fail(NAME, types, "a packed b and the bias need a's dtype")
+    return TensorType(tuple(a.shape[:-1]) + (n,), a.dtype)
+
+
+def unpack(b, panel: int):
+    """The ``[K, N]`` matrix of a packed ``b`` ``[N/panel, K, panel]``."""
+    return np.ascontiguousarray(b.transpose(1, 0, 2)).reshape(b.shape[1], -1)
+
+
 def reference(inputs, params):
     a, b, bias = (wide(x) for x in inputs)
+    if params.get("b_panel", 0):
+        b = unpack(b, params["b_panel"])
+        return out(np.matmul(a, b) + bias, dtype_of(inputs[0]))
     for i, (x, y) in enumerate(zip(a.shape[:-2], b.shape[:-2])):
         if x != y:
             b = np.repeat(b, x // y, axis=i)
@@ -50,10 +79,22 @@ RECIPE = op("Add", op("MatMul", Bind(0), Bind(1)),
 _PADDED = op("Add", op("MatMul", Bind(0), Bind(1)),
              op("BroadcastTo", op("Reshape", Bind(2)), shape=WithDim(0, LAST, Extent(1, LAST))))
 
+def _recipe(params, types):
+    panel = params.get("b_panel", 0)
+    if not panel:
+        return RECIPE
+    a, b = types[0].shape, types[1].shape
+    k, n = b[1], b[0] * panel
+    # the packed constant back to [.., K, N] (a's rank), then MatMul + bias
+    b2 = op("Reshape", op("Permute", Bind(1), perm=(1, 0, 2)), shape=(1,) * (len(a) - 2) + (k, n))
+    return op("Add", op("MatMul", Bind(0), b2),
+              op("BroadcastTo", Bind(2), shape=tuple(a[:-1]) + (n,)))
+
+
 ENTRY = FusedOpEntry(
     id=2, name=NAME, mnemonic="fused_linear", family=Family.FORWARD,
-    arity=3, params=(), infer=infer, reference=reference,
-    recipe=Recipe(roots=RECIPE), backward=CUSTOM, op_kind=OpKind.FusedLinear,
+    arity=3, params=(ParamSpec("b_panel", "i64", None),), infer=infer, reference=reference,
+    recipe=Recipe(build=_recipe), backward=CUSTOM, op_kind=OpKind.FusedLinear,
     destructive_input=None, cse_tag=2, input_names=("a", "b", "bias"),
     patterns=(FusedPattern(_PADDED, name="padded"), FusedPattern(RECIPE, name="direct")),
     doc=__doc__,

@@ -31,6 +31,8 @@ vector lowering patterns it never terminates (docs/toolchain.md).
 """
 from __future__ import annotations
 
+from compiler.codegen.family import PACKED_B_ATTR
+
 _ANY = "!transform.any_op"
 #: The patterns that lower the vectorized tiles' contractions and transfers to
 #: FMAs, loads and stores (both scripts).
@@ -197,7 +199,19 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
       %mainN, %remN = transform.loop.peel %lNf : ({_FOR}) -> ({t}, {t})
       %mmMain = {match(op, "%mainN")}
 {promote}{_register_tiles(op, mr, nr, canon2)}    }}
-{pm('''      transform.apply_patterns.vector.transfer_permutation_patterns
+{_tiles_to_fmas()}    transform.yield
+  }}
+}}
+"""
+
+
+def _tiles_to_fmas() -> str:
+    """The end of ``matmul_script`` and ``packed_script`` after the register
+    tiles are vectorized (steps 4 and 5 of the module docstring)."""
+    t = _ANY
+    pm = lambda body: "    transform.apply_patterns to %func {\n" + body + "    } : " + t + "\n"
+    match = _match
+    return f"""{pm('''      transform.apply_patterns.vector.transfer_permutation_patterns
       transform.apply_patterns.vector.reduction_to_contract
 ''')}{pm('''      transform.apply_patterns.vector.cast_away_vector_leading_one_dim
 ''')}{pm('''      transform.apply_patterns.memref.fold_memref_alias_ops
@@ -218,10 +232,107 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
     %no_unroll = transform.param.constant #llvm.loop_annotation<unroll = #llvm.loop_unroll<disable = true>> -> !transform.any_param
     transform.annotate %kloops "loop_annotation" = %no_unroll : {t}, !transform.any_param
     }}
-    transform.yield
-  }}
-}}
 """
+
+
+def packed_script(*, mr: int, nr: int, kc: int, mc: int) -> tuple[str, ...]:
+    """The strategy steps of a FusedLinear whose B is pre-packed: the
+    ``PACKED_B_ATTR`` generic over (p, m, j | k), ``out[m, p*nr + j] +=
+    a[m, k] * b[p, k, j]`` with ``j`` the static panel width ``nr``. Tile M
+    by ``mc`` and K by ``kc``, then the panels p by 1, M by ``mr`` (peeled)
+    and K by 1: ``mr x nr x 1`` register tiles, the remainder rows in ``2 x
+    nr x 1`` tiles (peeled: their min simplified to 2) and a last ``1 x nr x
+    1`` (one row alone is a chain of dependent FMAs as long as K; two rows
+    halve it: AVX2 [32,768]x[768,3072], 2 remainder rows, about 10% faster),
+    each reading its K x nr panel of B contiguously. p is a reduction
+    loop of extent 1 inside a tile (as the direct convolution's taps,
+    ``transforms.conv``): ``fold_unit_dims`` reads the output column as
+    ``j`` (the panel's offset is in the tile's view), the tiles vectorize,
+    ``single_reduction_contracts`` drops their unit dims, and they lower to
+    FMAs as ``matmul_script``'s (no packing per call, no N remainder: N is
+    a multiple of ``nr``). Raises ValueError."""
+    t = _ANY
+    if mc % mr:
+        raise ValueError(f"packed_script: mc={mc} is not a multiple of mr={mr}")
+    match = _match
+    body = f"""      %t0, %lM, %lK = transform.structured.tile_using_for %m tile_sizes [0, {mc}, 0, {kc}] : ({t}) -> ({t}, {t}, {t})
+      %t1, %lP = transform.structured.tile_using_for %t0 tile_sizes [1, 0, 0, 0] : ({t}) -> ({t}, {t})
+      %t2, %lm = transform.structured.tile_using_for %t1 tile_sizes [0, {mr}, 0, 0] : ({t}) -> ({t}, {t})
+      %lmf = transform.cast %lm : {t} to {_FOR}
+      %mainM, %remM = transform.loop.peel %lmf : ({_FOR}) -> ({t}, {t})
+      %mmM = {match("linalg.generic", "%mainM")}
+      %v, %lk = transform.structured.tile_using_for %mmM tile_sizes [0, 0, 0, 1] : ({t}) -> ({t}, {t})
+      %mmR = {match("linalg.generic", "%remM")}
+      %r2, %lr = transform.structured.tile_using_for %mmR tile_sizes [0, 2, 0, 0] : ({t}) -> ({t}, {t})
+      %lrf = transform.cast %lr : {t} to {_FOR}
+      %mainR, %remR = transform.loop.peel %lrf : ({_FOR}) -> ({t}, {t})
+      %rMins = {match("affine.min", "%mainR")}
+      transform.affine.simplify_min_max_affine_ops %rMins : {t}
+      %mmR2 = {match("linalg.generic", "%mainR")}
+      %r2k, %lr2k = transform.structured.tile_using_for %mmR2 tile_sizes [0, 0, 0, 1] : ({t}) -> ({t}, {t})
+      %mmR1 = {match("linalg.generic", "%remR")}
+      %r, %lr0, %lr1 = transform.structured.tile_using_for %mmR1 tile_sizes [0, 1, 0, 1] : ({t}) -> ({t}, {t}, {t})
+"""
+    return _packed_steps(body)
+
+
+def packed_rows_script(*, panels: int = 4) -> tuple[str, ...]:
+    """``packed_script`` for calls of few rows (``family.FEW_ROWS``): with
+    fewer rows than ``mr`` every tile would be one row of one panel, a chain
+    of dependent FMAs as long as K. Instead the loops are blocks of
+    ``panels`` panels (peeled), rows, K, and the panels of the block,
+    unrolled: ``panels`` independent ``1 x nr`` accumulators per step of K
+    (the partial last block: panel by panel)."""
+    t = _ANY
+    match = _match
+    body = f"""      %t0, %lP, %lM = transform.structured.tile_using_for %m tile_sizes [{panels}, 1, 0, 0] : ({t}) -> ({t}, {t}, {t})
+      %lPf = transform.cast %lP : {t} to {_FOR}
+      %mainP, %remP = transform.loop.peel %lPf : ({_FOR}) -> ({t}, {t})
+      %mmP = {match("linalg.generic", "%mainP")}
+      %t1, %lk = transform.structured.tile_using_for %mmP tile_sizes [0, 0, 0, 1] : ({t}) -> ({t}, {t})
+      %t2, %lp = transform.structured.tile_using_for %t1 tile_sizes [1, 0, 0, 0] : ({t}) -> ({t}, {t})
+      %lpf = transform.cast %lp : {t} to {_FOR}
+      transform.loop.unroll %lpf {{ factor = {panels} }} : {_FOR}
+      %mmR = {match("linalg.generic", "%remP")}
+      %r, %lr0, %lr1 = transform.structured.tile_using_for %mmR tile_sizes [1, 0, 0, 1] : ({t}) -> ({t}, {t}, {t})
+"""
+    return _packed_steps(body)
+
+
+def _packed_steps(body: str) -> tuple[str, ...]:
+    """The strategy steps of a packed-B generic whose tiling, for each
+    marked generic ``%m``, is ``body``; then ``_PACKED_TAIL``."""
+    t = _ANY
+    tile = _PACKED_HEAD + f"""    transform.foreach %mm : {t} {{
+    ^bb0(%m: {t}):
+{body}    }}
+    transform.apply_patterns to %func {{
+      transform.apply_patterns.canonicalization
+    }} : {t}
+""" + _YIELD
+    return (tile, *_PACKED_TAIL)
+
+
+_PACKED_HEAD = f"""module attributes {{transform.with_named_sequence}} {{
+  transform.named_sequence @__transform_main(%root: {_ANY} {{transform.readonly}}) {{
+    %func = {_match("func.func", "%root")}
+    %mm = transform.structured.match attributes{{{PACKED_B_ATTR}}} in %root : ({_ANY}) -> {_ANY}
+"""
+_YIELD = """    transform.yield
+  }
+}
+"""
+#: After a packed-B generic is tiled: p folded out of the tiles' maps, the
+#: tiles vectorized, their unit dims dropped, lowered to FMAs.
+_PACKED_TAIL = (f"py:fold_unit_dims {PACKED_B_ATTR}", _PACKED_HEAD + f"""    transform.foreach %mm : {_ANY} {{
+    ^bb0(%m: {_ANY}):
+      transform.structured.vectorize %m : {_ANY}
+    }}
+    transform.apply_patterns to %func {{
+      transform.apply_patterns.vector.transfer_permutation_patterns
+      transform.apply_patterns.vector.reduction_to_contract
+    }} : {_ANY}
+""" + _YIELD, "py:single_reduction_contracts", _PACKED_HEAD + _tiles_to_fmas() + _YIELD)
 
 
 def rows_script(op: str = "linalg.matmul", *, nr: int = 16, kr: int = 4) -> str:

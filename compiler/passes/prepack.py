@@ -1,0 +1,141 @@
+"""``fuel-prepack-weights``: lay out a matmul's constant B once, at compile
+time, in the panels the target's kernel reads.
+
+A ``FusedLinear`` (or a ``MatMul``, which becomes one with a zero bias: its
+FMAs start from 0 as MatMul's do) whose ``b`` is a constant (a
+``fuel.const`` or views of one: ``Reshape``, ``Transpose``, ``Permute``;
+not batched: every axis but the last two of size 1, or a ``BroadcastTo``
+over them) gets ``b_panel = nr`` and, as ``b``,
+``Contiguize(Permute(Reshape(b, [K, N/nr, nr]), [1, 0, 2]))``: B's column
+panels of ``nr``, K-major within a panel (``[N/nr, K, nr]``). The plan's
+constant folder evaluates that chain once (``plan.fold_constant_steps``), so
+the packed weight is a constant of the module and of its ``.fuel`` file.
+``nr`` is what the binding table's kernel for the op answers
+(``GeneratedKernel.b_panel``: the register tile of the target's matmul); an
+op whose kernel reads no packed B (another target, f16/bf16, a table
+without generated kernels), whose N is not a multiple of ``nr`` or is below
+``MIN_COLUMNS`` is left as it is.
+"""
+from __future__ import annotations
+
+from compiler.mlir import ir
+from compiler.passes import ModulePass, register_pass
+from compiler.passes import _fuel
+from compiler.passes._target import TargetError, resolve_target
+from compiler.passes.diagnostics import emit_error
+
+#: Views of a constant the plan folds with it.
+_VIEWS = ("reshape", "transpose", "permute")
+#: Fewer columns than this keep the plain kernel (a head of a few columns:
+#: the packed kernel is one more instance to compile for little gain). In
+#: columns, not panels, so that targets of either panel width decide alike.
+MIN_COLUMNS = 64
+
+
+@register_pass
+class PrepackWeights(ModulePass):
+    name = "fuel-prepack-weights"
+    summary = ("pack the constant B of each FusedLinear and MatMul into the panels the "
+               "target's kernel reads")
+
+    target: str = ""
+    table: object = ""
+    backend: str = ""
+
+    def apply(self, module) -> None:
+        try:
+            table, backends = resolve_target(self.table, self.target, self.backend)
+        except TargetError as e:
+            emit_error(module, f"{self.name}: {e}")
+            return
+        entry = _fuel.registry()["FusedLinear"]
+        for op in _fuel.fuel_ops(module):
+            if _fuel.mnemonic(op) in (entry.mnemonic, "mat_mul"):
+                _prepack(op, entry, table, backends)
+
+
+def _producer(value) -> str | None:
+    """The fuel mnemonic of the op defining ``value`` (None for a block argument)."""
+    return None if isinstance(value.owner, ir.Block) else _fuel.mnemonic(value.owner)
+
+
+def _constant(value) -> bool:
+    """Whether ``value`` is a ``fuel.const`` or a view of one."""
+    while _producer(value) in _VIEWS:
+        value = value.owner.operands[0]
+    return _producer(value) == "const"
+
+
+def _weight(b):
+    """The constant ``[.., K, N]`` matrix (every other axis of size 1) that
+    FusedLinear operand ``b`` reads, or None: ``b`` itself, or the source of
+    a ``BroadcastTo`` over b's leading axes (``x @ w`` of a batched x: every
+    batch multiplies the same matrix)."""
+    if _producer(b) == "broadcast_to":
+        b = b.owner.operands[0]
+    shape = tuple(ir.RankedTensorType(b.type).shape)
+    if len(shape) < 2 or any(d != 1 for d in shape[:-2]) or not _constant(b):
+        return None
+    return b
+
+
+def _panel(entry, dtypes, table, backends) -> int:
+    """The panel width the table's FusedLinear kernel for ``dtypes`` reads
+    a packed B in, or 0."""
+    for b in backends:
+        if not table.backend_supports(entry.op_kind, dtypes, b):
+            continue
+        fn = table.lookup(entry.op_kind, dtypes, b).fn
+        panel = getattr(fn, "b_panel", None)
+        return int(panel()) if callable(panel) else 0
+    return 0
+
+
+def _prepack(op, entry, table, backends) -> bool:
+    """Rewrite FusedLinear ``op`` (or a MatMul: a FusedLinear with a zero
+    bias, the same bits) over a constant weight into the packed form."""
+    linear = _fuel.mnemonic(op) == entry.mnemonic
+    params = _fuel.params(op) if linear else {}
+    if params.get("b_panel"):
+        return False
+    a, b = op.operands[0], op.operands[1]
+    try:
+        tb = _fuel.tensor_type(b)
+    except Exception:  # symbolic extents in B: not a constant weight
+        return False
+    b = _weight(b)
+    if b is None or tuple(ir.RankedTensorType(b.type).shape)[-2:] != tuple(tb.shape)[-2:]:
+        return False
+    k, n = tuple(tb.shape)[-2:]
+    dtypes = [tb.dtype] * 3 + [_fuel.dtype_of(op.results[0])]
+    if _fuel.dtype_of(a) != tb.dtype or dtypes[-1] != tb.dtype:
+        return False
+    nr = _panel(entry, dtypes, table, backends)
+    if not nr or n % nr or n < MIN_COLUMNS:
+        return False
+    from compiler.dialect import lookup, params_to_attributes
+    elt = ir.RankedTensorType(b.type).element_type
+
+    def make(name, operands, out_shape, **p):
+        return _fuel.create(f"fuel.{name}", operands, [ir.RankedTensorType.get(list(out_shape), elt)],
+                            params_to_attributes(lookup(name), p), loc=op.location).results[0]
+
+    with ir.InsertionPoint(op), op.location:
+        panels = make("reshape", [b], (k, n // nr, nr), shape=(k, n // nr, nr))
+        panels = make("permute", [panels], (n // nr, k, nr), perm=(1, 0, 2))
+        packed = make("contiguize", [panels], (n // nr, k, nr))
+        if linear:
+            bias = op.operands[2]
+        else:  # a zero bias: the FMAs start from 0 as MatMul's do
+            bias = _fuel.create("fuel.const", [], [ir.RankedTensorType.get([n], elt)], {
+                **params_to_attributes(lookup("const"), {
+                    "name": f"fuelc.zero_bias.{n}",
+                    "shape": (n,), "dtype": tb.dtype}),
+                "value": ir.DenseElementsAttr.get_splat(ir.RankedTensorType.get([n], elt),
+                                                        ir.FloatAttr.get(elt, 0.0))}).results[0]
+        params["b_panel"] = nr
+        new = _fuel.create(f"fuel.{entry.mnemonic}", [a, packed, bias], [op.results[0].type],
+                           params_to_attributes(lookup(entry.mnemonic), params), loc=op.location)
+    _fuel.replace_op(op, [new.results[0]])
+    _fuel.count("prepack.weights")
+    return True

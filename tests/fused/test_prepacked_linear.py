@@ -1,0 +1,112 @@
+"""FusedLinear over a B packed at compile time (``b_panel``; the pass
+``fuel-prepack-weights``, the cpu kernel ``transforms.matmul.packed_script``):
+numerics against the numpy reference interpreter on both ISA levels, the
+recipe, the constant folded into the plan, and the errors."""
+import numpy as np
+import pytest
+
+from compiler import Graph, compile, interpret
+from compiler.errors import GraphBuildError
+from compiler.registry.builders import fused
+from compiler.registry.ops.fused_linear import unpack
+from compiler.targets import parse_target
+from runtime import params as P
+from runtime.cpu_features import missing_cpu_features
+from runtime.params import OpParamsError
+
+TARGETS = [pytest.param(t, marks=pytest.mark.skipif(
+    bool(missing_cpu_features(parse_target(t).features)), reason=f"this CPU cannot run {t}"))
+    for t in ("cpu:x86-64-v3", "cpu:x86-64-v4")]
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(17)
+
+
+def _pack(w, nr):
+    k, n = w.shape
+    return np.ascontiguousarray(w.reshape(k, n // nr, nr).transpose(1, 0, 2))
+
+
+def _packed_graph(a_shape, w, bias, nr):
+    g = Graph()
+    x = g.input("x", a_shape, w.dtype.name)
+    g.output(fused("FusedLinear", x, g.constant(_pack(w, nr), name="wp"),
+                   g.constant(bias, name="b"), b_panel=nr), name="y")
+    return g
+
+
+def test_unpack_inverts_the_panel_layout(rng):
+    w = rng.standard_normal((5, 48)).astype(np.float32)
+    np.testing.assert_array_equal(unpack(_pack(w, 16), 16), w)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype,a_shape", [("float32", (13, 37)), ("float64", (2, 9, 37)),
+                                           ("float32", (3, 37))])
+def test_kernel_matches_the_reference_interpreter(target, dtype, a_shape, rng):
+    nr = 16 if dtype == "float32" else 8
+    w = rng.standard_normal((37, 5 * nr)).astype(dtype)
+    bias = rng.standard_normal(5 * nr).astype(dtype)
+    x = rng.standard_normal(a_shape).astype(dtype)
+    g = _packed_graph(a_shape, w, bias, nr)
+    want = interpret(g, {"x": x})["y"]
+    m = compile(g, target)
+    assert any("[B packed]" in line for line in m.kernel_summary()), m.kernel_summary()
+    got = m(x=x)
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    np.testing.assert_allclose(want, x.astype(np.float64) @ w + bias, rtol=tol, atol=tol)
+
+
+def test_recipe_matches_the_reference(rng):
+    # a target without the packed kernel runs the recipe: the panels back
+    # to [K, N] (Permute, Reshape), MatMul, + bias
+    w = rng.standard_normal((37, 64)).astype(np.float32)
+    bias = rng.standard_normal(64).astype(np.float32)
+    x = rng.standard_normal((2, 7, 37)).astype(np.float32)
+    g = _packed_graph((2, 7, 37), w, bias, 16)
+    m = compile(g, "cpu:x86-64-v3", pipeline="base-map")
+    assert "fused_linear" not in m.ir["optimized"]
+    np.testing.assert_allclose(m(x=x), interpret(g, {"x": x})["y"], rtol=1e-5, atol=1e-5)
+
+
+def test_the_packed_weight_is_a_folded_constant(rng):
+    # the plan computes Contiguize(Permute(Reshape(w))) once: no copy step
+    # is left, and the constant the kernel reads is the panel layout
+    w = rng.standard_normal((64, 96)).astype(np.float32)
+    bias = rng.standard_normal(96).astype(np.float32)
+    g = Graph()
+    x = g.input("x", (8, 64), "f32")
+    g.output(x @ g.constant(w, name="w") + g.constant(bias, name="b"), name="y")
+    m = compile(g, "cpu:x86-64-v3")
+    assert m.kernel_summary() == ["FusedLinear[f32,f32,f32,f32] (mlir-cpu-fused) [B packed]"]
+    packed = [v for v in m.plan.constants.values() if np.shape(v) == (6, 64, 16)]
+    assert len(packed) == 1
+    np.testing.assert_array_equal(np.asarray(packed[0]).view(np.float32).reshape(6, 64, 16),
+                                  _pack(w, 16))
+
+
+@pytest.mark.parametrize("b_shape,bias_n,match", [
+    ((4, 37, 8), 64, r"b_panel=16: b must be packed \[N/16, K, 16\]"),
+    ((4, 36, 16), 64, r"contraction mismatch: a K=37 vs packed b K=36"),
+    ((4, 37, 16), 60, r"bias must be \[N\] = \[64\]"),
+])
+def test_shape_rule_errors_name_the_op_and_the_rule(b_shape, bias_n, match):
+    g = Graph()
+    x = g.input("x", (5, 37), "f32")
+    b = g.input("b", b_shape, "f32")
+    c = g.input("c", (bias_n,), "f32")
+    with pytest.raises(GraphBuildError, match=r"FusedLinear\(f32\[5, 37\], .*" + match):
+        fused("FusedLinear", x, b, c, b_panel=16)
+
+
+def test_kernel_params_refuse_a_batched_or_ragged_packed_rhs():
+    with pytest.raises(OpParamsError, match=r"a packed rhs \(b_panel=16\) needs no batch axes "
+                                            r"and n a multiple of b_panel"):
+        P.Matmul((2,), (2,), 5, 64, 37, b_panel=16)
+    with pytest.raises(OpParamsError, match="b_panel=16"):
+        P.Matmul((), (), 5, 60, 37, b_panel=16)
+    assert P.OpParams.from_dict(P.Matmul((), (), 5, 64, 37).to_dict() | {}) == \
+        P.Matmul((), (), 5, 64, 37)

@@ -1,0 +1,100 @@
+// REQUIRES: fused-dialect
+// RUN: python -m compiler.opt %s --split-input-file \
+// RUN:   --pass-pipeline='builtin.module(fuel-prepack-weights{target=cpu:x86-64-v3})' | filecheck %s
+// RUN: python -m compiler.opt %s --split-input-file \
+// RUN:   --pass-pipeline='builtin.module(fuel-prepack-weights{target=cpu:x86-64-v4})' | filecheck %s --check-prefix=V4
+// RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file \
+// RUN:   --pass-pipeline='builtin.module(fuel-prepack-weights{table=fused_f32})' | filecheck %s --check-prefix=NOKERNEL
+
+// fuel-prepack-weights gives a FusedLinear whose b is a constant weight the
+// panels the target's kernel reads: b_panel = nr (AVX2 16, AVX-512 32 f32
+// columns) and b = Contiguize(Permute(Reshape(w, [K, N/nr, nr]), [1, 0, 2])),
+// which the plan folds into a constant (N >= 64). A table whose FusedLinear kernel
+// reads no packed B (here one without generated kernels) leaves it.
+
+// A constant [64, 96] weight, rows ? (a run-time batch).
+// CHECK-LABEL: func.func @linear
+// CHECK:         %[[W:.*]] = "fuel.const"()
+// CHECK:         %[[B:.*]] = "fuel.const"()
+// CHECK-NEXT:    %[[R:.*]] = "fuel.reshape"(%[[W]]) {shape = [64, 6, 16]} : (tensor<64x96xf32>) -> tensor<64x6x16xf32>
+// CHECK-NEXT:    %[[P:.*]] = "fuel.permute"(%[[R]]) {perm = [1, 0, 2]} : (tensor<64x6x16xf32>) -> tensor<6x64x16xf32>
+// CHECK-NEXT:    %[[C:.*]] = "fuel.contiguize"(%[[P]]) : (tensor<6x64x16xf32>) -> tensor<6x64x16xf32>
+// CHECK-NEXT:    %[[L:.*]] = "fuel.fused_linear"(%arg0, %[[C]], %[[B]]) {b_panel = 16 : i64} : (tensor<?x64xf32>, tensor<6x64x16xf32>, tensor<96xf32>) -> tensor<?x96xf32>
+// CHECK-NEXT:    return %[[L]]
+// V4-LABEL:    func.func @linear
+// V4:            "fuel.reshape"(%{{.*}}) {shape = [64, 3, 32]}
+// V4:            "fuel.fused_linear"(%arg0, %{{.*}}, %{{.*}}) {b_panel = 32 : i64} : (tensor<?x64xf32>, tensor<3x64x32xf32>, tensor<96xf32>) -> tensor<?x96xf32>
+// NOKERNEL-LABEL: func.func @linear
+// NOKERNEL-NOT:  b_panel
+// NOKERNEL:      "fuel.fused_linear"(%arg0, %0, %1) : (tensor<?x64xf32>, tensor<64x96xf32>, tensor<96xf32>)
+func.func @linear(%x: tensor<?x64xf32>) -> tensor<?x96xf32> {
+  %w = "fuel.const"() {dtype = "f32", name = "w", shape = [64, 96]} : () -> tensor<64x96xf32>
+  %b = "fuel.const"() {dtype = "f32", name = "b", shape = [96]} : () -> tensor<96xf32>
+  %0 = "fuel.fused_linear"(%x, %w, %b) : (tensor<?x64xf32>, tensor<64x96xf32>, tensor<96xf32>) -> tensor<?x96xf32>
+  return %0 : tensor<?x96xf32>
+}
+
+// -----
+
+// x @ w of a batched x: the weight broadcast over the batch; its source is
+// packed (a's batch folds into M in the kernel). A transposed weight (a
+// view of the constant) is packed too.
+// CHECK-LABEL: func.func @broadcast_transposed
+// CHECK:         %[[WT:.*]] = "fuel.transpose"
+// CHECK-NEXT:    %[[BC:.*]] = "fuel.broadcast_to"(%[[WT]])
+// CHECK:         %[[R:.*]] = "fuel.reshape"(%[[WT]]) {shape = [64, 4, 16]}
+// CHECK-NEXT:    %[[P:.*]] = "fuel.permute"(%[[R]]) {perm = [1, 0, 2]}
+// CHECK-NEXT:    %[[C:.*]] = "fuel.contiguize"(%[[P]])
+// CHECK-NEXT:    "fuel.fused_linear"(%arg0, %[[C]], %{{.*}}) {b_panel = 16 : i64} : (tensor<2x?x64xf32>, tensor<4x64x16xf32>, tensor<64xf32>) -> tensor<2x?x64xf32>
+func.func @broadcast_transposed(%x: tensor<2x?x64xf32>) -> tensor<2x?x64xf32> {
+  %w = "fuel.const"() {dtype = "f32", name = "w", shape = [64, 64]} : () -> tensor<64x64xf32>
+  %wt = "fuel.transpose"(%w) : (tensor<64x64xf32>) -> tensor<64x64xf32>
+  %wb = "fuel.broadcast_to"(%wt) {shape = [2, 64, 64]} : (tensor<64x64xf32>) -> tensor<2x64x64xf32>
+  %b = "fuel.const"() {dtype = "f32", name = "b", shape = [64]} : () -> tensor<64xf32>
+  %0 = "fuel.fused_linear"(%x, %wb, %b) : (tensor<2x?x64xf32>, tensor<2x64x64xf32>, tensor<64xf32>) -> tensor<2x?x64xf32>
+  return %0 : tensor<2x?x64xf32>
+}
+
+// -----
+
+// A MatMul over a constant weight becomes a packed FusedLinear with a zero
+// bias (its FMAs start from 0, as MatMul's do: the same bits).
+// CHECK-LABEL: func.func @matmul
+// CHECK:         %[[C:.*]] = "fuel.contiguize"
+// CHECK-NEXT:    %[[Z:.*]] = "fuel.const"() {dtype = "f32", name = "fuelc.zero_bias.64", shape = [64], value = dense<0.000000e+00> : tensor<64xf32>}
+// CHECK-NEXT:    "fuel.fused_linear"(%arg0, %[[C]], %[[Z]]) {b_panel = 16 : i64} : (tensor<?x64xf32>, tensor<4x64x16xf32>, tensor<64xf32>) -> tensor<?x64xf32>
+// CHECK-NOT:     fuel.mat_mul
+func.func @matmul(%x: tensor<?x64xf32>) -> tensor<?x64xf32> {
+  %w = "fuel.const"() {dtype = "f32", name = "w", shape = [64, 64]} : () -> tensor<64x64xf32>
+  %0 = "fuel.mat_mul"(%x, %w) : (tensor<?x64xf32>, tensor<64x64xf32>) -> tensor<?x64xf32>
+  return %0 : tensor<?x64xf32>
+}
+
+// -----
+
+// Left as they are: a weight that is an input (not a constant), N not a
+// multiple of the panel, fewer than 64 columns (on every target), f16 (the packed kernel takes f32
+// and f64), a batched weight.
+// CHECK-LABEL: func.func @kept
+// CHECK-NOT:     b_panel
+// CHECK-NOT:     fuel.permute
+// CHECK:         return
+// V4-LABEL:    func.func @kept
+// V4-NOT:        b_panel
+// V4:            return
+func.func @kept(%x: tensor<8x64xf32>, %win: tensor<64x96xf32>, %xh: tensor<8x64xf16>, %xb: tensor<2x8x64xf32>) -> (tensor<8x96xf32>, tensor<8x40xf32>, tensor<8x16xf32>, tensor<8x96xf16>, tensor<2x8x96xf32>) {
+  %b = "fuel.const"() {dtype = "f32", name = "b", shape = [96]} : () -> tensor<96xf32>
+  %0 = "fuel.fused_linear"(%x, %win, %b) : (tensor<8x64xf32>, tensor<64x96xf32>, tensor<96xf32>) -> tensor<8x96xf32>
+  %w40 = "fuel.const"() {dtype = "f32", name = "w40", shape = [64, 40]} : () -> tensor<64x40xf32>
+  %b40 = "fuel.const"() {dtype = "f32", name = "b40", shape = [40]} : () -> tensor<40xf32>
+  %1 = "fuel.fused_linear"(%x, %w40, %b40) : (tensor<8x64xf32>, tensor<64x40xf32>, tensor<40xf32>) -> tensor<8x40xf32>
+  %w16 = "fuel.const"() {dtype = "f32", name = "w16", shape = [64, 16]} : () -> tensor<64x16xf32>
+  %b16 = "fuel.const"() {dtype = "f32", name = "b16", shape = [16]} : () -> tensor<16xf32>
+  %2 = "fuel.fused_linear"(%x, %w16, %b16) : (tensor<8x64xf32>, tensor<64x16xf32>, tensor<16xf32>) -> tensor<8x16xf32>
+  %wh = "fuel.const"() {dtype = "f16", name = "wh", shape = [64, 96]} : () -> tensor<64x96xf16>
+  %bh = "fuel.const"() {dtype = "f16", name = "bh", shape = [96]} : () -> tensor<96xf16>
+  %3 = "fuel.fused_linear"(%xh, %wh, %bh) : (tensor<8x64xf16>, tensor<64x96xf16>, tensor<96xf16>) -> tensor<8x96xf16>
+  %wb = "fuel.const"() {dtype = "f32", name = "wb", shape = [2, 64, 96]} : () -> tensor<2x64x96xf32>
+  %4 = "fuel.fused_linear"(%xb, %wb, %b) : (tensor<2x8x64xf32>, tensor<2x64x96xf32>, tensor<96xf32>) -> tensor<2x8x96xf32>
+  return %0, %1, %2, %3, %4 : tensor<8x96xf32>, tensor<8x40xf32>, tensor<8x16xf32>, tensor<8x96xf16>, tensor<2x8x96xf32>
+}
