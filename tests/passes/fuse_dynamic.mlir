@@ -152,7 +152,7 @@ func.func @row_sums(%x: tensor<?x64xf32>, %y: tensor<4x?xf32>) -> (tensor<?xf32>
 // CONV-NOT:     fuel.relu
 // CONV-NEXT:    return %[[C]]
 func.func @conv_relu(%x: tensor<?x4x6x6xf32>, %w: tensor<8x4x3x3xf32>, %b: tensor<8xf32>) -> tensor<?x8x6x6xf32> {
-  %0 = "fuel.conv2d"(%x, %w, %b) {dilation = [1, 1], groups = 1 : i64, padding = [1, 1], stride = [1, 1]} : (tensor<?x4x6x6xf32>, tensor<8x4x3x3xf32>, tensor<8xf32>) -> tensor<?x8x6x6xf32>
+  %0 = "fuel.conv2d"(%x, %w, %b) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [1, 1], stride = [1, 1]} : (tensor<?x4x6x6xf32>, tensor<8x4x3x3xf32>, tensor<8xf32>) -> tensor<?x8x6x6xf32>
   %1 = "fuel.relu"(%0) : (tensor<?x8x6x6xf32>) -> tensor<?x8x6x6xf32>
   return %1 : tensor<?x8x6x6xf32>
 }
