@@ -213,3 +213,26 @@ def test_build_fuel_op_writes_the_segments_its_params_give():
                 func.ReturnOp([])
         assert list(ir.DenseI32ArrayAttr(op.attributes[SEGMENTS_ATTR])) == [1, 1, 0, 1]
         m.operation.verify()
+
+
+def test_conv2d_with_a_residual_round_trips_and_its_segments_must_match_its_params():
+    from compiler.registry.builders import conv2d
+    g = Graph()
+    x = g.input("x", (2, 4, 6, 6))
+    skip = g.input("skip", (2, 8, 6, 6))
+    w = g.constant(np.ones((8, 4, 3, 3), np.float32), name="w")
+    g.output(conv2d(x, w, padding=1, residual=skip), "y")   # no bias: slots x, w, residual
+    text = str(graph_to_module(g).module)
+    assert "operandSegmentSizes = array<i32: 1, 1, 0, 1>" in text and "residual = true" in text
+    again = parse_fuel_module(text)
+    assert str(again) == text
+    found = []
+    again.operation.walk(lambda op: (found.append(op_params(op)) if op.name == "fuel.conv2d"
+                                     else None) or ir.WalkResult.ADVANCE)
+    assert found[0]["residual"] is True
+    # the same operands read as a bias by the segments: refused, naming both
+    bad = text.replace("array<i32: 1, 1, 0, 1>", "array<i32: 1, 1, 1, 0>")
+    with pytest.raises(DialectError, match=r"operandSegmentSizes \[1, 1, 1, 0\] but its 3 "
+                                           r"operands under its params fill the slots "
+                                           r"\[1, 1, 0, 1\] \(x, w, bias, residual\)"):
+        parse_fuel_module(bad)

@@ -162,6 +162,28 @@ func.func @conv2d(%arg0: tensor<2x3x7x6xf32>, %arg1: tensor<4x3x3x2xf32>, %arg2:
 
 // -----
 
+// 6b. A residual conv (x, w, bias, skip) with a relu: the same im2col and
+// matmul, the bias, then the skip, then the clamp (the skip added before the
+// activation).
+// CHECK-LABEL: func.func @conv2d_residual(
+// CHECK-NOT:     "fuel.conv2d"
+// CHECK:       %[[MM:.*]] = "fuel.mat_mul"
+// CHECK-NEXT:  %[[Y:.*]] = "fuel.reshape"(%[[MM]]) {shape = [2, 4, 4, 5]}
+// CHECK-NEXT:  "fuel.reshape"(%arg2) {shape = [1, 4, 1, 1]}
+// CHECK-NEXT:  %[[BB:.*]] = "fuel.broadcast_to"
+// CHECK-NEXT:  %[[YB:.*]] = "fuel.add"(%[[Y]], %[[BB]])
+// CHECK-NEXT:  %[[YS:.*]] = "fuel.add"(%[[YB]], %arg3)
+// CHECK-NEXT:  %[[OUT:.*]] = "fuel.clamp"(%[[YS]]) {max = 0x7FF0000000000000 : f64, min = 0.000000e+00 : f64}
+// CHECK-NEXT:  return %[[OUT]]
+// GONE-LABEL: func.func @conv2d_residual(
+// GONE-NOT:     "fuel.conv2d"
+func.func @conv2d_residual(%arg0: tensor<2x3x7x6xf32>, %arg1: tensor<4x3x3x2xf32>, %arg2: tensor<4xf32>, %arg3: tensor<2x4x4x5xf32>) -> tensor<2x4x4x5xf32> {
+  %0 = "fuel.conv2d"(%arg0, %arg1, %arg2, %arg3) {clamp_min = 0.0 : f64, dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 1>, padding = [1, 0], residual = true, stride = [2, 1]} : (tensor<2x3x7x6xf32>, tensor<4x3x3x2xf32>, tensor<4xf32>, tensor<2x4x4x5xf32>) -> tensor<2x4x4x5xf32>
+  return %0 : tensor<2x4x4x5xf32>
+}
+
+// -----
+
 // 7. s * (g - sum(g * s)).
 // CHECK-LABEL: func.func @softmax_last_dim_backward(
 // CHECK-NOT:     "fuel.softmax_last_dim_backward"

@@ -215,3 +215,98 @@ func.func @silu_recipe(%x: tensor<1x4x6x6xf32>, %w: tensor<8x4x1x1xf32>) -> tens
   %0 = "fuel.conv2d"(%x, %w) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0, 0>, padding = [0, 0], silu = true, stride = [1, 1]} : (tensor<1x4x6x6xf32>, tensor<8x4x1x1xf32>) -> tensor<1x8x6x6xf32>
   return %0 : tensor<1x8x6x6xf32>
 }
+
+// -----
+
+// A residual: Add(conv, skip) of the conv's type, the conv's only user, folds
+// into its residual operand (the segments say which operand is which), and a
+// Relu after it into the clamp: ResNet's Relu(conv + bias + skip) is one conv.
+// The skip is computed after the conv: the new conv takes the add's place.
+// CHECK-LABEL: func.func @residual_relu
+// CHECK-NEXT:    %[[S:.*]] = "fuel.neg"(%arg0)
+// CHECK-NEXT:    %[[C:.*]] = "fuel.conv2d"(%arg0, %arg1, %arg2, %[[S]]) {clamp_min = 0.000000e+00 : f64, dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 1>, padding = [1, 1], residual = true, stride = [1, 1]}
+// CHECK-NOT:     fuel.add
+// CHECK-NEXT:    return %[[C]]
+// OFF-LABEL:   func.func @residual_relu
+// OFF:           "fuel.add"
+// OFF:           "fuel.relu"
+// NOKERNEL-LABEL: func.func @residual_relu
+// NOKERNEL:      "fuel.add"
+func.func @residual_relu(%x: tensor<2x8x6x6xf32>, %w: tensor<8x8x3x3xf32>, %b: tensor<8xf32>) -> tensor<2x8x6x6xf32> {
+  %0 = "fuel.conv2d"(%x, %w, %b) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [1, 1], stride = [1, 1]} : (tensor<2x8x6x6xf32>, tensor<8x8x3x3xf32>, tensor<8xf32>) -> tensor<2x8x6x6xf32>
+  %s = "fuel.neg"(%x) : (tensor<2x8x6x6xf32>) -> tensor<2x8x6x6xf32>
+  %1 = "fuel.add"(%s, %0) : (tensor<2x8x6x6xf32>, tensor<2x8x6x6xf32>) -> tensor<2x8x6x6xf32>
+  %2 = "fuel.relu"(%1) : (tensor<2x8x6x6xf32>) -> tensor<2x8x6x6xf32>
+  return %2 : tensor<2x8x6x6xf32>
+}
+
+// -----
+
+// MobileNetV2's projection: a linear pointwise conv without a bias, then the
+// skip: the lone optional operand is the residual (segments 1, 1, 0, 1).
+// CHECK-LABEL: func.func @residual_no_bias
+// CHECK-NEXT:    %[[C:.*]] = "fuel.conv2d"(%arg0, %arg1, %arg2) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0, 1>, padding = [0, 0], residual = true, stride = [1, 1]}
+// CHECK-NEXT:    return %[[C]]
+// DECOMP-LABEL: func.func @residual_no_bias
+// DECOMP-NOT:     "fuel.conv2d"
+// DECOMP:         %[[MM:.*]] = "fuel.mat_mul"
+// DECOMP:         %[[Y:.*]] = "fuel.reshape"(%[[MM]])
+// DECOMP-NEXT:    %[[A:.*]] = "fuel.add"(%[[Y]], %arg2)
+// DECOMP-NEXT:    return %[[A]]
+func.func @residual_no_bias(%x: tensor<2x16x8x8xf32>, %w: tensor<16x16x1x1xf32>, %skip: tensor<2x16x8x8xf32>) -> tensor<2x16x8x8xf32> {
+  %0 = "fuel.conv2d"(%x, %w) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0, 0>, padding = [0, 0], stride = [1, 1]} : (tensor<2x16x8x8xf32>, tensor<16x16x1x1xf32>) -> tensor<2x16x8x8xf32>
+  %1 = "fuel.add"(%0, %skip) : (tensor<2x16x8x8xf32>, tensor<2x16x8x8xf32>) -> tensor<2x16x8x8xf32>
+  return %1 : tensor<2x16x8x8xf32>
+}
+
+// -----
+
+// The conv's result is used twice: the add stays.
+// CHECK-LABEL: func.func @residual_shared
+// CHECK-NEXT:    %[[C:.*]] = "fuel.conv2d"(%arg0, %arg1) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0, 0>, padding = [1, 1], stride = [1, 1]}
+// CHECK-NEXT:    %[[A:.*]] = "fuel.add"(%[[C]], %arg2)
+// CHECK-NEXT:    return %[[A]], %[[C]]
+func.func @residual_shared(%x: tensor<1x4x6x6xf32>, %w: tensor<8x4x3x3xf32>, %skip: tensor<1x8x6x6xf32>) -> (tensor<1x8x6x6xf32>, tensor<1x8x6x6xf32>) {
+  %0 = "fuel.conv2d"(%x, %w) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0, 0>, padding = [1, 1], stride = [1, 1]} : (tensor<1x4x6x6xf32>, tensor<8x4x3x3xf32>) -> tensor<1x8x6x6xf32>
+  %1 = "fuel.add"(%0, %skip) : (tensor<1x8x6x6xf32>, tensor<1x8x6x6xf32>) -> tensor<1x8x6x6xf32>
+  return %1, %0 : tensor<1x8x6x6xf32>, tensor<1x8x6x6xf32>
+}
+
+// -----
+
+// The skip's type is not the conv's (a static batch against the conv's ?):
+// the add stays.
+// CHECK-LABEL: func.func @residual_other_shape
+// CHECK:         "fuel.add"
+func.func @residual_other_shape(%x: tensor<?x4x6x6xf32>, %w: tensor<8x4x3x3xf32>, %skip: tensor<2x8x6x6xf32>) -> tensor<2x8x6x6xf32> {
+  %0 = "fuel.conv2d"(%x, %w) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0, 0>, padding = [1, 1], stride = [1, 1]} : (tensor<?x4x6x6xf32>, tensor<8x4x3x3xf32>) -> tensor<?x8x6x6xf32>
+  %1 = "fuel.add"(%0, %skip) : (tensor<?x8x6x6xf32>, tensor<2x8x6x6xf32>) -> tensor<2x8x6x6xf32>
+  return %1 : tensor<2x8x6x6xf32>
+}
+
+// -----
+
+// A conv with an activation already: conv -> relu -> add is Relu then add, not
+// the residual's order (added before the activation): the Relu folds, the add stays.
+// CHECK-LABEL: func.func @residual_after_activation
+// CHECK-NEXT:    %[[C:.*]] = "fuel.conv2d"(%arg0, %arg1) {clamp_min = 0.000000e+00 : f64, dilation
+// CHECK-NEXT:    %[[A:.*]] = "fuel.add"(%[[C]], %arg2)
+// CHECK-NEXT:    return %[[A]]
+func.func @residual_after_activation(%x: tensor<1x4x6x6xf32>, %w: tensor<8x4x3x3xf32>, %skip: tensor<1x8x6x6xf32>) -> tensor<1x8x6x6xf32> {
+  %0 = "fuel.conv2d"(%x, %w) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0, 0>, padding = [1, 1], stride = [1, 1]} : (tensor<1x4x6x6xf32>, tensor<8x4x3x3xf32>) -> tensor<1x8x6x6xf32>
+  %1 = "fuel.relu"(%0) : (tensor<1x8x6x6xf32>) -> tensor<1x8x6x6xf32>
+  %2 = "fuel.add"(%1, %skip) : (tensor<1x8x6x6xf32>, tensor<1x8x6x6xf32>) -> tensor<1x8x6x6xf32>
+  return %2 : tensor<1x8x6x6xf32>
+}
+
+// -----
+
+// A conv the kernel does not serve (few output pixels: the recipe's matmul
+// over the batch): the add stays for the runtime fusion.
+// CHECK-LABEL: func.func @residual_few_pixels
+// CHECK:         "fuel.add"
+func.func @residual_few_pixels(%x: tensor<2x32x2x2xf32>, %w: tensor<32x32x3x3xf32>, %skip: tensor<2x32x2x2xf32>) -> tensor<2x32x2x2xf32> {
+  %0 = "fuel.conv2d"(%x, %w) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0, 0>, padding = [1, 1], stride = [1, 1]} : (tensor<2x32x2x2xf32>, tensor<32x32x3x3xf32>) -> tensor<2x32x2x2xf32>
+  %1 = "fuel.add"(%0, %skip) : (tensor<2x32x2x2xf32>, tensor<2x32x2x2xf32>) -> tensor<2x32x2x2xf32>
+  return %1 : tensor<2x32x2x2xf32>
+}
