@@ -396,6 +396,7 @@ class Conv2D(OpParams):
     clamp_max: Optional[float] = None
     silu: bool = False                  # or the output times its sigmoid
     gelu: bool = False                  # or its exact (erf) GELU
+    residual: bool = False              # a last operand, the skip, added before the epilogue
 
     def validate(self):
         if self.groups < 1 or min(self.stride) < 1 or min(self.dilation) < 1:

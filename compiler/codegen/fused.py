@@ -446,10 +446,19 @@ def _conv_group_tiles(params: dict, layouts, n_inputs: int, threads: int):
     fits every operand. Calls of fewer than ``MIN_ELEMENTS_TRANSCENDENTAL``
     outputs (groups > 1: each output costs Kh*Kw multiply-adds, not one op),
     or of fewer than ``MIN_CONV_MACS`` multiply-adds (groups = 1), run whole."""
+    from compiler.registry.ops.conv2d import split_operands
     g = params["groups"]
     x, w, out = layouts[0], layouts[1], layouts[n_inputs]
     if len(layouts) != n_inputs + 1:
         return None
+    skip = split_operands(range(n_inputs), params)[3]
+
+    def axes(image: bool, x_axis, w_axis):
+        """The cut axis of each operand: x, w and the bias as given, the skip
+        (the residual) and the output by images (0) or channels (1)."""
+        cut = 0 if image else 1
+        return [x_axis, w_axis] + [cut if i == skip else w_axis for i in range(2, n_inputs)] \
+            + [cut]
     if g == 1:
         # the direct convolution: by images when there are enough, else by
         # blocks of output channels (8: the register tile's rows); from
@@ -458,23 +467,19 @@ def _conv_group_tiles(params: dict, layouts, n_inputs: int, threads: int):
         if out.numel * math.prod(w.shape[1:]) < MIN_CONV_MACS:
             return None
         if x.shape[0] >= threads:
-            return parallel.split_layouts(list(layouts), [0] + [None] * (n_inputs - 1) + [0],
-                                          x.shape[0], threads)
-        return parallel.split_layouts(list(layouts), [None, 0] + [0] * (n_inputs - 2) + [1],
-                                      w.shape[0], threads, 8)
+            return parallel.split_layouts(list(layouts), axes(True, 0, None), x.shape[0], threads)
+        return parallel.split_layouts(list(layouts), axes(False, None, 0), w.shape[0], threads, 8)
     if g < 2 or out.numel < parallel.MIN_ELEMENTS_TRANSCENDENTAL:
         return None
     if x.shape[0] >= threads:
         # by images: every tile runs the kernel of the whole channel range,
         # whose batch is a run-time extent (a symbolic batch compiles no
         # kernel per tile size)
-        return parallel.split_layouts(list(layouts), [0] + [None] * (n_inputs - 1) + [0],
-                                      x.shape[0], threads)
+        return parallel.split_layouts(list(layouts), axes(True, 0, None), x.shape[0], threads)
     cpg, opg = x.shape[1] // g, w.shape[0] // g
     if cpg != opg:
         return None
-    axes = [1, 0] + [0] * (n_inputs - 2) + [1]
-    return parallel.split_layouts(list(layouts), axes, x.shape[1], threads, cpg)
+    return parallel.split_layouts(list(layouts), axes(False, 1, 0), x.shape[1], threads, cpg)
 
 
 def _pool_tiles(layouts, n_inputs: int, threads: int):

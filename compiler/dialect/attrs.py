@@ -106,14 +106,19 @@ def op_params(op: "ir.Operation", ops: Optional[dict] = None) -> dict:
     """A ``fuel.*`` operation's params as python values, keyed as in its
     OpDef / registry entry (attributes absent on the op take their default)."""
     op = getattr(op, "operation", op)
-    spec = lookup(op.name, ops)
+    return params_of_attributes(lookup(op.name, ops), op.attributes)
+
+
+def params_of_attributes(spec: DialectOp, attributes) -> dict:
+    """The params of ``spec`` that ``attributes`` (an op's attributes, or a
+    name -> attribute dict) spell; absent ones take their default."""
     out = {}
     for p in spec.attr_params:
-        if p.name in op.attributes:
+        if p.name in attributes:
             try:
-                out[p.name] = attr_to_param(p, op.attributes[p.name])
+                out[p.name] = attr_to_param(p, attributes[p.name])
             except (TypeError, ValueError) as e:
-                raise DialectError(f"{op.name}: attribute {p.name!r} is not a {p.kind}: {e}") from None
+                raise DialectError(f"{spec.op_name}: attribute {p.name!r} is not a {p.kind}: {e}") from None
         elif not p.required:
             out[p.name] = p.default
     return out

@@ -39,6 +39,8 @@ from compiler.mlir import MLIRError, ir, irdl
 
 DIALECT = "fuel"
 
+SEGMENTS_ATTR = "operandSegmentSizes"
+
 ATTR_BASE = {
     "i64": "#builtin.integer",
     "bool": "#builtin.integer",
@@ -71,6 +73,32 @@ class DialectOp:
     @property
     def attr_params(self) -> tuple[ParamSpec, ...]:
         return tuple(p for p in self.params if p.kind in ATTR_BASE)
+
+    @property
+    def one_optional(self) -> bool:
+        """Fixed operands then one optional one (no segment attribute)."""
+        return (self.arity == VARIADIC and self.min_arity is not None
+                and self.max_arity == self.min_arity + 1 and not self.segmented)
+
+    @property
+    def segmented(self) -> bool:
+        """Fixed operands then one ``optional`` group per slot, placed by
+        the entry's ``operand_slots`` and an ``operandSegmentSizes`` attribute."""
+        return (self.arity == VARIADIC and self.max_arity is not None
+                and getattr(self.source, "operand_slots", None) is not None)
+
+    def segment_sizes(self, n: int, params: dict) -> list[int]:
+        """The ``operandSegmentSizes`` of ``n`` operands under ``params``:
+        1 for each slot the entry's ``operand_slots(n, params)`` fills."""
+        slots = tuple(self.source.operand_slots(n, params))
+        fixed = tuple(range(self.min_arity))
+        if (len(slots) != n or slots[:self.min_arity] != fixed
+                or any(b <= a for a, b in zip(slots, slots[1:])) or slots[-1] >= self.max_arity):
+            raise DialectError(
+                f"{self.op_name}: {n} operands under params {params} fill slots {slots}; "
+                f"need {self.min_arity} fixed operands then increasing slots below "
+                f"{self.max_arity} ({self.name}'s operand_slots)")
+        return [int(i in slots) for i in range(self.max_arity)]
 
 
 def from_opdef(d: OpDef) -> DialectOp:
@@ -148,7 +176,13 @@ def lookup(mnemonic_or_opname: str, ops: Optional[dict[str, DialectOp]] = None) 
 
 def _operation_text(op: DialectOp) -> str:
     lines = [f"  irdl.operation @{op.mnemonic} {{"]
-    if op.arity == VARIADIC and op.min_arity is not None and op.max_arity == op.min_arity + 1:
+    if op.segmented:
+        # one optional group per slot, each with its own constraint
+        names = [f"x{i}" for i in range(op.max_arity)]
+        lines += [f'    %{n} = irdl.base "!builtin.tensor"' for n in names]
+        operands = ", ".join(f"{n}: %{n}" if i < op.min_arity else f"{n}: optional %{n}"
+                             for i, n in enumerate(names))
+    elif op.one_optional:
         # Fixed operands then ONE optional one (e.g. conv bias, attention ALiBi
         # slopes): each operand keeps its own type constraint, so q/k/v of
         # different shapes verify (a variadic group would force equal types).
@@ -189,9 +223,12 @@ def build_fuel_op(spec: DialectOp, operands: list, result_types: list, attribute
     """Create ``fuel.<spec>`` at the current insertion point. For a variadic
     op whose operands after the first differ in type, emit a left fold of
     ops with uniform tails; ``infer(operand_values) -> ir.Type`` gives the
-    intermediate result types (the last op gets ``result_types``)."""
-    optional_form = spec.min_arity is not None and spec.max_arity == spec.min_arity + 1
-    if spec.arity == VARIADIC and not optional_form and len({str(v.type) for v in operands[1:]}) > 1:
+    intermediate result types (the last op gets ``result_types``). A
+    segmented op gets its ``operandSegmentSizes`` from its params."""
+    if spec.segmented:
+        attributes = with_segments(spec, len(operands), attributes)
+    elif (spec.arity == VARIADIC and not spec.one_optional
+          and len({str(v.type) for v in operands[1:]}) > 1):
         if infer is None:
             raise DialectError(f"{spec.op_name}: operands of different types need a shape "
                                f"rule to fold them ({', '.join(str(v.type) for v in operands)})")
@@ -205,6 +242,15 @@ def build_fuel_op(spec: DialectOp, operands: list, result_types: list, attribute
         return op
     return ir.Operation.create(spec.op_name, results=result_types, operands=operands,
                                attributes=attributes)
+
+
+def with_segments(spec: DialectOp, n: int, attributes: dict) -> dict:
+    """``attributes`` (name -> ir.Attribute) with the ``operandSegmentSizes``
+    of ``n`` operands of the segmented op ``spec``, read from the params
+    those attributes spell (needs an active context)."""
+    from .attrs import params_of_attributes
+    sizes = spec.segment_sizes(n, params_of_attributes(spec, attributes))
+    return dict(attributes, **{SEGMENTS_ATTR: ir.DenseI32ArrayAttr.get(sizes)})
 
 
 def fuel_irdl_text(ops: Optional[Iterable] = None) -> str:

@@ -17,7 +17,7 @@ from compiler.graph.symbolic import SymbolicError
 from compiler.mlir import ir
 
 from .attrs import op_params
-from .definition import DIALECT, lookup
+from .definition import DIALECT, SEGMENTS_ATTR, lookup
 from .types import SymbolicDims, keep_extents, mlir_to_dtype
 
 
@@ -75,6 +75,16 @@ def op_type_error(op) -> str | None:
         return None  # a comparison the symbols cannot decide (a Slice bound on a ? axis)
     except FuelError as e:
         return f"operands ({_describe(ins)}) break the op's rule: {str(e).splitlines()[0]}"
+    if spec.segmented:
+        sizes = (list(ir.DenseI32ArrayAttr(op.attributes[SEGMENTS_ATTR]))
+                 if SEGMENTS_ATTR in op.attributes else None)
+        try:
+            want_sizes = spec.segment_sizes(len(ins), params)
+        except FuelError as e:
+            return str(e)
+        if sizes != want_sizes:
+            return (f"{SEGMENTS_ATTR} {sizes} but its {len(ins)} operands under its params "
+                    f"fill the slots {want_sizes} ({', '.join(spec.source.input_names)})")
     want = want if isinstance(want, (list, tuple)) else [want]
     for i, (w, got) in enumerate(zip(want, outs)):
         if w.dtype != got.dtype:

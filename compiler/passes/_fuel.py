@@ -280,9 +280,16 @@ def attributes_of(op) -> dict:
 
 def create(op_name: str, operands, result_types, attributes=None, loc=None):
     """Create ``op_name`` at the current insertion point (generic builder:
-    IRDL ops have no OpView classes)."""
+    IRDL ops have no OpView classes). A fuel op with several optional
+    operands gets the ``operandSegmentSizes`` its params give."""
+    attributes = dict(attributes or {})
+    if op_name.startswith("fuel."):
+        from compiler.dialect.definition import default_ops, with_segments
+        spec = default_ops().get(op_name.removeprefix("fuel."))  # None: a structural op
+        if spec is not None and spec.segmented:
+            attributes = with_segments(spec, len(operands), attributes)
     return ir.Operation.create(op_name, results=list(result_types), operands=list(operands),
-                               attributes=dict(attributes or {}), loc=loc)
+                               attributes=attributes, loc=loc)
 
 
 def with_element_type(t, dtype: DType):

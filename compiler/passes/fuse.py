@@ -24,11 +24,14 @@ and some candidate backend has a kernel for (OpKind, input dtypes + output
 dtype) in the binding table (``backend_supports``). ``remarks=true`` reports
 each match that is gated out.
 
-Epilogues (``epilogues=true``, the default): after the patterns, a ``Relu``
-or ``Clamp`` that is the only user of a ``Conv2D`` becomes that conv's
-``clamp_min`` / ``clamp_max`` params (``fold_conv_epilogues``), where the
-target still has a kernel for the conv with them, so the kernel writes the
-activated output in its own output pass.
+Epilogues (``epilogues=true``, the default): after the patterns, an
+``Add(conv, skip)`` that is the only user of a ``Conv2D`` without an
+activation becomes its ``residual`` operand (``fold_conv_residuals``), then
+a ``Relu`` or ``Clamp`` that is the only user of a ``Conv2D`` becomes that
+conv's ``clamp_min`` / ``clamp_max`` params (``fold_conv_epilogues``; so a
+ResNet block's ``Relu(conv + skip)`` is one conv), where the target still
+has a kernel for the conv with them, so the kernel writes the activated
+output in its own output pass.
 
 With ``runtime=true`` (the default), the runtime fusion of
 ``fuel-fuse-runtime`` (``compiler.passes.fuse_runtime``) runs after the
@@ -254,6 +257,7 @@ class Fuse(ModulePass):
         self._reported: set = set()
         self._worklist(module, by_root)
         if self.epilogues:
+            fold_conv_residuals(module, self._table, self._backends)
             fold_conv_epilogues(module, self._table, self._backends)
         if self.runtime:
             RuntimeFusion(self.name, self._table, self._backends, self.remarks).run(module)
@@ -460,6 +464,62 @@ def _conv_epilogue(conv):
     if not ((a == y and b == s) or (a == s and b == y)):
         return None
     return {"silu": True}, mul, [sig, conv]
+
+
+def _conv_residual(conv):
+    """``(add, skip)`` when the only user of ``conv``'s result is an ``Add`` of
+    it and a ``skip`` of the same type (no broadcast); else None. The conv
+    being the add's only path to its result, the skip cannot depend on it."""
+    y = conv.results[0]
+    users = [_op_of(u) for u in _fuel.users(y)]
+    if len(users) != 1 or _fuel.mnemonic(users[0]) != "add":
+        return None
+    add = users[0]
+    a, b = list(add.operands)
+    skip = b if a == y else a
+    if skip == y or skip.type != y.type or add.results[0].type != y.type:
+        return None
+    return add, skip
+
+
+def fold_conv_residuals(module, table, backends) -> int:
+    """Fold each ``Add(conv, skip)`` that is the only user of a ``Conv2D``
+    without an activation, ``skip`` of the conv's type, into the conv's
+    ``residual`` operand (``conv2d(x, w, [bias], skip)``: the skip is added
+    before any activation folded later), where some candidate backend has a
+    kernel for the conv with it. The new conv takes the add's place (the
+    skip may be computed after the conv). Returns how many were folded."""
+    from compiler.dialect import lookup, params_to_attributes
+    entry = _fuel.registry()["Conv2D"]
+    folded = 0
+    for conv in [o for o in _fuel.fuel_ops(module) if _fuel.mnemonic(o) == entry.mnemonic]:
+        params = _fuel.params(conv)
+        if params.get("clamp_min") is not None or params.get("clamp_max") is not None \
+                or params.get("silu") or params.get("gelu") or params.get("residual"):
+            continue
+        found = _conv_residual(conv)
+        if found is None:
+            continue
+        add, skip = found
+        params["residual"] = True
+        operands = list(conv.operands) + [skip]
+        dims = _fuel.SymbolicDims()  # a ``?`` batch: the kernel takes it at run time
+        try:
+            in_types = [_fuel.tensor_type(v, dims) for v in operands]
+            dts = [t.dtype for t in in_types] + [_fuel.dtype_of(conv.results[0])]
+            with dims.recording("fuel-fuse"):   # the skip's ? batch is the conv's (same type)
+                if not kernel_available(entry, params, in_types, dts, table, backends):
+                    continue
+        except Exception:  # a kernel predicate undecidable on symbolic extents
+            continue
+        with ir.InsertionPoint(add), add.location:
+            fused = _fuel.create(conv.name, operands, [add.results[0].type],
+                                 params_to_attributes(lookup(entry.mnemonic), params),
+                                 loc=add.location)
+        _fuel.replace_op(add, [fused.results[0]], dead=[conv])
+        _fuel.count("fuse.conv_residuals")
+        folded += 1
+    return folded
 
 
 def fold_conv_epilogues(module, table, backends) -> int:

@@ -90,13 +90,14 @@ def rope(x, cos, sin, interleaved: bool = False):
     return fused("Rope", x, cos, sin, interleaved=interleaved)
 
 
-def conv2d(x, w, bias=None, stride=1, padding=0, groups: int = 1, dilation=1):
+def conv2d(x, w, bias=None, stride=1, padding=0, groups: int = 1, dilation=1, residual=None):
     """Conv2D (NCHW x, FCHW w); ``stride``, ``padding``, ``dilation``: an int
-    or an (h, w) pair."""
+    or an (h, w) pair; ``residual``: a skip of the output's shape added to it."""
     OPNAME = "Conv2D"
-    return fused("Conv2D", x, w, bias, stride=_pair(stride, "stride", OPNAME),
+    return fused("Conv2D", x, w, bias, residual, stride=_pair(stride, "stride", OPNAME),
                  padding=_pair(padding, "padding", OPNAME), groups=groups,
-                 dilation=_pair(dilation, "dilation", OPNAME))
+                 dilation=_pair(dilation, "dilation", OPNAME),
+                 **({} if residual is None else {"residual": True}))
 
 
 def max_pool2d(x, kernel, stride=1, padding=0, dilation=1):

@@ -18,7 +18,8 @@ code used in the CSE key.
 Arity. ``arity`` is the tensor-operand count, or ``VARIADIC`` for the ops
 with optional trailing inputs (Conv2D bias, FlashAttn/PagedAttn alibi, the
 FlashAttnBackward alibi); ``min_arity``/``max_arity`` give the bounds and
-``infer`` enforces them.
+``infer`` enforces them. The optional operands are a prefix of the
+remaining ``input_names`` unless ``operand_slots`` says otherwise.
 """
 from __future__ import annotations
 
@@ -166,6 +167,11 @@ class FusedOpEntry:
     enums: dict = dataclasses.field(default_factory=dict, hash=False, compare=False)
     doc: str = ""
     is_runtime: bool = False
+    #: ``(n, params) -> slots``: which of ``input_names`` each of n operands
+    #: is, for ops whose optional operands are not a prefix (Conv2D's
+    #: (x, w, [bias], [residual])); the dialect then gives each optional
+    #: operand its own group and an ``operandSegmentSizes``. None: a prefix.
+    operand_slots: Optional[Callable[[int, dict], tuple]] = None
 
     def __post_init__(self):
         # infer/reference always see complete, checked params (defaults filled),

@@ -141,3 +141,98 @@ def test_op_params_reads_attributes_back_by_the_opdef():
 def test_every_supported_op_is_in_the_dialect_table():
     ops = default_ops()
     assert all(d.mnemonic in ops for d in OP_TABLE.values() if d.supported)
+
+
+class _TwoOptional:
+    """A fused-entry stand-in with two optional operands, (a, b, [c], [d]):
+    the ``late`` param says the lone optional operand is d, not c."""
+    name, mnemonic, arity, min_arity, num_outputs = "TwoOpt", "two_opt", -1, 2, 1
+    params = (ParamSpec("late", "bool", False),)
+    input_names = ("a", "b", "c", "d")
+    max_arity = 4
+
+    @staticmethod
+    def operand_slots(n, params):
+        return (0, 1, 3) if n == 3 and params.get("late") else tuple(range(n))
+
+
+def _two_opt_module(operands, types, late, segments):
+    attrs = f'late = {"true" if late else "false"}'
+    if segments is not None:
+        attrs += f", operandSegmentSizes = array<i32: {', '.join(map(str, segments))}>"
+    return (f"func.func @f(%a: tensor<4xf32>, %b: tensor<2x4xf32>, %c: tensor<8xf32>, "
+            f"%d: tensor<1x4xf32>) {{\n"
+            f'  %0 = "fuel.two_opt"({", ".join(operands)}) {{{attrs}}} : '
+            f"({', '.join(types)}) -> tensor<4xf32>\n  return\n}}")
+
+
+def test_two_optional_operands_get_their_own_groups_and_segment_sizes():
+    from compiler.dialect.definition import collect_ops
+    spec = collect_ops([_TwoOptional])["two_opt"]
+    assert spec.segmented and not spec.one_optional
+    text = fuel_irdl_text([_TwoOptional])
+    assert "irdl.operands(x0: %x0, x1: %x1, x2: optional %x2, x3: optional %x3)" in text
+    assert spec.segment_sizes(3, {"late": True}) == [1, 1, 0, 1]
+    assert spec.segment_sizes(3, {"late": False}) == [1, 1, 1, 0]
+    assert spec.segment_sizes(4, {"late": False}) == [1, 1, 1, 1]
+    with pytest.raises(DialectError, match="fuel.two_opt: 5 operands"):
+        spec.segment_sizes(5, {"late": False})
+    # operands of different types (c and d) each verify against their own slot
+    ctx = ir.Context()
+    load_fuel_dialect(ctx, [_TwoOptional])
+    with ctx, ir.Location.unknown():
+        for ops, tys, late, seg in [
+                (["%a", "%b", "%d"], ["tensor<4xf32>", "tensor<2x4xf32>", "tensor<1x4xf32>"],
+                 True, [1, 1, 0, 1]),
+                (["%a", "%b", "%c", "%d"], ["tensor<4xf32>", "tensor<2x4xf32>", "tensor<8xf32>",
+                                            "tensor<1x4xf32>"], False, [1, 1, 1, 1])]:
+            m = ir.Module.parse(_two_opt_module(ops, tys, late, seg))
+            m.operation.verify()
+            assert str(m) == str(ir.Module.parse(str(m)))  # prints and parses back
+        with pytest.raises(Exception, match="operandSegmentSizes"):
+            ir.Module.parse(_two_opt_module(["%a", "%b", "%d"], ["tensor<4xf32>", "tensor<2x4xf32>",
+                                                                 "tensor<1x4xf32>"], True, None))
+
+
+def test_build_fuel_op_writes_the_segments_its_params_give():
+    from compiler.dialect.attrs import params_to_attributes
+    from compiler.dialect.definition import SEGMENTS_ATTR, build_fuel_op, collect_ops
+    spec = collect_ops([_TwoOptional])["two_opt"]
+    ctx = ir.Context()
+    load_fuel_dialect(ctx, [_TwoOptional])
+    with ctx, ir.Location.unknown():
+        m = ir.Module.create()
+        f32 = ir.F32Type.get()
+        types = [ir.RankedTensorType.get(s, f32) for s in ([4], [2, 4], [1, 4])]
+        with ir.InsertionPoint(m.body):
+            from compiler.mlir import func
+            fn = func.FuncOp("f", ir.FunctionType.get(types, []))
+            with ir.InsertionPoint(fn.add_entry_block()):
+                attrs = params_to_attributes(spec, {"late": True})
+                op = build_fuel_op(spec, list(fn.arguments), [types[0]], attrs)
+                func.ReturnOp([])
+        assert list(ir.DenseI32ArrayAttr(op.attributes[SEGMENTS_ATTR])) == [1, 1, 0, 1]
+        m.operation.verify()
+
+
+def test_conv2d_with_a_residual_round_trips_and_its_segments_must_match_its_params():
+    from compiler.registry.builders import conv2d
+    g = Graph()
+    x = g.input("x", (2, 4, 6, 6))
+    skip = g.input("skip", (2, 8, 6, 6))
+    w = g.constant(np.ones((8, 4, 3, 3), np.float32), name="w")
+    g.output(conv2d(x, w, padding=1, residual=skip), "y")   # no bias: slots x, w, residual
+    text = str(graph_to_module(g).module)
+    assert "operandSegmentSizes = array<i32: 1, 1, 0, 1>" in text and "residual = true" in text
+    again = parse_fuel_module(text)
+    assert str(again) == text
+    found = []
+    again.operation.walk(lambda op: (found.append(op_params(op)) if op.name == "fuel.conv2d"
+                                     else None) or ir.WalkResult.ADVANCE)
+    assert found[0]["residual"] is True
+    # the same operands read as a bias by the segments: refused, naming both
+    bad = text.replace("array<i32: 1, 1, 0, 1>", "array<i32: 1, 1, 1, 0>")
+    with pytest.raises(DialectError, match=r"operandSegmentSizes \[1, 1, 1, 0\] but its 3 "
+                                           r"operands under its params fill the slots "
+                                           r"\[1, 1, 0, 1\] \(x, w, bias, residual\)"):
+        parse_fuel_module(bad)

@@ -507,7 +507,8 @@ def test_registration_facts():
         assert s.precision is precision and claim.bit_stable_on_same_hardware
         assert claim.max_ulp is None and claim.max_relative is None
     assert specs["FlashAttn"].keys(DType.F32) == [(DType.F32,) * 4, (DType.F32,) * 5]
-    assert specs["Conv2D"].keys(DType.F64) == [(DType.F64,) * 3, (DType.F64,) * 4]
+    assert specs["Conv2D"].keys(DType.F64) == [(DType.F64,) * 3, (DType.F64,) * 4,
+                                              (DType.F64,) * 5]   # + bias + residual
     assert specs["QMatMul"].keys(DType.F32) == [(DType.F32, DType.U32, DType.F32)]
 
 

@@ -156,7 +156,29 @@ func.func @rope(%arg0: tensor<3x4xf32>, %arg1: tensor<3x4xf32>, %arg2: tensor<3x
 // GONE-LABEL: func.func @conv2d(
 // GONE-NOT:     "fuel.conv2d"
 func.func @conv2d(%arg0: tensor<2x3x7x6xf32>, %arg1: tensor<4x3x3x2xf32>, %arg2: tensor<4xf32>) -> tensor<2x4x4x5xf32> {
-  %0 = "fuel.conv2d"(%arg0, %arg1, %arg2) {dilation = [1, 1], groups = 1 : i64, padding = [1, 0], stride = [2, 1]} : (tensor<2x3x7x6xf32>, tensor<4x3x3x2xf32>, tensor<4xf32>) -> tensor<2x4x4x5xf32>
+  %0 = "fuel.conv2d"(%arg0, %arg1, %arg2) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [1, 0], stride = [2, 1]} : (tensor<2x3x7x6xf32>, tensor<4x3x3x2xf32>, tensor<4xf32>) -> tensor<2x4x4x5xf32>
+  return %0 : tensor<2x4x4x5xf32>
+}
+
+// -----
+
+// 6b. A residual conv (x, w, bias, skip) with a relu: the same im2col and
+// matmul, the bias, then the skip, then the clamp (the skip added before the
+// activation).
+// CHECK-LABEL: func.func @conv2d_residual(
+// CHECK-NOT:     "fuel.conv2d"
+// CHECK:       %[[MM:.*]] = "fuel.mat_mul"
+// CHECK-NEXT:  %[[Y:.*]] = "fuel.reshape"(%[[MM]]) {shape = [2, 4, 4, 5]}
+// CHECK-NEXT:  "fuel.reshape"(%arg2) {shape = [1, 4, 1, 1]}
+// CHECK-NEXT:  %[[BB:.*]] = "fuel.broadcast_to"
+// CHECK-NEXT:  %[[YB:.*]] = "fuel.add"(%[[Y]], %[[BB]])
+// CHECK-NEXT:  %[[YS:.*]] = "fuel.add"(%[[YB]], %arg3)
+// CHECK-NEXT:  %[[OUT:.*]] = "fuel.clamp"(%[[YS]]) {max = 0x7FF0000000000000 : f64, min = 0.000000e+00 : f64}
+// CHECK-NEXT:  return %[[OUT]]
+// GONE-LABEL: func.func @conv2d_residual(
+// GONE-NOT:     "fuel.conv2d"
+func.func @conv2d_residual(%arg0: tensor<2x3x7x6xf32>, %arg1: tensor<4x3x3x2xf32>, %arg2: tensor<4xf32>, %arg3: tensor<2x4x4x5xf32>) -> tensor<2x4x4x5xf32> {
+  %0 = "fuel.conv2d"(%arg0, %arg1, %arg2, %arg3) {clamp_min = 0.0 : f64, dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 1>, padding = [1, 0], residual = true, stride = [2, 1]} : (tensor<2x3x7x6xf32>, tensor<4x3x3x2xf32>, tensor<4xf32>, tensor<2x4x4x5xf32>) -> tensor<2x4x4x5xf32>
   return %0 : tensor<2x4x4x5xf32>
 }
 
@@ -667,7 +689,7 @@ func.func @qmatmul_k_quant(%a: tensor<3x256xf32>, %w: tensor<105xui32>) -> tenso
 // GONE:        "fuel.conv_transpose2d"
 func.func @conv2d_huge_plane(%x: tensor<1x4x4096x4096xf32>, %w: tensor<4x2x1x1xf32>) -> tensor<1x4x4096x4096xf32> {
   // expected-warning@+1 {{decompose declined: padded plane 4096x4096 too large for exact F32 index math}}
-  %0 = "fuel.conv2d"(%x, %w) {dilation = [1, 1], groups = 2 : i64, padding = [0, 0], stride = [1, 1]} : (tensor<1x4x4096x4096xf32>, tensor<4x2x1x1xf32>) -> tensor<1x4x4096x4096xf32>
+  %0 = "fuel.conv2d"(%x, %w) {dilation = [1, 1], groups = 2 : i64, operandSegmentSizes = array<i32: 1, 1, 0, 0>, padding = [0, 0], stride = [1, 1]} : (tensor<1x4x4096x4096xf32>, tensor<4x2x1x1xf32>) -> tensor<1x4x4096x4096xf32>
   return %0 : tensor<1x4x4096x4096xf32>
 }
 func.func @conv_transpose2d_huge_plane(%x: tensor<1x1x4096x4096xf32>, %w: tensor<1x1x1x1xf32>) -> tensor<1x1x4096x4096xf32> {

@@ -45,7 +45,7 @@ func.func @dynamic_rows(%x: tensor<4x?xf32>) -> tensor<4x?xf32> {
 // CHECK-NEXT:    "fuel.conv2d"(%arg0, %arg1, %arg2)
 func.func @dynamic_conv(%x: tensor<?x4x6x6xf32>, %w: tensor<8x4x3x3xf32>, %b: tensor<8xf32>) -> tensor<?x8x6x6xf32> {
   // expected-warning@+1 {{decompose declined: recipe rejected: BadAttrs: Reshape.shape: (d0, 8, 6, 6) is not a value of kind i64s}}
-  %0 = "fuel.conv2d"(%x, %w, %b) {dilation = [1, 1], groups = 1 : i64, padding = [1, 1], stride = [1, 1]} : (tensor<?x4x6x6xf32>, tensor<8x4x3x3xf32>, tensor<8xf32>) -> tensor<?x8x6x6xf32>
+  %0 = "fuel.conv2d"(%x, %w, %b) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [1, 1], stride = [1, 1]} : (tensor<?x4x6x6xf32>, tensor<8x4x3x3xf32>, tensor<8xf32>) -> tensor<?x8x6x6xf32>
   return %0 : tensor<?x8x6x6xf32>
 }
 

@@ -152,7 +152,19 @@ func.func @row_sums(%x: tensor<?x64xf32>, %y: tensor<4x?xf32>) -> (tensor<?xf32>
 // CONV-NOT:     fuel.relu
 // CONV-NEXT:    return %[[C]]
 func.func @conv_relu(%x: tensor<?x4x6x6xf32>, %w: tensor<8x4x3x3xf32>, %b: tensor<8xf32>) -> tensor<?x8x6x6xf32> {
-  %0 = "fuel.conv2d"(%x, %w, %b) {dilation = [1, 1], groups = 1 : i64, padding = [1, 1], stride = [1, 1]} : (tensor<?x4x6x6xf32>, tensor<8x4x3x3xf32>, tensor<8xf32>) -> tensor<?x8x6x6xf32>
+  %0 = "fuel.conv2d"(%x, %w, %b) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [1, 1], stride = [1, 1]} : (tensor<?x4x6x6xf32>, tensor<8x4x3x3xf32>, tensor<8xf32>) -> tensor<?x8x6x6xf32>
   %1 = "fuel.relu"(%0) : (tensor<?x8x6x6xf32>) -> tensor<?x8x6x6xf32>
   return %1 : tensor<?x8x6x6xf32>
+}
+
+// -----
+
+// A skip of the conv's ? type folds into its residual (the ? batches are one).
+// CONV-LABEL: func.func @conv_residual
+// CONV-NEXT:    %[[C:.*]] = "fuel.conv2d"(%arg0, %arg1, %arg2) {{{.*}}operandSegmentSizes = array<i32: 1, 1, 0, 1>, padding = [0, 0], residual = true{{.*}}} : (tensor<?x16x6x6xf32>, tensor<16x16x1x1xf32>, tensor<?x16x6x6xf32>) -> tensor<?x16x6x6xf32>
+// CONV-NEXT:    return %[[C]]
+func.func @conv_residual(%x: tensor<?x16x6x6xf32>, %w: tensor<16x16x1x1xf32>, %skip: tensor<?x16x6x6xf32>) -> tensor<?x16x6x6xf32> {
+  %0 = "fuel.conv2d"(%x, %w) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0, 0>, padding = [0, 0], stride = [1, 1]} : (tensor<?x16x6x6xf32>, tensor<16x16x1x1xf32>) -> tensor<?x16x6x6xf32>
+  %1 = "fuel.add"(%0, %skip) : (tensor<?x16x6x6xf32>, tensor<?x16x6x6xf32>) -> tensor<?x16x6x6xf32>
+  return %1 : tensor<?x16x6x6xf32>
 }

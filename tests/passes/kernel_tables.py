@@ -70,11 +70,13 @@ def fused_f32() -> KernelBindingTable:
 
 @functools.cache
 def conv_f32() -> KernelBindingTable:
-    """primitives_f32 plus the f32 Conv2D kernel (with and without bias)."""
+    """primitives_f32 plus the f32 Conv2D kernel (with and without bias and
+    residual)."""
     t = KernelBindingTable()
     _primitives(t)
     t.register(OpKind.Conv2D, [F32] * 3, "cpu", _kernel)
     t.register(OpKind.Conv2D, [F32] * 4, "cpu", _kernel)
+    t.register(OpKind.Conv2D, [F32] * 5, "cpu", _kernel)
     return t.freeze()
 
 

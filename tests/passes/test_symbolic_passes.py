@@ -41,7 +41,7 @@ func.func @f(%x: tensor<{D}x64xf32>, %y: tensor<64x{D}xbf16>, %w: tensor<64x64xf
 }}'''
 _CONV_RELU = '''
 func.func @f(%x: tensor<{D}x4x6x6xf32>, %w: tensor<8x4x3x3xf32>, %b: tensor<8xf32>) -> tensor<{D}x8x6x6xf32> {{
-  %0 = "fuel.conv2d"(%x, %w, %b) {{dilation = [1, 1], groups = 1 : i64, padding = [1, 1], stride = [1, 1]}} : (tensor<{D}x4x6x6xf32>, tensor<8x4x3x3xf32>, tensor<8xf32>) -> tensor<{D}x8x6x6xf32>
+  %0 = "fuel.conv2d"(%x, %w, %b) {{dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [1, 1], stride = [1, 1]}} : (tensor<{D}x4x6x6xf32>, tensor<8x4x3x3xf32>, tensor<8xf32>) -> tensor<{D}x8x6x6xf32>
   %1 = "fuel.relu"(%0) : (tensor<{D}x8x6x6xf32>) -> tensor<{D}x8x6x6xf32>
   return %1 : tensor<{D}x8x6x6xf32>
 }}'''

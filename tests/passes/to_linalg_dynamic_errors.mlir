@@ -20,7 +20,7 @@ func.func @broadcast_new_axis(%x: tensor<?xf32>) -> tensor<?x?xf32> {
 // A grouped (not depthwise) conv has no kernel with a run-time batch.
 // CHECK: error: fuel-to-linalg: Conv2D tensor<?x4x6x6xf32> (groups=2, stride (1, 1), dilation (1, 1)): a run-time batch needs the cpu direct kernel (batch_dims); compile it for a static batch
 func.func @grouped_conv(%x: tensor<?x4x6x6xf32>, %w: tensor<4x2x3x3xf32>) -> tensor<?x4x4x4xf32> {
-  %0 = "fuel.conv2d"(%x, %w) {dilation = [1, 1], groups = 2 : i64, padding = [0, 0], stride = [1, 1]} : (tensor<?x4x6x6xf32>, tensor<4x2x3x3xf32>) -> tensor<?x4x4x4xf32>
+  %0 = "fuel.conv2d"(%x, %w) {dilation = [1, 1], groups = 2 : i64, operandSegmentSizes = array<i32: 1, 1, 0, 0>, padding = [0, 0], stride = [1, 1]} : (tensor<?x4x6x6xf32>, tensor<4x2x3x3xf32>) -> tensor<?x4x4x4xf32>
   return %0 : tensor<?x4x4x4xf32>
 }
 
@@ -29,6 +29,6 @@ func.func @grouped_conv(%x: tensor<?x4x6x6xf32>, %w: tensor<4x2x3x3xf32>) -> ten
 // A ? spatial size: the direct conv kernels are specialised on it.
 // CHECK: error: fuel-to-linalg: Conv2D is lowered with static shapes but for x's batch, got tensor<1x4x?x?xf32>
 func.func @spatial_conv(%x: tensor<1x4x?x?xf32>, %w: tensor<8x4x3x3xf32>) -> tensor<1x8x?x?xf32> {
-  %0 = "fuel.conv2d"(%x, %w) {dilation = [1, 1], groups = 1 : i64, padding = [1, 1], stride = [1, 1]} : (tensor<1x4x?x?xf32>, tensor<8x4x3x3xf32>) -> tensor<1x8x?x?xf32>
+  %0 = "fuel.conv2d"(%x, %w) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0, 0>, padding = [1, 1], stride = [1, 1]} : (tensor<1x4x?x?xf32>, tensor<8x4x3x3xf32>) -> tensor<1x8x?x?xf32>
   return %0 : tensor<1x8x?x?xf32>
 }

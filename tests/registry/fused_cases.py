@@ -78,7 +78,12 @@ def cases():
                     {"stride": (1, 2), "padding": (1, 1), "groups": 2}),
                    ([f(1, 2, 9, 8), f(4, 1, 3, 2), f(4)],
                     {"stride": (2, 1), "padding": (1, 0), "groups": 2, "dilation": (3, 2)}),
-                   ([f(1, 3, 6, 5), f(4, 3, 3, 3), f(4)], {"padding": (1, 1), "gelu": True})],
+                   ([f(1, 3, 6, 5), f(4, 3, 3, 3), f(4)], {"padding": (1, 1), "gelu": True}),
+                   # the residual: with a bias and a relu after it (ResNet), without a bias
+                   ([f(2, 3, 6, 5), f(4, 3, 3, 3), f(4), f(2, 4, 6, 5)],
+                    {"padding": (1, 1), "residual": True, "clamp_min": 0.0}),
+                   ([f(1, 4, 5, 5), f(4, 1, 3, 3), f(1, 4, 3, 3)],
+                    {"stride": (2, 2), "padding": (1, 1), "groups": 4, "residual": True})],
         "MaxPool2D": [([f(1, 2, 5, 5)], {"kernel": (3, 3), "stride": (2, 2),
                                          "padding": (1, 1, 1, 1)}),
                       ([f(2, 3, 7, 6)], {"kernel": (2, 3), "stride": (1, 2),

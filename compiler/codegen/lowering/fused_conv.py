@@ -1,8 +1,8 @@
 """Conv2D (fused id 6) as one kernel: 2-D cross-correlation, NCHW / FCHW.
 
-Inputs x ``[N,Cin,H,W]``, w ``[Cout,Cin/g,Kh,Kw]``, optional bias ``[Cout]``.
-Params ``stride`` (sh, sw), ``padding`` (ph, pw), ``groups``, ``dilation``
-(dh, dw).
+Inputs x ``[N,Cin,H,W]``, w ``[Cout,Cin/g,Kh,Kw]``, optional bias ``[Cout]``,
+with ``residual`` the skip ``[N,Cout,Ho,Wo]``. Params ``stride`` (sh, sw),
+``padding`` (ph, pw), ``groups``, ``dilation`` (dh, dw).
 
 * zero padding: ``linalg.fill`` + ``tensor.insert_slice`` of x;
 * groups = 1 with f32/f64: the named ``linalg.conv_2d_nchw_fchw`` (strides,
@@ -10,16 +10,17 @@ Params ``stride`` (sh, sw), ``padding`` (ph, pw), ``groups``, ``dilation``
 * otherwise (groups > 1, or f16/bf16 accumulated in f32): one
   ``linalg.generic`` over the grouped views x ``[N,G,Cin/g,Hp,Wp]``,
   w ``[G,Cout/g,Cin/g,Kh,Kw]``, loops (n, g, o, oh, ow | c, kh, kw);
-* bias add, the epilogue (``clamp_min`` / ``clamp_max``, ``silu`` or ``gelu``) and the
-  rounding to the storage dtype in one elementwise generic (on cpu's direct
-  path: in the crop that copies the accumulator out).
+* bias add, the skip's add, the epilogue (``clamp_min`` / ``clamp_max``,
+  ``silu`` or ``gelu``) and the rounding to the storage dtype in one
+  elementwise generic (on cpu's direct path: in the crop that copies the
+  accumulator out; on the pointwise and stem paths: in the register tiles).
 
 Accumulation runs over (c, kh, kw) in order, in f32 (f64 for f64 inputs).
 """
 from __future__ import annotations
 
 from compiler.errors import LoweringError
-from compiler.mlir import arith, ir, linalg, tensor
+from compiler.mlir import arith, ir, linalg, math, tensor
 
 from .core import (PARALLEL, REDUCTION, Lowering, Scalar, affine_map, dims, empty, expand,
                    fill, collapse, from_compute, generic, identity_map, index, insert_at, lowers,
@@ -37,17 +38,19 @@ def _pair(v, what) -> tuple[int, int]:
 
 @lowers("Conv2D")
 def _conv2d(lw: Lowering, cpu: bool = False):
+    from compiler.registry.ops.conv2d import split_operands
     ops = lw.operands
-    if len(ops) not in (2, 3):
-        raise LoweringError(f"Conv2D takes 2 or 3 operands (x, w, [bias]), got {len(ops)}")
-    x, w = ops[0], ops[1]
-    bias = ops[2] if len(ops) == 3 else None
+    res = bool(lw.params.get("residual"))
+    if len(ops) not in (2 + res, 3 + res):
+        raise LoweringError(f"Conv2D takes {2 + res} or {3 + res} operands (x, w, [bias]"
+                            f"{', residual' if res else ''}), got {len(ops)}")
+    x, w, bias, skip = split_operands(ops, lw.params)
     # only the batch may be a run-time extent (``batch_dims``), and only the
     # direct kernel, whose images are an ``scf.for``, takes it
     batch = rtt(x).is_dynamic_dim(0) if rtt(x).rank == 4 else False
     for v in ops:
         t = rtt(v)
-        if any(t.is_dynamic_dim(i) for i in range(int(batch and v is x), t.rank)):
+        if any(t.is_dynamic_dim(i) for i in range(int(batch and (v is x or v is skip)), t.rank)):
             raise LoweringError(f"Conv2D is lowered with static shapes but for x's batch, "
                                 f"got {v.type}")
     n, cin, h, wd = rtt(x).shape
@@ -71,15 +74,15 @@ def _conv2d(lw: Lowering, cpu: bool = False):
     act = _activation(s, lw.params)
     dwise = g == cin == cout
     if cpu and s.ty == elt and pointwise(g, (sh, sw), (kh, kw), (ph, pw)) and (
-            bias is not None or act is not None):
-        return _pointwise(x, w, bias, s, elt, act)
+            bias is not None or act is not None or skip is not None):
+        return _pointwise(x, w, bias, s, elt, act, skip)
     if cpu and s.ty == elt and stem(g, cin, (sh, sw), (kh, kw), (dh, dw)):
         return _stem(x, w, bias, s, elt, (n, cin, h, wd), (cout, kh, kw), (ph, pw), (sh, sw),
-                     (ho, wo), act)
+                     (ho, wo), act, skip)
     if cpu and s.ty == elt and (direct(g, (sh, sw), (kh, kw), (ph, pw), (dh, dw))
                                 or dwise and direct_depthwise((sh, sw), (dh, dw))):
         return _direct(x, w, bias, s, elt, (n, cin, h, wd), (cout, kh, kw), (ph, pw), (dh, dw),
-                       (sh, sw), (ho, wo), depthwise=dwise, act=act)
+                       (sh, sw), (ho, wo), depthwise=dwise, act=act, skip=skip)
     if batch:
         raise LoweringError(
             f"Conv2D {x.type} (groups={g}, stride {(sh, sw)}, dilation {(dh, dw)}): a run-time "
@@ -111,21 +114,10 @@ def _conv2d(lw: Lowering, cpu: bool = False):
             [PARALLEL] * 4 + [REDUCTION] * 3 + [PARALLEL],
             lambda a, b, c: s.add(c, s.mul(to_compute(a, s), to_compute(b, s))))[0]
         y = collapse(acc, [[0], [1, 2], [3], [4]])
-    if bias is None and act is None and rtt(y).element_type == elt:
+    if bias is None and act is None and skip is None and rtt(y).element_type == elt:
         return y
-    ins, maps = [y], [identity_map(4)]
-    if bias is not None:
-        ins.append(bias)
-        maps.append(affine_map(4, [1]))
-
-    def finish(v, *rest):
-        v = to_compute(v, s)
-        if bias is not None:
-            v = s.add(v, to_compute(rest[0], s))
-        return from_compute(v if act is None else act(v), elt)
-
-    return generic(ins, [empty(out_shape, elt)], maps + [identity_map(4)], [PARALLEL] * 4,
-                   finish)[0]
+    return _epilogue(y, bias, s, act, empty(out_shape, elt), None, skip,
+                     lambda v: to_compute(v, s), lambda v: from_compute(v, elt))
 
 
 @lowers("Conv2D", platform="cpu")
@@ -138,11 +130,10 @@ def _conv2d_cpu(lw: Lowering):
 def _activation(s, params):
     """The epilogue as a function of one computed value (None: none): the
     clamp, with the ``Clamp`` primitive's semantics (``minimumf`` /
-    ``maximumf``: a NaN stays NaN), silu, as the recipe's ``Mul(y,
-    Sigmoid(y))`` computes it, or gelu, as ``GeluErf`` does."""
+    ``maximumf``: a NaN stays NaN), silu (``_silu``: within 4 ulp of the
+    recipe's ``Mul(y, Sigmoid(y))``), or gelu, as ``GeluErf`` does."""
     if params.get("silu"):
-        from .elementwise import _sigmoid
-        return lambda v: s.mul(v, _sigmoid(s, v))
+        return lambda v: _silu(s, v)
     if params.get("gelu"):
         from .elementwise import _gelu_erf
         return lambda v: _gelu_erf(s, v)
@@ -157,6 +148,53 @@ def _activation(s, params):
     return act
 
 
+#: SiLU (``_silu``): exp(-v) for v in [-88, 88] as 2^-k * e^-r, k = round(v
+#: log2 e) (by the 1.5 * 2^23 shifter, whose bits hold k), r = v - k ln2 (ln2
+#: in two parts, |r| <= ln2/2), e^-r by a degree-5 polynomial whose r^2..r^5
+#: coefficients were fitted here to the relative error of e^r on |r| <= ln2/2
+#: (Lawson's iteration; 1.1e-7 with f32 coefficients).
+_LOG2E, _LN2_HI, _LN2_LO = 1.4426950408889634, 0.693359375, -2.12194440e-4
+_SHIFTER, _SHIFTER_BITS = 12582912.0, 0x4B400000
+_EXP5 = (0.4999924302101135, 0.16667111217975616, 0.04188902676105499, 0.008312862366437912)
+_SILU_LIMIT = 88.0
+
+
+def _silu(s, v):
+    """``v * sigmoid(v)`` for the conv epilogue. f32 (and f16/bf16, computed
+    in f32): ``v * (1 / (1 + exp(-v)))`` with a cheaper exp than the general
+    one: v clamped to [-88, 88] first, where 2^-k is one exponent field (no
+    overflow or denormal scaling) and 1 + exp(-v) is finite, so the division
+    is marked ``arcp``/``ninf`` and LLVM computes it as a reciprocal estimate
+    and one Newton step (AVX-512 ``vrcp14ps``, AVX2 ``vrcpps``) instead of a
+    ``vdivps``: about 20 vector ops per vector instead of 30, within 4 ulp
+    (3 on AVX2; ``tests/codegen/test_conv_epilogue.py``). Below v = -88 the sigmoid is 0
+    (true silu there is below 6.1e-37 in magnitude; the recipe's exp overflows
+    from -88.7), so -inf gives NaN as ``Mul(y, Sigmoid(y))`` does; NaN stays
+    NaN (ordered compares), +inf gives +inf. f64: the recipe's formula."""
+    if not isinstance(s.ty, ir.F32Type):
+        from .elementwise import _sigmoid
+        return s.mul(v, _sigmoid(s, v))
+    c = s.const
+    i32 = ir.IntegerType.get_signless(32)
+    low = s.cmp("lt", v, c(-_SILU_LIMIT))
+    vc = arith.select(low, c(-_SILU_LIMIT), v)
+    vc = arith.select(s.cmp("gt", vc, c(_SILU_LIMIT)), c(_SILU_LIMIT), vc)
+    t = math.fma(vc, c(_LOG2E), c(_SHIFTER))                     # k in t's low bits
+    k = arith.subf(t, c(_SHIFTER))
+    r = math.fma(arith.negf(k), c(_LN2_HI), vc)
+    r = math.fma(arith.negf(k), c(_LN2_LO), r)                    # v = k ln2 + r
+    q = c(-_EXP5[3])                                              # e^-r: odd terms negated
+    for i, cf in enumerate(reversed(_EXP5[:3])):
+        q = math.fma(q, r, c(-cf if i % 2 else cf))
+    q = math.fma(q, arith.mulf(r, r), arith.negf(r))              # e^-r - 1
+    two = arith.bitcast(s.ty, arith.shli(                         # 2^-k: bits (127 - k) << 23
+        arith.subi(arith.constant(i32, _SHIFTER_BITS + 127), arith.bitcast(i32, t)),
+        arith.constant(i32, 23)))
+    d = s.add(c(1.0), math.fma(q, two, two))                      # 1 + e^-v, finite
+    recip = arith.DivFOp(c(1.0), d, fastmath=ir.Attribute.parse("#arith.fastmath<ninf,arcp>"))
+    return s.mul(v, arith.select(low, c(0.0), recip.result))
+
+
 def pointwise(groups: int, stride, kernel, padding) -> bool:
     """Whether this Conv2D is a pointwise one (1x1, stride 1, unpadded,
     groups 1): on cpu a matmul with its bias and clamp in the register tiles
@@ -165,7 +203,7 @@ def pointwise(groups: int, stride, kernel, padding) -> bool:
             and tuple(padding) == (0, 0))
 
 
-def _pointwise(x, w, bias, s, elt, act):
+def _pointwise(x, w, bias, s, elt, act, skip=None):
     """``out[n] = act(w @ x[n] + bias)`` for each image: x ``[N,Cin,H*W]``,
     w ``[Cout,Cin]``. The contraction (``CONTRACT_ATTR``) starts from zeros,
     and the element-wise generic after it (``EPILOGUE_ATTR``: the bias add,
@@ -185,27 +223,36 @@ def _pointwise(x, w, bias, s, elt, act):
                   [affine_map(4, [1, 3]), affine_map(4, [0, 3, 2]), affine_map(4, [0, 1, 2])],
                   [PARALLEL] * 3 + [REDUCTION], lambda a, b, c: s.add(c, s.mul(a, b)))[0]
     acc.owner.attributes[CONTRACT_ATTR] = ir.UnitAttr.get()
-    y = _epilogue(acc, bias, s, act, empty(shape, elt), EPILOGUE_ATTR)
+    if skip is not None:
+        skip = collapse(skip, [[0], [1], [2, 3]])
+    y = _epilogue(acc, bias, s, act, empty(shape, elt), EPILOGUE_ATTR, skip)
     return expand(y, [n, cout, h, wd], [[0], [1], [2, 3]])
 
 
-def _epilogue(acc, bias, s, act, init, mark):
-    """``act(acc + bias)`` (the bias along axis 1; either may be None) into
-    ``init``: the element-wise generic after a contraction, marked ``mark``
-    for the strategy that fuses them (``_pointwise``, ``_stem``)."""
-    r = rtt(acc).rank
-    ins, maps = [acc], [identity_map(r)]
-    if bias is not None:
-        ins.append(bias)
-        maps.append(affine_map(r, [1]))
+def _epilogue(acc, bias, s, act, init, mark, skip=None, widen=None, narrow=None,
+              acc_map=None):
+    """``act(acc + bias + skip)`` (the bias along axis 1, the skip of the
+    output's shape; any may be None) into ``init``: the element-wise generic
+    after a contraction, marked ``mark`` for the strategy that fuses them
+    (``_pointwise``, ``_stem``; the direct kernel's crop reads ``acc``
+    through ``acc_map``). ``widen`` / ``narrow``: to and from the compute
+    type (f16/bf16 on the generic path)."""
+    r = rtt(init).rank
+    ins = [acc] + [v for v in (bias, skip) if v is not None]
+    maps = [acc_map or identity_map(r)] + [affine_map(r, [1])] * (bias is not None) \
+        + [identity_map(r)] * (skip is not None)
+    widen = widen or (lambda v: v)
 
     def finish(v, *rest):
-        if bias is not None:
-            v = s.add(v, rest[0])
-        return v if act is None else act(v)
+        v, rest = widen(v), [widen(u) for u in rest[:-1]]
+        for u in rest:   # the bias, then the skip: the recipe's order
+            v = s.add(v, u)
+        v = v if act is None else act(v)
+        return v if narrow is None else narrow(v)
 
     y = generic(ins, [init], maps + [identity_map(r)], [PARALLEL] * r, finish)[0]
-    y.owner.attributes[mark] = ir.UnitAttr.get()
+    if mark is not None:
+        y.owner.attributes[mark] = ir.UnitAttr.get()
     return y
 
 
@@ -266,7 +313,7 @@ def batch_dims(types, params) -> tuple | None:
     specialised on the channels, the spatial size and the weights) or as a
     pointwise matmul (the images its outermost parallel loop); None (static)
     for the other classes."""
-    from compiler.registry.ops.conv2d import is_depthwise
+    from compiler.registry.ops.conv2d import is_depthwise, split_operands
     x, w = types[0].shape, types[1].shape
     if len(x) != 4:
         return None
@@ -276,7 +323,10 @@ def batch_dims(types, params) -> tuple | None:
             or is_depthwise(types, params) and direct_depthwise(stride, dil)
             or pointwise(g, stride, w[2:], params["padding"])):
         return None
-    return ((True, False, False, False),) + tuple((False,) * len(t.shape) for t in types[1:]) \
+    # x, the skip (the residual) and the output have the batch
+    skip = split_operands(range(len(types)), params)[3]
+    return ((True, False, False, False),) + tuple(
+        (i == skip,) + (False,) * (len(t.shape) - 1) for i, t in enumerate(types[1:], 1)) \
         + ((True, False, False, False),)
 
 
@@ -289,7 +339,7 @@ def direct_depthwise(stride, dilation=(1, 1)) -> bool:
 
 
 def _direct(x, w, bias, s, elt, xshape, wshape, pad, dil, stride, oshape, depthwise=False,
-            act=None):
+            act=None, skip=None):
     """On cpu, one image at a time (an ``scf.for``), and for a depthwise conv
     (``depthwise``: w ``[C,1,Kh,Kw]``) one block of its channels at a time
     (``_Geometry.channel_block``): the block's planes (a few KiB) stay in L1
@@ -297,7 +347,8 @@ def _direct(x, w, bias, s, elt, xshape, wshape, pad, dil, stride, oshape, depthw
     image passing through memory. The temporaries (``_Geometry.scratch``)
     are allocated once and carried through the loops, so an iteration
     neither allocates nor clears them again. ``act``: the clamp or silu
-    epilogue (``_activation``), applied by the crop."""
+    epilogue (``_activation``), applied by the crop, which adds the skip
+    (``skip``, the residual) before it."""
     (n, cin, h, wd), (cout, kh, kw), (ho, wo) = xshape, wshape, oshape
     geo = _Geometry(pad, dil, stride, (kh, kw), (h, wd), (ho, wo), depthwise)
     k = geo.channel_block(cin, _bytes(elt)) if depthwise else cin
@@ -306,7 +357,7 @@ def _direct(x, w, bias, s, elt, xshape, wshape, pad, dil, stride, oshape, depthw
     def image(i, out, *scratch):
         if not depthwise:
             y, scratch = _planes(slice_at(x, [i], [1, cin, h, wd]), w, bias, s, elt, geo,
-                                 scratch, out, [i], act)
+                                 scratch, out, [i], act, skip)
             return [y, *scratch]
 
         def channels(b, out, *scratch):
@@ -314,7 +365,7 @@ def _direct(x, w, bias, s, elt, xshape, wshape, pad, dil, stride, oshape, depthw
             y, scratch = _planes(slice_at(x, [i, c], [1, k, h, wd]),
                                  slice_at(w, [c], [k, 1, kh, kw]),
                                  None if bias is None else slice_at(bias, [c], [k]), s, elt, geo,
-                                 scratch, out, [i, c], act)
+                                 scratch, out, [i, c], act, skip)
             return [y, *scratch]
         return _for(cin // k, [out, *scratch], channels)
 
@@ -488,7 +539,7 @@ class _Geometry:
         return [xp, empty([1, cout, self.npix], elt), *phases]
 
 
-def _planes(xi, w, bias, s, elt, geo, scratch, out, at, act=None):
+def _planes(xi, w, bias, s, elt, geo, scratch, out, at, act=None, skip=None):
     """The direct convolution of one image ``xi`` ``[1, C, H, W]`` with w
     ``[Co, C, Kh, Kw]``, into ``out`` at ``at``; returns (out, the scratch
     tensors ``_Geometry.scratch`` to carry to the next use). The zero-padded
@@ -504,8 +555,8 @@ def _planes(xi, w, bias, s, elt, geo, scratch, out, at, act=None):
     ``DIRECT_CONV_ATTR``, over (n, co, p | c, qy, qx) accumulates ``out[n,
     co, p] += plane[n, c, p + qy*Wq + qx] * w[co, c, qy*sh + ry, qx*sw +
     rx]``; the accumulator starts as the bias. The first Wo columns of each
-    row are the image's output (one copy, ``CROP_ATTR``, which applies the
-    clamp epilogue ``act``). A depthwise block (``geo.depthwise``) has no
+    row are the image's output (one copy, ``CROP_ATTR``, which adds the skip
+    ``skip`` at ``at`` and applies the clamp epilogue ``act``). A depthwise block (``geo.depthwise``) has no
     padded copy (``_scatter_rows`` fills the phase planes), its generics read
     plane co for output channel co, and its accumulator starts at zero: the
     crop adds the bias. The cpu strategy
@@ -553,17 +604,9 @@ def _planes(xi, w, bias, s, elt, geo, scratch, out, at, act=None):
     # accumulator tiles only out of a buffer that no view aliases
     e = [ir.AffineDimExpr.get(k) for k in range(4)]
     sizes = [1, cout, g.ho, g.wo]
-    ins, maps = [acc], [affine_map(4, [0, 1, e[2] * g.wq + e[3]])]
-    if g.depthwise and bias is not None:
-        ins.append(bias)
-        maps.append(affine_map(4, [1]))
-
-    def crop(v, *rest):
-        v = s.add(v, rest[0]) if len(rest) > 1 else v
-        return v if act is None else act(v)
-    y = generic(ins, [slice_at(out, at, sizes)], maps + [identity_map(4)], [PARALLEL] * 4,
-                crop)[0]
-    y.owner.attributes[CROP_ATTR] = ir.UnitAttr.get()
+    y = _epilogue(acc, bias if g.depthwise else None, s, act, slice_at(out, at, sizes),
+                  CROP_ATTR, None if skip is None else slice_at(skip, at, sizes),
+                  acc_map=affine_map(4, [0, 1, e[2] * g.wq + e[3]]))
     return insert_at(y, out, at), [acc, *planes] if g.depthwise else [xp, acc, *planes]
 
 
@@ -581,7 +624,7 @@ def stem(groups: int, cin: int, stride, kernel, dilation=(1, 1)) -> bool:
             and tuple(dilation) == (1, 1) and min(kernel) >= 2 and tuple(kernel) != (2, 2))
 
 
-def _stem(x, w, bias, s, elt, xshape, wshape, pad, stride, oshape, act):
+def _stem(x, w, bias, s, elt, xshape, wshape, pad, stride, oshape, act, skip=None):
     """A stem (``stem``: few input channels, stride 2) as one contraction
     over all its taps whose bias and activation run in its register tiles.
     Per image, the zero-padded image is split into its stride phases, stacked
@@ -625,7 +668,8 @@ def _stem(x, w, bias, s, elt, xshape, wshape, pad, stride, oshape, act):
                       [PARALLEL] * 4 + [REDUCTION] * 3,
                       lambda a, b, o: s.add(o, s.mul(a, b)))[0]
         acc.owner.attributes[CONTRACT_ATTR] = ir.UnitAttr.get()
-        y = _epilogue(acc, bias, s, act, slice_at(out, [i], size), STEM_ATTR)
+        y = _epilogue(acc, bias, s, act, slice_at(out, [i], size), STEM_ATTR,
+                      None if skip is None else slice_at(skip, [i], size))
         return [insert_at(y, out, [i]), xp, planes]
 
     return _for(n, [empty([n, cout, ho, wo], elt), xp0, planes0], image)[0]
@@ -659,7 +703,8 @@ def _register_kernel() -> None:
     def back(p, types):
         return {"stride": tuple(p.stride), "padding": tuple(p.padding), "groups": p.groups,
                 "dilation": tuple(p.dilation), "clamp_min": p.clamp_min, "clamp_max": p.clamp_max,
-                "silu": True if p.silu else None, "gelu": True if p.gelu else None}
+                "silu": True if p.silu else None, "gelu": True if p.gelu else None,
+                "residual": True if p.residual else None}
 
     from compiler.registry.ops.conv2d import is_depthwise
 
@@ -682,14 +727,15 @@ def _register_kernel() -> None:
         return True
 
     @fused_kernel("Conv2D", precision=CONV2D, dtypes=(DType.F32, DType.F64),
-                  from_params=back, keys=lambda t: [(t,) * 3, (t,) * 4], serves=serves)
+                  from_params=back, keys=lambda t: [(t,) * 3, (t,) * 4, (t,) * 5], serves=serves)
     def _conv_params(params, types):
         out = default_registry()["Conv2D"].infer(list(types), params)
         return P.Conv2D(tuple(types[0].shape), tuple(types[1].shape), tuple(out.shape),
                         tuple(params["stride"]), tuple(params["padding"]),
                         tuple(params["dilation"]), params["groups"],
                         params.get("clamp_min"), params.get("clamp_max"),
-                        bool(params.get("silu", False)), bool(params.get("gelu", False)))
+                        bool(params.get("silu", False)), bool(params.get("gelu", False)),
+                        bool(params.get("residual", False)))
 
 
 _register_kernel()

@@ -26,11 +26,21 @@ only users); exclusive with the clamp. The recipe ends with the same
 result, bias included (``fuel-fuse`` folds a ``GeluErf`` that is the conv's only
 user: the Whisper/wav2vec2 conv front ends); exclusive with the clamp and silu.
 The recipe ends with the same ``GeluErf``.
+
+Residual: ``residual`` (bool, None: off) adds a last operand, the skip
+``[N,Cout,Ho,Wo]`` of the output's type, to the result BEFORE the activation:
+``act(conv + bias + skip)`` (operands (x, w, [bias], [residual]),
+``operand_slots``). ``fuel-fuse`` folds an ``Add(conv, skip)`` into a conv
+without an activation (``compiler.passes.fuse: fold_conv_residuals``): a
+MobileNetV2 / EfficientNet projection (linear, then the skip), and a ResNet
+block's ``Relu(conv + skip)``, whose Relu then folds as the clamp. The recipe
+adds the skip after the bias.
 """
 from ..entry import CUSTOM, Decline, FusedOpEntry, Family, Recipe
 from ..grammar import Bind, op
 from ._common import (OpKind, ParamSpec, TensorType, DType, check_arity, check_float,
                       dtype_of, fail, fmt_types, iota_index, np, out, wide)
+from compiler.graph.ops import same_shape
 from compiler.graph.symbolic import window_count
 
 NAME = "Conv2D"
@@ -58,16 +68,39 @@ def _geometry(types, params):
             window_count(wp, ekw, sw, f"{NAME}{fmt_types(types)} width"))
 
 
+def operand_slots(n: int, params) -> tuple:
+    """Which of (x, w, bias, residual) each of ``n`` operands is: with
+    ``residual`` set the last one is the skip."""
+    if params.get("residual") and n >= 3:
+        return tuple(range(n - 1)) + (3,)
+    return tuple(range(n))
+
+
+def split_operands(items, params) -> tuple:
+    """``(x, w, bias, residual)`` of Conv2D's operands (values, types, arrays
+    or indices), None for an absent one."""
+    by_slot = dict(zip(operand_slots(len(items), params), items))
+    return tuple(by_slot.get(k) for k in range(4))
+
+
 def infer(types, params):
-    check_arity(NAME, types, 2, 3, ("x", "w", "bias"))
+    res = bool(params.get("residual"))
+    check_arity(NAME, types, 2 + res, 3 + res,
+                ("x", "w", "bias", "residual") if res else ("x", "w", "bias"))
     check_float(NAME, types, range(len(types)))
     if any(len(params[k]) != 2 for k in ("stride", "padding", "dilation")):
         raise fail(NAME, types, "stride, padding and dilation are (h, w) pairs")
     n, cin, cout, *_, ho, wo = _geometry(types, params)
     if any(t.dtype != types[0].dtype for t in types):
         raise fail(NAME, types, "x, w and bias must share one dtype")
-    if len(types) == 3 and tuple(types[2].shape) != (cout,):
+    _, _, bias, skip = split_operands(types, params)
+    if bias is not None and tuple(bias.shape) != (cout,):
         raise fail(NAME, types, f"bias must be [Cout] = [{cout}]")
+    y = TensorType((n, cout, ho, wo), types[0].dtype)
+    if skip is not None and same_shape(skip.shape, y.shape) is None:
+        raise fail(NAME, types, f"the residual must have the output's shape "
+                                f"[{', '.join(map(str, y.shape))}]; add a mismatched skip "
+                                f"outside the conv")
     lo, hi = params.get("clamp_min"), params.get("clamp_max")
     if lo is not None and hi is not None and not lo <= hi:
         raise fail(NAME, types, f"clamp_min={lo} must be <= clamp_max={hi} (None leaves a side open)")
@@ -75,7 +108,7 @@ def infer(types, params):
         raise fail(NAME, types, "the silu and clamp epilogues are exclusive: set one of them")
     if params.get("gelu") and (params.get("silu") or lo is not None or hi is not None):
         raise fail(NAME, types, "the gelu epilogue excludes the clamp and silu: set one of them")
-    return TensorType((n, cout, ho, wo), types[0].dtype)
+    return y
 
 
 def reference(inputs, params):
@@ -96,8 +129,11 @@ def reference(inputs, params):
                 y0, x0 = ky * dh, kx * dw
                 patch = xs[:, :, y0:y0 + sh * (ho - 1) + 1:sh, x0:x0 + sw * (wo - 1) + 1:sw]
                 y[:, gi * opg:(gi + 1) * opg] += np.einsum("nchw,oc->nohw", patch, ws[:, :, ky, kx])
-    if len(inputs) == 3:
-        y += wide(inputs[2]).reshape(1, cout, 1, 1)
+    _, _, bias, skip = split_operands(inputs, params)
+    if bias is not None:
+        y += wide(bias).reshape(1, cout, 1, 1)
+    if skip is not None:
+        y += wide(skip)
     lo, hi = params.get("clamp_min"), params.get("clamp_max")
     if lo is not None:
         y = np.where(y < lo, lo, y)   # NaN stays NaN, as Relu and Clamp keep it
@@ -112,10 +148,16 @@ def reference(inputs, params):
 
 
 def build(params, types):
-    """The recipe: the convolution (``_conv``), then its clamp, silu or gelu epilogue."""
+    """The recipe: the convolution (``_conv``), the residual, then its clamp,
+    silu or gelu epilogue."""
+    skip = split_operands(range(len(types)), params)[3]
+    if skip is not None:
+        params, types = dict(params, residual=None), types[:skip]
     y = _conv(params, types)
     if isinstance(y, Decline):
         return y
+    if skip is not None:
+        y = op("Add", y, Bind(skip))
     if params.get("silu"):
         return op("Mul", y, op("Sigmoid", y))
     if params.get("gelu"):
@@ -325,8 +367,9 @@ ENTRY = FusedOpEntry(
     params=(ParamSpec("stride", "i64s", (1, 1)), ParamSpec("padding", "i64s", (0, 0)),
             ParamSpec("groups", "i64", 1), ParamSpec("dilation", "i64s", (1, 1)),
             ParamSpec("clamp_min", "f64", None), ParamSpec("clamp_max", "f64", None),
-            ParamSpec("silu", "bool", None), ParamSpec("gelu", "bool", None)),
+            ParamSpec("silu", "bool", None), ParamSpec("gelu", "bool", None),
+            ParamSpec("residual", "bool", None)),
     infer=infer, reference=reference, recipe=Recipe(build=build),
     backward=CUSTOM, op_kind=OpKind.Conv2D, destructive_input=None, cse_tag=6,
-    input_names=("x", "w", "bias"), doc=__doc__,
+    input_names=("x", "w", "bias", "residual"), operand_slots=operand_slots, doc=__doc__,
 )
