@@ -46,7 +46,7 @@ verified causal (or absent) becomes ``FlashAttn``; ``constants`` (name ->
 array, the driver's side constants) lets it read masks too large to be inline.
 
 Options: ``target`` / ``table`` / ``backend`` (see ``_target``), ``remarks``,
-``epilogues`` and ``runtime`` (default true), ``constants``.
+``epilogues``, ``runtime`` and ``attention`` (default true), ``constants``.
 """
 from __future__ import annotations
 
@@ -239,6 +239,7 @@ class Fuse(ModulePass):
     epilogues: bool = True
     runtime: bool = True
     constants: object = ""
+    attention: bool = True
 
     def apply(self, module) -> None:
         from compiler.passes.fuse_attention import fuse_attention
@@ -260,7 +261,8 @@ class Fuse(ModulePass):
                     by_root.setdefault(m, []).append((entry, pat, Matcher(pat.root)))
         self._reported: set = set()
         self._worklist(module, by_root)
-        fuse_attention(module, self._table, self._backends, self.constants)
+        if self.attention:
+            fuse_attention(module, self._table, self._backends, self.constants)
         if self.epilogues:
             fold_conv_epilogues(module, self._table, self._backends)
         if self.runtime:
