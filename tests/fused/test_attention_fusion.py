@@ -152,6 +152,12 @@ def test_causal_top_left(sq, sk):
     check(attention(1, 2, 2, sq, sk, 16, mask=("where", tril(sq, sk))), fused=True)
 
 
+@pytest.mark.parametrize("scale", ["div", "mul"])
+def test_unmasked_is_not_fused(scale):
+    """Matched, but the kernel does not pay without a causal mask (``pays``)."""
+    check(attention(1, 4, 4, 33, 33, 16, scale=scale), fused=False)
+
+
 def test_bottom_right_with_fully_masked_rows_is_not_fused():
     """Sq > Sk, bottom-right: the first rows see no key; the unfused softmax of
     such a row is uniform (finfo.min) where FlashAttn's is 0."""
