@@ -46,22 +46,27 @@ def _kv_head(hq: int, hkv: int):
     return ir.AffineFloorDivExpr.get(h, ir.AffineConstantExpr.get(hq // hkv))
 
 
-@lowers("FlashAttn")
-def _flash_attn(lw: Lowering):
+def _operands(lw: Lowering):
+    """``(q, k, v, alibi or None, (B, Hq, Sq, D, Hkv, Sk), k_len)``, checked:
+    3 or 4 operands, static shapes, k_len in [1, Sk]."""
     ops = lw.operands
     if len(ops) not in (3, 4):
         raise LoweringError(f"FlashAttn takes 3 or 4 operands (q, k, v, [alibi]), got {len(ops)}")
-    q, k, v = ops[:3]
-    alibi = ops[3] if len(ops) == 4 else None
-    b, hq, sq, d = rtt(q).shape
-    _, hkv, sk, _ = rtt(k).shape
+    b, hq, sq, d = rtt(ops[0]).shape
+    _, hkv, sk, _ = rtt(ops[1]).shape
     if any(ir.ShapedType.is_dynamic_size(x) for x in (b, hq, sq, d, hkv, sk)):
         raise LoweringError("FlashAttn is lowered with static shapes only")
     kl = lw.params.get("k_len")
+    if kl is not None and not 1 <= kl <= sk:
+        raise LoweringError(f"FlashAttn: k_len={kl} must be in [1, Sk={sk}]")
+    return (*ops[:3], ops[3] if len(ops) == 4 else None, (b, hq, sq, d, hkv, sk), kl)
+
+
+@lowers("FlashAttn")
+def _flash_attn(lw: Lowering):
+    q, k, v, alibi, (b, hq, sq, d, hkv, sk), kl = _operands(lw)
     off = 0
     if kl is not None:
-        if not 1 <= kl <= sk:
-            raise LoweringError(f"FlashAttn: k_len={kl} must be in [1, Sk={sk}]")
         if kl != sk:
             k = extract_slice(k, [0, 0, 0, 0], [b, hkv, kl, d])
             v = extract_slice(v, [0, 0, 0, 0], [b, hkv, kl, d])
@@ -148,24 +153,24 @@ def _flash_attn(lw: Lowering):
                    [PARALLEL] * 4, finish)[0]
 
 
-# -- cpu: one query row at a time, in vector ops -----------------------------------
+# -- cpu: a few query rows at a time, in vector ops ---------------------------------
 # The generic rule above materializes S, P and O for all heads and reduces over
 # the innermost loop, a scalar recurrence per output ([8,4,128,64] took 38 ms
 # where the unfused steps took 2). The cpu rule is written in vector ops (the
 # ``vectorized`` strategy lowers it as written, as MaxPool2D):
 #
-# * Q (times the scale) is copied once to qc [B,Hq,Sq,D], K transposed to
-#   kt [B,Hkv,D,Skp] and V to vc [B,Hkv,Skp,D] in the compute type (any input
-#   view; Skp is Sk rounded up to the key chunk ``lanes``, the pad zeros);
-# * per query row (b, h, i), only the key chunks holding a key of the row's band
-#   [lo, hi) (causal: hi = i+o+1; windows; k_len) are visited. Per chunk, the
-#   scores s = Σ_d qc[i,d]·kt[d,chunk] accumulate in registers (``_ACC``
-#   floats: partial sums over alternate d when the chunk is narrow), softcap
-#   and alibi apply, keys outside [lo, hi) become -inf, and the row max is
-#   kept; the chunk goes to a row buffer (Skp floats, in L1);
+# * per (batch, kv head), K is copied transposed to kt [D, Skp] and V to
+#   vc [Skp, D] in the compute type (any input view; Skp is Sk rounded up to
+#   ``_LANES``, the pad zeros), then its query heads are computed;
+# * per block of ``_ROWS`` query rows, only the key chunks of ``_LANES`` that hold
+#   a key of the rows' bands [lo, hi) (causal: hi = i+o+1; windows; k_len) are
+#   visited. Per chunk the scores of the rows Σ_d q[i,d]·kt[d,chunk] accumulate in
+#   registers (one kt load per d serves every row), the scale, softcap and alibi
+#   apply, keys outside a row's [lo, hi) become -inf, and the row maxima are kept;
+#   the chunks go to a score buffer [_ROWS, Skp] (in L1);
 # * a pass over the same chunks writes p = exp(s - m) and sums it; then
-#   o = Σ_j p[j]·vc[j,:] in registers (D floats); out = o / l (0 for a row
-#   without keys, whose m is -inf).
+#   o = Σ_j p[j]·vc[j,:] in registers, ``_PIECE`` columns at a time (one vc load
+#   per key serves every row); out = o / l (0 for a row without keys).
 #
 # No [Sq, Sk] intermediate exists. f32 (f64 in f64), as the generic rule.
 #: A register tile: _ROWS query rows x _LANES keys of scores, then _ROWS x _PIECE
@@ -187,18 +192,7 @@ def _loop(lo, hi, inits, body, step=1) -> list:
 @lowers("FlashAttn", platform="cpu")
 def _flash_attn_cpu(lw: Lowering):
     from .fused_norm import reassoc
-    ops = lw.operands
-    if len(ops) not in (3, 4):
-        raise LoweringError(f"FlashAttn takes 3 or 4 operands (q, k, v, [alibi]), got {len(ops)}")
-    q, k, v = ops[:3]
-    alibi = ops[3] if len(ops) == 4 else None
-    b, hq, sq, d = rtt(q).shape
-    _, hkv, sk, _ = rtt(k).shape
-    if any(ir.ShapedType.is_dynamic_size(x) for x in (b, hq, sq, d, hkv, sk)):
-        raise LoweringError("FlashAttn is lowered with static shapes only")
-    kl = lw.params.get("k_len")
-    if kl is not None and not 1 <= kl <= sk:
-        raise LoweringError(f"FlashAttn: k_len={kl} must be in [1, Sk={sk}]")
+    q, k, v, alibi, (b, hq, sq, d, hkv, sk), kl = _operands(lw)
     off = 0 if kl is None else kl - sq
     nk = sk if kl is None else kl              # keys [0, nk) exist
     s = Scalar.compute(lw.in_dtypes[0])
