@@ -209,3 +209,20 @@ def test_flash_attn_split_over_threads(b, hq, hkv, alibi):
     np.testing.assert_array_equal(outs[0], outs[1])
     # f32 against the f64 reference: alibi scores reach ~60 (N(0,1) slopes x 63 keys)
     np.testing.assert_allclose(outs[1], interpret(g, x)["y"], rtol=2e-5, atol=1e-5)
+
+
+def test_symbolic_batch_module_saves_one_file(tmp_path):
+    """A symbolic module's bindings compile without the attention fusion (the
+    FlashAttn kernel is per shape): one .fuel file still runs every batch."""
+    import runtime
+    model = attention(2, 2, 2, 16, 16, 16, mask=("where", tril(16, 16)))
+    for vi in list(model.graph.input) + list(model.graph.output):
+        dim = vi.type.tensor_type.shape.dim[0]
+        dim.ClearField("dim_value")
+        dim.dim_param = "batch"
+    m = compile(import_model(model), target="cpu")
+    x = feeds(attention(3, 2, 2, 16, 16, 16, mask=("where", tril(16, 16))))
+    want = np.asarray(m(**x))
+    assert not any("FlashAttn" in line for line in m.kernel_summary())
+    got = runtime.load(m.save(tmp_path / "m.fuel"))(**x)
+    np.testing.assert_array_equal(np.asarray(got), want)
