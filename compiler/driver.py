@@ -359,7 +359,7 @@ def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = Non
     if not getattr(graph, "outputs", None):
         raise CompileError("the graph has no outputs; mark at least one with g.output(node, name=...)")
     if getattr(graph, "is_symbolic", False):  # docs/dynamic-shapes.md: plans per binding
-        return SymbolicModule(graph, target, {"pipeline": pipeline, "warm": warm,
+        return SymbolicModule(graph, target, {"pipeline": _symbolic_pipeline(pipeline), "warm": warm,
                                               "progress": progress, "jobs": jobs,
                                               "executor": executor, "strict": strict})
     jobs = parallel_jobs.default_jobs() if jobs is None else parallel_jobs.check_jobs(jobs)
@@ -373,6 +373,18 @@ def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = Non
     finally:
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _symbolic_pipeline(pipeline):
+    """The pipeline of a symbolic module's bindings: by default, without the
+    attention fusion (``fuel-fuse{attention=false}``): the FlashAttn kernel is
+    compiled per shape, and one ``.fuel`` file must run every size."""
+    from .passes import DEFAULT_PIPELINE
+    if pipeline is not None:
+        return pipeline
+    text = DEFAULT_PIPELINE.replace("fuel-fuse{", "fuel-fuse{attention=false ", 1)
+    assert text != DEFAULT_PIPELINE, DEFAULT_PIPELINE
+    return text
 
 
 def _compile(graph, target: Target, pipeline, warm: bool, progress, jobs: int, executor,
@@ -394,7 +406,8 @@ def _compile(graph, target: Target, pipeline, warm: bool, progress, jobs: int, e
     t0 = time.perf_counter()
     text = resolve_pipeline(pipeline) if pipeline is not None else DEFAULT_PIPELINE
     # The target travels as its string: a reproducer command reruns as printed.
-    run_pipeline(emitted.module, text, options={"target": target.spec})
+    run_pipeline(emitted.module, text,
+                 options={"target": target.spec, "constants": emitted.constants})
     irs["optimized"] = str(emitted.module)
     timings["passes"] = time.perf_counter() - t0
 

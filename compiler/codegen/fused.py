@@ -403,6 +403,8 @@ class FusedFamily(KernelFamily):
             return _conv_group_tiles(dict(inst.params), layouts, n_inputs, threads)
         if inst.name == "MaxPool2D":
             return _pool_tiles(layouts, n_inputs, threads)
+        if inst.name == "FlashAttn":
+            return _attn_tiles(layouts, n_inputs, threads)
         return None
 
     def with_shapes(self, instance, in_layouts):
@@ -491,6 +493,27 @@ def _pool_tiles(layouts, n_inputs: int, threads: int):
         return None
     axis = 0 if x.shape[0] >= threads else 1
     return parallel.split_layouts(list(layouts), [axis, axis], x.shape[axis], threads)
+
+
+def _attn_tiles(layouts, n_inputs: int, threads: int):
+    """Tiles of a FlashAttn call: by batch when there are as many images as
+    threads, else by kv heads (each tile its query heads, and alibi slopes);
+    calls of fewer than ``parallel.MIN_MACS`` multiply-adds run whole."""
+    q, k = layouts[0], layouts[1]
+    b, hq, sq, d = q.shape
+    hkv, sk = k.shape[1], k.shape[2]
+    if len(layouts) != n_inputs + 1 or 2 * b * hq * sq * sk * d < parallel.MIN_MACS:
+        return None
+    if b >= threads:
+        return parallel.split_layouts(list(layouts), [0, 0, 0] + [None] * (n_inputs - 3) + [0],
+                                      b, threads)
+    g = hq // hkv
+    tiles = parallel.chunks(hkv, threads)
+    if len(tiles) < 2:
+        return None
+    return [[lay.narrow(1 if i < 3 or i == n_inputs else 0, *(
+        (start, n) if i in (1, 2) else (start * g, n * g))) for i, lay in enumerate(layouts)]
+            for start, n in tiles]
 
 
 #: A groups-1 Conv2D call of fewer multiply-adds runs on one thread (about 10 us

@@ -43,8 +43,13 @@ fused op, the users of its result and of its inputs, whose consumer counts
 changed), earliest first, so the result is that of restarting the sweep
 after each rewrite at linear cost.
 
+Attention (``compiler.passes.fuse_attention``): after the patterns, an
+exported ``MatMul(Softmax(mask(scale(Q Kᵀ))), V)`` whose constant mask is
+verified causal (or absent) becomes ``FlashAttn``; ``constants`` (name ->
+array, the driver's side constants) lets it read masks too large to be inline.
+
 Options: ``target`` / ``table`` / ``backend`` (see ``_target``), ``remarks``,
-``epilogues`` and ``runtime`` (default true).
+``epilogues``, ``runtime`` and ``attention`` (default true), ``constants``.
 """
 from __future__ import annotations
 
@@ -236,8 +241,11 @@ class Fuse(ModulePass):
     remarks: bool = False
     epilogues: bool = True
     runtime: bool = True
+    constants: object = ""
+    attention: bool = True
 
     def apply(self, module) -> None:
+        from compiler.passes.fuse_attention import fuse_attention
         from compiler.passes.fuse_runtime import RuntimeFusion
         reg = _fuel.registry()
         if reg is None:
@@ -256,6 +264,8 @@ class Fuse(ModulePass):
                     by_root.setdefault(m, []).append((entry, pat, Matcher(pat.root)))
         self._reported: set = set()
         self._worklist(module, by_root)
+        if self.attention:
+            fuse_attention(module, self._table, self._backends, self.constants)
         if self.epilogues:
             fold_conv_residuals(module, self._table, self._backends)
             fold_conv_epilogues(module, self._table, self._backends)

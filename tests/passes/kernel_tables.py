@@ -69,6 +69,16 @@ def fused_f32() -> KernelBindingTable:
 
 
 @functools.cache
+def attention_f32() -> KernelBindingTable:
+    """fused_f32 plus the f32 FlashAttn kernel (q, k, v)."""
+    t = KernelBindingTable()
+    _primitives(t)
+    t.register(OpKind.SoftmaxLastDim, [F32, F32], "cpu", _kernel)
+    t.register(OpKind.FlashAttn, [F32] * 4, "cpu", _kernel)
+    return t.freeze()
+
+
+@functools.cache
 def conv_f32() -> KernelBindingTable:
     """primitives_f32 plus the f32 Conv2D kernel (with and without bias and
     residual)."""
@@ -89,7 +99,7 @@ def broadcast_only_add() -> KernelBindingTable:
     return t.freeze()
 
 
-for _factory in (primitives_f32, fused_f32, conv_f32, broadcast_only_add):
+for _factory in (primitives_f32, fused_f32, attention_f32, conv_f32, broadcast_only_add):
     register_table(_factory.__name__, _factory)
 
 
