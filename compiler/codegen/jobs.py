@@ -104,15 +104,26 @@ class ProcessExecutor(concurrent.futures.Executor):
     function) and its arguments and result picklable. A worker that dies
     fails its task with ``WorkerError`` and is not replaced."""
 
-    def __init__(self, workers: int):
+    def __init__(self, workers: int, start: str | None = None):
         import queue
         self._queue: "queue.SimpleQueue" = queue.SimpleQueue()
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [root, *filter(None, [os.environ.get("PYTHONPATH")])]))
-        self._procs = [subprocess.Popen([sys.executable, "-m", "compiler.codegen.jobs"],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
-                       for _ in range(check_jobs(workers, "workers"))]
+        n = check_jobs(workers, "workers")
+        self.start = start or ("fork" if fork_safe() else "spawn")
+        if self.start == "fork":
+            _preload()  # imported once here: every forked worker starts with them
+            sys.stdout.flush()
+            sys.stderr.flush()
+            self._procs = [_Forked() for _ in range(n)]
+        elif self.start == "spawn":
+            root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+                [root, *filter(None, [os.environ.get("PYTHONPATH")])]))
+            self._procs = [subprocess.Popen([sys.executable, "-m", "compiler.codegen.jobs"],
+                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                            env=env) for _ in range(n)]
+        else:
+            raise JobsError(f"ProcessExecutor(start={start!r}): expected 'fork', 'spawn' or "
+                            "None (fork when this process runs no other thread)")
         self._lock = threading.Lock()
         self._alive = len(self._procs)
         self._threads = [threading.Thread(target=self._feed, args=(p,), daemon=True,
@@ -196,13 +207,66 @@ def _preload() -> None:
     parse_target("cpu:host").codegen
 
 
+def fork_safe() -> bool:
+    """Whether workers may be forked from this process: a POSIX ``fork``
+    and no Python thread but this one (the kernels' native worker threads,
+    another pool's feeders and any thread of the caller's are Python
+    threads; a thread holding a lock at the fork would leave it held in the
+    worker forever). The native threads of the libraries fuelc loads are
+    safe to fork over: OpenBLAS's reset in the child (``pthread_atfork``),
+    and MLIR starts none for fuelc's one-function modules."""
+    return hasattr(os, "fork") and threading.active_count() == 1
+
+
+class _Forked:
+    """A worker forked from the calling process, with the part of
+    ``subprocess.Popen`` the pool uses (``pid``, ``stdin``, ``stdout``,
+    ``kill``, ``wait``). It has every module the caller imported, so it takes
+    its first task at once instead of after a second of imports."""
+
+    def __init__(self):
+        req_r, req_w = os.pipe()
+        ans_r, ans_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the worker: never returns into the caller's code
+            code = 1
+            try:
+                os.dup2(req_r, 0)
+                os.dup2(ans_w, 1)
+                # Hold none of the caller's files: another pool's pipe kept open
+                # here would never see its end of input.
+                os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+                import gc
+                gc.freeze()  # the caller's objects: never collected, never copied
+                _serve()
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(req_r)
+        os.close(ans_w)
+        self.pid, self.returncode = pid, None
+        self.stdin, self.stdout = os.fdopen(req_w, "wb"), os.fdopen(ans_r, "rb")
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        return self.returncode
+
+
 def _serve() -> None:
     """A worker's loop: read a pickled call from stdin, answer on stdout."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller handles Ctrl-C
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed goes to stderr, never into the answers
     _preload()
-    inp = sys.stdin.buffer
+    inp = os.fdopen(0, "rb", closefd=False)  # not sys.stdin: a forked one buffers the caller's
     while True:
         head = inp.read(_FRAME.size)
         if len(head) != _FRAME.size:
