@@ -17,17 +17,20 @@ calling process, which raises the typed error with its reproducer.
 ``jobs`` counts the processes that compile at once, the caller included:
 ``jobs=1`` compiles everything in the calling process, ``jobs=N`` adds a
 ``ProcessExecutor`` of N-1 workers. Default: ``$FUELC_JOBS``, else the CPUs
-this process may use (``os.sched_getaffinity``). A worker costs about a
-second of CPU to import the compiler, so ``compile()`` only starts workers
+this process may use (``os.sched_getaffinity``). A spawned worker costs
+about a second of CPU to import the compiler, so ``compile()`` only starts workers
 for a graph of at least ``MIN_NODES`` nodes (they import while the passes
 run) and the tasks only go to them when at least ``MIN_COLD`` instances are
 cold; smaller graphs compile in the calling process alone.
 
-``ProcessExecutor`` workers are fresh interpreters running ``python -m
-compiler.codegen.jobs`` (never a fork of a process holding MLIR contexts or
-LLVM state, and unlike ``multiprocessing``'s spawn they never import the
-caller's ``__main__``), each fed one pickled call at a time over its stdin
-and answering on a private copy of its stdout.
+``ProcessExecutor`` workers are forked from the calling process when it
+runs no other Python thread (``fork_safe``), else fresh interpreters running
+``python -m compiler.codegen.jobs`` (unlike ``multiprocessing``'s spawn they
+never import the caller's ``__main__``); either way each is fed one pickled
+call at a time over its stdin and answers on a private copy of its stdout. A
+forked worker costs no interpreter start and none of the imports the caller
+has made, so it is ready before the first task exists; a spawned one takes
+about a second of CPU.
 """
 from __future__ import annotations
 
@@ -39,6 +42,7 @@ import struct
 import subprocess
 import sys
 import threading
+import warnings
 from typing import Callable, Sequence
 
 from compiler.errors import CompilerError
@@ -110,8 +114,7 @@ class ProcessExecutor(concurrent.futures.Executor):
         n = check_jobs(workers, "workers")
         self.start = start or ("fork" if fork_safe() else "spawn")
         if self.start == "fork":
-            _preload()  # imported once here: every forked worker starts with them
-            sys.stdout.flush()
+            sys.stdout.flush()  # else a worker could write what this process buffered
             sys.stderr.flush()
             self._procs = [_Forked() for _ in range(n)]
         elif self.start == "spawn":
@@ -208,26 +211,29 @@ def _preload() -> None:
 
 
 def fork_safe() -> bool:
-    """Whether workers may be forked from this process: a POSIX ``fork``
-    and no Python thread but this one (the kernels' native worker threads,
+    """Whether workers may be forked from this process: Linux, and no
+    Python thread but this one (the kernels' native worker threads,
     another pool's feeders and any thread of the caller's are Python
     threads; a thread holding a lock at the fork would leave it held in the
     worker forever). The native threads of the libraries fuelc loads are
     safe to fork over: OpenBLAS's reset in the child (``pthread_atfork``),
     and MLIR starts none for fuelc's one-function modules."""
-    return hasattr(os, "fork") and threading.active_count() == 1
+    return sys.platform == "linux" and threading.active_count() == 1
 
 
 class _Forked:
     """A worker forked from the calling process, with the part of
     ``subprocess.Popen`` the pool uses (``pid``, ``stdin``, ``stdout``,
-    ``kill``, ``wait``). It has every module the caller imported, so it takes
-    its first task at once instead of after a second of imports."""
+    ``kill``, ``wait``). It starts with every module the caller has
+    imported (no interpreter start, no second import of those) and imports
+    the rest of the codegen while the caller runs its passes."""
 
     def __init__(self):
         req_r, req_w = os.pipe()
         ans_r, ans_w = os.pipe()
-        pid = os.fork()
+        with warnings.catch_warnings():  # Python 3.12+ warns of any native thread (OpenBLAS's)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
         if pid == 0:  # the worker: never returns into the caller's code
             code = 1
             try:
