@@ -197,6 +197,8 @@ class ProcessExecutor(concurrent.futures.Executor):
             except OSError:
                 pass
             p.wait()
+        for t in self._threads if not wait else ():
+            t.join()  # quick: their workers are gone; a later pool may fork again
 
 
 def _preload() -> None:
