@@ -264,7 +264,10 @@ class _Forked:
 
     def wait(self) -> int:
         if self.returncode is None:
-            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+            try:
+                self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+            except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored), as Popen has it
+                self.returncode = 0
         return self.returncode
 
 
