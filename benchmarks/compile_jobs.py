@@ -6,7 +6,11 @@
 
 Each run is a fresh process with a fresh kernel cache (``FUELC_CACHE_DIR``):
 it builds a ``benchmarks/models.py`` model, imports it, and times
-``compile(graph, jobs=N)``; the runs of every (model, jobs) pair are
+``compile(graph, jobs=N)``. Python's bytecode is cached for the runs (in a
+temporary ``PYTHONPYCACHEPREFIX``, written by one untimed run per checkout),
+as an installed fuelc has it; ``--cold-bytecode`` compiles the sources in
+every run instead, as under ``PYTHONDONTWRITEBYTECODE=1`` (some 0.5 s of every
+compile's front, and of a spawned worker's start). The runs of every (model, jobs) pair are
 interleaved, so a change in the machine's load hits each alike. Prints the
 median of each and the ratio jobs=1 / jobs=N, the CPU seconds of the calling
 process and of its workers (which a busy machine changes less than the wall
@@ -41,10 +45,11 @@ DEFAULT = ["resnet:1", "resnet:8", "mobilenet:1", "mobilenet:8", "efficientnet:1
 
 
 def timed_emit(text, target, strategy):
-    """``jobs.emit_object``, appending (pid, start, end) to $FUELC_BENCH_LOG."""
-    from compiler.codegen.jobs import emit_object
+    """``jobs.emit_object``, appending (pid, start, end) to $FUELC_BENCH_LOG
+    (its body: a forked worker has the caller's ``jobs.emit_object``, this)."""
+    from compiler.codegen.family import ENTRY
     t0 = time.time()
-    data = emit_object(text, target, strategy)
+    data = target.codegen.emit_object(text, [ENTRY], target=target, strategy=strategy)
     with open(os.environ["FUELC_BENCH_LOG"], "a") as f:
         f.write(json.dumps([os.getpid(), t0, time.time()]) + "\n")
     return data
@@ -116,13 +121,18 @@ def one_run(spec: str, jobs: int, breakdown: bool) -> dict:
     return out
 
 
-def run_child(spec: str, jobs: int, breakdown: bool, root: str = ROOT) -> dict:
-    """One cold compile in a fresh process, with the fuelc checkout ``root``."""
+def run_child(spec: str, jobs: int, breakdown: bool, root: str = ROOT,
+              pycache: "str | None" = None) -> dict:
+    """One cold compile in a fresh process, with the fuelc checkout ``root``;
+    Python's bytecode cached in ``pycache`` (None: as the environment says)."""
     with tempfile.TemporaryDirectory() as d:
         env = dict(os.environ, FUELC_CACHE_DIR=os.path.join(d, "cache"),
                    FUELC_BENCH_LOG=os.path.join(d, "tasks.log"), FUELC_BENCH_ROOT=root,
                    PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]))
         env.pop("FUELC_JOBS", None)
+        if pycache is not None:
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            env["PYTHONPYCACHEPREFIX"] = pycache
         cmd = [sys.executable, os.path.abspath(__file__), "--child", spec, str(jobs)]
         if breakdown:
             cmd.append("--breakdown")
@@ -160,24 +170,37 @@ def main(argv=None) -> int:
     ap.add_argument("--breakdown", action="store_true")
     ap.add_argument("--roots", nargs="+", default=[ROOT],
                     help="fuelc checkouts to compare, interleaved (default: this one)")
+    ap.add_argument("--cold-bytecode", action="store_true",
+                    help="compile fuelc's Python sources in every run (no bytecode cache: "
+                         "what PYTHONDONTWRITEBYTECODE=1 does) instead of caching them once")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         print(json.dumps(one_run(args.models[0], args.jobs[0] if len(args.models) < 2
                                  else int(args.models[1]), args.breakdown)))
         return 0
+    with tempfile.TemporaryDirectory() as pycache:
+        if args.cold_bytecode:
+            pycache = None
+        else:  # an installed fuelc has its bytecode: one untimed run per checkout writes it
+            for root in args.roots:
+                run_child(args.models[0], max(args.jobs), False, root, pycache)
+        return measure(args, pycache)
+
+
+def measure(args, pycache: "str | None") -> int:
     print(f"load average before: {os.getloadavg()}")
     if args.breakdown:
         for spec in args.models:
             for j in args.jobs:
-                show_breakdown(run_child(spec, j, True))
+                show_breakdown(run_child(spec, j, True, args.roots[0], pycache))
         return 0
     times, cpus, digests = {}, {}, {}
     for _ in range(args.runs):
         for spec in args.models:
             for root in args.roots:
                 for j in args.jobs:
-                    r = run_child(spec, j, False, root)
+                    r = run_child(spec, j, False, root, pycache)
                     times.setdefault((spec, root, j), []).append(r["compile"])
                     cpus.setdefault((spec, root, j), []).append((r["cpu"], r["cpu_workers"]))
                     digests.setdefault((spec, root), set()).add(r["digest"])

@@ -17,17 +17,20 @@ calling process, which raises the typed error with its reproducer.
 ``jobs`` counts the processes that compile at once, the caller included:
 ``jobs=1`` compiles everything in the calling process, ``jobs=N`` adds a
 ``ProcessExecutor`` of N-1 workers. Default: ``$FUELC_JOBS``, else the CPUs
-this process may use (``os.sched_getaffinity``). A worker costs about a
-second of CPU to import the compiler, so ``compile()`` only starts workers
+this process may use (``os.sched_getaffinity``). A spawned worker costs
+about a second of CPU to import the compiler, so ``compile()`` only starts workers
 for a graph of at least ``MIN_NODES`` nodes (they import while the passes
 run) and the tasks only go to them when at least ``MIN_COLD`` instances are
 cold; smaller graphs compile in the calling process alone.
 
-``ProcessExecutor`` workers are fresh interpreters running ``python -m
-compiler.codegen.jobs`` (never a fork of a process holding MLIR contexts or
-LLVM state, and unlike ``multiprocessing``'s spawn they never import the
-caller's ``__main__``), each fed one pickled call at a time over its stdin
-and answering on a private copy of its stdout.
+``ProcessExecutor`` workers are forked from the calling process when it
+runs no other Python thread (``fork_safe``), else fresh interpreters running
+``python -m compiler.codegen.jobs`` (unlike ``multiprocessing``'s spawn they
+never import the caller's ``__main__``); either way each is fed one pickled
+call at a time over its stdin and answers on a private copy of its stdout. A
+forked worker costs no interpreter start and none of the imports the caller
+has made, so it is ready before the first task exists; a spawned one takes
+about a second of CPU.
 """
 from __future__ import annotations
 
@@ -39,6 +42,7 @@ import struct
 import subprocess
 import sys
 import threading
+import warnings
 from typing import Callable, Sequence
 
 from compiler.errors import CompilerError
@@ -104,15 +108,25 @@ class ProcessExecutor(concurrent.futures.Executor):
     function) and its arguments and result picklable. A worker that dies
     fails its task with ``WorkerError`` and is not replaced."""
 
-    def __init__(self, workers: int):
+    def __init__(self, workers: int, start: str | None = None):
         import queue
         self._queue: "queue.SimpleQueue" = queue.SimpleQueue()
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [root, *filter(None, [os.environ.get("PYTHONPATH")])]))
-        self._procs = [subprocess.Popen([sys.executable, "-m", "compiler.codegen.jobs"],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
-                       for _ in range(check_jobs(workers, "workers"))]
+        n = check_jobs(workers, "workers")
+        self.start = start or ("fork" if fork_safe() else "spawn")
+        if self.start == "fork":
+            sys.stdout.flush()  # else a worker could write what this process buffered
+            sys.stderr.flush()
+            self._procs = [_Forked() for _ in range(n)]
+        elif self.start == "spawn":
+            root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+                [root, *filter(None, [os.environ.get("PYTHONPATH")])]))
+            self._procs = [subprocess.Popen([sys.executable, "-m", "compiler.codegen.jobs"],
+                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                            env=env) for _ in range(n)]
+        else:
+            raise JobsError(f"ProcessExecutor(start={start!r}): expected 'fork', 'spawn' or "
+                            "None (fork when this process runs no other thread)")
         self._lock = threading.Lock()
         self._alive = len(self._procs)
         self._threads = [threading.Thread(target=self._feed, args=(p,), daemon=True,
@@ -183,6 +197,8 @@ class ProcessExecutor(concurrent.futures.Executor):
             except OSError:
                 pass
             p.wait()
+        for t in self._threads if not wait else ():
+            t.join()  # quick: their workers are gone; a later pool may fork again
 
 
 def _preload() -> None:
@@ -196,13 +212,72 @@ def _preload() -> None:
     parse_target("cpu:host").codegen
 
 
+def fork_safe() -> bool:
+    """Whether workers may be forked from this process: Linux, and no
+    Python thread but this one (the kernels' native worker threads,
+    another pool's feeders and any thread of the caller's are Python
+    threads; a thread holding a lock at the fork would leave it held in the
+    worker forever). The native threads of the libraries fuelc loads are
+    safe to fork over: OpenBLAS's reset in the child (``pthread_atfork``),
+    and MLIR starts none for fuelc's one-function modules."""
+    return sys.platform == "linux" and threading.active_count() == 1
+
+
+class _Forked:
+    """A worker forked from the calling process, with the part of
+    ``subprocess.Popen`` the pool uses (``pid``, ``stdin``, ``stdout``,
+    ``kill``, ``wait``). It starts with every module the caller has
+    imported (no interpreter start, no second import of those) and imports
+    the rest of the codegen while the caller runs its passes."""
+
+    def __init__(self):
+        req_r, req_w = os.pipe()
+        ans_r, ans_w = os.pipe()
+        with warnings.catch_warnings():  # Python 3.12+ warns of any native thread (OpenBLAS's)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # the worker: never returns into the caller's code
+            code = 1
+            try:
+                os.dup2(req_r, 0)
+                os.dup2(ans_w, 1)
+                # Hold none of the caller's files: another pool's pipe kept open
+                # here would never see its end of input.
+                os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+                import gc
+                gc.freeze()  # the caller's objects: never collected, never copied
+                _serve()
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(req_r)
+        os.close(ans_w)
+        self.pid, self.returncode = pid, None
+        self.stdin, self.stdout = os.fdopen(req_w, "wb"), os.fdopen(ans_r, "rb")
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            try:
+                self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+            except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored), as Popen has it
+                self.returncode = 0
+        return self.returncode
+
+
 def _serve() -> None:
     """A worker's loop: read a pickled call from stdin, answer on stdout."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller handles Ctrl-C
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed goes to stderr, never into the answers
     _preload()
-    inp = sys.stdin.buffer
+    inp = os.fdopen(0, "rb", closefd=False)  # not sys.stdin: a forked one buffers the caller's
     while True:
         head = inp.read(_FRAME.size)
         if len(head) != _FRAME.size:

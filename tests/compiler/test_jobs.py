@@ -116,14 +116,16 @@ def test_tasks_go_longest_first(cold):
     assert costs == sorted(costs, reverse=True)
 
 
-def test_process_executor_compiles_like_this_process(cold):
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_process_executor_compiles_like_this_process(cold, start):
     from compiler.codegen.family import ENTRY
     from compiler.targets import parse_target
     cold("proc")
     target = parse_target("cpu")
     text = _graph_text()
     strategy = target.codegen.choose_strategy(text, [ENTRY], target)
-    pool = jobs.ProcessExecutor(1)
+    pool = jobs.ProcessExecutor(1, start=start)
+    assert pool.start == start
     try:
         here = jobs.emit_object(text, target, strategy)
         assert pool.submit(jobs.emit_object, text, target, strategy).result() == here
@@ -135,6 +137,60 @@ def test_process_executor_compiles_like_this_process(cold):
             pool.submit(jobs.emit_object, text, target, strategy).result(timeout=30)
     finally:
         pool.shutdown()
+
+
+def test_forked_worker_objects_are_those_of_this_process(cold):
+    """A worker forked from this process (every module already imported)
+    compiles the same objects as a serial compile."""
+    x = np.random.default_rng(2).standard_normal((4, 24)).astype(np.float32)
+    serial_dir = cold("serial")
+    want = compile(_graph(), jobs=1)(x=x)
+    forked_dir = cold("forked")
+    pool = jobs.ProcessExecutor(1, start="fork")
+    try:
+        got = compile(_graph(), executor=pool)(x=x)
+    finally:
+        pool.shutdown()
+    assert pool._procs[0].returncode == 0  # it served its tasks and ended at end of input
+    assert _objects(forked_dir) == _objects(serial_dir)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_forked_worker_holds_none_of_the_callers_files():
+    """The caller's other files are closed in a forked worker: a pipe whose
+    writer the caller closes reads end of input while the worker lives (a
+    worker holding it would keep, say, another pool's worker waiting for its
+    input to end)."""
+    import select
+    r, w = os.pipe()
+    pool = jobs.ProcessExecutor(1, start="fork")
+    try:
+        os.close(w)
+        assert select.select([r], [], [], 10)[0] and os.read(r, 1) == b""
+        assert pool.submit(sum, [1, 2]).result(timeout=30) == 3  # the worker still serves
+    finally:
+        os.close(r)
+        pool.shutdown()
+
+
+def test_workers_are_spawned_while_another_thread_runs():
+    """A fork is only taken from a process with no other Python thread (one
+    holding a lock at the fork would leave it held in the worker)."""
+    import threading
+    go = threading.Event()
+    t = threading.Thread(target=go.wait)
+    t.start()
+    try:
+        assert not jobs.fork_safe()
+        pool = jobs.ProcessExecutor(1)
+        assert pool.start == "spawn"
+        assert pool.submit(sum, [2, 3]).result(timeout=60) == 5
+        pool.shutdown()
+    finally:
+        go.set()
+        t.join()
+    with pytest.raises(jobs.JobsError, match=r"start='thread'.*'fork', 'spawn'"):
+        jobs.ProcessExecutor(1, start="thread")
 
 
 def _graph_text() -> str:
@@ -162,29 +218,35 @@ def test_jobs_count_is_checked(monkeypatch):
 @pytest.mark.slow
 def test_conv_net_compiles_bit_identical_with_worker_processes(cold):
     """A benchmark CNN through fuelc's own worker pool (graph of more than
-    MIN_NODES nodes): the same objects as a serial compile."""
+    MIN_NODES nodes), forked and spawned: the same objects as a serial
+    compile."""
     from benchmarks import models
     from compiler.frontends.onnx import import_model
     graph = import_model(models.build("mobilenet", 1), {})
     assert len(graph) >= jobs.MIN_NODES
     serial_dir = cold("serial")
     compile(graph, jobs=1)
-    pool_dir = cold("pool")
-    started = []
+    serial = _objects(serial_dir)
     real = jobs.ProcessExecutor
+    for start in ("fork", "spawn"):
+        pool_dir = cold(start)
+        started = []
 
-    class Recording(real):
-        def submit(self, fn, /, *args, **kwargs):
-            started.append(fn)
-            return super().submit(fn, *args, **kwargs)
+        class Recording(real):
+            def __init__(self, workers):
+                super().__init__(workers, start=start)
 
-    jobs.ProcessExecutor = Recording
-    try:
-        compile(graph, jobs=2)
-    finally:
-        jobs.ProcessExecutor = real
-    assert started
-    assert _objects(pool_dir) == _objects(serial_dir)
+            def submit(self, fn, /, *args, **kwargs):
+                started.append(fn)
+                return super().submit(fn, *args, **kwargs)
+
+        jobs.ProcessExecutor = Recording
+        try:
+            compile(graph, jobs=2)
+        finally:
+            jobs.ProcessExecutor = real
+        assert started, start
+        assert _objects(pool_dir) == serial, start
 
 
 @pytest.mark.slow
