@@ -111,6 +111,23 @@ def test_depthwise_kernel_is_a_channel_loop_of_fma_rows(target, dtype, vec):
     assert "llvm.prefetch" in res.llvm_ir
 
 
+@pytest.mark.parametrize("target,vec,loads", [("cpu:x86-64-v3", "8xf32", 2 * 4 * 3 * 4),
+                                               ("cpu:skylake-avx512", "16xf32", 6 * 3 * 4)])
+def test_depthwise_rows_load_each_input_vector_once_per_block(target, vec, loads):
+    """A stride-1 depthwise plane 56 wide (+ 2 padding) gets a 64-element row
+    pitch (``DW_PITCH_ATTR``) and ``depthwise_rows`` computes blocks of output
+    rows, each input vector loaded once for the rows and taps that read it:
+    AVX-512 4 rows x 4 vectors (6 input rows x 3 taps x 4 vectors loaded for
+    4 x 9 x 4 FMAs), AVX2 2 rows x 4 vectors, twice per 64-wide row (4 x 3 x
+    4 each, for 2 x 9 x 4 FMAs); the 1 x nr1 tiles loaded a vector per FMA."""
+    text = _kernel_text(x=(1, 3, 56, 56), w=(3, 1, 3, 3), params=dict(PARAMS, groups=3))
+    assert "fuelc.dw_pitch = 64" in text
+    body = P.lower(text, ["kernel"], target=target, keep_ir=True).stages["lower-to-llvm"]
+    fmas = len(re.findall(rf"llvm.intr.fmuladd.*vector<{vec}>", body))
+    reads = len(re.findall(rf"llvm.load .*-> vector<{vec}>", body))
+    assert (fmas, reads) == (4 * 9 * 4 if "avx512" in target else 2 * 2 * 9 * 4, loads)
+
+
 def test_depthwise_small_planes_are_computed_a_block_of_channels_at_a_time():
     """Planes of a few hundred bytes: an iteration scatters a block of
     channels (the largest divisor of C that fits ``_DW_BLOCK_BYTES``) into
@@ -133,6 +150,14 @@ def test_depthwise_small_planes_are_computed_a_block_of_channels_at_a_time():
     ((1, 2, 6, 131), 3, (2, 2), (1, 1), (1, 1), False),    # odd long rows: a last column
     ((2, 12, 5, 6), 3, (1, 1), (1, 1), (1, 1), True),      # small planes: blocks of 6
     ((2, 10, 7, 7), 3, (2, 2), (1, 1), (1, 1), True),      # strided blocks
+    # stride 1 on rows of a pitch of whole vectors (``depthwise_rows``)
+    ((2, 3, 7, 30), 3, (1, 1), (1, 1), (1, 1), True),      # pitch 32, a tail block
+    ((1, 2, 21, 14), 3, (1, 1), (1, 1), (1, 1), False),    # pitch 16: full blocks + tail
+    ((1, 2, 5, 13), 3, (1, 1), (1, 1), (1, 1), True),      # odd width below a vector
+    ((1, 2, 9, 58), 5, (1, 1), (2, 2), (1, 1), True),      # 5x5, pitch 64
+    ((1, 1, 3, 120), 3, (1, 1), (1, 1), (1, 1), True),     # pitch 128: row chunks
+    ((1, 2, 6, 28), 3, (1, 1), (2, 2), (2, 2), True),      # dilation 2, pitch 32
+    ((1, 2, 4, 29), 3, (1, 1), (2, 1), (1, 1), True),      # uneven padding, 1 row
 ])
 @pytest.mark.parametrize("dt", ["f32", "f64"])
 def test_depthwise_direct_conv_matches_numpy(xs, k, stride, pad, dil, bias, dt):
