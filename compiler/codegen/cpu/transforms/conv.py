@@ -27,7 +27,9 @@ them (the ``py:`` steps of the strategy, ``REWRITES``):
 
 A depthwise kernel (a block of channels, output channel co reading plane co)
 is tiled 1 x ``nr1``, channel by channel, and its row reads of the input get
-prefetches of the next block's rows first (``prefetch_next_plane``).
+prefetches of the next block's rows first (``prefetch_next_plane``); one whose
+pixels are rows of a pitch of whole vectors (``DW_PITCH_ATTR``) is computed by
+``depthwise_rows`` instead, blocks of output rows sharing their input loads.
 """
 from __future__ import annotations
 
