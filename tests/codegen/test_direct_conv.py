@@ -128,6 +128,33 @@ def test_depthwise_rows_load_each_input_vector_once_per_block(target, vec, loads
     assert (fmas, reads) == (4 * 9 * 4 if "avx512" in target else 2 * 2 * 9 * 4, loads)
 
 
+def test_depthwise_rows_are_bit_identical_to_the_tiles(monkeypatch):
+    """``depthwise_rows`` sums each pixel's taps in the tiles' (qy, qx) order:
+    the same bits as the 1 x nr1 tiles on the flat plane (the row pitch turned
+    off), a clamp epilogue, two images, a tail block."""
+    from compiler.codegen.lowering import fused_conv
+    from compiler.targets import parse_target
+    from runtime.memref import descriptor_from_array
+    rng = np.random.default_rng(5)
+    args = [rng.standard_normal(s).astype(np.float32) for s in ((2, 6, 11, 28), (6, 1, 3, 3), (6,))]
+    params = dict(PARAMS, groups=6, clamp_min=0.0, clamp_max=6.0)
+
+    def run():
+        text = _kernel_text(x=args[0].shape, w=args[1].shape, params=params)
+        res = P.lower(text, ["kernel"], target="cpu")
+        tg = parse_target("cpu")
+        fn = P.load_object(res.object, tg.features, str(tg)).ciface("kernel", 4)
+        out = np.zeros((2, 6, 11, 28), np.float32)
+        fn(*[descriptor_from_array(a) for a in (*args, out)])
+        return text, out
+
+    text, rows = run()
+    monkeypatch.setattr(fused_conv, "_dw_pitch", lambda wp: None)
+    flat_text, flat = run()
+    assert "fuelc.dw_pitch = 32" in text and "fuelc.dw_pitch" not in flat_text
+    np.testing.assert_array_equal(rows, flat)
+
+
 def test_depthwise_small_planes_are_computed_a_block_of_channels_at_a_time():
     """Planes of a few hundred bytes: an iteration scatters a block of
     channels (the largest divisor of C that fits ``_DW_BLOCK_BYTES``) into
