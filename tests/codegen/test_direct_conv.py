@@ -202,18 +202,49 @@ def test_depthwise_direct_conv_matches_numpy(xs, k, stride, pad, dil, bias, dt):
     m = compile(g)
     assert m.kernel_summary() == [f"Conv2D[{','.join([dt] * (4 if bias else 3))}] "
                                   f"(mlir-cpu-fused)"]
+    want = _depthwise_ref(x, w, b if bias else None, stride, pad, dil)
+    tol = 1e-5 if dt == "f32" else 1e-12
+    np.testing.assert_allclose(m(x=x), want, rtol=tol, atol=tol * 10)
+
+
+def _depthwise_ref(x, w, b, stride, pad, dil):
+    """A depthwise conv in float64 numpy (b: None or the bias)."""
     (sh, sw), (ph, pw), (dh, dw) = stride, pad, dil
+    k = w.shape[2]
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
     ho = (xp.shape[2] - dh * (k - 1) - 1) // sh + 1
     wo = (xp.shape[3] - dw * (k - 1) - 1) // sw + 1
-    want = np.zeros((xs[0], c, ho, wo)) + (b[None, :, None, None] if bias else 0)
+    want = np.zeros((x.shape[0], x.shape[1], ho, wo)) + (0 if b is None else b[None, :, None, None])
     for ky in range(k):
         for kx in range(k):
             y0, x0 = ky * dh, kx * dw
             win = xp[:, :, y0:y0 + sh * (ho - 1) + 1:sh, x0:x0 + sw * (wo - 1) + 1:sw]
             want += win * w[None, :, 0, ky, kx, None, None]
-    tol = 1e-5 if dt == "f32" else 1e-12
-    np.testing.assert_allclose(m(x=x), want, rtol=tol, atol=tol * 10)
+    return want
+
+
+def test_depthwise_rows_take_the_batch_at_run_time():
+    """A run-time batch (``batch_dims``) on the ``depthwise_rows`` path: one
+    kernel, 1 and 3 images."""
+    from compiler.codegen.lowering.fused_conv import batch_dims
+    from compiler.targets import parse_target
+    from runtime.memref import descriptor_from_array
+    rng = np.random.default_rng(2)
+    w, b = rng.standard_normal((4, 1, 3, 3)).astype(np.float32), np.ones(4, np.float32)
+    params = dict(PARAMS, groups=4)
+    ts = [TensorType((2, 4, 6, 28), DType.F32), TensorType(w.shape, DType.F32),
+          TensorType((4,), DType.F32)]
+    text = single_op_linalg_text("Conv2D", params, ts, batch_dims(ts, params), "cpu")
+    assert "tensor<?x4x6x28xf32>" in text and "fuelc.dw_pitch = 32" in text
+    tg = parse_target("cpu")
+    res = P.lower(text, ["kernel"], target=tg)
+    fn = P.load_object(res.object, tg.features, str(tg)).ciface("kernel", 4)
+    for n in (1, 3):
+        x = rng.standard_normal((n, 4, 6, 28)).astype(np.float32)
+        out = np.zeros((n, 4, 6, 28), np.float32)
+        fn(*[descriptor_from_array(a) for a in (x, w, b, out)])
+        np.testing.assert_allclose(out, _depthwise_ref(x, w, b, (1, 1), (1, 1), (1, 1)),
+                                   rtol=1e-5, atol=1e-4)
 
 
 def test_direct_conv_compiles_through_compile_and_matches_numpy():
