@@ -214,7 +214,9 @@ def _depthwise_ref(x, w, b, stride, pad, dil):
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
     ho = (xp.shape[2] - dh * (k - 1) - 1) // sh + 1
     wo = (xp.shape[3] - dw * (k - 1) - 1) // sw + 1
-    want = np.zeros((x.shape[0], x.shape[1], ho, wo)) + (0 if b is None else b[None, :, None, None])
+    want = np.zeros((x.shape[0], x.shape[1], ho, wo))
+    if b is not None:
+        want += b[None, :, None, None]
     for ky in range(k):
         for kx in range(k):
             y0, x0 = ky * dh, kx * dw

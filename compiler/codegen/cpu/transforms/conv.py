@@ -430,7 +430,7 @@ def depthwise_rows(module: "ir.Module", lanes: str, accs: str) -> int:
                            for y in range(nrows) for v in range(nvec)}
                     sums = {yv: arith.constant(vt, ir.DenseElementsAttr.get_splat(
                         vt, ir.FloatAttr.get(elt, 0.0))) if zero else
-                        vector.LoadOp(vt, acc, [_c(0), co, i]).result for yv, i in out.items()}
+                        vector.LoadOp(vt, acc, [_const(0), co, i]).result for yv, i in out.items()}
                     # input rows in order, each vector loaded once for every
                     # (output row, tap row) reading it: a row's taps stay in
                     # (qy, qx) order, and a loaded vector is live briefly
@@ -442,26 +442,26 @@ def depthwise_rows(module: "ir.Module", lanes: str, accs: str) -> int:
                         for qx in range(kw):
                             for v in range(nvec):
                                 off = row + qx * b + j0 + v * lanes
-                                x = vector.LoadOp(vt, plane, [_c(0), co, at(base, off)]).result
+                                x = vector.LoadOp(vt, plane, [_const(0), co, at(base, off)]).result
                                 for y, qy in readers[row]:
                                     sums[y, v] = vector.FMAOp(x, wv[qy][qx], sums[y, v]).result
                     for yv, i in out.items():
-                        vector.StoreOp(sums[yv], acc, [_c(0), co, i])
+                        vector.StoreOp(sums[yv], acc, [_const(0), co, i])
 
-            per_channel = scf.ForOp(_c(0), _c(k), _c(1))
+            per_channel = scf.ForOp(_const(0), _const(k), _const(1))
             with ir.InsertionPoint(per_channel.body):
                 co = per_channel.induction_variable
-                wv = [[vector.BroadcastOp(vt, memref.LoadOp(w, [co, _c(0), _c(qy), _c(qx)])
-                                          .result).result for qx in range(kw)]
-                      for qy in range(kh)]
+                wv = [[vector.BroadcastOp(vt, memref.LoadOp(
+                    w, [co, _const(0), _const(qy), _const(qx)]).result).result
+                    for qx in range(kw)] for qy in range(kh)]
                 full, tail = divmod(rows, r)
                 if full:
-                    blocks = scf.ForOp(_c(0), _c(full * r * pitch), _c(r * pitch))
+                    blocks = scf.ForOp(_const(0), _const(full * r * pitch), _const(r * pitch))
                     with ir.InsertionPoint(blocks.body):
                         block(co, wv, blocks.induction_variable, r)
                         scf.YieldOp([])
                 if tail:
-                    block(co, wv, _c(full * r * pitch), tail)
+                    block(co, wv, _const(full * r * pitch), tail)
                 scf.YieldOp([])
         op.erase()
         if zero:
@@ -480,34 +480,32 @@ def _coefficient(e, d: int, nd: int) -> int:
 
 def _zero_fill_before(op, buf):
     """The ``linalg.fill`` of 0 into ``buf`` that is the last op before ``op``
-    in its block to use ``buf``, if any."""
-    prev = op.operation
-    while True:
-        prev = _previous(prev)
-        if prev is None:
-            return None
-        if any(v == buf for v in prev.operands):
+    in its block to use ``buf`` (nested uses included), if any."""
+    last = None
+    for o in op.operation.block.operations:
+        if o == op.operation:
             break
-    if prev.name != "linalg.fill" or prev.operands[1] != buf:
+        if _uses(o.operation, buf):
+            last = o.operation
+    if last is None or last.name != "linalg.fill" or last.operands[1] != buf or \
+            not isinstance(last.operands[0], ir.OpResult):
         return None
-    cst = prev.operands[0].owner
-    if not (isinstance(cst, ir.Operation) or hasattr(cst, "name")) or \
-            cst.name != "arith.constant" or ir.FloatAttr(cst.attributes["value"]).value != 0.0:
+    cst = last.operands[0].owner
+    if cst.name != "arith.constant" or ir.FloatAttr(cst.attributes["value"]).value != 0.0:
         return None
-    return prev
+    return last
 
 
-def _previous(op):
-    block, last = op.block, None
-    for o in block.operations:
-        if o == op:
-            return last
-        last = o.operation
-    return None
+def _uses(op, value) -> bool:
+    found = []
 
-
-def _c(v: int) -> "ir.Value":
-    return arith.constant(ir.IndexType.get(), v)
+    def visit(o):
+        if any(v == value for v in o.operands):
+            found.append(o)
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+    op.walk(visit)
+    return bool(found)
 
 
 #: The ``py:`` steps a strategy's transform may name.
