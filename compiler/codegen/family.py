@@ -222,6 +222,12 @@ FEW_ROWS_ATTR = "fuelc.few_rows"
 #: Marks the generic of a direct convolution (``lowering/fused_conv.py``), which
 #: a target's strategy may tile as such (``codegen.cpu.transforms.conv``).
 DIRECT_CONV_ATTR = "fuelc.direct_conv"
+#: On a stride-1 depthwise ``DIRECT_CONV_ATTR`` generic: its pixels are whole
+#: rows of this many (the plane's row pitch, a whole number of vectors), which
+#: a target may compute a block of output rows at a time, each input row
+#: loaded once for the taps of every row of the block
+#: (``codegen.cpu.transforms.conv.depthwise_rows``).
+DW_PITCH_ATTR = "fuelc.dw_pitch"
 #: Mark a matmul with an epilogue in one kernel (``lowering/fused_conv.py:
 #: _pointwise``): the contraction, a ``linalg.generic`` over (batch, m, n | k),
 #: and the element-wise generic over (batch, m, n) that consumes it (bias,

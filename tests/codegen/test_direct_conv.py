@@ -111,6 +111,50 @@ def test_depthwise_kernel_is_a_channel_loop_of_fma_rows(target, dtype, vec):
     assert "llvm.prefetch" in res.llvm_ir
 
 
+@pytest.mark.parametrize("target,vec,loads", [("cpu:x86-64-v3", "8xf32", 2 * 4 * 3 * 4),
+                                               ("cpu:skylake-avx512", "16xf32", 6 * 3 * 4)])
+def test_depthwise_rows_load_each_input_vector_once_per_block(target, vec, loads):
+    """A stride-1 depthwise plane 56 wide (+ 2 padding) gets a 64-element row
+    pitch (``DW_PITCH_ATTR``) and ``depthwise_rows`` computes blocks of output
+    rows, each input vector loaded once for the rows and taps that read it:
+    AVX-512 4 rows x 4 vectors (6 input rows x 3 taps x 4 vectors loaded for
+    4 x 9 x 4 FMAs), AVX2 2 rows x 4 vectors, twice per 64-wide row (4 x 3 x
+    4 each, for 2 x 9 x 4 FMAs); the 1 x nr1 tiles loaded a vector per FMA."""
+    text = _kernel_text(x=(1, 3, 56, 56), w=(3, 1, 3, 3), params=dict(PARAMS, groups=3))
+    assert "fuelc.dw_pitch = 64" in text
+    body = P.lower(text, ["kernel"], target=target, keep_ir=True).stages["lower-to-llvm"]
+    fmas = len(re.findall(rf"llvm.intr.fmuladd.*vector<{vec}>", body))
+    reads = len(re.findall(rf"llvm.load .*-> vector<{vec}>", body))
+    assert (fmas, reads) == (4 * 9 * 4 if "avx512" in target else 2 * 2 * 9 * 4, loads)
+
+
+def test_depthwise_rows_are_bit_identical_to_the_tiles(monkeypatch):
+    """``depthwise_rows`` sums each pixel's taps in the tiles' (qy, qx) order:
+    the same bits as the 1 x nr1 tiles on the flat plane (the row pitch turned
+    off), a clamp epilogue, two images, a tail block."""
+    from compiler.codegen.lowering import fused_conv
+    from compiler.targets import parse_target
+    from runtime.memref import descriptor_from_array
+    rng = np.random.default_rng(5)
+    args = [rng.standard_normal(s).astype(np.float32) for s in ((2, 6, 11, 28), (6, 1, 3, 3), (6,))]
+    params = dict(PARAMS, groups=6, clamp_min=0.0, clamp_max=6.0)
+
+    def run():
+        text = _kernel_text(x=args[0].shape, w=args[1].shape, params=params)
+        res = P.lower(text, ["kernel"], target="cpu")
+        tg = parse_target("cpu")
+        fn = P.load_object(res.object, tg.features, str(tg)).ciface("kernel", 4)
+        out = np.zeros((2, 6, 11, 28), np.float32)
+        fn(*[descriptor_from_array(a) for a in (*args, out)])
+        return text, out
+
+    text, rows = run()
+    monkeypatch.setattr(fused_conv, "_dw_pitch", lambda wp: None)
+    flat_text, flat = run()
+    assert "fuelc.dw_pitch = 32" in text and "fuelc.dw_pitch" not in flat_text
+    np.testing.assert_array_equal(rows, flat)
+
+
 def test_depthwise_small_planes_are_computed_a_block_of_channels_at_a_time():
     """Planes of a few hundred bytes: an iteration scatters a block of
     channels (the largest divisor of C that fits ``_DW_BLOCK_BYTES``) into
@@ -133,6 +177,14 @@ def test_depthwise_small_planes_are_computed_a_block_of_channels_at_a_time():
     ((1, 2, 6, 131), 3, (2, 2), (1, 1), (1, 1), False),    # odd long rows: a last column
     ((2, 12, 5, 6), 3, (1, 1), (1, 1), (1, 1), True),      # small planes: blocks of 6
     ((2, 10, 7, 7), 3, (2, 2), (1, 1), (1, 1), True),      # strided blocks
+    # stride 1 on rows of a pitch of whole vectors (``depthwise_rows``)
+    ((2, 3, 7, 30), 3, (1, 1), (1, 1), (1, 1), True),      # pitch 32, a tail block
+    ((1, 2, 21, 14), 3, (1, 1), (1, 1), (1, 1), False),    # pitch 16: full blocks + tail
+    ((1, 2, 5, 13), 3, (1, 1), (1, 1), (1, 1), True),      # odd width below a vector
+    ((1, 2, 9, 58), 5, (1, 1), (2, 2), (1, 1), True),      # 5x5, pitch 64
+    ((1, 1, 3, 120), 3, (1, 1), (1, 1), (1, 1), True),     # pitch 128: row chunks
+    ((1, 2, 6, 28), 3, (1, 1), (2, 2), (2, 2), True),      # dilation 2, pitch 32
+    ((1, 2, 4, 29), 3, (1, 1), (2, 1), (1, 1), True),      # uneven padding, 1 row
 ])
 @pytest.mark.parametrize("dt", ["f32", "f64"])
 def test_depthwise_direct_conv_matches_numpy(xs, k, stride, pad, dil, bias, dt):
@@ -150,18 +202,51 @@ def test_depthwise_direct_conv_matches_numpy(xs, k, stride, pad, dil, bias, dt):
     m = compile(g)
     assert m.kernel_summary() == [f"Conv2D[{','.join([dt] * (4 if bias else 3))}] "
                                   f"(mlir-cpu-fused)"]
+    want = _depthwise_ref(x, w, b if bias else None, stride, pad, dil)
+    tol = 1e-5 if dt == "f32" else 1e-12
+    np.testing.assert_allclose(m(x=x), want, rtol=tol, atol=tol * 10)
+
+
+def _depthwise_ref(x, w, b, stride, pad, dil):
+    """A depthwise conv in float64 numpy (b: None or the bias)."""
     (sh, sw), (ph, pw), (dh, dw) = stride, pad, dil
+    k = w.shape[2]
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
     ho = (xp.shape[2] - dh * (k - 1) - 1) // sh + 1
     wo = (xp.shape[3] - dw * (k - 1) - 1) // sw + 1
-    want = np.zeros((xs[0], c, ho, wo)) + (b[None, :, None, None] if bias else 0)
+    want = np.zeros((x.shape[0], x.shape[1], ho, wo))
+    if b is not None:
+        want += b[None, :, None, None]
     for ky in range(k):
         for kx in range(k):
             y0, x0 = ky * dh, kx * dw
             win = xp[:, :, y0:y0 + sh * (ho - 1) + 1:sh, x0:x0 + sw * (wo - 1) + 1:sw]
             want += win * w[None, :, 0, ky, kx, None, None]
-    tol = 1e-5 if dt == "f32" else 1e-12
-    np.testing.assert_allclose(m(x=x), want, rtol=tol, atol=tol * 10)
+    return want
+
+
+def test_depthwise_rows_take_the_batch_at_run_time():
+    """A run-time batch (``batch_dims``) on the ``depthwise_rows`` path: one
+    kernel, 1 and 3 images."""
+    from compiler.codegen.lowering.fused_conv import batch_dims
+    from compiler.targets import parse_target
+    from runtime.memref import descriptor_from_array
+    rng = np.random.default_rng(2)
+    w, b = rng.standard_normal((4, 1, 3, 3)).astype(np.float32), np.ones(4, np.float32)
+    params = dict(PARAMS, groups=4)
+    ts = [TensorType((2, 4, 6, 28), DType.F32), TensorType(w.shape, DType.F32),
+          TensorType((4,), DType.F32)]
+    text = single_op_linalg_text("Conv2D", params, ts, batch_dims(ts, params), "cpu")
+    assert "tensor<?x4x6x28xf32>" in text and "fuelc.dw_pitch = 32" in text
+    tg = parse_target("cpu")
+    res = P.lower(text, ["kernel"], target=tg)
+    fn = P.load_object(res.object, tg.features, str(tg)).ciface("kernel", 4)
+    for n in (1, 3):
+        x = rng.standard_normal((n, 4, 6, 28)).astype(np.float32)
+        out = np.zeros((n, 4, 6, 28), np.float32)
+        fn(*[descriptor_from_array(a) for a in (x, w, b, out)])
+        np.testing.assert_allclose(out, _depthwise_ref(x, w, b, (1, 1), (1, 1), (1, 1)),
+                                   rtol=1e-5, atol=1e-4)
 
 
 def test_direct_conv_compiles_through_compile_and_matches_numpy():

@@ -490,6 +490,12 @@ class _Geometry:
         self.depthwise = depthwise
         hp, wp = self.h + 2 * self.ph, self.wd + 2 * self.pw
         self.hq, self.wq = -(-hp // self.sh), -(-wp // self.sw)
+        # a stride-1 depthwise plane whose rows pad to whole vectors at little
+        # cost has that pitch, and its pixels are exactly Ho such rows
+        # (``DW_PITCH_ATTR``): the cpu schedule computes blocks of rows
+        self.pitch = _dw_pitch(wp) if depthwise and self.sh == self.sw == 1 else None
+        if self.pitch:
+            self.wq = self.pitch
         # pixels computed: Ho full-width rows, rounded up to whole 16-pixel
         # vectors (32 for a depthwise conv, whose 1 x nr1 tiles are 32 or 64
         # pixels: a peeled 48-pixel remainder became shuffles), or fewer to a
@@ -498,7 +504,7 @@ class _Geometry:
         # output, 42 as 32 pixels)
         block = 2 * _PIXEL_BLOCK if depthwise else _PIXEL_BLOCK
         npix = self.ho * self.wq
-        self.npix = (-(-npix // block) * block if npix > block
+        self.npix = (npix if self.pitch else -(-npix // block) * block if npix > block
                      else 1 << (npix - 1).bit_length())
         reach = (self.kh - 1) // self.sh * self.dh * self.wq + (self.kw - 1) // self.sw * self.dw
         self.rows = max(self.hq + 1, -(-(self.npix + reach) // self.wq))
@@ -561,7 +567,7 @@ def _planes(xi, w, bias, s, elt, geo, scratch, out, at, act=None, skip=None):
     plane co for output channel co, and its accumulator starts at zero: the
     crop adds the bias. The cpu strategy
     ``conv_strategy`` register-tiles each generic (``transforms/conv.py``)."""
-    from compiler.codegen.family import CROP_ATTR, DIRECT_CONV_ATTR
+    from compiler.codegen.family import CROP_ATTR, DIRECT_CONV_ATTR, DW_PITCH_ATTR
     g = geo
     cin, cout = rtt(xi).shape[1], rtt(w).shape[0]
     if g.depthwise:
@@ -599,6 +605,9 @@ def _planes(xi, w, bias, s, elt, geo, scratch, out, at, act=None, skip=None):
                       [PARALLEL] * 3 + [REDUCTION] * 3,
                       lambda a, b, c: s.add(c, s.mul(a, b)))[0]
         acc.owner.attributes[DIRECT_CONV_ATTR] = ir.UnitAttr.get()
+        if g.pitch:
+            acc.owner.attributes[DW_PITCH_ATTR] = ir.IntegerAttr.get(
+                ir.IntegerType.get_signless(64), g.pitch)
     # the first Wo columns of each row (all of them when Wq = Wo), read
     # through the copy's map, not a view: the schedule hoists the
     # accumulator tiles only out of a buffer that no view aliases
@@ -683,6 +692,18 @@ _PIXEL_BLOCK = 16
 #: A/B against one channel at a time: 3x3 x384 at 7^2 0.85x (blocks of 6);
 #: with 16 KiB the 14^2 and 28^2 layers were 4-16% slower (blocks of 8, 2).
 _DW_BLOCK_BYTES = 4 * 1024
+
+
+#: The row pitch of a stride-1 depthwise plane is its padded width rounded up
+#: to a multiple of ``_DW_ROW`` elements (a 512-bit f32 vector) when that adds
+#: at most ``_DW_ROW_WASTE`` of the pixels (56 + 2 -> 64, 28 + 2 -> 32; not
+#: 7 + 2 -> 16): ``_Geometry.pitch``.
+_DW_ROW, _DW_ROW_WASTE = 16, 0.15
+
+
+def _dw_pitch(wp: int) -> int | None:
+    pitch = -(-wp // _DW_ROW) * _DW_ROW
+    return pitch if pitch <= wp * (1 + _DW_ROW_WASTE) else None
 
 
 def _bytes(elt: "ir.Type") -> int:

@@ -27,12 +27,14 @@ them (the ``py:`` steps of the strategy, ``REWRITES``):
 
 A depthwise kernel (a block of channels, output channel co reading plane co)
 is tiled 1 x ``nr1``, channel by channel, and its row reads of the input get
-prefetches of the next block's rows first (``prefetch_next_plane``).
+prefetches of the next block's rows first (``prefetch_next_plane``); one whose
+pixels are rows of a pitch of whole vectors (``DW_PITCH_ATTR``) is computed by
+``depthwise_rows`` instead, blocks of output rows sharing their input loads.
 """
 from __future__ import annotations
 
-from compiler.codegen.family import CROP_ATTR, DIRECT_CONV_ATTR  # marks (target-neutral)
-from compiler.mlir import arith, ir, memref, vector, walk_ops
+from compiler.codegen.family import CROP_ATTR, DIRECT_CONV_ATTR, DW_PITCH_ATTR  # marks
+from compiler.mlir import arith, ir, memref, scf, vector, walk_ops
 
 from .matmul import _ANY, _FOR, _LOWER_VECTORS, _match
 
@@ -57,7 +59,7 @@ def _apply(*patterns: str, handle: str = "%func") -> str:
     return f"    transform.apply_patterns to {handle} {{\n{body}    }} : {_ANY}\n"
 
 
-def conv_scripts(*, mr: int, nr: int, nr1: int) -> tuple[str, ...]:
+def conv_scripts(*, mr: int, nr: int, nr1: int, lanes: int, dw_accs: int) -> tuple[str, ...]:
     """The strategy steps of the direct convolution: transform scripts and
     ``py:`` rewrites, in order (see the module docstring)."""
     t = _ANY
@@ -81,7 +83,8 @@ def conv_scripts(*, mr: int, nr: int, nr1: int) -> tuple[str, ...]:
     %no_unroll = transform.param.constant #llvm.loop_annotation<unroll = #llvm.loop_unroll<disable = true>> -> !transform.any_param
     transform.annotate %kloops "loop_annotation" = %no_unroll : {t}, !transform.any_param
 """ + _TAIL
-    return ("py:prefetch_next_plane", tile, "py:fold_unit_dims", vectorize,
+    return ("py:prefetch_next_plane", f"py:depthwise_rows {lanes} {dw_accs}", tile,
+            "py:fold_unit_dims", vectorize,
             "py:single_reduction_contracts", lower)
 
 
@@ -378,7 +381,134 @@ def _const(v: int) -> "ir.Value":
     return arith.constant(ir.IndexType.get(), v)
 
 
+#: Vectors of a depthwise row block's row computed together (``depthwise_rows``).
+DW_ROW_VECTORS = 4
+
+
+def depthwise_rows(module: "ir.Module", lanes: str, accs: str) -> int:
+    """Each depthwise generic whose pixels are rows of a pitch of whole
+    vectors (``DW_PITCH_ATTR``: ``acc[0, co, p] += plane[0, co, p + qy*A +
+    qx*B] * w[co, 0, qy, qx]``, p < Ho*pitch) as explicit vector code, channel
+    by channel: blocks of R output rows x V vectors of ``lanes`` pixels (R*V
+    <= ``accs`` accumulators in registers, V <= ``DW_ROW_VECTORS``), the
+    weights broadcast once per channel. A block loads each input vector it
+    reads once (aligned when the tap's column offset is 0), whichever of its
+    rows and taps read it: an input row feeds Kh output rows, where the
+    1 x nr1 tiles of ``tile_direct_conv`` loaded it once per tap, misaligned
+    (a cache-line split per 512-bit load). The block walks its input rows in
+    order, so every pixel still sums its taps in (qy, qx) order. A zero fill of the accumulator just before is dropped
+    (the block starts from zero). Returns the generics rewritten."""
+    n, lanes, accs = 0, int(lanes), int(accs)
+    for op in walk_ops(module, lambda o: o.name == "linalg.generic"
+                       and DW_PITCH_ATTR in o.attributes):
+        pitch = ir.IntegerAttr(op.attributes[DW_PITCH_ATTR]).value
+        plane, w, acc = op.operands[0], op.operands[1], op.operands[2]
+        _, k, npix = ir.ShapedType(acc.type).shape
+        kh, kw = ir.ShapedType(w.type).shape[2:]
+        if pitch % lanes or npix % pitch or not _channel_wise(op):
+            raise ValueError(f"depthwise_rows: {op.name} marked {DW_PITCH_ATTR}={pitch} with "
+                             f"{npix} pixels is not rows of whole {lanes}-lane vectors")
+        tap = ir.AffineMapAttr(ir.ArrayAttr(op.attributes["indexing_maps"])[0]).value.results[2]
+        a, b = (_coefficient(tap, d, 6) for d in (4, 5))
+        nv, rows = pitch // lanes, npix // pitch
+        chunks = -(-nv // DW_ROW_VECTORS)
+        sizes = [nv // chunks + (i < nv % chunks) for i in range(chunks)]
+        r = min(rows, max(1, accs // sizes[0]))
+        zero = _zero_fill_before(op, acc)
+        elt = ir.ShapedType(acc.type).element_type
+        with ir.InsertionPoint(op), op.location:
+            vt = ir.VectorType.get([lanes], elt)
+            c = ir.IndexType.get()
+
+            def at(base, off):
+                return arith.addi(base, arith.constant(c, off)) if off else base
+
+            def block(co, wv, base, nrows):
+                for i, nvec in enumerate(sizes):
+                    j0 = sum(sizes[:i]) * lanes
+                    out = {(y, v): at(base, y * pitch + j0 + v * lanes)
+                           for y in range(nrows) for v in range(nvec)}
+                    sums = {yv: arith.constant(vt, ir.DenseElementsAttr.get_splat(
+                        vt, ir.FloatAttr.get(elt, 0.0))) if zero else
+                        vector.LoadOp(vt, acc, [_const(0), co, i]).result for yv, i in out.items()}
+                    # input rows in order, each vector loaded once for every
+                    # (output row, tap row) reading it: a row's taps stay in
+                    # (qy, qx) order, and a loaded vector is live briefly
+                    readers = {}
+                    for y in range(nrows):
+                        for qy in range(kh):
+                            readers.setdefault(y * pitch + qy * a, []).append((y, qy))
+                    for row in sorted(readers):
+                        for qx in range(kw):
+                            for v in range(nvec):
+                                off = row + qx * b + j0 + v * lanes
+                                x = vector.LoadOp(vt, plane, [_const(0), co, at(base, off)]).result
+                                for y, qy in readers[row]:
+                                    sums[y, v] = vector.FMAOp(x, wv[qy][qx], sums[y, v]).result
+                    for yv, i in out.items():
+                        vector.StoreOp(sums[yv], acc, [_const(0), co, i])
+
+            per_channel = scf.ForOp(_const(0), _const(k), _const(1))
+            with ir.InsertionPoint(per_channel.body):
+                co = per_channel.induction_variable
+                wv = [[vector.BroadcastOp(vt, memref.LoadOp(
+                    w, [co, _const(0), _const(qy), _const(qx)]).result).result
+                    for qx in range(kw)] for qy in range(kh)]
+                full, tail = divmod(rows, r)
+                if full:
+                    blocks = scf.ForOp(_const(0), _const(full * r * pitch), _const(r * pitch))
+                    with ir.InsertionPoint(blocks.body):
+                        block(co, wv, blocks.induction_variable, r)
+                        scf.YieldOp([])
+                if tail:
+                    block(co, wv, _const(full * r * pitch), tail)
+                scf.YieldOp([])
+        op.erase()
+        if zero:
+            zero.erase()
+        n += 1
+    return n
+
+
+def _coefficient(e, d: int, nd: int) -> int:
+    """The coefficient of dim ``d`` in the affine expression ``e`` of ``nd``
+    dims, linear in it."""
+    one = ir.AffineMap.get(nd, 0, [ir.AffineConstantExpr.get(int(i == d)) for i in range(nd)])
+    zero = ir.AffineMap.get(nd, 0, [ir.AffineConstantExpr.get(0)] * nd)
+    return int(str(e.compose(one))) - int(str(e.compose(zero)))
+
+
+def _zero_fill_before(op, buf):
+    """The ``linalg.fill`` of 0 into ``buf`` that is the last op before ``op``
+    in its block to use ``buf`` (nested uses included), if any."""
+    last = None
+    for o in op.operation.block.operations:
+        if o == op.operation:
+            break
+        if _uses(o.operation, buf):
+            last = o.operation
+    if last is None or last.name != "linalg.fill" or last.operands[1] != buf or \
+            not isinstance(last.operands[0], ir.OpResult):
+        return None
+    cst = last.operands[0].owner
+    if cst.name != "arith.constant" or ir.FloatAttr(cst.attributes["value"]).value != 0.0:
+        return None
+    return last
+
+
+def _uses(op, value) -> bool:
+    found = []
+
+    def visit(o):
+        if any(v == value for v in o.operands):
+            found.append(o)
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+    op.walk(visit)
+    return bool(found)
+
+
 #: The ``py:`` steps a strategy's transform may name.
 REWRITES = {"tile_direct_conv": tile_direct_conv, "fold_unit_dims": fold_unit_dims,
             "single_reduction_contracts": single_reduction_contracts,
-            "prefetch_next_plane": prefetch_next_plane}
+            "prefetch_next_plane": prefetch_next_plane, "depthwise_rows": depthwise_rows}
