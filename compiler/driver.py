@@ -383,7 +383,9 @@ def _symbolic_pipeline(pipeline):
     if pipeline is not None:
         return pipeline
     text = DEFAULT_PIPELINE.replace("fuel-fuse{", "fuel-fuse{attention=false ", 1)
-    assert text != DEFAULT_PIPELINE, DEFAULT_PIPELINE
+    if text == DEFAULT_PIPELINE:  # the default pipeline lost its fuel-fuse options
+        raise CompileError(f"the default pipeline has no 'fuel-fuse{{...}}' to turn the "
+                           f"attention fusion off in for a symbolic module: {DEFAULT_PIPELINE}")
     return text
 
 
