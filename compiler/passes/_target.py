@@ -130,3 +130,15 @@ def resolve_target(table, target: str, backends) -> tuple[KernelBindingTable, li
         default_backend = resolved.backend.value
         return table, resolve_backends(backends or default_backend)
     return resolve_table(table), resolve_backends(backends or "cpu")
+
+
+def target_of_pass(module, pass_name: str, table, target: str, backends):
+    """``resolve_target`` for a pass's ``apply``: the (binding table,
+    candidate backends), or None after reporting the option error on
+    ``module`` as ``<pass_name>: <error>`` (the pass then does nothing)."""
+    from compiler.passes.diagnostics import emit_error
+    try:
+        return resolve_target(table, target, backends)
+    except TargetError as e:
+        emit_error(module, f"{pass_name}: {e}")
+        return None

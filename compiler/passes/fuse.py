@@ -60,7 +60,7 @@ from typing import Optional
 from compiler.mlir import ir
 from compiler.passes import ModulePass, register_pass
 from compiler.passes import _fuel
-from compiler.passes._target import TargetError, resolve_target
+from compiler.passes._target import target_of_pass
 from compiler.passes.diagnostics import emit_error, emit_remark
 
 class _State:
@@ -251,11 +251,10 @@ class Fuse(ModulePass):
         if reg is None:
             emit_error(module, f"{self.name}: the fused-op registry is not available")
             return
-        try:
-            self._table, self._backends = resolve_target(self.table, self.target, self.backend)
-        except TargetError as e:
-            emit_error(module, f"{self.name}: {e}")
+        resolved = target_of_pass(module, self.name, self.table, self.target, self.backend)
+        if resolved is None:
             return
+        self._table, self._backends = resolved
         by_root: dict[str, list] = {}
         for entry in reg:
             for pat in entry.patterns:

@@ -40,7 +40,7 @@ from compiler.graph.opdef import ELEMENTWISE_CATEGORIES
 from compiler.mlir import ir
 from compiler.passes import ModulePass, register_pass
 from compiler.passes import _fuel
-from compiler.passes._target import TargetError, resolve_target
+from compiler.passes._target import target_of_pass
 from compiler.passes.diagnostics import emit_error, emit_remark
 
 #: The most ops one runtime fused group takes (a longer chain becomes several
@@ -285,9 +285,8 @@ class FuseRuntime(ModulePass):
     remarks: bool = False
 
     def apply(self, module) -> None:
-        try:
-            table, backends = resolve_target(self.table, self.target, self.backend)
-        except TargetError as e:
-            emit_error(module, f"{self.name}: {e}")
+        resolved = target_of_pass(module, self.name, self.table, self.target, self.backend)
+        if resolved is None:
             return
+        table, backends = resolved
         RuntimeFusion(self.name, table, backends, self.remarks).run(module)

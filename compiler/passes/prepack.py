@@ -21,8 +21,7 @@ from __future__ import annotations
 from compiler.mlir import ir
 from compiler.passes import ModulePass, register_pass
 from compiler.passes import _fuel
-from compiler.passes._target import TargetError, resolve_target
-from compiler.passes.diagnostics import emit_error
+from compiler.passes._target import target_of_pass
 
 #: Views of a constant the plan folds with it.
 _VIEWS = ("reshape", "transpose", "permute")
@@ -43,11 +42,10 @@ class PrepackWeights(ModulePass):
     backend: str = ""
 
     def apply(self, module) -> None:
-        try:
-            table, backends = resolve_target(self.table, self.target, self.backend)
-        except TargetError as e:
-            emit_error(module, f"{self.name}: {e}")
+        resolved = target_of_pass(module, self.name, self.table, self.target, self.backend)
+        if resolved is None:
             return
+        table, backends = resolved
         entry = _fuel.registry()["FusedLinear"]
         for op in _fuel.fuel_ops(module):
             if _fuel.mnemonic(op) in (entry.mnemonic, "mat_mul"):

@@ -25,7 +25,7 @@ from typing import Optional
 from compiler.mlir import ir
 from compiler.passes import ModulePass, register_pass
 from compiler.passes import _fuel
-from compiler.passes._target import TargetError, resolve_target
+from compiler.passes._target import target_of_pass
 from compiler.passes.diagnostics import emit_error
 from runtime.dtype import DType
 from runtime.errors import NoBackendForOp
@@ -68,11 +68,10 @@ class ReconcileDtypes(ModulePass):
     backends: tuple = ()
 
     def apply(self, module) -> None:
-        try:
-            table, backends = resolve_target(self.table, self.target, self.backends)
-        except TargetError as e:
-            emit_error(module, f"{self.name}: {e}")
+        resolved = target_of_pass(module, self.name, self.table, self.target, self.backends)
+        if resolved is None:
             return
+        table, backends = resolved
         self._casts: dict = {}
         self._table, self._backends = table, backends
         _fuel.drive(_fuel.fuel_ops(module), self._reconcile, "reconcile.visits")
