@@ -3,8 +3,8 @@ time, in the panels the target's kernel reads.
 
 A ``FusedLinear`` (or a ``MatMul``, which becomes one with a zero bias: its
 FMAs start from 0 as MatMul's do) whose ``b`` is a constant (a
-``fuel.const`` or views of one: ``Reshape``, ``Transpose``, ``Permute``;
-not batched: every axis but the last two of size 1, or a ``BroadcastTo``
+``fuel.const`` or views of one: ``Reshape``, ``Transpose``, ``Permute``,
+``Contiguize`` (the Conv2D recipe's ``w^T`` of few output pixels); not batched: every axis but the last two of size 1, or a ``BroadcastTo``
 over them) gets ``b_panel = nr`` and, as ``b``,
 ``Contiguize(Permute(Reshape(b, [K, N/nr, nr]), [1, 0, 2]))``: B's column
 panels of ``nr``, K-major within a panel (``[N/nr, K, nr]``). The plan's
@@ -23,8 +23,8 @@ from compiler.passes import ModulePass, register_pass
 from compiler.passes import _fuel
 from compiler.passes._target import target_of_pass
 
-#: Views of a constant the plan folds with it.
-_VIEWS = ("reshape", "transpose", "permute")
+#: Views and copies of a constant the plan folds with it.
+_VIEWS = ("reshape", "transpose", "permute", "contiguize")
 #: Fewer columns than this keep the plain kernel (a head of a few columns:
 #: the packed kernel is one more instance to compile for little gain). In
 #: columns, not panels, so that targets of either panel width decide alike.

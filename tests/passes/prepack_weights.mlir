@@ -72,6 +72,27 @@ func.func @matmul(%x: tensor<?x64xf32>) -> tensor<?x64xf32> {
 
 // -----
 
+// The Conv2D recipe's few-pixel form (a CNN's late layers): cols^T @ w^T, the
+// weight reshaped, permuted and made contiguous, with a batch axis of 1. A
+// Contiguize of a constant is a constant too: packed, read through the chain.
+// CHECK-LABEL: func.func @conv_few_pixels
+// CHECK:         %[[WT:.*]] = "fuel.contiguize"
+// CHECK-NEXT:    %[[R:.*]] = "fuel.reshape"(%[[WT]]) {shape = [72, 4, 16]}
+// CHECK-NEXT:    %[[P:.*]] = "fuel.permute"(%[[R]]) {perm = [1, 0, 2]}
+// CHECK-NEXT:    %[[C:.*]] = "fuel.contiguize"(%[[P]])
+// CHECK:         "fuel.fused_linear"(%arg0, %[[C]], %{{.*}}) {b_panel = 16 : i64} : (tensor<1x4x72xf32>, tensor<4x72x16xf32>, tensor<64xf32>) -> tensor<1x4x64xf32>
+// CHECK-NOT:     fuel.mat_mul
+func.func @conv_few_pixels(%cols: tensor<1x4x72xf32>) -> tensor<1x4x64xf32> {
+  %w = "fuel.const"() {dtype = "f32", name = "w", shape = [64, 8, 3, 3]} : () -> tensor<64x8x3x3xf32>
+  %w2 = "fuel.reshape"(%w) {shape = [1, 64, 72]} : (tensor<64x8x3x3xf32>) -> tensor<1x64x72xf32>
+  %wp = "fuel.permute"(%w2) {perm = [0, 2, 1]} : (tensor<1x64x72xf32>) -> tensor<1x72x64xf32>
+  %wt = "fuel.contiguize"(%wp) : (tensor<1x72x64xf32>) -> tensor<1x72x64xf32>
+  %0 = "fuel.mat_mul"(%cols, %wt) : (tensor<1x4x72xf32>, tensor<1x72x64xf32>) -> tensor<1x4x64xf32>
+  return %0 : tensor<1x4x64xf32>
+}
+
+// -----
+
 // Left as they are: a weight that is an input (not a constant), N not a
 // multiple of the panel, fewer than 64 columns (on every target), f16 (the packed kernel takes f32
 // and f64), a batched weight.
