@@ -285,8 +285,9 @@ def export_symbolic(module, path, sign_with=None, weights: str = "zip"):
     sizes in a way the file cannot hold.
 
     When the samples do not share one plan, the binding of every symbol at
-    its lower bound (a batch of 1, whose conv recipe multiplies ``cols^T @
-    w^T`` where a batch multiplies ``w @ cols``) is tried apart: the file
+    its lower bound (a batch of 1, whose few-pixel conv recipe multiplies
+    one image's pixels as rows where a batch of 17-63 pixels per image
+    multiplies ``w @ cols``) is tried apart: the file
     then holds its static plan (``symbolic.fixed``) and the template of the
     other samples; if that fails too, the first error is raised."""
     g = module.graph

@@ -1,9 +1,10 @@
 """A conv net with a symbolic batch in one .fuel file (docs/dynamic-shapes.md,
 "One file for every size"): the reduced MobileNet of benchmarks/models.py,
 saved once, runs batch 1, 3, 8 in a process without the compiler, matching
-onnxruntime. Its batch of 1 has a plan of its own (the few-pixel conv
-recipe multiplies ``cols^T @ w^T`` for one image, ``w @ cols`` for a batch),
-which the file holds as ``symbolic.fixed``; a damaged one is refused."""
+onnxruntime, all from one plan (the few-pixel conv recipe is the same for
+one image and for a batch). A binding whose plan differs from the other
+sizes' (made here by a recipe that plans one more step for a single image)
+is held apart as ``symbolic.fixed``; a damaged one is refused."""
 import sys
 from pathlib import Path
 
@@ -36,11 +37,32 @@ def saved(tmp_path_factory):
     return model, module, module.save(tmp_path_factory.mktemp("conv") / "mobilenet.fuel")
 
 
+@pytest.fixture(scope="module")
+def saved_fixed(tmp_path_factory):
+    """The same model through a few-pixel conv recipe that, for one image
+    only, negates the product twice (the same values, two more elementwise
+    ops): batch 1's plan then differs from the other sizes' and the file
+    holds it apart."""
+    from compiler.registry.grammar import op
+    from compiler.registry.ops import conv2d
+    real = conv2d._few_pixels
+
+    def one_image_apart(params, types):
+        y = real(params, types)
+        return op("Neg", op("Neg", y)) if types[0].shape[0] == 1 else y
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(conv2d, "_few_pixels", one_image_apart)
+        model = bm.symbolic(bm.build("mobilenet", 1, image=32))
+        module = compile(import_model(model))
+        return model, module, module.save(tmp_path_factory.mktemp("fixed") / "mobilenet.fuel")
+
+
 def test_conv_net_file_runs_every_batch_without_the_compiler(saved, tmp_path):
     model, module, path = saved
     lm = runtime.load(path)
     assert lm.signature["inputs"] == {"x": "f32[batch,3,32,32]"}
-    assert [f["binding"] for f in lm.manifest["symbolic"]["fixed"]] == [{"batch": 1}]
+    assert "fixed" not in lm.manifest["symbolic"]  # one plan for every batch
     feeds = {f"b{n}": {"x": RNG.standard_normal((n, 3, 32, 32)).astype(np.float32)}
              for n in (1, 3, 8)}
     np.save(tmp_path / "in.npy", feeds, allow_pickle=True)
@@ -53,16 +75,29 @@ def test_conv_net_file_runs_every_batch_without_the_compiler(saved, tmp_path):
         np.testing.assert_array_equal(out[k], module(**f))  # the same plans and kernels
 
 
-def test_inspect_shows_the_fixed_binding(saved, capsys):
+def test_a_binding_of_its_own_plan_is_held_apart(saved_fixed, tmp_path):
+    model, module, path = saved_fixed
+    lm = runtime.load(path)
+    assert [f["binding"] for f in lm.manifest["symbolic"]["fixed"]] == [{"batch": 1}]
+    feeds = {f"b{n}": {"x": RNG.standard_normal((n, 3, 32, 32)).astype(np.float32)}
+             for n in (1, 3)}
+    np.save(tmp_path / "in.npy", feeds, allow_pickle=True)
+    _run_without_compiler(path, tmp_path / "in.npy", tmp_path / "out.npy")
+    out = np.load(tmp_path / "out.npy", allow_pickle=True).item()
+    for k, f in feeds.items():
+        np.testing.assert_array_equal(out[k], module(**f))
+
+
+def test_inspect_shows_the_fixed_binding(saved_fixed, capsys):
     from runtime.cli import main
-    assert main(["inspect", str(saved[2])]) == 0
+    assert main(["inspect", str(saved_fixed[2])]) == 0
     out = capsys.readouterr().out
     assert "symbol:   batch in 1.. (one file for every size)" in out
     assert "binding:  batch=1 has a plan of its own (" in out
 
 
-def test_a_damaged_fixed_binding_is_refused(saved, tmp_path):
-    path = saved[2]
+def test_a_damaged_fixed_binding_is_refused(saved_fixed, tmp_path):
+    path = saved_fixed[2]
 
     def revision(m):
         m["symbolic"]["fixed"][0]["kernels"][0]["revision"] = "0" * 64

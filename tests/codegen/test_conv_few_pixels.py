@@ -1,0 +1,80 @@
+"""Conv2D of few output pixels per image (a CNN's late layers: 2x2, 4x4), the
+recipe's ``_few_pixels`` form (compiler/registry/ops/conv2d.py): an im2col
+of x with its channels last, one matmul whose rows are the pixels of every
+image and whose columns are the Cout channels, the weight reordered at
+compile time and packed by fuel-prepack-weights. Against the reference
+interpreter on both ISA levels, f32 and f64, a run-time batch included."""
+import numpy as np
+import pytest
+
+from compiler import Graph, compile
+from compiler.graph.interpret import interpret
+from compiler.registry.builders import conv2d
+
+TARGETS = ["cpu", "cpu:x86-64-v3"]
+
+
+def _graph(xshape, cout, k, stride=1, padding=0, dilation=1, bias=True, dtype="f32", seed=0):
+    rng = np.random.default_rng(seed)
+    npd = np.float32 if dtype == "f32" else np.float64
+    kh, kw = (k, k) if isinstance(k, int) else k
+    g = Graph()
+    x = g.input("x", xshape, dtype)
+    w = g.constant((rng.standard_normal((cout, xshape[1], kh, kw)) * 0.1).astype(npd), name="w")
+    b = g.constant(rng.standard_normal(cout).astype(npd), name="b") if bias else None
+    g.output(conv2d(x, w, b, stride=stride, padding=padding, dilation=dilation).relu(), name="y")
+    return g
+
+
+def _check(m, g, x, rtol):
+    want = interpret(g, {"x": x})["y"]
+    np.testing.assert_allclose(m(x=x), want, rtol=rtol, atol=rtol * np.abs(want).max())
+
+
+CASES = [  # x shape, Cout, kernel, stride, padding, dilation
+    ((1, 128, 2, 2), 128, 3, 1, 1, 1),      # ResNet's last stage, one image
+    ((8, 64, 4, 4), 128, 3, 1, 1, 1),       # a batch: 8 x 16 pixel rows
+    ((3, 64, 4, 4), 128, 3, 2, 1, 1),       # stride 2 (the stage's first block)
+    ((2, 64, 4, 4), 128, 1, 2, 0, 1),       # the 1x1 stride-2 shortcut
+    ((2, 32, 2, 2), 64, 1, 1, 0, 1),        # a 1x1 conv at 2x2
+    ((2, 32, 5, 5), 96, 3, 1, 0, 2),        # dilated: one pixel
+    ((2, 16, 3, 7), 80, (1, 3), (1, 2), (0, 1), 1),  # uneven kernel, stride and pads
+]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("xshape,cout,k,stride,padding,dilation", CASES)
+def test_few_pixel_conv_matches_the_reference(target, xshape, cout, k, stride, padding, dilation):
+    g = _graph(xshape, cout, k, stride, padding, dilation)
+    m = compile(g, target=target)
+    x = np.random.default_rng(1).standard_normal(xshape).astype(np.float32)
+    _check(m, g, x, 2e-5)
+    summary = m.kernel_summary()
+    assert not any(s.startswith("Conv2D[") for s in summary), summary
+    if cout % 32 == 0:  # a whole number of panels on both ISA levels: the weight is packed
+        assert any(s.startswith("FusedLinear[") and s.endswith("[B packed]") for s in summary), summary
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_few_pixel_conv_in_f64(target):
+    g = _graph((2, 32, 4, 4), 64, 3, 1, 1, dtype="f64")
+    m = compile(g, target=target)
+    x = np.random.default_rng(2).standard_normal((2, 32, 4, 4))
+    _check(m, g, x, 1e-12)
+
+
+def test_few_pixel_conv_without_bias_and_a_run_time_batch():
+    g = _graph(("batch", 64, 4, 4), 128, 3, 1, 1, bias=False)
+    m = compile(g)
+    rng = np.random.default_rng(3)
+    for n in (1, 3, 8):
+        _check(m, g, rng.standard_normal((n, 64, 4, 4)).astype(np.float32), 2e-5)
+
+
+def test_many_pixels_per_image_in_a_batch_multiply_per_image():
+    # 7x7 = 49 pixels (MobileNet's and EfficientNet's last stage), batch 4:
+    # w @ cols per image, no transposing copy in or out
+    g = _graph((4, 64, 7, 7), 320, 1)
+    m = compile(g)
+    _check(m, g, np.random.default_rng(4).standard_normal((4, 64, 7, 7)).astype(np.float32), 2e-5)
+    assert any(s.startswith("MatMul[") for s in m.kernel_summary()), m.kernel_summary()
