@@ -589,22 +589,26 @@ def fold_conv_epilogues(module, table, backends) -> int:
 
 def fold_linear_epilogues(module, table, backends) -> int:
     """Fold each ``GeluErf`` that is the only user of a ``FusedLinear`` (of
-    the same type, without an epilogue yet) into its ``gelu`` param, where
-    some candidate backend has a kernel for it (``kernel_serves`` with the
-    new params, and the binding table's key). Returns how many were folded."""
+    the same type, without an epilogue yet) into its ``gelu`` param, or
+    behind a view of it as ``fold_conv_epilogues`` does (an importer's
+    ``Reshape`` back to ``[B, S, N]``: the activation moves above the view),
+    where some candidate backend has a kernel for it (``kernel_serves`` with
+    the new params, and the binding table's key). Returns how many were
+    folded."""
     from compiler.dialect import lookup, params_to_attributes
     entry = _fuel.registry()["FusedLinear"]
     folded = 0
     for lin in [o for o in _fuel.fuel_ops(module) if _fuel.mnemonic(o) == entry.mnemonic]:
-        y = lin.results[0]
+        y, view = lin.results[0], None
         users = [_op_of(u) for u in _fuel.users(y)]
-        if len(users) != 1 or _fuel.mnemonic(users[0]) != "gelu_erf" \
-                or users[0].results[0].type != y.type:
+        if len(users) == 1 and len(users[0].results) == 1 and users[0].results[0].type == y.type:
+            update, act = _unary_activation(users[0]), users[0]
+        else:
+            update, view, act = _conv_view_epilogue(lin) or (None, None, None)
+        params = _fuel.params(lin)
+        if update != {"gelu": True} or params.get("gelu"):
             continue
-        act, params = users[0], _fuel.params(lin)
-        if params.get("gelu"):
-            continue
-        params["gelu"] = True
+        params.update(update)
         try:
             in_types = [_fuel.tensor_type(v) for v in lin.operands]
             dts = [t.dtype for t in in_types] + [_fuel.dtype_of(y)]
@@ -613,10 +617,14 @@ def fold_linear_epilogues(module, table, backends) -> int:
         except Exception:  # symbolic extents: the epilogue kernel is compiled per shape
             continue
         with ir.InsertionPoint(lin), act.location:
-            fused = _fuel.create(lin.name, list(lin.operands), [act.results[0].type],
+            fused = _fuel.create(lin.name, list(lin.operands), [y.type],
                                  params_to_attributes(lookup(entry.mnemonic), params),
                                  loc=act.location)
-        _fuel.replace_op(act, [fused.results[0]], dead=[lin])
+        if view is not None:  # the activation moves above the view
+            view.operands[0] = fused.results[0]
+            _fuel.replace_op(act, [view.results[0]], dead=[lin])
+        else:
+            _fuel.replace_op(act, [fused.results[0]], dead=[lin])
         _fuel.count("fuse.linear_epilogues")
         folded += 1
     return folded

@@ -79,7 +79,7 @@ def _linear_epilogue(lw: Lowering, a, b, bias, panel):
     unpacked ``[.., K, N]`` of unit batch axes is one panel ``[1, K, N]``), so
     a tile reads its panel of b contiguously (packed) or in place; a's batch
     axes fold into M."""
-    from compiler.codegen.family import CONTRACT_ATTR, EPILOGUE_ATTR
+    from compiler.codegen.family import CONTRACT_ATTR, EPILOGUE_ATTR, PACKED_B_ATTR
     from .elementwise import _gelu_erf
     s, elt = Scalar.compute(lw.out_dtype), lw.out_elt
     ra, rb = rank(a), rank(b)
@@ -102,10 +102,15 @@ def _linear_epilogue(lw: Lowering, a, b, bias, panel):
                                    affine_map(4, [1, 0, 2] if panel else [0, 1, 2])],
                   [PARALLEL] * 3 + [REDUCTION], lambda x, y, c: s.add(c, s.mul(x, y)))[0]
     acc.owner.attributes[CONTRACT_ATTR] = ir.UnitAttr.get()
+    if panel:  # the packed strategy's register tile (``cpu.strategy.packed_epilogue_strategy``)
+        acc.owner.attributes[PACKED_B_ATTR] = ir.UnitAttr.get()
     y = generic([acc, bias], [empty(shape, elt)], [out3, affine_map(3, [0, 2]), out3],
                 [PARALLEL] * 3, lambda v, c, _o: _gelu_erf(s, s.add(v, c)))[0]
     y.owner.attributes[EPILOGUE_ATTR] = ir.UnitAttr.get()
     y = collapse(y, [[0], [1, 2]] if panel else [[0, 1], [2]])
+    if len(out_shape) == 2:  # written into the out-param's [M, P, nr] view: no copy
+        from compiler.codegen.common.stages import WRITE_THROUGH_ATTR
+        y.owner.attributes[WRITE_THROUGH_ATTR] = ir.UnitAttr.get()
     return expand(y, out_shape, [list(range(len(out_shape) - 1)), [len(out_shape) - 1]]) \
         if len(out_shape) > 2 else y
 
