@@ -69,6 +69,17 @@ def fused_f32() -> KernelBindingTable:
 
 
 @functools.cache
+def linear_f32_f64() -> KernelBindingTable:
+    """primitives_f32 plus f32 and f64 FusedLinear kernels (whether an epilogue
+    folds is then up to the kernel's ``serves``)."""
+    t = KernelBindingTable()
+    _primitives(t)
+    for d in (F32, F64):
+        t.register(OpKind.FusedLinear, [d] * 4, "cpu", _kernel)
+    return t.freeze()
+
+
+@functools.cache
 def attention_f32() -> KernelBindingTable:
     """fused_f32 plus the f32 FlashAttn kernel (q, k, v)."""
     t = KernelBindingTable()
@@ -99,7 +110,8 @@ def broadcast_only_add() -> KernelBindingTable:
     return t.freeze()
 
 
-for _factory in (primitives_f32, fused_f32, attention_f32, conv_f32, broadcast_only_add):
+for _factory in (primitives_f32, fused_f32, linear_f32_f64, attention_f32, conv_f32,
+                 broadcast_only_add):
     register_table(_factory.__name__, _factory)
 
 
