@@ -592,11 +592,14 @@ def fold_linear_epilogues(module, table, backends) -> int:
     the same type, without an epilogue yet) into its ``gelu`` param, or
     behind a view of it as ``fold_conv_epilogues`` does (an importer's
     ``Reshape`` back to ``[B, S, N]``: the activation moves above the view),
-    where some candidate backend has a kernel for it (``kernel_serves`` with
-    the new params, and the binding table's key). Returns how many were
+    where some candidate cpu backend has a kernel for it (``kernel_serves``
+    with the new params, and the binding table's key). Returns how many were
     folded."""
     from compiler.dialect import lookup, params_to_attributes
+    from runtime.keys import BackendId
     entry = _fuel.registry()["FusedLinear"]
+    # the epilogue is the cpu kernel's (another backend's FusedLinear ignores it)
+    backends = [b for b in backends if BackendId.parse(b) is BackendId.CPU]
     folded = 0
     for lin in [o for o in _fuel.fuel_ops(module) if _fuel.mnemonic(o) == entry.mnemonic]:
         y, view = lin.results[0], None

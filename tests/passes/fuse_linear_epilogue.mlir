@@ -6,6 +6,8 @@
 // RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file \
 // RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=primitives_f32 runtime=false})' | filecheck %s --check-prefix=NOKERNEL
 // RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file \
+// RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=linear_f32_f64 backend=cuda runtime=false})' | filecheck %s --check-prefix=NOKERNEL
+// RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file \
 // RUN:   --pass-pipeline='builtin.module(fuel-decompose{all=true})' | filecheck %s --check-prefix=DECOMP
 
 // fuel-fuse folds a GeluErf that is a FusedLinear's only user (directly, or
@@ -19,7 +21,8 @@
 // OFF-LABEL:   func.func @direct
 // OFF:           "fuel.gelu_erf"
 // NOKERNEL-LABEL: func.func @direct
-// NOKERNEL:      "fuel.gelu_erf"
+// NOKERNEL:      "fuel.fused_linear"(%arg0, %arg1, %arg2) :
+// NOKERNEL-NEXT: "fuel.gelu_erf"
 // The recipe ends with the same GeluErf: a target without the kernel decomposes it.
 // DECOMP-LABEL: func.func @direct
 // DECOMP:         "fuel.mat_mul"

@@ -71,11 +71,13 @@ def fused_f32() -> KernelBindingTable:
 @functools.cache
 def linear_f32_f64() -> KernelBindingTable:
     """primitives_f32 plus f32 and f64 FusedLinear kernels (whether an epilogue
-    folds is then up to the kernel's ``serves``)."""
+    folds is then up to the kernel's ``serves``), and an f32 one on cuda."""
     t = KernelBindingTable()
     _primitives(t)
+    _primitives(t, (F32,), backend="cuda")
     for d in (F32, F64):
         t.register(OpKind.FusedLinear, [d] * 4, "cpu", _kernel)
+    t.register(OpKind.FusedLinear, [F32] * 4, "cuda", _kernel)
     return t.freeze()
 
 
