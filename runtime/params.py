@@ -347,6 +347,8 @@ class Matmul(OpParams):
     #: FusedLinear with a pre-packed constant rhs: b is ``[n / b_panel, k,
     #: b_panel]`` (column panels, K-major), the lhs batch axes fold into m
     b_panel: int = 0
+    #: FusedLinear's activation epilogue: the exact (erf) GELU of the result
+    gelu: bool = False
 
     def validate(self):
         if len(self.lhs_batch_dims) != len(self.rhs_batch_dims):

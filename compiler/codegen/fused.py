@@ -218,6 +218,8 @@ def _conv_batch(types, params):
 
 
 def _linear_dims(types, params):
+    if params.get("gelu"):  # the epilogue kernel (``_linear_epilogue``): static
+        return None
     if params.get("b_panel"):  # packed b [?, ?, panel]: the panel width is static
         a, _b, bias = _all_dims(types)[:3]
         return a, (True, True, False), bias, a
@@ -588,15 +590,27 @@ fused_kernel("LayerNormLastDim", from_params=_eps_back, precision=NORM_FAMILY,
              keys=lambda t: [(t,) * 2, (t,) * 3, (t,) * 4])(_norm_params)  # x [, weight [, bias]]
 
 
+def _linear_serves(params, types) -> bool:
+    """The ``gelu`` epilogue (``lowering.fused_forward._linear_epilogue``):
+    f32 only (an f64 erf has no vector expansion: the GeluErf stays a kernel
+    of its own), b packed or of unit batch axes (one panel)."""
+    if not params.get("gelu"):
+        return True
+    return all(t.dtype == DType.F32 for t in types) and (
+        bool(params.get("b_panel")) or all(d == 1 for d in types[1].shape[:-2]))
+
+
 @fused_kernel("FusedLinear", precision=FUSED_LINEAR,
               dtypes=(DType.F32, DType.F64, DType.F16, DType.BF16),
-              from_params=lambda p, types: {"b_panel": int(p.b_panel) or None})
+              from_params=lambda p, types: {"b_panel": int(p.b_panel) or None,
+                                            "gelu": True if p.gelu else None},
+              serves=_linear_serves)
 def _linear_params(params, types):
     a, b = types[0].shape, types[1].shape
-    panel = params.get("b_panel", 0)
+    panel, gelu = params.get("b_panel", 0), bool(params.get("gelu"))
     if panel:  # packed b [N/panel, K, panel]; a's batch axes fold into M
-        return P.Matmul((), (), math.prod(a[:-1]), b[0] * panel, a[-1], b_panel=panel)
-    return P.Matmul(tuple(a[:-2]), tuple(b[:-2]), a[-2], b[-1], a[-1])
+        return P.Matmul((), (), math.prod(a[:-1]), b[0] * panel, a[-1], b_panel=panel, gelu=gelu)
+    return P.Matmul(tuple(a[:-2]), tuple(b[:-2]), a[-2], b[-1], a[-1], gelu=gelu)
 
 
 @fused_kernel("Rope", precision=ROPE,

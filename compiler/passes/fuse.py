@@ -31,7 +31,8 @@ a ``Relu`` or ``Clamp`` that is the only user of a ``Conv2D`` becomes that
 conv's ``clamp_min`` / ``clamp_max`` params (``fold_conv_epilogues``; so a
 ResNet block's ``Relu(conv + skip)`` is one conv), where the target still
 has a kernel for the conv with them, so the kernel writes the activated
-output in its own output pass.
+output in its own output pass; a ``GeluErf`` that is the only user of a
+``FusedLinear`` becomes its ``gelu`` param (``fold_linear_epilogues``).
 
 With ``runtime=true`` (the default), the runtime fusion of
 ``fuel-fuse-runtime`` (``compiler.passes.fuse_runtime``) runs after the
@@ -268,6 +269,7 @@ class Fuse(ModulePass):
         if self.epilogues:
             fold_conv_residuals(module, self._table, self._backends)
             fold_conv_epilogues(module, self._table, self._backends)
+            fold_linear_epilogues(module, self._table, self._backends)
         if self.runtime:
             RuntimeFusion(self.name, self._table, self._backends, self.remarks).run(module)
 
@@ -581,5 +583,51 @@ def fold_conv_epilogues(module, table, backends) -> int:
         else:
             _fuel.replace_op(act, [fused.results[0]], dead=dead)
         _fuel.count("fuse.conv_epilogues")
+        folded += 1
+    return folded
+
+
+def fold_linear_epilogues(module, table, backends) -> int:
+    """Fold each ``GeluErf`` that is the only user of a ``FusedLinear`` (of
+    the same type, without an epilogue yet) into its ``gelu`` param, or
+    behind a view of it as ``fold_conv_epilogues`` does (an importer's
+    ``Reshape`` back to ``[B, S, N]``: the activation moves above the view),
+    where some candidate cpu backend has a kernel for it (``kernel_serves``
+    with the new params, and the binding table's key). Returns how many were
+    folded."""
+    from compiler.dialect import lookup, params_to_attributes
+    from runtime.keys import BackendId
+    entry = _fuel.registry()["FusedLinear"]
+    # the epilogue is the cpu kernel's (another backend's FusedLinear ignores it)
+    backends = [b for b in backends if BackendId.parse(b) is BackendId.CPU]
+    folded = 0
+    for lin in [o for o in _fuel.fuel_ops(module) if _fuel.mnemonic(o) == entry.mnemonic]:
+        y, view = lin.results[0], None
+        users = [_op_of(u) for u in _fuel.users(y)]
+        if len(users) == 1 and len(users[0].results) == 1 and users[0].results[0].type == y.type:
+            update, act = _unary_activation(users[0]), users[0]
+        else:
+            update, view, act = _conv_view_epilogue(lin) or (None, None, None)
+        params = _fuel.params(lin)
+        if update != {"gelu": True} or params.get("gelu"):
+            continue
+        params.update(update)
+        try:
+            in_types = [_fuel.tensor_type(v) for v in lin.operands]
+            dts = [t.dtype for t in in_types] + [_fuel.dtype_of(y)]
+            if not kernel_available(entry, params, in_types, dts, table, backends):
+                continue
+        except Exception:  # symbolic extents: the epilogue kernel is compiled per shape
+            continue
+        with ir.InsertionPoint(lin), act.location:
+            fused = _fuel.create(lin.name, list(lin.operands), [y.type],
+                                 params_to_attributes(lookup(entry.mnemonic), params),
+                                 loc=act.location)
+        if view is not None:  # the activation moves above the view
+            view.operands[0] = fused.results[0]
+            _fuel.replace_op(act, [view.results[0]], dead=[lin])
+        else:
+            _fuel.replace_op(act, [fused.results[0]], dead=[lin])
+        _fuel.count("fuse.linear_epilogues")
         folded += 1
     return folded

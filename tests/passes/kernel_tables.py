@@ -69,6 +69,19 @@ def fused_f32() -> KernelBindingTable:
 
 
 @functools.cache
+def linear_f32_f64() -> KernelBindingTable:
+    """primitives_f32 plus f32 and f64 FusedLinear kernels (whether an epilogue
+    folds is then up to the kernel's ``serves``), and an f32 one on cuda."""
+    t = KernelBindingTable()
+    _primitives(t)
+    _primitives(t, (F32,), backend="cuda")
+    for d in (F32, F64):
+        t.register(OpKind.FusedLinear, [d] * 4, "cpu", _kernel)
+    t.register(OpKind.FusedLinear, [F32] * 4, "cuda", _kernel)
+    return t.freeze()
+
+
+@functools.cache
 def attention_f32() -> KernelBindingTable:
     """fused_f32 plus the f32 FlashAttn kernel (q, k, v)."""
     t = KernelBindingTable()
@@ -99,7 +112,8 @@ def broadcast_only_add() -> KernelBindingTable:
     return t.freeze()
 
 
-for _factory in (primitives_f32, fused_f32, attention_f32, conv_f32, broadcast_only_add):
+for _factory in (primitives_f32, fused_f32, linear_f32_f64, attention_f32, conv_f32,
+                 broadcast_only_add):
     register_table(_factory.__name__, _factory)
 
 

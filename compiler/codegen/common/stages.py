@@ -159,6 +159,32 @@ def _write_through_reshape(value, dest):
     return src, memref.CollapseShapeOp(view, dest, groups).result
 
 
+#: Marks a ``tensor.collapse_shape`` result whose source a kernel writes into
+#: the expanded view of its out-param (``_write_through_collapse``).
+WRITE_THROUGH_ATTR = "fuelc.write_through"
+
+
+def _write_through_collapse(value, dest):
+    """A result that is a ``WRITE_THROUGH_ATTR`` ``tensor.collapse_shape`` of
+    static-shaped ``v``: ``v`` written into the out-param's expanded view
+    (valid for any strides: each collapsed group is split, not merged), not
+    computed in a buffer of its own and copied out (FusedLinear's epilogue
+    kernel: ``[M, P, nr]`` -> ``[M, N]``)."""
+    owner = getattr(value.owner, "operation", value.owner)
+    if not isinstance(owner, ir.Operation) or owner.name != "tensor.collapse_shape" \
+            or WRITE_THROUGH_ATTR not in owner.attributes:
+        return value, dest
+    src = owner.operands[0]
+    st = ir.RankedTensorType(src.type)
+    if not st.has_static_shape:
+        return value, dest
+    dyn = ir.ShapedType.get_dynamic_stride_or_offset()
+    view = ir.MemRefType.get(st.shape, st.element_type,
+                             layout=ir.StridedLayoutAttr.get(dyn, [dyn] * st.rank))
+    return src, memref.ExpandShapeOp(view, dest, owner.attributes["reassociation"], [],
+                                     list(st.shape)).result
+
+
 def prepare_entries(module: "ir.Module", entry_names: Iterable[str], *,
                     identity_outputs: bool = False) -> None:
     """Give each entry the C interface and turn its tensor results into
@@ -200,6 +226,7 @@ def prepare_entries(module: "ir.Module", entry_names: Iterable[str], *,
                     for i, (value, dest) in enumerate(zip(ret.operands, out_args)):
                         if i in row_major:
                             value, dest = _write_through_reshape(value, dest)
+                        value, dest = _write_through_collapse(value, dest)
                         bufferization.MaterializeInDestinationOp(
                             None, value, dest, restrict=True, writable=True)
                     func.ReturnOp([])

@@ -340,6 +340,37 @@ def _register_per_element_type(feature: "str | tuple[str, ...]", make) -> None:
                            and f"linalg.generic:{e}" in names)(elt), {**v, "": v["avx2"]})
 
 
+#: The register tiles of ``packed_epilogue_strategy``: one panel wide (``nr``
+#: of ``_MATMUL_TILES``). One znver4 thread, [1024,256]x[256,1024] + erf GELU,
+#: medians of 30 calls, two A/B rounds on a loaded machine: AVX-512 8x32 and
+#: 8x16 even; AVX2 6x16 8.7, 9.1 ms, 4x16 6.9, 6.8 (the unfused kernels 9.1,
+#: 6.9): the erf's temporaries beside 12 accumulators spill.
+_PACKED_EPILOGUE_TILES = {("f32", "avx2"): dict(mr=4, nr=16), ("f64", "avx2"): dict(mr=4, nr=8),
+                          ("f32", "avx512"): dict(mr=8, nr=32),
+                          ("f64", "avx512"): dict(mr=8, nr=16)}
+#: Rows of A per block of ``packed_epilogue_strategy`` (a multiple of every
+#: ``mr``): the block (96 x 768 f32: 288 KiB) stays in L2 while the panels pass.
+#: AVX-512 as above, minima: no block 5.66, 6.00 ms; 96 rows 5.62, 5.59; 192
+#: rows 5.79, 5.75.
+_PACKED_EPILOGUE_MC = 96
+
+
+def packed_epilogue_strategy(element_type: str, isa: str = "avx2") -> Strategy:
+    """A FusedLinear with an activation over a pre-packed B
+    (``lowering.fused_forward._linear_epilogue``): ``epilogue_script`` with
+    ``_PACKED_EPILOGUE_TILES`` (one panel wide), blocks of
+    ``_PACKED_EPILOGUE_MC`` rows first."""
+    from compiler.codegen.cpu.transforms.matmul import epilogue_script
+    mr, nr = (_PACKED_EPILOGUE_TILES[element_type, isa][k] for k in ("mr", "nr"))
+    return _fused_on_tensors(
+        f"matmul-packed-epilogue-{element_type}-{mr}x{nr}",
+        epilogue_script(mr=mr, nr=nr, mc=_PACKED_EPILOGUE_MC),
+        "matmul over B packed at compile time + its epilogue, tiled and fused on tensors: "
+        "mr x nr (one panel) register tiles from zero over all of K, the bias and "
+        "activation in the registers, the output stored once")
+
+
+_register_per_element_type((MATMUL_EPILOGUE, "fuelc.packed_b"), packed_epilogue_strategy)
 _register_per_element_type(MATMUL_EPILOGUE, epilogue_strategy)
 #: The register tiles of a stem (``transforms.stem``): the epilogue's, but 6
 #: rows on AVX2 (12 accumulators; with 8, each tap's FMAs waited on the

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from compiler.mlir import ir
 
-from .core import (PARALLEL, REDUCTION, Lowering, Scalar, affine_map, broadcast_map, dims,
-                   empty, from_compute, generic, identity_map, lowers, rank, reshape, rtt,
-                   to_compute)
+from .core import (PARALLEL, REDUCTION, Lowering, Scalar, affine_map, broadcast_map, collapse,
+                   dims, empty, expand, from_compute, generic, identity_map, lowers, rank,
+                   reshape, rtt, to_compute)
 from .layout import extract_slice, insert_slice
 from .matmul import matmul_into
 
@@ -29,6 +29,8 @@ from .matmul import matmul_into
 @lowers("FusedLinear")
 def _fused_linear(lw: Lowering):
     a, b, bias = lw.operands
+    if lw.params.get("gelu"):
+        return _linear_epilogue(lw, a, b, bias, lw.params.get("b_panel"))
     if lw.params.get("b_panel"):
         return _packed_linear(lw, a, b, bias, lw.params["b_panel"])
     n = rank(a)
@@ -64,6 +66,53 @@ def _packed_linear(lw: Lowering, a, b, bias, panel: int):
                  lambda x, y, c: s.add(c, s.mul(x, y)))[0]
     mm.owner.attributes[PACKED_B_ATTR] = ir.UnitAttr.get()
     return mm
+
+
+def _linear_epilogue(lw: Lowering, a, b, bias, panel):
+    """``gelu(a @ b + bias)`` (static shapes, one float dtype) as a zero
+    fill, a contraction (``CONTRACT_ATTR``) and an element-wise epilogue
+    (``EPILOGUE_ATTR``: the bias, then the erf GELU of ``_gelu_erf``, as the
+    GeluErf kernel computes it), which the cpu strategy ``matmul-epilogue``
+    tiles and fuses: each register tile starts at zero, runs all of K and
+    leaves through the epilogue, stored once. All three iterate (p, m, j)
+    over the output viewed as ``[M, P, nr]`` (a packed b ``[P, K, nr]``; an
+    unpacked ``[.., K, N]`` of unit batch axes is one panel ``[1, K, N]``), so
+    a tile reads its panel of b contiguously (packed) or in place; a's batch
+    axes fold into M."""
+    from compiler.codegen.family import CONTRACT_ATTR, EPILOGUE_ATTR, PACKED_B_ATTR
+    from .elementwise import _gelu_erf
+    s, elt = Scalar.compute(lw.out_dtype), lw.out_elt
+    ra, rb = rank(a), rank(b)
+    out_shape = list(rtt(a).shape[:-1]) + [rtt(bias).shape[0]]
+    if ra > 2:
+        a = collapse(a, [list(range(ra - 1)), [ra - 1]])
+    if not panel:
+        if rb > 2:
+            b = collapse(b, [list(range(rb - 1)), [rb - 1]])
+        b = expand(b, [1] + list(rtt(b).shape), [[0, 1], [2]])
+    p, nr = rtt(b).shape[0], rtt(b).shape[2]
+    m = rtt(a).shape[0]
+    bias = expand(bias, [p, nr], [[0, 1]])
+    # (p, m, j) -> the output as [M, P, nr]; one panel: as [1, M, N] (the
+    # same memory), so a partial column tile is not a permuted masked write
+    out3 = affine_map(3, [1, 0, 2]) if panel else identity_map(3)
+    shape = [m, p, nr] if panel else [1, m, nr]
+    zero = generic([], [empty(shape, elt)], [out3], [PARALLEL] * 3, lambda _o: s.const(0))[0]
+    acc = generic([a, b], [zero], [affine_map(4, [1, 3]), affine_map(4, [0, 3, 2]),
+                                   affine_map(4, [1, 0, 2] if panel else [0, 1, 2])],
+                  [PARALLEL] * 3 + [REDUCTION], lambda x, y, c: s.add(c, s.mul(x, y)))[0]
+    acc.owner.attributes[CONTRACT_ATTR] = ir.UnitAttr.get()
+    if panel:  # the packed strategy's register tile (``cpu.strategy.packed_epilogue_strategy``)
+        acc.owner.attributes[PACKED_B_ATTR] = ir.UnitAttr.get()
+    y = generic([acc, bias], [empty(shape, elt)], [out3, affine_map(3, [0, 2]), out3],
+                [PARALLEL] * 3, lambda v, c, _o: _gelu_erf(s, s.add(v, c)))[0]
+    y.owner.attributes[EPILOGUE_ATTR] = ir.UnitAttr.get()
+    y = collapse(y, [[0], [1, 2]] if panel else [[0, 1], [2]])
+    if len(out_shape) == 2:  # written into the out-param's [M, P, nr] view: no copy
+        from compiler.codegen.common.stages import WRITE_THROUGH_ATTR
+        y.owner.attributes[WRITE_THROUGH_ATTR] = ir.UnitAttr.get()
+    return expand(y, out_shape, [list(range(len(out_shape) - 1)), [len(out_shape) - 1]]) \
+        if len(out_shape) > 2 else y
 
 
 def _halves(v, n: int, h: int):

@@ -11,6 +11,12 @@ hand-written autograd rule (dA = up·bᵀ, dB = aᵀ·up, dbias = ReduceSumTo):
 ``BackwardKind("custom")`` (a NotDifferentiable label would be dead
 metadata). Patterns: ``Add(MatMul(a, b), BroadcastTo(bias))`` with or
 without the leading-1 pad Reshape.
+
+Epilogue: ``gelu`` (bool, None: off): the exact (erf) GELU of the result,
+bias included: ``fuel-fuse`` folds a ``GeluErf`` that is the op's only user
+(``compiler.passes.fuse: fold_linear_epilogues``; a BERT/ViT FFN's first
+product), so the kernel writes the activated output once. The recipe ends
+with the same ``GeluErf``.
 """
 from ..entry import CUSTOM, FusedOpEntry, FusedPattern, Family, Recipe
 from ..grammar import LAST, Bind, Extent, WithDim, op
@@ -66,11 +72,14 @@ def reference(inputs, params):
     a, b, bias = (wide(x) for x in inputs)
     if params.get("b_panel", 0):
         b = unpack(b, params["b_panel"])
-        return out(np.matmul(a, b) + bias, dtype_of(inputs[0]))
     for i, (x, y) in enumerate(zip(a.shape[:-2], b.shape[:-2])):
         if x != y:
             b = np.repeat(b, x // y, axis=i)
-    return out(np.matmul(a, b) + bias, dtype_of(inputs[0]))
+    y = np.matmul(a, b) + bias
+    if params.get("gelu"):
+        from runtime.elementwise import gelu_erf
+        y = gelu_erf(y)
+    return out(y, dtype_of(inputs[0]))
 
 
 RECIPE = op("Add", op("MatMul", Bind(0), Bind(1)),
@@ -80,6 +89,13 @@ _PADDED = op("Add", op("MatMul", Bind(0), Bind(1)),
              op("BroadcastTo", op("Reshape", Bind(2)), shape=WithDim(0, LAST, Extent(1, LAST))))
 
 def _recipe(params, types):
+    """MatMul + bias (the packed constant unpacked first), then the
+    ``gelu`` epilogue's ``GeluErf``."""
+    y = _linear(params, types)
+    return op("GeluErf", y) if params.get("gelu") else y
+
+
+def _linear(params, types):
     panel = params.get("b_panel", 0)
     if not panel:
         return RECIPE
@@ -93,7 +109,7 @@ def _recipe(params, types):
 
 ENTRY = FusedOpEntry(
     id=2, name=NAME, mnemonic="fused_linear", family=Family.FORWARD,
-    arity=3, params=(ParamSpec("b_panel", "i64", None),), infer=infer, reference=reference,
+    arity=3, params=(ParamSpec("b_panel", "i64", None), ParamSpec("gelu", "bool", None)), infer=infer, reference=reference,
     recipe=Recipe(build=_recipe), backward=CUSTOM, op_kind=OpKind.FusedLinear,
     destructive_input=None, cse_tag=2, input_names=("a", "b", "bias"),
     patterns=(FusedPattern(_PADDED, name="padded"), FusedPattern(RECIPE, name="direct")),

@@ -411,7 +411,7 @@ def rows_script(op: str = "linalg.matmul", *, nr: int = 16, kr: int = 4) -> str:
 from compiler.codegen.family import CONTRACT_ATTR, EPILOGUE_ATTR  # noqa: E402
 
 
-def epilogue_script(*, mr: int, nr: int) -> str:
+def epilogue_script(*, mr: int, nr: int, mc: int = 0) -> str:
     """The transform script (on tensors, before bufferization) of a matmul
     whose init and epilogue run in its register tiles: the epilogue generic
     is tiled 1 x ``mr`` x ``nr`` (loops batch, n, m: a K x ``nr`` panel of B
@@ -422,15 +422,22 @@ def epilogue_script(*, mr: int, nr: int) -> str:
     vectorized to its tile's sizes (a partial tile under masks), and the
     accumulator becomes a vector carried through the K loop
     (``hoist_loop_invariant_subsets``): the init is a register splat of the
-    bias, the epilogue runs on registers, and C is written once."""
+    bias, the epilogue runs on registers, and C is written once. With ``mc``
+    the epilogue is first tiled (and the rest fused) by blocks of ``mc``
+    rows (dim 1), so a block of A stays in L2 while the panels pass."""
     t = _ANY
     pm = lambda body: f"    transform.apply_patterns to %f {{\n{body}    }} : {t}\n"
     canon = pm("      transform.apply_patterns.canonicalization\n")
+    block, blocked = "", ""
+    if mc:  # blocks of mc rows first: their rows of A stay in L2 across the panels
+        block = (f"    %epi_b, %lmc = transform.structured.fuse %epi tile_sizes [0, {mc}, 0] "
+                 f": ({t}) -> ({t}, {t})\n")
+        blocked = "_b"
     return f"""module attributes {{transform.with_named_sequence}} {{
   transform.named_sequence @__transform_main(%root: {t} {{transform.readonly}}) {{
     %f0 = {_match("func.func", "%root")}
     %epi = transform.structured.match attributes{{{EPILOGUE_ATTR}}} in %root : ({t}) -> {t}
-    %tiled, %lb, %ln, %lm = transform.structured.fuse %epi tile_sizes [1, {mr}, {nr}] interchange [0, 2, 1] : ({t}) -> ({t}, {t}, {t}, {t})
+{block}    %tiled, %lb, %ln, %lm = transform.structured.fuse %epi{blocked} tile_sizes [1, {mr}, {nr}] interchange [0, 2, 1] : ({t}) -> ({t}, {t}, {t}, {t})
     %mm = transform.structured.match attributes{{{CONTRACT_ATTR}}} in %lb : ({t}) -> {t}
     %tk, %lk = transform.structured.tile_using_for %mm tile_sizes [0, 0, 0, 1] : ({t}) -> ({t}, {t})
     %f = transform.apply_registered_pass "scf-for-loop-peeling" to %f0 : ({t}) -> {t}
