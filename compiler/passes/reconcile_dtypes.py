@@ -20,7 +20,6 @@ backends; see ``compiler.passes._target``).
 """
 from __future__ import annotations
 
-
 from compiler.mlir import ir
 from compiler.passes import ModulePass, register_pass
 from compiler.passes import _fuel
