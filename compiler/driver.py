@@ -408,7 +408,7 @@ def _compile(graph, target: Target, pipeline, warm: bool, progress, jobs: int, e
     t0 = time.perf_counter()
     text = resolve_pipeline(pipeline) if pipeline is not None else DEFAULT_PIPELINE
     # The target travels as its string: a reproducer command reruns as printed.
-    run_pipeline(emitted.module, text,
+    run_pipeline(emitted.module, text, input_text=irs["fuel"],  # printed once
                  options={"target": target.spec, "constants": emitted.constants})
     irs["optimized"] = str(emitted.module)
     timings["passes"] = time.perf_counter() - t0
