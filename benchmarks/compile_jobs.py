@@ -222,6 +222,10 @@ def measure(args, pycache: "str | None") -> int:
             print(f"| {spec} | {root} | " + " | ".join(
                 f"{m:.2f} s ({r})" for m, r in zip(meds, spread))
                 + f" | {meds[0] / meds[-1]:.2f}x{same} | {work} |")
+    for spec in args.models:
+        if len(args.roots) > 1:
+            same = len(set().union(*(digests[(spec, r)] for r in args.roots))) == 1
+            print(f"{spec}: the checkouts' objects are {'the same' if same else 'DIFFERENT'}")
     return 0
 
 
