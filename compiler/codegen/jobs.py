@@ -35,6 +35,7 @@ about a second of CPU.
 from __future__ import annotations
 
 import concurrent.futures
+import importlib
 import os
 import pickle
 import signal
@@ -210,6 +211,9 @@ def _preload() -> None:
     from compiler.codegen.family import ENTRY  # noqa: F401
     from compiler.targets import parse_target
     parse_target("cpu:host").codegen
+    import compiler.mlir as mlir
+    mlir.llvm, mlir.transform  # noqa: B018 - imported on first use by a task, not by a caller
+    importlib.import_module(f"{mlir._root.__name__}.dialects.transform.interpreter")
 
 
 def fork_safe() -> bool:
