@@ -345,7 +345,7 @@ def precompile(items: Sequence[tuple], target, *,
     texts = []
     for job_key, (family, inst) in todo.items():
         try:
-            texts.append((job_key, _Job(family, inst, family.linalg_text(inst, target), None)))
+            texts.append((job_key, _Job(family, inst, family.text(inst, target), None)))
         except FuelError:
             continue  # warmed again by the caller, which raises it
     texts.sort(key=lambda item: expected_cost(item[1].text), reverse=True)  # stable: deterministic
