@@ -10,6 +10,7 @@ A context with the ``fuel`` dialect loaded comes from
 from __future__ import annotations
 
 import importlib
+import threading
 
 try:  # the pinned wheel
     import torch_mlir as _root
@@ -24,6 +25,9 @@ _DIALECTS = (
     "func", "arith", "math", "linalg", "tensor", "irdl", "llvm", "bufferization",
     "scf", "memref", "cf", "affine", "vector", "gpu", "transform", "index", "ub",
 )
+
+
+_LOCK = threading.RLock()
 
 
 def _dialect(name: str):
@@ -91,8 +95,9 @@ def __getattr__(name: str):
     ``from compiler.mlir import vector``): a process imports only the dialects
     it builds or reads ops of."""
     if name in _DIALECTS:
-        module = _linalg() if name == "linalg" else _dialect(name)
-        globals()[name] = module
+        with _LOCK:  # one thread swaps the bindings' search path at a time
+            module = globals().get(name) or (_linalg() if name == "linalg" else _dialect(name))
+            globals()[name] = module
         return module
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
