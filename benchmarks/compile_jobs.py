@@ -103,13 +103,17 @@ def one_run(spec: str, jobs: int, breakdown: bool) -> dict:
     workers = after.ru_utime + after.ru_stime - kids.ru_utime - kids.ru_stime
     objects = sorted(os.path.join(d, f) for d, _, fs in
                      os.walk(os.path.join(os.environ["FUELC_CACHE_DIR"], "objects")) for f in fs)
-    digest = hashlib.sha256()
+    from compiler.codegen.cache import decode_entry
+    digest, payloads = hashlib.sha256(), []
     for p in objects:
         with open(p, "rb") as f:
-            digest.update(os.path.basename(p).encode() + f.read())
+            entry = f.read()
+        digest.update(os.path.basename(p).encode() + entry)
+        payloads.append(hashlib.sha256(decode_entry(os.path.basename(p)[:-2], entry)).digest())
     out = {"model": spec, "jobs": jobs, "compile": wall, "cpu": cpu, "cpu_workers": workers,
-           "import": imported,
-           "objects": len(objects), "digest": digest.hexdigest()[:16]}
+           "import": imported, "objects": len(objects), "digest": digest.hexdigest()[:16],
+           # the objects alone: their keys (file names) cover the codegen's sources too
+           "payloads": hashlib.sha256(b"".join(sorted(payloads))).hexdigest()[:16]}
     if breakdown:
         out["stages"] = dict(module.timings)
         out["parent"] = {k: [(s - start, e - start) for s, e in v] for k, v in parent.items()}
@@ -195,7 +199,7 @@ def measure(args, pycache: "str | None") -> int:
             for j in args.jobs:
                 show_breakdown(run_child(spec, j, True, args.roots[0], pycache))
         return 0
-    times, cpus, digests = {}, {}, {}
+    times, cpus, digests, payloads = {}, {}, {}, {}
     for _ in range(args.runs):
         for spec in args.models:
             for root in args.roots:
@@ -204,6 +208,7 @@ def measure(args, pycache: "str | None") -> int:
                     times.setdefault((spec, root, j), []).append(r["compile"])
                     cpus.setdefault((spec, root, j), []).append((r["cpu"], r["cpu_workers"]))
                     digests.setdefault((spec, root), set()).add(r["digest"])
+                    payloads.setdefault(spec, set()).add(r["payloads"])
                     print(f"  {spec} {root} jobs={j}: {r['compile']:.2f} s (cpu: this process "
                           f"{r['cpu']:.2f} s, workers {r['cpu_workers']:.2f} s)  "
                           f"load {os.getloadavg()[0]:.2f}", flush=True)
@@ -222,6 +227,10 @@ def measure(args, pycache: "str | None") -> int:
             print(f"| {spec} | {root} | " + " | ".join(
                 f"{m:.2f} s ({r})" for m, r in zip(meds, spread))
                 + f" | {meds[0] / meds[-1]:.2f}x{same} | {work} |")
+    for spec in args.models:
+        if len(args.roots) > 1:  # cache keys differ where the codegen's sources do
+            same = len(payloads[spec]) == 1
+            print(f"{spec}: the checkouts' objects are {'the same' if same else 'DIFFERENT'}")
     return 0
 
 

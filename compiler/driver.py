@@ -408,7 +408,7 @@ def _compile(graph, target: Target, pipeline, warm: bool, progress, jobs: int, e
     t0 = time.perf_counter()
     text = resolve_pipeline(pipeline) if pipeline is not None else DEFAULT_PIPELINE
     # The target travels as its string: a reproducer command reruns as printed.
-    run_pipeline(emitted.module, text,
+    run_pipeline(emitted.module, text, input_text=irs["fuel"],  # printed once
                  options={"target": target.spec, "constants": emitted.constants})
     irs["optimized"] = str(emitted.module)
     timings["passes"] = time.perf_counter() - t0
@@ -427,7 +427,7 @@ def _compile(graph, target: Target, pipeline, warm: bool, progress, jobs: int, e
     if warm:
         progress("codegen")
         t0 = time.perf_counter()
-        _warm(module, jobs, executor, pool, progress)
+        _warm(module, executor, pool, progress)
         module.timings["codegen"] = time.perf_counter() - t0
     return module
 
@@ -539,11 +539,12 @@ def extent_marks(module: CompiledModule, per_image: bool = False) -> list[str]:
     return marks
 
 
-def _warm(module: CompiledModule, jobs: int = 1, executor=None, pool=None,
+def _warm(module: CompiledModule, executor=None, pool=None,
           progress=lambda stage: None) -> None:
     """Compile every generated kernel the plan will call (any kernel whose
     callable has ``warm(layouts, params, n_inputs)``: the generated families),
-    cold instances in parallel where ``jobs``/``executor`` allow."""
+    cold instances in parallel on ``executor`` or ``pool`` (the workers
+    ``compile`` started for ``jobs``)."""
     from runtime.layout import Layout
     from .codegen.family import runnable_here
     from .codegen.jobs import precompile
@@ -556,8 +557,9 @@ def _warm(module: CompiledModule, jobs: int = 1, executor=None, pool=None,
                 items += _step_instances(module, i, step)
             except FuelError:
                 pass  # reported with the step's name below
-        precompile(items, module.target, jobs=jobs, executor=executor,
-                   start_pool=lambda: pool, progress=progress)
+        # Workers started with compile() take tasks from the first cold instance.
+        precompile(items, module.target,
+                   executor=executor if executor is not None else pool, progress=progress)
     results = []
     programs = {}  # step index -> what warm returned
     for i, step in enumerate(module.plan.steps):

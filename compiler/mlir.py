@@ -10,6 +10,7 @@ A context with the ``fuel`` dialect loaded comes from
 from __future__ import annotations
 
 import importlib
+import threading
 
 try:  # the pinned wheel
     import torch_mlir as _root
@@ -26,27 +27,80 @@ _DIALECTS = (
 )
 
 
+_LOCK = threading.RLock()
+
+
 def _dialect(name: str):
     return importlib.import_module(f"{_root.__name__}.dialects.{name}")
 
 
-func = _dialect("func")
-arith = _dialect("arith")
-math = _dialect("math")
-linalg = _dialect("linalg")
-tensor = _dialect("tensor")
-irdl = _dialect("irdl")
-llvm = _dialect("llvm")
-bufferization = _dialect("bufferization")
-scf = _dialect("scf")
-memref = _dialect("memref")
-cf = _dialect("cf")
-affine = _dialect("affine")
-vector = _dialect("vector")
-gpu = _dialect("gpu")
-transform = _dialect("transform")
-index = _dialect("index")
-ub = _dialect("ub")
+def _linalg():
+    """The linalg bindings without the ``dialects.linalg`` package, whose
+    import builds the opdsl named ops from YAML (some 40% of importing the
+    bindings fuelc needs): the op classes, and the named ops fuelc builds
+    made as the package makes them (the op, its index attributes as i64
+    tensors, opdsl's function attributes, then its body by MLIR's region
+    builder). Any other name imports
+    the package (``tests/compiler/test_mlir_imports.py`` compares the two)."""
+    import types
+    import numpy as np
+    ops = importlib.import_module(f"{_root.__name__}.dialects._linalg_ops_gen")
+    enums = importlib.import_module(f"{_root.__name__}.dialects._linalg_enum_gen")
+    fill_builtin_region = importlib.import_module(
+        f"{_root.__name__}._mlir_libs._mlirDialectsLinalg").fill_builtin_region
+    module = types.ModuleType(f"{__name__}.linalg", _linalg.__doc__)
+    module.__dict__.update({k: v for m in (ops, enums) for k, v in vars(m).items()
+                            if isinstance(v, type) and v.__module__ == m.__name__})
+
+    def named(cls, returns_op=False, **defaults):
+        def build(*ins, outs, **attrs):
+            attrs = {**{k: ir.Attribute.parse(v) for k, v in defaults.items()}, **attrs}
+            init = outs[0]
+            results = [init.type] if isinstance(init.type, ir.RankedTensorType) else []
+            attrs = {k: ir.DenseElementsAttr.get(np.array(v, dtype=np.int64))
+                     if k in ("strides", "dilations") else v for k, v in attrs.items()}
+            if returns_op:  # transpose, broadcast: one input, the op returned
+                op = cls(results, ins[0], init, **attrs)
+            else:
+                op = cls(results, list(ins), [init], **attrs)
+            fill_builtin_region(op.operation)
+            return op.result if results and not returns_op else op
+        return build
+
+    module.fill = named(ops.FillOp)
+    module.copy = named(ops.CopyOp, cast="#linalg.type_fn<cast_signed>")  # opdsl sets it
+    module.matmul, module.batch_matmul = named(ops.MatmulOp), named(ops.BatchMatmulOp)
+    module.conv_2d_nchw_fchw = named(ops.Conv2DNchwFchwOp)
+    module.transpose = named(ops.TransposeOp, returns_op=True)
+    module.broadcast = named(ops.BroadcastOp, returns_op=True)
+    module.fill_builtin_region = fill_builtin_region
+    module.__getattr__ = lambda name: getattr(_dialect("linalg"), name)
+    # The bindings import a dialect's package the first time they meet one of
+    # its ops or attributes (to find its Python classes); the classes are
+    # registered, so let them find this module instead, once.
+    import sys
+    sys.modules[module.__name__] = module
+    registry = importlib.import_module(f"{_root.__name__}._mlir_libs._mlir").globals
+    prefixes = registry.dialect_search_modules
+    registry.dialect_search_modules = [__name__]
+    try:
+        registry._check_dialect_module_loaded("linalg")
+    finally:
+        registry.dialect_search_modules = prefixes
+    return module
+
+
+def __getattr__(name: str):
+    """A dialect's bindings module, imported on first use (``compiler.mlir.linalg``,
+    ``from compiler.mlir import vector``): a process imports only the dialects
+    it builds or reads ops of."""
+    if name in _DIALECTS:
+        with _LOCK:  # one thread swaps the bindings' search path at a time
+            module = globals().get(name) or (_linalg() if name == "linalg" else _dialect(name))
+            globals()[name] = module
+        return module
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 MLIRError = ir.MLIRError
 

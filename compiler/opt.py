@@ -106,6 +106,7 @@ def process_chunk(text: str, first_line: int, pipeline: str, args,
             text, pipeline, engine, first_line=first_line, options=args.option_defaults,
             allow_unregistered_dialect=args.allow_unregistered_dialect,
             verify_types=not args.no_verify_types,
+            verify_each=True if args.verify_each_pass else None,
             print_ir_after_all=args.print_ir_after_all,
             print_ir_after_failure=args.print_ir_after_failure,
             reproducer=not args.verify_diagnostics and not args.no_reproducer,
@@ -160,6 +161,9 @@ def _parse_args(argv: Optional[Sequence[str]]):
                    help="where failing pipelines write their input IR (default: "
                         "$FUELC_REPRO_DIR, else ./fuelc-reproducers)")
     p.add_argument("--no-reproducer", action="store_true")
+    p.add_argument("--verify-each-pass", action="store_true",
+                   help="check the fuel type rules after every pass, not once after the "
+                        "pipeline (debugging; also FUELC_VERIFY_EACH=1)")
     p.add_argument("--no-verify-types", action="store_true",
                    help="skip checking each fuel op's result types against its shape/dtype "
                         "rule before the pipeline (to test passes on ill-typed IR)")

@@ -293,6 +293,9 @@ def coalesce(layouts: Sequence[Layout]) -> list[Layout]:
 
 #: (family type, instance, target) -> KernelFamily.min_elements; bounded.
 _MIN_ELEMENTS: dict = {}
+#: (family type, instance, target) -> the text min_elements made, until
+#: KernelFamily.text takes it (compile() makes each text once); bounded.
+_TEXTS: dict = {}
 
 
 class KernelFamily:
@@ -331,11 +334,21 @@ class KernelFamily:
         key = (type(self), instance, getattr(target, "description", target))
         n = _MIN_ELEMENTS.get(key)
         if n is None:
-            n = parallel.min_elements(self.linalg_text(instance, target))
+            text = self.linalg_text(instance, target)
+            n = parallel.min_elements(text)
             if len(_MIN_ELEMENTS) >= 4096:
                 _MIN_ELEMENTS.clear()
+            if len(_TEXTS) >= 256:
+                _TEXTS.clear()
             _MIN_ELEMENTS[key] = n
+            _TEXTS[key] = text
         return n
+
+    def text(self, instance, target) -> str:
+        """``linalg_text(instance, target)``, taking the one ``min_elements``
+        made for the same instance if it is still kept."""
+        text = _TEXTS.pop((type(self), instance, getattr(target, "description", target)), None)
+        return self.linalg_text(instance, target) if text is None else text
 
     def subcalls(self, key, instance, layouts: Sequence, params,
                  n_inputs: int) -> list[tuple[list, object]] | None:

@@ -19,9 +19,9 @@ calling process, which raises the typed error with its reproducer.
 ``ProcessExecutor`` of N-1 workers. Default: ``$FUELC_JOBS``, else the CPUs
 this process may use (``os.sched_getaffinity``). A spawned worker costs
 about a second of CPU to import the compiler, so ``compile()`` only starts workers
-for a graph of at least ``MIN_NODES`` nodes (they import while the passes
-run) and the tasks only go to them when at least ``MIN_COLD`` instances are
-cold; smaller graphs compile in the calling process alone.
+for a graph of at least ``MIN_NODES`` nodes, at its start (they import while
+the passes run), and offers them every cold instance from the first one;
+smaller graphs compile in the calling process alone.
 
 ``ProcessExecutor`` workers are forked from the calling process when it
 runs no other Python thread (``fork_safe``), else fresh interpreters running
@@ -35,6 +35,7 @@ about a second of CPU.
 from __future__ import annotations
 
 import concurrent.futures
+import importlib
 import os
 import pickle
 import signal
@@ -52,9 +53,6 @@ from runtime.errors import FuelError
 #: smallest benchmark model (``audio``: 52 nodes, 13 kernels, one of them 3 s
 #: of LLVM) gains from a worker.
 MIN_NODES = 32
-#: Fewer cold instances than this compile in the calling process: a worker's
-#: start-up (~1 s) costs more than it would take over (instances: 0.1-0.3 s).
-MIN_COLD = 8
 
 _FRAME = struct.Struct("<Q")
 
@@ -210,6 +208,9 @@ def _preload() -> None:
     from compiler.codegen.family import ENTRY  # noqa: F401
     from compiler.targets import parse_target
     parse_target("cpu:host").codegen
+    import compiler.mlir as mlir
+    mlir.llvm, mlir.transform  # noqa: B018 - imported on first use by a task, not by a caller
+    importlib.import_module(f"{mlir._root.__name__}.dialects.transform.interpreter")
 
 
 def fork_safe() -> bool:
@@ -303,15 +304,14 @@ class _Job:
         self.future = None
 
 
-def precompile(items: Sequence[tuple], target, *, jobs: int,
+def precompile(items: Sequence[tuple], target, *,
                executor: "concurrent.futures.Executor | None" = None,
-               start_pool: Callable[[], "concurrent.futures.Executor | None"] = lambda: None,
                progress: Callable[[str], None] = lambda stage: None) -> None:
     """Compile the ``(family, instance)`` pairs in ``items`` for a cpu
     ``target`` this machine runs, so that ``family.compiled(instance,
-    target)`` is then a memo hit. Cold instances go to ``executor`` (or the
-    pool ``start_pool()`` returns, when ``jobs`` > 1 and there are at least
-    ``MIN_COLD``) and to the calling process (all of them with ``jobs=1``). An instance that fails is left
+    target)`` is then a memo hit. Cold instances go to ``executor`` (fuelc's
+    workers or the caller's), each as soon as it is found, and to the calling
+    process (all of them without an executor). An instance that fails is left
     out: the caller's own warm-up compiles it again and reports the error.
     ``progress("codegen D/T")`` as instances finish."""
     from compiler.codegen.cache import default_cache
@@ -345,28 +345,22 @@ def precompile(items: Sequence[tuple], target, *, jobs: int,
     texts = []
     for job_key, (family, inst) in todo.items():
         try:
-            texts.append((job_key, _Job(family, inst, family.linalg_text(inst, target), None)))
+            texts.append((job_key, _Job(family, inst, family.text(inst, target), None)))
         except FuelError:
             continue  # warmed again by the caller, which raises it
     texts.sort(key=lambda item: expected_cost(item[1].text), reverse=True)  # stable: deterministic
-    pool, cold, parallel = executor, [], executor is not None or jobs > 1
+    pool, cold = executor, []
     try:
         for job_key, job in texts:
             try:
                 job.strategy = codegen.choose_strategy(job.text, [ENTRY], target)
             except FuelError:
                 continue
-            if not parallel or cache.has(job.text, [ENTRY], strategy=job.strategy, target=target):
+            if pool is None or cache.has(job.text, [ENTRY], strategy=job.strategy, target=target):
                 local(job_key, job)
                 continue
             cold.append((job_key, job))
-            if pool is None and len(cold) == MIN_COLD:
-                pool = start_pool()
-                for _, earlier in cold[:-1] if pool is not None else ():
-                    earlier.future = pool.submit(emit_object, earlier.text, target,
-                                                 earlier.strategy)
-            if pool is not None:
-                job.future = pool.submit(emit_object, job.text, target, job.strategy)
+            job.future = pool.submit(emit_object, job.text, target, job.strategy)
         pending = {job.future: (job_key, job) for job_key, job in cold if job.future}
 
         def collect(futures) -> None:  # store what the workers sent back

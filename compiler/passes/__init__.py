@@ -365,7 +365,7 @@ def _unknown_pass(name: str, pipeline: str, mlir_msg: str = "") -> PipelineSynta
 @dataclasses.dataclass
 class _RunState:
     failed_pass: Optional[str] = None
-    verify_types: bool = True  # check the fuel type rules after each fuelc/plugin pass
+    verify_types: bool = False  # check the fuel type rules after each fuelc/plugin pass
 
 
 class BuiltPipeline:
@@ -553,6 +553,31 @@ def _after_pass_errors(op) -> list[tuple[object, str]]:
     return type_errors(op)
 
 
+def _broke_types(op, original, pipeline, options, built: BuiltPipeline,
+                 eng: DiagnosticEngine) -> bool:
+    """After a pipeline ran on ``op``: if it left fuel ops ill-typed that its
+    input ``original`` (a copy) had well-typed, rerun it on ``original`` with
+    the check after every pass, and report the pass that broke them."""
+    bad = _after_pass_errors(op)
+    if not bad or _after_pass_errors(original):
+        return False
+    rerun = build_pipeline(pipeline, op.context, options)
+    rerun.state.verify_types = True
+    with collecting(DiagnosticEngine()) as local:
+        try:
+            rerun.pm.run(original)
+        except MLIRError as e:
+            local.extend_from_mlir(getattr(e, "error_diagnostics", ()))
+    for d in local.errors:
+        eng.report(d)
+    built.state.failed_pass = rerun.state.failed_pass
+    if not local.errors:  # the rerun did not break them: name no pass
+        for bad_op, msg in bad[:3]:
+            emit_error(bad_op, f"after the pipeline: {msg} (a pass broke the fuel type rules; "
+                               "rerun with FUELC_VERIFY_EACH=1 to check after every pass)")
+    return True
+
+
 def _make_runner(inst: ModulePass, state: _RunState):
     def run(op, pass_):
         outer = current_engine()
@@ -630,7 +655,8 @@ def run_pipeline(module, pipeline: str = DEFAULT_PIPELINE, *,
                  reproducer_dir: Optional[str] = None,
                  input_text: Optional[str] = None,
                  rerun_flags: Sequence[str] = (),
-                 verify_types: bool = True) -> list[Diagnostic]:
+                 verify_types: bool = True,
+                 verify_each: Optional[bool] = None) -> list[Diagnostic]:
     """Run ``pipeline`` on ``module`` (an ``ir.Module`` or its operation) in
     place and return the diagnostics emitted (warnings, remarks).
 
@@ -641,15 +667,21 @@ def run_pipeline(module, pipeline: str = DEFAULT_PIPELINE, *,
     run used, and ``--load-plugin`` for the plugin tables it names).
     ``PipelineSyntaxError`` (a ``PassError``) for a bad pipeline, before
     anything runs. With ``verify_types`` (the default) and well-typed input,
-    the fuel ops' type rules are checked after every fuelc or plugin pass,
-    and a pass that breaks them fails; a pass that erases an op whose results are still used
-    fails too (an internal error in that pass, never a crash).
+    the fuel ops' type rules are checked once, after the pipeline; when they
+    fail, the pipeline reruns on a copy of its input with the check after
+    every fuelc or plugin pass, and the pass that broke them is reported.
+    ``verify_each`` (default: ``$FUELC_VERIFY_EACH=1``) checks after every
+    pass in the first run (debugging). A pass that erases an op whose results
+    are still used fails too (an internal error in that pass, never a crash).
     """
     op = module.operation if hasattr(module, "operation") else module
     built = build_pipeline(pipeline, op.context, options)
+    if verify_each is None:
+        verify_each = os.environ.get("FUELC_VERIFY_EACH", "") == "1"
     # Only a pass that takes well-typed IR to ill-typed IR is at fault: input
     # that is ill-typed already (tests of passes on such IR) is not re-checked.
-    built.state.verify_types = verify_types and not _after_pass_errors(op)
+    built.state.verify_types = verify_types and verify_each and not _after_pass_errors(op)
+    original = op.clone() if verify_types and not verify_each else None  # for the rerun
     if print_ir_after_all or print_ir_after_failure:
         built.pm.enable_ir_printing(print_after_all=print_ir_after_all,
                                     print_after_failure=print_ir_after_failure)
@@ -658,7 +690,9 @@ def run_pipeline(module, pipeline: str = DEFAULT_PIPELINE, *,
     with collecting(eng):
         try:
             built.pm.run(op)
-            return list(eng.diagnostics)
+            if original is None or not _broke_types(op, original, pipeline, options, built, eng):
+                return list(eng.diagnostics)
+            failure = ""
         except MLIRError as e:
             eng.extend_from_mlir(getattr(e, "error_diagnostics", ()))
             failure = e

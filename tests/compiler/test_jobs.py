@@ -253,6 +253,42 @@ def test_conv_net_compiles_bit_identical_with_worker_processes(cold):
         assert _objects(pool_dir) == serial, start
 
 
+def test_started_workers_take_tasks_from_the_first_cold_instance(cold):
+    """Workers that compile() started (a graph of MIN_NODES nodes or more)
+    are offered every cold instance from the first one, however few: a warm
+    cache's last few instances also spread over them. Same objects as serial."""
+    g = Graph()
+    x = g.input("x", (64, 48), "f32")
+    h = x
+    for i in range(jobs.MIN_NODES // 2):
+        h = (h * (1.0 + i / 64)).tanh() if i % 2 else (h + 0.5).exp().log()
+    g.output(h, name="y")
+    assert len(g) >= jobs.MIN_NODES
+    serial_dir = cold("serial")
+    compile(g, jobs=1)
+    serial = _objects(serial_dir)
+    pool_dir = cold("pool")
+    real, started = jobs.ProcessExecutor, []
+
+    class Recording(real):
+        def submit(self, fn, /, *args, **kwargs):
+            started.append(fn)
+            return super().submit(fn, *args, **kwargs)
+
+    jobs.ProcessExecutor = Recording
+    try:
+        m = compile(g, jobs=2)
+    finally:
+        jobs.ProcessExecutor = real
+    assert 1 <= len(started) == len(serial) < 8, (len(started), len(serial))
+    assert _objects(pool_dir) == serial
+    xv = np.random.default_rng(0).standard_normal((64, 48)).astype(np.float32)
+    from compiler.graph.interpret import interpret
+    y = m(x=xv)
+    np.testing.assert_allclose(y["y"] if isinstance(y, dict) else y,
+                               interpret(g, {"x": xv})["y"], rtol=2e-5, atol=2e-6)
+
+
 # The Ray part runs in a child interpreter: ray.init() starts native threads
 # that outlive ray.shutdown() and replaces the process's SIGSEGV/SIGABRT
 # handlers (faulthandler's, pytest's) with its own, which shutdown resets to

@@ -45,6 +45,17 @@ class Retype(ModulePass):
         with module.context:
             _exp(module).results[0].set_type(ir.RankedTensorType.get([2, 4], ir.F32Type.get()))
 
+_runs = []
+
+@register_pass
+class RetypeOnce(ModulePass):
+    name = "safety-corrupt-type-once"
+    def apply(self, module):
+        _runs.append(1)
+        if len(_runs) == 1:
+            with module.context:
+                _exp(module).results[0].set_type(ir.RankedTensorType.get([2, 4], ir.F32Type.get()))
+
 @register_pass
 class Exit(ModulePass):
     name = "safety-exit"
@@ -175,3 +186,78 @@ def test_every_fuelc_opt_error_line_says_error(tmp_path, capsys):
     rc = opt_main([str(tmp_path / "missing.mlir"), "--option", "novalue"])
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("fuelc opt: error: --option expects KEY=VALUE"), err
+
+
+CHAIN = "builtin.module(fuel-cse, safety-corrupt-type, fuel-dce)"
+
+
+@pytest.mark.parametrize("each", [False, True])
+def test_type_check_runs_once_after_the_pipeline_and_a_breaking_pass_is_still_named(
+        files, monkeypatch, each):
+    """The fuel type rules are checked once after the pipeline (after every
+    pass with verify_each); a pass in the middle of a pipeline that breaks
+    them is named either way (by a rerun on a copy of the input)."""
+    from compiler.mlir import ir
+    from compiler.opt import _make_context
+    plugin, _ = files
+    passes.load_pass_plugin(str(plugin))
+    calls = []
+    check = passes._after_pass_errors
+    monkeypatch.setattr(passes, "_after_pass_errors", lambda op: calls.append(1) or check(op))
+    with _make_context(), ir.Location.unknown():
+        module = ir.Module.parse(IR)
+        passes.run_pipeline(module, "builtin.module(fuel-cse, fuel-dce)", reproducer=False,
+                            verify_each=each)
+        assert len(calls) == (3 if each else 1)  # (the input, then) each pass, or once
+        with pytest.raises(PassError) as info:
+            passes.run_pipeline(ir.Module.parse(IR), CHAIN, reproducer=False, verify_each=each)
+    assert "pass pipeline failed in pass 'safety-corrupt-type': after pass " \
+           "'safety-corrupt-type': 'fuel.exp' op result #0 is f32[2,4]" in str(info.value)
+    errors = [d.message for d in info.value.diagnostics if d.severity == "error"]
+    assert errors == [  # the same in both modes, each once
+        "after pass 'safety-corrupt-type': 'fuel.exp' op result #0 is f32[2,4] but operands "
+        "(f32[8,4]) give f32[8,4] (the pass broke the fuel type rules)",
+        "after pass 'safety-corrupt-type': 'fuel.sum_dim' op result #0 is f32[8] but operands "
+        "(f32[2,4]) give f32[2] (the pass broke the fuel type rules)"]
+
+
+def test_verify_each_pass_flag_and_env(files, capsys, monkeypatch):
+    seen = []
+    run = passes.run_pipeline
+    monkeypatch.setattr(passes, "run_pipeline", lambda *a, **k: seen.append(k["verify_each"])
+                        or run(*a, **k))
+    monkeypatch.setattr("compiler.opt.run_pipeline", passes.run_pipeline)
+    rc, out, err = _opt(capsys, *files, "safety-corrupt-type", "--verify-each-pass")
+    assert rc == 1 and "after pass 'safety-corrupt-type'" in err and seen == [True]
+    monkeypatch.setenv("FUELC_VERIFY_EACH", "1")
+    calls = []
+    check = passes._after_pass_errors
+    monkeypatch.setattr(passes, "_after_pass_errors", lambda op: calls.append(1) or check(op))
+    rc, out, err = _opt(capsys, *files, "fuel-cse")
+    assert rc == 0 and seen == [True, None] and len(calls) == 2  # the input, then fuel-cse
+
+
+def test_ill_typed_input_is_not_blamed_on_a_pass(files):
+    """As before: a pass is at fault only for IR it made ill-typed."""
+    from compiler.mlir import ir
+    from compiler.opt import _make_context
+    bad = IR.replace('"fuel.neg"(%x) : (tensor<8x4xf32>) -> tensor<8x4xf32>',
+                     '"fuel.neg"(%x) : (tensor<8x4xf32>) -> tensor<4x8xf32>')
+    with _make_context(), ir.Location.unknown():
+        module = ir.Module.parse(bad)
+        passes.run_pipeline(module, "builtin.module(fuel-cse)", reproducer=False)
+    assert "tensor<4x8xf32>" in str(module)
+
+
+def test_types_broken_in_a_run_the_rerun_does_not_repeat_are_still_an_error(files):
+    """A pass that breaks the rules only the first time: the rerun names no
+    pass, and the error says how to check after every pass."""
+    from compiler.mlir import ir
+    from compiler.opt import _make_context
+    plugin, _ = files
+    passes.load_pass_plugin(str(plugin))
+    with _make_context(), ir.Location.unknown():
+        with pytest.raises(PassError, match="pass pipeline failed: after the pipeline: 'fuel.exp' "
+                           "op result #0 is f32.2,4. .* rerun with FUELC_VERIFY_EACH=1"):
+            passes.run_pipeline(ir.Module.parse(IR), "builtin.module(safety-corrupt-type-once)",
+                                reproducer=False)

@@ -45,7 +45,6 @@ from compiler.reproducer import reproducer_dir
 from compiler.targets import TargetError
 from compiler.errors import CodegenError, PipelineError
 from compiler.mlir import MLIRError, ir, memref, passmanager
-from compiler.mlir import llvm as llvm_dialect
 from compiler.codegen.cpu import fastmath
 from compiler.codegen.cpu import llvm as llvm_codegen
 from compiler.codegen.common import stages
@@ -260,6 +259,7 @@ def translate(module: "ir.Module") -> str:
         raise _fail("translate", str(module),
                     f"ops not lowered to the LLVM dialect remain: {ops}; the lowering "
                     "pipeline is missing the pass that converts them", "--translate")
+    from compiler.mlir import llvm as llvm_dialect  # on first use: 0.1 s to import
     try:
         return llvm_dialect.translate_module_to_llvmir(module.operation)
     except (MLIRError, RuntimeError) as e:
