@@ -11,13 +11,15 @@ import pytest
 from compiler import Graph, compile, interpret
 from compiler.codegen import fused as F
 from compiler.codegen.cpu import pipeline
+from compiler.codegen.lowering.fused_conv import POINTWISE_COLUMNS
 from compiler.graph.opdef import TensorType
 from compiler.registry.builders import conv2d
 from runtime.dtype import DType
 
-# (x shape, Cout): whole tiles (16 rows, 64 pixels), partial column tiles
-# (49, 100 and 81 pixels on 16-wide tiles), batch 1 and 3
-SHAPES = [((2, 8, 8, 8), 16), ((1, 5, 7, 7), 24), ((3, 16, 10, 10), 8), ((1, 3, 9, 9), 40)]
+# (x shape, Cout): whole tiles (16 rows, 64 and 256 pixels), batch 1 and 3;
+# 49, 100 and 81 pixels (not whole 16-wide column tiles) take the recipe
+SHAPES = [((2, 8, 8, 8), 16), ((1, 5, 7, 7), 24), ((3, 16, 10, 10), 8), ((1, 3, 9, 9), 40),
+          ((1, 6, 16, 16), 16)]
 
 
 def _graph(xs, cout, dtype="f32", bias=True, clamp=(0.0, 6.0)):
@@ -42,13 +44,17 @@ def test_pointwise_conv_matches_the_reference(shape, target):
     got, want = m.run(x=x)["y"], interpret(g, {"x": x})["y"]
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    assert m.kernel_summary() == ["Conv2D[f32,f32,f32,f32] (mlir-cpu-fused)"], m.kernel_summary()
+    if xs[2] * xs[3] % POINTWISE_COLUMNS == 0:
+        assert m.kernel_summary() == ["Conv2D[f32,f32,f32,f32] (mlir-cpu-fused)"], \
+            m.kernel_summary()
+    else:
+        assert m.kernel_summary()[0].startswith("MatMul"), m.kernel_summary()
 
 
 @pytest.mark.parametrize("bias,clamp", [(True, None), (False, (-0.5, 0.5)), (True, (None, 1.0))])
 def test_pointwise_conv_with_bias_or_clamp_alone_and_in_f64(bias, clamp):
     for dtype, tol in (("f32", 1e-5), ("f64", 1e-12)):
-        g, x = _graph((2, 6, 6, 6), 24, dtype, bias=bias, clamp=clamp)
+        g, x = _graph((2, 6, 8, 8), 24, dtype, bias=bias, clamp=clamp)
         m = compile(g, target="cpu")
         np.testing.assert_allclose(m.run(x=x)["y"], interpret(g, {"x": x})["y"], rtol=tol, atol=tol)
         assert len(m.kernel_summary()) == 1, m.kernel_summary()
@@ -57,9 +63,11 @@ def test_pointwise_conv_with_bias_or_clamp_alone_and_in_f64(bias, clamp):
 
 def test_pointwise_convs_the_kernel_does_not_take_run_the_recipe():
     # neither bias nor clamp: nothing to fuse; few pixels: one matmul over the
-    # batch's columns side by side; Cout not a multiple of the tiles' rows
+    # batch's columns side by side; Cout not a multiple of the tiles' rows;
+    # pixels not whole column tiles (14^2 = 12 x 16 + 4)
     for xs, cout, bias, clamp in (((2, 8, 8, 8), 16, False, None), ((4, 32, 3, 3), 64, True, None),
-                                  ((1, 5, 7, 7), 12, True, (0.0, 6.0))):
+                                  ((1, 5, 8, 8), 12, True, (0.0, 6.0)),
+                                  ((2, 32, 14, 14), 64, True, (0.0, 6.0))):
         g, x = _graph(xs, cout, bias=bias, clamp=clamp)
         m = compile(g, target="cpu")
         np.testing.assert_allclose(m.run(x=x)["y"], interpret(g, {"x": x})["y"],
@@ -158,3 +166,10 @@ def _call_args(m):
     specs = m.executor.specs
     lays = [Layout.contiguous(specs[v].shape) for v in (*step.inputs, *step.outputs)]
     return lays, step.params, len(step.inputs)
+
+
+def test_the_pointwise_column_block_is_whole_register_tiles():
+    # the kernel takes only whole column tiles: POINTWISE_COLUMNS must be a
+    # multiple of every epilogue tile's width
+    from compiler.codegen.cpu.strategy import _EPILOGUE_TILES
+    assert all(POINTWISE_COLUMNS % t["nr"] == 0 for t in _EPILOGUE_TILES.values())
