@@ -203,8 +203,10 @@ def pointwise(groups: int, stride, kernel, padding) -> bool:
             and tuple(padding) == (0, 0))
 
 
-#: The pointwise kernel's pixels per image are a multiple of this: every
-#: register tile's width (``strategy._EPILOGUE_TILES``: 16 f32, 8 f64 columns).
+#: Pixels per image that are a multiple of this (every register tile's
+#: width, ``strategy._EPILOGUE_TILES``: 16 f32, 8 f64 columns) run under the
+#: matmul-epilogue schedule; others as one row under the stem's
+#: (``_pointwise_row``).
 POINTWISE_COLUMNS = 16
 
 
@@ -219,6 +221,8 @@ def _pointwise(x, w, bias, s, elt, act, skip=None):
     clamped. (A conv with neither has no epilogue to mark: the generic path.)"""
     from compiler.codegen.family import CONTRACT_ATTR, EPILOGUE_ATTR
     h, wd = rtt(x).shape[2:]
+    if (h * wd) % POINTWISE_COLUMNS:
+        return _pointwise_row(x, w, bias, s, elt, act, skip)
     cout = rtt(w).shape[0]
     xs = collapse(x, [[0], [1], [2, 3]])
     ws = collapse(w, [[0], [1, 2, 3]])
@@ -232,6 +236,37 @@ def _pointwise(x, w, bias, s, elt, act, skip=None):
         skip = collapse(skip, [[0], [1], [2, 3]])
     y = _epilogue(acc, bias, s, act, empty(shape, elt), EPILOGUE_ATTR, skip)
     return expand(y, [n, cout, h, wd], [[0], [1], [2, 3]])
+
+
+def _pointwise_row(x, w, bias, s, elt, act, skip=None):
+    """``_pointwise`` for H*W not a multiple of ``POINTWISE_COLUMNS``: each
+    image one row ``[Cin, 1, H*W]`` under the stem's schedule (``_stem``:
+    the contraction over (n, co, 0, p | c, 0, 0), ``STEM_ATTR``), whose
+    partial last column tile is peeled to its static width. Under
+    ``epilogue_script`` that tile ran masked, its accumulator in memory and
+    x read by a transposing masked load: MobileNetV2's 32->192 at 14^2,
+    batch 8, one x86-64-v3 thread, 0.42 ms; 0.29 as the recipe's MatMul and
+    bias/clamp kernel; 0.23 here (AVX-512 0.27, 0.34, 0.24)."""
+    from compiler.codegen.family import CONTRACT_ATTR, STEM_ATTR
+    h, wd = rtt(x).shape[2:]
+    cout = rtt(w).shape[0]
+    n = dims(x)[0]
+    row = lambda v: expand(collapse(v, [[0], [1], [2, 3]]), [n, rtt(v).shape[1], 1, h * wd],
+                           [[0], [1], [2, 3]])
+    d = [ir.AffineDimExpr.get(k) for k in range(7)]   # n co oy ox | c ky kx
+    zero = fill(s.const(0), empty([n, cout, 1, h * wd], elt))
+    zero.owner.attributes[STEM_ATTR] = ir.UnitAttr.get()
+    acc = generic([row(x), w], [zero],
+                  [affine_map(7, [0, 4, d[2] + d[5], d[3] + d[6]]), affine_map(7, [1, 4, 5, 6]),
+                   affine_map(7, [0, 1, 2, 3])],
+                  [PARALLEL] * 4 + [REDUCTION] * 3, lambda a, b, o: s.add(o, s.mul(a, b)))[0]
+    acc.owner.attributes[CONTRACT_ATTR] = ir.UnitAttr.get()
+    # (the result is copied out: a collapse then an expand of the row is
+    # not a view the entry writes through; a projecting output map did not
+    # vectorize)
+    y = _epilogue(acc, bias, s, act, empty([n, cout, 1, h * wd], elt), STEM_ATTR,
+                  None if skip is None else row(skip))
+    return expand(collapse(y, [[0], [1], [2, 3]]), [n, cout, h, wd], [[0], [1], [2, 3]])
 
 
 def _epilogue(acc, bias, s, act, init, mark, skip=None, widen=None, narrow=None,
@@ -267,18 +302,14 @@ def serves_pointwise(params, types) -> bool:
     tiles' rows: a partial row tile runs masked, several times slower), and
     its images have more pixels than ``FEW_PIXELS`` and at least min(Cout, 64)
     (fewer: the recipe's one matmul over the batch's columns side by side
-    keeps its vectors full), a multiple of ``POINTWISE_COLUMNS`` (a partial
-    column tile ran masked, its accumulator in memory and x read by a
-    transposing masked load: MobileNet's 32->192 at 14^2, batch 8, one
-    x86-64-v3 thread, 0.54 ms against 0.29 as the recipe's MatMul + bias
-    and clamp)."""
+    keeps its vectors full)."""
     out = _out_shape(params, types)
     pixels = out[2] * out[3]
     epilogue = len(types) > 2 or params.get("silu") or params.get("gelu") \
         or params.get("clamp_min") is not None \
         or params.get("clamp_max") is not None
     return (epilogue and out[1] % 8 == 0 and pixels > FEW_PIXELS
-            and pixels >= min(out[1], 64) and pixels % POINTWISE_COLUMNS == 0)
+            and pixels >= min(out[1], 64))
 
 
 def _out_shape(params, types):
