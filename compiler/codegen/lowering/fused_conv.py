@@ -427,30 +427,40 @@ def _split_phases(xp, bufs, g, phases, s, stacked=False) -> list:
     which = {(ry, rx): k for k, (ry, rx, _, _) in enumerate(phases)}
     pad = s.const(0)
     row_of = ir.AffineMap.get_minor_identity(4, 1)
-    split = _SPLIT // g.sw * g.sw   # whole phase columns per read
-    chunks = [(at, min(split, width - at)) for at in range(0, width, split)]
+    # whole phase columns per read; a larger stride: 16 columns of each phase
+    split = _SPLIT // g.sw * g.sw if g.sw <= 2 else _PIXEL_BLOCK * g.sw
+    whole, rest = divmod(width, split)
 
     def channel(c, *bufs):
+        def piece(ry, y, q, at, n, bufs):   # the n columns from at (an index) of row y
+            v = vector.TransferReadOp(ir.VectorType.get([n], elt), xp,
+                                      [index(0), c, y, at], row_of, pad, [True]).result
+            at_q = arith.divui(at, index(g.sw)) if g.sw > 1 else at
+            for rx, part in enumerate(_column_phases(v, n, g.sw)):
+                k = which.get((ry, rx))
+                if k is None:
+                    continue
+                # stacked: phase k of channel c is channel c*P + k of bufs[0]
+                j, ch = (0, arith.addi(arith.muli(c, index(len(phases))), index(k))) \
+                    if stacked else (k, c)
+                bufs[j] = vector.TransferWriteOp(bufs[j].type, part, bufs[j],
+                                                 [index(0), ch, q, at_q], row_of, [True]).result
+            return bufs
+
         def row(q, *bufs):
             bufs = list(bufs)
             for ry in range(g.sh):
                 if not any((ry, rx) in which for rx in range(g.sw)):
                     continue
                 y = arith.addi(arith.muli(q, index(g.sh)), index(ry))
-                for at, n in chunks:
-                    v = vector.TransferReadOp(ir.VectorType.get([n], elt), xp,
-                                              [index(0), c, y, index(at)], row_of, pad,
-                                              [True]).result
-                    for rx, part in enumerate(_column_phases(v, n, g.sw)):
-                        k = which.get((ry, rx))
-                        if k is None:
-                            continue
-                        # stacked: phase k of channel c is channel c*P + k of bufs[0]
-                        j, ch = (0, arith.addi(arith.muli(c, index(len(phases))), index(k))) \
-                            if stacked else (k, c)
-                        bufs[j] = vector.TransferWriteOp(
-                            bufs[j].type, part, bufs[j],
-                            [index(0), ch, q, index(at // g.sw)], row_of, [True]).result
+                if whole > _SPLIT_UNROLLED:   # a long row (a conv1d): a loop of reads
+                    bufs = _for(whole, bufs, lambda i, *b: piece(
+                        ry, y, q, arith.muli(i, index(split)), split, list(b)))
+                else:
+                    for i in range(whole):
+                        bufs = piece(ry, y, q, index(i * split), split, bufs)
+                if rest:
+                    bufs = piece(ry, y, q, index(whole * split), rest, bufs)
             return bufs
         return _for(g.rows, list(bufs), row)
 
@@ -531,6 +541,9 @@ def _scatter_rows(x, bufs, g, phases) -> list:
 #: Elements of a padded row read at once by ``_split_phases`` (even: a stride
 #: of 2 splits each read in two).
 _SPLIT = 64
+#: At most this many reads of a row are straight-line code; more are a loop
+#: (a conv1d's 8000-column row as 134 unrolled reads took LLVM 100 s).
+_SPLIT_UNROLLED = 8
 
 
 class _Geometry:
