@@ -20,7 +20,7 @@ from runtime.dtype import DType
 KERNEL = ["Conv2D[f32,f32,f32,f32] (mlir-cpu-fused)"]
 
 
-def _graph(xs, cout, k, pad, dtype="f32", bias=True, act=None, seed=1):
+def _graph(xs, cout, k, pad, dtype="f32", bias=True, act=None, seed=1, stride=(2, 2)):
     rng = np.random.default_rng(seed)
     npdt = np.float32 if dtype == "f32" else np.float64
     g = Graph()
@@ -28,11 +28,13 @@ def _graph(xs, cout, k, pad, dtype="f32", bias=True, act=None, seed=1):
     kh, kw = (k, k) if isinstance(k, int) else k
     w = g.constant((rng.standard_normal((cout, xs[1], kh, kw)) * 0.3).astype(npdt), name="w")
     b = g.constant(rng.standard_normal(cout).astype(npdt), name="b") if bias else None
-    y = conv2d(x, w, b, stride=(2, 2), padding=pad if isinstance(pad, tuple) else (pad, pad))
+    y = conv2d(x, w, b, stride=stride, padding=pad if isinstance(pad, tuple) else (pad, pad))
     if act == "relu6":
         y = y.clamp(0.0, 6.0)
     elif act == "silu":
         y = y * y.sigmoid()
+    elif act == "gelu":
+        y = y.gelu()
     g.output(y, name="y")
     shape = tuple(2 if isinstance(d, str) else d for d in xs)
     return g, (rng.standard_normal(shape) * 2).astype(npdt)
@@ -60,6 +62,34 @@ def test_stem_matches_the_reference(case, target):
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert m.kernel_summary() == KERNEL, m.kernel_summary()
+
+
+# conv1d front ends (a Conv2D over [N, C, 1, W]) with a stride above 2: a
+# wav2vec2-style 1->Cout k10 s5, a stride of 3 with padding, two channels
+CONV1D = [((2, 1, 1, 803), 16, (1, 10), (0, 0), (1, 5), None),
+          ((1, 2, 1, 97), 12, (1, 7), (0, 3), (1, 3), "relu6"),
+          ((3, 1, 1, 200), 8, (1, 4), (0, 1), (1, 3), "silu")]
+
+
+@pytest.mark.parametrize("target", ["cpu", "cpu:x86-64-v3"])
+@pytest.mark.parametrize("case", range(len(CONV1D)))
+def test_conv1d_stem_matches_the_reference(case, target):
+    xs, cout, k, pad, stride, act = CONV1D[case]
+    g, x = _graph(xs, cout, k, pad, act=act, stride=stride)
+    m = compile(g, target=target)
+    np.testing.assert_allclose(m.run(x=x)["y"], interpret(g, {"x": x})["y"],
+                               rtol=1e-5, atol=1e-5)
+    assert m.kernel_summary() == KERNEL, m.kernel_summary()
+
+
+def test_conv1d_stem_keeps_its_gelu_a_kernel_of_its_own():
+    # the erf in the stem's register tiles was slower than the two kernels
+    g, x = _graph((2, 1, 1, 803), 16, (1, 10), (0, 0), act="gelu", stride=(1, 5))
+    m = compile(g, target="cpu")
+    np.testing.assert_allclose(m.run(x=x)["y"], interpret(g, {"x": x})["y"],
+                               rtol=1e-5, atol=1e-5)
+    assert [k.split("[")[0] for k in m.kernel_summary()] == ["Conv2D", "GeluErfElementwise"], \
+        m.kernel_summary()
 
 
 @pytest.mark.parametrize("bias,act", [(False, None), (True, None), (False, "relu6"),
@@ -137,6 +167,11 @@ def test_stem_class():
     assert not stem(1, 3, (2, 2), (1, 3))
     assert not stem(1, 3, (2, 2), (2, 2))                   # patches: the recipe
     assert not stem(3, 3, (2, 2), (3, 3))                   # depthwise
+    assert stem(1, 1, (1, 5), (1, 10)) and stem(1, 2, (1, 3), (1, 7))  # conv1d, stride > 2
+    assert not stem(1, 1, (1, 2), (1, 3))                   # conv1d stride 2: _planes
+    assert not stem(1, 1, (1, 5), (1, 5))                   # patches
+    assert not stem(1, 1, (1, 5), (1, 3))                   # phases without taps
+    assert not stem(1, 1, (2, 5), (2, 10))                  # two rows
     # what the class refuses keeps its kernel
     assert DIRECT_CONV_ATTR in _text(x=(1, 8, 18, 18), w=(16, 8, 3, 3))
     assert DIRECT_CONV_ATTR in _text(w=(16, 3, 1, 1), padding=(0, 0))

@@ -203,6 +203,13 @@ def pointwise(groups: int, stride, kernel, padding) -> bool:
             and tuple(padding) == (0, 0))
 
 
+#: Pixels per image that are a multiple of this (every register tile's
+#: width, ``strategy._EPILOGUE_TILES``: 16 f32, 8 f64 columns) run under the
+#: matmul-epilogue schedule; others as one row under the stem's
+#: (``_pointwise_row``).
+POINTWISE_COLUMNS = 16
+
+
 def _pointwise(x, w, bias, s, elt, act, skip=None):
     """``out[n] = act(w @ x[n] + bias)`` for each image: x ``[N,Cin,H*W]``,
     w ``[Cout,Cin]``. The contraction (``CONTRACT_ATTR``) starts from zeros,
@@ -214,6 +221,8 @@ def _pointwise(x, w, bias, s, elt, act, skip=None):
     clamped. (A conv with neither has no epilogue to mark: the generic path.)"""
     from compiler.codegen.family import CONTRACT_ATTR, EPILOGUE_ATTR
     h, wd = rtt(x).shape[2:]
+    if (h * wd) % POINTWISE_COLUMNS:
+        return _pointwise_row(x, w, bias, s, elt, act, skip)
     cout = rtt(w).shape[0]
     xs = collapse(x, [[0], [1], [2, 3]])
     ws = collapse(w, [[0], [1, 2, 3]])
@@ -227,6 +236,37 @@ def _pointwise(x, w, bias, s, elt, act, skip=None):
         skip = collapse(skip, [[0], [1], [2, 3]])
     y = _epilogue(acc, bias, s, act, empty(shape, elt), EPILOGUE_ATTR, skip)
     return expand(y, [n, cout, h, wd], [[0], [1], [2, 3]])
+
+
+def _pointwise_row(x, w, bias, s, elt, act, skip=None):
+    """``_pointwise`` for H*W not a multiple of ``POINTWISE_COLUMNS``: each
+    image one row ``[Cin, 1, H*W]`` under the stem's schedule (``_stem``:
+    the contraction over (n, co, 0, p | c, 0, 0), ``STEM_ATTR``), whose
+    partial last column tile is peeled to its static width. Under
+    ``epilogue_script`` that tile ran masked, its accumulator in memory and
+    x read by a transposing masked load: MobileNetV2's 32->192 at 14^2,
+    batch 8, one x86-64-v3 thread, 0.42 ms; 0.29 as the recipe's MatMul and
+    bias/clamp kernel; 0.23 here (AVX-512 0.27, 0.34, 0.24)."""
+    from compiler.codegen.family import CONTRACT_ATTR, STEM_ATTR
+    h, wd = rtt(x).shape[2:]
+    cout = rtt(w).shape[0]
+    n = dims(x)[0]
+    row = lambda v: expand(collapse(v, [[0], [1], [2, 3]]), [n, rtt(v).shape[1], 1, h * wd],
+                           [[0], [1], [2, 3]])
+    d = [ir.AffineDimExpr.get(k) for k in range(7)]   # n co oy ox | c ky kx
+    zero = fill(s.const(0), empty([n, cout, 1, h * wd], elt))
+    zero.owner.attributes[STEM_ATTR] = ir.UnitAttr.get()
+    acc = generic([row(x), w], [zero],
+                  [affine_map(7, [0, 4, d[2] + d[5], d[3] + d[6]]), affine_map(7, [1, 4, 5, 6]),
+                   affine_map(7, [0, 1, 2, 3])],
+                  [PARALLEL] * 4 + [REDUCTION] * 3, lambda a, b, o: s.add(o, s.mul(a, b)))[0]
+    acc.owner.attributes[CONTRACT_ATTR] = ir.UnitAttr.get()
+    # (the result is copied out: a collapse then an expand of the row is
+    # not a view the entry writes through; a projecting output map did not
+    # vectorize)
+    y = _epilogue(acc, bias, s, act, empty([n, cout, 1, h * wd], elt), STEM_ATTR,
+                  None if skip is None else row(skip))
+    return expand(collapse(y, [[0], [1], [2, 3]]), [n, cout, h, wd], [[0], [1], [2, 3]])
 
 
 def _epilogue(acc, bias, s, act, init, mark, skip=None, widen=None, narrow=None,
@@ -387,34 +427,56 @@ def _split_phases(xp, bufs, g, phases, s, stacked=False) -> list:
     which = {(ry, rx): k for k, (ry, rx, _, _) in enumerate(phases)}
     pad = s.const(0)
     row_of = ir.AffineMap.get_minor_identity(4, 1)
-    chunks = [(at, min(_SPLIT, width - at)) for at in range(0, width, _SPLIT)]
+    # whole phase columns per read; a larger stride: 16 columns of each phase
+    split = _SPLIT // g.sw * g.sw if g.sw <= 2 else _PIXEL_BLOCK * g.sw
+    whole, rest = divmod(width, split)
 
     def channel(c, *bufs):
+        def piece(ry, y, q, at, n, bufs):   # the n columns from at (an index) of row y
+            v = vector.TransferReadOp(ir.VectorType.get([n], elt), xp,
+                                      [index(0), c, y, at], row_of, pad, [True]).result
+            at_q = arith.divui(at, index(g.sw)) if g.sw > 1 else at
+            for rx, part in enumerate(_column_phases(v, n, g.sw)):
+                k = which.get((ry, rx))
+                if k is None:
+                    continue
+                # stacked: phase k of channel c is channel c*P + k of bufs[0]
+                j, ch = (0, arith.addi(arith.muli(c, index(len(phases))), index(k))) \
+                    if stacked else (k, c)
+                bufs[j] = vector.TransferWriteOp(bufs[j].type, part, bufs[j],
+                                                 [index(0), ch, q, at_q], row_of, [True]).result
+            return bufs
+
         def row(q, *bufs):
             bufs = list(bufs)
             for ry in range(g.sh):
                 if not any((ry, rx) in which for rx in range(g.sw)):
                     continue
                 y = arith.addi(arith.muli(q, index(g.sh)), index(ry))
-                for at, n in chunks:
-                    v = vector.TransferReadOp(ir.VectorType.get([n], elt), xp,
-                                              [index(0), c, y, index(at)], row_of, pad,
-                                              [True]).result
-                    parts = [v] if g.sw == 1 else list(vector.DeinterleaveOp(v).results)
-                    for rx, part in enumerate(parts):
-                        k = which.get((ry, rx))
-                        if k is None:
-                            continue
-                        # stacked: phase k of channel c is channel c*P + k of bufs[0]
-                        j, ch = (0, arith.addi(arith.muli(c, index(len(phases))), index(k))) \
-                            if stacked else (k, c)
-                        bufs[j] = vector.TransferWriteOp(
-                            bufs[j].type, part, bufs[j],
-                            [index(0), ch, q, index(at // g.sw)], row_of, [True]).result
+                if whole > _SPLIT_UNROLLED:   # a long row (a conv1d): a loop of reads
+                    bufs = _for(whole, bufs, lambda i, *b: piece(
+                        ry, y, q, arith.muli(i, index(split)), split, list(b)))
+                else:
+                    for i in range(whole):
+                        bufs = piece(ry, y, q, index(i * split), split, bufs)
+                if rest:
+                    bufs = piece(ry, y, q, index(whole * split), rest, bufs)
             return bufs
         return _for(g.rows, list(bufs), row)
 
     return _for(cin, list(bufs), channel)
+
+
+def _column_phases(v, n: int, sw: int) -> list:
+    """The ``sw`` column phases of the row piece ``v`` of ``n`` elements
+    (``n`` a multiple of ``sw``): part rx holds elements rx, rx + sw, ...
+    (``vector.deinterleave`` for sw = 2, a shuffle for a larger stride)."""
+    from compiler.mlir import vector
+    if sw == 1:
+        return [v]
+    if sw == 2:
+        return list(vector.DeinterleaveOp(v).results)
+    return [vector.shuffle(v, v, list(range(rx, n, sw))) for rx in range(sw)]
 
 
 def _scatter_rows(x, bufs, g, phases) -> list:
@@ -479,6 +541,9 @@ def _scatter_rows(x, bufs, g, phases) -> list:
 #: Elements of a padded row read at once by ``_split_phases`` (even: a stride
 #: of 2 splits each read in two).
 _SPLIT = 64
+#: At most this many reads of a row are straight-line code; more are a loop
+#: (a conv1d's 8000-column row as 134 unrolled reads took LLVM 100 s).
+_SPLIT_UNROLLED = 8
 
 
 class _Geometry:
@@ -628,9 +693,19 @@ def stem(groups: int, cin: int, stride, kernel, dilation=(1, 1)) -> bool:
     """Whether the cpu kernel computes this Conv2D as a stem (``_stem``):
     groups 1, at most ``STEM_CHANNELS`` input channels, stride 2 without
     dilation, and a kernel of at least 2 taps each way that is not the stride
-    (a patch conv), so that every stride phase holds taps."""
-    return (groups == 1 and cin <= STEM_CHANNELS and tuple(stride) == (2, 2)
-            and tuple(dilation) == (1, 1) and min(kernel) >= 2 and tuple(kernel) != (2, 2))
+    (a patch conv), so that every stride phase holds taps; or a conv1d front
+    end (one row) with a column stride above 2 and more taps than the stride
+    (wav2vec2's 1->512 k10 s5; the recipe had multiplied its im2col: 1->128
+    at 8000, batch 8, one thread, x86-64-v3 1.24 -> 0.91 ms, AVX-512 0.99 ->
+    0.92)."""
+    stride, kernel = tuple(stride), tuple(kernel)
+    if groups != 1 or cin > STEM_CHANNELS or tuple(dilation) != (1, 1):
+        return False
+    if stride == (2, 2):
+        return min(kernel) >= 2 and kernel != (2, 2)
+    # a conv1d front end (a Conv2D over [N, C, 1, W]): one row, stride s > 2
+    # (2 is the direct kernel's), a kernel of more than s taps
+    return stride[0] == kernel[0] == 1 and 2 < stride[1] < kernel[1]
 
 
 def _stem(x, w, bias, s, elt, xshape, wshape, pad, stride, oshape, act, skip=None):
@@ -740,6 +815,12 @@ def _register_kernel() -> None:
             return False
         if pointwise(params["groups"], params["stride"], types[1].shape[2:], params["padding"]):
             return serves_pointwise(params, types)
+        if params["groups"] == 1 and tuple(params["stride"]) != (2, 2) and stem(
+                1, types[0].shape[1], params["stride"], types[1].shape[2:], params["dilation"]):
+            # a conv1d stem; its GeluErf stays a kernel of its own: in the
+            # register tiles the erf made the conv 2-5x slower than the two
+            # kernels (1->128 k10 s5 at 8000, batch 8)
+            return not params.get("gelu")
         if params["groups"] == 1:
             return direct(1, params["stride"], types[1].shape[2:], params["padding"],
                           params["dilation"]) and not few_pixels(params, types)
