@@ -244,6 +244,9 @@ class Fuse(ModulePass):
     runtime: bool = True
     constants: object = ""
     attention: bool = True
+    #: fold a GeluErf into its FusedLinear (off for a symbolic module's
+    #: bindings: the epilogue kernel is compiled per shape)
+    linear_epilogues: bool = True
 
     def apply(self, module) -> None:
         from compiler.passes.fuse_attention import fuse_attention
@@ -269,7 +272,8 @@ class Fuse(ModulePass):
         if self.epilogues:
             fold_conv_residuals(module, self._table, self._backends)
             fold_conv_epilogues(module, self._table, self._backends)
-            fold_linear_epilogues(module, self._table, self._backends)
+            if self.linear_epilogues:
+                fold_linear_epilogues(module, self._table, self._backends)
         if self.runtime:
             RuntimeFusion(self.name, self._table, self._backends, self.remarks).run(module)
 

@@ -4,6 +4,8 @@
 // RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file \
 // RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=linear_f32_f64 runtime=false epilogues=false})' | filecheck %s --check-prefix=OFF
 // RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file \
+// RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=linear_f32_f64 runtime=false linear_epilogues=false})' | filecheck %s --check-prefix=OFF
+// RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file \
 // RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=primitives_f32 runtime=false})' | filecheck %s --check-prefix=NOKERNEL
 // RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file \
 // RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=linear_f32_f64 backend=cuda runtime=false})' | filecheck %s --check-prefix=NOKERNEL
@@ -19,7 +21,8 @@
 // CHECK-NOT:     fuel.gelu_erf
 // CHECK-NEXT:    return %[[L]]
 // OFF-LABEL:   func.func @direct
-// OFF:           "fuel.gelu_erf"
+// OFF-NEXT:      %[[L:.*]] = "fuel.fused_linear"(%arg0, %arg1, %arg2) :
+// OFF-NEXT:      "fuel.gelu_erf"(%[[L]])
 // NOKERNEL-LABEL: func.func @direct
 // NOKERNEL:      "fuel.fused_linear"(%arg0, %arg1, %arg2) :
 // NOKERNEL-NEXT: "fuel.gelu_erf"
