@@ -112,6 +112,17 @@ def test_stem_with_a_run_time_batch():
         np.testing.assert_allclose(m(x=x), interpret(g, {"x": x})["y"], rtol=1e-5, atol=1e-5)
 
 
+def test_conv1d_stem_with_a_run_time_batch():
+    # one kernel with the batch at run time (a symbolic model's one .fuel file)
+    g, _ = _graph(("batch", 1, 1, 803), 16, (1, 10), (0, 0), stride=(1, 5))
+    m = compile(g, target="cpu")
+    rng = np.random.default_rng(4)
+    for n in (1, 3):
+        x = rng.standard_normal((n, 1, 1, 803)).astype(np.float32)
+        np.testing.assert_allclose(m(x=x), interpret(g, {"x": x})["y"], rtol=1e-5, atol=1e-5)
+    assert m.kernel_summary()[1:] == [KERNEL[0] + " [run-time extents]"], m.kernel_summary()
+
+
 @pytest.mark.parametrize("batch", [1, 3])
 def test_stem_split_over_threads(batch):
     # batch 1: two tiles of output channels; batch 3: tiles of 2 and 1 images

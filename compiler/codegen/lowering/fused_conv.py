@@ -360,6 +360,7 @@ def batch_dims(types, params) -> tuple | None:
     g, stride = params["groups"], params["stride"]
     dil = params.get("dilation", (1, 1))
     if not (direct(g, stride, w[2:], params["padding"], dil)
+            or stem(g, x[1], stride, w[2:], dil)  # a conv1d front end's (its loop over images as the 2-D stem's)
             or is_depthwise(types, params) and direct_depthwise(stride, dil)
             or pointwise(g, stride, w[2:], params["padding"])):
         return None
