@@ -91,7 +91,12 @@ def test_narrow_and_raised_bounds(batch, seq, tmp_path):
                                        atol=1e-5)
 
 
-def _run_without_compiler(path, feeds_file, out_file, sizes_code="") -> None:
+def _outputs_without_compiler(path, feeds: dict, tmp_path) -> dict:
+    """Each of ``feeds``' input dicts run by ``runtime.load(path)`` in a process
+    that cannot import the compiler (twice: repeated shapes settle nothing);
+    the outputs by the same keys."""
+    feeds_file, out_file = tmp_path / "in.npy", tmp_path / "out.npy"
+    np.save(feeds_file, feeds, allow_pickle=True)
     code = BLOCK_COMPILER + f"""
 import numpy as np, runtime
 m = runtime.load({str(path)!r})
@@ -108,14 +113,13 @@ print(sorted(n for n in __import__('sys').modules if n.split('.')[0] in ('compil
                        timeout=600)
     assert r.returncode == 0, r.stderr
     assert "[]" in r.stdout
+    return np.load(out_file, allow_pickle=True).item()
 
 
 def test_runs_in_a_process_without_the_compiler(saved, tmp_path):
     _, module, path = saved
     feeds = {f"{b}x{s}": _inputs(b, s) for b, s in ((1, 1), (3, 7))}
-    np.save(tmp_path / "in.npy", feeds, allow_pickle=True)
-    _run_without_compiler(path, tmp_path / "in.npy", tmp_path / "out.npy")
-    out = np.load(tmp_path / "out.npy", allow_pickle=True).item()
+    out = _outputs_without_compiler(path, feeds, tmp_path)
     for k, f in feeds.items():
         np.testing.assert_array_equal(out[k], module(**f))
 
@@ -227,9 +231,7 @@ def _encoder_matches_onnxruntime(encoder, tmp_path, sizes):
     from test_onnx_import import encoder_block, ort_run
     model, path = encoder
     feeds = {f"{b}x{s}": encoder_block(64, 4, 256, s, batch=b)[1] for b, s in sizes}
-    np.save(tmp_path / "in.npy", feeds, allow_pickle=True)
-    _run_without_compiler(path, tmp_path / "in.npy", tmp_path / "out.npy")
-    out = np.load(tmp_path / "out.npy", allow_pickle=True).item()
+    out = _outputs_without_compiler(path, feeds, tmp_path)
     for k, f in feeds.items():
         np.testing.assert_allclose(out[k], ort_run(model, f)["y"], rtol=1e-4, atol=2e-4)
 

@@ -19,7 +19,7 @@ from compiler import compile  # noqa: E402
 from compiler.frontends.onnx import import_model  # noqa: E402
 from runtime.manifest import ManifestFieldError  # noqa: E402
 from test_artifact_validation import _rewrite  # noqa: E402
-from test_symbolic_artifact import _run_without_compiler  # noqa: E402
+from test_symbolic_artifact import _outputs_without_compiler  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -65,9 +65,7 @@ def test_conv_net_file_runs_every_batch_without_the_compiler(saved, tmp_path):
     assert "fixed" not in lm.manifest["symbolic"]  # one plan for every batch
     feeds = {f"b{n}": {"x": RNG.standard_normal((n, 3, 32, 32)).astype(np.float32)}
              for n in (1, 3, 8)}
-    np.save(tmp_path / "in.npy", feeds, allow_pickle=True)
-    _run_without_compiler(path, tmp_path / "in.npy", tmp_path / "out.npy")
-    out = np.load(tmp_path / "out.npy", allow_pickle=True).item()
+    out = _outputs_without_compiler(path, feeds, tmp_path)
     sess = bm.ort_session(model.SerializeToString(), 1)
     for k, f in feeds.items():
         ref = sess.run(None, f)[0]
@@ -81,9 +79,7 @@ def test_a_binding_of_its_own_plan_is_held_apart(saved_fixed, tmp_path):
     assert [f["binding"] for f in lm.manifest["symbolic"]["fixed"]] == [{"batch": 1}]
     feeds = {f"b{n}": {"x": RNG.standard_normal((n, 3, 32, 32)).astype(np.float32)}
              for n in (1, 3)}
-    np.save(tmp_path / "in.npy", feeds, allow_pickle=True)
-    _run_without_compiler(path, tmp_path / "in.npy", tmp_path / "out.npy")
-    out = np.load(tmp_path / "out.npy", allow_pickle=True).item()
+    out = _outputs_without_compiler(path, feeds, tmp_path)
     for k, f in feeds.items():
         np.testing.assert_array_equal(out[k], module(**f))
 
