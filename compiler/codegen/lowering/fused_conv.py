@@ -359,8 +359,9 @@ def batch_dims(types, params) -> tuple | None:
         return None
     g, stride = params["groups"], params["stride"]
     dil = params.get("dilation", (1, 1))
+    # (``stem``: a conv1d front end's; its loop over the images is the 2-D stem's)
     if not (direct(g, stride, w[2:], params["padding"], dil)
-            or stem(g, x[1], stride, w[2:], dil)  # a conv1d front end's (its loop over images as the 2-D stem's)
+            or stem(g, x[1], stride, w[2:], dil)
             or is_depthwise(types, params) and direct_depthwise(stride, dil)
             or pointwise(g, stride, w[2:], params["padding"])):
         return None
