@@ -384,8 +384,7 @@ def _symbolic_pipeline(pipeline):
     from .passes import DEFAULT_PIPELINE
     if pipeline is not None:
         return pipeline
-    text = DEFAULT_PIPELINE.replace("fuel-fuse{", "fuel-fuse{attention=false linear_epilogues=false ",
-                                    1)
+    text = DEFAULT_PIPELINE.replace("fuel-fuse{", "fuel-fuse{attention=false ", 1)
     if text == DEFAULT_PIPELINE:  # the default pipeline lost its fuel-fuse options
         raise CompileError(f"the default pipeline has no 'fuel-fuse{{...}}' to turn the "
                            f"per-shape fusions off in for a symbolic module: {DEFAULT_PIPELINE}")

@@ -218,8 +218,12 @@ def _conv_batch(types, params):
 
 
 def _linear_dims(types, params):
-    if params.get("gelu"):  # the epilogue kernel (``_linear_epilogue``): static
-        return None
+    if params.get("gelu"):  # the epilogue kernel (``_linear_epilogue``): a's rows
+        rows = lambda n: (True,) * (n - 1) + (False,)
+        out = len(types[0].shape) if params.get("b_panel") else \
+            max(len(types[0].shape), len(types[1].shape))
+        return (rows(len(types[0].shape)),) + tuple((False,) * len(t.shape) for t in types[1:]) \
+            + (rows(out),)
     if params.get("b_panel"):  # packed b [?, ?, panel]: the panel width is static
         a, _b, bias = _all_dims(types)[:3]
         return a, (True, True, False), bias, a
@@ -356,16 +360,20 @@ class FusedFamily(KernelFamily):
             if params.b_panel:  # packed b: a's batch axes fold into M
                 layouts[0], layouts[n_inputs] = _rows_2d(layouts[0]), _rows_2d(layouts[n_inputs])
         inst = instance_from_params(spec.name, params, dtypes, layouts, n_inputs)
+        # the GELU epilogue kernel has one schedule for every row count
+        # (``strategy.packed_epilogue_strategy``): no row classes
+        classes = spec.name == "FusedLinear" and not params.gelu
         if spec.name == "FusedLinear" and params.b_panel:
             # the packed-B kernel: one for calls of few rows, one for the others
             unit = unit_stride_args(layouts)
-            inst = dataclasses.replace(inst, unit_stride=unit,
-                                       few_rows=few_rows(layouts[0].shape, unit, n_inputs))
+            inst = dataclasses.replace(inst, unit_stride=unit, few_rows=classes and few_rows(
+                layouts[0].shape, unit, n_inputs))
         elif spec.name == "FusedLinear":  # as MatMul: a kernel for unit-stride rows
             unit = unit_stride_args(layouts)
-            inst = dataclasses.replace(inst, unit_stride=unit,
-                                       few_rows=few_rows(layouts[0].shape, unit, n_inputs),
-                                       unpacked=unpacked_rows(layouts[0].shape, unit, n_inputs))
+            inst = dataclasses.replace(
+                inst, unit_stride=unit,
+                few_rows=classes and few_rows(layouts[0].shape, unit, n_inputs),
+                unpacked=classes and unpacked_rows(layouts[0].shape, unit, n_inputs))
         elif spec.name in ("Conv2D", "MaxPool2D"):
             # their copies in and out (padding, cropping; the pool's rows read
             # and written a vector at a time) move contiguous rows; with strides

@@ -591,6 +591,35 @@ def fold_conv_epilogues(module, table, backends) -> int:
     return folded
 
 
+def _unbroadcast_weight(b):
+    """``(matrix, shape)`` when FusedLinear operand ``b`` ``[B.., K, N]`` is a
+    ``BroadcastTo`` of one ``[K, N]`` matrix over the batch axes (``x @ w`` of
+    a batched x): the epilogue kernel reads that matrix as ``shape`` ``[1..,
+    K, N]`` (``_weight_view``), so the fold does not depend on the batch size
+    (with a batch of 1 the broadcast already had unit batch axes; with more,
+    the kernel did not serve it). Else None."""
+    owner = b.owner
+    if not isinstance(owner, (ir.Operation, ir.OpView)) or _fuel.mnemonic(owner) != "broadcast_to":
+        return None
+    src = owner.operands[0]
+    bt, st = ir.RankedTensorType(b.type), ir.RankedTensorType(src.type)
+    shape = [1] * (bt.rank - 2) + list(bt.shape[-2:])
+    if not st.has_static_shape or st.rank > bt.rank or list(st.shape)[-2:] != shape[-2:] \
+            or any(d != 1 for d in list(st.shape)[:-2]):
+        return None
+    return src, shape
+
+
+def _weight_view(src, shape):
+    """``src`` viewed as ``shape`` (a ``Reshape`` created where they differ)."""
+    st = ir.RankedTensorType(src.type)
+    if list(st.shape) == list(shape):
+        return src
+    from compiler.dialect import lookup, params_to_attributes
+    return _fuel.create("fuel.reshape", [src], [ir.RankedTensorType.get(shape, st.element_type)],
+                        params_to_attributes(lookup("reshape"), {"shape": tuple(shape)})).results[0]
+
+
 def fold_linear_epilogues(module, table, backends) -> int:
     """Fold each ``GeluErf`` that is the only user of a ``FusedLinear`` (of
     the same type, without an epilogue yet) into its ``gelu`` param, or
@@ -616,22 +645,31 @@ def fold_linear_epilogues(module, table, backends) -> int:
         if update != {"gelu": True} or params.get("gelu"):
             continue
         params.update(update)
+        weight = _unbroadcast_weight(lin.operands[1])
         try:
             in_types = [_fuel.tensor_type(v) for v in lin.operands]
+            if weight is not None:
+                from compiler.graph.opdef import TensorType
+                in_types[1] = TensorType(tuple(weight[1]), in_types[1].dtype)
             dts = [t.dtype for t in in_types] + [_fuel.dtype_of(y)]
             if not kernel_available(entry, params, in_types, dts, table, backends):
                 continue
         except Exception:  # symbolic extents: the epilogue kernel is compiled per shape
             continue
         with ir.InsertionPoint(lin), act.location:
-            fused = _fuel.create(lin.name, list(lin.operands), [y.type],
+            operands = list(lin.operands)
+            if weight is not None:
+                operands[1] = _weight_view(*weight)
+            fused = _fuel.create(lin.name, operands, [y.type],
                                  params_to_attributes(lookup(entry.mnemonic), params),
                                  loc=act.location)
+        # the broadcast of an unbroadcast weight goes with the old op where unused
+        dead = [lin] + ([lin.operands[1].owner] if weight is not None else [])
         if view is not None:  # the activation moves above the view
             view.operands[0] = fused.results[0]
-            _fuel.replace_op(act, [view.results[0]], dead=[lin])
+            _fuel.replace_op(act, [view.results[0]], dead=dead)
         else:
-            _fuel.replace_op(act, [fused.results[0]], dead=[lin])
+            _fuel.replace_op(act, [fused.results[0]], dead=dead)
         _fuel.count("fuse.linear_epilogues")
         folded += 1
     return folded
