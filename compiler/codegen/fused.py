@@ -230,8 +230,14 @@ def _linear_dims(types, params):
     return _all_dims(types) if tuple(types[0].shape[:-2]) == tuple(types[1].shape[:-2]) else None
 
 
+def _attn_dims(types, params):
+    from compiler.codegen.lowering.fused_attention import dynamic_dims
+    return dynamic_dims(types, params)
+
+
 DYNAMIC_FUSED = {
     "FusedLinear": _linear_dims,
+    "FlashAttn": _attn_dims,  # batch and sequence (the cpu rule)
     "SoftmaxLastDim": lambda types, _p: _all_dims(types),
     "LayerNormLastDim": lambda types, _p: _row_dims(types),
     "RmsNormLastDim": lambda types, _p: _row_dims(types),

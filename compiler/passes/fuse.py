@@ -50,7 +50,8 @@ verified causal (or absent) becomes ``FlashAttn``; ``constants`` (name ->
 array, the driver's side constants) lets it read masks too large to be inline.
 
 Options: ``target`` / ``table`` / ``backend`` (see ``_target``), ``remarks``,
-``epilogues``, ``runtime`` and ``attention`` (default true), ``constants``.
+``epilogues``, ``runtime``, ``attention``, ``attention_k_len`` and
+``linear_epilogues`` (default true), ``constants``.
 """
 from __future__ import annotations
 
@@ -244,8 +245,11 @@ class Fuse(ModulePass):
     runtime: bool = True
     constants: object = ""
     attention: bool = True
-    #: fold a GeluErf into its FusedLinear (off for a symbolic module's
-    #: bindings: the epilogue kernel is compiled per shape)
+    #: also fuse bottom-right aligned attention (``k_len``: keys beyond the
+    #: queries), whose FlashAttn kernel is compiled per shape (off for a
+    #: symbolic module's bindings: one ``.fuel`` file runs every size)
+    attention_k_len: bool = True
+    #: fold a GeluErf into its FusedLinear
     linear_epilogues: bool = True
 
     def apply(self, module) -> None:
@@ -268,7 +272,8 @@ class Fuse(ModulePass):
         self._reported: set = set()
         self._worklist(module, by_root)
         if self.attention:
-            fuse_attention(module, self._table, self._backends, self.constants)
+            fuse_attention(module, self._table, self._backends, self.constants,
+                           k_len=self.attention_k_len)
         if self.epilogues:
             fold_conv_residuals(module, self._table, self._backends)
             fold_conv_epilogues(module, self._table, self._backends)
