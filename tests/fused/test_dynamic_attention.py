@@ -127,3 +127,19 @@ def test_k_len_stays_per_shape():
                          types).dynamic
     assert not FusedInstance("FlashAttn", tuple(sorted({**params, "k_len": 5}.items())),
                              types).dynamic
+
+
+@pytest.mark.parametrize("platform,k_len", [(None, None), ("cpu", 5)])
+def test_run_time_extents_the_rule_cannot_take_are_refused(platform, k_len):
+    """The generic rule (targets without a FlashAttn rule of their own) and
+    the cpu rule with ``k_len`` are static: a ``?`` batch or sequence is a
+    ``LoweringError`` naming the extents and what takes them."""
+    from compiler.codegen.family import single_op_linalg_text
+    from compiler.errors import LoweringError
+    q, kv = TensorType((1, 2, 3, 8), DType.F32), TensorType((1, 2, 5, 8), DType.F32)
+    bs = (True, False, True, False)
+    params = dict(softmax_scale=0.5, causal=True, k_len=k_len)
+    with pytest.raises(LoweringError, match=r"FlashAttn: B, Sq, Sk must be static here.*"
+                                            r"run-time extents are B, Sq and Sk, on the cpu "
+                                            r"rule, without k_len"):
+        single_op_linalg_text("FlashAttn", params, [q, kv, kv], (bs, bs, bs, bs), platform)
