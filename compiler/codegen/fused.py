@@ -195,9 +195,12 @@ def fused_op_params(entry, params: dict, in_types: Sequence[TensorType]) -> OpPa
 # input and one for the result (True: ``?``), or None (static). Dynamic dims
 # let the vectorizing matmul strategy apply (it needs them to peel remainder
 # loops). FusedLinear's batch broadcasting (GQA, size-1 batch) needs static
-# batch dims. The row norms keep the normalised axis static (it is the
-# weight's: the same at every size) and take the rows at run time; softmax
-# rows are a sequence length in attention, so every extent is dynamic.
+# batch dims; its GELU epilogue kernel takes a's rows at run time, the weight
+# and bias static. FlashAttn (the cpu rule) takes batch and sequence at run
+# time, heads and head size static. The row norms keep the normalised axis
+# static (it is the weight's: the same at every size) and take the rows at
+# run time; softmax rows are a sequence length in attention, so every extent
+# is dynamic.
 def _all_dims(types):
     return tuple((True,) * len(t.shape) for t in types) + ((True,) * len(types[0].shape),)
 
@@ -219,11 +222,8 @@ def _conv_batch(types, params):
 
 def _linear_dims(types, params):
     if params.get("gelu"):  # the epilogue kernel (``_linear_epilogue``): a's rows
-        rows = lambda n: (True,) * (n - 1) + (False,)
-        out = len(types[0].shape) if params.get("b_panel") else \
-            max(len(types[0].shape), len(types[1].shape))
-        return (rows(len(types[0].shape)),) + tuple((False,) * len(t.shape) for t in types[1:]) \
-            + (rows(out),)
+        rows = _row_dims(types)[0]  # a and the output (of a's rank): all axes but the last
+        return (rows,) + tuple((False,) * len(t.shape) for t in types[1:]) + (rows,)
     if params.get("b_panel"):  # packed b [?, ?, panel]: the panel width is static
         a, _b, bias = _all_dims(types)[:3]
         return a, (True, True, False), bias, a
