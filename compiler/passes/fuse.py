@@ -634,6 +634,7 @@ def fold_linear_epilogues(module, table, backends) -> int:
     with the new params, and the binding table's key). Returns how many were
     folded."""
     from compiler.dialect import lookup, params_to_attributes
+    from compiler.graph.opdef import TensorType
     from runtime.keys import BackendId
     entry = _fuel.registry()["FusedLinear"]
     # the epilogue is the cpu kernel's (another backend's FusedLinear ignores it)
@@ -654,12 +655,11 @@ def fold_linear_epilogues(module, table, backends) -> int:
         try:
             in_types = [_fuel.tensor_type(v) for v in lin.operands]
             if weight is not None:
-                from compiler.graph.opdef import TensorType
                 in_types[1] = TensorType(tuple(weight[1]), in_types[1].dtype)
             dts = [t.dtype for t in in_types] + [_fuel.dtype_of(y)]
             if not kernel_available(entry, params, in_types, dts, table, backends):
                 continue
-        except Exception:  # symbolic extents: the epilogue kernel is compiled per shape
+        except Exception:  # ``?`` extents: no static types to ask the table with
             continue
         with ir.InsertionPoint(lin), act.location:
             operands = list(lin.operands)
