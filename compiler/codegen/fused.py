@@ -195,9 +195,12 @@ def fused_op_params(entry, params: dict, in_types: Sequence[TensorType]) -> OpPa
 # input and one for the result (True: ``?``), or None (static). Dynamic dims
 # let the vectorizing matmul strategy apply (it needs them to peel remainder
 # loops). FusedLinear's batch broadcasting (GQA, size-1 batch) needs static
-# batch dims. The row norms keep the normalised axis static (it is the
-# weight's: the same at every size) and take the rows at run time; softmax
-# rows are a sequence length in attention, so every extent is dynamic.
+# batch dims; its GELU epilogue kernel takes a's rows at run time, the weight
+# and bias static. FlashAttn (the cpu rule) takes batch and sequence at run
+# time, heads and head size static. The row norms keep the normalised axis
+# static (it is the weight's: the same at every size) and take the rows at
+# run time; softmax rows are a sequence length in attention, so every extent
+# is dynamic.
 def _all_dims(types):
     return tuple((True,) * len(t.shape) for t in types) + ((True,) * len(types[0].shape),)
 
@@ -218,16 +221,23 @@ def _conv_batch(types, params):
 
 
 def _linear_dims(types, params):
-    if params.get("gelu"):  # the epilogue kernel (``_linear_epilogue``): static
-        return None
+    if params.get("gelu"):  # the epilogue kernel (``_linear_epilogue``): a's rows
+        rows = _row_dims(types)[0]  # a and the output (of a's rank): all axes but the last
+        return (rows,) + tuple((False,) * len(t.shape) for t in types[1:]) + (rows,)
     if params.get("b_panel"):  # packed b [?, ?, panel]: the panel width is static
         a, _b, bias = _all_dims(types)[:3]
         return a, (True, True, False), bias, a
     return _all_dims(types) if tuple(types[0].shape[:-2]) == tuple(types[1].shape[:-2]) else None
 
 
+def _attn_dims(types, params):
+    from compiler.codegen.lowering.fused_attention import dynamic_dims
+    return dynamic_dims(types, params)
+
+
 DYNAMIC_FUSED = {
     "FusedLinear": _linear_dims,
+    "FlashAttn": _attn_dims,  # batch and sequence (the cpu rule)
     "SoftmaxLastDim": lambda types, _p: _all_dims(types),
     "LayerNormLastDim": lambda types, _p: _row_dims(types),
     "RmsNormLastDim": lambda types, _p: _row_dims(types),
@@ -356,16 +366,20 @@ class FusedFamily(KernelFamily):
             if params.b_panel:  # packed b: a's batch axes fold into M
                 layouts[0], layouts[n_inputs] = _rows_2d(layouts[0]), _rows_2d(layouts[n_inputs])
         inst = instance_from_params(spec.name, params, dtypes, layouts, n_inputs)
+        # the GELU epilogue kernel has one schedule for every row count
+        # (``strategy.packed_epilogue_strategy``): no row classes
+        classes = spec.name == "FusedLinear" and not params.gelu
         if spec.name == "FusedLinear" and params.b_panel:
             # the packed-B kernel: one for calls of few rows, one for the others
             unit = unit_stride_args(layouts)
-            inst = dataclasses.replace(inst, unit_stride=unit,
-                                       few_rows=few_rows(layouts[0].shape, unit, n_inputs))
+            inst = dataclasses.replace(inst, unit_stride=unit, few_rows=classes and few_rows(
+                layouts[0].shape, unit, n_inputs))
         elif spec.name == "FusedLinear":  # as MatMul: a kernel for unit-stride rows
             unit = unit_stride_args(layouts)
-            inst = dataclasses.replace(inst, unit_stride=unit,
-                                       few_rows=few_rows(layouts[0].shape, unit, n_inputs),
-                                       unpacked=unpacked_rows(layouts[0].shape, unit, n_inputs))
+            inst = dataclasses.replace(
+                inst, unit_stride=unit,
+                few_rows=classes and few_rows(layouts[0].shape, unit, n_inputs),
+                unpacked=classes and unpacked_rows(layouts[0].shape, unit, n_inputs))
         elif spec.name in ("Conv2D", "MaxPool2D"):
             # their copies in and out (padding, cropping; the pool's rows read
             # and written a vector at a time) move contiguous rows; with strides

@@ -50,7 +50,8 @@ verified causal (or absent) becomes ``FlashAttn``; ``constants`` (name ->
 array, the driver's side constants) lets it read masks too large to be inline.
 
 Options: ``target`` / ``table`` / ``backend`` (see ``_target``), ``remarks``,
-``epilogues``, ``runtime`` and ``attention`` (default true), ``constants``.
+``epilogues``, ``runtime``, ``attention``, ``attention_k_len`` and
+``linear_epilogues`` (default true), ``constants``.
 """
 from __future__ import annotations
 
@@ -244,8 +245,11 @@ class Fuse(ModulePass):
     runtime: bool = True
     constants: object = ""
     attention: bool = True
-    #: fold a GeluErf into its FusedLinear (off for a symbolic module's
-    #: bindings: the epilogue kernel is compiled per shape)
+    #: also fuse bottom-right aligned attention (``k_len``: keys beyond the
+    #: queries), whose FlashAttn kernel is compiled per shape (off for a
+    #: symbolic module's bindings: one ``.fuel`` file runs every size)
+    attention_k_len: bool = True
+    #: fold a GeluErf into its FusedLinear
     linear_epilogues: bool = True
 
     def apply(self, module) -> None:
@@ -268,7 +272,8 @@ class Fuse(ModulePass):
         self._reported: set = set()
         self._worklist(module, by_root)
         if self.attention:
-            fuse_attention(module, self._table, self._backends, self.constants)
+            fuse_attention(module, self._table, self._backends, self.constants,
+                           k_len=self.attention_k_len)
         if self.epilogues:
             fold_conv_residuals(module, self._table, self._backends)
             fold_conv_epilogues(module, self._table, self._backends)
@@ -591,6 +596,35 @@ def fold_conv_epilogues(module, table, backends) -> int:
     return folded
 
 
+def _unbroadcast_weight(b):
+    """``(matrix, shape)`` when FusedLinear operand ``b`` ``[B.., K, N]`` is a
+    ``BroadcastTo`` of one ``[K, N]`` matrix over the batch axes (``x @ w`` of
+    a batched x): the epilogue kernel reads that matrix as ``shape`` ``[1..,
+    K, N]`` (``_weight_view``), so the fold does not depend on the batch size
+    (with a batch of 1 the broadcast already had unit batch axes; with more,
+    the kernel did not serve it). Else None."""
+    owner = b.owner
+    if not isinstance(owner, (ir.Operation, ir.OpView)) or _fuel.mnemonic(owner) != "broadcast_to":
+        return None
+    src = owner.operands[0]
+    bt, st = ir.RankedTensorType(b.type), ir.RankedTensorType(src.type)
+    shape = [1] * (bt.rank - 2) + list(bt.shape[-2:])
+    if not st.has_static_shape or st.rank > bt.rank or list(st.shape)[-2:] != shape[-2:] \
+            or any(d != 1 for d in list(st.shape)[:-2]):
+        return None
+    return src, shape
+
+
+def _weight_view(src, shape):
+    """``src`` viewed as ``shape`` (a ``Reshape`` created where they differ)."""
+    st = ir.RankedTensorType(src.type)
+    if list(st.shape) == list(shape):
+        return src
+    from compiler.dialect import lookup, params_to_attributes
+    return _fuel.create("fuel.reshape", [src], [ir.RankedTensorType.get(shape, st.element_type)],
+                        params_to_attributes(lookup("reshape"), {"shape": tuple(shape)})).results[0]
+
+
 def fold_linear_epilogues(module, table, backends) -> int:
     """Fold each ``GeluErf`` that is the only user of a ``FusedLinear`` (of
     the same type, without an epilogue yet) into its ``gelu`` param, or
@@ -600,6 +634,7 @@ def fold_linear_epilogues(module, table, backends) -> int:
     with the new params, and the binding table's key). Returns how many were
     folded."""
     from compiler.dialect import lookup, params_to_attributes
+    from compiler.graph.opdef import TensorType
     from runtime.keys import BackendId
     entry = _fuel.registry()["FusedLinear"]
     # the epilogue is the cpu kernel's (another backend's FusedLinear ignores it)
@@ -616,22 +651,30 @@ def fold_linear_epilogues(module, table, backends) -> int:
         if update != {"gelu": True} or params.get("gelu"):
             continue
         params.update(update)
+        weight = _unbroadcast_weight(lin.operands[1])
         try:
             in_types = [_fuel.tensor_type(v) for v in lin.operands]
+            if weight is not None:
+                in_types[1] = TensorType(tuple(weight[1]), in_types[1].dtype)
             dts = [t.dtype for t in in_types] + [_fuel.dtype_of(y)]
             if not kernel_available(entry, params, in_types, dts, table, backends):
                 continue
-        except Exception:  # symbolic extents: the epilogue kernel is compiled per shape
+        except Exception:  # ``?`` extents: no static types to ask the table with
             continue
         with ir.InsertionPoint(lin), act.location:
-            fused = _fuel.create(lin.name, list(lin.operands), [y.type],
+            operands = list(lin.operands)
+            if weight is not None:
+                operands[1] = _weight_view(*weight)
+            fused = _fuel.create(lin.name, operands, [y.type],
                                  params_to_attributes(lookup(entry.mnemonic), params),
                                  loc=act.location)
+        # the broadcast of an unbroadcast weight goes with the old op where unused
+        dead = [lin] + ([lin.operands[1].owner] if weight is not None else [])
         if view is not None:  # the activation moves above the view
             view.operands[0] = fused.results[0]
-            _fuel.replace_op(act, [view.results[0]], dead=[lin])
+            _fuel.replace_op(act, [view.results[0]], dead=dead)
         else:
-            _fuel.replace_op(act, [fused.results[0]], dead=[lin])
+            _fuel.replace_op(act, [fused.results[0]], dead=dead)
         _fuel.count("fuse.linear_epilogues")
         folded += 1
     return folded

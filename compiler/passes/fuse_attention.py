@@ -23,7 +23,10 @@ the unfused softmax of such a row is not FlashAttn's 0); masked positions must
 hold ``-inf`` or at most the dtype's most negative finite value (``finfo.min``,
 what HF adds), so ``exp`` of them underflows to exactly 0 either way. Any other
 constant, a mask computed from an input (BERT's), a non-constant or
-non-scalar scale, or ``?`` extents: not fused. The mask's value is read from
+non-scalar scale, or ``?`` extents (a constant mask has static ones): not
+fused. The kernel takes batch and sequence at run time (a symbolic module's
+bindings share it) except with ``k_len``, which ``fuse_attention(...,
+k_len=False)`` leaves unfused. The mask's value is read from
 the Const's inline ``value`` or, for a large one, from the side constants the
 driver passes as the ``constants`` option of ``fuel-fuse``.
 
@@ -241,7 +244,7 @@ def match_attention(root, constants) -> Optional[_Match]:
     try:
         for t in (x, v, root.results[0]):
             if not ir.RankedTensorType(t.type).has_static_shape:
-                return None                    # ``?`` extents: the kernel is static
+                return None                    # ``?`` extents: no constant mask reads them
     except ValueError:
         return None
     if len(_shape(x)) != 4 or not _single_use(x):
@@ -284,9 +287,12 @@ def pays(match: _Match) -> bool:
     return match.causal
 
 
-def fuse_attention(module, table, backends, constants=None, forget=lambda op: None) -> int:
+def fuse_attention(module, table, backends, constants=None, forget=lambda op: None,
+                   k_len: bool = True) -> int:
     """Rewrite every matched exported attention into ``fuel.flash_attn``
-    where a candidate backend has its kernel; returns how many."""
+    where a candidate backend has its kernel; returns how many. ``k_len``
+    false: not the bottom-right aligned matches (their kernel is compiled per
+    shape; the others take batch and sequence at run time)."""
     from compiler.dialect import lookup, params_to_attributes
     from compiler.passes.fuse import kernel_available
     from compiler.registry import normalize_params
@@ -296,7 +302,7 @@ def fuse_attention(module, table, backends, constants=None, forget=lambda op: No
         if _fuel.mnemonic(root) != "mat_mul":
             continue
         got = match_attention(root, constants)
-        if got is None or not pays(got):
+        if got is None or not pays(got) or (got.k_len is not None and not k_len):
             continue
         try:
             params = normalize_params(entry, {"softmax_scale": got.scale, "causal": got.causal,

@@ -118,3 +118,47 @@ def test_recipe_ends_with_the_gelu():
         from runtime.elementwise import gelu_erf
         np.testing.assert_allclose(want, gelu_erf(y), rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(m(x=x), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_rows_are_a_run_time_extent(target):
+    """One kernel for every row count (``fused._linear_dims``): a symbolic
+    batch and sequence through a packed (N = 128) and an unpacked (N = 100)
+    GELU epilogue, row counts of every remainder class (1..mr-1 rows left
+    over, several blocks of 96 rows), bit-identical to the static compile
+    (the same object) and compiled once."""
+    from compiler.codegen import family, parallel
+    parallel.set_num_threads(1)  # thread tiles by panels are instances of their own
+    try:
+        _run_time_rows(target)
+    finally:
+        parallel.set_num_threads(None)
+
+
+def _run_time_rows(target):
+    from compiler.codegen import family
+    rng = np.random.default_rng(5)
+    g = Graph()
+    x = g.input("x", ("batch", ("seq", 1, 300), 48), "f32")
+    h = x
+    for n, k in ((128, 48), (100, 128)):
+        w = g.constant((rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32), name=f"w{n}")
+        b = g.constant(rng.standard_normal(n).astype(np.float32), name=f"b{n}")
+        h = linear(h, w, b).gelu()
+    g.output(h, name="y")
+    m = compile(g, target=target)
+    sizes = [(1, 1), (1, 3), (2, 5), (3, 7), (1, 97), (2, 101), (1, 300)]
+    for i, (batch, seq) in enumerate(sizes):
+        feeds = {"x": rng.standard_normal((batch, seq, 48)).astype(np.float32)}
+        got = m(**feeds)
+        np.testing.assert_allclose(got, interpret(g, feeds)["y"], rtol=1e-5, atol=1e-5)
+        if i == 0:
+            steps = m.kernel_summary()[1:]
+            assert [s.startswith("FusedLinear") for s in steps] == [True, True], steps
+            assert all(s.endswith("[run-time extents]") for s in steps), steps
+            compiled = set(family._compiled)
+        else:
+            assert set(family._compiled) == compiled, f"{batch}x{seq} compiled a kernel"
+        if i in (1, 5):
+            static = compile(g.bind({"batch": batch, "seq": seq}), target=target)
+            np.testing.assert_array_equal(static(**feeds), got)

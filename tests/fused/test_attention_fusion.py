@@ -212,17 +212,27 @@ def test_flash_attn_split_over_threads(b, hq, hkv, alibi):
 
 
 def test_symbolic_batch_module_saves_one_file(tmp_path):
-    """A symbolic module's bindings compile without the attention fusion (the
-    FlashAttn kernel is per shape): one .fuel file still runs every batch."""
+    """A symbolic module's bindings fuse the attention: the FlashAttn kernel
+    takes the batch (and sequence) at run time, one .fuel file runs every
+    batch, and a new batch compiles no kernel."""
     import runtime
+    from compiler.codegen import family
     model = attention(2, 2, 2, 16, 16, 16, mask=("where", tril(16, 16)))
     for vi in list(model.graph.input) + list(model.graph.output):
         dim = vi.type.tensor_type.shape.dim[0]
         dim.ClearField("dim_value")
         dim.dim_param = "batch"
-    m = compile(import_model(model), target="cpu")
+    g = import_model(model)
+    m = compile(g, target="cpu")
     x = feeds(attention(3, 2, 2, 16, 16, 16, mask=("where", tril(16, 16))))
     want = np.asarray(m(**x))
-    assert not any("FlashAttn" in line for line in m.kernel_summary())
-    got = runtime.load(m.save(tmp_path / "m.fuel"))(**x)
-    np.testing.assert_array_equal(np.asarray(got), want)
+    np.testing.assert_allclose(want, interpret(g, x)["y"], rtol=2e-5, atol=2e-6)
+    assert [line for line in m.kernel_summary() if "FlashAttn" in line] == [
+        "FlashAttn[f32,f32,f32,f32] (mlir-cpu-fused) [run-time extents]"], m.kernel_summary()
+    compiled = set(family._compiled)
+    x5 = feeds(attention(5, 2, 2, 16, 16, 16, mask=("where", tril(16, 16))), seed=1)
+    want5 = np.asarray(m(**x5))
+    assert set(family._compiled) == compiled, "a new batch compiled a kernel"
+    lm = runtime.load(m.save(tmp_path / "m.fuel"))
+    np.testing.assert_array_equal(np.asarray(lm(**x)), want)
+    np.testing.assert_array_equal(np.asarray(lm(**x5)), want5)

@@ -3,6 +3,8 @@
 // RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=attention_f32 runtime=false},fuel-dce)' | filecheck %s
 // RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file \
 // RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=fused_f32 runtime=false},fuel-dce)' | filecheck %s --check-prefix=NOKERNEL
+// RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file \
+// RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=attention_f32 runtime=false attention_k_len=false},fuel-dce)' | filecheck %s --check-prefix=NOKLEN
 
 // Exported attention (compiler/passes/fuse_attention.py): MatMul(Q, Transpose(K)),
 // Div by a constant sqrt(d), Softmax, MatMul(., V) is matched, but without a causal
@@ -32,6 +34,10 @@ func.func @unmasked(%q: tensor<2x4x8x16xf32>, %k: tensor<2x4x8x16xf32>, %v: tens
 // CHECK-LABEL: func.func @causal_where
 // CHECK-NEXT:    %[[A:.*]] = "fuel.flash_attn"(%arg0, %arg1, %arg2) {causal = true, softmax_scale = 2.500000e-01 : f64}
 // CHECK-NEXT:    return %[[A]]
+// attention_k_len=false (a symbolic module's bindings) still fuses top-left
+// causal attention, whose kernel takes batch and sequence at run time.
+// NOKLEN-LABEL: func.func @causal_where
+// NOKLEN-NEXT:    "fuel.flash_attn"(%arg0, %arg1, %arg2) {causal = true, softmax_scale = 2.500000e-01 : f64}
 func.func @causal_where(%q: tensor<1x2x4x8xf32>, %k: tensor<1x2x4x8xf32>, %v: tensor<1x2x4x8xf32>) -> tensor<1x2x4x8xf32> {
   %0 = "fuel.permute"(%k) {perm = [0, 1, 3, 2]} : (tensor<1x2x4x8xf32>) -> tensor<1x2x8x4xf32>
   %1 = "fuel.mat_mul"(%q, %0) : (tensor<1x2x4x8xf32>, tensor<1x2x8x4xf32>) -> tensor<1x2x4x4xf32>
@@ -89,6 +95,11 @@ func.func @causal_add_gqa(%q: tensor<1x2x3x4xf32>, %k: tensor<1x1x3x4xf32>, %v: 
 // CHECK-LABEL: func.func @bottom_right
 // CHECK-NEXT:    %[[A:.*]] = "fuel.flash_attn"(%arg0, %arg1, %arg2) {causal = true, k_len = 4 : i64, softmax_scale = 2.500000e-01 : f64}
 // CHECK-NEXT:    return %[[A]]
+// With k_len the kernel is compiled per shape: attention_k_len=false leaves it.
+// NOKLEN-LABEL: func.func @bottom_right
+// NOKLEN-NOT:     fuel.flash_attn
+// NOKLEN:         "fuel.softmax_last_dim"
+// NOKLEN-NEXT:    "fuel.mat_mul"
 func.func @bottom_right(%q: tensor<1x1x2x8xf32>, %k: tensor<1x1x4x8xf32>, %v: tensor<1x1x4x8xf32>) -> tensor<1x1x2x8xf32> {
   %0 = "fuel.mul_scalar"(%q) {value = 5.000000e-01 : f64} : (tensor<1x1x2x8xf32>) -> tensor<1x1x2x8xf32>
   %1 = "fuel.mul_scalar"(%k) {value = 5.000000e-01 : f64} : (tensor<1x1x4x8xf32>) -> tensor<1x1x4x8xf32>
@@ -204,8 +215,10 @@ func.func @softmax_other_axis(%q: tensor<1x1x2x4xf32>, %k: tensor<1x1x2x4xf32>, 
 
 // -----
 
-// `?` extents (a symbolic batch): the FlashAttn kernel is lowered with static
-// shapes only, so the attention stays unfused (its softmax still fuses).
+// `?` extents (a symbolic batch): not matched (a constant causal mask has static
+// extents, and unmasked attention does not pay); the softmax still fuses. A
+// symbolic module's bindings are static IR: there it fuses, and the kernel takes
+// batch and sequence at run time.
 // CHECK-LABEL: func.func @dynamic_batch
 // CHECK-NOT:     fuel.flash_attn
 // CHECK:         "fuel.softmax_last_dim"

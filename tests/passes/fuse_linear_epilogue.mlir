@@ -55,6 +55,27 @@ func.func @through_reshape(%a: tensor<8x32xf32>, %b: tensor<32x64xf32>, %bias: t
 
 // -----
 
+// A batched x times one matrix (the Graph API's x @ w broadcasts w over x's
+// batch): the kernel reads the matrix as [1, K, N], so the fold does not
+// depend on the batch size (a symbolic module's bindings plan alike).
+// CHECK-LABEL: func.func @broadcast_weight
+// CHECK-NEXT:    %[[W:.*]] = "fuel.reshape"(%arg1) {shape = [1, 32, 64]} : (tensor<32x64xf32>) -> tensor<1x32x64xf32>
+// CHECK-NEXT:    %[[L:.*]] = "fuel.fused_linear"(%arg0, %[[W]], %arg2) {gelu = true} : (tensor<3x8x32xf32>, tensor<1x32x64xf32>, tensor<64xf32>)
+// CHECK-NOT:     fuel.broadcast_to
+// CHECK-NEXT:    return %[[L]]
+// OFF-LABEL:   func.func @broadcast_weight
+// OFF-NEXT:      "fuel.broadcast_to"
+// OFF-NEXT:      %[[L:.*]] = "fuel.fused_linear"
+// OFF-NEXT:      "fuel.gelu_erf"(%[[L]])
+func.func @broadcast_weight(%a: tensor<3x8x32xf32>, %b: tensor<32x64xf32>, %bias: tensor<64xf32>) -> tensor<3x8x64xf32> {
+  %w = "fuel.broadcast_to"(%b) {shape = [3, 32, 64]} : (tensor<32x64xf32>) -> tensor<3x32x64xf32>
+  %0 = "fuel.fused_linear"(%a, %w, %bias) : (tensor<3x8x32xf32>, tensor<3x32x64xf32>, tensor<64xf32>) -> tensor<3x8x64xf32>
+  %1 = "fuel.gelu_erf"(%0) : (tensor<3x8x64xf32>) -> tensor<3x8x64xf32>
+  return %1 : tensor<3x8x64xf32>
+}
+
+// -----
+
 // The pre-activation result has another user: both stay.
 // CHECK-LABEL: func.func @shared
 // CHECK:         %[[L:.*]] = "fuel.fused_linear"(%arg0, %arg1, %arg2) :

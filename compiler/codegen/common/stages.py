@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import shlex
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
 from compiler.errors import CodegenError, PipelineError
-from compiler.mlir import MLIRError, bufferization, func, ir, memref, passmanager
+from compiler.mlir import MLIRError, arith, bufferization, func, ir, memref, passmanager
 from compiler.reproducer import reproducer_dir
 
 Fail = Callable[..., PipelineError]
@@ -166,7 +167,9 @@ WRITE_THROUGH_ATTR = "fuelc.write_through"
 
 def _write_through_collapse(value, dest):
     """A result that is a ``WRITE_THROUGH_ATTR`` ``tensor.collapse_shape`` of
-    static-shaped ``v``: ``v`` written into the out-param's expanded view
+    ``v`` (at most one run-time extent per collapsed group: its size is the
+    out-param's over the group's static extents): ``v`` written into the
+    out-param's expanded view
     (valid for any strides: each collapsed group is split, not merged), not
     computed in a buffer of its own and copied out (FusedLinear's epilogue
     kernel: ``[M, P, nr]`` -> ``[M, N]``)."""
@@ -176,12 +179,23 @@ def _write_through_collapse(value, dest):
         return value, dest
     src = owner.operands[0]
     st = ir.RankedTensorType(src.type)
-    if not st.has_static_shape:
-        return value, dest
+    groups = [[int(ir.IntegerAttr(i).value) for i in ir.ArrayAttr(g)]
+              for g in ir.ArrayAttr(owner.attributes["reassociation"])]
+    sizes = []  # a run-time extent: the out-param's extent over the group's static ones
+    for k, g in enumerate(groups):
+        dyn_dims = [i for i in g if st.is_dynamic_dim(i)]
+        if len(dyn_dims) > 1:
+            return value, dest
+        if dyn_dims:
+            index = ir.IndexType.get()
+            extent = memref.dim(dest, arith.constant(index, k))
+            rest = math.prod(st.shape[i] for i in g if i != dyn_dims[0])
+            sizes.append(extent if rest == 1 else
+                         arith.divui(extent, arith.constant(index, rest)))
     dyn = ir.ShapedType.get_dynamic_stride_or_offset()
     view = ir.MemRefType.get(st.shape, st.element_type,
                              layout=ir.StridedLayoutAttr.get(dyn, [dyn] * st.rank))
-    return src, memref.ExpandShapeOp(view, dest, owner.attributes["reassociation"], [],
+    return src, memref.ExpandShapeOp(view, dest, owner.attributes["reassociation"], sizes,
                                      list(st.shape)).result
 
 

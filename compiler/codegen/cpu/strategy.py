@@ -319,7 +319,7 @@ def epilogue_strategy(element_type: str, isa: str = "avx2") -> Strategy:
         f"matmul-epilogue-{element_type}-{tiles['mr']}x{tiles['nr']}", epilogue_script(**tiles),
         "matmul + epilogue tiled and fused on tensors: mr x nr register tiles whose "
         "accumulators start as the bias and leave through the epilogue; B read in "
-        "place, K whole; partial tiles masked")
+        "place, K whole; partial column tiles masked, left-over rows 1 x nr tiles")
 
 
 def _fused_on_tensors(name: str, tensor_transform, doc: str) -> Strategy:

@@ -376,9 +376,11 @@ def _reassoc(groups) -> "ir.ArrayAttr":
 
 
 def collapse(v, groups) -> "ir.Value":
-    """``tensor.collapse_shape`` of static-shaped ``v`` by reassociation ``groups``."""
+    """``tensor.collapse_shape`` of ``v`` by reassociation ``groups`` (a
+    group holding a run-time extent is one)."""
     t = rtt(v)
-    shape = [_prod(t.shape[i] for i in g) for g in groups]
+    shape = [ir.ShapedType.get_dynamic_size() if any(t.is_dynamic_dim(i) for i in g)
+             else _prod(t.shape[i] for i in g) for g in groups]
     return tensor.collapse_shape(ir.RankedTensorType.get(shape, t.element_type), v,
                                  _reassoc(groups))
 

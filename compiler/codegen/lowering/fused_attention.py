@@ -27,15 +27,10 @@ from __future__ import annotations
 from compiler.errors import LoweringError
 from compiler.mlir import arith, ir, math, scf, tensor, vector
 
-from .core import (PARALLEL, REDUCTION, Lowering, Scalar, affine_map, empty, fill, from_compute,
-                   generic, identity_map, index, loop_index, lowers, rtt, slice_at, to_compute)
+from .core import (PARALLEL, REDUCTION, Lowering, Scalar, affine_map, dims, empty, fill,
+                   from_compute, generic, identity_map, index, insert_at, loop_index, lowers, rtt,
+                   slice_at, to_compute)
 from .layout import extract_slice
-
-
-def insert_slice_of(src, dest):
-    """``dest`` with ``src`` written at offset 0."""
-    return tensor.InsertSliceOp(src, dest, [], [], [], [0] * rtt(src).rank, rtt(src).shape,
-                                [1] * rtt(src).rank).result
 
 
 def _kv_head(hq: int, hkv: int):
@@ -46,20 +41,38 @@ def _kv_head(hq: int, hkv: int):
     return ir.AffineFloorDivExpr.get(h, ir.AffineConstantExpr.get(hq // hkv))
 
 
-def _operands(lw: Lowering):
+def _operands(lw: Lowering, run_time: bool = False):
     """``(q, k, v, alibi or None, (B, Hq, Sq, D, Hkv, Sk), k_len)``, checked:
-    3 or 4 operands, static shapes, k_len in [1, Sk]."""
+    3 or 4 operands, k_len in [1, Sk], static shapes or, with ``run_time``
+    (the cpu rule), B, Sq and Sk as run-time extents (``tensor.dim`` values)
+    where k_len is unset (``dynamic_dims``); heads and head size static."""
     ops = lw.operands
     if len(ops) not in (3, 4):
         raise LoweringError(f"FlashAttn takes 3 or 4 operands (q, k, v, [alibi]), got {len(ops)}")
-    b, hq, sq, d = rtt(ops[0]).shape
-    _, hkv, sk, _ = rtt(ops[1]).shape
-    if any(ir.ShapedType.is_dynamic_size(x) for x in (b, hq, sq, d, hkv, sk)):
-        raise LoweringError("FlashAttn is lowered with static shapes only")
+    b, hq, sq, d = dims(ops[0])
+    _, hkv, sk, _ = dims(ops[1])
     kl = lw.params.get("k_len")
+    dynamic = [n for n, x in (("B", b), ("Sq", sq), ("Sk", sk)) if not isinstance(x, int)]
+    static = [n for n, x in (("Hq", hq), ("D", d), ("Hkv", hkv)) if not isinstance(x, int)]
+    if static or (dynamic and (not run_time or kl is not None)):
+        raise LoweringError(
+            f"FlashAttn: {', '.join(static or dynamic)} must be static here (q "
+            f"{rtt(ops[0])}, k {rtt(ops[1])}); run-time extents are B, Sq and Sk, on the cpu "
+            f"rule, without k_len")
     if kl is not None and not 1 <= kl <= sk:
         raise LoweringError(f"FlashAttn: k_len={kl} must be in [1, Sk={sk}]")
     return (*ops[:3], ops[3] if len(ops) == 4 else None, (b, hq, sq, d, hkv, sk), kl)
+
+
+def dynamic_dims(types, params):
+    """The extents the cpu kernel takes at run time (``codegen.fused.
+    DYNAMIC_FUSED``): q, k, v and the output's batch and sequence, where
+    k_len is unset (its offset k_len - Sq is a static param); heads, head
+    size and the alibi slopes stay static. None: compiled per shape."""
+    if params.get("k_len") is not None:
+        return None
+    bs = (True, False, True, False)
+    return (bs, bs, bs) + ((False,),) * (len(types) - 3) + (bs,)
 
 
 @lowers("FlashAttn")
@@ -192,9 +205,9 @@ def _loop(lo, hi, inits, body, step=1) -> list:
 @lowers("FlashAttn", platform="cpu")
 def _flash_attn_cpu(lw: Lowering):
     from .fused_norm import reassoc
-    q, k, v, alibi, (b, hq, sq, d, hkv, sk), kl = _operands(lw)
+    q, k, v, alibi, (b, hq, sq, d, hkv, sk), kl = _operands(lw, run_time=True)
     off = 0 if kl is None else kl - sq
-    nk = sk if kl is None else kl              # keys [0, nk) exist
+    nk = sk if kl is None else kl              # keys [0, nk) exist (B, Sq, Sk: ints or values)
     s = Scalar.compute(lw.in_dtypes[0])
     c, elt = s.ty, lw.out_elt
     scale = float(lw.param("softmax_scale"))
@@ -204,7 +217,13 @@ def _flash_attn_cpu(lw: Lowering):
     g = hq // hkv
     idx, i32 = ir.IndexType.get(), ir.IntegerType.get_signless(32)
     lanes = _LANES
-    skp = -(-sk // lanes) * lanes
+
+    def ci(x):
+        return x if isinstance(x, ir.Value) else arith.constant(idx, int(x))
+
+    # Sk rounded up to whole chunks
+    skp = -(-sk // lanes) * lanes if isinstance(sk, int) else \
+        arith.muli(arith.divui(arith.addi(sk, ci(lanes - 1)), ci(lanes)), ci(lanes))
     vl = ir.VectorType.get([lanes], c)
     rd = ir.AffineMap.get_minor_identity(4, 1)
     r2 = ir.AffineMap.get_minor_identity(2, 1)
@@ -217,13 +236,10 @@ def _flash_attn_cpu(lw: Lowering):
         written in the compute type into its first Sk rows/columns."""
         rows = slice_at(src, [bi, kh], [1, 1, sk, d], True)
         shape = [sk, d] if perm == (0, 1) else [d, sk]
-        part = extract_slice(dest, [0, 0], shape)
+        part = slice_at(dest, [], shape)
         part = generic([rows], [part], [affine_map(2, list(perm)), identity_map(2)],
                        [PARALLEL] * 2, lambda x, _o: to_compute(x, s))[0]
-        return insert_slice_of(part, dest)
-
-    def ci(x):
-        return arith.constant(idx, int(x))
+        return insert_at(part, dest, [], shape)
 
     def read(src, at, vt, m=rd):
         return vector.TransferReadOp(vt, src, at, m, zero, [True]).result
@@ -322,10 +338,19 @@ def _flash_attn_cpu(lw: Lowering):
 
         def query_head(gg, out, srow):
             h = arith.addi(arith.muli(kh, ci(g)), gg) if g > 1 else kh
-            full = sq // _ROWS * _ROWS
+            if isinstance(sq, int):
+                full = sq // _ROWS * _ROWS
+            else:
+                full = arith.muli(arith.divui(sq, ci(_ROWS)), ci(_ROWS))
             out, srow = _loop(0, full, [out, srow], lambda i0, o, r: block(
                 bi, kh, h, i0, _ROWS, kt, vc, o, r), step=_ROWS)
-            if sq % _ROWS:
+            if not isinstance(sq, int):
+                # a run-time Sq: the rows left over one at a time (each row's
+                # result does not depend on its block: the keys a block adds
+                # outside a row's band are 0 in its sums)
+                out, srow = _loop(full, sq, [out, srow], lambda i0, o, r: block(
+                    bi, kh, h, i0, 1, kt, vc, o, r))
+            elif sq % _ROWS:
                 out, srow = block(bi, kh, h, ci(full), sq % _ROWS, kt, vc, out, srow)
             return [out, srow]
         return [kt, vc, *_loop(0, g, [out, srow], query_head)]

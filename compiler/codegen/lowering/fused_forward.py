@@ -83,7 +83,7 @@ def _linear_epilogue(lw: Lowering, a, b, bias, panel):
     from .elementwise import _gelu_erf
     s, elt = Scalar.compute(lw.out_dtype), lw.out_elt
     ra, rb = rank(a), rank(b)
-    out_shape = list(rtt(a).shape[:-1]) + [rtt(bias).shape[0]]
+    out_shape = dims(a)[:-1] + [rtt(bias).shape[0]]  # a's rows may be run-time extents
     if ra > 2:
         a = collapse(a, [list(range(ra - 1)), [ra - 1]])
     if not panel:
@@ -91,7 +91,7 @@ def _linear_epilogue(lw: Lowering, a, b, bias, panel):
             b = collapse(b, [list(range(rb - 1)), [rb - 1]])
         b = expand(b, [1] + list(rtt(b).shape), [[0, 1], [2]])
     p, nr = rtt(b).shape[0], rtt(b).shape[2]
-    m = rtt(a).shape[0]
+    m = dims(a)[0]
     bias = expand(bias, [p, nr], [[0, 1]])
     # (p, m, j) -> the output as [M, P, nr]; one panel: as [1, M, N] (the
     # same memory), so a partial column tile is not a permuted masked write

@@ -409,6 +409,8 @@ def rows_script(op: str = "linalg.matmul", *, nr: int = 16, kr: int = 4) -> str:
 
 # The marks of a matmul with an epilogue (target-neutral, set by the lowering)
 from compiler.codegen.family import CONTRACT_ATTR, EPILOGUE_ATTR  # noqa: E402
+#: Marks the linalg ops of ``epilogue_script``'s remainder rows (1 x nr tiles).
+ONE_ROW_ATTR = "fuelc.one_row"
 
 
 def epilogue_script(*, mr: int, nr: int, mc: int = 0) -> str:
@@ -417,9 +419,13 @@ def epilogue_script(*, mr: int, nr: int, mc: int = 0) -> str:
     is tiled 1 x ``mr`` x ``nr`` (loops batch, n, m: a K x ``nr`` panel of B
     stays in L1 while every row block of A passes over it) and the
     contraction and its init are fused into the tile; the contraction's K is
-    tiled by 1. ``scf-for-loop-peeling`` splits off the partial last tiles
+    tiled by 1. A row loop that does not divide is peeled: the rows that
+    fill no ``mr`` tile (a static count or, for rows that are a run-time
+    extent, a dynamic one) run as ``1 x nr`` tiles (marked ``ONE_ROW_ATTR``),
+    never under row masks (their masked transfers did not lower).
+    ``scf-for-loop-peeling`` splits off the other partial last tiles
     (only where a loop does not divide; static or dynamic), every linalg op is
-    vectorized to its tile's sizes (a partial tile under masks), and the
+    vectorized to its tile's sizes (a partial column tile under masks), and the
     accumulator becomes a vector carried through the K loop
     (``hoist_loop_invariant_subsets``): the init is a register splat of the
     bias, the epilogue runs on registers, and C is written once. With ``mc``
@@ -438,12 +444,39 @@ def epilogue_script(*, mr: int, nr: int, mc: int = 0) -> str:
     %f0 = {_match("func.func", "%root")}
     %epi = transform.structured.match attributes{{{EPILOGUE_ATTR}}} in %root : ({t}) -> {t}
 {block}    %tiled, %lb, %ln, %lm = transform.structured.fuse %epi{blocked} tile_sizes [1, {mr}, {nr}] interchange [0, 2, 1] : ({t}) -> ({t}, {t}, {t}, {t})
+    %lmf = transform.cast %lm : {t} to {_FOR}
+    transform.foreach %lmf : {_FOR} {{
+    ^bb0(%l0: {_FOR}):
+      transform.sequence %l0 : {_FOR} failures(suppress) {{
+      ^bb1(%l: {_FOR}):
+        %mainM, %remM = transform.loop.peel %l : ({_FOR}) -> ({t}, {t})
+        transform.foreach %remM : {t} {{
+        ^bb2(%r: {t}):
+          %epiR = transform.structured.match attributes{{{EPILOGUE_ATTR}}} in %r : ({t}) -> {t}
+          %tr, %lr = transform.structured.fuse %epiR tile_sizes [0, 1, 0] : ({t}) -> ({t}, {t})
+          %rowOps = transform.structured.match interface{{LinalgOp}} in %lr : ({t}) -> {t}
+          transform.annotate %rowOps "{ONE_ROW_ATTR}" : {t}
+        }}
+      }}
+    }}
     %mm = transform.structured.match attributes{{{CONTRACT_ATTR}}} in %lb : ({t}) -> {t}
     %tk, %lk = transform.structured.tile_using_for %mm tile_sizes [0, 0, 0, 1] : ({t}) -> ({t}, {t})
     %f = transform.apply_registered_pass "scf-for-loop-peeling" to %f0 : ({t}) -> {t}
 {pm('''      transform.apply_patterns.tensor.fold_tensor_empty
+      transform.apply_patterns.scf.for_loop_canonicalization
       transform.apply_patterns.canonicalization
-''')}    %contractions = transform.structured.match attributes{{{CONTRACT_ATTR}}} in %f : ({t}) -> {t}
+''')}    transform.apply_cse to %f : {t}
+{canon}    %rowContractions = transform.structured.match attributes{{{CONTRACT_ATTR}, {ONE_ROW_ATTR}}} in %f : ({t}) -> {t}
+    transform.foreach %rowContractions : {t} {{
+    ^bb0(%o: {t}):
+      transform.structured.vectorize %o vector_sizes [1, 1, {nr}, 1] : {t}
+    }}
+    %rowRest = transform.structured.match attributes{{{ONE_ROW_ATTR}}} in %f : ({t}) -> {t}
+    transform.foreach %rowRest : {t} {{
+    ^bb0(%o: {t}):
+      transform.structured.vectorize %o vector_sizes [1, 1, {nr}] : {t}
+    }}
+    %contractions = transform.structured.match attributes{{{CONTRACT_ATTR}}} in %f : ({t}) -> {t}
     transform.foreach %contractions : {t} {{
     ^bb0(%o: {t}):
       transform.structured.vectorize %o vector_sizes [1, {mr}, {nr}, 1] : {t}

@@ -1,0 +1,145 @@
+"""The FlashAttn cpu kernel with run-time batch and sequence extents
+(``lowering/fused_attention.py: dynamic_dims``, docs/dynamic-shapes.md): one
+compile of a symbolic graph serves every size, against the reference
+interpreter, and gives the bits of the kernel compiled for the static shape."""
+import numpy as np
+import pytest
+
+from compiler import Graph, compile, interpret
+from compiler.codegen import family, parallel
+from compiler.codegen.family import StaticInstance
+from compiler.codegen.fused import FAMILY, FusedInstance
+from compiler.graph.opdef import TensorType
+from compiler.registry.builders import fused
+from compiler.targets import parse_target
+from runtime.cpu_features import missing_cpu_features
+from runtime.dtype import DType
+from runtime.memref import descriptor_from_array
+
+TARGETS = [pytest.param(t, marks=pytest.mark.skipif(
+    bool(missing_cpu_features(parse_target(t).features)), reason=f"this CPU cannot run {t}"))
+    for t in ("cpu:x86-64-v3", "cpu:x86-64-v4")]
+
+# (hq, hkv, params, alibi): causal; grouped-query heads with alibi slopes;
+# sliding windows with a softcap (not causal); no mask
+CASES = {"causal": (4, 4, dict(causal=True), False),
+         "gqa-alibi": (8, 2, dict(causal=True), True),
+         "window-softcap": (2, 2, dict(window_size_left=3, window_size_right=1, softcap=5.0),
+                            False),
+         "unmasked": (2, 1, dict(), False)}
+#: (batch, Sq, Sk): 1 row, rows left over from the 4-row blocks, more than a 16-key chunk
+SIZES = [(1, 1, 1), (2, 5, 5), (3, 6, 6), (1, 37, 37), (2, 64, 64)]
+D = 32
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # a call split by kv heads runs a kernel of fewer heads: an instance of its own
+    parallel.set_num_threads(1)
+    yield
+    parallel.set_num_threads(None)
+
+
+def _feeds(rng, b, hq, hkv, sq, sk, alibi):
+    x = {"q": rng.standard_normal((b, hq, sq, D)).astype(np.float32),
+         "k": rng.standard_normal((b, hkv, sk, D)).astype(np.float32),
+         "v": rng.standard_normal((b, hkv, sk, D)).astype(np.float32)}
+    if alibi:
+        x["a"] = rng.uniform(0.05, 0.5, hq).astype(np.float32)
+    return x
+
+
+def _graph(hq, hkv, params, alibi, sq="s", sk="s"):
+    g = Graph()
+    ins = [g.input("q", ("b", hq, sq, D), "f32"), g.input("k", ("b", hkv, sk, D), "f32"),
+           g.input("v", ("b", hkv, sk, D), "f32")]
+    ins += [g.input("a", (hq,), "f32")] if alibi else []
+    g.output(fused("FlashAttn", *ins, softmax_scale=0.3, **params), "y")
+    return g
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_one_compile_serves_every_size(case, target):
+    hq, hkv, params, alibi = CASES[case]
+    g = _graph(hq, hkv, params, alibi)
+    m = compile(g, target=target)
+    rng = np.random.default_rng(11)
+    for i, (b, sq, sk) in enumerate(SIZES):
+        x = _feeds(rng, b, hq, hkv, sq, sk, alibi)
+        np.testing.assert_allclose(m(**x), interpret(g, x)["y"], rtol=2e-5, atol=2e-5,
+                                   err_msg=f"b={b} s={sq}")
+        if i == 0:
+            assert m.kernel_summary()[1:] == [
+                f"FlashAttn[{','.join(['f32'] * (len(x) + 1))}] (mlir-cpu-fused) "
+                "[run-time extents]"], m.kernel_summary()
+            compiled = set(family._compiled)
+        else:
+            assert set(family._compiled) == compiled, f"b={b} s={sq} compiled a kernel"
+
+
+def test_fewer_queries_than_keys():
+    """Sq and Sk two symbols (top-left causal: a query sees keys up to its own
+    index), Sk above and below Sq."""
+    g = _graph(4, 2, dict(causal=True), False, sq="sq", sk="sk")
+    m = compile(g, target="cpu")
+    rng = np.random.default_rng(3)
+    for b, sq, sk in ((1, 3, 20), (2, 20, 3), (1, 7, 7)):
+        x = _feeds(rng, b, 4, 2, sq, sk, False)
+        np.testing.assert_allclose(m(**x), interpret(g, x)["y"], rtol=2e-5, atol=2e-5)
+    assert m.kernel_summary()[1].endswith("[run-time extents]")
+
+
+@pytest.mark.parametrize("case", ["causal", "gqa-alibi", "window-softcap"])
+def test_bits_of_the_static_kernel(case):
+    """The run-time kernel gives the bits of the kernel compiled for each
+    static shape (a run-time Sq runs its left-over rows one at a time, the
+    static kernel as one block: the keys a block adds outside a row's band
+    add exact zeros)."""
+    hq, hkv, params, alibi = CASES[case]
+    rng = np.random.default_rng(5)
+    for b, sq, sk in ((2, 7, 7), (1, 18, 18)):
+        x = _feeds(rng, b, hq, hkv, sq, sk, alibi)
+        types = tuple(TensorType(a.shape, DType.F32) for a in x.values())
+        full = {**dict(softmax_scale=0.3, causal=False, window_size_left=None,
+                       window_size_right=None, softcap=None, k_len=None), **params}
+        inst = FusedInstance("FlashAttn", tuple(sorted(full.items())), types)
+        assert inst.dynamic
+        outs = []
+        for which in (inst, StaticInstance(inst)):
+            out = np.full((b, hq, sq, D), np.nan, np.float32)
+            descs = [descriptor_from_array(a) for a in (*x.values(), out)]
+            FAMILY.compiled(which, "cpu")(*descs)
+            outs.append(out)
+        np.testing.assert_array_equal(outs[0], outs[1])
+        g = _graph(hq, hkv, params, alibi)
+        np.testing.assert_allclose(outs[0], interpret(g, x)["y"], rtol=2e-5, atol=2e-5)
+
+
+def test_k_len_stays_per_shape():
+    """``k_len`` (bottom-right aligned keys) is a static param whose offset
+    needs Sq: that kernel is compiled per shape."""
+    types = (TensorType((1, 2, 3, 8), DType.F32), TensorType((1, 2, 5, 8), DType.F32),
+             TensorType((1, 2, 5, 8), DType.F32))
+    params = dict(softmax_scale=0.5, causal=True, window_size_left=None,
+                  window_size_right=None, softcap=None)
+    assert FusedInstance("FlashAttn", tuple(sorted({**params, "k_len": None}.items())),
+                         types).dynamic
+    assert not FusedInstance("FlashAttn", tuple(sorted({**params, "k_len": 5}.items())),
+                             types).dynamic
+
+
+@pytest.mark.parametrize("platform,k_len", [(None, None), ("cpu", 5)])
+def test_run_time_extents_the_rule_cannot_take_are_refused(platform, k_len):
+    """The generic rule (targets without a FlashAttn rule of their own) and
+    the cpu rule with ``k_len`` are static: a ``?`` batch or sequence is a
+    ``LoweringError`` naming the extents and what takes them."""
+    from compiler.codegen.family import single_op_linalg_text
+    from compiler.errors import LoweringError
+    q, kv = TensorType((1, 2, 3, 8), DType.F32), TensorType((1, 2, 5, 8), DType.F32)
+    bs = (True, False, True, False)
+    params = dict(softmax_scale=0.5, causal=True, k_len=k_len)
+    with pytest.raises(LoweringError, match=r"FlashAttn: B, Sq, Sk must be static here.*"
+                                            r"run-time extents are B, Sq and Sk, on the cpu "
+                                            r"rule, without k_len"):
+        single_op_linalg_text("FlashAttn", params, [q, kv, kv], (bs, bs, bs, bs), platform)
