@@ -32,7 +32,8 @@ conv's ``clamp_min`` / ``clamp_max`` params (``fold_conv_epilogues``; so a
 ResNet block's ``Relu(conv + skip)`` is one conv), where the target still
 has a kernel for the conv with them, so the kernel writes the activated
 output in its own output pass; a ``GeluErf`` that is the only user of a
-``FusedLinear`` becomes its ``gelu`` param (``fold_linear_epilogues``).
+``FusedLinear`` becomes its ``gelu`` param, a ``Gelu`` or the tanh GELU
+spelled out (GPT-2's ``gelu_new``) its ``gelu_tanh`` (``fold_linear_epilogues``).
 
 With ``runtime=true`` (the default), the runtime fusion of
 ``fuel-fuse-runtime`` (``compiler.passes.fuse_runtime``) runs after the
@@ -591,14 +592,62 @@ def fold_conv_epilogues(module, table, backends) -> int:
     return folded
 
 
+def _linear_activation(x):
+    """The activation of ``x`` (a FusedLinear's result, or the one view of it)
+    that may become FusedLinear's epilogue: ``(params, root op, matched ops)``
+    for a ``GeluErf`` (``gelu``) or ``Gelu`` (``gelu_tanh``) that is x's only
+    user, or for the tanh GELU spelled out as exporters write it (one of
+    ``FusedLinear``'s ``GELU_TANH_SPELLINGS``, rooted at a ``Mul`` /
+    ``MulScalar`` whose constants are ``GELU_TANH_CONSTANTS``), whose ops use
+    x and nothing else outside it; the root of x's type. Else None."""
+    from compiler.registry.ops.fused_linear import GELU_TANH_CONSTANTS, GELU_TANH_SPELLINGS
+    users = [_op_of(u) for u in _fuel.users(x)]
+    if len(users) == 1 and len(users[0].results) == 1 and users[0].results[0].type == x.type:
+        kind = {"gelu_erf": "gelu", "gelu": "gelu_tanh"}.get(_fuel.mnemonic(users[0]))
+        return None if kind is None else ({kind: True}, users[0], [])
+    # the spelled-out chain: its root is a Mul / MulScalar at most 7 ops below x
+    frontier, seen, roots = list(users), set(), []
+    for _ in range(7):
+        nxt = []
+        for o in frontier:
+            if o in seen or len(o.results) != 1:
+                continue
+            seen.add(o)
+            if _fuel.mnemonic(o) in ("mul", "mul_scalar"):
+                roots.append(o)
+            nxt += [_op_of(u) for u in _fuel.users(o.results[0])]
+        frontier = nxt
+    for root in reversed(roots):  # the furthest first: a whole chain, not its tail
+        if root.results[0].type != x.type:
+            continue
+        for pat in GELU_TANH_SPELLINGS:
+            st = Matcher(pat).match(root.results[0])
+            if st is None or st.binds.get(0) != x or len(users) != _bind_leaves(pat):
+                continue
+            if all(math.isclose(float(v), c, rel_tol=1e-6)
+                   for v, c in zip(st.scalars, GELU_TANH_CONSTANTS)):
+                return {"gelu_tanh": True}, root, [o for _, o in st.matched]
+    return None
+
+
+def _bind_leaves(node) -> int:
+    """How many ``Bind`` leaves a pattern tree has (each is one use of a
+    bound value; the tanh GELU spellings share no node)."""
+    g = _grammar()
+    if isinstance(node, g.Bind):
+        return 1
+    return sum(_bind_leaves(c) for c in getattr(node, "operands", ()))
+
+
 def fold_linear_epilogues(module, table, backends) -> int:
-    """Fold each ``GeluErf`` that is the only user of a ``FusedLinear`` (of
-    the same type, without an epilogue yet) into its ``gelu`` param, or
-    behind a view of it as ``fold_conv_epilogues`` does (an importer's
-    ``Reshape`` back to ``[B, S, N]``: the activation moves above the view),
-    where some candidate cpu backend has a kernel for it (``kernel_serves``
-    with the new params, and the binding table's key). Returns how many were
-    folded."""
+    """Fold the GELU after a ``FusedLinear`` (without an epilogue yet) into
+    its ``gelu`` (a ``GeluErf``) or ``gelu_tanh`` param (a ``Gelu``, or the
+    tanh GELU spelled out: ``_linear_activation``) when it is the only user
+    of the result, or of a view of it as ``fold_conv_epilogues`` does (an
+    importer's ``Reshape`` back to ``[B, S, N]``: the activation moves above
+    the view), where some candidate cpu backend has a kernel for it
+    (``kernel_serves`` with the new params, and the binding table's key).
+    Returns how many were folded."""
     from compiler.dialect import lookup, params_to_attributes
     from runtime.keys import BackendId
     entry = _fuel.registry()["FusedLinear"]
@@ -607,14 +656,17 @@ def fold_linear_epilogues(module, table, backends) -> int:
     folded = 0
     for lin in [o for o in _fuel.fuel_ops(module) if _fuel.mnemonic(o) == entry.mnemonic]:
         y, view = lin.results[0], None
-        users = [_op_of(u) for u in _fuel.users(y)]
-        if len(users) == 1 and len(users[0].results) == 1 and users[0].results[0].type == y.type:
-            update, act = _unary_activation(users[0]), users[0]
-        else:
-            update, view, act = _conv_view_epilogue(lin) or (None, None, None)
         params = _fuel.params(lin)
-        if update != {"gelu": True} or params.get("gelu"):
+        if params.get("gelu") or params.get("gelu_tanh"):
             continue
+        users = [_op_of(u) for u in _fuel.users(y)]
+        found = _linear_activation(y)
+        if found is None and len(users) == 1 and _fuel.mnemonic(users[0]) in _VIEWS:
+            view = users[0]
+            found = _linear_activation(view.results[0])
+        if found is None:
+            continue
+        update, act, matched = found
         params.update(update)
         try:
             in_types = [_fuel.tensor_type(v) for v in lin.operands]
@@ -629,9 +681,9 @@ def fold_linear_epilogues(module, table, backends) -> int:
                                  loc=act.location)
         if view is not None:  # the activation moves above the view
             view.operands[0] = fused.results[0]
-            _fuel.replace_op(act, [view.results[0]], dead=[lin])
+            _fuel.replace_op(act, [view.results[0]], dead=[*matched, lin])
         else:
-            _fuel.replace_op(act, [fused.results[0]], dead=[lin])
+            _fuel.replace_op(act, [fused.results[0]], dead=[*matched, lin])
         _fuel.count("fuse.linear_epilogues")
         folded += 1
     return folded
