@@ -50,8 +50,12 @@ exported ``MatMul(Softmax(mask(scale(Q Kᵀ))), V)`` whose constant mask is
 verified causal (or absent) becomes ``FlashAttn``; ``constants`` (name ->
 array, the driver's side constants) lets it read masks too large to be inline.
 
+Sibling products (``siblings=true``, the default): after the epilogues, the products of
+one ``a`` by constant weights merge into one (``merge_sibling_linears``).
+
 Options: ``target`` / ``table`` / ``backend`` (see ``_target``), ``remarks``,
-``epilogues``, ``runtime`` and ``attention`` (default true), ``constants``.
+``epilogues``, ``linear_epilogues``, ``siblings``, ``runtime`` and
+``attention`` (default true), ``constants``.
 """
 from __future__ import annotations
 
@@ -248,6 +252,8 @@ class Fuse(ModulePass):
     #: fold a GeluErf into its FusedLinear (off for a symbolic module's
     #: bindings: the epilogue kernel is compiled per shape)
     linear_epilogues: bool = True
+    #: merge the products of one ``a`` by constant weights (``merge_sibling_linears``)
+    siblings: bool = True
 
     def apply(self, module) -> None:
         from compiler.passes.fuse_attention import fuse_attention
@@ -275,6 +281,8 @@ class Fuse(ModulePass):
             fold_conv_epilogues(module, self._table, self._backends)
             if self.linear_epilogues:
                 fold_linear_epilogues(module, self._table, self._backends)
+        if self.siblings:
+            merge_sibling_linears(module, self._table, self._backends)
         if self.runtime:
             RuntimeFusion(self.name, self._table, self._backends, self.remarks).run(module)
 
@@ -687,3 +695,120 @@ def fold_linear_epilogues(module, table, backends) -> int:
         _fuel.count("fuse.linear_epilogues")
         folded += 1
     return folded
+
+
+#: Views of a constant that may move with it (as ``fuel-prepack-weights``
+#: reads through them).
+_CONST_VIEWS = ("reshape", "transpose", "permute", "contiguize")
+
+
+def _constant_chain(value) -> Optional[list]:
+    """The ops computing ``value`` from one ``fuel.const`` through views
+    (``_CONST_VIEWS``), the const first, or None when it is anything else."""
+    chain = []
+    while True:
+        op = value.owner
+        if isinstance(op, ir.Block):
+            return None
+        op = op.operation
+        m = _fuel.mnemonic(op)
+        chain.append(op)
+        if m == "const":
+            return chain[::-1]
+        if m not in _CONST_VIEWS:
+            return None
+        value = op.operands[0]
+
+
+def _sibling_key(op):
+    """What ``MatMul`` / ``FusedLinear`` ``op`` may be merged by: the kind,
+    its ``a`` (seen through a ``Reshape``: importers reshape the same x for
+    each product) with a's type; None when ``op`` is not a 2-D product of a
+    static ``a [M, K]`` and a constant ``b [K, N]`` (the bias a constant too)
+    without params."""
+    m = _fuel.mnemonic(op)
+    if m not in ("mat_mul", "fused_linear") or any(v is not None for v in _fuel.params(op).values()):
+        return None
+    try:
+        ta, tb = (_fuel.tensor_type(v) for v in op.operands[:2])
+    except Exception:  # symbolic extents
+        return None
+    if len(ta.shape) != 2 or len(tb.shape) != 2 or ta.dtype != tb.dtype:
+        return None
+    if any(_constant_chain(v) is None for v in op.operands[1:]):
+        return None
+    a = op.operands[0]
+    src = a.owner.operation if not isinstance(a.owner, ir.Block) else None
+    if src is not None and _fuel.mnemonic(src) == "reshape":
+        a = src.operands[0]
+    # a value by its definition (the bindings' wrappers of one block
+    # argument need not hash alike)
+    where = ("arg", ir.BlockArgument(a).arg_number) if isinstance(a.owner, ir.Block) else \
+        (a.owner.operation, ir.OpResult(a).result_number)
+    return m, where, str(op.operands[0].type)
+
+
+def merge_sibling_linears(module, table, backends) -> int:
+    """Merge the products of one ``a`` by constant weights (a Llama block's
+    q/k/v and gate/up projections, BERT's q/k/v: ``MatMul`` or
+    ``FusedLinear`` without params, 2-D, the same kind and ``a`` seen
+    through a ``Reshape``) into one, ``a @ Concat(b_i)`` (+ ``Concat(bias_i)``),
+    each original result a ``Slice`` of its columns (a view): ``a`` is read
+    once, one kernel call instead of several, and a column count packing
+    cannot take alone (Llama's 688) may pack merged (1376). Only where the
+    merged op has a kernel whose packed panel (``fuel-prepack-weights``)
+    divides the merged column count, so the merged weight packs; every
+    output element is the same chain of FMAs over K as before (the same
+    bits). The weights' constants (and their views) move above the first
+    product. Returns how many products were merged away."""
+    from compiler.dialect import lookup, params_to_attributes
+    from compiler.passes.prepack import _panel
+    entry = _fuel.registry()["FusedLinear"]
+    groups: dict = {}
+    for op in _fuel.fuel_ops(module):
+        key = _sibling_key(op)
+        if key is not None:
+            groups.setdefault(key, []).append(op)
+    merged = 0
+    for (kind, _a, _t), ops in groups.items():
+        if len(ops) < 2:
+            continue
+        ta = _fuel.tensor_type(ops[0].operands[0])
+        ns = [ir.RankedTensorType(o.operands[1].type).shape[1] for o in ops]
+        total = sum(ns)
+        dts = [ta.dtype] * 3 + [ta.dtype]
+        nr = _panel(entry, dts, table, backends)
+        if not nr or total % nr:
+            continue
+        first = ops[0]
+        pos = {o.operation: i for i, o in enumerate(first.block.operations)}
+        for o in ops:  # the weights (and biases) before the first product
+            for v in o.operands[1:]:
+                for c in _constant_chain(v):
+                    if pos[c] > pos[first]:
+                        c.move_before(first)
+        elt = ir.RankedTensorType(first.results[0].type).element_type
+        m = ta.shape[0]
+
+        def make(name, operands, shape, **p):
+            return _fuel.create(f"fuel.{name}", operands, [ir.RankedTensorType.get(shape, elt)],
+                                params_to_attributes(lookup(name), p),
+                                loc=first.location).results[0]
+
+        k = ta.shape[1]
+        with ir.InsertionPoint(first), first.location:
+            b = make("concat", [o.operands[1] for o in ops], [k, total], dim=1)
+            operands = [first.operands[0], b]
+            if kind == "fused_linear":
+                operands.append(make("concat", [o.operands[2] for o in ops], [total], dim=0))
+            out = make(kind, operands, [m, total])
+            start = 0
+            slices = []
+            for n in ns:
+                slices.append(make("slice", [out], [m, n], dim=1, start=start, len=n))
+                start += n
+        for o, s in zip(ops, slices):
+            _fuel.replace_op(o, [s])
+        _fuel.count("fuse.sibling_linears", len(ops) - 1)
+        merged += len(ops) - 1
+    return merged
