@@ -38,7 +38,8 @@ SPIN_CYCLES = 3_000_000
 #: For how many of those cycles (about 7 us) it polls without yielding; after
 #: that each poll first calls ``sched_yield``, so a thread waiting for this
 #: core (the caller's, between its split calls, or another process's) runs
-#: first. On an idle core the call returns at once. Without it, on a shared
+#: first. A caller waiting for a worker's tile yields after as long (the
+#: worker may be the thread that waits for its core). On an idle core the call returns at once. Without it, on a shared
 #: 2-core machine under load, the spinning worker took the time of the
 #: caller's single-threaded steps (Llama b8 s32, 2 threads: 15.2 -> 9.0 ms
 #: median with a worker that slept at once; docs/architecture.md).
@@ -113,9 +114,10 @@ out:
   ret i64 %s
 }}
 
-define void @fuelc_wait_done(ptr %c, i64 %g) {{
+define void @fuelc_wait_done(ptr %c, i64 %g, i64 %pure) {{
 entry:
   %dp = getelementptr i64, ptr %c, i64 1
+  %t0 = call i64 @llvm.readcyclecounter()
   br label %poll
 poll:
   %d = load atomic i64, ptr %dp acquire, align 8
@@ -123,6 +125,12 @@ poll:
   br i1 %ok, label %out, label %again
 again:
   call void @llvm.x86.sse2.pause()
+  %now = call i64 @llvm.readcyclecounter()
+  %waited = sub i64 %now, %t0
+  %polite = icmp uge i64 %waited, %pure
+  br i1 %polite, label %yield, label %poll
+yield:
+  %y = call i32 @sched_yield()
   br label %poll
 out:
   ret void
@@ -149,7 +157,7 @@ class _Native:
         self.loop = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
                                      ctypes.c_int64, ctypes.c_int64)(
             self.engine.get_function_address("fuelc_worker_loop"))
-        self.wait = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(
+        self.wait = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
             self.engine.get_function_address("fuelc_wait_done"))
         self.try_claim = ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_void_p, ctypes.c_int64)(
             self.engine.get_function_address("fuelc_try_claim"))
@@ -221,7 +229,7 @@ class NativePool:
                     if native.try_claim(w.address, gen):  # not started: run it here
                         native.run_block(w.address)
                     else:
-                        native.wait(w.address, gen)
+                        native.wait(w.address, gen, SPIN_PURE_CYCLES)
         finally:
             self.busy.release()
         return True
