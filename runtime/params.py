@@ -349,8 +349,12 @@ class Matmul(OpParams):
     b_panel: int = 0
     #: FusedLinear's activation epilogue: the exact (erf) GELU of the result
     gelu: bool = False
+    #: or its tanh GELU (GPT-2's ``gelu_new``, the ``Gelu`` primitive)
+    gelu_tanh: bool = False
 
     def validate(self):
+        if self.gelu and self.gelu_tanh:
+            self._fail("gelu (erf) and gelu_tanh exclude each other: set one of them")
         if len(self.lhs_batch_dims) != len(self.rhs_batch_dims):
             self._fail("lhs and rhs batch ranks differ")
         if self.b_panel and (self.lhs_batch_dims or self.n % self.b_panel):

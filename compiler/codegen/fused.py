@@ -221,7 +221,7 @@ def _conv_batch(types, params):
 
 
 def _linear_dims(types, params):
-    if params.get("gelu"):  # the epilogue kernel (``_linear_epilogue``): a's rows
+    if params.get("gelu") or params.get("gelu_tanh"):  # the epilogue kernel (``_linear_epilogue``): a's rows
         rows = _row_dims(types)[0]  # a and the output (of a's rank): all axes but the last
         return (rows,) + tuple((False,) * len(t.shape) for t in types[1:]) + (rows,)
     if params.get("b_panel"):  # packed b [?, ?, panel]: the panel width is static
@@ -368,7 +368,7 @@ class FusedFamily(KernelFamily):
         inst = instance_from_params(spec.name, params, dtypes, layouts, n_inputs)
         # the GELU epilogue kernel has one schedule for every row count
         # (``strategy.packed_epilogue_strategy``): no row classes
-        classes = spec.name == "FusedLinear" and not params.gelu
+        classes = spec.name == "FusedLinear" and not (params.gelu or params.gelu_tanh)
         if spec.name == "FusedLinear" and params.b_panel:
             # the packed-B kernel: one for calls of few rows, one for the others
             unit = unit_stride_args(layouts)
@@ -605,10 +605,11 @@ fused_kernel("LayerNormLastDim", from_params=_eps_back, precision=NORM_FAMILY,
 
 
 def _linear_serves(params, types) -> bool:
-    """The ``gelu`` epilogue (``lowering.fused_forward._linear_epilogue``):
-    f32 only (an f64 erf has no vector expansion: the GeluErf stays a kernel
-    of its own), b packed or of unit batch axes (one panel)."""
-    if not params.get("gelu"):
+    """The ``gelu`` / ``gelu_tanh`` epilogue (``lowering.fused_forward.
+    _linear_epilogue``): f32 only (an f64 erf has no vector expansion: the
+    GeluErf stays a kernel of its own; the tanh form likewise), b packed or
+    of unit batch axes (one panel)."""
+    if not (params.get("gelu") or params.get("gelu_tanh")):
         return True
     return all(t.dtype == DType.F32 for t in types) and (
         bool(params.get("b_panel")) or all(d == 1 for d in types[1].shape[:-2]))
@@ -617,14 +618,16 @@ def _linear_serves(params, types) -> bool:
 @fused_kernel("FusedLinear", precision=FUSED_LINEAR,
               dtypes=(DType.F32, DType.F64, DType.F16, DType.BF16),
               from_params=lambda p, types: {"b_panel": int(p.b_panel) or None,
-                                            "gelu": True if p.gelu else None},
+                                            "gelu": True if p.gelu else None,
+                                            "gelu_tanh": True if p.gelu_tanh else None},
               serves=_linear_serves)
 def _linear_params(params, types):
     a, b = types[0].shape, types[1].shape
-    panel, gelu = params.get("b_panel", 0), bool(params.get("gelu"))
+    panel = params.get("b_panel", 0)
+    act = {"gelu": bool(params.get("gelu")), "gelu_tanh": bool(params.get("gelu_tanh"))}
     if panel:  # packed b [N/panel, K, panel]; a's batch axes fold into M
-        return P.Matmul((), (), math.prod(a[:-1]), b[0] * panel, a[-1], b_panel=panel, gelu=gelu)
-    return P.Matmul(tuple(a[:-2]), tuple(b[:-2]), a[-2], b[-1], a[-1], gelu=gelu)
+        return P.Matmul((), (), math.prod(a[:-1]), b[0] * panel, a[-1], b_panel=panel, **act)
+    return P.Matmul(tuple(a[:-2]), tuple(b[:-2]), a[-2], b[-1], a[-1], **act)
 
 
 @fused_kernel("Rope", precision=ROPE,

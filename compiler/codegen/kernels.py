@@ -188,12 +188,14 @@ def collapse_matmul(a: Layout, b: Layout, out: Layout, p: "P.Matmul"):
         if a2 is not None and o2 is not None:
             b2 = Layout._trusted(b.shape[nb:], b.stride[nb:], b.start_offset)
             rows = a2.shape[0]
-            return a2, b2, o2, P.Matmul((), (), rows, p.n, p.k, gelu=p.gelu)
+            return a2, b2, o2, P.Matmul((), (), rows, p.n, p.k, gelu=p.gelu,
+                                        gelu_tanh=p.gelu_tanh)
     if nb > 1 and p.lhs_batch_dims == p.rhs_batch_dims:
         views = [merge_axes(v, 0, nb) for v in (a, b, out)]
         if None not in views:
             batch = (math.prod(p.lhs_batch_dims),)
-            return (*views, P.Matmul(batch, batch, p.m, p.n, p.k, gelu=p.gelu))
+            return (*views, P.Matmul(batch, batch, p.m, p.n, p.k, gelu=p.gelu,
+                                     gelu_tanh=p.gelu_tanh))
     return None
 
 

@@ -8,9 +8,10 @@ matmul's time. Here each worker thread sits in a small native loop (LLVM IR
 below, JIT-compiled once per process for the host) entered through ctypes,
 so it holds no GIL: it polls its control block, calls the posted kernel
 function with its descriptor addresses, publishes completion, and goes back
-to polling. After ``SPIN_CYCLES`` time-stamp-counter cycles without work it
-returns to Python and blocks on a condition variable, so an idle process
-does not keep a core busy. The caller posts a task with plain stores,
+to polling. After ``SPIN_PURE_CYCLES`` without work each poll yields the
+core first (``sched_yield``), and after ``SPIN_CYCLES`` time-stamp-counter
+cycles without work it returns to Python and blocks on a condition variable,
+so an idle process does not keep a core busy. The caller posts a task with plain stores,
 runs its own tile, then polls (natively, GIL released) until the workers are
 done.
 
@@ -34,6 +35,15 @@ from typing import Sequence
 MAX_ARGS = 32
 #: How long (TSC cycles, about 1 ms) an idle worker polls before it sleeps.
 SPIN_CYCLES = 3_000_000
+#: For how many of those cycles (about 7 us) it polls without yielding; after
+#: that each poll first calls ``sched_yield``, so a thread waiting for this
+#: core (the caller's, between its split calls, or another process's) runs
+#: first. A caller waiting for a worker's tile yields after as long (the
+#: worker may be the thread that waits for its core). On an idle core the call returns at once. Without it, on a shared
+#: 2-core machine under load, the spinning worker took the time of the
+#: caller's single-threaded steps (Llama b8 s32, 2 threads: 15.2 -> 9.0 ms
+#: median with a worker that slept at once; docs/architecture.md).
+SPIN_PURE_CYCLES = 20_000
 
 _ARGS = ", ".join(f"ptr %a{i}" for i in range(MAX_ARGS))
 _LOADS = "\n".join(f"  %p{i} = getelementptr i64, ptr %c, i64 {4 + i}\n"
@@ -41,6 +51,7 @@ _LOADS = "\n".join(f"  %p{i} = getelementptr i64, ptr %c, i64 {4 + i}\n"
 _IR = f"""
 declare void @llvm.x86.sse2.pause()
 declare i64 @llvm.readcyclecounter()
+declare i32 @sched_yield()
 
 ; Claim task %g of block %c: exactly one of the worker and the caller moves
 ; the claim slot from %g - 1 to %g (each post bumps gen by one, and each
@@ -64,13 +75,13 @@ entry:
   ret void
 }}
 
-define i64 @fuelc_worker_loop(ptr %c, i64 %seen, i64 %spin) {{
+define i64 @fuelc_worker_loop(ptr %c, i64 %seen, i64 %spin, i64 %pure) {{
 entry:
   %t0 = call i64 @llvm.readcyclecounter()
   br label %poll
 poll:
-  %s = phi i64 [ %seen, %entry ], [ %g, %ran ], [ %s, %idle ]
-  %since = phi i64 [ %t0, %entry ], [ %t1, %ran ], [ %since, %idle ]
+  %s = phi i64 [ %seen, %entry ], [ %g, %ran ], [ %s, %back ]
+  %since = phi i64 [ %t0, %entry ], [ %t1, %ran ], [ %since, %back ]
   %g = load atomic i64, ptr %c acquire, align 8
   %new = icmp ne i64 %g, %s
   br i1 %new, label %claim, label %idle
@@ -90,14 +101,23 @@ idle:
   %now = call i64 @llvm.readcyclecounter()
   %waited = sub i64 %now, %since
   %more = icmp ult i64 %waited, %spin
-  br i1 %more, label %poll, label %out
+  br i1 %more, label %keep, label %out
+keep:
+  %polite = icmp uge i64 %waited, %pure
+  br i1 %polite, label %yield, label %back
+yield:
+  %y = call i32 @sched_yield()
+  br label %back
+back:
+  br label %poll
 out:
   ret i64 %s
 }}
 
-define void @fuelc_wait_done(ptr %c, i64 %g) {{
+define void @fuelc_wait_done(ptr %c, i64 %g, i64 %pure) {{
 entry:
   %dp = getelementptr i64, ptr %c, i64 1
+  %t0 = call i64 @llvm.readcyclecounter()
   br label %poll
 poll:
   %d = load atomic i64, ptr %dp acquire, align 8
@@ -105,6 +125,12 @@ poll:
   br i1 %ok, label %out, label %again
 again:
   call void @llvm.x86.sse2.pause()
+  %now = call i64 @llvm.readcyclecounter()
+  %waited = sub i64 %now, %t0
+  %polite = icmp uge i64 %waited, %pure
+  br i1 %polite, label %yield, label %poll
+yield:
+  %y = call i32 @sched_yield()
   br label %poll
 out:
   ret void
@@ -121,15 +147,17 @@ class _Native:
         import llvmlite.binding as llvm
         from runtime.cpu_loader import host_target_machine
         tm = host_target_machine(jit=True)
+        libc = ctypes.CDLL(None)
+        llvm.add_symbol("sched_yield", ctypes.cast(libc.sched_yield, ctypes.c_void_p).value)
         mod = llvm.parse_assembly(_IR)
         mod.triple, mod.data_layout = tm.triple, str(tm.target_data)
         mod.verify()
         self.engine = llvm.create_mcjit_compiler(mod, tm)
         self.engine.finalize_object()
         self.loop = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
-                                     ctypes.c_int64)(
+                                     ctypes.c_int64, ctypes.c_int64)(
             self.engine.get_function_address("fuelc_worker_loop"))
-        self.wait = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(
+        self.wait = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
             self.engine.get_function_address("fuelc_wait_done"))
         self.try_claim = ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_void_p, ctypes.c_int64)(
             self.engine.get_function_address("fuelc_try_claim"))
@@ -150,7 +178,7 @@ class _Worker:
     def _serve(self) -> None:
         seen = 0
         while True:
-            seen = self._native.loop(self.address, seen, SPIN_CYCLES)
+            seen = self._native.loop(self.address, seen, SPIN_CYCLES, SPIN_PURE_CYCLES)
             with self.cond:
                 self.sleeping = True
                 while self.block[0] == seen:
@@ -201,7 +229,7 @@ class NativePool:
                     if native.try_claim(w.address, gen):  # not started: run it here
                         native.run_block(w.address)
                     else:
-                        native.wait(w.address, gen)
+                        native.wait(w.address, gen, SPIN_PURE_CYCLES)
         finally:
             self.busy.release()
         return True
@@ -248,4 +276,4 @@ def pool(workers: int) -> NativePool | None:
     return p
 
 
-__all__ = ["NativePool", "pool", "MAX_ARGS", "SPIN_CYCLES"]
+__all__ = ["NativePool", "pool", "MAX_ARGS", "SPIN_CYCLES", "SPIN_PURE_CYCLES"]

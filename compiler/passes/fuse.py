@@ -32,7 +32,8 @@ conv's ``clamp_min`` / ``clamp_max`` params (``fold_conv_epilogues``; so a
 ResNet block's ``Relu(conv + skip)`` is one conv), where the target still
 has a kernel for the conv with them, so the kernel writes the activated
 output in its own output pass; a ``GeluErf`` that is the only user of a
-``FusedLinear`` becomes its ``gelu`` param (``fold_linear_epilogues``).
+``FusedLinear`` becomes its ``gelu`` param, a ``Gelu`` or the tanh GELU
+spelled out (GPT-2's ``gelu_new``) its ``gelu_tanh`` (``fold_linear_epilogues``).
 
 With ``runtime=true`` (the default), the runtime fusion of
 ``fuel-fuse-runtime`` (``compiler.passes.fuse_runtime``) runs after the
@@ -49,9 +50,12 @@ exported ``MatMul(Softmax(mask(scale(Q Kᵀ))), V)`` whose constant mask is
 verified causal (or absent) becomes ``FlashAttn``; ``constants`` (name ->
 array, the driver's side constants) lets it read masks too large to be inline.
 
+Sibling products (``siblings=true``, the default): after the epilogues, the products of
+one ``a`` by constant weights merge into one (``merge_sibling_linears``).
+
 Options: ``target`` / ``table`` / ``backend`` (see ``_target``), ``remarks``,
-``epilogues``, ``runtime``, ``attention``, ``attention_k_len`` and
-``linear_epilogues`` (default true), ``constants``.
+``epilogues``, ``linear_epilogues``, ``siblings``, ``runtime``, ``attention`` and
+``attention_k_len`` (default true), ``constants``.
 """
 from __future__ import annotations
 
@@ -249,8 +253,10 @@ class Fuse(ModulePass):
     #: queries), whose FlashAttn kernel is compiled per shape (off for a
     #: symbolic module's bindings: one ``.fuel`` file runs every size)
     attention_k_len: bool = True
-    #: fold a GeluErf into its FusedLinear
+    #: fold a GELU (erf or tanh) into its FusedLinear
     linear_epilogues: bool = True
+    #: merge the products of one ``a`` by constant weights (``merge_sibling_linears``)
+    siblings: bool = True
 
     def apply(self, module) -> None:
         from compiler.passes.fuse_attention import fuse_attention
@@ -279,6 +285,8 @@ class Fuse(ModulePass):
             fold_conv_epilogues(module, self._table, self._backends)
             if self.linear_epilogues:
                 fold_linear_epilogues(module, self._table, self._backends)
+        if self.siblings:
+            merge_sibling_linears(module, self._table, self._backends)
         if self.runtime:
             RuntimeFusion(self.name, self._table, self._backends, self.remarks).run(module)
 
@@ -625,14 +633,62 @@ def _weight_view(src, shape):
                         params_to_attributes(lookup("reshape"), {"shape": tuple(shape)})).results[0]
 
 
+def _linear_activation(x):
+    """The activation of ``x`` (a FusedLinear's result, or the one view of it)
+    that may become FusedLinear's epilogue: ``(params, root op, matched ops)``
+    for a ``GeluErf`` (``gelu``) or ``Gelu`` (``gelu_tanh``) that is x's only
+    user, or for the tanh GELU spelled out as exporters write it (one of
+    ``FusedLinear``'s ``GELU_TANH_SPELLINGS``, rooted at a ``Mul`` /
+    ``MulScalar`` whose constants are ``GELU_TANH_CONSTANTS``), whose ops use
+    x and nothing else outside it; the root of x's type. Else None."""
+    from compiler.registry.ops.fused_linear import GELU_TANH_CONSTANTS, GELU_TANH_SPELLINGS
+    users = [_op_of(u) for u in _fuel.users(x)]
+    if len(users) == 1 and len(users[0].results) == 1 and users[0].results[0].type == x.type:
+        kind = {"gelu_erf": "gelu", "gelu": "gelu_tanh"}.get(_fuel.mnemonic(users[0]))
+        return None if kind is None else ({kind: True}, users[0], [])
+    # the spelled-out chain: its root is a Mul / MulScalar at most 7 ops below x
+    frontier, seen, roots = list(users), set(), []
+    for _ in range(7):
+        nxt = []
+        for o in frontier:
+            if o in seen or len(o.results) != 1:
+                continue
+            seen.add(o)
+            if _fuel.mnemonic(o) in ("mul", "mul_scalar"):
+                roots.append(o)
+            nxt += [_op_of(u) for u in _fuel.users(o.results[0])]
+        frontier = nxt
+    for root in reversed(roots):  # the furthest first: a whole chain, not its tail
+        if root.results[0].type != x.type:
+            continue
+        for pat in GELU_TANH_SPELLINGS:
+            st = Matcher(pat).match(root.results[0])
+            if st is None or st.binds.get(0) != x or len(users) != _bind_leaves(pat):
+                continue
+            if all(math.isclose(float(v), c, rel_tol=1e-6)
+                   for v, c in zip(st.scalars, GELU_TANH_CONSTANTS)):
+                return {"gelu_tanh": True}, root, [o for _, o in st.matched]
+    return None
+
+
+def _bind_leaves(node) -> int:
+    """How many ``Bind`` leaves a pattern tree has (each is one use of a
+    bound value; the tanh GELU spellings share no node)."""
+    g = _grammar()
+    if isinstance(node, g.Bind):
+        return 1
+    return sum(_bind_leaves(c) for c in getattr(node, "operands", ()))
+
+
 def fold_linear_epilogues(module, table, backends) -> int:
-    """Fold each ``GeluErf`` that is the only user of a ``FusedLinear`` (of
-    the same type, without an epilogue yet) into its ``gelu`` param, or
-    behind a view of it as ``fold_conv_epilogues`` does (an importer's
-    ``Reshape`` back to ``[B, S, N]``: the activation moves above the view),
-    where some candidate cpu backend has a kernel for it (``kernel_serves``
-    with the new params, and the binding table's key). Returns how many were
-    folded."""
+    """Fold the GELU after a ``FusedLinear`` (without an epilogue yet) into
+    its ``gelu`` (a ``GeluErf``) or ``gelu_tanh`` param (a ``Gelu``, or the
+    tanh GELU spelled out: ``_linear_activation``) when it is the only user
+    of the result, or of a view of it as ``fold_conv_epilogues`` does (an
+    importer's ``Reshape`` back to ``[B, S, N]``: the activation moves above
+    the view), where some candidate cpu backend has a kernel for it
+    (``kernel_serves`` with the new params, and the binding table's key).
+    Returns how many were folded."""
     from compiler.dialect import lookup, params_to_attributes
     from compiler.graph.opdef import TensorType
     from runtime.keys import BackendId
@@ -642,14 +698,17 @@ def fold_linear_epilogues(module, table, backends) -> int:
     folded = 0
     for lin in [o for o in _fuel.fuel_ops(module) if _fuel.mnemonic(o) == entry.mnemonic]:
         y, view = lin.results[0], None
-        users = [_op_of(u) for u in _fuel.users(y)]
-        if len(users) == 1 and len(users[0].results) == 1 and users[0].results[0].type == y.type:
-            update, act = _unary_activation(users[0]), users[0]
-        else:
-            update, view, act = _conv_view_epilogue(lin) or (None, None, None)
         params = _fuel.params(lin)
-        if update != {"gelu": True} or params.get("gelu"):
+        if params.get("gelu") or params.get("gelu_tanh"):
             continue
+        users = [_op_of(u) for u in _fuel.users(y)]
+        found = _linear_activation(y)
+        if found is None and len(users) == 1 and _fuel.mnemonic(users[0]) in _VIEWS:
+            view = users[0]
+            found = _linear_activation(view.results[0])
+        if found is None:
+            continue
+        update, act, matched = found
         params.update(update)
         weight = _unbroadcast_weight(lin.operands[1])
         try:
@@ -669,7 +728,7 @@ def fold_linear_epilogues(module, table, backends) -> int:
                                  params_to_attributes(lookup(entry.mnemonic), params),
                                  loc=act.location)
         # the broadcast of an unbroadcast weight goes with the old op where unused
-        dead = [lin] + ([lin.operands[1].owner] if weight is not None else [])
+        dead = [*matched, lin] + ([lin.operands[1].owner] if weight is not None else [])
         if view is not None:  # the activation moves above the view
             view.operands[0] = fused.results[0]
             _fuel.replace_op(act, [view.results[0]], dead=dead)
@@ -678,3 +737,120 @@ def fold_linear_epilogues(module, table, backends) -> int:
         _fuel.count("fuse.linear_epilogues")
         folded += 1
     return folded
+
+
+#: Views of a constant that may move with it (as ``fuel-prepack-weights``
+#: reads through them).
+_CONST_VIEWS = ("reshape", "transpose", "permute", "contiguize")
+
+
+def _constant_chain(value) -> Optional[list]:
+    """The ops computing ``value`` from one ``fuel.const`` through views
+    (``_CONST_VIEWS``), the const first, or None when it is anything else."""
+    chain = []
+    while True:
+        op = value.owner
+        if isinstance(op, ir.Block):
+            return None
+        op = op.operation
+        m = _fuel.mnemonic(op)
+        chain.append(op)
+        if m == "const":
+            return chain[::-1]
+        if m not in _CONST_VIEWS:
+            return None
+        value = op.operands[0]
+
+
+def _sibling_key(op):
+    """What ``MatMul`` / ``FusedLinear`` ``op`` may be merged by: the kind,
+    its ``a`` (seen through a ``Reshape``: importers reshape the same x for
+    each product) with a's type; None when ``op`` is not a 2-D product of a
+    static ``a [M, K]`` and a constant ``b [K, N]`` (the bias a constant too)
+    without params."""
+    m = _fuel.mnemonic(op)
+    if m not in ("mat_mul", "fused_linear") or any(v is not None for v in _fuel.params(op).values()):
+        return None
+    try:
+        ta, tb = (_fuel.tensor_type(v) for v in op.operands[:2])
+    except Exception:  # symbolic extents
+        return None
+    if len(ta.shape) != 2 or len(tb.shape) != 2 or ta.dtype != tb.dtype:
+        return None
+    if any(_constant_chain(v) is None for v in op.operands[1:]):
+        return None
+    a = op.operands[0]
+    src = a.owner.operation if not isinstance(a.owner, ir.Block) else None
+    if src is not None and _fuel.mnemonic(src) == "reshape":
+        a = src.operands[0]
+    # a value by its definition (the bindings' wrappers of one block
+    # argument need not hash alike)
+    where = ("arg", ir.BlockArgument(a).arg_number) if isinstance(a.owner, ir.Block) else \
+        (a.owner.operation, ir.OpResult(a).result_number)
+    return m, where, str(op.operands[0].type)
+
+
+def merge_sibling_linears(module, table, backends) -> int:
+    """Merge the products of one ``a`` by constant weights (a Llama block's
+    q/k/v and gate/up projections, BERT's q/k/v: ``MatMul`` or
+    ``FusedLinear`` without params, 2-D, the same kind and ``a`` seen
+    through a ``Reshape``) into one, ``a @ Concat(b_i)`` (+ ``Concat(bias_i)``),
+    each original result a ``Slice`` of its columns (a view): ``a`` is read
+    once, one kernel call instead of several, and a column count packing
+    cannot take alone (Llama's 688) may pack merged (1376). Only where the
+    merged op has a kernel whose packed panel (``fuel-prepack-weights``)
+    divides the merged column count, so the merged weight packs; every
+    output element is the same chain of FMAs over K as before (the same
+    bits). The weights' constants (and their views) move above the first
+    product. Returns how many products were merged away."""
+    from compiler.dialect import lookup, params_to_attributes
+    from compiler.passes.prepack import _panel
+    entry = _fuel.registry()["FusedLinear"]
+    groups: dict = {}
+    for op in _fuel.fuel_ops(module):
+        key = _sibling_key(op)
+        if key is not None:
+            groups.setdefault(key, []).append(op)
+    merged = 0
+    for (kind, _a, _t), ops in groups.items():
+        if len(ops) < 2:
+            continue
+        ta = _fuel.tensor_type(ops[0].operands[0])
+        ns = [ir.RankedTensorType(o.operands[1].type).shape[1] for o in ops]
+        total = sum(ns)
+        dts = [ta.dtype] * 3 + [ta.dtype]
+        nr = _panel(entry, dts, table, backends)
+        if not nr or total % nr:
+            continue
+        first = ops[0]
+        pos = {o.operation: i for i, o in enumerate(first.block.operations)}
+        for o in ops:  # the weights (and biases) before the first product
+            for v in o.operands[1:]:
+                for c in _constant_chain(v):
+                    if pos[c] > pos[first]:
+                        c.move_before(first)
+        elt = ir.RankedTensorType(first.results[0].type).element_type
+        m = ta.shape[0]
+
+        def make(name, operands, shape, **p):
+            return _fuel.create(f"fuel.{name}", operands, [ir.RankedTensorType.get(shape, elt)],
+                                params_to_attributes(lookup(name), p),
+                                loc=first.location).results[0]
+
+        k = ta.shape[1]
+        with ir.InsertionPoint(first), first.location:
+            b = make("concat", [o.operands[1] for o in ops], [k, total], dim=1)
+            operands = [first.operands[0], b]
+            if kind == "fused_linear":
+                operands.append(make("concat", [o.operands[2] for o in ops], [total], dim=0))
+            out = make(kind, operands, [m, total])
+            start = 0
+            slices = []
+            for n in ns:
+                slices.append(make("slice", [out], [m, n], dim=1, start=start, len=n))
+                start += n
+        for o, s in zip(ops, slices):
+            _fuel.replace_op(o, [s])
+        _fuel.count("fuse.sibling_linears", len(ops) - 1)
+        merged += len(ops) - 1
+    return merged

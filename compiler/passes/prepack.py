@@ -4,7 +4,8 @@ time, in the panels the target's kernel reads.
 A ``FusedLinear`` (or a ``MatMul``, which becomes one with a zero bias: its
 FMAs start from 0 as MatMul's do) whose ``b`` is a constant (a
 ``fuel.const`` or views of one: ``Reshape``, ``Transpose``, ``Permute``,
-``Contiguize`` (the Conv2D recipe's ``w^T`` of few output pixels); not batched: every axis but the last two of size 1, or a ``BroadcastTo``
+``Contiguize`` (the Conv2D recipe's ``w^T`` of few output pixels), or a
+``Concat`` of those (sibling products ``fuel-fuse`` merged); not batched: every axis but the last two of size 1, or a ``BroadcastTo``
 over them) gets ``b_panel = nr`` and, as ``b``,
 ``Contiguize(Permute(Reshape(b, [K, N/nr, nr]), [1, 0, 2]))``: B's column
 panels of ``nr``, K-major within a panel (``[N/nr, K, nr]``). The plan's
@@ -58,9 +59,12 @@ def _producer(value) -> str | None:
 
 
 def _constant(value) -> bool:
-    """Whether ``value`` is a ``fuel.const`` or a view of one."""
+    """Whether ``value`` is a ``fuel.const``, a view of one, or a ``Concat``
+    of such (the weights ``fuel-fuse`` merges: ``merge_sibling_linears``)."""
     while _producer(value) in _VIEWS:
         value = value.owner.operands[0]
+    if _producer(value) == "concat":
+        return all(_constant(v) for v in value.owner.operands)
     return _producer(value) == "const"
 
 

@@ -5,6 +5,9 @@ kernel applies the erf GELU in its register tiles
 ``matmul-packed-epilogue``), and the recipe ends with the same GeluErf.
 Numerics against the reference interpreter of the unfused graph on both ISA
 levels; the pass itself: tests/passes/fuse_linear_epilogue.mlir."""
+import itertools
+import math
+
 import numpy as np
 import pytest
 
@@ -26,7 +29,18 @@ SHAPES = {"packed": ((50, 96), 128), "few-rows": ((3, 64), 64), "rank3": ((2, 9,
           "threads": ((256, 128), 512), "unpacked": ((17, 48), 100)}
 
 
-def _graph(x_shape, n, dtype="f32", extra_use=False, bias_scale=1.0):
+def _tanh_chain(y):
+    """GPT-2's gelu_new as exporters spell it (Pow(x, 3), the constants in
+    f32): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    c, k = float(np.float32(0.044715)), float(np.float32(math.sqrt(2 / math.pi)))
+    return (y * 0.5) * ((((y + (y ** 3) * c) * k).tanh()) + 1.0)
+
+
+ACTIVATIONS = {"erf": lambda y: y.gelu(), "tanh": lambda y: y.gelu("tanh"),
+               "tanh-chain": _tanh_chain}
+
+
+def _graph(x_shape, n, dtype="f32", extra_use=False, bias_scale=1.0, act="erf"):
     rng = np.random.default_rng(7)
     npdt = {"f32": np.float32, "f64": np.float64}[dtype]
     k = x_shape[-1]
@@ -35,7 +49,7 @@ def _graph(x_shape, n, dtype="f32", extra_use=False, bias_scale=1.0):
     w = g.constant((rng.standard_normal((k, n)) / np.sqrt(k)).astype(npdt), name="w")
     b = g.constant((rng.standard_normal(n) * bias_scale).astype(npdt), name="b")
     y = linear(x, w, b)
-    g.output(y.gelu(), name="y")
+    g.output(ACTIVATIONS[act](y), name="y")
     if extra_use:
         g.output(y, name="pre")
     return g, (rng.standard_normal(x_shape) * 2).astype(npdt)
@@ -61,6 +75,22 @@ def test_folded_gelu_matches_the_reference(case, target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("case", ["packed", "rank3", "unpacked"])
+@pytest.mark.parametrize("act", ["tanh", "tanh-chain"])
+def test_folded_tanh_gelu_matches_the_unfused_graph(act, case, target):
+    # the Gelu primitive or its spelled-out chain becomes gelu_tanh: one
+    # kernel, within f32 rounding of the reference interpreter's unfused graph
+    x_shape, n = SHAPES[case]
+    g, x = _graph(x_shape, n, act=act)
+    m = compile(g, target=target)
+    np.testing.assert_allclose(m.run(x=x)["y"], interpret(g, {"x": x})["y"], rtol=2e-5,
+                               atol=2e-5)
+    steps = _steps(m)
+    assert [s.split("[")[0] for s in steps] == ["FusedLinear"], steps
+    assert ("[B packed]" in steps[0]) == (case != "unpacked"), steps
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_epilogue_agrees_with_the_unfused_kernels(target):
     # the same erf expansion as the GeluErf kernel and the same FMA chain over
     # K: with a zero bias the results are bit-identical; with a bias they
@@ -80,13 +110,16 @@ def test_epilogue_agrees_with_the_unfused_kernels(target):
             np.testing.assert_array_equal(fused_y, split.run(x=x)["y"])
 
 
-def test_shared_pre_activation_keeps_the_gelu_kernel():
-    g, x = _graph((50, 96), 128, extra_use=True)
+@pytest.mark.parametrize("act", ["erf", "tanh-chain"])
+def test_shared_pre_activation_keeps_the_gelu_kernel(act):
+    g, x = _graph((50, 96), 128, extra_use=True, act=act)
     m = compile(g, target="cpu")
     out, want = m.run(x=x), interpret(g, {"x": x})
     for k in ("y", "pre"):
         np.testing.assert_allclose(out[k], want[k], rtol=1e-5, atol=1e-5)
-    assert any("Gelu" in s for s in _steps(m))
+    steps = _steps(m)
+    assert not any("gelu" in s.lower() and s.startswith("FusedLinear") for s in steps)
+    assert len(steps) > 1, steps
 
 
 def test_f64_keeps_the_gelu_kernel():
@@ -106,25 +139,28 @@ def test_recipe_ends_with_the_gelu():
     bias = rng.standard_normal(64).astype(np.float32)
     x = rng.standard_normal((7, 37)).astype(np.float32)
     packed = np.ascontiguousarray(w.reshape(37, 4, 16).transpose(1, 0, 2))
-    for wt, p in ((w, {}), (packed, {"b_panel": 16})):
+    from runtime.elementwise import gelu_erf, gelu_tanh
+    for (wt, p), (act, ref) in itertools.product(
+            ((w, {}), (packed, {"b_panel": 16})),
+            (("gelu", gelu_erf), ("gelu_tanh", gelu_tanh))):
         g = Graph()
         xi = g.input("x", x.shape, "f32")
         g.output(fused("FusedLinear", xi, g.constant(wt, name="w"), g.constant(bias, name="b"),
-                       gelu=True, **p), name="y")
+                       **{act: True}, **p), name="y")
         m = compile(g, "cpu:x86-64-v3", pipeline="base-map")
         assert "fused_linear" not in m.ir["optimized"]
+        assert ("fuel.gelu_erf" if act == "gelu" else "fuel.gelu\"") in m.ir["optimized"]
         want = interpret(g, {"x": x})["y"]
         y = x.astype(np.float64) @ w + bias
-        from runtime.elementwise import gelu_erf
-        np.testing.assert_allclose(want, gelu_erf(y), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(want, ref(y), rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(m(x=x), want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_rows_are_a_run_time_extent(target):
     """One kernel for every row count (``fused._linear_dims``): a symbolic
-    batch and sequence through a packed (N = 128) and an unpacked (N = 100)
-    GELU epilogue, row counts of every remainder class (1..mr-1 rows left
+    batch and sequence through a packed (N = 128, erf GELU) and an unpacked
+    (N = 100, tanh GELU) epilogue, row counts of every remainder class (1..mr-1 rows left
     over, several blocks of 96 rows), bit-identical to the static compile
     (the same object) and compiled once."""
     from compiler.codegen import family, parallel
@@ -141,10 +177,10 @@ def _run_time_rows(target):
     g = Graph()
     x = g.input("x", ("batch", ("seq", 1, 300), 48), "f32")
     h = x
-    for n, k in ((128, 48), (100, 128)):
+    for n, k, approximate in ((128, 48, "none"), (100, 128, "tanh")):
         w = g.constant((rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32), name=f"w{n}")
         b = g.constant(rng.standard_normal(n).astype(np.float32), name=f"b{n}")
-        h = linear(h, w, b).gelu()
+        h = linear(h, w, b).gelu(approximate)
     g.output(h, name="y")
     m = compile(g, target=target)
     sizes = [(1, 1), (1, 3), (2, 5), (3, 7), (1, 97), (2, 101), (1, 300)]
@@ -162,3 +198,13 @@ def _run_time_rows(target):
         if i in (1, 5):
             static = compile(g.bind({"batch": batch, "seq": seq}), target=target)
             np.testing.assert_array_equal(static(**feeds), got)
+
+
+def test_both_gelu_epilogues_are_refused():
+    from compiler.errors import GraphBuildError
+    g = Graph()
+    xi = g.input("x", (4, 8), "f32")
+    w = g.constant(np.ones((8, 16), np.float32), name="w")
+    b = g.constant(np.zeros(16, np.float32), name="b")
+    with pytest.raises(GraphBuildError, match="gelu .erf. and gelu_tanh exclude each other"):
+        fused("FusedLinear", xi, w, b, gelu=True, gelu_tanh=True)

@@ -186,6 +186,29 @@ def test_a_task_no_worker_has_started_runs_on_the_calling_thread(rng):
     np.testing.assert_array_equal(outs[2], 2 * a)
 
 
+def test_a_worker_that_yields_while_it_polls_still_takes_each_task(rng, monkeypatch):
+    """Past ``SPIN_PURE_CYCLES`` an idle worker calls ``sched_yield`` before
+    each poll (a shared machine's other threads run first); here from its
+    first poll on: every posted call still runs, on the worker or the caller."""
+    import time
+    from compiler.codegen import native_pool
+    from compiler.codegen.cpu import compile_module
+    from compiler.codegen.memref import descriptor_from_array as D
+    import codegen_ir as IR
+    monkeypatch.setattr(native_pool, "SPIN_PURE_CYCLES", 0)
+    add = compile_module(IR.ADD_DYN, ["add"])
+    fn = add.address("_mlir_ciface_add")
+    a = rng.standard_normal((4, 3)).astype(np.float32)
+    pool = native_pool.pool(1)
+    assert pool is not None
+    for i in range(50):
+        out = np.zeros((4, 3), np.float32)
+        ds = [D(a), D(a), D(out)]
+        assert pool.run(lambda: time.sleep(0.0002 * (i % 3)),
+                        [(fn, [ctypes.addressof(d) for d in ds])])
+        np.testing.assert_array_equal(out, 2 * a)
+
+
 def test_thread_count_settings_and_errors(threads):
     threads(3)
     assert parallel.num_threads() == 3

@@ -125,3 +125,117 @@ func.func @relu(%a: tensor<8x32xf32>, %b: tensor<32x64xf32>, %bias: tensor<64xf3
   %1 = "fuel.relu"(%0) : (tensor<8x64xf32>) -> tensor<8x64xf32>
   return %1 : tensor<8x64xf32>
 }
+
+// -----
+
+// GPT-2's tanh GELU as the ONNX importer leaves it (Pow(x, 3) a PowI, the
+// constants scalar ops): the whole chain folds into gelu_tanh.
+// CHECK-LABEL: func.func @tanh_chain
+// CHECK-NEXT:    %[[L:.*]] = "fuel.fused_linear"(%arg0, %arg1, %arg2) {gelu_tanh = true}
+// CHECK-NOT:     fuel.tanh
+// CHECK-NEXT:    return %[[L]]
+// OFF-LABEL:   func.func @tanh_chain
+// OFF:           "fuel.tanh"
+// NOKERNEL-LABEL: func.func @tanh_chain
+// NOKERNEL:      "fuel.tanh"
+func.func @tanh_chain(%a: tensor<8x32xf32>, %b: tensor<32x64xf32>, %bias: tensor<64xf32>) -> tensor<8x64xf32> {
+  %0 = "fuel.fused_linear"(%a, %b, %bias) : (tensor<8x32xf32>, tensor<32x64xf32>, tensor<64xf32>) -> tensor<8x64xf32>
+  %1 = "fuel.pow_i"(%0) {n = 3 : i64} : (tensor<8x64xf32>) -> tensor<8x64xf32>
+  %2 = "fuel.mul_scalar"(%1) {value = 0.044714998453855515 : f64} : (tensor<8x64xf32>) -> tensor<8x64xf32>
+  %3 = "fuel.add"(%0, %2) : (tensor<8x64xf32>, tensor<8x64xf32>) -> tensor<8x64xf32>
+  %4 = "fuel.mul_scalar"(%3) {value = 0.79788458347320556 : f64} : (tensor<8x64xf32>) -> tensor<8x64xf32>
+  %5 = "fuel.tanh"(%4) : (tensor<8x64xf32>) -> tensor<8x64xf32>
+  %6 = "fuel.mul_scalar"(%0) {value = 5.000000e-01 : f64} : (tensor<8x64xf32>) -> tensor<8x64xf32>
+  %7 = "fuel.add_scalar"(%5) {value = 1.000000e+00 : f64} : (tensor<8x64xf32>) -> tensor<8x64xf32>
+  %8 = "fuel.mul"(%6, %7) : (tensor<8x64xf32>, tensor<8x64xf32>) -> tensor<8x64xf32>
+  return %8 : tensor<8x64xf32>
+}
+
+// -----
+
+// Another spelling behind the importer's Reshape: x * x * x, the half applied
+// last ((x * (1 + t)) * 0.5), operands in the other order: it moves above the
+// view and folds.
+// CHECK-LABEL: func.func @tanh_chain_through_reshape
+// CHECK-NEXT:    %[[L:.*]] = "fuel.fused_linear"(%arg0, %arg1, %arg2) {gelu_tanh = true}
+// CHECK-NEXT:    %[[R:.*]] = "fuel.reshape"(%[[L]]) {shape = [2, 4, 64]}
+// CHECK-NEXT:    return %[[R]]
+func.func @tanh_chain_through_reshape(%a: tensor<8x32xf32>, %b: tensor<32x64xf32>, %bias: tensor<64xf32>) -> tensor<2x4x64xf32> {
+  %0 = "fuel.fused_linear"(%a, %b, %bias) : (tensor<8x32xf32>, tensor<32x64xf32>, tensor<64xf32>) -> tensor<8x64xf32>
+  %r = "fuel.reshape"(%0) {shape = [2, 4, 64]} : (tensor<8x64xf32>) -> tensor<2x4x64xf32>
+  %1 = "fuel.mul"(%r, %r) : (tensor<2x4x64xf32>, tensor<2x4x64xf32>) -> tensor<2x4x64xf32>
+  %c = "fuel.mul"(%1, %r) : (tensor<2x4x64xf32>, tensor<2x4x64xf32>) -> tensor<2x4x64xf32>
+  %2 = "fuel.mul_scalar"(%c) {value = 0.044715 : f64} : (tensor<2x4x64xf32>) -> tensor<2x4x64xf32>
+  %3 = "fuel.add"(%2, %r) : (tensor<2x4x64xf32>, tensor<2x4x64xf32>) -> tensor<2x4x64xf32>
+  %4 = "fuel.mul_scalar"(%3) {value = 0.79788456080286541 : f64} : (tensor<2x4x64xf32>) -> tensor<2x4x64xf32>
+  %5 = "fuel.tanh"(%4) : (tensor<2x4x64xf32>) -> tensor<2x4x64xf32>
+  %6 = "fuel.add_scalar"(%5) {value = 1.000000e+00 : f64} : (tensor<2x4x64xf32>) -> tensor<2x4x64xf32>
+  %7 = "fuel.mul"(%6, %r) : (tensor<2x4x64xf32>, tensor<2x4x64xf32>) -> tensor<2x4x64xf32>
+  %8 = "fuel.mul_scalar"(%7) {value = 5.000000e-01 : f64} : (tensor<2x4x64xf32>) -> tensor<2x4x64xf32>
+  return %8 : tensor<2x4x64xf32>
+}
+
+// -----
+
+// The Gelu primitive (ONNX Gelu{approximate = "tanh"}) folds the same way.
+// CHECK-LABEL: func.func @gelu_primitive
+// CHECK-NEXT:    %[[L:.*]] = "fuel.fused_linear"(%arg0, %arg1, %arg2) {gelu_tanh = true}
+// CHECK-NEXT:    return %[[L]]
+func.func @gelu_primitive(%a: tensor<8x32xf32>, %b: tensor<32x64xf32>, %bias: tensor<64xf32>) -> tensor<8x64xf32> {
+  %0 = "fuel.fused_linear"(%a, %b, %bias) : (tensor<8x32xf32>, tensor<32x64xf32>, tensor<64xf32>) -> tensor<8x64xf32>
+  %1 = "fuel.gelu"(%0) : (tensor<8x64xf32>) -> tensor<8x64xf32>
+  return %1 : tensor<8x64xf32>
+}
+
+// -----
+
+// Not the tanh GELU (0.25 instead of the half): nothing folds.
+// CHECK-LABEL: func.func @tanh_chain_other_constant
+// CHECK:         "fuel.fused_linear"(%arg0, %arg1, %arg2) :
+// CHECK:         "fuel.tanh"
+func.func @tanh_chain_other_constant(%a: tensor<8x32xf32>, %b: tensor<32x64xf32>, %bias: tensor<64xf32>) -> tensor<8x64xf32> {
+  %0 = "fuel.fused_linear"(%a, %b, %bias) : (tensor<8x32xf32>, tensor<32x64xf32>, tensor<64xf32>) -> tensor<8x64xf32>
+  %1 = "fuel.pow_i"(%0) {n = 3 : i64} : (tensor<8x64xf32>) -> tensor<8x64xf32>
+  %2 = "fuel.mul_scalar"(%1) {value = 0.044714998453855515 : f64} : (tensor<8x64xf32>) -> tensor<8x64xf32>
+  %3 = "fuel.add"(%0, %2) : (tensor<8x64xf32>, tensor<8x64xf32>) -> tensor<8x64xf32>
+  %4 = "fuel.mul_scalar"(%3) {value = 0.79788458347320556 : f64} : (tensor<8x64xf32>) -> tensor<8x64xf32>
+  %5 = "fuel.tanh"(%4) : (tensor<8x64xf32>) -> tensor<8x64xf32>
+  %6 = "fuel.mul_scalar"(%0) {value = 2.500000e-01 : f64} : (tensor<8x64xf32>) -> tensor<8x64xf32>
+  %7 = "fuel.add_scalar"(%5) {value = 1.000000e+00 : f64} : (tensor<8x64xf32>) -> tensor<8x64xf32>
+  %8 = "fuel.mul"(%6, %7) : (tensor<8x64xf32>, tensor<8x64xf32>) -> tensor<8x64xf32>
+  return %8 : tensor<8x64xf32>
+}
+
+// -----
+
+// An op of the chain has another user (the tanh is returned too): nothing
+// folds (the chain's values are still needed).
+// CHECK-LABEL: func.func @tanh_chain_shared
+// CHECK:         "fuel.fused_linear"(%arg0, %arg1, %arg2) :
+// CHECK:         %[[T:.*]] = "fuel.tanh"
+// CHECK:         return %{{.*}}, %[[T]]
+func.func @tanh_chain_shared(%a: tensor<8x32xf32>, %b: tensor<32x64xf32>, %bias: tensor<64xf32>) -> (tensor<8x64xf32>, tensor<8x64xf32>) {
+  %0 = "fuel.fused_linear"(%a, %b, %bias) : (tensor<8x32xf32>, tensor<32x64xf32>, tensor<64xf32>) -> tensor<8x64xf32>
+  %1 = "fuel.pow_i"(%0) {n = 3 : i64} : (tensor<8x64xf32>) -> tensor<8x64xf32>
+  %2 = "fuel.mul_scalar"(%1) {value = 0.044714998453855515 : f64} : (tensor<8x64xf32>) -> tensor<8x64xf32>
+  %3 = "fuel.add"(%0, %2) : (tensor<8x64xf32>, tensor<8x64xf32>) -> tensor<8x64xf32>
+  %4 = "fuel.mul_scalar"(%3) {value = 0.79788458347320556 : f64} : (tensor<8x64xf32>) -> tensor<8x64xf32>
+  %5 = "fuel.tanh"(%4) : (tensor<8x64xf32>) -> tensor<8x64xf32>
+  %6 = "fuel.mul_scalar"(%0) {value = 5.000000e-01 : f64} : (tensor<8x64xf32>) -> tensor<8x64xf32>
+  %7 = "fuel.add_scalar"(%5) {value = 1.000000e+00 : f64} : (tensor<8x64xf32>) -> tensor<8x64xf32>
+  %8 = "fuel.mul"(%6, %7) : (tensor<8x64xf32>, tensor<8x64xf32>) -> tensor<8x64xf32>
+  return %8, %5 : tensor<8x64xf32>, tensor<8x64xf32>
+}
+
+// -----
+
+// The recipe of gelu_tanh ends with the Gelu primitive.
+// DECOMP-LABEL: func.func @tanh_recipe
+// DECOMP:         "fuel.mat_mul"
+// DECOMP:         "fuel.add"
+// DECOMP-NEXT:    "fuel.gelu"
+// DECOMP-NOT:     "fuel.fused_linear"
+func.func @tanh_recipe(%a: tensor<8x32xf32>, %b: tensor<32x64xf32>, %bias: tensor<64xf32>) -> tensor<8x64xf32> {
+  %0 = "fuel.fused_linear"(%a, %b, %bias) {gelu_tanh = true} : (tensor<8x32xf32>, tensor<32x64xf32>, tensor<64xf32>) -> tensor<8x64xf32>
+  return %0 : tensor<8x64xf32>
+}

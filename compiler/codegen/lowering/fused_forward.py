@@ -29,7 +29,7 @@ from .matmul import matmul_into
 @lowers("FusedLinear")
 def _fused_linear(lw: Lowering):
     a, b, bias = lw.operands
-    if lw.params.get("gelu"):
+    if lw.params.get("gelu") or lw.params.get("gelu_tanh"):
         return _linear_epilogue(lw, a, b, bias, lw.params.get("b_panel"))
     if lw.params.get("b_panel"):
         return _packed_linear(lw, a, b, bias, lw.params["b_panel"])
@@ -71,8 +71,9 @@ def _packed_linear(lw: Lowering, a, b, bias, panel: int):
 def _linear_epilogue(lw: Lowering, a, b, bias, panel):
     """``gelu(a @ b + bias)`` (static shapes, one float dtype) as a zero
     fill, a contraction (``CONTRACT_ATTR``) and an element-wise epilogue
-    (``EPILOGUE_ATTR``: the bias, then the erf GELU of ``_gelu_erf``, as the
-    GeluErf kernel computes it), which the cpu strategy ``matmul-epilogue``
+    (``EPILOGUE_ATTR``: the bias, then the erf GELU of ``_gelu_erf`` as the
+    GeluErf kernel computes it, or with ``gelu_tanh`` the tanh GELU of
+    ``_gelu_tanh`` as the Gelu kernel does), which the cpu strategy ``matmul-epilogue``
     tiles and fuses: each register tile starts at zero, runs all of K and
     leaves through the epilogue, stored once. All three iterate (p, m, j)
     over the output viewed as ``[M, P, nr]`` (a packed b ``[P, K, nr]``; an
@@ -80,7 +81,8 @@ def _linear_epilogue(lw: Lowering, a, b, bias, panel):
     a tile reads its panel of b contiguously (packed) or in place; a's batch
     axes fold into M."""
     from compiler.codegen.family import CONTRACT_ATTR, EPILOGUE_ATTR, PACKED_B_ATTR
-    from .elementwise import _gelu_erf
+    from .elementwise import _gelu_erf, _gelu_tanh
+    gelu = _gelu_tanh if lw.params.get("gelu_tanh") else _gelu_erf
     s, elt = Scalar.compute(lw.out_dtype), lw.out_elt
     ra, rb = rank(a), rank(b)
     out_shape = dims(a)[:-1] + [rtt(bias).shape[0]]  # a's rows may be run-time extents
@@ -105,7 +107,7 @@ def _linear_epilogue(lw: Lowering, a, b, bias, panel):
     if panel:  # the packed strategy's register tile (``cpu.strategy.packed_epilogue_strategy``)
         acc.owner.attributes[PACKED_B_ATTR] = ir.UnitAttr.get()
     y = generic([acc, bias], [empty(shape, elt)], [out3, affine_map(3, [0, 2]), out3],
-                [PARALLEL] * 3, lambda v, c, _o: _gelu_erf(s, s.add(v, c)))[0]
+                [PARALLEL] * 3, lambda v, c, _o: gelu(s, s.add(v, c)))[0]
     y.owner.attributes[EPILOGUE_ATTR] = ir.UnitAttr.get()
     y = collapse(y, [[0], [1, 2]] if panel else [[0, 1], [2]])
     if len(out_shape) == 2:  # written into the out-param's [M, P, nr] view: no copy

@@ -58,7 +58,12 @@ def _arith(cx, node, at, ins):
 
 @_op("Div")
 def _div(cx, node, at, ins):
-    return [cx.t(ins[0]) / cx.t(ins[1])]
+    b = cx.t(ins[1])
+    if b.dtype.is_float and _scalar(ins[0], b) == 1:
+        # 1 / x (HF's RMSNorm spells rsqrt so): Recip, the same division,
+        # which the RmsNormLastDim pattern of that spelling reads
+        return [b.reciprocal()]
+    return [cx.t(ins[0]) / b]
 
 
 @_op("Mod")

@@ -16,10 +16,16 @@ Epilogue: ``gelu`` (bool, None: off): the exact (erf) GELU of the result,
 bias included: ``fuel-fuse`` folds a ``GeluErf`` that is the op's only user
 (``compiler.passes.fuse: fold_linear_epilogues``; a BERT/ViT FFN's first
 product), so the kernel writes the activated output once. The recipe ends
-with the same ``GeluErf``.
+with the same ``GeluErf``. ``gelu_tanh`` (bool, None: off; excludes
+``gelu``): the tanh GELU, ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
+x^3)))``, folded from a ``Gelu`` or from the chain exporters spell it with
+(GPT-2's ``gelu_new``: ``GELU_TANH_SPELLINGS``); the recipe ends with the
+``Gelu`` primitive.
 """
+import math
+
 from ..entry import CUSTOM, FusedOpEntry, FusedPattern, Family, Recipe
-from ..grammar import LAST, Bind, Extent, WithDim, op
+from ..grammar import LAST, SLOT, Bind, Extent, WithDim, op
 from ._common import OpKind, ParamSpec, check_arity, check_float, dtype_of, fail, np, out, wide, TensorType
 
 NAME = "FusedLinear"
@@ -31,6 +37,7 @@ def infer(types, params):
     a, b, bias = types
     panel = params.get("b_panel", 0)
     if panel:
+        _check_epilogue(types, params)
         return _infer_packed(types, panel)
     if len(a.shape) < 2 or len(a.shape) != len(b.shape):
         raise fail(NAME, types, "a [..,M,K] and b [..,K,N] need the same rank >= 2")
@@ -45,7 +52,13 @@ def infer(types, params):
         raise fail(NAME, types, "a and b dtypes must match (or f32 x bf16)")
     if bias.dtype != a.dtype:
         raise fail(NAME, types, f"bias dtype must be a's ({a.dtype})")
+    _check_epilogue(types, params)
     return TensorType(tuple(a.shape[:-1]) + (b.shape[-1],), a.dtype)
+
+
+def _check_epilogue(types, params):
+    if params.get("gelu") and params.get("gelu_tanh"):
+        raise fail(NAME, types, "gelu (erf) and gelu_tanh exclude each other: set one of them")
 
 
 def _infer_packed(types, panel: int):
@@ -79,6 +92,9 @@ def reference(inputs, params):
     if params.get("gelu"):
         from runtime.elementwise import gelu_erf
         y = gelu_erf(y)
+    if params.get("gelu_tanh"):
+        from runtime.elementwise import gelu_tanh
+        y = gelu_tanh(y)
     return out(y, dtype_of(inputs[0]))
 
 
@@ -90,8 +106,10 @@ _PADDED = op("Add", op("MatMul", Bind(0), Bind(1)),
 
 def _recipe(params, types):
     """MatMul + bias (the packed constant unpacked first), then the
-    ``gelu`` epilogue's ``GeluErf``."""
+    ``gelu`` epilogue's ``GeluErf`` or ``gelu_tanh``'s ``Gelu``."""
     y = _linear(params, types)
+    if params.get("gelu_tanh"):
+        return op("Gelu", y)
     return op("GeluErf", y) if params.get("gelu") else y
 
 
@@ -107,9 +125,41 @@ def _linear(params, types):
               op("BroadcastTo", Bind(2), shape=tuple(a[:-1]) + (n,)))
 
 
+def _gelu_tanh_spellings():
+    """The tanh GELU of ``Bind(0)`` as exporters and importers spell it
+    (GPT-2's ``gelu_new``: ``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 *
+    pow(x, 3))))``, ONNX constants made ``MulScalar`` / ``AddScalar`` by the
+    importer): the cube as ``PowI(x, 3)`` or ``x * x * x``, the half applied
+    to x or to the product. Each ``SLOT`` takes a constant the fold checks
+    against ``GELU_TANH_CONSTANTS``. Every ``Bind(0)`` leaf is
+    one use of x; no node is shared, so the fold can ask that x have no
+    other user."""
+    x = lambda: Bind(0)  # noqa: E731  (a fresh leaf per use)
+    cubes = (lambda: op("PowI", x(), n=3),
+             lambda: op("Mul", op("Mul", x(), x()), x()),
+             lambda: op("Mul", x(), op("Mul", x(), x())))
+    out = []
+    for cube in cubes:
+        def tanh1():
+            inner = op("Add", x(), op("MulScalar", cube(), value=SLOT))
+            return op("AddScalar", op("Tanh", op("MulScalar", inner, value=SLOT)), value=SLOT)
+        out += [op("Mul", op("MulScalar", x(), value=SLOT), tanh1()),    # (0.5 x) (1 + t)
+                op("MulScalar", op("Mul", x(), tanh1()), value=SLOT),    # (x (1 + t)) 0.5
+                op("Mul", x(), op("MulScalar", tanh1(), value=SLOT))]    # x (0.5 (1 + t))
+    return tuple(out)
+
+
+#: The constants every spelling's ``SLOT``s take, in pre-order (the matcher
+#: visits an op before its operands): the half, the one, sqrt(2/pi), 0.044715.
+GELU_TANH_CONSTANTS = (0.5, 1.0, math.sqrt(2 / math.pi), 0.044715)
+GELU_TANH_SPELLINGS = _gelu_tanh_spellings()
+
+
 ENTRY = FusedOpEntry(
     id=2, name=NAME, mnemonic="fused_linear", family=Family.FORWARD,
-    arity=3, params=(ParamSpec("b_panel", "i64", None), ParamSpec("gelu", "bool", None)), infer=infer, reference=reference,
+    arity=3, params=(ParamSpec("b_panel", "i64", None), ParamSpec("gelu", "bool", None),
+                     ParamSpec("gelu_tanh", "bool", None)),
+    infer=infer, reference=reference,
     recipe=Recipe(build=_recipe), backward=CUSTOM, op_kind=OpKind.FusedLinear,
     destructive_input=None, cse_tag=2, input_names=("a", "b", "bias"),
     patterns=(FusedPattern(_PADDED, name="padded"), FusedPattern(RECIPE, name="direct")),

@@ -9,8 +9,9 @@ Recipe: Sqr -> MeanDim(last) -> Unsqueeze -> AddScalar[slot eps] -> Sqrt ->
 BroadcastTo(x) -> Div(x, ·); one slot, projection ``[eps]``; with a weight,
 ``* BroadcastTo(weight)`` (f16/bf16 cast to f32 and back around it).
 Patterns: the recipe spelling, the legacy one with ``Reshape`` as the
-keepdim step (eps is read from the AddScalar), and a weight multiplied onto
-the fused op (``RmsNorm(x) * w``).
+keepdim step (eps is read from the AddScalar), HF's ``x * Recip(sqrt(..))``
+(Llama's RMSNorm as exported), and a weight multiplied onto the fused op
+(``RmsNorm(x) * w``).
 """
 from ..entry import FusedOpEntry, FusedPattern, Family, Recipe, backward_fused
 from ..grammar import LAST, SLOT, Bind, SameAs, WithDim, op
@@ -45,6 +46,11 @@ def _spelling(keep, x=None):
 
 RECIPE = _spelling(lambda m: op("Unsqueeze", m, dim=LAST))
 _LEGACY = _spelling(lambda m: op("Reshape", m, shape=WithDim(0, LAST, 1)))
+# HF's LlamaRMSNorm as exported: x * (1 / sqrt(mean(x^2) + eps)) (``torch.rsqrt``
+# has no opset-17 op; the importer makes the ``Div(1, .)`` a Recip)
+_RECIPROCAL = op("Mul", Bind(0), op("BroadcastTo", op("Recip", op("Sqrt", op(
+    "AddScalar", op("Unsqueeze", op("MeanDim", op("Sqr", Bind(0)), axis=LAST), dim=LAST),
+    value=SLOT))), shape=SameAs(0)))
 _WEIGHTED = affine_recipe(lambda x: _spelling(lambda m: op("Unsqueeze", m, dim=LAST), x))
 
 
@@ -62,6 +68,7 @@ ENTRY = FusedOpEntry(
     destructive_input=None, cse_tag=3, input_names=INPUTS,
     patterns=(FusedPattern(RECIPE, lambda s: {"eps": s[0]}, "recipe"),
               FusedPattern(_LEGACY, lambda s: {"eps": s[0]}, "legacy"),
+              FusedPattern(_RECIPROCAL, lambda s: {"eps": s[0]}, "reciprocal"),
               *affine_patterns(NAME, lambda s: {"eps": s[0]}, n_affine=1)),
     doc=__doc__,
 )

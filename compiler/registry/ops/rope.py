@@ -14,7 +14,7 @@ same type as x. Backward: autograd's hand-written rule Rope(up, cos, -sin)
 with the same pairing (``custom``). Recipe: rotate-half slices at
 ``Extent(x, last) // 2``; interleaved reshapes the last axis to ``[d/2, 2]``.
 """
-from ..entry import CUSTOM, FusedOpEntry, Family, Recipe
+from ..entry import CUSTOM, FusedOpEntry, FusedPattern, Family, Recipe
 from ..grammar import LAST, Bind, Extent, SameAs, op
 from ._common import OpKind, ParamSpec, check_arity, check_float, dtype_of, fail, np, out, wide
 
@@ -80,5 +80,8 @@ ENTRY = FusedOpEntry(
     arity=3, params=(ParamSpec("interleaved", "bool", False),), infer=infer,
     reference=reference, recipe=Recipe(build=build),
     backward=CUSTOM, op_kind=OpKind.Rope, destructive_input=None, cse_tag=5,
-    input_names=("x", "cos", "sin"), doc=__doc__,
+    input_names=("x", "cos", "sin"),
+    # rotate-half as exporters spell HF's apply_rotary_pos_emb (Slice, Neg,
+    # Concat, two Muls by the broadcast tables and an Add)
+    patterns=(FusedPattern(RECIPE, name="rotate-half"),), doc=__doc__,
 )

@@ -1,0 +1,50 @@
+"""The exporters' spellings in benchmarks/models.py's decoders fuse: GPT-2's
+tanh GELU into its FFN product (FusedLinear ``gelu_tanh``), Llama's RoPE into
+Rope, its RMSNorm (``x * (1 / sqrt(mean(x^2) + eps))``) into RmsNormLastDim,
+its q/k/v and gate/up products into one product each; the outputs match
+fuelc's reference interpreter and onnxruntime, on both ISA levels."""
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import models as bm  # noqa: E402
+from compiler import compile, interpret  # noqa: E402
+from compiler.frontends.onnx import import_model  # noqa: E402
+
+# (model, builder options): what the kernel steps must hold, and must not
+CASES = {
+    "gpt2": ({"layers": 1}, {"FusedLinear": 4, "FlashAttn": 1},
+             ("RuntimeFused", "Tanh", "PowI")),
+    "llama": ({}, {"FusedLinear": 4, "Rope": 2, "RmsNormLastDim": 2, "FlashAttn": 1},
+              ("MatMul", "Neg", "Concat", "Recip")),
+}
+
+
+@pytest.mark.parametrize("target", ["cpu", "cpu:x86-64-v3"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_decoder_spellings_fuse(name, target):
+    opts, want, gone = CASES[name]
+    model = bm.build(name, 1, 8, **opts)
+    feeds = bm.make_inputs(model)
+    graph = import_model(model)
+    m = compile(graph, target=target)
+    kinds = [s.split("[")[0] for s in m.kernel_summary()]
+    kinds = ["RuntimeFused" if k.startswith("fused#") else k for k in kinds]
+    for kind, n in want.items():
+        assert kinds.count(kind) == n, kinds
+    assert not any(k.startswith(gone) for k in kinds), kinds
+    got = m(**feeds)
+    ref = interpret(graph, feeds)["y"]
+    theirs = bm.ort_session(model.SerializeToString(), 1).run(None, feeds)[0]
+    scale = np.abs(theirs).max()
+    assert np.abs(got - ref).max() / scale < 1e-5
+    assert np.abs(got - theirs).max() / scale < 1e-5
