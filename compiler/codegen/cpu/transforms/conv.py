@@ -475,6 +475,11 @@ def depthwise_rows(module: "ir.Module", lanes: str, accs: str) -> int:
 
 #: The most vectors of one output row a ``direct_rows`` tile holds.
 ROW_TILE_VECTORS = 4
+#: Rows of more column blocks than this are left to the flat tiles: their
+#: padding columns are a small share (3x3 64->64 at 56^2: 2 of 58, no faster
+#: as rows), and each block is a copy of the tile's code (a conv1d's
+#: 800-column row: 50 blocks, 2 -> 20 s to compile).
+ROW_COLUMN_BLOCKS = 2
 
 
 def direct_rows(module: "ir.Module", lanes: str, accs: str, mr: str, regs: str) -> int:
@@ -490,7 +495,8 @@ def direct_rows(module: "ir.Module", lanes: str, accs: str, mr: str, regs: str) 
     weight broadcast and its R*V FMAs. Each pixel sums its taps in (c, qy,
     qx) order from the accumulator's value, as the tiled schedule does: the
     same bits. A row of more vectors is cut into column blocks of at most
-    ``ROW_TILE_VECTORS``; a 16-lane vector that would be half padding is
+    ``ROW_TILE_VECTORS`` (more than ``ROW_COLUMN_BLOCKS``: left to the flat
+    tiles); a 16-lane vector that would be half padding is
     halved (AVX-512: 8x8 outputs in 8 lanes); where whole vectors would run
     past the row pitch (Wo = 28 of a 30-wide plane in 8-lane vectors) the
     generic is left to ``tile_direct_conv``. Returns the generics
@@ -513,6 +519,8 @@ def direct_rows(module: "ir.Module", lanes: str, accs: str, mr: str, regs: str) 
         chunks = -(-nv // ROW_TILE_VECTORS)
         vmax = min(-(-nv // chunks), max(1, accs // min(mr0, cout)))
         cols = [(j, min(vmax, nv - j)) for j in range(0, nv, vmax)]   # (first vector, count)
+        if len(cols) > ROW_COLUMN_BLOCKS:
+            continue
         # the channels of a tile: mr, or a divisor of Co (no remainder tile)
         m0, _ = _row_tile(sorted({min(mr0, cout)} | {d for d in range(1, accs + 1)
                                                      if cout % d == 0}), vmax, ho, kw, accs, regs)
