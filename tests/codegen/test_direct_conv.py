@@ -96,7 +96,9 @@ def test_depthwise_kernel_is_a_channel_loop_of_fma_rows(target, dtype, vec):
     conv, tiled 1 x nr1: one broadcast weight times nr1 pixels per tap (the
     ``_axpy`` rewrite: no element-by-element contraction), its scratch planes
     allocated once, outside the loops."""
-    text = _kernel_text(dtype, x=(2, 5, 30, 31), w=(5, 1, 3, 3), params=dict(PARAMS, groups=5))
+    # 25 columns of a 27-wide plane: no row pitch, no whole vectors of a row
+    # within it, so the 1 x nr1 tiles compute it (``depthwise_rows`` leaves it)
+    text = _kernel_text(dtype, x=(2, 5, 30, 25), w=(5, 1, 3, 3), params=dict(PARAMS, groups=5))
     assert text.count(DIRECT_CONV_ATTR) == 1 and "scf.for" in text
     res = P.lower(text, ["kernel"], target=target, keep_ir=True)
     assert res.strategy.name.startswith("conv-direct-")
@@ -164,12 +166,16 @@ def test_depthwise_rows_are_bit_identical_to_the_tiles(monkeypatch):
     ((1, 4, 9, 24), (6, 4, 3, 3), dict(clamp_min=0.0, clamp_max=6.0)),   # column blocks
     ((2, 6, 16, 16), (8, 6, 3, 3), dict(stride=(2, 2))),     # stride 2: one per phase
     ((1, 3, 10, 12), (7, 3, 3, 3), dict(dilation=(2, 2), padding=(2, 2))),
+    # depthwise (``depthwise_rows``): EfficientNet's 5x5 at 14^2, a 7^2 plane
+    ((2, 12, 14, 14), (12, 1, 5, 5), dict(groups=12, padding=(2, 2), silu=True)),
+    ((1, 6, 7, 7), (6, 1, 3, 3), dict(groups=6, clamp_min=0.0, clamp_max=6.0)),
 ])
 def test_direct_rows_are_bit_identical_to_the_tiles(monkeypatch, target, x, w, params):
-    """``direct_rows`` computes only the first whole vectors of each output
-    row, each pixel's taps in the tiles' (c, qy, qx) order: the same bits as
-    the flat ``mr x nr`` tiles (the rewrite turned off), with the bias and
-    epilogue of the crop."""
+    """``direct_rows`` (and ``depthwise_rows`` on the same mark) computes
+    only the first whole vectors of each output row, each pixel's taps in
+    the tiles' (c, qy, qx) order: the same bits as the flat ``mr x nr`` (1 x
+    nr1) tiles (the rewrite turned off), with the bias and epilogue of the
+    crop."""
     from compiler.codegen.cpu.transforms import REWRITES
     from compiler.codegen.family import DIRECT_ROWS_ATTR
     from compiler.targets import parse_target
@@ -193,12 +199,13 @@ def test_direct_rows_are_bit_identical_to_the_tiles(monkeypatch, target, x, w, p
         return res, out
 
     calls = []
-    real = REWRITES["direct_rows"]
-    monkeypatch.setitem(REWRITES, "direct_rows", lambda *a: calls.append(real(*a)) or calls[-1])
+    name = "depthwise_rows" if params["groups"] > 1 else "direct_rows"
+    real = REWRITES[name]
+    monkeypatch.setitem(REWRITES, name, lambda *a: calls.append(real(*a)) or calls[-1])
     res, rows = run()
-    assert calls and calls[-1] >= 1, "direct_rows left the conv to the flat tiles"
+    assert calls and calls[-1] >= 1, f"{name} left the conv to the flat tiles"
     assert re.search(r"fmuladd\.v(8|16)f32", res.llvm_ir)
-    monkeypatch.setitem(REWRITES, "direct_rows", lambda *a: 0)
+    monkeypatch.setitem(REWRITES, name, lambda *a: 0)
     _, flat = run()
     np.testing.assert_array_equal(rows, flat)
 

@@ -401,19 +401,28 @@ def depthwise_rows(module: "ir.Module", lanes: str, accs: str) -> int:
     (a cache-line split per 512-bit load). The block walks its input rows in
     order, so every pixel still sums its taps in (qy, qx) order. A zero fill of the accumulator just before is dropped
     (the block starts from zero). Returns the generics rewritten."""
-    n, lanes, accs = 0, int(lanes), int(accs)
-    for op in walk_ops(module, lambda o: o.name == "linalg.generic"
-                       and DW_PITCH_ATTR in o.attributes):
-        pitch = ir.IntegerAttr(op.attributes[DW_PITCH_ATTR]).value
+    n, lanes0, accs = 0, int(lanes), int(accs)
+    for op in walk_ops(module, lambda o: o.name == "linalg.generic" and (
+            DW_PITCH_ATTR in o.attributes
+            or DIRECT_ROWS_ATTR in o.attributes and _channel_wise(o))):
         plane, w, acc = op.operands[0], op.operands[1], op.operands[2]
         _, k, npix = ir.ShapedType(acc.type).shape
         kh, kw = ir.ShapedType(w.type).shape[2:]
-        if pitch % lanes or npix % pitch or not _channel_wise(op):
-            raise ValueError(f"depthwise_rows: {op.name} marked {DW_PITCH_ATTR}={pitch} with "
-                             f"{npix} pixels is not rows of whole {lanes}-lane vectors")
+        lanes = lanes0
+        if DW_PITCH_ATTR in op.attributes:
+            pitch = ir.IntegerAttr(op.attributes[DW_PITCH_ATTR]).value
+            if pitch % lanes or npix % pitch or not _channel_wise(op):
+                raise ValueError(f"depthwise_rows: {op.name} marked {DW_PITCH_ATTR}={pitch} "
+                                 f"with {npix} pixels is not rows of whole {lanes}-lane vectors")
+            nv, rows = pitch // lanes, npix // pitch
+        else:   # the first whole vectors of each row of Wq pixels (``direct_rows``)
+            pitch, rows, wo = list(ir.DenseI64ArrayAttr(op.attributes[DIRECT_ROWS_ATTR]))
+            lanes = _row_lanes(lanes, wo)
+            nv = -(-wo // lanes)
+            if nv * lanes > pitch or nv > 2 * DW_ROW_VECTORS:
+                continue
         tap = ir.AffineMapAttr(ir.ArrayAttr(op.attributes["indexing_maps"])[0]).value.results[2]
         a, b = (_coefficient(tap, d, 6) for d in (4, 5))
-        nv, rows = pitch // lanes, npix // pitch
         chunks = -(-nv // DW_ROW_VECTORS)
         sizes = [nv // chunks + (i < nv % chunks) for i in range(chunks)]
         r = min(rows, max(1, accs // sizes[0]))
@@ -473,6 +482,14 @@ def depthwise_rows(module: "ir.Module", lanes: str, accs: str) -> int:
     return n
 
 
+def _row_lanes(lanes: int, wo: int) -> int:
+    """The vector width for rows of ``wo`` pixels: ``lanes``, halved while
+    a vector would be half padding (AVX-512: 8x8 outputs in 8 lanes)."""
+    while lanes > 8 and -(-wo // lanes) * lanes - wo >= lanes // 2:
+        lanes //= 2
+    return lanes
+
+
 #: The most vectors of one output row a ``direct_rows`` tile holds.
 ROW_TILE_VECTORS = 4
 #: Rows of more column blocks than this are left to the flat tiles: their
@@ -503,11 +520,9 @@ def direct_rows(module: "ir.Module", lanes: str, accs: str, mr: str, regs: str) 
     rewritten."""
     n, lanes0, accs, mr0, regs = 0, int(lanes), int(accs), int(mr), int(regs)
     for op in walk_ops(module, lambda o: o.name == "linalg.generic"
-                       and DIRECT_ROWS_ATTR in o.attributes):
+                       and DIRECT_ROWS_ATTR in o.attributes and not _channel_wise(o)):
         wq, ho, wo = list(ir.DenseI64ArrayAttr(op.attributes[DIRECT_ROWS_ATTR]))
-        lanes = lanes0
-        while lanes > 8 and -(-wo // lanes) * lanes - wo >= lanes // 2:
-            lanes //= 2     # (a 16-lane vector of an 8-wide row: half of it wasted)
+        lanes = _row_lanes(lanes0, wo)
         nv = -(-wo // lanes)
         if nv * lanes > wq:
             continue
