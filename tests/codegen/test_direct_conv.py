@@ -163,12 +163,15 @@ def test_depthwise_rows_are_bit_identical_to_the_tiles(monkeypatch):
 @pytest.mark.parametrize("x,w,params", [
     ((2, 32, 8, 8), (64, 32, 3, 3), dict(clamp_min=0.0)),          # ResNet's 8x8: R > 1
     ((1, 5, 7, 16), (13, 5, 3, 3), {}),                 # a remainder of channels, a row tail
-    ((1, 4, 9, 24), (6, 4, 3, 3), dict(clamp_min=0.0, clamp_max=6.0)),   # column blocks
+    pytest.param((1, 4, 9, 24), (6, 4, 3, 3), dict(clamp_min=0.0, clamp_max=6.0),
+                 marks=pytest.mark.slow),   # column blocks
     ((2, 6, 16, 16), (8, 6, 3, 3), dict(stride=(2, 2))),     # stride 2: one per phase
-    ((1, 3, 10, 12), (7, 3, 3, 3), dict(dilation=(2, 2), padding=(2, 2))),
+    pytest.param((1, 3, 10, 12), (7, 3, 3, 3), dict(dilation=(2, 2), padding=(2, 2)),
+                 marks=pytest.mark.slow),
     # depthwise (``depthwise_rows``): EfficientNet's 5x5 at 14^2, a 7^2 plane
     ((2, 12, 14, 14), (12, 1, 5, 5), dict(groups=12, padding=(2, 2), silu=True)),
-    ((1, 6, 7, 7), (6, 1, 3, 3), dict(groups=6, clamp_min=0.0, clamp_max=6.0)),
+    pytest.param((1, 6, 7, 7), (6, 1, 3, 3), dict(groups=6, clamp_min=0.0, clamp_max=6.0),
+                 marks=pytest.mark.slow),
 ])
 def test_direct_rows_are_bit_identical_to_the_tiles(monkeypatch, target, x, w, params):
     """``direct_rows`` (and ``depthwise_rows`` on the same mark) computes
