@@ -228,6 +228,12 @@ DIRECT_CONV_ATTR = "fuelc.direct_conv"
 #: loaded once for the taps of every row of the block
 #: (``codegen.cpu.transforms.conv.depthwise_rows``).
 DW_PITCH_ATTR = "fuelc.dw_pitch"
+#: On a groups-1 ``DIRECT_CONV_ATTR`` generic: ``[Wq, Ho, Wo]``, its pixels'
+#: row pitch and the output rows and columns they hold (pixel ``oy*Wq + ox``
+#: is output pixel (oy, ox) for ox < Wo), so that a target may compute only
+#: the first columns of each row, a block of rows at a time
+#: (``codegen.cpu.transforms.conv.direct_rows``).
+DIRECT_ROWS_ATTR = "fuelc.direct_rows"
 #: Mark a matmul with an epilogue in one kernel (``lowering/fused_conv.py:
 #: _pointwise``): the contraction, a ``linalg.generic`` over (batch, m, n | k),
 #: and the element-wise generic over (batch, m, n) that consumes it (bias,

@@ -37,7 +37,9 @@ def _kernel_text(dtype=DType.F32, x=(2, 5, 9, 11), w=(13, 5, 3, 3), params=PARAM
     ("cpu:skylake-avx512", DType.F64, "8x16", "v16f64"),
 ])
 def test_direct_conv_strategy_and_fma_tiles(target, dtype, tile, vec):
-    text = _kernel_text(dtype)
+    # 13 columns of a 15-wide plane: no whole vectors of a row fit its pitch,
+    # so the flat tiles compute it (``direct_rows`` leaves it)
+    text = _kernel_text(dtype, x=(2, 5, 9, 13))
     assert DIRECT_CONV_ATTR in text
     elt = "f32" if dtype == DType.F32 else "f64"
     res = P.lower(text, ["kernel"], target=target)
@@ -94,7 +96,9 @@ def test_depthwise_kernel_is_a_channel_loop_of_fma_rows(target, dtype, vec):
     conv, tiled 1 x nr1: one broadcast weight times nr1 pixels per tap (the
     ``_axpy`` rewrite: no element-by-element contraction), its scratch planes
     allocated once, outside the loops."""
-    text = _kernel_text(dtype, x=(2, 5, 30, 31), w=(5, 1, 3, 3), params=dict(PARAMS, groups=5))
+    # 25 columns of a 27-wide plane: no row pitch, no whole vectors of a row
+    # within it, so the 1 x nr1 tiles compute it (``depthwise_rows`` leaves it)
+    text = _kernel_text(dtype, x=(2, 5, 30, 25), w=(5, 1, 3, 3), params=dict(PARAMS, groups=5))
     assert text.count(DIRECT_CONV_ATTR) == 1 and "scf.for" in text
     res = P.lower(text, ["kernel"], target=target, keep_ir=True)
     assert res.strategy.name.startswith("conv-direct-")
@@ -152,6 +156,60 @@ def test_depthwise_rows_are_bit_identical_to_the_tiles(monkeypatch):
     monkeypatch.setattr(fused_conv, "_dw_pitch", lambda wp: None)
     flat_text, flat = run()
     assert "fuelc.dw_pitch = 32" in text and "fuelc.dw_pitch" not in flat_text
+    np.testing.assert_array_equal(rows, flat)
+
+
+@pytest.mark.parametrize("target", ["cpu", "cpu:x86-64-v3"])
+@pytest.mark.parametrize("x,w,params", [
+    ((2, 32, 8, 8), (64, 32, 3, 3), dict(clamp_min=0.0)),          # ResNet's 8x8: R > 1
+    ((1, 5, 7, 16), (13, 5, 3, 3), {}),                 # a remainder of channels, a row tail
+    pytest.param((1, 4, 9, 24), (6, 4, 3, 3), dict(clamp_min=0.0, clamp_max=6.0),
+                 marks=pytest.mark.slow),   # column blocks
+    ((2, 6, 16, 16), (8, 6, 3, 3), dict(stride=(2, 2))),     # stride 2: one per phase
+    pytest.param((1, 3, 10, 12), (7, 3, 3, 3), dict(dilation=(2, 2), padding=(2, 2)),
+                 marks=pytest.mark.slow),
+    # depthwise (``depthwise_rows``): EfficientNet's 5x5 at 14^2, a 7^2 plane
+    ((2, 12, 14, 14), (12, 1, 5, 5), dict(groups=12, padding=(2, 2), silu=True)),
+    pytest.param((1, 6, 7, 7), (6, 1, 3, 3), dict(groups=6, clamp_min=0.0, clamp_max=6.0),
+                 marks=pytest.mark.slow),
+])
+def test_direct_rows_are_bit_identical_to_the_tiles(monkeypatch, target, x, w, params):
+    """``direct_rows`` (and ``depthwise_rows`` on the same mark) computes
+    only the first whole vectors of each output row, each pixel's taps in
+    the tiles' (c, qy, qx) order: the same bits as the flat ``mr x nr`` (1 x
+    nr1) tiles (the rewrite turned off), with the bias and epilogue of the
+    crop."""
+    from compiler.codegen.cpu.transforms import REWRITES
+    from compiler.codegen.family import DIRECT_ROWS_ATTR
+    from compiler.targets import parse_target
+    from runtime.memref import descriptor_from_array
+    rng = np.random.default_rng(7)
+    params = dict(PARAMS, **params)
+    args = [rng.standard_normal(s).astype(np.float32) for s in (x, w, (w[0],))]
+    text = _kernel_text(x=x, w=w, params=params)
+    assert DIRECT_ROWS_ATTR in text
+    tg = parse_target(target)
+
+    def run():
+        res = P.lower(text, ["kernel"], target=target)
+        fn = P.load_object(res.object, tg.features, str(tg)).ciface("kernel", 4)
+        ho = (x[2] + 2 * params["padding"][0] - params["dilation"][0] * (w[2] - 1) - 1) \
+            // params["stride"][0] + 1
+        wo = (x[3] + 2 * params["padding"][1] - params["dilation"][1] * (w[3] - 1) - 1) \
+            // params["stride"][1] + 1
+        out = np.zeros((x[0], w[0], ho, wo), np.float32)
+        fn(*[descriptor_from_array(a) for a in (*args, out)])
+        return res, out
+
+    calls = []
+    name = "depthwise_rows" if params["groups"] > 1 else "direct_rows"
+    real = REWRITES[name]
+    monkeypatch.setitem(REWRITES, name, lambda *a: calls.append(real(*a)) or calls[-1])
+    res, rows = run()
+    assert calls and calls[-1] >= 1, f"{name} left the conv to the flat tiles"
+    assert re.search(r"fmuladd\.v(8|16)f32", res.llvm_ir)
+    monkeypatch.setitem(REWRITES, name, lambda *a: 0)
+    _, flat = run()
     np.testing.assert_array_equal(rows, flat)
 
 

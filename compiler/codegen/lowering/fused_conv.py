@@ -634,7 +634,8 @@ def _planes(xi, w, bias, s, elt, geo, scratch, out, at, act=None, skip=None):
     plane co for output channel co, and its accumulator starts at zero: the
     crop adds the bias. The cpu strategy
     ``conv_strategy`` register-tiles each generic (``transforms/conv.py``)."""
-    from compiler.codegen.family import CROP_ATTR, DIRECT_CONV_ATTR, DW_PITCH_ATTR
+    from compiler.codegen.family import (CROP_ATTR, DIRECT_CONV_ATTR, DIRECT_ROWS_ATTR,
+                                         DW_PITCH_ATTR)
     g = geo
     cin, cout = rtt(xi).shape[1], rtt(w).shape[0]
     if g.depthwise:
@@ -675,6 +676,9 @@ def _planes(xi, w, bias, s, elt, geo, scratch, out, at, act=None, skip=None):
         if g.pitch:
             acc.owner.attributes[DW_PITCH_ATTR] = ir.IntegerAttr.get(
                 ir.IntegerType.get_signless(64), g.pitch)
+        elif g.sh == g.sw == 1 or not g.depthwise:
+            acc.owner.attributes[DIRECT_ROWS_ATTR] = ir.DenseI64ArrayAttr.get(
+                [g.wq, g.ho, g.wo])
     # the first Wo columns of each row (all of them when Wq = Wo), read
     # through the copy's map, not a view: the schedule hoists the
     # accumulator tiles only out of a buffer that no view aliases

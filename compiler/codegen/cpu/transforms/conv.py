@@ -33,7 +33,8 @@ pixels are rows of a pitch of whole vectors (``DW_PITCH_ATTR``) is computed by
 """
 from __future__ import annotations
 
-from compiler.codegen.family import CROP_ATTR, DIRECT_CONV_ATTR, DW_PITCH_ATTR  # marks
+from compiler.codegen.family import (CROP_ATTR, DIRECT_CONV_ATTR, DIRECT_ROWS_ATTR,  # marks
+                                     DW_PITCH_ATTR)
 from compiler.mlir import arith, ir, memref, scf, vector, walk_ops
 
 from .matmul import _ANY, _FOR, _LOWER_VECTORS, _match
@@ -59,7 +60,8 @@ def _apply(*patterns: str, handle: str = "%func") -> str:
     return f"    transform.apply_patterns to {handle} {{\n{body}    }} : {_ANY}\n"
 
 
-def conv_scripts(*, mr: int, nr: int, nr1: int, lanes: int, dw_accs: int) -> tuple[str, ...]:
+def conv_scripts(*, mr: int, nr: int, nr1: int, lanes: int, dw_accs: int,
+                 accs: int, regs: int) -> tuple[str, ...]:
     """The strategy steps of the direct convolution: transform scripts and
     ``py:`` rewrites, in order (see the module docstring)."""
     t = _ANY
@@ -83,7 +85,8 @@ def conv_scripts(*, mr: int, nr: int, nr1: int, lanes: int, dw_accs: int) -> tup
     %no_unroll = transform.param.constant #llvm.loop_annotation<unroll = #llvm.loop_unroll<disable = true>> -> !transform.any_param
     transform.annotate %kloops "loop_annotation" = %no_unroll : {t}, !transform.any_param
 """ + _TAIL
-    return ("py:prefetch_next_plane", f"py:depthwise_rows {lanes} {dw_accs}", tile,
+    return ("py:prefetch_next_plane", f"py:depthwise_rows {lanes} {dw_accs}",
+            f"py:direct_rows {lanes} {accs} {mr} {regs}", tile,
             "py:fold_unit_dims", vectorize,
             "py:single_reduction_contracts", lower)
 
@@ -398,19 +401,28 @@ def depthwise_rows(module: "ir.Module", lanes: str, accs: str) -> int:
     (a cache-line split per 512-bit load). The block walks its input rows in
     order, so every pixel still sums its taps in (qy, qx) order. A zero fill of the accumulator just before is dropped
     (the block starts from zero). Returns the generics rewritten."""
-    n, lanes, accs = 0, int(lanes), int(accs)
-    for op in walk_ops(module, lambda o: o.name == "linalg.generic"
-                       and DW_PITCH_ATTR in o.attributes):
-        pitch = ir.IntegerAttr(op.attributes[DW_PITCH_ATTR]).value
+    n, lanes0, accs = 0, int(lanes), int(accs)
+    for op in walk_ops(module, lambda o: o.name == "linalg.generic" and (
+            DW_PITCH_ATTR in o.attributes
+            or DIRECT_ROWS_ATTR in o.attributes and _channel_wise(o))):
         plane, w, acc = op.operands[0], op.operands[1], op.operands[2]
         _, k, npix = ir.ShapedType(acc.type).shape
         kh, kw = ir.ShapedType(w.type).shape[2:]
-        if pitch % lanes or npix % pitch or not _channel_wise(op):
-            raise ValueError(f"depthwise_rows: {op.name} marked {DW_PITCH_ATTR}={pitch} with "
-                             f"{npix} pixels is not rows of whole {lanes}-lane vectors")
+        lanes = lanes0
+        if DW_PITCH_ATTR in op.attributes:
+            pitch = ir.IntegerAttr(op.attributes[DW_PITCH_ATTR]).value
+            if pitch % lanes or npix % pitch or not _channel_wise(op):
+                raise ValueError(f"depthwise_rows: {op.name} marked {DW_PITCH_ATTR}={pitch} "
+                                 f"with {npix} pixels is not rows of whole {lanes}-lane vectors")
+            nv, rows = pitch // lanes, npix // pitch
+        else:   # the first whole vectors of each row of Wq pixels (``direct_rows``)
+            pitch, rows, wo = list(ir.DenseI64ArrayAttr(op.attributes[DIRECT_ROWS_ATTR]))
+            lanes = _row_lanes(lanes, wo)
+            nv = -(-wo // lanes)
+            if nv * lanes > pitch or nv > 2 * DW_ROW_VECTORS:
+                continue
         tap = ir.AffineMapAttr(ir.ArrayAttr(op.attributes["indexing_maps"])[0]).value.results[2]
         a, b = (_coefficient(tap, d, 6) for d in (4, 5))
-        nv, rows = pitch // lanes, npix // pitch
         chunks = -(-nv // DW_ROW_VECTORS)
         sizes = [nv // chunks + (i < nv % chunks) for i in range(chunks)]
         r = min(rows, max(1, accs // sizes[0]))
@@ -470,6 +482,149 @@ def depthwise_rows(module: "ir.Module", lanes: str, accs: str) -> int:
     return n
 
 
+def _row_lanes(lanes: int, wo: int) -> int:
+    """The vector width for rows of ``wo`` pixels: ``lanes``, halved while
+    a vector would be half padding (AVX-512: 8x8 outputs in 8 lanes)."""
+    while lanes > 8 and -(-wo // lanes) * lanes - wo >= lanes // 2:
+        lanes //= 2
+    return lanes
+
+
+#: The most vectors of one output row a ``direct_rows`` tile holds.
+ROW_TILE_VECTORS = 4
+#: Rows of more column blocks than this are left to the flat tiles: their
+#: padding columns are a small share (3x3 64->64 at 56^2: 2 of 58, no faster
+#: as rows), and each block is a copy of the tile's code (a conv1d's
+#: 800-column row: 50 blocks, 2 -> 20 s to compile).
+ROW_COLUMN_BLOCKS = 2
+
+
+def direct_rows(module: "ir.Module", lanes: str, accs: str, mr: str, regs: str) -> int:
+    """Each groups-1 direct-conv generic marked ``DIRECT_ROWS_ATTR`` ``[Wq,
+    Ho, Wo]`` (``acc[0, co, p] += plane[0, c, p + qy*A + qx*B] * w[co, c, qy,
+    qx]``, pixel p = oy*Wq + ox) as explicit vector code that computes only
+    the first ``V*lanes >= Wo`` columns of each output row (the flat tiles of
+    ``tile_direct_conv`` computed all Wq columns, the padding's too: 8x8
+    outputs of a 10-wide plane are 25% more FMAs). Register tiles of m output
+    channels x R rows x V vectors (``_row_tile``), the tile's accumulators
+    carried through an ``scf.for`` over the input channels whose body is
+    every tap, unrolled: per tap R*V plane loads, then per channel its
+    weight broadcast and its R*V FMAs. Each pixel sums its taps in (c, qy,
+    qx) order from the accumulator's value, as the tiled schedule does: the
+    same bits. A row of more vectors is cut into column blocks of at most
+    ``ROW_TILE_VECTORS`` (more than ``ROW_COLUMN_BLOCKS``: left to the flat
+    tiles); a 16-lane vector that would be half padding is
+    halved (AVX-512: 8x8 outputs in 8 lanes); where whole vectors would run
+    past the row pitch (Wo = 28 of a 30-wide plane in 8-lane vectors) the
+    generic is left to ``tile_direct_conv``. Returns the generics
+    rewritten."""
+    n, lanes0, accs, mr0, regs = 0, int(lanes), int(accs), int(mr), int(regs)
+    for op in walk_ops(module, lambda o: o.name == "linalg.generic"
+                       and DIRECT_ROWS_ATTR in o.attributes and not _channel_wise(o)):
+        wq, ho, wo = list(ir.DenseI64ArrayAttr(op.attributes[DIRECT_ROWS_ATTR]))
+        lanes = _row_lanes(lanes0, wo)
+        nv = -(-wo // lanes)
+        if nv * lanes > wq:
+            continue
+        plane, w, acc = op.operands[0], op.operands[1], op.operands[2]
+        cout, cin, kh, kw = ir.ShapedType(w.type).shape
+        tap = ir.AffineMapAttr(ir.ArrayAttr(op.attributes["indexing_maps"])[0]).value.results[2]
+        a, b = (_coefficient(tap, d, 6) for d in (4, 5))
+        elt = ir.ShapedType(acc.type).element_type
+        chunks = -(-nv // ROW_TILE_VECTORS)
+        vmax = min(-(-nv // chunks), max(1, accs // min(mr0, cout)))
+        cols = [(j, min(vmax, nv - j)) for j in range(0, nv, vmax)]   # (first vector, count)
+        if len(cols) > ROW_COLUMN_BLOCKS:
+            continue
+        # the channels of a tile: mr, or a divisor of Co (no remainder tile)
+        m0, _ = _row_tile(sorted({min(mr0, cout)} | {d for d in range(1, accs + 1)
+                                                     if cout % d == 0}), vmax, ho, kw, accs, regs)
+        with ir.InsertionPoint(op), op.location:
+            vt = ir.VectorType.get([lanes], elt)
+
+            def at(base, off):
+                return arith.addi(base, _const(off)) if off else base
+
+            def tile(co, m, row0, r, j0, v):
+                """The tile of channels co.. co+m, rows row0.. row0+r (row0 an
+                index: oy*Wq), vectors j0.. j0+v of each row."""
+                out = [(i, y, k) for i in range(m) for y in range(r) for k in range(v)]
+                pix = {(y, k): at(row0, y * wq + (j0 + k) * lanes)
+                       for y in range(r) for k in range(v)}
+                init = [vector.LoadOp(vt, acc, [_const(0), at(co, i), pix[y, k]]).result
+                        for i, y, k in out]
+                loop = scf.ForOp(_const(0), _const(cin), _const(1), init)
+                with ir.InsertionPoint(loop.body):
+                    c = loop.induction_variable
+                    sums = dict(zip(out, loop.inner_iter_args))
+                    for qy in range(kh):
+                        for qx in range(kw):
+                            # the plane's vectors, then per channel its weight
+                            # broadcast just before its FMAs (live: the
+                            # accumulators, R*V vectors and one weight)
+                            xs = {(y, k): vector.LoadOp(vt, plane, [
+                                _const(0), c, at(pix[y, k], qy * a + qx * b)]).result
+                                for y in range(r) for k in range(v)}
+                            for i in range(m):
+                                wv = vector.BroadcastOp(vt, memref.LoadOp(
+                                    w, [at(co, i), c, _const(qy), _const(qx)]).result).result
+                                for (y, k), x in xs.items():
+                                    sums[i, y, k] = vector.FMAOp(x, wv, sums[i, y, k]).result
+                    scf.YieldOp([sums[t] for t in out])
+                for t, s in zip(out, loop.results):
+                    vector.StoreOp(s, acc, [_const(0), at(co, t[0]), pix[t[1], t[2]]])
+
+            def channel_block(co, m):
+                for j0, v in cols:
+                    _, r = _row_tile([m], v, ho, kw, accs, regs)
+                    full, tail = divmod(ho, r)
+                    if full > 1:
+                        rows = scf.ForOp(_const(0), _const(full * r * wq), _const(r * wq))
+                        with ir.InsertionPoint(rows.body):
+                            tile(co, m, rows.induction_variable, r, j0, v)
+                            scf.YieldOp([])
+                    elif full:
+                        tile(co, m, _const(0), r, j0, v)
+                    if tail:
+                        tile(co, m, _const(full * r * wq), tail, j0, v)
+
+            whole, rest = divmod(cout, m0)
+            blocks = scf.ForOp(_const(0), _const(whole * m0), _const(m0))
+            with ir.InsertionPoint(blocks.body):
+                channel_block(blocks.induction_variable, m0)
+                scf.YieldOp([])
+            if rest:
+                channel_block(_const(whole * m0), rest)
+        op.erase()
+        n += 1
+    return n
+
+
+#: Independent accumulators a tile wants at least (two FMA pipes x 4 cycles
+#: of latency), before it is judged by its loads per FMA (``_row_tile``).
+MIN_ACCS = 8
+
+
+def _row_tile(ms, v: int, ho: int, kw: int, accs: int, regs: int) -> tuple[int, int]:
+    """(m, R) of a ``direct_rows`` tile of V vectors per row, m taken from
+    ``ms``: at most ``accs`` accumulators m*R*V whose live registers fit in
+    ``regs`` (a plane vector of row y+1 is the one of row y a tap row later,
+    and LLVM keeps such a load for its second use: (R-1)*V*Kw of them, plus
+    the tap's V loads and a weight), at least ``MIN_ACCS`` where any tile
+    has that many, then the fewest loads (R*V plane vectors, m broadcasts)
+    per FMA."""
+    best = None
+    for m in ms:
+        for r in range(1, ho + 1):
+            n = m * r * v
+            if n > accs or n + (r - 1) * v * kw + v + 1 > regs:
+                break
+            key = (min(n, MIN_ACCS), -(r * v + m) / n)
+            if best is None or key > best[0]:
+                best = (key, m, r)
+    return (best[1], best[2]) if best else (min(ms), 1)
+
+
 def _coefficient(e, d: int, nd: int) -> int:
     """The coefficient of dim ``d`` in the affine expression ``e`` of ``nd``
     dims, linear in it."""
@@ -511,4 +666,5 @@ def _uses(op, value) -> bool:
 #: The ``py:`` steps a strategy's transform may name.
 REWRITES = {"tile_direct_conv": tile_direct_conv, "fold_unit_dims": fold_unit_dims,
             "single_reduction_contracts": single_reduction_contracts,
-            "prefetch_next_plane": prefetch_next_plane, "depthwise_rows": depthwise_rows}
+            "prefetch_next_plane": prefetch_next_plane, "depthwise_rows": depthwise_rows,
+            "direct_rows": direct_rows}
