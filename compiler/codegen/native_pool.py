@@ -29,6 +29,7 @@ import atexit
 import ctypes
 import os
 import threading
+import warnings
 from typing import Sequence
 
 #: The most pointer arguments a posted call may take.
@@ -258,9 +259,28 @@ def _quiesce() -> None:
 atexit.register(_quiesce)
 
 
+class NativePoolWarning(UserWarning):
+    """The native pool could not be built: split calls run their tiles
+    through the Python pool (``compiler.codegen.parallel``), whose thread
+    wake-ups cost far more per call. Issued once per process."""
+
+
+_warned = False
+
+
+def _warn_unavailable(error: Exception) -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        warnings.warn(f"fuelc: the native thread pool cannot be built here ({error}); "
+                      "multi-threaded kernels run through the Python thread pool, which is "
+                      "much slower per call (set FUELC_NUM_THREADS=1 to avoid it)",
+                      NativePoolWarning, stacklevel=3)
+
+
 def pool(workers: int) -> NativePool | None:
     """The process's native pool with at least ``workers`` workers (None
-    where it cannot be built: not x86-64)."""
+    where it cannot be built: not x86-64; ``NativePoolWarning`` once)."""
     global _pool
     p = _pool
     if p is not None and len(p.workers) >= workers and p.pid == os.getpid():
@@ -271,9 +291,10 @@ def pool(workers: int) -> NativePool | None:
             try:
                 p = _pool = NativePool(workers)
                 _keep.append(p._native)
-            except RuntimeError:  # no x86 JIT here: the Python pool is used instead
+            except RuntimeError as e:  # no x86 JIT here: the Python pool is used instead
+                _warn_unavailable(e)
                 return None
     return p
 
 
-__all__ = ["NativePool", "pool", "MAX_ARGS", "SPIN_CYCLES", "SPIN_PURE_CYCLES"]
+__all__ = ["NativePool", "NativePoolWarning", "pool", "MAX_ARGS", "SPIN_CYCLES", "SPIN_PURE_CYCLES"]

@@ -4,6 +4,7 @@ import ctypes
 import os
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -207,6 +208,23 @@ def test_a_worker_that_yields_while_it_polls_still_takes_each_task(rng, monkeypa
         assert pool.run(lambda: time.sleep(0.0002 * (i % 3)),
                         [(fn, [ctypes.addressof(d) for d in ds])])
         np.testing.assert_array_equal(out, 2 * a)
+
+
+def test_a_native_pool_that_cannot_be_built_is_a_warning_once(monkeypatch):
+    """Without the native pool (no x86 JIT) split calls run through the
+    Python pool, far slower per call: never silently."""
+    from compiler.codegen import native_pool
+
+    def unbuildable(workers):
+        raise RuntimeError("no JIT for this host")
+    monkeypatch.setattr(native_pool, "NativePool", unbuildable)
+    monkeypatch.setattr(native_pool, "_pool", None)
+    monkeypatch.setattr(native_pool, "_warned", False)
+    with pytest.warns(native_pool.NativePoolWarning, match="no JIT for this host.*Python thread pool"):
+        assert native_pool.pool(1) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert native_pool.pool(1) is None  # once per process
 
 
 def test_thread_count_settings_and_errors(threads):

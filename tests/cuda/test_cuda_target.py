@@ -89,6 +89,7 @@ def _assert_ptx(m, arch):
     assert ".extern .func" not in ptx  # libdevice linked, nothing left undefined
 
 
+@pytest.mark.slow  # a sweep over every primitive: once per CI run, in the slow lane
 def test_every_primitive_compiles_to_ptx_and_cubin():
     """Every f32 primitive the cuda table claims compiles (no device) to PTX
     with all its entries; where ptxas is present each program carries a
