@@ -357,10 +357,12 @@ class FusedFamily(KernelFamily):
                 layouts[0], layouts[n_inputs] = _rows_2d(layouts[0]), _rows_2d(layouts[n_inputs])
         inst = instance_from_params(spec.name, params, dtypes, layouts, n_inputs)
         if spec.name == "FusedLinear" and params.b_panel:
-            # the packed-B kernel: one for calls of few rows, one for the others
+            # the packed-B kernel: one for calls of few rows, one for a few
+            # dozen (another register tile on AVX2), one for the others
             unit = unit_stride_args(layouts)
             inst = dataclasses.replace(inst, unit_stride=unit,
-                                       few_rows=few_rows(layouts[0].shape, unit, n_inputs))
+                                       few_rows=few_rows(layouts[0].shape, unit, n_inputs),
+                                       unpacked=unpacked_rows(layouts[0].shape, unit, n_inputs))
         elif spec.name == "FusedLinear":  # as MatMul: a kernel for unit-stride rows
             unit = unit_stride_args(layouts)
             inst = dataclasses.replace(inst, unit_stride=unit,
