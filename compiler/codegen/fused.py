@@ -370,10 +370,13 @@ class FusedFamily(KernelFamily):
         # (``strategy.packed_epilogue_strategy``): no row classes
         classes = spec.name == "FusedLinear" and not (params.gelu or params.gelu_tanh)
         if spec.name == "FusedLinear" and params.b_panel:
-            # the packed-B kernel: one for calls of few rows, one for the others
+            # the packed-B kernel: one for calls of few rows, one for a few
+            # dozen (another register tile on AVX2), one for the others
             unit = unit_stride_args(layouts)
-            inst = dataclasses.replace(inst, unit_stride=unit, few_rows=classes and few_rows(
-                layouts[0].shape, unit, n_inputs))
+            inst = dataclasses.replace(
+                inst, unit_stride=unit,
+                few_rows=classes and few_rows(layouts[0].shape, unit, n_inputs),
+                unpacked=classes and unpacked_rows(layouts[0].shape, unit, n_inputs))
         elif spec.name == "FusedLinear":  # as MatMul: a kernel for unit-stride rows
             unit = unit_stride_args(layouts)
             inst = dataclasses.replace(

@@ -110,3 +110,29 @@ def test_kernel_params_refuse_a_batched_or_ragged_packed_rhs():
         P.Matmul((), (), 5, 60, 37, b_panel=16)
     assert P.OpParams.from_dict(P.Matmul((), (), 5, 64, 37).to_dict() | {}) == \
         P.Matmul((), (), 5, 64, 37)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("rows", [1, 8, 37])
+def test_columns_padded_to_whole_panels(target, rows, rng):
+    # N = 200 is no multiple of the panel (AVX2 16, AVX-512 32): the weight
+    # (transposed, as ONNX Gemm's transB reads it) and the bias are padded
+    # to whole panels once at compile time, the kernel's first 200 columns
+    # are the result: the same bits as the unpacked kernel, and no Pad step
+    # left in the plan
+    w = rng.standard_normal((200, 48)).astype(np.float32)
+    bias = rng.standard_normal(200).astype(np.float32)
+    x = rng.standard_normal((rows, 48)).astype(np.float32)
+    g = Graph()
+    xi = g.input("x", (rows, 48), "f32")
+    wt = g.add_node("Transpose", [g.constant(w, name="w")])
+    g.output(fused("FusedLinear", xi, wt, g.constant(bias, name="b")), name="y")
+    g.output(xi @ wt, name="z")
+    m = compile(g, target)
+    assert m.kernel_summary() == ["FusedLinear[f32,f32,f32,f32] (mlir-cpu-fused) [B packed]"] * 2
+    got = m(x=x)
+    plain = compile(g, target, pipeline="no-prepack")(x=x)
+    for name, want in (("y", x.astype(np.float64) @ w.T + bias), ("z", x.astype(np.float64) @ w.T)):
+        assert got[name].shape == (rows, 200)
+        np.testing.assert_array_equal(got[name], plain[name])
+        np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-5)

@@ -9,7 +9,8 @@
 // fuel-prepack-weights gives a FusedLinear whose b is a constant weight the
 // panels the target's kernel reads: b_panel = nr (AVX2 16, AVX-512 32 f32
 // columns) and b = Contiguize(Permute(Reshape(w, [K, N/nr, nr]), [1, 0, 2])),
-// which the plan folds into a constant (N >= 64). A table whose FusedLinear kernel
+// which the plan folds into a constant (N >= 64; N not a multiple of nr padded:
+// @padded). A table whose FusedLinear kernel
 // reads no packed B (here one without generated kernels) leaves it.
 
 // A constant [64, 96] weight, rows ? (a run-time batch).
@@ -93,17 +94,58 @@ func.func @conv_few_pixels(%cols: tensor<1x4x72xf32>) -> tensor<1x4x64xf32> {
 
 // -----
 
+// N not a multiple of the panel (an ImageNet classifier's 1000 columns, the
+// [1000, K] weight transposed as ONNX's Gemm transB=1 reads it): the weight and
+// the constant bias are padded with zero columns to whole panels (AVX2 1008,
+// AVX-512 1024), and the first 1000 columns of the product are a Slice view.
+// CHECK-LABEL: func.func @padded
+// CHECK:         %[[WT:.*]] = "fuel.transpose"
+// CHECK:         %[[B:.*]] = "fuel.const"() {dtype = "f32", name = "b"
+// CHECK-NEXT:    %[[WP:.*]] = "fuel.pad"(%[[WT]]) {mode = "constant", padding = [0, 0, 0, 8], value = 0.000000e+00 : f64} : (tensor<64x1000xf32>) -> tensor<64x1008xf32>
+// CHECK-NEXT:    %[[R:.*]] = "fuel.reshape"(%[[WP]]) {shape = [64, 63, 16]}
+// CHECK-NEXT:    %[[P:.*]] = "fuel.permute"(%[[R]]) {perm = [1, 0, 2]}
+// CHECK-NEXT:    %[[C:.*]] = "fuel.contiguize"(%[[P]])
+// CHECK-NEXT:    %[[BP:.*]] = "fuel.pad"(%[[B]]) {mode = "constant", padding = [0, 8], value = 0.000000e+00 : f64} : (tensor<1000xf32>) -> tensor<1008xf32>
+// CHECK-NEXT:    %[[L:.*]] = "fuel.fused_linear"(%arg0, %[[C]], %[[BP]]) {b_panel = 16 : i64} : (tensor<?x64xf32>, tensor<63x64x16xf32>, tensor<1008xf32>) -> tensor<?x1008xf32>
+// CHECK-NEXT:    %[[S:.*]] = "fuel.slice"(%[[L]]) {dim = 1 : i64, len = 1000 : i64, start = 0 : i64} : (tensor<?x1008xf32>) -> tensor<?x1000xf32>
+// V4-LABEL:    func.func @padded
+// V4:            "fuel.pad"(%{{.*}}) {mode = "constant", padding = [0, 0, 0, 24], value = 0.000000e+00 : f64} : (tensor<64x1000xf32>) -> tensor<64x1024xf32>
+// V4:            "fuel.fused_linear"(%arg0, %{{.*}}, %{{.*}}) {b_panel = 32 : i64} : (tensor<?x64xf32>, tensor<32x64x32xf32>, tensor<1024xf32>) -> tensor<?x1024xf32>
+// V4-NEXT:       "fuel.slice"(%{{.*}}) {dim = 1 : i64, len = 1000 : i64, start = 0 : i64} : (tensor<?x1024xf32>) -> tensor<?x1000xf32>
+// A MatMul's zero bias is made padded.
+// CHECK:         "fuel.const"() {dtype = "f32", name = "fuelc.zero_bias.1008", shape = [1008], value = dense<0.000000e+00> : tensor<1008xf32>}
+// CHECK-NEXT:    "fuel.fused_linear"({{.*}}) {b_panel = 16 : i64} : (tensor<?x64xf32>, tensor<63x64x16xf32>, tensor<1008xf32>) -> tensor<?x1008xf32>
+// CHECK-NEXT:    %[[S2:.*]] = "fuel.slice"
+// CHECK-NEXT:    return %[[S]], %[[S2]]
+// NOKERNEL-LABEL: func.func @padded
+// NOKERNEL-NOT:  fuel.pad
+// NOKERNEL:      return
+func.func @padded(%x: tensor<?x64xf32>) -> (tensor<?x1000xf32>, tensor<?x1000xf32>) {
+  %w = "fuel.const"() {dtype = "f32", name = "w", shape = [1000, 64]} : () -> tensor<1000x64xf32>
+  %wt = "fuel.transpose"(%w) : (tensor<1000x64xf32>) -> tensor<64x1000xf32>
+  %b = "fuel.const"() {dtype = "f32", name = "b", shape = [1000]} : () -> tensor<1000xf32>
+  %0 = "fuel.fused_linear"(%x, %wt, %b) : (tensor<?x64xf32>, tensor<64x1000xf32>, tensor<1000xf32>) -> tensor<?x1000xf32>
+  %1 = "fuel.mat_mul"(%x, %wt) : (tensor<?x64xf32>, tensor<64x1000xf32>) -> tensor<?x1000xf32>
+  return %0, %1 : tensor<?x1000xf32>, tensor<?x1000xf32>
+}
+
+// -----
+
 // Left as they are: a weight that is an input (not a constant), N not a
-// multiple of the panel, fewer than 64 columns (on every target), f16 (the packed kernel takes f32
+// multiple of the panel where padding would add more than N/8 columns (66
+// columns: 14 more on AVX2, 30 on AVX-512) or the bias is not a constant,
+// fewer than 64 columns (on every target), f16 (the packed kernel takes f32
 // and f64), a batched weight.
 // CHECK-LABEL: func.func @kept
 // CHECK-NOT:     b_panel
 // CHECK-NOT:     fuel.permute
+// CHECK-NOT:     fuel.pad
 // CHECK:         return
 // V4-LABEL:    func.func @kept
 // V4-NOT:        b_panel
+// V4-NOT:        fuel.pad
 // V4:            return
-func.func @kept(%x: tensor<8x64xf32>, %win: tensor<64x96xf32>, %xh: tensor<8x64xf16>, %xb: tensor<2x8x64xf32>) -> (tensor<8x96xf32>, tensor<8x40xf32>, tensor<8x16xf32>, tensor<8x96xf16>, tensor<2x8x96xf32>) {
+func.func @kept(%x: tensor<8x64xf32>, %win: tensor<64x96xf32>, %xh: tensor<8x64xf16>, %xb: tensor<2x8x64xf32>, %bin: tensor<1000xf32>) -> (tensor<8x96xf32>, tensor<8x40xf32>, tensor<8x16xf32>, tensor<8x96xf16>, tensor<2x8x96xf32>, tensor<8x66xf32>, tensor<8x1000xf32>) {
   %b = "fuel.const"() {dtype = "f32", name = "b", shape = [96]} : () -> tensor<96xf32>
   %0 = "fuel.fused_linear"(%x, %win, %b) : (tensor<8x64xf32>, tensor<64x96xf32>, tensor<96xf32>) -> tensor<8x96xf32>
   %w40 = "fuel.const"() {dtype = "f32", name = "w40", shape = [64, 40]} : () -> tensor<64x40xf32>
@@ -117,5 +159,10 @@ func.func @kept(%x: tensor<8x64xf32>, %win: tensor<64x96xf32>, %xh: tensor<8x64x
   %3 = "fuel.fused_linear"(%xh, %wh, %bh) : (tensor<8x64xf16>, tensor<64x96xf16>, tensor<96xf16>) -> tensor<8x96xf16>
   %wb = "fuel.const"() {dtype = "f32", name = "wb", shape = [2, 64, 96]} : () -> tensor<2x64x96xf32>
   %4 = "fuel.fused_linear"(%xb, %wb, %b) : (tensor<2x8x64xf32>, tensor<2x64x96xf32>, tensor<96xf32>) -> tensor<2x8x96xf32>
-  return %0, %1, %2, %3, %4 : tensor<8x96xf32>, tensor<8x40xf32>, tensor<8x16xf32>, tensor<8x96xf16>, tensor<2x8x96xf32>
+  %w66 = "fuel.const"() {dtype = "f32", name = "w66", shape = [64, 66]} : () -> tensor<64x66xf32>
+  %b66 = "fuel.const"() {dtype = "f32", name = "b66", shape = [66]} : () -> tensor<66xf32>
+  %5 = "fuel.fused_linear"(%x, %w66, %b66) : (tensor<8x64xf32>, tensor<64x66xf32>, tensor<66xf32>) -> tensor<8x66xf32>
+  %w1k = "fuel.const"() {dtype = "f32", name = "w1k", shape = [64, 1000]} : () -> tensor<64x1000xf32>
+  %6 = "fuel.fused_linear"(%x, %w1k, %bin) : (tensor<8x64xf32>, tensor<64x1000xf32>, tensor<1000xf32>) -> tensor<8x1000xf32>
+  return %0, %1, %2, %3, %4, %5, %6 : tensor<8x96xf32>, tensor<8x40xf32>, tensor<8x16xf32>, tensor<8x96xf16>, tensor<2x8x96xf32>, tensor<8x66xf32>, tensor<8x1000xf32>
 }

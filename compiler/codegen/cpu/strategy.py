@@ -401,14 +401,37 @@ def stem_strategy(element_type: str, isa: str = "avx2") -> Strategy:
 _register_per_element_type(STEM, stem_strategy)
 #: The feature of a module holding a FusedLinear over a pre-packed B (``family.PACKED_B_ATTR``).
 PACKED_B = "fuelc.packed_b"
+#: The feature of a matmul entry whose calls have a few dozen rows (``family.UNPACKED_ATTR``).
+UNPACKED = "fuelc.unpacked"
 
 
-def packed_strategy(element_type: str, isa: str = "avx2") -> Strategy:
+#: ``packed_strategy``'s tiles for calls of more than ``family.FEW_ROWS`` and
+#: at most ``family.UNPACKED_ROWS`` rows (entries marked ``fuelc.unpacked``),
+#: where they differ from ``_MATMUL_TILES``. AVX2 f32: a 4 x 16 register tile
+#: (8 accumulators, as the packed epilogue's) instead of 6 x 16, so 8 or 32
+#: rows are whole tiles, not 6-row tiles and a 2-row remainder of 4
+#: accumulators (too few to cover the FMA latency). One znver4 thread, B
+#: packed, min of 210 calls, 3 A/B rounds: [8,320]x[320,1008] 0.070-0.087 ->
+#: 0.061-0.065 ms, [8,768]x[768,3072] 0.46-0.51 -> 0.41-0.43, [32,768]x
+#: [768,3072] 1.63-2.23 -> 1.57-1.78; at 128 rows even (6.5-7.0 ms), at 512
+#: 2-4% slower, so larger calls keep 6 x 16. kc = 1024 (f32): with so few
+#: rows the block of A is small, and one K block reads each panel once, in
+#: order, and loads and stores each C tile once (2 A/B rounds, AVX2 / AVX-512:
+#: [8,768]x[768,3072] 0.415-0.429 -> 0.378-0.381 / 0.344 -> 0.338-0.340 ms,
+#: [32,768]x[768,3072] 1.78-2.21 -> 1.52-1.58 / 1.370 -> 1.324-1.334; AVX2
+#: [8,320]x[320,1000] with caches flushed 0.209-0.218 -> 0.130-0.177).
+_PACKED_DOZEN = {("f32", "avx2"): dict(mr=4, kc=1024), ("f32", "avx512"): dict(kc=1024)}
+
+
+def packed_strategy(element_type: str, isa: str = "avx2", dozen: bool = False) -> Strategy:
     """A FusedLinear whose B was packed at compile time into panels of the
     matmul's ``nr`` columns (``transforms.matmul.packed_script``): the
-    matmul's register tiles over contiguous panels, nothing packed per call."""
+    matmul's register tiles over contiguous panels, nothing packed per call.
+    ``dozen``: for calls of a few dozen rows (``_PACKED_DOZEN``)."""
     from compiler.codegen.cpu.transforms.matmul import packed_script
-    tiles = _MATMUL_TILES[element_type, isa]
+    tiles = dict(_MATMUL_TILES[element_type, isa])
+    if dozen:
+        tiles.update(_PACKED_DOZEN.get((element_type, isa), {}))
     return Strategy(
         name=f"matmul-packed-b-{element_type}-{tiles['mr']}x{tiles['nr']}",
         transform=packed_script(**tiles), lowering=VECTOR_LOWERING,
@@ -434,14 +457,14 @@ def packed_panel(element_type: str, isa: str) -> int:
 
 
 _register_per_element_type((PACKED_B, FEW_ROWS), packed_rows_strategy)
+_register_per_element_type((PACKED_B, UNPACKED),
+                           lambda elt, isa: packed_strategy(elt, isa, dozen=True))
 _register_per_element_type(PACKED_B, packed_strategy)
 _register_per_element_type(DIRECT_CONV, conv_strategy)
 for _op in _MATMUL_OPS:
     for _elt in ("f32", "f64"):
         _v = {isa: rows_strategy(_op, _elt, isa) for isa in ("avx512", "avx2")}
         register_strategy(_rows_rule(_op, _elt), {**_v, "": _v["avx2"]})
-#: The feature of a matmul entry whose calls have a few dozen rows (``family.UNPACKED_ATTR``).
-UNPACKED = "fuelc.unpacked"
 for _op in _MATMUL_OPS:
     for _elt in ("f32", "f64"):
         _v = {isa: matmul_strategy(_op, _elt, isa, pack=False) for isa in ("avx512", "avx2")}
