@@ -1249,6 +1249,7 @@ def test_dft_refuses_the_complex_axis():
     assert "DFT node 'dft_last'" in str(e.value) and "real/imaginary axis" in str(e.value)
 
 
+@pytest.mark.slow  # 18 variants compiled, 10-28 s (by default the ONNX node tests compile two)
 def test_grid_sample_compiles_and_matches_onnxruntime():
     """GridSample (opset 20): nearest, linear and cubic with zeros, border and
     reflection padding, align_corners both ways, grid points well outside.
