@@ -44,7 +44,8 @@ def test_unpack_inverts_the_panel_layout(rng):
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("dtype,a_shape", [("float32", (13, 37)), ("float64", (2, 9, 37)),
-                                           ("float32", (3, 37))])
+                                           ("float32", (3, 37)), ("float64", (4, 37)),
+                                           ("float32", (2, 2, 37))])
 def test_kernel_matches_the_reference_interpreter(target, dtype, a_shape, rng):
     nr = 16 if dtype == "float32" else 8
     w = rng.standard_normal((37, 5 * nr)).astype(dtype)
@@ -113,7 +114,7 @@ def test_kernel_params_refuse_a_batched_or_ragged_packed_rhs():
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("rows", [1, 8, 37])
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 8, 37])
 def test_columns_padded_to_whole_panels(target, rows, rng):
     # N = 200 is no multiple of the panel (AVX2 16, AVX-512 32): the weight
     # (transposed, as ONNX Gemm's transB reads it) and the bias are padded

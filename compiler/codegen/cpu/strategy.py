@@ -447,8 +447,9 @@ def packed_rows_strategy(element_type: str, isa: str = "avx2") -> Strategy:
     return Strategy(
         name=f"matmul-packed-b-rows-{element_type}-4x{tiles['nr']}",
         transform=packed_rows_script(), lowering=VECTOR_LOWERING,
-        doc="a matmul of few rows over B packed at compile time: 4 panels x 1 row x nr "
-            "FMA tiles (the panels unrolled), loops panel block, row, K")
+        doc="a matmul of few rows over B packed at compile time: blocks of 4, 3 and 2 "
+            "rows as rows x nr FMA tiles (B read once per block), a single row as 4 "
+            "panels x 1 row x nr tiles (the panels unrolled)")
 
 
 def packed_panel(element_type: str, isa: str) -> int:

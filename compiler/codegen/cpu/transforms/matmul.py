@@ -308,16 +308,43 @@ def packed_script(*, mr: int, nr: int, kc: int, mc: int) -> tuple[str, ...]:
     return _packed_steps(body)
 
 
-def packed_rows_script(*, panels: int = 4) -> tuple[str, ...]:
-    """``packed_script`` for calls of few rows (``family.FEW_ROWS``): with
-    fewer rows than ``mr`` every tile would be one row of one panel, a chain
-    of dependent FMAs as long as K. Instead the loops are blocks of
-    ``panels`` panels (peeled), rows, K, and the panels of the block,
+#: The row blocks of ``packed_rows_script``, largest first: each whole block
+#: reads the packed B once.
+PACKED_ROW_BLOCKS = (4, 3, 2)
+
+
+def packed_rows_script(*, panels: int = 4, blocks: tuple[int, ...] = PACKED_ROW_BLOCKS) -> tuple[str, ...]:
+    """``packed_script`` for calls of few rows (``family.FEW_ROWS``). The
+    rows are cut into blocks of each size in ``blocks`` (largest first, each
+    loop peeled; the first block's mins simplified to its size): a whole
+    block of b rows runs as ``b x nr x 1`` register tiles in loops block,
+    panel, K, so the packed B is read once per block, not once per row (as
+    ``packed_script``'s ``mr x nr`` tiles). A row left alone would be one
+    chain of dependent FMAs as long as K per panel; instead its loops are
+    blocks of ``panels`` panels (peeled), K, and the panels of the block,
     unrolled: ``panels`` independent ``1 x nr`` accumulators per step of K
     (the partial last block: panel by panel)."""
     t = _ANY
     match = _match
-    body = f"""      %t0, %lP, %lM = transform.structured.tile_using_for %m tile_sizes [{panels}, 1, 0, 0] : ({t}) -> ({t}, {t}, {t})
+    body, rest = "", "%m"
+    for i, b in enumerate(blocks):
+        n = f"%b{b}"
+        src = rest if not i else f"{n}o"
+        if i:
+            body += f"      {n}o = {match('linalg.generic', rest)}\n"
+        # inside the first block's remainder the next block's extent is a min
+        # of its size and the rows left: simplified to its size (as _row_tiles)
+        mins = "" if i != 1 else (f"      {n}Mins = {match('affine.min', f'{n}Main')}\n"
+                                  f"      transform.affine.simplify_min_max_affine_ops {n}Mins : {t}\n")
+        body += f"""      {n}t, {n}l = transform.structured.tile_using_for {src} tile_sizes [0, {b}, 0, 0] : ({t}) -> ({t}, {t})
+      {n}f = transform.cast {n}l : {t} to {_FOR}
+      {n}Main, {n}Rem = transform.loop.peel {n}f : ({_FOR}) -> ({t}, {t})
+{mins}      {n}m = {match("linalg.generic", f"{n}Main")}
+      {n}v, {n}lp, {n}lk = transform.structured.tile_using_for {n}m tile_sizes [1, 0, 0, 1] : ({t}) -> ({t}, {t}, {t})
+"""
+        rest = f"{n}Rem"
+    body += f"""      %mmL = {match("linalg.generic", rest)}
+      %t0, %lP, %lM = transform.structured.tile_using_for %mmL tile_sizes [{panels}, 1, 0, 0] : ({t}) -> ({t}, {t}, {t})
       %lPf = transform.cast %lP : {t} to {_FOR}
       %mainP, %remP = transform.loop.peel %lPf : ({_FOR}) -> ({t}, {t})
       %mmP = {match("linalg.generic", "%mainP")}
