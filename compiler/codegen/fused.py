@@ -366,18 +366,12 @@ class FusedFamily(KernelFamily):
             if params.b_panel:  # packed b: a's batch axes fold into M
                 layouts[0], layouts[n_inputs] = _rows_2d(layouts[0]), _rows_2d(layouts[n_inputs])
         inst = instance_from_params(spec.name, params, dtypes, layouts, n_inputs)
-        # the GELU epilogue kernel has one schedule for every row count
-        # (``strategy.packed_epilogue_strategy``): no row classes
-        classes = spec.name == "FusedLinear" and not (params.gelu or params.gelu_tanh)
-        if spec.name == "FusedLinear" and params.b_panel:
-            # the packed-B kernel: one for calls of few rows, one for a few
-            # dozen (another register tile on AVX2), one for the others
-            unit = unit_stride_args(layouts)
-            inst = dataclasses.replace(
-                inst, unit_stride=unit,
-                few_rows=classes and few_rows(layouts[0].shape, unit, n_inputs),
-                unpacked=classes and unpacked_rows(layouts[0].shape, unit, n_inputs))
-        elif spec.name == "FusedLinear":  # as MatMul: a kernel for unit-stride rows
+        if spec.name == "FusedLinear":
+            # as MatMul: a kernel for unit-stride rows, one for calls of few
+            # rows, one for a few dozen (packed B: another register tile on
+            # AVX2), one for the others; the GELU epilogue kernel has one
+            # schedule for every row count (``strategy.packed_epilogue_strategy``)
+            classes = not (params.gelu or params.gelu_tanh)
             unit = unit_stride_args(layouts)
             inst = dataclasses.replace(
                 inst, unit_stride=unit,

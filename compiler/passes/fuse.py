@@ -68,6 +68,8 @@ from compiler.passes import ModulePass, register_pass
 from compiler.passes import _fuel
 from compiler.passes._target import target_of_pass
 from compiler.passes.diagnostics import emit_error, emit_remark
+# the views of a constant that move with it: those fuel-prepack-weights reads through
+from compiler.passes.prepack import _VIEWS as _CONST_VIEWS, _panel
 
 class _State:
     __slots__ = ("binds", "memo", "matched", "scalars")
@@ -739,10 +741,6 @@ def fold_linear_epilogues(module, table, backends) -> int:
     return folded
 
 
-#: Views of a constant that may move with it (as ``fuel-prepack-weights``
-#: reads through them).
-_CONST_VIEWS = ("reshape", "transpose", "permute", "contiguize")
-
 
 def _constant_chain(value) -> Optional[list]:
     """The ops computing ``value`` from one ``fuel.const`` through views
@@ -804,7 +802,6 @@ def merge_sibling_linears(module, table, backends) -> int:
     bits). The weights' constants (and their views) move above the first
     product. Returns how many products were merged away."""
     from compiler.dialect import lookup, params_to_attributes
-    from compiler.passes.prepack import _panel
     entry = _fuel.registry()["FusedLinear"]
     groups: dict = {}
     for op in _fuel.fuel_ops(module):
@@ -818,7 +815,7 @@ def merge_sibling_linears(module, table, backends) -> int:
         ta = _fuel.tensor_type(ops[0].operands[0])
         ns = [ir.RankedTensorType(o.operands[1].type).shape[1] for o in ops]
         total = sum(ns)
-        dts = [ta.dtype] * 3 + [ta.dtype]
+        dts = [ta.dtype] * 4  # a, b, bias, result
         nr = _panel(entry, dts, table, backends)
         if not nr or total % nr:
             continue

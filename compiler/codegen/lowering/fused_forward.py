@@ -69,7 +69,8 @@ def _packed_linear(lw: Lowering, a, b, bias, panel: int):
 
 
 def _linear_epilogue(lw: Lowering, a, b, bias, panel):
-    """``gelu(a @ b + bias)`` (static shapes, one float dtype) as a zero
+    """``gelu(a @ b + bias)`` (one float dtype; a's rows may be run-time
+    extents, everything else static) as a zero
     fill, a contraction (``CONTRACT_ATTR``) and an element-wise epilogue
     (``EPILOGUE_ATTR``: the bias, then the erf GELU of ``_gelu_erf`` as the
     GeluErf kernel computes it, or with ``gelu_tanh`` the tanh GELU of
