@@ -1,6 +1,7 @@
 """Matmul calls of at most ``family.FEW_ROWS`` rows run on the row kernel
-(1 x nr x 4 tiles, loops K, M, N; B unpacked): same values as the reference,
-with N and K remainders (75 = 4*16 + 11 columns, 37 = 9*4 + 1 steps of K),
+(1 x nr x kr tiles, loops K, M, N; B unpacked; kr = 8 for f32, 4 for f64): same
+values as the reference, with N and K remainders (75 = 4*16 + 11 columns, 37 =
+4*8 + 5 (f32) or 9*4 + 1 (f64) steps of K),
 on every strategy boundary."""
 import numpy as np
 import pytest

@@ -27,7 +27,7 @@ correctness-first loops. Registered here:
   ``compiler.codegen.cpu.transforms.matmul``; tiles per ISA: AVX2 (16 ymm)
   6x16 f32 / 6x8 f64, AVX-512 (32 zmm) 8x32 f32 / 8x16 f64 (any sizes, any
   strides; remainder rows and columns as 1 x nr and mr x 1 register tiles). An entry marked ``fuelc.few_rows`` (calls
-  of at most ``family.FEW_ROWS`` rows) reads B in place instead, in 1 x nr x 4
+  of at most ``family.FEW_ROWS`` rows) reads B in place instead, in 1 x nr x kr
   tiles ordered K, M, N (``rows_strategy``): packing B would cost as much as
   the product. An entry marked ``fuelc.unpacked`` (more rows, at most
   ``family.UNPACKED_ROWS``) gets the tiled schedule without the packing of B.
@@ -244,8 +244,14 @@ FEW_ROWS = "fuelc.few_rows"
 #: stage-4 conv at 2x2 pixels, batch 1) on 2 znver3 threads: 0.19-0.21 ms, vs
 #: 0.23-0.28 ms for loops M, K, N vectorized by LLVM (B read once per row) and
 #: 0.15 ms for numpy; [1,768]x[768,3072] one thread: 0.17-0.2 ms, numpy 0.19.
-_FEW_ROWS_TILES = {("f32", "avx2"): dict(nr=16, kr=4), ("f64", "avx2"): dict(nr=8, kr=4),
-                   ("f32", "avx512"): dict(nr=32, kr=4), ("f64", "avx512"): dict(nr=16, kr=4)}
+#: f32 ``kr`` = 8: each C tile is loaded and stored once per 8 FMAs per vector,
+#: not 4 (one znver4 thread, thread time, min of 60-100 calls, B an input, 4
+#: A/B process pairs: [1,768]x[768,3072] AVX2 0.153-0.157 -> 0.142-0.151 ms,
+#: AVX-512 0.156-0.162 -> 0.149-0.164; [2,768]x[768,3072] 0.271-0.279 ->
+#: 0.257-0.268, AVX-512 0.290-0.300 -> 0.275-0.292; [4,2304]x[2304,256] even;
+#: 16 steps ran 2-2.5x slower).
+_FEW_ROWS_TILES = {("f32", "avx2"): dict(nr=16, kr=8), ("f64", "avx2"): dict(nr=8, kr=4),
+                   ("f32", "avx512"): dict(nr=32, kr=8), ("f64", "avx512"): dict(nr=16, kr=4)}
 
 
 def rows_strategy(op: str, element_type: str, isa: str = "avx2") -> Strategy:
