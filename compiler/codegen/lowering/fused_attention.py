@@ -5,7 +5,9 @@ visiting only the keys of each row's band, with no [Sq, Sk] intermediate.
 
 Inputs q ``[B,Hq,Sq,D]``, k, v ``[B,Hkv,Sk,D]`` (query head h reads kv head
 h // (Hq/Hkv), via a floordiv indexing map: no repeated K/V is materialized),
-optional alibi slopes ``[Hq]`` (arity 3 or 4). Params as the registry entry:
+then optionally alibi slopes ``[Hq]`` or an additive mask broadcast to the
+scores (rank 2 to 4, told by rank: ``_attention.split_extras``). Params as the
+registry entry:
 ``softmax_scale``, ``causal``, ``window_size_left``/``window_size_right``,
 ``softcap`` (``None`` = unset) and ``k_len`` (attend the first k_len keys,
 bottom-right aligned: offset o = k_len - Sq).
@@ -14,7 +16,7 @@ Stages, computed in f32 (f64 for f64 inputs), the storage dtype only at the end:
 
 1. ``S = Q·Kᵀ`` (reduction over D);
 2. scores: ``s = scale·S``; softcap ``cap·tanh(s/cap)``; alibi
-   ``+= slope[h]·(j - (i + o))``; band masks (causal ``j > i+o``, right window
+   ``+= slope[h]·(j - (i + o))``; ``+= mask``; band masks (causal ``j > i+o``, right window
    ``j >= i+o+r+1``, left window ``j <= i+o-l-1``) give ``-inf``;
 3. ``m = max_j s`` and ``P = exp(s - m)`` (numerically stable softmax);
 4. ``l = Σ_j P`` and ``O = P·V``; ``out = O / l``.
@@ -41,14 +43,24 @@ def _kv_head(hq: int, hkv: int):
     return ir.AffineFloorDivExpr.get(h, ir.AffineConstantExpr.get(hq // hkv))
 
 
+def _mask_rows(mask):
+    """Per axis of the scores [B,Hq,Sq,Sk], whether the additive ``mask``
+    (right-aligned) has that extent of its own (not a broadcast 1)."""
+    t = rtt(mask)
+    own = [t.is_dynamic_dim(i) or t.shape[i] != 1 for i in range(t.rank)]
+    return [False] * (4 - t.rank) + own
+
+
 def _operands(lw: Lowering, run_time: bool = False):
-    """``(q, k, v, alibi or None, (B, Hq, Sq, D, Hkv, Sk), k_len)``, checked:
+    """``(q, k, v, alibi or None, mask or None, (B, Hq, Sq, D, Hkv, Sk),
+    k_len)``, checked:
     3 or 4 operands, k_len in [1, Sk], static shapes or, with ``run_time``
     (the cpu rule), B, Sq and Sk as run-time extents (``tensor.dim`` values)
     where k_len is unset (``dynamic_dims``); heads and head size static."""
     ops = lw.operands
     if len(ops) not in (3, 4):
-        raise LoweringError(f"FlashAttn takes 3 or 4 operands (q, k, v, [alibi]), got {len(ops)}")
+        raise LoweringError(f"FlashAttn takes 3 or 4 operands (q, k, v, [mask or alibi]), "
+                            f"got {len(ops)}")
     b, hq, sq, d = dims(ops[0])
     _, hkv, sk, _ = dims(ops[1])
     kl = lw.params.get("k_len")
@@ -61,23 +73,35 @@ def _operands(lw: Lowering, run_time: bool = False):
             f"rule, without k_len")
     if kl is not None and not 1 <= kl <= sk:
         raise LoweringError(f"FlashAttn: k_len={kl} must be in [1, Sk={sk}]")
-    return (*ops[:3], ops[3] if len(ops) == 4 else None, (b, hq, sq, d, hkv, sk), kl)
+    mask = ops[3] if len(ops) == 4 and rtt(ops[3]).rank >= 2 else None
+    alibi = ops[3] if len(ops) == 4 and mask is None else None
+    if mask is not None and (kl is not None or not 2 <= rtt(mask).rank <= 4):
+        raise LoweringError(f"FlashAttn: an additive mask {rtt(mask)} must have rank 2 to 4 "
+                            f"and comes without k_len")
+    return (*ops[:3], alibi, mask, (b, hq, sq, d, hkv, sk), kl)
 
 
 def dynamic_dims(types, params):
     """The extents the cpu kernel takes at run time (``codegen.fused.
     DYNAMIC_FUSED``): q, k, v and the output's batch and sequence, where
     k_len is unset (its offset k_len - Sq is a static param); heads, head
-    size and the alibi slopes stay static. None: compiled per shape."""
+    size and the alibi slopes stay static; an additive mask's batch, query and
+    key extents are run-time where it has them (not a broadcast 1). None:
+    compiled per shape."""
     if params.get("k_len") is not None:
         return None
     bs = (True, False, True, False)
-    return (bs, bs, bs) + ((False,),) * (len(types) - 3) + (bs,)
+    extra = ()
+    if len(types) == 4:
+        shape = tuple(types[3].shape)
+        run = (True, False, True, True)[4 - len(shape):] if len(shape) >= 2 else (False,)
+        extra = (tuple(r and x != 1 for r, x in zip(run, shape)),)
+    return (bs, bs, bs) + extra + (bs,)
 
 
 @lowers("FlashAttn")
 def _flash_attn(lw: Lowering):
-    q, k, v, alibi, (b, hq, sq, d, hkv, sk), kl = _operands(lw)
+    q, k, v, alibi, mask, (b, hq, sq, d, hkv, sk), kl = _operands(lw)
     off = 0
     if kl is not None:
         if kl != sk:
@@ -115,6 +139,8 @@ def _flash_attn(lw: Lowering):
         if alibi is not None:
             dist = arith.sitofp(c, arith.subi(j, ioff))
             x = s.add(x, s.mul(to_compute(args[1], s), dist))
+        if mask is not None:
+            x = s.add(x, to_compute(args[1], s))
         masked = None
 
         def band(pred, bound):
@@ -137,6 +163,10 @@ def _flash_attn(lw: Lowering):
     if alibi is not None:
         ins.append(alibi)
         maps.append(affine_map(4, [1]))
+    if mask is not None:
+        own = _mask_rows(mask)
+        ins.append(mask)
+        maps.append(affine_map(4, [i if own[i] else None for i in range(4 - rtt(mask).rank, 4)]))
     scores = generic(ins, [empty([b, hq, sq, sk], c)], maps + [identity_map(4)],
                      [PARALLEL] * 4, score)[0]
 
@@ -205,7 +235,7 @@ def _loop(lo, hi, inits, body, step=1) -> list:
 @lowers("FlashAttn", platform="cpu")
 def _flash_attn_cpu(lw: Lowering):
     from .fused_norm import reassoc
-    q, k, v, alibi, (b, hq, sq, d, hkv, sk), kl = _operands(lw, run_time=True)
+    q, k, v, alibi, mask, (b, hq, sq, d, hkv, sk), kl = _operands(lw, run_time=True)
     off = 0 if kl is None else kl - sq
     nk = sk if kl is None else kl              # keys [0, nk) exist (B, Sq, Sk: ints or values)
     s = Scalar.compute(lw.in_dtypes[0])
@@ -277,6 +307,10 @@ def _flash_attn_cpu(lw: Lowering):
                         ci(lanes))
         c1 = arith.maxsi(c1, c0)
         slope = to_compute(tensor.extract(alibi, [h]), s) if alibi is not None else None
+        if mask is not None:                        # the mask's row of each query row
+            mrank, own = rtt(mask).rank, _mask_rows(mask)
+            mrow = lambda r: [ix if own[a] else ci(0) for a, ix in
+                              enumerate((bi, h, arith.addi(i0, ci(r))))][4 - mrank:]
 
         def scores(j0, r_, *ms):
             def dot(dd, *acc):
@@ -295,6 +329,10 @@ def _flash_attn_cpu(lw: Lowering):
                 if slope is not None:
                     dist = arith.sitofp(vl, arith.subi(jv, splat(arith.index_cast(i32, io), vi)))
                     x = s.add(x, s.mul(splat(slope, vl), dist))
+                if mask is not None:    # past Sk the read is padded; those keys are dropped below
+                    x = s.add(x, vector.TransferReadOp(
+                        vl, mask, mrow(r) + [j0], ir.AffineMap.get_minor_identity(mrank, 1),
+                        zero, [False]).result)
                 keep = arith.andi(
                     arith.cmpi(arith.CmpIPredicate.sge, jv, splat(arith.index_cast(i32, lo), vi)),
                     arith.cmpi(arith.CmpIPredicate.slt, jv, splat(arith.index_cast(i32, hi_), vi)))
