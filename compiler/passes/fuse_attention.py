@@ -61,6 +61,7 @@ class _Match:
     causal: bool
     k_len: Optional[int]
     interior: list          # ops retired with the root (single-use checked)
+    mask: object = None     # an additive mask operand (rank 2 to 4), or None
 
 
 def _owner(value, mnemonic: Optional[str] = None):
@@ -231,6 +232,44 @@ def _unmask(value, constants, interior, sq, sk, dtype):
     return value, False, None
 
 
+def _reaches_product(value, depth: int = 3) -> bool:
+    """Whether ``value`` is the scores side of a mask Add: a MatMul, seen
+    through at most ``depth`` scale or mask ops."""
+    op = _owner(value)
+    m = _fuel.mnemonic(op) if op is not None else None
+    if m == "mat_mul":
+        return True
+    if depth == 0 or m not in ("mul_scalar", "mul", "div", "where", "add"):
+        return False
+    return any(_reaches_product(o, depth - 1) for o in op.operands)
+
+
+def _input_mask(value, interior, full):
+    """``(scores, mask)`` for ``value`` = Add(scores, BroadcastTo(mask)) (either
+    order) where ``mask`` broadcasts to the scores ``full`` as FlashAttn's
+    additive mask operand reads it (``_attention.mask_mismatch``), e.g. BERT's
+    ``(1 - m) * finfo.min`` of shape [B,1,1,Sk]; else None. The mask's value
+    need not be known: it is added in the kernel as the Add did."""
+    from compiler.registry.ops._attention import mask_mismatch
+    op = _owner(value, "add")
+    if op is None:
+        return None
+    for scores, other in (op.operands, list(op.operands)[::-1]):
+        if not _reaches_product(scores) or _reaches_product(other):
+            continue
+        b = _owner(other, "broadcast_to")
+        mask = b.operands[0] if b is not None else other
+        try:
+            shape = tuple(ir.RankedTensorType(mask.type).shape)
+        except ValueError:
+            return None
+        if mask_mismatch(shape, full) is not None:
+            return None                        # not a mask FlashAttn reads: left unfused
+        interior.append(op)
+        return scores, mask
+    return None
+
+
 def match_attention(root, constants) -> Optional[_Match]:
     """The exported attention rooted at ``MatMul(SoftmaxLastDim(X), V)``
     ``root``, or None."""
@@ -254,10 +293,24 @@ def match_attention(root, constants) -> Optional[_Match]:
     if np.dtype(dtype).kind != "f":
         return None
     interior = [sm]
-    got = _unmask(x, constants, interior, sq, sk, dtype)
-    if got is None:
-        return None
-    x, causal, k_len = got
+    full = _shape(x)
+    causal, k_len, mask = False, None, None
+    for _ in range(2):          # a constant band mask and an additive mask operand, either order
+        if not causal:
+            got = _unmask(x, constants, interior, sq, sk, dtype)
+            if got is not None and got[0] is not x:
+                x, causal, k_len = got
+                if not _single_use(x):
+                    return None
+                continue
+        got = _input_mask(x, interior, full) if mask is None else None
+        if got is None:
+            break
+        x, mask = got
+        if not _single_use(x):
+            return None
+    if mask is not None and k_len is not None:
+        return None                            # FlashAttn takes no mask with k_len
     if not _single_use(x):
         return None
     s, scale = _unscale(x, constants, interior)
@@ -278,7 +331,7 @@ def match_attention(root, constants) -> Optional[_Match]:
     vr, gv = _unrepeat(v)
     if gk == gv and gk > 1:
         k, v = kr, vr
-    return _Match(q, k, v, scale * fq * fk1 * fk2, causal, k_len, interior)
+    return _Match(q, k, v, scale * fq * fk1 * fk2, causal, k_len, interior, mask)
 
 
 def pays(match: _Match) -> bool:
@@ -307,7 +360,8 @@ def fuse_attention(module, table, backends, constants=None, forget=lambda op: No
         try:
             params = normalize_params(entry, {"softmax_scale": got.scale, "causal": got.causal,
                                               "k_len": got.k_len})
-            in_types = [_fuel.tensor_type(t) for t in (got.q, got.k, got.v)]
+            operands = [got.q, got.k, got.v] + ([got.mask] if got.mask is not None else [])
+            in_types = [_fuel.tensor_type(t) for t in operands]
             out_type = _fuel.tensor_type(root.results[0])
             if not _fuel.same_type(entry.infer(in_types, params), out_type):
                 continue
@@ -317,7 +371,7 @@ def fuse_attention(module, table, backends, constants=None, forget=lambda op: No
         except Exception:  # the match does not type as FlashAttn
             continue
         with ir.InsertionPoint(root), root.location:
-            fused = _fuel.create(f"fuel.{entry.mnemonic}", [got.q, got.k, got.v],
+            fused = _fuel.create(f"fuel.{entry.mnemonic}", operands,
                                  [root.results[0].type],
                                  params_to_attributes(lookup(entry.mnemonic), params),
                                  loc=root.location)

@@ -129,8 +129,8 @@ def mask_node(mask, mshape, a, c, sq, shape4):
 
 
 def scores_node(q, k_rep, scale, params, alibi, offset, shape4, dtype, mask=None):
-    """Scaled scores with softcap, alibi, the additive ``mask`` (a node of
-    ``shape4``: ``mask_node``) and band masks: ``[B,Hq,Sq,Sk]``.
+    """Scaled scores with softcap, alibi, band masks and the additive ``mask``
+    (a node of ``shape4``: ``mask_node``): ``[B,Hq,Sq,Sk]``.
     Returns ``(masked_scores, tanh_node_or_None)``."""
     b, hq, sq, sk = shape4
     s = op("MulScalar", op("MatMul", q, op("Transpose", k_rep)), value=float(scale))
@@ -150,8 +150,6 @@ def scores_node(q, k_rep, scale, params, alibi, offset, shape4, dtype, mask=None
             dist = op("Cast", dist, dtype=dtype)
         slopes = op("BroadcastTo", op("Reshape", alibi, shape=(1, hq, 1, 1)), shape=shape4)
         s = op("Add", s, op("Mul", slopes, op("BroadcastTo", dist, shape=shape4)))
-    if mask is not None:
-        s = op("Add", s, mask)
     bands = []
     if params.get("causal"):
         bands.append(("Triu", offset + 1))
@@ -163,4 +161,6 @@ def scores_node(q, k_rep, scale, params, alibi, offset, shape4, dtype, mask=None
         neg_inf = op("AddScalar", op("MulScalar", s, value=0.0), value=float("-inf"))
         for kind, diag in bands:
             s = op("Add", s, op(kind, neg_inf, diagonal=diag))
+    if mask is not None:  # after the bands: their -inf comes from 0·s, finite without it
+        s = op("Add", s, mask)
     return s, th
