@@ -197,9 +197,10 @@ def _is_neg(x, dtype) -> np.ndarray:
 
 
 def _unmask(value, constants, interior, sq, sk, dtype):
-    """``(scores, causal, k_len)`` with an exactly-causal constant mask
-    peeled off ``value``, ``(value, False, None)`` without a mask, or None
-    for a mask FlashAttn cannot express."""
+    """``(scores, causal, k_len, finite)`` with an exactly-causal constant
+    mask peeled off ``value`` (``finite``: its masked entries are not all
+    ``-inf``), ``(value, False, None, False)`` without a mask, or None for a
+    mask FlashAttn cannot express."""
     op = _owner(value)
     m = _fuel.mnemonic(op) if op is not None else None
     if m == "where":
@@ -213,7 +214,7 @@ def _unmask(value, constants, interior, sq, sk, dtype):
             band = _band(keep, sq, sk)
             if band is not None:
                 interior.append(op)
-                return (scores, *band)
+                return (scores, *band, bool(np.isfinite(f)))
         return None
     if m == "add":
         for scores, other in (op.operands, list(op.operands)[::-1]):
@@ -227,9 +228,9 @@ def _unmask(value, constants, interior, sq, sk, dtype):
             if band is None:
                 return None
             interior.append(op)
-            return (scores, *band)
+            return (scores, *band, bool(np.isfinite(arr[~keep]).any()))
         return None
-    return value, False, None
+    return value, False, None, False
 
 
 def _reaches_product(value, depth: int = 3) -> bool:
@@ -294,12 +295,12 @@ def match_attention(root, constants) -> Optional[_Match]:
         return None
     interior = [sm]
     full = _shape(x)
-    causal, k_len, mask = False, None, None
+    causal, k_len, mask, finite = False, None, None, False
     for _ in range(2):          # a constant band mask and an additive mask operand, either order
         if not causal:
             got = _unmask(x, constants, interior, sq, sk, dtype)
             if got is not None and got[0] is not x:
-                x, causal, k_len = got
+                x, causal, k_len, finite = got
                 if not _single_use(x):
                     return None
                 continue
@@ -309,8 +310,11 @@ def match_attention(root, constants) -> Optional[_Match]:
         x, mask = got
         if not _single_use(x):
             return None
-    if mask is not None and k_len is not None:
-        return None                            # FlashAttn takes no mask with k_len
+    if mask is not None and (k_len is not None or finite):
+        # FlashAttn takes no mask with k_len; and a band of finite fill (finfo.min) with
+        # a mask that may fill a row's visible keys too: unfused, such a row spreads
+        # over every key, fused over its band only. With -inf they agree.
+        return None
     if not _single_use(x):
         return None
     s, scale = _unscale(x, constants, interior)

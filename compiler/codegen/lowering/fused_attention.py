@@ -51,6 +51,17 @@ def _mask_rows(mask):
     return [False] * (4 - t.rank) + own
 
 
+def _mask_index(mask, axis: int, i):
+    """Index ``i`` of the scores as the mask's ``axis`` reads it, numpy's
+    broadcast: 0 for a static extent 1, ``min(i, n - 1)`` for a run-time
+    extent n (0 where n is 1, i where n is the scores' own)."""
+    t = rtt(mask)
+    if not t.is_dynamic_dim(axis):
+        return i if t.shape[axis] != 1 else index(0)
+    n = tensor.dim(mask, index(axis))
+    return arith.minsi(i, arith.subi(n, index(1)))
+
+
 def _operands(lw: Lowering, run_time: bool = False):
     """``(q, k, v, alibi or None, mask or None, (B, Hq, Sq, D, Hkv, Sk),
     k_len)``, checked:
@@ -86,16 +97,17 @@ def dynamic_dims(types, params):
     DYNAMIC_FUSED``): q, k, v and the output's batch and sequence, where
     k_len is unset (its offset k_len - Sq is a static param); heads, head
     size and the alibi slopes stay static; an additive mask's batch, query and
-    key extents are run-time where it has them (not a broadcast 1). None:
-    compiled per shape."""
+    key axes are run-time whatever their extent (the kernel reads a run-time
+    extent of 1 as broadcast, numpy's rule: one kernel serves BERT's
+    ``[b,1,1,s]`` at every size, b = 1 or s = 1 included). None: compiled
+    per shape."""
     if params.get("k_len") is not None:
         return None
     bs = (True, False, True, False)
     extra = ()
     if len(types) == 4:
-        shape = tuple(types[3].shape)
-        run = (True, False, True, True)[4 - len(shape):] if len(shape) >= 2 else (False,)
-        extra = (tuple(r and x != 1 for r, x in zip(run, shape)),)
+        rank = len(types[3].shape)
+        extra = ((True, False, True, True)[4 - rank:] if rank >= 2 else (False,),)
     return (bs, bs, bs) + extra + (bs,)
 
 
@@ -308,9 +320,9 @@ def _flash_attn_cpu(lw: Lowering):
         c1 = arith.maxsi(c1, c0)
         slope = to_compute(tensor.extract(alibi, [h]), s) if alibi is not None else None
         if mask is not None:                        # the mask's row of each query row
-            mrank, own = rtt(mask).rank, _mask_rows(mask)
-            mrow = lambda r: [ix if own[a] else ci(0) for a, ix in
-                              enumerate((bi, h, arith.addi(i0, ci(r))))][4 - mrank:]
+            mrank = rtt(mask).rank
+            mrow = lambda r: [_mask_index(mask, a - (4 - mrank), ix) for a, ix in
+                              enumerate((bi, h, arith.addi(i0, ci(r)))) if a >= 4 - mrank]
 
         def scores(j0, r_, *ms):
             def dot(dd, *acc):
