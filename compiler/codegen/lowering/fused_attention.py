@@ -350,10 +350,11 @@ def _flash_attn_cpu(lw: Lowering):
                     arith.cmpi(arith.CmpIPredicate.slt, jv, splat(arith.index_cast(i32, hi_), vi)))
                 x = arith.select(keep, x, neg)
                 r_ = write(x, r_, [ci(r), j0], r2)
-                new_m.append(arith.maxnumf(ms[r], vector.ReductionOp(
-                    c, kind("maxnumf"), x).result))
+                new_m.append(arith.maxnumf(ms[r], x))
             return [r_, *new_m]
-        srow, *ms = _loop(c0, c1, [srow] + [s.const(float("-inf"))] * rows, scores, step=lanes)
+        # the row maxima and sums kept per lane, reduced once after the chunks
+        srow, *ms = _loop(c0, c1, [srow] + [neg] * rows, scores, step=lanes)
+        ms = [vector.ReductionOp(c, kind("maxnumf"), m).result for m in ms]
         ms = [arith.select(s.cmp("eq", m, s.const(float("-inf"))), zero, m) for m in ms]
 
         def expo(j0, r_, *zs):
@@ -361,10 +362,10 @@ def _flash_attn_cpu(lw: Lowering):
             for r in range(rows):
                 e = math.exp(arith.subf(read(r_, [ci(r), j0], vl, r2), splat(ms[r], vl)))
                 r_ = write(e, r_, [ci(r), j0], r2)
-                new_z.append(arith.addf(zs[r], vector.ReductionOp(
-                    c, kind("add"), e, fastmath=reassoc()).result))
+                new_z.append(arith.addf(zs[r], e))
             return [r_, *new_z]
-        srow, *zs = _loop(c0, c1, [srow] + [zero] * rows, expo, step=lanes)
+        srow, *zs = _loop(c0, c1, [srow] + [splat(zero, vl)] * rows, expo, step=lanes)
+        zs = [vector.ReductionOp(c, kind("add"), z, fastmath=reassoc()).result for z in zs]
         invs = [arith.select(s.cmp("eq", z, zero), zero, s.div(s.const(1), z)) for z in zs]
 
         for p0 in range(0, d, _PIECE):                  # o = P·V, a column piece at a time
