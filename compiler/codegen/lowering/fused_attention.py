@@ -341,10 +341,8 @@ def _flash_attn_cpu(lw: Lowering):
                 if slope is not None:
                     dist = arith.sitofp(vl, arith.subi(jv, splat(arith.index_cast(i32, io), vi)))
                     x = s.add(x, s.mul(splat(slope, vl), dist))
-                if mask is not None:    # past Sk the read is padded; those keys are dropped below
-                    x = s.add(x, vector.TransferReadOp(
-                        vl, mask, mrow(r) + [j0], ir.AffineMap.get_minor_identity(mrank, 1),
-                        zero, [False]).result)
+                if mask is not None:    # the mask row, copied into the score row below
+                    x = s.add(x, read(r_, [ci(r), j0], vl, r2))
                 keep = arith.andi(
                     arith.cmpi(arith.CmpIPredicate.sge, jv, splat(arith.index_cast(i32, lo), vi)),
                     arith.cmpi(arith.CmpIPredicate.slt, jv, splat(arith.index_cast(i32, hi_), vi)))
@@ -353,6 +351,14 @@ def _flash_attn_cpu(lw: Lowering):
                 new_m.append(arith.maxnumf(ms[r], x))
             return [r_, *new_m]
         # the row maxima and sums kept per lane, reduced once after the chunks
+        if mask is not None:
+            # each row's mask row into its score row (in bounds for whole chunks: the
+            # columns past Sk hold stale values, their keys dropped by ``keep``); a
+            # chunk's scores then overwrite the mask values they have read
+            for r in range(rows):
+                at = mrow(r)
+                srow = insert_at(slice_at(mask, at, [1] * len(at) + [sk], True), srow,
+                                 [ci(r)], [1, sk])
         srow, *ms = _loop(c0, c1, [srow] + [neg] * rows, scores, step=lanes)
         ms = [vector.ReductionOp(c, kind("maxnumf"), m).result for m in ms]
         ms = [arith.select(s.cmp("eq", m, s.const(float("-inf"))), zero, m) for m in ms]
