@@ -6,8 +6,10 @@ patterns have fused the softmax by then), the spelling matched is::
     S = MatMul(Q', Kt)           Kt: Transpose(K') or Permute{0,1,3,2}(K')
     X = scale(S)                 MulScalar, or Mul / Div by a constant scalar
                                  (BroadcastTo of a Const), or none (scale 1)
-    X = mask(X)                  none; Where(constant keep, X, fill) or
-                                 Where(constant drop, fill, X); Add(X, constant)
+    X = mask(X)                  none, or one or both, in either order, of:
+                                 a constant band: Where(constant keep, X, fill),
+                                 Where(constant drop, fill, X), Add(X, constant);
+                                 an additive mask: Add(X, BroadcastTo(m))
     out = MatMul(SoftmaxLastDim(X), V')
 
 ``Q'`` and ``K'`` may each carry a constant scalar factor of their own (the
@@ -15,31 +17,50 @@ scale split as sqrt on both sides); ``K'`` and ``V'`` may be the HF
 ``repeat_kv`` spelling ``Reshape(BroadcastTo(Unsqueeze(kv, 2)))`` of
 ``[B,Hkv,S,D]`` to ``[B,Hq,S,D]``, which FlashAttn reads as grouped-query heads.
 
-A mask fuses only when its value is verified, for these shapes, to be exactly
-FlashAttn's: all-keep (no mask), or causal with top-left alignment (key
+A constant band fuses only when its value is verified, for these shapes, to be
+exactly FlashAttn's: all-keep (no mask), or causal with top-left alignment (key
 ``j <= i``: ``causal``) or bottom-right alignment (``j <= i + Sk - Sq``:
 ``causal`` with ``k_len = Sk``; only where no query row is fully masked, since
 the unfused softmax of such a row is not FlashAttn's 0); masked positions must
 hold ``-inf`` or at most the dtype's most negative finite value (``finfo.min``,
 what HF adds), so ``exp`` of them underflows to exactly 0 either way. Any other
-constant, a mask computed from an input (BERT's), a non-constant or
-non-scalar scale, or ``?`` extents (a constant mask has static ones): not
-fused. The kernel takes batch and sequence at run time (a symbolic module's
-bindings share it) except with ``k_len``, which ``fuse_attention(...,
-k_len=False)`` leaves unfused. The mask's value is read from
-the Const's inline ``value`` or, for a large one, from the side constants the
-driver passes as the ``constants`` option of ``fuel-fuse``.
+constant, a non-constant or non-scalar scale, or ``?`` extents (a constant mask
+has static ones): not fused. The band's value is read from the Const's inline
+``value`` or, for a large one, from the side constants the driver passes as the
+``constants`` option of ``fuel-fuse``.
+
+An additive mask whose value is not known (BERT's ``(1 - attention_mask) *
+finfo.min`` of an input) becomes FlashAttn's mask operand: ``m`` as it was
+before the Add's BroadcastTo, when it broadcasts to the scores as FlashAttn
+reads it (rank 2 to 4, right-aligned, each extent 1 or the scores', a value
+per key: ``[B,1,1,Sk]``, ``[B,1,Sq,Sk]``, ``[1,1,Sq,Sk]``, ``[Sq,Sk]``, per
+head); others (``[B,1,Sq,1]``, ``[Sk]``) leave the attention unfused. The
+kernel adds it to the scaled scores as the Add did, so a finite value
+(``-10000``, ``finfo.min``) gives the unfused result; a row whose keys are all
+``-inf`` gives FlashAttn's 0 where the unfused Softmax computes 0/0. Not with
+``k_len``, nor beside a band of finite fill (GPT-2's ``Where(causal, s,
+finfo.min)``): a row whose band the mask fills too (left padding) spreads
+unfused over every key, all about ``finfo.min``, and fused over its band only.
 
 Every interior op (the softmax, the mask and scale ops, the scores product,
 the transpose of K, a separately scaled Q or K) must have no user outside the
 match. The rewrite is gated like every fusion: ``kernel_available`` for
 FlashAttn on the target (``kernel_serves`` included), and on the kernel paying
-(``pays``): only causal attention fuses. Unmasked, the cpu kernel does all the
-work the unfused steps do and was slower than their tuned products (one core,
-thread time, [1,4,128,64]: 260-320 us against 220-240 with AVX-512; ViT's
-[1,4,33,64] in-model 0.042 against 0.034 ms per layer); causal, it visits only
-the keys a row sees ([1,4,128,64]: 162 against 222 us with AVX-512, 175 against
-269 with AVX2; [8,4,32,64]: 195 against 222, 209 against 265).
+(``pays``): causal attention, whose kernel visits only the keys a row sees
+([1,4,128,64]: 162 against 222 us with AVX-512, 175 against 269 with AVX2;
+[8,4,32,64]: 195 against 222, 209 against 265; one core, thread time), and
+attention whose scores reach ``SCORES_FUSED`` elements. Without a band the
+kernel does the work of the unfused steps in one pass; one znver4 thread,
+thread time min, fused against unfused, AVX-512: [1,12,128,32] 0.360 against
+0.363 ms, [1,4,128,64] with BERT's mask 0.215 against 0.212, [8,4,128,64]
+with it 1.74 against 2.05, [8,4,129,64] 2.08 against 2.33, [1,12,384,64] 5.27
+against 6.61, but [1,4,33,64] (ViT) 0.038 against 0.034 and [8,4,64,64] 0.56
+against 0.51 (AVX2 alike: [1,4,129,64] 0.258 against 0.250). Scores of 2^19
+elements (2 MiB in f32) and more, which the unfused steps write and read
+through memory, is where it was faster throughout. The kernel takes batch and
+sequence at run time (a symbolic module's bindings share it; a mask's batch,
+query and key extents too) except with ``k_len``, which ``fuse_attention(...,
+k_len=False)`` leaves unfused.
 """
 from __future__ import annotations
 
@@ -62,6 +83,7 @@ class _Match:
     k_len: Optional[int]
     interior: list          # ops retired with the root (single-use checked)
     mask: object = None     # an additive mask operand (rank 2 to 4), or None
+    scores: tuple = ()      # [B, Hq, Sq, Sk]
 
 
 def _owner(value, mnemonic: Optional[str] = None):
@@ -335,13 +357,20 @@ def match_attention(root, constants) -> Optional[_Match]:
     vr, gv = _unrepeat(v)
     if gk == gv and gk > 1:
         k, v = kr, vr
-    return _Match(q, k, v, scale * fq * fk1 * fk2, causal, k_len, interior, mask)
+    return _Match(q, k, v, scale * fq * fk1 * fk2, causal, k_len, interior, mask, full)
+
+
+#: Scores of at least this many elements (f32: 2 MiB, twice a znver4 core's
+#: L2) fuse without a causal band: the unfused steps then stream the scores
+#: and probabilities through memory, the kernel keeps a block's in L1.
+SCORES_FUSED = 1 << 19
 
 
 def pays(match: _Match) -> bool:
     """Whether the FlashAttn kernel is faster than the unfused steps it
-    replaces (measured: the module docstring): causal attention only."""
-    return match.causal
+    replaces (measured: the module docstring): causal attention, and
+    attention whose scores reach ``SCORES_FUSED`` elements."""
+    return match.causal or int(np.prod(match.scores)) >= SCORES_FUSED
 
 
 def fuse_attention(module, table, backends, constants=None, forget=lambda op: None,

@@ -164,7 +164,8 @@ def test_causal_top_left(sq, sk):
 
 @pytest.mark.parametrize("scale", ["div", "mul"])
 def test_unmasked_is_not_fused(scale):
-    """Matched, but the kernel does not pay without a causal mask (``pays``)."""
+    """Matched, but without a causal mask the kernel does not pay for scores
+    this small (``pays``)."""
     check(attention(1, 4, 4, 33, 33, 16, scale=scale), fused=False)
 
 
@@ -182,8 +183,17 @@ def test_not_causal_constant_mask_is_not_fused(keep):
 
 def test_input_mask_is_not_fused():
     """BERT's additive mask from attention_mask, no causal band: matched (the
-    mask an operand) but the kernel does not pay (``pays``)."""
+    mask an operand) but the kernel does not pay for scores this small (``pays``)."""
     check(attention(2, 2, 2, 8, 8, 16, mask=("input", None)), fused=False)
+
+
+@pytest.mark.parametrize("am", [None, (2, 1, 1, 256)])
+def test_large_scores_fuse_without_band(am):
+    """Scores of ``SCORES_FUSED`` elements (2 x 4 x 256 x 256) fuse without a
+    causal band (``pays``), unmasked or with BERT's input mask as the 4th operand."""
+    from compiler.passes.fuse_attention import SCORES_FUSED
+    assert 2 * 4 * 256 * 256 == SCORES_FUSED
+    check(attention(2, 4, 4, 256, 256, 8, scale="mul", input_mask=am), fused=True)
 
 
 @pytest.mark.parametrize("am", [(2, 1, 1, 12), (2, 1, 12, 12), (1, 1, 12, 12), (12, 12)])

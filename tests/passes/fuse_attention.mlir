@@ -299,7 +299,7 @@ func.func @mask_not_per_key(%q: tensor<2x2x3x8xf32>, %k: tensor<2x2x3x8xf32>, %v
 
 // -----
 
-// BERT: the additive input mask without a causal band. Matched (the mask an
+// BERT: the additive input mask without a causal band, small scores. Matched (the mask an
 // operand), but the kernel does not pay without a band (``pays``): unfused.
 // CHECK-LABEL: func.func @bert_input_mask
 // CHECK-NOT:     fuel.flash_attn
@@ -313,4 +313,23 @@ func.func @bert_input_mask(%q: tensor<2x2x3x8xf32>, %k: tensor<2x2x3x8xf32>, %v:
   %8 = "fuel.softmax_last_dim"(%7) : (tensor<2x2x3x3xf32>) -> tensor<2x2x3x3xf32>
   %9 = "fuel.mat_mul"(%8, %v) : (tensor<2x2x3x3xf32>, tensor<2x2x3x8xf32>) -> tensor<2x2x3x8xf32>
   return %9 : tensor<2x2x3x8xf32>
+}
+
+// -----
+
+// BERT's input mask, scores of 2^19 elements (2 x 4 x 256 x 256): without a band
+// the kernel pays from that size (``pays``): fused, the mask the 4th operand.
+// CHECK-LABEL: func.func @bert_input_mask_large
+// CHECK-NEXT:    %[[A:.*]] = "fuel.flash_attn"(%arg0, %arg1, %arg2, %arg3) {causal = false, softmax_scale = 2.500000e-01 : f64}
+// CHECK-SAME:      tensor<2x1x1x256xf32>) -> tensor<2x4x256x8xf32>
+// CHECK-NEXT:    return %[[A]]
+func.func @bert_input_mask_large(%q: tensor<2x4x256x8xf32>, %k: tensor<2x4x256x8xf32>, %v: tensor<2x4x256x8xf32>, %m: tensor<2x1x1x256xf32>) -> tensor<2x4x256x8xf32> {
+  %0 = "fuel.transpose"(%k) : (tensor<2x4x256x8xf32>) -> tensor<2x4x8x256xf32>
+  %1 = "fuel.mat_mul"(%q, %0) : (tensor<2x4x256x8xf32>, tensor<2x4x8x256xf32>) -> tensor<2x4x256x256xf32>
+  %2 = "fuel.mul_scalar"(%1) {value = 2.500000e-01 : f64} : (tensor<2x4x256x256xf32>) -> tensor<2x4x256x256xf32>
+  %3 = "fuel.broadcast_to"(%m) {shape = [2, 4, 256, 256]} : (tensor<2x1x1x256xf32>) -> tensor<2x4x256x256xf32>
+  %4 = "fuel.add"(%2, %3) : (tensor<2x4x256x256xf32>, tensor<2x4x256x256xf32>) -> tensor<2x4x256x256xf32>
+  %5 = "fuel.softmax_last_dim"(%4) : (tensor<2x4x256x256xf32>) -> tensor<2x4x256x256xf32>
+  %6 = "fuel.mat_mul"(%5, %v) : (tensor<2x4x256x256xf32>, tensor<2x4x256x8xf32>) -> tensor<2x4x256x8xf32>
+  return %6 : tensor<2x4x256x8xf32>
 }
