@@ -218,6 +218,13 @@ def test_flash_attn_additive_mask_kernel(rng, mshape, causal, fill):
     np.testing.assert_allclose(_num(m(**feed)), want, rtol=0, atol=2e-3)
 
 
+@pytest.mark.parametrize("mshape", [MASKS[1], MASKS[4]])
+def test_flash_attn_additive_mask_kernel_f64(rng, mshape):
+    """The f64 kernel with a mask (fully ``-10000`` rows exact in f64)."""
+    arrs = _masked(rng, mshape, -10000.0, "f64")
+    _check_kernel("FlashAttn", arrs, ["f64"] * 4, dict(softmax_scale=0.4, causal=True), "f64")
+
+
 @pytest.mark.parametrize("mshape", [MASKS[0], MASKS[3]])
 def test_flash_attn_additive_mask_recipe_and_lowering(rng, mshape):
     """The recipe (scores + the broadcast mask before the softmax: the
