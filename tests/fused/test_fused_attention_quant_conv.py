@@ -699,3 +699,18 @@ def test_grouped_conv_splits_by_whole_groups(rng, xs, ws, groups, stride, paddin
     assert tiles is not None and len(tiles) == 2
     cpg = xs[1] // groups
     assert all(t[0].shape[1] % cpg == 0 and t[0].shape[1] == t[3].shape[1] for t in tiles)
+
+
+def test_flash_attn_builder_mask(rng):
+    """``flash_attn(..., mask=m)`` passes the additive mask as the 4th input
+    (kernel == reference); a mask and alibi slopes together are refused."""
+    from compiler import flash_attn
+    arrs = _masked(rng, (2, 1, 1, 7), -10000.0, full_row=False)
+    g = Graph()
+    ins = [g.input(f"in{i}", a.shape, "f32") for i, a in enumerate(arrs)]
+    g.output(flash_attn(*ins[:3], causal=False, scale=0.4, mask=ins[3]), "y")
+    feed = {f"in{i}": a for i, a in enumerate(arrs)}
+    _close(compile(g)(**feed), _reference("FlashAttn", arrs, dict(softmax_scale=0.4)), "f32",
+           "flash_attn(mask=)")
+    with pytest.raises(ValueError, match="not both"):
+        flash_attn(*ins[:3], mask=ins[3], alibi_slopes=g.input("a", (4,), "f32"))
