@@ -511,22 +511,38 @@ def _pool_tiles(layouts, n_inputs: int, threads: int):
 def _attn_tiles(layouts, n_inputs: int, threads: int):
     """Tiles of a FlashAttn call: by batch when there are as many images as
     threads, else by kv heads (each tile its query heads, and alibi slopes);
-    calls of fewer than ``parallel.MIN_MACS`` multiply-adds run whole."""
+    calls of fewer than ``parallel.MIN_MACS`` multiply-adds run whole. An
+    additive mask (rank 2 to 4, right-aligned to [B,Hq,Sq,Sk]) is cut along
+    its batch or head axis where it has one of its own, else read whole."""
     q, k = layouts[0], layouts[1]
     b, hq, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
     if len(layouts) != n_inputs + 1 or 2 * b * hq * sq * sk * d < parallel.MIN_MACS:
         return None
+    mask = layouts[3] if n_inputs == 4 and len(layouts[3].shape) >= 2 else None
+
+    def mask_axis(scores_axis, extent):
+        """The mask's axis for the scores' axis 0 or 1, where it is not a broadcast 1."""
+        a = scores_axis - (4 - len(mask.shape))
+        return a if a >= 0 and mask.shape[a] == extent != 1 else None
     if b >= threads:
-        return parallel.split_layouts(list(layouts), [0, 0, 0] + [None] * (n_inputs - 3) + [0],
-                                      b, threads)
+        extra = [None] * (n_inputs - 3)
+        if mask is not None:
+            extra = [mask_axis(0, b)]
+        return parallel.split_layouts(list(layouts), [0, 0, 0] + extra + [0], b, threads)
     g = hq // hkv
     tiles = parallel.chunks(hkv, threads)
     if len(tiles) < 2:
         return None
-    return [[lay.narrow(1 if i < 3 or i == n_inputs else 0, *(
-        (start, n) if i in (1, 2) else (start * g, n * g))) for i, lay in enumerate(layouts)]
-            for start, n in tiles]
+    m_axis = mask_axis(1, hq) if mask is not None else None
+
+    def cut(i, lay, start, n):
+        if i in (1, 2):
+            return lay.narrow(1, start, n)
+        if i == 3 and mask is not None:
+            return lay if m_axis is None else lay.narrow(m_axis, start * g, n * g)
+        return lay.narrow(1 if i < 3 or i == n_inputs else 0, start * g, n * g)
+    return [[cut(i, lay, start, n) for i, lay in enumerate(layouts)] for start, n in tiles]
 
 
 #: A groups-1 Conv2D call of fewer multiply-adds runs on one thread (about 10 us

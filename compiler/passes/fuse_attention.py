@@ -6,8 +6,10 @@ patterns have fused the softmax by then), the spelling matched is::
     S = MatMul(Q', Kt)           Kt: Transpose(K') or Permute{0,1,3,2}(K')
     X = scale(S)                 MulScalar, or Mul / Div by a constant scalar
                                  (BroadcastTo of a Const), or none (scale 1)
-    X = mask(X)                  none; Where(constant keep, X, fill) or
-                                 Where(constant drop, fill, X); Add(X, constant)
+    X = mask(X)                  none, or one or both, in either order, of:
+                                 a constant band: Where(constant keep, X, fill),
+                                 Where(constant drop, fill, X), Add(X, constant);
+                                 an additive mask: Add(X, BroadcastTo(m))
     out = MatMul(SoftmaxLastDim(X), V')
 
 ``Q'`` and ``K'`` may each carry a constant scalar factor of their own (the
@@ -15,31 +17,50 @@ scale split as sqrt on both sides); ``K'`` and ``V'`` may be the HF
 ``repeat_kv`` spelling ``Reshape(BroadcastTo(Unsqueeze(kv, 2)))`` of
 ``[B,Hkv,S,D]`` to ``[B,Hq,S,D]``, which FlashAttn reads as grouped-query heads.
 
-A mask fuses only when its value is verified, for these shapes, to be exactly
-FlashAttn's: all-keep (no mask), or causal with top-left alignment (key
+A constant band fuses only when its value is verified, for these shapes, to be
+exactly FlashAttn's: all-keep (no mask), or causal with top-left alignment (key
 ``j <= i``: ``causal``) or bottom-right alignment (``j <= i + Sk - Sq``:
 ``causal`` with ``k_len = Sk``; only where no query row is fully masked, since
 the unfused softmax of such a row is not FlashAttn's 0); masked positions must
 hold ``-inf`` or at most the dtype's most negative finite value (``finfo.min``,
 what HF adds), so ``exp`` of them underflows to exactly 0 either way. Any other
-constant, a mask computed from an input (BERT's), a non-constant or
-non-scalar scale, or ``?`` extents (a constant mask has static ones): not
-fused. The kernel takes batch and sequence at run time (a symbolic module's
-bindings share it) except with ``k_len``, which ``fuse_attention(...,
-k_len=False)`` leaves unfused. The mask's value is read from
-the Const's inline ``value`` or, for a large one, from the side constants the
-driver passes as the ``constants`` option of ``fuel-fuse``.
+constant, a non-constant or non-scalar scale, or ``?`` extents (a constant mask
+has static ones): not fused. The band's value is read from the Const's inline
+``value`` or, for a large one, from the side constants the driver passes as the
+``constants`` option of ``fuel-fuse``.
+
+An additive mask whose value is not known (BERT's ``(1 - attention_mask) *
+finfo.min`` of an input) becomes FlashAttn's mask operand: ``m`` as it was
+before the Add's BroadcastTo, when it broadcasts to the scores as FlashAttn
+reads it (rank 2 to 4, right-aligned, each extent 1 or the scores', a value
+per key: ``[B,1,1,Sk]``, ``[B,1,Sq,Sk]``, ``[1,1,Sq,Sk]``, ``[Sq,Sk]``, per
+head); others (``[B,1,Sq,1]``, ``[Sk]``) leave the attention unfused. The
+kernel adds it to the scaled scores as the Add did, so a finite value
+(``-10000``, ``finfo.min``) gives the unfused result; a row whose keys are all
+``-inf`` gives FlashAttn's 0 where the unfused Softmax computes 0/0. Not with
+``k_len``, nor beside a band of finite fill (GPT-2's ``Where(causal, s,
+finfo.min)``): a row whose band the mask fills too (left padding) spreads
+unfused over every key, all about ``finfo.min``, and fused over its band only.
 
 Every interior op (the softmax, the mask and scale ops, the scores product,
 the transpose of K, a separately scaled Q or K) must have no user outside the
 match. The rewrite is gated like every fusion: ``kernel_available`` for
 FlashAttn on the target (``kernel_serves`` included), and on the kernel paying
-(``pays``): only causal attention fuses. Unmasked, the cpu kernel does all the
-work the unfused steps do and was slower than their tuned products (one core,
-thread time, [1,4,128,64]: 260-320 us against 220-240 with AVX-512; ViT's
-[1,4,33,64] in-model 0.042 against 0.034 ms per layer); causal, it visits only
-the keys a row sees ([1,4,128,64]: 162 against 222 us with AVX-512, 175 against
-269 with AVX2; [8,4,32,64]: 195 against 222, 209 against 265).
+(``pays``): causal attention, whose kernel visits only the keys a row sees
+([1,4,128,64]: 162 against 222 us with AVX-512, 175 against 269 with AVX2;
+[8,4,32,64]: 195 against 222, 209 against 265; one core, thread time), and
+attention whose scores reach ``SCORES_FUSED`` elements. Without a band the
+kernel does the work of the unfused steps in one pass; one znver4 thread,
+thread time min, fused against unfused, AVX-512: [1,12,128,32] 0.360 against
+0.363 ms, [1,4,128,64] with BERT's mask 0.215 against 0.212, [8,4,128,64]
+with it 1.74 against 2.05, [8,4,129,64] 2.08 against 2.33, [1,12,384,64] 5.27
+against 6.61, but [1,4,33,64] (ViT) 0.038 against 0.034 and [8,4,64,64] 0.56
+against 0.51 (AVX2 alike: [1,4,129,64] 0.258 against 0.250). Scores of 2^19
+elements (2 MiB in f32) and more, which the unfused steps write and read
+through memory, is where it was faster throughout. The kernel takes batch and
+sequence at run time (a symbolic module's bindings share it; a mask's batch,
+query and key extents too) except with ``k_len``, which ``fuse_attention(...,
+k_len=False)`` leaves unfused.
 """
 from __future__ import annotations
 
@@ -61,6 +82,8 @@ class _Match:
     causal: bool
     k_len: Optional[int]
     interior: list          # ops retired with the root (single-use checked)
+    mask: object = None     # an additive mask operand (rank 2 to 4), or None
+    scores: tuple = ()      # [B, Hq, Sq, Sk]
 
 
 def _owner(value, mnemonic: Optional[str] = None):
@@ -196,9 +219,10 @@ def _is_neg(x, dtype) -> np.ndarray:
 
 
 def _unmask(value, constants, interior, sq, sk, dtype):
-    """``(scores, causal, k_len)`` with an exactly-causal constant mask
-    peeled off ``value``, ``(value, False, None)`` without a mask, or None
-    for a mask FlashAttn cannot express."""
+    """``(scores, causal, k_len, finite)`` with an exactly-causal constant
+    mask peeled off ``value`` (``finite``: its masked entries are not all
+    ``-inf``), ``(value, False, None, False)`` without a mask, or None for a
+    mask FlashAttn cannot express."""
     op = _owner(value)
     m = _fuel.mnemonic(op) if op is not None else None
     if m == "where":
@@ -212,7 +236,7 @@ def _unmask(value, constants, interior, sq, sk, dtype):
             band = _band(keep, sq, sk)
             if band is not None:
                 interior.append(op)
-                return (scores, *band)
+                return (scores, *band, bool(np.isfinite(f)))
         return None
     if m == "add":
         for scores, other in (op.operands, list(op.operands)[::-1]):
@@ -226,9 +250,47 @@ def _unmask(value, constants, interior, sq, sk, dtype):
             if band is None:
                 return None
             interior.append(op)
-            return (scores, *band)
+            return (scores, *band, bool(np.isfinite(arr[~keep]).any()))
         return None
-    return value, False, None
+    return value, False, None, False
+
+
+def _reaches_product(value, depth: int = 3) -> bool:
+    """Whether ``value`` is the scores side of a mask Add: a MatMul, seen
+    through at most ``depth`` scale or mask ops."""
+    op = _owner(value)
+    m = _fuel.mnemonic(op) if op is not None else None
+    if m == "mat_mul":
+        return True
+    if depth == 0 or m not in ("mul_scalar", "mul", "div", "where", "add"):
+        return False
+    return any(_reaches_product(o, depth - 1) for o in op.operands)
+
+
+def _input_mask(value, interior, full):
+    """``(scores, mask)`` for ``value`` = Add(scores, BroadcastTo(mask)) (either
+    order) where ``mask`` broadcasts to the scores ``full`` as FlashAttn's
+    additive mask operand reads it (``_attention.mask_mismatch``), e.g. BERT's
+    ``(1 - m) * finfo.min`` of shape [B,1,1,Sk]; else None. The mask's value
+    need not be known: it is added in the kernel as the Add did."""
+    from compiler.registry.ops._attention import mask_mismatch
+    op = _owner(value, "add")
+    if op is None:
+        return None
+    for scores, other in (op.operands, list(op.operands)[::-1]):
+        if not _reaches_product(scores) or _reaches_product(other):
+            continue
+        b = _owner(other, "broadcast_to")
+        mask = b.operands[0] if b is not None else other
+        try:
+            shape = tuple(ir.RankedTensorType(mask.type).shape)
+        except ValueError:
+            return None
+        if mask_mismatch(shape, full) is not None:
+            return None                        # not a mask FlashAttn reads: left unfused
+        interior.append(op)
+        return scores, mask
+    return None
 
 
 def match_attention(root, constants) -> Optional[_Match]:
@@ -254,10 +316,27 @@ def match_attention(root, constants) -> Optional[_Match]:
     if np.dtype(dtype).kind != "f":
         return None
     interior = [sm]
-    got = _unmask(x, constants, interior, sq, sk, dtype)
-    if got is None:
+    full = _shape(x)
+    causal, k_len, mask, finite = False, None, None, False
+    for _ in range(2):          # a constant band mask and an additive mask operand, either order
+        if not causal:
+            got = _unmask(x, constants, interior, sq, sk, dtype)
+            if got is not None and got[0] is not x:
+                x, causal, k_len, finite = got
+                if not _single_use(x):
+                    return None
+                continue
+        got = _input_mask(x, interior, full) if mask is None else None
+        if got is None:
+            break
+        x, mask = got
+        if not _single_use(x):
+            return None
+    if mask is not None and (k_len is not None or finite):
+        # FlashAttn takes no mask with k_len; and a band of finite fill (finfo.min) with
+        # a mask that may fill a row's visible keys too: unfused, such a row spreads
+        # over every key, fused over its band only. With -inf they agree.
         return None
-    x, causal, k_len = got
     if not _single_use(x):
         return None
     s, scale = _unscale(x, constants, interior)
@@ -278,13 +357,20 @@ def match_attention(root, constants) -> Optional[_Match]:
     vr, gv = _unrepeat(v)
     if gk == gv and gk > 1:
         k, v = kr, vr
-    return _Match(q, k, v, scale * fq * fk1 * fk2, causal, k_len, interior)
+    return _Match(q, k, v, scale * fq * fk1 * fk2, causal, k_len, interior, mask, full)
+
+
+#: Scores of at least this many elements (f32: 2 MiB, twice a znver4 core's
+#: L2) fuse without a causal band: the unfused steps then stream the scores
+#: and probabilities through memory, the kernel keeps a block's in L1.
+SCORES_FUSED = 1 << 19
 
 
 def pays(match: _Match) -> bool:
     """Whether the FlashAttn kernel is faster than the unfused steps it
-    replaces (measured: the module docstring): causal attention only."""
-    return match.causal
+    replaces (measured: the module docstring): causal attention, and
+    attention whose scores reach ``SCORES_FUSED`` elements."""
+    return match.causal or int(np.prod(match.scores)) >= SCORES_FUSED
 
 
 def fuse_attention(module, table, backends, constants=None, forget=lambda op: None,
@@ -307,7 +393,8 @@ def fuse_attention(module, table, backends, constants=None, forget=lambda op: No
         try:
             params = normalize_params(entry, {"softmax_scale": got.scale, "causal": got.causal,
                                               "k_len": got.k_len})
-            in_types = [_fuel.tensor_type(t) for t in (got.q, got.k, got.v)]
+            operands = [got.q, got.k, got.v] + ([got.mask] if got.mask is not None else [])
+            in_types = [_fuel.tensor_type(t) for t in operands]
             out_type = _fuel.tensor_type(root.results[0])
             if not _fuel.same_type(entry.infer(in_types, params), out_type):
                 continue
@@ -317,7 +404,7 @@ def fuse_attention(module, table, backends, constants=None, forget=lambda op: No
         except Exception:  # the match does not type as FlashAttn
             continue
         with ir.InsertionPoint(root), root.location:
-            fused = _fuel.create(f"fuel.{entry.mnemonic}", [got.q, got.k, got.v],
+            fused = _fuel.create(f"fuel.{entry.mnemonic}", operands,
                                  [root.results[0].type],
                                  params_to_attributes(lookup(entry.mnemonic), params),
                                  loc=root.location)

@@ -127,13 +127,17 @@ def conv_transpose2d(x, w, bias=None, stride=1, padding=0, output_padding=0, dil
 def flash_attn(q, k, v, causal: bool = True, scale: Optional[float] = None,
                sliding_window: Optional[int] = None, softcap: Optional[float] = None,
                alibi_slopes=None, k_len: Optional[int] = None,
-               window_size_right: Optional[int] = None):
+               window_size_right: Optional[int] = None, mask=None):
     """Scaled-dot-product attention. ``scale`` defaults to 1/sqrt(D).
     ``sliding_window=W`` lets each query see itself and the W-1 keys before
-    it (``window_size_left = W - 1``, the Mistral convention)."""
+    it (``window_size_left = W - 1``, the Mistral convention). ``mask``: an
+    additive mask added to the scaled scores, broadcast to [B,Hq,Sq,Sk]
+    (rank 2 to 4, a value per key: BERT's [B,1,1,Sk]); not with alibi slopes."""
     if sliding_window is not None and sliding_window < 1:
         raise ValueError(f"sliding_window must be >= 1, got {sliding_window}")
-    return fused("FlashAttn", q, k, v, alibi_slopes,
+    if mask is not None and alibi_slopes is not None:
+        raise ValueError("flash_attn takes an additive mask or alibi slopes, not both")
+    return fused("FlashAttn", q, k, v, alibi_slopes if mask is None else mask,
                  softmax_scale=1.0 / math.sqrt(q.shape[-1]) if scale is None else scale,
                  causal=causal,
                  window_size_left=None if sliding_window is None else sliding_window - 1,

@@ -48,3 +48,22 @@ def test_decoder_spellings_fuse(name, target):
     scale = np.abs(theirs).max()
     assert np.abs(got - ref).max() / scale < 1e-5
     assert np.abs(got - theirs).max() / scale < 1e-5
+
+
+@pytest.mark.parametrize("target", ["cpu", "cpu:x86-64-v3"])
+def test_bert_input_mask_is_a_flash_attn_operand(target):
+    """BERT's ``(1 - attention_mask) * finfo.min`` from its input: at batch 8 x
+    128 its scores reach ``SCORES_FUSED`` elements, the attention fuses with
+    the mask as FlashAttn's 4th operand; the odd rows' padded keys masked."""
+    model = bm.build("bert", 8, 128, layers=1)
+    feeds = bm.make_inputs(model)
+    graph = import_model(model)
+    m = compile(graph, target=target)
+    assert [s for s in m.kernel_summary() if s.startswith("FlashAttn")] == [
+        "FlashAttn[f32,f32,f32,f32,f32] (mlir-cpu-fused)"], m.kernel_summary()
+    got = m(**feeds)
+    theirs = bm.ort_session(model.SerializeToString(), 1).run(None, feeds)[0]
+    ref = interpret(graph, feeds)["y"]
+    scale = np.abs(theirs).max()
+    assert np.abs(got - ref).max() / scale < 1e-5
+    assert np.abs(got - theirs).max() / scale < 1e-5

@@ -25,10 +25,11 @@ UNFUSED = ("builtin.module(fuel-fuse{runtime=false attention=false},fuel-decompo
 
 
 def attention(b, hq, hkv, sq, sk, d, *, mask=None, scale="div", split_scale=False,
-              axis=-1, repeat="expand"):
+              axis=-1, repeat="expand", input_mask=None):
     """The ONNX model; ``mask``: None, ("where", keep[Sq,Sk] bool), ("fill", drop
     bool: Where(drop, NEG, scores)) or ("add", additive [Sq,Sk] f32), or
-    ("input", ...): an additive mask fed as an input."""
+    ("input", ...): an additive mask fed as an input; ``input_mask``: the
+    shape of an additive mask input ``am`` added after ``mask``."""
     inits, nodes = [], []
     q, k, v = "q", "k", "v"
     if hq != hkv:  # HF repeat_kv: Unsqueeze, Expand, Reshape
@@ -74,6 +75,10 @@ def attention(b, hq, hkv, sq, sk, d, *, mask=None, scale="div", split_scale=Fals
             inputs.append(H.make_tensor_value_info("m", T.FLOAT, [b, 1, 1, sk]))
             nodes.append(H.make_node("Add", [last, "m"], ["s2"]))
         last = "s2"
+    if input_mask is not None:
+        inputs.append(H.make_tensor_value_info("am", T.FLOAT, list(input_mask)))
+        nodes.append(H.make_node("Add", [last, "am"], ["s3"]))
+        last = "s3"
     nodes += [H.make_node("Softmax", [last], ["p"], axis=axis), H.make_node("MatMul", ["p", v], ["y"])]
     vi = lambda n, s: H.make_tensor_value_info(n, T.FLOAT, s)
     graph = H.make_graph(nodes, "attn", [vi("q", [b, hq, sq, d]), vi("k", [b, hkv, sk, d]),
@@ -94,6 +99,11 @@ def feeds(model, seed=0):
         m = np.zeros(out["m"].shape, np.float32)
         m[..., -2:] = NEG
         out["m"] = m
+    if "am" in out:  # padding: the last quarter of the keys of odd rows; row 0 left-padded
+        m = np.zeros(out["am"].shape, np.float32)
+        m.reshape(-1, m.shape[-1])[1::2, m.shape[-1] - m.shape[-1] // 4:] = NEG
+        m.reshape(-1, m.shape[-1])[0, :2] = NEG
+        out["am"] = m
     return out
 
 
@@ -154,7 +164,8 @@ def test_causal_top_left(sq, sk):
 
 @pytest.mark.parametrize("scale", ["div", "mul"])
 def test_unmasked_is_not_fused(scale):
-    """Matched, but the kernel does not pay without a causal mask (``pays``)."""
+    """Matched, but without a causal mask the kernel does not pay for scores
+    this small (``pays``)."""
     check(attention(1, 4, 4, 33, 33, 16, scale=scale), fused=False)
 
 
@@ -171,8 +182,44 @@ def test_not_causal_constant_mask_is_not_fused(keep):
 
 
 def test_input_mask_is_not_fused():
-    """BERT's additive mask from attention_mask: FlashAttn has no mask operand."""
+    """BERT's additive mask from attention_mask, no causal band: matched (the
+    mask an operand) but the kernel does not pay for scores this small (``pays``)."""
     check(attention(2, 2, 2, 8, 8, 16, mask=("input", None)), fused=False)
+
+
+@pytest.mark.parametrize("am", [None, (2, 1, 1, 256)])
+def test_large_scores_fuse_without_band(am):
+    """Scores of ``SCORES_FUSED`` elements (2 x 4 x 256 x 256) fuse without a
+    causal band (``pays``), unmasked or with BERT's input mask as the 4th operand."""
+    from compiler.passes.fuse_attention import SCORES_FUSED
+    assert 2 * 4 * 256 * 256 == SCORES_FUSED
+    check(attention(2, 4, 4, 256, 256, 8, scale="mul", input_mask=am), fused=True)
+
+
+@pytest.mark.parametrize("am", [(2, 1, 1, 12), (2, 1, 12, 12), (1, 1, 12, 12), (12, 12)])
+def test_causal_with_input_mask(am):
+    """A constant causal band of -inf and an additive padding mask fed as an
+    input (BERT's [B,1,1,Sk], a per-row [B,1,Sq,Sk], shared [1,1,Sq,Sk] or
+    [Sq,Sk]; row 0's first keys masked, so it has no key in its band): the
+    mask becomes FlashAttn's 4th operand."""
+    causal = np.where(tril(12, 12), 0.0, -np.inf)
+    check(attention(2, 2, 2, 12, 12, 16, mask=("add", causal), input_mask=am), fused=True)
+
+
+def test_causal_where_finfo_min_with_input_mask_is_not_fused():
+    """GPT-2's Where(causal, scores, finfo.min) + a padding mask: a row whose
+    band the mask fills (left padding) spreads unfused over every key (all
+    about finfo.min), fused over its band only: left unfused."""
+    check(attention(2, 2, 2, 12, 12, 16, mask=("where", tril(12, 12)), input_mask=(2, 1, 1, 12)),
+          fused=False)
+
+
+@pytest.mark.parametrize("am", [(2, 1, 12, 1), (12,)])
+def test_input_mask_flash_attn_cannot_read_is_not_fused(am):
+    """A mask of one value per query row ([B,1,Sq,1]) or of rank 1 ([Sk]):
+    the Add broadcasts it, FlashAttn's mask operand does not: left unfused."""
+    causal = np.where(tril(12, 12), 0.0, -np.inf)
+    check(attention(2, 2, 2, 12, 12, 16, mask=("add", causal), input_mask=am), fused=False)
 
 
 def test_scale_not_a_constant_is_not_fused():
@@ -183,22 +230,29 @@ def test_softmax_over_another_axis_is_not_fused():
     check(attention(1, 2, 2, 8, 8, 16, mask=("where", tril(8, 8)), axis=2), fused=False)
 
 
-@pytest.mark.parametrize("b,hq,hkv,alibi", [(2, 4, 4, False), (1, 8, 2, False), (1, 4, 4, True)])
+@pytest.mark.parametrize("b,hq,hkv,alibi", [(2, 4, 4, False), (1, 8, 2, False), (1, 4, 4, True),
+                                           (2, 4, 4, (2, 1, 1, 64)), (1, 8, 2, (1, 8, 64, 64)),
+                                           (1, 4, 2, (64, 64))])
 def test_flash_attn_split_over_threads(b, hq, hkv, alibi):
     """A FlashAttn call cut by batch, or by kv heads with their query heads and
-    alibi slopes (codegen/fused.py ``_attn_tiles``), gives the one-thread result
-    bit for bit."""
+    alibi slopes or additive mask (a shape: cut where it has the axis, else
+    whole; codegen/fused.py ``_attn_tiles``), gives the one-thread result bit
+    for bit."""
     from compiler.codegen import parallel
     from compiler.graph import Graph
     from compiler.registry.builders import fused
     g = Graph()
+    a_shape = (hq,) if alibi is True else alibi
     ins = [g.input("q", (b, hq, 64, 32), "f32"), g.input("k", (b, hkv, 64, 32), "f32"),
-           g.input("v", (b, hkv, 64, 32), "f32")] + ([g.input("a", (hq,), "f32")] if alibi else [])
+           g.input("v", (b, hkv, 64, 32), "f32")] + ([g.input("a", a_shape, "f32")] if alibi else [])
     g.output(fused("FlashAttn", *ins, softmax_scale=0.2, causal=True), "y")
     rng = np.random.default_rng(3)
     x = {n: rng.standard_normal(s).astype(np.float32) for n, s in
-         (("q", (b, hq, 64, 32)), ("k", (b, hkv, 64, 32)), ("v", (b, hkv, 64, 32)), ("a", (hq,)))
-         if n != "a" or alibi}
+         (("q", (b, hq, 64, 32)), ("k", (b, hkv, 64, 32)), ("v", (b, hkv, 64, 32)))}
+    if alibi is True:
+        x["a"] = rng.standard_normal(hq).astype(np.float32)
+    elif alibi:
+        x["a"] = np.where(rng.uniform(size=a_shape) < 0.3, NEG, 0).astype(np.float32)
     outs = []
     for threads in (1, 2):
         parallel.set_num_threads(threads)

@@ -21,12 +21,15 @@ TARGETS = [pytest.param(t, marks=pytest.mark.skipif(
     for t in ("cpu:x86-64-v3", "cpu:x86-64-v4")]
 
 # (hq, hkv, params, alibi): causal; grouped-query heads with alibi slopes;
-# sliding windows with a softcap (not causal); no mask
+# sliding windows with a softcap (not causal); no mask; an additive mask
+# input ("mask": BERT's [b,1,1,s], "rowmask": [b,1,s,s]), causal or not
 CASES = {"causal": (4, 4, dict(causal=True), False),
          "gqa-alibi": (8, 2, dict(causal=True), True),
          "window-softcap": (2, 2, dict(window_size_left=3, window_size_right=1, softcap=5.0),
                             False),
-         "unmasked": (2, 1, dict(), False)}
+         "unmasked": (2, 1, dict(), False),
+         "mask": (4, 2, dict(), "mask"),
+         "rowmask-causal": (2, 2, dict(causal=True), "rowmask")}
 #: (batch, Sq, Sk): 1 row, rows left over from the 4-row blocks, more than a 16-key chunk
 SIZES = [(1, 1, 1), (2, 5, 5), (3, 6, 6), (1, 37, 37), (2, 64, 64)]
 D = 32
@@ -44,7 +47,11 @@ def _feeds(rng, b, hq, hkv, sq, sk, alibi):
     x = {"q": rng.standard_normal((b, hq, sq, D)).astype(np.float32),
          "k": rng.standard_normal((b, hkv, sk, D)).astype(np.float32),
          "v": rng.standard_normal((b, hkv, sk, D)).astype(np.float32)}
-    if alibi:
+    if alibi in ("mask", "rowmask"):
+        shape = (b, 1, 1, sk) if alibi == "mask" else (b, 1, sq, sk)
+        x["a"] = np.where(rng.uniform(size=shape) < 0.3, -10000.0, 0.0).astype(np.float32)
+        x["a"][..., 0] = 0.0
+    elif alibi:
         x["a"] = rng.uniform(0.05, 0.5, hq).astype(np.float32)
     return x
 
@@ -53,7 +60,10 @@ def _graph(hq, hkv, params, alibi, sq="s", sk="s"):
     g = Graph()
     ins = [g.input("q", ("b", hq, sq, D), "f32"), g.input("k", ("b", hkv, sk, D), "f32"),
            g.input("v", ("b", hkv, sk, D), "f32")]
-    ins += [g.input("a", (hq,), "f32")] if alibi else []
+    if alibi in ("mask", "rowmask"):
+        ins.append(g.input("a", ("b", 1, 1, sk) if alibi == "mask" else ("b", 1, sq, sk), "f32"))
+    elif alibi:
+        ins.append(g.input("a", (hq,), "f32"))
     g.output(fused("FlashAttn", *ins, softmax_scale=0.3, **params), "y")
     return g
 
@@ -90,7 +100,8 @@ def test_fewer_queries_than_keys():
     assert m.kernel_summary()[1].endswith("[run-time extents]")
 
 
-@pytest.mark.parametrize("case", ["causal", "gqa-alibi", "window-softcap"])
+@pytest.mark.parametrize("case", ["causal", "gqa-alibi", "window-softcap", "mask",
+                                  "rowmask-causal"])
 def test_bits_of_the_static_kernel(case):
     """The run-time kernel gives the bits of the kernel compiled for each
     static shape (a run-time Sq runs its left-over rows one at a time, the

@@ -174,6 +174,93 @@ def test_flash_attn_lowering_ir(rng):
         _close(got, _reference("FlashAttn", arrs, params), "f32", f"FlashAttn softcap={cap}")
 
 
+#: additive masks of the shapes exporters give (BERT's [B,1,1,Sk], a per-row
+#: [B,1,Sq,Sk], a shared [1,1,Sq,Sk] or [Sq,Sk], per head [B,Hq,Sq,Sk]) for
+#: q [2,4,5,D], k/v [2,2,7,D]
+MASKS = [(2, 1, 1, 7), (2, 1, 5, 7), (1, 1, 5, 7), (5, 7), (2, 4, 5, 7)]
+
+
+def _masked(rng, mshape, fill, dtype="f32", full_row=True):
+    """q, k, v (GQA, 7 keys: one 16-key chunk, part of it past Sk) and an
+    additive mask of ``mshape``: ``fill`` at random keys and (``full_row``)
+    at every key of the mask's first row (a fully masked row), 0 elsewhere;
+    key 0 is kept in every other row."""
+    arrs = _attn_inputs(rng, 2, 4, 2, 5, 7, 8, dtype)
+    m = np.where(rng.uniform(size=mshape) < 0.3, fill, 0.0)
+    m[..., 0] = 0.0
+    if full_row:
+        m.reshape(-1, mshape[-1])[0] = fill
+    return arrs + [from_compute(m, DType.parse(dtype))]
+
+
+@pytest.mark.parametrize("fill", [-10000.0, float("-inf")])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("mshape", MASKS)
+def test_flash_attn_additive_mask_kernel(rng, mshape, causal, fill):
+    """The additive mask operand (``fuel-fuse`` feeds it BERT's): the kernel
+    (the host's target; ``FUELC_CPU=x86-64-v3`` runs AVX2) == the reference; a
+    row whose keys are all ``-inf`` is 0 (FlashAttn's convention), one of
+    ``-10000`` the softmax of its scores: there f32's ``s - 10000`` keeps s to
+    ulp(10000) = 2^-10, as the unfused f32 Add does, against the f64
+    reference's exact sum, hence the wider tolerance."""
+    arrs = _masked(rng, mshape, fill)
+    params = dict(softmax_scale=0.4, causal=causal)
+    want = _reference("FlashAttn", arrs, params)
+    if fill == float("-inf"):
+        assert (want[0, 0, 0] == 0).all()               # (batch 0, head 0) row 0: fully masked
+    assert np.isfinite(want).all()
+    if fill == float("-inf"):
+        _check_kernel("FlashAttn", arrs, ["f32"] * 4, params, "f32")
+        return
+    g, feed = _graph("FlashAttn", arrs, ["f32"] * 4, params)
+    m = compile(g)
+    assert m.kernel_summary() == ["FlashAttn[f32,f32,f32,f32,f32] (mlir-cpu-fused)"]
+    np.testing.assert_allclose(_num(m(**feed)), want, rtol=0, atol=2e-3)
+
+
+@pytest.mark.parametrize("mshape", [MASKS[1], MASKS[4]])
+def test_flash_attn_additive_mask_kernel_f64(rng, mshape):
+    """The f64 kernel with a mask (fully ``-10000`` rows exact in f64)."""
+    arrs = _masked(rng, mshape, -10000.0, "f64")
+    _check_kernel("FlashAttn", arrs, ["f64"] * 4, dict(softmax_scale=0.4, causal=True), "f64")
+
+
+@pytest.mark.parametrize("mshape", [MASKS[0], MASKS[3]])
+def test_flash_attn_additive_mask_recipe_and_lowering(rng, mshape):
+    """The recipe (scores + the broadcast mask before the softmax: the
+    unfused graph) and the generic lowering == the reference, f32 and f64.
+    Without a fully masked row: where every key is ``-inf`` the recipe's
+    Softmax, as the unfused graph's, computes 0/0 (FlashAttn's kernels 0)."""
+    for dtype in ("f32", "f64"):
+        arrs = _masked(rng, mshape, float("-inf"), dtype, full_row=False)
+        params = dict(softmax_scale=0.4, causal=True)
+        _check_recipe("FlashAttn", arrs, [dtype] * 4, params, dtype)
+        got, _ = _run_lowering("FlashAttn", arrs, [dtype] * 4, params)
+        _close(got, _reference("FlashAttn", arrs, params), dtype, "FlashAttn lowering")
+
+
+@pytest.mark.parametrize("mshape,why", [((2, 1, 5, 1), "a key extent of 1"),
+                                        ((2, 3, 5, 7), "extent 3 where the scores have 4"),
+                                        ((7,), "alibi slopes must be [Hq]"),
+                                        ((2, 2, 1, 5, 7), "rank 5 (2 to 4 wanted)")])
+def test_flash_attn_mask_that_does_not_broadcast_is_refused(rng, mshape, why):
+    """A typed error naming the mask and the scores' shape, not a mis-read."""
+    g = Graph()
+    ins = [g.input("q", (2, 4, 5, 8), "f32"), g.input("k", (2, 2, 7, 8), "f32"),
+           g.input("v", (2, 2, 7, 8), "f32"), g.input("m", mshape, "f32")]
+    with pytest.raises(GraphBuildError, match="FlashAttn") as e:
+        fused("FlashAttn", *ins, softmax_scale=0.4)
+    assert why in str(e.value)
+
+
+def test_flash_attn_mask_with_k_len_is_refused():
+    g = Graph()
+    ins = [g.input("q", (1, 2, 2, 8), "f32"), g.input("k", (1, 2, 6, 8), "f32"),
+           g.input("v", (1, 2, 6, 8), "f32"), g.input("m", (1, 1, 1, 6), "f32")]
+    with pytest.raises(GraphBuildError, match="k_len"):
+        fused("FlashAttn", *ins, softmax_scale=0.4, causal=True, k_len=4)
+
+
 def _sdpa(q, k, v, scale, mask):
     """PyTorch's scaled_dot_product_attention as numpy, with its convention
     that a query row whose keys are all masked (``mask`` False) gives 0."""
@@ -612,3 +699,18 @@ def test_grouped_conv_splits_by_whole_groups(rng, xs, ws, groups, stride, paddin
     assert tiles is not None and len(tiles) == 2
     cpg = xs[1] // groups
     assert all(t[0].shape[1] % cpg == 0 and t[0].shape[1] == t[3].shape[1] for t in tiles)
+
+
+def test_flash_attn_builder_mask(rng):
+    """``flash_attn(..., mask=m)`` passes the additive mask as the 4th input
+    (kernel == reference); a mask and alibi slopes together are refused."""
+    from compiler import flash_attn
+    arrs = _masked(rng, (2, 1, 1, 7), -10000.0, full_row=False)
+    g = Graph()
+    ins = [g.input(f"in{i}", a.shape, "f32") for i, a in enumerate(arrs)]
+    g.output(flash_attn(*ins[:3], causal=False, scale=0.4, mask=ins[3]), "y")
+    feed = {f"in{i}": a for i, a in enumerate(arrs)}
+    _close(compile(g)(**feed), _reference("FlashAttn", arrs, dict(softmax_scale=0.4)), "f32",
+           "flash_attn(mask=)")
+    with pytest.raises(ValueError, match="not both"):
+        flash_attn(*ins[:3], mask=ins[3], alibi_slopes=g.input("a", (4,), "f32"))

@@ -230,3 +230,106 @@ func.func @dynamic_batch(%q: tensor<?x2x4x8xf32>, %k: tensor<?x2x4x8xf32>, %v: t
   %4 = "fuel.mat_mul"(%3, %v) : (tensor<?x2x4x4xf32>, tensor<?x2x4x8xf32>) -> tensor<?x2x4x8xf32>
   return %4 : tensor<?x2x4x8xf32>
 }
+
+// -----
+
+// A causal band of -inf (constant) and BERT's padding mask fed as an input
+// ([B,1,1,Sk], broadcast to the scores): the mask is FlashAttn's 4th operand,
+// read before its BroadcastTo; the band is its causal flag.
+// CHECK-LABEL: func.func @causal_input_mask
+// CHECK-NEXT:    %[[A:.*]] = "fuel.flash_attn"(%arg0, %arg1, %arg2, %arg3) {causal = true, softmax_scale = 2.500000e-01 : f64}
+// CHECK-SAME:      (tensor<2x2x3x8xf32>, tensor<2x2x3x8xf32>, tensor<2x2x3x8xf32>, tensor<2x1x1x3xf32>) -> tensor<2x2x3x8xf32>
+// CHECK-NEXT:    return %[[A]]
+// NOKERNEL-LABEL: func.func @causal_input_mask
+// NOKERNEL-NOT:    fuel.flash_attn
+func.func @causal_input_mask(%q: tensor<2x2x3x8xf32>, %k: tensor<2x2x3x8xf32>, %v: tensor<2x2x3x8xf32>, %m: tensor<2x1x1x3xf32>) -> tensor<2x2x3x8xf32> {
+  %0 = "fuel.transpose"(%k) : (tensor<2x2x3x8xf32>) -> tensor<2x2x8x3xf32>
+  %1 = "fuel.mat_mul"(%q, %0) : (tensor<2x2x3x8xf32>, tensor<2x2x8x3xf32>) -> tensor<2x2x3x3xf32>
+  %2 = "fuel.mul_scalar"(%1) {value = 2.500000e-01 : f64} : (tensor<2x2x3x3xf32>) -> tensor<2x2x3x3xf32>
+  %3 = "fuel.const"() {dtype = "f32", name = "causal", shape = [3, 3], value = dense<[[0.0, 0xFF800000, 0xFF800000], [0.0, 0.0, 0xFF800000], [0.0, 0.0, 0.0]]> : tensor<3x3xf32>} : () -> tensor<3x3xf32>
+  %4 = "fuel.broadcast_to"(%3) {shape = [2, 2, 3, 3]} : (tensor<3x3xf32>) -> tensor<2x2x3x3xf32>
+  %5 = "fuel.add"(%2, %4) : (tensor<2x2x3x3xf32>, tensor<2x2x3x3xf32>) -> tensor<2x2x3x3xf32>
+  %6 = "fuel.broadcast_to"(%m) {shape = [2, 2, 3, 3]} : (tensor<2x1x1x3xf32>) -> tensor<2x2x3x3xf32>
+  %7 = "fuel.add"(%6, %5) : (tensor<2x2x3x3xf32>, tensor<2x2x3x3xf32>) -> tensor<2x2x3x3xf32>
+  %8 = "fuel.softmax_last_dim"(%7) : (tensor<2x2x3x3xf32>) -> tensor<2x2x3x3xf32>
+  %9 = "fuel.mat_mul"(%8, %v) : (tensor<2x2x3x3xf32>, tensor<2x2x3x8xf32>) -> tensor<2x2x3x8xf32>
+  return %9 : tensor<2x2x3x8xf32>
+}
+
+// -----
+
+// The input mask added first and the band after; the mask [Sq,Sk], shared by
+// every batch and head.
+// CHECK-LABEL: func.func @input_mask_then_band
+// CHECK-NEXT:    "fuel.flash_attn"(%arg0, %arg1, %arg2, %arg3) {causal = true, softmax_scale = 1.000000e+00 : f64}
+// CHECK-SAME:      tensor<3x3xf32>) -> tensor<1x2x3x8xf32>
+func.func @input_mask_then_band(%q: tensor<1x2x3x8xf32>, %k: tensor<1x2x3x8xf32>, %v: tensor<1x2x3x8xf32>, %m: tensor<3x3xf32>) -> tensor<1x2x3x8xf32> {
+  %0 = "fuel.transpose"(%k) : (tensor<1x2x3x8xf32>) -> tensor<1x2x8x3xf32>
+  %1 = "fuel.mat_mul"(%q, %0) : (tensor<1x2x3x8xf32>, tensor<1x2x8x3xf32>) -> tensor<1x2x3x3xf32>
+  %2 = "fuel.broadcast_to"(%m) {shape = [1, 2, 3, 3]} : (tensor<3x3xf32>) -> tensor<1x2x3x3xf32>
+  %3 = "fuel.add"(%1, %2) : (tensor<1x2x3x3xf32>, tensor<1x2x3x3xf32>) -> tensor<1x2x3x3xf32>
+  %4 = "fuel.const"() {dtype = "f32", name = "causal", shape = [3, 3], value = dense<[[0.0, 0xFF800000, 0xFF800000], [0.0, 0.0, 0xFF800000], [0.0, 0.0, 0.0]]> : tensor<3x3xf32>} : () -> tensor<3x3xf32>
+  %5 = "fuel.broadcast_to"(%4) {shape = [1, 2, 3, 3]} : (tensor<3x3xf32>) -> tensor<1x2x3x3xf32>
+  %6 = "fuel.add"(%3, %5) : (tensor<1x2x3x3xf32>, tensor<1x2x3x3xf32>) -> tensor<1x2x3x3xf32>
+  %7 = "fuel.softmax_last_dim"(%6) : (tensor<1x2x3x3xf32>) -> tensor<1x2x3x3xf32>
+  %8 = "fuel.mat_mul"(%7, %v) : (tensor<1x2x3x3xf32>, tensor<1x2x3x8xf32>) -> tensor<1x2x3x8xf32>
+  return %8 : tensor<1x2x3x8xf32>
+}
+
+// -----
+
+// A mask of one value per query row ([B,1,Sq,1]) broadcast over the keys: the
+// Add reads it, FlashAttn's mask operand (a value per key) does not: unfused,
+// not mis-fused.
+// CHECK-LABEL: func.func @mask_not_per_key
+// CHECK-NOT:     fuel.flash_attn
+// CHECK:         "fuel.softmax_last_dim"
+func.func @mask_not_per_key(%q: tensor<2x2x3x8xf32>, %k: tensor<2x2x3x8xf32>, %v: tensor<2x2x3x8xf32>, %m: tensor<2x1x3x1xf32>) -> tensor<2x2x3x8xf32> {
+  %0 = "fuel.transpose"(%k) : (tensor<2x2x3x8xf32>) -> tensor<2x2x8x3xf32>
+  %1 = "fuel.mat_mul"(%q, %0) : (tensor<2x2x3x8xf32>, tensor<2x2x8x3xf32>) -> tensor<2x2x3x3xf32>
+  %3 = "fuel.const"() {dtype = "f32", name = "causal", shape = [3, 3], value = dense<[[0.0, 0xFF800000, 0xFF800000], [0.0, 0.0, 0xFF800000], [0.0, 0.0, 0.0]]> : tensor<3x3xf32>} : () -> tensor<3x3xf32>
+  %4 = "fuel.broadcast_to"(%3) {shape = [2, 2, 3, 3]} : (tensor<3x3xf32>) -> tensor<2x2x3x3xf32>
+  %5 = "fuel.add"(%1, %4) : (tensor<2x2x3x3xf32>, tensor<2x2x3x3xf32>) -> tensor<2x2x3x3xf32>
+  %6 = "fuel.broadcast_to"(%m) {shape = [2, 2, 3, 3]} : (tensor<2x1x3x1xf32>) -> tensor<2x2x3x3xf32>
+  %7 = "fuel.add"(%5, %6) : (tensor<2x2x3x3xf32>, tensor<2x2x3x3xf32>) -> tensor<2x2x3x3xf32>
+  %8 = "fuel.softmax_last_dim"(%7) : (tensor<2x2x3x3xf32>) -> tensor<2x2x3x3xf32>
+  %9 = "fuel.mat_mul"(%8, %v) : (tensor<2x2x3x3xf32>, tensor<2x2x3x8xf32>) -> tensor<2x2x3x8xf32>
+  return %9 : tensor<2x2x3x8xf32>
+}
+
+// -----
+
+// BERT: the additive input mask without a causal band, small scores. Matched (the mask an
+// operand), but the kernel does not pay without a band (``pays``): unfused.
+// CHECK-LABEL: func.func @bert_input_mask
+// CHECK-NOT:     fuel.flash_attn
+// CHECK:         "fuel.softmax_last_dim"
+func.func @bert_input_mask(%q: tensor<2x2x3x8xf32>, %k: tensor<2x2x3x8xf32>, %v: tensor<2x2x3x8xf32>, %m: tensor<2x1x1x3xf32>) -> tensor<2x2x3x8xf32> {
+  %0 = "fuel.transpose"(%k) : (tensor<2x2x3x8xf32>) -> tensor<2x2x8x3xf32>
+  %1 = "fuel.mat_mul"(%q, %0) : (tensor<2x2x3x8xf32>, tensor<2x2x8x3xf32>) -> tensor<2x2x3x3xf32>
+  %2 = "fuel.mul_scalar"(%1) {value = 2.500000e-01 : f64} : (tensor<2x2x3x3xf32>) -> tensor<2x2x3x3xf32>
+  %6 = "fuel.broadcast_to"(%m) {shape = [2, 2, 3, 3]} : (tensor<2x1x1x3xf32>) -> tensor<2x2x3x3xf32>
+  %7 = "fuel.add"(%2, %6) : (tensor<2x2x3x3xf32>, tensor<2x2x3x3xf32>) -> tensor<2x2x3x3xf32>
+  %8 = "fuel.softmax_last_dim"(%7) : (tensor<2x2x3x3xf32>) -> tensor<2x2x3x3xf32>
+  %9 = "fuel.mat_mul"(%8, %v) : (tensor<2x2x3x3xf32>, tensor<2x2x3x8xf32>) -> tensor<2x2x3x8xf32>
+  return %9 : tensor<2x2x3x8xf32>
+}
+
+// -----
+
+// BERT's input mask, scores of 2^19 elements (2 x 4 x 256 x 256): without a band
+// the kernel pays from that size (``pays``): fused, the mask the 4th operand.
+// CHECK-LABEL: func.func @bert_input_mask_large
+// CHECK-NEXT:    %[[A:.*]] = "fuel.flash_attn"(%arg0, %arg1, %arg2, %arg3) {causal = false, softmax_scale = 2.500000e-01 : f64}
+// CHECK-SAME:      tensor<2x1x1x256xf32>) -> tensor<2x4x256x8xf32>
+// CHECK-NEXT:    return %[[A]]
+func.func @bert_input_mask_large(%q: tensor<2x4x256x8xf32>, %k: tensor<2x4x256x8xf32>, %v: tensor<2x4x256x8xf32>, %m: tensor<2x1x1x256xf32>) -> tensor<2x4x256x8xf32> {
+  %0 = "fuel.transpose"(%k) : (tensor<2x4x256x8xf32>) -> tensor<2x4x8x256xf32>
+  %1 = "fuel.mat_mul"(%q, %0) : (tensor<2x4x256x8xf32>, tensor<2x4x8x256xf32>) -> tensor<2x4x256x256xf32>
+  %2 = "fuel.mul_scalar"(%1) {value = 2.500000e-01 : f64} : (tensor<2x4x256x256xf32>) -> tensor<2x4x256x256xf32>
+  %3 = "fuel.broadcast_to"(%m) {shape = [2, 4, 256, 256]} : (tensor<2x1x1x256xf32>) -> tensor<2x4x256x256xf32>
+  %4 = "fuel.add"(%2, %3) : (tensor<2x4x256x256xf32>, tensor<2x4x256x256xf32>) -> tensor<2x4x256x256xf32>
+  %5 = "fuel.softmax_last_dim"(%4) : (tensor<2x4x256x256xf32>) -> tensor<2x4x256x256xf32>
+  %6 = "fuel.mat_mul"(%5, %v) : (tensor<2x4x256x256xf32>, tensor<2x4x256x8xf32>) -> tensor<2x4x256x8xf32>
+  return %6 : tensor<2x4x256x8xf32>
+}

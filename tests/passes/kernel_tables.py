@@ -83,11 +83,12 @@ def linear_f32_f64() -> KernelBindingTable:
 
 @functools.cache
 def attention_f32() -> KernelBindingTable:
-    """fused_f32 plus the f32 FlashAttn kernel (q, k, v)."""
+    """fused_f32 plus the f32 FlashAttn kernel (q, k, v, [mask or alibi])."""
     t = KernelBindingTable()
     _primitives(t)
     t.register(OpKind.SoftmaxLastDim, [F32, F32], "cpu", _kernel)
     t.register(OpKind.FlashAttn, [F32] * 4, "cpu", _kernel)
+    t.register(OpKind.FlashAttn, [F32] * 5, "cpu", _kernel)
     return t.freeze()
 
 

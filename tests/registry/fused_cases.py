@@ -28,10 +28,12 @@ def q_blocks(qt, n, k):
     return raw.reshape(-1).view("<u4").copy()
 
 
-def attn(b, hq, hkv, sq, sk, d, alibi=False, extra=False):
+def attn(b, hq, hkv, sq, sk, d, alibi=False, extra=False, mask=None):
     ins = [f(b, hq, sq, d), f(b, hkv, sk, d), f(b, hkv, sk, d)]
     if extra:
         ins.append(f(b, hq, sq, d))
+    if mask is not None:  # an additive mask of that shape: 0 or -10000
+        ins.append(np.where(f(*mask) > 0.3, np.float32(-10000), np.float32(0)))
     if alibi:
         ins.append(f(hq, lo=0.0, hi=0.5))
     return ins
@@ -111,7 +113,9 @@ def cases():
             (attn(1, 2, 1, 3, 6, 2), {"softmax_scale": 1.0, "window_size_left": 1,
                                       "window_size_right": 2}),
             (attn(1, 2, 2, 2, 6, 4, alibi=True), {"softmax_scale": 0.3, "causal": True,
-                                                  "k_len": 4})],
+                                                  "k_len": 4}),
+            (attn(2, 4, 2, 3, 5, 4, mask=(2, 1, 1, 5)), {"softmax_scale": 0.5}),
+            (attn(1, 2, 2, 4, 4, 4, mask=(4, 4)), {"softmax_scale": 0.5, "causal": True})],
         "PagedAttn": [(paged(2, 2, 1, 1, 4, 5, 2, 3), {"softmax_scale": 0.5, "block_size": 2}),
                       (paged(1, 4, 2, 2, 3, 4, 3, 2, alibi=True),
                        {"softmax_scale": 0.8, "block_size": 3, "softcap": 1.5})],

@@ -5,7 +5,9 @@ visiting only the keys of each row's band, with no [Sq, Sk] intermediate.
 
 Inputs q ``[B,Hq,Sq,D]``, k, v ``[B,Hkv,Sk,D]`` (query head h reads kv head
 h // (Hq/Hkv), via a floordiv indexing map: no repeated K/V is materialized),
-optional alibi slopes ``[Hq]`` (arity 3 or 4). Params as the registry entry:
+then optionally alibi slopes ``[Hq]`` or an additive mask broadcast to the
+scores (rank 2 to 4, told by rank: ``_attention.split_extras``). Params as the
+registry entry:
 ``softmax_scale``, ``causal``, ``window_size_left``/``window_size_right``,
 ``softcap`` (``None`` = unset) and ``k_len`` (attend the first k_len keys,
 bottom-right aligned: offset o = k_len - Sq).
@@ -14,7 +16,7 @@ Stages, computed in f32 (f64 for f64 inputs), the storage dtype only at the end:
 
 1. ``S = Q·Kᵀ`` (reduction over D);
 2. scores: ``s = scale·S``; softcap ``cap·tanh(s/cap)``; alibi
-   ``+= slope[h]·(j - (i + o))``; band masks (causal ``j > i+o``, right window
+   ``+= slope[h]·(j - (i + o))``; ``+= mask``; band masks (causal ``j > i+o``, right window
    ``j >= i+o+r+1``, left window ``j <= i+o-l-1``) give ``-inf``;
 3. ``m = max_j s`` and ``P = exp(s - m)`` (numerically stable softmax);
 4. ``l = Σ_j P`` and ``O = P·V``; ``out = O / l``.
@@ -41,14 +43,35 @@ def _kv_head(hq: int, hkv: int):
     return ir.AffineFloorDivExpr.get(h, ir.AffineConstantExpr.get(hq // hkv))
 
 
+def _mask_rows(mask):
+    """Per axis of the scores [B,Hq,Sq,Sk], whether the additive ``mask``
+    (right-aligned) has that extent of its own (not a broadcast 1)."""
+    t = rtt(mask)
+    own = [t.is_dynamic_dim(i) or t.shape[i] != 1 for i in range(t.rank)]
+    return [False] * (4 - t.rank) + own
+
+
+def _mask_index(mask, axis: int, i):
+    """Index ``i`` of the scores as the mask's ``axis`` reads it, numpy's
+    broadcast: 0 for a static extent 1, ``min(i, n - 1)`` for a run-time
+    extent n (0 where n is 1, i where n is the scores' own)."""
+    t = rtt(mask)
+    if not t.is_dynamic_dim(axis):
+        return i if t.shape[axis] != 1 else index(0)
+    n = tensor.dim(mask, index(axis))
+    return arith.minsi(i, arith.subi(n, index(1)))
+
+
 def _operands(lw: Lowering, run_time: bool = False):
-    """``(q, k, v, alibi or None, (B, Hq, Sq, D, Hkv, Sk), k_len)``, checked:
+    """``(q, k, v, alibi or None, mask or None, (B, Hq, Sq, D, Hkv, Sk),
+    k_len)``, checked:
     3 or 4 operands, k_len in [1, Sk], static shapes or, with ``run_time``
     (the cpu rule), B, Sq and Sk as run-time extents (``tensor.dim`` values)
     where k_len is unset (``dynamic_dims``); heads and head size static."""
     ops = lw.operands
     if len(ops) not in (3, 4):
-        raise LoweringError(f"FlashAttn takes 3 or 4 operands (q, k, v, [alibi]), got {len(ops)}")
+        raise LoweringError(f"FlashAttn takes 3 or 4 operands (q, k, v, [mask or alibi]), "
+                            f"got {len(ops)}")
     b, hq, sq, d = dims(ops[0])
     _, hkv, sk, _ = dims(ops[1])
     kl = lw.params.get("k_len")
@@ -61,23 +84,36 @@ def _operands(lw: Lowering, run_time: bool = False):
             f"rule, without k_len")
     if kl is not None and not 1 <= kl <= sk:
         raise LoweringError(f"FlashAttn: k_len={kl} must be in [1, Sk={sk}]")
-    return (*ops[:3], ops[3] if len(ops) == 4 else None, (b, hq, sq, d, hkv, sk), kl)
+    mask = ops[3] if len(ops) == 4 and rtt(ops[3]).rank >= 2 else None
+    alibi = ops[3] if len(ops) == 4 and mask is None else None
+    if mask is not None and (kl is not None or not 2 <= rtt(mask).rank <= 4):
+        raise LoweringError(f"FlashAttn: an additive mask {rtt(mask)} must have rank 2 to 4 "
+                            f"and comes without k_len")
+    return (*ops[:3], alibi, mask, (b, hq, sq, d, hkv, sk), kl)
 
 
 def dynamic_dims(types, params):
     """The extents the cpu kernel takes at run time (``codegen.fused.
     DYNAMIC_FUSED``): q, k, v and the output's batch and sequence, where
     k_len is unset (its offset k_len - Sq is a static param); heads, head
-    size and the alibi slopes stay static. None: compiled per shape."""
+    size and the alibi slopes stay static; an additive mask's batch, query and
+    key axes are run-time whatever their extent (the kernel reads a run-time
+    extent of 1 as broadcast, numpy's rule: one kernel serves BERT's
+    ``[b,1,1,s]`` at every size, b = 1 or s = 1 included). None: compiled
+    per shape."""
     if params.get("k_len") is not None:
         return None
     bs = (True, False, True, False)
-    return (bs, bs, bs) + ((False,),) * (len(types) - 3) + (bs,)
+    extra = ()
+    if len(types) == 4:
+        rank = len(types[3].shape)
+        extra = ((True, False, True, True)[4 - rank:] if rank >= 2 else (False,),)
+    return (bs, bs, bs) + extra + (bs,)
 
 
 @lowers("FlashAttn")
 def _flash_attn(lw: Lowering):
-    q, k, v, alibi, (b, hq, sq, d, hkv, sk), kl = _operands(lw)
+    q, k, v, alibi, mask, (b, hq, sq, d, hkv, sk), kl = _operands(lw)
     off = 0
     if kl is not None:
         if kl != sk:
@@ -115,6 +151,8 @@ def _flash_attn(lw: Lowering):
         if alibi is not None:
             dist = arith.sitofp(c, arith.subi(j, ioff))
             x = s.add(x, s.mul(to_compute(args[1], s), dist))
+        if mask is not None:
+            x = s.add(x, to_compute(args[1], s))
         masked = None
 
         def band(pred, bound):
@@ -137,6 +175,10 @@ def _flash_attn(lw: Lowering):
     if alibi is not None:
         ins.append(alibi)
         maps.append(affine_map(4, [1]))
+    if mask is not None:
+        own = _mask_rows(mask)
+        ins.append(mask)
+        maps.append(affine_map(4, [i if own[i] else None for i in range(4 - rtt(mask).rank, 4)]))
     scores = generic(ins, [empty([b, hq, sq, sk], c)], maps + [identity_map(4)],
                      [PARALLEL] * 4, score)[0]
 
@@ -178,10 +220,13 @@ def _flash_attn(lw: Lowering):
 # * per block of ``_ROWS`` query rows, only the key chunks of ``_LANES`` that hold
 #   a key of the rows' bands [lo, hi) (causal: hi = i+o+1; windows; k_len) are
 #   visited. Per chunk the scores of the rows Σ_d q[i,d]·kt[d,chunk] accumulate in
-#   registers (one kt load per d serves every row), the scale, softcap and alibi
-#   apply, keys outside a row's [lo, hi) become -inf, and the row maxima are kept;
+#   registers (one kt load per d serves every row), the scale, softcap, alibi and
+#   additive mask apply (a row's mask row is first copied into its score row, so
+#   the chunks read it in bounds), keys outside a row's [lo, hi) become -inf, and
+#   the row maxima are kept per lane (one reduction per row after the chunks: a
+#   horizontal one per chunk cost [1,12,128,32] 0.59 against 0.36 ms with AVX-512);
 #   the chunks go to a score buffer [_ROWS, Skp] (in L1);
-# * a pass over the same chunks writes p = exp(s - m) and sums it; then
+# * a pass over the same chunks writes p = exp(s - m) and sums it per lane; then
 #   o = Σ_j p[j]·vc[j,:] in registers, ``_PIECE`` columns at a time (one vc load
 #   per key serves every row); out = o / l (0 for a row without keys).
 #
@@ -205,7 +250,7 @@ def _loop(lo, hi, inits, body, step=1) -> list:
 @lowers("FlashAttn", platform="cpu")
 def _flash_attn_cpu(lw: Lowering):
     from .fused_norm import reassoc
-    q, k, v, alibi, (b, hq, sq, d, hkv, sk), kl = _operands(lw, run_time=True)
+    q, k, v, alibi, mask, (b, hq, sq, d, hkv, sk), kl = _operands(lw, run_time=True)
     off = 0 if kl is None else kl - sq
     nk = sk if kl is None else kl              # keys [0, nk) exist (B, Sq, Sk: ints or values)
     s = Scalar.compute(lw.in_dtypes[0])
@@ -277,6 +322,10 @@ def _flash_attn_cpu(lw: Lowering):
                         ci(lanes))
         c1 = arith.maxsi(c1, c0)
         slope = to_compute(tensor.extract(alibi, [h]), s) if alibi is not None else None
+        if mask is not None:                        # the mask's row of each query row
+            mrank = rtt(mask).rank
+            mrow = lambda r: [_mask_index(mask, a - (4 - mrank), ix) for a, ix in
+                              enumerate((bi, h, arith.addi(i0, ci(r)))) if a >= 4 - mrank]
 
         def scores(j0, r_, *ms):
             def dot(dd, *acc):
@@ -295,15 +344,26 @@ def _flash_attn_cpu(lw: Lowering):
                 if slope is not None:
                     dist = arith.sitofp(vl, arith.subi(jv, splat(arith.index_cast(i32, io), vi)))
                     x = s.add(x, s.mul(splat(slope, vl), dist))
+                if mask is not None:    # the mask row, copied into the score row below
+                    x = s.add(x, read(r_, [ci(r), j0], vl, r2))
                 keep = arith.andi(
                     arith.cmpi(arith.CmpIPredicate.sge, jv, splat(arith.index_cast(i32, lo), vi)),
                     arith.cmpi(arith.CmpIPredicate.slt, jv, splat(arith.index_cast(i32, hi_), vi)))
                 x = arith.select(keep, x, neg)
                 r_ = write(x, r_, [ci(r), j0], r2)
-                new_m.append(arith.maxnumf(ms[r], vector.ReductionOp(
-                    c, kind("maxnumf"), x).result))
+                new_m.append(arith.maxnumf(ms[r], x))
             return [r_, *new_m]
-        srow, *ms = _loop(c0, c1, [srow] + [s.const(float("-inf"))] * rows, scores, step=lanes)
+        # the row maxima and sums kept per lane, reduced once after the chunks
+        if mask is not None:
+            # each row's mask row into its score row (in bounds for whole chunks: the
+            # columns past Sk hold stale values, their keys dropped by ``keep``); a
+            # chunk's scores then overwrite the mask values they have read
+            for r in range(rows):
+                at = mrow(r)
+                srow = insert_at(slice_at(mask, at, [1] * len(at) + [sk], True), srow,
+                                 [ci(r)], [1, sk])
+        srow, *ms = _loop(c0, c1, [srow] + [neg] * rows, scores, step=lanes)
+        ms = [vector.ReductionOp(c, kind("maxnumf"), m).result for m in ms]
         ms = [arith.select(s.cmp("eq", m, s.const(float("-inf"))), zero, m) for m in ms]
 
         def expo(j0, r_, *zs):
@@ -311,10 +371,10 @@ def _flash_attn_cpu(lw: Lowering):
             for r in range(rows):
                 e = math.exp(arith.subf(read(r_, [ci(r), j0], vl, r2), splat(ms[r], vl)))
                 r_ = write(e, r_, [ci(r), j0], r2)
-                new_z.append(arith.addf(zs[r], vector.ReductionOp(
-                    c, kind("add"), e, fastmath=reassoc()).result))
+                new_z.append(arith.addf(zs[r], e))
             return [r_, *new_z]
-        srow, *zs = _loop(c0, c1, [srow] + [zero] * rows, expo, step=lanes)
+        srow, *zs = _loop(c0, c1, [srow] + [splat(zero, vl)] * rows, expo, step=lanes)
+        zs = [vector.ReductionOp(c, kind("add"), z, fastmath=reassoc()).result for z in zs]
         invs = [arith.select(s.cmp("eq", z, zero), zero, s.div(s.const(1), z)) for z in zs]
 
         for p0 in range(0, d, _PIECE):                  # o = P·V, a column piece at a time

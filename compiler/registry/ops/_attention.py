@@ -17,8 +17,9 @@ def raw_scores(q, k, scale):
     return scale * np.matmul(q, np.swapaxes(k, -1, -2))
 
 
-def finish_scores(s_raw, params, alibi, offset, sq, sk):
-    """softcap, alibi and band masks on the scaled scores ``[B,Hq,Sq,Sk]``."""
+def finish_scores(s_raw, params, alibi, offset, sq, sk, mask=None):
+    """softcap, alibi, the additive ``mask`` (broadcast to ``[B,Hq,Sq,Sk]``)
+    and band masks on the scaled scores ``[B,Hq,Sq,Sk]``."""
     s = s_raw
     cap = params.get("softcap")
     if cap is not None:
@@ -27,6 +28,8 @@ def finish_scores(s_raw, params, alibi, offset, sq, sk):
     j = np.arange(sk)[None, :]
     if alibi is not None:
         s = s + alibi[None, :, None, None] * (j - (i + offset))[None, None]
+    if mask is not None:
+        s = s + mask
     mask = np.zeros((sq, sk), dtype=bool)
     if params.get("causal"):
         mask |= j > i + offset
@@ -77,6 +80,32 @@ def pad_rows_node(x, a, c, sq):
     return op("Pad", x, padding=(0, 0, 0, 0, a, sq - c, 0, 0), mode="constant", value=0.0)
 
 
+def split_extras(extras):
+    """``(mask, alibi)`` of FlashAttn's inputs after q, k, v (types or
+    arrays; at most one): an additive mask has rank 2 to 4, alibi slopes
+    rank 1."""
+    x = extras[0] if len(extras) else None
+    if x is None:
+        return None, None
+    return (x, None) if len(x.shape) >= 2 else (None, x)
+
+
+def mask_mismatch(mshape, full) -> str | None:
+    """Why an additive mask of shape ``mshape`` does not broadcast to the
+    scores ``full`` = [B,Hq,Sq,Sk] as FlashAttn reads it (rank 2 to 4,
+    right-aligned, each extent 1 or the scores' own, the key extent Sk),
+    or None. A ``?`` (None or negative) extent counts as the scores' own."""
+    if not 2 <= len(mshape) <= 4:
+        return f"rank {len(mshape)} (2 to 4 wanted)"
+    for m, f in zip(reversed(tuple(mshape)), reversed(tuple(full))):
+        own = m is None or m < 0 or f is None or f < 0 or m == f
+        if not own and m != 1:
+            return f"extent {m} where the scores have {f}"
+    if mshape[-1] == 1 and full[-1] != 1:
+        return "a key extent of 1 (the mask must give every key its own value)"
+    return None
+
+
 # -- recipe fragments ---------------------------------------------------------
 def rep_node(k, shape, hq):
     """GQA repeat as Reshape -> BroadcastTo -> Reshape (identity when equal)."""
@@ -88,8 +117,20 @@ def rep_node(k, shape, hq):
     return op("Reshape", op("BroadcastTo", k5, shape=(b, hkv, g, s, d)), shape=(b, hq, s, d))
 
 
-def scores_node(q, k_rep, scale, params, alibi, offset, shape4, dtype):
-    """Scaled scores with softcap, alibi and band masks: ``[B,Hq,Sq,Sk]``.
+def mask_node(mask, mshape, a, c, sq, shape4):
+    """The additive mask input ``mask`` of shape ``mshape`` as the scores'
+    ``shape4`` (its query rows ``[a, c)`` where it has Sq of them)."""
+    m4 = (1,) * (4 - len(mshape)) + tuple(mshape)
+    m = mask if len(mshape) == 4 else op("Reshape", mask, shape=m4)
+    if m4[2] != 1:
+        m = rows_node(m, a, c, sq)
+    m4 = m4[:2] + ((c - a) if m4[2] != 1 else 1,) + m4[3:]
+    return m if tuple(m4) == tuple(shape4) else op("BroadcastTo", m, shape=shape4)
+
+
+def scores_node(q, k_rep, scale, params, alibi, offset, shape4, dtype, mask=None):
+    """Scaled scores with softcap, alibi, band masks and the additive ``mask``
+    (a node of ``shape4``: ``mask_node``): ``[B,Hq,Sq,Sk]``.
     Returns ``(masked_scores, tanh_node_or_None)``."""
     b, hq, sq, sk = shape4
     s = op("MulScalar", op("MatMul", q, op("Transpose", k_rep)), value=float(scale))
@@ -120,4 +161,6 @@ def scores_node(q, k_rep, scale, params, alibi, offset, shape4, dtype):
         neg_inf = op("AddScalar", op("MulScalar", s, value=0.0), value=float("-inf"))
         for kind, diag in bands:
             s = op("Add", s, op(kind, neg_inf, diagonal=diag))
+    if mask is not None:  # after the bands: their -inf comes from 0·s, finite without it
+        s = op("Add", s, mask)
     return s, th
