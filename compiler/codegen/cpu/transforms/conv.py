@@ -605,10 +605,10 @@ def direct_rows(module: "ir.Module", lanes: str, accs: str, mr: str, regs: str) 
 MIN_ACCS = 8
 
 #: How many vectors the live registers ``_row_tile`` counts may exceed the
-#: register file by: one of the plane vectors kept for the next tap row is
-#: then reloaded, not the accumulators spilled. AVX2 3x3 64->64 at 8x8 (a
-#: ResNet's second stage) takes 6 channels x 2 rows (12 accumulators, 17
-#: vectors counted) instead of 4 x 2 (8).
+#: register file by: LLVM then stores and reloads one of the plane vectors
+#: kept for the next tap row, not an accumulator (docs/architecture.md, "Rows
+#: of whole vectors"). AVX2 3x3 64->64 at 8x8 (a ResNet's second stage) takes
+#: 6 channels x 2 rows (12 accumulators, 17 vectors counted) instead of 4 x 2.
 REUSE_SLACK = 1
 
 
