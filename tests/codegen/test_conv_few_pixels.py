@@ -36,6 +36,8 @@ CASES = [  # x shape, Cout, kernel, stride, padding, dilation
     ((8, 64, 4, 4), 128, 3, 1, 1, 1),       # a batch: 8 x 16 pixel rows
     ((3, 64, 4, 4), 128, 3, 2, 1, 1),       # stride 2 (the stage's first block)
     ((2, 64, 4, 4), 128, 1, 2, 0, 1),       # the 1x1 stride-2 shortcut
+    ((2, 64, 5, 5), 128, 1, 2, 0, 1),       # ... of an odd size: padded to the stride
+    ((2, 32, 4, 4), 96, 1, (2, 1), 0, 1),   # a stride on one axis
     ((2, 32, 2, 2), 64, 1, 1, 0, 1),        # a 1x1 conv at 2x2
     ((2, 32, 5, 5), 96, 3, 1, 0, 2),        # dilated: one pixel
     ((2, 16, 3, 7), 80, (1, 3), (1, 2), (0, 1), 1),  # uneven kernel, stride and pads
@@ -78,3 +80,20 @@ def test_many_pixels_per_image_in_a_batch_multiply_per_image():
     m = compile(g)
     _check(m, g, np.random.default_rng(4).standard_normal((4, 64, 7, 7)).astype(np.float32), 2e-5)
     assert any(s.startswith("MatMul[") for s in m.kernel_summary()), m.kernel_summary()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_strided_shortcut_copies_only_its_subsample(target):
+    # a 1x1 stride-2 conv (a ResNet shortcut) reads one pixel of each 2x2
+    # block: one copy of that subsample, channels last, is the matmul's rows
+    # (no copy of all of x); a run-time batch as well
+    g = _graph(("batch", 64, 8, 8), 128, 1, 2, 0)
+    m = compile(g, target=target)
+    rng = np.random.default_rng(5)
+    for n in (1, 3):
+        _check(m, g, rng.standard_normal((n, 64, 8, 8)).astype(np.float32), 2e-5)
+    steps = m.specialize(batch=3).plan.steps
+    kinds = [type(s).__name__ for s in steps]
+    assert kinds.count("ContiguizeStep") == 1, steps
+    narrows = [i for i, s in enumerate(steps) if getattr(s, "op", None) == "narrow"]
+    assert narrows and max(narrows) < kinds.index("ContiguizeStep"), steps  # the subsample is copied

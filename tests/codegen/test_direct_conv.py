@@ -213,6 +213,22 @@ def test_direct_rows_are_bit_identical_to_the_tiles(monkeypatch, target, x, w, p
     np.testing.assert_array_equal(rows, flat)
 
 
+def test_row_tiles_of_resnet_planes():
+    """``_row_tile``'s (channels, rows) per target: AVX2 (12 accumulators, 16
+    registers) 8x8 rows of one vector take 6 channels x 2 rows (the 3 vectors
+    kept for the next tap row one register over: ``REUSE_SLACK``), 16x16
+    rows of two vectors 6 x 1 and their 2-channel remainder 2 x 2; AVX-512
+    (24, 32) keeps 8 x 3; a tile whose kept vectors are far over the file
+    (2 channels x 6 rows on AVX2: 29 counted) is not taken."""
+    from compiler.codegen.cpu.transforms.conv import _row_tile
+    divisors = lambda c, accs: sorted({d for d in range(1, accs + 1) if c % d == 0})
+    assert _row_tile(sorted({6, *divisors(64, 12)}), 1, 8, 3, 12, 16) == (6, 2)
+    assert _row_tile(sorted({6, *divisors(32, 12)}), 2, 16, 3, 12, 16) == (6, 1)
+    assert _row_tile([2], 2, 16, 3, 12, 16) == (2, 2)
+    assert _row_tile(sorted({8, *divisors(64, 24)}), 1, 8, 3, 24, 32) == (8, 3)
+    assert _row_tile([2], 1, 8, 3, 12, 16) != (2, 6)
+
+
 def test_depthwise_small_planes_are_computed_a_block_of_channels_at_a_time():
     """Planes of a few hundred bytes: an iteration scatters a block of
     channels (the largest divisor of C that fits ``_DW_BLOCK_BYTES``) into

@@ -1434,3 +1434,24 @@ def test_roi_align_with_run_time_rois_is_refused():
     with pytest.raises(OnnxImportError, match=r"RoiAlign node 'roi': .*input\(s\) \['rois'\] are "
                                               r"computed at run time"):
         import_model(m)
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
+@pytest.mark.parametrize("shape", [[2, 3, 5, 4], [2, 3, 7], [1, 2, 2, 3, 2]])
+def test_global_pool_is_one_reduction_over_the_spatial_axes(op, shape):
+    """GlobalAveragePool / GlobalMaxPool reduce the spatial axes, viewed as
+    one, in one kernel (was one per axis: a CNN's head ran two MeanReduce)."""
+    out = shape[:2] + [1] * (len(shape) - 2)
+    m = make([node(op, ["x"], ["y"])], [vi("x", shape=shape)], [vi("y", shape=out)])
+    feeds = {"x": rand(*shape)}
+    check(m, feeds, compile_it=True)
+    summary = compiler.compile(import_model(m)).kernel_summary()
+    assert len(summary) == 1 and "Reduce[" in summary[0], summary
+
+
+def test_global_pool_refuses_an_input_without_spatial_axes():
+    m = make([node("GlobalAveragePool", ["x"], ["y"], name="gap")], [vi("x", shape=[2, 3])],
+             [vi("y")])
+    with pytest.raises(OnnxImportError) as e:
+        import_model(m)
+    assert "GlobalAveragePool node 'gap'" in str(e.value) and "rank 2" in e.value.issues[0].what

@@ -1604,9 +1604,15 @@ def _flat_index(shape, geom, offs, order=0) -> np.ndarray:
 @_op("GlobalAveragePool", "GlobalMaxPool")
 def _global_pool(cx, node, at, ins):
     x = cx.t(ins[0])
-    axes = tuple(range(2, x.ndim))
-    return [x.mean(axes, keepdims=True) if node.op_type == "GlobalAveragePool"
-            else x.max(axes, keepdims=True)]
+    if x.ndim < 3:
+        raise Unsupported(f"an input of rank {x.ndim}: it pools the spatial axes of "
+                          f"[N, C, spatial...] (rank >= 3)")
+    # the spatial axes as one (a view of a row-major x): one reduction kernel
+    # over H*W instead of one per axis
+    n, c = x.shape[:2]
+    flat = x.reshape((n, c, math.prod(x.shape[2:])))
+    pooled = flat.mean(2) if node.op_type == "GlobalAveragePool" else flat.max(2)
+    return [pooled.reshape((n, c) + (1,) * (x.ndim - 2))]
 
 
 @_op("RotaryEmbedding")

@@ -331,6 +331,17 @@ def _few_pixels(params, types):
     n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
     dh, dw = params["dilation"]
     kk = cin * kh * kw
+    if (kh, kw) == (1, 1) and not (ph or pw) and (sh, sw) != (1, 1) \
+            and hp % sh == 0 and wp % sw == 0:
+        # a strided 1x1 (a ResNet shortcut) reads one pixel of each s x s
+        # block: the subsample is a view of x, so its channels-last copy is the
+        # only copy (was: all of x made channels-last, then its strided view
+        # copied again as the cols)
+        x6 = op("Reshape", Bind(0), shape=(n, cin, ho, sh, wo, sw))
+        t = op("Slice", op("Slice", x6, dim=3, start=0, len=1), dim=5, start=0, len=1)
+        t = op("Permute", op("Squeeze", op("Squeeze", t, dim=5), dim=3), perm=(0, 2, 3, 1))
+        cols = op("Reshape", op("Contiguize", t), shape=(n, ho * wo, cin))
+        return _few_pixels_product(cols, types, n, cin, cout, ho, wo, params)
     xl = op("Permute", Bind(0), perm=(0, 2, 3, 1))                         # [n, h, w, cin]
     if not (ph or pw or -(-hp // sh) * sh != hp or -(-wp // sw) * sw != wp):
         # unpadded, x is made channels-last by a copy of its own; padded, the
@@ -347,6 +358,12 @@ def _few_pixels(params, types):
             taps.append(op("Unsqueeze", op("Squeeze", op("Squeeze", t, dim=4), dim=2), dim=3))
     stacked = taps[0] if len(taps) == 1 else op("Concat", *taps, dim=3)   # [n, ho, wo, taps, cin]
     cols = op("Reshape", stacked, shape=(n, ho * wo, kk))
+    return _few_pixels_product(cols, types, n, kk, cout, ho, wo, params)
+
+
+def _few_pixels_product(cols, types, n, kk, cout, ho, wo, params):
+    """``cols [n, Ho*Wo, kk] @ w`` (w reordered to ``[kh*kw*cin, Cout]``),
+    back to ``[n, Cout, Ho, Wo]``."""
     wt = op("Reshape", op("Contiguize", op("Permute", Bind(1), perm=(2, 3, 1, 0))),
             shape=(1, kk, cout))                                         # [1, kh*kw*cin, Cout]
     # every image multiplies the same weight (a packed one: the batch folds

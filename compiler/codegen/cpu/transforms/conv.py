@@ -604,20 +604,28 @@ def direct_rows(module: "ir.Module", lanes: str, accs: str, mr: str, regs: str) 
 #: of latency), before it is judged by its loads per FMA (``_row_tile``).
 MIN_ACCS = 8
 
+#: How many vectors the live registers ``_row_tile`` counts may exceed the
+#: register file by: LLVM then stores and reloads one of the plane vectors
+#: kept for the next tap row, not an accumulator (docs/architecture.md, "Rows
+#: of whole vectors"). AVX2 3x3 64->64 at 8x8 (a ResNet's second stage) takes
+#: 6 channels x 2 rows (12 accumulators, 17 vectors counted) instead of 4 x 2.
+REUSE_SLACK = 1
+
 
 def _row_tile(ms, v: int, ho: int, kw: int, accs: int, regs: int) -> tuple[int, int]:
     """(m, R) of a ``direct_rows`` tile of V vectors per row, m taken from
     ``ms``: at most ``accs`` accumulators m*R*V whose live registers fit in
     ``regs`` (a plane vector of row y+1 is the one of row y a tap row later,
     and LLVM keeps such a load for its second use: (R-1)*V*Kw of them, plus
-    the tap's V loads and a weight), at least ``MIN_ACCS`` where any tile
+    the tap's V loads and a weight; ``REUSE_SLACK`` over the register file
+    allowed), at least ``MIN_ACCS`` where any tile
     has that many, then the fewest loads (R*V plane vectors, m broadcasts)
     per FMA."""
     best = None
     for m in ms:
         for r in range(1, ho + 1):
             n = m * r * v
-            if n > accs or n + (r - 1) * v * kw + v + 1 > regs:
+            if n > accs or n + (r - 1) * v * kw + v + 1 > regs + REUSE_SLACK:
                 break
             key = (min(n, MIN_ACCS), -(r * v + m) / n)
             if best is None or key > best[0]:
