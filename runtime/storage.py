@@ -212,9 +212,10 @@ class Storage:
 
     def contiguize(self, layout: Layout) -> tuple["Storage", Layout]:
         """Materialize ``layout`` into fresh row-major storage with offset 0."""
-        arr = np.require(self.view(layout), requirements="C")
         out = Storage.empty(self.dtype, layout.numel)  # every element is written next
-        out.typed()[:] = arr.reshape(-1)
+        # one copy, strided source to row-major destination (np.require then
+        # an assignment copied a non-contiguous view twice)
+        np.copyto(out.typed().reshape(layout.shape), self.view(layout))
         return out, Layout.contiguous(layout.shape)
 
     def slot(self, i: int) -> tuple["Storage", Layout]:
