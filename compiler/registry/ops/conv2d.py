@@ -331,6 +331,33 @@ def _few_pixels(params, types):
     n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
     dh, dw = params["dilation"]
     kk = cin * kh * kw
+    if hp == wp == 1:
+        # a 1x1 image, unpadded (squeeze-excite's 1x1 convs): x [n, cin, 1, 1]
+        # is channels-last already, and its one pixel is the one tap
+        cols = op("Reshape", Bind(0), shape=(n, 1, kk))
+    else:
+        cols = _channels_last_cols(n, cin, kh, kw, sh, sw, dh, dw, ph, pw, hp, wp, ho, wo)
+    wt = op("Reshape", op("Contiguize", op("Permute", Bind(1), perm=(2, 3, 1, 0))),
+            shape=(1, kk, cout))                                         # [1, kh*kw*cin, Cout]
+    # every image multiplies the same weight (a packed one: the batch folds
+    # into the rows); the same ops for one image, so one plan serves every batch
+    yt = op("MatMul", cols, op("BroadcastTo", wt, shape=(n, kk, cout)))  # [n, HoWo, Cout]
+    # back to NCHW in one transposing copy: what follows (bias, activation,
+    # the next layer) then reads contiguous rows (read through the transposed
+    # view, an elementwise SiLU over [8, 320, 7, 7] took 0.6 ms instead of 0.1).
+    # With a bias and no silu/gelu epilogue the bias Add (its residual and clamp
+    # fused with it) reads the transposed view and writes the NCHW result: one
+    # pass instead of a runtime copy step and the Add
+    if ho * wo == 1:   # one pixel per image: [n, 1, Cout] is NCHW already
+        return op("Reshape", yt, shape=(n, cout, ho, wo))
+    y = op("Permute", yt, perm=(0, 2, 1))
+    if len(types) != 3 or params.get("silu") or params.get("gelu"):
+        y = op("Contiguize", y)
+    return op("Reshape", y, shape=(n, cout, ho, wo))
+
+
+def _channels_last_cols(n, cin, kh, kw, sh, sw, dh, dw, ph, pw, hp, wp, ho, wo):
+    """``_few_pixels``' im2col ``[n, Ho*Wo, Kh*Kw*Cin]`` of x made channels-last."""
     xl = op("Permute", Bind(0), perm=(0, 2, 3, 1))                         # [n, h, w, cin]
     if not (ph or pw or -(-hp // sh) * sh != hp or -(-wp // sw) * sw != wp):
         # unpadded, x is made channels-last by a copy of its own; padded, the
@@ -346,22 +373,7 @@ def _few_pixels(params, types):
             t = op("Slice", op("Slice", t, dim=3, start=qx, len=wo), dim=4, start=rx, len=1)
             taps.append(op("Unsqueeze", op("Squeeze", op("Squeeze", t, dim=4), dim=2), dim=3))
     stacked = taps[0] if len(taps) == 1 else op("Concat", *taps, dim=3)   # [n, ho, wo, taps, cin]
-    cols = op("Reshape", stacked, shape=(n, ho * wo, kk))
-    wt = op("Reshape", op("Contiguize", op("Permute", Bind(1), perm=(2, 3, 1, 0))),
-            shape=(1, kk, cout))                                         # [1, kh*kw*cin, Cout]
-    # every image multiplies the same weight (a packed one: the batch folds
-    # into the rows); the same ops for one image, so one plan serves every batch
-    yt = op("MatMul", cols, op("BroadcastTo", wt, shape=(n, kk, cout)))  # [n, HoWo, Cout]
-    # back to NCHW in one transposing copy: what follows (bias, activation,
-    # the next layer) then reads contiguous rows (read through the transposed
-    # view, an elementwise SiLU over [8, 320, 7, 7] took 0.6 ms instead of 0.1).
-    # With a bias and no silu/gelu epilogue the bias Add (its residual and clamp
-    # fused with it) reads the transposed view and writes the NCHW result: one
-    # pass instead of a runtime copy step and the Add
-    y = op("Permute", yt, perm=(0, 2, 1))
-    if len(types) != 3 or params.get("silu") or params.get("gelu"):
-        y = op("Contiguize", y)
-    return op("Reshape", y, shape=(n, cout, ho, wo))
+    return op("Reshape", stacked, shape=(n, ho * wo, cin * kh * kw))
 
 
 def _build_gemm(params, types):
