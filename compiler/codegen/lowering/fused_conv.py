@@ -302,14 +302,21 @@ def serves_pointwise(params, types) -> bool:
     tiles' rows: a partial row tile runs masked, several times slower), and
     its images have more pixels than ``FEW_PIXELS`` and at least min(Cout, 64)
     (fewer: the recipe's one matmul over the batch's columns side by side
-    keeps its vectors full)."""
+    keeps its vectors full), or else one image (a static batch of 1). That
+    image the recipe ran as a copy to channels-last, a matmul and a bias /
+    activation kernel (with a SiLU, a copy back to NCHW as well): 7^2 convs,
+    one znver4 thread, x86-64-v3, the layer's thread time min
+    (docs/architecture.md "Convolutions on CPU"): 80->320 + SiLU 0.100 ->
+    0.046 ms, 64->384 + clamp 0.046 -> 0.040. (At batch 8 the recipe's
+    matmul per image was as fast or 2-6% faster with a clamp or a skip.)"""
     out = _out_shape(params, types)
     pixels = out[2] * out[3]
     epilogue = len(types) > 2 or params.get("silu") or params.get("gelu") \
         or params.get("clamp_min") is not None \
         or params.get("clamp_max") is not None
+    one_image = isinstance(out[0], int) and out[0] == 1
     return (epilogue and out[1] % 8 == 0 and pixels > FEW_PIXELS
-            and pixels >= min(out[1], 64))
+            and (pixels >= min(out[1], 64) or one_image))
 
 
 def _out_shape(params, types):
