@@ -172,6 +172,9 @@ def test_depthwise_rows_are_bit_identical_to_the_tiles(monkeypatch):
     ((2, 12, 14, 14), (12, 1, 5, 5), dict(groups=12, padding=(2, 2), silu=True)),
     pytest.param((1, 6, 7, 7), (6, 1, 3, 3), dict(groups=6, clamp_min=0.0, clamp_max=6.0),
                  marks=pytest.mark.slow),
+    # depthwise stride 2, each phase's plane (MobileNet's 14^2 -> 7^2, EfficientNet's 5x5)
+    ((2, 12, 14, 14), (12, 1, 3, 3), dict(groups=12, stride=(2, 2), clamp_min=0.0)),
+    ((1, 6, 28, 28), (6, 1, 5, 5), dict(groups=6, stride=(2, 2), padding=(2, 2), silu=True)),
 ])
 def test_direct_rows_are_bit_identical_to_the_tiles(monkeypatch, target, x, w, params):
     """``direct_rows`` (and ``depthwise_rows`` on the same mark) computes

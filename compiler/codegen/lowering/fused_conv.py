@@ -683,7 +683,7 @@ def _planes(xi, w, bias, s, elt, geo, scratch, out, at, act=None, skip=None):
         if g.pitch:
             acc.owner.attributes[DW_PITCH_ATTR] = ir.IntegerAttr.get(
                 ir.IntegerType.get_signless(64), g.pitch)
-        elif g.sh == g.sw == 1 or not g.depthwise:
+        else:   # (a depthwise stride-2 phase too: its plane is a stride-1 one of its taps)
             acc.owner.attributes[DIRECT_ROWS_ATTR] = ir.DenseI64ArrayAttr.get(
                 [g.wq, g.ho, g.wo])
     # the first Wo columns of each row (all of them when Wq = Wo), read
