@@ -564,10 +564,11 @@ class _Geometry:
         self.depthwise = depthwise
         hp, wp = self.h + 2 * self.ph, self.wd + 2 * self.pw
         self.hq, self.wq = -(-hp // self.sh), -(-wp // self.sw)
-        # a stride-1 depthwise plane whose rows pad to whole vectors at little
-        # cost has that pitch, and its pixels are exactly Ho such rows
-        # (``DW_PITCH_ATTR``): the cpu schedule computes blocks of rows
-        self.pitch = _dw_pitch(wp) if depthwise and self.sh == self.sw == 1 else None
+        # a depthwise plane (with a stride, each phase's) whose rows pad to
+        # whole vectors at little cost has that pitch, and its pixels are
+        # exactly Ho such rows (``DW_PITCH_ATTR``): the cpu schedule computes
+        # blocks of rows
+        self.pitch = _dw_pitch(self.wq) if depthwise else None
         if self.pitch:
             self.wq = self.pitch
         # pixels computed: Ho full-width rows, rounded up to whole 16-pixel
@@ -782,10 +783,11 @@ _PIXEL_BLOCK = 16
 _DW_BLOCK_BYTES = 4 * 1024
 
 
-#: The row pitch of a stride-1 depthwise plane is its padded width rounded up
-#: to a multiple of ``_DW_ROW`` elements (a 512-bit f32 vector) when that adds
-#: at most ``_DW_ROW_WASTE`` of the pixels (56 + 2 -> 64, 28 + 2 -> 32; not
-#: 7 + 2 -> 16): ``_Geometry.pitch``.
+#: The row pitch of a depthwise plane is its padded width (with a stride, its
+#: phases' width) rounded up to a multiple of ``_DW_ROW`` elements (a 512-bit
+#: f32 vector) when that adds at most ``_DW_ROW_WASTE`` of the pixels (56 + 2
+#: -> 64, 28 + 2 -> 32; stride 2: (56 + 2) / 2 -> 32, (28 + 2) / 2 -> 16; not
+#: 7 + 2 -> 16 nor (14 + 2) / 2 -> 16): ``_Geometry.pitch``.
 _DW_ROW, _DW_ROW_WASTE = 16, 0.15
 
 
