@@ -54,6 +54,7 @@ def test_direct_class():
     assert direct(1, (2, 2), (1, 1), (0, 0))          # a ResNet downsample
     assert not direct(1, (1, 1), (1, 1), (0, 0))      # x itself is the matmul's B
     assert not direct(1, (2, 2), (2, 2), (0, 0))      # patches: one transposing copy
+    assert direct(1, (1, 2), (1, 2), (0, 0))          # but a conv1d's pairs (wav2vec2)
     assert not direct(1, (3, 3), (3, 3), (1, 1))      # strides above 2
     assert not direct(1, (2, 2), (3, 3), (1, 1), (2, 2))   # stride and dilation
     assert not direct(2, (1, 1), (3, 3), (1, 1))
@@ -451,6 +452,7 @@ def test_unknown_rewrite_step_is_a_pipeline_error():
     ((2, 3, 15, 13), (9, 3, 7, 7), (2, 2), (3, 3)),     # a 7x7 stem, odd extents
     ((1, 6, 9, 10), (14, 6, 3, 3), (2, 1), (1, 1)),     # stride on one axis
     ((3, 8, 11, 11), (17, 8, 1, 1), (2, 2), (0, 0)),    # a downsample
+    ((2, 16, 1, 49), (24, 16, 1, 2), (1, 2), (0, 0)),   # a conv1d's pairs, an odd width
 ])
 def test_strided_direct_conv_matches_numpy(xs, ws, stride, pad):
     rng = np.random.default_rng(5)
