@@ -717,9 +717,19 @@ class Tensor:
             out = self._op(f"{kind}All", [self])
             return out.reshape((1,) * self.ndim) if keepdims else out
         axes = self._axes(axis, f"{kind}Dim")
-        out = self
-        for a in reversed(axes):
-            out = out._op(f"{kind}Dim", [out], axis=a)
+        out, shape = self, self.shape
+        if (len(axes) > 1 and axes == list(range(axes[0], axes[-1] + 1))
+                and not any(isinstance(shape[a], Sym) for a in axes)):
+            # adjacent static axes (a global average pool's H, W) are one axis
+            # of a row-major reshape: one reduction kernel and one pass over
+            # x instead of one per axis (docs/architecture.md, "Global pools")
+            a0 = axes[0]
+            out = out.reshape(shape[:a0] + (math.prod(shape[a] for a in axes),)
+                              + shape[axes[-1] + 1:])
+            out = out._op(f"{kind}Dim", [out], axis=a0)
+        else:
+            for a in reversed(axes):
+                out = out._op(f"{kind}Dim", [out], axis=a)
         if keepdims:
             for a in axes:
                 out = out._op("Unsqueeze", [out], dim=a)

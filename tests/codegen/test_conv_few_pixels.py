@@ -41,6 +41,8 @@ CASES = [  # x shape, Cout, kernel, stride, padding, dilation
     ((2, 32, 2, 2), 64, 1, 1, 0, 1),        # a 1x1 conv at 2x2
     ((2, 32, 5, 5), 96, 3, 1, 0, 2),        # dilated: one pixel
     ((2, 16, 3, 7), 80, (1, 3), (1, 2), (0, 1), 1),  # uneven kernel, stride and pads
+    ((8, 96, 1, 1), 8, 1, 1, 0, 1),         # squeeze-excite's 1x1 convs on a 1x1 image
+    ((3, 8, 1, 1), 96, 1, 1, 0, 1),
 ]
 
 
@@ -97,3 +99,19 @@ def test_strided_shortcut_copies_only_its_subsample(target):
     assert kinds.count("ContiguizeStep") == 1, steps
     narrows = [i for i, s in enumerate(steps) if getattr(s, "op", None) == "narrow"]
     assert narrows and max(narrows) < kinds.index("ContiguizeStep"), steps  # the subsample is copied
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_one_pixel_image_is_channels_last_already(target):
+    # squeeze-excite's 1x1 convs on [N, C, 1, 1]: x is the im2col and the
+    # product [N, 1, Cout] the NCHW output, both reshapes: no copy step
+    from runtime.executor import ContiguizeStep
+    g = _graph((8, 96, 1, 1), 24, 1)
+    m = compile(g, target=target)
+    assert not any(isinstance(s, ContiguizeStep) for s in m.plan.steps), m.plan.steps
+    rng = np.random.default_rng(5)
+    _check(m, g, rng.standard_normal((8, 96, 1, 1)).astype(np.float32), 2e-5)
+    g = _graph(("batch", 96, 1, 1), 24, 1)   # a run-time batch
+    m = compile(g, target=target)
+    for n in (1, 8):
+        _check(m, g, rng.standard_normal((n, 96, 1, 1)).astype(np.float32), 2e-5)

@@ -54,6 +54,7 @@ def test_direct_class():
     assert direct(1, (2, 2), (1, 1), (0, 0))          # a ResNet downsample
     assert not direct(1, (1, 1), (1, 1), (0, 0))      # x itself is the matmul's B
     assert not direct(1, (2, 2), (2, 2), (0, 0))      # patches: one transposing copy
+    assert direct(1, (1, 2), (1, 2), (0, 0))          # but a conv1d's pairs (wav2vec2)
     assert not direct(1, (3, 3), (3, 3), (1, 1))      # strides above 2
     assert not direct(1, (2, 2), (3, 3), (1, 1), (2, 2))   # stride and dilation
     assert not direct(2, (1, 1), (3, 3), (1, 1))
@@ -160,6 +161,34 @@ def test_depthwise_rows_are_bit_identical_to_the_tiles(monkeypatch):
 
 
 @pytest.mark.parametrize("target", ["cpu", "cpu:x86-64-v3"])
+def test_stride_2_depthwise_phases_have_a_row_pitch(monkeypatch, target):
+    """A stride-2 depthwise conv's phases (15 wide for 28 + 2 padded columns)
+    get the row pitch of whole vectors (16), each phase generic marked: the
+    same bits as without the pitch, two images, a clamp, an odd row count."""
+    from compiler.codegen.lowering import fused_conv
+    from compiler.targets import parse_target
+    from runtime.memref import descriptor_from_array
+    rng = np.random.default_rng(6)
+    args = [rng.standard_normal(s).astype(np.float32) for s in ((2, 6, 13, 28), (6, 1, 3, 3), (6,))]
+    params = dict(PARAMS, groups=6, stride=(2, 2), clamp_min=0.0, clamp_max=6.0)
+    tg = parse_target(target)
+
+    def run():
+        text = _kernel_text(x=args[0].shape, w=args[1].shape, params=params)
+        res = P.lower(text, ["kernel"], target=target)
+        fn = P.load_object(res.object, tg.features, str(tg)).ciface("kernel", 4)
+        out = np.zeros((2, 6, 7, 14), np.float32)
+        fn(*[descriptor_from_array(a) for a in (*args, out)])
+        return text, out
+
+    text, rows = run()
+    monkeypatch.setattr(fused_conv, "_dw_pitch", lambda wp: None)
+    flat_text, flat = run()
+    assert text.count("fuelc.dw_pitch = 16") == 4 and "fuelc.dw_pitch" not in flat_text
+    np.testing.assert_array_equal(rows, flat)
+
+
+@pytest.mark.parametrize("target", ["cpu", "cpu:x86-64-v3"])
 @pytest.mark.parametrize("x,w,params", [
     ((2, 32, 8, 8), (64, 32, 3, 3), dict(clamp_min=0.0)),          # ResNet's 8x8: R > 1
     ((1, 5, 7, 16), (13, 5, 3, 3), {}),                 # a remainder of channels, a row tail
@@ -172,6 +201,9 @@ def test_depthwise_rows_are_bit_identical_to_the_tiles(monkeypatch):
     ((2, 12, 14, 14), (12, 1, 5, 5), dict(groups=12, padding=(2, 2), silu=True)),
     pytest.param((1, 6, 7, 7), (6, 1, 3, 3), dict(groups=6, clamp_min=0.0, clamp_max=6.0),
                  marks=pytest.mark.slow),
+    # depthwise stride 2, each phase's plane (14^2 -> 7^2: 9-wide phases, no row pitch)
+    ((2, 12, 14, 14), (12, 1, 3, 3), dict(groups=12, stride=(2, 2), clamp_min=0.0)),
+    ((1, 6, 14, 14), (6, 1, 5, 5), dict(groups=6, stride=(2, 2), padding=(2, 2), silu=True)),
 ])
 def test_direct_rows_are_bit_identical_to_the_tiles(monkeypatch, target, x, w, params):
     """``direct_rows`` (and ``depthwise_rows`` on the same mark) computes
@@ -436,6 +468,7 @@ def test_unknown_rewrite_step_is_a_pipeline_error():
     ((2, 3, 15, 13), (9, 3, 7, 7), (2, 2), (3, 3)),     # a 7x7 stem, odd extents
     ((1, 6, 9, 10), (14, 6, 3, 3), (2, 1), (1, 1)),     # stride on one axis
     ((3, 8, 11, 11), (17, 8, 1, 1), (2, 2), (0, 0)),    # a downsample
+    ((2, 16, 1, 49), (24, 16, 1, 2), (1, 2), (0, 0)),   # a conv1d's pairs, an odd width
 ])
 def test_strided_direct_conv_matches_numpy(xs, ws, stride, pad):
     rng = np.random.default_rng(5)

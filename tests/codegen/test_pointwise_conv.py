@@ -70,6 +70,19 @@ def test_pointwise_convs_the_kernel_does_not_take_run_the_recipe():
         assert any(k.startswith(("MatMul", "FusedLinear")) for k in summary), summary
 
 
+@pytest.mark.parametrize("target", ["cpu", "cpu:x86-64-v3"])
+def test_one_image_of_few_pixels_takes_the_kernel(target):
+    # 7^2 = 49 pixels < min(Cout, 64): a batch of 2 takes the recipe's matmul
+    # per image, one image the kernel (bias and clamp in its register tiles)
+    for n, kernel in ((1, True), (2, False)):
+        g, x = _graph((n, 64, 7, 7), 320)
+        m = compile(g, target=target)
+        np.testing.assert_allclose(m.run(x=x)["y"], interpret(g, {"x": x})["y"],
+                                   rtol=1e-5, atol=1e-5)
+        summary = m.kernel_summary()
+        assert any(k.startswith("Conv2D[") for k in summary) == kernel, summary
+
+
 def test_a_strided_input_view_is_computed_right():
     # x permuted from [N, H, W, C]: not row-major, so the kernel copies it
     rng = np.random.default_rng(2)

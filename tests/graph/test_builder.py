@@ -8,6 +8,7 @@ import pytest
 from compiler.errors import GraphBuildError, UnsupportedOpError
 from compiler.graph import (Graph, Node, TensorType, concat, interpret, matmul, maximum,
                             where)
+from compiler.graph.symbolic import Sym
 from runtime.dtype import DType, bf16_to_f32
 
 RNG = np.random.default_rng(1)
@@ -141,7 +142,7 @@ def test_unary_methods():
         x.gelu(approximate="fast")
 
 
-@pytest.mark.parametrize("axis", [None, 0, -1, (0, 2), (-1, 1)])
+@pytest.mark.parametrize("axis", [None, 0, -1, (0, 2), (-1, 1), (1, 2), (0, 1)])
 @pytest.mark.parametrize("keepdims", [False, True])
 def test_reductions(axis, keepdims):
     g = Graph()
@@ -155,6 +156,26 @@ def test_reductions(axis, keepdims):
         want = getattr(np, m)(xv, axis=ax, keepdims=keepdims)
         assert got[m].shape == want.shape, m
         np.testing.assert_allclose(got[m], want, rtol=1e-5, atol=1e-6, err_msg=m)
+
+
+def test_adjacent_static_axes_reduce_once():
+    """A reduction over adjacent static axes (a global pool's H, W) is one
+    reduction over them reshaped into one axis; a symbolic one stays per axis."""
+    g = Graph()
+    x = g.input("x", (2, 3, 4, 5), "f32")
+    for m in ("sum", "max", "min", "mean"):
+        g.output(getattr(x, m)((2, 3), keepdims=True), name=m)
+    assert ops_of(g).count("MeanDim") == 1 and ops_of(g).count("SumDim") == 1
+    xv = RNG.uniform(-1, 1, (2, 3, 4, 5)).astype(np.float32)
+    got = run(g, x=xv)
+    for m in ("sum", "max", "min", "mean"):
+        want = getattr(np, m)(xv, axis=(2, 3), keepdims=True)
+        assert got[m].shape == want.shape, m
+        np.testing.assert_allclose(got[m], want, rtol=1e-5, atol=1e-6, err_msg=m)
+    g = Graph()
+    x = g.input("x", (2, 3, Sym("h"), 5), "f32")
+    g.output(x.mean((2, 3)), name="y")
+    assert ops_of(g).count("MeanDim") == 2
 
 
 def test_arg_cumsum_clamp_where_compare():

@@ -302,14 +302,21 @@ def serves_pointwise(params, types) -> bool:
     tiles' rows: a partial row tile runs masked, several times slower), and
     its images have more pixels than ``FEW_PIXELS`` and at least min(Cout, 64)
     (fewer: the recipe's one matmul over the batch's columns side by side
-    keeps its vectors full)."""
+    keeps its vectors full), or else one image (a static batch of 1). That
+    image the recipe ran as a copy to channels-last, a matmul and a bias /
+    activation kernel (with a SiLU, a copy back to NCHW as well): 7^2 convs,
+    one znver4 thread, x86-64-v3, the layer's thread time min
+    (docs/architecture.md "Convolutions on CPU"): 80->320 + SiLU 0.100 ->
+    0.046 ms, 64->384 + clamp 0.046 -> 0.040. (At batch 8 the recipe's
+    matmul per image was as fast or 2-6% faster with a clamp or a skip.)"""
     out = _out_shape(params, types)
     pixels = out[2] * out[3]
     epilogue = len(types) > 2 or params.get("silu") or params.get("gelu") \
         or params.get("clamp_min") is not None \
         or params.get("clamp_max") is not None
+    one_image = isinstance(out[0], int) and out[0] == 1
     return (epilogue and out[1] % 8 == 0 and pixels > FEW_PIXELS
-            and pixels >= min(out[1], 64))
+            and (pixels >= min(out[1], 64) or one_image))
 
 
 def _out_shape(params, types):
@@ -321,9 +328,14 @@ def direct(groups: int, stride, kernel, padding, dilation=(1, 1)) -> bool:
     """Whether the cpu kernel computes this Conv2D directly on the flat padded
     input (``_direct``): groups = 1 with stride 1, or stride 2 without
     dilation; not a 1x1 unpadded stride-1 kernel (the recipe multiplies x
-    itself) nor patches (kernel = stride: the recipe's one transposing copy)."""
+    itself) nor patches (kernel = stride: the recipe's one transposing copy),
+    except a conv1d's pairs (1x2 stride 2: wav2vec2's last two layers, whose
+    GELU the direct kernel's crop applies; 128->128 at 49 columns, batch 8,
+    one znver4 thread, x86-64-v3, with its GELU: 0.21 -> 0.18 ms, at 99
+    columns 0.40 -> 0.39; the recipe's pad, im2col, matmul, copy and GELU
+    kernel were five steps in the model)."""
     stride, kernel = tuple(stride), tuple(kernel)
-    if groups != 1 or kernel == stride and kernel != (1, 1):
+    if groups != 1 or kernel == stride and kernel not in ((1, 1), (1, 2)):
         return False
     if stride == (1, 1):
         return not (kernel == (1, 1) and tuple(padding) == (0, 0))
@@ -557,10 +569,11 @@ class _Geometry:
         self.depthwise = depthwise
         hp, wp = self.h + 2 * self.ph, self.wd + 2 * self.pw
         self.hq, self.wq = -(-hp // self.sh), -(-wp // self.sw)
-        # a stride-1 depthwise plane whose rows pad to whole vectors at little
-        # cost has that pitch, and its pixels are exactly Ho such rows
-        # (``DW_PITCH_ATTR``): the cpu schedule computes blocks of rows
-        self.pitch = _dw_pitch(wp) if depthwise and self.sh == self.sw == 1 else None
+        # a depthwise plane (with a stride, each phase's) whose rows pad to
+        # whole vectors at little cost has that pitch, and its pixels are
+        # exactly Ho such rows (``DW_PITCH_ATTR``): the cpu schedule computes
+        # blocks of rows
+        self.pitch = _dw_pitch(self.wq) if depthwise else None
         if self.pitch:
             self.wq = self.pitch
         # pixels computed: Ho full-width rows, rounded up to whole 16-pixel
@@ -676,7 +689,7 @@ def _planes(xi, w, bias, s, elt, geo, scratch, out, at, act=None, skip=None):
         if g.pitch:
             acc.owner.attributes[DW_PITCH_ATTR] = ir.IntegerAttr.get(
                 ir.IntegerType.get_signless(64), g.pitch)
-        elif g.sh == g.sw == 1 or not g.depthwise:
+        else:   # (a depthwise stride-2 phase too: its plane is a stride-1 one of its taps)
             acc.owner.attributes[DIRECT_ROWS_ATTR] = ir.DenseI64ArrayAttr.get(
                 [g.wq, g.ho, g.wo])
     # the first Wo columns of each row (all of them when Wq = Wo), read
@@ -775,10 +788,11 @@ _PIXEL_BLOCK = 16
 _DW_BLOCK_BYTES = 4 * 1024
 
 
-#: The row pitch of a stride-1 depthwise plane is its padded width rounded up
-#: to a multiple of ``_DW_ROW`` elements (a 512-bit f32 vector) when that adds
-#: at most ``_DW_ROW_WASTE`` of the pixels (56 + 2 -> 64, 28 + 2 -> 32; not
-#: 7 + 2 -> 16): ``_Geometry.pitch``.
+#: The row pitch of a depthwise plane is its padded width (with a stride, its
+#: phases' width) rounded up to a multiple of ``_DW_ROW`` elements (a 512-bit
+#: f32 vector) when that adds at most ``_DW_ROW_WASTE`` of the pixels (56 + 2
+#: -> 64, 28 + 2 -> 32; stride 2: (56 + 2) / 2 -> 32, (28 + 2) / 2 -> 16; not
+#: 7 + 2 -> 16 nor (14 + 2) / 2 -> 16): ``_Geometry.pitch``.
 _DW_ROW, _DW_ROW_WASTE = 16, 0.15
 
 

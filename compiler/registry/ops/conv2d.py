@@ -331,6 +331,11 @@ def _few_pixels(params, types):
     n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
     dh, dw = params["dilation"]
     kk = cin * kh * kw
+    if hp == wp == 1:
+        # a 1x1 image, unpadded (squeeze-excite's 1x1 convs): x [n, cin, 1, 1]
+        # is channels-last already, and its one pixel is the one tap
+        return _few_pixels_product(op("Reshape", Bind(0), shape=(n, 1, kk)),
+                                   types, n, kk, cout, ho, wo, params)
     if (kh, kw) == (1, 1) and not (ph or pw) and (sh, sw) != (1, 1) \
             and hp % sh == 0 and wp % sw == 0:
         # a strided 1x1 (a ResNet shortcut) reads one pixel of each s x s
@@ -375,6 +380,8 @@ def _few_pixels_product(cols, types, n, kk, cout, ho, wo, params):
     # With a bias and no silu/gelu epilogue the bias Add (its residual and clamp
     # fused with it) reads the transposed view and writes the NCHW result: one
     # pass instead of a runtime copy step and the Add
+    if ho * wo == 1:   # one pixel per image: [n, 1, Cout] is NCHW already
+        return op("Reshape", yt, shape=(n, cout, ho, wo))
     y = op("Permute", yt, perm=(0, 2, 1))
     if len(types) != 3 or params.get("silu") or params.get("gelu"):
         y = op("Contiguize", y)
