@@ -6,8 +6,9 @@ its static shape, called directly on one thread.
 
 The kernels a symbolic module shares across sizes (docs/dynamic-shapes.md): the
 FlashAttn cpu kernel with run-time batch and sequence (causal, as
-``fuel-fuse`` creates it; BERT-sized heads) and the FusedLinear GELU epilogue
-with run-time rows (an encoder's FFN over a packed B). Each case's dynamic
+``fuel-fuse`` creates it; BERT-sized heads), the FusedLinear GELU epilogue
+with run-time rows (an encoder's FFN over a packed B) and the MaxPool2D
+kernel with run-time batch and image size. Each case's dynamic
 kernel (what static and symbolic compiles run) and the ``StaticInstance`` of
 the same op (extents compiled in) are checked bit-identical, then called in
 ``--rounds`` interleaved rounds of ``--repeats`` calls (each round's order
@@ -36,6 +37,12 @@ ATTN = {"attn b1 s32": (1, 4, 32, 64), "attn b1 s128": (1, 4, 128, 64),
 #: name -> (rows, K, N): x [rows, K] @ W [K, N] + bias, then the erf GELU
 GELU = {"gelu rows 32": (32, 256, 1024), "gelu rows 256": (256, 256, 1024),
         "gelu rows 1024": (1024, 256, 1024), "gelu rows 77": (77, 768, 3072)}
+#: name -> (x shape, kernel, stride, padding): MaxPool2D with run-time batch
+#: and image size (a ResNet stem pool; odd sizes leave a masked last vector)
+POOL = {"pool b1 64x112^2": ((1, 64, 112, 112), 3, 2, 1),
+        "pool b8 32x32^2": ((8, 32, 32, 32), 3, 2, 1),
+        "pool b2 16x33x47": ((2, 16, 33, 47), 3, 2, 1),
+        "pool b1 8x64x40 s1": ((1, 8, 64, 40), 3, 1, 1)}
 
 
 def _thread_times(fn, repeats: int) -> list[float]:
@@ -54,6 +61,16 @@ def _instances(name: str, target):
     from runtime.dtype import DType
     rng = np.random.default_rng(1)
     f32 = DType.F32
+    if name in POOL:
+        xs, k, st, pad = POOL[name]
+        x = rng.standard_normal(xs).astype(np.float32)
+        params = dict(kernel=(k, k), stride=(st, st), dilation=(1, 1), padding=(pad,) * 4)
+        inst = FusedInstance("MaxPool2D", tuple(sorted(params.items())),
+                             (TensorType(x.shape, f32),))
+        import dataclasses
+        inst = dataclasses.replace(inst, unit_stride=(0, 1))
+        out = inst.output_type().shape
+        return inst, [x], np.empty(out, np.float32)
     if name in ATTN:
         b, h, s, d = ATTN[name]
         arrays = [rng.standard_normal((b, h, s, d)).astype(np.float32) for _ in range(3)]
@@ -94,7 +111,7 @@ def main(argv=None) -> int:
     print(f"{'kernel':16s} {'static ms':>9s} {'dynamic ms':>10s} {'dyn/static':>10s} "
           f"{'min static':>10s} {'min dynamic':>11s} {'of mins':>8s}")
     ratios = []
-    for name in list(ATTN) + list(GELU):
+    for name in list(ATTN) + list(GELU) + list(POOL):
         if only and not any(s in name for s in only):
             continue
         inst, arrays, out = _instances(name, target)

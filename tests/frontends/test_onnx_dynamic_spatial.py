@@ -242,7 +242,8 @@ def test_resnet_style_net_compiles_once_and_runs_every_image_size(tmp_path):
     assert "[run-time batch, per image size] ones per image size" in summary[0]
     assert any(s.startswith("Conv2D") and s.endswith("[run-time batch, per image size]")
                for s in summary[1:]), summary
-    assert any(s.startswith("MaxPool2D") and s.endswith("[run-time batch, per image size]")
+    # the max pool takes the image size at run time too: one kernel for every size
+    assert any(s.startswith("MaxPool2D") and s.endswith("[run-time extents]")
                for s in summary[1:]), summary
     assert any(s.startswith("FusedLinear") and s.endswith("[run-time extents]")
                for s in summary[1:]), summary
