@@ -203,7 +203,8 @@ class SymbolicModule:
         with self._lock:  # one compile per binding, however many threads call
             module = self._modules.get(key)
             if module is None:
-                static = self.graph.bind(dict(zip(self.graph.symbols, key)))
+                static = self.graph.bind(dict(zip(self.graph.symbols, key)),
+                                         image_at_run_time=True)
                 module = compile(static, self.target, **self._options)
                 self._modules[key] = module
                 while len(self._modules) > self.KEEP:

@@ -175,16 +175,23 @@ def test_run_time_image_size_one_kernel_for_every_size(case, target):
 
 
 def test_run_time_image_size_shares_the_memo_key():
+    """With ``image_at_run_time`` (what ``Graph.bind`` sets for a symbolic
+    image) one kernel serves every batch and image size of a channel count;
+    without it (a static graph) the image size is compiled in."""
     from compiler.codegen.fused import FusedInstance
     from compiler.graph.opdef import TensorType
     from runtime.dtype import DType
-    params = tuple(sorted(dict(kernel=(3, 3), stride=(2, 2), dilation=(1, 1),
-                               padding=(1, 1, 1, 1)).items()))
-    keys = {FusedInstance("MaxPool2D", params, (TensorType(xs, DType.F32),)).memo_key
-            for xs in ((1, 8, 33, 47), (4, 8, 224, 224))}
-    assert len(keys) == 1
-    assert FusedInstance("MaxPool2D", params, (TensorType((1, 9, 33, 47), DType.F32),)
-                         ).memo_key not in keys   # the channels are compiled in
+    base = dict(kernel=(3, 3), stride=(2, 2), dilation=(1, 1), padding=(1, 1, 1, 1))
+
+    def keys(run_time, *shapes):
+        params = tuple(sorted(dict(base, **({"image_at_run_time": True} if run_time else {})
+                                   ).items()))
+        return {FusedInstance("MaxPool2D", params, (TensorType(xs, DType.F32),)).memo_key
+                for xs in shapes}
+    assert len(keys(True, (1, 8, 33, 47), (4, 8, 224, 224))) == 1
+    assert len(keys(True, (1, 8, 33, 47), (1, 9, 33, 47))) == 2   # the channels compiled in
+    assert len(keys(False, (1, 8, 33, 47), (4, 8, 33, 47))) == 1  # the batch at run time
+    assert len(keys(False, (1, 8, 33, 47), (1, 8, 32, 47))) == 2
 
 
 def test_an_image_below_the_window_is_a_typed_shape_error():

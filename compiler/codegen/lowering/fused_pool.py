@@ -165,9 +165,13 @@ _LANES = 16
 def batch_dims(types, params) -> tuple:
     """The run-time extents of a MaxPool2D kernel (``codegen/fused.py:
     DYNAMIC_FUSED``): x's and the output's batch (the image loop's bound)
-    and spatial size (the row loops' bounds, the columns in whole vectors
-    and a masked last one): one kernel for every image size."""
-    dyn = (True, False, True, True)
+    and, where the graph's image size is symbolic (``image_at_run_time``,
+    ``Graph.bind``), the spatial size (the row loops' bounds, the columns
+    in whole vectors, a half and a masked half): one kernel for every image
+    size. A static graph keeps the spatial size compiled in (its column
+    pieces sized to the row)."""
+    image = bool(params.get("image_at_run_time"))
+    dyn = (True, False, image, image)
     return (dyn, dyn)
 
 
@@ -179,7 +183,8 @@ def _register_kernel() -> None:
 
     def back(p, types):
         return {"kernel": tuple(p.kernel), "stride": tuple(p.stride),
-                "dilation": tuple(p.dilation), "padding": tuple(p.padding)}
+                "dilation": tuple(p.dilation), "padding": tuple(p.padding),
+                "image_at_run_time": True if p.image_at_run_time else None}
 
     # a column stride above 2 decomposes (its windows' columns would be a
     # gather; none of the image nets we run has one)
@@ -189,7 +194,7 @@ def _register_kernel() -> None:
         out = default_registry()["MaxPool2D"].infer(list(types), params)
         return P.MaxPool2D(tuple(types[0].shape), tuple(out.shape), tuple(params["kernel"]),
                            tuple(params["stride"]), tuple(params["dilation"]),
-                           tuple(params["padding"]))
+                           tuple(params["padding"]), bool(params.get("image_at_run_time", False)))
 
 
 _register_kernel()
