@@ -26,7 +26,8 @@ bounds:
   half vector whose skip read and store are masked (the columns past Wo).
 
 A depthwise conv (groups = C = Cout) reads plane co for output channel co
-(tiles of one channel). Each output sums its taps in (c, qy, qx) order from
+(tiles of one channel); a pointwise one (1x1, stride 1, unpadded) reads x in
+place (a masked tile's reads masked too), without a plane. Each output sums its taps in (c, qy, qx) order from
 the bias (groups 1) or from 0 (depthwise: the bias added after), then the
 skip, then the clamp: the static direct kernel's order.
 """
@@ -107,6 +108,9 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
     def at(base, off):
         return arith.addi(base, index(off)) if off else base
 
+    # a 1x1 stride-1 unpadded conv (pointwise) reads x in place: no plane
+    direct_x = (kh, kw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0)
+
     def image(i, out, plane):
         from .fused_pool import _pieces
 
@@ -117,7 +121,8 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
                                  [index(0), c, at(y, ph), at(col, pw)])
                 return [_pieces(wd, (4 * lanes, lanes), plane, piece)]
             return _for(h, [plane], copy_row)
-        plane = _for(cin, [plane], channel)[0]
+        if not direct_x:
+            plane = _for(cin, [plane], channel)[0]
 
         def tile(co, m, oy, r, ox, v, lw, out, masked=False):
             """Channels co.., rows oy.., output columns ox.. (index values)
@@ -144,7 +149,10 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
                     key = (k if depthwise else 0, rowoff, colread)
                     if key not in loads:
                         prow = arith.addi(arith.muli(oy, index(sh)), index(rowoff))
-                        v_ = read(plane, [index(0), ch, prow, at(col0, colread)], lw * sw)
+                        if direct_x:   # x itself: a masked tile's read stops at the row's end
+                            v_ = read(x, [i, ch, prow, at(col0, colread)], lw, not masked)
+                        else:
+                            v_ = read(plane, [index(0), ch, prow, at(col0, colread)], lw * sw)
                         loads[key] = [v_] if sw == 1 else list(vector.DeinterleaveOp(v_).results)
                     return loads[key][phase]
                 for qy in range(kh):
@@ -204,7 +212,7 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
             out = channels(index(whole * m0), rest, out)
         return [out, plane]
 
-    plane0 = fill(zero, empty([1, cin, hp, wpl], elt))
+    plane0 = fill(zero, empty([1, cin, hp, wpl] if not direct_x else [1, 1, 1, 1], elt))
     return _for(n, [empty([n, cout, ho, wo], elt), plane0], image)[0]
 
 

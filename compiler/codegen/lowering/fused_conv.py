@@ -159,15 +159,15 @@ def spatial_class(groups: int, cin: int, cout: int, stride, kernel, padding, dil
                   params) -> bool:
     """Whether the cpu kernel takes this Conv2D's image size at run time
     (``conv_spatial``): the direct classes (``direct``: groups 1, stride 1,
-    or 2 without dilation; ``direct_depthwise``), not a stem (``stem``) nor
-    a pointwise conv (``pointwise``), with no epilogue but the clamp (silu
-    and gelu: per image size)."""
+    or 2 without dilation; ``direct_depthwise``), a stem (``stem``, stride
+    2) and a pointwise conv (``pointwise``), with no epilogue but the clamp
+    (silu and gelu: per image size)."""
     depthwise = groups == cin == cout and groups > 1
     if params.get("silu") or params.get("gelu"):
         return False
-    if pointwise(groups, stride, kernel, padding) or stem(groups, cin, stride, kernel, dilation):
-        return False
     return direct(groups, stride, kernel, padding, dilation) or \
+        stem(groups, cin, stride, kernel, dilation) and tuple(stride) == (2, 2) or \
+        pointwise(groups, stride, kernel, padding) or \
         depthwise and direct_depthwise(stride, dilation)
 
 
