@@ -25,8 +25,8 @@ bounds:
   rows, blocks of V vectors then single vectors, then a half vector and a
   half vector whose skip read and store are masked (the columns past Wo).
 
-A depthwise conv (groups = C = Cout) reads plane co for output channel co
-(tiles of one channel); a pointwise one (1x1, stride 1, unpadded) reads x in
+A depthwise conv (groups = C = Cout) is computed channel by channel, each
+copied into a one-channel plane just before its tiles read it (in cache); a pointwise one (1x1, stride 1, unpadded) reads x in
 place (a masked tile's reads masked too), without a plane. Each output sums its taps in (c, qy, qx) order from
 the bias (groups 1) or from 0 (depthwise: the bias added after), then the
 skip, then the clamp: the static direct kernel's order.
@@ -114,17 +114,18 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
     def image(i, out, plane):
         from .fused_pool import _pieces
 
-        def channel(c, plane):
+        def channel(c, plane, to=None):
+            """x's channel c into the plane's channel ``to`` (default c)."""
             def copy_row(y, plane):
                 def piece(col, size, plane, in_bounds=True):
                     return write(read(x, [i, c, y, col], size, in_bounds), plane,
-                                 [index(0), c, at(y, ph), at(col, pw)])
+                                 [index(0), c if to is None else to, at(y, ph), at(col, pw)])
                 return [_pieces(wd, (4 * lanes, lanes), plane, piece)]
             return _for(h, [plane], copy_row)
-        if not direct_x:
+        if not (direct_x or depthwise):
             plane = _for(cin, [plane], channel)[0]
 
-        def tile(co, m, oy, r, ox, v, lw, out, masked=False):
+        def tile(co, m, oy, r, ox, v, lw, out, plane, masked=False):
             """Channels co.., rows oy.., output columns ox.. (index values)
             of the image: m x r x v vectors of ``lw`` lanes."""
             vt = ir.VectorType.get([lw], elt)
@@ -145,7 +146,7 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
                 def plane_vec(k, rowoff, colread, phase):
                     # the plane vector of tap row offset rowoff (rows oy*sh + ..)
                     # and read column colread (an int offset), its phase
-                    ch = at(co, k) if depthwise else c
+                    ch = index(0) if depthwise else c   # depthwise: its channel's plane
                     key = (k if depthwise else 0, rowoff, colread)
                     if key not in loads:
                         prow = arith.addi(arith.muli(oy, index(sh)), index(rowoff))
@@ -189,11 +190,11 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
                 out = write(val, out, where, not masked)
             return out
 
-        def channels(co, m, out):
+        def channels(co, m, out, plane):
             def rows(oy, r, out):
                 def cols(ox, size, out, in_bounds=True):
                     v, lw = (size // lanes, lanes) if size >= lanes else (1, size)
-                    return tile(co, m, oy, r, ox, v, lw, out, not in_bounds)
+                    return tile(co, m, oy, r, ox, v, lw, out, plane, not in_bounds)
                 # blocks of v0 vectors, single vectors, a half vector, a
                 # masked half (a 7-wide row: 8 lanes, not a half-empty 16)
                 return _pieces(wo, (v0 * lanes, lanes, lanes // 2), out, cols)
@@ -203,16 +204,23 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
             # blocks of r0 rows, then single rows (no masked rows: _stepped)
             return _stepped(ho, (r0, 1) if r0 > 1 else (1,), out, by_rows)
 
+        if depthwise:   # channel by channel, its plane in cache from copy to read
+            def one(co, out, plane):
+                plane = channel(co, plane, index(0))[0]
+                return [channels(co, 1, out, plane), plane]
+            return _for(cout, [out, plane], one)
         whole, rest = divmod(cout, m0)
         blocks = scf.ForOp(index(0), index(whole * m0), index(m0), [out])
         with ir.InsertionPoint(blocks.body):
-            scf.YieldOp([channels(blocks.induction_variable, m0, blocks.inner_iter_args[0])])
+            scf.YieldOp([channels(blocks.induction_variable, m0, blocks.inner_iter_args[0], plane)])
         out = blocks.results[0]
         if rest:
-            out = channels(index(whole * m0), rest, out)
+            out = channels(index(whole * m0), rest, out, plane)
         return [out, plane]
 
-    plane0 = fill(zero, empty([1, cin, hp, wpl] if not direct_x else [1, 1, 1, 1], elt))
+    planes = 1 if direct_x or depthwise else cin
+    plane0 = fill(zero, empty([1, planes, hp if not direct_x else 1, wpl if not direct_x else 1],
+                              elt))
     return _for(n, [empty([n, cout, ho, wo], elt), plane0], image)[0]
 
 
