@@ -22,8 +22,9 @@ bounds:
   phases of one read);
 * run-time trip counts and peeled remainders: whole channel blocks then a
   static remainder block (Cout is static), blocks of R rows then single
-  rows, blocks of V vectors then single vectors, then a half vector and a
-  half vector whose skip read and store are masked (the columns past Wo).
+  rows, blocks of V vectors then single vectors, then the rest of the row
+  as one vector, or a half vector where the rest fits in one, whose skip
+  read and store are masked (the columns past Wo).
 
 A depthwise conv (groups = C = Cout) is computed channel by channel, each
 copied into a one-channel plane just before its tiles read it (in cache); a pointwise one (1x1, stride 1, unpadded) reads x in
@@ -49,7 +50,7 @@ _VECTOR_BITS: contextvars.ContextVar[int] = contextvars.ContextVar("conv_vector_
 #: Register tiles (m channels, R rows, V vectors) per vector width: 16 (8)
 #: accumulators of the 32 zmm (16 ymm) registers, the rest for the plane
 #: vectors of a tap and the weight broadcasts.
-_TILES = {512: (4, 2, 2), 256: (4, 1, 2)}
+_TILES = {512: (4, 2, 2), 256: (4, 2, 1)}
 #: Depthwise tiles (one channel): R rows x V vectors.
 _DW_TILES = {512: (1, 4, 2), 256: (1, 2, 2)}
 
@@ -195,9 +196,11 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
                 def cols(ox, size, out, in_bounds=True):
                     v, lw = (size // lanes, lanes) if size >= lanes else (1, size)
                     return tile(co, m, oy, r, ox, v, lw, out, plane, not in_bounds)
-                # blocks of v0 vectors, single vectors, a half vector, a
-                # masked half (a 7-wide row: 8 lanes, not a half-empty 16)
-                return _pieces(wo, (v0 * lanes, lanes, lanes // 2), out, cols)
+                # blocks of v0 vectors, single vectors, then the rest: a
+                # masked vector when it is over half a vector, else a
+                # masked half (a 3-wide rest: 4 lanes, not a mostly empty 8)
+                sizes = (v0 * lanes, lanes) if v0 > 1 else (lanes,)
+                return _rest(wo, sizes, lanes // 2, out, cols)
 
             def by_rows(oy, size, out, in_bounds=True):
                 return rows(oy, size, out)
@@ -241,4 +244,28 @@ def _stepped(extent, sizes, acc, step):
         with ir.InsertionPoint(loop.body):
             scf.YieldOp([step(loop.induction_variable, size, loop.inner_iter_args[0])])
         start, acc = end, loop.results[0]
+    return acc
+
+
+def _rest(extent, sizes, half: int, acc, piece):
+    """``piece(at, size, acc[, in_bounds=False])`` over ``0..extent``: whole
+    pieces of each of ``sizes`` in turn (``_stepped``), then what is left
+    (less than ``sizes[-1]``) as one masked piece of ``sizes[-1]`` when it is
+    more than ``half``, else of ``half`` (loops of 0 or 1 trips, their bounds
+    selected)."""
+    start = index(0)
+    for size in sizes:
+        end = arith.addi(start, arith.muli(arith.divui(arith.subi(extent, start), index(size)),
+                                           index(size)))
+        loop = scf.ForOp(start, end, index(size), [acc])
+        with ir.InsertionPoint(loop.body):
+            scf.YieldOp([piece(loop.induction_variable, size, loop.inner_iter_args[0])])
+        start, acc = end, loop.results[0]
+    wide = arith.cmpi(arith.CmpIPredicate.ugt, arith.subi(extent, start), index(half))
+    split = arith.select(wide, extent, start)   # the masked whole piece runs to here
+    for lo, hi, size in ((start, split, sizes[-1]), (split, extent, half)):
+        loop = scf.ForOp(lo, hi, index(size), [acc])
+        with ir.InsertionPoint(loop.body):
+            scf.YieldOp([piece(loop.induction_variable, size, loop.inner_iter_args[0], False)])
+        acc = loop.results[0]
     return acc
