@@ -244,6 +244,9 @@ def test_resnet_style_net_compiles_once_and_runs_every_image_size(tmp_path):
     kernels = len(family._compiled)
     _check(m, model, [(2, 3, 47, 47), (1, 3, 33, 47), (1, 3, 64, 40)])
     assert len(family._compiled) == kernels   # the kernels of the first size serve all
+    x = RNG.standard_normal((1, 3, 33, 47)).astype(np.float32)   # and the reference
+    np.testing.assert_allclose(m(x=x), compiler.interpret(g, {"x": x})["y"], rtol=1e-4,
+                               atol=1e-5)
     summary = m.kernel_summary()
     assert "[run-time batch, per image size] ones per image size" in summary[0]
     assert all(s.endswith("[run-time extents]") for s in summary[1:]), summary
