@@ -6,8 +6,9 @@ its static shape, called directly on one thread.
 
 The kernels a symbolic module shares across sizes (docs/dynamic-shapes.md): the
 FlashAttn cpu kernel with run-time batch and sequence (causal, as
-``fuel-fuse`` creates it; BERT-sized heads) and the FusedLinear GELU epilogue
-with run-time rows (an encoder's FFN over a packed B). Each case's dynamic
+``fuel-fuse`` creates it; BERT-sized heads), the FusedLinear GELU epilogue
+with run-time rows (an encoder's FFN over a packed B), and the Conv2D
+(direct classes) and MaxPool2D kernels with run-time batch and image size. Each case's dynamic
 kernel (what static and symbolic compiles run) and the ``StaticInstance`` of
 the same op (extents compiled in) are checked bit-identical, then called in
 ``--rounds`` interleaved rounds of ``--repeats`` calls (each round's order
@@ -36,6 +37,25 @@ ATTN = {"attn b1 s32": (1, 4, 32, 64), "attn b1 s128": (1, 4, 128, 64),
 #: name -> (rows, K, N): x [rows, K] @ W [K, N] + bias, then the erf GELU
 GELU = {"gelu rows 32": (32, 256, 1024), "gelu rows 256": (256, 256, 1024),
         "gelu rows 1024": (1024, 256, 1024), "gelu rows 77": (77, 768, 3072)}
+#: name -> (x shape, Cout, kernel, stride, groups): Conv2D + bias + ReLU with
+#: run-time batch and image size (ResNet- and MobileNet-style layers)
+CONV = {"conv3x3 b1 64x56^2": ((1, 64, 56, 56), 64, 3, 1, 1),
+        "conv3x3 b8 128x28^2": ((8, 128, 28, 28), 128, 3, 1, 1),
+        "conv3x3 s2 b1 64x56^2": ((1, 64, 56, 56), 128, 3, 2, 1),
+        "conv3x3 b1 32x33x47": ((1, 32, 33, 47), 32, 3, 1, 1),
+        "conv3x3 b8 256x7^2": ((8, 256, 7, 7), 256, 3, 1, 1),
+        "dw3x3 b1 144x56^2": ((1, 144, 56, 56), 144, 3, 1, 144),
+        "dw3x3 s2 b8 96x28^2": ((8, 96, 28, 28), 96, 3, 2, 96),
+        "dw3x3 b8 384x7^2": ((8, 384, 7, 7), 384, 3, 1, 384),
+        "stem7x7 s2 b1 3x112^2": ((1, 3, 112, 112), 64, 7, 2, 1),
+        "pw1x1 b8 32x28^2 192": ((8, 32, 28, 28), 192, 1, 1, 1),
+        "pw1x1 b1 256x14^2 64": ((1, 256, 14, 14), 64, 1, 1, 1)}
+#: name -> (x shape, kernel, stride, padding): MaxPool2D with run-time batch
+#: and image size (a ResNet stem pool; odd sizes leave a masked last vector)
+POOL = {"pool b1 64x112^2": ((1, 64, 112, 112), 3, 2, 1),
+        "pool b8 32x32^2": ((8, 32, 32, 32), 3, 2, 1),
+        "pool b2 16x33x47": ((2, 16, 33, 47), 3, 2, 1),
+        "pool b1 8x64x40 s1": ((1, 8, 64, 40), 3, 1, 1)}
 
 
 def _thread_times(fn, repeats: int) -> list[float]:
@@ -54,6 +74,30 @@ def _instances(name: str, target):
     from runtime.dtype import DType
     rng = np.random.default_rng(1)
     f32 = DType.F32
+    if name in CONV:
+        xs, cout, k, st, groups = CONV[name]
+        x = rng.standard_normal(xs).astype(np.float32)
+        w = (rng.standard_normal((cout, xs[1] // groups, k, k)) / k).astype(np.float32)
+        b = rng.standard_normal(cout).astype(np.float32)
+        params = dict(stride=(st, st), padding=(k // 2, k // 2), groups=groups, dilation=(1, 1),
+                      clamp_min=0.0, clamp_max=None, silu=None, gelu=None, residual=None,
+                      image_at_run_time=True)
+        inst = FusedInstance("Conv2D", tuple(sorted(params.items())),
+                             tuple(TensorType(a.shape, f32) for a in (x, w, b)))
+        import dataclasses
+        inst = dataclasses.replace(inst, unit_stride=(0, 1, 2, 3))
+        return inst, [x, w, b], np.empty(inst.output_type().shape, np.float32)
+    if name in POOL:
+        xs, k, st, pad = POOL[name]
+        x = rng.standard_normal(xs).astype(np.float32)
+        params = dict(kernel=(k, k), stride=(st, st), dilation=(1, 1), padding=(pad,) * 4,
+                      image_at_run_time=True)
+        inst = FusedInstance("MaxPool2D", tuple(sorted(params.items())),
+                             (TensorType(x.shape, f32),))
+        import dataclasses
+        inst = dataclasses.replace(inst, unit_stride=(0, 1))
+        out = inst.output_type().shape
+        return inst, [x], np.empty(out, np.float32)
     if name in ATTN:
         b, h, s, d = ATTN[name]
         arrays = [rng.standard_normal((b, h, s, d)).astype(np.float32) for _ in range(3)]
@@ -94,7 +138,7 @@ def main(argv=None) -> int:
     print(f"{'kernel':16s} {'static ms':>9s} {'dynamic ms':>10s} {'dyn/static':>10s} "
           f"{'min static':>10s} {'min dynamic':>11s} {'of mins':>8s}")
     ratios = []
-    for name in list(ATTN) + list(GELU):
+    for name in list(ATTN) + list(GELU) + list(CONV) + list(POOL):
         if only and not any(s in name for s in only):
             continue
         inst, arrays, out = _instances(name, target)
@@ -106,7 +150,11 @@ def main(argv=None) -> int:
             out.fill(np.nan)
             fn(*descs)
             got.append(out.copy())
-        assert np.array_equal(got[0], got[1]), f"{name}: dynamic and static kernels differ"
+        if name in CONV:   # the same sums in the same order; LLVM may contract differently
+            err = np.abs(got[0] - got[1]).max() / np.abs(got[0]).max()
+            assert err < 1e-5, f"{name}: dynamic and static kernels differ by {err}"
+        else:
+            assert np.array_equal(got[0], got[1]), f"{name}: dynamic and static kernels differ"
         acc = [[], []]
         for r in range(args.rounds):
             for i in ((0, 1) if r % 2 == 0 else (1, 0)):

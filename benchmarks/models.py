@@ -6,6 +6,7 @@
     python benchmarks/models.py --list
     python benchmarks/models.py --export /tmp/models         # write the .onnx files only
     python benchmarks/models.py --model mobilenet --model bert --dynamic  # + symbolic batch/seq
+    python benchmarks/models.py --model resnet --dynamic --dynamic-image  # + symbolic h, w
 
 The models are built here with ``onnx.helper`` (opset 17, float32, random
 weights from a fixed seed; nothing is downloaded, torch is not needed), each
@@ -511,18 +512,24 @@ def build(name: str, batch: int = 1, seq: int | None = None, **options):
     return spec.fn(batch, **options)
 
 
-def symbolic(model, seq: int | None = None):
+def symbolic(model, seq: int | None = None, image: bool = False):
     """A copy of ``model`` whose inputs and outputs have a symbolic ``batch``
     axis 0 (and a symbolic ``seq`` axis 1 where that axis is ``seq`` long:
     the tokens of a transformer, not a ViT's channels or classes), as
     ``torch.onnx.export(..., dynamic_axes=...)`` writes them
-    (docs/dynamic-shapes.md)."""
+    (docs/dynamic-shapes.md). ``image``: an image input's (rank 4) axes 2
+    and 3 are ``h`` and ``w`` too (``dynamic_axes={"x": {0: "batch", 2: "h",
+    3: "w"}}``)."""
     out = type(model)()
     out.CopyFrom(model)
     for vi in list(out.graph.input) + list(out.graph.output):
         dims = vi.type.tensor_type.shape.dim
         for axis, name in ((0, "batch"), (1, "seq")):
             if len(dims) > max(axis, 1) and (axis == 0 or dims[axis].dim_value == seq):
+                dims[axis].ClearField("dim_value")
+                dims[axis].dim_param = name
+        if image and len(dims) == 4 and vi in out.graph.input:
+            for axis, name in ((2, "h"), (3, "w")):
                 dims[axis].ClearField("dim_value")
                 dims[axis].dim_param = name
     return out
@@ -693,7 +700,8 @@ def run_case(name: str, batch: int, seq: int | None, args, threads: int) -> dict
 
 def _time_dynamic(rec: dict, name: str, m, feeds: dict, theirs, scale: float, args) -> None:
     """``--dynamic``: the model with a symbolic batch (and sequence:
-    ``symbolic``), compiled once per model for every case, timed against the
+    ``symbolic``; with ``--dynamic-image`` the image size of the conv nets),
+    compiled once per model for every case, timed against the
     static module ``m`` in interleaved rounds (first one, then the other,
     alternating), medians: ``dynamic_ms`` and dynamic/static ``dyn_ratio``."""
     from compiler import compile
@@ -703,7 +711,8 @@ def _time_dynamic(rec: dict, name: str, m, feeds: dict, theirs, scale: float, ar
         if name not in cache:
             t0 = time.perf_counter()
             opts = {"bn": args.bn} if MODELS[name].kind == "cnn" else {}
-            model = symbolic(build(name, 1, rec["seq"], **opts), seq=rec["seq"])
+            model = symbolic(build(name, 1, rec["seq"], **opts), seq=rec["seq"],
+                             image=getattr(args, "dynamic_image", False) and MODELS[name].kind == "cnn")
             cache[name] = compile(import_model(model), target=args.target)
             rec["dynamic_compile_s"] = time.perf_counter() - t0
         dyn = cache[name]
@@ -786,6 +795,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dynamic", action="store_true",
                     help="also compile each model once with a symbolic batch (and sequence) "
                          "and time it against the static module at each size: dynamic/static")
+    ap.add_argument("--dynamic-image", action="store_true",
+                    help="with --dynamic: the cnn models' image height and width symbolic too "
+                         "(one compile for every batch and image size)")
     ap.add_argument("--json", help="write every record here")
     ap.add_argument("--list", action="store_true", help="list the models and exit")
     ap.add_argument("--export", metavar="DIR",

@@ -203,7 +203,8 @@ class SymbolicModule:
         with self._lock:  # one compile per binding, however many threads call
             module = self._modules.get(key)
             if module is None:
-                static = self.graph.bind(dict(zip(self.graph.symbols, key)))
+                static = self.graph.bind(dict(zip(self.graph.symbols, key)),
+                                         image_at_run_time=True)
                 module = compile(static, self.target, **self._options)
                 self._modules[key] = module
                 while len(self._modules) > self.KEEP:
@@ -527,18 +528,27 @@ def extent_marks(module: CompiledModule, per_image: bool = False) -> list[str]:
     instance it calls takes its (batch/sequence) extents at run time (one
     object for every size), else ``"per shape"`` (compiled again for a new
     size; ``docs/dynamic-shapes.md``). ``per_image`` (a graph with a symbolic
-    image size): a kernel taking only some extents at run time (a direct conv:
-    its batch) is ``"run-time batch, per image size"``."""
+    image size): a kernel whose image result has a static height or width (a
+    direct conv: only its batch is run-time; ``_per_image``) is
+    ``"run-time batch, per image size"``."""
     marks = []
     for i, step in enumerate(module.plan.steps):
         if isinstance(step, KernelStep):
             insts = _step_instances(module, i, step)
             dyn = insts and all(getattr(inst, "dynamic", False) for _, inst in insts)
-            part = per_image and dyn and any(not all(map(all, getattr(inst, "dynamic_dims", None) or ()))
+            part = per_image and dyn and any(_per_image(getattr(inst, "dynamic_dims", None))
                                              for _, inst in insts)
             marks.append("run-time batch, per image size" if part
                          else "run-time extents" if dyn else "per shape")
     return marks
+
+
+def _per_image(masks) -> bool:
+    """Whether a kernel with per-dim ``masks`` (None: all run-time) is
+    compiled per image size: its result is an image ``[N, C, H, W]`` whose
+    H or W is static (a MaxPool2D takes them at run time)."""
+    out = masks[-1] if masks else None
+    return out is not None and len(out) == 4 and not (out[2] and out[3])
 
 
 def _warm(module: CompiledModule, executor=None, pool=None,

@@ -319,9 +319,10 @@ def export_symbolic(module, path, sign_with=None, weights: str = "zip"):
 
 def _check_conv_spatial(g) -> None:
     """A convolution or pool over a symbolic spatial extent is refused up
-    front: its kernels (and the recipe's few-pixel forms) are specialised on
-    the image size, so each size is compiled and planned apart (in process,
-    per binding), which one file cannot hold."""
+    front: its kernels take the image size at run time (``conv_spatial``),
+    but the plan is made per image size (extents that are floor quotients of
+    the size, which the file's polynomials cannot hold; the conv recipe's
+    few-pixel forms), in process per binding."""
     found = symbolic_image(g)
     if found is None:
         return
@@ -330,8 +331,8 @@ def _check_conv_spatial(g) -> None:
     raise ExportError(
         f"cannot write one .fuel file for every size: node %{n.id} ({n.name}): "
         f"{n.fused.name} of x [{shape_text(shape)}] has the symbolic spatial extent {shape[axis]} "
-        f"(axis {axis}); its kernels are specialised on the image size, so each size is "
-        f"compiled apart. Fix it (import_model(..., input_shapes={{...}}); fuelc compile "
+        f"(axis {axis}); its plan is made per image size (floor quotients of the size, the "
+        f"few-pixel conv forms), which one file cannot hold. Fix it (import_model(..., input_shapes={{...}}); fuelc compile "
         f"--input-shape), or save the sizes you serve: a bundle (m.save_bundle(dir, "
         f"bindings=[...]); fuelc compile --binding batch=1,h=224,w=224, repeated per size) or "
         f"m.specialize(...).save(path)")

@@ -403,6 +403,7 @@ class Conv2D(OpParams):
     silu: bool = False                  # or the output times its sigmoid
     gelu: bool = False                  # or its exact (erf) GELU
     residual: bool = False              # a last operand, the skip, added before the epilogue
+    image_at_run_time: bool = False     # the kernel takes H, W at run time (a symbolic image)
 
     def validate(self):
         if self.groups < 1 or min(self.stride) < 1 or min(self.dilation) < 1:
@@ -428,6 +429,7 @@ class MaxPool2D(OpParams):
     stride: Pair = (1, 1)
     dilation: Pair = (1, 1)
     padding: tuple[int, int, int, int] = (0, 0, 0, 0)
+    image_at_run_time: bool = False     # the kernel takes H, W at run time (a symbolic image)
 
     def validate(self):
         if min(self.kernel + self.stride + self.dilation) < 1 or min(self.padding) < 0:

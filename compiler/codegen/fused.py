@@ -391,7 +391,14 @@ class FusedFamily(KernelFamily):
         return inst, layouts
 
     def linalg_text(self, inst: FusedInstance, target) -> str:
-        return linalg_text(inst, platform=target.kind)
+        # the run-time image size conv kernel writes its register tiles in
+        # the target's vector width (``lowering/conv_spatial.py``)
+        if target.kind != "cpu":
+            return linalg_text(inst, platform=target.kind)
+        from compiler.codegen.cpu.strategy import isa_level
+        from compiler.codegen.lowering.conv_spatial import vector_bits
+        with vector_bits(512 if isa_level(target) == "avx512" else 256):
+            return linalg_text(inst, platform=target.kind)
 
     def b_panel(self, key, dtypes, target) -> int:
         # FusedLinear on one f32/f64 dtype, where the target's codegen packs B

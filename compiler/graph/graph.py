@@ -168,11 +168,15 @@ class Graph:
         declared = {k: self.nodes[v].shape for k, v in self.inputs.items()}
         return bind_symbols(declared, shapes, self.equalities)
 
-    def bind(self, values) -> "Graph":
+    def bind(self, values, image_at_run_time: bool = False) -> "Graph":
         """A static copy of this graph with every symbol replaced by its value
         (``values``: symbol name -> int, every symbol given): each node is
         replayed with its params bound, so every shape rule runs again on the
-        sizes. Names, constants and outputs are kept."""
+        sizes. Names, constants and outputs are kept. ``image_at_run_time``:
+        the image ops whose input has a symbolic height or width
+        (``symbolic.IMAGE_OPS``) get the param ``image_at_run_time``, so
+        their kernels take the image size at run time (one kernel for every
+        binding; docs/dynamic-shapes.md)."""
         missing = [n for n in self.symbols if n not in values]
         if missing:
             raise GraphBuildError(f"bind: no value for symbol(s) {missing}")
@@ -187,6 +191,8 @@ class Graph:
                 g.constants[params["name"]] = arr
                 g._append("Const", [], params, [TensorType(arr.shape, params["dtype"])], n.name)
             elif n.op == FUSED:
+                if image_at_run_time and _symbolic_image(self, n):
+                    params = dict(params, image_at_run_time=True)
                 g.add_fused(n.fused, list(n.inputs), params, name=n.name)
             else:
                 g.add_node(n.op, list(n.inputs), params, name=n.name)
@@ -1196,3 +1202,13 @@ for _name, _d in OP_TABLE.items():
             raise TypeError(f"op {_name}: Tensor.{_m} is defined twice (by hand and by the row)")
         setattr(Tensor, _m, _row_method(_name, _d.arity))
 
+
+def _symbolic_image(graph: "Graph", node) -> bool:
+    """Whether ``node`` is an image op (``symbolic.IMAGE_OPS``) taking the
+    run-time image param whose input has a symbolic height or width."""
+    from .symbolic import IMAGE_OPS
+    if node.fused.name not in IMAGE_OPS or not any(
+            p.name == "image_at_run_time" for p in node.fused.params):
+        return False
+    shape = graph.nodes[node.inputs[0]].type.shape
+    return any(isinstance(shape[a], Sym) for a in (2, 3) if a < len(shape))

@@ -117,8 +117,9 @@ def _floor(num: Dim, stride: int, what: str) -> Dim:
         raise GraphBuildError(f"{what}: {e}") from None
 
 
-#: The fused ops whose kernels are specialised on the image size (axes 2, 3
-#: of x): their direct kernels take only the batch at run time.
+#: The fused ops over an image (axes 2, 3 of x): a symbolic image size makes
+#: their plan per image size; the kernels of Conv2D and MaxPool2D take it at
+#: run time where ``Graph.bind`` marks them (``image_at_run_time``).
 IMAGE_OPS = ("Conv2D", "ConvTranspose2D", "MaxPool2D")
 
 

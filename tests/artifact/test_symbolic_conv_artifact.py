@@ -126,3 +126,49 @@ def test_full_conv_nets_save_one_file_for_every_batch(name, tmp_path):
         x = RNG.standard_normal((n, *shape)).astype(np.float32)
         ref = sess.run(None, {"x": x})[0]
         assert np.abs(lm(x=x) - ref).max() / np.abs(ref).max() < TOL, n
+
+
+def test_image_size_bundle_runs_without_the_compiler(tmp_path):
+    """The reduced ResNet-style net with a symbolic batch and image size:
+    one compile, a bundle of two sizes (one of them odd, 33x47), each file
+    holding the kernels that take the image size at run time; loaded in a
+    process without the compiler it gives the in-process outputs, matching
+    onnxruntime. (One .fuel file for every image size is refused:
+    tests/frontends/test_onnx_dynamic_spatial.py.)"""
+    import onnxruntime as ort
+    from runtime.bundle import load_bundle
+    model = bm.symbolic(bm.resnet(1, widths=(8, 16), blocks=1, classes=10, image=32), image=True)
+    module = compile(import_model(model))
+    module.save_bundle(str(tmp_path / "b"), bindings=[{"batch": 1, "h": 33, "w": 47},
+                                                      {"batch": 2, "h": 40, "w": 40}])
+    feeds = {"33x47": {"x": RNG.standard_normal((1, 3, 33, 47)).astype(np.float32)},
+             "40x40": {"x": RNG.standard_normal((2, 3, 40, 40)).astype(np.float32)}}
+    out = _outputs_in_child(tmp_path / "b", feeds, tmp_path)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for k, f in feeds.items():
+        np.testing.assert_array_equal(out[k], module(**f))
+        ref = sess.run(None, f)[0]
+        assert np.abs(out[k] - ref).max() / np.abs(ref).max() < TOL
+    assert len(load_bundle(str(tmp_path / "b")).bindings) == 2
+
+
+def _outputs_in_child(directory, feeds: dict, tmp_path) -> dict:
+    """Each of ``feeds``' input dicts run by ``load_bundle(directory)`` in a
+    process that cannot import the compiler."""
+    import subprocess
+    from test_artifact import BLOCK_COMPILER
+    feeds_file, out_file = tmp_path / "in.npy", tmp_path / "out.npy"
+    np.save(feeds_file, feeds, allow_pickle=True)
+    code = BLOCK_COMPILER + f"""
+import numpy as np
+from runtime.bundle import load_bundle
+m = load_bundle({str(directory)!r})
+feeds = np.load({str(feeds_file)!r}, allow_pickle=True).item()
+np.save({str(out_file)!r}, {{k: m(**f) for k, f in feeds.items()}}, allow_pickle=True)
+print(sorted(n for n in __import__('sys').modules if n.split('.')[0] in ('compiler', 'mlir', 'torch_mlir')))
+"""
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "[]" in r.stdout
+    return np.load(out_file, allow_pickle=True).item()

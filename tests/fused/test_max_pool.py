@@ -145,3 +145,68 @@ def test_onnx_maxpool_imports_as_the_fused_op():
                               [:, :, ky:ky + 9:2, kx:kx + 9:2]
                               for ky in range(3) for kx in range(3)])
     np.testing.assert_array_equal(m.run(x=x)["y"], want)
+
+
+# (kernel, stride, padding, dilation, dtype) of run-time image sizes; the
+# sizes cross the kernel's column pieces (16- and 8-wide vectors, a masked
+# last one; the copy-in's 64-wide pieces)
+IMAGE_CASES = [
+    (3, 2, (1, 1, 1, 1), 1, "f32"),               # the ResNet stem pool
+    ((2, 3), (1, 2), (0, 1, 1, 0), (2, 1), "f64"),  # asymmetric, dilated rows
+    ((3, 5), 2, (1, 2, 1, 2), (1, 2), "f32"),       # dilated columns, sw = 2
+    (3, 1, (1, 1, 1, 1), 1, "f32"),               # stride 1
+]
+
+
+@pytest.mark.parametrize("target", ["cpu", "cpu:x86-64-v3"])
+@pytest.mark.parametrize("case", range(len(IMAGE_CASES)))
+def test_run_time_image_size_one_kernel_for_every_size(case, target):
+    """Batch, height and width symbolic: one kernel (its memo key does not
+    hold the sizes) runs every size bit for bit as the reference."""
+    kernel, stride, padding, dilation, dtype = IMAGE_CASES[case]
+    g = Graph()
+    x = g.input("x", ("n", 3, ("h", 6, 512), ("w", 6, 512)), dtype)
+    g.output(max_pool2d(x, kernel, stride, padding, dilation), name="y")
+    m = compile(g, target=target)
+    for xs in ((1, 3, 33, 47), (2, 3, 9, 8), (1, 3, 16, 70), (1, 3, 7, 129)):
+        xv = _data(xs, dtype, seed=xs[2])
+        np.testing.assert_array_equal(m.run(x=xv)["y"], interpret(g, {"x": xv})["y"])
+    assert f"MaxPool2D[{dtype},{dtype}] (mlir-cpu-fused) [run-time extents]" in m.kernel_summary()
+
+
+def test_run_time_image_size_shares_the_memo_key():
+    """With ``image_at_run_time`` (what ``Graph.bind`` sets for a symbolic
+    image) one kernel serves every batch and image size of a channel count;
+    without it (a static graph) the image size is compiled in."""
+    from compiler.codegen.fused import FusedInstance
+    from compiler.graph.opdef import TensorType
+    from runtime.dtype import DType
+    base = dict(kernel=(3, 3), stride=(2, 2), dilation=(1, 1), padding=(1, 1, 1, 1))
+
+    def keys(run_time, *shapes):
+        params = tuple(sorted(dict(base, **({"image_at_run_time": True} if run_time else {})
+                                   ).items()))
+        return {FusedInstance("MaxPool2D", params, (TensorType(xs, DType.F32),)).memo_key
+                for xs in shapes}
+    assert len(keys(True, (1, 8, 33, 47), (4, 8, 224, 224))) == 1
+    assert len(keys(True, (1, 8, 33, 47), (1, 9, 33, 47))) == 2   # the channels compiled in
+    assert len(keys(False, (1, 8, 33, 47), (4, 8, 33, 47))) == 1  # the batch at run time
+    assert len(keys(False, (1, 8, 33, 47), (1, 8, 32, 47))) == 2
+
+
+def test_an_image_below_the_window_is_a_typed_shape_error():
+    """A 3x3 VALID pool needs h, w >= 3: bounds that admit less are refused
+    when the graph is built, a call below the bounds names the input, the
+    symbol and the sizes."""
+    from runtime.errors import ShapeSignatureError
+    g = Graph()
+    x = g.input("x", ("n", 3, "h", "w"), "f32")
+    with pytest.raises(GraphBuildError, match=r"MaxPool2D.*h"):
+        max_pool2d(x, 3)
+    g = Graph()
+    x = g.input("x", ("n", 3, ("h", 3, 64), ("w", 3, 64)), "f32")
+    g.output(max_pool2d(x, 3), name="y")
+    m = compile(g)
+    with pytest.raises(ShapeSignatureError, match=r"symbol 'w' = 2 \(input 'x' axis 3\) is "
+                                                  r"outside its bounds 3..64"):
+        m.run(x=np.zeros((1, 3, 5, 2), np.float32))

@@ -26,8 +26,10 @@ func.func @grouped_conv(%x: tensor<?x4x6x6xf32>, %w: tensor<4x2x3x3xf32>) -> ten
 
 // -----
 
-// A ? spatial size: the direct conv kernels are specialised on it.
-// CHECK: error: fuel-to-linalg: Conv2D is lowered with static shapes but for x's batch, got tensor<1x4x?x?xf32>
+// A ? spatial size: only the cpu kernel of conv_spatial takes it (the
+// platform-neutral rules here have none); a static graph's kernels are
+// specialised on it.
+// CHECK: error: fuel-to-linalg: Conv2D tensor<1x4x?x?xf32> (groups=1, stride (1, 1), dilation (1, 1), kernel 3x3): a run-time image size needs the cpu spatial kernel (``spatial_class``); compile it for a static image size
 func.func @spatial_conv(%x: tensor<1x4x?x?xf32>, %w: tensor<8x4x3x3xf32>) -> tensor<1x8x?x?xf32> {
   %0 = "fuel.conv2d"(%x, %w) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0, 0>, padding = [1, 1], stride = [1, 1]} : (tensor<1x4x?x?xf32>, tensor<8x4x3x3xf32>) -> tensor<1x8x?x?xf32>
   return %0 : tensor<1x8x?x?xf32>

@@ -45,14 +45,20 @@ def _conv2d(lw: Lowering, cpu: bool = False):
         raise LoweringError(f"Conv2D takes {2 + res} or {3 + res} operands (x, w, [bias]"
                             f"{', residual' if res else ''}), got {len(ops)}")
     x, w, bias, skip = split_operands(ops, lw.params)
-    # only the batch may be a run-time extent (``batch_dims``), and only the
-    # direct kernel, whose images are an ``scf.for``, takes it
+    # the batch may be a run-time extent (``batch_dims``), taken by the
+    # kernels whose images are an ``scf.for``; the image size too, taken by
+    # the spatial kernel (``conv_spatial``)
     batch = rtt(x).is_dynamic_dim(0) if rtt(x).rank == 4 else False
+    spatial = rtt(x).rank == 4 and (rtt(x).is_dynamic_dim(2) or rtt(x).is_dynamic_dim(3))
     for v in ops:
         t = rtt(v)
-        if any(t.is_dynamic_dim(i) for i in range(int(batch and (v is x or v is skip)), t.rank)):
-            raise LoweringError(f"Conv2D is lowered with static shapes but for x's batch, "
-                                f"got {v.type}")
+        free = range(4) if spatial and (v is x or v is skip) else \
+            range(int(batch and (v is x or v is skip)))
+        if any(t.is_dynamic_dim(i) for i in range(t.rank) if i not in free):
+            raise LoweringError(f"Conv2D is lowered with static shapes but for x's (and the "
+                                f"skip's) batch and image size, got {v.type}")
+    if spatial:
+        return _spatial(lw, x, w, bias, skip, cpu)
     n, cin, h, wd = rtt(x).shape
     if batch:
         n = dims(x)[0]
@@ -118,6 +124,51 @@ def _conv2d(lw: Lowering, cpu: bool = False):
         return y
     return _epilogue(y, bias, s, act, empty(out_shape, elt), None, skip,
                      lambda v: to_compute(v, s), lambda v: from_compute(v, elt))
+
+
+def _spatial(lw: Lowering, x, w, bias, skip, cpu: bool):
+    """A Conv2D with a run-time image size (``batch_dims``: the classes
+    ``spatial_class`` admits): the cpu kernel of ``conv_spatial``."""
+    from compiler.registry.ops.conv2d import is_depthwise
+    from .conv_spatial import direct_spatial
+    cout, cpg, kh, kw = rtt(w).shape
+    cin = rtt(x).shape[1]
+    g = int(lw.param("groups"))
+    stride = _pair(lw.param("stride"), "stride")
+    dil = _pair(lw.params.get("dilation", (1, 1)), "dilation")
+    pad = _pair(lw.param("padding"), "padding")
+    s = Scalar.compute(lw.in_dtypes[0])
+    if not cpu or s.ty != lw.out_elt or not spatial_class(
+            g, cin, cout, stride, (kh, kw), pad, dil, lw.params):
+        raise LoweringError(
+            f"Conv2D {x.type} (groups={g}, stride {stride}, dilation {dil}, kernel {kh}x{kw}): "
+            f"a run-time image size needs the cpu spatial kernel (``spatial_class``); compile "
+            f"it for a static image size")
+    return direct_spatial(x, w, bias, s, lw.out_elt, (cout, kh, kw), pad, dil, stride,
+                          _activation_of(lw.params), skip, g == cin == cout and g > 1)
+
+
+def _activation_of(params):
+    """The clamp epilogue as a function of the ``Scalar`` it computes in."""
+    if params.get("clamp_min") is None and params.get("clamp_max") is None:
+        return None
+    return lambda s: _activation(s, params)
+
+
+def spatial_class(groups: int, cin: int, cout: int, stride, kernel, padding, dilation,
+                  params) -> bool:
+    """Whether the cpu kernel takes this Conv2D's image size at run time
+    (``conv_spatial``): the direct classes (``direct``: groups 1, stride 1,
+    or 2 without dilation; ``direct_depthwise``), a stem (``stem``, stride
+    2) and a pointwise conv (``pointwise``), with no epilogue but the clamp
+    (silu and gelu: per image size)."""
+    depthwise = groups == cin == cout and groups > 1
+    if params.get("silu") or params.get("gelu"):
+        return False
+    return direct(groups, stride, kernel, padding, dilation) or \
+        stem(groups, cin, stride, kernel, dilation) and tuple(stride) == (2, 2) or \
+        pointwise(groups, stride, kernel, padding) or \
+        depthwise and direct_depthwise(stride, dilation)
 
 
 @lowers("Conv2D", platform="cpu")
@@ -364,8 +415,12 @@ def batch_dims(types, params) -> tuple | None:
     it directly (an ``scf.for`` over the images, each image's code
     specialised on the channels, the spatial size and the weights) or as a
     pointwise matmul (the images its outermost parallel loop); None (static)
-    for the other classes."""
+    for the other classes. Where the graph's image size is symbolic
+    (``image_at_run_time``, set by ``Graph.bind``), the classes
+    ``spatial_class`` admits take x's, the skip's and the output's height and
+    width at run time too (``conv_spatial``): one kernel per weight shape."""
     from compiler.registry.ops.conv2d import is_depthwise, split_operands
+    from runtime.dtype import DType
     x, w = types[0].shape, types[1].shape
     if len(x) != 4:
         return None
@@ -377,11 +432,14 @@ def batch_dims(types, params) -> tuple | None:
             or is_depthwise(types, params) and direct_depthwise(stride, dil)
             or pointwise(g, stride, w[2:], params["padding"])):
         return None
-    # x, the skip (the residual) and the output have the batch
+    # x, the skip (the residual) and the output have the batch, and with
+    # the spatial kernel (``spatial_class``) the image size
+    image = bool(params.get("image_at_run_time")) and types[0].dtype in (DType.F32, DType.F64) \
+        and spatial_class(g, x[1], w[0], stride, w[2:], params["padding"], dil, params)
+    dyn = (True, False, image, image)
     skip = split_operands(range(len(types)), params)[3]
-    return ((True, False, False, False),) + tuple(
-        (i == skip,) + (False,) * (len(t.shape) - 1) for i, t in enumerate(types[1:], 1)) \
-        + ((True, False, False, False),)
+    return (dyn,) + tuple(dyn if i == skip else (False,) * len(t.shape)
+                          for i, t in enumerate(types[1:], 1)) + (dyn,)
 
 
 def direct_depthwise(stride, dilation=(1, 1)) -> bool:
@@ -820,7 +878,8 @@ def _register_kernel() -> None:
         return {"stride": tuple(p.stride), "padding": tuple(p.padding), "groups": p.groups,
                 "dilation": tuple(p.dilation), "clamp_min": p.clamp_min, "clamp_max": p.clamp_max,
                 "silu": True if p.silu else None, "gelu": True if p.gelu else None,
-                "residual": True if p.residual else None}
+                "residual": True if p.residual else None,
+                "image_at_run_time": True if p.image_at_run_time else None}
 
     from compiler.registry.ops.conv2d import is_depthwise
 
@@ -857,7 +916,8 @@ def _register_kernel() -> None:
                         tuple(params["dilation"]), params["groups"],
                         params.get("clamp_min"), params.get("clamp_max"),
                         bool(params.get("silu", False)), bool(params.get("gelu", False)),
-                        bool(params.get("residual", False)))
+                        bool(params.get("residual", False)),
+                        bool(params.get("image_at_run_time", False)))
 
 
 _register_kernel()

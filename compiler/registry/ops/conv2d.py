@@ -438,7 +438,7 @@ ENTRY = FusedOpEntry(
             ParamSpec("groups", "i64", 1), ParamSpec("dilation", "i64s", (1, 1)),
             ParamSpec("clamp_min", "f64", None), ParamSpec("clamp_max", "f64", None),
             ParamSpec("silu", "bool", None), ParamSpec("gelu", "bool", None),
-            ParamSpec("residual", "bool", None)),
+            ParamSpec("residual", "bool", None), ParamSpec("image_at_run_time", "bool", None)),
     infer=infer, reference=reference, recipe=Recipe(build=build),
     backward=CUSTOM, op_kind=OpKind.Conv2D, destructive_input=None, cse_tag=6,
     input_names=("x", "w", "bias", "residual"), operand_slots=operand_slots, doc=__doc__,

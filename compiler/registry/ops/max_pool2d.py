@@ -103,7 +103,8 @@ def build(params, types):
 ENTRY = FusedOpEntry(
     id=26, name=NAME, mnemonic="max_pool2d", family=Family.FORWARD, arity=1,
     params=(ParamSpec("kernel", "i64s", (1, 1)), ParamSpec("stride", "i64s", (1, 1)),
-            ParamSpec("dilation", "i64s", (1, 1)), ParamSpec("padding", "i64s", (0, 0, 0, 0))),
+            ParamSpec("dilation", "i64s", (1, 1)), ParamSpec("padding", "i64s", (0, 0, 0, 0)),
+            ParamSpec("image_at_run_time", "bool", None)),
     infer=infer, reference=reference, recipe=Recipe(build=build),
     backward=DECOMPOSE, op_kind=OpKind.MaxPool2D, destructive_input=None, cse_tag=24,
     input_names=("x",), doc=__doc__,

@@ -1,0 +1,271 @@
+"""The cpu Conv2D kernel with a run-time image size (docs/dynamic-shapes.md,
+"Dynamic spatial size"): x ``[N, C, ?, ?]``, one kernel for every batch and
+image size of one weight shape.
+
+The direct kernel (``fused_conv._direct``) is specialised on the image size:
+the padded plane's row pitch is in every tap's offset and its pixel runs are
+whole vectors of the flattened plane. Here the plane is a 4-D tensor whose
+row pitch is a run-time value, and the kernel is written in vector ops (the
+``vectorized`` strategy lowers it as written), so the size only changes loop
+bounds:
+
+* per image, x is copied row by row into a zero-padded plane ``[1, C, Hp,
+  Wpl]`` (allocated and zeroed once; ``Wpl`` covers the last vector's reads
+  past the image), a row a vector piece at a time, the last piece masked;
+* the output is computed in register tiles of m channels x R rows x V
+  vectors of ``lanes`` columns: the tile's accumulators are carried through
+  an ``scf.for`` over the input channels whose body is every tap, unrolled
+  (a plane vector is loaded once per tile row it serves: rows y + qy*dh
+  shared across the tile's rows), then the bias, the skip and the clamp are
+  applied in registers and the tile is stored. Stride 2 reads twice the
+  columns and ``vector.deinterleave``s them (taps qx and qx + 1 are the two
+  phases of one read);
+* run-time trip counts and peeled remainders: whole channel blocks then a
+  static remainder block (Cout is static), blocks of R rows then single
+  rows, blocks of V vectors then single vectors, then the rest of the row
+  as one vector, or a half vector where the rest fits in one, whose skip
+  read and store are masked (the columns past Wo).
+
+A depthwise conv (groups = C = Cout) is computed channel by channel, each
+copied into a one-channel plane just before its tiles read it (in cache); a pointwise one (1x1, stride 1, unpadded) reads x in
+place (a masked tile's reads masked too), without a plane. Each output sums its taps in (c, qy, qx) order from
+the bias (groups 1) or from 0 (depthwise: the bias added after), then the
+skip, then the clamp: the static direct kernel's order.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+
+from compiler.mlir import arith, ir, scf, tensor, vector
+
+from .core import Scalar, dims, empty, fill, index
+from .fused_norm import _for
+
+#: The vector width the kernel is generated for, in bits (``vector_bits``):
+#: a zmm (AVX-512) or a ymm (AVX2, and targets without a vector ISA level).
+_VECTOR_BITS: contextvars.ContextVar[int] = contextvars.ContextVar("conv_vector_bits",
+                                                                  default=256)
+
+#: Register tiles (m channels, R rows, V vectors) per vector width: 16 (8)
+#: accumulators of the 32 zmm (16 ymm) registers, the rest for the plane
+#: vectors of a tap and the weight broadcasts.
+_TILES = {512: (4, 2, 2), 256: (4, 2, 1)}
+#: Depthwise tiles (one channel): R rows x V vectors.
+_DW_TILES = {512: (1, 4, 2), 256: (1, 2, 2)}
+
+
+@contextlib.contextmanager
+def vector_bits(bits: int):
+    """Generate the kernel for vectors of ``bits`` (the target's widest:
+    ``FusedFamily.linalg_text`` sets it from the target's ISA level)."""
+    token = _VECTOR_BITS.set(512 if bits >= 512 else 256)
+    try:
+        yield
+    finally:
+        _VECTOR_BITS.reset(token)
+
+
+class _VectorScalar(Scalar):
+    """``Scalar`` on vectors: constants are splats (``_activation``'s clamp)."""
+
+    def __init__(self, s: Scalar, vt):
+        super().__init__(s.dtype, s.ty)
+        self.vt = vt
+
+    def const(self, v):
+        return vector.BroadcastOp(self.vt, super().const(v)).result
+
+
+def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, depthwise):
+    """``act(conv(x, w) + bias + skip)`` for x ``[N, C, ?, ?]`` (the batch
+    may be run-time too); ``act`` takes a ``Scalar`` and returns the clamp
+    (``fused_conv._activation``) or None."""
+    (cout, kh, kw), (ph, pw), (dh, dw), (sh, sw) = wshape, pad, dil, stride
+    bits = _VECTOR_BITS.get()
+    lanes = bits // ir.FloatType(elt).width
+    m0, r0, v0 = (_DW_TILES if depthwise else _TILES)[bits]
+    m0 = min(m0, cout)
+    n, cin, h, wd = dims(x)
+    hp, wp = arith.addi(h, index(2 * ph)), arith.addi(wd, index(2 * pw))
+    ho = _windows(hp, dh * (kh - 1) + 1, sh)
+    wo = _windows(wp, dw * (kw - 1) + 1, sw)
+    nv = arith.divui(arith.addi(wo, index(lanes - 1)), index(lanes))
+    # the plane's rows hold every vector read (whole vectors past Wo: the
+    # last tap's read ends at (nv*lanes - 1)*sw + (kw-1)*dw + sw) and the
+    # copy-in's last piece (a whole vector written from pw + a column < W)
+    reach = arith.addi(arith.muli(nv, index(lanes * sw)), index((kw - 1) * dw + sw))
+    wpl = arith.maxui(reach, arith.addi(wp, index(lanes)))
+    row = ir.AffineMap.get_minor_identity(4, 1)
+    zero = arith.constant(elt, 0.0)
+
+    def read(src, at, n=lanes, in_bounds=True):
+        return vector.TransferReadOp(ir.VectorType.get([n], elt), src, at, row, zero,
+                                     [in_bounds]).result
+
+    def write(v, dest, at, in_bounds=True):
+        return vector.TransferWriteOp(dest.type, v, dest, at, row, [in_bounds]).result
+
+    def at(base, off):
+        return arith.addi(base, index(off)) if off else base
+
+    # a 1x1 stride-1 unpadded conv (pointwise) reads x in place: no plane
+    direct_x = (kh, kw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0)
+
+    def image(i, out, plane):
+        from .fused_pool import _pieces
+
+        def channel(c, plane, to=None):
+            """x's channel c into the plane's channel ``to`` (default c)."""
+            def copy_row(y, plane):
+                def piece(col, size, plane, in_bounds=True):
+                    return write(read(x, [i, c, y, col], size, in_bounds), plane,
+                                 [index(0), c if to is None else to, at(y, ph), at(col, pw)])
+                return [_pieces(wd, (4 * lanes, lanes), plane, piece)]
+            return _for(h, [plane], copy_row)
+        if not (direct_x or depthwise):
+            plane = _for(cin, [plane], channel)[0]
+
+        def tile(co, m, oy, r, ox, v, lw, out, plane, masked=False):
+            """Channels co.., rows oy.., output columns ox.. (index values)
+            of the image: m x r x v vectors of ``lw`` lanes."""
+            vt = ir.VectorType.get([lw], elt)
+            vs = _VectorScalar(s, vt)
+            clamp = act(vs) if act is not None else None
+            keys = [(k, y, j) for k in range(m) for y in range(r) for j in range(v)]
+
+            def init(k):
+                if bias is None or depthwise:
+                    return vector.BroadcastOp(vt, zero).result
+                return vector.BroadcastOp(vt, tensor.extract(bias, [at(co, k)])).result
+            inits = [init(k) for k, _, _ in keys]
+            col0 = arith.muli(ox, index(sw))
+
+            def taps(c, sums):
+                loads = {}
+
+                def plane_vec(k, rowoff, colread, phase):
+                    # the plane vector of tap row offset rowoff (rows oy*sh + ..)
+                    # and read column colread (an int offset), its phase
+                    ch = index(0) if depthwise else c   # depthwise: its channel's plane
+                    key = (k if depthwise else 0, rowoff, colread)
+                    if key not in loads:
+                        prow = arith.addi(arith.muli(oy, index(sh)), index(rowoff))
+                        if direct_x:   # x itself: a masked tile's read stops at the row's end
+                            v_ = read(x, [i, ch, prow, at(col0, colread)], lw, not masked)
+                        else:
+                            v_ = read(plane, [index(0), ch, prow, at(col0, colread)], lw * sw)
+                        loads[key] = [v_] if sw == 1 else list(vector.DeinterleaveOp(v_).results)
+                    return loads[key][phase]
+                for qy in range(kh):
+                    for qx in range(kw):
+                        off = qx * dw
+                        colread, phase = off - off % sw, off % sw
+                        for k in range(m):
+                            wi = [at(co, k), index(0) if depthwise else c, index(qy), index(qx)]
+                            wv = vector.BroadcastOp(vt, tensor.extract(w, wi)).result
+                            for y in range(r):
+                                for j in range(v):
+                                    xv = plane_vec(k, y * sh + qy * dh, j * lw * sw + colread,
+                                                   phase)
+                                    t = keys.index((k, y, j))
+                                    sums[t] = vector.FMAOp(xv, wv, sums[t]).result
+                return sums
+            if depthwise:
+                sums = taps(None, list(inits))
+            else:
+                loop = scf.ForOp(index(0), index(cin) if isinstance(cin, int) else cin,
+                                 index(1), inits)
+                with ir.InsertionPoint(loop.body):
+                    scf.YieldOp(taps(loop.induction_variable, list(loop.inner_iter_args)))
+                sums = list(loop.results)
+            for t, (k, y, j) in enumerate(keys):
+                where = [i, at(co, k), at(oy, y), at(ox, j * lw)]
+                val = sums[t]
+                if depthwise and bias is not None:
+                    val = vs.add(val, vector.BroadcastOp(vt, tensor.extract(bias, [at(co, k)])).result)
+                if skip is not None:
+                    val = vs.add(val, read(skip, where, lw, not masked))
+                if clamp is not None:
+                    val = clamp(val)
+                out = write(val, out, where, not masked)
+            return out
+
+        def channels(co, m, out, plane):
+            def rows(oy, r, out):
+                def cols(ox, size, out, in_bounds=True):
+                    v, lw = (size // lanes, lanes) if size >= lanes else (1, size)
+                    return tile(co, m, oy, r, ox, v, lw, out, plane, not in_bounds)
+                # blocks of v0 vectors, single vectors, then the rest: a
+                # masked vector when it is over half a vector, else a
+                # masked half (a 3-wide rest: 4 lanes, not a mostly empty 8)
+                sizes = (v0 * lanes, lanes) if v0 > 1 else (lanes,)
+                return _rest(wo, sizes, lanes // 2, out, cols)
+
+            def by_rows(oy, size, out, in_bounds=True):
+                return rows(oy, size, out)
+            # blocks of r0 rows, then single rows (no masked rows: _stepped)
+            return _stepped(ho, (r0, 1) if r0 > 1 else (1,), out, by_rows)
+
+        if depthwise:   # channel by channel, its plane in cache from copy to read
+            def one(co, out, plane):
+                plane = channel(co, plane, index(0))[0]
+                return [channels(co, 1, out, plane), plane]
+            return _for(cout, [out, plane], one)
+        whole, rest = divmod(cout, m0)
+        blocks = scf.ForOp(index(0), index(whole * m0), index(m0), [out])
+        with ir.InsertionPoint(blocks.body):
+            scf.YieldOp([channels(blocks.induction_variable, m0, blocks.inner_iter_args[0], plane)])
+        out = blocks.results[0]
+        if rest:
+            out = channels(index(whole * m0), rest, out, plane)
+        return [out, plane]
+
+    planes = 1 if direct_x or depthwise else cin
+    plane0 = fill(zero, empty([1, planes, hp if not direct_x else 1, wpl if not direct_x else 1],
+                              elt))
+    return _for(n, [empty([n, cout, ho, wo], elt), plane0], image)[0]
+
+
+def _windows(padded, span: int, stride: int):
+    """``(padded - span) // stride + 1`` of an index value."""
+    q = arith.floordivsi(arith.subi(padded, index(span)), index(stride))
+    return arith.addi(q, index(1))
+
+
+def _stepped(extent, sizes, acc, step):
+    """``step(at, size, acc)`` over ``0..extent`` in whole steps of each of
+    ``sizes`` in turn (the last 1: nothing is left)."""
+    start = index(0)
+    for size in sizes:
+        end = arith.addi(start, arith.muli(arith.divui(arith.subi(extent, start), index(size)),
+                                           index(size)))
+        loop = scf.ForOp(start, end, index(size), [acc])
+        with ir.InsertionPoint(loop.body):
+            scf.YieldOp([step(loop.induction_variable, size, loop.inner_iter_args[0])])
+        start, acc = end, loop.results[0]
+    return acc
+
+
+def _rest(extent, sizes, half: int, acc, piece):
+    """``piece(at, size, acc[, in_bounds=False])`` over ``0..extent``: whole
+    pieces of each of ``sizes`` in turn (``_stepped``), then what is left
+    (less than ``sizes[-1]``) as one masked piece of ``sizes[-1]`` when it is
+    more than ``half``, else of ``half`` (loops of 0 or 1 trips, their bounds
+    selected)."""
+    start = index(0)
+    for size in sizes:
+        end = arith.addi(start, arith.muli(arith.divui(arith.subi(extent, start), index(size)),
+                                           index(size)))
+        loop = scf.ForOp(start, end, index(size), [acc])
+        with ir.InsertionPoint(loop.body):
+            scf.YieldOp([piece(loop.induction_variable, size, loop.inner_iter_args[0])])
+        start, acc = end, loop.results[0]
+    wide = arith.cmpi(arith.CmpIPredicate.ugt, arith.subi(extent, start), index(half))
+    split = arith.select(wide, extent, start)   # the masked whole piece runs to here
+    for lo, hi, size in ((start, split, sizes[-1]), (split, extent, half)):
+        loop = scf.ForOp(lo, hi, index(size), [acc])
+        with ir.InsertionPoint(loop.body):
+            scf.YieldOp([piece(loop.induction_variable, size, loop.inner_iter_args[0], False)])
+        acc = loop.results[0]
+    return acc

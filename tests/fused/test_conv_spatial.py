@@ -1,0 +1,154 @@
+"""Conv2D with a run-time image size (``codegen/lowering/conv_spatial.py``;
+docs/dynamic-shapes.md, "Dynamic spatial size"): a graph whose image has
+symbolic batch, height and width compiles once, and one kernel per weight
+shape runs every size against the reference, on both ISA levels. A static
+graph keeps the kernels specialised on its image size."""
+import numpy as np
+import pytest
+
+from compiler import Graph, compile, interpret
+from compiler.errors import GraphBuildError, LoweringError
+from compiler.registry.builders import fused
+from runtime.errors import ShapeSignatureError
+
+RNG = np.random.default_rng(7)
+
+# (Cin, Cout, kernel, stride, padding, groups, dilation, epilogue, dtype):
+# every class the kernel takes (docs/dynamic-shapes.md)
+CASES = {
+    "3x3 relu": (8, 12, 3, 1, 1, 1, 1, dict(clamp_min=0.0), "f32"),
+    "3x3 s2": (6, 16, 3, 2, 1, 1, 1, {}, "f32"),
+    "3x3 dilated relu6": (5, 9, 3, 1, 2, 1, 2, dict(clamp_min=0.0, clamp_max=6.0), "f32"),
+    "1x1 s2 projection": (8, 16, 1, 2, 0, 1, 1, {}, "f32"),
+    "depthwise relu6": (16, 16, 3, 1, 1, 16, 1, dict(clamp_min=0.0, clamp_max=6.0), "f32"),
+    "depthwise s2": (12, 12, 3, 2, 1, 12, 1, {}, "f32"),
+    "stem 7x7 s2": (3, 8, 7, 2, 3, 1, 1, dict(clamp_min=0.0), "f32"),
+    "pointwise relu6": (12, 24, 1, 1, 0, 1, 1, dict(clamp_min=0.0, clamp_max=6.0), "f32"),
+    "residual": (8, 8, 3, 1, 1, 1, 1, dict(residual=True, clamp_min=0.0), "f32"),
+    "f64": (6, 5, 3, 1, 1, 1, 1, {}, "f64"),
+}
+# odd sizes: a masked last vector, a half vector, single rows after the row blocks
+SIZES = [(1, 33, 47), (2, 9, 8), (1, 16, 70)]
+
+
+def _graph(case, dims=("n", "h", "w")):
+    cin, cout, k, stride, pad, groups, dil, epi, dtype = CASES[case]
+    np_t = {"f32": np.float32, "f64": np.float64}[dtype]
+    g = Graph()
+    x = g.input("x", (dims[0], cin, dims[1], dims[2]), dtype)
+    w = g.constant((RNG.standard_normal((cout, cin // groups, k, k)) / k).astype(np_t))
+    b = g.constant(RNG.standard_normal(cout).astype(np_t))
+    epi = dict(epi)
+    skip = None
+    if epi.get("residual"):
+        skip = g.input("skip", (dims[0], cout, dims[1], dims[2]), dtype)
+    y = fused("Conv2D", x, w, b, skip, stride=(stride, stride), padding=(pad, pad),
+              groups=groups, dilation=(dil, dil), **epi)
+    g.output(y, name="y")
+    return g, np_t
+
+
+def _feeds(g, case, n, h, w, np_t):
+    cin, cout = CASES[case][:2]
+    feeds = {"x": RNG.standard_normal((n, cin, h, w)).astype(np_t)}
+    if "skip" in g.inputs:
+        feeds["skip"] = RNG.standard_normal((n, cout, h, w)).astype(np_t)
+    return feeds
+
+
+#: the AVX2 lane of the default run: one case per tile shape (groups 1,
+#: depthwise, pointwise); the others in the slow lane
+AVX2 = ("3x3 relu", "depthwise s2", "pointwise relu6")
+
+
+@pytest.mark.parametrize("target,case", [("cpu", c) for c in CASES] + [
+    pytest.param("cpu:x86-64-v3", c, marks=() if c in AVX2 else pytest.mark.slow) for c in CASES])
+def test_one_kernel_runs_every_image_size(case, target):
+    g, np_t = _graph(case)
+    m = compile(g, target=target)
+    for n, h, w in SIZES:
+        feeds = _feeds(g, case, n, h, w, np_t)
+        got, want = m.run(**feeds)["y"], interpret(g, feeds)["y"]
+        assert got.shape == want.shape
+        tol = 1e-5 if np_t is np.float32 else 1e-12
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+    convs = [s for s in m.kernel_summary()[1:] if s.startswith("Conv2D")]
+    assert convs and all(s.endswith("[run-time extents]") for s in convs), convs
+
+
+def test_the_memo_key_holds_the_weights_not_the_image():
+    from compiler.codegen.fused import FusedInstance
+    from compiler.graph.opdef import TensorType
+    from runtime.dtype import DType
+
+    def key(xs, ws, run_time=True):
+        params = dict(stride=(1, 1), padding=(1, 1), groups=1, dilation=(1, 1),
+                      **({"image_at_run_time": True} if run_time else {}))
+        types = (TensorType(xs, DType.F32), TensorType(ws, DType.F32))
+        return FusedInstance("Conv2D", tuple(sorted(params.items())), types).memo_key
+    assert key((1, 8, 33, 47), (16, 8, 3, 3)) == key((4, 8, 224, 200), (16, 8, 3, 3))
+    assert key((1, 8, 33, 47), (16, 8, 3, 3)) != key((1, 8, 33, 47), (12, 8, 3, 3))
+    # a static graph (no image_at_run_time): the image size compiled in
+    assert key((1, 8, 33, 47), (16, 8, 3, 3), False) != key((1, 8, 32, 47), (16, 8, 3, 3), False)
+
+
+def test_a_static_graph_keeps_the_static_kernel():
+    from runtime.executor import KernelStep
+    g, _ = _graph("3x3 relu", dims=(2, 12, 12))
+    m = compile(g)
+    step = next(s for s in m.plan.steps if isinstance(s, KernelStep))
+    assert step.params.image_at_run_time is False
+
+
+def test_silu_stays_per_image_size():
+    """The silu and gelu epilogues are not in the kernel (their vector
+    forms): such a conv is compiled per image size, and says so."""
+    g = Graph()
+    x = g.input("x", ("n", 4, "h", "w"), "f32")
+    w = g.constant(RNG.standard_normal((8, 4, 3, 3)).astype(np.float32))
+    g.output(fused("Conv2D", x, w, None, None, stride=(1, 1), padding=(1, 1), groups=1,
+                   dilation=(1, 1), silu=True), name="y")
+    m = compile(g)
+    xv = RNG.standard_normal((1, 4, 9, 11)).astype(np.float32)
+    np.testing.assert_allclose(m(x=xv), interpret(g, {"x": xv})["y"], rtol=1e-5, atol=1e-5)
+    assert any(s.startswith("Conv2D") and s.endswith("[run-time batch, per image size]")
+               for s in m.kernel_summary()), m.kernel_summary()
+
+
+def test_the_lowering_refuses_a_class_it_does_not_take():
+    """A grouped (not depthwise) conv has no run-time image kernel: emitting
+    it with ``?`` spatial extents is a LoweringError naming the conv and
+    the fix."""
+    from compiler.codegen.family import single_op_linalg_text
+    from compiler.graph.opdef import TensorType
+    from runtime.dtype import DType
+    types = [TensorType((1, 8, 9, 9), DType.F32), TensorType((8, 4, 3, 3), DType.F32)]
+    dyn = (True, False, True, True)
+    with pytest.raises(LoweringError, match=r"Conv2D .*groups=2.*a run-time image size needs "
+                                            r"the cpu spatial kernel.*static image size"):
+        single_op_linalg_text("Conv2D", dict(stride=(1, 1), padding=(1, 1), groups=2,
+                                             dilation=(1, 1), image_at_run_time=True),
+                              types, (dyn, (False,) * 4, dyn), "cpu")
+
+
+def test_an_image_too_small_for_the_window_is_a_typed_shape_error():
+    """A 3x3 VALID conv needs h, w >= 3: unbounded symbols are refused when
+    the graph is built; a call below the bounds given names the input, the
+    symbol and its bounds."""
+    g = Graph()
+    x = g.input("x", ("n", 4, "h", "w"), "f32")
+    w = g.constant(RNG.standard_normal((8, 4, 3, 3)).astype(np.float32))
+    with pytest.raises(GraphBuildError, match=r"Conv2D.*h"):
+        fused("Conv2D", x, w, None, None, stride=(1, 1), padding=(0, 0), groups=1,
+              dilation=(1, 1))
+    g = Graph()
+    x = g.input("x", ("n", 4, ("h", 3, 512), ("w", 3, 512)), "f32")
+    w = g.constant(RNG.standard_normal((8, 4, 3, 3)).astype(np.float32))
+    g.output(fused("Conv2D", x, w, None, None, stride=(2, 2), padding=(0, 0), groups=1,
+                   dilation=(1, 1)), name="y")
+    m = compile(g)
+    xv = RNG.standard_normal((1, 4, 3, 7)).astype(np.float32)
+    np.testing.assert_allclose(m(x=xv), interpret(g, {"x": xv})["y"], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ShapeSignatureError, match=r"symbol 'h' = 2 \(input 'x' axis 2\) is "
+                                                  r"outside its bounds 3..512"):
+        m(x=np.zeros((1, 4, 2, 7), np.float32))

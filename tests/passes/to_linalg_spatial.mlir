@@ -1,0 +1,37 @@
+// RUN: python -m compiler.opt %s --split-input-file --pass-pipeline='builtin.module(fuel-to-linalg{platform=cpu})' | filecheck %s
+
+// The cpu kernels of a symbolic image size (docs/dynamic-shapes.md, "Dynamic
+// spatial size"): batch, height and width are ? and read by tensor.dim; the
+// output's height and width are computed from them ((H + 2p - k) // s + 1);
+// the conv's register tiles are vector FMAs carried through an scf.for over
+// the input channels, the row's rest stored masked (a transfer_write not
+// marked in bounds: the masked half of the 8-lane vectors the kernel writes
+// without a target); channels, kernel and weights stay static.
+// CHECK-LABEL: func.func @conv_spatial
+// CHECK-NOT:     fuel.
+// CHECK:         tensor.dim
+// CHECK:         arith.floordivsi
+// CHECK:         scf.for
+// CHECK:         vector.fma
+// CHECK:         vector.transfer_write {{.*}}] : vector<4xf32>, tensor<?x8x?x?xf32>
+// CHECK:         return {{.*}} : tensor<?x8x?x?xf32>
+func.func @conv_spatial(%x: tensor<?x4x?x?xf32>, %w: tensor<8x4x3x3xf32>, %b: tensor<8xf32>) -> tensor<?x8x?x?xf32> {
+  %0 = "fuel.conv2d"(%x, %w, %b) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [1, 1], stride = [2, 2], clamp_min = 0.0 : f64, image_at_run_time = true} : (tensor<?x4x?x?xf32>, tensor<8x4x3x3xf32>, tensor<8xf32>) -> tensor<?x8x?x?xf32>
+  return %0 : tensor<?x8x?x?xf32>
+}
+
+// -----
+
+// The max pool: rows by tensor.dim, whole 16-lane vectors, a half, then a
+// masked half (not marked in bounds).
+// CHECK-LABEL: func.func @max_pool_spatial
+// CHECK-NOT:     fuel.
+// CHECK:         tensor.dim
+// CHECK:         arith.floordivsi
+// CHECK:         arith.maximumf
+// CHECK:         vector.transfer_write {{.*}}] : vector<8xf32>, tensor<?x3x?x?xf32>
+// CHECK:         return {{.*}} : tensor<?x3x?x?xf32>
+func.func @max_pool_spatial(%x: tensor<?x3x?x?xf32>) -> tensor<?x3x?x?xf32> {
+  %0 = "fuel.max_pool2d"(%x) {kernel = [3, 3], stride = [2, 2], dilation = [1, 1], padding = [1, 1, 1, 1], image_at_run_time = true} : (tensor<?x3x?x?xf32>) -> tensor<?x3x?x?xf32>
+  return %0 : tensor<?x3x?x?xf32>
+}
