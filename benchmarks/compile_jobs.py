@@ -25,6 +25,11 @@ worker sent back, compiling one itself) and each task in the workers (when
 it started and ended after ``compile()`` was called): the first task's start
 is when the pool was ready, the gap between the last worker task's end and
 the end of ``compile()`` is what the calling process did alone at the end.
+It also prints what came before ``compile()`` (building the model, importing
+fuelc, ``import_model``), when the first task was submitted (and the calling
+process's CPU seconds until then: the serial front), how long the calling
+process waited for the workers' last objects, and what it did after the last
+object (folding constants, warming the steps, building the module).
 """
 from __future__ import annotations
 
@@ -74,10 +79,13 @@ def one_run(spec: str, jobs: int, breakdown: bool) -> dict:
     name, batch = spec.split(":")
     t0 = time.perf_counter()
     proto = models.build(name, int(batch), 128)
+    t1 = time.perf_counter()
     from compiler import compile
     from compiler.frontends.onnx import import_model
+    t2 = time.perf_counter()
     graph = import_model(proto)
     imported = time.perf_counter() - t0
+    front = {"build model": t1 - t0, "import fuelc": t2 - t1, "import_model": imported - t2 + t0}
     parent = {}
     if breakdown:
         from compiler.codegen import cache as cache_mod
@@ -94,7 +102,30 @@ def one_run(spec: str, jobs: int, breakdown: bool) -> dict:
         _wrap(cache_mod.KernelCache, "has", parent, "cache lookup")
         _wrap(cache_mod.KernelCache, "put", parent, "store+load worker object")
         _wrap(cache_mod.KernelCache, "get_or_compile", parent, "compile here")
-    start = time.time()
+        import concurrent.futures as cf
+        completed = cf.as_completed
+
+        def as_completed(fs, timeout=None):  # the calling process waiting for the workers
+            it = completed(fs, timeout)
+            while True:
+                t0 = time.time()
+                try:
+                    f = next(it)
+                except StopIteration:
+                    return
+                finally:
+                    parent.setdefault("wait for workers", []).append((t0, time.time()))
+                yield f
+        cf.as_completed = as_completed
+        submit = jobs_mod.ProcessExecutor.submit
+
+        def first_submit(self, fn, /, *a, **k):  # the serial front: compile()'s start to here
+            if "first task" not in parent:
+                parent["first task"] = [(start, time.time())]
+                out["front cpu"] = time.process_time() - c0
+            return submit(self, fn, *a, **k)
+        jobs_mod.ProcessExecutor.submit = first_submit
+    start, out = time.time(), {}
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     c0, t0 = time.process_time(), time.perf_counter()
     module = compile(graph, jobs=jobs)
@@ -110,10 +141,10 @@ def one_run(spec: str, jobs: int, breakdown: bool) -> dict:
             entry = f.read()
         digest.update(os.path.basename(p).encode() + entry)
         payloads.append(hashlib.sha256(decode_entry(os.path.basename(p)[:-2], entry)).digest())
-    out = {"model": spec, "jobs": jobs, "compile": wall, "cpu": cpu, "cpu_workers": workers,
-           "import": imported, "objects": len(objects), "digest": digest.hexdigest()[:16],
+    out.update({"model": spec, "jobs": jobs, "compile": wall, "cpu": cpu, "cpu_workers": workers,
+           "import": imported, "front": front, "objects": len(objects), "digest": digest.hexdigest()[:16],
            # the objects alone: their keys (file names) cover the codegen's sources too
-           "payloads": hashlib.sha256(b"".join(sorted(payloads))).hexdigest()[:16]}
+           "payloads": hashlib.sha256(b"".join(sorted(payloads))).hexdigest()[:16]})
     if breakdown:
         out["stages"] = dict(module.timings)
         out["parent"] = {k: [(s - start, e - start) for s, e in v] for k, v in parent.items()}
@@ -147,10 +178,20 @@ def run_child(spec: str, jobs: int, breakdown: bool, root: str = ROOT,
 
 
 def show_breakdown(r: dict) -> None:
-    print(f"\n{r['model']} jobs={r['jobs']}: compile {r['compile']:.2f} s "
-          f"(import {r['import']:.2f} s), {r['objects']} objects")
+    print(f"\n{r['model']} jobs={r['jobs']}: compile {r['compile']:.2f} s, cpu {r['cpu']:.2f} s "
+          f"+ workers {r['cpu_workers']:.2f} s, {r['objects']} objects")
+    print("  before compile(): " + ", ".join(f"{k} {v:.2f}" for k, v in r["front"].items()))
+    if "front cpu" in r:
+        print(f"  first task submitted at {r['parent']['first task'][0][1]:.2f} s "
+              f"({r['front cpu']:.2f} s of cpu)")
     print("  stages: " + ", ".join(f"{k} {v:.2f}" for k, v in r["stages"].items()))
+    ends = [e for k, v in r["parent"].items() if k in ("compile here", "store+load worker object")
+            for _, e in v]
+    if ends:
+        print(f"  after the last object: {r['compile'] - max(ends):.2f} s (folding, warm, modules)")
     for k, spans in r["parent"].items():
+        if k == "first task":
+            continue
         d = [e - s for s, e in spans]
         print(f"  parent {k}: {len(d)} x, {sum(d):.2f} s, longest {max(d):.2f} s, "
               f"from {min(s for s, _ in spans):.2f} s to {max(e for _, e in spans):.2f} s")
