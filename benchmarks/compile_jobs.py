@@ -15,7 +15,9 @@ interleaved, so a change in the machine's load hits each alike. Prints the
 median of each and the ratio jobs=1 / jobs=N, the CPU seconds of the calling
 process and of its workers (which a busy machine changes less than the wall
 time: with jobs=2 on two free cores the wall time is near the larger of the
-two), the load average before and after, and checks that every run produced
+two), the cores kept busy ((CPU seconds of all) / wall), the ratio of jobs=1's
+CPU seconds to the calling process's with jobs=N (the speedup on free cores
+when the calling process never waits for a worker), the load average before and after, and checks that every run produced
 the same objects.
 
 ``--breakdown`` times, in one run per (model, jobs), the stages of
@@ -255,7 +257,7 @@ def measure(args, pycache: "str | None") -> int:
                           f"load {os.getloadavg()[0]:.2f}", flush=True)
     print(f"load average after: {os.getloadavg()}")
     print("| model:batch | checkout | " + " | ".join(f"jobs={j}" for j in args.jobs)
-          + " | ratio | cpu: this process + workers |")
+          + " | ratio | cpu: this process + workers | cpu / wall | cpu ratio |")
     for spec in args.models:
         for root in args.roots:
             meds = [statistics.median(times[(spec, root, j)]) for j in args.jobs]
@@ -265,9 +267,17 @@ def measure(args, pycache: "str | None") -> int:
             work = ", ".join("{:.2f} + {:.2f} s".format(
                 statistics.median(c for c, _ in cpus[(spec, root, j)]),
                 statistics.median(w for _, w in cpus[(spec, root, j)])) for j in args.jobs)
+            # how many cores each kept busy; and jobs=1's cpu seconds over the calling
+            # process's with the most jobs: its wall time on free cores, when it
+            # never waits (a busy machine changes cpu seconds less than wall)
+            busy = ", ".join("{:.2f}".format(statistics.median(
+                (c + w) / t for (c, w), t in zip(cpus[(spec, root, j)], times[(spec, root, j)])))
+                for j in args.jobs)
+            first = statistics.median(c for c, _ in cpus[(spec, root, args.jobs[0])])
+            last = statistics.median(c for c, _ in cpus[(spec, root, args.jobs[-1])])
             print(f"| {spec} | {root} | " + " | ".join(
                 f"{m:.2f} s ({r})" for m, r in zip(meds, spread))
-                + f" | {meds[0] / meds[-1]:.2f}x{same} | {work} |")
+                + f" | {meds[0] / meds[-1]:.2f}x{same} | {work} | {busy} | {first / last:.2f}x |")
     for spec in args.models:
         if len(args.roots) > 1:  # cache keys differ where the codegen's sources do
             same = len(payloads[spec]) == 1
