@@ -15,7 +15,9 @@ interleaved, so a change in the machine's load hits each alike. Prints the
 median of each and the ratio jobs=1 / jobs=N, the CPU seconds of the calling
 process and of its workers (which a busy machine changes less than the wall
 time: with jobs=2 on two free cores the wall time is near the larger of the
-two), the load average before and after, and checks that every run produced
+two), the cores kept busy ((CPU seconds of all) / wall), the ratio of jobs=1's
+CPU seconds to the calling process's with jobs=N (the speedup on free cores
+when the calling process never waits for a worker), the load average before and after, and checks that every run produced
 the same objects.
 
 ``--breakdown`` times, in one run per (model, jobs), the stages of
@@ -25,6 +27,11 @@ worker sent back, compiling one itself) and each task in the workers (when
 it started and ended after ``compile()`` was called): the first task's start
 is when the pool was ready, the gap between the last worker task's end and
 the end of ``compile()`` is what the calling process did alone at the end.
+It also prints what came before ``compile()`` (building the model, importing
+fuelc, ``import_model``), when the first task was submitted (and the calling
+process's CPU seconds until then: the serial front), how long the calling
+process waited for the workers' last objects, and what it did after the last
+object (folding constants, warming the steps, building the module).
 """
 from __future__ import annotations
 
@@ -74,10 +81,13 @@ def one_run(spec: str, jobs: int, breakdown: bool) -> dict:
     name, batch = spec.split(":")
     t0 = time.perf_counter()
     proto = models.build(name, int(batch), 128)
+    t1 = time.perf_counter()
     from compiler import compile
     from compiler.frontends.onnx import import_model
+    t2 = time.perf_counter()
     graph = import_model(proto)
     imported = time.perf_counter() - t0
+    front = {"build model": t1 - t0, "import fuelc": t2 - t1, "import_model": imported - t2 + t0}
     parent = {}
     if breakdown:
         from compiler.codegen import cache as cache_mod
@@ -94,7 +104,30 @@ def one_run(spec: str, jobs: int, breakdown: bool) -> dict:
         _wrap(cache_mod.KernelCache, "has", parent, "cache lookup")
         _wrap(cache_mod.KernelCache, "put", parent, "store+load worker object")
         _wrap(cache_mod.KernelCache, "get_or_compile", parent, "compile here")
-    start = time.time()
+        import concurrent.futures as cf
+        completed = cf.as_completed
+
+        def as_completed(fs, timeout=None):  # the calling process waiting for the workers
+            it = completed(fs, timeout)
+            while True:
+                t0 = time.time()
+                try:
+                    f = next(it)
+                except StopIteration:
+                    return
+                finally:
+                    parent.setdefault("wait for workers", []).append((t0, time.time()))
+                yield f
+        cf.as_completed = as_completed
+        submit = jobs_mod.ProcessExecutor.submit
+
+        def first_submit(self, fn, /, *a, **k):  # the serial front: compile()'s start to here
+            if "first task" not in parent:
+                parent["first task"] = [(start, time.time())]
+                out["front cpu"] = time.process_time() - c0
+            return submit(self, fn, *a, **k)
+        jobs_mod.ProcessExecutor.submit = first_submit
+    start, out = time.time(), {}
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     c0, t0 = time.process_time(), time.perf_counter()
     module = compile(graph, jobs=jobs)
@@ -110,10 +143,10 @@ def one_run(spec: str, jobs: int, breakdown: bool) -> dict:
             entry = f.read()
         digest.update(os.path.basename(p).encode() + entry)
         payloads.append(hashlib.sha256(decode_entry(os.path.basename(p)[:-2], entry)).digest())
-    out = {"model": spec, "jobs": jobs, "compile": wall, "cpu": cpu, "cpu_workers": workers,
-           "import": imported, "objects": len(objects), "digest": digest.hexdigest()[:16],
+    out.update({"model": spec, "jobs": jobs, "compile": wall, "cpu": cpu, "cpu_workers": workers,
+           "import": imported, "front": front, "objects": len(objects), "digest": digest.hexdigest()[:16],
            # the objects alone: their keys (file names) cover the codegen's sources too
-           "payloads": hashlib.sha256(b"".join(sorted(payloads))).hexdigest()[:16]}
+           "payloads": hashlib.sha256(b"".join(sorted(payloads))).hexdigest()[:16]})
     if breakdown:
         out["stages"] = dict(module.timings)
         out["parent"] = {k: [(s - start, e - start) for s, e in v] for k, v in parent.items()}
@@ -147,10 +180,20 @@ def run_child(spec: str, jobs: int, breakdown: bool, root: str = ROOT,
 
 
 def show_breakdown(r: dict) -> None:
-    print(f"\n{r['model']} jobs={r['jobs']}: compile {r['compile']:.2f} s "
-          f"(import {r['import']:.2f} s), {r['objects']} objects")
+    print(f"\n{r['model']} jobs={r['jobs']}: compile {r['compile']:.2f} s, cpu {r['cpu']:.2f} s "
+          f"+ workers {r['cpu_workers']:.2f} s, {r['objects']} objects")
+    print("  before compile(): " + ", ".join(f"{k} {v:.2f}" for k, v in r["front"].items()))
+    if "front cpu" in r:
+        print(f"  first task submitted at {r['parent']['first task'][0][1]:.2f} s "
+              f"({r['front cpu']:.2f} s of cpu)")
     print("  stages: " + ", ".join(f"{k} {v:.2f}" for k, v in r["stages"].items()))
+    ends = [e for k, v in r["parent"].items() if k in ("compile here", "store+load worker object")
+            for _, e in v]
+    if ends:
+        print(f"  after the last object: {r['compile'] - max(ends):.2f} s (folding, warm, modules)")
     for k, spans in r["parent"].items():
+        if k == "first task":
+            continue
         d = [e - s for s, e in spans]
         print(f"  parent {k}: {len(d)} x, {sum(d):.2f} s, longest {max(d):.2f} s, "
               f"from {min(s for s, _ in spans):.2f} s to {max(e for _, e in spans):.2f} s")
@@ -214,7 +257,7 @@ def measure(args, pycache: "str | None") -> int:
                           f"load {os.getloadavg()[0]:.2f}", flush=True)
     print(f"load average after: {os.getloadavg()}")
     print("| model:batch | checkout | " + " | ".join(f"jobs={j}" for j in args.jobs)
-          + " | ratio | cpu: this process + workers |")
+          + " | ratio | cpu: this process + workers | cpu / wall | cpu ratio |")
     for spec in args.models:
         for root in args.roots:
             meds = [statistics.median(times[(spec, root, j)]) for j in args.jobs]
@@ -224,9 +267,17 @@ def measure(args, pycache: "str | None") -> int:
             work = ", ".join("{:.2f} + {:.2f} s".format(
                 statistics.median(c for c, _ in cpus[(spec, root, j)]),
                 statistics.median(w for _, w in cpus[(spec, root, j)])) for j in args.jobs)
+            # how many cores each kept busy; and jobs=1's cpu seconds over the calling
+            # process's with the most jobs: its wall time on free cores, when it
+            # never waits (a busy machine changes cpu seconds less than wall)
+            busy = ", ".join("{:.2f}".format(statistics.median(
+                (c + w) / t for (c, w), t in zip(cpus[(spec, root, j)], times[(spec, root, j)])))
+                for j in args.jobs)
+            first = statistics.median(c for c, _ in cpus[(spec, root, args.jobs[0])])
+            last = statistics.median(c for c, _ in cpus[(spec, root, args.jobs[-1])])
             print(f"| {spec} | {root} | " + " | ".join(
                 f"{m:.2f} s ({r})" for m, r in zip(meds, spread))
-                + f" | {meds[0] / meds[-1]:.2f}x{same} | {work} |")
+                + f" | {meds[0] / meds[-1]:.2f}x{same} | {work} | {busy} | {first / last:.2f}x |")
     for spec in args.models:
         if len(args.roots) > 1:  # cache keys differ where the codegen's sources do
             same = len(payloads[spec]) == 1

@@ -397,7 +397,7 @@ def _compile(graph, target: Target, pipeline, warm: bool, progress, jobs: int, e
     from .dialect.emit import graph_to_module
     from .passes import DEFAULT_PIPELINE, resolve_pipeline, run_pipeline
     from .codegen.family import runnable_here
-    from .plan import fold_constant_steps, plan_from_module
+    from .plan import fold_constant_steps, foldable_steps, plan_from_module
 
     timings, irs = {}, {}
     progress = progress or (lambda stage: None)
@@ -421,24 +421,35 @@ def _compile(graph, target: Target, pipeline, warm: bool, progress, jobs: int, e
     from .codegen.runtime_fused import register_module_kernels
     table = register_module_kernels(emitted.module, target)  # fuel.runtime_fused keys
     plan = plan_from_module(emitted.module, emitted.constants, backend=target.backend)
-    if warm and target.kind == "cpu" and runnable_here(target):
-        plan = fold_constant_steps(plan, table, keep)   # work on weights done once, now
-    timings["plan"] = time.perf_counter() - t0
     module = CompiledModule(plan, table, irs, timings, target)
-    _check_fallbacks(module, strict)
+    # Work on weights is done once, now (fold_constant_steps), by kernels this
+    # machine runs: the steps it computes are left out of the fallback check.
+    folded = (foldable_steps(plan, module.executor.specs, keep)[0]
+              if warm and target.kind == "cpu" and runnable_here(target) else [])
+    module.timings["plan"] = time.perf_counter() - t0
+    _check_fallbacks(module, strict, skip=frozenset(folded))
 
     if warm:
         progress("codegen")
         t0 = time.perf_counter()
+        if folded:
+            # The folded steps' kernels compile with the plan's others, spread
+            # over the workers, before the folding runs them.
+            _precompile(module, executor, pool, progress)
+            timings = module.timings
+            module = CompiledModule(fold_constant_steps(plan, table, keep), table, irs,
+                                    timings, target)
         _warm(module, executor, pool, progress)
         module.timings["codegen"] = time.perf_counter() - t0
     return module
 
 
-def _check_fallbacks(module: CompiledModule, strict: bool) -> None:
+def _check_fallbacks(module: CompiledModule, strict: bool, skip: frozenset = frozenset()) -> None:
     """One ``FallbackWarning`` naming the ops that run reference kernels
-    (``FallbackError`` when ``strict``)."""
-    steps = fallback_steps(module.executor, module.target)
+    (``FallbackError`` when ``strict``); the steps of ``skip`` (the ones
+    constant folding computes at compile time) are not counted."""
+    steps = [(i, label) for i, label in fallback_steps(module.executor, module.target)
+             if i not in skip]
     if not steps:
         return
     ops = sorted({label for _, label in steps})
@@ -551,27 +562,34 @@ def _per_image(masks) -> bool:
     return out is not None and len(out) == 4 and not (out[2] and out[3])
 
 
+def _precompile(module: CompiledModule, executor=None, pool=None,
+                progress=lambda stage: None) -> None:
+    """Compile every kernel instance ``module``'s plan calls, cold ones in
+    parallel on ``executor`` or ``pool`` (the workers ``compile`` started for
+    ``jobs``), which take tasks from the first cold instance."""
+    from .codegen.family import runnable_here
+    from .codegen.jobs import precompile
+    if module.target.kind != "cpu" or not runnable_here(module.target):
+        return
+    items = []
+    for i, step in enumerate(module.plan.steps):
+        try:
+            items += _step_instances(module, i, step)
+        except FuelError:
+            pass  # reported with the step's name by _warm
+    precompile(items, module.target, executor=executor if executor is not None else pool,
+               progress=progress)
+
+
 def _warm(module: CompiledModule, executor=None, pool=None,
           progress=lambda stage: None) -> None:
     """Compile every generated kernel the plan will call (any kernel whose
     callable has ``warm(layouts, params, n_inputs)``: the generated families),
-    cold instances in parallel on ``executor`` or ``pool`` (the workers
-    ``compile`` started for ``jobs``)."""
+    cold instances in parallel (``_precompile``)."""
     from runtime.layout import Layout
-    from .codegen.family import runnable_here
-    from .codegen.jobs import precompile
 
     specs = module.executor.specs
-    if module.target.kind == "cpu" and runnable_here(module.target):
-        items = []
-        for i, step in enumerate(module.plan.steps):
-            try:
-                items += _step_instances(module, i, step)
-            except FuelError:
-                pass  # reported with the step's name below
-        # Workers started with compile() take tasks from the first cold instance.
-        precompile(items, module.target,
-                   executor=executor if executor is not None else pool, progress=progress)
+    _precompile(module, executor, pool, progress)
     results = []
     programs = {}  # step index -> what warm returned
     for i, step in enumerate(module.plan.steps):

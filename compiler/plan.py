@@ -248,9 +248,36 @@ def fold_constant_steps(plan: Plan, table, keep: frozenset = frozenset()) -> Pla
     stays in the plan, and so do the steps making a value of ``keep`` (a
     symbolic ``.fuel`` file keeps those whose result depends on the sizes:
     ``compiler.export``). The caller makes sure this machine can run the
-    kernels."""
+    kernels (``driver._compile`` compiles them beforehand, with the rest of
+    the plan's, so that they spread over its workers)."""
     from runtime.executor import Executor
-    specs = Executor(plan, table).specs
+    folded, sub_steps = foldable_steps(plan, Executor(plan, table).specs, keep)
+    if not folded:
+        return plan
+    folded_set = set(folded)
+    kept = [s for i, s in enumerate(plan.steps) if i not in folded_set]
+    made_here = {o for i in folded for o in _step_outputs(plan.steps[i])}
+    needed = [v for v in dict.fromkeys(
+        [v for s in kept for v in _step_inputs(s)] + list(plan.outputs.values())) if v in made_here]
+    sub = Plan(inputs={}, outputs={v: v for v in needed},
+               steps=[s for s in plan.steps if isinstance(s, ConstStep)] + sub_steps,
+               constants=plan.constants)
+    values = Executor(sub, table).run() if needed else {}
+    constants = dict(plan.constants)
+    new_steps = []
+    for v in needed:
+        name = f"folded:{v}"
+        constants[name] = np.ascontiguousarray(values[v])
+        new_steps.append(ConstStep(name, v, name=name))
+    kept = _drop_dead_views(new_steps + kept, set(plan.outputs.values()))
+    live = {s.const for s in kept if isinstance(s, ConstStep)}
+    return Plan(plan.inputs, plan.outputs, kept, {k: a for k, a in constants.items() if k in live})
+
+
+def foldable_steps(plan: Plan, specs, keep: frozenset = frozenset()) -> tuple[list, list]:
+    """What ``fold_constant_steps`` computes now: the indices of the steps it
+    folds (``specs``: the plan's value specs, ``Executor(plan, table).specs``),
+    and those steps with the view steps they read through, in plan order."""
     numel = {v: int(np.prod(sp.shape)) for v, sp in specs.items()}
     known: dict[str, int] = {}    # value computable from constants -> elements it rests on
     for s in plan.steps:
@@ -275,26 +302,7 @@ def fold_constant_steps(plan: Plan, table, keep: frozenset = frozenset()) -> Pla
         known.update({o: made for o in outs})
         folded.append(i)
         sub_steps.append(s)
-    if not folded:
-        return plan
-    folded_set = set(folded)
-    kept = [s for i, s in enumerate(plan.steps) if i not in folded_set]
-    made_here = {o for i in folded for o in _step_outputs(plan.steps[i])}
-    needed = [v for v in dict.fromkeys(
-        [v for s in kept for v in _step_inputs(s)] + list(plan.outputs.values())) if v in made_here]
-    sub = Plan(inputs={}, outputs={v: v for v in needed},
-               steps=[s for s in plan.steps if isinstance(s, ConstStep)] + sub_steps,
-               constants=plan.constants)
-    values = Executor(sub, table).run() if needed else {}
-    constants = dict(plan.constants)
-    new_steps = []
-    for v in needed:
-        name = f"folded:{v}"
-        constants[name] = np.ascontiguousarray(values[v])
-        new_steps.append(ConstStep(name, v, name=name))
-    kept = _drop_dead_views(new_steps + kept, set(plan.outputs.values()))
-    live = {s.const for s in kept if isinstance(s, ConstStep)}
-    return Plan(plan.inputs, plan.outputs, kept, {k: a for k, a in constants.items() if k in live})
+    return folded, sub_steps
 
 
 def _drop_dead_views(steps: list, outputs: set) -> list:

@@ -101,3 +101,21 @@ def test_generated_kernels_only_no_warning(monkeypatch):
         warnings.simplefilter("error", FallbackWarning)
         m = compile(g)
     assert not any(line.endswith(FALLBACK_MARK) for line in m.kernel_summary())
+
+
+def test_folded_steps_are_not_fallbacks(no_generated_exp):
+    """A step on constants alone runs once at compile time (constant
+    folding), so its reference kernel never runs in the module: neither
+    warned of nor refused by ``strict``."""
+    rng = np.random.default_rng(1)
+    c = rng.standard_normal((8, 6)).astype(np.float32)
+    g = Graph()
+    x = g.input("x", (4, 8), "f32")
+    g.output(x @ g.constant(c, name="c").exp(), name="y")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        m = compile(g, strict=True)
+    assert not any(line.endswith(FALLBACK_MARK) for line in m.kernel_summary())
+    np.testing.assert_allclose(m(x=X), X @ np.exp(c), rtol=1e-5, atol=1e-5)
+    with pytest.raises(FallbackError, match="ExpElementwise"):  # not folded without warm
+        compile(g, strict=True, warm=False)

@@ -88,6 +88,31 @@ def test_executor_objects_are_bit_identical_to_serial(cold):
 
 
 
+def test_constant_folding_kernels_go_to_the_executor(cold):
+    """The kernels that the plan's constant folding runs (work on a weight
+    alone) are compiled with the plan's others, each a task for the
+    executor: every object in the cache was a task, and they are the
+    serial compile's."""
+    from runtime.executor import ConstStep
+    rng = np.random.default_rng(3)
+    g = Graph()
+    x = g.input("x", (5, 24), "f32")
+    w = g.constant(rng.standard_normal((24, 40)).astype(np.float32), name="w")
+    g.output(x @ (w.transpose() * 2.0).transpose().contiguous(), name="y")
+    serial_dir = cold("serial")
+    want = compile(g, jobs=1)
+    serial = _objects(serial_dir)
+    assert any(isinstance(s, ConstStep) and s.const.startswith("folded:")
+               for s in want.plan.steps), want.plan.steps
+    pool_dir = cold("pool")
+    with CountingExecutor() as ex:
+        got = compile(g, jobs=2, executor=ex)
+    assert ex.submitted == len(serial) >= 2
+    assert _objects(pool_dir) == serial
+    xv = rng.standard_normal((5, 24)).astype(np.float32)
+    np.testing.assert_array_equal(got(x=xv), want(x=xv))
+
+
 def test_failed_tasks_compile_here_and_progress_counts_instances(cold):
     """An executor that loses every task: this process compiles them all."""
     x = np.random.default_rng(1).standard_normal((4, 24)).astype(np.float32)
@@ -324,7 +349,7 @@ print(json.dumps({"submitted": Counting.submitted}))
 
 def _compile_in_child(how: str, cache_dir: pathlib.Path) -> int:
     """``_CHILD`` in a fresh interpreter with its own cold kernel cache (this
-    process's memos would hide the kernels a plan's constant folding runs);
+    process's memos would hide kernels from the executor);
     the number of tasks its executor was given."""
     root = pathlib.Path(__file__).resolve().parents[2]
     env = dict(os.environ, FUELC_CACHE_DIR=str(cache_dir),
@@ -340,14 +365,14 @@ def test_ray_executor_compiles_the_same_objects_as_the_local_pool(tmp_path):
     """A benchmark CNN (mobilenet, batch 1) through a local Ray instance and
     through fuelc's own worker pool, each in a fresh interpreter (Ray runs in
     a child: see below): the executors are given the same cold instances,
-    one task each, and the two caches hold the same objects, bit for bit
-    (with the kernels the plan's constant folding ran in the calling process:
-    the padded classifier's Pad)."""
+    one task each (the kernels the plan's constant folding runs, the padded
+    classifier's Pad, included), and the two caches hold the same objects,
+    bit for bit."""
     if importlib.util.find_spec("ray") is None:  # not imported here: ray.init replaces signal handlers
         pytest.skip("the Ray executor needs ray: pip install 'fuelc[ray]'")
     pool_submitted = _compile_in_child("pool", tmp_path / "pool")
     pool = _objects(tmp_path / "pool")
-    assert pool_submitted >= 10 and len(pool) >= pool_submitted
+    assert pool_submitted >= 10 and len(pool) == pool_submitted
     assert _compile_in_child("ray", tmp_path / "ray") == pool_submitted
     assert _objects(tmp_path / "ray") == pool
 

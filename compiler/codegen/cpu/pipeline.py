@@ -421,9 +421,13 @@ def lower(module_or_text, entry_names: Sequence[str], *, target=None,
 def choose_strategy(text: str, entry_names: Sequence[str], target=None) -> Strategy:
     """The strategy ``lower`` would select for ``text`` (after ``prepare``)
     on ``target`` (default ``"cpu"``). Raises PipelineError like ``lower``
-    for malformed IR."""
+    for malformed IR. Parsed in this thread's emission context
+    (``family.emission_context``): a fresh context took 6 of the 7-8 ms a
+    choice cost, for every kernel instance of a compile, in the calling
+    process."""
+    from compiler.codegen.family import emission_context
     target = _target(target)
-    ctx = ir.Context()
+    ctx = emission_context()
     module = parse_module(text, ctx)
     with ctx:
         try:
