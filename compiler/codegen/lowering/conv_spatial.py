@@ -41,6 +41,7 @@ from compiler.mlir import arith, ir, scf, tensor, vector
 
 from .core import Scalar, dims, empty, fill, index
 from .fused_norm import _for
+from .fused_pool import _pieces, _whole
 
 #: The vector width the kernel is generated for, in bits (``vector_bits``):
 #: a zmm (AVX-512) or a ymm (AVX2, and targets without a vector ISA level).
@@ -113,7 +114,6 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
     direct_x = (kh, kw, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0)
 
     def image(i, out, plane):
-        from .fused_pool import _pieces
 
         def channel(c, plane, to=None):
             """x's channel c into the plane's channel ``to`` (default c)."""
@@ -204,8 +204,8 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
 
             def by_rows(oy, size, out, in_bounds=True):
                 return rows(oy, size, out)
-            # blocks of r0 rows, then single rows (no masked rows: _stepped)
-            return _stepped(ho, (r0, 1) if r0 > 1 else (1,), out, by_rows)
+            # blocks of r0 rows, then single rows (no masked rows)
+            return _whole(ho, (r0, 1) if r0 > 1 else (1,), out, by_rows)[1]
 
         if depthwise:   # channel by channel, its plane in cache from copy to read
             def one(co, out, plane):
@@ -233,34 +233,13 @@ def _windows(padded, span: int, stride: int):
     return arith.addi(q, index(1))
 
 
-def _stepped(extent, sizes, acc, step):
-    """``step(at, size, acc)`` over ``0..extent`` in whole steps of each of
-    ``sizes`` in turn (the last 1: nothing is left)."""
-    start = index(0)
-    for size in sizes:
-        end = arith.addi(start, arith.muli(arith.divui(arith.subi(extent, start), index(size)),
-                                           index(size)))
-        loop = scf.ForOp(start, end, index(size), [acc])
-        with ir.InsertionPoint(loop.body):
-            scf.YieldOp([step(loop.induction_variable, size, loop.inner_iter_args[0])])
-        start, acc = end, loop.results[0]
-    return acc
-
-
 def _rest(extent, sizes, half: int, acc, piece):
     """``piece(at, size, acc[, in_bounds=False])`` over ``0..extent``: whole
-    pieces of each of ``sizes`` in turn (``_stepped``), then what is left
+    pieces of each of ``sizes`` in turn (``fused_pool._whole``), then what is left
     (less than ``sizes[-1]``) as one masked piece of ``sizes[-1]`` when it is
     more than ``half``, else of ``half`` (loops of 0 or 1 trips, their bounds
     selected)."""
-    start = index(0)
-    for size in sizes:
-        end = arith.addi(start, arith.muli(arith.divui(arith.subi(extent, start), index(size)),
-                                           index(size)))
-        loop = scf.ForOp(start, end, index(size), [acc])
-        with ir.InsertionPoint(loop.body):
-            scf.YieldOp([piece(loop.induction_variable, size, loop.inner_iter_args[0])])
-        start, acc = end, loop.results[0]
+    start, acc = _whole(extent, sizes, acc, piece)
     wide = arith.cmpi(arith.CmpIPredicate.ugt, arith.subi(extent, start), index(half))
     split = arith.select(wide, extent, start)   # the masked whole piece runs to here
     for lo, hi, size in ((start, split, sizes[-1]), (split, extent, half)):

@@ -137,13 +137,10 @@ def _out(padded, span: int, stride: int):
     return arith.addi(q, index(1))
 
 
-def _pieces(extent, sizes, acc, piece):
-    """``piece(at, size, acc[, in_bounds=False])`` over a run-time ``extent``:
-    whole pieces of ``sizes[0]`` (an ``scf.for``), then of each smaller size
-    in turn (loops of 0 or 1 trips after the first), then one piece of the
-    last size whose transfers are masked where the extent leaves a part (a
-    loop of 0 or 1 trips): the static kernel's narrower last vector, a mask
-    for the columns past its width. Returns the final ``acc``."""
+def _whole(extent, sizes, acc, piece):
+    """``piece(at, size, acc)`` over ``0..extent`` in whole pieces of each of
+    ``sizes`` in turn (an ``scf.for`` each; after the first, loops of 0 or 1
+    trips). Returns ``(where they end, acc)``."""
     at = index(0)
     for size in sizes:
         end = arith.addi(at, arith.muli(arith.divui(arith.subi(extent, at), index(size)),
@@ -152,6 +149,16 @@ def _pieces(extent, sizes, acc, piece):
         with ir.InsertionPoint(loop.body):
             scf.YieldOp([piece(loop.induction_variable, size, loop.inner_iter_args[0])])
         at, acc = end, loop.results[0]
+    return at, acc
+
+
+def _pieces(extent, sizes, acc, piece):
+    """``piece(at, size, acc[, in_bounds=False])`` over a run-time ``extent``:
+    whole pieces of each of ``sizes`` in turn (``_whole``), then one piece of
+    the last size whose transfers are masked where the extent leaves a part (a
+    loop of 0 or 1 trips): the static kernel's narrower last vector, a mask
+    for the columns past its width. Returns the final ``acc``."""
+    at, acc = _whole(extent, sizes, acc, piece)
     last = scf.ForOp(at, extent, index(sizes[-1]), [acc])
     with ir.InsertionPoint(last.body):
         scf.YieldOp([piece(last.induction_variable, sizes[-1], last.inner_iter_args[0], False)])
