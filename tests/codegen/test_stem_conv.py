@@ -186,6 +186,17 @@ def test_stem_strategy_keeps_every_tap_in_registers(target, dtype, tile, vec):
     assert f"fmuladd.{vec}" in r.llvm_ir
 
 
+@pytest.mark.parametrize("target,tile", [("cpu:x86-64-v3", "6x16"),
+                                         ("cpu:skylake-avx512", "4x16")])
+def test_conv1d_stem_with_gelu_takes_the_erf_tiles(target, tile):
+    # the erf's temporaries beside 8 AVX-512 accumulators: 4 x 16 tiles there
+    text = _text(x=(2, 1, 1, 803), w=(16, 1, 1, 10), stride=(1, 5), padding=(0, 0), gelu=True)
+    r = pipeline.lower(text, ["kernel"], target=target, keep_ir=True)
+    assert r.strategy.name == f"conv-stem-f32-{tile}", r.strategy.name
+    mr, nr = tile.split("x")
+    assert f"-> (vector<{mr}x1x{nr}xf32>)" in r.stages["tensor-transform"]
+
+
 def test_stem_class():
     assert stem(1, 3, (2, 2), (7, 7)) and stem(1, 3, (2, 2), (3, 3))
     assert stem(1, 1, (2, 2), (5, 5)) and stem(1, STEM_CHANNELS, (2, 2), (3, 4))
