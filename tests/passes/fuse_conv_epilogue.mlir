@@ -163,6 +163,23 @@ func.func @gelu_behind_a_view(%x: tensor<1x4x1x40xf32>, %w: tensor<8x4x1x3xf32>,
 
 // -----
 
+// wav2vec2's first conv (1 channel, k10 s5, no bias: a conv1d stem) takes its
+// GELU too: the stem kernel applies it in its register tiles.
+// CHECK-LABEL: func.func @gelu_conv1d_stem
+// CHECK-NEXT:    %[[C:.*]] = "fuel.conv2d"(%arg0, %arg1) {dilation = [1, 1], gelu = true, groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0, 0>, padding = [0, 0], stride = [1, 5]}
+// CHECK-NEXT:    %[[V:.*]] = "fuel.reshape"(%[[C]]) {shape = [2, 16, 159]}
+// CHECK-NEXT:    return %[[V]]
+// OFF-LABEL:   func.func @gelu_conv1d_stem
+// OFF:           "fuel.gelu_erf"
+func.func @gelu_conv1d_stem(%x: tensor<2x1x1x800xf32>, %w: tensor<16x1x1x10xf32>) -> tensor<2x16x159xf32> {
+  %0 = "fuel.conv2d"(%x, %w) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0, 0>, padding = [0, 0], stride = [1, 5]} : (tensor<2x1x1x800xf32>, tensor<16x1x1x10xf32>) -> tensor<2x16x1x159xf32>
+  %1 = "fuel.reshape"(%0) {shape = [2, 16, 159]} : (tensor<2x16x1x159xf32>) -> tensor<2x16x159xf32>
+  %2 = "fuel.gelu_erf"(%1) : (tensor<2x16x159xf32>) -> tensor<2x16x159xf32>
+  return %2 : tensor<2x16x159xf32>
+}
+
+// -----
+
 // The view is also an output: the activation stays after it.
 // CHECK-LABEL: func.func @view_used_elsewhere
 // CHECK:         "fuel.relu"

@@ -288,7 +288,8 @@ def linalg_op_names(module: "ir.Module") -> set[str]:
     attribute (``family.FEW_ROWS_ATTR``); ``fuelc.direct_conv`` when a linalg op
     carries that attribute (``transforms.conv.DIRECT_CONV_ATTR``), and
     ``fuelc.mm_epilogue`` and ``fuelc.stem`` likewise (``family.EPILOGUE_ATTR``,
-    ``family.STEM_ATTR``); ``VECTOR_OPS`` when the lowering wrote ``vector`` ops
+    ``family.STEM_ATTR``); ``math.erf`` when an op computes one (a GELU
+    epilogue: ``strategy._STEM_ERF_TILES``); ``VECTOR_OPS`` when the lowering wrote ``vector`` ops
     itself; ``COPIES_ONLY``
     when every op only moves data (slices, inserts, pads, fills: a Concat, Slice
     or Pad)."""
@@ -302,6 +303,8 @@ def linalg_op_names(module: "ir.Module") -> set[str]:
             names.update(a for a in (FEW_ROWS_ATTR, UNPACKED_ATTR) if a in op.attributes)
         if op.name.startswith("vector."):
             names.add(VECTOR_OPS)
+        if op.name == "math.erf":
+            names.add(op.name)
         if op.name.startswith("linalg."):
             names.add(op.name)
             for attr in (DIRECT_CONV_ATTR, EPILOGUE_ATTR, STEM_ATTR, PACKED_B_ATTR):

@@ -388,15 +388,22 @@ _register_per_element_type(MATMUL_EPILOGUE, epilogue_strategy)
 #: no faster overall.
 _STEM_TILES = {**_EPILOGUE_TILES, ("f32", "avx2"): dict(mr=6, nr=16),
                ("f64", "avx2"): dict(mr=6, nr=8)}
+#: A stem whose epilogue is an erf GELU (the feature ``math.erf``: wav2vec2's
+#: first conv): on AVX-512 4 x 16, the erf's temporaries beside 8 accumulators
+#: of 8 x 16 made it slower than the conv and a GELU kernel. 1->128 k10 s5 at
+#: 8000, batch 8, one znver4 thread, fastest calls, five rounds in turns: two
+#: kernels 1.168-1.181 ms, 8 x 16 1.181-1.295, 4 x 16 1.161-1.173.
+_STEM_ERF_TILES = {**_STEM_TILES, ("f32", "avx512"): dict(mr=4, nr=16)}
 #: The feature of a module holding a stem convolution (``family.STEM_ATTR``).
 STEM = "fuelc.stem"
 
 
-def stem_strategy(element_type: str, isa: str = "avx2") -> Strategy:
+def stem_strategy(element_type: str, isa: str = "avx2", erf: bool = False) -> Strategy:
     """A stem convolution (``transforms.stem``): the matmul-epilogue tiles,
-    all taps accumulated in registers, the bias and activation applied there."""
+    all taps accumulated in registers, the bias and activation applied there
+    (``erf``: a GELU epilogue's tiles, ``_STEM_ERF_TILES``)."""
     from compiler.codegen.cpu.transforms.stem import stem_scripts
-    tiles = _STEM_TILES[element_type, isa]
+    tiles = (_STEM_ERF_TILES if erf else _STEM_TILES)[element_type, isa]
     return _fused_on_tensors(
         f"conv-stem-{element_type}-{tiles['mr']}x{tiles['nr']}", stem_scripts(**tiles),
         "stem convolution (few input channels, stride 2) tiled and fused on tensors: "
@@ -404,6 +411,7 @@ def stem_strategy(element_type: str, isa: str = "avx2") -> Strategy:
         "phases; bias and activation in the registers, the output stored once")
 
 
+_register_per_element_type((STEM, "math.erf"), lambda e, i: stem_strategy(e, i, erf=True))
 _register_per_element_type(STEM, stem_strategy)
 #: The feature of a module holding a FusedLinear over a pre-packed B (``family.PACKED_B_ATTR``).
 PACKED_B = "fuelc.packed_b"

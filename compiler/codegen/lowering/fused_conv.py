@@ -896,10 +896,13 @@ def _register_kernel() -> None:
             return serves_pointwise(params, types)
         if params["groups"] == 1 and tuple(params["stride"]) != (2, 2) and stem(
                 1, types[0].shape[1], params["stride"], types[1].shape[2:], params["dilation"]):
-            # a conv1d stem; its GeluErf stays a kernel of its own: in the
-            # register tiles the erf made the conv 2-5x slower than the two
-            # kernels (1->128 k10 s5 at 8000, batch 8)
-            return not params.get("gelu")
+            # a conv1d stem, its GeluErf in the register tiles (f32 only, as
+            # above): 1->128 k10 s5 at 8000, one znver4 thread, fastest calls,
+            # two kernels -> one: batch 8 x86-64-v3 1.77 -> 1.73-1.75 ms,
+            # AVX-512 1.17-1.18 -> 1.16-1.17 (its 4 x 16 erf tiles,
+            # strategy._STEM_ERF_TILES); batch 1 0.227 -> 0.220, 0.152 ->
+            # 0.152 (docs/architecture.md "Convolutions on CPU")
+            return True
         if params["groups"] == 1:
             return direct(1, params["stride"], types[1].shape[2:], params["padding"],
                           params["dilation"]) and not few_pixels(params, types)
