@@ -89,7 +89,8 @@ def test_other_conv_classes_stay_static_and_refuse_a_dynamic_batch():
                                             r"needs the cpu direct kernel.*static batch"):
         single_op_linalg_text("Conv2D", params, types, masks, "cpu")
     types, params = _types(8, 16, 1), _params()
-    with pytest.raises(LoweringError, match=r"static shapes but for x's batch, got "
+    with pytest.raises(LoweringError, match=r"static shapes but for x's \(and the skip's\) "
+                                            r"batch and image size, got "
                                             r"tensor<\?x8x3x3xf32>"):
         single_op_linalg_text("Conv2D", params, types,
                               ((True,) + (False,) * 3, (True,) + (False,) * 3, (False,),
