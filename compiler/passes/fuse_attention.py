@@ -65,6 +65,7 @@ k_len=False)`` leaves unfused.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Optional
 
 import numpy as np
@@ -369,8 +370,13 @@ SCORES_FUSED = 1 << 19
 def pays(match: _Match) -> bool:
     """Whether the FlashAttn kernel is faster than the unfused steps it
     replaces (measured: the module docstring): causal attention, and
-    attention whose scores reach ``SCORES_FUSED`` elements."""
-    return match.causal or int(np.prod(match.scores)) >= SCORES_FUSED
+    attention whose scores reach ``SCORES_FUSED`` elements. A ``?`` extent (a
+    symbolic module's batch or sequence) counts as 1: such attention fuses
+    where its static extents alone reach the size (MLIR gives a ``?`` extent
+    as a negative sentinel, whose product with the others overflows)."""
+    if match.causal:
+        return True
+    return math.prod(d if d >= 0 else 1 for d in match.scores) >= SCORES_FUSED
 
 
 def fuse_attention(module, table, backends, constants=None, forget=lambda op: None,

@@ -8,6 +8,7 @@ match, within f32 precision, the numpy reference interpreter on the imported
 (unfused) graph, the same graph compiled with ``fuel-fuse{attention=false}``,
 and onnxruntime where installed.
 """
+import dataclasses
 import math
 
 import numpy as np
@@ -18,6 +19,8 @@ from onnx import TensorProto as T, helper as H, numpy_helper  # noqa: E402
 
 from compiler import compile, interpret  # noqa: E402
 from compiler.frontends.onnx import import_model  # noqa: E402
+
+DYN = -(1 << 63)   # the extent MLIR gives a ? dimension (ShapedType.get_dynamic_size())
 
 NEG = float(np.finfo(np.float32).min)
 UNFUSED = ("builtin.module(fuel-fuse{runtime=false attention=false},fuel-decompose,"
@@ -194,6 +197,20 @@ def test_large_scores_fuse_without_band(am):
     from compiler.passes.fuse_attention import SCORES_FUSED
     assert 2 * 4 * 256 * 256 == SCORES_FUSED
     check(attention(2, 4, 4, 256, 256, 8, scale="mul", input_mask=am), fused=True)
+
+
+@pytest.mark.parametrize("scores, fused", [
+    ((2, 4, 256, 256), True), ((2, 4, 128, 256), False),
+    ((DYN, 4, 512, 512), True),     # a symbolic batch: the static extents reach the size
+    ((DYN, 4, 128, 128), False), ((DYN, 12, DYN, DYN), False)])
+def test_pays_counts_a_symbolic_extent_as_one(scores, fused):
+    """``pays`` without a causal band: the scores' element count against
+    ``SCORES_FUSED``, a ``?`` extent (MLIR's dynamic sentinel, whose raw product
+    overflows) counted as 1."""
+    from compiler.passes.fuse_attention import _Match, pays
+    match = _Match(None, None, None, 1.0, False, None, [], None, scores)
+    assert pays(match) is fused
+    assert pays(dataclasses.replace(match, causal=True))
 
 
 @pytest.mark.parametrize("am", [(2, 1, 1, 12), (2, 1, 12, 12), (1, 1, 12, 12), (12, 12)])
