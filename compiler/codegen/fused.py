@@ -392,12 +392,13 @@ class FusedFamily(KernelFamily):
 
     def linalg_text(self, inst: FusedInstance, target) -> str:
         # the run-time image size conv kernel writes its register tiles in
-        # the target's vector width (``lowering/conv_spatial.py``)
-        if target.kind != "cpu":
+        # the target's vector width (``lowering/conv_spatial.py``), which the
+        # target kind's codegen tells (cpu: ``vector_bits``)
+        bits = getattr(target.codegen, "vector_bits", None)
+        if bits is None:
             return linalg_text(inst, platform=target.kind)
-        from compiler.codegen.cpu.strategy import isa_level
         from compiler.codegen.lowering.conv_spatial import vector_bits
-        with vector_bits(512 if isa_level(target) == "avx512" else 256):
+        with vector_bits(bits(target)):
             return linalg_text(inst, platform=target.kind)
 
     def b_panel(self, key, dtypes, target) -> int:

@@ -58,6 +58,14 @@ def packed_panel(dtype: DType, target) -> int:
     return panel(dtype.value, isa_level(target) or "avx2")
 
 
+def vector_bits(target) -> int:
+    """The widest vector ``target`` has, in bits (512 with AVX-512, else 256):
+    the width the run-time image size conv kernels tile in
+    (``lowering/conv_spatial.py``)."""
+    from compiler.codegen.cpu.strategy import isa_level
+    return 512 if isa_level(target) == "avx512" else 256
+
+
 def build_table(target) -> KernelBindingTable:
     """The frozen binding table of a cpu ``target``: the generated primitive
     and fused kernels first (so ``lookup_with_caps`` picks them), the numpy
@@ -75,7 +83,7 @@ def build_table(target) -> KernelBindingTable:
     return t.freeze()
 
 
-__all__ = ["SOURCE", "VIEW_INPUT", "packed_panel", "DTYPES", "PRECISION_NOTE", "transcendental_ulp", "build_table",
+__all__ = ["SOURCE", "VIEW_INPUT", "packed_panel", "vector_bits", "DTYPES", "PRECISION_NOTE", "transcendental_ulp", "build_table",
            "compile_module", "emit_object", "ensure_compiled", "object_bytes", "describe_pipeline", "lower",
            "LoweringResult", "choose_strategy", "load_object", "prepare_entries", "stages_for",
            "run_stage", "Stage", "BUFFERIZE", "write_reproducer", "main"]
