@@ -380,12 +380,15 @@ def _symbolic_pipeline(pipeline):
     """The pipeline of a symbolic module's bindings: by default, without the
     fusion of bottom-right aligned attention (``fuel-fuse{attention_k_len=
     false}``), whose FlashAttn kernel is compiled per shape: one ``.fuel``
-    file must run every size. The other fused kernels take their batch and
-    sequence at run time (``docs/dynamic-shapes.md``)."""
+    file must run every size; and without the attention that fuses for its
+    size alone (``attention_by_size=false``): every size runs the same
+    kernels. The other fused kernels take their batch and sequence at run
+    time (``docs/dynamic-shapes.md``)."""
     from .passes import DEFAULT_PIPELINE
     if pipeline is not None:
         return pipeline
-    text = DEFAULT_PIPELINE.replace("fuel-fuse{", "fuel-fuse{attention_k_len=false ", 1)
+    text = DEFAULT_PIPELINE.replace(
+        "fuel-fuse{", "fuel-fuse{attention_k_len=false attention_by_size=false ", 1)
     if text == DEFAULT_PIPELINE:  # the default pipeline lost its fuel-fuse options
         raise CompileError(f"the default pipeline has no 'fuel-fuse{{...}}' to turn the "
                            f"per-shape fusions off in for a symbolic module: {DEFAULT_PIPELINE}")

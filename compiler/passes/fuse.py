@@ -55,7 +55,7 @@ one ``a`` by constant weights merge into one (``merge_sibling_linears``).
 
 Options: ``target`` / ``table`` / ``backend`` (see ``_target``), ``remarks``,
 ``epilogues``, ``linear_epilogues``, ``siblings``, ``runtime``, ``attention`` and
-``attention_k_len`` (default true), ``constants``.
+``attention_k_len`` and ``attention_by_size`` (default true), ``constants``.
 """
 from __future__ import annotations
 
@@ -255,6 +255,10 @@ class Fuse(ModulePass):
     #: queries), whose FlashAttn kernel is compiled per shape (off for a
     #: symbolic module's bindings: one ``.fuel`` file runs every size)
     attention_k_len: bool = True
+    #: also fuse attention without a causal band whose scores reach
+    #: ``fuse_attention.SCORES_FUSED`` elements: a choice by shape (off for a
+    #: symbolic module's bindings, whose every size must run the same kernels)
+    attention_by_size: bool = True
     #: fold a GELU (erf or tanh) into its FusedLinear
     linear_epilogues: bool = True
     #: merge the products of one ``a`` by constant weights (``merge_sibling_linears``)
@@ -281,7 +285,7 @@ class Fuse(ModulePass):
         self._worklist(module, by_root)
         if self.attention:
             fuse_attention(module, self._table, self._backends, self.constants,
-                           k_len=self.attention_k_len)
+                           k_len=self.attention_k_len, by_size=self.attention_by_size)
         if self.epilogues:
             fold_conv_residuals(module, self._table, self._backends)
             fold_conv_epilogues(module, self._table, self._backends)

@@ -367,24 +367,27 @@ def match_attention(root, constants) -> Optional[_Match]:
 SCORES_FUSED = 1 << 19
 
 
-def pays(match: _Match) -> bool:
+def pays(match: _Match, by_size: bool = True) -> bool:
     """Whether the FlashAttn kernel is faster than the unfused steps it
     replaces (measured: the module docstring): causal attention, and
     attention whose scores reach ``SCORES_FUSED`` elements. A ``?`` extent (a
     symbolic module's batch or sequence) counts as 1: such attention fuses
     where its static extents alone reach the size (MLIR gives a ``?`` extent
-    as a negative sentinel, whose product with the others overflows)."""
+    as a negative sentinel, whose product with the others overflows).
+    ``by_size`` false: causal attention only (the fusion then does not
+    depend on the sizes: a symbolic module's bindings)."""
     if match.causal:
         return True
-    return math.prod(d if d >= 0 else 1 for d in match.scores) >= SCORES_FUSED
+    return by_size and math.prod(d if d >= 0 else 1 for d in match.scores) >= SCORES_FUSED
 
 
 def fuse_attention(module, table, backends, constants=None, forget=lambda op: None,
-                   k_len: bool = True) -> int:
+                   k_len: bool = True, by_size: bool = True) -> int:
     """Rewrite every matched exported attention into ``fuel.flash_attn``
     where a candidate backend has its kernel; returns how many. ``k_len``
     false: not the bottom-right aligned matches (their kernel is compiled per
-    shape; the others take batch and sequence at run time)."""
+    shape; the others take batch and sequence at run time); ``by_size``
+    false: not the attention that fuses for its size alone (``pays``)."""
     from compiler.dialect import lookup, params_to_attributes
     from compiler.passes.fuse import kernel_available
     from compiler.registry import normalize_params
@@ -394,7 +397,7 @@ def fuse_attention(module, table, backends, constants=None, forget=lambda op: No
         if _fuel.mnemonic(root) != "mat_mul":
             continue
         got = match_attention(root, constants)
-        if got is None or not pays(got) or (got.k_len is not None and not k_len):
+        if got is None or not pays(got, by_size) or (got.k_len is not None and not k_len):
             continue
         try:
             params = normalize_params(entry, {"softmax_scale": got.scale, "causal": got.causal,

@@ -4,7 +4,7 @@
 // RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file \
 // RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=fused_f32 runtime=false},fuel-dce)' | filecheck %s --check-prefix=NOKERNEL
 // RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file \
-// RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=attention_f32 runtime=false attention_k_len=false},fuel-dce)' | filecheck %s --check-prefix=NOKLEN
+// RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=attention_f32 runtime=false attention_k_len=false attention_by_size=false},fuel-dce)' | filecheck %s --check-prefix=NOKLEN
 
 // Exported attention (compiler/passes/fuse_attention.py): MatMul(Q, Transpose(K)),
 // Div by a constant sqrt(d), Softmax, MatMul(., V) is matched, but without a causal
@@ -319,10 +319,15 @@ func.func @bert_input_mask(%q: tensor<2x2x3x8xf32>, %k: tensor<2x2x3x8xf32>, %v:
 
 // BERT's input mask, scores of 2^19 elements (2 x 4 x 256 x 256): without a band
 // the kernel pays from that size (``pays``): fused, the mask the 4th operand.
+// With the options of a symbolic module's bindings (attention_by_size=false) the
+// choice may not depend on the sizes: unfused.
 // CHECK-LABEL: func.func @bert_input_mask_large
 // CHECK-NEXT:    %[[A:.*]] = "fuel.flash_attn"(%arg0, %arg1, %arg2, %arg3) {causal = false, softmax_scale = 2.500000e-01 : f64}
 // CHECK-SAME:      tensor<2x1x1x256xf32>) -> tensor<2x4x256x8xf32>
 // CHECK-NEXT:    return %[[A]]
+// NOKLEN-LABEL: func.func @bert_input_mask_large
+// NOKLEN-NOT:     fuel.flash_attn
+// NOKLEN:         "fuel.softmax_last_dim"
 func.func @bert_input_mask_large(%q: tensor<2x4x256x8xf32>, %k: tensor<2x4x256x8xf32>, %v: tensor<2x4x256x8xf32>, %m: tensor<2x1x1x256xf32>) -> tensor<2x4x256x8xf32> {
   %0 = "fuel.transpose"(%k) : (tensor<2x4x256x8xf32>) -> tensor<2x4x8x256xf32>
   %1 = "fuel.mat_mul"(%q, %0) : (tensor<2x4x256x8xf32>, tensor<2x4x8x256xf32>) -> tensor<2x4x256x256xf32>
