@@ -133,25 +133,31 @@ def test_depthwise_rows_load_each_input_vector_once_per_block(target, vec, loads
     assert (fmas, reads) == (4 * 9 * 4 if "avx512" in target else 2 * 2 * 9 * 4, loads)
 
 
+def _run_kernel(text, args, out_shape, target):
+    """The kernel of ``text`` lowered for ``target`` and run on ``args``:
+    its f32 output of ``out_shape``."""
+    from compiler.targets import parse_target
+    from runtime.memref import descriptor_from_array
+    tg = parse_target(target)
+    res = P.lower(text, ["kernel"], target=target)
+    fn = P.load_object(res.object, tg.features, str(tg)).ciface("kernel", 4)
+    out = np.zeros(out_shape, np.float32)
+    fn(*[descriptor_from_array(a) for a in (*args, out)])
+    return out
+
+
 def test_depthwise_rows_are_bit_identical_to_the_tiles(monkeypatch):
     """``depthwise_rows`` sums each pixel's taps in the tiles' (qy, qx) order:
     the same bits as the 1 x nr1 tiles on the flat plane (the row pitch turned
     off), a clamp epilogue, two images, a tail block."""
     from compiler.codegen.lowering import fused_conv
-    from compiler.targets import parse_target
-    from runtime.memref import descriptor_from_array
     rng = np.random.default_rng(5)
     args = [rng.standard_normal(s).astype(np.float32) for s in ((2, 6, 11, 28), (6, 1, 3, 3), (6,))]
     params = dict(PARAMS, groups=6, clamp_min=0.0, clamp_max=6.0)
 
     def run():
         text = _kernel_text(x=args[0].shape, w=args[1].shape, params=params)
-        res = P.lower(text, ["kernel"], target="cpu")
-        tg = parse_target("cpu")
-        fn = P.load_object(res.object, tg.features, str(tg)).ciface("kernel", 4)
-        out = np.zeros((2, 6, 11, 28), np.float32)
-        fn(*[descriptor_from_array(a) for a in (*args, out)])
-        return text, out
+        return text, _run_kernel(text, args, (2, 6, 11, 28), "cpu")
 
     text, rows = run()
     monkeypatch.setattr(fused_conv, "_dw_pitch", lambda wp: None)
@@ -166,20 +172,13 @@ def test_stride_2_depthwise_phases_have_a_row_pitch(monkeypatch, target):
     get the row pitch of whole vectors (16), each phase generic marked: the
     same bits as without the pitch, two images, a clamp, an odd row count."""
     from compiler.codegen.lowering import fused_conv
-    from compiler.targets import parse_target
-    from runtime.memref import descriptor_from_array
     rng = np.random.default_rng(6)
     args = [rng.standard_normal(s).astype(np.float32) for s in ((2, 6, 13, 28), (6, 1, 3, 3), (6,))]
     params = dict(PARAMS, groups=6, stride=(2, 2), clamp_min=0.0, clamp_max=6.0)
-    tg = parse_target(target)
 
     def run():
         text = _kernel_text(x=args[0].shape, w=args[1].shape, params=params)
-        res = P.lower(text, ["kernel"], target=target)
-        fn = P.load_object(res.object, tg.features, str(tg)).ciface("kernel", 4)
-        out = np.zeros((2, 6, 7, 14), np.float32)
-        fn(*[descriptor_from_array(a) for a in (*args, out)])
-        return text, out
+        return text, _run_kernel(text, args, (2, 6, 7, 14), target)
 
     text, rows = run()
     monkeypatch.setattr(fused_conv, "_dw_pitch", lambda wp: None)
