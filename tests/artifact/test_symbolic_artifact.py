@@ -91,21 +91,25 @@ def test_narrow_and_raised_bounds(batch, seq, tmp_path):
                                        atol=1e-5)
 
 
-def _outputs_without_compiler(path, feeds: dict, tmp_path) -> dict:
-    """Each of ``feeds``' input dicts run by ``runtime.load(path)`` in a process
-    that cannot import the compiler (twice: repeated shapes settle nothing);
-    the outputs by the same keys."""
+def _outputs_without_compiler(path, feeds: dict, tmp_path, bundle: bool = False) -> dict:
+    """Each of ``feeds``' input dicts run by ``runtime.load(path)`` (``bundle``:
+    ``load_bundle(path)``, a bundle's directory) in a process that cannot
+    import the compiler; the outputs by the same keys. A loaded file runs them
+    twice: repeated shapes settle nothing."""
     feeds_file, out_file = tmp_path / "in.npy", tmp_path / "out.npy"
     np.save(feeds_file, feeds, allow_pickle=True)
-    code = BLOCK_COMPILER + f"""
-import numpy as np, runtime
-m = runtime.load({str(path)!r})
-feeds = np.load({str(feeds_file)!r}, allow_pickle=True).item()
-out = {{k: m(**f) for k, f in feeds.items()}}
+    load = (f"from runtime.bundle import load_bundle\nm = load_bundle({str(path)!r})" if bundle
+            else f"m = runtime.load({str(path)!r})")
+    settle = "" if bundle else """
 n = m.settled
 for k, f in feeds.items():
     m(**f)
-assert m.settled == n, (m.settled, n)  # repeated shapes settle nothing
+assert m.settled == n, (m.settled, n)  # repeated shapes settle nothing"""
+    code = BLOCK_COMPILER + f"""
+import numpy as np, runtime
+{load}
+feeds = np.load({str(feeds_file)!r}, allow_pickle=True).item()
+out = {{k: m(**f) for k, f in feeds.items()}}{settle}
 np.save({str(out_file)!r}, out, allow_pickle=True)
 print(sorted(n for n in __import__('sys').modules if n.split('.')[0] in ('compiler', 'mlir', 'torch_mlir')))
 """

@@ -143,32 +143,10 @@ def test_image_size_bundle_runs_without_the_compiler(tmp_path):
                                                       {"batch": 2, "h": 40, "w": 40}])
     feeds = {"33x47": {"x": RNG.standard_normal((1, 3, 33, 47)).astype(np.float32)},
              "40x40": {"x": RNG.standard_normal((2, 3, 40, 40)).astype(np.float32)}}
-    out = _outputs_in_child(tmp_path / "b", feeds, tmp_path)
+    out = _outputs_without_compiler(tmp_path / "b", feeds, tmp_path, bundle=True)
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     for k, f in feeds.items():
         np.testing.assert_array_equal(out[k], module(**f))
         ref = sess.run(None, f)[0]
         assert np.abs(out[k] - ref).max() / np.abs(ref).max() < TOL
     assert len(load_bundle(str(tmp_path / "b")).bindings) == 2
-
-
-def _outputs_in_child(directory, feeds: dict, tmp_path) -> dict:
-    """Each of ``feeds``' input dicts run by ``load_bundle(directory)`` in a
-    process that cannot import the compiler."""
-    import subprocess
-    from test_artifact import BLOCK_COMPILER
-    feeds_file, out_file = tmp_path / "in.npy", tmp_path / "out.npy"
-    np.save(feeds_file, feeds, allow_pickle=True)
-    code = BLOCK_COMPILER + f"""
-import numpy as np
-from runtime.bundle import load_bundle
-m = load_bundle({str(directory)!r})
-feeds = np.load({str(feeds_file)!r}, allow_pickle=True).item()
-np.save({str(out_file)!r}, {{k: m(**f) for k, f in feeds.items()}}, allow_pickle=True)
-print(sorted(n for n in __import__('sys').modules if n.split('.')[0] in ('compiler', 'mlir', 'torch_mlir')))
-"""
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                       timeout=600)
-    assert r.returncode == 0, r.stderr
-    assert "[]" in r.stdout
-    return np.load(out_file, allow_pickle=True).item()
