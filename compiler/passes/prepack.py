@@ -36,7 +36,7 @@ from compiler.passes import _fuel
 from compiler.passes._target import target_of_pass
 
 #: Views and copies of a constant the plan folds with it.
-_VIEWS = ("reshape", "transpose", "permute", "contiguize")
+_VIEWS = ("reshape", "transpose", "permute", "contiguize", "slice", "unsqueeze", "squeeze")
 #: Fewer columns than this keep the plain kernel (a head of a few columns:
 #: the packed kernel is one more instance to compile for little gain). In
 #: columns, not panels, so that targets of either panel width decide alike.
