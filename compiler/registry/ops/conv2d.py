@@ -388,16 +388,24 @@ def _few_pixels_product(cols, types, n, kk, cout, ho, wo, params):
     return op("Reshape", y, shape=(n, cout, ho, wo))
 
 
+#: The fewest images for ``whole_image``: its weight is Ho*Wo*H*W / (Kh*Kw)
+#: times w (3x3 at 2x2: 1.8x), and one image's product is one row, bound by
+#: reading that weight. ResNet-style (docs/benchmarks.md), one znver4 thread,
+#: whole model, fastest calls: batch 1 0.85-0.87 -> 1.06-1.10 ms (AVX-512),
+#: batch 2 2.67-2.75 -> 2.35-2.45 (x86-64-v3), batch 8 7.20-7.45 -> 6.76-7.14.
+WHOLE_IMAGE_MIN_BATCH = 2
+
+
 def whole_image(types, params) -> bool:
     """Whether a groups-1 conv is cheaper as one linear map of each whole image
-    (``_whole_image_product``): stride 1, no dilation, a static batch, an input
-    of fewer pixels than the kernel has taps (ResNet's last stage: 3x3 at 2x2,
-    where 5 of the 9 taps of every output pixel read padding) and no more
-    output pixels than input pixels."""
+    (``_whole_image_product``): stride 1, no dilation, a static batch of at
+    least ``WHOLE_IMAGE_MIN_BATCH``, an input of fewer pixels than the kernel
+    has taps (ResNet's last stage: 3x3 at 2x2, where 5 of the 9 taps of every
+    output pixel read padding) and no more output pixels than input pixels."""
     n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
     h, w = types[0].shape[2:]
     return (g == 1 and (sh, sw) == (1, 1) and tuple(params["dilation"]) == (1, 1)
-            and not is_symbolic(types[0].shape)
+            and not is_symbolic(types[0].shape) and n >= WHOLE_IMAGE_MIN_BATCH
             and h * w < kh * kw and ho * wo <= h * w)
 
 
