@@ -4,8 +4,9 @@ time, in the panels the target's kernel reads.
 A ``FusedLinear`` (or a ``MatMul``, which becomes one with a zero bias: its
 FMAs start from 0 as MatMul's do) whose ``b`` is a constant (a
 ``fuel.const`` or views of one: ``Reshape``, ``Transpose``, ``Permute``,
-``Contiguize`` (the Conv2D recipe's ``w^T`` of few output pixels), or a
-``Concat`` of those (sibling products ``fuel-fuse`` merged); not batched: every axis but the last two of size 1, or a ``BroadcastTo``
+``Contiguize`` (the Conv2D recipe's ``w^T`` of few output pixels), ``Slice``,
+``Unsqueeze``, ``Squeeze``, or a ``Concat`` of those (sibling products
+``fuel-fuse`` merged; the Conv2D recipe's whole-image weight, ``conv2d.whole_image``); not batched: every axis but the last two of size 1, or a ``BroadcastTo``
 over them) gets ``b_panel = nr`` and, as ``b``,
 ``Contiguize(Permute(Reshape(b, [K, N/nr, nr]), [1, 0, 2]))``: B's column
 panels of ``nr``, K-major within a panel (``[N/nr, K, nr]``). The plan's
@@ -36,7 +37,7 @@ from compiler.passes import _fuel
 from compiler.passes._target import target_of_pass
 
 #: Views and copies of a constant the plan folds with it.
-_VIEWS = ("reshape", "transpose", "permute", "contiguize")
+_VIEWS = ("reshape", "transpose", "permute", "contiguize", "slice", "unsqueeze", "squeeze")
 #: Fewer columns than this keep the plain kernel (a head of a few columns:
 #: the packed kernel is one more instance to compile for little gain). In
 #: columns, not panels, so that targets of either panel width decide alike.

@@ -115,3 +115,54 @@ def test_a_one_pixel_image_is_channels_last_already(target):
     m = compile(g, target=target)
     for n in (1, 8):
         _check(m, g, rng.standard_normal((n, 96, 1, 1)).astype(np.float32), 2e-5)
+
+
+WHOLE_IMAGE_CASES = [  # x shape, Cout, kernel, padding: fewer input pixels than taps, stride 1
+    ((8, 64, 2, 2), 64, 3, 1),      # ResNet's last stage at batch 8
+    ((3, 16, 1, 1), 32, 3, 1),      # a padded 1x1 image: the centre tap alone
+    ((2, 8, 3, 3), 64, 5, 2),       # 5x5 over 3x3
+    ((2, 8, 2, 3), 64, (3, 5), (1, 2)),  # uneven
+]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("xshape,cout,k,padding", WHOLE_IMAGE_CASES)
+def test_whole_image_conv_is_one_matmul(target, xshape, cout, k, padding):
+    # an image of fewer pixels than the kernel has taps multiplies x [N,
+    # Cin*H*W] by a weight that maps the whole image (built and packed at
+    # compile time): no pad, no im2col, no copy in or out
+    from runtime.executor import ContiguizeStep, KernelStep
+    g = _graph(xshape, cout, k, 1, padding)
+    m = compile(g, target=target)
+    x = np.random.default_rng(6).standard_normal(xshape).astype(np.float32)
+    _check(m, g, x, 2e-5)
+    kernels = [s.key.op.name if s.key.op is not None else "RuntimeFused"
+               for s in m.plan.steps if isinstance(s, KernelStep)]
+    assert kernels[0] in ("FusedLinear", "MatMul") and len(kernels) == 2, kernels
+    assert not any(isinstance(s, ContiguizeStep) for s in m.plan.steps), m.plan.steps
+
+
+def test_whole_image_conv_in_f64_with_a_skip():
+    from compiler.registry.builders import conv2d as conv
+    rng = np.random.default_rng(7)
+    g = Graph()
+    x = g.input("x", (4, 32, 2, 2), "f64")
+    w = g.constant(rng.standard_normal((32, 32, 3, 3)) * 0.1, name="w")
+    b = g.constant(rng.standard_normal(32), name="b")
+    g.output((conv(x, w, b, padding=1) + x).relu(), name="y")
+    m = compile(g)
+    _check(m, g, rng.standard_normal((4, 32, 2, 2)), 1e-12)
+
+
+def test_whole_image_needs_a_static_batch_of_images():
+    # a run-time batch keeps the im2col form (its plan serves every batch),
+    # and so does one image (its one-row product would read a larger weight)
+    g = _graph(("batch", 32, 2, 2), 64, 3, 1, 1)
+    m = compile(g)
+    rng = np.random.default_rng(8)
+    for n in (1, 5):
+        _check(m, g, rng.standard_normal((n, 32, 2, 2)).astype(np.float32), 2e-5)
+    g = _graph((1, 32, 2, 2), 64, 3, 1, 1)
+    m = compile(g)
+    _check(m, g, rng.standard_normal((1, 32, 2, 2)).astype(np.float32), 2e-5)
+    assert any(s.startswith("Concat[") for s in m.kernel_summary()), m.kernel_summary()

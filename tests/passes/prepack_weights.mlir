@@ -166,3 +166,29 @@ func.func @kept(%x: tensor<8x64xf32>, %win: tensor<64x96xf32>, %xh: tensor<8x64x
   %6 = "fuel.fused_linear"(%x, %w1k, %bin) : (tensor<8x64xf32>, tensor<64x1000xf32>, tensor<1000xf32>) -> tensor<8x1000xf32>
   return %0, %1, %2, %3, %4, %5, %6 : tensor<8x96xf32>, tensor<8x40xf32>, tensor<8x16xf32>, tensor<8x96xf16>, tensor<2x8x96xf32>, tensor<8x66xf32>, tensor<8x1000xf32>
 }
+
+// -----
+
+// Slices and unsqueezes of a constant, stacked by a Concat (the Conv2D recipe's
+// whole-image weight, registry/ops/conv2d.py: whole_image) are a constant the
+// plan folds: the product's weight is packed.
+// CHECK-LABEL: func.func @sliced_stack
+// CHECK:         %[[CAT:.*]] = "fuel.concat"
+// CHECK-NEXT:    %[[WD:.*]] = "fuel.reshape"(%[[CAT]]) {shape = [16, 64]}
+// CHECK:         %[[R:.*]] = "fuel.reshape"(%[[WD]]) {shape = [16, 4, 16]}
+// CHECK-NEXT:    %[[P:.*]] = "fuel.permute"(%[[R]]) {perm = [1, 0, 2]}
+// CHECK-NEXT:    %[[C:.*]] = "fuel.contiguize"(%[[P]])
+// CHECK:         "fuel.fused_linear"(%arg0, %[[C]], %{{.*}}) {b_panel = 16 : i64} : (tensor<8x16xf32>, tensor<4x16x16xf32>, tensor<64xf32>) -> tensor<8x64xf32>
+func.func @sliced_stack(%x: tensor<8x16xf32>) -> tensor<8x64xf32> {
+  %w = "fuel.const"() {dtype = "f32", name = "w", shape = [8, 3, 32]} : () -> tensor<8x3x32xf32>
+  %s0 = "fuel.slice"(%w) {dim = 1 : i64, start = 0 : i64, len = 2 : i64} : (tensor<8x3x32xf32>) -> tensor<8x2x32xf32>
+  %s1 = "fuel.slice"(%w) {dim = 1 : i64, start = 1 : i64, len = 2 : i64} : (tensor<8x3x32xf32>) -> tensor<8x2x32xf32>
+  %u0 = "fuel.unsqueeze"(%s0) {dim = 3 : i64} : (tensor<8x2x32xf32>) -> tensor<8x2x32x1xf32>
+  %u1 = "fuel.unsqueeze"(%s1) {dim = 3 : i64} : (tensor<8x2x32xf32>) -> tensor<8x2x32x1xf32>
+  %cat = "fuel.concat"(%u0, %u1) {dim = 3 : i64} : (tensor<8x2x32x1xf32>, tensor<8x2x32x1xf32>) -> tensor<8x2x32x2xf32>
+  %wd = "fuel.reshape"(%cat) {shape = [16, 64]} : (tensor<8x2x32x2xf32>) -> tensor<16x64xf32>
+  %0 = "fuel.mat_mul"(%x, %wd) : (tensor<8x16xf32>, tensor<16x64xf32>) -> tensor<8x64xf32>
+  return %0 : tensor<8x64xf32>
+}
+// V4-LABEL:    func.func @sliced_stack
+// V4:            "fuel.fused_linear"(%arg0, %{{.*}}, %{{.*}}) {b_panel = 32 : i64}

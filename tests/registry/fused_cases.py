@@ -85,7 +85,11 @@ def cases():
                    ([f(2, 3, 6, 5), f(4, 3, 3, 3), f(4), f(2, 4, 6, 5)],
                     {"padding": (1, 1), "residual": True, "clamp_min": 0.0}),
                    ([f(1, 4, 5, 5), f(4, 1, 3, 3), f(1, 4, 3, 3)],
-                    {"stride": (2, 2), "padding": (1, 1), "groups": 4, "residual": True})],
+                    {"stride": (2, 2), "padding": (1, 1), "groups": 4, "residual": True}),
+                   # fewer pixels than taps: one map of the whole image (conv2d.whole_image)
+                   ([f(2, 3, 2, 2), f(4, 3, 3, 3), f(4), f(2, 4, 2, 2)],
+                    {"padding": (1, 1), "residual": True, "clamp_min": 0.0}),
+                   ([f(3, 2, 2, 3), f(5, 2, 3, 5)], {"padding": (1, 2)})],
         "MaxPool2D": [([f(1, 2, 5, 5)], {"kernel": (3, 3), "stride": (2, 2),
                                          "padding": (1, 1, 1, 1)}),
                       ([f(2, 3, 7, 6)], {"kernel": (2, 3), "stride": (1, 2),

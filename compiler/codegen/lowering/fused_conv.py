@@ -881,7 +881,7 @@ def _register_kernel() -> None:
                 "residual": True if p.residual else None,
                 "image_at_run_time": True if p.image_at_run_time else None}
 
-    from compiler.registry.ops.conv2d import is_depthwise
+    from compiler.registry.ops.conv2d import is_depthwise, whole_image
 
     # The ``direct`` groups-1 convs and the stride-1/2 depthwise ones run here
     # (``_direct``); other groups-1 convs take the recipe (im2col + the tiled,
@@ -905,7 +905,8 @@ def _register_kernel() -> None:
             return True
         if params["groups"] == 1:
             return direct(1, params["stride"], types[1].shape[2:], params["padding"],
-                          params["dilation"]) and not few_pixels(params, types)
+                          params["dilation"]) and not few_pixels(params, types) \
+                and not whole_image(types, params)
         if is_depthwise(types, params):
             return direct_depthwise(params["stride"], params["dilation"])
         return True

@@ -41,7 +41,7 @@ from ..grammar import Bind, op
 from ._common import (OpKind, ParamSpec, TensorType, DType, check_arity, check_float,
                       dtype_of, fail, fmt_types, iota_index, np, out, wide)
 from compiler.graph.ops import same_shape
-from compiler.graph.symbolic import window_count
+from compiler.graph.symbolic import is_symbolic, window_count
 
 NAME = "Conv2D"
 
@@ -388,6 +388,61 @@ def _few_pixels_product(cols, types, n, kk, cout, ho, wo, params):
     return op("Reshape", y, shape=(n, cout, ho, wo))
 
 
+#: The fewest images for ``whole_image``: its weight is Ho*Wo*H*W / (Kh*Kw)
+#: times w (3x3 at 2x2: 1.8x), and one image's product is one row, bound by
+#: reading that weight. ResNet-style (docs/benchmarks.md), one znver4 thread,
+#: whole model, fastest calls: batch 1 0.85-0.87 -> 1.06-1.10 ms (AVX-512),
+#: batch 2 2.67-2.75 -> 2.35-2.45 (x86-64-v3), batch 8 7.20-7.45 -> 6.76-7.14.
+WHOLE_IMAGE_MIN_BATCH = 2
+
+
+def whole_image(types, params) -> bool:
+    """Whether a groups-1 conv is cheaper as one linear map of each whole image
+    (``_whole_image_product``): stride 1, no dilation, a static batch of at
+    least ``WHOLE_IMAGE_MIN_BATCH``, an input of fewer pixels than the kernel
+    has taps (ResNet's last stage: 3x3 at 2x2, where 5 of the 9 taps of every
+    output pixel read padding) and no more output pixels than input pixels."""
+    n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
+    h, w = types[0].shape[2:]
+    return (g == 1 and (sh, sw) == (1, 1) and tuple(params["dilation"]) == (1, 1)
+            and not is_symbolic(types[0].shape) and n >= WHOLE_IMAGE_MIN_BATCH
+            and h * w < kh * kw and ho * wo <= h * w)
+
+
+def _whole_image_product(params, types):
+    """The conv of a tiny image as one matmul: ``x [N, Cin*H*W] @ Wd [Cin*H*W,
+    Cout*Ho*Wo]`` (x and the product are NCHW as they are: views, no copy in
+    or out, no padding, no im2col). ``Wd[(ci, iy, ix), (co, oy, ox)]`` is the
+    weight of the one tap that takes input pixel (iy, ix) to output pixel
+    (oy, ox) (stride 1: tap ``(iy - oy + ph, ix - ox + pw)``), 0 where no tap
+    does: per output pixel, the H x W window of the weight that the padding
+    puts over the image, cut from w zero-padded where the window leaves the
+    kernel, and stacked on a last axis. Work on w only: the plan folds it into
+    a constant (each slice rests on all of w, so the stack passes
+    ``plan.fold_constant_steps``' growth rule) and ``fuel-prepack-weights``
+    packs it. Only the products of taps that read the image are computed (3x3
+    at 2x2: 4 of 9 taps), each output element sums them in (ci, iy, ix)
+    order."""
+    n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
+    h, w = types[0].shape[2:]
+    # window of output row oy over the kernel rows: [ph - oy, ph - oy + h)
+    top, bottom = max(0, ho - 1 - ph), max(0, ph + h - kh)
+    left, right = max(0, wo - 1 - pw), max(0, pw + w - kw)
+    wt = op("Permute", Bind(1), perm=(1, 2, 3, 0))                       # [cin, kh, kw, cout]
+    if top or bottom or left or right:
+        wt = op("Pad", wt, padding=(0, 0, top, bottom, left, right, 0, 0), mode="constant", value=0.0)
+    slabs = []
+    for oy in range(ho):
+        for ox in range(wo):
+            t = op("Slice", wt, dim=1, start=top + ph - oy, len=h)
+            t = op("Slice", t, dim=2, start=left + pw - ox, len=w)          # [cin, h, w, cout]
+            slabs.append(op("Unsqueeze", t, dim=4))
+    dense = slabs[0] if len(slabs) == 1 else op("Concat", *slabs, dim=4)  # [cin, h, w, cout, P]
+    dense = op("Reshape", dense, shape=(cin * h * w, cout * ho * wo))
+    y = op("MatMul", op("Reshape", Bind(0), shape=(n, cin * h * w)), dense)
+    return op("Reshape", y, shape=(n, cout, ho, wo))
+
+
 def _build_gemm(params, types):
     """groups = 1: ``w [Cout, Cin*Kh*Kw] @ cols [Cin*Kh*Kw, Ho*Wo]`` per image.
     A 1x1 kernel with stride 1 and no padding reads x itself as ``cols``;
@@ -400,6 +455,8 @@ def _build_gemm(params, types):
     n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
     dh, dw = params["dilation"]
     kk = cin * kh * kw
+    if whole_image(types, params):
+        return _bias(_whole_image_product(params, types), types, n, cout, ho, wo)
     if (ho * wo < min(cout, 64) and kh * kw <= _ONE_CONCAT_TAPS
             and (n == 1 or ho * wo <= _ROWS_OF_PIXELS)):
         return _bias(_few_pixels(params, types), types, n, cout, ho, wo)
