@@ -27,6 +27,7 @@ from compiler.passes import ModulePass, register_pass
 from compiler.passes import _fuel
 from compiler.passes._target import TargetError, resolve_backends, resolve_target
 from compiler.passes.diagnostics import emit_error, emit_warning
+from compiler.registry.errors import KernelPredicateError
 from runtime.keys import binding_dtypes
 from runtime.symbols import Sym
 
@@ -58,6 +59,8 @@ def has_kernel(op, table, backends) -> bool:
     try:
         return kernel_serves(entry.name, _fuel.params(op),
                              [_fuel.tensor_type(v, dims) for v in op.operands])
+    except KernelPredicateError:
+        raise
     except Exception:
         return True  # unreadable params: the table decides, as before
 

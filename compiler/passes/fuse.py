@@ -68,6 +68,7 @@ from compiler.passes import ModulePass, register_pass
 from compiler.passes import _fuel
 from compiler.passes._target import target_of_pass
 from compiler.passes.diagnostics import emit_error, emit_remark
+from compiler.registry.errors import KernelPredicateError
 # the views of a constant that move with it: those fuel-prepack-weights reads through
 from compiler.passes.prepack import _VIEWS as _CONST_VIEWS, _panel
 
@@ -382,6 +383,8 @@ class Fuse(ModulePass):
         try:
             servable = kernel_available(entry, params, in_types, dts, self._table,
                                         self._backends)
+        except KernelPredicateError:
+            raise
         except Exception:  # a kernel predicate undecidable on symbolic extents
             servable = False
         if not servable:
@@ -544,6 +547,8 @@ def fold_conv_residuals(module, table, backends) -> int:
             with dims.recording("fuel-fuse"):   # the skip's ? batch is the conv's (same type)
                 if not kernel_available(entry, params, in_types, dts, table, backends):
                     continue
+        except KernelPredicateError:
+            raise
         except Exception:  # a kernel predicate undecidable on symbolic extents
             continue
         with ir.InsertionPoint(add), add.location:
@@ -592,6 +597,8 @@ def fold_conv_epilogues(module, table, backends) -> int:
             dts = [t.dtype for t in in_types] + [_fuel.dtype_of(conv.results[0])]
             if not kernel_available(entry, params, in_types, dts, table, backends):
                 continue
+        except KernelPredicateError:
+            raise
         except Exception:  # a kernel predicate undecidable on symbolic extents
             continue
         with ir.InsertionPoint(conv), act.location:
@@ -724,6 +731,8 @@ def fold_linear_epilogues(module, table, backends) -> int:
             dts = [t.dtype for t in in_types] + [_fuel.dtype_of(y)]
             if not kernel_available(entry, params, in_types, dts, table, backends):
                 continue
+        except KernelPredicateError:
+            raise
         except Exception:  # ``?`` extents: no static types to ask the table with
             continue
         with ir.InsertionPoint(lin), act.location:

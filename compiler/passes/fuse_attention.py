@@ -72,6 +72,7 @@ import numpy as np
 
 from compiler.mlir import ir
 from compiler.passes import _fuel
+from compiler.registry.errors import KernelPredicateError
 
 
 @dataclasses.dataclass
@@ -410,6 +411,8 @@ def fuse_attention(module, table, backends, constants=None, forget=lambda op: No
             dts = [t.dtype for t in in_types] + [out_type.dtype]
             if not kernel_available(entry, params, in_types, dts, table, backends):
                 continue
+        except KernelPredicateError:
+            raise
         except Exception:  # the match does not type as FlashAttn
             continue
         with ir.InsertionPoint(root), root.location:

@@ -3,7 +3,8 @@
     RegistryError          an unknown fused op / id, a malformed entry or registry
     ├── FusedParamsError   a fused node's params do not fit its entry's ParamSpecs
     ├── RecipeError        a recipe or pattern that fails ``validate_recipe``
-    └── RuntimeFusedError  a region that cannot be registered (id space exhausted, ...)
+    ├── RuntimeFusedError  a region that cannot be registered (id space exhausted, ...)
+    └── KernelPredicateError  a kernel's ``serves`` predicate failed (a compiler bug)
 
 Messages name the fused op, the offending part and what would fix it.
 """
@@ -35,3 +36,9 @@ class RecipeError(RegistryError):
 
 class RuntimeFusedError(RegistryError):
     """A runtime fused-op registration that cannot be honoured."""
+
+
+class KernelPredicateError(RegistryError):
+    """A fused kernel's ``serves`` predicate raised on an instance (other than
+    ``SymbolicError``: undecidable on symbolic extents). A bug in the kernel
+    family, never a reason to fuse or not: the passes let it through."""

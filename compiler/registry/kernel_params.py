@@ -22,10 +22,12 @@ from typing import Callable, Sequence
 
 from runtime import params as P
 from runtime.dtype import DType
+from runtime.errors import SymbolicError
 from runtime.params import OpParams
 
 from ..graph.kernel_params import KernelParamsError
 from ..graph.opdef import TensorType
+from .errors import KernelPredicateError
 
 ToParams = Callable[[dict, Sequence[TensorType]], OpParams]
 FromParams = Callable[[OpParams, Sequence[TensorType]], dict]
@@ -73,9 +75,22 @@ def fused_params(name: str) -> FusedParams | None:
 def kernel_serves(name: str, params: dict, in_types: Sequence[TensorType]) -> bool:
     """Whether the kernel of fused entry ``name`` is meant for an instance with
     these graph params and input types (``FusedParams.serves``; True when the
-    entry has no mapping or no such predicate: the binding table decides)."""
+    entry has no mapping or no such predicate: the binding table decides).
+    ``SymbolicError`` (undecidable on symbolic extents) reaches the caller,
+    which decides; any other failure of the predicate is a
+    ``KernelPredicateError`` naming the op, its params and inputs."""
     spec = _MAPPINGS.get(name)
-    return spec is None or spec.serves is None or bool(spec.serves(params, in_types))
+    if spec is None or spec.serves is None:
+        return True
+    try:
+        return bool(spec.serves(params, in_types))
+    except SymbolicError:
+        raise
+    except Exception as e:
+        raise KernelPredicateError(
+            f"{name}: the kernel's serves predicate failed on params {params} and inputs "
+            f"[{_types(in_types)}]: {type(e).__name__}: {e} (a bug in its kernel family; "
+            "report it with this message)") from e
 
 
 def _types(types) -> str:
