@@ -90,3 +90,34 @@ def test_a_compile_imports_neither_the_linalg_package_nor_unused_dialects(tmp_pa
     assert res.returncode == 0, res.stderr
     loaded = eval(res.stdout.strip().splitlines()[-1])
     assert "linalg" not in loaded and "gpu" not in loaded and "func" in loaded, loaded
+
+
+def test_a_worker_task_does_not_import_the_linalg_package(tmp_path):
+    """A compile worker's task (``jobs.emit_object``) in a fresh process that
+    never built a linalg op: lowering reads the owners of parsed linalg ops,
+    which made the bindings import the package (0.2 s) at a worker's first
+    kernel."""
+    text = textwrap.dedent("""
+        func.func @kernel(%a: tensor<4x8xf32>, %b: tensor<8x3xf32>) -> tensor<4x3xf32>
+            attributes {llvm.emit_c_interface} {
+          %z = arith.constant 0.0 : f32
+          %e = tensor.empty() : tensor<4x3xf32>
+          %f = linalg.fill ins(%z : f32) outs(%e : tensor<4x3xf32>) -> tensor<4x3xf32>
+          %m = linalg.matmul ins(%a, %b : tensor<4x8xf32>, tensor<8x3xf32>)
+                             outs(%f : tensor<4x3xf32>) -> tensor<4x3xf32>
+          return %m : tensor<4x3xf32>
+        }""")
+    code = textwrap.dedent(f"""
+        import sys
+        from compiler.codegen.jobs import emit_object
+        from compiler.targets import parse_target
+        target = parse_target("cpu")
+        strategy = target.codegen.choose_strategy({text!r}, ["kernel"], target)
+        assert emit_object({text!r}, target, strategy)[:4] == b"\\x7fELF"
+        print("torch_mlir.dialects.linalg" in sys.modules or "mlir.dialects.linalg" in sys.modules)
+    """)
+    env = dict(os.environ, PYTHONPATH=ROOT, FUELC_CACHE_DIR=str(tmp_path))
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().splitlines()[-1] == "False", res.stdout
