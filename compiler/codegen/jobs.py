@@ -209,8 +209,10 @@ def _preload() -> None:
     from compiler.targets import parse_target
     parse_target("cpu:host").codegen
     import compiler.mlir as mlir
-    mlir.llvm, mlir.transform  # noqa: B018 - imported on first use by a task, not by a caller
-    importlib.import_module(f"{mlir._root.__name__}.dialects.transform.interpreter")
+    mlir.llvm, mlir.transform, mlir.tensor  # noqa: B018 - imported on a task's first use
+    # builtin: what the bindings import the first time a task reads a module's ops
+    for name in ("transform.interpreter", "builtin"):
+        importlib.import_module(f"{mlir._root.__name__}.dialects.{name}")
 
 
 def fork_safe() -> bool:
