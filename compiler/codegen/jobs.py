@@ -408,7 +408,8 @@ def expected_cost(text: str, strategy=None) -> int:
     the order only decides which task starts first, never what an object
     contains."""
     cost = len(text)
-    for script in (getattr(strategy, "tensor_transform", None), getattr(strategy, "transform", None)):
+    for script in (getattr(strategy, "tensor_transform", None),
+                   getattr(strategy, "transform", None)):
         for part in (script,) if isinstance(script, str) else script or ():
             cost += len(part)
     return cost

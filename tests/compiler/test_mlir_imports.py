@@ -97,7 +97,7 @@ def test_a_worker_imports_no_bindings_module_in_its_tasks(tmp_path):
     (``jobs._preload``, while the calling process runs the passes): a task
     (``jobs.emit_object``) then imports no module of the bindings. In
     particular lowering reads the owners of parsed linalg ops, which made
-    the bindings import the ``dialects.linalg`` package (0.2 s) at a worker's
+    the bindings import the ``dialects.linalg`` package (0.07 s) at a worker's
     first kernel; and the builtin and tensor dialects' modules."""
     import pickle
     from compiler.targets import parse_target
