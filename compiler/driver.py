@@ -574,13 +574,14 @@ def _precompile(module: CompiledModule, executor=None, pool=None,
     from .codegen.jobs import precompile
     if module.target.kind != "cpu" or not runnable_here(module.target):
         return
-    items = []
-    for i, step in enumerate(module.plan.steps):
-        try:
-            items += _step_instances(module, i, step)
-        except FuelError:
-            pass  # reported with the step's name by _warm
-    precompile(items, module.target, executor=executor if executor is not None else pool,
+
+    def items():  # made while the first cold instance compiles (codegen.jobs.precompile)
+        for i, step in enumerate(module.plan.steps):
+            try:
+                yield from _step_instances(module, i, step)
+            except FuelError:
+                pass  # reported with the step's name by _warm
+    precompile(items(), module.target, executor=executor if executor is not None else pool,
                progress=progress)
 
 

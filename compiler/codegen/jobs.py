@@ -44,7 +44,7 @@ import subprocess
 import sys
 import threading
 import warnings
-from typing import Callable, Sequence
+from typing import Callable, Iterable
 
 from compiler.errors import CompilerError
 from runtime.errors import FuelError
@@ -209,8 +209,10 @@ def _preload() -> None:
     from compiler.targets import parse_target
     parse_target("cpu:host").codegen
     import compiler.mlir as mlir
-    mlir.llvm, mlir.transform  # noqa: B018 - imported on first use by a task, not by a caller
-    importlib.import_module(f"{mlir._root.__name__}.dialects.transform.interpreter")
+    mlir.llvm, mlir.transform, mlir.tensor  # noqa: B018 - imported on a task's first use
+    # builtin: what the bindings import the first time a task reads a module's ops
+    for name in ("transform.interpreter", "builtin"):
+        importlib.import_module(f"{mlir._root.__name__}.dialects.{name}")
 
 
 def fork_safe() -> bool:
@@ -304,11 +306,12 @@ class _Job:
         self.future = None
 
 
-def precompile(items: Sequence[tuple], target, *,
+def precompile(items: Iterable[tuple], target, *,
                executor: "concurrent.futures.Executor | None" = None,
                progress: Callable[[str], None] = lambda stage: None) -> None:
-    """Compile the ``(family, instance)`` pairs in ``items`` for a cpu
-    ``target`` this machine runs, so that ``family.compiled(instance,
+    """Compile the ``(family, instance)`` pairs in ``items`` (any iterable:
+    the caller's generator of them runs while the first task compiles) for
+    a cpu ``target`` this machine runs, so that ``family.compiled(instance,
     target)`` is then a memo hit. Cold instances go to ``executor`` (fuelc's
     workers or the caller's), each as soon as it is found, and to the calling
     process (all of them without an executor). An instance that fails is left
@@ -318,18 +321,13 @@ def precompile(items: Sequence[tuple], target, *,
     from compiler.codegen.family import ENTRY, for_target, is_compiled, remember
 
     cache, codegen = default_cache(), target.codegen
-    todo = {}
-    for family, inst in items:
-        inst = for_target(inst, target)
-        key = family.entry_key(inst)
-        if not is_compiled(target, key):
-            todo.setdefault(key, (family, inst))
-    total, done = len(todo), [0]
+    pool, cold, texts, seen = executor, [], [], set()
+    done, total = [0], [0]
 
     def finish(job_key, job, obj) -> None:
         remember(target, job_key, obj.ciface(ENTRY, len(job.instance.input_types) + 1))
         done[0] += 1
-        progress(f"codegen {done[0]}/{total}")
+        progress(f"codegen {done[0]}/{total[0]}")
 
     def local(job_key, job) -> None:
         try:
@@ -338,29 +336,42 @@ def precompile(items: Sequence[tuple], target, *,
         except FuelError:
             pass  # warmed again by the caller, which raises it with the step's name
 
-    # Every instance's text first (cheap), then the rest longest first: the
-    # processes take the longest task left whenever they are free (LPT list
-    # scheduling), so the last tasks are short ones and no core idles long at
-    # the end while another compiles a long kernel.
-    texts = []
-    for job_key, (family, inst) in todo.items():
-        try:
-            texts.append((job_key, _Job(family, inst, family.text(inst, target), None)))
-        except FuelError:
-            continue  # warmed again by the caller, which raises it
-    texts.sort(key=lambda item: expected_cost(item[1].text), reverse=True)  # stable: deterministic
-    pool, cold = executor, []
+    def offer(job_key, job) -> bool:
+        """Submit ``job`` if it is cold (no loaded object, no verified disk
+        entry); False: this process loads or compiles it."""
+        if pool is None or cache.has(job.text, [ENTRY], strategy=job.strategy, target=target):
+            return False
+        cold.append((job_key, job))
+        job.future = pool.submit(emit_object, job.text, target, job.strategy)
+        return True
+
     try:
-        for job_key, job in texts:
+        # Every instance's text and strategy first (cheap), then the rest
+        # longest first: the processes take the longest task left whenever they
+        # are free (LPT list scheduling), so the last tasks are short ones and
+        # no core idles long at the end while another compiles a long kernel.
+        # The first cold instance is offered at once, so that a worker compiles
+        # it while this process makes the other texts (docs/compile-at-scale.md).
+        for family, inst in items:
+            inst = for_target(inst, target)
+            job_key = family.entry_key(inst)
+            if job_key in seen or is_compiled(target, job_key):
+                continue
+            seen.add(job_key)
             try:
+                job = _Job(family, inst, family.text(inst, target), None)
                 job.strategy = codegen.choose_strategy(job.text, [ENTRY], target)
             except FuelError:
-                continue
-            if pool is None or cache.has(job.text, [ENTRY], strategy=job.strategy, target=target):
+                continue  # warmed again by the caller, which raises it
+            here = not cold and pool is not None and not offer(job_key, job)  # a cache hit
+            if job.future is None:
+                texts.append((job_key, job, here))
+        total[0] = len(seen)
+        texts.sort(key=lambda item: expected_cost(item[1].text, item[1].strategy),
+                   reverse=True)  # stable: deterministic
+        for job_key, job, here in texts:
+            if here or not offer(job_key, job):
                 local(job_key, job)
-                continue
-            cold.append((job_key, job))
-            job.future = pool.submit(emit_object, job.text, target, job.strategy)
         pending = {job.future: (job_key, job) for job_key, job in cold if job.future}
 
         def collect(futures) -> None:  # store what the workers sent back
@@ -387,13 +398,21 @@ def precompile(items: Sequence[tuple], target, *,
                 job.future.cancel()
 
 
-def expected_cost(text: str) -> int:
-    """How long ``text`` is expected to take to compile, relative to other
-    kernels: its length. Over the cold instances of ``benchmarks/models.py``
-    it ranks the kernels that take longest (direct convolutions, whose
-    schedules unroll the most) first; the order only decides which task
-    starts first, never what an object contains."""
-    return len(text)
+def expected_cost(text: str, strategy=None) -> int:
+    """How long ``text`` is expected to take to compile with ``strategy``,
+    relative to other kernels: the length of the text plus that of the
+    strategy's transform schedules. Over the cold instances of
+    ``benchmarks/models.py`` it ranks first the direct convolutions (long
+    texts) and the tiled products whose schedules unroll the most (BERT's
+    batch matmuls: 1.7 KB of text, 12 KB of schedule, its longest kernels);
+    the order only decides which task starts first, never what an object
+    contains."""
+    cost = len(text)
+    for script in (getattr(strategy, "tensor_transform", None),
+                   getattr(strategy, "transform", None)):
+        for part in (script,) if isinstance(script, str) else script or ():
+            cost += len(part)
+    return cost
 
 
 if __name__ == "__main__":

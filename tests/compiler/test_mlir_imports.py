@@ -90,3 +90,40 @@ def test_a_compile_imports_neither_the_linalg_package_nor_unused_dialects(tmp_pa
     assert res.returncode == 0, res.stderr
     loaded = eval(res.stdout.strip().splitlines()[-1])
     assert "linalg" not in loaded and "gpu" not in loaded and "func" in loaded, loaded
+
+
+def test_a_worker_imports_no_bindings_module_in_its_tasks(tmp_path):
+    """A compile worker imports what its tasks need before its first task
+    (``jobs._preload``, while the calling process runs the passes): a task
+    (``jobs.emit_object``) then imports no module of the bindings. In
+    particular lowering reads the owners of parsed linalg ops, which made
+    the bindings import the ``dialects.linalg`` package (0.07 s) at a worker's
+    first kernel; and the builtin and tensor dialects' modules."""
+    import pickle
+    from compiler.targets import parse_target
+    text = textwrap.dedent("""
+        func.func @kernel(%a: tensor<4x8xf32>, %b: tensor<8x3xf32>) -> tensor<4x3xf32>
+            attributes {llvm.emit_c_interface} {
+          %z = arith.constant 0.0 : f32
+          %e = tensor.empty() : tensor<4x3xf32>
+          %f = linalg.fill ins(%z : f32) outs(%e : tensor<4x3xf32>) -> tensor<4x3xf32>
+          %m = linalg.matmul ins(%a, %b : tensor<4x8xf32>, tensor<8x3xf32>)
+                             outs(%f : tensor<4x3xf32>) -> tensor<4x3xf32>
+          return %m : tensor<4x3xf32>
+        }""")
+    target = parse_target("cpu")
+    task = pickle.dumps((text, target, target.codegen.choose_strategy(text, ["kernel"], target)))
+    code = textwrap.dedent(f"""
+        import pickle, sys
+        from compiler.codegen import jobs
+        task = pickle.loads({task!r})
+        jobs._preload()
+        before = set(sys.modules)
+        assert jobs.emit_object(*task)[:4] == b"\\x7fELF"
+        print(sorted(m for m in set(sys.modules) - before if m.startswith(("torch_mlir", "mlir"))))
+    """)
+    env = dict(os.environ, PYTHONPATH=ROOT, FUELC_CACHE_DIR=str(tmp_path))
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().splitlines()[-1] == "[]", res.stdout

@@ -17,6 +17,12 @@ from typing import Callable, Iterable, Optional, Sequence
 
 from compiler.errors import CodegenError, PipelineError
 from compiler.mlir import MLIRError, arith, bufferization, func, ir, memref, passmanager
+# Imported for its side effect: the bindings find linalg's op classes in
+# ``compiler.mlir.linalg`` when code here reads a parsed op's ``owner``,
+# instead of importing the ``dialects.linalg`` package (0.07 s of CPU, once per
+# process: a compile worker that never built a linalg op paid it at its first
+# kernel; docs/compile-at-scale.md).
+from compiler.mlir import linalg  # noqa: F401
 from compiler.reproducer import reproducer_dir
 
 Fail = Callable[..., PipelineError]
