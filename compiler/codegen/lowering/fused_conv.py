@@ -818,9 +818,9 @@ def _stem(x, w, bias, s, elt, xshape, wshape, pad, stride, oshape, act, skip=Non
     col = d[3] + ir.AffineFloorDivExpr.get(d[6], c(g.sw))
     size = [1, cout, ho, wo]
 
-    def columns(planes, w_out, skip_i, c0, cw):
+    def columns(planes, dest, skip_i, c0, cw):
         """Output columns [c0, c0 + cw) of one image: the contraction and
-        its epilogue, written into ``w_out``."""
+        its epilogue, written into ``dest`` (the image's output)."""
         part = [1, cout, ho, cw]
         if cw != wo:
             planes = extract_slice(planes, [0, 0, 0, c0],
@@ -834,9 +834,9 @@ def _stem(x, w, bias, s, elt, xshape, wshape, pad, stride, oshape, act, skip=Non
                       [PARALLEL] * 4 + [REDUCTION] * 3,
                       lambda a, b, o: s.add(o, s.mul(a, b)))[0]
         acc.owner.attributes[CONTRACT_ATTR] = ir.UnitAttr.get()
-        init = w_out if cw == wo else extract_slice(w_out, [0, 0, 0, c0], part)
+        init = dest if cw == wo else extract_slice(dest, [0, 0, 0, c0], part)
         y = _epilogue(acc, bias, s, act, init, STEM_ATTR, skip_i)
-        return y if cw == wo else insert_slice(y, w_out, [0, 0, 0, c0])
+        return y if cw == wo else insert_slice(y, dest, [0, 0, 0, c0])
 
     def image(i, out, xp, planes):
         xp = insert_slice(slice_at(x, [i], [1, cin, h, wd]), xp, [0, 0, g.ph, g.pw])
@@ -863,12 +863,13 @@ def _stem_column_blocks(wo: int) -> list[tuple[int, int]]:
     (the same taps in the same order: the same bits). The partial tile's
     vectors (``vector<6x1x15xf32>`` for wav2vec2's 1599 columns) became
     scalar code with spilled accumulators: 1->128 k10 s5 at 8000, batch 8,
-    one znver4 thread, x86-64-v3, the conv alone 0.68 ms, with 1600
-    columns 0.57."""
+    one znver4 thread, x86-64-v3, the conv alone 0.69-0.71 -> 0.61-0.69 ms
+    (docs/architecture.md, stems)."""
     rest = wo % _PIXEL_BLOCK
     if wo <= _PIXEL_BLOCK or rest & (rest - 1) == 0:
         return [(0, wo)]
     return [(0, wo - rest), (wo - _PIXEL_BLOCK, _PIXEL_BLOCK)]
+
 
 #: The bytes a depthwise conv's channel block (planes and accumulators) may
 #: take (``_Geometry.channel_block``). MobileNetV2 batch 8, one znver4 core,
