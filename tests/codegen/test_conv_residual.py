@@ -27,6 +27,8 @@ CONVS = {
     "pointwise": ((2, 6, 5, 5), (8, 6, 1, 1), 1, 0, 1, True),
     "pointwise-nobias": ((2, 16, 9, 9), (16, 16, 1, 1), 1, 0, 1, False),
     "stem": ((2, 3, 16, 16), (8, 3, 3, 3), 2, 1, 1, True),
+    # 22 columns: a block of 16 and the last 16 (fused_conv._stem_column_blocks)
+    "stem-overlap": ((1, 3, 6, 44), (8, 3, 3, 3), 2, 1, 1, True),
     "pointwise-recipe": ((2, 6, 5, 5), (9, 6, 1, 1), 1, 0, 1, True),
     "few-pixels-recipe": ((2, 32, 4, 4), (32, 32, 3, 3), 1, 1, 1, True),
 }
@@ -65,7 +67,7 @@ def test_conv_plus_skip_is_one_kernel_and_matches_the_reference(conv, act):
         assert m.kernel_summary() == _kernels(3 + CONVS[conv][5]), m.kernel_summary()
 
 
-@pytest.mark.parametrize("conv", ["direct", "depthwise-s2", "pointwise", "stem"])
+@pytest.mark.parametrize("conv", ["direct", "depthwise-s2", "pointwise", "stem", "stem-overlap"])
 def test_residual_on_the_avx2_baseline_and_in_f64(conv):
     for target, dtype in (("cpu:x86-64-v3", "f32"), ("cpu", "f64")):
         gr, feeds = _graph(conv, "relu", dtype)

@@ -12,7 +12,7 @@ from compiler import Graph, compile, interpret
 from compiler.codegen.cpu import pipeline
 from compiler.codegen.family import CONTRACT_ATTR, DIRECT_CONV_ATTR, STEM_ATTR, \
     single_op_linalg_text
-from compiler.codegen.lowering.fused_conv import STEM_CHANNELS, stem
+from compiler.codegen.lowering.fused_conv import STEM_CHANNELS, _stem_column_blocks, stem
 from compiler.graph.opdef import TensorType
 from compiler.registry.builders import conv2d
 from runtime.dtype import DType
@@ -195,6 +195,29 @@ def test_conv1d_stem_with_gelu_takes_the_erf_tiles(target, tile):
     assert r.strategy.name == f"conv-stem-f32-{tile}", r.strategy.name
     mr, nr = tile.split("x")
     assert f"-> (vector<{mr}x1x{nr}xf32>)" in r.stages["tensor-transform"]
+
+
+@pytest.mark.parametrize("target", ["cpu", "cpu:x86-64-v3"])
+def test_a_partial_last_tile_is_the_last_whole_tile_of_columns(target):
+    # 1599 columns (wav2vec2's first conv): not 99 tiles and a 15-wide one
+    # (a vector<6x1x15xf32> became scalar code) but 99 and the last 16
+    # columns, which recompute 15 of the tile before: the same bits as one
+    # conv per column block (here: the reference's per-column sums agree,
+    # and the overlapping columns equal a conv of the last 16 alone)
+    assert _stem_column_blocks(1599) == [(0, 1584), (1583, 16)]
+    assert _stem_column_blocks(56) == [(0, 56)] and _stem_column_blocks(16) == [(0, 16)]
+    text = _text(x=(1, 1, 1, 8000), w=(16, 1, 1, 10), stride=(1, 5), padding=(0, 0), gelu=True)
+    r = pipeline.lower(text, ["kernel"], target=target, keep_ir=True)
+    tiled = r.stages["tensor-transform"]
+    assert "x15xf32>" not in tiled and "x1x16xf32>" in tiled, tiled
+    g, x = _graph((2, 1, 1, 8000), 16, (1, 10), (0, 0), act="gelu", stride=(1, 5))
+    m = compile(g, target=target)
+    got = m.run(x=x)["y"]
+    np.testing.assert_allclose(got, interpret(g, {"x": x})["y"], rtol=1e-5, atol=1e-6)
+    # the last 80 samples alone give the last 15 columns: bit for bit the same
+    g2, _ = _graph((2, 1, 1, 80), 16, (1, 10), (0, 0), act="gelu", stride=(1, 5))
+    tail = compile(g2, target=target).run(x=np.ascontiguousarray(x[..., -80:]))["y"]
+    np.testing.assert_array_equal(got[..., -15:], tail)
 
 
 def test_stem_class():

@@ -26,7 +26,7 @@ from .core import (PARALLEL, REDUCTION, Lowering, Scalar, affine_map, dims, empt
                    fill, collapse, from_compute, generic, identity_map, index, insert_at, lowers,
                    rtt, slice_at, to_compute)
 from .fused_norm import _for
-from .layout import insert_slice
+from .layout import extract_slice, insert_slice
 
 
 def _pair(v, what) -> tuple[int, int]:
@@ -818,10 +818,15 @@ def _stem(x, w, bias, s, elt, xshape, wshape, pad, stride, oshape, act, skip=Non
     col = d[3] + ir.AffineFloorDivExpr.get(d[6], c(g.sw))
     size = [1, cout, ho, wo]
 
-    def image(i, out, xp, planes):
-        xp = insert_slice(slice_at(x, [i], [1, cin, h, wd]), xp, [0, 0, g.ph, g.pw])
-        planes, = _split_phases(xp, [planes], g, phases, s, stacked=True)
-        zero = fill(s.const(0), empty(size, elt))
+    def columns(planes, dest, skip_i, c0, cw):
+        """Output columns [c0, c0 + cw) of one image: the contraction and
+        its epilogue, written into ``dest`` (the image's output)."""
+        part = [1, cout, ho, cw]
+        if cw != wo:
+            planes = extract_slice(planes, [0, 0, 0, c0],
+                                   [1, cin * nph, g.rows, cw + (kw - 1) // g.sw])
+            skip_i = None if skip_i is None else extract_slice(skip_i, [0, 0, 0, c0], part)
+        zero = fill(s.const(0), empty(part, elt))
         zero.owner.attributes[STEM_ATTR] = ir.UnitAttr.get()   # vectorized in the tile
         acc = generic([planes, w], [zero],
                       [affine_map(7, [0, ch, row, col]), affine_map(7, [1, 4, 5, 6]),
@@ -829,8 +834,17 @@ def _stem(x, w, bias, s, elt, xshape, wshape, pad, stride, oshape, act, skip=Non
                       [PARALLEL] * 4 + [REDUCTION] * 3,
                       lambda a, b, o: s.add(o, s.mul(a, b)))[0]
         acc.owner.attributes[CONTRACT_ATTR] = ir.UnitAttr.get()
-        y = _epilogue(acc, bias, s, act, slice_at(out, [i], size), STEM_ATTR,
-                      None if skip is None else slice_at(skip, [i], size))
+        init = dest if cw == wo else extract_slice(dest, [0, 0, 0, c0], part)
+        y = _epilogue(acc, bias, s, act, init, STEM_ATTR, skip_i)
+        return y if cw == wo else insert_slice(y, dest, [0, 0, 0, c0])
+
+    def image(i, out, xp, planes):
+        xp = insert_slice(slice_at(x, [i], [1, cin, h, wd]), xp, [0, 0, g.ph, g.pw])
+        planes, = _split_phases(xp, [planes], g, phases, s, stacked=True)
+        y = slice_at(out, [i], size)
+        skip_i = None if skip is None else slice_at(skip, [i], size)
+        for c0, cw in _stem_column_blocks(wo):
+            y = columns(planes, y, skip_i, c0, cw)
         return [insert_at(y, out, [i]), xp, planes]
 
     return _for(n, [empty([n, cout, ho, wo], elt), xp0, planes0], image)[0]
@@ -838,6 +852,24 @@ def _stem(x, w, bias, s, elt, xshape, wshape, pad, stride, oshape, act, skip=Non
 
 #: The direct convolution computes a multiple of this many pixels per image.
 _PIXEL_BLOCK = 16
+
+
+def _stem_column_blocks(wo: int) -> list[tuple[int, int]]:
+    """The (first column, width) blocks of a stem's output rows: all of
+    them, or, where the last register tile (``_PIXEL_BLOCK`` columns wide,
+    the stem tiles' widest ``nr``) would be partial and not a power of two
+    wide, the whole tiles and then the last ``_PIXEL_BLOCK`` columns as a
+    block of their own, which recomputes a few columns of the one before
+    (the same taps in the same order: the same bits). The partial tile's
+    vectors (``vector<6x1x15xf32>`` for wav2vec2's 1599 columns) became
+    scalar code with spilled accumulators: 1->128 k10 s5 at 8000, batch 8,
+    one znver4 thread, x86-64-v3, the conv alone 0.69-0.71 -> 0.61-0.69 ms
+    (docs/architecture.md, stems)."""
+    rest = wo % _PIXEL_BLOCK
+    if wo <= _PIXEL_BLOCK or rest & (rest - 1) == 0:
+        return [(0, wo)]
+    return [(0, wo - rest), (wo - _PIXEL_BLOCK, _PIXEL_BLOCK)]
+
 
 #: The bytes a depthwise conv's channel block (planes and accumulators) may
 #: take (``_Geometry.channel_block``). MobileNetV2 batch 8, one znver4 core,

@@ -5,7 +5,8 @@ stacked stride phases of the padded image, followed by an element-wise
 generic (bias, activation) marked ``STEM_ATTR``. On tensors, before
 bufferization, as the matmul with an epilogue (``matmul.epilogue_script``):
 
-1. tile the epilogue 1 x ``mr`` x 1 x ``nr`` (loops n, oy, ox, co: the
+1. tile each epilogue (one per block of columns,
+   ``fused_conv._stem_column_blocks``) 1 x ``mr`` x 1 x ``nr`` (loops n, oy, ox, co: the
    ``nr``-column strip of every phase plane stays in L1 while the channel
    blocks pass over it) and fuse the contraction and its zero fill into the
    tile; tile the contraction's c, ky, kx by 1; peel the partial last tiles
@@ -54,10 +55,13 @@ def stem_scripts(*, mr: int, nr: int) -> tuple[str, ...]:
     ``mr`` x ``nr`` register tiles."""
     t = _ANY
     tile = _script(f"""    %f0 = {_match("func.func", "%root")}
-    %e = transform.structured.match ops{{["linalg.generic"]}} attributes{{{STEM_ATTR}}} in %root : ({t}) -> {t}
-    %tiled, %ln, %loy, %lox, %lco = transform.structured.fuse %e tile_sizes [1, {mr}, 1, {nr}] interchange [0, 2, 3, 1] : ({t}) -> ({t}, {t}, {t}, {t}, {t})
-    %mm = {_marked(CONTRACT_ATTR, "%ln")}
-    %tk, %lc, %lky, %lkx = transform.structured.tile_using_for %mm tile_sizes [0, 0, 0, 0, 1, 1, 1] : ({t}) -> ({t}, {t}, {t}, {t})
+    %es = transform.structured.match ops{{["linalg.generic"]}} attributes{{{STEM_ATTR}}} in %root : ({t}) -> {t}
+    transform.foreach %es : {t} {{
+    ^bb0(%e: {t}):
+      %tiled, %ln, %loy, %lox, %lco = transform.structured.fuse %e tile_sizes [1, {mr}, 1, {nr}] interchange [0, 2, 3, 1] : ({t}) -> ({t}, {t}, {t}, {t}, {t})
+      %mm = {_marked(CONTRACT_ATTR, "%ln")}
+      %tk, %lc, %lky, %lkx = transform.structured.tile_using_for %mm tile_sizes [0, 0, 0, 0, 1, 1, 1] : ({t}) -> ({t}, {t}, {t}, {t})
+    }}
     %f = transform.apply_registered_pass "scf-for-loop-peeling" with options = {{"skip-partial" = false}} to %f0 : ({t}) -> {t}
 """ + _apply("transform.apply_patterns.tensor.fold_tensor_empty",
              "transform.apply_patterns.canonicalization"))
