@@ -195,7 +195,8 @@ register_strategy(lambda names: COPIES_ONLY in names, COPIES)
 # zmm): f32 8x32 = 16 zmm accumulators, f64 8x16 = 16 (two zmm of B and a
 # broadcast leave room). kc rows of B per packed panel, mc rows of A per
 # block (a multiple of mr), the A block (mc x kc) within the L2:
-#   AVX2 f32: kc=256 (a 16 KiB panel), mc=240 (240 KiB, half a Zen 3 L2);
+#   AVX2 f32: kc=256 (a 16 KiB panel), mc=240 (240 KiB, half a Zen 3 L2; B
+#     packed per call: _PER_CALL_TILES);
 #     on znver4 2048^3 ran at 86 GFLOP/s vs 82 with kc=512, mc=120;
 #   AVX-512 f32: kc=512 (a 64 KiB panel, streamed from L2: 5-10% faster than
 #     kc=256 on znver4, fewer C tile loads/stores per FMA), mc=384 (768 KiB
