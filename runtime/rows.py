@@ -36,11 +36,36 @@ def few_rows(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg: int) -
 UNPACKED_ROWS = 32
 
 
-def unpacked_rows(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg: int) -> bool:
+#: Above this many rows, a B whose rows are ``aliased_rows`` apart is packed
+#: after all. Each ``mr``-row tile reads the ``nr`` columns of B it multiplies
+#: once more, and at a row pitch of 8 or 12 KiB (N = 2048, 3072 f32) those
+#: passes came from beyond the L2 (they fall in few cache sets), by the
+#: process's luck with huge pages: one znver4 thread, thread time, B an input,
+#: [32,768]x[768,3072] AVX2 1.09-1.34x numpy's time in place, 0.96-1.07
+#: packed; [17,768]x[768,3072] 1.44-1.48 -> 0.95 (AVX-512 0.98-1.23 ->
+#: 0.75-0.85); [32,768]x[768,2048] 1.18 -> 1.03 (1.24 -> 0.89). At 16 rows and
+#: fewer the packing still cost more ([16,768]x[768,3072] AVX2 0.88 in place,
+#: 0.99 packed), and at a pitch of 1024 (N = 1024) or 1536 in place stayed
+#: the faster or even ([32,1024]x[1024,1024] AVX-512 0.60-0.78 vs 0.75-0.81).
+ALIASED_ROWS = 16
+
+
+def aliased_rows(b_row_stride: int) -> bool:
+    """Whether rows of B this many elements apart fall in few cache sets:
+    at least 2048 elements apart, a multiple of 1024 (``ALIASED_ROWS``)."""
+    return b_row_stride >= 2048 and b_row_stride % 1024 == 0
+
+
+def unpacked_rows(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg: int,
+                  b_row_stride: int = 0) -> bool:
     """Whether a matmul call with A of shape ``a_shape`` reads B in place
     (``UNPACKED_ATTR``): more than ``FEW_ROWS`` and at most ``UNPACKED_ROWS``
-    rows, B (argument 1) and the output with unit-stride rows."""
-    return (len(a_shape) >= 2 and FEW_ROWS < a_shape[-2] <= UNPACKED_ROWS
+    rows (at most ``ALIASED_ROWS`` where B's rows, ``b_row_stride`` elements
+    apart, are ``aliased_rows``), B (argument 1) and the output with
+    unit-stride rows."""
+    rows = a_shape[-2] if len(a_shape) >= 2 else 0
+    top = ALIASED_ROWS if aliased_rows(b_row_stride) else UNPACKED_ROWS
+    return (len(a_shape) >= 2 and FEW_ROWS < rows <= top
             and 1 in unit_stride and out_arg in unit_stride)
 
 
@@ -60,4 +85,10 @@ def row_class(layouts: Sequence, out_arg: int) -> str:
     shape = layouts[0].shape
     if few_rows(shape, unit, out_arg):
         return "few_rows"
-    return "unpacked" if unpacked_rows(shape, unit, out_arg) else "packed"
+    return "unpacked" if unpacked_rows(shape, unit, out_arg, b_row_stride(layouts)) else "packed"
+
+
+def b_row_stride(layouts: Sequence) -> int:
+    """The row stride (elements) of B, a matmul call's argument 1 (0 for a vector)."""
+    b = layouts[1]
+    return b.stride[-2] if b.rank >= 2 else 0

@@ -50,8 +50,8 @@ from typing import Callable, Optional, Sequence
 
 from runtime.params import exact_key
 from compiler.codegen import parallel
-from compiler.codegen.family import (KernelFamily, few_rows, unpacked_rows, single_op_linalg_text,
-                                     unit_stride_args)
+from compiler.codegen.family import (KernelFamily, b_row_stride, few_rows, unpacked_rows,
+                                     single_op_linalg_text, unit_stride_args)
 from compiler.codegen.loader import KernelFunction
 from compiler.errors import UnsupportedOpError
 from compiler.registry.kernel_params import FusedParams, register_fused_params
@@ -376,7 +376,8 @@ class FusedFamily(KernelFamily):
             inst = dataclasses.replace(
                 inst, unit_stride=unit,
                 few_rows=classes and few_rows(layouts[0].shape, unit, n_inputs),
-                unpacked=classes and unpacked_rows(layouts[0].shape, unit, n_inputs))
+                unpacked=classes and unpacked_rows(layouts[0].shape, unit, n_inputs,
+                                                   b_row_stride(layouts)))
         elif spec.name in ("Conv2D", "MaxPool2D"):
             # their copies in and out (padding, cropping; the pool's rows read
             # and written a vector at a time) move contiguous rows; with strides

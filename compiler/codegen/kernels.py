@@ -30,9 +30,8 @@ from typing import Iterable, Sequence
 
 from runtime.params import exact_key
 from compiler.codegen import parallel
-from compiler.codegen.family import (KernelFamily, coalesce, few_rows, unpacked_rows, inner_strides,
-                                     single_op_linalg_text,
-                                     unit_stride_args)
+from compiler.codegen.family import (KernelFamily, b_row_stride, coalesce, few_rows, unpacked_rows,
+                                     inner_strides, single_op_linalg_text, unit_stride_args)
 from compiler.codegen.loader import KernelFunction
 from compiler.errors import UnsupportedOpError
 from compiler.graph.opdef import ELEMENTWISE_CATEGORIES, TensorType
@@ -309,7 +308,8 @@ def instance_for(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout
         unit = unit_stride_args(in_l + out_l)
     return (OpInstance(name, tuple(sorted(gparams.items())), tuple(in_types), dynamic, unit,
                        name == "MatMul" and few_rows(in_types[0].shape, unit, 2), zero,
-                       name == "MatMul" and unpacked_rows(in_types[0].shape, unit, 2)),
+                       name == "MatMul" and unpacked_rows(in_types[0].shape, unit, 2,
+                                                         b_row_stride(in_l))),
             in_l + out_l)
 
 

@@ -70,3 +70,37 @@ def test_a_few_dozen_rows_select_the_unpacked_strategy():
     assert chosen(family.UNPACKED_ROWS).startswith("matmul-unpacked-matmul-f32-")
     assert chosen(family.UNPACKED_ROWS + 1).startswith("matmul-matmul-f32-")
     assert not family.unpacked_rows((16, 40), (0, 2), 2)     # B strided: packed
+
+
+def test_b_rows_a_multiple_of_4_kib_apart_are_packed_above_16_rows():
+    """B's rows 2048 or 3072 f32 apart (8, 12 KiB: few cache sets) are read in
+    place by calls of at most ALIASED_ROWS rows only; 1024 or 1536 apart by
+    calls of up to UNPACKED_ROWS (runtime/rows.py); the runtime's row class
+    (a symbolic .fuel file's) says the same."""
+    from runtime.layout import Layout
+    from runtime.rows import ALIASED_ROWS, row_class
+    unit, top = (0, 1, 2), family.UNPACKED_ROWS
+    for n in (2048, 3072):
+        assert family.unpacked_rows((ALIASED_ROWS, 768), unit, 2, n)
+        assert not family.unpacked_rows((ALIASED_ROWS + 1, 768), unit, 2, n)
+    for n in (1024, 1536, 768):
+        assert family.unpacked_rows((top, 768), unit, 2, n)
+    lays = lambda m, n: [Layout.contiguous((m, 64)), Layout.contiguous((64, n)),
+                         Layout.contiguous((m, n))]
+    assert row_class(lays(20, 2048), 2) == "packed" and row_class(lays(20, 1536), 2) == "unpacked"
+    assert row_class(lays(16, 2048), 2) == "unpacked"
+
+
+@pytest.mark.parametrize("m", [16, 17])
+def test_matmul_and_linear_inputs_with_b_rows_8_kib_apart(m):
+    # both inputs: 16 rows read B in place, 17 pack it per call
+    rng = np.random.default_rng(m)
+    a, w = rng.standard_normal((m, 21)).astype(np.float32), rng.standard_normal((21, 2048)).astype(np.float32)
+    b = rng.standard_normal(2048).astype(np.float32)
+    g = Graph()
+    x, wi, bi = g.input("x", a.shape, "f32"), g.input("w", w.shape, "f32"), g.input("b", b.shape, "f32")
+    g.output(x @ wi, name="mm")
+    g.output(linear(x, wi, bi), name="lin")
+    out = compile(g)(x=a, w=w, b=b)
+    np.testing.assert_allclose(out["mm"], a.astype(np.float64) @ w, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out["lin"], a.astype(np.float64) @ w + b, rtol=1e-5, atol=1e-5)

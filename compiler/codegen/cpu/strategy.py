@@ -195,7 +195,8 @@ register_strategy(lambda names: COPIES_ONLY in names, COPIES)
 # zmm): f32 8x32 = 16 zmm accumulators, f64 8x16 = 16 (two zmm of B and a
 # broadcast leave room). kc rows of B per packed panel, mc rows of A per
 # block (a multiple of mr), the A block (mc x kc) within the L2:
-#   AVX2 f32: kc=256 (a 16 KiB panel), mc=240 (240 KiB, half a Zen 3 L2);
+#   AVX2 f32: kc=256 (a 16 KiB panel), mc=240 (240 KiB, half a Zen 3 L2; B
+#     packed per call: _PER_CALL_TILES);
 #     on znver4 2048^3 ran at 86 GFLOP/s vs 82 with kc=512, mc=120;
 #   AVX-512 f32: kc=512 (a 64 KiB panel, streamed from L2: 5-10% faster than
 #     kc=256 on znver4, fewer C tile loads/stores per FMA), mc=384 (768 KiB
@@ -206,6 +207,17 @@ _MATMUL_TILES = {
     ("f32", "avx512"): dict(mr=8, nr=32, kc=512, mc=384), ("f64", "avx512"): dict(mr=8, nr=16, kc=256, mc=120),
 }
 _MATMUL_OPS = ("linalg.matmul", "linalg.batch_matmul")
+#: Where the tiles of a matmul that packs B on every call (``matmul_strategy``,
+#: B an input) differ from ``_MATMUL_TILES``. AVX2 f32: kc = 512 (a 32 KiB
+#: panel; the C tiles loaded and stored half as often) and mc = 360 (the 720
+#: KiB block of A within a 1 MiB L2; B packed once per 360 rows, not 240).
+#: One znver4 thread, thread time, min of 5-20 calls, numpy (OpenBLAS) in the
+#: same process, fuelc/numpy over 2-3 processes each: 512^3 1.01-1.04 ->
+#: 0.97-1.00, 1024^3 1.05-1.09 -> 1.01-1.03, 2048^3 1.11 -> 1.06, linear+bias
+#: 512x1024x1024 1.05-1.07 -> 0.99-1.00 (kc = 512 with mc = 240: 1.02-1.05 at
+#: 1024^3, with mc = 120: 1.10; kc = 128: 1.18). The tiles of B packed at
+#: compile time (``packed_strategy``) are left as they were.
+_PER_CALL_TILES = {("f32", "avx2"): dict(kc=512, mc=360)}
 
 
 def matmul_strategy(op: str, element_type: str, isa: str = "avx2", pack: bool = True) -> Strategy:
@@ -214,7 +226,8 @@ def matmul_strategy(op: str, element_type: str, isa: str = "avx2", pack: bool = 
     for ``isa`` (``avx2`` or ``avx512``); ``pack=False``: B read in place
     (entries marked ``fuelc.unpacked``)."""
     from compiler.codegen.cpu.transforms.matmul import matmul_script
-    tiles = _MATMUL_TILES[element_type, isa]
+    tiles = {**_MATMUL_TILES[element_type, isa],
+             **(_PER_CALL_TILES.get((element_type, isa), {}) if pack else {})}
     return Strategy(
         name=f"matmul-{'' if pack else 'unpacked-'}{op.split('.')[1]}-{element_type}-"
              f"{tiles['mr']}x{tiles['nr']}",
