@@ -253,3 +253,11 @@ def test_packed_epilogue_row_classes_give_the_same_bits(target):
     np.testing.assert_allclose(whole, interpret(g, {"x": xs})["y"], rtol=1e-5, atol=1e-5)
     for rows in (8, 2, 33, 35, 38):
         np.testing.assert_array_equal(m(x=xs[:rows]), whole[:rows], err_msg=f"{rows} rows")
+
+
+def test_epilogue_row_blocks_must_lie_below_the_tile():
+    from compiler.codegen.cpu.transforms.matmul import epilogue_script
+    assert "fuelc.row_block_4" in epilogue_script(mr=6, nr=16, blocks=(4, 2))
+    for bad in ((6,), (1,), (8, 4)):
+        with pytest.raises(ValueError, match="row block .* is not between 1 and mr=6"):
+            epilogue_script(mr=6, nr=16, blocks=bad)

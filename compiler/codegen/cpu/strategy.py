@@ -350,14 +350,14 @@ def _register_per_element_type(feature: "str | tuple[str, ...]", make) -> None:
 
 #: The register tiles of ``packed_epilogue_strategy``: one panel wide (``nr``
 #: of ``_MATMUL_TILES``); AVX2 f32 6 x 16 (12 accumulators, as the plain
-#: packed product). An earlier measurement had the erf's temporaries beside 12
-#: accumulators spill (one znver4 thread, [1024,256]x[256,1024] + erf GELU,
-#: medians of 30 calls: 6x16 8.7, 9.1 ms against 4x16 6.9, 6.8); with today's
-#: erf (``fastmath``) and this schedule 6 x 16 is the faster: one znver4 thread,
-#: thread time, min of 90 calls, three A/B process pairs, 4x16 -> 6x16:
-#: [128,384]x[384,1536] 1.586-1.593 -> 1.551-1.569 ms, [1024,256]x[256,1024]
-#: 5.99-6.22 -> 5.72-6.48, [50,256]x[256,1024] 0.323-0.326 -> 0.308-0.311,
-#: [128,768]x[768,3072] even (6.50-7.17 both). AVX-512 8x32 and 8x16 were even.
+#: packed product), the rows left over in ``_PACKED_EPILOGUE_BLOCKS``. An
+#: earlier measurement had the erf's temporaries beside 12 accumulators spill
+#: ([1024,256]x[256,1024] + erf GELU: 6x16 8.7, 9.1 ms against 4x16 6.9, 6.8);
+#: with today's erf (``fastmath``) it does not: one znver4 thread, thread time,
+#: min of 60 calls, two A/B process pairs, 4x16 -> 6x16 with the blocks:
+#: [128,384]x[384,1536] 1.618, 1.641 -> 1.542, 1.515 ms, [1024,384]x[384,1536]
+#: 14.4, 14.3 -> 12.7, 13.5, [50,256]x[256,1024] 0.32 -> 0.29, 33 rows even
+#: (docs/architecture.md, "GELU epilogue"). AVX-512 8x32 and 8x16 were even.
 _PACKED_EPILOGUE_TILES = {("f32", "avx2"): dict(mr=6, nr=16), ("f64", "avx2"): dict(mr=4, nr=8),
                           ("f32", "avx512"): dict(mr=8, nr=32),
                           ("f64", "avx512"): dict(mr=8, nr=16)}
@@ -370,7 +370,10 @@ _PACKED_EPILOGUE_TILES = {("f32", "avx2"): dict(mr=6, nr=16), ("f64", "avx2"): d
 #: 1.84-1.90 against 1.94-2.05 (3 rows even, 0.50-0.51).
 _PACKED_EPILOGUE_DOZEN = {("f32", "avx2"): dict(mr=4, nr=16)}
 #: The row blocks of ``packed_epilogue_strategy``'s rows left over from its
-#: ``mr``-row tiles, before single rows (``epilogue_script``'s ``blocks``).
+#: ``mr``-row tiles, before single rows (``epilogue_script``'s ``blocks``): a
+#: single row is one chain of dependent FMAs per vector; left single, the rows
+#: past the 6-row tiles made 6 x 16 slower than 4 x 16 at 33 and 65 rows
+#: (0.213 -> 0.230, 0.39 -> 0.43 ms at [M,256]x[256,1024]).
 _PACKED_EPILOGUE_BLOCKS = {("f32", "avx2", 6): (4, 2)}
 #: Rows of A per block of ``packed_epilogue_strategy`` (a multiple of every
 #: ``mr``): the block (96 x 768 f32: 288 KiB) stays in L2 while the panels pass.
