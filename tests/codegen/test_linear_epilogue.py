@@ -237,10 +237,11 @@ def test_packed_epilogue_row_classes_pick_their_tiles(target, tiles):
 @pytest.mark.parametrize("target", TARGETS)
 def test_packed_epilogue_row_classes_give_the_same_bits(target):
     # a row's bits do not depend on the class of its call nor on its tile:
-    # 40 rows (AVX2: 6-row tiles, a 4-row block), 33, 35 and 38 (the rows
-    # left over in 4- and 2-row blocks and single rows), 8 and 2 rows (the
-    # other class: 4-row tiles, single rows); each element one FMA chain in K
-    # order, then the same bias and erf
+    # 40 rows (AVX2: 6-row tiles, a 4-row block; AVX-512 8-row tiles), 33,
+    # 35 and 38 (the rows left over in 4- and 2-row blocks and single rows),
+    # 8, 7, 3 and 2 rows (the other class: AVX2 4-row tiles, 2-row blocks,
+    # single rows; AVX-512 4- and 2-row blocks, single rows); each element one
+    # FMA chain in K order, then the same bias and erf
     g = Graph()
     x = g.input("x", (("rows", 1, 64), 96), "f32")
     rng = np.random.default_rng(11)
@@ -251,7 +252,7 @@ def test_packed_epilogue_row_classes_give_the_same_bits(target):
     xs = rng.standard_normal((40, 96)).astype(np.float32)
     whole = m(x=xs)
     np.testing.assert_allclose(whole, interpret(g, {"x": xs})["y"], rtol=1e-5, atol=1e-5)
-    for rows in (8, 2, 33, 35, 38):
+    for rows in (8, 7, 3, 2, 33, 35, 38):
         np.testing.assert_array_equal(m(x=xs[:rows]), whole[:rows], err_msg=f"{rows} rows")
 
 

@@ -370,11 +370,19 @@ _PACKED_EPILOGUE_TILES = {("f32", "avx2"): dict(mr=6, nr=16), ("f64", "avx2"): d
 #: 1.84-1.90 against 1.94-2.05 (3 rows even, 0.50-0.51).
 _PACKED_EPILOGUE_DOZEN = {("f32", "avx2"): dict(mr=4, nr=16)}
 #: The row blocks of ``packed_epilogue_strategy``'s rows left over from its
-#: ``mr``-row tiles, before single rows (``epilogue_script``'s ``blocks``): a
-#: single row is one chain of dependent FMAs per vector; left single, the rows
-#: past the 6-row tiles made 6 x 16 slower than 4 x 16 at 33 and 65 rows
-#: (0.213 -> 0.230, 0.39 -> 0.43 ms at [M,256]x[256,1024]).
-_PACKED_EPILOGUE_BLOCKS = {("f32", "avx2", 6): (4, 2)}
+#: ``mr``-row tiles, before single rows (``epilogue_script``'s ``blocks``), per
+#: (element type, ISA, mr): a single row is one chain of dependent FMAs per
+#: vector. Left single, the rows past the 6-row tiles made 6 x 16 slower than
+#: 4 x 16 at 33 and 65 rows (0.213 -> 0.230, 0.39 -> 0.43 ms at
+#: [M,256]x[256,1024]). One znver4 thread, thread time, min of 60 calls, two
+#: A/B process pairs, single rows -> blocks, + erf GELU: AVX2 4 x 16
+#: [M,768]x[768,3072] M = 2 0.338 -> 0.182 ms, 3 0.50 -> 0.345, 7 0.69-0.70 ->
+#: 0.54, 30 1.67-1.69 -> 1.53, [10,256]x[256,1024] 0.095 -> 0.078; AVX-512 8 x 32
+#: [7,768]x[768,3072] 0.63-0.67 -> 0.374, [38,768]x[768,3072] 1.88-1.91 -> 1.64,
+#: [134,384]x[384,1536] 1.54-1.55 -> 1.49-1.50, [50,256]x[256,1024] 0.276 ->
+#: 0.268, 128 rows (no rows left over) even.
+_PACKED_EPILOGUE_BLOCKS = {("f32", "avx2", 6): (4, 2), ("f32", "avx2", 4): (2,),
+                           ("f32", "avx512", 8): (4, 2)}
 #: Rows of A per block of ``packed_epilogue_strategy`` (a multiple of every
 #: ``mr``): the block (96 x 768 f32: 288 KiB) stays in L2 while the panels pass.
 #: AVX-512 as above, minima: no block 5.66, 6.00 ms; 96 rows 5.62, 5.59; 192
