@@ -369,15 +369,16 @@ class FusedFamily(KernelFamily):
         if spec.name == "FusedLinear":
             # as MatMul: a kernel for unit-stride rows, one for calls of few
             # rows, one for a few dozen (packed B: another register tile on
-            # AVX2), one for the others; the GELU epilogue kernel has one
-            # schedule for every row count (``strategy.packed_epilogue_strategy``)
-            classes = not (params.gelu or params.gelu_tanh)
+            # AVX2), one for the others. The GELU epilogue kernel over packed
+            # B has two: calls of at most UNPACKED_ROWS rows (few rows too)
+            # and the others, each with its own register tile on AVX2
+            # (``strategy.packed_epilogue_strategy``); over B in place, one
             unit = unit_stride_args(layouts)
-            inst = dataclasses.replace(
-                inst, unit_stride=unit,
-                few_rows=classes and few_rows(layouts[0].shape, unit, n_inputs),
-                unpacked=classes and unpacked_rows(layouts[0].shape, unit, n_inputs,
-                                                   b_row_stride(layouts)))
+            few = few_rows(layouts[0].shape, unit, n_inputs)
+            dozen = unpacked_rows(layouts[0].shape, unit, n_inputs, b_row_stride(layouts))
+            if params.gelu or params.gelu_tanh:
+                few, dozen = False, bool(params.b_panel) and (few or dozen)
+            inst = dataclasses.replace(inst, unit_stride=unit, few_rows=few, unpacked=dozen)
         elif spec.name in ("Conv2D", "MaxPool2D"):
             # their copies in and out (padding, cropping; the pool's rows read
             # and written a vector at a time) move contiguous rows; with strides

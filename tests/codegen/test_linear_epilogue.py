@@ -160,11 +160,12 @@ def test_recipe_ends_with_the_gelu():
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_rows_are_a_run_time_extent(target):
-    """One kernel for every row count (``fused._linear_dims``): a symbolic
-    batch and sequence through a packed (N = 128, erf GELU) and an unpacked
-    (N = 100, tanh GELU) epilogue, row counts of every remainder class (1..mr-1 rows left
-    over, several blocks of 96 rows), bit-identical to the static compile
-    (the same object) and compiled once."""
+    """One kernel for every row count of a row class (``fused._linear_dims``;
+    over packed B two classes: at most ``UNPACKED_ROWS`` rows, and more): a
+    symbolic batch and sequence through a packed (N = 128, erf GELU) and a
+    padded (N = 100, tanh GELU) epilogue, row counts of every remainder class
+    (1..mr-1 rows left over, several blocks of 96 rows), bit-identical to the
+    static compile (the same object) and compiled once per class."""
     from compiler.codegen import family, parallel
     parallel.set_num_threads(1)  # thread tiles by panels are instances of their own
     try:
@@ -194,6 +195,7 @@ def _run_time_rows(target):
             steps = m.kernel_summary()[1:]
             assert [s.startswith("FusedLinear") for s in steps] == [True, True], steps
             assert all(s.endswith("[run-time extents]") for s in steps), steps
+        if batch * seq in (1, 97):  # the first call of each row class
             compiled = set(family._compiled)
         else:
             assert set(family._compiled) == compiled, f"{batch}x{seq} compiled a kernel"
@@ -210,3 +212,53 @@ def test_both_gelu_epilogues_are_refused():
     b = g.constant(np.zeros(16, np.float32), name="b")
     with pytest.raises(GraphBuildError, match="gelu .erf. and gelu_tanh exclude each other"):
         fused("FusedLinear", xi, w, b, gelu=True, gelu_tanh=True)
+
+
+@pytest.mark.parametrize("target,tiles", [("cpu:x86-64-v3", ("6x16", "4x16")),
+                                          ("cpu:x86-64-v4", ("8x32", "8x32"))])
+def test_packed_epilogue_row_classes_pick_their_tiles(target, tiles):
+    # over packed B the GELU epilogue has two row classes: more than
+    # UNPACKED_ROWS rows (AVX2 6 x 16 register tiles) and at most that many
+    # (AVX2 4 x 16: 8 or 32 rows are whole tiles); few rows share the latter
+    from compiler.codegen import cpu, fused as F
+    from compiler.codegen.family import ENTRY
+    from compiler.graph.opdef import TensorType
+    from runtime.dtype import DType
+    nr = 16 if target.endswith("v3") else 32
+    types = (TensorType((40, 8), DType.F32), TensorType((2, 8, nr), DType.F32),
+             TensorType((2 * nr,), DType.F32))
+    for unpacked, tile in zip((False, True), tiles):
+        inst = F.FusedInstance("FusedLinear", (("b_panel", nr), ("gelu", True)), types,
+                               (0, 1, 2, 3), unpacked=unpacked)
+        res = cpu.lower(F.linalg_text(inst, platform="cpu"), [ENTRY], target=target)
+        assert res.strategy.name == f"matmul-packed-epilogue-f32-{tile}", res.strategy.name
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_packed_epilogue_row_classes_give_the_same_bits(target):
+    # a row's bits do not depend on the class of its call nor on its tile:
+    # 40 rows (AVX2: 6-row tiles, a 4-row block; AVX-512 8-row tiles), 33,
+    # 35 and 38 (the rows left over in 4- and 2-row blocks and single rows),
+    # 8, 7, 3 and 2 rows (the other class: AVX2 4-row tiles, 2-row blocks,
+    # single rows; AVX-512 4- and 2-row blocks, single rows); each element one
+    # FMA chain in K order, then the same bias and erf
+    g = Graph()
+    x = g.input("x", (("rows", 1, 64), 96), "f32")
+    rng = np.random.default_rng(11)
+    w = g.constant((rng.standard_normal((96, 128)) / 10).astype(np.float32), name="w")
+    b = g.constant(rng.standard_normal(128).astype(np.float32), name="b")
+    g.output(linear(x, w, b).gelu(), name="y")
+    m = compile(g, target=target)
+    xs = rng.standard_normal((40, 96)).astype(np.float32)
+    whole = m(x=xs)
+    np.testing.assert_allclose(whole, interpret(g, {"x": xs})["y"], rtol=1e-5, atol=1e-5)
+    for rows in (8, 7, 3, 2, 33, 35, 38):
+        np.testing.assert_array_equal(m(x=xs[:rows]), whole[:rows], err_msg=f"{rows} rows")
+
+
+def test_epilogue_row_blocks_must_lie_below_the_tile():
+    from compiler.codegen.cpu.transforms.matmul import epilogue_script
+    assert "fuelc.row_block_4" in epilogue_script(mr=6, nr=16, blocks=(4, 2))
+    for bad in ((6,), (1,), (8, 4)):
+        with pytest.raises(ValueError, match="row block .* is not between 1 and mr=6"):
+            epilogue_script(mr=6, nr=16, blocks=bad)

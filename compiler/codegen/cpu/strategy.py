@@ -362,13 +362,40 @@ def _register_per_element_type(feature: "str | tuple[str, ...]", make) -> None:
 
 
 #: The register tiles of ``packed_epilogue_strategy``: one panel wide (``nr``
-#: of ``_MATMUL_TILES``). One znver4 thread, [1024,256]x[256,1024] + erf GELU,
-#: medians of 30 calls, two A/B rounds on a loaded machine: AVX-512 8x32 and
-#: 8x16 even; AVX2 6x16 8.7, 9.1 ms, 4x16 6.9, 6.8 (the unfused kernels 9.1,
-#: 6.9): the erf's temporaries beside 12 accumulators spill.
-_PACKED_EPILOGUE_TILES = {("f32", "avx2"): dict(mr=4, nr=16), ("f64", "avx2"): dict(mr=4, nr=8),
+#: of ``_MATMUL_TILES``); AVX2 f32 6 x 16 (12 accumulators, as the plain
+#: packed product), the rows left over in ``_PACKED_EPILOGUE_BLOCKS``. An
+#: earlier measurement had the erf's temporaries beside 12 accumulators spill
+#: ([1024,256]x[256,1024] + erf GELU: 6x16 8.7, 9.1 ms against 4x16 6.9, 6.8);
+#: with today's erf (``fastmath``) it does not: one znver4 thread, thread time,
+#: min of 60 calls, two A/B process pairs, 4x16 -> 6x16 with the blocks:
+#: [128,384]x[384,1536] 1.618, 1.641 -> 1.542, 1.515 ms, [1024,384]x[384,1536]
+#: 14.4, 14.3 -> 12.7, 13.5, [50,256]x[256,1024] 0.32 -> 0.29, 33 rows even
+#: (docs/architecture.md, "GELU epilogue"). AVX-512 8x32 and 8x16 were even.
+_PACKED_EPILOGUE_TILES = {("f32", "avx2"): dict(mr=6, nr=16), ("f64", "avx2"): dict(mr=4, nr=8),
                           ("f32", "avx512"): dict(mr=8, nr=32),
                           ("f64", "avx512"): dict(mr=8, nr=16)}
+#: ``packed_epilogue_strategy``'s tiles for calls of at most
+#: ``family.UNPACKED_ROWS`` rows (entries marked ``fuelc.unpacked``), where they
+#: differ: AVX2 f32 4 x 16, so 8 or 32 rows are whole tiles; as 6-row tiles the
+#: rows left over run as single rows (``epilogue_script``), one znver4 thread,
+#: [M,768]x[768,3072] + erf GELU, min, 4x16 against 6x16: M = 5 0.37 against
+#: 0.84 ms, 8 0.40 against 0.61-0.63, 10 0.74-0.75 against 1.03-1.06, 32
+#: 1.84-1.90 against 1.94-2.05 (3 rows even, 0.50-0.51).
+_PACKED_EPILOGUE_DOZEN = {("f32", "avx2"): dict(mr=4, nr=16)}
+#: The row blocks of ``packed_epilogue_strategy``'s rows left over from its
+#: ``mr``-row tiles, before single rows (``epilogue_script``'s ``blocks``), per
+#: (element type, ISA, mr): a single row is one chain of dependent FMAs per
+#: vector. Left single, the rows past the 6-row tiles made 6 x 16 slower than
+#: 4 x 16 at 33 and 65 rows (0.213 -> 0.230, 0.39 -> 0.43 ms at
+#: [M,256]x[256,1024]). One znver4 thread, thread time, min of 60 calls, two
+#: A/B process pairs, single rows -> blocks, + erf GELU: AVX2 4 x 16
+#: [M,768]x[768,3072] M = 2 0.338 -> 0.182 ms, 3 0.50 -> 0.345, 7 0.69-0.70 ->
+#: 0.54, 30 1.67-1.69 -> 1.53, [10,256]x[256,1024] 0.095 -> 0.078; AVX-512 8 x 32
+#: [7,768]x[768,3072] 0.63-0.67 -> 0.374, [38,768]x[768,3072] 1.88-1.91 -> 1.64,
+#: [134,384]x[384,1536] 1.54-1.55 -> 1.49-1.50, [50,256]x[256,1024] 0.276 ->
+#: 0.268, 128 rows (no rows left over) even.
+_PACKED_EPILOGUE_BLOCKS = {("f32", "avx2", 6): (4, 2), ("f32", "avx2", 4): (2,),
+                           ("f32", "avx512", 8): (4, 2)}
 #: Rows of A per block of ``packed_epilogue_strategy`` (a multiple of every
 #: ``mr``): the block (96 x 768 f32: 288 KiB) stays in L2 while the panels pass.
 #: AVX-512 as above, minima: no block 5.66, 6.00 ms; 96 rows 5.62, 5.59; 192
@@ -376,21 +403,28 @@ _PACKED_EPILOGUE_TILES = {("f32", "avx2"): dict(mr=4, nr=16), ("f64", "avx2"): d
 _PACKED_EPILOGUE_MC = 96
 
 
-def packed_epilogue_strategy(element_type: str, isa: str = "avx2") -> Strategy:
+def packed_epilogue_strategy(element_type: str, isa: str = "avx2", dozen: bool = False) -> Strategy:
     """A FusedLinear with an activation over a pre-packed B
     (``lowering.fused_forward._linear_epilogue``): ``epilogue_script`` with
-    ``_PACKED_EPILOGUE_TILES`` (one panel wide), blocks of
+    ``_PACKED_EPILOGUE_TILES`` (one panel wide; ``dozen``: calls of at most
+    ``family.UNPACKED_ROWS`` rows, ``_PACKED_EPILOGUE_DOZEN``), blocks of
     ``_PACKED_EPILOGUE_MC`` rows first."""
     from compiler.codegen.cpu.transforms.matmul import epilogue_script
-    mr, nr = (_PACKED_EPILOGUE_TILES[element_type, isa][k] for k in ("mr", "nr"))
+    tiles = dict(_PACKED_EPILOGUE_TILES[element_type, isa])
+    if dozen:
+        tiles.update(_PACKED_EPILOGUE_DOZEN.get((element_type, isa), {}))
+    mr, nr = tiles["mr"], tiles["nr"]
     return _fused_on_tensors(
         f"matmul-packed-epilogue-{element_type}-{mr}x{nr}",
-        epilogue_script(mr=mr, nr=nr, mc=_PACKED_EPILOGUE_MC),
+        epilogue_script(mr=mr, nr=nr, mc=_PACKED_EPILOGUE_MC,
+                        blocks=_PACKED_EPILOGUE_BLOCKS.get((element_type, isa, mr), ())),
         "matmul over B packed at compile time + its epilogue, tiled and fused on tensors: "
         "mr x nr (one panel) register tiles from zero over all of K, the bias and "
         "activation in the registers, the output stored once")
 
 
+_register_per_element_type((MATMUL_EPILOGUE, "fuelc.packed_b", "fuelc.unpacked"),
+                           lambda elt, isa: packed_epilogue_strategy(elt, isa, dozen=True))
 _register_per_element_type((MATMUL_EPILOGUE, "fuelc.packed_b"), packed_epilogue_strategy)
 _register_per_element_type(MATMUL_EPILOGUE, epilogue_strategy)
 #: The register tiles of a stem (``transforms.stem``): the epilogue's, but 6

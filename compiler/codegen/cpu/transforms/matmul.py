@@ -472,7 +472,12 @@ from compiler.codegen.family import CONTRACT_ATTR, EPILOGUE_ATTR  # noqa: E402
 ONE_ROW_ATTR = "fuelc.one_row"
 
 
-def epilogue_script(*, mr: int, nr: int, mc: int = 0) -> str:
+#: Marks the linalg ops of ``epilogue_script``'s remainder row blocks (``b x nr``
+#: tiles; the attribute is this prefix and ``b``).
+ROW_BLOCK_ATTR = "fuelc.row_block_"
+
+
+def epilogue_script(*, mr: int, nr: int, mc: int = 0, blocks: tuple[int, ...] = ()) -> str:
     """The transform script (on tensors, before bufferization) of a matmul
     whose init and epilogue run in its register tiles: the epilogue generic
     is tiled 1 x ``mr`` x ``nr`` (loops batch, n, m: a K x ``nr`` panel of B
@@ -489,7 +494,11 @@ def epilogue_script(*, mr: int, nr: int, mc: int = 0) -> str:
     (``hoist_loop_invariant_subsets``): the init is a register splat of the
     bias, the epilogue runs on registers, and C is written once. With ``mc``
     the epilogue is first tiled (and the rest fused) by blocks of ``mc``
-    rows (dim 1), so a block of A stays in L2 while the panels pass."""
+    rows (dim 1), so a block of A stays in L2 while the panels pass.
+    ``blocks`` (sizes below ``mr``, largest first): the rows left over run
+    first as ``b x nr`` tiles of each size (each loop peeled), then single
+    rows; a single row's ``nr`` columns are one or two accumulators, a chain
+    of dependent FMAs as long as K."""
     t = _ANY
     pm = lambda body: f"    transform.apply_patterns to %f {{\n{body}    }} : {t}\n"
     canon = pm("      transform.apply_patterns.canonicalization\n")
@@ -498,6 +507,29 @@ def epilogue_script(*, mr: int, nr: int, mc: int = 0) -> str:
         block = (f"    %epi_b, %lmc = transform.structured.fuse %epi tile_sizes [0, {mc}, 0] "
                  f": ({t}) -> ({t}, {t})\n")
         blocked = "_b"
+    row_blocks, block_vectors, last = "", "", ""
+    for b in blocks:
+        if not 1 < b < mr:
+            raise ValueError(f"epilogue_script: row block {b} is not between 1 and mr={mr}")
+        src, last, a = f"%epiR{last}", f"{last}_{b}", f"{ROW_BLOCK_ATTR}{b}"
+        row_blocks += f"""          %tb{last}, %lb{last} = transform.structured.fuse {src} tile_sizes [0, {b}, 0] : ({t}) -> ({t}, {t})
+          %lbf{last} = transform.cast %lb{last} : {t} to {_FOR}
+          %mb{last}, %rb{last} = transform.loop.peel %lbf{last} : ({_FOR}) -> ({t}, {t})
+          %opsb{last} = transform.structured.match interface{{LinalgOp}} in %mb{last} : ({t}) -> {t}
+          transform.annotate %opsb{last} "{a}" : {t}
+          %epiR{last} = transform.structured.match attributes{{{EPILOGUE_ATTR}}} in %rb{last} : ({t}) -> {t}
+"""
+        block_vectors += f"""    %bc{b} = transform.structured.match attributes{{{CONTRACT_ATTR}, {a}}} in %f : ({t}) -> {t}
+    transform.foreach %bc{b} : {t} {{
+    ^bb0(%o: {t}):
+      transform.structured.vectorize %o vector_sizes [1, {b}, {nr}, 1] : {t}
+    }}
+    %br{b} = transform.structured.match attributes{{{a}}} in %f : ({t}) -> {t}
+    transform.foreach %br{b} : {t} {{
+    ^bb0(%o: {t}):
+      transform.structured.vectorize %o vector_sizes [1, {b}, {nr}] : {t}
+    }}
+"""
     return f"""module attributes {{transform.with_named_sequence}} {{
   transform.named_sequence @__transform_main(%root: {t} {{transform.readonly}}) {{
     %f0 = {_match("func.func", "%root")}
@@ -512,7 +544,7 @@ def epilogue_script(*, mr: int, nr: int, mc: int = 0) -> str:
         transform.foreach %remM : {t} {{
         ^bb2(%r: {t}):
           %epiR = transform.structured.match attributes{{{EPILOGUE_ATTR}}} in %r : ({t}) -> {t}
-          %tr, %lr = transform.structured.fuse %epiR tile_sizes [0, 1, 0] : ({t}) -> ({t}, {t})
+{row_blocks}          %tr, %lr = transform.structured.fuse %epiR{last} tile_sizes [0, 1, 0] : ({t}) -> ({t}, {t})
           %rowOps = transform.structured.match interface{{LinalgOp}} in %lr : ({t}) -> {t}
           transform.annotate %rowOps "{ONE_ROW_ATTR}" : {t}
         }}
@@ -525,7 +557,7 @@ def epilogue_script(*, mr: int, nr: int, mc: int = 0) -> str:
       transform.apply_patterns.scf.for_loop_canonicalization
       transform.apply_patterns.canonicalization
 ''')}    transform.apply_cse to %f : {t}
-{canon}    %rowContractions = transform.structured.match attributes{{{CONTRACT_ATTR}, {ONE_ROW_ATTR}}} in %f : ({t}) -> {t}
+{canon}{block_vectors}    %rowContractions = transform.structured.match attributes{{{CONTRACT_ATTR}, {ONE_ROW_ATTR}}} in %f : ({t}) -> {t}
     transform.foreach %rowContractions : {t} {{
     ^bb0(%o: {t}):
       transform.structured.vectorize %o vector_sizes [1, 1, {nr}, 1] : {t}
