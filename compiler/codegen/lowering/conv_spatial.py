@@ -221,16 +221,239 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
             out = channels(index(whole * m0), rest, out, plane)
         return [out, plane]
 
-    planes = 1 if direct_x or depthwise else cin
-    plane0 = fill(zero, empty([1, planes, hp if not direct_x else 1, wpl if not direct_x else 1],
-                              elt))
-    return _for(n, [empty([n, cout, ho, wo], elt), plane0], image)[0]
+    out0 = empty([n, cout, ho, wo], elt)
+
+    def by_rows(_, out):
+        planes = 1 if direct_x or depthwise else cin
+        plane0 = fill(zero, empty([1, planes, hp if not direct_x else 1,
+                                   wpl if not direct_x else 1], elt))
+        return [_for(n, [out, plane0], image)[0]]
+    if not depthwise:
+        return by_rows(None, out0)[0]
+    # a small depthwise plane: flat pixel runs (``_flat_depthwise``). The
+    # choice is two loops of 0 or 1 trips carrying the output (an ``scf.if``
+    # yielding it bufferized to a buffer of its own, copied out after)
+    geo = _FlatGeometry(hp, wp, ho, (kh, kw), (dh, dw), (sh, sw), lanes)
+    fits = arith.cmpi(arith.CmpIPredicate.ule, geo.per_channel, index(_FLAT_ELEMS))
+    flat = arith.select(fits, index(1), index(0))
+    out = _for(flat, [out0], lambda _, out: [
+        _flat_depthwise(x, w, bias, s, elt, geo, (ph, pw), out, act, skip)])[0]
+    return _for(arith.subi(index(1), flat), [out], by_rows)[0]
+
+
+#: A depthwise conv whose stride phases hold at most this many elements per
+#: channel (a 7^2 plane: 90; a 14^2 output of stride 2: 4 x 304) is computed
+#: as flat pixel runs (``_flat_depthwise``), a block of channels per plane.
+_FLAT_ELEMS = 1536
+#: Channels per block of the flat depthwise kernel (the largest divisor of
+#: C up to this): their planes are written before the first is read (a
+#: plane read right after its rows were stored waits on the stores).
+_FLAT_BLOCK = 4
+#: Vectors per register tile of the flat depthwise kernel.
+_FLAT_TILE = 4
+
+
+class _FlatGeometry:
+    """The stride-phase planes of ``_flat_depthwise`` (run-time sizes, index
+    values): phase (ry, rx) holds the padded pixels (qy*sh + ry, qx*sw + rx)
+    in rows of ``pitch`` = ceil(Wp / sw) elements, ``rows`` = ceil(Hp / sh)
+    of them, then a row and a tile of slack (the last tile's reads, the
+    copy-in's last vector); each output pixel (oy, ox) is flat pixel
+    oy*pitch + ox, ``npix`` = Ho*pitch of them in whole vectors."""
+
+    def __init__(self, hp, wp, ho, kernel, dil, stride, lanes):
+        (kh, kw), (self.dh, self.dw), (self.sh, self.sw) = kernel, dil, stride
+        self.kernel, self.lanes = kernel, lanes
+        self.nph = self.sh * self.sw
+        self.rows = _ceil(hp, self.sh)
+        self.pitch = _ceil(wp, self.sw)
+        tile = _FLAT_TILE * lanes
+        self.length = arith.addi(arith.muli(arith.addi(self.rows, index(1)), self.pitch),
+                                 index(tile))
+        self.per_channel = arith.muli(self.length, index(self.nph))
+        self.npix = arith.muli(_ceil(arith.muli(ho, self.pitch), lanes), index(lanes))
+
+    def taps(self):
+        """(ky, kx, phase, offset in its plane: an index value) per tap."""
+        kh, kw = self.kernel
+        for ky in range(kh):
+            for kx in range(kw):
+                y, x_ = ky * self.dh, kx * self.dw
+                off = arith.addi(arith.muli(index(y // self.sh), self.pitch), index(x_ // self.sw))
+                yield ky, kx, (y % self.sh) * self.sw + x_ % self.sw, off
+
+
+def _ceil(v, d: int):
+    return arith.divui(arith.addi(v, index(d - 1)), index(d)) if d > 1 else v
+
+
+def _flat_depthwise(x, w, bias, s, elt, g, pad, out0, act, skip):
+    """A depthwise conv (groups = C = Cout) of a small run-time image as the
+    static kernel computes it (``fused_conv._planes``): per image and block
+    of B channels, each channel's zero-padded image is scattered into its
+    stride phases (``_FlatGeometry``; stride 2: each input row read two
+    vectors at a time and ``vector.deinterleave``d, as ``fused_conv.
+    _scatter_rows``), the B planes written before the first is read; the
+    output is Ho rows of ``pitch`` flat pixels, computed in register tiles
+    of ``_FLAT_TILE`` vectors (then single vectors) whose tap (ky, kx) reads
+    its phase at the pixel plus a run-time offset: a unit-stride run, no
+    shuffle. The sums go to a flat accumulator and the first Wo columns of
+    each row are the output (bias, skip, clamp, a masked last vector)."""
+    (ph, pw), lanes = pad, g.lanes
+    n, cin, h, wd = dims(x)
+    cout, (ho, wo) = cin, dims(out0)[2:]
+    blk = max(d for d in range(1, min(_FLAT_BLOCK, cout) + 1) if cout % d == 0)
+    zero = arith.constant(elt, 0.0)
+    vt = ir.VectorType.get([lanes], elt)
+    # the rows' pieces, split once per call: x's rows read masked, the
+    # output's rows written masked (AVX-512) or in halving pieces (AVX2,
+    # whose masked stores are slow)
+    in_row = _Tail(wd, lanes * g.sw, True)
+    out_row = _Tail(wo, lanes, _VECTOR_BITS.get() >= 512)
+    flat_map = ir.AffineMap.get_minor_identity(2, 1)
+    row4 = ir.AffineMap.get_minor_identity(4, 1)
+    taps = list(g.taps())
+
+    def read2(src, a, b, size=lanes):
+        return vector.TransferReadOp(ir.VectorType.get([size], elt), src, [a, b], flat_map,
+                                     zero, [True]).result
+
+    def write2(v, dest, a, b):
+        return vector.TransferWriteOp(dest.type, v, dest, [a, b], flat_map, [True]).result
+
+    def block(i, cb, out, planes, acc):
+        c0 = arith.muli(cb, index(blk))
+        # copy-in: input row r is padded row r + ph, phase row (r + ph) % sh
+        for b in range(blk):
+            c = arith.addi(c0, index(b)) if b else c0
+
+            def copy_row(r, planes, b=b, c=c):
+                pr = arith.addi(r, index(ph))
+                ry, q = (arith.remui(pr, index(g.sh)), arith.divui(pr, index(g.sh))) \
+                    if g.sh > 1 else (index(0), pr)
+                start = arith.muli(q, g.pitch)
+
+                def piece(col, size, planes, mask=None):
+                    v = vector.TransferReadOp(ir.VectorType.get([size], elt), x,
+                                              [i, c, r, col], row4, zero, [True],
+                                              mask=mask).result
+                    parts = [v] if g.sw == 1 else list(vector.DeinterleaveOp(v).results)
+                    half = arith.divui(col, index(g.sw)) if g.sw > 1 else col
+                    for d, part in enumerate(parts):   # input columns col + d, + sw, ...
+                        rx, off = (d + pw) % g.sw, (d + pw) // g.sw
+                        k = arith.addi(arith.muli(ry, index(g.sw)), index(rx)) \
+                            if g.sh > 1 else index(rx)
+                        plane = arith.addi(index(b * g.nph), k)
+                        planes = write2(part, planes, plane,
+                                        arith.addi(start, arith.addi(half, index(off))))
+                    return planes
+                return [in_row.over(planes, piece)]
+            planes = _for(h, [planes], copy_row)[0]
+        # the B channels' flat pixels: tiles of T vectors, then single vectors
+        for b in range(blk):
+            c = arith.addi(c0, index(b)) if b else c0
+            wv = [vector.BroadcastOp(vt, tensor.extract(w, [c, index(0), index(ky), index(kx)]))
+                  .result for ky, kx, _, _ in taps]
+
+            def pixels(p, size, acc, b=b, wv=wv):
+                nv = size // lanes
+                sums = [vector.BroadcastOp(vt, zero).result for _ in range(nv)]
+                for t, (_, _, k, off) in enumerate(taps):
+                    at_ = arith.addi(p, off)
+                    for j in range(nv):
+                        xv = read2(planes, index(b * g.nph + k),
+                                   arith.addi(at_, index(j * lanes)) if j else at_)
+                        sums[j] = vector.FMAOp(xv, wv[t], sums[j]).result
+                for j in range(nv):
+                    acc = write2(sums[j], acc, index(b),
+                                 arith.addi(p, index(j * lanes)) if j else p)
+                return acc
+            acc = _whole(g.npix, (_FLAT_TILE * lanes, lanes), acc, pixels)[1]
+        # the crop: the first Wo columns of each row, bias, skip, clamp
+        for b in range(blk):
+            c = arith.addi(c0, index(b)) if b else c0
+            bc = None if bias is None else tensor.extract(bias, [c])
+            at_size = {}   # per piece width: its vector type, Scalar, clamp, bias
+            for size in out_row.sizes:
+                vt_ = ir.VectorType.get([size], elt)
+                vs_ = _VectorScalar(s, vt_)
+                at_size[size] = (vt_, vs_, act(vs_) if act is not None else None,
+                                 None if bc is None else vector.BroadcastOp(vt_, bc).result)
+
+            def crop_row(oy, out, b=b, c=c, at_size=at_size):
+                base = arith.muli(oy, g.pitch)
+
+                def piece(ox, size, out, mask=None):
+                    vt_, vs_, clamp_, bv_ = at_size[size]
+                    val = read2(acc, index(b), arith.addi(base, ox), size)
+                    where = [i, c, oy, ox]
+                    if bv_ is not None:
+                        val = vs_.add(val, bv_)
+                    if skip is not None:
+                        val = vs_.add(val, vector.TransferReadOp(vt_, skip, where, row4, zero,
+                                                                 [True], mask=mask).result)
+                    if clamp_ is not None:
+                        val = clamp_(val)
+                    return vector.TransferWriteOp(out.type, val, out, where, row4, [True],
+                                                  mask=mask).result
+                return [out_row.over(out, piece)]
+            out = _for(ho, [out], crop_row)[0]
+        return [out, planes, acc]
+
+    def image(i, out, planes, acc):
+        return _for(cout // blk, [out, planes, acc],
+                    lambda cb, *carried: block(i, cb, *carried))
+
+    planes0 = fill(zero, empty([blk * g.nph, g.length], elt))
+    acc0 = empty([blk, g.npix], elt)
+    return _for(n, [out0, planes0, acc0], image)[0]
 
 
 def _windows(padded, span: int, stride: int):
     """``(padded - span) // stride + 1`` of an index value."""
     q = arith.floordivsi(arith.subi(padded, index(span)), index(stride))
     return arith.addi(q, index(1))
+
+
+class _Tail:
+    """The pieces of a row of a run-time ``extent``, split once (outside the
+    row loops): whole vectors of ``lanes``, then the rest as one vector
+    under a mask made here (``masked``), or as pieces of lanes/2, lanes/4,
+    ..., 1 that the rest's bits select (no mask). ``sizes``: the pieces'
+    widths."""
+
+    def __init__(self, extent, lanes: int, masked: bool):
+        self.lanes, self.masked = lanes, masked
+        rest = arith.remui(extent, index(lanes))
+        self.whole = arith.subi(extent, rest)
+        self.sizes = [lanes]
+        if masked:
+            self.mask = vector.CreateMaskOp(
+                ir.VectorType.get([lanes], ir.IntegerType.get_signless(1)), [rest]).result
+            wide = arith.cmpi(arith.CmpIPredicate.ne, rest, index(0))
+            self.bounds = [(self.whole, arith.select(wide, extent, self.whole), lanes)]
+        else:
+            self.bounds, at, size = [], self.whole, lanes // 2
+            while size:
+                end = arith.addi(at, arith.andi(rest, index(size)))
+                self.bounds.append((at, end, size))
+                self.sizes.append(size)
+                at, size = end, size // 2
+
+    def over(self, acc, piece):
+        """``piece(at, size, acc[, mask])`` over the row; returns ``acc``."""
+        loop = scf.ForOp(index(0), self.whole, index(self.lanes), [acc])
+        with ir.InsertionPoint(loop.body):
+            scf.YieldOp([piece(loop.induction_variable, self.lanes, loop.inner_iter_args[0])])
+        acc = loop.results[0]
+        for lo, hi, size in self.bounds:   # loops of 0 or 1 trips
+            loop = scf.ForOp(lo, hi, index(size), [acc])
+            with ir.InsertionPoint(loop.body):
+                args = (self.mask,) if self.masked else ()
+                scf.YieldOp([piece(loop.induction_variable, size, loop.inner_iter_args[0],
+                                   *args)])
+            acc = loop.results[0]
+        return acc
 
 
 def _rest(extent, sizes, half: int, acc, piece):
