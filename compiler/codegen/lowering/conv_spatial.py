@@ -305,11 +305,8 @@ def _flat_depthwise(x, w, bias, s, elt, g, pad, out0, act, skip):
     blk = max(d for d in range(1, min(_FLAT_BLOCK, cout) + 1) if cout % d == 0)
     zero = arith.constant(elt, 0.0)
     vt = ir.VectorType.get([lanes], elt)
-    # the rows' pieces, split once per call: x's rows read masked, the
-    # output's rows written masked (AVX-512) or in halving pieces (AVX2,
-    # whose masked stores are slow)
-    in_row = _Tail(wd, lanes * g.sw, True)
-    out_row = _Tail(wo, lanes, _VECTOR_BITS.get() >= 512)
+    # the rows' pieces and the last one's mask, made once per call
+    in_row, out_row = _Tail(wd, lanes * g.sw), _Tail(wo, lanes)
     flat_map = ir.AffineMap.get_minor_identity(2, 1)
     row4 = ir.AffineMap.get_minor_identity(4, 1)
     taps = list(g.taps())
@@ -327,28 +324,29 @@ def _flat_depthwise(x, w, bias, s, elt, g, pad, out0, act, skip):
         for b in range(blk):
             c = arith.addi(c0, index(b)) if b else c0
 
-            def copy_row(r, planes, b=b, c=c):
+            def copy(r, col, size, planes, mask=None, b=b, c=c):
+                """Input row r's columns col.. into their phase planes."""
                 pr = arith.addi(r, index(ph))
                 ry, q = (arith.remui(pr, index(g.sh)), arith.divui(pr, index(g.sh))) \
                     if g.sh > 1 else (index(0), pr)
-                start = arith.muli(q, g.pitch)
-
-                def piece(col, size, planes, mask=None):
-                    v = vector.TransferReadOp(ir.VectorType.get([size], elt), x,
-                                              [i, c, r, col], row4, zero, [True],
-                                              mask=mask).result
-                    parts = [v] if g.sw == 1 else list(vector.DeinterleaveOp(v).results)
-                    half = arith.divui(col, index(g.sw)) if g.sw > 1 else col
-                    for d, part in enumerate(parts):   # input columns col + d, + sw, ...
-                        rx, off = (d + pw) % g.sw, (d + pw) // g.sw
-                        k = arith.addi(arith.muli(ry, index(g.sw)), index(rx)) \
-                            if g.sh > 1 else index(rx)
-                        plane = arith.addi(index(b * g.nph), k)
-                        planes = write2(part, planes, plane,
-                                        arith.addi(start, arith.addi(half, index(off))))
-                    return planes
-                return [in_row.over(planes, piece)]
-            planes = _for(h, [planes], copy_row)[0]
+                start = arith.addi(arith.muli(q, g.pitch),
+                                   arith.divui(col, index(g.sw)) if g.sw > 1 else col)
+                v = vector.TransferReadOp(ir.VectorType.get([size], elt), x, [i, c, r, col],
+                                          row4, zero, [True], mask=mask).result
+                parts = [v] if g.sw == 1 else list(vector.DeinterleaveOp(v).results)
+                for d, part in enumerate(parts):   # input columns col + d, + sw, ...
+                    rx, off = (d + pw) % g.sw, (d + pw) // g.sw
+                    k = arith.addi(arith.muli(ry, index(g.sw)), index(rx)) \
+                        if g.sh > 1 else index(rx)
+                    planes = write2(part, planes, arith.addi(index(b * g.nph), k),
+                                    arith.addi(start, index(off)) if off else start)
+                return planes
+            # per column piece, every row (the rest first: its masked-off
+            # lanes are zeros written on into the next rows, whose pieces
+            # come after)
+            planes = in_row.over(planes, lambda col, size, planes, *m, copy=copy: _for(
+                h, [planes], lambda r, planes: [copy(r, col, size, planes, *m)])[0],
+                rest_first=True)
         # the B channels' flat pixels: tiles of T vectors, then single vectors
         for b in range(blk):
             c = arith.addi(c0, index(b)) if b else c0
@@ -373,31 +371,25 @@ def _flat_depthwise(x, w, bias, s, elt, g, pad, out0, act, skip):
         for b in range(blk):
             c = arith.addi(c0, index(b)) if b else c0
             bc = None if bias is None else tensor.extract(bias, [c])
-            at_size = {}   # per piece width: its vector type, Scalar, clamp, bias
-            for size in out_row.sizes:
-                vt_ = ir.VectorType.get([size], elt)
-                vs_ = _VectorScalar(s, vt_)
-                at_size[size] = (vt_, vs_, act(vs_) if act is not None else None,
-                                 None if bc is None else vector.BroadcastOp(vt_, bc).result)
+            vs_ = _VectorScalar(s, vt)
+            at_size = (vs_, act(vs_) if act is not None else None,
+                       None if bc is None else vector.BroadcastOp(vt, bc).result)
 
-            def crop_row(oy, out, b=b, c=c, at_size=at_size):
-                base = arith.muli(oy, g.pitch)
-
-                def piece(ox, size, out, mask=None):
-                    vt_, vs_, clamp_, bv_ = at_size[size]
-                    val = read2(acc, index(b), arith.addi(base, ox), size)
-                    where = [i, c, oy, ox]
-                    if bv_ is not None:
-                        val = vs_.add(val, bv_)
-                    if skip is not None:
-                        val = vs_.add(val, vector.TransferReadOp(vt_, skip, where, row4, zero,
-                                                                 [True], mask=mask).result)
-                    if clamp_ is not None:
-                        val = clamp_(val)
-                    return vector.TransferWriteOp(out.type, val, out, where, row4, [True],
-                                                  mask=mask).result
-                return [out_row.over(out, piece)]
-            out = _for(ho, [out], crop_row)[0]
+            def crop(oy, ox, size, out, mask=None, b=b, c=c, at_size=at_size):
+                vs_, clamp_, bv_ = at_size
+                where, pix = [i, c, oy, ox], arith.addi(arith.muli(oy, g.pitch), ox)
+                val = read2(acc, index(b), pix, size)
+                if bv_ is not None:
+                    val = vs_.add(val, bv_)
+                if skip is not None:
+                    val = vs_.add(val, vector.TransferReadOp(vt, skip, where, row4, zero,
+                                                             [True], mask=mask).result)
+                if clamp_ is not None:
+                    val = clamp_(val)
+                return vector.TransferWriteOp(out.type, val, out, where, row4, [True],
+                                              mask=mask).result
+            out = out_row.over(out, lambda ox, size, out, *m, crop=crop: _for(
+                ho, [out], lambda oy, out: [crop(oy, ox, size, out, *m)])[0])
         return [out, planes, acc]
 
     def image(i, out, planes, acc):
@@ -418,40 +410,27 @@ def _windows(padded, span: int, stride: int):
 class _Tail:
     """The pieces of a row of a run-time ``extent``, split once (outside the
     row loops): whole vectors of ``lanes``, then the rest as one vector
-    under a mask made here (``masked``), or as pieces of lanes/2, lanes/4,
-    ..., 1 that the rest's bits select (no mask). ``sizes``: the pieces'
-    widths."""
+    under a mask made here."""
 
-    def __init__(self, extent, lanes: int, masked: bool):
-        self.lanes, self.masked = lanes, masked
+    def __init__(self, extent, lanes: int):
+        self.lanes = lanes
         rest = arith.remui(extent, index(lanes))
         self.whole = arith.subi(extent, rest)
-        self.sizes = [lanes]
-        if masked:
-            self.mask = vector.CreateMaskOp(
-                ir.VectorType.get([lanes], ir.IntegerType.get_signless(1)), [rest]).result
-            wide = arith.cmpi(arith.CmpIPredicate.ne, rest, index(0))
-            self.bounds = [(self.whole, arith.select(wide, extent, self.whole), lanes)]
-        else:
-            self.bounds, at, size = [], self.whole, lanes // 2
-            while size:
-                end = arith.addi(at, arith.andi(rest, index(size)))
-                self.bounds.append((at, end, size))
-                self.sizes.append(size)
-                at, size = end, size // 2
+        self.mask = vector.CreateMaskOp(
+            ir.VectorType.get([lanes], ir.IntegerType.get_signless(1)), [rest]).result
+        wide = arith.cmpi(arith.CmpIPredicate.ne, rest, index(0))
+        self.end = arith.select(wide, extent, self.whole)
 
-    def over(self, acc, piece):
-        """``piece(at, size, acc[, mask])`` over the row; returns ``acc``."""
-        loop = scf.ForOp(index(0), self.whole, index(self.lanes), [acc])
-        with ir.InsertionPoint(loop.body):
-            scf.YieldOp([piece(loop.induction_variable, self.lanes, loop.inner_iter_args[0])])
-        acc = loop.results[0]
-        for lo, hi, size in self.bounds:   # loops of 0 or 1 trips
-            loop = scf.ForOp(lo, hi, index(size), [acc])
+    def over(self, acc, piece, rest_first: bool = False):
+        """``piece(at, lanes, acc[, mask])`` over the row (the whole vectors,
+        then the masked rest, a loop of 0 or 1 trips; ``rest_first``: the
+        rest first); returns ``acc``."""
+        loops = [(index(0), self.whole, ()), (self.whole, self.end, (self.mask,))]
+        for lo, hi, mask in (loops[::-1] if rest_first else loops):
+            loop = scf.ForOp(lo, hi, index(self.lanes), [acc])
             with ir.InsertionPoint(loop.body):
-                args = (self.mask,) if self.masked else ()
-                scf.YieldOp([piece(loop.induction_variable, size, loop.inner_iter_args[0],
-                                   *args)])
+                scf.YieldOp([piece(loop.induction_variable, self.lanes,
+                                   loop.inner_iter_args[0], *mask)])
             acc = loop.results[0]
         return acc
 
