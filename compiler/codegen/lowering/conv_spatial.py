@@ -27,7 +27,9 @@ bounds:
   read and store are masked (the columns past Wo).
 
 A depthwise conv (groups = C = Cout) is computed channel by channel, each
-copied into a one-channel plane just before its tiles read it (in cache); a pointwise one (1x1, stride 1, unpadded) reads x in
+copied into a one-channel plane just before its tiles read it (in cache), or,
+where its stride phases are small (``_FLAT_ELEMS``, decided at run time), as
+flat pixel runs (``_flat_depthwise``); a pointwise one (1x1, stride 1, unpadded) reads x in
 place (a masked tile's reads masked too), without a plane. Each output sums its taps in (c, qy, qx) order from
 the bias (groups 1) or from 0 (depthwise: the bias added after), then the
 skip, then the clamp: the static direct kernel's order.
