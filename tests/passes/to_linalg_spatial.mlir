@@ -38,8 +38,8 @@ func.func @max_pool_spatial(%x: tensor<?x3x?x?xf32>) -> tensor<?x3x?x?xf32> {
 
 // -----
 
-// A depthwise conv: a small image (its stride phases at most 1536 elements
-// per channel, tested at run time) is computed as flat pixel runs with a
+// A depthwise conv: a small image (at most 256 flat output pixels per
+// channel, tested at run time) is computed as flat pixel runs with a
 // run-time pitch: each row deinterleaved into its phase planes (a 2-D
 // tensor, a block of 4 channels x 4 phases), the rows' last piece under a
 // mask made once, the taps unit-stride reads of a plane; a larger one takes
