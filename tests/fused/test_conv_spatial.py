@@ -76,6 +76,31 @@ def test_one_kernel_runs_every_image_size(case, target):
     assert convs and all(s.endswith("[run-time extents]") for s in convs), convs
 
 
+# a depthwise conv whose stride phases are small (``conv_spatial._flat_depthwise``:
+# flat pixel runs with a run-time pitch): a 7^2 image, images narrower than a
+# vector or a register tile, a row of whole vectors and a masked rest; a wide
+# image (16x70) takes the row tiles in the same kernel
+FLAT = {"depthwise relu6": CASES["depthwise relu6"], "depthwise s2": CASES["depthwise s2"],
+        "depthwise 5x5 dilated": (6, 6, 5, 1, 4, 6, 2, dict(clamp_min=0.0), "f32"),
+        "depthwise residual": (8, 8, 3, 1, 1, 8, 1, dict(residual=True, clamp_min=0.0), "f32"),
+        "depthwise f64": (5, 5, 3, 1, 1, 5, 1, dict(clamp_min=-1.0, clamp_max=1.0), "f64")}
+FLAT_SIZES = [(3, 7, 7), (2, 1, 2), (1, 5, 33), (1, 3, 40), (1, 16, 70)]
+
+
+@pytest.mark.parametrize("target", ["cpu", "cpu:x86-64-v3"])
+def test_small_depthwise_images_in_flat_runs(target, monkeypatch):
+    for case, spec in FLAT.items():
+        monkeypatch.setitem(CASES, case, spec)
+        g, np_t = _graph(case)
+        m = compile(g, target=target)
+        for n, h, w in FLAT_SIZES:
+            feeds = _feeds(g, case, n, h, w, np_t)
+            got, want = m.run(**feeds)["y"], interpret(g, feeds)["y"]
+            tol = 1e-5 if np_t is np.float32 else 1e-12
+            np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max(),
+                                       err_msg=f"{case} {n}x{h}x{w}")
+
+
 def test_the_memo_key_holds_the_weights_not_the_image():
     from compiler.codegen.fused import FusedInstance
     from compiler.graph.opdef import TensorType

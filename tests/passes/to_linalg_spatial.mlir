@@ -35,3 +35,28 @@ func.func @max_pool_spatial(%x: tensor<?x3x?x?xf32>) -> tensor<?x3x?x?xf32> {
   %0 = "fuel.max_pool2d"(%x) {kernel = [3, 3], stride = [2, 2], dilation = [1, 1], padding = [1, 1, 1, 1], image_at_run_time = true} : (tensor<?x3x?x?xf32>) -> tensor<?x3x?x?xf32>
   return %0 : tensor<?x3x?x?xf32>
 }
+
+// -----
+
+// A depthwise conv: a small image (at most 256 flat output pixels per
+// channel, tested at run time) is computed as flat pixel runs with a
+// run-time pitch: each row deinterleaved into its phase planes (a 2-D
+// tensor, a block of 4 channels x 4 phases), the rows' last piece under a
+// mask made once, the taps unit-stride reads of a plane; a larger one takes
+// the row tiles (a loop of 0 or 1 trips each).
+// CHECK-LABEL: func.func @depthwise_spatial
+// CHECK-NOT:     fuel.
+// CHECK:         arith.cmpi ule
+// CHECK:         vector.create_mask {{.*}} : vector<16xi1>
+// CHECK:         vector.create_mask {{.*}} : vector<8xi1>
+// CHECK:         vector.deinterleave
+// CHECK:         vector.transfer_write {{.*}} : vector<8xf32>, tensor<16x?xf32>
+// CHECK:         vector.transfer_read {{.*}} : tensor<16x?xf32>, vector<8xf32>
+// CHECK:         vector.fma
+// CHECK:         vector.transfer_write {{.*}}, %{{.*}} {in_bounds = [true]} : vector<8xf32>, tensor<?x8x?x?xf32>
+// CHECK:         vector.fma
+// CHECK:         return {{.*}} : tensor<?x8x?x?xf32>
+func.func @depthwise_spatial(%x: tensor<?x8x?x?xf32>, %w: tensor<8x1x3x3xf32>, %b: tensor<8xf32>) -> tensor<?x8x?x?xf32> {
+  %0 = "fuel.conv2d"(%x, %w, %b) {dilation = [1, 1], groups = 8 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [1, 1], stride = [2, 2], clamp_min = 0.0 : f64, image_at_run_time = true} : (tensor<?x8x?x?xf32>, tensor<8x1x3x3xf32>, tensor<8xf32>) -> tensor<?x8x?x?xf32>
+  return %0 : tensor<?x8x?x?xf32>
+}
