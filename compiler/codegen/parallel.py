@@ -46,7 +46,7 @@ MIN_ELEMENTS_TRANSCENDENTAL = MIN_ELEMENTS // 4
 #: A copy kernel (a conv's im2col Concat, its Pad) split by images
 #: (``image_tiles``): from this many output elements. Tiles of at most one
 #: per thread run on the native workers (a few us a call, not the pool's
-#: 20-60); see docs/architecture.md, "Threads".
+#: 20-60); see docs/architecture.md ("Threading is shared too").
 MIN_COPY_ELEMENTS = 1 << 16
 _TRANSCENDENTAL = re.compile(r"\bmath\.(exp|exp2|expm1|erf|tanh|log|log2|log1p|powf|sin|cos|atan2?|asin|acos)\b")
 
