@@ -365,6 +365,10 @@ class PrimitiveFamily(KernelFamily):
         if category == "softmax":  # LogSoftmaxLastDim(+Backward): rows independent
             return parallel.row_tiles(layouts, n_inputs, threads, keep_last=True,
                                       min_elements=min_elements)
+        params = dict(inst.params)
+        if inst.op_name == "Concat" and params["dim"] % len(inst.input_types[0].shape) != 0 \
+                or inst.op_name == "Pad" and tuple(params["padding"][:2]) == (0, 0):
+            return parallel.image_tiles(layouts, n_inputs, threads)
         if inst.op_name == "MatMul":
             return parallel.matmul_tiles(layouts, n_inputs, threads, MATMUL_ROW_ALIGN,
                                          MATMUL_COL_ALIGN)

@@ -42,6 +42,12 @@ MIN_MACS = 1 << 20
 #: (Measured on the encoder block, 2 threads: the [1,128,1536] erf-GELU took
 #: 0.65 ms whole, and the [1,12,128,128] softmax 0.39 ms.)
 MIN_ELEMENTS_TRANSCENDENTAL = MIN_ELEMENTS // 4
+
+#: A copy kernel (a conv's im2col Concat, its Pad) split by images
+#: (``image_tiles``): from this many output elements. Tiles of at most one
+#: per thread run on the native workers (a few us a call, not the pool's
+#: 20-60); see docs/architecture.md ("Threading is shared too").
+MIN_COPY_ELEMENTS = 1 << 16
 _TRANSCENDENTAL = re.compile(r"\bmath\.(exp|exp2|expm1|erf|tanh|log|log2|log1p|powf|sin|cos|atan2?|asin|acos)\b")
 
 
@@ -172,6 +178,23 @@ def row_tiles(layouts: Sequence[Layout], n_inputs: int, threads: int, *,
     return split_layouts(list(layouts), axes + [axis], out.shape[axis], threads)
 
 
+def image_tiles(layouts: Sequence[Layout], n_inputs: int, threads: int,
+                min_elements: int | None = None) -> list[list[Layout]] | None:
+    """Tiles of a copy (Concat off axis 0, Pad with no padding on axis 0: a
+    conv's im2col and padded input) by blocks of axis 0, every operand cut
+    alike: each output element is copied by the same code from the same
+    input element whatever the thread count. Calls of fewer than
+    ``min_elements`` output elements, or of fewer images than threads, run
+    whole (default ``MIN_COPY_ELEMENTS``)."""
+    out = layouts[n_inputs]
+    if min_elements is None:
+        min_elements = MIN_COPY_ELEMENTS
+    if len(layouts) != n_inputs + 1 or out.rank < 2 or out.numel < min_elements \
+            or any(l.rank != out.rank or l.shape[0] != out.shape[0] for l in layouts):
+        return None
+    return split_layouts(list(layouts), [0] * len(layouts), out.shape[0], threads)
+
+
 def matmul_tiles(layouts: Sequence[Layout], n_inputs: int, threads: int,
                  align: int, col_align: int | None = None) -> list[list[Layout]] | None:
     """Tiles of a (batched) matmul ``a [.., M, K] @ b [.., K, N]`` (further
@@ -205,5 +228,6 @@ MIN_COL_PANELS = 2
 
 
 __all__ = ["ENV", "MIN_ELEMENTS", "MIN_ELEMENTS_TRANSCENDENTAL", "MIN_MACS", "MIN_COL_PANELS",
-           "ThreadCountError", "min_elements", "num_threads", "set_num_threads", "run_all",
-           "chunks", "split_layouts", "row_tiles", "matmul_tiles"]
+           "MIN_COPY_ELEMENTS", "ThreadCountError", "min_elements", "num_threads", "set_num_threads", "run_all",
+           "chunks", "split_layouts", "row_tiles", "image_tiles",
+           "matmul_tiles"]

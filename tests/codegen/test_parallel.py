@@ -302,3 +302,63 @@ def test_calls_are_split_into_tiles(threads):
     assert [t[1][0].shape for t in k._tiles(lays, p, 2)] == [(168, 128), (132, 128)]
     threads(1)
     assert len(k._tiles(lays, p, 2)) == 1
+
+
+def test_image_tiles_cut_every_operand_of_a_copy_by_images():
+    a, b = Layout.contiguous((8, 4, 4, 1, 128)), Layout.contiguous((8, 4, 4, 8, 128))
+    out = Layout.contiguous((8, 4, 4, 9, 128))          # an im2col Concat: 147456 elements
+    tiles = parallel.image_tiles([a, b, out], 2, 2)
+    assert [[l.shape[0] for l in t] for t in tiles] == [[4, 4, 4], [4, 4, 4]]
+    assert tiles[1][2].start_offset == 4 * 4 * 4 * 9 * 128 and tiles[1][0].start_offset == 4 * 4 * 4 * 128
+    # fewer than MIN_COPY_ELEMENTS outputs, one image, or an input of another extent: whole
+    small = Layout.contiguous((8, parallel.MIN_COPY_ELEMENTS // 8 - 1))
+    assert parallel.image_tiles([small, small], 1, 2) is None
+    one = Layout.contiguous((1, 1 << 17))
+    assert parallel.image_tiles([one, one], 1, 2) is None
+    assert parallel.image_tiles([Layout.contiguous((1, 1 << 17)), Layout.contiguous((2, 1 << 17))], 1, 2) is None
+
+
+def _step_tiles(m, prefix, inputs):
+    """The tile count of each step of ``m`` named ``prefix...`` (a graph op,
+    not a recipe's), on contiguous inputs of the shapes ``inputs``."""
+    out = []
+    for i, s in enumerate(m.plan.steps):
+        if not getattr(s, "name", "").startswith(prefix):
+            continue
+        fn = m.executor.entries[i].kernel
+        fn = fn.fn if hasattr(fn, "fn") else fn
+        lays = [Layout.contiguous(sh) for sh in (*inputs, tuple(s.output_specs[0].shape))]
+        out.append(len(fn._tiles(lays, s.params, len(inputs))))
+    return out
+
+
+def test_copies_split_by_images_give_the_same_bits(threads, rng):
+    from compiler import Graph, compile, concat, interpret
+    from compiler.registry.builders import conv2d
+    g = Graph()
+    x = g.input("x", (8, 32, 16, 16), "f32")
+    y = g.input("y", (8, 32, 16, 16), "f32")
+    g.output(x.pad(((0, 0), (0, 0), (1, 1), (2, 0))), name="pad")       # split by images
+    g.output(x.pad(((1, 0), (0, 0), (0, 0), (0, 0))), name="pad0")      # pads axis 0: whole
+    g.output(concat([x, y], axis=1), name="cat")                        # split by images
+    g.output(concat([x, y], axis=0), name="cat0")                       # joins images: whole
+    c = g.input("c", (8, 128, 4, 4), "f32")                             # im2col [8,4,4,9,128]
+    w = rng.standard_normal((128, 128, 3, 3), dtype=np.float32) * 0.05
+    g.output(conv2d(c, g.constant(w, name="w"), padding=1), name="conv")
+    ins = {n: rng.standard_normal(s, dtype=np.float32)
+           for n, s in (("x", (8, 32, 16, 16)), ("y", (8, 32, 16, 16)), ("c", (8, 128, 4, 4)))}
+    threads(1)
+    want = compile(g, "cpu")(**ins)
+    ref = interpret(g, ins)
+    for name in ("pad", "pad0", "cat", "cat0"):
+        np.testing.assert_array_equal(want[name], ref[name], err_msg=name)
+    np.testing.assert_allclose(want["conv"], ref["conv"], rtol=1e-4, atol=1e-4)
+    for n in (2, 3):
+        threads(n)
+        m = compile(g, "cpu")
+        got = m(**ins)
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=f"{name}, {n} threads")
+        xs = (8, 32, 16, 16)
+        assert sorted(_step_tiles(m, "pad_", [xs])) == [1, n], n
+        assert sorted(_step_tiles(m, "concat_", [xs, xs])) == [1, n], n
