@@ -45,6 +45,18 @@ from .layout import Layout
 from .storage import Storage
 
 _addressof = ctypes.addressof
+_char_from_buffer = ctypes.c_char.from_buffer
+
+
+def _address(arr: np.ndarray) -> int:
+    """The address of ``arr``'s data (C-contiguous). A ctypes view of its
+    buffer costs about 0.2 us, ``arr.ctypes.data`` 0.9 us (it builds numpy's
+    ctypes helper object): with three or four arrays a call, a few us of a
+    small step. Read-only and empty arrays take ``arr.ctypes.data``."""
+    try:
+        return _addressof(_char_from_buffer(arr))
+    except (TypeError, ValueError):
+        return arr.ctypes.data
 
 
 class DirectRun:
@@ -252,14 +264,14 @@ class DirectRun:
                 if type(arr) is not np.ndarray or arr.dtype != dtype or arr.shape != shape \
                         or not arr.flags.c_contiguous:
                     return None
-                addr = arr.ctypes.data
+                addr = _address(arr)
                 for d in descs:
                     d.allocated = d.aligned = addr
                 self.current[name] = arr
             bufs = []
             for _name, alloc, nbytes, _dt, _shape, descs in self.outputs:
                 buf = alloc(nbytes, dtype=np.uint8)
-                addr = buf.ctypes.data
+                addr = _address(buf)
                 for d in descs:
                     d.allocated = d.aligned = addr
                 bufs.append(buf)
