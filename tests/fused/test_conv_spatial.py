@@ -204,3 +204,28 @@ def test_pointwise_images_as_flat_pixel_runs(target, monkeypatch):
             if (h, w) == POINTWISE_SIZES[0][1:]:   # (a few-pixel image is planned as a product)
                 convs = [s for s in m.kernel_summary()[1:] if s.startswith("Conv2D")]
                 assert convs and all(s.endswith("[run-time extents]") for s in convs), convs
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_pointwise_reads_and_writes_in_place(residual):
+    """Row-major operands (``FusedInstance.contiguous``) of run-time extents:
+    x, the skip and the output are viewed as [N, C, H*W] by their strides
+    (``stages._row_major_view``), not collapsed into copies (no malloc)."""
+    import dataclasses
+
+    from compiler.codegen.cpu import lower
+    from compiler.codegen.fused import FAMILY, FusedInstance
+    from compiler.graph.opdef import TensorType
+    from compiler.targets import parse_target
+    from runtime.dtype import DType
+    params = dict(stride=(1, 1), padding=(0, 0), groups=1, dilation=(1, 1), clamp_min=0.0,
+                  residual=True if residual else None, image_at_run_time=True)
+    shapes = [(1, 16, 9, 9), (24, 16, 1, 1), (24,)] + [(1, 24, 9, 9)] * residual
+    inst = FusedInstance("Conv2D", tuple(sorted(params.items())),
+                         tuple(TensorType(s, DType.F32) for s in shapes))
+    assert inst.dynamic
+    n = len(shapes) + 1
+    ll = lambda i: lower(FAMILY.linalg_text(i, parse_target("cpu")), ["kernel"],
+                         target="cpu").llvm_ir
+    assert "@malloc" not in ll(dataclasses.replace(inst, contiguous=tuple(range(n))))
+    assert "@malloc" in ll(inst)   # strided operands: copied, still correct
