@@ -29,10 +29,11 @@ bounds:
 A depthwise conv (groups = C = Cout) is computed channel by channel, each
 copied into a one-channel plane just before its tiles read it (in cache), or,
 where its output is small (``_FLAT_PIXELS``, decided at run time), as
-flat pixel runs (``_flat_depthwise``); a pointwise one (1x1, stride 1, unpadded) reads x in
-place (a masked tile's reads masked too), without a plane. Each output sums its taps in (c, qy, qx) order from
-the bias (groups 1) or from 0 (depthwise: the bias added after), then the
-skip, then the clamp: the static direct kernel's order.
+flat pixel runs (``_flat_depthwise``); a pointwise one (1x1, stride 1, unpadded, groups 1)
+is a product over its flat H*W pixels, x read in place (``_flat_pointwise``). Each
+output sums its taps in (c, qy, qx) order from the bias (groups 1) or from 0
+(depthwise and pointwise: the bias added after), then the skip, then the clamp:
+the static kernels' order.
 """
 from __future__ import annotations
 
@@ -412,12 +413,16 @@ def _flat_pointwise(x, w, bias, s, elt, cout: int, act, skip):
     """A pointwise conv (1x1, stride 1, unpadded, groups 1) of a run-time
     image as the product it is: per image, the ``H*W`` pixels are one flat
     run (x ``[N, C, H, W]`` viewed as ``[N, C, H*W]``, no copy), computed in
-    register tiles of m channels x V vectors (``_TILES``: the row tile's
-    accumulators) whose sums run over the input channels from the bias, then
-    the skip and the clamp (the static kernel's order); blocks of V vectors,
-    single vectors, then the image's rest as one masked vector or a masked
-    half. Row tiles left a short row's rest masked in every row (a 7-wide
-    row: 7 of 16 lanes) and a 28-wide one in two vector tiles."""
+    register tiles of m channels x V vectors (``_PW_TILES``), every channel
+    block of a piece of pixels before the next piece (its x columns stay in
+    cache), whose sums run over the input channels from 0, then the bias, the
+    skip and the clamp (the static kernel's order: ``fused_conv._pointwise``);
+    pieces of V vectors, single vectors, then the image's rest as one masked
+    vector or a masked half. Row tiles left a short row's rest masked in every
+    row (a 7-wide row: 7 of 16 lanes) and a 28-wide one in two vector tiles.
+    The views of x, the skip and the output are free where the plan passes
+    them row-major (``FusedInstance.contiguous``: ``common/stages.py``,
+    ``_row_major_view``), else bufferization copies them."""
     bits = _VECTOR_BITS.get()
     lanes = bits // ir.FloatType(elt).width
     m0, v0 = _PW_TILES[bits]
@@ -442,9 +447,7 @@ def _flat_pointwise(x, w, bias, s, elt, cout: int, act, skip):
             clamp = act(vs) if act is not None else None
             cols = [arith.addi(p, index(j * lw)) if j else p for j in range(v)]
             chans = [arith.addi(co, index(k)) if k else co for k in range(m)]
-            inits = [vector.BroadcastOp(vt, zero if bias is None else
-                                        tensor.extract(bias, [chans[k]])).result
-                     for k in range(m) for _ in range(v)]
+            inits = [vector.BroadcastOp(vt, zero).result] * (m * v)
             loop = scf.ForOp(index(0), index(cin) if isinstance(cin, int) else cin,
                              index(1), inits)
             with ir.InsertionPoint(loop.body):
@@ -461,6 +464,9 @@ def _flat_pointwise(x, w, bias, s, elt, cout: int, act, skip):
                 for j in range(v):
                     where = [i, chans[k], cols[j]]
                     val = loop.results[k * v + j]
+                    if bias is not None:
+                        val = vs.add(val, vector.BroadcastOp(
+                            vt, tensor.extract(bias, [chans[k]])).result)
                     if skip3 is not None:
                         val = vs.add(val, read(skip3, where, lw, in_bounds))
                     if clamp is not None:
