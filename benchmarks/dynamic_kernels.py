@@ -49,7 +49,11 @@ CONV = {"conv3x3 b1 64x56^2": ((1, 64, 56, 56), 64, 3, 1, 1),
         "dw3x3 b8 384x7^2": ((8, 384, 7, 7), 384, 3, 1, 384),
         "stem7x7 s2 b1 3x112^2": ((1, 3, 112, 112), 64, 7, 2, 1),
         "pw1x1 b8 32x28^2 192": ((8, 32, 28, 28), 192, 1, 1, 1),
-        "pw1x1 b1 256x14^2 64": ((1, 256, 14, 14), 64, 1, 1, 1)}
+        "pw1x1 b1 256x14^2 64": ((1, 256, 14, 14), 64, 1, 1, 1),
+        "pw1x1 b1 16x56^2 96": ((1, 16, 56, 56), 96, 1, 1, 1),
+        "pw1x1 b1 144x28^2 24": ((1, 144, 28, 28), 24, 1, 1, 1),
+        "pw1x1 b1 192x14^2 32": ((1, 192, 14, 14), 32, 1, 1, 1),
+        "pw1x1 b8 384x7^2 64": ((8, 384, 7, 7), 64, 1, 1, 1)}
 #: name -> (x shape, kernel, stride, padding): MaxPool2D with run-time batch
 #: and image size (a ResNet stem pool; odd sizes leave a masked last vector)
 POOL = {"pool b1 64x112^2": ((1, 64, 112, 112), 3, 2, 1),
@@ -86,6 +90,8 @@ def _instances(name: str, target):
                              tuple(TensorType(a.shape, f32) for a in (x, w, b)))
         import dataclasses
         inst = dataclasses.replace(inst, unit_stride=(0, 1, 2, 3))
+        if (k, st) == (1, 1):   # a pointwise conv's contiguous operands (FusedFamily.instance)
+            inst = dataclasses.replace(inst, contiguous=(0, 1, 2, 3))
         return inst, [x, w, b], np.empty(inst.output_type().shape, np.float32)
     if name in POOL:
         xs, k, st, pad = POOL[name]

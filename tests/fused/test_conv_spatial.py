@@ -177,3 +177,55 @@ def test_an_image_too_small_for_the_window_is_a_typed_shape_error():
     with pytest.raises(ShapeSignatureError, match=r"symbol 'h' = 2 \(input 'x' axis 2\) is "
                                                   r"outside its bounds 3..512"):
         m(x=np.zeros((1, 4, 2, 7), np.float32))
+
+
+# a pointwise conv (``conv_spatial._flat_pointwise``): the image's H*W pixels
+# as one flat run, in channel x vector tiles with the rest masked; a
+# skip, f64, images of a few pixels, a 7^2 one, one whose
+# pixels end in a vector block and one ending mid-vector
+POINTWISE = {"pointwise relu6": CASES["pointwise relu6"],
+             "pointwise residual": (12, 8, 1, 1, 0, 1, 1, dict(residual=True, clamp_min=0.0), "f32"),
+             "pointwise f64": (12, 8, 1, 1, 0, 1, 1, dict(clamp_min=-1.0, clamp_max=1.0), "f64")}
+POINTWISE_SIZES = [(3, 7, 7), (2, 1, 3), (1, 8, 8), (1, 5, 33), (2, 13, 11)]
+
+
+@pytest.mark.parametrize("target", ["cpu", "cpu:x86-64-v3"])
+def test_pointwise_images_as_flat_pixel_runs(target, monkeypatch):
+    for case, spec in POINTWISE.items():
+        monkeypatch.setitem(CASES, case, spec)
+        g, np_t = _graph(case)
+        m = compile(g, target=target)
+        for n, h, w in POINTWISE_SIZES:
+            feeds = _feeds(g, case, n, h, w, np_t)
+            got, want = m.run(**feeds)["y"], interpret(g, feeds)["y"]
+            tol = 1e-5 if np_t is np.float32 else 1e-12
+            np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max(),
+                                       err_msg=f"{case} {n}x{h}x{w}")
+            if (h, w) == POINTWISE_SIZES[0][1:]:   # (a few-pixel image is planned as a product)
+                convs = [s for s in m.kernel_summary()[1:] if s.startswith("Conv2D")]
+                assert convs and all(s.endswith("[run-time extents]") for s in convs), convs
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_pointwise_reads_and_writes_in_place(residual):
+    """Row-major operands (``FusedInstance.contiguous``) of run-time extents:
+    x, the skip and the output are viewed as [N, C, H*W] by their strides
+    (``stages._row_major_view``), not collapsed into copies (no malloc)."""
+    import dataclasses
+
+    from compiler.codegen.cpu import lower
+    from compiler.codegen.fused import FAMILY, FusedInstance
+    from compiler.graph.opdef import TensorType
+    from compiler.targets import parse_target
+    from runtime.dtype import DType
+    params = dict(stride=(1, 1), padding=(0, 0), groups=1, dilation=(1, 1), clamp_min=0.0,
+                  residual=True if residual else None, image_at_run_time=True)
+    shapes = [(1, 16, 9, 9), (24, 16, 1, 1), (24,)] + [(1, 24, 9, 9)] * residual
+    inst = FusedInstance("Conv2D", tuple(sorted(params.items())),
+                         tuple(TensorType(s, DType.F32) for s in shapes))
+    assert inst.dynamic
+    n = len(shapes) + 1
+    ll = lambda i: lower(FAMILY.linalg_text(i, parse_target("cpu")), ["kernel"],
+                         target="cpu").llvm_ir
+    assert "@malloc" not in ll(dataclasses.replace(inst, contiguous=tuple(range(n))))
+    assert "@malloc" in ll(inst)   # strided operands: copied, still correct

@@ -60,3 +60,21 @@ func.func @depthwise_spatial(%x: tensor<?x8x?x?xf32>, %w: tensor<8x1x3x3xf32>, %
   %0 = "fuel.conv2d"(%x, %w, %b) {dilation = [1, 1], groups = 8 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [1, 1], stride = [2, 2], clamp_min = 0.0 : f64, image_at_run_time = true} : (tensor<?x8x?x?xf32>, tensor<8x1x3x3xf32>, tensor<8xf32>) -> tensor<?x8x?x?xf32>
   return %0 : tensor<?x8x?x?xf32>
 }
+
+// -----
+
+// A pointwise conv of a run-time image: a product over the flat H*W pixels
+// (x collapsed to [N, C, H*W], the output expanded back), register tiles of
+// vector FMAs carried through an scf.for over the input channels, no plane.
+// CHECK-LABEL: func.func @pointwise_spatial
+// CHECK-NOT:     fuel.
+// CHECK:         tensor.collapse_shape {{.*}} {{\[}}[0], [1], [2, 3]]
+// CHECK-NOT:     linalg.fill
+// CHECK:         scf.for
+// CHECK:         vector.fma
+// CHECK:         tensor.expand_shape {{.*}} : tensor<?x8x?xf32> into tensor<?x8x?x?xf32>
+// CHECK:         return {{.*}} : tensor<?x8x?x?xf32>
+func.func @pointwise_spatial(%x: tensor<?x4x?x?xf32>, %w: tensor<8x4x1x1xf32>, %b: tensor<8xf32>) -> tensor<?x8x?x?xf32> {
+  %0 = "fuel.conv2d"(%x, %w, %b) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [0, 0], stride = [1, 1], clamp_min = 0.0 : f64, image_at_run_time = true} : (tensor<?x4x?x?xf32>, tensor<8x4x1x1xf32>, tensor<8xf32>) -> tensor<?x8x?x?xf32>
+  return %0 : tensor<?x8x?x?xf32>
+}

@@ -126,7 +126,9 @@ def _static_strides(t) -> bool:
 
 def _contiguous_args(f, n_inputs: int) -> set[int]:
     """The arguments ``CONTIGUOUS_ATTR`` lists (removed from ``f``); each listed
-    static-shaped input gets ``bufferization.buffer_layout``."""
+    static-shaped input gets ``bufferization.buffer_layout``, a listed input
+    with run-time inner extents its reshapes as views (``_collapse_in_place``).
+    Returns the listed out-params (their positions among the results)."""
     if CONTIGUOUS_ATTR not in f.attributes:
         return set()
     listed = {int(ir.IntegerAttr(a).value) for a in ir.ArrayAttr(f.attributes[CONTIGUOUS_ATTR])}
@@ -140,9 +142,63 @@ def _contiguous_args(f, n_inputs: int) -> set[int]:
         t = arg.type
         if i in listed and isinstance(t, ir.RankedTensorType) and _static_strides(t):
             d["bufferization.buffer_layout"] = contiguous_layout(t.shape)
+        elif i in listed and isinstance(t, ir.RankedTensorType):
+            _collapse_in_place(arg)
         attrs.append(ir.DictAttr.get(d))
     f.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs)
     return {i - n_inputs for i in listed if i >= n_inputs}
+
+
+def _row_major_view(buf, groups, shape, elt):
+    """The row-major memref ``buf`` (run-time strides) collapsed by ``groups``
+    to ``shape`` (ints, dynamic marked): a ``memref.reinterpret_cast`` with
+    each group's size the product of its extents and its stride that of its
+    last axis. Valid only for a buffer every call passes row-major
+    (``CONTIGUOUS_ATTR``): memref.collapse_shape cannot prove that from run-time
+    strides, and bufferization would copy the tensor instead."""
+    meta = memref.ExtractStridedMetadataOp(buf)
+    base, offset = meta.results[0], meta.results[1]
+    rank = ir.MemRefType(buf.type).rank
+    sizes, strides = meta.results[2:2 + rank], meta.results[2 + rank:2 + 2 * rank]
+    dyn = ir.ShapedType.get_dynamic_stride_or_offset()
+    new_sizes = []   # the run-time ones; the static ones are in ``shape``
+    for g, extent in zip(groups, shape):
+        if extent == ir.ShapedType.get_dynamic_size():
+            n = sizes[g[0]]
+            for i in g[1:]:
+                n = arith.muli(n, sizes[i])
+            new_sizes.append(n)
+    # row-major: the last axis's stride is 1
+    new_strides = [strides[g[-1]] for g in groups[:-1]]
+    static_strides = [dyn] * (len(groups) - 1) + [1]
+    view = ir.MemRefType.get(shape, elt, layout=ir.StridedLayoutAttr.get(dyn, static_strides))
+    return memref.ReinterpretCastOp(view, base, [offset], new_sizes, new_strides, [dyn],
+                                    shape, static_strides).result
+
+
+def _groups(op) -> list:
+    return [[int(ir.IntegerAttr(i).value) for i in ir.ArrayAttr(g)]
+            for g in ir.ArrayAttr(op.attributes["reassociation"])]
+
+
+def _collapse_in_place(arg) -> None:
+    """Each ``tensor.collapse_shape`` of the row-major input ``arg`` (run-time
+    inner extents: no static layout for it) read through a view of its buffer
+    (``_row_major_view``), not a collapsed copy: the pointwise convolution of a
+    run-time image size reading x ``[N, C, H, W]`` as ``[N, C, H*W]``."""
+    t = ir.RankedTensorType(arg.type)
+    for use in list(arg.uses):
+        op = use.owner
+        op = getattr(op, "operation", op)
+        if op.name != "tensor.collapse_shape":
+            continue
+        res = ir.RankedTensorType(op.results[0].type)
+        with ir.InsertionPoint(op), op.location:
+            buf = bufferization.ToBufferOp(_fully_dynamic_memref(t), arg, read_only=True).result
+            view = _row_major_view(buf, _groups(op), list(res.shape), res.element_type)
+            new = bufferization.ToTensorOp(res, view, restrict=True).result
+        op.results[0].replace_all_uses_with(new)
+        op.erase()
 
 
 def _write_through_reshape(value, dest):
@@ -155,8 +211,8 @@ def _write_through_reshape(value, dest):
         return value, dest
     src = owner.operands[0]
     st, dt = ir.RankedTensorType(src.type), ir.MemRefType(dest.type)
-    if not _static_strides(st):
-        return value, dest
+    if not _static_strides(st):   # run-time inner extents: a view by their run-time strides
+        return src, _row_major_view(dest, _groups(owner), list(st.shape), st.element_type)
     groups = owner.attributes["reassociation"]
     strides = list(ir.StridedLayoutAttr(dt.layout).strides)
     ends = [int(ir.IntegerAttr(ir.ArrayAttr(g)[len(ir.ArrayAttr(g)) - 1]).value)

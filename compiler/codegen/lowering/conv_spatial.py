@@ -29,10 +29,11 @@ bounds:
 A depthwise conv (groups = C = Cout) is computed channel by channel, each
 copied into a one-channel plane just before its tiles read it (in cache), or,
 where its output is small (``_FLAT_PIXELS``, decided at run time), as
-flat pixel runs (``_flat_depthwise``); a pointwise one (1x1, stride 1, unpadded) reads x in
-place (a masked tile's reads masked too), without a plane. Each output sums its taps in (c, qy, qx) order from
-the bias (groups 1) or from 0 (depthwise: the bias added after), then the
-skip, then the clamp: the static direct kernel's order.
+flat pixel runs (``_flat_depthwise``); a pointwise one (1x1, stride 1, unpadded, groups 1)
+is a product over its flat H*W pixels, x read in place (``_flat_pointwise``). Each
+output sums its taps in (c, qy, qx) order from the bias (groups 1) or from 0
+(depthwise and pointwise: the bias added after), then the skip, then the clamp:
+the static kernels' order.
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ import contextvars
 
 from compiler.mlir import arith, ir, scf, tensor, vector
 
-from .core import Scalar, dims, empty, fill, index
+from .core import Scalar, collapse, dims, empty, expand, fill, index
 from .fused_norm import _for
 from .fused_pool import _pieces, _whole
 
@@ -54,6 +55,8 @@ _VECTOR_BITS: contextvars.ContextVar[int] = contextvars.ContextVar("conv_vector_
 #: accumulators of the 32 zmm (16 ymm) registers, the rest for the plane
 #: vectors of a tap and the weight broadcasts.
 _TILES = {512: (4, 2, 2), 256: (4, 2, 1)}
+#: Pointwise tiles (``_flat_pointwise``): m channels x V vectors of flat pixels.
+_PW_TILES = {512: (8, 1), 256: (4, 2)}
 #: Depthwise tiles (one channel): R rows x V vectors.
 _DW_TILES = {512: (1, 4, 2), 256: (1, 2, 2)}
 
@@ -223,6 +226,8 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
             out = channels(index(whole * m0), rest, out, plane)
         return [out, plane]
 
+    if direct_x and not depthwise:
+        return _flat_pointwise(x, w, bias, s, elt, cout, act, skip)
     out0 = empty([n, cout, ho, wo], elt)
 
     def by_rows(_, out):
@@ -402,6 +407,90 @@ def _flat_depthwise(x, w, bias, s, elt, g, pad, out0, act, skip):
     planes0 = fill(zero, empty([blk * g.nph, g.length], elt))
     acc0 = empty([blk, g.npix], elt)
     return _for(n, [out0, planes0, acc0], image)[0]
+
+
+def _flat_pointwise(x, w, bias, s, elt, cout: int, act, skip):
+    """A pointwise conv (1x1, stride 1, unpadded, groups 1) of a run-time
+    image as the product it is: per image, the ``H*W`` pixels are one flat
+    run (x ``[N, C, H, W]`` viewed as ``[N, C, H*W]``, no copy), computed in
+    register tiles of m channels x V vectors (``_PW_TILES``), every channel
+    block of a piece of pixels before the next piece (its x columns stay in
+    cache), whose sums run over the input channels from 0, then the bias, the
+    skip and the clamp (the static kernel's order: ``fused_conv._pointwise``);
+    pieces of V vectors, single vectors, then the image's rest as one masked
+    vector or a masked half. Row tiles left a short row's rest masked in every
+    row (a 7-wide row: 7 of 16 lanes) and a 28-wide one in two vector tiles.
+    The views of x, the skip and the output are free where the plan passes
+    them row-major (``FusedInstance.contiguous``: ``common/stages.py``,
+    ``_row_major_view``), else bufferization copies them."""
+    bits = _VECTOR_BITS.get()
+    lanes = bits // ir.FloatType(elt).width
+    m0, v0 = _PW_TILES[bits]
+    m0 = min(m0, cout)
+    n, cin, h, wd = dims(x)
+    npix = arith.muli(h, wd)
+    groups = [[0], [1], [2, 3]]
+    x3 = collapse(x, groups)
+    skip3 = collapse(skip, groups) if skip is not None else None
+    pix = ir.AffineMap.get_minor_identity(3, 1)
+    zero = arith.constant(elt, 0.0)
+
+    def read(src, at, n_, in_bounds):
+        return vector.TransferReadOp(ir.VectorType.get([n_], elt), src, at, pix, zero,
+                                     [in_bounds]).result
+
+    def image(i, out):
+        def tile(co, m, p, size, out, in_bounds=True):
+            v, lw = (size // lanes, lanes) if size >= lanes else (1, size)
+            vt = ir.VectorType.get([lw], elt)
+            vs = _VectorScalar(s, vt)
+            clamp = act(vs) if act is not None else None
+            cols = [arith.addi(p, index(j * lw)) if j else p for j in range(v)]
+            chans = [arith.addi(co, index(k)) if k else co for k in range(m)]
+            inits = [vector.BroadcastOp(vt, zero).result] * (m * v)
+            loop = scf.ForOp(index(0), index(cin) if isinstance(cin, int) else cin,
+                             index(1), inits)
+            with ir.InsertionPoint(loop.body):
+                c = loop.induction_variable
+                xs = [read(x3, [i, c, col], lw, in_bounds) for col in cols]
+                sums = list(loop.inner_iter_args)
+                for k in range(m):
+                    wv = vector.BroadcastOp(vt, tensor.extract(
+                        w, [chans[k], c, index(0), index(0)])).result
+                    for j in range(v):
+                        sums[k * v + j] = vector.FMAOp(xs[j], wv, sums[k * v + j]).result
+                scf.YieldOp(sums)
+            for k in range(m):
+                for j in range(v):
+                    where = [i, chans[k], cols[j]]
+                    val = loop.results[k * v + j]
+                    if bias is not None:
+                        val = vs.add(val, vector.BroadcastOp(
+                            vt, tensor.extract(bias, [chans[k]])).result)
+                    if skip3 is not None:
+                        val = vs.add(val, read(skip3, where, lw, in_bounds))
+                    if clamp is not None:
+                        val = clamp(val)
+                    out = vector.TransferWriteOp(out.type, val, out, where, pix,
+                                                 [in_bounds]).result
+            return out
+
+        def channels(p, size, out, *in_bounds):
+            # every channel block of one pixel piece: its x columns stay in
+            # cache across the blocks (the static schedule's loop order)
+            whole, rest = divmod(cout, m0)
+            blocks = scf.ForOp(index(0), index(whole * m0), index(m0), [out])
+            with ir.InsertionPoint(blocks.body):
+                scf.YieldOp([tile(blocks.induction_variable, m0, p, size,
+                                  blocks.inner_iter_args[0], *in_bounds)])
+            out = blocks.results[0]
+            if rest:
+                out = tile(index(whole * m0), rest, p, size, out, *in_bounds)
+            return out
+        sizes = (v0 * lanes, lanes) if v0 > 1 else (lanes,)
+        return [_rest(npix, sizes, lanes // 2, out, channels)]
+    out3 = _for(n, [empty([n, cout, npix], elt)], image)[0]
+    return expand(out3, [n, cout, h, wd], groups)
 
 
 def _windows(padded, span: int, stride: int):
