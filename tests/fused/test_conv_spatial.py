@@ -87,18 +87,27 @@ FLAT = {"depthwise relu6": CASES["depthwise relu6"], "depthwise s2": CASES["dept
 FLAT_SIZES = [(3, 7, 7), (2, 1, 2), (1, 5, 33), (1, 3, 40), (1, 16, 70)]
 
 
-@pytest.mark.parametrize("target", ["cpu", "cpu:x86-64-v3"])
-def test_small_depthwise_images_in_flat_runs(target, monkeypatch):
-    for case, spec in FLAT.items():
+def _run_cases(cases, sizes, target, monkeypatch, at_first_size=None):
+    """Compile each case of ``cases`` once and run it at every (n, h, w) of
+    ``sizes`` against the reference interpreter; ``at_first_size(m)`` checks
+    the module after the first size."""
+    for case, spec in cases.items():
         monkeypatch.setitem(CASES, case, spec)
         g, np_t = _graph(case)
         m = compile(g, target=target)
-        for n, h, w in FLAT_SIZES:
+        for n, h, w in sizes:
             feeds = _feeds(g, case, n, h, w, np_t)
             got, want = m.run(**feeds)["y"], interpret(g, feeds)["y"]
             tol = 1e-5 if np_t is np.float32 else 1e-12
             np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max(),
                                        err_msg=f"{case} {n}x{h}x{w}")
+            if at_first_size is not None and (n, h, w) == sizes[0]:
+                at_first_size(m)
+
+
+@pytest.mark.parametrize("target", ["cpu", "cpu:x86-64-v3"])
+def test_small_depthwise_images_in_flat_runs(target, monkeypatch):
+    _run_cases(FLAT, FLAT_SIZES, target, monkeypatch)
 
 
 def test_the_memo_key_holds_the_weights_not_the_image():
@@ -191,19 +200,10 @@ POINTWISE_SIZES = [(3, 7, 7), (2, 1, 3), (1, 8, 8), (1, 5, 33), (2, 13, 11)]
 
 @pytest.mark.parametrize("target", ["cpu", "cpu:x86-64-v3"])
 def test_pointwise_images_as_flat_pixel_runs(target, monkeypatch):
-    for case, spec in POINTWISE.items():
-        monkeypatch.setitem(CASES, case, spec)
-        g, np_t = _graph(case)
-        m = compile(g, target=target)
-        for n, h, w in POINTWISE_SIZES:
-            feeds = _feeds(g, case, n, h, w, np_t)
-            got, want = m.run(**feeds)["y"], interpret(g, feeds)["y"]
-            tol = 1e-5 if np_t is np.float32 else 1e-12
-            np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max(),
-                                       err_msg=f"{case} {n}x{h}x{w}")
-            if (h, w) == POINTWISE_SIZES[0][1:]:   # (a few-pixel image is planned as a product)
-                convs = [s for s in m.kernel_summary()[1:] if s.startswith("Conv2D")]
-                assert convs and all(s.endswith("[run-time extents]") for s in convs), convs
+    def run_time_kernels(m):   # (a few-pixel image is planned as a product)
+        convs = [s for s in m.kernel_summary()[1:] if s.startswith("Conv2D")]
+        assert convs and all(s.endswith("[run-time extents]") for s in convs), convs
+    _run_cases(POINTWISE, POINTWISE_SIZES, target, monkeypatch, run_time_kernels)
 
 
 @pytest.mark.parametrize("residual", [False, True])
