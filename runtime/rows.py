@@ -65,8 +65,7 @@ def unpacked_rows(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg: i
     unit-stride rows."""
     rows = a_shape[-2] if len(a_shape) >= 2 else 0
     top = ALIASED_ROWS if aliased_rows(b_row_stride) else UNPACKED_ROWS
-    return (len(a_shape) >= 2 and FEW_ROWS < rows <= top
-            and 1 in unit_stride and out_arg in unit_stride)
+    return FEW_ROWS < rows <= top and 1 in unit_stride and out_arg in unit_stride
 
 
 def unit_stride_args(layouts: Sequence) -> tuple[int, ...]:
