@@ -27,7 +27,7 @@ from compiler.passes import ModulePass, register_pass
 from compiler.passes import _fuel
 from compiler.passes._target import TargetError, resolve_backends, resolve_target
 from compiler.passes.diagnostics import emit_error, emit_warning
-from compiler.registry.errors import KernelPredicateError
+from runtime.errors import SymbolicError
 from runtime.keys import binding_dtypes
 from runtime.symbols import Sym
 
@@ -57,12 +57,14 @@ def has_kernel(op, table, backends) -> bool:
         return True
     from compiler.registry.kernel_params import kernel_serves
     try:
-        return kernel_serves(entry.name, _fuel.params(op),
-                             [_fuel.tensor_type(v, dims) for v in op.operands])
-    except KernelPredicateError:
-        raise
+        params = _fuel.params(op)
+        in_types = [_fuel.tensor_type(v, dims) for v in op.operands]
     except Exception:
         return True  # unreadable params: the table decides, as before
+    try:
+        return kernel_serves(entry.name, params, in_types)
+    except SymbolicError:
+        return True  # undecidable on ``?`` extents: the table decides
 
 
 def decompose_via_recipe(op, entry) -> list:

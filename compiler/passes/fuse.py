@@ -68,7 +68,7 @@ from compiler.passes import ModulePass, register_pass
 from compiler.passes import _fuel
 from compiler.passes._target import target_of_pass
 from compiler.passes.diagnostics import emit_error, emit_remark
-from compiler.registry.errors import KernelPredicateError
+from runtime.errors import SymbolicError
 # the views of a constant that move with it: those fuel-prepack-weights reads through
 from compiler.passes.prepack import _VIEWS as _CONST_VIEWS, _panel
 
@@ -380,14 +380,7 @@ class Fuse(ModulePass):
         if not _fuel.same_type(inferred, out_type):
             return None
         dts = [t.dtype for t in in_types] + [out_type.dtype]
-        try:
-            servable = kernel_available(entry, params, in_types, dts, self._table,
-                                        self._backends)
-        except KernelPredicateError:
-            raise
-        except Exception:  # a kernel predicate undecidable on symbolic extents
-            servable = False
-        if not servable:
+        if not kernel_available(entry, params, in_types, dts, self._table, self._backends):
             if self.remarks and id(root) not in self._reported:
                 self._reported.add(id(root))
                 emit_remark(root, f"{self.name}: matched {entry.name} ({pat.name or 'pattern'}) "
@@ -420,10 +413,18 @@ def kernel_available(entry, params, in_types, dtypes, table, backends) -> bool:
     is meant for them (``kernel_serves``) and some candidate backend has its
     dtype key (``backend_supports``; ``dtypes``: inputs then output). The
     rule ``decompose.has_kernel`` applies to an op already in the IR, for a
-    fused op not built yet."""
+    fused op not built yet. A predicate undecidable on symbolic extents
+    (``SymbolicError``) answers False: not fused; one that fails otherwise
+    raises ``KernelPredicateError``."""
     from compiler.registry.kernel_params import kernel_serves
-    return entry.op_kind is not None and kernel_serves(entry.name, params, in_types) and any(
-        table.backend_supports(entry.op_kind, dtypes, b) for b in backends)
+    if entry.op_kind is None:
+        return False
+    try:
+        if not kernel_serves(entry.name, params, in_types):
+            return False
+    except SymbolicError:
+        return False
+    return any(table.backend_supports(entry.op_kind, dtypes, b) for b in backends)
 
 
 def _clamp_bounds(op):
@@ -544,13 +545,11 @@ def fold_conv_residuals(module, table, backends) -> int:
         try:
             in_types = [_fuel.tensor_type(v, dims) for v in operands]
             dts = [t.dtype for t in in_types] + [_fuel.dtype_of(conv.results[0])]
-            with dims.recording("fuel-fuse"):   # the skip's ? batch is the conv's (same type)
-                if not kernel_available(entry, params, in_types, dts, table, backends):
-                    continue
-        except KernelPredicateError:
-            raise
-        except Exception:  # a kernel predicate undecidable on symbolic extents
+        except Exception:  # an operand that does not type as a tensor
             continue
+        with dims.recording("fuel-fuse"):   # the skip's ? batch is the conv's (same type)
+            if not kernel_available(entry, params, in_types, dts, table, backends):
+                continue
         with ir.InsertionPoint(add), add.location:
             fused = _fuel.create(conv.name, operands, [add.results[0].type],
                                  params_to_attributes(lookup(entry.mnemonic), params),
@@ -595,11 +594,9 @@ def fold_conv_epilogues(module, table, backends) -> int:
         try:
             in_types = [_fuel.tensor_type(v, dims) for v in conv.operands]
             dts = [t.dtype for t in in_types] + [_fuel.dtype_of(conv.results[0])]
-            if not kernel_available(entry, params, in_types, dts, table, backends):
-                continue
-        except KernelPredicateError:
-            raise
-        except Exception:  # a kernel predicate undecidable on symbolic extents
+        except Exception:  # an operand that does not type as a tensor
+            continue
+        if not kernel_available(entry, params, in_types, dts, table, backends):
             continue
         with ir.InsertionPoint(conv), act.location:
             fused = _fuel.create(conv.name, list(conv.operands),
@@ -726,14 +723,12 @@ def fold_linear_epilogues(module, table, backends) -> int:
         weight = _unbroadcast_weight(lin.operands[1])
         try:
             in_types = [_fuel.tensor_type(v) for v in lin.operands]
-            if weight is not None:
-                in_types[1] = TensorType(tuple(weight[1]), in_types[1].dtype)
-            dts = [t.dtype for t in in_types] + [_fuel.dtype_of(y)]
-            if not kernel_available(entry, params, in_types, dts, table, backends):
-                continue
-        except KernelPredicateError:
-            raise
         except Exception:  # ``?`` extents: no static types to ask the table with
+            continue
+        if weight is not None:
+            in_types[1] = TensorType(tuple(weight[1]), in_types[1].dtype)
+        dts = [t.dtype for t in in_types] + [_fuel.dtype_of(y)]
+        if not kernel_available(entry, params, in_types, dts, table, backends):
             continue
         with ir.InsertionPoint(lin), act.location:
             operands = list(lin.operands)

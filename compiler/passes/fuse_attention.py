@@ -72,7 +72,6 @@ import numpy as np
 
 from compiler.mlir import ir
 from compiler.passes import _fuel
-from compiler.registry.errors import KernelPredicateError
 
 
 @dataclasses.dataclass
@@ -408,12 +407,10 @@ def fuse_attention(module, table, backends, constants=None, forget=lambda op: No
             out_type = _fuel.tensor_type(root.results[0])
             if not _fuel.same_type(entry.infer(in_types, params), out_type):
                 continue
-            dts = [t.dtype for t in in_types] + [out_type.dtype]
-            if not kernel_available(entry, params, in_types, dts, table, backends):
-                continue
-        except KernelPredicateError:
-            raise
         except Exception:  # the match does not type as FlashAttn
+            continue
+        dts = [t.dtype for t in in_types] + [out_type.dtype]
+        if not kernel_available(entry, params, in_types, dts, table, backends):
             continue
         with ir.InsertionPoint(root), root.location:
             fused = _fuel.create(f"fuel.{entry.mnemonic}", operands,
