@@ -57,12 +57,12 @@ def aliased_rows(b_row_stride: int) -> bool:
 
 
 def unpacked_rows(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg: int,
-                  b_row_stride: int = 0) -> bool:
+                  b_row_stride: int) -> bool:
     """Whether a matmul call with A of shape ``a_shape`` reads B in place
     (``UNPACKED_ATTR``): more than ``FEW_ROWS`` and at most ``UNPACKED_ROWS``
     rows (at most ``ALIASED_ROWS`` where B's rows, ``b_row_stride`` elements
-    apart, are ``aliased_rows``), B (argument 1) and the output with
-    unit-stride rows."""
+    apart, are ``aliased_rows``: required, so that no caller skips that
+    rule), B (argument 1) and the output with unit-stride rows."""
     rows = a_shape[-2] if len(a_shape) >= 2 else 0
     top = ALIASED_ROWS if aliased_rows(b_row_stride) else UNPACKED_ROWS
     return FEW_ROWS < rows <= top and 1 in unit_stride and out_arg in unit_stride

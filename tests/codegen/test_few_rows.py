@@ -61,7 +61,7 @@ def test_a_few_dozen_rows_select_the_unpacked_strategy():
     without the packing of B; beyond, the packed one."""
     def chosen(rows, unit=(0, 1, 2)):
         ts = [TensorType((rows, 40), DType.F32), TensorType((40, 70), DType.F32)]
-        unpacked = family.unpacked_rows((rows, 40), unit, 2)
+        unpacked = family.unpacked_rows((rows, 40), unit, 2, 70)
         text = single_op_linalg_text("MatMul", {}, ts, True, "cpu", unit,
                                      family.few_rows((rows, 40), unit, 2), (), unpacked)
         return choose_strategy(text, ["kernel"], "cpu").name
@@ -69,7 +69,7 @@ def test_a_few_dozen_rows_select_the_unpacked_strategy():
     assert chosen(family.FEW_ROWS + 1).startswith("matmul-unpacked-matmul-f32-")
     assert chosen(family.UNPACKED_ROWS).startswith("matmul-unpacked-matmul-f32-")
     assert chosen(family.UNPACKED_ROWS + 1).startswith("matmul-matmul-f32-")
-    assert not family.unpacked_rows((16, 40), (0, 2), 2)     # B strided: packed
+    assert not family.unpacked_rows((16, 40), (0, 2), 2, 70)     # B strided: packed
 
 
 def test_b_rows_a_multiple_of_4_kib_apart_are_packed_above_16_rows():
