@@ -1,17 +1,18 @@
 """MaxPool2D (fused id 26) as one kernel, written in vector ops: ``scf.for``
-loops over the images and channels (the batch and the spatial size are
-run-time extents, ``batch_dims``); each channel's plane is copied, a row piece at a time, into a
-plane padded with -inf (filled once, before the loops: every channel
-overwrites the same interior, and the plane stays in cache between being
-written and read), then each output row is computed ``_LANES`` columns at a
-time: for each window row, one read of the padded row (``sw`` times as many
-columns), the rows' maximum, and with a column stride of 2 that maximum
-``vector.deinterleave``d into its two phases, each tap's columns one phase
-(shifted reads for the taps past the first pair). No padded copy and stride-
-phase copy of the whole batch through memory, as the recipe makes, and no
-strided loads (LLVM scalarized the strided loops and fully unrolled the
-short static ones). ``arith.maximumf``: NaN propagates, as ``Maximum``'s.
-The ``vectorized`` cpu strategy lowers it as written.
+loops over the images, channels and output rows (the batch and the spatial
+size are run-time extents, ``batch_dims``), the input read where it is (no
+padded copy); each output row ``_LANES`` columns at a time: for each window
+row, one read of the input row (``sw`` times as many columns), the rows'
+maximum, and with a column stride of 2 that maximum ``vector.deinterleave``d
+into its two phases, each tap's columns one phase of the read at its offset.
+The padding: a window row outside the image is the window's nearest image
+row (a maximum over a row twice is the same), a tap left of the image is a
+phase shifted right behind the previous vector's lanes (``-inf`` before the
+first), a read past the row's end masked with ``-inf``. No strided loads
+(LLVM scalarized the strided loops and fully unrolled the short static
+ones). ``arith.maximumf``: NaN propagates, as ``Maximum``'s. The
+``vectorized`` cpu strategy lowers it as written (docs/architecture.md,
+"Max pooling").
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import math
 from compiler.errors import LoweringError
 from compiler.mlir import arith, ir, scf, vector
 
-from .core import Lowering, Scalar, dims, empty, fill, index, lowers, rtt
+from .core import Lowering, Scalar, dims, empty, index, lowers, rtt
 from .fused_norm import _for
 
 
