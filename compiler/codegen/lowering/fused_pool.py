@@ -37,7 +37,8 @@ def _max_pool2d(lw: Lowering):
     if not serves_geometry(sw, left):
         raise LoweringError(f"MaxPool2D kernel: window {kh}x{kw} (dilation {dh}x{dw}, stride "
                             f"{sh}x{sw}, left padding {left}): needs a column stride of 1 or 2 "
-                            f"and a left padding of at most {_LANES // 2 * sw} (``serves``)")
+                            f"and a left padding of at most {_LANES // 2 * sw}; other pools "
+                            f"decompose into the recipe (the kernel's ``serves``)")
     ho = _out(_add(h, top + bottom), dh * (kh - 1) + 1, sh)
     wo = _out(_add(w, left + right), dw * (kw - 1) + 1, sw)
     if isinstance(ho, int) and isinstance(wo, int) and min(ho, wo) < 1:
