@@ -17,6 +17,9 @@ CASES = [
     ((1, 2, 12, 21), 3, 1, (1, 1, 1, 1), 1, "f32"),    # stride 1 (shifted reads, no phases)
     ((2, 3, 13, 19), (2, 3), (1, 2), (0, 1, 1, 0), (2, 1), "f64"),  # asymmetric, dilated
     ((1, 1, 7, 40), (3, 5), 2, (1, 2, 1, 2), (1, 2), "f32"),        # dilated columns, sw = 2
+    # rows above and below the image with dilated rows (the window's nearest
+    # image row stands in), a left padding of two lanes (two carried lanes)
+    ((1, 2, 10, 37), (3, 5), 1, (2, 2, 3, 2), (2, 1), "f32"),
 ]
 
 
@@ -63,11 +66,15 @@ def test_reference_matches_torch():
     np.testing.assert_array_equal(interpret(g, {"x": x})["y"], want)
 
 
-def test_a_column_stride_above_2_decomposes():
-    g = _graph((1, 2, 9, 14), 3, 3, (1, 1, 1, 1), 1, "f32")
+@pytest.mark.parametrize("xs,kernel,stride,padding", [
+    ((1, 2, 9, 14), 3, 3, (1, 1, 1, 1)),
+    ((1, 2, 3, 30), (1, 19), 1, (0, 9, 0, 9)),   # a left padding past half a vector
+])
+def test_a_column_stride_above_2_or_a_wide_left_padding_decomposes(xs, kernel, stride, padding):
+    g = _graph(xs, kernel, stride, padding, 1, "f32")
     m = compile(g)
     assert not any("MaxPool2D" in k for k in m.kernel_summary()), m.kernel_summary()
-    x = _data((1, 2, 9, 14), "f32")
+    x = _data(xs, "f32")
     np.testing.assert_array_equal(m.run(x=x)["y"], interpret(g, {"x": x})["y"])
 
 
@@ -148,13 +155,14 @@ def test_onnx_maxpool_imports_as_the_fused_op():
 
 
 # (kernel, stride, padding, dilation, dtype) of run-time image sizes; the
-# sizes cross the kernel's column pieces (16- and 8-wide vectors, a masked
-# last one; the copy-in's 64-wide pieces)
+# sizes cross the kernel's column pieces (16-wide vectors whose reads are in
+# the row, then 16- and 8-wide ones, a masked last one)
 IMAGE_CASES = [
     (3, 2, (1, 1, 1, 1), 1, "f32"),               # the ResNet stem pool
     ((2, 3), (1, 2), (0, 1, 1, 0), (2, 1), "f64"),  # asymmetric, dilated rows
     ((3, 5), 2, (1, 2, 1, 2), (1, 2), "f32"),       # dilated columns, sw = 2
     (3, 1, (1, 1, 1, 1), 1, "f32"),               # stride 1
+    ((3, 5), 1, (2, 2, 3, 2), (2, 1), "f32"),       # rows in the padding, dilated; 2 carried lanes
 ]
 
 

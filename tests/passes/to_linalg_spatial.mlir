@@ -22,13 +22,20 @@ func.func @conv_spatial(%x: tensor<?x4x?x?xf32>, %w: tensor<8x4x3x3xf32>, %b: te
 
 // -----
 
-// The max pool: rows by tensor.dim, whole 16-lane vectors, a half, then a
-// masked half (not marked in bounds).
+// The max pool: rows by tensor.dim (a window row below the image is its last
+// row), the input read where it is; whole 16-lane vectors whose reads lie in
+// the row (marked in bounds), then whole 16-lane and 8-lane ones with masked
+// reads, then a masked half (its write not marked in bounds either).
 // CHECK-LABEL: func.func @max_pool_spatial
 // CHECK-NOT:     fuel.
+// CHECK-NOT:     linalg.fill
 // CHECK:         tensor.dim
 // CHECK:         arith.floordivsi
+// CHECK:         arith.minsi
+// CHECK:         vector.transfer_read %arg0{{.*}} {in_bounds = [true]} : tensor<?x3x?x?xf32>, vector<32xf32>
 // CHECK:         arith.maximumf
+// CHECK:         vector.transfer_read %arg0{{.*}}], %{{[^ ]*}} : tensor<?x3x?x?xf32>, vector<32xf32>
+// CHECK:         vector.transfer_read %arg0{{.*}}], %{{[^ ]*}} : tensor<?x3x?x?xf32>, vector<16xf32>
 // CHECK:         vector.transfer_write {{.*}}] : vector<8xf32>, tensor<?x3x?x?xf32>
 // CHECK:         return {{.*}} : tensor<?x3x?x?xf32>
 func.func @max_pool_spatial(%x: tensor<?x3x?x?xf32>) -> tensor<?x3x?x?xf32> {
