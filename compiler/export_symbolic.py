@@ -8,7 +8,10 @@ symbols' lower bounds and at the edges of the matmul row classes. Every
 sample must give the same plan and kernel records but for their integers;
 each integer that varies is interpolated over the grid as a polynomial of
 the symbols with integer coefficients (degree at most 2 per symbol) and
-checked at every other sample. A kernel step whose object differs between
+checked at every other sample; a symbol of an image axis is interpolated
+over 1, itself and its floor quotients in the graph's shapes instead
+(``image_basis``), from a lower bound where every conv is past its few-pixel
+forms (``image_bounds``). A kernel step whose object differs between
 samples must be explained by the matmul row class of its call
 (``runtime.rows``): the file then holds one object per class and the runtime
 picks one per binding. Anything else (a kernel compiled per shape, a param

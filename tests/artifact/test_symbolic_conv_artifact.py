@@ -4,7 +4,9 @@ saved once, runs batch 1, 3, 8 in a process without the compiler, matching
 onnxruntime, all from one plan (the few-pixel conv recipe is the same for
 one image and for a batch). A binding whose plan differs from the other
 sizes' (made here by a recipe that plans one more step for a single image)
-is held apart as ``symbolic.fixed``; a damaged one is refused."""
+is held apart as ``symbolic.fixed``; a damaged one is refused. With a
+symbolic image size too, one file serves every size from the bound past the
+few-pixel conv forms (its extents fitted over floor quotients)."""
 import json
 import sys
 from pathlib import Path
@@ -189,6 +191,17 @@ def test_one_file_for_every_image_size(tmp_path):
                                                       (1, 3, 64, 64), (2, 3, 17, 90)], tmp_path)
     with pytest.raises(ShapeSignatureError, match=r"symbol 'w' = 16 .* outside its bounds 17\.\."):
         lm(x=np.zeros((1, 3, 20, 16), np.float32))
+
+    def bad_floor(m):  # the first floor factor of the plan divides by 0
+        def walk(v):
+            if isinstance(v, dict) and "floor" in v:
+                v["by"] = 0
+                return True
+            items = v.values() if isinstance(v, dict) else v if isinstance(v, list) else ()
+            return any(walk(x) for x in items)
+        assert walk(m["plan"])
+    with pytest.raises(ManifestFieldError, match=r"plan\..*is not an expression.*'floor'"):
+        runtime.load(_rewrite(path, tmp_path / "bad.fuel", bad_floor))
 
 
 @pytest.mark.slow  # ~20-50 s: 106 samples of the plan
