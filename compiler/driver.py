@@ -288,8 +288,8 @@ class SymbolicModule:
         leaves the values in ``keep`` unfolded (``fold_constant_steps``): what
         ``save`` samples."""
         o = self._options
-        return _compile(self.graph.bind(dict(sizes), image_at_run_time=True), self.target, o["pipeline"], True, None, 1,
-                        None, None, o["strict"], keep)
+        return _compile(self.graph.bind(dict(sizes), image_at_run_time=True), self.target,
+                        o["pipeline"], True, None, 1, None, None, o["strict"], keep)
 
     def save_bundle(self, path, bindings=None, sign_with=None):
         """Write a directory that ``runtime.load_bundle(path)`` runs without the

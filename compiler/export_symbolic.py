@@ -37,7 +37,7 @@ from runtime.layout import Layout
 from runtime.manifest import object_revision
 from runtime.rows import FEW_ROWS, UNPACKED_ROWS, row_class
 from runtime.symbolic import SYM, TEMPLATE_FIELDS, expression_value
-from runtime.symbols import Sym, floor_div, shape_text
+from runtime.symbols import Sym, floor_div
 
 from .export import ExportError, manifest_body, target_json, write_fuel
 from .graph.symbolic import IMAGE_OPS
@@ -84,11 +84,11 @@ def sample_bindings(symbols: dict, quotients: dict | None = None) -> tuple[list,
         more += [{n: symbols[n][0] if p else _clip(v, *symbols[n])
                   for n, p in zip(names, pinned)} for v in (2, 3, 33, 40)]
         samples += [b for b in more if b not in samples]
-    if quotients:  # past every image symbol's grid (a size the fit did not see)
-        past = {n: g[0] if n not in quotients else _clip(
-            max(g) + 2 * max([q.quots[next(iter(q.quots))][1] for q in quotients[n]] + [1])
-            + 1 + i,
-            *symbols[n]) for i, (n, g) in enumerate(zip(names, grid))}
+    if quotients:  # each image symbol past its grid by two of its largest divisor
+        past = {n: g[0] for n, g in zip(names, grid)}
+        for i, n in enumerate(quotients):
+            by = max([next(iter(q.quots.values()))[1] for q in quotients[n]] + [1])
+            past[n] = _clip(max(grid[names.index(n)]) + 2 * by + 1 + i, *symbols[n])
         samples += [past] if past not in samples else []
     return grid, samples
 
