@@ -263,20 +263,22 @@ class SymbolicModule:
         return export_symbolic(self, path, sign_with, weights)
 
     @staticmethod
-    def refuse_per_shape_kernels(sample: CompiledModule) -> None:
+    def refuse_per_shape_kernels(sample: CompiledModule, per_image: bool = False) -> None:
         """``ExportError`` naming the generated kernels of ``sample`` that are
-        compiled per shape (``extent_marks``): one ``.fuel`` file for every
-        size cannot hold them."""
+        compiled per shape (``extent_marks``; ``per_image``, a graph with a
+        symbolic image size: also those compiled per image size): one
+        ``.fuel`` file for every size cannot hold them."""
         from .codegen.family import GeneratedKernel
         from .export import ExportError
         entries = sample.executor.entries
         steps = [(i, s) for i, s in enumerate(sample.plan.steps) if isinstance(s, KernelStep)]
         bad = [f"step {i} ({s.name}: {entries[i].kernel.fn.__qualname__})"
-               for (i, s), mark in zip(steps, extent_marks(sample))
-               if mark == "per shape" and isinstance(entries[i].kernel.fn, GeneratedKernel)]
+               for (i, s), mark in zip(steps, extent_marks(sample, per_image))
+               if mark != "run-time extents" and isinstance(entries[i].kernel.fn, GeneratedKernel)]
         if bad:
+            how = "per shape or per image size" if per_image else "per shape"
             raise ExportError(f"cannot write one .fuel file for every size: {', '.join(bad)} "
-                              f"{'is' if len(bad) == 1 else 'are'} compiled per shape (no kernel "
+                              f"{'is' if len(bad) == 1 else 'are'} compiled {how} (no kernel "
                               "with run-time extents: docs/dynamic-shapes.md, the kernel table); "
                               "save one binding (m.specialize(...).save) or a bundle "
                               "(m.save_bundle)")
@@ -286,8 +288,8 @@ class SymbolicModule:
         leaves the values in ``keep`` unfolded (``fold_constant_steps``): what
         ``save`` samples."""
         o = self._options
-        return _compile(self.graph.bind(dict(sizes)), self.target, o["pipeline"], True, None, 1,
-                        None, None, o["strict"], keep)
+        return _compile(self.graph.bind(dict(sizes), image_at_run_time=True), self.target,
+                        o["pipeline"], True, None, 1, None, None, o["strict"], keep)
 
     def save_bundle(self, path, bindings=None, sign_with=None):
         """Write a directory that ``runtime.load_bundle(path)`` runs without the

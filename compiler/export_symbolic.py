@@ -8,7 +8,10 @@ symbols' lower bounds and at the edges of the matmul row classes. Every
 sample must give the same plan and kernel records but for their integers;
 each integer that varies is interpolated over the grid as a polynomial of
 the symbols with integer coefficients (degree at most 2 per symbol) and
-checked at every other sample. A kernel step whose object differs between
+checked at every other sample; a symbol of an image axis is interpolated
+over 1, itself and its floor quotients in the graph's shapes instead
+(``image_basis``), from a lower bound where every conv is past its few-pixel
+forms (``image_bounds``). A kernel step whose object differs between
 samples must be explained by the matmul row class of its call
 (``runtime.rows``): the file then holds one object per class and the runtime
 picks one per binding. Anything else (a kernel compiled per shape, a param
@@ -22,6 +25,7 @@ made by the runtime per binding.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import re
 from fractions import Fraction
@@ -33,10 +37,10 @@ from runtime.layout import Layout
 from runtime.manifest import object_revision
 from runtime.rows import FEW_ROWS, UNPACKED_ROWS, row_class
 from runtime.symbolic import SYM, TEMPLATE_FIELDS, expression_value
-from runtime.symbols import Sym, is_symbolic, shape_text
+from runtime.symbols import Sym, floor_div
 
 from .export import ExportError, manifest_body, target_json, write_fuel
-from .graph.symbolic import symbolic_image
+from .graph.symbolic import IMAGE_OPS
 
 #: The kernels whose instance depends on the row class of the call.
 ROW_CLASS_OPS = ("MatMul", "FusedLinear")
@@ -49,38 +53,182 @@ def _clip(v: int, lo: int, hi) -> int:
     return max(lo, v if hi is None else min(v, hi))
 
 
-def sample_bindings(symbols: dict) -> tuple[list, list[dict]]:
+def sample_bindings(symbols: dict, quotients: dict | None = None) -> tuple[list, list[dict]]:
     """``(grid, samples)``: per symbol up to three sizes near 6 above its
     lower bound (the interpolation grid); the samples: for every subset of the symbols held
     at their lower bound (a batch of 1 squeezes an axis: another kernel
     instance), the grid of the others, then the others at 2, 3, 33 and 40
-    (clipped to the bounds: the matmul row classes)."""
+    (clipped to the bounds: the matmul row classes). An image symbol
+    (``quotients``: its floor-quotient factors, ``image_quotients``) gets the
+    sizes from its lower bound up on which its basis (``image_basis``) is
+    independent, is not held apart at its lower bound (no unit extent there),
+    and one more sample past its grid checks the fit."""
+    quotients = quotients or {}
     names = list(symbols)
     grid = []
     for n in names:
         lo, hi = symbols[n]
+        if n in quotients:
+            grid.append(_image_grid(n, quotients[n], lo, hi))
+            continue
         top = lo + 40 if hi is None else min(hi, lo + 40)
         # above the lower bound where the range allows (it is sampled apart)
         pool = sorted(range(lo + 1, top + 1), key=lambda v: abs(v - 6)) + [lo]
         grid.append(sorted(pool[:3]))
     samples: list[dict] = []
     for pinned in itertools.product((False, True), repeat=len(names)):
+        if any(p and n in quotients for n, p in zip(names, pinned)):
+            continue
         axes = [[symbols[n][0]] if p else g for n, g, p in zip(names, grid, pinned)]
         more = [dict(zip(names, q)) for q in itertools.product(*axes)]
         more += [{n: symbols[n][0] if p else _clip(v, *symbols[n])
                   for n, p in zip(names, pinned)} for v in (2, 3, 33, 40)]
         samples += [b for b in more if b not in samples]
+    if quotients:  # each image symbol past its grid by two of its largest divisor
+        past = {n: g[0] for n, g in zip(names, grid)}
+        for i, n in enumerate(quotients):
+            by = max([next(iter(q.quots.values()))[1] for q in quotients[n]] + [1])
+            past[n] = _clip(max(grid[names.index(n)]) + 2 * by + 1 + i, *symbols[n])
+        samples += [past] if past not in samples else []
     return grid, samples
+
+
+def image_basis(name: str, quotients: list) -> list:
+    """The functions an integer of the plan is fitted over, per image
+    symbol: 1, the symbol, and each floor-quotient factor of it
+    (``(h + 1) // 2``, ...) that the graph's extents hold, as
+    ``(json factor or None, function)``."""
+    out = [(None, lambda v: 1), (name, lambda v: v)]
+    for q in quotients:
+        (text, (num, by)), = q.quots.items()
+        out.append(({"floor": num.to_json(), "by": by},
+                    lambda v, num=num, by=by: num.evaluate({name: v}) // by))
+    return out
+
+
+def _rank(rows: list[list[int]]) -> int:
+    m = [[Fraction(x) for x in r] for r in rows]
+    rank = 0
+    for c in range(len(m[0]) if m else 0):
+        piv = next((i for i in range(rank, len(m)) if m[i][c]), None)
+        if piv is None:
+            continue
+        m[rank], m[piv] = m[piv], m[rank]
+        for i in range(len(m)):
+            if i != rank and m[i][c]:
+                f = m[i][c] / m[rank][c]
+                m[i] = [a - f * b for a, b in zip(m[i], m[rank])]
+        rank += 1
+    return rank
+
+
+def _image_grid(name: str, quotients: list, lo: int, hi) -> list[int]:
+    """The sizes from ``lo`` up, each kept where it makes the basis's values
+    independent of the kept ones', until there are as many as functions."""
+    funcs = [f for _, f in image_basis(name, quotients)]
+    kept: list[int] = []
+    v = lo
+    while len(kept) < len(funcs):
+        if hi is not None and v > hi:
+            raise ExportError(f"cannot write one .fuel file for every size: symbol {name!r} in "
+                              f"{lo}..{hi} has too few sizes to fit its extents' floor quotients "
+                              f"({', '.join(str(q) for q in quotients)}); widen its bounds or "
+                              "save a bundle (m.save_bundle)")
+        if _rank([[f(x) for f in funcs] for x in kept + [v]]) == len(kept) + 1:
+            kept.append(v)
+        v += 1
+    return kept
+
+
+def image_quotients(g) -> dict:
+    """Per symbol of an image axis (a height or width an ``IMAGE_OPS`` node
+    reads), the distinct floor-quotient factors (``Sym``s: ``(h + 1) // 2``)
+    in the graph's value shapes, by divisor. A quotient of more than one
+    symbol is an ``ExportError``."""
+    out: dict = {}
+    for n in g.nodes:
+        if n.op == "Fused" and n.fused.name in IMAGE_OPS:
+            for d in g.nodes[n.inputs[0]].type.shape[2:]:
+                if isinstance(d, Sym):
+                    for name in d.atoms:
+                        out.setdefault(name, [])
+    for n in g.nodes:
+        for d in n.type.shape:
+            if not isinstance(d, Sym):
+                continue
+            for text, (num, by) in d.quots.items():
+                if len(num.atoms) != 1:
+                    raise ExportError(
+                        f"cannot write one .fuel file for every size: node %{n.id} ({n.name}) "
+                        f"has the extent {d}, whose factor {text} is a quotient of several "
+                        "symbols; save a bundle (m.save_bundle)")
+                (name,) = num.atoms
+                q = floor_div(num, by)
+                if all(q != x for x in out.setdefault(name, [])):
+                    out[name].append(q)
+    for qs in out.values():
+        qs.sort(key=lambda q: (next(iter(q.quots.values()))[1], str(q)))
+    return out
+
+
+def _fewest(n, g) -> tuple[int, int]:
+    """The fewest input and output rows (columns) per image a Conv2D needs
+    for the plan of every larger image: each output axis ``e`` with ``e*e >
+    FEW_PIXELS`` and ``e*e >= min(Cout, 64)`` is past the few-pixel forms
+    (``fused_conv.few_pixels``, ``serves_pointwise``; the recipe's
+    ``_few_pixels``, ``registry/ops/conv2d.py``), each input axis at least
+    the kernel's is past ``whole_image`` (fewer pixels than taps). A pool
+    has no such form."""
+    from .codegen.lowering.fused_conv import FEW_PIXELS
+    if n.fused.name != "Conv2D":
+        return 1, 1
+    cout = n.type.shape[1]
+    e = next(e for e in itertools.count(1) if e * e > FEW_PIXELS and e * e >= min(cout, 64))
+    return max(g.nodes[n.inputs[1]].type.shape[2:]), e
+
+
+def image_bounds(g, quotients: dict) -> dict:
+    """The graph's symbols with each image symbol's lower bound raised to
+    the smallest size at which every ``IMAGE_OPS`` node's input and output
+    extents on that axis reach ``_fewest`` (they grow with the size): from
+    there one plan serves every image. An upper bound below it is an
+    ``ExportError``."""
+    out = dict(g.symbols)
+    extents: dict = {n: [] for n in quotients}
+    for n in g.nodes:
+        if n.op == "Fused" and n.fused.name in IMAGE_OPS:
+            for shape, least in zip((g.nodes[n.inputs[0]].type.shape, n.type.shape),
+                                    _fewest(n, g)):
+                for d in shape[2:]:
+                    if isinstance(d, Sym) and len(d.atoms) == 1 and next(iter(d.atoms)) in extents:
+                        extents[next(iter(d.atoms))].append((d, least))
+    for name, ds in extents.items():
+        lo, hi = out[name]
+        v = lo
+        while any(d.evaluate({name: v}) < least for d, least in ds):
+            v += 1
+            if hi is not None and v > hi:
+                raise ExportError(
+                    f"cannot write one .fuel file for every size: symbol {name!r} in {lo}..{hi} "
+                    "never gives every conv the rows and columns past its few-pixel forms (the "
+                    "size from which one plan serves every image); save a bundle "
+                    "(m.save_bundle) or fix the size")
+        out[name] = (v, hi)
+    return out
 
 
 class _Fit:
     """Polynomials with integer coefficients of the symbols ``names`` through
     values at ``samples`` (tensor-product Lagrange interpolation over the
-    grid points among them, exact in fractions; checked at every sample)."""
+    grid points among them, exact in fractions; checked at every sample).
+    An image symbol (``funcs``: its ``image_basis``) is interpolated over
+    its basis instead of its powers: 1, the symbol and its floor quotients."""
 
-    def __init__(self, names: list[str], grid: list, samples: list[dict]):
+    def __init__(self, names: list[str], grid: list, samples: list[dict], funcs=None):
         self.names, self.grid, self.samples = names, grid, samples
-        bases = [self._basis(xs) for xs in grid]
+        self.funcs = funcs = funcs or {}
+        bases = [self._inverse([[f(x) for _, f in funcs[n]] for x in xs]) if n in funcs
+                 else self._basis(xs) for n, xs in zip(names, grid)]
         self.exps = list(itertools.product(*[range(len(xs)) for xs in grid]))
         self.weights = [[math.prod(bases[i][p[i]][e[i]] for i in range(len(names)))
                          for e in self.exps]
@@ -99,8 +247,27 @@ class _Fit:
         free = [n for n in self.names if len({b[n] for b in sub}) > 1]
         grid = [[v for v in g if any(b[n] == v for b in sub)]
                 for n, g in zip(self.names, self.grid) if n in free]
-        fit = _Fit(free, grid, sub)
+        if any(n in self.funcs and len(g) != len(self.funcs[n]) for n, g in zip(free, grid)):
+            return None
+        fit = _Fit(free, grid, sub, {n: f for n, f in self.funcs.items() if n in free})
         return None if None in fit.at else fit
+
+    @staticmethod
+    def _inverse(m: list[list[int]]) -> list[list[Fraction]]:
+        """``out[j][e]``: the inverse of the square matrix ``m`` (rows: the
+        grid points, columns: the functions), transposed like ``_basis``."""
+        k = len(m)
+        a = [[Fraction(x) for x in r] + [Fraction(int(i == j)) for j in range(k)]
+             for i, r in enumerate(m)]
+        for c in range(k):
+            piv = next(i for i in range(c, k) if a[i][c])
+            a[c], a[piv] = a[piv], a[c]
+            a[c] = [x / a[c][c] for x in a[c]]
+            for i in range(k):
+                if i != c and a[i][c]:
+                    a[i] = [x - a[i][c] * y for x, y in zip(a[i], a[c])]
+        inv = [r[k:] for r in a]  # inv[e][j]
+        return [[inv[e][j] for e in range(k)] for j in range(k)]
 
     @staticmethod
     def _basis(xs) -> list[list[Fraction]]:
@@ -125,12 +292,18 @@ class _Fit:
             if c.denominator != 1:
                 return None
             if c:
-                names = [n for n, d in zip(self.names, e) for _ in range(d)]
-                terms.append([int(c), sorted(names)])
-        expr = {SYM: sorted(terms, key=lambda t: (len(t[1]), t[1]))}
+                names = [x for n, d in zip(self.names, e) for x in (
+                    [n] * d if n not in self.funcs else [self.funcs[n][d][0]] if d else [])]
+                terms.append([int(c), sorted(names, key=_factor_key)])
+        expr = {SYM: sorted(terms, key=lambda t: (len(t[1]), [_factor_key(n) for n in t[1]]))}
         if not all(expression_value(expr, b) == v for b, v in zip(self.samples, values)):
             return None
         return expr
+
+
+def _factor_key(n):
+    """Sorts a term's factors: symbols by name, then floor quotients."""
+    return (0, n) if isinstance(n, str) else (1, json.dumps(n, sort_keys=True))
 
 
 class _Template:
@@ -230,10 +403,12 @@ def _variant(template: _Template, rec: dict, ones: tuple, recs: list[dict], idx:
     flat = [d for shape in rec["binding"]["call_shapes"] for d in shape]
     # a unit extent that is a product of symbols holds each of them at 1
     implied = {n for e, one in zip(flat, ones or ()) if one and isinstance(e, dict)
-               and len(e[SYM]) == 1 and e[SYM][0][0] == 1 for n in e[SYM][0][1]}
+               and len(e[SYM]) == 1 and e[SYM][0][0] == 1 for n in e[SYM][0][1]
+               if isinstance(n, str)}
     # ... and one that is not 1 holds a symbol of bounds 1..2 at 2
     implied |= {n for e, one in zip(flat, ones or ()) if not one and isinstance(e, dict)
-                and e[SYM] == [[1, [n := e[SYM][0][1][0]]]] and template.bounds[n] == (1, 2)}
+                and e[SYM] == [[1, [n := e[SYM][0][1][0]]]] and isinstance(n, str)
+                and template.bounds[n] == (1, 2)}
     implied |= {n for n, (lo, hi) in template.bounds.items() if lo == hi}
     if fit is None or not set(held) <= implied:
         raise ExportError(f"cannot write one .fuel file for every size: {where}: its kernel "
@@ -262,7 +437,8 @@ def _variant(template: _Template, rec: dict, ones: tuple, recs: list[dict], idx:
     expr = a[-2] if len(a) >= 2 else 1
     lo, hi = (Sym.from_json(expr[SYM], template.bounds).bounds if isinstance(expr, dict)
               else (expr, expr))
-    for name, clo, chi in ROW_CLASSES:
+    op = re.match(r"\('(\w+)'", recs[0]["binding"]["instance"])
+    for name, clo, chi in ROW_CLASSES if op and op.group(1) in ROW_CLASS_OPS else ():
         reach = (chi is None or lo <= chi) and (hi is None or hi >= clo)
         if reach and not any(clo <= n and (chi is None or n <= chi) for n in rows):
             raise ExportError(f"cannot write one .fuel file for every size: {where}: row "
@@ -296,7 +472,8 @@ def export_symbolic(module, path, sign_with=None, weights: str = "zip"):
                           f"rules assumed extents equal ({', '.join(w for *_, w in g.equalities)}),"
                           " which sampling the symbols independently would break; save one "
                           "binding (m.specialize(...).save) or a bundle (m.save_bundle)")
-    _check_conv_spatial(g)
+    quotients = image_quotients(g)
+    symbols = image_bounds(g, quotients)
     memo: dict = {}
 
     def sample(sizes: dict, keep: frozenset):
@@ -306,44 +483,27 @@ def export_symbolic(module, path, sign_with=None, weights: str = "zip"):
         return memo[key]
 
     try:
-        return _export(module, path, sign_with, weights, sample, fixed=None)
+        return _export(module, path, sign_with, weights, sample, symbols, quotients, fixed=None)
     except ExportError as first:
-        low = {n: lo for n, (lo, _) in g.symbols.items()}
-        if low not in sample_bindings(g.symbols)[1] or "no kernel with run-time" in str(first):
+        low = {n: lo for n, (lo, _) in symbols.items()}
+        if low not in sample_bindings(symbols, quotients)[1] or \
+                "no kernel with run-time" in str(first) or "per image size" in str(first):
             raise
         try:
-            return _export(module, path, sign_with, weights, sample, fixed=low)
+            return _export(module, path, sign_with, weights, sample, symbols, quotients,
+                           fixed=low)
         except ExportError:
             raise first from None
 
 
-def _check_conv_spatial(g) -> None:
-    """A convolution or pool over a symbolic spatial extent is refused up
-    front: its kernels take the image size at run time (``conv_spatial``),
-    but the plan is made per image size (extents that are floor quotients of
-    the size, which the file's polynomials cannot hold; the conv recipe's
-    few-pixel forms), in process per binding."""
-    found = symbolic_image(g)
-    if found is None:
-        return
-    n, axis = found
-    shape = g.nodes[n.inputs[0]].type.shape
-    raise ExportError(
-        f"cannot write one .fuel file for every size: node %{n.id} ({n.name}): "
-        f"{n.fused.name} of x [{shape_text(shape)}] has the symbolic spatial extent {shape[axis]} "
-        f"(axis {axis}); its plan is made per image size (floor quotients of the size, the "
-        f"few-pixel conv forms), which one file cannot hold. Fix it (import_model(..., input_shapes={{...}}); fuelc compile "
-        f"--input-shape), or save the sizes you serve: a bundle (m.save_bundle(dir, "
-        f"bindings=[...]); fuelc compile --binding batch=1,h=224,w=224, repeated per size) or "
-        f"m.specialize(...).save(path)")
-
-
-def _export(module, path, sign_with, weights, sample, fixed):
+def _export(module, path, sign_with, weights, sample, symbols, quotients, fixed):
     """``export_symbolic`` over the samples but ``fixed`` (a binding whose
-    own static plan the file holds; None: every sample in the template)."""
+    own static plan the file holds; None: every sample in the template);
+    ``symbols``: the file's bounds (``image_bounds``), ``quotients``: the
+    image symbols' floor quotients (``image_quotients``)."""
     g = module.graph
     names = list(g.symbols)
-    grid, samples = sample_bindings(g.symbols)
+    grid, samples = sample_bindings(symbols, quotients)
     samples = [b for b in samples if b != fixed]
     # folded constants whose value depends on the sizes stay kernel steps (then
     # the values they are computed from may fold instead: until none differs)
@@ -357,7 +517,7 @@ def _export(module, path, sign_with, weights, sample, fixed):
             break
         keep |= more
     modules = [sample(samples[0], keep)]
-    module.refuse_per_shape_kernels(modules[0])
+    module.refuse_per_shape_kernels(modules[0], per_image=bool(quotients))
     modules += [sample(s, keep) for s in samples[1:]]
     base = dict(modules[0].plan.constants)
     iotas = sorted(n for n in base if n.startswith("const:iota") and all(  # made per binding
@@ -382,8 +542,8 @@ def _export(module, path, sign_with, weights, sample, fixed):
                 raise ExportError(f"cannot write one .fuel file for every size: constant {n} "
                                   f"of the plan at {fixed} differs from the one at {samples[0]}")
             base.setdefault(n, a)
-    fit = _Fit(names, grid, samples)
-    bounds = dict(g.symbols)
+    fit = _Fit(names, grid, samples, {n: image_basis(n, q) for n, q in quotients.items()})
+    bounds = dict(symbols)
     if fixed is not None and len(names) == 1 and bounds[names[0]][1] != fixed[names[0]]:
         # one symbol: the template serves the sizes above the fixed lower bound
         bounds[names[0]] = (fixed[names[0]] + 1, bounds[names[0]][1])
@@ -396,7 +556,7 @@ def _export(module, path, sign_with, weights, sample, fixed):
         out = {k: template.merge([bd[k] for bd in bodies], k) for k in ("entry_points", "plan")}
         out["kernels"] = _kernels(template, [bd["kernels"] for bd in bodies], w.members, target)
         sig = signature_json({n: (g.nodes[i].shape, g.nodes[i].dtype)
-                              for n, i in g.inputs.items()}, g.symbols, g.equalities)
+                              for n, i in g.inputs.items()}, symbols, g.equalities)
         out["symbolic"] = {**sig, "example": samples[0], "iotas": iotas}
         if alone is not None:
             own = manifest_body(alone, w, objects)

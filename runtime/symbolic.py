@@ -65,8 +65,36 @@ VARIANT = {"ones?": [bool], "layouts": list,
 
 
 def expression_value(expr: dict, values) -> int:
-    """The value of an expression ``{"sym": terms}`` at ``values``."""
-    return sum(c * math.prod(values[n] for n in names) for c, names in expr[SYM])
+    """The value of an expression ``{"sym": terms}`` at ``values``; a factor
+    is a symbol's name or a floor quotient ``{"floor": terms, "by": s}``
+    (``Sym.to_json``: an extent of a window strided over a symbolic image)."""
+    return _terms_value(expr[SYM], values)
+
+
+def _terms_value(terms, values) -> int:
+    def factor(n):
+        return values[n] if isinstance(n, str) else _terms_value(n["floor"], values) // n["by"]
+    return sum(c * math.prod(factor(n) for n in names) for c, names in terms)
+
+
+def _factor_names(terms) -> set:
+    """The symbols the terms (and their floor factors) name."""
+    return {x for _, m in terms for n in m
+            for x in ((n,) if isinstance(n, str) else _factor_names(n["floor"]))}
+
+
+def _terms_ok(terms, symbols) -> bool:
+    """Whether ``terms`` are ``[[coefficient, [factor, ...]], ...]`` with int
+    coefficients and factors that are symbols or floor quotients of such
+    terms by an int >= 1."""
+    def factor_ok(n):
+        if isinstance(n, str):
+            return n in symbols
+        return (isinstance(n, dict) and set(n) == {"floor", "by"} and type(n["by"]) is int
+                and n["by"] >= 1 and _terms_ok(n["floor"], symbols))
+    return isinstance(terms, list) and all(
+        isinstance(t, list) and len(t) == 2 and type(t[0]) is int and isinstance(t[1], list)
+        and all(factor_ok(n) for n in t[1]) for t in terms)
 
 
 def dim_from_json(v, bounds):
@@ -76,7 +104,7 @@ def dim_from_json(v, bounds):
 
 def shape_json_text(shape) -> str:
     """A manifest shape as text: ints and expressions (``batch*seq``)."""
-    return shape_text([Sym.from_json(d[SYM], {n: (1, None) for _, m in d[SYM] for n in m})
+    return shape_text([Sym.from_json(d[SYM], {n: (1, None) for n in _factor_names(d[SYM])})
                        if isinstance(d, dict) else d for d in shape])
 
 
@@ -165,14 +193,11 @@ def _check_expressions(v, field: str, symbols: dict, path: str) -> None:
     if isinstance(v, dict):
         if SYM in v:
             terms = v[SYM]
-            ok = set(v) == {SYM} and isinstance(terms, list) and all(
-                isinstance(t, list) and len(t) == 2 and type(t[0]) is int
-                and isinstance(t[1], list) and all(isinstance(n, str) and n in symbols
-                                                   for n in t[1]) for t in terms)
-            if not ok:
+            if not (set(v) == {SYM} and _terms_ok(terms, symbols)):
                 raise ManifestFieldError(field, f"{v!r} is not an expression "
-                                         f"{{'sym': [[coefficient, [symbol, ...]], ...]}} of the "
-                                         f"symbols {', '.join(symbols)}", path)
+                                         f"{{'sym': [[coefficient, [factor, ...]], ...]}} of the "
+                                         f"symbols {', '.join(symbols)} (a factor: a symbol or "
+                                         "{'floor': terms, 'by': int >= 1})", path)
             return
         for k, x in v.items():
             _check_expressions(x, f"{field}.{k}", symbols, path)

@@ -4,7 +4,10 @@ saved once, runs batch 1, 3, 8 in a process without the compiler, matching
 onnxruntime, all from one plan (the few-pixel conv recipe is the same for
 one image and for a batch). A binding whose plan differs from the other
 sizes' (made here by a recipe that plans one more step for a single image)
-is held apart as ``symbolic.fixed``; a damaged one is refused."""
+is held apart as ``symbolic.fixed``; a damaged one is refused. With a
+symbolic image size too, one file serves every size from the bound past the
+few-pixel conv forms (its extents fitted over floor quotients)."""
+import json
 import sys
 from pathlib import Path
 
@@ -128,17 +131,115 @@ def test_full_conv_nets_save_one_file_for_every_batch(name, tmp_path):
         assert np.abs(lm(x=x) - ref).max() / np.abs(ref).max() < TOL, n
 
 
-def test_image_size_bundle_runs_without_the_compiler(tmp_path):
+@pytest.fixture(scope="module")
+def image_net():
+    """The reduced ResNet-style net with a symbolic batch and image size."""
+    model = bm.symbolic(bm.resnet(1, widths=(8, 16), blocks=1, classes=10, image=32), image=True)
+    return model, compile(import_model(model))
+
+
+def _image_file_runs_every_size(model, module, path, sizes, tmp_path):
+    """The file at ``path`` runs ``sizes`` in a process without the compiler,
+    giving the in-process outputs (the same plans and kernels), matching
+    onnxruntime."""
+    feeds = {"x".join(map(str, s)): {"x": RNG.standard_normal(s).astype(np.float32)}
+             for s in sizes}
+    out = _outputs_without_compiler(path, feeds, tmp_path)
+    sess = bm.ort_session(model.SerializeToString(), 1)
+    for k, f in feeds.items():
+        np.testing.assert_array_equal(out[k], module(**f))
+        ref = sess.run(None, f)[0]
+        assert np.abs(out[k] - ref).max() / np.abs(ref).max() < TOL, k
+
+
+def _strided_net():
+    """A stride-2 3x3 conv with ReLU, a 3x3 stride-2 max pool, a 1x1 conv
+    with a bias, a global average pool; batch, h, w symbolic."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    def w(name, shape):
+        return numpy_helper.from_array(RNG.standard_normal(shape).astype(np.float32), name)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("MaxPool", ["r1"], ["p"], kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["p", "w2", "b2"], ["c2"]),
+             helper.make_node("GlobalAveragePool", ["c2"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "net", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                     ["batch", 3, "h", "w"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16, 1, 1])],
+        [w("w1", (8, 3, 3, 3)), w("w2", (16, 8, 1, 1)), w("b2", (16,))])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_one_file_for_every_image_size(tmp_path):
+    """One .fuel file for every batch and image size (docs/dynamic-shapes.md,
+    "Dynamic spatial size"): its extents are fitted over the floor quotients
+    of h and w (``(h + 1) // 2``, ``(h + 3) // 4``), its image bounds start
+    where every conv is past the few-pixel forms (here 17: the 1x1 conv's
+    (h + 3) // 4 >= 5 rows), and a smaller image is refused naming that
+    bound."""
+    from runtime.errors import ShapeSignatureError
+    model = _strided_net()
+    module = compile(import_model(model))
+    path = module.save(tmp_path / "net.fuel")
+    lm = runtime.load(path)
+    assert lm.signature["symbols"] == {"batch": [1, None], "h": [17, None], "w": [17, None]}
+    assert '"floor"' in json.dumps(lm.manifest["plan"])
+    _image_file_runs_every_size(model, module, path, [(1, 3, 33, 47), (3, 3, 40, 40),
+                                                      (1, 3, 64, 64), (2, 3, 17, 90)], tmp_path)
+    with pytest.raises(ShapeSignatureError, match=r"symbol 'w' = 16 .* outside its bounds 17\.\."):
+        lm(x=np.zeros((1, 3, 20, 16), np.float32))
+
+    def bad_floor(m):  # the first floor factor of the plan divides by 0
+        def walk(v):
+            if isinstance(v, dict) and "floor" in v:
+                v["by"] = 0
+                return True
+            items = v.values() if isinstance(v, dict) else v if isinstance(v, list) else ()
+            return any(walk(x) for x in items)
+        assert walk(m["plan"])
+    with pytest.raises(ManifestFieldError, match=r"plan\..*is not an expression.*'floor'"):
+        runtime.load(_rewrite(path, tmp_path / "bad.fuel", bad_floor))
+
+
+@pytest.mark.slow  # ~20-50 s: 106 samples of the plan
+def test_one_file_for_every_image_size_of_a_resnet(image_net, tmp_path):
+    """The reduced ResNet-style net: its image bound is 33 (the last stage's
+    (h + 7) // 8 >= 5 rows)."""
+    from runtime.errors import ShapeSignatureError
+    model, module = image_net
+    path = module.save(tmp_path / "resnet.fuel")
+    lm = runtime.load(path)
+    assert lm.signature["symbols"] == {"batch": [1, None], "h": [33, None], "w": [33, None]}
+    assert "fixed" not in lm.manifest["symbolic"]
+    assert '"floor"' in json.dumps(lm.manifest["plan"])
+    _image_file_runs_every_size(model, module, path, [(1, 3, 33, 47), (3, 3, 40, 40),
+                                                      (1, 3, 64, 64), (2, 3, 97, 35)], tmp_path)
+    with pytest.raises(ShapeSignatureError, match=r"symbol 'h' = 32 .* outside its bounds 33\.\."):
+        lm(x=np.zeros((1, 3, 32, 40), np.float32))
+
+
+@pytest.mark.slow  # ~100-200 s: 149 samples; its image bound is 113 ((h + 15) // 16 >= 8)
+def test_one_file_for_every_image_size_of_mobilenet(tmp_path):
+    model = bm.symbolic(bm.build("mobilenet", 1, image=32), image=True)
+    module = compile(import_model(model))
+    path = module.save(tmp_path / "mobilenet.fuel")
+    lo = runtime.load(path).signature["symbols"]["h"][0]
+    _image_file_runs_every_size(model, module, path, [(1, 3, lo, lo + 15), (3, 3, lo + 8, lo)],
+                                tmp_path)
+
+
+def test_image_size_bundle_runs_without_the_compiler(image_net, tmp_path):
     """The reduced ResNet-style net with a symbolic batch and image size:
     one compile, a bundle of two sizes (one of them odd, 33x47), each file
     holding the kernels that take the image size at run time; loaded in a
     process without the compiler it gives the in-process outputs, matching
-    onnxruntime. (One .fuel file for every image size is refused:
-    tests/frontends/test_onnx_dynamic_spatial.py.)"""
+    onnxruntime."""
     import onnxruntime as ort
     from runtime.bundle import load_bundle
-    model = bm.symbolic(bm.resnet(1, widths=(8, 16), blocks=1, classes=10, image=32), image=True)
-    module = compile(import_model(model))
+    model, module = image_net
     module.save_bundle(str(tmp_path / "b"), bindings=[{"batch": 1, "h": 33, "w": 47},
                                                       {"batch": 2, "h": 40, "w": 40}])
     feeds = {"33x47": {"x": RNG.standard_normal((1, 3, 33, 47)).astype(np.float32)},

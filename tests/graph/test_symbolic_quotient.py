@@ -82,6 +82,19 @@ def test_quotient_text_and_json_round_trip():
     assert str(1 - 2 * a) == "-2*((h + 1) // 2) + 1"
 
 
+def test_manifest_expressions_with_floor_factors_evaluate_as_sym():
+    """A symbolic .fuel file's expressions hold ``to_json``'s floor factors
+    (docs/dynamic-shapes.md, "One file for every image size"): the runtime's
+    ``expression_value`` gives ``Sym.evaluate``'s value, and the name
+    listing of ``shape_json_text`` reads them."""
+    from runtime.symbolic import SYM, expression_value, shape_json_text
+    h, w = Sym("h", 1, 512), Sym("w")
+    e = 3 * floor_div(h + 1, 2) * floor_div(floor_div(w + 1, 2) + 1, 2) - h + 7
+    for v in ({"h": 1, "w": 1}, {"h": 33, "w": 47}, {"h": 64, "w": 40}):
+        assert expression_value({SYM: e.to_json()}, v) == e.evaluate(v)
+    assert shape_json_text([{SYM: floor_div(h + 3, 4).to_json()}, 8]) == "(h + 3) // 4,8"
+
+
 def test_nested_quotients_are_bounded_level_by_level():
     """SAME padding of a 3-wide stride-3 window: the total ``3*q - w`` with
     ``q = (w + 2) // 3`` is 0..2, and its halves (a quotient of a quotient)
