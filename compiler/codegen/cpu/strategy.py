@@ -482,6 +482,15 @@ UNPACKED = "fuelc.unpacked"
 #: [32,768]x[768,3072] 1.78-2.21 -> 1.52-1.58 / 1.370 -> 1.324-1.334; AVX2
 #: [8,320]x[320,1000] with caches flushed 0.209-0.218 -> 0.130-0.177).
 _PACKED_DOZEN = {("f32", "avx2"): dict(mr=4, kc=1024), ("f32", "avx512"): dict(kc=1024)}
+#: The ``packed_strategy`` kernels that prefetch the next panel of B
+#: (``transforms.matmul.prefetch_next_panel``): AVX2 f32. One znver4 thread,
+#: thread time, ``encoder.py --model onnx`` 6 layers b1 (weights cold from
+#: L3, as in a model), min of 30 calls per step, summed: the FFN down and
+#: output products 11.9-12.0 -> 11.0 ms, q/k/v 7.3 -> 6.6-6.7, the model
+#: 31.4-32.3 -> 29.6-30.0 ms; to L1 instead of L2 (locality 3) no gain; b8
+#: even (39.4-39.5 -> 38.7-38.8). AVX-512 (32-float panels, kc 512) even:
+#: not there.
+_PACKED_PREFETCH = {("f32", "avx2")}
 
 
 def packed_strategy(element_type: str, isa: str = "avx2", dozen: bool = False) -> Strategy:
@@ -493,9 +502,10 @@ def packed_strategy(element_type: str, isa: str = "avx2", dozen: bool = False) -
     tiles = dict(_MATMUL_TILES[element_type, isa])
     if dozen:
         tiles.update(_PACKED_DOZEN.get((element_type, isa), {}))
+    prefetch = (element_type, isa) in _PACKED_PREFETCH
     return Strategy(
-        name=f"matmul-packed-b-{element_type}-{tiles['mr']}x{tiles['nr']}",
-        transform=packed_script(**tiles), lowering=VECTOR_LOWERING,
+        name=f"matmul-packed-b-{element_type}-{tiles['mr']}x{tiles['nr']}{'-pf' if prefetch else ''}",
+        transform=packed_script(**tiles, prefetch=prefetch), lowering=VECTOR_LOWERING,
         doc="register-tiled matmul over B packed at compile time ([N/nr, K, nr] panels): "
             "mr x nr FMA micro-kernel, remainder rows 1 x nr, no packing per call")
 
