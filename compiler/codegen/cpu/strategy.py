@@ -343,12 +343,15 @@ def epilogue_strategy(element_type: str, isa: str = "avx2") -> Strategy:
         "place, K whole; partial column tiles masked, left-over rows 1 x nr tiles")
 
 
-def _fused_on_tensors(name: str, tensor_transform, doc: str) -> Strategy:
+def _fused_on_tensors(name: str, tensor_transform, doc: str, prefetch: bool = False) -> Strategy:
     """A strategy whose kernel is tiled and vectorized on tensors; after
-    bufferization its vectors are lowered (``epilogue_lowering_script``)."""
+    bufferization its vectors are lowered (``epilogue_lowering_script``;
+    ``prefetch``: then ``transforms.matmul.prefetch_next_panel``)."""
     from compiler.codegen.cpu.transforms.matmul import epilogue_lowering_script
+    lower = epilogue_lowering_script()
     return Strategy(name=name, tensor_transform=tensor_transform,
-                    transform=epilogue_lowering_script(), lowering=VECTOR_LOWERING, doc=doc)
+                    transform=(lower, "py:prefetch_next_panel") if prefetch else lower,
+                    lowering=VECTOR_LOWERING, doc=doc)
 
 
 def _register_per_element_type(feature: "str | tuple[str, ...]", make) -> None:
@@ -361,6 +364,16 @@ def _register_per_element_type(feature: "str | tuple[str, ...]", make) -> None:
                            and f"linalg.generic:{e}" in names)(elt), {**v, "": v["avx2"]})
 
 
+#: The kernels over a packed B (``packed_strategy``, ``packed_epilogue_strategy``)
+#: that prefetch the next panel of B (``transforms.matmul.prefetch_next_panel``):
+#: AVX2 f32. One znver4 thread, thread time, ``encoder.py --model onnx`` 6
+#: layers b1 (weights cold from L3, as in a model), min of 30 calls per step,
+#: summed: the FFN down and output products 11.9-12.0 -> 11.0 ms, q/k/v 7.3 ->
+#: 6.6-6.7, the FFN up + GELU (epilogue) 10.3-10.6 -> 9.6-9.9, the model
+#: 31.4-32.3 -> 29.6-30.0 ms (plain products only); to L1 instead of L2
+#: (locality 3) no gain; b8 even. AVX-512 (32-float panels, kc 512) even: not
+#: there.
+_PACKED_PREFETCH = {("f32", "avx2")}
 #: The register tiles of ``packed_epilogue_strategy``: one panel wide (``nr``
 #: of ``_MATMUL_TILES``); AVX2 f32 6 x 16 (12 accumulators, as the plain
 #: packed product), the rows left over in ``_PACKED_EPILOGUE_BLOCKS``. An
@@ -414,13 +427,14 @@ def packed_epilogue_strategy(element_type: str, isa: str = "avx2", dozen: bool =
     if dozen:
         tiles.update(_PACKED_EPILOGUE_DOZEN.get((element_type, isa), {}))
     mr, nr = tiles["mr"], tiles["nr"]
+    prefetch = (element_type, isa) in _PACKED_PREFETCH
     return _fused_on_tensors(
         f"matmul-packed-epilogue-{element_type}-{mr}x{nr}",
         epilogue_script(mr=mr, nr=nr, mc=_PACKED_EPILOGUE_MC,
                         blocks=_PACKED_EPILOGUE_BLOCKS.get((element_type, isa, mr), ())),
         "matmul over B packed at compile time + its epilogue, tiled and fused on tensors: "
         "mr x nr (one panel) register tiles from zero over all of K, the bias and "
-        "activation in the registers, the output stored once")
+        "activation in the registers, the output stored once", prefetch)
 
 
 _register_per_element_type((MATMUL_EPILOGUE, "fuelc.packed_b", "fuelc.unpacked"),
@@ -482,15 +496,6 @@ UNPACKED = "fuelc.unpacked"
 #: [32,768]x[768,3072] 1.78-2.21 -> 1.52-1.58 / 1.370 -> 1.324-1.334; AVX2
 #: [8,320]x[320,1000] with caches flushed 0.209-0.218 -> 0.130-0.177).
 _PACKED_DOZEN = {("f32", "avx2"): dict(mr=4, kc=1024), ("f32", "avx512"): dict(kc=1024)}
-#: The ``packed_strategy`` kernels that prefetch the next panel of B
-#: (``transforms.matmul.prefetch_next_panel``): AVX2 f32. One znver4 thread,
-#: thread time, ``encoder.py --model onnx`` 6 layers b1 (weights cold from
-#: L3, as in a model), min of 30 calls per step, summed: the FFN down and
-#: output products 11.9-12.0 -> 11.0 ms, q/k/v 7.3 -> 6.6-6.7, the model
-#: 31.4-32.3 -> 29.6-30.0 ms; to L1 instead of L2 (locality 3) no gain; b8
-#: even (39.4-39.5 -> 38.7-38.8). AVX-512 (32-float panels, kc 512) even:
-#: not there.
-_PACKED_PREFETCH = {("f32", "avx2")}
 
 
 def packed_strategy(element_type: str, isa: str = "avx2", dozen: bool = False) -> Strategy:
@@ -504,7 +509,7 @@ def packed_strategy(element_type: str, isa: str = "avx2", dozen: bool = False) -
         tiles.update(_PACKED_DOZEN.get((element_type, isa), {}))
     prefetch = (element_type, isa) in _PACKED_PREFETCH
     return Strategy(
-        name=f"matmul-packed-b-{element_type}-{tiles['mr']}x{tiles['nr']}{'-pf' if prefetch else ''}",
+        name=f"matmul-packed-b-{element_type}-{tiles['mr']}x{tiles['nr']}",
         transform=packed_script(**tiles, prefetch=prefetch), lowering=VECTOR_LOWERING,
         doc="register-tiled matmul over B packed at compile time ([N/nr, K, nr] panels): "
             "mr x nr FMA micro-kernel, remainder rows 1 x nr, no packing per call")
