@@ -370,7 +370,7 @@ def _register_per_element_type(feature: "str | tuple[str, ...]", make) -> None:
 #: ``encoder.py --model onnx`` 6 layers b1 (weights cold from L3, as in a
 #: model), steps summed, AVX2: FFN down and output products 11.9-12.0 -> 11.0
 #: ms, q/k/v 7.3 -> 6.6-6.7, FFN up + GELU 10.3-10.6 -> 9.6-9.9, the model
-#: 31.4-32.3 -> 29.6-30.0 (plain products only); AVX-512: the products
+#: 31.4-32.3 -> 29.6-30.0 (the plain products alone prefetching); AVX-512: the products
 #: 26.3 -> 25.8-26.1, the model 28.5-29.3 -> 28.3-28.4; 1 layer b8 even
 #: (AVX2 39.4-39.5 -> 38.7-38.8, AVX-512 38.9-39.3 -> 39.3-39.6 whole, the
 #: products 36.1-37.1 -> 35.1-35.7). 8 [M,768]x[768,3072] / [M,3072]x[3072,768]
@@ -378,6 +378,7 @@ def _register_per_element_type(feature: "str | tuple[str, ...]", make) -> None:
 #: M = 24 11.8 -> 9.2-9.4; AVX-512 M = 32 11.4-11.5 -> 11.1-11.2, M = 128
 #: 44.5-45.1 -> 43.3-43.5. To L1 (locality 3) instead of L2: no gain (AVX2).
 _PACKED_PREFETCH = {("f32", "avx2"), ("f32", "avx512")}
+
 #: The register tiles of ``packed_epilogue_strategy``: one panel wide (``nr``
 #: of ``_MATMUL_TILES``); AVX2 f32 6 x 16 (12 accumulators, as the plain
 #: packed product), the rows left over in ``_PACKED_EPILOGUE_BLOCKS``. An

@@ -395,7 +395,6 @@ _PACKED_TAIL = (f"py:fold_unit_dims {PACKED_B_ATTR}", _PACKED_HEAD + f"""    tra
 """ + _YIELD, "py:single_reduction_contracts", _PACKED_HEAD + _tiles_to_fmas() + _YIELD)
 
 
-
 def rows_script(op: str = "linalg.matmul", *, nr: int = 16, kr: int = 4) -> str:
     """The transform script of a matmul whose calls have a few rows (no
     packing: B is read in place, in order). Tiles of 1 row x ``nr`` columns
@@ -622,9 +621,10 @@ def prefetch_next_panel(module: "ir.Module", locality: str = "2") -> int:
     nr]``, ``packed_script``) at ``[p, k, 0]`` with ``p`` a loop's induction
     variable (the panel loop), a ``memref.prefetch`` (to L2: ``locality``)
     of the same row of the next panel, ``[min(p + 1, P - 1), k, 0]``: one
-    cache line per step of K for a 16-float panel. Panels lie ``K * nr``
-    floats apart, so the hardware prefetcher does not carry a stream from
-    one panel into the next; the weights of a model's product are cold (in
+    cache line per step of K for a 16-float panel. A block of K reads a
+    slice of each panel, and the slices lie ``K * nr`` floats apart: the
+    hardware prefetcher does not carry a stream from one into the next (nor
+    reliably across pages where K is one block); the weights of a model's product are cold (in
     L3 at best) when it is called, and the first register tile of every
     panel waited on them. The tiles after the first prefetch lines already
     near (cheap: one load slot per ``mr`` broadcasts and FMAs). Returns the
