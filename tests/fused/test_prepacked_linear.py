@@ -137,3 +137,75 @@ def test_columns_padded_to_whole_panels(target, rows, rng):
         assert got[name].shape == (rows, 200)
         np.testing.assert_array_equal(got[name], plain[name])
         np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-5)
+
+
+# a panel loop over a packed B [P, K, 16] and a K loop inside it reading a
+# row of the panel (as packed_script's tiles, lowered); a load from a rank-2
+# argument and one at a panel that is no loop's variable stay alone
+_PANELS = """
+func.func @kernel(%a: memref<?x?xf32>, %b: memref<?x?x16xf32>, %c: memref<4x16xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %p_n = memref.dim %b, %c0 : memref<?x?x16xf32>
+  %k_n = memref.dim %b, %c1 : memref<?x?x16xf32>
+  scf.for %p = %c0 to %p_n step %c1 {
+    scf.for %k = %c0 to %k_n step %c1 {
+      %x = vector.load %b[%p, %k, %c0] : memref<?x?x16xf32>, vector<16xf32>
+      %y = vector.load %a[%p, %k] : memref<?x?xf32>, vector<16xf32>
+      %z = vector.load %b[%c1, %k, %c0] : memref<?x?x16xf32>, vector<16xf32>
+      %s = arith.addf %x, %y : vector<16xf32>
+      %t = arith.addf %s, %z : vector<16xf32>
+      vector.store %t, %c[%c0, %c0] : memref<4x16xf32>, vector<16xf32>
+    }
+  }
+  return
+}
+"""
+
+
+def test_prefetch_next_panel_reads_the_same_row_of_the_next_panel():
+    from compiler.codegen.cpu.transforms.matmul import prefetch_next_panel
+    from compiler.mlir import ir
+    from compiler.testing import filecheck
+    with ir.Context():
+        m = ir.Module.parse(_PANELS)
+        assert prefetch_next_panel(m) == 1
+        m.operation.verify()
+        filecheck(str(m), """
+// CHECK:     scf.for %[[P:.*]] = %{{.*}} to %{{.*}} step
+// CHECK:       scf.for %[[K:.*]] = %{{.*}} to %{{.*}} step
+// CHECK:         %[[N:.*]] = memref.dim %arg1, %{{.*}} : memref<?x?x16xf32>
+// CHECK:         %[[LAST:.*]] = arith.subi %[[N]], %{{.*}} : index
+// CHECK:         %[[UP:.*]] = arith.addi %[[P]], %{{.*}} : index
+// CHECK:         %[[NEXT:.*]] = arith.minui %[[UP]], %[[LAST]] : index
+// CHECK:         memref.prefetch %arg1[%[[NEXT]], %[[K]], %{{.*}}], read, locality<2>, data
+// CHECK-NEXT:    vector.load %arg1[%[[P]], %[[K]], %{{.*}}]
+// CHECK-NEXT:    vector.load %arg0
+// CHECK-NEXT:    vector.load %arg1
+// CHECK-NOT:     memref.prefetch
+""")
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+def test_f32_packed_kernels_prefetch_the_next_panel(isa):
+    # strategy._PACKED_PREFETCH: f32 (measured); f64 not
+    from compiler.codegen.cpu.strategy import packed_epilogue_strategy, packed_strategy
+    for make in (packed_strategy, packed_epilogue_strategy):
+        for dozen in (False, True):
+            assert "py:prefetch_next_panel" in make("f32", isa, dozen=dozen).transform
+        assert "py:prefetch_next_panel" not in make("f64", isa).transform
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("rows", [13, 130])
+def test_packed_kernel_over_several_k_blocks_matches_the_reference(target, rows, rng):
+    # K = 600: three K blocks of the AVX2 kernel (kc 256), two of AVX-512's;
+    # 7 panels of 16 (AVX2: each prefetches the next, the last itself)
+    w = rng.standard_normal((600, 7 * 16)).astype(np.float32)
+    bias = rng.standard_normal(7 * 16).astype(np.float32)
+    x = rng.standard_normal((rows, 600)).astype(np.float32)
+    g = _packed_graph((rows, 600), w, bias, 16)
+    m = compile(g, target)
+    got = m(x=x)
+    np.testing.assert_allclose(got, interpret(g, {"x": x})["y"], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, x.astype(np.float64) @ w + bias, rtol=1e-4, atol=1e-4)

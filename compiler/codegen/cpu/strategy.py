@@ -343,12 +343,15 @@ def epilogue_strategy(element_type: str, isa: str = "avx2") -> Strategy:
         "place, K whole; partial column tiles masked, left-over rows 1 x nr tiles")
 
 
-def _fused_on_tensors(name: str, tensor_transform, doc: str) -> Strategy:
+def _fused_on_tensors(name: str, tensor_transform, doc: str, prefetch: bool = False) -> Strategy:
     """A strategy whose kernel is tiled and vectorized on tensors; after
-    bufferization its vectors are lowered (``epilogue_lowering_script``)."""
+    bufferization its vectors are lowered (``epilogue_lowering_script``;
+    ``prefetch``: then ``transforms.matmul.prefetch_next_panel``)."""
     from compiler.codegen.cpu.transforms.matmul import epilogue_lowering_script
+    lower = epilogue_lowering_script()
     return Strategy(name=name, tensor_transform=tensor_transform,
-                    transform=epilogue_lowering_script(), lowering=VECTOR_LOWERING, doc=doc)
+                    transform=(lower, "py:prefetch_next_panel") if prefetch else lower,
+                    lowering=VECTOR_LOWERING, doc=doc)
 
 
 def _register_per_element_type(feature: "str | tuple[str, ...]", make) -> None:
@@ -360,6 +363,21 @@ def _register_per_element_type(feature: "str | tuple[str, ...]", make) -> None:
         register_strategy((lambda e: lambda names: all(f in names for f in features)
                            and f"linalg.generic:{e}" in names)(elt), {**v, "": v["avx2"]})
 
+
+#: The kernels over a packed B (``packed_strategy``, ``packed_epilogue_strategy``)
+#: that prefetch the next panel of B (``transforms.matmul.prefetch_next_panel``):
+#: f32. One znver4 thread, thread time, min of 30 calls, A/B process pairs:
+#: ``encoder.py --model onnx`` 6 layers b1 (weights cold from L3, as in a
+#: model), steps summed, AVX2: FFN down and output products 11.9-12.0 -> 11.0
+#: ms, q/k/v 7.3 -> 6.6-6.7, FFN up + GELU 10.3-10.6 -> 9.6-9.9, the model
+#: 31.4-32.3 -> 29.6-30.0 (the plain products alone prefetching); AVX-512: the products
+#: 26.3 -> 25.8-26.1, the model 28.5-29.3 -> 28.3-28.4; 1 layer b8 even
+#: (AVX2 39.4-39.5 -> 38.7-38.8, AVX-512 38.9-39.3 -> 39.3-39.6 whole, the
+#: products 36.1-37.1 -> 35.1-35.7). 8 [M,768]x[768,3072] / [M,3072]x[3072,768]
+#: linears in a row (75 MiB of weights): AVX2 M = 32 14.3-15.1 -> 12.5-12.8,
+#: M = 24 11.8 -> 9.2-9.4; AVX-512 M = 32 11.4-11.5 -> 11.1-11.2, M = 128
+#: 44.5-45.1 -> 43.3-43.5. To L1 (locality 3) instead of L2: no gain (AVX2).
+_PACKED_PREFETCH = {("f32", "avx2"), ("f32", "avx512")}
 
 #: The register tiles of ``packed_epilogue_strategy``: one panel wide (``nr``
 #: of ``_MATMUL_TILES``); AVX2 f32 6 x 16 (12 accumulators, as the plain
@@ -414,13 +432,14 @@ def packed_epilogue_strategy(element_type: str, isa: str = "avx2", dozen: bool =
     if dozen:
         tiles.update(_PACKED_EPILOGUE_DOZEN.get((element_type, isa), {}))
     mr, nr = tiles["mr"], tiles["nr"]
+    prefetch = (element_type, isa) in _PACKED_PREFETCH
     return _fused_on_tensors(
         f"matmul-packed-epilogue-{element_type}-{mr}x{nr}",
         epilogue_script(mr=mr, nr=nr, mc=_PACKED_EPILOGUE_MC,
                         blocks=_PACKED_EPILOGUE_BLOCKS.get((element_type, isa, mr), ())),
         "matmul over B packed at compile time + its epilogue, tiled and fused on tensors: "
         "mr x nr (one panel) register tiles from zero over all of K, the bias and "
-        "activation in the registers, the output stored once")
+        "activation in the registers, the output stored once", prefetch)
 
 
 _register_per_element_type((MATMUL_EPILOGUE, "fuelc.packed_b", "fuelc.unpacked"),
@@ -493,9 +512,10 @@ def packed_strategy(element_type: str, isa: str = "avx2", dozen: bool = False) -
     tiles = dict(_MATMUL_TILES[element_type, isa])
     if dozen:
         tiles.update(_PACKED_DOZEN.get((element_type, isa), {}))
+    prefetch = (element_type, isa) in _PACKED_PREFETCH
     return Strategy(
         name=f"matmul-packed-b-{element_type}-{tiles['mr']}x{tiles['nr']}",
-        transform=packed_script(**tiles), lowering=VECTOR_LOWERING,
+        transform=packed_script(**tiles, prefetch=prefetch), lowering=VECTOR_LOWERING,
         doc="register-tiled matmul over B packed at compile time ([N/nr, K, nr] panels): "
             "mr x nr FMA micro-kernel, remainder rows 1 x nr, no packing per call")
 

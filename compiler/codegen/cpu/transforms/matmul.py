@@ -267,7 +267,7 @@ def _tiles_to_fmas() -> str:
 """
 
 
-def packed_script(*, mr: int, nr: int, kc: int, mc: int) -> tuple[str, ...]:
+def packed_script(*, mr: int, nr: int, kc: int, mc: int, prefetch: bool = False) -> tuple[str, ...]:
     """The strategy steps of a FusedLinear whose B is pre-packed: the
     ``PACKED_B_ATTR`` generic over (p, m, j | k), ``out[m, p*nr + j] +=
     a[m, k] * b[p, k, j]`` with ``j`` the static panel width ``nr``. Tile M
@@ -282,7 +282,8 @@ def packed_script(*, mr: int, nr: int, kc: int, mc: int) -> tuple[str, ...]:
     ``j`` (the panel's offset is in the tile's view), the tiles vectorize,
     ``single_reduction_contracts`` drops their unit dims, and they lower to
     FMAs as ``matmul_script``'s (no packing per call, no N remainder: N is
-    a multiple of ``nr``). Raises ValueError."""
+    a multiple of ``nr``). ``prefetch``: then ``prefetch_next_panel``.
+    Raises ValueError."""
     t = _ANY
     if mc % mr:
         raise ValueError(f"packed_script: mc={mc} is not a multiple of mr={mr}")
@@ -305,7 +306,7 @@ def packed_script(*, mr: int, nr: int, kc: int, mc: int) -> tuple[str, ...]:
       %mmR1 = {match("linalg.generic", "%remR")}
       %r, %lr0, %lr1 = transform.structured.tile_using_for %mmR1 tile_sizes [0, 1, 0, 1] : ({t}) -> ({t}, {t}, {t})
 """
-    return _packed_steps(body)
+    return _packed_steps(body) + (("py:prefetch_next_panel",) if prefetch else ())
 
 
 #: The row blocks of ``packed_rows_script``, largest first: each whole block
@@ -613,3 +614,44 @@ def epilogue_lowering_script() -> str:
   }}
 }}
 """
+
+
+def prefetch_next_panel(module: "ir.Module", locality: str = "2") -> int:
+    """Before each ``vector.load`` of a packed B (a kernel argument ``[P, K,
+    nr]``, ``packed_script``) at ``[p, k, 0]`` with ``p`` a loop's induction
+    variable (the panel loop), a ``memref.prefetch`` (to L2: ``locality``)
+    of the same row of the next panel, ``[min(p + 1, P - 1), k, 0]``: one
+    cache line per step of K for a 16-float panel. A block of K reads a
+    slice of each panel, and the slices lie ``K * nr`` floats apart: the
+    hardware prefetcher does not carry a stream from one into the next (nor
+    reliably across pages where K is one block); the weights of a model's product are cold (in
+    L3 at best) when it is called, and the first register tile of every
+    panel waited on them. The tiles after the first prefetch lines already
+    near (cheap: one load slot per ``mr`` broadcasts and FMAs). Returns the
+    loads given prefetches."""
+    from compiler.mlir import arith, ir, memref, walk_ops
+    n = 0
+    for op in walk_ops(module, lambda o: o.name == "vector.load"):
+        base = op.operands[0]
+        if not isinstance(base, ir.BlockArgument) or ir.MemRefType(base.type).rank != 3:
+            continue
+        p, k, j = list(op.operands)[1:4]
+        owner = p.owner if isinstance(p, ir.BlockArgument) else None
+        if owner is None or owner.owner.name != "scf.for":
+            continue
+        line = 64 // (ir.FloatType(ir.MemRefType(base.type).element_type).width // 8)
+        width = ir.VectorType(op.result.type).shape[-1]
+        with ir.InsertionPoint(op), op.location:
+            idx = ir.IndexType.get()
+            one = arith.constant(idx, 1)
+            last = arith.subi(memref.dim(base, arith.constant(idx, 0)), one)
+            nxt = arith.minui(arith.addi(p, one), last)
+            for c in range(0, width, line):
+                col = arith.addi(j, arith.constant(idx, c)) if c else j
+                memref.PrefetchOp(base, [nxt, k, col], False, int(locality), True)
+        n += 1
+    return n
+
+
+#: The ``py:`` steps of this module's scripts.
+REWRITES = {"prefetch_next_panel": prefetch_next_panel}
