@@ -362,3 +362,50 @@ def test_copies_split_by_images_give_the_same_bits(threads, rng):
         xs = (8, 32, 16, 16)
         assert sorted(_step_tiles(m, "pad_", [xs])) == [1, n], n
         assert sorted(_step_tiles(m, "concat_", [xs, xs])) == [1, n], n
+
+
+@pytest.mark.parametrize("pure", [0, None])
+def test_a_pair_runs_both_calls_and_leaves_a_sleeping_worker_to_run(rng, monkeypatch, pure):
+    """``NativePool.run_pair`` (the direct path's two-tile split call): the
+    caller's call and the worker's task both run, every time, whether the
+    worker takes the task or the caller claims it (``pure`` 0: a worker that
+    yields from its first poll); with the worker asleep it runs nothing and
+    says so (``run`` wakes it)."""
+    import time
+    from compiler.codegen import native_pool
+    from compiler.codegen.cpu import compile_module
+    from compiler.codegen.memref import descriptor_from_array as D
+    import codegen_ir as IR
+    if pure is not None:
+        monkeypatch.setattr(native_pool, "SPIN_PURE_CYCLES", pure)
+    add = compile_module(IR.ADD_DYN, ["add"])
+    fn = add.address("_mlir_ciface_add")
+    a = rng.standard_normal((4, 3)).astype(np.float32)
+    pool = native_pool.pool(1)
+    assert pool is not None
+    worker = pool.workers[0]
+    ran = 0
+    for i in range(50):
+        outs = [np.zeros((4, 3), np.float32) for _ in range(2)]
+        descs = [[D(a), D(a), D(o)] for o in outs]
+        addrs = [[ctypes.addressof(d) for d in ds] for ds in descs]
+        if not pool.run_pair(native_pool.Pair((fn, addrs[0]), (fn, addrs[1]))):
+            assert not outs[0].any() and not outs[1].any()  # nothing ran
+            assert pool.run(lambda: None, [(fn, addrs[1])])  # wakes the worker, which
+            time.sleep(0.005)                                 # then takes the GIL to run
+            continue
+        ran += 1
+        np.testing.assert_array_equal(outs[0], 2 * a)
+        np.testing.assert_array_equal(outs[1], 2 * a)
+        time.sleep(0.0002 * (i % 3))
+    assert ran > 0  # (how many depends on when the OS runs the worker)
+    deadline = time.monotonic() + 5
+    while not worker.sleeping and time.monotonic() < deadline:  # idle past SPIN_CYCLES
+        time.sleep(0.005)
+    assert worker.sleeping
+    outs = [np.zeros((4, 3), np.float32) for _ in range(2)]
+    descs = [[D(a), D(a), D(o)] for o in outs]
+    pair = native_pool.Pair(*[(fn, [ctypes.addressof(d) for d in ds]) for ds in descs])
+    assert pool.run_pair(pair) is False and not outs[0].any() and not outs[1].any()
+    with pytest.raises(ValueError, match="at most 32 arguments"):
+        native_pool.Pair((fn, [0] * 33), (fn, []))

@@ -150,6 +150,9 @@ def test_plans_with_large_split_calls_take_the_direct_path(threads):
         assert m.executor.direct_path
         np.testing.assert_array_equal(got, _general(m, x=xs)["y"])
         np.testing.assert_allclose(got, interpret(g, {"x": xs})["y"], rtol=1e-4, atol=1e-3)
+        for _ in range(4):  # the same descriptors again: a two-tile split as one native call
+            xs = rng.standard_normal((512, 1024)).astype(np.float32)
+            np.testing.assert_array_equal(m(x=xs), _general(m, x=xs)["y"])
     finally:
         parallel.set_num_threads(before)
 
