@@ -366,11 +366,11 @@ def test_copies_split_by_images_give_the_same_bits(threads, rng):
 
 @pytest.mark.parametrize("pure", [0, None])
 def test_a_pair_runs_both_calls_and_leaves_a_sleeping_worker_to_run(rng, monkeypatch, pure):
-    """``NativePool.run_pair`` (the direct path's two-tile split call): the
-    caller's call and the worker's task both run, every time, whether the
-    worker takes the task or the caller claims it (``pure`` 0: a worker that
-    yields from its first poll); with the worker asleep it runs nothing and
-    says so (``run`` wakes it)."""
+    """``NativePool.run_pair`` (the direct path's two-tile split call): when it
+    runs, the caller's call and the worker's task both run, whether the worker
+    takes the task or the caller claims it (``pure`` 0: a worker that yields
+    from its first poll; a worker the OS has not scheduled: the caller runs
+    both); with the worker asleep it runs nothing and says so (``run`` wakes it)."""
     import time
     from compiler.codegen import native_pool
     from compiler.codegen.cpu import compile_module
@@ -384,28 +384,40 @@ def test_a_pair_runs_both_calls_and_leaves_a_sleeping_worker_to_run(rng, monkeyp
     pool = native_pool.pool(1)
     assert pool is not None
     worker = pool.workers[0]
-    ran = 0
-    for i in range(50):
+
+    def pair():
         outs = [np.zeros((4, 3), np.float32) for _ in range(2)]
         descs = [[D(a), D(a), D(o)] for o in outs]
         addrs = [[ctypes.addressof(d) for d in ds] for ds in descs]
-        if not pool.run_pair(native_pool.Pair((fn, addrs[0]), (fn, addrs[1]))):
-            assert not outs[0].any() and not outs[1].any()  # nothing ran
-            assert pool.run(lambda: None, [(fn, addrs[1])])  # wakes the worker, which
-            time.sleep(0.005)                                 # then takes the GIL to run
-            continue
-        ran += 1
-        np.testing.assert_array_equal(outs[0], 2 * a)
-        np.testing.assert_array_equal(outs[1], 2 * a)
+        return outs, descs, addrs, native_pool.Pair((fn, addrs[0]), (fn, addrs[1]))
+
+    for i in range(30):  # how many the worker takes depends on when the OS runs it
+        outs, _descs, addrs, p = pair()
+        if pool.run_pair(p):
+            np.testing.assert_array_equal(outs[0], 2 * a)
+            np.testing.assert_array_equal(outs[1], 2 * a)
+        else:
+            assert worker.sleeping and not outs[0].any() and not outs[1].any()
+            assert pool.run(lambda: None, [(fn, addrs[1])])  # wakes the worker
         time.sleep(0.0002 * (i % 3))
-    assert ran > 0  # (how many depends on when the OS runs the worker)
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 10
     while not worker.sleeping and time.monotonic() < deadline:  # idle past SPIN_CYCLES
         time.sleep(0.005)
     assert worker.sleeping
-    outs = [np.zeros((4, 3), np.float32) for _ in range(2)]
-    descs = [[D(a), D(a), D(o)] for o in outs]
-    pair = native_pool.Pair(*[(fn, [ctypes.addressof(d) for d in ds]) for ds in descs])
-    assert pool.run_pair(pair) is False and not outs[0].any() and not outs[1].any()
+    outs, _descs, _addrs, p = pair()
+    assert pool.run_pair(p) is False and not outs[0].any() and not outs[1].any()
+    with worker.cond:
+        worker.sleeping = False  # asleep all the same: as if the OS had not run it
+    try:
+        outs, _descs, _addrs, p = pair()
+        assert pool.run_pair(p)
+        np.testing.assert_array_equal(outs[0], 2 * a)  # the caller ran both
+        np.testing.assert_array_equal(outs[1], 2 * a)
+    finally:
+        with worker.cond:
+            worker.sleeping = True
+    outs, _descs, addrs, _p = pair()
+    assert pool.run(lambda: time.sleep(0.01), [(fn, addrs[1])])  # wakes it: it skips the
+    np.testing.assert_array_equal(outs[1], 2 * a)                  # claimed task, takes this one
     with pytest.raises(ValueError, match="at most 32 arguments"):
         native_pool.Pair((fn, [0] * 33), (fn, []))
