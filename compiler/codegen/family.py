@@ -628,21 +628,25 @@ class SplitCall:
         self.n_args = n_args
         self.width = max(1, width or len(self.fns))
         self._addrs = [_fn_address(fn) for fn in self.fns]
-        self._last = None    # (addrs, the first tile's call, the others' tasks): one round
+        self._last = None    # (addrs, the first tile's call, the others' tasks, their Pair): one round
 
     def raw(self, *addrs: int) -> None:
         n, width, fns = self.n_args, self.width, self.fns
         last = self._last
         if last is not None and last[0] == addrs:
             # the direct path calls with the same descriptors every time: the
-            # tasks of a one-round split are made once
+            # tasks of a one-round split are made once (two tiles: as one
+            # native call, ``native_pool.Pair``)
             pool = native_pool.pool(len(last[2]))
-            if pool is not None and pool.run(last[1], last[2]):
+            if pool is not None and (last[3] is not None and pool.run_pair(last[3])
+                                     or pool.run(last[1], last[2])):
                 return
         elif 1 < len(fns) <= width:
             head, first = addrs[:n], fns[0].raw
-            self._last = (addrs, lambda: first(*head),
-                          [(self._addrs[i], addrs[i * n:(i + 1) * n]) for i in range(1, len(fns))])
+            rest = [(self._addrs[i], addrs[i * n:(i + 1) * n]) for i in range(1, len(fns))]
+            pair = native_pool.Pair((self._addrs[0], head), rest[0]) \
+                if len(rest) == 1 and n <= native_pool.MAX_ARGS else None
+            self._last = (addrs, lambda: first(*head), rest, pair)
         for start in range(0, len(fns), width):
             stop = min(start + width, len(fns))
             first = fns[start].raw

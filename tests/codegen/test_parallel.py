@@ -362,3 +362,62 @@ def test_copies_split_by_images_give_the_same_bits(threads, rng):
         xs = (8, 32, 16, 16)
         assert sorted(_step_tiles(m, "pad_", [xs])) == [1, n], n
         assert sorted(_step_tiles(m, "concat_", [xs, xs])) == [1, n], n
+
+
+@pytest.mark.parametrize("pure", [0, None])
+def test_a_pair_runs_both_calls_and_leaves_a_sleeping_worker_to_run(rng, monkeypatch, pure):
+    """``NativePool.run_pair`` (the direct path's two-tile split call): when it
+    runs, the caller's call and the worker's task both run, whether the worker
+    takes the task or the caller claims it (``pure`` 0: a worker that yields
+    from its first poll; a worker the OS has not scheduled: the caller runs
+    both); with the worker asleep it runs nothing and says so (``run`` wakes it)."""
+    import time
+    from compiler.codegen import native_pool
+    from compiler.codegen.cpu import compile_module
+    from compiler.codegen.memref import descriptor_from_array as D
+    import codegen_ir as IR
+    if pure is not None:
+        monkeypatch.setattr(native_pool, "SPIN_PURE_CYCLES", pure)
+    add = compile_module(IR.ADD_DYN, ["add"])
+    fn = add.address("_mlir_ciface_add")
+    a = rng.standard_normal((4, 3)).astype(np.float32)
+    pool = native_pool.pool(1)
+    assert pool is not None
+    worker = pool.workers[0]
+
+    def pair():
+        outs = [np.zeros((4, 3), np.float32) for _ in range(2)]
+        descs = [[D(a), D(a), D(o)] for o in outs]
+        addrs = [[ctypes.addressof(d) for d in ds] for ds in descs]
+        return outs, descs, addrs, native_pool.Pair((fn, addrs[0]), (fn, addrs[1]))
+
+    for i in range(30):  # how many the worker takes depends on when the OS runs it
+        outs, _descs, addrs, p = pair()
+        if pool.run_pair(p):
+            np.testing.assert_array_equal(outs[0], 2 * a)
+            np.testing.assert_array_equal(outs[1], 2 * a)
+        else:
+            assert worker.sleeping and not outs[0].any() and not outs[1].any()
+            assert pool.run(lambda: None, [(fn, addrs[1])])  # wakes the worker
+        time.sleep(0.0002 * (i % 3))
+    deadline = time.monotonic() + 10
+    while not worker.sleeping and time.monotonic() < deadline:  # idle past SPIN_CYCLES
+        time.sleep(0.005)
+    assert worker.sleeping
+    outs, _descs, _addrs, p = pair()
+    assert pool.run_pair(p) is False and not outs[0].any() and not outs[1].any()
+    with worker.cond:
+        worker.sleeping = False  # asleep all the same: as if the OS had not run it
+    try:
+        outs, _descs, _addrs, p = pair()
+        assert pool.run_pair(p)
+        np.testing.assert_array_equal(outs[0], 2 * a)  # the caller ran both
+        np.testing.assert_array_equal(outs[1], 2 * a)
+    finally:
+        with worker.cond:
+            worker.sleeping = True
+    outs, _descs, addrs, _p = pair()
+    assert pool.run(lambda: time.sleep(0.01), [(fn, addrs[1])])  # wakes it: it skips the
+    np.testing.assert_array_equal(outs[1], 2 * a)                  # claimed task, takes this one
+    with pytest.raises(ValueError, match="at most 32 arguments"):
+        native_pool.Pair((fn, [0] * 33), (fn, []))

@@ -150,6 +150,9 @@ def test_plans_with_large_split_calls_take_the_direct_path(threads):
         assert m.executor.direct_path
         np.testing.assert_array_equal(got, _general(m, x=xs)["y"])
         np.testing.assert_allclose(got, interpret(g, {"x": xs})["y"], rtol=1e-4, atol=1e-3)
+        for _ in range(4):  # the same descriptors again: a two-tile split as one native call
+            xs = rng.standard_normal((512, 1024)).astype(np.float32)
+            np.testing.assert_array_equal(m(x=xs), _general(m, x=xs)["y"])
     finally:
         parallel.set_num_threads(before)
 
@@ -333,3 +336,31 @@ def test_an_arena_value_that_needs_zeroed_output_is_zeroed_right_before_its_kern
     off = direct.offsets[relu.step.outputs[0]]
     assert buf.ctypes.data == direct.arena.ctypes.data + off
     assert direct.where[i] == direct.where[i + 1] == relu.where   # right before the relu's call
+
+
+def test_outputs_of_a_page_or_more_lie_half_a_page_from_the_largest_input():
+    """``runtime.direct.PAGE``: an output of at least a page starts 64-byte
+    aligned, half a page (address bits 0-11) from the largest input, whatever
+    offset the allocator gives (a kernel storing at the page offset of what it
+    loads next waits on each store); smaller outputs are allocated as they are."""
+    from runtime.direct import ALIGN, PAGE
+    rng = np.random.default_rng(4)
+    g = Graph()
+    x, w = g.input("x", (2, 64), "f32"), g.input("w", (64, 1024), "f32")
+    g.output(x @ w, name="y")
+    g.output((x * 2.0).sum(axis=1), name="s")
+    m = compile(g, target="cpu")
+    xs = rng.standard_normal((2, 64)).astype(np.float32)
+    pads = []
+    for i in range(6):
+        ws = rng.standard_normal((64, 1024)).astype(np.float32)
+        pads.append(np.empty(16 * (i + 1), np.uint8))       # moves the allocator's offsets
+        out = m(x=xs, w=ws)
+        assert m.executor.direct_path
+        y = out["y"]
+        want = ((ws.ctypes.data + PAGE // 2) & -ALIGN) % PAGE
+        assert y.ctypes.data % PAGE == want and y.ctypes.data % ALIGN == 0
+        assert y.nbytes >= PAGE and out["s"].nbytes < PAGE
+        assert np.asarray(out["s"].base).nbytes == out["s"].nbytes     # not padded
+        np.testing.assert_array_equal(y, _general(m, x=xs, w=ws)["y"])
+        np.testing.assert_allclose(y, xs @ ws, rtol=1e-4, atol=1e-4)
