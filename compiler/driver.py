@@ -16,6 +16,7 @@ output name. Every stage's IR is kept on ``module.ir`` for debugging.
 from __future__ import annotations
 
 import collections
+import gc
 import math
 import threading
 import time
@@ -366,16 +367,26 @@ def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = Non
                                               "progress": progress, "jobs": jobs,
                                               "executor": executor, "strict": strict})
     jobs = parallel_jobs.default_jobs() if jobs is None else parallel_jobs.check_jobs(jobs)
-    pool = None
-    if (warm and executor is None and jobs > 1 and target.kind == "cpu"
-            and len(getattr(graph, "nodes", ())) >= parallel_jobs.MIN_NODES
-            and runnable_here(target)):
-        pool = parallel_jobs.ProcessExecutor(jobs - 1)  # imports the compiler during the passes
+    pool, frozen = None, False
     try:
+        if (warm and executor is None and jobs > 1 and target.kind == "cpu"
+                and len(getattr(graph, "nodes", ())) >= parallel_jobs.MIN_NODES
+                and runnable_here(target)):
+            # Forked workers share this process's pages until one side writes
+            # them: a full collection here would write every old object's
+            # header, copying its pages (docs/compile-at-scale.md), so the
+            # objects made before the fork are left out of collections until
+            # compile() returns.
+            frozen = parallel_jobs.fork_safe() and gc.get_freeze_count() == 0
+            if frozen:
+                gc.freeze()
+            pool = parallel_jobs.ProcessExecutor(jobs - 1)  # imports the compiler during the passes
         return _compile(graph, target, pipeline, warm, progress, jobs, executor, pool, strict)
     finally:
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+        if frozen:
+            gc.unfreeze()
 
 
 def _symbolic_pipeline(pipeline):

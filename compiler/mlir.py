@@ -105,6 +105,16 @@ def __getattr__(name: str):
 MLIRError = ir.MLIRError
 
 
+def translate_module_to_llvmir(operation) -> str:
+    """An LLVM-dialect module (its operation) as LLVM IR text, through the
+    bindings' native LLVM-dialect module alone: the ``dialects.llvm``
+    package also builds the Python classes of every LLVM op
+    (``_llvm_ops_gen``, ``_llvm_enum_gen``: some 25 ms of CPU a process,
+    docs/compile-at-scale.md), which translating never uses."""
+    native = importlib.import_module(f"{_root.__name__}._mlir_libs._mlirDialectsLLVM")
+    return native.translate_module_to_llvmir(operation)
+
+
 def execution_engine():
     """The bindings' ``execution_engine`` module (imported lazily: it loads
     the JIT runtime)."""

@@ -209,10 +209,11 @@ def _preload() -> None:
     from compiler.targets import parse_target
     parse_target("cpu:host").codegen
     import compiler.mlir as mlir
-    mlir.llvm, mlir.transform, mlir.tensor  # noqa: B018 - imported on a task's first use
-    # builtin: what the bindings import the first time a task reads a module's ops
-    for name in ("transform.interpreter", "builtin"):
-        importlib.import_module(f"{mlir._root.__name__}.dialects.{name}")
+    mlir.transform, mlir.tensor  # noqa: B018 - imported on a task's first use
+    # builtin: what the bindings import the first time a task reads a module's ops;
+    # the native LLVM-dialect module: translation (mlir.translate_module_to_llvmir)
+    for name in ("dialects.transform.interpreter", "dialects.builtin", "_mlir_libs._mlirDialectsLLVM"):
+        importlib.import_module(f"{mlir._root.__name__}.{name}")
 
 
 def fork_safe() -> bool:

@@ -285,10 +285,8 @@ def test_conv_net_compiles_bit_identical_with_worker_processes(cold):
         assert _objects(pool_dir) == serial, start
 
 
-def test_started_workers_take_tasks_from_the_first_cold_instance(cold):
-    """Workers that compile() started (a graph of MIN_NODES nodes or more)
-    are offered every cold instance from the first one, however few: a warm
-    cache's last few instances also spread over them. Same objects as serial."""
+def _chain():
+    """A graph of MIN_NODES nodes: compile() starts its workers for it."""
     g = Graph()
     x = g.input("x", (64, 48), "f32")
     h = x
@@ -296,6 +294,14 @@ def test_started_workers_take_tasks_from_the_first_cold_instance(cold):
         h = (h * (1.0 + i / 64)).tanh() if i % 2 else (h + 0.5).exp().log()
     g.output(h, name="y")
     assert len(g) >= jobs.MIN_NODES
+    return g
+
+
+def test_started_workers_take_tasks_from_the_first_cold_instance(cold):
+    """Workers that compile() started (a graph of MIN_NODES nodes or more)
+    are offered every cold instance from the first one, however few: a warm
+    cache's last few instances also spread over them. Same objects as serial."""
+    g = _chain()
     serial_dir = cold("serial")
     compile(g, jobs=1)
     serial = _objects(serial_dir)
@@ -319,6 +325,39 @@ def test_started_workers_take_tasks_from_the_first_cold_instance(cold):
     y = m(x=xv)
     np.testing.assert_allclose(y["y"] if isinstance(y, dict) else y,
                                interpret(g, {"x": xv})["y"], rtol=2e-5, atol=2e-6)
+
+
+def test_objects_made_before_the_fork_are_frozen_while_compile_runs(cold, monkeypatch):
+    """compile() freezes the garbage collector's objects before it forks its
+    workers (a full collection would copy every page they share) and
+    unfreezes them when it returns; a freeze of the caller's own is left
+    as it was."""
+    import gc
+    if not jobs.fork_safe():
+        pytest.skip("workers are spawned while another thread runs")
+    g, seen = _chain(), []
+    real = jobs.ProcessExecutor
+
+    class Recording(real):
+        def submit(self, fn, /, *args, **kwargs):
+            seen.append(gc.get_freeze_count())
+            return super().submit(fn, *args, **kwargs)
+
+    monkeypatch.setattr(jobs, "ProcessExecutor", Recording)
+    assert gc.get_freeze_count() == 0
+    cold("first")
+    compile(g, jobs=2)
+    assert seen and min(seen) > 0 and gc.get_freeze_count() == 0, seen
+    gc.freeze()  # the caller's own
+    try:
+        mine, seen[:] = gc.get_freeze_count(), []
+        cold("second")
+        compile(g, jobs=2)
+        # left frozen, not frozen again (the count falls as frozen objects die)
+        assert seen and all(0 < n <= mine for n in seen), (seen, mine)
+        assert 0 < gc.get_freeze_count() <= mine
+    finally:
+        gc.unfreeze()
 
 
 # The Ray part runs in a child interpreter: ray.init() starts native threads
