@@ -292,6 +292,26 @@ def create(op_name: str, operands, result_types, attributes=None, loc=None):
                                attributes=attributes, loc=loc)
 
 
+def create_op(mnemonic: str, operands, result_types, params: dict, loc=None):
+    """Create ``fuel.<mnemonic>`` with ``params`` (graph param values) as its
+    attributes, at the current insertion point."""
+    from compiler.dialect import lookup, params_to_attributes
+    return create(f"fuel.{mnemonic}", operands, result_types,
+                  params_to_attributes(lookup(mnemonic), params), loc=loc)
+
+
+def replace_activation(act, view, fused, dead) -> None:
+    """Replace activation ``act`` by ``fused`` (its producer with the
+    activation as an epilogue). When a view op ``view`` stood between the
+    producer and ``act``, the activation has moved above it: ``view`` now
+    reads ``fused`` and replaces ``act``."""
+    if view is not None:
+        view.operands[0] = fused.results[0]
+        replace_op(act, [view.results[0]], dead=dead)
+    else:
+        replace_op(act, [fused.results[0]], dead=dead)
+
+
 def with_element_type(t, dtype: DType):
     """``t`` (a ranked tensor type) with its element type replaced."""
     from compiler.dialect import dtype_to_mlir

@@ -365,7 +365,6 @@ class Fuse(ModulePass):
         ``forget(op)`` is called before each matched op is erased. ``?``
         extents are ``dims``' symbols: the fused op's rule must give the
         root's type, ``?`` where it has ``?``."""
-        from compiler.dialect import lookup, params_to_attributes
         from compiler.registry import normalize_params
         dims = dims or _fuel.SymbolicDims()
         inputs = [st.binds[i] for i in range(len(st.binds))]
@@ -390,9 +389,8 @@ class Fuse(ModulePass):
         fused = None
         try:
             with ir.InsertionPoint(root), root.location:
-                attrs = params_to_attributes(lookup(entry.mnemonic), params)
-                fused = _fuel.create(f"fuel.{entry.mnemonic}", inputs, [root.results[0].type],
-                                     attrs, loc=root.location)
+                fused = _fuel.create_op(entry.mnemonic, inputs, [root.results[0].type],
+                                        params, loc=root.location)
             fused.verify()
         except Exception:
             if fused is not None:
@@ -527,7 +525,6 @@ def fold_conv_residuals(module, table, backends) -> int:
     before any activation folded later), where some candidate backend has a
     kernel for the conv with it. The new conv takes the add's place (the
     skip may be computed after the conv). Returns how many were folded."""
-    from compiler.dialect import lookup, params_to_attributes
     entry = _fuel.registry()["Conv2D"]
     folded = 0
     for conv in [o for o in _fuel.fuel_ops(module) if _fuel.mnemonic(o) == entry.mnemonic]:
@@ -551,9 +548,8 @@ def fold_conv_residuals(module, table, backends) -> int:
             if not kernel_available(entry, params, in_types, dts, table, backends):
                 continue
         with ir.InsertionPoint(add), add.location:
-            fused = _fuel.create(conv.name, operands, [add.results[0].type],
-                                 params_to_attributes(lookup(entry.mnemonic), params),
-                                 loc=add.location)
+            fused = _fuel.create_op(entry.mnemonic, operands, [add.results[0].type], params,
+                                    loc=add.location)
         _fuel.replace_op(add, [fused.results[0]], dead=[conv])
         _fuel.count("fuse.conv_residuals")
         folded += 1
@@ -570,7 +566,6 @@ def fold_conv_epilogues(module, table, backends) -> int:
     the view and folds the same way. Only when the conv has no epilogue yet and
     some candidate backend has a kernel for it (``kernel_serves`` with the new params, and the
     binding table's key). Returns how many were folded."""
-    from compiler.dialect import lookup, params_to_attributes
     entry = _fuel.registry()["Conv2D"]
     folded = 0
     for conv in _fuel.fuel_ops(module):
@@ -599,16 +594,10 @@ def fold_conv_epilogues(module, table, backends) -> int:
         if not kernel_available(entry, params, in_types, dts, table, backends):
             continue
         with ir.InsertionPoint(conv), act.location:
-            fused = _fuel.create(conv.name, list(conv.operands),
-                                 [(conv if view is not None else act).results[0].type],
-                                 params_to_attributes(lookup(entry.mnemonic), params),
-                                 loc=act.location)
-        if view is not None:
-            # the activation moves above the view: conv (activated) -> view
-            view.operands[0] = fused.results[0]
-            _fuel.replace_op(act, [view.results[0]], dead=dead)
-        else:
-            _fuel.replace_op(act, [fused.results[0]], dead=dead)
+            fused = _fuel.create_op(entry.mnemonic, list(conv.operands),
+                                    [(conv if view is not None else act).results[0].type],
+                                    params, loc=act.location)
+        _fuel.replace_activation(act, view, fused, dead)  # conv (activated) -> view
         _fuel.count("fuse.conv_epilogues")
         folded += 1
     return folded
@@ -638,9 +627,8 @@ def _weight_view(src, shape):
     st = ir.RankedTensorType(src.type)
     if list(st.shape) == list(shape):
         return src
-    from compiler.dialect import lookup, params_to_attributes
-    return _fuel.create("fuel.reshape", [src], [ir.RankedTensorType.get(shape, st.element_type)],
-                        params_to_attributes(lookup("reshape"), {"shape": tuple(shape)})).results[0]
+    return _fuel.create_op("reshape", [src], [ir.RankedTensorType.get(shape, st.element_type)],
+                           {"shape": tuple(shape)}).results[0]
 
 
 def _linear_activation(x):
@@ -699,7 +687,6 @@ def fold_linear_epilogues(module, table, backends) -> int:
     the view), where some candidate cpu backend has a kernel for it
     (``kernel_serves`` with the new params, and the binding table's key).
     Returns how many were folded."""
-    from compiler.dialect import lookup, params_to_attributes
     from compiler.graph.opdef import TensorType
     from runtime.keys import BackendId
     entry = _fuel.registry()["FusedLinear"]
@@ -734,16 +721,11 @@ def fold_linear_epilogues(module, table, backends) -> int:
             operands = list(lin.operands)
             if weight is not None:
                 operands[1] = _weight_view(*weight)
-            fused = _fuel.create(lin.name, operands, [y.type],
-                                 params_to_attributes(lookup(entry.mnemonic), params),
-                                 loc=act.location)
+            fused = _fuel.create_op(entry.mnemonic, operands, [y.type], params,
+                                    loc=act.location)
         # the broadcast of an unbroadcast weight goes with the old op where unused
         dead = [*matched, lin] + ([lin.operands[1].owner] if weight is not None else [])
-        if view is not None:  # the activation moves above the view
-            view.operands[0] = fused.results[0]
-            _fuel.replace_op(act, [view.results[0]], dead=dead)
-        else:
-            _fuel.replace_op(act, [fused.results[0]], dead=dead)
+        _fuel.replace_activation(act, view, fused, dead)
         _fuel.count("fuse.linear_epilogues")
         folded += 1
     return folded
@@ -809,7 +791,6 @@ def merge_sibling_linears(module, table, backends) -> int:
     output element is the same chain of FMAs over K as before (the same
     bits). The weights' constants (and their views) move above the first
     product. Returns how many products were merged away."""
-    from compiler.dialect import lookup, params_to_attributes
     entry = _fuel.registry()["FusedLinear"]
     groups: dict = {}
     for op in _fuel.fuel_ops(module):
@@ -838,9 +819,8 @@ def merge_sibling_linears(module, table, backends) -> int:
         m = ta.shape[0]
 
         def make(name, operands, shape, **p):
-            return _fuel.create(f"fuel.{name}", operands, [ir.RankedTensorType.get(shape, elt)],
-                                params_to_attributes(lookup(name), p),
-                                loc=first.location).results[0]
+            return _fuel.create_op(name, operands, [ir.RankedTensorType.get(shape, elt)], p,
+                                   loc=first.location).results[0]
 
         k = ta.shape[1]
         with ir.InsertionPoint(first), first.location:

@@ -388,7 +388,6 @@ def fuse_attention(module, table, backends, constants=None, forget=lambda op: No
     false: not the bottom-right aligned matches (their kernel is compiled per
     shape; the others take batch and sequence at run time); ``by_size``
     false: not the attention that fuses for its size alone (``pays``)."""
-    from compiler.dialect import lookup, params_to_attributes
     from compiler.passes.fuse import kernel_available
     from compiler.registry import normalize_params
     entry = _fuel.registry()["FlashAttn"]
@@ -413,10 +412,8 @@ def fuse_attention(module, table, backends, constants=None, forget=lambda op: No
         if not kernel_available(entry, params, in_types, dts, table, backends):
             continue
         with ir.InsertionPoint(root), root.location:
-            fused = _fuel.create(f"fuel.{entry.mnemonic}", operands,
-                                 [root.results[0].type],
-                                 params_to_attributes(lookup(entry.mnemonic), params),
-                                 loc=root.location)
+            fused = _fuel.create_op(entry.mnemonic, operands, [root.results[0].type], params,
+                                    loc=root.location)
         _fuel.replace_op(root, [fused.results[0]], dead=got.interior, forget=forget)
         _fuel.count("fuse.attention")
         done += 1
