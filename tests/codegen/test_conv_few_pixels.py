@@ -166,3 +166,61 @@ def test_whole_image_needs_a_static_batch_of_images():
     m = compile(g)
     _check(m, g, rng.standard_normal((1, 32, 2, 2)).astype(np.float32), 2e-5)
     assert any(s.startswith("Concat[") for s in m.kernel_summary()), m.kernel_summary()
+
+
+TAP_CLASS_CASES = [  # x shape, Cout, kernel, stride, padding: products per tap class
+    ((8, 32, 4, 4), 64, 3, 1, 1, 9),        # ResNet's 4x4 stage: corners, edges, interior
+    ((4, 32, 8, 8), 64, 3, 2, 1, 4),        # stride 2 into 4x4: the top row and left column
+    ((4, 32, 4, 4), 64, 3, 2, 1, 4),        # stride 2 into 2x2
+    ((4, 32, 4, 4), 64, (1, 3), 1, (0, 1), 3),   # a 1x3 kernel: left, middle, right
+]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("xshape,cout,k,stride,padding,classes", TAP_CLASS_CASES)
+def test_padded_pixels_multiply_only_the_taps_they_read(target, xshape, cout, k, stride, padding,
+                                                         classes):
+    # the pixels whose taps read padding are products of their own over the
+    # taps that read the image (conv2d._tap_classes): one packed product per
+    # class, the same results as the reference
+    g = _graph(xshape, cout, k, stride, padding)
+    m = compile(g, target=target)
+    _check(m, g, np.random.default_rng(8).standard_normal(xshape).astype(np.float32), 2e-5)
+    products = [s for s in m.kernel_summary() if s.startswith("FusedLinear[")]
+    assert len(products) == classes and all(s.endswith("[B packed]") for s in products), products
+
+
+def test_tap_classes_in_f64_bit_identical_over_threads():
+    from compiler.codegen import parallel
+    g = _graph((8, 32, 4, 4), 64, 3, 1, 1, dtype="f64")
+    x = np.random.default_rng(9).standard_normal((8, 32, 4, 4))
+    before, ys = parallel.num_threads(), []
+    try:
+        for t in (1, 2):
+            parallel.set_num_threads(t)
+            m = compile(g)
+            _check(m, g, x, 1e-12)
+            ys.append(m(x=x))
+    finally:
+        parallel.set_num_threads(before)
+    np.testing.assert_array_equal(ys[0], ys[1])
+
+
+def test_one_image_keeps_one_product():
+    # a class of one image's pixel or two would be a product of 1-2 rows
+    # (slower: conv2d._CLASS_MIN_ROWS)
+    g = _graph((1, 32, 4, 4), 64, 3, 1, 1)
+    m = compile(g)
+    _check(m, g, np.random.default_rng(10).standard_normal((1, 32, 4, 4)).astype(np.float32), 2e-5)
+    assert sum(s.startswith("FusedLinear[") for s in m.kernel_summary()) == 1, m.kernel_summary()
+
+
+def test_tap_classes_group_outputs_by_their_valid_taps():
+    from compiler.registry.ops.conv2d import _tap_classes
+    # 4 outputs, 3 taps, pad 1, stride 1: the first output's first tap and
+    # the last output's last tap read padding
+    assert _tap_classes(4, 1, 1, 1, 3, 4) == [(0, 1, 1, 3), (1, 3, 0, 3), (3, 4, 0, 2)]
+    # stride 2 from 8 into 4: only the first output reads padding
+    assert _tap_classes(4, 2, 1, 1, 3, 8) == [(0, 1, 1, 3), (1, 4, 0, 3)]
+    # unpadded: one class of every tap
+    assert _tap_classes(2, 1, 0, 1, 3, 4) == [(0, 2, 0, 3)]
