@@ -327,10 +327,7 @@ def _few_pixels(params, types):
     channels last (x made ``[N, H, W, Cin]`` once: a small copy), so each
     tap copies runs of Cin and the rows come out contiguous for the kernel;
     w is reordered to match (a constant's copy: folded at compile time and
-    packed by ``fuel-prepack-weights``). Padded, the pixels whose taps read
-    padding (a 4x4 image's border) are products of their own over only the
-    taps that read the image (``_tap_classes``, ``_class_product``), where
-    that pays (``_skips_enough``)."""
+    packed by ``fuel-prepack-weights``)."""
     n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
     dh, dw = params["dilation"]
     kk = cin * kh * kw
@@ -357,115 +354,26 @@ def _few_pixels(params, types):
         # pass instead of a runtime copy step and a Pad)
         xl = op("Contiguize", xl)
     x, x6 = _padded(xl, (n, cin), hp, wp, sh, sw, ph, pw, channels_last=True)
-    ys, xs = _tap_classes(ho, sh, ph, dh, kh, hp - 2 * ph), _tap_classes(wo, sw, pw, dw, kw, wp - 2 * pw)
-    if not _skips_enough(ys, xs, kh, kw, n):
-        yt = _class_product(x6, n, cin, cout, (0, ho, 0, kh), (0, wo, 0, kw), dh, dw, sh, sw,
-                            whole=True)
-        return _few_pixels_out(yt, types, n, cout, ho, wo, params)
-    pixel = {}   # (oy, ox) -> its [n, 1, Cout] row of its class's product
-    for yc in ys:
-        for xc in xs:
-            yt = _class_product(x6, n, cin, cout, yc, xc, dh, dw, sh, sw)
-            at = [(oy, ox) for oy in range(yc[0], yc[1]) for ox in range(xc[0], xc[1])]
-            for i, p in enumerate(at):
-                pixel[p] = op("Slice", yt, dim=1, start=i, len=1)
-    # one Concat (of operands of one type) puts the pixels in raster order
-    yt = op("Concat", *(pixel[oy, ox] for oy in range(ho) for ox in range(wo)), dim=1)
-    return _few_pixels_out(yt, types, n, cout, ho, wo, params)
-
-
-#: ``_few_pixels`` splits the output pixels by the taps they read
-#: (``_tap_classes``) when that skips at least this fraction of the products
-#: (3x3 pad 1 at 4x4: 31%, 9 classes; stride 2 into 4x4: 16%, into 2x2: 31%)
-#: and every class's product has at least ``_CLASS_MIN_ROWS`` rows (images
-#: times its pixels: fewer rows leave the packed kernel's tiles idle). One
-#: znver4 thread, x86-64-v3, fastest calls, pad to bias+ReLU, full -> classes:
-#: 3x3 128->128 at 4x4 batch 8 0.374 -> 0.294 ms, batch 4 0.189 -> 0.149;
-#: stride 2 64->128 8x8 -> 4x4 batch 8 0.207 -> 0.182, 128->256 4x4 -> 2x2
-#: batch 8 0.195 -> 0.147, batch 4 0.099 -> 0.077; slower with 1-2 rows per
-#: class: 128->128 at 4x4 batch 1 0.059 -> 0.075, 128->256 into 2x2 batch 2
-#: 0.053 -> 0.064.
-_SKIP_FRACTION = 0.15
-_CLASS_MIN_ROWS = 4
-
-
-def _tap_classes(out: int, s: int, p: int, d: int, k: int, size: int) -> list:
-    """The output positions along one axis grouped into runs that read the
-    same taps: ``(o0, o1, k0, k1)``, outputs ``[o0, o1)`` whose taps ``[k0,
-    k1)`` read the unpadded input (``size`` long), the other taps padding."""
-    runs = []
-    for o in range(out):
-        valid = [k_ for k_ in range(k) if 0 <= o * s - p + k_ * d < size]
-        k0, k1 = (valid[0], valid[-1] + 1) if valid else (0, 0)
-        if runs and runs[-1][2:] == (k0, k1):
-            runs[-1] = (runs[-1][0], o + 1, k0, k1)
-        else:
-            runs.append((o, o + 1, k0, k1))
-    return runs
-
-
-def _skips_enough(ys, xs, kh, kw, n) -> bool:
-    """Whether products per tap class (``_tap_classes`` runs ``ys``, ``xs``)
-    pay: a static batch ``n`` (a run-time one keeps one plan of the full
-    product), each class ``_CLASS_MIN_ROWS`` rows or more, none of padding
-    alone (no taps), and ``_SKIP_FRACTION`` of the taps' products skipped."""
-    if is_symbolic((n,)):
-        return False
-    taps = [(y1 - y0) * (x1 - x0) * (ky1 - ky0) * (kx1 - kx0)
-            for y0, y1, ky0, ky1 in ys for x0, x1, kx0, kx1 in xs]
-    rows = [n * (y1 - y0) * (x1 - x0) for y0, y1, _, _ in ys for x0, x1, _, _ in xs]
-    every = ys[-1][1] * xs[-1][1] * kh * kw
-    return (min(taps) > 0 and min(rows) >= _CLASS_MIN_ROWS
-            and sum(taps) <= (1 - _SKIP_FRACTION) * every)
-
-
-def _class_product(x6, n, cin, cout, yc, xc, dh, dw, sh, sw, whole=False):
-    """``[n, (oy1-oy0)*(ox1-ox0), Cout]``: the outputs ``[oy0, oy1) x [ox0,
-    ox1)`` over the taps ``[ky0, ky1) x [kx0, kx1)`` (``yc``, ``xc``: a
-    ``_tap_classes`` run each) of the channels-last padded input ``x6``: the
-    taps' windows stacked (an im2col of these pixels and taps only) times
-    those taps of w reordered to ``[taps*cin, Cout]`` (a constant's copy).
-    Each output sums its taps in (ky, kx, ci) order, as the full product does
-    (which adds the padding taps' zero products besides)."""
-    (oy0, oy1, ky0, ky1), (ox0, ox1, kx0, kx1) = yc, xc
-    py, px = oy1 - oy0, ox1 - ox0
     taps = []
-    for ky in range(ky0, ky1):
-        for kx in range(kx0, kx1):
+    for ky in range(kh):
+        for kx in range(kw):
             (qy, ry), (qx, rx) = divmod(ky * dh, sh), divmod(kx * dw, sw)
-            t = op("Slice", op("Slice", x6, dim=1, start=oy0 + qy, len=py), dim=2, start=ry, len=1)
-            t = op("Slice", op("Slice", t, dim=3, start=ox0 + qx, len=px), dim=4, start=rx, len=1)
+            t = op("Slice", op("Slice", x6, dim=1, start=qy, len=ho), dim=2, start=ry, len=1)
+            t = op("Slice", op("Slice", t, dim=3, start=qx, len=wo), dim=4, start=rx, len=1)
             taps.append(op("Unsqueeze", op("Squeeze", op("Squeeze", t, dim=4), dim=2), dim=3))
-    stacked = taps[0] if len(taps) == 1 else op("Concat", *taps, dim=3)   # [n, py, px, taps, cin]
-    kk = len(taps) * cin
-    cols = op("Reshape", stacked, shape=(n, py * px, kk))
-    return _few_pixels_matmul(cols, n, kk, cout, None if whole else (ky0, ky1, kx0, kx1))
+    stacked = taps[0] if len(taps) == 1 else op("Concat", *taps, dim=3)   # [n, ho, wo, taps, cin]
+    cols = op("Reshape", stacked, shape=(n, ho * wo, kk))
+    return _few_pixels_product(cols, types, n, kk, cout, ho, wo, params)
 
 
 def _few_pixels_product(cols, types, n, kk, cout, ho, wo, params):
     """``cols [n, Ho*Wo, kk] @ w`` (w reordered to ``[kh*kw*cin, Cout]``),
     back to ``[n, Cout, Ho, Wo]``."""
-    yt = _few_pixels_matmul(cols, n, kk, cout, None)
-    return _few_pixels_out(yt, types, n, cout, ho, wo, params)
-
-
-def _few_pixels_matmul(cols, n, kk, cout, window):
-    """``cols [n, P, kk] @`` the taps ``window`` (ky0, ky1, kx0, kx1; None:
-    all) of w reordered to ``[taps*cin, Cout]``: ``[n, P, Cout]``."""
-    w = Bind(1)
-    if window is not None:
-        ky0, ky1, kx0, kx1 = window
-        w = op("Slice", op("Slice", w, dim=2, start=ky0, len=ky1 - ky0), dim=3, start=kx0,
-               len=kx1 - kx0)
-    wt = op("Reshape", op("Contiguize", op("Permute", w, perm=(2, 3, 1, 0))),
-            shape=(1, kk, cout))                                         # [1, taps*cin, Cout]
+    wt = op("Reshape", op("Contiguize", op("Permute", Bind(1), perm=(2, 3, 1, 0))),
+            shape=(1, kk, cout))                                         # [1, kh*kw*cin, Cout]
     # every image multiplies the same weight (a packed one: the batch folds
     # into the rows); the same ops for one image, so one plan serves every batch
-    return op("MatMul", cols, op("BroadcastTo", wt, shape=(n, kk, cout)))  # [n, P, Cout]
-
-
-def _few_pixels_out(yt, types, n, cout, ho, wo, params):
-    """The product ``yt [n, Ho*Wo, Cout]`` as the NCHW output."""
+    yt = op("MatMul", cols, op("BroadcastTo", wt, shape=(n, kk, cout)))  # [n, HoWo, Cout]
     # back to NCHW in one transposing copy: what follows (bias, activation,
     # the next layer) then reads contiguous rows (read through the transposed
     # view, an elementwise SiLU over [8, 320, 7, 7] took 0.6 ms instead of 0.1).
