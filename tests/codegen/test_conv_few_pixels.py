@@ -171,6 +171,7 @@ def test_whole_image_needs_a_static_batch_of_images():
 BAND_CASES = [  # x shape, Cout, kernel, stride, padding, bands
     ((8, 32, 4, 4), 64, 3, 1, 1, 3),        # ResNet's 4x4 stage: top, middle, bottom rows
     ((8, 32, 4, 4), 64, 3, 2, 1, 2),        # stride 2 into 2x2: the top row reads padding
+    ((8, 16, 8, 8), 64, 3, 2, 1, 2),        # stride 2 into 4x4: the top row as well
     ((4, 16, 4, 4), 64, (5, 3), 1, (2, 1), 4),  # 5 kernel rows, pad 2: bands of 3, 4, 4, 3 rows
 ]
 
@@ -222,8 +223,8 @@ def test_row_bands_group_rows_by_the_kernel_rows_they_read():
     from compiler.registry.ops.conv2d import _row_bands
     # 4 rows, 3 kernel rows, pad 1, stride 1, 32 matmul rows per output row
     assert _row_bands(4, 1, 1, 1, 3, 4, 32) == [(0, 1, 1, 3), (1, 3, 0, 3), (3, 4, 0, 2)]
-    # stride 2 from 8 into 4: the top row's 3 padding taps are 8%: one band
-    assert _row_bands(4, 2, 1, 1, 3, 8, 32) == [(0, 4, 0, 3)]
+    # stride 2 from 8 into 4: only the top row reads padding
+    assert _row_bands(4, 2, 1, 1, 3, 8, 32) == [(0, 1, 1, 3), (1, 4, 0, 3)]
     # too few matmul rows per output row; unpadded
     assert _row_bands(4, 1, 1, 1, 3, 4, 4) == [(0, 4, 0, 3)]
     assert _row_bands(2, 1, 0, 1, 3, 4, 32) == [(0, 2, 0, 3)]

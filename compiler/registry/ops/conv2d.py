@@ -370,9 +370,13 @@ def _few_pixels(params, types):
 #: ``_few_pixels`` splits the output rows into bands that read the same
 #: kernel rows (``_row_bands``) when that skips at least this fraction of the
 #: products (3x3 pad 1 at 4x4: the top and bottom rows' 3 padding taps, 17%;
-#: 3x3 s2 into 2x2 17%, into 4x4 8%: kept whole) and every band has at least
-#: ``_BAND_MIN_ROWS`` rows (images times its pixels).
-_BAND_SKIP = 0.15
+#: 3x3 s2 into 2x2 17%, into 4x4 8%) and every band has at least
+#: ``_BAND_MIN_ROWS`` rows (images times its pixels). One znver4 thread,
+#: x86-64-v3, the layer alone, fastest calls, one product -> bands: 3x3
+#: 128->128 at 4x4 batch 8 0.375 -> 0.332 ms, batch 4 0.200 -> 0.174; s2
+#: 64->128 8x8 -> 4x4 batch 8 0.213 -> 0.203; s2 128->256 4x4 -> 2x2 batch 8
+#: 0.204 -> 0.179 (docs/architecture.md, row bands).
+_BAND_SKIP = 0.05
 _BAND_MIN_ROWS = 16
 
 
