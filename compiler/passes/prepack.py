@@ -11,7 +11,10 @@ over them) gets ``b_panel = nr`` and, as ``b``,
 ``Contiguize(Permute(Reshape(b, [K, N/nr, nr]), [1, 0, 2]))``: B's column
 panels of ``nr``, K-major within a panel (``[N/nr, K, nr]``). The plan's
 constant folder evaluates that chain once (``plan.fold_constant_steps``), so
-the packed weight is a constant of the module and of its ``.fuel`` file.
+the packed weight is a constant of the module and of its ``.fuel`` file. A
+weight that is a ``Slice`` of at least half the rows of a constant matrix
+(the Conv2D recipe's row bands) packs that matrix and reads a ``Slice`` of its
+panels, so that products over parts of one weight share one packed copy.
 ``nr`` is what the binding table's kernel for the op answers
 (``GeneratedKernel.b_panel``: the register tile of the target's matmul); an
 op whose kernel reads no packed B (another target, f16/bf16, a table
@@ -101,6 +104,23 @@ def _weight(b):
     return b
 
 
+def _row_slice(b):
+    """``(w, (start, len))`` where the weight ``b`` is a ``Slice`` of at
+    least half the rows (K) of a constant matrix ``w`` (the Conv2D recipe's
+    row bands: ``conv2d._band_product``), else None. Packed whole and then
+    sliced (a view of its panels: ``[N/nr, len, nr]`` at a panel stride of
+    K*nr), every slice of ``w`` reads one packed constant (``fuel-cse``
+    merges the packings)."""
+    if _producer(b) != "slice":
+        return None
+    p, src = _fuel.params(b.owner), b.owner.operands[0]
+    shape = tuple(ir.RankedTensorType(src.type).shape)
+    if p["dim"] != len(shape) - 2 or any(d != 1 for d in shape[:-2]) or not _constant(src) \
+            or 2 * p["len"] < shape[-2]:  # a small part of a large weight: packed alone
+        return None
+    return src, (p["start"], p["len"])
+
+
 def _panel(entry, dtypes, table, backends) -> int:
     """The panel width the table's FusedLinear kernel for ``dtypes`` reads
     a packed B in, or 0."""
@@ -129,6 +149,10 @@ def _prepack(op, entry, table, backends) -> bool:
     if b is None or tuple(ir.RankedTensorType(b.type).shape)[-2:] != tuple(tb.shape)[-2:]:
         return False
     k, n = tuple(tb.shape)[-2:]
+    rows = _row_slice(b)
+    if rows is not None:  # pack the whole weight (one constant for every slice), slice the panels
+        b, rows = rows
+        k = tuple(ir.RankedTensorType(b.type).shape)[-2]
     dtypes = [tb.dtype] * 3 + [_fuel.dtype_of(op.results[0])]
     if _fuel.dtype_of(a) != tb.dtype or dtypes[-1] != tb.dtype:
         return False
@@ -155,6 +179,9 @@ def _prepack(op, entry, table, backends) -> bool:
         panels = make("reshape", [b], (k, np_ // nr, nr), shape=(k, np_ // nr, nr))
         panels = make("permute", [panels], (np_ // nr, k, nr), perm=(1, 0, 2))
         packed = make("contiguize", [panels], (np_ // nr, k, nr))
+        if rows is not None:
+            packed = make("slice", [packed], (np_ // nr, rows[1], nr), dim=1, start=rows[0],
+                          len=rows[1])
         if linear:
             bias = op.operands[2]
             if pad:

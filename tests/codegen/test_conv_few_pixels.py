@@ -166,3 +166,77 @@ def test_whole_image_needs_a_static_batch_of_images():
     m = compile(g)
     _check(m, g, rng.standard_normal((1, 32, 2, 2)).astype(np.float32), 2e-5)
     assert any(s.startswith("Concat[") for s in m.kernel_summary()), m.kernel_summary()
+
+
+BAND_CASES = [  # x shape, Cout, kernel, stride, padding, bands
+    ((8, 32, 4, 4), 64, 3, 1, 1, 3),        # ResNet's 4x4 stage: top, middle, bottom rows
+    ((8, 32, 4, 4), 64, 3, 2, 1, 2),        # stride 2 into 2x2: the top row reads padding
+    ((8, 16, 8, 8), 64, 3, 2, 1, 2),        # stride 2 into 4x4: the top row as well
+    ((4, 16, 4, 4), 64, (5, 3), 1, (2, 1), 4),  # 5 kernel rows, pad 2: bands of 3, 4, 4, 3 rows
+]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("xshape,cout,k,stride,padding,bands", BAND_CASES)
+def test_padded_rows_multiply_only_the_kernel_rows_they_read(target, xshape, cout, k, stride,
+                                                             padding, bands):
+    # output rows whose top or bottom taps read padding are products of their
+    # own over the kernel rows that read the image (conv2d._row_bands), each
+    # reading a slice of the one packed weight
+    from runtime.executor import KernelStep
+    g = _graph(xshape, cout, k, stride, padding)
+    m = compile(g, target=target)
+    _check(m, g, np.random.default_rng(8).standard_normal(xshape).astype(np.float32), 2e-5)
+    products = [s for s in m.plan.steps if isinstance(s, KernelStep) and s.key.op is not None
+                and s.key.op.name == "FusedLinear"]
+    assert len(products) == bands, m.plan.steps
+    assert all(s.params.b_panel for s in products)
+    packed = [a for a in m.plan.constants.values() if a.ndim == 3]
+    assert len(packed) == 1, {k_: a.shape for k_, a in m.plan.constants.items()}
+
+
+def test_row_bands_in_f64_bit_identical_over_threads():
+    from compiler.codegen import parallel
+    g = _graph((8, 32, 4, 4), 64, 3, 1, 1, dtype="f64")
+    x = np.random.default_rng(9).standard_normal((8, 32, 4, 4))
+    before, ys = parallel.num_threads(), []
+    try:
+        for t in (1, 2):
+            parallel.set_num_threads(t)
+            m = compile(g)
+            _check(m, g, x, 1e-12)
+            ys.append(m(x=x))
+    finally:
+        parallel.set_num_threads(before)
+    np.testing.assert_array_equal(ys[0], ys[1])
+
+
+def test_few_rows_keep_one_product():
+    # a band of one image's row would be a product of 4 rows (conv2d._BAND_MIN_ROWS)
+    g = _graph((1, 32, 4, 4), 64, 3, 1, 1)
+    m = compile(g)
+    _check(m, g, np.random.default_rng(10).standard_normal((1, 32, 4, 4)).astype(np.float32), 2e-5)
+    assert sum(s.startswith("FusedLinear[") for s in m.kernel_summary()) == 1, m.kernel_summary()
+
+
+def test_row_bands_group_rows_by_the_kernel_rows_they_read():
+    from compiler.registry.ops.conv2d import _row_bands
+    # 4 rows, 3 kernel rows, pad 1, stride 1, 32 matmul rows per output row
+    assert _row_bands(4, 1, 1, 1, 3, 4, 32) == [(0, 1, 1, 3), (1, 3, 0, 3), (3, 4, 0, 2)]
+    # stride 2 from 8 into 4: only the top row reads padding
+    assert _row_bands(4, 2, 1, 1, 3, 8, 32) == [(0, 1, 1, 3), (1, 4, 0, 3)]
+    # too few matmul rows per output row; unpadded
+    assert _row_bands(4, 1, 1, 1, 3, 4, 4) == [(0, 4, 0, 3)]
+    assert _row_bands(2, 1, 0, 1, 3, 4, 32) == [(0, 2, 0, 3)]
+
+
+def test_row_bands_round_trip_through_a_fuel_file(tmp_path):
+    # the packed weight is one constant of the file, each band's slice of its
+    # panels a view step
+    import runtime
+    g = _graph((8, 32, 4, 4), 64, 3, 1, 1)
+    m = compile(g)
+    m.save(str(tmp_path / "m.fuel"))
+    x = np.random.default_rng(11).standard_normal((8, 32, 4, 4)).astype(np.float32)
+    got = runtime.load(str(tmp_path / "m.fuel"))(x=x)
+    np.testing.assert_array_equal(got["y"] if isinstance(got, dict) else got, m(x=x))

@@ -192,3 +192,38 @@ func.func @sliced_stack(%x: tensor<8x16xf32>) -> tensor<8x64xf32> {
 }
 // V4-LABEL:    func.func @sliced_stack
 // V4:            "fuel.fused_linear"(%arg0, %{{.*}}, %{{.*}}) {b_panel = 32 : i64}
+
+// -----
+
+// A weight that is a Slice of rows (K) of a constant matrix (the Conv2D
+// recipe's row bands, registry/ops/conv2d.py: _band_product) packs the whole
+// matrix and slices its panels: every band's product reads one packed constant
+// (fuel-cse merges the two packings). A small part of a large weight (under
+// half its rows) is packed alone.
+// CHECK-LABEL: func.func @row_bands
+// CHECK:         %[[W:.*]] = "fuel.const"()
+// CHECK:         %[[R:.*]] = "fuel.reshape"(%[[W]]) {shape = [72, 4, 16]}
+// CHECK-NEXT:    %[[P:.*]] = "fuel.permute"(%[[R]]) {perm = [1, 0, 2]}
+// CHECK-NEXT:    %[[C:.*]] = "fuel.contiguize"(%[[P]])
+// CHECK-NEXT:    %[[S:.*]] = "fuel.slice"(%[[C]]) {dim = 1 : i64, len = 48 : i64, start = 24 : i64} : (tensor<4x72x16xf32>) -> tensor<4x48x16xf32>
+// CHECK:         "fuel.fused_linear"(%arg0, %[[S]], %{{.*}}) {b_panel = 16 : i64} : (tensor<8x48xf32>, tensor<4x48x16xf32>, tensor<64xf32>) -> tensor<8x64xf32>
+// CHECK:         %[[R2:.*]] = "fuel.reshape"(%[[W]]) {shape = [72, 4, 16]}
+// CHECK-NEXT:    %[[P2:.*]] = "fuel.permute"(%[[R2]]) {perm = [1, 0, 2]}
+// CHECK-NEXT:    %[[C2:.*]] = "fuel.contiguize"(%[[P2]])
+// CHECK-NEXT:    %[[S2:.*]] = "fuel.slice"(%[[C2]]) {dim = 1 : i64, len = 72 : i64, start = 0 : i64}
+// CHECK:         "fuel.fused_linear"(%arg1, %[[S2]], %{{.*}}) {b_panel = 16 : i64}
+// CHECK:         %[[SMALL:.*]] = "fuel.slice"(%[[W]]) {dim = 0 : i64, len = 16 : i64, start = 0 : i64}
+// CHECK-NEXT:    %[[R3:.*]] = "fuel.reshape"(%[[SMALL]]) {shape = [16, 4, 16]}
+// CHECK:         "fuel.fused_linear"(%arg2, %{{.*}}, %{{.*}}) {b_panel = 16 : i64} : (tensor<8x16xf32>, tensor<4x16x16xf32>, tensor<64xf32>) -> tensor<8x64xf32>
+func.func @row_bands(%x: tensor<8x48xf32>, %y: tensor<8x72xf32>, %z: tensor<8x16xf32>) -> (tensor<8x64xf32>, tensor<8x64xf32>, tensor<8x64xf32>) {
+  %w = "fuel.const"() {dtype = "f32", name = "w", shape = [72, 64]} : () -> tensor<72x64xf32>
+  %band = "fuel.slice"(%w) {dim = 0 : i64, start = 24 : i64, len = 48 : i64} : (tensor<72x64xf32>) -> tensor<48x64xf32>
+  %0 = "fuel.mat_mul"(%x, %band) : (tensor<8x48xf32>, tensor<48x64xf32>) -> tensor<8x64xf32>
+  %all = "fuel.slice"(%w) {dim = 0 : i64, start = 0 : i64, len = 72 : i64} : (tensor<72x64xf32>) -> tensor<72x64xf32>
+  %1 = "fuel.mat_mul"(%y, %all) : (tensor<8x72xf32>, tensor<72x64xf32>) -> tensor<8x64xf32>
+  %small = "fuel.slice"(%w) {dim = 0 : i64, start = 0 : i64, len = 16 : i64} : (tensor<72x64xf32>) -> tensor<16x64xf32>
+  %2 = "fuel.mat_mul"(%z, %small) : (tensor<8x16xf32>, tensor<16x64xf32>) -> tensor<8x64xf32>
+  return %0, %1, %2 : tensor<8x64xf32>, tensor<8x64xf32>, tensor<8x64xf32>
+}
+// V4-LABEL:    func.func @row_bands
+// V4:            "fuel.slice"(%{{.*}}) {dim = 1 : i64, len = 48 : i64, start = 24 : i64} : (tensor<2x72x32xf32>) -> tensor<2x48x32xf32>

@@ -354,26 +354,99 @@ def _few_pixels(params, types):
         # pass instead of a runtime copy step and a Pad)
         xl = op("Contiguize", xl)
     x, x6 = _padded(xl, (n, cin), hp, wp, sh, sw, ph, pw, channels_last=True)
+    bands = _row_bands(ho, sh, ph, dh, kh, hp - 2 * ph, n * wo)
+    if len(bands) == 1:
+        yt = _band_product(x6, n, cin, cout, kh, kw, (0, ho, 0, kh), wo, dh, dw, sh, sw)
+    else:
+        ys = [_band_product(x6, n, cin, cout, kh, kw, b, wo, dh, dw, sh, sw) for b in bands]
+        # their rows are whole output rows of each image: one Concat of
+        # the bands (of one type: split into single output rows) in order
+        rows = [op("Slice", y, dim=1, start=i * wo, len=wo)
+                for y, (o0, o1, _, _) in zip(ys, bands) for i in range(o1 - o0)]
+        yt = op("Concat", *rows, dim=1)                                  # [n, HoWo, Cout]
+    return _few_pixels_out(yt, types, n, cout, ho, wo, params)
+
+
+#: ``_few_pixels`` splits the output rows into bands that read the same
+#: kernel rows (``_row_bands``) when that skips at least this fraction of the
+#: products (3x3 pad 1 at 4x4: the top and bottom rows' 3 padding taps, 17%;
+#: 3x3 s2 into 2x2 17%, into 4x4 8%) and every band has at least
+#: ``_BAND_MIN_ROWS`` rows (images times its pixels). One znver4 thread,
+#: x86-64-v3, the layer alone, fastest calls, one product -> bands: 3x3
+#: 128->128 at 4x4 batch 8 0.375 -> 0.332 ms, batch 4 0.200 -> 0.174; s2
+#: 64->128 8x8 -> 4x4 batch 8 0.213 -> 0.203; s2 128->256 4x4 -> 2x2 batch 8
+#: 0.204 -> 0.179 (docs/architecture.md, row bands).
+_BAND_SKIP = 0.05
+_BAND_MIN_ROWS = 16
+
+
+def _row_bands(ho, s, p, d, k, h, width) -> list:
+    """The output rows grouped into runs that read the same kernel rows:
+    ``(o0, o1, k0, k1)``, rows ``[o0, o1)`` whose kernel rows ``[k0, k1)``
+    read the unpadded input (``h`` rows), the others padding (``width``: the
+    matmul rows of an output row, images times Wo); one band of all rows and
+    kernel rows where splitting does not pay (``_BAND_SKIP``,
+    ``_BAND_MIN_ROWS``, a run-time batch, a row of padding alone)."""
+    runs = []
+    for o in range(ho):
+        valid = [j for j in range(k) if 0 <= o * s - p + j * d < h]
+        k0, k1 = (valid[0], valid[-1] + 1) if valid else (0, 0)
+        if runs and runs[-1][2:] == (k0, k1):
+            runs[-1] = (runs[-1][0], o + 1, k0, k1)
+        else:
+            runs.append((o, o + 1, k0, k1))
+    used = sum((o1 - o0) * (k1 - k0) for o0, o1, k0, k1 in runs)
+    if is_symbolic((width,)) or any(k0 == k1 or width * (o1 - o0) < _BAND_MIN_ROWS
+                                for o0, o1, k0, k1 in runs) or used > (1 - _BAND_SKIP) * ho * k:
+        return [(0, ho, 0, k)]
+    return runs
+
+
+def _band_product(x6, n, cin, cout, kh, kw, band, wo, dh, dw, sh, sw):
+    """``[n, (o1-o0)*Wo, Cout]``: the output rows ``[o0, o1)`` over the
+    kernel rows ``[k0, k1)`` (``band``) of the channels-last padded input
+    ``x6``: their taps' windows stacked (an im2col of these rows and taps)
+    times the rows ``[k0*kw*cin, k1*kw*cin)`` of w reordered to ``[kh*kw*cin,
+    Cout]``: a Slice of the one reordered weight, which
+    ``fuel-prepack-weights`` packs once and slices (every band reads one
+    packed weight). Each output sums its taps in (ky, kx, ci) order, as one
+    product of every tap does (which adds the padding taps' zero products
+    besides)."""
+    o0, o1, k0, k1 = band
     taps = []
-    for ky in range(kh):
+    for ky in range(k0, k1):
         for kx in range(kw):
             (qy, ry), (qx, rx) = divmod(ky * dh, sh), divmod(kx * dw, sw)
-            t = op("Slice", op("Slice", x6, dim=1, start=qy, len=ho), dim=2, start=ry, len=1)
+            t = op("Slice", op("Slice", x6, dim=1, start=o0 + qy, len=o1 - o0), dim=2, start=ry, len=1)
             t = op("Slice", op("Slice", t, dim=3, start=qx, len=wo), dim=4, start=rx, len=1)
             taps.append(op("Unsqueeze", op("Squeeze", op("Squeeze", t, dim=4), dim=2), dim=3))
-    stacked = taps[0] if len(taps) == 1 else op("Concat", *taps, dim=3)   # [n, ho, wo, taps, cin]
-    cols = op("Reshape", stacked, shape=(n, ho * wo, kk))
-    return _few_pixels_product(cols, types, n, kk, cout, ho, wo, params)
+    stacked = taps[0] if len(taps) == 1 else op("Concat", *taps, dim=3)   # [n, rows, wo, taps, cin]
+    kk = len(taps) * cin
+    cols = op("Reshape", stacked, shape=(n, (o1 - o0) * wo, kk))
+    return _few_pixels_matmul(cols, n, kk, cout, kh * kw * cin, k0 * kw * cin)
+
+
+def _few_pixels_matmul(cols, n, kk, cout, total, k0=0):
+    """``cols [n, P, kk] @`` the rows ``[k0, k0 + kk)`` of w reordered to
+    ``[kh*kw*cin, Cout]`` (``total`` rows): ``[n, P, Cout]``."""
+    wt = op("Reshape", op("Contiguize", op("Permute", Bind(1), perm=(2, 3, 1, 0))),
+            shape=(1, total, cout))                                      # [1, kh*kw*cin, Cout]
+    if kk != total:
+        wt = op("Slice", wt, dim=1, start=k0, len=kk)
+    # every image multiplies the same weight (a packed one: the batch folds
+    # into the rows); the same ops for one image, so one plan serves every batch
+    return op("MatMul", cols, op("BroadcastTo", wt, shape=(n, kk, cout)))  # [n, P, Cout]
 
 
 def _few_pixels_product(cols, types, n, kk, cout, ho, wo, params):
     """``cols [n, Ho*Wo, kk] @ w`` (w reordered to ``[kh*kw*cin, Cout]``),
     back to ``[n, Cout, Ho, Wo]``."""
-    wt = op("Reshape", op("Contiguize", op("Permute", Bind(1), perm=(2, 3, 1, 0))),
-            shape=(1, kk, cout))                                         # [1, kh*kw*cin, Cout]
-    # every image multiplies the same weight (a packed one: the batch folds
-    # into the rows); the same ops for one image, so one plan serves every batch
-    yt = op("MatMul", cols, op("BroadcastTo", wt, shape=(n, kk, cout)))  # [n, HoWo, Cout]
+    return _few_pixels_out(_few_pixels_matmul(cols, n, kk, cout, kk), types, n, cout, ho, wo,
+                           params)
+
+
+def _few_pixels_out(yt, types, n, cout, ho, wo, params):
+    """The product ``yt [n, Ho*Wo, Cout]`` as the NCHW output."""
     # back to NCHW in one transposing copy: what follows (bias, activation,
     # the next layer) then reads contiguous rows (read through the transposed
     # view, an elementwise SiLU over [8, 320, 7, 7] took 0.6 ms instead of 0.1).
