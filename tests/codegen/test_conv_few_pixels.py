@@ -211,8 +211,9 @@ def test_row_bands_in_f64_bit_identical_over_threads():
     np.testing.assert_array_equal(ys[0], ys[1])
 
 
-def test_few_rows_keep_one_product():
-    # a band of one image's row would be a product of 4 rows (conv2d._BAND_MIN_ROWS)
+def test_one_image_keeps_one_product():
+    # bands from a batch of 2 (conv2d._BAND_MIN_BATCH): one image's row would
+    # be a product of 4 rows
     g = _graph((1, 32, 4, 4), 64, 3, 1, 1)
     m = compile(g)
     _check(m, g, np.random.default_rng(10).standard_normal((1, 32, 4, 4)).astype(np.float32), 2e-5)
@@ -221,13 +222,14 @@ def test_few_rows_keep_one_product():
 
 def test_row_bands_group_rows_by_the_kernel_rows_they_read():
     from compiler.registry.ops.conv2d import _row_bands
-    # 4 rows, 3 kernel rows, pad 1, stride 1, 32 matmul rows per output row
-    assert _row_bands(4, 1, 1, 1, 3, 4, 32) == [(0, 1, 1, 3), (1, 3, 0, 3), (3, 4, 0, 2)]
+    # 4 rows, 3 kernel rows, pad 1, stride 1, a batch of 8 (and of 2: the same bands)
+    bands = [(0, 1, 1, 3), (1, 3, 0, 3), (3, 4, 0, 2)]
+    assert _row_bands(4, 1, 1, 1, 3, 4, 8) == bands == _row_bands(4, 1, 1, 1, 3, 4, 2)
     # stride 2 from 8 into 4: only the top row reads padding
-    assert _row_bands(4, 2, 1, 1, 3, 8, 32) == [(0, 1, 1, 3), (1, 4, 0, 3)]
-    # too few matmul rows per output row; unpadded
-    assert _row_bands(4, 1, 1, 1, 3, 4, 4) == [(0, 4, 0, 3)]
-    assert _row_bands(2, 1, 0, 1, 3, 4, 32) == [(0, 2, 0, 3)]
+    assert _row_bands(4, 2, 1, 1, 3, 8, 8) == [(0, 1, 1, 3), (1, 4, 0, 3)]
+    # one image; unpadded
+    assert _row_bands(4, 1, 1, 1, 3, 4, 1) == [(0, 4, 0, 3)]
+    assert _row_bands(2, 1, 0, 1, 3, 4, 8) == [(0, 2, 0, 3)]
 
 
 def test_row_bands_round_trip_through_a_fuel_file(tmp_path):

@@ -354,7 +354,7 @@ def _few_pixels(params, types):
         # pass instead of a runtime copy step and a Pad)
         xl = op("Contiguize", xl)
     x, x6 = _padded(xl, (n, cin), hp, wp, sh, sw, ph, pw, channels_last=True)
-    bands = _row_bands(ho, sh, ph, dh, kh, hp - 2 * ph, n * wo)
+    bands = _row_bands(ho, sh, ph, dh, kh, hp - 2 * ph, n)
     if len(bands) == 1:
         yt = _band_product(x6, n, cin, cout, kh, kw, (0, ho, 0, kh), wo, dh, dw, sh, sw)
     else:
@@ -370,23 +370,27 @@ def _few_pixels(params, types):
 #: ``_few_pixels`` splits the output rows into bands that read the same
 #: kernel rows (``_row_bands``) when that skips at least this fraction of the
 #: products (3x3 pad 1 at 4x4: the top and bottom rows' 3 padding taps, 17%;
-#: 3x3 s2 into 2x2 17%, into 4x4 8%) and every band has at least
-#: ``_BAND_MIN_ROWS`` rows (images times its pixels). One znver4 thread,
-#: x86-64-v3, the layer alone, fastest calls, one product -> bands: 3x3
-#: 128->128 at 4x4 batch 8 0.375 -> 0.332 ms, batch 4 0.200 -> 0.174; s2
-#: 64->128 8x8 -> 4x4 batch 8 0.213 -> 0.203; s2 128->256 4x4 -> 2x2 batch 8
-#: 0.204 -> 0.179 (docs/architecture.md, row bands).
+#: 3x3 s2 into 2x2 17%, into 4x4 8%), for a static batch of at least
+#: ``_BAND_MIN_BATCH`` images. The rule does not look at the batch beyond
+#: that, so every batch from 2 gets the same plan (a .fuel file with a
+#: symbolic batch holds one plan for them, and one of its own for a batch
+#: of 1: docs/dynamic-shapes.md). One znver4 thread, x86-64-v3, the layer
+#: alone, fastest calls, one product -> bands: 3x3 128->128 at 4x4 batch 8
+#: 0.375 -> 0.332 ms, batch 4 0.200 -> 0.174, batch 2 0.109 -> 0.095; s2
+#: 64->128 8x8 -> 4x4 batch 8 0.213 -> 0.203, batch 2 0.063 -> 0.062; s2
+#: 128->256 4x4 -> 2x2 batch 8 0.204 -> 0.179, batch 2 0.062 -> 0.057, batch
+#: 3 0.085 -> 0.093 (docs/architecture.md, row bands).
 _BAND_SKIP = 0.05
-_BAND_MIN_ROWS = 16
+_BAND_MIN_BATCH = 2
 
 
-def _row_bands(ho, s, p, d, k, h, width) -> list:
+def _row_bands(ho, s, p, d, k, h, n) -> list:
     """The output rows grouped into runs that read the same kernel rows:
     ``(o0, o1, k0, k1)``, rows ``[o0, o1)`` whose kernel rows ``[k0, k1)``
-    read the unpadded input (``h`` rows), the others padding (``width``: the
-    matmul rows of an output row, images times Wo); one band of all rows and
-    kernel rows where splitting does not pay (``_BAND_SKIP``,
-    ``_BAND_MIN_ROWS``, a run-time batch, a row of padding alone)."""
+    read the unpadded input (``h`` rows), the others padding; one band of
+    all rows and kernel rows where splitting does not pay (``_BAND_SKIP``,
+    a batch ``n`` below ``_BAND_MIN_BATCH`` or run-time, a row of padding
+    alone)."""
     runs = []
     for o in range(ho):
         valid = [j for j in range(k) if 0 <= o * s - p + j * d < h]
@@ -396,8 +400,8 @@ def _row_bands(ho, s, p, d, k, h, width) -> list:
         else:
             runs.append((o, o + 1, k0, k1))
     used = sum((o1 - o0) * (k1 - k0) for o0, o1, k0, k1 in runs)
-    if is_symbolic((width,)) or any(k0 == k1 or width * (o1 - o0) < _BAND_MIN_ROWS
-                                for o0, o1, k0, k1 in runs) or used > (1 - _BAND_SKIP) * ho * k:
+    if is_symbolic((n,)) or n < _BAND_MIN_BATCH or any(k0 == k1 for _, _, k0, k1 in runs) \
+            or used > (1 - _BAND_SKIP) * ho * k:
         return [(0, ho, 0, k)]
     return runs
 
