@@ -24,9 +24,10 @@ A run then only points the descriptors of the inputs and of the plan outputs
 (fresh arrays, owned by the caller) at this call's memory and makes the raw
 calls in order: each maximal run of native ones as one call of
 ``native_plan``'s row walker (``DirectRun.segments``; a two-tile split call is
-a row while its native pool is held, docs/architecture.md). Eligible: plans whose kernel steps each run as one raw call
-(``prepare_raw`` of the kernel; a call split over threads is one call that
-runs its tiles on the compiler's native workers), with no bundles, index
+a row while its native pool is held, docs/architecture.md). Eligible: plans
+whose kernel steps each run as one raw call (``prepare_raw`` of the kernel; a
+call split over threads is one call that runs its tiles on the compiler's
+native workers), with no bundles, index
 checks, deferred row counts or copies to contiguize. Outputs that are not a
 kernel's output named once (a view of an intermediate, an output named
 twice) are copied out after the calls, as the general path does. A call uses

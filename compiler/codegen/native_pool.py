@@ -301,7 +301,6 @@ class NativePool:
             self.busy.release()
         return True
 
-
     def pair_row(self, pair: "Pair") -> tuple[int, tuple[int, int, int]]:
         """``pair``'s split call as a ``(function address, argument
         addresses)`` row of a native run of several calls
