@@ -27,8 +27,8 @@ calls in order: each maximal run of native ones as one call of
 a row while its native pool is held, docs/architecture.md). Eligible: plans
 whose kernel steps each run as one raw call (``prepare_raw`` of the kernel; a
 call split over threads is one call that runs its tiles on the compiler's
-native workers), with no bundles, index
-checks, deferred row counts or copies to contiguize. Outputs that are not a
+native workers), with no bundles, index checks, deferred row counts or
+copies to contiguize. Outputs that are not a
 kernel's output named once (a view of an intermediate, an output named
 twice) are copied out after the calls, as the general path does. A call uses
 it only for C-contiguous inputs of exactly the plan's dtype and shape, while
