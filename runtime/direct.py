@@ -22,10 +22,13 @@ that once:
 
 A run then only points the descriptors of the inputs and of the plan outputs
 (fresh arrays, owned by the caller) at this call's memory and makes the raw
-calls in order. Eligible: plans whose kernel steps each run as one raw call
-(``prepare_raw`` of the kernel; a call split over threads is one call that
-runs its tiles on the compiler's native workers), with no bundles, index
-checks, deferred row counts or copies to contiguize. Outputs that are not a
+calls in order: each maximal run of native ones as one call of
+``native_plan``'s row walker (``DirectRun.segments``; a two-tile split call is
+a row while its native pool is held, docs/architecture.md). Eligible: plans
+whose kernel steps each run as one raw call (``prepare_raw`` of the kernel; a
+call split over threads is one call that runs its tiles on the compiler's
+native workers), with no bundles, index checks, deferred row counts or
+copies to contiguize. Outputs that are not a
 kernel's output named once (a view of an intermediate, an output named
 twice) are copied out after the calls, as the general path does. A call uses
 it only for C-contiguous inputs of exactly the plan's dtype and shape, while
@@ -63,7 +66,7 @@ class DirectRun:
     """A plan's kernel calls, their descriptors and buffers, settled once."""
 
     __slots__ = ("plan", "lock", "calls", "inputs", "outputs", "copied", "current", "probes", "consts",
-                 "where", "arena", "offsets", "anchor", "_keep")
+                 "where", "arena", "offsets", "anchor", "segments", "segment_where", "pools", "_keep")
 
     def __init__(self, plan):
         self.plan = plan
@@ -79,6 +82,9 @@ class DirectRun:
         self.probes: list[tuple] = []     # (probe, value): the call list holds while equal
         self.consts: list[tuple] = []     # (name, array the storage was built from)
         self.anchor: str | None = None    # the largest input: outputs are placed from it (PAGE)
+        self.segments: list | None = None  # the calls with runs of them as one native call each
+        self.segment_where: list[str] = []  # the step(s) each segment is, for errors
+        self.pools: list[tuple] = []      # (native pool, argument slots): held while segments run
         self._keep: list = []             # kernel functions, storages, descriptors
 
     @classmethod
@@ -163,7 +169,52 @@ class DirectRun:
                 return None
             self.copied.append((name, st.view(lay), executor.specs[vid].dtype))
         self.probes = list({id(p): (p, v) for p, v in self.probes}.values())
+        self._add_segments()
         return self
+
+    def _add_segments(self) -> None:
+        """``segments``: ``calls`` with each maximal run of native calls (a
+        kernel's raw function; a two-tile split call's ``native_row``, its
+        pool then in ``pools``) as one call of ``native_plan.runner()``,
+        which makes them in order with the GIL released once. Split calls
+        stay Python calls when one that is not a row remains (it would find
+        its pool held by the run); no segments without the JIT."""
+        from . import native_plan
+        if native_plan.runner() is None:
+            return
+        for splits in (True, False):
+            rows, pools, blocked = [], {}, False
+            for raw, addrs in self.calls:
+                row, owner = None, getattr(raw, "__self__", None)
+                fn = native_plan.function_address(raw)
+                if fn is not None and len(addrs) <= native_plan.MAX_ARGS:
+                    row = (fn, addrs)
+                elif hasattr(owner, "native_row"):
+                    native = owner.native_row(*addrs) if splits else None
+                    if native is None:
+                        blocked = True
+                    else:
+                        fn, args, pool, n = native
+                        row = (fn, args)
+                        pools[id(pool)] = (pool, max(n, pools.get(id(pool), (pool, 0))[1]))
+                rows.append(row)
+            if not (blocked and pools):
+                break
+        self.segments, self.segment_where, start = [], [], 0
+        for i in range(len(rows) + 1):
+            if i < len(rows) and rows[i] is not None:
+                continue
+            if start < i:
+                table = native_plan.Rows(rows[start:i])
+                self._keep.append(table)
+                self.segments.append((table.fn, (table.address, table.n)))
+                self.segment_where.append(self.where[start] if i - start == 1 else
+                                          f"{self.where[start]} .. {self.where[i - 1]}")
+            if i < len(rows):
+                self.segments.append(self.calls[i])
+                self.segment_where.append(self.where[i])
+            start = i + 1
+        self.pools = list(pools.values())
 
     def _add_copy(self, st, lay: Layout, runner, out_layout=None, source=None) -> tuple:
         """A contiguize step, or a reshape whose strided input cannot be
@@ -286,13 +337,27 @@ class DirectRun:
                 for d in descs:
                     d.allocated = d.aligned = addr
                 bufs.append(buf)
+            calls, where, held = self.segments, self.segment_where, []
+            if calls is not None:
+                for pool, n_args in self.pools:
+                    if not pool.hold():  # in use, asleep or gone: the calls one by one
+                        for p, n in held:
+                            p.release(n)
+                        calls, held = None, []
+                        break
+                    held.append((pool, n_args))
+            if calls is None:
+                calls, where = self.calls, self.where
             i = 0
             try:
-                for raw, addrs in self.calls:
+                for raw, addrs in calls:
                     raw(*addrs)
                     i += 1
             except Exception as e:  # a kernel must never crash its caller
-                raise KernelError(f"{self.where[i]}: {type(e).__name__}: {e}") from e
+                raise KernelError(f"{where[i]}: {type(e).__name__}: {e}") from e
+            finally:
+                for pool, n_args in held:
+                    pool.release(n_args)
             out = {name: from_storage(buf.view(dt.storage_numpy).reshape(shape), dt)
                    for (name, _a, _n, dt, shape, _d), buf in zip(self.outputs, bufs)}
             for name, view, dt in self.copied:

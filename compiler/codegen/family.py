@@ -621,7 +621,7 @@ class SplitCall:
     than threads come from sub-calls (``KernelFamily.subcalls``: a 4-D
     attention product runs as one batched call per image)."""
 
-    __slots__ = ("fns", "n_args", "width", "_addrs", "_last")
+    __slots__ = ("fns", "n_args", "width", "_addrs", "_last", "_pair")
 
     def __init__(self, fns: Sequence[KernelFunction], n_args: int, width: int = 0):
         self.fns = list(fns)                       # keeps the machine code mapped
@@ -629,6 +629,26 @@ class SplitCall:
         self.width = max(1, width or len(self.fns))
         self._addrs = [_fn_address(fn) for fn in self.fns]
         self._last = None    # (addrs, the first tile's call, the others' tasks, their Pair): one round
+        self._pair = None    # (addrs, Pair) of ``native_row``: kept as long as this call
+
+    def native_row(self, *addrs: int):
+        """This call with ``addrs`` as a row of a native run of several calls
+        (the direct path, ``runtime.native_plan``): ``(function address,
+        argument addresses, pool, argument slots)`` for a two-tile split,
+        run as ``native_pool.NativePool.pair_row`` between the pool's
+        ``hold()`` and ``release(argument slots)``; None otherwise (or
+        without the native pool): the caller calls ``raw``."""
+        n = self.n_args
+        if len(self.fns) != 2 or self.width < 2 or n > native_pool.MAX_ARGS:
+            return None
+        pool = native_pool.pool(1)
+        if pool is None:
+            return None
+        if self._pair is None or self._pair[0] != addrs:
+            self._pair = (addrs, native_pool.Pair((self._addrs[0], addrs[:n]),
+                                                  (self._addrs[1], addrs[n:])))
+        fn, args = pool.pair_row(self._pair[1])
+        return fn, args, pool, n
 
     def raw(self, *addrs: int) -> None:
         n, width, fns = self.n_args, self.width, self.fns

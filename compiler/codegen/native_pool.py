@@ -138,6 +138,17 @@ wait:
   ret void
 }}
 
+; The next task of worker block %c (its gen plus one: only the caller, holding
+; the pool, writes gen) as fuelc_run_pair runs it, for a caller that makes
+; several split calls in one native call (runtime.native_plan).
+define void @fuelc_run_pair_next(ptr %c, ptr %t, ptr %f) {{
+entry:
+  %g0 = load atomic i64, ptr %c monotonic, align 8
+  %g = add i64 %g0, 1
+  call void @fuelc_run_pair(ptr %c, i64 %g, ptr %t, ptr %f, i64 {SPIN_PURE_CYCLES})
+  ret void
+}}
+
 define void @fuelc_wait_done(ptr %c, i64 %g, i64 %pure) {{
 entry:
   %dp = getelementptr i64, ptr %c, i64 1
@@ -190,6 +201,7 @@ class _Native:
         self.run_pair = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                                          ctypes.c_void_p, ctypes.c_int64)(
             self.engine.get_function_address("fuelc_run_pair"))
+        self.run_pair_next = self.engine.get_function_address("fuelc_run_pair_next")
 
 
 class _Worker:
@@ -288,6 +300,31 @@ class NativePool:
         finally:
             self.busy.release()
         return True
+
+    def pair_row(self, pair: "Pair") -> tuple[int, tuple[int, int, int]]:
+        """``pair``'s split call as a ``(function address, argument
+        addresses)`` row of a native run of several calls
+        (``runtime.native_plan``): ``run_pair`` with the worker's next gen.
+        Valid only between ``hold()`` and ``release()``."""
+        return self._native.run_pair_next, (self.workers[0].address, pair.task_address,
+                                            pair.own_address)
+
+    def hold(self) -> bool:
+        """Take the pool for a native run of ``pair_row`` rows: True when it
+        is this process's pool, not in use by another thread and its first
+        worker is awake (a sleeping one would leave every tile to the caller;
+        ``run`` wakes it). Then ``release()`` must follow."""
+        if _pool is not self or self.pid != os.getpid() or self.workers[0].sleeping:
+            return False
+        return self.busy.acquire(blocking=False)
+
+    def release(self, n_args: int) -> None:
+        """After a ``hold()``: take up the gens the native run posted (at
+        most ``n_args`` argument slots each) and free the pool."""
+        w = self.workers[0]
+        w.gen = w.block[0]
+        w.n_args = max(w.n_args, n_args)   # (slots past the last task's are zero)
+        self.busy.release()
 
 
 class Pair:

@@ -2,6 +2,7 @@
 as a fixed list of raw calls. Every case compares with the general path on
 the same executor (forced by wrapping ``_runners``, as a step timer does),
 bit for bit, and checks which path ran."""
+import re
 import threading
 
 import numpy as np
@@ -153,6 +154,30 @@ def test_plans_with_large_split_calls_take_the_direct_path(threads):
         for _ in range(4):  # the same descriptors again: a two-tile split as one native call
             xs = rng.standard_normal((512, 1024)).astype(np.float32)
             np.testing.assert_array_equal(m(x=xs), _general(m, x=xs)["y"])
+        # the two kernel calls are one native call (runtime.native_plan); a
+        # two-tile split is a row of it, with the native pool held for the
+        # run; three tiles stay Python calls
+        d = m.executor._direct
+        assert len(d.calls) == 2 and len(d.segments) == (2 if threads == 3 else 1), d.segments
+        assert len(d.pools) == (1 if threads == 2 else 0)
+        segments, d.segments = d.segments, None      # the calls one by one
+        try:
+            one_by_one = m(x=xs)
+        finally:
+            d.segments = segments
+        np.testing.assert_array_equal(m(x=xs), one_by_one)
+        if d.pools:   # another thread holds the pool: the calls one by one, same result
+            pool = d.pools[0][0]
+            assert pool.busy.acquire(blocking=False)
+            try:
+                assert not pool.hold()
+                np.testing.assert_array_equal(m(x=xs), one_by_one)
+            finally:
+                pool.busy.release()
+            gen = pool.workers[0].gen
+            np.testing.assert_array_equal(m(x=xs), one_by_one)
+            splits = sum(hasattr(getattr(fn, "__self__", None), "native_row") for fn, _ in d.calls)
+            assert pool.workers[0].gen == gen + splits == pool.workers[0].block[0]
     finally:
         parallel.set_num_threads(before)
 
@@ -207,6 +232,37 @@ def test_reshapes_of_strided_values_view_or_copy_on_the_direct_path():
     np.testing.assert_array_equal(m.run(a=xs2)["merged"], _general(m, a=xs2)["merged"])
 
 
+def test_a_failing_python_step_between_native_runs_is_a_kernel_error_naming_it():
+    from runtime.errors import KernelError
+    rng = np.random.default_rng(5)
+    g = Graph()
+    a = g.input("a", (4, 16), "f32")
+    t = (a @ g.constant(rng.standard_normal((16, 6)).astype(np.float32), name="b")).permute((1, 0))
+    g.output(t.reshape(24).softmax(-1), name="merged")   # a copy between two kernel calls
+    m = compile(g, target="cpu")
+    xs = rng.standard_normal((4, 16)).astype(np.float32)
+    m.run(a=xs)
+    d = m.executor._direct
+    k = next(i for i, (fn, addrs) in enumerate(d.segments) if not addrs)   # the copy
+    assert len(d.segments) == 3 and d.segments[k] is d.calls[k], d.segments
+
+    def broken():
+        raise MemoryError("no room")
+    d.segments[k] = (broken, ())
+    with pytest.raises(KernelError, match=f"^{re.escape(d.segment_where[k])}: MemoryError: no room"):
+        m.run(a=xs)
+
+
+def test_native_plan_rows_take_at_most_max_args_pointers():
+    import ctypes
+    from runtime import native_plan
+    with pytest.raises(ValueError, match="at most 32 arguments"):
+        native_plan.Rows([(1, (0,) * (native_plan.MAX_ARGS + 1))])
+    assert native_plan.function_address(lambda: None) is None
+    assert native_plan.function_address(ctypes.CFUNCTYPE(ctypes.c_int)(lambda: 0)) is None
+    assert native_plan.function_address(ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda p: None))
+
+
 def test_a_saved_and_loaded_module_takes_the_direct_path_too(tmp_path):
     import runtime
     g, pipeline, inputs = _graphs()[0]
@@ -218,6 +274,7 @@ def test_a_saved_and_loaded_module_takes_the_direct_path_too(tmp_path):
     assert r.executor.direct_path
     np.testing.assert_array_equal(got, m(**inputs))
     np.testing.assert_array_equal(r(**inputs), _general(r, **inputs)["y"])
+    assert r.executor._direct.segments, r.executor._direct.calls   # runs of native calls
 
 
 def test_outputs_that_are_not_kernel_outputs_are_copied_out():
