@@ -33,7 +33,10 @@ ResNet block's ``Relu(conv + skip)`` is one conv), where the target still
 has a kernel for the conv with them, so the kernel writes the activated
 output in its own output pass; a ``GeluErf`` that is the only user of a
 ``FusedLinear`` becomes its ``gelu`` param, a ``Gelu`` or the tanh GELU
-spelled out (GPT-2's ``gelu_new``) its ``gelu_tanh`` (``fold_linear_epilogues``).
+spelled out (GPT-2's ``gelu_new``) its ``gelu_tanh`` (``fold_linear_epilogues``);
+a ``MulScalar`` whose only user is a ``SoftmaxLastDim`` (attention scores times
+``1/sqrt(d)``) becomes the softmax's ``scale`` (``fold_softmax_scales``): the
+kernel reads x · scale as it reads the row, the same bits as the pair.
 
 With ``runtime=true`` (the default), the runtime fusion of
 ``fuel-fuse-runtime`` (``compiler.passes.fuse_runtime``) runs after the
@@ -292,6 +295,7 @@ class Fuse(ModulePass):
             fold_conv_epilogues(module, self._table, self._backends)
             if self.linear_epilogues:
                 fold_linear_epilogues(module, self._table, self._backends)
+            fold_softmax_scales(module, self._table, self._backends)
         if self.siblings:
             merge_sibling_linears(module, self._table, self._backends)
         if self.runtime:
@@ -748,6 +752,43 @@ def fold_linear_epilogues(module, table, backends) -> int:
         folded += 1
     return folded
 
+
+
+def fold_softmax_scales(module, table, backends) -> int:
+    """Make ``SoftmaxLastDim(MulScalar(x, value))``, where the MulScalar has
+    no other user, one ``SoftmaxLastDim(x)`` with ``scale = value`` where some
+    candidate backend's kernel serves it (``kernel_serves``: x f32 or f64,
+    read as x · scale in its own type: the product the MulScalar rounds and
+    stores, so the same bits). Runs after ``fuse_attention``, which takes
+    the scale into ``FlashAttn`` where it fuses the whole attention. Returns
+    how many were folded."""
+    from compiler.dialect import lookup, params_to_attributes
+    entry = _fuel.registry()["SoftmaxLastDim"]
+    folded = 0
+    for sm in [o for o in _fuel.fuel_ops(module) if _fuel.mnemonic(o) == entry.mnemonic]:
+        params = _fuel.params(sm)
+        owner = sm.operands[0].owner
+        if params.get("scale") is not None or isinstance(owner, ir.Block):
+            continue
+        mul = _op_of(owner)
+        if _fuel.mnemonic(mul) != "mul_scalar" or len(_fuel.users(mul.results[0])) != 1:
+            continue
+        params["scale"] = float(_fuel.params(mul)["value"])
+        try:
+            in_types = [_fuel.tensor_type(mul.operands[0])]
+        except Exception:  # ``?`` extents: no static types to ask the table with
+            continue
+        dts = [in_types[0].dtype, _fuel.dtype_of(sm.results[0])]
+        if not kernel_available(entry, params, in_types, dts, table, backends):
+            continue
+        with ir.InsertionPoint(sm), sm.location:
+            fused = _fuel.create(sm.name, [mul.operands[0]], [sm.results[0].type],
+                                 params_to_attributes(lookup(entry.mnemonic), params),
+                                 loc=sm.location)
+        _fuel.replace_op(sm, [fused.results[0]], dead=[mul])
+        _fuel.count("fuse.softmax_scales")
+        folded += 1
+    return folded
 
 
 def _constant_chain(value) -> Optional[list]:
