@@ -754,9 +754,26 @@ def fold_linear_epilogues(module, table, backends) -> int:
 
 
 
+def _softmax_scale_of(op):
+    """``(x, scale)`` when ``op`` is x times a constant scalar (``MulScalar``, a
+    ``Mul`` by a scalar const: ``fuse_attention._scale_of``) or x divided by a
+    power of two (ViT's ``/ sqrt(64)``: x / 2^e and x · 2^-e round alike; any
+    other divisor's reciprocal would change the bits), else None."""
+    from compiler.passes.fuse_attention import _scalar, _scale_of
+    m = _fuel.mnemonic(op)
+    if m not in ("mul_scalar", "mul", "div"):
+        return None
+    if m == "div":
+        c = _scalar(op.operands[1], {})
+        if c is None or not math.isfinite(c) or c == 0 or math.frexp(abs(c))[0] != 0.5:
+            return None
+    return _scale_of(op, {})
+
+
 def fold_softmax_scales(module, table, backends) -> int:
-    """Make ``SoftmaxLastDim(MulScalar(x, value))``, where the MulScalar has
-    no other user, one ``SoftmaxLastDim(x)`` with ``scale = value`` where some
+    """Make ``SoftmaxLastDim(x * s)`` (``_softmax_scale_of``: a MulScalar, a Mul
+    by a scalar const, a Div by a power of two), where the product has
+    no other user, one ``SoftmaxLastDim(x)`` with ``scale = s`` where some
     candidate backend's kernel serves it (``kernel_serves``: x f32 or f64,
     read as x · scale in its own type: the product the MulScalar rounds and
     stores, so the same bits). Runs after ``fuse_attention``, which takes
@@ -771,21 +788,27 @@ def fold_softmax_scales(module, table, backends) -> int:
         if params.get("scale") is not None or isinstance(owner, ir.Block):
             continue
         mul = _op_of(owner)
-        if _fuel.mnemonic(mul) != "mul_scalar" or len(_fuel.users(mul.results[0])) != 1:
+        got = _softmax_scale_of(mul)
+        if got is None or len(_fuel.users(mul.results[0])) != 1:
             continue
-        params["scale"] = float(_fuel.params(mul)["value"])
+        x, params["scale"] = got
         try:
-            in_types = [_fuel.tensor_type(mul.operands[0])]
+            in_types = [_fuel.tensor_type(x)]
         except Exception:  # ``?`` extents: no static types to ask the table with
             continue
         dts = [in_types[0].dtype, _fuel.dtype_of(sm.results[0])]
         if not kernel_available(entry, params, in_types, dts, table, backends):
             continue
         with ir.InsertionPoint(sm), sm.location:
-            fused = _fuel.create(sm.name, [mul.operands[0]], [sm.results[0].type],
+            fused = _fuel.create(sm.name, [x], [sm.results[0].type],
                                  params_to_attributes(lookup(entry.mnemonic), params),
                                  loc=sm.location)
-        _fuel.replace_op(sm, [fused.results[0]], dead=[mul])
+        # the constant divisor's broadcast and const go too where unused
+        consts = [_op_of(v.owner) for v in mul.operands
+                  if v != x and not isinstance(v.owner, ir.Block)]
+        consts += [_op_of(o.operands[0].owner) for o in consts
+                   if o.operands and not isinstance(o.operands[0].owner, ir.Block)]
+        _fuel.replace_op(sm, [fused.results[0]], dead=[mul, *consts])
         _fuel.count("fuse.softmax_scales")
         folded += 1
     return folded

@@ -56,3 +56,16 @@ def test_f16_scale_is_not_served_and_the_pair_stays():
     assert kernel_serves("SoftmaxLastDim", {"scale": 0.5}, [TensorType((4, 16), DType.F32)])
     m = compile(_graph((4, 16), DType.F16, 0.5))
     assert any(k.startswith("Affine[f16") for k in m.kernel_summary()), m.kernel_summary()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_div_by_power_of_two_folds_with_the_same_bits(target):
+    """ViT's scores / sqrt(64): / 8 is * 0.125 to the bit, so it folds."""
+    g = Graph()
+    x = g.input("x", (2, 4, 64), DType.F32)
+    g.output(softmax_last_dim(x / 8.0), "y")
+    xs = (np.random.default_rng(2).standard_normal((2, 4, 64)) * 30).astype(np.float32)
+    folded, pair = compile(g, target), compile(g, target, pipeline=UNFOLDED)
+    assert folded.kernel_summary() == ["SoftmaxLastDim[f32,f32] (mlir-cpu-fused)"]
+    assert len(pair.kernel_summary()) == 2, pair.kernel_summary()
+    np.testing.assert_array_equal(folded(x=xs), pair(x=xs))

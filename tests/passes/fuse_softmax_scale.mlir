@@ -72,3 +72,40 @@ func.func @no_kernel_f64(%x: tensor<3x16xf64>) -> tensor<3x16xf64> {
   %1 = "fuel.softmax_last_dim"(%0) : (tensor<3x16xf64>) -> tensor<3x16xf64>
   return %1 : tensor<3x16xf64>
 }
+
+// -----
+
+// ViT's Div by sqrt(64) = 8, a power of two: x / 8 and x * 0.125 round alike,
+// so it folds (the divisor's broadcast and const go); a Mul by a scalar const too.
+// CHECK-LABEL: func.func @div_pow2
+// CHECK-NEXT:    %[[S:.*]] = "fuel.softmax_last_dim"(%arg0) {scale = 1.250000e-01 : f64}
+// CHECK-NEXT:    %[[T:.*]] = "fuel.softmax_last_dim"(%arg0) {scale = 2.500000e-01 : f64}
+// CHECK-NEXT:    "fuel.add"(%[[S]], %[[T]])
+// CHECK-NOT:     fuel.const
+func.func @div_pow2(%x: tensor<3x16xf32>) -> tensor<3x16xf32> {
+  %c = "fuel.const"() {name = "c", shape = [], dtype = "f32", value = dense<8.0> : tensor<f32>} : () -> tensor<f32>
+  %b = "fuel.broadcast_to"(%c) {shape = [3, 16]} : (tensor<f32>) -> tensor<3x16xf32>
+  %0 = "fuel.div"(%x, %b) : (tensor<3x16xf32>, tensor<3x16xf32>) -> tensor<3x16xf32>
+  %1 = "fuel.softmax_last_dim"(%0) : (tensor<3x16xf32>) -> tensor<3x16xf32>
+  %d = "fuel.const"() {name = "d", shape = [], dtype = "f32", value = dense<0.25> : tensor<f32>} : () -> tensor<f32>
+  %e = "fuel.broadcast_to"(%d) {shape = [3, 16]} : (tensor<f32>) -> tensor<3x16xf32>
+  %2 = "fuel.mul"(%e, %x) : (tensor<3x16xf32>, tensor<3x16xf32>) -> tensor<3x16xf32>
+  %3 = "fuel.softmax_last_dim"(%2) : (tensor<3x16xf32>) -> tensor<3x16xf32>
+  %4 = "fuel.add"(%1, %3) : (tensor<3x16xf32>, tensor<3x16xf32>) -> tensor<3x16xf32>
+  return %4 : tensor<3x16xf32>
+}
+
+// -----
+
+// A Div by sqrt(32), not a power of two: its reciprocal would round differently.
+// CHECK-LABEL: func.func @div_other
+// CHECK:         "fuel.div"
+// CHECK-NEXT:    "fuel.softmax_last_dim"
+// CHECK-NOT:     scale
+func.func @div_other(%x: tensor<3x16xf32>) -> tensor<3x16xf32> {
+  %c = "fuel.const"() {name = "c", shape = [], dtype = "f32", value = dense<5.65685415> : tensor<f32>} : () -> tensor<f32>
+  %b = "fuel.broadcast_to"(%c) {shape = [3, 16]} : (tensor<f32>) -> tensor<3x16xf32>
+  %0 = "fuel.div"(%x, %b) : (tensor<3x16xf32>, tensor<3x16xf32>) -> tensor<3x16xf32>
+  %1 = "fuel.softmax_last_dim"(%0) : (tensor<3x16xf32>) -> tensor<3x16xf32>
+  return %1 : tensor<3x16xf32>
+}
