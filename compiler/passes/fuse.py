@@ -57,7 +57,7 @@ Sibling products (``siblings=true``, the default): after the epilogues, the prod
 one ``a`` by constant weights merge into one (``merge_sibling_linears``).
 
 Options: ``target`` / ``table`` / ``backend`` (see ``_target``), ``remarks``,
-``epilogues``, ``linear_epilogues``, ``siblings``, ``runtime``, ``attention`` and
+``epilogues``, ``linear_epilogues``, ``softmax_scales``, ``siblings``, ``runtime``, ``attention`` and
 ``attention_k_len`` and ``attention_by_size`` (default true), ``constants``.
 """
 from __future__ import annotations
@@ -265,6 +265,8 @@ class Fuse(ModulePass):
     attention_by_size: bool = True
     #: fold a GELU (erf or tanh) into its FusedLinear
     linear_epilogues: bool = True
+    #: fold the scale before a softmax into it (``fold_softmax_scales``)
+    softmax_scales: bool = True
     #: merge the products of one ``a`` by constant weights (``merge_sibling_linears``)
     siblings: bool = True
 
@@ -295,7 +297,8 @@ class Fuse(ModulePass):
             fold_conv_epilogues(module, self._table, self._backends)
             if self.linear_epilogues:
                 fold_linear_epilogues(module, self._table, self._backends)
-            fold_softmax_scales(module, self._table, self._backends)
+            if self.softmax_scales:
+                fold_softmax_scales(module, self._table, self._backends)
         if self.siblings:
             merge_sibling_linears(module, self._table, self._backends)
         if self.runtime:

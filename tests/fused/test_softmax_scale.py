@@ -17,7 +17,7 @@ from compiler.registry.kernel_params import kernel_serves
 from runtime.dtype import DType
 
 UNFOLDED = DEFAULT_PIPELINE.replace("fuel-fuse{runtime=false}",
-                                    "fuel-fuse{runtime=false epilogues=false}")
+                                    "fuel-fuse{runtime=false softmax_scales=false}")
 TARGETS = ["cpu", "cpu:x86-64-v3"]
 
 
