@@ -105,8 +105,9 @@ def softmax_rows(x, s: Scalar, out_elt, log: bool = False, scale=None):
     The input is read twice, the output row once more while in L1.
     ``scale`` (softmax only, x of the compute type): every element is read as
     x · scale (the scale rounded to the compute type, one rounded product:
-    the bits a separate ``MulScalar`` stores), in the max pass and again in
-    the exp pass (a multiply per vector beside the exp's ~21 ops)."""
+    the bits a separate ``MulScalar`` stores) in the exp pass (a multiply per
+    vector beside the exp's ~21 ops); the max pass takes max(x) · scale for a
+    positive scale (the same value: rounding is monotone), else max(x · scale)."""
     same = out_elt == s.ty
     k_scale = None if scale is None else s.const(float(scale))
 
@@ -116,7 +117,12 @@ def softmax_rows(x, s: Scalar, out_elt, log: bool = False, scale=None):
 
     def row(xs, orow, n):
         xr, = xs
-        m, = row_reduce([xr], n, [s.lowest()], lambda j, v, c: [max_nnan(load(v[0]), c)])
+        if k_scale is not None and scale > 0:
+            # rounding is monotone, so max(x · s) = max(x) · s for s > 0: one multiply
+            m, = row_reduce([xr], n, [s.lowest()], lambda j, v, c: [max_nnan(v[0], c)])
+            m = s.mul(m, k_scale)
+        else:
+            m, = row_reduce([xr], n, [s.lowest()], lambda j, v, c: [max_nnan(load(v[0]), c)])
 
         def shifted(j):
             return s.sub(load(tensor.extract(xr, [j])), m)
