@@ -783,7 +783,11 @@ def fold_softmax_scales(module, table, backends) -> int:
     the scale into ``FlashAttn`` where it fuses the whole attention. Returns
     how many were folded."""
     from compiler.dialect import lookup, params_to_attributes
+    from runtime.keys import BackendId
     entry = _fuel.registry()["SoftmaxLastDim"]
+    # the scale is the cpu row kernel's; the generic rule (cuda's) multiplies in
+    # a launch of its own, no better than the pair
+    backends = [b for b in backends if BackendId.parse(b) is BackendId.CPU]
     folded = 0
     for sm in [o for o in _fuel.fuel_ops(module) if _fuel.mnemonic(o) == entry.mnemonic]:
         params = _fuel.params(sm)

@@ -8,6 +8,8 @@
 // RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file \
 // RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=primitives_f32 runtime=false})' | filecheck %s --check-prefix=OFF
 // RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file \
+// RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=fused_f32 backend=cuda runtime=false})' | filecheck %s --check-prefix=OFF
+// RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file \
 // RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=fused_f32 runtime=false},fuel-decompose{all=true})' | filecheck %s --check-prefix=DECOMP
 
 // fuel-fuse folds a MulScalar whose only user is a SoftmaxLastDim (the
