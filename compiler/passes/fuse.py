@@ -34,8 +34,9 @@ has a kernel for the conv with them, so the kernel writes the activated
 output in its own output pass; a ``GeluErf`` that is the only user of a
 ``FusedLinear`` becomes its ``gelu`` param, a ``Gelu`` or the tanh GELU
 spelled out (GPT-2's ``gelu_new``) its ``gelu_tanh`` (``fold_linear_epilogues``);
-a ``MulScalar`` whose only user is a ``SoftmaxLastDim`` (attention scores times
-``1/sqrt(d)``) becomes the softmax's ``scale`` (``fold_softmax_scales``): the
+a ``MulScalar`` (a ``Mul`` by a scalar const, a ``Div`` by a power of two) whose
+only user is a ``SoftmaxLastDim`` (attention scores times ``1/sqrt(d)``) becomes
+the softmax's ``scale`` (``fold_softmax_scales``, ``softmax_scales=true``): the cpu
 kernel reads x · scale as it reads the row, the same bits as the pair.
 
 With ``runtime=true`` (the default), the runtime fusion of

@@ -7,9 +7,10 @@ Unsqueeze, ``e`` consumed twice) and the legacy keepdim spelling
 
 Optional param ``scale`` (None: off): the softmax of ``x * scale``, the
 product rounded to x's dtype first, as a separate ``MulScalar`` writes it
-(the attention scores' ``1/sqrt(d)``). ``fuel-fuse`` folds a ``MulScalar``
-that is the softmax's input and has no other user (``compiler.passes.fuse:
-fold_softmax_scales``) where the kernel serves it; the recipe starts with that
+(the attention scores' ``1/sqrt(d)``). ``fuel-fuse`` folds a ``MulScalar`` (or a
+``Mul`` by a scalar constant, a ``Div`` by a power of two) that is the softmax's
+input and has no other user (``compiler.passes.fuse: fold_softmax_scales``) where
+the cpu kernel serves it (f32, f64); the recipe starts with that
 ``MulScalar``, so a target without the kernel decomposes to the pair. The
 backward entry is that of the unscaled softmax: a scaled softmax is an
 inference-time fold (its gradient wrt x would need the factor).
@@ -33,7 +34,8 @@ def infer(types, params):
 def reference(inputs, params):
     x = inputs[0]
     if params.get("scale") is not None:  # x * scale rounded to x's dtype, as MulScalar
-        x = out(wide(x) * wide(np.asarray(params["scale"], dtype=x.dtype)), dtype_of(x))
+        dt = dtype_of(x)
+        x = out(wide(x) * wide(out(np.float64(params["scale"]), dt)), dt)
     x = wide(x)
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return out(e / e.sum(axis=-1, keepdims=True), dtype_of(inputs[0]))
