@@ -11,6 +11,8 @@
 // RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=fused_f32 backend=cuda runtime=false})' | filecheck %s --check-prefix=OFF
 // RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file \
 // RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=fused_f32 runtime=false},fuel-decompose{all=true})' | filecheck %s --check-prefix=DECOMP
+// RUN: python -m compiler.opt --load-plugin=tests.passes.kernel_tables %s --split-input-file \
+// RUN:   --pass-pipeline='builtin.module(fuel-fuse{table=fused_f32 runtime=false},fuel-cse,fuel-dce)' | filecheck %s --check-prefix=CSE
 
 // fuel-fuse folds a MulScalar whose only user is a SoftmaxLastDim (the
 // attention scores' 1/sqrt(d)) into the softmax's scale param
@@ -86,6 +88,10 @@ func.func @no_kernel_f64(%x: tensor<3x16xf64>) -> tensor<3x16xf64> {
 // CHECK-NEXT:    %[[T:.*]] = "fuel.softmax_last_dim"(%arg0) {scale = 2.500000e-01 : f64}
 // CHECK-NEXT:    "fuel.add"(%[[S]], %[[T]])
 // CHECK-NOT:     fuel.const
+// Softmaxes of one x with different scales are different ops to fuel-cse.
+// CSE-LABEL: func.func @div_pow2
+// CSE-NEXT:    "fuel.softmax_last_dim"(%arg0) {scale = 1.250000e-01 : f64}
+// CSE-NEXT:    "fuel.softmax_last_dim"(%arg0) {scale = 2.500000e-01 : f64}
 func.func @div_pow2(%x: tensor<3x16xf32>) -> tensor<3x16xf32> {
   %c = "fuel.const"() {name = "c", shape = [], dtype = "f32", value = dense<8.0> : tensor<f32>} : () -> tensor<f32>
   %b = "fuel.broadcast_to"(%c) {shape = [3, 16]} : (tensor<f32>) -> tensor<3x16xf32>
