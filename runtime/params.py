@@ -617,6 +617,9 @@ class SoftmaxLastDim(OpParams):
     """Softmax over rows of ``last_dim`` (and its backward)."""
     outer_count: int
     last_dim: int
+    #: the forward's input read as x * scale (None: off; the attention
+    #: scores' 1/sqrt(d) folded from a MulScalar)
+    scale: Optional[float] = None
 
 
 @variant

@@ -606,10 +606,17 @@ def _rows(shape) -> int:
     return math.prod(shape[:-1])
 
 
-@fused_kernel("SoftmaxLastDim", precision=NORM_FAMILY)
+def _softmax_serves(params, types) -> bool:
+    """``scale``: x of f32 or f64, its own compute type (``lowering.fused_norm.
+    softmax_rows`` reads x · scale with the one rounding a MulScalar makes)."""
+    return params.get("scale") is None or types[0].dtype in (DType.F32, DType.F64)
+
+
+@fused_kernel("SoftmaxLastDim", precision=NORM_FAMILY, serves=_softmax_serves,
+              from_params=lambda p, types: {"scale": p.scale})
 def _softmax_params(params, types):
     x = types[0].shape
-    return P.SoftmaxLastDim(_rows(x), x[-1])
+    return P.SoftmaxLastDim(_rows(x), x[-1], scale=params.get("scale"))
 
 
 def _norm_params(params, types):

@@ -33,7 +33,11 @@ ResNet block's ``Relu(conv + skip)`` is one conv), where the target still
 has a kernel for the conv with them, so the kernel writes the activated
 output in its own output pass; a ``GeluErf`` that is the only user of a
 ``FusedLinear`` becomes its ``gelu`` param, a ``Gelu`` or the tanh GELU
-spelled out (GPT-2's ``gelu_new``) its ``gelu_tanh`` (``fold_linear_epilogues``).
+spelled out (GPT-2's ``gelu_new``) its ``gelu_tanh`` (``fold_linear_epilogues``);
+a ``MulScalar`` (a ``Mul`` by a scalar const, a ``Div`` by a power of two) whose
+only user is a ``SoftmaxLastDim`` (attention scores times ``1/sqrt(d)``) becomes
+the softmax's ``scale`` (``fold_softmax_scales``, ``softmax_scales=true``): the cpu
+kernel reads x · scale as it reads the row, the same bits as the pair.
 
 With ``runtime=true`` (the default), the runtime fusion of
 ``fuel-fuse-runtime`` (``compiler.passes.fuse_runtime``) runs after the
@@ -54,7 +58,7 @@ Sibling products (``siblings=true``, the default): after the epilogues, the prod
 one ``a`` by constant weights merge into one (``merge_sibling_linears``).
 
 Options: ``target`` / ``table`` / ``backend`` (see ``_target``), ``remarks``,
-``epilogues``, ``linear_epilogues``, ``siblings``, ``runtime``, ``attention`` and
+``epilogues``, ``linear_epilogues``, ``softmax_scales``, ``siblings``, ``runtime``, ``attention`` and
 ``attention_k_len`` and ``attention_by_size`` (default true), ``constants``.
 """
 from __future__ import annotations
@@ -262,6 +266,8 @@ class Fuse(ModulePass):
     attention_by_size: bool = True
     #: fold a GELU (erf or tanh) into its FusedLinear
     linear_epilogues: bool = True
+    #: fold the scale before a softmax into it (``fold_softmax_scales``)
+    softmax_scales: bool = True
     #: merge the products of one ``a`` by constant weights (``merge_sibling_linears``)
     siblings: bool = True
 
@@ -292,6 +298,8 @@ class Fuse(ModulePass):
             fold_conv_epilogues(module, self._table, self._backends)
             if self.linear_epilogues:
                 fold_linear_epilogues(module, self._table, self._backends)
+            if self.softmax_scales:
+                fold_softmax_scales(module, self._table, self._backends)
         if self.siblings:
             merge_sibling_linears(module, self._table, self._backends)
         if self.runtime:
@@ -730,6 +738,70 @@ def fold_linear_epilogues(module, table, backends) -> int:
         folded += 1
     return folded
 
+
+
+def _softmax_scale_of(op):
+    """``(x, scale)`` when ``op`` is x times a constant scalar (``MulScalar``, a
+    ``Mul`` by a scalar const: ``fuse_attention._scale_of``) or x divided by a
+    power of two (ViT's ``/ sqrt(64)``: x / 2^e and x · 2^-e round alike; any
+    other divisor's reciprocal would change the bits), else None."""
+    from compiler.passes.fuse_attention import _scalar, _scale_of
+    m = _fuel.mnemonic(op)
+    if m not in ("mul_scalar", "mul", "div"):
+        return None
+    if m == "div":
+        c = _scalar(op.operands[1], {})
+        if c is None or not math.isfinite(c) or c == 0 or math.frexp(abs(c))[0] != 0.5:
+            return None
+    return _scale_of(op, {})
+
+
+def fold_softmax_scales(module, table, backends) -> int:
+    """Make ``SoftmaxLastDim(x * s)`` (``_softmax_scale_of``: a MulScalar, a Mul
+    by a scalar const, a Div by a power of two), where the product has
+    no other user, one ``SoftmaxLastDim(x)`` with ``scale = s`` where some
+    candidate backend's kernel serves it (``kernel_serves``: x f32 or f64,
+    read as x · scale in its own type: the product the MulScalar rounds and
+    stores, so the same bits). Runs after ``fuse_attention``, which takes
+    the scale into ``FlashAttn`` where it fuses the whole attention. Returns
+    how many were folded."""
+    from compiler.dialect import lookup, params_to_attributes
+    from runtime.keys import BackendId
+    entry = _fuel.registry()["SoftmaxLastDim"]
+    # the scale is the cpu row kernel's; the generic rule (cuda's) multiplies in
+    # a launch of its own, no better than the pair
+    backends = [b for b in backends if BackendId.parse(b) is BackendId.CPU]
+    folded = 0
+    for sm in [o for o in _fuel.fuel_ops(module) if _fuel.mnemonic(o) == entry.mnemonic]:
+        params = _fuel.params(sm)
+        owner = sm.operands[0].owner
+        if params.get("scale") is not None or isinstance(owner, ir.Block):
+            continue
+        mul = _op_of(owner)
+        got = _softmax_scale_of(mul)
+        if got is None or len(_fuel.users(mul.results[0])) != 1:
+            continue
+        x, params["scale"] = got
+        try:
+            in_types = [_fuel.tensor_type(x)]
+        except Exception:  # ``?`` extents: no static types to ask the table with
+            continue
+        dts = [in_types[0].dtype, _fuel.dtype_of(sm.results[0])]
+        if not kernel_available(entry, params, in_types, dts, table, backends):
+            continue
+        with ir.InsertionPoint(sm), sm.location:
+            fused = _fuel.create(sm.name, [x], [sm.results[0].type],
+                                 params_to_attributes(lookup(entry.mnemonic), params),
+                                 loc=sm.location)
+        # the constant divisor's broadcast and const go too where unused
+        consts = [_op_of(v.owner) for v in mul.operands
+                  if v != x and not isinstance(v.owner, ir.Block)]
+        consts += [_op_of(o.operands[0].owner) for o in consts
+                   if o.operands and not isinstance(o.operands[0].owner, ir.Block)]
+        _fuel.replace_op(sm, [fused.results[0]], dead=[mul, *consts])
+        _fuel.count("fuse.softmax_scales")
+        folded += 1
+    return folded
 
 
 def _constant_chain(value) -> Optional[list]:

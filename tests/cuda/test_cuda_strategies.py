@@ -255,3 +255,11 @@ def test_gpu_strategy_numerics_vs_reference(op, params, shapes):
     got = compile(g, "cuda")(**feed)
     k = shapes[0][-1]
     np.testing.assert_allclose(got, want, rtol=2e-5 * max(1, np.sqrt(k) / 8), atol=1e-4)
+
+
+def test_softmax_scale_lowers_through_the_generic_rule():
+    """SoftmaxLastDim's ``scale`` (folded on cpu only, ``fold_softmax_scales``)
+    still lowers where the generic rule runs it: x * scale, then the two row
+    reductions."""
+    p = _lower("SoftmaxLastDim", {"scale": 0.125}, [_t(64, 100)])
+    assert len(_by_strategy(p).get("row-reduce", [])) == 2, [l.kernel for l in p.launches]

@@ -8,11 +8,12 @@
 
 // Exported attention (compiler/passes/fuse_attention.py): MatMul(Q, Transpose(K)),
 // Div by a constant sqrt(d), Softmax, MatMul(., V) is matched, but without a causal
-// mask the FlashAttn kernel does not pay (measured: ``pays``): only the softmax fuses.
+// mask the FlashAttn kernel does not pay (measured: ``pays``): only the softmax fuses,
+// and the Div by 8 (a power of two) folds into its scale (fold_softmax_scales).
 // CHECK-LABEL: func.func @unmasked
 // CHECK-NOT:     fuel.flash_attn
-// CHECK:         "fuel.div"
-// CHECK:         "fuel.softmax_last_dim"
+// CHECK-NOT:     "fuel.div"
+// CHECK:         "fuel.softmax_last_dim"(%{{.*}}) {scale = 1.250000e-01 : f64}
 // NOKERNEL-LABEL: func.func @unmasked
 // NOKERNEL-NOT:    fuel.flash_attn
 // NOKERNEL:        fuel.softmax_last_dim

@@ -72,7 +72,9 @@ def cases():
     global R
     R = np.random.default_rng(SEED)
     return {
-        "SoftmaxLastDim": [([f(7)], {}), ([f(2, 3, 5, lo=-30, hi=30)], {}), ([f(1, 1)], {})],
+        "SoftmaxLastDim": [([f(7)], {}), ([f(2, 3, 5, lo=-30, hi=30)], {}), ([f(1, 1)], {}),
+                           ([f(2, 3, 6, lo=-30, hi=30)], {"scale": 0.125}),
+                           ([f(4, 5)], {"scale": -0.7})],
         "FusedLinear": [([f(3, 4), f(4, 5), f(5)], {}), ([f(2, 3, 4), f(2, 4, 6), f(6)], {}),
                         ([f(4, 3, 2), f(2, 2, 3), f(3)], {})],
         "RmsNormLastDim": [([f(5)], {"eps": 1e-6}), ([f(2, 3, 8)], {"eps": 0.1}),

@@ -96,21 +96,36 @@ def _fmul(a, b):
     return arith.mulf(a, b, fastmath=reassoc())
 
 
-def softmax_rows(x, s: Scalar, out_elt, log: bool = False):
+def softmax_rows(x, s: Scalar, out_elt, log: bool = False, scale=None):
     """Softmax (``log``: log-softmax) over the last axis of ``x``, row by
     row: a max pass; then e = exp(x − max) (log: d = x − max) written into
     the output while Σ exp accumulates; then the output row scaled by 1/Σ
     (log: minus log Σ) in place. When the output is narrower than the
     compute type the second pass only sums and the third recomputes from x.
-    The input is read twice, the output row once more while in L1."""
+    The input is read twice, the output row once more while in L1.
+    ``scale`` (softmax only, x of the compute type): every element is read as
+    x · scale (the scale rounded to the compute type, one rounded product:
+    the bits a separate ``MulScalar`` stores) in the exp pass (a multiply per
+    vector beside the exp's ~21 ops); the max pass takes max(x) · scale for a
+    positive scale (the same value: rounding is monotone), else max(x · scale)."""
     same = out_elt == s.ty
+    k_scale = None if scale is None else s.const(float(scale))
+
+    def load(v):
+        v = to_compute(v, s)
+        return v if k_scale is None else s.mul(v, k_scale)
 
     def row(xs, orow, n):
         xr, = xs
-        m, = row_reduce([xr], n, [s.lowest()], lambda j, v, c: [max_nnan(to_compute(v[0], s), c)])
+        if k_scale is not None and scale > 0:
+            # rounding is monotone, so max(x · s) = max(x) · s for s > 0: one multiply
+            m, = row_reduce([xr], n, [s.lowest()], lambda j, v, c: [max_nnan(v[0], c)])
+            m = s.mul(m, k_scale)
+        else:
+            m, = row_reduce([xr], n, [s.lowest()], lambda j, v, c: [max_nnan(load(v[0]), c)])
 
         def shifted(j):
-            return s.sub(to_compute(tensor.extract(xr, [j]), s), m)
+            return s.sub(load(tensor.extract(xr, [j])), m)
 
         if same:
             def exp_sum(j, _o, z):
@@ -233,7 +248,22 @@ def row_max_sum(x, s: Scalar):
 
 @lowers("SoftmaxLastDim", platform="cpu")
 def _softmax_cpu(lw: Lowering):
-    return softmax_rows(lw.operands[0], Scalar.compute(lw.in_dtypes[0]), lw.out_elt)
+    return softmax_rows(lw.operands[0], Scalar.compute(lw.in_dtypes[0]), lw.out_elt,
+                        scale=_scale_param(lw))
+
+
+def _scale_param(lw: Lowering):
+    """SoftmaxLastDim's ``scale`` (None: off); the kernel serves it where x
+    has its compute type (``codegen.fused._softmax_serves``), where reading
+    x · scale in the compute type is the rounded product a MulScalar stores."""
+    from compiler.errors import LoweringError
+    scale = lw.params.get("scale")
+    elt = ir.RankedTensorType(lw.operands[0].type).element_type
+    if scale is not None and Scalar.compute(lw.in_dtypes[0]).ty != elt:
+        raise LoweringError(f"SoftmaxLastDim scale={scale}: the kernel takes x of its compute "
+                            f"type (f32, f64), got {lw.in_dtypes[0]}; leave the MulScalar "
+                            "unfolded (fuel-fuse does where the kernel does not serve it)")
+    return scale
 
 
 @lowers("RmsNormLastDim", platform="cpu")
@@ -256,11 +286,16 @@ def _softmax(lw: Lowering):
     """max pass; e = exp(x − max) written once while Σ e accumulates (a
     two-output generic: e indexed by every loop, the sum by the row loops);
     e / Σ. One exp per element. When the output has the compute type, e is
-    written into the output and divided in place (no full-size temporary)."""
+    written into the output and divided in place (no full-size temporary).
+    ``scale``: x · scale first (a generic of its own, the MulScalar's product)."""
     x = lw.operands[0]
     s = Scalar.compute(lw.in_dtypes[0])
     n = rank(x)
     xd = dims(x)
+    scale = _scale_param(lw)
+    if scale is not None:  # x · scale in the compute type (x has it), as MulScalar
+        x = generic([x], [empty(xd, s.ty)], [identity_map(n)] * 2, [PARALLEL] * n,
+                    lambda a, _o: s.mul(a, s.const(float(scale))))[0]
     m, row = row_max(x, s)
     z0 = fill(s.const(0), empty(xd[:-1], s.ty))
 

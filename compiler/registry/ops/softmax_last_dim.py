@@ -4,10 +4,21 @@ Any rank >= 1, float dtypes; output same type as x. Recipe: a 9-node
 DAG with ``e`` shared. Patterns: the recipe spelling (MaxDim/SumDim with
 Unsqueeze, ``e`` consumed twice) and the legacy keepdim spelling
 (ReduceMaxTo/ReduceSumTo to x's shape with the last axis set to 1).
+
+Optional param ``scale`` (None: off): the softmax of ``x * scale``, the
+product rounded to x's dtype first, as a separate ``MulScalar`` writes it
+(the attention scores' ``1/sqrt(d)``). ``fuel-fuse`` folds a ``MulScalar`` (or a
+``Mul`` by a scalar constant, a ``Div`` by a power of two) that is the softmax's
+input and has no other user (``compiler.passes.fuse: fold_softmax_scales``) where
+the cpu kernel serves it (f32, f64); the recipe starts with that
+``MulScalar``, so a target without the kernel decomposes to the pair. The
+backward entry is that of the unscaled softmax: a scaled softmax is an
+inference-time fold (its gradient wrt x would need the factor).
 """
 from ..entry import FusedOpEntry, FusedPattern, Family, Recipe, backward_fused
 from ..grammar import LAST, Bind, SameAs, WithDim, op
-from ._common import OpKind, bc_last, check_arity, check_float, fail, np, out, wide, dtype_of
+from ._common import (OpKind, ParamSpec, bc_last, check_arity, check_float, dtype_of, fail, np,
+                      out, wide)
 
 NAME = "SoftmaxLastDim"
 
@@ -21,13 +32,17 @@ def infer(types, params):
 
 
 def reference(inputs, params):
-    x = wide(inputs[0])
+    x = inputs[0]
+    if params.get("scale") is not None:  # x * scale rounded to x's dtype, as MulScalar
+        dt = dtype_of(x)
+        x = out(wide(x) * wide(out(np.float64(params["scale"]), dt)), dt)
+    x = wide(x)
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return out(e / e.sum(axis=-1, keepdims=True), dtype_of(inputs[0]))
 
 
-def _build():
-    x = Bind(0)
+def _build(x=None):
+    x = Bind(0) if x is None else x
     e = op("Exp", op("Sub", x, bc_last(op("MaxDim", x, axis=LAST))))
     return op("Div", e, bc_last(op("SumDim", e, axis=LAST)))
 
@@ -42,10 +57,18 @@ def _legacy():
 
 RECIPE = _build()
 
+
+def _recipe(params, types):
+    """The softmax; with ``scale``, of ``MulScalar(x, scale)``."""
+    if params.get("scale") is None:
+        return RECIPE
+    return _build(op("MulScalar", Bind(0), value=float(params["scale"])))
+
+
 ENTRY = FusedOpEntry(
     id=1, name=NAME, mnemonic="softmax_last_dim", family=Family.FORWARD,
-    arity=1, params=(), infer=infer, reference=reference,
-    recipe=Recipe(roots=RECIPE),
+    arity=1, params=(ParamSpec("scale", "f64", None),), infer=infer, reference=reference,
+    recipe=Recipe(build=_recipe),
     backward=backward_fused("SoftmaxLastDimBackward"),
     op_kind=OpKind.SoftmaxLastDim,
     destructive_input=None, cse_tag=1, input_names=("x",),
