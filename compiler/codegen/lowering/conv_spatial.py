@@ -107,8 +107,12 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
     # reads a unit-stride run (no deinterleave per read)
     split = sw == 2 and dw == 1
     if split:
-        reach = arith.addi(arith.muli(nv, index(lanes)), index((kw - 1) // 2 + 1))
-        wpl = arith.maxui(reach, arith.addi(_ceil(wp, 2), index(2 * lanes + 1)))
+        # the taps' last reads, and the copy-in's last piece (a masked 2-vector
+        # read at a column < W, each phase's vector written from column // 2
+        # + (1 + pw) // 2)
+        reach = arith.addi(arith.muli(nv, index(lanes)), index((kw - 1) // 2))
+        wpl = arith.maxui(reach, arith.addi(arith.divui(wd, index(2)),
+                                            index((1 + pw) // 2 + lanes)))
     row = ir.AffineMap.get_minor_identity(4, 1)
     zero = arith.constant(elt, 0.0)
 
@@ -220,35 +224,40 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
                 out = write(val, out, where, not masked)
             return out
 
-        def channels(co, m, out, plane):
-            def rows(oy, r, out):
-                def cols(ox, size, out, in_bounds=True):
-                    v, lw = (size // lanes, lanes) if size >= lanes else (1, size)
-                    return tile(co, m, oy, r, ox, v, lw, out, plane, not in_bounds)
-                # blocks of v0 vectors, single vectors, then the rest: a
-                # masked vector when it is over half a vector, else a
-                # masked half (a 3-wide rest: 4 lanes, not a mostly empty 8)
-                sizes = (v0 * lanes, lanes) if v0 > 1 else (lanes,)
-                return _rest(wo, sizes, lanes // 2, out, cols, merge=True)
+        def rows(co, m, oy, r, out, plane):
+            def cols(ox, size, out, in_bounds=True):
+                v, lw = (size // lanes, lanes) if size >= lanes else (1, size)
+                return tile(co, m, oy, r, ox, v, lw, out, plane, not in_bounds)
+            # blocks of v0 vectors, single vectors, then the rest: a masked
+            # vector when it is over half a vector, else a masked half (a
+            # 3-wide rest: 4 lanes, not a mostly empty 8)
+            sizes = (v0 * lanes, lanes) if v0 > 1 else (lanes,)
+            return _rest(wo, sizes, lanes // 2, out, cols, merge=True)
 
-            def by_rows(oy, size, out, in_bounds=True):
-                return rows(oy, size, out)
-            # blocks of r0 rows, then single rows (no masked rows)
-            return _whole(ho, (r0, 1) if r0 > 1 else (1,), out, by_rows)[1]
+        def by_rows(body, out):
+            """``body(oy, r, out)`` over the output rows: blocks of r0 rows,
+            then single rows (no masked rows)."""
+            return _whole(ho, (r0, 1) if r0 > 1 else (1,), out,
+                          lambda oy, size, out: body(oy, size, out))[1]
 
         if depthwise:   # channel by channel, its plane in cache from copy to read
             def one(co, out, plane):
                 plane = channel(co, plane, index(0))[0]
-                return [channels(co, 1, out, plane), plane]
+                return [by_rows(lambda oy, r, out: rows(co, 1, oy, r, out, plane), out),
+                        plane]
             return _for(cout, [out, plane], one)
-        whole, rest = divmod(cout, m0)
-        blocks = scf.ForOp(index(0), index(whole * m0), index(m0), [out])
-        with ir.InsertionPoint(blocks.body):
-            scf.YieldOp([channels(blocks.induction_variable, m0, blocks.inner_iter_args[0], plane)])
-        out = blocks.results[0]
-        if rest:
-            out = channels(index(whole * m0), rest, out, plane)
-        return [out, plane]
+
+        def band(oy, r, out):
+            """Every channel block of output rows oy..oy+r: the plane rows they
+            read stay in cache across the blocks (a block over the whole
+            image first streamed the plane through the cache per block)."""
+            whole, rest = divmod(cout, m0)
+            out = _for(index(whole), [out], lambda cb, out: [
+                rows(arith.muli(cb, index(m0)), m0, oy, r, out, plane)])[0]
+            if rest:
+                out = rows(index(whole * m0), rest, oy, r, out, plane)
+            return out
+        return [by_rows(band, out), plane]
 
     if direct_x and not depthwise:
         return _flat_pointwise(x, w, bias, s, elt, cout, act, skip)
