@@ -17,14 +17,17 @@ bounds:
   an ``scf.for`` over the input channels whose body is every tap, unrolled
   (a plane vector is loaded once per tile row it serves: rows y + qy*dh
   shared across the tile's rows), then the bias, the skip and the clamp are
-  applied in registers and the tile is stored. Stride 2 reads twice the
-  columns and ``vector.deinterleave``s them (taps qx and qx + 1 are the two
-  phases of one read);
+  applied in registers and the tile is stored. Stride 2 (undilated): the
+  copy-in ``vector.deinterleave``s each row into its two column phases (a
+  plane channel each), so every tap reads a unit-stride run. Groups 1: every
+  channel block of a band of output rows before the next band (the plane
+  rows the band reads stay in cache);
 * run-time trip counts and peeled remainders: whole channel blocks then a
   static remainder block (Cout is static), blocks of R rows then single
   rows, blocks of V vectors then single vectors, then the rest of the row
   as one vector, or a half vector where the rest fits in one, whose skip
-  read and store are masked (the columns past Wo).
+  read and store are masked (the columns past Wo); a rest that would be a
+  vector and a masked vector is one masked V-vector tile.
 
 A depthwise conv (groups = C = Cout) is computed channel by channel, each
 copied into a one-channel plane just before its tiles read it (in cache), or,
