@@ -27,8 +27,10 @@ CASES = {
     "residual": (8, 8, 3, 1, 1, 1, 1, dict(residual=True, clamp_min=0.0), "f32"),
     "f64": (6, 5, 3, 1, 1, 1, 1, {}, "f64"),
 }
-# odd sizes: a masked last vector, a half vector, single rows after the row blocks
-SIZES = [(1, 33, 47), (2, 9, 8), (1, 16, 70)]
+# odd sizes: a masked last vector, a half vector, single rows after the row blocks;
+# 58 wide: a rest of 26 (29 at stride 2) is one masked two-vector tile on AVX-512;
+# rows of one vector or less (8, 6 wide): tiles of 4, 3, 2 and 1 rows on AVX-512
+SIZES = [(1, 33, 47), (2, 9, 8), (1, 16, 70), (1, 9, 58), (1, 14, 6)]
 
 
 def _graph(case, dims=("n", "h", "w")):

@@ -17,14 +17,17 @@ bounds:
   an ``scf.for`` over the input channels whose body is every tap, unrolled
   (a plane vector is loaded once per tile row it serves: rows y + qy*dh
   shared across the tile's rows), then the bias, the skip and the clamp are
-  applied in registers and the tile is stored. Stride 2 reads twice the
-  columns and ``vector.deinterleave``s them (taps qx and qx + 1 are the two
-  phases of one read);
+  applied in registers and the tile is stored. Stride 2 (undilated): the
+  copy-in ``vector.deinterleave``s each row into its two column phases (a
+  plane channel each), so every tap reads a unit-stride run. Groups 1: every
+  channel block of a band of output rows before the next band (the plane
+  rows the band reads stay in cache);
 * run-time trip counts and peeled remainders: whole channel blocks then a
   static remainder block (Cout is static), blocks of R rows then single
   rows, blocks of V vectors then single vectors, then the rest of the row
   as one vector, or a half vector where the rest fits in one, whose skip
-  read and store are masked (the columns past Wo).
+  read and store are masked (the columns past Wo); a rest that would be a
+  vector and a masked vector is one masked V-vector tile.
 
 A depthwise conv (groups = C = Cout) is computed channel by channel, each
 copied into a one-channel plane just before its tiles read it (in cache), or,
@@ -102,6 +105,17 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
     # copy-in's last piece (a whole vector written from pw + a column < W)
     reach = arith.addi(arith.muli(nv, index(lanes * sw)), index((kw - 1) * dw + sw))
     wpl = arith.maxui(reach, arith.addi(wp, index(lanes)))
+    # stride 2 (undilated): the plane holds each channel's two column phases
+    # (padded columns 2q and 2q + 1 at q), split at the copy-in, so every tap
+    # reads a unit-stride run (no deinterleave per read)
+    split = sw == 2 and dw == 1
+    if split:
+        # the taps' last reads, and the copy-in's last piece (a masked 2-vector
+        # read at a column < W, each phase's vector written from column // 2
+        # + (1 + pw) // 2)
+        reach = arith.addi(arith.muli(nv, index(lanes)), index((kw - 1) // 2))
+        wpl = arith.maxui(reach, arith.addi(arith.divui(wd, index(2)),
+                                            index((1 + pw) // 2 + lanes)))
     row = ir.AffineMap.get_minor_identity(4, 1)
     zero = arith.constant(elt, 0.0)
 
@@ -122,11 +136,22 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
 
         def channel(c, plane, to=None):
             """x's channel c into the plane's channel ``to`` (default c)."""
+            dest = c if to is None else to
+
             def copy_row(y, plane):
                 def piece(col, size, plane, in_bounds=True):
-                    return write(read(x, [i, c, y, col], size, in_bounds), plane,
-                                 [index(0), c if to is None else to, at(y, ph), at(col, pw)])
-                return [_pieces(wd, (4 * lanes, lanes), plane, piece)]
+                    v = read(x, [i, c, y, col], size, in_bounds)
+                    if not split:
+                        return write(v, plane, [index(0), dest, at(y, ph), at(col, pw)])
+                    half = arith.divui(col, index(2))
+                    for d, part in enumerate(vector.DeinterleaveOp(v).results):
+                        # input columns col + d, + 2, ...: padded col + d + pw
+                        rx, off = (d + pw) % 2, (d + pw) // 2
+                        plane = write(part, plane, [index(0), at(arith.muli(dest, index(2)), rx),
+                                                    at(y, ph), at(half, off)])
+                    return plane
+                sizes = (4 * lanes, 2 * lanes) if split else (4 * lanes, lanes)
+                return [_pieces(wd, sizes, plane, piece)]
             return _for(h, [plane], copy_row)
         if not (direct_x or depthwise):
             plane = _for(cin, [plane], channel)[0]
@@ -154,14 +179,20 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
                     # and read column colread (an int offset), its phase
                     ch = index(0) if depthwise else c   # depthwise: its channel's plane
                     key = (k if depthwise else 0, rowoff, colread)
+                    if split:
+                        key = key + (phase,)
                     if key not in loads:
                         prow = arith.addi(arith.muli(oy, index(sh)), index(rowoff))
+                        if split:   # phase ``phase`` of the columns, unit stride
+                            pch = at(arith.muli(ch, index(2)), phase)
+                            loads[key] = read(plane, [index(0), pch, prow, at(ox, colread // 2)], lw)
+                            return loads[key]
                         if direct_x:   # x itself: a masked tile's read stops at the row's end
                             v_ = read(x, [i, ch, prow, at(col0, colread)], lw, not masked)
                         else:
                             v_ = read(plane, [index(0), ch, prow, at(col0, colread)], lw * sw)
                         loads[key] = [v_] if sw == 1 else list(vector.DeinterleaveOp(v_).results)
-                    return loads[key][phase]
+                    return loads[key] if split else loads[key][phase]
                 for qy in range(kh):
                     for qx in range(kw):
                         off = qx * dw
@@ -196,35 +227,40 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
                 out = write(val, out, where, not masked)
             return out
 
-        def channels(co, m, out, plane):
-            def rows(oy, r, out):
-                def cols(ox, size, out, in_bounds=True):
-                    v, lw = (size // lanes, lanes) if size >= lanes else (1, size)
-                    return tile(co, m, oy, r, ox, v, lw, out, plane, not in_bounds)
-                # blocks of v0 vectors, single vectors, then the rest: a
-                # masked vector when it is over half a vector, else a
-                # masked half (a 3-wide rest: 4 lanes, not a mostly empty 8)
-                sizes = (v0 * lanes, lanes) if v0 > 1 else (lanes,)
-                return _rest(wo, sizes, lanes // 2, out, cols)
+        def rows(co, m, oy, r, out, plane):
+            def cols(ox, size, out, in_bounds=True):
+                v, lw = (size // lanes, lanes) if size >= lanes else (1, size)
+                return tile(co, m, oy, r, ox, v, lw, out, plane, not in_bounds)
+            # blocks of v0 vectors, single vectors, then the rest: a masked
+            # vector when it is over half a vector, else a masked half (a
+            # 3-wide rest: 4 lanes, not a mostly empty 8)
+            sizes = (v0 * lanes, lanes) if v0 > 1 else (lanes,)
+            return _rest(wo, sizes, lanes // 2, out, cols, merge=True)
 
-            def by_rows(oy, size, out, in_bounds=True):
-                return rows(oy, size, out)
-            # blocks of r0 rows, then single rows (no masked rows)
-            return _whole(ho, (r0, 1) if r0 > 1 else (1,), out, by_rows)[1]
+        def by_rows(body, out):
+            """``body(oy, r, out)`` over the output rows: blocks of r0 rows,
+            then single rows (no masked rows)."""
+            return _whole(ho, (r0, 1) if r0 > 1 else (1,), out,
+                          lambda oy, size, out: body(oy, size, out))[1]
 
         if depthwise:   # channel by channel, its plane in cache from copy to read
             def one(co, out, plane):
                 plane = channel(co, plane, index(0))[0]
-                return [channels(co, 1, out, plane), plane]
+                return [by_rows(lambda oy, r, out: rows(co, 1, oy, r, out, plane), out),
+                        plane]
             return _for(cout, [out, plane], one)
-        whole, rest = divmod(cout, m0)
-        blocks = scf.ForOp(index(0), index(whole * m0), index(m0), [out])
-        with ir.InsertionPoint(blocks.body):
-            scf.YieldOp([channels(blocks.induction_variable, m0, blocks.inner_iter_args[0], plane)])
-        out = blocks.results[0]
-        if rest:
-            out = channels(index(whole * m0), rest, out, plane)
-        return [out, plane]
+
+        def band(oy, r, out):
+            """Every channel block of output rows oy..oy+r: the plane rows they
+            read stay in cache across the blocks (a block over the whole
+            image first streamed the plane through the cache per block)."""
+            whole, rest = divmod(cout, m0)
+            out = _for(index(whole), [out], lambda cb, out: [
+                rows(arith.muli(cb, index(m0)), m0, oy, r, out, plane)])[0]
+            if rest:
+                out = rows(index(whole * m0), rest, oy, r, out, plane)
+            return out
+        return [by_rows(band, out), plane]
 
     if direct_x and not depthwise:
         return _flat_pointwise(x, w, bias, s, elt, cout, act, skip)
@@ -232,6 +268,8 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
 
     def by_rows(_, out):
         planes = 1 if direct_x or depthwise else cin
+        if split:   # two column phases per channel
+            planes = 2 * planes if isinstance(planes, int) else arith.muli(planes, index(2))
         plane0 = fill(zero, empty([1, planes, hp if not direct_x else 1,
                                    wpl if not direct_x else 1], elt))
         return [_for(n, [out, plane0], image)[0]]
@@ -527,13 +565,26 @@ class _Tail:
         return acc
 
 
-def _rest(extent, sizes, half: int, acc, piece):
+def _rest(extent, sizes, half: int, acc, piece, merge: bool = False):
     """``piece(at, size, acc[, in_bounds=False])`` over ``0..extent``: whole
     pieces of each of ``sizes`` in turn (``fused_pool._whole``), then what is left
     (less than ``sizes[-1]``) as one masked piece of ``sizes[-1]`` when it is
     more than ``half``, else of ``half`` (loops of 0 or 1 trips, their bounds
-    selected)."""
-    start, acc = _whole(extent, sizes, acc, piece)
+    selected). ``merge``: a rest after the pieces of ``sizes[0]`` that would
+    end in such a masked whole piece of ``sizes[-1]`` is one masked piece of
+    ``sizes[0]`` instead (the same lanes, a larger register tile: a 28-wide
+    row in one 2-vector tile, not a vector and a masked vector)."""
+    start, acc = _whole(extent, sizes[:1], acc, piece)
+    if merge and len(sizes) > 1:
+        left = arith.subi(extent, start)
+        wide = arith.cmpi(arith.CmpIPredicate.ugt, left, index(sizes[0] - sizes[-1] + half))
+        split = arith.select(wide, extent, start)
+        loop = scf.ForOp(start, split, index(sizes[0]), [acc])
+        with ir.InsertionPoint(loop.body):
+            scf.YieldOp([piece(loop.induction_variable, sizes[0], loop.inner_iter_args[0],
+                               False)])
+        start, acc = split, loop.results[0]
+    start, acc = _whole(extent, sizes[1:], acc, piece, start)
     wide = arith.cmpi(arith.CmpIPredicate.ugt, arith.subi(extent, start), index(half))
     split = arith.select(wide, extent, start)   # the masked whole piece runs to here
     for lo, hi, size in ((start, split, sizes[-1]), (split, extent, half)):
