@@ -226,9 +226,17 @@ class DirectRun:
         out = Storage.empty(dtype, lay.numel)
         out_layout = out_layout if out_layout is not None else runner.layout
         dst = out.view(Layout.contiguous(lay.shape))
+        native = None
         if st is not None:
+            from . import native_plan
             src = st.view(lay)
             self._keep.append(st)
+            native = native_plan.copy_function(src.shape, src.strides, src.itemsize)
+        if native is not None:  # a native call: a row of a segment (native_plan)
+            fn, spec = native
+            self._keep.extend((dst, src, spec))
+            self.calls.append((fn, (_address(dst), src.ctypes.data, _addressof(spec))))
+        elif st is not None:
             self.calls.append((lambda: np.copyto(dst, src), ()))
         else:
             name, item = source[1], dst.itemsize
