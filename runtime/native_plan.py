@@ -87,6 +87,16 @@ def _copy_ir(name: str, run: int | None) -> str:
 _COPIES = {run: f"fuelc_copy_{run or 'n'}" for run in (1, 2, 4, 8, None)}
 _IR += "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)\n" + "".join(
     _copy_ir(name, run) for run, name in _COPIES.items())
+# fuelc_zero(dst, nbytes): a row's arguments are pointer slots, so the byte
+# count comes as one
+_IR += """
+declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)
+define void @fuelc_zero(ptr %dst, ptr %nbytes) {
+  %n = ptrtoint ptr %nbytes to i64
+  call void @llvm.memset.p0.i64(ptr %dst, i8 0, i64 %n, i1 false)
+  ret void
+}
+"""
 
 _runner = None
 _copiers: dict = {}
@@ -119,7 +129,16 @@ def runner():
                     copy_type = ctypes.CFUNCTYPE(None, *(ctypes.c_void_p,) * 3)
                     for run, name in _COPIES.items():
                         _copiers[run] = copy_type(engine.get_function_address(name))
+                    _copiers["zero"] = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(
+                        engine.get_function_address("fuelc_zero"))
     return _runner or None
+
+
+def zero_function():
+    """``fn(dst, nbytes)``, zeroing ``nbytes`` bytes at ``dst`` (a ctypes
+    function of pointers, so a row of a ``Rows`` table); None without the
+    JIT."""
+    return _copiers["zero"] if runner() is not None else None
 
 
 def copy_function(shape, strides, itemsize: int):
@@ -181,4 +200,5 @@ def function_address(raw) -> int | None:
     return ctypes.cast(raw, ctypes.c_void_p).value
 
 
-__all__ = ["MAX_ARGS", "COPY_DIMS", "Rows", "runner", "function_address", "copy_function"]
+__all__ = ["MAX_ARGS", "COPY_DIMS", "Rows", "runner", "function_address", "copy_function",
+           "zero_function"]

@@ -409,14 +409,18 @@ def test_an_arena_value_that_needs_zeroed_output_is_zeroed_right_before_its_kern
         assert m.executor.direct_path
         np.testing.assert_array_equal(out["y"], _general(m, **inputs)["y"])
         np.testing.assert_allclose(out["y"], interpret(g, inputs)["y"], rtol=1e-4, atol=1e-3)
+    from runtime import native_plan
     direct = m.executor._direct
-    fills = [(i, fn.__self__) for i, (fn, _) in enumerate(direct.calls)
-             if getattr(fn, "__name__", "") == "fill"]
-    assert len(fills) == 1
-    i, buf = fills[0]
+    zero = native_plan.zero_function()     # a row of the native run, not a numpy fill
+    fills = [(i, addrs) for i, (fn, addrs) in enumerate(direct.calls) if fn is zero]
+    assert len(fills) == 1 and len(direct.segments) == 1
+    i, (address, nbytes) = fills[0]
     off = direct.offsets[relu.step.outputs[0]]
-    assert buf.ctypes.data == direct.arena.ctypes.data + off
+    assert address == direct.arena.ctypes.data + off and nbytes == 32 * 40 * 4
     assert direct.where[i] == direct.where[i + 1] == relu.where   # right before the relu's call
+    buf = np.ones(64, np.uint8)
+    zero(buf.ctypes.data + 8, 40)
+    assert not buf[8:48].any() and buf[:8].all() and buf[48:].all()
 
 
 def test_outputs_of_a_page_or_more_lie_half_a_page_from_the_largest_input():
