@@ -228,9 +228,11 @@ class DirectRun:
     def _add_copy(self, st, lay: Layout, runner, out_layout=None, source=None) -> tuple:
         """A contiguize step, or a reshape whose strided input cannot be
         viewed in the new shape: a copy into a row-major buffer of its own,
-        made in step order by a numpy assignment (what the general path does
-        on every run), from an array built once over a plan buffer ``st``, or
-        (``st`` None) over this call's input ``source``."""
+        made in step order. From a plan buffer ``st``: a native strided copy
+        (``native_plan.copy_function``, a row of a native run) where there is
+        one, else a numpy assignment (what the general path does on every
+        run); from this call's input ``source`` (``st`` None): a numpy
+        assignment from an array built over it on each call."""
         dtype = st.dtype if st is not None else self.plan.inputs[source[1]].dtype
         out = Storage.empty(dtype, lay.numel)
         out_layout = out_layout if out_layout is not None else runner.layout
