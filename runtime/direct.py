@@ -51,6 +51,13 @@ _addressof = ctypes.addressof
 _char_from_buffer = ctypes.c_char.from_buffer
 
 
+def _api_dtype(dtype) -> np.dtype:
+    """The numpy dtype a caller gets for storage of ``dtype`` (what
+    ``from_storage`` views it as), settled once: a run views each output
+    buffer as it directly."""
+    return from_storage(np.empty(0, dtype.storage_numpy), dtype).dtype
+
+
 def _address(arr: np.ndarray) -> int:
     """The address of ``arr``'s data (C-contiguous). A ctypes view of its
     buffer costs about 0.2 us, ``arr.ctypes.data`` 0.9 us (it builds numpy's
@@ -66,7 +73,8 @@ class DirectRun:
     """A plan's kernel calls, their descriptors and buffers, settled once."""
 
     __slots__ = ("plan", "lock", "calls", "inputs", "outputs", "copied", "current", "probes", "consts",
-                 "where", "arena", "offsets", "anchor", "segments", "segment_where", "pools", "_keep")
+                 "where", "arena", "offsets", "anchor", "segments", "segment_where", "pools", "_keep",
+                 "reads_inputs")
 
     def __init__(self, plan):
         self.plan = plan
@@ -74,9 +82,10 @@ class DirectRun:
         self.calls: list[tuple] = []      # (raw function, descriptor addresses)
         self.where: list[str] = []        # the step each call is, for errors
         self.inputs: list[tuple] = []     # (name, api dtype, shape, descriptors)
-        self.outputs: list[tuple] = []    # (name, alloc, nbytes, dtype, shape, descriptors)
-        self.copied: list[tuple] = []     # (name, numpy view of a plan buffer, dtype)
+        self.outputs: list[tuple] = []    # (name, alloc, nbytes, api numpy dtype, shape, descriptors)
+        self.copied: list[tuple] = []     # (name, numpy view of a plan buffer, api numpy dtype)
         self.current: dict = {}           # this call's input arrays (copies from inputs read them)
+        self.reads_inputs = False         # whether such copies exist
         self.arena: np.ndarray | None = None  # the intermediates' memory
         self.offsets: dict[str, int] = {}     # intermediate value id -> byte offset in the arena
         self.probes: list[tuple] = []     # (probe, value): the call list holds while equal
@@ -159,7 +168,7 @@ class DirectRun:
             if vid in producers:
                 runner = producers[vid]
                 spec = runner.step.output_specs[0]
-                self.outputs.append((name, runner.alloc, runner.out_allocs[0][1], spec.dtype,
+                self.outputs.append((name, runner.alloc, runner.out_allocs[0][1], _api_dtype(spec.dtype),
                                      tuple(spec.shape), tuple(patch.get(("output", vid), ()))))
                 continue
             # a view of a buffer of the plan's, or an output named twice: copied
@@ -167,7 +176,7 @@ class DirectRun:
             source, st, lay, _n = env[vid]
             if st is None:
                 return None
-            self.copied.append((name, st.view(lay), executor.specs[vid].dtype))
+            self.copied.append((name, st.view(lay), _api_dtype(executor.specs[vid].dtype)))
         self.probes = list({id(p): (p, v) for p, v in self.probes}.values())
         self._add_segments()
         return self
@@ -219,21 +228,32 @@ class DirectRun:
     def _add_copy(self, st, lay: Layout, runner, out_layout=None, source=None) -> tuple:
         """A contiguize step, or a reshape whose strided input cannot be
         viewed in the new shape: a copy into a row-major buffer of its own,
-        made in step order by a numpy assignment (what the general path does
-        on every run), from an array built once over a plan buffer ``st``, or
-        (``st`` None) over this call's input ``source``."""
+        made in step order. From a plan buffer ``st``: a native strided copy
+        (``native_plan.copy_function``, a row of a native run) where there is
+        one, else a numpy assignment (what the general path does on every
+        run); from this call's input ``source`` (``st`` None): a numpy
+        assignment from an array built over it on each call."""
         dtype = st.dtype if st is not None else self.plan.inputs[source[1]].dtype
         out = Storage.empty(dtype, lay.numel)
         out_layout = out_layout if out_layout is not None else runner.layout
         dst = out.view(Layout.contiguous(lay.shape))
+        native = None
         if st is not None:
+            from . import native_plan
             src = st.view(lay)
             self._keep.append(st)
+            native = native_plan.copy_function(src.shape, src.strides, src.itemsize)
+        if native is not None:  # a native call: a row of a segment (native_plan)
+            fn, spec = native
+            self._keep.extend((dst, src, spec))
+            self.calls.append((fn, (_address(dst), src.ctypes.data, _addressof(spec))))
+        elif st is not None:
             self.calls.append((lambda: np.copyto(dst, src), ()))
         else:
             name, item = source[1], dst.itemsize
             shape, strides = lay.shape, tuple(x * item for x in lay.stride)
             offset, current = lay.start_offset * item, self.current
+            self.reads_inputs = True
 
             def copy():
                 arr = current[name]
@@ -273,7 +293,9 @@ class DirectRun:
             off = self.offsets[vid]
             buf = self.arena[off:off + nbytes]
             if runner.alloc is np.zeros:  # other values use this memory between runs
-                self.calls.append((buf.fill, (0,)))
+                from . import native_plan
+                zero = native_plan.zero_function()   # a row of a native run (or numpy's fill)
+                self.calls.append((zero, (_address(buf), nbytes)) if zero is not None else (buf.fill, (0,)))
                 self.where.append(runner.where)
             out_source, out_storage = None, Storage._wrap(buf, dt)
         try:
@@ -316,16 +338,17 @@ class DirectRun:
                     return None
             for name, dtype, shape, descs in self.inputs:
                 arr = inputs[name]
-                if type(arr) is not np.ndarray or arr.dtype != dtype or arr.shape != shape \
-                        or not arr.flags.c_contiguous:
+                if type(arr) is not np.ndarray or arr.dtype is not dtype and arr.dtype != dtype \
+                        or arr.shape != shape or not arr.flags.c_contiguous:
                     return None
                 addr = _address(arr)
                 for d in descs:
                     d.allocated = d.aligned = addr
-                self.current[name] = arr
-            bufs = []
+            if self.reads_inputs:
+                self.current.update(inputs)
+            out = {}
             anchor = _address(inputs[self.anchor]) if self.anchor is not None else 0
-            for _name, alloc, nbytes, _dt, _shape, descs in self.outputs:
+            for name, alloc, nbytes, view, shape, descs in self.outputs:
                 if nbytes >= PAGE:
                     # half a page from the largest input's page offset (PAGE)
                     buf = alloc(nbytes + PAGE, dtype=np.uint8)
@@ -336,7 +359,7 @@ class DirectRun:
                 addr = _address(buf)
                 for d in descs:
                     d.allocated = d.aligned = addr
-                bufs.append(buf)
+                out[name] = buf.view(view).reshape(shape)
             calls, where, held = self.segments, self.segment_where, []
             if calls is not None:
                 for pool, n_args in self.pools:
@@ -358,13 +381,12 @@ class DirectRun:
             finally:
                 for pool, n_args in held:
                     pool.release(n_args)
-            out = {name: from_storage(buf.view(dt.storage_numpy).reshape(shape), dt)
-                   for (name, _a, _n, dt, shape, _d), buf in zip(self.outputs, bufs)}
-            for name, view, dt in self.copied:
-                out[name] = from_storage(view.copy(), dt)
+            for name, src, view in self.copied:
+                out[name] = src.copy().view(view)
             return out
         finally:
-            self.current.clear()
+            if self.reads_inputs:
+                self.current.clear()
             self.lock.release()
 
 

@@ -43,7 +43,63 @@ out:
 }}
 """
 
+#: The most dimensions a strided copy (``copy_function``) walks, after
+#: size-1 dimensions are dropped and mergeable ones merged.
+COPY_DIMS = 4
+
+
+def _copy_ir(name: str, run: int | None) -> str:
+    """``name(dst, src, spec)``: copy a strided array into a row-major one.
+    ``spec``: int64 ``[n0..n3, src byte strides 0..3, dst byte strides 0..3,
+    run bytes]``, every ``n`` at least 1; each innermost element is a run of
+    bytes, copied by one load and store of an ``i{8 * run}`` (``run`` 1, 2,
+    4 or 8) or by ``llvm.memcpy`` (``run`` None: the spec's run bytes)."""
+    d = COPY_DIMS
+    lines = [f"define void @{name}(ptr %dst, ptr %src, ptr %spec) {{", "entry:"]
+    for j in range(3 * d + 1):
+        lines += [f"  %q{j} = getelementptr i64, ptr %spec, i64 {j}", f"  %v{j} = load i64, ptr %q{j}, align 8"]
+    lines.append("  br label %L0")
+    for k in range(d):
+        pred, so, do = ("entry", "0", "0") if k == 0 else (f"L{k - 1}", f"%so{k - 1}", f"%do{k - 1}")
+        back = f"L{k}" if k == d - 1 else f"E{k}"
+        lines += [f"L{k}:", f"  %i{k} = phi i64 [ 0, %{pred} ], [ %i{k}n, %{back} ]",
+                  f"  %so{k} = phi i64 [ {so}, %{pred} ], [ %so{k}n, %{back} ]",
+                  f"  %do{k} = phi i64 [ {do}, %{pred} ], [ %do{k}n, %{back} ]"]
+        if k < d - 1:
+            lines.append(f"  br label %L{k + 1}")
+    k = d - 1
+    lines += [f"  %ps = getelementptr i8, ptr %src, i64 %so{k}", f"  %pd = getelementptr i8, ptr %dst, i64 %do{k}"]
+    if run is None:
+        lines.append(f"  call void @llvm.memcpy.p0.p0.i64(ptr %pd, ptr %ps, i64 %v{3 * d}, i1 false)")
+    else:
+        lines += [f"  %x = load i{8 * run}, ptr %ps, align 1", f"  store i{8 * run} %x, ptr %pd, align 1"]
+    for k in range(d - 1, -1, -1):
+        if k < d - 1:
+            lines.append(f"E{k}:")
+        nxt = f"E{k - 1}" if k else "out"
+        lines += [f"  %i{k}n = add i64 %i{k}, 1", f"  %so{k}n = add i64 %so{k}, %v{d + k}",
+                  f"  %do{k}n = add i64 %do{k}, %v{2 * d + k}", f"  %c{k} = icmp ult i64 %i{k}n, %v{k}",
+                  f"  br i1 %c{k}, label %L{k}, label %{nxt}"]
+    lines += ["out:", "  ret void", "}"]
+    return "\n".join(lines) + "\n"
+
+
+_COPIES = {run: f"fuelc_copy_{run or 'n'}" for run in (1, 2, 4, 8, None)}
+_IR += "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)\n" + "".join(
+    _copy_ir(name, run) for run, name in _COPIES.items())
+# fuelc_zero(dst, nbytes): a row's arguments are pointer slots, so the byte
+# count comes as one
+_IR += """
+declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)
+define void @fuelc_zero(ptr %dst, ptr %nbytes) {
+  %n = ptrtoint ptr %nbytes to i64
+  call void @llvm.memset.p0.i64(ptr %dst, i8 0, i64 %n, i1 false)
+  ret void
+}
+"""
+
 _runner = None
+_copiers: dict = {}
 _lock = threading.Lock()
 _keep: list = []   # the engine, kept while the process runs its code
 
@@ -70,7 +126,48 @@ def runner():
                     _keep.append(engine)
                     _runner = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(
                         engine.get_function_address("fuelc_run_rows"))
+                    copy_type = ctypes.CFUNCTYPE(None, *(ctypes.c_void_p,) * 3)
+                    for run, name in _COPIES.items():
+                        _copiers[run] = copy_type(engine.get_function_address(name))
+                    _copiers["zero"] = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(
+                        engine.get_function_address("fuelc_zero"))
     return _runner or None
+
+
+def zero_function():
+    """``fn(dst, nbytes)``, zeroing ``nbytes`` bytes at ``dst`` (a ctypes
+    function of pointers, so a row of a ``Rows`` table); None without the
+    JIT."""
+    return _copiers["zero"] if runner() is not None else None
+
+
+def copy_function(shape, strides, itemsize: int):
+    """A strided copy as a native call: ``(fn, spec)`` where ``fn(dst, src,
+    spec address)`` (a ctypes function of pointers, so a row of a ``Rows``
+    table) copies the array of ``shape`` and byte ``strides`` at ``src``
+    into a row-major one at ``dst``; ``spec`` (a ctypes array) must be kept.
+    None without the JIT, for an empty shape, or when more than
+    ``COPY_DIMS`` dimensions remain after dropping size-1 ones and merging
+    those that step through memory as one."""
+    if runner() is None or 0 in shape:
+        return None
+    dims = []   # (n, src byte stride, dst byte stride), outermost first
+    dst_stride = itemsize
+    for n, s in reversed([(n, s) for n, s in zip(shape, strides) if n != 1]):
+        if dims and dims[0][1] * dims[0][0] == s and dims[0][2] * dims[0][0] == dst_stride:
+            dims[0] = (dims[0][0] * n, dims[0][1], dims[0][2])
+        else:
+            dims.insert(0, (n, s, dst_stride))
+        dst_stride *= n
+    run = itemsize
+    if dims and dims[-1][1] == itemsize:   # a contiguous innermost run
+        run = dims.pop()[0] * itemsize
+    if len(dims) > COPY_DIMS:
+        return None
+    dims = [(1, 0, 0)] * (COPY_DIMS - len(dims)) + dims
+    spec = (ctypes.c_int64 * (3 * COPY_DIMS + 1))(
+        *[n for n, _s, _d in dims], *[s for _n, s, _d in dims], *[d for _n, _s, d in dims], run)
+    return _copiers[run if run in _copiers else None], spec
 
 
 class Rows:
@@ -103,4 +200,5 @@ def function_address(raw) -> int | None:
     return ctypes.cast(raw, ctypes.c_void_p).value
 
 
-__all__ = ["MAX_ARGS", "Rows", "runner", "function_address"]
+__all__ = ["MAX_ARGS", "COPY_DIMS", "Rows", "runner", "function_address", "copy_function",
+           "zero_function"]

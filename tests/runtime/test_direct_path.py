@@ -2,6 +2,7 @@
 as a fixed list of raw calls. Every case compares with the general path on
 the same executor (forced by wrapping ``_runners``, as a step timer does),
 bit for bit, and checks which path ran."""
+import ctypes
 import re
 import threading
 
@@ -222,8 +223,11 @@ def test_reshapes_of_strided_values_view_or_copy_on_the_direct_path():
     xs = rng.standard_normal((4, 16)).astype(np.float32)
     first = m.run(a=xs)
     assert m.executor.direct_path, m.kernel_summary()
-    copies = [c for c, addrs in m.executor._direct.calls if not addrs]
+    from runtime import native_plan
+    d = m.executor._direct
+    copies = [c for c, addrs in d.calls if c in native_plan._copiers.values()]
     assert len(copies) == 1                              # the merge; the split is a view
+    assert len(d.segments) == 1                          # a native row between the kernels
     general, want = _general(m, a=xs), interpret(g, {"a": xs})
     for name in ("split", "merged"):
         np.testing.assert_array_equal(first[name], general[name])
@@ -232,8 +236,10 @@ def test_reshapes_of_strided_values_view_or_copy_on_the_direct_path():
     np.testing.assert_array_equal(m.run(a=xs2)["merged"], _general(m, a=xs2)["merged"])
 
 
-def test_a_failing_python_step_between_native_runs_is_a_kernel_error_naming_it():
+def test_a_failing_python_step_between_native_runs_is_a_kernel_error_naming_it(monkeypatch):
+    from runtime import native_plan
     from runtime.errors import KernelError
+    monkeypatch.setattr(native_plan, "copy_function", lambda *a: None)  # the copy in numpy
     rng = np.random.default_rng(5)
     g = Graph()
     a = g.input("a", (4, 16), "f32")
@@ -251,6 +257,24 @@ def test_a_failing_python_step_between_native_runs_is_a_kernel_error_naming_it()
     d.segments[k] = (broken, ())
     with pytest.raises(KernelError, match=f"^{re.escape(d.segment_where[k])}: MemoryError: no room"):
         m.run(a=xs)
+
+
+@pytest.mark.parametrize("shape,perm,dtype", [
+    ((1, 4, 32, 64), (0, 2, 1, 3), np.float32),   # runs of 64 contiguous elements
+    ((1, 64, 8, 8), (0, 2, 3, 1), np.float32),    # one element at a time
+    ((3, 5, 7), (2, 0, 1), np.float16),
+    ((2, 3), (1, 0), np.int8),
+    ((4, 6), (0, 1), np.float64),                 # one run: a memcpy
+])
+def test_native_strided_copies_match_numpy(shape, perm, dtype):
+    from runtime import native_plan
+    a = np.arange(int(np.prod(shape))).reshape(shape).astype(dtype)
+    v = a.transpose(perm)[:, ::2, ..., ::-1] if len(shape) == 4 else a.transpose(perm)  # < 0 strides
+    fn, spec = native_plan.copy_function(v.shape, v.strides, v.itemsize)
+    out = np.zeros(v.shape, dtype)
+    fn(out.ctypes.data, v.ctypes.data, ctypes.addressof(spec))
+    np.testing.assert_array_equal(out, v)
+    assert native_plan.copy_function((2,) * 5, (4 ** k for k in range(5)), 1) is None  # > COPY_DIMS
 
 
 def test_native_plan_rows_take_at_most_max_args_pointers():
@@ -385,14 +409,18 @@ def test_an_arena_value_that_needs_zeroed_output_is_zeroed_right_before_its_kern
         assert m.executor.direct_path
         np.testing.assert_array_equal(out["y"], _general(m, **inputs)["y"])
         np.testing.assert_allclose(out["y"], interpret(g, inputs)["y"], rtol=1e-4, atol=1e-3)
+    from runtime import native_plan
     direct = m.executor._direct
-    fills = [(i, fn.__self__) for i, (fn, _) in enumerate(direct.calls)
-             if getattr(fn, "__name__", "") == "fill"]
-    assert len(fills) == 1
-    i, buf = fills[0]
+    zero = native_plan.zero_function()     # a row of the native run, not a numpy fill
+    fills = [(i, addrs) for i, (fn, addrs) in enumerate(direct.calls) if fn is zero]
+    assert len(fills) == 1 and len(direct.segments) == 1
+    i, (address, nbytes) = fills[0]
     off = direct.offsets[relu.step.outputs[0]]
-    assert buf.ctypes.data == direct.arena.ctypes.data + off
+    assert address == direct.arena.ctypes.data + off and nbytes == 32 * 40 * 4
     assert direct.where[i] == direct.where[i + 1] == relu.where   # right before the relu's call
+    buf = np.ones(64, np.uint8)
+    zero(buf.ctypes.data + 8, 40)
+    assert not buf[8:48].any() and buf[:8].all() and buf[48:].all()
 
 
 def test_outputs_of_a_page_or_more_lie_half_a_page_from_the_largest_input():
