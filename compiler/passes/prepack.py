@@ -167,8 +167,8 @@ def _prepack(op, entry, table, backends) -> bool:
     elt = ir.RankedTensorType(b.type).element_type
 
     def make(name, operands, out_shape, **p):
-        return _fuel.create(f"fuel.{name}", operands, [ir.RankedTensorType.get(list(out_shape), elt)],
-                            params_to_attributes(lookup(name), p), loc=op.location).results[0]
+        return _fuel.create_op(name, operands, [ir.RankedTensorType.get(list(out_shape), elt)], p,
+                               loc=op.location).results[0]
 
     np_ = n + pad
     with ir.InsertionPoint(op), op.location:
@@ -198,13 +198,13 @@ def _prepack(op, entry, table, backends) -> bool:
         shape = list(out_type.shape)
         result_type = ir.RankedTensorType.get(shape[:-1] + [np_], out_type.element_type) \
             if pad else out_type
-        new = _fuel.create(f"fuel.{entry.mnemonic}", [a, packed, bias], [result_type],
-                           params_to_attributes(lookup(entry.mnemonic), params), loc=op.location)
+        new = _fuel.create_op(entry.mnemonic, [a, packed, bias], [result_type], params,
+                              loc=op.location)
         result = new.results[0]
         if pad:  # the first n columns: a view
-            result = _fuel.create("fuel.slice", [result], [out_type], params_to_attributes(
-                lookup("slice"), {"dim": len(shape) - 1, "start": 0, "len": n}),
-                loc=op.location).results[0]
+            result = _fuel.create_op("slice", [result], [out_type],
+                                     {"dim": len(shape) - 1, "start": 0, "len": n},
+                                     loc=op.location).results[0]
     _fuel.replace_op(op, [result])
     _fuel.count("prepack.weights")
     return True
