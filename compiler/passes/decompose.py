@@ -70,7 +70,7 @@ def has_kernel(op, table, backends) -> bool:
 def decompose_via_recipe(op, entry) -> list:
     """Replace fused ``op`` (registry ``entry``) by its recipe; return the
     new ops. Raises ``Declined`` (and leaves the IR unchanged) on any failure."""
-    from compiler.dialect import lookup, params_to_attributes, tensor_type
+    from compiler.dialect import tensor_type
     from compiler.graph.ops import OP_TABLE
     from compiler.registry import Decline, default_registry, try_instantiate_recipe
 
@@ -114,11 +114,10 @@ def decompose_via_recipe(op, entry) -> list:
                     mnemonic = default_registry()[node.op].mnemonic
                 else:
                     mnemonic = OP_TABLE[node.op].mnemonic
-                attrs = params_to_attributes(lookup(mnemonic), node_params)
                 t = node.type
-                new = _fuel.create(f"fuel.{mnemonic}", [get(r) for r in node.inputs],
-                                   [tensor_type(t, [isinstance(d, Sym) for d in t.shape])],
-                                   attrs, loc=op.location)
+                new = _fuel.create_op(mnemonic, [get(r) for r in node.inputs],
+                                      [tensor_type(t, [isinstance(d, Sym) for d in t.shape])],
+                                      node_params, loc=op.location)
                 created.append(new)
                 new.verify()
                 values.append(new.results[0])

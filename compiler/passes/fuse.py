@@ -765,7 +765,6 @@ def fold_softmax_scales(module, table, backends) -> int:
     stores, so the same bits). Runs after ``fuse_attention``, which takes
     the scale into ``FlashAttn`` where it fuses the whole attention. Returns
     how many were folded."""
-    from compiler.dialect import lookup, params_to_attributes
     from runtime.keys import BackendId
     entry = _fuel.registry()["SoftmaxLastDim"]
     # the scale is the cpu row kernel's; the generic rule (cuda's) multiplies in
@@ -790,9 +789,8 @@ def fold_softmax_scales(module, table, backends) -> int:
         if not kernel_available(entry, params, in_types, dts, table, backends):
             continue
         with ir.InsertionPoint(sm), sm.location:
-            fused = _fuel.create(sm.name, [x], [sm.results[0].type],
-                                 params_to_attributes(lookup(entry.mnemonic), params),
-                                 loc=sm.location)
+            fused = _fuel.create_op(entry.mnemonic, [x], [sm.results[0].type], params,
+                                    loc=sm.location)
         # the constant divisor's broadcast and const go too where unused
         consts = [_op_of(v.owner) for v in mul.operands
                   if v != x and not isinstance(v.owner, ir.Block)]
