@@ -121,7 +121,8 @@ def decompose_via_recipe(op, entry) -> list:
                 created.append(new)
                 new.verify()
                 values.append(new.results[0])
-    except Exception as e:  # MLIRError from verify, DialectError, KeyError ...
+    except (MLIRError, ValueError, KeyError) as e:  # verify; DialectError (a ValueError) and
+        # KeyError from building a param's attribute
         _erase(created)
         msg = str(e).strip().splitlines()
         raise Declined(f"emitted recipe op is invalid: {type(e).__name__}: "
