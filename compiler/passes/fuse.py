@@ -433,6 +433,31 @@ def kernel_available(entry, params, in_types, dtypes, table, backends) -> bool:
     return any(table.backend_supports(entry.op_kind, dtypes, b) for b in backends)
 
 
+def conv_available(entry, params, in_types, dtypes, table, backends) -> bool:
+    """Whether a ``Conv2D`` with these params runs as one kernel: its own
+    (``kernel_available``), or, where its recipe is one product that takes
+    the bias, the skip and the clamp in a FusedLinear epilogue
+    (``conv2d.product_epilogue``: few-pixel and whole-image convs), that
+    FusedLinear's kernel on a candidate cpu backend (the epilogue is the cpu
+    kernel's)."""
+    if kernel_available(entry, params, in_types, dtypes, table, backends):
+        return True
+    from compiler.registry.ops import conv2d
+    from runtime.keys import BackendId
+    try:
+        if not conv2d.product_epilogue(in_types, params):
+            return False
+    except SymbolicError:
+        return False
+    lin = {k: params.get(k) for k in ("clamp_min", "clamp_max") if params.get(k) is not None}
+    if params.get("residual"):
+        lin["residual"] = True
+    types = conv2d.product_linear_types(in_types, params)
+    cpu = [b for b in backends if BackendId.parse(b) is BackendId.CPU]
+    return kernel_available(_fuel.registry()["FusedLinear"], lin, types,
+                            [t.dtype for t in types] + [dtypes[-1]], table, cpu)
+
+
 def _clamp_bounds(op):
     """(min, max) of a ``Relu`` / ``Clamp`` op as a Conv2D epilogue (None:
     an open side), or None for any other op."""
@@ -553,7 +578,7 @@ def fold_conv_residuals(module, table, backends) -> int:
         except Exception:  # an operand that does not type as a tensor
             continue
         with dims.recording("fuel-fuse"):   # the skip's ? batch is the conv's (same type)
-            if not kernel_available(entry, params, in_types, dts, table, backends):
+            if not conv_available(entry, params, in_types, dts, table, backends):
                 continue
         with ir.InsertionPoint(add), add.location:
             fused = _fuel.create_op(entry.mnemonic, operands, [add.results[0].type], params,
@@ -599,7 +624,7 @@ def fold_conv_epilogues(module, table, backends) -> int:
             dts = [t.dtype for t in in_types] + [_fuel.dtype_of(conv.results[0])]
         except Exception:  # an operand that does not type as a tensor
             continue
-        if not kernel_available(entry, params, in_types, dts, table, backends):
+        if not conv_available(entry, params, in_types, dts, table, backends):
             continue
         with ir.InsertionPoint(conv), act.location:
             fused = _fuel.create_op(entry.mnemonic, list(conv.operands),
