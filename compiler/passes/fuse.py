@@ -31,7 +31,9 @@ a ``Relu`` or ``Clamp`` that is the only user of a ``Conv2D`` becomes that
 conv's ``clamp_min`` / ``clamp_max`` params (``fold_conv_epilogues``; so a
 ResNet block's ``Relu(conv + skip)`` is one conv), where the target still
 has a kernel for the conv with them, so the kernel writes the activated
-output in its own output pass; a ``GeluErf`` that is the only user of a
+output in its own output pass, or where the conv's recipe is one product
+whose FusedLinear takes them in its epilogue (``conv_available``: few-pixel
+and whole-image convs, ``conv2d.product_epilogue``); a ``GeluErf`` that is the only user of a
 ``FusedLinear`` becomes its ``gelu`` param, a ``Gelu`` or the tanh GELU
 spelled out (GPT-2's ``gelu_new``) its ``gelu_tanh`` (``fold_linear_epilogues``);
 a ``MulScalar`` (a ``Mul`` by a scalar const, a ``Div`` by a power of two) whose

@@ -34,7 +34,12 @@ Residual: ``residual`` (bool, None: off) adds a last operand, the skip
 without an activation (``compiler.passes.fuse: fold_conv_residuals``): a
 MobileNetV2 / EfficientNet projection (linear, then the skip), and a ResNet
 block's ``Relu(conv + skip)``, whose Relu then folds as the clamp. The recipe
-adds the skip after the bias.
+adds the skip after the bias. A conv whose recipe is one product that reads
+the skip as its rows (``product_epilogue``: few pixels of one image, or
+whole images) makes that product a FusedLinear that adds the bias and the
+skip and clamps in its epilogue; ``fuel-fuse`` folds the skip and the ReLU
+into such a conv, which has no kernel of its own, where that FusedLinear
+has one (``passes.fuse.conv_available``).
 """
 from ..entry import CUSTOM, Decline, FusedOpEntry, Family, Recipe
 from ..grammar import Bind, op
