@@ -60,11 +60,13 @@ def _check(m, g, feeds, rtol):
 
 
 CASES = [  # x shape, Cout, kernel, stride, padding, chain: one FusedLinear per conv
-    ((1, 64, 4, 4), 64, 3, 1, 1, False),    # ResNet's 4x4 stage, one image (skip read transposed)
+    ((1, 64, 4, 4), 64, 3, 1, 1, False),    # ResNet's 4x4 stage, one image
     ((1, 64, 4, 4), 64, 3, 1, 1, True),     # ... the skip a product's channels-last output
     ((1, 64, 8, 8), 128, 3, 2, 1, False),   # stride 2 into 4x4
     ((1, 128, 2, 2), 128, 3, 1, 1, False),  # the 2x2 stage, one image
     ((2, 64, 2, 2), 64, 3, 1, 1, False),    # whole image, a batch of 2
+    ((3, 32, 4, 4), 64, 1, 1, 0, False),    # a 1x1 conv (one band) of 3 images: 48 rows
+    ((2, 64, 4, 4), 128, 1, 2, 0, True),    # a strided 1x1 of 2 images, chained
     ((8, 64, 2, 2), 64, 3, 1, 1, True),     # whole image, a batch of 8, chained
 ]
 

@@ -15,8 +15,9 @@
 // (NOLINEAR) keeps the Add and the Relu.
 
 // ResNet's 3x3 128->128 at 4x4, one image: the residual and the Relu fold;
-// decomposed, one fused_linear of the 16 pixel rows with the skip read
-// transposed ([1, 16, 128]) and the NCHW output a view of its result.
+// decomposed, one fused_linear of the 16 pixel rows with the skip copied
+// channels-last ([1, 16, 128]: the same ops for any batch) and the NCHW
+// output a view of its result.
 // CHECK-LABEL: func.func @few_pixels
 // CHECK-NEXT:    %[[C:.*]] = "fuel.conv2d"(%arg0, %arg1, %arg2, %arg3) {clamp_min = 0.000000e+00 : f64, dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 1>, padding = [1, 1], residual = true, stride = [1, 1]}
 // CHECK-NOT:     fuel.add
@@ -25,7 +26,8 @@
 // DEC-LABEL:   func.func @few_pixels
 // DEC-NOT:       "fuel.conv2d"
 // DEC:           %[[SR:.*]] = "fuel.reshape"(%arg3) {shape = [1, 128, 16]}
-// DEC-NEXT:      %[[ST:.*]] = "fuel.permute"(%[[SR]]) {perm = [0, 2, 1]} : (tensor<1x128x16xf32>) -> tensor<1x16x128xf32>
+// DEC-NEXT:      %[[SP:.*]] = "fuel.permute"(%[[SR]]) {perm = [0, 2, 1]} : (tensor<1x128x16xf32>) -> tensor<1x16x128xf32>
+// DEC-NEXT:      %[[ST:.*]] = "fuel.contiguize"(%[[SP]])
 // DEC:           %[[L:.*]] = "fuel.fused_linear"(%{{.*}}, %{{.*}}, %arg2, %[[ST]]) {clamp_min = 0.000000e+00 : f64, residual = true} : (tensor<1x16x1152xf32>, tensor<1x1152x128xf32>, tensor<128xf32>, tensor<1x16x128xf32>) -> tensor<1x16x128xf32>
 // DEC-NEXT:      %[[P:.*]] = "fuel.permute"(%[[L]]) {perm = [0, 2, 1]}
 // DEC-NEXT:      %[[Y:.*]] = "fuel.reshape"(%[[P]]) {shape = [1, 128, 4, 4]}
@@ -75,9 +77,9 @@ func.func @whole_image(%x: tensor<2x256x2x2xf32>, %w: tensor<256x256x3x3xf32>, %
 
 // -----
 
-// Not folded: the few-pixel product of 2 images is banded (its rows are parts
-// of images) and reads its rows of every image, which a skip not laid out
-// channels-last is not: the Add and the Relu stay.
+// Not folded: the few-pixel product of 2 images is banded (conv2d._row_bands:
+// a band's rows are parts of images, which the skip's rows are not): the Add
+// and the Relu stay.
 // CHECK-LABEL: func.func @banded
 // CHECK-NEXT:    "fuel.conv2d"(%arg0, %arg1, %arg2) {dilation
 // CHECK-NEXT:    "fuel.add"
@@ -104,6 +106,22 @@ func.func @read_elsewhere(%x: tensor<1x128x4x4xf32>, %w: tensor<128x128x3x3xf32>
   %1 = "fuel.add"(%0, %skip) : (tensor<1x128x4x4xf32>, tensor<1x128x4x4xf32>) -> tensor<1x128x4x4xf32>
   %2 = "fuel.relu"(%1) : (tensor<1x128x4x4xf32>) -> tensor<1x128x4x4xf32>
   return %2, %0 : tensor<1x128x4x4xf32>, tensor<1x128x4x4xf32>
+}
+
+// -----
+
+// A 1x1 conv at 4x4 of 2 images (one band): folds; the product's 32 rows are
+// the pixels of both images, the skip copied channels-last as [2, 16, 64].
+// DEC-LABEL:   func.func @batch_one_band
+// DEC:           %[[SR:.*]] = "fuel.reshape"(%arg3) {shape = [2, 64, 16]}
+// DEC-NEXT:      %[[SP:.*]] = "fuel.permute"(%[[SR]])
+// DEC-NEXT:      %[[ST:.*]] = "fuel.contiguize"(%[[SP]])
+// DEC-NEXT:      "fuel.fused_linear"(%{{.*}}, %{{.*}}, %arg2, %[[ST]]) {clamp_min = 0.000000e+00 : f64, residual = true} : (tensor<2x16x32xf32>, tensor<1x32x64xf32>, tensor<64xf32>, tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+func.func @batch_one_band(%x: tensor<2x32x4x4xf32>, %w: tensor<64x32x1x1xf32>, %b: tensor<64xf32>, %skip: tensor<2x64x4x4xf32>) -> tensor<2x64x4x4xf32> {
+  %0 = "fuel.conv2d"(%x, %w, %b) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [0, 0], stride = [1, 1]} : (tensor<2x32x4x4xf32>, tensor<64x32x1x1xf32>, tensor<64xf32>) -> tensor<2x64x4x4xf32>
+  %1 = "fuel.add"(%0, %skip) : (tensor<2x64x4x4xf32>, tensor<2x64x4x4xf32>) -> tensor<2x64x4x4xf32>
+  %2 = "fuel.relu"(%1) : (tensor<2x64x4x4xf32>) -> tensor<2x64x4x4xf32>
+  return %2 : tensor<2x64x4x4xf32>
 }
 
 // -----

@@ -347,8 +347,7 @@ def _few_pixels(params, types, epilogue=None):
         # is channels-last already, and its one pixel is the one tap
         return _few_pixels_product(op("Reshape", Bind(0), shape=(n, 1, kk)),
                                    types, n, kk, cout, ho, wo, params, epilogue)
-    if (kh, kw) == (1, 1) and not (ph or pw) and (sh, sw) != (1, 1) \
-            and hp % sh == 0 and wp % sw == 0:
+    if _strided_1x1(kh, kw, ph, pw, sh, sw, hp, wp):
         # a strided 1x1 (a ResNet shortcut) reads one pixel of each s x s
         # block: the subsample is a view of x, so its channels-last copy is the
         # only copy (was: all of x made channels-last, then its strided view
@@ -454,10 +453,9 @@ def _few_pixels_matmul(cols, n, kk, cout, total, k0=0, epilogue=None):
         wt = op("Slice", wt, dim=1, start=k0, len=kk)
     # every image multiplies the same weight (a packed one: the batch folds
     # into the rows); the same ops for one image, so one plan serves every batch
-    wb = op("BroadcastTo", wt, shape=(n, kk, cout))
-    if epilogue is not None:
-        return epilogue(cols, wb)
-    return op("MatMul", cols, wb)                                        # [n, P, Cout]
+    if epilogue is not None:   # FusedLinear's b of one batch serves every image
+        return epilogue(cols, wt)
+    return op("MatMul", cols, op("BroadcastTo", wt, shape=(n, kk, cout)))  # [n, P, Cout]
 
 
 def _few_pixels_product(cols, types, n, kk, cout, ho, wo, params, epilogue=None):
@@ -552,12 +550,10 @@ def product_epilogue(types, params) -> bool:
     it: a groups-1 conv with a bias and a residual or a clamp (no silu or
     gelu), static extents, whose recipe is one product that can read the
     skip as its rows: the whole-image map (``whole_image``: the skip is the
-    NCHW output's ``[N, Cout*Ho*Wo]``), or the few-pixel im2col of one
-    image (``_few_pixels`` at a batch of 1: one band; the skip is the
-    transposed ``[1, Ho*Wo, Cout]``, rows at any stride). With more images
-    the few-pixel product's rows are the pixels of every image, which a skip
-    not laid out channels-last cannot be read as, and a banded product's
-    rows are parts of images (``_row_bands``)."""
+    NCHW output's ``[N, Cout*Ho*Wo]``), or a few-pixel im2col of one band
+    (``_few_pixels``; its skip copied channels-last, ``[N, Ho*Wo, Cout]``,
+    the product's rows: the pixels of every image). A banded product's rows
+    are parts of images (``_row_bands``), which the skip's rows are not."""
     x, w, bias, skip = split_operands(types, params)
     if bias is None or params.get("silu") or params.get("gelu") or params["groups"] != 1 \
             or (skip is None and params.get("clamp_min") is None
@@ -567,7 +563,16 @@ def product_epilogue(types, params) -> bool:
     n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
     if whole_image(types, params):
         return True
-    return n == 1 and _few_pixels_class(n, cout, kh, kw, ho, wo)
+    if not _few_pixels_class(n, cout, kh, kw, ho, wo):
+        return False
+    one = hp == wp == 1 or _strided_1x1(kh, kw, ph, pw, sh, sw, hp, wp)
+    return one or len(_row_bands(ho, sh, ph, params["dilation"][0], kh, hp - 2 * ph, n)) == 1
+
+
+def _strided_1x1(kh, kw, ph, pw, sh, sw, hp, wp) -> bool:
+    """A strided unpadded 1x1 (a ResNet shortcut) whose stride divides the size."""
+    return (kh, kw) == (1, 1) and not (ph or pw) and (sh, sw) != (1, 1) \
+        and hp % sh == 0 and wp % sw == 0
 
 
 def _few_pixels_class(n, cout, kh, kw, ho, wo) -> bool:
@@ -590,7 +595,7 @@ def product_linear_types(types, params) -> list:
                TensorType((n, cols), dt)]
     else:
         k = cin * kh * kw
-        out = [TensorType((n, ho * wo, k), dt), TensorType((n, k, cout), dt),
+        out = [TensorType((n, ho * wo, k), dt), TensorType((1, k, cout), dt),
                TensorType((cout,), dt), TensorType((n, ho * wo, cout), dt)]
     return out if skip is not None else out[:3]
 
@@ -601,9 +606,12 @@ def _epilogue_product(params, types):
     bits as the product, the bias ``Add``, the skip's ``Add`` and the
     ``Clamp``. Whole image: ``x [N, Cin*H*W] @ Wd`` with the bias repeated
     over each channel's output pixels (a constant the plan folds) and the
-    skip read as ``[N, Cout*Ho*Wo]``; few pixels: ``cols [1, Ho*Wo, kk] @ w``
-    reordered with the skip read transposed (``[1, Ho*Wo, Cout]``), its
-    result the channels-last memory of the output."""
+    skip read as ``[N, Cout*Ho*Wo]``; few pixels: ``cols [N, Ho*Wo, kk] @ w``
+    reordered, its result the channels-last memory of the output, the skip
+    ``[N, Ho*Wo, Cout]`` a channels-last copy (one copy step; the same ops for
+    one image and for a batch, so one plan serves every batch: a batch's
+    product reads it as its rows, which a transposed view of an NCHW skip is
+    not)."""
     n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
     skip = split_operands(range(len(types)), params)[3]
     p = ho * wo
@@ -618,8 +626,8 @@ def _epilogue_product(params, types):
         y = op("FusedLinear", op("Reshape", Bind(0), shape=(n, cin * h * w)),
                _whole_image_weight(params, types), bias, *skips, **lin)
         return op("Reshape", y, shape=(n, cout, ho, wo))
-    skips = [] if skip is None else [
-        op("Permute", op("Reshape", Bind(skip), shape=(n, cout, p)), perm=(0, 2, 1))]
+    skips = [] if skip is None else [op("Contiguize", op(
+        "Permute", op("Reshape", Bind(skip), shape=(n, cout, p)), perm=(0, 2, 1)))]
     conv_types = types[:skip] if skip is not None else types
     return _few_pixels(dict(params, residual=None), conv_types,
                        lambda cols, wb: op("FusedLinear", cols, wb, Bind(2), *skips, **lin))
