@@ -351,10 +351,21 @@ class Matmul(OpParams):
     gelu: bool = False
     #: or its tanh GELU (GPT-2's ``gelu_new``, the ``Gelu`` primitive)
     gelu_tanh: bool = False
+    #: FusedLinear's residual epilogue: a last operand of the output's shape
+    #: added after the bias (the Conv2D recipe's few-pixel and whole-image
+    #: products take the conv's skip so), then the clamp (None: open side)
+    residual: bool = False
+    clamp_min: Optional[float] = None
+    clamp_max: Optional[float] = None
 
     def validate(self):
         if self.gelu and self.gelu_tanh:
             self._fail("gelu (erf) and gelu_tanh exclude each other: set one of them")
+        clamped = self.clamp_min is not None or self.clamp_max is not None
+        if clamped and (self.gelu or self.gelu_tanh):
+            self._fail("the clamp and gelu epilogues exclude each other: set one of them")
+        if self.clamp_min is not None and self.clamp_max is not None and not self.clamp_min <= self.clamp_max:
+            self._fail(f"clamp_min {self.clamp_min} must be <= clamp_max {self.clamp_max}")
         if len(self.lhs_batch_dims) != len(self.rhs_batch_dims):
             self._fail("lhs and rhs batch ranks differ")
         if self.b_panel and (self.lhs_batch_dims or self.n % self.b_panel):

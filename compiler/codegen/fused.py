@@ -221,9 +221,10 @@ def _conv_batch(types, params):
 
 
 def _linear_dims(types, params):
-    if params.get("gelu") or params.get("gelu_tanh"):  # the epilogue kernel (``_linear_epilogue``): a's rows
-        rows = _row_dims(types)[0]  # a and the output (of a's rank): all axes but the last
-        return (rows,) + tuple((False,) * len(t.shape) for t in types[1:]) + (rows,)
+    if linear_epilogue(params):  # the epilogue kernel (``_linear_epilogue``): a's rows
+        rows = _row_dims(types)[0]  # a, the skip and the output (of a's rank): all axes but the last
+        return (rows,) + tuple(rows if i == 3 else (False,) * len(t.shape)
+                               for i, t in enumerate(types[1:], 1)) + (rows,)
     if params.get("b_panel"):  # packed b [?, ?, panel]: the panel width is static
         a, _b, bias = _all_dims(types)[:3]
         return a, (True, True, False), bias, a
@@ -349,6 +350,30 @@ def _rows_2d(lay: Layout) -> Layout:
     return out
 
 
+def _as_output(lay: Layout, out: Layout) -> Layout:
+    """FusedLinear's skip ``lay`` viewed in the shape its output is read in
+    (the batch axes folded into rows as the output's are);
+    UnsupportedOpError where its strides forbid it."""
+    if tuple(lay.shape) == tuple(out.shape):
+        return lay
+    view = lay.reshaped(tuple(out.shape))
+    if view is None:
+        raise UnsupportedOpError(
+            f"mlir-cpu-fused FusedLinear with a residual: the skip {list(lay.shape)} strides "
+            f"{list(lay.stride)} cannot be read as the output {list(out.shape)}; pass it "
+            f"contiguous")
+    return view
+
+
+def linear_epilogue(params) -> bool:
+    """Whether FusedLinear ``params`` (a dict or ``P.Matmul``) have an
+    epilogue (``lowering.fused_forward._linear_epilogue``): a GELU, a
+    residual or a clamp."""
+    get = params.get if isinstance(params, dict) else lambda k: getattr(params, k)
+    return bool(get("gelu") or get("gelu_tanh") or get("residual")
+                or get("clamp_min") is not None or get("clamp_max") is not None)
+
+
 class FusedFamily(KernelFamily):
     """One static fused op per kernel; the binding key is its OpKind."""
 
@@ -365,6 +390,8 @@ class FusedFamily(KernelFamily):
                 layouts[0], layouts[1], layouts[n_inputs], params = views
             if params.b_panel:  # packed b: a's batch axes fold into M
                 layouts[0], layouts[n_inputs] = _rows_2d(layouts[0]), _rows_2d(layouts[n_inputs])
+            if params.residual:  # the skip is read as the output is
+                layouts[n_inputs - 1] = _as_output(layouts[n_inputs - 1], layouts[n_inputs])
         inst = instance_from_params(spec.name, params, dtypes, layouts, n_inputs)
         if spec.name == "FusedLinear":
             # as MatMul: a kernel for unit-stride rows, one for calls of few
@@ -376,7 +403,7 @@ class FusedFamily(KernelFamily):
             unit = unit_stride_args(layouts)
             few = few_rows(layouts[0].shape, unit, n_inputs)
             dozen = unpacked_rows(layouts[0].shape, unit, n_inputs, b_row_stride(layouts))
-            if params.gelu or params.gelu_tanh:
+            if linear_epilogue(params):
                 few, dozen = False, bool(params.b_panel) and (few or dozen)
             inst = dataclasses.replace(inst, unit_stride=unit, few_rows=few, unpacked=dozen)
         elif spec.name in ("Conv2D", "MaxPool2D"):
@@ -417,8 +444,9 @@ class FusedFamily(KernelFamily):
             panel = dict(inst.params).get("b_panel")
             if panel:
                 return _packed_linear_tiles(layouts, threads, panel)
+            skip = (3,) if dict(inst.params).get("residual") else ()   # cut as the output
             return parallel.matmul_tiles(layouts, n_inputs, threads, MATMUL_ROW_ALIGN,
-                                         MATMUL_COL_ALIGN)
+                                         MATMUL_COL_ALIGN, like_out=skip)
         if inst.name in ROW_PARALLEL:
             return parallel.row_tiles(layouts, n_inputs, threads, keep_last=True,
                                       min_elements=min_elements)
@@ -446,20 +474,22 @@ def _packed_linear_tiles(layouts, threads: int, panel: int):
     the output 2-D): by whole panels, ``MATMUL_COL_ALIGN`` columns or more
     (b's axis 0, the bias's and the output's columns), when every tile gets
     ``MIN_COL_PANELS`` of them, as ``parallel.matmul_tiles`` cuts N; else by
-    rows of M in multiples of ``MATMUL_ROW_ALIGN``."""
+    rows of M in multiples of ``MATMUL_ROW_ALIGN``. A skip (``residual``: a
+    fourth input, 2-D as the output) is cut as the output."""
     from compiler.codegen.kernels import MATMUL_COL_ALIGN, MATMUL_ROW_ALIGN
-    a, b, bias, out = layouts
+    a, b, bias, *skip, out = layouts
     if out.numel * a.shape[-1] < parallel.MIN_MACS:
         return None
     align = max(1, MATMUL_COL_ALIGN // panel)
     if b.shape[0] >= threads * parallel.MIN_COL_PANELS * align:
         tiles = parallel.chunks(b.shape[0], threads, align)
         if len(tiles) > 1:
-            return [[a, b.narrow(0, p, n), bias.narrow(0, p * panel, n * panel),
-                     out.narrow(1, p * panel, n * panel)] for p, n in tiles]
+            return [[a, b.narrow(0, p, n), bias.narrow(0, p * panel, n * panel)]
+                    + [v.narrow(1, p * panel, n * panel) for v in skip + [out]]
+                    for p, n in tiles]
         return None
-    return parallel.split_layouts(list(layouts), [0, None, None, 0], out.shape[0], threads,
-                                  MATMUL_ROW_ALIGN)
+    return parallel.split_layouts(list(layouts), [0, None, None] + [0] * len(skip) + [0],
+                                  out.shape[0], threads, MATMUL_ROW_ALIGN)
 
 
 def _conv_group_tiles(params: dict, layouts, n_inputs: int, threads: int):
@@ -635,26 +665,37 @@ fused_kernel("LayerNormLastDim", from_params=_eps_back, precision=NORM_FAMILY,
 
 
 def _linear_serves(params, types) -> bool:
-    """The ``gelu`` / ``gelu_tanh`` epilogue (``lowering.fused_forward.
-    _linear_epilogue``): f32 only (an f64 erf has no vector expansion: the
-    GeluErf stays a kernel of its own; the tanh form likewise), b packed or
-    of unit batch axes (one panel)."""
-    if not (params.get("gelu") or params.get("gelu_tanh")):
+    """The epilogues (``lowering.fused_forward._linear_epilogue``): b packed
+    or of unit batch axes (one panel); the ``gelu`` / ``gelu_tanh`` one f32
+    only (an f64 erf has no vector expansion: the GeluErf stays a kernel of
+    its own; the tanh form likewise), the residual and clamp f32 or f64."""
+    if not linear_epilogue(params):
         return True
-    return all(t.dtype == DType.F32 for t in types) and (
+    floats = (DType.F32,) if params.get("gelu") or params.get("gelu_tanh") \
+        else (DType.F32, DType.F64)
+    return all(t.dtype in floats for t in types) and (
         bool(params.get("b_panel")) or all(d == 1 for d in types[1].shape[:-2]))
+
+
+def _linear_keys(t):
+    """(a, b, bias[, skip], out): the residual epilogue's skip is a fourth input."""
+    return [(t,) * 4, (t,) * 5]
 
 
 @fused_kernel("FusedLinear", precision=FUSED_LINEAR,
               dtypes=(DType.F32, DType.F64, DType.F16, DType.BF16),
               from_params=lambda p, types: {"b_panel": int(p.b_panel) or None,
                                             "gelu": True if p.gelu else None,
-                                            "gelu_tanh": True if p.gelu_tanh else None},
-              serves=_linear_serves)
+                                            "gelu_tanh": True if p.gelu_tanh else None,
+                                            "residual": True if p.residual else None,
+                                            "clamp_min": p.clamp_min, "clamp_max": p.clamp_max},
+              serves=_linear_serves, keys=_linear_keys)
 def _linear_params(params, types):
     a, b = types[0].shape, types[1].shape
     panel = params.get("b_panel", 0)
-    act = {"gelu": bool(params.get("gelu")), "gelu_tanh": bool(params.get("gelu_tanh"))}
+    act = {"gelu": bool(params.get("gelu")), "gelu_tanh": bool(params.get("gelu_tanh")),
+           "residual": bool(params.get("residual")),
+           "clamp_min": params.get("clamp_min"), "clamp_max": params.get("clamp_max")}
     if panel:  # packed b [N/panel, K, panel]; a's batch axes fold into M
         return P.Matmul((), (), math.prod(a[:-1]), b[0] * panel, a[-1], b_panel=panel, **act)
     return P.Matmul(tuple(a[:-2]), tuple(b[:-2]), a[-2], b[-1], a[-1], **act)

@@ -187,14 +187,13 @@ def collapse_matmul(a: Layout, b: Layout, out: Layout, p: "P.Matmul"):
         if a2 is not None and o2 is not None:
             b2 = Layout._trusted(b.shape[nb:], b.stride[nb:], b.start_offset)
             rows = a2.shape[0]
-            return a2, b2, o2, P.Matmul((), (), rows, p.n, p.k, gelu=p.gelu,
-                                        gelu_tanh=p.gelu_tanh)
+            return a2, b2, o2, dataclasses.replace(p, lhs_batch_dims=(), rhs_batch_dims=(),
+                                                   m=rows)
     if nb > 1 and p.lhs_batch_dims == p.rhs_batch_dims:
         views = [merge_axes(v, 0, nb) for v in (a, b, out)]
         if None not in views:
             batch = (math.prod(p.lhs_batch_dims),)
-            return (*views, P.Matmul(batch, batch, p.m, p.n, p.k, gelu=p.gelu,
-                                     gelu_tanh=p.gelu_tanh))
+            return (*views, dataclasses.replace(p, lhs_batch_dims=batch, rhs_batch_dims=batch))
     return None
 
 

@@ -196,9 +196,11 @@ def image_tiles(layouts: Sequence[Layout], n_inputs: int, threads: int,
 
 
 def matmul_tiles(layouts: Sequence[Layout], n_inputs: int, threads: int,
-                 align: int, col_align: int | None = None) -> list[list[Layout]] | None:
+                 align: int, col_align: int | None = None,
+                 like_out: Sequence[int] = ()) -> list[list[Layout]] | None:
     """Tiles of a (batched) matmul ``a [.., M, K] @ b [.., K, N]`` (further
-    inputs are a bias over N): by batch when there are at least ``threads``
+    inputs are a bias over N, or, listed in ``like_out``, of the output's
+    shape and cut as it is: a skip): by batch when there are at least ``threads``
     batches of equal lhs and rhs extent; else by columns of N in multiples
     of ``col_align`` when N has at least ``MIN_COL_PANELS`` such panels per
     thread (each tile packs and reads only its part of b, where cutting M
@@ -212,6 +214,8 @@ def matmul_tiles(layouts: Sequence[Layout], n_inputs: int, threads: int,
     axes: list[int | None] = [None] * n_inputs + [0]
     if out.rank == 3 and out.shape[0] >= threads and b.shape[0] == out.shape[0]:
         axes[0] = axes[1] = 0
+        for i in like_out:
+            axes[i] = 0
         return split_layouts(list(layouts), axes, out.shape[0], threads)
     n_axis = out.rank - 1
     if col_align and out.shape[n_axis] >= threads * MIN_COL_PANELS * col_align:
@@ -219,6 +223,8 @@ def matmul_tiles(layouts: Sequence[Layout], n_inputs: int, threads: int,
         return split_layouts(list(layouts), axes, out.shape[n_axis], threads, col_align)
     m_axis = out.rank - 2
     axes[0] = axes[-1] = m_axis
+    for i in like_out:
+        axes[i] = m_axis
     return split_layouts(list(layouts), axes, out.shape[m_axis], threads, align)
 
 

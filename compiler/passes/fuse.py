@@ -31,7 +31,9 @@ a ``Relu`` or ``Clamp`` that is the only user of a ``Conv2D`` becomes that
 conv's ``clamp_min`` / ``clamp_max`` params (``fold_conv_epilogues``; so a
 ResNet block's ``Relu(conv + skip)`` is one conv), where the target still
 has a kernel for the conv with them, so the kernel writes the activated
-output in its own output pass; a ``GeluErf`` that is the only user of a
+output in its own output pass, or where the conv's recipe is one product
+whose FusedLinear takes them in its epilogue (``conv_available``: few-pixel
+and whole-image convs, ``conv2d.product_epilogue``); a ``GeluErf`` that is the only user of a
 ``FusedLinear`` becomes its ``gelu`` param, a ``Gelu`` or the tanh GELU
 spelled out (GPT-2's ``gelu_new``) its ``gelu_tanh`` (``fold_linear_epilogues``);
 a ``MulScalar`` (a ``Mul`` by a scalar const, a ``Div`` by a power of two) whose
@@ -433,6 +435,31 @@ def kernel_available(entry, params, in_types, dtypes, table, backends) -> bool:
     return any(table.backend_supports(entry.op_kind, dtypes, b) for b in backends)
 
 
+def conv_available(entry, params, in_types, dtypes, table, backends) -> bool:
+    """Whether a ``Conv2D`` with these params runs as one kernel: its own
+    (``kernel_available``), or, where its recipe is one product that takes
+    the bias, the skip and the clamp in a FusedLinear epilogue
+    (``conv2d.product_epilogue``: few-pixel and whole-image convs), that
+    FusedLinear's kernel on a candidate cpu backend (the epilogue is the cpu
+    kernel's)."""
+    if kernel_available(entry, params, in_types, dtypes, table, backends):
+        return True
+    from compiler.registry.ops import conv2d
+    from runtime.keys import BackendId
+    try:
+        if not conv2d.product_epilogue(in_types, params):
+            return False
+    except SymbolicError:
+        return False
+    lin = {k: params.get(k) for k in ("clamp_min", "clamp_max") if params.get(k) is not None}
+    if params.get("residual"):
+        lin["residual"] = True
+    types = conv2d.product_linear_types(in_types, params)
+    cpu = [b for b in backends if BackendId.parse(b) is BackendId.CPU]
+    return kernel_available(_fuel.registry()["FusedLinear"], lin, types,
+                            [t.dtype for t in types] + [dtypes[-1]], table, cpu)
+
+
 def _clamp_bounds(op):
     """(min, max) of a ``Relu`` / ``Clamp`` op as a Conv2D epilogue (None:
     an open side), or None for any other op."""
@@ -553,7 +580,7 @@ def fold_conv_residuals(module, table, backends) -> int:
         except Exception:  # an operand that does not type as a tensor
             continue
         with dims.recording("fuel-fuse"):   # the skip's ? batch is the conv's (same type)
-            if not kernel_available(entry, params, in_types, dts, table, backends):
+            if not conv_available(entry, params, in_types, dts, table, backends):
                 continue
         with ir.InsertionPoint(add), add.location:
             fused = _fuel.create_op(entry.mnemonic, operands, [add.results[0].type], params,
@@ -599,7 +626,7 @@ def fold_conv_epilogues(module, table, backends) -> int:
             dts = [t.dtype for t in in_types] + [_fuel.dtype_of(conv.results[0])]
         except Exception:  # an operand that does not type as a tensor
             continue
-        if not kernel_available(entry, params, in_types, dts, table, backends):
+        if not conv_available(entry, params, in_types, dts, table, backends):
             continue
         with ir.InsertionPoint(conv), act.location:
             fused = _fuel.create_op(entry.mnemonic, list(conv.operands),

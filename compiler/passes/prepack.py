@@ -6,7 +6,8 @@ FMAs start from 0 as MatMul's do) whose ``b`` is a constant (a
 ``fuel.const`` or views of one: ``Reshape``, ``Transpose``, ``Permute``,
 ``Contiguize`` (the Conv2D recipe's ``w^T`` of few output pixels), ``Slice``,
 ``Unsqueeze``, ``Squeeze``, or a ``Concat`` of those (sibling products
-``fuel-fuse`` merged; the Conv2D recipe's whole-image weight, ``conv2d.whole_image``); not batched: every axis but the last two of size 1, or a ``BroadcastTo``
+``fuel-fuse`` merged; the Conv2D recipe's whole-image weight, ``conv2d.whole_image``; its skip, with ``residual``,
+stays the op's last operand); not batched: every axis but the last two of size 1, or a ``BroadcastTo``
 over them) gets ``b_panel = nr`` and, as ``b``,
 ``Contiguize(Permute(Reshape(b, [K, N/nr, nr]), [1, 0, 2]))``: B's column
 panels of ``nr``, K-major within a panel (``[N/nr, K, nr]``). The plan's
@@ -161,7 +162,7 @@ def _prepack(op, entry, table, backends) -> bool:
         return False
     pad = -n % nr
     if pad and (pad * MAX_PAD_FRACTION > n or pad * k > MAX_PAD_ELEMENTS
-                or (linear and not _constant(op.operands[2]))):
+                or (linear and not _constant(op.operands[2])) or params.get("residual")):
         return False
     from compiler.dialect import lookup, params_to_attributes
     elt = ir.RankedTensorType(b.type).element_type
@@ -198,8 +199,8 @@ def _prepack(op, entry, table, backends) -> bool:
         shape = list(out_type.shape)
         result_type = ir.RankedTensorType.get(shape[:-1] + [np_], out_type.element_type) \
             if pad else out_type
-        new = _fuel.create_op(entry.mnemonic, [a, packed, bias], [result_type], params,
-                              loc=op.location)
+        new = _fuel.create_op(entry.mnemonic, [a, packed, bias] + list(op.operands[3:]),
+                              [result_type], params, loc=op.location)
         result = new.results[0]
         if pad:  # the first n columns: a view
             result = _fuel.create_op("slice", [result], [out_type],

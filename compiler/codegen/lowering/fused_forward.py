@@ -17,6 +17,9 @@
 """
 from __future__ import annotations
 
+import functools
+import math
+
 from compiler.mlir import ir
 
 from .core import (PARALLEL, REDUCTION, Lowering, Scalar, affine_map, broadcast_map, collapse,
@@ -28,9 +31,11 @@ from .matmul import matmul_into
 
 @lowers("FusedLinear")
 def _fused_linear(lw: Lowering):
-    a, b, bias = lw.operands
-    if lw.params.get("gelu") or lw.params.get("gelu_tanh"):
-        return _linear_epilogue(lw, a, b, bias, lw.params.get("b_panel"))
+    from compiler.codegen.fused import linear_epilogue
+    a, b, bias = lw.operands[:3]
+    if linear_epilogue(lw.params):
+        skip = lw.operands[3] if lw.params.get("residual") else None
+        return _linear_epilogue(lw, a, b, bias, lw.params.get("b_panel"), skip)
     if lw.params.get("b_panel"):
         return _packed_linear(lw, a, b, bias, lw.params["b_panel"])
     n = rank(a)
@@ -68,13 +73,15 @@ def _packed_linear(lw: Lowering, a, b, bias, panel: int):
     return mm
 
 
-def _linear_epilogue(lw: Lowering, a, b, bias, panel):
-    """``gelu(a @ b + bias)`` (one float dtype; a's rows may be run-time
-    extents, everything else static) as a zero
+def _linear_epilogue(lw: Lowering, a, b, bias, panel, skip=None):
+    """``gelu(a @ b + bias)`` or ``clamp(a @ b + bias + skip)`` (one float
+    dtype; a's rows may be run-time extents, everything else static) as a zero
     fill, a contraction (``CONTRACT_ATTR``) and an element-wise epilogue
     (``EPILOGUE_ATTR``: the bias, then the erf GELU of ``_gelu_erf`` as the
     GeluErf kernel computes it, or with ``gelu_tanh`` the tanh GELU of
-    ``_gelu_tanh`` as the Gelu kernel does), which the cpu strategy ``matmul-epilogue``
+    ``_gelu_tanh`` as the Gelu kernel does; or the skip ``skip``, of the
+    output's shape, then the clamp as the Clamp kernel computes it: the Add
+    and Clamp of the recipe, in its order), which the cpu strategy ``matmul-epilogue``
     tiles and fuses: each register tile starts at zero, runs all of K and
     leaves through the epilogue, stored once. All three iterate (p, m, j)
     over the output viewed as ``[M, P, nr]`` (a packed b ``[P, K, nr]``; an
@@ -83,8 +90,11 @@ def _linear_epilogue(lw: Lowering, a, b, bias, panel):
     axes fold into M."""
     from compiler.codegen.family import CONTRACT_ATTR, EPILOGUE_ATTR, PACKED_B_ATTR
     from .elementwise import _gelu_erf, _gelu_tanh
-    gelu = _gelu_tanh if lw.params.get("gelu_tanh") else _gelu_erf
     s, elt = Scalar.compute(lw.out_dtype), lw.out_elt
+    if lw.params.get("gelu") or lw.params.get("gelu_tanh"):
+        act = functools.partial(_gelu_tanh if lw.params.get("gelu_tanh") else _gelu_erf, s)
+    else:
+        act = functools.partial(_clamp, s, lw.params.get("clamp_min"), lw.params.get("clamp_max"))
     ra, rb = rank(a), rank(b)
     out_shape = dims(a)[:-1] + [rtt(bias).shape[0]]  # a's rows may be run-time extents
     if ra > 2:
@@ -107,8 +117,17 @@ def _linear_epilogue(lw: Lowering, a, b, bias, panel):
     acc.owner.attributes[CONTRACT_ATTR] = ir.UnitAttr.get()
     if panel:  # the packed strategy's register tile (``cpu.strategy.packed_epilogue_strategy``)
         acc.owner.attributes[PACKED_B_ATTR] = ir.UnitAttr.get()
-    y = generic([acc, bias], [empty(shape, elt)], [out3, affine_map(3, [0, 2]), out3],
-                [PARALLEL] * 3, lambda v, c, _o: gelu(s, s.add(v, c)))[0]
+    ins, maps = [acc, bias], [out3, affine_map(3, [0, 2])]
+    if skip is not None:  # the skip, read as the output is ([M, P, nr] or [1, M, N])
+        rs = rank(skip)
+        if rs > 2:
+            skip = collapse(skip, [list(range(rs - 1)), [rs - 1]])
+        skip = expand(skip, [m, p, nr] if panel else [1, m, nr], [[0], [1, 2]] if panel else [[0, 1], [2]])
+        ins.append(skip)
+        maps.append(out3)
+    y = generic(ins, [empty(shape, elt)], maps + [out3], [PARALLEL] * 3,
+                lambda v, c, *rest: act(s.add(s.add(v, c), rest[0]) if skip is not None
+                                        else s.add(v, c)))[0]
     y.owner.attributes[EPILOGUE_ATTR] = ir.UnitAttr.get()
     y = collapse(y, [[0], [1, 2]] if panel else [[0, 1], [2]])
     if len(out_shape) == 2:  # written into the out-param's [M, P, nr] view: no copy
@@ -116,6 +135,15 @@ def _linear_epilogue(lw: Lowering, a, b, bias, panel):
         y.owner.attributes[WRITE_THROUGH_ATTR] = ir.UnitAttr.get()
     return expand(y, out_shape, [list(range(len(out_shape) - 1)), [len(out_shape) - 1]]) \
         if len(out_shape) > 2 else y
+
+
+def _clamp(s: Scalar, lo, hi, v):
+    """``v`` clamped to ``[lo, hi]`` (None: that side open) as the Clamp
+    kernel computes it; identity without bounds."""
+    if lo is None and hi is None:
+        return v
+    lo, hi = -math.inf if lo is None else lo, math.inf if hi is None else hi
+    return s.min(s.max(v, s.saturated_const(lo)), s.saturated_const(hi))
 
 
 def _halves(v, n: int, h: int):

@@ -34,7 +34,12 @@ Residual: ``residual`` (bool, None: off) adds a last operand, the skip
 without an activation (``compiler.passes.fuse: fold_conv_residuals``): a
 MobileNetV2 / EfficientNet projection (linear, then the skip), and a ResNet
 block's ``Relu(conv + skip)``, whose Relu then folds as the clamp. The recipe
-adds the skip after the bias.
+adds the skip after the bias. A conv whose recipe is one product that reads
+the skip as its rows (``product_epilogue``: few pixels of one image, or
+whole images) makes that product a FusedLinear that adds the bias and the
+skip and clamps in its epilogue; ``fuel-fuse`` folds the skip and the ReLU
+into such a conv, which has no kernel of its own, where that FusedLinear
+has one (``passes.fuse.conv_available``).
 """
 from ..entry import CUSTOM, Decline, FusedOpEntry, Family, Recipe
 from ..grammar import Bind, op
@@ -149,7 +154,10 @@ def reference(inputs, params):
 
 def build(params, types):
     """The recipe: the convolution (``_conv``), the residual, then its clamp,
-    silu or gelu epilogue."""
+    silu or gelu epilogue; where the product's FusedLinear takes the bias,
+    the residual and the clamp (``product_epilogue``), that product."""
+    if product_epilogue(types, params):
+        return _epilogue_product(params, types)
     skip = split_operands(range(len(types)), params)[3]
     if skip is not None:
         params, types = dict(params, residual=None), types[:skip]
@@ -319,7 +327,7 @@ def _padded(x, lead, hp, wp, sh, sw, ph, pw, channels_last):
     return x, op("Reshape", x, shape=(*lead, hq, sh, wq, sw))
 
 
-def _few_pixels(params, types):
+def _few_pixels(params, types, epilogue=None):
     """Few output pixels (a CNN's late layers): one matmul whose rows are the
     pixels of every image and whose columns are the Cout channels (a handful
     of pixels as columns is less than one register tile): ``cols [N*Ho*Wo,
@@ -327,7 +335,10 @@ def _few_pixels(params, types):
     channels last (x made ``[N, H, W, Cin]`` once: a small copy), so each
     tap copies runs of Cin and the rows come out contiguous for the kernel;
     w is reordered to match (a constant's copy: folded at compile time and
-    packed by ``fuel-prepack-weights``)."""
+    packed by ``fuel-prepack-weights``). ``epilogue`` (``_epilogue_product``):
+    the product is a FusedLinear with the conv's bias, skip and clamp, and
+    its ``[n, Ho*Wo, Cout]`` result is the output's memory (the NCHW output
+    a view of it)."""
     n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
     dh, dw = params["dilation"]
     kk = cin * kh * kw
@@ -335,9 +346,8 @@ def _few_pixels(params, types):
         # a 1x1 image, unpadded (squeeze-excite's 1x1 convs): x [n, cin, 1, 1]
         # is channels-last already, and its one pixel is the one tap
         return _few_pixels_product(op("Reshape", Bind(0), shape=(n, 1, kk)),
-                                   types, n, kk, cout, ho, wo, params)
-    if (kh, kw) == (1, 1) and not (ph or pw) and (sh, sw) != (1, 1) \
-            and hp % sh == 0 and wp % sw == 0:
+                                   types, n, kk, cout, ho, wo, params, epilogue)
+    if _strided_1x1(kh, kw, ph, pw, sh, sw, hp, wp):
         # a strided 1x1 (a ResNet shortcut) reads one pixel of each s x s
         # block: the subsample is a view of x, so its channels-last copy is the
         # only copy (was: all of x made channels-last, then its strided view
@@ -346,7 +356,7 @@ def _few_pixels(params, types):
         t = op("Slice", op("Slice", x6, dim=3, start=0, len=1), dim=5, start=0, len=1)
         t = op("Permute", op("Squeeze", op("Squeeze", t, dim=5), dim=3), perm=(0, 2, 3, 1))
         cols = op("Reshape", op("Contiguize", t), shape=(n, ho * wo, cin))
-        return _few_pixels_product(cols, types, n, cin, cout, ho, wo, params)
+        return _few_pixels_product(cols, types, n, cin, cout, ho, wo, params, epilogue)
     xl = op("Permute", Bind(0), perm=(0, 2, 3, 1))                         # [n, h, w, cin]
     if not (ph or pw or -(-hp // sh) * sh != hp or -(-wp // sw) * sw != wp):
         # unpadded, x is made channels-last by a copy of its own; padded, the
@@ -356,15 +366,17 @@ def _few_pixels(params, types):
     x, x6 = _padded(xl, (n, cin), hp, wp, sh, sw, ph, pw, channels_last=True)
     bands = _row_bands(ho, sh, ph, dh, kh, hp - 2 * ph, n)
     if len(bands) == 1:
-        yt = _band_product(x6, n, cin, cout, kh, kw, (0, ho, 0, kh), wo, dh, dw, sh, sw)
+        yt = _band_product(x6, n, cin, cout, kh, kw, (0, ho, 0, kh), wo, dh, dw, sh, sw, epilogue)
     else:
+        if epilogue is not None:
+            raise ValueError(f"{NAME}: the product epilogue takes one band; got {bands}")
         ys = [_band_product(x6, n, cin, cout, kh, kw, b, wo, dh, dw, sh, sw) for b in bands]
         # their rows are whole output rows of each image: one Concat of
         # the bands (of one type: split into single output rows) in order
         rows = [op("Slice", y, dim=1, start=i * wo, len=wo)
                 for y, (o0, o1, _, _) in zip(ys, bands) for i in range(o1 - o0)]
         yt = op("Concat", *rows, dim=1)                                  # [n, HoWo, Cout]
-    return _few_pixels_out(yt, types, n, cout, ho, wo, params)
+    return _few_pixels_out(yt, types, n, cout, ho, wo, params, epilogue)
 
 
 #: ``_few_pixels`` splits the output rows into bands that read the same
@@ -406,7 +418,7 @@ def _row_bands(ho, s, p, d, k, h, n) -> list:
     return runs
 
 
-def _band_product(x6, n, cin, cout, kh, kw, band, wo, dh, dw, sh, sw):
+def _band_product(x6, n, cin, cout, kh, kw, band, wo, dh, dw, sh, sw, epilogue=None):
     """``[n, (o1-o0)*Wo, Cout]``: the output rows ``[o0, o1)`` over the
     kernel rows ``[k0, k1)`` (``band``) of the channels-last padded input
     ``x6``: their taps' windows stacked (an im2col of these rows and taps)
@@ -427,30 +439,35 @@ def _band_product(x6, n, cin, cout, kh, kw, band, wo, dh, dw, sh, sw):
     stacked = taps[0] if len(taps) == 1 else op("Concat", *taps, dim=3)   # [n, rows, wo, taps, cin]
     kk = len(taps) * cin
     cols = op("Reshape", stacked, shape=(n, (o1 - o0) * wo, kk))
-    return _few_pixels_matmul(cols, n, kk, cout, kh * kw * cin, k0 * kw * cin)
+    return _few_pixels_matmul(cols, n, kk, cout, kh * kw * cin, k0 * kw * cin, epilogue)
 
 
-def _few_pixels_matmul(cols, n, kk, cout, total, k0=0):
+def _few_pixels_matmul(cols, n, kk, cout, total, k0=0, epilogue=None):
     """``cols [n, P, kk] @`` the rows ``[k0, k0 + kk)`` of w reordered to
-    ``[kh*kw*cin, Cout]`` (``total`` rows): ``[n, P, Cout]``."""
+    ``[kh*kw*cin, Cout]`` (``total`` rows): ``[n, P, Cout]``; with
+    ``epilogue`` (``_epilogue_product``) a FusedLinear adding the bias and
+    the skip and clamping."""
     wt = op("Reshape", op("Contiguize", op("Permute", Bind(1), perm=(2, 3, 1, 0))),
             shape=(1, total, cout))                                      # [1, kh*kw*cin, Cout]
     if kk != total:
         wt = op("Slice", wt, dim=1, start=k0, len=kk)
     # every image multiplies the same weight (a packed one: the batch folds
     # into the rows); the same ops for one image, so one plan serves every batch
+    if epilogue is not None:   # FusedLinear's b of one batch serves every image
+        return epilogue(cols, wt)
     return op("MatMul", cols, op("BroadcastTo", wt, shape=(n, kk, cout)))  # [n, P, Cout]
 
 
-def _few_pixels_product(cols, types, n, kk, cout, ho, wo, params):
+def _few_pixels_product(cols, types, n, kk, cout, ho, wo, params, epilogue=None):
     """``cols [n, Ho*Wo, kk] @ w`` (w reordered to ``[kh*kw*cin, Cout]``),
     back to ``[n, Cout, Ho, Wo]``."""
-    return _few_pixels_out(_few_pixels_matmul(cols, n, kk, cout, kk), types, n, cout, ho, wo,
-                           params)
+    return _few_pixels_out(_few_pixels_matmul(cols, n, kk, cout, kk, 0, epilogue), types, n,
+                           cout, ho, wo, params, epilogue)
 
 
-def _few_pixels_out(yt, types, n, cout, ho, wo, params):
-    """The product ``yt [n, Ho*Wo, Cout]`` as the NCHW output."""
+def _few_pixels_out(yt, types, n, cout, ho, wo, params, epilogue=None):
+    """The product ``yt [n, Ho*Wo, Cout]`` as the NCHW output (with
+    ``epilogue``, the finished output: a view of it)."""
     # back to NCHW in one transposing copy: what follows (bias, activation,
     # the next layer) then reads contiguous rows (read through the transposed
     # view, an elementwise SiLU over [8, 320, 7, 7] took 0.6 ms instead of 0.1).
@@ -460,7 +477,7 @@ def _few_pixels_out(yt, types, n, cout, ho, wo, params):
     if ho * wo == 1:   # one pixel per image: [n, 1, Cout] is NCHW already
         return op("Reshape", yt, shape=(n, cout, ho, wo))
     y = op("Permute", yt, perm=(0, 2, 1))
-    if len(types) != 3 or params.get("silu") or params.get("gelu"):
+    if epilogue is None and (len(types) != 3 or params.get("silu") or params.get("gelu")):
         y = op("Contiguize", y)
     return op("Reshape", y, shape=(n, cout, ho, wo))
 
@@ -502,6 +519,14 @@ def _whole_image_product(params, types):
     order."""
     n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
     h, w = types[0].shape[2:]
+    y = op("MatMul", op("Reshape", Bind(0), shape=(n, cin * h * w)), _whole_image_weight(params, types))
+    return op("Reshape", y, shape=(n, cout, ho, wo))
+
+
+def _whole_image_weight(params, types):
+    """``Wd [Cin*H*W, Cout*Ho*Wo]`` of ``_whole_image_product``."""
+    n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
+    h, w = types[0].shape[2:]
     # window of output row oy over the kernel rows: [ph - oy, ph - oy + h)
     top, bottom = max(0, ho - 1 - ph), max(0, ph + h - kh)
     left, right = max(0, wo - 1 - pw), max(0, pw + w - kw)
@@ -515,9 +540,97 @@ def _whole_image_product(params, types):
             t = op("Slice", t, dim=2, start=left + pw - ox, len=w)          # [cin, h, w, cout]
             slabs.append(op("Unsqueeze", t, dim=4))
     dense = slabs[0] if len(slabs) == 1 else op("Concat", *slabs, dim=4)  # [cin, h, w, cout, P]
-    dense = op("Reshape", dense, shape=(cin * h * w, cout * ho * wo))
-    y = op("MatMul", op("Reshape", Bind(0), shape=(n, cin * h * w)), dense)
-    return op("Reshape", y, shape=(n, cout, ho, wo))
+    return op("Reshape", dense, shape=(cin * h * w, cout * ho * wo))
+
+
+def product_epilogue(types, params) -> bool:
+    """Whether the recipe's product computes the conv's bias, its skip
+    (``residual``) and its clamp in the FusedLinear epilogue
+    (``_epilogue_product``) instead of a runtime fused Add/Add/Clamp after
+    it: a groups-1 conv with a bias and a residual or a clamp (no silu or
+    gelu), static extents, whose recipe is one product that can read the
+    skip as its rows: the whole-image map (``whole_image``: the skip is the
+    NCHW output's ``[N, Cout*Ho*Wo]``), or a few-pixel im2col of one band
+    (``_few_pixels``; its skip copied channels-last, ``[N, Ho*Wo, Cout]``,
+    the product's rows: the pixels of every image). A banded product's rows
+    are parts of images (``_row_bands``), which the skip's rows are not."""
+    x, w, bias, skip = split_operands(types, params)
+    if bias is None or params.get("silu") or params.get("gelu") or params["groups"] != 1 \
+            or (skip is None and params.get("clamp_min") is None
+                and params.get("clamp_max") is None) \
+            or any(is_symbolic(t.shape) for t in types):
+        return False
+    n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
+    if whole_image(types, params):
+        return True
+    if not _few_pixels_class(n, cout, kh, kw, ho, wo):
+        return False
+    one = hp == wp == 1 or _strided_1x1(kh, kw, ph, pw, sh, sw, hp, wp)
+    return one or len(_row_bands(ho, sh, ph, params["dilation"][0], kh, hp - 2 * ph, n)) == 1
+
+
+def _strided_1x1(kh, kw, ph, pw, sh, sw, hp, wp) -> bool:
+    """A strided unpadded 1x1 (a ResNet shortcut) whose stride divides the size."""
+    return (kh, kw) == (1, 1) and not (ph or pw) and (sh, sw) != (1, 1) \
+        and hp % sh == 0 and wp % sw == 0
+
+
+def _few_pixels_class(n, cout, kh, kw, ho, wo) -> bool:
+    """Whether a groups-1 conv not ``whole_image`` takes ``_few_pixels``."""
+    return (ho * wo < min(cout, 64) and kh * kw <= _ONE_CONCAT_TAPS
+            and (n == 1 or ho * wo <= _ROWS_OF_PIXELS))
+
+
+def product_linear_types(types, params) -> list:
+    """The operand types ``(a, b, bias[, skip])`` of the FusedLinear that
+    ``_epilogue_product`` makes (b as before packing), for a capability
+    check before the conv takes the epilogue (``passes.fuse``)."""
+    n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
+    skip = split_operands(types, params)[3]
+    dt = types[0].dtype
+    if whole_image(types, params):
+        h, w = types[0].shape[2:]
+        k, cols = cin * h * w, cout * ho * wo
+        out = [TensorType((n, k), dt), TensorType((k, cols), dt), TensorType((cols,), dt),
+               TensorType((n, cols), dt)]
+    else:
+        k = cin * kh * kw
+        out = [TensorType((n, ho * wo, k), dt), TensorType((1, k, cout), dt),
+               TensorType((cout,), dt), TensorType((n, ho * wo, cout), dt)]
+    return out if skip is not None else out[:3]
+
+
+def _epilogue_product(params, types):
+    """The conv as one FusedLinear whose epilogue adds the bias, then the
+    skip, then clamps (``product_epilogue``): the recipe's order, so the same
+    bits as the product, the bias ``Add``, the skip's ``Add`` and the
+    ``Clamp``. Whole image: ``x [N, Cin*H*W] @ Wd`` with the bias repeated
+    over each channel's output pixels (a constant the plan folds) and the
+    skip read as ``[N, Cout*Ho*Wo]``; few pixels: ``cols [N, Ho*Wo, kk] @ w``
+    reordered, its result the channels-last memory of the output, the skip
+    ``[N, Ho*Wo, Cout]`` a channels-last copy (one copy step; the same ops for
+    one image and for a batch, so one plan serves every batch: a batch's
+    product reads it as its rows, which a transposed view of an NCHW skip is
+    not)."""
+    n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
+    skip = split_operands(range(len(types)), params)[3]
+    p = ho * wo
+    lin = {k: params.get(k) for k in ("clamp_min", "clamp_max") if params.get(k) is not None}
+    if skip is not None:
+        lin["residual"] = True
+    if whole_image(types, params):
+        h, w = types[0].shape[2:]
+        bias = op("Reshape", op("BroadcastTo", op("Reshape", Bind(2), shape=(cout, 1)),
+                                shape=(cout, p)), shape=(cout * p,))
+        skips = [] if skip is None else [op("Reshape", Bind(skip), shape=(n, cout * p))]
+        y = op("FusedLinear", op("Reshape", Bind(0), shape=(n, cin * h * w)),
+               _whole_image_weight(params, types), bias, *skips, **lin)
+        return op("Reshape", y, shape=(n, cout, ho, wo))
+    skips = [] if skip is None else [op("Contiguize", op(
+        "Permute", op("Reshape", Bind(skip), shape=(n, cout, p)), perm=(0, 2, 1)))]
+    conv_types = types[:skip] if skip is not None else types
+    return _few_pixels(dict(params, residual=None), conv_types,
+                       lambda cols, wb: op("FusedLinear", cols, wb, Bind(2), *skips, **lin))
 
 
 def _build_gemm(params, types):
@@ -534,8 +647,7 @@ def _build_gemm(params, types):
     kk = cin * kh * kw
     if whole_image(types, params):
         return _bias(_whole_image_product(params, types), types, n, cout, ho, wo)
-    if (ho * wo < min(cout, 64) and kh * kw <= _ONE_CONCAT_TAPS
-            and (n == 1 or ho * wo <= _ROWS_OF_PIXELS)):
+    if _few_pixels_class(n, cout, kh, kw, ho, wo):
         return _bias(_few_pixels(params, types), types, n, cout, ho, wo)
     if kh == kw == 1 and sh == sw == 1 and ph == pw == 0:
         cols = op("Reshape", Bind(0), shape=(n, cin, ho * wo))

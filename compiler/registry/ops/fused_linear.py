@@ -21,6 +21,14 @@ with the same ``GeluErf``. ``gelu_tanh`` (bool, None: off; excludes
 x^3)))``, folded from a ``Gelu`` or from the chain exporters spell it with
 (GPT-2's ``gelu_new``: ``GELU_TANH_SPELLINGS``); the recipe ends with the
 ``Gelu`` primitive.
+
+Residual: ``residual`` (bool, None: off) adds a fourth operand, the skip, of
+the output's type, after the bias; ``clamp_min`` / ``clamp_max`` (None: that
+side open) then clamp the result (exclusive with the GELUs):
+``clamp(a @ b + bias + skip)``. The Conv2D recipe's few-pixel and
+whole-image products take a conv's skip and ReLU so (``registry/ops/
+conv2d.py``, ``product_epilogue``); the recipe ends with the same ``Add``
+and ``Clamp``.
 """
 import math
 
@@ -32,6 +40,18 @@ NAME = "FusedLinear"
 
 
 def infer(types, params):
+    if params.get("residual"):
+        check_arity(NAME, types, 4, names=("a", "b", "bias", "residual"))
+        y = _infer(types[:3], params)
+        if tuple(types[3].shape) != tuple(y.shape) or types[3].dtype != y.dtype:
+            raise fail(NAME, types, f"the residual must be the output's type {y.dtype}"
+                                    f"[{', '.join(map(str, y.shape))}]; add another skip "
+                                    f"outside the op")
+        return y
+    return _infer(types, params)
+
+
+def _infer(types, params):
     check_arity(NAME, types, 3, names=("a", "b", "bias"))
     check_float(NAME, types, (0, 1, 2))
     a, b, bias = types
@@ -59,6 +79,11 @@ def infer(types, params):
 def _check_epilogue(types, params):
     if params.get("gelu") and params.get("gelu_tanh"):
         raise fail(NAME, types, "gelu (erf) and gelu_tanh exclude each other: set one of them")
+    lo, hi = params.get("clamp_min"), params.get("clamp_max")
+    if (lo is not None or hi is not None) and (params.get("gelu") or params.get("gelu_tanh")):
+        raise fail(NAME, types, "the clamp and gelu epilogues exclude each other: set one of them")
+    if lo is not None and hi is not None and not lo <= hi:
+        raise fail(NAME, types, f"clamp_min={lo} must be <= clamp_max={hi} (None leaves a side open)")
 
 
 def _infer_packed(types, panel: int):
@@ -82,13 +107,20 @@ def unpack(b, panel: int):
 
 
 def reference(inputs, params):
-    a, b, bias = (wide(x) for x in inputs)
+    a, b, bias = (wide(x) for x in inputs[:3])
     if params.get("b_panel", 0):
         b = unpack(b, params["b_panel"])
     for i, (x, y) in enumerate(zip(a.shape[:-2], b.shape[:-2])):
         if x != y:
             b = np.repeat(b, x // y, axis=i)
     y = np.matmul(a, b) + bias
+    if params.get("residual"):
+        y = y + wide(inputs[3])
+    lo, hi = params.get("clamp_min"), params.get("clamp_max")
+    if lo is not None:
+        y = np.where(y < lo, lo, y)   # NaN stays NaN, as Relu and Clamp keep it
+    if hi is not None:
+        y = np.where(y > hi, hi, y)
     if params.get("gelu"):
         from runtime.elementwise import gelu_erf
         y = gelu_erf(y)
@@ -106,8 +138,14 @@ _PADDED = op("Add", op("MatMul", Bind(0), Bind(1)),
 
 def _recipe(params, types):
     """MatMul + bias (the packed constant unpacked first), then the
-    ``gelu`` epilogue's ``GeluErf`` or ``gelu_tanh``'s ``Gelu``."""
-    y = _linear(params, types)
+    residual's ``Add`` and the clamp's ``Clamp``, or the ``gelu``
+    epilogue's ``GeluErf`` or ``gelu_tanh``'s ``Gelu``."""
+    y = _linear(params, types[:3])
+    if params.get("residual"):
+        y = op("Add", y, Bind(3))
+    lo, hi = params.get("clamp_min"), params.get("clamp_max")
+    if lo is not None or hi is not None:
+        return op("Clamp", y, min=-np.inf if lo is None else lo, max=np.inf if hi is None else hi)
     if params.get("gelu_tanh"):
         return op("Gelu", y)
     return op("GeluErf", y) if params.get("gelu") else y
@@ -157,11 +195,13 @@ GELU_TANH_SPELLINGS = _gelu_tanh_spellings()
 
 ENTRY = FusedOpEntry(
     id=2, name=NAME, mnemonic="fused_linear", family=Family.FORWARD,
-    arity=3, params=(ParamSpec("b_panel", "i64", None), ParamSpec("gelu", "bool", None),
-                     ParamSpec("gelu_tanh", "bool", None)),
+    arity=-1, min_arity=3,
+    params=(ParamSpec("b_panel", "i64", None), ParamSpec("gelu", "bool", None),
+            ParamSpec("gelu_tanh", "bool", None), ParamSpec("residual", "bool", None),
+            ParamSpec("clamp_min", "f64", None), ParamSpec("clamp_max", "f64", None)),
     infer=infer, reference=reference,
     recipe=Recipe(build=_recipe), backward=CUSTOM, op_kind=OpKind.FusedLinear,
-    destructive_input=None, cse_tag=2, input_names=("a", "b", "bias"),
+    destructive_input=None, cse_tag=2, input_names=("a", "b", "bias", "residual"),
     patterns=(FusedPattern(_PADDED, name="padded"), FusedPattern(RECIPE, name="direct")),
     doc=__doc__,
 )
