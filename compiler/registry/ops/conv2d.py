@@ -36,14 +36,29 @@ MobileNetV2 / EfficientNet projection (linear, then the skip), and a ResNet
 block's ``Relu(conv + skip)``, whose Relu then folds as the clamp. The recipe
 adds the skip after the bias.
 """
+import contextvars
+
 from ..entry import CUSTOM, Decline, FusedOpEntry, Family, Recipe
 from ..grammar import Bind, op
 from ._common import (OpKind, ParamSpec, TensorType, DType, check_arity, check_float,
                       dtype_of, fail, fmt_types, iota_index, np, out, wide)
 from compiler.graph.ops import same_shape
-from compiler.graph.symbolic import is_symbolic, window_count
+from compiler.graph.symbolic import fits, is_symbolic, window_count
 
 NAME = "Conv2D"
+
+#: Set while ``save`` samples the plan of a symbolic image
+#: (``SymbolicModule.export_sample``): a conv whose image size is symbolic
+#: (``image_at_run_time``) then takes one form at every size, the kernel of
+#: run-time extents, instead of the few-pixel or whole-image forms of a
+#: small image, so one template of the plan serves every size
+#: (docs/dynamic-shapes.md, "One file for every image size").
+ONE_FORM = contextvars.ContextVar("conv2d_one_form", default=False)
+
+
+def one_form(params) -> bool:
+    """Whether this conv takes one form at every image size (``ONE_FORM``)."""
+    return bool(params.get("image_at_run_time")) and ONE_FORM.get()
 
 
 def _geometry(types, params):
@@ -60,7 +75,8 @@ def _geometry(types, params):
         raise fail(NAME, types, "stride and dilation must be >= 1 and padding >= 0")
     hp, wp = h + 2 * ph, wd + 2 * pw
     ekh, ekw = dh * (kh - 1) + 1, dw * (kw - 1) + 1  # the dilated kernel's extent
-    if ekh > hp or ekw > wp or kh < 1 or kw < 1:
+    if not (fits(ekh, hp, f"{NAME}{fmt_types(types)} height")
+            and fits(ekw, wp, f"{NAME}{fmt_types(types)} width")) or kh < 1 or kw < 1:
         raise fail(NAME, types, f"kernel {kh}x{kw} (dilation {dh}x{dw}: extent {ekh}x{ekw}) "
                                 f"larger than the padded input {hp}x{wp}")
     return (n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp,
@@ -482,7 +498,7 @@ def whole_image(types, params) -> bool:
     n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
     h, w = types[0].shape[2:]
     return (g == 1 and (sh, sw) == (1, 1) and tuple(params["dilation"]) == (1, 1)
-            and not is_symbolic(types[0].shape) and n >= WHOLE_IMAGE_MIN_BATCH
+            and not one_form(params) and not is_symbolic(types[0].shape) and n >= WHOLE_IMAGE_MIN_BATCH
             and h * w < kh * kw and ho * wo <= h * w)
 
 
@@ -534,7 +550,8 @@ def _build_gemm(params, types):
     kk = cin * kh * kw
     if whole_image(types, params):
         return _bias(_whole_image_product(params, types), types, n, cout, ho, wo)
-    if (ho * wo < min(cout, 64) and kh * kw <= _ONE_CONCAT_TAPS
+    if (not one_form(params) and ho * wo < min(cout, 64)
+            and kh * kw <= _ONE_CONCAT_TAPS
             and (n == 1 or ho * wo <= _ROWS_OF_PIXELS)):
         return _bias(_few_pixels(params, types), types, n, cout, ho, wo)
     if kh == kw == 1 and sh == sw == 1 and ph == pw == 0:
