@@ -354,9 +354,9 @@ def _kernels(template: _Template, recs: list[list[dict]], members: dict, target:
                         for ones, idx in groups.items()]
         op = re.match(r"\('(\w+)'", per_sample[0]["binding"]["instance"])
         b = rec["binding"]
-        if len(variants) == 1 and len(variants[0]["classes"]) == 1 and not (
+        if len(variants) == 1 and len(set(variants[0]["classes"].values())) == 1 and not (
                 op and op.group(1) in ROW_CLASS_OPS):
-            (obj, inst), = variants[0]["classes"].values()
+            obj, inst = next(iter(variants[0]["classes"].values()))
             rec["binding"] = {**b, "layouts": variants[0]["layouts"], "object": obj,
                               "instance": inst}
             rec["revision"] = object_revision(rec, members[obj]["sha256"], target)
@@ -403,13 +403,16 @@ def _variant(template: _Template, rec: dict, ones: tuple, recs: list[dict], idx:
     layouts = recs[0]["binding"]["layouts"] if fit is None else _Template(
         fit, template.modules, template.bounds).merge(
         [r["binding"]["layouts"] for r in recs], f"{where}.binding.layouts")
+    op = re.match(r"\('(\w+)'", recs[0]["binding"]["instance"])
+    row_op = bool(op and op.group(1) in ROW_CLASS_OPS)
     classes: dict[str, tuple] = {}
     rows = []
     for r in recs:
         b = r["binding"]
         lays = [Layout(tuple(lay["shape"]), tuple(lay["stride"]), lay["offset"])
                 for lay in b["layouts"]]
-        c = row_class(lays, b["arity"] - 1)
+        # another kernel has one object for every row count: one class here
+        c = row_class(lays, b["arity"] - 1) if row_op else ROW_CLASSES[0][0]
         rows.append(lays[0].shape[-2] if lays[0].rank >= 2 else 1)
         if classes.setdefault(c, (b["object"], b["instance"])) != (b["object"], b["instance"]):
             raise ExportError(
@@ -422,13 +425,14 @@ def _variant(template: _Template, rec: dict, ones: tuple, recs: list[dict], idx:
     expr = a[-2] if len(a) >= 2 else 1
     lo, hi = (Sym.from_json(expr[SYM], template.bounds).bounds if isinstance(expr, dict)
               else (expr, expr))
-    op = re.match(r"\('(\w+)'", recs[0]["binding"]["instance"])
-    for name, clo, chi in ROW_CLASSES if op and op.group(1) in ROW_CLASS_OPS else ():
+    for name, clo, chi in ROW_CLASSES if row_op else ():
         reach = (chi is None or lo <= chi) and (hi is None or hi >= clo)
         if reach and not any(clo <= n and (chi is None or n <= chi) for n in rows):
             raise ExportError(f"cannot write one .fuel file for every size: {where}: row "
                               f"class {name!r} is reachable within the symbols' bounds but no "
                               "sample size reached it")
+    if not row_op:  # the runtime picks a class by rows: each holds the one object
+        classes = {name: classes[ROW_CLASSES[0][0]] for name, _, _ in ROW_CLASSES}
     return {**({} if ones is None else {"ones": list(ones)}), "layouts": layouts,
             "classes": classes}
 
