@@ -3,15 +3,17 @@
 size").
 
 The passes and the plan run on the graph bound at sample sizes (no ``?``
-extents in the dialect): a grid of three sizes per symbol, and sizes at the
-symbols' lower bounds and at the edges of the matmul row classes. Every
+extents in the dialect): a grid of three sizes per symbol (two for a
+symbol of degree 1, ``symbol_degrees``), and sizes at the symbols' lower
+bounds and at the edges of the matmul row classes. Every
 sample must give the same plan and kernel records but for their integers;
 each integer that varies is interpolated over the grid as a polynomial of
 the symbols with integer coefficients (degree at most 2 per symbol) and
 checked at every other sample; a symbol of an image axis is interpolated
 over 1, itself and its floor quotients in the graph's shapes instead
-(``image_basis``), from a lower bound where every conv is past its few-pixel
-forms (``image_bounds``). A kernel step whose object differs between
+(``image_basis``), down to its lower bound: the samples plan every conv
+over a symbolic image in one form at every size (``conv2d.ONE_FORM``, no
+few-pixel form). A kernel step whose object differs between
 samples must be explained by the matmul row class of its call
 (``runtime.rows``): the file then holds one object per class and the runtime
 picks one per binding. Anything else (a kernel compiled per shape, a param

@@ -359,7 +359,9 @@ def serves_pointwise(params, types) -> bool:
     one znver4 thread, x86-64-v3, the layer's thread time min
     (docs/architecture.md "Convolutions on CPU"): 80->320 + SiLU 0.100 ->
     0.046 ms, 64->384 + clamp 0.046 -> 0.040. (At batch 8 the recipe's
-    matmul per image was as fast or 2-6% faster with a clamp or a skip.)"""
+    matmul per image was as fast or 2-6% faster with a clamp or a skip.)
+    While ``save`` samples a symbolic image (``conv2d.one_form``): at every
+    size."""
     from compiler.registry.ops.conv2d import one_form
     out = _out_shape(params, types)
     pixels = out[2] * out[3]

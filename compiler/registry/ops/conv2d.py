@@ -494,11 +494,13 @@ def whole_image(types, params) -> bool:
     (``_whole_image_product``): stride 1, no dilation, a static batch of at
     least ``WHOLE_IMAGE_MIN_BATCH``, an input of fewer pixels than the kernel
     has taps (ResNet's last stage: 3x3 at 2x2, where 5 of the 9 taps of every
-    output pixel read padding) and no more output pixels than input pixels."""
+    output pixel read padding) and no more output pixels than input pixels;
+    not while ``save`` samples a symbolic image (``one_form``)."""
     n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
     h, w = types[0].shape[2:]
     return (g == 1 and (sh, sw) == (1, 1) and tuple(params["dilation"]) == (1, 1)
-            and not one_form(params) and not is_symbolic(types[0].shape) and n >= WHOLE_IMAGE_MIN_BATCH
+            and not one_form(params) and not is_symbolic(types[0].shape)
+            and n >= WHOLE_IMAGE_MIN_BATCH
             and h * w < kh * kw and ho * wo <= h * w)
 
 
@@ -544,7 +546,7 @@ def _build_gemm(params, types):
     so every tap is a plain slice), no index arithmetic: one Concat of the
     taps, or for more than ``_ONE_CONCAT_TAPS`` taps a Concat of the column
     shifts and one of their row shifts; patches (kernel = stride) are one
-    transposed view. Few output pixels: ``_few_pixels``."""
+    transposed view. Few output pixels: ``_few_pixels`` (not in ``one_form``)."""
     n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
     dh, dw = params["dilation"]
     kk = cin * kh * kw
