@@ -287,10 +287,17 @@ class SymbolicModule:
     def export_sample(self, sizes: dict, keep: frozenset = frozenset()) -> CompiledModule:
         """A fresh ``CompiledModule`` of one binding, not kept, whose plan
         leaves the values in ``keep`` unfolded (``fold_constant_steps``): what
-        ``save`` samples."""
+        ``save`` samples. Its convs over a symbolic image take one form at
+        every size (``conv2d.ONE_FORM``: no few-pixel or whole-image form),
+        so the samples share one plan down to the smallest image."""
+        from .registry.ops.conv2d import ONE_FORM
         o = self._options
-        return _compile(self.graph.bind(dict(sizes), image_at_run_time=True), self.target,
-                        o["pipeline"], True, None, 1, None, None, o["strict"], keep)
+        token = ONE_FORM.set(True)
+        try:
+            return _compile(self.graph.bind(dict(sizes), image_at_run_time=True), self.target,
+                            o["pipeline"], True, None, 1, None, None, o["strict"], keep)
+        finally:
+            ONE_FORM.reset(token)
 
     def save_bundle(self, path, bindings=None, sign_with=None):
         """Write a directory that ``runtime.load_bundle(path)`` runs without the

@@ -3,15 +3,17 @@
 size").
 
 The passes and the plan run on the graph bound at sample sizes (no ``?``
-extents in the dialect): a grid of three sizes per symbol, and sizes at the
-symbols' lower bounds and at the edges of the matmul row classes. Every
+extents in the dialect): a grid of three sizes per symbol (two for a
+symbol of degree 1, ``symbol_degrees``), and sizes at the symbols' lower
+bounds and at the edges of the matmul row classes. Every
 sample must give the same plan and kernel records but for their integers;
 each integer that varies is interpolated over the grid as a polynomial of
 the symbols with integer coefficients (degree at most 2 per symbol) and
 checked at every other sample; a symbol of an image axis is interpolated
 over 1, itself and its floor quotients in the graph's shapes instead
-(``image_basis``), from a lower bound where every conv is past its few-pixel
-forms (``image_bounds``). A kernel step whose object differs between
+(``image_basis``), down to its lower bound: the samples plan every conv
+over a symbolic image in one form at every size (``conv2d.ONE_FORM``, no
+few-pixel form). A kernel step whose object differs between
 samples must be explained by the matmul row class of its call
 (``runtime.rows``): the file then holds one object per class and the runtime
 picks one per binding. Anything else (a kernel compiled per shape, a param
@@ -53,16 +55,21 @@ def _clip(v: int, lo: int, hi) -> int:
     return max(lo, v if hi is None else min(v, hi))
 
 
-def sample_bindings(symbols: dict, quotients: dict | None = None) -> tuple[list, list[dict]]:
+def sample_bindings(symbols: dict, quotients: dict | None = None,
+                    degrees: dict | None = None) -> tuple[list, list[dict]]:
     """``(grid, samples)``: per symbol up to three sizes near 6 above its
-    lower bound (the interpolation grid); the samples: for every subset of the symbols held
-    at their lower bound (a batch of 1 squeezes an axis: another kernel
-    instance), the grid of the others, then the others at 2, 3, 33 and 40
-    (clipped to the bounds: the matmul row classes). An image symbol
-    (``quotients``: its floor-quotient factors, ``image_quotients``) gets the
-    sizes from its lower bound up on which its basis (``image_basis``) is
-    independent, is not held apart at its lower bound (no unit extent there),
-    and one more sample past its grid checks the fit."""
+    lower bound (the interpolation grid; ``degrees``: a symbol of degree 1
+    gets two, ``symbol_degrees``); the samples: for every subset of the
+    symbols held at their lower bound (a batch of 1 squeezes an axis: another
+    kernel instance), the grid of the others (with ``degrees``, the lean
+    sampling: where two or more others vary, their grids side by side, the
+    i-th size of one with the (i+1)-th of the next, instead of their product), then the others
+    at 2, 3, 33 and 40 (clipped to the bounds: the matmul row classes). An
+    image symbol (``quotients``: its floor-quotient factors,
+    ``image_quotients``) gets the sizes from its lower bound up on which its
+    basis (``image_basis``) is independent, is not held apart at its lower
+    bound (no unit extent there), and one more sample past its grid checks
+    the fit."""
     quotients = quotients or {}
     names = list(symbols)
     grid = []
@@ -74,13 +81,18 @@ def sample_bindings(symbols: dict, quotients: dict | None = None) -> tuple[list,
         top = lo + 40 if hi is None else min(hi, lo + 40)
         # above the lower bound where the range allows (it is sampled apart)
         pool = sorted(range(lo + 1, top + 1), key=lambda v: abs(v - 6)) + [lo]
-        grid.append(sorted(pool[:3]))
+        grid.append(sorted(pool[:3 if degrees is None else degrees[n] + 1]))
     samples: list[dict] = []
     for pinned in itertools.product((False, True), repeat=len(names)):
         if any(p and n in quotients for n, p in zip(names, pinned)):
             continue
         axes = [[symbols[n][0]] if p else g for n, g, p in zip(names, grid, pinned)]
-        more = [dict(zip(names, q)) for q in itertools.product(*axes)]
+        if degrees is not None and any(pinned) and sum(len(a) > 1 for a in axes) > 1:
+            points = [tuple(a[(i + k) % len(a)] for k, a in enumerate(axes))
+                      for i in range(max(map(len, axes)))]
+        else:
+            points = list(itertools.product(*axes))
+        more = [dict(zip(names, q)) for q in points]
         more += [{n: symbols[n][0] if p else _clip(v, *symbols[n])
                   for n, p in zip(names, pinned)} for v in (2, 3, 33, 40)]
         samples += [b for b in more if b not in samples]
@@ -171,49 +183,19 @@ def image_quotients(g) -> dict:
     return out
 
 
-def _fewest(n, g) -> tuple[int, int]:
-    """The fewest input and output rows (columns) per image a Conv2D needs
-    for the plan of every larger image: each output axis ``e`` with ``e*e >
-    FEW_PIXELS`` and ``e*e >= min(Cout, 64)`` is past the few-pixel forms
-    (``fused_conv.few_pixels``, ``serves_pointwise``; the recipe's
-    ``_few_pixels``, ``registry/ops/conv2d.py``), each input axis at least
-    the kernel's is past ``whole_image`` (fewer pixels than taps). A pool
-    has no such form."""
-    from .codegen.lowering.fused_conv import FEW_PIXELS
-    if n.fused.name != "Conv2D":
-        return 1, 1
-    cout = n.type.shape[1]
-    e = next(e for e in itertools.count(1) if e * e > FEW_PIXELS and e * e >= min(cout, 64))
-    return max(g.nodes[n.inputs[1]].type.shape[2:]), e
-
-
-def image_bounds(g, quotients: dict) -> dict:
-    """The graph's symbols with each image symbol's lower bound raised to
-    the smallest size at which every ``IMAGE_OPS`` node's input and output
-    extents on that axis reach ``_fewest`` (they grow with the size): from
-    there one plan serves every image. An upper bound below it is an
-    ``ExportError``."""
-    out = dict(g.symbols)
-    extents: dict = {n: [] for n in quotients}
+def symbol_degrees(g) -> dict:
+    """Per symbol, its highest degree (1 or 2) in the element count of any
+    value of the graph: the degree of every integer of the plan in it (a
+    shape, stride, offset or size is a product of some value's extents, or a
+    sum of such). A symbol of degree 1 (a conv net's batch) is fitted over two
+    sizes instead of three; the other samples still check every field."""
+    out = {n: 1 for n in g.symbols}
     for n in g.nodes:
-        if n.op == "Fused" and n.fused.name in IMAGE_OPS:
-            for shape, least in zip((g.nodes[n.inputs[0]].type.shape, n.type.shape),
-                                    _fewest(n, g)):
-                for d in shape[2:]:
-                    if isinstance(d, Sym) and len(d.atoms) == 1 and next(iter(d.atoms)) in extents:
-                        extents[next(iter(d.atoms))].append((d, least))
-    for name, ds in extents.items():
-        lo, hi = out[name]
-        v = lo
-        while any(d.evaluate({name: v}) < least for d, least in ds):
-            v += 1
-            if hi is not None and v > hi:
-                raise ExportError(
-                    f"cannot write one .fuel file for every size: symbol {name!r} in {lo}..{hi} "
-                    "never gives every conv the rows and columns past its few-pixel forms (the "
-                    "size from which one plan serves every image); save a bundle "
-                    "(m.save_bundle) or fix the size")
-        out[name] = (v, hi)
+        count = math.prod(n.type.shape, start=1)
+        if isinstance(count, Sym):
+            for m in count.terms:
+                for name in set(m) & set(out):
+                    out[name] = max(out[name], min(2, m.count(name)))
     return out
 
 
@@ -374,9 +356,9 @@ def _kernels(template: _Template, recs: list[list[dict]], members: dict, target:
                         for ones, idx in groups.items()]
         op = re.match(r"\('(\w+)'", per_sample[0]["binding"]["instance"])
         b = rec["binding"]
-        if len(variants) == 1 and len(variants[0]["classes"]) == 1 and not (
+        if len(variants) == 1 and len(set(variants[0]["classes"].values())) == 1 and not (
                 op and op.group(1) in ROW_CLASS_OPS):
-            (obj, inst), = variants[0]["classes"].values()
+            obj, inst = next(iter(variants[0]["classes"].values()))
             rec["binding"] = {**b, "layouts": variants[0]["layouts"], "object": obj,
                               "instance": inst}
             rec["revision"] = object_revision(rec, members[obj]["sha256"], target)
@@ -399,7 +381,11 @@ def _variant(template: _Template, rec: dict, ones: tuple, recs: list[dict], idx:
     have the unit extents ``ones``; its descriptor layouts and its object per
     row class."""
     fit = template.fit.restrict(list(idx))
-    held = [n for n in template.fit.names if fit is None or n not in fit.names]
+    # the symbols one size among these samples; the others vary, and where the
+    # (lean) samples lack their grid the layouts must be the same at each of them
+    held = [n for n in template.fit.names
+            if len({template.fit.samples[j][n] for j in idx}) == 1]
+    same = all(r["binding"]["layouts"] == recs[0]["binding"]["layouts"] for r in recs)
     flat = [d for shape in rec["binding"]["call_shapes"] for d in shape]
     # a unit extent that is a product of symbols holds each of them at 1
     implied = {n for e, one in zip(flat, ones or ()) if one and isinstance(e, dict)
@@ -410,21 +396,25 @@ def _variant(template: _Template, rec: dict, ones: tuple, recs: list[dict], idx:
                 and e[SYM] == [[1, [n := e[SYM][0][1][0]]]] and isinstance(n, str)
                 and template.bounds[n] == (1, 2)}
     implied |= {n for n, (lo, hi) in template.bounds.items() if lo == hi}
-    if fit is None or not set(held) <= implied:
+    if fit is None and not same or not set(held) <= implied:
         raise ExportError(f"cannot write one .fuel file for every size: {where}: its kernel "
                           f"instance at the sizes {[template.fit.samples[j] for j in idx][:3]} "
                           "differs from the others in a way the unit extents of its call do "
                           "not explain; save one binding (m.specialize(...).save) or a bundle "
                           "(m.save_bundle)")
-    layouts = _Template(fit, template.modules, template.bounds).merge(
+    layouts = recs[0]["binding"]["layouts"] if fit is None else _Template(
+        fit, template.modules, template.bounds).merge(
         [r["binding"]["layouts"] for r in recs], f"{where}.binding.layouts")
+    op = re.match(r"\('(\w+)'", recs[0]["binding"]["instance"])
+    row_op = bool(op and op.group(1) in ROW_CLASS_OPS)
     classes: dict[str, tuple] = {}
     rows = []
     for r in recs:
         b = r["binding"]
         lays = [Layout(tuple(lay["shape"]), tuple(lay["stride"]), lay["offset"])
                 for lay in b["layouts"]]
-        c = row_class(lays, b["arity"] - 1)
+        # another kernel has one object for every row count: one class here
+        c = row_class(lays, b["arity"] - 1) if row_op else ROW_CLASSES[0][0]
         rows.append(lays[0].shape[-2] if lays[0].rank >= 2 else 1)
         if classes.setdefault(c, (b["object"], b["instance"])) != (b["object"], b["instance"]):
             raise ExportError(
@@ -437,13 +427,14 @@ def _variant(template: _Template, rec: dict, ones: tuple, recs: list[dict], idx:
     expr = a[-2] if len(a) >= 2 else 1
     lo, hi = (Sym.from_json(expr[SYM], template.bounds).bounds if isinstance(expr, dict)
               else (expr, expr))
-    op = re.match(r"\('(\w+)'", recs[0]["binding"]["instance"])
-    for name, clo, chi in ROW_CLASSES if op and op.group(1) in ROW_CLASS_OPS else ():
+    for name, clo, chi in ROW_CLASSES if row_op else ():
         reach = (chi is None or lo <= chi) and (hi is None or hi >= clo)
         if reach and not any(clo <= n and (chi is None or n <= chi) for n in rows):
             raise ExportError(f"cannot write one .fuel file for every size: {where}: row "
                               f"class {name!r} is reachable within the symbols' bounds but no "
                               "sample size reached it")
+    if not row_op:  # the runtime picks a class by rows: each holds the one object
+        classes = {name: classes[ROW_CLASSES[0][0]] for name, _, _ in ROW_CLASSES}
     return {**({} if ones is None else {"ones": list(ones)}), "layouts": layouts,
             "classes": classes}
 
@@ -473,7 +464,7 @@ def export_symbolic(module, path, sign_with=None, weights: str = "zip"):
                           " which sampling the symbols independently would break; save one "
                           "binding (m.specialize(...).save) or a bundle (m.save_bundle)")
     quotients = image_quotients(g)
-    symbols = image_bounds(g, quotients)
+    symbols = dict(g.symbols)
     memo: dict = {}
 
     def sample(sizes: dict, keep: frozenset):
@@ -482,28 +473,35 @@ def export_symbolic(module, path, sign_with=None, weights: str = "zip"):
             memo[key] = module.export_sample(sizes, keep)
         return memo[key]
 
-    try:
-        return _export(module, path, sign_with, weights, sample, symbols, quotients, fixed=None)
-    except ExportError as first:
-        low = {n: lo for n, (lo, _) in symbols.items()}
-        if low not in sample_bindings(symbols, quotients)[1] or \
-                "no kernel with run-time" in str(first) or "per image size" in str(first):
-            raise
-        try:
-            return _export(module, path, sign_with, weights, sample, symbols, quotients,
-                           fixed=low)
-        except ExportError:
-            raise first from None
+    low = {n: lo for n, (lo, _) in symbols.items()}
+    failed: dict = {}  # (full sampling, no fixed plan) -> its error
+    # the lean samples first (a subset of the full ones: a retry compiles only the rest)
+    for degrees in (symbol_degrees(g), None):
+        for fixed in (None, low):
+            if fixed is not None and (
+                    low not in sample_bindings(symbols, quotients, degrees)[1]
+                    or any("no kernel with run-time" in str(e) or "per image size" in str(e)
+                           for e in failed.values())):
+                continue
+            try:
+                return _export(module, path, sign_with, weights, sample, symbols, quotients,
+                               fixed, degrees)
+            except ExportError as e:
+                if "compiled per" in str(e):  # no sampling changes a kernel's kind
+                    raise
+                failed[degrees is None, fixed is None] = e
+    raise failed[True, True] from None
 
 
-def _export(module, path, sign_with, weights, sample, symbols, quotients, fixed):
-    """``export_symbolic`` over the samples but ``fixed`` (a binding whose
-    own static plan the file holds; None: every sample in the template);
-    ``symbols``: the file's bounds (``image_bounds``), ``quotients``: the
-    image symbols' floor quotients (``image_quotients``)."""
+def _export(module, path, sign_with, weights, sample, symbols, quotients, fixed, degrees):
+    """``export_symbolic`` over the samples (``sample_bindings`` of
+    ``degrees``: None, the full sampling) but ``fixed`` (a binding whose own
+    static plan the file holds; None: every sample in the template);
+    ``symbols``: the file's bounds, ``quotients``: the image symbols' floor
+    quotients (``image_quotients``)."""
     g = module.graph
     names = list(g.symbols)
-    grid, samples = sample_bindings(symbols, quotients)
+    grid, samples = sample_bindings(symbols, quotients, degrees)
     samples = [b for b in samples if b != fixed]
     # folded constants whose value depends on the sizes stay kernel steps (then
     # the values they are computed from may fold instead: until none differs)

@@ -10,6 +10,7 @@ call checks it once (``runtime.symbols.bind_symbols``). With no context open
 from __future__ import annotations
 
 import contextlib
+import itertools
 import contextvars
 from typing import Mapping, Optional
 
@@ -20,7 +21,7 @@ from ..errors import GraphBuildError
 
 __all__ = ["Sym", "SymbolicError", "ShapeSignatureError", "unify", "recording", "parse_dim",
            "bind_params", "bind_symbols", "is_symbolic", "shape_text", "evaluate",
-           "floor_div", "window_count", "ceil_count", "symbolic_image"]
+           "floor_div", "window_count", "ceil_count", "fits", "symbolic_image"]
 
 _SINK: contextvars.ContextVar = contextvars.ContextVar("fuelc_symbolic_sink", default=None)
 
@@ -102,6 +103,24 @@ def window_count(padded: Dim, window: int, stride: int, what: str) -> Dim:
     symbolic extent the quotient is a quotient factor (``runtime.symbols.floor_div``:
     ``(h - 1) // 2 + 1`` is ``(h + 1) // 2``), evaluated when a call binds ``h``."""
     return _floor(padded - window, stride, what) + 1
+
+
+def fits(window: int, padded: Dim, what: str) -> bool:
+    """Whether a window of extent ``window`` fits in the (padded) extent
+    ``padded`` at every size the bounds allow. Where the bounds of its one
+    symbol leave it undecided, a ``GraphBuildError`` naming the window, the
+    smallest size that fits it and the bound to give at import."""
+    try:
+        return window <= padded
+    except SymbolicError:
+        if len(padded.atoms) != 1:
+            raise
+        (name, (lo, hi)), = padded.atoms.items()
+        least = next(v for v in itertools.count(lo) if padded.evaluate({name: v}) >= window)
+        raise GraphBuildError(
+            f"{what}: its window of extent {window} does not fit the extent {padded} for "
+            f"{name} < {least} ({name} in {lo}..{'' if hi is None else hi}): bound it at "
+            f"import, input_shapes={{{name!r}: ({least}, {hi})}}") from None
 
 
 def ceil_count(extent: Dim, stride: int, what: str) -> Dim:

@@ -4,9 +4,10 @@ extent ``(H + 2p - k) // s + 1``, a floor quotient of the symbol
 (``runtime.symbols.floor_div``: ``(h + 1) // 2``): the model imports with
 ``h``/``w`` symbolic, and one ``compile()`` runs every image size matching
 onnxruntime, the conv and pool kernels taking the image size at run time;
-one ``.fuel`` file serves every size from the bound past the few-pixel conv
-forms (a smaller image is a typed error naming it), and a bundle of the
-sizes served runs without the compiler. A strided average
+one ``.fuel`` file serves every size the model allows (a window that does
+not fit the smaller sizes the bounds allow is refused at import, naming it and
+the bound to give), and a bundle of the sizes served runs without the
+compiler. A strided average
 pool is a depthwise conv of unit weights. What a floor cannot express
 (``SAME`` padding of a window narrower than its stride, an average pool in
 ceil mode) is refused by name at import."""
@@ -138,13 +139,15 @@ def test_strided_windows_over_a_symbolic_extent_match_onnxruntime(node):
      r"AveragePool node .*AveragePool with stride 2 over the symbolic extent h \(axis 2\): "
      r"a strided pool over a symbolic image size is .* AveragePool/LpPool \(no ceil_mode"),
     (helper.make_node("LpPool", ["x"], ["c"], kernel_shape=[2, 2], strides=[2, 2]),
-     r"LpPool node .*Conv2D.*cannot decide h < 2 from the symbols' bounds"),
+     r"LpPool node .*Conv2D.*its window of extent 2 does not fit the extent h for h < 2 "
+     r"\(h in 1\.\.\): bound it at import, input_shapes=\{'h': \(2, None\)\}"),
     (helper.make_node("Conv", ["x", "w"], ["c"], strides=[3, 3], auto_pad="SAME_UPPER"),
      r"Conv node .*auto_pad=SAME_UPPER with stride 3 and window 2 over the symbolic extent h "
      r"\(axis 2\): its padding 3\*\(\(h \+ 2\) // 3\) - h - 1 is negative for some sizes"),
     (helper.make_node("MaxPool", ["x"], ["c"], kernel_shape=[2, 2], strides=[2, 2],
                       auto_pad="VALID"),
-     r"MaxPool node .*MaxPool2D.*cannot decide h < 2 from the symbols' bounds"),
+     r"MaxPool node .*MaxPool2D.*its window of extent 2 does not fit the extent h for h < 2 "
+     r"\(h in 1\.\.\): bound it at import, input_shapes=\{'h': \(2, None\)\}"),
 ], ids=["avgpool-ceil", "lppool-window-too-large", "conv-same-window-below-stride",
         "maxpool-window-too-large"])
 def test_what_a_floor_cannot_express_is_refused_by_name(node, what):
@@ -163,6 +166,42 @@ def test_bounds_that_fit_the_window_admit_it(node):
     model = _model([node], [], 3)
     g = import_model(model, input_shapes={"h": (2, 64), "w": (2, 64)})
     _check(compiler.compile(g), model, [(1, 3, 5, 2), (2, 3, 8, 9)])
+
+
+def test_the_smallest_size_valid_windows_allow_bounds_one_file(tmp_path):
+    """A 1x1 conv, then two VALID 2x2 stride-2 max pools: unbounded, the
+    import names the first pool's window and the bound it needs (h >= 2);
+    with it, the second's (the first gives h // 2 rows: h >= 4); with h, w
+    >= 4 one file runs every size from 4x4 without the compiler, giving the
+    outputs of its plan in process (``export_sample``: the 1x1 conv's
+    kernel at every size, where the module's own 4x4 plan takes the recipe),
+    and a smaller image is the bound's typed error."""
+    sys.path.insert(0, str(ROOT / "tests" / "artifact"))
+    from test_symbolic_artifact import _outputs_without_compiler
+    model = _model([helper.make_node("Conv", ["x", "w", "b"], ["v"]),
+                    helper.make_node("MaxPool", ["v"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+                    helper.make_node("MaxPool", ["p"], ["c"], kernel_shape=[2, 2], strides=[2, 2])],
+                   [_w("w", (8, 3, 1, 1)), _w("b", (8,))], 8)
+    with pytest.raises(OnnxImportError, match=r"MaxPool node .*height: its window of extent 2 "
+                       r"does not fit the extent h for h < 2 .*input_shapes=\{'h': \(2, None\)\}"):
+        import_model(model)
+    with pytest.raises(OnnxImportError, match=r"MaxPool node .*height: its window of extent 2 "
+                       r"does not fit the extent h // 2 for h < 4 .*"
+                       r"input_shapes=\{'h': \(4, None\)\}"):
+        import_model(model, input_shapes={"h": (2, None), "w": (2, None)})
+    m = compiler.compile(import_model(model, input_shapes={"h": (4, None), "w": (4, None)}))
+    path = m.save(str(tmp_path / "valid.fuel"))
+    loaded = runtime.load(path)
+    assert loaded.signature["symbols"] == {"batch": [1, None], "h": [4, None], "w": [4, None]}
+    sizes = {"4x4": (1, 3, 4, 4), "5x11": (2, 3, 5, 11)}
+    feeds = {k: {"x": RNG.standard_normal(s).astype(np.float32)} for k, s in sizes.items()}
+    out = _outputs_without_compiler(path, feeds, tmp_path)
+    for k, f in feeds.items():
+        b, _, h, w = sizes[k]
+        np.testing.assert_array_equal(out[k], m.export_sample({"batch": b, "h": h, "w": w})(**f))
+    _check(loaded, model, [(1, 3, 4, 4), (2, 3, 5, 11), (1, 3, 20, 13)])
+    with pytest.raises(ShapeSignatureError, match=r"symbol 'h' = 3 .* outside its bounds 4\.\."):
+        loaded(x=np.zeros((1, 3, 3, 8), np.float32))
 
 
 @pytest.mark.parametrize("node", [
@@ -218,13 +257,12 @@ def test_fully_convolutional_net_runs_every_image_size(tmp_path):
     assert g.signature()["inputs"]["x"] == "f32[batch,3,h,w]"
     m = compiler.compile(g)
     _check(m, model, [(1, 3, 8, 8), (2, 3, 13, 9), (3, 3, 8, 8)])
-    # one file for every size from 5 rows and columns (5 x 5 output pixels
-    # are past the few-pixel conv forms, docs/dynamic-shapes.md)
+    # one file for every size, down to 1x1 (its convs take one form at
+    # every size, docs/dynamic-shapes.md)
     loaded = runtime.load(m.save(str(tmp_path / "all.fuel")))
-    assert loaded.signature["symbols"] == {"batch": [1, None], "h": [5, None], "w": [5, None]}
-    _check(loaded, model, [(1, 3, 8, 8), (2, 3, 13, 9), (3, 3, 5, 40)])
-    with pytest.raises(ShapeSignatureError, match=r"symbol 'w' = 4 .* outside its bounds 5\.\."):
-        loaded(x=np.zeros((1, 3, 8, 4), np.float32))
+    assert loaded.signature["symbols"] == {"batch": [1, None], "h": [1, None], "w": [1, None]}
+    _check(loaded, model, [(1, 3, 8, 8), (2, 3, 13, 9), (3, 3, 5, 40), (1, 3, 1, 1),
+                           (2, 3, 2, 4)])
     m.save_bundle(str(tmp_path / "b"), bindings=[{"batch": 2, "h": 13, "w": 9}])
     _check(load_bundle(str(tmp_path / "b")), model, [(2, 3, 13, 9)])
 
@@ -234,9 +272,8 @@ def test_resnet_style_net_compiles_once_and_runs_every_image_size(tmp_path):
     s2 projection): one compile, image sizes 32, 47, 64 match onnxruntime,
     and a new size compiles no kernel (every conv and pool takes the image
     size at run time); the shapes of the two residual branches are one
-    quotient (no recorded equality). Image bounds below the few-pixel
-    forms leave no one file, said by name; a bundle of two sizes runs them and refuses the
-    others by name (one file for every size:
+    quotient (no recorded equality); a bundle of two sizes runs them and
+    refuses the others by name (one file for every size:
     tests/artifact/test_symbolic_conv_artifact.py)."""
     from compiler.codegen import family
     model = small_resnet()
@@ -257,10 +294,6 @@ def test_resnet_style_net_compiles_once_and_runs_every_image_size(tmp_path):
     assert "[run-time batch, per image size] ones per image size" in summary[0]
     assert all(s.endswith("[run-time extents]") for s in summary[1:]), summary
     assert sum(s.startswith("Conv2D") for s in summary) == 6, summary
-    with pytest.raises(ExportError, match=r"symbol 'h' in 1\.\.20 never gives every conv the "
-                                          r"rows and columns past its few-pixel forms"):
-        compiler.compile(import_model(model, input_shapes={"h": (1, 20)})).save(
-            str(tmp_path / "small.fuel"))
     m.save_bundle(str(tmp_path / "b"), bindings=[{"batch": 1, "h": 47, "w": 47},
                                                  {"batch": 2, "h": 64, "w": 40}])
     loaded = load_bundle(str(tmp_path / "b"))
@@ -281,8 +314,9 @@ def test_cli_writes_one_file_or_a_bundle_for_a_symbolic_image(tmp_path):
     r = fuelc("compile", tmp_path / "r.onnx", "-o", tmp_path / "r.fuel")
     assert r.returncode == 0, r.stderr
     r = fuelc("inspect", tmp_path / "r.fuel")
-    assert r.returncode == 0 and "h in 33.. (one file for every size)" in r.stdout, r.stdout
-    _check(runtime.load(str(tmp_path / "r.fuel")), small_resnet(), [(2, 3, 33, 47)])
+    assert r.returncode == 0 and "h in 1.. (one file for every size)" in r.stdout, r.stdout
+    _check(runtime.load(str(tmp_path / "r.fuel")), small_resnet(), [(2, 3, 33, 47),
+                                                                    (1, 3, 16, 16)])
     r = fuelc("compile", tmp_path / "r.onnx", "-o", tmp_path / "r.fuelbundle", "--binding",
               "batch=1,h=33,w=33")
     assert r.returncode == 0, r.stderr

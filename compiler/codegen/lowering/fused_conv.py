@@ -359,15 +359,18 @@ def serves_pointwise(params, types) -> bool:
     one znver4 thread, x86-64-v3, the layer's thread time min
     (docs/architecture.md "Convolutions on CPU"): 80->320 + SiLU 0.100 ->
     0.046 ms, 64->384 + clamp 0.046 -> 0.040. (At batch 8 the recipe's
-    matmul per image was as fast or 2-6% faster with a clamp or a skip.)"""
+    matmul per image was as fast or 2-6% faster with a clamp or a skip.)
+    While ``save`` samples a symbolic image (``conv2d.one_form``): at every
+    size."""
+    from compiler.registry.ops.conv2d import one_form
     out = _out_shape(params, types)
     pixels = out[2] * out[3]
     epilogue = len(types) > 2 or params.get("silu") or params.get("gelu") \
         or params.get("clamp_min") is not None \
         or params.get("clamp_max") is not None
     one_image = isinstance(out[0], int) and out[0] == 1
-    return (epilogue and out[1] % 8 == 0 and pixels > FEW_PIXELS
-            and (pixels >= min(out[1], 64) or one_image))
+    return (epilogue and out[1] % 8 == 0 and (one_form(params) or (
+        pixels > FEW_PIXELS and (pixels >= min(out[1], 64) or one_image))))
 
 
 def _out_shape(params, types):
@@ -913,7 +916,7 @@ def _register_kernel() -> None:
                 "residual": True if p.residual else None,
                 "image_at_run_time": True if p.image_at_run_time else None}
 
-    from compiler.registry.ops.conv2d import is_depthwise, whole_image
+    from compiler.registry.ops.conv2d import is_depthwise, one_form, whole_image
 
     # The ``direct`` groups-1 convs and the stride-1/2 depthwise ones run here
     # (``_direct``); other groups-1 convs take the recipe (im2col + the tiled,
@@ -937,8 +940,8 @@ def _register_kernel() -> None:
             return True
         if params["groups"] == 1:
             return direct(1, params["stride"], types[1].shape[2:], params["padding"],
-                          params["dilation"]) and not few_pixels(params, types) \
-                and not whole_image(types, params)
+                          params["dilation"]) and (one_form(params) or (
+                              not few_pixels(params, types) and not whole_image(types, params)))
         if is_depthwise(types, params):
             return direct_depthwise(params["stride"], params["dilation"])
         return True

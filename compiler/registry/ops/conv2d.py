@@ -41,14 +41,29 @@ skip and clamps in its epilogue; ``fuel-fuse`` folds the skip and the ReLU
 into such a conv, which has no kernel of its own, where that FusedLinear
 has one (``passes.fuse.conv_available``).
 """
+import contextvars
+
 from ..entry import CUSTOM, Decline, FusedOpEntry, Family, Recipe
 from ..grammar import Bind, op
 from ._common import (OpKind, ParamSpec, TensorType, DType, check_arity, check_float,
                       dtype_of, fail, fmt_types, iota_index, np, out, wide)
 from compiler.graph.ops import same_shape
-from compiler.graph.symbolic import is_symbolic, window_count
+from compiler.graph.symbolic import fits, is_symbolic, window_count
 
 NAME = "Conv2D"
+
+#: Set while ``save`` samples the plan of a symbolic image
+#: (``SymbolicModule.export_sample``): a conv whose image size is symbolic
+#: (``image_at_run_time``) then takes one form at every size, the kernel of
+#: run-time extents, instead of the few-pixel or whole-image forms of a
+#: small image, so one template of the plan serves every size
+#: (docs/dynamic-shapes.md, "One file for every image size").
+ONE_FORM = contextvars.ContextVar("conv2d_one_form", default=False)
+
+
+def one_form(params) -> bool:
+    """Whether this conv takes one form at every image size (``ONE_FORM``)."""
+    return bool(params.get("image_at_run_time")) and ONE_FORM.get()
 
 
 def _geometry(types, params):
@@ -65,7 +80,8 @@ def _geometry(types, params):
         raise fail(NAME, types, "stride and dilation must be >= 1 and padding >= 0")
     hp, wp = h + 2 * ph, wd + 2 * pw
     ekh, ekw = dh * (kh - 1) + 1, dw * (kw - 1) + 1  # the dilated kernel's extent
-    if ekh > hp or ekw > wp or kh < 1 or kw < 1:
+    if not (fits(ekh, hp, f"{NAME}{fmt_types(types)} height")
+            and fits(ekw, wp, f"{NAME}{fmt_types(types)} width")) or kh < 1 or kw < 1:
         raise fail(NAME, types, f"kernel {kh}x{kw} (dilation {dh}x{dw}: extent {ekh}x{ekw}) "
                                 f"larger than the padded input {hp}x{wp}")
     return (n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp,
@@ -495,11 +511,13 @@ def whole_image(types, params) -> bool:
     (``_whole_image_product``): stride 1, no dilation, a static batch of at
     least ``WHOLE_IMAGE_MIN_BATCH``, an input of fewer pixels than the kernel
     has taps (ResNet's last stage: 3x3 at 2x2, where 5 of the 9 taps of every
-    output pixel read padding) and no more output pixels than input pixels."""
+    output pixel read padding) and no more output pixels than input pixels;
+    not while ``save`` samples a symbolic image (``one_form``)."""
     n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
     h, w = types[0].shape[2:]
     return (g == 1 and (sh, sw) == (1, 1) and tuple(params["dilation"]) == (1, 1)
-            and not is_symbolic(types[0].shape) and n >= WHOLE_IMAGE_MIN_BATCH
+            and not one_form(params) and not is_symbolic(types[0].shape)
+            and n >= WHOLE_IMAGE_MIN_BATCH
             and h * w < kh * kw and ho * wo <= h * w)
 
 
@@ -563,7 +581,7 @@ def product_epilogue(types, params) -> bool:
     n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
     if whole_image(types, params):
         return True
-    if not _few_pixels_class(n, cout, kh, kw, ho, wo):
+    if not _few_pixels_class(params, n, cout, kh, kw, ho, wo):
         return False
     one = hp == wp == 1 or _strided_1x1(kh, kw, ph, pw, sh, sw, hp, wp)
     return one or len(_row_bands(ho, sh, ph, params["dilation"][0], kh, hp - 2 * ph, n)) == 1
@@ -575,9 +593,10 @@ def _strided_1x1(kh, kw, ph, pw, sh, sw, hp, wp) -> bool:
         and hp % sh == 0 and wp % sw == 0
 
 
-def _few_pixels_class(n, cout, kh, kw, ho, wo) -> bool:
-    """Whether a groups-1 conv not ``whole_image`` takes ``_few_pixels``."""
-    return (ho * wo < min(cout, 64) and kh * kw <= _ONE_CONCAT_TAPS
+def _few_pixels_class(params, n, cout, kh, kw, ho, wo) -> bool:
+    """Whether a groups-1 conv not ``whole_image`` takes ``_few_pixels``
+    (never while ``save`` samples a symbolic image: ``one_form``)."""
+    return (not one_form(params) and ho * wo < min(cout, 64) and kh * kw <= _ONE_CONCAT_TAPS
             and (n == 1 or ho * wo <= _ROWS_OF_PIXELS))
 
 
@@ -641,13 +660,13 @@ def _build_gemm(params, types):
     so every tap is a plain slice), no index arithmetic: one Concat of the
     taps, or for more than ``_ONE_CONCAT_TAPS`` taps a Concat of the column
     shifts and one of their row shifts; patches (kernel = stride) are one
-    transposed view. Few output pixels: ``_few_pixels``."""
+    transposed view. Few output pixels: ``_few_pixels`` (not in ``one_form``)."""
     n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
     dh, dw = params["dilation"]
     kk = cin * kh * kw
     if whole_image(types, params):
         return _bias(_whole_image_product(params, types), types, n, cout, ho, wo)
-    if _few_pixels_class(n, cout, kh, kw, ho, wo):
+    if _few_pixels_class(params, n, cout, kh, kw, ho, wo):
         return _bias(_few_pixels(params, types), types, n, cout, ho, wo)
     if kh == kw == 1 and sh == sw == 1 and ph == pw == 0:
         cols = op("Reshape", Bind(0), shape=(n, cin, ho * wo))

@@ -18,7 +18,7 @@ from ..entry import DECOMPOSE, FusedOpEntry, Family, Recipe
 from ..grammar import Bind, op
 from ._common import (FLOATS, OpKind, ParamSpec, TensorType, check_arity, dtype_of, fail,
                       fmt_types, np, out, wide)
-from compiler.graph.symbolic import window_count
+from compiler.graph.symbolic import fits, window_count
 
 NAME = "MaxPool2D"
 
@@ -43,7 +43,8 @@ def geometry(types, params):
         raise fail(NAME, types, "kernel, stride and dilation must be >= 1 and padding >= 0")
     ekh, ekw = dh * (kh - 1) + 1, dw * (kw - 1) + 1
     hp, wp = h + top + bottom, w + left + right
-    if ekh > hp or ekw > wp:
+    if not (fits(ekh, hp, f"{NAME}{fmt_types(types)} height")
+            and fits(ekw, wp, f"{NAME}{fmt_types(types)} width")):
         raise fail(NAME, types, f"window {ekh}x{ekw} larger than the padded input {hp}x{wp}")
     ho = window_count(hp, ekh, sh, f"{NAME}{fmt_types(types)} height")
     wo = window_count(wp, ekw, sw, f"{NAME}{fmt_types(types)} width")
