@@ -298,6 +298,11 @@ _FLAT_PIXELS = 256
 _FLAT_BLOCK = 4
 #: Vectors per register tile of the flat depthwise kernel.
 _FLAT_TILE = 4
+#: Per vector width, the narrowest unmasked piece of the flat depthwise crop
+#: (``_OverlapTail``): an output row narrower than this is stored as one
+#: masked vector. AVX2 only: AVX-512's masked store is as fast as a plain
+#: one (a 14-wide row in two 8-lane pieces measured slower than masked).
+_NARROW = {256: 4}
 
 
 class _FlatGeometry:
@@ -352,7 +357,7 @@ def _flat_depthwise(x, w, bias, s, elt, g, pad, out0, act, skip):
     zero = arith.constant(elt, 0.0)
     vt = ir.VectorType.get([lanes], elt)
     # the rows' pieces and the last one's mask, made once per call
-    in_row, out_row = _Tail(wd, lanes * g.sw), _Tail(wo, lanes)
+    in_row, out_row = _Tail(wd, lanes * g.sw), _OverlapTail(wo, lanes, _NARROW.get(lanes * ir.FloatType(elt).width, lanes))
     flat_map = ir.AffineMap.get_minor_identity(2, 1)
     row4 = ir.AffineMap.get_minor_identity(4, 1)
     taps = list(g.taps())
@@ -413,29 +418,36 @@ def _flat_depthwise(x, w, bias, s, elt, g, pad, out0, act, skip):
                                  arith.addi(p, index(j * lanes)) if j else p)
                 return acc
             acc = _whole(g.npix, (_FLAT_TILE * lanes, lanes), acc, pixels)[1]
-        # the crop: the first Wo columns of each row, bias, skip, clamp
-        for b in range(blk):
-            c = arith.addi(c0, index(b)) if b else c0
+        # the crop: the first Wo columns of each row, bias, skip, clamp; a
+        # loop over the block's channels (unrolled, its pieces' tensor ops
+        # had made one-shot-bufferize's analysis run for minutes)
+        def crop_channel(b, out):
+            c = arith.addi(c0, b)
             bc = None if bias is None else tensor.extract(bias, [c])
-            vs_ = _VectorScalar(s, vt)
-            at_size = (vs_, act(vs_) if act is not None else None,
-                       None if bc is None else vector.BroadcastOp(vt, bc).result)
+            per_size = {}   # piece size -> (its Scalar ops, clamp, bias vector)
+            for size in out_row.sizes:
+                vt_ = ir.VectorType.get([size], elt)
+                vs_ = _VectorScalar(s, vt_)
+                per_size[size] = (vs_, act(vs_) if act is not None else None,
+                                  None if bc is None else vector.BroadcastOp(vt_, bc).result)
 
-            def crop(oy, ox, size, out, mask=None, b=b, c=c, at_size=at_size):
-                vs_, clamp_, bv_ = at_size
+            def crop(oy, ox, size, out, mask=None):
+                vs_, clamp_, bv_ = per_size[size]
                 where, pix = [i, c, oy, ox], arith.addi(arith.muli(oy, g.pitch), ox)
-                val = read2(acc, index(b), pix, size)
+                val = read2(acc, b, pix, size)
                 if bv_ is not None:
                     val = vs_.add(val, bv_)
                 if skip is not None:
-                    val = vs_.add(val, vector.TransferReadOp(vt, skip, where, row4, zero,
-                                                             [True], mask=mask).result)
+                    val = vs_.add(val, vector.TransferReadOp(
+                        ir.VectorType.get([size], elt), skip, where, row4, zero, [True],
+                        mask=mask).result)
                 if clamp_ is not None:
                     val = clamp_(val)
                 return vector.TransferWriteOp(out.type, val, out, where, row4, [True],
                                               mask=mask).result
-            out = out_row.over(out, lambda ox, size, out, *m, crop=crop: _for(
+            return out_row.over(out, lambda ox, size, out, *m: _for(
                 ho, [out], lambda oy, out: [crop(oy, ox, size, out, *m)])[0])
+        out = _for(index(blk), [out], lambda b, out: [crop_channel(b, out)])[0]
         return [out, planes, acc]
 
     def image(i, out, planes, acc):
@@ -550,6 +562,7 @@ class _Tail:
             ir.VectorType.get([lanes], ir.IntegerType.get_signless(1)), [rest]).result
         wide = arith.cmpi(arith.CmpIPredicate.ne, rest, index(0))
         self.end = arith.select(wide, extent, self.whole)
+        self.sizes = (lanes,)
 
     def over(self, acc, piece, rest_first: bool = False):
         """``piece(at, lanes, acc[, mask])`` over the row (the whole vectors,
@@ -563,6 +576,53 @@ class _Tail:
                                    loop.inner_iter_args[0], *mask)])
             acc = loop.results[0]
         return acc
+
+
+class _OverlapTail(_Tail):
+    """A row of a run-time ``extent`` in unmasked pieces that may overlap
+    (for a piece that writes the same values wherever it lands: the flat
+    depthwise crop): whole vectors of ``lanes``, then the rest as one whole
+    vector ending at the row's end; a row narrower than a vector as two
+    pieces of the widest size ``h`` (``lanes/2``, ``lanes/4``, .. down to
+    ``narrow``) with ``h <= extent < 2h``, at 0 and ``extent - h``; a row
+    narrower than ``narrow``, the masked vector of ``_Tail``. AVX2 has no
+    fast masked store (``vmaskmov``: the crop was about half of a 7^2
+    depthwise kernel's time on x86-64-v3); the static kernel's crop stores
+    a 7-wide row as 4 + 2 + 1 elements, unmasked."""
+
+    def __init__(self, extent, lanes: int, narrow: int):
+        super().__init__(extent, lanes)
+        self.extent, self.narrow = extent, narrow
+        self.sizes = tuple(lanes >> k for k in range(lanes.bit_length())
+                           if lanes >> k >= narrow)
+
+    def over(self, acc, piece, rest_first: bool = False):
+        assert not rest_first, "the overlapping pieces are for a crop (written in any order)"
+        lanes, wo = self.lanes, self.extent
+
+        def once(cond, body, acc):
+            """``body(acc)`` in a loop of ``cond`` ? 1 : 0 trips."""
+            return _for(arith.select(cond, index(1), index(0)), [acc],
+                        lambda _, acc: [body(acc)])[0]
+
+        def ge(a, b: int):
+            return arith.cmpi(arith.CmpIPredicate.uge, a, index(b))
+        loop = scf.ForOp(index(0), self.whole, index(lanes), [acc])
+        with ir.InsertionPoint(loop.body):
+            scf.YieldOp([piece(loop.induction_variable, lanes, loop.inner_iter_args[0])])
+        acc = loop.results[0]
+        # the rest of a row of at least a vector: the row's last vector
+        rest = arith.andi(ge(wo, lanes), arith.cmpi(arith.CmpIPredicate.ne, self.whole, wo))
+        acc = once(rest, lambda acc: piece(arith.subi(wo, index(lanes)), lanes, acc), acc)
+        h = lanes // 2
+        while h >= self.narrow:   # a row of h .. 2h - 1: two pieces of h
+            fits = arith.andi(ge(wo, h), arith.cmpi(arith.CmpIPredicate.ult, wo, index(2 * h)))
+            acc = once(fits, lambda acc, h=h: piece(
+                arith.subi(wo, index(h)), h, piece(index(0), h, acc)), acc)
+            h //= 2
+        # a row narrower than ``narrow``: one masked vector
+        return once(arith.cmpi(arith.CmpIPredicate.ult, wo, index(self.narrow)),
+                    lambda acc: piece(index(0), lanes, acc, self.mask), acc)
 
 
 def _rest(extent, sizes, half: int, acc, piece, merge: bool = False):
