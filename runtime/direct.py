@@ -74,15 +74,16 @@ class DirectRun:
 
     __slots__ = ("plan", "lock", "calls", "inputs", "outputs", "copied", "current", "probes", "consts",
                  "where", "arena", "offsets", "anchor", "segments", "segment_where", "pools", "_keep",
-                 "reads_inputs")
+                 "reads_inputs", "values", "const_seen")
 
     def __init__(self, plan):
         self.plan = plan
         self.lock = threading.Lock()
         self.calls: list[tuple] = []      # (raw function, descriptor addresses)
         self.where: list[str] = []        # the step each call is, for errors
-        self.inputs: list[tuple] = []     # (name, api dtype, shape, descriptors)
-        self.outputs: list[tuple] = []    # (name, alloc, nbytes, api numpy dtype, shape, descriptors)
+        self.inputs: list[tuple] = []     # (name, api dtype, shape, slot in values)
+        self.outputs: list[tuple] = []    # (name, alloc, nbytes, api numpy dtype, shape, slot in values)
+        self.values = None                # this call's array addresses, one slot each (_add_patch)
         self.copied: list[tuple] = []     # (name, numpy view of a plan buffer, api numpy dtype)
         self.current: dict = {}           # this call's input arrays (copies from inputs read them)
         self.reads_inputs = False         # whether such copies exist
@@ -90,6 +91,7 @@ class DirectRun:
         self.offsets: dict[str, int] = {}     # intermediate value id -> byte offset in the arena
         self.probes: list[tuple] = []     # (probe, value): the call list holds while equal
         self.consts: list[tuple] = []     # (name, array the storage was built from)
+        self.const_seen: tuple = (None, 0)  # (plan.constants, its version) the consts matched
         self.anchor: str | None = None    # the largest input: outputs are placed from it (PAGE)
         self.segments: list | None = None  # the calls with runs of them as one native call each
         self.segment_where: list[str] = []  # the step(s) each segment is, for errors
@@ -158,9 +160,10 @@ class DirectRun:
                     return None
             else:
                 return None
+        slots = []   # the descriptors each slot of ``values`` points at this call's array
         for name, spec in plan.inputs.items():
-            self.inputs.append((name, spec.dtype.numpy, tuple(spec.shape),
-                                tuple(patch.get(("input", name), ()))))
+            self.inputs.append((name, spec.dtype.numpy, tuple(spec.shape), len(slots)))
+            slots.append(patch.get(("input", name), ()))
         if plan.inputs:
             self.anchor = max(plan.inputs, key=lambda n: plan.inputs[n].dtype.numpy.itemsize
                               * int(np.prod(plan.inputs[n].shape)))
@@ -169,7 +172,8 @@ class DirectRun:
                 runner = producers[vid]
                 spec = runner.step.output_specs[0]
                 self.outputs.append((name, runner.alloc, runner.out_allocs[0][1], _api_dtype(spec.dtype),
-                                     tuple(spec.shape), tuple(patch.get(("output", vid), ()))))
+                                     tuple(spec.shape), len(slots)))
+                slots.append(patch.get(("output", vid), ()))
                 continue
             # a view of a buffer of the plan's, or an output named twice: copied
             # out after the calls, as the general path does
@@ -178,8 +182,37 @@ class DirectRun:
                 return None
             self.copied.append((name, st.view(lay), _api_dtype(executor.specs[vid].dtype)))
         self.probes = list({id(p): (p, v) for p, v in self.probes}.values())
+        self._add_patch(slots)
         self._add_segments()
         return self
+
+    def _add_patch(self, slots: list) -> None:
+        """``values``: one int64 slot per input and plan output, where a
+        call writes its array's address; and, as the first call, the
+        pointing of every descriptor of slot ``i`` at ``values[i]``: one
+        native call (``native_plan.patch_function``: a row of the first
+        native run), instead of two ctypes attribute stores per descriptor
+        (some 0.1 us each; a two-tile split call reads each argument
+        through two descriptors)."""
+        from . import native_plan
+        self.values = values = (ctypes.c_int64 * max(1, len(slots)))()
+        pairs = [(d, i) for i, descs in enumerate(slots) for d in descs]
+        if not pairs:
+            return
+        patch = native_plan.patch_function()
+        if patch is not None:
+            base = _addressof(values)
+            table = (ctypes.c_int64 * (2 * len(pairs)))(
+                *[a for d, i in pairs for a in (_addressof(d), base + 8 * i)])
+            self._keep.append(table)
+            call = (patch, (_addressof(table), len(pairs)))
+        else:
+            def point():
+                for d, i in pairs:
+                    d.allocated = d.aligned = values[i]
+            call = (point, ())
+        self.calls.insert(0, call)
+        self.where.insert(0, "pointing the descriptors at the call's arrays")
 
     def _add_segments(self) -> None:
         """``segments``: ``calls`` with each maximal run of native calls (a
@@ -332,34 +365,38 @@ class DirectRun:
             for probe, value in self.probes:
                 if probe() != value:
                     return None
-            constants = self.plan.constants
-            for name, src in self.consts:
-                if constants[name] is not src:
-                    return None
-            for name, dtype, shape, descs in self.inputs:
+            constants, seen = self.plan.constants, self.const_seen
+            if constants is not seen[0] or constants.version != seen[1]:
+                for name, src in self.consts:
+                    if constants[name] is not src:
+                        return None
+                version = getattr(constants, "version", None)
+                if version is not None:  # (executor.Constants) unchanged until it moves
+                    self.const_seen = (constants, version)
+            values, anchor = self.values, 0
+            for name, dtype, shape, slot in self.inputs:
                 arr = inputs[name]
                 if type(arr) is not np.ndarray or arr.dtype is not dtype and arr.dtype != dtype \
                         or arr.shape != shape or not arr.flags.c_contiguous:
                     return None
-                addr = _address(arr)
-                for d in descs:
-                    d.allocated = d.aligned = addr
+                values[slot] = addr = _address(arr)
+                if name == self.anchor:
+                    anchor = addr
             if self.reads_inputs:
                 self.current.update(inputs)
             out = {}
-            anchor = _address(inputs[self.anchor]) if self.anchor is not None else 0
-            for name, alloc, nbytes, view, shape, descs in self.outputs:
+            for name, alloc, nbytes, view, shape, slot in self.outputs:
                 if nbytes >= PAGE:
                     # half a page from the largest input's page offset (PAGE)
-                    buf = alloc(nbytes + PAGE, dtype=np.uint8)
-                    start = (((anchor + PAGE // 2) & -ALIGN) - _address(buf)) % PAGE
-                    buf = buf[start:start + nbytes]
+                    buf = alloc(nbytes + PAGE, np.uint8)
+                    addr = _address(buf)
+                    start = (((anchor + PAGE // 2) & -ALIGN) - addr) % PAGE
+                    out[name] = np.ndarray(shape, view, buf, start)
+                    values[slot] = addr + start
                 else:
-                    buf = alloc(nbytes, dtype=np.uint8)
-                addr = _address(buf)
-                for d in descs:
-                    d.allocated = d.aligned = addr
-                out[name] = buf.view(view).reshape(shape)
+                    buf = alloc(shape, view)
+                    out[name] = buf
+                    values[slot] = _address(buf)
             calls, where, held = self.segments, self.segment_where, []
             if calls is not None:
                 for pool, n_args in self.pools:

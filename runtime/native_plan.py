@@ -97,9 +97,35 @@ define void @fuelc_zero(ptr %dst, ptr %nbytes) {
   ret void
 }
 """
+# fuelc_patch(table, n): the direct path's per-call pointers (``patch_function``)
+_IR += """
+define void @fuelc_patch(ptr %t, ptr %np) {
+entry:
+  %n = ptrtoint ptr %np to i64
+  %any = icmp ugt i64 %n, 0
+  br i1 %any, label %body, label %out
+body:
+  %i = phi i64 [ 0, %entry ], [ %next, %body ]
+  %at = mul i64 %i, 2
+  %pd = getelementptr i64, ptr %t, i64 %at
+  %d = load ptr, ptr %pd, align 8
+  %ps = getelementptr i64, ptr %pd, i64 1
+  %s = load ptr, ptr %ps, align 8
+  %v = load i64, ptr %s, align 8
+  store i64 %v, ptr %d, align 8
+  %d1 = getelementptr i64, ptr %d, i64 1
+  store i64 %v, ptr %d1, align 8
+  %next = add i64 %i, 1
+  %more = icmp ult i64 %next, %n
+  br i1 %more, label %body, label %out
+out:
+  ret void
+}
+"""
 
 _runner = None
 _copiers: dict = {}
+_patch: list = []
 _lock = threading.Lock()
 _keep: list = []   # the engine, kept while the process runs its code
 
@@ -131,6 +157,8 @@ def runner():
                         _copiers[run] = copy_type(engine.get_function_address(name))
                     _copiers["zero"] = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(
                         engine.get_function_address("fuelc_zero"))
+                    _patch.append(ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(
+                        engine.get_function_address("fuelc_patch")))
     return _runner or None
 
 
@@ -139,6 +167,17 @@ def zero_function():
     function of pointers, so a row of a ``Rows`` table); None without the
     JIT."""
     return _copiers["zero"] if runner() is not None else None
+
+
+def patch_function():
+    """``fn(table, n)``: for each of the ``n`` int64 pairs ``(descriptor
+    address, value address)`` of ``table``, store the int64 at the value
+    address as the descriptor's ``allocated`` and ``aligned`` pointers (its
+    first two slots): how the direct path points the descriptors of a
+    call's inputs and outputs at its arrays in one native call (a row of a
+    ``Rows`` table) instead of two ctypes attribute stores per descriptor.
+    None without the JIT."""
+    return _patch[0] if runner() is not None else None
 
 
 def copy_function(shape, strides, itemsize: int):
@@ -201,4 +240,4 @@ def function_address(raw) -> int | None:
 
 
 __all__ = ["MAX_ARGS", "COPY_DIMS", "Rows", "runner", "function_address", "copy_function",
-           "zero_function"]
+           "zero_function", "patch_function"]

@@ -155,11 +155,12 @@ def test_plans_with_large_split_calls_take_the_direct_path(threads):
         for _ in range(4):  # the same descriptors again: a two-tile split as one native call
             xs = rng.standard_normal((512, 1024)).astype(np.float32)
             np.testing.assert_array_equal(m(x=xs), _general(m, x=xs)["y"])
-        # the two kernel calls are one native call (runtime.native_plan); a
+        # the two kernel calls, after the pointing of the descriptors at the
+        # call's arrays, are one native call (runtime.native_plan); a
         # two-tile split is a row of it, with the native pool held for the
         # run; three tiles stay Python calls
         d = m.executor._direct
-        assert len(d.calls) == 2 and len(d.segments) == (2 if threads == 3 else 1), d.segments
+        assert len(d.calls) == 3 and len(d.segments) == (3 if threads == 3 else 1), d.segments
         assert len(d.pools) == (1 if threads == 2 else 0)
         segments, d.segments = d.segments, None      # the calls one by one
         try:
@@ -250,7 +251,8 @@ def test_a_failing_python_step_between_native_runs_is_a_kernel_error_naming_it(m
     m.run(a=xs)
     d = m.executor._direct
     k = next(i for i, (fn, addrs) in enumerate(d.segments) if not addrs)   # the copy
-    assert len(d.segments) == 3 and d.segments[k] is d.calls[k], d.segments
+    # (calls[0] points the descriptors at the call's arrays: a row of segment 0)
+    assert len(d.segments) == 3 and d.segments[k] is d.calls[k + 1], d.segments
 
     def broken():
         raise MemoryError("no room")
