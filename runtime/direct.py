@@ -38,6 +38,7 @@ call at a time; anything else takes the general path, with the same results.
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 
 import numpy as np
@@ -74,16 +75,18 @@ class DirectRun:
 
     __slots__ = ("plan", "lock", "calls", "inputs", "outputs", "copied", "current", "probes", "consts",
                  "where", "arena", "offsets", "anchor", "segments", "segment_where", "pools", "_keep",
-                 "reads_inputs", "values", "const_seen")
+                 "reads_inputs", "values", "ref", "const_seen")
 
     def __init__(self, plan):
         self.plan = plan
         self.lock = threading.Lock()
         self.calls: list[tuple] = []      # (raw function, descriptor addresses)
         self.where: list[str] = []        # the step each call is, for errors
-        self.inputs: list[tuple] = []     # (name, api dtype, shape, slot in values)
-        self.outputs: list[tuple] = []    # (name, alloc, nbytes, api numpy dtype, shape, slot in values)
-        self.values = None                # this call's array addresses, one slot each (_add_patch)
+        self.inputs: list[tuple] = []     # (name, api dtype, shape, slot in values, is the anchor)
+        self.outputs: list[tuple] = []    # (name, alloc, nbytes, api numpy dtype, shape, slot in values,
+        #                                    the arrays returned, kept: [array, page offset, _FREE])
+        self.values = None                # this call's arrays, one slot each (_add_patch)
+        self.ref = _address               # what of an array a slot holds: id or _address
         self.copied: list[tuple] = []     # (name, numpy view of a plan buffer, api numpy dtype)
         self.current: dict = {}           # this call's input arrays (copies from inputs read them)
         self.reads_inputs = False         # whether such copies exist
@@ -160,19 +163,19 @@ class DirectRun:
                     return None
             else:
                 return None
-        slots = []   # the descriptors each slot of ``values`` points at this call's array
-        for name, spec in plan.inputs.items():
-            self.inputs.append((name, spec.dtype.numpy, tuple(spec.shape), len(slots)))
-            slots.append(patch.get(("input", name), ()))
         if plan.inputs:
             self.anchor = max(plan.inputs, key=lambda n: plan.inputs[n].dtype.numpy.itemsize
                               * int(np.prod(plan.inputs[n].shape)))
+        slots = []   # the descriptors each slot of ``values`` points at this call's array
+        for name, spec in plan.inputs.items():
+            self.inputs.append((name, spec.dtype.numpy, tuple(spec.shape), len(slots), name == self.anchor))
+            slots.append(patch.get(("input", name), ()))
         for name, vid in plan.outputs.items():
             if vid in producers:
                 runner = producers[vid]
                 spec = runner.step.output_specs[0]
                 self.outputs.append((name, runner.alloc, runner.out_allocs[0][1], _api_dtype(spec.dtype),
-                                     tuple(spec.shape), len(slots)))
+                                     tuple(spec.shape), len(slots), []))
                 slots.append(patch.get(("output", vid), ()))
                 continue
             # a view of a buffer of the plan's, or an output named twice: copied
@@ -188,29 +191,32 @@ class DirectRun:
 
     def _add_patch(self, slots: list) -> None:
         """``values``: one int64 slot per input and plan output, where a
-        call writes its array's address; and, as the first call, the
-        pointing of every descriptor of slot ``i`` at ``values[i]``: one
-        native call (``native_plan.patch_function``: a row of the first
-        native run), instead of two ctypes attribute stores per descriptor
-        (some 0.1 us each; a two-tile split call reads each argument
-        through two descriptors)."""
+        call writes its array's ``id`` (``ref``); and, as the first call,
+        the pointing of every descriptor of slot ``i`` at the data of the
+        array in ``values[i]``: one native call
+        (``native_plan.point_function``: a row of the first native run)
+        instead of each array's address read in Python and two ctypes
+        attribute stores per descriptor (a two-tile split call reads each
+        argument through two). Without it a call writes the addresses
+        themselves (``ref`` is ``_address``) and a Python call stores them."""
         from . import native_plan
         self.values = values = (ctypes.c_int64 * max(1, len(slots)))()
         pairs = [(d, i) for i, descs in enumerate(slots) for d in descs]
+        point = native_plan.point_function()
+        self.ref = id if point is not None else _address
         if not pairs:
             return
-        patch = native_plan.patch_function()
-        if patch is not None:
+        if point is not None:
             base = _addressof(values)
             table = (ctypes.c_int64 * (2 * len(pairs)))(
                 *[a for d, i in pairs for a in (_addressof(d), base + 8 * i)])
             self._keep.append(table)
-            call = (patch, (_addressof(table), len(pairs)))
+            call = (point, (_addressof(table), len(pairs)))
         else:
-            def point():
+            def call():
                 for d, i in pairs:
                     d.allocated = d.aligned = values[i]
-            call = (point, ())
+            call = (call, ())
         self.calls.insert(0, call)
         self.where.insert(0, "pointing the descriptors at the call's arrays")
 
@@ -359,7 +365,7 @@ class DirectRun:
     def run(self, inputs: dict) -> dict | None:
         """The plan's outputs for ``inputs``, or None when this call must take
         the general path (see the module docstring)."""
-        if not self.lock.acquire(blocking=False):
+        if not self.lock.acquire(False):
             return None
         try:
             for probe, value in self.probes:
@@ -373,30 +379,39 @@ class DirectRun:
                 version = getattr(constants, "version", None)
                 if version is not None:  # (executor.Constants) unchanged until it moves
                     self.const_seen = (constants, version)
-            values, anchor = self.values, 0
-            for name, dtype, shape, slot in self.inputs:
+            values, ref, largest = self.values, self.ref, None
+            for name, dtype, shape, slot, anchor in self.inputs:
                 arr = inputs[name]
                 if type(arr) is not np.ndarray or arr.dtype is not dtype and arr.dtype != dtype \
                         or arr.shape != shape or not arr.flags.c_contiguous:
                     return None
-                values[slot] = addr = _address(arr)
-                if name == self.anchor:
-                    anchor = addr
+                values[slot] = ref(arr)
+                if anchor:
+                    largest = arr
             if self.reads_inputs:
                 self.current.update(inputs)
-            out = {}
-            for name, alloc, nbytes, view, shape, slot in self.outputs:
-                if nbytes >= PAGE:
-                    # half a page from the largest input's page offset (PAGE)
-                    buf = alloc(nbytes + PAGE, np.uint8)
-                    addr = _address(buf)
-                    start = (((anchor + PAGE // 2) & -ALIGN) - addr) % PAGE
-                    out[name] = np.ndarray(shape, view, buf, start)
-                    values[slot] = addr + start
+            out, place = {}, None
+            for name, alloc, nbytes, view, shape, slot, kept in self.outputs:
+                if nbytes < PAGE:
+                    at = 0
+                else:  # half a page from the largest input's page offset (PAGE)
+                    if place is None:
+                        place = ((_address(largest) + PAGE // 2) & -ALIGN) % PAGE if largest is not None else 0
+                    at = place
+                for entry in kept:   # an array the caller holds no more (KEEP)
+                    if entry[1] == at and _refs(entry) == entry[2]:
+                        arr = entry[0]
+                        break
                 else:
-                    buf = alloc(shape, view)
-                    out[name] = buf
-                    values[slot] = _address(buf)
+                    if nbytes >= PAGE:
+                        buf = alloc(nbytes + PAGE, np.uint8)
+                        arr = np.ndarray(shape, view, buf, (at - _address(buf)) % PAGE)
+                    else:
+                        arr = alloc(shape, view)
+                    if alloc is np.empty:   # (a zeroed output is made anew)
+                        kept[:] = kept[1 - KEEP:] + [[arr, at, _FREE[nbytes >= PAGE]]]
+                out[name] = arr
+                values[slot] = ref(arr)
             calls, where, held = self.segments, self.segment_where, []
             if calls is not None:
                 for pool, n_args in self.pools:
@@ -425,6 +440,40 @@ class DirectRun:
             if self.reads_inputs:
                 self.current.clear()
             self.lock.release()
+
+
+#: The arrays of each plan output kept for later calls of the direct path:
+#: a call returns a kept array again once no one else refers to it or to
+#: its memory (the caller dropped it and every view of it; ``_refs``), else
+#: a new one, keeping the newest KEEP. Two, so that a loop ``y = m(x=...)``,
+#: which still holds the last output while the next one is computed,
+#: alternates between two arrays instead of allocating one per call. (The
+#: M=1 linear of docs/benchmarks.md: an allocation, its address and the
+#: array over it, some 1.2 us of each call; and a reused output is still in
+#: cache.) A zeroed output (a kernel without ``full_write``) is made anew.
+KEEP = 2
+
+
+def _refs(entry: list) -> int:
+    """The references to a kept output array and to the buffer it lies in
+    (its ``base``: a view of it refers to that buffer instead): ``_FREE``
+    when only the kept entry has them."""
+    arr = entry[0]
+    base = arr.base
+    return sys.getrefcount(arr) + (sys.getrefcount(base) if base is not None else 0)
+
+
+def _free_refs(placed: bool) -> int:
+    """``_refs`` of an entry no one else refers to: an array placed in a
+    larger buffer (``placed``), or one owning its memory."""
+    arr = np.ndarray((1,), np.uint8, np.empty(2, np.uint8), 1) if placed else np.empty(1, np.uint8)
+    entry = [arr]
+    del arr
+    return _refs(entry)
+
+
+#: ``_refs`` of a free entry, by whether its array lies in a larger buffer
+_FREE = {placed: _free_refs(placed) for placed in (False, True)}
 
 
 #: An output of at least a page is placed half a page (in address bits 0-11)
@@ -494,4 +543,4 @@ def arena_plan(plan, runners, owned) -> tuple[dict[str, int], int]:
     return offsets, total
 
 
-__all__ = ["DirectRun", "arena_plan", "PAGE", "ALIGN"]
+__all__ = ["DirectRun", "arena_plan", "PAGE", "ALIGN", "KEEP"]

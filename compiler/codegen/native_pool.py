@@ -316,14 +316,15 @@ class NativePool:
         ``run`` wakes it). Then ``release()`` must follow."""
         if _pool is not self or self.pid != _pid or self.workers[0].sleeping:
             return False
-        return self.busy.acquire(blocking=False)
+        return self.busy.acquire(False)
 
     def release(self, n_args: int) -> None:
         """After a ``hold()``: take up the gens the native run posted (at
         most ``n_args`` argument slots each) and free the pool."""
         w = self.workers[0]
         w.gen = w.block[0]
-        w.n_args = max(w.n_args, n_args)   # (slots past the last task's are zero)
+        if n_args > w.n_args:   # (slots past the last task's are zero)
+            w.n_args = n_args
         self.busy.release()
 
 
