@@ -489,6 +489,11 @@ class Executor:
     def call(self, inputs: dict) -> dict[str, np.ndarray]:
         """``run`` with the inputs in one dict, which is not modified (a
         module's call passes its keyword arguments on as they are)."""
+        direct = self._direct
+        if direct is not None and self._runners is self._plain_runners and self.resident is None:
+            out = direct.run(inputs)    # (None for inputs it does not take, named or not)
+            if out is not None:
+                return out
         plan = self.plan
         if inputs.keys() != self._input_names:
             missing = sorted(set(plan.inputs) - set(inputs))
@@ -497,8 +502,8 @@ class Executor:
             raise PlanError(f"plan inputs are ({sig}); missing {missing}, unexpected {extra}")
         if self.resident is not None:
             return self.resident.run(self, inputs)
-        if self._direct_state != "general" and self._runners is self._plain_runners:
-            direct = self._direct if self._direct_state == "built" else self._build_direct()
+        if self._direct_state == "unbuilt" and self._runners is self._plain_runners:
+            direct = self._build_direct()
             if direct is not None:
                 out = direct.run(inputs)
                 if out is not None:
