@@ -93,7 +93,7 @@ class DirectRun:
         #                                    the arrays returned, kept: [array, page offset, _FREE])
         self.values = None                # this call's arrays, one slot each (_add_patch)
         self.ref = _address               # what of an array a slot holds: id or _address
-        self.copied: list[tuple] = []     # (name, numpy view of a plan buffer, api numpy dtype)
+        self.copied: list[tuple] = []     # (name, api-dtype view of a plan buffer, the arrays kept)
         self.current: dict = {}           # this call's input arrays (copies from inputs read them)
         self.reads_inputs = False         # whether such copies exist
         self.arena: np.ndarray | None = None  # the intermediates' memory
@@ -190,7 +190,8 @@ class DirectRun:
             source, st, lay, _n = env[vid]
             if st is None:
                 return None
-            self.copied.append((name, st.view(lay), _api_dtype(executor.specs[vid].dtype)))
+            # (the API dtype has the storage's item size: a view of any strides)
+            self.copied.append((name, st.view(lay).view(_api_dtype(executor.specs[vid].dtype)), []))
         self.probes = list({id(p): (p, v) for p, v in self.probes}.values())
         self._add_patch(slots)
         self._add_segments()
@@ -454,8 +455,16 @@ class DirectRun:
             finally:
                 for pool, n_args in held:
                     pool.release(n_args)
-            for name, src, view in self.copied:
-                out[name] = src.copy().view(view)
+            for name, src, kept in self.copied:   # into a kept array, as above
+                for entry in kept:
+                    if _refs(entry) == entry[2]:
+                        arr = entry[0]
+                        break
+                else:
+                    arr = np.empty(src.shape, src.dtype)
+                    kept[:] = kept[1 - KEEP:] + [[arr, 0, _FREE[False]]]
+                arr[...] = src
+                out[name] = arr
             return out
         finally:
             if self.reads_inputs:

@@ -320,9 +320,14 @@ def test_outputs_that_are_not_kernel_outputs_are_copied_out():
     for name in ("t", "a", "b"):
         np.testing.assert_array_equal(first[name], general[name])
     np.testing.assert_array_equal(first["t"], np.maximum(xs * 2, 0).T)
-    again = m.run(x=-xs)                       # fresh arrays each call
+    again = m.run(x=-xs)                       # fresh arrays while the caller holds them
     assert not np.shares_memory(first["t"], again["t"])
     np.testing.assert_array_equal(again["t"], np.maximum(-xs * 2, 0).T)
+    held = {first["t"].ctypes.data, again["t"].ctypes.data}
+    del first, again                           # dropped: a copy goes into one of them (KEEP)
+    third = m.run(x=xs)
+    assert third["t"].ctypes.data in held and third["t"].flags.c_contiguous
+    np.testing.assert_array_equal(third["t"], np.maximum(xs * 2, 0).T)
 
 
 def test_a_reshape_of_a_strided_input_view_is_copied_from_each_calls_input():
