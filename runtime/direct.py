@@ -21,8 +21,10 @@ that once:
   contiguize step, become a copy into a buffer of its own, in step order).
 
 A run then only points the descriptors of the inputs and of the plan outputs
-(fresh arrays, owned by the caller) at this call's memory and makes the raw
-calls in order: each maximal run of native ones as one call of
+(arrays of the caller's: fresh ones, or ones it returned before and the
+caller has since dropped, ``KEEP``) at this call's memory, natively from
+the arrays' ids (``_add_pointing``), and makes the raw calls in order: each
+maximal run of native ones as one call of
 ``native_plan``'s row walker (``DirectRun.segments``; a two-tile split call is
 a row while its native pool is held, docs/architecture.md). Eligible: plans
 whose kernel steps each run as one raw call (``prepare_raw`` of the kernel; a
@@ -91,7 +93,7 @@ class DirectRun:
         self.inputs: list[tuple] = []     # (name, api dtype, shape, slot in values, is the anchor)
         self.outputs: list[tuple] = []    # (name, alloc, nbytes, api numpy dtype, shape, slot in values,
         #                                    the arrays returned, kept: [array, page offset, _FREE])
-        self.values = None                # this call's arrays, one slot each (_add_patch)
+        self.values = None                # this call's arrays, one slot each (_add_pointing)
         self.ref = _address               # what of an array a slot holds: id or _address
         self.copied: list[tuple] = []     # (name, api-dtype view of a plan buffer, the arrays kept)
         self.current: dict = {}           # this call's input arrays (copies from inputs read them)
@@ -193,11 +195,11 @@ class DirectRun:
             # (the API dtype has the storage's item size: a view of any strides)
             self.copied.append((name, st.view(lay).view(_api_dtype(executor.specs[vid].dtype)), []))
         self.probes = list({id(p): (p, v) for p, v in self.probes}.values())
-        self._add_patch(slots)
+        self._add_pointing(slots)
         self._add_segments()
         return self
 
-    def _add_patch(self, slots: list) -> None:
+    def _add_pointing(self, slots: list) -> None:
         """``values``: one int64 slot per input and plan output, where a
         call writes its array's ``id`` (``ref``); and, as the first call,
         the pointing of every descriptor of slot ``i`` at the data of the
