@@ -97,10 +97,9 @@ class CompiledModule(PlanModule):
         self.executor = Executor(plan, table)
         self._runnable = False
 
-    def run(self, **inputs) -> dict[str, np.ndarray]:
-        """Run and return every output in a dict by name. ``CpuFeatureError``
-        (before anything runs) when this CPU lacks features the target's
-        code uses."""
+    def _run(self, inputs: dict) -> dict[str, np.ndarray]:
+        """``run`` and calls: ``CpuFeatureError`` (before anything runs)
+        when this CPU lacks features the target's code uses."""
         if not self._runnable:
             check_cpu_features(self.target.features, target=str(self.target),
                                what="this module")
@@ -108,7 +107,7 @@ class CompiledModule(PlanModule):
             if check is not None:  # e.g. a CUDA device for a cuda target
                 check(self.target)
             self._runnable = True
-        return super().run(**inputs)
+        return self.executor.call(inputs)
 
     def save(self, path, sign_with=None, weights="zip"):
         """Write this module to one ``.fuel`` file (atomically) that
@@ -216,6 +215,9 @@ class SymbolicModule:
     def run(self, **inputs) -> dict[str, np.ndarray]:
         """Bind the symbols from the inputs' shapes, then run that binding's
         module; every output in a dict by name."""
+        return self._run(inputs)
+
+    def _run(self, inputs: dict) -> dict[str, np.ndarray]:
         names = self.graph.inputs
         if inputs.keys() != names.keys():
             sig = ", ".join(f"{n}: {s}" for n, s in self.signature["inputs"].items())
@@ -229,10 +231,10 @@ class SymbolicModule:
             if len(self._keys) >= 256:
                 self._keys.clear()
             self._keys[shapes] = key
-        return self._module(key).run(**inputs)
+        return self._module(key)._run(inputs)
 
     def __call__(self, **inputs):
-        out = self.run(**inputs)
+        out = self._run(inputs)
         return next(iter(out.values())) if len(out) == 1 else out
 
     def kernel_summary(self) -> list[str]:

@@ -21,8 +21,10 @@ that once:
   contiguize step, become a copy into a buffer of its own, in step order).
 
 A run then only points the descriptors of the inputs and of the plan outputs
-(fresh arrays, owned by the caller) at this call's memory and makes the raw
-calls in order: each maximal run of native ones as one call of
+(arrays of the caller's: fresh ones, or ones it returned before and the
+caller has since dropped, ``KEEP``) at this call's memory, natively from
+the arrays' ids (``_add_pointing``), and makes the raw calls in order: each
+maximal run of native ones as one call of
 ``native_plan``'s row walker (``DirectRun.segments``; a two-tile split call is
 a row while its native pool is held, docs/architecture.md). Eligible: plans
 whose kernel steps each run as one raw call (``prepare_raw`` of the kernel; a
@@ -38,7 +40,9 @@ call at a time; anything else takes the general path, with the same results.
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
+import weakref
 
 import numpy as np
 
@@ -49,6 +53,11 @@ from .storage import Storage
 
 _addressof = ctypes.addressof
 _char_from_buffer = ctypes.c_char.from_buffer
+
+
+def _gone():
+    """A weak reference whose array is gone."""
+    return None
 
 
 def _api_dtype(dtype) -> np.dtype:
@@ -74,23 +83,28 @@ class DirectRun:
 
     __slots__ = ("plan", "lock", "calls", "inputs", "outputs", "copied", "current", "probes", "consts",
                  "where", "arena", "offsets", "anchor", "segments", "segment_where", "pools", "_keep",
-                 "reads_inputs")
+                 "reads_inputs", "values", "ref", "const_seen", "placed")
 
     def __init__(self, plan):
         self.plan = plan
         self.lock = threading.Lock()
         self.calls: list[tuple] = []      # (raw function, descriptor addresses)
         self.where: list[str] = []        # the step each call is, for errors
-        self.inputs: list[tuple] = []     # (name, api dtype, shape, descriptors)
-        self.outputs: list[tuple] = []    # (name, alloc, nbytes, api numpy dtype, shape, descriptors)
-        self.copied: list[tuple] = []     # (name, numpy view of a plan buffer, api numpy dtype)
+        self.inputs: list[tuple] = []     # (name, api dtype, shape, slot in values, is the anchor)
+        self.outputs: list[tuple] = []    # (name, alloc, nbytes, api numpy dtype, shape, slot in values,
+        #                                    the arrays returned, kept: [array, page offset, _FREE])
+        self.values = None                # this call's arrays, one slot each (_add_pointing)
+        self.ref = _address               # what of an array a slot holds: id or _address
+        self.copied: list[tuple] = []     # (name, api-dtype view of a plan buffer, the arrays kept)
         self.current: dict = {}           # this call's input arrays (copies from inputs read them)
         self.reads_inputs = False         # whether such copies exist
         self.arena: np.ndarray | None = None  # the intermediates' memory
         self.offsets: dict[str, int] = {}     # intermediate value id -> byte offset in the arena
         self.probes: list[tuple] = []     # (probe, value): the call list holds while equal
         self.consts: list[tuple] = []     # (name, array the storage was built from)
+        self.const_seen: tuple = (None, 0)  # (plan.constants, its version) the consts matched
         self.anchor: str | None = None    # the largest input: outputs are placed from it (PAGE)
+        self.placed = (_gone, 0)          # (weak reference to it, page offset), ``_place``
         self.segments: list | None = None  # the calls with runs of them as one native call each
         self.segment_where: list[str] = []  # the step(s) each segment is, for errors
         self.pools: list[tuple] = []      # (native pool, argument slots): held while segments run
@@ -158,28 +172,63 @@ class DirectRun:
                     return None
             else:
                 return None
-        for name, spec in plan.inputs.items():
-            self.inputs.append((name, spec.dtype.numpy, tuple(spec.shape),
-                                tuple(patch.get(("input", name), ()))))
         if plan.inputs:
             self.anchor = max(plan.inputs, key=lambda n: plan.inputs[n].dtype.numpy.itemsize
                               * int(np.prod(plan.inputs[n].shape)))
+        slots = []   # the descriptors each slot of ``values`` points at this call's array
+        for name, spec in plan.inputs.items():
+            self.inputs.append((name, spec.dtype.numpy, tuple(spec.shape), len(slots), name == self.anchor))
+            slots.append(patch.get(("input", name), ()))
         for name, vid in plan.outputs.items():
             if vid in producers:
                 runner = producers[vid]
                 spec = runner.step.output_specs[0]
                 self.outputs.append((name, runner.alloc, runner.out_allocs[0][1], _api_dtype(spec.dtype),
-                                     tuple(spec.shape), tuple(patch.get(("output", vid), ()))))
+                                     tuple(spec.shape), len(slots), []))
+                slots.append(patch.get(("output", vid), ()))
                 continue
             # a view of a buffer of the plan's, or an output named twice: copied
             # out after the calls, as the general path does
             source, st, lay, _n = env[vid]
             if st is None:
                 return None
-            self.copied.append((name, st.view(lay), _api_dtype(executor.specs[vid].dtype)))
+            # (the API dtype has the storage's item size: a view of any strides)
+            self.copied.append((name, st.view(lay).view(_api_dtype(executor.specs[vid].dtype)), []))
         self.probes = list({id(p): (p, v) for p, v in self.probes}.values())
+        self._add_pointing(slots)
         self._add_segments()
         return self
+
+    def _add_pointing(self, slots: list) -> None:
+        """``values``: one int64 slot per input and plan output, where a
+        call writes its array's ``id`` (``ref``); and, as the first call,
+        the pointing of every descriptor of slot ``i`` at the data of the
+        array in ``values[i]``: one native call
+        (``native_plan.point_function``: a row of the first native run)
+        instead of each array's address read in Python and two ctypes
+        attribute stores per descriptor (a two-tile split call reads each
+        argument through two). Without it a call writes the addresses
+        themselves (``ref`` is ``_address``) and a Python call stores them."""
+        from . import native_plan
+        self.values = values = (ctypes.c_int64 * max(1, len(slots)))()
+        pairs = [(d, i) for i, descs in enumerate(slots) for d in descs]
+        point = native_plan.point_function()
+        self.ref = id if point is not None else _address
+        if not pairs:
+            return
+        if point is not None:
+            base = _addressof(values)
+            table = (ctypes.c_int64 * (2 * len(pairs)))(
+                *[a for d, i in pairs for a in (_addressof(d), base + 8 * i)])
+            self._keep.append(table)
+            call = (point, (_addressof(table), len(pairs)))
+        else:
+            def call():
+                for d, i in pairs:
+                    d.allocated = d.aligned = values[i]
+            call = (call, ())
+        self.calls.insert(0, call)
+        self.where.insert(0, "pointing the descriptors at the call's arrays")
 
     def _add_segments(self) -> None:
         """``segments``: ``calls`` with each maximal run of native calls (a
@@ -323,43 +372,70 @@ class DirectRun:
         env[vid] = (out_source, out_storage, out_layout, out_layout.numel)
         return True
 
+    def _place(self, largest) -> int:
+        """The page offset for this call's outputs of a page or more (PAGE),
+        from the largest input (None: 0); remembered for that array while it
+        lives (reading its address takes 0.3-0.6 us, a weak reference 0.05)."""
+        if largest is None:
+            return 0
+        seen, place = self.placed
+        if seen() is not largest:
+            place = ((_address(largest) + PAGE // 2) & -ALIGN) % PAGE
+            self.placed = (weakref.ref(largest), place)
+        return place
+
     def run(self, inputs: dict) -> dict | None:
         """The plan's outputs for ``inputs``, or None when this call must take
         the general path (see the module docstring)."""
-        if not self.lock.acquire(blocking=False):
+        if not self.lock.acquire(False):
             return None
         try:
             for probe, value in self.probes:
                 if probe() != value:
                     return None
-            constants = self.plan.constants
-            for name, src in self.consts:
-                if constants[name] is not src:
-                    return None
-            for name, dtype, shape, descs in self.inputs:
-                arr = inputs[name]
+            constants, seen = self.plan.constants, self.const_seen
+            if constants is not seen[0] or constants.version != seen[1]:
+                for name, src in self.consts:
+                    if constants[name] is not src:
+                        return None
+                version = getattr(constants, "version", None)
+                if version is not None:  # (executor.Constants) unchanged until it moves
+                    self.const_seen = (constants, version)
+            if len(inputs) != len(self.inputs):
+                return None
+            values, ref, largest = self.values, self.ref, None
+            for name, dtype, shape, slot, anchor in self.inputs:
+                arr = inputs.get(name)
                 if type(arr) is not np.ndarray or arr.dtype is not dtype and arr.dtype != dtype \
                         or arr.shape != shape or not arr.flags.c_contiguous:
                     return None
-                addr = _address(arr)
-                for d in descs:
-                    d.allocated = d.aligned = addr
+                values[slot] = ref(arr)
+                if anchor:
+                    largest = arr
             if self.reads_inputs:
                 self.current.update(inputs)
-            out = {}
-            anchor = _address(inputs[self.anchor]) if self.anchor is not None else 0
-            for name, alloc, nbytes, view, shape, descs in self.outputs:
-                if nbytes >= PAGE:
-                    # half a page from the largest input's page offset (PAGE)
-                    buf = alloc(nbytes + PAGE, dtype=np.uint8)
-                    start = (((anchor + PAGE // 2) & -ALIGN) - _address(buf)) % PAGE
-                    buf = buf[start:start + nbytes]
+            out, place = {}, None
+            for name, alloc, nbytes, view, shape, slot, kept in self.outputs:
+                if nbytes < PAGE:
+                    at = 0
+                else:  # half a page from the largest input's page offset (PAGE)
+                    if place is None:
+                        place = self._place(largest)
+                    at = place
+                for entry in kept:   # an array the caller holds no more (KEEP)
+                    if entry[1] == at and _refs(entry) == entry[2]:
+                        arr = entry[0]
+                        break
                 else:
-                    buf = alloc(nbytes, dtype=np.uint8)
-                addr = _address(buf)
-                for d in descs:
-                    d.allocated = d.aligned = addr
-                out[name] = buf.view(view).reshape(shape)
+                    if nbytes >= PAGE:
+                        buf = alloc(nbytes + PAGE, np.uint8)
+                        arr = np.ndarray(shape, view, buf, (at - _address(buf)) % PAGE)
+                    else:
+                        arr = alloc(shape, view)
+                    if alloc is np.empty:   # (a zeroed output is made anew)
+                        kept[:] = kept[1 - KEEP:] + [[arr, at, _FREE[nbytes >= PAGE]]]
+                out[name] = arr
+                values[slot] = ref(arr)
             calls, where, held = self.segments, self.segment_where, []
             if calls is not None:
                 for pool, n_args in self.pools:
@@ -381,13 +457,55 @@ class DirectRun:
             finally:
                 for pool, n_args in held:
                     pool.release(n_args)
-            for name, src, view in self.copied:
-                out[name] = src.copy().view(view)
+            for name, src, kept in self.copied:   # into a kept array, as above
+                for entry in kept:
+                    if _refs(entry) == entry[2]:
+                        arr = entry[0]
+                        break
+                else:
+                    arr = np.empty(src.shape, src.dtype)
+                    kept[:] = kept[1 - KEEP:] + [[arr, 0, _FREE[False]]]
+                arr[...] = src
+                out[name] = arr
             return out
         finally:
             if self.reads_inputs:
                 self.current.clear()
             self.lock.release()
+
+
+#: The arrays of each plan output kept for later calls of the direct path:
+#: a call returns a kept array again once no one else refers to it or to
+#: its memory (the caller dropped it and every view of it; ``_refs``), else
+#: a new one, keeping the newest KEEP. Two, so that a loop ``y = m(x=...)``,
+#: which still holds the last output while the next one is computed,
+#: alternates between two arrays instead of allocating one per call. (The
+#: M=1 linear of docs/benchmarks.md: an allocation, its address and the
+#: array over it, some 1.2 us of each call; and a reused output is still in
+#: cache.) A zeroed output (a kernel without ``full_write``) is made anew.
+KEEP = 2
+
+
+def _refs(entry: list) -> int:
+    """The references to a kept output array and to the buffer it lies in
+    (its ``base``: a view of it refers to that buffer instead): ``_FREE``
+    when only the kept entry has them."""
+    arr = entry[0]
+    base = arr.base
+    return sys.getrefcount(arr) + (sys.getrefcount(base) if base is not None else 0)
+
+
+def _free_refs(placed: bool) -> int:
+    """``_refs`` of an entry no one else refers to: an array placed in a
+    larger buffer (``placed``), or one owning its memory."""
+    arr = np.ndarray((1,), np.uint8, np.empty(2, np.uint8), 1) if placed else np.empty(1, np.uint8)
+    entry = [arr]
+    del arr
+    return _refs(entry)
+
+
+#: ``_refs`` of a free entry, by whether its array lies in a larger buffer
+_FREE = {placed: _free_refs(placed) for placed in (False, True)}
 
 
 #: An output of at least a page is placed half a page (in address bits 0-11)
@@ -457,4 +575,4 @@ def arena_plan(plan, runners, owned) -> tuple[dict[str, int], int]:
     return offsets, total
 
 
-__all__ = ["DirectRun", "arena_plan", "PAGE", "ALIGN"]
+__all__ = ["DirectRun", "arena_plan", "PAGE", "ALIGN", "KEEP"]

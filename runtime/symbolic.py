@@ -330,10 +330,10 @@ class BindingCalls:
         return key
 
     def run(self, **inputs) -> dict[str, np.ndarray]:
-        return self.module_of(self.binding(**inputs)).run(**inputs)
+        return self.module_of(self.binding(**inputs))._run(inputs)
 
     def __call__(self, **inputs):
-        out = self.run(**inputs)
+        out = self.module_of(self.binding(**inputs))._run(inputs)
         return next(iter(out.values())) if len(out) == 1 else out
 
 

@@ -314,16 +314,17 @@ class NativePool:
         is this process's pool, not in use by another thread and its first
         worker is awake (a sleeping one would leave every tile to the caller;
         ``run`` wakes it). Then ``release()`` must follow."""
-        if _pool is not self or self.pid != os.getpid() or self.workers[0].sleeping:
+        if _pool is not self or self.pid != _pid or self.workers[0].sleeping:
             return False
-        return self.busy.acquire(blocking=False)
+        return self.busy.acquire(False)
 
     def release(self, n_args: int) -> None:
         """After a ``hold()``: take up the gens the native run posted (at
         most ``n_args`` argument slots each) and free the pool."""
         w = self.workers[0]
         w.gen = w.block[0]
-        w.n_args = max(w.n_args, n_args)   # (slots past the last task's are zero)
+        if n_args > w.n_args:   # (slots past the last task's are zero)
+            w.n_args = n_args
         self.busy.release()
 
 
@@ -347,6 +348,18 @@ class Pair:
 
 
 _pool: NativePool | None = None
+#: This process's id, set again in a forked child: ``hold`` compares it
+#: with the pool's on every direct-path call (``os.getpid()`` is a system
+#: call, some 0.2 us).
+_pid = os.getpid()
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
 _lock = threading.Lock()
 #: Every native loop ever compiled: kept until the process ends, since a
 #: worker may still be polling in its code while the interpreter shuts down.

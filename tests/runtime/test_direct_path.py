@@ -18,7 +18,8 @@ def _general(m, **inputs):
     """The outputs of ``m`` through the general path (the step runners)."""
     ex = m.executor
     plain = ex._runners
-    ex._runners = tuple(plain)          # not the runners the direct path was built for
+    ex._runners = list(plain)           # not the runners the direct path was built for
+    #                                     (tuple(plain) would be ``plain`` itself)
     try:
         return ex.run(**inputs)
     finally:
@@ -155,11 +156,12 @@ def test_plans_with_large_split_calls_take_the_direct_path(threads):
         for _ in range(4):  # the same descriptors again: a two-tile split as one native call
             xs = rng.standard_normal((512, 1024)).astype(np.float32)
             np.testing.assert_array_equal(m(x=xs), _general(m, x=xs)["y"])
-        # the two kernel calls are one native call (runtime.native_plan); a
+        # the two kernel calls, after the pointing of the descriptors at the
+        # call's arrays, are one native call (runtime.native_plan); a
         # two-tile split is a row of it, with the native pool held for the
         # run; three tiles stay Python calls
         d = m.executor._direct
-        assert len(d.calls) == 2 and len(d.segments) == (2 if threads == 3 else 1), d.segments
+        assert len(d.calls) == 3 and len(d.segments) == (3 if threads == 3 else 1), d.segments
         assert len(d.pools) == (1 if threads == 2 else 0)
         segments, d.segments = d.segments, None      # the calls one by one
         try:
@@ -250,7 +252,8 @@ def test_a_failing_python_step_between_native_runs_is_a_kernel_error_naming_it(m
     m.run(a=xs)
     d = m.executor._direct
     k = next(i for i, (fn, addrs) in enumerate(d.segments) if not addrs)   # the copy
-    assert len(d.segments) == 3 and d.segments[k] is d.calls[k], d.segments
+    # (calls[0] points the descriptors at the call's arrays: a row of segment 0)
+    assert len(d.segments) == 3 and d.segments[k] is d.calls[k + 1], d.segments
 
     def broken():
         raise MemoryError("no room")
@@ -317,9 +320,14 @@ def test_outputs_that_are_not_kernel_outputs_are_copied_out():
     for name in ("t", "a", "b"):
         np.testing.assert_array_equal(first[name], general[name])
     np.testing.assert_array_equal(first["t"], np.maximum(xs * 2, 0).T)
-    again = m.run(x=-xs)                       # fresh arrays each call
+    again = m.run(x=-xs)                       # fresh arrays while the caller holds them
     assert not np.shares_memory(first["t"], again["t"])
     np.testing.assert_array_equal(again["t"], np.maximum(-xs * 2, 0).T)
+    held = {first["t"].ctypes.data, again["t"].ctypes.data}
+    del first, again                           # dropped: a copy goes into one of them (KEEP)
+    third = m.run(x=xs)
+    assert third["t"].ctypes.data in held and third["t"].flags.c_contiguous
+    np.testing.assert_array_equal(third["t"], np.maximum(xs * 2, 0).T)
 
 
 def test_a_reshape_of_a_strided_input_view_is_copied_from_each_calls_input():
@@ -446,6 +454,77 @@ def test_outputs_of_a_page_or_more_lie_half_a_page_from_the_largest_input():
         want = ((ws.ctypes.data + PAGE // 2) & -ALIGN) % PAGE
         assert y.ctypes.data % PAGE == want and y.ctypes.data % ALIGN == 0
         assert y.nbytes >= PAGE and out["s"].nbytes < PAGE
-        assert np.asarray(out["s"].base).nbytes == out["s"].nbytes     # not padded
+        small = out["s"]
+        assert (small if small.base is None else small.base).nbytes == small.nbytes  # not padded
         np.testing.assert_array_equal(y, _general(m, x=xs, w=ws)["y"])
         np.testing.assert_allclose(y, xs @ ws, rtol=1e-4, atol=1e-4)
+
+
+def test_outputs_come_back_only_once_nothing_refers_to_them_or_their_memory():
+    """``runtime.direct.KEEP``: a call hands out a plan output's array again
+    once the caller has dropped it and every view of it (a view of an output
+    placed in a larger buffer refers to that buffer), never while held."""
+    rng = np.random.default_rng(6)
+    g = Graph()
+    x, w = g.input("x", (2, 64), "f32"), g.input("w", (64, 1024), "f32")
+    g.output(x @ w, name="y")                      # a page or more: placed (PAGE)
+    g.output((x * 2.0).sum(axis=1), name="s")      # smaller
+    m = compile(g, target="cpu")
+    xs, ws = rng.standard_normal((2, 64)).astype(np.float32), rng.standard_normal((64, 1024)).astype(np.float32)
+    out = m(x=xs, w=ws)
+    assert m.executor.direct_path
+    y, s = out["y"], out["s"]
+    del out
+    first = (y.ctypes.data, s.ctypes.data)
+    row, y_want, s_want = y[1], y.copy(), s.copy()
+    del y
+    again = m(x=xs * 2, w=ws)          # y's buffer (through ``row``) and s still held
+    assert not np.shares_memory(again["y"], row) and not np.shares_memory(again["s"], s)
+    np.testing.assert_array_equal(row, y_want[1])
+    np.testing.assert_array_equal(s, s_want)
+    np.testing.assert_array_equal(again["y"], _general(m, x=xs * 2, w=ws)["y"])
+    del row, s, again
+
+    out = m(x=xs, w=ws)                # nothing refers to the first call's arrays: back
+    assert (out["y"].ctypes.data, out["s"].ctypes.data) == first
+    np.testing.assert_array_equal(out["y"], y_want)
+    np.testing.assert_array_equal(out["s"], s_want)
+    seen = set()
+    for i in range(6):                 # ``y = m(...)`` holds the last while the next runs
+        y = m(x=xs + i, w=ws)["y"]
+        np.testing.assert_allclose(y, (xs + i) @ ws, rtol=1e-4, atol=1e-3)
+        seen.add(y.ctypes.data)
+    assert len(seen) <= 2
+
+
+def test_the_python_pointing_of_descriptors_matches_the_native_one(monkeypatch):
+    # without native_plan.point_function, a call writes each array's address
+    # and a Python call stores it in the descriptors
+    from runtime import native_plan
+    g, pipeline, inputs = _graphs()[1]
+    native = compile(g, target="cpu", pipeline=pipeline).run(**inputs)
+    monkeypatch.setattr(native_plan, "point_function", lambda: None)
+    m = compile(g, target="cpu", pipeline=pipeline)
+    for _ in range(2):
+        got = m.run(**inputs)
+        assert m.executor.direct_path and not isinstance(m.executor._direct.calls[0][0], ctypes._CFuncPtr)
+        for name in native:
+            np.testing.assert_array_equal(got[name], native[name])
+            np.testing.assert_array_equal(got[name], _general(m, **inputs)[name])
+
+
+def test_plan_constants_count_their_changes():
+    """``executor.Constants``: the direct path checks its constants by the
+    version of ``plan.constants``, so every change moves it."""
+    from runtime.executor import Constants, Plan
+    plan = Plan({}, {}, [], {"a": np.zeros(1)})
+    assert isinstance(plan.constants, Constants)
+    changes = [lambda c: c.__setitem__("b", 2), lambda c: c.update(c=3), lambda c: c.pop("c"),
+               lambda c: c.setdefault("d", 4), lambda c: c.__delitem__("d"),
+               lambda c: c.__ior__({"e": 5}), lambda c: c.popitem(), lambda c: c.clear()]
+    for change in changes:
+        before = plan.constants.version
+        change(plan.constants)
+        assert plan.constants.version == before + 1
+    plan.constants = {"z": np.ones(1)}
+    assert isinstance(plan.constants, Constants) and list(plan.constants) == ["z"]
