@@ -48,6 +48,22 @@ MIN_ELEMENTS_TRANSCENDENTAL = MIN_ELEMENTS // 4
 #: per thread run on the native workers (a few us a call, not the pool's
 #: 20-60); see docs/architecture.md ("Threading is shared too").
 MIN_COPY_ELEMENTS = 1 << 16
+#: At two threads a split call is cut into this many tiles per thread, which
+#: the calling thread and the native worker take one by one
+#: (``native_pool.NativePool.run_tiles``): a worker the OS runs late or on a
+#: shared core holds the call up by one small tile, not half the call (see
+#: docs/architecture.md, "Threading is shared too"). More threads cut one tile
+#: per thread (their calls run in rounds of the thread count).
+TILES_PER_THREAD = 2
+
+
+def split_parts(threads: int) -> int:
+    """How many tiles a family's ``split`` is asked for at ``threads``
+    threads (it may make fewer; ``split_parts(threads) > threads`` tiles run
+    as one dynamic task of the native pool)."""
+    return threads * TILES_PER_THREAD if threads == 2 else threads
+
+
 _TRANSCENDENTAL = re.compile(r"\bmath\.(exp|exp2|expm1|erf|tanh|log|log2|log1p|powf|sin|cos|atan2?|asin|acos)\b")
 
 
@@ -228,6 +244,6 @@ MIN_COL_PANELS = 2
 
 
 __all__ = ["ENV", "MIN_ELEMENTS", "MIN_ELEMENTS_TRANSCENDENTAL", "MIN_MACS", "MIN_COL_PANELS",
-           "MIN_COPY_ELEMENTS", "ThreadCountError", "min_elements", "num_threads", "set_num_threads", "run_all",
+           "MIN_COPY_ELEMENTS", "TILES_PER_THREAD", "split_parts", "ThreadCountError", "min_elements", "num_threads", "set_num_threads", "run_all",
            "chunks", "split_layouts", "row_tiles", "image_tiles",
            "matmul_tiles"]
