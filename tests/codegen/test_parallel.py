@@ -300,12 +300,22 @@ def test_calls_are_split_into_tiles(threads):
     threads(2)
     # row tiles start at multiples of MATMUL_ROW_ALIGN (24); at two threads
     # TILES_PER_THREAD per thread, taken one by one by the caller and the worker
-    assert parallel.TILES_PER_THREAD == 2
+    assert parallel.split_parts(2) == 4 and parallel.split_parts(3) == 3
     assert [t[1][0].shape for t in k._tiles(lays, p, 2)] == [(96, 128)] * 3 + [(12, 128)]
     threads(3)   # more threads: one tile each
     assert [t[1][0].shape for t in k._tiles(lays, p, 2)] == [(120, 128), (120, 128), (60, 128)]
     threads(1)
     assert len(k._tiles(lays, p, 2)) == 1
+
+
+@pytest.mark.parametrize("value", ["0", "two", "-1"])
+def test_a_tile_count_that_is_not_a_positive_integer_is_an_error(monkeypatch, value):
+    monkeypatch.setattr(parallel, "TILES_PER_THREAD", None)
+    monkeypatch.setenv(parallel.TILES_ENV, value)
+    with pytest.raises(parallel.ThreadCountError, match="FUELC_TILES_PER_THREAD.*positive integer"):
+        parallel.split_parts(2)
+    monkeypatch.setenv(parallel.TILES_ENV, "1")     # one tile per thread, as before
+    assert parallel.split_parts(2) == 2
 
 
 def test_image_tiles_cut_every_operand_of_a_copy_by_images():
