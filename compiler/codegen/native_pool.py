@@ -100,7 +100,7 @@ entry:
   br label %poll
 poll:
   %s = phi i64 [ %seen, %entry ], [ %s, %ran ], [ %s, %back ], [ %g, %over ]
-  %since = phi i64 [ %t0, %entry ], [ %t1, %ran ], [ %since, %back ], [ %since, %over ]
+  %since = phi i64 [ %t0, %entry ], [ %t1, %ran ], [ %since, %back ], [ %t2, %over ]
   %w = load atomic i64, ptr %c acquire, align 8
   %g = lshr i64 %w, 32
   %new = icmp ne i64 %g, %s
@@ -115,6 +115,9 @@ left:
   %none = icmp uge i64 %i0, %n
   br i1 %none, label %over, label %ran
 over:
+  ; a task seen counts as activity, taken or not: a worker whose tiles the
+  ; caller keeps taking stays awake while calls come
+  %t2 = call i64 @llvm.readcyclecounter()
   br label %poll
 run:
   %i = and i64 %w, 65535
