@@ -460,3 +460,31 @@ def test_a_worker_slow_in_its_tile_holds_the_call_up_by_that_tile_only():
             return
         time.sleep(0.0005)   # the worker is asleep or not scheduled: try again
     pytest.skip("the worker never took a tile (a loaded machine)")
+
+
+def test_a_worker_whose_tiles_the_caller_takes_stays_awake_while_tasks_come():
+    """The worker loop counts a task it sees as activity even when the
+    caller has taken every tile: it returns to sleep only ``spin`` cycles
+    after the last task, not after its last tile (a sleeping worker costs
+    the direct path its native run)."""
+    import threading
+    import time
+    from compiler.codegen import native_pool
+    pool = native_pool.pool(1)
+    assert pool is not None
+    native, block = pool._native, native_pool._Block()
+    address = ctypes.addressof(block)
+    spin = 20_000_000                           # TSC cycles: some 5-10 ms
+    done = []
+    th = threading.Thread(target=lambda: done.append((native.loop(address, block[0] >> 32, spin, 0),
+                                                      time.perf_counter())))
+    start = time.perf_counter()
+    th.start()
+    while time.perf_counter() - start < 0.06:   # a task of no tiles every 2 ms for 60 ms
+        native.post(address, address, 0)
+        time.sleep(0.002)
+    th.join(timeout=10)
+    assert done, "the worker loop did not return"
+    seen, end = done[0]
+    assert seen == block[0] >> 32
+    assert end - start >= 0.06, f"the loop slept {end - start:.3f} s in, while tasks still came"
