@@ -413,6 +413,13 @@ class KernelFamily:
         return fn
 
 
+def _cut_axes(tile: Sequence, layouts: Sequence) -> tuple:
+    """The axes along which each operand of ``tile`` is narrower than in the
+    whole call's ``layouts``: which cut a split made."""
+    return tuple(tuple(a for a, (m, n) in enumerate(zip(t.shape, l.shape)) if m != n)
+                 for t, l in zip(tile, layouts))
+
+
 class GeneratedKernel:
     """The callable behind a generated ``KernelRef``: one family, target,
     binding key and dtype tuple. ``kernel(inputs, outputs, layouts, params)``
@@ -439,11 +446,17 @@ class GeneratedKernel:
         threads, parts = parallel.num_threads(), None
         if threads > 1:
             least = self._min_elements(inst, lays, n_inputs)
+            parts = self.family.split(inst, lays, n_inputs, threads, least)
             finer = parallel.split_parts(threads)
-            if finer > threads:   # where the finer cut cannot be made: one tile per thread
-                parts = self.family.split(inst, lays, n_inputs, finer, least)
-            if not parts:
-                parts = self.family.split(inst, lays, n_inputs, threads, least)
+            if parts and finer > threads:
+                # more tiles of the same cut only: asked for more parts a
+                # family may cut another way (a conv of 3 images by channels
+                # where 2 threads cut it by images), which it never ran at
+                # this size before
+                fine = self.family.split(inst, lays, n_inputs, finer, least)
+                if fine and len(fine) > len(parts) \
+                        and _cut_axes(fine[0], lays) == _cut_axes(parts[0], lays):
+                    parts = fine
         if not parts:
             return [(inst, lays)]
         return [(self.family.with_shapes(inst, sub[:n_inputs]), sub) for sub in parts]
