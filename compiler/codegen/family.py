@@ -413,6 +413,13 @@ class KernelFamily:
         return fn
 
 
+def _cut_axes(tile: Sequence, layouts: Sequence) -> tuple:
+    """The axes along which each operand of ``tile`` is narrower than in the
+    whole call's ``layouts``: which cut a split made."""
+    return tuple(tuple(a for a, (m, n) in enumerate(zip(t.shape, l.shape)) if m != n)
+                 for t, l in zip(tile, layouts))
+
+
 class GeneratedKernel:
     """The callable behind a generated ``KernelRef``: one family, target,
     binding key and dtype tuple. ``kernel(inputs, outputs, layouts, params)``
@@ -436,10 +443,20 @@ class GeneratedKernel:
         if subs:  # run as sub-calls; run_tiles spreads them over the threads
             return [self.family.instance(self.key, self.dtypes, sl, sp, n_inputs)
                     for sl, sp in subs]
-        threads = parallel.num_threads()
-        parts = self.family.split(inst, lays, n_inputs, threads,
-                                  self._min_elements(inst, lays, n_inputs)) \
-            if threads > 1 else None
+        threads, parts = parallel.num_threads(), None
+        if threads > 1:
+            least = self._min_elements(inst, lays, n_inputs)
+            parts = self.family.split(inst, lays, n_inputs, threads, least)
+            finer = parallel.split_parts(threads)
+            if parts and finer > threads:
+                # more tiles of the same cut only: asked for more parts a
+                # family may cut another way (a conv of 3 images by channels
+                # where 2 threads cut it by images), which it never ran at
+                # this size before
+                fine = self.family.split(inst, lays, n_inputs, finer, least)
+                if fine and len(fine) > len(parts) \
+                        and _cut_axes(fine[0], lays) == _cut_axes(parts[0], lays):
+                    parts = fine
         if not parts:
             return [(inst, lays)]
         return [(self.family.with_shapes(inst, sub[:n_inputs]), sub) for sub in parts]
@@ -614,59 +631,73 @@ class CallMemo:
 class SplitCall:
     """The tiles of one split call as one raw function (the executor's direct
     path, ``GeneratedKernel.prepare_raw``): ``raw(*addresses)`` takes each
-    tile's descriptor addresses, tile after tile, and runs them in rounds of
-    ``width`` tiles (the thread count): in each, the first tile on this
-    thread and the others on the native workers (``native_pool.NativePool.run``),
-    or all in turn on this thread when the pool is busy or missing. More tiles
-    than threads come from sub-calls (``KernelFamily.subcalls``: a 4-D
-    attention product runs as one batched call per image)."""
+    tile's descriptor addresses, tile after tile. At two threads (``width``,
+    the thread count) the tiles are one task of the native pool
+    (``native_pool.NativePool.run_tiles``): this thread and the worker take
+    them one by one until none is left. At more threads they run in rounds
+    of ``width`` tiles, the first of each on this thread and the others on
+    the native workers (``NativePool.run``). Either way all run in turn on
+    this thread when the pool is busy or missing. Tiles come from the thread
+    split (``parallel.split_parts``) or from sub-calls
+    (``KernelFamily.subcalls``: a 4-D attention product runs as one batched
+    call per image)."""
 
-    __slots__ = ("fns", "n_args", "width", "_addrs", "_last", "_pair")
+    __slots__ = ("fns", "n_args", "width", "_addrs", "_last", "_tiles")
 
     def __init__(self, fns: Sequence[KernelFunction], n_args: int, width: int = 0):
         self.fns = list(fns)                       # keeps the machine code mapped
         self.n_args = n_args
         self.width = max(1, width or len(self.fns))
         self._addrs = [_fn_address(fn) for fn in self.fns]
-        self._last = None    # (addrs, the first tile's call, the others' tasks, their Pair): one round
-        self._pair = None    # (addrs, Pair) of ``native_row``: kept as long as this call
+        self._last = None    # (addrs, the first tile's call, the others' tasks): one round
+        self._tiles = None   # (addrs, native_pool.Tiles): kept as long as this call
+
+    def _dynamic(self) -> bool:
+        return self.width == 2 and 2 <= len(self.fns) <= native_pool.MAX_TILES \
+            and self.n_args <= native_pool.MAX_ARGS
+
+    def _table(self, addrs) -> "native_pool.Tiles":
+        if self._tiles is None or self._tiles[0] != addrs:
+            n = self.n_args
+            self._tiles = (addrs, native_pool.Tiles(
+                [(fn, addrs[i * n:(i + 1) * n]) for i, fn in enumerate(self._addrs)]))
+        return self._tiles[1]
 
     def native_row(self, *addrs: int):
         """This call with ``addrs`` as a row of a native run of several calls
         (the direct path, ``runtime.native_plan``): ``(function address,
-        argument addresses, pool, argument slots)`` for a two-tile split,
-        run as ``native_pool.NativePool.pair_row`` between the pool's
-        ``hold()`` and ``release(argument slots)``; None otherwise (or
-        without the native pool): the caller calls ``raw``."""
-        n = self.n_args
-        if len(self.fns) != 2 or self.width < 2 or n > native_pool.MAX_ARGS:
+        argument addresses, pool, argument slots)`` at two threads, run as
+        ``native_pool.NativePool.tiles_row`` between the pool's ``hold()``
+        and ``release()``; None otherwise (or without the native pool): the
+        caller calls ``raw``."""
+        if not self._dynamic():
             return None
         pool = native_pool.pool(1)
         if pool is None:
             return None
-        if self._pair is None or self._pair[0] != addrs:
-            self._pair = (addrs, native_pool.Pair((self._addrs[0], addrs[:n]),
-                                                  (self._addrs[1], addrs[n:])))
-        fn, args = pool.pair_row(self._pair[1])
-        return fn, args, pool, n
+        fn, args = pool.tiles_row(self._table(addrs))
+        return fn, args, pool, self.n_args
 
     def raw(self, *addrs: int) -> None:
         n, width, fns = self.n_args, self.width, self.fns
+        if self._dynamic():
+            pool = native_pool.pool(1)
+            if pool is not None and pool.run_tiles(self._table(addrs)):
+                return
+            for i, fn in enumerate(fns):
+                fn.raw(*addrs[i * n:(i + 1) * n])
+            return
         last = self._last
         if last is not None and last[0] == addrs:
             # the direct path calls with the same descriptors every time: the
-            # tasks of a one-round split are made once (two tiles: as one
-            # native call, ``native_pool.Pair``)
+            # tasks of a one-round split are made once
             pool = native_pool.pool(len(last[2]))
-            if pool is not None and (last[3] is not None and pool.run_pair(last[3])
-                                     or pool.run(last[1], last[2])):
+            if pool is not None and pool.run(last[1], last[2]):
                 return
         elif 1 < len(fns) <= width:
             head, first = addrs[:n], fns[0].raw
             rest = [(self._addrs[i], addrs[i * n:(i + 1) * n]) for i in range(1, len(fns))]
-            pair = native_pool.Pair((self._addrs[0], head), rest[0]) \
-                if len(rest) == 1 and n <= native_pool.MAX_ARGS else None
-            self._last = (addrs, lambda: first(*head), rest, pair)
+            self._last = (addrs, lambda: first(*head), rest)
         for start in range(0, len(fns), width):
             stop = min(start + width, len(fns))
             first = fns[start].raw
@@ -690,7 +721,15 @@ def run_tiles(hit: tuple, storages: Sequence) -> None:
         return
     threads = parallel.num_threads()
     descs = [[t.bind(s) for t, s in zip(templates, storages)] for _, templates in hit]
-    if len(hit) <= threads and all(isinstance(fn, KernelFunction) for fn, _ in hit):
+    native = all(isinstance(fn, KernelFunction) for fn, _ in hit)
+    if native and threads == 2 and len(hit) <= native_pool.MAX_TILES:
+        # the tiles as one task, taken one by one by this thread and the worker
+        pool = native_pool.pool(1)
+        calls = [(_fn_address(fn), [_addressof(d) for d in ds]) for (fn, _), ds in zip(hit, descs)]
+        if pool is not None and all(len(a) <= native_pool.MAX_ARGS for _, a in calls) \
+                and pool.run_tiles(native_pool.Tiles(calls)):
+            return
+    if len(hit) <= threads and native:
         # one tile per thread: the others run on native workers (no GIL, no
         # thread wake-up while they are polling)
         pool = native_pool.pool(len(hit) - 1)

@@ -521,7 +521,10 @@ def _conv_group_tiles(params: dict, layouts, n_inputs: int, threads: int):
         # of 2304 each: 0.15 ms on one core)
         if out.numel * math.prod(w.shape[1:]) < MIN_CONV_MACS:
             return None
-        if x.shape[0] >= threads:
+        # (channels only for one image: the pointwise kernel's channel tiles
+        # read the output as row-major for one image; 3 images at 4 threads
+        # cut by channels came out wrong)
+        if x.shape[0] > 1:
             return parallel.split_layouts(list(layouts), axes(True, 0, None), x.shape[0], threads)
         return parallel.split_layouts(list(layouts), axes(False, None, 0), w.shape[0], threads, 8)
     if g < 2 or out.numel < parallel.MIN_ELEMENTS_TRANSCENDENTAL:

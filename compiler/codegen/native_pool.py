@@ -12,16 +12,22 @@ to polling. After ``SPIN_PURE_CYCLES`` without work each poll yields the
 core first (``sched_yield``), and after ``SPIN_CYCLES`` time-stamp-counter
 cycles without work it returns to Python and blocks on a condition variable,
 so an idle process does not keep a core busy. The caller posts a task with plain stores,
-runs its own tile, then polls (natively, GIL released) until the workers are
+takes tiles itself, then polls (natively, GIL released) until the workers are
 done.
 
-A worker's control block is ``4 + MAX_ARGS`` int64 slots: ``gen`` (bumped by the caller to
-post a task), ``done`` (set to that ``gen`` by the worker when finished),
-``claim`` (the last task taken, by the worker or, when the worker has not
-started it by the time the caller's own tile is done, by the caller, which
-then runs it itself: one compare-and-swap decides), the function address, and
-up to ``MAX_ARGS`` argument addresses (unused ones are 0; x86-64 SysV lets a
-caller pass more arguments than the callee reads).
+A worker's control block is ``3 + ROW`` int64 slots: the task word ``gen << 32
+| tiles << 16 | next`` (a post bumps ``gen``, sets the tile count and
+``next`` = 0), ``finished`` (how many tiles the worker has completed, ever),
+the address of the task's table (``tiles`` rows of ``ROW`` slots: a function
+address, then up to ``MAX_ARGS`` argument addresses, unused ones 0; x86-64
+SysV lets a caller pass more arguments than the callee reads), and one such
+row of the block's own (``post``: a one-tile task). A tile is taken by one
+compare-and-swap of the task word (``next`` to ``next + 1``), by the worker
+or by the posting thread, which keeps taking tiles until none is left and
+then waits until ``finished`` counts the ones the worker took. So a worker
+the OS has not scheduled costs the call nothing but the post, and one that
+runs late or slowly (its core shared) holds it up by the tiles it took, not
+half the call (docs/architecture.md, "Threading is shared too").
 """
 from __future__ import annotations
 
@@ -47,30 +53,42 @@ SPIN_CYCLES = 3_000_000
 SPIN_PURE_CYCLES = 20_000
 
 _ARGS = ", ".join(f"ptr %a{i}" for i in range(MAX_ARGS))
-_LOADS = "\n".join(f"  %p{i} = getelementptr i64, ptr %c, i64 {4 + i}\n"
+_LOADS = "\n".join(f"  %p{i} = getelementptr i64, ptr %row, i64 {1 + i}\n"
                    f"  %a{i} = load ptr, ptr %p{i}, align 8" for i in range(MAX_ARGS))
+#: Slots of a row of a task table: the function's address, then its arguments.
+ROW = 1 + MAX_ARGS
 _IR = f"""
 declare void @llvm.x86.sse2.pause()
 declare i64 @llvm.readcyclecounter()
 declare i32 @sched_yield()
 
-; Claim task %g of block %c: exactly one of the worker and the caller moves
-; the claim slot from %g - 1 to %g (each post bumps gen by one, and each
-; task is claimed by one of the two before the next is posted).
-define i1 @fuelc_try_claim(ptr %c, i64 %g) {{
+; Claim the next tile of the task word %w of block %c (gen << 32 | tiles << 16
+; | next): one compare-and-swap moves next to next + 1; false when another
+; thread moved the word first or no tile is left.
+define i1 @fuelc_claim(ptr %c, i64 %w) {{
 entry:
-  %cp = getelementptr i64, ptr %c, i64 2
-  %prev = sub i64 %g, 1
-  %r = cmpxchg ptr %cp, i64 %prev, i64 %g acq_rel acquire
+  %i = and i64 %w, 65535
+  %n0 = lshr i64 %w, 16
+  %n = and i64 %n0, 65535
+  %left = icmp ult i64 %i, %n
+  br i1 %left, label %cas, label %no
+cas:
+  %w1 = add i64 %w, 1
+  %r = cmpxchg ptr %c, i64 %w, i64 %w1 acq_rel monotonic
   %ok = extractvalue {{ i64, i1 }} %r, 1
   ret i1 %ok
+no:
+  ret i1 false
 }}
 
-; Call the posted function of block %c with its arguments.
-define void @fuelc_run_block(ptr %c) {{
+; Call row %i of the task table of block %c (its slot 2).
+define void @fuelc_run_row(ptr %c, i64 %i) {{
 entry:
-  %fp = getelementptr i64, ptr %c, i64 3
-  %fn = load ptr, ptr %fp, align 8
+  %tp = getelementptr i64, ptr %c, i64 2
+  %t = load ptr, ptr %tp, align 8
+  %at = mul i64 %i, {ROW}
+  %row = getelementptr i64, ptr %t, i64 %at
+  %fn = load ptr, ptr %row, align 8
 {_LOADS}
   call void %fn({_ARGS})
   ret void
@@ -81,18 +99,31 @@ entry:
   %t0 = call i64 @llvm.readcyclecounter()
   br label %poll
 poll:
-  %s = phi i64 [ %seen, %entry ], [ %g, %ran ], [ %s, %back ]
-  %since = phi i64 [ %t0, %entry ], [ %t1, %ran ], [ %since, %back ]
-  %g = load atomic i64, ptr %c acquire, align 8
+  %s = phi i64 [ %seen, %entry ], [ %s, %ran ], [ %s, %back ], [ %g, %over ]
+  %since = phi i64 [ %t0, %entry ], [ %t1, %ran ], [ %since, %back ], [ %t2, %over ]
+  %w = load atomic i64, ptr %c acquire, align 8
+  %g = lshr i64 %w, 32
   %new = icmp ne i64 %g, %s
   br i1 %new, label %claim, label %idle
 claim:
-  %mine = call i1 @fuelc_try_claim(ptr %c, i64 %g)
-  br i1 %mine, label %run, label %ran
+  %mine = call i1 @fuelc_claim(ptr %c, i64 %w)
+  br i1 %mine, label %run, label %left
+left:
+  %i0 = and i64 %w, 65535
+  %n0 = lshr i64 %w, 16
+  %n = and i64 %n0, 65535
+  %none = icmp uge i64 %i0, %n
+  br i1 %none, label %over, label %ran
+over:
+  ; a task seen counts as activity, taken or not: a worker whose tiles the
+  ; caller keeps taking stays awake while calls come
+  %t2 = call i64 @llvm.readcyclecounter()
+  br label %poll
 run:
-  call void @fuelc_run_block(ptr %c)
-  %dp = getelementptr i64, ptr %c, i64 1
-  store atomic i64 %g, ptr %dp release, align 8
+  %i = and i64 %w, 65535
+  call void @fuelc_run_row(ptr %c, i64 %i)
+  %fp = getelementptr i64, ptr %c, i64 1
+  %f = atomicrmw add ptr %fp, i64 1 release
   br label %ran
 ran:
   %t1 = call i64 @llvm.readcyclecounter()
@@ -115,49 +146,59 @@ out:
   ret i64 %s
 }}
 
-declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)
-
-; A split call of two tiles in one native call: post task %g, whose function
-; and arguments block %t holds in its slots 3.. (zero beyond its arguments), to
-; worker block %c; run the caller's own tile (block %f, laid out the same
-; way); then run task %g here if the worker has not claimed it, else wait for it.
-define void @fuelc_run_pair(ptr %c, i64 %g, ptr %t, ptr %f, i64 %pure) {{
+; Post a task of %n tiles, the rows of table %t, to block %c (only the thread
+; holding the pool posts): the tiles its worker has finished so far, for
+; fuelc_finish.
+define i64 @fuelc_post(ptr %c, ptr %t, i64 %n) {{
 entry:
-  %dst = getelementptr i64, ptr %c, i64 3
-  %src = getelementptr i64, ptr %t, i64 3
-  call void @llvm.memcpy.p0.p0.i64(ptr %dst, ptr %src, i64 {8 * (1 + MAX_ARGS)}, i1 false)
-  store atomic i64 %g, ptr %c release, align 8
-  call void @fuelc_run_block(ptr %f)
-  %mine = call i1 @fuelc_try_claim(ptr %c, i64 %g)
-  br i1 %mine, label %here, label %wait
-here:
-  call void @fuelc_run_block(ptr %c)
-  ret void
+  %fp = getelementptr i64, ptr %c, i64 1
+  %f0 = load atomic i64, ptr %fp acquire, align 8
+  %tp = getelementptr i64, ptr %c, i64 2
+  store ptr %t, ptr %tp, align 8
+  %w0 = load atomic i64, ptr %c monotonic, align 8
+  %g0 = lshr i64 %w0, 32
+  %g1 = add i64 %g0, 1
+  %g = and i64 %g1, 4294967295
+  %hi = shl i64 %g, 32
+  %nn = shl i64 %n, 16
+  %w = or i64 %hi, %nn
+  store atomic i64 %w, ptr %c release, align 8
+  ret i64 %f0
+}}
+
+; The posting thread's part of a task: claim and run tiles until none is
+; left, then wait until the worker has finished those it took (%f0: from
+; fuelc_post; yielding after %pure cycles, as the worker polls).
+define void @fuelc_finish(ptr %c, i64 %n, i64 %f0, i64 %pure) {{
+entry:
+  br label %take
+take:
+  %mine = phi i64 [ 0, %entry ], [ %mine, %lost ], [ %mine1, %ran ]
+  %w = load atomic i64, ptr %c monotonic, align 8
+  %i = and i64 %w, 65535
+  %left = icmp ult i64 %i, %n
+  br i1 %left, label %try, label %wait
+try:
+  %ok = call i1 @fuelc_claim(ptr %c, i64 %w)
+  br i1 %ok, label %run, label %lost
+lost:
+  br label %take
+run:
+  call void @fuelc_run_row(ptr %c, i64 %i)
+  %mine1 = add i64 %mine, 1
+  br label %ran
+ran:
+  br label %take
 wait:
-  call void @fuelc_wait_done(ptr %c, i64 %g, i64 %pure)
-  ret void
-}}
-
-; The next task of worker block %c (its gen plus one: only the caller, holding
-; the pool, writes gen) as fuelc_run_pair runs it, for a caller that makes
-; several split calls in one native call (runtime.native_plan).
-define void @fuelc_run_pair_next(ptr %c, ptr %t, ptr %f) {{
-entry:
-  %g0 = load atomic i64, ptr %c monotonic, align 8
-  %g = add i64 %g0, 1
-  call void @fuelc_run_pair(ptr %c, i64 %g, ptr %t, ptr %f, i64 {SPIN_PURE_CYCLES})
-  ret void
-}}
-
-define void @fuelc_wait_done(ptr %c, i64 %g, i64 %pure) {{
-entry:
-  %dp = getelementptr i64, ptr %c, i64 1
+  %theirs = sub i64 %n, %mine
+  %want = add i64 %f0, %theirs
+  %fp = getelementptr i64, ptr %c, i64 1
   %t0 = call i64 @llvm.readcyclecounter()
   br label %poll
 poll:
-  %d = load atomic i64, ptr %dp acquire, align 8
-  %ok = icmp eq i64 %d, %g
-  br i1 %ok, label %out, label %again
+  %f = load atomic i64, ptr %fp acquire, align 8
+  %done = icmp eq i64 %f, %want
+  br i1 %done, label %out, label %again
 again:
   call void @llvm.x86.sse2.pause()
   %now = call i64 @llvm.readcyclecounter()
@@ -170,9 +211,30 @@ yield:
 out:
   ret void
 }}
+
+; A split call of %n tiles (the rows of table %t) in one native call: post it
+; to block %c, then take tiles here until none is left and wait for the
+; worker's.
+define void @fuelc_run_tiles(ptr %c, ptr %t, i64 %n, i64 %pure) {{
+entry:
+  %f0 = call i64 @fuelc_post(ptr %c, ptr %t, i64 %n)
+  call void @fuelc_finish(ptr %c, i64 %n, i64 %f0, i64 %pure)
+  ret void
+}}
+
+; fuelc_run_tiles as a row of a native run of several calls (runtime.native_plan:
+; a row's arguments are pointer slots, so the tile count comes as one).
+define void @fuelc_run_tiles_row(ptr %c, ptr %t, ptr %np) {{
+entry:
+  %n = ptrtoint ptr %np to i64
+  call void @fuelc_run_tiles(ptr %c, ptr %t, i64 %n, i64 {SPIN_PURE_CYCLES})
+  ret void
+}}
 """
 
-_Block = ctypes.c_int64 * (4 + MAX_ARGS)
+_Block = ctypes.c_int64 * (3 + ROW)
+#: The largest tile count of one task (the task word's 16-bit fields).
+MAX_TILES = 65535
 
 
 class _Native:
@@ -189,31 +251,30 @@ class _Native:
         mod.verify()
         self.engine = llvm.create_mcjit_compiler(mod, tm)
         self.engine.finalize_object()
-        self.loop = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
-                                     ctypes.c_int64, ctypes.c_int64)(
-            self.engine.get_function_address("fuelc_worker_loop"))
-        self.wait = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)(
-            self.engine.get_function_address("fuelc_wait_done"))
-        self.try_claim = ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_void_p, ctypes.c_int64)(
-            self.engine.get_function_address("fuelc_try_claim"))
-        self.run_block = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(
-            self.engine.get_function_address("fuelc_run_block"))
-        self.run_pair = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
-                                         ctypes.c_void_p, ctypes.c_int64)(
-            self.engine.get_function_address("fuelc_run_pair"))
-        self.run_pair_next = self.engine.get_function_address("fuelc_run_pair_next")
+        fn = self.engine.get_function_address
+        i64, ptr = ctypes.c_int64, ctypes.c_void_p
+        self.loop = ctypes.CFUNCTYPE(i64, ptr, i64, i64, i64)(fn("fuelc_worker_loop"))
+        self.post = ctypes.CFUNCTYPE(i64, ptr, ptr, i64)(fn("fuelc_post"))
+        self.finish = ctypes.CFUNCTYPE(None, ptr, i64, i64, i64)(fn("fuelc_finish"))
+        self.run_tiles = ctypes.CFUNCTYPE(None, ptr, ptr, i64, i64)(fn("fuelc_run_tiles"))
+        self.run_tiles_row = fn("fuelc_run_tiles_row")
 
 
 class _Worker:
     def __init__(self, native: _Native):
         self.block = _Block()
         self.address = ctypes.addressof(self.block)
+        self.row = self.address + 3 * 8       # the block's own one-row table (``post``)
         self.cond = threading.Condition()
         self.sleeping = False
-        self.gen = 0
-        self.n_args = 0        # the argument slots the last task posted used
+        self.n_args = 0        # the argument slots the last ``post`` used
         self._native = native
         threading.Thread(target=self._serve, name="fuelc-native-worker", daemon=True).start()
+
+    @property
+    def gen(self) -> int:
+        """The number of tasks posted to this worker (mod 2^32)."""
+        return self.block[0] >> 32
 
     def _serve(self) -> None:
         seen = 0
@@ -221,11 +282,21 @@ class _Worker:
             seen = self._native.loop(self.address, seen, SPIN_CYCLES, SPIN_PURE_CYCLES)
             with self.cond:
                 self.sleeping = True
-                while self.block[0] == seen:
+                while self.block[0] >> 32 == seen:
                     self.cond.wait()
                 self.sleeping = False
 
+    def wake(self) -> None:
+        """Wake the worker if it sleeps (after a post: under the GIL, a
+        worker that sets ``sleeping`` after this read then sees the new
+        gen under its lock and does not wait)."""
+        if self.sleeping:
+            with self.cond:
+                self.cond.notify()
+
     def post(self, fn: int, args: Sequence[int]) -> int:
+        """Post one call as a one-tile task (its row in the block itself):
+        the worker's finished count before it, for ``_Native.finish``."""
         block = self.block
         block[3] = fn
         # one slice store (a store per slot, all MAX_ARGS of them, took 2-5 us
@@ -235,14 +306,9 @@ class _Worker:
         if self.n_args > n:
             block[4 + n:4 + self.n_args] = (0,) * (self.n_args - n)
         self.n_args = n
-        self.gen += 1
-        block[0] = self.gen
-        # (under the GIL: a worker that sets ``sleeping`` after this read
-        # then sees the new gen under its lock and does not wait)
-        if self.sleeping:
-            with self.cond:
-                self.cond.notify()
-        return self.gen
+        f0 = self._native.post(self.address, self.row, 1)
+        self.wake()
+        return f0
 
 
 class NativePool:
@@ -268,49 +334,43 @@ class NativePool:
             return False
         try:
             posted = [(w, w.post(fn, args)) for w, (fn, args) in zip(self.workers, rest)]
-            native = self._native
+            finish = self._native.finish
             try:
                 first()
             finally:
-                for w, gen in posted:
-                    if native.try_claim(w.address, gen):  # not started: run it here
-                        native.run_block(w.address)
-                    else:
-                        native.wait(w.address, gen, SPIN_PURE_CYCLES)
+                for w, f0 in posted:   # not started: run it here; else wait for it
+                    finish(w.address, 1, f0, SPIN_PURE_CYCLES)
         finally:
             self.busy.release()
         return True
 
-    def run_pair(self, pair: "Pair") -> bool:
-        """``run(first, [task])`` for the two calls of ``pair`` in one native
-        call (posting, the caller's tile and the claim or wait: some 4 us
-        of Python and ctypes calls fewer a call). False (nothing run) when
-        another thread is using the pool or the worker sleeps (``run``
-        wakes it)."""
+    def run_tiles(self, tiles: "Tiles") -> bool:
+        """Run the calls of ``tiles`` (disjoint parts of one split call), taken
+        one by one by this thread and the first worker, in one native call:
+        this thread keeps taking tiles until none is left, then waits for
+        the one(s) the worker took, so a worker the OS runs late or slowly
+        costs the call at most the tiles it took. False (nothing run) when
+        another thread is using the pool. A sleeping worker leaves every
+        tile to this thread; it is woken for the next call."""
         w = self.workers[0]
-        if w.sleeping or not self.busy.acquire(blocking=False):
+        if not self.busy.acquire(blocking=False):
             return False
         try:
-            w.gen += 1
-            w.n_args = pair.n_args   # the slots past them are zero in the image
-            # (a worker that goes to sleep while this runs without the GIL has
-            # not claimed the task: the caller runs it, the next call wakes it)
-            self._native.run_pair(w.address, w.gen, pair.task_address, pair.own_address,
-                                  SPIN_PURE_CYCLES)
+            self._native.run_tiles(w.address, tiles.address, tiles.n, SPIN_PURE_CYCLES)
+            w.wake()
         finally:
             self.busy.release()
         return True
 
-    def pair_row(self, pair: "Pair") -> tuple[int, tuple[int, int, int]]:
-        """``pair``'s split call as a ``(function address, argument
+    def tiles_row(self, tiles: "Tiles") -> tuple[int, tuple[int, int, int]]:
+        """``tiles``' split call as a ``(function address, argument
         addresses)`` row of a native run of several calls
-        (``runtime.native_plan``): ``run_pair`` with the worker's next gen.
-        Valid only between ``hold()`` and ``release()``."""
-        return self._native.run_pair_next, (self.workers[0].address, pair.task_address,
-                                            pair.own_address)
+        (``runtime.native_plan``): ``run_tiles`` on the first worker. Valid
+        only between ``hold()`` and ``release()``."""
+        return self._native.run_tiles_row, (self.workers[0].address, tiles.address, tiles.n)
 
     def hold(self) -> bool:
-        """Take the pool for a native run of ``pair_row`` rows: True when it
+        """Take the pool for a native run of ``tiles_row`` rows: True when it
         is this process's pool, not in use by another thread and its first
         worker is awake (a sleeping one would leave every tile to the caller;
         ``run`` wakes it). Then ``release()`` must follow."""
@@ -318,33 +378,33 @@ class NativePool:
             return False
         return self.busy.acquire(False)
 
-    def release(self, n_args: int) -> None:
-        """After a ``hold()``: take up the gens the native run posted (at
-        most ``n_args`` argument slots each) and free the pool."""
-        w = self.workers[0]
-        w.gen = w.block[0]
-        if n_args > w.n_args:   # (slots past the last task's are zero)
-            w.n_args = n_args
+    def release(self, n_args: int = 0) -> None:
+        """Free the pool after a ``hold()`` (``n_args``: kept for callers;
+        task tables live outside the worker's block)."""
         self.busy.release()
 
 
-class Pair:
-    """Two calls ``(function address, argument addresses)`` laid out once as
-    worker blocks, for ``NativePool.run_pair``: ``own`` runs on the calling
-    thread, ``task`` on a worker (the direct path makes a two-tile split
-    call with the same addresses every time)."""
+class Tiles:
+    """The calls ``(function address, argument addresses)`` of one split call
+    laid out once as a task table, for ``NativePool.run_tiles`` (the direct
+    path makes a split call with the same addresses every time). Tiles are
+    disjoint parts of the call's output, each computed by the same code
+    whichever thread takes it."""
 
-    __slots__ = ("own", "task", "own_address", "task_address", "n_args")
+    __slots__ = ("table", "address", "n")
 
-    def __init__(self, own: tuple[int, Sequence[int]], task: tuple[int, Sequence[int]]):
-        if max(len(own[1]), len(task[1])) > MAX_ARGS:
-            raise ValueError(f"a native pool call takes at most {MAX_ARGS} arguments")
-        self.own, self.task = _Block(), _Block()
-        for block, (fn, args) in ((self.own, own), (self.task, task)):
-            block[3] = fn
-            block[4:4 + len(args)] = args
-        self.own_address, self.task_address = ctypes.addressof(self.own), ctypes.addressof(self.task)
-        self.n_args = len(task[1])
+    def __init__(self, calls: Sequence[tuple[int, Sequence[int]]]):
+        if not 1 <= len(calls) <= MAX_TILES:
+            raise ValueError(f"a native pool task takes 1 to {MAX_TILES} tiles, got {len(calls)}")
+        self.n = len(calls)
+        self.table = (ctypes.c_int64 * (ROW * self.n))()
+        for i, (fn, args) in enumerate(calls):
+            if len(args) > MAX_ARGS:
+                raise ValueError(f"a native pool call takes at most {MAX_ARGS} arguments, "
+                                 f"got {len(args)}")
+            self.table[i * ROW] = fn
+            self.table[i * ROW + 1:i * ROW + 1 + len(args)] = args
+        self.address = ctypes.addressof(self.table)
 
 
 _pool: NativePool | None = None
@@ -420,4 +480,4 @@ def pool(workers: int) -> NativePool | None:
     return p
 
 
-__all__ = ["NativePool", "Pair", "NativePoolWarning", "pool", "MAX_ARGS", "SPIN_CYCLES", "SPIN_PURE_CYCLES"]
+__all__ = ["NativePool", "Tiles", "MAX_TILES", "NativePoolWarning", "pool", "MAX_ARGS", "SPIN_CYCLES", "SPIN_PURE_CYCLES"]

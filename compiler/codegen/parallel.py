@@ -48,6 +48,39 @@ MIN_ELEMENTS_TRANSCENDENTAL = MIN_ELEMENTS // 4
 #: per thread run on the native workers (a few us a call, not the pool's
 #: 20-60); see docs/architecture.md ("Threading is shared too").
 MIN_COPY_ELEMENTS = 1 << 16
+#: At two threads a split call is cut into this many tiles per thread, which
+#: the calling thread and the native worker take one by one
+#: (``native_pool.NativePool.run_tiles``): a worker the OS runs late or on a
+#: shared core holds the call up by one small tile, not half the call (see
+#: docs/architecture.md, "Threading is shared too"). More threads cut one tile
+#: per thread (their calls run in rounds of the thread count). 1 restores one
+#: tile per thread. ``$FUELC_TILES_PER_THREAD`` (default 2), read at the first
+#: split.
+TILES_ENV = "FUELC_TILES_PER_THREAD"
+TILES_PER_THREAD: int | None = None
+
+
+def tiles_per_thread() -> int:
+    """``TILES_PER_THREAD``, from ``$FUELC_TILES_PER_THREAD`` the first time.
+    Raises ThreadCountError on a value that is not a positive integer."""
+    global TILES_PER_THREAD
+    if TILES_PER_THREAD is None:
+        value = os.environ.get(TILES_ENV, "").strip() or "2"
+        if not value.isdigit() or int(value) < 1:
+            raise ThreadCountError(f"${TILES_ENV} must be a positive integer number of tiles "
+                                   f"per thread, got {value!r}; e.g. {TILES_ENV}=2 (1: one "
+                                   "tile per thread)")
+        TILES_PER_THREAD = int(value)
+    return TILES_PER_THREAD
+
+
+def split_parts(threads: int) -> int:
+    """How many tiles a family's ``split`` is asked for at ``threads``
+    threads (it may make fewer; ``split_parts(threads) > threads`` tiles run
+    as one dynamic task of the native pool)."""
+    return threads * tiles_per_thread() if threads == 2 else threads
+
+
 _TRANSCENDENTAL = re.compile(r"\bmath\.(exp|exp2|expm1|erf|tanh|log|log2|log1p|powf|sin|cos|atan2?|asin|acos)\b")
 
 
@@ -234,6 +267,6 @@ MIN_COL_PANELS = 2
 
 
 __all__ = ["ENV", "MIN_ELEMENTS", "MIN_ELEMENTS_TRANSCENDENTAL", "MIN_MACS", "MIN_COL_PANELS",
-           "MIN_COPY_ELEMENTS", "ThreadCountError", "min_elements", "num_threads", "set_num_threads", "run_all",
+           "MIN_COPY_ELEMENTS", "TILES_ENV", "TILES_PER_THREAD", "tiles_per_thread", "split_parts", "ThreadCountError", "min_elements", "num_threads", "set_num_threads", "run_all",
            "chunks", "split_layouts", "row_tiles", "image_tiles",
            "matmul_tiles"]

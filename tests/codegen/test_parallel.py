@@ -70,7 +70,7 @@ def test_families_split_mid_sized_calls_only_when_their_kernel_is_transcendental
     fn = entry.kernel.fn if hasattr(entry.kernel, "fn") else entry.kernel
     lay = [Layout.contiguous((96, 1024))] * 2
     tiles = fn._tiles(lay, step.params, 1)
-    assert (len(tiles) == 2) == split, (op, [t[1][-1].shape for t in tiles])
+    assert (len(tiles) == parallel.split_parts(2)) == split, (op, [t[1][-1].shape for t in tiles])
     xs = np.random.default_rng(0).standard_normal((96, 1024), dtype=np.float32)
     from compiler import interpret
     np.testing.assert_allclose(m(x=xs), interpret(g, {"x": xs})["y"], rtol=2e-6, atol=1e-6)
@@ -298,10 +298,24 @@ def test_calls_are_split_into_tiles(threads):
     lays = [Layout.contiguous((300, 128)), Layout.contiguous((128, 64)), Layout.contiguous((300, 64))]
     p = P.Matmul((), (), 300, 64, 128)
     threads(2)
-    # row tiles start at multiples of MATMUL_ROW_ALIGN (24)
-    assert [t[1][0].shape for t in k._tiles(lays, p, 2)] == [(168, 128), (132, 128)]
+    # row tiles start at multiples of MATMUL_ROW_ALIGN (24); at two threads
+    # TILES_PER_THREAD per thread, taken one by one by the caller and the worker
+    assert parallel.split_parts(2) == 4 and parallel.split_parts(3) == 3
+    assert [t[1][0].shape for t in k._tiles(lays, p, 2)] == [(96, 128)] * 3 + [(12, 128)]
+    threads(3)   # more threads: one tile each
+    assert [t[1][0].shape for t in k._tiles(lays, p, 2)] == [(120, 128), (120, 128), (60, 128)]
     threads(1)
     assert len(k._tiles(lays, p, 2)) == 1
+
+
+@pytest.mark.parametrize("value", ["0", "two", "-1"])
+def test_a_tile_count_that_is_not_a_positive_integer_is_an_error(monkeypatch, value):
+    monkeypatch.setattr(parallel, "TILES_PER_THREAD", None)
+    monkeypatch.setenv(parallel.TILES_ENV, value)
+    with pytest.raises(parallel.ThreadCountError, match="FUELC_TILES_PER_THREAD.*positive integer"):
+        parallel.split_parts(2)
+    monkeypatch.setenv(parallel.TILES_ENV, "1")     # one tile per thread, as before
+    assert parallel.split_parts(2) == 2
 
 
 def test_image_tiles_cut_every_operand_of_a_copy_by_images():
@@ -360,17 +374,16 @@ def test_copies_split_by_images_give_the_same_bits(threads, rng):
         for name in want:
             np.testing.assert_array_equal(got[name], want[name], err_msg=f"{name}, {n} threads")
         xs = (8, 32, 16, 16)
-        assert sorted(_step_tiles(m, "pad_", [xs])) == [1, n], n
-        assert sorted(_step_tiles(m, "concat_", [xs, xs])) == [1, n], n
+        assert sorted(_step_tiles(m, "pad_", [xs])) == [1, parallel.split_parts(n)], n
+        assert sorted(_step_tiles(m, "concat_", [xs, xs])) == [1, parallel.split_parts(n)], n
 
 
 @pytest.mark.parametrize("pure", [0, None])
-def test_a_pair_runs_both_calls_and_leaves_a_sleeping_worker_to_run(rng, monkeypatch, pure):
-    """``NativePool.run_pair`` (the direct path's two-tile split call): when it
-    runs, the caller's call and the worker's task both run, whether the worker
-    takes the task or the caller claims it (``pure`` 0: a worker that yields
-    from its first poll; a worker the OS has not scheduled: the caller runs
-    both); with the worker asleep it runs nothing and says so (``run`` wakes it)."""
+def test_tiles_run_each_tile_once_whoever_takes_it(rng, monkeypatch, pure):
+    """``NativePool.run_tiles`` (a split call's tiles as one task): every tile
+    runs exactly once, whether the worker or the caller takes it (``pure``
+    0: a worker that yields from its first poll), and with the worker asleep
+    the caller runs them all (the call wakes it for the next one)."""
     import time
     from compiler.codegen import native_pool
     from compiler.codegen.cpu import compile_module
@@ -385,39 +398,92 @@ def test_a_pair_runs_both_calls_and_leaves_a_sleeping_worker_to_run(rng, monkeyp
     assert pool is not None
     worker = pool.workers[0]
 
-    def pair():
-        outs = [np.zeros((4, 3), np.float32) for _ in range(2)]
-        descs = [[D(a), D(a), D(o)] for o in outs]
-        addrs = [[ctypes.addressof(d) for d in ds] for ds in descs]
-        return outs, descs, addrs, native_pool.Pair((fn, addrs[0]), (fn, addrs[1]))
+    def tiles(n):
+        outs = [np.zeros((4, 3), np.float32) for _ in range(n)]
+        descs = [[D(a), D(o), D(o)] for o in outs]          # out += a: a tile run twice shows
+        return outs, descs, native_pool.Tiles([(fn, [ctypes.addressof(d) for d in ds]) for ds in descs])
 
     for i in range(30):  # how many the worker takes depends on when the OS runs it
-        outs, _descs, addrs, p = pair()
-        if pool.run_pair(p):
-            np.testing.assert_array_equal(outs[0], 2 * a)
-            np.testing.assert_array_equal(outs[1], 2 * a)
-        else:
-            assert worker.sleeping and not outs[0].any() and not outs[1].any()
-            assert pool.run(lambda: None, [(fn, addrs[1])])  # wakes the worker
+        outs, _descs, t = tiles(1 + i % 7)
+        assert pool.run_tiles(t)
+        for o in outs:
+            np.testing.assert_array_equal(o, a)
         time.sleep(0.0002 * (i % 3))
     deadline = time.monotonic() + 10
     while not worker.sleeping and time.monotonic() < deadline:  # idle past SPIN_CYCLES
         time.sleep(0.005)
     assert worker.sleeping
-    outs, _descs, _addrs, p = pair()
-    assert pool.run_pair(p) is False and not outs[0].any() and not outs[1].any()
-    with worker.cond:
-        worker.sleeping = False  # asleep all the same: as if the OS had not run it
+    outs, _descs, t = tiles(5)
+    assert pool.run_tiles(t)                  # the caller takes every tile, then wakes it
+    for o in outs:
+        np.testing.assert_array_equal(o, a)
+    assert pool.busy.acquire(blocking=False)   # another thread holds the pool: nothing runs
     try:
-        outs, _descs, _addrs, p = pair()
-        assert pool.run_pair(p)
-        np.testing.assert_array_equal(outs[0], 2 * a)  # the caller ran both
-        np.testing.assert_array_equal(outs[1], 2 * a)
+        outs, _descs, t = tiles(2)
+        assert pool.run_tiles(t) is False and not any(o.any() for o in outs)
     finally:
-        with worker.cond:
-            worker.sleeping = True
-    outs, _descs, addrs, _p = pair()
-    assert pool.run(lambda: time.sleep(0.01), [(fn, addrs[1])])  # wakes it: it skips the
-    np.testing.assert_array_equal(outs[1], 2 * a)                  # claimed task, takes this one
+        pool.busy.release()
     with pytest.raises(ValueError, match="at most 32 arguments"):
-        native_pool.Pair((fn, [0] * 33), (fn, []))
+        native_pool.Tiles([(fn, [0] * 33)])
+    with pytest.raises(ValueError, match="1 to 65535 tiles"):
+        native_pool.Tiles([])
+
+
+def test_a_worker_slow_in_its_tile_holds_the_call_up_by_that_tile_only():
+    """A worker whose tile is slow (its core shared) takes no further tile:
+    the caller takes every other one, so the call lasts about the slow tile,
+    not the worker's half of the call."""
+    import threading
+    import time
+    from compiler.codegen import native_pool
+    pool = native_pool.pool(1)
+    assert pool is not None
+    ran = []
+    caller = threading.get_ident()
+
+    @ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+    def tile(index):   # a Python callback: it takes the GIL, which run_tiles released
+        ran.append((index or 0, threading.get_ident() == caller))
+        if threading.get_ident() != caller:
+            time.sleep(0.05)                    # the worker's tile: slow
+        else:
+            time.sleep(0.002)
+    fn = ctypes.cast(tile, ctypes.c_void_p).value
+    for _ in range(20):
+        ran.clear()
+        t = native_pool.Tiles([(fn, [i]) for i in range(8)])
+        assert pool.run_tiles(t)
+        assert sorted(i for i, _ in ran) == list(range(8))     # each once
+        by_worker = [i for i, mine in ran if not mine]
+        assert len(by_worker) <= 1, ran                       # the caller took the rest
+        if by_worker:
+            return
+        time.sleep(0.0005)   # the worker is asleep or not scheduled: try again
+    pytest.skip("the worker never took a tile (a loaded machine)")
+
+
+def test_a_worker_whose_tiles_the_caller_takes_stays_awake_while_tasks_come():
+    """The worker loop counts a task it sees as activity even when the
+    caller has taken every tile: it returns to sleep only ``spin`` cycles
+    after the last task, not after its last tile (a sleeping worker costs
+    the direct path its native run)."""
+    import threading
+    import time
+    from compiler.codegen import native_pool
+    pool = native_pool.pool(1)
+    assert pool is not None
+    native, block = pool._native, native_pool._Block()
+    address = ctypes.addressof(block)
+    spin = 100_000_000                          # TSC cycles: some 25-50 ms
+    done = []
+    th = threading.Thread(target=lambda: done.append((native.loop(address, block[0] >> 32, spin, 0),
+                                                      time.perf_counter())))
+    start = time.perf_counter()
+    th.start()
+    while time.perf_counter() - start < 0.15:   # a task of no tiles every 2 ms for 150 ms
+        native.post(address, address, 0)
+        time.sleep(0.002)
+    th.join(timeout=10)
+    assert done, "the worker loop did not return"
+    end = done[0][1]
+    assert end - start >= 0.15, f"the loop slept {end - start:.3f} s in, while tasks still came"

@@ -161,7 +161,7 @@ def test_operands_not_known_row_major_are_copied_but_computed():
 @pytest.mark.parametrize("batch", [1, 3])
 def test_pointwise_conv_split_over_threads(batch):
     # batch 1: split by blocks of output channels (the tiles' outputs are
-    # row-major for one image); batch 3 over 2 threads: tiles of 2 and 1 images
+    # row-major for one image); batch 3 over 2 threads: a tile per image
     from compiler.codegen import parallel
     before = parallel.num_threads()
     parallel.set_num_threads(2)
@@ -173,7 +173,26 @@ def test_pointwise_conv_split_over_threads(batch):
         assert m.kernel_summary() == ["Conv2D[f32,f32,f32,f32] (mlir-cpu-fused)"]
         hit = next(iter(m.executor.entries.values())).kernel.fn._calls.lookup(
             *_call_args(m))
-        assert len(hit) == 2, hit                        # two tiles, one per thread
+        # split_parts(2) tiles (TILES_PER_THREAD per thread) of 8-channel blocks
+        # at batch 1; at batch 3 a tile per image (fewer images than parts)
+        assert len(hit) == (parallel.split_parts(2) if batch == 1 else 3), hit
+    finally:
+        parallel.set_num_threads(before)
+
+
+def test_pointwise_conv_of_fewer_images_than_threads_is_cut_by_images():
+    # 3 images at 4 threads: a tile per image (cut by channels, the tiles of
+    # several images came out wrong: NaN)
+    from compiler.codegen import parallel
+    before = parallel.num_threads()
+    parallel.set_num_threads(4)
+    try:
+        g, x = _graph((3, 64, 16, 16), 64)
+        m = compile(g, target="cpu")
+        np.testing.assert_allclose(m.run(x=x)["y"], interpret(g, {"x": x})["y"],
+                                   rtol=1e-5, atol=1e-5)
+        hit = next(iter(m.executor.entries.values())).kernel.fn._calls.lookup(*_call_args(m))
+        assert len(hit) == 3, hit
     finally:
         parallel.set_num_threads(before)
 

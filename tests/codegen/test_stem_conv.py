@@ -144,7 +144,7 @@ def test_conv1d_stem_with_a_run_time_batch():
 
 @pytest.mark.parametrize("batch", [1, 3])
 def test_stem_split_over_threads(batch):
-    # batch 1: two tiles of output channels; batch 3: tiles of 2 and 1 images
+    # batch 1: tiles of output channels; batch 3: tiles of 2 and 1 images
     from compiler.codegen import parallel
     before = parallel.num_threads()
     parallel.set_num_threads(2)

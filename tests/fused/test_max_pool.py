@@ -95,7 +95,9 @@ def test_split_over_threads(batch):
         step = next(s for s in m.plan.steps if isinstance(s, KernelStep))
         lays = [Layout.contiguous(m.executor.specs[v].shape) for v in (*step.inputs, *step.outputs)]
         fn = next(iter(m.executor.entries.values())).kernel.fn
-        assert len(fn._calls.lookup(lays, step.params, 1)) == 2     # one tile per thread
+        # TILES_PER_THREAD tiles per thread by channels at batch 1; by images
+        # (one tile per thread) at batch 3, where 4 parts would cut channels
+        assert len(fn._calls.lookup(lays, step.params, 1)) == (parallel.split_parts(2) if batch == 1 else 2)
     finally:
         parallel.set_num_threads(before)
 

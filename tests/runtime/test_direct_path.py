@@ -153,13 +153,13 @@ def test_plans_with_large_split_calls_take_the_direct_path(threads):
         assert m.executor.direct_path
         np.testing.assert_array_equal(got, _general(m, x=xs)["y"])
         np.testing.assert_allclose(got, interpret(g, {"x": xs})["y"], rtol=1e-4, atol=1e-3)
-        for _ in range(4):  # the same descriptors again: a two-tile split as one native call
+        for _ in range(4):  # the same descriptors again: a split at two threads as one native task
             xs = rng.standard_normal((512, 1024)).astype(np.float32)
             np.testing.assert_array_equal(m(x=xs), _general(m, x=xs)["y"])
-        # the two kernel calls, after the pointing of the descriptors at the
-        # call's arrays, are one native call (runtime.native_plan); a
-        # two-tile split is a row of it, with the native pool held for the
-        # run; three tiles stay Python calls
+        # the kernel calls, after the pointing of the descriptors at the
+        # call's arrays, are one native call (runtime.native_plan); a split
+        # at two threads is a row of it (its tiles one task of the native
+        # pool, held for the run); at three threads it stays Python calls
         d = m.executor._direct
         assert len(d.calls) == 3 and len(d.segments) == (3 if threads == 3 else 1), d.segments
         assert len(d.pools) == (1 if threads == 2 else 0)
@@ -180,7 +180,7 @@ def test_plans_with_large_split_calls_take_the_direct_path(threads):
             gen = pool.workers[0].gen
             np.testing.assert_array_equal(m(x=xs), one_by_one)
             splits = sum(hasattr(getattr(fn, "__self__", None), "native_row") for fn, _ in d.calls)
-            assert pool.workers[0].gen == gen + splits == pool.workers[0].block[0]
+            assert pool.workers[0].gen == gen + splits == pool.workers[0].block[0] >> 32
     finally:
         parallel.set_num_threads(before)
 
