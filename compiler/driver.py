@@ -453,8 +453,8 @@ def _compile(graph, target: Target, pipeline, warm: bool, progress, jobs: int, e
             # over the workers, before the folding runs them.
             _precompile(module, executor, pool, progress)
             timings = module.timings
-            module = CompiledModule(fold_constant_steps(plan, table, keep), table, irs,
-                                    timings, target)
+            module = CompiledModule(fold_constant_steps(plan, table, keep, module.executor.specs),
+                                    table, irs, timings, target)
         _warm(module, executor, pool, progress)
         module.timings["codegen"] = time.perf_counter() - t0
     return module
