@@ -31,6 +31,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import dataclasses
+import functools
 import threading
 import weakref
 from typing import Callable, Hashable, Sequence
@@ -404,13 +405,23 @@ class KernelFamily:
         so (``VIEW_INPUT``)."""
         fn = self.kernel(target, key, dtypes)
         source = self.source(target)
-        caps = caps or KernelCaps(strided_input=True, full_write=True)
+        caps = caps or _STRIDED_CAPS
         if caps.strided_input and getattr(target.codegen, "VIEW_INPUT", False):
-            caps = dataclasses.replace(caps, view_input=True)
+            caps = _view_input(caps)
         table.register_full_with_source(key, fn.dtypes, target.backend,
                                         KernelRef(fn, fn.__qualname__, source), caps,
                                         precision, cost, source)
         return fn
+
+
+_STRIDED_CAPS = KernelCaps(strided_input=True, full_write=True)
+
+
+@functools.lru_cache(maxsize=None)
+def _view_input(caps: KernelCaps) -> KernelCaps:
+    """``caps`` with ``view_input`` (one object per distinct caps: a table's
+    build asks for some 800)."""
+    return dataclasses.replace(caps, view_input=True)
 
 
 class GeneratedKernel:
