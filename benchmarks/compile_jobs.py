@@ -31,7 +31,8 @@ It also prints what came before ``compile()`` (building the model, importing
 fuelc, ``import_model``), when the first task was submitted (and the calling
 process's CPU seconds until then: the serial front), how long the calling
 process waited for the workers' last objects, and what it did after the last
-object (folding constants, warming the steps, building the module).
+object (warming the steps, building the module; constant folding runs as soon
+as its kernels are in).
 """
 from __future__ import annotations
 
@@ -143,6 +144,7 @@ def instrument(parent: dict, clock) -> dict:
         _wrap(m.KernelCache, "get_or_compile", parent, "compile here")
 
     return {"compiler.codegen.jobs": jobs, "compiler.codegen.cache": cache,
+            "compiler.plan": lambda m: _wrap(m, "fold_constant_steps", parent, "fold constants"),
             "compiler.codegen.cpu": lambda m: _wrap(m, "choose_strategy", parent, "strategy"),
             **{f"compiler.codegen.{n}": families for n in ("kernels", "fused", "runtime_fused")}}
 
@@ -227,7 +229,7 @@ def show_breakdown(r: dict) -> None:
     ends = [e for k, v in r["parent"].items() if k in ("compile here", "store+load worker object")
             for _, e in v]
     if ends:
-        print(f"  after the last object: {r['compile'] - max(ends):.2f} s (folding, warm, modules)")
+        print(f"  after the last object: {r['compile'] - max(ends):.2f} s (warm, module)")
     for k, spans in r["parent"].items():
         if k == "first task":
             continue
