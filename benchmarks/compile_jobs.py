@@ -31,7 +31,8 @@ It also prints what came before ``compile()`` (building the model, importing
 fuelc, ``import_model``), when the first task was submitted (and the calling
 process's CPU seconds until then: the serial front), how long the calling
 process waited for the workers' last objects, and what it did after the last
-object (folding constants, warming the steps, building the module).
+object (warming the steps, building the module; constant folding runs as soon
+as its kernels are in).
 """
 from __future__ import annotations
 
@@ -74,6 +75,80 @@ def _wrap(owner, name, sink, label):
     setattr(owner, name, timed)
 
 
+def after_import(hooks: dict) -> None:
+    """Run ``hooks[name](module)`` right after the module ``name`` is first
+    imported (before any caller sees it), so that ``--breakdown`` wraps the
+    codegen where ``compile()`` imports it instead of importing it first: a
+    user's script imports only ``compiler`` and a frontend, and the imports
+    made inside ``compile()`` are part of its serial front."""
+    import importlib.abc
+    import importlib.machinery
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name not in hooks:
+                return None
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            run = spec.loader.exec_module
+
+            def exec_module(module):
+                run(module)
+                hooks.pop(name)(module)
+            spec.loader.exec_module = exec_module
+            return spec
+    sys.meta_path.insert(0, Finder())
+
+
+def instrument(parent: dict, clock) -> dict:
+    """The ``after_import`` hooks of ``--breakdown``: time the calling process's
+    work per instance into ``parent``; ``clock()`` is (compile()'s start, the
+    result dict, the process time at that start)."""
+    from benchmarks.compile_jobs import timed_emit  # workers import it by name
+
+    def jobs(m):
+        m.emit_object = timed_emit
+        submit = m.ProcessExecutor.submit
+
+        def first_submit(self, fn, /, *a, **k):  # the serial front: compile()'s start to here
+            if "first task" not in parent:
+                start, out, c0 = clock()
+                parent["first task"] = [(start, time.time())]
+                out["front cpu"] = time.process_time() - c0
+            return submit(self, fn, *a, **k)
+        m.ProcessExecutor.submit = first_submit
+        import concurrent.futures as cf
+        completed = cf.as_completed
+
+        def as_completed(fs, timeout=None):  # the calling process waiting for the workers
+            it = completed(fs, timeout)
+            while True:
+                t0 = time.time()
+                try:
+                    f = next(it)
+                except StopIteration:
+                    return
+                finally:
+                    parent.setdefault("wait for workers", []).append((t0, time.time()))
+                yield f
+        m.concurrent.futures.as_completed = as_completed
+
+    def families(m):
+        from compiler.codegen.family import KernelFamily
+        for c in list(vars(m).values()):
+            if isinstance(c, type) and issubclass(c, KernelFamily) and "linalg_text" in vars(c):
+                _wrap(c, "linalg_text", parent, "linalg text")
+
+    def cache(m):
+        _wrap(m.KernelCache, "has", parent, "cache lookup")
+        _wrap(m.KernelCache, "put", parent, "store+load worker object")
+        _wrap(m.KernelCache, "get_or_compile", parent, "compile here")
+
+    return {"compiler.codegen.jobs": jobs, "compiler.codegen.cache": cache,
+            "compiler.plan": lambda m: _wrap(m, "fold_constant_steps", parent, "fold constants"),
+            "compiler.codegen.cpu": lambda m: _wrap(m, "choose_strategy", parent, "strategy"),
+            **{f"compiler.codegen.{n}": families for n in ("kernels", "fused", "runtime_fused")}}
+
+
 def one_run(spec: str, jobs: int, breakdown: bool) -> dict:
     """Cold-compile ``spec`` (model:batch) in this process; a dict of figures."""
     sys.path.insert(0, os.environ.get("FUELC_BENCH_ROOT", ROOT))
@@ -89,44 +164,8 @@ def one_run(spec: str, jobs: int, breakdown: bool) -> dict:
     imported = time.perf_counter() - t0
     front = {"build model": t1 - t0, "import fuelc": t2 - t1, "import_model": imported - t2 + t0}
     parent = {}
-    if breakdown:
-        from compiler.codegen import cache as cache_mod
-        from compiler.codegen import family, jobs as jobs_mod
-        from benchmarks.compile_jobs import timed_emit as by_name  # workers import it by name
-        jobs_mod.emit_object = by_name
-        from compiler.codegen import cpu, fused, kernels, runtime_fused
-        for m in (kernels, fused, runtime_fused):
-            for c in vars(m).values():
-                if isinstance(c, type) and issubclass(c, family.KernelFamily) and \
-                        "linalg_text" in vars(c):
-                    _wrap(c, "linalg_text", parent, "linalg text")
-        _wrap(cpu, "choose_strategy", parent, "strategy")
-        _wrap(cache_mod.KernelCache, "has", parent, "cache lookup")
-        _wrap(cache_mod.KernelCache, "put", parent, "store+load worker object")
-        _wrap(cache_mod.KernelCache, "get_or_compile", parent, "compile here")
-        import concurrent.futures as cf
-        completed = cf.as_completed
-
-        def as_completed(fs, timeout=None):  # the calling process waiting for the workers
-            it = completed(fs, timeout)
-            while True:
-                t0 = time.time()
-                try:
-                    f = next(it)
-                except StopIteration:
-                    return
-                finally:
-                    parent.setdefault("wait for workers", []).append((t0, time.time()))
-                yield f
-        cf.as_completed = as_completed
-        submit = jobs_mod.ProcessExecutor.submit
-
-        def first_submit(self, fn, /, *a, **k):  # the serial front: compile()'s start to here
-            if "first task" not in parent:
-                parent["first task"] = [(start, time.time())]
-                out["front cpu"] = time.process_time() - c0
-            return submit(self, fn, *a, **k)
-        jobs_mod.ProcessExecutor.submit = first_submit
+    if breakdown:  # wrapped as each module is imported: compile() imports them as a plain run does
+        after_import(instrument(parent, lambda: (start, out, c0)))
     start, out = time.time(), {}
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     c0, t0 = time.process_time(), time.perf_counter()
@@ -190,7 +229,7 @@ def show_breakdown(r: dict) -> None:
     ends = [e for k, v in r["parent"].items() if k in ("compile here", "store+load worker object")
             for _, e in v]
     if ends:
-        print(f"  after the last object: {r['compile'] - max(ends):.2f} s (folding, warm, modules)")
+        print(f"  after the last object: {r['compile'] - max(ends):.2f} s (warm, module)")
     for k, spans in r["parent"].items():
         if k == "first task":
             continue

@@ -459,11 +459,16 @@ def _compile(graph, target: Target, pipeline, warm: bool, progress, jobs: int, e
         t0 = time.perf_counter()
         if folded:
             # The folded steps' kernels compile with the plan's others, spread
-            # over the workers, before the folding runs them.
-            _precompile(module, executor, pool, progress)
-            timings = module.timings
-            module = CompiledModule(fold_constant_steps(plan, table, keep), table, irs,
-                                    timings, target)
+            # over the workers, first: this process folds as soon as they
+            # are in, while the workers compile the rest.
+            specs, done = module.executor.specs, []
+
+            def fold():
+                done.append(fold_constant_steps(plan, table, keep, specs))
+            _precompile(module, executor, pool, progress, frozenset(folded), fold)
+            if not done:
+                fold()
+            module = CompiledModule(done[0], table, irs, module.timings, target)
         _warm(module, executor, pool, progress)
         module.timings["codegen"] = time.perf_counter() - t0
     return module
@@ -588,10 +593,13 @@ def _per_image(masks) -> bool:
 
 
 def _precompile(module: CompiledModule, executor=None, pool=None,
-                progress=lambda stage: None) -> None:
+                progress=lambda stage: None, first: frozenset = frozenset(),
+                then=None) -> None:
     """Compile every kernel instance ``module``'s plan calls, cold ones in
     parallel on ``executor`` or ``pool`` (the workers ``compile`` started for
-    ``jobs``), which take tasks from the first cold instance."""
+    ``jobs``), which take tasks from the first cold instance. ``then()``
+    runs in this process once the instances of the steps ``first`` are
+    compiled (``codegen.jobs.precompile``)."""
     from .codegen.family import runnable_here
     from .codegen.jobs import precompile
     if module.target.kind != "cpu" or not runnable_here(module.target):
@@ -600,11 +608,12 @@ def _precompile(module: CompiledModule, executor=None, pool=None,
     def items():  # made while the first cold instance compiles (codegen.jobs.precompile)
         for i, step in enumerate(module.plan.steps):
             try:
-                yield from _step_instances(module, i, step)
+                for family, inst in _step_instances(module, i, step):
+                    yield family, inst, i in first
             except FuelError:
                 pass  # reported with the step's name by _warm
     precompile(items(), module.target, executor=executor if executor is not None else pool,
-               progress=progress)
+               progress=progress, then=then)
 
 
 def _warm(module: CompiledModule, executor=None, pool=None,

@@ -75,19 +75,40 @@ def _linalg():
     module.broadcast = named(ops.BroadcastOp, returns_op=True)
     module.fill_builtin_region = fill_builtin_region
     module.__getattr__ = lambda name: getattr(_dialect("linalg"), name)
-    # The bindings import a dialect's package the first time they meet one of
-    # its ops or attributes (to find its Python classes); the classes are
-    # registered, so let them find this module instead, once.
+    # The classes are registered: let the bindings find this module.
+    _found_as("linalg", module, __name__)
+    return module
+
+
+def _found_as(dialect: str, module, prefix: str) -> None:
+    """Make ``module`` (named ``prefix.dialect``) what the bindings find, once,
+    when they look for ``dialect``'s Python module: they import a dialect's
+    package the first time they meet one of its ops or attributes, to find
+    its classes."""
     import sys
     sys.modules[module.__name__] = module
     registry = importlib.import_module(f"{_root.__name__}._mlir_libs._mlir").globals
     prefixes = registry.dialect_search_modules
-    registry.dialect_search_modules = [__name__]
+    registry.dialect_search_modules = [prefix]
     try:
-        registry._check_dialect_module_loaded("linalg")
+        registry._check_dialect_module_loaded(dialect)
     finally:
         registry.dialect_search_modules = prefixes
-    return module
+
+
+def _gpu_ops_stay_generic() -> None:
+    """fuel's structural ops end in ``gpu.yield`` (``compiler.dialect.structural``),
+    which every pass reading ops meets on any target: let the bindings give
+    gpu ops the generic ``OpView`` (fuelc reads their name and operands) rather
+    than import the ``dialects.gpu`` package (its op classes: some 9 ms of a
+    cpu compile's serial front, docs/compile-at-scale.md). ``compiler.mlir.gpu``
+    still imports the package, whose classes the bindings then use."""
+    import types
+    name = f"{__name__}._generic"
+    _found_as("gpu", types.ModuleType(f"{name}.gpu", _gpu_ops_stay_generic.__doc__), name)
+
+
+_gpu_ops_stay_generic()
 
 
 def __getattr__(name: str):

@@ -237,7 +237,7 @@ def _bf16_bits(dense, shape) -> np.ndarray:
 FOLD_GROWTH, FOLD_SLACK = 1, 1 << 16
 
 
-def fold_constant_steps(plan: Plan, table, keep: frozenset = frozenset()) -> Plan:
+def fold_constant_steps(plan: Plan, table, keep: frozenset = frozenset(), specs=None) -> Plan:
     """``plan`` with every kernel, reshape and contiguize step whose inputs
     are all constants (or views of them) computed now, by the same kernels
     the plan would call (``table``), and its result made a constant: a
@@ -262,7 +262,8 @@ def fold_constant_steps(plan: Plan, table, keep: frozenset = frozenset()) -> Pla
     sub = Plan(inputs={}, outputs={v: v for v in needed},
                steps=[s for s in plan.steps if isinstance(s, ConstStep)] + sub_steps,
                constants=plan.constants)
-    values = Executor(sub, table).run() if needed else {}
+    # run once: the general path, not the direct one's compiled copy rows
+    values = Executor(sub, table, direct=False).run() if needed else {}
     constants = dict(plan.constants)
     new_steps = []
     for v in needed:

@@ -323,9 +323,15 @@ def needs_contiguize(storage: Storage, layout: Layout, strided_input: bool,
 
 
 class Executor:
-    """Validates and resolves a Plan against a binding table, then runs it."""
+    """Validates and resolves a Plan against a binding table, then runs it.
 
-    def __init__(self, plan: Plan, table: KernelBindingTable | None = None):
+    ``direct=False``: every run takes the general path, never building the
+    direct one (``runtime/direct.py``: its native copy rows are compiled by
+    LLVM when it is built), for a plan run once, such as constant folding's
+    (``compiler.plan.fold_constant_steps``); the results are the same."""
+
+    def __init__(self, plan: Plan, table: KernelBindingTable | None = None, *,
+                 direct: bool = True):
         self.plan = plan
         self.table = table if table is not None else global_table()
         self.specs: dict[str, ValueSpec] = {}
@@ -335,6 +341,8 @@ class Executor:
         self.resident = None
         self._validate()
         self._prepare_run()
+        if not direct:
+            self._direct_state = "general"
 
     # -- construction-time checks -----------------------------------------------------------
     def _define(self, vid: str, spec: ValueSpec, where: str):

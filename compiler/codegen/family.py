@@ -31,6 +31,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import dataclasses
+import functools
 import threading
 import weakref
 from typing import Callable, Hashable, Sequence
@@ -404,9 +405,9 @@ class KernelFamily:
         so (``VIEW_INPUT``)."""
         fn = self.kernel(target, key, dtypes)
         source = self.source(target)
-        caps = caps or KernelCaps(strided_input=True, full_write=True)
+        caps = caps or _STRIDED_CAPS
         if caps.strided_input and getattr(target.codegen, "VIEW_INPUT", False):
-            caps = dataclasses.replace(caps, view_input=True)
+            caps = _view_input(caps)
         table.register_full_with_source(key, fn.dtypes, target.backend,
                                         KernelRef(fn, fn.__qualname__, source), caps,
                                         precision, cost, source)
@@ -418,6 +419,16 @@ def _cut_axes(tile: Sequence, layouts: Sequence) -> tuple:
     whole call's ``layouts``: which cut a split made."""
     return tuple(tuple(a for a, (m, n) in enumerate(zip(t.shape, l.shape)) if m != n)
                  for t, l in zip(tile, layouts))
+
+
+_STRIDED_CAPS = KernelCaps(strided_input=True, full_write=True)
+
+
+@functools.lru_cache(maxsize=None)
+def _view_input(caps: KernelCaps) -> KernelCaps:
+    """``caps`` with ``view_input`` (one object per distinct caps: a table's
+    build asks for some 800)."""
+    return dataclasses.replace(caps, view_input=True)
 
 
 class GeneratedKernel:

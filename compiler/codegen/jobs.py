@@ -309,26 +309,37 @@ class _Job:
 
 def precompile(items: Iterable[tuple], target, *,
                executor: "concurrent.futures.Executor | None" = None,
-               progress: Callable[[str], None] = lambda stage: None) -> None:
-    """Compile the ``(family, instance)`` pairs in ``items`` (any iterable:
-    the caller's generator of them runs while the first task compiles) for
-    a cpu ``target`` this machine runs, so that ``family.compiled(instance,
-    target)`` is then a memo hit. Cold instances go to ``executor`` (fuelc's
-    workers or the caller's), each as soon as it is found, and to the calling
-    process (all of them without an executor). An instance that fails is left
-    out: the caller's own warm-up compiles it again and reports the error.
-    ``progress("codegen D/T")`` as instances finish."""
+               progress: Callable[[str], None] = lambda stage: None,
+               then: "Callable[[], None] | None" = None) -> None:
+    """Compile the ``(family, instance, first)`` triples in ``items`` (any
+    iterable: the caller's generator of them runs while the first task
+    compiles) for a cpu ``target`` this machine runs, so that
+    ``family.compiled(instance, target)`` is then a memo hit. Cold instances
+    go to ``executor`` (fuelc's workers or the caller's), each as soon as it
+    is found, and to the calling process (all of them without an executor).
+    An instance that fails is left out: the caller's own warm-up compiles it
+    again and reports the error. ``progress("codegen D/T")`` as instances
+    finish. ``then()``, when given, runs in the calling process as soon as
+    every instance marked ``first`` is compiled (they are offered before the
+    others), between two of its own compiles: work that needs only those
+    (constant folding) is done while the workers compile the rest, and the
+    workers take the tasks it would have taken."""
     from compiler.codegen.cache import default_cache
     from compiler.codegen.family import ENTRY, for_target, is_compiled, remember
 
     cache, codegen = default_cache(), target.codegen
     pool, cold, texts, seen = executor, [], [], set()
     done, total = [0], [0]
+    wanted, pending_then = set(), [then] if then is not None else []  # then(): once
 
     def finish(job_key, job, obj) -> None:
         remember(target, job_key, obj.ciface(ENTRY, len(job.instance.input_types) + 1))
         done[0] += 1
         progress(f"codegen {done[0]}/{total[0]}")
+
+    def maybe_then() -> None:
+        if pending_then and all(is_compiled(target, k) for k in wanted):
+            pending_then.pop()()
 
     def local(job_key, job) -> None:
         try:
@@ -353,9 +364,11 @@ def precompile(items: Iterable[tuple], target, *,
         # no core idles long at the end while another compiles a long kernel.
         # The first cold instance is offered at once, so that a worker compiles
         # it while this process makes the other texts (docs/compile-at-scale.md).
-        for family, inst in items:
+        for family, inst, first in items:
             inst = for_target(inst, target)
             job_key = family.entry_key(inst)
+            if first and then is not None:
+                wanted.add(job_key)
             if job_key in seen or is_compiled(target, job_key):
                 continue
             seen.add(job_key)
@@ -368,11 +381,14 @@ def precompile(items: Iterable[tuple], target, *,
             if job.future is None:
                 texts.append((job_key, job, here))
         total[0] = len(seen)
-        texts.sort(key=lambda item: expected_cost(item[1].text, item[1].strategy),
-                   reverse=True)  # stable: deterministic
+        # those then() waits for first (short: copies of weights), then the
+        # longest first; stable: deterministic
+        texts.sort(key=lambda item: (item[0] not in wanted,
+                                     -expected_cost(item[1].text, item[1].strategy)))
         for job_key, job, here in texts:
             if here or not offer(job_key, job):
                 local(job_key, job)
+                maybe_then()
         pending = {job.future: (job_key, job) for job_key, job in cold if job.future}
 
         def collect(futures) -> None:  # store what the workers sent back
@@ -382,17 +398,21 @@ def precompile(items: Iterable[tuple], target, *,
                     data = future.result()
                 except Exception:  # WorkerError, or the task's own error: compile here
                     local(job_key, job)
-                    continue
-                finish(job_key, job, cache.put(job.text, [ENTRY], data, strategy=job.strategy,
-                                               target=target))
+                else:
+                    finish(job_key, job, cache.put(job.text, [ENTRY], data,
+                                                   strategy=job.strategy, target=target))
+                maybe_then()
 
         for job_key, job in cold:  # the longest task no worker has started: compile it here
             collect([f for f in pending if f.done()])
+            maybe_then()
             if job.future is None or job.future.cancel():
                 pending.pop(job.future, None)
                 job.future = None
                 local(job_key, job)
         collect(concurrent.futures.as_completed(list(pending)))
+        if pending_then:  # an instance failed: then() meets the error itself
+            pending_then.pop()()
     finally:
         for _, job in cold:
             if job.future is not None:

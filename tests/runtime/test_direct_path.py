@@ -68,6 +68,19 @@ def test_direct_path_matches_the_general_path_bit_for_bit(case):
         assert not np.shares_memory(first[name], again[name])
 
 
+def test_an_executor_made_with_direct_false_runs_the_general_path():
+    """``Executor(plan, table, direct=False)`` (constant folding's one run)
+    never builds the direct path, and gives the same bits."""
+    from runtime.executor import Executor
+    g, pipeline, inputs = _graphs()[0]
+    m = compile(g, target="cpu", pipeline=pipeline)
+    ex = Executor(m.plan, m.executor.table, direct=False)
+    out = ex.run(**inputs)
+    assert not ex.direct_path and ex._direct_state == "general"
+    for name, value in m.run(**inputs).items():
+        np.testing.assert_array_equal(out[name], value)
+
+
 def test_direct_path_results_follow_their_inputs():
     g, pipeline, inputs = _graphs()[2]
     m = compile(g, target="cpu", pipeline=pipeline)
