@@ -454,7 +454,10 @@ class GeneratedKernel:
         if subs:  # run as sub-calls; run_tiles spreads them over the threads
             return [self.family.instance(self.key, self.dtypes, sl, sp, n_inputs)
                     for sl, sp in subs]
-        threads, parts = parallel.num_threads(), None
+        # (a GPU kernel is one launch over the whole call: the host's threads
+        # do not cut it into tiles)
+        threads = 1 if self.target.backend.is_gpu_class else parallel.num_threads()
+        parts = None
         if threads > 1:
             least = self._min_elements(inst, lays, n_inputs)
             parts = self.family.split(inst, lays, n_inputs, threads, least)

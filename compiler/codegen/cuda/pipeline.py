@@ -34,6 +34,9 @@ from typing import Sequence
 from compiler.errors import CodegenError, PipelineError
 from compiler.mlir import MLIRError, ir, passmanager
 from compiler.mlir import llvm as llvm_dialect
+# the gpu dialect's op classes: ``read_host`` reads a launch's geometry and
+# operands by name (gpu ops are generic views until this import, compiler/mlir.py)
+from compiler.mlir import gpu as _gpu_op_classes  # noqa: F401
 from compiler.codegen.common.llvm_text import fixup_ir_text
 from compiler.codegen.common.stages import (parse_module, pipeline_text, prepare_entries,
                                             write_reproducer)
