@@ -74,7 +74,7 @@ def test_conv_net_file_runs_every_batch_without_the_compiler(saved, tmp_path):
     for k, f in feeds.items():
         ref = sess.run(None, f)[0]
         assert np.abs(out[k] - ref).max() / np.abs(ref).max() < TOL, k
-        np.testing.assert_array_equal(out[k], module(**f))  # the same plans and kernels
+        _same_plan(out[k], module(**f))
 
 
 def test_a_binding_of_its_own_plan_is_held_apart(saved_fixed, tmp_path):
@@ -85,7 +85,17 @@ def test_a_binding_of_its_own_plan_is_held_apart(saved_fixed, tmp_path):
              for n in (1, 3)}
     out = _outputs_without_compiler(path, feeds, tmp_path)
     for k, f in feeds.items():
-        np.testing.assert_array_equal(out[k], module(**f))
+        _same_plan(out[k], module(**f))
+
+
+def _same_plan(got, want):
+    """The file's plan is the in-process module's; its kernel objects take
+    the batch at run time where the module's are compiled for the size, and
+    a reduction over a strided view (the global pool reading the channels-
+    last output of a few-pixel conv's product) may sum its few terms in
+    another order there: within a few ulp of the output scale, not bit for
+    bit (seen on AVX2 hosts)."""
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * np.abs(want).max())
 
 
 def test_inspect_shows_the_fixed_binding(saved_fixed, capsys):
