@@ -37,11 +37,7 @@ UNPACKED_ROWS = 32
 
 
 #: Above this many rows, a B whose rows are ``aliased_rows`` apart is packed
-#: after all (16 before the K blocks of 8 of ``aliased_unpacked``: at 12 and
-#: 16 rows those ran slower than the 6-row tiles over K blocks of 256 or 512,
-#: and over B in place those were no faster than packing it per call: one
-#: AVX2 znver4 thread, [M,768]x[768,3072], min ms in place / packed: M = 12
-#: 1.063 / 1.060, 16 1.62 / 1.69). Each ``mr``-row tile reads the ``nr`` columns of B it multiplies
+#: after all. Each ``mr``-row tile reads the ``nr`` columns of B it multiplies
 #: once more, and at a row pitch of 8 or 12 KiB (N = 2048, 3072 f32) those
 #: passes came from beyond the L2 (they fall in few cache sets), by the
 #: process's luck with huge pages: one znver4 thread, thread time, B an input,
@@ -51,7 +47,16 @@ UNPACKED_ROWS = 32
 #: fewer the packing still cost more ([16,768]x[768,3072] AVX2 0.88 in place,
 #: 0.99 packed), and at a pitch of 1024 (N = 1024) or 1536 in place stayed
 #: the faster or even ([32,1024]x[1024,1024] AVX-512 0.60-0.78 vs 0.75-0.81).
-ALIASED_ROWS = 8
+ALIASED_ROWS = 16
+
+
+#: At most this many rows, a call reading in place a B whose rows are
+#: ``aliased_rows`` apart gets the kernel of ``aliased_unpacked``. At 12 and 16
+#: rows that kernel (K blocks of 8) ran slower than the unpacked one, and
+#: packing B per call slower still: one AVX2 znver4 thread, [M,768]x[768,3072]
+#: + bias, B an input, min ms, unpacked / K blocks of 8 / packed: M = 12 1.06 /
+#: 1.26 / 1.19-1.20, 16 1.62 / 2.2 / 2.04-2.2.
+STREAMED_ROWS = 8
 
 
 def aliased_rows(b_row_stride: int) -> bool:
@@ -62,12 +67,16 @@ def aliased_rows(b_row_stride: int) -> bool:
 
 def aliased_unpacked(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg: int,
                      b_row_stride: int) -> bool:
-    """Whether a matmul call reads B in place (``unpacked_rows``) with B's rows
-    ``aliased_rows`` apart: its kernel (``ALIASED_ATTR``) walks K in blocks of
-    a few rows, so that the rows of B a block reads fit in the few L1 sets
-    they fall in (``codegen.cpu.strategy``'s ``_ALIASED_TILES``)."""
+    """Whether a matmul call of at most ``STREAMED_ROWS`` rows reads B in
+    place (``unpacked_rows``) with B's rows ``aliased_rows`` apart: its
+    kernel (``ALIASED_ATTR``) walks K in blocks of a few rows, so that the
+    rows of B a block reads fit in the few L1 sets they fall in
+    (``codegen.cpu.strategy``'s ``_ALIASED_TILES``). Within the ``unpacked``
+    row class (``row_class``), so a symbolic ``.fuel`` file whose rows reach
+    both sides of ``STREAMED_ROWS`` over such a B has two kernels in one
+    class and is refused (``ExportError``)."""
     return (unpacked_rows(a_shape, unit_stride, out_arg, b_row_stride)
-            and aliased_rows(b_row_stride))
+            and aliased_rows(b_row_stride) and a_shape[-2] <= STREAMED_ROWS)
 
 
 def unpacked_rows(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg: int,

@@ -90,9 +90,10 @@ def test_b_rows_a_multiple_of_4_kib_apart_are_packed_above_aliased_rows():
     assert row_class(lays(20, 2048), 2) == "packed" and row_class(lays(20, 1536), 2) == "unpacked"
     assert row_class(lays(ALIASED_ROWS, 2048), 2) == "unpacked"
     assert row_class(lays(ALIASED_ROWS + 1, 2048), 2) == "packed"
-    assert family.aliased_unpacked((ALIASED_ROWS, 768), unit, 2, 3072)
-    assert not family.aliased_unpacked((ALIASED_ROWS, 768), unit, 2, 1536)   # not aliased
-    assert not family.aliased_unpacked((ALIASED_ROWS + 1, 768), unit, 2, 3072)  # packed
+    from runtime.rows import STREAMED_ROWS
+    assert family.aliased_unpacked((STREAMED_ROWS, 768), unit, 2, 3072)
+    assert not family.aliased_unpacked((STREAMED_ROWS, 768), unit, 2, 1536)   # not aliased
+    assert not family.aliased_unpacked((STREAMED_ROWS + 1, 768), unit, 2, 3072)  # 6 x 16, kc 256
     assert not family.aliased_unpacked((family.FEW_ROWS, 768), unit, 2, 3072)  # row kernel
 
 
@@ -114,7 +115,7 @@ def test_aliased_b_selects_k_blocks_of_8_on_avx2():
 def test_matmul_and_linear_inputs_with_b_rows_8_kib_apart(m, k):
     # both inputs: 5-8 rows read B in place in K blocks of 8 (k = 21, 35: a
     # partial last block; rows 5, 7: a 1-row tile after the 4-row ones on
-    # AVX2), 9 and more pack it per call
+    # AVX2), 9-16 in the usual K blocks, 17 and more pack it per call
     rng = np.random.default_rng(m)
     a, w = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, 2048)).astype(np.float32)
     b = rng.standard_normal(2048).astype(np.float32)

@@ -220,7 +220,7 @@ _MATMUL_OPS = ("linalg.matmul", "linalg.batch_matmul")
 _PER_CALL_TILES = {("f32", "avx2"): dict(kc=512, mc=360)}
 #: Where the tiles of a matmul reading B in place whose B rows are a multiple
 #: of 4 KiB apart (entries marked ``fuelc.aliased_b``: ``runtime.rows.
-#: aliased_unpacked``, 5 to ``ALIASED_ROWS`` rows) differ from
+#: aliased_unpacked``, 5 to ``STREAMED_ROWS`` (8) rows) differ from
 #: ``_MATMUL_TILES``. All the rows of such a B map to the same L1 set (and to
 #: few L2 sets), so a panel walked over a K block of 256-512 rows is evicted,
 #: with the lines of the next panels the prefetchers brought, before they are
@@ -233,7 +233,7 @@ _PER_CALL_TILES = {("f32", "avx2"): dict(kc=512, mc=360)}
 #: 6 x 16, kc 256 1.26-1.32 (numpy 0.74-0.80); kc 8 0.80-0.92; 4 x 16, kc 8
 #: 0.66 (numpy 0.74), kc 4 1.08, 4 x 16 kc 256 1.26; M = 5 1.56-1.78 -> 0.57-0.64
 #: (numpy 0.86-0.95). At 12 and 16 rows it was slower than 6 x 16 over the
-#: usual K blocks (1.26 vs 1.06, 2.2 vs 1.6): ``ALIASED_ROWS`` is 8. Not
+#: usual K blocks (1.26 vs 1.06, 2.2 vs 1.6), so only up to 8 rows. Not
 #: measured on AVX-512 (no such host): its tiles are left as they were.
 _ALIASED_TILES = {("f32", "avx2"): dict(mr=4, kc=8)}
 
