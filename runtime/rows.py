@@ -50,15 +50,6 @@ UNPACKED_ROWS = 32
 ALIASED_ROWS = 16
 
 
-#: At most this many rows, a call reading in place a B whose rows are
-#: ``aliased_rows`` apart gets the kernel of ``aliased_unpacked``. At 12 and 16
-#: rows that kernel (K blocks of 8) ran slower than the unpacked one, and
-#: packing B per call slower still: one AVX2 znver4 thread, [M,768]x[768,3072]
-#: + bias, B an input, min ms, unpacked / K blocks of 8 / packed: M = 12 1.06 /
-#: 1.26 / 1.19-1.20, 16 1.62 / 2.2 / 2.04-2.2.
-STREAMED_ROWS = 8
-
-
 def aliased_rows(b_row_stride: int) -> bool:
     """Whether rows of B this many elements apart fall in few cache sets:
     at least 2048 elements apart, a multiple of 1024 (``ALIASED_ROWS``)."""
@@ -67,16 +58,15 @@ def aliased_rows(b_row_stride: int) -> bool:
 
 def aliased_unpacked(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg: int,
                      b_row_stride: int) -> bool:
-    """Whether a matmul call of at most ``STREAMED_ROWS`` rows reads B in
-    place (``unpacked_rows``) with B's rows ``aliased_rows`` apart: its
-    kernel (``ALIASED_ATTR``) walks K in blocks of a few rows, so that the
-    rows of B a block reads fit in the few L1 sets they fall in
-    (``codegen.cpu.strategy``'s ``_ALIASED_TILES``). Within the ``unpacked``
-    row class (``row_class``), so a symbolic ``.fuel`` file whose rows reach
-    both sides of ``STREAMED_ROWS`` over such a B has two kernels in one
-    class and is refused (``ExportError``)."""
+    """Whether a matmul call reads B in place (``unpacked_rows``: 5 to
+    ``ALIASED_ROWS`` rows here) with B's rows ``aliased_rows`` apart: its
+    kernel (``ALIASED_ATTR``) walks K in blocks of a few rows and the rows
+    in blocks of 8, so that the rows of B and C a block touches fit in the
+    few L1 sets they fall in (``codegen.cpu.strategy``'s ``_ALIASED_TILES``).
+    The same rows and strides as the class ``unpacked`` (``row_class``): one
+    kernel per class, as a symbolic ``.fuel`` file needs."""
     return (unpacked_rows(a_shape, unit_stride, out_arg, b_row_stride)
-            and aliased_rows(b_row_stride) and a_shape[-2] <= STREAMED_ROWS)
+            and aliased_rows(b_row_stride))
 
 
 def unpacked_rows(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg: int,

@@ -90,10 +90,9 @@ def test_b_rows_a_multiple_of_4_kib_apart_are_packed_above_aliased_rows():
     assert row_class(lays(20, 2048), 2) == "packed" and row_class(lays(20, 1536), 2) == "unpacked"
     assert row_class(lays(ALIASED_ROWS, 2048), 2) == "unpacked"
     assert row_class(lays(ALIASED_ROWS + 1, 2048), 2) == "packed"
-    from runtime.rows import STREAMED_ROWS
-    assert family.aliased_unpacked((STREAMED_ROWS, 768), unit, 2, 3072)
-    assert not family.aliased_unpacked((STREAMED_ROWS, 768), unit, 2, 1536)   # not aliased
-    assert not family.aliased_unpacked((STREAMED_ROWS + 1, 768), unit, 2, 3072)  # 6 x 16, kc 256
+    assert family.aliased_unpacked((ALIASED_ROWS, 768), unit, 2, 3072)
+    assert not family.aliased_unpacked((ALIASED_ROWS, 768), unit, 2, 1536)   # not aliased
+    assert not family.aliased_unpacked((ALIASED_ROWS + 1, 768), unit, 2, 3072)  # packed
     assert not family.aliased_unpacked((family.FEW_ROWS, 768), unit, 2, 3072)  # row kernel
 
 
@@ -111,11 +110,12 @@ def test_aliased_b_selects_k_blocks_of_8_on_avx2():
     assert chosen(True, DType.F64) == "matmul-unpacked-matmul-f64-6x8-k512"
 
 
-@pytest.mark.parametrize("m,k", [(5, 21), (7, 8), (8, 21), (8, 35), (9, 21), (16, 21), (17, 21)])
+@pytest.mark.parametrize("m,k", [(5, 21), (7, 8), (8, 21), (8, 35), (9, 21), (14, 21), (16, 21),
+                                 (17, 21)])
 def test_matmul_and_linear_inputs_with_b_rows_8_kib_apart(m, k):
-    # both inputs: 5-8 rows read B in place in K blocks of 8 (k = 21, 35: a
-    # partial last block; rows 5, 7: a 1-row tile after the 4-row ones on
-    # AVX2), 9-16 in the usual K blocks, 17 and more pack it per call
+    # both inputs: 5-16 rows read B in place in K blocks of 8 and row blocks
+    # of 8 (k = 21, 35: a partial last K block; rows 5, 7, 9, 14: a partial
+    # row block, 4-row tiles and a 2- or 1-row one on AVX2), 17 pack it per call
     rng = np.random.default_rng(m)
     a, w = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, 2048)).astype(np.float32)
     b = rng.standard_normal(2048).astype(np.float32)

@@ -220,22 +220,26 @@ _MATMUL_OPS = ("linalg.matmul", "linalg.batch_matmul")
 _PER_CALL_TILES = {("f32", "avx2"): dict(kc=512, mc=360)}
 #: Where the tiles of a matmul reading B in place whose B rows are a multiple
 #: of 4 KiB apart (entries marked ``fuelc.aliased_b``: ``runtime.rows.
-#: aliased_unpacked``, 5 to ``STREAMED_ROWS`` (8) rows) differ from
+#: aliased_unpacked``, 5 to ``ALIASED_ROWS`` (16) rows) differ from
 #: ``_MATMUL_TILES``. All the rows of such a B map to the same L1 set (and to
 #: few L2 sets), so a panel walked over a K block of 256-512 rows is evicted,
 #: with the lines of the next panels the prefetchers brought, before they are
 #: used: every row tile and panel re-reads B from L3. With K blocks of 8 (kc),
 #: the 8 rows x nr columns a block reads fit in their sets' 8 ways, and every
-#: row tile of the block reads them from L1; AVX2 f32 4 x 16, so that 8 rows
-#: are two whole tiles (not a 6-row tile and a 2-row one of 4 accumulators).
-#: One AVX2 znver4 thread, [8,768]x[768,3072] + bias, B an input, thread time,
-#: min ms of 150 calls in 5 rounds, numpy (OpenBLAS) in the same process:
-#: 6 x 16, kc 256 1.26-1.32 (numpy 0.74-0.80); kc 8 0.80-0.92; 4 x 16, kc 8
-#: 0.66 (numpy 0.74), kc 4 1.08, 4 x 16 kc 256 1.26; M = 5 1.56-1.78 -> 0.57-0.64
-#: (numpy 0.86-0.95). At 12 and 16 rows it was slower than 6 x 16 over the
-#: usual K blocks (1.26 vs 1.06, 2.2 vs 1.6), so only up to 8 rows. Not
-#: measured on AVX-512 (no such host): its tiles are left as they were.
-_ALIASED_TILES = {("f32", "avx2"): dict(mr=4, kc=8)}
+#: row tile of the block reads them from L1. The output (as long as a row of B)
+#: falls in few sets too, and its tiles are now loaded and stored once per 8
+#: steps of K: blocks of 8 rows (mc) keep the 8 rows x nr columns of C a block
+#: touches within 8 ways as well. AVX2 f32 4 x 16, so that 8 rows are two
+#: whole tiles (not a 6-row tile and a 2-row one of 4 accumulators).
+#: One AVX2 znver4 thread, [M,768]x[768,3072] + bias, B an input, thread time,
+#: min ms of 150 calls in 5 rounds, numpy (OpenBLAS) in the same process; M = 8:
+#: 6 x 16, kc 256 1.26-1.32 (numpy 0.74-0.80); 6 x 16, kc 8 0.80-0.92; 4 x 16,
+#: kc 8 0.62-0.66, kc 4 1.08, kc 256 1.26. M = 12 / 16: 1.06-1.10 / 1.62-1.69
+#: before, 4 x 16 kc 8 1.26 / 2.2 with one block of all rows, 0.91 / 1.21 with
+#: blocks of 8 (numpy 0.98 / 1.20); M = 5 1.56-1.78 -> 0.53-0.64 (numpy
+#: 0.86-0.95). Not measured on AVX-512 (no such host): its tiles are left as
+#: they were.
+_ALIASED_TILES = {("f32", "avx2"): dict(mr=4, kc=8, mc=8)}
 
 
 def matmul_strategy(op: str, element_type: str, isa: str = "avx2", pack: bool = True,
