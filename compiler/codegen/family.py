@@ -47,8 +47,8 @@ from runtime.cpu_features import check_cpu_features, missing_cpu_features
 from runtime.dtype import DType
 from runtime.layout import Layout
 # the matmul row classes (a symbolic .fuel file picks its objects with them at run time)
-from runtime.rows import (FEW_ROWS, UNPACKED_ROWS, aliased_unpacked, b_row_stride, few_rows,  # noqa: F401
-                          unit_stride_args, unpacked_rows)
+from runtime.rows import (FEW_ROWS, UNPACKED_ROWS, aliased_unpacked,  # noqa: F401
+                          b_row_stride, few_rows, unit_stride_args, unpacked_rows)
 
 ENTRY = "kernel"
 

@@ -50,8 +50,8 @@ from typing import Callable, Optional, Sequence
 
 from runtime.params import exact_key
 from compiler.codegen import parallel
-from compiler.codegen.family import (KernelFamily, aliased_unpacked, b_row_stride, few_rows, unpacked_rows,
-                                     single_op_linalg_text, unit_stride_args)
+from compiler.codegen.family import (KernelFamily, aliased_unpacked, b_row_stride, few_rows,
+                                     unpacked_rows, single_op_linalg_text, unit_stride_args)
 from compiler.codegen.loader import KernelFunction
 from compiler.errors import UnsupportedOpError
 from compiler.registry.kernel_params import FusedParams, register_fused_params

@@ -30,8 +30,9 @@ from typing import Iterable, Sequence
 
 from runtime.params import exact_key
 from compiler.codegen import parallel
-from compiler.codegen.family import (KernelFamily, aliased_unpacked, b_row_stride, coalesce, few_rows, unpacked_rows,
-                                     inner_strides, single_op_linalg_text, unit_stride_args)
+from compiler.codegen.family import (KernelFamily, aliased_unpacked, b_row_stride, coalesce,
+                                     few_rows, unpacked_rows, inner_strides,
+                                     single_op_linalg_text, unit_stride_args)
 from compiler.codegen.loader import KernelFunction
 from compiler.errors import UnsupportedOpError
 from compiler.graph.opdef import ELEMENTWISE_CATEGORIES, TensorType
