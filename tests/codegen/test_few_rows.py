@@ -126,3 +126,22 @@ def test_matmul_and_linear_inputs_with_b_rows_8_kib_apart(m, k):
     out = compile(g)(x=a, w=w, b=b)
     np.testing.assert_allclose(out["mm"], a.astype(np.float64) @ w, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(out["lin"], a.astype(np.float64) @ w + b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("m", [5, 8, 13])
+def test_aliased_b_kernel_gives_the_bits_of_the_unpacked_one(m):
+    """The K blocks of 8 over B rows 8 KiB apart (``fuelc.aliased_b``) are the
+    same FMAs in the same order of K as the unpacked kernel's over rows 16
+    elements further apart (not aliased): the same bits."""
+    rng = np.random.default_rng(m)
+    a = rng.standard_normal((m, 45)).astype(np.float32)
+    wide = rng.standard_normal((45, 2048 + 16)).astype(np.float32)
+    b = rng.standard_normal(2048).astype(np.float32)
+    g = Graph()
+    x, wi, bi = g.input("x", a.shape, "f32"), g.input("w", (45, 2048), "f32"), g.input("b", b.shape, "f32")
+    g.output(linear(x, wi, bi), name="lin")
+    mod = compile(g)
+    aliased = mod(x=a, w=np.ascontiguousarray(wide[:, :2048]), b=b)
+    spread = mod(x=a, w=wide[:, :2048], b=b)
+    np.testing.assert_array_equal(aliased, spread)
+    np.testing.assert_allclose(aliased, a.astype(np.float64) @ wide[:, :2048] + b, rtol=1e-5, atol=1e-5)
