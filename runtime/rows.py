@@ -56,6 +56,19 @@ def aliased_rows(b_row_stride: int) -> bool:
     return b_row_stride >= 2048 and b_row_stride % 1024 == 0
 
 
+def aliased_unpacked(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg: int,
+                     b_row_stride: int) -> bool:
+    """Whether a matmul call reads B in place (``unpacked_rows``: 5 to
+    ``ALIASED_ROWS`` rows here) with B's rows ``aliased_rows`` apart: its
+    kernel (``ALIASED_ATTR``) walks K in blocks of a few rows and the rows
+    in blocks of 8, so that the rows of B and C a block touches fit in the
+    few L1 sets they fall in (``codegen.cpu.strategy``'s ``_ALIASED_TILES``).
+    The same rows and strides as the class ``unpacked`` (``row_class``): one
+    kernel per class, as a symbolic ``.fuel`` file needs."""
+    return (unpacked_rows(a_shape, unit_stride, out_arg, b_row_stride)
+            and aliased_rows(b_row_stride))
+
+
 def unpacked_rows(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg: int,
                   b_row_stride: int) -> bool:
     """Whether a matmul call with A of shape ``a_shape`` reads B in place

@@ -47,8 +47,8 @@ from runtime.cpu_features import check_cpu_features, missing_cpu_features
 from runtime.dtype import DType
 from runtime.layout import Layout
 # the matmul row classes (a symbolic .fuel file picks its objects with them at run time)
-from runtime.rows import (FEW_ROWS, UNPACKED_ROWS, b_row_stride, few_rows,  # noqa: F401
-                          unit_stride_args, unpacked_rows)
+from runtime.rows import (FEW_ROWS, UNPACKED_ROWS, aliased_unpacked,  # noqa: F401
+                          b_row_stride, few_rows, unit_stride_args, unpacked_rows)
 
 ENTRY = "kernel"
 
@@ -174,7 +174,8 @@ def emission_context():
 def single_op_linalg_text(op_name: str, params: dict, input_types: Sequence, dynamic: bool,
                           platform: str | None = None, unit_stride: Sequence[int] = (),
                           few_rows: bool = False, zero_stride: Sequence[int] = (),
-                          unpacked: bool = False, contiguous: Sequence[int] = ()) -> str:
+                          unpacked: bool = False, contiguous: Sequence[int] = (),
+                          aliased: bool = False) -> str:
     """The linalg-on-tensors module of one fuel op (a primitive or a static
     fused op) as a ``@kernel`` entry, lowered with ``platform``'s rules.
     ``unit_stride``: the arguments (inputs then outputs) every call passes
@@ -183,7 +184,8 @@ def single_op_linalg_text(op_name: str, params: dict, input_types: Sequence, dyn
     ``few_rows``: a matmul call of at most ``FEW_ROWS`` rows; on cpu the entry
     carries ``FEW_ROWS_ATTR``. ``zero_stride``: the arguments every call
     passes with innermost stride 0 (``ZERO_STRIDE_ATTR``). ``unpacked``: a
-    matmul call of at most ``UNPACKED_ROWS`` rows (``UNPACKED_ATTR``).
+    matmul call of at most ``UNPACKED_ROWS`` rows (``UNPACKED_ATTR``);
+    ``aliased``: one whose B rows fall in few cache sets (``ALIASED_ATTR``).
     ``contiguous``: the arguments every call passes row-major
     (``common.stages.CONTIGUOUS_ATTR``)."""
     from compiler.codegen.linalg import emit_single_op_module, lower_to_linalg
@@ -207,6 +209,8 @@ def single_op_linalg_text(op_name: str, params: dict, input_types: Sequence, dyn
                         op.attributes[FEW_ROWS_ATTR] = ir.UnitAttr.get()
                     if unpacked:
                         op.attributes[UNPACKED_ATTR] = ir.UnitAttr.get()
+                    if aliased:
+                        op.attributes[ALIASED_ATTR] = ir.UnitAttr.get()
     return str(module)
 
 
@@ -255,6 +259,11 @@ CROP_ATTR = "fuelc.crop"
 #: reads B in place instead of packing its panels (``transforms.matmul``,
 #: ``pack=False``).
 UNPACKED_ATTR = "fuelc.unpacked"
+#: On a cpu matmul entry marked ``UNPACKED_ATTR``: B's rows are a multiple of
+#: 4 KiB apart in every call (``runtime.rows.aliased_unpacked``), so the rows a
+#: panel of B spans fall in one or two L1 sets; the strategy selector may then
+#: walk K in shorter blocks.
+ALIASED_ATTR = "fuelc.aliased_b"
 #: Marks the contraction of a FusedLinear whose B is pre-packed (``b_panel``;
 #: ``lowering/fused_forward.py``): a ``linalg.generic`` over (p, m, j | k),
 #: ``out[m, p, j] += a[m, k] * b[p, k, j]``, which a target's strategy may

@@ -50,8 +50,8 @@ from typing import Callable, Optional, Sequence
 
 from runtime.params import exact_key
 from compiler.codegen import parallel
-from compiler.codegen.family import (KernelFamily, b_row_stride, few_rows, unpacked_rows,
-                                     single_op_linalg_text, unit_stride_args)
+from compiler.codegen.family import (KernelFamily, aliased_unpacked, b_row_stride, few_rows,
+                                     unpacked_rows, single_op_linalg_text, unit_stride_args)
 from compiler.codegen.loader import KernelFunction
 from compiler.errors import UnsupportedOpError
 from compiler.registry.kernel_params import FusedParams, register_fused_params
@@ -269,6 +269,8 @@ class FusedInstance:
     few_rows: bool = False
     #: a FusedLinear call of a few dozen rows (``family.unpacked_rows``)
     unpacked: bool = False
+    #: ... whose B rows fall in few cache sets (``family.aliased_unpacked``)
+    aliased: bool = False
     #: arguments passed row-major (a pointwise Conv2D: its reshapes are views)
     contiguous: tuple[int, ...] = ()
 
@@ -291,6 +293,7 @@ class FusedInstance:
                self.input_types if masks is None else masked_types(self.input_types, masks))
         key = key + (("unit_stride",) + self.unit_stride,) if self.unit_stride else key
         key = key + ("unpacked",) if self.unpacked else key
+        key = key + ("aliased",) if self.aliased else key
         key = key + (("contiguous",) + self.contiguous,) if self.contiguous else key
         return key + ("few_rows",) if self.few_rows else key
 
@@ -403,9 +406,12 @@ class FusedFamily(KernelFamily):
             unit = unit_stride_args(layouts)
             few = few_rows(layouts[0].shape, unit, n_inputs)
             dozen = unpacked_rows(layouts[0].shape, unit, n_inputs, b_row_stride(layouts))
+            aliased = aliased_unpacked(layouts[0].shape, unit, n_inputs, b_row_stride(layouts))
             if linear_epilogue(params):
                 few, dozen = False, bool(params.b_panel) and (few or dozen)
-            inst = dataclasses.replace(inst, unit_stride=unit, few_rows=few, unpacked=dozen)
+                aliased = False
+            inst = dataclasses.replace(inst, unit_stride=unit, few_rows=few, unpacked=dozen,
+                                       aliased=aliased and not params.b_panel)
         elif spec.name in ("Conv2D", "MaxPool2D"):
             # their copies in and out (padding, cropping; the pool's rows read
             # and written a vector at a time) move contiguous rows; with strides
@@ -603,7 +609,7 @@ def linalg_text(inst: FusedInstance, platform: str | None = None) -> str:
     masks = inst.dynamic_dims if inst.dynamic else False  # a StaticInstance: static
     return single_op_linalg_text(inst.name, dict(inst.params), inst.input_types, masks,
                                  platform, inst.unit_stride, inst.few_rows, (), inst.unpacked,
-                                 inst.contiguous)
+                                 inst.contiguous, inst.aliased)
 
 
 def warm_instance(inst: FusedInstance, *, target) -> KernelFunction:

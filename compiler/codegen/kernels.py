@@ -30,8 +30,9 @@ from typing import Iterable, Sequence
 
 from runtime.params import exact_key
 from compiler.codegen import parallel
-from compiler.codegen.family import (KernelFamily, b_row_stride, coalesce, few_rows, unpacked_rows,
-                                     inner_strides, single_op_linalg_text, unit_stride_args)
+from compiler.codegen.family import (KernelFamily, aliased_unpacked, b_row_stride, coalesce,
+                                     few_rows, unpacked_rows, inner_strides,
+                                     single_op_linalg_text, unit_stride_args)
 from compiler.codegen.loader import KernelFunction
 from compiler.errors import UnsupportedOpError
 from compiler.graph.opdef import ELEMENTWISE_CATEGORIES, TensorType
@@ -63,6 +64,8 @@ class OpInstance:
     zero_stride: tuple[int, ...] = ()
     #: a MatMul call of a few dozen rows (``family.unpacked_rows``): B read in place
     unpacked: bool = False
+    #: ... whose B rows fall in few cache sets (``family.aliased_unpacked``)
+    aliased: bool = False
 
     @property
     def dynamic_dims(self) -> tuple | None:
@@ -87,6 +90,7 @@ class OpInstance:
         key = key + (("unit_stride",) + self.unit_stride,) if self.unit_stride else key
         key = key + (("zero_stride",) + self.zero_stride,) if self.zero_stride else key
         key = key + ("unpacked",) if self.unpacked else key
+        key = key + ("aliased",) if self.aliased else key
         return key + ("few_rows",) if self.few_rows else key
 
 
@@ -308,7 +312,9 @@ def instance_for(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout
     return (OpInstance(name, tuple(sorted(gparams.items())), tuple(in_types), dynamic, unit,
                        name == "MatMul" and few_rows(in_types[0].shape, unit, 2), zero,
                        name == "MatMul" and unpacked_rows(in_types[0].shape, unit, 2,
-                                                         b_row_stride(in_l))),
+                                                         b_row_stride(in_l)),
+                       name == "MatMul" and aliased_unpacked(in_types[0].shape, unit, 2,
+                                                            b_row_stride(in_l))),
             in_l + out_l)
 
 
@@ -382,7 +388,7 @@ def linalg_text(inst: OpInstance, platform: str | None = None) -> str:
     dyn = (inst.dynamic_dims or True) if inst.dynamic else False  # StaticInstance: static
     return single_op_linalg_text(inst.op_name, dict(inst.params), inst.input_types, dyn,
                                  platform, inst.unit_stride, inst.few_rows, inst.zero_stride,
-                                 inst.unpacked)
+                                 inst.unpacked, aliased=inst.aliased)
 
 
 def warm(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout], params: OpParams,

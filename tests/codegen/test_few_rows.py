@@ -72,7 +72,7 @@ def test_a_few_dozen_rows_select_the_unpacked_strategy():
     assert not family.unpacked_rows((16, 40), (0, 2), 2, 70)     # B strided: packed
 
 
-def test_b_rows_a_multiple_of_4_kib_apart_are_packed_above_16_rows():
+def test_b_rows_a_multiple_of_4_kib_apart_are_packed_above_aliased_rows():
     """B's rows 2048 or 3072 f32 apart (8, 12 KiB: few cache sets) are read in
     place by calls of at most ALIASED_ROWS rows only; 1024 or 1536 apart by
     calls of up to UNPACKED_ROWS (runtime/rows.py); the runtime's row class
@@ -88,14 +88,36 @@ def test_b_rows_a_multiple_of_4_kib_apart_are_packed_above_16_rows():
     lays = lambda m, n: [Layout.contiguous((m, 64)), Layout.contiguous((64, n)),
                          Layout.contiguous((m, n))]
     assert row_class(lays(20, 2048), 2) == "packed" and row_class(lays(20, 1536), 2) == "unpacked"
-    assert row_class(lays(16, 2048), 2) == "unpacked"
+    assert row_class(lays(ALIASED_ROWS, 2048), 2) == "unpacked"
+    assert row_class(lays(ALIASED_ROWS + 1, 2048), 2) == "packed"
+    assert family.aliased_unpacked((ALIASED_ROWS, 768), unit, 2, 3072)
+    assert not family.aliased_unpacked((ALIASED_ROWS, 768), unit, 2, 1536)   # not aliased
+    assert not family.aliased_unpacked((ALIASED_ROWS + 1, 768), unit, 2, 3072)  # packed
+    assert not family.aliased_unpacked((family.FEW_ROWS, 768), unit, 2, 3072)  # row kernel
 
 
-@pytest.mark.parametrize("m", [16, 17])
-def test_matmul_and_linear_inputs_with_b_rows_8_kib_apart(m):
-    # both inputs: 16 rows read B in place, 17 pack it per call
+def test_aliased_b_selects_k_blocks_of_8_on_avx2():
+    """An unpacked entry whose B rows fall in few cache sets (``fuelc.aliased_b``)
+    walks K in blocks of 8 with 4 x 16 tiles on AVX2 (f32); without the mark,
+    or on f64, the unpacked tiles."""
+    def chosen(aliased, dtype=DType.F32, target="cpu:x86-64-v3"):
+        ts = [TensorType((8, 40), dtype), TensorType((40, 3072), dtype)]
+        text = single_op_linalg_text("MatMul", {}, ts, True, "cpu", (0, 1, 2), False, (), True,
+                                     aliased=aliased)
+        return choose_strategy(text, ["kernel"], target).name
+    assert chosen(True) == "matmul-unpacked-matmul-f32-4x16-k8"
+    assert chosen(False) == "matmul-unpacked-matmul-f32-6x16"
+    assert chosen(True, DType.F64) == "matmul-unpacked-matmul-f64-6x8-k512"
+
+
+@pytest.mark.parametrize("m,k", [(5, 21), (7, 8), (8, 21), (8, 35), (9, 21), (14, 21), (16, 21),
+                                 (17, 21)])
+def test_matmul_and_linear_inputs_with_b_rows_8_kib_apart(m, k):
+    # both inputs: 5-16 rows read B in place in K blocks of 8 and row blocks
+    # of 8 (k = 21, 35: a partial last K block; rows 5, 7, 9, 14: a partial
+    # row block, 4-row tiles and a 2- or 1-row one on AVX2), 17 pack it per call
     rng = np.random.default_rng(m)
-    a, w = rng.standard_normal((m, 21)).astype(np.float32), rng.standard_normal((21, 2048)).astype(np.float32)
+    a, w = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, 2048)).astype(np.float32)
     b = rng.standard_normal(2048).astype(np.float32)
     g = Graph()
     x, wi, bi = g.input("x", a.shape, "f32"), g.input("w", w.shape, "f32"), g.input("b", b.shape, "f32")
@@ -104,3 +126,22 @@ def test_matmul_and_linear_inputs_with_b_rows_8_kib_apart(m):
     out = compile(g)(x=a, w=w, b=b)
     np.testing.assert_allclose(out["mm"], a.astype(np.float64) @ w, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(out["lin"], a.astype(np.float64) @ w + b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("m", [5, 8, 13])
+def test_aliased_b_kernel_gives_the_bits_of_the_unpacked_one(m):
+    """The K blocks of 8 over B rows 8 KiB apart (``fuelc.aliased_b``) are the
+    same FMAs in the same order of K as the unpacked kernel's over rows 16
+    elements further apart (not aliased): the same bits."""
+    rng = np.random.default_rng(m)
+    a = rng.standard_normal((m, 45)).astype(np.float32)
+    wide = rng.standard_normal((45, 2048 + 16)).astype(np.float32)
+    b = rng.standard_normal(2048).astype(np.float32)
+    g = Graph()
+    x, wi, bi = g.input("x", a.shape, "f32"), g.input("w", (45, 2048), "f32"), g.input("b", b.shape, "f32")
+    g.output(linear(x, wi, bi), name="lin")
+    mod = compile(g)
+    aliased = mod(x=a, w=np.ascontiguousarray(wide[:, :2048]), b=b)
+    spread = mod(x=a, w=wide[:, :2048], b=b)
+    np.testing.assert_array_equal(aliased, spread)
+    np.testing.assert_allclose(aliased, a.astype(np.float64) @ wide[:, :2048] + b, rtol=1e-5, atol=1e-5)

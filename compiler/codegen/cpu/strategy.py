@@ -218,19 +218,44 @@ _MATMUL_OPS = ("linalg.matmul", "linalg.batch_matmul")
 #: 1024^3, with mc = 120: 1.10; kc = 128: 1.18). The tiles of B packed at
 #: compile time (``packed_strategy``) are left as they were.
 _PER_CALL_TILES = {("f32", "avx2"): dict(kc=512, mc=360)}
+#: Where the tiles of a matmul reading B in place whose B rows are a multiple
+#: of 4 KiB apart (entries marked ``fuelc.aliased_b``: ``runtime.rows.
+#: aliased_unpacked``, 5 to ``ALIASED_ROWS`` (16) rows) differ from
+#: ``_MATMUL_TILES``. All the rows of such a B map to the same L1 set (and to
+#: few L2 sets), so a panel walked over a K block of 256-512 rows is evicted,
+#: with the lines of the next panels the prefetchers brought, before they are
+#: used: every row tile and panel re-reads B from L3. With K blocks of 8 (kc),
+#: the 8 rows x nr columns a block reads fit in their sets' 8 ways, and every
+#: row tile of the block reads them from L1. The output (as long as a row of B)
+#: falls in few sets too, and its tiles are now loaded and stored once per 8
+#: steps of K: blocks of 8 rows (mc) keep the 8 rows x nr columns of C a block
+#: touches within 8 ways as well. AVX2 f32 4 x 16, so that 8 rows are two
+#: whole tiles (not a 6-row tile and a 2-row one of 4 accumulators).
+#: One AVX2 znver4 thread, [M,768]x[768,3072] + bias, B an input, thread time,
+#: min ms of 150 calls in 5 rounds, numpy (OpenBLAS) in the same process; M = 8:
+#: 6 x 16, kc 256 1.26-1.32 (numpy 0.74-0.80); 6 x 16, kc 8 0.80-0.92; 4 x 16,
+#: kc 8 0.62-0.66, kc 4 1.08, kc 256 1.26. M = 12 / 16: 1.06-1.10 / 1.62-1.69
+#: before, 4 x 16 kc 8 1.26 / 2.2 with one block of all rows, 0.91 / 1.21 with
+#: blocks of 8 (numpy 0.98 / 1.20); M = 5 1.56-1.78 -> 0.53-0.64 (numpy
+#: 0.86-0.95). Not measured on AVX-512 (no such host): its tiles are left as
+#: they were.
+_ALIASED_TILES = {("f32", "avx2"): dict(mr=4, kc=8, mc=8)}
 
 
-def matmul_strategy(op: str, element_type: str, isa: str = "avx2", pack: bool = True) -> Strategy:
+def matmul_strategy(op: str, element_type: str, isa: str = "avx2", pack: bool = True,
+                    aliased: bool = False) -> Strategy:
     """The vectorized strategy for ``op`` (``linalg.matmul`` or
     ``linalg.batch_matmul``) on ``element_type`` (``f32``/``f64``), tiled
     for ``isa`` (``avx2`` or ``avx512``); ``pack=False``: B read in place
-    (entries marked ``fuelc.unpacked``)."""
+    (entries marked ``fuelc.unpacked``); ``aliased``: and its rows a multiple
+    of 4 KiB apart (``fuelc.aliased_b``, ``_ALIASED_TILES``)."""
     from compiler.codegen.cpu.transforms.matmul import matmul_script
     tiles = {**_MATMUL_TILES[element_type, isa],
-             **(_PER_CALL_TILES.get((element_type, isa), {}) if pack else {})}
+             **(_PER_CALL_TILES.get((element_type, isa), {}) if pack else {}),
+             **(_ALIASED_TILES.get((element_type, isa), {}) if aliased else {})}
     return Strategy(
         name=f"matmul-{'' if pack else 'unpacked-'}{op.split('.')[1]}-{element_type}-"
-             f"{tiles['mr']}x{tiles['nr']}",
+             f"{tiles['mr']}x{tiles['nr']}" + (f"-k{tiles['kc']}" if aliased else ""),
         transform=matmul_script(op, pack=pack, **tiles), lowering=VECTOR_LOWERING,
         doc="register-tiled matmul: B panels " + ("packed" if pack else "read in place")
             + ", mr x nr FMA micro-kernel, peeled remainders; any sizes and strides")
@@ -250,6 +275,9 @@ def _matmul_rule(op: str, elt: str) -> Callable[[frozenset[str]], bool]:
 
 #: The feature of an entry whose matmul calls have few rows (``family.FEW_ROWS_ATTR``).
 FEW_ROWS = "fuelc.few_rows"
+#: The feature of an unpacked matmul entry whose B rows fall in few cache sets
+#: (``family.ALIASED_ATTR``).
+ALIASED = "fuelc.aliased_b"
 
 
 #: The few-rows tiles (``transforms.matmul.rows_script``): 1 row x ``nr`` columns
@@ -547,6 +575,12 @@ for _op in _MATMUL_OPS:
     for _elt in ("f32", "f64"):
         _v = {isa: rows_strategy(_op, _elt, isa) for isa in ("avx512", "avx2")}
         register_strategy(_rows_rule(_op, _elt), {**_v, "": _v["avx2"]})
+for _op in _MATMUL_OPS:
+    for _elt in ("f32", "f64"):
+        _v = {isa: matmul_strategy(_op, _elt, isa, pack=False, aliased=True)
+              for isa in ("avx512", "avx2")}
+        register_strategy((lambda rule: lambda names: UNPACKED in names and ALIASED in names
+                           and rule(names))(_matmul_rule(_op, _elt)), {**_v, "": _v["avx2"]})
 for _op in _MATMUL_OPS:
     for _elt in ("f32", "f64"):
         _v = {isa: matmul_strategy(_op, _elt, isa, pack=False) for isa in ("avx512", "avx2")}
