@@ -45,8 +45,8 @@ import contextvars
 
 from compiler.mlir import arith, ir, scf, tensor, vector
 
-from .core import Scalar, collapse, dims, empty, expand, fill, index
-from .fused_norm import _for
+from .core import Scalar, collapse, dims, empty, expand, fill, index, rtt
+from .fused_norm import _for, reassoc
 from .fused_pool import _pieces, _whole
 
 #: The vector width the kernel is generated for, in bits (``vector_bits``):
@@ -265,7 +265,6 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
     if direct_x and not depthwise:
         return _flat_pointwise(x, w, bias, s, elt, cout, act, skip)
     out0 = empty([n, cout, ho, wo], elt)
-
     def by_rows(_, out):
         planes = 1 if direct_x or depthwise else cin
         if split:   # two column phases per channel
@@ -274,7 +273,17 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
                                    wpl if not direct_x else 1], elt))
         return [_for(n, [out, plane0], image)[0]]
     if not depthwise:
-        return by_rows(None, out0)[0]
+        # few output pixels per image (``_FEW_PIXELS``, decided at run time):
+        # the pixels as rows of a product over (c, qy, qx) (``_few_pixels``);
+        # two loops of 0 or 1 trips carrying the output, as below
+        few = arith.muli(ho, wo)
+        few = arith.andi(arith.cmpi(arith.CmpIPredicate.ule, few, index(_FEW_PIXELS)),
+                         arith.cmpi(arith.CmpIPredicate.ult, few, index(min(cout, 64))))
+        few = arith.select(few, index(1), index(0))
+        out = _for(few, [out0], lambda _, out: [
+            _few_pixels(x, w, bias, s, elt, (ph, pw), (dh, dw), (sh, sw), act, skip, out)])[0]
+        return _for(arith.subi(index(1), few), [out], by_rows)[0]
+
     # a small depthwise plane: flat pixel runs (``_flat_depthwise``). The
     # choice is two loops of 0 or 1 trips carrying the output (an ``scf.if``
     # yielding it bufferized to a buffer of its own, copied out after)
@@ -284,6 +293,132 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
     out = _for(flat, [out0], lambda _, out: [
         _flat_depthwise(x, w, bias, s, elt, geo, (ph, pw), out, act, skip)])[0]
     return _for(arith.subi(index(1), flat), [out], by_rows)[0]
+
+
+#: A groups-1 conv of at most this many output pixels per image (and fewer
+#: than min(Cout, 64): ``fused_conv.FEW_PIXELS``' rule, decided at run time)
+#: is a product of its pixels as rows (``_few_pixels``): the row tiles
+#: computed a 1-4 pixel row in whole vectors.
+_FEW_PIXELS = 16
+#: Register tiles of ``_few_pixels`` per vector width: ((m0 channels, q0
+#: pixels) for the pixel blocks, m1 channels per block: single pixels in
+#: one tile of m1).
+_FEW_TILES = {512: ((4, 4), 8), 256: ((4, 2), 8)}
+
+
+def _few_pixels(x, w, bias, s, elt, pad, dil, stride, act, skip, out):
+    """A groups-1 conv of few output pixels per image as the product it is:
+    ``out[co, p] = sum_k W[co, k] A[p, k]`` over k = (c, qy, qx), W the
+    weight ``[Cout, Cin*Kh*Kw]`` as it lies (a view where the plan passes it
+    row-major: ``FusedInstance.contiguous``), A the batch's output pixels as
+    rows of their taps (an im2col copy, 0 for a tap in the padding). Both
+    operands are read along k in whole vectors (the static rest masked), in
+    register tiles of m channels x q pixels whose accumulators are summed
+    across their lanes at the end; then the bias, the skip and the clamp.
+    Every channel block runs over all pixel blocks (its weight rows stay in
+    cache). The row tiles had computed a 1-2 pixel row in whole vectors."""
+    (ph, pw), (dh, dw), (sh, sw) = pad, dil, stride
+    bits = _VECTOR_BITS.get()
+    lanes = bits // ir.FloatType(elt).width
+    (m0, q0), m1 = _FEW_TILES[bits]
+    cout, cin, kh, kw = rtt(w).shape
+    ntaps, k_all = kh * kw, cin * kh * kw
+    n, _, h, wd = dims(x)
+    n_, _, ho, wo = dims(out)
+    hw = arith.muli(ho, wo)
+    npix = arith.muli(n if isinstance(n, ir.Value) else index(n), hw)
+    zero = arith.constant(elt, 0.0)
+    vt = ir.VectorType.get([lanes], elt)
+    slt = arith.CmpIPredicate.slt
+
+    def pixel_at(p):
+        img, r = arith.divui(p, hw), arith.remui(p, hw)
+        return img, arith.divui(r, wo), arith.remui(r, wo)
+
+    def im2col(p, a):
+        img, oy, ox = pixel_at(p)
+
+        def axis(o, q, st, di, pd, extent):
+            """The clamped input index of tap q along one axis, and whether
+            it lies in the image."""
+            at = arith.subi(arith.addi(arith.muli(o, index(st)), index(q * di)), index(pd))
+            inside = arith.andi(arith.cmpi(arith.CmpIPredicate.sge, at, index(0)),
+                                arith.cmpi(slt, at, extent))
+            return arith.select(inside, at, index(0)), inside
+        ys = [axis(oy, q, sh, dh, ph, h) for q in range(kh)]
+        xs = [axis(ox, q, sw, dw, pw, wd) for q in range(kw)]
+        taps = [(ys[qy][0], xs[qx][0], arith.andi(ys[qy][1], xs[qx][1]))
+                for qy in range(kh) for qx in range(kw)]
+
+        def channel(c, a):
+            k0 = arith.muli(c, index(ntaps))
+            for t, (iy, ix, inside) in enumerate(taps):
+                v = arith.select(inside, tensor.extract(x, [img, c, iy, ix]), zero)
+                a = tensor.insert(v, a, [p, at(k0, t)])
+            return [a]
+        return _for(index(cin), [a], channel)
+
+    a = _for(npix, [empty([npix, k_all], elt)], im2col)[0]
+    wk = collapse(w, [[0], [1, 2, 3]])
+    row = ir.AffineMap.get_minor_identity(2, 1)
+    kind = ir.Attribute.parse("#vector.kind<add>")
+    clamp = act(s) if act is not None else None
+    whole_k = k_all - k_all % lanes
+
+    def read(src, i, k, in_bounds=True):
+        return vector.TransferReadOp(vt, src, [i, k], row, zero, [in_bounds]).result
+
+    def tile(co, m, p, q, out):
+        chans = [at(co, k) for k in range(m)]
+        pixs = [at(p, j) for j in range(q)]
+
+        def step(k, sums, in_bounds=True):
+            ws = [read(wk, c, k, in_bounds) for c in chans]
+            xs = [read(a, px, k, in_bounds) for px in pixs]
+            return [vector.FMAOp(xs[j], ws[i], sums[i * q + j]).result
+                    for i in range(m) for j in range(q)]
+        sums = [vector.BroadcastOp(vt, zero).result] * (m * q)
+        if whole_k:
+            loop = scf.ForOp(index(0), index(whole_k), index(lanes), sums)
+            with ir.InsertionPoint(loop.body):
+                scf.YieldOp(step(loop.induction_variable, list(loop.inner_iter_args)))
+            sums = list(loop.results)
+        if whole_k < k_all:   # the static rest: reads masked past k_all (zeros)
+            sums = step(index(whole_k), sums, False)
+        for j, px in enumerate(pixs):
+            img, oy, ox = pixel_at(px)
+            for i, c in enumerate(chans):
+                val = vector.ReductionOp(elt, kind, sums[i * q + j], fastmath=reassoc()).result
+                if bias is not None:
+                    val = s.add(val, tensor.extract(bias, [c]))
+                if skip is not None:
+                    val = s.add(val, tensor.extract(skip, [img, c, oy, ox]))
+                if clamp is not None:
+                    val = clamp(val)
+                out = tensor.insert(val, out, [img, c, oy, ox])
+        return out
+
+    def block(co, m, out):
+        """Channels co..co+m (m <= m1): pixel blocks of q0 in tiles of m0
+        channels, then single pixels in one tile of m."""
+        def piece(p, q, out):
+            if q == 1:
+                return tile(co, m, p, 1, out)
+            for c0 in range(0, m, m0):
+                out = tile(at(co, c0), min(m0, m - c0), p, q, out)
+            return out
+        return _whole(npix, (q0, 1), out, piece)[1]
+
+    whole, rest = divmod(cout, m1)
+    out = _for(index(whole), [out], lambda cb, out: [block(arith.muli(cb, index(m1)), m1, out)])[0]
+    if rest:
+        out = block(index(whole * m1), rest, out)
+    return out
+
+
+def at(base, off: int):
+    """``base + off`` of an index value (``base`` where off is 0)."""
+    return arith.addi(base, index(off)) if off else base
 
 
 #: A depthwise conv of at most this many flat output pixels per channel (Ho
