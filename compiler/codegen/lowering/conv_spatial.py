@@ -33,7 +33,9 @@ A depthwise conv (groups = C = Cout) is computed channel by channel, each
 copied into a one-channel plane just before its tiles read it (in cache), or,
 where its output is small (``_FLAT_PIXELS``, decided at run time), as
 flat pixel runs (``_flat_depthwise``); a pointwise one (1x1, stride 1, unpadded, groups 1)
-is a product over its flat H*W pixels, x read in place (``_flat_pointwise``). Each
+is a product over its flat H*W pixels, x read in place (``_flat_pointwise``); a
+groups-1 conv of few output pixels per image (``_FEW_PIXELS``, decided at run
+time) is a product of the batch's pixels as im2col rows (``_few_pixels``). Each
 output sums its taps in (c, qy, qx) order from the bias (groups 1) or from 0
 (depthwise and pointwise: the bias added after), then the skip, then the clamp:
 the static kernels' order.
@@ -265,6 +267,7 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
     if direct_x and not depthwise:
         return _flat_pointwise(x, w, bias, s, elt, cout, act, skip)
     out0 = empty([n, cout, ho, wo], elt)
+
     def by_rows(_, out):
         planes = 1 if direct_x or depthwise else cin
         if split:   # two column phases per channel
@@ -302,8 +305,10 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
 _FEW_PIXELS = 16
 #: Register tiles of ``_few_pixels`` per vector width: ((m0 channels, q0
 #: pixels) for the pixel blocks, m1 channels per block: single pixels in
-#: one tile of m1).
-_FEW_TILES = {512: ((4, 4), 8), 256: ((4, 2), 8)}
+#: one tile of m1). AVX2, one znver3 thread (``benchmarks/dynamic_kernels.py``,
+#: 3x3 256->256 at 2x2 batch 8 / 128->128 at 4x4 batch 1): 4 x 2 0.65 / 0.081
+#: ms, 4 x 3 0.56 / 0.072, 2 x 4 0.62 / 0.070, 4 x 4 (spills) 0.84 / 0.105.
+_FEW_TILES = {512: ((4, 4), 8), 256: ((4, 3), 8)}
 
 
 def _few_pixels(x, w, bias, s, elt, pad, dil, stride, act, skip, out):
@@ -323,10 +328,10 @@ def _few_pixels(x, w, bias, s, elt, pad, dil, stride, act, skip, out):
     (m0, q0), m1 = _FEW_TILES[bits]
     cout, cin, kh, kw = rtt(w).shape
     ntaps, k_all = kh * kw, cin * kh * kw
-    n, _, h, wd = dims(x)
-    n_, _, ho, wo = dims(out)
+    n, _, h, wd = (v if isinstance(v, ir.Value) else index(v) for v in dims(x))
+    ho, wo = dims(out)[2:]
     hw = arith.muli(ho, wo)
-    npix = arith.muli(n if isinstance(n, ir.Value) else index(n), hw)
+    npix = arith.muli(n, hw)
     zero = arith.constant(elt, 0.0)
     vt = ir.VectorType.get([lanes], elt)
     slt = arith.CmpIPredicate.slt
