@@ -212,7 +212,8 @@ def test_pointwise_images_as_flat_pixel_runs(target, monkeypatch):
 def test_pointwise_reads_and_writes_in_place(residual):
     """Row-major operands (``FusedInstance.contiguous``) of run-time extents:
     x, the skip and the output are viewed as [N, C, H*W] by their strides
-    (``stages._row_major_view``), not collapsed into copies (no malloc)."""
+    (``stages._row_major_view``), not collapsed into copies (no copy, no
+    buffer but the few-pixel product's)."""
     import dataclasses
 
     from compiler.codegen.cpu import lower
@@ -227,16 +228,20 @@ def test_pointwise_reads_and_writes_in_place(residual):
                          tuple(TensorType(s, DType.F32) for s in shapes))
     assert inst.dynamic
     n = len(shapes) + 1
-    ll = lambda i: lower(FAMILY.linalg_text(i, parse_target("cpu")), ["kernel"],
-                         target="cpu").llvm_ir
-    assert "@malloc" not in ll(dataclasses.replace(inst, contiguous=tuple(range(n))))
-    assert "@malloc" in ll(inst)   # strided operands: copied, still correct
+    ir = lambda i: lower(FAMILY.linalg_text(i, parse_target("cpu")), ["kernel"],
+                         target="cpu", keep_ir=True).stages["bufferize"]
+    # the one buffer: the few-pixel product's pixel rows (``_few_pixels``)
+    view = ir(dataclasses.replace(inst, contiguous=tuple(range(n))))
+    allocs = [ln for ln in view.splitlines() if "memref.alloc(" in ln]
+    assert len(allocs) == 1 and "memref<?x16xf32>" in allocs[0] and "memref.copy" not in view
+    assert "memref.copy" in ir(inst)   # strided operands: copied, still correct
 
 
 # a groups-1 conv of few output pixels per image (``conv_spatial._few_pixels``:
 # at most 16 and fewer than min(Cout, 64), decided at run time): the batch's
 # pixels as rows of a product over (c, qy, qx), im2col'd with the padding as
-# zeros. Cin*Kh*Kw a multiple of the lanes (16*9) and not (5*9, 3*49: a masked
+# zeros; a pointwise conv's too (its output [N, Cout, H*W]: ``_flat_pointwise``).
+# Cin*Kh*Kw a multiple of the lanes (16*9) and not (5*9, 3*49: a masked
 # rest; 8*1); every tile (4 pixels, single pixels, 8 channels and a rest of
 # channels: Cout 20, 12); a few-pixel image and a larger one in one kernel
 FEW = {"few 3x3 relu": (16, 20, 3, 1, 1, 1, 1, dict(clamp_min=0.0), "f32"),
@@ -245,7 +250,10 @@ FEW = {"few 3x3 relu": (16, 20, 3, 1, 1, 1, 1, dict(clamp_min=0.0), "f32"),
        "few 1x1 s2 projection": (8, 24, 1, 2, 0, 1, 1, {}, "f32"),
        "few stem 7x7 s2": (3, 16, 7, 2, 3, 1, 1, dict(clamp_min=0.0), "f32"),
        "few residual": (12, 20, 3, 1, 1, 1, 1, dict(residual=True, clamp_min=0.0), "f32"),
-       "few f64": (6, 17, 3, 1, 1, 1, 1, {}, "f64")}
+       "few f64": (6, 17, 3, 1, 1, 1, 1, {}, "f64"),
+       "few pointwise relu6": (12, 24, 1, 1, 0, 1, 1, dict(clamp_min=0.0, clamp_max=6.0), "f32"),
+       "few pointwise residual": (20, 24, 1, 1, 0, 1, 1, dict(residual=True), "f32"),
+       "few pointwise f64": (9, 32, 1, 1, 0, 1, 1, dict(clamp_min=-1.0), "f64")}
 FEW_SIZES = [(1, 1, 1), (2, 2, 2), (3, 1, 2), (1, 3, 3), (2, 4, 4), (1, 2, 7), (1, 9, 13)]
 
 

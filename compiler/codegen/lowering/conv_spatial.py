@@ -279,10 +279,7 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
         # few output pixels per image (``_FEW_PIXELS``, decided at run time):
         # the pixels as rows of a product over (c, qy, qx) (``_few_pixels``);
         # two loops of 0 or 1 trips carrying the output, as below
-        few = arith.muli(ho, wo)
-        few = arith.andi(arith.cmpi(arith.CmpIPredicate.ule, few, index(_FEW_PIXELS)),
-                         arith.cmpi(arith.CmpIPredicate.ult, few, index(min(cout, 64))))
-        few = arith.select(few, index(1), index(0))
+        few = arith.select(_few(arith.muli(ho, wo), cout), index(1), index(0))
         out = _for(few, [out0], lambda _, out: [
             _few_pixels(x, w, bias, s, elt, (ph, pw), (dh, dw), (sh, sw), act, skip, out)])[0]
         return _for(arith.subi(index(1), few), [out], by_rows)[0]
@@ -311,6 +308,13 @@ _FEW_PIXELS = 16
 _FEW_TILES = {512: ((4, 4), 8), 256: ((4, 3), 8)}
 
 
+def _few(pixels, cout: int, most: int = _FEW_PIXELS):
+    """Whether an image of ``pixels`` output pixels (an index value) takes
+    ``_few_pixels``: at most ``most`` and fewer than min(Cout, 64)."""
+    return arith.andi(arith.cmpi(arith.CmpIPredicate.ule, pixels, index(most)),
+                      arith.cmpi(arith.CmpIPredicate.ult, pixels, index(min(cout, 64))))
+
+
 def _few_pixels(x, w, bias, s, elt, pad, dil, stride, act, skip, out):
     """A groups-1 conv of few output pixels per image as the product it is:
     ``out[co, p] = sum_k W[co, k] A[p, k]`` over k = (c, qy, qx), W the
@@ -329,7 +333,9 @@ def _few_pixels(x, w, bias, s, elt, pad, dil, stride, act, skip, out):
     cout, cin, kh, kw = rtt(w).shape
     ntaps, k_all = kh * kw, cin * kh * kw
     n, _, h, wd = (v if isinstance(v, ir.Value) else index(v) for v in dims(x))
-    ho, wo = dims(out)[2:]
+    # a pointwise conv's output (and skip) is [N, Cout, H*W] (``_flat_pointwise``)
+    flat = rtt(out).rank == 3
+    ho, wo = (h, wd) if flat else dims(out)[2:]
     hw = arith.muli(ho, wo)
     npix = arith.muli(n, hw)
     zero = arith.constant(elt, 0.0)
@@ -338,10 +344,10 @@ def _few_pixels(x, w, bias, s, elt, pad, dil, stride, act, skip, out):
 
     def pixel_at(p):
         img, r = arith.divui(p, hw), arith.remui(p, hw)
-        return img, arith.divui(r, wo), arith.remui(r, wo)
+        return img, arith.divui(r, wo), arith.remui(r, wo), r
 
     def im2col(p, a):
-        img, oy, ox = pixel_at(p)
+        img, oy, ox, _ = pixel_at(p)
 
         def axis(o, q, st, di, pd, extent):
             """The clamped input index of tap q along one axis, and whether
@@ -391,16 +397,17 @@ def _few_pixels(x, w, bias, s, elt, pad, dil, stride, act, skip, out):
         if whole_k < k_all:   # the static rest: reads masked past k_all (zeros)
             sums = step(index(whole_k), sums, False)
         for j, px in enumerate(pixs):
-            img, oy, ox = pixel_at(px)
+            img, oy, ox, r = pixel_at(px)
             for i, c in enumerate(chans):
+                where = [img, c, r] if flat else [img, c, oy, ox]
                 val = vector.ReductionOp(elt, kind, sums[i * q + j], fastmath=reassoc()).result
                 if bias is not None:
                     val = s.add(val, tensor.extract(bias, [c]))
                 if skip is not None:
-                    val = s.add(val, tensor.extract(skip, [img, c, oy, ox]))
+                    val = s.add(val, tensor.extract(skip, where))
                 if clamp is not None:
                     val = clamp(val)
-                out = tensor.insert(val, out, [img, c, oy, ox])
+                out = tensor.insert(val, out, where)
         return out
 
     def block(co, m, out):
@@ -679,7 +686,15 @@ def _flat_pointwise(x, w, bias, s, elt, cout: int, act, skip):
             return out
         sizes = (v0 * lanes, lanes) if v0 > 1 else (lanes,)
         return [_rest(npix, sizes, lanes // 2, out, channels)]
-    out3 = _for(n, [empty([n, cout, npix], elt)], image)[0]
+    # at most half a vector of pixels per image: the product of pixel rows
+    # (``_few_pixels``), as for a larger kernel. One thread, AVX2, dynamic/
+    # static kernel: 2x2 384->64 1.28 -> 0.77, 64->384 1.27 -> 1.08, 64->320
+    # batch 8 1.42 -> 1.13; but 4x4 (two whole vectors here) 32->192 1.05 ->
+    # 2.02, 192->32 1.00 -> 1.15: the flat tiles' vectors were full
+    few = arith.select(_few(npix, cout, lanes // 2), index(1), index(0))
+    out3 = _for(few, [empty([n, cout, npix], elt)], lambda _, out: [
+        _few_pixels(x, w, bias, s, elt, (0, 0), (1, 1), (1, 1), act, skip3, out)])[0]
+    out3 = _for(arith.subi(index(1), few), [out3], lambda _, out: _for(n, [out], image))[0]
     return expand(out3, [n, cout, h, wd], groups)
 
 
