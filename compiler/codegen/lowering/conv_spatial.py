@@ -619,7 +619,9 @@ def _flat_pointwise(x, w, bias, s, elt, cout: int, act, skip):
     row (a 7-wide row: 7 of 16 lanes) and a 28-wide one in two vector tiles.
     The views of x, the skip and the output are free where the plan passes
     them row-major (``FusedInstance.contiguous``: ``common/stages.py``,
-    ``_row_major_view``), else bufferization copies them."""
+    ``_row_major_view``), else bufferization copies them. An image of at
+    most half a vector of pixels is the product of pixel rows instead
+    (``_few_pixels``: the flat tiles' vectors were mostly empty)."""
     bits = _VECTOR_BITS.get()
     lanes = bits // ir.FloatType(elt).width
     m0, v0 = _PW_TILES[bits]
