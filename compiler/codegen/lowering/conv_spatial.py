@@ -38,7 +38,8 @@ groups-1 conv of few output pixels per image (``_FEW_PIXELS``, decided at run
 time) is a product of the batch's pixels as im2col rows (``_few_pixels``). Each
 output sums its taps in (c, qy, qx) order from the bias (groups 1) or from 0
 (depthwise and pointwise: the bias added after), then the skip, then the clamp:
-the static kernels' order.
+the static kernels' order (the few-pixel product: each lane of k's sum, then
+across the lanes, then the bias, the skip and the clamp).
 """
 from __future__ import annotations
 
