@@ -44,6 +44,11 @@ CONV = {"conv3x3 b1 64x56^2": ((1, 64, 56, 56), 64, 3, 1, 1),
         "conv3x3 s2 b1 64x56^2": ((1, 64, 56, 56), 128, 3, 2, 1),
         "conv3x3 b1 32x33x47": ((1, 32, 33, 47), 32, 3, 1, 1),
         "conv3x3 b8 256x7^2": ((8, 256, 7, 7), 256, 3, 1, 1),
+        "conv3x3 b1 256x1^2": ((1, 256, 1, 1), 256, 3, 1, 1),
+        "conv3x3 b1 256x2^2": ((1, 256, 2, 2), 256, 3, 1, 1),
+        "conv3x3 b8 256x2^2": ((8, 256, 2, 2), 256, 3, 1, 1),
+        "conv3x3 b1 128x4^2": ((1, 128, 4, 4), 128, 3, 1, 1),
+        "conv3x3 s2 b1 128x4^2": ((1, 128, 4, 4), 256, 3, 2, 1),
         "dw3x3 b1 144x56^2": ((1, 144, 56, 56), 144, 3, 1, 144),
         "dw3x3 s2 b8 96x28^2": ((8, 96, 28, 28), 96, 3, 2, 96),
         "dw3x3 b8 384x7^2": ((8, 384, 7, 7), 384, 3, 1, 384),
@@ -92,6 +97,8 @@ def _instances(name: str, target):
         inst = dataclasses.replace(inst, unit_stride=(0, 1, 2, 3))
         if (k, st) == (1, 1):   # a pointwise conv's contiguous operands (FusedFamily.instance)
             inst = dataclasses.replace(inst, contiguous=(0, 1, 2, 3))
+        elif groups == 1:   # the weight's rows (a few-pixel product: FusedFamily.instance)
+            inst = dataclasses.replace(inst, contiguous=(1,))
         return inst, [x, w, b], np.empty(inst.output_type().shape, np.float32)
     if name in POOL:
         xs, k, st, pad = POOL[name]

@@ -423,6 +423,11 @@ class FusedFamily(KernelFamily):
             if spec.name == "Conv2D" and pointwise(p["groups"], p["stride"], inst.input_types[1].shape[2:], p["padding"]):
                 inst = dataclasses.replace(inst, contiguous=tuple(
                     i for i, lay in enumerate(layouts) if lay.is_contiguous()))
+            elif spec.name == "Conv2D" and p.get("image_at_run_time") and p["groups"] == 1 \
+                    and layouts[1].is_contiguous():
+                # a run-time image's few-pixel product reads the weight as
+                # [Cout, Cin*Kh*Kw] rows (``conv_spatial._few_pixels``): a view
+                inst = dataclasses.replace(inst, contiguous=(1,))
         return inst, layouts
 
     def linalg_text(self, inst: FusedInstance, target) -> str:

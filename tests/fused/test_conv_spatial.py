@@ -212,7 +212,8 @@ def test_pointwise_images_as_flat_pixel_runs(target, monkeypatch):
 def test_pointwise_reads_and_writes_in_place(residual):
     """Row-major operands (``FusedInstance.contiguous``) of run-time extents:
     x, the skip and the output are viewed as [N, C, H*W] by their strides
-    (``stages._row_major_view``), not collapsed into copies (no malloc)."""
+    (``stages._row_major_view``), not collapsed into copies (no copy, no
+    buffer but the few-pixel product's)."""
     import dataclasses
 
     from compiler.codegen.cpu import lower
@@ -227,7 +228,77 @@ def test_pointwise_reads_and_writes_in_place(residual):
                          tuple(TensorType(s, DType.F32) for s in shapes))
     assert inst.dynamic
     n = len(shapes) + 1
-    ll = lambda i: lower(FAMILY.linalg_text(i, parse_target("cpu")), ["kernel"],
-                         target="cpu").llvm_ir
-    assert "@malloc" not in ll(dataclasses.replace(inst, contiguous=tuple(range(n))))
-    assert "@malloc" in ll(inst)   # strided operands: copied, still correct
+    ir = lambda i: lower(FAMILY.linalg_text(i, parse_target("cpu")), ["kernel"],
+                         target="cpu", keep_ir=True).stages["bufferize"]
+    # the one buffer: the few-pixel product's pixel rows (``_few_pixels``)
+    view = ir(dataclasses.replace(inst, contiguous=tuple(range(n))))
+    allocs = [ln for ln in view.splitlines() if "memref.alloc(" in ln]
+    assert len(allocs) == 1 and "memref<?x16xf32>" in allocs[0] and "memref.copy" not in view
+    assert "memref.copy" in ir(inst)   # strided operands: copied, still correct
+
+
+# a groups-1 conv of few output pixels per image (``conv_spatial._few_pixels``:
+# at most 16 and fewer than min(Cout, 64), decided at run time): the batch's
+# pixels as rows of a product over (c, qy, qx), im2col'd with the padding as
+# zeros; a pointwise conv's too (its output [N, Cout, H*W]: ``_flat_pointwise``).
+# Cin*Kh*Kw a multiple of the lanes (16*9) and not (5*9, 3*49: a masked
+# rest; 8*1); every tile (4 pixels, single pixels, 8 channels and a rest of
+# channels: Cout 20, 12); a few-pixel image and a larger one in one kernel
+FEW = {"few 3x3 relu": (16, 20, 3, 1, 1, 1, 1, dict(clamp_min=0.0), "f32"),
+       "few 3x3 s2": (5, 12, 3, 2, 1, 1, 1, {}, "f32"),
+       "few 3x3 dilated relu6": (5, 18, 3, 1, 2, 1, 2, dict(clamp_min=0.0, clamp_max=6.0), "f32"),
+       "few 1x1 s2 projection": (8, 24, 1, 2, 0, 1, 1, {}, "f32"),
+       "few stem 7x7 s2": (3, 16, 7, 2, 3, 1, 1, dict(clamp_min=0.0), "f32"),
+       "few residual": (12, 20, 3, 1, 1, 1, 1, dict(residual=True, clamp_min=0.0), "f32"),
+       "few f64": (6, 17, 3, 1, 1, 1, 1, {}, "f64"),
+       "few pointwise relu6": (12, 24, 1, 1, 0, 1, 1, dict(clamp_min=0.0, clamp_max=6.0), "f32"),
+       "few pointwise residual": (20, 24, 1, 1, 0, 1, 1, dict(residual=True), "f32"),
+       "few pointwise f64": (9, 32, 1, 1, 0, 1, 1, dict(clamp_min=-1.0), "f64")}
+FEW_SIZES = [(1, 1, 1), (2, 2, 2), (3, 1, 2), (1, 3, 3), (2, 4, 4), (1, 2, 7), (1, 9, 13)]
+
+
+@pytest.mark.parametrize("target", ["cpu", "cpu:x86-64-v3"])
+def test_few_pixel_images_as_a_product_of_pixel_rows(target, monkeypatch):
+    """The file's plan (``export_sample``: the kernel of run-time extents at
+    every size; the in-process module plans a few-pixel image as the
+    recipe's product) against the reference at every size."""
+    from runtime.executor import KernelStep
+    for case, spec in FEW.items():
+        monkeypatch.setitem(CASES, case, spec)
+        g, np_t = _graph(case)
+        m = compile(g, target=target)
+        for n, h, w in FEW_SIZES:
+            feeds = _feeds(g, case, n, h, w, np_t)
+            sample = m.export_sample({"n": n, "h": h, "w": w})
+            steps = [s for s in sample.plan.steps if isinstance(s, KernelStep)]
+            assert len(steps) == 1 and steps[0].params.image_at_run_time, sample.kernel_summary()
+            got, want = sample.run(**feeds)["y"], interpret(g, feeds)["y"]
+            tol = 1e-5 if np_t is np.float32 else 1e-12
+            np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max(),
+                                       err_msg=f"{case} {n}x{h}x{w}")
+
+
+def test_few_pixels_read_the_weight_in_place():
+    """The few-pixel product reads the weight as [Cout, Cin*Kh*Kw] rows: a
+    view where the plan passes it row-major (``FusedInstance.contiguous``,
+    which ``FusedFamily.instance`` sets for a run-time image's groups-1
+    conv), a copy of it on every call where not."""
+    import dataclasses
+
+    from compiler.codegen.cpu import lower
+    from compiler.codegen.fused import FAMILY, FusedInstance
+    from compiler.graph.opdef import TensorType
+    from compiler.targets import parse_target
+    from runtime.dtype import DType
+    params = dict(stride=(1, 1), padding=(1, 1), groups=1, dilation=(1, 1), clamp_min=0.0,
+                  image_at_run_time=True)
+    shapes = [(1, 16, 9, 9), (24, 16, 3, 3), (24,)]
+    inst = FusedInstance("Conv2D", tuple(sorted(params.items())),
+                         tuple(TensorType(s, DType.F32) for s in shapes))
+    ir = lambda i: lower(FAMILY.linalg_text(i, parse_target("cpu")), ["kernel"],
+                         target="cpu", keep_ir=True).stages["bufferize"]
+    # the pixel rows and the plane; a strided weight: its copy as well
+    view = ir(dataclasses.replace(inst, contiguous=(1,)))
+    assert view.count("memref.alloc(") == 2 and "memref.copy" not in view
+    copied = ir(inst)
+    assert copied.count("memref.alloc(") == 3 and copied.count("memref.copy") == 1

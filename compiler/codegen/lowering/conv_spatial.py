@@ -33,10 +33,13 @@ A depthwise conv (groups = C = Cout) is computed channel by channel, each
 copied into a one-channel plane just before its tiles read it (in cache), or,
 where its output is small (``_FLAT_PIXELS``, decided at run time), as
 flat pixel runs (``_flat_depthwise``); a pointwise one (1x1, stride 1, unpadded, groups 1)
-is a product over its flat H*W pixels, x read in place (``_flat_pointwise``). Each
+is a product over its flat H*W pixels, x read in place (``_flat_pointwise``); a
+groups-1 conv of few output pixels per image (``_FEW_PIXELS``, decided at run
+time) is a product of the batch's pixels as im2col rows (``_few_pixels``). Each
 output sums its taps in (c, qy, qx) order from the bias (groups 1) or from 0
 (depthwise and pointwise: the bias added after), then the skip, then the clamp:
-the static kernels' order.
+the static kernels' order (the few-pixel product: each lane of k's sum, then
+across the lanes, then the bias, the skip and the clamp).
 """
 from __future__ import annotations
 
@@ -45,8 +48,8 @@ import contextvars
 
 from compiler.mlir import arith, ir, scf, tensor, vector
 
-from .core import Scalar, collapse, dims, empty, expand, fill, index
-from .fused_norm import _for
+from .core import Scalar, collapse, dims, empty, expand, fill, index, rtt
+from .fused_norm import _for, reassoc
 from .fused_pool import _pieces, _whole
 
 #: The vector width the kernel is generated for, in bits (``vector_bits``):
@@ -274,7 +277,14 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
                                    wpl if not direct_x else 1], elt))
         return [_for(n, [out, plane0], image)[0]]
     if not depthwise:
-        return by_rows(None, out0)[0]
+        # few output pixels per image (``_FEW_PIXELS``, decided at run time):
+        # the pixels as rows of a product over (c, qy, qx) (``_few_pixels``);
+        # two loops of 0 or 1 trips carrying the output, as below
+        few = arith.select(_few(arith.muli(ho, wo), cout), index(1), index(0))
+        out = _for(few, [out0], lambda _, out: [
+            _few_pixels(x, w, bias, s, elt, (ph, pw), (dh, dw), (sh, sw), act, skip, out)])[0]
+        return _for(arith.subi(index(1), few), [out], by_rows)[0]
+
     # a small depthwise plane: flat pixel runs (``_flat_depthwise``). The
     # choice is two loops of 0 or 1 trips carrying the output (an ``scf.if``
     # yielding it bufferized to a buffer of its own, copied out after)
@@ -284,6 +294,144 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
     out = _for(flat, [out0], lambda _, out: [
         _flat_depthwise(x, w, bias, s, elt, geo, (ph, pw), out, act, skip)])[0]
     return _for(arith.subi(index(1), flat), [out], by_rows)[0]
+
+
+#: A groups-1 conv of at most this many output pixels per image (and fewer
+#: than min(Cout, 64): ``fused_conv.FEW_PIXELS``' rule, decided at run time)
+#: is a product of its pixels as rows (``_few_pixels``): the row tiles
+#: computed a 1-4 pixel row in whole vectors.
+_FEW_PIXELS = 16
+#: Register tiles of ``_few_pixels`` per vector width: ((m0 channels, q0
+#: pixels) for the pixel blocks, m1 channels per block: single pixels in
+#: one tile of m1). AVX2, one znver3 thread (``benchmarks/dynamic_kernels.py``,
+#: 3x3 256->256 at 2x2 batch 8 / 128->128 at 4x4 batch 1): 4 x 2 0.65 / 0.081
+#: ms, 4 x 3 0.56 / 0.072, 2 x 4 0.62 / 0.070, 4 x 4 (spills) 0.84 / 0.105.
+_FEW_TILES = {512: ((4, 4), 8), 256: ((4, 3), 8)}
+
+
+def _few(pixels, cout: int, most: int = _FEW_PIXELS):
+    """Whether an image of ``pixels`` output pixels (an index value) takes
+    ``_few_pixels``: at most ``most`` and fewer than min(Cout, 64)."""
+    return arith.andi(arith.cmpi(arith.CmpIPredicate.ule, pixels, index(most)),
+                      arith.cmpi(arith.CmpIPredicate.ult, pixels, index(min(cout, 64))))
+
+
+def _few_pixels(x, w, bias, s, elt, pad, dil, stride, act, skip, out):
+    """A groups-1 conv of few output pixels per image as the product it is:
+    ``out[co, p] = sum_k W[co, k] A[p, k]`` over k = (c, qy, qx), W the
+    weight ``[Cout, Cin*Kh*Kw]`` as it lies (a view where the plan passes it
+    row-major: ``FusedInstance.contiguous``), A the batch's output pixels as
+    rows of their taps (an im2col copy, 0 for a tap in the padding). Both
+    operands are read along k in whole vectors (the static rest masked), in
+    register tiles of m channels x q pixels whose accumulators are summed
+    across their lanes at the end; then the bias, the skip and the clamp.
+    Every channel block runs over all pixel blocks (its weight rows stay in
+    cache). The row tiles had computed a 1-2 pixel row in whole vectors."""
+    (ph, pw), (dh, dw), (sh, sw) = pad, dil, stride
+    bits = _VECTOR_BITS.get()
+    lanes = bits // ir.FloatType(elt).width
+    (m0, q0), m1 = _FEW_TILES[bits]
+    cout, cin, kh, kw = rtt(w).shape
+    ntaps, k_all = kh * kw, cin * kh * kw
+    n, _, h, wd = (v if isinstance(v, ir.Value) else index(v) for v in dims(x))
+    # a pointwise conv's output (and skip) is [N, Cout, H*W] (``_flat_pointwise``)
+    flat = rtt(out).rank == 3
+    ho, wo = (h, wd) if flat else dims(out)[2:]
+    hw = arith.muli(ho, wo)
+    npix = arith.muli(n, hw)
+    zero = arith.constant(elt, 0.0)
+    vt = ir.VectorType.get([lanes], elt)
+    slt = arith.CmpIPredicate.slt
+
+    def pixel_at(p):
+        img, r = arith.divui(p, hw), arith.remui(p, hw)
+        return img, arith.divui(r, wo), arith.remui(r, wo), r
+
+    def im2col(p, a):
+        img, oy, ox, _ = pixel_at(p)
+
+        def axis(o, q, st, di, pd, extent):
+            """The clamped input index of tap q along one axis, and whether
+            it lies in the image."""
+            at = arith.subi(arith.addi(arith.muli(o, index(st)), index(q * di)), index(pd))
+            inside = arith.andi(arith.cmpi(arith.CmpIPredicate.sge, at, index(0)),
+                                arith.cmpi(slt, at, extent))
+            return arith.select(inside, at, index(0)), inside
+        ys = [axis(oy, q, sh, dh, ph, h) for q in range(kh)]
+        xs = [axis(ox, q, sw, dw, pw, wd) for q in range(kw)]
+        taps = [(ys[qy][0], xs[qx][0], arith.andi(ys[qy][1], xs[qx][1]))
+                for qy in range(kh) for qx in range(kw)]
+
+        def channel(c, a):
+            k0 = arith.muli(c, index(ntaps))
+            for t, (iy, ix, inside) in enumerate(taps):
+                v = arith.select(inside, tensor.extract(x, [img, c, iy, ix]), zero)
+                a = tensor.insert(v, a, [p, at(k0, t)])
+            return [a]
+        return _for(index(cin), [a], channel)
+
+    a = _for(npix, [empty([npix, k_all], elt)], im2col)[0]
+    wk = collapse(w, [[0], [1, 2, 3]])
+    row = ir.AffineMap.get_minor_identity(2, 1)
+    kind = ir.Attribute.parse("#vector.kind<add>")
+    clamp = act(s) if act is not None else None
+    whole_k = k_all - k_all % lanes
+
+    def read(src, i, k, in_bounds=True):
+        return vector.TransferReadOp(vt, src, [i, k], row, zero, [in_bounds]).result
+
+    def tile(co, m, p, q, out):
+        chans = [at(co, k) for k in range(m)]
+        pixs = [at(p, j) for j in range(q)]
+
+        def step(k, sums, in_bounds=True):
+            ws = [read(wk, c, k, in_bounds) for c in chans]
+            xs = [read(a, px, k, in_bounds) for px in pixs]
+            return [vector.FMAOp(xs[j], ws[i], sums[i * q + j]).result
+                    for i in range(m) for j in range(q)]
+        sums = [vector.BroadcastOp(vt, zero).result] * (m * q)
+        if whole_k:
+            loop = scf.ForOp(index(0), index(whole_k), index(lanes), sums)
+            with ir.InsertionPoint(loop.body):
+                scf.YieldOp(step(loop.induction_variable, list(loop.inner_iter_args)))
+            sums = list(loop.results)
+        if whole_k < k_all:   # the static rest: reads masked past k_all (zeros)
+            sums = step(index(whole_k), sums, False)
+        for j, px in enumerate(pixs):
+            img, oy, ox, r = pixel_at(px)
+            for i, c in enumerate(chans):
+                where = [img, c, r] if flat else [img, c, oy, ox]
+                val = vector.ReductionOp(elt, kind, sums[i * q + j], fastmath=reassoc()).result
+                if bias is not None:
+                    val = s.add(val, tensor.extract(bias, [c]))
+                if skip is not None:
+                    val = s.add(val, tensor.extract(skip, where))
+                if clamp is not None:
+                    val = clamp(val)
+                out = tensor.insert(val, out, where)
+        return out
+
+    def block(co, m, out):
+        """Channels co..co+m (m <= m1): pixel blocks of q0 in tiles of m0
+        channels, then single pixels in one tile of m."""
+        def piece(p, q, out):
+            if q == 1:
+                return tile(co, m, p, 1, out)
+            for c0 in range(0, m, m0):
+                out = tile(at(co, c0), min(m0, m - c0), p, q, out)
+            return out
+        return _whole(npix, (q0, 1), out, piece)[1]
+
+    whole, rest = divmod(cout, m1)
+    out = _for(index(whole), [out], lambda cb, out: [block(arith.muli(cb, index(m1)), m1, out)])[0]
+    if rest:
+        out = block(index(whole * m1), rest, out)
+    return out
+
+
+def at(base, off: int):
+    """``base + off`` of an index value (``base`` where off is 0)."""
+    return arith.addi(base, index(off)) if off else base
 
 
 #: A depthwise conv of at most this many flat output pixels per channel (Ho
@@ -472,7 +620,9 @@ def _flat_pointwise(x, w, bias, s, elt, cout: int, act, skip):
     row (a 7-wide row: 7 of 16 lanes) and a 28-wide one in two vector tiles.
     The views of x, the skip and the output are free where the plan passes
     them row-major (``FusedInstance.contiguous``: ``common/stages.py``,
-    ``_row_major_view``), else bufferization copies them."""
+    ``_row_major_view``), else bufferization copies them. An image of at
+    most half a vector of pixels is the product of pixel rows instead
+    (``_few_pixels``: the flat tiles' vectors were mostly empty)."""
     bits = _VECTOR_BITS.get()
     lanes = bits // ir.FloatType(elt).width
     m0, v0 = _PW_TILES[bits]
@@ -539,7 +689,15 @@ def _flat_pointwise(x, w, bias, s, elt, cout: int, act, skip):
             return out
         sizes = (v0 * lanes, lanes) if v0 > 1 else (lanes,)
         return [_rest(npix, sizes, lanes // 2, out, channels)]
-    out3 = _for(n, [empty([n, cout, npix], elt)], image)[0]
+    # at most half a vector of pixels per image: the product of pixel rows
+    # (``_few_pixels``), as for a larger kernel. One thread, AVX2, dynamic/
+    # static kernel: 2x2 384->64 1.28 -> 0.77, 64->384 1.27 -> 1.08, 64->320
+    # batch 8 1.42 -> 1.13; but 4x4 (two whole vectors here) 32->192 1.05 ->
+    # 2.02, 192->32 1.00 -> 1.15: the flat tiles' vectors were full
+    few = arith.select(_few(npix, cout, lanes // 2), index(1), index(0))
+    out3 = _for(few, [empty([n, cout, npix], elt)], lambda _, out: [
+        _few_pixels(x, w, bias, s, elt, (0, 0), (1, 1), (1, 1), act, skip3, out)])[0]
+    out3 = _for(arith.subi(index(1), few), [out3], lambda _, out: _for(n, [out], image))[0]
     return expand(out3, [n, cout, h, wd], groups)
 
 
