@@ -59,10 +59,13 @@ verified causal (or absent) becomes ``FlashAttn``; ``constants`` (name ->
 array, the driver's side constants) lets it read masks too large to be inline.
 
 Sibling products (``siblings=true``, the default): after the epilogues, the products of
-one ``a`` by constant weights merge into one (``merge_sibling_linears``).
+one ``a`` by constant weights merge into one (``merge_sibling_linears``). Then an
+``Add(y, skip)`` after a ``FusedLinear`` without an epilogue (directly or behind a
+view) becomes its ``residual`` operand (``fold_linear_residuals``,
+``linear_residuals=true``): a transformer's ``x + proj(attention)`` as one kernel.
 
 Options: ``target`` / ``table`` / ``backend`` (see ``_target``), ``remarks``,
-``epilogues``, ``linear_epilogues``, ``softmax_scales``, ``softmax_masks``, ``siblings``, ``runtime``, ``attention`` and
+``epilogues``, ``linear_epilogues``, ``linear_residuals``, ``softmax_scales``, ``softmax_masks``, ``siblings``, ``runtime``, ``attention`` and
 ``attention_k_len`` and ``attention_by_size`` (default true), ``constants``.
 """
 from __future__ import annotations
@@ -270,6 +273,8 @@ class Fuse(ModulePass):
     attention_by_size: bool = True
     #: fold a GELU (erf or tanh) into its FusedLinear
     linear_epilogues: bool = True
+    #: fold the residual Add after a FusedLinear into it (``fold_linear_residuals``)
+    linear_residuals: bool = True
     #: fold the scale before a softmax into it (``fold_softmax_scales``)
     softmax_scales: bool = True
     #: ... and the additive mask between them (with ``softmax_scales``)
@@ -308,6 +313,8 @@ class Fuse(ModulePass):
                 fold_softmax_scales(module, self._table, self._backends, self.softmax_masks)
         if self.siblings:
             merge_sibling_linears(module, self._table, self._backends)
+        if self.epilogues and self.linear_residuals:  # after the merge, which takes no epilogue
+            fold_linear_residuals(module, self._table, self._backends)
         if self.runtime:
             RuntimeFusion(self.name, self._table, self._backends, self.remarks).run(module)
 
@@ -769,6 +776,64 @@ def fold_linear_epilogues(module, table, backends) -> int:
         folded += 1
     return folded
 
+
+
+_LINEAR_EPILOGUE = ("gelu", "gelu_tanh", "residual", "clamp_min", "clamp_max")
+
+
+def fold_linear_residuals(module, table, backends) -> int:
+    """Fold the ``Add(y, skip)`` after a ``FusedLinear`` without an epilogue,
+    the only user of its result ``y`` or of the one view of it (an
+    importer's ``Reshape`` back to ``[B, S, N]``), ``skip`` of the Add's type
+    (no broadcast), into its ``residual`` operand (the skip viewed as the
+    product's output): a transformer's ``x + proj(attention)`` and ``h +
+    ffn_down(...)`` as one kernel whose epilogue adds the skip after the bias,
+    the Add's rounding (the same bits), where some candidate cpu backend's
+    kernel serves it (``kernel_available``: static shapes). The new product
+    takes the Add's place (the skip may be computed after the product).
+    Returns how many were folded."""
+    from compiler.graph.opdef import TensorType
+    from runtime.keys import BackendId
+    entry = _fuel.registry()["FusedLinear"]
+    backends = [b for b in backends if BackendId.parse(b) is BackendId.CPU]
+    folded = 0
+    for lin in [o for o in _fuel.fuel_ops(module) if _fuel.mnemonic(o) == entry.mnemonic]:
+        params = _fuel.params(lin)
+        if len(lin.operands) != 3 or any(params.get(k) for k in _LINEAR_EPILOGUE) \
+                or params.get("clamp_min") is not None or params.get("clamp_max") is not None:
+            continue
+        y, view = lin.results[0], None
+        users = [_op_of(u) for u in _fuel.users(y)]
+        if len(users) == 1 and _fuel.mnemonic(users[0]) in _VIEWS:
+            view = users[0]
+            users = [_op_of(u) for u in _fuel.users(view.results[0])]
+        if len(users) != 1 or _fuel.mnemonic(users[0]) != "add":
+            continue
+        add, v = users[0], (view.results[0] if view is not None else y)
+        others = [o for o in add.operands if o != v]
+        if len(others) != 1 or others[0].type != add.results[0].type or v.type != add.results[0].type:
+            continue
+        skip = others[0]
+        params["residual"] = True
+        try:
+            in_types = [_fuel.tensor_type(o) for o in lin.operands] + [_fuel.tensor_type(y)]
+        except Exception:  # ``?`` extents: no static types to ask the table with
+            continue
+        in_types[3] = TensorType(in_types[3].shape, _fuel.dtype_of(skip))
+        dts = [t.dtype for t in in_types] + [_fuel.dtype_of(y)]
+        if not kernel_available(entry, params, in_types, dts, table, backends):
+            continue
+        yt = ir.RankedTensorType(y.type)
+        with ir.InsertionPoint(add), add.location:
+            sk = skip if view is None else _weight_view(skip, list(yt.shape))
+            fused = _fuel.create_op(entry.mnemonic, list(lin.operands) + [sk], [y.type], params,
+                                    loc=add.location)
+            out = fused.results[0] if view is None else _weight_view(
+                fused.results[0], list(ir.RankedTensorType(add.results[0].type).shape))
+        _fuel.replace_op(add, [out], dead=[view, lin] if view is not None else [lin])
+        _fuel.count("fuse.linear_residuals")
+        folded += 1
+    return folded
 
 
 def _softmax_scale_of(op):

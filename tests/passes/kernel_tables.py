@@ -97,6 +97,20 @@ def linear_f32_f64() -> KernelBindingTable:
 
 
 @functools.cache
+def linear_residual() -> KernelBindingTable:
+    """linear_f32_f64 plus the f32 FusedLinear with a residual (a, b, bias,
+    skip) on cpu and cuda."""
+    t = KernelBindingTable()
+    _primitives(t)
+    _primitives(t, (F32,), backend="cuda")
+    for d in (F32, F64):
+        t.register(OpKind.FusedLinear, [d] * 4, "cpu", _kernel)
+    for backend in ("cpu", "cuda"):
+        t.register(OpKind.FusedLinear, [F32] * 5, backend, _kernel)
+    return t.freeze()
+
+
+@functools.cache
 def attention_f32() -> KernelBindingTable:
     """fused_f32 plus the f32 FlashAttn kernel (q, k, v, [mask or alibi])."""
     t = KernelBindingTable()
@@ -128,7 +142,7 @@ def broadcast_only_add() -> KernelBindingTable:
     return t.freeze()
 
 
-for _factory in (primitives_f32, fused_f32, softmax_mask, linear_f32_f64, attention_f32, conv_f32,
+for _factory in (primitives_f32, fused_f32, softmax_mask, linear_f32_f64, linear_residual, attention_f32, conv_f32,
                  broadcast_only_add):
     register_table(_factory.__name__, _factory)
 
