@@ -778,7 +778,7 @@ def fold_linear_epilogues(module, table, backends) -> int:
 
 
 
-_LINEAR_EPILOGUE = ("gelu", "gelu_tanh", "residual", "clamp_min", "clamp_max")
+_LINEAR_EPILOGUE = ("gelu", "gelu_tanh", "residual")  # and the clamps (None: off)
 
 
 def fold_linear_residuals(module, table, backends) -> int:
@@ -787,11 +787,15 @@ def fold_linear_residuals(module, table, backends) -> int:
     importer's ``Reshape`` back to ``[B, S, N]``), ``skip`` of the Add's type
     (no broadcast), into its ``residual`` operand (the skip viewed as the
     product's output): a transformer's ``x + proj(attention)`` and ``h +
-    ffn_down(...)`` as one kernel whose epilogue adds the skip after the bias,
-    the Add's rounding (the same bits), where some candidate cpu backend's
-    kernel serves it (``kernel_available``: static shapes). The new product
-    takes the Add's place (the skip may be computed after the product).
-    Returns how many were folded."""
+    ffn_down(...)`` as one kernel whose epilogue adds the bias, then the skip
+    (one rounding each, as the Add), where some candidate cpu backend's
+    kernel serves it (``kernel_available``: static shapes). Within f32
+    rounding of the two kernels, not their bits: the packed product starts
+    its accumulators from the bias, the epilogue adds it after the products
+    (bit-identical with a zero bias). The new product takes the Add's place
+    (the skip may be computed after the product). Runs after
+    ``merge_sibling_linears`` (merged products take no epilogue). Returns how
+    many were folded."""
     from compiler.graph.opdef import TensorType
     from runtime.keys import BackendId
     entry = _fuel.registry()["FusedLinear"]

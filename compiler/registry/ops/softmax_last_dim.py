@@ -22,7 +22,8 @@ element of a row its own value: BERT's ``[B,1,1,S]`` padding mask, a
 ``[1,H,S,S]`` bias). ``fuel-fuse`` folds the Add between the scores and the
 softmax (``fold_softmax_scales``) where the cpu kernel serves it (f32, f64);
 the recipe is the Add of the BroadcastTo mask, so a target without the
-kernel decomposes to the Add and the softmax.
+kernel decomposes to the Add and the softmax. Like the scale, an inference-time
+fold: the backward entry gives no gradient for the mask.
 """
 from ..entry import FusedOpEntry, FusedPattern, Family, Recipe, backward_fused
 from ..grammar import LAST, Bind, SameAs, WithDim, op
@@ -30,8 +31,6 @@ from ._common import (OpKind, ParamSpec, bc_last, check_arity, check_float, dtyp
                       out, wide)
 
 NAME = "SoftmaxLastDim"
-
-
 INPUTS = ("x", "mask")
 
 
