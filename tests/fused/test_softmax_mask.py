@@ -135,3 +135,16 @@ def test_mask_of_another_dtype_is_a_typed_error():
     m = g.input("m", (1, 16), DType.F64)
     with pytest.raises(GraphBuildError, match=r"SoftmaxLastDim.*dtype f64, not x's f32"):
         softmax_last_dim(x, m)
+
+
+@pytest.mark.parametrize("dtype", [DType.F32, DType.F64])
+def test_masked_row_kernel_allocates_nothing(dtype):
+    """The masked row kernel reads x and the mask row in place (the mask at
+    index 0 on its extents of 1): no temporary, the output written once."""
+    from compiler.codegen import fused as F
+    from compiler.codegen.cpu import lower
+    inst = F.FusedInstance("SoftmaxLastDim", (("scale", 0.125),),
+                           (TensorType((2, 4, 16, 64), dtype), TensorType((2, 1, 1, 64), dtype)))
+    assert inst.dynamic_dims[1] == (True, False, False, True)
+    ir = lower(F.linalg_text(inst, "cpu"), ["kernel"], keep_ir=True).stages["bufferize"]
+    assert "memref.alloc" not in ir and "memref.copy" not in ir
