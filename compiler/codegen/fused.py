@@ -205,6 +205,15 @@ def _all_dims(types):
     return tuple((True,) * len(t.shape) for t in types) + ((True,) * len(types[0].shape),)
 
 
+def _softmax_dims(types):
+    """Every extent at run time, but a mask's extents of 1: they broadcast
+    (``lowering.fused_norm.over_rows`` reads index 0 there)."""
+    dims = _all_dims(types)
+    if len(types) < 2:
+        return dims
+    return (dims[0], tuple(d != 1 for d in types[1].shape), dims[-1])
+
+
 def _row_dims(types):
     x = (True,) * (len(types[0].shape) - 1) + (False,)
     return (x,) + tuple((False,) * len(t.shape) for t in types[1:]) + (x,)
@@ -239,7 +248,7 @@ def _attn_dims(types, params):
 DYNAMIC_FUSED = {
     "FusedLinear": _linear_dims,
     "FlashAttn": _attn_dims,  # batch and sequence (the cpu rule)
-    "SoftmaxLastDim": lambda types, _p: _all_dims(types),
+    "SoftmaxLastDim": lambda types, _p: _softmax_dims(types),
     "LayerNormLastDim": lambda types, _p: _row_dims(types),
     "RmsNormLastDim": lambda types, _p: _row_dims(types),
     "Conv2D": _conv_batch,  # the direct kernels: the batch (an scf.for over images)
@@ -651,13 +660,16 @@ def _rows(shape) -> int:
 
 
 def _softmax_serves(params, types) -> bool:
-    """``scale``: x of f32 or f64, its own compute type (``lowering.fused_norm.
-    softmax_rows`` reads x · scale with the one rounding a MulScalar makes)."""
-    return params.get("scale") is None or types[0].dtype in (DType.F32, DType.F64)
+    """``scale`` and the additive mask: x of f32 or f64, its own compute type
+    (``lowering.fused_norm.softmax_rows`` reads x · scale + mask with the one
+    rounding each of a MulScalar and an Add makes)."""
+    return (params.get("scale") is None and len(types) < 2) \
+        or types[0].dtype in (DType.F32, DType.F64)
 
 
 @fused_kernel("SoftmaxLastDim", precision=NORM_FAMILY, serves=_softmax_serves,
-              from_params=lambda p, types: {"scale": p.scale})
+              from_params=lambda p, types: {"scale": p.scale},
+              keys=lambda t: [(t,) * 2, (t,) * 3])  # x [, mask]
 def _softmax_params(params, types):
     x = types[0].shape
     return P.SoftmaxLastDim(_rows(x), x[-1], scale=params.get("scale"))

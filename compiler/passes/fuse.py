@@ -39,7 +39,9 @@ spelled out (GPT-2's ``gelu_new``) its ``gelu_tanh`` (``fold_linear_epilogues``)
 a ``MulScalar`` (a ``Mul`` by a scalar const, a ``Div`` by a power of two) whose
 only user is a ``SoftmaxLastDim`` (attention scores times ``1/sqrt(d)``) becomes
 the softmax's ``scale`` (``fold_softmax_scales``, ``softmax_scales=true``): the cpu
-kernel reads x · scale as it reads the row, the same bits as the pair.
+kernel reads x · scale as it reads the row, the same bits as the pair; an additive
+mask ``Add`` between them (BERT's ``scores + BroadcastTo(mask [B,1,1,S])``) becomes
+the softmax's ``mask`` operand (``softmax_masks=true``), read with the row too.
 
 With ``runtime=true`` (the default), the runtime fusion of
 ``fuel-fuse-runtime`` (``compiler.passes.fuse_runtime``) runs after the
@@ -57,10 +59,13 @@ verified causal (or absent) becomes ``FlashAttn``; ``constants`` (name ->
 array, the driver's side constants) lets it read masks too large to be inline.
 
 Sibling products (``siblings=true``, the default): after the epilogues, the products of
-one ``a`` by constant weights merge into one (``merge_sibling_linears``).
+one ``a`` by constant weights merge into one (``merge_sibling_linears``). Then an
+``Add(y, skip)`` after a ``FusedLinear`` without an epilogue (directly or behind a
+view) becomes its ``residual`` operand (``fold_linear_residuals``,
+``linear_residuals=true``): a transformer's ``x + proj(attention)`` as one kernel.
 
 Options: ``target`` / ``table`` / ``backend`` (see ``_target``), ``remarks``,
-``epilogues``, ``linear_epilogues``, ``softmax_scales``, ``siblings``, ``runtime``, ``attention`` and
+``epilogues``, ``linear_epilogues``, ``linear_residuals``, ``softmax_scales``, ``softmax_masks``, ``siblings``, ``runtime``, ``attention`` and
 ``attention_k_len`` and ``attention_by_size`` (default true), ``constants``.
 """
 from __future__ import annotations
@@ -268,8 +273,12 @@ class Fuse(ModulePass):
     attention_by_size: bool = True
     #: fold a GELU (erf or tanh) into its FusedLinear
     linear_epilogues: bool = True
+    #: fold the residual Add after a FusedLinear into it (``fold_linear_residuals``)
+    linear_residuals: bool = True
     #: fold the scale before a softmax into it (``fold_softmax_scales``)
     softmax_scales: bool = True
+    #: ... and the additive mask between them (with ``softmax_scales``)
+    softmax_masks: bool = True
     #: merge the products of one ``a`` by constant weights (``merge_sibling_linears``)
     siblings: bool = True
 
@@ -301,9 +310,11 @@ class Fuse(ModulePass):
             if self.linear_epilogues:
                 fold_linear_epilogues(module, self._table, self._backends)
             if self.softmax_scales:
-                fold_softmax_scales(module, self._table, self._backends)
+                fold_softmax_scales(module, self._table, self._backends, self.softmax_masks)
         if self.siblings:
             merge_sibling_linears(module, self._table, self._backends)
+        if self.epilogues and self.linear_residuals:  # after the merge, which takes no epilogue
+            fold_linear_residuals(module, self._table, self._backends)
         if self.runtime:
             RuntimeFusion(self.name, self._table, self._backends, self.remarks).run(module)
 
@@ -767,6 +778,68 @@ def fold_linear_epilogues(module, table, backends) -> int:
 
 
 
+_LINEAR_EPILOGUE = ("gelu", "gelu_tanh", "residual")  # and the clamps (None: off)
+
+
+def fold_linear_residuals(module, table, backends) -> int:
+    """Fold the ``Add(y, skip)`` after a ``FusedLinear`` without an epilogue,
+    the only user of its result ``y`` or of the one view of it (an
+    importer's ``Reshape`` back to ``[B, S, N]``), ``skip`` of the Add's type
+    (no broadcast), into its ``residual`` operand (the skip viewed as the
+    product's output): a transformer's ``x + proj(attention)`` and ``h +
+    ffn_down(...)`` as one kernel whose epilogue adds the bias, then the skip
+    (one rounding each, as the Add), where some candidate cpu backend's
+    kernel serves it (``kernel_available``: static shapes). Within f32
+    rounding of the two kernels, not their bits: the packed product starts
+    its accumulators from the bias, the epilogue adds it after the products
+    (bit-identical with a zero bias). The new product takes the Add's place
+    (the skip may be computed after the product). Runs after
+    ``merge_sibling_linears`` (merged products take no epilogue). Returns how
+    many were folded."""
+    from compiler.graph.opdef import TensorType
+    from runtime.keys import BackendId
+    entry = _fuel.registry()["FusedLinear"]
+    backends = [b for b in backends if BackendId.parse(b) is BackendId.CPU]
+    folded = 0
+    for lin in [o for o in _fuel.fuel_ops(module) if _fuel.mnemonic(o) == entry.mnemonic]:
+        params = _fuel.params(lin)
+        if len(lin.operands) != 3 or any(params.get(k) for k in _LINEAR_EPILOGUE) \
+                or params.get("clamp_min") is not None or params.get("clamp_max") is not None:
+            continue
+        y, view = lin.results[0], None
+        users = [_op_of(u) for u in _fuel.users(y)]
+        if len(users) == 1 and _fuel.mnemonic(users[0]) in _VIEWS:
+            view = users[0]
+            users = [_op_of(u) for u in _fuel.users(view.results[0])]
+        if len(users) != 1 or _fuel.mnemonic(users[0]) != "add":
+            continue
+        add, v = users[0], (view.results[0] if view is not None else y)
+        others = [o for o in add.operands if o != v]
+        if len(others) != 1 or others[0].type != add.results[0].type or v.type != add.results[0].type:
+            continue
+        skip = others[0]
+        params["residual"] = True
+        try:
+            in_types = [_fuel.tensor_type(o) for o in lin.operands] + [_fuel.tensor_type(y)]
+        except Exception:  # ``?`` extents: no static types to ask the table with
+            continue
+        in_types[3] = TensorType(in_types[3].shape, _fuel.dtype_of(skip))
+        dts = [t.dtype for t in in_types] + [_fuel.dtype_of(y)]
+        if not kernel_available(entry, params, in_types, dts, table, backends):
+            continue
+        yt = ir.RankedTensorType(y.type)
+        with ir.InsertionPoint(add), add.location:
+            sk = skip if view is None else _weight_view(skip, list(yt.shape))
+            fused = _fuel.create_op(entry.mnemonic, list(lin.operands) + [sk], [y.type], params,
+                                    loc=add.location)
+            out = fused.results[0] if view is None else _weight_view(
+                fused.results[0], list(ir.RankedTensorType(add.results[0].type).shape))
+        _fuel.replace_op(add, [out], dead=[view, lin] if view is not None else [lin])
+        _fuel.count("fuse.linear_residuals")
+        folded += 1
+    return folded
+
+
 def _softmax_scale_of(op):
     """``(x, scale)`` when ``op`` is x times a constant scalar (``MulScalar``, a
     ``Mul`` by a scalar const: ``fuse_attention._scale_of``) or x divided by a
@@ -783,48 +856,117 @@ def _softmax_scale_of(op):
     return _scale_of(op, {})
 
 
-def fold_softmax_scales(module, table, backends) -> int:
+def _broadcast_source(value):
+    """The ``BroadcastTo`` defining ``value``, or None."""
+    owner = value.owner
+    op = None if isinstance(owner, ir.Block) else _op_of(owner)
+    return op if op is not None and _fuel.mnemonic(op) == "broadcast_to" else None
+
+
+def _softmax_mask_of(add, x_shape):
+    """``(scores, mask, view)`` when ``add`` is ``Add(scores, mask')`` where
+    ``mask'`` is ``mask`` or a ``BroadcastTo`` of it, ``mask`` of the scores'
+    dtype and, left-padded with 1s to their rank (``view``: that shape, None
+    when it is the mask's own), SoftmaxLastDim's additive mask
+    (``softmax_last_dim.mask_mismatch``: each extent 1 or the scores', the last
+    theirs), the scores not a broadcast (a row-broadcast mask [B,H,S,1] as
+    the scores' partner does not make them the mask); a broadcast mask first,
+    then a scaled scores side. Else None."""
+    from compiler.registry.ops.softmax_last_dim import mask_mismatch
+    if _fuel.mnemonic(add) != "add" or len(add.operands) != 2:
+        return None
+    found = []
+    for scores, other in (add.operands, list(add.operands)[::-1]):
+        if _broadcast_source(scores) is not None:
+            continue  # a broadcast value as the scores: another shape of Add
+        bc = _broadcast_source(other)
+        is_bc = bc is not None
+        mask = bc.operands[0] if is_bc else other
+        try:
+            mt, st = ir.RankedTensorType(mask.type), ir.RankedTensorType(scores.type)
+        except ValueError:
+            continue
+        if not mt.has_static_shape or mt.rank > len(x_shape) or mt.element_type != st.element_type:
+            continue
+        shape = [1] * (len(x_shape) - mt.rank) + list(mt.shape)
+        if mask_mismatch(shape, x_shape) is not None:
+            continue
+        owner = scores.owner
+        scaled = not isinstance(owner, ir.Block) and _softmax_scale_of(_op_of(owner)) is not None
+        view = None if shape == list(mt.shape) else shape
+        found.append(((is_bc, scaled), (scores, mask, view)))
+    if not found:
+        return None
+    return max(found, key=lambda f: f[0])[1]
+
+
+def fold_softmax_scales(module, table, backends, masks: bool = True) -> int:
     """Make ``SoftmaxLastDim(x * s)`` (``_softmax_scale_of``: a MulScalar, a Mul
     by a scalar const, a Div by a power of two), where the product has
     no other user, one ``SoftmaxLastDim(x)`` with ``scale = s`` where some
     candidate backend's kernel serves it (``kernel_serves``: x f32 or f64,
     read as x · scale in its own type: the product the MulScalar rounds and
-    stores, so the same bits). Runs after ``fuse_attention``, which takes
-    the scale into ``FlashAttn`` where it fuses the whole attention. Returns
-    how many were folded."""
+    stores, so the same bits). With ``masks``, an ``Add`` of an additive mask
+    between them (``_softmax_mask_of``: BERT's ``scores + BroadcastTo(mask
+    [B,1,1,S])``), where the Add has no other user, becomes the softmax's
+    ``mask`` operand (the mask itself, not its broadcast; a view to x's rank
+    where it has fewer axes): ``SoftmaxLastDim(x [* s] + mask)`` as one
+    kernel, the same bits as the Add's. Runs after ``fuse_attention``, which
+    takes the scale and the mask into ``FlashAttn`` where it fuses the whole
+    attention. Returns how many softmaxes were folded into."""
+    from compiler.graph.opdef import TensorType
     from runtime.keys import BackendId
     entry = _fuel.registry()["SoftmaxLastDim"]
-    # the scale is the cpu row kernel's; the generic rule (cuda's) multiplies in
-    # a launch of its own, no better than the pair
+    # the scale and mask are the cpu row kernel's; the generic rule (cuda's)
+    # computes them in a launch of their own, no better than the ops
     backends = [b for b in backends if BackendId.parse(b) is BackendId.CPU]
     folded = 0
     for sm in [o for o in _fuel.fuel_ops(module) if _fuel.mnemonic(o) == entry.mnemonic]:
         params = _fuel.params(sm)
-        owner = sm.operands[0].owner
-        if params.get("scale") is not None or isinstance(owner, ir.Block):
+        x = sm.operands[0]
+        if params.get("scale") is not None or len(sm.operands) != 1 or isinstance(x.owner, ir.Block):
             continue
-        mul = _op_of(owner)
-        got = _softmax_scale_of(mul)
-        if got is None or len(_fuel.users(mul.results[0])) != 1:
-            continue
-        x, params["scale"] = got
         try:
-            in_types = [_fuel.tensor_type(x)]
+            x_shape = list(_fuel.tensor_type(x).shape)
         except Exception:  # ``?`` extents: no static types to ask the table with
             continue
-        dts = [in_types[0].dtype, _fuel.dtype_of(sm.results[0])]
+        dead, mask, view = [], None, None
+        add = _op_of(x.owner)
+        got = _softmax_mask_of(add, x_shape) if masks and len(_fuel.users(x)) == 1 else None
+        if got is not None:
+            x, mask, view = got
+            bc = add.operands[1] if add.operands[0] == x else add.operands[0]
+            dead += [add] + ([_op_of(bc.owner)] if bc != mask else [])
+        owner = x.owner
+        mul = None if isinstance(owner, ir.Block) else _op_of(owner)
+        scaled = _softmax_scale_of(mul) if mul is not None else None
+        if scaled is not None and len(_fuel.users(mul.results[0])) == 1:
+            x, params["scale"] = scaled
+            # the constant divisor's broadcast and const go too where unused
+            consts = [_op_of(v.owner) for v in mul.operands
+                      if v != x and not isinstance(v.owner, ir.Block)]
+            consts += [_op_of(o.operands[0].owner) for o in consts
+                       if o.operands and not isinstance(o.operands[0].owner, ir.Block)]
+            dead += [mul, *consts]
+        if not dead:
+            continue
+        try:
+            in_types = [_fuel.tensor_type(x)] + ([_fuel.tensor_type(mask)] if mask is not None else [])
+        except Exception:
+            continue
+        if view is not None:
+            in_types[1] = TensorType(tuple(view), in_types[1].dtype)
+        dts = [t.dtype for t in in_types] + [_fuel.dtype_of(sm.results[0])]
         if not kernel_available(entry, params, in_types, dts, table, backends):
             continue
         with ir.InsertionPoint(sm), sm.location:
-            fused = _fuel.create_op(entry.mnemonic, [x], [sm.results[0].type], params,
+            operands = [x]
+            if mask is not None:
+                operands.append(mask if view is None else _weight_view(mask, view))
+            fused = _fuel.create_op(entry.mnemonic, operands, [sm.results[0].type], params,
                                     loc=sm.location)
-        # the constant divisor's broadcast and const go too where unused
-        consts = [_op_of(v.owner) for v in mul.operands
-                  if v != x and not isinstance(v.owner, ir.Block)]
-        consts += [_op_of(o.operands[0].owner) for o in consts
-                   if o.operands and not isinstance(o.operands[0].owner, ir.Block)]
-        _fuel.replace_op(sm, [fused.results[0]], dead=[mul, *consts])
-        _fuel.count("fuse.softmax_scales")
+        _fuel.replace_op(sm, [fused.results[0]], dead=dead)
+        _fuel.count("fuse.softmax_masks" if mask is not None else "fuse.softmax_scales")
         folded += 1
     return folded
 

@@ -301,8 +301,9 @@ def match_attention(root, constants) -> Optional[_Match]:
         return None
     p, v = root.operands
     sm = _owner(p, "softmax_last_dim")
-    if sm is None or not _single_use(p):
-        return None
+    if sm is None or not _single_use(p) or len(sm.operands) != 1 \
+            or _fuel.params(sm).get("scale") is not None:
+        return None                            # a folded scale or mask: not the exported chain
     x = sm.operands[0]
     try:
         for t in (x, v, root.results[0]):

@@ -48,8 +48,11 @@ def _lift(x, vec):
     return g.add_node("BroadcastTo", [r], {"shape": tuple(x.shape)})
 
 
-def softmax_last_dim(x):
-    return fused("SoftmaxLastDim", x)
+def softmax_last_dim(x, mask=None, scale=None):
+    """SoftmaxLastDim of ``x`` [* ``scale``] [+ ``mask``]: the additive mask of
+    x's rank, each extent 1 or x's, the last x's (broadcast over the rest)."""
+    params = {} if scale is None else {"scale": float(scale)}
+    return fused("SoftmaxLastDim", x, *(() if mask is None else (mask,)), **params)
 
 
 def rms_norm(x, weight=None, eps: float = 1e-6):

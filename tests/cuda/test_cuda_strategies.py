@@ -257,6 +257,18 @@ def test_gpu_strategy_numerics_vs_reference(op, params, shapes):
     np.testing.assert_allclose(got, want, rtol=2e-5 * max(1, np.sqrt(k) / 8), atol=1e-4)
 
 
+def test_softmax_mask_lowers_through_the_generic_rule():
+    """SoftmaxLastDim's additive mask (folded on cpu only) still lowers where
+    the generic rule runs it: x * scale + mask (a generic reading the mask at
+    index 0 on its extents of 1), then the two row reductions."""
+    text = single_op_linalg_text("SoftmaxLastDim", {"scale": 0.125},
+                                 [_t(2, 4, 16, 100), _t(2, 1, 1, 100)], False, "cuda")
+    assert "affine_map<(d0, d1, d2, d3) -> (d0, 0, 0, d3)>" in text, text
+    assert text.count("reduction") >= 2  # the row max and the row sum
+    from compiler.codegen.cpu import lower  # the generic rule's linalg is valid IR
+    assert lower(text, ["kernel"]).object
+
+
 def test_softmax_scale_lowers_through_the_generic_rule():
     """SoftmaxLastDim's ``scale`` (folded on cpu only, ``fold_softmax_scales``)
     still lowers where the generic rule runs it: x * scale, then the two row

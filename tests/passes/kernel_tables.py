@@ -69,6 +69,21 @@ def fused_f32() -> KernelBindingTable:
 
 
 @functools.cache
+def softmax_mask() -> KernelBindingTable:
+    """fused_f32 plus SoftmaxLastDim with an additive mask (x, mask) in f32,
+    and f64 with and without it, on cpu; f32 with the mask on cuda."""
+    t = KernelBindingTable()
+    _primitives(t)
+    _primitives(t, (F32,), backend="cuda")
+    t.register(OpKind.SoftmaxLastDim, [F32, F32], "cpu", _kernel)
+    for d in (F32, F64):
+        t.register(OpKind.SoftmaxLastDim, [d] * 3, "cpu", _kernel)
+    t.register(OpKind.SoftmaxLastDim, [F64] * 2, "cpu", _kernel)
+    t.register(OpKind.SoftmaxLastDim, [F32] * 3, "cuda", _kernel)
+    return t.freeze()
+
+
+@functools.cache
 def linear_f32_f64() -> KernelBindingTable:
     """primitives_f32 plus f32 and f64 FusedLinear kernels (whether an epilogue
     folds is then up to the kernel's ``serves``), and an f32 one on cuda."""
@@ -78,6 +93,20 @@ def linear_f32_f64() -> KernelBindingTable:
     for d in (F32, F64):
         t.register(OpKind.FusedLinear, [d] * 4, "cpu", _kernel)
     t.register(OpKind.FusedLinear, [F32] * 4, "cuda", _kernel)
+    return t.freeze()
+
+
+@functools.cache
+def linear_residual() -> KernelBindingTable:
+    """linear_f32_f64 plus the f32 FusedLinear with a residual (a, b, bias,
+    skip) on cpu and cuda."""
+    t = KernelBindingTable()
+    _primitives(t)
+    _primitives(t, (F32,), backend="cuda")
+    for d in (F32, F64):
+        t.register(OpKind.FusedLinear, [d] * 4, "cpu", _kernel)
+    for backend in ("cpu", "cuda"):
+        t.register(OpKind.FusedLinear, [F32] * 5, backend, _kernel)
     return t.freeze()
 
 
@@ -113,7 +142,7 @@ def broadcast_only_add() -> KernelBindingTable:
     return t.freeze()
 
 
-for _factory in (primitives_f32, fused_f32, linear_f32_f64, attention_f32, conv_f32,
+for _factory in (primitives_f32, fused_f32, softmax_mask, linear_f32_f64, linear_residual, attention_f32, conv_f32,
                  broadcast_only_add):
     register_table(_factory.__name__, _factory)
 

@@ -25,7 +25,7 @@ from compiler.mlir import arith, ir, math, scf, tensor
 
 from .core import (PARALLEL, REDUCTION, Lowering, Scalar, affine_map, dims, empty, fill,
                    from_compute, generic, identity_map, index, insert_at, loop_index, lowers,
-                   rank, slice_at, to_compute)
+                   rank, rtt, slice_at, to_compute)
 from runtime.dtype import DType
 
 
@@ -54,16 +54,23 @@ def _for(upper, inits, body) -> list:
 def over_rows(xs, out, row_fn):
     """For every row index ``at`` of ``out`` (all axes but the last):
     ``row_fn([x[at, :] for x in xs], out[at, :], n) -> new out row`` (1-D
-    tensors; ``n`` the row length). Returns the filled ``out``."""
+    tensors; ``n`` the row length). Returns the filled ``out``. An ``x`` of
+    a static extent 1 on an axis is read at index 0 there: it broadcasts
+    over that axis (softmax's additive mask)."""
     od = dims(out)
     n = od[-1]
     if n == 0:  # static empty rows: nothing to compute (nor to slice)
         return out
 
+    def row_of(x, at):
+        shape = rtt(x).shape
+        at = [index(0) if shape[d] == 1 else a for d, a in enumerate(at)]
+        return slice_at(x, at, [1] * len(at) + [n], True)
+
     def nest(level, acc, at):
         if level == len(od) - 1:
             sizes = [1] * len(at) + [n]
-            row = row_fn([slice_at(x, at, sizes, True) for x in xs],
+            row = row_fn([row_of(x, at) for x in xs],
                          slice_at(acc, at, sizes, True), n)
             return insert_at(row, acc, at, sizes)
         return _for(od[level], [acc], lambda i, a: [nest(level + 1, a, at + [i])])[0]
@@ -96,7 +103,7 @@ def _fmul(a, b):
     return arith.mulf(a, b, fastmath=reassoc())
 
 
-def softmax_rows(x, s: Scalar, out_elt, log: bool = False, scale=None):
+def softmax_rows(x, s: Scalar, out_elt, log: bool = False, scale=None, mask=None):
     """Softmax (``log``: log-softmax) over the last axis of ``x``, row by
     row: a max pass; then e = exp(x − max) (log: d = x − max) written into
     the output while Σ exp accumulates; then the output row scaled by 1/Σ
@@ -107,17 +114,25 @@ def softmax_rows(x, s: Scalar, out_elt, log: bool = False, scale=None):
     x · scale (the scale rounded to the compute type, one rounded product:
     the bits a separate ``MulScalar`` stores) in the exp pass (a multiply per
     vector beside the exp's ~21 ops); the max pass takes max(x) · scale for a
-    positive scale (the same value: rounding is monotone), else max(x · scale)."""
+    positive scale (the same value: rounding is monotone), else max(x · scale).
+    ``mask`` (softmax only, of x's rank and compute type, each extent 1 or
+    x's): every element is read as (x [· scale]) + mask, the rounded sum a
+    separate ``Add`` stores, in the max pass and again in the exp pass (the
+    x and mask rows are in L1: two loads and an add, no full-size store)."""
     same = out_elt == s.ty
     k_scale = None if scale is None else s.const(float(scale))
 
-    def load(v):
+    def load(v, mr=None, j=None):
         v = to_compute(v, s)
-        return v if k_scale is None else s.mul(v, k_scale)
+        v = v if k_scale is None else s.mul(v, k_scale)
+        return v if mr is None else s.add(v, tensor.extract(mr, [j]))
 
     def row(xs, orow, n):
-        xr, = xs
-        if k_scale is not None and scale > 0:
+        xr, mr = (xs[0], xs[1]) if mask is not None else (xs[0], None)
+        if mr is not None:
+            m, = row_reduce([xr, mr], n, [s.lowest()],
+                            lambda j, v, c: [max_nnan(s.add(load(v[0]), v[1]), c)])
+        elif k_scale is not None and scale > 0:
             # rounding is monotone, so max(x · s) = max(x) · s for s > 0: one multiply
             m, = row_reduce([xr], n, [s.lowest()], lambda j, v, c: [max_nnan(v[0], c)])
             m = s.mul(m, k_scale)
@@ -125,7 +140,7 @@ def softmax_rows(x, s: Scalar, out_elt, log: bool = False, scale=None):
             m, = row_reduce([xr], n, [s.lowest()], lambda j, v, c: [max_nnan(load(v[0]), c)])
 
         def shifted(j):
-            return s.sub(load(tensor.extract(xr, [j])), m)
+            return s.sub(load(tensor.extract(xr, [j]), mr, j), m)
 
         if same:
             def exp_sum(j, _o, z):
@@ -142,7 +157,7 @@ def softmax_rows(x, s: Scalar, out_elt, log: bool = False, scale=None):
         return row_write(orow, n, lambda j, _o: (from_compute(
             s.sub(shifted(j), k) if log else s.mul(math.exp(shifted(j)), k), out_elt), []))[0]
 
-    return over_rows([x], empty(dims(x), out_elt), row)
+    return over_rows([x] if mask is None else [x, mask], empty(dims(x), out_elt), row)
 
 
 def max_nnan(a, c):
@@ -249,7 +264,7 @@ def row_max_sum(x, s: Scalar):
 @lowers("SoftmaxLastDim", platform="cpu")
 def _softmax_cpu(lw: Lowering):
     return softmax_rows(lw.operands[0], Scalar.compute(lw.in_dtypes[0]), lw.out_elt,
-                        scale=_scale_param(lw))
+                        scale=_scale_param(lw), mask=_mask_operand(lw))
 
 
 def _scale_param(lw: Lowering):
@@ -264,6 +279,21 @@ def _scale_param(lw: Lowering):
                             f"type (f32, f64), got {lw.in_dtypes[0]}; leave the MulScalar "
                             "unfolded (fuel-fuse does where the kernel does not serve it)")
     return scale
+
+
+def _mask_operand(lw: Lowering):
+    """SoftmaxLastDim's additive mask (None: none), served as the scale is:
+    x of its compute type, where x [· scale] + mask in it is the sum an Add
+    stores."""
+    from compiler.errors import LoweringError
+    if len(lw.operands) < 2:
+        return None
+    elt = ir.RankedTensorType(lw.operands[0].type).element_type
+    if Scalar.compute(lw.in_dtypes[0]).ty != elt:
+        raise LoweringError(f"SoftmaxLastDim with an additive mask: the kernel takes x and the "
+                            f"mask of x's compute type (f32, f64), got {lw.in_dtypes[0]}; leave "
+                            "the Add unfolded (fuel-fuse does where the kernel does not serve it)")
+    return lw.operands[1]
 
 
 @lowers("RmsNormLastDim", platform="cpu")
@@ -292,10 +322,14 @@ def _softmax(lw: Lowering):
     s = Scalar.compute(lw.in_dtypes[0])
     n = rank(x)
     xd = dims(x)
-    scale = _scale_param(lw)
+    scale, mask = _scale_param(lw), _mask_operand(lw)
     if scale is not None:  # x · scale in the compute type (x has it), as MulScalar
         x = generic([x], [empty(xd, s.ty)], [identity_map(n)] * 2, [PARALLEL] * n,
                     lambda a, _o: s.mul(a, s.const(float(scale))))[0]
+    if mask is not None:  # x + mask (index 0 on its extents of 1), as Add
+        bmap = affine_map(n, [None if d == 1 else i for i, d in enumerate(rtt(mask).shape)])
+        x = generic([x, mask], [empty(xd, s.ty)], [identity_map(n), bmap, identity_map(n)],
+                    [PARALLEL] * n, lambda a, b, _o: s.add(a, b))[0]
     m, row = row_max(x, s)
     z0 = fill(s.const(0), empty(xd[:-1], s.ty))
 
