@@ -631,12 +631,15 @@ def warm_instance(inst: FusedInstance, *, target) -> KernelFunction:
     return FAMILY.compiled(inst, target)
 
 
-def register_fused_kernels(table, target, names: Optional[Sequence[str]] = None) -> int:
+def register_fused_kernels(table, target, names: Optional[Sequence[str]] = None,
+                           arities: Optional[dict] = None) -> int:
     """Register every fused op with a mapping and a lowering (or ``names``)
     under ``(OpKind, dtypes, target.backend)``, with its precision claim for
     ``target`` (``FusedPrecision.for_target``) and
-    the default cost of its OpKind. Nothing is compiled until a kernel is
-    first called or warmed. Returns the key count."""
+    the default cost of its OpKind; ``arities`` (op name -> the key lengths
+    to register) leaves out the operand counts a target has no kernel for.
+    Nothing is compiled until a kernel is first called or warmed. Returns
+    the key count."""
     specs = fused_specs()
     n = 0
     for name in (sorted(specs) if names is None else names):
@@ -648,6 +651,8 @@ def register_fused_kernels(table, target, names: Optional[Sequence[str]] = None)
         caps = KernelCaps(strided_input=spec.strided, full_write=True)
         for t in spec.dtypes:
             for key in spec.keys(t):
+                if arities and name in arities and len(key) not in arities[name]:
+                    continue
                 FAMILY.register(table, target, kind, tuple(key), spec.precision.for_target(target),
                                 default_cost_for_op_kind(kind), caps)
                 n += 1

@@ -77,13 +77,18 @@ def build_table(target) -> KernelBindingTable:
     kinds = [k for k in supported_kinds() if k not in UNSUPPORTED_KINDS]
     register_primitive_kernels(t, target, dtypes=DTYPES, kinds=kinds)
     register_fused_kernels(t, target, names=[n for n in sorted(fused_specs())
-                                             if n in FUSED])
+                                             if n in FUSED], arities=FUSED_ARITIES)
     t.finalize()
     return t.freeze()
 
 
 #: The fused ops with a CUDA kernel (their loops map to the GPU).
 FUSED = ("SoftmaxLastDim", "LayerNormLastDim", "RmsNormLastDim", "FusedLinear")
+#: The keys' lengths (operands and output) claimed where a fused op has
+#: more than the cuda kernels take: FusedLinear's residual skip (a fourth
+#: input) and SoftmaxLastDim's additive mask (a second) are the cpu
+#: kernels' (the cuda target keeps the Add).
+FUSED_ARITIES = {"FusedLinear": (4,), "SoftmaxLastDim": (2,)}
 
 
 def compile_program(text: str, entry_names, *, target) -> KernelProgram:
