@@ -468,6 +468,9 @@ def test_unknown_rewrite_step_is_a_pipeline_error():
     ((1, 6, 9, 10), (14, 6, 3, 3), (2, 1), (1, 1)),     # stride on one axis
     ((3, 8, 11, 11), (17, 8, 1, 1), (2, 2), (0, 0)),    # a downsample
     ((2, 16, 1, 49), (24, 16, 1, 2), (1, 2), (0, 0)),   # a conv1d's pairs, an odd width
+    # a long odd row: ``_scatter_rows`` reads it in a loop of pieces, then the tail
+    ((1, 8, 1, 1101), (8, 8, 1, 3), (1, 2), (0, 1)),
+    ((2, 5, 9, 9), (7, 5, 3, 3), (2, 2), (1, 1)),       # odd rows: a last column alone
 ])
 def test_strided_direct_conv_matches_numpy(xs, ws, stride, pad):
     rng = np.random.default_rng(5)
@@ -505,3 +508,33 @@ def test_copies_are_vectorized_a_row_piece_at_a_time(x, w, stride):
     res = P.lower(_kernel_text(DType.F32, x, w, params), ["kernel"], target="cpu")
     widths = {int(n) for n in re.findall(r"<(\d+) x float>", res.llvm_ir)}
     assert widths and max(widths) <= ROW_VECTOR, sorted(widths)
+
+
+# outputs whose rows of whole vectors pass the plane's pitch: the flat tiles
+@pytest.mark.parametrize("x,w,stride,pad,unrolled", [
+    # phases of 2x2, 2x1, 1x2 and 1x1 taps (14 columns of a 15-wide phase): all unrolled
+    ((1, 16, 12, 28), (12, 16, 3, 3), (2, 2), (1, 1), 16),
+    ((1, 16, 9, 13), (12, 16, 3, 3), (1, 1), (1, 1), 16),   # 3x3: 9 taps
+    ((1, 16, 9, 9), (12, 16, 5, 5), (1, 1), (2, 2), 5),     # 25: a loop of rows of 5 taps
+])
+def test_tap_loops_are_unrolled_into_the_channel_loop(monkeypatch, x, w, stride, pad, unrolled):
+    """``unroll_tap_loops``: a register tile's FMAs sit directly in the loop
+    over the input channels (the tap loops unrolled, at most ``UNROLL_TAPS``
+    taps), which keeps the mark that LLVM must not unroll it."""
+    from compiler.codegen.cpu.transforms import REWRITES
+    from compiler.codegen.cpu.transforms.conv import _trip
+    from compiler.mlir import walk_ops
+    seen = []
+
+    def after(module, *args):
+        n = original(module, *args)
+        for loop in walk_ops(module, lambda o: o.name == "scf.for" and any(
+                op.name == "vector.fma" for op in o.operation.regions[0].blocks[0].operations)):
+            seen.append((_trip(loop), "loop_annotation" in loop.attributes))
+        return n
+    original = REWRITES["unroll_tap_loops"]
+    monkeypatch.setitem(REWRITES, "unroll_tap_loops", after)
+    text = _kernel_text(x=x, w=w, params=dict(PARAMS, stride=stride, padding=pad))
+    P.lower(text, ["kernel"], target="cpu:x86-64-v3")
+    assert seen and all(marked for _, marked in seen), seen
+    assert {trip for trip, _ in seen} == ({16} if unrolled == 16 else {unrolled}), seen
