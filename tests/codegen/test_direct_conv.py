@@ -62,8 +62,13 @@ def test_direct_class():
 
 def test_stride_2_has_a_generic_per_phase_with_taps():
     # 3x3 stride 2: phases (0,0) 2x2 taps, (0,1) 2x1, (1,0) 1x2, (1,1) 1x1
-    text = _kernel_text(params=dict(PARAMS, stride=(2, 2)))
-    assert text.count(DIRECT_CONV_ATTR) == 4
+    # (7 output columns: a row of 8-lane vectors fits the 8-wide phase)
+    text = _kernel_text(x=(2, 5, 9, 13), params=dict(PARAMS, stride=(2, 2)))
+    assert text.count(DIRECT_CONV_ATTR) == 4 and text.count("fuelc.direct_rows") == 4
+    # 6 of a 7-wide phase: the phases stacked per channel, one generic of all 9 taps
+    stacked = _kernel_text(x=(2, 5, 9, 11), params=dict(PARAMS, stride=(2, 2)))
+    assert stacked.count(DIRECT_CONV_ATTR) == 1 and "fuelc.direct_rows" not in stacked
+    assert "tensor<1x20x" in stacked and " mod 2" in stacked   # [1, C*4, rows, Wq]
     # 1x1 stride 2: one phase holds the only tap
     one = _kernel_text(w=(13, 5, 1, 1), params=dict(PARAMS, stride=(2, 2), padding=(0, 0)))
     assert one.count(DIRECT_CONV_ATTR) == 1
@@ -468,11 +473,22 @@ def test_unknown_rewrite_step_is_a_pipeline_error():
     ((1, 6, 9, 10), (14, 6, 3, 3), (2, 1), (1, 1)),     # stride on one axis
     ((3, 8, 11, 11), (17, 8, 1, 1), (2, 2), (0, 0)),    # a downsample
     ((2, 16, 1, 49), (24, 16, 1, 2), (1, 2), (0, 0)),   # a conv1d's pairs, an odd width
-    # a long odd row: ``_scatter_rows`` reads it in a loop of pieces, then the tail
-    ((1, 8, 1, 1101), (8, 8, 1, 3), (1, 2), (0, 1)),
+    # a long odd row (stacked): ``_scatter_rows`` reads it in a loop of pieces, then the tail
+    ((1, 8, 1, 1105), (8, 8, 1, 3), (1, 2), (0, 1)),
     ((2, 5, 9, 9), (7, 5, 3, 3), (2, 2), (1, 1)),       # odd rows: a last column alone
+    # phases stacked (``_Geometry.stacked``): 14 of 15 columns, a 5x5, one row
+    ((2, 8, 28, 28), (13, 8, 3, 3), (2, 2), (1, 1)),
+    ((1, 6, 28, 25), (9, 6, 5, 5), (2, 2), (2, 2)),
+    ((2, 16, 1, 28), (8, 16, 1, 3), (1, 2), (0, 1)),
 ])
 def test_strided_direct_conv_matches_numpy(xs, ws, stride, pad):
+    from compiler.codegen.lowering.fused_conv import STEM_CHANNELS, _Geometry
+    (sh, sw), (ph, pw), (kh, kw) = stride, pad, ws[2:]
+    ho, wo = (xs[2] + 2 * ph - kh) // sh + 1, (xs[3] + 2 * pw - kw) // sw + 1
+    if xs[1] > STEM_CHANNELS:   # (not a stem) the stacked cases: 8-lane rows pass the phase
+        geo = _Geometry(pad, (1, 1), stride, (kh, kw), xs[2:], (ho, wo), False)
+        assert geo.stacked == (xs[2:] in ((9, 10), (1, 1105), (9, 9), (28, 28), (28, 25),
+                                          (1, 28))), geo.wq
     rng = np.random.default_rng(5)
     x = rng.standard_normal(xs).astype(np.float32)
     w = rng.standard_normal(ws).astype(np.float32)
@@ -483,7 +499,6 @@ def test_strided_direct_conv_matches_numpy(xs, ws, stride, pad):
                     padding=pad), "y")
     m = compile(g)
     assert m.kernel_summary() == ["Conv2D[f32,f32,f32,f32] (mlir-cpu-fused)"]
-    (sh, sw), (ph, pw), (kh, kw) = stride, pad, ws[2:]
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
     ho, wo = (xp.shape[2] - kh) // sh + 1, (xp.shape[3] - kw) // sw + 1
     want = np.zeros((xs[0], ws[0], ho, wo)) + b[None, :, None, None]

@@ -677,7 +677,6 @@ def _uses(op, value) -> bool:
     return bool(found)
 
 
-#: The ``py:`` steps a strategy's transform may name.
 def _trip(loop) -> int | None:
     """The static trip count of the ``scf.for`` ``loop``, None if not static."""
     def const(v):
@@ -715,8 +714,8 @@ def unroll_tap_loops(module: "ir.Module", limit: str) -> int:
     limit = int(limit)
     levels: dict[tuple[int, int], int] = {}
     for loop in walk_ops(module, lambda o: o.name == "scf.for" and "loop_annotation" in o.attributes
-                         and any(o.operation.regions[0].blocks[0].operations[i].name == "vector.fma"
-                                 for i in range(len(o.operation.regions[0].blocks[0].operations)))):
+                         and any(op.name == "vector.fma"
+                                 for op in o.operation.regions[0].blocks[0].operations)):
         note, taps, level, cur = loop.attributes["loop_annotation"], 1, 0, loop
         # a tap loop carries the accumulators and is inside another loop that
         # does (the input channels' loop, its parent, carries them from the
@@ -743,6 +742,7 @@ def unroll_tap_loops(module: "ir.Module", limit: str) -> int:
     return sum(levels.values())
 
 
+#: The ``py:`` steps a strategy's transform may name.
 REWRITES = {"tile_direct_conv": tile_direct_conv, "fold_unit_dims": fold_unit_dims,
             "unroll_tap_loops": unroll_tap_loops,
             "single_reduction_contracts": single_reduction_contracts,
