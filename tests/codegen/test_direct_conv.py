@@ -553,3 +553,27 @@ def test_tap_loops_are_unrolled_into_the_channel_loop(monkeypatch, x, w, stride,
     P.lower(text, ["kernel"], target="cpu:x86-64-v3")
     assert seen and all(marked for _, marked in seen), seen
     assert {trip for trip, _ in seen} == ({16} if unrolled == 16 else {unrolled}), seen
+
+
+def test_one_image_channel_tiles_leave_each_enough_work(monkeypatch):
+    """A direct conv of one image cut by output channels: every tile writes
+    the whole image's planes, so no more tiles than leave each
+    ``DIRECT_TILE_MACS`` multiply-adds per input element (and never fewer
+    than the threads); the pointwise kernel (no planes) keeps the finer cut."""
+    from compiler.codegen import parallel
+    from compiler.codegen.fused import DIRECT_TILE_MACS, _conv_group_tiles
+    from runtime.layout import Layout
+
+    def tiles(x, w, out, parts, threads, **params):
+        monkeypatch.setattr(parallel, "num_threads", lambda: threads)
+        lays = [Layout.contiguous(s) for s in (x, w, (w[0],), out)]
+        cut = _conv_group_tiles(dict(PARAMS, **params), lays, 3, parts)
+        return [t[1].shape[0] for t in cut]
+    conv1d = ((1, 128, 1, 1600), (128, 128, 1, 3), (1, 128, 1, 800))
+    assert 128 * 3 * 800 / 1600 < 3 * DIRECT_TILE_MACS   # 192 per element: 2 tiles
+    assert tiles(*conv1d, 4, 2, stride=(1, 2), padding=(0, 1)) == [64, 64]
+    assert tiles(*conv1d, 4, 4, stride=(1, 2), padding=(0, 1)) == [32] * 4
+    s2 = ((1, 128, 28, 28), (256, 128, 3, 3), (1, 256, 14, 14))   # 576 per element
+    assert tiles(*s2, 4, 2, stride=(2, 2), padding=(1, 1)) == [64] * 4
+    pointwise = ((1, 256, 56, 56), (64, 256, 1, 1), (1, 64, 56, 56))   # 64 per element
+    assert tiles(*pointwise, 4, 2, padding=(0, 0)) == [16] * 4
