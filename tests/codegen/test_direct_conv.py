@@ -62,8 +62,13 @@ def test_direct_class():
 
 def test_stride_2_has_a_generic_per_phase_with_taps():
     # 3x3 stride 2: phases (0,0) 2x2 taps, (0,1) 2x1, (1,0) 1x2, (1,1) 1x1
-    text = _kernel_text(params=dict(PARAMS, stride=(2, 2)))
-    assert text.count(DIRECT_CONV_ATTR) == 4
+    # (7 output columns: a row of 8-lane vectors fits the 8-wide phase)
+    text = _kernel_text(x=(2, 5, 9, 13), params=dict(PARAMS, stride=(2, 2)))
+    assert text.count(DIRECT_CONV_ATTR) == 4 and text.count("fuelc.direct_rows") == 4
+    # 6 of a 7-wide phase: the phases stacked per channel, one generic of all 9 taps
+    stacked = _kernel_text(x=(2, 5, 9, 11), params=dict(PARAMS, stride=(2, 2)))
+    assert stacked.count(DIRECT_CONV_ATTR) == 1 and "fuelc.direct_rows" not in stacked
+    assert "tensor<1x20x" in stacked and " mod 2" in stacked   # [1, C*4, rows, Wq]
     # 1x1 stride 2: one phase holds the only tap
     one = _kernel_text(w=(13, 5, 1, 1), params=dict(PARAMS, stride=(2, 2), padding=(0, 0)))
     assert one.count(DIRECT_CONV_ATTR) == 1
@@ -468,8 +473,22 @@ def test_unknown_rewrite_step_is_a_pipeline_error():
     ((1, 6, 9, 10), (14, 6, 3, 3), (2, 1), (1, 1)),     # stride on one axis
     ((3, 8, 11, 11), (17, 8, 1, 1), (2, 2), (0, 0)),    # a downsample
     ((2, 16, 1, 49), (24, 16, 1, 2), (1, 2), (0, 0)),   # a conv1d's pairs, an odd width
+    # a long odd row (stacked): ``_scatter_rows`` reads it in a loop of pieces, then the tail
+    ((1, 8, 1, 1105), (8, 8, 1, 3), (1, 2), (0, 1)),
+    ((2, 5, 9, 9), (7, 5, 3, 3), (2, 2), (1, 1)),       # odd rows: a last column alone
+    # phases stacked (``_Geometry.stacked``): 14 of 15 columns, a 5x5, one row
+    ((2, 8, 28, 28), (13, 8, 3, 3), (2, 2), (1, 1)),
+    ((1, 6, 28, 25), (9, 6, 5, 5), (2, 2), (2, 2)),
+    ((2, 16, 1, 28), (8, 16, 1, 3), (1, 2), (0, 1)),
 ])
 def test_strided_direct_conv_matches_numpy(xs, ws, stride, pad):
+    from compiler.codegen.lowering.fused_conv import STEM_CHANNELS, _Geometry
+    (sh, sw), (ph, pw), (kh, kw) = stride, pad, ws[2:]
+    ho, wo = (xs[2] + 2 * ph - kh) // sh + 1, (xs[3] + 2 * pw - kw) // sw + 1
+    if xs[1] > STEM_CHANNELS:   # (not a stem) the stacked cases: 8-lane rows pass the phase
+        geo = _Geometry(pad, (1, 1), stride, (kh, kw), xs[2:], (ho, wo), False)
+        assert geo.stacked == (xs[2:] in ((9, 10), (1, 1105), (9, 9), (28, 28), (28, 25),
+                                          (1, 28))), geo.wq
     rng = np.random.default_rng(5)
     x = rng.standard_normal(xs).astype(np.float32)
     w = rng.standard_normal(ws).astype(np.float32)
@@ -480,7 +499,6 @@ def test_strided_direct_conv_matches_numpy(xs, ws, stride, pad):
                     padding=pad), "y")
     m = compile(g)
     assert m.kernel_summary() == ["Conv2D[f32,f32,f32,f32] (mlir-cpu-fused)"]
-    (sh, sw), (ph, pw), (kh, kw) = stride, pad, ws[2:]
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
     ho, wo = (xp.shape[2] - kh) // sh + 1, (xp.shape[3] - kw) // sw + 1
     want = np.zeros((xs[0], ws[0], ho, wo)) + b[None, :, None, None]
@@ -505,3 +523,57 @@ def test_copies_are_vectorized_a_row_piece_at_a_time(x, w, stride):
     res = P.lower(_kernel_text(DType.F32, x, w, params), ["kernel"], target="cpu")
     widths = {int(n) for n in re.findall(r"<(\d+) x float>", res.llvm_ir)}
     assert widths and max(widths) <= ROW_VECTOR, sorted(widths)
+
+
+# outputs whose rows of whole vectors pass the plane's pitch: the flat tiles
+@pytest.mark.parametrize("x,w,stride,pad,unrolled", [
+    # phases of 2x2, 2x1, 1x2 and 1x1 taps (14 columns of a 15-wide phase): all unrolled
+    ((1, 16, 12, 28), (12, 16, 3, 3), (2, 2), (1, 1), 16),
+    ((1, 16, 9, 13), (12, 16, 3, 3), (1, 1), (1, 1), 16),   # 3x3: 9 taps
+    ((1, 16, 9, 9), (12, 16, 5, 5), (1, 1), (2, 2), 5),     # 25: a loop of rows of 5 taps
+])
+def test_tap_loops_are_unrolled_into_the_channel_loop(monkeypatch, x, w, stride, pad, unrolled):
+    """``unroll_tap_loops``: a register tile's FMAs sit directly in the loop
+    over the input channels (the tap loops unrolled, at most ``UNROLL_TAPS``
+    taps), which keeps the mark that LLVM must not unroll it."""
+    from compiler.codegen.cpu.transforms import REWRITES
+    from compiler.codegen.cpu.transforms.conv import _trip
+    from compiler.mlir import walk_ops
+    seen = []
+
+    def after(module, *args):
+        n = original(module, *args)
+        for loop in walk_ops(module, lambda o: o.name == "scf.for" and any(
+                op.name == "vector.fma" for op in o.operation.regions[0].blocks[0].operations)):
+            seen.append((_trip(loop), "loop_annotation" in loop.attributes))
+        return n
+    original = REWRITES["unroll_tap_loops"]
+    monkeypatch.setitem(REWRITES, "unroll_tap_loops", after)
+    text = _kernel_text(x=x, w=w, params=dict(PARAMS, stride=stride, padding=pad))
+    P.lower(text, ["kernel"], target="cpu:x86-64-v3")
+    assert seen and all(marked for _, marked in seen), seen
+    assert {trip for trip, _ in seen} == ({16} if unrolled == 16 else {unrolled}), seen
+
+
+def test_one_image_channel_tiles_leave_each_enough_work(monkeypatch):
+    """A direct conv of one image cut by output channels: every tile writes
+    the whole image's planes, so no more tiles than leave each
+    ``DIRECT_TILE_MACS`` multiply-adds per input element (and never fewer
+    than the threads); the pointwise kernel (no planes) keeps the finer cut."""
+    from compiler.codegen import parallel
+    from compiler.codegen.fused import DIRECT_TILE_MACS, _conv_group_tiles
+    from runtime.layout import Layout
+
+    def tiles(x, w, out, parts, threads, **params):
+        monkeypatch.setattr(parallel, "num_threads", lambda: threads)
+        lays = [Layout.contiguous(s) for s in (x, w, (w[0],), out)]
+        cut = _conv_group_tiles(dict(PARAMS, **params), lays, 3, parts)
+        return [t[1].shape[0] for t in cut]
+    conv1d = ((1, 128, 1, 1600), (128, 128, 1, 3), (1, 128, 1, 800))
+    assert 128 * 3 * 800 / 1600 < 3 * DIRECT_TILE_MACS   # 192 per element: 2 tiles
+    assert tiles(*conv1d, 4, 2, stride=(1, 2), padding=(0, 1)) == [64, 64]
+    assert tiles(*conv1d, 4, 4, stride=(1, 2), padding=(0, 1)) == [32] * 4
+    s2 = ((1, 128, 28, 28), (256, 128, 3, 3), (1, 256, 14, 14))   # 576 per element
+    assert tiles(*s2, 4, 2, stride=(2, 2), padding=(1, 1)) == [64] * 4
+    pointwise = ((1, 256, 56, 56), (64, 256, 1, 1), (1, 64, 56, 56))   # 64 per element
+    assert tiles(*pointwise, 4, 2, padding=(0, 0)) == [16] * 4

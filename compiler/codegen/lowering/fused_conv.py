@@ -554,7 +554,7 @@ def _column_phases(v, n: int, sw: int) -> list:
     return [vector.shuffle(v, v, list(range(rx, n, sw))) for rx in range(sw)]
 
 
-def _scatter_rows(x, bufs, g, phases) -> list:
+def _scatter_rows(x, bufs, g, phases, stacked=False) -> list:
     """The zero-padded image ``x`` ``[1, C, H, W]`` split into its stride
     phases without a padded copy: each input row is read in contiguous
     vectors of up to ``_SPLIT`` elements and, with sw = 2,
@@ -574,14 +574,33 @@ def _scatter_rows(x, bufs, g, phases) -> list:
     if even < g.wd:
         pieces.append((even, 1))
 
-    def write(bufs, c, q, ry, j, v):
-        """``v`` (input columns j, j + sw, ...) into its phase's row q."""
+    # a long row (a conv1d's): its whole pieces are a loop, not straight-line code
+    looped = len(pieces) > _SPLIT_UNROLLED and pieces[0][1] == _SPLIT
+    whole = sum(1 for _, n in pieces if n == _SPLIT) if looped else 0
+
+    def write(bufs, c, q, ry, j, v, base=None):
+        """``v`` (input columns j, j + sw, ...; plus ``base``, an index that
+        is a multiple of ``_SPLIT``, where given) into its phase's row q."""
         col = j + g.pw
         k = which.get((ry, col % g.sw))
         if k is not None:
-            bufs[k] = vector.TransferWriteOp(bufs[k].type, v, bufs[k],
-                                             [index(0), c, q, index(col // g.sw)], row_of,
-                                             [True]).result
+            at = index(col // g.sw) if base is None else \
+                arith.addi(arith.divui(base, index(g.sw)), index(col // g.sw))
+            # stacked: phase k of channel c is channel c*P + k of bufs[0]
+            j, ch = (0, arith.addi(arith.muli(c, index(len(phases))), index(k))) \
+                if stacked else (k, c)
+            bufs[j] = vector.TransferWriteOp(bufs[j].type, v, bufs[j],
+                                             [index(0), ch, q, at], row_of, [True]).result
+
+    def piece(bufs, c, q, r, ry, at, n, base=None):
+        """The n input columns from at (plus ``base``) of row r into phase row q."""
+        start = index(at) if base is None else arith.addi(base, index(at))
+        v = vector.TransferReadOp(ir.VectorType.get([n], elt), x,
+                                  [index(0), c, r, start], row_of, pad, [True]).result
+        parts = [v] if g.sw == 1 or n == 1 else list(vector.DeinterleaveOp(v).results)
+        for d, part in enumerate(parts):
+            write(bufs, c, q, ry, at + d, part, base)
+        return bufs
 
     def channel(c, *bufs):
         out = list(bufs)
@@ -598,14 +617,11 @@ def _scatter_rows(x, bufs, g, phases) -> list:
                 bufs = list(bufs)
                 q = arith.addi(i, index(q0))
                 r = arith.addi(arith.muli(q, index(g.sh)), index(ry - g.ph))
-                for at, n in pieces:
-                    v = vector.TransferReadOp(ir.VectorType.get([n], elt), x,
-                                              [index(0), c, r, index(at)], row_of, pad,
-                                              [True]).result
-                    parts = [v] if g.sw == 1 or n == 1 else \
-                        list(vector.DeinterleaveOp(v).results)
-                    for d, part in enumerate(parts):
-                        write(bufs, c, q, ry, at + d, part)
+                if whole:
+                    bufs = _for(whole, bufs, lambda i, *b: piece(
+                        list(b), c, q, r, ry, 0, _SPLIT, arith.muli(i, index(_SPLIT))))
+                for at, n in pieces[whole:]:
+                    bufs = piece(bufs, c, q, r, ry, at, n)
                 return bufs
             out = _for(q1 - q0 + 1, out, row)
         return out
@@ -624,10 +640,13 @@ _SPLIT_UNROLLED = 8
 class _Geometry:
     """The flat-plane geometry of a direct convolution (see ``_planes``)."""
 
-    def __init__(self, pad, dil, stride, kernel, in_hw, out_hw, depthwise):
+    def __init__(self, pad, dil, stride, kernel, in_hw, out_hw, depthwise, stem=False):
         (self.ph, self.pw), (self.dh, self.dw), (self.sh, self.sw) = pad, dil, stride
         (self.kh, self.kw), (self.h, self.wd), (self.ho, self.wo) = kernel, in_hw, out_hw
         self.depthwise = depthwise
+        # a strided conv has no padded copy: ``_scatter_rows`` writes each
+        # input row into its stride phases' planes, zeroed once
+        self.strided = (self.sh, self.sw) != (1, 1)
         hp, wp = self.h + 2 * self.ph, self.wd + 2 * self.pw
         self.hq, self.wq = -(-hp // self.sh), -(-wp // self.sw)
         # a depthwise plane (with a stride, each phase's) whose rows pad to
@@ -649,6 +668,13 @@ class _Geometry:
                      else 1 << (npix - 1).bit_length())
         reach = (self.kh - 1) // self.sh * self.dh * self.wq + (self.kw - 1) // self.sw * self.dw
         self.rows = max(self.hq + 1, -(-(self.npix + reach) // self.wq))
+        # a strided groups-1 conv whose every stride phase holds taps, and whose
+        # output rows the schedule's ``direct_rows`` cannot take (8-lane
+        # vectors of a row pass the phase's width), has its phases stacked
+        # per channel and one generic over all Kh x Kw taps (``_planes``)
+        self.stacked = (self.strided and not depthwise and not stem
+                        and self.kh >= self.sh and self.kw >= self.sw
+                        and -(-self.wo // 8) * 8 > self.wq)
 
     def channel_block(self, channels: int, elt_bytes: int) -> int:
         """How many channels a depthwise conv computes per iteration: the
@@ -671,26 +697,31 @@ class _Geometry:
 
     def scratch(self, s, elt, planes: int, cout: int) -> list:
         """The temporaries of ``_planes``: the zero-padded input (zeroed
-        here, once: every use overwrites the same interior), the accumulator
-        and, with a stride, each phase's plane. A depthwise conv has no
+        here, once: every use overwrites the same interior) and the
+        accumulator (stride 1). A depthwise conv has no
         padded input: the accumulator and each phase's plane (the padded
         plane for stride 1), zeroed here (``_scatter_rows`` writes the same
-        interior for every channel)."""
-        if self.depthwise:
+        interior for every channel). So has a strided groups-1 conv: its
+        phases' planes, written from x by ``_scatter_rows`` (a padded copy
+        split into phases afterwards had moved the image twice: conv1d k3 s2
+        128->128 at 1600, one thread, 1.12-1.14 -> 1.04-1.06 ms)."""
+        if self.stacked:
+            nph = self.sh * self.sw
+            return [empty([1, cout, self.npix], elt),
+                    fill(s.const(0), empty([1, planes * nph, self.rows, self.wq], elt))]
+        if self.depthwise or self.strided:
             return [empty([1, cout, self.npix], elt)] + [
                 fill(s.const(0), empty([1, planes, self.rows, self.wq], elt))
                 for _ in self.phases()]
-        xp = fill(s.const(0), empty([1, planes, self.rows * self.sh, self.wq * self.sw], elt))
-        phases = [] if self.sh == self.sw == 1 else \
-            [empty([1, planes, self.rows, self.wq], elt) for _ in self.phases()]
-        return [xp, empty([1, cout, self.npix], elt), *phases]
+        xp = fill(s.const(0), empty([1, planes, self.rows, self.wq], elt))
+        return [xp, empty([1, cout, self.npix], elt)]
 
 
 def _planes(xi, w, bias, s, elt, geo, scratch, out, at, act=None, skip=None):
     """The direct convolution of one image ``xi`` ``[1, C, H, W]`` with w
     ``[Co, C, Kh, Kw]``, into ``out`` at ``at``; returns (out, the scratch
     tensors ``_Geometry.scratch`` to carry to the next use). The zero-padded
-    image is split into its stride phases (phase (ry, rx) holds the pixels
+    image is split into its stride phases (``_scatter_rows``, no padded copy) (phase (ry, rx) holds the pixels
     ``(qy*sh + ry, qx*sw + rx)``; stride 1: the one phase is the padded
     image) and each phase is flattened per channel, ``[C, (Hq+1)*Wq]`` (one
     extra zero row keeps the last tap's run inside the plane). The output
@@ -706,13 +737,22 @@ def _planes(xi, w, bias, s, elt, geo, scratch, out, at, act=None, skip=None):
     ``skip`` at ``at`` and applies the clamp epilogue ``act``). A depthwise block (``geo.depthwise``) has no
     padded copy (``_scatter_rows`` fills the phase planes), its generics read
     plane co for output channel co, and its accumulator starts at zero: the
-    crop adds the bias. The cpu strategy
+    crop adds the bias. A strided groups-1 conv has no padded copy either:
+    ``_scatter_rows`` writes x's rows into the phases' planes; where its
+    output rows are too narrow for ``direct_rows`` (``_Geometry.stacked``)
+    the phases of channel c are channels ``c*P + ry*sw + rx`` of one plane
+    and one generic over (n, co, p | c, ky, kx) reads tap (ky, kx) at
+    channel ``c*P + (ky mod sh)*sw + kx mod sw``, element ``p + (ky floordiv
+    sh)*Wq + kx floordiv sw``: every tap of a channel in one pass over the
+    accumulator tile (one pass per phase, of 1 to 4 taps, had spent its
+    time on the input channels' loop: 3x3 s2 128->256 at 28^2, one thread,
+    1.78-1.80 -> 1.48-1.49 ms). The cpu strategy
     ``conv_strategy`` register-tiles each generic (``transforms/conv.py``)."""
     from compiler.codegen.family import (CROP_ATTR, DIRECT_CONV_ATTR, DIRECT_ROWS_ATTR,
                                          DW_PITCH_ATTR)
     g = geo
     cin, cout = rtt(xi).shape[1], rtt(w).shape[0]
-    if g.depthwise:
+    if g.depthwise or g.strided:
         xp, (acc, *phase_bufs) = None, scratch
     else:
         xp, acc, *phase_bufs = scratch
@@ -724,10 +764,21 @@ def _planes(xi, w, bias, s, elt, geo, scratch, out, at, act=None, skip=None):
                       lambda b, _o: b)[0]
     d = [ir.AffineDimExpr.get(k) for k in range(6)]   # n co p | c qy qx
     phases = list(g.phases())
-    if g.depthwise:
-        planes = _scatter_rows(xi, phase_bufs, g, phases)
-    else:
-        planes = [] if g.sh == g.sw == 1 else _split_phases(xp, phase_bufs, g, phases, s)
+    planes = _scatter_rows(xi, phase_bufs, g, phases, g.stacked) \
+        if g.depthwise or g.strided else []
+    if g.stacked:   # one generic: tap (ky, kx) reads phase (ky mod sh, kx mod sw)
+        c = ir.AffineConstantExpr.get
+        ch = d[3] * len(phases) + ir.AffineModExpr.get(d[4], c(g.sh)) * g.sw \
+            + ir.AffineModExpr.get(d[5], c(g.sw))
+        tap = d[2] + ir.AffineFloorDivExpr.get(d[4], c(g.sh)) * g.wq \
+            + ir.AffineFloorDivExpr.get(d[5], c(g.sw))
+        acc = generic([collapse(planes[0], [[0], [1], [2, 3]]), w], [acc],
+                      [affine_map(6, [0, ch, tap]), affine_map(6, [1, 3, 4, 5]),
+                       affine_map(6, [0, 1, 2])],
+                      [PARALLEL] * 3 + [REDUCTION] * 3,
+                      lambda a, b, o: s.add(o, s.mul(a, b)))[0]
+        acc.owner.attributes[DIRECT_CONV_ATTR] = ir.UnitAttr.get()
+        phases = []
     for k, (ry, rx, nqy, nqx) in enumerate(phases):
         if g.sh == g.sw == 1 and not g.depthwise:
             plane, wt = xp, w
@@ -761,7 +812,7 @@ def _planes(xi, w, bias, s, elt, geo, scratch, out, at, act=None, skip=None):
     y = _epilogue(acc, bias if g.depthwise else None, s, act, slice_at(out, at, sizes),
                   CROP_ATTR, None if skip is None else slice_at(skip, at, sizes),
                   acc_map=affine_map(4, [0, 1, e[2] * g.wq + e[3]]))
-    return insert_at(y, out, at), [acc, *planes] if g.depthwise else [xp, acc, *planes]
+    return insert_at(y, out, at), [acc, *planes] if xp is None else [xp, acc, *planes]
 
 
 #: A strided groups-1 conv with at most this many input channels is a stem
@@ -807,7 +858,7 @@ def _stem(x, w, bias, s, elt, xshape, wshape, pad, stride, oshape, act, skip=Non
     accumulator in memory, which a bias pass filled and a crop copied out.)"""
     from compiler.codegen.family import CONTRACT_ATTR, STEM_ATTR
     (n, cin, h, wd), (cout, kh, kw), (ho, wo) = xshape, wshape, oshape
-    g = _Geometry(pad, (1, 1), stride, (kh, kw), (h, wd), (ho, wo), False)
+    g = _Geometry(pad, (1, 1), stride, (kh, kw), (h, wd), (ho, wo), False, stem=True)
     g.rows = g.hq   # taps read phase rows oy + ky floordiv sh < Hq (no flat runs here)
     phases = list(g.phases())
     nph = len(phases)   # sh*sw: every phase holds taps (``stem``)

@@ -60,6 +60,12 @@ def _apply(*patterns: str, handle: str = "%func") -> str:
     return f"    transform.apply_patterns to {handle} {{\n{body}    }} : {_ANY}\n"
 
 
+#: The most taps of one register tile that ``unroll_tap_loops`` unrolls into
+#: the body of the input channels' loop (a 3x3 kernel's 9; a 5x5 keeps its
+#: rows a loop of 5 unrolled taps each).
+UNROLL_TAPS = 16
+
+
 def conv_scripts(*, mr: int, nr: int, nr1: int, lanes: int, dw_accs: int,
                  accs: int, regs: int) -> tuple[str, ...]:
     """The strategy steps of the direct convolution: transform scripts and
@@ -88,7 +94,7 @@ def conv_scripts(*, mr: int, nr: int, nr1: int, lanes: int, dw_accs: int,
     return ("py:prefetch_next_plane", f"py:depthwise_rows {lanes} {dw_accs}",
             f"py:direct_rows {lanes} {accs} {mr} {regs}", tile,
             "py:fold_unit_dims", vectorize,
-            "py:single_reduction_contracts", lower)
+            "py:single_reduction_contracts", lower, f"py:unroll_tap_loops {UNROLL_TAPS}")
 
 
 def _channel_wise(op) -> bool:
@@ -671,8 +677,74 @@ def _uses(op, value) -> bool:
     return bool(found)
 
 
+def _trip(loop) -> int | None:
+    """The static trip count of the ``scf.for`` ``loop``, None if not static."""
+    def const(v):
+        op = v.owner
+        if isinstance(op, ir.Block) or op.name != "arith.constant":
+            return None
+        return ir.IntegerAttr(op.attributes["value"]).value
+    lo, hi, step = (const(v) for v in list(loop.operands)[:3])
+    return None if None in (lo, hi, step) else len(range(lo, hi, step))
+
+
+def _carries_vectors(op) -> bool:
+    """Whether ``op`` is an ``scf.for`` carrying vectors only (accumulators)."""
+    return op is not None and op.name == "scf.for" and bool(op.results) and all(
+        isinstance(r.type, ir.VectorType) for r in op.results)
+
+
+#: Attribute of the loops ``unroll_tap_loops`` unrolls (level and factor).
+_UNROLL_ATTR = "fuelc.unroll_taps"
+
+
+def unroll_tap_loops(module: "ir.Module", limit: str) -> int:
+    """Fully unroll the tap loops (qy, qx) of each direct-conv register
+    tile, from the innermost out while their trip counts multiply to at most
+    ``limit``: a tile's FMAs sit in the loop the ``lower`` script marked not
+    to unroll (its ``loop_annotation``), which for a stride-2 phase of 2 x 2
+    taps was a 2-trip loop inside a 2-trip loop inside the input channels'
+    loop: a counter, a multiply for the weight's address and a branch per
+    12 FMAs, and the accumulators passed through two loop headers per tap.
+    The mark moves to the first loop left (the input channels': LLVM must
+    not unroll it, it rotates accumulators and spills). Only loops carrying
+    vectors (the hoisted accumulators) with static bounds. Returns the loops
+    unrolled."""
+    from compiler.codegen.cpu.pipeline import apply_transform
+    limit = int(limit)
+    levels: dict[tuple[int, int], int] = {}
+    for loop in walk_ops(module, lambda o: o.name == "scf.for" and "loop_annotation" in o.attributes
+                         and any(op.name == "vector.fma"
+                                 for op in o.operation.regions[0].blocks[0].operations)):
+        note, taps, level, cur = loop.attributes["loop_annotation"], 1, 0, loop
+        # a tap loop carries the accumulators and is inside another loop that
+        # does (the input channels' loop, its parent, carries them from the
+        # tile's loads)
+        while _carries_vectors(cur) and _carries_vectors(cur.parent):
+            trip = _trip(cur)
+            if trip is None or taps * trip > limit:
+                break
+            taps *= trip
+            cur.attributes[_UNROLL_ATTR] = ir.DenseI64ArrayAttr.get([level, trip])
+            levels[level, trip] = levels.get((level, trip), 0) + 1
+            cur, level = cur.parent.opview, level + 1
+        if level:
+            del loop.attributes["loop_annotation"]
+            cur.attributes["loop_annotation"] = note
+    t = _ANY
+    for level, trip in sorted(levels):
+        match = (f'transform.structured.match attributes {{{_UNROLL_ATTR} = '
+                 f'array<i64: {level}, {trip}>}} in %root : ({t}) -> {t}')
+        apply_transform(module, _HEAD + f"""    %l = {match}
+    %f = transform.cast %l : {t} to {_FOR}
+    transform.loop.unroll %f {{ factor = {trip} }} : {_FOR}
+""" + _TAIL)
+    return sum(levels.values())
+
+
 #: The ``py:`` steps a strategy's transform may name.
 REWRITES = {"tile_direct_conv": tile_direct_conv, "fold_unit_dims": fold_unit_dims,
+            "unroll_tap_loops": unroll_tap_loops,
             "single_reduction_contracts": single_reduction_contracts,
             "prefetch_next_plane": prefetch_next_plane, "depthwise_rows": depthwise_rows,
             "direct_rows": direct_rows}
