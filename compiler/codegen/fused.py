@@ -55,6 +55,8 @@ from compiler.codegen.family import (KernelFamily, aliased_unpacked, b_row_strid
 from compiler.codegen.loader import KernelFunction
 from compiler.errors import UnsupportedOpError
 from compiler.registry.kernel_params import FusedParams, register_fused_params
+# FusedLinear params with an epilogue (``lowering.fused_forward._linear_epilogue``)
+from compiler.registry.ops.fused_linear import has_epilogue as linear_epilogue
 from compiler.registry.kernel_params import fused_op_params as _registry_fused_op_params
 from compiler.graph.opdef import TensorType
 from runtime import params as P
@@ -377,15 +379,6 @@ def _as_output(lay: Layout, out: Layout) -> Layout:
     return view
 
 
-def linear_epilogue(params) -> bool:
-    """Whether FusedLinear ``params`` (a dict or ``P.Matmul``) have an
-    epilogue (``lowering.fused_forward._linear_epilogue``): a GELU, a
-    residual or a clamp."""
-    get = params.get if isinstance(params, dict) else lambda k: getattr(params, k)
-    return bool(get("gelu") or get("gelu_tanh") or get("residual")
-                or get("clamp_min") is not None or get("clamp_max") is not None)
-
-
 class FusedFamily(KernelFamily):
     """One static fused op per kernel; the binding key is its OpKind."""
 
@@ -414,13 +407,15 @@ class FusedFamily(KernelFamily):
             # (``strategy.packed_epilogue_strategy``); over B in place, one
             unit = unit_stride_args(layouts)
             few = few_rows(layouts[0].shape, unit, n_inputs)
-            dozen = unpacked_rows(layouts[0].shape, unit, n_inputs, b_row_stride(layouts))
-            aliased = aliased_unpacked(layouts[0].shape, unit, n_inputs, b_row_stride(layouts))
-            if linear_epilogue(params):
+            b_stride = b_row_stride(layouts)
+            dozen = unpacked_rows(layouts[0].shape, unit, n_inputs, b_stride)
+            epilogue = linear_epilogue(params)
+            if epilogue:
                 few, dozen = False, bool(params.b_panel) and (few or dozen)
-                aliased = False
+            aliased = not epilogue and not params.b_panel \
+                and aliased_unpacked(layouts[0].shape, unit, n_inputs, b_stride)
             inst = dataclasses.replace(inst, unit_stride=unit, few_rows=few, unpacked=dozen,
-                                       aliased=aliased and not params.b_panel)
+                                       aliased=aliased)
         elif spec.name in ("Conv2D", "MaxPool2D"):
             # their copies in and out (padding, cropping; the pool's rows read
             # and written a vector at a time) move contiguous rows; with strides

@@ -778,9 +778,6 @@ def fold_linear_epilogues(module, table, backends) -> int:
 
 
 
-_LINEAR_EPILOGUE = ("gelu", "gelu_tanh", "residual")  # and the clamps (None: off)
-
-
 def fold_linear_residuals(module, table, backends) -> int:
     """Fold the ``Add(y, skip)`` after a ``FusedLinear`` without an epilogue,
     the only user of its result ``y`` or of the one view of it (an
@@ -797,14 +794,14 @@ def fold_linear_residuals(module, table, backends) -> int:
     ``merge_sibling_linears`` (merged products take no epilogue). Returns how
     many were folded."""
     from compiler.graph.opdef import TensorType
+    from compiler.registry.ops.fused_linear import has_epilogue
     from runtime.keys import BackendId
     entry = _fuel.registry()["FusedLinear"]
     backends = [b for b in backends if BackendId.parse(b) is BackendId.CPU]
     folded = 0
     for lin in [o for o in _fuel.fuel_ops(module) if _fuel.mnemonic(o) == entry.mnemonic]:
         params = _fuel.params(lin)
-        if len(lin.operands) != 3 or any(params.get(k) for k in _LINEAR_EPILOGUE) \
-                or params.get("clamp_min") is not None or params.get("clamp_max") is not None:
+        if len(lin.operands) != 3 or has_epilogue(params):
             continue
         y, view = lin.results[0], None
         users = [_op_of(u) for u in _fuel.users(y)]

@@ -31,7 +31,7 @@ from .matmul import matmul_into
 
 @lowers("FusedLinear")
 def _fused_linear(lw: Lowering):
-    from compiler.codegen.fused import linear_epilogue
+    from compiler.registry.ops.fused_linear import has_epilogue as linear_epilogue
     a, b, bias = lw.operands[:3]
     if linear_epilogue(lw.params):
         skip = lw.operands[3] if lw.params.get("residual") else None

@@ -76,6 +76,15 @@ def _infer(types, params):
     return TensorType(tuple(a.shape[:-1]) + (b.shape[-1],), a.dtype)
 
 
+def has_epilogue(params) -> bool:
+    """Whether FusedLinear ``params`` (a dict, or an object with the same
+    attributes: the codegen's ``P.Matmul``) have an epilogue: a GELU, a
+    residual or a clamp."""
+    get = params.get if isinstance(params, dict) else lambda k: getattr(params, k)
+    return bool(get("gelu") or get("gelu_tanh") or get("residual")
+                or get("clamp_min") is not None or get("clamp_max") is not None)
+
+
 def _check_epilogue(types, params):
     if params.get("gelu") and params.get("gelu_tanh"):
         raise fail(NAME, types, "gelu (erf) and gelu_tanh exclude each other: set one of them")
