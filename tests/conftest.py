@@ -9,6 +9,10 @@ Kernels compile in the test process (``FUELC_JOBS=1`` unless set): a
 ONNX pooling node test is one), which on a small CI machine costs more than
 the worker saves. ``tests/compiler/test_jobs.py`` passes ``jobs=`` itself;
 ``FUELC_JOBS=2 pytest ...`` brings the workers back.
+
+With ``FUELC_CPU=x86-64-v3`` (CI's second run) the plain ``"cpu"`` target *is*
+``"cpu:x86-64-v3"``: of a test parametrized over both, the ``"cpu:x86-64-v3"``
+case is deselected there (it would compile and run the same code twice).
 """
 import os
 
@@ -20,6 +24,20 @@ os.environ.setdefault("FUELC_JOBS", "1")
 settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile("ci")
+
+_BASELINE = "cpu:x86-64-v3"
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("FUELC_CPU", "").strip().lower() != "x86-64-v3":
+        return
+    ids = {item.nodeid for item in items}
+    twins = [item for item in items
+             if _BASELINE in item.nodeid and item.nodeid.replace(_BASELINE, "cpu") in ids]
+    if twins:
+        dropped = set(map(id, twins))
+        config.hook.pytest_deselected(items=twins)
+        items[:] = [item for item in items if id(item) not in dropped]
 
 
 @pytest.fixture(autouse=True)
