@@ -17,6 +17,7 @@ may run on), or ``set_num_threads(n)``; 1 turns splitting off.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import math
 import os
 import re
@@ -135,6 +136,19 @@ def set_num_threads(n: int | None) -> None:
     ``$FUELC_NUM_THREADS`` / the CPU count). Raises ThreadCountError."""
     global _threads
     _threads = None if n is None else _parse(n, "set_num_threads(n)")
+
+
+@contextlib.contextmanager
+def threads(n: int | None):
+    """``with threads(2): ...``: calls inside use ``n`` threads; the setting
+    before (a count or the default) comes back on leaving."""
+    global _threads
+    before = _threads
+    set_num_threads(n)
+    try:
+        yield
+    finally:
+        _threads = before
 
 
 def _executor(workers: int) -> concurrent.futures.ThreadPoolExecutor:

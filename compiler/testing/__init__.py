@@ -69,6 +69,30 @@ def run_pipeline_on_text(ir_text: str, pipeline: str, *, plugins: Iterable = (),
                          engine.diagnostics)
 
 
+def same_bits_at_threads(run, counts: Iterable[int] = (1, 2)):
+    """Call ``run()`` (returning an array or a list of arrays) at each thread
+    count in ``counts``; assert every call gives the first call's bits and
+    return that result. Kernels split their work by the thread count, so this
+    checks that the split changes no rounding."""
+    import numpy as np
+    from compiler.codegen import parallel
+    counts = list(counts)
+    results = []
+    for n in counts:
+        with parallel.threads(n):
+            out = run()
+        results.append(out)
+    first = results[0] if isinstance(results[0], (list, tuple)) else [results[0]]
+    for n, out in zip(counts[1:], results[1:]):
+        out = out if isinstance(out, (list, tuple)) else [out]
+        assert len(out) == len(first), f"{n} threads gave {len(out)} results, not {len(first)}"
+        for i, (a, b) in enumerate(zip(out, first)):
+            np.testing.assert_array_equal(
+                np.asarray(a), np.asarray(b),
+                err_msg=f"result {i} at {n} threads against {counts[0]} threads")
+    return results[0]
+
+
 def filecheck(output: str, check, prefix: str = "CHECK") -> None:
     """Check ``output`` against the ``{prefix}:`` lines of ``check``: a path
     (``os.PathLike``, or a one-line string naming a file) or the check text
@@ -89,5 +113,5 @@ def filecheck(output: str, check, prefix: str = "CHECK") -> None:
             f"{proc.stdout}{proc.stderr}".rstrip())
 
 
-__all__ = ["run_pipeline_on_text", "filecheck", "PipelineFailed", "FileCheckError",
+__all__ = ["run_pipeline_on_text", "filecheck", "same_bits_at_threads", "PipelineFailed", "FileCheckError",
            "collect_mlir_tests", "MlirTest", "RunLineFailed", "FEATURES", "run_command"]

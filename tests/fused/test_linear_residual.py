@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from compiler import compile
-from compiler.codegen import parallel
+from compiler.testing import same_bits_at_threads
 from compiler.graph import Graph
 from compiler.graph.interpret import interpret
 from compiler.passes import DEFAULT_PIPELINE
@@ -60,11 +60,4 @@ def test_zero_bias_is_bit_identical_to_the_unfused_kernels(target):
 
 def test_two_threads_same_bits():
     g, feeds = _graph((4, 128, 256), 256, seed=3)
-    outs = []
-    for threads in (1, 2):
-        parallel.set_num_threads(threads)
-        try:
-            outs.append(np.asarray(compile(g, "cpu")(**feeds)))
-        finally:
-            parallel.set_num_threads(None)
-    np.testing.assert_array_equal(outs[0], outs[1])
+    same_bits_at_threads(lambda: compile(g, "cpu")(**feeds))
