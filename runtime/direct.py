@@ -422,11 +422,8 @@ class DirectRun:
                     if place is None:
                         place = self._place(largest)
                     at = place
-                for entry in kept:   # an array the caller holds no more (KEEP)
-                    if entry[1] == at and _refs(entry) == entry[2]:
-                        arr = entry[0]
-                        break
-                else:
+                arr = _kept(kept, at)   # an array the caller holds no more (KEEP)
+                if arr is None:
                     if nbytes >= PAGE:
                         buf = alloc(nbytes + PAGE, np.uint8)
                         arr = np.ndarray(shape, view, buf, (at - _address(buf)) % PAGE)
@@ -458,11 +455,8 @@ class DirectRun:
                 for pool, n_args in held:
                     pool.release(n_args)
             for name, src, kept in self.copied:   # into a kept array, as above
-                for entry in kept:
-                    if _refs(entry) == entry[2]:
-                        arr = entry[0]
-                        break
-                else:
+                arr = _kept(kept, 0)
+                if arr is None:
                     arr = np.empty(src.shape, src.dtype)
                     kept[:] = kept[1 - KEEP:] + [[arr, 0, _FREE[False]]]
                 arr[...] = src
@@ -484,6 +478,15 @@ class DirectRun:
 #: array over it, some 1.2 us of each call; and a reused output is still in
 #: cache.) A zeroed output (a kernel without ``full_write``) is made anew.
 KEEP = 2
+
+
+def _kept(kept: list, at: int):
+    """The first kept array at page offset ``at`` that no one else refers to
+    (``_refs``), or None."""
+    for entry in kept:
+        if entry[1] == at and _refs(entry) == entry[2]:
+            return entry[0]
+    return None
 
 
 def _refs(entry: list) -> int:
