@@ -101,31 +101,108 @@ def tensor_types(values) -> list[TensorType]:
 
 class SymbolicDims:
     """The symbols the passes and the type verifier read ``?`` extents as
-    (docs/dynamic-shapes.md, "Passes on ? extents"): each dynamic axis of each
-    value is an atom ``d0``, ``d1``, ... (bounds 1.., as a graph symbol: never
-    assumed to be 1 by broadcasting), the same atom for the same value and
-    axis every time. Shape rules then compute with them as they do with graph
-    symbols; run them inside ``recording()``, so that two ``?`` extents an op
-    needs equal (the operands of an add) unify, as the op itself asserts."""
+    (docs/dynamic-shapes.md, "Passes on ? extents"). In a function that
+    names its symbols (``fuel.symbols``, ``symbols.py``) a value's ``?``
+    extent is the expression the shape rules compute from the arguments'
+    ``fuel.dims`` and the params' ``fuel.extents`` (``batch*seq``); any other
+    ``?`` (hand-written IR, an extent no rule names) is an atom ``d0``, ``d1``,
+    ... (bounds 1.., as a graph symbol: never assumed to be 1 by
+    broadcasting), the same atom for the same value and axis every time.
+    Shape rules then compute with them as they do with graph symbols; run
+    them inside ``recording()``, so that two ``?`` extents an op needs equal
+    (the operands of an add) unify, as the op itself asserts."""
 
     def __init__(self):
         self._atoms: dict = {}
+        self._named: dict = {}   # value -> its extents from the rules (None: unnamed)
+        self.fresh: set = set()  # the names of the atoms
         self.equalities: list = []
 
     def shape(self, value, rt=None) -> tuple:
-        """``value``'s shape (``rt``: its ranked tensor type), ``?`` as atoms."""
+        """``value``'s shape (``rt``: its ranked tensor type), ``?`` as symbols."""
         rt = rt or ir.RankedTensorType(value.type)
         dyn = ir.ShapedType.get_dynamic_size()
-        return tuple(self._atom(value, i) if d == dyn else d for i, d in enumerate(rt.shape))
+        if rt.has_static_shape:
+            return tuple(rt.shape)
+        named = self.named(value) or ()
+        return tuple(d if d != dyn else named[i] if i < len(named) and isinstance(
+            named[i], Sym) else self._atom(value, i) for i, d in enumerate(rt.shape))
 
     def _atom(self, value, axis: int):
         key = (value, axis)
         if key not in self._atoms:
-            self._atoms[key] = Sym(f"d{len(self._atoms)}")
+            n = len(self._atoms)
+            self._atoms[key] = Sym(f"d{n}")
+            self.fresh.add(f"d{n}")
         return self._atoms[key]
+
+    def encodable(self, d) -> bool:
+        """Whether the symbolic extent ``d`` is over named symbols only (the
+        IR can spell it: ``fuel.extents``)."""
+        return isinstance(d, Sym) and not (set(d.atoms) & self.fresh)
+
+    def named(self, value) -> "tuple | None":
+        """``value``'s extents from the rules of a function naming its
+        symbols (None where not): its producers first, without recursion."""
+        from .structural import is_runtime_fused
+        from .symbols import enclosing_func, func_symbols, value_dims
+        stack = [value]
+        while stack:
+            v = stack[-1]
+            if v in self._named:
+                stack.pop()
+                continue
+            d = v.maybe_downcast()
+            if isinstance(d, ir.BlockArgument):
+                owner = d.owner.owner
+                owner = getattr(owner, "operation", owner)
+                if owner.name == "func.func":
+                    self._named[stack.pop()] = value_dims(d)
+                    continue
+                # a runtime fused body's arguments mirror the op's operands
+                src = owner.operands[d.arg_number] if is_runtime_fused(owner) else None
+                deps, extents = [src] if src is not None else [], lambda: [self._named[src]]
+            else:
+                op = d.owner
+                op = getattr(op, "operation", op)
+                if not op.name.startswith("fuel.") or func_symbols(enclosing_func(op)) is None:
+                    deps, extents = [], lambda: [None] * len(op.results)
+                elif is_runtime_fused(op):  # its result is the body's yielded value
+                    y = list(op.regions[0].blocks[0].operations)[-1].operands[0]
+                    deps, extents = [y], lambda: [self._named[y]]
+                else:
+                    deps, extents = list(op.operands), lambda: self._rule_extents(op)
+            pending = [o for o in deps if o not in self._named]
+            if pending:
+                stack.extend(pending)
+                continue
+            stack.pop()
+            if isinstance(d, ir.BlockArgument):
+                self._named[v] = extents()[0] if deps else None
+            else:
+                for r, shape in zip(op.results, extents()):
+                    self._named[r] = shape
+        return self._named[value]
+
+    def _rule_extents(self, op) -> list:
+        from .verify import rule_types
+        try:
+            with recording([], op.name):
+                want = rule_types(op, self)
+        except Exception:  # any refusal: the verifier reports it, the extents stay atoms
+            want = None
+        return [w.shape for w in want] if want else [None] * len(op.results)
 
     def recording(self, where: str = "fuel pass"):
         return recording(self.equalities, where)
+
+
+def broadcast_keeps(shape, src) -> tuple:
+    """A ``BroadcastTo`` target ``shape`` with -1 where a symbolic extent is
+    the input's own (``src``, right-aligned): how fuel IR writes it."""
+    off = len(shape) - len(src)
+    return tuple(-1 if isinstance(d, Sym) and i >= off and src[i - off] == d else d
+                 for i, d in enumerate(shape))
 
 
 def keep_extents(shape, src) -> list:

@@ -241,7 +241,7 @@ def rel_params_hold(st: _State, dims: Optional[_fuel.SymbolicDims] = None) -> bo
                 _, specs, _ = op_signature(node.op)
                 kids = [_fuel.tensor_type(v, dims) for v in op.operands]
                 want = _fuel.dialect_params(
-                    node.op, resolve_params(node.op, specs, rel, binds, kids), kids)
+                    node.op, resolve_params(node.op, specs, rel, binds, kids), kids, dims)
                 actual = _fuel.params(op)
                 if not all(_equal(want[k], actual.get(k)) for k in want):
                     return False
@@ -754,10 +754,8 @@ def fold_linear_epilogues(module, table, backends) -> int:
         update, act, matched = found
         params.update(update)
         weight = _unbroadcast_weight(lin.operands[1])
-        try:
-            in_types = [_fuel.tensor_type(v) for v in lin.operands]
-        except Exception:  # ``?`` extents: no static types to ask the table with
-            continue
+        # ``?`` rows: the epilogue kernel takes them at run time (``kernel_serves`` decides)
+        in_types = [_fuel.tensor_type(v, _fuel.SymbolicDims()) for v in lin.operands]
         if weight is not None:
             in_types[1] = TensorType(tuple(weight[1]), in_types[1].dtype)
         dts = [t.dtype for t in in_types] + [_fuel.dtype_of(y)]
