@@ -116,7 +116,7 @@ def func_equalities(func, bounds: dict) -> list:
             for pair in ir.ArrayAttr(func.attributes[EQUALITIES_ATTR])]
 
 
-def _dims_list(func, key: str) -> list:
+def dims_list(func, key: str) -> list:
     """Each argument's (``arg_attrs``) or result's (``res_attrs``) ``fuel.dims``
     strings, None where it has none."""
     if key not in func.attributes:
@@ -141,7 +141,7 @@ def func_dims_error(func) -> Optional[str]:
         ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
         for what, key, types in (("argument", "arg_attrs", ftype.inputs),
                                  ("result", "res_attrs", ftype.results)):
-            for i, (texts, t) in enumerate(zip(_dims_list(func, key), types)):
+            for i, (texts, t) in enumerate(zip(dims_list(func, key), types)):
                 if texts is None:
                     continue
                 shape = ir.RankedTensorType(t).shape

@@ -25,6 +25,9 @@ makes every dim ``?``, a per-dim mask (``(True, False)``) the dims it marks.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 from compiler.errors import DialectError
 from compiler.graph.opdef import TensorType
 from compiler.graph.symbolic import Sym, recording
@@ -114,7 +117,11 @@ class SymbolicDims:
 
     def __init__(self):
         self._atoms: dict = {}
-        self._named: dict = {}   # value -> its extents from the rules (None: unnamed)
+        # value -> (the op owning it or its block, its extents from the rules or
+        # None): shared by the instances of one pass run (``shared_extents``)
+        self._named: dict = _SHARED.get()
+        if self._named is None:
+            self._named = {}
         self.fresh: set = set()  # the names of the atoms
         self.equalities: list = []
 
@@ -146,10 +153,11 @@ class SymbolicDims:
         symbols (None where not): its producers first, without recursion."""
         from .structural import is_runtime_fused
         from .symbols import enclosing_func, func_symbols, value_dims
+        known = self._known
         stack = [value]
         while stack:
             v = stack[-1]
-            if v in self._named:
+            if known(v):
                 stack.pop()
                 continue
             d = v.maybe_downcast()
@@ -157,32 +165,40 @@ class SymbolicDims:
                 owner = d.owner.owner
                 owner = getattr(owner, "operation", owner)
                 if owner.name == "func.func":
-                    self._named[stack.pop()] = value_dims(d)
+                    self._named[stack.pop()] = (_content(v), value_dims(d))
                     continue
                 # a runtime fused body's arguments mirror the op's operands
                 src = owner.operands[d.arg_number] if is_runtime_fused(owner) else None
-                deps, extents = [src] if src is not None else [], lambda: [self._named[src]]
+                deps, extents = [src] if src is not None else [], lambda: [self._named[src][1]]
             else:
-                op = d.owner
-                op = getattr(op, "operation", op)
+                owner = d.owner
+                owner = getattr(owner, "operation", owner)
+                op = owner
                 if not op.name.startswith("fuel.") or func_symbols(enclosing_func(op)) is None:
                     deps, extents = [], lambda: [None] * len(op.results)
                 elif is_runtime_fused(op):  # its result is the body's yielded value
                     y = list(op.regions[0].blocks[0].operations)[-1].operands[0]
-                    deps, extents = [y], lambda: [self._named[y]]
+                    deps, extents = [y], lambda: [self._named[y][1]]
                 else:
                     deps, extents = list(op.operands), lambda: self._rule_extents(op)
-            pending = [o for o in deps if o not in self._named]
+            pending = [o for o in deps if not known(o)]
             if pending:
                 stack.extend(pending)
                 continue
             stack.pop()
             if isinstance(d, ir.BlockArgument):
-                self._named[v] = extents()[0] if deps else None
+                self._named[v] = (_content(v), extents()[0] if deps else None)
             else:
                 for r, shape in zip(op.results, extents()):
-                    self._named[r] = shape
-        return self._named[value]
+                    self._named[r] = (_content(r), shape)
+        return self._named[value][1]
+
+    def _known(self, v) -> bool:
+        """Whether ``v``'s extents are computed, for what ``v`` is now: an
+        entry is the extents of its op's name, attributes, operands and
+        result type (a new op at an erased op's address is not the old one)."""
+        entry = self._named.get(v)
+        return entry is not None and entry[0] == _content(v)
 
     def _rule_extents(self, op) -> list:
         from .verify import rule_types
@@ -195,6 +211,34 @@ class SymbolicDims:
 
     def recording(self, where: str = "fuel pass"):
         return recording(self.equalities, where)
+
+
+def _content(v) -> tuple:
+    """What ``v``'s extents are a function of: its op's name, attributes
+    (uniqued: hashed by identity), operands and result type and number; a
+    block argument's block owner and operands, its number and type."""
+    owner = v.owner
+    if isinstance(owner, ir.Block):
+        op, n = owner.owner.operation, v.maybe_downcast().arg_number
+    else:
+        op, n = owner.operation, v.maybe_downcast().result_number
+    attrs = op.attributes
+    return (op.name, n, hash(v.type), tuple(hash(attrs[i].attr) for i in range(len(attrs))),
+            tuple(op.operands))
+
+
+_SHARED: contextvars.ContextVar = contextvars.ContextVar("fuelc_named_extents", default=None)
+
+
+@contextlib.contextmanager
+def shared_extents():
+    """The ``SymbolicDims`` made inside share the extents they compute (one
+    pass run: a rewrite keeps the extents of the values it leaves)."""
+    token = _SHARED.set({})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
 
 
 def broadcast_keeps(shape, src) -> tuple:

@@ -18,6 +18,8 @@ from compiler.mlir import ir
 
 from .attrs import op_params
 from .definition import DIALECT, SEGMENTS_ATTR, lookup
+from .symbols import (DIMS_ATTR, dims_list, enclosing_func, func_dims_error, func_equalities,
+                      func_symbols, parse_extent)
 from .types import SymbolicDims, keep_extents, mlir_to_dtype
 
 
@@ -33,11 +35,12 @@ def _describe(types) -> str:
     return ", ".join(f"{t.dtype}[{','.join(dim(d) for d in t.shape)}]" for t in types)
 
 
-def rule_types(op, dims: SymbolicDims):
+def rule_types(op, dims: SymbolicDims, params: dict | None = None, ins=None):
     """The result types ``op``'s shape and dtype rule gives for its operands
-    (each ``?`` extent the symbol ``dims`` reads it as) and params (a
-    broadcast's -1, keep the input's extent, replaced by that extent), or
-    None for an op without a rule. Raises what the rule raises."""
+    (each ``?`` extent the symbol ``dims`` reads it as; ``ins``: their types
+    where known) and params (a broadcast's -1, keep the input's extent,
+    replaced by that extent), or None for an op without a rule. Raises what
+    the rule raises."""
     try:
         spec = lookup(op.name)
     except FuelError:
@@ -45,8 +48,9 @@ def rule_types(op, dims: SymbolicDims):
     infer = getattr(spec.source, "infer", None)
     if infer is None or spec.name in ("Input",):
         return None
-    ins = [TensorType(dims.shape(v), mlir_to_dtype(v.type)) for v in op.operands]
-    params = op_params(op)
+    if ins is None:
+        ins = [TensorType(dims.shape(v), mlir_to_dtype(v.type)) for v in op.operands]
+    params = op_params(op) if params is None else params
     if op.name == "fuel.broadcast_to" and ins:
         params = dict(params, shape=tuple(keep_extents(tuple(params["shape"]), ins[0].shape)))
     want = infer(ins, params)
@@ -62,24 +66,27 @@ def op_type_error(op, dims: SymbolicDims | None = None) -> str | None:
     dtype, a static extent) is. In a function naming its symbols
     (``fuel.symbols``) the named extents are checked too (``_named_error``)."""
     try:
-        lookup(op.name)
+        spec = lookup(op.name)
         ins = [_tensor_type(v.type) for v in op.operands]
         outs = [_tensor_type(r.type) for r in op.results]
     except (ValueError, FuelError):
         return None  # unranked or non-tensor types, unknown ops: IRDL reports those
+    dynamic = any(d < 0 for t in (*ins, *outs) for d in t.shape)
     dims = dims or SymbolicDims()
     sink: list = []
     try:
-        with recording(sink, op.name):
-            want = rule_types(op, dims)
+        params = op_params(op)
+        if dynamic:
+            with recording(sink, op.name):
+                want = rule_types(op, dims, params)
+        else:
+            want = rule_types(op, dims, params, ins)
         if want is None:
             return None
-        params = op_params(op)
     except SymbolicError:
         return None  # a comparison the symbols cannot decide (a Slice bound on a ? axis)
     except FuelError as e:
         return f"operands ({_describe(ins)}) break the op's rule: {str(e).splitlines()[0]}"
-    spec = lookup(op.name)
     if spec.segmented:
         sizes = (list(ir.DenseI32ArrayAttr(op.attributes[SEGMENTS_ATTR]))
                  if SEGMENTS_ATTR in op.attributes else None)
@@ -99,8 +106,7 @@ def op_type_error(op, dims: SymbolicDims | None = None) -> str | None:
             continue
         return (f"result #{i} is {_describe([got])} but operands ({_describe(ins)}) "
                 f"give {_describe([w])}")
-    from .symbols import enclosing_func, func_symbols
-    if func_symbols(enclosing_func(op)) is not None:
+    if dynamic and func_symbols(enclosing_func(op)) is not None:
         return _named_error(op, dims, want, sink)
     return None
 
@@ -111,7 +117,6 @@ def _named_error(op, dims: SymbolicDims, want, sink) -> str | None:
     that ``fuel.equalities`` does not declare, or a result extent the type
     writes static where the rule gives a named symbol (or ``?`` where it
     gives an int)."""
-    from .symbols import enclosing_func, func_equalities, func_symbols
     func = enclosing_func(op)
     declared = func_equalities(func, func_symbols(func) or {})
     def known(d):
@@ -137,7 +142,6 @@ def _func_error(func, dims: SymbolicDims) -> str | None:
     """A function naming its symbols: its ``fuel.dims`` well formed
     (``symbols.func_dims_error``), and each result's named extents those the
     rules give the returned value."""
-    from .symbols import DIMS_ATTR, _dims_list, func_dims_error, func_symbols, parse_extent
     msg = func_dims_error(func)
     if msg is not None or func_symbols(func) is None:
         return msg
@@ -145,7 +149,7 @@ def _func_error(func, dims: SymbolicDims) -> str | None:
     ret = list(func.regions[0].blocks[0].operations)[-1] if len(func.regions[0].blocks) else None
     if ret is None:
         return None
-    for i, (texts, v) in enumerate(zip(_dims_list(func, "res_attrs"), ret.operands)):
+    for i, (texts, v) in enumerate(zip(dims_list(func, "res_attrs"), ret.operands)):
         got = dims.named(v) if texts is not None else None
         for axis, (t, d) in enumerate(zip(texts or (), got or ())):
             if t and dims.encodable(d) and d != parse_extent(t, bounds):
