@@ -138,7 +138,13 @@ class SymbolicDims:
     def _atom(self, value, axis: int):
         key = (value, axis)
         if key not in self._atoms:
+            from .symbols import enclosing_func, func_symbols
+            owner = value.owner
+            owner = owner.owner if isinstance(owner, ir.Block) else owner
+            reserved = func_symbols(enclosing_func(owner)) or ()
             n = len(self._atoms)
+            while f"d{n}" in reserved or f"d{n}" in self.fresh:  # not a function's own symbol
+                n += 1
             self._atoms[key] = Sym(f"d{n}")
             self.fresh.add(f"d{n}")
         return self._atoms[key]

@@ -40,6 +40,7 @@ def _shapes_graph():
     g.output(flat[1:], name="tail")  # Slice start 1, len batch*s - 1
     g.output(y + g.input("v", ("m", 4), "f32"), name="sum")  # records n == m
     g.output(z.pad(((0, 0), (1, 2))), name="padded")
+    g.output(g.add_node("Iota", [], {"len": x.shape[1]}), name="positions")  # len s
     return g
 
 
@@ -53,6 +54,7 @@ def test_symbols_survive_a_round_trip():
     assert '{fuel.dims = ["batch*s - 1", ""]}' in text  # a result's extents
     assert '{fuel.extents = {shape = ["batch*s", ""]}, shape = [-1, 4]}' in text
     assert 'fuel.extents = {len = "batch*s - 1"}' in text
+    assert '{fuel.extents = {len = "s"}, len = -1 : i64}' in text
     module = parse_fuel_module(text)
     assert str(module) == text
     ops = {_fuel.mnemonic(o): o for o in _fuel.fuel_ops(module)}
@@ -62,6 +64,7 @@ def test_symbols_survive_a_round_trip():
     dims = SymbolicDims()
     assert dims.shape(ops["slice"].results[0]) == (batch * s - 1, 4)
     assert dims.shape(ops["pad"].results[0]) == (2 * s + 1, 6)
+    assert dims.shape(ops["iota"].results[0]) == (s,)
     assert not dims.fresh  # every ? extent named
 
 
