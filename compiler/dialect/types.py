@@ -117,8 +117,8 @@ class SymbolicDims:
 
     def __init__(self):
         self._atoms: dict = {}
-        # value -> (the op owning it or its block, its extents from the rules or
-        # None): shared by the instances of one pass run (``shared_extents``)
+        # value -> (``_content(value)``, its extents from the rules or None):
+        # shared by the instances of one pass run (``shared_extents``)
         self._named: dict = _SHARED.get()
         if self._named is None:
             self._named = {}
