@@ -13,6 +13,10 @@ str      str                 ``StringAttr``
 bytes    (not an attribute)
 =======  ==================  ===============================
 
+A symbolic extent (a ``Sym``) in an ``i64``/``i64s`` param is written -1
+and spelled in the op's ``fuel.extents`` (``symbols.py``); ``op_params``
+reads it back.
+
 A param whose default is ``None`` (optional: e.g. FlashAttn's window sizes,
 softcap) is an attribute only when set; ``None`` is spelled by its absence.
 The IRDL declares such params as undeclared extra attributes, because IRDL
@@ -28,6 +32,8 @@ from compiler.mlir import ir
 from runtime.dtype import DType
 
 from .definition import DialectOp, lookup
+from .symbols import (EXTENTS_ATTR, decode_extents, enclosing_func, encode_extents,
+                      extents_attr, func_symbols)
 
 
 def param_to_attr(spec: ParamSpec, value, op_name: str = "?") -> "ir.Attribute":
@@ -88,7 +94,9 @@ def params_to_attributes(op: DialectOp, params: dict) -> dict:
     if extra:
         raise DialectError(f"{op.op_name}: unknown params {sorted(extra)}; "
                            f"declared: {sorted(known)}")
-    attrs = {}
+    kinds = {p.name: p.kind for p in op.attr_params}
+    params, exprs = encode_extents(params, kinds)
+    attrs = {EXTENTS_ATTR: extents_attr(exprs)} if exprs else {}
     for p in op.attr_params:
         if p.name in params:
             value = params[p.name]
@@ -106,7 +114,12 @@ def op_params(op: "ir.Operation", ops: Optional[dict] = None) -> dict:
     """A ``fuel.*`` operation's params as python values, keyed as in its
     OpDef / registry entry (attributes absent on the op take their default)."""
     op = getattr(op, "operation", op)
-    return params_of_attributes(lookup(op.name, ops), op.attributes)
+    spec = lookup(op.name, ops)
+    params = params_of_attributes(spec, op.attributes)
+    if EXTENTS_ATTR in op.attributes:
+        bounds = func_symbols(enclosing_func(op)) or {}
+        params = decode_extents(params, op.attributes[EXTENTS_ATTR], bounds, spec.op_name)
+    return params
 
 
 def params_of_attributes(spec: DialectOp, attributes) -> dict:

@@ -17,6 +17,16 @@ Shape of the result::
   in ``EmittedModule.constants`` (name -> storage array), as do bf16 ones
   (which are also inline, for reading the IR).
 * Fused nodes become ``fuel.<entry.mnemonic>`` with one result per slot.
+* A graph with symbols (``graph.symbols``) is emitted with ``?`` extents, its
+  symbols named by ``fuel.symbols``/``fuel.dims``/``fuel.equalities`` and
+  its symbolic params by ``fuel.extents`` (``symbols.py``)::
+
+    func.func @main(%arg0: tensor<?x?x768xf32> {fuel.dims = ["batch", "seq", ""],
+                    fuel.name = "x"}) -> (tensor<?x768xf32> {fuel.dims = ["batch*seq", ""]})
+        attributes {fuel.output_names = ["y"],
+                    fuel.symbols = {batch = array<i64: 1, 64>, seq = array<i64: 1>}}
+      %0 = "fuel.reshape"(%arg0) {fuel.extents = {shape = ["batch*seq", ""]},
+                                  shape = [-1, 768]} : ...
 """
 from __future__ import annotations
 
@@ -28,10 +38,12 @@ import numpy as np
 from compiler.errors import DialectError
 from compiler.mlir import MLIRError, func, ir
 from runtime.dtype import DType
+from runtime.symbols import Sym
 
 from .attrs import params_to_attributes
 from .definition import build_fuel_op, from_fused_entry, load_fuel_dialect, lookup
-from .types import mlir_to_dtype, tensor_type
+from .symbols import (DIMS_ATTR, EQUALITIES_ATTR, SYMBOLS_ATTR, dims_attr, symbols_attr)
+from .types import SymbolicDims, broadcast_keeps, mlir_to_dtype, tensor_type
 
 INLINE_LIMIT = 64
 NAME_ATTR = "fuel.name"
@@ -84,16 +96,28 @@ def graph_to_module(graph, ctx: Optional["ir.Context"] = None, func_name: str = 
     constants: dict = {}
     input_names = list(graph.inputs)
     output_names = list(graph.outputs)
+    symbolic = bool(getattr(graph, "symbols", None))
     with ctx, ir.Location.unknown():
         module = ir.Module.create()
-        arg_types = [tensor_type(graph.nodes[i].type) for i in graph.inputs.values()]
-        res_types = [tensor_type(graph.nodes[i].type) for i in graph.outputs.values()]
+        ins = [graph.nodes[i].type for i in graph.inputs.values()]
+        outs = [graph.nodes[i].type for i in graph.outputs.values()]
         with ir.InsertionPoint(module.body):
-            f = func.FuncOp(func_name, (arg_types, res_types))
-            f.arg_attrs = ir.ArrayAttr.get([
-                ir.DictAttr.get({NAME_ATTR: ir.StringAttr.get(n)}) for n in input_names])
+            f = func.FuncOp(func_name, ([_type(t) for t in ins], [_type(t) for t in outs]))
+
+            def arg_attrs(t, extra):
+                dims = {DIMS_ATTR: dims_attr(t.shape)} if symbolic else {}
+                return ir.DictAttr.get(dict(extra, **dims))
+            f.arg_attrs = ir.ArrayAttr.get([arg_attrs(t, {NAME_ATTR: ir.StringAttr.get(n)})
+                                            for t, n in zip(ins, input_names)])
             f.attributes[OUTPUT_NAMES_ATTR] = ir.ArrayAttr.get(
                 [ir.StringAttr.get(n) for n in output_names])
+            if symbolic:
+                f.result_attrs = ir.ArrayAttr.get([arg_attrs(t, {}) for t in outs])
+                f.attributes[SYMBOLS_ATTR] = symbols_attr(graph.symbols)
+                if graph.equalities:
+                    f.attributes[EQUALITIES_ATTR] = ir.ArrayAttr.get([ir.ArrayAttr.get(
+                        [ir.StringAttr.get(str(a)), ir.StringAttr.get(str(b))])
+                        for a, b, _ in graph.equalities])
             block = f.add_entry_block()
         values = {nid: block.arguments[k] for k, nid in enumerate(graph.inputs.values())}
         with ir.InsertionPoint(block):
@@ -111,6 +135,11 @@ def graph_to_module(graph, ctx: Optional["ir.Context"] = None, func_name: str = 
     return EmittedModule(module, constants, input_names, output_names)
 
 
+def _type(t) -> "ir.RankedTensorType":
+    """``t`` with ``?`` where its extent is a symbol."""
+    return tensor_type(t, [isinstance(d, Sym) for d in t.shape])
+
+
 def _emit_node(graph, node, values, constants, inline_limit) -> "ir.Value":
     label = f"node %{node.id} ({node.name})"
     try:
@@ -118,8 +147,12 @@ def _emit_node(graph, node, values, constants, inline_limit) -> "ir.Value":
             spec = from_fused_entry(node.fused)
         else:
             spec = lookup(node.opdef.mnemonic)
-        out_types = [tensor_type(t) for t in (node.output_types or (node.type,))]
-        attrs = params_to_attributes(spec, node.params)
+        out_types = [_type(t) for t in (node.output_types or (node.type,))]
+        params = node.params
+        if node.op == "BroadcastTo":  # an extent kept from the input is -1, as the passes write it
+            params = dict(params, shape=broadcast_keeps(params["shape"],
+                                                        graph.nodes[node.inputs[0]].type.shape))
+        attrs = params_to_attributes(spec, params)
         if node.op == "Const":
             arr = graph.constants[node.params["name"]]
             if arr.size <= inline_limit:
@@ -132,8 +165,9 @@ def _emit_node(graph, node, values, constants, inline_limit) -> "ir.Value":
         if node.opdef is not None:
             def infer(vs, _d=node.opdef, _p=node.params):
                 from compiler.graph.opdef import TensorType
-                tts = [TensorType(tuple(v.type.shape), mlir_to_dtype(v.type)) for v in vs]
-                return tensor_type(_d.infer(tts, _p))
+                dims = SymbolicDims()
+                tts = [TensorType(dims.shape(v), mlir_to_dtype(v.type)) for v in vs]
+                return _type(_d.infer(tts, _p))
         op = build_fuel_op(spec, operands, out_types, attrs, infer)
     except DialectError as e:
         raise DialectError(f"{label}: {e}") from None

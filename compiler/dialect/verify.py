@@ -13,11 +13,13 @@ import re
 
 from compiler.errors import CompilerError, FuelError
 from compiler.graph.opdef import TensorType
-from compiler.graph.symbolic import SymbolicError
+from compiler.graph.symbolic import SymbolicError, recording
 from compiler.mlir import ir
 
 from .attrs import op_params
 from .definition import DIALECT, SEGMENTS_ATTR, lookup
+from .symbols import (DIMS_ATTR, dims_list, enclosing_func, func_dims_error, func_equalities,
+                      func_symbols, parse_extent)
 from .types import SymbolicDims, keep_extents, mlir_to_dtype
 
 
@@ -33,23 +35,12 @@ def _describe(types) -> str:
     return ", ".join(f"{t.dtype}[{','.join(dim(d) for d in t.shape)}]" for t in types)
 
 
-def _symbolic_operands(op, params):
-    """Operand types with each ``?`` extent a symbol (``SymbolicDims``), and
-    the params the rule reads: a broadcast's -1 (keep the input's extent)
-    replaced by that extent."""
-    dims = SymbolicDims()
-    ins = [TensorType(dims.shape(v), mlir_to_dtype(v.type)) for v in op.operands]
-    if op.name == "fuel.broadcast_to" and ins:
-        params = dict(params, shape=tuple(keep_extents(tuple(params["shape"]), ins[0].shape)))
-    return dims, ins, params
-
-
-def op_type_error(op) -> str | None:
-    """Why ``op``'s result types contradict its rule, or None. With ``?``
-    operands the rule runs on symbols (``SymbolicDims``): the ranks and the
-    static extents it computes must be the results'; a comparison the
-    symbols cannot decide (``SymbolicError``) is not reported, any other
-    refusal of the rule (a dtype, a static extent) is."""
+def rule_types(op, dims: SymbolicDims, params: dict | None = None, ins=None):
+    """The result types ``op``'s shape and dtype rule gives for its operands
+    (each ``?`` extent the symbol ``dims`` reads it as; ``ins``: their types
+    where known) and params (a broadcast's -1, keep the input's extent,
+    replaced by that extent), or None for an op without a rule. Raises what
+    the rule raises."""
     try:
         spec = lookup(op.name)
     except FuelError:
@@ -57,20 +48,41 @@ def op_type_error(op) -> str | None:
     infer = getattr(spec.source, "infer", None)
     if infer is None or spec.name in ("Input",):
         return None
+    if ins is None:
+        ins = [TensorType(dims.shape(v), mlir_to_dtype(v.type)) for v in op.operands]
+    params = op_params(op) if params is None else params
+    if op.name == "fuel.broadcast_to" and ins:
+        params = dict(params, shape=tuple(keep_extents(tuple(params["shape"]), ins[0].shape)))
+    want = infer(ins, params)
+    return list(want) if isinstance(want, (list, tuple)) else [want]
+
+
+def op_type_error(op, dims: SymbolicDims | None = None) -> str | None:
+    """Why ``op``'s result types contradict its rule, or None. With ``?``
+    operands the rule runs on symbols (``SymbolicDims``; ``dims`` shared
+    across one walk): the ranks and the static extents it computes must be
+    the results'; a comparison the symbols cannot decide
+    (``SymbolicError``) is not reported, any other refusal of the rule (a
+    dtype, a static extent) is. In a function naming its symbols
+    (``fuel.symbols``) the named extents are checked too (``_named_error``)."""
     try:
+        spec = lookup(op.name)
         ins = [_tensor_type(v.type) for v in op.operands]
         outs = [_tensor_type(r.type) for r in op.results]
     except (ValueError, FuelError):
-        return None  # unranked or non-tensor types: IRDL reports those
-    dynamic = any(d < 0 for t in ins for d in t.shape)
+        return None  # unranked or non-tensor types, unknown ops: IRDL reports those
+    dynamic = any(d < 0 for t in (*ins, *outs) for d in t.shape)
+    dims = dims or SymbolicDims()
+    sink: list = []
     try:
         params = op_params(op)
         if dynamic:
-            dims, sym_ins, params = _symbolic_operands(op, params)
-            with dims.recording(op.name):
-                want = infer(sym_ins, params)
+            with recording(sink, op.name):
+                want = rule_types(op, dims, params)
         else:
-            want = infer(ins, params)
+            want = rule_types(op, dims, params, ins)
+        if want is None:
+            return None
     except SymbolicError:
         return None  # a comparison the symbols cannot decide (a Slice bound on a ? axis)
     except FuelError as e:
@@ -85,7 +97,6 @@ def op_type_error(op) -> str | None:
         if sizes != want_sizes:
             return (f"{SEGMENTS_ATTR} {sizes} but its {len(ins)} operands under its params "
                     f"fill the slots {want_sizes} ({', '.join(spec.source.input_names)})")
-    want = want if isinstance(want, (list, tuple)) else [want]
     for i, (w, got) in enumerate(zip(want, outs)):
         if w.dtype != got.dtype:
             return (f"result #{i} is {got.dtype} but ({_describe(ins)}) gives {w.dtype}")
@@ -95,7 +106,61 @@ def op_type_error(op) -> str | None:
             continue
         return (f"result #{i} is {_describe([got])} but operands ({_describe(ins)}) "
                 f"give {_describe([w])}")
+    if dynamic and func_symbols(enclosing_func(op)) is not None:
+        return _named_error(op, dims, want, sink)
     return None
+
+
+def _named_error(op, dims: SymbolicDims, want, sink) -> str | None:
+    """In a function naming its symbols: an equality the rule needs between
+    two extents over named symbols that differ (``batch`` and ``seq``) and
+    that ``fuel.equalities`` does not declare, or a result extent the type
+    writes static where the rule gives a named symbol (or ``?`` where it
+    gives an int)."""
+    func = enclosing_func(op)
+    declared = func_equalities(func, func_symbols(func) or {})
+    def known(d):
+        return isinstance(d, int) or dims.encodable(d)
+    for a, b, _ in sink:
+        if known(a) and known(b) and not any(
+                {a, b} == {x, y} for x, y in declared):
+            names = ", ".join(_operand_text(v, dims) for v in op.operands)
+            return (f"needs {a} == {b}, which the symbols do not give (operands {names}); "
+                    f"the extents differ, or declare the equality in the function's "
+                    f"fuel.equalities")
+    for i, (w, r) in enumerate(zip(want, op.results)):
+        dyn = ir.ShapedType.get_dynamic_size()
+        for axis, (d, t) in enumerate(zip(w.shape, ir.RankedTensorType(r.type).shape)):
+            if (t != dyn and dims.encodable(d)) or (t == dyn and isinstance(d, int)):
+                names = ", ".join(_operand_text(v, dims) for v in op.operands)
+                return (f"result #{i} axis {axis} is {'?' if t == dyn else t} but the rule "
+                        f"gives {d} (operands {names})")
+    return None
+
+
+def _func_error(func, dims: SymbolicDims) -> str | None:
+    """A function naming its symbols: its ``fuel.dims`` well formed
+    (``symbols.func_dims_error``), and each result's named extents those the
+    rules give the returned value."""
+    msg = func_dims_error(func)
+    if msg is not None or func_symbols(func) is None:
+        return msg
+    bounds = func_symbols(func)
+    ret = list(func.regions[0].blocks[0].operations)[-1] if len(func.regions[0].blocks) else None
+    if ret is None:
+        return None
+    for i, (texts, v) in enumerate(zip(dims_list(func, "res_attrs"), ret.operands)):
+        got = dims.named(v) if texts is not None else None
+        for axis, (t, d) in enumerate(zip(texts or (), got or ())):
+            if t and dims.encodable(d) and d != parse_extent(t, bounds):
+                return (f"result #{i} axis {axis}: {DIMS_ATTR} says {t} but the returned "
+                        f"value {v.get_name()} has the extent {d}")
+    return None
+
+
+def _operand_text(v, dims) -> str:
+    shape = dims.shape(v)
+    return f"{v.get_name()}: [{','.join(str(d) for d in shape)}]"
 
 
 #: Deepest bracket nesting ``check_nesting`` lets through to the MLIR parser,
@@ -162,10 +227,15 @@ def unsupported_type_error(op) -> str | None:
 def type_errors(root) -> list[tuple[object, str]]:
     """(op, message) for every fuel op of ``root`` whose types are inconsistent."""
     found = []
+    dims = SymbolicDims()  # one walk: each value's named extents computed once
 
     def cb(op):
+        if op.name == "func.func":
+            msg = _func_error(op, dims)
+            if msg is not None:
+                found.append((op, f"'func.func' op {msg}"))
         if op.name.startswith(DIALECT + "."):
-            msg = unsupported_type_error(op) or op_type_error(op)
+            msg = unsupported_type_error(op) or op_type_error(op, dims)
             if msg is not None:
                 found.append((op, f"'{op.name}' op {msg}"))
         return ir.WalkResult.ADVANCE

@@ -677,6 +677,8 @@ def _infer_matmul(types, params):
                                      f"K={b.shape[-2]}")
     for i, (x, y) in enumerate(zip(a.shape[:-2], b.shape[:-2])):
         if isinstance(x, Sym) or isinstance(y, Sym):  # GQA multiples need static extents
+            if y == 1:
+                continue  # any batch is a multiple of 1 (a weight viewed as [1.., K, N])
             if unify(x, y) is None:
                 raise _fail("MatMul", types, f"batch axis {i}: lhs {x} must equal rhs {y}")
         elif x != y and (y == 0 or x % y != 0):

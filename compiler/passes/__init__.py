@@ -35,6 +35,7 @@ import types
 import typing
 from typing import Any, ClassVar, Mapping, Optional, Sequence
 
+from compiler.dialect.types import shared_extents
 from compiler.errors import PassError, PipelineSyntaxError
 from compiler.mlir import MLIRError, ir, passmanager
 from compiler.passes.diagnostics import (
@@ -584,7 +585,7 @@ def _make_runner(inst: ModulePass, state: _RunState):
         with collecting(DiagnosticEngine()) as local:
             failed = False
             try:
-                with _EraseGuard():
+                with _EraseGuard(), shared_extents():
                     inst.apply(op)
             except PassFailure:
                 failed = True

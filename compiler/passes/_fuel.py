@@ -159,43 +159,51 @@ def same_type(computed: TensorType, declared: TensorType) -> bool:
         mlir_shape(computed.shape) == mlir_shape(declared.shape)
 
 
-def dialect_params(op_name: str, params: dict, in_types) -> dict:
+def dialect_params(op_name: str, params: dict, in_types,
+                   dims: Optional["SymbolicDims"] = None) -> dict:
     """``params`` of graph op ``op_name`` computed on symbolic ``in_types``
     as a fuel op's attributes can hold them. A symbolic ``BroadcastTo``
     extent on an axis where the input's extent is symbolic too is written ``-1``
     (keep it, as ``torch.Tensor.expand(-1, ...)``; fuel-to-linalg reads it
     with ``tensor.dim``). Any other symbolic extent in a param (a
     ``Reshape`` target, a ``Slice`` bound, a broadcast to a new symbolic
-    axis) has no encoding in the dialect: ``ValueError`` naming it."""
+    axis) is kept where it is over named symbols (``dims.encodable``: the
+    op's ``fuel.extents`` spells it, ``dialect/symbols.py``); else it has no
+    encoding in the dialect: ``ValueError`` naming it."""
     out = dict(params)
+    named = dims.encodable if dims is not None else (lambda d: False)
     if op_name == "BroadcastTo" and any(isinstance(d, Sym) for d in params["shape"]):
         shape, src = tuple(params["shape"]), tuple(in_types[0].shape)
         off = len(shape) - len(src)
         enc = []
         for i, d in enumerate(shape):
-            if isinstance(d, Sym):
-                # A ``?`` source axis is never 1 (symbols never broadcast), so
-                # the target extent is its extent (``unify`` records it).
-                if i < off or not isinstance(src[i - off], Sym) or unify(src[i - off], d) is None:
-                    raise ValueError(
-                        f"BroadcastTo to [{shape_text(shape)}]: the symbolic extent {d} of axis "
-                        f"{i} is not the input's own extent there ([{shape_text(src)}]); fuel IR "
-                        f"writes a ? extent of a broadcast only as -1 (keep the input's)")
+            # A ``?`` source axis is never 1 (symbols never broadcast), so
+            # the target extent is its extent (``unify`` records it).
+            if isinstance(d, Sym) and not (i < off or not isinstance(src[i - off], Sym)
+                                           or unify(src[i - off], d) is None):
                 d = -1
+            elif isinstance(d, Sym) and not named(d):
+                raise ValueError(
+                    f"BroadcastTo to [{shape_text(shape)}]: the symbolic extent {d} of axis "
+                    f"{i} is not the input's own extent there ([{shape_text(src)}]); fuel IR "
+                    f"writes a ? extent of a broadcast only as -1 (keep the input's) or "
+                    f"over the function's named symbols")
             enc.append(d)
         out["shape"] = tuple(enc)
     for k, v in out.items():
-        if _holds_symbol(v):
+        if _holds_symbol(v, named):
             raise ValueError(f"{op_name} param {k!r} = {v} holds a symbolic extent; fuel IR "
                              f"has no encoding for it (only BroadcastTo's -1: keep the input's "
-                             f"extent)")
+                             f"extent, and expressions over the function's named symbols, "
+                             f"fuel.symbols)")
     return out
 
 
-def _holds_symbol(v) -> bool:
+def _holds_symbol(v, named=lambda d: False) -> bool:
+    """Whether ``v`` holds a symbolic extent ``named`` does not accept."""
     if isinstance(v, (tuple, list)):
-        return any(_holds_symbol(x) for x in v)
-    return isinstance(v, Sym)
+        return any(_holds_symbol(x, named) for x in v)
+    return isinstance(v, Sym) and not named(v)
 
 
 def dtype_of(value) -> Optional[DType]:

@@ -97,7 +97,7 @@ def decompose_via_recipe(op, entry) -> list:
         try:
             with dims.recording(_fuel.describe(op)):
                 node_params.append(_fuel.dialect_params(
-                    node.op, node.params, [dag.type_of(r) for r in node.inputs]))
+                    node.op, node.params, [dag.type_of(r) for r in node.inputs], dims))
         except ValueError as e:
             raise Declined(f"the recipe on symbolic extents needs {e}") from None
 

@@ -241,7 +241,7 @@ def rel_params_hold(st: _State, dims: Optional[_fuel.SymbolicDims] = None) -> bo
                 _, specs, _ = op_signature(node.op)
                 kids = [_fuel.tensor_type(v, dims) for v in op.operands]
                 want = _fuel.dialect_params(
-                    node.op, resolve_params(node.op, specs, rel, binds, kids), kids)
+                    node.op, resolve_params(node.op, specs, rel, binds, kids), kids, dims)
                 actual = _fuel.params(op)
                 if not all(_equal(want[k], actual.get(k)) for k in want):
                     return False
@@ -754,10 +754,8 @@ def fold_linear_epilogues(module, table, backends) -> int:
         update, act, matched = found
         params.update(update)
         weight = _unbroadcast_weight(lin.operands[1])
-        try:
-            in_types = [_fuel.tensor_type(v) for v in lin.operands]
-        except Exception:  # ``?`` extents: no static types to ask the table with
-            continue
+        # ``?`` rows: the epilogue kernel takes them at run time (``kernel_serves`` decides)
+        in_types = [_fuel.tensor_type(v, _fuel.SymbolicDims()) for v in lin.operands]
         if weight is not None:
             in_types[1] = TensorType(tuple(weight[1]), in_types[1].dtype)
         dts = [t.dtype for t in in_types] + [_fuel.dtype_of(y)]
@@ -860,7 +858,7 @@ def _broadcast_source(value):
     return op if op is not None and _fuel.mnemonic(op) == "broadcast_to" else None
 
 
-def _softmax_mask_of(add, x_shape):
+def _softmax_mask_of(add, x_shape, dims=None):
     """``(scores, mask, view)`` when ``add`` is ``Add(scores, mask')`` where
     ``mask'`` is ``mask`` or a ``BroadcastTo`` of it, ``mask`` of the scores'
     dtype and, left-padded with 1s to their rank (``view``: that shape, None
@@ -883,14 +881,17 @@ def _softmax_mask_of(add, x_shape):
             mt, st = ir.RankedTensorType(mask.type), ir.RankedTensorType(scores.type)
         except ValueError:
             continue
-        if not mt.has_static_shape or mt.rank > len(x_shape) or mt.element_type != st.element_type:
+        if (not mt.has_static_shape and dims is None) or mt.rank > len(x_shape) \
+                or mt.element_type != st.element_type:
             continue
-        shape = [1] * (len(x_shape) - mt.rank) + list(mt.shape)
-        if mask_mismatch(shape, x_shape) is not None:
-            continue
+        mask_shape = list(mt.shape) if mt.has_static_shape else list(dims.shape(mask, mt))
+        shape = [1] * (len(x_shape) - mt.rank) + mask_shape
+        if (not mt.has_static_shape and len(shape) != mt.rank) or \
+                mask_mismatch(shape, x_shape) is not None:
+            continue  # (a ? mask is taken as it is, no view to the scores' rank)
         owner = scores.owner
         scaled = not isinstance(owner, ir.Block) and _softmax_scale_of(_op_of(owner)) is not None
-        view = None if shape == list(mt.shape) else shape
+        view = None if shape == mask_shape else shape
         found.append(((is_bc, scaled), (scores, mask, view)))
     if not found:
         return None
@@ -923,13 +924,13 @@ def fold_softmax_scales(module, table, backends, masks: bool = True) -> int:
         x = sm.operands[0]
         if params.get("scale") is not None or len(sm.operands) != 1 or isinstance(x.owner, ir.Block):
             continue
-        try:
-            x_shape = list(_fuel.tensor_type(x).shape)
-        except Exception:  # ``?`` extents: no static types to ask the table with
-            continue
+        # ``?`` extents: the kernel takes the rows, the row length and a mask's
+        # extents but 1 at run time (``codegen/fused.py: DYNAMIC_FUSED``)
+        dims = _fuel.SymbolicDims()
+        x_shape = list(_fuel.tensor_type(x, dims).shape)
         dead, mask, view = [], None, None
         add = _op_of(x.owner)
-        got = _softmax_mask_of(add, x_shape) if masks and len(_fuel.users(x)) == 1 else None
+        got = _softmax_mask_of(add, x_shape, dims) if masks and len(_fuel.users(x)) == 1 else None
         if got is not None:
             x, mask, view = got
             bc = add.operands[1] if add.operands[0] == x else add.operands[0]
@@ -947,10 +948,8 @@ def fold_softmax_scales(module, table, backends, masks: bool = True) -> int:
             dead += [mul, *consts]
         if not dead:
             continue
-        try:
-            in_types = [_fuel.tensor_type(x)] + ([_fuel.tensor_type(mask)] if mask is not None else [])
-        except Exception:
-            continue
+        in_types = [_fuel.tensor_type(x, dims)] + (
+            [_fuel.tensor_type(mask, dims)] if mask is not None else [])
         if view is not None:
             in_types[1] = TensorType(tuple(view), in_types[1].dtype)
         dts = [t.dtype for t in in_types] + [_fuel.dtype_of(sm.results[0])]

@@ -120,6 +120,17 @@ def test_static_mismatch_with_symbol_records_fixed_size():
         interpret(g, {"x": f32(5, 4), "v": f32(6, 4)})
 
 
+def test_matmul_rhs_batch_of_one_serves_any_batch():
+    # [batch, s, 8] @ [1, 8, 4] (a weight viewed [1, K, N]): no batch == 1 assumed
+    g = Graph()
+    x = g.input("x", ("batch", "s", 8), "f32")
+    w = g.constant(f32(1, 8, 4), name="w")
+    g.output(g.add_node("MatMul", [x, w]), name="y")
+    assert g.equalities == []
+    x3 = f32(3, 2, 8)
+    np.testing.assert_allclose(interpret(g, {"x": x3})["y"], x3 @ g.constants["w"], rtol=1e-5)
+
+
 # -- the reference interpreter at several sizes ------------------------------
 def _encoder_like():
     g = Graph()
