@@ -65,8 +65,10 @@ def parse_extent(text: str, bounds: dict):
                            f"+, -, * or // by a positive int")
     try:
         return ev(ast.parse(text, mode="eval").body)
-    except SyntaxError:
-        raise DialectError(f"extent {text!r} is not an expression over symbols") from None
+    except DialectError:
+        raise
+    except (SyntaxError, ValueError, RecursionError):   # (a NUL byte; nesting too deep)
+        raise DialectError(f"extent {text[:80]!r} is not an expression over symbols") from None
     except SymbolicError as e:
         raise DialectError(f"extent {text!r}: {e}") from None
 

@@ -83,6 +83,8 @@ def test_extents_parse_as_they_print():
     ("h + 1.5", "is not an int, a symbol"),
     ("w + 1", "names the symbol 'w', which the function's fuel.symbols does not declare"),
     ("h +", "is not an expression over symbols"),
+    ("h\x00", "is not an expression over symbols"),
+    ("(" * 5000 + "h" + ")" * 5000, "is not an expression over symbols"),
 ])
 def test_malformed_extents_are_refused(text, match):
     with pytest.raises(DialectError, match=match):
