@@ -44,23 +44,32 @@ def test_pack_a_needs_b_packed():
 
 
 def test_pack_a_kernel_gives_the_bits_of_a_in_place():
-    """A [365, 600] as a view of rows 2048 apart (copied blocks: a partial
-    block of rows, 360 + 5, and of K, 512 + 88) against the same values
+    """FusedLinear with A [365, 600] a view of rows 2048 apart (copied blocks: a
+    partial block of rows, 360 + 5, and of K, 512 + 88) against the same values
     contiguous (rows 600 apart: read in place); N = 2056: 128 panels and a
-    half-width one. MatMul and FusedLinear."""
+    half-width one."""
     rng = np.random.default_rng(0)
-    wide = rng.standard_normal((365, 2048)).astype(np.float32)
-    a = wide[:, :600]
+    a = rng.standard_normal((365, 2048)).astype(np.float32)[:, :600]
     w = rng.standard_normal((600, PACK_A_COLUMNS + 8)).astype(np.float32)
     b = rng.standard_normal(w.shape[1]).astype(np.float32)
     g = Graph()
     x, wi, bi = g.input("x", a.shape, "f32"), g.input("w", w.shape, "f32"), g.input("b", b.shape, "f32")
-    g.output(x @ wi, name="mm")
     g.output(linear(x, wi, bi), name="lin")
     mod = compile(g)
     copied, in_place = mod(x=a, w=w, b=b), mod(x=np.ascontiguousarray(a), w=w, b=b)
-    for name in ("mm", "lin"):
-        np.testing.assert_array_equal(copied[name], in_place[name])
-    ref = a.astype(np.float64) @ w
-    np.testing.assert_allclose(copied["mm"], ref, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(copied["lin"], ref + b, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(copied, in_place)
+    np.testing.assert_allclose(copied, a.astype(np.float64) @ w + b, rtol=1e-4, atol=1e-4)
+
+
+def test_batched_pack_a_kernel_gives_the_bits_of_a_in_place():
+    """MatMul, batched ([2, 33, 100] rows 2048 apart): the batch_matmul schedule
+    copies its blocks of A too; the same bits as A contiguous."""
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((2, UNPACKED_ROWS + 1, 2048)).astype(np.float32)[:, :, :100]
+    w = rng.standard_normal((2, 100, PACK_A_COLUMNS)).astype(np.float32)
+    g = Graph()
+    g.output(g.input("x", a.shape, "f32") @ g.input("w", w.shape, "f32"), name="y")
+    mod = compile(g)
+    copied, in_place = mod(x=a, w=w), mod(x=np.ascontiguousarray(a), w=w)
+    np.testing.assert_array_equal(copied, in_place)
+    np.testing.assert_allclose(copied, a.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)

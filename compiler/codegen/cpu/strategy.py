@@ -30,7 +30,9 @@ correctness-first loops. Registered here:
   of at most ``family.FEW_ROWS`` rows) reads B in place instead, in 1 x nr x kr
   tiles ordered K, M, N (``rows_strategy``): packing B would cost as much as
   the product. An entry marked ``fuelc.unpacked`` (more rows, at most
-  ``family.UNPACKED_ROWS``) gets the tiled schedule without the packing of B.
+  ``family.UNPACKED_ROWS``) gets the tiled schedule without the packing of B;
+  one marked ``fuelc.pack_a`` (A's rows 8 KiB or more, a multiple of 4 KiB,
+  apart; many columns) copies each block of A as well (``_PACK_A_TILES``).
 * a module that only copies (``COPIES_ONLY``: no linalg op, only tensor
   slices, inserts and pads, as Concat, Slice and Pad lower): ``COPIES``, the
   loops without LLVM's loop unrolling. Unrolled, the copy loops of a Concat
