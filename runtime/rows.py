@@ -69,6 +69,27 @@ def aliased_unpacked(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg
             and aliased_rows(b_row_stride))
 
 
+#: The fewest columns (N) of a packed-class call whose blocks of A are copied
+#: (``pack_a``): each copied block serves N / 16 panels of B, and at 256
+#: columns (a 2-thread call's column tile of 1024^3) the copy cost more than it
+#: saved (one znver3 thread: [1024,1024] x [1024,256] 1.05 -> 1.10x numpy's
+#: time); a call of 2048 columns is cut into tiles of 512 at two threads
+#: ([2048,2048] x [2048,512] 1.13 -> 1.09).
+PACK_A_COLUMNS = 2048
+
+
+def pack_a(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg: int,
+           a_row_stride: int, n: int) -> bool:
+    """Whether a matmul call of the packed class (more than ``UNPACKED_ROWS``
+    rows; A, B and the output with unit-stride rows) with A's rows
+    ``a_row_stride`` elements apart and ``n`` columns copies each block of A
+    it reads (``PACK_A_ATTR``): A's rows ``aliased_rows`` apart (their
+    blocks fall in few L2 sets) and at least ``PACK_A_COLUMNS`` columns."""
+    rows = a_shape[-2] if len(a_shape) >= 2 else 0
+    return (rows > UNPACKED_ROWS and aliased_rows(a_row_stride) and n >= PACK_A_COLUMNS
+            and {0, 1, out_arg} <= set(unit_stride))
+
+
 def unpacked_rows(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg: int,
                   b_row_stride: int) -> bool:
     """Whether a matmul call with A of shape ``a_shape`` reads B in place
@@ -98,6 +119,12 @@ def row_class(layouts: Sequence, out_arg: int) -> str:
     if few_rows(shape, unit, out_arg):
         return "few_rows"
     return "unpacked" if unpacked_rows(shape, unit, out_arg, b_row_stride(layouts)) else "packed"
+
+
+def a_row_stride(layouts: Sequence) -> int:
+    """The row stride (elements) of A, a matmul call's argument 0 (0 for a vector)."""
+    a = layouts[0]
+    return a.stride[-2] if a.rank >= 2 else 0
 
 
 def b_row_stride(layouts: Sequence) -> int:

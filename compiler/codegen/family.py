@@ -47,8 +47,8 @@ from runtime.cpu_features import check_cpu_features, missing_cpu_features
 from runtime.dtype import DType
 from runtime.layout import Layout
 # the matmul row classes (a symbolic .fuel file picks its objects with them at run time)
-from runtime.rows import (FEW_ROWS, UNPACKED_ROWS, aliased_unpacked,  # noqa: F401
-                          b_row_stride, few_rows, unit_stride_args, unpacked_rows)
+from runtime.rows import (FEW_ROWS, UNPACKED_ROWS, a_row_stride, aliased_unpacked,  # noqa: F401
+                          b_row_stride, few_rows, pack_a, unit_stride_args, unpacked_rows)
 
 ENTRY = "kernel"
 
@@ -175,7 +175,7 @@ def single_op_linalg_text(op_name: str, params: dict, input_types: Sequence, dyn
                           platform: str | None = None, unit_stride: Sequence[int] = (),
                           few_rows: bool = False, zero_stride: Sequence[int] = (),
                           unpacked: bool = False, contiguous: Sequence[int] = (),
-                          aliased: bool = False) -> str:
+                          aliased: bool = False, pack_a: bool = False) -> str:
     """The linalg-on-tensors module of one fuel op (a primitive or a static
     fused op) as a ``@kernel`` entry, lowered with ``platform``'s rules.
     ``unit_stride``: the arguments (inputs then outputs) every call passes
@@ -185,7 +185,8 @@ def single_op_linalg_text(op_name: str, params: dict, input_types: Sequence, dyn
     carries ``FEW_ROWS_ATTR``. ``zero_stride``: the arguments every call
     passes with innermost stride 0 (``ZERO_STRIDE_ATTR``). ``unpacked``: a
     matmul call of at most ``UNPACKED_ROWS`` rows (``UNPACKED_ATTR``);
-    ``aliased``: one whose B rows fall in few cache sets (``ALIASED_ATTR``).
+    ``aliased``: one whose B rows fall in few cache sets (``ALIASED_ATTR``);
+    ``pack_a``: a packed one that copies its blocks of A (``PACK_A_ATTR``).
     ``contiguous``: the arguments every call passes row-major
     (``common.stages.CONTIGUOUS_ATTR``)."""
     from compiler.codegen.linalg import emit_single_op_module, lower_to_linalg
@@ -211,6 +212,8 @@ def single_op_linalg_text(op_name: str, params: dict, input_types: Sequence, dyn
                         op.attributes[UNPACKED_ATTR] = ir.UnitAttr.get()
                     if aliased:
                         op.attributes[ALIASED_ATTR] = ir.UnitAttr.get()
+                    if pack_a:
+                        op.attributes[PACK_A_ATTR] = ir.UnitAttr.get()
     return str(module)
 
 
@@ -264,6 +267,10 @@ UNPACKED_ATTR = "fuelc.unpacked"
 #: panel of B spans fall in one or two L1 sets; the strategy selector may then
 #: walk K in shorter blocks.
 ALIASED_ATTR = "fuelc.aliased_b"
+#: On a cpu matmul entry of the packed class: A's rows are a multiple of 4 KiB
+#: apart and the call has many columns (``runtime.rows.pack_a``); the strategy
+#: selector may then copy each block of A into a contiguous buffer.
+PACK_A_ATTR = "fuelc.pack_a"
 #: Marks the contraction of a FusedLinear whose B is pre-packed (``b_panel``;
 #: ``lowering/fused_forward.py``): a ``linalg.generic`` over (p, m, j | k),
 #: ``out[m, p, j] += a[m, k] * b[p, k, j]``, which a target's strategy may

@@ -50,8 +50,9 @@ from typing import Callable, Optional, Sequence
 
 from runtime.params import exact_key
 from compiler.codegen import parallel
-from compiler.codegen.family import (KernelFamily, aliased_unpacked, b_row_stride, few_rows,
-                                     unpacked_rows, single_op_linalg_text, unit_stride_args)
+from compiler.codegen.family import (KernelFamily, a_row_stride, aliased_unpacked, b_row_stride,
+                                     few_rows, pack_a, unpacked_rows, single_op_linalg_text,
+                                     unit_stride_args)
 from compiler.codegen.loader import KernelFunction
 from compiler.errors import UnsupportedOpError
 from compiler.registry.kernel_params import FusedParams, register_fused_params
@@ -282,6 +283,8 @@ class FusedInstance:
     unpacked: bool = False
     #: ... whose B rows fall in few cache sets (``family.aliased_unpacked``)
     aliased: bool = False
+    #: a FusedLinear call of the packed class that copies its blocks of A (``family.pack_a``)
+    pack_a: bool = False
     #: arguments passed row-major (a pointwise Conv2D: its reshapes are views)
     contiguous: tuple[int, ...] = ()
 
@@ -305,6 +308,7 @@ class FusedInstance:
         key = key + (("unit_stride",) + self.unit_stride,) if self.unit_stride else key
         key = key + ("unpacked",) if self.unpacked else key
         key = key + ("aliased",) if self.aliased else key
+        key = key + ("pack_a",) if self.pack_a else key
         key = key + (("contiguous",) + self.contiguous,) if self.contiguous else key
         return key + ("few_rows",) if self.few_rows else key
 
@@ -414,8 +418,10 @@ class FusedFamily(KernelFamily):
                 few, dozen = False, bool(params.b_panel) and (few or dozen)
             aliased = not epilogue and not params.b_panel \
                 and aliased_unpacked(layouts[0].shape, unit, n_inputs, b_stride)
+            copy_a = not epilogue and not params.b_panel and pack_a(
+                layouts[0].shape, unit, n_inputs, a_row_stride(layouts), layouts[1].shape[-1])
             inst = dataclasses.replace(inst, unit_stride=unit, few_rows=few, unpacked=dozen,
-                                       aliased=aliased)
+                                       aliased=aliased, pack_a=copy_a)
         elif spec.name in ("Conv2D", "MaxPool2D"):
             # their copies in and out (padding, cropping; the pool's rows read
             # and written a vector at a time) move contiguous rows; with strides
@@ -642,7 +648,7 @@ def linalg_text(inst: FusedInstance, platform: str | None = None) -> str:
     masks = inst.dynamic_dims if inst.dynamic else False  # a StaticInstance: static
     return single_op_linalg_text(inst.name, dict(inst.params), inst.input_types, masks,
                                  platform, inst.unit_stride, inst.few_rows, (), inst.unpacked,
-                                 inst.contiguous, inst.aliased)
+                                 inst.contiguous, inst.aliased, inst.pack_a)
 
 
 def warm_instance(inst: FusedInstance, *, target) -> KernelFunction:

@@ -30,8 +30,8 @@ from typing import Iterable, Sequence
 
 from runtime.params import exact_key
 from compiler.codegen import parallel
-from compiler.codegen.family import (KernelFamily, aliased_unpacked, b_row_stride, coalesce,
-                                     few_rows, unpacked_rows, inner_strides,
+from compiler.codegen.family import (KernelFamily, a_row_stride, aliased_unpacked, b_row_stride,
+                                     coalesce, few_rows, pack_a, unpacked_rows, inner_strides,
                                      single_op_linalg_text, unit_stride_args)
 from compiler.codegen.loader import KernelFunction
 from compiler.errors import UnsupportedOpError
@@ -66,6 +66,8 @@ class OpInstance:
     unpacked: bool = False
     #: ... whose B rows fall in few cache sets (``family.aliased_unpacked``)
     aliased: bool = False
+    #: a MatMul call of the packed class that copies its blocks of A (``family.pack_a``)
+    pack_a: bool = False
 
     @property
     def dynamic_dims(self) -> tuple | None:
@@ -91,6 +93,7 @@ class OpInstance:
         key = key + (("zero_stride",) + self.zero_stride,) if self.zero_stride else key
         key = key + ("unpacked",) if self.unpacked else key
         key = key + ("aliased",) if self.aliased else key
+        key = key + ("pack_a",) if self.pack_a else key
         return key + ("few_rows",) if self.few_rows else key
 
 
@@ -314,7 +317,9 @@ def instance_for(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout
                        name == "MatMul" and unpacked_rows(in_types[0].shape, unit, 2,
                                                          b_row_stride(in_l)),
                        name == "MatMul" and aliased_unpacked(in_types[0].shape, unit, 2,
-                                                            b_row_stride(in_l))),
+                                                            b_row_stride(in_l)),
+                       name == "MatMul" and pack_a(in_types[0].shape, unit, 2,
+                                                   a_row_stride(in_l), in_types[1].shape[-1])),
             in_l + out_l)
 
 
@@ -388,7 +393,7 @@ def linalg_text(inst: OpInstance, platform: str | None = None) -> str:
     dyn = (inst.dynamic_dims or True) if inst.dynamic else False  # StaticInstance: static
     return single_op_linalg_text(inst.op_name, dict(inst.params), inst.input_types, dyn,
                                  platform, inst.unit_stride, inst.few_rows, inst.zero_stride,
-                                 inst.unpacked, aliased=inst.aliased)
+                                 inst.unpacked, aliased=inst.aliased, pack_a=inst.pack_a)
 
 
 def warm(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout], params: OpParams,

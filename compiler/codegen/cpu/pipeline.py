@@ -111,7 +111,7 @@ def parse_module(text: str, ctx: "ir.Context") -> "ir.Module":
 #: (``Layout.stride[-1] == 1``). After bufferization each such argument is cast
 #: to ``strided<[?, ..., 1], offset: ?>``, so copies and vector transfers of
 #: its rows become contiguous loads and stores instead of strided scalar ones.
-from compiler.codegen.family import (ALIASED_ATTR, FEW_ROWS_ATTR, UNIT_STRIDE_ATTR,  # noqa: E402
+from compiler.codegen.family import (ALIASED_ATTR, FEW_ROWS_ATTR, PACK_A_ATTR, UNIT_STRIDE_ATTR,  # noqa: E402
                                      UNPACKED_ATTR, ZERO_STRIDE_ATTR)
 from compiler.codegen.cpu.transforms.conv import DIRECT_CONV_ATTR  # noqa: E402
 from compiler.codegen.cpu.transforms.matmul import EPILOGUE_ATTR  # noqa: E402
@@ -285,7 +285,8 @@ def linalg_op_names(module: "ir.Module") -> set[str]:
     ``"<name>:<element type>"`` of each op's first operand (``linalg.matmul:f32``)
     and ``"<name>:<element type>:dynamic"`` when every dim of its last operand
     (the init) is dynamic; ``fuelc.few_rows`` when an entry carries that
-    attribute (``family.FEW_ROWS_ATTR``); ``fuelc.direct_conv`` when a linalg op
+    attribute (``family.FEW_ROWS_ATTR``), and ``fuelc.unpacked``, ``fuelc.aliased_b``
+    and ``fuelc.pack_a`` likewise; ``fuelc.direct_conv`` when a linalg op
     carries that attribute (``transforms.conv.DIRECT_CONV_ATTR``), and
     ``fuelc.mm_epilogue`` and ``fuelc.stem`` likewise (``family.EPILOGUE_ATTR``,
     ``family.STEM_ATTR``); ``math.erf`` when an op computes one (a GELU
@@ -300,7 +301,7 @@ def linalg_op_names(module: "ir.Module") -> set[str]:
         if op.name not in _COPY_OPS:
             copies_only[0] = False
         if op.name == "func.func":
-            names.update(a for a in (FEW_ROWS_ATTR, UNPACKED_ATTR, ALIASED_ATTR)
+            names.update(a for a in (FEW_ROWS_ATTR, UNPACKED_ATTR, ALIASED_ATTR, PACK_A_ATTR)
                          if a in op.attributes)
         if op.name.startswith("vector."):
             names.add(VECTOR_OPS)

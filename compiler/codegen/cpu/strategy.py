@@ -30,7 +30,9 @@ correctness-first loops. Registered here:
   of at most ``family.FEW_ROWS`` rows) reads B in place instead, in 1 x nr x kr
   tiles ordered K, M, N (``rows_strategy``): packing B would cost as much as
   the product. An entry marked ``fuelc.unpacked`` (more rows, at most
-  ``family.UNPACKED_ROWS``) gets the tiled schedule without the packing of B.
+  ``family.UNPACKED_ROWS``) gets the tiled schedule without the packing of B;
+  one marked ``fuelc.pack_a`` (A's rows 8 KiB or more, a multiple of 4 KiB,
+  apart; many columns) copies each block of A as well (``_PACK_A_TILES``).
 * a module that only copies (``COPIES_ONLY``: no linalg op, only tensor
   slices, inserts and pads, as Concat, Slice and Pad lower): ``COPIES``, the
   loops without LLVM's loop unrolling. Unrolled, the copy loops of a Concat
@@ -240,23 +242,43 @@ _PER_CALL_TILES = {("f32", "avx2"): dict(kc=512, mc=360)}
 #: 0.86-0.95). Not measured on AVX-512 (no such host): its tiles are left as
 #: they were.
 _ALIASED_TILES = {("f32", "avx2"): dict(mr=4, kc=8, mc=8)}
+#: Where a matmul that packs B per call also copies each ``mc x kc`` block of A
+#: into a contiguous buffer (entries marked ``fuelc.pack_a``:
+#: ``runtime.rows.pack_a``, A's rows a multiple of 4 KiB and at least 8 KiB
+#: apart, at least 2048 columns). Such A rows fall in few L2 sets (a row's
+#: 2 KiB of the block in 32 of the 1024 sets of a 512 KiB Zen 3 L2, the next
+#: row 128 sets on), so the block read in place does not stay in the L2 across
+#: the panels of B; copied, it is contiguous, and the register tiles read it
+#: at constant offsets. AVX2 f32 (the only one measured). One znver3 thread
+#: (AVX2 only), thread time, min of 5 rounds, both kernels and numpy
+#: (OpenBLAS) in turns in one process, fuelc/numpy, in place -> copied:
+#: [2048,2048] x [2048,512] (a 2-thread call's column tile of 2048^3) 1.13 ->
+#: 1.09, 2048^3 whole 1.16 -> 1.10; where the copy is not repaid (few
+#: columns per call, or A rows not aliased) it was not taken: [1024,1024] x
+#: [1024,256] 1.05 -> 1.10, 256^3 1.01 -> 1.08, 1024^3 whole 1.10 -> 1.06.
+_PACK_A_TILES = {("f32", "avx2"): dict(pack_a=True)}
 
 
 def matmul_strategy(op: str, element_type: str, isa: str = "avx2", pack: bool = True,
-                    aliased: bool = False) -> Strategy:
+                    aliased: bool = False, pack_a: bool = False) -> Strategy:
     """The vectorized strategy for ``op`` (``linalg.matmul`` or
     ``linalg.batch_matmul``) on ``element_type`` (``f32``/``f64``), tiled
     for ``isa`` (``avx2`` or ``avx512``); ``pack=False``: B read in place
     (entries marked ``fuelc.unpacked``); ``aliased``: and its rows a multiple
-    of 4 KiB apart (``fuelc.aliased_b``, ``_ALIASED_TILES``)."""
+    of 4 KiB apart (``fuelc.aliased_b``, ``_ALIASED_TILES``); ``pack_a``: A's
+    rows as far apart (``fuelc.pack_a``, ``_PACK_A_TILES``)."""
     from compiler.codegen.cpu.transforms.matmul import matmul_script
     tiles = {**_MATMUL_TILES[element_type, isa],
              **(_PER_CALL_TILES.get((element_type, isa), {}) if pack else {}),
-             **(_ALIASED_TILES.get((element_type, isa), {}) if aliased else {})}
+             **(_ALIASED_TILES.get((element_type, isa), {}) if aliased else {}),
+             **(_PACK_A_TILES.get((element_type, isa), {}) if pack_a else {})}
+    script = matmul_script(op, pack=pack, **tiles)
     return Strategy(
         name=f"matmul-{'' if pack else 'unpacked-'}{op.split('.')[1]}-{element_type}-"
-             f"{tiles['mr']}x{tiles['nr']}" + (f"-k{tiles['kc']}" if aliased else ""),
-        transform=matmul_script(op, pack=pack, **tiles), lowering=VECTOR_LOWERING,
+             f"{tiles['mr']}x{tiles['nr']}" + (f"-k{tiles['kc']}" if aliased else "")
+             + ("-pack-a" if tiles.get("pack_a") else ""),
+        transform=(script, "py:sink_hoisted_deallocs") if tiles.get("pack_a") else script,
+        lowering=VECTOR_LOWERING,
         doc="register-tiled matmul: B panels " + ("packed" if pack else "read in place")
             + ", mr x nr FMA micro-kernel, peeled remainders; any sizes and strides")
 
@@ -278,6 +300,8 @@ FEW_ROWS = "fuelc.few_rows"
 #: The feature of an unpacked matmul entry whose B rows fall in few cache sets
 #: (``family.ALIASED_ATTR``).
 ALIASED = "fuelc.aliased_b"
+#: The feature of a packed matmul entry that copies its blocks of A (``family.PACK_A_ATTR``).
+PACK_A = "fuelc.pack_a"
 
 
 #: The few-rows tiles (``transforms.matmul.rows_script``): 1 row x ``nr`` columns
@@ -585,6 +609,11 @@ for _op in _MATMUL_OPS:
     for _elt in ("f32", "f64"):
         _v = {isa: matmul_strategy(_op, _elt, isa, pack=False) for isa in ("avx512", "avx2")}
         register_strategy((lambda rule: lambda names: UNPACKED in names and rule(names))(
+            _matmul_rule(_op, _elt)), {**_v, "": _v["avx2"]})
+for _op in _MATMUL_OPS:
+    for _elt in ("f32", "f64"):
+        _v = {isa: matmul_strategy(_op, _elt, isa, pack_a=True) for isa in ("avx512", "avx2")}
+        register_strategy((lambda rule: lambda names: PACK_A in names and rule(names))(
             _matmul_rule(_op, _elt)), {**_v, "": _v["avx2"]})
 for _op in _MATMUL_OPS:
     for _elt in ("f32", "f64"):

@@ -193,12 +193,14 @@ def _register_tiles(op: str, mr: int, nr: int, canon2: str) -> str:
 
 
 def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: int = 512,
-                  mc: int = 240, pack: bool = True) -> str:
+                  mc: int = 240, pack: bool = True, pack_a: bool = False) -> str:
     """The transform script for every ``op`` (``linalg.matmul`` or
     ``linalg.batch_matmul``) of the payload; ``mr x nr`` register tile, ``kc``
     rows of B packed per panel, ``mc`` rows of A per block (a multiple of
     ``mr``, so the thread count never changes which rows fall in the M
-    remainder). Raises ValueError."""
+    remainder). ``pack_a``: each ``mc x kc`` block of A is first copied into
+    a contiguous buffer (``transform.structured.promote``), which the register
+    tiles of the block read. Raises ValueError."""
     if op not in ("linalg.matmul", "linalg.batch_matmul"):
         raise ValueError(f"matmul_script: unsupported op {op}")
     b = [1] if op == "linalg.batch_matmul" else []
@@ -219,6 +221,14 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
                f"      transform.bufferization.buffer_loop_hoisting %func : {t}\n") if pack else (
                "      %pr = transform.cast %mmMain : !transform.any_op to !transform.any_op\n")
     match = _match
+    if pack_a and not pack:
+        raise ValueError("matmul_script: pack_a needs pack (B packed too)")
+    # the block of A (mc x kc: 720 KiB for AVX2 f32) on the heap, not the stack
+    # of whichever thread runs the kernel: allocated once per call (hoisted;
+    # its dealloc then needs ``py:sink_hoisted_deallocs``)
+    pack_a_ops = (f"      %ta = transform.structured.promote %t0 {{ operands_to_promote = [0], "
+                  f"use_full_tile_buffers = [false, false] }} : ({t}) -> {t}\n") if pack_a else (
+                  "      %ta = transform.cast %t0 : !transform.any_op to !transform.any_op\n")
     return f"""module attributes {{transform.with_named_sequence}} {{
   transform.named_sequence @__transform_main(%root: {t} {{transform.readonly}}) {{
     %func = {match("func.func", "%root")}
@@ -226,7 +236,7 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
     transform.foreach %mm : {t} {{
     ^bb0(%m: {t}):
       %t0, {loops0} = transform.structured.tile_using_for %m tile_sizes [{pre}{mc}, 0, {kc}] : ({t}) -> ({res0})
-      %t1, %lN = transform.structured.tile_using_for %t0 tile_sizes [{pre0}0, {nr}, 0] : ({t}) -> ({t}, {t})
+{pack_a_ops}      %t1, %lN = transform.structured.tile_using_for %ta tile_sizes [{pre0}0, {nr}, 0] : ({t}) -> ({t}, {t})
       %lNf = transform.cast %lN : {t} to {_FOR}
       %mainN, %remN = transform.loop.peel %lNf : ({_FOR}) -> ({t}, {t})
       %mmMain = {match(op, "%mainN")}
@@ -653,5 +663,27 @@ def prefetch_next_panel(module: "ir.Module", locality: str = "2") -> int:
     return n
 
 
+def sink_hoisted_deallocs(module: "ir.Module") -> int:
+    """Move each ``memref.dealloc`` of a buffer allocated in a function's
+    entry block (a promoted block of A that ``buffer_loop_hoisting`` moved
+    out of the loops, leaving its dealloc inside them) to the end of that
+    block, before its return: the buffer is allocated once per call and
+    freed once. Returns the deallocs moved."""
+    from compiler.mlir import ir, walk_ops
+    n = 0
+    for func in walk_ops(module, lambda o: o.name == "func.func"):
+        entry = func.regions[0].blocks[0]
+        ret = list(entry.operations)[-1]
+        for op in walk_ops(func, lambda o: o.name == "memref.dealloc"):
+            owner = op.operands[0].owner
+            if isinstance(owner, ir.Block) or owner.name != "memref.alloc" \
+                    or owner.parent.operation != func.operation \
+                    or op.operation.parent.operation == func.operation:
+                continue
+            op.operation.move_before(ret)
+            n += 1
+    return n
+
+
 #: The ``py:`` steps of this module's scripts.
-REWRITES = {"prefetch_next_panel": prefetch_next_panel}
+REWRITES = {"prefetch_next_panel": prefetch_next_panel, "sink_hoisted_deallocs": sink_hoisted_deallocs}

@@ -1,0 +1,72 @@
+"""Packed-class matmul calls whose A rows are a multiple of 4 KiB apart (and at
+least 8 KiB) with at least ``PACK_A_COLUMNS`` columns copy each block of A into
+a contiguous buffer first (``runtime.rows.pack_a``, ``fuelc.pack_a``,
+``strategy._PACK_A_TILES``): the same FMAs in the same order, so the same bits
+as the kernel reading A in place."""
+import numpy as np
+import pytest
+
+from compiler import Graph, compile
+from compiler.codegen import family
+from compiler.codegen.cpu.pipeline import choose_strategy
+from compiler.codegen.cpu.transforms.matmul import matmul_script
+from compiler.codegen.family import single_op_linalg_text
+from compiler.graph.opdef import TensorType
+from compiler.registry.builders import linear
+from runtime.dtype import DType
+from runtime.rows import PACK_A_COLUMNS, UNPACKED_ROWS
+
+
+def test_pack_a_class():
+    unit, n = (0, 1, 2), PACK_A_COLUMNS
+    assert family.pack_a((UNPACKED_ROWS + 1, 64), unit, 2, 2048, n)
+    assert family.pack_a((512, 64), unit, 2, 3072, n)
+    assert not family.pack_a((UNPACKED_ROWS, 64), unit, 2, 2048, n)   # reads B in place
+    assert not family.pack_a((512, 64), unit, 2, 1024, n)             # rows 4 KiB apart
+    assert not family.pack_a((512, 64), unit, 2, 2064, n)             # not a multiple
+    assert not family.pack_a((512, 64), unit, 2, 2048, n - 16)        # too few columns
+    assert not family.pack_a((512, 64), (1, 2), 2, 2048, n)           # A strided
+
+
+def test_pack_a_selects_the_copy_of_a_on_avx2_f32():
+    def chosen(pack_a, dtype=DType.F32):
+        ts = [TensorType((64, 40), dtype), TensorType((40, 70), dtype)]
+        text = single_op_linalg_text("MatMul", {}, ts, True, "cpu", (0, 1, 2), pack_a=pack_a)
+        return choose_strategy(text, ["kernel"], "cpu:x86-64-v3").name
+    assert chosen(True) == "matmul-matmul-f32-6x16-pack-a"
+    assert chosen(False) == "matmul-matmul-f32-6x16"
+    assert chosen(True, DType.F64) == "matmul-matmul-f64-6x8"
+
+
+def test_pack_a_needs_b_packed():
+    with pytest.raises(ValueError, match="pack_a needs pack"):
+        matmul_script(pack=False, pack_a=True)
+
+
+def test_pack_a_kernel_gives_the_bits_of_a_in_place():
+    """FusedLinear with A [365, 600] a view of rows 2048 apart (copied blocks: a
+    partial block of rows, 360 + 5, and of K, 512 + 88) against the same values
+    contiguous (rows 600 apart: read in place); N = 2056: 128 panels and a
+    half-width one."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((365, 2048)).astype(np.float32)[:, :600]
+    w = rng.standard_normal((600, PACK_A_COLUMNS + 8)).astype(np.float32)
+    b = rng.standard_normal(w.shape[1]).astype(np.float32)
+    g = Graph()
+    x, wi, bi = g.input("x", a.shape, "f32"), g.input("w", w.shape, "f32"), g.input("b", b.shape, "f32")
+    g.output(linear(x, wi, bi), name="lin")
+    mod = compile(g)
+    copied, in_place = mod(x=a, w=w, b=b), mod(x=np.ascontiguousarray(a), w=w, b=b)
+    np.testing.assert_array_equal(copied, in_place)
+    np.testing.assert_allclose(copied, a.astype(np.float64) @ w + b, rtol=1e-4, atol=1e-4)
+
+
+def test_batched_pack_a_kernel():
+    """MatMul, batched ([2, 33, 100] rows 2048 apart): the batch_matmul schedule
+    copies its blocks of A too (against the float64 product)."""
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((2, UNPACKED_ROWS + 1, 2048)).astype(np.float32)[:, :, :100]
+    w = rng.standard_normal((2, 100, PACK_A_COLUMNS)).astype(np.float32)
+    g = Graph()
+    g.output(g.input("x", a.shape, "f32") @ g.input("w", w.shape, "f32"), name="y")
+    np.testing.assert_allclose(compile(g)(x=a, w=w), a.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)
