@@ -1,25 +1,30 @@
-"""``fuel-split-gemv``: a one-row product over a large B that is not a
+"""``fuel-split-gemv``: a product of a few rows over a large B that is not a
 constant, as ``CHUNKS`` products over contiguous blocks of B's rows.
 
 A ``FusedLinear`` without params (a bias, no epilogue, B not packed) or a
-``MatMul`` whose ``a`` is one row (``[1, K]``), whose ``b`` is a static ``[K, N]`` of at least ``MIN_ELEMENTS`` elements that
-is not a constant (``fuel-prepack-weights``, which runs first, packs those:
+``MatMul`` whose ``a`` is a static ``[M, K]`` of at most ``FEW_ROWS`` (4)
+rows (the calls of the row kernel, which reads B once for all of them), whose
+``b`` is a static ``[K, N]`` of at least ``MIN_ELEMENTS`` elements that is
+not a constant (``fuel-prepack-weights``, which runs first, packs those:
 their column panels are contiguous already), f32 or f64, K a multiple of
 ``CHUNKS``, becomes::
 
-    p = MatMul(Reshape(a, [C, 1, K/C]), Reshape(b, [C, K/C, N]))   # [C, 1, N]
-    y = Add(SumDim(p, axis=0), Reshape(bias, [1, N]))              # [1, N]
+    p = MatMul(Permute(Reshape(a, [M, C, K/C]), [1, 0, 2]),    # [C, M, K/C]
+               Reshape(b, [C, K/C, N]))                        # [C, M, N]
+    y = Add(SumDim(p, axis=0), BroadcastTo(Reshape(bias, [1, N]), [M, N]))
 
-The reshapes are views, so the product reads B in place. Why: on two threads
-a product is cut into tiles of whole output elements, and a one-row product
-was cut by columns, so each thread read part of every row of B (6 KiB of
-each 12 KiB row of a [768, 3072] f32 B): each row's piece is a new stream
-for the hardware prefetchers, whose run past its end fetches the other
-thread's lines. The batched product is cut by its batch axis
-(``parallel.matmul_tiles``), so each thread streams one contiguous block of
-B (docs/benchmarks.md, "One-row products at two threads"). On one thread
-the batched product costs what the plain one did (the chunks run in turn,
-each reading its rows in order) plus a sum and an add of N elements.
+(one row: ``Reshape(a, [C, 1, K/C])``, the bias not broadcast). The
+reshapes and the permutation are views, so the product reads A and B in
+place. Why: on two threads a product is cut into tiles of whole output
+elements, and a product of a few rows was cut by columns, so each thread
+read part of every row of B (6 KiB of each 12 KiB row of a [768, 3072] f32
+B): each row's piece is a new stream for the hardware prefetchers, whose run
+past its end fetches the other thread's lines. The batched product is cut by
+its batch axis (``parallel.matmul_tiles``), so each thread streams one
+contiguous block of B (docs/benchmarks.md, "One-row products at two
+threads"). On one thread the batched product costs what the plain one did
+(the chunks run in turn, each reading its rows in order) plus a sum and an
+add of M x N elements.
 
 Bits: each chunk's dot products are FMAs in the order of K from zero (the
 row kernel), then the chunks are added in order and the bias last; the
@@ -35,6 +40,7 @@ from compiler.mlir import ir
 from compiler.passes import ModulePass, register_pass
 from compiler.passes import _fuel
 from compiler.passes.prepack import _constant
+from runtime.rows import FEW_ROWS
 
 #: The chunks of K (the batch of the product): at two threads one per thread.
 CHUNKS = 2
@@ -46,8 +52,8 @@ MIN_ELEMENTS = 1 << 20
 @register_pass
 class SplitGemv(ModulePass):
     name = "fuel-split-gemv"
-    summary = ("split the K of a one-row product over a large B input into contiguous "
-               "blocks of B's rows (a batched product, its chunks summed)")
+    summary = ("split the K of a product of a few rows over a large B input into "
+               "contiguous blocks of B's rows (a batched product, its chunks summed)")
 
     target: str = ""
 
@@ -61,16 +67,16 @@ class SplitGemv(ModulePass):
 
 
 def _split(op) -> bool:
-    """Rewrite the one-row product ``op`` as chunks of K (module docstring)."""
+    """Rewrite the product of a few rows ``op`` as chunks of K (module docstring)."""
     if any(v is not None for v in _fuel.params(op).values()):
         return False
     try:
         ta, tb, to = (_fuel.tensor_type(v) for v in (op.operands[0], op.operands[1], op.results[0]))
     except Exception:  # symbolic extents
         return False
-    if len(tb.shape) != 2 or ta.shape[0] != 1 or _constant(op.operands[1]):
+    if len(tb.shape) != 2 or ta.shape[0] > FEW_ROWS or _constant(op.operands[1]):
         return False
-    k, n = tb.shape
+    (m, k), n = ta.shape, tb.shape[1]
     if k % CHUNKS or k * n < MIN_ELEMENTS or not ta.dtype == tb.dtype == to.dtype \
             or tb.dtype.name not in ("F32", "F64"):
         return False
@@ -82,11 +88,18 @@ def _split(op) -> bool:
 
     c = CHUNKS
     with ir.InsertionPoint(op), op.location:
-        a = make("reshape", [op.operands[0]], (c, 1, k // c), shape=(c, 1, k // c))
+        if m == 1:
+            a = make("reshape", [op.operands[0]], (c, 1, k // c), shape=(c, 1, k // c))
+        else:
+            a = make("reshape", [op.operands[0]], (m, c, k // c), shape=(m, c, k // c))
+            a = make("permute", [a], (c, m, k // c), perm=(1, 0, 2))
         b = make("reshape", [op.operands[1]], (c, k // c, n), shape=(c, k // c, n))
-        y = make("sum_dim", [make("mat_mul", [a, b], (c, 1, n))], (1, n), axis=0)
+        y = make("sum_dim", [make("mat_mul", [a, b], (c, m, n))], (m, n), axis=0)
         if len(op.operands) > 2:   # FusedLinear: the bias
-            y = make("add", [y, make("reshape", [op.operands[2]], (1, n), shape=(1, n))], (1, n))
+            bias = make("reshape", [op.operands[2]], (1, n), shape=(1, n))
+            if m > 1:
+                bias = make("broadcast_to", [bias], (m, n), shape=(m, n))
+            y = make("add", [y, bias], (m, n))
     _fuel.replace_op(op, [y])
     _fuel.count("split_gemv.products")
     return True
