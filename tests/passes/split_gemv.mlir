@@ -1,10 +1,14 @@
 // REQUIRES: fused-dialect
 // RUN: python -m compiler.opt %s --split-input-file \
 // RUN:   --pass-pipeline='builtin.module(fuel-split-gemv{target=cpu:x86-64-v3})' | filecheck %s
+// RUN: python -m compiler.opt %s --split-input-file \
+// RUN:   --pass-pipeline='builtin.module(fuel-split-gemv{target=cuda})' | filecheck %s --check-prefix=CUDA
 
 // fuel-split-gemv: a FusedLinear or MatMul of 1-4 rows over a B input of at
 // least 2^20 elements becomes a product batched over 2 chunks of K (views of a
-// and b), its chunks summed, then the bias added (docs/architecture.md).
+// and b), its chunks summed, then the bias added (docs/architecture.md). A
+// target other than cpu keeps the product.
+// CUDA-NOT: fuel.sum_dim
 
 // CHECK-LABEL: func.func @linear
 // CHECK-NEXT:    %[[A:.*]] = "fuel.reshape"(%arg0) {shape = [2, 1, 384]} : (tensor<1x768xf32>) -> tensor<2x1x384xf32>
