@@ -18,8 +18,9 @@ reshapes and the permutation are views, so the product reads A and B in
 place. Why: on two threads a product is cut into tiles of whole output
 elements, and a product of a few rows was cut by columns, so each thread
 read part of every row of B (6 KiB of each 12 KiB row of a [768, 3072] f32
-B): each row's piece is a new stream for the hardware prefetchers, whose run
-past its end fetches the other thread's lines. The batched product is cut by
+B), which cost 20-30% more than reading B whole (a likely cause, not measured:
+each row's piece is a new stream for the hardware prefetchers, which run past
+its end into the other thread's lines). The batched product is cut by
 its batch axis (``parallel.matmul_tiles``), so each thread streams one
 contiguous block of B (docs/benchmarks.md, "One-row products at two
 threads"). On one thread the batched product costs what the plain one did
