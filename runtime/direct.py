@@ -122,9 +122,10 @@ class DirectRun:
         self = cls(plan)
         owned = executor._owned_outputs
         self.offsets, size = arena_plan(plan, runners, owned)
-        # 64-byte aligned slices of one buffer (numpy aligns less)
-        raw = np.empty(size + ARENA_ALIGN, dtype=np.uint8)
-        skip = -raw.ctypes.data % ARENA_ALIGN
+        # 64-byte aligned slices of one buffer (numpy aligns less), starting
+        # at ARENA_PAGE_OFFSET in its page
+        raw = np.empty(size + PAGE, dtype=np.uint8)
+        skip = (ARENA_PAGE_OFFSET - raw.ctypes.data) % PAGE
         self.arena = raw[skip:skip + size]
         # value id -> (source, storage, layout, elements of the buffer);
         # source: ("input", name) | ("output", vid) | None (a storage fixed
@@ -526,6 +527,15 @@ ALIGN = 64
 #: Byte alignment of each value in the arena (a cache line: a vector load
 #: never straddles two lines at a value's start).
 ARENA_ALIGN = 64
+#: Where in its page the arena starts (its largest value lies there): half a
+#: page from where numpy's arrays of 128 KiB or more start (16 bytes past a
+#: page, glibc's mmap header), for the 4K aliasing of PAGE, which the arena,
+#: built once, cannot follow per call as an output does. The product of a
+#: few rows split over K (``fuel-split-gemv``) writes its chunks into the
+#: arena: one znver3 thread, [1,768] @ [768,3072] + b, B an input, the arena
+#: where malloc put it, 80 or 336 bytes before B's page offset in 4
+#: processes: 196-219 us a call against 157-164 placed (min thread time).
+ARENA_PAGE_OFFSET = PAGE // 2 + ARENA_ALIGN
 
 
 def arena_plan(plan, runners, owned) -> tuple[dict[str, int], int]:

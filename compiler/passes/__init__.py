@@ -314,7 +314,7 @@ def plugin_spec(module_name: str) -> str:
 # -- pipelines ----------------------------------------------------------------
 
 DEFAULT_PIPELINE = ("builtin.module(fuel-fuse{runtime=false},fuel-decompose,fuel-fuse-runtime,"
-                    "fuel-reconcile-dtypes,fuel-prepack-weights,"
+                    "fuel-reconcile-dtypes,fuel-prepack-weights,fuel-split-gemv,"
                     "fuel-cse,fuel-dce,canonicalize)")
 
 PIPELINES: dict[str, str] = {
@@ -336,7 +336,7 @@ def resolve_pipeline(pipeline: str) -> str:
 
 #: One module per pass under compiler/passes/ (each registers itself).
 _PASS_MODULES = ("fuse", "fuse_runtime", "decompose", "reconcile_dtypes", "fuel_cse", "fuel_dce", "to_linalg",
-                 "prepack")
+                 "prepack", "split_gemv")
 
 
 def _ensure_passes_loaded() -> None:

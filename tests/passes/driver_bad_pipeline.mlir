@@ -4,7 +4,7 @@
 // RUN: not python -m compiler.opt %s --pass-pipeline='builtin.module(fuel-cse' 2>&1 | filecheck %s --check-prefix=SYNTAX
 // RUN: not python -m compiler.opt %s --pass-pipeline='builtin.module(func.func(fuel-cse))' 2>&1 | filecheck %s --check-prefix=NESTED
 
-// UNKNOWN: unknown pass 'fuel-fusee' in pipeline 'builtin.module(fuel-fusee)' (did you mean 'fuel-fuse'?). fuelc passes: fuel-cse, fuel-dce, fuel-decompose, fuel-fuse, fuel-fuse-runtime, fuel-prepack-weights, fuel-reconcile-dtypes, fuel-to-linalg; any MLIR pass (cse, canonicalize, symbol-dce, ...) is accepted too.
+// UNKNOWN: unknown pass 'fuel-fusee' in pipeline 'builtin.module(fuel-fusee)' (did you mean 'fuel-fuse'?). fuelc passes: fuel-cse, fuel-dce, fuel-decompose, fuel-fuse, fuel-fuse-runtime, fuel-prepack-weights, fuel-reconcile-dtypes, fuel-split-gemv, fuel-to-linalg; any MLIR pass (cse, canonicalize, symbol-dce, ...) is accepted too.
 // NATIVE: unknown pass 'no-such-mlir-pass'
 // NATIVE: MLIR says: {{.*}}'no-such-mlir-pass' does not refer to a registered pass
 // OPTION: pass 'fuel-fuse' has no option 'bogus'; its options: target, table, backend, remarks, epilogues, runtime

@@ -473,6 +473,23 @@ def test_outputs_of_a_page_or_more_lie_half_a_page_from_the_largest_input():
         np.testing.assert_allclose(y, xs @ ws, rtol=1e-4, atol=1e-4)
 
 
+def test_the_arena_starts_half_a_page_from_numpys_large_arrays():
+    """``runtime.direct.ARENA_PAGE_OFFSET``: the intermediates' arena starts at
+    that page offset, whatever offset the allocator gives (the chunks of a
+    product split over K are written there, between loads of B)."""
+    from runtime.direct import ARENA_PAGE_OFFSET, PAGE
+    g = Graph()
+    x, w = g.input("x", (4, 64), "f32"), g.input("w", (64, 64), "f32")
+    g.output((x @ w).sum(axis=1), name="s")              # x @ w: an intermediate
+    pads = []
+    for i in range(3):
+        pads.append(np.empty(16 * (i + 1), np.uint8))       # moves the allocator's offsets
+        m = compile(g, target="cpu")
+        m(x=np.ones((4, 64), np.float32), w=np.ones((64, 64), np.float32))
+        arena = m.executor._direct.arena
+        assert arena.nbytes and arena.ctypes.data % PAGE == ARENA_PAGE_OFFSET
+
+
 def test_outputs_come_back_only_once_nothing_refers_to_them_or_their_memory():
     """``runtime.direct.KEEP``: a call hands out a plan output's array again
     once the caller has dropped it and every view of it (a view of an output

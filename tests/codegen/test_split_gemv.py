@@ -1,0 +1,63 @@
+"""A FusedLinear or MatMul of 1-4 rows over a B input of at least
+``split_gemv.MIN_ELEMENTS`` elements runs as a product batched over chunks of
+K, summed, then the bias added (``fuel-split-gemv``): the reference
+interpreter's values, the same bits at one and two threads (at two the
+chunks are the tiles), and calls of five rows keep the one kernel."""
+import numpy as np
+import pytest
+
+from compiler import Graph, compile, interpret
+from compiler.codegen import parallel
+from compiler.passes import split_gemv
+from compiler.registry.builders import linear
+from compiler.targets import parse_target
+from runtime.cpu_features import missing_cpu_features
+
+K, N = 512, 2048       # B of 2^20 elements: the smallest that is split
+CASES = [("cpu", "f32"), ("cpu", "f64"), pytest.param("cpu:x86-64-v3", "f32", marks=pytest.mark.skipif(
+    bool(missing_cpu_features(parse_target("cpu:x86-64-v3").features)),
+    reason="this CPU cannot run x86-64-v3"))]
+
+
+def _graph(m, dtype):
+    g = Graph()
+    x, w, b = g.input("x", (m, K), dtype), g.input("w", (K, N), dtype), g.input("b", (N,), dtype)
+    g.output(linear(x, w, b), name="lin")
+    g.output(x @ w, name="mm")
+    return g
+
+
+@pytest.mark.parametrize("target,dtype", CASES)
+@pytest.mark.parametrize("m", [1, 3])
+def test_few_row_products_over_a_large_b_input_are_split_over_k(target, dtype, m):
+    assert K * N == split_gemv.MIN_ELEMENTS
+    rng = np.random.default_rng(3)
+    npt = np.float32 if dtype == "f32" else np.float64
+    inputs = {"x": rng.standard_normal((m, K)).astype(npt),
+              "w": rng.standard_normal((K, N)).astype(npt), "b": rng.standard_normal(N).astype(npt)}
+    g = _graph(m, dtype)
+    m = compile(g, target)
+    # (both outputs read the one batched product: fuel-cse merges it)
+    assert sorted(m.kernel_summary()) == [f"AddElementwise[{dtype},{dtype},{dtype}] (mlir-cpu)",
+                                          f"MatMul[{dtype},{dtype},{dtype}] (mlir-cpu)",
+                                          f"SumReduce[{dtype},{dtype}] (mlir-cpu)"]
+    want = interpret(g, inputs)
+    tol = 1e-5 if dtype == "f32" else 1e-12
+    try:
+        outs = []
+        for threads in (1, 2):
+            parallel.set_num_threads(threads)
+            outs.append(m.run(**inputs))
+    finally:
+        parallel.set_num_threads(None)
+    for name in ("lin", "mm"):
+        np.testing.assert_allclose(outs[0][name], want[name], rtol=tol, atol=tol * 10)
+        np.testing.assert_array_equal(outs[1][name], outs[0][name], err_msg=f"{name}: 2 threads")
+
+
+def test_five_rows_or_a_smaller_b_keep_the_product_kernel():
+    assert not any("SumReduce" in k for k in compile(_graph(5, "f32")).kernel_summary())
+    g = Graph()
+    x, w = g.input("x", (1, K), "f32"), g.input("w", (K, N - 16), "f32")
+    g.output(x @ w, name="mm")
+    assert compile(g).kernel_summary() == ["MatMul[f32,f32,f32] (mlir-cpu)"]
