@@ -17,8 +17,12 @@ process and of its workers (which a busy machine changes less than the wall
 time: with jobs=2 on two free cores the wall time is near the larger of the
 two), the cores kept busy ((CPU seconds of all) / wall), the ratio of jobs=1's
 CPU seconds to the calling process's with jobs=N (the speedup on free cores
-when the calling process never waits for a worker), the load average before and after, and checks that every run produced
-the same objects.
+when the calling process never waits for a worker), the front F (the calling
+process's CPU seconds from ``compile()``'s start to its first task, the part no
+worker can share) and the ratio predicted for N free cores from these parts,
+jobs=1's CPU seconds over F + (the CPU seconds of all processes after F) / N,
+which a loaded machine changes far less than the wall-time ratio; the load
+average before and after; and checks that every run produced the same objects.
 
 ``--breakdown`` times, in one run per (model, jobs), the stages of
 ``compile()`` (module.timings), the calling process's work per cold
@@ -99,6 +103,22 @@ def after_import(hooks: dict) -> None:
     sys.meta_path.insert(0, Finder())
 
 
+def watch_front(jobs_module, parent: dict, clock) -> None:
+    """Record in ``out["front cpu"]`` the calling process's CPU seconds from
+    ``compile()``'s start to its first task (the serial front F); ``clock()``
+    is as for ``instrument``. Every run records it: the prediction for free
+    cores (``measure``) needs it."""
+    submit = jobs_module.ProcessExecutor.submit
+
+    def first_submit(self, fn, /, *a, **k):
+        if "first task" not in parent:
+            start, out, c0 = clock()
+            parent["first task"] = [(start, time.time())]
+            out["front cpu"] = time.process_time() - c0
+        return submit(self, fn, *a, **k)
+    jobs_module.ProcessExecutor.submit = first_submit
+
+
 def instrument(parent: dict, clock) -> dict:
     """The ``after_import`` hooks of ``--breakdown``: time the calling process's
     work per instance into ``parent``; ``clock()`` is (compile()'s start, the
@@ -107,15 +127,7 @@ def instrument(parent: dict, clock) -> dict:
 
     def jobs(m):
         m.emit_object = timed_emit
-        submit = m.ProcessExecutor.submit
-
-        def first_submit(self, fn, /, *a, **k):  # the serial front: compile()'s start to here
-            if "first task" not in parent:
-                start, out, c0 = clock()
-                parent["first task"] = [(start, time.time())]
-                out["front cpu"] = time.process_time() - c0
-            return submit(self, fn, *a, **k)
-        m.ProcessExecutor.submit = first_submit
+        watch_front(m, parent, clock)
         import concurrent.futures as cf
         completed = cf.as_completed
 
@@ -164,8 +176,10 @@ def one_run(spec: str, jobs: int, breakdown: bool) -> dict:
     imported = time.perf_counter() - t0
     front = {"build model": t1 - t0, "import fuelc": t2 - t1, "import_model": imported - t2 + t0}
     parent = {}
-    if breakdown:  # wrapped as each module is imported: compile() imports them as a plain run does
-        after_import(instrument(parent, lambda: (start, out, c0)))
+    clock = lambda: (start, out, c0)  # noqa: E731
+    # wrapped as each module is imported: compile() imports them as a plain run does
+    after_import(instrument(parent, clock) if breakdown else
+                 {"compiler.codegen.jobs": lambda m: watch_front(m, parent, clock)})
     start, out = time.time(), {}
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     c0, t0 = time.process_time(), time.perf_counter()
@@ -281,7 +295,7 @@ def measure(args, pycache: "str | None") -> int:
             for j in args.jobs:
                 show_breakdown(run_child(spec, j, True, args.roots[0], pycache))
         return 0
-    times, cpus, digests, payloads = {}, {}, {}, {}
+    times, cpus, digests, payloads, fronts = {}, {}, {}, {}, {}
     for _ in range(args.runs):
         for spec in args.models:
             for root in args.roots:
@@ -289,6 +303,8 @@ def measure(args, pycache: "str | None") -> int:
                     r = run_child(spec, j, False, root, pycache)
                     times.setdefault((spec, root, j), []).append(r["compile"])
                     cpus.setdefault((spec, root, j), []).append((r["cpu"], r["cpu_workers"]))
+                    if "front cpu" in r:
+                        fronts.setdefault((spec, root, j), []).append(r["front cpu"])
                     digests.setdefault((spec, root), set()).add(r["digest"])
                     payloads.setdefault(spec, set()).add(r["payloads"])
                     print(f"  {spec} {root} jobs={j}: {r['compile']:.2f} s (cpu: this process "
@@ -296,7 +312,8 @@ def measure(args, pycache: "str | None") -> int:
                           f"load {os.getloadavg()[0]:.2f}", flush=True)
     print(f"load average after: {os.getloadavg()}")
     print("| model:batch | checkout | " + " | ".join(f"jobs={j}" for j in args.jobs)
-          + " | ratio | cpu: this process + workers | cpu / wall | cpu ratio |")
+          + " | ratio | cpu: this process + workers | cpu / wall | cpu ratio | front"
+          + " | predicted on free cores |")
     for spec in args.models:
         for root in args.roots:
             meds = [statistics.median(times[(spec, root, j)]) for j in args.jobs]
@@ -314,9 +331,18 @@ def measure(args, pycache: "str | None") -> int:
                 for j in args.jobs)
             first = statistics.median(c for c, _ in cpus[(spec, root, args.jobs[0])])
             last = statistics.median(c for c, _ in cpus[(spec, root, args.jobs[-1])])
+            # the parts on N free cores: the front F alone, then every process's
+            # remaining CPU seconds split evenly (list scheduling loses a little
+            # more: docs/compile-at-scale.md, "Eighth round")
+            n, f = args.jobs[-1], fronts.get((spec, root, args.jobs[-1]))
+            f = statistics.median(f) if f else None
+            workers = statistics.median(w for _, w in cpus[(spec, root, n)])
+            predicted = ("-" if f is None or n == args.jobs[0] else
+                         f"{first / (f + (last - f + workers) / n):.2f}x")
             print(f"| {spec} | {root} | " + " | ".join(
                 f"{m:.2f} s ({r})" for m, r in zip(meds, spread))
-                + f" | {meds[0] / meds[-1]:.2f}x{same} | {work} | {busy} | {first / last:.2f}x |")
+                + f" | {meds[0] / meds[-1]:.2f}x{same} | {work} | {busy} | {first / last:.2f}x"
+                + f" | {'-' if f is None else f'{f:.2f} s'} | {predicted} |")
     for spec in args.models:
         if len(args.roots) > 1:  # cache keys differ where the codegen's sources do
             same = len(payloads[spec]) == 1

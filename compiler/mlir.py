@@ -96,19 +96,28 @@ def _found_as(dialect: str, module, prefix: str) -> None:
         registry.dialect_search_modules = prefixes
 
 
-def _gpu_ops_stay_generic() -> None:
-    """fuel's structural ops end in ``gpu.yield`` (``compiler.dialect.structural``),
-    which every pass reading ops meets on any target: let the bindings give
-    gpu ops the generic ``OpView`` (fuelc reads their name and operands) rather
-    than import the ``dialects.gpu`` package (its op classes: some 9 ms of a
-    cpu compile's serial front, docs/compile-at-scale.md). ``compiler.mlir.gpu``
-    still imports the package, whose classes the bindings then use."""
+#: Dialects whose ops and attributes fuelc only reads (names, operands, an
+#: attribute moved from one op to another): the bindings give them the generic
+#: ``OpView`` and ``Attribute`` instead of importing the dialect's package,
+#: whose Python classes cost a process's compile some 45 ms of CPU in all
+#: (docs/compile-at-scale.md). ``from compiler.mlir import gpu`` (or
+#: ``llvm``, ...) still imports the package, whose classes the bindings then use.
+GENERIC_DIALECTS = (
+    "gpu",        # fuel's structural ops end in gpu.yield, read by every pass
+    "llvm",       # the direct conv's loop annotations (#llvm.loop_annotation)
+    "transform",  # the transform scripts, applied by the native interpreter
+    "affine",     # affine.apply in the payload the conv rewrites walk
+)
+
+
+def _ops_stay_generic() -> None:
     import types
     name = f"{__name__}._generic"
-    _found_as("gpu", types.ModuleType(f"{name}.gpu", _gpu_ops_stay_generic.__doc__), name)
+    for dialect in GENERIC_DIALECTS:
+        _found_as(dialect, types.ModuleType(f"{name}.{dialect}", "fuelc: generic ops"), name)
 
 
-_gpu_ops_stay_generic()
+_ops_stay_generic()
 
 
 def __getattr__(name: str):
@@ -134,6 +143,15 @@ def translate_module_to_llvmir(operation) -> str:
     docs/compile-at-scale.md), which translating never uses."""
     native = importlib.import_module(f"{_root.__name__}._mlir_libs._mlirDialectsLLVM")
     return native.translate_module_to_llvmir(operation)
+
+
+def apply_named_sequence(payload, sequence, script) -> None:
+    """Apply the transform ``sequence`` (a ``transform.named_sequence`` op of
+    the module ``script``) to ``payload`` through the bindings' native
+    interpreter alone: the ``dialects.transform`` package also builds the
+    Python classes of every transform op, which applying never uses."""
+    native = importlib.import_module(f"{_root.__name__}._mlir_libs._mlirTransformInterpreter")
+    native.apply_named_sequence(payload.operation, sequence.operation, script.operation)
 
 
 def execution_engine():

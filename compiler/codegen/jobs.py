@@ -209,10 +209,12 @@ def _preload() -> None:
     from compiler.targets import parse_target
     parse_target("cpu:host").codegen
     import compiler.mlir as mlir
-    mlir.transform, mlir.tensor  # noqa: B018 - imported on a task's first use
+    mlir.tensor  # noqa: B018 - imported on a task's first use
     # builtin: what the bindings import the first time a task reads a module's ops;
-    # the native LLVM-dialect module: translation (mlir.translate_module_to_llvmir)
-    for name in ("dialects.transform.interpreter", "dialects.builtin", "_mlir_libs._mlirDialectsLLVM"):
+    # the native modules of the transform interpreter (mlir.apply_named_sequence)
+    # and of the LLVM dialect (translation: mlir.translate_module_to_llvmir)
+    for name in ("dialects.builtin", "_mlir_libs._mlirTransformInterpreter",
+                 "_mlir_libs._mlirDialectsLLVM"):
         importlib.import_module(f"{mlir._root.__name__}.{name}")
 
 

@@ -23,7 +23,6 @@ Python passes are looked up in ``PASSES``; every other name goes to MLIR
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import itertools
 import os
@@ -354,6 +353,7 @@ def known_passes_text() -> str:
 
 def _unknown_pass(name: str, pipeline: str, mlir_msg: str = "") -> PipelineSyntaxError:
     _ensure_passes_loaded()
+    import difflib  # only for the message: 1 ms of every compile's front otherwise
     close = difflib.get_close_matches(name, list(PASSES) + ["cse", "canonicalize", "symbol-dce"], n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
     detail = f"\nMLIR says: {mlir_msg.strip().splitlines()[0]}" if mlir_msg else ""

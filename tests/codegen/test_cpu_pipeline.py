@@ -133,3 +133,23 @@ def test_descriptor_count_is_checked():
     co = _compile(IR.ADD_DYN, "add")
     with pytest.raises(TypeError, match="takes 3 memref descriptors, got 2"):
         co.ciface("add", 3)(D(np.zeros((4, 1), np.float32)), D(np.zeros((4, 1), np.float32)))
+
+
+def test_a_failing_transform_script_is_a_pipeline_error_with_its_reproducer():
+    """Transform scripts run through the bindings' native interpreter
+    (``compiler.mlir.apply_named_sequence``): its failure is still the
+    stage's typed error, naming the diagnostic and the script written out."""
+    from compiler.codegen.cpu import pipeline as P
+    from compiler.errors import PipelineError
+    from compiler.mlir import ir
+    with ir.Context():
+        module = ir.Module.parse("func.func @kernel() { return }")
+    script = """module attributes {transform.with_named_sequence} {
+  transform.named_sequence @__transform_main(%root: !transform.any_op {transform.readonly}) {
+    %f = transform.cast %root : !transform.any_op to !transform.op<"scf.for">
+    transform.yield
+  }
+}"""
+    with pytest.raises(PipelineError, match=r"stage 'transform'(.|\n)*expected scf.for(.|\n)*"
+                                            r"transform-script-\w+\.mlir"):
+        P.apply_transform(module, script)

@@ -70,20 +70,29 @@ def test_other_linalg_names_come_from_the_package():
 def test_a_compile_imports_neither_the_linalg_nor_the_llvm_package_nor_unused_dialects(tmp_path):
     """A fresh process compiling (and running) a small graph. Its elementwise
     chain fuses into a ``fuel.runtime_fused`` op ending in ``gpu.yield``,
-    which the passes read: the gpu package stays out all the same."""
+    which the passes read: the gpu package stays out all the same. Its direct
+    convolution's rewrites move ``#llvm.loop_annotation`` attributes and walk
+    ``affine.apply`` ops, and its transform scripts run through the native
+    interpreter: no llvm, affine or transform package either
+    (``compiler.mlir.GENERIC_DIALECTS``)."""
     code = textwrap.dedent("""
         import sys, numpy as np
         from compiler.graph import Graph
+        from compiler.registry.builders import conv2d
         from compiler import compile
         g = Graph()
         x = g.input("x", (4, 8), "f32")
         g.output((x @ g.constant(np.ones((8, 3), np.float32))) + 1.0, "y")
         g.output((x.exp() * 2.0).tanh(), "z")
+        c = g.input("c", (1, 6, 10, 12), "f32")
+        g.output(conv2d(c, g.constant(np.ones((11, 6, 3, 3), np.float32)), padding=(1, 1)), "v")
         m = compile(g, jobs=1)
         assert "gpu.yield" in m.ir["optimized"], m.ir["optimized"]
-        out = m(x=np.ones((4, 8), np.float32))
+        assert "Conv2D[f32,f32,f32] (mlir-cpu-fused)" in m.kernel_summary(), m.kernel_summary()
+        out = m(x=np.ones((4, 8), np.float32), c=np.ones((1, 6, 10, 12), np.float32))
         assert (out["y"] == 9).all(), out
         assert np.allclose(out["z"], np.tanh(2 * np.e), rtol=1e-6), out
+        assert out["v"][0, :, 1:-1, 1:-1].min() == 54 and out["v"].min() == 24, out["v"]
         print(sorted(k.rsplit(".", 1)[1] for k in sys.modules
                      if k.startswith(("torch_mlir.dialects.", "mlir.dialects."))
                      and k.count(".") == 2 and not k.rsplit(".", 1)[1].startswith("_")))
@@ -94,7 +103,8 @@ def test_a_compile_imports_neither_the_linalg_nor_the_llvm_package_nor_unused_di
     assert res.returncode == 0, res.stderr
     loaded = eval(res.stdout.strip().splitlines()[-1])
     # llvm: translation goes through the native module (mlir.translate_module_to_llvmir)
-    assert "linalg" not in loaded and "gpu" not in loaded and "llvm" not in loaded, loaded
+    for package in ("linalg", "gpu", "llvm", "affine", "transform"):
+        assert package not in loaded, loaded
     assert "func" in loaded, loaded
 
 

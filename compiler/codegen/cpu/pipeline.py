@@ -197,15 +197,13 @@ def run_stage(module: "ir.Module", stage: Stage) -> None:
 
 def apply_transform(module: "ir.Module", script: str) -> None:
     """Apply a transform script (a module with ``@__transform_main``)."""
-    from compiler.mlir import _root  # the bindings package (torch_mlir or mlir)
-    import importlib
-    interpreter = importlib.import_module(f"{_root.__name__}.dialects.transform.interpreter")
+    from compiler.mlir import apply_named_sequence
     before = str(module)
     try:
         tmod = ir.Module.parse(script, module.context)
         seq = next(op for op in tmod.body.operations
                    if op.operation.name == "transform.named_sequence")
-        interpreter.apply_named_sequence(module.operation, seq, tmod)
+        apply_named_sequence(module, seq, tmod)
     except (MLIRError, StopIteration, ValueError) as e:
         path = write_reproducer(script, "transform-script")
         raise _fail("transform", before, f"{e} (script: {path})") from None
