@@ -76,6 +76,26 @@ def test_stride_2_has_a_generic_per_phase_with_taps():
         "conv-direct-f32-")
 
 
+@pytest.mark.parametrize("target", ["cpu:x86-64-v3", "cpu:znver3"])
+def test_stacked_conv_keeps_its_tap_block_in_registers(target):
+    """A stacked stride-2 conv (all 9 taps of a channel in one block of 108
+    FMAs) takes ``strategy._STACKED_TUNE``'s LLVM tuning on AVX2 targets: with
+    the Haswell and Zen 3 models LLVM spilled ymm registers in that block."""
+    from compiler.codegen.cpu.llvm import assembly
+    from compiler.targets import parse_target
+    text = _kernel_text(x=(1, 8, 28, 28), w=(12, 8, 3, 3), params=dict(PARAMS, stride=(2, 2)))
+    assert "fuelc.direct_stacked" in text
+    res = P.lower(text, ["kernel"], target=target)
+    assert res.strategy.tune_cpu == "znver4" and '"tune-cpu"="znver4"' in res.llvm_ir
+    blocks = re.split(r"\n(?=\.LBB\d+_\d+:)", assembly(res.llvm_ir, parse_target(target)))
+    taps = max(blocks, key=lambda b: b.count("vfmadd"))
+    assert taps.count("vfmadd") == 108
+    assert not re.findall(r"vmovu?ps\s+%ymm\d+, -?\d+\(%rsp\)", taps)   # no spill
+    # a stride-1 conv keeps the target's own tuning
+    plain = P.lower(_kernel_text(x=(1, 8, 9, 13), w=(12, 8, 3, 3)), ["kernel"], target=target)
+    assert not plain.strategy.tune_cpu and "tune-cpu" not in plain.llvm_ir
+
+
 def test_depthwise_class():
     assert direct_depthwise((1, 1)) and direct_depthwise((1, 1), (2, 2))
     assert direct_depthwise((2, 2)) and direct_depthwise((2, 1))
