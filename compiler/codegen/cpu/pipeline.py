@@ -115,7 +115,7 @@ from compiler.codegen.family import (ALIASED_ATTR, FEW_ROWS_ATTR, UNIT_STRIDE_AT
                                      UNPACKED_ATTR, ZERO_STRIDE_ATTR)
 from compiler.codegen.cpu.transforms.conv import DIRECT_CONV_ATTR  # noqa: E402
 from compiler.codegen.cpu.transforms.matmul import EPILOGUE_ATTR  # noqa: E402
-from compiler.codegen.family import DIRECT_STACKED_ATTR, PACKED_B_ATTR, STEM_ATTR  # noqa: E402
+from compiler.codegen.family import PACKED_B_ATTR, STEM_ATTR, TUNE_CPU_ATTR  # noqa: E402
 
 
 _MEMREF_COPY = re.compile(r"memref\.copy (%[\w#]+), (%[\w#]+) : (memref<[^>]*>(?:>)?) to "
@@ -280,10 +280,16 @@ _COPY_OPS = frozenset({"builtin.module", "func.func", "func.return", "arith.cons
                        "bufferization.materialize_in_destination"})
 
 
-def tune_functions(module: "ir.Module", cpu: str) -> None:
-    """Give every ``llvm.func`` definition of ``module`` LLVM's ``"tune-cpu"``
-    attribute ``cpu``: its code is scheduled with that CPU's model and tuning,
-    its instructions stay the target's (``Strategy.tune_cpu``)."""
+def tune_functions(module: "ir.Module") -> None:
+    """Where a rewrite marked ``module`` with ``family.TUNE_CPU_ATTR`` (a CPU
+    name), drop the mark and give every ``llvm.func`` definition LLVM's
+    ``"tune-cpu"`` attribute of that name: its code is scheduled with that
+    CPU's model and tuning, its instructions stay the target's."""
+    attrs = module.operation.attributes
+    if TUNE_CPU_ATTR not in attrs:
+        return
+    cpu = ir.StringAttr(attrs[TUNE_CPU_ATTR]).value
+    del attrs[TUNE_CPU_ATTR]
     for op in module.body.operations:
         if op.operation.name == "llvm.func" and len(op.regions[0].blocks):
             op.attributes["tune_cpu"] = ir.StringAttr.get(cpu)
@@ -295,8 +301,7 @@ def linalg_op_names(module: "ir.Module") -> set[str]:
     and ``"<name>:<element type>:dynamic"`` when every dim of its last operand
     (the init) is dynamic; ``fuelc.few_rows`` when an entry carries that
     attribute (``family.FEW_ROWS_ATTR``); ``fuelc.direct_conv`` when a linalg op
-    carries that attribute (``transforms.conv.DIRECT_CONV_ATTR``),
-    ``fuelc.direct_stacked`` likewise (``family.DIRECT_STACKED_ATTR``), and
+    carries that attribute (``transforms.conv.DIRECT_CONV_ATTR``), and
     ``fuelc.mm_epilogue`` and ``fuelc.stem`` likewise (``family.EPILOGUE_ATTR``,
     ``family.STEM_ATTR``); ``math.erf`` when an op computes one (a GELU
     epilogue: ``strategy._STEM_ERF_TILES``); ``VECTOR_OPS`` when the lowering wrote ``vector`` ops
@@ -318,8 +323,7 @@ def linalg_op_names(module: "ir.Module") -> set[str]:
             names.add(op.name)
         if op.name.startswith("linalg."):
             names.add(op.name)
-            for attr in (DIRECT_CONV_ATTR, DIRECT_STACKED_ATTR, EPILOGUE_ATTR, STEM_ATTR,
-                         PACKED_B_ATTR):
+            for attr in (DIRECT_CONV_ATTR, EPILOGUE_ATTR, STEM_ATTR, PACKED_B_ATTR):
                 if attr in op.attributes:
                     names.add(attr)
             if len(op.operands):
@@ -422,8 +426,7 @@ def lower(module_or_text, entry_names: Sequence[str], *, target=None,
                 assume_unit_strides(module)
             if stage.name == "bufferize" and strategy.transform:
                 apply_transforms(module, strategy.transform)
-        if strategy.tune_cpu:
-            tune_functions(module, strategy.tune_cpu)
+        tune_functions(module)
         ll = translate(module)
     try:
         obj, optimized = llvm_codegen.compile_ir_to_object(ll, target,

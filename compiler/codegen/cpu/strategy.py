@@ -92,9 +92,6 @@ class Strategy:
     #: copies: a concatenation of ten [8, 1599] rows came out 2.4 MB of
     #: unrolled IR and took LLVM 3-4 s; vectorized, not unrolled, 0.1 s.
     llvm_unroll: bool = True
-    #: LLVM's ``"tune-cpu"`` for the kernel's functions (its scheduling model
-    #: and tuning; the instructions stay the target's): "" is the target's own.
-    tune_cpu: str = ""
     doc: str = ""
 
     @property
@@ -108,8 +105,7 @@ class Strategy:
                      *self.lowering,
                      f"reassoc={self.reassociate_reductions}",
                      f"approx={self.approximate_math and fastmath.VERSION}",
-                     *(() if self.llvm_unroll else ("no-unroll",)),
-                     *((f"tune={self.tune_cpu}",) if self.tune_cpu else ())):
+                     *(() if self.llvm_unroll else ("no-unroll",))):
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()[:16]
@@ -334,34 +330,31 @@ _CONV_TILES = {("f32", "avx2"): dict(mr=6, nr=16, nr1=64, lanes=8, dw_accs=8, ac
                ("f64", "avx512"): dict(mr=8, nr=16, nr1=32, lanes=8, dw_accs=16, accs=24, regs=32)}
 #: The feature of a module holding a direct-convolution generic.
 DIRECT_CONV = "fuelc.direct_conv"
-#: ... and of one whose stride phases are stacked (``family.DIRECT_STACKED_ATTR``).
-DIRECT_STACKED = "fuelc.direct_stacked"
-#: The LLVM ``tune-cpu`` of a stacked strided conv (``conv_strategy``), per
-#: (element type, isa). Its channel loop is one block of every tap (3x3: 108
-#: FMAs into 12 accumulators, 2 plane vectors a tap): LLVM's pre-RA scheduler
-#: with the Haswell model (x86-64-v3's) and the Zen 3 one (znver3's) hoists
-#: the next taps' loads there and spills ymm registers (2-16 spill stores a
-#: pass over 3x3 s2 convs of 8 to 128 channels), whose cost moved from one
-#: process to the next with the stack's address (3x3 s2 128->256 28^2, one
-#: thread: 1.46-1.66 ms, once 4.8). With the Zen 4 model (as with Ice Lake's
-#: or Alder Lake's; not Zen 2's, which spilled in 4 of those 6 shapes) the
-#: block keeps every value in registers: 1.38-1.40 ms on both targets
-#: (docs/benchmarks.md). The instructions stay the target's. AVX-512 (32
-#: registers) and f64 unmeasured: their own tuning.
-_STACKED_TUNE = {("f32", "avx2"): "znver4"}
-
-
-def conv_strategy(element_type: str, isa: str = "avx2", stacked: bool = False) -> Strategy:
+#: LLVM's ``tune-cpu`` (its scheduling model; the instructions stay the
+#: target's) for a direct conv whose channel loop is one unrolled block of
+#: taps held in registers: ``direct_rows`` tiles and stacked stride phases
+#: (``transforms.conv.direct_rows``), per (element type, isa). In that block
+#: (3x3: 108 FMAs into 12 accumulators) LLVM's pre-RA scheduler with the
+#: Haswell model (x86-64-v3's) and the Zen 3 one (znver3's) hoisted the next
+#: taps' loads and spilled ymm registers (stacked 3x3 s2 of 8 to 128
+#: channels: 2-16 spill stores a pass), at a cost that moved from one process
+#: to the next with the stack's address. Zen 4's model (as Ice Lake's or Alder
+#: Lake's; not Zen 2's) spilled none there. One thread, thread time: 3x3 s2
+#: 128->256 28^2 1.48-2.10 -> 1.40 ms on both targets; row tiles of 64->64 at
+#: 8^2, batch 8, on znver3 0.44-0.86 -> 0.41 (x86-64-v3 0.41 either way).
+#: The flat tiles of wide images keep the target's model (Zen 4's made 3x3
+#: 64->64 56^2 2% slower on x86-64-v3), and so do depthwise blocks.
+#: AVX-512 (32 registers) and f64: unmeasured, the target's.
+_BLOCK_TUNE = {("f32", "avx2"): "znver4"}
+def conv_strategy(element_type: str, isa: str = "avx2") -> Strategy:
     """The direct convolution (``transforms.conv``) on ``element_type``
-    (f32/f64), tiled for ``isa``; ``stacked``: a module whose generic reads
-    stacked stride phases, with ``_STACKED_TUNE``'s LLVM tuning."""
+    (f32/f64), tiled for ``isa``."""
     from compiler.codegen.cpu.transforms.conv import conv_scripts
     tiles = _CONV_TILES[element_type, isa]
-    tune = _STACKED_TUNE.get((element_type, isa), "") if stacked else ""
     return Strategy(
-        name=f"conv-direct-{element_type}-{tiles['mr']}x{tiles['nr']}"
-             + (f"-tune-{tune}" if tune else ""),
-        transform=conv_scripts(**tiles), lowering=VECTOR_LOWERING, tune_cpu=tune,
+        name=f"conv-direct-{element_type}-{tiles['mr']}x{tiles['nr']}",
+        transform=conv_scripts(**tiles, tune=_BLOCK_TUNE.get((element_type, isa), "")),
+        lowering=VECTOR_LOWERING,
         doc="direct convolution on the flat padded input: mr channels x nr pixels "
             "FMA tiles over (c, kh, kw), no im2col, no packing")
 
@@ -592,8 +585,6 @@ _register_per_element_type((PACKED_B, FEW_ROWS), packed_rows_strategy)
 _register_per_element_type((PACKED_B, UNPACKED),
                            lambda elt, isa: packed_strategy(elt, isa, dozen=True))
 _register_per_element_type(PACKED_B, packed_strategy)
-_register_per_element_type((DIRECT_CONV, DIRECT_STACKED),
-                           lambda elt, isa: conv_strategy(elt, isa, stacked=True))
 _register_per_element_type(DIRECT_CONV, conv_strategy)
 for _op in _MATMUL_OPS:
     for _elt in ("f32", "f64"):
