@@ -133,3 +133,12 @@ def test_descriptor_count_is_checked():
     co = _compile(IR.ADD_DYN, "add")
     with pytest.raises(TypeError, match="takes 3 memref descriptors, got 2"):
         co.ciface("add", 3)(D(np.zeros((4, 1), np.float32)), D(np.zeros((4, 1), np.float32)))
+
+
+def test_command_line_prints_the_assembly(tmp_path, capsys):
+    from compiler.codegen.cpu import main
+    src = tmp_path / "add.mlir"
+    src.write_text(IR.ADD_DYN)
+    assert main([str(src), "--entry", "add", "--emit", "asm", "--target", "cpu:x86-64-v3"]) == 0
+    asm = capsys.readouterr().out
+    assert "_mlir_ciface_add:" in asm and "vaddps" in asm   # AVX: the target's code
