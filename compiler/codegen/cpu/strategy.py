@@ -346,6 +346,8 @@ DIRECT_CONV = "fuelc.direct_conv"
 #: 64->64 56^2 2% slower on x86-64-v3), and so do depthwise blocks.
 #: AVX-512 (32 registers) and f64: unmeasured, the target's.
 _BLOCK_TUNE = {("f32", "avx2"): "znver4"}
+
+
 def conv_strategy(element_type: str, isa: str = "avx2") -> Strategy:
     """The direct convolution (``transforms.conv``) on ``element_type``
     (f32/f64), tiled for ``isa``."""
