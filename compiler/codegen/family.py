@@ -243,6 +243,15 @@ DW_PITCH_ATTR = "fuelc.dw_pitch"
 #: the first columns of each row, a block of rows at a time
 #: (``codegen.cpu.transforms.conv.direct_rows``).
 DIRECT_ROWS_ATTR = "fuelc.direct_rows"
+#: On the one ``DIRECT_CONV_ATTR`` generic of a strided conv whose stride
+#: phases are stacked into one plane (``lowering/fused_conv.py``,
+#: ``_Geometry.stacked``): every tap of a channel in one pass, which a target
+#: may code-generate with its own LLVM tuning (``codegen.cpu.transforms.conv.direct_rows``).
+DIRECT_STACKED_ATTR = "fuelc.direct_stacked"
+#: On a cpu kernel's module, set by a rewrite of its schedule: the LLVM CPU
+#: name whose scheduling model its functions take (``"tune-cpu"``;
+#: ``codegen.cpu.pipeline.tune_functions``).
+TUNE_CPU_ATTR = "fuelc.tune_cpu"
 #: Mark a matmul with an epilogue in one kernel (``lowering/fused_conv.py:
 #: _pointwise``): the contraction, a ``linalg.generic`` over (batch, m, n | k),
 #: and the element-wise generic over (batch, m, n) that consumes it (bias,

@@ -153,3 +153,12 @@ def test_a_failing_transform_script_is_a_pipeline_error_with_its_reproducer():
     with pytest.raises(PipelineError, match=r"stage 'transform'(.|\n)*expected scf.for(.|\n)*"
                                             r"transform-script-\w+\.mlir"):
         P.apply_transform(module, script)
+
+
+def test_command_line_prints_the_assembly(tmp_path, capsys):
+    from compiler.codegen.cpu import main
+    src = tmp_path / "add.mlir"
+    src.write_text(IR.ADD_DYN)
+    assert main([str(src), "--entry", "add", "--emit", "asm", "--target", "cpu:x86-64-v3"]) == 0
+    asm = capsys.readouterr().out
+    assert "_mlir_ciface_add:" in asm and "vaddps" in asm   # AVX: the target's code

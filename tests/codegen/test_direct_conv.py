@@ -76,6 +76,32 @@ def test_stride_2_has_a_generic_per_phase_with_taps():
         "conv-direct-f32-")
 
 
+@pytest.mark.parametrize("target", ["cpu:x86-64-v3", "cpu:znver3"])
+@pytest.mark.parametrize("x,w,stride", [
+    ((1, 8, 28, 28), (12, 8, 3, 3), (2, 2)),   # stacked phases: 14 of 15 columns
+    ((1, 16, 8, 8), (12, 16, 3, 3), (1, 1)),   # row tiles: 8 of 10 columns
+])
+def test_tap_blocks_keep_their_values_in_registers(target, x, w, stride):
+    """A stacked stride-2 conv and ``direct_rows`` tiles (every tap of a
+    channel in one block of FMAs) take ``strategy._BLOCK_TUNE``'s LLVM
+    tuning on AVX2 targets: with the Haswell and Zen 3 models LLVM spilled
+    ymm registers inside the stacked block."""
+    from compiler.codegen.cpu.llvm import assembly
+    from compiler.targets import parse_target
+    text = _kernel_text(x=x, w=w, params=dict(PARAMS, stride=stride))
+    assert ("fuelc.direct_stacked" in text) == (stride == (2, 2))
+    res = P.lower(text, ["kernel"], target=target)
+    assert '"tune-cpu"="znver4"' in res.llvm_ir and "fuelc.tune_cpu" not in res.llvm_ir
+    blocks = re.split(r"\n(?=\.LBB\d+_\d+:)", assembly(res.llvm_ir, parse_target(target)))
+    taps = max(blocks, key=lambda b: b.count("vfmadd"))
+    assert taps.count("vfmadd") % 9 == 0   # a block of every tap of a channel
+    if stride == (2, 2):
+        assert not re.findall(r"vmovu?ps\s+%ymm\d+, -?\d+\(%rsp\)", taps)   # no spill
+    # the flat tiles of a stride-1 conv (13 of 15 columns) keep the target's tuning
+    plain = P.lower(_kernel_text(x=(1, 8, 9, 13), w=(12, 8, 3, 3)), ["kernel"], target=target)
+    assert "tune-cpu" not in plain.llvm_ir
+
+
 def test_depthwise_class():
     assert direct_depthwise((1, 1)) and direct_depthwise((1, 1), (2, 2))
     assert direct_depthwise((2, 2)) and direct_depthwise((2, 1))

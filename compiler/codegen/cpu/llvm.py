@@ -241,6 +241,20 @@ def compile_ir_to_object(text: str, target, *, speed_level: int = 3,
     return obj, str(mod)
 
 
-__all__ = ["fixup_ir_text", "ensure_llvm_initialized", "target_machine", "llvm_features", "check_portable",
+def assembly(text: str, target) -> str:
+    """The x86-64 assembly of LLVM IR ``text`` (as ``compile_ir_to_object``
+    returns it, already optimised) for ``target``: what the object holds, to
+    read. Raises CodegenError."""
+    mod = parse_ir(text)
+    tm = target_machine(target)
+    mod.triple = tm.triple
+    mod.data_layout = str(tm.target_data)
+    try:
+        return tm.emit_assembly(mod)
+    except RuntimeError as e:
+        raise CodegenError(f"LLVM code generation failed: {e}") from None
+
+
+__all__ = ["fixup_ir_text", "assembly", "ensure_llvm_initialized", "target_machine", "llvm_features", "check_portable",
            "link_runtime_support", "parse_ir", "optimize", "compile_ir_to_object",
            "MEMREF_COPY_IR"]

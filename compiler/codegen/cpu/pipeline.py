@@ -115,7 +115,7 @@ from compiler.codegen.family import (ALIASED_ATTR, FEW_ROWS_ATTR, PACK_A_ATTR, U
                                      UNPACKED_ATTR, ZERO_STRIDE_ATTR)
 from compiler.codegen.cpu.transforms.conv import DIRECT_CONV_ATTR  # noqa: E402
 from compiler.codegen.cpu.transforms.matmul import EPILOGUE_ATTR  # noqa: E402
-from compiler.codegen.family import PACKED_B_ATTR, STEM_ATTR  # noqa: E402
+from compiler.codegen.family import PACKED_B_ATTR, STEM_ATTR, TUNE_CPU_ATTR  # noqa: E402
 
 
 _MEMREF_COPY = re.compile(r"memref\.copy (%[\w#]+), (%[\w#]+) : (memref<[^>]*>(?:>)?) to "
@@ -278,6 +278,21 @@ _COPY_OPS = frozenset({"builtin.module", "func.func", "func.return", "arith.cons
                        "bufferization.materialize_in_destination"})
 
 
+def tune_functions(module: "ir.Module") -> None:
+    """Where a rewrite marked ``module`` with ``family.TUNE_CPU_ATTR`` (a CPU
+    name), drop the mark and give every ``llvm.func`` definition LLVM's
+    ``"tune-cpu"`` attribute of that name: its code is scheduled with that
+    CPU's model and tuning, its instructions stay the target's."""
+    attrs = module.operation.attributes
+    if TUNE_CPU_ATTR not in attrs:
+        return
+    cpu = ir.StringAttr(attrs[TUNE_CPU_ATTR]).value
+    del attrs[TUNE_CPU_ATTR]
+    for op in module.body.operations:
+        if op.operation.name == "llvm.func" and len(op.regions[0].blocks):
+            op.attributes["tune_cpu"] = ir.StringAttr.get(cpu)
+
+
 def linalg_op_names(module: "ir.Module") -> set[str]:
     """The strategy features of ``module``: the names of its linalg ops,
     ``"<name>:<element type>"`` of each op's first operand (``linalg.matmul:f32``)
@@ -410,6 +425,7 @@ def lower(module_or_text, entry_names: Sequence[str], *, target=None,
                 assume_unit_strides(module)
             if stage.name == "bufferize" and strategy.transform:
                 apply_transforms(module, strategy.transform)
+        tune_functions(module)
         ll = translate(module)
     try:
         obj, optimized = llvm_codegen.compile_ir_to_object(ll, target,
@@ -506,8 +522,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--translate", action="store_true",
                     help="translate FILE (LLVM dialect) to LLVM IR")
     ap.add_argument("--entry", action="append", default=[], help="entry function (repeatable)")
-    ap.add_argument("--emit", choices=("mlir", "llvm", "obj"), default="llvm",
-                    help="full pipeline output: LLVM dialect, optimised LLVM IR, or object")
+    ap.add_argument("--emit", choices=("mlir", "llvm", "asm", "obj"), default="llvm",
+                    help="full pipeline output: LLVM dialect, optimised LLVM IR, its "
+                         "assembly, or object")
     ap.add_argument("-o", "--output", help="write the output here instead of stdout")
     ap.add_argument("--target", default="cpu",
                     help="cpu target: cpu (this machine), cpu:x86-64-v3, cpu:znver3, ... "
@@ -527,8 +544,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             entries = args.entry or _public_functions(text)
             res = lower(text, entries, target=args.target, keep_ir=args.emit == "mlir")
-            out = {"mlir": res.stages.get("lower-to-llvm", ""), "llvm": res.llvm_ir,
-                   "obj": res.object}[args.emit]
+            out = {"mlir": lambda: res.stages.get("lower-to-llvm", ""),
+                   "llvm": lambda: res.llvm_ir, "obj": lambda: res.object,
+                   "asm": lambda: llvm_codegen.assembly(res.llvm_ir, _target(args.target)),
+                   }[args.emit]()
     except (MLIRError, PipelineError, CodegenError, TargetError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

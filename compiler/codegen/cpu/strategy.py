@@ -354,6 +354,22 @@ _CONV_TILES = {("f32", "avx2"): dict(mr=6, nr=16, nr1=64, lanes=8, dw_accs=8, ac
                ("f64", "avx512"): dict(mr=8, nr=16, nr1=32, lanes=8, dw_accs=16, accs=24, regs=32)}
 #: The feature of a module holding a direct-convolution generic.
 DIRECT_CONV = "fuelc.direct_conv"
+#: LLVM's ``tune-cpu`` (its scheduling model; the instructions stay the
+#: target's) for a direct conv whose channel loop is one unrolled block of
+#: taps held in registers: ``direct_rows`` tiles and stacked stride phases
+#: (``transforms.conv.direct_rows``), per (element type, isa). In that block
+#: (3x3: 108 FMAs into 12 accumulators) LLVM's pre-RA scheduler with the
+#: Haswell model (x86-64-v3's) and the Zen 3 one (znver3's) hoisted the next
+#: taps' loads and spilled ymm registers (stacked 3x3 s2 of 8 to 128
+#: channels: 2-16 spill stores a pass), at a cost that moved from one process
+#: to the next with the stack's address. Zen 4's model (as Ice Lake's or Alder
+#: Lake's; not Zen 2's) spilled none there. One thread, thread time: 3x3 s2
+#: 128->256 28^2 1.48-2.10 -> 1.40 ms on both targets; row tiles of 64->64 at
+#: 8^2, batch 8, on znver3 0.44-0.86 -> 0.41 (x86-64-v3 0.41 either way).
+#: The flat tiles of wide images keep the target's model (Zen 4's made 3x3
+#: 64->64 56^2 2% slower on x86-64-v3), and so do depthwise blocks.
+#: AVX-512 (32 registers) and f64: unmeasured, the target's.
+_BLOCK_TUNE = {("f32", "avx2"): "znver4"}
 
 
 def conv_strategy(element_type: str, isa: str = "avx2") -> Strategy:
@@ -363,7 +379,8 @@ def conv_strategy(element_type: str, isa: str = "avx2") -> Strategy:
     tiles = _CONV_TILES[element_type, isa]
     return Strategy(
         name=f"conv-direct-{element_type}-{tiles['mr']}x{tiles['nr']}",
-        transform=conv_scripts(**tiles), lowering=VECTOR_LOWERING,
+        transform=conv_scripts(**tiles, tune=_BLOCK_TUNE.get((element_type, isa), "")),
+        lowering=VECTOR_LOWERING,
         doc="direct convolution on the flat padded input: mr channels x nr pixels "
             "FMA tiles over (c, kh, kw), no im2col, no packing")
 

@@ -749,7 +749,7 @@ def _planes(xi, w, bias, s, elt, geo, scratch, out, at, act=None, skip=None):
     1.78-1.80 -> 1.48-1.49 ms). The cpu strategy
     ``conv_strategy`` register-tiles each generic (``transforms/conv.py``)."""
     from compiler.codegen.family import (CROP_ATTR, DIRECT_CONV_ATTR, DIRECT_ROWS_ATTR,
-                                         DW_PITCH_ATTR)
+                                         DIRECT_STACKED_ATTR, DW_PITCH_ATTR)
     g = geo
     cin, cout = rtt(xi).shape[1], rtt(w).shape[0]
     if g.depthwise or g.strided:
@@ -778,6 +778,7 @@ def _planes(xi, w, bias, s, elt, geo, scratch, out, at, act=None, skip=None):
                       [PARALLEL] * 3 + [REDUCTION] * 3,
                       lambda a, b, o: s.add(o, s.mul(a, b)))[0]
         acc.owner.attributes[DIRECT_CONV_ATTR] = ir.UnitAttr.get()
+        acc.owner.attributes[DIRECT_STACKED_ATTR] = ir.UnitAttr.get()
         phases = []
     for k, (ry, rx, nqy, nqx) in enumerate(phases):
         if g.sh == g.sw == 1 and not g.depthwise:

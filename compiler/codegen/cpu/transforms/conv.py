@@ -34,7 +34,7 @@ pixels are rows of a pitch of whole vectors (``DW_PITCH_ATTR``) is computed by
 from __future__ import annotations
 
 from compiler.codegen.family import (CROP_ATTR, DIRECT_CONV_ATTR, DIRECT_ROWS_ATTR,  # marks
-                                     DW_PITCH_ATTR)
+                                     DIRECT_STACKED_ATTR, DW_PITCH_ATTR, TUNE_CPU_ATTR)
 from compiler.mlir import arith, ir, memref, scf, vector, walk_ops
 
 from .matmul import _ANY, _FOR, _LOWER_VECTORS, _match
@@ -67,9 +67,10 @@ UNROLL_TAPS = 16
 
 
 def conv_scripts(*, mr: int, nr: int, nr1: int, lanes: int, dw_accs: int,
-                 accs: int, regs: int) -> tuple[str, ...]:
+                 accs: int, regs: int, tune: str = "") -> tuple[str, ...]:
     """The strategy steps of the direct convolution: transform scripts and
-    ``py:`` rewrites, in order (see the module docstring)."""
+    ``py:`` rewrites, in order (see the module docstring); ``tune``: the
+    LLVM tuning of a kernel with row tiles or stacked phases (``direct_rows``)."""
     t = _ANY
     tile = f"py:tile_direct_conv {mr} {nr} {nr1}"
     vectorize = _HEAD + f"""    %g = {_marked(DIRECT_CONV_ATTR)}
@@ -92,7 +93,7 @@ def conv_scripts(*, mr: int, nr: int, nr1: int, lanes: int, dw_accs: int,
     transform.annotate %kloops "loop_annotation" = %no_unroll : {t}, !transform.any_param
 """ + _TAIL
     return ("py:prefetch_next_plane", f"py:depthwise_rows {lanes} {dw_accs}",
-            f"py:direct_rows {lanes} {accs} {mr} {regs}", tile,
+            f"py:direct_rows {lanes} {accs} {mr} {regs} {tune}".rstrip(), tile,
             "py:fold_unit_dims", vectorize,
             "py:single_reduction_contracts", lower, f"py:unroll_tap_loops {UNROLL_TAPS}")
 
@@ -505,7 +506,8 @@ ROW_TILE_VECTORS = 4
 ROW_COLUMN_BLOCKS = 2
 
 
-def direct_rows(module: "ir.Module", lanes: str, accs: str, mr: str, regs: str) -> int:
+def direct_rows(module: "ir.Module", lanes: str, accs: str, mr: str, regs: str,
+                tune: str = "") -> int:
     """Each groups-1 direct-conv generic marked ``DIRECT_ROWS_ATTR`` ``[Wq,
     Ho, Wo]`` (``acc[0, co, p] += plane[0, c, p + qy*A + qx*B] * w[co, c, qy,
     qx]``, pixel p = oy*Wq + ox) as explicit vector code that computes only
@@ -522,9 +524,14 @@ def direct_rows(module: "ir.Module", lanes: str, accs: str, mr: str, regs: str) 
     tiles); a 16-lane vector that would be half padding is
     halved (AVX-512: 8x8 outputs in 8 lanes); where whole vectors would run
     past the row pitch (Wo = 28 of a 30-wide plane in 8-lane vectors) the
-    generic is left to ``tile_direct_conv``. Returns the generics
+    generic is left to ``tile_direct_conv``. With ``tune`` (an LLVM CPU name)
+    a module that has such tiles, or a generic of stacked stride phases
+    (``DIRECT_STACKED_ATTR``: every tap of a channel in one block too), is
+    marked ``TUNE_CPU_ATTR`` (``strategy._BLOCK_TUNE``). Returns the generics
     rewritten."""
     n, lanes0, accs, mr0, regs = 0, int(lanes), int(accs), int(mr), int(regs)
+    if tune and walk_ops(module, lambda o: DIRECT_STACKED_ATTR in o.attributes):
+        module.operation.attributes[TUNE_CPU_ATTR] = ir.StringAttr.get(tune)
     for op in walk_ops(module, lambda o: o.name == "linalg.generic"
                        and DIRECT_ROWS_ATTR in o.attributes and not _channel_wise(o)):
         wq, ho, wo = list(ir.DenseI64ArrayAttr(op.attributes[DIRECT_ROWS_ATTR]))
@@ -603,6 +610,8 @@ def direct_rows(module: "ir.Module", lanes: str, accs: str, mr: str, regs: str) 
                 channel_block(_const(whole * m0), rest)
         op.erase()
         n += 1
+    if tune and n:
+        module.operation.attributes[TUNE_CPU_ATTR] = ir.StringAttr.get(tune)
     return n
 
 
