@@ -69,6 +69,20 @@ def aliased_unpacked(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg
             and aliased_rows(b_row_stride))
 
 
+def aliased_packed(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg: int,
+                   b_row_stride: int) -> bool:
+    """Whether a matmul call of the packed class has more than
+    ``ALIASED_ROWS`` and at most ``UNPACKED_ROWS`` rows, B's rows
+    ``aliased_rows`` apart, and B and the output with unit-stride rows: its
+    kernel (``ALIASED_ATTR`` without ``UNPACKED_ATTR``) copies B a block of
+    rows x some hundred columns at a time, whole row segments in order, not a
+    panel of 16 columns (one cache line a row, every row in another page) at
+    a time (``codegen.cpu.strategy``'s ``_ALIASED_PACKED_TILES``)."""
+    rows = a_shape[-2] if len(a_shape) >= 2 else 0
+    return (ALIASED_ROWS < rows <= UNPACKED_ROWS and aliased_rows(b_row_stride)
+            and 1 in unit_stride and out_arg in unit_stride)
+
+
 #: The fewest columns (N) of a packed-class call whose blocks of A are copied
 #: (``pack_a``): each copied block serves N / 16 panels of B, and at 256
 #: columns (a 2-thread call's column tile of 1024^3) the copy cost more than it

@@ -145,3 +145,63 @@ def test_aliased_b_kernel_gives_the_bits_of_the_unpacked_one(m):
     spread = mod(x=a, w=wide[:, :2048], b=b)
     np.testing.assert_array_equal(aliased, spread)
     np.testing.assert_allclose(aliased, a.astype(np.float64) @ wide[:, :2048] + b, rtol=1e-5, atol=1e-5)
+
+
+def test_aliased_packed_selects_blocks_of_b_on_avx2():
+    """A packed-class entry of 17-32 rows whose B rows fall in few cache sets
+    (``fuelc.aliased_b`` without ``fuelc.unpacked``: ``runtime.rows.aliased_packed``)
+    copies B in blocks of 240 columns x 128 rows on AVX2 f32; f64 and AVX-512
+    keep the packed tiles."""
+    from runtime.rows import ALIASED_ROWS
+    unit = (0, 1, 2)
+    assert family.aliased_packed((ALIASED_ROWS + 1, 768), unit, 2, 3072)
+    assert family.aliased_packed((family.UNPACKED_ROWS, 768), unit, 2, 2048)
+    assert not family.aliased_packed((family.UNPACKED_ROWS + 1, 768), unit, 2, 3072)
+    assert not family.aliased_packed((ALIASED_ROWS, 768), unit, 2, 3072)  # in place
+    assert not family.aliased_packed((24, 768), unit, 2, 1536)  # not aliased
+    assert not family.aliased_packed((24, 768), (0, 2), 2, 3072)  # B strided
+
+    def chosen(aliased, dtype=DType.F32, target="cpu:x86-64-v3"):
+        ts = [TensorType((24, 40), dtype), TensorType((40, 3072), dtype)]
+        text = single_op_linalg_text("MatMul", {}, ts, True, "cpu", unit, False, (), False,
+                                     aliased=aliased)
+        return choose_strategy(text, ["kernel"], target).name
+    assert chosen(True) == "matmul-matmul-f32-6x16-k128-b240"
+    assert chosen(False) == "matmul-matmul-f32-6x16"
+    assert chosen(True, DType.F64) == "matmul-matmul-f64-6x8-k512"
+    assert "-b" not in chosen(True, target="cpu:x86-64-v4")
+
+
+def test_blocks_of_b_need_a_packed_b_and_whole_panels():
+    from compiler.codegen.cpu.transforms.matmul import matmul_script
+    with pytest.raises(ValueError, match="nb=200 needs pack and a multiple of nr=16"):
+        matmul_script(nb=200)
+    with pytest.raises(ValueError, match="nb=240 needs pack"):
+        matmul_script(nb=240, pack=False)
+
+
+@pytest.mark.parametrize("m", [17, 32])
+def test_blocks_of_b_give_the_bits_of_b_in_place(m):
+    """MatMul and FusedLinear with B [150, 2000] a view of rows 2048 apart
+    (copied in blocks: K 128 + 22, columns 8 x 240 + 80, a partial panel of
+    B) against the same values 2064 apart (B read in place): the same FMAs
+    in the same order of K, the same bits; and the float64 reference."""
+    rng = np.random.default_rng(m)
+    a = rng.standard_normal((m, 150)).astype(np.float32)
+    b = rng.standard_normal(2000).astype(np.float32)
+    g = Graph()
+    x, wi, bi = g.input("x", a.shape, "f32"), g.input("w", (150, 2000), "f32"), g.input("b", b.shape, "f32")
+    g.output(x @ wi, name="mm")
+    g.output(linear(x, wi, bi), name="lin")
+    mod = compile(g)
+    w8 = np.zeros((150, 2048), np.float32)
+    w8[:, :2000] = rng.standard_normal((150, 2000))
+    w_spread = np.zeros((150, 2064), np.float32)
+    w_spread[:, :2000] = w8[:, :2000]
+    aliased = mod(x=a, w=w8[:, :2000], b=b)
+    spread = mod(x=a, w=w_spread[:, :2000], b=b)
+    for name in ("mm", "lin"):
+        np.testing.assert_array_equal(aliased[name], spread[name])
+    np.testing.assert_allclose(aliased["mm"], a.astype(np.float64) @ w8[:, :2000], rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(aliased["lin"], a.astype(np.float64) @ w8[:, :2000] + b,
+                               rtol=1e-5, atol=1e-4)
