@@ -180,11 +180,11 @@ def test_blocks_of_b_need_a_packed_b_and_whole_panels():
         matmul_script(nb=240, pack=False)
 
 
-@pytest.mark.parametrize("m", [17, 32])
-def test_blocks_of_b_give_the_bits_of_b_in_place(m):
-    """MatMul and FusedLinear with B [150, 2000] a view of rows 2048 apart
-    (copied in blocks: K 128 + 22, columns 8 x 240 + 80, a partial panel of
-    B) against the same values 2064 apart (B read in place): the same FMAs
+def test_blocks_of_b_give_the_bits_of_b_in_place(m=29):
+    """MatMul and FusedLinear of 29 rows (4 6-row tiles, a 4-row and a 1-row
+    block) with B [150, 2000] a view of rows 2048 apart (copied in blocks: K
+    128 + 22, columns 8 x 240 + 80, a partial panel of B; 17 rows:
+    ``test_matmul_and_linear_inputs_with_b_rows_8_kib_apart``) against the same values 2064 apart (B read in place): the same FMAs
     in the same order of K, the same bits; and the float64 reference."""
     rng = np.random.default_rng(m)
     a = rng.standard_normal((m, 150)).astype(np.float32)
