@@ -87,9 +87,12 @@ def test_b_rows_a_multiple_of_4_kib_apart_are_packed_above_aliased_rows():
         assert family.unpacked_rows((top, 768), unit, 2, n)
     lays = lambda m, n: [Layout.contiguous((m, 64)), Layout.contiguous((64, n)),
                          Layout.contiguous((m, n))]
-    assert row_class(lays(20, 2048), 2) == "packed" and row_class(lays(20, 1536), 2) == "unpacked"
+    assert row_class(lays(20, 1536), 2) == "unpacked"
     assert row_class(lays(ALIASED_ROWS, 2048), 2) == "unpacked"
-    assert row_class(lays(ALIASED_ROWS + 1, 2048), 2) == "packed"
+    # packed, by a kernel of its own up to UNPACKED_ROWS (its own row class)
+    assert row_class(lays(ALIASED_ROWS + 1, 2048), 2) == "aliased_packed"
+    assert row_class(lays(family.UNPACKED_ROWS, 3072), 2) == "aliased_packed"
+    assert row_class(lays(family.UNPACKED_ROWS + 1, 2048), 2) == "packed"
     assert family.aliased_unpacked((ALIASED_ROWS, 768), unit, 2, 3072)
     assert not family.aliased_unpacked((ALIASED_ROWS, 768), unit, 2, 1536)   # not aliased
     assert not family.aliased_unpacked((ALIASED_ROWS + 1, 768), unit, 2, 3072)  # packed
@@ -205,3 +208,30 @@ def test_blocks_of_b_give_the_bits_of_b_in_place(m=29):
     np.testing.assert_allclose(aliased["mm"], a.astype(np.float64) @ w8[:, :2000], rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(aliased["lin"], a.astype(np.float64) @ w8[:, :2000] + b,
                                rtol=1e-5, atol=1e-4)
+
+
+def test_a_symbolic_file_runs_17_to_32_rows_over_an_aliased_b(tmp_path):
+    """Rows a symbol: calls of 17-32 rows over B rows 2048 apart are a row
+    class of their own (``runtime.rows.row_class``: ``aliased_packed``); a
+    ``.fuel`` file whose samples did not reach it runs them on its packed
+    object (``runtime.symbolic``): the same bits as the module's own kernel."""
+    import runtime
+    from compiler import Sym
+    from runtime.rows import row_class
+    from runtime.layout import Layout
+    g = Graph()
+    x = g.input("x", (Sym("m", 1, 64), 24), "f32")
+    wi, bi = g.input("w", (24, 2048), "f32"), g.input("b", (2048,), "f32")
+    g.output(linear(x, wi, bi), name="y")
+    mod = compile(g)
+    rng = np.random.default_rng(3)
+    w, b = rng.standard_normal((24, 2048)).astype(np.float32), rng.standard_normal(2048).astype(np.float32)
+    loaded = runtime.load(mod.save(tmp_path / "m.fuel"))
+    for rows in (20, 40, 60):
+        a = rng.standard_normal((rows, 24)).astype(np.float32)
+        lays = [Layout.contiguous(a.shape), Layout.contiguous(w.shape), Layout.contiguous((rows, 2048))]
+        assert (row_class(lays, 2) == "aliased_packed") == (rows <= family.UNPACKED_ROWS)
+        y = lambda out: out["y"] if isinstance(out, dict) else out
+        got = y(loaded(x=a, w=w, b=b))
+        np.testing.assert_array_equal(got, y(mod(x=a, w=w, b=b)))
+        np.testing.assert_allclose(got, a.astype(np.float64) @ w + b, rtol=1e-5, atol=1e-4)

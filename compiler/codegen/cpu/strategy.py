@@ -253,8 +253,9 @@ _ALIASED_TILES = {("f32", "avx2"): dict(mr=4, kc=8, mc=8)}
 #: in order, and the panels of the block are read from that buffer (rows nb
 #: apart: 960 bytes, 15 lines, spread over the L1 sets). kc 128 keeps the
 #: block (120 KiB) in L2. One znver3 thread, [M,768]x[768,3072] + bias,
-#: docs/benchmarks.md ("linear 17-32 rows"): fuelc/numpy, M = 32 1.33-1.35 ->
-#: 1.07-1.16, 24 1.37-1.40 -> 0.99-1.06, 17 0.95-1.50 -> 0.87-0.89.
+#: docs/benchmarks.md ("Products of 17-32 rows over such a B"): fuelc/numpy,
+#: M = 32 1.33-1.35 -> 1.07-1.16, 24 1.37-1.40 -> 0.99-1.06, 17 0.95-1.50 ->
+#: 0.87-0.89.
 _ALIASED_PACKED_TILES = {("f32", "avx2"): dict(kc=128, nb=240)}
 #: Where a matmul that packs B per call also copies each ``mc x kc`` block of A
 #: into a contiguous buffer (entries marked ``fuelc.pack_a``:
