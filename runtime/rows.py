@@ -69,6 +69,24 @@ def aliased_unpacked(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg
             and aliased_rows(b_row_stride))
 
 
+def aliased_packed(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg: int,
+                   b_row_stride: int) -> bool:
+    """Whether a matmul call of the packed class has more than
+    ``ALIASED_ROWS`` and at most ``UNPACKED_ROWS`` rows, B's rows
+    ``aliased_rows`` apart, and B and the output with unit-stride rows: its
+    kernel (``ALIASED_ATTR`` without ``UNPACKED_ATTR``) copies B a block of
+    rows x some hundred columns at a time, whole row segments in order, not a
+    panel of 16 columns (one cache line a row, every row in another page) at
+    a time (``codegen.cpu.strategy``'s ``_ALIASED_PACKED_TILES``). It paid
+    at 40 rows as well (one znver3 thread, [40,768]x[768,3072] + bias 1.23-1.25
+    -> 1.09-1.13x numpy's time, 48 rows mixed), but a symbolic file samples
+    the packed class at 33 and 40 rows (``compiler.export_symbolic``): the
+    packed class keeps those."""
+    rows = a_shape[-2] if len(a_shape) >= 2 else 0
+    return (ALIASED_ROWS < rows <= UNPACKED_ROWS and aliased_rows(b_row_stride)
+            and 1 in unit_stride and out_arg in unit_stride)
+
+
 #: The fewest columns (N) of a packed-class call whose blocks of A are copied
 #: (``pack_a``): each copied block serves N / 16 panels of B, and at 256
 #: columns (a 2-thread call's column tile of 1024^3) the copy cost more than it
@@ -112,12 +130,16 @@ def unit_stride_args(layouts: Sequence) -> tuple[int, ...]:
 
 def row_class(layouts: Sequence, out_arg: int) -> str:
     """The row class of a matmul call whose descriptors have ``layouts``
-    (A first, the output at ``out_arg``): ``"few_rows"``, ``"unpacked"`` or
-    ``"packed"``."""
+    (A first, the output at ``out_arg``): ``"few_rows"``, ``"unpacked"``,
+    ``"aliased_packed"`` (``aliased_packed``: a part of the packed class with
+    a kernel of its own; a symbolic file without it runs such calls on its
+    ``"packed"`` object, ``runtime.symbolic``) or ``"packed"``."""
     unit = unit_stride_args(layouts)
     shape = layouts[0].shape
     if few_rows(shape, unit, out_arg):
         return "few_rows"
+    if aliased_packed(shape, unit, out_arg, b_row_stride(layouts)):
+        return "aliased_packed"
     return "unpacked" if unpacked_rows(shape, unit, out_arg, b_row_stride(layouts)) else "packed"
 
 

@@ -40,7 +40,7 @@ from .symbols import Sym, bind_symbols, shape_text
 SYM = "sym"
 #: The manifest fields whose integers may be expressions.
 TEMPLATE_FIELDS = ("entry_points", "plan", "kernels")
-ROW_CLASSES = ("few_rows", "unpacked", "packed")
+ROW_CLASSES = ("few_rows", "unpacked", "aliased_packed", "packed")
 
 
 def _bounds_ok(v) -> bool:
@@ -165,6 +165,8 @@ def settle(m: dict, values: dict, path: str = "") -> dict:
             raise ManifestFieldError(f"kernels[{k}].binding.variants", f"do not evaluate to "
                                      f"layouts at {values}: {e}", path) from None
         entry = v["classes"].get(c)
+        if entry is None and c == "aliased_packed":  # the same bits as the packed kernel's
+            entry = v["classes"].get("packed")
         if entry is None:
             raise ArtifactCodeError(
                 f"step {rec['step']} ({rec.get('name')}): the file holds no kernel object for "

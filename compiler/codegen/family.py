@@ -47,7 +47,7 @@ from runtime.cpu_features import check_cpu_features, missing_cpu_features
 from runtime.dtype import DType
 from runtime.layout import Layout
 # the matmul row classes (a symbolic .fuel file picks its objects with them at run time)
-from runtime.rows import (FEW_ROWS, UNPACKED_ROWS, a_row_stride, aliased_unpacked,  # noqa: F401
+from runtime.rows import (FEW_ROWS, UNPACKED_ROWS, a_row_stride, aliased_packed, aliased_unpacked,  # noqa: F401
                           b_row_stride, few_rows, pack_a, unit_stride_args, unpacked_rows)
 
 ENTRY = "kernel"
@@ -274,7 +274,9 @@ UNPACKED_ATTR = "fuelc.unpacked"
 #: On a cpu matmul entry marked ``UNPACKED_ATTR``: B's rows are a multiple of
 #: 4 KiB apart in every call (``runtime.rows.aliased_unpacked``), so the rows a
 #: panel of B spans fall in one or two L1 sets; the strategy selector may then
-#: walk K in shorter blocks.
+#: walk K in shorter blocks. On an entry of the packed class (17 to
+#: ``UNPACKED_ROWS`` rows, ``runtime.rows.aliased_packed``): B is copied in
+#: blocks of whole row segments.
 ALIASED_ATTR = "fuelc.aliased_b"
 #: On a cpu matmul entry of the packed class: A's rows are a multiple of 4 KiB
 #: apart and the call has many columns (``runtime.rows.pack_a``); the strategy

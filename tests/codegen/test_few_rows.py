@@ -87,9 +87,12 @@ def test_b_rows_a_multiple_of_4_kib_apart_are_packed_above_aliased_rows():
         assert family.unpacked_rows((top, 768), unit, 2, n)
     lays = lambda m, n: [Layout.contiguous((m, 64)), Layout.contiguous((64, n)),
                          Layout.contiguous((m, n))]
-    assert row_class(lays(20, 2048), 2) == "packed" and row_class(lays(20, 1536), 2) == "unpacked"
+    assert row_class(lays(20, 1536), 2) == "unpacked"
     assert row_class(lays(ALIASED_ROWS, 2048), 2) == "unpacked"
-    assert row_class(lays(ALIASED_ROWS + 1, 2048), 2) == "packed"
+    # packed, by a kernel of its own up to UNPACKED_ROWS (its own row class)
+    assert row_class(lays(ALIASED_ROWS + 1, 2048), 2) == "aliased_packed"
+    assert row_class(lays(family.UNPACKED_ROWS, 3072), 2) == "aliased_packed"
+    assert row_class(lays(family.UNPACKED_ROWS + 1, 2048), 2) == "packed"
     assert family.aliased_unpacked((ALIASED_ROWS, 768), unit, 2, 3072)
     assert not family.aliased_unpacked((ALIASED_ROWS, 768), unit, 2, 1536)   # not aliased
     assert not family.aliased_unpacked((ALIASED_ROWS + 1, 768), unit, 2, 3072)  # packed
@@ -145,3 +148,90 @@ def test_aliased_b_kernel_gives_the_bits_of_the_unpacked_one(m):
     spread = mod(x=a, w=wide[:, :2048], b=b)
     np.testing.assert_array_equal(aliased, spread)
     np.testing.assert_allclose(aliased, a.astype(np.float64) @ wide[:, :2048] + b, rtol=1e-5, atol=1e-5)
+
+
+def test_aliased_packed_selects_blocks_of_b_on_avx2():
+    """A packed-class entry of 17-32 rows whose B rows fall in few cache sets
+    (``fuelc.aliased_b`` without ``fuelc.unpacked``: ``runtime.rows.aliased_packed``)
+    copies B in blocks of 240 columns x 128 rows on AVX2 f32; f64 and AVX-512
+    keep the packed tiles."""
+    from runtime.rows import ALIASED_ROWS
+    unit = (0, 1, 2)
+    assert family.aliased_packed((ALIASED_ROWS + 1, 768), unit, 2, 3072)
+    assert family.aliased_packed((family.UNPACKED_ROWS, 768), unit, 2, 2048)
+    assert not family.aliased_packed((family.UNPACKED_ROWS + 1, 768), unit, 2, 3072)
+    assert not family.aliased_packed((ALIASED_ROWS, 768), unit, 2, 3072)  # in place
+    assert not family.aliased_packed((24, 768), unit, 2, 1536)  # not aliased
+    assert not family.aliased_packed((24, 768), (0, 2), 2, 3072)  # B strided
+
+    def chosen(aliased, dtype=DType.F32, target="cpu:x86-64-v3"):
+        ts = [TensorType((24, 40), dtype), TensorType((40, 3072), dtype)]
+        text = single_op_linalg_text("MatMul", {}, ts, True, "cpu", unit, False, (), False,
+                                     aliased=aliased)
+        return choose_strategy(text, ["kernel"], target).name
+    assert chosen(True) == "matmul-matmul-f32-6x16-k128-b240"
+    assert chosen(False) == "matmul-matmul-f32-6x16"
+    assert chosen(True, DType.F64) == "matmul-matmul-f64-6x8-k512"
+    assert "-b" not in chosen(True, target="cpu:x86-64-v4")
+
+
+def test_blocks_of_b_need_a_packed_b_and_whole_panels():
+    from compiler.codegen.cpu.transforms.matmul import matmul_script
+    with pytest.raises(ValueError, match="nb=200 needs pack and a multiple of nr=16"):
+        matmul_script(nb=200)
+    with pytest.raises(ValueError, match="nb=240 needs pack"):
+        matmul_script(nb=240, pack=False)
+
+
+def test_blocks_of_b_give_the_bits_of_b_in_place(m=29):
+    """MatMul and FusedLinear of 29 rows (4 6-row tiles, a 4-row and a 1-row
+    block) with B [150, 2000] a view of rows 2048 apart (copied in blocks: K
+    128 + 22, columns 8 x 240 + 80, a partial panel of B; 17 rows:
+    ``test_matmul_and_linear_inputs_with_b_rows_8_kib_apart``) against the same values 2064 apart (B read in place): the same FMAs
+    in the same order of K, the same bits; and the float64 reference."""
+    rng = np.random.default_rng(m)
+    a = rng.standard_normal((m, 150)).astype(np.float32)
+    b = rng.standard_normal(2000).astype(np.float32)
+    g = Graph()
+    x, wi, bi = g.input("x", a.shape, "f32"), g.input("w", (150, 2000), "f32"), g.input("b", b.shape, "f32")
+    g.output(x @ wi, name="mm")
+    g.output(linear(x, wi, bi), name="lin")
+    mod = compile(g)
+    w8 = np.zeros((150, 2048), np.float32)
+    w8[:, :2000] = rng.standard_normal((150, 2000))
+    w_spread = np.zeros((150, 2064), np.float32)
+    w_spread[:, :2000] = w8[:, :2000]
+    aliased = mod(x=a, w=w8[:, :2000], b=b)
+    spread = mod(x=a, w=w_spread[:, :2000], b=b)
+    for name in ("mm", "lin"):
+        np.testing.assert_array_equal(aliased[name], spread[name])
+    np.testing.assert_allclose(aliased["mm"], a.astype(np.float64) @ w8[:, :2000], rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(aliased["lin"], a.astype(np.float64) @ w8[:, :2000] + b,
+                               rtol=1e-5, atol=1e-4)
+
+
+def test_a_symbolic_file_runs_17_to_32_rows_over_an_aliased_b(tmp_path):
+    """Rows a symbol: calls of 17-32 rows over B rows 2048 apart are a row
+    class of their own (``runtime.rows.row_class``: ``aliased_packed``); a
+    ``.fuel`` file whose samples did not reach it runs them on its packed
+    object (``runtime.symbolic``): the same bits as the module's own kernel."""
+    import runtime
+    from compiler import Sym
+    from runtime.rows import row_class
+    from runtime.layout import Layout
+    g = Graph()
+    x = g.input("x", (Sym("m", 1, 64), 24), "f32")
+    wi, bi = g.input("w", (24, 2048), "f32"), g.input("b", (2048,), "f32")
+    g.output(linear(x, wi, bi), name="y")
+    mod = compile(g)
+    rng = np.random.default_rng(3)
+    w, b = rng.standard_normal((24, 2048)).astype(np.float32), rng.standard_normal(2048).astype(np.float32)
+    loaded = runtime.load(mod.save(tmp_path / "m.fuel"))
+    for rows in (20, 40, 60):
+        a = rng.standard_normal((rows, 24)).astype(np.float32)
+        lays = [Layout.contiguous(a.shape), Layout.contiguous(w.shape), Layout.contiguous((rows, 2048))]
+        assert (row_class(lays, 2) == "aliased_packed") == (rows <= family.UNPACKED_ROWS)
+        y = lambda out: out["y"] if isinstance(out, dict) else out
+        got = y(loaded(x=a, w=w, b=b))
+        np.testing.assert_array_equal(got, y(mod(x=a, w=w, b=b)))
+        np.testing.assert_allclose(got, a.astype(np.float64) @ w + b, rtol=1e-5, atol=1e-4)

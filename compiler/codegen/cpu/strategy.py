@@ -242,6 +242,21 @@ _PER_CALL_TILES = {("f32", "avx2"): dict(kc=512, mc=360)}
 #: 0.86-0.95). Not measured on AVX-512 (no such host): its tiles are left as
 #: they were.
 _ALIASED_TILES = {("f32", "avx2"): dict(mr=4, kc=8, mc=8)}
+#: Where the tiles of a matmul that packs B per call whose B rows are a
+#: multiple of 4 KiB apart (entries marked ``fuelc.aliased_b`` without
+#: ``fuelc.unpacked``: ``runtime.rows.aliased_packed``, 17-32 rows) differ
+#: from ``_PER_CALL_TILES``. Packed a panel (kc x 16) at a time, the copy
+#: reads one 64-byte line per row of B, each in another 4 KiB page (12 KiB
+#: apart at N = 3072): at 32 rows it took about 38% of the call (perf
+#: samples). ``nb``: B is copied a block of kc x nb at a time
+#: (``transforms.matmul.matmul_script``), whole row segments of nb columns
+#: in order, and the panels of the block are read from that buffer (rows nb
+#: apart: 960 bytes, 15 lines, spread over the L1 sets). kc 128 keeps the
+#: block (120 KiB) in L2. One znver3 thread, [M,768]x[768,3072] + bias,
+#: docs/benchmarks.md ("Products of 17-32 rows over such a B"): fuelc/numpy,
+#: M = 32 1.33-1.35 -> 1.07-1.16, 24 1.37-1.40 -> 0.99-1.06, 17 0.95-1.50 ->
+#: 0.87-0.89.
+_ALIASED_PACKED_TILES = {("f32", "avx2"): dict(kc=128, nb=240)}
 #: Where a matmul that packs B per call also copies each ``mc x kc`` block of A
 #: into a contiguous buffer (entries marked ``fuelc.pack_a``:
 #: ``runtime.rows.pack_a``, A's rows a multiple of 4 KiB and at least 8 KiB
@@ -265,19 +280,21 @@ def matmul_strategy(op: str, element_type: str, isa: str = "avx2", pack: bool = 
     ``linalg.batch_matmul``) on ``element_type`` (``f32``/``f64``), tiled
     for ``isa`` (``avx2`` or ``avx512``); ``pack=False``: B read in place
     (entries marked ``fuelc.unpacked``); ``aliased``: and its rows a multiple
-    of 4 KiB apart (``fuelc.aliased_b``, ``_ALIASED_TILES``); ``pack_a``: A's
+    of 4 KiB apart (``fuelc.aliased_b``, ``_ALIASED_TILES``; with ``pack``,
+    17-32 rows: ``_ALIASED_PACKED_TILES``); ``pack_a``: A's
     rows as far apart (``fuelc.pack_a``, ``_PACK_A_TILES``)."""
     from compiler.codegen.cpu.transforms.matmul import matmul_script
     tiles = {**_MATMUL_TILES[element_type, isa],
              **(_PER_CALL_TILES.get((element_type, isa), {}) if pack else {}),
-             **(_ALIASED_TILES.get((element_type, isa), {}) if aliased else {}),
+             **((_ALIASED_TILES if not pack else _ALIASED_PACKED_TILES).get((element_type, isa), {})
+                if aliased else {}),
              **(_PACK_A_TILES.get((element_type, isa), {}) if pack_a else {})}
     script = matmul_script(op, pack=pack, **tiles)
     return Strategy(
         name=f"matmul-{'' if pack else 'unpacked-'}{op.split('.')[1]}-{element_type}-"
              f"{tiles['mr']}x{tiles['nr']}" + (f"-k{tiles['kc']}" if aliased else "")
-             + ("-pack-a" if tiles.get("pack_a") else ""),
-        transform=(script, "py:sink_hoisted_deallocs") if tiles.get("pack_a") else script,
+             + ("-pack-a" if tiles.get("pack_a") else "") + (f"-b{tiles['nb']}" if tiles.get("nb") else ""),
+        transform=(script, "py:sink_hoisted_deallocs") if tiles.get("pack_a") or tiles.get("nb") else script,
         lowering=VECTOR_LOWERING,
         doc="register-tiled matmul: B panels " + ("packed" if pack else "read in place")
             + ", mr x nr FMA micro-kernel, peeled remainders; any sizes and strides")
@@ -626,6 +643,11 @@ for _op in _MATMUL_OPS:
     for _elt in ("f32", "f64"):
         _v = {isa: matmul_strategy(_op, _elt, isa, pack=False) for isa in ("avx512", "avx2")}
         register_strategy((lambda rule: lambda names: UNPACKED in names and rule(names))(
+            _matmul_rule(_op, _elt)), {**_v, "": _v["avx2"]})
+for _op in _MATMUL_OPS:
+    for _elt in ("f32", "f64"):
+        _v = {isa: matmul_strategy(_op, _elt, isa, aliased=True) for isa in ("avx512", "avx2")}
+        register_strategy((lambda rule: lambda names: ALIASED in names and rule(names))(
             _matmul_rule(_op, _elt)), {**_v, "": _v["avx2"]})
 for _op in _MATMUL_OPS:
     for _elt in ("f32", "f64"):

@@ -193,14 +193,18 @@ def _register_tiles(op: str, mr: int, nr: int, canon2: str) -> str:
 
 
 def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: int = 512,
-                  mc: int = 240, pack: bool = True, pack_a: bool = False) -> str:
+                  mc: int = 240, pack: bool = True, pack_a: bool = False, nb: int = 0) -> str:
     """The transform script for every ``op`` (``linalg.matmul`` or
     ``linalg.batch_matmul``) of the payload; ``mr x nr`` register tile, ``kc``
     rows of B packed per panel, ``mc`` rows of A per block (a multiple of
     ``mr``, so the thread count never changes which rows fall in the M
     remainder). ``pack_a``: each ``mc x kc`` block of A is first copied into
     a contiguous buffer (``transform.structured.promote``), which the register
-    tiles of the block read. Raises ValueError."""
+    tiles of the block read. ``nb`` (with ``pack``; a multiple of ``nr``):
+    B is copied a ``kc x nb`` block at a time (row segments of ``nb``
+    columns, read in order; the buffer on the heap, once per call), and the
+    panels of the block are read from it, not copied one by one. Raises
+    ValueError."""
     if op not in ("linalg.matmul", "linalg.batch_matmul"):
         raise ValueError(f"matmul_script: unsupported op {op}")
     b = [1] if op == "linalg.batch_matmul" else []
@@ -223,12 +227,20 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
     match = _match
     if pack_a and not pack:
         raise ValueError("matmul_script: pack_a needs pack (B packed too)")
+    if nb and (not pack or nb % nr):
+        raise ValueError(f"matmul_script: nb={nb} needs pack and a multiple of nr={nr}")
     # the block of A (mc x kc: 720 KiB for AVX2 f32) on the heap, not the stack
     # of whichever thread runs the kernel: allocated once per call (hoisted;
     # its dealloc then needs ``py:sink_hoisted_deallocs``)
     pack_a_ops = (f"      %ta = transform.structured.promote %t0 {{ operands_to_promote = [0], "
                   f"use_full_tile_buffers = [false, false] }} : ({t}) -> {t}\n") if pack_a else (
                   "      %ta = transform.cast %t0 : !transform.any_op to !transform.any_op\n")
+    block_b = (f"      %tnb, %lNB = transform.structured.tile_using_for %ta tile_sizes [{pre0}0, {nb}, 0] : ({t}) -> ({t}, {t})\n"
+               f"      %tb = transform.structured.promote %tnb {{ operands_to_promote = [1], "
+               f"use_full_tile_buffers = [false, false] }} : ({t}) -> {t}\n"
+               f"      transform.bufferization.buffer_loop_hoisting %func : {t}\n") if nb else ""
+    if nb:  # the panels are read from the block
+        promote = "      %pr = transform.cast %mmMain : !transform.any_op to !transform.any_op\n"
     return f"""module attributes {{transform.with_named_sequence}} {{
   transform.named_sequence @__transform_main(%root: {t} {{transform.readonly}}) {{
     %func = {match("func.func", "%root")}
@@ -236,7 +248,7 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
     transform.foreach %mm : {t} {{
     ^bb0(%m: {t}):
       %t0, {loops0} = transform.structured.tile_using_for %m tile_sizes [{pre}{mc}, 0, {kc}] : ({t}) -> ({res0})
-{pack_a_ops}      %t1, %lN = transform.structured.tile_using_for %ta tile_sizes [{pre0}0, {nr}, 0] : ({t}) -> ({t}, {t})
+{pack_a_ops}{block_b}      %t1, %lN = transform.structured.tile_using_for {"%tb" if nb else "%ta"} tile_sizes [{pre0}0, {nr}, 0] : ({t}) -> ({t}, {t})
       %lNf = transform.cast %lN : {t} to {_FOR}
       %mainN, %remN = transform.loop.peel %lNf : ({_FOR}) -> ({t}, {t})
       %mmMain = {match(op, "%mainN")}
