@@ -71,10 +71,10 @@ def _split(op) -> bool:
     """Rewrite the product of a few rows ``op`` as chunks of K (module docstring)."""
     if any(v is not None for v in _fuel.params(op).values()):
         return False
-    try:
-        ta, tb, to = (_fuel.tensor_type(v) for v in (op.operands[0], op.operands[1], op.results[0]))
-    except Exception:  # symbolic extents
-        return False
+    if not all(ir.RankedTensorType(v.type).has_static_shape
+               for v in (op.operands[0], op.operands[1], op.results[0])):
+        return False   # (`?` extents: the rows are not known to be few)
+    ta, tb, to = (_fuel.tensor_type(v) for v in (op.operands[0], op.operands[1], op.results[0]))
     if len(tb.shape) != 2 or ta.shape[0] > FEW_ROWS or _constant(op.operands[1]):
         return False
     (m, k), n = ta.shape, tb.shape[1]
