@@ -273,7 +273,7 @@ def _shaped(t: "ir.Type") -> "ir.ShapedType | None":
 
 #: The ops of a kernel that only copies (``COPIES_ONLY``), after ``prepare_entries``.
 _COPY_OPS = frozenset({"builtin.module", "func.func", "func.return", "arith.constant",
-                       "tensor.empty", "tensor.insert_slice", "tensor.extract_slice",
+                       "tensor.dim", "tensor.empty", "tensor.insert_slice", "tensor.extract_slice",
                        "tensor.pad", "tensor.yield", "linalg.fill", "linalg.yield",
                        "bufferization.materialize_in_destination"})
 

@@ -95,7 +95,8 @@ def conv_scripts(*, mr: int, nr: int, nr1: int, lanes: int, dw_accs: int,
     return ("py:prefetch_next_plane", f"py:depthwise_rows {lanes} {dw_accs}",
             f"py:direct_rows {lanes} {accs} {mr} {regs} {tune}".rstrip(), tile,
             "py:fold_unit_dims", vectorize,
-            "py:single_reduction_contracts", lower, f"py:unroll_tap_loops {UNROLL_TAPS}")
+            "py:single_reduction_contracts", lower, f"py:unroll_tap_loops {UNROLL_TAPS}",
+            "py:roll_broadcasts")
 
 
 def _channel_wise(op) -> bool:
@@ -751,9 +752,36 @@ def unroll_tap_loops(module: "ir.Module", limit: str) -> int:
     return sum(levels.values())
 
 
+#: Attribute of the generics ``roll_broadcasts`` lowers to rolled loops.
+_ROLLED_ATTR = "fuelc.rolled"
+
+
+def roll_broadcasts(module: "ir.Module") -> int:
+    """Lower each generic that only copies an input (the bias broadcast
+    that starts a conv's accumulators) to loops LLVM must not unroll: on a
+    small image (a 16 x 16 plane of 32 channels) its O3 unrolled the fill into
+    a thousand vector stores, 0.25 MB of IR and 1 s of LLVM per kernel,
+    none of it faster to run. Returns the generics."""
+    from compiler.codegen.cpu.pipeline import apply_transform
+    found = walk_ops(module, lambda o: o.name == "linalg.generic"
+                     and DIRECT_CONV_ATTR not in o.attributes
+                     and len(o.regions[0].blocks[0].operations) == 1
+                     and "reduction" not in str(o.attributes["iterator_types"]))
+    for op in found:
+        op.attributes[_ROLLED_ATTR] = ir.UnitAttr.get()
+    if found:
+        t = _ANY
+        apply_transform(module, _HEAD + f"""    %g = {_marked(_ROLLED_ATTR)}
+    %loops = transform.structured.convert_to_loops %g : ({t}) -> {t}
+    %no_unroll = transform.param.constant #llvm.loop_annotation<unroll = #llvm.loop_unroll<disable = true>> -> !transform.any_param
+    transform.annotate %loops "loop_annotation" = %no_unroll : {t}, !transform.any_param
+""" + _TAIL)
+    return len(found)
+
+
 #: The ``py:`` steps a strategy's transform may name.
 REWRITES = {"tile_direct_conv": tile_direct_conv, "fold_unit_dims": fold_unit_dims,
-            "unroll_tap_loops": unroll_tap_loops,
+            "unroll_tap_loops": unroll_tap_loops, "roll_broadcasts": roll_broadcasts,
             "single_reduction_contracts": single_reduction_contracts,
             "prefetch_next_plane": prefetch_next_plane, "depthwise_rows": depthwise_rows,
             "direct_rows": direct_rows}
