@@ -89,17 +89,19 @@ FLAT = {"depthwise relu6": CASES["depthwise relu6"], "depthwise s2": CASES["dept
 FLAT_SIZES = [(3, 7, 7), (2, 1, 2), (1, 5, 33), (1, 3, 40), (1, 16, 70)]
 
 
-def _run_cases(cases, sizes, target, monkeypatch, at_first_size=None):
+def _run_cases(cases, sizes, target, monkeypatch, at_first_size=None, runner=None):
     """Compile each case of ``cases`` once and run it at every (n, h, w) of
     ``sizes`` against the reference interpreter; ``at_first_size(m)`` checks
-    the module after the first size."""
+    the module after the first size; ``runner(m, n, h, w)``, if given, is
+    what runs at that size instead of the module."""
     for case, spec in cases.items():
         monkeypatch.setitem(CASES, case, spec)
         g, np_t = _graph(case)
         m = compile(g, target=target)
         for n, h, w in sizes:
             feeds = _feeds(g, case, n, h, w, np_t)
-            got, want = m.run(**feeds)["y"], interpret(g, feeds)["y"]
+            run = m if runner is None else runner(m, n, h, w)
+            got, want = run.run(**feeds)["y"], interpret(g, feeds)["y"]
             tol = 1e-5 if np_t is np.float32 else 1e-12
             np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max(),
                                        err_msg=f"{case} {n}x{h}x{w}")
@@ -263,19 +265,14 @@ def test_few_pixel_images_as_a_product_of_pixel_rows(target, monkeypatch):
     every size; the in-process module plans a few-pixel image as the
     recipe's product) against the reference at every size."""
     from runtime.executor import KernelStep
-    for case, spec in FEW.items():
-        monkeypatch.setitem(CASES, case, spec)
-        g, np_t = _graph(case)
-        m = compile(g, target=target)
-        for n, h, w in FEW_SIZES:
-            feeds = _feeds(g, case, n, h, w, np_t)
-            sample = m.export_sample({"n": n, "h": h, "w": w})
-            steps = [s for s in sample.plan.steps if isinstance(s, KernelStep)]
-            assert len(steps) == 1 and steps[0].params.image_at_run_time, sample.kernel_summary()
-            got, want = sample.run(**feeds)["y"], interpret(g, feeds)["y"]
-            tol = 1e-5 if np_t is np.float32 else 1e-12
-            np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max(),
-                                       err_msg=f"{case} {n}x{h}x{w}")
+
+    def sample_at(m, n, h, w):
+        sample = m.export_sample({"n": n, "h": h, "w": w})
+        steps = [s for s in sample.plan.steps if isinstance(s, KernelStep)]
+        assert len(steps) == 1 and steps[0].params.image_at_run_time, sample.kernel_summary()
+        return sample
+
+    _run_cases(FEW, FEW_SIZES, target, monkeypatch, runner=sample_at)
 
 
 def test_few_pixels_read_the_weight_in_place():
