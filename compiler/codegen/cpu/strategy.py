@@ -635,32 +635,21 @@ for _op in _MATMUL_OPS:
     for _elt in ("f32", "f64"):
         _v = {isa: rows_strategy(_op, _elt, isa) for isa in ("avx512", "avx2")}
         register_strategy(_rows_rule(_op, _elt), {**_v, "": _v["avx2"]})
-for _op in _MATMUL_OPS:
-    for _elt in ("f32", "f64"):
-        _v = {isa: matmul_strategy(_op, _elt, isa, pack=False, aliased=True)
-              for isa in ("avx512", "avx2")}
-        register_strategy((lambda rule: lambda names: UNPACKED in names and ALIASED in names
-                           and rule(names))(_matmul_rule(_op, _elt)), {**_v, "": _v["avx2"]})
-for _op in _MATMUL_OPS:
-    for _elt in ("f32", "f64"):
-        _v = {isa: matmul_strategy(_op, _elt, isa, pack=False) for isa in ("avx512", "avx2")}
-        register_strategy((lambda rule: lambda names: UNPACKED in names and rule(names))(
-            _matmul_rule(_op, _elt)), {**_v, "": _v["avx2"]})
-for _op in _MATMUL_OPS:
-    for _elt in ("f32", "f64"):
-        _v = {isa: matmul_strategy(_op, _elt, isa, aliased=True) for isa in ("avx512", "avx2")}
-        register_strategy((lambda rule: lambda names: ALIASED in names and rule(names))(
-            _matmul_rule(_op, _elt)), {**_v, "": _v["avx2"]})
-for _op in _MATMUL_OPS:
-    for _elt in ("f32", "f64"):
-        _v = {isa: matmul_strategy(_op, _elt, isa, pack_a=True) for isa in ("avx512", "avx2")}
-        register_strategy((lambda rule: lambda names: PACK_A in names and rule(names))(
-            _matmul_rule(_op, _elt)), {**_v, "": _v["avx2"]})
-for _op in _MATMUL_OPS:
-    for _elt in ("f32", "f64"):
-        # below AVX2 (no FMA) the avx2 tiles still vectorize, with SSE
-        _v = {isa: matmul_strategy(_op, _elt, isa) for isa in ("avx512", "avx2")}
-        register_strategy(_matmul_rule(_op, _elt), {**_v, "": _v["avx2"]})
+#: The matmul variants, first match first: the features an entry must carry
+#: (``linalg_op_names``) and the ``matmul_strategy`` options they select.
+_MATMUL_VARIANTS = (((UNPACKED, ALIASED), dict(pack=False, aliased=True)),
+                    ((UNPACKED,), dict(pack=False)),
+                    ((ALIASED,), dict(aliased=True)),
+                    ((PACK_A,), dict(pack_a=True)),
+                    # below AVX2 (no FMA) the avx2 tiles still vectorize, with SSE
+                    ((), {}))
+for _features, _options in _MATMUL_VARIANTS:
+    for _op in _MATMUL_OPS:
+        for _elt in ("f32", "f64"):
+            _v = {isa: matmul_strategy(_op, _elt, isa, **_options) for isa in ("avx512", "avx2")}
+            register_strategy((lambda rule, fs: lambda names: all(f in names for f in fs)
+                               and rule(names))(_matmul_rule(_op, _elt), _features),
+                              {**_v, "": _v["avx2"]})
 
 # last: a kernel with linalg ops of its own takes their strategy
 register_strategy(lambda names: VECTOR_OPS in names, VECTORIZED)
