@@ -87,6 +87,14 @@ def aliased_packed(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg: 
             and 1 in unit_stride and out_arg in unit_stride)
 
 
+def aliased_b(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg: int,
+              b_row_stride: int) -> bool:
+    """Whether a matmul call's kernel is the one for B rows in few cache sets
+    (``ALIASED_ATTR``): ``aliased_unpacked`` or ``aliased_packed``."""
+    return (aliased_unpacked(a_shape, unit_stride, out_arg, b_row_stride)
+            or aliased_packed(a_shape, unit_stride, out_arg, b_row_stride))
+
+
 #: The fewest columns (N) of a packed-class call whose blocks of A are copied
 #: (``pack_a``): each copied block serves N / 16 panels of B, and at 256
 #: columns (a 2-thread call's column tile of 1024^3) the copy cost more than it

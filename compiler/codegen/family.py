@@ -47,7 +47,7 @@ from runtime.cpu_features import check_cpu_features, missing_cpu_features
 from runtime.dtype import DType
 from runtime.layout import Layout
 # the matmul row classes (a symbolic .fuel file picks its objects with them at run time)
-from runtime.rows import (FEW_ROWS, UNPACKED_ROWS, a_row_stride, aliased_packed, aliased_unpacked,  # noqa: F401
+from runtime.rows import (FEW_ROWS, UNPACKED_ROWS, a_row_stride, aliased_b, aliased_packed, aliased_unpacked,  # noqa: F401
                           b_row_stride, few_rows, pack_a, unit_stride_args, unpacked_rows)
 
 ENTRY = "kernel"

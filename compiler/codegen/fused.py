@@ -50,7 +50,7 @@ from typing import Callable, Optional, Sequence
 
 from runtime.params import exact_key
 from compiler.codegen import parallel
-from compiler.codegen.family import (KernelFamily, a_row_stride, aliased_packed, aliased_unpacked, b_row_stride,
+from compiler.codegen.family import (KernelFamily, a_row_stride, aliased_b, b_row_stride,
                                      few_rows, pack_a, unpacked_rows, single_op_linalg_text,
                                      unit_stride_args)
 from compiler.codegen.loader import KernelFunction
@@ -281,8 +281,8 @@ class FusedInstance:
     few_rows: bool = False
     #: a FusedLinear call of a few dozen rows (``family.unpacked_rows``)
     unpacked: bool = False
-    #: ... whose B rows fall in few cache sets (``family.aliased_unpacked``; 17-32 rows,
-    #: packed: ``family.aliased_packed``)
+    #: ... whose B rows fall in few cache sets (``family.aliased_b``: ``aliased_unpacked``; 17-32 rows,
+    #: packed: ``aliased_packed``)
     aliased: bool = False
     #: a FusedLinear call of the packed class that copies its blocks of A (``family.pack_a``)
     pack_a: bool = False
@@ -418,8 +418,7 @@ class FusedFamily(KernelFamily):
             if epilogue:
                 few, dozen = False, bool(params.b_panel) and (few or dozen)
             aliased = not epilogue and not params.b_panel \
-                and any(f(layouts[0].shape, unit, n_inputs, b_stride)
-                        for f in (aliased_unpacked, aliased_packed))
+                and aliased_b(layouts[0].shape, unit, n_inputs, b_stride)
             copy_a = not epilogue and not params.b_panel and pack_a(
                 layouts[0].shape, unit, n_inputs, a_row_stride(layouts), layouts[1].shape[-1])
             inst = dataclasses.replace(inst, unit_stride=unit, few_rows=few, unpacked=dozen,

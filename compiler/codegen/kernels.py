@@ -30,7 +30,7 @@ from typing import Iterable, Sequence
 
 from runtime.params import exact_key
 from compiler.codegen import parallel
-from compiler.codegen.family import (KernelFamily, a_row_stride, aliased_packed, aliased_unpacked, b_row_stride,
+from compiler.codegen.family import (KernelFamily, a_row_stride, aliased_b, b_row_stride,
                                      coalesce, few_rows, pack_a, unpacked_rows, inner_strides,
                                      single_op_linalg_text, unit_stride_args)
 from compiler.codegen.loader import KernelFunction
@@ -64,8 +64,8 @@ class OpInstance:
     zero_stride: tuple[int, ...] = ()
     #: a MatMul call of a few dozen rows (``family.unpacked_rows``): B read in place
     unpacked: bool = False
-    #: ... whose B rows fall in few cache sets (``family.aliased_unpacked``; 17-32 rows,
-    #: packed: ``family.aliased_packed``)
+    #: ... whose B rows fall in few cache sets (``family.aliased_b``: ``aliased_unpacked``; 17-32 rows,
+    #: packed: ``aliased_packed``)
     aliased: bool = False
     #: a MatMul call of the packed class that copies its blocks of A (``family.pack_a``)
     pack_a: bool = False
@@ -317,8 +317,8 @@ def instance_for(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout
                        name == "MatMul" and few_rows(in_types[0].shape, unit, 2), zero,
                        name == "MatMul" and unpacked_rows(in_types[0].shape, unit, 2,
                                                          b_row_stride(in_l)),
-                       name == "MatMul" and any(f(in_types[0].shape, unit, 2, b_row_stride(in_l))
-                                                for f in (aliased_unpacked, aliased_packed)),
+                       name == "MatMul" and aliased_b(in_types[0].shape, unit, 2,
+                                                      b_row_stride(in_l)),
                        name == "MatMul" and pack_a(in_types[0].shape, unit, 2,
                                                    a_row_stride(in_l), in_types[1].shape[-1])),
             in_l + out_l)
