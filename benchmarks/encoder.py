@@ -205,8 +205,9 @@ def step_medians(m, inputs: dict, repeats: int) -> dict[int, float]:
     Python dispatch, 5-10 us, which a small copy's kernel is far below)."""
     m(**inputs)
     direct = getattr(m.executor, "_direct", None)
-    if direct is not None:
-        return _direct_step_medians(m, direct, inputs, repeats)
+    got = _direct_step_medians(m, direct, inputs, repeats) if direct is not None else None
+    if got:   # (empty: these inputs took the general path)
+        return got
     ex = m.executor
     plain, acc = ex._runners, collections.defaultdict(list)
 
@@ -231,12 +232,15 @@ def _direct_step_medians(m, direct, inputs: dict, repeats: int) -> dict[int, flo
     runs), each wrapped with a timer, summed per step (a kernel step's
     zeroing call counts with it; a copy step is named by its name or
     output)."""
-    steps = m.plan.steps
-    index = {s.name or getattr(s, "output", None): i for i, s in enumerate(steps)}
-    owner = []
-    for w in direct.where:
+    from runtime.executor import ContiguizeStep
+    steps, owner, last = m.plan.steps, [], 0
+    for w in direct.where:   # in plan order: a copy is the next copy step of its name
         head = w.split(" (")[0]
-        owner.append(int(head[5:]) if head.startswith("step ") else index.get(w))
+        at = int(head[5:]) if head.startswith("step ") else next(
+            (i for i in range(last, len(steps)) if isinstance(steps[i], ContiguizeStep)
+             and (steps[i].name or steps[i].output) == w), None)
+        owner.append(at)
+        last = last if at is None else at
     calls, segments = direct.calls, direct.segments
     acc = collections.defaultdict(float)
     runs = []
