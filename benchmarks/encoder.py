@@ -197,9 +197,17 @@ def times(fn, repeats: int) -> list[float]:
 
 def step_medians(m, inputs: dict, repeats: int) -> dict[int, float]:
     """The median seconds of each step of ``m``'s plan over ``repeats`` runs
-    (step index -> seconds): the executor's step runners wrapped with a
-    timer, so the calls take the executor's general path, not the direct
-    path."""
+    (step index -> seconds). Where the plan takes the direct path
+    (``runtime.direct``), its calls run one by one, each timed in the order
+    of a run (``_direct_step_medians``: the kernels' own time, with the
+    caches as a call leaves them); otherwise the executor's step runners are
+    wrapped with a timer (the general path: each step's time includes its
+    Python dispatch, 5-10 us, which a small copy's kernel is far below)."""
+    m(**inputs)
+    direct = getattr(m.executor, "_direct", None)
+    got = _direct_step_medians(m, direct, inputs, repeats) if direct is not None else None
+    if got:   # (empty: these inputs took the general path)
+        return got
     ex = m.executor
     plain, acc = ex._runners, collections.defaultdict(list)
 
@@ -217,6 +225,47 @@ def step_medians(m, inputs: dict, repeats: int) -> dict[int, float]:
     finally:
         ex._runners = plain
     return {i: statistics.median(ts) for i, ts in acc.items()}
+
+
+def _direct_step_medians(m, direct, inputs: dict, repeats: int) -> dict[int, float]:
+    """``step_medians`` on the direct path: its calls one by one (no native
+    runs), each wrapped with a timer, summed per step (a kernel step's
+    zeroing call counts with it; a copy step is named by its name or
+    output)."""
+    from runtime.executor import ContiguizeStep
+    steps, owner, last = m.plan.steps, [], 0
+    for w in direct.where:   # in plan order: a copy is the next copy step of its name
+        head = w.split(" (")[0]
+        at = int(head[5:]) if head.startswith("step ") else next(
+            (i for i in range(last, len(steps)) if isinstance(steps[i], ContiguizeStep)
+             and (steps[i].name or steps[i].output) == w), None)
+        owner.append(at)
+        last = last if at is None else at
+    calls, segments = direct.calls, direct.segments
+    acc = collections.defaultdict(float)
+    runs = []
+
+    def timed(j, raw):
+        def call(*args):
+            t0 = time.perf_counter()
+            raw(*args)
+            acc[j] += time.perf_counter() - t0
+        return call
+
+    direct.calls = [(timed(j, raw), args) for j, (raw, args) in enumerate(calls)]
+    direct.segments = None
+    try:
+        for _ in range(repeats):
+            acc.clear()
+            m(**inputs)
+            per_step = collections.defaultdict(float)
+            for j, t in acc.items():
+                if owner[j] is not None:
+                    per_step[owner[j]] += t
+            runs.append(per_step)
+    finally:
+        direct.calls, direct.segments = calls, segments
+    return {i: statistics.median(r.get(i, 0.0) for r in runs) for i in set().union(*runs)}
 
 
 def step_times(m, inputs: dict, repeats: int) -> list[tuple[float, str]]:

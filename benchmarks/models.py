@@ -594,18 +594,23 @@ def _pct(sorted_ts: list[float], p: float) -> float:
 
 def fuelc_op_times(m, inputs: dict, repeats: int) -> list[tuple[float, int, str]]:
     """(ms per run, steps, OpKind) per op kind, slowest first: the median of
-    each kernel step over ``repeats`` runs (the executor's step runners
-    wrapped with a timer, as benchmarks/encoder.py --steps; this takes the
-    executor's general path, not the direct path), summed per OpKind."""
-    from runtime.executor import KernelStep
+    each step over ``repeats`` runs (``encoder.step_medians``: the direct
+    path's calls timed one by one where the plan takes it, else the
+    executor's step runners), summed per OpKind; a plan's own copy steps
+    count as ``Copy``."""
+    from runtime.executor import ContiguizeStep, KernelStep
     medians = step_medians(m, inputs, repeats)
     per_kind, count = collections.defaultdict(float), collections.Counter()
     for i, t in medians.items():
         s = m.plan.steps[i]
         if isinstance(s, KernelStep):
             kind = s.key.op.name if s.key.op is not None else "RuntimeFused"
-            per_kind[kind] += t * 1e3
-            count[kind] += 1
+        elif isinstance(s, ContiguizeStep):
+            kind = "Copy"
+        else:
+            continue
+        per_kind[kind] += t * 1e3
+        count[kind] += 1
     return sorted(((ms, count[k], k) for k, ms in per_kind.items()), reverse=True)
 
 

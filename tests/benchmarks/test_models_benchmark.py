@@ -145,3 +145,24 @@ def test_dynamic_row():
     assert rec["dynamic_rel_diff"] < TOL and rec["dyn_ratio"] > 0
     line = bm.format_dynamic(rec)
     assert "dynamic/static" in line and "\n" not in line
+
+
+def test_op_times_on_the_direct_path():
+    # --steps times the direct path's calls one by one (encoder.step_medians):
+    # every kernel step and every copy step of the plan has a time, the
+    # im2col's Concat and Pad among them, and the model still computes the
+    # same after it (its calls put back)
+    from compiler import compile
+    from compiler.frontends.onnx import import_model
+    from runtime.executor import ContiguizeStep, KernelStep
+    model = small("resnet")
+    feeds = bm.make_inputs(model)
+    m = compile(import_model(model), target="cpu")
+    want = m(**feeds)
+    assert m.executor._direct is not None
+    medians = bm.step_medians(m, feeds, 3)
+    timed = {i for i, s in enumerate(m.plan.steps) if isinstance(s, (KernelStep, ContiguizeStep))}
+    assert timed == set(medians), sorted(timed ^ set(medians))
+    kinds = {k for _, _, k in bm.fuelc_op_times(m, feeds, 3)}
+    assert {"Conv2D", "FusedLinear", "Concat", "Pad", "Copy"} <= kinds, kinds
+    np.testing.assert_array_equal(m(**feeds), want)

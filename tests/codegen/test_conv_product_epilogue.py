@@ -1,6 +1,7 @@
-"""A few-pixel conv of one image and a whole-image conv with a bias and a
-residual or a clamp run as one FusedLinear whose epilogue adds the bias,
-then the skip, then clamps (registry/ops/conv2d.py ``product_epilogue``;
+"""A few-pixel conv (each row band's product of a banded one) and a
+whole-image conv with a bias and a residual or a clamp run as FusedLinears
+whose epilogue adds the bias, then the skip, then clamps
+(registry/ops/conv2d.py ``product_epilogue``;
 ``passes.fuse.conv_available`` folds the Add(conv, skip) and the Relu into
 such a conv; the FusedLinear ``residual`` / ``clamp_min`` epilogue:
 ``lowering.fused_forward._linear_epilogue``). Numerics against the
@@ -68,6 +69,9 @@ CASES = [  # x shape, Cout, kernel, stride, padding, chain: one FusedLinear per 
     ((3, 32, 4, 4), 64, 1, 1, 0, False),    # a 1x1 conv (one band) of 3 images: 48 rows
     ((2, 64, 4, 4), 128, 1, 2, 0, True),    # a strided 1x1 of 2 images, chained
     ((8, 64, 2, 2), 64, 3, 1, 1, True),     # whole image, a batch of 8, chained
+    ((2, 64, 4, 4), 64, 3, 1, 1, False),    # row bands (top, middle, bottom rows) of 2 images
+    ((8, 64, 4, 4), 64, 3, 1, 1, True),     # ResNet's 4x4 stage at batch 8: bands, chained
+    ((8, 32, 8, 8), 64, 3, 2, 1, True),     # stride 2 into 4x4: two bands, chained
 ]
 
 
@@ -95,13 +99,31 @@ def test_f64_and_no_relu(target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_bands_keep_the_add_after_the_product(target):
-    # a few-pixel conv of 2 images is banded (conv2d._row_bands): its skip
-    # stays an Add after the Concat of the bands, correct either way
+def test_each_band_takes_its_rows_of_the_skip(target):
+    # a few-pixel conv of 2 images is banded (conv2d._row_bands): each band's
+    # product adds a channels-last copy of its own rows of the skip and clamps
     g, feeds = _block((2, 64, 4, 4), 64)
     m = compile(g, target=target)
     _check(m, g, feeds, 2e-5)
+    products = [s for s in m.plan.steps if getattr(getattr(s, "key", None), "op", None) is not None
+                and s.key.op.name == "FusedLinear"]
+    assert [tuple(s.output_specs[0].shape) for s in products] == [(2, 4, 64), (2, 8, 64), (2, 4, 64)]
+    assert all(s.params.residual and s.params.clamp_min == 0.0 for s in products), products
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_bands_with_the_epilogue_same_bits_as_without(target):
+    # the bands' epilogue adds the bias, the skip and clamps in the recipe's
+    # order: the same bits as the bands' products followed by the fused
+    # bias/skip/ReLU kernel (conv2d.product_epilogue off)
+    from unittest import mock
+    from compiler.registry.ops import conv2d as c2d
+    g, feeds = _block((8, 64, 4, 4), 64, chain=True)
+    with_epilogue = compile(g, target=target)(**feeds)
+    with mock.patch.object(c2d, "product_epilogue", lambda types, params: False):
+        m = compile(g, target=target)
     assert "RuntimeFused" in _kernels(m), _kernels(m)
+    np.testing.assert_array_equal(m(**feeds), with_epilogue)
 
 
 def test_without_the_fused_kernel_the_recipes_decompose():

@@ -77,13 +77,26 @@ func.func @whole_image(%x: tensor<2x256x2x2xf32>, %w: tensor<256x256x3x3xf32>, %
 
 // -----
 
-// Not folded: the few-pixel product of 2 images is banded (conv2d._row_bands:
-// a band's rows are parts of images, which the skip's rows are not): the Add
-// and the Relu stay.
+// The few-pixel conv of 2 images is banded (conv2d._row_bands: the top row,
+// the two middle rows, the bottom row): the Add and the Relu fold as well, and
+// each band's product adds the bias and a channels-last copy of its own rows of
+// the skip and clamps (the kernel folds the images into the rows, which a
+// band's slice of one copy of the skip would not allow); the Concat of the
+// bands' rows is the output.
 // CHECK-LABEL: func.func @banded
-// CHECK-NEXT:    "fuel.conv2d"(%arg0, %arg1, %arg2) {dilation
-// CHECK-NEXT:    "fuel.add"
-// CHECK-NEXT:    "fuel.relu"
+// CHECK-NEXT:    "fuel.conv2d"(%arg0, %arg1, %arg2, %arg3) {clamp_min = 0.000000e+00 : f64, {{.*}} residual = true
+// CHECK-NEXT:    return
+// DEC-LABEL:   func.func @banded
+// DEC:           %[[S0:.*]] = "fuel.contiguize"({{.*}}) : (tensor<2x4x128xf32>) -> tensor<2x4x128xf32>
+// DEC-NEXT:      "fuel.fused_linear"(%{{.*}}, %{{.*}}, %arg2, %[[S0]]) {clamp_min = 0.000000e+00 : f64, residual = true} : (tensor<2x4x768xf32>, tensor<1x768x128xf32>, tensor<128xf32>, tensor<2x4x128xf32>)
+// DEC:           %[[S1:.*]] = "fuel.contiguize"({{.*}}) : (tensor<2x8x128xf32>) -> tensor<2x8x128xf32>
+// DEC-NEXT:      "fuel.fused_linear"(%{{.*}}, %{{.*}}, %arg2, %[[S1]]) {clamp_min = 0.000000e+00 : f64, residual = true} : (tensor<2x8x1152xf32>, tensor<1x1152x128xf32>, tensor<128xf32>, tensor<2x8x128xf32>)
+// DEC:           %[[S2:.*]] = "fuel.contiguize"({{.*}}) : (tensor<2x4x128xf32>) -> tensor<2x4x128xf32>
+// DEC-NEXT:      "fuel.fused_linear"(%{{.*}}, %{{.*}}, %arg2, %[[S2]]) {clamp_min = 0.000000e+00 : f64, residual = true} : (tensor<2x4x768xf32>, tensor<1x768x128xf32>, tensor<128xf32>, tensor<2x4x128xf32>)
+// DEC:           %[[Y:.*]] = "fuel.concat"({{.*}}) {dim = 1 : i64} : ({{.*}}) -> tensor<2x16x128xf32>
+// DEC-NEXT:      "fuel.permute"(%[[Y]]) {perm = [0, 2, 1]}
+// DEC-NEXT:      "fuel.reshape"
+// DEC-NEXT:      return
 func.func @banded(%x: tensor<2x128x4x4xf32>, %w: tensor<128x128x3x3xf32>, %b: tensor<128xf32>, %skip: tensor<2x128x4x4xf32>) -> tensor<2x128x4x4xf32> {
   %0 = "fuel.conv2d"(%x, %w, %b) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [1, 1], stride = [1, 1]} : (tensor<2x128x4x4xf32>, tensor<128x128x3x3xf32>, tensor<128xf32>) -> tensor<2x128x4x4xf32>
   %1 = "fuel.add"(%0, %skip) : (tensor<2x128x4x4xf32>, tensor<2x128x4x4xf32>) -> tensor<2x128x4x4xf32>

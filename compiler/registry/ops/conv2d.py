@@ -35,8 +35,8 @@ without an activation (``compiler.passes.fuse: fold_conv_residuals``): a
 MobileNetV2 / EfficientNet projection (linear, then the skip), and a ResNet
 block's ``Relu(conv + skip)``, whose Relu then folds as the clamp. The recipe
 adds the skip after the bias. A conv whose recipe is one product that reads
-the skip as its rows (``product_epilogue``: few pixels of one image, or
-whole images) makes that product a FusedLinear that adds the bias and the
+the skip as its rows (``product_epilogue``: few pixels, or whole images)
+makes that product a FusedLinear that adds the bias and the
 skip and clamps in its epilogue; ``fuel-fuse`` folds the skip and the ReLU
 into such a conv, which has no kernel of its own, where that FusedLinear
 has one (``passes.fuse.conv_available``).
@@ -384,9 +384,9 @@ def _few_pixels(params, types, epilogue=None):
     if len(bands) == 1:
         yt = _band_product(x6, n, cin, cout, kh, kw, (0, ho, 0, kh), wo, dh, dw, sh, sw, epilogue)
     else:
-        if epilogue is not None:
-            raise ValueError(f"{NAME}: the product epilogue takes one band; got {bands}")
-        ys = [_band_product(x6, n, cin, cout, kh, kw, b, wo, dh, dw, sh, sw) for b in bands]
+        # with ``epilogue`` each band's product adds the bias (and its rows of
+        # the skip) and clamps
+        ys = [_band_product(x6, n, cin, cout, kh, kw, b, wo, dh, dw, sh, sw, epilogue) for b in bands]
         # their rows are whole output rows of each image: one Concat of
         # the bands (of one type: split into single output rows) in order
         rows = [op("Slice", y, dim=1, start=i * wo, len=wo)
@@ -455,14 +455,16 @@ def _band_product(x6, n, cin, cout, kh, kw, band, wo, dh, dw, sh, sw, epilogue=N
     stacked = taps[0] if len(taps) == 1 else op("Concat", *taps, dim=3)   # [n, rows, wo, taps, cin]
     kk = len(taps) * cin
     cols = op("Reshape", stacked, shape=(n, (o1 - o0) * wo, kk))
-    return _few_pixels_matmul(cols, n, kk, cout, kh * kw * cin, k0 * kw * cin, epilogue)
+    return _few_pixels_matmul(cols, n, kk, cout, kh * kw * cin, k0 * kw * cin, epilogue,
+                              (o0 * wo, (o1 - o0) * wo))
 
 
-def _few_pixels_matmul(cols, n, kk, cout, total, k0=0, epilogue=None):
+def _few_pixels_matmul(cols, n, kk, cout, total, k0=0, epilogue=None, rows=None):
     """``cols [n, P, kk] @`` the rows ``[k0, k0 + kk)`` of w reordered to
     ``[kh*kw*cin, Cout]`` (``total`` rows): ``[n, P, Cout]``; with
     ``epilogue`` (``_epilogue_product``) a FusedLinear adding the bias and
-    the skip and clamping."""
+    the skip and clamping (``rows``: the output pixels ``(start, count)`` of
+    each image these are, None: all)."""
     wt = op("Reshape", op("Contiguize", op("Permute", Bind(1), perm=(2, 3, 1, 0))),
             shape=(1, total, cout))                                      # [1, kh*kw*cin, Cout]
     if kk != total:
@@ -470,7 +472,7 @@ def _few_pixels_matmul(cols, n, kk, cout, total, k0=0, epilogue=None):
     # every image multiplies the same weight (a packed one: the batch folds
     # into the rows); the same ops for one image, so one plan serves every batch
     if epilogue is not None:   # FusedLinear's b of one batch serves every image
-        return epilogue(cols, wt)
+        return epilogue(cols, wt, rows)
     return op("MatMul", cols, op("BroadcastTo", wt, shape=(n, kk, cout)))  # [n, P, Cout]
 
 
@@ -566,12 +568,13 @@ def product_epilogue(types, params) -> bool:
     (``residual``) and its clamp in the FusedLinear epilogue
     (``_epilogue_product``) instead of a runtime fused Add/Add/Clamp after
     it: a groups-1 conv with a bias and a residual or a clamp (no silu or
-    gelu), static extents, whose recipe is one product that can read the
-    skip as its rows: the whole-image map (``whole_image``: the skip is the
-    NCHW output's ``[N, Cout*Ho*Wo]``), or a few-pixel im2col of one band
-    (``_few_pixels``; its skip copied channels-last, ``[N, Ho*Wo, Cout]``,
-    the product's rows: the pixels of every image). A banded product's rows
-    are parts of images (``_row_bands``), which the skip's rows are not."""
+    gelu), static extents, whose recipe is products that can read the skip
+    as their rows: the whole-image map (``whole_image``: the skip is the
+    NCHW output's ``[N, Cout*Ho*Wo]``), or the few-pixel im2col products
+    (``_few_pixels``; the skip copied channels-last, ``[N, Ho*Wo, Cout]``,
+    the product's rows: the pixels of every image; for each row band
+    (``_row_bands``) the copy of its own rows, ``[N, rows*Wo, Cout]``, as
+    the band's product has them)."""
     x, w, bias, skip = split_operands(types, params)
     if bias is None or params.get("silu") or params.get("gelu") or params["groups"] != 1 \
             or (skip is None and params.get("clamp_min") is None
@@ -581,10 +584,7 @@ def product_epilogue(types, params) -> bool:
     n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
     if whole_image(types, params):
         return True
-    if not _few_pixels_class(params, n, cout, kh, kw, ho, wo):
-        return False
-    one = hp == wp == 1 or _strided_1x1(kh, kw, ph, pw, sh, sw, hp, wp)
-    return one or len(_row_bands(ho, sh, ph, params["dilation"][0], kh, hp - 2 * ph, n)) == 1
+    return _few_pixels_class(params, n, cout, kh, kw, ho, wo)
 
 
 def _strided_1x1(kh, kw, ph, pw, sh, sw, hp, wp) -> bool:
@@ -630,7 +630,11 @@ def _epilogue_product(params, types):
     ``[N, Ho*Wo, Cout]`` a channels-last copy (one copy step; the same ops for
     one image and for a batch, so one plan serves every batch: a batch's
     product reads it as its rows, which a transposed view of an NCHW skip is
-    not)."""
+    not). Row bands: each band's product takes the epilogue, with a
+    channels-last copy of its own rows of the skip (the kernel folds the
+    images into the rows, which a band's slice of one copy, its images
+    Ho*Wo rows apart, does not allow); the Concat of the bands' rows is then
+    the finished output."""
     n, cin, cout, kh, kw, sh, sw, ph, pw, g, hp, wp, ho, wo = _geometry(types, params)
     skip = split_operands(range(len(types)), params)[3]
     p = ho * wo
@@ -645,11 +649,17 @@ def _epilogue_product(params, types):
         y = op("FusedLinear", op("Reshape", Bind(0), shape=(n, cin * h * w)),
                _whole_image_weight(params, types), bias, *skips, **lin)
         return op("Reshape", y, shape=(n, cout, ho, wo))
-    skips = [] if skip is None else [op("Contiguize", op(
-        "Permute", op("Reshape", Bind(skip), shape=(n, cout, p)), perm=(0, 2, 1)))]
     conv_types = types[:skip] if skip is not None else types
-    return _few_pixels(dict(params, residual=None), conv_types,
-                       lambda cols, wb: op("FusedLinear", cols, wb, Bind(2), *skips, **lin))
+
+    def product(cols, wb, rows=None):
+        skips = []
+        if skip is not None:
+            t = op("Reshape", Bind(skip), shape=(n, cout, p))
+            if rows is not None and rows != (0, p):
+                t = op("Slice", t, dim=2, start=rows[0], len=rows[1])
+            skips = [op("Contiguize", op("Permute", t, perm=(0, 2, 1)))]
+        return op("FusedLinear", cols, wb, Bind(2), *skips, **lin)
+    return _few_pixels(dict(params, residual=None), conv_types, product)
 
 
 def _build_gemm(params, types):
