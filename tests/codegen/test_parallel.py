@@ -358,13 +358,21 @@ def test_reductions_split_by_images_give_the_same_bits(threads, rng):
     ref = interpret(g, ins)
     for name in want:
         np.testing.assert_allclose(want[name], ref[name], rtol=1e-5, atol=1e-5, err_msg=name)
+    for n, m in _same_bits_at_more_threads(g, ins, want, threads):
+        assert _step_tiles(m, "mean_", [(8, 32, 3136)]) == [parallel.split_parts(n)], n
+
+
+def _same_bits_at_more_threads(g, ins, want, threads):
+    """``(n, module)`` for 2 and 3 threads: ``g`` compiled at n threads,
+    its outputs on ``ins`` checked to be ``want``'s bits."""
+    from compiler import compile
     for n in (2, 3):
         threads(n)
         m = compile(g, "cpu")
         got = m(**ins)
         for name in want:
             np.testing.assert_array_equal(got[name], want[name], err_msg=f"{name}, {n} threads")
-        assert _step_tiles(m, "mean_", [(8, 32, 3136)]) == [parallel.split_parts(n)], n
+        yield n, m
 
 
 def _step_tiles(m, prefix, inputs):
@@ -402,12 +410,7 @@ def test_copies_split_by_images_give_the_same_bits(threads, rng):
     for name in ("pad", "pad0", "cat", "cat0"):
         np.testing.assert_array_equal(want[name], ref[name], err_msg=name)
     np.testing.assert_allclose(want["conv"], ref["conv"], rtol=1e-4, atol=1e-4)
-    for n in (2, 3):
-        threads(n)
-        m = compile(g, "cpu")
-        got = m(**ins)
-        for name in want:
-            np.testing.assert_array_equal(got[name], want[name], err_msg=f"{name}, {n} threads")
+    for n, m in _same_bits_at_more_threads(g, ins, want, threads):
         xs = (8, 32, 16, 16)
         assert sorted(_step_tiles(m, "pad_", [xs])) == [1, parallel.split_parts(n)], n
         assert sorted(_step_tiles(m, "concat_", [xs, xs])) == [1, parallel.split_parts(n)], n
