@@ -377,6 +377,8 @@ class PrimitiveFamily(KernelFamily):
             return parallel.row_tiles(layouts, n_inputs, threads, keep_last=True,
                                       min_elements=min_elements)
         params = dict(inst.params)
+        if category == "reduce" and "axis" in params:  # SumDim .. ArgMinDim: the other axes independent
+            return parallel.reduce_tiles(layouts, n_inputs, threads, params["axis"], min_elements)
         if inst.op_name == "Concat" and params["dim"] % len(inst.input_types[0].shape) != 0 \
                 or inst.op_name == "Pad" and tuple(params["padding"][:2]) == (0, 0):
             return parallel.image_tiles(layouts, n_inputs, threads)

@@ -225,6 +225,24 @@ def row_tiles(layouts: Sequence[Layout], n_inputs: int, threads: int, *,
     return split_layouts(list(layouts), axes + [axis], out.shape[axis], threads)
 
 
+def reduce_tiles(layouts: Sequence[Layout], n_inputs: int, threads: int, axis: int,
+                 min_elements: int = MIN_ELEMENTS) -> list[list[Layout]] | None:
+    """Tiles of a reduction of x's axis ``axis`` (gone from the output: a
+    global pool's mean over the pixels) by blocks of the outermost output
+    axis with at least ``threads`` elements (the images), x cut along the
+    same axis: each output element is reduced by the same code over the
+    same input elements whatever the thread count. Calls of fewer than
+    ``min_elements`` input elements (the work, not the output) run whole."""
+    x, out = layouts[0], layouts[-1]
+    if n_inputs != 1 or len(layouts) != 2 or x.numel < min_elements or out.rank != x.rank - 1:
+        return None
+    axis %= x.rank
+    cut = next((a for a in range(out.rank) if out.shape[a] >= threads), None)
+    if cut is None:
+        return None
+    return split_layouts([x, out], [cut + (cut >= axis), cut], out.shape[cut], threads)
+
+
 def image_tiles(layouts: Sequence[Layout], n_inputs: int, threads: int,
                 min_elements: int | None = None) -> list[list[Layout]] | None:
     """Tiles of a copy (Concat off axis 0, Pad with no padding on axis 0: a
@@ -282,5 +300,5 @@ MIN_COL_PANELS = 2
 
 __all__ = ["ENV", "MIN_ELEMENTS", "MIN_ELEMENTS_TRANSCENDENTAL", "MIN_MACS", "MIN_COL_PANELS",
            "MIN_COPY_ELEMENTS", "TILES_ENV", "TILES_PER_THREAD", "tiles_per_thread", "split_parts", "ThreadCountError", "min_elements", "num_threads", "set_num_threads", "run_all",
-           "chunks", "split_layouts", "row_tiles", "image_tiles",
+           "chunks", "split_layouts", "row_tiles", "reduce_tiles", "image_tiles",
            "matmul_tiles"]

@@ -332,6 +332,49 @@ def test_image_tiles_cut_every_operand_of_a_copy_by_images():
     assert parallel.image_tiles([Layout.contiguous((1, 1 << 17)), Layout.contiguous((2, 1 << 17))], 1, 2) is None
 
 
+def test_reduce_tiles_cut_the_images_of_a_pool_and_keep_the_reduced_axis_whole():
+    x, out = Layout.contiguous((8, 32, 3136)), Layout.contiguous((8, 32))   # a global pool's mean
+    tiles = parallel.reduce_tiles([x, out], 1, 2, 2)
+    assert [[l.shape for l in t] for t in tiles] == [[(4, 32, 3136), (4, 32)]] * 2
+    assert tiles[1][0].start_offset == 4 * 32 * 3136 and tiles[1][1].start_offset == 4 * 32
+    # the reduced axis is skipped: a mean over axis 0 cuts the output's first axis, x's second
+    t = parallel.reduce_tiles([Layout.contiguous((3136, 96)), Layout.contiguous((96,))], 1, 2, 0)
+    assert [[l.shape for l in p] for p in t] == [[(3136, 48), (48,)]] * 2
+    # the work, x's elements, decides: a small pool or a one-row output runs whole
+    assert parallel.reduce_tiles([Layout.contiguous((8, 32, 49)), Layout.contiguous((8, 32))], 1, 2, 2) is None
+    assert parallel.reduce_tiles([Layout.contiguous((1, 1 << 20)), Layout.contiguous((1,))], 1, 2, 1) is None
+
+
+def test_reductions_split_by_images_give_the_same_bits(threads, rng):
+    from compiler import Graph, compile, interpret
+    g = Graph()
+    x = g.input("x", (8, 32, 3136), "f32")
+    g.output(x.mean(axis=2), name="mean")
+    g.output(x.sum(axis=1), name="sum")
+    g.output(x.max(axis=2), name="max")
+    ins = {"x": rng.standard_normal((8, 32, 3136), dtype=np.float32)}
+    threads(1)
+    want = compile(g, "cpu")(**ins)
+    ref = interpret(g, ins)
+    for name in want:
+        np.testing.assert_allclose(want[name], ref[name], rtol=1e-5, atol=1e-5, err_msg=name)
+    for n, m in _same_bits_at_more_threads(g, ins, want, threads):
+        assert _step_tiles(m, "mean_", [(8, 32, 3136)]) == [parallel.split_parts(n)], n
+
+
+def _same_bits_at_more_threads(g, ins, want, threads):
+    """``(n, module)`` for 2 and 3 threads: ``g`` compiled at n threads,
+    its outputs on ``ins`` checked to be ``want``'s bits."""
+    from compiler import compile
+    for n in (2, 3):
+        threads(n)
+        m = compile(g, "cpu")
+        got = m(**ins)
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=f"{name}, {n} threads")
+        yield n, m
+
+
 def _step_tiles(m, prefix, inputs):
     """The tile count of each step of ``m`` named ``prefix...`` (a graph op,
     not a recipe's), on contiguous inputs of the shapes ``inputs``."""
@@ -367,12 +410,7 @@ def test_copies_split_by_images_give_the_same_bits(threads, rng):
     for name in ("pad", "pad0", "cat", "cat0"):
         np.testing.assert_array_equal(want[name], ref[name], err_msg=name)
     np.testing.assert_allclose(want["conv"], ref["conv"], rtol=1e-4, atol=1e-4)
-    for n in (2, 3):
-        threads(n)
-        m = compile(g, "cpu")
-        got = m(**ins)
-        for name in want:
-            np.testing.assert_array_equal(got[name], want[name], err_msg=f"{name}, {n} threads")
+    for n, m in _same_bits_at_more_threads(g, ins, want, threads):
         xs = (8, 32, 16, 16)
         assert sorted(_step_tiles(m, "pad_", [xs])) == [1, parallel.split_parts(n)], n
         assert sorted(_step_tiles(m, "concat_", [xs, xs])) == [1, parallel.split_parts(n)], n
