@@ -273,7 +273,7 @@ _ALIASED_PACKED_TILES = {("f32", "avx2"): dict(kc=128, nb=240)}
 #: 1.09, 2048^3 whole 1.16 -> 1.10; where the copy is not repaid (few
 #: columns per call, or A rows not aliased) it was not taken: [1024,1024] x
 #: [1024,256] 1.05 -> 1.10, 256^3 1.01 -> 1.08, 1024^3 whole 1.10 -> 1.06.
-_PACK_A_TILES = {("f32", "avx2"): dict(pack_a=True)}
+_PACK_A_TILES = {("f32", "avx2"): dict(pack_a=True, nb=240)}
 
 
 def matmul_strategy(op: str, element_type: str, isa: str = "avx2", pack: bool = True,
