@@ -273,6 +273,14 @@ _ALIASED_PACKED_TILES = {("f32", "avx2"): dict(kc=128, nb=240)}
 #: 1.09, 2048^3 whole 1.16 -> 1.10; where the copy is not repaid (few
 #: columns per call, or A rows not aliased) it was not taken: [1024,1024] x
 #: [1024,256] 1.05 -> 1.10, 256^3 1.01 -> 1.08, 1024^3 whole 1.10 -> 1.06.
+#: ``nb`` = 240: B is copied a ``kc x 240`` block at a time (row segments of
+#: 960 bytes read in order, as ``_ALIASED_PACKED_TILES``), not a 16-column
+#: panel (one line per row of B, every row in another page and in one of few
+#: L2 sets) at a time: that copy took about 8% of the kernel's perf samples at
+#: 2048^3, the block copy about 4%. One Zen 5 thread (cpu:x86-64-v3), thread
+#: time, both kernels and numpy in turns in one process, 2048^3 fuelc/numpy
+#: min: 1.056-1.076 -> 1.033-1.049 (4 processes); docs/benchmarks.md
+#: ("matmul 2048 on a Zen 5 VM").
 _PACK_A_TILES = {("f32", "avx2"): dict(pack_a=True, nb=240)}
 
 
