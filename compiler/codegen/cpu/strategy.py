@@ -32,7 +32,8 @@ correctness-first loops. Registered here:
   the product. An entry marked ``fuelc.unpacked`` (more rows, at most
   ``family.UNPACKED_ROWS``) gets the tiled schedule without the packing of B;
   one marked ``fuelc.pack_a`` (A's rows 8 KiB or more, a multiple of 4 KiB,
-  apart; many columns) copies each block of A as well (``_PACK_A_TILES``).
+  apart; many columns) copies each block of A as well, and B a block of
+  240 columns at a time (``_PACK_A_TILES``).
 * a module that only copies (``COPIES_ONLY``: no linalg op, only tensor
   slices, inserts and pads, as Concat, Slice and Pad lower): ``COPIES``, the
   loops without LLVM's loop unrolling. Unrolled, the copy loops of a Concat
