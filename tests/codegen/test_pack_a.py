@@ -1,8 +1,9 @@
 """Packed-class matmul calls whose A rows are a multiple of 4 KiB apart (and at
 least 8 KiB) with at least ``PACK_A_COLUMNS`` columns copy each block of A into
 a contiguous buffer first (``runtime.rows.pack_a``, ``fuelc.pack_a``,
-``strategy._PACK_A_TILES``): the same FMAs in the same order, so the same bits
-as the kernel reading A in place."""
+``strategy._PACK_A_TILES``; on AVX2 f32 B copied a ``kc x nb`` block at a
+time as well): the same FMAs in the same order, so the same bits as the kernel
+reading A in place."""
 import numpy as np
 import pytest
 
@@ -13,6 +14,7 @@ from compiler.codegen.cpu.transforms.matmul import matmul_script
 from compiler.codegen.family import single_op_linalg_text
 from compiler.graph.opdef import TensorType
 from compiler.registry.builders import linear
+from compiler.testing import same_bits_at_threads
 from runtime.dtype import DType
 from runtime.rows import PACK_A_COLUMNS, UNPACKED_ROWS
 
@@ -33,7 +35,7 @@ def test_pack_a_selects_the_copy_of_a_on_avx2_f32():
         ts = [TensorType((64, 40), dtype), TensorType((40, 70), dtype)]
         text = single_op_linalg_text("MatMul", {}, ts, True, "cpu", (0, 1, 2), pack_a=pack_a)
         return choose_strategy(text, ["kernel"], "cpu:x86-64-v3").name
-    assert chosen(True) == "matmul-matmul-f32-6x16-pack-a"
+    assert chosen(True) == "matmul-matmul-f32-6x16-pack-a-b240"
     assert chosen(False) == "matmul-matmul-f32-6x16"
     assert chosen(True, DType.F64) == "matmul-matmul-f64-6x8"
 
@@ -70,3 +72,21 @@ def test_batched_pack_a_kernel():
     g = Graph()
     g.output(g.input("x", a.shape, "f32") @ g.input("w", w.shape, "f32"), name="y")
     np.testing.assert_allclose(compile(g)(x=a, w=w), a.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)
+
+
+def test_pack_a_kernel_same_bits_at_one_and_two_threads():
+    """MatMul [40, 2048] x [2048, 2072] (A's rows 8 KiB apart: 4 K blocks, 8
+    blocks of B's columns and a partial one of 152, a half-width panel): the
+    same bits at 1 and 2 threads (cut into column tiles) and as A read in
+    place (rows 2064 apart), within f32 rounding of the float64 product."""
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((UNPACKED_ROWS + 8, 2048)).astype(np.float32)
+    w = rng.standard_normal((2048, PACK_A_COLUMNS + 24)).astype(np.float32)
+    g = Graph()
+    g.output(g.input("x", a.shape, "f32") @ g.input("w", w.shape, "f32"), name="y")
+    mod = compile(g)
+    y = same_bits_at_threads(lambda: mod(x=a, w=w))
+    in_place = np.zeros((a.shape[0], 2064), np.float32)[:, :2048]
+    in_place[...] = a
+    np.testing.assert_array_equal(y, mod(x=in_place, w=w))
+    np.testing.assert_allclose(y, a.astype(np.float64) @ w, rtol=1e-4, atol=1e-3)
