@@ -32,8 +32,7 @@ correctness-first loops. Registered here:
   the product. An entry marked ``fuelc.unpacked`` (more rows, at most
   ``family.UNPACKED_ROWS``) gets the tiled schedule without the packing of B;
   one marked ``fuelc.pack_a`` (A's rows 8 KiB or more, a multiple of 4 KiB,
-  apart; many columns) copies each block of A as well, and B a block of
-  240 columns at a time (``_PACK_A_TILES``).
+  apart; many columns) copies each block of A as well (``_PACK_A_TILES``).
 * a module that only copies (``COPIES_ONLY``: no linalg op, only tensor
   slices, inserts and pads, as Concat, Slice and Pad lower): ``COPIES``, the
   loops without LLVM's loop unrolling. Unrolled, the copy loops of a Concat
@@ -274,15 +273,7 @@ _ALIASED_PACKED_TILES = {("f32", "avx2"): dict(kc=128, nb=240)}
 #: 1.09, 2048^3 whole 1.16 -> 1.10; where the copy is not repaid (few
 #: columns per call, or A rows not aliased) it was not taken: [1024,1024] x
 #: [1024,256] 1.05 -> 1.10, 256^3 1.01 -> 1.08, 1024^3 whole 1.10 -> 1.06.
-#: ``nb`` = 240: B is copied a ``kc x 240`` block at a time (row segments of
-#: 960 bytes read in order, as ``_ALIASED_PACKED_TILES``), not a 16-column
-#: panel (one line per row of B, every row in another page and in one of few
-#: L2 sets) at a time: that copy took about 8% of the kernel's perf samples at
-#: 2048^3, the block copy about 4%. One Zen 5 thread (cpu:x86-64-v3), thread
-#: time, both kernels and numpy in turns in one process, 2048^3 fuelc/numpy
-#: min: 1.056-1.076 -> 1.033-1.049 (4 processes); docs/benchmarks.md
-#: ("matmul 2048 on a Zen 5 VM").
-_PACK_A_TILES = {("f32", "avx2"): dict(pack_a=True, nb=240)}
+_PACK_A_TILES = {("f32", "avx2"): dict(pack_a=True)}
 
 
 def matmul_strategy(op: str, element_type: str, isa: str = "avx2", pack: bool = True,
