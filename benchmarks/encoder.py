@@ -21,7 +21,8 @@ default 1 block and a 6-layer encoder):
   torch), imported by fuelc; onnxruntime runs the exported file.
 
 Both get ``--threads`` threads and take turns (``--rounds`` rounds of
-``--repeats`` runs each). Prints, per model and batch, the median wall
+``--repeats`` runs each, each block after a pause of ``SETTLE_S`` and one
+untimed run; onnxruntime keeps its default thread spinning). Prints, per model and batch, the median wall
 time of each over all its runs (and fuelc's p10/p90), fuelc / ort, the
 largest difference of the outputs, and which kernels fuelc ran
 (OpKind[dtypes] (kernel source) x count). The machine is shared and noisy:
@@ -51,6 +52,11 @@ from compiler.frontends.onnx import import_model  # noqa: E402
 from compiler.registry.builders import layer_norm, linear  # noqa: E402
 
 HIDDEN, HEADS, FFN, SEQ, EPS = 384, 12, 1536, 128, 1e-12
+#: Seconds between two blocks of timed runs. After a run onnxruntime's idle
+#: intra-op threads spin on a core for about 45 ms (fuelc's worker polls for
+#: about 1 ms): without the pause the other side's first runs had one core
+#: less (docs/benchmarks.md, "encoder.py's bimodal first case").
+SETTLE_S = 0.1
 
 
 def weights(seed: int = 0) -> dict[str, np.ndarray]:
@@ -374,12 +380,15 @@ def main(argv=None) -> int:
                 tf, to, td = [], [], []
                 if dyn is not None:
                     dyn(x=x)  # plans this batch (kernels compiled once, for every batch)
+                blocks = [(tf, lambda: m(x=x))]
+                if session is not None:
+                    blocks.append((to, lambda: session.run(None, {"x": x})))
+                if dyn is not None:
+                    blocks.append((td, lambda: dyn(x=x)))
                 for _ in range(args.rounds):  # in turn: a slow spell lands on both
-                    tf += times(lambda: m(x=x), args.repeats)
-                    if session is not None:
-                        to += times(lambda: session.run(None, {"x": x}), args.repeats)
-                    if dyn is not None:
-                        td += times(lambda: dyn(x=x), args.repeats)
+                    for acc, fn in blocks:
+                        time.sleep(SETTLE_S)  # the other side's threads go idle
+                        acc += times(fn, args.repeats)
                 tf.sort()
                 to.sort()
                 rec = {"model": model, "layers": n_layers, "batch": batch,

@@ -156,6 +156,38 @@ def test_flash_attn_kernel(rng, shape, params, alibi, dtype):
     _check_kernel("FlashAttn", arrs, [dtype] * len(arrs), dict(params, softmax_scale=0.4), dtype)
 
 
+@pytest.mark.parametrize("target", ["cpu:x86-64-v3", "cpu:x86-64-v4"])
+@pytest.mark.parametrize("sq,params", [(8, dict(causal=False)), (19, dict(causal=True)),
+                                       (21, dict(causal=True, window_size_left=5))])
+def test_flash_attn_row_blocks_of_each_isa(rng, target, sq, params):
+    # f32 kernels for 512-bit vectors run query rows in blocks of 8, the others
+    # in blocks of 4 (fused_attention._ROWS_WIDE, _ROWS): whole blocks and the
+    # rows left over, GQA, against the reference on both ISA levels
+    from compiler.targets import parse_target
+    from runtime.cpu_features import missing_cpu_features
+    if missing_cpu_features(parse_target(target).features):
+        pytest.skip(f"this CPU cannot run {target}")
+    arrs = _attn_inputs(rng, 2, 4, 2, sq, sq + 3, 16, "f32")
+    params = dict(params, softmax_scale=0.3)
+    g, feed = _graph("FlashAttn", arrs, ["f32"] * 3, params)
+    m = compile(g, target=target)
+    assert [s.split("[")[0] for s in m.kernel_summary()] == ["FlashAttn"], m.kernel_summary()
+    _close(m(**feed), _reference("FlashAttn", arrs, params), "f32", f"FlashAttn {target}")
+
+
+def test_flash_attn_row_block_follows_the_vector_width():
+    from compiler.codegen.lowering.conv_spatial import vector_bits
+    inst = F.FusedInstance("FlashAttn", (("softmax_scale", 0.5), ("causal", False)),
+                           (TensorType((1, 2, 16, 16), DType.F32),) * 3, (0, 1, 2, 3))
+    texts = {}
+    for bits in (256, 512):
+        with vector_bits(bits):
+            texts[bits] = F.linalg_text(inst, platform="cpu")
+    # the score buffer holds one block's rows
+    assert "tensor<4x?xf32>" in texts[256] and "tensor<8x?xf32>" not in texts[256]
+    assert "tensor<8x?xf32>" in texts[512] and "tensor<4x?xf32>" not in texts[512]
+
+
 @pytest.mark.parametrize("shape,params,alibi,dtype", [ATTN[0], ATTN[1], ATTN[3]])
 def test_flash_attn_recipe(rng, shape, params, alibi, dtype):
     arrs = _attn_inputs(rng, *shape, dtype, alibi)

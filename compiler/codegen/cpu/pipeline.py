@@ -302,8 +302,8 @@ def linalg_op_names(module: "ir.Module") -> set[str]:
     and ``fuelc.pack_a`` likewise; ``fuelc.direct_conv`` when a linalg op
     carries that attribute (``transforms.conv.DIRECT_CONV_ATTR``), and
     ``fuelc.mm_epilogue`` and ``fuelc.stem`` likewise (``family.EPILOGUE_ATTR``,
-    ``family.STEM_ATTR``); ``math.erf`` when an op computes one (a GELU
-    epilogue: ``strategy._STEM_ERF_TILES``); ``VECTOR_OPS`` when the lowering wrote ``vector`` ops
+    ``family.STEM_ATTR``); ``math.erf`` and ``math.exp`` when an op computes
+    one (a GELU epilogue: ``strategy._STEM_ERF_TILES``, ``strategy._PACKED_EPILOGUE_EXP``); ``VECTOR_OPS`` when the lowering wrote ``vector`` ops
     itself; ``COPIES_ONLY``
     when every op only moves data (slices, inserts, pads, fills: a Concat, Slice
     or Pad)."""
@@ -318,7 +318,7 @@ def linalg_op_names(module: "ir.Module") -> set[str]:
                          if a in op.attributes)
         if op.name.startswith("vector."):
             names.add(VECTOR_OPS)
-        if op.name == "math.erf":
+        if op.name in ("math.erf", "math.exp"):
             names.add(op.name)
         if op.name.startswith("linalg."):
             names.add(op.name)

@@ -488,6 +488,17 @@ _PACKED_EPILOGUE_TILES = {("f32", "avx2"): dict(mr=6, nr=16), ("f64", "avx2"): d
 #: 0.84 ms, 8 0.40 against 0.61-0.63, 10 0.74-0.75 against 1.03-1.06, 32
 #: 1.84-1.90 against 1.94-2.05 (3 rows even, 0.50-0.51).
 _PACKED_EPILOGUE_DOZEN = {("f32", "avx2"): dict(mr=4, nr=16)}
+#: ``packed_epilogue_strategy``'s tiles where the epilogue computes an exp
+#: (the feature ``math.exp``: the tanh GELU, ``x / (1 + exp(-2u))``), where
+#: they differ: AVX-512 f32 4 x 32. Beside 16 accumulators, 8 broadcasts of A
+#: and 2 vectors of B, the exp's ~17 constants (hoisted out of the tile loops)
+#: made LLVM spill accumulators in the K loop of the tiles after the first
+#: ``_PACKED_EPILOGUE_MC``-row block (every tile of a call of fewer rows): a
+#: load and a store per FMA. One znver5 thread, thread time, median of 500
+#: calls, [M,256]x[256,1024] + tanh GELU, 8 x 32 -> 4 x 32: M = 8 40.9 -> 25.5
+#: us, 32 204 -> 92, 128 417 -> 345 (the erf GELU at 8 x 32: 23.4, 81, 308;
+#: 4 x 32 is slower there).
+_PACKED_EPILOGUE_EXP = {("f32", "avx512"): dict(mr=4, nr=32)}
 #: The row blocks of ``packed_epilogue_strategy``'s rows left over from its
 #: ``mr``-row tiles, before single rows (``epilogue_script``'s ``blocks``), per
 #: (element type, ISA, mr): a single row is one chain of dependent FMAs per
@@ -501,7 +512,7 @@ _PACKED_EPILOGUE_DOZEN = {("f32", "avx2"): dict(mr=4, nr=16)}
 #: [134,384]x[384,1536] 1.54-1.55 -> 1.49-1.50, [50,256]x[256,1024] 0.276 ->
 #: 0.268, 128 rows (no rows left over) even.
 _PACKED_EPILOGUE_BLOCKS = {("f32", "avx2", 6): (4, 2), ("f32", "avx2", 4): (2,),
-                           ("f32", "avx512", 8): (4, 2)}
+                           ("f32", "avx512", 8): (4, 2), ("f32", "avx512", 4): (2,)}
 #: Rows of A per block of ``packed_epilogue_strategy`` (a multiple of every
 #: ``mr``): the block (96 x 768 f32: 288 KiB) stays in L2 while the panels pass.
 #: AVX-512 as above, minima: no block 5.66, 6.00 ms; 96 rows 5.62, 5.59; 192
@@ -509,16 +520,20 @@ _PACKED_EPILOGUE_BLOCKS = {("f32", "avx2", 6): (4, 2), ("f32", "avx2", 4): (2,),
 _PACKED_EPILOGUE_MC = 96
 
 
-def packed_epilogue_strategy(element_type: str, isa: str = "avx2", dozen: bool = False) -> Strategy:
+def packed_epilogue_strategy(element_type: str, isa: str = "avx2", dozen: bool = False,
+                             exp: bool = False) -> Strategy:
     """A FusedLinear with an activation over a pre-packed B
     (``lowering.fused_forward._linear_epilogue``): ``epilogue_script`` with
     ``_PACKED_EPILOGUE_TILES`` (one panel wide; ``dozen``: calls of at most
-    ``family.UNPACKED_ROWS`` rows, ``_PACKED_EPILOGUE_DOZEN``), blocks of
+    ``family.UNPACKED_ROWS`` rows, ``_PACKED_EPILOGUE_DOZEN``; ``exp``: an
+    epilogue computing an exp, ``_PACKED_EPILOGUE_EXP``), blocks of
     ``_PACKED_EPILOGUE_MC`` rows first."""
     from compiler.codegen.cpu.transforms.matmul import epilogue_script
     tiles = dict(_PACKED_EPILOGUE_TILES[element_type, isa])
     if dozen:
         tiles.update(_PACKED_EPILOGUE_DOZEN.get((element_type, isa), {}))
+    if exp:
+        tiles.update(_PACKED_EPILOGUE_EXP.get((element_type, isa), {}))
     mr, nr = tiles["mr"], tiles["nr"]
     prefetch = (element_type, isa) in _PACKED_PREFETCH
     return _fused_on_tensors(
@@ -530,6 +545,10 @@ def packed_epilogue_strategy(element_type: str, isa: str = "avx2", dozen: bool =
         "activation in the registers, the output stored once", prefetch)
 
 
+for _dozen in (True, False):
+    _register_per_element_type(
+        (MATMUL_EPILOGUE, "fuelc.packed_b", "math.exp") + (("fuelc.unpacked",) if _dozen else ()),
+        (lambda d: lambda elt, isa: packed_epilogue_strategy(elt, isa, dozen=d, exp=True))(_dozen))
 _register_per_element_type((MATMUL_EPILOGUE, "fuelc.packed_b", "fuelc.unpacked"),
                            lambda elt, isa: packed_epilogue_strategy(elt, isa, dozen=True))
 _register_per_element_type((MATMUL_EPILOGUE, "fuelc.packed_b"), packed_epilogue_strategy)

@@ -67,6 +67,11 @@ _PW_TILES = {512: (8, 1), 256: (4, 2)}
 _DW_TILES = {512: (1, 4, 2), 256: (1, 2, 2)}
 
 
+def generated_bits() -> int:
+    """The vector width (bits) the kernel being lowered is generated for."""
+    return _VECTOR_BITS.get()
+
+
 @contextlib.contextmanager
 def vector_bits(bits: int):
     """Generate the kernel for vectors of ``bits`` (the target's widest:

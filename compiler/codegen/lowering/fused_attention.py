@@ -234,8 +234,14 @@ def _flash_attn(lw: Lowering):
 #: A register tile: _ROWS query rows x _LANES keys of scores, then _ROWS x _PIECE
 #: outputs: 8 ymm accumulators with AVX2, 4 zmm with AVX-512. (3 x 32 spilled
 #: with AVX2's 16 registers: [8,4,32,64] causal 274 us against 209 us for 4 x 16;
-#: with AVX-512, 189 against 195 us. One core, thread time.)
+#: with AVX-512, 189 against 195 us. One core, thread time.) f32 kernels generated
+#: for 512-bit vectors (``conv_spatial.vector_bits``, set from the target) take
+#: ``_ROWS_WIDE`` rows: 8 zmm accumulators cover the FMA latency where 4 did not.
+#: One znver5 thread, thread time, the attention step: ViT b8 s128 ([8,4,129,64])
+#: 1.65 -> 1.25 ms, Llama b8 s128 ([8,8,128,32] causal) 0.90 -> 0.78; as AVX2 code
+#: 8 rows spilled (2.58 -> 2.91, 1.31 -> 1.54 ms).
 _ROWS, _LANES, _PIECE = 4, 16, 16
+_ROWS_WIDE = 8
 
 
 def _loop(lo, hi, inits, body, step=1) -> list:
@@ -262,6 +268,8 @@ def _flash_attn_cpu(lw: Lowering):
     g = hq // hkv
     idx, i32 = ir.IndexType.get(), ir.IntegerType.get_signless(32)
     lanes = _LANES
+    from .conv_spatial import generated_bits
+    nrow = _ROWS_WIDE if generated_bits() >= 512 and str(c) == "f32" else _ROWS
 
     def ci(x):
         return x if isinstance(x, ir.Value) else arith.constant(idx, int(x))
@@ -399,25 +407,25 @@ def _flash_attn_cpu(lw: Lowering):
         def query_head(gg, out, srow):
             h = arith.addi(arith.muli(kh, ci(g)), gg) if g > 1 else kh
             if isinstance(sq, int):
-                full = sq // _ROWS * _ROWS
+                full = sq // nrow * nrow
             else:
-                full = arith.muli(arith.divui(sq, ci(_ROWS)), ci(_ROWS))
+                full = arith.muli(arith.divui(sq, ci(nrow)), ci(nrow))
             out, srow = _loop(0, full, [out, srow], lambda i0, o, r: block(
-                bi, kh, h, i0, _ROWS, kt, vc, o, r), step=_ROWS)
+                bi, kh, h, i0, nrow, kt, vc, o, r), step=nrow)
             if not isinstance(sq, int):
                 # a run-time Sq: the rows left over one at a time (each row's
                 # result does not depend on its block: the keys a block adds
                 # outside a row's band are 0 in its sums)
                 out, srow = _loop(full, sq, [out, srow], lambda i0, o, r: block(
                     bi, kh, h, i0, 1, kt, vc, o, r))
-            elif sq % _ROWS:
-                out, srow = block(bi, kh, h, ci(full), sq % _ROWS, kt, vc, out, srow)
+            elif sq % nrow:
+                out, srow = block(bi, kh, h, ci(full), sq % nrow, kt, vc, out, srow)
             return [out, srow]
         return [kt, vc, *_loop(0, g, [out, srow], query_head)]
 
     # scratch: one kv head's K transposed and V (the pad stays 0), one score row
     carried = [fill(zero, empty([d, skp], c)), fill(zero, empty([skp, d], c)),
-               empty([b, hq, sq, d], elt), fill(zero, empty([_ROWS, skp], c))]
+               empty([b, hq, sq, d], elt), fill(zero, empty([nrow, skp], c))]
     return _loop(0, b, carried, lambda bi, *a: _loop(
         0, hkv, a, lambda kh, *a2: kv_head(bi, kh, *a2)))[2]
 
