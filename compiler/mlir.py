@@ -145,6 +145,53 @@ def translate_module_to_llvmir(operation) -> str:
     return native.translate_module_to_llvmir(operation)
 
 
+_NATIVE_RUN: list = []
+
+
+def _native_run():
+    """``mlirPassManagerRunOnOp`` of the bindings' C API library through
+    ctypes (which releases the GIL for the call), or None where the library
+    is not found."""
+    if not _NATIVE_RUN:
+        import ctypes
+        import glob
+        import os
+        here = os.path.dirname(importlib.import_module(f"{_root.__name__}._mlir_libs").__file__)
+        found = sorted(glob.glob(os.path.join(here, "lib*CAPI*.so*")))
+        run = None
+        if found:
+            run = ctypes.CDLL(found[0]).mlirPassManagerRunOnOp
+            run.argtypes, run.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int8
+            pointer = ctypes.pythonapi.PyCapsule_GetPointer
+            pointer.argtypes, pointer.restype = [ctypes.py_object, ctypes.c_char_p], ctypes.c_void_p
+            name = ctypes.pythonapi.PyCapsule_GetName
+            name.argtypes, name.restype = [ctypes.py_object], ctypes.c_char_p
+            run = (run, lambda obj: pointer(obj._CAPIPtr, name(obj._CAPIPtr)))
+        _NATIVE_RUN.append(run)
+    return _NATIVE_RUN[0]
+
+
+def run_passes(pm, operation) -> bool:
+    """Run the pass manager ``pm`` on ``operation`` with the GIL released
+    (the bindings' ``PassManager.run`` holds it for the whole pipeline, so a
+    compile worker's feeder thread in this process could not hand the
+    worker its next kernel meanwhile: docs/compile-at-scale.md). False when
+    the pipeline fails; its error diagnostics are not printed (rerun it
+    through ``pm.run`` for them). Through ``pm.run`` where the bindings'
+    C API library is not found."""
+    native = _native_run()
+    if native is None:
+        pm.run(operation)
+        return True
+    run, pointer = native
+    quiet = operation.context.attach_diagnostic_handler(
+        lambda d: d.severity == ir.DiagnosticSeverity.ERROR)
+    try:
+        return bool(run(pointer(pm), pointer(operation)) & 1)
+    finally:
+        quiet.detach()
+
+
 def apply_named_sequence(payload, sequence, script) -> None:
     """Apply the transform ``sequence`` (a ``transform.named_sequence`` op of
     the module ``script``) to ``payload`` through the bindings' native
