@@ -185,7 +185,10 @@ def one_run(spec: str, jobs: int, breakdown: bool) -> dict:
     c0, t0 = time.process_time(), time.perf_counter()
     module = compile(graph, jobs=jobs)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the workers, reaped by compile()
+    from compiler.codegen import jobs as jobs_module
+    if hasattr(jobs_module, "reap_workers"):  # compile() does not wait for its workers' exit
+        jobs_module.reap_workers(wait=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the workers
     workers = after.ru_utime + after.ru_stime - kids.ru_utime - kids.ru_stime
     objects = sorted(os.path.join(d, f) for d, _, fs in
                      os.walk(os.path.join(os.environ["FUELC_CACHE_DIR"], "objects")) for f in fs)

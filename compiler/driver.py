@@ -421,14 +421,17 @@ def _compile(graph, target: Target, pipeline, warm: bool, progress, jobs: int, e
              pool, strict: bool = False, keep: frozenset = frozenset()) -> CompiledModule:
     from .dialect.emit import graph_to_module
     from .passes import DEFAULT_PIPELINE, resolve_pipeline, run_pipeline
-    from .codegen.family import runnable_here
+    from .codegen.family import emission_context, runnable_here
     from .plan import fold_constant_steps, foldable_steps, plan_from_module
 
     timings, irs = {}, {}
     progress = progress or (lambda stage: None)
     progress("emit")
     t0 = time.perf_counter()
-    emitted = graph_to_module(graph)
+    # In the context the kernels' one-op modules are emitted in: one MLIR
+    # context and one load of the fuel dialect for the whole compile (each
+    # some 5 ms of the serial front, docs/compile-at-scale.md).
+    emitted = graph_to_module(graph, ctx=emission_context())
     irs["fuel"] = str(emitted.module)
     timings["emit"] = time.perf_counter() - t0
 
@@ -461,15 +464,20 @@ def _compile(graph, target: Target, pipeline, warm: bool, progress, jobs: int, e
             # The folded steps' kernels compile with the plan's others, spread
             # over the workers, first: this process folds as soon as they
             # are in, while the workers compile the rest.
+            # The folded module is built there too: after the last object this
+            # process only warms the steps, whose kernels are all memoised (the
+            # folded plan calls the unfolded one's instances), so _warm looks
+            # for no cold instance again.
             specs, done = module.executor.specs, []
 
             def fold():
-                done.append(fold_constant_steps(plan, table, keep, specs))
+                done.append(CompiledModule(fold_constant_steps(plan, table, keep, specs),
+                                           table, irs, module.timings, target))
             _precompile(module, executor, pool, progress, frozenset(folded), fold)
             if not done:
                 fold()
-            module = CompiledModule(done[0], table, irs, module.timings, target)
-        _warm(module, executor, pool, progress)
+            module = done[0]
+        _warm(module, executor, pool, progress, precompiled=bool(folded))
         module.timings["codegen"] = time.perf_counter() - t0
     return module
 
@@ -617,14 +625,16 @@ def _precompile(module: CompiledModule, executor=None, pool=None,
 
 
 def _warm(module: CompiledModule, executor=None, pool=None,
-          progress=lambda stage: None) -> None:
+          progress=lambda stage: None, precompiled: bool = False) -> None:
     """Compile every generated kernel the plan will call (any kernel whose
     callable has ``warm(layouts, params, n_inputs)``: the generated families),
-    cold instances in parallel (``_precompile``)."""
+    cold instances in parallel (``_precompile``) unless ``precompiled`` (the
+    caller compiled them: a kernel still missing is compiled here)."""
     from runtime.layout import Layout
 
     specs = module.executor.specs
-    _precompile(module, executor, pool, progress)
+    if not precompiled:
+        _precompile(module, executor, pool, progress)
     results = []
     programs = {}  # step index -> what warm returned
     for i, step in enumerate(module.plan.steps):

@@ -145,13 +145,91 @@ def translate_module_to_llvmir(operation) -> str:
     return native.translate_module_to_llvmir(operation)
 
 
-def apply_named_sequence(payload, sequence, script) -> None:
+_CAPI: list = []
+
+
+def _capi():
+    """``(library, pointer)``: the bindings' C API library through ctypes
+    (whose calls release the GIL) and a function giving an object's C
+    handle (``_CAPIPtr``); None where the library is not found."""
+    if not _CAPI:
+        import ctypes
+        import glob
+        import os
+        here = os.path.dirname(importlib.import_module(f"{_root.__name__}._mlir_libs").__file__)
+        found = sorted(glob.glob(os.path.join(here, "lib*CAPI*.so*")))
+        capi = None
+        if found:
+            lib, ptr = ctypes.CDLL(found[0]), ctypes.c_void_p
+            lib.mlirPassManagerRunOnOp.argtypes = [ptr, ptr]
+            lib.mlirTransformApplyNamedSequence.argtypes = [ptr, ptr, ptr, ptr]
+            lib.mlirTransformOptionsCreate.argtypes, lib.mlirTransformOptionsCreate.restype = [], ptr
+            lib.mlirTransformOptionsDestroy.argtypes = [ptr]
+            for f in (lib.mlirPassManagerRunOnOp, lib.mlirTransformApplyNamedSequence):
+                f.restype = ctypes.c_int8  # MlirLogicalResult: 1 on success
+            pointer = ctypes.pythonapi.PyCapsule_GetPointer
+            pointer.argtypes, pointer.restype = [ctypes.py_object, ctypes.c_char_p], ptr
+            name = ctypes.pythonapi.PyCapsule_GetName
+            name.argtypes, name.restype = [ctypes.py_object], ctypes.c_char_p
+            capi = (lib, lambda obj: pointer(obj._CAPIPtr, name(obj._CAPIPtr)))
+        _CAPI.append(capi)
+    return _CAPI[0]
+
+
+def _quietly(context, call) -> bool:
+    """``call()`` (a C API call: true on success) with the context's error
+    diagnostics swallowed (the caller reruns a failure through the bindings
+    for them)."""
+    quiet = context.attach_diagnostic_handler(lambda d: d.severity == ir.DiagnosticSeverity.ERROR)
+    try:
+        return bool(call() & 1)
+    finally:
+        quiet.detach()
+
+
+def run_passes(pm, operation) -> bool:
+    """Run the pass manager ``pm`` on ``operation`` with the GIL released
+    (the bindings' ``PassManager.run`` holds it for the whole pipeline, so a
+    compile worker's feeder thread in this process could not hand the
+    worker its next kernel meanwhile: docs/compile-at-scale.md). False when
+    the pipeline fails; its error diagnostics are not printed (rerun it
+    through ``pm.run`` for them). Through ``pm.run`` where the bindings'
+    C API library is not found."""
+    capi = _capi()
+    if capi is None:
+        pm.run(operation)
+        return True
+    lib, handle = capi
+    return _quietly(operation.context,
+                    lambda: lib.mlirPassManagerRunOnOp(handle(pm), handle(operation)))
+
+
+def apply_named_sequence(payload, sequence, script, before: "str | None" = None) -> None:
     """Apply the transform ``sequence`` (a ``transform.named_sequence`` op of
-    the module ``script``) to ``payload`` through the bindings' native
-    interpreter alone: the ``dialects.transform`` package also builds the
-    Python classes of every transform op, which applying never uses."""
+    the module ``script``) to the module ``payload`` through the C API with
+    the GIL released (as ``run_passes``), else through the bindings' native
+    interpreter alone (the ``dialects.transform`` package also builds the
+    Python classes of every transform op, which applying never uses). A
+    failure raises the native interpreter's ``ValueError`` with MLIR's
+    diagnostics, from a rerun on ``before`` (the payload's text before the
+    call; default: the payload as the failure left it)."""
     native = importlib.import_module(f"{_root.__name__}._mlir_libs._mlirTransformInterpreter")
+    capi = _capi()
+    if capi is not None:
+        lib, handle = capi
+        options = lib.mlirTransformOptionsCreate()
+        try:
+            if _quietly(payload.operation.context, lambda: lib.mlirTransformApplyNamedSequence(
+                    handle(payload.operation), handle(sequence.operation),
+                    handle(script.operation), options)):
+                return
+        finally:
+            lib.mlirTransformOptionsDestroy(options)
+        payload = ir.Module.parse(str(payload) if before is None else before,
+                                  payload.operation.context)
     native.apply_named_sequence(payload.operation, sequence.operation, script.operation)
+    if capi is not None:
+        raise ValueError("the transform sequence failed (the bindings' rerun did not)")
 
 
 def execution_engine():

@@ -187,6 +187,7 @@ class ProcessExecutor(concurrent.futures.Executor):
             self._queue.put(None)
         for t in self._threads if wait else ():
             t.join()  # every task taken has its answer
+        reap_workers(wait=True)  # an earlier pool's, killed long ago
         for p in self._procs:
             if not wait:
                 p.kill()  # a task it runs is abandoned
@@ -194,7 +195,10 @@ class ProcessExecutor(concurrent.futures.Executor):
                 p.stdin.close()  # an idle worker exits at end of input
             except OSError:
                 pass
-            p.wait()
+            if wait or not isinstance(p, _Forked):
+                p.wait()
+            else:  # reaped later: its exit takes the kernel 5-10 ms of tearing down
+                _KILLED.append(p.pid)  # its pages, which the caller need not wait for
         for t in self._threads if not wait else ():
             t.join()  # quick: their workers are gone; a later pool may fork again
 
@@ -216,6 +220,24 @@ def _preload() -> None:
     for name in ("dialects.builtin", "_mlir_libs._mlirTransformInterpreter",
                  "_mlir_libs._mlirDialectsLLVM"):
         importlib.import_module(f"{mlir._root.__name__}.{name}")
+
+
+#: Forked workers that ``shutdown(wait=False)`` killed and has not reaped yet.
+_KILLED: list[int] = []
+
+
+def reap_workers(wait: bool = False) -> None:
+    """Reap the forked workers ``shutdown(wait=False)`` killed: those that
+    have exited, or with ``wait`` all of them (their CPU seconds then count
+    in ``RUSAGE_CHILDREN``). Each shutdown reaps the earlier pools' first, so
+    at most the last pool's are zombies (none once this process exits)."""
+    for pid in list(_KILLED):
+        try:
+            done = os.waitpid(pid, 0 if wait else os.WNOHANG)[0]
+        except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored)
+            done = pid
+        if done:
+            _KILLED.remove(pid)
 
 
 def fork_safe() -> bool:

@@ -74,3 +74,28 @@ def test_cli_compiles_a_file_end_to_end(tmp_path):
                           capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "define void @_mlir_ciface_add(ptr" in proc.stdout
+
+
+def test_run_passes_matches_the_bindings_run_and_reports_failure(capfd):
+    """``compiler.mlir.run_passes`` (the pass manager through the C API, the
+    GIL released) rewrites as ``PassManager.run`` does, and a failing
+    pipeline returns False without raising or printing its diagnostics."""
+    from compiler.codegen.common.stages import pipeline_text
+    from compiler.codegen.cpu.pipeline import BUFFERIZE
+    from compiler.mlir import ir, passmanager, run_passes
+    text = ("func.func @f(%a: i32) -> i32 {\n  %c = arith.constant 0 : i32\n"
+            "  %b = arith.addi %a, %c : i32\n  return %b : i32\n}")
+    ctx = ir.Context()
+    ours, theirs = ir.Module.parse(text, ctx), ir.Module.parse(text, ctx)
+    pipeline = "builtin.module(func.func(canonicalize))"
+    assert run_passes(passmanager.PassManager.parse(pipeline, ctx), ours.operation)
+    passmanager.PassManager.parse(pipeline, ctx).run(theirs.operation)
+    assert str(ours) == str(theirs) and "arith.addi" not in str(ours)
+    with pytest.raises(PipelineError) as info:  # the bufferize stage's input fails it
+        lower(IR.ADD_DYN, ["add"], strategy=BREAKS_BUFFERIZE)
+    failing = Path(re.search(r"reproducer: (\S+)", str(info.value)).group(1)).read_text()
+    bad = ir.Module.parse(failing, ctx)
+    capfd.readouterr()
+    assert run_passes(passmanager.PassManager.parse(pipeline_text(BUFFERIZE), ctx),
+                      bad.operation) is False
+    assert "error" not in capfd.readouterr().err

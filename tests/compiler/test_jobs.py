@@ -327,6 +327,33 @@ def test_started_workers_take_tasks_from_the_first_cold_instance(cold):
                                interpret(g, {"x": xv})["y"], rtol=2e-5, atol=2e-6)
 
 
+def test_compile_does_not_wait_for_its_killed_workers(cold, monkeypatch):
+    """compile() kills its forked workers and returns without waiting for
+    their exit (the kernel tearing down their pages); the next pool's
+    shutdown reaps them, so only the last pool's are left to reap, and
+    ``reap_workers(wait=True)`` reaps those."""
+    if not jobs.fork_safe():
+        pytest.skip("workers are spawned while another thread runs")
+    g, pids = _chain(), []
+    real = jobs.ProcessExecutor
+
+    class Recording(real):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            pids.append([p.pid for p in self._procs])
+
+    monkeypatch.setattr(jobs, "ProcessExecutor", Recording)
+    for name in ("first", "second"):
+        cold(name)
+        compile(g, jobs=2)
+        assert jobs._KILLED == pids[-1], (pids, jobs._KILLED)
+    jobs.reap_workers(wait=True)
+    assert jobs._KILLED == []
+    for pid in pids[0] + pids[1]:
+        with pytest.raises(ChildProcessError):  # reaped: no longer this process's child
+            os.waitpid(pid, os.WNOHANG)
+
+
 def test_objects_made_before_the_fork_are_frozen_while_compile_runs(cold, monkeypatch):
     """compile() freezes the garbage collector's objects before it forks its
     workers (a full collection would copy every page they share) and

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
 from compiler.errors import CodegenError, PipelineError
-from compiler.mlir import MLIRError, arith, bufferization, func, ir, memref, passmanager
+from compiler.mlir import MLIRError, arith, bufferization, func, ir, memref, passmanager, run_passes
 # Imported for its side effect: the bindings find linalg's op classes in
 # ``compiler.mlir.linalg`` when code here reads a parsed op's ``owner``,
 # instead of importing the ``dialects.linalg`` package (0.07 s of CPU, once per
@@ -89,7 +89,9 @@ def run_stage(module: "ir.Module", stage: Stage, fail: Optional[Fail] = None) ->
     before = str(module)
     try:
         pm = passmanager.PassManager.parse(stage.pipeline, module.context)
-        pm.run(module.operation)
+        if not run_passes(pm, module.operation):  # the GIL released while it runs
+            pm.run(ir.Module.parse(before, module.context).operation)  # its MLIRError
+            raise ValueError("the pass pipeline failed (the bindings' rerun did not)")
     except (MLIRError, ValueError) as e:
         raise (fail or _default_fail)(stage.name, before, str(e),
                                       f"--pipeline={shlex.quote(stage.pipeline)}") from None

@@ -203,7 +203,7 @@ def apply_transform(module: "ir.Module", script: str) -> None:
         tmod = ir.Module.parse(script, module.context)
         seq = next(op for op in tmod.body.operations
                    if op.operation.name == "transform.named_sequence")
-        apply_named_sequence(module, seq, tmod)
+        apply_named_sequence(module, seq, tmod, before)
     except (MLIRError, StopIteration, ValueError) as e:
         path = write_reproducer(script, "transform-script")
         raise _fail("transform", before, f"{e} (script: {path})") from None
