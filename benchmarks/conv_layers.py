@@ -25,7 +25,7 @@ import numpy as np
 _ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)  # this checkout's compiler
-from benchmarks.encoder import times  # noqa: E402  (one timer for every benchmark)
+from benchmarks.encoder import times, width_note  # noqa: E402  (one timer for every benchmark)
 
 #: name -> (Cin, Cout, spatial size (an int: square 2-D; a 1-tuple: 1-D), kernel, stride, groups)
 LAYERS = {
@@ -150,6 +150,8 @@ def main(argv=None) -> int:
     only = [s for s in args.only.split(",") if s]
     print(f"target {args.target}, {threads} threads each, onnxruntime {ort.__version__}, "
           f"{args.rounds} rounds of {args.repeats}; fuelc/ort > 1: fuelc slower")
+    if note := width_note(args.target):
+        print(note)
     print(f"{'layer':28s} {'fuelc ms':>9s} {'ort ms':>8s} {'fuelc/ort':>9s} {'GFLOP/s':>8s} "
           f"{'rel diff':>8s}  kernels")
     ratios = []

@@ -191,6 +191,19 @@ def torch_encoder(n_layers: int, seed: int = 0):
     return buf.getvalue()
 
 
+def width_note(spec: str) -> "str | None":
+    """A header line where the host has AVX-512 and the target ``spec`` does
+    not (``cpu:x86-64-v3`` on a Zen 4/5 or a Xeon): onnxruntime and numpy's
+    OpenBLAS choose their kernels by the host, so the ratios then compare the
+    target's AVX2 code with their AVX-512 kernels, not what a user of an
+    AVX2-only machine sees (docs/benchmarks.md)."""
+    from compiler.targets import parse_target
+    if "avx512f" in parse_target("cpu").features and "avx512f" not in parse_target(spec).features:
+        return (f"note: this host has AVX-512 and {spec} has not: onnxruntime and numpy choose "
+                f"their kernels by the host, so the ratios compare AVX2 code with AVX-512 kernels")
+    return None
+
+
 def times(fn, repeats: int) -> list[float]:
     fn()
     out = []
@@ -350,6 +363,8 @@ def main(argv=None) -> int:
     records = []
     print(f"encoder (hidden {HIDDEN}, {HEADS} heads, FFN {FFN}, seq {SEQ}): target "
           f"{args.target}, {threads} threads, {args.rounds} rounds of {args.repeats} runs each")
+    if note := width_note(args.target):
+        print(note)
     for n_layers in args.layers or [1, 6]:
         layers = [weights(seed) for seed in range(n_layers)]
         for model in args.model or MODELS:

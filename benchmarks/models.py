@@ -48,7 +48,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)  # this checkout's compiler
 
-from benchmarks.encoder import step_medians, times  # noqa: E402  (one timer for both)
+from benchmarks.encoder import step_medians, times, width_note  # noqa: E402  (one timer for both)
 
 OPSET = 17
 SEED = 0
@@ -843,6 +843,8 @@ def main(argv=None) -> int:
     print(f"target: {args.target} = {t.arch} {t.triple}, {len(t.features)} features"
           f" (avx512f: {'yes' if 'avx512f' in t.features else 'no'}, "
           f"avx2: {'yes' if 'avx2' in t.features else 'no'})")
+    if note := width_note(args.target):
+        print(note)
     print(f"{threads} threads each, {args.rounds} rounds of {args.repeats} runs, onnxruntime "
           f"{onnxruntime.__version__}, bn {args.bn}; fuelc/ort > 1: fuelc slower; rel diff: "
           f"max |fuelc - ort| / max |ort|")

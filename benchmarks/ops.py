@@ -435,6 +435,9 @@ def main(argv=None):
           f"of {repeats} runs each, implementations in turn; "
           "ratios are fuelc time / numpy time")
     print(f"numpy {np.__version__}; peers installed: {', '.join(PEERS) or 'none'}")
+    from benchmarks.encoder import width_note
+    if note := width_note(TARGET):
+        print(note)
 
     bh, s_, d_ = (4, 64, 16) if args.quick else (12, 128, 32)
     qa = rng.standard_normal((1, bh, s_, d_), dtype=np.float32)

@@ -166,3 +166,25 @@ def test_op_times_on_the_direct_path():
     kinds = {k for _, _, k in bm.fuelc_op_times(m, feeds, 3)}
     assert {"Conv2D", "FusedLinear", "Concat", "Pad", "Copy"} <= kinds, kinds
     np.testing.assert_array_equal(m(**feeds), want)
+
+
+def test_width_note_names_a_target_narrower_than_the_host(monkeypatch):
+    """The benchmarks' header says when the peers run AVX-512 kernels and the
+    target's code is AVX2: only where the host has AVX-512 and the target not."""
+    import dataclasses
+
+    import compiler.targets as targets
+    from benchmarks.encoder import width_note
+    real = targets.parse_target
+
+    def host_with(features):
+        def parse(spec):
+            t = real(spec)
+            return dataclasses.replace(t, features=frozenset(features)) if spec == "cpu" else t
+        return parse
+
+    monkeypatch.setattr(targets, "parse_target", host_with(real("cpu:x86-64-v3").features | {"avx512f"}))
+    assert "cpu:x86-64-v3" in width_note("cpu:x86-64-v3")
+    assert width_note("cpu:skylake-avx512") is None
+    monkeypatch.setattr(targets, "parse_target", host_with(real("cpu:x86-64-v3").features))
+    assert width_note("cpu:x86-64-v3") is None
