@@ -518,8 +518,12 @@ def _packed_linear_tiles(layouts, threads: int, panel: int):
 #: tiles as leave this many multiply-adds per element of x to each: every
 #: tile writes the whole image's planes (its padded copy or stride phases)
 #: for its share of the FMAs. conv1d k3 s2 128->128 at 1600 (192 per
-#: element) in 4 tiles at 2 threads: 1.44-1.61 ms, in 2: 1.24.
-DIRECT_TILE_MACS = 96
+#: element) in 4 tiles at 2 threads: 1.44-1.61 ms, in 2: 1.24. A 3x3 of 64
+#: or 128 output channels (576 and 1152 per element) in 2 tiles, not 4: two
+#: Zen 5 threads, AVX-512, 64->64 at 56^2 0.59-0.70 -> 0.49-0.51 ms, 128->128
+#: at 28^2 0.51 -> 0.50, the 7x7 stem (784) 0.63-0.64 -> 0.60 (x86-64-v3
+#: even or 2-8% faster); 256->256 at 14^2 (2304) keeps 4.
+DIRECT_TILE_MACS = 512
 
 
 def _direct_channel_tiles(params: dict, x, w, out, parts: int) -> int:

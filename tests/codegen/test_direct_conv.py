@@ -600,7 +600,9 @@ def test_one_image_channel_tiles_leave_each_enough_work(monkeypatch):
     assert tiles(*conv1d, 4, 2, stride=(1, 2), padding=(0, 1)) == [64, 64]
     assert tiles(*conv1d, 4, 4, stride=(1, 2), padding=(0, 1)) == [32] * 4
     s2 = ((1, 128, 28, 28), (256, 128, 3, 3), (1, 256, 14, 14))   # 576 per element
-    assert tiles(*s2, 4, 2, stride=(2, 2), padding=(1, 1)) == [64] * 4
+    assert tiles(*s2, 4, 2, stride=(2, 2), padding=(1, 1)) == [128] * 2
+    wide = ((1, 256, 14, 14), (256, 256, 3, 3), (1, 256, 14, 14))   # 2304 per element
+    assert tiles(*wide, 4, 2, padding=(1, 1)) == [64] * 4
     pointwise = ((1, 256, 56, 56), (64, 256, 1, 1), (1, 64, 56, 56))   # 64 per element
     assert tiles(*pointwise, 4, 2, padding=(0, 0)) == [16] * 4
 

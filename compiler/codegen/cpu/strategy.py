@@ -557,10 +557,17 @@ _register_per_element_type(MATMUL_EPILOGUE, epilogue_strategy)
 #: rows on AVX2 (12 accumulators; with 8, each tap's FMAs waited on the
 #: previous tap's: 7x7 3->64 at 224^2 on one znver4 core, fastest calls, 2.96
 #: -> 2.43 ms; the direct kernel took 2.58). AVX-512 8x32 ran MobileNet's
-#: 56-wide rows as a 32 + 24 split into shuffles (0.47 -> 4.7 ms); 16x16 was
-#: no faster overall.
+#: 56-wide rows as a 32 + 24 split into shuffles (0.47 -> 4.7 ms). AVX-512
+#: f32 16 x 16 (16 accumulators; 8 x 16 was no faster overall on znver4):
+#: one Zen 5 thread, thread time, min of 60 calls in turns, 7x7 3->64 at
+#: 224^2 1.16-1.17 -> 1.06-1.07 ms (2 threads 0.60 -> 0.55), 3x3 3->32
+#: 0.143 -> 0.131-0.135, 3x3 3->48 0.200 -> 0.197; the pointwise convs of
+#: 14^2 and 7^2 pixels (this schedule, ``fused_conv._pointwise_row``) 6-12%
+#: faster: 1x1 576->96 at 14^2 0.118-0.122 -> 0.105-0.109, 96->576 0.125-0.127
+#: -> 0.115-0.116, 960->160 at 7^2 0.098-0.101 -> 0.088-0.090, 240->40 at 14^2
+#: (a peeled 8-row tile) 0.023 -> 0.021.
 _STEM_TILES = {**_EPILOGUE_TILES, ("f32", "avx2"): dict(mr=6, nr=16),
-               ("f64", "avx2"): dict(mr=6, nr=8)}
+               ("f64", "avx2"): dict(mr=6, nr=8), ("f32", "avx512"): dict(mr=16, nr=16)}
 #: A stem whose epilogue is an erf GELU (the feature ``math.erf``: wav2vec2's
 #: first conv): on AVX-512 4 x 16, the erf's temporaries beside 8 accumulators
 #: of 8 x 16 made it slower than the conv and a GELU kernel. 1->128 k10 s5 at
