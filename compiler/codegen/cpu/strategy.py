@@ -48,6 +48,7 @@ Strategies are part of the kernel cache key (``Strategy.fingerprint``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 from typing import Callable, Iterable
 
@@ -545,13 +546,12 @@ def packed_epilogue_strategy(element_type: str, isa: str = "avx2", dozen: bool =
         "activation in the registers, the output stored once", prefetch)
 
 
-for _dozen in (True, False):
+# the most specific first: an exp epilogue of few rows, an exp epilogue, few rows, any
+for _exp, _dozen in ((True, True), (True, False), (False, True), (False, False)):
     _register_per_element_type(
-        (MATMUL_EPILOGUE, "fuelc.packed_b", "math.exp") + (("fuelc.unpacked",) if _dozen else ()),
-        (lambda d: lambda elt, isa: packed_epilogue_strategy(elt, isa, dozen=d, exp=True))(_dozen))
-_register_per_element_type((MATMUL_EPILOGUE, "fuelc.packed_b", "fuelc.unpacked"),
-                           lambda elt, isa: packed_epilogue_strategy(elt, isa, dozen=True))
-_register_per_element_type((MATMUL_EPILOGUE, "fuelc.packed_b"), packed_epilogue_strategy)
+        (MATMUL_EPILOGUE, "fuelc.packed_b") + (("math.exp",) if _exp else ())
+        + (("fuelc.unpacked",) if _dozen else ()),
+        functools.partial(packed_epilogue_strategy, dozen=_dozen, exp=_exp))
 _register_per_element_type(MATMUL_EPILOGUE, epilogue_strategy)
 #: The register tiles of a stem (``transforms.stem``): the epilogue's, but 6
 #: rows on AVX2 (12 accumulators; with 8, each tap's FMAs waited on the
