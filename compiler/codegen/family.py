@@ -350,11 +350,12 @@ class KernelFamily:
         return getattr(key, "name", str(key))
 
     def split(self, instance, layouts: Sequence, n_inputs: int,
-              threads: int, min_elements: int = parallel.MIN_ELEMENTS) -> list[list] | None:
+              threads: int, min_elements: int = parallel.MIN_ELEMENTS, *,
+              target=None) -> list[list] | None:
         """The operand layouts of up to ``threads`` tiles that together
-        compute the call (``compiler.codegen.parallel``), or None to run it
-        whole; elementwise and row calls of fewer than ``min_elements``
-        output elements run whole. Default: never split."""
+        compute the call (``compiler.codegen.parallel``) on ``target``, or
+        None to run it whole; elementwise and row calls of fewer than
+        ``min_elements`` output elements run whole. Default: never split."""
         return None
 
     def b_panel(self, key, dtypes: Sequence[DType], target) -> int:
@@ -487,14 +488,14 @@ class GeneratedKernel:
         parts = None
         if threads > 1:
             least = self._min_elements(inst, lays, n_inputs)
-            parts = self.family.split(inst, lays, n_inputs, threads, least)
+            parts = self.family.split(inst, lays, n_inputs, threads, least, target=self.target)
             finer = parallel.split_parts(threads)
             if parts and finer > threads:
                 # more tiles of the same cut only: asked for more parts a
                 # family may cut another way (a conv of 3 images by channels
                 # where 2 threads cut it by images), which it never ran at
                 # this size before
-                fine = self.family.split(inst, lays, n_inputs, finer, least)
+                fine = self.family.split(inst, lays, n_inputs, finer, least, target=self.target)
                 if fine and len(fine) > len(parts) \
                         and _cut_axes(fine[0], lays) == _cut_axes(parts[0], lays):
                     parts = fine

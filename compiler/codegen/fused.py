@@ -460,7 +460,7 @@ class FusedFamily(KernelFamily):
         return packed(dtypes[0], target)
 
     def split(self, inst: FusedInstance, layouts, n_inputs: int, threads: int,
-              min_elements: int = parallel.MIN_ELEMENTS):
+              min_elements: int = parallel.MIN_ELEMENTS, *, target=None):
         if inst.name == "FusedLinear":
             from compiler.codegen.kernels import MATMUL_COL_ALIGN, MATMUL_ROW_ALIGN
             panel = dict(inst.params).get("b_panel")

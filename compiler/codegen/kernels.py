@@ -368,7 +368,7 @@ class PrimitiveFamily(KernelFamily):
         return calls
 
     def split(self, inst: OpInstance, layouts, n_inputs: int, threads: int,
-              min_elements: int = parallel.MIN_ELEMENTS):
+              min_elements: int = parallel.MIN_ELEMENTS, *, target=None):
         category = _op_table()[inst.op_name].category
         if category in ELEMENTWISE_CATEGORIES:
             return parallel.row_tiles(layouts, n_inputs, threads, keep_last=False,
@@ -383,9 +383,22 @@ class PrimitiveFamily(KernelFamily):
                 or inst.op_name == "Pad" and tuple(params["padding"][:2]) == (0, 0):
             return parallel.image_tiles(layouts, n_inputs, threads)
         if inst.op_name == "MatMul":
+            if inst.pack_a and _copies_a(inst.input_types[0].dtype, target):
+                # every column tile would copy all of A: cut M instead, one
+                # tile per thread (not split_parts': each tile packs all of B
+                # once per block of A's rows; docs/benchmarks.md)
+                return parallel.matmul_tiles(layouts, n_inputs, min(threads, parallel.num_threads()),
+                                             MATMUL_ROW_ALIGN)
             return parallel.matmul_tiles(layouts, n_inputs, threads, MATMUL_ROW_ALIGN,
                                          MATMUL_COL_ALIGN)
         return None
+
+
+def _copies_a(dtype: DType, target) -> bool:
+    """Whether ``target``'s matmul kernel of the ``pack_a`` class copies its
+    blocks of A (the codegen package's ``copies_a``)."""
+    copies = getattr(getattr(target, "codegen", None), "copies_a", None)
+    return bool(copies and copies(dtype, target))
 
 
 FAMILY = PrimitiveFamily()

@@ -201,7 +201,7 @@ class RuntimeFusedFamily(KernelFamily):
         return f"{key.fused.value:#x}"
 
     def split(self, inst: RuntimeFusedInstance, layouts, n_inputs: int, threads: int,
-              min_elements: int = parallel.MIN_ELEMENTS):
+              min_elements: int = parallel.MIN_ELEMENTS, *, target=None):
         if not _elementwise_region(inst.fused_id):
             return None
         return parallel.row_tiles(layouts, n_inputs, threads, keep_last=False,

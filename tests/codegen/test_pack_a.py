@@ -74,10 +74,11 @@ def test_batched_pack_a_kernel():
 
 
 def test_pack_a_kernel_same_bits_at_one_and_two_threads():
-    """MatMul [40, 2048] x [2048, 2072] (A's rows 8 KiB apart: 4 K blocks, 8
-    blocks of B's columns and a partial one of 152, a half-width panel): the
-    same bits at 1 and 2 threads (cut into column tiles) and as A read in
-    place (rows 2064 apart), within f32 rounding of the float64 product."""
+    """MatMul [40, 2048] x [2048, 2072] (A's rows 8 KiB apart: 4 K blocks, 129
+    panels of B and a half-width one): the same bits at 1 and 2 threads (cut
+    into row tiles of 24 and 16 where the kernel copies A, AVX2; into column
+    tiles on AVX-512) and as A read in place (rows 2064 apart), within f32
+    rounding of the float64 product."""
     rng = np.random.default_rng(2)
     a = rng.standard_normal((UNPACKED_ROWS + 8, 2048)).astype(np.float32)
     w = rng.standard_normal((2048, PACK_A_COLUMNS + 24)).astype(np.float32)
@@ -89,3 +90,29 @@ def test_pack_a_kernel_same_bits_at_one_and_two_threads():
     in_place[...] = a
     np.testing.assert_array_equal(y, mod(x=in_place, w=w))
     np.testing.assert_allclose(y, a.astype(np.float64) @ w, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("spec, rows", [("cpu:x86-64-v3", True), ("cpu:skylake-avx512", False)])
+def test_a_call_that_copies_a_is_cut_by_rows_at_two_threads(spec, rows):
+    """At 2 threads a MatMul whose kernel copies its blocks of A (AVX2 f32) is
+    cut into one row tile per thread (column tiles would each copy all of A);
+    where the kernel reads A in place (AVX-512), into column tiles as before."""
+    from compiler.codegen import kernels as K, parallel
+    from compiler.targets import parse_target
+    from runtime import params as P
+    from runtime.layout import Layout
+    from runtime.opkind import OpKind
+    k = K.FAMILY.kernel(parse_target(spec), OpKind.MatMul, (DType.F32,) * 3)
+    lays = [Layout.contiguous((600, 2048)), Layout.contiguous((2048, PACK_A_COLUMNS)),
+            Layout.contiguous((600, PACK_A_COLUMNS))]
+    p = P.Matmul((), (), 600, PACK_A_COLUMNS, 2048)
+    parallel.set_num_threads(2)
+    try:
+        tiles = [lay for _, lay in k._tiles(lays, p, 2)]
+    finally:
+        parallel.set_num_threads(None)
+    if rows:
+        assert [(t[0].shape, t[1].shape) for t in tiles] == [((312, 2048), (2048, 2048)),
+                                                            ((288, 2048), (2048, 2048))]
+    else:
+        assert [t[2].shape for t in tiles] == [(600, 512)] * 4

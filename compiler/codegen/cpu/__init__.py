@@ -58,6 +58,13 @@ def packed_panel(dtype: DType, target) -> int:
     return panel(dtype.value, isa_level(target) or "avx2")
 
 
+def copies_a(dtype: DType, target) -> bool:
+    """Whether a matmul of the ``fuelc.pack_a`` class copies its blocks of A
+    on ``target`` (``strategy._PACK_A_TILES``: AVX2 f32)."""
+    from compiler.codegen.cpu.strategy import copies_a as copies, isa_level
+    return copies(dtype.value, isa_level(target) or "avx2")
+
+
 def vector_bits(target) -> int:
     """The widest vector ``target`` has, in bits (512 with AVX-512, else 256):
     the width the run-time image size conv kernels tile in
@@ -83,7 +90,7 @@ def build_table(target) -> KernelBindingTable:
     return t.freeze()
 
 
-__all__ = ["SOURCE", "VIEW_INPUT", "packed_panel", "vector_bits", "DTYPES", "PRECISION_NOTE", "transcendental_ulp", "build_table",
+__all__ = ["SOURCE", "VIEW_INPUT", "packed_panel", "copies_a", "vector_bits", "DTYPES", "PRECISION_NOTE", "transcendental_ulp", "build_table",
            "compile_module", "emit_object", "ensure_compiled", "object_bytes", "describe_pipeline", "lower",
            "LoweringResult", "choose_strategy", "load_object", "prepare_entries", "stages_for",
            "run_stage", "Stage", "BUFFERIZE", "write_reproducer", "main"]

@@ -277,6 +277,12 @@ _ALIASED_PACKED_TILES = {("f32", "avx2"): dict(kc=128, nb=240)}
 _PACK_A_TILES = {("f32", "avx2"): dict(pack_a=True)}
 
 
+def copies_a(element_type: str, isa: str) -> bool:
+    """Whether the ``fuelc.pack_a`` matmul on ``element_type`` tiled for
+    ``isa`` copies its blocks of A (``_PACK_A_TILES``)."""
+    return bool(_PACK_A_TILES.get((element_type, isa), {}).get("pack_a"))
+
+
 def matmul_strategy(op: str, element_type: str, isa: str = "avx2", pack: bool = True,
                     aliased: bool = False, pack_a: bool = False) -> Strategy:
     """The vectorized strategy for ``op`` (``linalg.matmul`` or
