@@ -30,7 +30,9 @@ instance (linalg text, strategy, cache lookup, storing and loading what a
 worker sent back, compiling one itself) and each task in the workers (when
 it started and ended after ``compile()`` was called): the first task's start
 is when the pool was ready, the gap between the last worker task's end and
-the end of ``compile()`` is what the calling process did alone at the end.
+the end of ``compile()`` is what the calling process did alone at the end, and
+the end imbalance how far apart the last two processes' last compiles ended
+(one process with nothing left to compile while another still compiled).
 It also prints what came before ``compile()`` (building the model, importing
 fuelc, ``import_model``), when the first task was submitted (and the calling
 process's CPU seconds until then: the serial front), how long the calling
@@ -263,6 +265,13 @@ def show_breakdown(r: dict) -> None:
             print(f"  process {pid}: {len(ts)} tasks, busy {busy:.2f} s, first start "
                   f"{min(s for s, _ in ts):.2f} s, last end {max(e for _, e in ts):.2f} s, "
                   f"longest {max(e - s for s, e in ts):.2f} s")
+        # the end of the list schedule: how long one process had nothing left to
+        # compile while another still compiled (half of it lengthens the compile)
+        here = [e for _, e in r["parent"].get("compile here", [])]
+        last = sorted([max(e for _, e in ts) for ts in by_pid.values()] + [max(here)] * bool(here))
+        if len(last) > 1:
+            print(f"  end imbalance: {last[-1] - last[-2]:.3f} s (the last two processes' "
+                  "last compiles ended that far apart)")
 
 
 def main(argv=None) -> int:
