@@ -25,6 +25,13 @@ from pathlib import Path
 import numpy as np
 
 
+def bytes_read() -> int:
+    """Bytes this process has read through read(2) and friends (``rchar`` of
+    /proc/self/io): pages of a memory map that become resident do not count."""
+    with open("/proc/self/io") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("rchar:"))
+
+
 def status_kb(field: str) -> int:
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
@@ -63,11 +70,14 @@ def main(step: str, model_dir: str, fuel: str, side: str = "") -> dict:
                     hashlib.file_digest(f, "sha256")
             out["hash_seconds"] = round(time.perf_counter() - t, 3)
             out["hash_cpu_seconds"] = round(time.process_time() - cpu, 3)
-        rss0 = status_kb("VmRSS")
+        rss0, read0 = status_kb("VmRSS"), bytes_read()
         t, cpu = time.perf_counter(), time.process_time()
         loaded = runtime.load(fuel)
         out["load_seconds"] = round(time.perf_counter() - t, 3)
         out["load_cpu_seconds"] = round(time.process_time() - cpu, 3)
+        out["load_read_bytes"] = bytes_read() - read0
+        out["file_bytes"] = sum(p.stat().st_size for p in filter(
+            Path.exists, (Path(fuel), Path(fuel).with_suffix(".weights"))))
         out["rss_after_load_kb"] = status_kb("VmRSS") - rss0
         out["mapped"] = all(mapped(c) for c in loaded.plan.constants.values())
         if step == "run":

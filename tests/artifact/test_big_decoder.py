@@ -5,8 +5,10 @@ then it is imported, compiled, saved, loaded and run. Each step (writing the
 model too) runs in a fresh process (``decoder_child.py``) whose peak
 resident memory (VmHWM: anonymous and mapped file pages alike) stays within
 1.3x the weights; ``runtime.load``
-maps the weights without reading them into the process, in under a second
-(of CPU) plus what a SHA-256 of the weights takes; the logits match numpy's.
+maps the weights without reading them into the process: its only pass over
+them is the SHA-256 of its integrity check, so it reads the file once (bytes
+read counted; its CPU seconds and a SHA-256's alone are printed, as figures,
+not asserted); the logits match numpy's.
 Saved with its weights in a side file (``weights="side"``), the same holds.
 
 The small variant runs the same path on a model of a few MiB (numerics and
@@ -77,5 +79,8 @@ def test_billion_parameter_decoder_stays_within_its_weights(tmp_path):
         assert r["peak_kb"] * 1024 <= 1.3 * weights, (s, steps, weights)
     for load in (steps["load"], steps["load side"]):
         assert load["rss_after_load_kb"] * 1024 < 0.05 * weights, steps  # mapped, not read
-        # (in CPU seconds: on a shared machine wall time measures the neighbours)
-        assert load["load_cpu_seconds"] < 1 + load["hash_cpu_seconds"], steps
+        # its one pass over the weights is the SHA-256 of the integrity check (read
+        # through a buffer, not the map): the file is read once, nothing copied.
+        # The seconds (load_cpu_seconds against hash_cpu_seconds, a SHA-256 of the
+        # same file(s) alone) are printed, not asserted: tests assert no timings
+        assert load["load_read_bytes"] <= 1.01 * load["file_bytes"] + (16 << 20), steps
