@@ -25,16 +25,20 @@ from pathlib import Path
 import numpy as np
 
 
-def bytes_read() -> int:
-    """Bytes this process has read through read(2) and friends (``rchar`` of
-    /proc/self/io): pages of a memory map that become resident do not count."""
-    with open("/proc/self/io") as f:
-        return next(int(l.split()[1]) for l in f if l.startswith("rchar:"))
+def proc_field(name: str, field: str) -> int:
+    """The number after ``field:`` in /proc/self/``name``."""
+    with open(f"/proc/self/{name}") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 
 
 def status_kb(field: str) -> int:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+    return proc_field("status", field)
+
+
+def bytes_read() -> int:
+    """Bytes this process has read through read(2) and friends (``rchar`` of
+    /proc/self/io): pages of a memory map that become resident do not count."""
+    return proc_field("io", "rchar")
 
 
 def mapped(arr) -> bool:
@@ -62,10 +66,10 @@ def main(step: str, model_dir: str, fuel: str, side: str = "") -> dict:
                 m.save(fuel, **({"weights": "side"} if side == "side" else {}))
     else:
         import runtime
+        files = [p for p in (Path(fuel), Path(fuel).with_suffix(".weights")) if p.exists()]
         if step == "load":  # the page-in: what a SHA-256 of the file(s) costs alone
             t, cpu = time.perf_counter(), time.process_time()
-            side = Path(fuel).with_suffix(".weights")
-            for name in filter(Path.exists, (Path(fuel), side)):
+            for name in files:
                 with open(name, "rb") as f:
                     hashlib.file_digest(f, "sha256")
             out["hash_seconds"] = round(time.perf_counter() - t, 3)
@@ -76,8 +80,7 @@ def main(step: str, model_dir: str, fuel: str, side: str = "") -> dict:
         out["load_seconds"] = round(time.perf_counter() - t, 3)
         out["load_cpu_seconds"] = round(time.process_time() - cpu, 3)
         out["load_read_bytes"] = bytes_read() - read0
-        out["file_bytes"] = sum(p.stat().st_size for p in filter(
-            Path.exists, (Path(fuel), Path(fuel).with_suffix(".weights"))))
+        out["file_bytes"] = sum(p.stat().st_size for p in files)
         out["rss_after_load_kb"] = status_kb("VmRSS") - rss0
         out["mapped"] = all(mapped(c) for c in loaded.plan.constants.values())
         if step == "run":
