@@ -267,8 +267,11 @@ def show_breakdown(r: dict) -> None:
                   f"longest {max(e - s for s, e in ts):.2f} s")
         # the end of the list schedule: how long one process had nothing left to
         # compile while another still compiled (half of it lengthens the compile)
+        last = [max(e for _, e in ts) for ts in by_pid.values()]
         here = [e for _, e in r["parent"].get("compile here", [])]
-        last = sorted([max(e for _, e in ts) for ts in by_pid.values()] + [max(here)] * bool(here))
+        if here:
+            last.append(max(here))
+        last.sort()
         if len(last) > 1:
             print(f"  end imbalance: {last[-1] - last[-2]:.3f} s (the last two processes' "
                   "last compiles ended that far apart)")
