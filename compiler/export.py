@@ -70,7 +70,7 @@ def call_layouts(step: KernelStep, specs) -> list[Layout]:
 
 #: The chunk size of the weights' digest tree (the manifest's ``chunks``, next
 #: to their SHA-256), which ``runtime.load`` checks in several threads.
-WEIGHTS_CHUNK = 64 << 20
+WEIGHTS_CHUNK = 16 << 20
 
 
 class _ChunkDigests:

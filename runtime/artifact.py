@@ -197,7 +197,7 @@ def _member_start(zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int, path: s
 
 
 #: The buffer each hashing thread reads the weights through.
-READ_BUFFER = 4 << 20
+READ_BUFFER = 64 << 10
 #: The most threads ``load`` hashes the weights' chunks in.
 MAX_HASH_THREADS = 8
 
