@@ -16,6 +16,8 @@ A ``.fuel`` file is a zip archive (written by ``compiler.export``):
   uncompressed; a weight shared by several constants is stored once); or,
   saved with ``weights="side"``, the same bytes in ``<name>.weights`` next to
   the file, named by the manifest's ``weights_file`` with its size and SHA-256.
+  The weights' record also holds their digest tree (``chunks``: the SHA-256
+  of each fixed-size chunk and a root), which ``load`` checks in threads.
 * ``code/<n>.o``: one relocatable x86-64 ELF object per compiled kernel
   instance (entry ``_mlir_ciface_kernel``, one memref descriptor per
   operand).
