@@ -25,7 +25,7 @@ import numpy as np
 from runtime.artifact import (ENTRY_SYMBOL, FORMAT, FORMAT_VERSION, MANIFEST, PAD_EXTRA_ID,
                               SAFETENSORS_DTYPES, SIGNATURE, WEIGHTS, WEIGHTS_ALIGN,
                               object_revision, sign_manifest, signing_key)
-from runtime.manifest import WEIGHTS_SUFFIX
+from runtime.manifest import WEIGHTS_SUFFIX, chunks_root
 from runtime.executor import KernelStep
 from runtime.layout import Layout
 from runtime.storage import Storage
@@ -68,6 +68,45 @@ def call_layouts(step: KernelStep, specs) -> list[Layout]:
     return ins + [Layout.contiguous(s.shape) for s in step.output_specs[:1]]
 
 
+#: The chunk size of the weights' digest tree (the manifest's ``chunks``, next
+#: to their SHA-256), which ``runtime.load`` checks in several threads.
+WEIGHTS_CHUNK = 16 << 20
+
+
+class _ChunkDigests:
+    """The digest tree of a stream of bytes (``runtime.manifest.CHUNKS``):
+    the SHA-256 of each ``WEIGHTS_CHUNK``-byte chunk, fed by ``update``."""
+
+    def __init__(self):
+        self.size, self.digests = WEIGHTS_CHUNK, []
+        self.h, self.filled = hashlib.sha256(), 0
+
+    def update(self, data) -> None:
+        view = memoryview(data).cast("B")
+        while len(view):
+            n = min(len(view), self.size - self.filled)
+            self.h.update(view[:n])
+            view, self.filled = view[n:], self.filled + n
+            if self.filled == self.size:
+                self.digests.append(self.h.hexdigest())
+                self.h, self.filled = hashlib.sha256(), 0
+
+    def record(self) -> dict:
+        digests = self.digests + ([self.h.hexdigest()] if self.filled else [])
+        return {"size": self.size, "sha256": digests, "root": chunks_root(digests)}
+
+
+def _hashed(chunks, tree: _ChunkDigests):
+    """``chunks``, each one fed to ``tree`` in a thread while the caller
+    hashes and writes it (both release the GIL): the tree costs no time."""
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(1) as pool:
+        for chunk in chunks:
+            done = pool.submit(tree.update, chunk)
+            yield chunk
+            done.result()
+
+
 class _Writer:
     """Members of one zip, each with its size and SHA-256."""
 
@@ -75,10 +114,12 @@ class _Writer:
         self.zf = zf
         self.members: dict[str, dict] = {}
 
-    def add(self, name: str, chunks, *, compress: bool, align: int = 0) -> None:
+    def add(self, name: str, chunks, *, compress: bool, align: int = 0,
+            tree: bool = False) -> None:
         """Stream ``chunks`` into member ``name``. ``align`` (stored members):
         the member's data starts at a multiple of it in the file (an extra
-        field of padding in its local header), so a reader can map it."""
+        field of padding in its local header), so a reader can map it.
+        ``tree``: record its digest tree (``chunks``) too."""
         info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
         info.compress_type = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
         info.external_attr = 0o644 << 16
@@ -88,13 +129,15 @@ class _Writer:
             start = self.zf.fp.tell() + 30 + len(name.encode()) + 4 + 20
             pad = -start % align
             info.extra = struct.pack("<HH", PAD_EXTRA_ID, pad) + bytes(pad)
+        digests = _ChunkDigests() if tree else None
         h, size = hashlib.sha256(), 0
         with self.zf.open(info, "w", force_zip64=True) as f:
-            for chunk in chunks:
+            for chunk in _hashed(chunks, digests) if tree else chunks:
                 h.update(chunk)
                 f.write(chunk)
                 size += len(chunk)
-        self.members[name] = {"sha256": h.hexdigest(), "size": size}
+        self.members[name] = {"sha256": h.hexdigest(), "size": size,
+                              **({"chunks": digests.record()} if tree else {})}
 
 
 _NUMPY_TO_ST = {v.newbyteorder("="): k for k, v in SAFETENSORS_DTYPES.items()}
@@ -246,12 +289,12 @@ def _temp_next_to(path: Path):
 
 def _write_side_weights(path: Path, chunks) -> tuple[str, dict]:
     """Stream ``chunks`` into a temporary file next to ``path``; returns it
-    and its manifest record (name, size, SHA-256)."""
+    and its manifest record (name, size, SHA-256, digest tree)."""
     fd, tmp = _temp_next_to(path)
-    h, size = hashlib.sha256(), 0
+    h, size, tree = hashlib.sha256(), 0, _ChunkDigests()
     try:
         with os.fdopen(fd, "wb") as f:
-            for chunk in chunks:
+            for chunk in _hashed(chunks, tree):
                 h.update(chunk)
                 f.write(chunk)
                 size += len(chunk)
@@ -259,7 +302,8 @@ def _write_side_weights(path: Path, chunks) -> tuple[str, dict]:
     except BaseException:
         os.unlink(tmp)
         raise
-    return tmp, {"name": path.name, "size": size, "sha256": h.hexdigest()}
+    return tmp, {"name": path.name, "size": size, "sha256": h.hexdigest(),
+                 "chunks": tree.record()}
 
 
 def manifest_body(module, writer: "_Writer", objects: dict) -> dict:
@@ -317,7 +361,7 @@ def write_fuel(path, target, constants, ir_texts: dict, body, sign_with=None,
             w = _Writer(zf)
             if side is None:
                 w.add(WEIGHTS, _safetensors_chunks(header, datas), compress=False,
-                      align=WEIGHTS_ALIGN)
+                      align=WEIGHTS_ALIGN, tree=True)
             fields = body(w)
             ir = {}
             for stage, text in ir_texts.items():

@@ -16,6 +16,8 @@ A ``.fuel`` file is a zip archive (written by ``compiler.export``):
   uncompressed; a weight shared by several constants is stored once); or,
   saved with ``weights="side"``, the same bytes in ``<name>.weights`` next to
   the file, named by the manifest's ``weights_file`` with its size and SHA-256.
+  The weights' record also holds their digest tree (``chunks``: the SHA-256
+  of each fixed-size chunk and a root), which ``load`` checks in threads.
 * ``code/<n>.o``: one relocatable x86-64 ELF object per compiled kernel
   instance (entry ``_mlir_ciface_kernel``, one memref descriptor per
   operand).
@@ -51,6 +53,7 @@ import json
 import math
 import os
 import struct
+import threading
 import zipfile
 import zlib
 
@@ -68,7 +71,7 @@ from .manifest import (ENTRY_SYMBOL, FORMAT, FORMAT_VERSION, MANIFEST, MAX_ARITY
                        ArtifactCpuError, ArtifactError, ArtifactFormatError,
                        ArtifactIntegrityError, ArtifactSignatureError, ArtifactVersionError,
                        ArtifactWeightsFileError, ManifestFieldError, check_manifest,
-                       object_revision)
+                       chunks_root, object_revision)
 from .precision import PrecisionGuarantee
 from .signing import (KEY_FILE_ENV, MAX_SIGNATURE_BYTES, REQUIRE_ENV, SIGNATURE, key_source,
                       read_key_file, required_key, sign_manifest, signing_key, verify_manifest)
@@ -174,13 +177,13 @@ class Artifact:
         return out
 
 
-def _map_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int, path: str):
-    """``(map, SHA-256 hex)``: a read-only map of a stored member whose data
-    starts at a multiple of ``mmap.ALLOCATIONGRANULARITY`` (``WEIGHTS_ALIGN``),
-    or None (read it instead). The map is checked like a read (size,
-    SHA-256), not by the zip's CRC; it shows the file as it is on disk, so a
-    file replaced by ``save`` (a rename) leaves it intact, one truncated in
-    place does not."""
+def _member_start(zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int, path: str):
+    """Where a stored member's data starts in the file, when that is a
+    multiple of ``mmap.ALLOCATIONGRANULARITY`` (``WEIGHTS_ALIGN``) so it can
+    be mapped; else None (read it instead). A mapped member is checked like
+    a read one (size, SHA-256), not by the zip's CRC; the map shows the file
+    as it is on disk, so a file replaced by ``save`` (a rename) leaves it
+    intact, one truncated in place does not."""
     if info.compress_type != zipfile.ZIP_STORED or not size or info.compress_size != size:
         return None
     f = zf.fp
@@ -192,28 +195,97 @@ def _map_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int, path: str
     start = info.header_offset + 30 + sum(struct.unpack_from("<HH", head, 26))
     if start % mmap.ALLOCATIONGRANULARITY or start + size > os.fstat(f.fileno()).st_size:
         return None
-    return map_range(f.fileno(), start, size)
+    return start
 
 
-def map_range(fd: int, start: int, size: int):
-    """``(map, SHA-256 hex)`` of the bytes ``[start, start + size)`` of
-    ``fd`` (``start`` page-aligned). The hash reads the file through a small
-    buffer, not the map: the bytes pass through the page cache, and the map
-    stays unread, so a loaded module is not resident at its weights' size
-    until it runs (hashing over the map would page all of it in). The map
-    is made first: both read the file's one page cache, so the hash is of
-    what the map shows (unless the file is rewritten in place later, which
-    a map never guards against)."""
+#: The buffer each hashing thread reads the weights through.
+READ_BUFFER = 64 << 10
+#: The most threads ``load`` hashes the weights' chunks in.
+MAX_HASH_THREADS = 8
+
+
+def hash_threads() -> int:
+    """The threads to hash a digest tree's chunks in: the CPUs this process
+    may run on, at most ``MAX_HASH_THREADS``."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    return max(1, min(n, MAX_HASH_THREADS))
+
+
+def map_checked(fd: int, start: int, rec: dict, fail):
+    """A read-only map of the ``rec["size"]`` bytes of ``fd`` at ``start``
+    (page-aligned), checked against ``rec`` (``check_digests``) by reading
+    the file through small buffers, not the map: the bytes pass through the
+    page cache, and the map stays unread, so a loaded module is not resident
+    at its weights' size until it runs (hashing over the map would page all
+    of it in). The map is made first: both read the file's one page cache,
+    so the hash is of what the map shows (unless the file is rewritten in
+    place later, which a map never guards against)."""
+    size = rec["size"]
     m = mmap.mmap(fd, size, access=mmap.ACCESS_READ, offset=start)
-    h, buf = hashlib.sha256(), bytearray(min(size, 4 << 20))
-    view, done = memoryview(buf), 0
-    while done < size:
-        n = os.preadv(fd, [view[:min(len(buf), size - done)]], start + done)
-        if not n:
-            break
-        h.update(view[:n])
-        done += n
-    return m, h.hexdigest()
+
+    def digest(lo: int, hi: int, buf: memoryview) -> bytes:
+        h = hashlib.sha256()
+        while lo < hi:
+            n = os.preadv(fd, [buf[:min(len(buf), hi - lo)]], start + lo)
+            if not n:
+                fail(f"ends at byte {lo}, before the {size} bytes the manifest lists "
+                     "(truncated in place)")
+            h.update(buf[:n])
+            lo += n
+        return h.digest()
+    check_digests(rec, digest, fail)
+    return m
+
+
+def check_digests(rec: dict, digest, fail) -> None:
+    """Check the ``rec["size"]`` bytes that ``digest(lo, hi, buf)`` hashes
+    (the SHA-256 of bytes ``[lo, hi)``; ``buf``: a buffer of the calling
+    thread's to read them through) against ``rec``: against its digest tree
+    (``chunks``), each chunk hashed once, in ``hash_threads()`` threads (a
+    SHA-256 update and a read release the GIL), and the root; or, in a file
+    written before there were trees, against its SHA-256, in one pass.
+    ``fail(message)`` raises (the message says what differs: the SHA-256,
+    or a chunk, by its bytes)."""
+    size, tree = rec["size"], rec.get("chunks")
+    if tree is None:
+        if digest(0, size, memoryview(bytearray(min(size, READ_BUFFER)))).hex() != rec["sha256"]:
+            fail("does not match its SHA-256 in the manifest")
+        return
+    step = tree["size"]
+    spans = [(lo, min(lo + step, size)) for lo in range(0, size, step)]
+    got, errors, lock = [b""] * len(spans), [], threading.Lock()
+    todo = iter(range(len(spans)))
+
+    def work():
+        buf = memoryview(bytearray(min(step, size, READ_BUFFER)))
+        try:
+            while True:
+                with lock:
+                    i = next(todo, None)
+                if i is None:
+                    return
+                got[i] = digest(*spans[i], buf)
+        except BaseException as e:  # raised again by the calling thread
+            errors.append(e)
+            with lock:
+                for _ in todo:  # the others stop too
+                    pass
+    threads = [threading.Thread(target=work, daemon=True)
+               for _ in range(min(hash_threads(), len(spans)) - 1)]
+    for t in threads:
+        t.start()
+    work()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    if chunks_root(d.hex() for d in got) != tree["root"]:  # the root the manifest was checked for
+        i = next((i for i, (d, want) in enumerate(zip(got, tree["sha256"])) if d.hex() != want), 0)
+        fail(f"does not match its SHA-256 in the manifest: chunk {i} of {len(spans)} (bytes "
+             f"[{spans[i][0]}, {spans[i][1]})) differs")
 
 
 def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int, path: str,
@@ -333,14 +405,11 @@ def open_artifact(path, verify_with=None, require_signature: bool = False) -> Ar
             members = {}
             for name, rec in listed.items():
                 keep = not name.startswith("ir/")
-                data = digest = None
-                if name == WEIGHTS:
-                    _read_member(zf, by_name[name], rec["size"], p, keep=False, sizes_only=True)
-                    data, digest = _map_member(zf, by_name[name], rec["size"], p) or (None, None)
-                if data is None:
-                    data = _read_member(zf, by_name[name], rec["size"], p, keep)
-                    digest = sha256_hex(data) if keep else data
-                if digest != rec["sha256"]:
+                if name == WEIGHTS:  # mapped where it can be, hashed in threads
+                    members[name] = _weights_member(zf, by_name[name], rec, p)
+                    continue
+                data = _read_member(zf, by_name[name], rec["size"], p, keep)
+                if (sha256_hex(data) if keep else data) != rec["sha256"]:
                     raise ArtifactIntegrityError(f"member {name} does not match its SHA-256 in "
                                                  "the manifest: the file was modified", p)
                 if keep:
@@ -356,6 +425,22 @@ def open_artifact(path, verify_with=None, require_signature: bool = False) -> Ar
         raise ArtifactIntegrityError(f"damaged or truncated file ({type(e).__name__}: {e}); "
                                      "re-export it", p) from None
     return Artifact(p, manifest, members, SIGNATURE in by_name, key is not None, weights_path)
+
+
+def _weights_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, rec: dict, path: str):
+    """The weights member, checked against ``rec``: a read-only map where it
+    is stored aligned (as ``save`` writes it), else its bytes, read."""
+    def fail(message):
+        raise ArtifactIntegrityError(f"member {WEIGHTS} {message}: the file was modified",
+                                     path)
+    _read_member(zf, info, rec["size"], path, sizes_only=True)
+    start = _member_start(zf, info, rec["size"], path)
+    if start is not None:
+        return map_checked(zf.fp.fileno(), start, rec, fail)
+    data = _read_member(zf, info, rec["size"], path)
+    view = memoryview(data)
+    check_digests(rec, lambda lo, hi, buf: hashlib.sha256(view[lo:hi]).digest(), fail)
+    return data
 
 
 def _map_weights_file(wp: str, rec: dict, path: str):
@@ -377,13 +462,12 @@ def _map_weights_file(wp: str, rec: dict, path: str):
         if st.st_size != rec["size"]:
             raise ArtifactWeightsFileError(f"is {st.st_size} bytes, the manifest says "
                                            f"{rec['size']} (truncated or replaced)", path, wp)
-        data, digest = map_range(fd, 0, rec["size"])
+        def fail(message):
+            raise ArtifactWeightsFileError(f"{message}: it was modified, or belongs to another "
+                                           "save", path, wp)
+        return map_checked(fd, 0, rec, fail)
     finally:
         os.close(fd)
-    if digest != rec["sha256"]:
-        raise ArtifactWeightsFileError("does not match its SHA-256 in the manifest: it was "
-                                       "modified, or belongs to another save", path, wp)
-    return data
 
 
 def read_safetensors(buf, path: str = "") -> dict[str, np.ndarray]:

@@ -38,6 +38,9 @@ ENTRY_SYMBOL = "_mlir_ciface_kernel"
 #: are stored uncompressed), and the most descriptors one kernel may take.
 MAX_INFLATED_BYTES = 256 << 20
 MAX_ARITY = 256
+#: The chunk sizes a weights digest tree (``chunks``) may have: a power of two
+#: in this range (``runtime.artifact`` hashes the chunks in several threads).
+MIN_CHUNK, MAX_CHUNK = 64 << 10, 1 << 30
 
 
 class ArtifactError(FuelError):
@@ -137,6 +140,13 @@ def _int(v) -> bool:
 EXTENT = Check(int, lambda v: 0 <= v < 1 << 62, "is not an extent in [0, 2**62)")
 SHAPE = [EXTENT]
 HEX64 = Check(str, re.compile(r"[0-9a-f]{64}").fullmatch, "is not a SHA-256 hex digest")
+#: The weights' digest tree, next to their whole-file SHA-256: the SHA-256 of
+#: each ``size``-byte chunk (the last one shorter) and ``root``, the SHA-256 of
+#: those digests' bytes in order (``chunks_root``).
+CHUNKS = {"size": Check(int, lambda v: MIN_CHUNK <= v <= MAX_CHUNK and not v & (v - 1),
+                        f"is not a power of two in [{MIN_CHUNK >> 10} KiB, "
+                        f"{MAX_CHUNK >> 30} GiB]"),
+          "sha256": [HEX64], "root": HEX64}
 DTYPE = Check(str, lambda v: v in _dtype_names(), "is not a dtype (f32, i64, bf16, ...)")
 VALUE = {"name": str, "shape": SHAPE, "dtype": DTYPE}
 BINDING_KEY = Check(dict, lambda v: set(v) in ({"op"}, {"fused"}),
@@ -173,11 +183,12 @@ MANIFEST_SCHEMA = {
                           "is empty (a module has one entry point, 'main'); re-export the "
                           "model"),
     "plan": PLAN, "constants": Map(str), "kernels": [KERNEL], "ir": Map(str),
-    "members": Map({"sha256": HEX64, "size": Check(int, lambda v: v >= 0, "is < 0")}),
+    "members": Map({"sha256": HEX64, "size": Check(int, lambda v: v >= 0, "is < 0"),
+                    "chunks?": CHUNKS}),  # the weights member only
     # weights kept in a file next to the .fuel file (save(weights="side")),
     # instead of the weights.safetensors member
     "weights_file?": {"name": str, "sha256": HEX64,
-                      "size": Check(int, lambda v: v > 0, "is not > 0")},
+                      "size": Check(int, lambda v: v > 0, "is not > 0"), "chunks?": CHUNKS},
 }
 
 
@@ -276,8 +287,15 @@ def _check_static(m: dict, path: str) -> None:
         if name.startswith("ir/") and rec["size"] > MAX_INFLATED_BYTES:
             raise ManifestFieldError(f"{where}.size", f"is {rec['size']} bytes; an IR member "
                                      f"may hold at most {MAX_INFLATED_BYTES >> 20} MiB", path)
+        if "chunks" in rec:
+            if name != WEIGHTS:
+                raise ManifestFieldError(f"{where}.chunks", f"is given, but only the weights "
+                                         f"({WEIGHTS}, weights_file) have chunk digests", path)
+            _check_chunks(rec, where, path)
     side = m.get("weights_file")
     if side is not None:
+        if "chunks" in side:
+            _check_chunks(side, "weights_file", path)
         name = side["name"]
         if not name.endswith(WEIGHTS_SUFFIX) or name == WEIGHTS_SUFFIX or \
                 any(c in name for c in "/\\\0"):
@@ -309,6 +327,27 @@ def _check_static(m: dict, path: str) -> None:
         if b["symbol"] != ENTRY_SYMBOL:
             raise ManifestFieldError(f"{where}.symbol", f"is {b['symbol']!r}; exported kernels "
                                      f"are {ENTRY_SYMBOL!r}", path)
+
+
+def chunks_root(digests) -> str:
+    """The root of a digest tree: the SHA-256 of its chunk digests (hex) as
+    bytes, in order."""
+    return hashlib.sha256(b"".join(bytes.fromhex(d) for d in digests)).hexdigest()
+
+
+def _check_chunks(rec: dict, where: str, path: str) -> None:
+    """A digest tree (``rec["chunks"]``) lists one digest per chunk of the
+    ``rec["size"]`` bytes, and its root is theirs."""
+    tree = rec["chunks"]
+    step, n, size = tree["size"], len(tree["sha256"]), rec["size"]
+    if n != -(-size // step):
+        raise ManifestFieldError(f"{where}.chunks.sha256", f"lists {n} chunk(s) of {step} bytes "
+                                 f"(bytes [0, {n * step})), but the weights are {size} bytes: "
+                                 f"{-(-size // step)} chunk(s); the file was edited or "
+                                 "damaged", path)
+    if chunks_root(tree["sha256"]) != tree["root"]:
+        raise ManifestFieldError(f"{where}.chunks.root", "is not the SHA-256 of the chunk "
+                                 "digests; the file was edited or damaged", path)
 
 
 def _check_step(step: dict, where: str, path: str) -> None:
