@@ -303,6 +303,12 @@ class _Native:
     """The JIT-compiled loop and wait functions (one engine per process)."""
 
     def __init__(self):
+        import platform
+        import sys
+        if sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
+            # the idle worker sleeps on a futex: x86-64 Linux's system call 202
+            raise RuntimeError(f"the native pool needs x86-64 Linux (this is {sys.platform}, "
+                               f"{platform.machine()})")
         import llvmlite.binding as llvm
         from runtime.cpu_loader import host_target_machine
         tm = host_target_machine(jit=True)
