@@ -10,10 +10,14 @@ so it holds no GIL: it polls its control block, calls the posted kernel
 function with its descriptor addresses, publishes completion, and goes back
 to polling. After ``SPIN_PURE_CYCLES`` without work each poll yields the
 core first (``sched_yield``), and after ``SPIN_CYCLES`` time-stamp-counter
-cycles without work it returns to Python and blocks on a condition variable,
-so an idle process does not keep a core busy. The caller posts a task with plain stores,
-takes tiles itself, then polls (natively, GIL released) until the workers are
-done.
+cycles without work it sleeps on a futex word of its block (natively: the
+worker never returns to Python), so an idle process does not keep a core
+busy. The caller posts a task with plain stores and wakes a sleeping worker
+from the post itself (one ``futex`` system call), so a worker that fell
+asleep in the middle of a native run of many calls (its core or the
+caller's taken for over ``SPIN_CYCLES``) is back for the next split call,
+not after the run. It takes tiles itself, then polls (natively, GIL
+released) until the workers are done.
 
 A worker's control block is ``3 + ROW`` int64 slots: the task word ``gen << 32
 | tiles << 16 | next`` (a post bumps ``gen``, sets the tile count and
@@ -57,10 +61,15 @@ _LOADS = "\n".join(f"  %p{i} = getelementptr i64, ptr %row, i64 {1 + i}\n"
                    f"  %a{i} = load ptr, ptr %p{i}, align 8" for i in range(MAX_ARGS))
 #: Slots of a row of a task table: the function's address, then its arguments.
 ROW = 1 + MAX_ARGS
+#: The block's slot whose low 32 bits are the worker's futex word: 1 while it
+#: sleeps (``fuelc_worker_sleep``), set to 0 by the post that wakes it.
+SLEEP = 3 + ROW
+SYS_FUTEX, FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 202, 128, 129
 _IR = f"""
 declare void @llvm.x86.sse2.pause()
 declare i64 @llvm.readcyclecounter()
 declare i32 @sched_yield()
+declare i64 @syscall(i64, ...)
 
 ; Claim the next tile of the task word %w of block %c (gen << 32 | tiles << 16
 ; | next): one compare-and-swap moves next to next + 1; false when another
@@ -162,8 +171,61 @@ entry:
   %hi = shl i64 %g, 32
   %nn = shl i64 %n, 16
   %w = or i64 %hi, %nn
-  store atomic i64 %w, ptr %c release, align 8
+  store atomic i64 %w, ptr %c seq_cst, align 8
+  call void @fuelc_wake(ptr %c)
   ret i64 %f0
+}}
+
+; Wake block %c's worker if it sleeps (its futex word, slot {SLEEP}, is 1). The
+; post's task word is stored before (seq_cst) and the worker sets the word
+; before it reads the task word (fuelc_worker_sleep), so either it sees the
+; task or this sees it asleep.
+define void @fuelc_wake(ptr %c) {{
+entry:
+  %z = getelementptr i64, ptr %c, i64 {SLEEP}
+  %v = load atomic i32, ptr %z seq_cst, align 8
+  %asleep = icmp ne i32 %v, 0
+  br i1 %asleep, label %wake, label %done
+wake:
+  store atomic i32 0, ptr %z seq_cst, align 8
+  %r = call i64 (i64, ...) @syscall(i64 {SYS_FUTEX}, ptr %z, i32 {FUTEX_WAKE_PRIVATE}, i32 1)
+  br label %done
+done:
+  ret void
+}}
+
+; Sleep on block %c's futex word until a post wakes the worker, unless a task
+; newer than %seen is there already.
+define void @fuelc_worker_sleep(ptr %c, i64 %seen) {{
+entry:
+  %z = getelementptr i64, ptr %c, i64 {SLEEP}
+  br label %check
+check:
+  store atomic i32 1, ptr %z seq_cst, align 8
+  %w = load atomic i64, ptr %c seq_cst, align 8
+  %g = lshr i64 %w, 32
+  %new = icmp ne i64 %g, %seen
+  br i1 %new, label %awake, label %wait
+wait:
+  %r = call i64 (i64, ...) @syscall(i64 {SYS_FUTEX}, ptr %z, i32 {FUTEX_WAIT_PRIVATE}, i32 1, ptr null)
+  %v = load atomic i32, ptr %z seq_cst, align 8
+  %still = icmp ne i32 %v, 0
+  br i1 %still, label %check, label %awake
+awake:
+  store atomic i32 0, ptr %z seq_cst, align 8
+  ret void
+}}
+
+; A worker thread's whole life: poll (fuelc_worker_loop), sleep when idle for
+; %spin cycles, poll again when woken; never returns, holds no GIL.
+define void @fuelc_worker_serve(ptr %c, i64 %spin, i64 %pure) {{
+entry:
+  br label %loop
+loop:
+  %s = phi i64 [ 0, %entry ], [ %s1, %loop ]
+  %s1 = call i64 @fuelc_worker_loop(ptr %c, i64 %s, i64 %spin, i64 %pure)
+  call void @fuelc_worker_sleep(ptr %c, i64 %s1)
+  br label %loop
 }}
 
 ; The posting thread's part of a task: claim and run tiles until none is
@@ -232,7 +294,7 @@ entry:
 }}
 """
 
-_Block = ctypes.c_int64 * (3 + ROW)
+_Block = ctypes.c_int64 * (4 + ROW)
 #: The largest tile count of one task (the task word's 16-bit fields).
 MAX_TILES = 65535
 
@@ -241,11 +303,18 @@ class _Native:
     """The JIT-compiled loop and wait functions (one engine per process)."""
 
     def __init__(self):
+        import platform
+        import sys
+        if sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
+            # the idle worker sleeps on a futex: x86-64 Linux's system call 202
+            raise RuntimeError(f"the native pool needs x86-64 Linux (this is {sys.platform}, "
+                               f"{platform.machine()})")
         import llvmlite.binding as llvm
         from runtime.cpu_loader import host_target_machine
         tm = host_target_machine(jit=True)
         libc = ctypes.CDLL(None)
         llvm.add_symbol("sched_yield", ctypes.cast(libc.sched_yield, ctypes.c_void_p).value)
+        llvm.add_symbol("syscall", ctypes.cast(libc.syscall, ctypes.c_void_p).value)
         mod = llvm.parse_assembly(_IR)
         mod.triple, mod.data_layout = tm.triple, str(tm.target_data)
         mod.verify()
@@ -254,6 +323,8 @@ class _Native:
         fn = self.engine.get_function_address
         i64, ptr = ctypes.c_int64, ctypes.c_void_p
         self.loop = ctypes.CFUNCTYPE(i64, ptr, i64, i64, i64)(fn("fuelc_worker_loop"))
+        self.serve = ctypes.CFUNCTYPE(None, ptr, i64, i64)(fn("fuelc_worker_serve"))
+        self.wake = ctypes.CFUNCTYPE(None, ptr)(fn("fuelc_wake"))
         self.post = ctypes.CFUNCTYPE(i64, ptr, ptr, i64)(fn("fuelc_post"))
         self.finish = ctypes.CFUNCTYPE(None, ptr, i64, i64, i64)(fn("fuelc_finish"))
         self.run_tiles = ctypes.CFUNCTYPE(None, ptr, ptr, i64, i64)(fn("fuelc_run_tiles"))
@@ -265,8 +336,6 @@ class _Worker:
         self.block = _Block()
         self.address = ctypes.addressof(self.block)
         self.row = self.address + 3 * 8       # the block's own one-row table (``post``)
-        self.cond = threading.Condition()
-        self.sleeping = False
         self.n_args = 0        # the argument slots the last ``post`` used
         self._native = native
         threading.Thread(target=self._serve, name="fuelc-native-worker", daemon=True).start()
@@ -276,23 +345,14 @@ class _Worker:
         """The number of tasks posted to this worker (mod 2^32)."""
         return self.block[0] >> 32
 
-    def _serve(self) -> None:
-        seen = 0
-        while True:
-            seen = self._native.loop(self.address, seen, SPIN_CYCLES, SPIN_PURE_CYCLES)
-            with self.cond:
-                self.sleeping = True
-                while self.block[0] >> 32 == seen:
-                    self.cond.wait()
-                self.sleeping = False
+    @property
+    def sleeping(self) -> bool:
+        """Whether the worker sleeps on its futex word (idle past ``SPIN_CYCLES``)."""
+        return self.block[SLEEP] != 0
 
-    def wake(self) -> None:
-        """Wake the worker if it sleeps (after a post: under the GIL, a
-        worker that sets ``sleeping`` after this read then sees the new
-        gen under its lock and does not wait)."""
-        if self.sleeping:
-            with self.cond:
-                self.cond.notify()
+    def _serve(self) -> None:
+        # native for good (GIL released): a post wakes it from native code too
+        self._native.serve(self.address, SPIN_CYCLES, SPIN_PURE_CYCLES)
 
     def post(self, fn: int, args: Sequence[int]) -> int:
         """Post one call as a one-tile task (its row in the block itself):
@@ -306,9 +366,7 @@ class _Worker:
         if self.n_args > n:
             block[4 + n:4 + self.n_args] = (0,) * (self.n_args - n)
         self.n_args = n
-        f0 = self._native.post(self.address, self.row, 1)
-        self.wake()
-        return f0
+        return self._native.post(self.address, self.row, 1)
 
 
 class NativePool:
@@ -350,14 +408,13 @@ class NativePool:
         this thread keeps taking tiles until none is left, then waits for
         the one(s) the worker took, so a worker the OS runs late or slowly
         costs the call at most the tiles it took. False (nothing run) when
-        another thread is using the pool. A sleeping worker leaves every
-        tile to this thread; it is woken for the next call."""
+        another thread is using the pool. The post wakes a sleeping worker
+        (this thread takes tiles meanwhile)."""
         w = self.workers[0]
         if not self.busy.acquire(blocking=False):
             return False
         try:
             self._native.run_tiles(w.address, tiles.address, tiles.n, SPIN_PURE_CYCLES)
-            w.wake()
         finally:
             self.busy.release()
         return True
@@ -371,10 +428,10 @@ class NativePool:
 
     def hold(self) -> bool:
         """Take the pool for a native run of ``tiles_row`` rows: True when it
-        is this process's pool, not in use by another thread and its first
-        worker is awake (a sleeping one would leave every tile to the caller;
-        ``run`` wakes it). Then ``release()`` must follow."""
-        if _pool is not self or self.pid != _pid or self.workers[0].sleeping:
+        is this process's pool and not in use by another thread (a sleeping
+        worker is woken by the run's first post). Then ``release()`` must
+        follow."""
+        if _pool is not self or self.pid != _pid:
             return False
         return self.busy.acquire(False)
 

@@ -166,9 +166,9 @@ def test_a_task_no_worker_has_started_runs_on_the_calling_thread(rng):
     while not worker.sleeping and time.monotonic() < deadline:  # idle past SPIN_CYCLES
         time.sleep(0.005)
     assert worker.sleeping
-    wake = worker.cond.notify
-    worker.cond.notify = lambda *args: None                    # the worker is not scheduled
-    try:
+    sleep = native_pool.SLEEP
+    worker.block[sleep] = 0            # the post finds it awake: it is never woken, as a
+    try:                               # worker the OS does not schedule
         done = []
         caller = threading.Thread(target=lambda: done.append(pool.run(lambda: None, [(fn, addrs[1])])),
                                   daemon=True)
@@ -177,11 +177,10 @@ def test_a_task_no_worker_has_started_runs_on_the_calling_thread(rng):
         assert done == [True], "the call waited for a worker that never ran"
         np.testing.assert_array_equal(outs[1], 2 * a)           # the caller ran it
     finally:
-        worker.cond.notify = wake
+        worker.block[sleep] = 1
     outs[1][:] = 0
-    with worker.cond:                                           # now it runs: sees that task,
-        worker.cond.notify()                                    # finds it claimed, skips it
-    time.sleep(0.05)
+    pool._native.wake(worker.address)                           # now it runs: sees that task,
+    time.sleep(0.05)                                            # finds it claimed, skips it
     assert not outs[1].any()
     assert pool.run(lambda: time.sleep(0.01), [(fn, addrs[2])])  # and takes the next one
     np.testing.assert_array_equal(outs[2], 2 * a)
@@ -200,8 +199,8 @@ def test_a_worker_that_yields_while_it_polls_still_takes_each_task(rng, monkeypa
     add = compile_module(IR.ADD_DYN, ["add"])
     fn = add.address("_mlir_ciface_add")
     a = rng.standard_normal((4, 3)).astype(np.float32)
-    pool = native_pool.pool(1)
-    assert pool is not None
+    pool = native_pool.NativePool(1)          # its worker reads SPIN_PURE_CYCLES as it starts
+    native_pool._keep.append(pool._native)    # (it polls that code for good)
     for i in range(50):
         out = np.zeros((4, 3), np.float32)
         ds = [D(a), D(a), D(out)]
@@ -498,6 +497,38 @@ def test_a_worker_slow_in_its_tile_holds_the_call_up_by_that_tile_only():
             return
         time.sleep(0.0005)   # the worker is asleep or not scheduled: try again
     pytest.skip("the worker never took a tile (a loaded machine)")
+
+
+def test_a_sleeping_worker_is_woken_by_a_native_post():
+    """A worker asleep (idle past ``SPIN_CYCLES``) is woken by the post of
+    the next split call itself, from native code: it takes tiles of that
+    call (the direct path's native run of many calls has no Python between
+    them to wake it; a worker that fell asleep in the middle of such a run
+    left the rest of it to the caller)."""
+    import threading
+    import time
+    from compiler.codegen import native_pool
+    pool = native_pool.pool(1)
+    assert pool is not None
+    worker, caller = pool.workers[0], threading.get_ident()
+    ran = []
+
+    @ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+    def tile(index):
+        ran.append(threading.get_ident() != caller)
+        time.sleep(0.005)
+    fn = ctypes.cast(tile, ctypes.c_void_p).value
+    for _ in range(5):
+        deadline = time.monotonic() + 10
+        while not worker.sleeping and time.monotonic() < deadline:  # idle past SPIN_CYCLES
+            time.sleep(0.005)
+        assert worker.sleeping
+        ran.clear()
+        assert pool.run_tiles(native_pool.Tiles([(fn, [i]) for i in range(16)]))
+        assert len(ran) == 16
+        if any(ran):
+            return
+    pytest.fail("a sleeping worker took no tile of the next split call in 5 tries")
 
 
 def test_a_worker_whose_tiles_the_caller_takes_stays_awake_while_tasks_come():
