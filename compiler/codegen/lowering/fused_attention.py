@@ -244,6 +244,27 @@ _ROWS, _LANES, _PIECE = 4, 16, 16
 _ROWS_WIDE = 8
 
 
+def _exp_nonpositive(x):
+    """exp of an f32 vector ``x`` <= 0 (or -inf; the scores less their row
+    maximum): fastmath's expansion, its reduction and polynomial, so the same
+    bits wherever exp(x) is a normal float, less what x <= 0 does not need: no
+    upper clamp, 2^k built in one step, x clamped at -88 where k = -127 and
+    2^k's bits are 0 (below x = -87.68 the result is 0 where fastmath's gives
+    denormals down to x = -103.3). NaN passes."""
+    from compiler.codegen.cpu import fastmath as F
+    b = F._B(x.type)
+    lo = b.c(-88.0)
+    xc = arith.select(b.cmp("OLT", x, lo), lo, x)
+    t = math.fma(xc, b.c(F._LOG2E), b.c(F._SHIFTER))          # k in t's low bits
+    kf = arith.subf(t, b.c(F._SHIFTER))
+    r = math.fma(arith.negf(kf), b.c(F._LN2_HI), xc)
+    r = math.fma(arith.negf(kf), b.c(F._LN2_LO), r)
+    p = math.fma(b.poly(r, F._EXP_P), arith.mulf(r, r), r)    # e^r - 1
+    p = arith.addf(p, b.c(1.0))
+    e = arith.shli(arith.subi(arith.bitcast(b.i, t), b.ci(F._SHIFTER_BITS - 127)), b.ci(23))
+    return arith.mulf(p, arith.bitcast(b.f, e))               # p·2^k
+
+
 def _loop(lo, hi, inits, body, step=1) -> list:
     """``scf.for i = lo to hi step step`` (index values or ints) carrying ``inits``."""
     as_index = lambda x: x if isinstance(x, ir.Value) else index(x)
@@ -269,7 +290,11 @@ def _flash_attn_cpu(lw: Lowering):
     idx, i32 = ir.IndexType.get(), ir.IntegerType.get_signless(32)
     lanes = _LANES
     from .conv_spatial import generated_bits
-    nrow = _ROWS_WIDE if generated_bits() >= 512 and str(c) == "f32" else _ROWS
+    wide = generated_bits() >= 512
+    nrow = _ROWS_WIDE if wide and str(c) == "f32" else _ROWS
+    # 256-bit code: exp for x <= 0 (f32), P·V over the rows' keys only (not AVX-512's:
+    # not timed there)
+    exp = _exp_nonpositive if not wide and str(c) == "f32" else math.exp
 
     def ci(x):
         return x if isinstance(x, ir.Value) else arith.constant(idx, int(x))
@@ -374,17 +399,27 @@ def _flash_attn_cpu(lw: Lowering):
         ms = [vector.ReductionOp(c, kind("maxnumf"), m).result for m in ms]
         ms = [arith.select(s.cmp("eq", m, s.const(float("-inf"))), zero, m) for m in ms]
 
-        def expo(j0, r_, *zs):
-            new_z = []
-            for r in range(rows):
-                e = math.exp(arith.subf(read(r_, [ci(r), j0], vl, r2), splat(ms[r], vl)))
-                r_ = write(e, r_, [ci(r), j0], r2)
-                new_z.append(arith.addf(zs[r], e))
-            return [r_, *new_z]
-        srow, *zs = _loop(c0, c1, [srow] + [splat(zero, vl)] * rows, expo, step=lanes)
+        def expo(rs):
+            """The exp pass over rows ``rs``: p = exp(s - m), summed per lane."""
+            def body(j0, r_, *zs):
+                new_z = []
+                for r, z in zip(rs, zs):
+                    e = exp(arith.subf(read(r_, [ci(r), j0], vl, r2), splat(ms[r], vl)))
+                    r_ = write(e, r_, [ci(r), j0], r2)
+                    new_z.append(arith.addf(z, e))
+                return [r_, *new_z]
+            return body
+        # 256-bit code: a row at a time (the rows' exps together spilled, 16 registers)
+        zs = []
+        for rs in ([list(range(rows))] if wide else [[r] for r in range(rows)]):
+            srow, *z = _loop(c0, c1, [srow] + [splat(zero, vl)] * len(rs), expo(rs), step=lanes)
+            zs += z
         zs = [vector.ReductionOp(c, kind("add"), z, fastmath=reassoc()).result for z in zs]
         invs = [arith.select(s.cmp("eq", z, zero), zero, s.div(s.const(1), z)) for z in zs]
 
+        # P·V over the chunks (AVX-512 code) or only the rows' keys: the keys a chunk
+        # adds past them have p = 0 (exact: acc + 0·v = acc, the same bits)
+        j0, j1 = (c0, c1) if wide else (bands[0][1], bands[-1][2])
         for p0 in range(0, d, _PIECE):                  # o = P·V, a column piece at a time
             vp = ir.VectorType.get([min(_PIECE, d - p0)], c)
 
@@ -392,7 +427,7 @@ def _flash_attn_cpu(lw: Lowering):
                 vrow = read(vc, [j, ci(p0)], vp, r2)
                 return [math.fma(splat(tensor.extract(srow, [ci(r), j]), vp), vrow, acc[r])
                         for r in range(rows)]
-            acc = _loop(c0, c1, [splat(zero, vp)] * rows, pv)
+            acc = _loop(j0, j1, [splat(zero, vp)] * rows, pv)
             for r in range(rows):
                 o = arith.mulf(acc[r], splat(invs[r], vp))
                 if elt != c:
