@@ -242,6 +242,7 @@ def _flash_attn(lw: Lowering):
 #: 8 rows spilled (2.58 -> 2.91, 1.31 -> 1.54 ms).
 _ROWS, _LANES, _PIECE = 4, 16, 16
 _ROWS_WIDE = 8
+_KEEP_SPLIT = True
 
 
 def _exp_nonpositive(x):
@@ -360,32 +361,39 @@ def _flash_attn_cpu(lw: Lowering):
             mrow = lambda r: [_mask_index(mask, a - (4 - mrank), ix) for a, ix in
                               enumerate((bi, h, arith.addi(i0, ci(r)))) if a >= 4 - mrank]
 
-        def scores(j0, r_, *ms):
-            def dot(dd, *acc):
-                kv = read(kt, [dd, j0], vl, r2)
-                return [math.fma(splat(to_compute(tensor.extract(
-                    q, [bi, h, arith.addi(i0, ci(r)), dd]), s), vl), kv, acc[r])
-                        for r in range(rows)]
-            acc = _loop(0, d, [splat(zero, vl)] * rows, dot)
-            jv = arith.addi(iota, splat(arith.index_cast(i32, j0), vi))
-            new_m = []
-            for r, (x, (io, lo, hi_)) in enumerate(zip(acc, bands)):
-                x = arith.mulf(x, splat(s.const(scale), vl))
-                if cap is not None:
-                    x = s.mul(splat(s.const(cap), vl),
-                              math.tanh(arith.divf(x, splat(s.const(cap), vl))))
-                if slope is not None:
-                    dist = arith.sitofp(vl, arith.subi(jv, splat(arith.index_cast(i32, io), vi)))
-                    x = s.add(x, s.mul(splat(slope, vl), dist))
-                if mask is not None:    # the mask row, copied into the score row below
-                    x = s.add(x, read(r_, [ci(r), j0], vl, r2))
-                keep = arith.andi(
-                    arith.cmpi(arith.CmpIPredicate.sge, jv, splat(arith.index_cast(i32, lo), vi)),
-                    arith.cmpi(arith.CmpIPredicate.slt, jv, splat(arith.index_cast(i32, hi_), vi)))
-                x = arith.select(keep, x, neg)
-                r_ = write(x, r_, [ci(r), j0], r2)
-                new_m.append(arith.maxnumf(ms[r], x))
-            return [r_, *new_m]
+        def at_lanes(x):
+            return splat(arith.index_cast(i32, x), vi)
+
+        def scores(edge):
+            """The score pass's chunk body; ``edge``: a chunk that may hold keys
+            outside a row's [lo, hi) (they become -inf)."""
+            def body(j0, r_, *ms):
+                def dot(dd, *acc):
+                    kv = read(kt, [dd, j0], vl, r2)
+                    return [math.fma(splat(to_compute(tensor.extract(
+                        q, [bi, h, arith.addi(i0, ci(r)), dd]), s), vl), kv, acc[r])
+                            for r in range(rows)]
+                acc = _loop(0, d, [splat(zero, vl)] * rows, dot)
+                jv = arith.addi(iota, at_lanes(j0))
+                new_m = []
+                for r, (x, (io, lo, hi_)) in enumerate(zip(acc, bands)):
+                    x = arith.mulf(x, splat(s.const(scale), vl))
+                    if cap is not None:
+                        x = s.mul(splat(s.const(cap), vl),
+                                  math.tanh(arith.divf(x, splat(s.const(cap), vl))))
+                    if slope is not None:
+                        dist = arith.sitofp(vl, arith.subi(jv, at_lanes(io)))
+                        x = s.add(x, s.mul(splat(slope, vl), dist))
+                    if mask is not None:    # the mask row, copied into the score row below
+                        x = s.add(x, read(r_, [ci(r), j0], vl, r2))
+                    if edge:
+                        keep = arith.andi(arith.cmpi(arith.CmpIPredicate.sge, jv, at_lanes(lo)),
+                                          arith.cmpi(arith.CmpIPredicate.slt, jv, at_lanes(hi_)))
+                        x = arith.select(keep, x, neg)
+                    r_ = write(x, r_, [ci(r), j0], r2)
+                    new_m.append(arith.maxnumf(ms[r], x))
+                return [r_, *new_m]
+            return body
         # the row maxima and sums kept per lane, reduced once after the chunks
         if mask is not None:
             # each row's mask row into its score row (in bounds for whole chunks: the
@@ -395,7 +403,17 @@ def _flash_attn_cpu(lw: Lowering):
                 at = mrow(r)
                 srow = insert_at(slice_at(mask, at, [1] * len(at) + [sk], True), srow,
                                  [ci(r)], [1, sk])
-        srow, *ms = _loop(c0, c1, [srow] + [neg] * rows, scores, step=lanes)
+        ms = [neg] * rows
+        if wide or not _KEEP_SPLIT:
+            spans = [(c0, c1, True)]
+        else:   # the chunks inside every row's band, without the band test
+            ca = arith.minsi(arith.maxsi(arith.muli(arith.divui(
+                arith.addi(bands[-1][1], ci(lanes - 1)), ci(lanes)), ci(lanes)), c0), c1)
+            cb = arith.maxsi(arith.muli(arith.divui(bands[0][2], ci(lanes)), ci(lanes)), ca)
+            cb = arith.minsi(cb, c1)
+            spans = [(c0, ca, True), (ca, cb, False), (cb, c1, True)]
+        for a, z, edge in spans:
+            srow, *ms = _loop(a, z, [srow] + ms, scores(edge), step=lanes)
         ms = [vector.ReductionOp(c, kind("maxnumf"), m).result for m in ms]
         ms = [arith.select(s.cmp("eq", m, s.const(float("-inf"))), zero, m) for m in ms]
 
