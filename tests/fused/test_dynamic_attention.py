@@ -222,3 +222,37 @@ def test_256_bit_exp_far_below_the_row_max():
     normal = ref > 2.0 ** -125
     np.testing.assert_allclose(got[normal], ref[normal], rtol=2.5e-7, atol=0)
     assert (got[s - s.max(axis=1, keepdims=True) < -88.0] == 0).all()
+
+
+@V3
+@pytest.mark.parametrize("b,sq,sk,d", [(2, 13, 13, 20), (1, 37, 37, 32), (1, 5, 8, 8),
+                                       (2, 7, 3, 16)])
+def test_unit_stride_k_transposed_in_tiles(b, sq, sk, d):
+    """With unit-stride operands (as ``FusedFamily.instance`` keys FlashAttn)
+    256-bit code copies K transposed in 8 x 8 register tiles, the keys and
+    columns past the last whole tile one at a time: the bits of the kernel
+    for any strides (which copies element by element), and the reference's
+    numerics; a strided K view too."""
+    import dataclasses
+    rng = np.random.default_rng(b * 100 + sk)
+    q, k, v = (rng.standard_normal((b, 2, n, d)).astype(np.float32) for n in (sq, sk, sk))
+    params = dict(softmax_scale=0.3, causal=True, window_size_left=None,
+                  window_size_right=None, softcap=None, k_len=None)
+    inst = FusedInstance("FlashAttn", tuple(sorted(params.items())),
+                         tuple(TensorType(a.shape, DType.F32) for a in (q, k, v)))
+    outs = []
+    for which in (inst, dataclasses.replace(inst, unit_stride=(0, 1, 2, 3))):
+        out = np.full((b, 2, sq, d), np.nan, np.float32)
+        FAMILY.compiled(which, "cpu:x86-64-v3")(*[descriptor_from_array(a)
+                                                  for a in (q, k, v, out)])
+        outs.append(out)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    kview = np.ascontiguousarray(k.transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2)  # d-stride sk
+    out = np.full((b, 2, sq, d), np.nan, np.float32)
+    FAMILY.compiled(inst, "cpu:x86-64-v3")(*[descriptor_from_array(a) for a in (q, kview, v, out)])
+    np.testing.assert_array_equal(out, outs[0])
+    s = np.einsum("bhid,bhjd->bhij", q.astype(np.float64), k) * 0.3
+    s = np.where(np.tril(np.ones((sq, sk), bool)), s, -np.inf)
+    e = np.exp(s - s.max(-1, keepdims=True))
+    ref = np.einsum("bhij,bhjd->bhid", e / e.sum(-1, keepdims=True), v)
+    np.testing.assert_allclose(outs[0], ref, rtol=2e-5, atol=2e-5)

@@ -243,6 +243,7 @@ def _flash_attn(lw: Lowering):
 _ROWS, _LANES, _PIECE = 4, 16, 16
 _ROWS_WIDE = 8
 _KEEP_SPLIT = True
+_VEC_T = True
 
 
 def _exp_nonpositive(x):
@@ -264,6 +265,18 @@ def _exp_nonpositive(x):
     p = arith.addf(p, b.c(1.0))
     e = arith.shli(arith.subi(arith.bitcast(b.i, t), b.ci(F._SHIFTER_BITS - 127)), b.ci(23))
     return arith.mulf(p, arith.bitcast(b.f, e))               # p·2^k
+
+
+def _unit_stride_args(op) -> set:
+    """The arguments the kernel's entry (``op``'s function) takes with a unit
+    innermost stride (``family.UNIT_STRIDE_ATTR``, set before lowering)."""
+    from compiler.codegen.family import UNIT_STRIDE_ATTR
+    fn = op.operation.parent
+    while fn is not None and fn.name != "func.func":
+        fn = fn.parent
+    if fn is None or UNIT_STRIDE_ATTR not in fn.attributes:
+        return set()
+    return {int(ir.IntegerAttr(a).value) for a in ir.ArrayAttr(fn.attributes[UNIT_STRIDE_ATTR])}
 
 
 def _loop(lo, hi, inits, body, step=1) -> list:
@@ -319,6 +332,47 @@ def _flash_attn_cpu(lw: Lowering):
         part = generic([rows], [part], [affine_map(2, list(perm)), identity_map(2)],
                        [PARALLEL] * 2, lambda x, _o: to_compute(x, s))[0]
         return insert_at(part, dest, [], shape)
+
+    k_rows = 1 in _unit_stride_args(lw.op)
+
+    def k_transposed(bi, kh, kt):
+        """``head_copy(k, bi, kh, (1, 0), kt)`` for an f32 k: 8 x 8 tiles
+        transposed in registers (unpack, shuffle and 128-bit lane moves, as
+        AVX2's vunpcklps/vshufps/vperm2f128), the keys and columns past the
+        last whole tile one element at a time."""
+        v8 = ir.VectorType.get([8], c)
+        half = lambda lo, hi: [lo, hi, lo + 1, hi + 1, lo + 4, hi + 4, lo + 5, hi + 5]
+        pair = lambda lo, hi: [lo, lo + 1, hi, hi + 1, lo + 4, lo + 5, hi + 4, hi + 5]
+        lane = lambda lo: [lo, lo + 1, lo + 2, lo + 3, lo + 8, lo + 9, lo + 10, lo + 11]
+        fj = arith.muli(arith.divui(ci(sk), ci(8)), ci(8)) if not isinstance(sk, int) \
+            else sk // 8 * 8
+        fd = d // 8 * 8
+
+        def tile(j0, kt_):
+            def cols(d0, kt2):
+                r = [read(k, [bi, kh, arith.addi(j0, ci(i)), d0], v8) for i in range(8)]
+                t = [vector.shuffle(r[i], r[i + 1], half(0, 8) if u == 0 else half(2, 10))
+                     for i in range(0, 8, 2) for u in (0, 1)]      # t0..t7 as r0r1 lo, hi, ...
+                w = [vector.shuffle(t[a], t[a + 2], pair(o, o + 8))
+                     for a in (0, 1, 4, 5) for o in (0, 2)]       # s0 s1 s2 s3 s4 s5 s6 s7
+                for i in range(8):                                 # column i of the tile
+                    lo_, hi_ = w[i % 4], w[4 + i % 4]
+                    col = vector.shuffle(lo_, hi_, lane(0 if i < 4 else 4))
+                    kt2 = write(col, kt2, [arith.addi(d0, ci(i)), j0], r2)
+                return [kt2]
+            return _loop(0, fd, [kt_], cols, step=8)
+
+        kt = _loop(0, fj, [kt], tile, step=8)[0]
+
+        def one(j, dd, kt_):
+            x = to_compute(tensor.extract(k, [bi, kh, j, dd]), s)
+            return tensor.insert(x, kt_, [dd, j])
+        kt = _loop(fj, sk, [kt], lambda j, kt_: _loop(0, d, [kt_], lambda dd, kt2: [
+            one(j, dd, kt2)]))[0]
+        if fd < d:
+            kt = _loop(0, fj, [kt], lambda j, kt_: _loop(fd, d, [kt_], lambda dd, kt2: [
+                one(j, dd, kt2)]))[0]
+        return kt
 
     def read(src, at, vt, m=rd):
         return vector.TransferReadOp(vt, src, at, m, zero, [True]).result
@@ -454,7 +508,10 @@ def _flash_attn_cpu(lw: Lowering):
         return [out, srow]
 
     def kv_head(bi, kh, kt, vc, out, srow):
-        kt = head_copy(k, bi, kh, (1, 0), kt)
+        if _VEC_T and not wide and k_rows and str(rtt(k).element_type) == "f32":
+            kt = k_transposed(bi, kh, kt)
+        else:
+            kt = head_copy(k, bi, kh, (1, 0), kt)
         vc = head_copy(v, bi, kh, (0, 1), vc)
 
         def query_head(gg, out, srow):
