@@ -392,8 +392,11 @@ def _flash_attn_cpu(lw: Lowering):
     def splat(x, vt):
         return vector.BroadcastOp(vt, x).result
 
-    iota = arith.constant(ir.VectorType.get([lanes], i32), ir.DenseElementsAttr.get(
-        __import__("numpy").arange(lanes, dtype="int32"), type=ir.VectorType.get([lanes], i32)))
+    def iota_of(w):
+        vt = ir.VectorType.get([w], i32)
+        return arith.constant(vt, ir.DenseElementsAttr.get(
+            __import__("numpy").arange(w, dtype="int32"), type=vt))
+    iota = iota_of(lanes)
     neg = splat(s.const(float("-inf")), vl)
     kind = lambda k_: ir.Attribute.parse(f"#vector.kind<{k_}>")
 
@@ -436,7 +439,8 @@ def _flash_attn_cpu(lw: Lowering):
 
             def body(j0, r_, *ms):
                 def dot(dd, *acc):
-                    kvs = [read(kt, [dd, arith.addi(j0, ci(o))], vt, r2) for o, vt in zip(offs, vts)]
+                    kvs = [read(kt, [dd, arith.addi(j0, ci(o))], vt, r2)
+                           for o, vt in zip(offs, vts)]
                     new = []
                     for r in range(rows):
                         qv = to_compute(tensor.extract(q, [bi, h, arith.addi(i0, ci(r)), dd]), s)
@@ -447,10 +451,7 @@ def _flash_attn_cpu(lw: Lowering):
                 new_m = list(ms)
                 for n, (o, vt) in enumerate(zip(offs, vts)):
                     w, jo = vt.shape[0], arith.addi(j0, ci(o))
-                    jv = arith.addi(iota if w == lanes else arith.constant(
-                        ir.VectorType.get([w], i32), ir.DenseElementsAttr.get(__import__(
-                            "numpy").arange(w, dtype="int32"), type=ir.VectorType.get([w], i32))),
-                        at_lanes(jo, w))
+                    jv = arith.addi(iota if w == lanes else iota_of(w), at_lanes(jo, w))
                     for r, (io, lo, hi_) in enumerate(bands):
                         x = arith.mulf(acc[len(vts) * r + n], splat(s.const(scale), vt))
                         if cap is not None:
