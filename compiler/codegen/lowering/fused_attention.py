@@ -231,12 +231,13 @@ def _flash_attn(lw: Lowering):
 #   per key serves every row); out = o / l (0 for a row without keys).
 #
 # Code for 256-bit vectors (AVX2; AVX-512's is as above, not timed with these) differs
-# in four places, each with the same bits (docs/benchmarks.md, "FlashAttn on AVX2"):
-# the chunks inside every row's band skip the band test; the exp pass runs a row at
-# a time (four rows' exps spilled 16 registers) with ``_exp_nonpositive``; P·V runs
-# over the rows' keys, not the chunks' padding; and a K with unit-stride rows (the
-# instance says so: ``_unit_stride_args``) is copied transposed in 8x8 register
-# tiles (the element-wise copy was 6% of ViT's attention).
+# in five places, each with the same bits (docs/benchmarks.md, "FlashAttn on AVX2"):
+# the chunks inside every row's band skip the band test; a last chunk of at most 8
+# keys runs with the chunk before as one of 24 (12 ymm accumulators); the exp pass
+# runs a row at a time (four rows' exps spilled 16 registers) with
+# ``_exp_nonpositive``; P·V runs over the rows' keys, not the chunks' padding; and a
+# K with unit-stride rows (the instance says so: ``_unit_stride_args``) is copied
+# transposed in 8x8 register tiles (the element-wise copy was 6% of ViT's attention).
 #
 # No [Sq, Sk] intermediate exists. f32 (f64 in f64), as the generic rule.
 #: A register tile: _ROWS query rows x _LANES keys of scores, then _ROWS x _PIECE
@@ -250,9 +251,6 @@ def _flash_attn(lw: Lowering):
 #: 8 rows spilled (2.58 -> 2.91, 1.31 -> 1.54 ms).
 _ROWS, _LANES, _PIECE = 4, 16, 16
 _ROWS_WIDE = 8
-_KEEP_SPLIT = True
-_VEC_T = True
-_TAIL8 = True
 
 
 def _exp_nonpositive(x):
@@ -494,14 +492,14 @@ def _flash_attn_cpu(lw: Lowering):
                                  [ci(r)], [1, sk])
         ms = [neg] * rows
         tail = None
-        if not wide and _TAIL8:
+        if not wide:
             # at most 8 keys in the last chunk (ViT's 129): its chunk and the one before
             # as one of 24 keys (12 ymm accumulators), the exp pass's last 8 keys alone
             tail = arith.andi(
                 arith.cmpi(arith.CmpIPredicate.sle, bands[-1][2], arith.subi(c1, ci(lanes // 2))),
                 arith.cmpi(arith.CmpIPredicate.sge, arith.subi(c1, c0), ci(2 * lanes)))
             c1 = arith.select(tail, arith.subi(c1, ci(2 * lanes)), c1)
-        if wide or not _KEEP_SPLIT:
+        if wide:
             spans = [(c0, c1, True)]
         else:   # the chunks inside every row's band, without the band test
             ca = arith.minsi(arith.maxsi(arith.muli(arith.divui(
@@ -560,7 +558,7 @@ def _flash_attn_cpu(lw: Lowering):
         return [out, srow]
 
     def kv_head(bi, kh, kt, vc, out, srow):
-        if _VEC_T and not wide and k_rows and str(rtt(k).element_type) == "f32":
+        if not wide and k_rows and str(rtt(k).element_type) == "f32":
             kt = k_transposed(bi, kh, kt)
         else:
             kt = head_copy(k, bi, kh, (1, 0), kt)
