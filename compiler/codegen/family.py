@@ -192,7 +192,6 @@ def single_op_linalg_text(op_name: str, params: dict, input_types: Sequence, dyn
     from compiler.codegen.linalg import emit_single_op_module, lower_to_linalg
     module = emit_single_op_module(op_name, dict(params), list(input_types),
                                    dynamic=dynamic, func_name=ENTRY, ctx=emission_context())
-    lower_to_linalg(module, platform=platform)
     if (unit_stride or few_rows or zero_stride or unpacked or contiguous) and platform == "cpu":
         from compiler.codegen.common.stages import CONTIGUOUS_ATTR
         from compiler.mlir import ir
@@ -214,6 +213,7 @@ def single_op_linalg_text(op_name: str, params: dict, input_types: Sequence, dyn
                         op.attributes[ALIASED_ATTR] = ir.UnitAttr.get()
                     if pack_a:
                         op.attributes[PACK_A_ATTR] = ir.UnitAttr.get()
+    lower_to_linalg(module, platform=platform)     # (a rule may read these attributes)
     return str(module)
 
 

@@ -423,6 +423,10 @@ class FusedFamily(KernelFamily):
                 layouts[0].shape, unit, n_inputs, a_row_stride(layouts), layouts[1].shape[-1])
             inst = dataclasses.replace(inst, unit_stride=unit, few_rows=few, unpacked=dozen,
                                        aliased=aliased, pack_a=copy_a)
+        elif spec.name == "FlashAttn":
+            # contiguous rows: the output's and K's tiles move as vectors
+            # (``fused_attention._flash_attn_cpu``), not element by element
+            inst = dataclasses.replace(inst, unit_stride=unit_stride_args(layouts))
         elif spec.name in ("Conv2D", "MaxPool2D"):
             # their copies in and out (padding, cropping; the pool's rows read
             # and written a vector at a time) move contiguous rows; with strides

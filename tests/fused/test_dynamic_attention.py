@@ -154,3 +154,135 @@ def test_run_time_extents_the_rule_cannot_take_are_refused(platform, k_len):
                                             r"run-time extents are B, Sq and Sk, on the cpu "
                                             r"rule, without k_len"):
         single_op_linalg_text("FlashAttn", params, [q, kv, kv], (bs, bs, bs, bs), platform)
+
+
+V3 = pytest.mark.skipif(bool(missing_cpu_features(parse_target("cpu:x86-64-v3").features)),
+                        reason="this CPU cannot run cpu:x86-64-v3")
+
+
+@V3
+@pytest.mark.parametrize("case", ["causal", "gqa-alibi", "window-softcap", "mask",
+                                  "rowmask-causal"])
+def test_256_bit_exp_gives_fastmath_bits(case, monkeypatch):
+    """256-bit code takes the softmax's exp for x <= 0 (``_exp_nonpositive``,
+    a row at a time) and runs P·V over the rows' keys only: the bits of the
+    kernel with fastmath's exp, wherever the exps are normal floats (these
+    scores)."""
+    import collections
+
+    from compiler.codegen.lowering import fused_attention
+    from compiler.mlir import math as mlir_math
+    hq, hkv, params, alibi = CASES[case]
+    outs = []
+    for exp in (fused_attention._exp_nonpositive, mlir_math.exp):
+        monkeypatch.setattr(fused_attention, "_exp_nonpositive", exp)
+        monkeypatch.setattr(family, "_compiled", collections.OrderedDict())
+        got = []
+        for b, sq, sk in ((2, 7, 7), (1, 37, 37)):
+            x = _feeds(np.random.default_rng(sq), b, hq, hkv, sq, sk, alibi)
+            full = {**dict(softmax_scale=0.3, causal=False, window_size_left=None,
+                           window_size_right=None, softcap=None, k_len=None), **params}
+            inst = FusedInstance("FlashAttn", tuple(sorted(full.items())),
+                                 tuple(TensorType(a.shape, DType.F32) for a in x.values()))
+            out = np.full((b, hq, sq, D), np.nan, np.float32)
+            FAMILY.compiled(inst, "cpu:x86-64-v3")(
+                *[descriptor_from_array(a) for a in (*x.values(), out)])
+            got.append(out)
+        outs.append(got)
+    for a, b_ in zip(*outs):
+        np.testing.assert_array_equal(a, b_)
+
+
+@V3
+def test_256_bit_exp_far_below_the_row_max():
+    """Scores x - m from 0 down to -120 and -inf (an additive mask, q = 0, V
+    the identity: out[i, j] = p[i, j] / l[i]): within 2 ulp of the float64
+    softmax where p is a normal float, and 0 where x < -88 (``_exp_nonpositive``
+    flushes what fastmath's exp gives as denormals)."""
+    sq = sk = D
+    rng = np.random.default_rng(3)
+    x = {"q": np.zeros((1, 1, sq, D), np.float32),
+         "k": rng.standard_normal((1, 1, sk, D)).astype(np.float32),
+         "v": np.eye(sk, D, dtype=np.float32)[None, None],
+         "a": rng.uniform(-120.0, 0.0, (1, 1, sq, sk)).astype(np.float32)}
+    x["a"][0, 0, :, 0] = 0.0
+    x["a"][0, 0, ::3, 5] = -np.inf
+    x["a"][0, 0, 1, :] = -np.float32(np.linspace(0.0, 100.0, sk))
+    inst = FusedInstance("FlashAttn", tuple(sorted(dict(
+        softmax_scale=0.3, causal=False, window_size_left=None, window_size_right=None,
+        softcap=None, k_len=None).items())), tuple(TensorType(a.shape, DType.F32)
+                                                    for a in x.values()))
+    out = np.full((1, 1, sq, D), np.nan, np.float32)
+    FAMILY.compiled(inst, "cpu:x86-64-v3")(*[descriptor_from_array(a)
+                                             for a in (*x.values(), out)])
+    s = x["a"][0, 0].astype(np.float64)
+    e = np.exp(s - s.max(axis=1, keepdims=True))
+    ref = e / e.sum(axis=1, keepdims=True)
+    got = out[0, 0]
+    normal = ref > 2.0 ** -125
+    np.testing.assert_allclose(got[normal], ref[normal], rtol=2.5e-7, atol=0)
+    assert (got[s - s.max(axis=1, keepdims=True) < -88.0] == 0).all()
+
+
+@V3
+@pytest.mark.parametrize("b,sq,sk,d", [(2, 13, 13, 20), (1, 37, 37, 32), (1, 5, 8, 8),
+                                       (2, 7, 3, 16)])
+def test_unit_stride_k_transposed_in_tiles(b, sq, sk, d):
+    """With unit-stride operands (as ``FusedFamily.instance`` keys FlashAttn)
+    256-bit code copies K transposed in 8 x 8 register tiles, the keys and
+    columns past the last whole tile one at a time: the bits of the kernel
+    for any strides (which copies element by element), and the reference's
+    numerics; a strided K view too."""
+    import dataclasses
+    rng = np.random.default_rng(b * 100 + sk)
+    q, k, v = (rng.standard_normal((b, 2, n, d)).astype(np.float32) for n in (sq, sk, sk))
+    params = dict(softmax_scale=0.3, causal=True, window_size_left=None,
+                  window_size_right=None, softcap=None, k_len=None)
+    inst = FusedInstance("FlashAttn", tuple(sorted(params.items())),
+                         tuple(TensorType(a.shape, DType.F32) for a in (q, k, v)))
+    outs = []
+    for which in (inst, dataclasses.replace(inst, unit_stride=(0, 1, 2, 3))):
+        out = np.full((b, 2, sq, d), np.nan, np.float32)
+        FAMILY.compiled(which, "cpu:x86-64-v3")(*[descriptor_from_array(a)
+                                                  for a in (q, k, v, out)])
+        outs.append(out)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    kview = np.ascontiguousarray(k.transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2)  # d-stride sk
+    out = np.full((b, 2, sq, d), np.nan, np.float32)
+    FAMILY.compiled(inst, "cpu:x86-64-v3")(*[descriptor_from_array(a) for a in (q, kview, v, out)])
+    np.testing.assert_array_equal(out, outs[0])
+    s = np.einsum("bhid,bhjd->bhij", q.astype(np.float64), k) * 0.3
+    s = np.where(np.tril(np.ones((sq, sk), bool)), s, -np.inf)
+    e = np.exp(s - s.max(-1, keepdims=True))
+    ref = np.einsum("bhij,bhjd->bhid", e / e.sum(-1, keepdims=True), v)
+    np.testing.assert_allclose(outs[0], ref, rtol=2e-5, atol=2e-5)
+
+
+@V3
+@pytest.mark.parametrize("sq,sk", [(37, 37), (9, 129), (40, 24)])
+def test_256_bit_last_chunk_of_24_keys(sq, sk):
+    """A last chunk of at most 8 keys (ViT's 129) runs with the chunk before
+    as one of 24 keys, its exps as 8: the bits of the same keys padded to
+    no such chunk (8 more keys, masked to -inf by the additive mask: their
+    p are 0, added to the sums and P·V as exact zeros)."""
+    rng = np.random.default_rng(sk)
+    q = rng.standard_normal((2, 2, sq, D)).astype(np.float32)
+    k, v = (rng.standard_normal((2, 1, sk + 8, D)).astype(np.float32) for _ in range(2))
+    mask = np.zeros((2, 1, 1, sk + 8), np.float32)
+    mask[1, ..., 3] = -5.0
+    params = dict(softmax_scale=0.3, causal=False, window_size_left=None,
+                  window_size_right=None, softcap=None, k_len=None)
+    outs = []
+    for n, m in ((sk, mask[..., :sk]), (sk + 8, np.where(np.arange(sk + 8) < sk, mask, -np.inf))):
+        x = (q, np.ascontiguousarray(k[:, :, :n]), np.ascontiguousarray(v[:, :, :n]),
+             np.ascontiguousarray(m).astype(np.float32))
+        inst = FusedInstance("FlashAttn", tuple(sorted(params.items())),
+                             tuple(TensorType(a.shape, DType.F32) for a in x))
+        out = np.full((2, 2, sq, D), np.nan, np.float32)
+        FAMILY.compiled(inst, "cpu:x86-64-v3")(*[descriptor_from_array(a) for a in (*x, out)])
+        outs.append(out)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    s_ = np.einsum("bhid,bjd->bhij", q.astype(np.float64), k[:, 0, :sk]) * 0.3 + mask[..., :sk]
+    e = np.exp(s_ - s_.max(-1, keepdims=True))
+    ref = np.einsum("bhij,bjd->bhid", e / e.sum(-1, keepdims=True), v[:, 0, :sk])
+    np.testing.assert_allclose(outs[0], ref, rtol=2e-5, atol=2e-5)

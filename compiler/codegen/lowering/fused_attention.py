@@ -230,6 +230,15 @@ def _flash_attn(lw: Lowering):
 #   o = Σ_j p[j]·vc[j,:] in registers, ``_PIECE`` columns at a time (one vc load
 #   per key serves every row); out = o / l (0 for a row without keys).
 #
+# Code for 256-bit vectors (AVX2; AVX-512's is as above, not timed with these) differs
+# in five places, each with the same bits (docs/benchmarks.md, "FlashAttn on AVX2"):
+# the chunks inside every row's band skip the band test; a last chunk of at most 8
+# keys runs with the chunk before as one of 24 (12 ymm accumulators); the exp pass
+# runs a row at a time (four rows' exps spilled 16 registers) with
+# ``_exp_nonpositive``; P·V runs over the rows' keys, not the chunks' padding; and a
+# K with unit-stride rows (the instance says so: ``_unit_stride_args``) is copied
+# transposed in 8x8 register tiles (the element-wise copy was 6% of ViT's attention).
+#
 # No [Sq, Sk] intermediate exists. f32 (f64 in f64), as the generic rule.
 #: A register tile: _ROWS query rows x _LANES keys of scores, then _ROWS x _PIECE
 #: outputs: 8 ymm accumulators with AVX2, 4 zmm with AVX-512. (3 x 32 spilled
@@ -242,6 +251,39 @@ def _flash_attn(lw: Lowering):
 #: 8 rows spilled (2.58 -> 2.91, 1.31 -> 1.54 ms).
 _ROWS, _LANES, _PIECE = 4, 16, 16
 _ROWS_WIDE = 8
+
+
+def _exp_nonpositive(x):
+    """exp of an f32 vector ``x`` <= 0 (or -inf; the scores less their row
+    maximum): fastmath's expansion, its reduction and polynomial, so the same
+    bits wherever exp(x) is a normal float, less what x <= 0 does not need: no
+    upper clamp, 2^k built in one step, x clamped at -88 where k = -127 and
+    2^k's bits are 0 (below x = -87.68 the result is 0 where fastmath's gives
+    denormals down to x = -103.3). NaN passes."""
+    from compiler.codegen.cpu import fastmath as F
+    b = F._B(x.type)
+    lo = b.c(-88.0)
+    xc = arith.select(b.cmp("OLT", x, lo), lo, x)
+    t = math.fma(xc, b.c(F._LOG2E), b.c(F._SHIFTER))          # k in t's low bits
+    kf = arith.subf(t, b.c(F._SHIFTER))
+    r = math.fma(arith.negf(kf), b.c(F._LN2_HI), xc)
+    r = math.fma(arith.negf(kf), b.c(F._LN2_LO), r)
+    p = math.fma(b.poly(r, F._EXP_P), arith.mulf(r, r), r)    # e^r - 1
+    p = arith.addf(p, b.c(1.0))
+    e = arith.shli(arith.subi(arith.bitcast(b.i, t), b.ci(F._SHIFTER_BITS - 127)), b.ci(23))
+    return arith.mulf(p, arith.bitcast(b.f, e))               # p·2^k
+
+
+def _unit_stride_args(op) -> set:
+    """The arguments the kernel's entry (``op``'s function) takes with a unit
+    innermost stride (``family.UNIT_STRIDE_ATTR``, set before lowering)."""
+    from compiler.codegen.family import UNIT_STRIDE_ATTR
+    fn = op.operation.parent
+    while fn is not None and fn.name != "func.func":
+        fn = fn.parent
+    if fn is None or UNIT_STRIDE_ATTR not in fn.attributes:
+        return set()
+    return {int(ir.IntegerAttr(a).value) for a in ir.ArrayAttr(fn.attributes[UNIT_STRIDE_ATTR])}
 
 
 def _loop(lo, hi, inits, body, step=1) -> list:
@@ -269,7 +311,11 @@ def _flash_attn_cpu(lw: Lowering):
     idx, i32 = ir.IndexType.get(), ir.IntegerType.get_signless(32)
     lanes = _LANES
     from .conv_spatial import generated_bits
-    nrow = _ROWS_WIDE if generated_bits() >= 512 and str(c) == "f32" else _ROWS
+    wide = generated_bits() >= 512
+    nrow = _ROWS_WIDE if wide and str(c) == "f32" else _ROWS
+    # 256-bit code: exp for x <= 0 (f32), P·V over the rows' keys only (not AVX-512's:
+    # not timed there)
+    exp = _exp_nonpositive if not wide and str(c) == "f32" else math.exp
 
     def ci(x):
         return x if isinstance(x, ir.Value) else arith.constant(idx, int(x))
@@ -294,6 +340,47 @@ def _flash_attn_cpu(lw: Lowering):
                        [PARALLEL] * 2, lambda x, _o: to_compute(x, s))[0]
         return insert_at(part, dest, [], shape)
 
+    k_rows = 1 in _unit_stride_args(lw.op)
+
+    def k_transposed(bi, kh, kt):
+        """``head_copy(k, bi, kh, (1, 0), kt)`` for an f32 k: 8 x 8 tiles
+        transposed in registers (unpack, shuffle and 128-bit lane moves, as
+        AVX2's vunpcklps/vshufps/vperm2f128), the keys and columns past the
+        last whole tile one element at a time."""
+        v8 = ir.VectorType.get([8], c)
+        half = lambda lo, hi: [lo, hi, lo + 1, hi + 1, lo + 4, hi + 4, lo + 5, hi + 5]
+        pair = lambda lo, hi: [lo, lo + 1, hi, hi + 1, lo + 4, lo + 5, hi + 4, hi + 5]
+        lane = lambda lo: [lo, lo + 1, lo + 2, lo + 3, lo + 8, lo + 9, lo + 10, lo + 11]
+        fj = arith.muli(arith.divui(ci(sk), ci(8)), ci(8)) if not isinstance(sk, int) \
+            else sk // 8 * 8
+        fd = d // 8 * 8
+
+        def tile(j0, kt_):
+            def cols(d0, kt2):
+                r = [read(k, [bi, kh, arith.addi(j0, ci(i)), d0], v8) for i in range(8)]
+                t = [vector.shuffle(r[i], r[i + 1], half(0, 8) if u == 0 else half(2, 10))
+                     for i in range(0, 8, 2) for u in (0, 1)]      # t0..t7 as r0r1 lo, hi, ...
+                w = [vector.shuffle(t[a], t[a + 2], pair(o, o + 8))
+                     for a in (0, 1, 4, 5) for o in (0, 2)]       # s0 s1 s2 s3 s4 s5 s6 s7
+                for i in range(8):                                 # column i of the tile
+                    lo_, hi_ = w[i % 4], w[4 + i % 4]
+                    col = vector.shuffle(lo_, hi_, lane(0 if i < 4 else 4))
+                    kt2 = write(col, kt2, [arith.addi(d0, ci(i)), j0], r2)
+                return [kt2]
+            return _loop(0, fd, [kt_], cols, step=8)
+
+        kt = _loop(0, fj, [kt], tile, step=8)[0]
+
+        def one(j, dd, kt_):
+            x = to_compute(tensor.extract(k, [bi, kh, j, dd]), s)
+            return tensor.insert(x, kt_, [dd, j])
+        kt = _loop(fj, sk, [kt], lambda j, kt_: _loop(0, d, [kt_], lambda dd, kt2: [
+            one(j, dd, kt2)]))[0]
+        if fd < d:
+            kt = _loop(0, fj, [kt], lambda j, kt_: _loop(fd, d, [kt_], lambda dd, kt2: [
+                one(j, dd, kt2)]))[0]
+        return kt
+
     def read(src, at, vt, m=rd):
         return vector.TransferReadOp(vt, src, at, m, zero, [True]).result
 
@@ -303,8 +390,11 @@ def _flash_attn_cpu(lw: Lowering):
     def splat(x, vt):
         return vector.BroadcastOp(vt, x).result
 
-    iota = arith.constant(ir.VectorType.get([lanes], i32), ir.DenseElementsAttr.get(
-        __import__("numpy").arange(lanes, dtype="int32"), type=ir.VectorType.get([lanes], i32)))
+    def iota_of(w):
+        vt = ir.VectorType.get([w], i32)
+        return arith.constant(vt, ir.DenseElementsAttr.get(
+            __import__("numpy").arange(w, dtype="int32"), type=vt))
+    iota = iota_of(lanes)
     neg = splat(s.const(float("-inf")), vl)
     kind = lambda k_: ir.Attribute.parse(f"#vector.kind<{k_}>")
 
@@ -335,32 +425,62 @@ def _flash_attn_cpu(lw: Lowering):
             mrow = lambda r: [_mask_index(mask, a - (4 - mrank), ix) for a, ix in
                               enumerate((bi, h, arith.addi(i0, ci(r)))) if a >= 4 - mrank]
 
-        def scores(j0, r_, *ms):
-            def dot(dd, *acc):
-                kv = read(kt, [dd, j0], vl, r2)
-                return [math.fma(splat(to_compute(tensor.extract(
-                    q, [bi, h, arith.addi(i0, ci(r)), dd]), s), vl), kv, acc[r])
-                        for r in range(rows)]
-            acc = _loop(0, d, [splat(zero, vl)] * rows, dot)
-            jv = arith.addi(iota, splat(arith.index_cast(i32, j0), vi))
-            new_m = []
-            for r, (x, (io, lo, hi_)) in enumerate(zip(acc, bands)):
-                x = arith.mulf(x, splat(s.const(scale), vl))
-                if cap is not None:
-                    x = s.mul(splat(s.const(cap), vl),
-                              math.tanh(arith.divf(x, splat(s.const(cap), vl))))
-                if slope is not None:
-                    dist = arith.sitofp(vl, arith.subi(jv, splat(arith.index_cast(i32, io), vi)))
-                    x = s.add(x, s.mul(splat(slope, vl), dist))
-                if mask is not None:    # the mask row, copied into the score row below
-                    x = s.add(x, read(r_, [ci(r), j0], vl, r2))
-                keep = arith.andi(
-                    arith.cmpi(arith.CmpIPredicate.sge, jv, splat(arith.index_cast(i32, lo), vi)),
-                    arith.cmpi(arith.CmpIPredicate.slt, jv, splat(arith.index_cast(i32, hi_), vi)))
-                x = arith.select(keep, x, neg)
-                r_ = write(x, r_, [ci(r), j0], r2)
-                new_m.append(arith.maxnumf(ms[r], x))
-            return [r_, *new_m]
+        def at_lanes(x, w=lanes):
+            return splat(arith.index_cast(i32, x), ir.VectorType.get([w], i32))
+
+        def scores(edge, widths=(lanes,)):
+            """The score pass's chunk body over ``widths`` keys (one 16-key chunk,
+            or a last one of 16 + 8); ``edge``: a chunk that may hold keys outside a
+            row's [lo, hi) (they become -inf)."""
+            offs = [sum(widths[:n]) for n in range(len(widths))]
+            vts = [ir.VectorType.get([w], c) for w in widths]
+
+            def body(j0, r_, *ms):
+                def dot(dd, *acc):
+                    kvs = [read(kt, [dd, arith.addi(j0, ci(o))], vt, r2)
+                           for o, vt in zip(offs, vts)]
+                    new = []
+                    for r in range(rows):
+                        qv = to_compute(tensor.extract(q, [bi, h, arith.addi(i0, ci(r)), dd]), s)
+                        new += [math.fma(splat(qv, vt), kv, acc[len(vts) * r + n])
+                                for n, (kv, vt) in enumerate(zip(kvs, vts))]
+                    return new
+                acc = _loop(0, d, [splat(zero, vt) for _ in range(rows) for vt in vts], dot)
+                new_m = list(ms)
+                for n, (o, vt) in enumerate(zip(offs, vts)):
+                    w, jo = vt.shape[0], arith.addi(j0, ci(o))
+                    jv = arith.addi(iota if w == lanes else iota_of(w), at_lanes(jo, w))
+                    for r, (io, lo, hi_) in enumerate(bands):
+                        x = arith.mulf(acc[len(vts) * r + n], splat(s.const(scale), vt))
+                        if cap is not None:
+                            x = s.mul(splat(s.const(cap), vt),
+                                      math.tanh(arith.divf(x, splat(s.const(cap), vt))))
+                        if slope is not None:
+                            dist = arith.sitofp(vt, arith.subi(jv, at_lanes(io, w)))
+                            x = s.add(x, s.mul(splat(slope, vt), dist))
+                        if mask is not None:    # the mask row, copied into the score row below
+                            x = s.add(x, read(r_, [ci(r), jo], vt, r2))
+                        if edge:
+                            keep = arith.andi(
+                                arith.cmpi(arith.CmpIPredicate.sge, jv, at_lanes(lo, w)),
+                                arith.cmpi(arith.CmpIPredicate.slt, jv, at_lanes(hi_, w)))
+                            x = arith.select(keep, x, splat(s.const(float("-inf")), vt))
+                        r_ = write(x, r_, [ci(r), jo], r2)
+                        if w < lanes:                           # its lanes 0..w-1 (max: any order)
+                            x = vector.InsertStridedSliceOp(x, neg, [0], [1]).result
+                        new_m[r] = arith.maxnumf(new_m[r], x)
+                return [r_, *new_m]
+            return body
+
+        def when(cond, then, values):
+            """``then(*values)`` if ``cond``, else ``values`` (scf.if)."""
+            op = scf.IfOp(cond, [x.type for x in values], has_else=True)
+            with ir.InsertionPoint(op.then_block):
+                scf.YieldOp(list(then(*values)))
+            with ir.InsertionPoint(op.else_block):
+                scf.YieldOp(list(values))
+            return list(op.results)
+
         # the row maxima and sums kept per lane, reduced once after the chunks
         if mask is not None:
             # each row's mask row into its score row (in bounds for whole chunks: the
@@ -370,21 +490,58 @@ def _flash_attn_cpu(lw: Lowering):
                 at = mrow(r)
                 srow = insert_at(slice_at(mask, at, [1] * len(at) + [sk], True), srow,
                                  [ci(r)], [1, sk])
-        srow, *ms = _loop(c0, c1, [srow] + [neg] * rows, scores, step=lanes)
+        ms = [neg] * rows
+        tail = None
+        if not wide:
+            # at most 8 keys in the last chunk (ViT's 129): its chunk and the one before
+            # as one of 24 keys (12 ymm accumulators), the exp pass's last 8 keys alone
+            tail = arith.andi(
+                arith.cmpi(arith.CmpIPredicate.sle, bands[-1][2], arith.subi(c1, ci(lanes // 2))),
+                arith.cmpi(arith.CmpIPredicate.sge, arith.subi(c1, c0), ci(2 * lanes)))
+            c1 = arith.select(tail, arith.subi(c1, ci(2 * lanes)), c1)
+        if wide:
+            spans = [(c0, c1, True)]
+        else:   # the chunks inside every row's band, without the band test
+            ca = arith.minsi(arith.maxsi(arith.muli(arith.divui(
+                arith.addi(bands[-1][1], ci(lanes - 1)), ci(lanes)), ci(lanes)), c0), c1)
+            cb = arith.maxsi(arith.muli(arith.divui(bands[0][2], ci(lanes)), ci(lanes)), ca)
+            cb = arith.minsi(cb, c1)
+            spans = [(c0, ca, True), (ca, cb, False), (cb, c1, True)]
+        for a, z, edge in spans:
+            srow, *ms = _loop(a, z, [srow] + ms, scores(edge), step=lanes)
+        if tail is not None:
+            srow, *ms = when(tail, lambda *a: scores(True, (lanes, lanes // 2))(c1, *a),
+                             [srow, *ms])
+            c1 = arith.select(tail, arith.addi(c1, ci(lanes)), c1)   # the exp pass's 16s
         ms = [vector.ReductionOp(c, kind("maxnumf"), m).result for m in ms]
         ms = [arith.select(s.cmp("eq", m, s.const(float("-inf"))), zero, m) for m in ms]
 
-        def expo(j0, r_, *zs):
-            new_z = []
-            for r in range(rows):
-                e = math.exp(arith.subf(read(r_, [ci(r), j0], vl, r2), splat(ms[r], vl)))
-                r_ = write(e, r_, [ci(r), j0], r2)
-                new_z.append(arith.addf(zs[r], e))
-            return [r_, *new_z]
-        srow, *zs = _loop(c0, c1, [srow] + [splat(zero, vl)] * rows, expo, step=lanes)
+        def expo(rs, vt=vl):
+            """The exp pass over rows ``rs``: p = exp(s - m), summed per lane."""
+            def body(j0, r_, *zs):
+                new_z = []
+                for r, z in zip(rs, zs):
+                    e = exp(arith.subf(read(r_, [ci(r), j0], vt, r2), splat(ms[r], vt)))
+                    r_ = write(e, r_, [ci(r), j0], r2)
+                    if vt != vl:         # into lanes 0..7 (the others add +0: the same sums)
+                        e = vector.InsertStridedSliceOp(e, splat(zero, vl), [0], [1]).result
+                    new_z.append(arith.addf(z, e))
+                return [r_, *new_z]
+            return body
+        # 256-bit code: a row at a time (the rows' exps together spilled, 16 registers)
+        zs = []
+        for rs in ([list(range(rows))] if wide else [[r] for r in range(rows)]):
+            srow, *z = _loop(c0, c1, [srow] + [splat(zero, vl)] * len(rs), expo(rs), step=lanes)
+            if tail is not None:
+                srow, *z = when(tail, lambda *a: expo(rs, ir.VectorType.get([lanes // 2], c))(
+                    c1, *a), [srow, *z])
+            zs += z
         zs = [vector.ReductionOp(c, kind("add"), z, fastmath=reassoc()).result for z in zs]
         invs = [arith.select(s.cmp("eq", z, zero), zero, s.div(s.const(1), z)) for z in zs]
 
+        # P·V over the chunks (AVX-512 code) or only the rows' keys: the keys a chunk
+        # adds past them have p = 0 (exact: acc + 0·v = acc, the same bits)
+        j0, j1 = (c0, c1) if wide else (bands[0][1], bands[-1][2])
         for p0 in range(0, d, _PIECE):                  # o = P·V, a column piece at a time
             vp = ir.VectorType.get([min(_PIECE, d - p0)], c)
 
@@ -392,7 +549,7 @@ def _flash_attn_cpu(lw: Lowering):
                 vrow = read(vc, [j, ci(p0)], vp, r2)
                 return [math.fma(splat(tensor.extract(srow, [ci(r), j]), vp), vrow, acc[r])
                         for r in range(rows)]
-            acc = _loop(c0, c1, [splat(zero, vp)] * rows, pv)
+            acc = _loop(j0, j1, [splat(zero, vp)] * rows, pv)
             for r in range(rows):
                 o = arith.mulf(acc[r], splat(invs[r], vp))
                 if elt != c:
@@ -401,7 +558,10 @@ def _flash_attn_cpu(lw: Lowering):
         return [out, srow]
 
     def kv_head(bi, kh, kt, vc, out, srow):
-        kt = head_copy(k, bi, kh, (1, 0), kt)
+        if not wide and k_rows and str(rtt(k).element_type) == "f32":
+            kt = k_transposed(bi, kh, kt)
+        else:
+            kt = head_copy(k, bi, kh, (1, 0), kt)
         vc = head_copy(v, bi, kh, (0, 1), vc)
 
         def query_head(gg, out, srow):
