@@ -256,33 +256,3 @@ def test_unit_stride_k_transposed_in_tiles(b, sq, sk, d):
     e = np.exp(s - s.max(-1, keepdims=True))
     ref = np.einsum("bhij,bhjd->bhid", e / e.sum(-1, keepdims=True), v)
     np.testing.assert_allclose(outs[0], ref, rtol=2e-5, atol=2e-5)
-
-
-@V3
-@pytest.mark.parametrize("sq,sk", [(37, 37), (9, 129), (40, 24)])
-def test_256_bit_last_chunk_of_24_keys(sq, sk):
-    """A last chunk of at most 8 keys (ViT's 129) runs with the chunk before
-    as one of 24 keys, its exps as 8: the bits of the same keys padded to
-    no such chunk (8 more keys, masked to -inf by the additive mask: their
-    p are 0, added to the sums and P·V as exact zeros)."""
-    rng = np.random.default_rng(sk)
-    q = rng.standard_normal((2, 2, sq, D)).astype(np.float32)
-    k, v = (rng.standard_normal((2, 1, sk + 8, D)).astype(np.float32) for _ in range(2))
-    mask = np.zeros((2, 1, 1, sk + 8), np.float32)
-    mask[1, ..., 3] = -5.0
-    params = dict(softmax_scale=0.3, causal=False, window_size_left=None,
-                  window_size_right=None, softcap=None, k_len=None)
-    outs = []
-    for n, m in ((sk, mask[..., :sk]), (sk + 8, np.where(np.arange(sk + 8) < sk, mask, -np.inf))):
-        x = (q, np.ascontiguousarray(k[:, :, :n]), np.ascontiguousarray(v[:, :, :n]),
-             np.ascontiguousarray(m).astype(np.float32))
-        inst = FusedInstance("FlashAttn", tuple(sorted(params.items())),
-                             tuple(TensorType(a.shape, DType.F32) for a in x))
-        out = np.full((2, 2, sq, D), np.nan, np.float32)
-        FAMILY.compiled(inst, "cpu:x86-64-v3")(*[descriptor_from_array(a) for a in (*x, out)])
-        outs.append(out)
-    np.testing.assert_array_equal(outs[0], outs[1])
-    s_ = np.einsum("bhid,bjd->bhij", q.astype(np.float64), k[:, 0, :sk]) * 0.3 + mask[..., :sk]
-    e = np.exp(s_ - s_.max(-1, keepdims=True))
-    ref = np.einsum("bhij,bjd->bhid", e / e.sum(-1, keepdims=True), v[:, 0, :sk])
-    np.testing.assert_allclose(outs[0], ref, rtol=2e-5, atol=2e-5)

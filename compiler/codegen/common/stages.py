@@ -103,6 +103,12 @@ def _fully_dynamic_memref(t: "ir.RankedTensorType") -> "ir.MemRefType":
     return ir.MemRefType.get(t.shape, t.element_type, layout=layout)
 
 
+#: Attribute on a ``math.exp`` whose operand is never above 0 (or NaN): the
+#: scores less their row maximum in FlashAttn. The CPU's math expansion
+#: (``fastmath``) then leaves out the upper clamp and the denormal scaling.
+EXP_NONPOSITIVE_ATTR = "fuelc.exp_nonpositive"
+
+
 #: Function attribute listing the entry's arguments (inputs then out-params)
 #: that every call passes row-major (contiguous, any offset): they bufferize
 #: with those static strides (``contiguous_layout``), so a reshape of them is

@@ -55,6 +55,7 @@ from __future__ import annotations
 from typing import Callable
 
 from compiler.errors import CodegenError
+from compiler.codegen.common.stages import EXP_NONPOSITIVE_ATTR
 from compiler.mlir import arith, ir, math
 
 VERSION = "fastmath-5"  # fastmath-4: erf in f32; 5: its erfc polynomial by second-order Horner
@@ -156,6 +157,25 @@ def _exp_f32(b: _B, x):
     return arith.mulf(arith.mulf(p, s1), s2)
 
 
+def _exp_nonpositive_f32(b: _B, x):
+    # exp of x <= 0 (a math.exp marked EXP_NONPOSITIVE_ATTR): _exp_f32's
+    # reduction and polynomial, so the same bits wherever exp(x) is a normal
+    # float, less what x <= 0 does not need: no upper clamp, 2^k in one step,
+    # x clamped at -88 where k = -127 and 2^k's bits are 0 (below x = -87.68
+    # the result is 0 where _exp_f32 gives denormals down to x = -103.3).
+    # NaN passes.
+    lo = b.c(-88.0)
+    xc = arith.select(b.cmp("OLT", x, lo), lo, x)
+    t = math.fma(xc, b.c(_LOG2E), b.c(_SHIFTER))          # k in t's low bits
+    kf = arith.subf(t, b.c(_SHIFTER))
+    r = math.fma(arith.negf(kf), b.c(_LN2_HI), xc)
+    r = math.fma(arith.negf(kf), b.c(_LN2_LO), r)
+    p = math.fma(b.poly(r, _EXP_P), arith.mulf(r, r), r)    # e^r - 1
+    p = arith.addf(p, b.c(1.0))
+    e = arith.shli(arith.subi(arith.bitcast(b.i, t), b.ci(_SHIFTER_BITS - 127)), b.ci(23))
+    return arith.mulf(p, arith.bitcast(b.f, e))               # p·2^k
+
+
 def _tanh_f32(b: _B, x):
     ax = math.absf(x)
     s = arith.mulf(ax, ax)
@@ -209,7 +229,9 @@ def _element(t: "ir.Type") -> str:
 def expand_math(module: "ir.Module") -> dict[str, int]:
     """Replace every f32/f16/bf16 (scalar or vector) ``math.exp``, ``math.tanh``,
     ``math.log`` and ``math.erf`` in ``module`` by its branch-free expansion (module
-    docstring); f64 and other math ops are kept. Returns the count per op name.
+    docstring); f64 and other math ops are kept. A ``math.exp`` marked
+    ``EXP_NONPOSITIVE_ATTR`` (its operand never above 0) takes the shorter
+    expansion for x <= 0. Returns the count per op name.
     Raises CodegenError if an op to expand does not have exactly one operand."""
     todo = []
 
@@ -234,7 +256,10 @@ def expand_math(module: "ir.Module") -> dict[str, int]:
                        if isinstance(ty, ir.VectorType) else f32) if narrow else ty
                 if narrow:
                     x = arith.extf(cty, x)
-                y = EXPANSIONS[op.name](_B(cty), x)
+                expand = EXPANSIONS[op.name]
+                if op.name == "math.exp" and EXP_NONPOSITIVE_ATTR in op.attributes:
+                    expand = _exp_nonpositive_f32
+                y = expand(_B(cty), x)
                 if narrow:
                     y = arith.truncf(ty, y)
             name = op.name

@@ -231,9 +231,8 @@ def _flash_attn(lw: Lowering):
 #   per key serves every row); out = o / l (0 for a row without keys).
 #
 # Code for 256-bit vectors (AVX2; AVX-512's is as above, not timed with these) differs
-# in five places, each with the same bits (docs/benchmarks.md, "FlashAttn on AVX2"):
-# the chunks inside every row's band skip the band test; a last chunk of at most 8
-# keys runs with the chunk before as one of 24 (12 ymm accumulators); the exp pass
+# in four places, each with the same bits (docs/benchmarks.md, "FlashAttn on AVX2"):
+# the chunks inside every row's band skip the band test; the exp pass
 # runs a row at a time (four rows' exps spilled 16 registers) with
 # ``_exp_nonpositive``; P·V runs over the rows' keys, not the chunks' padding; and a
 # K with unit-stride rows (the instance says so: ``_unit_stride_args``) is copied
@@ -254,24 +253,13 @@ _ROWS_WIDE = 8
 
 
 def _exp_nonpositive(x):
-    """exp of an f32 vector ``x`` <= 0 (or -inf; the scores less their row
-    maximum): fastmath's expansion, its reduction and polynomial, so the same
-    bits wherever exp(x) is a normal float, less what x <= 0 does not need: no
-    upper clamp, 2^k built in one step, x clamped at -88 where k = -127 and
-    2^k's bits are 0 (below x = -87.68 the result is 0 where fastmath's gives
-    denormals down to x = -103.3). NaN passes."""
-    from compiler.codegen.cpu import fastmath as F
-    b = F._B(x.type)
-    lo = b.c(-88.0)
-    xc = arith.select(b.cmp("OLT", x, lo), lo, x)
-    t = math.fma(xc, b.c(F._LOG2E), b.c(F._SHIFTER))          # k in t's low bits
-    kf = arith.subf(t, b.c(F._SHIFTER))
-    r = math.fma(arith.negf(kf), b.c(F._LN2_HI), xc)
-    r = math.fma(arith.negf(kf), b.c(F._LN2_LO), r)
-    p = math.fma(b.poly(r, F._EXP_P), arith.mulf(r, r), r)    # e^r - 1
-    p = arith.addf(p, b.c(1.0))
-    e = arith.shli(arith.subi(arith.bitcast(b.i, t), b.ci(F._SHIFTER_BITS - 127)), b.ci(23))
-    return arith.mulf(p, arith.bitcast(b.f, e))               # p·2^k
+    """``math.exp`` of an f32 vector ``x`` <= 0 (or -inf: the scores less their
+    row maximum), marked so (``EXP_NONPOSITIVE_ATTR``): the CPU's math expansion
+    then leaves out what x <= 0 does not need (``fastmath``)."""
+    from compiler.codegen.common.stages import EXP_NONPOSITIVE_ATTR
+    y = math.exp(x)
+    y.owner.attributes[EXP_NONPOSITIVE_ATTR] = ir.UnitAttr.get()
+    return y
 
 
 def _unit_stride_args(op) -> set:
@@ -425,62 +413,39 @@ def _flash_attn_cpu(lw: Lowering):
             mrow = lambda r: [_mask_index(mask, a - (4 - mrank), ix) for a, ix in
                               enumerate((bi, h, arith.addi(i0, ci(r)))) if a >= 4 - mrank]
 
-        def at_lanes(x, w=lanes):
-            return splat(arith.index_cast(i32, x), ir.VectorType.get([w], i32))
+        def at_lanes(x):
+            return splat(arith.index_cast(i32, x), vi)
 
-        def scores(edge, widths=(lanes,)):
-            """The score pass's chunk body over ``widths`` keys (one 16-key chunk,
-            or a last one of 16 + 8); ``edge``: a chunk that may hold keys outside a
-            row's [lo, hi) (they become -inf)."""
-            offs = [sum(widths[:n]) for n in range(len(widths))]
-            vts = [ir.VectorType.get([w], c) for w in widths]
-
+        def scores(edge):
+            """The score pass's chunk body; ``edge``: a chunk that may hold keys
+            outside a row's [lo, hi) (they become -inf)."""
             def body(j0, r_, *ms):
                 def dot(dd, *acc):
-                    kvs = [read(kt, [dd, arith.addi(j0, ci(o))], vt, r2)
-                           for o, vt in zip(offs, vts)]
-                    new = []
-                    for r in range(rows):
-                        qv = to_compute(tensor.extract(q, [bi, h, arith.addi(i0, ci(r)), dd]), s)
-                        new += [math.fma(splat(qv, vt), kv, acc[len(vts) * r + n])
-                                for n, (kv, vt) in enumerate(zip(kvs, vts))]
-                    return new
-                acc = _loop(0, d, [splat(zero, vt) for _ in range(rows) for vt in vts], dot)
-                new_m = list(ms)
-                for n, (o, vt) in enumerate(zip(offs, vts)):
-                    w, jo = vt.shape[0], arith.addi(j0, ci(o))
-                    jv = arith.addi(iota if w == lanes else iota_of(w), at_lanes(jo, w))
-                    for r, (io, lo, hi_) in enumerate(bands):
-                        x = arith.mulf(acc[len(vts) * r + n], splat(s.const(scale), vt))
-                        if cap is not None:
-                            x = s.mul(splat(s.const(cap), vt),
-                                      math.tanh(arith.divf(x, splat(s.const(cap), vt))))
-                        if slope is not None:
-                            dist = arith.sitofp(vt, arith.subi(jv, at_lanes(io, w)))
-                            x = s.add(x, s.mul(splat(slope, vt), dist))
-                        if mask is not None:    # the mask row, copied into the score row below
-                            x = s.add(x, read(r_, [ci(r), jo], vt, r2))
-                        if edge:
-                            keep = arith.andi(
-                                arith.cmpi(arith.CmpIPredicate.sge, jv, at_lanes(lo, w)),
-                                arith.cmpi(arith.CmpIPredicate.slt, jv, at_lanes(hi_, w)))
-                            x = arith.select(keep, x, splat(s.const(float("-inf")), vt))
-                        r_ = write(x, r_, [ci(r), jo], r2)
-                        if w < lanes:                           # its lanes 0..w-1 (max: any order)
-                            x = vector.InsertStridedSliceOp(x, neg, [0], [1]).result
-                        new_m[r] = arith.maxnumf(new_m[r], x)
+                    kv = read(kt, [dd, j0], vl, r2)
+                    return [math.fma(splat(to_compute(tensor.extract(
+                        q, [bi, h, arith.addi(i0, ci(r)), dd]), s), vl), kv, acc[r])
+                            for r in range(rows)]
+                acc = _loop(0, d, [splat(zero, vl)] * rows, dot)
+                jv = arith.addi(iota, at_lanes(j0))
+                new_m = []
+                for r, (x, (io, lo, hi_)) in enumerate(zip(acc, bands)):
+                    x = arith.mulf(x, splat(s.const(scale), vl))
+                    if cap is not None:
+                        x = s.mul(splat(s.const(cap), vl),
+                                  math.tanh(arith.divf(x, splat(s.const(cap), vl))))
+                    if slope is not None:
+                        dist = arith.sitofp(vl, arith.subi(jv, at_lanes(io)))
+                        x = s.add(x, s.mul(splat(slope, vl), dist))
+                    if mask is not None:    # the mask row, copied into the score row below
+                        x = s.add(x, read(r_, [ci(r), j0], vl, r2))
+                    if edge:
+                        keep = arith.andi(arith.cmpi(arith.CmpIPredicate.sge, jv, at_lanes(lo)),
+                                          arith.cmpi(arith.CmpIPredicate.slt, jv, at_lanes(hi_)))
+                        x = arith.select(keep, x, neg)
+                    r_ = write(x, r_, [ci(r), j0], r2)
+                    new_m.append(arith.maxnumf(ms[r], x))
                 return [r_, *new_m]
             return body
-
-        def when(cond, then, values):
-            """``then(*values)`` if ``cond``, else ``values`` (scf.if)."""
-            op = scf.IfOp(cond, [x.type for x in values], has_else=True)
-            with ir.InsertionPoint(op.then_block):
-                scf.YieldOp(list(then(*values)))
-            with ir.InsertionPoint(op.else_block):
-                scf.YieldOp(list(values))
-            return list(op.results)
-
         # the row maxima and sums kept per lane, reduced once after the chunks
         if mask is not None:
             # each row's mask row into its score row (in bounds for whole chunks: the
@@ -491,14 +456,6 @@ def _flash_attn_cpu(lw: Lowering):
                 srow = insert_at(slice_at(mask, at, [1] * len(at) + [sk], True), srow,
                                  [ci(r)], [1, sk])
         ms = [neg] * rows
-        tail = None
-        if not wide:
-            # at most 8 keys in the last chunk (ViT's 129): its chunk and the one before
-            # as one of 24 keys (12 ymm accumulators), the exp pass's last 8 keys alone
-            tail = arith.andi(
-                arith.cmpi(arith.CmpIPredicate.sle, bands[-1][2], arith.subi(c1, ci(lanes // 2))),
-                arith.cmpi(arith.CmpIPredicate.sge, arith.subi(c1, c0), ci(2 * lanes)))
-            c1 = arith.select(tail, arith.subi(c1, ci(2 * lanes)), c1)
         if wide:
             spans = [(c0, c1, True)]
         else:   # the chunks inside every row's band, without the band test
@@ -509,22 +466,16 @@ def _flash_attn_cpu(lw: Lowering):
             spans = [(c0, ca, True), (ca, cb, False), (cb, c1, True)]
         for a, z, edge in spans:
             srow, *ms = _loop(a, z, [srow] + ms, scores(edge), step=lanes)
-        if tail is not None:
-            srow, *ms = when(tail, lambda *a: scores(True, (lanes, lanes // 2))(c1, *a),
-                             [srow, *ms])
-            c1 = arith.select(tail, arith.addi(c1, ci(lanes)), c1)   # the exp pass's 16s
         ms = [vector.ReductionOp(c, kind("maxnumf"), m).result for m in ms]
         ms = [arith.select(s.cmp("eq", m, s.const(float("-inf"))), zero, m) for m in ms]
 
-        def expo(rs, vt=vl):
+        def expo(rs):
             """The exp pass over rows ``rs``: p = exp(s - m), summed per lane."""
             def body(j0, r_, *zs):
                 new_z = []
                 for r, z in zip(rs, zs):
-                    e = exp(arith.subf(read(r_, [ci(r), j0], vt, r2), splat(ms[r], vt)))
+                    e = exp(arith.subf(read(r_, [ci(r), j0], vl, r2), splat(ms[r], vl)))
                     r_ = write(e, r_, [ci(r), j0], r2)
-                    if vt != vl:         # into lanes 0..7 (the others add +0: the same sums)
-                        e = vector.InsertStridedSliceOp(e, splat(zero, vl), [0], [1]).result
                     new_z.append(arith.addf(z, e))
                 return [r_, *new_z]
             return body
@@ -532,9 +483,6 @@ def _flash_attn_cpu(lw: Lowering):
         zs = []
         for rs in ([list(range(rows))] if wide else [[r] for r in range(rows)]):
             srow, *z = _loop(c0, c1, [srow] + [splat(zero, vl)] * len(rs), expo(rs), step=lanes)
-            if tail is not None:
-                srow, *z = when(tail, lambda *a: expo(rs, ir.VectorType.get([lanes // 2], c))(
-                    c1, *a), [srow, *z])
             zs += z
         zs = [vector.ReductionOp(c, kind("add"), z, fastmath=reassoc()).result for z in zs]
         invs = [arith.select(s.cmp("eq", z, zero), zero, s.div(s.const(1), z)) for z in zs]
