@@ -132,6 +132,18 @@ class _B:
         return math.fma(self.poly(x2, odd), x, self.poly(x2, even))
 
 
+def _exp_reduced(b: _B, xc):
+    """``(e^r, t)`` for a clamped ``xc`` = k·ln2 + r: t holds k in its low
+    mantissa bits (the shifter), e^r by the polynomial; exp(xc) = e^r · 2^k."""
+    t = math.fma(xc, b.c(_LOG2E), b.c(_SHIFTER))
+    kf = arith.subf(t, b.c(_SHIFTER))
+    r = math.fma(arith.negf(kf), b.c(_LN2_HI), xc)
+    r = math.fma(arith.negf(kf), b.c(_LN2_LO), r)
+    r2 = arith.mulf(r, r)
+    p = math.fma(b.poly(r, _EXP_P), r2, r)          # e^r - 1
+    return arith.addf(p, b.c(1.0)), t
+
+
 def _exp_f32(b: _B, x):
     # Clamp with ordered compares: a NaN passes through, and then through
     # every float op below, so the result is NaN with no select.
@@ -140,13 +152,7 @@ def _exp_f32(b: _B, x):
     # k = round(x·log2e) by the 1.5·2^23 shifter: t's ulp is 1, so t holds k
     # in its low mantissa bits (|k| <= 150), read back by integer ops (defined
     # for any bits, NaN's too, unlike fptosi).
-    t = math.fma(xc, b.c(_LOG2E), b.c(_SHIFTER))
-    kf = arith.subf(t, b.c(_SHIFTER))
-    r = math.fma(arith.negf(kf), b.c(_LN2_HI), xc)
-    r = math.fma(arith.negf(kf), b.c(_LN2_LO), r)
-    r2 = arith.mulf(r, r)
-    p = math.fma(b.poly(r, _EXP_P), r2, r)          # e^r - 1
-    p = arith.addf(p, b.c(1.0))
+    p, t = _exp_reduced(b, xc)
     # 2^k in two halves (k = 128 overflows to +inf, k < -126 scales into the
     # denormals with one rounding): with m = k + 254, h = m >> 1,
     # 2^k = 2^(h - 127) · 2^(m - h - 127), both factors normal.
@@ -165,13 +171,7 @@ def _exp_nonpositive_f32(b: _B, x):
     # the result is 0 where _exp_f32 gives denormals down to x = -103.3).
     # NaN passes.
     lo = b.c(-88.0)
-    xc = arith.select(b.cmp("OLT", x, lo), lo, x)
-    t = math.fma(xc, b.c(_LOG2E), b.c(_SHIFTER))          # k in t's low bits
-    kf = arith.subf(t, b.c(_SHIFTER))
-    r = math.fma(arith.negf(kf), b.c(_LN2_HI), xc)
-    r = math.fma(arith.negf(kf), b.c(_LN2_LO), r)
-    p = math.fma(b.poly(r, _EXP_P), arith.mulf(r, r), r)    # e^r - 1
-    p = arith.addf(p, b.c(1.0))
+    p, t = _exp_reduced(b, arith.select(b.cmp("OLT", x, lo), lo, x))
     e = arith.shli(arith.subi(arith.bitcast(b.i, t), b.ci(_SHIFTER_BITS - 127)), b.ci(23))
     return arith.mulf(p, arith.bitcast(b.f, e))               # p·2^k
 

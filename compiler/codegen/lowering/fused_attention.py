@@ -378,11 +378,9 @@ def _flash_attn_cpu(lw: Lowering):
     def splat(x, vt):
         return vector.BroadcastOp(vt, x).result
 
-    def iota_of(w):
-        vt = ir.VectorType.get([w], i32)
-        return arith.constant(vt, ir.DenseElementsAttr.get(
-            __import__("numpy").arange(w, dtype="int32"), type=vt))
-    iota = iota_of(lanes)
+    vi_t = ir.VectorType.get([lanes], i32)
+    iota = arith.constant(vi_t, ir.DenseElementsAttr.get(
+        __import__("numpy").arange(lanes, dtype="int32"), type=vi_t))
     neg = splat(s.const(float("-inf")), vl)
     kind = lambda k_: ir.Attribute.parse(f"#vector.kind<{k_}>")
 
