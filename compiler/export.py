@@ -107,6 +107,19 @@ def _hashed(chunks, tree: _ChunkDigests):
             done.result()
 
 
+def _stream(f, chunks, tree: bool) -> dict:
+    """Write ``chunks`` to the open file ``f``; their size and SHA-256 (and,
+    with ``tree``, their digest tree) as a manifest record."""
+    digests = _ChunkDigests() if tree else None
+    h, size = hashlib.sha256(), 0
+    for chunk in _hashed(chunks, digests) if tree else chunks:
+        h.update(chunk)
+        f.write(chunk)
+        size += len(chunk)
+    return {"sha256": h.hexdigest(), "size": size,
+            **({"chunks": digests.record()} if tree else {})}
+
+
 class _Writer:
     """Members of one zip, each with its size and SHA-256."""
 
@@ -129,15 +142,8 @@ class _Writer:
             start = self.zf.fp.tell() + 30 + len(name.encode()) + 4 + 20
             pad = -start % align
             info.extra = struct.pack("<HH", PAD_EXTRA_ID, pad) + bytes(pad)
-        digests = _ChunkDigests() if tree else None
-        h, size = hashlib.sha256(), 0
         with self.zf.open(info, "w", force_zip64=True) as f:
-            for chunk in _hashed(chunks, digests) if tree else chunks:
-                h.update(chunk)
-                f.write(chunk)
-                size += len(chunk)
-        self.members[name] = {"sha256": h.hexdigest(), "size": size,
-                              **({"chunks": digests.record()} if tree else {})}
+            self.members[name] = _stream(f, chunks, tree)
 
 
 _NUMPY_TO_ST = {v.newbyteorder("="): k for k, v in SAFETENSORS_DTYPES.items()}
@@ -291,19 +297,14 @@ def _write_side_weights(path: Path, chunks) -> tuple[str, dict]:
     """Stream ``chunks`` into a temporary file next to ``path``; returns it
     and its manifest record (name, size, SHA-256, digest tree)."""
     fd, tmp = _temp_next_to(path)
-    h, size, tree = hashlib.sha256(), 0, _ChunkDigests()
     try:
         with os.fdopen(fd, "wb") as f:
-            for chunk in _hashed(chunks, tree):
-                h.update(chunk)
-                f.write(chunk)
-                size += len(chunk)
+            rec = _stream(f, chunks, tree=True)
         os.chmod(tmp, 0o644)
     except BaseException:
         os.unlink(tmp)
         raise
-    return tmp, {"name": path.name, "size": size, "sha256": h.hexdigest(),
-                 "chunks": tree.record()}
+    return tmp, {"name": path.name, **rec}
 
 
 def manifest_body(module, writer: "_Writer", objects: dict) -> dict:

@@ -61,7 +61,7 @@ import numpy as np
 
 from .binding import KernelBindingTable, KernelCaps, KernelRef
 from .cost import default_cost_for_op_kind, unknown_cost
-from .cpu_features import CpuFeatureError, check_cpu_features
+from .cpu_features import CpuFeatureError, check_cpu_features, usable_cpus
 from .errors import FuelError, KernelError
 from .executor import Executor, KernelStep, Plan, PlanModule
 from .keys import BindingKey
@@ -207,11 +207,7 @@ MAX_HASH_THREADS = 8
 def hash_threads() -> int:
     """The threads to hash a digest tree's chunks in: the CPUs this process
     may run on, at most ``MAX_HASH_THREADS``."""
-    try:
-        n = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        n = os.cpu_count() or 1
-    return max(1, min(n, MAX_HASH_THREADS))
+    return min(usable_cpus(), MAX_HASH_THREADS)
 
 
 def map_checked(fd: int, start: int, rec: dict, fail):

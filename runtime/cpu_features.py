@@ -73,6 +73,17 @@ class CpuFeatureError(FuelError, RuntimeError):
         self.target = target
 
 
+def usable_cpus() -> int:
+    """How many CPUs this process may run on: its affinity mask where the
+    OS has one (a container or ``taskset`` narrows it), else every CPU of
+    the machine. The default for kernel threads, compile workers and the
+    weights' hashing threads alike."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):   # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 @functools.lru_cache(maxsize=1)
 def _host() -> tuple[str, frozenset[str]]:
     import llvmlite.binding as llvm

@@ -47,6 +47,7 @@ import warnings
 from typing import Callable, Iterable
 
 from compiler.errors import CompilerError
+from runtime.cpu_features import usable_cpus
 from runtime.errors import FuelError
 
 #: Graphs with fewer nodes compile in the calling process (no workers). The
@@ -71,10 +72,7 @@ def default_jobs() -> int:
     env = os.environ.get("FUELC_JOBS")
     if env is not None and env.strip():
         return check_jobs(env, "FUELC_JOBS")
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    return usable_cpus()
 
 
 def check_jobs(jobs, what: str = "jobs") -> int:

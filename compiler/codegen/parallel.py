@@ -25,6 +25,7 @@ import threading
 from typing import Callable, Sequence
 
 from compiler.errors import CompilerError
+from runtime.cpu_features import usable_cpus
 from runtime.layout import Layout
 
 ENV = "FUELC_NUM_THREADS"
@@ -112,10 +113,7 @@ def _default() -> int:
     env = os.environ.get(ENV)
     if env is not None and env != "":
         return _parse(env, f"${ENV}")
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
+    return usable_cpus()
 
 
 _threads: int | None = None

@@ -192,3 +192,20 @@ def test_target_value_is_hashable_and_frozen():
     with pytest.raises(Exception):
         t.arch = "znver3"
     assert isinstance(t, Target) and "x86-64-v3" in t.description
+
+
+def test_usable_cpus_is_the_affinity_mask_else_every_cpu(monkeypatch):
+    from runtime import artifact
+    from runtime.cpu_features import usable_cpus
+    from compiler.codegen import jobs, parallel
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 3, 5}, raising=False)
+    monkeypatch.delenv("FUELC_JOBS", raising=False)
+    monkeypatch.delenv(parallel.ENV, raising=False)
+    assert usable_cpus() == 3
+    assert jobs.default_jobs() == parallel._default() == artifact.hash_threads() == 3
+    monkeypatch.delattr(os, "sched_getaffinity")
+    monkeypatch.setattr(os, "cpu_count", lambda: 12)
+    assert usable_cpus() == 12
+    assert artifact.hash_threads() == artifact.MAX_HASH_THREADS == 8
+    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    assert usable_cpus() == 1
