@@ -11,8 +11,16 @@ temporary ``PYTHONPYCACHEPREFIX``, written by one untimed run per checkout),
 as an installed fuelc has it; ``--cold-bytecode`` compiles the sources in
 every run instead, as under ``PYTHONDONTWRITEBYTECODE=1`` (some 0.5 s of every
 compile's front, and of a spawned worker's start). The runs of every (model, jobs) pair are
-interleaved, so a change in the machine's load hits each alike. Prints the
-median of each and the ratio jobs=1 / jobs=N, the CPU seconds of the calling
+interleaved, so a change in the machine's load hits each alike, and each round
+runs them the other way round from the round before (jobs=1 first, then jobs=N
+first). A run during which other processes or the hypervisor (steal time) used
+more than 0.03 s + 0.05 cores of CPU (/proc/stat, less this compile's own CPU
+seconds) is run again, at most ``--redo`` times (default 2): the criterion is
+what the neighbours took, never the compile's own time, so it drops the runs a
+neighbour decided without favouring either side. Prints the
+median of each and the ratio jobs=1 / jobs=N, the median and range of the
+rounds' own ratios (each round's two runs ran next to each other), how many
+runs were run again, the CPU seconds of the calling
 process and of its workers (which a busy machine changes less than the wall
 time: with jobs=2 on two free cores the wall time is near the larger of the
 two), the cores kept busy ((CPU seconds of all) / wall), the ratio of jobs=1's
