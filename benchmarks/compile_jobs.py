@@ -18,9 +18,12 @@ more than 0.03 s + 0.05 cores of CPU (/proc/stat, less this compile's own CPU
 seconds) is run again, at most ``--redo`` times (default 2): the criterion is
 what the neighbours took, never the compile's own time, so it drops the runs a
 neighbour decided without favouring either side. Prints the
-median of each and the ratio jobs=1 / jobs=N, the median and range of the
+median of each and the ratio jobs=1 / jobs=N, the ratio of the fastest runs
+(the noise of this machine only ever slows a run), the median and range of the
 rounds' own ratios (each round's two runs ran next to each other), how many
-runs were run again, the CPU seconds of the calling
+runs were run again (each run's line also gives the calling process's system
+seconds and page faults, which tell a slow run's copied or re-read pages from a
+slower CPU), the CPU seconds of the calling
 process and of its workers (which a busy machine changes less than the wall
 time: with jobs=2 on two free cores the wall time is near the larger of the
 two), the cores kept busy ((CPU seconds of all) / wall), the ratio of jobs=1's
@@ -210,6 +213,7 @@ def one_run(spec: str, jobs: int, breakdown: bool) -> dict:
     start, out = time.time(), {}
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     busy0, steal0 = cpu_stat()
+    me = resource.getrusage(resource.RUSAGE_SELF)
     c0, t0 = time.process_time(), time.perf_counter()
     module = compile(graph, jobs=jobs)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -223,6 +227,9 @@ def one_run(spec: str, jobs: int, breakdown: bool) -> dict:
     # machine's busy seconds less this compile's (sampled at the clock tick:
     # +-0.02 s)
     others, stolen = busy1 - busy0 - (time.process_time() - c0) - workers, steal1 - steal0
+    me1 = resource.getrusage(resource.RUSAGE_SELF)  # the calling process's system time
+    sys_faults = (me1.ru_stime - me.ru_stime, me1.ru_minflt - me.ru_minflt,  # and faults
+                  me1.ru_majflt - me.ru_majflt)
     objects = sorted(os.path.join(d, f) for d, _, fs in
                      os.walk(os.path.join(os.environ["FUELC_CACHE_DIR"], "objects")) for f in fs)
     from compiler.codegen.cache import decode_entry
@@ -233,7 +240,7 @@ def one_run(spec: str, jobs: int, breakdown: bool) -> dict:
         digest.update(os.path.basename(p).encode() + entry)
         payloads.append(hashlib.sha256(decode_entry(os.path.basename(p)[:-2], entry)).digest())
     out.update({"model": spec, "jobs": jobs, "compile": wall, "cpu": cpu, "cpu_workers": workers,
-           "others": others, "stolen": stolen,
+           "others": others, "stolen": stolen, "sys_faults": sys_faults,
            "import": imported, "front": front, "objects": len(objects), "digest": digest.hexdigest()[:16],
            # the objects alone: their keys (file names) cover the codegen's sources too
            "payloads": hashlib.sha256(b"".join(sorted(payloads))).hexdigest()[:16]})
@@ -363,7 +370,9 @@ def measure(args, pycache: "str | None") -> int:
                           f"{r['cpu']:.2f} s, workers {r['cpu_workers']:.2f} s; others "
                           f"{r.get('others', 0.0):.2f} s, stolen {r.get('stolen', 0.0):.2f} s)"
                           f"  load {os.getloadavg()[0]:.2f}"
-                          + ("  disturbed" if disturbed else ""), flush=True)
+                          + ("  disturbed" if disturbed else "")
+                          + ("  (this process: system {:.2f} s, {} + {} major faults)".format(
+                              *r["sys_faults"]) if "sys_faults" in r else ""), flush=True)
                     if not disturbed:
                         break
                     if attempt < args.redo:
@@ -378,7 +387,7 @@ def measure(args, pycache: "str | None") -> int:
                 payloads.setdefault(spec, set()).add(r["payloads"])
     print(f"load average after: {os.getloadavg()}")
     print("| model:batch | checkout | " + " | ".join(f"jobs={j}" for j in args.jobs)
-          + " | ratio | pair ratios | cpu: this process + workers | cpu / wall | cpu ratio"
+          + " | ratio | fastest | pair ratios | cpu: this process + workers | cpu / wall | cpu ratio"
           + " | front | predicted on free cores | runs again |")
     for spec in args.models:
         for root in args.roots:
@@ -416,6 +425,7 @@ def measure(args, pycache: "str | None") -> int:
             print(f"| {spec} | {root} | " + " | ".join(
                 f"{m:.2f} s ({r})" for m, r in zip(meds, spread))
                 + f" | {meds[0] / meds[-1]:.2f}x{same}"
+                + f" | {min(times[(spec, root, args.jobs[0])]) / min(times[(spec, root, n)]):.2f}x"
                 + f" | {statistics.median(pairs):.2f}x ({pairs[0]:.2f}-{pairs[-1]:.2f})"
                 + f" | {work} | {busy} | {first / last:.2f}x"
                 + f" | {'-' if f is None else f'{f:.2f} s'} | {predicted} | {again} |")
