@@ -11,8 +11,19 @@ temporary ``PYTHONPYCACHEPREFIX``, written by one untimed run per checkout),
 as an installed fuelc has it; ``--cold-bytecode`` compiles the sources in
 every run instead, as under ``PYTHONDONTWRITEBYTECODE=1`` (some 0.5 s of every
 compile's front, and of a spawned worker's start). The runs of every (model, jobs) pair are
-interleaved, so a change in the machine's load hits each alike. Prints the
-median of each and the ratio jobs=1 / jobs=N, the CPU seconds of the calling
+interleaved, so a change in the machine's load hits each alike, and each round
+runs them the other way round from the round before (jobs=1 first, then jobs=N
+first). A run during which other processes or the hypervisor (steal time) used
+more than 0.03 s + 0.05 cores of CPU (/proc/stat, less this compile's own CPU
+seconds) is run again, at most ``--redo`` times (default 2): the criterion is
+what the neighbours took, never the compile's own time, so it drops the runs a
+neighbour decided without favouring either side. Prints the
+median of each and the ratio jobs=1 / jobs=N, the ratio of the fastest runs
+(the noise of this machine only ever slows a run), the median and range of the
+rounds' own ratios (each round's two runs ran next to each other), how many
+runs were run again (each run's line also gives the calling process's system
+seconds and page faults, which tell a slow run's copied or re-read pages from a
+slower CPU), the CPU seconds of the calling
 process and of its workers (which a busy machine changes less than the wall
 time: with jobs=2 on two free cores the wall time is near the larger of the
 two), the cores kept busy ((CPU seconds of all) / wall), the ratio of jobs=1's
@@ -54,6 +65,9 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: A run during which other processes (or the hypervisor) used more than this
+#: many CPU seconds, plus this many cores on average, is run again (``--redo``).
+DISTURBED_S, DISTURBED_CORES = 0.03, 0.05
 DEFAULT = ["resnet:1", "resnet:8", "mobilenet:1", "mobilenet:8", "efficientnet:1",
            "efficientnet:8", "audio:1", "audio:8", "bert:1", "bert:8"]
 
@@ -163,6 +177,20 @@ def instrument(parent: dict, clock) -> dict:
             **{f"compiler.codegen.{n}": families for n in ("kernels", "fused", "runtime_fused")}}
 
 
+def cpu_stat() -> "tuple[float, float]":
+    """The machine's busy and stolen CPU seconds so far (/proc/stat, all
+    CPUs; (0, 0) where there is none): busy is user, nice, system, irq and
+    softirq time, stolen the time the hypervisor ran something else on a
+    vCPU that had work."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError, IndexError):
+        return 0.0, 0.0
+    hz = os.sysconf("SC_CLK_TCK")
+    return (v[0] + v[1] + v[2] + v[5] + v[6]) / hz, v[7] / hz
+
+
 def one_run(spec: str, jobs: int, breakdown: bool) -> dict:
     """Cold-compile ``spec`` (model:batch) in this process; a dict of figures."""
     sys.path.insert(0, os.environ.get("FUELC_BENCH_ROOT", ROOT))
@@ -184,6 +212,8 @@ def one_run(spec: str, jobs: int, breakdown: bool) -> dict:
                  {"compiler.codegen.jobs": lambda m: watch_front(m, parent, clock)})
     start, out = time.time(), {}
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    busy0, steal0 = cpu_stat()
+    me = resource.getrusage(resource.RUSAGE_SELF)
     c0, t0 = time.process_time(), time.perf_counter()
     module = compile(graph, jobs=jobs)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -192,6 +222,14 @@ def one_run(spec: str, jobs: int, breakdown: bool) -> dict:
         jobs_module.reap_workers(wait=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the workers
     workers = after.ru_utime + after.ru_stime - kids.ru_utime - kids.ru_stime
+    busy1, steal1 = cpu_stat()
+    # what other processes (and the kernel's own threads) ran meanwhile: the
+    # machine's busy seconds less this compile's (sampled at the clock tick:
+    # +-0.02 s)
+    others, stolen = busy1 - busy0 - (time.process_time() - c0) - workers, steal1 - steal0
+    me1 = resource.getrusage(resource.RUSAGE_SELF)  # the calling process's system time
+    sys_faults = (me1.ru_stime - me.ru_stime, me1.ru_minflt - me.ru_minflt,  # and faults
+                  me1.ru_majflt - me.ru_majflt)
     objects = sorted(os.path.join(d, f) for d, _, fs in
                      os.walk(os.path.join(os.environ["FUELC_CACHE_DIR"], "objects")) for f in fs)
     from compiler.codegen.cache import decode_entry
@@ -202,6 +240,7 @@ def one_run(spec: str, jobs: int, breakdown: bool) -> dict:
         digest.update(os.path.basename(p).encode() + entry)
         payloads.append(hashlib.sha256(decode_entry(os.path.basename(p)[:-2], entry)).digest())
     out.update({"model": spec, "jobs": jobs, "compile": wall, "cpu": cpu, "cpu_workers": workers,
+           "others": others, "stolen": stolen, "sys_faults": sys_faults,
            "import": imported, "front": front, "objects": len(objects), "digest": digest.hexdigest()[:16],
            # the objects alone: their keys (file names) cover the codegen's sources too
            "payloads": hashlib.sha256(b"".join(sorted(payloads))).hexdigest()[:16]})
@@ -283,6 +322,9 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--breakdown", action="store_true")
+    ap.add_argument("--redo", type=int, default=2,
+                    help="run a compile again, at most this many times, when other processes "
+                         "or the hypervisor took CPU during it (default 2)")
     ap.add_argument("--roots", nargs="+", default=[ROOT],
                     help="fuelc checkouts to compare, interleaved (default: this one)")
     ap.add_argument("--cold-bytecode", action="store_true",
@@ -311,24 +353,42 @@ def measure(args, pycache: "str | None") -> int:
                 show_breakdown(run_child(spec, j, True, args.roots[0], pycache))
         return 0
     times, cpus, digests, payloads, fronts = {}, {}, {}, {}, {}
-    for _ in range(args.runs):
+    redone, kept_disturbed = {}, {}
+    for n in range(args.runs):
         for spec in args.models:
-            for root in args.roots:
-                for j in args.jobs:
+            # each round in turn the other way round (jobs=1 first, then last), so
+            # neither goes first in every pair
+            cells = [(root, j) for root in args.roots for j in args.jobs]
+            for root, j in cells if n % 2 == 0 else cells[::-1]:
+                for attempt in range(args.redo + 1):
                     r = run_child(spec, j, False, root, pycache)
-                    times.setdefault((spec, root, j), []).append(r["compile"])
-                    cpus.setdefault((spec, root, j), []).append((r["cpu"], r["cpu_workers"]))
-                    if "front cpu" in r:
-                        fronts.setdefault((spec, root, j), []).append(r["front cpu"])
-                    digests.setdefault((spec, root), set()).add(r["digest"])
-                    payloads.setdefault(spec, set()).add(r["payloads"])
+                    # other processes or the hypervisor took CPU during the compile:
+                    # run it again (the criterion is the neighbours' CPU, not ours)
+                    noise = r.get("others", 0.0) + r.get("stolen", 0.0)
+                    disturbed = noise > DISTURBED_S + DISTURBED_CORES * r["compile"]
                     print(f"  {spec} {root} jobs={j}: {r['compile']:.2f} s (cpu: this process "
-                          f"{r['cpu']:.2f} s, workers {r['cpu_workers']:.2f} s)  "
-                          f"load {os.getloadavg()[0]:.2f}", flush=True)
+                          f"{r['cpu']:.2f} s, workers {r['cpu_workers']:.2f} s; others "
+                          f"{r.get('others', 0.0):.2f} s, stolen {r.get('stolen', 0.0):.2f} s)"
+                          f"  load {os.getloadavg()[0]:.2f}"
+                          + ("  disturbed" if disturbed else "")
+                          + ("  (this process: system {:.2f} s, {} + {} major faults)".format(
+                              *r["sys_faults"]) if "sys_faults" in r else ""), flush=True)
+                    if not disturbed:
+                        break
+                    if attempt < args.redo:
+                        redone[(spec, root, j)] = redone.get((spec, root, j), 0) + 1
+                    else:
+                        kept_disturbed[(spec, root, j)] = kept_disturbed.get((spec, root, j), 0) + 1
+                times.setdefault((spec, root, j), []).append(r["compile"])
+                cpus.setdefault((spec, root, j), []).append((r["cpu"], r["cpu_workers"]))
+                if "front cpu" in r:
+                    fronts.setdefault((spec, root, j), []).append(r["front cpu"])
+                digests.setdefault((spec, root), set()).add(r["digest"])
+                payloads.setdefault(spec, set()).add(r["payloads"])
     print(f"load average after: {os.getloadavg()}")
     print("| model:batch | checkout | " + " | ".join(f"jobs={j}" for j in args.jobs)
-          + " | ratio | cpu: this process + workers | cpu / wall | cpu ratio | front"
-          + " | predicted on free cores |")
+          + " | ratio | fastest | pair ratios | cpu: this process + workers | cpu / wall | cpu ratio"
+          + " | front | predicted on free cores | runs again |")
     for spec in args.models:
         for root in args.roots:
             meds = [statistics.median(times[(spec, root, j)]) for j in args.jobs]
@@ -354,10 +414,21 @@ def measure(args, pycache: "str | None") -> int:
             workers = statistics.median(w for _, w in cpus[(spec, root, n)])
             predicted = ("-" if f is None or n == args.jobs[0] else
                          f"{first / (f + (last - f + workers) / n):.2f}x")
+            # each round's jobs=1 over its jobs=N, run next to each other: the median
+            # and the range (a slow spell longer than a pair slows both alike)
+            pairs = sorted(a / b for a, b in zip(times[(spec, root, args.jobs[0])],
+                                                 times[(spec, root, n)]))
+            again = ", ".join(f"{redone.get((spec, root, j), 0)}"
+                              + (f" ({kept_disturbed[(spec, root, j)]} kept disturbed)"
+                                 if (spec, root, j) in kept_disturbed else "")
+                              for j in args.jobs)
             print(f"| {spec} | {root} | " + " | ".join(
                 f"{m:.2f} s ({r})" for m, r in zip(meds, spread))
-                + f" | {meds[0] / meds[-1]:.2f}x{same} | {work} | {busy} | {first / last:.2f}x"
-                + f" | {'-' if f is None else f'{f:.2f} s'} | {predicted} |")
+                + f" | {meds[0] / meds[-1]:.2f}x{same}"
+                + f" | {min(times[(spec, root, args.jobs[0])]) / min(times[(spec, root, n)]):.2f}x"
+                + f" | {statistics.median(pairs):.2f}x ({pairs[0]:.2f}-{pairs[-1]:.2f})"
+                + f" | {work} | {busy} | {first / last:.2f}x"
+                + f" | {'-' if f is None else f'{f:.2f} s'} | {predicted} | {again} |")
     for spec in args.models:
         if len(args.roots) > 1:  # cache keys differ where the codegen's sources do
             same = len(payloads[spec]) == 1

@@ -1,0 +1,64 @@
+"""benchmarks/compile_jobs.py's protocol: the order of the runs, the runs a
+neighbour disturbed run again, the machine's CPU seconds (no compile here)."""
+import argparse
+import time
+
+import pytest
+
+from benchmarks import compile_jobs
+
+
+def _fake_runs(monkeypatch, others):
+    """run_child replaced: each call appends (model, jobs) to the list
+    returned and reports ``others(call index)`` seconds of others' CPU."""
+    calls = []
+
+    def run_child(spec, jobs, breakdown, root, pycache):
+        calls.append((spec, jobs))
+        return {"compile": 2.0 / jobs, "cpu": 2.0 / jobs, "cpu_workers": 1.0 * (jobs - 1),
+                "others": others(len(calls) - 1), "stolen": 0.0, "digest": "d", "payloads": "p",
+                "front cpu": 0.2, "sys_faults": (0.01, 100, 0)}
+    monkeypatch.setattr(compile_jobs, "run_child", run_child)
+    return calls
+
+
+def _args(runs=3, redo=2):
+    return argparse.Namespace(models=["audio:1"], jobs=[1, 2], runs=runs, breakdown=False,
+                              roots=["here"], redo=redo)
+
+
+def test_rounds_alternate_which_jobs_goes_first(monkeypatch, capsys):
+    calls = _fake_runs(monkeypatch, lambda i: 0.0)
+    compile_jobs.measure(_args(runs=4), None)
+    assert [j for _, j in calls] == [1, 2, 2, 1, 1, 2, 2, 1]
+    row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| audio:1")]
+    assert row and "| 2.00x | 2.00x | 2.00x (2.00-2.00) |" in row[0]
+
+
+def test_a_disturbed_run_is_run_again_until_the_redo_runs_out(monkeypatch, capsys):
+    # the second call (round 1's jobs=2) is disturbed once; round 2's jobs=2 (calls 3-5) always
+    calls = _fake_runs(monkeypatch, lambda i: 1.0 if i in (1, 3, 4, 5) else 0.01)
+    compile_jobs.measure(_args(runs=2, redo=2), None)
+    assert [j for _, j in calls] == [1, 2, 2, 2, 2, 2, 1]
+    out = capsys.readouterr().out
+    assert out.count("  disturbed") == 4
+    assert "| 0, 3 (1 kept disturbed) |" in out
+
+
+def test_others_below_the_threshold_are_not_a_disturbance(monkeypatch):
+    # 0.03 s + 0.05 cores of a 1 s (jobs=2) run: 0.08 s
+    calls = _fake_runs(monkeypatch, lambda i: 0.07)
+    compile_jobs.measure(_args(runs=1), None)
+    assert len(calls) == 2
+
+
+def test_cpu_stat_counts_this_process():
+    busy0, steal0 = compile_jobs.cpu_stat()
+    if busy0 == 0.0:
+        pytest.skip("no /proc/stat")
+    c0 = time.process_time()
+    while time.process_time() - c0 < 0.3:
+        pass
+    busy1, steal1 = compile_jobs.cpu_stat()
+    assert busy1 - busy0 >= 0.2  # clock ticks: +-0.02 s a CPU
+    assert steal1 >= steal0 >= 0.0
