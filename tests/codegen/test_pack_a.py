@@ -15,7 +15,7 @@ from compiler.graph.opdef import TensorType
 from compiler.registry.builders import linear
 from compiler.testing import same_bits_at_threads
 from runtime.dtype import DType
-from runtime.rows import PACK_A_COLUMNS, UNPACKED_ROWS
+from runtime.rows import PACK_A_4K_COLUMNS, PACK_A_COLUMNS, UNPACKED_ROWS
 
 
 def test_pack_a_class():
@@ -27,6 +27,14 @@ def test_pack_a_class():
     assert not family.pack_a((512, 64), unit, 2, 2064, n)             # not a multiple
     assert not family.pack_a((512, 64), unit, 2, 2048, n - 16)        # too few columns
     assert not family.pack_a((512, 64), (1, 2), 2, 2048, n)           # A strided
+    # MatMul calls: also rows 4 KiB apart, from PACK_A_4K_COLUMNS columns
+    n4 = PACK_A_4K_COLUMNS
+    assert family.pack_a((512, 64), unit, 2, 1024, n4, pitch_4k=True)
+    assert family.pack_a((512, 64), unit, 2, 3072, n4, pitch_4k=True)
+    assert not family.pack_a((512, 64), unit, 2, 1024, n4 - 16, pitch_4k=True)
+    assert not family.pack_a((512, 64), unit, 2, 512, n4, pitch_4k=True)   # 2 KiB apart
+    assert not family.pack_a((512, 64), unit, 2, 1040, n4, pitch_4k=True)  # not a multiple
+    assert not family.pack_a((UNPACKED_ROWS, 64), unit, 2, 1024, n4, pitch_4k=True)
 
 
 def test_pack_a_selects_the_copy_of_a_on_avx2_f32():
@@ -116,3 +124,37 @@ def test_a_call_that_copies_a_is_cut_by_rows_at_two_threads(spec, rows):
                                                             ((288, 2048), (2048, 2048))]
     else:
         assert [t[2].shape for t in tiles] == [(600, 512)] * 4
+
+
+def test_a_matmul_with_rows_4_kib_apart_copies_a_and_keeps_its_bits():
+    """MatMul [120, 1024] x [1024, 1040] (A's rows 4 KiB apart, at least
+    PACK_A_4K_COLUMNS columns): the instance copies A, is cut into one row
+    tile per thread on AVX2, and
+    gives the same bits at 1 and 2 threads as A read in place (rows 1040
+    apart), within f32 rounding of the float64 product."""
+    from compiler.codegen import kernels as K, parallel
+    from compiler.targets import parse_target
+    from runtime import params as P
+    from runtime.layout import Layout
+    from runtime.opkind import OpKind
+    m, k, n = 120, 1024, PACK_A_4K_COLUMNS + 16
+    kern = K.FAMILY.kernel(parse_target("cpu:x86-64-v3"), OpKind.MatMul, (DType.F32,) * 3)
+    lays = [Layout.contiguous((m, k)), Layout.contiguous((k, n)), Layout.contiguous((m, n))]
+    parallel.set_num_threads(2)
+    try:
+        tiles = kern._tiles(lays, P.Matmul((), (), m, n, k), 2)
+    finally:
+        parallel.set_num_threads(None)
+    assert all(inst.pack_a for inst, _ in tiles)
+    assert [lay[0].shape for _, lay in tiles] == [(72, k), (48, k)]
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    g = Graph()
+    g.output(g.input("x", a.shape, "f32") @ g.input("w", w.shape, "f32"), name="y")
+    mod = compile(g, "cpu:x86-64-v3")
+    y = same_bits_at_threads(lambda: mod(x=a, w=w))
+    in_place = np.zeros((m, 1040), np.float32)[:, :k]
+    in_place[...] = a
+    np.testing.assert_array_equal(y, mod(x=in_place, w=w))
+    np.testing.assert_allclose(y, a.astype(np.float64) @ w, rtol=1e-4, atol=1e-3)
