@@ -54,6 +54,7 @@ as its kernels are in).
 from __future__ import annotations
 
 import argparse
+import collections
 import hashlib
 import json
 import os
@@ -353,7 +354,7 @@ def measure(args, pycache: "str | None") -> int:
                 show_breakdown(run_child(spec, j, True, args.roots[0], pycache))
         return 0
     times, cpus, digests, payloads, fronts = {}, {}, {}, {}, {}
-    redone, kept_disturbed = {}, {}
+    redone, kept_disturbed = collections.Counter(), collections.Counter()
     for n in range(args.runs):
         for spec in args.models:
             # each round in turn the other way round (jobs=1 first, then last), so
@@ -375,10 +376,7 @@ def measure(args, pycache: "str | None") -> int:
                               *r["sys_faults"]) if "sys_faults" in r else ""), flush=True)
                     if not disturbed:
                         break
-                    if attempt < args.redo:
-                        redone[(spec, root, j)] = redone.get((spec, root, j), 0) + 1
-                    else:
-                        kept_disturbed[(spec, root, j)] = kept_disturbed.get((spec, root, j), 0) + 1
+                    (redone if attempt < args.redo else kept_disturbed)[(spec, root, j)] += 1
                 times.setdefault((spec, root, j), []).append(r["compile"])
                 cpus.setdefault((spec, root, j), []).append((r["cpu"], r["cpu_workers"]))
                 if "front cpu" in r:
@@ -418,7 +416,7 @@ def measure(args, pycache: "str | None") -> int:
             # and the range (a slow spell longer than a pair slows both alike)
             pairs = sorted(a / b for a, b in zip(times[(spec, root, args.jobs[0])],
                                                  times[(spec, root, n)]))
-            again = ", ".join(f"{redone.get((spec, root, j), 0)}"
+            again = ", ".join(f"{redone[(spec, root, j)]}"
                               + (f" ({kept_disturbed[(spec, root, j)]} kept disturbed)"
                                  if (spec, root, j) in kept_disturbed else "")
                               for j in args.jobs)

@@ -121,10 +121,11 @@ def pack_a(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg: int,
     with ``pitch_4k`` (MatMul calls) also A's rows a multiple of 4 KiB apart
     and at least ``PACK_A_4K_COLUMNS`` columns."""
     rows = a_shape[-2] if len(a_shape) >= 2 else 0
-    wide = aliased_rows(a_row_stride) and n >= PACK_A_COLUMNS
-    pitch = pitch_4k and a_row_stride >= 1024 and a_row_stride % 1024 == 0 \
-        and n >= PACK_A_4K_COLUMNS
-    return rows > UNPACKED_ROWS and (wide or pitch) and {0, 1, out_arg} <= set(unit_stride)
+    # (pitch_4k's rule takes in the other: aliased rows are 4 KiB multiples too)
+    apart, columns = ((a_row_stride >= 1024 and a_row_stride % 1024 == 0, PACK_A_4K_COLUMNS)
+                      if pitch_4k else (aliased_rows(a_row_stride), PACK_A_COLUMNS))
+    return (rows > UNPACKED_ROWS and apart and n >= columns
+            and {0, 1, out_arg} <= set(unit_stride))
 
 
 def unpacked_rows(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg: int,
