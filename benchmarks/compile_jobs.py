@@ -46,7 +46,9 @@ the end imbalance how far apart the last two processes' last compiles ended
 (one process with nothing left to compile while another still compiled).
 It also prints what came before ``compile()`` (building the model, importing
 fuelc, ``import_model``), when the first task was submitted (and the calling
-process's CPU seconds until then: the serial front), how long the calling
+process's CPU seconds until then: the serial front, and its parts: when the
+target check, the fork, emit, the passes, the plan and the making of the
+instances began and ended, in CPU milliseconds), how long the calling
 process waited for the workers' last objects, and what it did after the last
 object (warming the steps, building the module; constant folding runs as soon
 as its kernels are in).
@@ -96,6 +98,21 @@ def _wrap(owner, name, sink, label):
     setattr(owner, name, timed)
 
 
+def _stamp(owner, name, marks: list, label, clock) -> None:
+    """Append (label, the calling process's CPU seconds since ``compile()``'s
+    start) to ``marks`` as ``owner.name`` is entered and left (``front
+    parts``)."""
+    fn = getattr(owner, name)
+
+    def stamped(*a, **k):
+        marks.append((f"{label} >", time.process_time() - clock()[2]))
+        try:
+            return fn(*a, **k)
+        finally:
+            marks.append((f"{label} <", time.process_time() - clock()[2]))
+    setattr(owner, name, stamped)
+
+
 def after_import(hooks: dict) -> None:
     """Run ``hooks[name](module)`` right after the module ``name`` is first
     imported (before any caller sees it), so that ``--breakdown`` wraps the
@@ -142,8 +159,12 @@ def instrument(parent: dict, clock) -> dict:
     result dict, the process time at that start)."""
     from benchmarks.compile_jobs import timed_emit  # workers import it by name
 
+    marks = parent.setdefault("front parts", [])
+
     def jobs(m):
         m.emit_object = timed_emit
+        _stamp(m.ProcessExecutor, "__init__", marks, "fork", clock)
+        _stamp(m, "precompile", marks, "instances", clock)
         watch_front(m, parent, clock)
         import concurrent.futures as cf
         completed = cf.as_completed
@@ -172,8 +193,17 @@ def instrument(parent: dict, clock) -> dict:
         _wrap(m.KernelCache, "put", parent, "store+load worker object")
         _wrap(m.KernelCache, "get_or_compile", parent, "compile here")
 
+    def stamps(name, label):
+        return lambda m: _stamp(m, name, marks, label, clock)
+
+    def plan(m):
+        _wrap(m, "fold_constant_steps", parent, "fold constants")
+        _stamp(m, "plan_from_module", marks, "plan", clock)
+
     return {"compiler.codegen.jobs": jobs, "compiler.codegen.cache": cache,
-            "compiler.plan": lambda m: _wrap(m, "fold_constant_steps", parent, "fold constants"),
+            "compiler.codegen.family": stamps("runnable_here", "target check"),
+            "compiler.dialect.emit": stamps("graph_to_module", "emit"),
+            "compiler.passes": stamps("run_pipeline", "passes"), "compiler.plan": plan,
             "compiler.codegen.cpu": lambda m: _wrap(m, "choose_strategy", parent, "strategy"),
             **{f"compiler.codegen.{n}": families for n in ("kernels", "fused", "runtime_fused")}}
 
@@ -247,7 +277,9 @@ def one_run(spec: str, jobs: int, breakdown: bool) -> dict:
            "payloads": hashlib.sha256(b"".join(sorted(payloads))).hexdigest()[:16]})
     if breakdown:
         out["stages"] = dict(module.timings)
+        marks = parent.pop("front parts", [])
         out["parent"] = {k: [(s - start, e - start) for s, e in v] for k, v in parent.items()}
+        out["front parts"] = marks
         tasks = []
         if os.path.exists(os.environ["FUELC_BENCH_LOG"]):
             with open(os.environ["FUELC_BENCH_LOG"]) as f:
@@ -284,6 +316,16 @@ def show_breakdown(r: dict) -> None:
     if "front cpu" in r:
         print(f"  first task submitted at {r['parent']['first task'][0][1]:.2f} s "
               f"({r['front cpu']:.2f} s of cpu)")
+    if "front cpu" in r and r.get("front parts"):  # each part's first call, up to the first task
+        spans = {}
+        for label, t in r["front parts"]:
+            name, edge = label[:-2], label[-1]
+            if t <= r["front cpu"] and (edge == ">" and name not in spans
+                                        or edge == "<" and len(spans.get(name, ())) == 1):
+                spans.setdefault(name, []).append(t)
+        print("  front, cpu ms from compile()'s start: " + ", ".join(
+            f"{k} {v[0] * 1e3:.0f}-" + (f"{v[1] * 1e3:.0f}" if len(v) > 1 else "")
+            for k, v in spans.items()) + f", first task {r['front cpu'] * 1e3:.0f}")
     print("  stages: " + ", ".join(f"{k} {v:.2f}" for k, v in r["stages"].items()))
     ends = [e for k, v in r["parent"].items() if k in ("compile here", "store+load worker object")
             for _, e in v]

@@ -84,7 +84,11 @@ def decompose_via_recipe(op, entry) -> list:
         out_types = [_fuel.tensor_type(v, dims) for v in op.results]
     except Exception as e:
         raise Declined(f"unresolvable operand/result type: {e}") from None
-    with dims.recording(_fuel.describe(op)):
+    # The op's name for what the recipe assumes on ``?`` extents: made once
+    # (its SSA name numbers the whole function: some 0.4 ms on a ResNet, for
+    # each op of the recipe before; docs/compile-at-scale.md, "Twelfth round").
+    where = _fuel.describe(op)
+    with dims.recording(where):
         dag = try_instantiate_recipe(entry, params, in_types)
     if isinstance(dag, Decline):
         raise Declined(dag.reason)
@@ -95,7 +99,7 @@ def decompose_via_recipe(op, entry) -> list:
     node_params = []
     for node in dag.nodes:
         try:
-            with dims.recording(_fuel.describe(op)):
+            with dims.recording(where):
                 node_params.append(_fuel.dialect_params(
                     node.op, node.params, [dag.type_of(r) for r in node.inputs], dims))
         except ValueError as e:

@@ -62,3 +62,20 @@ def test_cpu_stat_counts_this_process():
     busy1, steal1 = compile_jobs.cpu_stat()
     assert busy1 - busy0 >= 0.2  # clock ticks: +-0.02 s a CPU
     assert steal1 >= steal0 >= 0.0
+
+
+def test_breakdown_prints_the_front_part_by_part(capsys):
+    # each part's first call up to the first task; later calls (the target
+    # check again in the plan stage) and what came after the first task left out
+    marks = [("target check >", 0.036), ("target check <", 0.088), ("fork >", 0.088),
+             ("fork <", 0.093), ("emit >", 0.129), ("emit <", 0.134), ("passes >", 0.134),
+             ("passes <", 0.213), ("target check >", 0.220), ("target check <", 0.221),
+             ("instances >", 0.223), ("plan >", 0.300), ("plan <", 0.310)]
+    r = {"model": "audio:1", "jobs": 2, "compile": 1.4, "cpu": 1.4, "cpu_workers": 1.1,
+         "objects": 9, "front": {"build model": 0.9}, "front cpu": 0.243,
+         "front parts": marks, "parent": {"first task": [(0.0, 0.25)]}, "stages": {},
+         "tasks": []}
+    compile_jobs.show_breakdown(r)
+    line = [x for x in capsys.readouterr().out.splitlines() if "front, cpu ms" in x]
+    assert line == ["  front, cpu ms from compile()'s start: target check 36-88, fork 88-93, "
+                    "emit 129-134, passes 134-213, instances 223-, first task 243"]
