@@ -576,9 +576,10 @@ def _pixel_row_align(params: dict, x, w) -> int:
     more pixels than output channels, whose pixels are a multiple of the
     register tiles' width (``fused_conv.POINTWISE_COLUMNS``): the multiple
     of rows a tile of pixel rows starts at, so each tile's pixels are one
-    too; else 0 (cut by output channels). 1x1 256->64 at 56^2, 2 threads:
-    ms by channels, ms by rows (docs/benchmarks.md, "A one-image
-    pointwise conv cut by pixel rows")."""
+    too; else 0 (cut by output channels). Two znver3 threads, one process,
+    channels -> rows: 16->96 at 56^2 0.095 -> 0.077-0.084 ms, 144->24 at
+    28^2 0.050-0.054 -> 0.041-0.043; 256->64 at 56^2 the same (0.99-1.09)
+    (docs/benchmarks.md, "A one-image pointwise conv cut by pixel rows")."""
     from compiler.codegen.lowering.fused_conv import POINTWISE_COLUMNS, pointwise
     if len(x.shape) != 4 or params.get("image_at_run_time") \
             or not pointwise(params["groups"], params["stride"], w.shape[2:], params["padding"]):
