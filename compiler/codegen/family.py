@@ -175,7 +175,8 @@ def single_op_linalg_text(op_name: str, params: dict, input_types: Sequence, dyn
                           platform: str | None = None, unit_stride: Sequence[int] = (),
                           few_rows: bool = False, zero_stride: Sequence[int] = (),
                           unpacked: bool = False, contiguous: Sequence[int] = (),
-                          aliased: bool = False, pack_a: bool = False) -> str:
+                          aliased: bool = False, pack_a: bool = False,
+                          planes: Sequence[int] = ()) -> str:
     """The linalg-on-tensors module of one fuel op (a primitive or a static
     fused op) as a ``@kernel`` entry, lowered with ``platform``'s rules.
     ``unit_stride``: the arguments (inputs then outputs) every call passes
@@ -188,12 +189,14 @@ def single_op_linalg_text(op_name: str, params: dict, input_types: Sequence, dyn
     ``aliased``: one whose B rows fall in few cache sets (``ALIASED_ATTR``);
     ``pack_a``: a packed one that copies its blocks of A (``PACK_A_ATTR``).
     ``contiguous``: the arguments every call passes row-major
-    (``common.stages.CONTIGUOUS_ATTR``)."""
+    (``common.stages.CONTIGUOUS_ATTR``); ``planes``: those it passes with
+    row-major planes, the last two axes (``common.stages.PLANES_ATTR``)."""
     from compiler.codegen.linalg import emit_single_op_module, lower_to_linalg
     module = emit_single_op_module(op_name, dict(params), list(input_types),
                                    dynamic=dynamic, func_name=ENTRY, ctx=emission_context())
-    if (unit_stride or few_rows or zero_stride or unpacked or contiguous) and platform == "cpu":
-        from compiler.codegen.common.stages import CONTIGUOUS_ATTR
+    if (unit_stride or few_rows or zero_stride or unpacked or contiguous or planes) \
+            and platform == "cpu":
+        from compiler.codegen.common.stages import CONTIGUOUS_ATTR, PLANES_ATTR
         from compiler.mlir import ir
         with module.context:
             i64 = ir.IntegerType.get_signless(64)
@@ -201,7 +204,8 @@ def single_op_linalg_text(op_name: str, params: dict, input_types: Sequence, dyn
                 if op.operation.name == "func.func":
                     for attr, args in ((UNIT_STRIDE_ATTR, unit_stride),
                                        (ZERO_STRIDE_ATTR, zero_stride),
-                                       (CONTIGUOUS_ATTR, contiguous)):
+                                       (CONTIGUOUS_ATTR, contiguous),
+                                       (PLANES_ATTR, planes)):
                         if args:
                             op.attributes[attr] = ir.ArrayAttr.get(
                                 [ir.IntegerAttr.get(i64, i) for i in args])
@@ -394,10 +398,11 @@ class KernelFamily:
         Default: None."""
         return None
 
-    def with_shapes(self, instance, in_layouts: Sequence):
-        """``instance`` on inputs of the shapes of ``in_layouts`` (a tile)."""
+    def with_shapes(self, instance, layouts: Sequence):
+        """``instance`` on inputs of the shapes of ``layouts`` (a tile's
+        inputs, then its output)."""
         types = tuple(TensorType(tuple(l.shape), t.dtype)
-                      for l, t in zip(in_layouts, instance.input_types))
+                      for l, t in zip(layouts, instance.input_types))
         return dataclasses.replace(instance, input_types=types)
 
     def accepts_arity(self, key, n_expected: int, n_inputs: int) -> bool:
@@ -501,7 +506,7 @@ class GeneratedKernel:
                     parts = fine
         if not parts:
             return [(inst, lays)]
-        return [(self.family.with_shapes(inst, sub[:n_inputs]), sub) for sub in parts]
+        return [(self.family.with_shapes(inst, sub), sub) for sub in parts]
 
     def _min_elements(self, inst, lays, n_inputs: int) -> int:
         # only a call between the two thresholds needs to know the kernel's math

@@ -288,6 +288,9 @@ class FusedInstance:
     pack_a: bool = False
     #: arguments passed row-major (a pointwise Conv2D: its reshapes are views)
     contiguous: tuple[int, ...] = ()
+    #: arguments passed with row-major planes, the last two axes (a pointwise
+    #: Conv2D's tile of pixel rows: its reshapes are views too)
+    planes: tuple[int, ...] = ()
 
     @property
     def dynamic_dims(self) -> tuple | None:
@@ -311,6 +314,7 @@ class FusedInstance:
         key = key + ("aliased",) if self.aliased else key
         key = key + ("pack_a",) if self.pack_a else key
         key = key + (("contiguous",) + self.contiguous,) if self.contiguous else key
+        key = key + (("planes",) + self.planes,) if self.planes else key
         return key + ("few_rows",) if self.few_rows else key
 
     def output_type(self) -> TensorType:
@@ -436,8 +440,7 @@ class FusedFamily(KernelFamily):
             from compiler.codegen.lowering.fused_conv import pointwise
             p = dict(inst.params)
             if spec.name == "Conv2D" and pointwise(p["groups"], p["stride"], inst.input_types[1].shape[2:], p["padding"]):
-                inst = dataclasses.replace(inst, contiguous=tuple(
-                    i for i, lay in enumerate(layouts) if lay.is_contiguous()))
+                inst = _with_row_major(inst, layouts)
             elif spec.name == "Conv2D" and p.get("image_at_run_time") and p["groups"] == 1 \
                     and layouts[1].is_contiguous():
                 # a run-time image's few-pixel product reads the weight as
@@ -484,10 +487,14 @@ class FusedFamily(KernelFamily):
             return _attn_tiles(layouts, n_inputs, threads)
         return None
 
-    def with_shapes(self, instance, in_layouts):
-        inst = super().with_shapes(instance, in_layouts)
+    def with_shapes(self, instance, layouts):
+        inst = super().with_shapes(instance, layouts)
         if inst.name != "Conv2D":
             return inst
+        if inst.contiguous or inst.planes:
+            # a pointwise conv's tile: which operands are still row-major
+            # (a tile of pixel rows is only in its planes)
+            inst = _with_row_major(inst, layouts)
         # a tile of whole groups: as many groups as its share of the channels
         params = dict(inst.params)
         cpg = instance.input_types[0].shape[1] // params["groups"]
@@ -545,6 +552,44 @@ def _direct_channel_tiles(params: dict, x, w, out, parts: int) -> int:
     return min(parts, max(parallel.num_threads(), int(per_input // DIRECT_TILE_MACS)))
 
 
+def _with_row_major(inst: FusedInstance, layouts) -> FusedInstance:
+    """A pointwise Conv2D ``inst`` with the operands of ``layouts`` (inputs,
+    then the output) that are row-major as ``contiguous``, and those that
+    are in their planes only (a tile of pixel rows) as ``planes``."""
+    whole = [lay.is_contiguous() for lay in layouts]
+    return dataclasses.replace(
+        inst, contiguous=tuple(i for i, c in enumerate(whole) if c),
+        planes=tuple(i for i, lay in enumerate(layouts) if not whole[i] and _row_major_planes(lay)))
+
+
+def _row_major_planes(lay) -> bool:
+    """Whether ``lay`` (rank 4) is row-major over its last two axes, whatever
+    its outer strides: a pixel-row tile of an [N,C,H,W] tensor."""
+    if len(lay.shape) != 4:
+        return False
+    (h, w), (sh, sw) = lay.shape[2:], lay.stride[2:]
+    return (sw == 1 or w == 1) and (sh == w or h == 1)
+
+
+def _pixel_row_align(params: dict, x, w) -> int:
+    """For a one-image pointwise Conv2D call (``fused_conv.pointwise``) of
+    more pixels than output channels, whose pixels are a multiple of the
+    register tiles' width (``fused_conv.POINTWISE_COLUMNS``): the multiple
+    of rows a tile of pixel rows starts at, so each tile's pixels are one
+    too; else 0 (cut by output channels). Two znver3 threads, one process,
+    channels -> rows: 16->96 at 56^2 0.095 -> 0.077-0.084 ms, 144->24 at
+    28^2 0.050-0.054 -> 0.041-0.043; 256->64 at 56^2 the same (0.99-1.09)
+    (docs/benchmarks.md, "A one-image pointwise conv cut by pixel rows")."""
+    from compiler.codegen.lowering.fused_conv import POINTWISE_COLUMNS, pointwise
+    if len(x.shape) != 4 or params.get("image_at_run_time") \
+            or not pointwise(params["groups"], params["stride"], w.shape[2:], params["padding"]):
+        return 0
+    h, wd = x.shape[2:]
+    if h * wd <= w.shape[0] or (h * wd) % POINTWISE_COLUMNS or not _row_major_planes(x):
+        return 0
+    return POINTWISE_COLUMNS // math.gcd(wd, POINTWISE_COLUMNS)
+
+
 def _conv_group_tiles(params: dict, layouts, n_inputs: int, threads: int):
     """Tiles of a Conv2D call. groups = 1 (the direct kernel): by images, or
     by output channels. Otherwise by images when there are as many as threads,
@@ -579,6 +624,14 @@ def _conv_group_tiles(params: dict, layouts, n_inputs: int, threads: int):
         # cut by channels came out wrong)
         if x.shape[0] > 1:
             return parallel.split_layouts(list(layouts), axes(True, 0, None), x.shape[0], threads)
+        rows = _pixel_row_align(params, x, w)
+        if rows:
+            # a pointwise conv of more pixels than output channels: by rows
+            # of pixels, each tile reading its share of x (a channel tile
+            # reads all of it) and all of the smaller w
+            return parallel.split_layouts(list(layouts), [2, None] + [
+                2 if i == skip else None for i in range(2, n_inputs)] + [2],
+                x.shape[2], threads, rows)
         return parallel.split_layouts(list(layouts), axes(False, None, 0), w.shape[0],
                                       _direct_channel_tiles(params, x, w, out, threads), 8)
     if g < 2 or out.numel < parallel.MIN_ELEMENTS_TRANSCENDENTAL:
@@ -657,7 +710,7 @@ def linalg_text(inst: FusedInstance, platform: str | None = None) -> str:
     masks = inst.dynamic_dims if inst.dynamic else False  # a StaticInstance: static
     return single_op_linalg_text(inst.name, dict(inst.params), inst.input_types, masks,
                                  platform, inst.unit_stride, inst.few_rows, (), inst.unpacked,
-                                 inst.contiguous, inst.aliased, inst.pack_a)
+                                 inst.contiguous, inst.aliased, inst.pack_a, inst.planes)
 
 
 def warm_instance(inst: FusedInstance, *, target) -> KernelFunction:

@@ -585,7 +585,9 @@ def test_one_image_channel_tiles_leave_each_enough_work(monkeypatch):
     """A direct conv of one image cut by output channels: every tile writes
     the whole image's planes, so no more tiles than leave each
     ``DIRECT_TILE_MACS`` multiply-adds per input element (and never fewer
-    than the threads); the pointwise kernel (no planes) keeps the finer cut."""
+    than the threads); the pointwise kernel (no planes) keeps the finer cut,
+    by rows of pixels when it has more pixels than output channels (w whole
+    in each tile)."""
     from compiler.codegen import parallel
     from compiler.codegen.fused import DIRECT_TILE_MACS, _conv_group_tiles
     from runtime.layout import Layout
@@ -604,7 +606,9 @@ def test_one_image_channel_tiles_leave_each_enough_work(monkeypatch):
     wide = ((1, 256, 14, 14), (256, 256, 3, 3), (1, 256, 14, 14))   # 2304 per element
     assert tiles(*wide, 4, 2, padding=(1, 1)) == [64] * 4
     pointwise = ((1, 256, 56, 56), (64, 256, 1, 1), (1, 64, 56, 56))   # 64 per element
-    assert tiles(*pointwise, 4, 2, padding=(0, 0)) == [16] * 4
+    assert tiles(*pointwise, 4, 2, padding=(0, 0)) == [64] * 4
+    few_pixels = ((1, 256, 8, 8), (128, 256, 1, 1), (1, 128, 8, 8))   # 64 pixels, 128 channels
+    assert tiles(*few_pixels, 4, 2, padding=(0, 0)) == [32] * 4
 
 
 def test_bias_broadcast_stays_a_rolled_loop():

@@ -114,16 +114,25 @@ EXP_NONPOSITIVE_ATTR = "fuelc.exp_nonpositive"
 #: with those static strides (``contiguous_layout``), so a reshape of them is
 #: a view, not a copy (the pointwise convolution's [N,C,H,W] <-> [N,C,H*W]).
 CONTIGUOUS_ATTR = "fuelc.contiguous_args"
+#: Function attribute listing the entry's arguments that every call passes
+#: with row-major planes (their last two axes) at any outer strides: a
+#: one-image pointwise Conv2D's tile of pixel rows, whose [N,C,H,W] <->
+#: [N,C,H*W] reshapes are views too (``contiguous_layout(shape, planes=True)``).
+PLANES_ATTR = "fuelc.plane_args"
 
 
-def contiguous_layout(shape) -> "ir.StridedLayoutAttr":
-    """The row-major strides of static ``shape``, with a dynamic offset."""
+def contiguous_layout(shape, planes: bool = False) -> "ir.StridedLayoutAttr":
+    """The row-major strides of static ``shape``, with a dynamic offset;
+    ``planes``: those of the last two axes only, the outer ones dynamic."""
+    dyn = ir.ShapedType.get_dynamic_stride_or_offset()
     strides, step = [], 1
     for d in reversed(list(shape)):
         strides.append(step)
         step *= d
-    return ir.StridedLayoutAttr.get(ir.ShapedType.get_dynamic_stride_or_offset(),
-                                    strides[::-1])
+    strides = strides[::-1]
+    if planes:
+        strides = [dyn] * (len(strides) - 2) + strides[-2:]
+    return ir.StridedLayoutAttr.get(dyn, strides)
 
 
 def _static_strides(t) -> bool:
@@ -132,15 +141,26 @@ def _static_strides(t) -> bool:
     return not any(t.is_dynamic_dim(i) for i in range(1, t.rank))
 
 
-def _contiguous_args(f, n_inputs: int) -> set[int]:
-    """The arguments ``CONTIGUOUS_ATTR`` lists (removed from ``f``); each listed
-    static-shaped input gets ``bufferization.buffer_layout``, a listed input
-    with run-time inner extents its reshapes as views (``_collapse_in_place``).
-    Returns the listed out-params (their positions among the results)."""
-    if CONTIGUOUS_ATTR not in f.attributes:
+def _listed(f, attr: str) -> set[int]:
+    """The argument positions function attribute ``attr`` lists (removed)."""
+    if attr not in f.attributes:
         return set()
-    listed = {int(ir.IntegerAttr(a).value) for a in ir.ArrayAttr(f.attributes[CONTIGUOUS_ATTR])}
-    del f.attributes[CONTIGUOUS_ATTR]
+    listed = {int(ir.IntegerAttr(a).value) for a in ir.ArrayAttr(f.attributes[attr])}
+    del f.attributes[attr]
+    return listed
+
+
+def _contiguous_args(f, n_inputs: int) -> dict[int, bool]:
+    """The arguments ``CONTIGUOUS_ATTR`` and ``PLANES_ATTR`` list (removed
+    from ``f``); each listed static-shaped input gets
+    ``bufferization.buffer_layout``, a listed row-major input with run-time
+    inner extents its reshapes as views (``_collapse_in_place``). Returns the
+    listed out-params (their positions among the results), each mapped to
+    whether only its planes are row-major."""
+    planes = _listed(f, PLANES_ATTR)
+    listed = _listed(f, CONTIGUOUS_ATTR) | planes
+    if not listed:
+        return {}
     block = f.regions[0].blocks[0]
     old = ir.ArrayAttr(f.attributes["arg_attrs"]) if "arg_attrs" in f.attributes else None
     attrs = []
@@ -149,12 +169,12 @@ def _contiguous_args(f, n_inputs: int) -> set[int]:
         d = {} if entry is None else {entry[j].name: entry[j].attr for j in range(len(entry))}
         t = arg.type
         if i in listed and isinstance(t, ir.RankedTensorType) and _static_strides(t):
-            d["bufferization.buffer_layout"] = contiguous_layout(t.shape)
-        elif i in listed and isinstance(t, ir.RankedTensorType):
+            d["bufferization.buffer_layout"] = contiguous_layout(t.shape, i in planes)
+        elif i in listed and i not in planes and isinstance(t, ir.RankedTensorType):
             _collapse_in_place(arg)
         attrs.append(ir.DictAttr.get(d))
     f.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs)
-    return {i - n_inputs for i in listed if i >= n_inputs}
+    return {i - n_inputs: i in planes for i in listed if i >= n_inputs}
 
 
 def _row_major_view(buf, groups, shape, elt):
@@ -297,7 +317,7 @@ def prepare_entries(module: "ir.Module", entry_names: Iterable[str], *,
             row_major = _contiguous_args(f, len(ftype.inputs))
             out_types = [ir.MemRefType.get(t.shape, t.element_type) if identity_outputs
                          else ir.MemRefType.get(t.shape, t.element_type,
-                                                layout=contiguous_layout(t.shape))
+                                                layout=contiguous_layout(t.shape, row_major[i]))
                          if i in row_major and _static_strides(t)
                          else _fully_dynamic_memref(t) for i, t in enumerate(results)]
             entry_block = f.regions[0].blocks[0]
