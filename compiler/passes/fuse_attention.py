@@ -59,8 +59,8 @@ against 0.51 (AVX2 alike: [1,4,129,64] 0.258 against 0.250). Scores of 2^19
 elements (2 MiB in f32) and more, which the unfused steps write and read
 through memory, is where it was faster throughout. The AVX2 kernel has
 since become faster (its exp pass, its padding, K's copy): on znver3 it pays
-from far smaller scores, which its kernel tells the pass
-(``scores_fused``: 2^12 elements for f32, ``codegen.cpu.attention_scores``). The kernel takes batch and
+from far smaller scores, which its kernel tells the pass (``scores_fused``:
+2^12 elements for f32, ``codegen.cpu.attention_scores``). The kernel takes batch and
 sequence at run time (a symbolic module's bindings share it; a mask's batch,
 query and key extents too) except with ``k_len``, which ``fuse_attention(...,
 k_len=False)`` leaves unfused.
