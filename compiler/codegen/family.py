@@ -368,6 +368,13 @@ class KernelFamily:
         ``b_panel`` param), or 0 where it reads none. Default: none."""
         return 0
 
+    def attention_scores(self, key, dtypes: Sequence[DType], target) -> int | None:
+        """The scores size (elements) from which this family's kernel for
+        ``key`` and ``dtypes`` (FlashAttn) pays without a causal band on
+        ``target`` (``fuse_attention.pays``), or None for the pass's own
+        ``SCORES_FUSED``. Default: None."""
+        return None
+
     def min_elements(self, instance, target) -> int:
         """``split``'s ``min_elements`` for ``instance``: lower when its kernel
         evaluates transcendentals (``parallel.min_elements``)."""
@@ -526,6 +533,11 @@ class GeneratedKernel:
         """``KernelFamily.b_panel`` of this kernel: the passes ask the binding
         table's kernel whether it reads a pre-packed B (``fuel-prepack-weights``)."""
         return self.family.b_panel(self.key, self.dtypes, self.target)
+
+    def attention_scores(self) -> int | None:
+        """``KernelFamily.attention_scores`` of this kernel: ``fuel-fuse`` asks
+        the binding table's FlashAttn kernel from which size it pays."""
+        return self.family.attention_scores(self.key, self.dtypes, self.target)
 
     def warm(self, layouts: Sequence, params, n_inputs: int) -> KernelFunction | None:
         """Compile the kernel(s) a call with these layouts and params would

@@ -466,6 +466,13 @@ class FusedFamily(KernelFamily):
             return 0
         return packed(dtypes[0], target)
 
+    def attention_scores(self, key, dtypes, target) -> int | None:
+        # FlashAttn, where the target's codegen says from which size it pays
+        size = getattr(target.codegen, "attention_scores", None)
+        if size is None or spec_for_kind(key).name != "FlashAttn":
+            return None
+        return size(dtypes[0], target)
+
     def split(self, inst: FusedInstance, layouts, n_inputs: int, threads: int,
               min_elements: int = parallel.MIN_ELEMENTS, *, target=None):
         if inst.name == "FusedLinear":

@@ -57,7 +57,10 @@ with it 1.74 against 2.05, [8,4,129,64] 2.08 against 2.33, [1,12,384,64] 5.27
 against 6.61, but [1,4,33,64] (ViT) 0.038 against 0.034 and [8,4,64,64] 0.56
 against 0.51 (AVX2 alike: [1,4,129,64] 0.258 against 0.250). Scores of 2^19
 elements (2 MiB in f32) and more, which the unfused steps write and read
-through memory, is where it was faster throughout. The kernel takes batch and
+through memory, is where it was faster throughout. The AVX2 kernel has
+since become faster (its exp pass, its padding, K's copy): on znver3 it pays
+from far smaller scores, which its kernel tells the pass (``scores_fused``:
+2^12 elements for f32, ``codegen.cpu.attention_scores``). The kernel takes batch and
 sequence at run time (a symbolic module's bindings share it; a mask's batch,
 query and key extents too) except with ``k_len``, which ``fuse_attention(...,
 k_len=False)`` leaves unfused.
@@ -368,10 +371,11 @@ def match_attention(root, constants) -> Optional[_Match]:
 SCORES_FUSED = 1 << 19
 
 
-def pays(match: _Match, by_size: bool = True) -> bool:
+def pays(match: _Match, by_size: bool = True, least: int = SCORES_FUSED) -> bool:
     """Whether the FlashAttn kernel is faster than the unfused steps it
     replaces (measured: the module docstring): causal attention, and
-    attention whose scores reach ``SCORES_FUSED`` elements. A ``?`` extent (a
+    attention whose scores reach ``least`` elements (``SCORES_FUSED``, or
+    the target kernel's own size: ``scores_fused``). A ``?`` extent (a
     symbolic module's batch or sequence) counts as 1: such attention fuses
     where its static extents alone reach the size (MLIR gives a ``?`` extent
     as a negative sentinel, whose product with the others overflows).
@@ -379,7 +383,20 @@ def pays(match: _Match, by_size: bool = True) -> bool:
     depend on the sizes: a symbolic module's bindings)."""
     if match.causal:
         return True
-    return by_size and math.prod(d if d >= 0 else 1 for d in match.scores) >= SCORES_FUSED
+    return by_size and math.prod(d if d >= 0 else 1 for d in match.scores) >= least
+
+
+def scores_fused(entry, dtypes, table, backends) -> int:
+    """The scores size from which attention without a causal band pays as
+    the table's FlashAttn kernel for ``dtypes`` (its ``attention_scores``:
+    AVX2 f32 kernels pay from far smaller scores than AVX-512's), else
+    ``SCORES_FUSED``."""
+    for b in backends:
+        if table.backend_supports(entry.op_kind, dtypes, b):
+            size = getattr(table.lookup(entry.op_kind, dtypes, b).fn, "attention_scores", None)
+            got = size() if callable(size) else None
+            return SCORES_FUSED if got is None else int(got)
+    return SCORES_FUSED
 
 
 def fuse_attention(module, table, backends, constants=None, forget=lambda op: None,
@@ -397,7 +414,7 @@ def fuse_attention(module, table, backends, constants=None, forget=lambda op: No
         if _fuel.mnemonic(root) != "mat_mul":
             continue
         got = match_attention(root, constants)
-        if got is None or not pays(got, by_size) or (got.k_len is not None and not k_len):
+        if got is None or (got.k_len is not None and not k_len):
             continue
         try:
             params = normalize_params(entry, {"softmax_scale": got.scale, "causal": got.causal,
@@ -410,7 +427,8 @@ def fuse_attention(module, table, backends, constants=None, forget=lambda op: No
         except Exception:  # the match does not type as FlashAttn
             continue
         dts = [t.dtype for t in in_types] + [out_type.dtype]
-        if not kernel_available(entry, params, in_types, dts, table, backends):
+        if not pays(got, by_size, scores_fused(entry, dts, table, backends)) \
+                or not kernel_available(entry, params, in_types, dts, table, backends):
             continue
         with ir.InsertionPoint(root), root.location:
             fused = _fuel.create_op(entry.mnemonic, operands, [root.results[0].type], params,

@@ -168,8 +168,38 @@ def test_causal_top_left(sq, sk):
 @pytest.mark.parametrize("scale", ["div", "mul"])
 def test_unmasked_is_not_fused(scale):
     """Matched, but without a causal mask the kernel does not pay for scores
-    this small (``pays``)."""
-    check(attention(1, 4, 4, 33, 33, 16, scale=scale), fused=False)
+    this small (``pays``: 2 x 33 x 33, below every target's size)."""
+    check(attention(1, 2, 2, 33, 33, 16, scale=scale), fused=False)
+
+
+@pytest.mark.parametrize("target, dtype, size", [
+    ("cpu:x86-64-v3", "f32", 1 << 12), ("cpu:x86-64-v3", "f64", "SCORES_FUSED"),
+    ("cpu:x86-64-v4", "f32", "SCORES_FUSED")])
+def test_scores_fused_is_the_target_kernels(target, dtype, size):
+    """Without a causal band, AVX2's f32 FlashAttn pays from 2^12 scores
+    (``codegen.cpu.attention_scores``), which its kernel tells the pass; f64
+    and AVX-512 kernels keep the pass's ``SCORES_FUSED``."""
+    from runtime.dtype import DType
+    from compiler.passes import _fuel
+    from compiler.passes.fuse_attention import SCORES_FUSED, scores_fused
+    from compiler.targets import parse_target
+    t = parse_target(target)
+    entry = _fuel.registry()["FlashAttn"]
+    got = scores_fused(entry, [DType.parse(dtype)] * 4, t.table(), [t.backend])
+    assert got == (SCORES_FUSED if size == "SCORES_FUSED" else size)
+
+
+def test_vit_sized_attention_fuses_on_avx2():
+    """ViT's 33 tokens at batch 1 (scores 4 x 33 x 33): FlashAttn on an AVX2
+    target, the unfused steps' results within f32 precision."""
+    model = attention(1, 4, 4, 33, 33, 64)
+    x = feeds(model)
+    g = import_model(model)
+    m = compile(g, target="cpu:x86-64-v3")
+    assert any("FlashAttn" in line for line in m.kernel_summary()), m.kernel_summary()
+    ref = interpret(g, x)
+    ref = np.asarray(ref[next(iter(ref))])
+    np.testing.assert_allclose(np.asarray(m(**x)), ref, rtol=1e-5, atol=1e-5)
 
 
 def test_bottom_right_with_fully_masked_rows_is_not_fused():

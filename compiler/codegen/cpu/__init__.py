@@ -73,6 +73,23 @@ def vector_bits(target) -> int:
     return 512 if isa_level(target) == "avx512" else 256
 
 
+#: AVX2 f32 FlashAttn without a causal band pays from scores of this many
+#: elements (``attention_scores``): the smallest measured, [1,4,32,64] with
+#: BERT's mask, 0.73-0.97 of the unfused steps; ViT's [1,4,129,64] 0.77-0.90,
+#: [8,4,33,64] 0.49-0.64 (one and two znver3 threads; docs/benchmarks.md,
+#: "ViT against onnxruntime on AVX2").
+AVX2_ATTENTION_SCORES = 1 << 12
+
+
+def attention_scores(dtype: DType, target) -> int | None:
+    """The scores size from which attention without a causal band runs as
+    FlashAttn on ``target`` (``fuse_attention.pays``): ``AVX2_ATTENTION_SCORES``
+    for f32 on AVX2 targets, else None (the pass's ``SCORES_FUSED``, measured
+    with AVX-512)."""
+    from compiler.codegen.cpu.strategy import isa_level
+    return AVX2_ATTENTION_SCORES if dtype is DType.F32 and isa_level(target) == "avx2" else None
+
+
 def build_table(target) -> KernelBindingTable:
     """The frozen binding table of a cpu ``target``: the generated primitive
     and fused kernels first (so ``lookup_with_caps`` picks them), the numpy
@@ -90,7 +107,7 @@ def build_table(target) -> KernelBindingTable:
     return t.freeze()
 
 
-__all__ = ["SOURCE", "VIEW_INPUT", "packed_panel", "copies_a", "vector_bits", "DTYPES", "PRECISION_NOTE", "transcendental_ulp", "build_table",
+__all__ = ["SOURCE", "VIEW_INPUT", "packed_panel", "copies_a", "vector_bits", "attention_scores", "DTYPES", "PRECISION_NOTE", "transcendental_ulp", "build_table",
            "compile_module", "emit_object", "ensure_compiled", "object_bytes", "describe_pipeline", "lower",
            "LoweringResult", "choose_strategy", "load_object", "prepare_entries", "stages_for",
            "run_stage", "Stage", "BUFFERIZE", "write_reproducer", "main"]
