@@ -385,14 +385,39 @@ class PrimitiveFamily(KernelFamily):
             return parallel.image_tiles(layouts, n_inputs, threads)
         if inst.op_name == "MatMul":
             if inst.pack_a and _copies_a(inst.input_types[0].dtype, target):
-                # every column tile would copy all of A: cut M instead, one
-                # tile per thread (not split_parts': each tile packs all of B
-                # once per block of A's rows; docs/benchmarks.md)
-                return parallel.matmul_tiles(layouts, n_inputs, min(threads, parallel.num_threads()),
+                # every column tile would copy all of A: cut M instead
+                return parallel.matmul_tiles(layouts, n_inputs,
+                                             _block_row_tiles(layouts[n_inputs], inst.input_types[0].dtype,
+                                                              target),
                                              MATMUL_ROW_ALIGN)
             return parallel.matmul_tiles(layouts, n_inputs, threads, MATMUL_ROW_ALIGN,
                                          MATMUL_COL_ALIGN)
         return None
+
+
+def _block_row_tiles(out, dtype: DType, target) -> int:
+    """How many row tiles a MatMul call that copies its blocks of A (output
+    layout ``out``) is cut into. Each tile packs all of B once per block of
+    its rows (``a_block_rows``), so at two threads (tiles taken one by one,
+    ``parallel.split_parts``) the fewest, an even number, of at most one
+    block each: 1024 rows 4 of 264 (4 packings of B, as 2 tiles of 528 in
+    blocks of 360 and 168), 2048 rows 6 of 360 (as 2 tiles of 3 blocks);
+    a thread that starts late takes fewer. Else one tile per thread.
+    (docs/benchmarks.md, "Row tiles of one block of A".)"""
+    threads = parallel.num_threads()
+    mc = _a_block_rows(dtype, target)
+    if parallel.split_parts(threads) <= threads or not mc or out.rank != 2 or not out.shape[0]:
+        return threads
+    parts = threads
+    while parallel.chunks(out.shape[0], parts, MATMUL_ROW_ALIGN)[0][1] > mc:
+        parts += threads
+    return parts
+
+
+def _a_block_rows(dtype: DType, target) -> int:
+    """The codegen package's ``a_block_rows`` for ``target`` (0 without one)."""
+    rows = getattr(getattr(target, "codegen", None), "a_block_rows", None)
+    return rows(dtype, target) if rows else 0
 
 
 def _copies_a(dtype: DType, target) -> bool:

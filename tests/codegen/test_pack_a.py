@@ -126,27 +126,34 @@ def test_a_call_that_copies_a_is_cut_by_rows_at_two_threads(spec, rows):
         assert [t[2].shape for t in tiles] == [(600, 512)] * 4
 
 
-def test_a_matmul_with_rows_4_kib_apart_copies_a_and_keeps_its_bits():
-    """MatMul [120, 1024] x [1024, 1040] (A's rows 4 KiB apart, at least
-    PACK_A_4K_COLUMNS columns): the instance copies A, is cut into one row
-    tile per thread on AVX2, and
-    gives the same bits at 1 and 2 threads as A read in place (rows 1040
-    apart), within f32 rounding of the float64 product."""
+def _matmul_row_tiles(m, k, n, threads=2):
+    """The rows of each tile of MatMul [m, k] x [k, n] (AVX2 f32, A copied) at
+    ``threads`` threads."""
     from compiler.codegen import kernels as K, parallel
     from compiler.targets import parse_target
     from runtime import params as P
     from runtime.layout import Layout
     from runtime.opkind import OpKind
-    m, k, n = 120, 1024, PACK_A_4K_COLUMNS + 16
     kern = K.FAMILY.kernel(parse_target("cpu:x86-64-v3"), OpKind.MatMul, (DType.F32,) * 3)
     lays = [Layout.contiguous((m, k)), Layout.contiguous((k, n)), Layout.contiguous((m, n))]
-    parallel.set_num_threads(2)
+    parallel.set_num_threads(threads)
     try:
         tiles = kern._tiles(lays, P.Matmul((), (), m, n, k), 2)
     finally:
         parallel.set_num_threads(None)
     assert all(inst.pack_a for inst, _ in tiles)
-    assert [lay[0].shape for _, lay in tiles] == [(72, k), (48, k)]
+    return [lay[0].shape[0] for _, lay in tiles]
+
+
+@pytest.mark.parametrize("m, tiles", [(120, [72, 48]), (744, [192, 192, 192, 168])])
+def test_a_matmul_with_rows_4_kib_apart_copies_a_and_keeps_its_bits(m, tiles):
+    """MatMul [m, 1024] x [1024, 1040] (A's rows 4 KiB apart, at least
+    PACK_A_4K_COLUMNS columns): the instance copies A, is cut into row tiles
+    on AVX2 (one per thread, or 4 of at most one block of A), and
+    gives the same bits at 1 and 2 threads as A read in place (rows 1040
+    apart), within f32 rounding of the float64 product."""
+    k, n = 1024, PACK_A_4K_COLUMNS + 16
+    assert _matmul_row_tiles(m, k, n) == tiles
     rng = np.random.default_rng(3)
     a = rng.standard_normal((m, k)).astype(np.float32)
     w = rng.standard_normal((k, n)).astype(np.float32)
@@ -158,3 +165,21 @@ def test_a_matmul_with_rows_4_kib_apart_copies_a_and_keeps_its_bits():
     in_place[...] = a
     np.testing.assert_array_equal(y, mod(x=in_place, w=w))
     np.testing.assert_allclose(y, a.astype(np.float64) @ w, rtol=1e-4, atol=1e-3)
+
+
+def test_a_call_that_copies_a_is_cut_into_row_tiles_of_one_block_at_two_threads(monkeypatch):
+    """At 2 threads (tiles taken one by one) a MatMul that copies its blocks
+    of A (AVX2 f32, blocks of 360 rows) is cut into the fewest row tiles, an
+    even number, of at most one block each: each tile packs B once. One tile
+    per thread with $FUELC_TILES_PER_THREAD=1, and at other thread counts."""
+    from compiler.codegen import parallel
+    from compiler.codegen.cpu.strategy import a_block_rows
+    assert a_block_rows("f32", "avx2") == 360 and a_block_rows("f32", "avx512") == 0
+    assert _matmul_row_tiles(1024, 1024, 1024) == [264, 264, 264, 232]
+    assert _matmul_row_tiles(2048, 2048, 2048) == [360] * 5 + [248]
+    assert _matmul_row_tiles(720, 1024, 1024) == [360, 360]
+    assert _matmul_row_tiles(120, 1024, 1024) == [72, 48]
+    assert _matmul_row_tiles(1024, 1024, 1024, threads=3) == [360, 360, 304]
+    monkeypatch.setattr(parallel, "TILES_PER_THREAD", 1)
+    assert _matmul_row_tiles(1024, 1024, 1024) == [528, 496]
+

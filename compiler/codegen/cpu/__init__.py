@@ -65,6 +65,13 @@ def copies_a(dtype: DType, target) -> bool:
     return copies(dtype.value, isa_level(target) or "avx2")
 
 
+def a_block_rows(dtype: DType, target) -> int:
+    """The rows of A per copied block of a ``fuelc.pack_a`` matmul on
+    ``target`` (``strategy.a_block_rows``), or 0 where it reads A in place."""
+    from compiler.codegen.cpu.strategy import a_block_rows as rows, isa_level
+    return rows(dtype.value, isa_level(target) or "avx2")
+
+
 def vector_bits(target) -> int:
     """The widest vector ``target`` has, in bits (512 with AVX-512, else 256):
     the width the run-time image size conv kernels tile in
@@ -107,7 +114,8 @@ def build_table(target) -> KernelBindingTable:
     return t.freeze()
 
 
-__all__ = ["SOURCE", "VIEW_INPUT", "packed_panel", "copies_a", "vector_bits", "attention_scores", "DTYPES", "PRECISION_NOTE", "transcendental_ulp", "build_table",
+__all__ = ["SOURCE", "VIEW_INPUT", "packed_panel", "copies_a", "a_block_rows", "vector_bits", "attention_scores",
+           "DTYPES", "PRECISION_NOTE", "transcendental_ulp", "build_table",
            "compile_module", "emit_object", "ensure_compiled", "object_bytes", "describe_pipeline", "lower",
            "LoweringResult", "choose_strategy", "load_object", "prepare_entries", "stages_for",
            "run_stage", "Stage", "BUFFERIZE", "write_reproducer", "main"]

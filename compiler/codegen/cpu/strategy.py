@@ -283,6 +283,15 @@ def copies_a(element_type: str, isa: str) -> bool:
     return bool(_PACK_A_TILES.get((element_type, isa), {}).get("pack_a"))
 
 
+def a_block_rows(element_type: str, isa: str) -> int:
+    """The rows of A per block (``mc``) of the ``fuelc.pack_a`` matmul on
+    ``element_type`` tiled for ``isa`` where it copies its blocks of A, else 0."""
+    if not copies_a(element_type, isa):
+        return 0
+    return {**_MATMUL_TILES[element_type, isa], **_PER_CALL_TILES.get((element_type, isa), {}),
+            **_PACK_A_TILES[element_type, isa]}["mc"]
+
+
 def matmul_strategy(op: str, element_type: str, isa: str = "avx2", pack: bool = True,
                     aliased: bool = False, pack_a: bool = False) -> Strategy:
     """The vectorized strategy for ``op`` (``linalg.matmul`` or
