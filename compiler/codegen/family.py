@@ -267,6 +267,11 @@ EPILOGUE_ATTR = "fuelc.mm_epilogue"
 #: (``lowering/fused_conv.py: _stem``; the contraction carries ``CONTRACT_ATTR``):
 #: a target's strategy may tile and fuse them as one (``transforms.conv.stem_scripts``).
 STEM_ATTR = "fuelc.stem"
+#: Marks the contraction of a pointwise conv (``lowering/fused_conv.py:
+#: _pointwise``, the matmul-epilogue schedule) of at least
+#: ``fused_conv.POINTWISE_LONG_K`` input channels: a target's strategy may give
+#: it other register tiles than the short-K ones (``strategy._LONG_K_TILES``).
+LONG_K_ATTR = "fuelc.long_k"
 #: Marks the copy of a direct convolution's full-width rows into its output
 #: (``lowering/fused_conv.py``): the schedule copies it a row at a time.
 CROP_ATTR = "fuelc.crop"

@@ -138,6 +138,51 @@ def test_the_epilogue_strategy_keeps_the_tile_in_registers(target, tile):
     assert "@malloc" not in r.llvm_ir
 
 
+@pytest.mark.parametrize("cout", [24, 16, 40, 8])
+def test_long_contractions_take_6x16_tiles_on_avx2_with_the_same_bits(cout, target="cpu:x86-64-v3"):
+    # 64+ input channels (``fused_conv.POINTWISE_LONG_K``): AVX2 f32 6 x 16
+    # tiles, the rows past them in blocks of 4 and 2 (16 = 6+6+4, 40 = 36+4,
+    # 8 = 6+2); each output still sums K in order from zero, so the bits are
+    # the 4 x 16 tiles'
+    from compiler.codegen.cpu.strategy import epilogue_strategy
+    from compiler.targets import parse_target
+    from runtime.memref import descriptor_from_array
+    params = tuple(sorted({"stride": (1, 1), "padding": (0, 0), "groups": 1, "dilation": (1, 1),
+                           "clamp_min": 0.0, "clamp_max": 6.0}.items()))
+    types = (TensorType((2, 96, 8, 8), DType.F32), TensorType((cout, 96, 1, 1), DType.F32),
+             TensorType((cout,), DType.F32))
+    inst = F.FusedInstance("Conv2D", params, types, unit_stride=(0, 1, 2, 3),
+                           contiguous=(0, 1, 2, 3))
+    text = F.linalg_text(inst, platform="cpu")
+    tg = parse_target(target)
+    rng = np.random.default_rng(5)
+    args = [rng.standard_normal(t.shape).astype(np.float32) for t in types]
+
+    def run(strategy=None):
+        r = pipeline.lower(text, ["kernel"], target=target, strategy=strategy)
+        out = np.full((2, cout, 8, 8), np.nan, np.float32)
+        fn = pipeline.load_object(r.object, tg.features, str(tg)).ciface("kernel", 4)
+        fn(*[descriptor_from_array(a) for a in (*args, out)])
+        return r.strategy.name, out
+
+    name, long_k = run()
+    assert name == "matmul-epilogue-f32-6x16-4-2", name
+    short_name, short = run(epilogue_strategy("f32", "avx2"))
+    assert short_name == "matmul-epilogue-f32-4x16", short_name
+    np.testing.assert_array_equal(long_k, short)
+    want = np.clip(np.einsum("ok,nkhw->nohw", args[1][:, :, 0, 0], args[0])
+                   + args[2][None, :, None, None], 0, 6)
+    np.testing.assert_allclose(long_k, want, rtol=1e-5, atol=1e-5)
+
+
+def test_long_contractions_keep_their_tiles_on_avx512():
+    from compiler.codegen.cpu.strategy import select_strategy
+    from compiler.targets import parse_target
+    names = {"fuelc.mm_epilogue", "fuelc.long_k", "linalg.generic:f32"}
+    assert select_strategy(names, parse_target("cpu:skylake-avx512")).name \
+        == "matmul-epilogue-f32-8x16"
+
+
 @pytest.mark.parametrize("target,tile", [("cpu:x86-64-v3", "6x16"), ("cpu:skylake-avx512", "16x16")])
 def test_pixels_not_whole_column_tiles_run_as_one_row_under_the_stem_schedule(target, tile):
     # 196 pixels = 12 x 16 + 4: the last column tile is peeled to 4 columns,

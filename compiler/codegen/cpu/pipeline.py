@@ -115,7 +115,7 @@ from compiler.codegen.family import (ALIASED_ATTR, FEW_ROWS_ATTR, PACK_A_ATTR, U
                                      UNPACKED_ATTR, ZERO_STRIDE_ATTR)
 from compiler.codegen.cpu.transforms.conv import DIRECT_CONV_ATTR  # noqa: E402
 from compiler.codegen.cpu.transforms.matmul import EPILOGUE_ATTR  # noqa: E402
-from compiler.codegen.family import PACKED_B_ATTR, STEM_ATTR, TUNE_CPU_ATTR  # noqa: E402
+from compiler.codegen.family import LONG_K_ATTR, PACKED_B_ATTR, STEM_ATTR, TUNE_CPU_ATTR  # noqa: E402
 
 
 _MEMREF_COPY = re.compile(r"memref\.copy (%[\w#]+), (%[\w#]+) : (memref<[^>]*>(?:>)?) to "
@@ -301,8 +301,8 @@ def linalg_op_names(module: "ir.Module") -> set[str]:
     attribute (``family.FEW_ROWS_ATTR``), and ``fuelc.unpacked``, ``fuelc.aliased_b``
     and ``fuelc.pack_a`` likewise; ``fuelc.direct_conv`` when a linalg op
     carries that attribute (``transforms.conv.DIRECT_CONV_ATTR``), and
-    ``fuelc.mm_epilogue`` and ``fuelc.stem`` likewise (``family.EPILOGUE_ATTR``,
-    ``family.STEM_ATTR``); ``math.erf`` and ``math.exp`` when an op computes
+    ``fuelc.mm_epilogue``, ``fuelc.stem`` and ``fuelc.long_k`` likewise
+    (``family.EPILOGUE_ATTR``, ``family.STEM_ATTR``, ``family.LONG_K_ATTR``); ``math.erf`` and ``math.exp`` when an op computes
     one (a GELU epilogue: ``strategy._STEM_ERF_TILES``, ``strategy._PACKED_EPILOGUE_EXP``); ``VECTOR_OPS`` when the lowering wrote ``vector`` ops
     itself; ``COPIES_ONLY``
     when every op only moves data (slices, inserts, pads, fills: a Concat, Slice
@@ -322,7 +322,7 @@ def linalg_op_names(module: "ir.Module") -> set[str]:
             names.add(op.name)
         if op.name.startswith("linalg."):
             names.add(op.name)
-            for attr in (DIRECT_CONV_ATTR, EPILOGUE_ATTR, STEM_ATTR, PACKED_B_ATTR):
+            for attr in (DIRECT_CONV_ATTR, EPILOGUE_ATTR, STEM_ATTR, PACKED_B_ATTR, LONG_K_ATTR):
                 if attr in op.attributes:
                     names.add(attr)
             if len(op.operands):

@@ -435,13 +435,30 @@ _EPILOGUE_TILES = {("f32", "avx2"): dict(mr=4, nr=16), ("f64", "avx2"): dict(mr=
 MATMUL_EPILOGUE = "fuelc.mm_epilogue"
 
 
-def epilogue_strategy(element_type: str, isa: str = "avx2") -> Strategy:
+#: ``epilogue_strategy``'s tiles for a pointwise conv of a long contraction
+#: (``family.LONG_K_ATTR``: 64 input channels or more), where they differ: AVX2
+#: f32 6 x 16 (12 accumulators), its rows left over from the 6-row tiles in
+#: blocks of 4 and 2 (every Cout is a multiple of 8). Per input channel 2 loads
+#: of x and 6 broadcasts feed 12 FMAs, where 4 x 16 had 2 and 4 for 8. The
+#: expansions (16 or 24 input channels) ran slower as 6 x 16 (a 4 x 16 tile is
+#: mostly its bias, clamp and stores there). One znver3 thread, batch 8, the
+#: layer alone, thread time, min of 120 calls, three rounds in turns:
+#: MobileNet's 96->24 at 28^2 0.363-0.364 -> 0.328-0.330 ms, 144->24 + skip
+#: 0.509-0.517 -> 0.482-0.536; 16->96 + clamp at 56^2 0.95 -> 1.11 (not taken).
+_LONG_K_TILES = {("f32", "avx2"): dict(mr=6, nr=16, blocks=(4, 2))}
+
+
+def epilogue_strategy(element_type: str, isa: str = "avx2", long_k: bool = False) -> Strategy:
     """A matmul whose init (zeros or the bias) and epilogue (activation,
-    rounding) run in its register tiles (``transforms.matmul.epilogue_script``)."""
+    rounding) run in its register tiles (``transforms.matmul.epilogue_script``;
+    ``long_k``: a pointwise conv's long contraction, ``_LONG_K_TILES``)."""
     from compiler.codegen.cpu.transforms.matmul import epilogue_script
     tiles = _EPILOGUE_TILES[element_type, isa]
+    if long_k:
+        tiles = _LONG_K_TILES.get((element_type, isa), tiles)
+    blocks = "".join(f"-{b}" for b in tiles.get("blocks", ()))
     return _fused_on_tensors(
-        f"matmul-epilogue-{element_type}-{tiles['mr']}x{tiles['nr']}", epilogue_script(**tiles),
+        f"matmul-epilogue-{element_type}-{tiles['mr']}x{tiles['nr']}{blocks}", epilogue_script(**tiles),
         "matmul + epilogue tiled and fused on tensors: mr x nr register tiles whose "
         "accumulators start as the bias and leave through the epilogue; B read in "
         "place, K whole; partial column tiles masked, left-over rows 1 x nr tiles")
@@ -567,6 +584,9 @@ for _exp, _dozen in ((True, True), (True, False), (False, True), (False, False))
         (MATMUL_EPILOGUE, "fuelc.packed_b") + (("math.exp",) if _exp else ())
         + (("fuelc.unpacked",) if _dozen else ()),
         functools.partial(packed_epilogue_strategy, dozen=_dozen, exp=_exp))
+#: The feature of a pointwise conv's long contraction (``family.LONG_K_ATTR``).
+LONG_K = "fuelc.long_k"
+_register_per_element_type((MATMUL_EPILOGUE, LONG_K), functools.partial(epilogue_strategy, long_k=True))
 _register_per_element_type(MATMUL_EPILOGUE, epilogue_strategy)
 #: The register tiles of a stem (``transforms.stem``): the epilogue's, but 6
 #: rows on AVX2 (12 accumulators; with 8, each tap's FMAs waited on the

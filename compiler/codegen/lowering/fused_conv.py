@@ -259,6 +259,11 @@ def pointwise(groups: int, stride, kernel, padding) -> bool:
 #: matmul-epilogue schedule; others as one row under the stem's
 #: (``_pointwise_row``).
 POINTWISE_COLUMNS = 16
+#: A pointwise conv of at least this many input channels marks its contraction
+#: ``family.LONG_K_ATTR`` (MobileNet's projections: 96 or 144 -> 24 at 28^2),
+#: where the cpu strategy may pick other register tiles than for the short
+#: contractions of the expansions (``strategy._LONG_K_TILES``).
+POINTWISE_LONG_K = 64
 
 
 def _pointwise(x, w, bias, s, elt, act, skip=None):
@@ -270,11 +275,11 @@ def _pointwise(x, w, bias, s, elt, act, skip=None):
     stored once, where the recipe's MatMul kernel zero-filled the output,
     read and wrote it per block of K, and a second kernel added the bias and
     clamped. (A conv with neither has no epilogue to mark: the generic path.)"""
-    from compiler.codegen.family import CONTRACT_ATTR, EPILOGUE_ATTR
+    from compiler.codegen.family import CONTRACT_ATTR, EPILOGUE_ATTR, LONG_K_ATTR
     h, wd = rtt(x).shape[2:]
     if (h * wd) % POINTWISE_COLUMNS:
         return _pointwise_row(x, w, bias, s, elt, act, skip)
-    cout = rtt(w).shape[0]
+    cout, cin = rtt(w).shape[:2]
     xs = collapse(x, [[0], [1], [2, 3]])
     ws = collapse(w, [[0], [1, 2, 3]])
     n = dims(x)[0]  # a run-time batch (``batch_dims``) stays one
@@ -283,6 +288,8 @@ def _pointwise(x, w, bias, s, elt, act, skip=None):
                   [affine_map(4, [1, 3]), affine_map(4, [0, 3, 2]), affine_map(4, [0, 1, 2])],
                   [PARALLEL] * 3 + [REDUCTION], lambda a, b, c: s.add(c, s.mul(a, b)))[0]
     acc.owner.attributes[CONTRACT_ATTR] = ir.UnitAttr.get()
+    if cin >= POINTWISE_LONG_K:
+        acc.owner.attributes[LONG_K_ATTR] = ir.UnitAttr.get()
     if skip is not None:
         skip = collapse(skip, [[0], [1], [2, 3]])
     y = _epilogue(acc, bias, s, act, empty(shape, elt), EPILOGUE_ATTR, skip)
