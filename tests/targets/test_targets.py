@@ -41,6 +41,17 @@ def test_plain_cpu_is_this_machine(monkeypatch):
     assert parse_target(t) is t
 
 
+def test_host_cpu_read_from_llvmlites_library_is_what_llvmlite_reports():
+    """``cpu_features._host`` reads the host's name and features from
+    llvmlite's library through ctypes (no ``llvmlite.binding`` import in
+    compile()'s front): exactly what ``llvmlite.binding`` reports."""
+    import llvmlite.binding as llvm
+    from runtime.cpu_features import _host, _host_from_library
+    on = frozenset(k for k, v in llvm.get_host_cpu_features().items() if v)
+    assert _host_from_library() == (llvm.get_host_cpu_name(), on) == _host()
+    assert "sse2" in on
+
+
 def test_fuelc_cpu_redirects_plain_cpu_only(monkeypatch):
     monkeypatch.setenv("FUELC_CPU", "x86-64-v3")
     assert parse_target("cpu") == parse_target("cpu:x86-64-v3")
