@@ -14,7 +14,8 @@ the same names ``llvmlite.binding.get_host_cpu_features()`` reports, so a
 requirement list can be recorded at compile time (in a kernel cache key or
 an artifact manifest) and checked in a process that has only the runtime.
 
-This module needs llvmlite only when the host is first queried.
+This module needs llvmlite only when the host is first queried (its shared
+library, read through ctypes: ``_host``).
 """
 from __future__ import annotations
 
