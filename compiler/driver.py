@@ -441,7 +441,9 @@ def _compile(graph, target: Target, pipeline, warm: bool, progress, jobs: int, e
     # The target travels as its string: a reproducer command reruns as printed.
     run_pipeline(emitted.module, text, input_text=irs["fuel"],  # printed once
                  options={"target": target.spec, "constants": emitted.constants})
-    irs["optimized"] = str(emitted.module)
+    # printed at the end: nothing below changes the module, and the first
+    # kernel task need not wait for it (docs/compile-at-scale.md)
+    irs["optimized"] = None
     timings["passes"] = time.perf_counter() - t0
 
     progress("plan")
@@ -479,6 +481,7 @@ def _compile(graph, target: Target, pipeline, warm: bool, progress, jobs: int, e
             module = done[0]
         _warm(module, executor, pool, progress, precompiled=bool(folded))
         module.timings["codegen"] = time.perf_counter() - t0
+    module.ir["optimized"] = str(emitted.module)
     return module
 
 

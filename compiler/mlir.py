@@ -145,6 +145,16 @@ def translate_module_to_llvmir(operation) -> str:
     return native.translate_module_to_llvmir(operation)
 
 
+def load_irdl_dialects(module) -> None:
+    """Load the dialects an IRDL module defines (``irdl.load_dialects``)
+    through the bindings' native IRDL module alone: the ``dialects.irdl``
+    package also builds the Python classes of every IRDL op
+    (``_irdl_ops_gen``: some 6 ms of ``compile()``'s serial front,
+    docs/compile-at-scale.md), which loading never uses."""
+    native = importlib.import_module(f"{_root.__name__}._mlir_libs._mlirDialectsIRDL")
+    native.load_dialects(module)
+
+
 _CAPI: list = []
 
 

@@ -14,7 +14,8 @@ the same names ``llvmlite.binding.get_host_cpu_features()`` reports, so a
 requirement list can be recorded at compile time (in a kernel cache key or
 an artifact manifest) and checked in a process that has only the runtime.
 
-This module needs llvmlite only when the host is first queried.
+This module needs llvmlite only when the host is first queried (its shared
+library, read through ctypes: ``_host``).
 """
 from __future__ import annotations
 
@@ -86,10 +87,48 @@ def usable_cpus() -> int:
 
 @functools.lru_cache(maxsize=1)
 def _host() -> tuple[str, frozenset[str]]:
-    import llvmlite.binding as llvm
-    llvm.initialize_native_target()
-    features = llvm.get_host_cpu_features()
-    return llvm.get_host_cpu_name(), frozenset(k for k, on in features.items() if on)
+    """LLVM's name and features of this CPU, as llvmlite reports them
+    (``get_host_cpu_name``, ``get_host_cpu_features``): read from llvmlite's
+    library through ctypes, without importing ``llvmlite.binding`` (some 25
+    ms of Python modules that ``compile()``'s serial front would pay before
+    its first task: docs/compile-at-scale.md); through ``llvmlite.binding``
+    where that library is not found."""
+    try:
+        return _host_from_library()
+    except (ImportError, OSError, AttributeError, ValueError):
+        import llvmlite.binding as llvm
+        features = llvm.get_host_cpu_features()
+        return llvm.get_host_cpu_name(), frozenset(k for k, on in features.items() if on)
+
+
+def _host_from_library() -> tuple[str, frozenset[str]]:
+    """``_host`` from the functions of llvmlite's shared library that
+    ``llvmlite.binding`` calls (the same library: loading it here maps it
+    once for both)."""
+    import ctypes
+    import importlib.util
+    spec = importlib.util.find_spec("llvmlite")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("llvmlite is not installed")
+    lib = ctypes.CDLL(os.path.join(list(spec.submodule_search_locations)[0], "binding",
+                                   "libllvmlite.so"))
+    lib.LLVMPY_GetHostCPUName.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+    lib.LLVMPY_GetHostCPUFeatures.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+    lib.LLVMPY_GetHostCPUFeatures.restype = ctypes.c_int
+    lib.LLVMPY_DisposeString.argtypes = [ctypes.c_void_p]
+
+    def text(fn) -> tuple[int, str]:
+        out = ctypes.c_void_p()
+        ok = fn(ctypes.byref(out))
+        try:
+            return ok, ctypes.string_at(out.value).decode() if out.value else ""
+        finally:
+            lib.LLVMPY_DisposeString(out)
+    ok, flat = text(lib.LLVMPY_GetHostCPUFeatures)
+    # "+avx2,-avx512f,...": llvmlite's FeatureMap, keeping the features that are on
+    flags = {"+": True, "-": False}
+    features = frozenset(f[1:] for f in flat.split(",") if f and flags[f[0]]) if ok else frozenset()
+    return text(lib.LLVMPY_GetHostCPUName)[1], features
 
 
 def host_cpu_name() -> str:

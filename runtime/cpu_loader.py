@@ -18,8 +18,6 @@ import struct
 import threading
 from typing import Iterable
 
-import llvmlite.binding as llvm
-
 from runtime.cpu_features import check_cpu_features
 from runtime.errors import FuelError
 
@@ -43,6 +41,7 @@ _initialized = False
 def ensure_llvm_initialized() -> None:
     """Initialise llvmlite's native target, asm printer and parser once."""
     global _initialized
+    import llvmlite.binding as llvm  # imported on first use (docs/compile-at-scale.md)
     with _init_lock:
         if not _initialized:
             llvm.initialize_native_target()
@@ -57,6 +56,7 @@ def host_target_machine(*, jit: bool, opt: int = 3) -> "llvm.TargetMachine":
 
     Never share the result between two engines: MCJIT takes ownership of its
     target machine, and a shared one is freed twice (SIGSEGV at exit)."""
+    import llvmlite.binding as llvm
     ensure_llvm_initialized()
     cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
     target = llvm.Target.from_default_triple()
@@ -218,6 +218,7 @@ _process = ctypes.CDLL(None)  # dlopen(NULL): the global scope MCJIT also search
 
 
 def _resolvable(name: str) -> bool:
+    import llvmlite.binding as llvm
     if llvm.address_of_symbol(name):  # llvm.add_symbol / load_library_permanently
         return True
     try:
@@ -325,6 +326,7 @@ def load_object(data: bytes, required_features: Iterable[str] = (), target: str 
             f"object needs symbols this process does not provide: {', '.join(missing)}; "
             "load the library that defines them (llvmlite.binding.load_library_permanently) "
             "or recompile")
+    import llvmlite.binding as llvm
     tm = host_target_machine(jit=True)
     try:
         engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)

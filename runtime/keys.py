@@ -66,6 +66,9 @@ class FusedOpId:
 FusedOpId.UNASSIGNED = FusedOpId(0)
 
 
+_STATIC_KEYS: "dict[OpKind, BindingKey]" = {}
+
+
 @dataclasses.dataclass(frozen=True)
 class BindingKey:
     """The op half of a binding-table key: either a static ``OpKind`` or a
@@ -114,6 +117,9 @@ class BindingKey:
             return key
         if isinstance(key, FusedOpId):
             return cls.runtime_fused(key)
+        if isinstance(key, OpKind) and cls is BindingKey:  # one frozen key per kind: a
+            found = _STATIC_KEYS.get(key)  # table's build and its lookups ask thousands of times
+            return found if found is not None else _STATIC_KEYS.setdefault(key, cls.static(key))
         if isinstance(key, (OpKind, str)):
             return cls.static(key)
         raise BindingTableError(

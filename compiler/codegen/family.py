@@ -449,7 +449,7 @@ class KernelFamily:
         (``KernelCaps.view_input``) where the target's codegen package says
         so (``VIEW_INPUT``)."""
         fn = self.kernel(target, key, dtypes)
-        source = self.source(target)
+        source = fn.kernel_source
         caps = caps or _STRIDED_CAPS
         if caps.strided_input and getattr(target.codegen, "VIEW_INPUT", False):
             caps = _view_input(caps)
@@ -488,8 +488,9 @@ class GeneratedKernel:
         self.key = key
         self.dtypes = tuple(DType.parse(d) for d in dtypes)
         self.n_inputs = len(self.dtypes) - 1
-        self.__qualname__ = (f"{family.source(target)}.{family.key_name(key)}"
-                             f"[{','.join(str(d) for d in self.dtypes)}]")
+        self.kernel_source = family.source(target)
+        self.__qualname__ = (f"{self.kernel_source}.{family.key_name(key)}"
+                             f"[{','.join(d.value for d in self.dtypes)}]")
         self._calls = CallMemo(self._prepare)
 
     def _tiles(self, layouts, params, n_inputs: int) -> list[tuple]:

@@ -210,6 +210,7 @@ def _preload() -> None:
     from compiler.codegen.family import ENTRY  # noqa: F401
     from compiler.targets import parse_target
     parse_target("cpu:host").codegen
+    import llvmlite.binding  # noqa: F401 - the calling process imports it after its first task
     import compiler.mlir as mlir
     mlir.tensor  # noqa: B018 - imported on a task's first use
     # builtin: what the bindings import the first time a task reads a module's ops;

@@ -24,6 +24,7 @@ to compile ahead of time, ``instance_for(...)``, ``precision_for(...)``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 from typing import Iterable, Sequence
@@ -254,13 +255,21 @@ def precision_for(kind: OpKind, dtypes: Sequence[DType], target) -> PrecisionGua
     """The static numeric claim of a generated kernel of ``kind`` with the
     dtype key ``dtypes`` (inputs then output; the output decides the
     transcendental bound) compiled for ``target``."""
+    exact = kind in _EXACT
+    ulp = target.codegen.transcendental_ulp(_TRANSCENDENTAL[kind], dtypes[-1]) \
+        if not exact and kind in _TRANSCENDENTAL and dtypes else None
+    return _claim(exact, ulp, target)
+
+
+@functools.lru_cache(maxsize=64)
+def _claim(exact: bool, ulp: "int | None", target) -> PrecisionGuarantee:
+    """``precision_for``'s claim, made once per (exact, ulp bound, target):
+    the same frozen value for the some 700 keys of a table's build."""
     source = FAMILY.source(target)
-    if kind in _EXACT:
+    if exact:
         return PrecisionGuarantee(True, 0, 0.0, 0.0,
                                   f"{source} ({target}): IEEE-exact op, deterministic loop order")
     codegen = target.codegen
-    ulp = codegen.transcendental_ulp(_TRANSCENDENTAL[kind], dtypes[-1]) \
-        if kind in _TRANSCENDENTAL and dtypes else None
     if ulp is not None:
         return PrecisionGuarantee(
             True, ulp, None, None,

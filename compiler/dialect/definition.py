@@ -35,7 +35,7 @@ from typing import Iterable, Optional
 
 from compiler.errors import DialectError
 from compiler.graph.opdef import VARIADIC, OpDef, ParamSpec
-from compiler.mlir import MLIRError, ir, irdl
+from compiler.mlir import MLIRError, ir, load_irdl_dialects
 
 DIALECT = "fuel"
 
@@ -285,7 +285,7 @@ def load_fuel_dialect(ctx: "ir.Context", ops: Optional[Iterable] = None) -> None
             mod = ir.Module.parse(text)
         except MLIRError as e:
             raise DialectError(f"generated fuel IRDL does not parse:\n{e}") from None
-        irdl.load_dialects(mod)
+        load_irdl_dialects(mod)
 
 
 def parse_fuel_module(text: str, ctx: Optional["ir.Context"] = None) -> "ir.Module":

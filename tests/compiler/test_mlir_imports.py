@@ -103,7 +103,8 @@ def test_a_compile_imports_neither_the_linalg_nor_the_llvm_package_nor_unused_di
     assert res.returncode == 0, res.stderr
     loaded = eval(res.stdout.strip().splitlines()[-1])
     # llvm: translation goes through the native module (mlir.translate_module_to_llvmir)
-    for package in ("linalg", "gpu", "llvm", "affine", "transform"):
+    # irdl: the fuel dialect loads through the native module (mlir.load_irdl_dialects)
+    for package in ("linalg", "gpu", "llvm", "affine", "transform", "irdl"):
         assert package not in loaded, loaded
     assert "func" in loaded, loaded
 
@@ -162,3 +163,39 @@ def test_a_worker_imports_no_bindings_module_in_its_tasks(tmp_path):
                          cwd=ROOT)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip().splitlines()[-1] == "[]", res.stdout
+
+
+def test_passes_and_plan_import_no_llvmlite_binding(tmp_path):
+    """What comes before a compile's first kernel task (the target check,
+    emit, the passes, the plan: ``compile(warm=False)``) imports no
+    ``llvmlite.binding`` (some 25 ms of the serial front,
+    docs/compile-at-scale.md): the host's features come from llvmlite's
+    library (``cpu_features._host``) and the loader imports llvmlite on first
+    use. Calling the module compiles and loads through it. The optimized IR,
+    printed after the codegen, is the module as the passes left it."""
+    code = textwrap.dedent("""
+        import sys, numpy as np
+        from compiler import Graph, compile
+        from compiler.dialect.emit import graph_to_module
+        from compiler.passes import run_pipeline
+        g = Graph()
+        x = g.input("x", (4, 8), "f32")
+        g.output((x @ g.constant(np.ones((8, 3), np.float32))).tanh() + 1.0, "y")
+        m = compile(g, "cpu", warm=False)
+        assert "llvmlite.binding" not in sys.modules, "imported before the kernels"
+        from compiler.codegen.family import runnable_here
+        assert runnable_here(m.target)
+        assert "llvmlite.binding" not in sys.modules, "imported by the target check"
+        emitted = graph_to_module(g)
+        run_pipeline(emitted.module, options={"target": "cpu", "constants": emitted.constants})
+        assert m.ir["optimized"] == str(emitted.module) == compile(g).ir["optimized"]
+        assert list(m.ir) == ["fuel", "optimized"], list(m.ir)
+        out = m(x=np.ones((4, 8), np.float32))
+        assert np.allclose(out, np.tanh(8.0) + 1.0), out
+        print("llvmlite.binding" in sys.modules)
+    """)
+    env = dict(os.environ, PYTHONPATH=ROOT, FUELC_CACHE_DIR=str(tmp_path))
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().splitlines()[-1] == "True", res.stdout

@@ -41,6 +41,39 @@ def test_plain_cpu_is_this_machine(monkeypatch):
     assert parse_target(t) is t
 
 
+def test_host_cpu_read_from_llvmlites_library_is_what_llvmlite_reports():
+    """``cpu_features._host`` reads the host's name and features from
+    llvmlite's library through ctypes (no ``llvmlite.binding`` import in
+    compile()'s front): exactly what ``llvmlite.binding`` reports."""
+    import llvmlite.binding as llvm
+    from runtime.cpu_features import _host, _host_from_library
+    on = frozenset(k for k, v in llvm.get_host_cpu_features().items() if v)
+    assert _host_from_library() == (llvm.get_host_cpu_name(), on) == _host()
+    assert "sse2" in on
+
+
+def test_binding_table_shares_equal_claims_and_keys():
+    """A table's build makes each precision claim once per (exact, ulp,
+    target) and each static key once per kind (the serial front,
+    docs/compile-at-scale.md): the values are those made afresh for each."""
+    from compiler.codegen import kernels
+    from runtime.keys import BindingKey, OpKind
+    target = parse_target("cpu:x86-64-v3")
+    checked = 0
+    for (key, dtypes, _), alts in target.table()._bindings.items():
+        for e in alts:
+            if e.kernel_source == "mlir-cpu" and key.op is not None:
+                exact = key.op in kernels._EXACT
+                ulp = (target.codegen.transcendental_ulp(kernels._TRANSCENDENTAL[key.op], dtypes[-1])
+                       if not exact and key.op in kernels._TRANSCENDENTAL else None)
+                assert e.precision == kernels._claim.__wrapped__(exact, ulp, target)
+                checked += 1
+    assert checked > 500
+    assert BindingKey.of(OpKind.MatMul) is BindingKey.of(OpKind.MatMul) == BindingKey.static(OpKind.MatMul)
+    with pytest.raises(Exception, match="tag only"):
+        BindingKey.of(OpKind.RuntimeFused)
+
+
 def test_fuelc_cpu_redirects_plain_cpu_only(monkeypatch):
     monkeypatch.setenv("FUELC_CPU", "x86-64-v3")
     assert parse_target("cpu") == parse_target("cpu:x86-64-v3")

@@ -46,7 +46,6 @@ from compiler.targets import TargetError
 from compiler.errors import CodegenError, PipelineError
 from compiler.mlir import MLIRError, ir, memref, passmanager
 from compiler.codegen.cpu import fastmath
-from compiler.codegen.cpu import llvm as llvm_codegen
 from compiler.codegen.common import stages
 from compiler.codegen.common.stages import (Stage, pipeline_text, prepare_entries,  # noqa: F401
                                             stage_failure, write_reproducer)
@@ -427,6 +426,7 @@ def lower(module_or_text, entry_names: Sequence[str], *, target=None,
                 apply_transforms(module, strategy.transform)
         tune_functions(module)
         ll = translate(module)
+    from compiler.codegen.cpu import llvm as llvm_codegen  # llvmlite: on first use
     try:
         obj, optimized = llvm_codegen.compile_ir_to_object(ll, target,
                                                            unroll=strategy.llvm_unroll)
@@ -531,6 +531,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "(default: cpu)")
     args = ap.parse_args(argv)
     text = Path(args.file).read_text()
+    from compiler.codegen.cpu import llvm as llvm_codegen
     try:
         if args.file.endswith(".ll"):
             obj, ll = llvm_codegen.compile_ir_to_object(text, _target(args.target))
