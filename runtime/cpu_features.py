@@ -125,9 +125,11 @@ def _host_from_library() -> tuple[str, frozenset[str]]:
         finally:
             lib.LLVMPY_DisposeString(out)
     ok, flat = text(lib.LLVMPY_GetHostCPUFeatures)
+    if not ok:   # LLVM could not tell: llvmlite.binding's error, not "no features"
+        raise ValueError("LLVM did not report the host's CPU features")
     # "+avx2,-avx512f,...": llvmlite's FeatureMap, keeping the features that are on
     flags = {"+": True, "-": False}
-    features = frozenset(f[1:] for f in flat.split(",") if f and flags[f[0]]) if ok else frozenset()
+    features = frozenset(f[1:] for f in flat.split(",") if f and flags[f[0]])
     return text(lib.LLVMPY_GetHostCPUName)[1], features
 
 
