@@ -498,9 +498,11 @@ class FusedFamily(KernelFamily):
         inst = super().with_shapes(instance, layouts)
         if inst.name != "Conv2D":
             return inst
-        if inst.contiguous or inst.planes:
+        params = dict(inst.params)
+        if (inst.contiguous or inst.planes) and _is_pointwise(params, inst.input_types[1].shape):
             # a pointwise conv's tile: which operands are still row-major
-            # (a tile of pixel rows is only in its planes)
+            # (a tile of pixel rows is only in its planes); another conv's
+            # ``contiguous`` (a run-time image's weight) is the whole call's
             inst = _with_row_major(inst, layouts)
         # a tile of whole groups: as many groups as its share of the channels
         params = dict(inst.params)
@@ -569,6 +571,11 @@ def _with_row_major(inst: FusedInstance, layouts) -> FusedInstance:
         planes=tuple(i for i, lay in enumerate(layouts) if not whole[i] and _row_major_planes(lay)))
 
 
+def _is_pointwise(params: dict, w_shape) -> bool:
+    from compiler.codegen.lowering.fused_conv import pointwise
+    return pointwise(params["groups"], params["stride"], tuple(w_shape[2:]), params["padding"])
+
+
 def _row_major_planes(lay) -> bool:
     """Whether ``lay`` (rank 4) is row-major over its last two axes, whatever
     its outer strides: a pixel-row tile of an [N,C,H,W] tensor."""
@@ -587,9 +594,8 @@ def _pixel_row_align(params: dict, x, w) -> int:
     channels -> rows: 16->96 at 56^2 0.095 -> 0.077-0.084 ms, 144->24 at
     28^2 0.050-0.054 -> 0.041-0.043; 256->64 at 56^2 the same (0.99-1.09)
     (docs/benchmarks.md, "A one-image pointwise conv cut by pixel rows")."""
-    from compiler.codegen.lowering.fused_conv import POINTWISE_COLUMNS, pointwise
-    if len(x.shape) != 4 or params.get("image_at_run_time") \
-            or not pointwise(params["groups"], params["stride"], w.shape[2:], params["padding"]):
+    from compiler.codegen.lowering.fused_conv import POINTWISE_COLUMNS
+    if len(x.shape) != 4 or params.get("image_at_run_time") or not _is_pointwise(params, w.shape):
         return 0
     h, wd = x.shape[2:]
     if h * wd <= w.shape[0] or (h * wd) % POINTWISE_COLUMNS or not _row_major_planes(x):
