@@ -437,9 +437,8 @@ class FusedFamily(KernelFamily):
             # known only at run time LLVM vectorized them as scatters (a
             # depthwise 3x3 x144 at 56^2: 0.46 -> 0.2 ms)
             inst = dataclasses.replace(inst, unit_stride=unit_stride_args(layouts))
-            from compiler.codegen.lowering.fused_conv import pointwise
             p = dict(inst.params)
-            if spec.name == "Conv2D" and pointwise(p["groups"], p["stride"], inst.input_types[1].shape[2:], p["padding"]):
+            if spec.name == "Conv2D" and _is_pointwise(p, inst.input_types[1].shape):
                 inst = _with_row_major(inst, layouts)
             elif spec.name == "Conv2D" and p.get("image_at_run_time") and p["groups"] == 1 \
                     and layouts[1].is_contiguous():
@@ -505,7 +504,6 @@ class FusedFamily(KernelFamily):
             # ``contiguous`` (a run-time image's weight) is the whole call's
             inst = _with_row_major(inst, layouts)
         # a tile of whole groups: as many groups as its share of the channels
-        params = dict(inst.params)
         cpg = instance.input_types[0].shape[1] // params["groups"]
         params["groups"] = inst.input_types[0].shape[1] // cpg
         return dataclasses.replace(inst, params=tuple(sorted(params.items())))
