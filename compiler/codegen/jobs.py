@@ -237,7 +237,10 @@ def _while_idle(fd: int) -> None:
     from compiler.targets import parse_target
     make = getattr(parse_target("cpu:host").codegen, "spare_context", None)
     for _ in range(SPARE_CONTEXTS if make is not None else 0):
-        if select.select([fd], [], [], 0)[0]:
+        try:
+            if select.select([fd], [], [], 0)[0]:
+                return
+        except (OSError, ValueError):  # a pipe select() cannot wait on: no spares
             return
         make()
 
