@@ -51,7 +51,10 @@ target check, the fork, emit, the passes, the plan and the making of the
 instances began and ended, in CPU milliseconds), how long the calling
 process waited for the workers' last objects, and what it did after the last
 object (warming the steps, building the module; constant folding runs as soon
-as its kernels are in).
+as its kernels are in). Then a timeline: each process's kernels, one line
+each with its start, end and expected cost, and the calling process's own
+parts (the front, the other instances' texts, folding, storing the workers'
+objects, waiting for them) in time order.
 """
 from __future__ import annotations
 
@@ -75,14 +78,21 @@ DEFAULT = ["resnet:1", "resnet:8", "mobilenet:1", "mobilenet:8", "efficientnet:1
            "efficientnet:8", "audio:1", "audio:8", "bert:1", "bert:8"]
 
 
+def kernel_id(text: str) -> str:
+    """A kernel's short name in ``--breakdown``'s timeline: its text's
+    digest, the same in every process."""
+    return hashlib.sha256(text.encode()).hexdigest()[:6]
+
+
 def timed_emit(text, target, strategy):
-    """``jobs.emit_object``, appending (pid, start, end) to $FUELC_BENCH_LOG
-    (its body: a forked worker has the caller's ``jobs.emit_object``, this)."""
+    """``jobs.emit_object``, appending (pid, start, end, kernel id) to
+    $FUELC_BENCH_LOG (its body: a forked worker has the caller's
+    ``jobs.emit_object``, this)."""
     from compiler.codegen.family import ENTRY
     t0 = time.time()
     data = target.codegen.emit_object(text, [ENTRY], target=target, strategy=strategy)
     with open(os.environ["FUELC_BENCH_LOG"], "a") as f:
-        f.write(json.dumps([os.getpid(), t0, time.time()]) + "\n")
+        f.write(json.dumps([os.getpid(), t0, time.time(), kernel_id(text)]) + "\n")
     return data
 
 
@@ -96,6 +106,20 @@ def _wrap(owner, name, sink, label):
         finally:
             sink.setdefault(label, []).append((t0, time.time()))
     setattr(owner, name, timed)
+
+
+def _trace(owner, name, trace: list, what: str) -> None:
+    """Append [what, kernel id, start, end] to ``trace`` for each call of
+    ``owner.name(text, ...)`` (the timeline's kernels of the calling process)."""
+    fn = getattr(owner, name)
+
+    def traced(self, text, *a, **k):
+        t0 = time.time()
+        try:
+            return fn(self, text, *a, **k)
+        finally:
+            trace.append([what, kernel_id(text), t0, time.time()])
+    setattr(owner, name, traced)
 
 
 def _stamp(owner, name, marks: list, label, clock) -> None:
@@ -160,12 +184,27 @@ def instrument(parent: dict, clock) -> dict:
     from benchmarks.compile_jobs import timed_emit  # workers import it by name
 
     marks = parent.setdefault("front parts", [])
+    kernels = parent.setdefault("kernels", {})  # kernel id -> [name, expected cost]
+    trace = parent.setdefault("timeline", [])
 
     def jobs(m):
         m.emit_object = timed_emit
         _stamp(m.ProcessExecutor, "__init__", marks, "fork", clock)
         _stamp(m, "precompile", marks, "instances", clock)
         watch_front(m, parent, clock)
+        job = m._Job.__init__
+
+        def named(self, family, instance, text, strategy):
+            job(self, family, instance, text, strategy)
+            kernels[kernel_id(text)] = [getattr(instance, "name", None) or getattr(
+                instance, "op_name", None) or type(instance).__name__, None]
+        m._Job.__init__ = named
+        submit = m.ProcessExecutor.submit
+
+        def costed(self, fn, /, *a, **k):  # a cold task: (text, target, strategy)
+            kernels.setdefault(kernel_id(a[0]), ["?", None])[1] = m.expected_cost(a[0], a[2])
+            return submit(self, fn, *a, **k)
+        m.ProcessExecutor.submit = costed
         import concurrent.futures as cf
         completed = cf.as_completed
 
@@ -192,6 +231,8 @@ def instrument(parent: dict, clock) -> dict:
         _wrap(m.KernelCache, "has", parent, "cache lookup")
         _wrap(m.KernelCache, "put", parent, "store+load worker object")
         _wrap(m.KernelCache, "get_or_compile", parent, "compile here")
+        _trace(m.KernelCache, "put", trace, "store+load")
+        _trace(m.KernelCache, "get_or_compile", trace, "compile")
 
     def stamps(name, label):
         return lambda m: _stamp(m, name, marks, label, clock)
@@ -278,13 +319,16 @@ def one_run(spec: str, jobs: int, breakdown: bool) -> dict:
     if breakdown:
         out["stages"] = dict(module.timings)
         marks = parent.pop("front parts", [])
+        out["kernels"] = parent.pop("kernels", {})
+        out["timeline"] = [(what, k, s - start, e - start) for what, k, s, e in
+                           parent.pop("timeline", [])]
         out["parent"] = {k: [(s - start, e - start) for s, e in v] for k, v in parent.items()}
         out["front parts"] = marks
         tasks = []
         if os.path.exists(os.environ["FUELC_BENCH_LOG"]):
             with open(os.environ["FUELC_BENCH_LOG"]) as f:
                 tasks = [json.loads(line) for line in f]
-        out["tasks"] = [(pid, t - start, e - start) for pid, t, e in tasks]
+        out["tasks"] = [(pid, t - start, e - start, *k) for pid, t, e, *k in tasks]
     return out
 
 
@@ -340,7 +384,7 @@ def show_breakdown(r: dict) -> None:
     tasks = r["tasks"]
     if tasks:
         by_pid = {}
-        for pid, s, e in tasks:
+        for pid, s, e, *_ in tasks:
             by_pid.setdefault(pid, []).append((s, e))
         for pid, ts in sorted(by_pid.items()):
             busy = sum(e - s for s, e in ts)
@@ -357,6 +401,38 @@ def show_breakdown(r: dict) -> None:
         if len(last) > 1:
             print(f"  end imbalance: {last[-1] - last[-2]:.3f} s (the last two processes' "
                   "last compiles ended that far apart)")
+
+
+def show_timeline(r: dict) -> None:
+    """``--breakdown``'s timeline: what each process did when, in seconds
+    from ``compile()``'s start: the calling process (c) up to its first task,
+    its own compiles, folding, the objects it stored for the workers and its
+    waits for them; each worker's (w1, ...) tasks. A kernel is named by its
+    text's digest (the same in every process), its op and its
+    ``expected_cost`` (the order's key; the first cold instance is offered
+    before the others are ranked). The end shows which process idled while
+    the other finished its last kernel."""
+    kernels, parent = r.get("kernels", {}), r["parent"]
+
+    def kernel(k):
+        name, cost = kernels.get(k, ["?", None])
+        return f"{k} {name}" + (f" (cost {cost})" if cost is not None else "")
+    rows = [("c", 0.0, parent["first task"][0][1], "front, to the first task submitted")
+            ] if "first task" in parent else []
+    rows += [("c", s, e, f"{what} {kernel(k)}") for what, k, s, e in r.get("timeline", [])]
+    rows += [("c", s, e, "fold constants") for s, e in parent.get("fold constants", [])]
+    if rows and rows[0][2] < min((row[1] for row in rows[1:]), default=0.0):
+        rows.append(("c", rows[0][2], min(row[1] for row in rows[1:]),
+                     "the other instances' texts, strategies and cache lookups"))
+    rows += [("c", s, e, "waits for the workers") for s, e in parent.get("wait for workers", [])
+             if e - s >= 0.001]
+    pids = sorted({t[0] for t in r["tasks"]})
+    rows += [(f"w{pids.index(pid) + 1}", s, e, "task " + kernel(k[0] if k else "?"))
+             for pid, s, e, *k in r["tasks"]]
+    print("  timeline, s from compile()'s start (c: the calling process, w1...: workers):")
+    for who, s, e, what in sorted(rows, key=lambda row: row[1]):
+        print(f"    {who:3s} {s:6.3f}-{e:6.3f} ({e - s:.3f})  {what}")
+    print(f"    c   compile() returned at {r['compile']:.3f}")
 
 
 def main(argv=None) -> int:
@@ -393,7 +469,9 @@ def measure(args, pycache: "str | None") -> int:
     if args.breakdown:
         for spec in args.models:
             for j in args.jobs:
-                show_breakdown(run_child(spec, j, True, args.roots[0], pycache))
+                r = run_child(spec, j, True, args.roots[0], pycache)
+                show_breakdown(r)
+                show_timeline(r)
         return 0
     times, cpus, digests, payloads, fronts = {}, {}, {}, {}, {}
     redone, kept_disturbed = collections.Counter(), collections.Counter()

@@ -79,3 +79,20 @@ def test_breakdown_prints_the_front_part_by_part(capsys):
     line = [x for x in capsys.readouterr().out.splitlines() if "front, cpu ms" in x]
     assert line == ["  front, cpu ms from compile()'s start: target check 36-88, fork 88-93, "
                     "emit 129-134, passes 134-213, instances 223-, first task 243"]
+
+
+def test_breakdown_timeline_puts_each_process_s_work_in_time_order(capsys):
+    r = {"compile": 1.0, "kernels": {"aaaaaa": ["Conv2D", 900], "bbbbbb": ["LayerNormLastDim", 300]},
+         "parent": {"first task": [(0.0, 0.2)], "fold constants": [(0.25, 0.26)],
+                    "wait for workers": [(0.9, 0.95), (0.95, 0.9502)]},
+         "timeline": [("compile", "bbbbbb", 0.3, 0.9), ("store+load", "aaaaaa", 0.95, 0.96)],
+         "tasks": [(4242, 0.21, 0.95, "aaaaaa")]}
+    compile_jobs.show_timeline(r)
+    lines = capsys.readouterr().out.splitlines()[1:]
+    assert [line.split()[0] for line in lines] == ["c", "c", "w1", "c", "c", "c", "c", "c"]
+    assert "0.000- 0.200 (0.200)  front" in lines[0]
+    assert "0.200- 0.250 (0.050)  the other instances' texts" in lines[1]
+    assert "task aaaaaa Conv2D (cost 900)" in lines[2]
+    assert "fold constants" in lines[3] and "compile bbbbbb LayerNormLastDim" in lines[4]
+    assert "0.900- 0.950 (0.050)  waits for the workers" in lines[5]  # a 0.2 ms wait left out
+    assert "store+load aaaaaa" in lines[6] and "returned at 1.000" in lines[7]

@@ -69,6 +69,46 @@ def test_sources_digest_follows_every_python_file(tmp_path):
     assert digest(str(pkg)) not in (first, second)
 
 
+@pytest.mark.parametrize("dist", ["torch-mlir", "llvmlite", "numpy", "typing_extensions",
+                                  "no-such-distribution-fuelc"])
+def test_key_versions_are_importlib_metadata_s(dist):
+    """The versions in the key, read from the dist-info directly, are the
+    ones importlib.metadata reports ("?" for a missing distribution)."""
+    import importlib.metadata
+    try:
+        expected = importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        expected = "?"
+    assert cache_mod._version.__wrapped__(dist) == expected
+
+
+def _dist(root, folder, version):
+    (root / folder).mkdir(parents=True)
+    (root / folder / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: fuelc-probe\nVersion: {version}\n\nVersion: not this\n")
+
+
+def test_key_version_follows_the_path_order_and_defers_when_unsure(tmp_path, monkeypatch):
+    """The first sys.path entry with metadata of the distribution decides,
+    as importlib.metadata has it; two candidates there (or an egg-info) go to
+    importlib.metadata itself, and whatever it says is the version."""
+    import importlib.metadata
+    first, second = tmp_path / "first", tmp_path / "second"
+    _dist(second, "fuelc_probe-2.0.dist-info", "2.0")
+    first.mkdir()
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "missing.zip"), str(first), str(second)])
+    version = cache_mod._version.__wrapped__
+    assert version("fuelc-probe") == "2.0" == importlib.metadata.version("fuelc-probe")
+    _dist(first, "Fuelc.Probe-1.0.dist-info", "1.0")
+    assert cache_mod._dist_info("fuelc_probe") == str(first / "Fuelc.Probe-1.0.dist-info")
+    assert version("fuelc-probe") == "1.0" == importlib.metadata.version("fuelc-probe")
+    _dist(first, "fuelc_probe-1.1.dist-info", "1.1")  # two: importlib.metadata picks
+    assert cache_mod._dist_info("fuelc-probe") is None
+    assert version("fuelc-probe") == importlib.metadata.version("fuelc-probe")
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "missing.zip")])
+    assert version("fuelc-probe") == "?"
+
+
 def test_key_covers_the_codegen_sources(tmp_path, monkeypatch):
     """A fuelc whose code generator changed (a rewrite, a transform script)
     never reuses an object the older one compiled."""

@@ -192,6 +192,42 @@ def test_forked_worker_objects_are_those_of_this_process(cold):
     np.testing.assert_array_equal(got, want)
 
 
+def test_idle_worker_makes_contexts_until_a_task_comes(monkeypatch):
+    """While no task is readable a worker makes the MLIR contexts of its next
+    kernels (at most SPARE_CONTEXTS), none once one is; lower() takes them,
+    one per kernel, and compiles the same object as with a context of its own."""
+    from compiler.codegen.cpu import pipeline
+    from compiler.targets import parse_target
+    monkeypatch.setattr(pipeline, "_SPARE", [])
+    monkeypatch.setattr(jobs, "SPARE_CONTEXTS", 3)
+    r, w = os.pipe()
+    try:
+        jobs._while_idle(r)
+        assert len(pipeline._SPARE) == 3
+        spares = list(pipeline._SPARE)
+        os.write(w, b"a task")
+        jobs._while_idle(r)
+        assert pipeline._SPARE == spares
+    finally:
+        os.close(r)
+        os.close(w)
+    target = parse_target("cpu")
+    text = IR_ADD
+    strategy = target.codegen.choose_strategy(text, [family.ENTRY], target)
+    with_spare = jobs.emit_object(text, target, strategy)
+    assert pipeline._SPARE == spares[:2]
+    pipeline._SPARE.clear()
+    assert jobs.emit_object(text, target, strategy) == with_spare
+
+
+IR_ADD = """func.func @kernel(%a: tensor<8xf32>, %b: tensor<8xf32>) -> tensor<8xf32>
+    attributes {llvm.emit_c_interface} {
+  %e = tensor.empty() : tensor<8xf32>
+  %s = linalg.add ins(%a, %b : tensor<8xf32>, tensor<8xf32>) outs(%e : tensor<8xf32>) -> tensor<8xf32>
+  return %s : tensor<8xf32>
+}"""
+
+
 def test_forked_worker_holds_none_of_the_callers_files():
     """The caller's other files are closed in a forked worker: a pipe whose
     writer the caller closes reads end of input while the worker lives (a

@@ -20,7 +20,7 @@ from . import fastmath
 from .pipeline import (BUFFERIZE, LoweringResult, Stage, choose_strategy, compile_module,
                        describe_pipeline, emit_object, ensure_compiled, load_object, lower, main,
                        object_bytes,
-                       prepare_entries, run_stage, stages_for, write_reproducer)
+                       prepare_entries, run_stage, spare_context, stages_for, write_reproducer)
 
 #: The kernel-source prefix of generated cpu kernels.
 SOURCE = "mlir-cpu"
@@ -118,4 +118,4 @@ __all__ = ["SOURCE", "VIEW_INPUT", "packed_panel", "copies_a", "a_block_rows", "
            "DTYPES", "PRECISION_NOTE", "transcendental_ulp", "build_table",
            "compile_module", "emit_object", "ensure_compiled", "object_bytes", "describe_pipeline", "lower",
            "LoweringResult", "choose_strategy", "load_object", "prepare_entries", "stages_for",
-           "run_stage", "Stage", "BUFFERIZE", "write_reproducer", "main"]
+           "run_stage", "Stage", "BUFFERIZE", "write_reproducer", "main", "spare_context"]
