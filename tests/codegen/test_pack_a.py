@@ -42,7 +42,7 @@ def test_pack_a_selects_the_copy_of_a_on_avx2_f32():
         ts = [TensorType((64, 40), dtype), TensorType((40, 70), dtype)]
         text = single_op_linalg_text("MatMul", {}, ts, True, "cpu", (0, 1, 2), pack_a=pack_a)
         return choose_strategy(text, ["kernel"], "cpu:x86-64-v3").name
-    assert chosen(True) == "matmul-matmul-f32-6x16-pack-a"
+    assert chosen(True) == "matmul-matmul-f32-6x16-pack-a-panels"
     assert chosen(False) == "matmul-matmul-f32-6x16"
     assert chosen(True, DType.F64) == "matmul-matmul-f64-6x8"
 
