@@ -734,14 +734,15 @@ def _constant(v: "ir.Value") -> "int | None":
 
 
 def _copy_to_panels(src: "ir.Value", panels: "ir.Value", step: int) -> None:
-    """Loops copying ``src`` (rows x K) into ``panels`` ([rows / step, kc,
-    step]): the whole panels in loops panel, K, with the ``step`` rows of a
+    """Loops copying ``src`` (rows x K, after a unit batch where ``panels``
+    has one) into ``panels`` ([(1,) rows / step, kc, step]): the whole panels in loops panel, K, with the ``step`` rows of a
     panel unrolled (a store group LLVM's loop vectorizer interleaves), then
     the rows left (fewer than ``step``) in loops row, K."""
     from compiler.mlir import arith, ir, memref, scf
     idx = ir.IndexType.get()
     c0, c1, cm = (arith.constant(idx, v) for v in (0, 1, step))
-    m, kc = memref.dim(src, c0), memref.dim(src, c1)
+    lead = [c0] * (ir.MemRefType(src.type).rank - 2)
+    m, kc = (memref.dim(src, arith.constant(idx, len(lead) + d)) for d in (0, 1))
     whole = arith.divui(m, cm)
 
     def k_loop(body):
@@ -754,13 +755,14 @@ def _copy_to_panels(src: "ir.Value", panels: "ir.Value", step: int) -> None:
     with ir.InsertionPoint(ps.body):
         p = ps.induction_variable
         rows = [arith.addi(arith.muli(p, cm), arith.constant(idx, r)) for r in range(step)]
-        k_loop(lambda k: [memref.store(memref.load(src, [i, k]), panels, [p, k, arith.constant(idx, r)])
-                          for r, i in enumerate(rows)])
+        k_loop(lambda k: [memref.store(memref.load(src, [*lead, i, k]), panels,
+                                       [*lead, p, k, arith.constant(idx, r)]) for r, i in enumerate(rows)])
         scf.yield_([])
     rest = scf.ForOp(arith.muli(whole, cm), m, c1)
     with ir.InsertionPoint(rest.body):
         i = rest.induction_variable
-        k_loop(lambda k: memref.store(memref.load(src, [i, k]), panels, [whole, k, arith.remui(i, cm)]))
+        k_loop(lambda k: memref.store(memref.load(src, [*lead, i, k]), panels,
+                                      [*lead, whole, k, arith.remui(i, cm)]))
         scf.yield_([])
 
 
@@ -782,7 +784,9 @@ def pack_a_panels(module: "ir.Module", mr: str = "6") -> int:
         users = [u.owner for u in view.result.uses]
         subs = [u for u in users if u.name == "memref.subview"]
         loads = [u for u in users if u.name == "vector.load"]
-        if (t.rank != 2 or not t.has_static_shape or t.shape[0] % step or len(subs) != 1
+        lead = t.shape[:-2]  # a batch_matmul's block: [1, mc, kc]
+        if (t.rank not in (2, 3) or not t.has_static_shape or lead not in ([], [1])
+                or t.shape[-2] % step or len(subs) != 1
                 or len(subs) + len(loads) != len(users)
                 or any(ir.VectorType(o.result.type).shape != [1] for o in loads)):
             continue
@@ -791,15 +795,15 @@ def pack_a_panels(module: "ir.Module", mr: str = "6") -> int:
             continue
         copy, idx = copies[0], ir.IndexType.get()
         with ir.InsertionPoint(view), view.location:
-            panels = memref.ViewOp(ir.MemRefType.get([t.shape[0] // step, t.shape[1], step],
+            panels = memref.ViewOp(ir.MemRefType.get([*lead, t.shape[-2] // step, t.shape[-1], step],
                                                      t.element_type),
                                    view.operands[0], view.operands[1], []).result
         cache: dict = {}
         for load in loads:
-            row, k = list(load.operands)[1:]
+            *b, row, k = list(load.operands)[1:]
             with ir.InsertionPoint(load), load.location:
                 p, r = _panel_of_row(row, arith.constant(idx, step), step, cache)
-                new = vector.LoadOp(load.result.type, panels, [p, k, r])
+                new = vector.LoadOp(load.result.type, panels, [*b, p, k, r])
             load.result.replace_all_uses_with(new.result)
             load.erase()
         with ir.InsertionPoint(copy), copy.location:
