@@ -42,7 +42,7 @@ def test_pack_a_selects_the_copy_of_a_on_avx2_f32():
         ts = [TensorType((64, 40), dtype), TensorType((40, 70), dtype)]
         text = single_op_linalg_text("MatMul", {}, ts, True, "cpu", (0, 1, 2), pack_a=pack_a)
         return choose_strategy(text, ["kernel"], "cpu:x86-64-v3").name
-    assert chosen(True) == "matmul-matmul-f32-6x16-pack-a"
+    assert chosen(True) == "matmul-matmul-f32-6x16-pack-a-panels"
     assert chosen(False) == "matmul-matmul-f32-6x16"
     assert chosen(True, DType.F64) == "matmul-matmul-f64-6x8"
 
@@ -183,3 +183,71 @@ def test_a_call_that_copies_a_is_cut_into_row_tiles_of_one_block_at_two_threads(
     monkeypatch.setattr(parallel, "TILES_PER_THREAD", 1)
     assert _matmul_row_tiles(1024, 1024, 1024) == [528, 496]
 
+
+
+def _row_major_blocks(monkeypatch):
+    """Swap the registered ``fuelc.pack_a`` matmul strategies (AVX2) for the
+    ones that copy A's blocks row-major (``a_panels`` off: the kernel before
+    the 6-row panels)."""
+    from compiler.codegen.cpu import strategy as S
+    tiles = {**S._PACK_A_TILES["f32", "avx2"], "a_panels": False}
+    monkeypatch.setitem(S._PACK_A_TILES, ("f32", "avx2"), tiles)
+    for _, variants in S._RULES:
+        for isa, v in list(variants.items()):
+            if isinstance(v, S.Strategy) and v.name.endswith("-f32-6x16-pack-a-panels"):
+                op = "linalg.batch_matmul" if "batch_matmul" in v.name else "linalg.matmul"
+                monkeypatch.setitem(variants, isa, S.matmul_strategy(op, "f32", "avx2", pack_a=True))
+
+
+@pytest.mark.parametrize("batch", [(), (2,)])
+def test_pack_a_blocks_are_6_row_k_major_panels(batch):
+    """The AVX2 f32 ``pack_a`` kernel lays its copied block of A (360 x 512)
+    out as [60, 512, 6] (a unit batch first for batch_matmul): element (i, k)
+    at panel i / 6, k * 6 + i % 6; the register tiles read it there, and no
+    load reads a row-major block."""
+    import dataclasses
+    from compiler.codegen.cpu import pipeline
+    from compiler.codegen.cpu.transforms import REWRITES
+    from compiler.codegen.cpu.transforms.matmul import pack_a_panels
+    ts = [TensorType((*batch, 64, 40), DType.F32), TensorType((*batch, 40, 70), DType.F32)]
+    text = single_op_linalg_text("MatMul", {}, ts, True, "cpu", (0, 1, 2), pack_a=True)
+    strat = pipeline.choose_strategy(text, ["kernel"], "cpu:x86-64-v3")
+    assert "py:pack_a_panels 6" in strat.transform
+    seen = []
+    REWRITES["_test_keep"] = lambda m: seen.append(str(m)) or 0
+    try:
+        steps = [s for s in strat.transform if not s.startswith("py:pack_a_panels")]
+        pipeline.lower(text, ["kernel"], target="cpu:x86-64-v3", strategy=dataclasses.replace(
+            strat, transform=(*steps[:1], "py:_test_keep", *steps[1:])))
+    finally:
+        del REWRITES["_test_keep"]
+    from compiler.mlir import ir
+    with ir.Context():
+        module = ir.Module.parse(seen[0])
+        assert pack_a_panels(module, "6") == 1
+        ir_text = str(module)
+    lead = "1x" if batch else ""
+    assert f"to memref<{lead}60x512x6xf32>" in ir_text
+    assert f"memref<{lead}360x512xf32>" not in ir_text
+    assert f"vector.load %view[{'%c0, ' if batch else ''}" in ir_text
+
+
+@pytest.mark.parametrize("m", [365, 725])
+def test_pack_a_panels_give_the_bits_of_row_major_blocks(monkeypatch, m):
+    """MatMul [m, 1024] x [1024, 1040] (A's rows 4 KiB apart: A copied; a
+    partial last panel of 5 rows, blocks of 360 rows and 512 of K) and a
+    batched one ([2, 61, 1024] x [2, 1024, 1040]): the panel kernel
+    gives the same bits as the kernel copying A's blocks row-major (the same
+    FMAs in the same order)."""
+    rng = np.random.default_rng(4)
+    for a_shape, w_shape in (((m, 1024), (1024, 1040)), ((2, 61, 1024), (2, 1024, 1040))):
+        a = rng.standard_normal(a_shape).astype(np.float32)
+        w = rng.standard_normal(w_shape).astype(np.float32)
+        g = Graph()
+        g.output(g.input("x", a.shape, "f32") @ g.input("w", w.shape, "f32"), name="y")
+        panels = compile(g, "cpu:x86-64-v3")(x=a, w=w)
+        with monkeypatch.context() as mp:
+            _row_major_blocks(mp)
+            rows = compile(g, "cpu:haswell")(x=a, w=w)
+        np.testing.assert_array_equal(panels, rows)
+        np.testing.assert_allclose(panels, a.astype(np.float64) @ w, rtol=1e-4, atol=1e-3)

@@ -274,7 +274,17 @@ _ALIASED_PACKED_TILES = {("f32", "avx2"): dict(kc=128, nb=240)}
 #: 1.09, 2048^3 whole 1.16 -> 1.10; where the copy is not repaid (few
 #: columns per call, or A rows not aliased) it was not taken: [1024,1024] x
 #: [1024,256] 1.05 -> 1.10, 256^3 1.01 -> 1.08, 1024^3 whole 1.10 -> 1.06.
-_PACK_A_TILES = {("f32", "avx2"): dict(pack_a=True)}
+#: ``a_panels``: the copy lays the block out in ``mr``-row K-major panels
+#: (``transforms.matmul.pack_a_panels``), so a register tile reads its six
+#: rows of A as one stream (OpenBLAS's packed A), not from six lines 2 KiB
+#: apart; same FMAs, same bits. One znver3 thread, min of 7 rounds in turns
+#: in one process, new/old: 2048^3 0.97, 0.97, 0.91 (3 processes), 1024^3
+#: 1.00, 1.00, 0.98; 2 threads 0.97 / 1.00. Tried with it and left out: kc
+#: 256 or 384, mc 240 or 528 (1.02-1.07 against kc 512, mc 360); the copy
+#: into panels row by row (scalar, 1024^3 1.00-1.05); taking the copy for
+#: [1024,768]x[768,3072] and [1024,3072]x[3072,768] (1.01, 0.99: even).
+#: docs/benchmarks.md, "A copied into 6-row K-major panels".
+_PACK_A_TILES = {("f32", "avx2"): dict(pack_a=True, a_panels=True)}
 
 
 def copies_a(element_type: str, isa: str) -> bool:
@@ -307,12 +317,15 @@ def matmul_strategy(op: str, element_type: str, isa: str = "avx2", pack: bool = 
              **((_ALIASED_TILES if not pack else _ALIASED_PACKED_TILES).get((element_type, isa), {})
                 if aliased else {}),
              **(_PACK_A_TILES.get((element_type, isa), {}) if pack_a else {})}
+    panels = tiles.pop("a_panels", False) and tiles.get("pack_a")
     script = matmul_script(op, pack=pack, **tiles)
     return Strategy(
         name=f"matmul-{'' if pack else 'unpacked-'}{op.split('.')[1]}-{element_type}-"
              f"{tiles['mr']}x{tiles['nr']}" + (f"-k{tiles['kc']}" if aliased else "")
-             + ("-pack-a" if tiles.get("pack_a") else "") + (f"-b{tiles['nb']}" if tiles.get("nb") else ""),
-        transform=(script, "py:sink_hoisted_deallocs") if tiles.get("pack_a") or tiles.get("nb") else script,
+             + ("-pack-a" if tiles.get("pack_a") else "") + ("-panels" if panels else "")
+             + (f"-b{tiles['nb']}" if tiles.get("nb") else ""),
+        transform=(script, *((f"py:pack_a_panels {tiles['mr']}",) if panels else ()),
+                   "py:sink_hoisted_deallocs") if tiles.get("pack_a") or tiles.get("nb") else script,
         lowering=VECTOR_LOWERING,
         doc="register-tiled matmul: B panels " + ("packed" if pack else "read in place")
             + ", mr x nr FMA micro-kernel, peeled remainders; any sizes and strides")

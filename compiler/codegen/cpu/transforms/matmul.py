@@ -31,6 +31,8 @@ vector lowering patterns it never terminates (docs/toolchain.md).
 """
 from __future__ import annotations
 
+import re
+
 from compiler.codegen.family import PACKED_B_ATTR
 
 _ANY = "!transform.any_op"
@@ -697,5 +699,122 @@ def sink_hoisted_deallocs(module: "ir.Module") -> int:
     return n
 
 
+def _panel_of_row(row: "ir.Value", mr: "ir.Value", step: int, cache: dict) -> "tuple":
+    """The panel and the row within it (index values) of ``row``, a row of a
+    copied block of A in panels of ``step`` rows. A register tile's rows are
+    its loop's variable plus 0 to ``step - 1`` (``(d0) -> (d0 + c)``); where
+    that loop starts at 0 and steps by a multiple of ``step`` the panel is
+    the variable / ``step`` for all of them (one address for the tile's
+    loads), else ``row`` / and % ``step``. Built before the first user."""
+    from compiler.mlir import arith, ir
+    base, c = row, 0
+    owner = row.owner
+    if not isinstance(owner, ir.Block) and owner.name == "affine.apply":
+        m = re.fullmatch(r"affine_map<\(d0\) -> \(d0 \+ (\d+)\)>", str(owner.attributes["map"]))
+        if m and int(m.group(1)) < step:
+            base, c = owner.operands[0], int(m.group(1))
+    if isinstance(base, ir.BlockArgument) and base.owner.owner.name == "scf.for" and base.arg_number == 0:
+        loop = base.owner.owner
+        lo, st = (_constant(v) for v in list(loop.operands)[0:3:2])
+        if lo is not None and st is not None and lo % step == 0 and st % step == 0:
+            if base not in cache:
+                with ir.InsertionPoint.at_block_begin(base.owner), loop.location:
+                    cache[base] = arith.divui(base, arith.constant(ir.IndexType.get(), step))
+            return cache[base], arith.constant(ir.IndexType.get(), c)
+    return arith.divui(row, mr), arith.remui(row, mr)
+
+
+def _constant(v: "ir.Value") -> "int | None":
+    """The value of an ``arith.constant`` index, else None."""
+    from compiler.mlir import ir
+    o = v.owner
+    if isinstance(o, ir.Block) or o.name != "arith.constant":
+        return None
+    return ir.IntegerAttr(o.attributes["value"]).value
+
+
+def _copy_to_panels(src: "ir.Value", panels: "ir.Value", step: int) -> None:
+    """Loops copying ``src`` (rows x K, after a unit batch where ``panels``
+    has one) into ``panels`` ([(1,) rows / step, kc, step]): the whole panels in loops panel, K, with the ``step`` rows of a
+    panel unrolled (a store group LLVM's loop vectorizer interleaves), then
+    the rows left (fewer than ``step``) in loops row, K."""
+    from compiler.mlir import arith, ir, memref, scf
+    idx = ir.IndexType.get()
+    c0, c1, cm = (arith.constant(idx, v) for v in (0, 1, step))
+    lead = [c0] * (ir.MemRefType(src.type).rank - 2)
+    m, kc = (memref.dim(src, arith.constant(idx, len(lead) + d)) for d in (0, 1))
+    whole = arith.divui(m, cm)
+
+    def k_loop(body):
+        ks = scf.ForOp(c0, kc, c1)
+        with ir.InsertionPoint(ks.body):
+            body(ks.induction_variable)
+            scf.yield_([])
+
+    ps = scf.ForOp(c0, whole, c1)
+    with ir.InsertionPoint(ps.body):
+        p = ps.induction_variable
+        rows = [arith.addi(arith.muli(p, cm), arith.constant(idx, r)) for r in range(step)]
+        k_loop(lambda k: [memref.store(memref.load(src, [*lead, i, k]), panels,
+                                       [*lead, p, k, arith.constant(idx, r)]) for r, i in enumerate(rows)])
+        scf.yield_([])
+    rest = scf.ForOp(arith.muli(whole, cm), m, c1)
+    with ir.InsertionPoint(rest.body):
+        i = rest.induction_variable
+        k_loop(lambda k: memref.store(memref.load(src, [*lead, i, k]), panels,
+                                      [*lead, whole, k, arith.remui(i, cm)]))
+        scf.yield_([])
+
+
+def pack_a_panels(module: "ir.Module", mr: str = "6") -> int:
+    """Lay each copied block of A (``pack_a``: a static ``mc x kc`` view of
+    the buffer ``transform.structured.promote`` made, filled by a
+    ``linalg.copy`` and read by the register tiles' one-element loads) out
+    in panels of ``mr`` rows, K-major: element (i, k) at panel i / mr, k *
+    mr + i % mr (a ``[mc / mr, kc, mr]`` view of the same buffer). A
+    register tile then reads its ``mr`` rows of A from one stream (a row
+    tile is one panel: tiles start at multiples of ``mr`` and the remainder
+    rows' tiles fall in the last panel), as OpenBLAS's packed A; the copy
+    becomes loops rows, K. The same values in the same FMAs: the same bits.
+    Returns the blocks laid out."""
+    from compiler.mlir import arith, ir, memref, scf, vector, walk_ops
+    step, n = int(mr), 0
+    for view in walk_ops(module, lambda o: o.name == "memref.view"):
+        t = ir.MemRefType(view.result.type)
+        users = [u.owner for u in view.result.uses]
+        subs = [u for u in users if u.name == "memref.subview"]
+        loads = [u for u in users if u.name == "vector.load"]
+        lead = t.shape[:-2]  # a batch_matmul's block: [1, mc, kc]
+        if (t.rank not in (2, 3) or not t.has_static_shape or lead not in ([], [1])
+                or t.shape[-2] % step or len(subs) != 1
+                or len(subs) + len(loads) != len(users)
+                or any(ir.VectorType(o.result.type).shape != [1] for o in loads)):
+            continue
+        copies = [u.owner for u in subs[0].result.uses]
+        if len(copies) != 1 or copies[0].name != "linalg.copy" or len(copies[0].operands) != 2:
+            continue
+        copy, idx = copies[0], ir.IndexType.get()
+        with ir.InsertionPoint(view), view.location:
+            panels = memref.ViewOp(ir.MemRefType.get([*lead, t.shape[-2] // step, t.shape[-1], step],
+                                                     t.element_type),
+                                   view.operands[0], view.operands[1], []).result
+        cache: dict = {}
+        for load in loads:
+            *b, row, k = list(load.operands)[1:]
+            with ir.InsertionPoint(load), load.location:
+                p, r = _panel_of_row(row, arith.constant(idx, step), step, cache)
+                new = vector.LoadOp(load.result.type, panels, [*b, p, k, r])
+            load.result.replace_all_uses_with(new.result)
+            load.erase()
+        with ir.InsertionPoint(copy), copy.location:
+            _copy_to_panels(copy.operands[0], panels, step)
+        copy.erase()
+        subs[0].erase()
+        view.erase()
+        n += 1
+    return n
+
+
 #: The ``py:`` steps of this module's scripts.
-REWRITES = {"prefetch_next_panel": prefetch_next_panel, "sink_hoisted_deallocs": sink_hoisted_deallocs}
+REWRITES = {"prefetch_next_panel": prefetch_next_panel, "sink_hoisted_deallocs": sink_hoisted_deallocs,
+             "pack_a_panels": pack_a_panels}
