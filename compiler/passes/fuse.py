@@ -60,8 +60,9 @@ array, the driver's side constants) lets it read masks too large to be inline.
 
 Sibling products (``siblings=true``, the default): after the epilogues, the products of
 one ``a`` by constant weights merge into one (``merge_sibling_linears``). Then an
-``Add(y, skip)`` after a ``FusedLinear`` without an epilogue (directly or behind a
-view) becomes its ``residual`` operand (``fold_linear_residuals``,
+``Add(y, skip)`` after a ``FusedLinear`` without an epilogue, or after a 2-D
+``MatMul`` by a constant weight (then with a zero bias), directly or behind a view,
+becomes its ``residual`` operand (``fold_linear_residuals``,
 ``linear_residuals=true``): a transformer's ``x + proj(attention)`` as one kernel.
 
 Options: ``target`` / ``table`` / ``backend`` (see ``_target``), ``remarks``,
@@ -777,7 +778,9 @@ def fold_linear_epilogues(module, table, backends) -> int:
 
 
 def fold_linear_residuals(module, table, backends) -> int:
-    """Fold the ``Add(y, skip)`` after a ``FusedLinear`` without an epilogue,
+    """Fold the ``Add(y, skip)`` after a ``FusedLinear`` without an epilogue
+    (or a ``MatMul`` by a constant 2-D weight, ``_plain_product``: made a
+    FusedLinear with a zero bias, the same bits as the MatMul and the Add),
     the only user of its result ``y`` or of the one view of it (an
     importer's ``Reshape`` back to ``[B, S, N]``), ``skip`` of the Add's type
     (no broadcast), into its ``residual`` operand (the skip viewed as the
