@@ -60,8 +60,9 @@ array, the driver's side constants) lets it read masks too large to be inline.
 
 Sibling products (``siblings=true``, the default): after the epilogues, the products of
 one ``a`` by constant weights merge into one (``merge_sibling_linears``). Then an
-``Add(y, skip)`` after a ``FusedLinear`` without an epilogue (directly or behind a
-view) becomes its ``residual`` operand (``fold_linear_residuals``,
+``Add(y, skip)`` after a ``FusedLinear`` without an epilogue, or after a 2-D
+``MatMul`` by a constant weight (then with a zero bias), directly or behind a view,
+becomes its ``residual`` operand (``fold_linear_residuals``,
 ``linear_residuals=true``): a transformer's ``x + proj(attention)`` as one kernel.
 
 Options: ``target`` / ``table`` / ``backend`` (see ``_target``), ``remarks``,
@@ -81,7 +82,7 @@ from compiler.passes._target import target_of_pass
 from compiler.passes.diagnostics import emit_error, emit_remark
 from runtime.errors import SymbolicError
 # the views of a constant that move with it: those fuel-prepack-weights reads through
-from compiler.passes.prepack import _VIEWS as _CONST_VIEWS, _panel
+from compiler.passes.prepack import _VIEWS as _CONST_VIEWS, _panel, zero_bias
 
 class _State:
     __slots__ = ("binds", "memo", "matched", "scalars")
@@ -777,7 +778,9 @@ def fold_linear_epilogues(module, table, backends) -> int:
 
 
 def fold_linear_residuals(module, table, backends) -> int:
-    """Fold the ``Add(y, skip)`` after a ``FusedLinear`` without an epilogue,
+    """Fold the ``Add(y, skip)`` after a ``FusedLinear`` without an epilogue
+    (or a ``MatMul`` by a constant 2-D weight, ``_plain_product``: made a
+    FusedLinear with a zero bias, the same bits as the MatMul and the Add),
     the only user of its result ``y`` or of the one view of it (an
     importer's ``Reshape`` back to ``[B, S, N]``), ``skip`` of the Add's type
     (no broadcast), into its ``residual`` operand (the skip viewed as the
@@ -797,9 +800,11 @@ def fold_linear_residuals(module, table, backends) -> int:
     entry = _fuel.registry()["FusedLinear"]
     backends = [b for b in backends if BackendId.parse(b) is BackendId.CPU]
     folded = 0
-    for lin in [o for o in _fuel.fuel_ops(module) if _fuel.mnemonic(o) == entry.mnemonic]:
-        params = _fuel.params(lin)
-        if len(lin.operands) != 3 or has_epilogue(params):
+    for lin in [o for o in _fuel.fuel_ops(module)
+                if _fuel.mnemonic(o) == entry.mnemonic or _plain_product(o)]:
+        params = _fuel.params(lin) if _fuel.mnemonic(lin) == entry.mnemonic else {}
+        if _fuel.mnemonic(lin) == entry.mnemonic and (len(lin.operands) != 3
+                                                       or has_epilogue(params)):
             continue
         y, view = lin.results[0], None
         users = [_op_of(u) for u in _fuel.users(y)]
@@ -818,6 +823,9 @@ def fold_linear_residuals(module, table, backends) -> int:
             in_types = [_fuel.tensor_type(o) for o in lin.operands] + [_fuel.tensor_type(y)]
         except Exception:  # ``?`` extents: no static types to ask the table with
             continue
+        n = in_types[1].shape[-1]
+        if len(lin.operands) == 2:  # a MatMul: a zero bias (the FMAs start from 0 as before)
+            in_types.insert(2, TensorType((n,), in_types[0].dtype))
         in_types[3] = TensorType(in_types[3].shape, _fuel.dtype_of(skip))
         dts = [t.dtype for t in in_types] + [_fuel.dtype_of(y)]
         if not kernel_available(entry, params, in_types, dts, table, backends):
@@ -825,7 +833,10 @@ def fold_linear_residuals(module, table, backends) -> int:
         yt = ir.RankedTensorType(y.type)
         with ir.InsertionPoint(add), add.location:
             sk = skip if view is None else _weight_view(skip, list(yt.shape))
-            fused = _fuel.create_op(entry.mnemonic, list(lin.operands) + [sk], [y.type], params,
+            operands = list(lin.operands)
+            if len(operands) == 2:
+                operands.append(zero_bias(n, yt.element_type, in_types[0].dtype))
+            fused = _fuel.create_op(entry.mnemonic, operands + [sk], [y.type], params,
                                     loc=add.location)
             out = fused.results[0] if view is None else _weight_view(
                 fused.results[0], list(ir.RankedTensorType(add.results[0].type).shape))
@@ -833,6 +844,16 @@ def fold_linear_residuals(module, table, backends) -> int:
         _fuel.count("fuse.linear_residuals")
         folded += 1
     return folded
+
+
+def _plain_product(op) -> bool:
+    """Whether ``op`` is a ``MatMul`` of a 2-D ``a`` by a constant 2-D ``b``
+    (a Llama block's o_proj and down_proj as exported, without a bias): a
+    ``FusedLinear`` with a zero bias that ``fold_linear_residuals`` may take."""
+    if _fuel.mnemonic(op) != "mat_mul" or _constant_chain(op.operands[1]) is None:
+        return False
+    ta, tb = (ir.RankedTensorType(v.type) for v in op.operands)
+    return ta.rank == 2 and tb.rank == 2 and ta.element_type == tb.element_type
 
 
 def _softmax_scale_of(op):

@@ -77,6 +77,18 @@ class PrepackWeights(ModulePass):
                 _prepack(op, entry, table, backends)
 
 
+def zero_bias(n: int, elt, dtype) -> "ir.Value":
+    """A ``fuel.const`` of ``n`` zeros of element type ``elt`` (fuel dtype
+    ``dtype``), made at the insertion point: the bias of a ``MatMul`` made a
+    ``FusedLinear`` (its FMAs start from 0, as the MatMul's do)."""
+    from compiler.dialect import lookup, params_to_attributes
+    t = ir.RankedTensorType.get([n], elt)
+    return _fuel.create("fuel.const", [], [t], {
+        **params_to_attributes(lookup("const"), {
+            "name": f"fuelc.zero_bias.{n}", "shape": (n,), "dtype": dtype}),
+        "value": ir.DenseElementsAttr.get_splat(t, ir.FloatAttr.get(elt, 0.0))}).results[0]
+
+
 def _producer(value) -> str | None:
     """The fuel mnemonic of the op defining ``value`` (None for a block argument)."""
     return None if isinstance(value.owner, ir.Block) else _fuel.mnemonic(value.owner)
@@ -164,7 +176,6 @@ def _prepack(op, entry, table, backends) -> bool:
     if pad and (pad * MAX_PAD_FRACTION > n or pad * k > MAX_PAD_ELEMENTS
                 or (linear and not _constant(op.operands[2])) or params.get("residual")):
         return False
-    from compiler.dialect import lookup, params_to_attributes
     elt = ir.RankedTensorType(b.type).element_type
 
     def make(name, operands, out_shape, **p):
@@ -188,12 +199,7 @@ def _prepack(op, entry, table, backends) -> bool:
             if pad:
                 bias = make("pad", [bias], (np_,), padding=(0, pad), mode="constant", value=0.0)
         else:  # a zero bias: the FMAs start from 0 as MatMul's do
-            bias = _fuel.create("fuel.const", [], [ir.RankedTensorType.get([np_], elt)], {
-                **params_to_attributes(lookup("const"), {
-                    "name": f"fuelc.zero_bias.{np_}",
-                    "shape": (np_,), "dtype": tb.dtype}),
-                "value": ir.DenseElementsAttr.get_splat(ir.RankedTensorType.get([np_], elt),
-                                                        ir.FloatAttr.get(elt, 0.0))}).results[0]
+            bias = zero_bias(np_, elt, tb.dtype)
         params["b_panel"] = nr
         out_type = ir.RankedTensorType(op.results[0].type)
         shape = list(out_type.shape)

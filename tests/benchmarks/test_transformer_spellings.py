@@ -1,7 +1,8 @@
 """The exporters' spellings in benchmarks/models.py's decoders fuse: GPT-2's
 tanh GELU into its FFN product (FusedLinear ``gelu_tanh``), Llama's RoPE into
 Rope, its RMSNorm (``x * (1 / sqrt(mean(x^2) + eps))``) into RmsNormLastDim,
-its q/k/v and gate/up products into one product each; the outputs match
+its q/k/v and gate/up products into one product each, its residual Adds
+into the bias-less o_proj and down_proj products; the outputs match
 fuelc's reference interpreter and onnxruntime, on both ISA levels."""
 import pathlib
 import sys
@@ -25,7 +26,7 @@ CASES = {
     "gpt2": ({"layers": 1}, {"FusedLinear": 4, "FlashAttn": 1},
              ("RuntimeFused", "Tanh", "PowI")),
     "llama": ({}, {"FusedLinear": 4, "Rope": 2, "RmsNormLastDim": 2, "FlashAttn": 1},
-              ("MatMul", "Neg", "Concat", "Recip")),
+              ("MatMul", "Neg", "Concat", "Recip", "AddElementwise")),
 }
 
 
@@ -48,6 +49,28 @@ def test_decoder_spellings_fuse(name, target):
     scale = np.abs(theirs).max()
     assert np.abs(got - ref).max() / scale < 1e-5
     assert np.abs(got - theirs).max() / scale < 1e-5
+
+
+@pytest.mark.parametrize("target", ["cpu", "cpu:x86-64-v3"])
+def test_llama_residuals_in_the_products_same_bits(target):
+    """Llama's ``x + o_proj(..)`` and ``h + down_proj(..)`` (MatMuls without
+    a bias) fold into their products as a zero bias and the skip: two kernel
+    steps fewer, the same bits as the MatMuls and the Adds (each product's
+    FMAs start from 0 either way, and the epilogue adds the skip once)."""
+    from compiler.passes import DEFAULT_PIPELINE
+    from runtime.executor import KernelStep
+    model = bm.build("llama", 2, 16)
+    feeds = bm.make_inputs(model)
+    graph = import_model(model)
+    m = compile(graph, target=target)
+    ops = compile(graph, target=target, pipeline=DEFAULT_PIPELINE.replace(
+        "fuel-fuse{runtime=false", "fuel-fuse{runtime=false linear_residuals=false"))
+    assert [s for s in m.kernel_summary() if s.startswith("FusedLinear[f32,f32,f32,f32,f32]")] \
+        == ["FusedLinear[f32,f32,f32,f32,f32] (mlir-cpu-fused) [B packed]"] * 2, m.kernel_summary()
+    assert [s.split("[")[0] for s in ops.kernel_summary()].count("AddElementwise") == 2
+    kernels = [sum(isinstance(s, KernelStep) for s in c.plan.steps) for c in (m, ops)]
+    assert kernels[0] == kernels[1] - 2, kernels
+    np.testing.assert_array_equal(m(**feeds), ops(**feeds))
 
 
 @pytest.mark.parametrize("target", ["cpu", "cpu:x86-64-v3"])

@@ -91,3 +91,33 @@ func.func @f64(%a: tensor<8x16xf64>, %b: tensor<16x32xf64>, %c: tensor<32xf64>, 
   %1 = "fuel.add"(%0, %s) : (tensor<8x32xf64>, tensor<8x32xf64>) -> tensor<8x32xf64>
   return %1 : tensor<8x32xf64>
 }
+
+// -----
+
+// A MatMul by a constant weight without a bias (a Llama block's o_proj and
+// down_proj as exported), behind the Reshape back to [B, S, N]: a FusedLinear
+// with a zero bias and the skip (its FMAs start from 0 as the MatMul's: the
+// same bits as the MatMul and the Add). A MatMul by a weight that is not a
+// constant keeps its Add.
+// CHECK-LABEL: func.func @matmul
+// CHECK:         %[[W:.*]] = "fuel.const"() {dtype = "f32", name = "w"
+// CHECK:         %[[V:.*]] = "fuel.reshape"(%arg1) {shape = [8, 32]} : (tensor<2x4x32xf32>) -> tensor<8x32xf32>
+// CHECK-NEXT:    %[[Z:.*]] = "fuel.const"() {dtype = "f32", name = "fuelc.zero_bias.32", shape = [32], value = dense<0.000000e+00> : tensor<32xf32>}
+// CHECK-NEXT:    %[[L:.*]] = "fuel.fused_linear"(%arg0, %[[W]], %[[Z]], %[[V]]) {residual = true}
+// CHECK-NEXT:    %[[R:.*]] = "fuel.reshape"(%[[L]]) {shape = [2, 4, 32]}
+// CHECK-NEXT:    %[[M:.*]] = "fuel.mat_mul"(%arg0, %arg2)
+// CHECK-NEXT:    %[[N:.*]] = "fuel.reshape"(%[[M]])
+// CHECK-NEXT:    "fuel.add"(%[[R]], %[[N]])
+// OFF-LABEL:   func.func @matmul
+// OFF:           "fuel.mat_mul"
+// OFF:           "fuel.add"
+func.func @matmul(%a: tensor<8x16xf32>, %s: tensor<2x4x32xf32>, %b: tensor<16x32xf32>) -> tensor<2x4x32xf32> {
+  %w = "fuel.const"() {dtype = "f32", name = "w", shape = [16, 32]} : () -> tensor<16x32xf32>
+  %0 = "fuel.mat_mul"(%a, %w) : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>
+  %1 = "fuel.reshape"(%0) {shape = [2, 4, 32]} : (tensor<8x32xf32>) -> tensor<2x4x32xf32>
+  %2 = "fuel.add"(%s, %1) : (tensor<2x4x32xf32>, tensor<2x4x32xf32>) -> tensor<2x4x32xf32>
+  %3 = "fuel.mat_mul"(%a, %b) : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>
+  %4 = "fuel.reshape"(%3) {shape = [2, 4, 32]} : (tensor<8x32xf32>) -> tensor<2x4x32xf32>
+  %5 = "fuel.add"(%2, %4) : (tensor<2x4x32xf32>, tensor<2x4x32xf32>) -> tensor<2x4x32xf32>
+  return %5 : tensor<2x4x32xf32>
+}
