@@ -176,7 +176,7 @@ def single_op_linalg_text(op_name: str, params: dict, input_types: Sequence, dyn
                           few_rows: bool = False, zero_stride: Sequence[int] = (),
                           unpacked: bool = False, contiguous: Sequence[int] = (),
                           aliased: bool = False, pack_a: bool = False,
-                          planes: Sequence[int] = ()) -> str:
+                          planes: Sequence[int] = (), short_k: bool = False) -> str:
     """The linalg-on-tensors module of one fuel op (a primitive or a static
     fused op) as a ``@kernel`` entry, lowered with ``platform``'s rules.
     ``unit_stride``: the arguments (inputs then outputs) every call passes
@@ -187,14 +187,15 @@ def single_op_linalg_text(op_name: str, params: dict, input_types: Sequence, dyn
     passes with innermost stride 0 (``ZERO_STRIDE_ATTR``). ``unpacked``: a
     matmul call of at most ``UNPACKED_ROWS`` rows (``UNPACKED_ATTR``);
     ``aliased``: one whose B rows fall in few cache sets (``ALIASED_ATTR``);
-    ``pack_a``: a packed one that copies its blocks of A (``PACK_A_ATTR``).
+    ``pack_a``: a packed one that copies its blocks of A (``PACK_A_ATTR``);
+    ``short_k``: a FusedLinear over a packed B of a short K (``SHORT_K_ATTR``).
     ``contiguous``: the arguments every call passes row-major
     (``common.stages.CONTIGUOUS_ATTR``); ``planes``: those it passes with
     row-major planes, the last two axes (``common.stages.PLANES_ATTR``)."""
     from compiler.codegen.linalg import emit_single_op_module, lower_to_linalg
     module = emit_single_op_module(op_name, dict(params), list(input_types),
                                    dynamic=dynamic, func_name=ENTRY, ctx=emission_context())
-    if (unit_stride or few_rows or zero_stride or unpacked or contiguous or planes) \
+    if (unit_stride or few_rows or zero_stride or unpacked or contiguous or planes or short_k) \
             and platform == "cpu":
         from compiler.codegen.common.stages import CONTIGUOUS_ATTR, PLANES_ATTR
         from compiler.mlir import ir
@@ -217,6 +218,8 @@ def single_op_linalg_text(op_name: str, params: dict, input_types: Sequence, dyn
                         op.attributes[ALIASED_ATTR] = ir.UnitAttr.get()
                     if pack_a:
                         op.attributes[PACK_A_ATTR] = ir.UnitAttr.get()
+                    if short_k:
+                        op.attributes[SHORT_K_ATTR] = ir.UnitAttr.get()
     lower_to_linalg(module, platform=platform)     # (a rule may read these attributes)
     return str(module)
 
@@ -291,6 +294,12 @@ ALIASED_ATTR = "fuelc.aliased_b"
 #: apart and the call has many columns (``runtime.rows.pack_a``); the strategy
 #: selector may then copy each block of A into a contiguous buffer.
 PACK_A_ATTR = "fuelc.pack_a"
+#: On a cpu entry of a FusedLinear over a packed B without an epilogue, of
+#: more than ``UNPACKED_ROWS`` rows: K is at most ``SHORT_K`` (the packed
+#: kernel takes K at run time, so the class is the instance's); the strategy
+#: selector may then run all of K in one block (``strategy._PACKED_SHORT_K``).
+SHORT_K_ATTR = "fuelc.short_k"
+SHORT_K = 768
 #: Marks the contraction of a FusedLinear whose B is pre-packed (``b_panel``;
 #: ``lowering/fused_forward.py``): a ``linalg.generic`` over (p, m, j | k),
 #: ``out[m, p, j] += a[m, k] * b[p, k, j]``, which a target's strategy may

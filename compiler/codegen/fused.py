@@ -52,7 +52,7 @@ from runtime.params import exact_key
 from compiler.codegen import parallel
 from compiler.codegen.family import (KernelFamily, a_row_stride, aliased_b, b_row_stride,
                                      few_rows, pack_a, unpacked_rows, single_op_linalg_text,
-                                     unit_stride_args)
+                                     unit_stride_args, SHORT_K)
 from compiler.codegen.loader import KernelFunction
 from compiler.errors import UnsupportedOpError
 from compiler.registry.kernel_params import FusedParams, register_fused_params
@@ -286,6 +286,9 @@ class FusedInstance:
     aliased: bool = False
     #: a FusedLinear call of the packed class that copies its blocks of A (``family.pack_a``)
     pack_a: bool = False
+    #: a FusedLinear call over a packed B, no epilogue, more than ``family.UNPACKED_ROWS``
+    #: rows, K at most ``family.SHORT_K`` (``family.SHORT_K_ATTR``)
+    short_k: bool = False
     #: arguments passed row-major (a pointwise Conv2D: its reshapes are views)
     contiguous: tuple[int, ...] = ()
     #: arguments passed with row-major planes, the last two axes (a pointwise
@@ -313,6 +316,7 @@ class FusedInstance:
         key = key + ("unpacked",) if self.unpacked else key
         key = key + ("aliased",) if self.aliased else key
         key = key + ("pack_a",) if self.pack_a else key
+        key = key + ("short_k",) if self.short_k else key
         key = key + (("contiguous",) + self.contiguous,) if self.contiguous else key
         key = key + (("planes",) + self.planes,) if self.planes else key
         return key + ("few_rows",) if self.few_rows else key
@@ -425,8 +429,10 @@ class FusedFamily(KernelFamily):
                 and aliased_b(layouts[0].shape, unit, n_inputs, b_stride)
             copy_a = not epilogue and not params.b_panel and pack_a(
                 layouts[0].shape, unit, n_inputs, a_row_stride(layouts), layouts[1].shape[-1])
+            short_k = bool(params.b_panel) and not (epilogue or few or dozen) \
+                and len(layouts[1].shape) == 3 and layouts[1].shape[1] <= SHORT_K
             inst = dataclasses.replace(inst, unit_stride=unit, few_rows=few, unpacked=dozen,
-                                       aliased=aliased, pack_a=copy_a)
+                                       aliased=aliased, pack_a=copy_a, short_k=short_k)
         elif spec.name == "FlashAttn":
             # contiguous rows: the output's and K's tiles move as vectors
             # (``fused_attention._flash_attn_cpu``), not element by element
@@ -721,7 +727,8 @@ def linalg_text(inst: FusedInstance, platform: str | None = None) -> str:
     masks = inst.dynamic_dims if inst.dynamic else False  # a StaticInstance: static
     return single_op_linalg_text(inst.name, dict(inst.params), inst.input_types, masks,
                                  platform, inst.unit_stride, inst.few_rows, (), inst.unpacked,
-                                 inst.contiguous, inst.aliased, inst.pack_a, inst.planes)
+                                 inst.contiguous, inst.aliased, inst.pack_a, inst.planes,
+                                 inst.short_k)
 
 
 def warm_instance(inst: FusedInstance, *, target) -> KernelFunction:

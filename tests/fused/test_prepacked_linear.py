@@ -199,13 +199,64 @@ def test_f32_packed_kernels_prefetch_the_next_panel(isa):
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("rows", [13, 130])
 def test_packed_kernel_over_several_k_blocks_matches_the_reference(target, rows, rng):
-    # K = 600: three K blocks of the AVX2 kernel (kc 256), two of AVX-512's;
-    # 7 panels of 16 (AVX2: each prefetches the next, the last itself)
-    w = rng.standard_normal((600, 7 * 16)).astype(np.float32)
+    # K = 800 (past family.SHORT_K): four K blocks of the AVX2 kernel (kc
+    # 256), two of AVX-512's; 7 panels of 16 (AVX2: each prefetches the
+    # next, the last itself)
+    w = rng.standard_normal((800, 7 * 16)).astype(np.float32)
     bias = rng.standard_normal(7 * 16).astype(np.float32)
-    x = rng.standard_normal((rows, 600)).astype(np.float32)
-    g = _packed_graph((rows, 600), w, bias, 16)
+    x = rng.standard_normal((rows, 800)).astype(np.float32)
+    g = _packed_graph((rows, 800), w, bias, 16)
     m = compile(g, target)
     got = m(x=x)
     np.testing.assert_allclose(got, interpret(g, {"x": x})["y"], rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(got, x.astype(np.float64) @ w + bias, rtol=1e-4, atol=1e-4)
+
+
+def _linear_tiles(m):
+    """The (instance, layouts) tiles of the compiled module's one FusedLinear call."""
+    from runtime.executor import KernelStep
+    from runtime.layout import Layout
+    step = next(s for s in m.plan.steps if isinstance(s, KernelStep))
+    lays = [Layout.contiguous(m.executor.specs[v].shape) for v in (*step.inputs, *step.outputs)]
+    kernel = next(iter(m.executor.entries.values())).kernel.fn
+    return kernel._tiles(lays, step.params, len(step.inputs))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_short_k_runs_all_of_k_in_one_block_with_the_same_bits(target, monkeypatch, rng):
+    # a K of at most family.SHORT_K (688 here: three blocks of kc 256) marks
+    # the instance short_k; AVX2 f32 then takes kc = 1024, the same FMAs in
+    # the same order: the same bits as the kernel of three K blocks
+    from compiler.codegen import fused as F
+    from compiler.codegen.cpu.pipeline import choose_strategy
+    w = rng.standard_normal((688, 64)).astype(np.float32)
+    bias = rng.standard_normal(64).astype(np.float32)
+    x = rng.standard_normal((130, 688)).astype(np.float32)
+    g = _packed_graph((130, 688), w, bias, 16)
+    names, outs = [], []
+    for flag in (True, False):
+        if not flag:
+            monkeypatch.setattr(F, "SHORT_K", 687)
+        m = compile(g, target)
+        outs.append(m(x=x))
+        (inst, _), *_ = _linear_tiles(m)
+        assert inst.short_k is flag, inst
+        names.append(choose_strategy(F.linalg_text(inst, platform="cpu"), ["kernel"], target).name)
+    got, ref = outs
+    avx2 = target == "cpu:x86-64-v3"
+    assert names[0] == names[1] + ("-short-k" if avx2 else ""), names
+    assert np.array_equal(got, ref)
+    np.testing.assert_allclose(got, interpret(g, {"x": x})["y"], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows, k, act, flag", [(130, 768, {}, True), (130, 769, {}, False),
+                                                (20, 688, {}, False), (130, 688, {"gelu": True}, False)])
+def test_the_short_k_class(rows, k, act, flag, rng):
+    # packed B, no epilogue, more than UNPACKED_ROWS rows, K <= SHORT_K (768)
+    w = rng.standard_normal((k, 32)).astype(np.float32)
+    g = Graph()
+    x = g.input("x", (rows, k), "f32")
+    g.output(fused("FusedLinear", x, g.constant(_pack(w, 16), name="wp"),
+                   g.constant(np.zeros(32, np.float32), name="b"), b_panel=16, **act), name="y")
+    (inst, _), *_ = _linear_tiles(compile(g, "cpu:x86-64-v3"))
+    assert inst.short_k is flag, inst

@@ -110,7 +110,7 @@ def parse_module(text: str, ctx: "ir.Context") -> "ir.Module":
 #: (``Layout.stride[-1] == 1``). After bufferization each such argument is cast
 #: to ``strided<[?, ..., 1], offset: ?>``, so copies and vector transfers of
 #: its rows become contiguous loads and stores instead of strided scalar ones.
-from compiler.codegen.family import (ALIASED_ATTR, FEW_ROWS_ATTR, PACK_A_ATTR, UNIT_STRIDE_ATTR,  # noqa: E402
+from compiler.codegen.family import (ALIASED_ATTR, FEW_ROWS_ATTR, PACK_A_ATTR, SHORT_K_ATTR, UNIT_STRIDE_ATTR,  # noqa: E402
                                      UNPACKED_ATTR, ZERO_STRIDE_ATTR)
 from compiler.codegen.cpu.transforms.conv import DIRECT_CONV_ATTR  # noqa: E402
 from compiler.codegen.cpu.transforms.matmul import EPILOGUE_ATTR  # noqa: E402
@@ -313,8 +313,8 @@ def linalg_op_names(module: "ir.Module") -> set[str]:
         if op.name not in _COPY_OPS:
             copies_only[0] = False
         if op.name == "func.func":
-            names.update(a for a in (FEW_ROWS_ATTR, UNPACKED_ATTR, ALIASED_ATTR, PACK_A_ATTR)
-                         if a in op.attributes)
+            names.update(a for a in (FEW_ROWS_ATTR, UNPACKED_ATTR, ALIASED_ATTR, PACK_A_ATTR,
+                                     SHORT_K_ATTR) if a in op.attributes)
         if op.name.startswith("vector."):
             names.add(VECTOR_OPS)
         if op.name in ("math.erf", "math.exp"):

@@ -665,18 +665,33 @@ UNPACKED = "fuelc.unpacked"
 _PACKED_DOZEN = {("f32", "avx2"): dict(mr=4, kc=1024), ("f32", "avx512"): dict(kc=1024)}
 
 
-def packed_strategy(element_type: str, isa: str = "avx2", dozen: bool = False) -> Strategy:
+#: The feature of a packed FusedLinear of a short K (``family.SHORT_K_ATTR``).
+SHORT_K = "fuelc.short_k"
+#: ``packed_strategy``'s tiles for a K of at most ``family.SHORT_K`` (entries
+#: marked ``SHORT_K``), where they differ: AVX2 f32 kc = 1024, all of K in
+#: one block, so each 6 x 16 output tile is loaded and stored once instead
+#: of once per 256 of K. The same FMAs in the same order: the same bits
+#: (docs/benchmarks.md, "Packed products of short K in one block").
+_PACKED_SHORT_K = {("f32", "avx2"): dict(kc=1024)}
+
+
+def packed_strategy(element_type: str, isa: str = "avx2", dozen: bool = False,
+                    short_k: bool = False) -> Strategy:
     """A FusedLinear whose B was packed at compile time into panels of the
     matmul's ``nr`` columns (``transforms.matmul.packed_script``): the
     matmul's register tiles over contiguous panels, nothing packed per call.
-    ``dozen``: for calls of a few dozen rows (``_PACKED_DOZEN``)."""
+    ``dozen``: for calls of a few dozen rows (``_PACKED_DOZEN``); ``short_k``:
+    a K of at most ``family.SHORT_K`` (``_PACKED_SHORT_K``)."""
     from compiler.codegen.cpu.transforms.matmul import packed_script
     tiles = dict(_MATMUL_TILES[element_type, isa])
     if dozen:
         tiles.update(_PACKED_DOZEN.get((element_type, isa), {}))
+    short = short_k and (element_type, isa) in _PACKED_SHORT_K
+    if short:
+        tiles.update(_PACKED_SHORT_K[element_type, isa])
     prefetch = (element_type, isa) in _PACKED_PREFETCH
     return Strategy(
-        name=f"matmul-packed-b-{element_type}-{tiles['mr']}x{tiles['nr']}",
+        name=f"matmul-packed-b-{element_type}-{tiles['mr']}x{tiles['nr']}" + ("-short-k" if short else ""),
         transform=packed_script(**tiles, prefetch=prefetch), lowering=VECTOR_LOWERING,
         doc="register-tiled matmul over B packed at compile time ([N/nr, K, nr] panels): "
             "mr x nr FMA micro-kernel, remainder rows 1 x nr, no packing per call")
@@ -703,6 +718,7 @@ def packed_panel(element_type: str, isa: str) -> int:
 _register_per_element_type((PACKED_B, FEW_ROWS), packed_rows_strategy)
 _register_per_element_type((PACKED_B, UNPACKED),
                            lambda elt, isa: packed_strategy(elt, isa, dozen=True))
+_register_per_element_type((PACKED_B, SHORT_K), functools.partial(packed_strategy, short_k=True))
 _register_per_element_type(PACKED_B, packed_strategy)
 _register_per_element_type(DIRECT_CONV, conv_strategy)
 for _op in _MATMUL_OPS:
