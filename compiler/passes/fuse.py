@@ -802,9 +802,9 @@ def fold_linear_residuals(module, table, backends) -> int:
     folded = 0
     for lin in [o for o in _fuel.fuel_ops(module)
                 if _fuel.mnemonic(o) == entry.mnemonic or _plain_product(o)]:
-        params = _fuel.params(lin) if _fuel.mnemonic(lin) == entry.mnemonic else {}
-        if _fuel.mnemonic(lin) == entry.mnemonic and (len(lin.operands) != 3
-                                                       or has_epilogue(params)):
+        linear = _fuel.mnemonic(lin) == entry.mnemonic  # else a MatMul (_plain_product)
+        params = _fuel.params(lin) if linear else {}
+        if linear and (len(lin.operands) != 3 or has_epilogue(params)):
             continue
         y, view = lin.results[0], None
         users = [_op_of(u) for u in _fuel.users(y)]
