@@ -161,18 +161,28 @@ def test_fused_ops_compile_for_claimed_dtypes(name):
 def test_every_table_key_compiles():
     """The full sweep: every primitive spec at every claimed dtype, every
     cast pair and the fused ops; the compiled kernels must cover every key
-    the cuda table claims (a key nothing compiles is a false claim)."""
+    the cuda table claims (a key nothing compiles is a false claim).
+
+    Each spec compiles all its shapes and views (ranks 0-3, strided and
+    broadcast operands) at its first dtype that takes them all, and its
+    widest dense case at every other dtype: kernels are compiled per shape,
+    and the shapes' launch geometry does not depend on the dtype nor the
+    dtype's code (libdevice calls, conversions) on the shape. The whole
+    product lowered 1656 kernels instead of 632 for the same 311 keys (177 s
+    instead of 66 on the CI VM)."""
     SPECS, Case = _specs()
     got: set[str] = set()
     for spec in SPECS:
+        every_shape = True
         for dt in DTYPES:
-            g = _spec_graph(spec, Case, dt, widest_only=False)
+            g = _spec_graph(spec, Case, dt, widest_only=not every_shape)
             if g is None:
                 continue
             try:
                 got |= _compiled(compile(g, "cuda:sm_90"))
+                every_shape = False
             except PassError as e:  # a case with an operand dtype the table does not claim
-                assert "no kernel for" in str(e), str(e)[:500]
+                assert every_shape and "no kernel for" in str(e), str(e)[:500]
                 got |= _compiled(compile(_spec_graph(spec, Case, dt, widest_only=True),
                                          "cuda:sm_90"))
     for dt in DTYPES:
