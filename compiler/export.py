@@ -222,7 +222,8 @@ def _kernel_record(module, i: int, step: KernelStep, objects: dict, writer: _Wri
             raise ExportError(f"{where}: its row count is only known at run time (deferred "
                               "m_compute), so no fixed kernel instance can be exported")
         lays = call_layouts(step, specs)
-        inst, desc = fn.family.instance(fn.key, fn.dtypes, lays, step.params, len(step.inputs))
+        inst, desc = fn.family.instance(fn.key, fn.dtypes, lays, step.params, len(step.inputs),
+                                        target=fn.target)
         if runnable_here(target):  # the compile-once memo already holds it: no re-lowering
             data = fn.family.compiled(inst, target).owner.object_bytes
         else:

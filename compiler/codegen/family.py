@@ -295,11 +295,13 @@ ALIASED_ATTR = "fuelc.aliased_b"
 #: selector may then copy each block of A into a contiguous buffer.
 PACK_A_ATTR = "fuelc.pack_a"
 #: On a cpu entry of a FusedLinear over a packed B without an epilogue, of
-#: more than ``UNPACKED_ROWS`` rows: K is at most ``SHORT_K`` (the packed
-#: kernel takes K at run time, so the class is the instance's); the strategy
-#: selector may then run all of K in one block (``strategy._PACKED_SHORT_K``).
+#: more than ``UNPACKED_ROWS`` rows: K is at most ``SHORT_K_MAX`` (the packed
+#: kernel takes K at run time, so the class is the instance's), and the
+#: target's codegen says its kernel for such a K differs from the plain one
+#: (cpu: ``short_k``; AVX2 f32 with K past one plain block of 256); the
+#: strategy selector then runs all of K in one block (``strategy._PACKED_SHORT_K``).
 SHORT_K_ATTR = "fuelc.short_k"
-SHORT_K = 768
+SHORT_K_MAX = 768
 #: Marks the contraction of a FusedLinear whose B is pre-packed (``b_panel``;
 #: ``lowering/fused_forward.py``): a ``linalg.generic`` over (p, m, j | k),
 #: ``out[m, p, j] += a[m, k] * b[p, k, j]``, which a target's strategy may
@@ -358,7 +360,10 @@ class KernelFamily:
     suffix = ""
 
     def instance(self, key, dtypes: Sequence[DType], layouts: Sequence, params,
-                 n_inputs: int) -> tuple[Hashable, list]:
+                 n_inputs: int, *, target=None) -> tuple[Hashable, list]:
+        """The op instance of a call and its (possibly adapted) layouts;
+        ``target``: the target it compiles for, where a class of calls is
+        one only where that target's kernel differs (None: no such class)."""
         raise NotImplementedError
 
     def linalg_text(self, instance, target) -> str:
@@ -504,10 +509,11 @@ class GeneratedKernel:
 
     def _tiles(self, layouts, params, n_inputs: int) -> list[tuple]:
         """[(instance, layouts)] of the call's tiles (one when not split)."""
-        inst, lays = self.family.instance(self.key, self.dtypes, layouts, params, n_inputs)
+        inst, lays = self.family.instance(self.key, self.dtypes, layouts, params, n_inputs,
+                                          target=self.target)
         subs = self.family.subcalls(self.key, inst, lays, params, n_inputs)
         if subs:  # run as sub-calls; run_tiles spreads them over the threads
-            return [self.family.instance(self.key, self.dtypes, sl, sp, n_inputs)
+            return [self.family.instance(self.key, self.dtypes, sl, sp, n_inputs, target=self.target)
                     for sl, sp in subs]
         # (a GPU kernel is one launch over the whole call: the host's threads
         # do not cut it into tiles)

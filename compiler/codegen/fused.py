@@ -52,7 +52,7 @@ from runtime.params import exact_key
 from compiler.codegen import parallel
 from compiler.codegen.family import (KernelFamily, a_row_stride, aliased_b, b_row_stride,
                                      few_rows, pack_a, unpacked_rows, single_op_linalg_text,
-                                     unit_stride_args, SHORT_K)
+                                     unit_stride_args, SHORT_K_MAX)
 from compiler.codegen.loader import KernelFunction
 from compiler.errors import UnsupportedOpError
 from compiler.registry.kernel_params import FusedParams, register_fused_params
@@ -287,7 +287,8 @@ class FusedInstance:
     #: a FusedLinear call of the packed class that copies its blocks of A (``family.pack_a``)
     pack_a: bool = False
     #: a FusedLinear call over a packed B, no epilogue, more than ``family.UNPACKED_ROWS``
-    #: rows, K at most ``family.SHORT_K`` (``family.SHORT_K_ATTR``)
+    #: rows, K at most ``family.SHORT_K_MAX`` where the target's kernel for it differs
+    #: (``family.SHORT_K_ATTR``)
     short_k: bool = False
     #: arguments passed row-major (a pointwise Conv2D: its reshapes are views)
     contiguous: tuple[int, ...] = ()
@@ -377,6 +378,15 @@ def _rows_2d(lay: Layout) -> Layout:
     return out
 
 
+def _short_k(dtype: DType, k: int, target) -> bool:
+    """Whether ``target``'s packed FusedLinear kernel for a K of ``k`` on
+    ``dtype`` differs in the short-K class (the codegen package's
+    ``short_k``): where it does not, the class would compile the same code
+    under another attribute, one kernel more."""
+    differs = getattr(getattr(target, "codegen", None), "short_k", None)
+    return bool(differs and differs(dtype, k, target))
+
+
 def _as_output(lay: Layout, out: Layout) -> Layout:
     """FusedLinear's skip ``lay`` viewed in the shape its output is read in
     (the batch axes folded into rows as the output's are);
@@ -397,7 +407,7 @@ class FusedFamily(KernelFamily):
 
     suffix = "-fused"
 
-    def instance(self, key, dtypes, layouts, params, n_inputs):
+    def instance(self, key, dtypes, layouts, params, n_inputs, *, target=None):
         spec = spec_for_kind(key)
         layouts = list(layouts)
         if spec.name == "FusedLinear" and len(layouts) > n_inputs and isinstance(params, P.Matmul):
@@ -430,7 +440,8 @@ class FusedFamily(KernelFamily):
             copy_a = not epilogue and not params.b_panel and pack_a(
                 layouts[0].shape, unit, n_inputs, a_row_stride(layouts), layouts[1].shape[-1])
             short_k = bool(params.b_panel) and not (epilogue or few or dozen) \
-                and len(layouts[1].shape) == 3 and layouts[1].shape[1] <= SHORT_K
+                and len(layouts[1].shape) == 3 and layouts[1].shape[1] <= SHORT_K_MAX \
+                and _short_k(dtypes[0], layouts[1].shape[1], target)
             inst = dataclasses.replace(inst, unit_stride=unit, few_rows=few, unpacked=dozen,
                                        aliased=aliased, pack_a=copy_a, short_k=short_k)
         elif spec.name == "FlashAttn":

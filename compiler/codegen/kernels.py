@@ -342,7 +342,7 @@ class PrimitiveFamily(KernelFamily):
 
     suffix = ""
 
-    def instance(self, key, dtypes, layouts, params, n_inputs):
+    def instance(self, key, dtypes, layouts, params, n_inputs, *, target=None):
         return instance_for(key, dtypes, layouts, params, n_inputs)
 
     def linalg_text(self, inst: OpInstance, target) -> str:

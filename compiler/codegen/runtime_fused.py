@@ -187,7 +187,7 @@ class RuntimeFusedFamily(KernelFamily):
 
     suffix = "-runtime-fused"
 
-    def instance(self, key, dtypes, layouts, params, n_inputs):
+    def instance(self, key, dtypes, layouts, params, n_inputs, *, target=None):
         layouts = list(layouts)
         dynamic = _elementwise_region(key.fused.value) and len({l.shape for l in layouts}) == 1
         if dynamic:

@@ -199,7 +199,7 @@ def test_f32_packed_kernels_prefetch_the_next_panel(isa):
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("rows", [13, 130])
 def test_packed_kernel_over_several_k_blocks_matches_the_reference(target, rows, rng):
-    # K = 800 (past family.SHORT_K): four K blocks of the AVX2 kernel (kc
+    # K = 800 (past family.SHORT_K_MAX): four K blocks of the AVX2 kernel (kc
     # 256), two of AVX-512's; 7 panels of 16 (AVX2: each prefetches the
     # next, the last itself)
     w = rng.standard_normal((800, 7 * 16)).astype(np.float32)
@@ -224,35 +224,39 @@ def _linear_tiles(m):
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_short_k_runs_all_of_k_in_one_block_with_the_same_bits(target, monkeypatch, rng):
-    # a K of at most family.SHORT_K (688 here: three blocks of kc 256) marks
-    # the instance short_k; AVX2 f32 then takes kc = 1024, the same FMAs in
-    # the same order: the same bits as the kernel of three K blocks
+    # a K of at most family.SHORT_K_MAX (688 here: three blocks of kc 256)
+    # marks the instance short_k on AVX2 f32; its kernel then takes kc =
+    # 1024, the same FMAs in the same order: the same bits as the kernel of
+    # three K blocks. AVX-512 (whose short-K kernel would be the plain one)
+    # takes no class
     from compiler.codegen import fused as F
     from compiler.codegen.cpu.pipeline import choose_strategy
     w = rng.standard_normal((688, 64)).astype(np.float32)
     bias = rng.standard_normal(64).astype(np.float32)
     x = rng.standard_normal((130, 688)).astype(np.float32)
     g = _packed_graph((130, 688), w, bias, 16)
+    avx2 = target == "cpu:x86-64-v3"
     names, outs = [], []
     for flag in (True, False):
         if not flag:
-            monkeypatch.setattr(F, "SHORT_K", 687)
+            monkeypatch.setattr(F, "SHORT_K_MAX", 687)
         m = compile(g, target)
         outs.append(m(x=x))
         (inst, _), *_ = _linear_tiles(m)
-        assert inst.short_k is flag, inst
+        assert inst.short_k is (flag and avx2), inst
         names.append(choose_strategy(F.linalg_text(inst, platform="cpu"), ["kernel"], target).name)
     got, ref = outs
-    avx2 = target == "cpu:x86-64-v3"
     assert names[0] == names[1] + ("-short-k" if avx2 else ""), names
     assert np.array_equal(got, ref)
     np.testing.assert_allclose(got, interpret(g, {"x": x})["y"], rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("rows, k, act, flag", [(130, 768, {}, True), (130, 769, {}, False),
+                                                (130, 257, {}, True), (130, 256, {}, False),
                                                 (20, 688, {}, False), (130, 688, {"gelu": True}, False)])
 def test_the_short_k_class(rows, k, act, flag, rng):
-    # packed B, no epilogue, more than UNPACKED_ROWS rows, K <= SHORT_K (768)
+    # packed B, no epilogue, more than UNPACKED_ROWS rows, K <= SHORT_K_MAX
+    # (768), and on AVX2 f32 K past one plain block (256)
     w = rng.standard_normal((k, 32)).astype(np.float32)
     g = Graph()
     x = g.input("x", (rows, k), "f32")
@@ -260,3 +264,36 @@ def test_the_short_k_class(rows, k, act, flag, rng):
                    g.constant(np.zeros(32, np.float32), name="b"), b_panel=16, **act), name="y")
     (inst, _), *_ = _linear_tiles(compile(g, "cpu:x86-64-v3"))
     assert inst.short_k is flag, inst
+
+
+def _packed_kernels(m):
+    """The compile-once keys of every tile of the compiled module's FusedLinear calls."""
+    from compiler.codegen.fused import FAMILY
+    from runtime.executor import KernelStep
+    from runtime.layout import Layout
+    keys = set()
+    for i, step in enumerate(m.plan.steps):
+        if not isinstance(step, KernelStep):
+            continue
+        lays = [Layout.contiguous(m.executor.specs[v].shape) for v in (*step.inputs, *step.outputs)]
+        keys |= {FAMILY.entry_key(inst)
+                 for inst, _ in m.executor.entries[i].kernel.fn._tiles(lays, step.params, len(step.inputs))}
+    return keys
+
+
+@pytest.mark.parametrize("target, k, kernels", [("cpu:x86-64-v3", 256, 1), ("cpu:x86-64-v3", 688, 2),
+                                                ("cpu:x86-64-v4", 688, 1), ("cpu:x86-64-v4", 256, 1)])
+def test_a_short_k_kernel_only_where_it_differs(target, k, kernels, rng):
+    # two packed products of 130 rows, K = k and K = 800 (past SHORT_K_MAX):
+    # one kernel where the short-K kernel would be the plain one (K = 256,
+    # one block of 256 either way; AVX-512, no short-K tiles), two where it
+    # differs. Only the instances are made: AVX-512 need not run here
+    g = Graph()
+    x = g.input("x", (130, k), "f32")
+    h = fused("FusedLinear", x, g.constant(_pack(rng.standard_normal((k, 800)).astype(np.float32), 16),
+                                           name="w1"),
+              g.constant(np.zeros(800, np.float32), name="b1"), b_panel=16)
+    g.output(fused("FusedLinear", h, g.constant(_pack(rng.standard_normal((800, 32)).astype(np.float32),
+                                                      16), name="w2"),
+                   g.constant(np.zeros(32, np.float32), name="b2"), b_panel=16), name="y")
+    assert len(_packed_kernels(compile(g, target))) == kernels

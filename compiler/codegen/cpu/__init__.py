@@ -65,6 +65,14 @@ def copies_a(dtype: DType, target) -> bool:
     return copies(dtype.value, isa_level(target) or "avx2")
 
 
+def short_k(dtype: DType, k: int, target) -> bool:
+    """Whether the packed FusedLinear kernel of the short-K class
+    (``fuelc.short_k``) differs on ``target`` from the plain one for a K of
+    ``k`` (``strategy.short_k_differs``: AVX2 f32, K past one plain block)."""
+    from compiler.codegen.cpu.strategy import isa_level, short_k_differs
+    return short_k_differs(dtype.value, isa_level(target) or "avx2", k)
+
+
 def a_block_rows(dtype: DType, target) -> int:
     """The rows of A per copied block of a ``fuelc.pack_a`` matmul on
     ``target`` (``strategy.a_block_rows``), or 0 where it reads A in place."""
@@ -114,7 +122,7 @@ def build_table(target) -> KernelBindingTable:
     return t.freeze()
 
 
-__all__ = ["SOURCE", "VIEW_INPUT", "packed_panel", "copies_a", "a_block_rows", "vector_bits", "attention_scores",
+__all__ = ["SOURCE", "VIEW_INPUT", "packed_panel", "copies_a", "short_k", "a_block_rows", "vector_bits", "attention_scores",
            "DTYPES", "PRECISION_NOTE", "transcendental_ulp", "build_table",
            "compile_module", "emit_object", "ensure_compiled", "object_bytes", "describe_pipeline", "lower",
            "LoweringResult", "choose_strategy", "load_object", "prepare_entries", "stages_for",

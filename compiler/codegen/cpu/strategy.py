@@ -667,12 +667,22 @@ _PACKED_DOZEN = {("f32", "avx2"): dict(mr=4, kc=1024), ("f32", "avx512"): dict(k
 
 #: The feature of a packed FusedLinear of a short K (``family.SHORT_K_ATTR``).
 SHORT_K = "fuelc.short_k"
-#: ``packed_strategy``'s tiles for a K of at most ``family.SHORT_K`` (entries
+#: ``packed_strategy``'s tiles for a K of at most ``family.SHORT_K_MAX`` (entries
 #: marked ``SHORT_K``), where they differ: AVX2 f32 kc = 1024, all of K in
 #: one block, so each 6 x 16 output tile is loaded and stored once instead
 #: of once per 256 of K. The same FMAs in the same order: the same bits
 #: (docs/benchmarks.md, "Packed products of short K in one block").
 _PACKED_SHORT_K = {("f32", "avx2"): dict(kc=1024)}
+
+
+def short_k_differs(element_type: str, isa: str, k: int) -> bool:
+    """Whether ``packed_strategy(short_k=True)`` walks a K of ``k`` in other
+    blocks than the plain packed kernel: where ``_PACKED_SHORT_K`` has a kc
+    and ``k`` is past one plain block and within one of its (AVX2 f32: 256 <
+    k <= 1024). Elsewhere the short-K class would be the same code under
+    another attribute (``family.SHORT_K_ATTR``)."""
+    short = _PACKED_SHORT_K.get((element_type, isa))
+    return bool(short) and _MATMUL_TILES[element_type, isa]["kc"] < k <= short["kc"]
 
 
 def packed_strategy(element_type: str, isa: str = "avx2", dozen: bool = False,
@@ -681,7 +691,7 @@ def packed_strategy(element_type: str, isa: str = "avx2", dozen: bool = False,
     matmul's ``nr`` columns (``transforms.matmul.packed_script``): the
     matmul's register tiles over contiguous panels, nothing packed per call.
     ``dozen``: for calls of a few dozen rows (``_PACKED_DOZEN``); ``short_k``:
-    a K of at most ``family.SHORT_K`` (``_PACKED_SHORT_K``)."""
+    a K of at most ``family.SHORT_K_MAX`` (``_PACKED_SHORT_K``)."""
     from compiler.codegen.cpu.transforms.matmul import packed_script
     tiles = dict(_MATMUL_TILES[element_type, isa])
     if dozen:
