@@ -36,6 +36,8 @@ twice) are copied out after the calls, as the general path does. A call uses
 it only for C-contiguous inputs of exactly the plan's dtype and shape, while
 the thread count and the constants are the ones it was built with, and one
 call at a time; anything else takes the general path, with the same results.
+A call at another thread count than the build's builds the path again for
+that count (at most ``executor.DIRECT_REBUILDS`` times per executor).
 """
 from __future__ import annotations
 
@@ -384,6 +386,12 @@ class DirectRun:
             place = ((_address(largest) + PAGE // 2) & -ALIGN) % PAGE
             self.placed = (weakref.ref(largest), place)
         return place
+
+    def probes_hold(self) -> bool:
+        """Whether what the calls were prepared for (the thread count) still
+        holds; when it does not, the executor builds the path again
+        (``Executor._rebuild_direct``)."""
+        return all(probe() == value for probe, value in self.probes)
 
     def run(self, inputs: dict) -> dict | None:
         """The plan's outputs for ``inputs``, or None when this call must take

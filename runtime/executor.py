@@ -54,6 +54,9 @@ from .params import MatmulM, NonZeroIndices, OpParams, check_params_for
 from .storage import Storage
 
 PLAN_VERSION = 1
+#: How many times an executor builds its direct path again for a thread count
+#: other than the one of its last build (``Executor._rebuild_direct``).
+DIRECT_REBUILDS = 8
 VIEW_OPS = ("transpose", "permute", "broadcast_as", "narrow", "unsqueeze", "squeeze", "flip")
 
 
@@ -442,6 +445,7 @@ class Executor:
         self._direct = None
         self._direct_state = "unbuilt"  # -> "built" | "general"
         self._direct_lock = threading.Lock()
+        self._direct_rebuilds = 0       # for other thread counts (``_rebuild_direct``)
         # Outputs returned without a copy: storages this run allocated
         # (row-major, exact size; no input, constant or other output shares
         # them), each named once.
@@ -458,6 +462,27 @@ class Executor:
                                                       for r in self._plain_runners])
                 self._direct_state = "built" if self._direct is not None else "general"
             return self._direct
+
+    def _rebuild_direct(self, stale):
+        """The direct path built again for the thread count of now, in place
+        of ``stale`` (built for another count), at most ``DIRECT_REBUILDS``
+        times per executor (then such calls take the general path, as a
+        count that moves on every call would otherwise build on every
+        call); None when it is not rebuilt. One direct path is kept at a
+        time: its buffers are the plan's intermediates."""
+        with self._direct_lock:
+            if self._direct is not stale:   # another call rebuilt it meanwhile
+                return self._direct
+            if self._direct_rebuilds >= DIRECT_REBUILDS:
+                return None
+            self._direct_rebuilds += 1
+            from .direct import DirectRun
+            fresh = DirectRun.build(self, [r.__self__ if hasattr(r, "__self__") else r
+                                           for r in self._plain_runners])
+            if fresh is None:   # (a plan the direct path takes at one count, not at this one)
+                return None
+            self._direct = fresh
+            return fresh
 
     @property
     def direct_path(self) -> bool:
@@ -502,6 +527,11 @@ class Executor:
             out = direct.run(inputs)    # (None for inputs it does not take, named or not)
             if out is not None:
                 return out
+            if not direct.probes_hold():    # the thread count moved since it was built
+                direct = self._rebuild_direct(direct)
+                out = direct.run(inputs) if direct is not None else None
+                if out is not None:
+                    return out
         plan = self.plan
         if inputs.keys() != self._input_names:
             missing = sorted(set(plan.inputs) - set(inputs))

@@ -105,6 +105,39 @@ def test_inputs_the_direct_path_cannot_take_run_the_general_path():
         m(x=x.astype(np.float64))            # the general path's error, as before
 
 
+def test_another_thread_count_builds_the_direct_path_again():
+    # a module first run at one thread count and then at another keeps a
+    # direct path (built again for the new count), with the same bits; a
+    # count moving on every call stops the rebuilds after DIRECT_REBUILDS
+    from runtime import executor as E
+    rng = np.random.default_rng(3)
+    g = Graph()
+    x = g.input("x", (512, 1024), "f32")
+    g.output(x @ g.constant(rng.standard_normal((1024, 256)).astype(np.float32), name="w"), name="y")
+    before = parallel.num_threads()
+    try:
+        parallel.set_num_threads(1)
+        m = compile(g, target="cpu")
+        xs = rng.standard_normal((512, 1024)).astype(np.float32)
+        want = m(x=xs)
+        one = m.executor._direct
+        assert one is not None and one.probes_hold()
+        parallel.set_num_threads(2)
+        assert not one.probes_hold()
+        np.testing.assert_array_equal(m(x=xs), want)
+        two = m.executor._direct
+        assert two is not one and two.probes_hold() and m.executor._direct_rebuilds == 1
+        np.testing.assert_array_equal(m(x=xs), want)
+        assert m.executor._direct is two                 # no rebuild while the count holds
+        np.testing.assert_array_equal(_general(m, x=xs)["y"], want)
+        for i in range(2 * E.DIRECT_REBUILDS):           # a count moving on every call
+            parallel.set_num_threads(1 + i % 2)
+            np.testing.assert_array_equal(m(x=xs), want)
+        assert m.executor._direct_rebuilds == E.DIRECT_REBUILDS
+    finally:
+        parallel.set_num_threads(before)
+
+
 def test_a_replaced_constant_or_thread_count_takes_the_general_path():
     rng = np.random.default_rng(1)
     g = Graph()
