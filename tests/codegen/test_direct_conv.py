@@ -665,7 +665,8 @@ def test_balanced_remainder_tiles_are_bit_identical(monkeypatch, target, x, w, p
     ir_of = {}
     for least in ("0", "3"):
         monkeypatch.setitem(REWRITES, "tile_direct_conv",
-                            lambda m, mr, nr, nr1=None, _=None, least=least: real(m, mr, nr, nr1, least))
+                            lambda m, mr, nr, nr1=None, _=None, least=least:
+                            real(m, mr, nr, nr1, least))
         ir_of[least] = (P.lower(text, ["kernel"], target=target).llvm_ir,
                         _run_kernel(text, args, out, target))
     assert ir_of["0"][0] != ir_of["3"][0], "the remainder was not balanced"

@@ -12,7 +12,9 @@ them (the ``py:`` steps of the strategy, ``REWRITES``):
 1. tile (n, co, p, c, kh, kw) by (1, mr, nr, 1, 1, 1) in loop order n, p, co,
    c, kh, kw (a strip of ``nr`` pixels of every input channel stays in L1/L2
    while the ``mr``-channel blocks of the output pass over it); peel co and p,
-   so the main tiles are exactly ``mr x nr`` and the remainders are static;
+   so the main tiles are exactly ``mr x nr`` and the remainders are static
+   (a channel remainder too short for the FMA latency shares the last whole
+   tile's channels: ``last_blocks``);
 2. ``fold_unit_dims``: inside a tile the reduction loops have extent 1, so
    the tap offset ``p + kh*Wp + kw`` reads as ``p``: the rewrite substitutes 0
    for extent-1 loop dims in compound map results, which leaves projected
@@ -163,7 +165,8 @@ def _split_tile_script(mr: int, nr: int, cout: int, npix: int, k: int, h: int) -
     body = (f"      %t0, %ln, %lp = transform.structured.tile_using_for %g tile_sizes "
             f"[1, 0, {nr}, 0, 0, 0] : ({t}) -> ({t}, {t}, {t})\n")
     if k:
-        body += (f"      %parts = transform.structured.split %t0 after {k} {{dimension = 1}} : {t}\n"
+        body += (f"      %parts = transform.structured.split %t0 after {k} "
+                 f"{{dimension = 1}} : {t}\n"
                  f"      %a, %b = transform.split_handle %parts : ({t}) -> ({t}, {t})\n"
                  + tile.format("a", mr, t) + tile.format("b", h, t))
     else:
