@@ -629,3 +629,60 @@ def test_bias_broadcast_stays_a_rolled_loop():
     assert "py:roll_broadcasts" in res.strategy.transform
     assert len(re.findall(r"store <\d+ x float>", res.llvm_ir)) < 200
     assert len(res.llvm_ir) < 150_000
+
+
+def test_last_blocks_balance_a_short_remainder():
+    from compiler.codegen.cpu.transforms.conv import last_blocks
+    assert last_blocks(6, 32, 3) == (24, 4)     # 4 x 6 + 2 x 4, not 5 x 6 + 2
+    assert last_blocks(6, 13, 3) == (6, 4)      # 6 + 4 + 3
+    assert last_blocks(6, 8, 3) == (0, 4)       # 2 x 4
+    assert last_blocks(6, 64, 3) is None        # 10 x 6 + 4: 8 accumulators
+    assert last_blocks(6, 36, 3) is None and last_blocks(6, 32, 0) is None
+    assert last_blocks(6, 5, 3) is None         # one tile of 5
+
+
+@pytest.mark.parametrize("target", ["cpu", "cpu:x86-64-v3"])
+@pytest.mark.parametrize("x,w,params", [
+    ((2, 5, 9, 13), (32, 5, 3, 3), {}),                 # 4 x 6 + 2 x 4, a pixel remainder
+    ((1, 5, 9, 13), (13, 5, 3, 3), dict(clamp_min=0.0)),  # 6 + 4 + 3
+    ((2, 4, 9, 13), (8, 4, 3, 3), {}),                   # 2 x 4
+    ((1, 6, 28, 28), (32, 6, 3, 3), dict(stride=(2, 2))),   # stride 2: stacked phases
+])
+def test_balanced_remainder_tiles_are_bit_identical(monkeypatch, target, x, w, params):
+    """A remainder of fewer than ``least`` output channels tiled with the last
+    whole tile in two blocks of half (``last_blocks``): each pixel's FMAs in
+    the same (c, kh, kw) order, so the same bits as ``mr`` tiles and the
+    remainder (13 columns of a 15-wide plane: the flat tiles, not
+    ``direct_rows``)."""
+    from compiler.codegen.cpu.transforms import REWRITES
+    rng = np.random.default_rng(8)
+    params = dict(PARAMS, **params)
+    args = [rng.standard_normal(s).astype(np.float32) for s in (x, w, (w[0],))]
+    text = _kernel_text(x=x, w=w, params=params)
+    s = params["stride"][0]
+    out = (x[0], w[0], (x[2] - 1) // s + 1, (x[3] - 1) // s + 1)
+    real = REWRITES["tile_direct_conv"]
+    ir_of = {}
+    for least in ("0", "3"):
+        monkeypatch.setitem(REWRITES, "tile_direct_conv",
+                            lambda m, mr, nr, nr1=None, _=None, least=least:
+                            real(m, mr, nr, nr1, least))
+        ir_of[least] = (P.lower(text, ["kernel"], target=target).llvm_ir,
+                        _run_kernel(text, args, out, target))
+    assert ir_of["0"][0] != ir_of["3"][0], "the remainder was not balanced"
+    np.testing.assert_array_equal(ir_of["3"][1], ir_of["0"][1])
+    want = _conv_ref(*args, params)
+    np.testing.assert_allclose(ir_of["3"][1], want, rtol=1e-4, atol=1e-4)
+
+
+def _conv_ref(x, w, b, params):
+    """A groups-1 conv (3x3, padding 1) in float64 numpy, its ``clamp_min``."""
+    s = params["stride"][0]
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    ho, wo = (xp.shape[2] - 3) // s + 1, (xp.shape[3] - 3) // s + 1
+    want = np.zeros((x.shape[0], w.shape[0], ho, wo)) + b[None, :, None, None]
+    for ky in range(3):
+        for kx in range(3):
+            win = xp[:, :, ky:ky + s * (ho - 1) + 1:s, kx:kx + s * (wo - 1) + 1:s]
+            want += np.einsum("nchw,oc->nohw", win, w[:, :, ky, kx].astype(np.float64))
+    return np.maximum(want, params["clamp_min"]) if "clamp_min" in params else want

@@ -395,8 +395,12 @@ def _rows_rule(op: str, elt: str) -> Callable[[frozenset[str]], bool]:
 #: accumulators of a ``depthwise_rows`` block (12 on AVX2 spilled: 3x3 x32 at
 #: 56^2 and x144 at 28^2, batch 8, 1.9x and 1.7x slower than 8). ``accs``,
 #: ``regs``: the accumulators of a ``direct_rows`` tile and the vector
-#: registers its live values must fit in (docs/architecture.md).
-_CONV_TILES = {("f32", "avx2"): dict(mr=6, nr=16, nr1=64, lanes=8, dw_accs=8, accs=12, regs=16),
+#: registers its live values must fit in (docs/architecture.md). ``least``:
+#: a remainder of fewer output channels is tiled with the last whole tile as
+#: two halves (``transforms.conv.last_blocks``: AVX2 f32, 32 channels as 4 x 6
+#: + 2 x 4, not 5 x 6 + 2, whose 4 accumulators wait on the FMA latency).
+_CONV_TILES = {("f32", "avx2"): dict(mr=6, nr=16, nr1=64, lanes=8, dw_accs=8, accs=12, regs=16,
+                                     least=3),
                ("f64", "avx2"): dict(mr=6, nr=8, nr1=32, lanes=4, dw_accs=8, accs=12, regs=16),
                ("f32", "avx512"): dict(mr=8, nr=32, nr1=64, lanes=16, dw_accs=16, accs=24, regs=32),
                ("f64", "avx512"): dict(mr=8, nr=16, nr1=32, lanes=8, dw_accs=16, accs=24, regs=32)}

@@ -12,7 +12,9 @@ them (the ``py:`` steps of the strategy, ``REWRITES``):
 1. tile (n, co, p, c, kh, kw) by (1, mr, nr, 1, 1, 1) in loop order n, p, co,
    c, kh, kw (a strip of ``nr`` pixels of every input channel stays in L1/L2
    while the ``mr``-channel blocks of the output pass over it); peel co and p,
-   so the main tiles are exactly ``mr x nr`` and the remainders are static;
+   so the main tiles are exactly ``mr x nr`` and the remainders are static
+   (a channel remainder too short for the FMA latency shares the last whole
+   tile's channels: ``last_blocks``);
 2. ``fold_unit_dims``: inside a tile the reduction loops have extent 1, so
    the tap offset ``p + kh*Wp + kw`` reads as ``p``: the rewrite substitutes 0
    for extent-1 loop dims in compound map results, which leaves projected
@@ -67,12 +69,13 @@ UNROLL_TAPS = 16
 
 
 def conv_scripts(*, mr: int, nr: int, nr1: int, lanes: int, dw_accs: int,
-                 accs: int, regs: int, tune: str = "") -> tuple[str, ...]:
+                 accs: int, regs: int, least: int = 0, tune: str = "") -> tuple[str, ...]:
     """The strategy steps of the direct convolution: transform scripts and
-    ``py:`` rewrites, in order (see the module docstring); ``tune``: the
+    ``py:`` rewrites, in order (see the module docstring); ``least``: the
+    fewest channels of a remainder tile (``last_blocks``); ``tune``: the
     LLVM tuning of a kernel with row tiles or stacked phases (``direct_rows``)."""
     t = _ANY
-    tile = f"py:tile_direct_conv {mr} {nr} {nr1}"
+    tile = f"py:tile_direct_conv {mr} {nr} {nr1}" + (f" {least}" if least else "")
     vectorize = _HEAD + f"""    %g = {_marked(DIRECT_CONV_ATTR)}
     transform.structured.vectorize %g : {t}
     %copies = {_marked(ROW_COPY_ATTR)}
@@ -107,18 +110,33 @@ def _channel_wise(op) -> bool:
     return _dim(m.results[1]) == 1
 
 
-def tile_script(mr: int, nr: int, cout: int, npix: int, by_channel: bool = False) -> str:
+def last_blocks(mr: int, cout: int, least: int) -> tuple[int, int] | None:
+    """Where the ``mr``-channel tiles of ``cout`` channels leave a remainder
+    of fewer than ``least`` channels (``least`` 0: never): ``(k, h)``, the
+    channels from ``k`` on (the last whole tile and the remainder) tiled by
+    ``h`` = half of them, rounded up (AVX2, mr 6: 32 channels as 4 x 6 + 2 x
+    4 instead of 5 x 6 + 2; each pixel's sum unchanged); else None."""
+    r = cout % mr
+    if not r or r >= least or cout < mr:
+        return None
+    return cout - mr - r, -(-(mr + r) // 2)
+
+
+def tile_script(mr: int, nr: int, cout: int, npix: int, by_channel: bool = False,
+                least: int = 0) -> str:
     """Step 1 for one generic of ``cout`` channels and ``npix`` pixels: a loop
     is peeled only where the tile does not divide it (peeling a divisible
     loop fails). ``by_channel`` (a depthwise block, tiled 1 x nr): the
-    channels outermost, each channel's pixels in turn."""
+    channels outermost, each channel's pixels in turn. A remainder of fewer
+    than ``least`` channels is balanced with the last whole tile
+    (``last_blocks``): each pixel tile's channels are split there, the two
+    parts tiled by ``mr`` and by the smaller block."""
     t = _ANY
-    peel = ""
-    for loop, extent, tile in (("%lco", cout, mr), ("%lp", npix, nr)):
-        if extent % tile and extent > tile:
-            peel += (f"      %f{loop[1:]} = transform.cast {loop} : {t} to {_FOR}\n"
-                     f"      %m{loop[1:]}, %r{loop[1:]} = transform.loop.peel %f{loop[1:]} "
-                     f": ({_FOR}) -> ({t}, {t})\n")
+    split = None if by_channel else last_blocks(mr, cout, least)
+    if split:
+        return _split_tile_script(mr, nr, cout, npix, *split)
+    peel = "".join(_peel(loop) for loop, extent, tile in (("%lco", cout, mr), ("%lp", npix, nr))
+                   if extent % tile and extent > tile)
     # the loop handles come in loop order
     order = "0, 1, 2, 3, 4, 5" if by_channel else "0, 2, 1, 3, 4, 5"
     loops = "%lco, %lp" if by_channel else "%lp, %lco"
@@ -129,7 +147,42 @@ def tile_script(mr: int, nr: int, cout: int, npix: int, by_channel: bool = False
 """ + peel + "    }\n" + _apply("transform.apply_patterns.canonicalization") + _TAIL
 
 
-def tile_direct_conv(module: "ir.Module", mr: str, nr: str, nr1: str | None = None) -> int:
+def _peel(loop: str) -> str:
+    """Peel the loop of handle ``loop`` (its last, partial tile apart)."""
+    t = _ANY
+    return (f"      %f{loop[1:]} = transform.cast {loop} : {t} to {_FOR}\n"
+            f"      %m{loop[1:]}, %r{loop[1:]} = transform.loop.peel %f{loop[1:]} "
+            f": ({_FOR}) -> ({t}, {t})\n")
+
+
+def _split_tile_script(mr: int, nr: int, cout: int, npix: int, k: int, h: int) -> str:
+    """``tile_script`` with the channels from ``k`` on tiled by ``h``: the
+    pixels tiled by ``nr`` (n, p), each tile's channels split at ``k``, the
+    first part tiled (co, c, kh, kw) by (mr, 1, 1, 1), the rest by (h, 1, 1, 1)."""
+    t = _ANY
+    tile = ("      %t{0}, %l{0}, %l{0}c, %l{0}kh, %l{0}kw = transform.structured.tile_using_for "
+            "%{0} tile_sizes [0, {1}, 0, 1, 1, 1] : ({2}) -> ({2}, {2}, {2}, {2}, {2})\n")
+    body = (f"      %t0, %ln, %lp = transform.structured.tile_using_for %g tile_sizes "
+            f"[1, 0, {nr}, 0, 0, 0] : ({t}) -> ({t}, {t}, {t})\n")
+    if k:
+        body += (f"      %parts = transform.structured.split %t0 after {k} "
+                 f"{{dimension = 1}} : {t}\n"
+                 f"      %a, %b = transform.split_handle %parts : ({t}) -> ({t}, {t})\n"
+                 + tile.format("a", mr, t) + tile.format("b", h, t))
+    else:
+        body += tile.format("t0", h, t).replace("%lt0", "%lb")
+    if (cout - k) % h and cout - k > h:
+        body += _peel("%lb")
+    if npix % nr and npix > nr:
+        body += _peel("%lp")
+    return _HEAD + f"""    %all = {_marked(DIRECT_CONV_ATTR)}
+    transform.foreach %all : {t} {{
+    ^bb0(%g: {t}):
+""" + body + "    }\n" + _apply("transform.apply_patterns.canonicalization") + _TAIL
+
+
+def tile_direct_conv(module: "ir.Module", mr: str, nr: str, nr1: str | None = None,
+                     least: str = "0") -> int:
     """Step 1 (``tile_script``) on the ``DIRECT_CONV_ATTR`` generics (the
     phases of one convolution: one accumulator shape), the peeling chosen
     from their static extents. A depthwise generic (one output channel, or a
@@ -148,7 +201,7 @@ def tile_direct_conv(module: "ir.Module", mr: str, nr: str, nr1: str | None = No
         if cout == 1 or all(_channel_wise(op) for op in convs):
             apply_transform(module, tile_script(1, int(nr1 or nr), cout, npix, by_channel=True))
         else:
-            apply_transform(module, tile_script(int(mr), int(nr), cout, npix))
+            apply_transform(module, tile_script(int(mr), int(nr), cout, npix, least=int(least)))
     # the copies in (padding) and out (the crop), a row at a time, long rows
     # in ROW_VECTOR pieces (the vectorizer makes one vector of the whole tile),
     # and so the accumulator's fill ([N, C, pixels]: LLVM unrolled a small
