@@ -302,6 +302,17 @@ def a_block_rows(element_type: str, isa: str) -> int:
             **_PACK_A_TILES[element_type, isa]}["mc"]
 
 
+#: LLVM's ``tune-cpu`` for ``matmul_strategy``'s kernels, per (element type,
+#: isa): the scheduling model and tuning of that CPU, the target's
+#: instructions. On znver3 (the host, target ``cpu``), under LLVM's Zen 3
+#: model (docs/benchmarks.md, "matmul under LLVM's Zen 3 scheduling
+#: model"), at two threads 1024^3 and 2048^3 ran 1.14-1.17x the
+#: time of the same code built for x86-64-v3 (the same bits), at one thread
+#: 1.00-1.03x; scheduled as x86-64-v3's (or Haswell's, or generic) they run
+#: even with it. x86-64-v3 itself is unchanged (its own model).
+_MATMUL_TUNE = {("f32", "avx2"): "x86-64-v3"}
+
+
 def matmul_strategy(op: str, element_type: str, isa: str = "avx2", pack: bool = True,
                     aliased: bool = False, pack_a: bool = False) -> Strategy:
     """The vectorized strategy for ``op`` (``linalg.matmul`` or
@@ -318,6 +329,7 @@ def matmul_strategy(op: str, element_type: str, isa: str = "avx2", pack: bool = 
                 if aliased else {}),
              **(_PACK_A_TILES.get((element_type, isa), {}) if pack_a else {})}
     panels = tiles.pop("a_panels", False) and tiles.get("pack_a")
+    tune = _MATMUL_TUNE.get((element_type, isa), "")
     script = matmul_script(op, pack=pack, **tiles)
     return Strategy(
         name=f"matmul-{'' if pack else 'unpacked-'}{op.split('.')[1]}-{element_type}-"
@@ -325,7 +337,9 @@ def matmul_strategy(op: str, element_type: str, isa: str = "avx2", pack: bool = 
              + ("-pack-a" if tiles.get("pack_a") else "") + ("-panels" if panels else "")
              + (f"-b{tiles['nb']}" if tiles.get("nb") else ""),
         transform=(script, *((f"py:pack_a_panels {tiles['mr']}",) if panels else ()),
-                   "py:sink_hoisted_deallocs") if tiles.get("pack_a") or tiles.get("nb") else script,
+                   *(("py:sink_hoisted_deallocs",) if tiles.get("pack_a") or tiles.get("nb") else ()),
+                   *((f"py:tune_cpu {tune}",) if tune else ())) if tune or tiles.get("pack_a")
+        or tiles.get("nb") else script,
         lowering=VECTOR_LOWERING,
         doc="register-tiled matmul: B panels " + ("packed" if pack else "read in place")
             + ", mr x nr FMA micro-kernel, peeled remainders; any sizes and strides")

@@ -815,6 +815,16 @@ def pack_a_panels(module: "ir.Module", mr: str = "6") -> int:
     return n
 
 
+def tune_cpu(module: "ir.Module", cpu: str) -> int:
+    """Schedule ``module``'s code with LLVM's model and tuning of ``cpu``
+    (``family.TUNE_CPU_ATTR``, read by ``pipeline.tune_functions``) instead
+    of the target's; its instructions stay the target's. Returns 1."""
+    from compiler.codegen.family import TUNE_CPU_ATTR
+    from compiler.mlir import ir
+    module.operation.attributes[TUNE_CPU_ATTR] = ir.StringAttr.get(cpu)
+    return 1
+
+
 #: The ``py:`` steps of this module's scripts.
 REWRITES = {"prefetch_next_panel": prefetch_next_panel, "sink_hoisted_deallocs": sink_hoisted_deallocs,
-             "pack_a_panels": pack_a_panels}
+             "pack_a_panels": pack_a_panels, "tune_cpu": tune_cpu}
