@@ -244,7 +244,7 @@ def _scheduled_matmul(shape, target: str) -> str:
     with ir.Context():
         m = ir.Module.parse(res.stages["bufferize"])
         cpu.pipeline.assume_unit_strides(m)
-        cpu.pipeline.apply_transform(m, res.strategy.transform)
+        cpu.pipeline.apply_transforms(m, res.strategy.transform)
         return str(m)
 
 
