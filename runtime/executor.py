@@ -457,11 +457,16 @@ class Executor:
         general one)."""
         with self._direct_lock:
             if self._direct_state == "unbuilt":
-                from .direct import DirectRun
-                self._direct = DirectRun.build(self, [r.__self__ if hasattr(r, "__self__") else r
-                                                      for r in self._plain_runners])
+                self._direct = self._new_direct()
                 self._direct_state = "built" if self._direct is not None else "general"
             return self._direct
+
+    def _new_direct(self):
+        """A direct path for this plan at the thread count of now (None: it
+        needs the general path)."""
+        from .direct import DirectRun
+        return DirectRun.build(self, [r.__self__ if hasattr(r, "__self__") else r
+                                      for r in self._plain_runners])
 
     def _rebuild_direct(self, stale):
         """The direct path built again for the thread count of now, in place
@@ -476,9 +481,7 @@ class Executor:
             if self._direct_rebuilds >= DIRECT_REBUILDS:
                 return None
             self._direct_rebuilds += 1
-            from .direct import DirectRun
-            fresh = DirectRun.build(self, [r.__self__ if hasattr(r, "__self__") else r
-                                           for r in self._plain_runners])
+            fresh = self._new_direct()
             if fresh is None:   # (a plan the direct path takes at one count, not at this one)
                 return None
             self._direct = fresh

@@ -331,15 +331,15 @@ def matmul_strategy(op: str, element_type: str, isa: str = "avx2", pack: bool = 
     panels = tiles.pop("a_panels", False) and tiles.get("pack_a")
     tune = _MATMUL_TUNE.get((element_type, isa), "")
     script = matmul_script(op, pack=pack, **tiles)
+    steps = (script, *((f"py:pack_a_panels {tiles['mr']}",) if panels else ()),
+             *(("py:sink_hoisted_deallocs",) if tiles.get("pack_a") or tiles.get("nb") else ()),
+             *((f"py:tune_cpu {tune}",) if tune else ()))
     return Strategy(
         name=f"matmul-{'' if pack else 'unpacked-'}{op.split('.')[1]}-{element_type}-"
              f"{tiles['mr']}x{tiles['nr']}" + (f"-k{tiles['kc']}" if aliased else "")
              + ("-pack-a" if tiles.get("pack_a") else "") + ("-panels" if panels else "")
              + (f"-b{tiles['nb']}" if tiles.get("nb") else ""),
-        transform=(script, *((f"py:pack_a_panels {tiles['mr']}",) if panels else ()),
-                   *(("py:sink_hoisted_deallocs",) if tiles.get("pack_a") or tiles.get("nb") else ()),
-                   *((f"py:tune_cpu {tune}",) if tune else ())) if tune or tiles.get("pack_a")
-        or tiles.get("nb") else script,
+        transform=steps if len(steps) > 1 else script,
         lowering=VECTOR_LOWERING,
         doc="register-tiled matmul: B panels " + ("packed" if pack else "read in place")
             + ", mr x nr FMA micro-kernel, peeled remainders; any sizes and strides")
