@@ -453,7 +453,8 @@ def show_timeline(r: dict) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("models", nargs="*", default=DEFAULT, help="model:batch (benchmarks/models.py, or encoder: benchmarks/encoder.py's)")
+    ap.add_argument("models", nargs="*", default=DEFAULT,
+                    help="model:batch (benchmarks/models.py, or encoder: benchmarks/encoder.py's)")
     ap.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--breakdown", action="store_true")
