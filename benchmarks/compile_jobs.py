@@ -5,7 +5,8 @@
     python benchmarks/compile_jobs.py mobilenet:1 --breakdown   # where the time goes
 
 Each run is a fresh process with a fresh kernel cache (``FUELC_CACHE_DIR``):
-it builds a ``benchmarks/models.py`` model, imports it, and times
+it builds a ``benchmarks/models.py`` model (or ``encoder``:
+``benchmarks/encoder.py``'s ONNX encoder), imports it, and times
 ``compile(graph, jobs=N)``. Python's bytecode is cached for the runs (in a
 temporary ``PYTHONPYCACHEPREFIX``, written by one untimed run per checkout),
 as an installed fuelc has it; ``--cold-bytecode`` compiles the sources in
@@ -74,8 +75,24 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: A run during which other processes (or the hypervisor) used more than this
 #: many CPU seconds, plus this many cores on average, is run again (``--redo``).
 DISTURBED_S, DISTURBED_CORES = 0.03, 0.05
+#: Issue 21's models: the conv nets and the encoders (``encoder`` is
+#: benchmarks/encoder.py's, see ``build``).
 DEFAULT = ["resnet:1", "resnet:8", "mobilenet:1", "mobilenet:8", "efficientnet:1",
-           "efficientnet:8", "audio:1", "audio:8", "bert:1", "bert:8"]
+           "efficientnet:8", "audio:1", "audio:8", "bert:1", "bert:8", "vit:1", "vit:8",
+           "encoder:1", "encoder:8"]
+
+
+def build(name: str, batch: int):
+    """(ONNX model, ``import_model``'s ``input_shapes``) of ``name`` at
+    ``batch``: a ``benchmarks/models.py`` model (sequence 128), or
+    ``encoder``: ``benchmarks/encoder.py``'s ONNX encoder (one block, hidden
+    384, 12 heads, sequence 128; its batch axis fixed at ``batch``)."""
+    if name == "encoder":
+        from benchmarks import encoder
+        proto = encoder.onnx_encoder([encoder.weights(0)])
+        return proto, {"x": (batch, encoder.SEQ, encoder.HIDDEN)}
+    from benchmarks import models
+    return models.build(name, batch, 128), None
 
 
 def kernel_id(text: str) -> str:
@@ -266,15 +283,14 @@ def cpu_stat() -> "tuple[float, float]":
 def one_run(spec: str, jobs: int, breakdown: bool) -> dict:
     """Cold-compile ``spec`` (model:batch) in this process; a dict of figures."""
     sys.path.insert(0, os.environ.get("FUELC_BENCH_ROOT", ROOT))
-    from benchmarks import models
     name, batch = spec.split(":")
     t0 = time.perf_counter()
-    proto = models.build(name, int(batch), 128)
+    proto, shapes = build(name, int(batch))
     t1 = time.perf_counter()
     from compiler import compile
     from compiler.frontends.onnx import import_model
     t2 = time.perf_counter()
-    graph = import_model(proto)
+    graph = import_model(proto, input_shapes=shapes)
     imported = time.perf_counter() - t0
     front = {"build model": t1 - t0, "import fuelc": t2 - t1, "import_model": imported - t2 + t0}
     parent = {}
@@ -437,7 +453,8 @@ def show_timeline(r: dict) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("models", nargs="*", default=DEFAULT, help="model:batch (benchmarks/models.py)")
+    ap.add_argument("models", nargs="*", default=DEFAULT,
+                    help="model:batch (benchmarks/models.py, or encoder: benchmarks/encoder.py's)")
     ap.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--breakdown", action="store_true")

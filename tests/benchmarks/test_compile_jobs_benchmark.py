@@ -96,3 +96,25 @@ def test_breakdown_timeline_puts_each_process_s_work_in_time_order(capsys):
     assert "fold constants" in lines[3] and "compile bbbbbb LayerNormLastDim" in lines[4]
     assert "0.900- 0.950 (0.050)  waits for the workers" in lines[5]  # a 0.2 ms wait left out
     assert "store+load aaaaaa" in lines[6] and "returned at 1.000" in lines[7]
+
+
+def test_default_set_has_the_conv_nets_and_the_encoders():
+    # issue 21 names "the conv nets and encoders in benchmarks/": models.py's
+    # cnn models, its encoders (bert, vit) and benchmarks/encoder.py's encoder
+    from benchmarks import models
+    names = {spec.split(":")[0] for spec in compile_jobs.DEFAULT}
+    assert {n for n, m in models.MODELS.items() if m.kind == "cnn"} <= names
+    assert {"bert", "vit", "encoder"} <= names
+    assert all(spec.split(":")[1] in ("1", "8") for spec in compile_jobs.DEFAULT)
+
+
+def test_encoder_builds_static_at_the_batch_asked():
+    # benchmarks/encoder.py's model has a symbolic batch: compile_jobs fixes it,
+    # so compile() gives a plain module and starts its workers (MIN_NODES)
+    from compiler.codegen.jobs import MIN_NODES
+    from compiler.frontends.onnx import import_model
+    proto, shapes = compile_jobs.build("encoder", 8)
+    graph = import_model(proto, input_shapes=shapes)
+    assert not graph.is_symbolic
+    assert graph.signature()["inputs"] == {"x": "f32[8,128,384]"}
+    assert len(graph.nodes) >= MIN_NODES
