@@ -310,11 +310,11 @@ def a_block_rows(element_type: str, isa: str) -> int:
 #: threads 1024^3 and 2048^3 ran 1.14-1.17x the time of the same code built
 #: for x86-64-v3 (the same bits), at one thread 1.00-1.03x; scheduled as
 #: x86-64-v3's (or Haswell's, or generic) they run even with it. The packed
-#: products over B packed at compile time, 1.02-1.08x (their K loop reloads
-#: two spilled addresses from the stack under the Zen 3 model), also run even
+#: products over B packed at compile time, up to 1.08x (their K loop reloads
+#: a spilled address from the stack twice a step under the Zen 3 model), run even
 #: (docs/benchmarks.md, "The other hot kernels under LLVM's Zen 3 model"). Not
 #: taken where it measured no gap or a loss: ``packed_rows_strategy`` (the Zen
-#: 3 model 3-7% faster), the epilogue, conv, stem, attention and row kernels.
+#: 3 model 2-9% faster), the epilogue, conv, stem, attention and row kernels.
 #: x86-64-v3 itself is unchanged (its own model).
 _MATMUL_TUNE = {("f32", "avx2"): "x86-64-v3"}
 
