@@ -39,22 +39,6 @@ def test_other_matmul_kernels_keep_the_target_model(target, dtype):
     assert '"tune-cpu"' not in ll
 
 
-@pytest.mark.skipif(bool(missing_cpu_features(parse_target("cpu:znver3").features)),
-                    reason="runs Zen 3 code: this CPU lacks some of its features")
-@pytest.mark.parametrize("shape", [(37, 29, 53), (365, 600, 130)])
-def test_zen3_and_x86_64_v3_matmuls_give_the_same_bits(shape):
-    m, k, n = shape
-    rng = np.random.default_rng(m)
-    a = rng.standard_normal((m, k)).astype(np.float32)
-    b = rng.standard_normal((k, n)).astype(np.float32)
-    g = Graph()
-    g.output(g.input("a", (m, k), "f32") @ g.input("b", (k, n), "f32"), name="y")
-    zen3, v3 = compile(g, target="cpu:znver3"), compile(g, target="cpu:x86-64-v3")
-    got = zen3(a=a, b=b)
-    np.testing.assert_array_equal(got, v3(a=a, b=b))
-    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
-
-
 def _packed_llvm_ir(target, rows=64, k=40, **cls):
     types = (TensorType((rows, k), DType.F32), TensorType((3, k, 16), DType.F32),
              TensorType((48,), DType.F32))
@@ -83,18 +67,20 @@ def test_packed_rows_and_avx512_products_keep_the_target_model(target, rows, cls
 
 @pytest.mark.skipif(bool(missing_cpu_features(parse_target("cpu:znver3").features)),
                     reason="runs Zen 3 code: this CPU lacks some of its features")
-@pytest.mark.parametrize("shape", [(37, 300, 96), (200, 600, 160)])
-def test_zen3_and_x86_64_v3_packed_products_give_the_same_bits(shape):
+@pytest.mark.parametrize("packed,shape", [(False, (37, 29, 53)), (False, (365, 600, 130)),
+                                          (True, (37, 300, 96)), (True, (200, 600, 160))])
+def test_zen3_and_x86_64_v3_products_give_the_same_bits(packed, shape):
+    # packed: B a constant, packed at compile time (a MatMul made a FusedLinear)
     m, k, n = shape
-    rng = np.random.default_rng(k)
-    x = rng.standard_normal((m, k)).astype(np.float32)
-    w = rng.standard_normal((k, n)).astype(np.float32)
-    bias = rng.standard_normal(n).astype(np.float32)
+    rng = np.random.default_rng(m)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
     g = Graph()
-    g.output(g.input("x", (m, k), "f32") @ g.constant(w, name="w") + g.constant(bias, name="b"),
-             name="y")
+    rhs = g.constant(b, name="b") if packed else g.input("b", (k, n), "f32")
+    g.output(g.input("a", (m, k), "f32") @ rhs, name="y")
+    inputs = {"a": a} if packed else {"a": a, "b": b}
     zen3, v3 = compile(g, target="cpu:znver3"), compile(g, target="cpu:x86-64-v3")
-    assert "b_panel" in zen3.ir["optimized"]
-    got = zen3(x=x)
-    np.testing.assert_array_equal(got, v3(x=x))
-    np.testing.assert_allclose(got, x.astype(np.float64) @ w + bias, rtol=1e-4, atol=1e-4)
+    assert ("b_panel" in zen3.ir["optimized"]) == packed
+    got = zen3(**inputs)
+    np.testing.assert_array_equal(got, v3(**inputs))
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
