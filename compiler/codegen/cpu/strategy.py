@@ -302,15 +302,28 @@ def a_block_rows(element_type: str, isa: str) -> int:
             **_PACK_A_TILES[element_type, isa]}["mc"]
 
 
-#: LLVM's ``tune-cpu`` for ``matmul_strategy``'s kernels, per (element type,
-#: isa): the scheduling model and tuning of that CPU, the target's
-#: instructions. On znver3 (the host, target ``cpu``), under LLVM's Zen 3
-#: model (docs/benchmarks.md, "matmul under LLVM's Zen 3 scheduling
-#: model"), at two threads 1024^3 and 2048^3 ran 1.14-1.17x the
-#: time of the same code built for x86-64-v3 (the same bits), at one thread
-#: 1.00-1.03x; scheduled as x86-64-v3's (or Haswell's, or generic) they run
-#: even with it. x86-64-v3 itself is unchanged (its own model).
+#: LLVM's ``tune-cpu`` for the matmul kernels that take it (``matmul_strategy``,
+#: ``packed_strategy``: ``_tune_steps``), per (element type, isa): the
+#: scheduling model and tuning of that CPU, the target's instructions. On
+#: znver3 (the host, target ``cpu``), under LLVM's Zen 3 model
+#: (docs/benchmarks.md, "matmul under LLVM's Zen 3 scheduling model"), at two
+#: threads 1024^3 and 2048^3 ran 1.14-1.17x the time of the same code built
+#: for x86-64-v3 (the same bits), at one thread 1.00-1.03x; scheduled as
+#: x86-64-v3's (or Haswell's, or generic) they run even with it. The packed
+#: products over B packed at compile time, up to 1.08x (their K loop reloads
+#: a spilled address from the stack twice a step under the Zen 3 model), run even
+#: (docs/benchmarks.md, "The other hot kernels under LLVM's Zen 3 model"). Not
+#: taken where it measured no gap or a loss: ``packed_rows_strategy`` (the Zen
+#: 3 model 2-9% faster), the epilogue, conv, stem, attention and row kernels.
+#: x86-64-v3 itself is unchanged (its own model).
 _MATMUL_TUNE = {("f32", "avx2"): "x86-64-v3"}
+
+
+def _tune_steps(element_type: str, isa: str) -> tuple[str, ...]:
+    """The last strategy step of a kernel scheduled with ``_MATMUL_TUNE``'s
+    LLVM model (``py:tune_cpu``), or none."""
+    tune = _MATMUL_TUNE.get((element_type, isa), "")
+    return (f"py:tune_cpu {tune}",) if tune else ()
 
 
 def matmul_strategy(op: str, element_type: str, isa: str = "avx2", pack: bool = True,
@@ -329,11 +342,10 @@ def matmul_strategy(op: str, element_type: str, isa: str = "avx2", pack: bool = 
                 if aliased else {}),
              **(_PACK_A_TILES.get((element_type, isa), {}) if pack_a else {})}
     panels = tiles.pop("a_panels", False) and tiles.get("pack_a")
-    tune = _MATMUL_TUNE.get((element_type, isa), "")
     script = matmul_script(op, pack=pack, **tiles)
     steps = (script, *((f"py:pack_a_panels {tiles['mr']}",) if panels else ()),
              *(("py:sink_hoisted_deallocs",) if tiles.get("pack_a") or tiles.get("nb") else ()),
-             *((f"py:tune_cpu {tune}",) if tune else ()))
+             *_tune_steps(element_type, isa))
     return Strategy(
         name=f"matmul-{'' if pack else 'unpacked-'}{op.split('.')[1]}-{element_type}-"
              f"{tiles['mr']}x{tiles['nr']}" + (f"-k{tiles['kc']}" if aliased else "")
@@ -709,7 +721,8 @@ def packed_strategy(element_type: str, isa: str = "avx2", dozen: bool = False,
     matmul's ``nr`` columns (``transforms.matmul.packed_script``): the
     matmul's register tiles over contiguous panels, nothing packed per call.
     ``dozen``: for calls of a few dozen rows (``_PACKED_DOZEN``); ``short_k``:
-    a K of at most ``family.SHORT_K_MAX`` (``_PACKED_SHORT_K``)."""
+    a K of at most ``family.SHORT_K_MAX`` (``_PACKED_SHORT_K``). Scheduled
+    with ``_MATMUL_TUNE``'s LLVM model where it has one."""
     from compiler.codegen.cpu.transforms.matmul import packed_script
     tiles = dict(_MATMUL_TILES[element_type, isa])
     if dozen:
@@ -720,7 +733,8 @@ def packed_strategy(element_type: str, isa: str = "avx2", dozen: bool = False,
     prefetch = (element_type, isa) in _PACKED_PREFETCH
     return Strategy(
         name=f"matmul-packed-b-{element_type}-{tiles['mr']}x{tiles['nr']}" + ("-short-k" if short else ""),
-        transform=packed_script(**tiles, prefetch=prefetch), lowering=VECTOR_LOWERING,
+        transform=(*packed_script(**tiles, prefetch=prefetch), *_tune_steps(element_type, isa)),
+        lowering=VECTOR_LOWERING,
         doc="register-tiled matmul over B packed at compile time ([N/nr, K, nr] panels): "
             "mr x nr FMA micro-kernel, remainder rows 1 x nr, no packing per call")
 
