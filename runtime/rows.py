@@ -102,7 +102,8 @@ def aliased_b(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg: int,
 #: time); a call of 2048 columns is cut into tiles of 512 at two threads
 #: ([2048,2048] x [2048,512] 1.13 -> 1.09).
 PACK_A_COLUMNS = 2048
-#: MatMul calls (``pack_a(pitch_4k=True)``) copy their blocks of A from A's rows
+#: MatMul calls and FusedLinear calls over B in place (``pack_a(pitch_4k=True)``)
+#: copy their blocks of A from A's rows
 #: 4 KiB apart at this many columns: 1024^3 at two threads, in row tiles (A copied
 #: once), fuelc/numpy 1.28-1.63 -> 1.08-1.24 in 4 pairs of turns on znver3, where
 #: the column tiles each streamed all of A from L3 (docs/benchmarks.md, "matmul 512

@@ -438,7 +438,8 @@ class FusedFamily(KernelFamily):
             aliased = not epilogue and not params.b_panel \
                 and aliased_b(layouts[0].shape, unit, n_inputs, b_stride)
             copy_a = not epilogue and not params.b_panel and pack_a(
-                layouts[0].shape, unit, n_inputs, a_row_stride(layouts), layouts[1].shape[-1])
+                layouts[0].shape, unit, n_inputs, a_row_stride(layouts), layouts[1].shape[-1],
+                pitch_4k=True)
             short_k = bool(params.b_panel) and not (epilogue or few or dozen) \
                 and len(layouts[1].shape) == 3 and layouts[1].shape[1] <= SHORT_K_MAX \
                 and _short_k(dtypes[0], layouts[1].shape[1], target)
@@ -492,11 +493,17 @@ class FusedFamily(KernelFamily):
     def split(self, inst: FusedInstance, layouts, n_inputs: int, threads: int,
               min_elements: int = parallel.MIN_ELEMENTS, *, target=None):
         if inst.name == "FusedLinear":
-            from compiler.codegen.kernels import MATMUL_COL_ALIGN, MATMUL_ROW_ALIGN
+            from compiler.codegen.kernels import (MATMUL_COL_ALIGN, MATMUL_ROW_ALIGN,
+                                                  _block_row_tiles, _copies_a)
             panel = dict(inst.params).get("b_panel")
             if panel:
                 return _packed_linear_tiles(layouts, threads, panel)
             skip = (3,) if dict(inst.params).get("residual") else ()   # cut as the output
+            if inst.pack_a and _copies_a(inst.input_types[0].dtype, target):
+                # as MatMul's: every column tile would copy all of A, so M is cut
+                return parallel.matmul_tiles(
+                    layouts, n_inputs, _block_row_tiles(layouts[n_inputs], inst.input_types[0].dtype,
+                                                        target), MATMUL_ROW_ALIGN, like_out=skip)
             return parallel.matmul_tiles(layouts, n_inputs, threads, MATMUL_ROW_ALIGN,
                                          MATMUL_COL_ALIGN, like_out=skip)
         if inst.name in ROW_PARALLEL:

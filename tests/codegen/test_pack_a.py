@@ -251,3 +251,39 @@ def test_pack_a_panels_give_the_bits_of_row_major_blocks(monkeypatch, m):
             rows = compile(g, "cpu:haswell")(x=a, w=w)
         np.testing.assert_array_equal(panels, rows)
         np.testing.assert_allclose(panels, a.astype(np.float64) @ w, rtol=1e-4, atol=1e-3)
+
+
+def test_a_fused_linear_over_b_in_place_follows_the_matmul_rule():
+    """A FusedLinear over a B that is an input (not packed at compile time)
+    copies its blocks of A where MatMul does (A's rows 4 KiB apart, at least
+    PACK_A_4K_COLUMNS columns: linear+bias 512x1024x1024) and is cut at 2
+    threads into MatMul's row tiles (column tiles would each copy all of A);
+    the same bits at 1 and 2 threads and as A read in place (rows 1040 apart)."""
+    from compiler.codegen import parallel
+    from runtime.executor import KernelStep
+    from runtime.layout import Layout
+    m, k, n = 512, 1024, PACK_A_4K_COLUMNS
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    g = Graph()
+    g.output(linear(g.input("x", a.shape, "f32"), g.input("w", w.shape, "f32"),
+                    g.input("b", b.shape, "f32")), name="y")
+    mod = compile(g, "cpu:x86-64-v3")
+    step = next(s for s in mod.plan.steps if isinstance(s, KernelStep))
+    lays = [Layout.contiguous(mod.executor.specs[v].shape) for v in (*step.inputs, *step.outputs)]
+    kernel = next(iter(mod.executor.entries.values())).kernel.fn
+    parallel.set_num_threads(2)
+    try:
+        tiles = kernel._tiles(lays, step.params, len(step.inputs))
+    finally:
+        parallel.set_num_threads(None)
+    assert all(inst.pack_a for inst, _ in tiles)
+    assert [lay[0].shape[0] for _, lay in tiles] == [264, 248]
+    assert all(lay[1].shape == (k, n) and lay[2].shape == (n,) for _, lay in tiles)
+    y = same_bits_at_threads(lambda: mod(x=a, w=w, b=b))
+    in_place = np.zeros((m, 1040), np.float32)[:, :k]
+    in_place[...] = a
+    np.testing.assert_array_equal(y, mod(x=in_place, w=w, b=b))
+    np.testing.assert_allclose(y, a.astype(np.float64) @ w + b, rtol=1e-4, atol=1e-3)
