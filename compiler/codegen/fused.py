@@ -493,19 +493,12 @@ class FusedFamily(KernelFamily):
     def split(self, inst: FusedInstance, layouts, n_inputs: int, threads: int,
               min_elements: int = parallel.MIN_ELEMENTS, *, target=None):
         if inst.name == "FusedLinear":
-            from compiler.codegen.kernels import (MATMUL_COL_ALIGN, MATMUL_ROW_ALIGN,
-                                                  _block_row_tiles, _copies_a)
+            from compiler.codegen.kernels import matmul_split
             panel = dict(inst.params).get("b_panel")
             if panel:
                 return _packed_linear_tiles(layouts, threads, panel)
             skip = (3,) if dict(inst.params).get("residual") else ()   # cut as the output
-            if inst.pack_a and _copies_a(inst.input_types[0].dtype, target):
-                # as MatMul's: every column tile would copy all of A, so M is cut
-                return parallel.matmul_tiles(
-                    layouts, n_inputs, _block_row_tiles(layouts[n_inputs], inst.input_types[0].dtype,
-                                                        target), MATMUL_ROW_ALIGN, like_out=skip)
-            return parallel.matmul_tiles(layouts, n_inputs, threads, MATMUL_ROW_ALIGN,
-                                         MATMUL_COL_ALIGN, like_out=skip)
+            return matmul_split(inst, layouts, n_inputs, threads, target, like_out=skip)
         if inst.name in ROW_PARALLEL:
             return parallel.row_tiles(layouts, n_inputs, threads, keep_last=True,
                                       min_elements=min_elements)

@@ -393,15 +393,23 @@ class PrimitiveFamily(KernelFamily):
                 or inst.op_name == "Pad" and tuple(params["padding"][:2]) == (0, 0):
             return parallel.image_tiles(layouts, n_inputs, threads)
         if inst.op_name == "MatMul":
-            if inst.pack_a and _copies_a(inst.input_types[0].dtype, target):
-                # every column tile would copy all of A: cut M instead
-                return parallel.matmul_tiles(layouts, n_inputs,
-                                             _block_row_tiles(layouts[n_inputs], inst.input_types[0].dtype,
-                                                              target),
-                                             MATMUL_ROW_ALIGN)
-            return parallel.matmul_tiles(layouts, n_inputs, threads, MATMUL_ROW_ALIGN,
-                                         MATMUL_COL_ALIGN)
+            return matmul_split(inst, layouts, n_inputs, threads, target)
         return None
+
+
+def matmul_split(inst, layouts, n_inputs: int, threads: int, target, like_out=()):
+    """The tiles of a matmul call that packs B per call (MatMul; FusedLinear
+    over a B input, its skip ``like_out``): where its kernel copies its blocks
+    of A (``inst.pack_a`` on a target that copies), M is cut into
+    ``_block_row_tiles`` (every column tile would copy all of A); else
+    ``parallel.matmul_tiles`` by batch, columns or rows."""
+    if inst.pack_a and _copies_a(inst.input_types[0].dtype, target):
+        return parallel.matmul_tiles(layouts, n_inputs,
+                                     _block_row_tiles(layouts[n_inputs], inst.input_types[0].dtype,
+                                                      target),
+                                     MATMUL_ROW_ALIGN, like_out=like_out)
+    return parallel.matmul_tiles(layouts, n_inputs, threads, MATMUL_ROW_ALIGN,
+                                 MATMUL_COL_ALIGN, like_out=like_out)
 
 
 def _block_row_tiles(out, dtype: DType, target) -> int:
