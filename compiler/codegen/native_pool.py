@@ -17,7 +17,9 @@ from the post itself (one ``futex`` system call), so a worker that fell
 asleep in the middle of a native run of many calls (its core or the
 caller's taken for over ``SPIN_CYCLES``) is back for the next split call,
 not after the run. It takes tiles itself, then polls (natively, GIL
-released) until the workers are done.
+released) until the workers are done. A worker the kernel woke onto the
+posting thread's CPU moves off it at once (``fuelc_leave_cpu``), or the two
+would share that CPU, the poster running every tile, for milliseconds.
 
 A worker's control block is ``3 + ROW`` int64 slots: the task word ``gen << 32
 | tiles << 16 | next`` (a post bumps ``gen``, sets the tile count and
@@ -64,12 +66,25 @@ ROW = 1 + MAX_ARGS
 #: The block's slot whose low 32 bits are the worker's futex word: 1 while it
 #: sleeps (``fuelc_worker_sleep``), set to 0 by the post that wakes it.
 SLEEP = 3 + ROW
+#: The block's slot where a post that wakes the worker leaves the CPU the
+#: posting thread runs on (``fuelc_wake``), for ``fuelc_leave_cpu``.
+WAKER_CPU = 4 + ROW
 SYS_FUTEX, FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 202, 128, 129
+#: The bytes of the CPU mask the worker reads and sets (glibc's ``cpu_set_t``:
+#: 1024 CPUs).
+CPU_SET_BYTES = 128
+_MASK_WORDS = CPU_SET_BYTES // 8
+_MASK_ANY = "\n".join(
+    f"  %q{i} = getelementptr i64, ptr %m, i64 {i}\n  %v{i} = load i64, ptr %q{i}, align 8\n"
+    f"  %o{i + 1} = or i64 %o{i}, %v{i}" for i in range(_MASK_WORDS))
 _IR = f"""
 declare void @llvm.x86.sse2.pause()
 declare i64 @llvm.readcyclecounter()
 declare i32 @sched_yield()
 declare i64 @syscall(i64, ...)
+declare i32 @sched_getcpu()
+declare i32 @sched_getaffinity(i32, i64, ptr)
+declare i32 @sched_setaffinity(i32, i64, ptr)
 
 ; Claim the next tile of the task word %w of block %c (gen << 32 | tiles << 16
 ; | next): one compare-and-swap moves next to next + 1; false when another
@@ -187,6 +202,10 @@ entry:
   %asleep = icmp ne i32 %v, 0
   br i1 %asleep, label %wake, label %done
 wake:
+  %cpu = call i32 @sched_getcpu()
+  %cpu64 = sext i32 %cpu to i64
+  %cp = getelementptr i64, ptr %c, i64 {WAKER_CPU}
+  store atomic i64 %cpu64, ptr %cp monotonic, align 8
   store atomic i32 0, ptr %z seq_cst, align 8
   %r = call i64 (i64, ...) @syscall(i64 {SYS_FUTEX}, ptr %z, i32 {FUTEX_WAKE_PRIVATE}, i32 1)
   br label %done
@@ -225,7 +244,52 @@ loop:
   %s = phi i64 [ 0, %entry ], [ %s1, %loop ]
   %s1 = call i64 @fuelc_worker_loop(ptr %c, i64 %s, i64 %spin, i64 %pure)
   call void @fuelc_worker_sleep(ptr %c, i64 %s1)
+  call void @fuelc_leave_cpu(ptr %c)
   br label %loop
+}}
+
+; After a wake-up: where the scheduler has put the worker on the CPU of the
+; thread whose post woke it (slot {WAKER_CPU}), the two would take turns on one
+; CPU while another may idle, and the poster would run every tile itself until
+; the kernel's load balancing moved one of them, milliseconds later. So move
+; off that CPU at once: allowed CPUs without it (one sched_setaffinity, which
+; migrates the thread), then the mask as it was (which leaves it where it is).
+; Nothing where the worker runs elsewhere, or no other CPU is allowed.
+define void @fuelc_leave_cpu(ptr %c) {{
+entry:
+  %cp = getelementptr i64, ptr %c, i64 {WAKER_CPU}
+  %waker = load atomic i64, ptr %cp monotonic, align 8
+  %here32 = call i32 @sched_getcpu()
+  %here = sext i32 %here32 to i64
+  %same = icmp eq i64 %here, %waker
+  %inmask = icmp ult i64 %here, {CPU_SET_BYTES * 8}
+  %check = and i1 %same, %inmask
+  br i1 %check, label %read, label %done
+read:
+  %m = alloca [{_MASK_WORDS} x i64], align 8
+  %got = call i32 @sched_getaffinity(i32 0, i64 {CPU_SET_BYTES}, ptr %m)
+  %gotok = icmp eq i32 %got, 0
+  br i1 %gotok, label %clear, label %done
+clear:
+  %word = lshr i64 %here, 6
+  %sh = and i64 %here, 63
+  %bit = shl i64 1, %sh
+  %wp = getelementptr i64, ptr %m, i64 %word
+  %w = load i64, ptr %wp, align 8
+  %nbit = xor i64 %bit, -1
+  %wc = and i64 %w, %nbit
+  store i64 %wc, ptr %wp, align 8
+  %o0 = or i64 0, 0
+{_MASK_ANY}
+  %other = icmp ne i64 %o{_MASK_WORDS}, 0
+  br i1 %other, label %move, label %done
+move:
+  %r1 = call i32 @sched_setaffinity(i32 0, i64 {CPU_SET_BYTES}, ptr %m)
+  store i64 %w, ptr %wp, align 8
+  %r2 = call i32 @sched_setaffinity(i32 0, i64 {CPU_SET_BYTES}, ptr %m)
+  br label %done
+done:
+  ret void
 }}
 
 ; The posting thread's part of a task: claim and run tiles until none is
@@ -294,7 +358,7 @@ entry:
 }}
 """
 
-_Block = ctypes.c_int64 * (4 + ROW)
+_Block = ctypes.c_int64 * (5 + ROW)
 #: The largest tile count of one task (the task word's 16-bit fields).
 MAX_TILES = 65535
 
@@ -315,6 +379,8 @@ class _Native:
         libc = ctypes.CDLL(None)
         llvm.add_symbol("sched_yield", ctypes.cast(libc.sched_yield, ctypes.c_void_p).value)
         llvm.add_symbol("syscall", ctypes.cast(libc.syscall, ctypes.c_void_p).value)
+        for name in ("sched_getcpu", "sched_getaffinity", "sched_setaffinity"):
+            llvm.add_symbol(name, ctypes.cast(getattr(libc, name), ctypes.c_void_p).value)
         mod = llvm.parse_assembly(_IR)
         mod.triple, mod.data_layout = tm.triple, str(tm.target_data)
         mod.verify()
@@ -329,11 +395,13 @@ class _Native:
         self.finish = ctypes.CFUNCTYPE(None, ptr, i64, i64, i64)(fn("fuelc_finish"))
         self.run_tiles = ctypes.CFUNCTYPE(None, ptr, ptr, i64, i64)(fn("fuelc_run_tiles"))
         self.run_tiles_row = fn("fuelc_run_tiles_row")
+        self.leave_cpu = ctypes.CFUNCTYPE(None, ptr)(fn("fuelc_leave_cpu"))
 
 
 class _Worker:
     def __init__(self, native: _Native):
         self.block = _Block()
+        self.block[WAKER_CPU] = -1     # no post has woken it yet
         self.address = ctypes.addressof(self.block)
         self.row = self.address + 3 * 8       # the block's own one-row table (``post``)
         self.n_args = 0        # the argument slots the last ``post`` used

@@ -556,3 +556,78 @@ def test_a_worker_whose_tiles_the_caller_takes_stays_awake_while_tasks_come():
     assert done, "the worker loop did not return"
     end = done[0][1]
     assert end - start >= 0.15, f"the loop slept {end - start:.3f} s in, while tasks still came"
+
+
+def _two_cpus():
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs this process may run on")
+    return cpus
+
+
+def test_a_post_that_wakes_the_worker_leaves_its_cpu_in_the_block(rng):
+    """The post that wakes a sleeping worker records the CPU the posting
+    thread runs on (``WAKER_CPU``), which the woken worker then avoids."""
+    import time
+    from compiler.codegen import native_pool
+    from compiler.codegen.cpu import compile_module
+    from compiler.codegen.memref import descriptor_from_array as D
+    import codegen_ir as IR
+    cpus = _two_cpus()
+    add = compile_module(IR.ADD_DYN, ["add"])
+    fn = add.address("_mlir_ciface_add")
+    a = rng.standard_normal((4, 3)).astype(np.float32)
+    out = np.zeros((4, 3), np.float32)
+    ds = [D(a), D(a), D(out)]
+    pool = native_pool.pool(1)
+    worker = pool.workers[0]
+    mask = os.sched_getaffinity(0)
+    for cpu in cpus[:2]:
+        deadline = time.monotonic() + 5
+        while not worker.sleeping and time.monotonic() < deadline:  # idle past SPIN_CYCLES
+            time.sleep(0.005)
+        assert worker.sleeping
+        os.sched_setaffinity(0, {cpu})          # this thread only, on that CPU
+        try:
+            out[:] = 0
+            assert pool.run(lambda: None, [(fn, [ctypes.addressof(d) for d in ds])])
+        finally:
+            os.sched_setaffinity(0, mask)
+        assert worker.block[native_pool.WAKER_CPU] == cpu
+        np.testing.assert_array_equal(out, 2 * a)
+
+
+def test_a_worker_on_its_wakers_cpu_moves_off_it_and_keeps_its_mask():
+    """``fuelc_leave_cpu`` on a thread that runs on the CPU its block names:
+    the thread ends on another CPU, with the CPUs it may use as before; on
+    a block naming another CPU (or none) it does nothing."""
+    import threading
+    from compiler.codegen import native_pool
+    cpus = _two_cpus()
+    native = native_pool.pool(1)._native
+    libc = ctypes.CDLL(None)
+    block = native_pool._Block()
+    seen = {}
+
+    def run():
+        mask = os.sched_getaffinity(0)
+        cpu = cpus[1]
+        os.sched_setaffinity(0, {cpu})          # now on that CPU
+        seen["before"] = libc.sched_getcpu()
+        os.sched_setaffinity(0, mask)           # free again, still there
+        block[native_pool.WAKER_CPU] = cpu
+        native.leave_cpu(ctypes.addressof(block))
+        seen["after"], seen["mask"] = libc.sched_getcpu(), os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {cpu})
+        os.sched_setaffinity(0, mask)
+        block[native_pool.WAKER_CPU] = -1       # no waker: left as it is
+        native.leave_cpu(ctypes.addressof(block))
+        seen["kept"] = os.sched_getaffinity(0)
+        seen["mask0"] = mask
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    assert seen["before"] == cpus[1]
+    assert seen["after"] != cpus[1] and seen["after"] in seen["mask0"]
+    assert seen["mask"] == seen["kept"] == seen["mask0"]
