@@ -96,36 +96,29 @@ def aliased_b(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg: int,
 
 
 #: The fewest columns (N) of a packed-class call whose blocks of A are copied
-#: (``pack_a``): each copied block serves N / 16 panels of B, and at 256
-#: columns (a 2-thread call's column tile of 1024^3) the copy cost more than it
-#: saved (one znver3 thread: [1024,1024] x [1024,256] 1.05 -> 1.10x numpy's
-#: time); a call of 2048 columns is cut into tiles of 512 at two threads
-#: ([2048,2048] x [2048,512] 1.13 -> 1.09).
-PACK_A_COLUMNS = 2048
-#: MatMul calls and FusedLinear calls over B in place (``pack_a(pitch_4k=True)``)
-#: copy their blocks of A from A's rows
-#: 4 KiB apart at this many columns: 1024^3 at two threads, in row tiles (A copied
-#: once), fuelc/numpy 1.28-1.63 -> 1.08-1.24 in 4 pairs of turns on znver3, where
-#: the column tiles each streamed all of A from L3 (docs/benchmarks.md, "matmul 512
-#: and 1024 at two threads on znver3"); one thread 1.10 -> 1.06 (above). 512
-#: columns (rows 2 KiB apart) are left as they were: 3 of 4 pairs, within noise.
-PACK_A_4K_COLUMNS = 1024
+#: (``pack_a``): each copied block serves N / 16 panels of B. 1024^3 at two
+#: threads, in row tiles (A copied once), fuelc/numpy 1.28-1.63 -> 1.08-1.24 in
+#: 4 pairs of turns on znver3, where the column tiles each streamed all of A
+#: from L3 (docs/benchmarks.md, "matmul 512 and 1024 at two threads on
+#: znver3"); one thread 1.10 -> 1.06. 512 columns (rows 2 KiB apart) are left
+#: as they were: 3 of 4 pairs, within noise; at 256 columns the copy cost more
+#: than it saved (one znver3 thread: [1024,1024] x [1024,256] 1.05 -> 1.10x
+#: numpy's time).
+PACK_A_COLUMNS = 1024
 
 
 def pack_a(a_shape: Sequence[int], unit_stride: Sequence[int], out_arg: int,
-           a_row_stride: int, n: int, *, pitch_4k: bool = False) -> bool:
+           a_row_stride: int, n: int) -> bool:
     """Whether a matmul call of the packed class (more than ``UNPACKED_ROWS``
     rows; A, B and the output with unit-stride rows) with A's rows
     ``a_row_stride`` elements apart and ``n`` columns copies each block of A
-    it reads (``PACK_A_ATTR``): A's rows ``aliased_rows`` apart (their
-    blocks fall in few L2 sets) and at least ``PACK_A_COLUMNS`` columns;
-    with ``pitch_4k`` (MatMul calls) also A's rows a multiple of 4 KiB apart
-    and at least ``PACK_A_4K_COLUMNS`` columns."""
+    it reads (``PACK_A_ATTR``; MatMul calls, and FusedLinear calls over a B
+    that is not packed at compile time): A's rows a multiple of 1024
+    elements apart (4 KiB of f32: their blocks fall in few L2 sets) and at
+    least ``PACK_A_COLUMNS`` columns."""
     rows = a_shape[-2] if len(a_shape) >= 2 else 0
-    # (pitch_4k's rule takes in the other: aliased rows are 4 KiB multiples too)
-    apart, columns = ((a_row_stride >= 1024 and a_row_stride % 1024 == 0, PACK_A_4K_COLUMNS)
-                      if pitch_4k else (aliased_rows(a_row_stride), PACK_A_COLUMNS))
-    return (rows > UNPACKED_ROWS and apart and n >= columns
+    apart = a_row_stride >= 1024 and a_row_stride % 1024 == 0
+    return (rows > UNPACKED_ROWS and apart and n >= PACK_A_COLUMNS
             and {0, 1, out_arg} <= set(unit_stride))
 
 

@@ -438,8 +438,7 @@ class FusedFamily(KernelFamily):
             aliased = not epilogue and not params.b_panel \
                 and aliased_b(layouts[0].shape, unit, n_inputs, b_stride)
             copy_a = not epilogue and not params.b_panel and pack_a(
-                layouts[0].shape, unit, n_inputs, a_row_stride(layouts), layouts[1].shape[-1],
-                pitch_4k=True)
+                layouts[0].shape, unit, n_inputs, a_row_stride(layouts), layouts[1].shape[-1])
             short_k = bool(params.b_panel) and not (epilogue or few or dozen) \
                 and len(layouts[1].shape) == 3 and layouts[1].shape[1] <= SHORT_K_MAX \
                 and _short_k(dtypes[0], layouts[1].shape[1], target)

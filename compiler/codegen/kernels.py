@@ -329,8 +329,7 @@ def instance_for(kind: OpKind, dtypes: Sequence[DType], layouts: Sequence[Layout
                        name == "MatMul" and aliased_b(in_types[0].shape, unit, 2,
                                                       b_row_stride(in_l)),
                        name == "MatMul" and pack_a(in_types[0].shape, unit, 2,
-                                                   a_row_stride(in_l), in_types[1].shape[-1],
-                                                   pitch_4k=True)),
+                                                   a_row_stride(in_l), in_types[1].shape[-1])),
             in_l + out_l)
 
 

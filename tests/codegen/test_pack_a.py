@@ -1,5 +1,5 @@
-"""Packed-class matmul calls whose A rows are a multiple of 4 KiB apart (and at
-least 8 KiB) with at least ``PACK_A_COLUMNS`` columns copy each block of A into
+"""Packed-class matmul calls whose A rows are a multiple of 4 KiB apart with
+at least ``PACK_A_COLUMNS`` columns copy each block of A into
 a contiguous buffer first (``runtime.rows.pack_a``, ``fuelc.pack_a``,
 ``strategy._PACK_A_TILES``): the same FMAs in the same order, so the same bits
 as the kernel reading A in place."""
@@ -15,26 +15,23 @@ from compiler.graph.opdef import TensorType
 from compiler.registry.builders import linear
 from compiler.testing import same_bits_at_threads
 from runtime.dtype import DType
-from runtime.rows import PACK_A_4K_COLUMNS, PACK_A_COLUMNS, UNPACKED_ROWS
+from runtime.rows import PACK_A_COLUMNS, UNPACKED_ROWS
 
 
 def test_pack_a_class():
+    """A's rows a multiple of 1024 elements apart (4 KiB of f32), at least
+    PACK_A_COLUMNS columns, more than UNPACKED_ROWS rows, unit-stride rows."""
     unit, n = (0, 1, 2), PACK_A_COLUMNS
-    assert family.pack_a((UNPACKED_ROWS + 1, 64), unit, 2, 2048, n)
+    assert family.pack_a((UNPACKED_ROWS + 1, 64), unit, 2, 1024, n)
+    assert family.pack_a((512, 64), unit, 2, 2048, n)
     assert family.pack_a((512, 64), unit, 2, 3072, n)
-    assert not family.pack_a((UNPACKED_ROWS, 64), unit, 2, 2048, n)   # reads B in place
-    assert not family.pack_a((512, 64), unit, 2, 1024, n)             # rows 4 KiB apart
+    assert family.pack_a((512, 64), unit, 2, 1024, 2048)
+    assert not family.pack_a((UNPACKED_ROWS, 64), unit, 2, 1024, n)   # reads B in place
+    assert not family.pack_a((512, 64), unit, 2, 512, n)              # 2 KiB apart
+    assert not family.pack_a((512, 64), unit, 2, 1040, n)             # not a multiple
     assert not family.pack_a((512, 64), unit, 2, 2064, n)             # not a multiple
-    assert not family.pack_a((512, 64), unit, 2, 2048, n - 16)        # too few columns
-    assert not family.pack_a((512, 64), (1, 2), 2, 2048, n)           # A strided
-    # MatMul calls: also rows 4 KiB apart, from PACK_A_4K_COLUMNS columns
-    n4 = PACK_A_4K_COLUMNS
-    assert family.pack_a((512, 64), unit, 2, 1024, n4, pitch_4k=True)
-    assert family.pack_a((512, 64), unit, 2, 3072, n4, pitch_4k=True)
-    assert not family.pack_a((512, 64), unit, 2, 1024, n4 - 16, pitch_4k=True)
-    assert not family.pack_a((512, 64), unit, 2, 512, n4, pitch_4k=True)   # 2 KiB apart
-    assert not family.pack_a((512, 64), unit, 2, 1040, n4, pitch_4k=True)  # not a multiple
-    assert not family.pack_a((UNPACKED_ROWS, 64), unit, 2, 1024, n4, pitch_4k=True)
+    assert not family.pack_a((512, 64), unit, 2, 1024, n - 16)        # too few columns
+    assert not family.pack_a((512, 64), (1, 2), 2, 1024, n)           # A strided
 
 
 def test_pack_a_selects_the_copy_of_a_on_avx2_f32():
@@ -59,7 +56,7 @@ def test_pack_a_kernel_gives_the_bits_of_a_in_place():
     half-width one."""
     rng = np.random.default_rng(0)
     a = rng.standard_normal((365, 2048)).astype(np.float32)[:, :600]
-    w = rng.standard_normal((600, PACK_A_COLUMNS + 8)).astype(np.float32)
+    w = rng.standard_normal((600, 2048 + 8)).astype(np.float32)
     b = rng.standard_normal(w.shape[1]).astype(np.float32)
     g = Graph()
     x, wi, bi = g.input("x", a.shape, "f32"), g.input("w", w.shape, "f32"), g.input("b", b.shape, "f32")
@@ -75,7 +72,7 @@ def test_batched_pack_a_kernel():
     copies its blocks of A too (against the float64 product)."""
     rng = np.random.default_rng(1)
     a = rng.standard_normal((2, UNPACKED_ROWS + 1, 2048)).astype(np.float32)[:, :, :100]
-    w = rng.standard_normal((2, 100, PACK_A_COLUMNS)).astype(np.float32)
+    w = rng.standard_normal((2, 100, 2048)).astype(np.float32)
     g = Graph()
     g.output(g.input("x", a.shape, "f32") @ g.input("w", w.shape, "f32"), name="y")
     np.testing.assert_allclose(compile(g)(x=a, w=w), a.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)
@@ -89,7 +86,7 @@ def test_pack_a_kernel_same_bits_at_one_and_two_threads():
     rounding of the float64 product."""
     rng = np.random.default_rng(2)
     a = rng.standard_normal((UNPACKED_ROWS + 8, 2048)).astype(np.float32)
-    w = rng.standard_normal((2048, PACK_A_COLUMNS + 24)).astype(np.float32)
+    w = rng.standard_normal((2048, 2048 + 24)).astype(np.float32)
     g = Graph()
     g.output(g.input("x", a.shape, "f32") @ g.input("w", w.shape, "f32"), name="y")
     mod = compile(g)
@@ -111,9 +108,9 @@ def test_a_call_that_copies_a_is_cut_by_rows_at_two_threads(spec, rows):
     from runtime.layout import Layout
     from runtime.opkind import OpKind
     k = K.FAMILY.kernel(parse_target(spec), OpKind.MatMul, (DType.F32,) * 3)
-    lays = [Layout.contiguous((600, 2048)), Layout.contiguous((2048, PACK_A_COLUMNS)),
-            Layout.contiguous((600, PACK_A_COLUMNS))]
-    p = P.Matmul((), (), 600, PACK_A_COLUMNS, 2048)
+    lays = [Layout.contiguous((600, 2048)), Layout.contiguous((2048, 2048)),
+            Layout.contiguous((600, 2048))]
+    p = P.Matmul((), (), 600, 2048, 2048)
     parallel.set_num_threads(2)
     try:
         tiles = [lay for _, lay in k._tiles(lays, p, 2)]
@@ -148,11 +145,11 @@ def _matmul_row_tiles(m, k, n, threads=2):
 @pytest.mark.parametrize("m, tiles", [(120, [72, 48]), (744, [192, 192, 192, 168])])
 def test_a_matmul_with_rows_4_kib_apart_copies_a_and_keeps_its_bits(m, tiles):
     """MatMul [m, 1024] x [1024, 1040] (A's rows 4 KiB apart, at least
-    PACK_A_4K_COLUMNS columns): the instance copies A, is cut into row tiles
+    PACK_A_COLUMNS columns): the instance copies A, is cut into row tiles
     on AVX2 (one per thread, or 4 of at most one block of A), and
     gives the same bits at 1 and 2 threads as A read in place (rows 1040
     apart), within f32 rounding of the float64 product."""
-    k, n = 1024, PACK_A_4K_COLUMNS + 16
+    k, n = 1024, PACK_A_COLUMNS + 16
     assert _matmul_row_tiles(m, k, n) == tiles
     rng = np.random.default_rng(3)
     a = rng.standard_normal((m, k)).astype(np.float32)
@@ -256,13 +253,13 @@ def test_pack_a_panels_give_the_bits_of_row_major_blocks(monkeypatch, m):
 def test_a_fused_linear_over_b_in_place_follows_the_matmul_rule():
     """A FusedLinear over a B that is an input (not packed at compile time)
     copies its blocks of A where MatMul does (A's rows 4 KiB apart, at least
-    PACK_A_4K_COLUMNS columns: linear+bias 512x1024x1024) and is cut at 2
+    PACK_A_COLUMNS columns: linear+bias 512x1024x1024) and is cut at 2
     threads into MatMul's row tiles (column tiles would each copy all of A);
     the same bits at 1 and 2 threads and as A read in place (rows 1040 apart)."""
     from compiler.codegen import parallel
     from runtime.executor import KernelStep
     from runtime.layout import Layout
-    m, k, n = 512, 1024, PACK_A_4K_COLUMNS
+    m, k, n = 512, 1024, PACK_A_COLUMNS
     rng = np.random.default_rng(5)
     a = rng.standard_normal((m, k)).astype(np.float32)
     w = rng.standard_normal((k, n)).astype(np.float32)

@@ -31,8 +31,8 @@ correctness-first loops. Registered here:
   tiles ordered K, M, N (``rows_strategy``): packing B would cost as much as
   the product. An entry marked ``fuelc.unpacked`` (more rows, at most
   ``family.UNPACKED_ROWS``) gets the tiled schedule without the packing of B;
-  one marked ``fuelc.pack_a`` (A's rows 8 KiB or more, a multiple of 4 KiB,
-  apart; many columns) copies each block of A as well (``_PACK_A_TILES``).
+  one marked ``fuelc.pack_a`` (A's rows a multiple of 4 KiB apart; 1024 or more
+  columns) copies each block of A as well (``_PACK_A_TILES``).
 * a module that only copies (``COPIES_ONLY``: no linalg op, only tensor
   slices, inserts and pads, as Concat, Slice and Pad lower): ``COPIES``, the
   loops without LLVM's loop unrolling. Unrolled, the copy loops of a Concat
@@ -262,8 +262,8 @@ _ALIASED_TILES = {("f32", "avx2"): dict(mr=4, kc=8, mc=8)}
 _ALIASED_PACKED_TILES = {("f32", "avx2"): dict(kc=128, nb=240)}
 #: Where a matmul that packs B per call also copies each ``mc x kc`` block of A
 #: into a contiguous buffer (entries marked ``fuelc.pack_a``:
-#: ``runtime.rows.pack_a``, A's rows a multiple of 4 KiB and at least 8 KiB
-#: apart, at least 2048 columns). Such A rows fall in few L2 sets (a row's
+#: ``runtime.rows.pack_a``, A's rows a multiple of 4 KiB apart, at least 1024
+#: columns). Such A rows fall in few L2 sets (a row's
 #: 2 KiB of the block in 32 of the 1024 sets of a 512 KiB Zen 3 L2, the next
 #: row 128 sets on), so the block read in place does not stay in the L2 across
 #: the panels of B; copied, it is contiguous, and the register tiles read it
