@@ -13,6 +13,7 @@ from compiler.codegen.cpu.pipeline import choose_strategy
 from compiler.codegen.family import single_op_linalg_text
 from compiler.graph.interpret import interpret
 from compiler.graph.opdef import TensorType
+from compiler.registry.builders import linear
 from runtime.dtype import DType
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
@@ -25,14 +26,15 @@ TOL = {"bf16": 2.0 ** -7, "f16": 2.0 ** -10}
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 @pytest.mark.parametrize("target", ["cpu", "cpu:x86-64-v3"])
 def test_narrow_matmul_selects_the_vectorized_strategy(dtype, target):
-    def chosen(shapes, **kw):
-        text = single_op_linalg_text("MatMul", {}, [TensorType(s, DT[dtype]) for s in shapes],
-                                     True, "cpu", (0, 1, 2), **kw)
+    def chosen(shapes, op="MatMul", **kw):
+        text = single_op_linalg_text(op, {}, [TensorType(s, DT[dtype]) for s in shapes],
+                                     True, "cpu", tuple(range(len(shapes) + 1)), **kw)
         return choose_strategy(text, ["kernel"], target).name
     assert chosen([(64, 256), (256, 128)]).startswith(f"matmul-matmul-{dtype}-")
     assert chosen([(2, 64, 256), (2, 256, 128)]).startswith(f"matmul-batch_matmul-{dtype}-")
     assert chosen([(3, 40), (40, 70)], few_rows=True).startswith(f"matmul-rows-matmul-{dtype}-")
     assert chosen([(20, 40), (40, 70)], unpacked=True).startswith(f"matmul-unpacked-matmul-{dtype}-")
+    assert chosen([(64, 256), (256, 128), (128,)], "FusedLinear").startswith(f"matmul-matmul-{dtype}-")
 
 
 def _check(got, a, b, dtype, g, feeds):
@@ -74,3 +76,26 @@ def test_narrow_batched_matmul_values(dtype, m):
     g.output(x @ w, name="y")
     feeds = {"x": a, "w": b}
     _check(compile(g)(**feeds), a, b, dtype, g, feeds)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("m, k, n", [(1, 37, 75), (67, 129, 83)])
+@pytest.mark.parametrize("const", [True, False])
+def test_narrow_linear_values(dtype, m, k, n, const):
+    """FusedLinear (bias, no activation) accumulates into the f32 bias through
+    the same named product."""
+    rng = np.random.default_rng(m + n)
+    a = rng.standard_normal((m, k)).astype(NP[dtype])
+    b = rng.standard_normal((k, n)).astype(NP[dtype])
+    bias = rng.standard_normal(n).astype(NP[dtype])
+    g = Graph()
+    x = g.input("x", a.shape, dtype)
+    w = g.constant(b, name="w") if const else g.input("w", b.shape, dtype)
+    g.output(linear(x, w, g.constant(bias, name="b")), name="y")
+    feeds = {"x": a} if const else {"x": a, "w": b}
+    got = compile(g)(**feeds)
+    exact = a.astype(np.float64) @ b.astype(np.float64) + bias.astype(np.float64)
+    tol = dict(rtol=TOL[dtype], atol=TOL[dtype] * np.abs(exact).max() / 64)
+    np.testing.assert_allclose(np.asarray(got).astype(np.float64), exact, **tol)
+    ref = np.asarray(interpret(g, feeds)["y"]).view(got.dtype).astype(np.float64)
+    np.testing.assert_allclose(np.asarray(got).astype(np.float64), ref, **tol)
