@@ -99,3 +99,17 @@ def test_narrow_linear_values(dtype, m, k, n, const):
     np.testing.assert_allclose(np.asarray(got).astype(np.float64), exact, **tol)
     ref = np.asarray(interpret(g, feeds)["y"]).view(got.dtype).astype(np.float64)
     np.testing.assert_allclose(np.asarray(got).astype(np.float64), ref, **tol)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("m", [1, 67])
+def test_narrow_matmul_over_a_transposed_b(dtype, m):
+    """B a transposed view of an input: the strided kernel of the same strategy."""
+    rng = np.random.default_rng(m)
+    a = rng.standard_normal((m, 129)).astype(NP[dtype])
+    bt = rng.standard_normal((83, 129)).astype(NP[dtype])
+    g = Graph()
+    x, w = g.input("x", a.shape, dtype), g.input("w", bt.shape, dtype)
+    g.output(x @ w.transpose(), name="y")
+    feeds = {"x": a, "w": bt}
+    _check(compile(g)(**feeds), a, np.ascontiguousarray(bt.T), dtype, g, feeds)
