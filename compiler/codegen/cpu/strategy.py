@@ -22,7 +22,8 @@ extensions choose between per-ISA variants of a strategy). The default is
 correctness-first loops. Registered here:
 
 * ``linalg.matmul`` / ``linalg.batch_matmul`` on f32 or f64 with dynamic dims
-  (alone in a module; ``mlir-cpu`` MatMul instances are shape-generic):
+  (alone in a module; ``mlir-cpu`` MatMul instances are shape-generic; bf16
+  and f16 into an f32 init take the f32 tiles, ``NARROW_TILES``):
   the register-tiled, B-packed, vectorized schedule of
   ``compiler.codegen.cpu.transforms.matmul``; tiles per ISA: AVX2 (16 ymm)
   6x16 f32 / 6x8 f64, AVX-512 (32 zmm) 8x32 f32 / 8x16 f64 (any sizes, any

@@ -1,10 +1,12 @@
 """MatMul: ``[..b, M, K] @ [..b', K, N] -> [..b, M, N]``.
 
-* rank 2, one f32/f64 dtype: ``linalg.matmul``; rank 3 with equal batch:
+* rank 2, one float dtype: ``linalg.matmul``; rank 3 with equal batch:
   ``linalg.batch_matmul`` (the named ops CPU codegen tiles and vectorizes);
+  f16/bf16 operands into an f32 accumulator (the named op extends them),
+  rounded once by an element-wise generic;
 * otherwise one ``linalg.generic`` over (batch.., m, n, k): GQA batch axes
   (lhs b a multiple of rhs b') read rhs batch ``j floordiv (b/b')``, size-1
-  rhs batch axes read 0, mixed f32 x bf16 and f16/bf16 accumulate in f32.
+  rhs batch axes read 0, mixed f32 x bf16 accumulates in f32.
 """
 from __future__ import annotations
 
