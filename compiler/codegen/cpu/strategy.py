@@ -22,7 +22,8 @@ extensions choose between per-ISA variants of a strategy). The default is
 correctness-first loops. Registered here:
 
 * ``linalg.matmul`` / ``linalg.batch_matmul`` on f32 or f64 with dynamic dims
-  (alone in a module; ``mlir-cpu`` MatMul instances are shape-generic):
+  (alone in a module; ``mlir-cpu`` MatMul instances are shape-generic; bf16
+  and f16 into an f32 init take the f32 tiles, ``NARROW_TILES``):
   the register-tiled, B-packed, vectorized schedule of
   ``compiler.codegen.cpu.transforms.matmul``; tiles per ISA: AVX2 (16 ymm)
   6x16 f32 / 6x8 f64, AVX-512 (32 zmm) 8x32 f32 / 8x16 f64 (any sizes, any
@@ -212,6 +213,16 @@ _MATMUL_TILES = {
     ("f32", "avx512"): dict(mr=8, nr=32, kc=512, mc=384), ("f64", "avx512"): dict(mr=8, nr=16, kc=256, mc=120),
 }
 _MATMUL_OPS = ("linalg.matmul", "linalg.batch_matmul")
+#: The element types whose matmuls take another type's tiles: a bf16/f16
+#: ``linalg.matmul`` with an f32 init (``lowering.matmul``) extends each
+#: operand to f32 in its region, so its vectorized tiles load bf16/f16
+#: vectors (B packed in bf16/f16), convert them exactly and run f32 FMAs into
+#: f32 accumulators, rounded once by the module's truncf generic
+#: (docs/benchmarks.md, "bf16 products on CPU"). No AVX-512 BF16 instruction
+#: is assumed: the conversions are integer shifts (``arith-expand``).
+NARROW_TILES = {"bf16": "f32", "f16": "f32"}
+#: The element types a matmul strategy is registered for.
+_MATMUL_TYPES = ("f32", "f64", *NARROW_TILES)
 #: Where the tiles of a matmul that packs B on every call (``matmul_strategy``,
 #: B an input) differ from ``_MATMUL_TILES``. AVX2 f32: kc = 512 (a 32 KiB
 #: panel; the C tiles loaded and stored half as often) and mc = 360 (the 720
@@ -336,6 +347,7 @@ def matmul_strategy(op: str, element_type: str, isa: str = "avx2", pack: bool = 
     17-32 rows: ``_ALIASED_PACKED_TILES``); ``pack_a``: A's
     rows as far apart (``fuelc.pack_a``, ``_PACK_A_TILES``)."""
     from compiler.codegen.cpu.transforms.matmul import matmul_script
+    narrow, element_type = element_type, NARROW_TILES.get(element_type, element_type)
     tiles = {**_MATMUL_TILES[element_type, isa],
              **(_PER_CALL_TILES.get((element_type, isa), {}) if pack else {}),
              **((_ALIASED_TILES if not pack else _ALIASED_PACKED_TILES).get((element_type, isa), {})
@@ -347,7 +359,7 @@ def matmul_strategy(op: str, element_type: str, isa: str = "avx2", pack: bool = 
              *(("py:sink_hoisted_deallocs",) if tiles.get("pack_a") or tiles.get("nb") else ()),
              *_tune_steps(element_type, isa))
     return Strategy(
-        name=f"matmul-{'' if pack else 'unpacked-'}{op.split('.')[1]}-{element_type}-"
+        name=f"matmul-{'' if pack else 'unpacked-'}{op.split('.')[1]}-{narrow}-"
              f"{tiles['mr']}x{tiles['nr']}" + (f"-k{tiles['kc']}" if aliased else "")
              + ("-pack-a" if tiles.get("pack_a") else "") + ("-panels" if panels else "")
              + (f"-b{tiles['nb']}" if tiles.get("nb") else ""),
@@ -398,7 +410,7 @@ def rows_strategy(op: str, element_type: str, isa: str = "avx2") -> Strategy:
     ``family.FEW_ROWS`` rows: B read in place (no packing), once per call,
     ``kr`` rows at a time for every row of A."""
     from compiler.codegen.cpu.transforms.matmul import rows_script
-    tiles = _FEW_ROWS_TILES[element_type, isa]
+    tiles = _FEW_ROWS_TILES[NARROW_TILES.get(element_type, element_type), isa]
     return Strategy(
         name=f"matmul-rows-{op.split('.')[1]}-{element_type}-{tiles['nr']}x{tiles['kr']}",
         transform=rows_script(op, **tiles), lowering=VECTOR_LOWERING,
@@ -764,7 +776,7 @@ _register_per_element_type((PACKED_B, SHORT_K), functools.partial(packed_strateg
 _register_per_element_type(PACKED_B, packed_strategy)
 _register_per_element_type(DIRECT_CONV, conv_strategy)
 for _op in _MATMUL_OPS:
-    for _elt in ("f32", "f64"):
+    for _elt in _MATMUL_TYPES:
         _v = {isa: rows_strategy(_op, _elt, isa) for isa in ("avx512", "avx2")}
         register_strategy(_rows_rule(_op, _elt), {**_v, "": _v["avx2"]})
 #: The matmul variants, first match first: the features an entry must carry
@@ -777,7 +789,9 @@ _MATMUL_VARIANTS = (((UNPACKED, ALIASED), dict(pack=False, aliased=True)),
                     ((), {}))
 for _features, _options in _MATMUL_VARIANTS:
     for _op in _MATMUL_OPS:
-        for _elt in ("f32", "f64"):
+        # bf16/f16: the f32 rules of B read in place or packed (aliased rows and
+        # copies of A measured on f32 rows only)
+        for _elt in _MATMUL_TYPES if not {ALIASED, PACK_A} & set(_features) else ("f32", "f64"):
             _v = {isa: matmul_strategy(_op, _elt, isa, **_options) for isa in ("avx512", "avx2")}
             register_strategy((lambda rule, fs: lambda names: all(f in names for f in fs)
                                and rule(names))(_matmul_rule(_op, _elt), _features),

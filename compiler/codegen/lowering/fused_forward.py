@@ -2,10 +2,11 @@
 
 * FusedLinear ``a [..,M,K] @ b [..,K,N] + bias [N]``: the accumulator is
   initialised with the broadcast bias and the matmul accumulates into it
-  (``linalg.matmul`` / ``batch_matmul`` for one f32/f64 dtype and rank 2 or
-  equal-batch rank 3; otherwise one ``linalg.generic`` over (batch.., m, n, k)
-  with MatMul's batch rules: GQA lhs batch j reads rhs batch j // (b/b'),
-  size-1 rhs batch axes read 0; f16/bf16 and f32 x bf16 accumulate in f32).
+  (``linalg.matmul`` / ``batch_matmul`` for one float dtype and rank 2 or
+  equal-batch rank 3, f16/bf16 into the f32 bias; otherwise one
+  ``linalg.generic`` over (batch.., m, n, k) with MatMul's batch rules: GQA
+  lhs batch j reads rhs batch j // (b/b'), size-1 rhs batch axes read 0;
+  f32 x bf16 accumulates in f32).
 * Rope (rotate-half, NeoX): with h = d/2, x1 = x[.., :h], x2 = x[.., h:],
   out[.., :h] = x1·cos[.., :h] − x2·sin[.., :h] and
   out[.., h:] = x2·cos[.., h:] + x1·sin[.., h:]: one two-output generic over

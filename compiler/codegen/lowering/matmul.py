@@ -1,10 +1,12 @@
 """MatMul: ``[..b, M, K] @ [..b', K, N] -> [..b, M, N]``.
 
-* rank 2, one f32/f64 dtype: ``linalg.matmul``; rank 3 with equal batch:
+* rank 2, one float dtype: ``linalg.matmul``; rank 3 with equal batch:
   ``linalg.batch_matmul`` (the named ops CPU codegen tiles and vectorizes);
+  f16/bf16 operands into an f32 accumulator (the named op extends them),
+  rounded once by an element-wise generic;
 * otherwise one ``linalg.generic`` over (batch.., m, n, k): GQA batch axes
   (lhs b a multiple of rhs b') read rhs batch ``j floordiv (b/b')``, size-1
-  rhs batch axes read 0, mixed f32 x bf16 and f16/bf16 accumulate in f32.
+  rhs batch axes read 0, mixed f32 x bf16 accumulates in f32.
 """
 from __future__ import annotations
 
@@ -30,11 +32,16 @@ def matmul_into(a, b, acc, in_dtypes, out_dtype, elt) -> "ir.Value":
     ad, bd = dims(a), dims(b)
     out_dims = ad[:-1] + [bd[-1]]
     batch_a, batch_b = ad[:-2], bd[:-2]
-    wide_float = isinstance(elt, (ir.F32Type, ir.F64Type))
-    if in_dtypes[0] == in_dtypes[1] and wide_float and (
+    floats = (ir.F32Type, ir.F64Type, ir.BF16Type, ir.F16Type)
+    if in_dtypes[0] == in_dtypes[1] and isinstance(elt, floats) and (
             n == 2 or (n == 3 and _same_dim(batch_a[0], batch_b[0]))):
+        # bf16/f16: the named op extends each operand to the f32 of acc in its
+        # region; the product is rounded to elt once, below
         named = linalg.matmul if n == 2 else linalg.batch_matmul
-        return named(a, b, outs=[acc])
+        red = named(a, b, outs=[acc])
+        if rtt(acc).element_type == elt:
+            return red
+        return _round(red, out_dims, elt)
     s = Scalar.compute(out_dtype)
     nb = n - 2
     loops = nb + 3
@@ -57,6 +64,12 @@ def matmul_into(a, b, acc, in_dtypes, out_dtype, elt) -> "ir.Value":
                   lambda x, y, c: s.add(c, s.mul(to_compute(x, s), to_compute(y, s))))[0]
     if rtt(acc).element_type == elt:
         return red
+    return _round(red, out_dims, elt)
+
+
+def _round(red, out_dims, elt) -> "ir.Value":
+    """``red`` (the compute type) converted to ``elt`` elementwise."""
+    n = len(out_dims)
     return generic([red], [empty(out_dims, elt)], [identity_map(n), identity_map(n)],
                    [PARALLEL] * n, lambda v, _o: from_compute(v, elt))[0]
 

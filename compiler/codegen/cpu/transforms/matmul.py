@@ -17,7 +17,11 @@ the payload (``transform.foreach``, so modules may hold several):
    ``1 x 1 x 1``), vectorized with the main tiles, so their accumulators
    are hoisted too (as are those of the remainder rows' ``1 x nr x 1``
    tiles, M being tiled before K);
-4. fold views into the transfers, CSE + LICM so the C tile's read/write
+4. a bf16/f16 matmul (f32 init) vectorizes to extensions of broadcast and
+   transposed operands: ``sink_ops`` moves the extensions before the
+   broadcasts and transposes, so the multiply-reduction still becomes a
+   contraction whose operands fold into its maps (as scalar code otherwise);
+   fold views into the transfers, CSE + LICM so the C tile's read/write
    indices are loop invariant, hoist the C accumulators out of the K loop
    (per function),
    then lower contractions to outer products / FMAs and transfers to loads
@@ -87,6 +91,7 @@ def _fma_tile(name: str, op: str) -> str:
       transform.structured.vectorize {op} : {t}
       transform.apply_patterns to %{name}Loop {{
         transform.apply_patterns.vector.transfer_permutation_patterns
+        transform.apply_patterns.vector.sink_ops
         transform.apply_patterns.vector.reduction_to_contract
       }} : {t}
       transform.apply_patterns to %{name}Loop {{
@@ -268,6 +273,7 @@ def _tiles_to_fmas() -> str:
     pm = lambda body: "    transform.apply_patterns to %func {\n" + body + "    } : " + t + "\n"
     match = _match
     return f"""{pm('''      transform.apply_patterns.vector.transfer_permutation_patterns
+      transform.apply_patterns.vector.sink_ops
       transform.apply_patterns.vector.reduction_to_contract
 ''')}{pm('''      transform.apply_patterns.vector.cast_away_vector_leading_one_dim
 ''')}{pm('''      transform.apply_patterns.memref.fold_memref_alias_ops
@@ -480,6 +486,7 @@ def rows_script(op: str = "linalg.matmul", *, nr: int = 16, kr: int = 4) -> str:
 {_fma_tile("corner", "%kc1")}    }}
     transform.apply_patterns to %func {{
       transform.apply_patterns.vector.transfer_permutation_patterns
+      transform.apply_patterns.vector.sink_ops
       transform.apply_patterns.vector.reduction_to_contract
     }} : {t}
     transform.apply_patterns to %func {{
