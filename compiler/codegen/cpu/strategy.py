@@ -293,7 +293,9 @@ _ALIASED_PACKED_TILES = {("f32", "avx2"): dict(kc=128, nb=240)}
 #: (13-19 of 20-24), linear+bias 512x1024x1024 (B an input) 0.942-0.951
 #: (18-22 of 24); one thread 2048^3 0.977, 1024^3 0.999 (a second copy of
 #: A in place: 1.000-1.011). Left out: the copy row-major (2048^3 0.997-1.013),
-#: kc 768 / mc 264 or kc 1024 / mc 192 with it (0.961, 1.039), mc 480 (0.984).
+#: kc 768 / mc 264 or kc 1024 / mc 192 with it (0.961, 1.039), mc 480 (0.984);
+#: without it, kc 256 / 384 / 1024 and mc 192 / 768 (0.981-1.051) and LLVM's
+#: x86-64-v4, generic or skylake-avx512 model (1.04-1.06).
 #: docs/benchmarks.md, "The per-call matmul's blocks on AVX-512 (Zen 4)".
 _PACK_A_TILES = {("f32", "avx2"): dict(pack_a=True, a_panels=True),
                  ("f32", "avx512"): dict(pack_a=True, a_panels=True)}
