@@ -81,9 +81,9 @@ def test_batched_pack_a_kernel():
 def test_pack_a_kernel_same_bits_at_one_and_two_threads():
     """MatMul [40, 2048] x [2048, 2072] (A's rows 8 KiB apart: 4 K blocks, 129
     panels of B and a half-width one): the same bits at 1 and 2 threads (cut
-    into row tiles of 24 and 16 where the kernel copies A, AVX2; into column
-    tiles on AVX-512) and as A read in place (rows 2064 apart), within f32
-    rounding of the float64 product."""
+    into row tiles of 24 and 16: the kernel copies A, f32 on AVX2 and
+    AVX-512) and as A read in place (rows 2064 apart), within f32 rounding
+    of the float64 product."""
     rng = np.random.default_rng(2)
     a = rng.standard_normal((UNPACKED_ROWS + 8, 2048)).astype(np.float32)
     w = rng.standard_normal((2048, 2048 + 24)).astype(np.float32)
@@ -97,17 +97,20 @@ def test_pack_a_kernel_same_bits_at_one_and_two_threads():
     np.testing.assert_allclose(y, a.astype(np.float64) @ w, rtol=1e-4, atol=1e-3)
 
 
-@pytest.mark.parametrize("spec, rows", [("cpu:x86-64-v3", True), ("cpu:skylake-avx512", False)])
-def test_a_call_that_copies_a_is_cut_by_rows_at_two_threads(spec, rows):
-    """At 2 threads a MatMul whose kernel copies its blocks of A (AVX2 f32) is
-    cut into one row tile per thread (column tiles would each copy all of A);
-    where the kernel reads A in place (AVX-512), into column tiles as before."""
+@pytest.mark.parametrize("spec, dtype, rows", [("cpu:x86-64-v3", DType.F32, True),
+                                               ("cpu:skylake-avx512", DType.F32, True),
+                                               ("cpu:skylake-avx512", DType.F64, False)])
+def test_a_call_that_copies_a_is_cut_by_rows_at_two_threads(spec, dtype, rows):
+    """At 2 threads a MatMul whose kernel copies its blocks of A (f32, AVX2
+    and AVX-512) is cut into row tiles of at most one block (column tiles
+    would each copy all of A); where the kernel reads A in place (f64), into
+    column tiles as before."""
     from compiler.codegen import kernels as K, parallel
     from compiler.targets import parse_target
     from runtime import params as P
     from runtime.layout import Layout
     from runtime.opkind import OpKind
-    k = K.FAMILY.kernel(parse_target(spec), OpKind.MatMul, (DType.F32,) * 3)
+    k = K.FAMILY.kernel(parse_target(spec), OpKind.MatMul, (dtype,) * 3)
     lays = [Layout.contiguous((600, 2048)), Layout.contiguous((2048, 2048)),
             Layout.contiguous((600, 2048))]
     p = P.Matmul((), (), 600, 2048, 2048)
@@ -123,15 +126,15 @@ def test_a_call_that_copies_a_is_cut_by_rows_at_two_threads(spec, rows):
         assert [t[2].shape for t in tiles] == [(600, 512)] * 4
 
 
-def _matmul_row_tiles(m, k, n, threads=2):
-    """The rows of each tile of MatMul [m, k] x [k, n] (AVX2 f32, A copied) at
-    ``threads`` threads."""
+def _matmul_row_tiles(m, k, n, threads=2, spec="cpu:x86-64-v3"):
+    """The rows of each tile of MatMul [m, k] x [k, n] (f32 on ``spec``, A
+    copied) at ``threads`` threads."""
     from compiler.codegen import kernels as K, parallel
     from compiler.targets import parse_target
     from runtime import params as P
     from runtime.layout import Layout
     from runtime.opkind import OpKind
-    kern = K.FAMILY.kernel(parse_target("cpu:x86-64-v3"), OpKind.MatMul, (DType.F32,) * 3)
+    kern = K.FAMILY.kernel(parse_target(spec), OpKind.MatMul, (DType.F32,) * 3)
     lays = [Layout.contiguous((m, k)), Layout.contiguous((k, n)), Layout.contiguous((m, n))]
     parallel.set_num_threads(threads)
     try:
@@ -171,7 +174,7 @@ def test_a_call_that_copies_a_is_cut_into_row_tiles_of_one_block_at_two_threads(
     per thread with $FUELC_TILES_PER_THREAD=1, and at other thread counts."""
     from compiler.codegen import parallel
     from compiler.codegen.cpu.strategy import a_block_rows
-    assert a_block_rows("f32", "avx2") == 360 and a_block_rows("f32", "avx512") == 0
+    assert a_block_rows("f32", "avx2") == 360 and a_block_rows("f64", "avx512") == 0
     assert _matmul_row_tiles(1024, 1024, 1024) == [264, 264, 264, 232]
     assert _matmul_row_tiles(2048, 2048, 2048) == [360] * 5 + [248]
     assert _matmul_row_tiles(720, 1024, 1024) == [360, 360]
@@ -284,3 +287,50 @@ def test_a_fused_linear_over_b_in_place_follows_the_matmul_rule():
     in_place[...] = a
     np.testing.assert_array_equal(y, mod(x=in_place, w=w, b=b))
     np.testing.assert_allclose(y, a.astype(np.float64) @ w + b, rtol=1e-4, atol=1e-3)
+
+
+def test_avx512_f32_pack_a_copies_8_row_panels_and_keeps_its_bits():
+    """AVX-512 f32 copies its blocks of A too (384 x 512, in 8-row K-major
+    panels: [48, 512, 8]), is cut at 2 threads into row tiles of at most one
+    block (1024^3: 4, 2048^3: 6), and gives the same bits at 1 and 2 threads
+    as A read in place (the kernel before), within f32 rounding of the
+    float64 product (docs/benchmarks.md, "The per-call matmul's blocks on
+    AVX-512 (Zen 4)")."""
+    import dataclasses
+    from compiler.codegen.cpu import pipeline
+    from compiler.codegen.cpu.strategy import a_block_rows
+    from compiler.codegen.cpu.transforms import REWRITES
+    from compiler.targets import parse_target
+    from runtime.cpu_features import missing_cpu_features
+    ts = [TensorType((64, 40), DType.F32), TensorType((40, 70), DType.F32)]
+    text = single_op_linalg_text("MatMul", {}, ts, True, "cpu", (0, 1, 2), pack_a=True)
+    strat = choose_strategy(text, ["kernel"], "cpu:x86-64-v4")
+    assert strat.name == "matmul-matmul-f32-8x32-pack-a-panels"
+    assert a_block_rows("f32", "avx512") == 384
+    seen = []
+    REWRITES["_test_keep"] = lambda m: seen.append(str(m)) or 0
+    try:
+        steps = list(strat.transform)
+        steps.insert(steps.index("py:pack_a_panels 8") + 1, "py:_test_keep")
+        pipeline.lower(text, ["kernel"], target="cpu:x86-64-v4",
+                       strategy=dataclasses.replace(strat, transform=tuple(steps)))
+    finally:
+        del REWRITES["_test_keep"]
+    assert "to memref<48x512x8xf32>" in seen[0] and "memref<384x512xf32>" not in seen[0]
+    v4 = "cpu:x86-64-v4"
+    assert _matmul_row_tiles(1024, 1024, 1024, spec=v4) == [264, 264, 264, 232]
+    assert _matmul_row_tiles(2048, 2048, 2048, spec=v4) == [360] * 5 + [248]
+    if missing_cpu_features(parse_target(v4).features):
+        pytest.skip("runs AVX-512 code: this CPU lacks some of its features")
+    m, k, n = 773, 1024, PACK_A_COLUMNS + 40   # a partial panel of 5 rows, of 8 columns
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    g = Graph()
+    g.output(g.input("x", a.shape, "f32") @ g.input("w", w.shape, "f32"), name="y")
+    mod = compile(g, v4)
+    y = same_bits_at_threads(lambda: mod(x=a, w=w))
+    in_place = np.zeros((m, 1040), np.float32)[:, :k]
+    in_place[...] = a
+    np.testing.assert_array_equal(y, same_bits_at_threads(lambda: mod(x=in_place, w=w)))
+    np.testing.assert_allclose(y, a.astype(np.float64) @ w, rtol=1e-4, atol=1e-3)

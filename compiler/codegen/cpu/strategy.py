@@ -278,7 +278,7 @@ _ALIASED_PACKED_TILES = {("f32", "avx2"): dict(kc=128, nb=240)}
 #: 2 KiB of the block in 32 of the 1024 sets of a 512 KiB Zen 3 L2, the next
 #: row 128 sets on), so the block read in place does not stay in the L2 across
 #: the panels of B; copied, it is contiguous, and the register tiles read it
-#: at constant offsets. AVX2 f32 (the only one measured). One znver3 thread
+#: at constant offsets. AVX2 f32: one znver3 thread
 #: (AVX2 only), thread time, min of 5 rounds, both kernels and numpy
 #: (OpenBLAS) in turns in one process, fuelc/numpy, in place -> copied:
 #: [2048,2048] x [2048,512] (a 2-thread call's column tile of 2048^3) 1.13 ->
@@ -295,7 +295,21 @@ _ALIASED_PACKED_TILES = {("f32", "avx2"): dict(kc=128, nb=240)}
 #: into panels row by row (scalar, 1024^3 1.00-1.05); taking the copy for
 #: [1024,768]x[768,3072] and [1024,3072]x[3072,768] (1.01, 0.99: even).
 #: docs/benchmarks.md, "A copied into 6-row K-major panels".
-_PACK_A_TILES = {("f32", "avx2"): dict(pack_a=True, a_panels=True)}
+#: AVX-512 f32 likewise (8-row panels, the blocks of ``_MATMUL_TILES``: 384 x
+#: 512, 768 KiB of a Zen 4's 1 MiB L2), and so cut at two threads into row
+#: tiles of one block (``kernels.matmul_split``) where the column tiles each
+#: read all of A in place. One Zen 4 VM (2 vCPUs), the variants in one
+#: process, per-round ratio to A in place, median (rounds faster) of 16-24
+#: rounds: 2 threads 2048^3 0.954-0.971 (11-14 of 16), 1024^3 0.957-0.982
+#: (13-19 of 20-24), linear+bias 512x1024x1024 (B an input) 0.942-0.951
+#: (18-22 of 24); one thread 2048^3 0.977, 1024^3 0.999 (a second copy of
+#: A in place: 1.000-1.011). Left out: the copy row-major (2048^3 0.997-1.013),
+#: kc 768 / mc 264 or kc 1024 / mc 192 with it (0.961, 1.039), mc 480 (0.984);
+#: without it, kc 256 / 384 / 1024 and mc 192 / 768 (0.981-1.051) and LLVM's
+#: x86-64-v4, generic or skylake-avx512 model (1.04-1.06).
+#: docs/benchmarks.md, "The per-call matmul's blocks on AVX-512 (Zen 4)".
+_PACK_A_TILES = {("f32", "avx2"): dict(pack_a=True, a_panels=True),
+                 ("f32", "avx512"): dict(pack_a=True, a_panels=True)}
 
 
 def copies_a(element_type: str, isa: str) -> bool:
