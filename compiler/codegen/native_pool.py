@@ -21,14 +21,16 @@ released) until the workers are done. A worker the kernel woke onto the
 posting thread's CPU moves off it at once (``fuelc_leave_cpu``), or the two
 would share that CPU, the poster running every tile, for milliseconds.
 
-A worker's control block is ``3 + ROW`` int64 slots: the task word ``gen << 32
+A worker's control block is ``5 + ROW`` int64 slots: the task word ``gen << 32
 | tiles << 16 | next`` (a post bumps ``gen``, sets the tile count and
 ``next`` = 0), ``finished`` (how many tiles the worker has completed, ever),
 the address of the task's table (``tiles`` rows of ``ROW`` slots: a function
 address, then up to ``MAX_ARGS`` argument addresses, unused ones 0; x86-64
 SysV lets a caller pass more arguments than the callee reads), and one such
-row of the block's own (``post``: a one-tile task). A tile is taken by one
-compare-and-swap of the task word (``next`` to ``next + 1``), by the worker
+row of the block's own (``post``: a one-tile task); then the worker's futex
+word (``SLEEP``) and the CPU of the post that last woke it (``WAKER_CPU``).
+A tile is taken by one compare-and-swap of the task word (``next`` to
+``next + 1``), by the worker
 or by the posting thread, which keeps taking tiles until none is left and
 then waits until ``finished`` counts the ones the worker took. So a worker
 the OS has not scheduled costs the call nothing but the post, and one that
@@ -358,7 +360,7 @@ entry:
 }}
 """
 
-_Block = ctypes.c_int64 * (5 + ROW)
+_Block = ctypes.c_int64 * (WAKER_CPU + 1)
 #: The largest tile count of one task (the task word's 16-bit fields).
 MAX_TILES = 65535
 
