@@ -19,16 +19,19 @@ caller's taken for over ``SPIN_CYCLES``) is back for the next split call,
 not after the run. It takes tiles itself, then polls (natively, GIL
 released) until the workers are done. A worker the kernel woke onto the
 posting thread's CPU moves off it at once (``fuelc_leave_cpu``), or the two
-would share that CPU, the poster running every tile, for milliseconds.
+would share that CPU, the poster running every tile, for milliseconds; the
+waking post yields its CPU once, so that a worker queued there runs at once. The
+direct path wakes a sleeping worker at a run's start (``NativePool.wake``).
 
-A worker's control block is ``5 + ROW`` int64 slots: the task word ``gen << 32
+A worker's control block is ``7 + ROW`` int64 slots: the task word ``gen << 32
 | tiles << 16 | next`` (a post bumps ``gen``, sets the tile count and
 ``next`` = 0), ``finished`` (how many tiles the worker has completed, ever),
 the address of the task's table (``tiles`` rows of ``ROW`` slots: a function
 address, then up to ``MAX_ARGS`` argument addresses, unused ones 0; x86-64
 SysV lets a caller pass more arguments than the callee reads), and one such
 row of the block's own (``post``: a one-tile task); then the worker's futex
-word (``SLEEP``) and the CPU of the post that last woke it (``WAKER_CPU``).
+word (``SLEEP``), the CPU of the post that last woke it (``WAKER_CPU``), and
+two counters: wakes (``WAKES``) and sleeps (``SLEEPS``).
 A tile is taken by one compare-and-swap of the task word (``next`` to
 ``next + 1``), by the worker
 or by the posting thread, which keeps taking tiles until none is left and
@@ -202,13 +205,13 @@ entry:
 ; post's task word is stored before (seq_cst) and the worker sets the word
 ; before it reads the task word (fuelc_worker_sleep), so either it sees the
 ; task or this sees it asleep. Then yield this thread's CPU once: on a KVM
-; guest the kernel often queues the woken worker on the waker's own CPU (an
-; idle vCPU halts and reads as preempted, so the idle CPU is passed over), and
-; there it waited for this thread's time slice to end, up to a 4 ms tick,
-; while this thread ran every tile; yielding lets it run at once, and its
-; fuelc_leave_cpu moves it to the other CPU (post to first tile after a
-; 0.1 s sleep: 3.3-3.7 ms -> 48 us, docs/benchmarks.md, "The first run
-; after idle"). Where the worker was placed elsewhere the yield returns at once.
+; guest the kernel queued the woken worker on the waker's own CPU nearly every
+; time (likely: the idle vCPU halts and reads as preempted), and there it
+; waited 3.3-3.7 ms for this thread's time slice to end while this thread ran
+; every tile; yielding lets it run at once, and its fuelc_leave_cpu moves it
+; to the other CPU (post to first tile after a 0.1 s sleep: 48 us;
+; docs/benchmarks.md, "The first run after idle"). Where the worker was
+; queued elsewhere the yield returns at once.
 define void @fuelc_wake(ptr %c) {{
 entry:
   %z = getelementptr i64, ptr %c, i64 {SLEEP}
