@@ -428,7 +428,8 @@ class _Worker:
         self.row = self.address + 3 * 8       # the block's own one-row table (``post``)
         self.n_args = 0        # the argument slots the last ``post`` used
         self._native = native
-        threading.Thread(target=self._serve, name="fuelc-native-worker", daemon=True).start()
+        self.thread = threading.Thread(target=self._serve, name="fuelc-native-worker", daemon=True)
+        self.thread.start()
 
     @property
     def gen(self) -> int:

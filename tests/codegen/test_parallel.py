@@ -758,7 +758,7 @@ def test_a_post_that_wakes_the_worker_yields_its_cpu_to_it():
     cpu = _two_cpus()[0]
     pool = native_pool.pool(1)
     worker, caller = pool.workers[0], threading.get_ident()
-    tid = next(t.native_id for t in threading.enumerate() if t.name == "fuelc-native-worker")
+    tid = worker.thread.native_id
     ran = []
 
     @ctypes.CFUNCTYPE(None, ctypes.c_void_p)
