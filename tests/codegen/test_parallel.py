@@ -499,34 +499,45 @@ def test_a_worker_slow_in_its_tile_holds_the_call_up_by_that_tile_only():
     pytest.skip("the worker never took a tile (a loaded machine)")
 
 
+def _tile(ran, pause=0.0):
+    """A tile function (its ctypes callback, to keep, and its address) that
+    appends ``(index, run by another thread)`` to ``ran`` and sleeps ``pause``."""
+    import threading
+    import time
+    caller = threading.get_ident()
+
+    @ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+    def tile(index):
+        ran.append((index or 0, threading.get_ident() != caller))   # (c_void_p 0: None)
+        time.sleep(pause)
+    return tile, ctypes.cast(tile, ctypes.c_void_p).value
+
+
+def _asleep(worker):
+    import time
+    deadline = time.monotonic() + 10
+    while not worker.sleeping and time.monotonic() < deadline:  # idle past SPIN_CYCLES
+        time.sleep(0.005)
+    assert worker.sleeping
+
+
 def test_a_sleeping_worker_is_woken_by_a_native_post():
     """A worker asleep (idle past ``SPIN_CYCLES``) is woken by the post of
     the next split call itself, from native code: it takes tiles of that
     call (the direct path's native run of many calls has no Python between
     them to wake it; a worker that fell asleep in the middle of such a run
     left the rest of it to the caller)."""
-    import threading
-    import time
     from compiler.codegen import native_pool
     pool = native_pool.pool(1)
     assert pool is not None
-    worker, caller = pool.workers[0], threading.get_ident()
-    ran = []
-
-    @ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-    def tile(index):
-        ran.append(threading.get_ident() != caller)
-        time.sleep(0.005)
-    fn = ctypes.cast(tile, ctypes.c_void_p).value
+    worker, ran = pool.workers[0], []
+    keep, fn = _tile(ran, 0.005)
     for _ in range(5):
-        deadline = time.monotonic() + 10
-        while not worker.sleeping and time.monotonic() < deadline:  # idle past SPIN_CYCLES
-            time.sleep(0.005)
-        assert worker.sleeping
+        _asleep(worker)
         ran.clear()
         assert pool.run_tiles(native_pool.Tiles([(fn, [i]) for i in range(16)]))
         assert len(ran) == 16
-        if any(ran):
+        if any(other for _, other in ran):
             return
     pytest.fail("a sleeping worker took no tile of the next split call in 5 tries")
 
@@ -637,42 +648,29 @@ def test_a_worker_on_its_wakers_cpu_moves_off_it_and_keeps_its_mask():
     assert seen["mask"] == seen["kept"] == seen["mask0"]
 
 
-def _asleep(worker):
-    import time
-    deadline = time.monotonic() + 10
-    while not worker.sleeping and time.monotonic() < deadline:  # idle past SPIN_CYCLES
-        time.sleep(0.005)
-    assert worker.sleeping
-
-
 def test_a_wake_counts_once_and_leaves_the_worker_awake_for_the_next_post():
     """``NativePool.wake`` wakes a sleeping worker (the block's ``WAKES``
     counter moves by one, its futex word is clear), does nothing to one that
     is awake, and the post that follows finds the worker awake: it wakes
     nothing (``WAKES`` unchanged) and the worker takes tiles of it."""
-    import threading
-    import time
     from compiler.codegen import native_pool
     pool = native_pool.pool(1)
-    worker, caller = pool.workers[0], threading.get_ident()
+    worker = pool.workers[0]
     block, ran = worker.block, []
-
-    @ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-    def tile(index):
-        ran.append(threading.get_ident() != caller)
-        time.sleep(0.002)
-    fn = ctypes.cast(tile, ctypes.c_void_p).value
+    keep, fn = _tile(ran, 0.002)
     for _ in range(5):
         _asleep(worker)
         wakes, sleeps = block[native_pool.WAKES], block[native_pool.SLEEPS]
         assert sleeps >= 1
         pool.wake()
-        assert block[native_pool.WAKES] == wakes + 1 and not worker.sleeping
+        assert block[native_pool.WAKES] == wakes + 1
+        if worker.sleeping:    # asleep again already (its core taken for SPIN_CYCLES)
+            continue
         pool.wake()                       # awake: nothing to do
         ran.clear()
         assert pool.run_tiles(native_pool.Tiles([(fn, [i]) for i in range(16)]))
         assert len(ran) == 16
-        if block[native_pool.WAKES] == wakes + 1 and any(ran):
+        if block[native_pool.WAKES] == wakes + 1 and any(other for _, other in ran):
             return
         # (the worker fell asleep again before the post: a loaded machine)
     pytest.fail("the woken worker was asleep again at the next post, or took no tile, 5 times")
@@ -753,18 +751,12 @@ def test_a_post_that_wakes_the_worker_yields_its_cpu_to_it():
     CPU, the woken worker then runs first and takes the task's first tile
     (20 of 20 tries on the Zen 4 VM; without the yield the caller took it
     in 19 of 20)."""
-    import threading
     from compiler.codegen import native_pool
     cpu = _two_cpus()[0]
     pool = native_pool.pool(1)
-    worker, caller = pool.workers[0], threading.get_ident()
+    worker, ran = pool.workers[0], []
     tid = worker.thread.native_id
-    ran = []
-
-    @ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-    def tile(index):
-        ran.append((index or 0, threading.get_ident() != caller))   # (c_void_p 0: None)
-    fn = ctypes.cast(tile, ctypes.c_void_p).value
+    keep, fn = _tile(ran)
     mask, worker_mask = os.sched_getaffinity(0), os.sched_getaffinity(tid)
     try:
         os.sched_setaffinity(tid, {cpu})
