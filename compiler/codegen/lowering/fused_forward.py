@@ -27,7 +27,7 @@ from .core import (PARALLEL, REDUCTION, Lowering, Scalar, affine_map, broadcast_
                    dims, empty, expand, from_compute, generic, identity_map, lowers, rank,
                    reshape, rtt, to_compute)
 from .layout import extract_slice, insert_slice
-from .matmul import matmul_into
+from .matmul import matmul_into, round_to
 
 
 @lowers("FusedLinear")
@@ -45,7 +45,7 @@ def _fused_linear(lw: Lowering):
     # accumulator = bias broadcast over every axis but the last
     acc = generic([bias], [empty(out_dims, s.ty)], [affine_map(n, [n - 1]), identity_map(n)],
                   [PARALLEL] * n, lambda v, _o: to_compute(v, s))[0]
-    return matmul_into(a, b, acc, lw.in_dtypes, lw.out_dtype, lw.out_elt)
+    return matmul_into(a, b, acc, lw.out_dtype, lw.out_elt)
 
 
 def _packed_linear(lw: Lowering, a, b, bias, panel: int):
@@ -53,7 +53,9 @@ def _packed_linear(lw: Lowering, a, b, bias, panel: int):
     kernel instance folds a's batch axes into M): the accumulator [M, N]
     starts as the bias, and one generic over (p, m, j | k) marked
     ``PACKED_B_ATTR`` accumulates ``a[m, k] * b[p, k, j]`` into ``acc[m,
-    p*panel + j]`` in the order of k."""
+    p*panel + j]`` in the order of k. bf16/f16 operands (and an f32 a over
+    bf16 panels) are extended each on its own to the f32 accumulator, which
+    a bf16/f16 product rounds once at the end (as ``matmul_into``)."""
     from compiler.codegen.family import PACKED_B_ATTR
     if rank(a) != 2 or rank(b) != 3:
         raise ValueError(f"FusedLinear b_panel={panel}: the kernel takes a [M, K] and b "
@@ -69,9 +71,9 @@ def _packed_linear(lw: Lowering, a, b, bias, panel: int):
                  # p iterates as a reduction: a schedule that tiles it by 1 folds it
                  # out of the output map (``transforms.matmul.packed_script``)
                  [REDUCTION] + [PARALLEL] * 2 + [REDUCTION],
-                 lambda x, y, c: s.add(c, s.mul(x, y)))[0]
+                 lambda x, y, c: s.add(c, s.mul(to_compute(x, s), to_compute(y, s))))[0]
     mm.owner.attributes[PACKED_B_ATTR] = ir.UnitAttr.get()
-    return mm
+    return mm if s.ty == lw.out_elt else round_to(mm, dims(mm), lw.out_elt)
 
 
 def _linear_epilogue(lw: Lowering, a, b, bias, panel, skip=None):
