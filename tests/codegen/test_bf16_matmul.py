@@ -230,3 +230,15 @@ def test_mixed_f32_bf16_product_is_generated(m, const, bias):
     kw = dict(rtol=1e-5, atol=1e-5 * np.abs(exact).max())
     np.testing.assert_allclose(got, exact, **kw)
     np.testing.assert_allclose(got, np.asarray(interpret(g, feeds)["y"]), **kw)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f32"])
+def test_packed_bf16_weight_saves_and_loads(dtype, tmp_path):
+    """The folded packed bf16 weight is held as the plan holds bf16 constants
+    (its uint16 bits), so ``save`` stores it (as U16) and the loaded module
+    gives the same bits."""
+    import runtime
+    mod, a, *_ = _packed_case(dtype, "bf16", 5, 256, 128, True, np.random.default_rng(2))
+    loaded = runtime.load(mod.save(tmp_path / "m.fuel"))
+    want = np.asarray(mod(x=a))
+    np.testing.assert_array_equal(np.asarray(loaded(x=a)).view(np.uint8), want.view(np.uint8))
