@@ -399,6 +399,8 @@ class DirectRun:
         if not self.lock.acquire(False):
             return None
         try:
+            for pool, _ in self.pools:   # a sleeping worker wakes while this call's Python runs
+                pool.wake()
             for probe, value in self.probes:
                 if probe() != value:
                     return None

@@ -19,16 +19,19 @@ caller's taken for over ``SPIN_CYCLES``) is back for the next split call,
 not after the run. It takes tiles itself, then polls (natively, GIL
 released) until the workers are done. A worker the kernel woke onto the
 posting thread's CPU moves off it at once (``fuelc_leave_cpu``), or the two
-would share that CPU, the poster running every tile, for milliseconds.
+would share that CPU, the poster running every tile, for milliseconds; the
+waking post yields its CPU once, so that a worker queued there runs at once. The
+direct path wakes a sleeping worker at a run's start (``NativePool.wake``).
 
-A worker's control block is ``5 + ROW`` int64 slots: the task word ``gen << 32
+A worker's control block is ``7 + ROW`` int64 slots: the task word ``gen << 32
 | tiles << 16 | next`` (a post bumps ``gen``, sets the tile count and
 ``next`` = 0), ``finished`` (how many tiles the worker has completed, ever),
 the address of the task's table (``tiles`` rows of ``ROW`` slots: a function
 address, then up to ``MAX_ARGS`` argument addresses, unused ones 0; x86-64
 SysV lets a caller pass more arguments than the callee reads), and one such
 row of the block's own (``post``: a one-tile task); then the worker's futex
-word (``SLEEP``) and the CPU of the post that last woke it (``WAKER_CPU``).
+word (``SLEEP``), the CPU of the post that last woke it (``WAKER_CPU``), and
+two counters: wakes (``WAKES``) and sleeps (``SLEEPS``).
 A tile is taken by one compare-and-swap of the task word (``next`` to
 ``next + 1``), by the worker
 or by the posting thread, which keeps taking tiles until none is left and
@@ -71,6 +74,11 @@ SLEEP = 3 + ROW
 #: The block's slot where a post that wakes the worker leaves the CPU the
 #: posting thread runs on (``fuelc_wake``), for ``fuelc_leave_cpu``.
 WAKER_CPU = 4 + ROW
+#: The block's counters (never reset): posts that found the worker asleep and
+#: woke it (``fuelc_wake``), and the worker's sleeps on its futex word
+#: (``fuelc_worker_sleep``: each futex wait, after ``SPIN_CYCLES`` without a task).
+WAKES = 5 + ROW
+SLEEPS = 6 + ROW
 SYS_FUTEX, FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 202, 128, 129
 #: The bytes of the CPU mask the worker reads and sets (glibc's ``cpu_set_t``:
 #: 1024 CPUs).
@@ -196,7 +204,14 @@ entry:
 ; Wake block %c's worker if it sleeps (its futex word, slot {SLEEP}, is 1). The
 ; post's task word is stored before (seq_cst) and the worker sets the word
 ; before it reads the task word (fuelc_worker_sleep), so either it sees the
-; task or this sees it asleep.
+; task or this sees it asleep. Then yield this thread's CPU once: on a KVM
+; guest the kernel queued the woken worker on the waker's own CPU nearly every
+; time (likely: the idle vCPU halts and reads as preempted), and there it
+; waited 3.3-3.7 ms for this thread's time slice to end while this thread ran
+; every tile; yielding lets it run at once, and its fuelc_leave_cpu moves it
+; to the other CPU (post to first tile after a 0.1 s sleep: 48 us;
+; docs/benchmarks.md, "The first run after idle"). Where the worker was
+; queued elsewhere the yield returns at once.
 define void @fuelc_wake(ptr %c) {{
 entry:
   %z = getelementptr i64, ptr %c, i64 {SLEEP}
@@ -208,8 +223,11 @@ wake:
   %cpu64 = sext i32 %cpu to i64
   %cp = getelementptr i64, ptr %c, i64 {WAKER_CPU}
   store atomic i64 %cpu64, ptr %cp monotonic, align 8
+  %kp = getelementptr i64, ptr %c, i64 {WAKES}
+  %k = atomicrmw add ptr %kp, i64 1 monotonic
   store atomic i32 0, ptr %z seq_cst, align 8
   %r = call i64 (i64, ...) @syscall(i64 {SYS_FUTEX}, ptr %z, i32 {FUTEX_WAKE_PRIVATE}, i32 1)
+  %y = call i32 @sched_yield()
   br label %done
 done:
   ret void
@@ -228,6 +246,8 @@ check:
   %new = icmp ne i64 %g, %seen
   br i1 %new, label %awake, label %wait
 wait:
+  %sp = getelementptr i64, ptr %c, i64 {SLEEPS}
+  %sn = atomicrmw add ptr %sp, i64 1 monotonic
   %r = call i64 (i64, ...) @syscall(i64 {SYS_FUTEX}, ptr %z, i32 {FUTEX_WAIT_PRIVATE}, i32 1, ptr null)
   %v = load atomic i32, ptr %z seq_cst, align 8
   %still = icmp ne i32 %v, 0
@@ -360,7 +380,7 @@ entry:
 }}
 """
 
-_Block = ctypes.c_int64 * (WAKER_CPU + 1)
+_Block = ctypes.c_int64 * (SLEEPS + 1)
 #: The largest tile count of one task (the task word's 16-bit fields).
 MAX_TILES = 65535
 
@@ -408,7 +428,8 @@ class _Worker:
         self.row = self.address + 3 * 8       # the block's own one-row table (``post``)
         self.n_args = 0        # the argument slots the last ``post`` used
         self._native = native
-        threading.Thread(target=self._serve, name="fuelc-native-worker", daemon=True).start()
+        self.thread = threading.Thread(target=self._serve, name="fuelc-native-worker", daemon=True)
+        self.thread.start()
 
     @property
     def gen(self) -> int:
@@ -445,6 +466,7 @@ class NativePool:
     def __init__(self, workers: int):
         self._native = _Native()
         self.workers = [_Worker(self._native) for _ in range(workers)]
+        self._block, self._address = self.workers[0].block, self.workers[0].address
         self.pid = os.getpid()
         self.busy = threading.Lock()
 
@@ -496,11 +518,19 @@ class NativePool:
         only between ``hold()`` and ``release()``."""
         return self._native.run_tiles_row, (self.workers[0].address, tiles.address, tiles.n)
 
+    def wake(self) -> None:
+        """Wake the first worker if it sleeps (``fuelc_wake``), at the start
+        of a run that will post to it (``runtime.direct``): the woken vCPU's
+        wake-up then overlaps the run's own work before its first split
+        call, instead of falling inside that call."""
+        if self._block[SLEEP] and self.pid == _pid:
+            self._native.wake(self._address)
+
     def hold(self) -> bool:
         """Take the pool for a native run of ``tiles_row`` rows: True when it
-        is this process's pool and not in use by another thread (a sleeping
-        worker is woken by the run's first post). Then ``release()`` must
-        follow."""
+        is this process's pool and not in use by another thread (a worker
+        still asleep is woken by the run's first post; the direct path wakes
+        it before, ``wake``). Then ``release()`` must follow."""
         if _pool is not self or self.pid != _pid:
             return False
         return self.busy.acquire(False)

@@ -499,34 +499,45 @@ def test_a_worker_slow_in_its_tile_holds_the_call_up_by_that_tile_only():
     pytest.skip("the worker never took a tile (a loaded machine)")
 
 
+def _tile(ran, pause=0.0):
+    """A tile function (its ctypes callback, to keep, and its address) that
+    appends ``(index, run by another thread)`` to ``ran`` and sleeps ``pause``."""
+    import threading
+    import time
+    caller = threading.get_ident()
+
+    @ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+    def tile(index):
+        ran.append((index or 0, threading.get_ident() != caller))   # (c_void_p 0: None)
+        time.sleep(pause)
+    return tile, ctypes.cast(tile, ctypes.c_void_p).value
+
+
+def _asleep(worker):
+    import time
+    deadline = time.monotonic() + 10
+    while not worker.sleeping and time.monotonic() < deadline:  # idle past SPIN_CYCLES
+        time.sleep(0.005)
+    assert worker.sleeping
+
+
 def test_a_sleeping_worker_is_woken_by_a_native_post():
     """A worker asleep (idle past ``SPIN_CYCLES``) is woken by the post of
     the next split call itself, from native code: it takes tiles of that
     call (the direct path's native run of many calls has no Python between
     them to wake it; a worker that fell asleep in the middle of such a run
     left the rest of it to the caller)."""
-    import threading
-    import time
     from compiler.codegen import native_pool
     pool = native_pool.pool(1)
     assert pool is not None
-    worker, caller = pool.workers[0], threading.get_ident()
-    ran = []
-
-    @ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-    def tile(index):
-        ran.append(threading.get_ident() != caller)
-        time.sleep(0.005)
-    fn = ctypes.cast(tile, ctypes.c_void_p).value
+    worker, ran = pool.workers[0], []
+    keep, fn = _tile(ran, 0.005)
     for _ in range(5):
-        deadline = time.monotonic() + 10
-        while not worker.sleeping and time.monotonic() < deadline:  # idle past SPIN_CYCLES
-            time.sleep(0.005)
-        assert worker.sleeping
+        _asleep(worker)
         ran.clear()
         assert pool.run_tiles(native_pool.Tiles([(fn, [i]) for i in range(16)]))
         assert len(ran) == 16
-        if any(ran):
+        if any(other for _, other in ran):
             return
     pytest.fail("a sleeping worker took no tile of the next split call in 5 tries")
 
@@ -635,3 +646,129 @@ def test_a_worker_on_its_wakers_cpu_moves_off_it_and_keeps_its_mask():
     assert seen["before"] == cpus[1]
     assert seen["after"] != cpus[1] and seen["after"] in seen["mask0"]
     assert seen["mask"] == seen["kept"] == seen["mask0"]
+
+
+def test_a_wake_counts_once_and_leaves_the_worker_awake_for_the_next_post():
+    """``NativePool.wake`` wakes a sleeping worker (the block's ``WAKES``
+    counter moves by one, its futex word is clear), does nothing to one that
+    is awake, and the post that follows finds the worker awake: it wakes
+    nothing (``WAKES`` unchanged) and the worker takes tiles of it."""
+    from compiler.codegen import native_pool
+    pool = native_pool.pool(1)
+    worker = pool.workers[0]
+    block, ran = worker.block, []
+    keep, fn = _tile(ran, 0.002)
+    for _ in range(5):
+        _asleep(worker)
+        wakes, sleeps = block[native_pool.WAKES], block[native_pool.SLEEPS]
+        assert sleeps >= 1
+        pool.wake()
+        assert block[native_pool.WAKES] == wakes + 1
+        if worker.sleeping:    # asleep again already (its core taken for SPIN_CYCLES)
+            continue
+        pool.wake()                       # awake: nothing to do
+        ran.clear()
+        assert pool.run_tiles(native_pool.Tiles([(fn, [i]) for i in range(16)]))
+        assert len(ran) == 16
+        if block[native_pool.WAKES] == wakes + 1 and any(other for _, other in ran):
+            return
+        # (the worker fell asleep again before the post: a loaded machine)
+    pytest.fail("the woken worker was asleep again at the next post, or took no tile, 5 times")
+
+
+def _split_model(rng):
+    from compiler import Graph, compile
+    g = Graph()
+    x = g.input("x", (512, 1024), "f32")
+    w = rng.standard_normal((1024, 256)).astype(np.float32)
+    g.output(x.relu() @ g.constant(w, name="w"), name="y")
+    return compile(g, target="cpu"), w
+
+
+def test_a_run_wakes_the_sleeping_worker_before_its_first_split_call(threads, rng):
+    """The direct path's run of a plan with split rows wakes the pool's
+    sleeping worker at its start (``NativePool.wake``), before its first
+    post (no task posted yet), so the first split call's post finds it
+    awake; the results are the product's."""
+    from compiler.codegen import native_pool
+    threads(2)
+    m, w = _split_model(rng)
+    xs = rng.standard_normal((512, 1024)).astype(np.float32)
+    m(x=xs)
+    d = m.executor._direct
+    assert len(d.pools) == 1
+    pool = d.pools[0][0]
+    worker, seen = pool.workers[0], []
+    wake = pool.wake
+
+    def recording_wake():
+        seen.append((worker.gen, worker.sleeping))
+        wake()
+        seen.append((worker.gen, worker.sleeping))
+    pool.wake = recording_wake
+    try:
+        _asleep(worker)
+        gen, wakes = worker.gen, worker.block[native_pool.WAKES]
+        got = m(x=xs)
+    finally:
+        del pool.wake
+    assert seen == [(gen, True), (gen, False)], seen
+    assert worker.block[native_pool.WAKES] >= wakes + 1 and worker.gen > gen
+    np.testing.assert_allclose(got, np.maximum(xs, 0) @ w, rtol=1e-4, atol=1e-3)
+
+
+def test_a_run_at_one_thread_never_touches_the_worker(threads, rng):
+    """At one thread a plan has no split rows: its runs neither wake the
+    pool's worker nor post to it (the worker sleeps on, its counters and
+    task word unchanged)."""
+    from compiler.codegen import native_pool
+    pool = native_pool.pool(1)
+    worker = pool.workers[0]
+    threads(1)
+    m, w = _split_model(rng)
+    xs = rng.standard_normal((512, 1024)).astype(np.float32)
+    m(x=xs)
+    assert m.executor.direct_path and not m.executor._direct.pools
+    called = []
+    pool.wake = lambda: called.append(1)
+    try:
+        _asleep(worker)
+        before = [worker.block[i] for i in (0, 1, native_pool.WAKES, native_pool.SLEEPS)]
+        for _ in range(3):
+            got = m(x=xs)
+        after = [worker.block[i] for i in (0, 1, native_pool.WAKES, native_pool.SLEEPS)]
+    finally:
+        del pool.wake
+    assert not called and after == before and worker.sleeping
+    np.testing.assert_allclose(got, np.maximum(xs, 0) @ w, rtol=1e-4, atol=1e-3)
+
+
+def test_a_post_that_wakes_the_worker_yields_its_cpu_to_it():
+    """The kernel may queue a woken worker on the waking thread's CPU, where
+    it waited for that thread's time slice to end while the caller ran the
+    tiles (docs/benchmarks.md, "The first run after idle"): a waking post
+    yields the CPU once. With the caller and the worker both confined to one
+    CPU, the woken worker then runs first and takes the task's first tile
+    (20 of 20 tries on the Zen 4 VM; without the yield the caller took it
+    in 19 of 20)."""
+    from compiler.codegen import native_pool
+    cpu = _two_cpus()[0]
+    pool = native_pool.pool(1)
+    worker, ran = pool.workers[0], []
+    tid = worker.thread.native_id
+    keep, fn = _tile(ran)
+    mask, worker_mask = os.sched_getaffinity(0), os.sched_getaffinity(tid)
+    try:
+        os.sched_setaffinity(tid, {cpu})
+        os.sched_setaffinity(0, {cpu})
+        firsts = []
+        for _ in range(5):
+            _asleep(worker)
+            ran.clear()
+            assert pool.run_tiles(native_pool.Tiles([(fn, [i]) for i in range(4)]))
+            assert sorted(i for i, _ in ran) == [0, 1, 2, 3]
+            firsts.append(ran[0] == (0, True))
+    finally:
+        os.sched_setaffinity(0, mask)
+        os.sched_setaffinity(tid, worker_mask)
+    assert sum(firsts) >= 3, f"the woken worker ran the first tile in {sum(firsts)} of 5 tries"
