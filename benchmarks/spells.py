@@ -3,6 +3,7 @@
     python benchmarks/avx2_host.py benchmarks/spells.py --model mobilenet --batch 8 \\
         --threads 2 --target cpu:x86-64-v3 --blocks 60
     python benchmarks/spells.py --model bert --seq 32 --ab FUELC_TILE_SCHEDULE=even,halved
+    python benchmarks/spells.py --model mobilenet --ab FUELC_NUM_THREADS=2,1
 
 On the shared 2-vCPU VM one vCPU runs at about half speed for spells of 1-3 s
 (likely the host's SMT sibling busy with another guest), in turn on either
@@ -15,12 +16,14 @@ than ``SLOW`` times the fastest probe of the process), ``one slow`` or
 ``both slow``; blocks whose probes differ are left out. Within a block fuelc
 and onnxruntime (``--ab``: also each variant of a setting) take turns, the
 order rotating from block to block. A row gives each one's median per state
-and its ratio to onnxruntime. docs/benchmarks.md, "Slow spells: one vCPU at
+and its ratio to onnxruntime. Spells are rare some hours: ``--log FILE``
+appends every block to a file, ``--summary FILE`` reports all of them. docs/benchmarks.md, "Slow spells: one vCPU at
 half speed".
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -89,16 +92,22 @@ def _variants(ab: str | None) -> list[tuple[str, str | None, str | None]]:
     return [(f"fuelc {v}", var, v) for v in values.split(",")]
 
 
-def _set(var: str | None, value: str | None) -> None:
+def _set(var: str | None, value: str | None, threads: int) -> None:
+    """The variant's setting (``FUELC_NUM_THREADS``: the thread count, else
+    ``threads``; any other variable is set and read again)."""
+    from compiler.codegen import parallel
+    if var == parallel.ENV:
+        parallel.set_num_threads(int(value))
+        return
+    parallel.set_num_threads(threads)
     if var is not None:
         os.environ[var] = value
-        from compiler.codegen import parallel
         parallel.reload_settings()
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", action="append", choices=sorted(models.MODELS), required=True)
+    ap.add_argument("--model", action="append", choices=sorted(models.MODELS), default=[])
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
@@ -106,8 +115,14 @@ def main(argv=None) -> int:
     ap.add_argument("--blocks", type=int, default=40, help="blocks of runs per model")
     ap.add_argument("--repeats", type=int, default=5, help="timed runs of each per block")
     ap.add_argument("--ab", help="VAR=a,b: fuelc compiled and timed once per value of the "
-                                 "environment variable (read again by compiler.codegen.parallel)")
+                                 "environment variable (read again by compiler.codegen.parallel; "
+                                 "FUELC_NUM_THREADS=2,1: the thread count)")
+    ap.add_argument("--log", help="append each block (probes, times) to this file, one JSON line")
+    ap.add_argument("--summary", help="only report the blocks of a --log file")
     args = ap.parse_args(argv)
+    if args.summary:
+        summary(args.summary)
+        return 0
     from compiler import compile
     from compiler.codegen import parallel
     from compiler.frontends.onnx import import_model
@@ -123,7 +138,7 @@ def main(argv=None) -> int:
         theirs = session.run(None, feeds)[0]
         runs = []
         for label, var, value in _variants(args.ab):
-            _set(var, value)
+            _set(var, value, args.threads)
             m = compile(import_model(model), target=args.target)
             ours = m(**feeds)
             ours = next(iter(ours.values())) if isinstance(ours, dict) else ours
@@ -141,15 +156,33 @@ def main(argv=None) -> int:
             ts: dict[str, list[float]] = {}
             k = b % len(fns)
             for label, var, value, fn in fns[k:] + fns[:k]:
-                _set(var, value)
+                _set(var, value, args.threads)
                 ts[label] = []
                 for _ in range(args.repeats):
                     t = time.perf_counter()
                     fn()
                     ts[label].append(time.perf_counter() - t)
             blocks.append((before, probe(cpus), ts))
+            if args.log:
+                with open(args.log, "a") as f:
+                    f.write(json.dumps({"model": name, "batch": args.batch, "target": args.target,
+                                        "before": blocks[-1][0], "after": blocks[-1][1],
+                                        "times": ts}) + "\n")
         report(name, args.batch, blocks, [f[0] for f in fns])
     return 0
+
+
+def summary(path: str) -> None:
+    """The report of every block appended to ``path`` (``--log``), per model
+    and batch (several processes' blocks together)."""
+    groups: dict[tuple, list] = {}
+    with open(path) as f:
+        for line in f:
+            r = json.loads(line)
+            groups.setdefault((r["model"], r["batch"]), []).append(
+                (r["before"], r["after"], r["times"]))
+    for (name, batch), blocks in groups.items():
+        report(name, batch, blocks, list(blocks[0][2]))
 
 
 def report(name: str, batch: int, blocks, labels: list[str]) -> None:
