@@ -251,7 +251,8 @@ def fold_constant_steps(plan: Plan, table, keep: frozenset = frozenset(), specs=
     kernels (``driver._compile`` compiles them beforehand, with the rest of
     the plan's, so that they spread over its workers)."""
     from runtime.executor import Executor
-    folded, sub_steps = foldable_steps(plan, Executor(plan, table).specs, keep)
+    specs = specs if specs is not None else Executor(plan, table).specs
+    folded, sub_steps = foldable_steps(plan, specs, keep)
     if not folded:
         return plan
     folded_set = set(folded)
@@ -268,7 +269,9 @@ def fold_constant_steps(plan: Plan, table, keep: frozenset = frozenset(), specs=
     new_steps = []
     for v in needed:
         name = f"folded:{v}"
-        constants[name] = np.ascontiguousarray(values[v])
+        # held as the plan holds constants: a bf16 value as its uint16 bits
+        # (``_dense_to_numpy``), which ``save`` stores as U16
+        constants[name] = np.ascontiguousarray(values[v]).view(specs[v].dtype.storage_numpy)
         new_steps.append(ConstStep(name, v, name=name))
     kept = _drop_dead_views(new_steps + kept, set(plan.outputs.values()))
     live = {s.const for s in kept if isinstance(s, ConstStep)}

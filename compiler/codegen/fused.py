@@ -124,6 +124,9 @@ class FusedKernelSpec:
     dtypes: tuple[DType, ...]
     precision: FusedPrecision
     strided: bool = True
+    #: keys of mixed operand dtypes, registered where the target asks
+    #: (``register_fused_kernels(mixed=True)``)
+    mixed: tuple = ()
 
     @property
     def entry(self):
@@ -148,11 +151,12 @@ def _same_dtype_keys(arity: int) -> Keys:
 def fused_kernel(name: str, *, from_params: FromParams = lambda p, types: {},
                  keys: Optional[Keys] = None, dtypes: Sequence[DType] = FLOATS,
                  precision: FusedPrecision = NORM_FAMILY, strided: bool = True,
-                 serves=None):
+                 serves=None, mixed: tuple = ()):
     """Register the decorated ``to_params(params, in_types) -> OpParams`` as
     the params mapping of fused entry ``name`` (see the module docstring).
     ``serves(params, in_types) -> bool``, when given, limits the instances
-    the passes keep fused (``FusedParams.serves``)."""
+    the passes keep fused (``FusedParams.serves``); ``mixed``: keys of mixed
+    operand dtypes (``FusedKernelSpec.mixed``)."""
     def deco(fn: ToParams) -> ToParams:
         if name in _SPECS:
             raise ValueError(f"fused kernel mapping for {name!r} registered twice")
@@ -160,7 +164,7 @@ def fused_kernel(name: str, *, from_params: FromParams = lambda p, types: {},
         entry = default_registry()[name]
         k = keys or _same_dtype_keys(entry.min_arity)
         _SPECS[name] = FusedKernelSpec(name, fn, from_params, k, tuple(dtypes), precision,
-                                       strided)
+                                       strided, tuple(mixed))
         register_fused_params(FusedParams(name, fn, from_params, k, tuple(dtypes), strided,
                                            serves))
         return fn
@@ -476,9 +480,10 @@ class FusedFamily(KernelFamily):
             return linalg_text(inst, platform=target.kind)
 
     def b_panel(self, key, dtypes, target) -> int:
-        # FusedLinear on one f32/f64 dtype, where the target's codegen packs B
+        # FusedLinear, where the target's codegen packs B: a's dtype picks the
+        # tiles (f32 for an f32 a over bf16 panels)
         packed = getattr(target.codegen, "packed_panel", None)
-        if packed is None or spec_for_kind(key).name != "FusedLinear" or len(set(dtypes)) != 1:
+        if packed is None or spec_for_kind(key).name != "FusedLinear":
             return 0
         return packed(dtypes[0], target)
 
@@ -747,12 +752,13 @@ def warm_instance(inst: FusedInstance, *, target) -> KernelFunction:
 
 
 def register_fused_kernels(table, target, names: Optional[Sequence[str]] = None,
-                           arities: Optional[dict] = None) -> int:
+                           arities: Optional[dict] = None, mixed: bool = False) -> int:
     """Register every fused op with a mapping and a lowering (or ``names``)
     under ``(OpKind, dtypes, target.backend)``, with its precision claim for
     ``target`` (``FusedPrecision.for_target``) and
     the default cost of its OpKind; ``arities`` (op name -> the key lengths
-    to register) leaves out the operand counts a target has no kernel for.
+    to register) leaves out the operand counts a target has no kernel for;
+    ``mixed``: each op's keys of mixed operand dtypes too (``FusedKernelSpec.mixed``).
     Nothing is compiled until a kernel is first called or warmed. Returns
     the key count."""
     specs = fused_specs()
@@ -764,13 +770,12 @@ def register_fused_kernels(table, target, names: Optional[Sequence[str]] = None,
                                      "(a @fused_kernel mapping and a lowering are both needed)")
         kind = spec.op_kind
         caps = KernelCaps(strided_input=spec.strided, full_write=True)
-        for t in spec.dtypes:
-            for key in spec.keys(t):
-                if arities and name in arities and len(key) not in arities[name]:
-                    continue
-                FAMILY.register(table, target, kind, tuple(key), spec.precision.for_target(target),
-                                default_cost_for_op_kind(kind), caps)
-                n += 1
+        for key in [k for t in spec.dtypes for k in spec.keys(t)] + list(spec.mixed if mixed else ()):
+            if arities and name in arities and len(key) not in arities[name]:
+                continue
+            FAMILY.register(table, target, kind, tuple(key), spec.precision.for_target(target),
+                            default_cost_for_op_kind(kind), caps)
+            n += 1
     return n
 
 
@@ -835,7 +840,9 @@ def _linear_keys(t):
                                             "gelu_tanh": True if p.gelu_tanh else None,
                                             "residual": True if p.residual else None,
                                             "clamp_min": p.clamp_min, "clamp_max": p.clamp_max},
-              serves=_linear_serves, keys=_linear_keys)
+              serves=_linear_serves, keys=_linear_keys,
+              # an f32 a over a bf16 b (packed: bf16 panels), as MatMul's mixed key
+              mixed=((DType.F32, DType.BF16, DType.F32, DType.F32),))
 def _linear_params(params, types):
     a, b = types[0].shape, types[1].shape
     panel = params.get("b_panel", 0)

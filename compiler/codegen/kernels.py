@@ -506,11 +506,18 @@ def supported_kinds() -> tuple[OpKind, ...]:
     return tuple(kinds)
 
 
+#: The keys of mixed operand dtypes a target may register (``mixed=True``):
+#: MatMul's f32 x bf16 -> f32 (an f32 activation over a bf16 weight), whose
+#: named product extends each operand to f32 on its own (``lowering.matmul``).
+MIXED_KEYS = {OpKind.MatMul: ((DType.F32, DType.BF16, DType.F32),)}
+
+
 def register_primitive_kernels(table, target, dtypes: Sequence[DType] = (DType.F32, DType.F64),
-                               kinds: Iterable[OpKind] | None = None) -> int:
+                               kinds: Iterable[OpKind] | None = None, mixed: bool = False) -> int:
     """Register generated kernels for ``kinds`` (default: all supported) over
     ``dtypes`` on ``target`` (its backend) in ``table`` (caps strided_input
-    and full_write, a precision claim per kind, the default cost model).
+    and full_write, a precision claim per kind, the default cost model), and
+    with ``mixed`` the ``MIXED_KEYS`` of those kinds.
     Nothing is compiled until a kernel is first called or warmed. Returns
     the number of keys."""
     n = 0
@@ -518,7 +525,7 @@ def register_primitive_kernels(table, target, dtypes: Sequence[DType] = (DType.F
     for kind in (known if kinds is None else kinds):
         if kind not in known:
             raise UnsupportedOpError(f"{FAMILY.source(target)} has no kernel for {kind.name}")
-        for key in binding_keys(kind, dtypes):
+        for key in binding_keys(kind, dtypes) + list(MIXED_KEYS.get(kind, ()) if mixed else ()):
             FAMILY.register(table, target, kind, key, precision_for(kind, key, target),
                             default_cost_for_op_kind(kind))
             n += 1

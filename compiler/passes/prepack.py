@@ -18,9 +18,11 @@ weight that is a ``Slice`` of at least half the rows of a constant matrix
 panels, so that products over parts of one weight share one packed copy.
 ``nr`` is what the binding table's kernel for the op answers
 (``GeneratedKernel.b_panel``: the register tile of the target's matmul); an
-op whose kernel reads no packed B (another target, f16/bf16, a table
-without generated kernels) or whose N is below ``MIN_COLUMNS`` is left as it
-is.
+op whose kernel reads no packed B (another target, a table without
+generated kernels) or whose N is below ``MIN_COLUMNS`` is left as it is.
+bf16/f16 weights are packed in their own dtype (the cpu kernel extends the
+panels to f32 in its tiles), and so is the bf16 weight of an f32 ``a``
+(MatMul's mixed pair f32 x bf16: the bias and the output stay f32).
 
 N not a multiple of ``nr`` (an ImageNet classifier's 1000 columns) is padded
 with zero columns to the next multiple, ``Np``: the weight by ``Pad`` (folded
@@ -166,10 +168,10 @@ def _prepack(op, entry, table, backends) -> bool:
     if rows is not None:  # pack the whole weight (one constant for every slice), slice the panels
         b, rows = rows
         k = tuple(ir.RankedTensorType(b.type).shape)[-2]
-    dtypes = [tb.dtype] * 3 + [_fuel.dtype_of(op.results[0])]
-    if _fuel.dtype_of(a) != tb.dtype or dtypes[-1] != tb.dtype:
-        return False
-    nr = _panel(entry, dtypes, table, backends)
+    # (a, b, bias, out): the bias and the output in a's dtype (b bf16 under an
+    # f32 a: MatMul's mixed pair, the panels packed in bf16)
+    out = _fuel.dtype_of(op.results[0])
+    nr = _panel(entry, [_fuel.dtype_of(a), tb.dtype, out, out], table, backends)
     if not nr or n < MIN_COLUMNS:
         return False
     pad = -n % nr
@@ -177,8 +179,9 @@ def _prepack(op, entry, table, backends) -> bool:
                 or (linear and not _constant(op.operands[2])) or params.get("residual")):
         return False
     elt = ir.RankedTensorType(b.type).element_type
+    out_elt = ir.RankedTensorType(op.results[0].type).element_type
 
-    def make(name, operands, out_shape, **p):
+    def make(name, operands, out_shape, elt=elt, **p):
         return _fuel.create_op(name, operands, [ir.RankedTensorType.get(list(out_shape), elt)], p,
                                loc=op.location).results[0]
 
@@ -197,9 +200,10 @@ def _prepack(op, entry, table, backends) -> bool:
         if linear:
             bias = op.operands[2]
             if pad:
-                bias = make("pad", [bias], (np_,), padding=(0, pad), mode="constant", value=0.0)
+                bias = make("pad", [bias], (np_,), padding=(0, pad), mode="constant", value=0.0,
+                            elt=out_elt)
         else:  # a zero bias: the FMAs start from 0 as MatMul's do
-            bias = zero_bias(np_, elt, tb.dtype)
+            bias = zero_bias(np_, out_elt, out)
         params["b_panel"] = nr
         out_type = ir.RankedTensorType(op.results[0].type)
         shape = list(out_type.shape)

@@ -32,9 +32,19 @@ def _accepted() -> list[str]:
     return ["cpu", "cpu:host"] + [f"cpu:{a}" for a in KNOWN_CPUS if a not in ("x86-64", "x86-64-v2")]
 
 
+#: Every feature some known CPU has: the host target turns off those it lacks.
+_KNOWN_FEATURES = frozenset().union(*KNOWN_CPUS.values())
+
+
 def _host_target() -> Target:
+    """This machine. Its feature string also turns off every known feature
+    the host does not report: LLVM's CPU name implies its CPU's features
+    (``znver4``: AVX-512), and a host that hides some of them from CPUID (a
+    hypervisor that masks AVX-512 on a Zen 4, ``benchmarks/avx2_host.py``)
+    must not get code using them."""
     name, features = _host()
-    flat = ",".join(f"+{f}" for f in sorted(features))
+    flat = ",".join([f"+{f}" for f in sorted(features)]
+                    + [f"-{f}" for f in sorted(_KNOWN_FEATURES - features)])
     return Target("cpu", name, frozenset(features), flat, TRIPLE, host=True)
 
 

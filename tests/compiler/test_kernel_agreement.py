@@ -85,9 +85,10 @@ def _cases(kind, dts):
             yield "all", name.replace("Dim", "All"), {}, x, None
             yield "keepdim", name, {"axis": 0}, x, P.Reduce(dims=(0,), keepdim=True)
         return
-    if kind is K.MatMul:
-        yield "2d-T", name, {}, [((3, 4), t, "any", "T"), ((4, 5), t, "any", "dense")], None
-        yield "batched-flip", name, {}, [((2, 3, 4), t, "any", "flip"), ((2, 4, 5), t, "any", "T")], None
+    if kind is K.MatMul:  # a and b each of its key's dtype (the mixed f32 x bf16)
+        ta, tb = dts[:2]
+        yield "2d-T", name, {}, [((3, 4), ta, "any", "T"), ((4, 5), tb, "any", "dense")], None
+        yield "batched-flip", name, {}, [((2, 3, 4), ta, "any", "flip"), ((2, 4, 5), tb, "any", "T")], None
         return
     if kind is K.Cast:
         for how in ("dense", "T", "bcast"):

@@ -236,15 +236,15 @@ def test_fused_linear(rng, sa, sb, dtype):
 
 def test_fused_linear_mixed_f32_bf16(rng):
     a, b, bias = _data(rng, (3, 8), "f32"), _data(rng, (8, 4), "bf16"), _data(rng, (4,), "f32")
-    # (f32, bf16, f32) -> f32 is not among the registered keys: it must be decomposed
+    # (f32, bf16, f32) -> f32 is a generated cpu kernel (the product extends the bf16
+    # operand on its own): no fallback, not decomposed
     g = _graph("FusedLinear", [((3, 8), "f32"), ((8, 4), "bf16"), ((4,), "f32")], {})
-    # ... into a mixed MatMul that only the numpy reference kernel runs: said, not silent
-    from compiler.driver import FALLBACK_MARK, FallbackWarning
-    with pytest.warns(FallbackWarning, match=r"MatMul\[f32,bf16,f32\] \(numpy\)"):
-        m = compile(g)
-    assert not any(s.startswith("FusedLinear[") for s in m.kernel_summary())
-    assert any(s.startswith("MatMul[f32,bf16,f32] (numpy)") and s.endswith(FALLBACK_MARK)
-               for s in m.kernel_summary()), m.kernel_summary()
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m = compile(g, strict=True)
+    assert [s.split(" (")[0] for s in m.kernel_summary()] == ["FusedLinear[f32,bf16,f32,f32]"], \
+        m.kernel_summary()
     _close(m(in0=a, in1=_api(b), in2=bias), REG["FusedLinear"].reference([a, b, bias], {}), "f32",
            "mixed linear", 4)
 

@@ -134,8 +134,7 @@ func.func @padded(%x: tensor<?x64xf32>) -> (tensor<?x1000xf32>, tensor<?x1000xf3
 // Left as they are: a weight that is an input (not a constant), N not a
 // multiple of the panel where padding would add more than N/8 columns (66
 // columns: 14 more on AVX2, 30 on AVX-512) or the bias is not a constant,
-// fewer than 64 columns (on every target), f16 (the packed kernel takes f32
-// and f64), a batched weight.
+// fewer than 64 columns (on every target), a batched weight.
 // CHECK-LABEL: func.func @kept
 // CHECK-NOT:     b_panel
 // CHECK-NOT:     fuel.permute
@@ -145,7 +144,7 @@ func.func @padded(%x: tensor<?x64xf32>) -> (tensor<?x1000xf32>, tensor<?x1000xf3
 // V4-NOT:        b_panel
 // V4-NOT:        fuel.pad
 // V4:            return
-func.func @kept(%x: tensor<8x64xf32>, %win: tensor<64x96xf32>, %xh: tensor<8x64xf16>, %xb: tensor<2x8x64xf32>, %bin: tensor<1000xf32>) -> (tensor<8x96xf32>, tensor<8x40xf32>, tensor<8x16xf32>, tensor<8x96xf16>, tensor<2x8x96xf32>, tensor<8x66xf32>, tensor<8x1000xf32>) {
+func.func @kept(%x: tensor<8x64xf32>, %win: tensor<64x96xf32>, %xb: tensor<2x8x64xf32>, %bin: tensor<1000xf32>) -> (tensor<8x96xf32>, tensor<8x40xf32>, tensor<8x16xf32>, tensor<2x8x96xf32>, tensor<8x66xf32>, tensor<8x1000xf32>) {
   %b = "fuel.const"() {dtype = "f32", name = "b", shape = [96]} : () -> tensor<96xf32>
   %0 = "fuel.fused_linear"(%x, %win, %b) : (tensor<8x64xf32>, tensor<64x96xf32>, tensor<96xf32>) -> tensor<8x96xf32>
   %w40 = "fuel.const"() {dtype = "f32", name = "w40", shape = [64, 40]} : () -> tensor<64x40xf32>
@@ -154,9 +153,6 @@ func.func @kept(%x: tensor<8x64xf32>, %win: tensor<64x96xf32>, %xh: tensor<8x64x
   %w16 = "fuel.const"() {dtype = "f32", name = "w16", shape = [64, 16]} : () -> tensor<64x16xf32>
   %b16 = "fuel.const"() {dtype = "f32", name = "b16", shape = [16]} : () -> tensor<16xf32>
   %2 = "fuel.fused_linear"(%x, %w16, %b16) : (tensor<8x64xf32>, tensor<64x16xf32>, tensor<16xf32>) -> tensor<8x16xf32>
-  %wh = "fuel.const"() {dtype = "f16", name = "wh", shape = [64, 96]} : () -> tensor<64x96xf16>
-  %bh = "fuel.const"() {dtype = "f16", name = "bh", shape = [96]} : () -> tensor<96xf16>
-  %3 = "fuel.fused_linear"(%xh, %wh, %bh) : (tensor<8x64xf16>, tensor<64x96xf16>, tensor<96xf16>) -> tensor<8x96xf16>
   %wb = "fuel.const"() {dtype = "f32", name = "wb", shape = [2, 64, 96]} : () -> tensor<2x64x96xf32>
   %4 = "fuel.fused_linear"(%xb, %wb, %b) : (tensor<2x8x64xf32>, tensor<2x64x96xf32>, tensor<96xf32>) -> tensor<2x8x96xf32>
   %w66 = "fuel.const"() {dtype = "f32", name = "w66", shape = [64, 66]} : () -> tensor<64x66xf32>
@@ -164,7 +160,50 @@ func.func @kept(%x: tensor<8x64xf32>, %win: tensor<64x96xf32>, %xh: tensor<8x64x
   %5 = "fuel.fused_linear"(%x, %w66, %b66) : (tensor<8x64xf32>, tensor<64x66xf32>, tensor<66xf32>) -> tensor<8x66xf32>
   %w1k = "fuel.const"() {dtype = "f32", name = "w1k", shape = [64, 1000]} : () -> tensor<64x1000xf32>
   %6 = "fuel.fused_linear"(%x, %w1k, %bin) : (tensor<8x64xf32>, tensor<64x1000xf32>, tensor<1000xf32>) -> tensor<8x1000xf32>
-  return %0, %1, %2, %3, %4, %5, %6 : tensor<8x96xf32>, tensor<8x40xf32>, tensor<8x16xf32>, tensor<8x96xf16>, tensor<2x8x96xf32>, tensor<8x66xf32>, tensor<8x1000xf32>
+  return %0, %1, %2, %4, %5, %6 : tensor<8x96xf32>, tensor<8x40xf32>, tensor<8x16xf32>, tensor<2x8x96xf32>, tensor<8x66xf32>, tensor<8x1000xf32>
+}
+
+// -----
+
+// bf16 and f16 weights are packed in their own dtype (the cpu kernel extends
+// the panels to f32 in its register tiles), with the panel width of f32; so
+// is the bf16 weight of an f32 x (MatMul's mixed pair f32 x bf16): a
+// FusedLinear over the bf16 panels with an f32 zero bias, and with N padded
+// (120 -> 128 on AVX2) its f32 bias padded in f32.
+// CHECK-LABEL: func.func @narrow
+// CHECK:         %[[W:.*]] = "fuel.const"() {dtype = "bf16", name = "w", shape = [64, 96]}
+// CHECK:         %[[R:.*]] = "fuel.reshape"(%[[W]]) {shape = [64, 6, 16]} : (tensor<64x96xbf16>) -> tensor<64x6x16xbf16>
+// CHECK-NEXT:    %[[P:.*]] = "fuel.permute"(%[[R]]) {perm = [1, 0, 2]} : (tensor<64x6x16xbf16>) -> tensor<6x64x16xbf16>
+// CHECK-NEXT:    %[[C:.*]] = "fuel.contiguize"(%[[P]]) : (tensor<6x64x16xbf16>) -> tensor<6x64x16xbf16>
+// CHECK-NEXT:    "fuel.fused_linear"(%arg0, %[[C]], %{{.*}}) {b_panel = 16 : i64} : (tensor<?x64xbf16>, tensor<6x64x16xbf16>, tensor<96xbf16>) -> tensor<?x96xbf16>
+// CHECK:         "fuel.contiguize"(%{{.*}}) : (tensor<6x64x16xf16>) -> tensor<6x64x16xf16>
+// CHECK-NEXT:    %[[ZH:.*]] = "fuel.const"() {dtype = "f16", name = "fuelc.zero_bias.96"
+// CHECK-NEXT:    "fuel.fused_linear"(%arg1, %{{.*}}, %[[ZH]]) {b_panel = 16 : i64} : (tensor<8x64xf16>, tensor<6x64x16xf16>, tensor<96xf16>) -> tensor<8x96xf16>
+// CHECK:         %[[CM:.*]] = "fuel.contiguize"(%{{.*}}) : (tensor<6x64x16xbf16>) -> tensor<6x64x16xbf16>
+// CHECK-NEXT:    %[[Z:.*]] = "fuel.const"() {dtype = "f32", name = "fuelc.zero_bias.96", shape = [96], value = dense<0.000000e+00> : tensor<96xf32>}
+// CHECK-NEXT:    "fuel.fused_linear"(%arg2, %[[CM]], %[[Z]]) {b_panel = 16 : i64} : (tensor<3x64xf32>, tensor<6x64x16xbf16>, tensor<96xf32>) -> tensor<3x96xf32>
+// CHECK:         "fuel.pad"(%{{.*}}) {{.*}} : (tensor<64x120xbf16>) -> tensor<64x128xbf16>
+// CHECK:         %[[BP:.*]] = "fuel.pad"(%{{.*}}) {{.*}} : (tensor<120xf32>) -> tensor<128xf32>
+// CHECK-NEXT:    %[[LP:.*]] = "fuel.fused_linear"(%arg2, %{{.*}}, %[[BP]]) {b_panel = 16 : i64} : (tensor<3x64xf32>, tensor<8x64x16xbf16>, tensor<128xf32>) -> tensor<3x128xf32>
+// CHECK-NEXT:    "fuel.slice"(%[[LP]]) {dim = 1 : i64, len = 120 : i64, start = 0 : i64} : (tensor<3x128xf32>) -> tensor<3x120xf32>
+// V4-LABEL:    func.func @narrow
+// V4:            "fuel.fused_linear"(%arg0, %{{.*}}, %{{.*}}) {b_panel = 32 : i64} : (tensor<?x64xbf16>, tensor<3x64x32xbf16>, tensor<96xbf16>) -> tensor<?x96xbf16>
+// V4:            "fuel.fused_linear"(%arg1, %{{.*}}, %{{.*}}) {b_panel = 32 : i64} : (tensor<8x64xf16>, tensor<3x64x32xf16>, tensor<96xf16>) -> tensor<8x96xf16>
+// V4:            "fuel.fused_linear"(%arg2, %{{.*}}, %{{.*}}) {b_panel = 32 : i64} : (tensor<3x64xf32>, tensor<3x64x32xbf16>, tensor<96xf32>) -> tensor<3x96xf32>
+// NOKERNEL-LABEL: func.func @narrow
+// NOKERNEL-NOT:  b_panel
+// NOKERNEL:      return
+func.func @narrow(%x: tensor<?x64xbf16>, %xh: tensor<8x64xf16>, %xf: tensor<3x64xf32>) -> (tensor<?x96xbf16>, tensor<8x96xf16>, tensor<3x96xf32>, tensor<3x120xf32>) {
+  %w = "fuel.const"() {dtype = "bf16", name = "w", shape = [64, 96]} : () -> tensor<64x96xbf16>
+  %b = "fuel.const"() {dtype = "bf16", name = "b", shape = [96]} : () -> tensor<96xbf16>
+  %0 = "fuel.fused_linear"(%x, %w, %b) : (tensor<?x64xbf16>, tensor<64x96xbf16>, tensor<96xbf16>) -> tensor<?x96xbf16>
+  %wh = "fuel.const"() {dtype = "f16", name = "wh", shape = [64, 96]} : () -> tensor<64x96xf16>
+  %1 = "fuel.mat_mul"(%xh, %wh) : (tensor<8x64xf16>, tensor<64x96xf16>) -> tensor<8x96xf16>
+  %2 = "fuel.mat_mul"(%xf, %w) : (tensor<3x64xf32>, tensor<64x96xbf16>) -> tensor<3x96xf32>
+  %w120 = "fuel.const"() {dtype = "bf16", name = "w120", shape = [64, 120]} : () -> tensor<64x120xbf16>
+  %b120 = "fuel.const"() {dtype = "f32", name = "b120", shape = [120]} : () -> tensor<120xf32>
+  %3 = "fuel.fused_linear"(%xf, %w120, %b120) : (tensor<3x64xf32>, tensor<64x120xbf16>, tensor<120xf32>) -> tensor<3x120xf32>
+  return %0, %1, %2, %3 : tensor<?x96xbf16>, tensor<8x96xf16>, tensor<3x96xf32>, tensor<3x120xf32>
 }
 
 // -----

@@ -52,6 +52,34 @@ def test_host_cpu_read_from_llvmlites_library_is_what_llvmlite_reports():
     assert "sse2" in on
 
 
+_WIDE_ADD = """
+define void @add(ptr %a, ptr %b) {
+  %x = load <16 x float>, ptr %a
+  %y = load <16 x float>, ptr %b
+  %s = fadd <16 x float> %x, %y
+  store <16 x float> %s, ptr %a
+  ret void
+}
+"""
+
+
+def test_host_target_turns_off_the_features_its_cpu_name_implies_but_it_lacks(monkeypatch):
+    """A Zen 4 whose AVX-512 is hidden from CPUID (a hypervisor's mask, or
+    ``benchmarks/avx2_host.py``) is still named ``znver4`` by LLVM, and that
+    name implies AVX-512: a feature string of only the host's features made
+    zmm code for it. The host target's string turns the missing ones off."""
+    import compiler.targets.cpu as cpu_kind
+    avx2_zen4 = frozenset(f for f in KNOWN_CPUS["znver4"] if not f.startswith("avx512"))
+    monkeypatch.setattr(cpu_kind, "_host", lambda: ("znver4", avx2_zen4))
+    t = cpu_kind._host_target()
+    assert t.features == avx2_zen4 and t.arch == "znver4"
+    assert {"-avx512f", "-avx512vl", "+avx2", "+fma"} <= set(t.llvm_features.split(","))
+    assert "ymm" in cpu_llvm.assembly(_WIDE_ADD, t) and "zmm" not in cpu_llvm.assembly(_WIDE_ADD, t)
+    only_on = Target("cpu", "znver4", avx2_zen4, ",".join(f"+{f}" for f in sorted(avx2_zen4)),
+                     t.triple, host=True)
+    assert "zmm" in cpu_llvm.assembly(_WIDE_ADD, only_on)   # what the old string made
+
+
 def test_binding_table_shares_equal_claims_and_keys():
     """A table's build makes each precision claim once per (exact, ulp,
     target) and each static key once per kind (the serial front,

@@ -50,10 +50,11 @@ def transcendental_ulp(fn: str, dtype: DType) -> int | None:
 
 def packed_panel(dtype: DType, target) -> int:
     """The panel width of a matmul B packed at compile time for ``target``
-    (the register tile's ``nr``: ``strategy.packed_strategy``), or 0 for
-    dtypes the packed kernel does not take (f16, bf16, integers)."""
+    (the register tile's ``nr``: ``strategy.packed_strategy``; bf16/f16
+    panels take f32's), or 0 for dtypes the packed kernel does not take
+    (integers)."""
     from compiler.codegen.cpu.strategy import isa_level, packed_panel as panel
-    if dtype not in (DType.F32, DType.F64):
+    if dtype not in (DType.F32, DType.F64, DType.BF16, DType.F16):
         return 0
     return panel(dtype.value, isa_level(target) or "avx2")
 
@@ -113,8 +114,9 @@ def build_table(target) -> KernelBindingTable:
     from compiler.codegen.fused import register_fused_kernels
     from compiler.codegen.kernels import register_primitive_kernels
     t = KernelBindingTable()
-    register_primitive_kernels(t, target, dtypes=DTYPES)
-    register_fused_kernels(t, target)
+    # and the f32 x bf16 products (an f32 activation over a bf16 weight)
+    register_primitive_kernels(t, target, dtypes=DTYPES, mixed=True)
+    register_fused_kernels(t, target, mixed=True)
     register_numpy_kernels(t)
     t.fill_unset_cpu_precision(PrecisionGuarantee.PRIMITIVE_DETERMINISTIC_CPU)
     t.fill_unset_cpu_cost(default_cost_for_op_kind)

@@ -544,11 +544,13 @@ def _fused_on_tensors(name: str, tensor_transform, doc: str, prefetch: bool = Fa
                     lowering=VECTOR_LOWERING, doc=doc)
 
 
-def _register_per_element_type(feature: "str | tuple[str, ...]", make) -> None:
-    """``make(element type, isa)`` for f32/f64 generics of a module with
-    ``feature`` (or every feature of a tuple)."""
+def _register_per_element_type(feature: "str | tuple[str, ...]", make,
+                               elts: tuple[str, ...] = ("f32", "f64")) -> None:
+    """``make(element type, isa)`` for the generics of ``elts`` (default
+    f32/f64; the first listed wins where a module has generics of several)
+    of a module with ``feature`` (or every feature of a tuple)."""
     features = (feature,) if isinstance(feature, str) else feature
-    for elt in ("f32", "f64"):
+    for elt in elts:
         v = {isa: make(elt, isa) for isa in ("avx512", "avx2")}
         register_strategy((lambda e: lambda names: all(f in names for f in features)
                            and f"linalg.generic:{e}" in names)(elt), {**v, "": v["avx2"]})
@@ -737,6 +739,7 @@ def short_k_differs(element_type: str, isa: str, k: int) -> bool:
     and ``k`` is past one plain block and within one of its (AVX2 f32: 256 <
     k <= 1024). Elsewhere the short-K class would be the same code under
     another attribute (``family.SHORT_K_ATTR``)."""
+    element_type = NARROW_TILES.get(element_type, element_type)
     short = _PACKED_SHORT_K.get((element_type, isa))
     return bool(short) and _MATMUL_TILES[element_type, isa]["kc"] < k <= short["kc"]
 
@@ -748,8 +751,10 @@ def packed_strategy(element_type: str, isa: str = "avx2", dozen: bool = False,
     matmul's register tiles over contiguous panels, nothing packed per call.
     ``dozen``: for calls of a few dozen rows (``_PACKED_DOZEN``); ``short_k``:
     a K of at most ``family.SHORT_K_MAX`` (``_PACKED_SHORT_K``). Scheduled
-    with ``_MATMUL_TUNE``'s LLVM model where it has one."""
+    with ``_MATMUL_TUNE``'s LLVM model where it has one. bf16/f16 (panels of
+    bf16/f16 into an f32 accumulator): everything of f32's (``NARROW_TILES``)."""
     from compiler.codegen.cpu.transforms.matmul import packed_script
+    narrow, element_type = element_type, NARROW_TILES.get(element_type, element_type)
     tiles = dict(_MATMUL_TILES[element_type, isa])
     if dozen:
         tiles.update(_PACKED_DOZEN.get((element_type, isa), {}))
@@ -758,7 +763,7 @@ def packed_strategy(element_type: str, isa: str = "avx2", dozen: bool = False,
         tiles.update(_PACKED_SHORT_K[element_type, isa])
     prefetch = (element_type, isa) in _PACKED_PREFETCH
     return Strategy(
-        name=f"matmul-packed-b-{element_type}-{tiles['mr']}x{tiles['nr']}" + ("-short-k" if short else ""),
+        name=f"matmul-packed-b-{narrow}-{tiles['mr']}x{tiles['nr']}" + ("-short-k" if short else ""),
         transform=(*packed_script(**tiles, prefetch=prefetch), *_tune_steps(element_type, isa)),
         lowering=VECTOR_LOWERING,
         doc="register-tiled matmul over B packed at compile time ([N/nr, K, nr] panels): "
@@ -769,7 +774,7 @@ def packed_rows_strategy(element_type: str, isa: str = "avx2") -> Strategy:
     """``packed_strategy`` for calls of at most ``family.FEW_ROWS`` rows
     (``transforms.matmul.packed_rows_script``)."""
     from compiler.codegen.cpu.transforms.matmul import packed_rows_script
-    tiles = _MATMUL_TILES[element_type, isa]
+    tiles = _MATMUL_TILES[NARROW_TILES.get(element_type, element_type), isa]
     return Strategy(
         name=f"matmul-packed-b-rows-{element_type}-4x{tiles['nr']}",
         transform=packed_rows_script(), lowering=VECTOR_LOWERING,
@@ -780,14 +785,18 @@ def packed_rows_strategy(element_type: str, isa: str = "avx2") -> Strategy:
 
 def packed_panel(element_type: str, isa: str) -> int:
     """The panel width of a B packed for ``packed_strategy`` (its ``nr``)."""
-    return _MATMUL_TILES[element_type, isa]["nr"]
+    return _MATMUL_TILES[NARROW_TILES.get(element_type, element_type), isa]["nr"]
 
 
-_register_per_element_type((PACKED_B, FEW_ROWS), packed_rows_strategy)
+# bf16/f16 first: their modules also hold an f32 generic (the rounding to
+# bf16/f16). f32 x bf16 (an f32 a over bf16 panels) is an f32 module.
+_PACKED_TYPES = (*NARROW_TILES, "f32", "f64")
+_register_per_element_type((PACKED_B, FEW_ROWS), packed_rows_strategy, _PACKED_TYPES)
 _register_per_element_type((PACKED_B, UNPACKED),
-                           lambda elt, isa: packed_strategy(elt, isa, dozen=True))
-_register_per_element_type((PACKED_B, SHORT_K), functools.partial(packed_strategy, short_k=True))
-_register_per_element_type(PACKED_B, packed_strategy)
+                           lambda elt, isa: packed_strategy(elt, isa, dozen=True), _PACKED_TYPES)
+_register_per_element_type((PACKED_B, SHORT_K), functools.partial(packed_strategy, short_k=True),
+                           _PACKED_TYPES)
+_register_per_element_type(PACKED_B, packed_strategy, _PACKED_TYPES)
 _register_per_element_type(DIRECT_CONV, conv_strategy)
 for _op in _MATMUL_OPS:
     for _elt in _MATMUL_TYPES:

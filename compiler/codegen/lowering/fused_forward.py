@@ -2,11 +2,13 @@
 
 * FusedLinear ``a [..,M,K] @ b [..,K,N] + bias [N]``: the accumulator is
   initialised with the broadcast bias and the matmul accumulates into it
-  (``linalg.matmul`` / ``batch_matmul`` for one float dtype and rank 2 or
-  equal-batch rank 3, f16/bf16 into the f32 bias; otherwise one
+  (``linalg.matmul`` / ``batch_matmul`` for rank 2 or equal-batch rank 3,
+  f16/bf16 into the f32 bias, f32 x bf16 into the f32 bias; otherwise one
   ``linalg.generic`` over (batch.., m, n, k) with MatMul's batch rules: GQA
   lhs batch j reads rhs batch j // (b/b'), size-1 rhs batch axes read 0;
-  f32 x bf16 accumulates in f32).
+  f32 x bf16 accumulates in f32). Over a packed b (``b_panel``): one generic
+  over the panels, bf16/f16 panels extended to f32 in its body, a bf16/f16 a
+  once before it.
 * Rope (rotate-half, NeoX): with h = d/2, x1 = x[.., :h], x2 = x[.., h:],
   out[.., :h] = x1·cos[.., :h] − x2·sin[.., :h] and
   out[.., h:] = x2·cos[.., h:] + x1·sin[.., h:]: one two-output generic over
@@ -27,7 +29,7 @@ from .core import (PARALLEL, REDUCTION, Lowering, Scalar, affine_map, broadcast_
                    dims, empty, expand, from_compute, generic, identity_map, lowers, rank,
                    reshape, rtt, to_compute)
 from .layout import extract_slice, insert_slice
-from .matmul import matmul_into
+from .matmul import matmul_into, round_to
 
 
 @lowers("FusedLinear")
@@ -45,7 +47,7 @@ def _fused_linear(lw: Lowering):
     # accumulator = bias broadcast over every axis but the last
     acc = generic([bias], [empty(out_dims, s.ty)], [affine_map(n, [n - 1]), identity_map(n)],
                   [PARALLEL] * n, lambda v, _o: to_compute(v, s))[0]
-    return matmul_into(a, b, acc, lw.in_dtypes, lw.out_dtype, lw.out_elt)
+    return matmul_into(a, b, acc, lw.out_dtype, lw.out_elt)
 
 
 def _packed_linear(lw: Lowering, a, b, bias, panel: int):
@@ -53,12 +55,22 @@ def _packed_linear(lw: Lowering, a, b, bias, panel: int):
     kernel instance folds a's batch axes into M): the accumulator [M, N]
     starts as the bias, and one generic over (p, m, j | k) marked
     ``PACKED_B_ATTR`` accumulates ``a[m, k] * b[p, k, j]`` into ``acc[m,
-    p*panel + j]`` in the order of k."""
+    p*panel + j]`` in the order of k. bf16/f16 panels (under a bf16/f16 or an
+    f32 a) are extended to f32 in the product's body, so in the register
+    tiles; a bf16/f16 a is extended once, into an f32 copy of a the product
+    reads: extended in the tiles, each broadcast element of a took a scalar
+    load, shift and move to a vector register (AVX2 [64,2048] x [2048,2048]
+    at 1.6x the f32 product's time; f16 2.5x; docs/benchmarks.md, "bf16
+    weights packed at compile time"). A bf16/f16 product rounds the f32
+    accumulator once at the end (as ``matmul_into``)."""
     from compiler.codegen.family import PACKED_B_ATTR
     if rank(a) != 2 or rank(b) != 3:
         raise ValueError(f"FusedLinear b_panel={panel}: the kernel takes a [M, K] and b "
                          f"[N/{panel}, K, {panel}], got ranks {rank(a)} and {rank(b)}")
     s = Scalar.compute(lw.out_dtype)
+    if rtt(a).element_type != s.ty:  # bf16/f16 a: extended once, not at every broadcast
+        a = generic([a], [empty(dims(a), s.ty)], [identity_map(2)] * 2, [PARALLEL] * 2,
+                    lambda v, _o: to_compute(v, s))[0]
     acc = generic([bias], [empty(dims(a)[:1] + dims(bias), s.ty)],
                   [affine_map(2, [1]), identity_map(2)], [PARALLEL] * 2,
                   lambda v, _o: to_compute(v, s))[0]
@@ -69,9 +81,9 @@ def _packed_linear(lw: Lowering, a, b, bias, panel: int):
                  # p iterates as a reduction: a schedule that tiles it by 1 folds it
                  # out of the output map (``transforms.matmul.packed_script``)
                  [REDUCTION] + [PARALLEL] * 2 + [REDUCTION],
-                 lambda x, y, c: s.add(c, s.mul(x, y)))[0]
+                 lambda x, y, c: s.add(c, s.mul(to_compute(x, s), to_compute(y, s))))[0]
     mm.owner.attributes[PACKED_B_ATTR] = ir.UnitAttr.get()
-    return mm
+    return mm if s.ty == lw.out_elt else round_to(mm, dims(mm), lw.out_elt)
 
 
 def _linear_epilogue(lw: Lowering, a, b, bias, panel, skip=None):

@@ -68,12 +68,17 @@ def _infer(types, params):
             raise fail(NAME, types, "batch axes of a must equal (or be multiples of) b's")
     if tuple(bias.shape) != (b.shape[-1],):
         raise fail(NAME, types, f"bias must be [N] = [{b.shape[-1]}]")
-    if not (a.dtype == b.dtype or (a.dtype.value, b.dtype.value) == ("f32", "bf16")):
+    if not _dtypes_match(a, b):
         raise fail(NAME, types, "a and b dtypes must match (or f32 x bf16)")
     if bias.dtype != a.dtype:
         raise fail(NAME, types, f"bias dtype must be a's ({a.dtype})")
     _check_epilogue(types, params)
     return TensorType(tuple(a.shape[:-1]) + (b.shape[-1],), a.dtype)
+
+
+def _dtypes_match(a, b) -> bool:
+    """a's and b's dtypes are one, or MatMul's mixed pair f32 x bf16."""
+    return a.dtype == b.dtype or (a.dtype.value, b.dtype.value) == ("f32", "bf16")
 
 
 def has_epilogue(params) -> bool:
@@ -105,8 +110,8 @@ def _infer_packed(types, panel: int):
     n = b.shape[0] * panel
     if tuple(bias.shape) != (n,):
         raise fail(NAME, types, f"bias must be [N] = [{n}]")
-    if a.dtype != b.dtype or bias.dtype != a.dtype:
-        raise fail(NAME, types, "a packed b and the bias need a's dtype")
+    if not _dtypes_match(a, b) or bias.dtype != a.dtype:
+        raise fail(NAME, types, "a packed b and the bias need a's dtype (or b bf16 and a f32)")
     return TensorType(tuple(a.shape[:-1]) + (n,), a.dtype)
 
 
