@@ -675,7 +675,7 @@ class CallMemo:
 
     def lookup(self, layouts: Sequence, params, n_inputs: int) -> tuple:
         """The memoised tiles of a call: ``((fn, descriptor templates), ...)``."""
-        key = (params, n_inputs, parallel.num_threads(), *layouts)
+        key = (params, n_inputs, parallel.split_setting(), *layouts)
         try:
             weak = self._calls.get(key)
         except TypeError:  # an unhashable params object: no memo

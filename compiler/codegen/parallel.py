@@ -76,6 +76,47 @@ def tiles_per_thread() -> int:
     return TILES_PER_THREAD
 
 
+#: How the tiles of a call cut into ``TILES_PER_THREAD`` = 2 tiles per thread
+#: at two threads are sized: ``halved`` (default), two tiles of a third of
+#: the call, then two of a sixth (each thread's second tile half its first:
+#: at equal speeds the threads end together, and with one at half speed the
+#: fast one takes both small tiles and they end together too, 0.67 of the
+#: call's one-thread time where four quarters give 0.75); ``even``, four
+#: equal tiles. ``$FUELC_TILE_SCHEDULE``, read at the first split
+#: (``reload_settings``). docs/benchmarks.md, "Slow spells: one vCPU at half
+#: speed".
+SCHEDULE_ENV = "FUELC_TILE_SCHEDULE"
+SCHEDULES = ("halved", "even")
+TILE_SCHEDULE: str | None = None
+
+
+def tile_schedule() -> str:
+    """``TILE_SCHEDULE``, from ``$FUELC_TILE_SCHEDULE`` the first time.
+    Raises ThreadCountError on a value not in ``SCHEDULES``."""
+    global TILE_SCHEDULE
+    if TILE_SCHEDULE is None:
+        value = os.environ.get(SCHEDULE_ENV, "").strip() or SCHEDULES[0]
+        if value not in SCHEDULES:
+            raise ThreadCountError(f"${SCHEDULE_ENV} must be one of {', '.join(SCHEDULES)}, "
+                                   f"got {value!r}")
+        TILE_SCHEDULE = value
+    return TILE_SCHEDULE
+
+
+def reload_settings() -> None:
+    """Read ``$FUELC_TILES_PER_THREAD`` and ``$FUELC_TILE_SCHEDULE`` again at
+    the next split (calls already prepared keep their tiles)."""
+    global TILES_PER_THREAD, TILE_SCHEDULE
+    TILES_PER_THREAD = TILE_SCHEDULE = None
+
+
+def split_setting() -> tuple[int, int, str]:
+    """What a call's tiles depend on besides its layouts: the thread count,
+    the tiles per thread and the schedule (the kernels' memo key)."""
+    n = num_threads()
+    return (n, tiles_per_thread(), tile_schedule()) if n == 2 else (n, 1, "")
+
+
 def split_parts(threads: int) -> int:
     """How many tiles a family's ``split`` is asked for at ``threads``
     threads (it may make fewer; ``split_parts(threads) > threads`` tiles run
@@ -177,10 +218,33 @@ def run_all(calls: Sequence[Callable[[], None]]) -> None:
 
 def chunks(size: int, parts: int, align: int = 1) -> list[tuple[int, int]]:
     """``(start, length)`` of at most ``parts`` tiles covering ``[0, size)``;
-    every start is a multiple of ``align``, all tiles but the last have one
-    length."""
-    step = math.ceil(math.ceil(size / parts) / align) * align
+    every start is a multiple of ``align``. All tiles but the last have one
+    length, except for the finer split at two threads (``parts ==
+    split_parts(2) == 4``) under the ``halved`` schedule (``TILE_SCHEDULE``):
+    two tiles of a third of ``size`` (in whole ``align`` units, rounded),
+    then two of half the rest (the last may be shorter)."""
+    units = math.ceil(size / align)
+    if _halved(parts) and units >= 4:
+        big = round(units / 3)
+        small = math.ceil((units - 2 * big) / 2)
+        ends = [big * align, 2 * big * align, min((2 * big + small) * align, size), size]
+        return [(s, e - s) for s, e in zip([0] + ends, ends) if e > s]
+    return chunks_even(size, parts, align)
+
+
+def chunks_even(size: int, parts: int, align: int = 1) -> list[tuple[int, int]]:
+    """``chunks`` with tiles of one length but the last, whatever the schedule."""
+    step = _step(size, parts, align)
     return [(s, min(step, size - s)) for s in range(0, size, step)] if size else []
+
+
+def _step(size: int, parts: int, align: int) -> int:
+    return math.ceil(math.ceil(size / parts) / align) * align
+
+
+def _halved(parts: int) -> bool:
+    return parts == 4 and num_threads() == 2 and split_parts(2) == 4 \
+        and tile_schedule() == "halved"
 
 
 def split_layouts(layouts: Sequence[Layout], axes: Sequence[int | None], size: int,
@@ -297,6 +361,7 @@ MIN_COL_PANELS = 2
 
 
 __all__ = ["ENV", "MIN_ELEMENTS", "MIN_ELEMENTS_TRANSCENDENTAL", "MIN_MACS", "MIN_COL_PANELS",
-           "MIN_COPY_ELEMENTS", "TILES_ENV", "TILES_PER_THREAD", "tiles_per_thread", "split_parts", "ThreadCountError", "min_elements", "num_threads", "set_num_threads", "run_all",
-           "chunks", "split_layouts", "row_tiles", "reduce_tiles", "image_tiles",
+           "MIN_COPY_ELEMENTS", "TILES_ENV", "TILES_PER_THREAD", "tiles_per_thread", "SCHEDULE_ENV",
+           "SCHEDULES", "TILE_SCHEDULE", "tile_schedule", "reload_settings", "split_setting", "split_parts", "ThreadCountError", "min_elements", "num_threads", "set_num_threads", "run_all",
+           "chunks", "chunks_even", "split_layouts", "row_tiles", "reduce_tiles", "image_tiles",
            "matmul_tiles"]

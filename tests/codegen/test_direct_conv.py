@@ -604,11 +604,11 @@ def test_one_image_channel_tiles_leave_each_enough_work(monkeypatch):
     s2 = ((1, 128, 28, 28), (256, 128, 3, 3), (1, 256, 14, 14))   # 576 per element
     assert tiles(*s2, 4, 2, stride=(2, 2), padding=(1, 1)) == [128] * 2
     wide = ((1, 256, 14, 14), (256, 256, 3, 3), (1, 256, 14, 14))   # 2304 per element
-    assert tiles(*wide, 4, 2, padding=(1, 1)) == [64] * 4
+    assert tiles(*wide, 4, 2, padding=(1, 1)) == [88, 88, 40, 40]    # halved (parallel.chunks)
     pointwise = ((1, 256, 56, 56), (64, 256, 1, 1), (1, 64, 56, 56))   # 64 per element
     assert tiles(*pointwise, 4, 2, padding=(0, 0)) == [64] * 4
     few_pixels = ((1, 256, 8, 8), (128, 256, 1, 1), (1, 128, 8, 8))   # 64 pixels, 128 channels
-    assert tiles(*few_pixels, 4, 2, padding=(0, 0)) == [32] * 4
+    assert tiles(*few_pixels, 4, 2, padding=(0, 0)) == [40, 40, 24, 24]
 
 
 def test_bias_broadcast_stays_a_rolled_loop():

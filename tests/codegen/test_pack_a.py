@@ -123,7 +123,8 @@ def test_a_call_that_copies_a_is_cut_by_rows_at_two_threads(spec, dtype, rows):
         assert [(t[0].shape, t[1].shape) for t in tiles] == [((312, 2048), (2048, 2048)),
                                                             ((288, 2048), (2048, 2048))]
     else:
-        assert [t[2].shape for t in tiles] == [(600, 512)] * 4
+        # four column tiles, halved (parallel.TILE_SCHEDULE): two of a third, two of a sixth
+        assert [t[2].shape[1] for t in tiles] == [672, 672, 352, 352]
 
 
 def _matmul_row_tiles(m, k, n, threads=2, spec="cpu:x86-64-v3"):
@@ -145,7 +146,7 @@ def _matmul_row_tiles(m, k, n, threads=2, spec="cpu:x86-64-v3"):
     return [lay[0].shape[0] for _, lay in tiles]
 
 
-@pytest.mark.parametrize("m, tiles", [(120, [72, 48]), (744, [192, 192, 192, 168])])
+@pytest.mark.parametrize("m, tiles", [(120, [72, 48]), (744, [240, 240, 144, 120])])
 def test_a_matmul_with_rows_4_kib_apart_copies_a_and_keeps_its_bits(m, tiles):
     """MatMul [m, 1024] x [1024, 1040] (A's rows 4 KiB apart, at least
     PACK_A_COLUMNS columns): the instance copies A, is cut into row tiles
@@ -175,7 +176,9 @@ def test_a_call_that_copies_a_is_cut_into_row_tiles_of_one_block_at_two_threads(
     from compiler.codegen import parallel
     from compiler.codegen.cpu.strategy import a_block_rows
     assert a_block_rows("f32", "avx2") == 360 and a_block_rows("f64", "avx512") == 0
-    assert _matmul_row_tiles(1024, 1024, 1024) == [264, 264, 264, 232]
+    # 4 tiles halved (parallel.TILE_SCHEDULE: two of a third, two of half
+    # the rest), each within a block; 6 tiles are equal
+    assert _matmul_row_tiles(1024, 1024, 1024) == [336, 336, 192, 160]
     assert _matmul_row_tiles(2048, 2048, 2048) == [360] * 5 + [248]
     assert _matmul_row_tiles(720, 1024, 1024) == [360, 360]
     assert _matmul_row_tiles(120, 1024, 1024) == [72, 48]
@@ -318,7 +321,7 @@ def test_avx512_f32_pack_a_copies_8_row_panels_and_keeps_its_bits():
         del REWRITES["_test_keep"]
     assert "to memref<48x512x8xf32>" in seen[0] and "memref<384x512xf32>" not in seen[0]
     v4 = "cpu:x86-64-v4"
-    assert _matmul_row_tiles(1024, 1024, 1024, spec=v4) == [264, 264, 264, 232]
+    assert _matmul_row_tiles(1024, 1024, 1024, spec=v4) == [336, 336, 192, 160]
     assert _matmul_row_tiles(2048, 2048, 2048, spec=v4) == [360] * 5 + [248]
     if missing_cpu_features(parse_target(v4).features):
         pytest.skip("runs AVX-512 code: this CPU lacks some of its features")

@@ -27,6 +27,53 @@ def test_chunks_cover_the_range_aligned():
     assert parallel.split_layouts([Layout.contiguous((4, 3))], [0], 4, 8, align=6) is None
 
 
+@pytest.fixture
+def schedule(monkeypatch):
+    """Set ``$FUELC_TILE_SCHEDULE`` (read again at the next split)."""
+    def set_schedule(value):
+        monkeypatch.setenv(parallel.SCHEDULE_ENV, value)
+        parallel.reload_settings()
+    yield set_schedule
+    monkeypatch.delenv(parallel.SCHEDULE_ENV, raising=False)
+    parallel.reload_settings()
+
+
+def test_halved_tiles_cover_the_range_disjoint_and_aligned(threads, schedule):
+    threads(2)
+    schedule("halved")
+    assert parallel.split_parts(2) == 4
+    # two thirds, then two of half the rest, in whole align units
+    assert parallel.chunks(300, 4, 24) == [(0, 96), (96, 96), (192, 72), (264, 36)]
+    assert parallel.chunks(8, 4) == [(0, 3), (3, 3), (6, 1), (7, 1)]
+    assert parallel.chunks(1024, 4, 24) == [(0, 336), (336, 336), (672, 192), (864, 160)]
+    assert parallel.chunks(3, 4) == [(0, 1), (1, 1), (2, 1)]     # fewer than 4 units: even
+    assert parallel.chunks(0, 4) == []
+    for align in (1, 6, 24, 32):
+        for size in range(1, 700):
+            tiles = parallel.chunks(size, 4, align)
+            assert len(tiles) <= 4 and all(n > 0 for _, n in tiles)
+            assert all(s % align == 0 for s, _ in tiles)
+            # consecutive: disjoint and covering [0, size) exactly
+            assert [s for s, _ in tiles] == [0] + [s + n for s, n in tiles[:-1]]
+            assert sum(n for _, n in tiles) == size
+            if len(tiles) == 4:     # each thread's share: a large tile, then a small one
+                assert tiles[0][1] == tiles[1][1] >= tiles[2][1] >= tiles[3][1]
+    # other part counts, other thread counts and the even schedule: equal tiles
+    assert parallel.chunks(300, 2, 24) == parallel.chunks_even(300, 2, 24) == [(0, 168), (168, 132)]
+    threads(3)
+    assert parallel.chunks(300, 4, 24) == parallel.chunks_even(300, 4, 24)
+    threads(2)
+    schedule("even")
+    assert parallel.chunks(300, 4, 24) == [(0, 96), (96, 96), (192, 96), (288, 12)]
+
+
+def test_a_tile_schedule_that_is_not_known_is_an_error(threads, schedule):
+    threads(2)
+    schedule("guided")
+    with pytest.raises(parallel.ThreadCountError, match="FUELC_TILE_SCHEDULE.*halved, even"):
+        parallel.chunks(300, 4, 24)
+
+
 def test_row_tiles_split_rows_and_keep_broadcast_operands_whole():
     x, w, out = Layout.contiguous((512, 512)), Layout.contiguous((512,)), Layout.contiguous((512, 512))
     tiles = parallel.row_tiles([x, w, out], 2, 2, keep_last=True)
@@ -287,6 +334,26 @@ def test_results_do_not_depend_on_the_thread_count(threads, rng):
             np.testing.assert_array_equal(got[name], want[name], err_msg=f"{name}, {n} threads")
 
 
+def test_results_do_not_depend_on_the_tile_schedule(threads, schedule, rng):
+    """Halved and even tiles at two threads (matmul rows and columns,
+    elementwise and row ops, strided operands) give the bits of one thread."""
+    from compiler import compile
+    g = _graphs()
+    big = rng.standard_normal((1400, 96), dtype=np.float32)
+    ins = {"x": big[::2], "m": rng.standard_normal((96, 64), dtype=np.float32),
+           "bias": rng.standard_normal(64, dtype=np.float32),
+           "wide": rng.standard_normal((200, 96), dtype=np.float32).T,
+           "wbias": rng.standard_normal(200, dtype=np.float32)}
+    threads(1)
+    want = compile(g, "cpu")(**ins)
+    threads(2)
+    for value in ("halved", "even"):
+        schedule(value)
+        got = compile(g, "cpu")(**ins)
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=f"{name}, {value}")
+
+
 def test_calls_are_split_into_tiles(threads):
     from compiler.codegen import kernels as K
     from runtime import params as P
@@ -298,9 +365,10 @@ def test_calls_are_split_into_tiles(threads):
     p = P.Matmul((), (), 300, 64, 128)
     threads(2)
     # row tiles start at multiples of MATMUL_ROW_ALIGN (24); at two threads
-    # TILES_PER_THREAD per thread, taken one by one by the caller and the worker
+    # TILES_PER_THREAD per thread, taken one by one by the caller and the
+    # worker, halved: two of a third of the rows, then two of half the rest
     assert parallel.split_parts(2) == 4 and parallel.split_parts(3) == 3
-    assert [t[1][0].shape for t in k._tiles(lays, p, 2)] == [(96, 128)] * 3 + [(12, 128)]
+    assert [t[1][0].shape[0] for t in k._tiles(lays, p, 2)] == [96, 96, 72, 36]
     threads(3)   # more threads: one tile each
     assert [t[1][0].shape for t in k._tiles(lays, p, 2)] == [(120, 128), (120, 128), (60, 128)]
     threads(1)
