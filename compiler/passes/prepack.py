@@ -37,6 +37,8 @@ unpacked kernel).
 """
 from __future__ import annotations
 
+import math
+
 from compiler.mlir import ir
 from compiler.passes import ModulePass, register_pass
 from compiler.passes import _fuel
@@ -51,6 +53,13 @@ MIN_COLUMNS = 64
 #: N is padded to a multiple of the panel only when the zero columns are at
 #: most N / MAX_PAD_FRACTION (1000 -> 1024 columns on AVX-512: 2.4% more FMAs).
 MAX_PAD_FRACTION = 8
+#: A module whose products' constant weights hold more bytes than this keeps
+#: every weight as it is (B packed per call): the packed copies are new
+#: constants beside the weights they are made from, which for a model of
+#: gigabytes of weights memory-mapped from its files (docs/compile-at-scale.md,
+#: "Weights are never copied") would double what compile() and save() hold.
+MAX_PACKED_BYTES = 1 << 30
+_BYTES = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2}
 #: ... and the padded weight has at most this many more elements than the
 #: weight: ``plan.fold_constant_steps`` folds a step that makes at most 2^16
 #: elements more than it reads (its ``FOLD_SLACK``), so the padding is done
@@ -74,9 +83,11 @@ class PrepackWeights(ModulePass):
             return
         table, backends = resolved
         entry = _fuel.registry()["FusedLinear"]
-        for op in _fuel.fuel_ops(module):
-            if _fuel.mnemonic(op) in (entry.mnemonic, "mat_mul"):
-                _prepack(op, entry, table, backends)
+        ops = [op for op in _fuel.fuel_ops(module) if _fuel.mnemonic(op) in (entry.mnemonic, "mat_mul")]
+        if sum(_weight_bytes(op) for op in ops) > MAX_PACKED_BYTES:
+            return  # the packed copies would double a big model's weights: leave them in place
+        for op in ops:
+            _prepack(op, entry, table, backends)
 
 
 def zero_bias(n: int, elt, dtype) -> "ir.Value":
@@ -146,6 +157,18 @@ def _panel(entry, dtypes, table, backends) -> int:
         panel = getattr(fn, "b_panel", None)
         return int(panel()) if callable(panel) else 0
     return 0
+
+
+def _weight_bytes(op) -> int:
+    """The bytes of ``op``'s B where it is a constant weight (0 otherwise)."""
+    b = op.operands[1]
+    try:
+        tb = _fuel.tensor_type(b)
+    except Exception:  # symbolic extents
+        return 0
+    if _weight(b) is None:
+        return 0
+    return math.prod(tb.shape) * _BYTES.get(tb.dtype.value, 4)
 
 
 def _prepack(op, entry, table, backends) -> bool:

@@ -266,3 +266,25 @@ func.func @row_bands(%x: tensor<8x48xf32>, %y: tensor<8x72xf32>, %z: tensor<8x16
 }
 // V4-LABEL:    func.func @row_bands
 // V4:            "fuel.slice"(%{{.*}}) {dim = 1 : i64, len = 48 : i64, start = 24 : i64} : (tensor<2x72x32xf32>) -> tensor<2x48x32xf32>
+
+// -----
+
+// Products whose constant weights hold more than MAX_PACKED_BYTES (1 GiB; here
+// two f32 [16384, 16384], 2 GiB) keep every weight as it is: packed copies
+// beside weights mapped from the model's files would double them
+// (compile-at-scale.md). No product of the module is packed.
+// CHECK-LABEL: func.func @big_weights
+// CHECK-NOT:     b_panel
+// CHECK-NOT:     fuel.contiguize
+// CHECK:         return
+// V4-LABEL:    func.func @big_weights
+// V4-NOT:        b_panel
+// V4:            return
+func.func @big_weights(%x: tensor<?x16384xf32>) -> tensor<?x16384xf32> {
+  %w1 = "fuel.const"() {dtype = "f32", name = "w1", shape = [16384, 16384]} : () -> tensor<16384x16384xf32>
+  %w2 = "fuel.const"() {dtype = "f32", name = "w2", shape = [16384, 16384]} : () -> tensor<16384x16384xf32>
+  %b = "fuel.const"() {dtype = "f32", name = "b", shape = [16384]} : () -> tensor<16384xf32>
+  %0 = "fuel.fused_linear"(%x, %w1, %b) : (tensor<?x16384xf32>, tensor<16384x16384xf32>, tensor<16384xf32>) -> tensor<?x16384xf32>
+  %1 = "fuel.fused_linear"(%0, %w2, %b) : (tensor<?x16384xf32>, tensor<16384x16384xf32>, tensor<16384xf32>) -> tensor<?x16384xf32>
+  return %1 : tensor<?x16384xf32>
+}
