@@ -234,12 +234,8 @@ def chunks(size: int, parts: int, align: int = 1) -> list[tuple[int, int]]:
 
 def chunks_even(size: int, parts: int, align: int = 1) -> list[tuple[int, int]]:
     """``chunks`` with tiles of one length but the last, whatever the schedule."""
-    step = _step(size, parts, align)
+    step = math.ceil(math.ceil(size / parts) / align) * align
     return [(s, min(step, size - s)) for s in range(0, size, step)] if size else []
-
-
-def _step(size: int, parts: int, align: int) -> int:
-    return math.ceil(math.ceil(size / parts) / align) * align
 
 
 def _halved(parts: int) -> bool:

@@ -59,7 +59,6 @@ MAX_PAD_FRACTION = 8
 #: gigabytes of weights memory-mapped from its files (docs/compile-at-scale.md,
 #: "Weights are never copied") would double what compile() and save() hold.
 MAX_PACKED_BYTES = 1 << 30
-_BYTES = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2}
 #: ... and the padded weight has at most this many more elements than the
 #: weight: ``plan.fold_constant_steps`` folds a step that makes at most 2^16
 #: elements more than it reads (its ``FOLD_SLACK``), so the padding is done
@@ -168,7 +167,7 @@ def _weight_bytes(op) -> int:
         return 0
     if _weight(b) is None:
         return 0
-    return math.prod(tb.shape) * _BYTES.get(tb.dtype.value, 4)
+    return math.prod(tb.shape) * tb.dtype.itemsize
 
 
 def _prepack(op, entry, table, backends) -> bool:
