@@ -574,6 +574,7 @@ class _Native:
         self.run_tiles = ctypes.CFUNCTYPE(None, ptr, ptr, i64, i64)(fn("fuelc_run_tiles"))
         self.run_tiles_row = fn("fuelc_run_tiles_row")
         self.leave_cpu = ctypes.CFUNCTYPE(None, ptr)(fn("fuelc_leave_cpu"))
+        self.pull = ctypes.CFUNCTYPE(None, ptr, i64, i64)(fn("fuelc_pull"))
 
 
 class _Worker:
