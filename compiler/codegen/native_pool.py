@@ -22,16 +22,24 @@ posting thread's CPU moves off it at once (``fuelc_leave_cpu``), or the two
 would share that CPU, the poster running every tile, for milliseconds; the
 waking post yields its CPU once, so that a worker queued there runs at once. The
 direct path wakes a sleeping worker at a run's start (``NativePool.wake``).
+A thread that waits for the other (the caller for the worker's tile, the idle
+worker for the caller holding the pool for a native run) reads the other's
+CPU clock every ``WATCH_NS`` and pulls it onto its own CPU where another
+process keeps it from running (``fuelc_watch``, ``fuelc_pull``); the worker
+leaves the posting thread's CPU at each task (docs/benchmarks.md, "A CPU half
+taken by another process").
 
-A worker's control block is ``7 + ROW`` int64 slots: the task word ``gen << 32
+A worker's control block is ``14 + ROW`` int64 slots: the task word ``gen << 32
 | tiles << 16 | next`` (a post bumps ``gen``, sets the tile count and
 ``next`` = 0), ``finished`` (how many tiles the worker has completed, ever),
 the address of the task's table (``tiles`` rows of ``ROW`` slots: a function
 address, then up to ``MAX_ARGS`` argument addresses, unused ones 0; x86-64
 SysV lets a caller pass more arguments than the callee reads), and one such
 row of the block's own (``post``: a one-tile task); then the worker's futex
-word (``SLEEP``), the CPU of the post that last woke it (``WAKER_CPU``), and
-two counters: wakes (``WAKES``) and sleeps (``SLEEPS``).
+word (``SLEEP``), the CPU of the last post (``WAKER_CPU``), two counters:
+wakes (``WAKES``) and sleeps (``SLEEPS``), the caller's waits (``WAITED``,
+``LONG_WAITS``), the two threads' ids (``WORKER_TID``, ``CALLER_TID``), the
+pulls (``PULLED_WORKER``, ``PULLED_CALLER``) and the ``POLICY`` bits.
 A tile is taken by one compare-and-swap of the task word (``next`` to
 ``next + 1``), by the worker
 or by the posting thread, which keeps taking tiles until none is left and
@@ -71,8 +79,8 @@ ROW = 1 + MAX_ARGS
 #: The block's slot whose low 32 bits are the worker's futex word: 1 while it
 #: sleeps (``fuelc_worker_sleep``), set to 0 by the post that wakes it.
 SLEEP = 3 + ROW
-#: The block's slot where a post that wakes the worker leaves the CPU the
-#: posting thread runs on (``fuelc_wake``), for ``fuelc_leave_cpu``.
+#: The block's slot where each post (and ``NativePool.wake``) leaves the CPU
+#: the posting thread runs on, for ``fuelc_leave_cpu``.
 WAKER_CPU = 4 + ROW
 #: The block's counters (never reset): posts that found the worker asleep and
 #: woke it (``fuelc_wake``), and the worker's sleeps on its futex word
@@ -101,9 +109,11 @@ PULLED_CALLER = 12 + ROW
 #: priority; docs/benchmarks.md, "A CPU half taken") and it is pulled onto
 #: the waiter's CPU, where the waiter's yields let it run.
 WATCH_NS = 30_000
-#: The block's policy bits: 1 the watch (``fuelc_watch``), 2 the worker
-#: leaving the posting thread's CPU at each task (``fuelc_leave_cpu``).
+#: The block's policy bits (both by default): ``WATCH`` the watch
+#: (``fuelc_watch``), ``LEAVE`` the worker leaving the posting thread's CPU
+#: at each task (``fuelc_leave_cpu``); 0 is the pool as it was before them.
 POLICY = 13 + ROW
+WATCH, LEAVE = 1, 2
 SYS_FUTEX, FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 202, 128, 129
 #: The bytes of the CPU mask the worker reads and sets (glibc's ``cpu_set_t``:
 #: 1024 CPUs).
@@ -413,8 +423,8 @@ loop:
   br label %loop
 }}
 
-; After a wake-up: where the scheduler has put the worker on the CPU of the
-; thread whose post woke it (slot {WAKER_CPU}), the two would take turns on one
+; After a wake-up, and at each task (policy LEAVE): where the worker runs on the
+; CPU of the thread that posted last (slot {WAKER_CPU}), the two would take turns on one
 ; CPU while another may idle, and the poster would run every tile itself until
 ; the kernel's load balancing moved one of them, milliseconds later. So move
 ; off that CPU at once: allowed CPUs without it (one sched_setaffinity, which
@@ -581,7 +591,7 @@ class _Worker:
     def __init__(self, native: _Native):
         self.block = _Block()
         self.block[WAKER_CPU] = -1     # no post has woken it yet
-        self.block[POLICY] = 3
+        self.block[POLICY] = WATCH | LEAVE
         self.address = ctypes.addressof(self.block)
         self.row = self.address + 3 * 8       # the block's own one-row table (``post``)
         self.n_args = 0        # the argument slots the last ``post`` used
