@@ -858,7 +858,9 @@ def main(argv=None) -> int:
           f"{onnxruntime.__version__}, bn {args.bn}; fuelc/ort > 1: fuelc slower; rel diff: "
           f"max |fuelc - ort| / max |ort|")
     if args.busy_cpu:
-        print(f"beside a process busy on CPU {args.busy_cpu} (us on/off; nice {busy.NICE})")
+        cpu, on, off = busy.parse(args.busy_cpu)
+        print(f"beside a process on CPU {cpu}: busy {on} us, asleep {off} us, in turn "
+              f"(nice {busy.NICE})")
     print(HEADER, flush=True)
     records = []
     with busy.busy_cpu(args.busy_cpu):
