@@ -109,11 +109,12 @@ PULLED_CALLER = 12 + ROW
 #: priority; docs/benchmarks.md, "A CPU half taken") and it is pulled onto
 #: the waiter's CPU, where the waiter's yields let it run.
 WATCH_NS = 30_000
-#: The block's policy bits (both by default): ``WATCH`` the watch
-#: (``fuelc_watch``), ``LEAVE`` the worker leaving the posting thread's CPU
-#: at each task (``fuelc_leave_cpu``); 0 is the pool as it was before them.
+#: The block's policy bits (all by default): ``WATCH`` the caller's watch of
+#: the worker (``fuelc_watch``), ``LEAVE`` the worker leaving the posting
+#: thread's CPU at each task (``fuelc_leave_cpu``), ``WATCH_CALLER`` the idle
+#: worker's watch of the caller; 0 is the pool as it was before them.
 POLICY = 13 + ROW
-WATCH, LEAVE = 1, 2
+WATCH, LEAVE, WATCH_CALLER = 1, 2, 4
 SYS_FUTEX, FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 202, 128, 129
 #: The bytes of the CPU mask the worker reads and sets (glibc's ``cpu_set_t``:
 #: 1024 CPUs).
@@ -186,11 +187,13 @@ done:
 ; yet) and that thread's CPU clock then. Once the window is WATCH_NS long,
 ; a thread that ran under a quarter of it is pulled here (fuelc_pull, counted
 ; in slot %pslot), and a new window starts.
-define void @fuelc_watch(ptr %c, ptr %st, i64 %tslot, i64 %pslot) {{
+define void @fuelc_watch(ptr %c, ptr %st, i64 %tslot, i64 %pslot, i64 %bit) {{
 entry:
   %pp = getelementptr i64, ptr %c, i64 {POLICY}
   %pol = load atomic i64, ptr %pp monotonic, align 8
-  %on = and i64 %pol, 1
+  %b = and i64 %pol, %bit
+  %bn = icmp ne i64 %b, 0
+  %on = zext i1 %bn to i64
   %tp = getelementptr i64, ptr %c, i64 %tslot
   %tid0 = load atomic i64, ptr %tp monotonic, align 8
   %tid = mul i64 %tid0, %on
@@ -320,7 +323,7 @@ keep:
 yield:
   ; idle while a caller holds the pool for a native run: a caller that does
   ; not run is queued behind another process on its CPU; pull it here
-  call void @fuelc_watch(ptr %c, ptr %st, i64 {CALLER_TID}, i64 {PULLED_CALLER})
+  call void @fuelc_watch(ptr %c, ptr %st, i64 {CALLER_TID}, i64 {PULLED_CALLER}, i64 {WATCH_CALLER})
   %y = call i32 @sched_yield()
   br label %back
 back:
@@ -511,7 +514,7 @@ again:
 yield:
   ; a worker that does not run holds a tile behind another process on its
   ; CPU: pull it here, where this thread's yields let it run
-  call void @fuelc_watch(ptr %c, ptr %st, i64 {WORKER_TID}, i64 {PULLED_WORKER})
+  call void @fuelc_watch(ptr %c, ptr %st, i64 {WORKER_TID}, i64 {PULLED_WORKER}, i64 {WATCH})
   %y = call i32 @sched_yield()
   br label %poll
 out:
@@ -591,7 +594,7 @@ class _Worker:
     def __init__(self, native: _Native):
         self.block = _Block()
         self.block[WAKER_CPU] = -1     # no post has woken it yet
-        self.block[POLICY] = WATCH | LEAVE
+        self.block[POLICY] = WATCH | LEAVE | WATCH_CALLER
         self.address = ctypes.addressof(self.block)
         self.row = self.address + 3 * 8       # the block's own one-row table (``post``)
         self.n_args = 0        # the argument slots the last ``post`` used
