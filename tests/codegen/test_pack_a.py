@@ -1,21 +1,49 @@
 """Packed-class matmul calls whose A rows are a multiple of 4 KiB apart with
 at least ``PACK_A_COLUMNS`` columns copy each block of A into
 a contiguous buffer first (``runtime.rows.pack_a``, ``fuelc.pack_a``,
-``strategy._PACK_A_TILES``): the same FMAs in the same order, so the same bits
-as the kernel reading A in place."""
+``strategy._PACK_A_TILES``). AVX-512: the same FMAs in the same order, so the
+same bits as the kernel reading A in place. AVX2 f32: each block of K (256)
+is summed from zero and then added to C (``transforms.matmul.c_after_k``), so
+the bits of those blocks' own products added in order (``_k_blocks``)."""
 import numpy as np
 import pytest
 
 from compiler import Graph, compile
 from compiler.codegen import family
 from compiler.codegen.cpu.pipeline import choose_strategy
+from compiler.codegen.cpu.strategy import isa_level, k_block_from_zero
 from compiler.codegen.cpu.transforms.matmul import matmul_script
 from compiler.codegen.family import single_op_linalg_text
 from compiler.graph.opdef import TensorType
 from compiler.registry.builders import linear
+from compiler.targets import parse_target
 from compiler.testing import same_bits_at_threads
 from runtime.dtype import DType
 from runtime.rows import PACK_A_COLUMNS, UNPACKED_ROWS
+
+
+def _k_blocks(target, x, w, bias=None):
+    """What the ``fuelc.pack_a`` f32 kernel of ``target`` gives for ``x @ w
+    (+ bias)`` where it sums blocks of K from zero (``k_block_from_zero``):
+    each block's product on its own (K within one block of the kernel
+    reading A in place: one chain of FMAs from zero), added in order to
+    the bias (or zero) in f32; None where the kernel chains over all of K."""
+    kb = k_block_from_zero("f32", isa_level(parse_target(target)))
+    if not kb:
+        return None
+    g = Graph()
+    g.output(g.input("x", (x.shape[0], kb), "f32") @ g.input("w", (kb, w.shape[1]), "f32"), name="y")
+    block, tail = compile(g, target), None
+    out = np.zeros((x.shape[0], w.shape[1]), np.float32) if bias is None else \
+        np.broadcast_to(bias, (x.shape[0], w.shape[1])).astype(np.float32)
+    for k0 in range(0, x.shape[1], kb):
+        xs, ws = np.ascontiguousarray(x[:, k0:k0 + kb]), np.ascontiguousarray(w[k0:k0 + kb])
+        if xs.shape[1] < kb:
+            g = Graph()
+            g.output(g.input("x", xs.shape, "f32") @ g.input("w", ws.shape, "f32"), name="y")
+            tail = compile(g, target)
+        out = out + (block if xs.shape[1] == kb else tail)(x=xs, w=ws)
+    return out
 
 
 def test_pack_a_class():
@@ -49,11 +77,11 @@ def test_pack_a_needs_b_packed():
         matmul_script(pack=False, pack_a=True)
 
 
-def test_pack_a_kernel_gives_the_bits_of_a_in_place():
+def test_pack_a_kernel_gives_the_bits_of_a_in_place_or_of_its_k_blocks():
     """FusedLinear with A [365, 600] a view of rows 2048 apart (copied blocks: a
-    partial block of rows, 360 + 5, and of K, 512 + 88) against the same values
-    contiguous (rows 600 apart: read in place); N = 2056: 128 panels and a
-    half-width one."""
+    partial block of rows and of K) against the same values contiguous (rows
+    600 apart: read in place; AVX2 f32: against its blocks of K, ``_k_blocks``);
+    N = 2056: 128 panels and a half-width one."""
     rng = np.random.default_rng(0)
     a = rng.standard_normal((365, 2048)).astype(np.float32)[:, :600]
     w = rng.standard_normal((600, 2048 + 8)).astype(np.float32)
@@ -63,7 +91,8 @@ def test_pack_a_kernel_gives_the_bits_of_a_in_place():
     g.output(linear(x, wi, bi), name="lin")
     mod = compile(g)
     copied, in_place = mod(x=a, w=w, b=b), mod(x=np.ascontiguousarray(a), w=w, b=b)
-    np.testing.assert_array_equal(copied, in_place)
+    blocks = _k_blocks("cpu", a, w, b)
+    np.testing.assert_array_equal(copied, in_place if blocks is None else blocks)
     np.testing.assert_allclose(copied, a.astype(np.float64) @ w + b, rtol=1e-4, atol=1e-4)
 
 
@@ -82,8 +111,8 @@ def test_pack_a_kernel_same_bits_at_one_and_two_threads():
     """MatMul [40, 2048] x [2048, 2072] (A's rows 8 KiB apart: 4 K blocks, 129
     panels of B and a half-width one): the same bits at 1 and 2 threads (cut
     into row tiles of 24 and 16: the kernel copies A, f32 on AVX2 and
-    AVX-512) and as A read in place (rows 2064 apart), within f32 rounding
-    of the float64 product."""
+    AVX-512) and as A read in place (rows 2064 apart; AVX2 f32: as its
+    blocks of K, 8 of 256), within f32 rounding of the float64 product."""
     rng = np.random.default_rng(2)
     a = rng.standard_normal((UNPACKED_ROWS + 8, 2048)).astype(np.float32)
     w = rng.standard_normal((2048, 2048 + 24)).astype(np.float32)
@@ -93,7 +122,8 @@ def test_pack_a_kernel_same_bits_at_one_and_two_threads():
     y = same_bits_at_threads(lambda: mod(x=a, w=w))
     in_place = np.zeros((a.shape[0], 2064), np.float32)[:, :2048]
     in_place[...] = a
-    np.testing.assert_array_equal(y, mod(x=in_place, w=w))
+    blocks = _k_blocks("cpu", a, w)
+    np.testing.assert_array_equal(y, mod(x=in_place, w=w) if blocks is None else blocks)
     np.testing.assert_allclose(y, a.astype(np.float64) @ w, rtol=1e-4, atol=1e-3)
 
 
@@ -146,13 +176,14 @@ def _matmul_row_tiles(m, k, n, threads=2, spec="cpu:x86-64-v3"):
     return [lay[0].shape[0] for _, lay in tiles]
 
 
-@pytest.mark.parametrize("m, tiles", [(120, [72, 48]), (744, [240, 240, 144, 120])])
+@pytest.mark.parametrize("m, tiles", [(120, [72, 48]), (744, [384, 360]),
+                                     (1464, [480, 480, 264, 240])])
 def test_a_matmul_with_rows_4_kib_apart_copies_a_and_keeps_its_bits(m, tiles):
     """MatMul [m, 1024] x [1024, 1040] (A's rows 4 KiB apart, at least
     PACK_A_COLUMNS columns): the instance copies A, is cut into row tiles
     on AVX2 (one per thread, or 4 of at most one block of A), and
-    gives the same bits at 1 and 2 threads as A read in place (rows 1040
-    apart), within f32 rounding of the float64 product."""
+    gives the same bits at 1 and 2 threads as its blocks of K (4 of 256,
+    ``_k_blocks``), within f32 rounding of the float64 product."""
     k, n = 1024, PACK_A_COLUMNS + 16
     assert _matmul_row_tiles(m, k, n) == tiles
     rng = np.random.default_rng(3)
@@ -162,29 +193,27 @@ def test_a_matmul_with_rows_4_kib_apart_copies_a_and_keeps_its_bits(m, tiles):
     g.output(g.input("x", a.shape, "f32") @ g.input("w", w.shape, "f32"), name="y")
     mod = compile(g, "cpu:x86-64-v3")
     y = same_bits_at_threads(lambda: mod(x=a, w=w))
-    in_place = np.zeros((m, 1040), np.float32)[:, :k]
-    in_place[...] = a
-    np.testing.assert_array_equal(y, mod(x=in_place, w=w))
+    np.testing.assert_array_equal(y, _k_blocks("cpu:x86-64-v3", a, w))
     np.testing.assert_allclose(y, a.astype(np.float64) @ w, rtol=1e-4, atol=1e-3)
 
 
 def test_a_call_that_copies_a_is_cut_into_row_tiles_of_one_block_at_two_threads(monkeypatch):
     """At 2 threads (tiles taken one by one) a MatMul that copies its blocks
-    of A (AVX2 f32, blocks of 360 rows) is cut into the fewest row tiles, an
+    of A (AVX2 f32, blocks of 720 rows) is cut into the fewest row tiles, an
     even number, of at most one block each: each tile packs B once. One tile
     per thread with $FUELC_TILES_PER_THREAD=1, and at other thread counts."""
     from compiler.codegen import parallel
     from compiler.codegen.cpu.strategy import a_block_rows
-    assert a_block_rows("f32", "avx2") == 360 and a_block_rows("f64", "avx512") == 0
+    assert a_block_rows("f32", "avx2") == 720 and a_block_rows("f64", "avx512") == 0
     # 4 tiles halved (parallel.TILE_SCHEDULE: two of a third, two of half
-    # the rest), each within a block; 6 tiles are equal
-    assert _matmul_row_tiles(1024, 1024, 1024) == [336, 336, 192, 160]
-    assert _matmul_row_tiles(2048, 2048, 2048) == [360] * 5 + [248]
+    # the rest), each within a block
+    assert _matmul_row_tiles(2048, 2048, 2048) == [696, 696, 336, 320]
+    assert _matmul_row_tiles(1024, 1024, 1024) == [528, 496]
     assert _matmul_row_tiles(720, 1024, 1024) == [360, 360]
     assert _matmul_row_tiles(120, 1024, 1024) == [72, 48]
-    assert _matmul_row_tiles(1024, 1024, 1024, threads=3) == [360, 360, 304]
+    assert _matmul_row_tiles(2048, 2048, 2048, threads=3) == [696, 696, 656]
     monkeypatch.setattr(parallel, "TILES_PER_THREAD", 1)
-    assert _matmul_row_tiles(1024, 1024, 1024) == [528, 496]
+    assert _matmul_row_tiles(2048, 2048, 2048) == [1032, 1016]
 
 
 
@@ -204,8 +233,8 @@ def _row_major_blocks(monkeypatch):
 
 @pytest.mark.parametrize("batch", [(), (2,)])
 def test_pack_a_blocks_are_6_row_k_major_panels(batch):
-    """The AVX2 f32 ``pack_a`` kernel lays its copied block of A (360 x 512)
-    out as [60, 512, 6] (a unit batch first for batch_matmul): element (i, k)
+    """The AVX2 f32 ``pack_a`` kernel lays its copied block of A (720 x 256)
+    out as [120, 256, 6] (a unit batch first for batch_matmul): element (i, k)
     at panel i / 6, k * 6 + i % 6; the register tiles read it there, and no
     load reads a row-major block."""
     import dataclasses
@@ -230,15 +259,58 @@ def test_pack_a_blocks_are_6_row_k_major_panels(batch):
         assert pack_a_panels(module, "6") == 1
         ir_text = str(module)
     lead = "1x" if batch else ""
-    assert f"to memref<{lead}60x512x6xf32>" in ir_text
-    assert f"memref<{lead}360x512xf32>" not in ir_text
+    assert f"to memref<{lead}120x256x6xf32>" in ir_text
+    assert f"memref<{lead}720x256xf32>" not in ir_text
     assert f"vector.load %view[{'%c0, ' if batch else ''}" in ir_text
+
+
+def test_avx2_pack_a_tiles_sum_each_k_block_from_zero():
+    """The AVX2 f32 ``pack_a`` kernel (blocks of 256 of K) starts each
+    register tile's loop over K at zero (6 x 16 tiles, the 4- and 2-row
+    blocks, single rows, the half panel) and adds the tile of C after it,
+    before the store (``transforms.matmul.c_after_k``); the other kernels
+    still start from C."""
+    import dataclasses
+    from compiler.codegen.cpu import pipeline
+    from compiler.codegen.cpu.transforms import REWRITES
+    from compiler.testing import filecheck
+    assert k_block_from_zero("f32", "avx2") == 256
+    assert k_block_from_zero("f32", "avx512") == k_block_from_zero("f64", "avx2") == 0
+    ts = [TensorType((64, 40), DType.F32), TensorType((40, 70), DType.F32)]
+    seen = []
+    REWRITES["_test_keep"] = lambda m: seen.append(str(m)) or 0
+    try:
+        for pack_a in (True, False):
+            text = single_op_linalg_text("MatMul", {}, ts, True, "cpu", (0, 1, 2), pack_a=pack_a)
+            strat = choose_strategy(text, ["kernel"], "cpu:x86-64-v3")
+            steps = list(strat.transform[1:]) if pack_a else []
+            assert ("py:c_after_k" in steps) == pack_a
+            steps.insert(steps.index("py:c_after_k") + 1 if pack_a else 0, "py:_test_keep")
+            first = strat.transform if isinstance(strat.transform, str) else strat.transform[0]
+            pipeline.lower(text, ["kernel"], target="cpu:x86-64-v3",
+                           strategy=dataclasses.replace(strat, transform=(first, *steps)))
+    finally:
+        del REWRITES["_test_keep"]
+    tile = """
+    CHECK: %[[Z:.*]] = arith.constant dense<0.000000e+00> : vector<SHAPExf32>
+    CHECK-NEXT: %[[R:.*]] = scf.for {{.*}} iter_args(%{{.*}} = %[[Z]]) -> (vector<SHAPExf32>)
+    CHECK: vector.fma
+    CHECK: } {loop_annotation
+    CHECK: %[[E:.*]] = vector.extract %[[R]][0]
+    CHECK-NEXT: %[[C:.*]] = vector.load %arg2
+    CHECK-NEXT: %[[S:.*]] = arith.addf %[[C]], %[[E]] : vector<WIDTHxf32>
+    CHECK-NEXT: vector.store %[[S]], %arg2
+    """
+    filecheck(seen[0], "".join(tile.replace("SHAPE", s).replace("WIDTH", s.split("x")[1])
+                               for s in ("6x16", "4x16", "2x16")))
+    filecheck(seen[1], "CHECK-NOT: arith.addf\nCHECK: vector.fma")
+    assert "iter_args" in seen[1] and "dense<0.000000e+00> : vector<6x16xf32>" not in seen[1]
 
 
 @pytest.mark.parametrize("m", [365, 725])
 def test_pack_a_panels_give_the_bits_of_row_major_blocks(monkeypatch, m):
     """MatMul [m, 1024] x [1024, 1040] (A's rows 4 KiB apart: A copied; a
-    partial last panel of 5 rows, blocks of 360 rows and 512 of K) and a
+    partial last panel of 5 rows, blocks of 720 rows and 256 of K) and a
     batched one ([2, 61, 1024] x [2, 1024, 1040]): the panel kernel
     gives the same bits as the kernel copying A's blocks row-major (the same
     FMAs in the same order)."""
@@ -261,7 +333,8 @@ def test_a_fused_linear_over_b_in_place_follows_the_matmul_rule():
     copies its blocks of A where MatMul does (A's rows 4 KiB apart, at least
     PACK_A_COLUMNS columns: linear+bias 512x1024x1024) and is cut at 2
     threads into MatMul's row tiles (column tiles would each copy all of A);
-    the same bits at 1 and 2 threads and as A read in place (rows 1040 apart)."""
+    the same bits at 1 and 2 threads, and as its blocks of K added in order
+    to the bias (``_k_blocks``)."""
     from compiler.codegen import parallel
     from runtime.executor import KernelStep
     from runtime.layout import Layout
@@ -286,9 +359,7 @@ def test_a_fused_linear_over_b_in_place_follows_the_matmul_rule():
     assert [lay[0].shape[0] for _, lay in tiles] == [264, 248]
     assert all(lay[1].shape == (k, n) and lay[2].shape == (n,) for _, lay in tiles)
     y = same_bits_at_threads(lambda: mod(x=a, w=w, b=b))
-    in_place = np.zeros((m, 1040), np.float32)[:, :k]
-    in_place[...] = a
-    np.testing.assert_array_equal(y, mod(x=in_place, w=w, b=b))
+    np.testing.assert_array_equal(y, _k_blocks("cpu:x86-64-v3", a, w, b))
     np.testing.assert_allclose(y, a.astype(np.float64) @ w + b, rtol=1e-4, atol=1e-3)
 
 

@@ -308,7 +308,23 @@ _ALIASED_PACKED_TILES = {("f32", "avx2"): dict(kc=128, nb=240)}
 #: without it, kc 256 / 384 / 1024 and mc 192 / 768 (0.981-1.051) and LLVM's
 #: x86-64-v4, generic or skylake-avx512 model (1.04-1.06).
 #: docs/benchmarks.md, "The per-call matmul's blocks on AVX-512 (Zen 4)".
-_PACK_A_TILES = {("f32", "avx2"): dict(pack_a=True, a_panels=True),
+#: ``c_after_k`` (AVX2 f32, with kc 256 and mc 720): each register tile sums
+#: its block of K from zero and then adds it to C (``transforms.matmul.
+#: c_after_k``, OpenBLAS's order; another rounding than one chain over K:
+#: ``k_block_from_zero``). C's rows lie a multiple of 4 KiB apart here, and
+#: the tile loaded them at the start, just after the previous tile's stores
+#: to the same page offsets: with the accumulators from zero the loop does
+#: not wait on them (2048 x 2048 x 2064, C's rows not 4 KiB apart: no gain).
+#: Then kc 256 (a 16 KiB panel of B, half of a 32 KiB L1) gains, where with
+#: C loaded first it lost (C's tiles loaded twice as often), and mc 720 (the
+#: 720 KiB block of A as before; B packed once per 720 rows). Zen 4, AVX-512
+#: hidden, one process, per-round ratio to kc 512 / mc 360 from C, median
+#: (rounds faster): 2048^3 1 thread 0.955-0.964 (8-9 of 9), 2 threads
+#: 0.954-0.958; 1024^3 0.992 (14/15) / 0.967 (10/15); linear+bias
+#: 512x1024x1024 1 thread 0.948 (15/15). Without kc 256 (from zero alone)
+#: 0.98-0.99; kc 256 alone 1.011. docs/benchmarks.md, "The AVX2
+#: micro-kernel against OpenBLAS's Haswell kernel".
+_PACK_A_TILES = {("f32", "avx2"): dict(pack_a=True, a_panels=True, kc=256, mc=720, c_after_k=True),
                  ("f32", "avx512"): dict(pack_a=True, a_panels=True)}
 
 
@@ -325,6 +341,15 @@ def a_block_rows(element_type: str, isa: str) -> int:
         return 0
     return {**_MATMUL_TILES[element_type, isa], **_PER_CALL_TILES.get((element_type, isa), {}),
             **_PACK_A_TILES[element_type, isa]}["mc"]
+
+
+def k_block_from_zero(element_type: str, isa: str) -> int:
+    """The block of K that the ``fuelc.pack_a`` matmul on ``element_type``
+    tiled for ``isa`` sums from zero before adding it to C
+    (``transforms.matmul.c_after_k``: its ``kc``), else 0 (one chain of FMAs
+    over all of K, from C)."""
+    tiles = _PACK_A_TILES.get((element_type, isa), {})
+    return tiles["kc"] if tiles.get("c_after_k") else 0
 
 
 #: LLVM's ``tune-cpu`` for the matmul kernels that take it (``matmul_strategy``,
@@ -368,8 +393,10 @@ def matmul_strategy(op: str, element_type: str, isa: str = "avx2", pack: bool = 
                 if aliased else {}),
              **(_PACK_A_TILES.get((element_type, isa), {}) if pack_a else {})}
     panels = tiles.pop("a_panels", False) and tiles.get("pack_a")
+    c_after = tiles.pop("c_after_k", False)
     script = matmul_script(op, pack=pack, **tiles)
     steps = (script, *((f"py:pack_a_panels {tiles['mr']}",) if panels else ()),
+             *(("py:c_after_k",) if c_after else ()),
              *(("py:sink_hoisted_deallocs",) if tiles.get("pack_a") or tiles.get("nb") else ()),
              *_tune_steps(element_type, isa))
     return Strategy(

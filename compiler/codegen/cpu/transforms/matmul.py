@@ -822,6 +822,48 @@ def pack_a_panels(module: "ir.Module", mr: str = "6") -> int:
     return n
 
 
+def c_after_k(module: "ir.Module") -> int:
+    """Start each register tile's loop over K (the loops ``matmul_script``
+    marks "do not unroll", carrying the tile's accumulators) at zero, and
+    add the tile of C to its result after the loop, before the store: a
+    block of K is summed from zero, then added to C (OpenBLAS's order). The
+    loop no longer waits on C's loads, nor do they follow the previous
+    tile's stores to the same page offsets (C's rows a multiple of 4 KiB
+    apart: docs/benchmarks.md, "The AVX2 micro-kernel against OpenBLAS's
+    Haswell kernel"). Another rounding than the one chain over all of K.
+    A loop without accumulators is left as it was: the 1 x 1 x 1 corner
+    tiles (the rows past the last whole ``mr`` rows, in the columns past
+    the last half panel) fold C in each step of K, in the one chain.
+    Returns the loops rewritten."""
+    from compiler.mlir import arith, ir, vector, walk_ops
+    n = 0
+    for loop in walk_ops(module, lambda o: o.name == "scf.for" and "loop_annotation" in o.attributes):
+        if len(loop.results) != 1:
+            continue
+        res = loop.results[0]
+        stores = []  # (the value stored, its store)
+        for use in res.uses:
+            o = use.owner
+            pairs = [(res, o)] if o.name == "vector.store" else \
+                [(o.result, u.owner) for u in o.result.uses] if o.name == "vector.extract" else []
+            if not pairs or any(st.name != "vector.store" or st.operands[0] != v for v, st in pairs):
+                stores = []
+                break
+            stores += pairs
+        if not stores:
+            continue
+        vt = ir.VectorType(res.type)
+        with ir.InsertionPoint(loop), loop.location:
+            loop.operands[3] = arith.constant(vt, ir.DenseElementsAttr.get_splat(
+                vt, ir.FloatAttr.get(vt.element_type, 0.0)))
+        for value, store in stores:
+            with ir.InsertionPoint(store), store.location:
+                c = vector.LoadOp(value.type, store.operands[1], list(store.operands)[2:]).result
+                store.operands[0] = arith.addf(c, value)
+        n += 1
+    return n
+
+
 def tune_cpu(module: "ir.Module", cpu: str) -> int:
     """Schedule ``module``'s code with LLVM's model and tuning of ``cpu``
     (``family.TUNE_CPU_ATTR``, read by ``pipeline.tune_functions``) instead
@@ -834,4 +876,4 @@ def tune_cpu(module: "ir.Module", cpu: str) -> int:
 
 #: The ``py:`` steps of this module's scripts.
 REWRITES = {"prefetch_next_panel": prefetch_next_panel, "sink_hoisted_deallocs": sink_hoisted_deallocs,
-             "pack_a_panels": pack_a_panels, "tune_cpu": tune_cpu}
+             "pack_a_panels": pack_a_panels, "c_after_k": c_after_k, "tune_cpu": tune_cpu}
