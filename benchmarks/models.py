@@ -48,6 +48,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)  # this checkout's compiler
 
+from benchmarks import busy  # noqa: E402
 from benchmarks.encoder import step_medians, times, width_note  # noqa: E402  (one timer for both)
 
 OPSET = 17
@@ -803,11 +804,19 @@ def main(argv=None) -> int:
     ap.add_argument("--dynamic-image", action="store_true",
                     help="with --dynamic: the cnn models' image height and width symbolic too "
                          "(one compile for every batch and image size)")
+    ap.add_argument("--busy-cpu", metavar="CPU:ON/OFF",
+                    help="time beside another process pinned to CPU, busy ON us and asleep OFF "
+                         "us in turn at nice -10 (benchmarks/busy.py), e.g. 1:1000/1000")
     ap.add_argument("--json", help="write every record here")
     ap.add_argument("--list", action="store_true", help="list the models and exit")
     ap.add_argument("--export", metavar="DIR",
                     help="write each model as DIR/<name>_b<batch>[_s<seq>].onnx and exit")
     args = ap.parse_args(argv)
+    if args.busy_cpu:
+        try:
+            busy.parse(args.busy_cpu)
+        except ValueError as e:
+            ap.error(str(e))
     names = args.model or [n for n, s in MODELS.items() if args.kind in (None, s.kind)]
     if args.kind:
         names = [n for n in names if MODELS[n].kind == args.kind]
@@ -848,20 +857,25 @@ def main(argv=None) -> int:
     print(f"{threads} threads each, {args.rounds} rounds of {args.repeats} runs, onnxruntime "
           f"{onnxruntime.__version__}, bn {args.bn}; fuelc/ort > 1: fuelc slower; rel diff: "
           f"max |fuelc - ort| / max |ort|")
+    if args.busy_cpu:
+        cpu, on, off = busy.parse(args.busy_cpu)
+        print(f"beside a process on CPU {cpu}: busy {on} us, asleep {off} us, in turn "
+              f"(nice {busy.NICE})")
     print(HEADER, flush=True)
     records = []
-    for name, batch, seq in cases():
-        try:
-            rec = run_case(name, batch, seq, args, threads)
-        except Exception as e:  # noqa: BLE001 - e.g. onnxruntime refused it
-            rec = {"model": name, "kind": MODELS[name].kind, "batch": batch,
-                   "seq": seq, "error": f"benchmark: {_one_line(e)}"}
-        records.append(rec)
-        print(format_row(rec), flush=True)
-        if args.dynamic and "error" not in rec:
-            print(format_dynamic(rec), flush=True)
-        if args.steps and "error" not in rec:
-            print("\n".join(format_ops(rec)), flush=True)
+    with busy.busy_cpu(args.busy_cpu):
+        for name, batch, seq in cases():
+            try:
+                rec = run_case(name, batch, seq, args, threads)
+            except Exception as e:  # noqa: BLE001 - e.g. onnxruntime refused it
+                rec = {"model": name, "kind": MODELS[name].kind, "batch": batch,
+                       "seq": seq, "error": f"benchmark: {_one_line(e)}"}
+            records.append(rec)
+            print(format_row(rec), flush=True)
+            if args.dynamic and "error" not in rec:
+                print(format_dynamic(rec), flush=True)
+            if args.steps and "error" not in rec:
+                print("\n".join(format_ops(rec)), flush=True)
     for kind in KINDS:
         ratios = [r["ratio"] for r in records if r["kind"] == kind and "ratio" in r]
         failed = sum(1 for r in records if r["kind"] == kind and "error" in r)

@@ -22,16 +22,24 @@ posting thread's CPU moves off it at once (``fuelc_leave_cpu``), or the two
 would share that CPU, the poster running every tile, for milliseconds; the
 waking post yields its CPU once, so that a worker queued there runs at once. The
 direct path wakes a sleeping worker at a run's start (``NativePool.wake``).
+A thread that waits for the other (the caller for the worker's tile, the idle
+worker for the caller holding the pool for a native run) reads the other's
+CPU clock every ``WATCH_NS`` and pulls it onto its own CPU where another
+process keeps it from running (``fuelc_watch``, ``fuelc_pull``); the worker
+leaves the posting thread's CPU at each task (docs/benchmarks.md, "A CPU half
+taken by another process").
 
-A worker's control block is ``7 + ROW`` int64 slots: the task word ``gen << 32
+A worker's control block is ``14 + ROW`` int64 slots: the task word ``gen << 32
 | tiles << 16 | next`` (a post bumps ``gen``, sets the tile count and
 ``next`` = 0), ``finished`` (how many tiles the worker has completed, ever),
 the address of the task's table (``tiles`` rows of ``ROW`` slots: a function
 address, then up to ``MAX_ARGS`` argument addresses, unused ones 0; x86-64
 SysV lets a caller pass more arguments than the callee reads), and one such
 row of the block's own (``post``: a one-tile task); then the worker's futex
-word (``SLEEP``), the CPU of the post that last woke it (``WAKER_CPU``), and
-two counters: wakes (``WAKES``) and sleeps (``SLEEPS``).
+word (``SLEEP``), the CPU of the last post (``WAKER_CPU``), two counters:
+wakes (``WAKES``) and sleeps (``SLEEPS``), the caller's waits (``WAITED``,
+``LONG_WAITS``), the two threads' ids (``WORKER_TID``, ``CALLER_TID``), the
+pulls (``PULLED_WORKER``, ``PULLED_CALLER``) and the ``POLICY`` bits.
 A tile is taken by one compare-and-swap of the task word (``next`` to
 ``next + 1``), by the worker
 or by the posting thread, which keeps taking tiles until none is left and
@@ -71,14 +79,42 @@ ROW = 1 + MAX_ARGS
 #: The block's slot whose low 32 bits are the worker's futex word: 1 while it
 #: sleeps (``fuelc_worker_sleep``), set to 0 by the post that wakes it.
 SLEEP = 3 + ROW
-#: The block's slot where a post that wakes the worker leaves the CPU the
-#: posting thread runs on (``fuelc_wake``), for ``fuelc_leave_cpu``.
+#: The block's slot where each post (and ``NativePool.wake``) leaves the CPU
+#: the posting thread runs on, for ``fuelc_leave_cpu``.
 WAKER_CPU = 4 + ROW
 #: The block's counters (never reset): posts that found the worker asleep and
 #: woke it (``fuelc_wake``), and the worker's sleeps on its futex word
 #: (``fuelc_worker_sleep``: each futex wait, after ``SPIN_CYCLES`` without a task).
 WAKES = 5 + ROW
 SLEEPS = 6 + ROW
+#: The posting thread's wait for the worker's tiles (``fuelc_finish``, after
+#: its own): TSC cycles in all, and the waits longer than ``LONG_WAIT``
+#: cycles (never reset; docs/benchmarks.md, "A CPU half taken").
+WAITED = 7 + ROW
+LONG_WAITS = 8 + ROW
+LONG_WAIT = 250_000
+#: The worker's thread id (set by the worker before it enters its loop), and
+#: the thread id of the thread holding the pool for a native run (``hold``;
+#: 0 otherwise): each side's CPU clock tells the other whether it runs.
+WORKER_TID = 9 + ROW
+CALLER_TID = 10 + ROW
+#: Pulls (``fuelc_pull``): the worker moved onto the waiting caller's CPU,
+#: the caller onto the idle worker's.
+PULLED_WORKER = 11 + ROW
+PULLED_CALLER = 12 + ROW
+#: A thread waiting for the other (the caller for the worker's tile, the idle
+#: worker for the holding caller's next task) reads the other's CPU clock
+#: every ``WATCH_NS``; where it ran under a quarter of that window while
+#: this one polled, another process holds its CPU (a neighbour at a higher
+#: priority; docs/benchmarks.md, "A CPU half taken") and it is pulled onto
+#: the waiter's CPU, where the waiter's yields let it run.
+WATCH_NS = 30_000
+#: The block's policy bits (all by default): ``WATCH`` the caller's watch of
+#: the worker (``fuelc_watch``), ``LEAVE`` the worker leaving the posting
+#: thread's CPU at each task (``fuelc_leave_cpu``), ``WATCH_CALLER`` the idle
+#: worker's watch of the caller; 0 is the pool as it was before them.
+POLICY = 13 + ROW
+WATCH, LEAVE, WATCH_CALLER = 1, 2, 4
 SYS_FUTEX, FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 202, 128, 129
 #: The bytes of the CPU mask the worker reads and sets (glibc's ``cpu_set_t``:
 #: 1024 CPUs).
@@ -95,6 +131,106 @@ declare i64 @syscall(i64, ...)
 declare i32 @sched_getcpu()
 declare i32 @sched_getaffinity(i32, i64, ptr)
 declare i32 @sched_setaffinity(i32, i64, ptr)
+declare i32 @clock_gettime(i32, ptr)
+
+; Nanoseconds of clock %ck (clock_gettime), -1 on an error.
+define i64 @fuelc_clock_ns(i32 %ck) {{
+entry:
+  %ts = alloca [2 x i64], align 8
+  %r = call i32 @clock_gettime(i32 %ck, ptr %ts)
+  %ok = icmp eq i32 %r, 0
+  br i1 %ok, label %read, label %bad
+read:
+  %s = load i64, ptr %ts, align 8
+  %np = getelementptr i64, ptr %ts, i64 1
+  %n = load i64, ptr %np, align 8
+  %s9 = mul i64 %s, 1000000000
+  %t = add i64 %s9, %n
+  ret i64 %t
+bad:
+  ret i64 -1
+}}
+
+; Move thread %tid onto this thread's CPU: its allowed CPUs this one only
+; (which migrates it), then as they were (which leaves it here); counted in
+; slot %slot of block %c.
+define void @fuelc_pull(ptr %c, i64 %tid, i64 %slot) {{
+entry:
+  %t = trunc i64 %tid to i32
+  %m = alloca [{_MASK_WORDS} x i64], align 8
+  %one = alloca [{_MASK_WORDS} x i64], align 8
+  %got = call i32 @sched_getaffinity(i32 %t, i64 {CPU_SET_BYTES}, ptr %m)
+  %here32 = call i32 @sched_getcpu()
+  %here = sext i32 %here32 to i64
+  %gotok = icmp eq i32 %got, 0
+  %inmask = icmp ult i64 %here, {CPU_SET_BYTES * 8}
+  %ok = and i1 %gotok, %inmask
+  br i1 %ok, label %move, label %done
+move:
+  store [{_MASK_WORDS} x i64] zeroinitializer, ptr %one, align 8
+  %word = lshr i64 %here, 6
+  %sh = and i64 %here, 63
+  %bit = shl i64 1, %sh
+  %wp = getelementptr i64, ptr %one, i64 %word
+  store i64 %bit, ptr %wp, align 8
+  %r1 = call i32 @sched_setaffinity(i32 %t, i64 {CPU_SET_BYTES}, ptr %one)
+  %r2 = call i32 @sched_setaffinity(i32 %t, i64 {CPU_SET_BYTES}, ptr %m)
+  %kp = getelementptr i64, ptr %c, i64 %slot
+  %k = atomicrmw add ptr %kp, i64 1 monotonic
+  br label %done
+done:
+  ret void
+}}
+
+; One look of a waiting thread at the thread whose id is in slot %tslot of
+; block %c (0: none): %st holds the window's start (monotonic ns, 0: none
+; yet) and that thread's CPU clock then. Once the window is WATCH_NS long,
+; a thread that ran under a quarter of it is pulled here (fuelc_pull, counted
+; in slot %pslot), and a new window starts.
+define void @fuelc_watch(ptr %c, ptr %st, i64 %tslot, i64 %pslot, i64 %bit) {{
+entry:
+  %pp = getelementptr i64, ptr %c, i64 {POLICY}
+  %pol = load atomic i64, ptr %pp monotonic, align 8
+  %b = and i64 %pol, %bit
+  %bn = icmp ne i64 %b, 0
+  %on = zext i1 %bn to i64
+  %tp = getelementptr i64, ptr %c, i64 %tslot
+  %tid0 = load atomic i64, ptr %tp monotonic, align 8
+  %tid = mul i64 %tid0, %on
+  %has = icmp ne i64 %tid, 0
+  br i1 %has, label %look, label %done
+look:
+  %now = call i64 @fuelc_clock_ns(i32 1)
+  %w0 = load i64, ptr %st, align 8
+  %cp = getelementptr i64, ptr %st, i64 1
+  %c0 = load i64, ptr %cp, align 8
+  %fresh = icmp eq i64 %w0, 0
+  %span = sub i64 %now, %w0
+  %short = icmp ult i64 %span, {WATCH_NS}
+  %wait = select i1 %fresh, i1 false, i1 %short
+  br i1 %wait, label %done, label %clock
+clock:
+  %t32 = trunc i64 %tid to i32
+  %nt = xor i32 %t32, -1
+  %ts = shl i32 %nt, 3
+  %ck = or i32 %ts, 6
+  %cpu = call i64 @fuelc_clock_ns(i32 %ck)
+  store i64 %now, ptr %st, align 8
+  store i64 %cpu, ptr %cp, align 8
+  br i1 %fresh, label %done, label %judge
+judge:
+  %ran = sub i64 %cpu, %c0
+  %ran4 = mul i64 %ran, 4
+  %starved = icmp slt i64 %ran4, %span
+  %valid = icmp sge i64 %cpu, 0
+  %pull = and i1 %starved, %valid
+  br i1 %pull, label %move, label %done
+move:
+  call void @fuelc_pull(ptr %c, i64 %tid, i64 %pslot)
+  br label %done
+done:
+  ret void
+}}
 
 ; Claim the next tile of the task word %w of block %c (gen << 32 | tiles << 16
 ; | next): one compare-and-swap moves next to next + 1; false when another
@@ -130,6 +266,8 @@ entry:
 
 define i64 @fuelc_worker_loop(ptr %c, i64 %seen, i64 %spin, i64 %pure) {{
 entry:
+  %st = alloca [2 x i64], align 8
+  store [2 x i64] zeroinitializer, ptr %st, align 8
   %t0 = call i64 @llvm.readcyclecounter()
   br label %poll
 poll:
@@ -140,6 +278,15 @@ poll:
   %new = icmp ne i64 %g, %s
   br i1 %new, label %claim, label %idle
 claim:
+  %pp = getelementptr i64, ptr %c, i64 {POLICY}
+  %pol = load atomic i64, ptr %pp monotonic, align 8
+  %lv = and i64 %pol, 2
+  %leave = icmp ne i64 %lv, 0
+  br i1 %leave, label %off, label %take
+off:
+  call void @fuelc_leave_cpu(ptr %c)
+  br label %take
+take:
   %mine = call i1 @fuelc_claim(ptr %c, i64 %w)
   br i1 %mine, label %run, label %left
 left:
@@ -152,6 +299,7 @@ over:
   ; a task seen counts as activity, taken or not: a worker whose tiles the
   ; caller keeps taking stays awake while calls come
   %t2 = call i64 @llvm.readcyclecounter()
+  store i64 0, ptr %st, align 8
   br label %poll
 run:
   %i = and i64 %w, 65535
@@ -161,6 +309,7 @@ run:
   br label %ran
 ran:
   %t1 = call i64 @llvm.readcyclecounter()
+  store i64 0, ptr %st, align 8
   br label %poll
 idle:
   call void @llvm.x86.sse2.pause()
@@ -172,6 +321,9 @@ keep:
   %polite = icmp uge i64 %waited, %pure
   br i1 %polite, label %yield, label %back
 yield:
+  ; idle while a caller holds the pool for a native run: a caller that does
+  ; not run is queued behind another process on its CPU; pull it here
+  call void @fuelc_watch(ptr %c, ptr %st, i64 {CALLER_TID}, i64 {PULLED_CALLER}, i64 {WATCH_CALLER})
   %y = call i32 @sched_yield()
   br label %back
 back:
@@ -196,6 +348,10 @@ entry:
   %hi = shl i64 %g, 32
   %nn = shl i64 %n, 16
   %w = or i64 %hi, %nn
+  %cpu = call i32 @sched_getcpu()
+  %cpu64 = sext i32 %cpu to i64
+  %cp = getelementptr i64, ptr %c, i64 {WAKER_CPU}
+  store atomic i64 %cpu64, ptr %cp monotonic, align 8
   store atomic i64 %w, ptr %c seq_cst, align 8
   call void @fuelc_wake(ptr %c)
   ret i64 %f0
@@ -270,8 +426,8 @@ loop:
   br label %loop
 }}
 
-; After a wake-up: where the scheduler has put the worker on the CPU of the
-; thread whose post woke it (slot {WAKER_CPU}), the two would take turns on one
+; After a wake-up, and at each task (policy LEAVE): where the worker runs on the
+; CPU of the thread that posted last (slot {WAKER_CPU}), the two would take turns on one
 ; CPU while another may idle, and the poster would run every tile itself until
 ; the kernel's load balancing moved one of them, milliseconds later. So move
 ; off that CPU at once: allowed CPUs without it (one sched_setaffinity, which
@@ -319,6 +475,8 @@ done:
 ; fuelc_post; yielding after %pure cycles, as the worker polls).
 define void @fuelc_finish(ptr %c, i64 %n, i64 %f0, i64 %pure) {{
 entry:
+  %st = alloca [2 x i64], align 8
+  store [2 x i64] zeroinitializer, ptr %st, align 8
   br label %take
 take:
   %mine = phi i64 [ 0, %entry ], [ %mine, %lost ], [ %mine1, %ran ]
@@ -354,9 +512,20 @@ again:
   %polite = icmp uge i64 %waited, %pure
   br i1 %polite, label %yield, label %poll
 yield:
+  ; a worker that does not run holds a tile behind another process on its
+  ; CPU: pull it here, where this thread's yields let it run
+  call void @fuelc_watch(ptr %c, ptr %st, i64 {WORKER_TID}, i64 {PULLED_WORKER}, i64 {WATCH})
   %y = call i32 @sched_yield()
   br label %poll
 out:
+  %t1 = call i64 @llvm.readcyclecounter()
+  %dt = sub i64 %t1, %t0
+  %wp = getelementptr i64, ptr %c, i64 {WAITED}
+  %wsum = atomicrmw add ptr %wp, i64 %dt monotonic
+  %long = icmp uge i64 %dt, {LONG_WAIT}
+  %lw = zext i1 %long to i64
+  %lp = getelementptr i64, ptr %c, i64 {LONG_WAITS}
+  %lsum = atomicrmw add ptr %lp, i64 %lw monotonic
   ret void
 }}
 
@@ -380,7 +549,7 @@ entry:
 }}
 """
 
-_Block = ctypes.c_int64 * (SLEEPS + 1)
+_Block = ctypes.c_int64 * (POLICY + 1)
 #: The largest tile count of one task (the task word's 16-bit fields).
 MAX_TILES = 65535
 
@@ -401,7 +570,7 @@ class _Native:
         libc = ctypes.CDLL(None)
         llvm.add_symbol("sched_yield", ctypes.cast(libc.sched_yield, ctypes.c_void_p).value)
         llvm.add_symbol("syscall", ctypes.cast(libc.syscall, ctypes.c_void_p).value)
-        for name in ("sched_getcpu", "sched_getaffinity", "sched_setaffinity"):
+        for name in ("sched_getcpu", "sched_getaffinity", "sched_setaffinity", "clock_gettime"):
             llvm.add_symbol(name, ctypes.cast(getattr(libc, name), ctypes.c_void_p).value)
         mod = llvm.parse_assembly(_IR)
         mod.triple, mod.data_layout = tm.triple, str(tm.target_data)
@@ -418,12 +587,14 @@ class _Native:
         self.run_tiles = ctypes.CFUNCTYPE(None, ptr, ptr, i64, i64)(fn("fuelc_run_tiles"))
         self.run_tiles_row = fn("fuelc_run_tiles_row")
         self.leave_cpu = ctypes.CFUNCTYPE(None, ptr)(fn("fuelc_leave_cpu"))
+        self.pull = ctypes.CFUNCTYPE(None, ptr, i64, i64)(fn("fuelc_pull"))
 
 
 class _Worker:
     def __init__(self, native: _Native):
         self.block = _Block()
         self.block[WAKER_CPU] = -1     # no post has woken it yet
+        self.block[POLICY] = WATCH | LEAVE | WATCH_CALLER
         self.address = ctypes.addressof(self.block)
         self.row = self.address + 3 * 8       # the block's own one-row table (``post``)
         self.n_args = 0        # the argument slots the last ``post`` used
@@ -443,6 +614,7 @@ class _Worker:
 
     def _serve(self) -> None:
         # native for good (GIL released): a post wakes it from native code too
+        self.block[WORKER_TID] = threading.get_native_id()
         self._native.serve(self.address, SPIN_CYCLES, SPIN_PURE_CYCLES)
 
     def post(self, fn: int, args: Sequence[int]) -> int:
@@ -531,13 +703,15 @@ class NativePool:
         is this process's pool and not in use by another thread (a worker
         still asleep is woken by the run's first post; the direct path wakes
         it before, ``wake``). Then ``release()`` must follow."""
-        if _pool is not self or self.pid != _pid:
+        if _pool is not self or self.pid != _pid or not self.busy.acquire(False):
             return False
-        return self.busy.acquire(False)
+        self._block[CALLER_TID] = threading.current_thread().native_id
+        return True
 
     def release(self, n_args: int = 0) -> None:
         """Free the pool after a ``hold()`` (``n_args``: kept for callers;
         task tables live outside the worker's block)."""
+        self._block[CALLER_TID] = 0
         self.busy.release()
 
 

@@ -840,3 +840,115 @@ def test_a_post_that_wakes_the_worker_yields_its_cpu_to_it():
         os.sched_setaffinity(0, mask)
         os.sched_setaffinity(tid, worker_mask)
     assert sum(firsts) >= 3, f"the woken worker ran the first tile in {sum(firsts)} of 5 tries"
+
+
+def _cpu_of(tid):
+    """The CPU thread ``tid`` of this process last ran on (/proc: its stat's
+    39th field)."""
+    with open(f"/proc/self/task/{tid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[36])
+
+
+def test_a_pulled_thread_moves_onto_the_pullers_cpu_and_keeps_its_mask():
+    """``fuelc_pull`` moves a running thread onto the calling thread's CPU
+    (counted in the block slot it names) and leaves the CPUs it may use as
+    they were."""
+    import threading
+    import time
+    from compiler.codegen import native_pool
+    cpus = _two_cpus()
+    native = native_pool.pool(1)._native
+    block, idle = native_pool._Block(), native_pool._Block()
+    seen = {}
+
+    def spinner():   # polls an idle block natively (no GIL) for some 0.2-0.5 s
+        os.sched_setaffinity(0, {cpus[1]})
+        os.sched_setaffinity(0, set(cpus))      # free again, still on cpus[1]
+        seen["tid"] = threading.get_native_id()
+        native.loop(ctypes.addressof(idle), 0, 1_000_000_000, 1 << 62)
+    t = threading.Thread(target=spinner)
+    mask = os.sched_getaffinity(0)
+    t.start()
+    try:
+        while "tid" not in seen:
+            time.sleep(0.001)
+        os.sched_setaffinity(0, {cpus[0]})
+        native.pull(ctypes.addressof(block), seen["tid"], native_pool.PULLED_WORKER)
+        where, allowed = _cpu_of(seen["tid"]), os.sched_getaffinity(seen["tid"])
+    finally:
+        os.sched_setaffinity(0, mask)
+        t.join()
+    assert where == cpus[0] and allowed == set(cpus)
+    assert block[native_pool.PULLED_WORKER] == 1
+
+
+def _starve(cpu):
+    """A busy process on ``cpu`` (kill it after): a thread of nice 19 there
+    runs some 1.5% of the time beside it."""
+    return subprocess.Popen([sys.executable, "-c", "import os, sys\n"
+                             f"os.sched_setaffinity(0, {{{cpu}}})\nsys.stdin.read(1)\n"
+                             "while True: pass"], stdin=subprocess.PIPE)
+
+
+@pytest.mark.parametrize("policy", [1, 0])
+def test_a_worker_starved_in_its_tile_is_pulled_onto_the_waiting_callers_cpu(policy):
+    """A worker that claimed a tile, then lost its CPU to another process
+    (here: a busy process beside a worker of nice 19), holds the caller up
+    until that process lets it run. The caller, once it has run its own
+    tiles, reads the worker's CPU clock every ``WATCH_NS``; seeing it
+    starved it pulls the worker onto its own CPU, where its yields let the
+    tile end (policy 1); without the watch (policy 0) it only waits. (A
+    worker that runs unhindered is pulled rarely, not never: on a VM its
+    vCPU may stall too; docs/benchmarks.md, "A CPU half taken".)"""
+    import threading
+    import time
+    from compiler.codegen import native_pool
+    cpus = _two_cpus()
+    native = native_pool.pool(1)._native
+    block, idle = native_pool._Block(), native_pool._Block()
+    address = ctypes.addressof(block)
+    block[native_pool.POLICY] = policy
+    hog = _starve(cpus[1])
+    mine = threading.get_ident()
+    where = {}
+
+    @ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+    def tile(index):
+        if threading.get_ident() == mine:   # the caller's: until the worker runs the other
+            deadline = time.monotonic() + 2
+            while "started" not in where and time.monotonic() < deadline:
+                time.sleep(0)                     # (busy: an idle CPU here would take the worker)
+            return
+        os.setpriority(os.PRIO_PROCESS, 0, 19)    # this thread only (Linux)
+        hog.stdin.write(b"x")
+        hog.stdin.flush()
+        where["started"] = True
+        # 20 ms of polling an idle block: natively, without the GIL, as a kernel
+        # runs (a thread blocked, on the GIL or asleep, reads as starved too)
+        native.loop(ctypes.addressof(idle), 0, 50_000_000, 1 << 62)
+        where["end"] = True
+    fn = ctypes.cast(tile, ctypes.c_void_p).value
+    table = native_pool.Tiles([(fn, [0]), (fn, [1])])
+
+    def serve():
+        os.sched_setaffinity(0, {cpus[1]})
+        os.sched_setaffinity(0, set(cpus))      # free again, still on cpus[1]
+        block[native_pool.WORKER_TID] = threading.get_native_id()
+        native.loop(address, 0, 3_000_000_000, 20_000)   # returns after ~1 s idle
+    worker = threading.Thread(target=serve)
+    mask = os.sched_getaffinity(0)
+    try:
+        worker.start()
+        while not block[native_pool.WORKER_TID]:
+            time.sleep(0.001)
+        os.sched_setaffinity(0, {cpus[0]})
+        native.run_tiles(address, table.address, 2, native_pool.SPIN_PURE_CYCLES)
+    finally:
+        os.sched_setaffinity(0, mask)
+        hog.kill()
+        hog.wait()
+        hog.stdin.close()
+    worker.join()
+    if "end" not in where:
+        pytest.skip("the worker claimed no tile (a loaded machine)")
+    assert (block[native_pool.PULLED_WORKER] > 0) == bool(policy)
