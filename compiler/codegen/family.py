@@ -307,6 +307,11 @@ SHORT_K_MAX = 768
 #: ``out[m, p, j] += a[m, k] * b[p, k, j]``, which a target's strategy may
 #: tile as a matmul over contiguous B panels (``transforms.matmul.packed_script``).
 PACKED_B_ATTR = "fuelc.packed_b"
+#: On a cpu entry whose lowering wrote its loops in vector ops as they should
+#: run (FlashAttn's, ``lowering/fused_attention.py``): the strategy selector
+#: sees it as a feature and lowers it without LLVM's loop unrolling
+#: (``strategy.VECTORIZED_ROLLED``).
+ROLLED_ATTR = "fuelc.rolled"
 
 
 def inner_strides(layouts: Sequence[Layout]) -> tuple[int, ...]:

@@ -152,6 +152,17 @@ VECTOR_OPS = "fuelc.vector_ops"
 VECTORIZED = Strategy(
     name="vectorized", lowering=VECTOR_LOWERING,
     doc="a kernel its lowering vectorized (vector ops on tensors); lowered as written")
+#: The feature of such a kernel whose loops are written as they should run
+#: (``family.ROLLED_ATTR``: FlashAttn's register tiles).
+ROLLED = "fuelc.rolled"
+#: Its strategy: VECTORIZED without LLVM's loop unrolling. Unrolled, BERT b8's
+#: attention kernel grew from 154 to 336 KB of LLVM IR and took 0.56-0.65 s to
+#: compile; not unrolled 0.39 s, and it ran 1% faster (one znver4 thread,
+#: in-process A/B; docs/compile-at-scale.md, "Seventeenth round").
+VECTORIZED_ROLLED = dataclasses.replace(
+    VECTORIZED, name="vectorized-rolled", llvm_unroll=False,
+    doc="a kernel its lowering vectorized and tiled for the registers; lowered as "
+        "written, without LLVM's loop unrolling")
 
 #: ISA levels a strategy may have variants for, best first: (name, the
 #: target features it needs).
@@ -821,6 +832,7 @@ for _features, _options in _MATMUL_VARIANTS:
                               {**_v, "": _v["avx2"]})
 
 # last: a kernel with linalg ops of its own takes their strategy
+register_strategy(lambda names: VECTOR_OPS in names and ROLLED in names, VECTORIZED_ROLLED)
 register_strategy(lambda names: VECTOR_OPS in names, VECTORIZED)
 
 

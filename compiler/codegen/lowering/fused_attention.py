@@ -262,13 +262,19 @@ def _exp_nonpositive(x):
     return y
 
 
+def _entry(op):
+    """The function (the kernel's entry) ``op`` is in, or None."""
+    fn = op.operation.parent
+    while fn is not None and fn.name != "func.func":
+        fn = fn.parent
+    return fn
+
+
 def _unit_stride_args(op) -> set:
     """The arguments the kernel's entry (``op``'s function) takes with a unit
     innermost stride (``family.UNIT_STRIDE_ATTR``, set before lowering)."""
     from compiler.codegen.family import UNIT_STRIDE_ATTR
-    fn = op.operation.parent
-    while fn is not None and fn.name != "func.func":
-        fn = fn.parent
+    fn = _entry(op)
     if fn is None or UNIT_STRIDE_ATTR not in fn.attributes:
         return set()
     return {int(ir.IntegerAttr(a).value) for a in ir.ArrayAttr(fn.attributes[UNIT_STRIDE_ATTR])}
@@ -529,6 +535,12 @@ def _flash_attn_cpu(lw: Lowering):
             return [out, srow]
         return [kt, vc, *_loop(0, g, [out, srow], query_head)]
 
+    # its loops run as written: LLVM's unrolling doubled the code for no speed
+    # (``family.ROLLED_ATTR``)
+    from compiler.codegen.family import ROLLED_ATTR
+    fn = _entry(lw.op)
+    if fn is not None:
+        fn.attributes[ROLLED_ATTR] = ir.UnitAttr.get()
     # scratch: one kv head's K transposed and V (the pad stays 0), one score row
     carried = [fill(zero, empty([d, skp], c)), fill(zero, empty([skp, d], c)),
                empty([b, hq, sq, d], elt), fill(zero, empty([nrow, skp], c))]
