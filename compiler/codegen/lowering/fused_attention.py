@@ -30,8 +30,8 @@ from compiler.errors import LoweringError
 from compiler.mlir import arith, ir, math, scf, tensor, vector
 
 from .core import (PARALLEL, REDUCTION, Lowering, Scalar, affine_map, dims, empty, fill,
-                   from_compute, generic, identity_map, index, insert_at, loop_index, lowers, rtt,
-                   slice_at, to_compute)
+                   from_compute, generic, identity_map, index, insert_at, loop_index, lowers,
+                   mark_rolled, rtt, slice_at, to_compute)
 from .layout import extract_slice
 
 
@@ -262,19 +262,13 @@ def _exp_nonpositive(x):
     return y
 
 
-def _entry(op):
-    """The function (the kernel's entry) ``op`` is in, or None."""
-    fn = op.operation.parent
-    while fn is not None and fn.name != "func.func":
-        fn = fn.parent
-    return fn
-
-
 def _unit_stride_args(op) -> set:
     """The arguments the kernel's entry (``op``'s function) takes with a unit
     innermost stride (``family.UNIT_STRIDE_ATTR``, set before lowering)."""
     from compiler.codegen.family import UNIT_STRIDE_ATTR
-    fn = _entry(op)
+    fn = op.operation.parent
+    while fn is not None and fn.name != "func.func":
+        fn = fn.parent
     if fn is None or UNIT_STRIDE_ATTR not in fn.attributes:
         return set()
     return {int(ir.IntegerAttr(a).value) for a in ir.ArrayAttr(fn.attributes[UNIT_STRIDE_ATTR])}
@@ -535,12 +529,7 @@ def _flash_attn_cpu(lw: Lowering):
             return [out, srow]
         return [kt, vc, *_loop(0, g, [out, srow], query_head)]
 
-    # its loops run as written: LLVM's unrolling doubled the code for no speed
-    # (``family.ROLLED_ATTR``)
-    from compiler.codegen.family import ROLLED_ATTR
-    fn = _entry(lw.op)
-    if fn is not None:
-        fn.attributes[ROLLED_ATTR] = ir.UnitAttr.get()
+    mark_rolled()  # its loops run as written: LLVM's unrolling doubled the code for no speed
     # scratch: one kv head's K transposed and V (the pad stays 0), one score row
     carried = [fill(zero, empty([d, skp], c)), fill(zero, empty([skp, d], c)),
                empty([b, hq, sq, d], elt), fill(zero, empty([nrow, skp], c))]
