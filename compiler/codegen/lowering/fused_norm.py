@@ -57,14 +57,15 @@ def _for(upper, inits, body) -> list:
 LAYER_NORM_ROLLED_MAX = 768
 
 
-def over_rows(xs, out, row_fn, rolled: bool = True):
+def over_rows(xs, out, row_fn, rolled: bool = False):
     """For every row index ``at`` of ``out`` (all axes but the last):
     ``row_fn([x[at, :] for x in xs], out[at, :], n) -> new out row`` (1-D
     tensors; ``n`` the row length). Returns the filled ``out``. An ``x`` of
     a static extent 1 on an axis is read at index 0 there: it broadcasts
-    over that axis (softmax's additive mask). ``rolled``: LLVM vectorizes
-    the passes over a row but does not unroll them (``core.mark_rolled``;
-    unrolled, RMSNorm and short LayerNorm rows ran 20-35% slower,
+    over that axis (softmax's additive mask). ``rolled`` (the norms): LLVM
+    vectorizes the passes over a row but does not unroll them
+    (``core.mark_rolled``; unrolled, RMSNorm and short LayerNorm rows ran
+    15-35% slower; softmax ran as fast unrolled, f16 and AVX2 0.3-2% faster:
     docs/compile-at-scale.md "Seventeenth round")."""
     od = dims(out)
     n = od[-1]
@@ -197,7 +198,7 @@ def rms_norm_rows(x, s: Scalar, eps: float, out_elt, weight=None):
             return from_compute(y, out_elt), []
         return row_write(orow, n, norm)[0]
 
-    return over_rows([x], empty(dims(x), out_elt), row)
+    return over_rows([x], empty(dims(x), out_elt), row, rolled=True)
 
 
 def layer_norm_rows(x, s: Scalar, eps: float, out_elt, affine=()):
