@@ -307,6 +307,12 @@ SHORT_K_MAX = 768
 #: ``out[m, p, j] += a[m, k] * b[p, k, j]``, which a target's strategy may
 #: tile as a matmul over contiguous B panels (``transforms.matmul.packed_script``).
 PACKED_B_ATTR = "fuelc.packed_b"
+#: On a cpu entry whose lowering wrote its loops as they should run
+#: (FlashAttn's register tiles, ``lowering/fused_attention.py``; RMSNorm's and
+#: LayerNorm's passes, ``lowering/fused_norm.over_rows``; ``lowering.core.
+#: mark_rolled``): the strategy selector sees it as a feature and lowers it
+#: without LLVM's loop unrolling (``strategy.VECTORIZED_ROLLED``, ``LOOPS_ROLLED``).
+ROLLED_ATTR = "fuelc.rolled"
 
 
 def inner_strides(layouts: Sequence[Layout]) -> tuple[int, ...]:

@@ -114,3 +114,31 @@ def test_threads_do_not_change_row_results(rng):
     from compiler.testing import same_bits_at_threads
     x = rng.standard_normal((700, 96)).astype(np.float32)
     same_bits_at_threads(lambda: compile(_graph("SoftmaxLastDim", x.shape, "f32"), "cpu")(x=x))
+
+
+@pytest.mark.parametrize("target", ["cpu:x86-64-v3", "cpu:x86-64-v4"])
+@pytest.mark.parametrize("name,width,rolled", [
+    ("RmsNormLastDim", 4096, True), ("LayerNormLastDim", 768, True),
+    ("LayerNormLastDim", 1024, False), ("SoftmaxLastDim", 256, False),
+    ("LogSoftmaxLastDim", 256, False)])
+def test_norm_passes_are_vectorized_not_unrolled(name, width, rolled, target):
+    # the norms' entries carry family.ROLLED_ATTR (LayerNorm's up to
+    # LAYER_NORM_ROLLED_MAX elements a row): LOOPS_ROLLED, LLVM vectorizes the
+    # passes over a row without unrolling them (docs/compile-at-scale.md,
+    # "Seventeenth round"): less code, still the target's vector width; the
+    # softmax rows keep LOOPS (as fast unrolled)
+    from compiler.codegen.cpu import choose_strategy, strategy as S
+    from compiler.codegen.family import ROLLED_ATTR
+    from compiler.codegen.lowering.fused_norm import LAYER_NORM_ROLLED_MAX
+    assert (name == "RmsNormLastDim" or (name == "LayerNormLastDim"
+                                          and width <= LAYER_NORM_ROLLED_MAX)) is rolled
+    text = _text(name, DType.F32, (64, width))
+    assert (ROLLED_ATTR in text) is rolled
+    strategy = choose_strategy(text, ["kernel"], target)
+    assert strategy is (S.LOOPS_ROLLED if rolled else S.LOOPS), strategy.name
+    if rolled:
+        ll = lower(text, ["kernel"], target=target).llvm_ir
+        unrolled = lower(text, ["kernel"], target=target, strategy=S.LOOPS).llvm_ir
+        assert len(ll) < 0.9 * len(unrolled), (len(ll), len(unrolled))
+        lanes = 8 if target.endswith("v3") else 16
+        assert re.search(rf"<{lanes} x float>|<{lanes // 2} x double>", ll)

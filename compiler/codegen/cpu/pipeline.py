@@ -110,8 +110,8 @@ def parse_module(text: str, ctx: "ir.Context") -> "ir.Module":
 #: (``Layout.stride[-1] == 1``). After bufferization each such argument is cast
 #: to ``strided<[?, ..., 1], offset: ?>``, so copies and vector transfers of
 #: its rows become contiguous loads and stores instead of strided scalar ones.
-from compiler.codegen.family import (ALIASED_ATTR, FEW_ROWS_ATTR, PACK_A_ATTR, SHORT_K_ATTR, UNIT_STRIDE_ATTR,  # noqa: E402
-                                     UNPACKED_ATTR, ZERO_STRIDE_ATTR)
+from compiler.codegen.family import (ALIASED_ATTR, FEW_ROWS_ATTR, PACK_A_ATTR, ROLLED_ATTR, SHORT_K_ATTR,  # noqa: E402
+                                     UNIT_STRIDE_ATTR, UNPACKED_ATTR, ZERO_STRIDE_ATTR)
 from compiler.codegen.cpu.transforms.conv import DIRECT_CONV_ATTR  # noqa: E402
 from compiler.codegen.cpu.transforms.matmul import EPILOGUE_ATTR  # noqa: E402
 from compiler.codegen.family import LONG_K_ATTR, PACKED_B_ATTR, STEM_ATTR, TUNE_CPU_ATTR  # noqa: E402
@@ -297,8 +297,8 @@ def linalg_op_names(module: "ir.Module") -> set[str]:
     ``"<name>:<element type>"`` of each op's first operand (``linalg.matmul:f32``)
     and ``"<name>:<element type>:dynamic"`` when every dim of its last operand
     (the init) is dynamic; ``fuelc.few_rows`` when an entry carries that
-    attribute (``family.FEW_ROWS_ATTR``), and ``fuelc.unpacked``, ``fuelc.aliased_b``
-    and ``fuelc.pack_a`` likewise; ``fuelc.direct_conv`` when a linalg op
+    attribute (``family.FEW_ROWS_ATTR``), and ``fuelc.unpacked``, ``fuelc.aliased_b``,
+    ``fuelc.pack_a`` and ``fuelc.rolled`` likewise; ``fuelc.direct_conv`` when a linalg op
     carries that attribute (``transforms.conv.DIRECT_CONV_ATTR``), and
     ``fuelc.mm_epilogue``, ``fuelc.stem`` and ``fuelc.long_k`` likewise
     (``family.EPILOGUE_ATTR``, ``family.STEM_ATTR``, ``family.LONG_K_ATTR``); ``math.erf`` and ``math.exp`` when an op computes
@@ -314,7 +314,7 @@ def linalg_op_names(module: "ir.Module") -> set[str]:
             copies_only[0] = False
         if op.name == "func.func":
             names.update(a for a in (FEW_ROWS_ATTR, UNPACKED_ATTR, ALIASED_ATTR, PACK_A_ATTR,
-                                     SHORT_K_ATTR) if a in op.attributes)
+                                     SHORT_K_ATTR, ROLLED_ATTR) if a in op.attributes)
         if op.name.startswith("vector."):
             names.add(VECTOR_OPS)
         if op.name in ("math.erf", "math.exp"):

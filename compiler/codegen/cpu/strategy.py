@@ -152,6 +152,25 @@ VECTOR_OPS = "fuelc.vector_ops"
 VECTORIZED = Strategy(
     name="vectorized", lowering=VECTOR_LOWERING,
     doc="a kernel its lowering vectorized (vector ops on tensors); lowered as written")
+#: The feature of a kernel whose loops its lowering wrote as they should run
+#: (``family.ROLLED_ATTR``: FlashAttn's register tiles, the norms' passes).
+ROLLED = "fuelc.rolled"
+#: VECTORIZED without LLVM's loop unrolling. Unrolled, BERT b8's attention
+#: kernel grew from 154 to 336 KB of optimized IR and took 0.56-0.65 s to
+#: compile; not unrolled 0.39 s, and it ran 1-2% faster (one znver4 thread,
+#: the same buffers; docs/compile-at-scale.md, "Seventeenth round").
+VECTORIZED_ROLLED = dataclasses.replace(
+    VECTORIZED, name="vectorized-rolled", llvm_unroll=False,
+    doc="a kernel its lowering vectorized and tiled for the registers; lowered as "
+        "written, without LLVM's loop unrolling")
+#: LOOPS without LLVM's loop unrolling (the norms' row kernels: LLVM still
+#: vectorizes the passes over a row): f32 LayerNorm [1024,384] 102 -> 80 us
+#: with AVX-512, 82 -> 81 with AVX2, RMSNorm 62 -> 45 and 112 -> 73, each
+#: compiled in 0.05-0.07 s instead of 0.07-0.15 (one thread, the same buffers).
+LOOPS_ROLLED = dataclasses.replace(
+    LOOPS, name="loops-rolled", llvm_unroll=False,
+    doc="linalg and scalar loops that LLVM vectorizes but does not unroll (the norms' "
+        "passes over a row)")
 
 #: ISA levels a strategy may have variants for, best first: (name, the
 #: target features it needs).
@@ -848,7 +867,9 @@ for _features, _options in _MATMUL_VARIANTS:
                               {**_v, "": _v["avx2"]})
 
 # last: a kernel with linalg ops of its own takes their strategy
+register_strategy(lambda names: VECTOR_OPS in names and ROLLED in names, VECTORIZED_ROLLED)
 register_strategy(lambda names: VECTOR_OPS in names, VECTORIZED)
+register_strategy(lambda names: ROLLED in names, LOOPS_ROLLED)
 
 
 __all__ = ["Strategy", "LOOPS", "COPIES", "COPIES_ONLY", "LOOPS_LOWERING", "VECTOR_LOWERING", "ISA_LEVELS",

@@ -197,6 +197,18 @@ def generic(inputs: Sequence, inits: Sequence, maps: Sequence, iterators: Sequen
     return list(op.results)
 
 
+def mark_rolled() -> None:
+    """Mark the function being lowered into (the kernel's entry, at the
+    current insertion point) with ``family.ROLLED_ATTR``: its loops run as
+    the rule wrote them, without LLVM's loop unrolling."""
+    from compiler.codegen.family import ROLLED_ATTR
+    op = ir.InsertionPoint.current.block.owner.operation
+    while op is not None and op.name != "func.func":
+        op = op.parent
+    if op is not None:
+        op.attributes[ROLLED_ATTR] = ir.UnitAttr.get()
+
+
 def loop_index(d: int) -> "ir.Value":
     """``linalg.index d`` (inside a generic body)."""
     return linalg.IndexOp(d).result

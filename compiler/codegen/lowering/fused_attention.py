@@ -30,8 +30,8 @@ from compiler.errors import LoweringError
 from compiler.mlir import arith, ir, math, scf, tensor, vector
 
 from .core import (PARALLEL, REDUCTION, Lowering, Scalar, affine_map, dims, empty, fill,
-                   from_compute, generic, identity_map, index, insert_at, loop_index, lowers, rtt,
-                   slice_at, to_compute)
+                   from_compute, generic, identity_map, index, insert_at, loop_index, lowers,
+                   mark_rolled, rtt, slice_at, to_compute)
 from .layout import extract_slice
 
 
@@ -529,6 +529,7 @@ def _flash_attn_cpu(lw: Lowering):
             return [out, srow]
         return [kt, vc, *_loop(0, g, [out, srow], query_head)]
 
+    mark_rolled()  # its loops run as written: LLVM's unrolling doubled the code for no speed
     # scratch: one kv head's K transposed and V (the pad stays 0), one score row
     carried = [fill(zero, empty([d, skp], c)), fill(zero, empty([skp, d], c)),
                empty([b, hq, sq, d], elt), fill(zero, empty([nrow, skp], c))]

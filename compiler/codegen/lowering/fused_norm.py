@@ -25,7 +25,7 @@ from compiler.mlir import arith, ir, math, scf, tensor
 
 from .core import (PARALLEL, REDUCTION, Lowering, Scalar, affine_map, dims, empty, fill,
                    from_compute, generic, identity_map, index, insert_at, loop_index, lowers,
-                   rank, rtt, slice_at, to_compute)
+                   mark_rolled, rank, rtt, slice_at, to_compute)
 from runtime.dtype import DType
 
 
@@ -51,16 +51,28 @@ def _for(upper, inits, body) -> list:
     return list(op.results)
 
 
-def over_rows(xs, out, row_fn):
+#: LayerNorm rows of at most this many elements (static) run their passes
+#: rolled (``over_rows``): [1024,384] f32 119 -> 94 us with AVX-512; longer
+#: ones ran 1-2% faster unrolled ([512,1024], [128,4096]).
+LAYER_NORM_ROLLED_MAX = 768
+
+
+def over_rows(xs, out, row_fn, rolled: bool = False):
     """For every row index ``at`` of ``out`` (all axes but the last):
     ``row_fn([x[at, :] for x in xs], out[at, :], n) -> new out row`` (1-D
     tensors; ``n`` the row length). Returns the filled ``out``. An ``x`` of
     a static extent 1 on an axis is read at index 0 there: it broadcasts
-    over that axis (softmax's additive mask)."""
+    over that axis (softmax's additive mask). ``rolled`` (the norms): LLVM
+    vectorizes the passes over a row but does not unroll them
+    (``core.mark_rolled``; unrolled, RMSNorm and short LayerNorm rows ran
+    15-35% slower; softmax ran as fast unrolled, f16 and AVX2 0.3-2% faster:
+    docs/compile-at-scale.md "Seventeenth round")."""
     od = dims(out)
     n = od[-1]
     if n == 0:  # static empty rows: nothing to compute (nor to slice)
         return out
+    if rolled:
+        mark_rolled()
 
     def row_of(x, at):
         shape = rtt(x).shape
@@ -186,7 +198,7 @@ def rms_norm_rows(x, s: Scalar, eps: float, out_elt, weight=None):
             return from_compute(y, out_elt), []
         return row_write(orow, n, norm)[0]
 
-    return over_rows([x], empty(dims(x), out_elt), row)
+    return over_rows([x], empty(dims(x), out_elt), row, rolled=True)
 
 
 def layer_norm_rows(x, s: Scalar, eps: float, out_elt, affine=()):
@@ -234,7 +246,9 @@ def layer_norm_rows(x, s: Scalar, eps: float, out_elt, affine=()):
         return row_write(orow, n, lambda j, _o: (from_compute(_affine(s, j, s.mul(s.sub(
             s.sub(to_compute(tensor.extract(xr, [j]), s), hi), lo), inv)), out_elt), []))[0]
 
-    return over_rows([x], empty(dims(x), out_elt), row)
+    n = dims(x)[-1]
+    return over_rows([x], empty(dims(x), out_elt), row,
+                     rolled=isinstance(n, int) and n <= LAYER_NORM_ROLLED_MAX)
 
 
 def _row_count(s: Scalar, d) -> "ir.Value":

@@ -509,6 +509,16 @@ ONE_ROW_ATTR = "fuelc.one_row"
 ROW_BLOCK_ATTR = "fuelc.row_block_"
 
 
+#: The mark ``scf-for-loop-peeling`` puts on the loops it has peeled (and
+#: drops when done): a loop carrying it is left whole. ``epilogue_script``
+#: marks its ``mc``-row block loop so: peeled, the last block repeated every
+#: tile of the block (``mr`` rows, the row blocks, single rows) after a copy
+#: of the whole blocks' ``mr``-row tiles, 23 rows of tile code where 15 do the
+#: same; the GELU FusedLinear compiled in 0.38 s against 0.27 s, the same
+#: bits (docs/compile-at-scale.md, "Seventeenth round").
+PEELED_MARK = "__peeled_loop__"
+
+
 def epilogue_script(*, mr: int, nr: int, mc: int = 0, blocks: tuple[int, ...] = ()) -> str:
     """The transform script (on tensors, before bufferization) of a matmul
     whose init and epilogue run in its register tiles: the epilogue generic
@@ -526,7 +536,9 @@ def epilogue_script(*, mr: int, nr: int, mc: int = 0, blocks: tuple[int, ...] = 
     (``hoist_loop_invariant_subsets``): the init is a register splat of the
     bias, the epilogue runs on registers, and C is written once. With ``mc``
     the epilogue is first tiled (and the rest fused) by blocks of ``mc``
-    rows (dim 1), so a block of A stays in L2 while the panels pass.
+    rows (dim 1), so a block of A stays in L2 while the panels pass; that
+    loop is not peeled (``PEELED_MARK``): a partial last block runs the same
+    tiles with fewer rows.
     ``blocks`` (sizes below ``mr``, largest first): the rows left over run
     first as ``b x nr`` tiles of each size (each loop peeled), then single
     rows; a single row's ``nr`` columns are one or two accumulators, a chain
@@ -537,7 +549,8 @@ def epilogue_script(*, mr: int, nr: int, mc: int = 0, blocks: tuple[int, ...] = 
     block, blocked = "", ""
     if mc:  # blocks of mc rows first: their rows of A stay in L2 across the panels
         block = (f"    %epi_b, %lmc = transform.structured.fuse %epi tile_sizes [0, {mc}, 0] "
-                 f": ({t}) -> ({t}, {t})\n")
+                 f": ({t}) -> ({t}, {t})\n"
+                 f'    transform.annotate %lmc "{PEELED_MARK}" : {t}\n')
         blocked = "_b"
     row_blocks, block_vectors, last = "", "", ""
     for b in blocks:
