@@ -812,9 +812,10 @@ def main(argv=None) -> int:
     ap.add_argument("--export", metavar="DIR",
                     help="write each model as DIR/<name>_b<batch>[_s<seq>].onnx and exit")
     args = ap.parse_args(argv)
+    busy_spec = None
     if args.busy_cpu:
         try:
-            busy.parse(args.busy_cpu)
+            busy_spec = busy.parse(args.busy_cpu)
         except ValueError as e:
             ap.error(str(e))
     names = args.model or [n for n, s in MODELS.items() if args.kind in (None, s.kind)]
@@ -857,8 +858,8 @@ def main(argv=None) -> int:
     print(f"{threads} threads each, {args.rounds} rounds of {args.repeats} runs, onnxruntime "
           f"{onnxruntime.__version__}, bn {args.bn}; fuelc/ort > 1: fuelc slower; rel diff: "
           f"max |fuelc - ort| / max |ort|")
-    if args.busy_cpu:
-        cpu, on, off = busy.parse(args.busy_cpu)
+    if busy_spec:
+        cpu, on, off = busy_spec
         print(f"beside a process on CPU {cpu}: busy {on} us, asleep {off} us, in turn "
               f"(nice {busy.NICE})")
     print(HEADER, flush=True)

@@ -280,7 +280,7 @@ poll:
 claim:
   %pp = getelementptr i64, ptr %c, i64 {POLICY}
   %pol = load atomic i64, ptr %pp monotonic, align 8
-  %lv = and i64 %pol, 2
+  %lv = and i64 %pol, {LEAVE}
   %leave = icmp ne i64 %lv, 0
   br i1 %leave, label %off, label %take
 off:
