@@ -342,7 +342,10 @@ _ALIASED_PACKED_TILES = {("f32", "avx2"): dict(kc=128, nb=240)}
 #: 0.954-0.958; 1024^3 0.992 (14/15) / 0.967 (10/15); linear+bias
 #: 512x1024x1024 1 thread 0.948 (15/15). Without kc 256 (from zero alone)
 #: 0.98-0.99; kc 256 alone 1.011. docs/benchmarks.md, "The AVX2
-#: micro-kernel against OpenBLAS's Haswell kernel".
+#: micro-kernel against OpenBLAS's Haswell kernel". Not on AVX-512 f32 (C
+#: first): there from zero 1.003-1.018 of it at 1024^3 / 2048^3, with kc 256
+#: / mc 768 1.039-1.052 (docs/benchmarks.md, "Issue 17's products on
+#: AVX-512: C after K, matmul 256, M = 1").
 _PACK_A_TILES = {("f32", "avx2"): dict(pack_a=True, a_panels=True, kc=256, mc=720, c_after_k=True),
                  ("f32", "avx512"): dict(pack_a=True, a_panels=True)}
 
