@@ -153,7 +153,7 @@ def test_aliased_b_kernel_gives_the_bits_of_the_unpacked_one(m):
 def test_aliased_packed_selects_blocks_of_b_on_avx2():
     """A packed-class entry of 17-32 rows whose B rows fall in few cache sets
     (``fuelc.aliased_b`` without ``fuelc.unpacked``: ``runtime.rows.aliased_packed``)
-    copies B in blocks of 240 columns x 128 rows on AVX2 f32; f64 and AVX-512
+    copies B in blocks of 112 columns x 768 rows on AVX2 f32; f64 and AVX-512
     keep the packed tiles."""
     from runtime.rows import ALIASED_ROWS
     unit = (0, 1, 2)
@@ -169,7 +169,7 @@ def test_aliased_packed_selects_blocks_of_b_on_avx2():
         text = single_op_linalg_text("MatMul", {}, ts, True, "cpu", unit, False, (), False,
                                      aliased=aliased)
         return choose_strategy(text, ["kernel"], target).name
-    assert chosen(True) == "matmul-matmul-f32-6x16-k128-b240"
+    assert chosen(True) == "matmul-matmul-f32-6x16-k768-b112"
     assert chosen(False) == "matmul-matmul-f32-6x16"
     assert chosen(True, DType.F64) == "matmul-matmul-f64-6x8-k512"
     assert "-b" not in chosen(True, target="cpu:x86-64-v4")
@@ -185,29 +185,52 @@ def test_blocks_of_b_need_a_packed_b_and_whole_panels():
 
 def test_blocks_of_b_give_the_bits_of_b_in_place(m=29):
     """MatMul and FusedLinear of 29 rows (4 6-row tiles, a 4-row and a 1-row
-    block) with B [150, 2000] a view of rows 2048 apart (copied in blocks: K
-    128 + 22, columns 8 x 240 + 80, a partial panel of B; 17 rows:
+    block) with B [800, 2008] a view of rows 2048 apart (copied in blocks: K
+    768 + 32, columns 17 x 112 + 104, a partial panel of B; 17 rows:
     ``test_matmul_and_linear_inputs_with_b_rows_8_kib_apart``) against the same values 2064 apart (B read in place): the same FMAs
     in the same order of K, the same bits; and the float64 reference."""
     rng = np.random.default_rng(m)
-    a = rng.standard_normal((m, 150)).astype(np.float32)
-    b = rng.standard_normal(2000).astype(np.float32)
+    k, n = 800, 2008
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
     g = Graph()
-    x, wi, bi = g.input("x", a.shape, "f32"), g.input("w", (150, 2000), "f32"), g.input("b", b.shape, "f32")
+    x, wi, bi = g.input("x", a.shape, "f32"), g.input("w", (k, n), "f32"), g.input("b", b.shape, "f32")
     g.output(x @ wi, name="mm")
     g.output(linear(x, wi, bi), name="lin")
     mod = compile(g)
-    w8 = np.zeros((150, 2048), np.float32)
-    w8[:, :2000] = rng.standard_normal((150, 2000))
-    w_spread = np.zeros((150, 2064), np.float32)
-    w_spread[:, :2000] = w8[:, :2000]
-    aliased = mod(x=a, w=w8[:, :2000], b=b)
-    spread = mod(x=a, w=w_spread[:, :2000], b=b)
+    w8 = np.zeros((k, 2048), np.float32)
+    w8[:, :n] = rng.standard_normal((k, n))
+    w_spread = np.zeros((k, 2064), np.float32)
+    w_spread[:, :n] = w8[:, :n]
+    aliased = mod(x=a, w=w8[:, :n], b=b)
+    spread = mod(x=a, w=w_spread[:, :n], b=b)
     for name in ("mm", "lin"):
         np.testing.assert_array_equal(aliased[name], spread[name])
-    np.testing.assert_allclose(aliased["mm"], a.astype(np.float64) @ w8[:, :2000], rtol=1e-5, atol=1e-4)
-    np.testing.assert_allclose(aliased["lin"], a.astype(np.float64) @ w8[:, :2000] + b,
-                               rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(aliased["mm"], a.astype(np.float64) @ w8[:, :n], rtol=1e-5, atol=2e-4)
+    np.testing.assert_allclose(aliased["lin"], a.astype(np.float64) @ w8[:, :n] + b,
+                               rtol=1e-5, atol=2e-4)
+
+
+def test_linear_of_32_rows_over_an_aliased_b_same_bits_at_two_threads():
+    """ops.py's few-row linear (32 x 768 x 3072 + bias, B an input, rows 12
+    KiB apart: ``aliased_packed``), cut at two threads into column tiles of
+    whole panels: every tile runs the one-block-of-K kernel on its columns,
+    so the bits are those of one thread; and the float64 reference."""
+    from compiler.testing import same_bits_at_threads
+    from runtime.rows import row_class
+    from runtime.layout import Layout
+    rng = np.random.default_rng(32)
+    a = rng.standard_normal((32, 768)).astype(np.float32)
+    w = rng.standard_normal((768, 3072)).astype(np.float32)
+    b = rng.standard_normal(3072).astype(np.float32)
+    assert row_class([Layout.contiguous(a.shape), Layout.contiguous(w.shape),
+                      Layout.contiguous((32, 3072))], 2) == "aliased_packed"
+    g = Graph()
+    x, wi, bi = g.input("x", a.shape, "f32"), g.input("w", w.shape, "f32"), g.input("b", b.shape, "f32")
+    g.output(linear(x, wi, bi), name="y")
+    mod = compile(g)
+    y = same_bits_at_threads(lambda: mod(x=a, w=w, b=b))
+    np.testing.assert_allclose(y, a.astype(np.float64) @ w + b, rtol=1e-5, atol=2e-4)
 
 
 def test_a_symbolic_file_runs_17_to_32_rows_over_an_aliased_b(tmp_path):

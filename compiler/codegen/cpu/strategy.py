@@ -284,12 +284,19 @@ _ALIASED_TILES = {("f32", "avx2"): dict(mr=4, kc=8, mc=8)}
 #: samples). ``nb``: B is copied a block of kc x nb at a time
 #: (``transforms.matmul.matmul_script``), whole row segments of nb columns
 #: in order, and the panels of the block are read from that buffer (rows nb
-#: apart: 960 bytes, 15 lines, spread over the L1 sets). kc 128 keeps the
-#: block (120 KiB) in L2. One znver3 thread, [M,768]x[768,3072] + bias,
-#: docs/benchmarks.md ("Products of 17-32 rows over such a B"): fuelc/numpy,
-#: M = 32 1.33-1.35 -> 1.07-1.16, 24 1.37-1.40 -> 0.99-1.06, 17 0.95-1.50 ->
-#: 0.87-0.89.
-_ALIASED_PACKED_TILES = {("f32", "avx2"): dict(kc=128, nb=240)}
+#: apart: 448 bytes, 7 lines, spread over the L1 sets). One znver3 thread,
+#: [M,768]x[768,3072] + bias, docs/benchmarks.md ("Products of 17-32 rows
+#: over such a B"), kc 128 nb 240 (a 120 KiB block) against the panels:
+#: fuelc/numpy, M = 32 1.33-1.35 -> 1.07-1.16, 24 1.37-1.40 -> 0.99-1.06, 17
+#: 0.95-1.50 -> 0.87-0.89. kc 768, nb 112 (a 336 KiB block, within a Zen 3
+#: L2 too): K = 768 in one block, so each register tile of C (its rows as
+#: far apart as B's, at one page offset) is loaded and stored once a call,
+#: not once per 128 of K; same FMAs in the same order (same bits). Two Zen 4
+#: threads, AVX2, M = 32 (docs/benchmarks.md, "Issue 17's AVX2 products at
+#: two threads: matmul 512 and M = 32"): per-round median 0.919-0.928 of kc
+#: 128 nb 240's time (16-18 of 25 rounds faster; a second copy of the old
+#: kernel 1.008-1.016).
+_ALIASED_PACKED_TILES = {("f32", "avx2"): dict(kc=768, nb=112)}
 #: Where a matmul that packs B per call also copies each ``mc x kc`` block of A
 #: into a contiguous buffer (entries marked ``fuelc.pack_a``:
 #: ``runtime.rows.pack_a``, A's rows a multiple of 4 KiB apart, at least 1024
