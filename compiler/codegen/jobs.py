@@ -469,10 +469,10 @@ def precompile(items: Iterable[tuple], target, *,
 
 #: How much more a kernel without transform schedules whose loops LLVM
 #: unrolls (``llvm_unroll``: the cpu ``loops`` strategy) costs per character
-#: of text: O3 multiplies its loops. Per character of ``expected_cost``,
-#: such kernels compiled in 42-130 us (softmax, Adds, MeanDim), the
-#: scheduled ones and the rolled loops in 14-36 us (docs/compile-at-scale.md,
-#: "Eighteenth round").
+#: of text: O3 multiplies its loops. Per character of text, such kernels
+#: compiled in 42-96 us (softmax, Adds, MeanDim, a runtime-fused body), the
+#: scheduled ones (text and schedules) and the rolled norms in 14-36 us
+#: (docs/compile-at-scale.md, "Eighteenth round").
 UNROLLED_LOOPS_WEIGHT = 3
 
 
