@@ -472,6 +472,10 @@ def main(argv=None) -> int:
         print(json.dumps(one_run(args.models[0], args.jobs[0] if len(args.models) < 2
                                  else int(args.models[1]), args.breakdown)))
         return 0
+    for root in args.roots:  # --roots takes every word after it: a cell there is no checkout
+        if not os.path.isdir(root):
+            ap.error(f"--roots: {root!r} is not a checkout directory (name the model:batch "
+                     "cells before --roots: compile_jobs.py audio:1 --roots BEFORE AFTER)")
     with tempfile.TemporaryDirectory() as pycache:
         if args.cold_bytecode:
             pycache = None

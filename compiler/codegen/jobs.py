@@ -467,20 +467,33 @@ def precompile(items: Iterable[tuple], target, *,
                 job.future.cancel()
 
 
+#: How much more a kernel without transform schedules whose loops LLVM
+#: unrolls (``llvm_unroll``: the cpu ``loops`` strategy) costs per character
+#: of text: O3 multiplies its loops. Per character of text, such kernels
+#: compiled in 42-96 us (softmax, Adds, MeanDim, a runtime-fused body), the
+#: scheduled ones (text and schedules) and the rolled norms in 14-36 us
+#: (docs/compile-at-scale.md, "Eighteenth round").
+UNROLLED_LOOPS_WEIGHT = 3
+
+
 def expected_cost(text: str, strategy=None) -> int:
     """How long ``text`` is expected to take to compile with ``strategy``,
     relative to other kernels: the length of the text plus that of the
-    strategy's transform schedules. Over the cold instances of
-    ``benchmarks/models.py`` it ranks first the direct convolutions (long
-    texts) and the tiled products whose schedules unroll the most (BERT's
-    batch matmuls: 1.7 KB of text, 12 KB of schedule, its longest kernels);
-    the order only decides which task starts first, never what an object
-    contains."""
+    strategy's transform schedules, or, without schedules, the text's
+    length times ``UNROLLED_LOOPS_WEIGHT`` where LLVM unrolls its loops.
+    Over the cold instances of ``benchmarks/models.py`` it ranks first the
+    direct convolutions (long texts) and the tiled products whose schedules
+    unroll the most (BERT's batch matmuls: 1.7 KB of text, 12 KB of
+    schedule, its longest kernels), and an unrolled softmax above a rolled
+    LayerNorm of the same length; the order only decides which task starts
+    first, never what an object contains."""
     cost = len(text)
     for script in (getattr(strategy, "tensor_transform", None),
                    getattr(strategy, "transform", None)):
         for part in (script,) if isinstance(script, str) else script or ():
             cost += len(part)
+    if cost == len(text) and getattr(strategy, "llvm_unroll", False):
+        cost *= UNROLLED_LOOPS_WEIGHT
     return cost
 
 

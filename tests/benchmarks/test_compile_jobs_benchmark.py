@@ -52,6 +52,18 @@ def test_others_below_the_threshold_are_not_a_disturbance(monkeypatch):
     assert len(calls) == 2
 
 
+def test_a_cell_after_roots_is_refused_not_run_as_a_checkout(monkeypatch, capsys):
+    # argparse's --roots takes the words after it: "--roots A audio:1" would
+    # run the default set with a checkout named "audio:1"
+    def run_child(*a, **k):
+        raise AssertionError(f"compiled {a}: the cell was taken for a checkout")
+    monkeypatch.setattr(compile_jobs, "run_child", run_child)
+    with pytest.raises(SystemExit) as e:
+        compile_jobs.main(["--roots", compile_jobs.ROOT, "audio:1", "--runs", "1"])
+    assert e.value.code == 2
+    assert "'audio:1' is not a checkout directory" in capsys.readouterr().err
+
+
 def test_cpu_stat_counts_this_process():
     busy0, steal0 = compile_jobs.cpu_stat()
     if busy0 == 0.0:

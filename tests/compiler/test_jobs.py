@@ -507,3 +507,18 @@ def test_expected_cost_counts_the_schedule():
     assert jobs.expected_cost("x" * 10) == 10
     assert jobs.expected_cost("x" * 10, Strategy("s", transform="t" * 5,
                                                  tensor_transform=("a" * 3, "b"))) == 19
+
+
+def test_expected_cost_weighs_loops_llvm_unrolls():
+    """A kernel without schedules whose loops LLVM unrolls (an unrolled
+    softmax: 0.17 s for 4 KB of text) ranks above a rolled norm of the same
+    length (a LayerNorm: 0.07 s): the encoder b1's softmax had run alone at
+    the end, 0.2 s after the other process's last kernel."""
+    from compiler.codegen.cpu.strategy import (COPIES, LOOPS, LOOPS_ROLLED, Strategy,
+                                               VECTORIZED_ROLLED)
+    text = "x" * 10
+    assert jobs.expected_cost(text, LOOPS) == 10 * jobs.UNROLLED_LOOPS_WEIGHT
+    assert jobs.expected_cost(text, Strategy("s", transform="t" * 5)) == 15  # scheduled
+    for rolled in (LOOPS_ROLLED, COPIES, VECTORIZED_ROLLED):
+        assert jobs.expected_cost(text, rolled) == 10
+    assert jobs.expected_cost("x" * 3984, LOOPS) > jobs.expected_cost("x" * 4167, LOOPS_ROLLED)
