@@ -34,11 +34,15 @@ while True:
 
 def parse(spec: str) -> tuple[int, int, int]:
     """``CPU:ON/OFF`` (microseconds) as ``(cpu, on, off)``; ValueError
-    on anything else."""
+    on anything else, and on a CPU this process may not run on."""
     m = re.fullmatch(r"\s*(\d+):(\d+)/(\d+)\s*", spec)
     if not m or int(m[2]) < 1:
         raise ValueError(f"a busy CPU is CPU:ON/OFF in microseconds, e.g. 1:1000/1000, got {spec!r}")
-    return int(m[1]), int(m[2]), int(m[3])
+    cpu = int(m[1])
+    if cpu not in os.sched_getaffinity(0):
+        raise ValueError(f"busy CPU {cpu} is not one this process may run on "
+                         f"({sorted(os.sched_getaffinity(0))})")
+    return cpu, int(m[2]), int(m[3])
 
 
 def _start(cpu: int, on: int, off: int) -> subprocess.Popen:
@@ -58,15 +62,12 @@ def busy_cpu(spec: str | None):
     if not spec:
         yield None
         return
-    cpu, on, off = parse(spec)
-    if cpu not in os.sched_getaffinity(0):
-        raise ValueError(f"busy CPU {cpu} is not one this process may run on "
-                         f"({sorted(os.sched_getaffinity(0))})")
-    proc = _start(cpu, on, off)
+    proc = _start(*parse(spec))
     try:
-        if os.getpriority(os.PRIO_PROCESS, proc.pid) != NICE:
-            warnings.warn(f"the busy process runs at nice {os.getpriority(os.PRIO_PROCESS, proc.pid)}, "
-                          f"not {NICE} (no privilege to lower it)", stacklevel=3)
+        nice = os.getpriority(os.PRIO_PROCESS, proc.pid)
+        if nice != NICE:
+            warnings.warn(f"the busy process runs at nice {nice}, not {NICE} (no privilege "
+                          "to lower it)", stacklevel=3)
         yield proc
     finally:
         proc.kill()

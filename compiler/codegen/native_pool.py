@@ -705,7 +705,7 @@ class NativePool:
         it before, ``wake``). Then ``release()`` must follow."""
         if _pool is not self or self.pid != _pid or not self.busy.acquire(False):
             return False
-        self._block[CALLER_TID] = threading.current_thread().native_id
+        self._block[CALLER_TID] = threading.get_native_id()
         return True
 
     def release(self, n_args: int = 0) -> None:

@@ -51,7 +51,11 @@ def test_no_spec_runs_nothing_and_a_cpu_not_allowed_is_an_error():
             pass
 
 
-def test_models_py_refuses_a_bad_busy_cpu():
+def test_models_py_refuses_a_bad_busy_cpu(capsys):
     from benchmarks import models
     with pytest.raises(SystemExit):
         models.main(["--model", "mobilenet", "--busy-cpu", "1:1000"])
+    # a CPU not allowed is refused before anything compiles, not after the header
+    with pytest.raises(SystemExit):
+        models.main(["--model", "mobilenet", "--busy-cpu", f"{max(os.sched_getaffinity(0)) + 1}:1000/1000"])
+    assert "not one this process may run on" in capsys.readouterr().err
