@@ -1,4 +1,5 @@
-"""Whole models timed per state of the VM's vCPUs: quiet, or one vCPU slow.
+"""Whole models timed per state of the VM's vCPUs: quiet, one vCPU slow, or the
+two sharing one core.
 
     python benchmarks/avx2_host.py benchmarks/spells.py --model mobilenet --batch 8 \\
         --threads 2 --target cpu:x86-64-v3 --blocks 60
@@ -8,17 +9,24 @@
 On the shared 2-vCPU VM one vCPU runs at about half speed for spells of 1-3 s
 (likely the host's SMT sibling busy with another guest), in turn on either
 vCPU. A process's median then depends on how many of its runs fell in a
-spell. Here the runs come in blocks, each between two probes of the vCPUs'
+spell. In other spells each vCPU alone runs at full speed but the two at once
+run at half speed each, FMA-bound code only (a chain of dependent integer
+multiplies keeps its speed): the host then runs the two vCPUs on the two
+hardware threads of one core, and a 2-thread call gets one core's FMA units.
+Here the runs come in blocks, each between two probes of the vCPUs'
 speeds (``probe``: a fixed 128x128 numpy matmul, median of ``PROBE_CALLS``
-calls, pinned to each CPU in turn, then the affinity as it was); a block
+calls, pinned to each CPU in turn, then the affinity as it was; then
+``pair_probe``: the same on every CPU at once, one thread each); a block
 whose two probes agree is filed under their state: ``quiet`` (no vCPU slower
-than ``SLOW`` times the fastest probe of the process), ``one slow`` or
-``both slow``; blocks whose probes differ are left out. Within a block fuelc
+than ``SLOW`` times the fastest probe of the process, alone or together),
+``one slow`` or ``both slow`` (alone), ``shared core`` (full speed alone,
+every vCPU ``SLOW`` times its own speed or more with the others running);
+blocks whose probes differ are left out. Within a block fuelc
 and onnxruntime (``--ab``: also each variant of a setting) take turns, the
 order rotating from block to block. A row gives each one's median per state
 and its ratio to onnxruntime. Spells are rare some hours: ``--log FILE``
 appends every block to a file, ``--summary FILE`` reports all of them. docs/benchmarks.md, "Slow spells: one vCPU at
-half speed".
+half speed" and "Slow spells are shared cores".
 """
 from __future__ import annotations
 
@@ -27,6 +35,7 @@ import json
 import os
 import statistics
 import sys
+import threading
 import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # the probe's matmul on one thread
@@ -43,7 +52,7 @@ from benchmarks import models  # noqa: E402
 PROBE_CALLS = 40
 #: A vCPU whose probe takes this many times the process's fastest is slow.
 SLOW = 1.35
-STATES = ("quiet", "one slow", "both slow")
+STATES = ("quiet", "one slow", "both slow", "shared core")
 
 _A = np.random.default_rng(0).random((128, 128), dtype=np.float32)
 
@@ -67,19 +76,54 @@ def probe(cpus) -> list[float]:
     return out
 
 
-def state(speeds: list[float], fastest: float) -> str:
-    """The state one probe shows, against the fastest probe of the process."""
+def pair_probe(cpus) -> list[float]:
+    """The median time (us) of the probe's matmul on each of ``cpus`` with
+    every one of them running it at once (a thread pinned to each; numpy
+    releases the GIL in the product)."""
+    if len(cpus) < 2:
+        return []
+    out = [0.0] * len(cpus)
+    start = threading.Barrier(len(cpus))
+
+    def run(i: int, cpu: int) -> None:
+        os.sched_setaffinity(0, {cpu})   # this thread only
+        start.wait()
+        ts = []
+        for _ in range(PROBE_CALLS):
+            t = time.perf_counter()
+            _A @ _A
+            ts.append(time.perf_counter() - t)
+        out[i] = statistics.median(ts) * 1e6
+
+    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(cpus)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def state(speeds: list[float], fastest: float, together: list[float] | None = None) -> str:
+    """The state one probe shows, against the fastest probe of the process:
+    ``speeds`` each vCPU alone, ``together`` all at once (``pair_probe``;
+    None or empty: not probed)."""
     slow = sum(s > SLOW * fastest for s in speeds)
-    return STATES[min(slow, 2)]
+    if slow:
+        return STATES[min(slow, 2)]
+    if together and all(t > SLOW * s for t, s in zip(together, speeds)):
+        return "shared core"
+    return "quiet"
 
 
-def classify(blocks: list[tuple[list[float], list[float], dict]]) -> dict[str, list[dict]]:
-    """Blocks ``(probe before, probe after, times)`` by state; a block whose
-    probes disagree is left out (under ``mixed``)."""
-    fastest = min(min(b) for before, after, _ in blocks for b in (before, after))
+def classify(blocks: list[tuple]) -> dict[str, list[dict]]:
+    """Blocks ``(probe before, probe after, times[, pair before, pair
+    after])`` by state; a block whose probes disagree is left out (under
+    ``mixed``)."""
+    fastest = min(min(b) for before, after, *_ in blocks for b in (before, after))
     out: dict[str, list[dict]] = {s: [] for s in (*STATES, "mixed")}
-    for before, after, ts in blocks:
-        s0, s1 = state(before, fastest), state(after, fastest)
+    for before, after, ts, *pairs in blocks:
+        pb, pa = pairs if pairs else (None, None)
+        s0, s1 = state(before, fastest, pb), state(after, fastest, pa)
         out[s0 if s0 == s1 else "mixed"].append(ts)
     return out
 
@@ -152,7 +196,7 @@ def main(argv=None) -> int:
         fns.append(("ort", None, None, lambda: session.run(None, feeds)))
         blocks = []
         for b in range(args.blocks):
-            before = probe(cpus)
+            before, pair_before = probe(cpus), pair_probe(cpus)
             ts: dict[str, list[float]] = {}
             k = b % len(fns)
             for label, var, value, fn in fns[k:] + fns[:k]:
@@ -162,11 +206,12 @@ def main(argv=None) -> int:
                     t = time.perf_counter()
                     fn()
                     ts[label].append(time.perf_counter() - t)
-            blocks.append((before, probe(cpus), ts))
+            blocks.append((before, probe(cpus), ts, pair_before, pair_probe(cpus)))
             if args.log:
                 with open(args.log, "a") as f:
                     f.write(json.dumps({"model": name, "batch": args.batch, "target": args.target,
                                         "before": blocks[-1][0], "after": blocks[-1][1],
+                                        "pair_before": pair_before, "pair_after": blocks[-1][4],
                                         "times": ts}) + "\n")
         report(name, args.batch, blocks, [f[0] for f in fns])
     return 0
@@ -180,14 +225,14 @@ def summary(path: str) -> None:
         for line in f:
             r = json.loads(line)
             groups.setdefault((r["model"], r["batch"]), []).append(
-                (r["before"], r["after"], r["times"]))
+                (r["before"], r["after"], r["times"], r.get("pair_before"), r.get("pair_after")))
     for (name, batch), blocks in groups.items():
         report(name, batch, blocks, list(blocks[0][2]))
 
 
 def report(name: str, batch: int, blocks, labels: list[str]) -> None:
     by = classify(blocks)
-    fastest = min(min(b) for before, after, _ in blocks for b in (before, after))
+    fastest = min(min(b) for before, after, *_ in blocks for b in (before, after))
     print(f"{name} b{batch}: probe fastest {fastest:.1f} us; blocks "
           + ", ".join(f"{s} {len(v)}" for s, v in by.items()))
     for s in (*STATES, "mixed"):
@@ -197,7 +242,7 @@ def report(name: str, batch: int, blocks, labels: list[str]) -> None:
         cells = [f"{lab} {med[lab]:.2f} ms" for lab in labels]
         ratios = [f"{lab}/ort {med[lab] / med['ort']:.3f}" for lab in labels if lab != "ort"]
         n = sum(len(ts["ort"]) for ts in by[s])
-        print(f"  {s:9s} ({n} runs each): " + ", ".join(cells) + "; " + ", ".join(ratios))
+        print(f"  {s:11s} ({n} runs each): " + ", ".join(cells) + "; " + ", ".join(ratios))
 
 
 if __name__ == "__main__":
