@@ -48,7 +48,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)  # this checkout's compiler
 
-from benchmarks import busy  # noqa: E402
+from benchmarks import busy, vcpus  # noqa: E402
 from benchmarks.encoder import step_medians, times, width_note  # noqa: E402  (one timer for both)
 
 OPSET = 17
@@ -685,12 +685,26 @@ def run_case(name: str, batch: int, seq: int | None, args, threads: int) -> dict
     scale = float(np.max(np.abs(theirs))) or 1.0
     rec["rel_diff"] = float(np.max(np.abs(np.asarray(ours, np.float64) - theirs))) / scale
     tf, to = [], []
+    probe = getattr(args, "vcpus", None)
+    rounds = []   # (state, fuelc's times, onnxruntime's)
     for r in range(args.rounds):  # in turn, first one then the other: a slow spell lands on both
-        order = ((tf, lambda: m(**feeds)), (to, lambda: session.run(None, feeds)))
+        before = probe.now() if probe else None
+        rf, ro = [], []
+        order = ((rf, lambda: m(**feeds)), (ro, lambda: session.run(None, feeds)))
         for acc, fn in (order if r % 2 == 0 else order[::-1]):
             acc += times(fn, args.repeats)
+        rounds.append((vcpus.round_state(before, probe.now()) if probe else None, rf, ro))
+        tf += rf
+        to += ro
     tf.sort()
     to.sort()
+    if probe:
+        rec["round_states"] = [st for st, _, _ in rounds]
+    quiet = [(rf, ro) for st, rf, ro in rounds if st == "quiet"]
+    if probe and quiet and len(quiet) < len(rounds):
+        qf = statistics.median(t for rf, _ in quiet for t in rf) * 1e3
+        qo = statistics.median(t for _, ro in quiet for t in ro) * 1e3
+        rec.update(quiet_fuelc_ms=qf, quiet_ort_ms=qo, quiet_ratio=qf / qo)
     rec.update(fuelc_ms=statistics.median(tf) * 1e3, fuelc_p10_ms=_pct(tf, 0.1) * 1e3,
                fuelc_p90_ms=_pct(tf, 0.9) * 1e3, ort_ms=statistics.median(to) * 1e3,
                ort_p10_ms=_pct(to, 0.1) * 1e3, ort_p90_ms=_pct(to, 0.9) * 1e3)
@@ -762,6 +776,16 @@ def format_row(rec: dict) -> str:
                    f"{rec['ort_ms']:8.3f} | {rec['ratio']:9.2f} | {rec['rel_diff']:8.1e} | "
                    f"{rec['compile_s']:5.1f} s {rec['compile']} ({rec['kernels_compiled']} compiled, "
                    f"{rec['kernels_cached']} from cache)")
+
+
+def format_states(rec: dict) -> str | None:
+    """The line under a row whose rounds were not all quiet (the vCPUs
+    probed before and after each round: ``benchmarks/vcpus.py``), else None."""
+    if "error" in rec or not rec.get("round_states"):
+        return None
+    quiet = (f"fuelc {rec['quiet_fuelc_ms']:.3f} ms, ort {rec['quiet_ort_ms']:.3f} ms, "
+             f"fuelc/ort {rec['quiet_ratio']:.2f}") if "quiet_ratio" in rec else None
+    return vcpus.note(rec["round_states"], quiet)
 
 
 def format_ops(rec: dict) -> list[str]:
@@ -862,6 +886,10 @@ def main(argv=None) -> int:
         cpu, on, off = busy_spec
         print(f"beside a process on CPU {cpu}: busy {on} us, asleep {off} us, in turn "
               f"(nice {busy.NICE})")
+    if threads > 1 and len(os.sched_getaffinity(0)) > 1:
+        args.vcpus = vcpus.Probe()
+        print("vCPUs probed before and after each round (benchmarks/vcpus.py); a row whose "
+              "rounds were not all quiet gets a line of its states and its quiet rounds' ratio")
     print(HEADER, flush=True)
     records = []
     with busy.busy_cpu(args.busy_cpu):
@@ -873,6 +901,8 @@ def main(argv=None) -> int:
                        "seq": seq, "error": f"benchmark: {_one_line(e)}"}
             records.append(rec)
             print(format_row(rec), flush=True)
+            if (line := format_states(rec)) is not None:
+                print(line, flush=True)
             if args.dynamic and "error" not in rec:
                 print(format_dynamic(rec), flush=True)
             if args.steps and "error" not in rec:

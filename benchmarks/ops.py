@@ -54,6 +54,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))  # this checkout's compiler
 
 from compiler import Graph, compile  # noqa: E402
+from benchmarks import vcpus  # noqa: E402
 
 
 def median_time(fn, repeats: int, warmup: int = 1) -> float:
@@ -76,6 +77,8 @@ def median_time(fn, repeats: int, warmup: int = 1) -> float:
 
 
 THREADS = 2   # set by main() from --threads
+#: The vCPUs' probe (``benchmarks/vcpus.py``), set by main() at 2+ threads.
+PROBE = None
 TARGET = "cpu"
 ROUNDS = 3    # set by main() from --rounds
 RECORDS: list[dict] = []
@@ -163,7 +166,7 @@ def _ort_fn(case: str, inputs: dict, consts: dict):
     return lambda **kw: sess.run(None, kw)[0]
 
 
-def _row(name, t_np, results, bw_bytes=None, compile_s=None, rounds=None):
+def _row(name, t_np, results, bw_bytes=None, compile_s=None, rounds=None, states=None):
     cells = [f"numpy {t_np * 1e3:9.3f} ms"]
     for who, t in results.items():
         cells.append(f"{who} {t * 1e3:9.3f} ms ({t / t_np:6.2f}x numpy)")
@@ -172,6 +175,17 @@ def _row(name, t_np, results, bw_bytes=None, compile_s=None, rounds=None):
            "bytes_moved": bw_bytes, "compile_s": compile_s or {}}
     if rounds:
         rec["rounds_s"] = rounds
+    if states is not None:
+        rec["round_states"] = states
+        quiet = [i for i, st in enumerate(states) if st == "quiet"]
+        line = None
+        if quiet and rounds and len(quiet) < len(states):
+            q = {k: statistics.median(v[i] for i in quiet) for k, v in rounds.items()}
+            rec["quiet_s"] = q
+            line = ", ".join(f"{k} {t / q['numpy']:.2f}x numpy" for k, t in q.items()
+                             if k != "numpy")
+        if (text := vcpus.note(states, line)) is not None:
+            print(text, flush=True)
     RECORDS.append(rec)
 
 
@@ -386,29 +400,35 @@ def run_case(name, builders, np_fn, inputs, repeats, check_tol=1e-4, peer=None, 
         for who, fn in (("torch", _torch_fn(peer, consts)), ("onnxruntime", _ort_fn(peer, inputs, consts))):
             if fn is not None:
                 fns[who] = lambda fn=fn: fn(**inputs)
-    rounds = interleaved_rounds(fns, repeats)
+    rounds, states = interleaved_rounds(fns, repeats)
     results = {k: statistics.median(v) for k, v in rounds.items()}
     t_np = results.pop("numpy")
-    _row(name, t_np, results, bytes_moved, compile_s, rounds)
+    _row(name, t_np, results, bytes_moved, compile_s, rounds, states)
 
 
-def interleaved_rounds(fns: dict, repeats: int) -> dict:
-    """{name: [seconds per round]}: for each of ``ROUNDS`` rounds, the median
-    of ``repeats`` calls of every function in turn, so a slow spell of the
-    shared machine lands on every implementation alike instead of on
-    whichever ran during it (a case quotes the median of its rounds)."""
+def interleaved_rounds(fns: dict, repeats: int) -> tuple[dict, list[str] | None]:
+    """``({name: [seconds per round]}, states)``: for each of ``ROUNDS``
+    rounds, the median of ``repeats`` calls of every function in turn, so a
+    slow spell of the shared machine lands on every implementation alike
+    instead of on whichever ran during it (a case quotes the median of its
+    rounds); ``states``: each round's state of the vCPUs, probed before and
+    after it (``benchmarks/vcpus.py``; None when not probed: one thread)."""
     rounds: dict = {k: [] for k in fns}
+    states = [] if PROBE else None
     for _ in range(ROUNDS):
+        before = PROBE.now() if PROBE else None
         for k, fn in fns.items():
             rounds[k].append(median_time(fn, repeats))
-    return rounds
+        if PROBE:
+            states.append(vcpus.round_state(before, PROBE.now()))
+    return rounds, states
 
 
 ONLY: list[str] = []
 
 
 def main(argv=None):
-    global THREADS, TARGET, ONLY, PEERS, ROUNDS
+    global THREADS, TARGET, ONLY, PEERS, ROUNDS, PROBE
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, 3 repeats")
     ap.add_argument("--repeats", type=int, default=None, help="timed calls per round (median)")
@@ -438,6 +458,10 @@ def main(argv=None):
     from benchmarks.encoder import width_note
     if note := width_note(TARGET):
         print(note)
+    if THREADS > 1 and len(os.sched_getaffinity(0)) > 1:
+        PROBE = vcpus.Probe()
+        print("vCPUs probed before and after each round (benchmarks/vcpus.py); a case whose "
+              "rounds were not all quiet gets a line of its states and its quiet rounds' ratios")
 
     bh, s_, d_ = (4, 64, 16) if args.quick else (12, 128, 32)
     qa = rng.standard_normal((1, bh, s_, d_), dtype=np.float32)

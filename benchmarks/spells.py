@@ -14,9 +14,8 @@ run at half speed each, FMA-bound code only (a chain of dependent integer
 multiplies keeps its speed): the host then runs the two vCPUs on the two
 hardware threads of one core, and a 2-thread call gets one core's FMA units.
 Here the runs come in blocks, each between two probes of the vCPUs'
-speeds (``probe``: a fixed 128x128 numpy matmul, median of ``PROBE_CALLS``
-calls, pinned to each CPU in turn, then the affinity as it was; then
-``pair_probe``: the same on every CPU at once, one thread each); a block
+speeds (``benchmarks/vcpus.py``: an FMA-bound loop pinned to each CPU in
+turn, then on every CPU at once, one thread each); a block
 whose two probes agree is filed under their state: ``quiet`` (no vCPU slower
 than ``SLOW`` times the fastest probe of the process, alone or together),
 ``one slow`` or ``both slow`` (alone), ``shared core`` (full speed alone,
@@ -35,10 +34,7 @@ import json
 import os
 import statistics
 import sys
-import threading
 import time
-
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # the probe's matmul on one thread
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
@@ -46,73 +42,11 @@ if _ROOT not in sys.path:
 
 import numpy as np  # noqa: E402
 
-from benchmarks import models  # noqa: E402
+from benchmarks import models, vcpus  # noqa: E402
 
-#: Calls of the probe's matmul per CPU (about 45 us each at full speed).
-PROBE_CALLS = 40
-#: A vCPU whose probe takes this many times the process's fastest is slow.
-SLOW = 1.35
-STATES = ("quiet", "one slow", "both slow", "shared core")
-
-_A = np.random.default_rng(0).random((128, 128), dtype=np.float32)
-
-
-def probe(cpus) -> list[float]:
-    """The median time (us) of the probe's matmul on each of ``cpus``, this
-    thread pinned to it in turn; the affinity as it was afterwards."""
-    mask = os.sched_getaffinity(0)
-    out = []
-    try:
-        for cpu in cpus:
-            os.sched_setaffinity(0, {cpu})
-            ts = []
-            for _ in range(PROBE_CALLS):
-                t = time.perf_counter()
-                _A @ _A
-                ts.append(time.perf_counter() - t)
-            out.append(statistics.median(ts) * 1e6)
-    finally:
-        os.sched_setaffinity(0, mask)
-    return out
-
-
-def pair_probe(cpus) -> list[float]:
-    """The median time (us) of the probe's matmul on each of ``cpus`` with
-    every one of them running it at once (a thread pinned to each; numpy
-    releases the GIL in the product)."""
-    if len(cpus) < 2:
-        return []
-    out = [0.0] * len(cpus)
-    start = threading.Barrier(len(cpus))
-
-    def run(i: int, cpu: int) -> None:
-        os.sched_setaffinity(0, {cpu})   # this thread only
-        start.wait()
-        ts = []
-        for _ in range(PROBE_CALLS):
-            t = time.perf_counter()
-            _A @ _A
-            ts.append(time.perf_counter() - t)
-        out[i] = statistics.median(ts) * 1e6
-
-    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(cpus)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
-
-
-def state(speeds: list[float], fastest: float, together: list[float] | None = None) -> str:
-    """The state one probe shows, against the fastest probe of the process:
-    ``speeds`` each vCPU alone, ``together`` all at once (``pair_probe``;
-    None or empty: not probed)."""
-    slow = sum(s > SLOW * fastest for s in speeds)
-    if slow:
-        return STATES[min(slow, 2)]
-    if together and all(t > SLOW * s for t, s in zip(together, speeds)):
-        return "shared core"
-    return "quiet"
+#: The vCPUs' probes (each alone, then all at once) and states: benchmarks/vcpus.py.
+probe, pair_probe, state = vcpus.alone, vcpus.together, vcpus.state
+STATES, SLOW = vcpus.STATES, vcpus.SLOW
 
 
 def classify(blocks: list[tuple]) -> dict[str, list[dict]]:

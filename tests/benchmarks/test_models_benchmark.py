@@ -129,11 +129,24 @@ def test_symbolic_axes():
         == ["batch", 3, 32, 32]
 
 
+class _Probe:
+    """Stands in for ``vcpus.Probe``: the states it is given, in order."""
+
+    def __init__(self, states):
+        self.states = list(states)
+
+    def now(self):
+        return self.states.pop(0)
+
+
 def test_dynamic_row():
     """--dynamic: the model compiled once with a symbolic batch, timed in the
-    same rounds as the static one; its output matches onnxruntime."""
-    args = argparse.Namespace(bn="node", target="cpu", rounds=1, repeats=1, steps=False,
-                              dynamic=True)
+    same rounds as the static one; its output matches onnxruntime. The vCPUs'
+    probes around each round file it (a round whose probes disagree is
+    mixed), and the row's states line gives the quiet rounds' ratio."""
+    args = argparse.Namespace(bn="node", target="cpu", rounds=3, repeats=1, steps=False,
+                              dynamic=True, vcpus=_Probe(["quiet", "quiet", "shared core",
+                                                          "shared core", "quiet", "one slow"]))
     orig = bm.MODELS["mobilenet"]
     bm.MODELS["mobilenet"] = bm.ModelSpec("cnn", lambda batch, **kw: orig.fn(batch, image=32, **kw),
                                           "small")
@@ -145,6 +158,11 @@ def test_dynamic_row():
     assert rec["dynamic_rel_diff"] < TOL and rec["dyn_ratio"] > 0
     line = bm.format_dynamic(rec)
     assert "dynamic/static" in line and "\n" not in line
+    assert rec["round_states"] == ["quiet", "shared core", "mixed"]
+    assert rec["quiet_ratio"] == rec["quiet_fuelc_ms"] / rec["quiet_ort_ms"] > 0
+    states = bm.format_states(rec)
+    assert "quiet 1, shared core 1, mixed 1" in states and "quiet rounds only: fuelc" in states
+    assert bm.format_states({**rec, "round_states": ["quiet"] * 3}) is None
 
 
 def test_op_times_on_the_direct_path():

@@ -1,32 +1,14 @@
 """benchmarks/spells.py: how a block is filed from its probes (each vCPU alone,
-then all at once), and the concurrent probe's threads leave this thread's
-CPU mask as it was."""
+then all at once; benchmarks/vcpus.py), from a run or from a log."""
 import json
-import os
 import pathlib
 import sys
-
-import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import spells  # noqa: E402
-
-
-def test_state_alone_then_together():
-    fastest = 40.0
-    assert spells.state([41.0, 42.0], fastest) == "quiet"
-    assert spells.state([41.0, 42.0], fastest, [43.0, 44.0]) == "quiet"
-    # full speed alone, both at about half speed together: one core's FMA units
-    assert spells.state([41.0, 42.0], fastest, [80.0, 83.0]) == "shared core"
-    # only one slower together is not a shared core
-    assert spells.state([41.0, 42.0], fastest, [80.0, 44.0]) == "quiet"
-    # slow alone wins over the concurrent probe
-    assert spells.state([90.0, 42.0], fastest, [95.0, 90.0]) == "one slow"
-    assert spells.state([90.0, 85.0], fastest, [95.0, 90.0]) == "both slow"
-    assert spells.state([41.0, 42.0], fastest, []) == "quiet"
 
 
 def test_classify_files_blocks_by_agreeing_probes():
@@ -54,13 +36,3 @@ def test_summary_reads_logs_with_and_without_pair_probes(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "quiet 1" in out and "shared core 1" in out
     assert "fuelc/ort 0.800" in out and "fuelc/ort 1.143" in out
-
-
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
-def test_pair_probe_times_every_cpu_and_keeps_the_mask():
-    mask = os.sched_getaffinity(0)
-    cpus = sorted(mask)[:2]
-    times = spells.pair_probe(cpus)
-    assert len(times) == 2 and all(t > 0 for t in times)
-    assert os.sched_getaffinity(0) == mask
-    assert spells.pair_probe(cpus[:1]) == []
