@@ -16,8 +16,10 @@ interleaved, so a change in the machine's load hits each alike, and each round
 runs them the other way round from the round before (jobs=1 first, then jobs=N
 first). A run during which other processes or the hypervisor (steal time) used
 more than 0.03 s + 0.05 cores of CPU (/proc/stat, less this compile's own CPU
-seconds) is run again, at most ``--redo`` times (default 2): the criterion is
-what the neighbours took, never the compile's own time, so it drops the runs a
+seconds), or whose vCPUs were not quiet in the probes just before and after it
+(``benchmarks/vcpus.py``: a vCPU at half speed, or the two vCPUs sharing one
+core), is run again, at most ``--redo`` times (default 2): the criterion is
+the machine's state, never the compile's own time, so it drops the runs a
 neighbour decided without favouring either side. Prints the
 median of each and the ratio jobs=1 / jobs=N, the ratio of the fastest runs
 (the noise of this machine only ever slows a run), the median and range of the
@@ -485,6 +487,19 @@ def main(argv=None) -> int:
         return measure(args, pycache)
 
 
+def vcpu_probe(jobs) -> "object | None":
+    """The vCPUs' probe (``benchmarks/vcpus.py``) where a compile runs on more
+    than one CPU, else None."""
+    if max(jobs) < 2 or len(os.sched_getaffinity(0)) < 2:
+        return None
+    # the calling process runs no fuelc (each compile is a child, whose
+    # checkout comes first on its path), so this checkout's probe is safe here
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    from benchmarks import vcpus
+    return vcpus.Probe()
+
+
 def measure(args, pycache: "str | None") -> int:
     print(f"load average before: {os.getloadavg()}")
     if args.breakdown:
@@ -495,6 +510,7 @@ def measure(args, pycache: "str | None") -> int:
                 show_timeline(r)
         return 0
     times, cpus, digests, payloads, fronts = {}, {}, {}, {}, {}
+    probe = vcpu_probe(args.jobs)
     redone, kept_disturbed = collections.Counter(), collections.Counter()
     for n in range(args.runs):
         for spec in args.models:
@@ -503,15 +519,20 @@ def measure(args, pycache: "str | None") -> int:
             cells = [(root, j) for root in args.roots for j in args.jobs]
             for root, j in cells if n % 2 == 0 else cells[::-1]:
                 for attempt in range(args.redo + 1):
+                    before = probe.now() if probe else None
                     r = run_child(spec, j, False, root, pycache)
-                    # other processes or the hypervisor took CPU during the compile:
-                    # run it again (the criterion is the neighbours' CPU, not ours)
+                    state = probe.round_state(before) if probe else "quiet"
+                    # other processes or the hypervisor took CPU during the compile, or
+                    # the vCPUs were not two whole cores around it (benchmarks/vcpus.py):
+                    # run it again (the criterion is the machine's, never our own time)
                     noise = r.get("others", 0.0) + r.get("stolen", 0.0)
-                    disturbed = noise > DISTURBED_S + DISTURBED_CORES * r["compile"]
+                    disturbed = (noise > DISTURBED_S + DISTURBED_CORES * r["compile"]
+                                 or state != "quiet")
                     print(f"  {spec} {root} jobs={j}: {r['compile']:.2f} s (cpu: this process "
                           f"{r['cpu']:.2f} s, workers {r['cpu_workers']:.2f} s; others "
                           f"{r.get('others', 0.0):.2f} s, stolen {r.get('stolen', 0.0):.2f} s)"
                           f"  load {os.getloadavg()[0]:.2f}"
+                          + (f"  vCPUs {state}" if state != "quiet" else "")
                           + ("  disturbed" if disturbed else "")
                           + ("  (this process: system {:.2f} s, {} + {} major faults)".format(
                               *r["sys_faults"]) if "sys_faults" in r else ""), flush=True)

@@ -153,6 +153,11 @@ class Probe:
         self.fastest = min(self.fastest, *speeds)
         return state(speeds, self.fastest, both)
 
+    def round_state(self, before: str) -> str:
+        """The state of a round that began with ``before`` (a ``now()``): a
+        probe now, and ``round_state`` of the two."""
+        return round_state(before, self.now())
+
 
 def round_state(before: str, after: str) -> str:
     """A round's state from the probes around it: theirs where they agree,

@@ -8,10 +8,26 @@ import pytest
 from benchmarks import compile_jobs
 
 
-def _fake_runs(monkeypatch, others):
+class _Probe:
+    """Stands in for ``vcpus.Probe``: ``states(call index)`` is the state
+    around that run."""
+
+    def __init__(self, calls, states):
+        self.calls, self.states = calls, states
+
+    def now(self):
+        return "quiet"
+
+    def round_state(self, before):
+        return self.states(len(self.calls) - 1)
+
+
+def _fake_runs(monkeypatch, others, states=lambda i: "quiet"):
     """run_child replaced: each call appends (model, jobs) to the list
-    returned and reports ``others(call index)`` seconds of others' CPU."""
+    returned and reports ``others(call index)`` seconds of others' CPU; the
+    vCPUs' probe reports ``states(call index)`` around it."""
     calls = []
+    monkeypatch.setattr(compile_jobs, "vcpu_probe", lambda jobs: _Probe(calls, states))
 
     def run_child(spec, jobs, breakdown, root, pycache):
         calls.append((spec, jobs))
@@ -43,6 +59,16 @@ def test_a_disturbed_run_is_run_again_until_the_redo_runs_out(monkeypatch, capsy
     out = capsys.readouterr().out
     assert out.count("  disturbed") == 4
     assert "| 0, 3 (1 kept disturbed) |" in out
+
+
+def test_a_run_on_a_shared_core_is_run_again(monkeypatch, capsys):
+    # the vCPUs were one core's two hardware threads around the second call
+    calls = _fake_runs(monkeypatch, lambda i: 0.0,
+                       lambda i: "shared core" if i == 1 else "quiet")
+    compile_jobs.measure(_args(runs=1), None)
+    assert [j for _, j in calls] == [1, 2, 2]
+    out = capsys.readouterr().out
+    assert out.count("vCPUs shared core  disturbed") == 1 and "| 0, 1 |" in out
 
 
 def test_others_below_the_threshold_are_not_a_disturbance(monkeypatch):

@@ -32,6 +32,7 @@ def test_probes_time_every_cpu_and_keep_the_mask():
     assert vcpus.together(cpus[:1]) == []
     p = vcpus.Probe(cpus)
     assert p.now() in vcpus.STATES and p.fastest < float("inf")
+    assert p.round_state(p.now()) in (*vcpus.STATES, "mixed")
 
 
 def test_state_alone_then_together():
