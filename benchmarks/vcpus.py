@@ -175,3 +175,30 @@ def note(states: list[str], quiet_line: str | None) -> str | None:
     counts = ", ".join(f"{s} {states.count(s)}" for s in (*STATES, "mixed") if s in states)
     return (f"    vCPUs: rounds {counts}; "
             + (f"quiet rounds only: {quiet_line}" if quiet_line else "no quiet round"))
+
+
+def main(argv=None) -> int:
+    import argparse
+    ap = argparse.ArgumentParser(description="Probe this machine's CPUs for a while: how often "
+                                             "each state (quiet, one slow, both slow, shared core) "
+                                             "was seen, and the probes that were not quiet.")
+    ap.add_argument("--seconds", type=float, default=10.0)
+    args = ap.parse_args(argv)
+    probe, counts = Probe(), {}
+    if len(probe.cpus) < 2:
+        print(f"one CPU ({probe.cpus}): nothing to compare")
+        return 0
+    t_end = time.perf_counter() + args.seconds
+    while time.perf_counter() < t_end:
+        st = probe.now()
+        counts[st] = counts.get(st, 0) + 1
+        if st != "quiet":
+            print(f"{st:12s} alone {[round(t, 1) for t in alone(probe.cpus)]} us, "
+                  f"together {[round(t, 1) for t in together(probe.cpus)]} us", flush=True)
+    print(f"CPUs {probe.cpus}, fastest alone {probe.fastest:.1f} us: "
+          + ", ".join(f"{s} {counts.get(s, 0)}" for s in STATES))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

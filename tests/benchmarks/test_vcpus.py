@@ -75,3 +75,12 @@ def test_ops_row_gives_the_quiet_rounds(capsys):
     assert rec["round_states"] == ["quiet", "shared core", "quiet"]
     assert rec["quiet_s"] == {"numpy": 0.003, "fuelc": 0.0035}
     assert len(out) == 3 and "quiet_s" not in quiet
+
+
+def test_main_counts_the_states(capsys):
+    assert vcpus.main(["--seconds", "0.05"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    if len(os.sched_getaffinity(0)) < 2:
+        assert "nothing to compare" in last
+    else:
+        assert "fastest alone" in last and all(s in last for s in vcpus.STATES)
