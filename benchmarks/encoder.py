@@ -47,6 +47,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)  # this checkout's compiler
 
+from benchmarks import vcpus  # noqa: E402
 from compiler import Graph, compile  # noqa: E402
 from compiler.frontends.onnx import import_model  # noqa: E402
 from compiler.registry.builders import layer_norm, linear  # noqa: E402
@@ -367,6 +368,10 @@ def main(argv=None) -> int:
     records = []
     print(f"encoder (hidden {HIDDEN}, {HEADS} heads, FFN {FFN}, seq {SEQ}): target "
           f"{args.target}, {threads} threads, {args.rounds} rounds of {args.repeats} runs each")
+    probe = vcpus.Probe() if threads > 1 and len(os.sched_getaffinity(0)) > 1 else None
+    if probe:
+        print("vCPUs probed before and after each round (benchmarks/vcpus.py); a case "
+              "whose rounds were not all quiet gets a line of its states")
     if note := width_note(args.target):
         print(note)
     for n_layers in args.layers or [1, 6]:
@@ -404,10 +409,19 @@ def main(argv=None) -> int:
                     blocks.append((to, lambda: session.run(None, {"x": x})))
                 if dyn is not None:
                     blocks.append((td, lambda: dyn(x=x)))
+                states, quiet = [], [[] for _ in blocks]
                 for _ in range(args.rounds):  # in turn: a slow spell lands on both
+                    before = probe.now() if probe else None
+                    got = []
                     for acc, fn in blocks:
                         time.sleep(SETTLE_S)  # the other side's threads go idle
-                        acc += times(fn, args.repeats)
+                        got.append(times(fn, args.repeats))
+                        acc += got[-1]
+                    if probe:
+                        states.append(probe.round_state(before))
+                        if states[-1] == "quiet":
+                            for q, g in zip(quiet, got):
+                                q += g
                 tf.sort()
                 to.sort()
                 rec = {"model": model, "layers": n_layers, "batch": batch,
@@ -428,6 +442,14 @@ def main(argv=None) -> int:
                     line += (f" | dynamic batch {rec['dynamic_ms']:8.3f} ms, dynamic/static "
                              f"{rec['dynamic_ms'] / rec['fuelc_ms']:5.2f}")
                 print(line + f" | compiled in {compile_s:.1f} s", flush=True)
+                if states:
+                    rec["round_states"] = states
+                    qline = None
+                    if quiet[0] and len(blocks) > 1 and quiet[1] and "quiet" in states:
+                        qf, qo = statistics.median(quiet[0]), statistics.median(quiet[1])
+                        qline = f"fuelc {qf * 1e3:.3f} ms, ort {qo * 1e3:.3f} ms, fuelc/ort {qf / qo:.2f}"
+                    if (text := vcpus.note(states, qline)) is not None:
+                        print(text, flush=True)
                 print("  kernels: " + "; ".join(rec["kernels"]))
                 if args.steps:
                     rec["steps"] = step_times(m, {"x": x}, args.repeats)
