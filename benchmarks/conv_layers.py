@@ -25,6 +25,7 @@ import numpy as np
 _ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)  # this checkout's compiler
+from benchmarks import vcpus  # noqa: E402
 from benchmarks.encoder import times, width_note  # noqa: E402  (one timer for every benchmark)
 
 #: name -> (Cin, Cout, spatial size (an int: square 2-D; a 1-tuple: 1-D), kernel, stride, groups)
@@ -152,6 +153,10 @@ def main(argv=None) -> int:
           f"{args.rounds} rounds of {args.repeats}; fuelc/ort > 1: fuelc slower")
     if note := width_note(args.target):
         print(note)
+    probe = vcpus.Probe() if threads > 1 and len(os.sched_getaffinity(0)) > 1 else None
+    if probe:
+        print("vCPUs probed before and after each round (benchmarks/vcpus.py); a layer whose "
+              "rounds were not all quiet gets a line of its states and its quiet rounds' ratio")
     print(f"{'layer':28s} {'fuelc ms':>9s} {'ort ms':>8s} {'fuelc/ort':>9s} {'GFLOP/s':>8s} "
           f"{'rel diff':>8s}  kernels")
     ratios = []
@@ -168,15 +173,26 @@ def main(argv=None) -> int:
         x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
         want = sess.run(None, {"x": x})[0]
         diff = float(np.abs(m(x=x) - want).max() / np.abs(want).max())
-        ours, theirs = [], []
+        ours, theirs, states = [], [], []
         for _ in range(args.rounds):
+            before = probe.now() if probe else None
             ours.append(statistics.median(times(lambda: m(x=x), args.repeats)))
             theirs.append(statistics.median(times(lambda: sess.run(None, {"x": x}), args.repeats)))
+            if probe:
+                states.append(probe.round_state(before))
         a, b = statistics.median(ours), statistics.median(theirs)
         ratios.append(a / b)
         kernels = ", ".join(k.split("[")[0] for k in m.kernel_summary())
         print(f"{name:28s} {a * 1e3:9.3f} {b * 1e3:8.3f} {a / b:9.2f} {flops / a / 1e9:8.1f} "
               f"{diff:8.1e}  {kernels}")
+        quiet = [i for i, st in enumerate(states) if st == "quiet"]
+        qline = None
+        if quiet:
+            qa = statistics.median(ours[i] for i in quiet)
+            qb = statistics.median(theirs[i] for i in quiet)
+            qline = f"fuelc {qa * 1e3:.3f} ms, ort {qb * 1e3:.3f} ms, fuelc/ort {qa / qb:.2f}"
+        if states and (text := vcpus.note(states, qline)) is not None:
+            print(text, flush=True)
     if ratios:
         print(f"geometric mean fuelc/ort {float(np.exp(np.mean(np.log(ratios)))):.2f} "
               f"over {len(ratios)} layers")

@@ -43,6 +43,28 @@ def test_the_script_runs_and_matches_onnxruntime(capsys):
         assert fuelc_ms > 0 and ort_ms > 0 and gflops > 0, row
 
 
+def test_rounds_not_all_quiet_get_a_states_line(monkeypatch, capsys):
+    """At 2 threads the vCPUs are probed around each round (benchmarks/vcpus.py,
+    a stand-in here): the line under the layer gives the states and the quiet
+    rounds' ratio."""
+    states = iter(["quiet", "quiet", "one slow", "one slow"])
+
+    class Probe:
+        def now(self):
+            return next(states)
+
+        def round_state(self, before):
+            return before if before == self.now() else "mixed"
+
+    monkeypatch.setattr(conv_layers.vcpus, "Probe", Probe)
+    monkeypatch.setattr(conv_layers.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert conv_layers.main(["--threads", "2", "--rounds", "2", "--repeats", "1",
+                             "--only", "dw 5x5"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    row = next(i for i, line in enumerate(out) if line.startswith("dw 5x5"))
+    assert out[row + 1].startswith("    vCPUs: rounds quiet 1, one slow 1; quiet rounds only: fuelc ")
+
+
 def test_dynamic_kernels_against_static(capsys):
     """--dynamic: the run-time-batch kernel and the static one (the script
     checks their outputs are identical) per batch, a ratio per row."""
