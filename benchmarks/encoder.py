@@ -445,7 +445,7 @@ def main(argv=None) -> int:
                 if states:
                     rec["round_states"] = states
                     qline = None
-                    if quiet[0] and len(blocks) > 1 and quiet[1] and "quiet" in states:
+                    if session is not None and quiet[0] and quiet[1]:   # blocks: fuelc, ort[, dyn]
                         qf, qo = statistics.median(quiet[0]), statistics.median(quiet[1])
                         qline = f"fuelc {qf * 1e3:.3f} ms, ort {qo * 1e3:.3f} ms, fuelc/ort {qf / qo:.2f}"
                     if (text := vcpus.note(states, qline)) is not None:
