@@ -490,14 +490,12 @@ def main(argv=None) -> int:
 def vcpu_probe(jobs) -> "object | None":
     """The vCPUs' probe (``benchmarks/vcpus.py``) where a compile runs on more
     than one CPU, else None."""
-    if max(jobs) < 2 or len(os.sched_getaffinity(0)) < 2:
-        return None
     # the calling process runs no fuelc (each compile is a child, whose
     # checkout comes first on its path), so this checkout's probe is safe here
     if ROOT not in sys.path:
         sys.path.insert(0, ROOT)
     from benchmarks import vcpus
-    return vcpus.Probe()
+    return vcpus.probe_for(max(jobs))
 
 
 def measure(args, pycache: "str | None") -> int:

@@ -153,10 +153,7 @@ def main(argv=None) -> int:
           f"{args.rounds} rounds of {args.repeats}; fuelc/ort > 1: fuelc slower")
     if note := width_note(args.target):
         print(note)
-    probe = vcpus.Probe() if threads > 1 and len(os.sched_getaffinity(0)) > 1 else None
-    if probe:
-        print("vCPUs probed before and after each round (benchmarks/vcpus.py); a layer whose "
-              "rounds were not all quiet gets a line of its states and its quiet rounds' ratio")
+    probe = vcpus.probe_for(threads, "layer")
     print(f"{'layer':28s} {'fuelc ms':>9s} {'ort ms':>8s} {'fuelc/ort':>9s} {'GFLOP/s':>8s} "
           f"{'rel diff':>8s}  kernels")
     ratios = []
@@ -185,11 +182,9 @@ def main(argv=None) -> int:
         kernels = ", ".join(k.split("[")[0] for k in m.kernel_summary())
         print(f"{name:28s} {a * 1e3:9.3f} {b * 1e3:8.3f} {a / b:9.2f} {flops / a / 1e9:8.1f} "
               f"{diff:8.1e}  {kernels}")
-        quiet = [i for i, st in enumerate(states) if st == "quiet"]
         qline = None
-        if quiet:
-            qa = statistics.median(ours[i] for i in quiet)
-            qb = statistics.median(theirs[i] for i in quiet)
+        if q := vcpus.quiet_medians(states, {"fuelc": ours, "ort": theirs}):
+            qa, qb = q["fuelc"], q["ort"]
             qline = f"fuelc {qa * 1e3:.3f} ms, ort {qb * 1e3:.3f} ms, fuelc/ort {qa / qb:.2f}"
         if states and (text := vcpus.note(states, qline)) is not None:
             print(text, flush=True)

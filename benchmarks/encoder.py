@@ -368,10 +368,7 @@ def main(argv=None) -> int:
     records = []
     print(f"encoder (hidden {HIDDEN}, {HEADS} heads, FFN {FFN}, seq {SEQ}): target "
           f"{args.target}, {threads} threads, {args.rounds} rounds of {args.repeats} runs each")
-    probe = vcpus.Probe() if threads > 1 and len(os.sched_getaffinity(0)) > 1 else None
-    if probe:
-        print("vCPUs probed before and after each round (benchmarks/vcpus.py); a case "
-              "whose rounds were not all quiet gets a line of its states")
+    probe = vcpus.probe_for(threads, "case")
     if note := width_note(args.target):
         print(note)
     for n_layers in args.layers or [1, 6]:
@@ -409,19 +406,15 @@ def main(argv=None) -> int:
                     blocks.append((to, lambda: session.run(None, {"x": x})))
                 if dyn is not None:
                     blocks.append((td, lambda: dyn(x=x)))
-                states, quiet = [], [[] for _ in blocks]
+                states, per_round = [], [[] for _ in blocks]   # each block's runs per round
                 for _ in range(args.rounds):  # in turn: a slow spell lands on both
                     before = probe.now() if probe else None
-                    got = []
-                    for acc, fn in blocks:
+                    for (acc, fn), runs in zip(blocks, per_round):
                         time.sleep(SETTLE_S)  # the other side's threads go idle
-                        got.append(times(fn, args.repeats))
-                        acc += got[-1]
+                        runs.append(times(fn, args.repeats))
+                        acc += runs[-1]
                     if probe:
                         states.append(probe.round_state(before))
-                        if states[-1] == "quiet":
-                            for q, g in zip(quiet, got):
-                                q += g
                 tf.sort()
                 to.sort()
                 rec = {"model": model, "layers": n_layers, "batch": batch,
@@ -445,8 +438,10 @@ def main(argv=None) -> int:
                 if states:
                     rec["round_states"] = states
                     qline = None
-                    if session is not None and quiet[0] and quiet[1]:   # blocks: fuelc, ort[, dyn]
-                        qf, qo = statistics.median(quiet[0]), statistics.median(quiet[1])
+                    if session is not None and (   # blocks: fuelc, ort[, dyn]
+                            q := vcpus.quiet_medians(states, {"fuelc": per_round[0],
+                                                              "ort": per_round[1]})):
+                        qf, qo = q["fuelc"], q["ort"]
                         qline = f"fuelc {qf * 1e3:.3f} ms, ort {qo * 1e3:.3f} ms, fuelc/ort {qf / qo:.2f}"
                     if (text := vcpus.note(states, qline)) is not None:
                         print(text, flush=True)

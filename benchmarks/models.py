@@ -693,18 +693,18 @@ def run_case(name: str, batch: int, seq: int | None, args, threads: int) -> dict
         order = ((rf, lambda: m(**feeds)), (ro, lambda: session.run(None, feeds)))
         for acc, fn in (order if r % 2 == 0 else order[::-1]):
             acc += times(fn, args.repeats)
-        rounds.append((vcpus.round_state(before, probe.now()) if probe else None, rf, ro))
+        rounds.append((probe.round_state(before) if probe else None, rf, ro))
         tf += rf
         to += ro
     tf.sort()
     to.sort()
     if probe:
-        rec["round_states"] = [st for st, _, _ in rounds]
-    quiet = [(rf, ro) for st, rf, ro in rounds if st == "quiet"]
-    if probe and quiet and len(quiet) < len(rounds):
-        qf = statistics.median(t for rf, _ in quiet for t in rf) * 1e3
-        qo = statistics.median(t for _, ro in quiet for t in ro) * 1e3
-        rec.update(quiet_fuelc_ms=qf, quiet_ort_ms=qo, quiet_ratio=qf / qo)
+        states = rec["round_states"] = [st for st, _, _ in rounds]
+        q = vcpus.quiet_medians(states, {"fuelc": [rf for _, rf, _ in rounds],
+                                         "ort": [ro for _, _, ro in rounds]})
+        if q:
+            rec.update(quiet_fuelc_ms=q["fuelc"] * 1e3, quiet_ort_ms=q["ort"] * 1e3,
+                       quiet_ratio=q["fuelc"] / q["ort"])
     rec.update(fuelc_ms=statistics.median(tf) * 1e3, fuelc_p10_ms=_pct(tf, 0.1) * 1e3,
                fuelc_p90_ms=_pct(tf, 0.9) * 1e3, ort_ms=statistics.median(to) * 1e3,
                ort_p10_ms=_pct(to, 0.1) * 1e3, ort_p90_ms=_pct(to, 0.9) * 1e3)
@@ -886,10 +886,7 @@ def main(argv=None) -> int:
         cpu, on, off = busy_spec
         print(f"beside a process on CPU {cpu}: busy {on} us, asleep {off} us, in turn "
               f"(nice {busy.NICE})")
-    if threads > 1 and len(os.sched_getaffinity(0)) > 1:
-        args.vcpus = vcpus.Probe()
-        print("vCPUs probed before and after each round (benchmarks/vcpus.py); a row whose "
-              "rounds were not all quiet gets a line of its states and its quiet rounds' ratio")
+    args.vcpus = vcpus.probe_for(threads, "row")
     print(HEADER, flush=True)
     records = []
     with busy.busy_cpu(args.busy_cpu):

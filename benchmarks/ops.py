@@ -177,10 +177,8 @@ def _row(name, t_np, results, bw_bytes=None, compile_s=None, rounds=None, states
         rec["rounds_s"] = rounds
     if states is not None:
         rec["round_states"] = states
-        quiet = [i for i, st in enumerate(states) if st == "quiet"]
         line = None
-        if quiet and rounds and len(quiet) < len(states):
-            q = {k: statistics.median(v[i] for i in quiet) for k, v in rounds.items()}
+        if rounds and (q := vcpus.quiet_medians(states, rounds)):
             rec["quiet_s"] = q
             line = ", ".join(f"{k} {t / q['numpy']:.2f}x numpy" for k, t in q.items()
                              if k != "numpy")
@@ -420,7 +418,7 @@ def interleaved_rounds(fns: dict, repeats: int) -> tuple[dict, list[str] | None]
         for k, fn in fns.items():
             rounds[k].append(median_time(fn, repeats))
         if PROBE:
-            states.append(vcpus.round_state(before, PROBE.now()))
+            states.append(PROBE.round_state(before))
     return rounds, states
 
 
@@ -458,10 +456,7 @@ def main(argv=None):
     from benchmarks.encoder import width_note
     if note := width_note(TARGET):
         print(note)
-    if THREADS > 1 and len(os.sched_getaffinity(0)) > 1:
-        PROBE = vcpus.Probe()
-        print("vCPUs probed before and after each round (benchmarks/vcpus.py); a case whose "
-              "rounds were not all quiet gets a line of its states and its quiet rounds' ratios")
+    PROBE = vcpus.probe_for(THREADS, "case")
 
     bh, s_, d_ = (4, 64, 16) if args.quick else (12, 128, 32)
     qa = rng.standard_normal((1, bh, s_, d_), dtype=np.float32)

@@ -146,17 +146,48 @@ class Probe:
     def __init__(self, cpus=None):
         self.cpus = sorted(os.sched_getaffinity(0) if cpus is None else cpus)
         self.fastest = float("inf")
+        #: The last probe's times (us): each CPU alone, all together.
+        self.alone: list[float] = []
+        self.together: list[float] = []
 
     def now(self) -> str:
-        speeds = alone(self.cpus)
-        both = together(self.cpus)
-        self.fastest = min(self.fastest, *speeds)
-        return state(speeds, self.fastest, both)
+        self.alone, self.together = alone(self.cpus), together(self.cpus)
+        self.fastest = min(self.fastest, *self.alone)
+        return state(self.alone, self.fastest, self.together)
 
     def round_state(self, before: str) -> str:
         """The state of a round that began with ``before`` (a ``now()``): a
         probe now, and ``round_state`` of the two."""
         return round_state(before, self.now())
+
+
+def probe_for(threads: int, what: str | None = None) -> Probe | None:
+    """A ``Probe`` for a benchmark whose calls run on ``threads`` threads,
+    when that is more than one and this process may use more than one CPU,
+    else None. With ``what`` (a row, a case, ...) it first prints the line
+    that says each ``what`` whose rounds were not all quiet gets a states line."""
+    if threads < 2 or len(os.sched_getaffinity(0)) < 2:
+        return None
+    if what:
+        print(f"vCPUs probed before and after each round (benchmarks/vcpus.py); a {what} whose "
+              "rounds were not all quiet gets a line of its states and its quiet rounds' figures")
+    return Probe()
+
+
+def quiet_medians(states: list[str], per_round: dict) -> dict | None:
+    """``{label: median}`` over the quiet rounds only, where some but not all
+    of the rounds (``states``) were quiet, else None. ``per_round`` maps a
+    label to its values per round, each a number (the round's median) or a
+    list of times (every run of the round)."""
+    quiet = [i for i, st in enumerate(states) if st == "quiet"]
+    if not quiet or len(quiet) == len(states):
+        return None
+
+    def values(v):
+        return v if isinstance(v, (list, tuple)) else [v]
+
+    return {k: statistics.median(t for i in quiet for t in values(rounds[i]))
+            for k, rounds in per_round.items()}
 
 
 def round_state(before: str, after: str) -> str:
@@ -193,8 +224,8 @@ def main(argv=None) -> int:
         st = probe.now()
         counts[st] = counts.get(st, 0) + 1
         if st != "quiet":
-            print(f"{st:12s} alone {[round(t, 1) for t in alone(probe.cpus)]} us, "
-                  f"together {[round(t, 1) for t in together(probe.cpus)]} us", flush=True)
+            print(f"{st:12s} alone {[round(t, 1) for t in probe.alone]} us, "
+                  f"together {[round(t, 1) for t in probe.together]} us", flush=True)
     print(f"CPUs {probe.cpus}, fastest alone {probe.fastest:.1f} us: "
           + ", ".join(f"{s} {counts.get(s, 0)}" for s in STATES))
     return 0

@@ -138,6 +138,10 @@ class _Probe:
     def now(self):
         return self.states.pop(0)
 
+    def round_state(self, before):
+        after = self.now()
+        return before if before == after else "mixed"
+
 
 def test_dynamic_row():
     """--dynamic: the model compiled once with a symbolic batch, timed in the

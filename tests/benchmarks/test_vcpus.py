@@ -33,6 +33,7 @@ def test_probes_time_every_cpu_and_keep_the_mask():
     p = vcpus.Probe(cpus)
     assert p.now() in vcpus.STATES and p.fastest < float("inf")
     assert p.round_state(p.now()) in (*vcpus.STATES, "mixed")
+    assert len(p.alone) == len(p.together) == 2   # what decided the last state
 
 
 def test_state_alone_then_together():
@@ -56,6 +57,25 @@ def test_round_state_and_note():
     line = vcpus.note(["quiet", "shared core", "mixed", "shared core"], "fuelc/ort 0.90")
     assert line == "    vCPUs: rounds quiet 1, shared core 2, mixed 1; quiet rounds only: fuelc/ort 0.90"
     assert vcpus.note(["one slow"], None).endswith("no quiet round")
+
+
+def test_quiet_medians_only_where_some_rounds_were_not_quiet():
+    per_round = {"fuelc": [[1.0, 3.0], [9.0], [2.0]], "ort": [4.0, 8.0, 6.0]}
+    assert vcpus.quiet_medians(["quiet", "shared core", "quiet"], per_round) \
+        == {"fuelc": 2.0, "ort": 5.0}
+    assert vcpus.quiet_medians(["quiet"] * 3, per_round) is None
+    assert vcpus.quiet_medians(["mixed", "one slow", "mixed"], per_round) is None
+
+
+def test_probe_for_one_thread_or_one_cpu_is_none(monkeypatch, capsys):
+    assert vcpus.probe_for(1, "row") is None
+    monkeypatch.setattr(vcpus.os, "sched_getaffinity", lambda pid: {0})
+    assert vcpus.probe_for(2, "row") is None
+    assert capsys.readouterr().out == ""
+    monkeypatch.setattr(vcpus.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert isinstance(vcpus.probe_for(2, "row"), vcpus.Probe)
+    assert "a row whose rounds were not all quiet" in capsys.readouterr().out
+    assert isinstance(vcpus.probe_for(2), vcpus.Probe) and capsys.readouterr().out == ""
 
 
 def test_ops_row_gives_the_quiet_rounds(capsys):
