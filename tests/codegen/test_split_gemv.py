@@ -2,7 +2,9 @@
 ``split_gemv.MIN_ELEMENTS`` elements runs as a product batched over chunks of
 K, summed, then the bias added (``fuel-split-gemv``): the reference
 interpreter's values, the same bits at one and two threads (at two the
-chunks are the tiles), and calls of five rows keep the one kernel."""
+chunks are the tiles), and calls of five rows keep the one kernel; on AVX2,
+5-16 rows over a B whose rows fall in few cache sets (N a multiple of 1024)
+are split too."""
 import numpy as np
 import pytest
 
@@ -55,8 +57,65 @@ def test_few_row_products_over_a_large_b_input_are_split_over_k(target, dtype, m
         np.testing.assert_array_equal(outs[1][name], outs[0][name], err_msg=f"{name}: 2 threads")
 
 
+V3 = "cpu:x86-64-v3"
+needs_v3 = pytest.mark.skipif(bool(missing_cpu_features(parse_target(V3).features)),
+                              reason="this CPU cannot run x86-64-v3")
+
+
+def _split_kernels(dtype="f32"):
+    return sorted([f"AddElementwise[{dtype},{dtype},{dtype}] (mlir-cpu)",
+                   f"MatMul[{dtype},{dtype},{dtype}] (mlir-cpu)", f"SumReduce[{dtype},{dtype}] (mlir-cpu)"])
+
+
+@needs_v3
+@pytest.mark.parametrize("m", [5, 8, 16])
+def test_avx2_splits_up_to_sixteen_rows_over_an_aliased_b(m):
+    """B [512, 2048]: its rows 8 KiB apart (``runtime.rows.aliased_rows``)."""
+    rng = np.random.default_rng(m)
+    inputs = {"x": rng.standard_normal((m, K)).astype(np.float32),
+              "w": rng.standard_normal((K, N)).astype(np.float32),
+              "b": rng.standard_normal(N).astype(np.float32)}
+    g = _graph(m, "f32")
+    mod = compile(g, V3)
+    assert sorted(mod.kernel_summary()) == _split_kernels()
+    want = interpret(g, inputs)
+    try:
+        outs = []
+        for threads in (1, 2):
+            parallel.set_num_threads(threads)
+            outs.append(mod.run(**inputs))
+    finally:
+        parallel.set_num_threads(None)
+    for name in ("lin", "mm"):
+        np.testing.assert_allclose(outs[0][name], want[name], rtol=1e-5, atol=1e-4)
+        np.testing.assert_array_equal(outs[1][name], outs[0][name], err_msg=f"{name}: 2 threads")
+
+
+def test_the_wider_split_is_avx2s_alone():
+    """17 rows on AVX2, 5-16 rows over a B whose rows are not a multiple of
+    1024 elements apart, and 5-16 rows on AVX-512 keep the one product kernel
+    (compiled, not run: the module's kernels are what is checked)."""
+    from compiler.passes.split_gemv import avx2_rows
+    assert avx2_rows(parse_target(V3)) and not avx2_rows(parse_target("cpu:x86-64-v4"))
+    assert split_gemv.ALIASED_ROWS == 16
+
+    def kernels(m, n, target):
+        g = Graph()
+        x, w, b = g.input("x", (m, 1024), "f32"), g.input("w", (1024, n), "f32"), g.input("b", (n,), "f32")
+        g.output(linear(x, w, b), name="lin")
+        return sorted(compile(g, target, warm=False).kernel_summary())
+
+    assert kernels(8, 2048, V3) == _split_kernels()
+    for m, n, target in ((17, 2048, V3), (8, 2064, V3), (8, 2048, "cpu:x86-64-v4"),
+                         (16, 3072, "cpu:x86-64-v4")):
+        assert kernels(m, n, target) == ["FusedLinear[f32,f32,f32,f32] (mlir-cpu-fused)"], \
+            (m, n, target)
+
+
 def test_five_rows_or_a_smaller_b_keep_the_product_kernel():
-    assert not any("SumReduce" in k for k in compile(_graph(5, "f32")).kernel_summary())
+    five = compile(_graph(5, "f32")).kernel_summary()
+    from compiler.passes.split_gemv import avx2_rows
+    assert any("SumReduce" in k for k in five) == avx2_rows(parse_target("cpu"))
     g = Graph()
     x, w = g.input("x", (1, K), "f32"), g.input("w", (K, N - 16), "f32")
     g.output(x @ w, name="mm")
