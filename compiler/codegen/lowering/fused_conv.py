@@ -85,6 +85,9 @@ def _conv2d(lw: Lowering, cpu: bool = False):
     if cpu and s.ty == elt and stem(g, cin, (sh, sw), (kh, kw), (dh, dw)):
         return _stem(x, w, bias, s, elt, (n, cin, h, wd), (cout, kh, kw), (ph, pw), (sh, sw),
                      (ho, wo), act, skip)
+    if cpu and s.ty == elt and winograd_class(lw.params, [rtt(x).shape, rtt(w).shape], elt):
+        from .conv_winograd import winograd
+        return winograd(x, w, bias, s, elt, (ph, pw), _activation_of(lw.params), skip)
     if cpu and s.ty == elt and (direct(g, (sh, sw), (kh, kw), (ph, pw), (dh, dw))
                                 or dwise and direct_depthwise((sh, sw), (dh, dw))):
         return _direct(x, w, bias, s, elt, (n, cin, h, wd), (cout, kh, kw), (ph, pw), (dh, dw),
@@ -124,6 +127,13 @@ def _conv2d(lw: Lowering, cpu: bool = False):
         return y
     return _epilogue(y, bias, s, act, empty(out_shape, elt), None, skip,
                      lambda v: to_compute(v, s), lambda v: from_compute(v, elt))
+
+
+def winograd_class(params, shapes, elt) -> bool:
+    """Whether the cpu kernel of this Conv2D is Winograd's
+    (``conv_winograd``, its rule ``conv_winograd.takes``)."""
+    from .conv_winograd import takes
+    return str(elt) == "f32" and takes(params, shapes)
 
 
 def _spatial(lw: Lowering, x, w, bias, skip, cpu: bool):

@@ -1,0 +1,258 @@
+"""Winograd F(2x2, 3x3) for f32 3x3 stride-1 groups-1 convolutions on cpu.
+
+Each 2x2 block of outputs (a *tile*) of output channel co is
+``Y = A^T [sum_c U[co, c] * V[c]] A``, with ``U = G g G^T`` the 4x4
+transformed 3x3 kernel ``g = w[co, c]`` and ``V = B^T d B`` the transformed
+4x4 input patch ``d`` under the tile (rows 2ty.., columns 2tx.. of the
+zero-padded image): 16 products per tile and input channel where the direct
+kernel does 36 (``fused_conv._direct``). The kernel (vector ops on tensors,
+as ``conv_spatial``'s; the cpu strategy ``vectorized``):
+
+* U ``[16, Cout, Cin]`` is computed once per call from w (adds and halvings);
+* per image, x is copied into a zero-padded plane whose rows hold 2*Tp + 2
+  columns (Tp: the tiles of a row rounded up to whole register tiles);
+* per band of ``R`` tile rows, the input transform writes V ``[16, Cin,
+  R*Tp]``: a patch's four columns are the even and odd columns of the padded
+  rows at 2tx and 2tx + 2 (``vector.deinterleave``), so each of the 16
+  entries of V is a vector along a tile row (adds and subtracts only);
+* per block of m output channels and register tile of ``nr`` tiles of a row,
+  the 16 products ``U[nu] (m x Cin) x V[nu] (Cin x nr)`` accumulate in
+  registers (m broadcast weights times the tile's vectors per input channel)
+  into a scratch ``[16, m, nr]``, then the output transform (adds) gives the
+  tiles' 2x2 outputs, plus the bias and the skip, clamped, written as two
+  output rows of interleaved column phases (masked past Wo).
+
+The sums differ from the direct kernel's: the transforms round (docs/
+architecture.md "Convolutions on CPU", Winograd).
+"""
+from __future__ import annotations
+
+import contextvars
+
+from compiler.mlir import arith, ir, scf, tensor, vector
+
+from .core import Scalar, dims, empty, fill, index, rtt, slice_at
+from .conv_spatial import _VectorScalar, generated_bits
+from .fused_norm import _for
+
+#: Register tiles per vector width: (m output channels, vectors of tiles):
+#: m x v accumulators (AVX2 12 of 16 ymm, AVX-512 16 of 32 zmm).
+_TILES = {256: (6, 2), 512: (8, 2)}
+#: The band's V (16 x Cin x R*Tp floats) is kept under this many bytes (an L2
+#: share; U, 16 x Cout x Cin, is read alongside).
+BAND_BYTES = 256 * 1024
+
+
+#: Whether ``takes`` may choose the kernel (off: the direct one; A/B runs).
+ENABLED: contextvars.ContextVar[bool] = contextvars.ContextVar("winograd", default=False)
+
+
+def takes(params, shapes) -> bool:
+    """Whether a Conv2D (``params``; ``shapes`` of x and w, x's batch may be
+    run-time) runs as Winograd F(2x2, 3x3): groups 1, a 3x3 kernel, stride
+    and dilation 1, no silu/gelu epilogue, a static image size."""
+    x, w = shapes[0], shapes[1]
+    return (ENABLED.get() and params.get("groups") == 1 and len(x) == 4
+            and tuple(w[2:]) == (3, 3) and tuple(params.get("stride")) == (1, 1)
+            and tuple(params.get("dilation", (1, 1))) == (1, 1)
+            and not (params.get("silu") or params.get("gelu") or params.get("image_at_run_time")))
+
+
+def _blocks(cout: int, mr: int) -> list[tuple[int, int, int]]:
+    """(first channel, m, count) of the channel blocks: ``mr``-channel blocks
+    and a remainder; a remainder of fewer than 3 channels (too few
+    accumulators to cover the FMA latency) shares the last whole block's
+    channels in two halves (``transforms.conv.last_blocks``)."""
+    from compiler.codegen.cpu.transforms.conv import last_blocks
+    split = last_blocks(mr, cout, 3)
+    if split:
+        k, h = split
+        return [b for b in ((0, mr, k // mr),) if b[2]] + \
+            [(k, h, 1), (k + h, cout - k - h, 1)]
+    whole, rest = divmod(cout, mr)
+    return [b for b in ((0, min(mr, cout), whole or 1), (whole * mr, rest, 1)) if b[1] and b[2]
+            and b[0] < cout]
+
+
+def geometry(h: int, wd: int, pad, lanes: int):
+    """(Ho, Wo, tile rows Th, tiles per row Tw, padded tile pitch Tp, nr)."""
+    ph, pw = pad
+    ho, wo = h + 2 * ph - 2, wd + 2 * pw - 2
+    th, tw = -(-ho // 2), -(-wo // 2)
+    nr = _TILES[lanes * 32][1] * lanes
+    tp = -(-tw // nr) * nr
+    return ho, wo, th, tw, tp, nr
+
+
+def band_rows(th: int, cin: int, tp: int) -> int:
+    """Tile rows per band: the largest divisor of Th whose V fits ``BAND_BYTES``."""
+    fit = max(1, BAND_BYTES // (16 * cin * tp * 4))
+    return max(r for r in range(1, min(th, fit) + 1) if th % r == 0)
+
+
+def _weights(w, s: Scalar, u):
+    """U[a*4 + b, co, c] = (G g G^T)[a, b] for g = w[co, c], G = [[1, 0, 0],
+    [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]]."""
+    cout, cin = rtt(w).shape[:2]
+    half = s.const(0.5)
+
+    def gt(g0, g1, g2):   # G times a column of three
+        return [g0, s.mul(s.add(s.add(g0, g1), g2), half),
+                s.mul(s.add(s.sub(g0, g1), g2), half), g2]
+
+    def channel(co, c, u):
+        g = [[tensor.extract(w, [co, c, index(i), index(j)]) for j in range(3)]
+             for i in range(3)]
+        rows = [gt(*g[i]) for i in range(3)]             # rows[i][b] = (g G^T)[i, b]
+        for b in range(4):
+            col = gt(rows[0][b], rows[1][b], rows[2][b])  # (G g G^T)[a, b]
+            for a in range(4):
+                u = tensor.insert(col[a], u, [index(a * 4 + b), co, c])
+        return [u]
+    return _for(cout, [u], lambda co, u: _for(cin, [u], lambda c, u: channel(co, c, u)))[0]
+
+
+def winograd(x, w, bias, s: Scalar, elt, pad, act=None, skip=None):
+    """``act(conv(x, w) + bias + skip)`` for x ``[N, Cin, H, W]`` (N may be
+    a run-time extent), w ``[Cout, Cin, 3, 3]``, stride 1: see the module
+    docstring. ``act``: the clamp (``fused_conv._activation_of``)."""
+    lanes = generated_bits() // 32
+    mr, nvec = _TILES[lanes * 32]
+    n = dims(x)[0]
+    _, cin, h, wd = rtt(x).shape
+    cout = rtt(w).shape[0]
+    ho, wo, th, tw, tp, nr = geometry(h, wd, pad, lanes)
+    r_band = band_rows(th, cin, tp)
+    vt = ir.VectorType.get([lanes], elt)
+    # the clamp, on the output rows' vectors of 2 x lanes
+    clamp = act(_VectorScalar(s, ir.VectorType.get([2 * lanes], elt))) if act else None
+    zero = arith.constant(elt, 0.0)
+    row = ir.AffineMap.get_minor_identity(4, 1)
+    row3 = ir.AffineMap.get_minor_identity(3, 1)
+    ho2 = 2 * th   # an odd Ho: the last tile row's second row lands in an extra row
+
+    def read(src, at, size, m=row, in_bounds=True):
+        return vector.TransferReadOp(ir.VectorType.get([size], elt), src, at, m, zero,
+                                     [in_bounds]).result
+
+    def write(v, dest, at, m=row, in_bounds=True):
+        return vector.TransferWriteOp(dest.type, v, dest, at, m, [in_bounds]).result
+
+    def add(a, b):
+        return arith.addf(a, b)
+
+    def sub(a, b):
+        return arith.subf(a, b)
+
+    u = _weights(w, s, empty([16, cout, cin], elt))
+
+    def transform_in(band, xp, v):
+        """V of the band's tile rows from the padded plane ``xp``."""
+        def channel(c, v):
+            def tile_row(r, v):
+                y = arith.muli(arith.addi(arith.muli(band, index(r_band)), r), index(2))
+                for j in range(tp // nr):
+                    t = []   # t[p][b]: row p of the patch times B
+                    for p in range(4):
+                        at = [index(0), c, arith.addi(y, index(p)), index(2 * j * nr)]
+                        e0, o0 = vector.DeinterleaveOp(read(xp, at, 2 * nr)).results
+                        at[3] = index(2 * j * nr + 2)
+                        e1, o1 = vector.DeinterleaveOp(read(xp, at, 2 * nr)).results
+                        t.append([sub(e0, e1), add(o0, e1), sub(e1, o0), sub(o0, o1)])
+                    col = arith.addi(arith.muli(r, index(tp)), index(j * nr))
+                    for b in range(4):
+                        for a, val in enumerate((sub(t[0][b], t[2][b]), add(t[1][b], t[2][b]),
+                                                 sub(t[2][b], t[1][b]), sub(t[1][b], t[3][b]))):
+                            v = write(val, v, [index(a * 4 + b), c, col], row3)
+                return [v]
+            return _for(r_band, [v], tile_row)
+        return _for(cin, [v], channel)[0]
+
+    def products(co, m, col, v, scr):
+        """scr[nu, k, :] = sum_c U[nu, co + k, c] V[nu, c, col:col+nr]."""
+        def one(nu, scr):
+            def step(c, *acc):
+                vv = [read(v, [nu, c, arith.addi(col, index(q * lanes))], lanes, row3)
+                      for q in range(nvec)]
+                acc = list(acc)
+                for k in range(m):
+                    wv = vector.BroadcastOp(vt, tensor.extract(
+                        u, [nu, arith.addi(co, index(k)), c])).result
+                    for q in range(nvec):
+                        acc[k * nvec + q] = vector.FMAOp(vv[q], wv, acc[k * nvec + q]).result
+                return acc
+            zeros = [vector.BroadcastOp(vt, zero).result for _ in range(m * nvec)]
+            acc = _for(cin, zeros, step)
+            for k in range(m):
+                for q in range(nvec):
+                    scr = write(acc[k * nvec + q], scr, [nu, index(k), index(q * lanes)], row3)
+            return [scr]
+        return _for(16, [scr], one)[0]
+
+    def transform_out(i, co, m, y0, tx0, scr, out):
+        """The 2x2 outputs of tiles tx0.. (static) of tile row at output row y0."""
+        for k in range(m):
+            ch = arith.addi(co, index(k))
+            bv = None if bias is None else vector.BroadcastOp(
+                vt, tensor.extract(bias, [ch])).result
+            for q in range(nvec):
+                mm = [read(scr, [index(nu), index(k), index(q * lanes)], lanes, row3)
+                      for nu in range(16)]
+                srow = []   # rows of A^T M
+                for b in range(4):
+                    srow.append((add(add(mm[b], mm[4 + b]), mm[8 + b]),
+                                 sub(sub(mm[4 + b], mm[8 + b]), mm[12 + b])))
+                for a in range(2):
+                    y00 = add(add(srow[0][a], srow[1][a]), srow[2][a])
+                    y01 = sub(sub(srow[1][a], srow[2][a]), srow[3][a])
+                    if bv is not None:
+                        y00, y01 = add(y00, bv), add(y01, bv)
+                    val = vector.InterleaveOp(y00, y01).result
+                    x0 = 2 * (tx0 + q * lanes)
+                    if x0 >= wo:
+                        continue
+                    inb = x0 + 2 * lanes <= wo
+                    at = [i, ch, arith.addi(y0, index(a)), index(x0)]
+                    if skip is not None:   # (an odd Ho's extra row reads the last one)
+                        sy = at[2] if ho2 == ho else arith.minui(at[2], index(ho - 1))
+                        val = add(val, read(skip, [i, ch, sy, index(x0)], 2 * lanes,
+                                            in_bounds=inb))
+                    if clamp is not None:
+                        val = clamp(val)
+                    out = write(val, out, at, in_bounds=inb)
+        return out
+
+    blocks = _blocks(cout, mr)
+
+    def image(i, out, xp, v, scr):
+        xp = tensor.InsertSliceOp(slice_at(x, [i], [1, cin, h, wd]), xp, [], [], [],
+                                  [0, 0, pad[0], pad[1]], [1, cin, h, wd], [1, 1, 1, 1]).result
+
+        def band(bi, out, v, scr):
+            v = transform_in(bi, xp, v)
+
+            def rows_of(co, m, out, scr):
+                def tile_row(r, out, scr):
+                    ty = arith.addi(arith.muli(bi, index(r_band)), r)
+                    y0 = arith.muli(ty, index(2))
+                    for j in range(tp // nr):
+                        col = arith.addi(arith.muli(r, index(tp)), index(j * nr))
+                        scr = products(co, m, col, v, scr)
+                        out = transform_out(i, co, m, y0, j * nr, scr, out)
+                    return [out, scr]
+                return _for(r_band, [out, scr], tile_row)
+            for first, m, count in blocks:
+                out, scr = _for(count, [out, scr], lambda cb, out, scr: rows_of(
+                    arith.addi(index(first), arith.muli(cb, index(m))), m, out, scr))
+            return [out, v, scr]
+        out, v, scr = _for(th // r_band, [out, v, scr], band)
+        return [out, xp, v, scr]
+
+    out0 = empty([n, cout, ho2, wo], elt)
+    xp0 = fill(zero, empty([1, cin, 2 * th + 2, 2 * tp + 2], elt))
+    v0 = empty([16, cin, r_band * tp], elt)
+    scr0 = empty([16, mr, nr], elt)
+    out = _for(n, [out0, xp0, v0, scr0], image)[0]
+    if ho2 != ho:   # (a copy: odd output heights only)
+        out = slice_at(out, [index(0)], [n, cout, ho, wo])
+    return out
