@@ -29,6 +29,9 @@ a = ap.parse_args()
 cin, cout, size = map(int, a.layer.split(","))
 parallel.set_num_threads(a.threads)
 model, shape, flops = layer_model(cin, cout, size, 3, 1, 1)
+for v in (*model.graph.input, *model.graph.output):   # the batch
+    v.type.tensor_type.shape.dim[0].dim_value = a.batch
+shape = [a.batch, *shape[1:]]
 mods = {}
 for on in (False, True):
     tok = cw.ENABLED.set(on)

@@ -38,13 +38,16 @@ from .fused_norm import _for
 #: Register tiles per vector width: (m output channels, vectors of tiles):
 #: m x v accumulators (AVX2 12 of 16 ymm, AVX-512 16 of 32 zmm).
 _TILES = {256: (6, 2), 512: (8, 2)}
+#: AVX-512 tiles of a band of at most 16 tiles.
+_NARROW_TILES = (16, 1)
 #: The band's V (16 x Cin x R*Tp floats) is kept under this many bytes (an L2
 #: share; U, 16 x Cout x Cin, is read alongside).
 BAND_BYTES = 256 * 1024
 
 
-#: Whether ``takes`` may choose the kernel (off: the direct one; A/B runs).
-ENABLED: contextvars.ContextVar[bool] = contextvars.ContextVar("winograd", default=False)
+#: Whether ``takes`` may choose the kernel (off: the direct one; A/B runs,
+#: ``benchmarks/winograd_ab.py``).
+ENABLED: contextvars.ContextVar[bool] = contextvars.ContextVar("winograd", default=True)
 
 
 def takes(params, shapes) -> bool:
@@ -74,58 +77,49 @@ def _blocks(cout: int, mr: int) -> list[tuple[int, int, int]]:
             and b[0] < cout]
 
 
-def geometry(h: int, wd: int, pad, lanes: int):
-    """(Ho, Wo, tile rows Th, tiles per row Tw, padded tile pitch Tp, nr)."""
+def geometry(h: int, wd: int, pad, cin: int, lanes: int):
+    """(Ho, Wo, tile rows Th, tiles per row Tw, band rows R, (m, v) register
+    tile). The bands of R tile rows (the last one what is left) whose V fits
+    ``BAND_BYTES`` and the register tiles (on AVX-512 also 1-vector tiles,
+    ``_NARROW_TILES``) that compute the fewest tiles in all (a band's tiles
+    in whole register tiles), the larger R and the 2-vector tiles on a tie:
+    14^2 (7 x 7 tiles) at 256 channels in bands of 2 rows (14 of 16 tiles),
+    not 1 (7 of 16)."""
     ph, pw = pad
     ho, wo = h + 2 * ph - 2, wd + 2 * pw - 2
     th, tw = -(-ho // 2), -(-wo // 2)
-    nr = _TILES[lanes * 32][1] * lanes
-    tp = -(-tw // nr) * nr
-    return ho, wo, th, tw, tp, nr
+    fit = max(1, min(th, BAND_BYTES // (16 * cin * tw * 4)))
+    tiles = [_TILES[lanes * 32]] + ([_NARROW_TILES] if lanes == 16 else [])
+
+    def computed(r, nr):
+        whole, rest = divmod(th, r)
+        return whole * -(-r * tw // nr) * nr + -(-rest * tw // nr) * nr
+    r, mv = min(((r, mv) for r in range(1, fit + 1) for mv in tiles),
+                key=lambda c: (computed(c[0], c[1][1] * lanes), -c[0], -c[1][1]))
+    return ho, wo, th, tw, r, mv
 
 
-def band_rows(th: int, cin: int, tp: int) -> int:
-    """Tile rows per band: the largest divisor of Th whose V fits ``BAND_BYTES``."""
-    fit = max(1, BAND_BYTES // (16 * cin * tp * 4))
-    return max(r for r in range(1, min(th, fit) + 1) if th % r == 0)
-
-
-def _weights(w, s: Scalar, u):
-    """U[a*4 + b, co, c] = (G g G^T)[a, b] for g = w[co, c], G = [[1, 0, 0],
-    [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]]."""
-    cout, cin = rtt(w).shape[:2]
-    half = s.const(0.5)
-
-    def gt(g0, g1, g2):   # G times a column of three
-        return [g0, s.mul(s.add(s.add(g0, g1), g2), half),
-                s.mul(s.add(s.sub(g0, g1), g2), half), g2]
-
-    def channel(co, c, u):
-        g = [[tensor.extract(w, [co, c, index(i), index(j)]) for j in range(3)]
-             for i in range(3)]
-        rows = [gt(*g[i]) for i in range(3)]             # rows[i][b] = (g G^T)[i, b]
-        for b in range(4):
-            col = gt(rows[0][b], rows[1][b], rows[2][b])  # (G g G^T)[a, b]
-            for a in range(4):
-                u = tensor.insert(col[a], u, [index(a * 4 + b), co, c])
-        return [u]
-    return _for(cout, [u], lambda co, u: _for(cin, [u], lambda c, u: channel(co, c, u)))[0]
-
-
-def winograd(x, w, bias, s: Scalar, elt, pad, act=None, skip=None):
+def winograd(x, u, bias, s: Scalar, elt, pad, act=None, skip=None):
     """``act(conv(x, w) + bias + skip)`` for x ``[N, Cin, H, W]`` (N may be
-    a run-time extent), w ``[Cout, Cin, 3, 3]``, stride 1: see the module
+    a run-time extent), 3x3 kernels w given as their transforms u ``[16,
+    Cout, Cin]`` (``conv2d.winograd_weights``), stride 1: see the module
     docstring. ``act``: the clamp (``fused_conv._activation_of``)."""
     lanes = generated_bits() // 32
-    mr, nvec = _TILES[lanes * 32]
     n = dims(x)[0]
     _, cin, h, wd = rtt(x).shape
-    cout = rtt(w).shape[0]
-    ho, wo, th, tw, tp, nr = geometry(h, wd, pad, lanes)
-    r_band = band_rows(th, cin, tp)
+    cout = rtt(u).shape[1]
+    ho, wo, th, tw, r_band, (mr, nvec) = geometry(h, wd, pad, cin, lanes)
+    nr = nvec * lanes
+    tp = -(-tw // nr) * nr        # a tile row's input transform: whole register tiles
+    nblk = -(-r_band * tw // nr)  # register tiles of a band's tiles (pitch Tw)
     vt = ir.VectorType.get([lanes], elt)
-    # the clamp, on the output rows' vectors of 2 x lanes
-    clamp = act(_VectorScalar(s, ir.VectorType.get([2 * lanes], elt))) if act else None
+    clamps = {}
+
+    def clamp(v):   # the clamp epilogue on a vector of any width
+        width = ir.VectorType(v.type).shape[0]
+        if width not in clamps:
+            clamps[width] = act(_VectorScalar(s, ir.VectorType.get([width], elt)))
+        return clamps[width](v)
     zero = arith.constant(elt, 0.0)
     row = ir.AffineMap.get_minor_identity(4, 1)
     row3 = ir.AffineMap.get_minor_identity(3, 1)
@@ -144,13 +138,13 @@ def winograd(x, w, bias, s: Scalar, elt, pad, act=None, skip=None):
     def sub(a, b):
         return arith.subf(a, b)
 
-    u = _weights(w, s, empty([16, cout, cin], elt))
 
-    def transform_in(band, xp, v):
-        """V of the band's tile rows from the padded plane ``xp``."""
+    def transform_in(y_band, rows, xp, v):
+        """V of the band's ``rows`` tile rows (output rows ``y_band``..) from
+        the padded plane ``xp``."""
         def channel(c, v):
             def tile_row(r, v):
-                y = arith.muli(arith.addi(arith.muli(band, index(r_band)), r), index(2))
+                y = arith.addi(y_band, arith.muli(r, index(2)))
                 for j in range(tp // nr):
                     t = []   # t[p][b]: row p of the patch times B
                     for p in range(4):
@@ -159,13 +153,15 @@ def winograd(x, w, bias, s: Scalar, elt, pad, act=None, skip=None):
                         at[3] = index(2 * j * nr + 2)
                         e1, o1 = vector.DeinterleaveOp(read(xp, at, 2 * nr)).results
                         t.append([sub(e0, e1), add(o0, e1), sub(e1, o0), sub(o0, o1)])
-                    col = arith.addi(arith.muli(r, index(tp)), index(j * nr))
+                    # (a row's last tile overruns into the next row's first,
+                    # written after it)
+                    col = arith.addi(arith.muli(r, index(tw)), index(j * nr))
                     for b in range(4):
                         for a, val in enumerate((sub(t[0][b], t[2][b]), add(t[1][b], t[2][b]),
                                                  sub(t[2][b], t[1][b]), sub(t[1][b], t[3][b]))):
                             v = write(val, v, [index(a * 4 + b), c, col], row3)
                 return [v]
-            return _for(r_band, [v], tile_row)
+            return _for(rows, [v], tile_row)
         return _for(cin, [v], channel)[0]
 
     def products(co, m, col, v, scr):
@@ -189,13 +185,28 @@ def winograd(x, w, bias, s: Scalar, elt, pad, act=None, skip=None):
             return [scr]
         return _for(16, [scr], one)[0]
 
-    def transform_out(i, co, m, y0, tx0, scr, out):
-        """The 2x2 outputs of tiles tx0.. (static) of tile row at output row y0."""
+    def segments(f0: int, nt: int):
+        """(r, tx, L, off) of the band's tiles f0..f0+lanes (of ``nt``): L
+        tiles of tile row r from column tx, lane off on."""
+        out, f = [], f0
+        while f < min(f0 + lanes, nt):
+            r, tx = divmod(f, tw)
+            n_ = min(tw - tx, f0 + lanes - f, nt - f)
+            out.append((r, tx, n_, f - f0))
+            f += n_
+        return out
+
+    def transform_out(i, co, m, y_band, nt, blk, scr, out):
+        """The 2x2 outputs of the band's tiles blk*nr.. (static; of ``nt``),
+        output rows from ``y_band`` on."""
         for k in range(m):
             ch = arith.addi(co, index(k))
             bv = None if bias is None else vector.BroadcastOp(
                 vt, tensor.extract(bias, [ch])).result
             for q in range(nvec):
+                segs = segments(blk * nr + q * lanes, nt)
+                if not segs:
+                    continue
                 mm = [read(scr, [index(nu), index(k), index(q * lanes)], lanes, row3)
                       for nu in range(16)]
                 srow = []   # rows of A^T M
@@ -208,18 +219,18 @@ def winograd(x, w, bias, s: Scalar, elt, pad, act=None, skip=None):
                     if bv is not None:
                         y00, y01 = add(y00, bv), add(y01, bv)
                     val = vector.InterleaveOp(y00, y01).result
-                    x0 = 2 * (tx0 + q * lanes)
-                    if x0 >= wo:
-                        continue
-                    inb = x0 + 2 * lanes <= wo
-                    at = [i, ch, arith.addi(y0, index(a)), index(x0)]
-                    if skip is not None:   # (an odd Ho's extra row reads the last one)
-                        sy = at[2] if ho2 == ho else arith.minui(at[2], index(ho - 1))
-                        val = add(val, read(skip, [i, ch, sy, index(x0)], 2 * lanes,
-                                            in_bounds=inb))
-                    if clamp is not None:
-                        val = clamp(val)
-                    out = write(val, out, at, in_bounds=inb)
+                    for r, tx, n_, off in segs:
+                        piece = val if n_ == lanes else vector.extract_strided_slice(
+                            ir.VectorType.get([2 * n_], elt), val, [2 * off], [2 * n_], [1])
+                        x0, y = 2 * tx, arith.addi(y_band, index(2 * r + a))
+                        inb = x0 + 2 * n_ <= wo
+                        if skip is not None:   # (an odd Ho's extra row reads the last one)
+                            sy = y if ho2 == ho else arith.minui(y, index(ho - 1))
+                            piece = add(piece, read(skip, [i, ch, sy, index(x0)], 2 * n_,
+                                                    in_bounds=inb))
+                        if act is not None:
+                            piece = clamp(piece)
+                        out = write(piece, out, [i, ch, y, index(x0)], in_bounds=inb)
         return out
 
     blocks = _blocks(cout, mr)
@@ -228,29 +239,30 @@ def winograd(x, w, bias, s: Scalar, elt, pad, act=None, skip=None):
         xp = tensor.InsertSliceOp(slice_at(x, [i], [1, cin, h, wd]), xp, [], [], [],
                                   [0, 0, pad[0], pad[1]], [1, cin, h, wd], [1, 1, 1, 1]).result
 
-        def band(bi, out, v, scr):
-            v = transform_in(bi, xp, v)
+        def band(y_band, rows, out, v, scr):
+            """The ``rows`` tile rows from output row ``y_band``."""
+            v = transform_in(y_band, rows, xp, v)
+            nt = rows * tw
 
             def rows_of(co, m, out, scr):
-                def tile_row(r, out, scr):
-                    ty = arith.addi(arith.muli(bi, index(r_band)), r)
-                    y0 = arith.muli(ty, index(2))
-                    for j in range(tp // nr):
-                        col = arith.addi(arith.muli(r, index(tp)), index(j * nr))
-                        scr = products(co, m, col, v, scr)
-                        out = transform_out(i, co, m, y0, j * nr, scr, out)
-                    return [out, scr]
-                return _for(r_band, [out, scr], tile_row)
+                for blk in range(-(-nt // nr)):
+                    scr = products(co, m, index(blk * nr), v, scr)
+                    out = transform_out(i, co, m, y_band, nt, blk, scr, out)
+                return [out, scr]
             for first, m, count in blocks:
                 out, scr = _for(count, [out, scr], lambda cb, out, scr: rows_of(
                     arith.addi(index(first), arith.muli(cb, index(m))), m, out, scr))
             return [out, v, scr]
-        out, v, scr = _for(th // r_band, [out, v, scr], band)
+        whole, rest = divmod(th, r_band)
+        out, v, scr = _for(whole, [out, v, scr], lambda bi, out, v, scr: band(
+            arith.muli(bi, index(2 * r_band)), r_band, out, v, scr))
+        if rest:   # the last band: fewer tile rows
+            out, v, scr = band(index(2 * whole * r_band), rest, out, v, scr)
         return [out, xp, v, scr]
 
     out0 = empty([n, cout, ho2, wo], elt)
     xp0 = fill(zero, empty([1, cin, 2 * th + 2, 2 * tp + 2], elt))
-    v0 = empty([16, cin, r_band * tp], elt)
+    v0 = empty([16, cin, max(nblk * nr, (r_band - 1) * tw + tp)], elt)
     scr0 = empty([16, mr, nr], elt)
     out = _for(n, [out0, xp0, v0, scr0], image)[0]
     if ho2 != ho:   # (a copy: odd output heights only)
