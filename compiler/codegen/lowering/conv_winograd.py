@@ -5,25 +5,28 @@ Each 2x2 block of outputs (a *tile*) of output channel co is
 transformed 3x3 kernel ``g = w[co, c]`` and ``V = B^T d B`` the transformed
 4x4 input patch ``d`` under the tile (rows 2ty.., columns 2tx.. of the
 zero-padded image): 16 products per tile and input channel where the direct
-kernel does 36 (``fused_conv._direct``). The kernel (vector ops on tensors,
-as ``conv_spatial``'s; the cpu strategy ``vectorized``):
+kernel does 36 (``fused_conv._direct``). ``fuel-prepack-weights`` gives a
+Conv2D over a constant w that ``takes`` accepts the param ``winograd`` and
+U ``[16, Cout, Cin]`` as its w, which the plan folds at compile time
+(``conv2d.winograd_weights``). The kernel (vector ops on tensors, as
+``conv_spatial``'s; the cpu strategy ``vectorized``), per image:
 
-* U ``[16, Cout, Cin]`` is computed once per call from w (adds and halvings);
-* per image, x is copied into a zero-padded plane whose rows hold 2*Tp + 2
-  columns (Tp: the tiles of a row rounded up to whole register tiles);
-* per band of ``R`` tile rows, the input transform writes V ``[16, Cin,
-  R*Tp]``: a patch's four columns are the even and odd columns of the padded
-  rows at 2tx and 2tx + 2 (``vector.deinterleave``), so each of the 16
-  entries of V is a vector along a tile row (adds and subtracts only);
-* per block of m output channels and register tile of ``nr`` tiles of a row,
-  the 16 products ``U[nu] (m x Cin) x V[nu] (Cin x nr)`` accumulate in
+* x is copied into a zero-padded plane (rows of 2*Tp + 2 columns, Tp the
+  tiles of a row rounded up to whole register tiles);
+* per band of R tile rows (``geometry``), the input transform writes V
+  ``[16, Cin, R*Tw]``, the band's tiles one after the other: a patch's four
+  columns are the even and odd columns of the padded rows at 2tx and 2tx + 2
+  (``vector.deinterleave``), so each of the 16 entries of V is a vector
+  along a tile row (adds and subtracts only);
+* per block of m output channels and register tile of ``nr`` of the band's
+  tiles, the 16 products ``U[nu] (m x Cin) x V[nu] (Cin x nr)`` accumulate in
   registers (m broadcast weights times the tile's vectors per input channel)
-  into a scratch ``[16, m, nr]``, then the output transform (adds) gives the
-  tiles' 2x2 outputs, plus the bias and the skip, clamped, written as two
-  output rows of interleaved column phases (masked past Wo).
+  into a scratch ``[16, m, nr]``; then the output transform (adds) gives the
+  tiles' 2x2 outputs, plus the bias and the skip, clamped, written as pieces
+  of two output rows, the two column phases interleaved (masked past Wo).
 
-The sums differ from the direct kernel's: the transforms round (docs/
-architecture.md "Convolutions on CPU", Winograd).
+The sums round differently from the direct kernel's (docs/architecture.md,
+"Convolutions on CPU": Winograd).
 """
 from __future__ import annotations
 
@@ -50,15 +53,38 @@ BAND_BYTES = 256 * 1024
 ENABLED: contextvars.ContextVar[bool] = contextvars.ContextVar("winograd", default=True)
 
 
-def takes(params, shapes) -> bool:
+def takes(params, shapes, bits: int = 256) -> bool:
     """Whether a Conv2D (``params``; ``shapes`` of x and w, x's batch may be
-    run-time) runs as Winograd F(2x2, 3x3): groups 1, a 3x3 kernel, stride
-    and dilation 1, no silu/gelu epilogue, a static image size."""
+    run-time) runs as Winograd F(2x2, 3x3) on a target of ``bits``-bit
+    vectors: groups 1, a 3x3 kernel, stride and dilation 1, no silu/gelu
+    epilogue, a static image size, and at most ``MAX_WASTE`` times as many
+    tiles computed as the image has (``geometry``: whole register tiles)."""
     x, w = shapes[0], shapes[1]
-    return (ENABLED.get() and params.get("groups") == 1 and len(x) == 4
+    if not (ENABLED.get() and params.get("groups") == 1 and len(x) == 4
             and tuple(w[2:]) == (3, 3) and tuple(params.get("stride")) == (1, 1)
             and tuple(params.get("dilation", (1, 1))) == (1, 1)
-            and not (params.get("silu") or params.get("gelu") or params.get("image_at_run_time")))
+            and not (params.get("silu") or params.get("gelu")
+                     or params.get("image_at_run_time"))):
+        return False
+    return waste(x[2], x[3], params.get("padding", (0, 0)), x[1], bits // 32) <= MAX_WASTE
+
+
+#: The most tiles computed per tile of the image ``takes`` accepts: 14^2 at
+#: 256 channels computes 64 for 49 (1.31: 0.55-0.68 of the direct kernel's
+#: time at two threads), 7^2 at 512 32 for 16 (2.0: 1.55-1.68).
+MAX_WASTE = 1.5
+
+
+def waste(h: int, wd: int, pad, cin: int, lanes: int) -> float:
+    """Tiles computed (``geometry``) per tile of the output."""
+    _, _, th, tw, r, (_, v) = geometry(h, wd, pad, cin, lanes)
+    return _computed(th, tw, r, v * lanes) / (th * tw)
+
+
+def _computed(th: int, tw: int, r: int, nr: int) -> int:
+    """The tiles computed in bands of ``r`` tile rows, in register tiles of ``nr``."""
+    whole, rest = divmod(th, r)
+    return whole * -(-r * tw // nr) * nr + -(-rest * tw // nr) * nr
 
 
 def _blocks(cout: int, mr: int) -> list[tuple[int, int, int]]:
@@ -90,12 +116,8 @@ def geometry(h: int, wd: int, pad, cin: int, lanes: int):
     th, tw = -(-ho // 2), -(-wo // 2)
     fit = max(1, min(th, BAND_BYTES // (16 * cin * tw * 4)))
     tiles = [_TILES[lanes * 32]] + ([_NARROW_TILES] if lanes == 16 else [])
-
-    def computed(r, nr):
-        whole, rest = divmod(th, r)
-        return whole * -(-r * tw // nr) * nr + -(-rest * tw // nr) * nr
     r, mv = min(((r, mv) for r in range(1, fit + 1) for mv in tiles),
-                key=lambda c: (computed(c[0], c[1][1] * lanes), -c[0], -c[1][1]))
+                key=lambda c: (_computed(th, tw, c[0], c[1][1] * lanes), -c[0], -c[1][1]))
     return ho, wo, th, tw, r, mv
 
 
