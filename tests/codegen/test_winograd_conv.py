@@ -74,8 +74,9 @@ _EPILOGUES = [dict(bias=True), dict(bias=False), dict(bias=True, skip=True),
     ((2, 256, 14, 14), 20, (1, 1), _EPILOGUES[2]),    # bands of 2 tile rows and a last of 1
 ])
 def test_winograd_conv_matches_float64(xs, cout, pad, epilogue, monkeypatch):
-    # (small images too, which the rule leaves to the direct kernel)
+    # (small images and few channels too, which the rule leaves to the direct kernel)
     monkeypatch.setattr(conv_winograd, "MAX_WASTE", 16.0)
+    monkeypatch.setattr(conv_winograd, "MIN_CHANNELS", 1)
     rng = np.random.default_rng(sum(xs) + cout)
     g, feed, want = _module(xs, cout, pad, epilogue.get("bias"), epilogue.get("skip"),
                             epilogue.get("clamp"), rng)
@@ -110,7 +111,7 @@ def test_winograd_is_within_the_direct_kernels_error():
 def test_a_weight_input_keeps_the_direct_kernel():
     # the transform is folded at compile time: only a constant w takes it
     rng = np.random.default_rng(1)
-    g, feed, want = _module((1, 8, 16, 16), 8, (1, 1), True, False, None, rng,
+    g, feed, want = _module((1, 16, 16, 16), 16, (1, 1), True, False, None, rng,
                             constant_w=False)
     m = compile(g)
     assert not any(WINOGRAD_MARK in k for k in m.kernel_summary()), m.kernel_summary()
@@ -145,7 +146,7 @@ def test_the_rule():
     ok = dict(PARAMS)
     assert takes(ok, [(1, 64, 56, 56), (64, 64, 3, 3)])
     assert takes(ok, [(-1, 32, 16, 16), (32, 32, 3, 3)])          # a run-time batch
-    assert takes(dict(ok, clamp_min=0.0, residual=True), [(1, 8, 8, 8), (8, 8, 3, 3)])
+    assert takes(dict(ok, clamp_min=0.0, residual=True), [(1, 16, 8, 8), (16, 16, 3, 3)])
     for params, shapes in [
             (dict(ok, stride=(2, 2)), [(1, 64, 56, 56), (64, 64, 3, 3)]),
             (dict(ok, dilation=(2, 2)), [(1, 64, 56, 56), (64, 64, 3, 3)]),
@@ -155,7 +156,9 @@ def test_the_rule():
             (dict(ok, gelu=True), [(1, 64, 56, 56), (64, 64, 3, 3)]),
             (dict(ok, image_at_run_time=True), [(1, 64, 56, 56), (64, 64, 3, 3)]),
             (ok, [(1, 512, 7, 7), (512, 512, 3, 3)]),    # 32 tiles computed for 16
-            (ok, [(1, 128, 4, 4), (128, 128, 3, 3)])]:
+            (ok, [(1, 128, 4, 4), (128, 128, 3, 3)]),
+            (ok, [(1, 8, 56, 56), (64, 8, 3, 3)]),       # few input channels
+            (ok, [(1, 64, 56, 56), (8, 64, 3, 3)])]:     # few output channels
         assert not takes(params, shapes), (params, shapes)
     token = conv_winograd.ENABLED.set(False)
     try:

@@ -43,6 +43,10 @@ from .fused_norm import _for
 _TILES = {256: (6, 2), 512: (8, 2)}
 #: AVX-512 tiles of a band of at most 16 tiles.
 _NARROW_TILES = (16, 1)
+#: At most this many register tiles of tiles per band: each is unrolled code
+#: (the products and the output transform; 28 of them, 3x3 8->8 at 56^2 in
+#: bands of 16 tile rows, took LLVM over ten minutes).
+MAX_BLOCKS = 8
 #: The band's V (16 x Cin x R*Tp floats) is kept under this many bytes (an L2
 #: share; U, 16 x Cout x Cin, is read alongside).
 BAND_BYTES = 256 * 1024
@@ -57,8 +61,10 @@ def takes(params, shapes, bits: int = 256) -> bool:
     """Whether a Conv2D (``params``; ``shapes`` of x and w, x's batch may be
     run-time) runs as Winograd F(2x2, 3x3) on a target of ``bits``-bit
     vectors: groups 1, a 3x3 kernel, stride and dilation 1, no silu/gelu
-    epilogue, a static image size, and at most ``MAX_WASTE`` times as many
-    tiles computed as the image has (``geometry``: whole register tiles)."""
+    epilogue, a static image size, at least ``MIN_CHANNELS`` input and
+    output channels, at most ``MAX_BLOCKS`` register tiles of tiles in a
+    band, and at most ``MAX_WASTE`` times as many tiles computed as the image
+    has (``geometry``: whole register tiles)."""
     x, w = shapes[0], shapes[1]
     if not (ENABLED.get() and params.get("groups") == 1 and len(x) == 4
             and tuple(w[2:]) == (3, 3) and tuple(params.get("stride")) == (1, 1)
@@ -66,7 +72,17 @@ def takes(params, shapes, bits: int = 256) -> bool:
             and not (params.get("silu") or params.get("gelu")
                      or params.get("image_at_run_time"))):
         return False
-    return waste(x[2], x[3], params.get("padding", (0, 0)), x[1], bits // 32) <= MAX_WASTE
+    lanes, pad = bits // 32, params.get("padding", (0, 0))
+    _, _, _, tw, r, (_, v) = geometry(x[2], x[3], pad, x[1], lanes)
+    return min(x[1], w[0]) >= MIN_CHANNELS and -(-r * tw // (v * lanes)) <= MAX_BLOCKS \
+        and waste(x[2], x[3], pad, x[1], lanes) <= MAX_WASTE
+
+
+#: Fewer input or output channels keep the direct kernel: the input
+#: transform's work per tile and input channel is some 30 adds against 16 x
+#: Cout multiply-adds, the output transform's per output channel some 25
+#: against 16 x Cin.
+MIN_CHANNELS = 16
 
 
 #: The most tiles computed per tile of the image ``takes`` accepts: 14^2 at
@@ -116,8 +132,9 @@ def geometry(h: int, wd: int, pad, cin: int, lanes: int):
     th, tw = -(-ho // 2), -(-wo // 2)
     fit = max(1, min(th, BAND_BYTES // (16 * cin * tw * 4)))
     tiles = [_TILES[lanes * 32]] + ([_NARROW_TILES] if lanes == 16 else [])
-    r, mv = min(((r, mv) for r in range(1, fit + 1) for mv in tiles),
-                key=lambda c: (_computed(th, tw, c[0], c[1][1] * lanes), -c[0], -c[1][1]))
+    fits = [(r, mv) for r in range(1, fit + 1) for mv in tiles
+            if r == 1 or -(-r * tw // (mv[1] * lanes)) <= MAX_BLOCKS]
+    r, mv = min(fits, key=lambda c: (_computed(th, tw, c[0], c[1][1] * lanes), -c[0], -c[1][1]))
     return ho, wo, th, tw, r, mv
 
 
