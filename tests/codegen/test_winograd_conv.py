@@ -197,3 +197,16 @@ def test_kernel_is_vector_code(target, vec):
     res = P.lower(text, ["kernel"], target=target)
     assert res.strategy.name == "vectorized"
     assert f"fmuladd.{vec}" in res.llvm_ir
+
+
+def test_a_saved_module_keeps_the_transformed_weights(tmp_path):
+    # the folded U is a constant of the .fuel file; the loaded plan's conv is Winograd's
+    import runtime
+    rng = np.random.default_rng(4)
+    g, feed, want = _module((2, 16, 12, 12), 16, (1, 1), True, True, (0.0, None), rng)
+    m = compile(g)
+    assert m.kernel_summary()[-1].endswith(WINOGRAD_MARK)
+    m.save(tmp_path / "m.fuel")
+    got = runtime.load(tmp_path / "m.fuel")(**feed)
+    np.testing.assert_array_equal(got, m(**feed))
+    assert np.abs(got - want).max() <= 1e-6 * np.abs(want).max()
