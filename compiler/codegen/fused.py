@@ -676,9 +676,7 @@ def _conv_group_tiles(params: dict, layouts, n_inputs: int, threads: int):
         if params.get("winograd"):
             # w the transformed kernels [16, Cout, Cin]: cut along its axis 1;
             # each tile transforms the whole image, so no more tiles than
-            # threads, and none below ``WINOGRAD_SPLIT_MACS``
-            if out.numel * macs < WINOGRAD_SPLIT_MACS:
-                return None
+            # threads (``conv_winograd.ONE_IMAGE_MACS``: no small image)
             return parallel.split_layouts(
                 list(layouts), [None, 1] + [1 if i == skip else 0 for i in range(2, n_inputs)]
                 + [1], w.shape[1], min(threads, parallel.num_threads()), 8)
@@ -748,11 +746,6 @@ def _attn_tiles(layouts, n_inputs: int, threads: int):
 #: A groups-1 Conv2D call of fewer multiply-adds runs on one thread (about 10 us
 #: of FMAs: more than a hand-off to the other thread costs).
 MIN_CONV_MACS = 1 << 20
-#: A one-image Winograd Conv2D call (``conv_winograd``) of fewer (direct)
-#: multiply-adds runs on one thread: each channel tile repeats the image's
-#: input transform, and the call does 16/36 of the multiplies. 3x3 32->32 at
-#: 16^2 (2.4M), one image, fastest: one thread 0.036 ms, two 0.048.
-WINOGRAD_SPLIT_MACS = 1 << 23
 
 #: Fused ops whose output rows (every axis but the last) are independent.
 ROW_PARALLEL = frozenset({"SoftmaxLastDim", "RmsNormLastDim", "LayerNormLastDim", "Rope"})

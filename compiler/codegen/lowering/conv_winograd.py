@@ -63,8 +63,9 @@ def takes(params, shapes, bits: int = 256) -> bool:
     vectors: groups 1, a 3x3 kernel, stride and dilation 1, no silu/gelu
     epilogue, a static image size, at least ``MIN_CHANNELS`` input and
     output channels, at most ``MAX_BLOCKS`` register tiles of tiles in a
-    band, and at most ``MAX_WASTE`` times as many tiles computed as the image
-    has (``geometry``: whole register tiles)."""
+    band, at most ``MAX_WASTE`` times as many tiles computed as the image
+    has (``geometry``: whole register tiles), and for a batch of one at
+    least ``ONE_IMAGE_MACS`` multiply-adds."""
     x, w = shapes[0], shapes[1]
     if not (ENABLED.get() and params.get("groups") == 1 and len(x) == 4
             and tuple(w[2:]) == (3, 3) and tuple(params.get("stride")) == (1, 1)
@@ -74,8 +75,19 @@ def takes(params, shapes, bits: int = 256) -> bool:
         return False
     lanes, pad = bits // 32, params.get("padding", (0, 0))
     _, _, _, tw, r, (_, v) = geometry(x[2], x[3], pad, x[1], lanes)
+    macs = w[0] * x[1] * 9 * (x[2] + 2 * pad[0] - 2) * (x[3] + 2 * pad[1] - 2)
     return min(x[1], w[0]) >= MIN_CHANNELS and -(-r * tw // (v * lanes)) <= MAX_BLOCKS \
-        and waste(x[2], x[3], pad, x[1], lanes) <= MAX_WASTE
+        and waste(x[2], x[3], pad, x[1], lanes) <= MAX_WASTE \
+        and (x[0] != 1 or macs >= ONE_IMAGE_MACS)
+
+
+#: A batch of one image of fewer (direct) multiply-adds keeps the direct
+#: kernel: cut by channels over the threads, each tile would repeat the
+#: image's input transform (3x3 32->32 at 16^2, 2.4M: 0.048 ms on two
+#: threads, 0.036 on one, the direct kernel 0.036-0.047), and on one thread
+#: the ResNet-style model at batch 1 read 0.89-1.10 of the direct kernels'
+#: time over five runs (docs/benchmarks.md, "Winograd F(2x2,3x3) on CPU").
+ONE_IMAGE_MACS = 1 << 23
 
 
 #: Fewer input or output channels keep the direct kernel: the input
