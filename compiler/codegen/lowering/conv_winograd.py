@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import contextvars
 
-from compiler.mlir import arith, ir, scf, tensor, vector
+from compiler.mlir import arith, ir, tensor, vector
 
 from .core import Scalar, dims, empty, fill, index, rtt, slice_at
 from .conv_spatial import _VectorScalar, generated_bits
@@ -188,7 +188,6 @@ def winograd(x, u, bias, s: Scalar, elt, pad, act=None, skip=None):
 
     def sub(a, b):
         return arith.subf(a, b)
-
 
     def transform_in(y_band, rows, xp, v):
         """V of the band's ``rows`` tile rows (output rows ``y_band``..) from
