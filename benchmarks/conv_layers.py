@@ -179,7 +179,8 @@ def main(argv=None) -> int:
                 states.append(probe.round_state(before))
         a, b = statistics.median(ours), statistics.median(theirs)
         ratios.append(a / b)
-        kernels = ", ".join(k.split("[")[0] for k in m.kernel_summary())
+        kernels = ", ".join(k.split("[")[0] + (" (Winograd)" if "Winograd" in k else "")
+                            for k in m.kernel_summary())
         print(f"{name:28s} {a * 1e3:9.3f} {b * 1e3:8.3f} {a / b:9.2f} {flops / a / 1e9:8.1f} "
               f"{diff:8.1e}  {kernels}")
         qline = None

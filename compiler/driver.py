@@ -52,6 +52,9 @@ class FallbackWarning(UserWarning):
 FALLBACK_MARK = "  <- fallback: no generated kernel for this target"
 #: Marks a kernel step whose matmul B was packed at compile time (``fuel-prepack-weights``).
 PACKED_B_MARK = " [B packed]"
+#: Marks a Conv2D kernel step computed as Winograd F(2x2, 3x3) from weights
+#: transformed at compile time (``fuel-prepack-weights``, ``conv_winograd``).
+WINOGRAD_MARK = " [Winograd F(2x2,3x3)]"
 
 
 def _strict_default() -> bool:
@@ -137,6 +140,7 @@ class CompiledModule(PlanModule):
         fallback = {i for i, _ in fallback_steps(self.executor, self.target)}
         kernel_steps = [i for i, s in enumerate(self.plan.steps) if isinstance(s, KernelStep)]
         return [line + (PACKED_B_MARK if getattr(self.plan.steps[i].params, "b_panel", 0) else "")
+                + (WINOGRAD_MARK if getattr(self.plan.steps[i].params, "winograd", False) else "")
                 + (FALLBACK_MARK if i in fallback else "")
                 for i, line in zip(kernel_steps, lines)]
 

@@ -415,6 +415,7 @@ class Conv2D(OpParams):
     gelu: bool = False                  # or its exact (erf) GELU
     residual: bool = False              # a last operand, the skip, added before the epilogue
     image_at_run_time: bool = False     # the kernel takes H, W at run time (a symbolic image)
+    winograd: bool = False              # w is the Winograd transform [16, Cout, Cin] of 3x3 kernels
 
     def validate(self):
         if self.groups < 1 or min(self.stride) < 1 or min(self.dilation) < 1:

@@ -393,6 +393,13 @@ class KernelFamily:
         ``b_panel`` param), or 0 where it reads none. Default: none."""
         return 0
 
+    def winograd(self, key, params: dict, shapes, target) -> bool:
+        """Whether this family's kernel for ``key`` on ``target`` computes a
+        Conv2D of ``params`` and operand ``shapes`` (x, w) as Winograd F(2x2,
+        3x3) from transformed weights (Conv2D's ``winograd`` param, made by
+        ``fuel-prepack-weights``). Default: no."""
+        return False
+
     def attention_scores(self, key, dtypes: Sequence[DType], target) -> int | None:
         """The scores size (elements) from which this family's kernel for
         ``key`` and ``dtypes`` (FlashAttn) pays without a causal band on
@@ -560,6 +567,11 @@ class GeneratedKernel:
         """``KernelFamily.b_panel`` of this kernel: the passes ask the binding
         table's kernel whether it reads a pre-packed B (``fuel-prepack-weights``)."""
         return self.family.b_panel(self.key, self.dtypes, self.target)
+
+    def winograd(self, params: dict, shapes) -> bool:
+        """``KernelFamily.winograd`` of this kernel (``fuel-prepack-weights``
+        asks it before transforming a Conv2D's weights)."""
+        return self.family.winograd(self.key, params, shapes, self.target)
 
     def attention_scores(self) -> int | None:
         """``KernelFamily.attention_scores`` of this kernel: ``fuel-fuse`` asks

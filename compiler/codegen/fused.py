@@ -487,6 +487,14 @@ class FusedFamily(KernelFamily):
             return 0
         return packed(dtypes[0], target)
 
+    def winograd(self, key, params, shapes, target) -> bool:
+        # a Conv2D on cpu, where the kernel's rule takes it (``conv_winograd.takes``)
+        if spec_for_kind(key).name != "Conv2D" or target.kind != "cpu":
+            return False
+        from compiler.codegen.lowering.conv_winograd import takes
+        bits = getattr(target.codegen, "vector_bits", None)
+        return takes(params, shapes, bits(target) if bits else 256)
+
     def attention_scores(self, key, dtypes, target) -> int | None:
         # FlashAttn, where the target's codegen says from which size it pays
         size = getattr(target.codegen, "attention_scores", None)
@@ -649,7 +657,8 @@ def _conv_group_tiles(params: dict, layouts, n_inputs: int, threads: int):
         # blocks of output channels (8: the register tile's rows); from
         # ``MIN_CONV_MACS`` multiply-adds (a late ResNet layer has 1024 outputs
         # of 2304 each: 0.15 ms on one core)
-        if out.numel * math.prod(w.shape[1:]) < MIN_CONV_MACS:
+        macs = w.shape[2] * 9 if params.get("winograd") else math.prod(w.shape[1:])
+        if out.numel * macs < MIN_CONV_MACS:
             return None
         # (channels only for one image: the pointwise kernel's channel tiles
         # read the output as row-major for one image; 3 images at 4 threads
@@ -664,6 +673,13 @@ def _conv_group_tiles(params: dict, layouts, n_inputs: int, threads: int):
             return parallel.split_layouts(list(layouts), [2, None] + [
                 2 if i == skip else None for i in range(2, n_inputs)] + [2],
                 x.shape[2], threads, rows)
+        if params.get("winograd"):
+            # w the transformed kernels [16, Cout, Cin]: cut along its axis 1;
+            # each tile transforms the whole image, so no more tiles than
+            # threads (``conv_winograd.ONE_IMAGE_MACS``: no small image)
+            return parallel.split_layouts(
+                list(layouts), [None, 1] + [1 if i == skip else 0 for i in range(2, n_inputs)]
+                + [1], w.shape[1], min(threads, parallel.num_threads()), 8)
         return parallel.split_layouts(list(layouts), axes(False, None, 0), w.shape[0],
                                       _direct_channel_tiles(params, x, w, out, threads), 8)
     if g < 2 or out.numel < parallel.MIN_ELEMENTS_TRANSCENDENTAL:

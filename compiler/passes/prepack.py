@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from compiler.mlir import ir
 from compiler.passes import ModulePass, register_pass
 from compiler.passes import _fuel
@@ -70,7 +72,8 @@ MAX_PAD_ELEMENTS = 1 << 16
 class PrepackWeights(ModulePass):
     name = "fuel-prepack-weights"
     summary = ("pack the constant B of each FusedLinear and MatMul into the panels the "
-               "target's kernel reads")
+               "target's kernel reads; transform the constant 3x3 kernels of the Conv2Ds "
+               "the target's kernel computes as Winograd F(2x2, 3x3)")
 
     target: str = ""
     table: object = ""
@@ -87,6 +90,11 @@ class PrepackWeights(ModulePass):
             return  # the packed copies would double a big model's weights: leave them in place
         for op in ops:
             _prepack(op, entry, table, backends)
+        conv = _fuel.registry()["Conv2D"]
+        convs = [op for op in _fuel.fuel_ops(module) if _fuel.mnemonic(op) == conv.mnemonic]
+        if sum(_weight_bytes(op) for op in convs) * 16 // 9 <= MAX_PACKED_BYTES:
+            for op in convs:
+                _winograd(op, conv, table, backends)
 
 
 def zero_bias(n: int, elt, dtype) -> "ir.Value":
@@ -240,4 +248,69 @@ def _prepack(op, entry, table, backends) -> bool:
                                      loc=op.location).results[0]
     _fuel.replace_op(op, [result])
     _fuel.count("prepack.weights")
+    return True
+
+
+def _kernel(entry, dtypes, table, backends):
+    """The table's kernel callable for ``entry``'s op and ``dtypes``, or None."""
+    for b in backends:
+        if table.backend_supports(entry.op_kind, dtypes, b):
+            return table.lookup(entry.op_kind, dtypes, b).fn
+    return None
+
+
+def _winograd(op, entry, table, backends) -> bool:
+    """Give Conv2D ``op`` over a constant w ``[Cout, Cin, 3, 3]`` the param
+    ``winograd`` and, as w, its transform ``[16, Cout, Cin]``
+    (``conv2d.winograd_weights``) where the table's kernel computes it so
+    (``GeneratedKernel.winograd``): ``Contiguize(Permute(Reshape(Concat(
+    MatMul(Slice(Reshape(w, [Cout*Cin, 9])), Gk)), [Cout, Cin, 16]), [2, 0,
+    1]))`` with the constant ``Gk`` ``[9, 16]`` = kron(G, G)^T, which the
+    plan folds once. (Two MatMuls over halves of the rows: one over all of
+    them would make 16/9 of w's elements, more than the plan folds.)"""
+    from compiler.registry.ops.conv2d import WINOGRAD_G
+    from runtime.dtype import DType
+    params = _fuel.params(op)
+    x, w = op.operands[0], op.operands[1]
+    try:
+        tx, tw = _fuel.tensor_type(x), _fuel.tensor_type(w)
+    except Exception:  # symbolic extents
+        return False
+    if params.get("winograd") or tw.dtype != DType.F32 or len(tw.shape) != 4 \
+            or not _constant(w):
+        return False
+    fn = _kernel(entry, [_fuel.dtype_of(v) for v in list(op.operands) + [op.results[0]]],
+                 table, backends)
+    ask = getattr(fn, "winograd", None)
+    if not callable(ask) or not ask(params, [tuple(tx.shape), tuple(tw.shape)]):
+        return False
+    cout, cin = tw.shape[:2]
+    pairs = cout * cin
+    elt = ir.RankedTensorType(w.type).element_type
+
+    def make(name, operands, out_shape, **p):
+        return _fuel.create_op(name, operands, [ir.RankedTensorType.get(list(out_shape), elt)],
+                               p, loc=op.location).results[0]
+
+    gk = np.einsum("ap,bq->pqab", WINOGRAD_G, WINOGRAD_G).reshape(9, 16).astype(np.float32)
+    with ir.InsertionPoint(op), op.location:
+        from compiler.dialect import lookup, params_to_attributes
+        t = ir.RankedTensorType.get([9, 16], elt)
+        g = _fuel.create("fuel.const", [], [t], {
+            **params_to_attributes(lookup("const"), {
+                "name": "fuelc.winograd_g", "shape": (9, 16), "dtype": DType.F32}),
+            "value": ir.DenseElementsAttr.get(gk, type=t)}).results[0]
+        flat = make("reshape", [w], (pairs, 9), shape=(pairs, 9))
+        half = -(-pairs // 2)
+        parts = [make("mat_mul", [make("slice", [flat], (n, 9), dim=0, start=s, len=n), g],
+                      (n, 16)) for s, n in ((0, half), (half, pairs - half)) if n]
+        u = parts[0] if len(parts) == 1 else make("concat", parts, (pairs, 16), dim=0)
+        u = make("reshape", [u], (cout, cin, 16), shape=(cout, cin, 16))
+        u = make("contiguize", [make("permute", [u], (16, cout, cin), perm=(2, 0, 1))],
+                 (16, cout, cin))
+        new = _fuel.create_op(entry.mnemonic, [x, u] + list(op.operands[2:]),
+                              [op.results[0].type], dict(params, winograd=True),
+                              loc=op.location)
+    _fuel.replace_op(op, [new.results[0]])
+    _fuel.count("prepack.winograd")
     return True

@@ -59,6 +59,14 @@ def _conv2d(lw: Lowering, cpu: bool = False):
                                 f"skip's) batch and image size, got {v.type}")
     if spatial:
         return _spatial(lw, x, w, bias, skip, cpu)
+    if lw.params.get("winograd"):   # w: the transformed kernels [16, Cout, Cin]
+        s = Scalar.compute(lw.in_dtypes[0])
+        if not cpu or s.ty != lw.out_elt:
+            raise LoweringError(f"Conv2D winograd (transformed weights {w.type}): only the cpu "
+                                f"f32 kernel computes it")
+        from .conv_winograd import winograd
+        return winograd(x, w, bias, s, lw.out_elt, _pair(lw.param("padding"), "padding"),
+                        _activation_of(lw.params), skip)
     n, cin, h, wd = rtt(x).shape
     if batch:
         n = dims(x)[0]
@@ -436,6 +444,8 @@ def batch_dims(types, params) -> tuple | None:
         return None
     g, stride = params["groups"], params["stride"]
     dil = params.get("dilation", (1, 1))
+    if params.get("winograd"):   # w [16, Cout, Cin]: a 3x3 kernel, the direct class's batch
+        w = (w[1], w[2], 3, 3)
     # (``stem``: a conv1d front end's; its loop over the images is the 2-D stem's)
     if not (direct(g, stride, w[2:], params["padding"], dil)
             or stem(g, x[1], stride, w[2:], dil)
@@ -973,7 +983,8 @@ def _register_kernel() -> None:
                 "dilation": tuple(p.dilation), "clamp_min": p.clamp_min, "clamp_max": p.clamp_max,
                 "silu": True if p.silu else None, "gelu": True if p.gelu else None,
                 "residual": True if p.residual else None,
-                "image_at_run_time": True if p.image_at_run_time else None}
+                "image_at_run_time": True if p.image_at_run_time else None,
+                "winograd": True if p.winograd else None}
 
     from compiler.registry.ops.conv2d import is_depthwise, one_form, whole_image
 
@@ -982,6 +993,8 @@ def _register_kernel() -> None:
     # threaded MatMul kernel), and so does a depthwise conv of another stride
     # (its taps' Mul/Add chain, one elementwise kernel).
     def serves(params, types):
+        if params.get("winograd"):   # (``fuel-prepack-weights`` made it for this kernel)
+            return True
         if params.get("gelu") and types[0].dtype != DType.F32:
             # f64 erf has no vector expansion (a libm call per element): the
             # GeluErf stays a kernel of its own
@@ -1009,13 +1022,17 @@ def _register_kernel() -> None:
                   from_params=back, keys=lambda t: [(t,) * 3, (t,) * 4, (t,) * 5], serves=serves)
     def _conv_params(params, types):
         out = default_registry()["Conv2D"].infer(list(types), params)
-        return P.Conv2D(tuple(types[0].shape), tuple(types[1].shape), tuple(out.shape),
+        w = tuple(types[1].shape)
+        if params.get("winograd"):   # the transformed [16, Cout, Cin]: the kernels' shape
+            w = (w[1], w[2], 3, 3)
+        return P.Conv2D(tuple(types[0].shape), w, tuple(out.shape),
                         tuple(params["stride"]), tuple(params["padding"]),
                         tuple(params["dilation"]), params["groups"],
                         params.get("clamp_min"), params.get("clamp_max"),
                         bool(params.get("silu", False)), bool(params.get("gelu", False)),
                         bool(params.get("residual", False)),
-                        bool(params.get("image_at_run_time", False)))
+                        bool(params.get("image_at_run_time", False)),
+                        bool(params.get("winograd", False)))
 
 
 _register_kernel()

@@ -27,6 +27,11 @@ result, bias included (``fuel-fuse`` folds a ``GeluErf`` that is the conv's only
 user: the Whisper/wav2vec2 conv front ends); exclusive with the clamp and silu.
 The recipe ends with the same ``GeluErf``.
 
+Winograd: ``winograd`` (bool, None: off): w is not ``[Cout,Cin,3,3]`` but its
+Winograd F(2x2, 3x3) transform ``[16,Cout,Cin]`` (``winograd_weights``), of a
+3x3 stride-1 groups-1 conv; ``fuel-prepack-weights`` makes it of a constant w
+where the cpu kernel computes the conv that way (``conv_winograd``). No recipe.
+
 Residual: ``residual`` (bool, None: off) adds a last operand, the skip
 ``[N,Cout,Ho,Wo]`` of the output's type, to the result BEFORE the activation:
 ``act(conv + bias + skip)`` (operands (x, w, [bias], [residual]),
@@ -68,6 +73,12 @@ def one_form(params) -> bool:
 
 def _geometry(types, params):
     x, w = types[0], types[1]
+    if params.get("winograd"):   # w: the transformed 3x3 kernels [16, Cout, Cin]
+        if len(x.shape) != 4 or len(w.shape) != 3 or w.shape[0] != 16 \
+                or w.shape[2] != x.shape[1] or params["groups"] != 1:
+            raise fail(NAME, types, "winograd: x must be [N,Cin,H,W] and w the transformed "
+                                    "kernels [16,Cout,Cin], groups 1")
+        w = TensorType((w.shape[1], w.shape[2], 3, 3), w.dtype)
     if len(x.shape) != 4 or len(w.shape) != 4:
         raise fail(NAME, types, "x must be [N,Cin,H,W] and w [Cout,Cin/g,Kh,Kw]")
     (n, cin, h, wd), (cout, cpg, kh, kw) = x.shape, w.shape
@@ -132,8 +143,28 @@ def infer(types, params):
     return y
 
 
+#: The Winograd F(2x2, 3x3) kernel transform G (``U = G g G^T``), and its left
+#: inverse (``g = G+ U G+^T``: rows 0, 1 - 2 and 3 of U's).
+WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+WINOGRAD_G_INV = np.array([[1, 0, 0, 0], [0, 1, -1, 0], [0, 0, 0, 1]], dtype=np.float64)
+
+
+def winograd_weights(w):
+    """``[16, Cout, Cin]``: U[a*4 + b, co, c] = (G w[co, c] G^T)[a, b]."""
+    u = np.einsum("ap,ocpq,bq->aboc", WINOGRAD_G, w, WINOGRAD_G)
+    return u.reshape(16, *w.shape[:2])
+
+
+def from_winograd(u):
+    """The 3x3 kernels ``[Cout, Cin, 3, 3]`` whose transform is ``u``."""
+    u = u.reshape(4, 4, *u.shape[1:])
+    return np.einsum("pa,aboc,qb->ocpq", WINOGRAD_G_INV, u, WINOGRAD_G_INV)
+
+
 def reference(inputs, params):
     x, w = wide(inputs[0]), wide(inputs[1])
+    if params.get("winograd"):   # w transformed (``winograd``): the kernels it holds
+        w = from_winograd(w)
     (sh, sw), (ph, pw), g = params["stride"], params["padding"], params["groups"]
     dh, dw = params["dilation"]
     xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
@@ -172,6 +203,8 @@ def build(params, types):
     """The recipe: the convolution (``_conv``), the residual, then its clamp,
     silu or gelu epilogue; where the product's FusedLinear takes the bias,
     the residual and the clamp (``product_epilogue``), that product."""
+    if params.get("winograd"):
+        return Decline(NAME, "winograd (transformed weights): only the cpu kernel computes it")
     if product_epilogue(types, params):
         return _epilogue_product(params, types)
     skip = split_operands(range(len(types)), params)[3]
@@ -713,7 +746,8 @@ ENTRY = FusedOpEntry(
             ParamSpec("groups", "i64", 1), ParamSpec("dilation", "i64s", (1, 1)),
             ParamSpec("clamp_min", "f64", None), ParamSpec("clamp_max", "f64", None),
             ParamSpec("silu", "bool", None), ParamSpec("gelu", "bool", None),
-            ParamSpec("residual", "bool", None), ParamSpec("image_at_run_time", "bool", None)),
+            ParamSpec("residual", "bool", None), ParamSpec("image_at_run_time", "bool", None),
+            ParamSpec("winograd", "bool", None)),
     infer=infer, reference=reference, recipe=Recipe(build=build),
     backward=CUSTOM, op_kind=OpKind.Conv2D, destructive_input=None, cse_tag=6,
     input_names=("x", "w", "bias", "residual"), operand_slots=operand_slots, doc=__doc__,
