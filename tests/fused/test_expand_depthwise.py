@@ -11,7 +11,7 @@ import pytest
 from compiler import Graph, compile, interpret
 from compiler.codegen import parallel
 from compiler.errors import GraphBuildError
-from compiler.registry.builders import fused
+from compiler.registry.builders import expand_depthwise, fused
 from runtime.dtype import DType
 
 RELU6 = dict(clamp_min=0.0, clamp_max=6.0)
@@ -97,8 +97,8 @@ def test_recipe_runs_the_two_convs(case):
     x = g.input("x", xs, DType.F32)
     epi = dict(expand_clamp_min=0.0, expand_clamp_max=6.0, **RELU6) if act == "relu6" \
         else dict(expand_silu=True, silu=True)
-    g.output(fused("ExpandDepthwise", x, *[g.constant(a) for a in _weights(xs[1], ce, k)],
-                   stride=(stride, stride), padding=(k // 2, k // 2), **epi), name="y")
+    g.output(expand_depthwise(x, *[g.constant(a) for a in _weights(xs[1], ce, k)],
+                              stride=stride, padding=k // 2, **epi), name="y")
     m = compile(g, pipeline="base-map")      # every fused op decomposed
     assert not any("ExpandDepthwise" in s for s in m.kernel_summary())
     xv = _x(xs)
@@ -112,8 +112,8 @@ def test_shape_errors():
     x = g.input("x", (1, 8, 6, 6), DType.F32)
     we, be = g.constant(np.zeros((16, 8, 1, 1), np.float32)), g.constant(np.zeros(16, np.float32))
     with pytest.raises(GraphBuildError, match="we must be"):
-        fused("ExpandDepthwise", x, we, be, g.constant(np.zeros((16, 2, 3, 3), np.float32)),
-              be, stride=(1, 1), padding=(1, 1))
+        expand_depthwise(x, we, be, g.constant(np.zeros((16, 2, 3, 3), np.float32)), be,
+                         padding=1)
     with pytest.raises(GraphBuildError):
-        fused("ExpandDepthwise", x, we, be, g.constant(np.zeros((8, 1, 3, 3), np.float32)),
-              be, stride=(1, 1), padding=(1, 1))
+        expand_depthwise(x, we, be, g.constant(np.zeros((8, 1, 3, 3), np.float32)), be,
+                         padding=1)
