@@ -51,7 +51,7 @@ CASES = [
     # (x shape, Ce, kernel, stride, activation)
     ((2, 16, 20, 20), 96, 3, 2, "relu6"),
     ((2, 8, 14, 14), 48, 3, 1, "relu6"),      # 196 pixels: a 4-lane tail
-    ((1, 12, 7, 7), 32, 3, 1, "relu6"),       # 49 pixels: 32 + 16 + 1
+    ((2, 12, 7, 7), 32, 3, 1, "relu6"),       # 49 pixels: 32 + 16 + 1
     ((2, 8, 14, 14), 16, 5, 2, "silu"),
     ((3, 6, 9, 11), 24, 5, 1, "silu"),
 ]
@@ -72,7 +72,8 @@ def test_kernel_matches_the_reference(case, target):
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_threads_cut_by_images_or_channel_blocks(threads):
-    for xs in ((3, 8, 14, 14), (1, 8, 14, 14)):
+    # 2 images at 3 threads: cut by blocks of 8 channels
+    for xs in ((3, 8, 14, 14), (2, 8, 14, 14)):
         g = _two_convs(xs, 48, 3, 2, "relu6")
         m = compile(g, target="cpu")
         x = _x(xs)
@@ -84,6 +85,9 @@ def test_threads_cut_by_images_or_channel_blocks(threads):
 def test_not_fused_where_it_may_not_be():
     # the expanded tensor has another user: it must be written anyway
     g = _two_convs((2, 8, 14, 14), 48, 3, 1, "relu6", extra_user=True)
+    assert not any("ExpandDepthwise" in k for k in compile(g, target="cpu").kernel_summary())
+    # one image: the two kernels ran faster (``fused_expand.EXPAND_MIN_BATCH``)
+    g = _two_convs((1, 8, 14, 14), 48, 3, 1, "relu6")
     assert not any("ExpandDepthwise" in k for k in compile(g, target="cpu").kernel_summary())
     # Ce not a multiple of the kernel's channel block (8)
     g = _two_convs((2, 8, 14, 14), 20, 3, 1, "relu6")

@@ -38,14 +38,14 @@ func.func @relu6(%x: tensor<2x4x8x8xf32>, %we: tensor<16x4x1x1xf32>, %be: tensor
 // CHECK-LABEL: func.func @silu
 // CHECK-NEXT:    %[[F:.*]] = "fuel.expand_depthwise"(%arg0, %arg1, %arg2, %arg3, %arg4) {expand_silu = true, padding = [2, 2], silu = true, stride = [1, 1]}
 // CHECK-NEXT:    return %[[F]]
-func.func @silu(%x: tensor<1x4x8x8xf32>, %we: tensor<8x4x1x1xf32>, %be: tensor<8xf32>, %wd: tensor<8x1x5x5xf32>, %bd: tensor<8xf32>) -> tensor<1x8x8x8xf32> {
-  %0 = "fuel.conv2d"(%x, %we, %be) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [0, 0], stride = [1, 1]} : (tensor<1x4x8x8xf32>, tensor<8x4x1x1xf32>, tensor<8xf32>) -> tensor<1x8x8x8xf32>
-  %1 = "fuel.sigmoid"(%0) : (tensor<1x8x8x8xf32>) -> tensor<1x8x8x8xf32>
-  %2 = "fuel.mul"(%0, %1) : (tensor<1x8x8x8xf32>, tensor<1x8x8x8xf32>) -> tensor<1x8x8x8xf32>
-  %3 = "fuel.conv2d"(%2, %wd, %bd) {dilation = [1, 1], groups = 8 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [2, 2], stride = [1, 1]} : (tensor<1x8x8x8xf32>, tensor<8x1x5x5xf32>, tensor<8xf32>) -> tensor<1x8x8x8xf32>
-  %4 = "fuel.sigmoid"(%3) : (tensor<1x8x8x8xf32>) -> tensor<1x8x8x8xf32>
-  %5 = "fuel.mul"(%3, %4) : (tensor<1x8x8x8xf32>, tensor<1x8x8x8xf32>) -> tensor<1x8x8x8xf32>
-  return %5 : tensor<1x8x8x8xf32>
+func.func @silu(%x: tensor<2x4x8x8xf32>, %we: tensor<8x4x1x1xf32>, %be: tensor<8xf32>, %wd: tensor<8x1x5x5xf32>, %bd: tensor<8xf32>) -> tensor<2x8x8x8xf32> {
+  %0 = "fuel.conv2d"(%x, %we, %be) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [0, 0], stride = [1, 1]} : (tensor<2x4x8x8xf32>, tensor<8x4x1x1xf32>, tensor<8xf32>) -> tensor<2x8x8x8xf32>
+  %1 = "fuel.sigmoid"(%0) : (tensor<2x8x8x8xf32>) -> tensor<2x8x8x8xf32>
+  %2 = "fuel.mul"(%0, %1) : (tensor<2x8x8x8xf32>, tensor<2x8x8x8xf32>) -> tensor<2x8x8x8xf32>
+  %3 = "fuel.conv2d"(%2, %wd, %bd) {dilation = [1, 1], groups = 8 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [2, 2], stride = [1, 1]} : (tensor<2x8x8x8xf32>, tensor<8x1x5x5xf32>, tensor<8xf32>) -> tensor<2x8x8x8xf32>
+  %4 = "fuel.sigmoid"(%3) : (tensor<2x8x8x8xf32>) -> tensor<2x8x8x8xf32>
+  %5 = "fuel.mul"(%3, %4) : (tensor<2x8x8x8xf32>, tensor<2x8x8x8xf32>) -> tensor<2x8x8x8xf32>
+  return %5 : tensor<2x8x8x8xf32>
 }
 
 // -----
@@ -55,10 +55,10 @@ func.func @silu(%x: tensor<1x4x8x8xf32>, %we: tensor<8x4x1x1xf32>, %be: tensor<8
 // CHECK:         "fuel.conv2d"
 // CHECK:         "fuel.conv2d"
 // CHECK-NOT:     fuel.expand_depthwise
-func.func @shared(%x: tensor<1x4x8x8xf32>, %we: tensor<8x4x1x1xf32>, %be: tensor<8xf32>, %wd: tensor<8x1x3x3xf32>, %bd: tensor<8xf32>) -> (tensor<1x8x8x8xf32>, tensor<1x8x8x8xf32>) {
-  %0 = "fuel.conv2d"(%x, %we, %be) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [0, 0], stride = [1, 1]} : (tensor<1x4x8x8xf32>, tensor<8x4x1x1xf32>, tensor<8xf32>) -> tensor<1x8x8x8xf32>
-  %1 = "fuel.conv2d"(%0, %wd, %bd) {dilation = [1, 1], groups = 8 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [1, 1], stride = [1, 1]} : (tensor<1x8x8x8xf32>, tensor<8x1x3x3xf32>, tensor<8xf32>) -> tensor<1x8x8x8xf32>
-  return %0, %1 : tensor<1x8x8x8xf32>, tensor<1x8x8x8xf32>
+func.func @shared(%x: tensor<2x4x8x8xf32>, %we: tensor<8x4x1x1xf32>, %be: tensor<8xf32>, %wd: tensor<8x1x3x3xf32>, %bd: tensor<8xf32>) -> (tensor<2x8x8x8xf32>, tensor<2x8x8x8xf32>) {
+  %0 = "fuel.conv2d"(%x, %we, %be) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [0, 0], stride = [1, 1]} : (tensor<2x4x8x8xf32>, tensor<8x4x1x1xf32>, tensor<8xf32>) -> tensor<2x8x8x8xf32>
+  %1 = "fuel.conv2d"(%0, %wd, %bd) {dilation = [1, 1], groups = 8 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [1, 1], stride = [1, 1]} : (tensor<2x8x8x8xf32>, tensor<8x1x3x3xf32>, tensor<8xf32>) -> tensor<2x8x8x8xf32>
+  return %0, %1 : tensor<2x8x8x8xf32>, tensor<2x8x8x8xf32>
 }
 
 // -----
@@ -69,15 +69,15 @@ func.func @shared(%x: tensor<1x4x8x8xf32>, %we: tensor<8x4x1x1xf32>, %be: tensor
 // CHECK-NOT:     fuel.expand_depthwise
 // CHECK-LABEL: func.func @odd_channels
 // CHECK-NOT:     fuel.expand_depthwise
-func.func @not_depthwise(%x: tensor<1x4x8x8xf32>, %we: tensor<8x4x1x1xf32>, %be: tensor<8xf32>, %wd: tensor<8x8x3x3xf32>, %bd: tensor<8xf32>) -> tensor<1x8x8x8xf32> {
-  %0 = "fuel.conv2d"(%x, %we, %be) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [0, 0], stride = [1, 1]} : (tensor<1x4x8x8xf32>, tensor<8x4x1x1xf32>, tensor<8xf32>) -> tensor<1x8x8x8xf32>
-  %1 = "fuel.conv2d"(%0, %wd, %bd) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [1, 1], stride = [1, 1]} : (tensor<1x8x8x8xf32>, tensor<8x8x3x3xf32>, tensor<8xf32>) -> tensor<1x8x8x8xf32>
-  return %1 : tensor<1x8x8x8xf32>
+func.func @not_depthwise(%x: tensor<2x4x8x8xf32>, %we: tensor<8x4x1x1xf32>, %be: tensor<8xf32>, %wd: tensor<8x8x3x3xf32>, %bd: tensor<8xf32>) -> tensor<2x8x8x8xf32> {
+  %0 = "fuel.conv2d"(%x, %we, %be) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [0, 0], stride = [1, 1]} : (tensor<2x4x8x8xf32>, tensor<8x4x1x1xf32>, tensor<8xf32>) -> tensor<2x8x8x8xf32>
+  %1 = "fuel.conv2d"(%0, %wd, %bd) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [1, 1], stride = [1, 1]} : (tensor<2x8x8x8xf32>, tensor<8x8x3x3xf32>, tensor<8xf32>) -> tensor<2x8x8x8xf32>
+  return %1 : tensor<2x8x8x8xf32>
 }
-func.func @odd_channels(%x: tensor<1x4x8x8xf32>, %we: tensor<12x4x1x1xf32>, %be: tensor<12xf32>, %wd: tensor<12x1x3x3xf32>, %bd: tensor<12xf32>) -> tensor<1x12x8x8xf32> {
-  %0 = "fuel.conv2d"(%x, %we, %be) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [0, 0], stride = [1, 1]} : (tensor<1x4x8x8xf32>, tensor<12x4x1x1xf32>, tensor<12xf32>) -> tensor<1x12x8x8xf32>
-  %1 = "fuel.conv2d"(%0, %wd, %bd) {dilation = [1, 1], groups = 12 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [1, 1], stride = [1, 1]} : (tensor<1x12x8x8xf32>, tensor<12x1x3x3xf32>, tensor<12xf32>) -> tensor<1x12x8x8xf32>
-  return %1 : tensor<1x12x8x8xf32>
+func.func @odd_channels(%x: tensor<2x4x8x8xf32>, %we: tensor<12x4x1x1xf32>, %be: tensor<12xf32>, %wd: tensor<12x1x3x3xf32>, %bd: tensor<12xf32>) -> tensor<2x12x8x8xf32> {
+  %0 = "fuel.conv2d"(%x, %we, %be) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [0, 0], stride = [1, 1]} : (tensor<2x4x8x8xf32>, tensor<12x4x1x1xf32>, tensor<12xf32>) -> tensor<2x12x8x8xf32>
+  %1 = "fuel.conv2d"(%0, %wd, %bd) {dilation = [1, 1], groups = 12 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [1, 1], stride = [1, 1]} : (tensor<2x12x8x8xf32>, tensor<12x1x3x3xf32>, tensor<12xf32>) -> tensor<2x12x8x8xf32>
+  return %1 : tensor<2x12x8x8xf32>
 }
 
 // -----

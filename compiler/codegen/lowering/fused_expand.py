@@ -27,6 +27,12 @@ from .fused_norm import _for
 #: Expanded channels computed per block (``ExpandDepthwise``'s kernel serves
 #: a Ce that is a multiple of it).
 _EXPAND_BLOCK = 8
+#: The fewest images of a call the kernel serves: at batch 1 the expanded
+#: tensor (1.2 MB at 56^2) stays in cache between the two kernels, which then
+#: ran faster (MobileNet b1, 2 znver4 threads, AVX-512: 0.74 ms as two
+#: kernels, 0.83 fused; docs/benchmarks.md, "The expansion fused into the
+#: depthwise conv").
+EXPAND_MIN_BATCH = 2
 #: The expansion's register tiles per vector width: (m channels, V vectors);
 #: 16 of the 32 zmm and 8 of the 16 ymm registers accumulate.
 _EXPAND_TILES = {512: (8, 2), 256: (4, 2)}
@@ -158,9 +164,12 @@ def _expand(x3, i, we, be, c0, s, pe, blk):
 def serves(params, types) -> bool:
     """Whether the kernel takes this ExpandDepthwise: a stride the depthwise
     kernel computes directly (``fused_conv.direct_depthwise``), Ce a
-    multiple of ``_EXPAND_BLOCK``."""
+    multiple of ``_EXPAND_BLOCK``, a static batch of at least
+    ``EXPAND_MIN_BATCH`` images."""
     from .fused_conv import direct_depthwise
-    return types[1].shape[0] % _EXPAND_BLOCK == 0 and direct_depthwise(params["stride"])
+    n = types[0].shape[0]
+    return (isinstance(n, int) and n >= EXPAND_MIN_BATCH
+            and types[1].shape[0] % _EXPAND_BLOCK == 0 and direct_depthwise(params["stride"]))
 
 
 def batch_dims(types, params) -> tuple:
