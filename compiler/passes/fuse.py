@@ -589,23 +589,34 @@ def fold_conv_residuals(module, table, backends) -> int:
             continue
         add, skip = found
         params["residual"] = True
-        operands = list(conv.operands) + [skip]
-        dims = _fuel.SymbolicDims()  # a ``?`` batch: the kernel takes it at run time
-        try:
-            in_types = [_fuel.tensor_type(v, dims) for v in operands]
-            dts = [t.dtype for t in in_types] + [_fuel.dtype_of(conv.results[0])]
-        except Exception:  # an operand that does not type as a tensor
-            continue
-        with dims.recording("fuel-fuse"):   # the skip's ? batch is the conv's (same type)
-            if not conv_available(entry, params, in_types, dts, table, backends):
-                continue
-        with ir.InsertionPoint(add), add.location:
-            fused = _fuel.create_op(entry.mnemonic, operands, [add.results[0].type], params,
-                                    loc=add.location)
-        _fuel.replace_op(add, [fused.results[0]], dead=[conv])
-        _fuel.count("fuse.conv_residuals")
-        folded += 1
+        # (the skip's ? batch is the conv's: the same type)
+        folded += _replace_by(entry, add, [*conv.operands, skip], params, [conv],
+                              conv_available, table, backends, "fuse.conv_residuals")
     return folded
+
+
+def _replace_by(entry, at, operands, params, dead, available, table, backends,
+                counter) -> bool:
+    """Replace the op ``at`` by the fused ``entry`` of ``operands`` and
+    ``params`` (of ``at``'s result type), retiring ``dead``, where
+    ``available(entry, params, in_types, dtypes, table, backends)`` says it
+    runs as a kernel; a ``?`` batch is a run-time extent of the kernel.
+    Whether it did."""
+    dims = _fuel.SymbolicDims()
+    try:
+        in_types = [_fuel.tensor_type(v, dims) for v in operands]
+        dts = [t.dtype for t in in_types] + [_fuel.dtype_of(at.results[0])]
+    except Exception:  # an operand that does not type as a tensor
+        return False
+    with dims.recording("fuel-fuse"):
+        if not available(entry, params, in_types, dts, table, backends):
+            return False
+    with ir.InsertionPoint(at), at.location:
+        fused = _fuel.create_op(entry.mnemonic, operands, [at.results[0].type], params,
+                                loc=at.location)
+    _fuel.replace_op(at, [fused.results[0]], dead=dead)
+    _fuel.count(counter)
+    return True
 
 
 def fold_conv_epilogues(module, table, backends) -> int:
@@ -707,22 +718,8 @@ def fuse_expand_depthwise(module, table, backends) -> int:
         params = {"stride": tuple(pd["stride"]), "padding": tuple(pd["padding"])}
         for names, p in ((EXPAND_EPILOGUE, pe), (DEPTHWISE_EPILOGUE, pd)):
             params.update({k: p.get(c) for k, c in names if p.get(c) is not None})
-        operands = [*e.operands, *dw.operands[1:]]
-        dims = _fuel.SymbolicDims()  # a ``?`` batch: the kernel takes it at run time
-        try:
-            in_types = [_fuel.tensor_type(v, dims) for v in operands]
-            dts = [t.dtype for t in in_types] + [_fuel.dtype_of(dw.results[0])]
-        except Exception:
-            continue
-        with dims.recording("fuel-fuse"):
-            if not kernel_available(entry, params, in_types, dts, table, backends):
-                continue
-        with ir.InsertionPoint(dw), dw.location:
-            fused = _fuel.create_op(entry.mnemonic, operands, [dw.results[0].type], params,
-                                    loc=dw.location)
-        _fuel.replace_op(dw, [fused.results[0]], dead=[e])
-        _fuel.count("fuse.expand_depthwise")
-        fused_n += 1
+        fused_n += _replace_by(entry, dw, [*e.operands, *dw.operands[1:]], params, [e],
+                               kernel_available, table, backends, "fuse.expand_depthwise")
     return fused_n
 
 

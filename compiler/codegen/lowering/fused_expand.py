@@ -17,9 +17,9 @@ written to memory.
 from __future__ import annotations
 
 from compiler.errors import LoweringError
-from compiler.mlir import ir, scf, tensor, vector
+from compiler.mlir import ir, tensor, vector
 
-from .conv_spatial import _VectorScalar, generated_bits
+from .conv_spatial import _VectorScalar, channel_sums, generated_bits
 from .core import Scalar, collapse, dims, empty, expand, index, insert_at, lowers, rtt, slice_at
 from .fused_conv import _Geometry, _activation, _bytes, _pair, _planes
 from .fused_norm import _for
@@ -123,23 +123,12 @@ def _expand(x3, i, we, be, c0, s, pe, blk):
         cols = [arith_add(p, index(j * lw)) if j else p for j in range(v)]
         for j0 in range(0, k, m0):
             chans = [arith_add(c0, index(j0 + m)) for m in range(m0)]
-            loop = scf.ForOp(index(0), index(cin), index(1),
-                             [vector.BroadcastOp(vt, zero).result] * (m0 * v))
-            with ir.InsertionPoint(loop.body):
-                c = loop.induction_variable
-                xs = [vector.TransferReadOp(vt, x3, [i, c, col], pix, zero, [True]).result
-                      for col in cols]
-                sums = list(loop.inner_iter_args)
-                for m in range(m0):
-                    wv = vector.BroadcastOp(vt, tensor.extract(
-                        we, [chans[m], c, index(0), index(0)])).result
-                    for jv in range(v):
-                        sums[m * v + jv] = vector.FMAOp(xs[jv], wv, sums[m * v + jv]).result
-                scf.YieldOp(sums)
+            sums = channel_sums(cin, vt, chans, v, we, lambda c, jv: vector.TransferReadOp(
+                vt, x3, [i, c, cols[jv]], pix, zero, [True]).result)
             for m in range(m0):
                 bv = vector.BroadcastOp(vt, tensor.extract(be, [chans[m]])).result
                 for jv in range(v):
-                    val = vs.add(loop.results[m * v + jv], bv)
+                    val = vs.add(sums[m * v + jv], bv)
                     if clamp is not None:
                         val = clamp(val)
                     blk = vector.TransferWriteOp(blk.type, val, blk,
