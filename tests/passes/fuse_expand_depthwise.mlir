@@ -34,18 +34,33 @@ func.func @relu6(%x: tensor<2x4x8x8xf32>, %we: tensor<16x4x1x1xf32>, %be: tensor
 
 // -----
 
-// EfficientNet: SiLU (Mul(y, Sigmoid(y))) after each conv, a 5x5 depthwise.
+// A SiLU (Mul(y, Sigmoid(y))) on the depthwise conv, a 5x5 one; the
+// expansion's ReLU6.
 // CHECK-LABEL: func.func @silu
-// CHECK-NEXT:    %[[F:.*]] = "fuel.expand_depthwise"(%arg0, %arg1, %arg2, %arg3, %arg4) {expand_silu = true, padding = [2, 2], silu = true, stride = [1, 1]}
+// CHECK-NEXT:    %[[F:.*]] = "fuel.expand_depthwise"(%arg0, %arg1, %arg2, %arg3, %arg4) {expand_clamp_max = 6.000000e+00 : f64, expand_clamp_min = 0.000000e+00 : f64, padding = [2, 2], silu = true, stride = [1, 1]}
 // CHECK-NEXT:    return %[[F]]
 func.func @silu(%x: tensor<2x4x8x8xf32>, %we: tensor<8x4x1x1xf32>, %be: tensor<8xf32>, %wd: tensor<8x1x5x5xf32>, %bd: tensor<8xf32>) -> tensor<2x8x8x8xf32> {
   %0 = "fuel.conv2d"(%x, %we, %be) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [0, 0], stride = [1, 1]} : (tensor<2x4x8x8xf32>, tensor<8x4x1x1xf32>, tensor<8xf32>) -> tensor<2x8x8x8xf32>
+  %1 = "fuel.clamp"(%0) {min = 0.0 : f64, max = 6.0 : f64} : (tensor<2x8x8x8xf32>) -> tensor<2x8x8x8xf32>
+  %2 = "fuel.conv2d"(%1, %wd, %bd) {dilation = [1, 1], groups = 8 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [2, 2], stride = [1, 1]} : (tensor<2x8x8x8xf32>, tensor<8x1x5x5xf32>, tensor<8xf32>) -> tensor<2x8x8x8xf32>
+  %3 = "fuel.sigmoid"(%2) : (tensor<2x8x8x8xf32>) -> tensor<2x8x8x8xf32>
+  %4 = "fuel.mul"(%2, %3) : (tensor<2x8x8x8xf32>, tensor<2x8x8x8xf32>) -> tensor<2x8x8x8xf32>
+  return %4 : tensor<2x8x8x8xf32>
+}
+
+// -----
+
+// A SiLU on the expansion: the kernel does not serve it (slower than the two
+// kernels on AVX2): not fused.
+// CHECK-LABEL: func.func @expand_silu
+// CHECK-COUNT-2: "fuel.conv2d"
+// CHECK-NEXT:    return
+func.func @expand_silu(%x: tensor<2x4x8x8xf32>, %we: tensor<8x4x1x1xf32>, %be: tensor<8xf32>, %wd: tensor<8x1x3x3xf32>, %bd: tensor<8xf32>) -> tensor<2x8x8x8xf32> {
+  %0 = "fuel.conv2d"(%x, %we, %be) {dilation = [1, 1], groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [0, 0], stride = [1, 1]} : (tensor<2x4x8x8xf32>, tensor<8x4x1x1xf32>, tensor<8xf32>) -> tensor<2x8x8x8xf32>
   %1 = "fuel.sigmoid"(%0) : (tensor<2x8x8x8xf32>) -> tensor<2x8x8x8xf32>
   %2 = "fuel.mul"(%0, %1) : (tensor<2x8x8x8xf32>, tensor<2x8x8x8xf32>) -> tensor<2x8x8x8xf32>
-  %3 = "fuel.conv2d"(%2, %wd, %bd) {dilation = [1, 1], groups = 8 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [2, 2], stride = [1, 1]} : (tensor<2x8x8x8xf32>, tensor<8x1x5x5xf32>, tensor<8xf32>) -> tensor<2x8x8x8xf32>
-  %4 = "fuel.sigmoid"(%3) : (tensor<2x8x8x8xf32>) -> tensor<2x8x8x8xf32>
-  %5 = "fuel.mul"(%3, %4) : (tensor<2x8x8x8xf32>, tensor<2x8x8x8xf32>) -> tensor<2x8x8x8xf32>
-  return %5 : tensor<2x8x8x8xf32>
+  %3 = "fuel.conv2d"(%2, %wd, %bd) {dilation = [1, 1], groups = 8 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0>, padding = [1, 1], stride = [1, 1]} : (tensor<2x8x8x8xf32>, tensor<8x1x3x3xf32>, tensor<8xf32>) -> tensor<2x8x8x8xf32>
+  return %3 : tensor<2x8x8x8xf32>
 }
 
 // -----

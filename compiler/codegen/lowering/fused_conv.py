@@ -227,12 +227,6 @@ def _silu(s, v):
         return s.mul(v, _sigmoid(s, v))
     c = s.const
     i32 = ir.IntegerType.get_signless(32)
-    ty, int_const = s.ty, lambda n: arith.constant(i32, n)
-    if isinstance(v.type, ir.VectorType):   # on vectors (``_VectorScalar``: splat constants)
-        ty = v.type
-        i32 = ir.VectorType.get(ir.VectorType(ty).shape, i32)
-        int_const = lambda n: arith.constant(i32, ir.DenseElementsAttr.get_splat(
-            i32, ir.IntegerAttr.get(ir.IntegerType.get_signless(32), n)))
     low = s.cmp("lt", v, c(-_SILU_LIMIT))
     vc = arith.select(low, c(-_SILU_LIMIT), v)
     vc = arith.select(s.cmp("gt", vc, c(_SILU_LIMIT)), c(_SILU_LIMIT), vc)
@@ -244,8 +238,9 @@ def _silu(s, v):
     for i, cf in enumerate(reversed(_EXP5[:3])):
         q = math.fma(q, r, c(-cf if i % 2 else cf))
     q = math.fma(q, arith.mulf(r, r), arith.negf(r))              # e^-r - 1
-    two = arith.bitcast(ty, arith.shli(                           # 2^-k: bits (127 - k) << 23
-        arith.subi(int_const(_SHIFTER_BITS + 127), arith.bitcast(i32, t)), int_const(23)))
+    two = arith.bitcast(s.ty, arith.shli(                         # 2^-k: bits (127 - k) << 23
+        arith.subi(arith.constant(i32, _SHIFTER_BITS + 127), arith.bitcast(i32, t)),
+        arith.constant(i32, 23)))
     d = s.add(c(1.0), math.fma(q, two, two))                      # 1 + e^-v, finite
     recip = arith.DivFOp(c(1.0), d, fastmath=ir.Attribute.parse("#arith.fastmath<ninf,arcp>"))
     return s.mul(v, arith.select(low, c(0.0), recip.result))

@@ -59,6 +59,8 @@ def _expand_depthwise(lw):
         raise LoweringError(f"ExpandDepthwise kernel: f32/f64, static C/H/W, Ce a multiple of "
                             f"{_EXPAND_BLOCK}; got x {x.type}, wd {w.type}")
     pe, pd = conv_params(lw.params)
+    if pe.get("silu"):
+        raise LoweringError("ExpandDepthwise kernel: the expansion's epilogue is a clamp or none")
     ho = (h + 2 * pad[0] - kh) // stride[0] + 1
     wo = (wd + 2 * pad[1] - kw) // stride[1] + 1
     geo = _Geometry(pad, (1, 1), stride, (kh, kw), (h, wd), (ho, wo), True)
@@ -106,7 +108,7 @@ def _expand(x3, i, we, be, c0, s, pe, blk):
     single vectors, then the rest in ever narrower vectors (whole vectors
     of 8, 4, 2, 1 lanes: as masked vectors they hung MLIR's canonicalizer,
     ``fold_memref_alias_ops`` with it, on a 7^2 image). The
-    epilogue (``pe``: Conv2D's clamp or silu params) runs on the registers."""
+    epilogue (``pe``: Conv2D's clamp params) runs on the registers."""
     elt = rtt(blk).element_type
     k, npix = rtt(blk).shape[1:]
     cin = rtt(x3).shape[1]
@@ -154,10 +156,14 @@ def serves(params, types) -> bool:
     """Whether the kernel takes this ExpandDepthwise: a stride the depthwise
     kernel computes directly (``fused_conv.direct_depthwise``), Ce a
     multiple of ``_EXPAND_BLOCK``, a static batch of at least
-    ``EXPAND_MIN_BATCH`` images."""
+    ``EXPAND_MIN_BATCH`` images, the expansion's epilogue a clamp or none.
+    (A SiLU on the expansion's registers, ``_silu`` on vectors, was slower
+    than the two kernels on AVX2 and no faster on AVX-512: EfficientNet's
+    pairs at batch 8, 2 znver4 threads, x86-64-v3 1.02-1.19x, AVX-512
+    0.88-1.01x, the whole model 1.003x; docs/benchmarks.md.)"""
     from .fused_conv import direct_depthwise
     n = types[0].shape[0]
-    return (isinstance(n, int) and n >= EXPAND_MIN_BATCH
+    return (isinstance(n, int) and n >= EXPAND_MIN_BATCH and not params.get("expand_silu")
             and types[1].shape[0] % _EXPAND_BLOCK == 0 and direct_depthwise(params["stride"]))
 
 
