@@ -409,12 +409,15 @@ def _symbolic_pipeline(pipeline):
     file must run every size; and without the attention that fuses for its
     size alone (``attention_by_size=false``): every size runs the same
     kernels. The other fused kernels take their batch and sequence at run
-    time (``docs/dynamic-shapes.md``)."""
+    time (``docs/dynamic-shapes.md``). Nor the expansion fused into its
+    depthwise conv (``expand_depthwise=false``), taken from a batch of 2 on:
+    a batch of 1 would get another plan."""
     from .passes import DEFAULT_PIPELINE
     if pipeline is not None:
         return pipeline
     text = DEFAULT_PIPELINE.replace(
-        "fuel-fuse{", "fuel-fuse{attention_k_len=false attention_by_size=false ", 1)
+        "fuel-fuse{", "fuel-fuse{attention_k_len=false attention_by_size=false "
+        "expand_depthwise=false ", 1)
     if text == DEFAULT_PIPELINE:  # the default pipeline lost its fuel-fuse options
         raise CompileError(f"the default pipeline has no 'fuel-fuse{{...}}' to turn the "
                            f"per-shape fusions off in for a symbolic module: {DEFAULT_PIPELINE}")

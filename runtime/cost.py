@@ -293,6 +293,13 @@ def _max_pool(shapes, dtypes, params):
     return _est(_n(out) * taps, (_n(ins[0]) + _n(out)) * ds, 80)
 
 
+def _expand_depthwise(shapes, dtypes, params):
+    ins, out, ds = _io(shapes, dtypes)
+    x, we, wd = ins[0], ins[1], ins[3]
+    flops = 2 * x[0] * x[2] * x[3] * we[0] * we[1] + 2 * _n(out) * wd[2] * wd[3]
+    return _est(flops, (_n(x) + _n(we) + _n(wd) + _n(out)) * ds, 100)
+
+
 def _reduce_max_to_backward(shapes, dtypes, params):
     ins, out, ds = _io(shapes, dtypes)
     n_in, n_out = _n(ins[0]), _n(ins[1]) if len(ins) > 1 else _n(out)
@@ -342,6 +349,7 @@ _FAMILIES[K.CausalConv1d] = _causal_conv
 _FAMILIES[K.FusedSoftmaxCrossEntropy] = _fsce
 _FAMILIES[K.ReduceMaxToBackward] = _reduce_max_to_backward
 _FAMILIES[K.MaxPool2D] = _max_pool
+_FAMILIES[K.ExpandDepthwise] = _expand_depthwise
 del _k, _name, _row, K
 
 

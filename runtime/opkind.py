@@ -37,6 +37,7 @@ _FIXED = """
     CosInplace SignInplace FloorInplace CeilInplace RoundInplace ErfInplace GeluErfInplace
     ClampInplace PowIInplace InplaceAffine FusedSoftmaxCrossEntropy CausalConv1d
     SelectiveScan SsdChunkScan Nf4Matmul RuntimeFused NonZeroIndices AwqMatmul MaxPool2D
+    ExpandDepthwise
 """.split()
 
 

@@ -431,6 +431,34 @@ class Conv2D(OpParams):
 
 
 @variant
+class ExpandDepthwise(OpParams):
+    """A 1x1 expansion feeding a depthwise conv: x ``[N,Cin,H,W]``, the
+    expansion's weight ``[Ce,Cin,1,1]``, the depthwise weight ``[Ce,1,Kh,Kw]``;
+    each conv's epilogue (Conv2D's clamp or silu)."""
+    x_shape: tuple[int, int, int, int]
+    w_shape: tuple[int, int, int, int]  # the depthwise weight [Ce, 1, Kh, Kw]
+    out_shape: tuple[int, int, int, int]
+    stride: Pair = (1, 1)
+    padding: Pair = (0, 0)
+    expand_clamp_min: Optional[float] = None
+    expand_clamp_max: Optional[float] = None
+    expand_silu: bool = False
+    clamp_min: Optional[float] = None
+    clamp_max: Optional[float] = None
+    silu: bool = False
+
+    def validate(self):
+        if min(self.stride) < 1 or min(self.padding) < 0:
+            self._fail("stride must be >= 1 and padding >= 0")
+        for silu, lo, hi in ((self.expand_silu, self.expand_clamp_min, self.expand_clamp_max),
+                             (self.silu, self.clamp_min, self.clamp_max)):
+            if lo is not None and hi is not None and not lo <= hi:
+                self._fail(f"clamp_min {lo} must be <= clamp_max {hi}")
+            if silu and (lo is not None or hi is not None):
+                self._fail("the silu and clamp epilogues are exclusive")
+
+
+@variant
 class MaxPool2D(OpParams):
     """2-D max pooling: x ``[N,C,H,W]`` padded with -inf by ``padding`` (top,
     left, bottom, right), windows ``kernel`` taps ``dilation`` apart every
@@ -968,6 +996,7 @@ PARAMS_FOR_KIND: dict[OpKind, type] = {
     OpKind.Cast: Cast,
     OpKind.Conv2D: Conv2D,
     OpKind.MaxPool2D: MaxPool2D,
+    OpKind.ExpandDepthwise: ExpandDepthwise,
     OpKind.ConvTranspose2D: ConvTranspose2D,
     OpKind.ReduceSumTo: ReduceSumTo,
     OpKind.ReduceMaxTo: ReduceMaxTo,

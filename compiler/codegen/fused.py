@@ -236,6 +236,11 @@ def _conv_batch(types, params):
     return batch_dims(types, params)
 
 
+def _expand_batch(types, params):
+    from compiler.codegen.lowering.fused_expand import batch_dims
+    return batch_dims(types, params)
+
+
 def _linear_dims(types, params):
     if linear_epilogue(params):  # the epilogue kernel (``_linear_epilogue``): a's rows
         rows = _row_dims(types)[0]  # a, the skip and the output (of a's rank): all axes but the last
@@ -260,6 +265,7 @@ DYNAMIC_FUSED = {
     "RmsNormLastDim": lambda types, _p: _row_dims(types),
     "Conv2D": _conv_batch,  # the direct kernels: the batch (an scf.for over images)
     "MaxPool2D": _pool_batch,
+    "ExpandDepthwise": _expand_batch,
 }
 
 
@@ -452,6 +458,12 @@ class FusedFamily(KernelFamily):
             # contiguous rows: the output's and K's tiles move as vectors
             # (``fused_attention._flash_attn_cpu``), not element by element
             inst = dataclasses.replace(inst, unit_stride=unit_stride_args(layouts))
+        elif spec.name == "ExpandDepthwise":
+            # x read as [N, Cin, H*W] (``lowering/fused_expand.py``): a view
+            # where its planes are row-major; rows moved as vectors
+            inst = dataclasses.replace(
+                inst, unit_stride=unit_stride_args(layouts),
+                planes=(0,) if _row_major_planes(layouts[0]) else ())
         elif spec.name in ("Conv2D", "MaxPool2D"):
             # their copies in and out (padding, cropping; the pool's rows read
             # and written a vector at a time) move contiguous rows; with strides
@@ -518,6 +530,8 @@ class FusedFamily(KernelFamily):
             return _conv_group_tiles(dict(inst.params), layouts, n_inputs, threads)
         if inst.name == "MaxPool2D":
             return _pool_tiles(layouts, n_inputs, threads)
+        if inst.name == "ExpandDepthwise":
+            return _expand_tiles(layouts, n_inputs, threads)
         if inst.name == "FlashAttn":
             return _attn_tiles(layouts, n_inputs, threads)
         return None
@@ -693,6 +707,20 @@ def _conv_group_tiles(params: dict, layouts, n_inputs: int, threads: int):
     if cpg != opg:
         return None
     return parallel.split_layouts(list(layouts), axes(False, 1, 0), x.shape[1], threads, cpg)
+
+
+def _expand_tiles(layouts, n_inputs: int, threads: int):
+    """Tiles of an ExpandDepthwise call: by images when there are as many as
+    threads, else by blocks of 8 expanded channels (each tile reads all of
+    x, its rows of the weights and biases); calls of fewer than
+    ``MIN_ELEMENTS_TRANSCENDENTAL`` outputs run whole."""
+    x, out = layouts[0], layouts[n_inputs]
+    if len(layouts) != 6 or out.numel < parallel.MIN_ELEMENTS_TRANSCENDENTAL:
+        return None
+    if x.shape[0] >= threads:
+        return parallel.split_layouts(list(layouts), [0, None, None, None, None, 0],
+                                      x.shape[0], threads)
+    return parallel.split_layouts(list(layouts), [None, 0, 0, 0, 0, 1], out.shape[1], threads, 8)
 
 
 def _pool_tiles(layouts, n_inputs: int, threads: int):

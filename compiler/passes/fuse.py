@@ -282,6 +282,9 @@ class Fuse(ModulePass):
     softmax_masks: bool = True
     #: merge the products of one ``a`` by constant weights (``merge_sibling_linears``)
     siblings: bool = True
+    #: fuse a 1x1 expansion conv into the depthwise conv reading it
+    #: (``fuse_expand_depthwise``; after the epilogue folds)
+    expand_depthwise: bool = True
 
     def apply(self, module) -> None:
         from compiler.passes.fuse_attention import fuse_attention
@@ -308,6 +311,8 @@ class Fuse(ModulePass):
         if self.epilogues:
             fold_conv_residuals(module, self._table, self._backends)
             fold_conv_epilogues(module, self._table, self._backends)
+            if self.expand_depthwise:
+                fuse_expand_depthwise(module, self._table, self._backends)
             if self.linear_epilogues:
                 fold_linear_epilogues(module, self._table, self._backends)
             if self.softmax_scales:
@@ -584,23 +589,34 @@ def fold_conv_residuals(module, table, backends) -> int:
             continue
         add, skip = found
         params["residual"] = True
-        operands = list(conv.operands) + [skip]
-        dims = _fuel.SymbolicDims()  # a ``?`` batch: the kernel takes it at run time
-        try:
-            in_types = [_fuel.tensor_type(v, dims) for v in operands]
-            dts = [t.dtype for t in in_types] + [_fuel.dtype_of(conv.results[0])]
-        except Exception:  # an operand that does not type as a tensor
-            continue
-        with dims.recording("fuel-fuse"):   # the skip's ? batch is the conv's (same type)
-            if not conv_available(entry, params, in_types, dts, table, backends):
-                continue
-        with ir.InsertionPoint(add), add.location:
-            fused = _fuel.create_op(entry.mnemonic, operands, [add.results[0].type], params,
-                                    loc=add.location)
-        _fuel.replace_op(add, [fused.results[0]], dead=[conv])
-        _fuel.count("fuse.conv_residuals")
-        folded += 1
+        # (the skip's ? batch is the conv's: the same type)
+        folded += _replace_by(entry, add, [*conv.operands, skip], params, [conv],
+                              conv_available, table, backends, "fuse.conv_residuals")
     return folded
+
+
+def _replace_by(entry, at, operands, params, dead, available, table, backends,
+                counter) -> bool:
+    """Replace the op ``at`` by the fused ``entry`` of ``operands`` and
+    ``params`` (of ``at``'s result type), retiring ``dead``, where
+    ``available(entry, params, in_types, dtypes, table, backends)`` says it
+    runs as a kernel; a ``?`` batch is a run-time extent of the kernel.
+    Whether it did."""
+    dims = _fuel.SymbolicDims()
+    try:
+        in_types = [_fuel.tensor_type(v, dims) for v in operands]
+        dts = [t.dtype for t in in_types] + [_fuel.dtype_of(at.results[0])]
+    except Exception:  # an operand that does not type as a tensor
+        return False
+    with dims.recording("fuel-fuse"):
+        if not available(entry, params, in_types, dts, table, backends):
+            return False
+    with ir.InsertionPoint(at), at.location:
+        fused = _fuel.create_op(entry.mnemonic, operands, [at.results[0].type], params,
+                                loc=at.location)
+    _fuel.replace_op(at, [fused.results[0]], dead=dead)
+    _fuel.count(counter)
+    return True
 
 
 def fold_conv_epilogues(module, table, backends) -> int:
@@ -648,6 +664,63 @@ def fold_conv_epilogues(module, table, backends) -> int:
         _fuel.count("fuse.conv_epilogues")
         folded += 1
     return folded
+
+
+def _expansion_of(dw):
+    """The 1x1 expansion ``Conv2D`` whose result is the depthwise ``Conv2D``
+    ``dw``'s x and has no other user, or None: both with a bias and without
+    a residual or GELU, the expansion groups 1, stride 1, unpadded, the
+    depthwise conv's groups its channels (> 1), undilated."""
+    conv = _fuel.registry()["Conv2D"].mnemonic
+    pd = _fuel.params(dw)
+    if len(dw.operands) != 3 or pd.get("residual") or pd.get("gelu") \
+            or tuple(pd.get("dilation", (1, 1))) != (1, 1):
+        return None
+    x = dw.operands[0]
+    if isinstance(x.owner, ir.Block):   # a function argument
+        return None
+    e = _op_of(x.owner)
+    if _fuel.mnemonic(e) != conv or len(e.operands) != 3:
+        return None
+    pe = _fuel.params(e)
+    if pe.get("residual") or pe.get("gelu") or pe.get("groups", 1) != 1 \
+            or tuple(pe["stride"]) != (1, 1) or tuple(pe["padding"]) != (0, 0) \
+            or tuple(pe.get("dilation", (1, 1))) != (1, 1) \
+            or [_op_of(u) for u in _fuel.users(x)] != [_op_of(dw)]:
+        return None
+    try:
+        we, wd = (_fuel.tensor_type(v) for v in (e.operands[1], dw.operands[1]))
+    except Exception:
+        return None
+    ce = wd.shape[0]
+    if tuple(we.shape[2:]) != (1, 1) or pd["groups"] != ce or ce < 2 \
+            or tuple(wd.shape[:2]) != (ce, 1):
+        return None
+    return e
+
+
+def fuse_expand_depthwise(module, table, backends) -> int:
+    """Replace each depthwise ``Conv2D`` reading a 1x1 expansion ``Conv2D``
+    that has no other user (``_expansion_of``) by one ``ExpandDepthwise``
+    (x, we, be, wd, bd; each conv's clamp or silu as its epilogue params),
+    where some candidate backend has its kernel and it serves the params:
+    the kernel never writes the expanded tensor to memory. Runs after the
+    epilogue folds, whose activations it carries. Returns how many."""
+    from compiler.registry.ops.expand_depthwise import DEPTHWISE_EPILOGUE, EXPAND_EPILOGUE
+    reg = _fuel.registry()
+    entry, conv = reg["ExpandDepthwise"], reg["Conv2D"].mnemonic
+    fused_n = 0
+    for dw in [o for o in _fuel.fuel_ops(module) if _fuel.mnemonic(o) == conv]:
+        e = _expansion_of(dw)
+        if e is None:
+            continue
+        pe, pd = _fuel.params(e), _fuel.params(dw)
+        params = {"stride": tuple(pd["stride"]), "padding": tuple(pd["padding"])}
+        for names, p in ((EXPAND_EPILOGUE, pe), (DEPTHWISE_EPILOGUE, pd)):
+            params.update({k: p.get(c) for k, c in names if p.get(c) is not None})
+        fused_n += _replace_by(entry, dw, [*e.operands, *dw.operands[1:]], params, [e],
+                               kernel_available, table, backends, "fuse.expand_depthwise")
+    return fused_n
 
 
 def _unbroadcast_weight(b):

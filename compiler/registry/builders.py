@@ -103,6 +103,17 @@ def conv2d(x, w, bias=None, stride=1, padding=0, groups: int = 1, dilation=1, re
                  **({} if residual is None else {"residual": True}))
 
 
+def expand_depthwise(x, we, be, wd, bd, stride=1, padding=0, **epilogues):
+    """ExpandDepthwise: the 1x1 conv (we, be) of NCHW x feeding the depthwise
+    conv (wd, bd); ``stride``, ``padding``: the depthwise conv's, an int or
+    an (h, w) pair; ``epilogues``: ``expand_clamp_min`` / ``expand_clamp_max``
+    / ``expand_silu`` for the expansion, ``clamp_min`` / ``clamp_max`` /
+    ``silu`` for the depthwise conv."""
+    OPNAME = "ExpandDepthwise"
+    return fused(OPNAME, x, we, be, wd, bd, stride=_pair(stride, "stride", OPNAME),
+                 padding=_pair(padding, "padding", OPNAME), **epilogues)
+
+
 def max_pool2d(x, kernel, stride=1, padding=0, dilation=1):
     """MaxPool2D over NCHW x; ``kernel``, ``stride``, ``dilation``: an int or
     an (h, w) pair; ``padding`` (-inf): an int, an (h, w) pair or (top, left,

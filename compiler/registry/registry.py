@@ -42,6 +42,7 @@ ENTRY_MODULES = (
     ("flash_attn_backward", "ENTRY_V"),
     ("awq_matmul", "ENTRY"),
     ("max_pool2d", "ENTRY"),
+    ("expand_depthwise", "ENTRY"),
 )
 
 

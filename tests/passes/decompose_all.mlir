@@ -748,3 +748,25 @@ func.func @max_pool2d(%arg0: tensor<2x3x9x8xf32>) -> tensor<2x3x5x4xf32> {
   %0 = "fuel.max_pool2d"(%arg0) {dilation = [1, 1], kernel = [3, 3], padding = [1, 1, 1, 1], stride = [2, 2]} : (tensor<2x3x9x8xf32>) -> tensor<2x3x5x4xf32>
   return %0 : tensor<2x3x5x4xf32>
 }
+
+// -----
+
+// 27. ExpandDepthwise: its two Conv2Ds, each decomposed in turn: the 1x1
+// expansion a MatMul of x itself, its bias and SiLU; the depthwise conv's
+// padded stride phases, its taps' Mul/Add chain, its bias and clamp.
+// CHECK-LABEL: func.func @expand_depthwise(
+// CHECK-NOT:     "fuel.expand_depthwise"
+// CHECK:       %[[X:.*]] = "fuel.reshape"(%arg0) {shape = [2, 4, 36]}
+// CHECK-NEXT:  %[[E:.*]] = "fuel.mat_mul"(%{{.*}}, %[[X]])
+// CHECK:       %[[S:.*]] = "fuel.sigmoid"
+// CHECK-NEXT:  %[[M:.*]] = "fuel.mul"(%{{.*}}, %[[S]])
+// CHECK-NEXT:  "fuel.pad"(%[[M]]) {mode = "constant", padding = [0, 0, 0, 0, 1, 3, 1, 1]
+// CHECK-COUNT-8: "fuel.add"
+// CHECK:       "fuel.clamp"
+// CHECK-NEXT:  return {{.*}} : tensor<2x8x3x3xf32>
+// GONE-LABEL: func.func @expand_depthwise(
+// GONE-NOT:     "fuel.expand_depthwise"
+func.func @expand_depthwise(%arg0: tensor<2x4x6x6xf32>, %arg1: tensor<8x4x1x1xf32>, %arg2: tensor<8xf32>, %arg3: tensor<8x1x3x3xf32>, %arg4: tensor<8xf32>) -> tensor<2x8x3x3xf32> {
+  %0 = "fuel.expand_depthwise"(%arg0, %arg1, %arg2, %arg3, %arg4) {clamp_max = 6.0 : f64, clamp_min = 0.0 : f64, expand_silu = true, padding = [1, 1], stride = [2, 2]} : (tensor<2x4x6x6xf32>, tensor<8x4x1x1xf32>, tensor<8xf32>, tensor<8x1x3x3xf32>, tensor<8xf32>) -> tensor<2x8x3x3xf32>
+  return %0 : tensor<2x8x3x3xf32>
+}

@@ -134,6 +134,17 @@ def conv_f32() -> KernelBindingTable:
 
 
 @functools.cache
+def expand_conv_f32() -> KernelBindingTable:
+    """conv_f32 plus the f32 ExpandDepthwise kernel."""
+    t = KernelBindingTable()
+    _primitives(t)
+    for n in (3, 4, 5):
+        t.register(OpKind.Conv2D, [F32] * n, "cpu", _kernel)
+    t.register(OpKind.ExpandDepthwise, [F32] * 6, "cpu", _kernel)
+    return t.freeze()
+
+
+@functools.cache
 def broadcast_only_add() -> KernelBindingTable:
     """An f32 add that exists only as a broadcast-baked sibling: not servable."""
     t = KernelBindingTable()
@@ -143,7 +154,7 @@ def broadcast_only_add() -> KernelBindingTable:
 
 
 for _factory in (primitives_f32, fused_f32, softmax_mask, linear_f32_f64, linear_residual, attention_f32, conv_f32,
-                 broadcast_only_add):
+                 expand_conv_f32, broadcast_only_add):
     register_table(_factory.__name__, _factory)
 
 

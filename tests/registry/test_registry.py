@@ -18,10 +18,11 @@ F32 = DType.F32
 
 
 def test_the_spec_ops_with_their_ids_then_fuelc_s_and_frozen():
-    # the spec's 25, then fuelc's additions (AwqMatmul is 25, MaxPool2D 26)
-    assert [e.id for e in R] == list(range(1, 27))
+    # the spec's 25, then fuelc's additions (AwqMatmul is 25, MaxPool2D 26,
+    # ExpandDepthwise 27)
+    assert [e.id for e in R] == list(range(1, 28))
     assert R["FlashAttnBackwardV"].id == 24 and R[25].name == "AwqMatmul"
-    assert R[26].name == "MaxPool2D"
+    assert R[26].name == "MaxPool2D" and R[27].name == "ExpandDepthwise"
     assert R.get("softmax_last_dim") is R[1]
     assert default_registry() is R
     with pytest.raises(Exception):

@@ -17,6 +17,7 @@ SAMPLES = [
     P.Matmul((4, 2), (2, 2), 3, 5, 7, P.MatmulM.rows(2)), P.Matmul((), (), 1, 1, 1, P.MatmulM.deferred(9)),
     P.Conv1D(1, 10, 4, 2, 3, padding=1), P.Conv2D((1, 2, 5, 5), (4, 2, 3, 3), (1, 4, 3, 3)),
     P.MaxPool2D((1, 2, 5, 5), (1, 2, 3, 3), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
+    P.ExpandDepthwise((1, 2, 5, 5), (8, 1, 3, 3), (1, 8, 3, 3), (2, 2), (1, 1), 0.0, 6.0),
     P.ConvTranspose1D(1, 4, 2, 3, 3), P.ConvTranspose2D((1, 2, 3, 3), (2, 4, 3, 3), (1, 4, 5, 5), groups=1),
     P.ReduceSumTo((2, 3), (1, 3)), P.ReduceMaxTo((2, 3), (3,)), P.ReduceMaxToBackward((2, 3), (2, 1)),
     P.FlashAttn(1, 4, 2, 3, 5, 8, 5, 0.125, True, None, 2, 30.0),
@@ -73,6 +74,8 @@ def test_sequences_become_tuples_and_numbers_are_canonical():
     (lambda: P.WriteSlice((4,), ((2, 5),)), r"range \(2, 5\) not within 0..4"),
     (lambda: P.MaxPool2D((1, 1, 4, 4), (1, 1, 2, 2), (2, 2), (0, 2)),
      "MaxPool2D.*stride and dilation must be >= 1"),
+    (lambda: P.ExpandDepthwise((1, 2, 5, 5), (8, 1, 3, 3), (1, 8, 5, 5), clamp_min=0.0,
+                               silu=True), "ExpandDepthwise.*exclusive"),
 ])
 def test_invalid_params_raise_typed_errors_naming_the_variant(make, message):
     with pytest.raises(OpParamsError, match=message):

@@ -652,23 +652,12 @@ def _flat_pointwise(x, w, bias, s, elt, cout: int, act, skip):
             clamp = act(vs) if act is not None else None
             cols = [arith.addi(p, index(j * lw)) if j else p for j in range(v)]
             chans = [arith.addi(co, index(k)) if k else co for k in range(m)]
-            inits = [vector.BroadcastOp(vt, zero).result] * (m * v)
-            loop = scf.ForOp(index(0), index(cin) if isinstance(cin, int) else cin,
-                             index(1), inits)
-            with ir.InsertionPoint(loop.body):
-                c = loop.induction_variable
-                xs = [read(x3, [i, c, col], lw, in_bounds) for col in cols]
-                sums = list(loop.inner_iter_args)
-                for k in range(m):
-                    wv = vector.BroadcastOp(vt, tensor.extract(
-                        w, [chans[k], c, index(0), index(0)])).result
-                    for j in range(v):
-                        sums[k * v + j] = vector.FMAOp(xs[j], wv, sums[k * v + j]).result
-                scf.YieldOp(sums)
+            sums = channel_sums(cin, vt, chans, v, w,
+                                lambda c, j: read(x3, [i, c, cols[j]], lw, in_bounds))
             for k in range(m):
                 for j in range(v):
                     where = [i, chans[k], cols[j]]
-                    val = loop.results[k * v + j]
+                    val = sums[k * v + j]
                     if bias is not None:
                         val = vs.add(val, vector.BroadcastOp(
                             vt, tensor.extract(bias, [chans[k]])).result)
@@ -704,6 +693,27 @@ def _flat_pointwise(x, w, bias, s, elt, cout: int, act, skip):
         _few_pixels(x, w, bias, s, elt, (0, 0), (1, 1), (1, 1), act, skip3, out)])[0]
     out3 = _for(arith.subi(index(1), few), [out3], lambda _, out: _for(n, [out], image))[0]
     return expand(out3, [n, cout, h, wd], groups)
+
+
+def channel_sums(cin, vt, chans, nvec: int, w, read_x) -> list:
+    """The register tile of a pointwise product: ``sums[k * nvec + j]`` =
+    the sum over c < ``cin`` (an int or an index value) of ``w[chans[k], c,
+    0, 0] * read_x(c, j)`` (vectors of type ``vt``), one ``scf.for`` over
+    the input channels carrying the accumulators from 0, one FMA per term
+    in channel order (``_flat_pointwise``, ``fused_expand._expand``)."""
+    zero = arith.constant(ir.VectorType(vt).element_type, 0.0)
+    loop = scf.ForOp(index(0), index(cin) if isinstance(cin, int) else cin, index(1),
+                     [vector.BroadcastOp(vt, zero).result] * (len(chans) * nvec))
+    with ir.InsertionPoint(loop.body):
+        c = loop.induction_variable
+        xs = [read_x(c, j) for j in range(nvec)]
+        sums = list(loop.inner_iter_args)
+        for k, ch in enumerate(chans):
+            wv = vector.BroadcastOp(vt, tensor.extract(w, [ch, c, index(0), index(0)])).result
+            for j in range(nvec):
+                sums[k * nvec + j] = vector.FMAOp(xs[j], wv, sums[k * nvec + j]).result
+        scf.YieldOp(sums)
+    return list(loop.results)
 
 
 def _windows(padded, span: int, stride: int):
