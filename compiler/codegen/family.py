@@ -842,3 +842,16 @@ def run_tiles(hit: tuple, storages: Sequence) -> None:
                   for start, length in parallel.chunks(len(calls), threads)]
         calls = [lambda group=group: [c() for c in group] for group in groups]
     parallel.run_all(calls)
+
+
+def last_blocks(mr: int, cout: int, least: int) -> tuple[int, int] | None:
+    """(The cpu conv schedules' and the Winograd kernel's: target-neutral.)
+    Where the ``mr``-channel tiles of ``cout`` channels leave a remainder
+    of fewer than ``least`` channels (``least`` 0: never): ``(k, h)``, the
+    channels from ``k`` on (the last whole tile and the remainder) tiled by
+    ``h`` = half of them, rounded up (AVX2, mr 6: 32 channels as 4 x 6 + 2 x
+    4 instead of 5 x 6 + 2; each pixel's sum unchanged); else None."""
+    r = cout % mr
+    if not r or r >= least or cout < mr:
+        return None
+    return cout - mr - r, -(-(mr + r) // 2)

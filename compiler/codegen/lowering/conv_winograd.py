@@ -119,8 +119,8 @@ def _blocks(cout: int, mr: int) -> list[tuple[int, int, int]]:
     """(first channel, m, count) of the channel blocks: ``mr``-channel blocks
     and a remainder; a remainder of fewer than 3 channels (too few
     accumulators to cover the FMA latency) shares the last whole block's
-    channels in two halves (``transforms.conv.last_blocks``)."""
-    from compiler.codegen.cpu.transforms.conv import last_blocks
+    channels in two halves (``family.last_blocks``, the cpu conv tiles' rule)."""
+    from compiler.codegen.family import last_blocks
     split = last_blocks(mr, cout, 3)
     if split:
         k, h = split

@@ -35,6 +35,7 @@ pixels are rows of a pitch of whole vectors (``DW_PITCH_ATTR``) is computed by
 """
 from __future__ import annotations
 
+from compiler.codegen.family import last_blocks
 from compiler.codegen.family import (CROP_ATTR, DIRECT_CONV_ATTR, DIRECT_ROWS_ATTR,  # marks
                                      DIRECT_STACKED_ATTR, DW_PITCH_ATTR, TUNE_CPU_ATTR)
 from compiler.mlir import arith, ir, memref, scf, vector, walk_ops
@@ -108,18 +109,6 @@ def _channel_wise(op) -> bool:
     plane[n, co, p + ..] * w[co, 0, ..]``)."""
     m = ir.AffineMapAttr(ir.ArrayAttr(op.attributes["indexing_maps"])[0]).value
     return _dim(m.results[1]) == 1
-
-
-def last_blocks(mr: int, cout: int, least: int) -> tuple[int, int] | None:
-    """Where the ``mr``-channel tiles of ``cout`` channels leave a remainder
-    of fewer than ``least`` channels (``least`` 0: never): ``(k, h)``, the
-    channels from ``k`` on (the last whole tile and the remainder) tiled by
-    ``h`` = half of them, rounded up (AVX2, mr 6: 32 channels as 4 x 6 + 2 x
-    4 instead of 5 x 6 + 2; each pixel's sum unchanged); else None."""
-    r = cout % mr
-    if not r or r >= least or cout < mr:
-        return None
-    return cout - mr - r, -(-(mr + r) // 2)
 
 
 def tile_script(mr: int, nr: int, cout: int, npix: int, by_channel: bool = False,
