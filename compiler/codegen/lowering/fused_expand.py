@@ -17,7 +17,7 @@ written to memory.
 from __future__ import annotations
 
 from compiler.errors import LoweringError
-from compiler.mlir import ir, tensor, vector
+from compiler.mlir import arith, ir, tensor, vector
 
 from .conv_spatial import _VectorScalar, channel_sums, generated_bits
 from .core import Scalar, collapse, dims, empty, expand, index, insert_at, lowers, rtt, slice_at
@@ -71,13 +71,13 @@ def _expand_depthwise(lw):
 
     def image(i, out, blk, *scratch):
         def block(b, out, blk, *scratch):
-            c = arith_mul(b, k)
+            c = arith.muli(b, index(k))
             blk = _expand(x3, i, we, be, c, s, pe, blk)
             planes = expand(blk, [1, k, h, wd], [[0], [1], [2, 3]])
 
             def sub(j, out, *scratch):
-                cj = arith_mul(j, kd)
-                cc = arith_add(c, cj)
+                cj = arith.muli(j, index(kd))
+                cc = arith.addi(c, cj)
                 y, scratch = _planes(slice_at(planes, [index(0), cj], [1, kd, h, wd]),
                                      slice_at(w, [cc], [kd, 1, kh, kw]),
                                      slice_at(bias, [cc], [kd]), s, elt, geo, list(scratch), out,
@@ -89,16 +89,6 @@ def _expand_depthwise(lw):
 
     inits = [empty([n, ce, ho, wo], elt), empty([1, k, h * wd], elt), *geo.scratch(s, elt, kd, kd)]
     return _for(n, inits, image)[0]
-
-
-def arith_mul(v, c: int):
-    from compiler.mlir import arith
-    return arith.muli(v, index(c))
-
-
-def arith_add(a, b):
-    from compiler.mlir import arith
-    return arith.addi(a, b)
 
 
 def _expand(x3, i, we, be, c0, s, pe, blk):
@@ -122,9 +112,9 @@ def _expand(x3, i, we, be, c0, s, pe, blk):
         vt = ir.VectorType.get([lw], elt)
         vs = _VectorScalar(s, vt)
         clamp = _activation(vs, pe)
-        cols = [arith_add(p, index(j * lw)) if j else p for j in range(v)]
+        cols = [arith.addi(p, index(j * lw)) if j else p for j in range(v)]
         for j0 in range(0, k, m0):
-            chans = [arith_add(c0, index(j0 + m)) for m in range(m0)]
+            chans = [arith.addi(c0, index(j0 + m)) for m in range(m0)]
             sums = channel_sums(cin, vt, chans, v, we, lambda c, jv: vector.TransferReadOp(
                 vt, x3, [i, c, cols[jv]], pix, zero, [True]).result)
             for m in range(m0):
@@ -141,7 +131,7 @@ def _expand(x3, i, we, be, c0, s, pe, blk):
     step = v0 * lanes
     whole = npix // step
     if whole:
-        blk = _for(whole, [blk], lambda q, b: [tile(arith_mul(q, step), v0, lanes, b)])[0]
+        blk = _for(whole, [blk], lambda q, b: [tile(arith.muli(q, index(step)), v0, lanes, b)])[0]
     at, width = whole * step, lanes
     while at < npix:   # the rest: single vectors, then halves down to one lane
         if npix - at >= width:
