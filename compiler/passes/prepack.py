@@ -157,13 +157,8 @@ def _row_slice(b):
 def _panel(entry, dtypes, table, backends) -> int:
     """The panel width the table's FusedLinear kernel for ``dtypes`` reads
     a packed B in, or 0."""
-    for b in backends:
-        if not table.backend_supports(entry.op_kind, dtypes, b):
-            continue
-        fn = table.lookup(entry.op_kind, dtypes, b).fn
-        panel = getattr(fn, "b_panel", None)
-        return int(panel()) if callable(panel) else 0
-    return 0
+    panel = getattr(_kernel(entry, dtypes, table, backends), "b_panel", None)
+    return int(panel()) if callable(panel) else 0
 
 
 def _weight_bytes(op) -> int:
