@@ -6,7 +6,9 @@ the kernel-cache lookup. Each *cold* instance (no loaded object, no verified
 disk entry) becomes a task ``emit_object(text, target, strategy) -> bytes``
 for a ``concurrent.futures.Executor``; the object that comes back is stored
 in the kernel cache (disk and memory) by the calling process, which is the
-only writer. The tasks are submitted longest first (``expected_cost``), and
+only writer. The tasks go longest first (``expected_cost``; fuelc's own
+workers get each as soon as it is found, ranked, and take the longest found
+so far: ``ProcessExecutor.submit_ranked``), and
 the calling process compiles too: once every instance is submitted it takes,
 from the front, the tasks no worker has started (``Future.cancel``), so
 whichever process is free takes the longest task left. An object depends only on
