@@ -185,15 +185,23 @@ def watch_front(jobs_module, parent: dict, clock) -> None:
     ``compile()``'s start to its first task (the serial front F); ``clock()``
     is as for ``instrument``. Every run records it: the prediction for free
     cores (``measure``) needs it."""
-    submit = jobs_module.ProcessExecutor.submit
+    door = submit_door(jobs_module)
+    submit = getattr(jobs_module.ProcessExecutor, door)
 
-    def first_submit(self, fn, /, *a, **k):
+    def first_submit(self, *a, **k):
         if "first task" not in parent:
             start, out, c0 = clock()
             parent["first task"] = [(start, time.time())]
             out["front cpu"] = time.process_time() - c0
-        return submit(self, fn, *a, **k)
-    jobs_module.ProcessExecutor.submit = first_submit
+        return submit(self, *a, **k)
+    setattr(jobs_module.ProcessExecutor, door, first_submit)
+
+
+def submit_door(jobs_module) -> str:
+    """The method every task of the pool goes through: ``submit_ranked``
+    (``submit(fn, ...)`` is ``submit_ranked((), fn, ...)``; its first
+    argument is the rank), or ``submit`` in a checkout without it."""
+    return "submit_ranked" if hasattr(jobs_module.ProcessExecutor, "submit_ranked") else "submit"
 
 
 def instrument(parent: dict, clock) -> dict:
@@ -218,12 +226,14 @@ def instrument(parent: dict, clock) -> dict:
             kernels[kernel_id(text)] = [getattr(instance, "name", None) or getattr(
                 instance, "op_name", None) or type(instance).__name__, None]
         m._Job.__init__ = named
-        submit = m.ProcessExecutor.submit
+        door = submit_door(m)
+        submit = getattr(m.ProcessExecutor, door)
 
-        def costed(self, fn, /, *a, **k):  # a cold task: (text, target, strategy)
-            kernels.setdefault(kernel_id(a[0]), ["?", None])[1] = m.expected_cost(a[0], a[2])
-            return submit(self, fn, *a, **k)
-        m.ProcessExecutor.submit = costed
+        def costed(self, *a, **k):  # a cold task: ([rank], fn, text, target, strategy)
+            text, _, strategy = a[1:4] if door == "submit" else a[2:5]
+            kernels.setdefault(kernel_id(text), ["?", None])[1] = m.expected_cost(text, strategy)
+            return submit(self, *a, **k)
+        setattr(m.ProcessExecutor, door, costed)
         import concurrent.futures as cf
         completed = cf.as_completed
 

@@ -6,7 +6,9 @@ the kernel-cache lookup. Each *cold* instance (no loaded object, no verified
 disk entry) becomes a task ``emit_object(text, target, strategy) -> bytes``
 for a ``concurrent.futures.Executor``; the object that comes back is stored
 in the kernel cache (disk and memory) by the calling process, which is the
-only writer. The tasks are submitted longest first (``expected_cost``), and
+only writer. The tasks go longest first (``expected_cost``; fuelc's own
+workers get each as soon as it is found, ranked, and take the longest found
+so far: ``ProcessExecutor.submit_ranked``), and
 the calling process compiles too: once every instance is submitted it takes,
 from the front, the tasks no worker has started (``Future.cancel``), so
 whichever process is free takes the longest task left. An object depends only on
@@ -35,7 +37,9 @@ about a second of CPU.
 from __future__ import annotations
 
 import concurrent.futures
+import heapq
 import importlib
+import itertools
 import os
 import pickle
 import signal
@@ -105,8 +109,11 @@ class ProcessExecutor(concurrent.futures.Executor):
     fails its task with ``WorkerError`` and is not replaced."""
 
     def __init__(self, workers: int, start: str | None = None):
-        import queue
-        self._queue: "queue.SimpleQueue" = queue.SimpleQueue()
+        # the tasks no worker has taken: (rank, submission number, task), lowest first
+        self._waiting: list = []
+        self._count = itertools.count()
+        self._cv = threading.Condition()  # guards _waiting, _alive and _closed
+        self._closed = False
         n = check_jobs(workers, "workers")
         self.start = start or ("fork" if fork_safe() else "spawn")
         if self.start == "fork":
@@ -123,7 +130,6 @@ class ProcessExecutor(concurrent.futures.Executor):
         else:
             raise JobsError(f"ProcessExecutor(start={start!r}): expected 'fork', 'spawn' or "
                             "None (fork when this process runs no other thread)")
-        self._lock = threading.Lock()
         self._alive = len(self._procs)
         self._threads = [threading.Thread(target=self._feed, args=(p,), daemon=True,
                                           name="fuelc-compile-feeder") for p in self._procs]
@@ -131,31 +137,44 @@ class ProcessExecutor(concurrent.futures.Executor):
             t.start()
 
     def submit(self, fn, /, *args, **kwargs) -> concurrent.futures.Future:
+        return self.submit_ranked((), fn, *args, **kwargs)
+
+    def submit_ranked(self, rank: tuple, fn, /, *args, **kwargs) -> concurrent.futures.Future:
+        """``submit``, the task ranked: a free worker takes the waiting task
+        of the lowest ``rank`` (a tuple; ``submit``'s is ``()``, first), of
+        equal ranks the first submitted. ``precompile`` submits each cold
+        instance as soon as it finds it, ranked longest first: a worker
+        that is done takes the longest task found so far instead of waiting
+        for every instance to be found (docs/compile-at-scale.md)."""
         future = concurrent.futures.Future()
-        with self._lock:
-            if self._alive:
-                self._queue.put((future, fn, args, kwargs))
+        with self._cv:
+            if self._alive and not self._closed:
+                heapq.heappush(self._waiting, (rank, next(self._count), (future, fn, args, kwargs)))
+                self._cv.notify()
             else:
                 future.set_exception(WorkerError("every compile worker has exited"))
         return future
 
+    def _take(self):
+        """The waiting task of the lowest rank; None once shut down and none waits."""
+        with self._cv:
+            while not self._waiting and not self._closed:
+                self._cv.wait()
+            return heapq.heappop(self._waiting)[2] if self._waiting else None
+
     def _drain(self, why: "Exception | None") -> None:
         """Cancel (``why`` None) or fail every task no worker has taken."""
-        while True:
-            try:
-                item = self._queue.get_nowait()
-            except Exception:  # queue.Empty
-                return
-            if item is None:
-                continue
+        with self._cv:
+            waiting, self._waiting = self._waiting, []
+        for _, _, (future, *_) in waiting:
             if why is None:
-                item[0].cancel()
-            elif item[0].set_running_or_notify_cancel():
-                item[0].set_exception(why)
+                future.cancel()
+            elif future.set_running_or_notify_cancel():
+                future.set_exception(why)
 
     def _feed(self, proc: subprocess.Popen) -> None:
         while True:
-            item = self._queue.get()
+            item = self._take()
             if item is None:
                 return
             future, fn, args, kwargs = item
@@ -171,18 +190,20 @@ class ProcessExecutor(concurrent.futures.Executor):
                 ok, value = pickle.loads(proc.stdout.read(_FRAME.unpack(head)[0]))
             except Exception as e:  # a dead worker: fail this task, stop feeding it
                 future.set_exception(WorkerError(f"compile worker {proc.pid}: {e}"))
-                with self._lock:
+                with self._cv:
                     self._alive -= 1
-                    if not self._alive:
-                        self._drain(WorkerError("every compile worker has exited"))
+                    last = not self._alive
+                if last:
+                    self._drain(WorkerError("every compile worker has exited"))
                 return
             (future.set_result if ok else future.set_exception)(value)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         if cancel_futures:
             self._drain(None)
-        for _ in self._threads:
-            self._queue.put(None)
+        with self._cv:
+            self._closed = True  # the feeders end once nothing waits
+            self._cv.notify_all()
         for t in self._threads if wait else ():
             t.join()  # every task taken has its answer
         reap_workers(wait=True)  # an earlier pool's, killed long ago
@@ -396,13 +417,20 @@ def precompile(items: Iterable[tuple], target, *,
         except FuelError:
             pass  # warmed again by the caller, which raises it with the step's name
 
+    ranked = getattr(pool, "submit_ranked", None)  # fuelc's workers: a task as soon as found
+
+    def rank(job_key, job) -> tuple:  # those then() waits for first, then the longest
+        return job_key not in wanted, -expected_cost(job.text, job.strategy)
+
     def offer(job_key, job) -> bool:
         """Submit ``job`` if it is cold (no loaded object, no verified disk
         entry); False: this process loads or compiles it."""
         if pool is None or cache.has(job.text, [ENTRY], strategy=job.strategy, target=target):
             return False
         cold.append((job_key, job))
-        job.future = pool.submit(emit_object, job.text, target, job.strategy)
+        job.future = (ranked(rank(job_key, job), emit_object, job.text, target, job.strategy)
+                      if ranked is not None else
+                      pool.submit(emit_object, job.text, target, job.strategy))
         return True
 
     try:
@@ -411,7 +439,9 @@ def precompile(items: Iterable[tuple], target, *,
         # are free (LPT list scheduling), so the last tasks are short ones and
         # no core idles long at the end while another compiles a long kernel.
         # The first cold instance is offered at once, so that a worker compiles
-        # it while this process makes the other texts (docs/compile-at-scale.md).
+        # it while this process makes the other texts; fuelc's own workers are
+        # offered every cold instance as it is found, ranked, and take the
+        # longest one found so far (docs/compile-at-scale.md).
         for family, inst, first in items:
             inst = for_target(inst, target)
             job_key = family.entry_key(inst)
@@ -425,18 +455,17 @@ def precompile(items: Iterable[tuple], target, *,
                 job.strategy = codegen.choose_strategy(job.text, [ENTRY], target)
             except FuelError:
                 continue  # warmed again by the caller, which raises it
-            here = not cold and pool is not None and not offer(job_key, job)  # a cache hit
+            here = ((ranked is not None or not cold) and pool is not None
+                    and not offer(job_key, job))  # a cache hit
             if job.future is None:
                 texts.append((job_key, job, here))
         total[0] = len(seen)
-        # those then() waits for first (short: copies of weights), then the
-        # longest first; stable: deterministic
-        texts.sort(key=lambda item: (item[0] not in wanted,
-                                     -expected_cost(item[1].text, item[1].strategy)))
+        texts.sort(key=lambda item: rank(item[0], item[1]))  # stable: deterministic
         for job_key, job, here in texts:
             if here or not offer(job_key, job):
                 local(job_key, job)
                 maybe_then()
+        cold.sort(key=lambda item: rank(*item))  # the order this process takes them in
         pending = {job.future: (job_key, job) for job_key, job in cold if job.future}
 
         def collect(futures) -> None:  # store what the workers sent back

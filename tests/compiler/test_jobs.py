@@ -175,6 +175,73 @@ def test_process_executor_compiles_like_this_process(cold, start):
         pool.shutdown()
 
 
+def test_process_executor_takes_the_lowest_rank_waiting():
+    """A free worker takes the waiting task of the lowest rank, of equal
+    ranks the first submitted (a plain ``submit`` ranks first); tasks still
+    waiting when the last worker dies fail with WorkerError."""
+    import time
+    pool = jobs.ProcessExecutor(1)
+    try:
+        busy = pool.submit(time.sleep, 0.3)
+        while not busy.running():  # the worker has it: the next ones wait
+            time.sleep(0.002)
+        ranks = [(3,), (1, 5), (2,), (1, 5), (1, -2)]
+        waiting = [pool.submit_ranked(r, time.time) for r in ranks] + [pool.submit(time.time)]
+        ran = [f.result(timeout=60) for f in waiting]
+        order = sorted(range(len(ran)), key=ran.__getitem__)
+        assert order == [5, 4, 1, 3, 2, 0], (order, ranks)
+        busy = pool.submit(time.sleep, 0.3)
+        while not busy.running():
+            time.sleep(0.002)
+        dies = pool.submit_ranked((0,), os._exit, 3)
+        later = pool.submit_ranked((1,), time.time)
+        with pytest.raises(jobs.WorkerError, match="exited"):
+            dies.result(timeout=60)
+        with pytest.raises(jobs.WorkerError, match="every compile worker has exited"):
+            later.result(timeout=60)
+    finally:
+        pool.shutdown()
+
+
+def test_cold_instances_go_to_the_pool_as_they_are_found(cold, monkeypatch):
+    """With fuelc's own workers every cold instance is submitted as soon as
+    its text and strategy exist, ranked longest first (the calling process
+    makes the other texts meanwhile; a worker done with its task takes the
+    longest one found so far instead of waiting for them all): the objects
+    are the serial compile's."""
+    g = Graph()  # _chain's and a few more kernels
+    x = g.input("x", (64, 48), "f32")
+    h = x
+    for i in range(jobs.MIN_NODES // 2):
+        h = (h * (1.0 + i / 64)).tanh() if i % 2 else (h + 0.5).exp().log()
+    g.output((h @ g.constant(np.ones((48, 16), np.float32), name="w")).gelu().softmax(-1),
+             name="y")
+    g.output((x.transpose() * 2.0).sum(axis=1), name="t")
+    serial_dir = cold("serial")
+    compile(g, jobs=1)
+    serial = _objects(serial_dir)
+    made, seen = [0], []
+    job = jobs._Job.__init__
+
+    def counted(self, *args):
+        made[0] += 1
+        job(self, *args)
+
+    class Recording(jobs.ProcessExecutor):
+        def submit_ranked(self, rank, fn, /, *args, **kwargs):
+            seen.append((made[0], rank, jobs.expected_cost(args[0], args[2])))
+            return super().submit_ranked(rank, fn, *args, **kwargs)
+
+    monkeypatch.setattr(jobs._Job, "__init__", counted)
+    monkeypatch.setattr(jobs, "ProcessExecutor", Recording)
+    pool_dir = cold("pool")
+    compile(g, jobs=2)
+    assert [n for n, _, _ in seen] == list(range(1, len(serial) + 1)), seen
+    assert all(rank == (True, -cost) for _, rank, cost in seen), seen
+    assert len(set(cost for _, _, cost in seen)) > 1
+    assert _objects(pool_dir) == serial
+
+
 def test_forked_worker_objects_are_those_of_this_process(cold):
     """A worker forked from this process (every module already imported)
     compiles the same objects as a serial compile."""
@@ -308,9 +375,9 @@ def test_conv_net_compiles_bit_identical_with_worker_processes(cold):
             def __init__(self, workers):
                 super().__init__(workers, start=start)
 
-            def submit(self, fn, /, *args, **kwargs):
+            def submit_ranked(self, rank, fn, /, *args, **kwargs):  # every task's door
                 started.append(fn)
-                return super().submit(fn, *args, **kwargs)
+                return super().submit_ranked(rank, fn, *args, **kwargs)
 
         jobs.ProcessExecutor = Recording
         try:
@@ -345,9 +412,9 @@ def test_started_workers_take_tasks_from_the_first_cold_instance(cold):
     real, started = jobs.ProcessExecutor, []
 
     class Recording(real):
-        def submit(self, fn, /, *args, **kwargs):
+        def submit_ranked(self, rank, fn, /, *args, **kwargs):  # every task's door
             started.append(fn)
-            return super().submit(fn, *args, **kwargs)
+            return super().submit_ranked(rank, fn, *args, **kwargs)
 
     jobs.ProcessExecutor = Recording
     try:
@@ -402,9 +469,9 @@ def test_objects_made_before_the_fork_are_frozen_while_compile_runs(cold, monkey
     real = jobs.ProcessExecutor
 
     class Recording(real):
-        def submit(self, fn, /, *args, **kwargs):
+        def submit_ranked(self, rank, fn, /, *args, **kwargs):  # every task's door
             seen.append(gc.get_freeze_count())
-            return super().submit(fn, *args, **kwargs)
+            return super().submit_ranked(rank, fn, *args, **kwargs)
 
     monkeypatch.setattr(jobs, "ProcessExecutor", Recording)
     assert gc.get_freeze_count() == 0
@@ -448,6 +515,14 @@ class Counting(Base):
     def submit(self, fn, /, *args, **kwargs):
         Counting.submitted += 1
         return super().submit(fn, *args, **kwargs)
+
+if hasattr(Base, "submit_ranked"):  # fuelc's pool: every task goes through it, submit too
+    del Counting.submit
+
+    def submit_ranked(self, rank, fn, /, *args, **kwargs):
+        Counting.submitted += 1
+        return Base.submit_ranked(self, rank, fn, *args, **kwargs)
+    Counting.submit_ranked = submit_ranked
 
 graph = import_model(models.build("mobilenet", 1), {})
 with make() as ex:
