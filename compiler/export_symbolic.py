@@ -220,6 +220,14 @@ class _Fit:
             hit = [j for j, b in enumerate(samples) if all(b[n] == v for n, v in
                                                            zip(names, point))]
             self.at.append(hit[0] if hit else None)
+        # per function e: the weights over a common denominator, as integers
+        # (a plan has thousands of integer fields; fitting each in Fractions
+        # took most of a symbolic conv net's save), and the fits made so far
+        self._scaled = []
+        for k in range(len(self.exps)):
+            den = math.lcm(*(w[k].denominator for w in self.weights))
+            self._scaled.append((den, [int(w[k] * den) for w in self.weights]))
+        self._fits: dict = {}
 
     def restrict(self, idx: list[int]) -> "_Fit | None":
         """The fit over the samples ``idx``: the symbols constant among them
@@ -268,10 +276,17 @@ class _Fit:
     def fit(self, values: list[int]):
         """The expression (``{"sym": terms}``) through ``values`` (one per
         sample), or None when no polynomial fits them all."""
+        key = tuple(values)
+        if key not in self._fits:
+            self._fits[key] = self._fit(values)
+        expr = self._fits[key]
+        return None if expr is None else json.loads(json.dumps(expr))  # the caller's own
+
+    def _fit(self, values: list[int]):
         terms = []
-        for k, e in enumerate(self.exps):
-            c = sum((values[j] * w[k] for j, w in zip(self.at, self.weights)), Fraction(0))
-            if c.denominator != 1:
+        for (den, nums), e in zip(self._scaled, self.exps):
+            c, rest = divmod(sum(values[j] * w for j, w in zip(self.at, nums)), den)
+            if rest:
                 return None
             if c:
                 names = [x for n, d in zip(self.names, e) for x in (
