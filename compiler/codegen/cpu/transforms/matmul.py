@@ -709,13 +709,17 @@ def prefetch_copy_rows(module: "ir.Module", distance: str = "8") -> int:
     """Before each piece of a B block's copy (``matmul_script``'s ``nb``
     with ``copy_rows``: a ``linalg.copy`` of ``copy_rows`` rows of a view
     of B into the block's buffer, in a loop over the block's rows), a
-    ``memref.prefetch`` (to L1) of every 64-byte line of the same rows of
-    the block ``distance`` rows further on (at most B's last row). B's rows
-    are a multiple of 4 KiB apart there (``runtime.rows.aliased_packed``),
-    each row segment of the block in another page, so the hardware
-    prefetchers do not run ahead of the copy (a new page each row), and the
-    copy of a block from memory waited on each row in turn. Returns the
-    copies given prefetches."""
+    ``memref.prefetch`` (to L1) of the first and the last 64-byte line of
+    each of the same rows of the block ``distance`` rows further on (at
+    most B's last row and column). B's rows are a multiple of 4 KiB apart
+    there (``runtime.rows.aliased_packed``), each row segment of the block
+    in another page, so the hardware prefetchers do not run ahead of the
+    copy into the next row, and the copy of a block from memory waited on
+    each row in turn; the hardware fetches the lines between once a row's
+    first is in (every line prefetched: 0.89-0.95 of the plain copy's time
+    from memory, against 0.96 here, but 2% slower from the L3;
+    docs/benchmarks.md, "Issue 17's M = 32 on AVX2: the copy of B from
+    memory"). Returns the copies given prefetches."""
     from compiler.mlir import arith, ir, memref, walk_ops
     dist, n = int(distance), 0
     idx = ir.IndexType.get()
