@@ -304,8 +304,8 @@ _ALIASED_TILES = {("f32", "avx2"): dict(mr=4, kc=8, mc=8)}
 #: per-round median of the plain copy's time (docs/benchmarks.md, "Issue
 #: 17's M = 32 on AVX2: the copy of B from memory"): B evicted from the L3
 #: before each call, M = 32 0.93-0.96, M = 24 0.95; B in the L3, M = 32
-#: 0.97-1.00, M = 17-24 0.99-1.02 (a second copy of the plain kernel
-#: 0.96-1.02 in the same runs).
+#: 0.97-1.00, M = 17-24 0.87-1.05 (a second copy of the plain kernel
+#: 0.94-1.07 in the same runs), the fastest calls 1-2% slower.
 _ALIASED_PACKED_TILES = {("f32", "avx2"): dict(kc=768, nb=112, copy_rows=2, prefetch=8)}
 #: Where a matmul that packs B per call also copies each ``mc x kc`` block of A
 #: into a contiguous buffer (entries marked ``fuelc.pack_a``:
