@@ -169,7 +169,7 @@ def test_aliased_packed_selects_blocks_of_b_on_avx2():
         text = single_op_linalg_text("MatMul", {}, ts, True, "cpu", unit, False, (), False,
                                      aliased=aliased)
         return choose_strategy(text, ["kernel"], target).name
-    assert chosen(True) == "matmul-matmul-f32-6x16-k768-b112"
+    assert chosen(True) == "matmul-matmul-f32-6x16-k768-b112-pf8"
     assert chosen(False) == "matmul-matmul-f32-6x16"
     assert chosen(True, DType.F64) == "matmul-matmul-f64-6x8-k512"
     assert "-b" not in chosen(True, target="cpu:x86-64-v4")
@@ -181,6 +181,56 @@ def test_blocks_of_b_need_a_packed_b_and_whole_panels():
         matmul_script(nb=200)
     with pytest.raises(ValueError, match="nb=240 needs pack"):
         matmul_script(nb=240, pack=False)
+    with pytest.raises(ValueError, match="copy_rows needs nb"):
+        matmul_script(copy_rows=2)
+
+
+def test_blocks_of_b_are_copied_two_rows_at_a_time_behind_prefetches():
+    """The AVX2 f32 ``aliased_packed`` kernel copies each block of B in loops
+    of 2 rows (``copy_rows``), and ``prefetch_copy_rows`` puts before each
+    piece prefetches of the first and last line (columns 0 and 111 of the
+    block) of the rows 8 further on, clamped to B's last row and column;
+    before the step the copy has none."""
+    import dataclasses
+    from compiler.codegen.cpu import pipeline
+    from compiler.codegen.cpu.transforms import REWRITES
+    from compiler.testing import filecheck
+    ts = [TensorType((24, 40), DType.F32), TensorType((40, 3072), DType.F32)]
+    text = single_op_linalg_text("MatMul", {}, ts, True, "cpu", (0, 1, 2), False, (), False, aliased=True)
+    strat = choose_strategy(text, ["kernel"], "cpu:x86-64-v3")
+    steps = list(strat.transform[1:])
+    step = next(s for s in steps if s.startswith("py:prefetch_copy_rows"))
+    seen = []
+    REWRITES["_test_keep"] = lambda m: seen.append(str(m)) or 0
+    try:
+        at = steps.index(step)
+        steps[at:at + 1] = ["py:_test_keep", step, "py:_test_keep"]
+        pipeline.lower(text, ["kernel"], target="cpu:x86-64-v3",
+                       strategy=dataclasses.replace(strat, transform=(strat.transform[0], *steps)))
+    finally:
+        del REWRITES["_test_keep"]
+    assert "memref.prefetch" not in seen[0]
+    filecheck(seen[0], "CHECK: scf.for {{.*}} step %c2\nCHECK: memref.subview\n"
+                       "CHECK-NEXT: memref.subview\nCHECK-NEXT: linalg.copy")
+    filecheck(seen[1], """
+    CHECK: scf.for {{.*}} step %c2
+    CHECK: %[[B:[a-z0-9_]+]] = memref.subview %[[SRC:[a-z0-9_]+]][%[[R:[a-z0-9_]+]], %[[C:[a-z0-9_]+]]]
+    CHECK: %[[LASTR:[a-z0-9_]+]] = arith.subi %{{.*}}, %c1
+    CHECK: %[[LASTC:[a-z0-9_]+]] = arith.subi %{{.*}}, %c1
+    CHECK: %[[C0:[a-z0-9_]+]] = arith.addi %[[C]], %c0
+    CHECK-NEXT: %[[COL0:[a-z0-9_]+]] = arith.minui %[[C0]], %[[LASTC]]
+    CHECK: %[[C1:[a-z0-9_]+]] = arith.addi %[[C]], %c111
+    CHECK-NEXT: %[[COL1:[a-z0-9_]+]] = arith.minui %[[C1]], %[[LASTC]]
+    CHECK: %[[P:[a-z0-9_]+]] = arith.addi %[[R]], %c8
+    CHECK-NEXT: %[[Q:[a-z0-9_]+]] = arith.minui %[[P]], %[[LASTR]]
+    CHECK-NEXT: memref.prefetch %[[SRC]][%[[Q]], %[[COL0]]], read, locality<3>, data
+    CHECK-NEXT: memref.prefetch %[[SRC]][%[[Q]], %[[COL1]]], read, locality<3>, data
+    CHECK: arith.addi %[[R]], %c9
+    CHECK: memref.prefetch %[[SRC]]
+    CHECK-NEXT: memref.prefetch %[[SRC]]
+    CHECK-NEXT: linalg.copy ins(%[[B]]
+    """)
+
 
 
 def test_blocks_of_b_give_the_bits_of_b_in_place(m=29):

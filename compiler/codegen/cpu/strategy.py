@@ -296,7 +296,17 @@ _ALIASED_TILES = {("f32", "avx2"): dict(mr=4, kc=8, mc=8)}
 #: two threads: matmul 512 and M = 32"): per-round median 0.919-0.928 of kc
 #: 128 nb 240's time (16-18 of 25 rounds faster; a second copy of the old
 #: kernel 1.008-1.016).
-_ALIASED_PACKED_TILES = {("f32", "avx2"): dict(kc=768, nb=112)}
+#: ``copy_rows``, ``prefetch``: the block's copy in loops of 2 rows, each
+#: prefetching the first and last line of the rows 8 further on
+#: (``transforms.matmul.prefetch_copy_rows``): with B out of the caches (a
+#: cold call, or the host's memory-slow state) the copy waited on every
+#: row's first line. Same FMAs, same bits. Two Zen 4 threads, AVX2,
+#: per-round median of the plain copy's time (docs/benchmarks.md, "Issue
+#: 17's M = 32 on AVX2: the copy of B from memory"): B evicted from the L3
+#: before each call, M = 32 0.93-0.96, M = 24 0.95; B in the L3, M = 32
+#: 0.97-1.00, M = 17-24 0.87-1.05 (a second copy of the plain kernel
+#: 0.94-1.07 in the same runs), the fastest calls 1-2% slower.
+_ALIASED_PACKED_TILES = {("f32", "avx2"): dict(kc=768, nb=112, copy_rows=2, prefetch=8)}
 #: Where a matmul that packs B per call also copies each ``mc x kc`` block of A
 #: into a contiguous buffer (entries marked ``fuelc.pack_a``:
 #: ``runtime.rows.pack_a``, A's rows a multiple of 4 KiB apart, at least 1024
@@ -423,16 +433,18 @@ def matmul_strategy(op: str, element_type: str, isa: str = "avx2", pack: bool = 
              **(_PACK_A_TILES.get((element_type, isa), {}) if pack_a else {})}
     panels = tiles.pop("a_panels", False) and tiles.get("pack_a")
     c_after = tiles.pop("c_after_k", False)
+    prefetch = tiles.pop("prefetch", 0)
     script = matmul_script(op, pack=pack, **tiles)
     steps = (script, *((f"py:pack_a_panels {tiles['mr']}",) if panels else ()),
              *(("py:c_after_k",) if c_after else ()),
+             *((f"py:prefetch_copy_rows {prefetch}",) if prefetch else ()),
              *(("py:sink_hoisted_deallocs",) if tiles.get("pack_a") or tiles.get("nb") else ()),
              *_tune_steps(element_type, isa))
     return Strategy(
         name=f"matmul-{'' if pack else 'unpacked-'}{op.split('.')[1]}-{narrow}-"
              f"{tiles['mr']}x{tiles['nr']}" + (f"-k{tiles['kc']}" if aliased else "")
              + ("-pack-a" if tiles.get("pack_a") else "") + ("-panels" if panels else "")
-             + (f"-b{tiles['nb']}" if tiles.get("nb") else ""),
+             + (f"-b{tiles['nb']}" if tiles.get("nb") else "") + (f"-pf{prefetch}" if prefetch else ""),
         transform=steps if len(steps) > 1 else script,
         lowering=VECTOR_LOWERING,
         doc="register-tiled matmul: B panels " + ("packed" if pack else "read in place")

@@ -200,7 +200,8 @@ def _register_tiles(op: str, mr: int, nr: int, canon2: str) -> str:
 
 
 def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: int = 512,
-                  mc: int = 240, pack: bool = True, pack_a: bool = False, nb: int = 0) -> str:
+                  mc: int = 240, pack: bool = True, pack_a: bool = False, nb: int = 0,
+                  copy_rows: int = 0) -> str:
     """The transform script for every ``op`` (``linalg.matmul`` or
     ``linalg.batch_matmul``) of the payload; ``mr x nr`` register tile, ``kc``
     rows of B packed per panel, ``mc`` rows of A per block (a multiple of
@@ -210,8 +211,9 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
     tiles of the block read. ``nb`` (with ``pack``; a multiple of ``nr``):
     B is copied a ``kc x nb`` block at a time (row segments of ``nb``
     columns, read in order; the buffer on the heap, once per call), and the
-    panels of the block are read from it, not copied one by one. Raises
-    ValueError."""
+    panels of the block are read from it, not copied one by one.
+    ``copy_rows`` (with ``nb``): that copy is cut into loops of
+    ``copy_rows`` rows (for ``prefetch_copy_rows``). Raises ValueError."""
     if op not in ("linalg.matmul", "linalg.batch_matmul"):
         raise ValueError(f"matmul_script: unsupported op {op}")
     b = [1] if op == "linalg.batch_matmul" else []
@@ -236,6 +238,8 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
         raise ValueError("matmul_script: pack_a needs pack (B packed too)")
     if nb and (not pack or nb % nr):
         raise ValueError(f"matmul_script: nb={nb} needs pack and a multiple of nr={nr}")
+    if copy_rows and not nb:
+        raise ValueError("matmul_script: copy_rows needs nb (B copied in blocks)")
     # the block of A (mc x kc: 720 KiB for AVX2 f32) on the heap, not the stack
     # of whichever thread runs the kernel: allocated once per call (hoisted;
     # its dealloc then needs ``py:sink_hoisted_deallocs``)
@@ -246,6 +250,10 @@ def matmul_script(op: str = "linalg.matmul", *, mr: int = 6, nr: int = 16, kc: i
                f"      %tb = transform.structured.promote %tnb {{ operands_to_promote = [1], "
                f"use_full_tile_buffers = [false, false] }} : ({t}) -> {t}\n"
                f"      transform.bufferization.buffer_loop_hoisting %func : {t}\n") if nb else ""
+    if copy_rows:  # the block's copy, in loops of copy_rows rows
+        block_b += (f"      %cpy = {match('linalg.copy', '%lNB')}\n"
+                    f"      %cpyT, %cpyL = transform.structured.tile_using_for %cpy tile_sizes [{copy_rows}, 0] "
+                    f": ({t}) -> ({t}, {t})\n")
     if nb:  # the panels are read from the block
         promote = "      %pr = transform.cast %mmMain : !transform.any_op to !transform.any_op\n"
     return f"""module attributes {{transform.with_named_sequence}} {{
@@ -697,6 +705,50 @@ def prefetch_next_panel(module: "ir.Module", locality: str = "2") -> int:
     return n
 
 
+def prefetch_copy_rows(module: "ir.Module", distance: str = "8") -> int:
+    """Before each piece of a B block's copy (``matmul_script``'s ``nb``
+    with ``copy_rows``: a ``linalg.copy`` of ``copy_rows`` rows of a view
+    of B into the block's buffer, in a loop over the block's rows), a
+    ``memref.prefetch`` (to L1) of the first and the last 64-byte line of
+    each of the same rows of the block ``distance`` rows further on (at
+    most B's last row and column). B's rows are a multiple of 4 KiB apart
+    there (``runtime.rows.aliased_packed``), each row segment of the block
+    in another page, so the hardware prefetchers do not run ahead of the
+    copy into the next row, and the copy of a block from memory waited on
+    each row in turn; the hardware fetches the lines between once a row's
+    first is in (every line prefetched: 0.89-0.95 of the plain copy's time
+    from memory, against 0.96 here, but 2% slower from the L3;
+    docs/benchmarks.md, "Issue 17's M = 32 on AVX2: the copy of B from
+    memory"). Returns the copies given prefetches."""
+    from compiler.mlir import arith, ir, memref, walk_ops
+    dist, n = int(distance), 0
+    idx = ir.IndexType.get()
+    dynamic = ir.ShapedType.get_dynamic_stride_or_offset()
+    for copy in walk_ops(module, lambda o: o.name == "linalg.copy"):
+        loop, view = copy.operation.parent, copy.operands[0].owner
+        if (loop.name != "scf.for" or isinstance(view, ir.Block) or view.name != "memref.subview"
+                or ir.MemRefType(view.operands[0].type).rank != 2
+                or list(ir.DenseI64ArrayAttr(view.attributes["static_offsets"])) != [dynamic, dynamic]):
+            continue
+        rows = _constant(loop.operands[2])
+        width = ir.MemRefType(copy.operands[1].type).get_strides_and_offset()[0][0]
+        if rows is None or width == dynamic:
+            continue
+        b, row0, col0 = view.operands[0], view.operands[1], view.operands[2]
+        with ir.InsertionPoint(copy), copy.location:
+            one = arith.constant(idx, 1)
+            last_row = arith.subi(memref.dim(b, arith.constant(idx, 0)), one)
+            last_col = arith.subi(memref.dim(b, one), one)
+            cols = [arith.minui(arith.addi(col0, arith.constant(idx, c)), last_col)
+                    for c in (0, width - 1)]
+            for i in range(rows):
+                row = arith.minui(arith.addi(row0, arith.constant(idx, dist + i)), last_row)
+                for col in cols:
+                    memref.PrefetchOp(b, [row, col], False, 3, True)
+        n += 1
+    return n
+
+
 def sink_hoisted_deallocs(module: "ir.Module") -> int:
     """Move each ``memref.dealloc`` of a buffer allocated in a function's
     entry block (a promoted block of A that ``buffer_loop_hoisting`` moved
@@ -889,4 +941,5 @@ def tune_cpu(module: "ir.Module", cpu: str) -> int:
 
 #: The ``py:`` steps of this module's scripts.
 REWRITES = {"prefetch_next_panel": prefetch_next_panel, "sink_hoisted_deallocs": sink_hoisted_deallocs,
-             "pack_a_panels": pack_a_panels, "c_after_k": c_after_k, "tune_cpu": tune_cpu}
+             "pack_a_panels": pack_a_panels, "c_after_k": c_after_k, "tune_cpu": tune_cpu,
+             "prefetch_copy_rows": prefetch_copy_rows}
