@@ -101,12 +101,19 @@ def zero_bias(n: int, elt, dtype) -> "ir.Value":
     """A ``fuel.const`` of ``n`` zeros of element type ``elt`` (fuel dtype
     ``dtype``), made at the insertion point: the bias of a ``MatMul`` made a
     ``FusedLinear`` (its FMAs start from 0, as the MatMul's do)."""
-    from compiler.dialect import lookup, params_to_attributes
     t = ir.RankedTensorType.get([n], elt)
+    return _const(f"fuelc.zero_bias.{n}", t, dtype,
+                  ir.DenseElementsAttr.get_splat(t, ir.FloatAttr.get(elt, 0.0)))
+
+
+def _const(name: str, t: "ir.RankedTensorType", dtype, value) -> "ir.Value":
+    """A ``fuel.const`` ``name`` of type ``t`` (fuel dtype ``dtype``) holding
+    the elements attribute ``value``, made at the insertion point."""
+    from compiler.dialect import lookup, params_to_attributes
     return _fuel.create("fuel.const", [], [t], {
         **params_to_attributes(lookup("const"), {
-            "name": f"fuelc.zero_bias.{n}", "shape": (n,), "dtype": dtype}),
-        "value": ir.DenseElementsAttr.get_splat(t, ir.FloatAttr.get(elt, 0.0))}).results[0]
+            "name": name, "shape": tuple(t.shape), "dtype": dtype}),
+        "value": value}).results[0]
 
 
 def _producer(value) -> str | None:
@@ -263,7 +270,7 @@ def _winograd(op, entry, table, backends) -> bool:
     1]))`` with the constant ``Gk`` ``[9, 16]`` = kron(G, G)^T, which the
     plan folds once. (Two MatMuls over halves of the rows: one over all of
     them would make 16/9 of w's elements, more than the plan folds.)"""
-    from compiler.registry.ops.conv2d import WINOGRAD_G
+    from compiler.registry.ops.conv2d import winograd_weights
     from runtime.dtype import DType
     params = _fuel.params(op)
     x, w = op.operands[0], op.operands[1]
@@ -287,14 +294,12 @@ def _winograd(op, entry, table, backends) -> bool:
         return _fuel.create_op(name, operands, [ir.RankedTensorType.get(list(out_shape), elt)],
                                p, loc=op.location).results[0]
 
-    gk = np.einsum("ap,bq->pqab", WINOGRAD_G, WINOGRAD_G).reshape(9, 16).astype(np.float32)
+    # Gk: row p*3 + q the transform of the kernel whose only 1 is at (p, q)
+    gk = np.ascontiguousarray(winograd_weights(np.eye(9).reshape(9, 1, 3, 3))[:, :, 0].T,
+                              dtype=np.float32)
     with ir.InsertionPoint(op), op.location:
-        from compiler.dialect import lookup, params_to_attributes
         t = ir.RankedTensorType.get([9, 16], elt)
-        g = _fuel.create("fuel.const", [], [t], {
-            **params_to_attributes(lookup("const"), {
-                "name": "fuelc.winograd_g", "shape": (9, 16), "dtype": DType.F32}),
-            "value": ir.DenseElementsAttr.get(gk, type=t)}).results[0]
+        g = _const("fuelc.winograd_g", t, DType.F32, ir.DenseElementsAttr.get(gk, type=t))
         flat = make("reshape", [w], (pairs, 9), shape=(pairs, 9))
         half = -(-pairs // 2)
         parts = [make("mat_mul", [make("slice", [flat], (n, 9), dim=0, start=s, len=n), g],

@@ -437,15 +437,14 @@ def batch_dims(types, params) -> tuple | None:
     (``image_at_run_time``, set by ``Graph.bind``), the classes
     ``spatial_class`` admits take x's, the skip's and the output's height and
     width at run time too (``conv_spatial``): one kernel per weight shape."""
-    from compiler.registry.ops.conv2d import is_depthwise, split_operands
+    from compiler.registry.ops.conv2d import is_depthwise, kernels_shape, split_operands
     from runtime.dtype import DType
     x, w = types[0].shape, types[1].shape
     if len(x) != 4:
         return None
     g, stride = params["groups"], params["stride"]
     dil = params.get("dilation", (1, 1))
-    if params.get("winograd"):   # w [16, Cout, Cin]: a 3x3 kernel, the direct class's batch
-        w = (w[1], w[2], 3, 3)
+    w = kernels_shape(w, params)   # (a winograd w: 3x3 kernels, the direct class's batch)
     # (``stem``: a conv1d front end's; its loop over the images is the 2-D stem's)
     if not (direct(g, stride, w[2:], params["padding"], dil)
             or stem(g, x[1], stride, w[2:], dil)
@@ -986,7 +985,7 @@ def _register_kernel() -> None:
                 "image_at_run_time": True if p.image_at_run_time else None,
                 "winograd": True if p.winograd else None}
 
-    from compiler.registry.ops.conv2d import is_depthwise, one_form, whole_image
+    from compiler.registry.ops.conv2d import is_depthwise, kernels_shape, one_form, whole_image
 
     # The ``direct`` groups-1 convs and the stride-1/2 depthwise ones run here
     # (``_direct``); other groups-1 convs take the recipe (im2col + the tiled,
@@ -1022,10 +1021,8 @@ def _register_kernel() -> None:
                   from_params=back, keys=lambda t: [(t,) * 3, (t,) * 4, (t,) * 5], serves=serves)
     def _conv_params(params, types):
         out = default_registry()["Conv2D"].infer(list(types), params)
-        w = tuple(types[1].shape)
-        if params.get("winograd"):   # the transformed [16, Cout, Cin]: the kernels' shape
-            w = (w[1], w[2], 3, 3)
-        return P.Conv2D(tuple(types[0].shape), w, tuple(out.shape),
+        return P.Conv2D(tuple(types[0].shape), kernels_shape(types[1].shape, params),
+                        tuple(out.shape),
                         tuple(params["stride"]), tuple(params["padding"]),
                         tuple(params["dilation"]), params["groups"],
                         params.get("clamp_min"), params.get("clamp_max"),

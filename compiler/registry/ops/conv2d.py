@@ -71,6 +71,12 @@ def one_form(params) -> bool:
     return bool(params.get("image_at_run_time")) and ONE_FORM.get()
 
 
+def kernels_shape(w: tuple, params) -> tuple:
+    """w's shape as the kernels' ``[Cout, Cin/g, Kh, Kw]``: the transformed
+    ``[16, Cout, Cin]`` of a ``winograd`` conv as its 3x3 kernels'."""
+    return (w[1], w[2], 3, 3) if params.get("winograd") else tuple(w)
+
+
 def _geometry(types, params):
     x, w = types[0], types[1]
     if params.get("winograd"):   # w: the transformed 3x3 kernels [16, Cout, Cin]
@@ -78,7 +84,7 @@ def _geometry(types, params):
                 or w.shape[2] != x.shape[1] or params["groups"] != 1:
             raise fail(NAME, types, "winograd: x must be [N,Cin,H,W] and w the transformed "
                                     "kernels [16,Cout,Cin], groups 1")
-        w = TensorType((w.shape[1], w.shape[2], 3, 3), w.dtype)
+        w = TensorType(kernels_shape(w.shape, params), w.dtype)
     if len(x.shape) != 4 or len(w.shape) != 4:
         raise fail(NAME, types, "x must be [N,Cin,H,W] and w [Cout,Cin/g,Kh,Kw]")
     (n, cin, h, wd), (cout, cpg, kh, kw) = x.shape, w.shape
