@@ -162,3 +162,44 @@ def test_command_line_prints_the_assembly(tmp_path, capsys):
     assert main([str(src), "--entry", "add", "--emit", "asm", "--target", "cpu:x86-64-v3"]) == 0
     asm = capsys.readouterr().out
     assert "_mlir_ciface_add:" in asm and "vaddps" in asm   # AVX: the target's code
+
+
+# A result written in place into a buffer of the kernel's own
+# (``stages.OUTPUT_BUFFER_ATTR``: ``lowering.conv_spatial._output``): the
+# out-param takes the buffer's place, through the loops carrying it, where
+# every use of it is a loop, a read, a write or an extent; else it is copied.
+OUTPUT_BUFFER = """
+func.func @fill(%x: tensor<?xf32>) -> tensor<?xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %n = tensor.dim %x, %c0 : tensor<?xf32>
+  %buf = memref.alloc(%n) {fuelc.output_buffer} : memref<?xf32>
+  %r = scf.for %i = %c0 to %n step %c1 iter_args(%b = %buf) -> (memref<?xf32>) {
+    %v = tensor.extract %x[%i] : tensor<?xf32>
+    %w = arith.addf %v, %v : f32
+    memref.store %w, %b[%i] : memref<?xf32>
+    USE
+    scf.yield %b : memref<?xf32>
+  }
+  %t = bufferization.to_tensor %buf restrict : memref<?xf32> to tensor<?xf32>
+  return %t : tensor<?xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("use", ["", "%s = memref.subview %b[0] [1] [1] : memref<?xf32> to "
+                                     "memref<1xf32, strided<[1]>>"])
+def test_an_output_buffer_is_replaced_by_the_out_param(use, rng):
+    from compiler.testing import filecheck
+    text = OUTPUT_BUFFER.replace("USE", use)
+    buf = lower(text, ["fill"], keep_ir=True).stages["bufferize"]
+    if use:   # a view of it: the buffer stays, copied into the out-param
+        filecheck(buf, "CHECK: memref.alloc\nCHECK: scf.for\nCHECK: memref.copy %alloc, %arg1")
+    else:
+        filecheck(buf, "CHECK: func.func @fill(%arg0: {{.*}}, %arg1: memref<?xf32, strided<[?], "
+                       "offset: ?>>)\nCHECK-NOT: memref.alloc\nCHECK: scf.for\n"
+                       "CHECK: memref.store {{.*}}, %arg1[\nCHECK-NOT: memref.copy")
+    x = rng.standard_normal(37).astype(np.float32)
+    out = np.zeros((37, 2), np.float32)[:, 0]   # a strided out-param
+    _compile(text, "fill").ciface("fill", 2)(D(x), D(out))
+    np.testing.assert_array_equal(out, x + x)

@@ -289,6 +289,48 @@ def _write_through_collapse(value, dest):
                                      list(st.shape)).result
 
 
+#: Marks a ``memref.alloc`` that a kernel writes its result into in place and
+#: returns as ``bufferization.to_tensor`` (``lowering.conv_spatial._output``):
+#: the entry's out-param takes its place (``_output_in_place``).
+OUTPUT_BUFFER_ATTR = "fuelc.output_buffer"
+#: The ops an ``OUTPUT_BUFFER_ATTR`` buffer may reach for its out-param to
+#: replace it: loops carrying it, writes, reads, extents, its tensor.
+_IN_PLACE_USERS = {"scf.for", "scf.yield", "vector.transfer_write", "vector.transfer_read",
+                   "memref.store", "memref.load", "memref.dim", "bufferization.to_tensor"}
+
+
+def _output_in_place(value, dest) -> bool:
+    """Where the result ``value`` is the ``bufferization.to_tensor`` of an
+    ``OUTPUT_BUFFER_ATTR`` buffer (and that is its only tensor), the
+    out-param ``dest`` replaces the buffer: its writes go to the caller's
+    memory, the loops carry ``dest``'s type. Returns whether it did (else
+    the result is materialized into ``dest``, a copy)."""
+    owner = getattr(value.owner, "operation", value.owner)
+    if not isinstance(owner, ir.Operation) or owner.name != "bufferization.to_tensor":
+        return False
+    alloc = getattr(owner.operands[0].owner, "operation", owner.operands[0].owner)
+    if not isinstance(alloc, ir.Operation) or OUTPUT_BUFFER_ATTR not in alloc.attributes:
+        return False
+    carried, todo = [], [alloc.results[0]]   # the buffer and the loop values carrying it
+    while todo:
+        v = todo.pop()
+        carried.append(v)
+        for use in v.uses:
+            op = getattr(use.owner, "operation", use.owner)
+            if op.name not in _IN_PLACE_USERS:
+                return False
+            if op.name == "bufferization.to_tensor" and op != owner:
+                return False
+            if op.name == "scf.for" and use.operand_number >= 3:   # an init: its block argument and result
+                k = use.operand_number - 3
+                todo += [op.regions[0].blocks[0].arguments[k + 1], op.results[k]]
+    for v in carried:
+        v.set_type(dest.type)
+    alloc.results[0].replace_all_uses_with(dest)
+    alloc.erase()
+    return True
+
+
 def prepare_entries(module: "ir.Module", entry_names: Iterable[str], *,
                     identity_outputs: bool = False) -> None:
     """Give each entry the C interface and turn its tensor results into
@@ -328,6 +370,8 @@ def prepare_entries(module: "ir.Module", entry_names: Iterable[str], *,
                     continue
                 with ir.InsertionPoint(ret):
                     for i, (value, dest) in enumerate(zip(ret.operands, out_args)):
+                        if _output_in_place(value, dest):
+                            continue
                         if i in row_major:
                             value, dest = _write_through_reshape(value, dest)
                         value, dest = _write_through_collapse(value, dest)

@@ -46,7 +46,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 
-from compiler.mlir import arith, ir, scf, tensor, vector
+from compiler.mlir import arith, bufferization, ir, memref, scf, tensor, vector
 
 from .core import Scalar, collapse, dims, empty, expand, fill, index, rtt
 from .fused_norm import _for, reassoc
@@ -132,7 +132,7 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
                                      [in_bounds]).result
 
     def write(v, dest, at, in_bounds=True):
-        return vector.TransferWriteOp(dest.type, v, dest, at, row, [in_bounds]).result
+        return _store(v, dest, at, row, [in_bounds])
 
     def at(base, off):
         return arith.addi(base, index(off)) if off else base
@@ -272,7 +272,7 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
 
     if direct_x and not depthwise:
         return _flat_pointwise(x, w, bias, s, elt, cout, act, skip)
-    out0 = empty([n, cout, ho, wo], elt)
+    out0 = _output([n, cout, ho, wo], elt)
 
     def by_rows(_, out):
         planes = 1 if direct_x or depthwise else cin
@@ -288,7 +288,8 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
         few = arith.select(_few(arith.muli(ho, wo), cout), index(1), index(0))
         out = _for(few, [out0], lambda _, out: [
             _few_pixels(x, w, bias, s, elt, (ph, pw), (dh, dw), (sh, sw), act, skip, out)])[0]
-        return _for(arith.subi(index(1), few), [out], by_rows)[0]
+        _for(arith.subi(index(1), few), [out], by_rows)
+        return _result(out0)
 
     # a small depthwise plane: flat pixel runs (``_flat_depthwise``). The
     # choice is two loops of 0 or 1 trips carrying the output (an ``scf.if``
@@ -298,7 +299,8 @@ def direct_spatial(x, w, bias, s, elt, wshape, pad, dil, stride, act, skip, dept
     flat = arith.select(fits, index(1), index(0))
     out = _for(flat, [out0], lambda _, out: [
         _flat_depthwise(x, w, bias, s, elt, geo, (ph, pw), out, act, skip)])[0]
-    return _for(arith.subi(index(1), flat), [out], by_rows)[0]
+    _for(arith.subi(index(1), flat), [out], by_rows)
+    return _result(out0)
 
 
 #: A groups-1 conv of at most this many output pixels per image (and fewer
@@ -340,7 +342,7 @@ def _few_pixels(x, w, bias, s, elt, pad, dil, stride, act, skip, out):
     ntaps, k_all = kh * kw, cin * kh * kw
     n, _, h, wd = (v if isinstance(v, ir.Value) else index(v) for v in dims(x))
     # a pointwise conv's output (and skip) is [N, Cout, H*W] (``_flat_pointwise``)
-    flat = rtt(out).rank == 3
+    flat = ir.ShapedType(out.type).rank == 3
     ho, wo = (h, wd) if flat else dims(out)[2:]
     hw = arith.muli(ho, wo)
     npix = arith.muli(n, hw)
@@ -413,7 +415,7 @@ def _few_pixels(x, w, bias, s, elt, pad, dil, stride, act, skip, out):
                     val = s.add(val, tensor.extract(skip, where))
                 if clamp is not None:
                     val = clamp(val)
-                out = tensor.insert(val, out, where)
+                out = _insert(val, out, where)
         return out
 
     def block(co, m, out):
@@ -432,6 +434,52 @@ def _few_pixels(x, w, bias, s, elt, pad, dil, stride, act, skip, out):
     if rest:
         out = block(index(whole * m1), rest, out)
     return out
+
+
+def _output(shape, elt) -> "ir.Value":
+    """The kernel's output as a buffer (``memref.alloc``; ``shape``: ints, or
+    index values for run-time extents) that every tile writes in place
+    (``_store``, ``_insert``), the loops carrying it unchanged, and that the
+    entry's out-param replaces (``stages.OUTPUT_BUFFER_ATTR``). Carried as a
+    tensor, the output was the last of a chain of some 40-70 loops (per
+    path, per rest and per tile size), and One-Shot Bufferize works out a
+    loop result's buffer type by walking back through the loop's init value
+    (the loop before it) two to three times per loop: with a rest of output
+    channels (Cout not a multiple of the tile's 4) that took 5-6 s of a
+    kernel's compile (docs/dynamic-shapes.md, "The output is a buffer, not a
+    loop-carried tensor")."""
+    from compiler.codegen.common.stages import OUTPUT_BUFFER_ATTR
+    static = [d if isinstance(d, int) else ir.ShapedType.get_dynamic_size() for d in shape]
+    alloc = memref.AllocOp(ir.MemRefType.get(static, elt),
+                           [d for d in shape if not isinstance(d, int)], [])
+    alloc.attributes[OUTPUT_BUFFER_ATTR] = ir.UnitAttr.get()
+    return alloc.result
+
+
+def _result(buf) -> "ir.Value":
+    """The tensor of the output buffer ``buf`` (``_output``), made after
+    every loop writing it: ``bufferization.to_tensor restrict`` (no other
+    tensor aliases the buffer)."""
+    t = ir.MemRefType(buf.type)
+    return bufferization.ToTensorOp(ir.RankedTensorType.get(t.shape, t.element_type), buf,
+                                    restrict=True).result
+
+
+def _store(v, dest, at, perm, in_bounds, mask=None) -> "ir.Value":
+    """``vector.transfer_write`` of ``v`` to ``dest`` at ``at``: the written
+    tensor, or ``dest`` itself where it is the output buffer (``_output``)."""
+    if isinstance(dest.type, ir.MemRefType):
+        vector.TransferWriteOp(None, v, dest, at, perm, in_bounds, mask=mask)
+        return dest
+    return vector.TransferWriteOp(dest.type, v, dest, at, perm, in_bounds, mask=mask).result
+
+
+def _insert(v, dest, at) -> "ir.Value":
+    """``_store`` of one element."""
+    if isinstance(dest.type, ir.MemRefType):
+        memref.StoreOp(v, dest, at)
+        return dest
+    return tensor.insert(v, dest, at)
 
 
 def at(base, off: int):
@@ -596,8 +644,7 @@ def _flat_depthwise(x, w, bias, s, elt, g, pad, out0, act, skip):
                         mask=mask).result)
                 if clamp_ is not None:
                     val = clamp_(val)
-                return vector.TransferWriteOp(out.type, val, out, where, row4, [True],
-                                              mask=mask).result
+                return _store(val, out, where, row4, [True], mask)
             return out_row.over(out, lambda ox, size, out, *m: _for(
                 ho, [out], lambda oy, out: [crop(oy, ox, size, out, *m)])[0])
         out = _for(index(blk), [out], lambda b, out: [crop_channel(b, out)])[0]
@@ -665,8 +712,7 @@ def _flat_pointwise(x, w, bias, s, elt, cout: int, act, skip):
                         val = vs.add(val, read(skip3, where, lw, in_bounds))
                     if clamp is not None:
                         val = clamp(val)
-                    out = vector.TransferWriteOp(out.type, val, out, where, pix,
-                                                 [in_bounds]).result
+                    out = _store(val, out, where, pix, [in_bounds])
             return out
 
         def channels(p, size, out, *in_bounds):

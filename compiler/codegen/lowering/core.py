@@ -117,10 +117,15 @@ def index(i: int) -> "ir.Value":
 
 
 def dims(v) -> list:
-    """Each dim of tensor ``v``: an int when static, else a ``tensor.dim``."""
-    t = rtt(v)
-    return [t.shape[i] if not t.is_dynamic_dim(i) else tensor.dim(v, index(i))
-            for i in range(t.rank)]
+    """Each dim of tensor (or memref) ``v``: an int when static, else a
+    ``tensor.dim`` (``memref.dim``)."""
+    t = ir.ShapedType(v.type)
+    if isinstance(v.type, ir.MemRefType):
+        from compiler.mlir import memref
+        dim = memref.dim
+    else:
+        dim = tensor.dim
+    return [t.shape[i] if not t.is_dynamic_dim(i) else dim(v, index(i)) for i in range(t.rank)]
 
 
 def _slice_at(at, sizes) -> tuple:
