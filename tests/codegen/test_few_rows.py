@@ -259,10 +259,10 @@ def test_whole_pieces_of_a_block_copy_are_vector_loads_and_stores():
     CHECK-NEXT: memref.prefetch
     CHECK-NEXT: %[[C0:c0[_0-9]*]] = arith.constant 0 : index
     CHECK: %[[C3:c3[_0-9]*]] = arith.constant 3 : index
-    CHECK: %[[C8:c8[_0-9]*]] = arith.constant 8 : index
+    CHECK-NEXT: %[[C4:c4[_0-9]*]] = arith.constant 4 : index
+    CHECK-NEXT: %[[C8:c8[_0-9]*]] = arith.constant 8 : index
     CHECK: %[[C104:c104[_0-9]*]] = arith.constant 104 : index
-    CHECK: %[[C112:c112[_0-9]*]] = arith.constant 112 : index
-    CHECK: %[[C4:c4[_0-9]*]] = arith.constant 4 : index
+    CHECK-NEXT: %[[C112:c112[_0-9]*]] = arith.constant 112 : index
     CHECK-NEXT: %[[H:[a-z0-9_]+]] = memref.dim %[[B]], %[[C0]]
     CHECK-NEXT: %[[HOK:[a-z0-9_]+]] = arith.cmpi eq, %[[H]], %[[C4]]
     CHECK-NEXT: %[[W:[a-z0-9_]+]] = memref.dim %[[B]], %{{c1[_0-9]*}}

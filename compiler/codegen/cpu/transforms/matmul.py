@@ -778,9 +778,7 @@ def vector_copy_rows(module: "ir.Module", width: str = "8") -> int:
             continue
         with ir.InsertionPoint(copy), copy.location:
             vt = ir.VectorType.get([step], ir.MemRefType(src.type).element_type)
-            c = {v: arith.constant(idx, v) for v in sorted({0, 1, *range(rows), *range(0, pitch, step)})}
-            c[pitch] = arith.constant(idx, pitch)
-            c.setdefault(rows, arith.constant(idx, rows))
+            c = {v: arith.constant(idx, v) for v in sorted({1, rows, pitch, *range(rows), *range(0, pitch, step)})}
             whole = [arith.cmpi(arith.CmpIPredicate.eq, memref.dim(src, c[d]), c[size])
                      for d, size in ((0, rows), (1, pitch))]
             branch = scf.IfOp(arith.andi(*whole), [], has_else=True)
