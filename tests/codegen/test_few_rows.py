@@ -169,7 +169,7 @@ def test_aliased_packed_selects_blocks_of_b_on_avx2():
         text = single_op_linalg_text("MatMul", {}, ts, True, "cpu", unit, False, (), False,
                                      aliased=aliased)
         return choose_strategy(text, ["kernel"], target).name
-    assert chosen(True) == "matmul-matmul-f32-6x16-k768-b112-pf8"
+    assert chosen(True) == "matmul-matmul-f32-6x16-k768-b112-pf8-vc"
     assert chosen(False) == "matmul-matmul-f32-6x16"
     assert chosen(True, DType.F64) == "matmul-matmul-f64-6x8-k512"
     assert "-b" not in chosen(True, target="cpu:x86-64-v4")
@@ -185,21 +185,17 @@ def test_blocks_of_b_need_a_packed_b_and_whole_panels():
         matmul_script(copy_rows=2)
 
 
-def test_blocks_of_b_are_copied_two_rows_at_a_time_behind_prefetches():
-    """The AVX2 f32 ``aliased_packed`` kernel copies each block of B in loops
-    of 2 rows (``copy_rows``), and ``prefetch_copy_rows`` puts before each
-    piece prefetches of the first and last line (columns 0 and 111 of the
-    block) of the rows 8 further on, clamped to B's last row and column;
-    before the step the copy has none."""
+def _block_copy_ir(step_name: str) -> tuple[str, str]:
+    """The AVX2 f32 ``aliased_packed`` kernel's IR just before and just after
+    its strategy step ``py:<step_name> ...``."""
     import dataclasses
     from compiler.codegen.cpu import pipeline
     from compiler.codegen.cpu.transforms import REWRITES
-    from compiler.testing import filecheck
     ts = [TensorType((24, 40), DType.F32), TensorType((40, 3072), DType.F32)]
     text = single_op_linalg_text("MatMul", {}, ts, True, "cpu", (0, 1, 2), False, (), False, aliased=True)
     strat = choose_strategy(text, ["kernel"], "cpu:x86-64-v3")
     steps = list(strat.transform[1:])
-    step = next(s for s in steps if s.startswith("py:prefetch_copy_rows"))
+    step = next(s for s in steps if s.startswith(f"py:{step_name} "))
     seen = []
     REWRITES["_test_keep"] = lambda m: seen.append(str(m)) or 0
     try:
@@ -209,11 +205,22 @@ def test_blocks_of_b_are_copied_two_rows_at_a_time_behind_prefetches():
                        strategy=dataclasses.replace(strat, transform=(strat.transform[0], *steps)))
     finally:
         del REWRITES["_test_keep"]
-    assert "memref.prefetch" not in seen[0]
-    filecheck(seen[0], "CHECK: scf.for {{.*}} step %c2\nCHECK: memref.subview\n"
-                       "CHECK-NEXT: memref.subview\nCHECK-NEXT: linalg.copy")
-    filecheck(seen[1], """
-    CHECK: scf.for {{.*}} step %c2
+    return seen[0], seen[1]
+
+
+def test_blocks_of_b_are_copied_four_rows_at_a_time_behind_prefetches():
+    """The AVX2 f32 ``aliased_packed`` kernel copies each block of B in loops
+    of 4 rows (``copy_rows``), and ``prefetch_copy_rows`` puts before each
+    piece prefetches of the first and last line (columns 0 and 111 of the
+    block) of the rows 8 to 11 further on, clamped to B's last row and
+    column; before the step the copy has none."""
+    from compiler.testing import filecheck
+    before, after = _block_copy_ir("prefetch_copy_rows")
+    assert "memref.prefetch" not in before
+    filecheck(before, "CHECK: scf.for {{.*}} step %c4\nCHECK: memref.subview\n"
+                      "CHECK-NEXT: memref.subview\nCHECK-NEXT: linalg.copy")
+    filecheck(after, """
+    CHECK: scf.for {{.*}} step %c4
     CHECK: %[[B:[a-z0-9_]+]] = memref.subview %[[SRC:[a-z0-9_]+]][%[[R:[a-z0-9_]+]], %[[C:[a-z0-9_]+]]]
     CHECK: %[[LASTR:[a-z0-9_]+]] = arith.subi %{{.*}}, %c1
     CHECK: %[[LASTC:[a-z0-9_]+]] = arith.subi %{{.*}}, %c1
@@ -226,11 +233,54 @@ def test_blocks_of_b_are_copied_two_rows_at_a_time_behind_prefetches():
     CHECK-NEXT: memref.prefetch %[[SRC]][%[[Q]], %[[COL0]]], read, locality<3>, data
     CHECK-NEXT: memref.prefetch %[[SRC]][%[[Q]], %[[COL1]]], read, locality<3>, data
     CHECK: arith.addi %[[R]], %c9
+    CHECK: arith.addi %[[R]], %c10
+    CHECK: arith.addi %[[R]], %c11
     CHECK: memref.prefetch %[[SRC]]
     CHECK-NEXT: memref.prefetch %[[SRC]]
     CHECK-NEXT: linalg.copy ins(%[[B]]
     """)
 
+
+def test_whole_pieces_of_a_block_copy_are_vector_loads_and_stores():
+    """``vector_copy_rows`` turns each piece of the block's copy into an
+    ``scf.if`` on its sizes: where it is whole (4 rows of the block's 112
+    columns) 56 loads and stores of 8 floats, each row's at columns 0, 8,
+    ..., 104 of the same view of B and of the buffer; else (B's last rows
+    or columns) the ``linalg.copy``. Before the step: the copy alone."""
+    from compiler.testing import filecheck
+    before, after = _block_copy_ir("vector_copy_rows")
+    assert "scf.if" not in before and "vector<8xf32>" not in before.split("linalg.copy")[0][-400:]
+    filecheck(after, """
+    CHECK: scf.for {{.*}} step %c4
+    CHECK: %[[B:[a-z0-9_]+]] = memref.subview
+    CHECK-NEXT: %[[D:[a-z0-9_]+]] = memref.subview
+    CHECK: arith.addi %{{.*}}, %c11 : index
+    CHECK: memref.prefetch
+    CHECK-NEXT: memref.prefetch
+    CHECK-NEXT: %[[C0:c0[_0-9]*]] = arith.constant 0 : index
+    CHECK: %[[C3:c3[_0-9]*]] = arith.constant 3 : index
+    CHECK-NEXT: %[[C4:c4[_0-9]*]] = arith.constant 4 : index
+    CHECK-NEXT: %[[C8:c8[_0-9]*]] = arith.constant 8 : index
+    CHECK: %[[C104:c104[_0-9]*]] = arith.constant 104 : index
+    CHECK-NEXT: %[[C112:c112[_0-9]*]] = arith.constant 112 : index
+    CHECK-NEXT: %[[H:[a-z0-9_]+]] = memref.dim %[[B]], %[[C0]]
+    CHECK-NEXT: %[[HOK:[a-z0-9_]+]] = arith.cmpi eq, %[[H]], %[[C4]]
+    CHECK-NEXT: %[[W:[a-z0-9_]+]] = memref.dim %[[B]], %{{c1[_0-9]*}}
+    CHECK-NEXT: %[[WOK:[a-z0-9_]+]] = arith.cmpi eq, %[[W]], %[[C112]]
+    CHECK-NEXT: %[[OK:[a-z0-9_]+]] = arith.andi %[[HOK]], %[[WOK]]
+    CHECK-NEXT: scf.if %[[OK]] {
+    CHECK-NEXT: %[[V0:[a-z0-9_]+]] = vector.load %[[B]][%[[C0]], %[[C0]]] {{.*}} vector<8xf32>
+    CHECK-NEXT: vector.store %[[V0]], %[[D]][%[[C0]], %[[C0]]]
+    CHECK-NEXT: %[[V1:[a-z0-9_]+]] = vector.load %[[B]][%[[C0]], %[[C8]]]
+    CHECK-NEXT: vector.store %[[V1]], %[[D]][%[[C0]], %[[C8]]]
+    CHECK: %[[VL:[a-z0-9_]+]] = vector.load %[[B]][%[[C3]], %[[C104]]]
+    CHECK-NEXT: vector.store %[[VL]], %[[D]][%[[C3]], %[[C104]]]
+    CHECK-NEXT: } else {
+    CHECK-NEXT: linalg.copy ins(%[[B]] {{.*}} outs(%[[D]]
+    CHECK-NEXT: }
+    """)
+    branch = after.split("scf.if")[1].split("} else {")[0]
+    assert branch.count("vector.load") == branch.count("vector.store") == 4 * 112 // 8
 
 
 def test_blocks_of_b_give_the_bits_of_b_in_place(m=29):

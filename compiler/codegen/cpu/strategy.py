@@ -296,7 +296,7 @@ _ALIASED_TILES = {("f32", "avx2"): dict(mr=4, kc=8, mc=8)}
 #: two threads: matmul 512 and M = 32"): per-round median 0.919-0.928 of kc
 #: 128 nb 240's time (16-18 of 25 rounds faster; a second copy of the old
 #: kernel 1.008-1.016).
-#: ``copy_rows``, ``prefetch``: the block's copy in loops of 2 rows, each
+#: ``copy_rows``, ``prefetch``: the block's copy in loops of 2 rows (now 4), each
 #: prefetching the first and last line of the rows 8 further on
 #: (``transforms.matmul.prefetch_copy_rows``): with B out of the caches (a
 #: cold call, or the host's memory-slow state) the copy waited on every
@@ -306,7 +306,19 @@ _ALIASED_TILES = {("f32", "avx2"): dict(mr=4, kc=8, mc=8)}
 #: before each call, M = 32 0.93-0.96, M = 24 0.95; B in the L3, M = 32
 #: 0.97-1.00, M = 17-24 0.87-1.05 (a second copy of the plain kernel
 #: 0.94-1.07 in the same runs), the fastest calls 1-2% slower.
-_ALIASED_PACKED_TILES = {("f32", "avx2"): dict(kc=768, nb=112, copy_rows=2, prefetch=8)}
+#: ``copy_rows`` 4 with ``vector_copy``: each whole piece of 4 rows x 112
+#: columns copied as 56 straight 8-float loads and stores
+#: (``transforms.matmul.vector_copy_rows``), where the copy had been a libc
+#: ``memcpy`` call per row (448 bytes): with B in the L3 the copy took
+#: 0.34-0.37 ms of the 2 ms one-thread call (the register tiles' K loops cut
+#: to one step), 0.22-0.26 with B's block in the L2, and B hot brought the
+#: kernel to about numpy's time: the copy is the gap, not the FMAs. Same
+#: bits. Zen 4, AVX2, per-round median of the 2-row memcpy kernel's time
+#: (docs/benchmarks.md, "Issue 17's M = 32 on AVX2: the copy is the gap"):
+#: M = 32 two threads warm 0.94-1.02, from memory 0.89-0.90, one thread
+#: 0.90-0.91; M = 24 0.95 / 0.92, M = 17 0.89 / 0.95 (a second copy of the
+#: old kernel 0.93-1.05 in the same runs).
+_ALIASED_PACKED_TILES = {("f32", "avx2"): dict(kc=768, nb=112, copy_rows=4, prefetch=8, vector_copy=8)}
 #: Where a matmul that packs B per call also copies each ``mc x kc`` block of A
 #: into a contiguous buffer (entries marked ``fuelc.pack_a``:
 #: ``runtime.rows.pack_a``, A's rows a multiple of 4 KiB apart, at least 1024
@@ -434,17 +446,20 @@ def matmul_strategy(op: str, element_type: str, isa: str = "avx2", pack: bool = 
     panels = tiles.pop("a_panels", False) and tiles.get("pack_a")
     c_after = tiles.pop("c_after_k", False)
     prefetch = tiles.pop("prefetch", 0)
+    vector_copy = tiles.pop("vector_copy", 0)
     script = matmul_script(op, pack=pack, **tiles)
     steps = (script, *((f"py:pack_a_panels {tiles['mr']}",) if panels else ()),
              *(("py:c_after_k",) if c_after else ()),
              *((f"py:prefetch_copy_rows {prefetch}",) if prefetch else ()),
+             *((f"py:vector_copy_rows {vector_copy}",) if vector_copy else ()),
              *(("py:sink_hoisted_deallocs",) if tiles.get("pack_a") or tiles.get("nb") else ()),
              *_tune_steps(element_type, isa))
     return Strategy(
         name=f"matmul-{'' if pack else 'unpacked-'}{op.split('.')[1]}-{narrow}-"
              f"{tiles['mr']}x{tiles['nr']}" + (f"-k{tiles['kc']}" if aliased else "")
              + ("-pack-a" if tiles.get("pack_a") else "") + ("-panels" if panels else "")
-             + (f"-b{tiles['nb']}" if tiles.get("nb") else "") + (f"-pf{prefetch}" if prefetch else ""),
+             + (f"-b{tiles['nb']}" if tiles.get("nb") else "") + (f"-pf{prefetch}" if prefetch else "")
+             + ("-vc" if vector_copy else ""),
         transform=steps if len(steps) > 1 else script,
         lowering=VECTOR_LOWERING,
         doc="register-tiled matmul: B panels " + ("packed" if pack else "read in place")

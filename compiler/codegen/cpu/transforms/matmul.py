@@ -720,20 +720,10 @@ def prefetch_copy_rows(module: "ir.Module", distance: str = "8") -> int:
     from memory, against 0.96 here, but 2% slower from the L3;
     docs/benchmarks.md, "Issue 17's M = 32 on AVX2: the copy of B from
     memory"). Returns the copies given prefetches."""
-    from compiler.mlir import arith, ir, memref, walk_ops
+    from compiler.mlir import arith, ir, memref
     dist, n = int(distance), 0
     idx = ir.IndexType.get()
-    dynamic = ir.ShapedType.get_dynamic_stride_or_offset()
-    for copy in walk_ops(module, lambda o: o.name == "linalg.copy"):
-        loop, view = copy.operation.parent, copy.operands[0].owner
-        if (loop.name != "scf.for" or isinstance(view, ir.Block) or view.name != "memref.subview"
-                or ir.MemRefType(view.operands[0].type).rank != 2
-                or list(ir.DenseI64ArrayAttr(view.attributes["static_offsets"])) != [dynamic, dynamic]):
-            continue
-        rows = _constant(loop.operands[2])
-        width = ir.MemRefType(copy.operands[1].type).get_strides_and_offset()[0][0]
-        if rows is None or width == dynamic:
-            continue
+    for copy, view, rows, width in _block_copies(module):
         b, row0, col0 = view.operands[0], view.operands[1], view.operands[2]
         with ir.InsertionPoint(copy), copy.location:
             one = arith.constant(idx, 1)
@@ -745,6 +735,60 @@ def prefetch_copy_rows(module: "ir.Module", distance: str = "8") -> int:
                 row = arith.minui(arith.addi(row0, arith.constant(idx, dist + i)), last_row)
                 for col in cols:
                     memref.PrefetchOp(b, [row, col], False, 3, True)
+        n += 1
+    return n
+
+
+def _block_copies(module: "ir.Module") -> "list[tuple]":
+    """The pieces of B blocks' copies (``matmul_script``'s ``nb`` with
+    ``copy_rows``): each ``linalg.copy`` of a view of a 2-D B (offsets
+    dynamic) in a loop of constant step over the block's rows, into a
+    buffer of static row pitch, as (copy, B's view, rows per piece, pitch)."""
+    from compiler.mlir import ir, walk_ops
+    dynamic = ir.ShapedType.get_dynamic_stride_or_offset()
+    found = []
+    for copy in walk_ops(module, lambda o: o.name == "linalg.copy"):
+        loop, view = copy.operation.parent, copy.operands[0].owner
+        if (loop.name != "scf.for" or isinstance(view, ir.Block) or view.name != "memref.subview"
+                or ir.MemRefType(view.operands[0].type).rank != 2
+                or list(ir.DenseI64ArrayAttr(view.attributes["static_offsets"])) != [dynamic, dynamic]):
+            continue
+        rows = _constant(loop.operands[2])
+        width = ir.MemRefType(copy.operands[1].type).get_strides_and_offset()[0][0]
+        if rows is not None and width != dynamic:
+            found.append((copy, view, rows, width))
+    return found
+
+
+def vector_copy_rows(module: "ir.Module", width: str = "8") -> int:
+    """Each whole piece of a B block's copy (``_block_copies``: ``copy_rows``
+    rows of the block's full pitch, ``nb`` columns) as vector loads and
+    stores of ``width`` elements, straight-line; the pieces at B's last
+    columns or rows (fewer) keep the ``linalg.copy`` (an ``scf.if`` on the
+    piece's sizes). The copy lowered to a libc ``memcpy`` per row (a call
+    and a ``vzeroupper`` per 448 bytes at ``nb`` 112); LLVM turns a loop of
+    such loads and stores back into that call, so the piece is unrolled.
+    The same values: the same bits. Returns the copies rewritten."""
+    from compiler.mlir import arith, ir, memref, scf, vector
+    step, n = int(width), 0
+    idx = ir.IndexType.get()
+    for copy, _, rows, pitch in _block_copies(module):
+        src, dst = copy.operands[0], copy.operands[1]
+        if pitch % step:
+            continue
+        with ir.InsertionPoint(copy), copy.location:
+            vt = ir.VectorType.get([step], ir.MemRefType(src.type).element_type)
+            c = {v: arith.constant(idx, v) for v in sorted({1, rows, pitch, *range(rows), *range(0, pitch, step)})}
+            whole = [arith.cmpi(arith.CmpIPredicate.eq, memref.dim(src, c[d]), c[size])
+                     for d, size in ((0, rows), (1, pitch))]
+            branch = scf.IfOp(arith.andi(*whole), [], has_else=True)
+            with ir.InsertionPoint(branch.then_block):
+                for r in range(rows):
+                    for col in range(0, pitch, step):
+                        vector.StoreOp(vector.LoadOp(vt, src, [c[r], c[col]]).result, dst, [c[r], c[col]])
+                scf.yield_([])
+            with ir.InsertionPoint(branch.else_block):
+                copy.operation.move_before(scf.yield_([]).operation)
         n += 1
     return n
 
@@ -942,4 +986,4 @@ def tune_cpu(module: "ir.Module", cpu: str) -> int:
 #: The ``py:`` steps of this module's scripts.
 REWRITES = {"prefetch_next_panel": prefetch_next_panel, "sink_hoisted_deallocs": sink_hoisted_deallocs,
              "pack_a_panels": pack_a_panels, "c_after_k": c_after_k, "tune_cpu": tune_cpu,
-             "prefetch_copy_rows": prefetch_copy_rows}
+             "prefetch_copy_rows": prefetch_copy_rows, "vector_copy_rows": vector_copy_rows}
