@@ -383,22 +383,29 @@ def compile(graph, target: "str | Target" = "cpu", *, pipeline: str | None = Non
     pool, frozen = None, False
     try:
         if (warm and executor is None and jobs > 1 and target.kind == "cpu"
-                and len(getattr(graph, "nodes", ())) >= parallel_jobs.MIN_NODES
-                and runnable_here(target)):
+                and len(getattr(graph, "nodes", ())) >= parallel_jobs.MIN_NODES):
             # Forked workers share this process's pages until one side writes
             # them: a full collection here would write every old object's
             # header, copying its pages (docs/compile-at-scale.md), so the
             # objects made before the fork are left out of collections until
-            # compile() returns.
+            # compile() returns. The serial front (the target check, the
+            # passes, the plan) collects none until its first task.
             frozen = parallel_jobs.fork_safe() and gc.get_freeze_count() == 0
             if frozen:
-                gc.freeze()
-            pool = parallel_jobs.ProcessExecutor(jobs - 1)  # imports the compiler during the passes
+                parallel_jobs.pause_collection()
+            if runnable_here(target):
+                if frozen:
+                    gc.freeze()
+                pool = parallel_jobs.ProcessExecutor(jobs - 1)  # imports the compiler during the passes
+            elif frozen:
+                parallel_jobs.resume_collection(freeze=False)
+                frozen = False
         return _compile(graph, target, pipeline, warm, progress, jobs, executor, pool, strict)
     finally:
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
         if frozen:
+            parallel_jobs.resume_collection()  # no task was submitted
             gc.unfreeze()
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import threading
+import types
 
 try:  # the pinned wheel
     import torch_mlir as _root
@@ -120,14 +121,47 @@ def _ops_stay_generic() -> None:
 _ops_stay_generic()
 
 
+def _load(name: str):
+    with _LOCK:  # one thread swaps the bindings' search path at a time
+        module = _loaded.get(name) or (_linalg() if name == "linalg" else _dialect(name))
+        _loaded[name] = module
+    return module
+
+
+_loaded: dict = {}
+
+
+class _OnFirstUse(types.ModuleType):
+    """What ``from compiler.mlir import vector`` gives: the dialect's bindings
+    module, imported the first time one of its names is read (each name read
+    is then kept here). The lowering modules name every dialect they build
+    ops of at their top, and the cpu codegen imports them before the first
+    kernel task: the dialects that task's text does not use (vector, scf,
+    memref, ...) are imported after it, by the first kernel that does, out of
+    the serial front of ``compile()`` (docs/compile-at-scale.md)."""
+
+    def __getattr__(self, attr: str):
+        value = getattr(_load(self.__name__.rpartition(".")[2]), attr)
+        setattr(self, attr, value)
+        return value
+
+
+def load(*names: str) -> None:
+    """Import the bindings of the dialects ``names`` now (a compile worker
+    does, before its first task)."""
+    for name in names:
+        _load(name)
+
+
 def __getattr__(name: str):
     """A dialect's bindings module, imported on first use (``compiler.mlir.linalg``,
     ``from compiler.mlir import vector``): a process imports only the dialects
     it builds or reads ops of."""
     if name in _DIALECTS:
-        with _LOCK:  # one thread swaps the bindings' search path at a time
-            module = globals().get(name) or (_linalg() if name == "linalg" else _dialect(name))
-            globals()[name] = module
+        module = globals().get(name)
+        if module is None:  # linalg at once: the bindings must find fuelc's module
+            module = globals()[name] = (  # before they meet a linalg attribute
+                _load(name) if name == "linalg" else _OnFirstUse(f"{__name__}.{name}"))
         return module
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

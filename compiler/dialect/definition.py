@@ -161,6 +161,14 @@ def default_ops() -> dict[str, DialectOp]:
     return collect_ops(None)
 
 
+def find(mnemonic_or_opname: str) -> Optional[DialectOp]:
+    """The DialectOp of ``"sum_dim"`` or ``"fuel.sum_dim"``, None if unknown
+    (the type check's question for every op it walks: without ``lookup``'s
+    hint, whose ``difflib`` import and search were some 3 ms of a compile's
+    serial front, docs/compile-at-scale.md)."""
+    return default_ops().get(mnemonic_or_opname.removeprefix(DIALECT + "."))
+
+
 def lookup(mnemonic_or_opname: str, ops: Optional[dict[str, DialectOp]] = None) -> DialectOp:
     """The DialectOp of ``"sum_dim"`` or ``"fuel.sum_dim"``; DialectError if unknown."""
     table = default_ops() if ops is None else ops

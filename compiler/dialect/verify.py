@@ -17,7 +17,7 @@ from compiler.graph.symbolic import SymbolicError, recording
 from compiler.mlir import ir
 
 from .attrs import op_params
-from .definition import DIALECT, SEGMENTS_ATTR, lookup
+from .definition import DIALECT, SEGMENTS_ATTR, find
 from .symbols import (DIMS_ATTR, dims_list, enclosing_func, func_dims_error, func_equalities,
                       func_symbols, parse_extent)
 from .types import SymbolicDims, keep_extents, mlir_to_dtype
@@ -41,9 +41,8 @@ def rule_types(op, dims: SymbolicDims, params: dict | None = None, ins=None):
     where known) and params (a broadcast's -1, keep the input's extent,
     replaced by that extent), or None for an op without a rule. Raises what
     the rule raises."""
-    try:
-        spec = lookup(op.name)
-    except FuelError:
+    spec = find(op.name)
+    if spec is None:
         return None  # structural ops (runtime_fused) and unknown ops: IRDL's business
     infer = getattr(spec.source, "infer", None)
     if infer is None or spec.name in ("Input",):
@@ -65,11 +64,13 @@ def op_type_error(op, dims: SymbolicDims | None = None) -> str | None:
     (``SymbolicError``) is not reported, any other refusal of the rule (a
     dtype, a static extent) is. In a function naming its symbols
     (``fuel.symbols``) the named extents are checked too (``_named_error``)."""
+    spec = find(op.name)
     try:
-        spec = lookup(op.name)
         ins = [_tensor_type(v.type) for v in op.operands]
         outs = [_tensor_type(r.type) for r in op.results]
     except (ValueError, FuelError):
+        spec = None
+    if spec is None:
         return None  # unranked or non-tensor types, unknown ops: IRDL reports those
     dynamic = any(d < 0 for t in (*ins, *outs) for d in t.shape)
     dims = dims or SymbolicDims()

@@ -490,6 +490,53 @@ def test_objects_made_before_the_fork_are_frozen_while_compile_runs(cold, monkey
         gc.unfreeze()
 
 
+def test_the_front_collects_no_garbage_until_the_first_task(cold, monkeypatch):
+    """A pooled compile's serial front (from its target check to its first
+    task: 60-75 young collections otherwise) runs no collection; the
+    collector runs again from the first task on, in the calling process and
+    in the worker, and is enabled when compile() returns. A collector the
+    caller disabled stays disabled."""
+    import gc
+    if not jobs.fork_safe():
+        pytest.skip("workers are spawned while another thread runs")
+    g, events, marks = _chain(), [], []
+    real, pause = jobs.ProcessExecutor, jobs.pause_collection
+
+    class Recording(real):
+        def submit_ranked(self, rank, fn, /, *args, **kwargs):  # every task's door
+            if len(marks) == 1:
+                marks.append((len(events), gc.isenabled()))
+                marks.append(super().submit_ranked((), gc.isenabled).result())  # the worker's
+            return super().submit_ranked(rank, fn, *args, **kwargs)
+
+    def paused():
+        marks.append(len(events))
+        pause()
+
+    def collected(phase, info):
+        if phase == "start":
+            events.append(info["generation"])
+
+    monkeypatch.setattr(jobs, "ProcessExecutor", Recording)
+    monkeypatch.setattr(jobs, "pause_collection", paused)
+    gc.callbacks.append(collected)
+    try:
+        cold("first")
+        compile(g, jobs=2)
+        assert len(marks) == 3 and marks[1] == (marks[0], False) and marks[2] is True, marks
+        assert gc.isenabled() and gc.get_freeze_count() == 0
+        gc.disable()  # the caller's: left as it is
+        try:
+            marks.clear()
+            cold("second")
+            compile(g, jobs=2)
+            assert marks[1][1] is False and not gc.isenabled(), marks
+        finally:
+            gc.enable()
+    finally:
+        gc.callbacks.remove(collected)
+
+
 # The Ray part runs in a child interpreter: ray.init() starts native threads
 # that outlive ray.shutdown() and replaces the process's SIGSEGV/SIGABRT
 # handlers (faulthandler's, pytest's) with its own, which shutdown resets to

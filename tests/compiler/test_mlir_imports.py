@@ -199,3 +199,28 @@ def test_passes_and_plan_import_no_llvmlite_binding(tmp_path):
                          cwd=ROOT)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip().splitlines()[-1] == "True", res.stdout
+
+
+def test_dialects_named_at_a_modules_top_are_imported_at_their_first_use(tmp_path):
+    """``from compiler.mlir import vector`` imports vector's bindings when one
+    of its names is first read (the lowering modules name the dialects they
+    build at their top; those a compile's first kernel does not use stay out
+    of its serial front), and gives the bindings' own classes. linalg is
+    imported at once: the bindings must find fuelc's module before they meet
+    a linalg attribute, or they import the ``dialects.linalg`` package."""
+    code = textwrap.dedent("""
+        import sys
+        from compiler.mlir import _root, ir, linalg, vector
+        from compiler.codegen.lowering import core  # noqa: F401 - names both at its top
+        pkg = _root.__name__ + ".dialects."
+        print(pkg + "vector" in sys.modules, pkg + "_vector_ops_gen" in sys.modules)
+        with ir.Context():
+            ir.Attribute.parse("#linalg.iterator_type<parallel>")
+        read = vector.TransferReadOp
+        print(read is sys.modules[pkg + "vector"].TransferReadOp, pkg + "linalg" in sys.modules)
+    """)
+    env = dict(os.environ, PYTHONPATH=ROOT, FUELC_CACHE_DIR=str(tmp_path))
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["False", "False", "True", "False"], res.stdout

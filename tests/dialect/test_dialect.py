@@ -236,3 +236,13 @@ def test_conv2d_with_a_residual_round_trips_and_its_segments_must_match_its_para
                                            r"operands under its params fill the slots "
                                            r"\[1, 1, 0, 1\] \(x, w, bias, residual\)"):
         parse_fuel_module(bad)
+
+
+def test_find_is_lookup_without_the_error():
+    """``find`` (the type check's question for every op it walks) answers
+    None for an op outside the table where ``lookup`` raises with its hint."""
+    from compiler.dialect.definition import find, lookup
+    assert find("fuel.sum_dim") is lookup("sum_dim") is find("sum_dim")
+    assert find("fuel.runtime_fused") is None and find("func.func") is None
+    with pytest.raises(DialectError, match="did you mean sum_dim"):
+        lookup("fuel.sum_dimm")
