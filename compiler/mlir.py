@@ -129,6 +129,11 @@ def _load(name: str):
 
 
 _loaded: dict = {}
+#: The dialects ``from compiler.mlir import ...`` imports at their first use
+#: (``_OnFirstUse``): those the cpu lowerings build ops of and a first kernel
+#: may not need. Code reads their ops generically (``op.name``, operands,
+#: regions), never as typed views, which need the dialect imported.
+_ON_FIRST_USE = frozenset({"vector", "scf", "memref"})
 
 
 class _OnFirstUse(types.ModuleType):
@@ -159,9 +164,12 @@ def __getattr__(name: str):
     it builds or reads ops of."""
     if name in _DIALECTS:
         module = globals().get(name)
-        if module is None:  # linalg at once: the bindings must find fuelc's module
-            module = globals()[name] = (  # before they meet a linalg attribute
-                _load(name) if name == "linalg" else _OnFirstUse(f"{__name__}.{name}"))
+        if module is None:  # all but _ON_FIRST_USE at once: linalg, since the bindings
+            # must find fuelc's module before they meet a linalg attribute; gpu and
+            # the others, whose ops code reads as typed views (a gpu.launch_func's
+            # grid sizes: a dialect not imported gives a generic OpView)
+            module = globals()[name] = (
+                _OnFirstUse(f"{__name__}.{name}") if name in _ON_FIRST_USE else _load(name))
         return module
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

@@ -224,3 +224,23 @@ def test_dialects_named_at_a_modules_top_are_imported_at_their_first_use(tmp_pat
                          cwd=ROOT)
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["False", "False", "True", "False"], res.stdout
+
+
+def test_dialects_whose_ops_are_read_as_typed_views_are_imported_at_once(tmp_path):
+    """gpu (and every dialect but vector, scf and memref) is imported by
+    ``from compiler.mlir import gpu`` itself: the cuda pipeline reads a
+    ``gpu.launch_func``'s grid sizes as a typed view, which a dialect not yet
+    imported gives as a generic OpView without them."""
+    code = textwrap.dedent("""
+        import sys
+        from compiler.mlir import _root, ir, gpu
+        print(_root.__name__ + ".dialects.gpu" in sys.modules, type(gpu).__name__)
+        with ir.Context() as ctx:
+            m = ir.Module.parse('gpu.module @k { gpu.func @f() kernel { gpu.return } }')
+            print(type(m.body.operations[0]).__name__)
+    """)
+    env = dict(os.environ, PYTHONPATH=ROOT, FUELC_CACHE_DIR=str(tmp_path))
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["True", "module", "GPUModuleOp"], res.stdout
