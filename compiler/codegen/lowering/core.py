@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Optional, Sequence, Union
 
-from compiler.mlir import arith, ir, linalg, math, tensor
+from compiler.mlir import arith, ir, linalg, math, memref, tensor
 from runtime.dtype import DType
 
 Rule = Callable[["Lowering"], Union["ir.Value", Sequence["ir.Value"]]]
@@ -120,11 +120,7 @@ def dims(v) -> list:
     """Each dim of tensor (or memref) ``v``: an int when static, else a
     ``tensor.dim`` (``memref.dim``)."""
     t = ir.ShapedType(v.type)
-    if isinstance(v.type, ir.MemRefType):
-        from compiler.mlir import memref
-        dim = memref.dim
-    else:
-        dim = tensor.dim
+    dim = memref.dim if isinstance(v.type, ir.MemRefType) else tensor.dim
     return [t.shape[i] if not t.is_dynamic_dim(i) else dim(v, index(i)) for i in range(t.rank)]
 
 
